@@ -1,0 +1,32 @@
+"""Where the built-in GPU and model profiles live, in a source checkout and in an installed wheel.
+
+The repository keeps them at ``profiles/`` (top level); the wheel ships the same files as
+``pdmux_cli/profiles/`` (see ``[tool.setuptools]`` in pyproject.toml). No file is read here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+
+
+def profiles_dir() -> Path:
+    """The directory holding ``gpus/*.yaml`` and ``models/*.json``.
+
+    Raises :class:`FileNotFoundError` only for a broken installation (neither location exists).
+    """
+    for candidate in (_HERE / "profiles", _HERE.parent / "profiles"):
+        if (candidate / "gpus").is_dir():
+            return candidate
+    raise FileNotFoundError(f"pdmux profiles not found next to {_HERE}: the installation is incomplete")
+
+
+def gpu_profiles_dir() -> Path:
+    """``profiles/gpus``: one YAML file per GPU."""
+    return profiles_dir() / "gpus"
+
+
+def model_profiles_dir() -> Path:
+    """``profiles/models``: one Hugging Face ``config.json`` copy per model (``<name>.json``)."""
+    return profiles_dir() / "models"
