@@ -1,0 +1,5 @@
+"""``python -m pdmux_cli`` runs the ``pdmux`` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,126 @@
+"""What every command shares: one-line errors, option parsing helpers, JSON and atomic file output.
+
+Kept free of heavy imports: this module is on the start-up path of every command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import click
+from typer.core import TyperGroup
+
+from ..errors import InputError, PdmuxError
+
+
+def fail_line(message: str) -> None:
+    """Write one line to stderr, prefixed ``pdmux: error:``."""
+    text = " ".join(str(message).split())
+    sys.stderr.write(f"pdmux: error: {text}\n")
+
+
+class OneLineErrorGroup(TyperGroup):
+    """The typer group of ``pdmux``: every failure becomes one line on stderr, never a traceback.
+
+    Usage errors (click's, and :class:`InputError`) exit 2; :class:`~pdmux_cli.errors.DeviceError`
+    and other runtime failures exit 1; Ctrl-C exits 130.
+    """
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        try:
+            rv = super().main(args=args, prog_name=prog_name or "pdmux", complete_var=complete_var,
+                              standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+        except click.UsageError as e:
+            hint = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
+            fail_line(e.format_message() + hint)
+            code = e.exit_code
+        except click.ClickException as e:
+            fail_line(e.format_message())
+            code = e.exit_code
+        except click.Abort:
+            fail_line("aborted")
+            code = 130
+        except PdmuxError as e:
+            fail_line(str(e))
+            code = e.exit_code
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def parse_int_list(text: str, what: str, minimum: int = 1) -> list[int]:
+    """``"1,6,12"`` -> ``[1, 6, 12]``; :class:`InputError` naming ``what`` for anything else."""
+    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    if not items:
+        raise InputError(f"{what}: give a comma-separated list of integers, e.g. 1,6,12")
+    values = []
+    for item in items:
+        try:
+            value = int(item)
+        except ValueError:
+            raise InputError(f"{what}: {item!r} is not an integer (e.g. 1,6,12)") from None
+        if value < minimum:
+            raise InputError(f"{what}: {value} must be >= {minimum}")
+        values.append(value)
+    return values
+
+
+def parse_float_list(text: str, what: str) -> list[float]:
+    """``"44,66,88"`` -> ``[44.0, 66.0, 88.0]``; every value must be > 0."""
+    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    values = []
+    for item in items:
+        try:
+            value = float(item)
+        except ValueError:
+            raise InputError(f"{what}: {item!r} is not a number (e.g. 44,66,88)") from None
+        if not value > 0 or value != value or value == float("inf"):
+            raise InputError(f"{what}: {item} must be a finite number > 0")
+        values.append(value)
+    if not values:
+        raise InputError(f"{what}: give a comma-separated list of numbers, e.g. 44,66,88")
+    return values
+
+
+def parse_cc(text: str) -> tuple[int, int]:
+    """``--cc 9.0`` -> ``(9, 0)`` (one-line :class:`InputError` otherwise)."""
+    from ..policy import parse_compute_capability
+
+    return parse_compute_capability(text)
+
+
+def print_json(data: Any) -> None:
+    """Print ``data`` as indented JSON on stdout (stable key order as built)."""
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def write_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` whole or not at all (temporary file in the same folder + rename).
+
+    Raises :class:`InputError` when the folder does not exist or is not writable.
+    """
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"cannot write {target}: folder {folder} does not exist")
+    if target.is_dir():
+        raise InputError(f"cannot write {target}: it is a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise InputError(f"cannot write {target}: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

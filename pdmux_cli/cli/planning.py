@@ -1,0 +1,347 @@
+"""The planning commands: ``splits``, ``estimate``, ``gen-config``, ``check-config``.
+
+Parse options, call the pure core, render. None of these import torch, cuda-python, numpy or
+matplotlib (tests/test_cli_imports.py checks it).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from ..errors import InputError
+from . import app
+from .common import parse_cc, parse_float_list, parse_int_list, print_json, write_atomic
+
+GPU_HELP = "GPU profile: alias (h100, h200, h20, a100, b200, ...) or reported name ('NVIDIA H100 80GB HBM3')."
+JSON_HELP = "Print JSON (stable keys, units in the key names) instead of tables."
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+class Device:
+    """The device a command plans for: a profile, or just ``--sms`` and ``--cc``."""
+
+    def __init__(self, name: str, sm_count: int, cc: tuple[int, int], gpu: Any = None) -> None:
+        self.name, self.sm_count, self.cc, self.gpu = name, sm_count, cc, gpu
+
+    @property
+    def cc_text(self) -> str:
+        return f"{self.cc[0]}.{self.cc[1]}"
+
+
+def resolve_device(gpu: Optional[str], sms: Optional[int], cc: Optional[str], default: str = "h100") -> Device:
+    """``--gpu`` or ``--sms N --cc X.Y`` (both needed) -> :class:`Device`; :class:`InputError` otherwise."""
+    from ..hardware import find_gpu
+
+    if sms is not None or cc is not None:
+        if gpu is not None:
+            raise InputError("give either --gpu or --sms with --cc, not both")
+        if sms is None or cc is None:
+            raise InputError("--sms and --cc go together, e.g. --sms 132 --cc 9.0")
+        if sms <= 0:
+            raise InputError(f"--sms must be a positive number of SMs, got {sms}")
+        major_minor = parse_cc(cc)
+        return Device(f"custom GPU ({sms} SMs)", sms, major_minor)
+    profile = find_gpu(gpu or default)
+    return Device(profile.name, profile.require_sm_count(), profile.compute_capability, profile)
+
+
+def _load_pdmux_yaml(path: Path) -> Any:
+    """A pdmux YAML for ``--config``: structural problems are input errors; returns PdmuxConfig."""
+    from ..pdmux_config import load_config
+
+    config, problems = load_config(path)
+    if problems:
+        first = problems[0]
+        raise InputError(f"{path}: {first.where}: {first.message} (pdmux check-config {path} lists every problem)")
+    return config
+
+
+@app.command()
+def splits(
+    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
+    sms: Optional[int] = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
+    cc: Optional[str] = typer.Option(None, "--cc", help="Compute capability of that device, e.g. 9.0."),
+    all_gpus: bool = typer.Option(False, "--all", help="One table of every GPU profile's levels."),
+    decode_bs: str = typer.Option("1,6,12,18,24,30,36,64", "--decode-bs", help="Decode batch sizes to choose a level for."),
+    prompt_tokens: str = typer.Option("512,8192,32768,131072", "--prompt-tokens", help="Prompt lengths for layers per round."),
+    model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model profile or config.json (its layer count)."),
+    sm_group_num: Optional[int] = typer.Option(None, "--sm-group-num", help="Stream groups incl. the two whole-GPU ones (SGLang default 8)."),
+    decode_bs_divisor: Optional[int] = typer.Option(None, "--decode-bs-divisor", help="Divisor of the linear level rule (default 36)."),
+    token_budget: Optional[int] = typer.Option(None, "--token-budget", help="split_forward_token_budget (default 65536)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="An existing pdmux YAML: its levels, thresholds and knobs are used."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """The SM split levels (stream groups) SGLang builds, the level it picks per decode batch, and
+    prefill layers per round."""
+    from .. import policy
+
+    cfg = _load_pdmux_yaml(config) if config is not None else None
+    group_num = sm_group_num or (cfg.sm_group_num if cfg else policy.DEFAULT_SM_GROUP_NUM)
+    divisor = decode_bs_divisor or (cfg.decode_bs_divisor if cfg else policy.DEFAULT_DECODE_BS_DIVISOR)
+    budget = token_budget or (cfg.split_forward_token_budget if cfg else policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET)
+    for name, value in (("--sm-group-num", sm_group_num), ("--decode-bs-divisor", decode_bs_divisor),
+                        ("--token-budget", token_budget)):
+        if value is not None and value <= 0:
+            raise InputError(f"{name} must be > 0, got {value}")
+    manual = list(cfg.manual_divisions) if cfg and cfg.manual_divisions else None
+
+    if all_gpus:
+        if gpu or sms or cc:
+            raise InputError("--all lists every profile; drop --gpu/--sms/--cc")
+        _splits_all(group_num, manual, as_json)
+        return
+
+    device = resolve_device(gpu, sms, cc)
+    batch_sizes = parse_int_list(decode_bs, "--decode-bs")
+    prompts = parse_int_list(prompt_tokens, "--prompt-tokens")
+    from ..model import load_model
+
+    mdl = load_model(model)
+    plan = policy.plan_groups(device.sm_count, device.cc, group_num, manual)
+    notes = [plan.note] if plan.note else []
+    if manual:
+        bad = [e for e in manual if e[0] + e[1] != device.sm_count]
+        if bad:
+            notes.append(f"manual_divisions {bad[0][:2]} do not add up to {device.sm_count} SMs: newer SGLang refuses to start")
+    choices = [
+        (bs, policy.choose_group(len(plan.groups), bs, True, divisor, plan.thresholds),
+         policy.older_sglang_crashes(plan.thresholds, bs))
+        for bs in batch_sizes
+    ]
+    layers = [
+        (t, policy.prefill_layers_per_round(t, mdl.num_layers, budget), policy.prefill_rounds(t, mdl.num_layers, budget))
+        for t in prompts
+    ]
+    info = {
+        "gpu": device.name, "sm_count": device.sm_count, "compute_capability": device.cc_text,
+        "source": plan.source, "sm_group_num": group_num, "decode_bs_divisor": divisor, "token_budget": budget,
+        "groups": plan.groups, "thresholds": plan.thresholds, "choices": choices, "model": mdl.name,
+        "num_layers": mdl.num_layers, "layers": layers, "notes": notes,
+    }
+    from .. import render
+
+    if as_json:
+        print_json(render.splits_dict(info))
+        return
+    console = _console()
+    for table in render.splits_tables(info):
+        console.print(table)
+    for note in notes:
+        console.print(f"[yellow]note:[/] {note}")
+
+
+def _splits_all(group_num: int, manual: Optional[list], as_json: bool) -> None:
+    from .. import policy
+    from ..hardware import load_gpus
+
+    rows = []
+    for g in load_gpus():
+        entry: dict[str, Any] = {"gpu": g.name, "key": g.key, "sm_count": g.sm_count,
+                                 "compute_capability": f"{g.compute_capability[0]}.{g.compute_capability[1]}"}
+        try:
+            plan = policy.plan_groups(g.require_sm_count(), g.compute_capability, group_num, manual)
+            entry.update(source=plan.source, groups=[list(s) for s in plan.groups], error=None)
+        except InputError as e:
+            entry.update(source=None, groups=None, error=str(e))
+        rows.append(entry)
+    if as_json:
+        print_json({"sm_group_num": group_num, "gpus": rows})
+        return
+    from rich.table import Table
+
+    table = Table(title=f"SGLang's split levels on every GPU profile (sm_group_num {group_num})", title_justify="left")
+    for col, just in (("GPU", "left"), ("SMs", "right"), ("cc", "right"), ("levels (prefill/decode SMs)", "left"),
+                      ("source", "left")):
+        table.add_column(col, justify=just)
+    for r in rows:
+        levels = " ".join(f"{p}/{d}" for p, d in r["groups"][1:-1]) if r["groups"] else f"[red]{r['error']}[/]"
+        source = {"sglang-auto": "SGLang auto", "cuda-granularity": "needs manual_divisions", "manual": "manual",
+                  None: "-"}[r["source"]]
+        table.add_row(r["gpu"], str(r["sm_count"] or "?"), r["compute_capability"], levels, source)
+    _console().print(table)
+
+
+def _parse_level(text: str) -> Optional[tuple[int, int]]:
+    if text.strip().lower() in ("", "auto", "sglang"):
+        return None
+    parts = text.replace(":", "/").split("/")
+    try:
+        p, d = (int(x) for x in parts)
+    except ValueError:
+        raise InputError(f"--level {text!r}: write PREFILL/DECODE SMs, e.g. 80/52, or 'auto'") from None
+    return p, d
+
+
+@app.command()
+def estimate(
+    model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model profile name or path to a Hugging Face config.json."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
+    decode_bs: int = typer.Option(32, "--decode-bs", help="Requests in decode when the prompt arrives."),
+    context: int = typer.Option(2048, "--context", help="KV-cache tokens of each decode request."),
+    prompt_tokens: int = typer.Option(8192, "--prompt-tokens", help="Tokens of the prompt that slips in."),
+    chunk_sizes: str = typer.Option("2048,512", "--chunk-sizes", help="Chunked-prefill chunk sizes (tokens)."),
+    s_sat: Optional[str] = typer.Option(None, "--s-sat", help="SMs to saturate HBM bandwidth, e.g. 44,66,88 (default: 1/3, 1/2, 2/3 of the SMs)."),
+    bandwidth_efficiency: float = typer.Option(0.85, "--bandwidth-efficiency", help="Fraction of datasheet HBM bandwidth decode reaches."),
+    mfu: float = typer.Option(0.5, "--mfu", help="Fraction of dense FLOP/s prefill reaches."),
+    weight_bytes: Optional[float] = typer.Option(None, "--weight-bytes", help="Bytes per weight (default: the model's dtype; bf16 2, fp8 1)."),
+    kv_bytes: float = typer.Option(2.0, "--kv-bytes", help="Bytes per KV-cache element (bf16 2, fp8 1)."),
+    level: str = typer.Option("auto", "--level", help="PREFILL/DECODE SMs, e.g. 96/36, or 'auto' for SGLang's choice."),
+    all_levels: bool = typer.Option(False, "--all-levels", help="Also show ITL and prefill time at every level."),
+    sm_group_num: int = typer.Option(8, "--sm-group-num", help="SGLang's sm_group_num."),
+    decode_bs_divisor: int = typer.Option(36, "--decode-bs-divisor", help="SGLang's decode_bs_divisor."),
+    token_budget: int = typer.Option(65536, "--token-budget", help="SGLang's split_forward_token_budget."),
+    config: Optional[Path] = typer.Option(None, "--config", help="A pdmux YAML whose levels and knobs to use."),
+    flops_dtype: Optional[str] = typer.Option(None, "--flops-dtype", help="bf16, fp16 or fp8 dense math (default: by model)."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench': measured curves replace S_SAT and MFU."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """ITL, prefill time and tokens gained for prefill-first, chunked prefill and PD multiplexing.
+
+    With no options: the chapter's table (Qwen3-8B on H100 SXM, 32 x 2048, an 8192-token prompt)."""
+    from .. import render
+    from ..estimate import Scenario
+    from ..estimate import estimate as run_estimate
+    from ..hardware import find_gpu
+    from ..model import load_model
+
+    if flops_dtype is not None and flops_dtype not in ("bf16", "fp16", "fp8"):
+        raise InputError(f"--flops-dtype must be bf16, fp16 or fp8, got {flops_dtype!r}")
+    for name, value in (("--sm-group-num", sm_group_num), ("--decode-bs-divisor", decode_bs_divisor),
+                        ("--token-budget", token_budget)):
+        if value <= 0:
+            raise InputError(f"{name} must be > 0, got {value}")
+    gpu_profile = find_gpu(gpu or "h100")
+    mdl = load_model(model)
+    cfg = _load_pdmux_yaml(config) if config is not None else None
+    scenario = Scenario(
+        decode_bs=decode_bs, context_tokens=context, prompt_tokens=prompt_tokens,
+        chunk_sizes=tuple(parse_int_list(chunk_sizes, "--chunk-sizes")),
+        s_sat_values=tuple(parse_float_list(s_sat, "--s-sat")) if s_sat is not None else None,
+        bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, weight_bytes_per_param=weight_bytes,
+        kv_bytes_per_element=kv_bytes, level=_parse_level(level),
+        sm_group_num=cfg.sm_group_num if cfg else sm_group_num,
+        decode_bs_divisor=cfg.decode_bs_divisor if cfg else decode_bs_divisor,
+        split_forward_token_budget=cfg.split_forward_token_budget if cfg else token_budget,
+        manual_divisions=tuple(cfg.manual_divisions) if cfg else (),
+        flops_dtype=flops_dtype,
+    )
+    calibrated = None
+    if calibration is not None:
+        from ..calibration import load_calibration
+
+        calibrated = load_calibration(calibration).throughput(gpu_profile, scenario.bandwidth_efficiency, scenario.mfu)
+    result = run_estimate(gpu_profile, mdl, scenario, calibrated=calibrated, all_levels=all_levels)
+    if as_json:
+        print_json(render.estimate_dict(result))
+        return
+    console = _console()
+    console.print(render.estimate_table(result))
+    if all_levels:
+        console.print(render.levels_table(result))
+
+
+@app.command("gen-config")
+def gen_config(
+    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
+    sms: Optional[int] = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
+    cc: Optional[str] = typer.Option(None, "--cc", help="Compute capability of that device, e.g. 9.0."),
+    sm_group_num: int = typer.Option(8, "--sm-group-num", help="Stream groups incl. the two whole-GPU ones."),
+    decode_bs_divisor: int = typer.Option(36, "--decode-bs-divisor", help="Divisor of the linear level rule."),
+    token_budget: int = typer.Option(65536, "--token-budget", help="split_forward_token_budget (tokens per round)."),
+    divisions: Optional[str] = typer.Option(None, "--divisions", help="Manual levels PREFILL:DECODE:THRESHOLD,... e.g. 112:20:0,104:28:5"),
+    manual: bool = typer.Option(False, "--manual", help="Write SGLang's automatic levels as manual_divisions (always on Blackwell)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the YAML here (whole or not at all) instead of stdout."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """SGLang's pdmux YAML for a GPU, validated, plus the launch flags."""
+    from .. import pdmux_config as pc
+    from .. import policy
+
+    device = resolve_device(gpu, sms, cc)
+    for name, value in (("--sm-group-num", sm_group_num), ("--decode-bs-divisor", decode_bs_divisor),
+                        ("--token-budget", token_budget)):
+        if value <= 0:
+            raise InputError(f"{name} must be > 0, got {value}")
+    if divisions is not None:
+        entries = pc.parse_divisions(divisions)
+        config = pc.PdmuxConfig(sm_group_num=len(entries) + 2, manual_divisions=entries,
+                                split_forward_token_budget=token_budget, decode_bs_divisor=decode_bs_divisor)
+        if sm_group_num not in (8, len(entries) + 2):
+            raise InputError(f"--divisions has {len(entries)} levels, so sm_group_num is {len(entries) + 2}, "
+                             f"not {sm_group_num}: drop --sm-group-num or change the divisions")
+    else:
+        plan = policy.plan_groups(device.sm_count, device.cc, sm_group_num)
+        config = pc.config_from_plan(plan, sm_group_num, token_budget, decode_bs_divisor,
+                                     manual=manual or plan.source == "cuda-granularity")
+    problems = pc.validate(config, device.sm_count, device.cc)
+    if problems:
+        for p in problems[1:]:
+            sys.stderr.write(f"pdmux: also: {p.where}: {p.message}\n")
+        raise InputError(f"{problems[0].where}: {problems[0].message}")
+    text = pc.dump_config(config)
+    path_text = str(output) if output is not None else "pdmux.yaml"
+    flags = pc.launch_flags(path_text, config.sm_group_num)
+    if output is not None:
+        write_atomic(output, text)
+    if as_json:
+        print_json({"gpu": device.name, "sm_count": device.sm_count, "compute_capability": device.cc_text,
+                    "output": str(output) if output is not None else None, "yaml": text,
+                    "config": {"sm_group_num": config.sm_group_num,
+                               "manual_divisions": [list(e) for e in config.manual_divisions],
+                               "split_forward_token_budget": config.split_forward_token_budget,
+                               "decode_bs_divisor": config.decode_bs_divisor},
+                    "launch_flags": flags})
+        return
+    launch = "python -m sglang.launch_server --model-path MODEL " + " ".join(flags)
+    if output is None:
+        sys.stdout.write(text)
+        sys.stderr.write(f"# save as {path_text}, then launch:\n# {launch}\n")
+    else:
+        console = _console()
+        console.print(f"wrote {output} ({device.name}, {device.sm_count} SMs)")
+        console.print(launch, soft_wrap=True, markup=False)
+
+
+@app.command("check-config")
+def check_config(
+    path: Path = typer.Argument(..., help="The pdmux YAML to check."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
+    sms: Optional[int] = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
+    cc: Optional[str] = typer.Option(None, "--cc", help="Compute capability of that device."),
+    sm_group_num: Optional[int] = typer.Option(None, "--sm-group-num", help="The --sm-group-num you launch with (must equal the YAML's)."),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+) -> None:
+    """Validate a pdmux YAML against older and newer SGLang loader rules; exit 2 if any problem."""
+    from .. import pdmux_config as pc
+
+    device = resolve_device(gpu, sms, cc)
+    config, problems = pc.load_config(path)
+    problems = list(problems) + pc.validate(config, device.sm_count, device.cc, sm_group_num)
+    if as_json:
+        print_json({"path": str(path), "gpu": device.name, "sm_count": device.sm_count, "ok": not problems,
+                    "problems": [{"where": p.where, "rule": p.rule, "message": p.message} for p in problems]})
+    elif problems:
+        from rich.table import Table
+
+        table = Table(title=f"{path}: {len(problems)} problem(s) for {device.name} ({device.sm_count} SMs)",
+                      title_justify="left")
+        table.add_column("where")
+        table.add_column("SGLang", justify="left")
+        table.add_column("problem")
+        for p in problems:
+            table.add_row(p.where, p.rule, p.message)
+        _console().print(table)
+    else:
+        _console().print(f"{path}: OK for {device.name} ({device.sm_count} SMs) under older and newer SGLang rules")
+    if problems:
+        sys.stderr.write(f"pdmux: error: {path}: {len(problems)} problem(s)\n")
+        raise typer.Exit(2)

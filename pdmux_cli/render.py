@@ -1,0 +1,250 @@
+"""Turn the core's results into rich tables and JSON-ready dicts. No computation of its own.
+
+JSON keys are stable; numbers are in base units or carry their unit in the key (``itl_ms``,
+``memory_bytes``). rich is imported lazily, inside the table builders.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # type names only: rendering splits must not import the cost model
+    from .estimate import Estimate, PolicyRow
+    from .policy import Split
+
+
+def group_kind(index: int, groups: "list[Split]") -> str:
+    """``"all prefill"``, ``"level k"`` or ``"all decode"`` for stream group ``index``."""
+    if index == 0:
+        return "all prefill (plain streams)"
+    if index == len(groups) - 1:
+        return "all decode (plain streams)"
+    return f"level {index} (green contexts)"
+
+
+def splits_dict(info: dict[str, Any]) -> dict[str, Any]:
+    """The JSON of ``pdmux splits`` for one device (``info`` as built by the CLI)."""
+    groups: "list[Split]" = info["groups"]
+    thresholds = info.get("thresholds")
+    return {
+        "gpu": info["gpu"],
+        "sm_count": info["sm_count"],
+        "compute_capability": info["compute_capability"],
+        "source": info["source"],
+        "sm_group_num": info["sm_group_num"],
+        "decode_bs_divisor": info["decode_bs_divisor"],
+        "split_forward_token_budget": info["token_budget"],
+        "groups": [
+            {
+                "group": i,
+                "kind": group_kind(i, groups).split(" (")[0],
+                "prefill_sms": g.prefill_sms,
+                "decode_sms": g.decode_sms,
+                "decode_bs_threshold": thresholds[i - 1] if thresholds and 0 < i < len(groups) - 1 else None,
+            }
+            for i, g in enumerate(groups)
+        ],
+        "decode_bs_choice": [
+            {"decode_bs": bs, "group": k, "prefill_sms": groups[k].prefill_sms, "decode_sms": groups[k].decode_sms,
+             "older_sglang_crashes": crash}
+            for bs, k, crash in info["choices"]
+        ],
+        "decode_only_group": len(groups) - 1,
+        "prefill_only_group": 0,
+        "model": info["model"],
+        "num_layers": info["num_layers"],
+        "prefill_layers_per_round": [
+            {"prompt_tokens": t, "layers_per_round": n, "rounds": r} for t, n, r in info["layers"]
+        ],
+        "notes": info["notes"],
+    }
+
+
+def splits_tables(info: dict[str, Any]) -> list[Any]:
+    """Three rich tables for ``pdmux splits``: the groups, the level per decode batch, layers per round."""
+    from rich.table import Table
+
+    groups: "list[Split]" = info["groups"]
+    thresholds = info.get("thresholds")
+    title = (
+        f"{info['gpu']}: {info['sm_count']} SMs, compute capability {info['compute_capability']} "
+        f"- stream groups ({info['source']})"
+    )
+    t1 = Table(title=title, title_justify="left")
+    t1.add_column("group", justify="right")
+    t1.add_column("kind")
+    t1.add_column("prefill SMs", justify="right")
+    t1.add_column("decode SMs", justify="right")
+    if thresholds:
+        t1.add_column("decode bs threshold", justify="right")
+    for i, g in enumerate(groups):
+        row = [str(i), group_kind(i, groups), str(g.prefill_sms), str(g.decode_sms)]
+        if thresholds:
+            row.append(str(thresholds[i - 1]) if 0 < i < len(groups) - 1 else "-")
+        t1.add_row(*row)
+
+    how = "manual_divisions thresholds" if thresholds else (
+        f"level = decode_bs x {len(groups) - 2} // {info['decode_bs_divisor']}, clamped to 1..{len(groups) - 2}")
+    t2 = Table(title=f"Level chosen while a prefill runs ({how})", title_justify="left")
+    t2.add_column("decode batch size", justify="right")
+    t2.add_column("group", justify="right")
+    t2.add_column("prefill : decode SMs", justify="right")
+    for bs, k, crash in info["choices"]:
+        split = f"{groups[k].prefill_sms} : {groups[k].decode_sms}"
+        if crash:
+            split += "  (older SGLang: UnboundLocalError)"
+        t2.add_row(str(bs), str(k), split)
+    t2.caption = f"decode only -> group {len(groups) - 1} (whole GPU); prefill only -> group 0 (whole GPU)"
+    t2.caption_justify = "left"
+
+    t3 = Table(
+        title=f"Prefill layers per round ({info['model']}, {info['num_layers']} layers, "
+        f"budget {info['token_budget']} tokens)",
+        title_justify="left",
+    )
+    t3.add_column("prompt tokens", justify="right")
+    t3.add_column("layers per round", justify="right")
+    t3.add_column("rounds", justify="right")
+    for tokens, layers, rounds in info["layers"]:
+        t3.add_row(str(tokens), str(layers), str(rounds))
+    return [t1, t2, t3]
+
+
+def ms(value: float) -> str:
+    """``0.0092`` s -> ``"9 ms"`` (chapter rounding: nearest millisecond)."""
+    return f"{value:.0f} ms"
+
+
+def itl_text(row: "PolicyRow") -> str:
+    """The ITL cell as the chapter writes it."""
+    if row.policy == "prefill-first":
+        return f"one step of {ms(row.itl_ms)}"
+    if row.policy == "chunked":
+        return f"{ms(row.itl_ms)} x {row.steps} steps"
+    return ms(row.itl_ms)
+
+
+def estimate_title(est: "Estimate") -> str:
+    sc = est.scenario
+    return (
+        f"{est.model} on {est.gpu}: {sc.decode_bs} decode requests at {sc.context_tokens} context, "
+        f"a {sc.prompt_tokens}-token prefill slips in"
+    )
+
+
+def estimate_table(est: "Estimate") -> Any:
+    """The chapter's table for ``pdmux estimate``."""
+    from rich.table import Table
+
+    title = estimate_title(est)
+    if not est.memory.fits:
+        title = "[bold red]DOES NOT FIT[/] " + title
+    table = Table(title=title, title_justify="left")
+    table.add_column("policy")
+    table.add_column("decode ITL", justify="right")
+    table.add_column("prefill time", justify="right")
+    table.add_column("tokens per decode request during the prefill", justify="right")
+    for row in est.rows:
+        table.add_row(
+            row.label,
+            itl_text(row),
+            ms(row.prefill_ms) if row.prefill_ms is not None else "-",
+            str(row.tokens_during_prefill) if row.tokens_during_prefill is not None else "-",
+        )
+    level = est.level
+    caption = [
+        f"level: group {est.group_index} = {level.prefill_sms} prefill / {level.decode_sms} decode SMs "
+        f"({est.level_source}); prefill split into {est.layers_per_round} layers per round, {est.prefill_rounds} rounds",
+        f"throughput: {est.throughput_source}; dense math in {est.flops_dtype}",
+        f"memory: {est.memory.weight_bytes / 1e9:.1f} GB weights + {est.memory.kv_cache_bytes / 1e9:.1f} GB KV "
+        f"of {est.memory.gpu_memory_bytes / 1e9:.1f} GB",
+        *est.notes,
+    ]
+    table.caption = "\n".join(caption)
+    table.caption_justify = "left"
+    return table
+
+
+def levels_table(est: "Estimate") -> Any:
+    """``--all-levels``: prefill time and ITL per S_SAT for every level."""
+    from rich.table import Table
+
+    s_sats = [r.s_sat for r in est.rows if r.policy == "pdmux"]
+    table = Table(title="Every level: prefill time vs decode ITL", title_justify="left")
+    table.add_column("group", justify="right")
+    table.add_column("prefill : decode SMs", justify="right")
+    table.add_column("prefill time", justify="right")
+    for s in s_sats:
+        table.add_column("ITL " + (f"S_SAT={s:g}" if s is not None else "(calibrated)"), justify="right")
+    for lv in est.levels:
+        mark = " *" if lv.chosen else ""
+        table.add_row(str(lv.group) + mark, f"{lv.prefill_sms} : {lv.decode_sms}", ms(lv.prefill_ms),
+                      *(ms(i) for i in lv.itl_ms))
+    table.caption = "* the level SGLang chooses for this decode batch size"
+    table.caption_justify = "left"
+    return table
+
+
+def estimate_dict(est: "Estimate") -> dict[str, Any]:
+    """The JSON of ``pdmux estimate``."""
+    sc = est.scenario
+    return {
+        "gpu": est.gpu,
+        "model": est.model,
+        "scenario": {
+            "decode_bs": sc.decode_bs,
+            "context_tokens": sc.context_tokens,
+            "prompt_tokens": sc.prompt_tokens,
+            "chunk_sizes_tokens": list(sc.chunk_sizes),
+            "bandwidth_efficiency": sc.bandwidth_efficiency,
+            "mfu": sc.mfu,
+            "weight_bytes_per_param": sc.weight_bytes_per_param,
+            "kv_bytes_per_element": sc.kv_bytes_per_element,
+        },
+        "fits": est.memory.fits,
+        "memory": {
+            "weight_bytes": est.memory.weight_bytes,
+            "kv_cache_bytes": est.memory.kv_cache_bytes,
+            "needed_bytes": est.memory.needed_bytes,
+            "gpu_memory_bytes": est.memory.gpu_memory_bytes,
+        },
+        "level": {
+            "group": est.group_index,
+            "prefill_sms": est.level.prefill_sms,
+            "decode_sms": est.level.decode_sms,
+            "source": est.level_source,
+        },
+        "groups": [{"prefill_sms": g.prefill_sms, "decode_sms": g.decode_sms} for g in est.groups],
+        "prefill_layers_per_round": est.layers_per_round,
+        "prefill_rounds": est.prefill_rounds,
+        "flops_dtype": est.flops_dtype,
+        "throughput_source": est.throughput_source,
+        "rows": [
+            {
+                "policy": r.policy,
+                "label": r.label,
+                "itl_ms": r.itl_ms,
+                "decode_steps_during_prefill": r.steps,
+                "prefill_ms": r.prefill_ms,
+                "tokens_during_prefill": r.tokens_during_prefill,
+                "chunk_tokens": r.chunk_tokens,
+                "prefill_sms": r.prefill_sms,
+                "decode_sms": r.decode_sms,
+                "s_sat_sms": r.s_sat,
+            }
+            for r in est.rows
+        ],
+        "levels": [
+            {
+                "group": lv.group,
+                "prefill_sms": lv.prefill_sms,
+                "decode_sms": lv.decode_sms,
+                "chosen": lv.chosen,
+                "prefill_ms": lv.prefill_ms,
+                "itl_ms": list(lv.itl_ms),
+                "tokens_during_prefill": list(lv.tokens_during_prefill),
+            }
+            for lv in est.levels
+        ],
+        "notes": est.notes,
+    }
