@@ -223,7 +223,7 @@ def estimate(
     bs, ctx, prompt = scenario.decode_bs, scenario.context_tokens, scenario.prompt_tokens
 
     base_s = cost.decode_step_s(model, full, total, bs, ctx, wb, kvb)
-    rows = [PolicyRow("decode-only", "decode only (reference)", base_s * 1e3, None, None, None)]
+    rows = [PolicyRow("decode-only", "decode only (ref.)", base_s * 1e3, None, None, None)]
 
     whole_prefill_s = cost.prefill_s(model, full, total, prompt)
     rows.append(
@@ -236,7 +236,7 @@ def estimate(
         ]
         rows.append(
             PolicyRow(
-                "chunked", f"chunked prefill {chunk}", sum(steps) / len(steps) * 1e3, len(steps),
+                "chunked", f"chunked {chunk}", sum(steps) / len(steps) * 1e3, len(steps),
                 sum(steps) * 1e3, len(steps), chunk_tokens=chunk,
             )
         )
@@ -253,7 +253,7 @@ def estimate(
     if p_sm > 0 and d_sm > 0:
         for thr, s_sat in zip(throughputs, [None] if calibrated else s_sats):
             itl, pf = pdmux_times(thr, p_sm, d_sm)
-            label = f"PD multiplexing {p_sm}/{d_sm}" + (", calibrated" if calibrated else f", S_SAT={s_sat:g}")
+            label = f"PD mux {p_sm}/{d_sm}" + (" calibrated" if calibrated else f" S_SAT={s_sat:g}")
             rows.append(
                 PolicyRow("pdmux", label, itl * 1e3, _round_tokens(pf, itl), pf * 1e3, _round_tokens(pf, itl),
                           prefill_sms=p_sm, decode_sms=d_sm, s_sat=s_sat)

@@ -128,7 +128,7 @@ def estimate_title(est: "Estimate") -> str:
     sc = est.scenario
     return (
         f"{est.model} on {est.gpu}: {sc.decode_bs} decode requests at {sc.context_tokens} context, "
-        f"a {sc.prompt_tokens}-token prefill slips in"
+        f"then a prefill of {sc.prompt_tokens} tokens slips in"
     )
 
 
@@ -140,10 +140,10 @@ def estimate_table(est: "Estimate") -> Any:
     if not est.memory.fits:
         title = "[bold red]DOES NOT FIT[/] " + title
     table = Table(title=title, title_justify="left")
-    table.add_column("policy")
+    table.add_column("policy", no_wrap=True)
     table.add_column("decode ITL", justify="right")
     table.add_column("prefill time", justify="right")
-    table.add_column("tokens per decode request during the prefill", justify="right")
+    table.add_column("tokens per request during prefill", justify="right")
     for row in est.rows:
         table.add_row(
             row.label,

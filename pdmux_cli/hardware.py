@@ -1,0 +1,336 @@
+"""GPU profiles: SM count, compute capability, memory, bandwidth, dense FLOP/s, L2; and lookup by name.
+
+One YAML file per GPU under ``profiles/gpus/`` (located by :func:`pdmux_cli.profile_files.gpu_profiles_dir`);
+the file stem is the GPU's *key* (``h100-sxm``). The figures and their sources are collected in
+``shared/reference/gpu-specs.md``: dense tensor-core FLOP/s (no 2:4 sparsity), device-reported memory
+where known, SM counts as enabled on the product, compute capability from NVIDIA's CUDA GPUs table.
+
+Units everywhere: bytes, bytes/s, FLOP/s, SMs. Every failure is an :class:`InputError` with one line
+naming the file or name at fault. Start-up path of ``pdmux splits``: stdlib and ``yaml`` only.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .errors import InputError
+from .policy import parse_compute_capability
+from .profile_files import gpu_profiles_dir
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+#: dtype names accepted by :meth:`Gpu.dense_flops`, mapped to the profile field they read.
+_DTYPES = {
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "fp8": "fp8",
+    "float8": "fp8",
+    "e4m3": "fp8",
+    "fp8_e4m3": "fp8",
+}
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU profile. Numbers in base units; ``None`` where the figure is unpublished or absent.
+
+    ``key``: file stem (``"h100-sxm"``). ``name``: display name. ``aliases``: other names it is found
+    by, including the name ``torch.cuda.get_device_name()`` / ``nvidia-smi`` report.
+    ``sm_count``: SMs enabled on the product (``None`` only where unpublished, e.g. B100).
+    ``compute_capability``: ``(major, minor)``. ``memory_bytes``: device memory, bytes (device-reported
+    where known, see ``memory_note``). ``hbm_bytes_per_s``: peak memory bandwidth, bytes/s.
+    ``*_dense_flops``: dense tensor-core FLOP/s per dtype (``None``: no such tensor format).
+    ``l2_bytes``: L2 cache, bytes. ``source``: where the figures come from. ``note``: caveats.
+    """
+
+    key: str
+    name: str
+    aliases: tuple[str, ...]
+    sm_count: int | None
+    compute_capability: tuple[int, int]
+    memory_bytes: int
+    hbm_bytes_per_s: float
+    bf16_dense_flops: float | None
+    fp16_dense_flops: float | None
+    fp8_dense_flops: float | None
+    l2_bytes: int | None
+    source: str
+    note: str = ""
+    memory_note: str = ""
+
+    def dense_flops(self, dtype: str = "bf16") -> float:
+        """Dense tensor-core FLOP/s for ``dtype``: ``"bf16"``, ``"fp16"`` or ``"fp8"``.
+
+        ``"bf16"`` falls back to the fp16 figure on chips without bf16 tensor cores (V100, T4), where
+        bf16 models are served in fp16. Raises :class:`InputError` for an unknown dtype or when the
+        GPU has no figure for it (fp8 before Ada/Hopper, or a ``--sms/--cc`` custom GPU).
+        """
+        kind = _DTYPES.get(str(dtype).strip().lower())
+        if kind is None:
+            raise InputError(f"unknown dtype {dtype!r}: use bf16, fp16 or fp8")
+        value = getattr(self, f"{kind}_dense_flops")
+        if value is None and kind == "bf16":
+            value = self.fp16_dense_flops
+        if value is None:
+            raise InputError(
+                f"{self.name} has no {kind} tensor-core figure (no such format, or not in its profile)"
+            )
+        return value
+
+    def require_sm_count(self) -> int:
+        """The SM count; raises :class:`InputError` where it is not published (B100)."""
+        if self.sm_count is None:
+            major, minor = self.compute_capability
+            raise InputError(f"{self.name}'s SM count is not published; pass --sms N --cc {major}.{minor}")
+        return self.sm_count
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading and validation
+# --------------------------------------------------------------------------------------------------
+
+_FIELDS = {
+    "name",
+    "aliases",
+    "sm_count",
+    "compute_capability",
+    "memory_bytes",
+    "memory_note",
+    "hbm_bytes_per_s",
+    "bf16_dense_flops",
+    "fp16_dense_flops",
+    "fp8_dense_flops",
+    "l2_bytes",
+    "source",
+    "note",
+}
+_REQUIRED = ("name", "sm_count", "compute_capability", "memory_bytes", "hbm_bytes_per_s")
+
+
+def _number(data: dict, field: str, where: str, *, integer: bool, optional: bool) -> float | int | None:
+    """Field ``field`` as a positive number (int when ``integer``); ``None`` allowed when ``optional``.
+
+    Accepts numeric text too, because PyYAML reads ``3.35e12`` (no sign in the exponent) as a string.
+    """
+    value = data.get(field)
+    if value is None:
+        if optional:
+            return None
+        raise InputError(f"{where}: field '{field}' must be a number, got null")
+    raw = value
+    if isinstance(value, bool):
+        raise InputError(f"{where}: field '{field}' must be a number, got {raw!r}")
+    if isinstance(value, str):
+        try:
+            value = float(value.replace("_", ""))
+        except ValueError:
+            raise InputError(f"{where}: field '{field}' must be a number, got {raw!r}") from None
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InputError(f"{where}: field '{field}' must be a positive number, got {raw!r}")
+    if integer:
+        if value != int(value):
+            raise InputError(f"{where}: field '{field}' must be a whole number, got {raw!r}")
+        return int(value)
+    return float(value)
+
+
+def _text(data: dict, field: str, where: str, default: str | None = None) -> str:
+    value = data.get(field)
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, str) or (default is None and not value.strip()):
+        raise InputError(f"{where}: field '{field}' must be a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def _gpu_from_mapping(data: object, key: str, where: str) -> Gpu:
+    """Validate one parsed profile and build its :class:`Gpu`. ``where`` names the file in errors."""
+    if not isinstance(data, dict):
+        raise InputError(
+            f"{where}: a GPU profile must be a YAML mapping of fields, got {type(data).__name__}"
+        )
+    unknown = sorted(str(k) for k in data if k not in _FIELDS)
+    if unknown:
+        raise InputError(f"{where}: unknown field '{unknown[0]}' (known: {', '.join(sorted(_FIELDS))})")
+    for field in _REQUIRED:
+        if field not in data:
+            raise InputError(f"{where}: missing field '{field}'")
+
+    aliases = data.get("aliases", [])
+    if aliases is None:
+        aliases = []
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
+        raise InputError(
+            f"{where}: field 'aliases' must be a list of strings (quote numbers: \"4090\"), got {aliases!r}"
+        )
+
+    cc_raw = data["compute_capability"]
+    if isinstance(cc_raw, bool) or not isinstance(cc_raw, (str, int, float)):
+        raise InputError(
+            f"{where}: field 'compute_capability' must be MAJOR.MINOR text like \"9.0\", got {cc_raw!r}"
+        )
+    try:
+        cc = parse_compute_capability(cc_raw)
+    except InputError as exc:
+        raise InputError(f"{where}: field 'compute_capability': {exc}") from None
+
+    sm_count = _number(data, "sm_count", where, integer=True, optional=True)
+    note = _text(data, "note", where, default="")
+    if sm_count is None and not note:
+        raise InputError(f"{where}: field 'sm_count' is null: add a 'note' saying why (unpublished?)")
+
+    return Gpu(
+        key=key,
+        name=_text(data, "name", where),
+        aliases=tuple(a.strip() for a in aliases),
+        sm_count=sm_count,
+        compute_capability=cc,
+        memory_bytes=_number(data, "memory_bytes", where, integer=True, optional=False),
+        hbm_bytes_per_s=_number(data, "hbm_bytes_per_s", where, integer=False, optional=False),
+        bf16_dense_flops=_number(data, "bf16_dense_flops", where, integer=False, optional=True),
+        fp16_dense_flops=_number(data, "fp16_dense_flops", where, integer=False, optional=True),
+        fp8_dense_flops=_number(data, "fp8_dense_flops", where, integer=False, optional=True),
+        l2_bytes=_number(data, "l2_bytes", where, integer=True, optional=True),
+        source=_text(data, "source", where, default=f"user profile {where}"),
+        note=note,
+        memory_note=_text(data, "memory_note", where, default=""),
+    )
+
+
+def load_gpu_file(path: str | Path) -> Gpu:
+    """Load one GPU profile YAML from any path (users may add their own); the key is the file stem.
+
+    Fields as in ``profiles/gpus/*.yaml``: required ``name``, ``sm_count`` (int or null with a
+    ``note``), ``compute_capability`` (``"9.0"``), ``memory_bytes``, ``hbm_bytes_per_s``; optional
+    ``aliases``, ``bf16_dense_flops``, ``fp16_dense_flops``, ``fp8_dense_flops``, ``l2_bytes``,
+    ``source``, ``note``, ``memory_note``. Raises :class:`InputError` naming the file (and field) on a
+    missing or unreadable file, bad YAML, an unknown, missing or wrongly typed field.
+    """
+    p = Path(path)
+    where = str(p)
+    try:
+        with p.open("r", encoding="utf-8") as f:
+            data = yaml.load(f, Loader=_LOADER)
+    except FileNotFoundError:
+        raise InputError(f"GPU profile {where} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"GPU profile {where} cannot be read: {exc}") from None
+    except yaml.YAMLError as exc:
+        first = " ".join(str(exc).split())
+        raise InputError(f"GPU profile {where} is not valid YAML: {first}") from None
+    return _gpu_from_mapping(data, p.stem, where)
+
+
+@functools.cache
+def load_gpus() -> tuple[Gpu, ...]:
+    """Every built-in profile in ``profiles/gpus/``, sorted by key. Cached for the process.
+
+    Raises :class:`InputError` naming the file and field for a malformed profile, and when two
+    profiles share a name or alias (after normalisation, see :func:`find_gpu`).
+    """
+    gpus = tuple(sorted((load_gpu_file(p) for p in gpu_profiles_dir().glob("*.yaml")), key=lambda g: g.key))
+    _index(gpus)  # reject ambiguous names up front
+    return gpus
+
+
+_SEPARATORS = re.compile(r"[\s_\-]+")
+
+
+def normalize_gpu_name(name: str) -> str:
+    """Lookup form of a GPU name: lowercase, no leading ``nvidia``, spaces/underscores/hyphens dropped.
+
+    ``"NVIDIA H100 80GB HBM3"`` -> ``"h10080gbhbm3"``; ``"H100 SXM"`` and ``"h100_sxm"`` -> ``"h100sxm"``.
+    """
+    text = str(name).strip().lower()
+    text = re.sub(r"^nvidia(?=[\s_\-]|$)", "", text)
+    return _SEPARATORS.sub("", text)
+
+
+def _names(gpu: Gpu) -> tuple[str, ...]:
+    return (gpu.key, gpu.name, *gpu.aliases)
+
+
+def _index(gpus: tuple[Gpu, ...]) -> dict[str, Gpu]:
+    index: dict[str, Gpu] = {}
+    for gpu in gpus:
+        for label in _names(gpu):
+            norm = normalize_gpu_name(label)
+            other = index.get(norm)
+            if other is not None and other.key != gpu.key:
+                raise InputError(
+                    f"GPU profiles {other.key}.yaml and {gpu.key}.yaml both answer to {label!r}: "
+                    "names and aliases must be unique"
+                )
+            index[norm] = gpu
+    return index
+
+
+@functools.cache
+def _builtin_index() -> tuple[dict[str, Gpu], dict[str, str]]:
+    """(normalised name -> Gpu, normalised name -> a spelling to suggest), over all built-in profiles."""
+    gpus = load_gpus()
+    shown: dict[str, str] = {}
+    for gpu in gpus:
+        for label in _names(gpu):
+            shown.setdefault(normalize_gpu_name(label), label)
+    return _index(gpus), shown
+
+
+def find_gpu(name: str) -> Gpu:
+    """The built-in profile called ``name``: its key, display name or any alias.
+
+    Case-insensitive; a leading ``NVIDIA`` is ignored and spaces, underscores and hyphens are
+    dropped, so ``"H100 SXM"``, ``"h100_sxm"`` and ``"NVIDIA H100 80GB HBM3"`` all find ``h100-sxm``.
+    Raises :class:`InputError` for an unknown name, listing the closest known names.
+    """
+    index, shown = _builtin_index()
+    norm = normalize_gpu_name(name)
+    gpu = index.get(norm)
+    if gpu is not None:
+        return gpu
+    import difflib  # only on this error path: keeps start-up light
+
+    close = difflib.get_close_matches(norm, list(index), n=12, cutoff=0.5)
+    suggestions: list[str] = []
+    seen: set[str] = set()
+    for candidate in close:  # best first; one spelling per GPU
+        if index[candidate].key not in seen:
+            seen.add(index[candidate].key)
+            suggestions.append(shown[candidate])
+    hint = f"closest: {', '.join(suggestions[:4])}" if suggestions else "no close match"
+    raise InputError(f"unknown GPU {name!r}; {hint} (pdmux splits --all lists every profile)")
+
+
+def custom_gpu(sm_count: int, cc: tuple[int, int] | str) -> Gpu:
+    """A GPU known only by SM count and compute capability (``--sms N --cc X.Y``).
+
+    Memory, bandwidth and FLOP/s are unknown (0 / ``None``): good for split planning, not for the
+    cost model (:meth:`Gpu.dense_flops` raises). Raises :class:`InputError` for a non-positive SM
+    count or a malformed capability.
+    """
+    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 1:
+        raise InputError(f"--sms must be a positive integer, got {sm_count!r}")
+    major, minor = parse_compute_capability(cc)
+    return Gpu(
+        key=f"custom-{sm_count}sm-cc{major}{minor}",
+        name=f"custom {sm_count} SMs, cc {major}.{minor}",
+        aliases=(),
+        sm_count=sm_count,
+        compute_capability=(major, minor),
+        memory_bytes=0,
+        hbm_bytes_per_s=0.0,
+        bf16_dense_flops=None,
+        fp16_dense_flops=None,
+        fp8_dense_flops=None,
+        l2_bytes=None,
+        source="command line (--sms/--cc)",
+    )
