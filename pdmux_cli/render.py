@@ -141,9 +141,9 @@ def estimate_table(est: "Estimate") -> Any:
         title = "[bold red]DOES NOT FIT[/] " + title
     table = Table(title=title, title_justify="left")
     table.add_column("policy", no_wrap=True)
-    table.add_column("decode ITL", justify="right")
-    table.add_column("prefill time", justify="right")
-    table.add_column("tokens per request during prefill", justify="right")
+    table.add_column("decode ITL", justify="right", no_wrap=True)
+    table.add_column("prefill time", justify="right", no_wrap=True)
+    table.add_column("tokens per request during prefill", justify="right", max_width=18)
     for row in est.rows:
         table.add_row(
             row.label,

@@ -24,6 +24,23 @@ def fail_line(message: str) -> None:
     sys.stderr.write(f"pdmux: error: {text}\n")
 
 
+def _click_classes(name: str) -> tuple[type, ...]:
+    """``name`` from click and, where typer vendors its own click (typer >= 0.20), from that too."""
+    classes = [getattr(click.exceptions, name)]
+    try:
+        from typer._click import exceptions as vendored  # typer's private copy of click
+    except ImportError:
+        vendored = None
+    if vendored is not None and getattr(vendored, name, None) not in (None, classes[0]):
+        classes.append(getattr(vendored, name))
+    return tuple(classes)
+
+
+_USAGE_ERRORS = _click_classes("UsageError")
+_CLICK_ERRORS = _click_classes("ClickException")
+_ABORTS = _click_classes("Abort")
+
+
 class OneLineErrorGroup(TyperGroup):
     """The typer group of ``pdmux``: every failure becomes one line on stderr, never a traceback.
 
@@ -37,14 +54,14 @@ class OneLineErrorGroup(TyperGroup):
             rv = super().main(args=args, prog_name=prog_name or "pdmux", complete_var=complete_var,
                               standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
-        except click.UsageError as e:
+        except _USAGE_ERRORS as e:
             hint = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
             fail_line(e.format_message() + hint)
             code = e.exit_code
-        except click.ClickException as e:
+        except _CLICK_ERRORS as e:
             fail_line(e.format_message())
             code = e.exit_code
-        except click.Abort:
+        except _ABORTS:
             fail_line("aborted")
             code = 130
         except PdmuxError as e:

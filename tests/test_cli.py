@@ -1,0 +1,312 @@
+"""The planning commands through typer's runner: normal output, JSON, files, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from pdmux_cli.cli import app
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def assert_one_line_error(result, code: int = 2, contains: str = "") -> None:
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("pdmux: error: ")
+    assert "Traceback" not in result.stderr + result.stdout
+    assert contains.lower() in lines[0].lower()
+
+
+# ---- splits --------------------------------------------------------------------------------------
+
+
+def test_splits_h100_table() -> None:
+    r = run("splits", "--gpu", "h100")
+    assert r.exit_code == 0, r.stderr
+    for text in ("132 SMs", "112", "72", "level 6", "all decode", "80 : 52"):
+        assert text in r.stdout
+
+
+def test_splits_json_chapter_values() -> None:
+    r = run("splits", "--gpu", "h100", "--json")
+    data = json.loads(r.stdout)
+    assert [(g["prefill_sms"], g["decode_sms"]) for g in data["groups"]] == [
+        (132, 0), (112, 20), (104, 28), (96, 36), (88, 44), (80, 52), (72, 60), (0, 132)]
+    assert [(c["decode_bs"], c["group"]) for c in data["decode_bs_choice"]] == [
+        (1, 1), (6, 1), (12, 2), (18, 3), (24, 4), (30, 5), (36, 6), (64, 6)]
+    assert [(p["prompt_tokens"], p["layers_per_round"]) for p in data["prefill_layers_per_round"]] == [
+        (512, 36), (8192, 8), (32768, 2), (131072, 1)]
+
+
+def test_splits_a100_h20_and_custom() -> None:
+    a100 = json.loads(run("splits", "--gpu", "a100", "--json").stdout)
+    assert [g["prefill_sms"] for g in a100["groups"]] == [108, 84, 78, 72, 66, 60, 54, 0]
+    h20 = json.loads(run("splits", "--gpu", "NVIDIA H20", "--json").stdout)
+    assert [(g["prefill_sms"], g["decode_sms"]) for g in h20["groups"]] == [
+        (78, 0), (56, 22), (48, 30), (40, 38), (0, 78)]
+    custom = json.loads(run("splits", "--sms", "78", "--cc", "9.0", "--json").stdout)
+    assert custom["groups"] == h20["groups"]
+
+
+def test_splits_options_change_the_answer() -> None:
+    d = json.loads(run("splits", "--gpu", "h100", "--decode-bs", "24", "--decode-bs-divisor", "24", "--json").stdout)
+    assert d["decode_bs_choice"][0]["group"] == 6
+    d = json.loads(run("splits", "--gpu", "h100", "--sm-group-num", "5", "--json").stdout)
+    assert len(d["groups"]) == 5
+    d = json.loads(run("splits", "--gpu", "h100", "--token-budget", "16384", "--prompt-tokens", "8192", "--json").stdout)
+    assert d["prefill_layers_per_round"][0]["layers_per_round"] == 2
+    d = json.loads(run("splits", "--gpu", "h100", "--model", "llama-3.1-8b", "--prompt-tokens", "512", "--json").stdout)
+    assert d["num_layers"] == 32 and d["prefill_layers_per_round"][0]["layers_per_round"] == 32
+
+
+def test_splits_with_config(tmp_path) -> None:
+    cfg = tmp_path / "pdmux.yaml"
+    cfg.write_text(
+        "sm_group_num: 4\nmanual_divisions:\n- [112, 20, 4]\n- [96, 36, 10]\n"
+        "split_forward_token_budget: 32768\ndecode_bs_divisor: 36\n"
+    )
+    d = json.loads(run("splits", "--gpu", "h100", "--config", str(cfg), "--decode-bs", "2,4,12", "--json").stdout)
+    assert [(g["prefill_sms"], g["decode_sms"]) for g in d["groups"]] == [(132, 0), (112, 20), (96, 36), (0, 132)]
+    assert [g["decode_bs_threshold"] for g in d["groups"]] == [None, 4, 10, None]
+    assert [(c["group"], c["older_sglang_crashes"]) for c in d["decode_bs_choice"]] == [
+        (1, True), (1, False), (2, False)]
+    assert d["prefill_layers_per_round"][1]["layers_per_round"] == 4  # 32768 // 8192
+
+
+def test_splits_blackwell_says_manual_divisions() -> None:
+    r = run("splits", "--gpu", "b200", "--json")
+    d = json.loads(r.stdout)
+    assert d["source"] == "cuda-granularity"
+    assert all(g["prefill_sms"] % 8 == 0 for g in d["groups"][1:-1])
+    assert any("manual_divisions" in n for n in d["notes"])
+
+
+def test_splits_all() -> None:
+    r = run("splits", "--all", "--json")
+    d = json.loads(r.stdout)
+    by_key = {g["key"]: g for g in d["gpus"]}
+    assert len(by_key) >= 29
+    assert by_key["h100-sxm"]["groups"][1] == [112, 20]
+    assert by_key["b100"]["error"] and by_key["b100"]["groups"] is None
+    table = run("splits", "--all")
+    assert table.exit_code == 0 and "H20" in table.stdout
+
+
+@pytest.mark.parametrize(
+    "args,contains",
+    [
+        (["splits", "--gpu", "h1000"], "unknown GPU"),
+        (["splits", "--sms", "abc", "--cc", "9.0"], "--sms"),
+        (["splits", "--sms", "0", "--cc", "9.0"], "--sms"),
+        (["splits", "--sms", "-8", "--cc", "9.0"], "--sms"),
+        (["splits", "--sms", "132"], "--cc"),
+        (["splits", "--sms", "132", "--cc", "nine"], "compute capability"),
+        (["splits", "--sms", "24", "--cc", "9.0"], "No valid partitions"),
+        (["splits", "--sms", "132", "--cc", "5.0"], "green contexts"),
+        (["splits", "--gpu", "h100", "--decode-bs", "1,x"], "--decode-bs"),
+        (["splits", "--gpu", "h100", "--decode-bs", "-4"], "--decode-bs"),
+        (["splits", "--gpu", "h100", "--sm-group-num", "2"], "sm_group_num"),
+        (["splits", "--gpu", "h100", "--model", "no-such-model"], "model"),
+        (["splits", "--gpu", "h100", "--config", "/nonexistent/pdmux.yaml"], "pdmux.yaml"),
+        (["splits", "--gpu", "b100"], "SM count"),
+        (["splits", "--bogus"], "no such option"),
+    ],
+)
+def test_splits_bad_input(args, contains) -> None:
+    assert_one_line_error(run(*args), 2, contains)
+
+
+# ---- estimate ------------------------------------------------------------------------------------
+
+
+def test_estimate_default_is_the_chapter_table() -> None:
+    r = run("estimate")
+    assert r.exit_code == 0, r.stderr
+    for text in ("one step of 299 ms", "291 ms", "74 ms x 4 steps", "295 ms", "19 ms x 16 steps", "306 ms",
+                 "480 ms", "55", "43", "33", "S_SAT=44", "S_SAT=88", "80/52"):
+        assert text in r.stdout, text
+
+
+def test_estimate_json_stable_keys() -> None:
+    d = json.loads(run("estimate", "--json").stdout)
+    assert d["fits"] is True and d["level"]["prefill_sms"] == 80
+    assert [round(r["itl_ms"]) for r in d["rows"]] == [9, 299, 74, 19, 9, 11, 15]
+    assert [r["tokens_during_prefill"] for r in d["rows"]] == [None, 0, 4, 16, 55, 43, 33]
+    assert set(d["rows"][0]) == {"policy", "label", "itl_ms", "decode_steps_during_prefill", "prefill_ms",
+                                 "tokens_during_prefill", "chunk_tokens", "prefill_sms", "decode_sms", "s_sat_sms"}
+
+
+def test_estimate_options() -> None:
+    d = json.loads(run("estimate", "--level", "96/36", "--s-sat", "36", "--json").stdout)
+    pd = [r for r in d["rows"] if r["policy"] == "pdmux"]
+    assert len(pd) == 1 and pd[0]["decode_sms"] == 36
+    assert pd[0]["itl_ms"] == pytest.approx(d["rows"][0]["itl_ms"])  # 36 SMs saturate at S_SAT 36
+    d = json.loads(run("estimate", "--all-levels", "--json").stdout)
+    assert len(d["levels"]) == 6
+    r = run("estimate", "--all-levels")
+    assert "Every level" in r.stdout
+    d = json.loads(run("estimate", "--gpu", "h200", "--model", "qwen3-30b-a3b", "--decode-bs", "64",
+                       "--chunk-sizes", "1024", "--kv-bytes", "1", "--json").stdout)
+    assert d["gpu"].startswith("H200") and len(d["rows"]) == 6
+
+
+def test_estimate_model_from_path(tmp_path) -> None:
+    from pdmux_cli.profile_files import model_profiles_dir
+
+    path = tmp_path / "config.json"
+    path.write_text((model_profiles_dir() / "Qwen3-8B.json").read_text())
+    d = json.loads(run("estimate", "--model", str(path), "--json").stdout)
+    assert round(d["rows"][4]["prefill_ms"]) == 480
+
+
+def test_estimate_does_not_fit() -> None:
+    r = run("estimate", "--model", "llama-3.1-70b", "--gpu", "h100")
+    assert r.exit_code == 0 and "DOES NOT FIT" in r.stdout
+    d = json.loads(run("estimate", "--model", "llama-3.1-70b", "--gpu", "h100", "--json").stdout)
+    assert d["fits"] is False and d["notes"][0].startswith("does not fit")
+
+
+@pytest.mark.parametrize(
+    "args,contains",
+    [
+        (["estimate", "--model", "qwen9"], "model"),
+        (["estimate", "--gpu", "h999"], "unknown GPU"),
+        (["estimate", "--decode-bs", "0"], "decode bs"),
+        (["estimate", "--context", "-5"], "context"),
+        (["estimate", "--prompt-tokens", "abc"], "--prompt-tokens"),
+        (["estimate", "--chunk-sizes", "512,0"], "--chunk-sizes"),
+        (["estimate", "--s-sat", "0"], "--s-sat"),
+        (["estimate", "--mfu", "2"], "mfu"),
+        (["estimate", "--level", "80/50"], "not a split"),
+        (["estimate", "--level", "eighty"], "--level"),
+        (["estimate", "--flops-dtype", "int4"], "--flops-dtype"),
+        (["estimate", "--model", "/nonexistent/config.json"], "config.json"),
+        (["estimate", "--weight-bytes", "-1"], "bytes per weight"),
+    ],
+)
+def test_estimate_bad_input(args, contains) -> None:
+    assert_one_line_error(run(*args), 2, contains)
+
+
+def test_estimate_bad_json_config(tmp_path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("{not json")
+    assert_one_line_error(run("estimate", "--model", str(path)), 2, "config.json")
+
+
+# ---- gen-config / check-config ---------------------------------------------------------------------
+
+
+def test_gen_config_stdout_and_flags() -> None:
+    r = run("gen-config", "--gpu", "h100")
+    assert r.exit_code == 0, r.stderr
+    cfg = yaml.safe_load(r.stdout)
+    assert cfg["sm_group_num"] == 8 and cfg["split_forward_token_budget"] == 65536
+    assert cfg["decode_bs_divisor"] == 36 and cfg["manual_divisions"] == []
+    assert "--enable-pdmux --pdmux-config-path pdmux.yaml --sm-group-num 8 --chunked-prefill-size -1 " \
+           "--disable-overlap-schedule" in r.stderr
+
+
+def test_gen_config_file_passes_check_and_round_trips(tmp_path) -> None:
+    out = tmp_path / "h200.yaml"
+    r = run("gen-config", "--gpu", "h200", "--manual", "--output", str(out))
+    assert r.exit_code == 0, r.stderr
+    assert "--pdmux-config-path" in r.stdout
+    text = out.read_text()
+    cfg = yaml.safe_load(text)
+    assert [e[:2] for e in cfg["manual_divisions"]] == [[112, 20], [104, 28], [96, 36], [88, 44], [80, 52], [72, 60]]
+    assert cfg["manual_divisions"][0][2] == 0
+    check = run("check-config", str(out), "--gpu", "h200")
+    assert check.exit_code == 0, check.stdout + check.stderr
+    from pdmux_cli.pdmux_config import dump_config, load_config
+
+    assert dump_config(load_config(out)[0]) == text
+
+
+def test_gen_config_blackwell_always_manual(tmp_path) -> None:
+    d = json.loads(run("gen-config", "--gpu", "b200", "--json").stdout)
+    assert len(d["config"]["manual_divisions"]) == 6
+    assert all(p + dd == 148 and p % 8 == 0 for p, dd, _ in d["config"]["manual_divisions"])
+    out = tmp_path / "b200.yaml"
+    assert run("gen-config", "--gpu", "b200", "-o", str(out)).exit_code == 0
+    assert run("check-config", str(out), "--gpu", "b200").exit_code == 0
+
+
+def test_gen_config_divisions(tmp_path) -> None:
+    d = json.loads(run("gen-config", "--gpu", "h100", "--divisions", "112:20:0,96:36:10,80:52:20", "--json").stdout)
+    assert d["config"]["sm_group_num"] == 5
+    assert d["launch_flags"][d["launch_flags"].index("--sm-group-num") + 1] == "5"
+
+
+def test_gen_config_bad_divisions_write_nothing(tmp_path) -> None:
+    out = tmp_path / "bad.yaml"
+    r = run("gen-config", "--gpu", "h100", "--divisions", "112:21:0,96:36:10", "-o", str(out))
+    assert r.exit_code == 2 and "Traceback" not in r.stderr
+    assert not out.exists()
+    assert_one_line_error(run("gen-config", "--gpu", "h100", "--divisions", "112:x:0"), 2, "divisions")
+    assert_one_line_error(run("gen-config", "--gpu", "h100", "-o", str(tmp_path / "no" / "dir.yaml")), 2, "does not exist")
+
+
+def test_check_config_reports_each_problem(tmp_path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "sm_group_num: 5\nmanual_divisions:\n- [112, 21, 4]\n- [100, 36, 2]\n- [80, 52, 2]\n"
+        "split_forward_token_budget: 0\ndecode_bs_divisor: 36\n"
+    )
+    r = run("check-config", str(path), "--gpu", "h100", "--json")
+    assert r.exit_code == 2
+    d = json.loads(r.stdout)
+    wheres = {p["where"] for p in d["problems"]}
+    assert {"manual_divisions[0]", "manual_divisions[1]", "manual_divisions[2]", "split_forward_token_budget"} <= wheres
+    assert d["ok"] is False
+    table = run("check-config", str(path), "--gpu", "h100")
+    assert table.exit_code == 2 and "manual_divisions[1]" in table.stdout
+    assert table.stderr.strip().count("\n") == 0
+
+
+@pytest.mark.parametrize(
+    "content,contains",
+    [("sm_group_num: [1\n", "yaml"), ("- 1\n- 2\n", "mapping")],
+)
+def test_check_config_malformed(tmp_path, content, contains) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text(content)
+    assert_one_line_error(run("check-config", str(path)), 2, contains)
+
+
+def test_check_config_missing_file() -> None:
+    assert_one_line_error(run("check-config", "/nonexistent.yaml"), 2, "nonexistent.yaml")
+
+
+def test_check_config_cli_group_num_mismatch(tmp_path) -> None:
+    out = tmp_path / "a.yaml"
+    run("gen-config", "--gpu", "h100", "-o", str(out))
+    r = run("check-config", str(out), "--sm-group-num", "6", "--json")
+    assert r.exit_code == 2 and "sm_group_num" in r.stdout
+
+
+# ---- whole process -------------------------------------------------------------------------------
+
+
+def test_help_and_no_args() -> None:
+    assert run("--help").exit_code == 0
+    for cmd in ("splits", "estimate", "gen-config", "check-config"):
+        assert run(cmd, "--help").exit_code == 0
+
+
+def test_module_entry_point_exit_codes() -> None:
+    ok = subprocess.run([sys.executable, "-m", "pdmux_cli", "splits", "--gpu", "h20"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "56" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "pdmux_cli", "splits", "--gpu", "zz"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
