@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import cost
+from . import cost, policy
 from . import model as mdl
-from . import policy
 from .errors import InputError
 from .hardware import Gpu
 from .model import Model

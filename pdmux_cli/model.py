@@ -36,7 +36,6 @@ Counting conventions (the same in every function below):
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import os
@@ -546,6 +545,7 @@ def load_model(name_or_path: str | os.PathLike[str]) -> Model:
 
     names = {p.stem.lower(): p.stem for p in profiles.values()}
     key = text.rsplit("/", 1)[-1].lower()
+    import difflib  # only on the error path: keeps start-up light
     close = [names[n] for n in difflib.get_close_matches(key, list(names), n=3, cutoff=0.5)]
     what = "no such file or model profile" if ("/" in text or os.sep in text) else "unknown model"
     if close:

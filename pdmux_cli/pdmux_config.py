@@ -25,7 +25,6 @@ Units: SM counts are SMs of one GPU; ``split_forward_token_budget`` is in tokens
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import math
 import re
@@ -258,6 +257,7 @@ def parse_config(text: str, source: str = "<string>") -> tuple[PdmuxConfig, list
     problems: list[Problem] = []
     for key in data:
         if key not in KNOWN_KEYS:
+            import difflib  # only on the error path: keeps start-up light
             close = difflib.get_close_matches(str(key), KNOWN_KEYS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; SGLang reads {', '.join(KNOWN_KEYS)}"
             problems.append(Problem(str(key), f"unknown key {key!r}, SGLang ignores it{hint}", "pdmux"))

@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # type names only: rendering splits must not import the cost 
     from .policy import Split
 
 
-def group_kind(index: int, groups: "list[Split]") -> str:
+def group_kind(index: int, groups: list[Split]) -> str:
     """``"all prefill"``, ``"level k"`` or ``"all decode"`` for stream group ``index``."""
     if index == 0:
         return "all prefill (plain streams)"
@@ -24,7 +24,7 @@ def group_kind(index: int, groups: "list[Split]") -> str:
 
 def splits_dict(info: dict[str, Any]) -> dict[str, Any]:
     """The JSON of ``pdmux splits`` for one device (``info`` as built by the CLI)."""
-    groups: "list[Split]" = info["groups"]
+    groups: list[Split] = info["groups"]
     thresholds = info.get("thresholds")
     return {
         "gpu": info["gpu"],
@@ -64,7 +64,7 @@ def splits_tables(info: dict[str, Any]) -> list[Any]:
     """Three rich tables for ``pdmux splits``: the groups, the level per decode batch, layers per round."""
     from rich.table import Table
 
-    groups: "list[Split]" = info["groups"]
+    groups: list[Split] = info["groups"]
     thresholds = info.get("thresholds")
     title = (
         f"{info['gpu']}: {info['sm_count']} SMs, compute capability {info['compute_capability']} "
@@ -115,7 +115,7 @@ def ms(value: float) -> str:
     return f"{value:.0f} ms"
 
 
-def itl_text(row: "PolicyRow") -> str:
+def itl_text(row: PolicyRow) -> str:
     """The ITL cell as the chapter writes it."""
     if row.policy == "prefill-first":
         return f"one step of {ms(row.itl_ms)}"
@@ -124,7 +124,7 @@ def itl_text(row: "PolicyRow") -> str:
     return ms(row.itl_ms)
 
 
-def estimate_title(est: "Estimate") -> str:
+def estimate_title(est: Estimate) -> str:
     sc = est.scenario
     return (
         f"{est.model} on {est.gpu}: {sc.decode_bs} decode requests at {sc.context_tokens} context, "
@@ -132,7 +132,7 @@ def estimate_title(est: "Estimate") -> str:
     )
 
 
-def estimate_table(est: "Estimate") -> Any:
+def estimate_table(est: Estimate) -> Any:
     """The chapter's table for ``pdmux estimate``."""
     from rich.table import Table
 
@@ -153,11 +153,12 @@ def estimate_table(est: "Estimate") -> Any:
         )
     level = est.level
     caption = [
-        f"level: group {est.group_index} = {level.prefill_sms} prefill / {level.decode_sms} decode SMs "
-        f"({est.level_source}); prefill split into {est.layers_per_round} layers per round, {est.prefill_rounds} rounds",
+        (f"level: group {est.group_index} = {level.prefill_sms} prefill / {level.decode_sms} decode SMs "
+         f"({est.level_source}); prefill split into {est.layers_per_round} layers per round, "
+         f"{est.prefill_rounds} rounds"),
         f"throughput: {est.throughput_source}; dense math in {est.flops_dtype}",
-        f"memory: {est.memory.weight_bytes / 1e9:.1f} GB weights + {est.memory.kv_cache_bytes / 1e9:.1f} GB KV "
-        f"of {est.memory.gpu_memory_bytes / 1e9:.1f} GB",
+        (f"memory: {est.memory.weight_bytes / 1e9:.1f} GB weights + {est.memory.kv_cache_bytes / 1e9:.1f} GB KV "
+         f"of {est.memory.gpu_memory_bytes / 1e9:.1f} GB"),
         *est.notes,
     ]
     table.caption = "\n".join(caption)
@@ -165,7 +166,7 @@ def estimate_table(est: "Estimate") -> Any:
     return table
 
 
-def levels_table(est: "Estimate") -> Any:
+def levels_table(est: Estimate) -> Any:
     """``--all-levels``: prefill time and ITL per S_SAT for every level."""
     from rich.table import Table
 
@@ -185,7 +186,7 @@ def levels_table(est: "Estimate") -> Any:
     return table
 
 
-def estimate_dict(est: "Estimate") -> dict[str, Any]:
+def estimate_dict(est: Estimate) -> dict[str, Any]:
     """The JSON of ``pdmux estimate``."""
     sc = est.scenario
     return {

@@ -306,7 +306,7 @@ def test_help_and_no_args() -> None:
 
 
 def test_module_entry_point_exit_codes() -> None:
-    ok = subprocess.run([sys.executable, "-m", "pdmux_cli", "splits", "--gpu", "h20"], capture_output=True, text=True)
+    ok = subprocess.run([sys.executable, "-m", "pdmux_cli", "splits", "--gpu", "h20"], capture_output=True, text=True, check=False)
     assert ok.returncode == 0 and "56" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "pdmux_cli", "splits", "--gpu", "zz"], capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, "-m", "pdmux_cli", "splits", "--gpu", "zz"], capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr

@@ -139,9 +139,9 @@ def test_levels_respect_constraints(total: int, major: int, group_num: int) -> N
     if major > 9:
         with pytest.raises(InputError, match="Unsupported compute capability"):
             policy.stream_groups(total, major, group_num)
-        make = lambda: policy.plan_groups(total, (major, 0), group_num).groups  # noqa: E731
+        make = lambda: policy.plan_groups(total, (major, 0), group_num).groups
     else:
-        make = lambda: policy.stream_groups(total, major, group_num)  # noqa: E731
+        make = lambda: policy.stream_groups(total, major, group_num)
     if not cands:
         with pytest.raises(InputError, match="No valid partitions"):
             make()
@@ -151,7 +151,7 @@ def test_levels_respect_constraints(total: int, major: int, group_num: int) -> N
     levels = groups[1:-1]
     assert 1 <= len(levels) <= group_num - 2
     assert len(levels) == min(len(cands), group_num - 2)
-    assert all(p + d == total and p >= d and d >= 16 and p in cands for p, d in levels)
+    assert all(p + d == total and p >= d >= 16 and p in cands for p, d in levels)
     prefills = [p for p, _ in levels]
     assert prefills == sorted(prefills, reverse=True) and len(set(prefills)) == len(prefills)
     assert prefills[-1] == cands[0]  # the smallest candidate is always the last level

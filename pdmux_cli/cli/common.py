@@ -6,13 +6,13 @@ Kept free of heavy imports: this module is on the start-up path of every command
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
-import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-import click
 from typer.core import TyperGroup
 
 from ..errors import InputError, PdmuxError
@@ -25,14 +25,20 @@ def fail_line(message: str) -> None:
 
 
 def _click_classes(name: str) -> tuple[type, ...]:
-    """``name`` from click and, where typer vendors its own click (typer >= 0.20), from that too."""
-    classes = [getattr(click.exceptions, name)]
-    try:
-        from typer._click import exceptions as vendored  # typer's private copy of click
-    except ImportError:
-        vendored = None
-    if vendored is not None and getattr(vendored, name, None) not in (None, classes[0]):
-        classes.append(getattr(vendored, name))
+    """Exception class ``name`` from every click typer may use.
+
+    typer < 0.20 runs on the click package; newer typer vendors its own copy (``typer._click``)
+    and may not install click at all.
+    """
+    classes: list[type] = []
+    for module in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            mod = __import__(module, fromlist=[name])
+        except ImportError:
+            continue
+        cls = getattr(mod, name, None)
+        if cls is not None and cls not in classes:
+            classes.append(cls)
     return tuple(classes)
 
 
@@ -98,7 +104,7 @@ def parse_float_list(text: str, what: str) -> list[float]:
             value = float(item)
         except ValueError:
             raise InputError(f"{what}: {item!r} is not a number (e.g. 44,66,88)") from None
-        if not value > 0 or value != value or value == float("inf"):
+        if not (value > 0 and math.isfinite(value)):
             raise InputError(f"{what}: {item} must be a finite number > 0")
         values.append(value)
     if not values:
@@ -123,6 +129,8 @@ def write_atomic(path: str | Path, text: str) -> Path:
 
     Raises :class:`InputError` when the folder does not exist or is not writable.
     """
+    import tempfile  # lazily: only commands that write files pay for it
+
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():

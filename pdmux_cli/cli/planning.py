@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -37,7 +37,7 @@ class Device:
         return f"{self.cc[0]}.{self.cc[1]}"
 
 
-def resolve_device(gpu: Optional[str], sms: Optional[int], cc: Optional[str], default: str = "h100") -> Device:
+def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: str = "h100") -> Device:
     """``--gpu`` or ``--sms N --cc X.Y`` (both needed) -> :class:`Device`; :class:`InputError` otherwise."""
     from ..hardware import find_gpu
 
@@ -67,17 +67,17 @@ def _load_pdmux_yaml(path: Path) -> Any:
 
 @app.command()
 def splits(
-    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
-    sms: Optional[int] = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
-    cc: Optional[str] = typer.Option(None, "--cc", help="Compute capability of that device, e.g. 9.0."),
+    gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
+    sms: int | None = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
+    cc: str | None = typer.Option(None, "--cc", help="Compute capability of that device, e.g. 9.0."),
     all_gpus: bool = typer.Option(False, "--all", help="One table of every GPU profile's levels."),
     decode_bs: str = typer.Option("1,6,12,18,24,30,36,64", "--decode-bs", help="Decode batch sizes to choose a level for."),
     prompt_tokens: str = typer.Option("512,8192,32768,131072", "--prompt-tokens", help="Prompt lengths for layers per round."),
     model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model profile or config.json (its layer count)."),
-    sm_group_num: Optional[int] = typer.Option(None, "--sm-group-num", help="Stream groups incl. the two whole-GPU ones (SGLang default 8)."),
-    decode_bs_divisor: Optional[int] = typer.Option(None, "--decode-bs-divisor", help="Divisor of the linear level rule (default 36)."),
-    token_budget: Optional[int] = typer.Option(None, "--token-budget", help="split_forward_token_budget (default 65536)."),
-    config: Optional[Path] = typer.Option(None, "--config", help="An existing pdmux YAML: its levels, thresholds and knobs are used."),
+    sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="Stream groups incl. the two whole-GPU ones (SGLang default 8)."),
+    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor", help="Divisor of the linear level rule (default 36)."),
+    token_budget: int | None = typer.Option(None, "--token-budget", help="split_forward_token_budget (default 65536)."),
+    config: Path | None = typer.Option(None, "--config", help="An existing pdmux YAML: its levels, thresholds and knobs are used."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """The SM split levels (stream groups) SGLang builds, the level it picks per decode batch, and
@@ -139,7 +139,7 @@ def splits(
         console.print(f"[yellow]note:[/] {note}")
 
 
-def _splits_all(group_num: int, manual: Optional[list], as_json: bool) -> None:
+def _splits_all(group_num: int, manual: list | None, as_json: bool) -> None:
     from .. import policy
     from ..hardware import load_gpus
 
@@ -170,7 +170,7 @@ def _splits_all(group_num: int, manual: Optional[list], as_json: bool) -> None:
     _console().print(table)
 
 
-def _parse_level(text: str) -> Optional[tuple[int, int]]:
+def _parse_level(text: str) -> tuple[int, int] | None:
     if text.strip().lower() in ("", "auto", "sglang"):
         return None
     parts = text.replace(":", "/").split("/")
@@ -184,24 +184,24 @@ def _parse_level(text: str) -> Optional[tuple[int, int]]:
 @app.command()
 def estimate(
     model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model profile name or path to a Hugging Face config.json."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
+    gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
     decode_bs: int = typer.Option(32, "--decode-bs", help="Requests in decode when the prompt arrives."),
     context: int = typer.Option(2048, "--context", help="KV-cache tokens of each decode request."),
     prompt_tokens: int = typer.Option(8192, "--prompt-tokens", help="Tokens of the prompt that slips in."),
     chunk_sizes: str = typer.Option("2048,512", "--chunk-sizes", help="Chunked-prefill chunk sizes (tokens)."),
-    s_sat: Optional[str] = typer.Option(None, "--s-sat", help="SMs to saturate HBM bandwidth, e.g. 44,66,88 (default: 1/3, 1/2, 2/3 of the SMs)."),
+    s_sat: str | None = typer.Option(None, "--s-sat", help="SMs to saturate HBM bandwidth, e.g. 44,66,88 (default: 1/3, 1/2, 2/3 of the SMs)."),
     bandwidth_efficiency: float = typer.Option(0.85, "--bandwidth-efficiency", help="Fraction of datasheet HBM bandwidth decode reaches."),
     mfu: float = typer.Option(0.5, "--mfu", help="Fraction of dense FLOP/s prefill reaches."),
-    weight_bytes: Optional[float] = typer.Option(None, "--weight-bytes", help="Bytes per weight (default: the model's dtype; bf16 2, fp8 1)."),
+    weight_bytes: float | None = typer.Option(None, "--weight-bytes", help="Bytes per weight (default: the model's dtype; bf16 2, fp8 1)."),
     kv_bytes: float = typer.Option(2.0, "--kv-bytes", help="Bytes per KV-cache element (bf16 2, fp8 1)."),
     level: str = typer.Option("auto", "--level", help="PREFILL/DECODE SMs, e.g. 96/36, or 'auto' for SGLang's choice."),
     all_levels: bool = typer.Option(False, "--all-levels", help="Also show ITL and prefill time at every level."),
     sm_group_num: int = typer.Option(8, "--sm-group-num", help="SGLang's sm_group_num."),
     decode_bs_divisor: int = typer.Option(36, "--decode-bs-divisor", help="SGLang's decode_bs_divisor."),
     token_budget: int = typer.Option(65536, "--token-budget", help="SGLang's split_forward_token_budget."),
-    config: Optional[Path] = typer.Option(None, "--config", help="A pdmux YAML whose levels and knobs to use."),
-    flops_dtype: Optional[str] = typer.Option(None, "--flops-dtype", help="bf16, fp16 or fp8 dense math (default: by model)."),
-    calibration: Optional[Path] = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench': measured curves replace S_SAT and MFU."),
+    config: Path | None = typer.Option(None, "--config", help="A pdmux YAML whose levels and knobs to use."),
+    flops_dtype: str | None = typer.Option(None, "--flops-dtype", help="bf16, fp16 or fp8 dense math (default: by model)."),
+    calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench': measured curves replace S_SAT and MFU."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """ITL, prefill time and tokens gained for prefill-first, chunked prefill and PD multiplexing.
@@ -251,15 +251,15 @@ def estimate(
 
 @app.command("gen-config")
 def gen_config(
-    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
-    sms: Optional[int] = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
-    cc: Optional[str] = typer.Option(None, "--cc", help="Compute capability of that device, e.g. 9.0."),
+    gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
+    sms: int | None = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
+    cc: str | None = typer.Option(None, "--cc", help="Compute capability of that device, e.g. 9.0."),
     sm_group_num: int = typer.Option(8, "--sm-group-num", help="Stream groups incl. the two whole-GPU ones."),
     decode_bs_divisor: int = typer.Option(36, "--decode-bs-divisor", help="Divisor of the linear level rule."),
     token_budget: int = typer.Option(65536, "--token-budget", help="split_forward_token_budget (tokens per round)."),
-    divisions: Optional[str] = typer.Option(None, "--divisions", help="Manual levels PREFILL:DECODE:THRESHOLD,... e.g. 112:20:0,104:28:5"),
+    divisions: str | None = typer.Option(None, "--divisions", help="Manual levels PREFILL:DECODE:THRESHOLD,... e.g. 112:20:0,104:28:5"),
     manual: bool = typer.Option(False, "--manual", help="Write SGLang's automatic levels as manual_divisions (always on Blackwell)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the YAML here (whole or not at all) instead of stdout."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the YAML here (whole or not at all) instead of stdout."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """SGLang's pdmux YAML for a GPU, validated, plus the launch flags."""
@@ -314,10 +314,10 @@ def gen_config(
 @app.command("check-config")
 def check_config(
     path: Path = typer.Argument(..., help="The pdmux YAML to check."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
-    sms: Optional[int] = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
-    cc: Optional[str] = typer.Option(None, "--cc", help="Compute capability of that device."),
-    sm_group_num: Optional[int] = typer.Option(None, "--sm-group-num", help="The --sm-group-num you launch with (must equal the YAML's)."),
+    gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
+    sms: int | None = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
+    cc: str | None = typer.Option(None, "--cc", help="Compute capability of that device."),
+    sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="The --sm-group-num you launch with (must equal the YAML's)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Validate a pdmux YAML against older and newer SGLang loader rules; exit 2 if any problem."""
