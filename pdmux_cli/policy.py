@@ -13,7 +13,8 @@ to decode). ``N`` below is the number of stream groups actually built, which can
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from .errors import InputError
 

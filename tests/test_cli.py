@@ -310,3 +310,18 @@ def test_module_entry_point_exit_codes() -> None:
     assert ok.returncode == 0 and "56" in ok.stdout
     bad = subprocess.run([sys.executable, "-m", "pdmux_cli", "splits", "--gpu", "zz"], capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+def test_gen_config_tune_writes_a_valid_winner(tmp_path) -> None:
+    from pathlib import Path
+
+    trace = Path(__file__).parent / "fixtures" / "azure_conv_50.csv"
+    out = tmp_path / "tuned.yaml"
+    r = run("gen-config", "--gpu", "h100", "--tune", "--trace", str(trace), "--slo-ttft", "1000",
+            "--slo-itl", "50", "--output", str(out), "--json")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["tune"] is not None and d["output"] == str(out)
+    assert run("check-config", str(out), "--gpu", "h100").exit_code == 0
+    assert_one_line_error(run("gen-config", "--gpu", "h100", "--trace", str(trace)), 2, "--tune")
+    assert_one_line_error(run("gen-config", "--gpu", "h100", "--tune", "--trace", str(trace)), 2, "--slo")

@@ -30,3 +30,5 @@ from . import planning  # noqa: E402,F401  (registers splits, estimate, gen-conf
 def main() -> None:
     """Console-script entry point (``pdmux = pdmux_cli.cli:main``)."""
     app()
+from . import simulate  # noqa: E402,F401  (registers simulate, tune)
+from . import bench  # noqa: E402,F401  (registers bench)

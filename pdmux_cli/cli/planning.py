@@ -260,9 +260,17 @@ def gen_config(
     divisions: str | None = typer.Option(None, "--divisions", help="Manual levels PREFILL:DECODE:THRESHOLD,... e.g. 112:20:0,104:28:5"),
     manual: bool = typer.Option(False, "--manual", help="Write SGLang's automatic levels as manual_divisions (always on Blackwell)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the YAML here (whole or not at all) instead of stdout."),
+    tune: bool = typer.Option(False, "--tune", help="Pick the knobs by simulating a trace (needs --trace, --slo-ttft, --slo-itl, --gpu)."),
+    trace: Path | None = typer.Option(None, "--trace", help="Trace for --tune (Azure CSV, Mooncake JSONL, BurstGPT CSV)."),
+    slo_ttft: float | None = typer.Option(None, "--slo-ttft", help="TTFT SLO for --tune, ms."),
+    slo_itl: float | None = typer.Option(None, "--slo-itl", help="ITL SLO for --tune, ms."),
+    model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model served, for --tune."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """SGLang's pdmux YAML for a GPU, validated, plus the launch flags."""
+    """SGLang's pdmux YAML for a GPU, validated, plus the launch flags.
+
+    With --tune: the sm_group_num, thresholds and token budget with the best SLO attainment on a
+    trace (ties: goodput), found by simulating it."""
     from .. import pdmux_config as pc
     from .. import policy
 
@@ -271,7 +279,16 @@ def gen_config(
                         ("--token-budget", token_budget)):
         if value <= 0:
             raise InputError(f"{name} must be > 0, got {value}")
-    if divisions is not None:
+    tune_summary = None
+    if tune:
+        if divisions is not None or manual:
+            raise InputError("--tune picks the levels itself: drop --divisions/--manual")
+        from .simulate import tuned_config
+
+        config, tune_summary = tuned_config(device.gpu, trace, slo_ttft, slo_itl, model=model, show=not as_json)
+    elif trace is not None or slo_ttft is not None or slo_itl is not None:
+        raise InputError("--trace, --slo-ttft and --slo-itl go with --tune")
+    elif divisions is not None:
         entries = pc.parse_divisions(divisions)
         config = pc.PdmuxConfig(sm_group_num=len(entries) + 2, manual_divisions=entries,
                                 split_forward_token_budget=token_budget, decode_bs_divisor=decode_bs_divisor)
@@ -299,7 +316,7 @@ def gen_config(
                                "manual_divisions": [list(e) for e in config.manual_divisions],
                                "split_forward_token_budget": config.split_forward_token_budget,
                                "decode_bs_divisor": config.decode_bs_divisor},
-                    "launch_flags": flags})
+                    "launch_flags": flags, "tune": tune_summary})
         return
     launch = "python -m sglang.launch_server --model-path MODEL " + " ".join(flags)
     if output is None:

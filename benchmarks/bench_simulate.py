@@ -1,0 +1,141 @@
+"""Whole-process speed and memory of ``pdmux simulate`` and ``pdmux tune`` (a benchmark, not a test).
+
+1. ``pdmux simulate AzureLLMInferenceTrace_conv.csv --policies pdmux,chunked --chunk-sizes 512,2048``
+   (19,366 requests, three policies): target under 20 s whole process and under 1 GB peak RSS.
+   Also the default four policies (prefill-first added), for reference.
+2. ``pdmux tune --trace AzureLLMInferenceTrace_code.csv`` over the default grid (at least 50
+   configs on H100): target under 2 minutes whole process, on the cores available.
+
+Each command runs ``--runs`` times in a fresh process (``python -m pdmux_cli``, started from a small
+wrapper that reads ``resource.getrusage(RUSAGE_CHILDREN)``); the median wall time (including the
+wrapper's interpreter start, ~20 ms) and the largest peak RSS (of a single process: the simulator,
+or the tune parent or one of its workers) are reported.
+
+Usage: ``python benchmarks/bench_simulate.py [--runs N] [--write]``; ``--write`` replaces the
+``## pdmux simulate`` section of benchmarks/RESULTS.md (other sections are kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACES = ROOT.parent / "shared" / "data" / "traces"
+CONV = TRACES / "AzureLLMInferenceTrace_conv.csv"
+CODE = TRACES / "AzureLLMInferenceTrace_code.csv"
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+SECTION = "## pdmux simulate"
+
+
+#: Runs ``python -m pdmux_cli ARGS`` as its child and prints that process tree's peak RSS (KiB) last
+#: on stderr, so every command is measured on its own (RUSAGE_CHILDREN covers waited-for descendants,
+#: i.e. the tune workers too, and reports the largest single process).
+WRAPPER = """
+import resource, subprocess, sys
+rc = subprocess.run([sys.executable, "-m", "pdmux_cli", *sys.argv[1:]]).returncode
+sys.stderr.write("\\nPEAK_RSS_KIB %d\\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(rc)
+"""
+
+
+def run_once(args: list[str]) -> tuple[float, float, str]:
+    """(wall s, peak RSS MiB of the largest process, stdout) of ``python -m pdmux_cli ARGS``."""
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", WRAPPER, *args], cwd=ROOT, capture_output=True, text=True,
+                         check=False)
+    wall = time.perf_counter() - start
+    if out.returncode != 0:
+        raise SystemExit(f"pdmux {' '.join(args)} failed ({out.returncode}): {out.stderr.strip()}")
+    rss_kib = int(out.stderr.rsplit("PEAK_RSS_KIB", 1)[1].split()[0])
+    return wall, rss_kib / 1024, out.stdout
+
+
+def measure(args: list[str], runs: int) -> dict:
+    walls, rss, stdout = [], [], ""
+    for _ in range(runs):
+        wall, peak, stdout = run_once(args)
+        walls.append(wall)
+        rss.append(peak)
+    return {"args": args, "wall_s": statistics.median(walls), "walls": walls, "peak_rss_mib": max(rss),
+            "stdout": stdout}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="runs per command (median wall time)")
+    parser.add_argument("--write", action="store_true", help="write the figures into benchmarks/RESULTS.md")
+    opts = parser.parse_args()
+    for path in (CONV, CODE):
+        if not path.exists():
+            raise SystemExit(f"missing {path}")
+
+    three = measure(["simulate", str(CONV), "--policies", "pdmux,chunked", "--chunk-sizes", "512,2048", "--json"],
+                    opts.runs)
+    four = measure(["simulate", str(CONV), "--json"], 1)
+    tune = measure(["tune", "--trace", str(CODE), "--slo-ttft", "1000", "--slo-itl", "60", "--json"], 1)
+    tune_data = json.loads(tune["stdout"])
+    sim_data = json.loads(three["stdout"])
+    configs = len(tune_data["rows"])
+    best = tune_data["rows"][tune_data["best"]]
+
+    cpu = os.cpu_count()
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = cpu
+    lines = [
+        SECTION,
+        "",
+        (f"Measured {datetime.date.today().isoformat()} by `python benchmarks/bench_simulate.py --runs {opts.runs}` "
+        f"on {platform.machine()}, {cores} core(s) available, Python {platform.python_version()} "
+        "(whole process: `python -m pdmux_cli ...`; peak RSS = largest single process)."),
+        "",
+        "| command | requests | target | wall (median) | peak RSS |",
+        "|---|---|---|---|---|",
+        (f"| `simulate conv --policies pdmux,chunked --chunk-sizes 512,2048 --json` | {sim_data['trace']['requests']} "
+        f"| < 20 s, < 1 GB | {three['wall_s']:.1f} s | {three['peak_rss_mib']:.0f} MiB |"),
+        (f"| `simulate conv --json` (4 policies, prefill-first too) | {sim_data['trace']['requests']} | - "
+        f"| {four['wall_s']:.1f} s | {four['peak_rss_mib']:.0f} MiB |"),
+        (f"| `tune --trace code --slo-ttft 1000 --slo-itl 60` ({configs} configs, {tune_data['workers']} workers) "
+        f"| {tune_data.get('requests', '')} | < 120 s, >= 50 configs | {tune['wall_s']:.1f} s | "
+        f"{tune['peak_rss_mib']:.0f} MiB |"),
+        "",
+        (f"Runs of the 3-policy command: {', '.join(f'{w:.1f}' for w in three['walls'])} s. Tune winner on the code "
+        f"trace (Qwen3-8B, H100, analytic S_SAT 66): {best['description']}, SLO attainment "
+        f"{best['slo_attainment']:.1%}."),
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    ok = three["wall_s"] < 20 and three["peak_rss_mib"] < 1024 and tune["wall_s"] < 120 and configs >= 50
+    print("targets met" if ok else "TARGET MISSED")
+    if opts.write:
+        write_section(text)
+
+
+def write_section(text: str) -> None:
+    """Replace (or append) this benchmark's section of RESULTS.md, keeping every other section."""
+    old = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else "# Benchmark results\n"
+    lines = old.splitlines(keepends=True)
+    start = next((i for i, ln in enumerate(lines) if ln.rstrip() == SECTION), None)
+    if start is None:
+        new = old.rstrip("\n") + "\n\n" + text
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        new = "".join(lines[:start]) + text + ("\n" + "".join(lines[end:]) if end < len(lines) else "")
+    tmp = RESULTS.with_suffix(".md.tmp")
+    tmp.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
+    os.replace(tmp, RESULTS)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,477 @@
+"""``pdmux simulate`` and ``pdmux tune``: replay traces through the schedulers; search pdmux knobs.
+
+Parse options, call :mod:`pdmux_cli.simulate`, render. The simulator and rich tables are imported
+inside the commands (start-up of the other commands stays light); matplotlib only for ``--plot``.
+:func:`tuned_config` is the hook ``pdmux gen-config --tune`` calls.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ..errors import InputError
+from . import app
+from .common import parse_int_list, print_json, write_atomic
+
+GPU_HELP = "GPU profile: alias (h100, h200, a100, b200, ...) or reported name. Default: h100."
+MODEL_HELP = "Model profile name or path to a Hugging Face config.json. Default: qwen3-8b."
+POLICIES = ("pdmux", "chunked", "prefill-first")
+
+
+def _check_number(name: str, value: float | None, minimum: float = 0.0, strict: bool = True) -> None:
+    if value is None:
+        return
+    bad = not math.isfinite(value) or (value <= minimum if strict else value < minimum)
+    if bad:
+        raise InputError(f"{name} must be a number {'>' if strict else '>='} {minimum:g}, got {value}")
+
+
+def _load_workload(trace_path: Path | None, synthetic: bool, fmt: str | None, qps: float | None,
+                   rate_scale: float | None, max_requests: int | None, duration: float | None, seed: int,
+                   prompt_tokens: str, output_tokens: str) -> Any:
+    """The trace to replay (file or synthetic), reshaped; :class:`InputError` for bad combinations."""
+    from ..simulate.traces import load_trace, reshape, synthetic_trace
+
+    _check_number("--qps", qps)
+    _check_number("--rate-scale", rate_scale)
+    _check_number("--duration", duration)
+    if max_requests is not None and max_requests < 1:
+        raise InputError(f"--max-requests must be >= 1, got {max_requests}")
+    if synthetic:
+        if trace_path is not None:
+            raise InputError("give a trace file or --synthetic, not both")
+        if qps is None:
+            raise InputError("--synthetic needs --qps (requests/s)")
+        if rate_scale is not None:
+            raise InputError("--rate-scale applies to trace files; with --synthetic set --qps")
+        if fmt is not None:
+            raise InputError("--format applies to trace files, not --synthetic")
+        return synthetic_trace(qps, prompt_tokens, output_tokens, max_requests, duration, seed)
+    if trace_path is None:
+        raise InputError("give a trace file (Azure CSV, Mooncake JSONL, BurstGPT CSV) or --synthetic --qps N")
+    trace = load_trace(trace_path, fmt)
+    return reshape(trace, rate_scale=rate_scale, qps=qps, max_requests=max_requests, duration_s=duration)
+
+
+def _setup(gpu: str | None, model: str, s_sat: float | None, bandwidth_efficiency: float, mfu: float,
+           calibration: Path | None, weight_bytes: float | None, kv_bytes: float, memory_reserve: float,
+           max_prefill_tokens: int, flops_dtype: str | None, gpu_profile: Any = None) -> Any:
+    from ..hardware import find_gpu
+    from ..model import load_model
+    from ..simulate.engine import make_setup
+
+    _check_number("--s-sat", s_sat)
+    _check_number("--weight-bytes", weight_bytes)
+    _check_number("--kv-bytes", kv_bytes)
+    _check_number("--memory-reserve", memory_reserve, strict=False)
+    if not memory_reserve < 1:
+        raise InputError(f"--memory-reserve must be a fraction below 1, got {memory_reserve}")
+    for name, value in (("--bandwidth-efficiency", bandwidth_efficiency), ("--mfu", mfu)):
+        if not (math.isfinite(value) and 0 < value <= 1):
+            raise InputError(f"{name} must be in (0, 1], got {value}")
+    if max_prefill_tokens < 1:
+        raise InputError(f"--max-prefill-tokens must be >= 1, got {max_prefill_tokens}")
+    if flops_dtype is not None and flops_dtype not in ("bf16", "fp16", "fp8"):
+        raise InputError(f"--flops-dtype must be bf16, fp16 or fp8, got {flops_dtype!r}")
+    profile = gpu_profile if gpu_profile is not None else find_gpu(gpu or "h100")
+    mdl = load_model(model)
+    calibrated = None
+    if calibration is not None:
+        if s_sat is not None:
+            raise InputError("--s-sat is an analytic guess; a --calibration file replaces it: give one or the other")
+        from ..calibration import load_calibration
+
+        calibrated = load_calibration(calibration).throughput(profile, bandwidth_efficiency, mfu)
+    return make_setup(profile, mdl, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency, mfu=mfu,
+                      calibrated=calibrated, weight_bytes_per_param=weight_bytes, kv_bytes_per_element=kv_bytes,
+                      memory_reserve=memory_reserve, max_prefill_tokens=max_prefill_tokens, flops_dtype=flops_dtype)
+
+
+def _pdmux_config(config: Path | None, sm_group_num: int | None, decode_bs_divisor: int | None,
+                  token_budget: int | None, divisions: str | None, setup: Any) -> Any:
+    """The pdmux config to simulate (a YAML, ``--divisions``, or SGLang's defaults with overrides) and
+    notes on what only older SGLang or the driver objects to. Refused by newer SGLang -> InputError."""
+    from .. import pdmux_config as pc
+
+    for name, value in (("--sm-group-num", sm_group_num), ("--decode-bs-divisor", decode_bs_divisor),
+                        ("--token-budget", token_budget)):
+        if value is not None and value < 1:
+            raise InputError(f"{name} must be > 0, got {value}")
+    if config is not None:
+        if divisions is not None:
+            raise InputError("give --config or --divisions, not both")
+        cfg, problems = pc.load_config(config)
+        if problems:
+            first = problems[0]
+            raise InputError(f"{config}: {first.where}: {first.message} (pdmux check-config {config} lists every problem)")
+    elif divisions is not None:
+        entries = pc.parse_divisions(divisions)
+        cfg = pc.PdmuxConfig(sm_group_num=len(entries) + 2, manual_divisions=entries)
+    else:
+        cfg = pc.PdmuxConfig()
+    from dataclasses import replace
+
+    if sm_group_num is not None:
+        if cfg.manual_divisions and sm_group_num != cfg.sm_group_num:
+            raise InputError(f"--sm-group-num {sm_group_num} does not match the {len(cfg.manual_divisions)} manual "
+                             "divisions (sm_group_num = divisions + 2)")
+        cfg = replace(cfg, sm_group_num=sm_group_num)
+    if decode_bs_divisor is not None:
+        cfg = replace(cfg, decode_bs_divisor=decode_bs_divisor)
+    if token_budget is not None:
+        cfg = replace(cfg, split_forward_token_budget=token_budget)
+    from .. import policy as pol
+
+    notes = []
+    blackwell_auto = not cfg.manual_divisions and setup.compute_capability[0] not in pol.SGLANG_SM_CONSTRAINTS
+    for problem in pc.validate(cfg, setup.total_sms, setup.compute_capability):
+        if blackwell_auto and problem.where == "manual_divisions":
+            continue  # simulated with CUDA's levels; the plan's note says SGLang needs manual_divisions
+        if problem.rule in ("both", "new"):
+            raise InputError(f"pdmux config: {problem.where}: {problem.message}")
+        notes.append(f"config: {problem}")
+    return cfg, notes
+
+
+def _check_output(path: Path | None) -> None:
+    """Fail before a long run when an output file cannot be written (folder missing, a directory)."""
+    if path is None:
+        return
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"cannot write {path}: folder {folder} does not exist")
+    if path.is_dir():
+        raise InputError(f"cannot write {path}: it is a directory")
+
+
+def _progress(enabled: bool, total: int, description: str) -> tuple[Any, Callable[[int], None] | None]:
+    """A rich progress bar on stderr (or nothing): returns (context manager or None, advance(done))."""
+    if not enabled:
+        return None, None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=Console(stderr=True), transient=True)
+    task = bar.add_task(description, total=total)
+
+    def update(done: int) -> None:
+        bar.update(task, completed=done)
+
+    return bar, update
+
+
+def _show_progress(as_json: bool) -> bool:
+    return not as_json and sys.stderr.isatty()
+
+
+@app.command()
+def simulate(
+    trace: Path | None = typer.Argument(None, help="Trace file: Azure CSV, Mooncake JSONL or BurstGPT CSV."),
+    synthetic: bool = typer.Option(False, "--synthetic", help="Poisson arrivals at --qps instead of a trace file."),
+    fmt: str | None = typer.Option(None, "--format", help="azure, mooncake or burstgpt (default: detected)."),
+    qps: float | None = typer.Option(None, "--qps", help="Requests/s: the synthetic rate, or retime a trace to it."),
+    rate_scale: float | None = typer.Option(None, "--rate-scale", help="Multiply a trace's arrival rate (2 = twice the load)."),
+    max_requests: int | None = typer.Option(None, "--max-requests", help="Only the first N requests."),
+    duration: float | None = typer.Option(None, "--duration", help="Only requests arriving in the first S seconds."),
+    seed: int = typer.Option(0, "--seed", help="Seed for synthetic arrivals and lengths."),
+    prompt_tokens: str = typer.Option("1024", "--prompt-tokens", help="Synthetic prompt length: N, uniform:LO:HI, exp:MEAN or lognormal:MEDIAN:SIGMA."),
+    output_tokens: str = typer.Option("128", "--output-tokens", help="Synthetic output length (same forms)."),
+    model: str = typer.Option("qwen3-8b", "--model", "-m", help=MODEL_HELP),
+    gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP),
+    policies: str = typer.Option("pdmux,chunked,prefill-first", "--policies", help="Comma-separated: pdmux, chunked, prefill-first."),
+    chunk_sizes: str = typer.Option("512,2048", "--chunk-sizes", help="Chunked-prefill token budgets per step."),
+    config: Path | None = typer.Option(None, "--config", help="pdmux YAML to simulate (default: SGLang's defaults)."),
+    sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="Override sm_group_num."),
+    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor", help="Override decode_bs_divisor."),
+    token_budget: int | None = typer.Option(None, "--token-budget", help="Override split_forward_token_budget."),
+    divisions: str | None = typer.Option(None, "--divisions", help="Manual levels PREFILL:DECODE:THRESHOLD,..."),
+    s_sat: float | None = typer.Option(None, "--s-sat", help="SMs to saturate HBM bandwidth (default: half the SMs)."),
+    bandwidth_efficiency: float = typer.Option(0.85, "--bandwidth-efficiency", help="Fraction of datasheet bandwidth decode reaches."),
+    mfu: float = typer.Option(0.5, "--mfu", help="Fraction of dense FLOP/s prefill reaches."),
+    calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' (measured curves and co-run interference)."),
+    weight_bytes: float | None = typer.Option(None, "--weight-bytes", help="Bytes per weight (default: the model's dtype)."),
+    kv_bytes: float = typer.Option(2.0, "--kv-bytes", help="Bytes per KV-cache element."),
+    flops_dtype: str | None = typer.Option(None, "--flops-dtype", help="bf16, fp16 or fp8 dense math (default: by model)."),
+    memory_reserve: float = typer.Option(0.10, "--memory-reserve", help="Share of GPU memory kept free of KV cache."),
+    max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="Prompt tokens of one prefill batch (SGLang's --max-prefill-tokens)."),
+    slo_ttft: float = typer.Option(1000.0, "--slo-ttft", help="TTFT SLO, ms."),
+    slo_itl: float = typer.Option(60.0, "--slo-itl", help="ITL SLO, ms (judged on each request's p99 ITL)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    csv_path: Path | None = typer.Option(None, "--csv", help="Write per-request results to this CSV file."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write ITL and TTFT CDFs to this PNG (needs matplotlib)."),
+) -> None:
+    """Replay a request trace through PD multiplexing, chunked prefill and prefill-first.
+
+    One simulated GPU (the roofline cost model, or a calibration); per policy: TTFT, ITL, TPOT and
+    end-to-end latency percentiles, SLO attainment, goodput and GPU busy share."""
+    from ..simulate.metrics import summarize
+    from ..simulate.runner import simulate as run_simulation
+    from ..simulate.schedulers import ChunkedPolicy, PdmuxPolicy, PrefillFirstPolicy
+
+    _check_number("--slo-ttft", slo_ttft)
+    _check_number("--slo-itl", slo_itl)
+    names = [p.strip().lower() for p in policies.split(",") if p.strip()]
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown or not names:
+        raise InputError(f"--policies: unknown {', '.join(unknown) or '(empty)'}; use {', '.join(POLICIES)}")
+    chunks = parse_int_list(chunk_sizes, "--chunk-sizes") if "chunked" in names else []
+    if plot is not None and plot.suffix.lower() != ".png":
+        raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {plot}")
+    for path in (csv_path, plot):
+        _check_output(path)
+    workload = _load_workload(trace, synthetic, fmt, qps, rate_scale, max_requests, duration, seed,
+                              prompt_tokens, output_tokens)
+    setup = _setup(gpu, model, s_sat, bandwidth_efficiency, mfu, calibration, weight_bytes, kv_bytes,
+                   memory_reserve, max_prefill_tokens, flops_dtype)
+    runs: list[Any] = []
+    cfg_notes: list[str] = []
+    for name in dict.fromkeys(names):
+        if name == "pdmux":
+            cfg, cfg_notes = _pdmux_config(config, sm_group_num, decode_bs_divisor, token_budget, divisions, setup)
+            runs.append(PdmuxPolicy(cfg))
+        elif name == "chunked":
+            runs.extend(ChunkedPolicy(c) for c in dict.fromkeys(chunks))
+        else:
+            runs.append(PrefillFirstPolicy())
+
+    n = len(workload)
+    bar, update = _progress(_show_progress(as_json) and n * len(runs) >= 2000, n * len(runs), "simulating")
+    metrics = []
+    if bar is not None:
+        bar.start()
+    try:
+        for i, policy in enumerate(runs):
+            callback = (lambda done, base=i * n: update(base + done)) if update else None
+            result = run_simulation(workload, setup, policy, progress=callback)
+            metrics.append(summarize(result, slo_ttft, slo_itl))
+    finally:
+        if bar is not None:
+            bar.stop()
+
+    from ..simulate import report
+
+    title = (f"{workload.source}: {n} requests over {workload.duration_s:.0f} s ({workload.mean_qps:.3g} req/s); "
+             f"{setup.model.name} on {setup.gpu_name}, {setup.throughput.source}")
+    if csv_path is not None:
+        write_atomic(csv_path, report.per_request_csv(workload, metrics))
+    if plot is not None:
+        from ..simulate.plot import write_cdf_plot
+
+        write_cdf_plot(plot, metrics, title)
+    notes = [workload.bad_rows_text()] if workload.bad_rows else []
+    notes.extend(cfg_notes)
+    if workload.failed_rows:
+        notes.append(f"{workload.failed_rows} failed request row(s) (0 response tokens) skipped")
+    notes.extend(workload.notes)
+    if as_json:
+        print_json({
+            "trace": report.trace_dict(workload),
+            "model": setup.model.name, "gpu": setup.gpu_name, "sm_count": setup.total_sms,
+            "throughput": setup.throughput.source, "kv_capacity_tokens": setup.kv_capacity_tokens(),
+            "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl, "itl_judged_on": "request p99 ITL (nearest rank)"},
+            "policies": [report.metrics_dict(m) for m in metrics],
+            "csv": str(csv_path) if csv_path else None, "plot": str(plot) if plot else None,
+            "notes": notes,
+        })
+        return
+    from rich.console import Console
+
+    console = Console()
+    console.print(report.metrics_table(metrics, title))
+    for line in report.group_lines(metrics):
+        console.print(line, markup=False)
+    for m in metrics:
+        for note in m.notes:
+            notes.append(f"{m.policy}: {note}")
+    for note in notes:
+        console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
+    for path, what in ((csv_path, "per-request results"), (plot, "CDF plot")):
+        if path is not None:
+            console.print(f"wrote {path} ({what})")
+
+
+# ------------------------------------------------------------------------------------------------
+# tune
+
+
+def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_group_nums: str | None,
+              divisors: str | None, budgets: str | None, single_levels: bool, workers: int | None,
+              show_progress: bool) -> Any:
+    from ..simulate.tune import DEFAULT_BUDGETS, DEFAULT_DIVISORS, tune
+
+    _check_number("--slo-ttft", slo_ttft)
+    _check_number("--slo-itl", slo_itl)
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers must be >= 1, got {workers}")
+    groups = parse_int_list(sm_group_nums, "--sm-group-nums", minimum=3) if sm_group_nums else None
+    divs = parse_int_list(divisors, "--divisors") if divisors else DEFAULT_DIVISORS
+    buds = parse_int_list(budgets, "--budgets") if budgets else DEFAULT_BUDGETS
+    bar, _ = _progress(show_progress, 1, "tuning")
+    if bar is None:
+        return tune(workload, setup, slo_ttft, slo_itl, groups, divs, buds, single_levels, workers)
+    task = bar.task_ids[0]
+    with bar:
+        return tune(workload, setup, slo_ttft, slo_itl, groups, divs, buds, single_levels, workers,
+                    progress=lambda done, total: bar.update(task, completed=done, total=total))
+
+
+def tune_table(result: Any, top: int | None = 12) -> Any:
+    """A rich Table of the tuning rows, best first (``top`` rows plus SGLang's defaults)."""
+    from rich.table import Table
+
+    ranked = result.ranked()
+    shown = ranked if top is None else ranked[:top]
+    if result.baseline is not None and all(r.index != result.baseline for r in shown):
+        shown = shown + [result.rows[result.baseline]]
+    table = Table(title=f"pdmux configs compared ({len(result.rows)} simulated, best first)", title_justify="left",
+                  caption="SLO met: share of requests; goodput: requests/s meeting the SLO; p99s in ms",
+                  caption_justify="left")
+    for col, just in (("#", "right"), ("config", "left"), ("SLO met", "right"), ("goodput", "right"),
+                      ("TTFT p99", "right"), ("ITL p99", "right")):
+        table.add_column(col, justify=just)
+    for row in shown:
+        mark = " best" if row.index == result.best else ""
+        mark += " default" if row.index == result.baseline else ""
+        table.add_row(f"{row.index}{mark}", row.candidate.description, f"{row.slo_attainment:.1%}",
+                      f"{row.goodput_rps:.3g}", f"{row.ttft_p99_ms:.0f}", f"{row.itl_p99_ms:.1f}")
+    return table
+
+
+def _tune_dict(result: Any) -> dict[str, Any]:
+    def cfg(c: Any) -> dict[str, Any]:
+        return {"sm_group_num": c.sm_group_num, "manual_divisions": [list(e) for e in c.manual_divisions],
+                "split_forward_token_budget": c.split_forward_token_budget, "decode_bs_divisor": c.decode_bs_divisor}
+
+    def num(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    return {
+        "workers": result.workers, "skipped_invalid": result.skipped, "best": result.best, "baseline": result.baseline,
+        "rows": [{"index": r.index, "description": r.candidate.description, "config": cfg(r.candidate.config),
+                  "slo_attainment": r.slo_attainment, "goodput_rps": r.goodput_rps,
+                  "ttft_p99_ms": num(r.ttft_p99_ms), "itl_p99_ms": num(r.itl_p99_ms),
+                  "older_sglang_crash_rounds": r.older_sglang_crash_rounds} for r in result.rows],
+        "notes": result.notes,
+    }
+
+
+def tuned_config(
+    gpu_profile: Any,
+    trace: Path,
+    slo_ttft_ms: float,
+    slo_itl_ms: float,
+    model: str = "qwen3-8b",
+    fmt: str | None = None,
+    rate_scale: float | None = None,
+    qps: float | None = None,
+    max_requests: int | None = None,
+    duration: float | None = None,
+    budgets: str | None = None,
+    divisors: str | None = None,
+    sm_group_nums: str | None = None,
+    calibration: Path | None = None,
+    s_sat: float | None = None,
+    workers: int | None = None,
+    show: bool = True,
+) -> tuple[Any, dict[str, Any]]:
+    """The hook for ``pdmux gen-config --tune``: tune on ``trace`` for ``gpu_profile`` (a
+    ``hardware.Gpu``; ``None`` raises, since the cost model needs bandwidth and FLOP/s) and return
+    ``(winning PdmuxConfig, JSON-able summary)``. With ``show``, the comparison table goes to stderr
+    (stdout stays free for the YAML). Raises :class:`InputError` for bad inputs."""
+    if gpu_profile is None:
+        raise InputError("--tune needs a GPU profile (--gpu), not --sms/--cc: the simulation needs bandwidth and FLOP/s")
+    if trace is None or slo_ttft_ms is None or slo_itl_ms is None:
+        raise InputError("--tune needs --trace FILE, --slo-ttft MS and --slo-itl MS")
+    workload = _load_workload(trace, False, fmt, qps, rate_scale, max_requests, duration, 0, "1024", "128")
+    setup = _setup(None, model, s_sat, 0.85, 0.5, calibration, None, 2.0, 0.10, 16384, None, gpu_profile=gpu_profile)
+    result = _tune_run(workload, setup, slo_ttft_ms, slo_itl_ms, sm_group_nums, divisors, budgets, True, workers,
+                       show and sys.stderr.isatty())
+    if show:
+        from rich.console import Console
+
+        err = Console(stderr=True)
+        err.print(tune_table(result))
+        for note in result.notes:
+            err.print(f"[yellow]note:[/] {note}")
+    return result.best_row.candidate.config, _tune_dict(result)
+
+
+@app.command()
+def tune(
+    trace: Path = typer.Option(..., "--trace", help="Trace file to tune on (Azure CSV, Mooncake JSONL, BurstGPT CSV)."),
+    slo_ttft: float = typer.Option(..., "--slo-ttft", help="TTFT SLO, ms."),
+    slo_itl: float = typer.Option(..., "--slo-itl", help="ITL SLO, ms (judged on each request's p99 ITL)."),
+    model: str = typer.Option("qwen3-8b", "--model", "-m", help=MODEL_HELP),
+    gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP),
+    fmt: str | None = typer.Option(None, "--format", help="azure, mooncake or burstgpt (default: detected)."),
+    qps: float | None = typer.Option(None, "--qps", help="Retime the trace to this many requests/s."),
+    rate_scale: float | None = typer.Option(None, "--rate-scale", help="Multiply the trace's arrival rate."),
+    max_requests: int | None = typer.Option(None, "--max-requests", help="Only the first N requests."),
+    duration: float | None = typer.Option(None, "--duration", help="Only requests arriving in the first S seconds."),
+    sm_group_nums: str | None = typer.Option(None, "--sm-group-nums", help="sm_group_num values to try (default: every distinct one)."),
+    divisors: str | None = typer.Option(None, "--divisors", help="decode_bs_divisor values to try (default 12,24,36,48,72)."),
+    budgets: str | None = typer.Option(None, "--budgets", help="split_forward_token_budget values (default 4096,16384,65536)."),
+    no_single_levels: bool = typer.Option(False, "--no-fixed-splits", help="Do not try single fixed splits."),
+    s_sat: float | None = typer.Option(None, "--s-sat", help="SMs to saturate HBM bandwidth (default: half the SMs)."),
+    bandwidth_efficiency: float = typer.Option(0.85, "--bandwidth-efficiency", help="Fraction of datasheet bandwidth."),
+    mfu: float = typer.Option(0.5, "--mfu", help="Fraction of dense FLOP/s prefill reaches."),
+    calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench'."),
+    memory_reserve: float = typer.Option(0.10, "--memory-reserve", help="Share of GPU memory kept free of KV cache."),
+    max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="Prompt tokens of one prefill batch."),
+    workers: int | None = typer.Option(None, "--workers", help="Processes (default: the cores available)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the winning YAML here (whole or not at all)."),
+    show_all: bool = typer.Option(False, "--all", help="Show every config compared, not just the best."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
+    """Search pdmux YAML knobs for the best SLO attainment on a trace; write the winning YAML.
+
+    Tries sm_group_num, decode_bs_divisor or fixed splits, and split_forward_token_budget, one
+    simulation each, in parallel on the cores available."""
+    from .. import pdmux_config as pc
+
+    _check_output(output)
+    workload = _load_workload(trace, False, fmt, qps, rate_scale, max_requests, duration, 0, "1024", "128")
+    setup = _setup(gpu, model, s_sat, bandwidth_efficiency, mfu, calibration, None, 2.0, memory_reserve,
+                   max_prefill_tokens, None)
+    result = _tune_run(workload, setup, slo_ttft, slo_itl, sm_group_nums, divisors, budgets, not no_single_levels,
+                       workers, _show_progress(as_json))
+    best = result.best_row.candidate.config
+    problems = pc.validate(best, setup.total_sms, setup.compute_capability)
+    if problems:  # cannot happen: candidates are validated
+        raise InputError(f"winning config is invalid: {problems[0].where}: {problems[0].message}")
+    text = pc.dump_config(best)
+    if output is not None:
+        write_atomic(output, text)
+    if as_json:
+        data = _tune_dict(result)
+        data.update({"trace": trace.name, "requests": len(workload), "gpu": setup.gpu_name, "model": setup.model.name,
+                     "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl}, "yaml": text,
+                     "output": str(output) if output else None})
+        print_json(data)
+        return
+    from rich.console import Console
+
+    console = Console(stderr=output is None)
+    console.print(tune_table(result, None if show_all else 12))
+    row = result.best_row
+    from ..simulate.tune import levels_text
+
+    console.print(f"winner: {row.candidate.description} (levels {levels_text(best, setup.total_sms, setup.compute_capability)}): "
+                  f"{row.slo_attainment:.1%} of {len(workload)} requests meet TTFT <= {slo_ttft:g} ms and ITL p99 <= "
+                  f"{slo_itl:g} ms; {len(result.rows)} configs on {result.workers} worker(s)", markup=False)
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        console.print(f"wrote {output}; launch with: " + " ".join(pc.launch_flags(str(output), best.sm_group_num)),
+                      markup=False, soft_wrap=True)
+
+

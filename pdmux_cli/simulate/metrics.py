@@ -1,0 +1,213 @@
+"""Latency metrics of a run: TTFT, ITL, TPOT, end-to-end; SLO attainment, goodput, GPU busy share.
+
+Definitions (times in ms in the output):
+
+- **TTFT**: first token time minus arrival. **E2E**: last token time minus arrival.
+  **TPOT**: ``(E2E - TTFT) / (output - 1)`` (requests with more than one output token).
+- **ITL**: the gaps between a request's consecutive tokens: its first decode step's end minus its
+  first-token time, then the gaps between the ends of the decode steps it took part in. The ITL
+  percentiles are over *all tokens* of all requests: a decode step's gap is counted once per request
+  that was in both it and the step before (computed from the step end times with weights, never
+  expanded per token).
+- **Percentiles** are nearest-rank: the smallest value with at least that share of samples at or
+  below it (p99 of 100 samples is the largest; p50 of 4 is the 2nd).
+- **SLO**: a request meets it when ``TTFT <= slo_ttft`` and its own **p99 ITL** (nearest-rank over its
+  ITLs, so its maximum when it has at most 100 of them) ``<= slo_itl``; requests with a single output
+  token have no ITL and are judged on TTFT. Requests that never fit in KV memory miss it.
+  **Attainment** = meeting / all requests of the trace. **Goodput** = meeting / simulated span
+  (requests/s), the span running from the first arrival to the last token.
+- **GPU busy share** = 1 - (time with nothing to run) / span.
+- Requests of a scenario's initial decode batch (``RunResult.num_trace_requests`` onwards) are left
+  out of every statistic.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from dataclasses import dataclass, field
+
+from .engine import RunResult
+
+#: Percentiles reported for each latency.
+PERCENTILES = (50, 90, 99)
+
+
+def nearest_rank(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank ``q``-th percentile (0-100] of an ascending list; ``nan`` when empty."""
+    n = len(sorted_values)
+    if not n:
+        return math.nan
+    rank = max(1, math.ceil(q / 100.0 * n - 1e-9))
+    return sorted_values[min(n, rank) - 1]
+
+
+def weighted_nearest_rank(values: list[float], weights: list[float], q: float,
+                          cumulative: list[float] | None = None) -> float:
+    """Nearest-rank percentile of ``values`` (ascending) each counted ``weights`` times
+    (``cumulative``: the running sum of ``weights``, if already computed)."""
+    cum = cumulative if cumulative is not None else list(itertools.accumulate(weights))
+    if not cum or cum[-1] <= 0:
+        return math.nan
+    i = bisect.bisect_left(cum, q / 100.0 * cum[-1] - 1e-9)
+    return values[min(i, len(values) - 1)]
+
+
+def _summary(sorted_values: list[float]) -> dict[str, float]:
+    out = {f"p{q}": nearest_rank(sorted_values, q) for q in PERCENTILES}
+    out["max"] = sorted_values[-1] if sorted_values else math.nan
+    return out
+
+
+@dataclass
+class PolicyMetrics:
+    """What :func:`summarize` computes for one run. Latency dicts: ``p50``, ``p90``, ``p99``, ``max``
+    in ms (``nan`` when there is no sample). Per-request lists (trace requests only, ``nan`` when
+    not applicable): ``ttft_ms``, ``itl_p99_ms``, ``itl_max_ms``, ``tpot_ms``, ``e2e_ms``, ``met_slo``.
+    ``itl_cdf``: ``(values_ms ascending, cumulative share)`` of all ITLs, thinned to <= 2000 points,
+    for plots."""
+
+    policy: str
+    kind: str
+    requests: int
+    completed: int
+    rejected: int
+    ttft_ms: dict[str, float]
+    itl_ms: dict[str, float]
+    tpot_ms: dict[str, float]
+    e2e_ms: dict[str, float]
+    slo_ttft_ms: float
+    slo_itl_ms: float
+    met: int
+    slo_attainment: float
+    goodput_rps: float
+    span_s: float
+    gpu_busy_share: float
+    decode_steps: int
+    per_request: dict[str, list] = field(repr=False, default_factory=dict)
+    itl_cdf: tuple[list[float], list[float]] = field(repr=False, default=((), ()))
+    notes: list[str] = field(default_factory=list)
+    group_time_share: list[tuple[tuple[int, int], float]] | None = None
+    counters: dict = field(default_factory=dict)
+
+
+def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> PolicyMetrics:
+    """Latency percentiles, SLO attainment, goodput and busy share of one run (module docstring).
+
+    ``slo_ttft_ms``, ``slo_itl_ms``: the SLOs in ms (> 0). Cost: O(requests + decode steps) plus
+    sorting; per-request ITL lists are sliced from the step gaps, sorted only for requests with more
+    than 100 ITLs whose maximum misses the SLO.
+    """
+    n = result.num_trace_requests
+    ends = result.step_end_s
+    first_tok = result.first_token_s
+    first_step = result.first_step
+    steps = result.decode_steps
+    arrival = result.arrival_s
+    slo_ttft_s, slo_itl_s = slo_ttft_ms / 1e3, slo_itl_ms / 1e3
+
+    gaps = [b - a for a, b in zip([0.0, *ends], ends)]
+    cont = [0] * (len(ends) + 1)  # difference array: requests continuing into each step
+
+    ttft, itl_p99, itl_max, tpot, e2e, met_flags = ([math.nan] * n for _ in range(6))
+    first_gaps: list[float] = []
+    met = 0
+    completed = 0
+    last = result.arrival_s[0] if n else 0.0
+    for rid in range(n):
+        ft = first_tok[rid]
+        if math.isnan(ft):  # rejected
+            met_flags[rid] = False
+            continue
+        completed += 1
+        a = arrival[rid]
+        t1 = ft - a
+        ttft[rid] = t1 * 1e3
+        r = steps[rid]
+        ok = t1 <= slo_ttft_s
+        if r:
+            s0 = first_step[rid]
+            g0 = ends[s0] - ft
+            first_gaps.append(g0)
+            finish = ends[s0 + r - 1]
+            if r > 1:
+                cont[s0 + 1] += 1
+                cont[s0 + r] -= 1
+                seg = gaps[s0 + 1:s0 + r]
+                mx = max(seg)
+                mx = max(mx, g0)
+            else:
+                seg = None
+                mx = g0
+            rank = math.ceil(0.99 * r - 1e-9)  # nearest rank of the p99 among r ITLs
+            if rank >= r:
+                p99 = mx
+            else:
+                values = seg + [g0]
+                values.sort()
+                p99 = values[rank - 1]
+            itl_p99[rid] = p99 * 1e3
+            itl_max[rid] = mx * 1e3
+            tpot[rid] = (finish - ft) / r * 1e3
+            ok = ok and p99 <= slo_itl_s
+        else:
+            finish = ft
+        last = max(last, finish)
+        e2e[rid] = (finish - a) * 1e3
+        met_flags[rid] = ok
+        if ok:
+            met += 1
+
+    # all-token ITL distribution: step gaps weighted by continuing requests, plus first gaps
+    weights = itertools.accumulate(cont[:-1])
+    pairs = [(g, w) for g, w in zip(gaps, weights) if w]
+    pairs.extend((g, 1) for g in first_gaps)
+    pairs.sort()
+    values = [p[0] * 1e3 for p in pairs]
+    cum = list(itertools.accumulate(p[1] for p in pairs))
+    itl = {f"p{q}": weighted_nearest_rank(values, [], q, cum) for q in PERCENTILES}
+    itl["max"] = values[-1] if values else math.nan
+
+    span = last - (arrival[0] if n else 0.0)
+    busy = 1.0 - result.idle_s / span if span > 0 else 0.0
+    valid = [x for x in ttft if not math.isnan(x)]
+    group_share = None
+    if result.group_time_s is not None and result.groups is not None:
+        total_time = sum(result.group_time_s) or 1.0
+        group_share = [(tuple(g), t / total_time) for g, t in zip(result.groups, result.group_time_s)]
+    return PolicyMetrics(
+        policy=result.policy, kind=result.kind, requests=n, completed=completed, rejected=len(result.rejected),
+        ttft_ms=_summary(sorted(valid)),
+        itl_ms=itl,
+        tpot_ms=_summary(sorted(x for x in tpot if not math.isnan(x))),
+        e2e_ms=_summary(sorted(x for x in e2e if not math.isnan(x))),
+        slo_ttft_ms=slo_ttft_ms, slo_itl_ms=slo_itl_ms, met=met,
+        slo_attainment=met / n if n else 0.0,
+        goodput_rps=met / span if span > 0 else 0.0,
+        span_s=span, gpu_busy_share=max(0.0, min(1.0, busy)), decode_steps=len(ends),
+        per_request={"ttft_ms": ttft, "itl_p99_ms": itl_p99, "itl_max_ms": itl_max, "tpot_ms": tpot,
+                     "e2e_ms": e2e, "met_slo": met_flags},
+        itl_cdf=_thin_cdf(values, [], cumulative=cum),
+        notes=list(result.notes), group_time_share=group_share, counters=dict(result.counters),
+    )
+
+
+def _thin_cdf(values: list[float], weights: list[float], points: int = 2000,
+              cumulative: list[float] | None = None) -> tuple[list[float], list[float]]:
+    """``(values, cumulative share)`` of a weighted sample, at most about ``points`` points."""
+    cum = cumulative if cumulative is not None else list(itertools.accumulate(weights))
+    if not values or not cum or cum[-1] <= 0:
+        return [], []
+    total = float(cum[-1])
+    stride = max(1, len(values) // points)
+    idx = list(range(0, len(values), stride))
+    if idx[-1] != len(values) - 1:
+        idx.append(len(values) - 1)
+    return [values[i] for i in idx], [cum[i] / total for i in idx]
+
+
+def ttft_cdf(metrics: PolicyMetrics, points: int = 2000) -> tuple[list[float], list[float]]:
+    """``(TTFT ms ascending, cumulative share)`` of a run's requests, at most ``points`` points."""
+    values = sorted(x for x in metrics.per_request.get("ttft_ms", []) if not math.isnan(x))
+    return _thin_cdf(values, [1.0] * len(values), points)

@@ -1,0 +1,127 @@
+"""Rendering of simulation results: the comparison table (rich), JSON dicts, per-request CSV text.
+
+Pure functions of :class:`~pdmux_cli.simulate.metrics.PolicyMetrics`; the CLI prints or writes them.
+JSON keys carry units (``_ms``, ``_s``, ``_rps``); ``NaN`` becomes ``null``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from .metrics import PolicyMetrics
+from .traces import Trace
+
+_LATENCIES = (("TTFT", "ttft_ms"), ("ITL", "itl_ms"), ("TPOT", "tpot_ms"), ("E2E", "e2e_ms"))
+_STATS = ("p50", "p90", "p99", "max")
+
+
+def _num(value: float | None) -> float | None:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return value
+
+
+def _ms(value: float) -> str:
+    if not math.isfinite(value):
+        return "-"
+    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+def metrics_dict(m: PolicyMetrics) -> dict[str, Any]:
+    """One policy's summary as a JSON-able dict (no per-request lists)."""
+    out: dict[str, Any] = {
+        "policy": m.policy, "kind": m.kind, "requests": m.requests, "completed": m.completed,
+        "rejected": m.rejected,
+    }
+    for _, key in _LATENCIES:
+        out[key] = {s: _num(getattr(m, key)[s]) for s in _STATS}
+    out.update({
+        "slo_met": m.met, "slo_attainment": m.slo_attainment, "goodput_rps": m.goodput_rps,
+        "span_s": m.span_s, "gpu_busy_share": m.gpu_busy_share, "decode_steps": m.decode_steps,
+        "counters": m.counters, "notes": m.notes,
+    })
+    if m.group_time_share is not None:
+        out["group_time_share"] = [
+            {"prefill_sms": g[0], "decode_sms": g[1], "share": share} for g, share in m.group_time_share
+        ]
+    return out
+
+
+def trace_dict(trace: Trace) -> dict[str, Any]:
+    """What was replayed: source, format, size, duration (s), mean rate (req/s), skipped rows."""
+    n = len(trace)
+    return {
+        "source": trace.source, "format": trace.format, "requests": n,
+        "duration_s": trace.duration_s, "mean_qps": trace.mean_qps,
+        "mean_prompt_tokens": sum(trace.prompt_tokens) / n if n else 0,
+        "mean_output_tokens": sum(trace.output_tokens) / n if n else 0,
+        "bad_rows": trace.bad_rows, "bad_row_examples": [{"line": ln, "reason": why} for ln, why in trace.bad_examples],
+        "failed_rows": trace.failed_rows, "notes": list(trace.notes),
+    }
+
+
+def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "") -> Any:
+    """A rich Table: one column per policy, one row per statistic (latencies in ms)."""
+    from rich.table import Table
+
+    slo = metrics[0] if metrics else None
+    caption = (f"latencies in ms; SLO met = TTFT <= {slo.slo_ttft_ms:g} ms and the request's p99 ITL <= "
+               f"{slo.slo_itl_ms:g} ms") if slo else None
+    table = Table(title=title or None, title_justify="left", caption=caption, caption_justify="left")
+    table.add_column("", justify="left", no_wrap=True)
+    for m in metrics:
+        table.add_column(m.policy, justify="right", no_wrap=True)
+    best_att = max((m.slo_attainment for m in metrics), default=0.0)
+    for name, key in _LATENCIES:
+        for stat in _STATS:
+            table.add_row(f"{name} {stat}", *(_ms(getattr(m, key)[stat]) for m in metrics),
+                          end_section=stat == "max")
+    table.add_row("SLO met", *(
+        (f"[bold]{m.slo_attainment:.1%}[/]" if m.slo_attainment == best_att else f"{m.slo_attainment:.1%}")
+        for m in metrics))
+    table.add_row("goodput req/s", *(f"{m.goodput_rps:.3g}" for m in metrics))
+    table.add_row("GPU busy", *(f"{m.gpu_busy_share:.0%}" for m in metrics))
+    table.add_row("done", *(str(m.completed) for m in metrics))
+    if any(m.rejected for m in metrics):
+        table.add_row("never fit", *(str(m.rejected) for m in metrics))
+    return table
+
+
+def group_lines(metrics: Sequence[PolicyMetrics]) -> list[str]:
+    """For pdmux runs: one line with the share of time spent in each stream group."""
+    lines = []
+    for m in metrics:
+        if m.group_time_share:
+            parts = [f"{p}/{d} {share:.0%}" for (p, d), share in m.group_time_share if share >= 0.005]
+            lines.append(f"{m.policy}: time per stream group (prefill/decode SMs): " + ", ".join(parts))
+    return lines
+
+
+CSV_FIELDS = ("policy", "request", "arrival_s", "prompt_tokens", "output_tokens", "status", "ttft_ms",
+              "itl_p99_ms", "itl_max_ms", "tpot_ms", "e2e_ms", "met_slo")
+
+
+def per_request_csv(trace: Trace, metrics: Sequence[PolicyMetrics]) -> str:
+    """Per-request results of every policy as CSV text (header :data:`CSV_FIELDS`; empty cells for
+    values that do not apply; ``status`` is ``done`` or ``rejected``)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_FIELDS)
+
+    def cell(v: float) -> str:
+        return "" if not math.isfinite(v) else f"{v:.3f}"
+
+    for m in metrics:
+        pr = m.per_request
+        ttft, p99, mx, tpot, e2e, met = (pr["ttft_ms"], pr["itl_p99_ms"], pr["itl_max_ms"], pr["tpot_ms"],
+                                         pr["e2e_ms"], pr["met_slo"])
+        for i in range(m.requests):
+            done = math.isfinite(ttft[i])
+            writer.writerow((m.policy, i, f"{trace.arrival_s[i]:.6f}", trace.prompt_tokens[i], trace.output_tokens[i],
+                             "done" if done else "rejected", cell(ttft[i]), cell(p99[i]), cell(mx[i]),
+                             cell(tpot[i]), cell(e2e[i]), int(bool(met[i]))))
+    return buf.getvalue()

@@ -1,0 +1,121 @@
+"""Entry points: run one policy over a trace, and the chapter's scenario (a running decode batch plus
+one prompt) through any policy."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import InputError
+from .engine import Progress, RunResult, Setup, StepCost, build_work
+from .schedulers import (
+    ChunkedPolicy,
+    PdmuxPolicy,
+    PrefillFirstPolicy,
+    run_chunked,
+    run_pdmux,
+    run_prefill_first,
+)
+from .traces import Trace
+
+Policy = PdmuxPolicy | ChunkedPolicy | PrefillFirstPolicy
+
+
+def simulate(
+    trace: Trace,
+    setup: Setup,
+    policy: Policy,
+    initial_decode: Sequence[tuple[int, int]] = (),
+    progress: Progress | None = None,
+    costs: StepCost | None = None,
+) -> RunResult:
+    """Replay ``trace`` through ``policy`` on the simulated GPU of ``setup``.
+
+    ``initial_decode``: ``(context_tokens, remaining_decode_steps)`` of requests already decoding at
+    time 0 (appended after the trace's requests in the result). ``progress``: called now and then
+    with the number of finished requests. ``costs``: a :class:`StepCost` to reuse (caches).
+    Raises :class:`InputError` for a policy SGLang would refuse (no valid split, bad chunk size) or a
+    model that does not fit; requests that can never fit in KV memory are listed in
+    ``RunResult.rejected``, not raised.
+    """
+    if isinstance(policy, ChunkedPolicy) and policy.chunk_tokens < 1:
+        raise InputError(f"chunk size must be >= 1 token, got {policy.chunk_tokens}")
+    if isinstance(policy, PdmuxPolicy):
+        for name in ("split_forward_token_budget", "decode_bs_divisor"):
+            if getattr(policy.config, name) < 1:
+                raise InputError(f"{name} must be >= 1, got {getattr(policy.config, name)}")
+    costs = costs or StepCost(setup)
+    work = build_work(trace, setup, initial_decode)
+    runner = {"pdmux": run_pdmux, "chunked": run_chunked, "prefill-first": run_prefill_first}[policy.kind]
+    extra = runner(work, setup, policy, costs, progress)
+    notes = list(extra.get("notes", []))
+    if work.rejected:
+        first = work.rejected[0]
+        notes.insert(0, (
+            f"{len(work.rejected)} request(s) can never fit in the KV cache ({work.capacity} tokens): first is "
+            f"request {first} with {work.prompt[first]} + {work.output[first]} tokens; counted as missing the SLO"
+        ))
+    if progress is not None:
+        progress(work.finished)
+    return RunResult(
+        policy=policy.label, kind=policy.kind, arrival_s=work.arrival, prompt_tokens=work.prompt,
+        output_tokens=work.output, decode_steps=work.steps, first_token_s=work.first_token,
+        first_step=work.first_step, rejected=work.rejected, step_end_s=work.ends, end_s=extra["end_s"],
+        idle_s=extra["idle_s"], num_trace_requests=work.num_trace, notes=notes, groups=extra.get("groups"),
+        group_time_s=extra.get("group_time_s"), counters=extra.get("counters", {}),
+    )
+
+
+@dataclass(frozen=True)
+class ScenarioOutcome:
+    """The chapter's question for one policy: while the prompt is prefilled, what is decode's ITL?
+
+    ``itl_ms``: mean gap between the running requests' tokens over the decode steps that end by the
+    prompt's first token (ms); ``itl_max_ms``: the longest such gap; ``steps``: those decode steps
+    (tokens each running request gained); ``ttft_ms``: the prompt's time to first token (ms).
+    """
+
+    policy: str
+    itl_ms: float
+    itl_max_ms: float
+    steps: int
+    ttft_ms: float
+    result: RunResult
+
+
+def run_scenario(
+    setup: Setup,
+    policy: Policy,
+    decode_bs: int = 32,
+    context_tokens: int = 2048,
+    prompt_tokens: int = 8192,
+    output_tokens: int = 16,
+    remaining_steps: int = 256,
+) -> ScenarioOutcome:
+    """The chapter's scenario ("Is it worth it: an estimate"): ``decode_bs`` requests decoding at
+    ``context_tokens`` when one prompt of ``prompt_tokens`` arrives at t = 0 (defaults: 32 x 2048 and
+    8192). The running requests keep decoding for ``remaining_steps`` steps (far past the prefill).
+    Raises :class:`InputError` for non-positive sizes or when it does not fit in memory.
+    """
+    for name, value in (("decode_bs", decode_bs), ("context_tokens", context_tokens),
+                        ("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens)):
+        if value < 1:
+            raise InputError(f"{name} must be >= 1, got {value}")
+    trace = Trace(arrival_s=(0.0,), prompt_tokens=(prompt_tokens,), output_tokens=(output_tokens,),
+                  source="chapter scenario", format="synthetic")
+    result = simulate(trace, setup, policy, initial_decode=[(context_tokens, remaining_steps)] * decode_bs)
+    ttft = result.first_token_s[0]
+    if math.isnan(ttft):
+        raise InputError("the scenario's prompt does not fit in KV memory next to the decode batch")
+    ends = result.step_end_s
+    prev = 0.0
+    gaps = []
+    for end in ends:
+        if end > ttft + 1e-12:
+            break
+        gaps.append(end - prev)
+        prev = end
+    if not gaps:  # prompt done before any decode step: the next one carries the stall
+        gaps = [ends[0]]
+    return ScenarioOutcome(policy.label, sum(gaps) / len(gaps) * 1e3, max(gaps) * 1e3, len(gaps), ttft * 1e3, result)

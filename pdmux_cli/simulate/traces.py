@@ -1,0 +1,484 @@
+"""Request traces: parsers for Azure, Mooncake and BurstGPT files, synthetic Poisson arrivals, retiming.
+
+A :class:`Trace` is what the simulator replays: per request an arrival time (seconds from the first
+arrival, ascending), a prompt length and an output length (tokens). Formats (``traces.md``):
+
+- ``azure``: Azure LLM inference trace 2023 CSV, header ``TIMESTAMP,ContextTokens,GeneratedTokens``;
+  ``TIMESTAMP`` like ``2023-11-16 18:15:46.6805900`` (7 fractional digits: more than
+  ``datetime.fromisoformat`` takes, so it is parsed by hand: the minute through ``strptime``, cached,
+  plus ``float`` of the seconds).
+- ``mooncake``: Mooncake FAST'25 JSONL, one object a line with ``timestamp`` (ms), ``input_length``,
+  ``output_length`` (``hash_ids`` ignored).
+- ``burstgpt``: BurstGPT CSV, ``Timestamp`` (s), ``Model``, ``Request tokens``, ``Response tokens``,
+  ``Total tokens``, ``Log Type``; rows with 0 response tokens are failed requests: skipped and counted.
+
+The format is detected from the header or first line (or given). Bad rows are collected with their
+line number (a count and the first few are reported), never raised; a file with no valid row raises
+:class:`~pdmux_cli.errors.InputError`. Arrivals are sorted (stably) if the file is not in time order.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import itertools
+import json
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..errors import InputError
+
+#: Formats :func:`load_trace` reads.
+FORMATS = ("azure", "mooncake", "burstgpt")
+
+#: How many bad rows a :class:`Trace` keeps verbatim (all are counted).
+KEEP_BAD_ROWS = 5
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Requests to replay, in arrival order.
+
+    ``arrival_s``: seconds from the first arrival (ascending, first is 0). ``prompt_tokens`` and
+    ``output_tokens``: tokens (>= 1 each). ``source``: file name or ``"synthetic ..."``. ``format``:
+    one of :data:`FORMATS` or ``"synthetic"``. ``bad_rows``: number of rows that could not be read;
+    ``bad_examples``: the first few as ``(line number, reason)``. ``failed_rows``: BurstGPT failures
+    (0 response tokens), skipped. ``notes``: sentences for the user (re-sorted, retimed, cut).
+    """
+
+    arrival_s: tuple[float, ...]
+    prompt_tokens: tuple[int, ...]
+    output_tokens: tuple[int, ...]
+    source: str = ""
+    format: str = ""
+    bad_rows: int = 0
+    bad_examples: tuple[tuple[int, str], ...] = ()
+    failed_rows: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    @property
+    def duration_s(self) -> float:
+        """Seconds from the first to the last arrival (0 for one request)."""
+        return self.arrival_s[-1] - self.arrival_s[0] if self.arrival_s else 0.0
+
+    @property
+    def mean_qps(self) -> float:
+        """Mean arrival rate, requests/s: ``(n - 1) / duration`` (0 when undefined)."""
+        return (len(self) - 1) / self.duration_s if self.duration_s > 0 else 0.0
+
+    def bad_rows_text(self) -> str:
+        """One line: ``"3 bad rows skipped (line 4: ..., line 9: ...)"``, or ``""`` when none."""
+        if not self.bad_rows:
+            return ""
+        shown = "; ".join(f"line {line}: {why}" for line, why in self.bad_examples)
+        more = ", first: " if self.bad_rows > len(self.bad_examples) else ": "
+        return f"{self.bad_rows} bad row(s) skipped in {self.source}{more}{shown}"
+
+
+class _Rows:
+    """Collects parsed rows and bad-row reports while a file is read."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.prompts: list[int] = []
+        self.outputs: list[int] = []
+        self.bad = 0
+        self.examples: list[tuple[int, str]] = []
+        self.failed = 0
+
+    def reject(self, line: int, why: str) -> None:
+        self.bad += 1
+        if len(self.examples) < KEEP_BAD_ROWS:
+            self.examples.append((line, why))
+
+    def add(self, line: int, time_s: float, prompt: object, output: object, zero_output_is_failure: bool = False) -> None:
+        p = _tokens(prompt)
+        o = _tokens(output)
+        if p is None or p < 1:
+            self.reject(line, f"prompt tokens {prompt!r} is not an integer >= 1")
+            return
+        if o is None or o < 0:
+            self.reject(line, f"output tokens {output!r} is not an integer >= 0")
+            return
+        if o == 0:
+            if zero_output_is_failure:
+                self.failed += 1
+            else:
+                self.reject(line, "0 output tokens")
+            return
+        if not math.isfinite(time_s):
+            self.reject(line, "timestamp is not finite")
+            return
+        self.times.append(time_s)
+        self.prompts.append(p)
+        self.outputs.append(o)
+
+
+def _tokens(value: object) -> int | None:
+    """An integer token count from ``"123"``, ``123``, ``123.0``; ``None`` otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    text = str(value).strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return int(number) if math.isfinite(number) and number.is_integer() else None
+
+
+def _finish(rows: _Rows, source: str, fmt: str) -> Trace:
+    if not rows.times:
+        detail = f"; first problem: line {rows.examples[0][0]}: {rows.examples[0][1]}" if rows.examples else ""
+        failed = f" ({rows.failed} failed request rows skipped)" if rows.failed else ""
+        raise InputError(f"{source}: no valid request rows in this {fmt} trace{failed}{detail}")
+    times, prompts, outputs = rows.times, rows.prompts, rows.outputs
+    notes: list[str] = []
+    if any(b < a for a, b in itertools.pairwise(times)):
+        order = sorted(range(len(times)), key=times.__getitem__)
+        times = [times[i] for i in order]
+        prompts = [prompts[i] for i in order]
+        outputs = [outputs[i] for i in order]
+        notes.append(f"{source} is not in time order: requests sorted by arrival")
+    start = times[0]
+    return Trace(
+        arrival_s=tuple(t - start for t in times),
+        prompt_tokens=tuple(prompts),
+        output_tokens=tuple(outputs),
+        source=source,
+        format=fmt,
+        bad_rows=rows.bad,
+        bad_examples=tuple(rows.examples),
+        failed_rows=rows.failed,
+        notes=tuple(notes),
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Detection
+
+
+def detect_format(first_line: str) -> str | None:
+    """The format a file's first non-empty line announces, or ``None``.
+
+    ``{`` -> ``"mooncake"``; a CSV header with ``TIMESTAMP`` and ``ContextTokens`` -> ``"azure"``;
+    with ``Request tokens`` and ``Response tokens`` -> ``"burstgpt"`` (case-insensitive).
+    """
+    text = first_line.strip().lstrip("\ufeff")
+    if text.startswith("{"):
+        return "mooncake"
+    header = [h.strip().strip('"').lower() for h in text.split(",")]
+    if "timestamp" in header and "contexttokens" in header and "generatedtokens" in header:
+        return "azure"
+    if "request tokens" in header and "response tokens" in header:
+        return "burstgpt"
+    return None
+
+
+def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
+    """Read a trace file (format detected from its first line unless ``fmt`` is given).
+
+    Returns a :class:`Trace` with arrivals in seconds from the first request. Raises
+    :class:`InputError` (one line) for a missing or unreadable file, an unknown format, a header
+    without the needed columns, or no valid row. Bad rows are counted, not raised.
+    """
+    p = Path(path)
+    if fmt is not None:
+        fmt = fmt.strip().lower()
+        if fmt not in FORMATS:
+            raise InputError(f"unknown trace format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if not p.exists():
+        raise InputError(f"trace file {p} does not exist")
+    if p.is_dir():
+        raise InputError(f"trace path {p} is a directory, not a file")
+    try:
+        handle = open(p, newline="", encoding="utf-8-sig")  # noqa: SIM115  (closed by the with below)
+    except OSError as e:
+        raise InputError(f"cannot read trace {p}: {e.strerror}") from None
+    with handle:
+        try:
+            first = ""
+            for first in handle:
+                if first.strip():
+                    break
+            handle.seek(0)
+            detected = detect_format(first)
+            if fmt is None:
+                if detected is None:
+                    shown = first.strip()[:60]
+                    raise InputError(
+                        f"{p}: unknown trace format (first line {shown!r}); expected an Azure CSV, a "
+                        "Mooncake JSONL or a BurstGPT CSV, or pass --format"
+                    )
+                fmt = detected
+            reader: Callable[..., Trace] = {"azure": _read_azure, "mooncake": _read_mooncake,
+                                            "burstgpt": _read_burstgpt}[fmt]
+            return reader(handle, p.name)
+        except UnicodeDecodeError:
+            raise InputError(f"{p}: not a UTF-8 text file") from None
+
+
+def _header_index(header: list[str], wanted: dict[str, str], source: str, fmt: str) -> dict[str, int]:
+    lowered = [h.strip().strip('"').lower() for h in header]
+    index: dict[str, int] = {}
+    for key, column in wanted.items():
+        if column.lower() not in lowered:
+            raise InputError(f"{source}: {fmt} header lacks the column {column!r} (has: {', '.join(header)})")
+        index[key] = lowered.index(column.lower())
+    return index
+
+
+class _AzureClock:
+    """``YYYY-MM-DD HH:MM:SS.fffffff`` -> ``(minute since the epoch in s, seconds)``, UTC assumed, any
+    fraction length. Kept apart so differences keep sub-microsecond digits (a double holding
+    1.7e9 s has only ~0.2 us resolution).
+
+    The minute (``YYYY-MM-DD HH:MM``) goes through ``strptime`` once and is cached; the seconds are a
+    ``float``. Raises ``ValueError`` for anything else.
+    """
+
+    def __init__(self) -> None:
+        self.minutes: dict[str, float] = {}
+
+    def __call__(self, text: str) -> tuple[float, float]:
+        text = text.strip()
+        if len(text) < 19 or text[10] not in " T" or text[16] != ":":
+            raise ValueError(f"timestamp {text!r} is not YYYY-MM-DD HH:MM:SS[.fraction]")
+        minute = text[:16]
+        base = self.minutes.get(minute)
+        if base is None:
+            base = datetime.strptime(minute.replace("T", " "), "%Y-%m-%d %H:%M").replace(
+                tzinfo=timezone.utc).timestamp()
+            self.minutes[minute] = base
+        seconds_text = text[17:]
+        if not seconds_text[:2].isdigit() or (len(seconds_text) > 2 and seconds_text[2] != "."):
+            raise ValueError(f"timestamp {text!r} is not YYYY-MM-DD HH:MM:SS[.fraction]")
+        seconds = float(seconds_text)
+        if not 0 <= seconds < 61:
+            raise ValueError(f"timestamp {text!r} has seconds out of range")
+        return base, seconds
+
+
+def _read_azure(handle, source: str) -> Trace:
+    reader = csv.reader(handle)
+    header = next(reader, None) or []
+    col = _header_index(header, {"t": "TIMESTAMP", "p": "ContextTokens", "o": "GeneratedTokens"}, source, "Azure")
+    ct, cp, co = col["t"], col["p"], col["o"]
+    width = max(ct, cp, co) + 1
+    clock = _AzureClock()
+    rows = _Rows()
+    base: tuple[float, float] | None = None
+    for line, row in enumerate(reader, start=2):
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        if len(row) < width:
+            rows.reject(line, f"{len(row)} column(s), expected {len(header)}")
+            continue
+        try:
+            minute, seconds = clock(row[ct])
+        except ValueError as e:
+            rows.reject(line, str(e))
+            continue
+        if base is None:
+            base = (minute, seconds)  # relative times stay small: sub-microsecond digits survive
+        rows.add(line, (minute - base[0]) + (seconds - base[1]), row[cp], row[co])
+    return _finish(rows, source, "azure")
+
+
+def _read_burstgpt(handle, source: str) -> Trace:
+    reader = csv.reader(handle)
+    header = next(reader, None) or []
+    col = _header_index(header, {"t": "Timestamp", "p": "Request tokens", "o": "Response tokens"}, source, "BurstGPT")
+    ct, cp, co = col["t"], col["p"], col["o"]
+    width = max(ct, cp, co) + 1
+    rows = _Rows()
+    for line, row in enumerate(reader, start=2):
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        if len(row) < width:
+            rows.reject(line, f"{len(row)} column(s), expected {len(header)}")
+            continue
+        try:
+            time_s = float(row[ct])
+        except ValueError:
+            rows.reject(line, f"timestamp {row[ct]!r} is not a number of seconds")
+            continue
+        rows.add(line, time_s, row[cp], row[co], zero_output_is_failure=True)
+    return _finish(rows, source, "burstgpt")
+
+
+def _read_mooncake(handle, source: str) -> Trace:
+    rows = _Rows()
+    for line, text in enumerate(handle, start=1):
+        if not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            rows.reject(line, "not a JSON object")
+            continue
+        if not isinstance(obj, dict):
+            rows.reject(line, "not a JSON object")
+            continue
+        missing = [k for k in ("timestamp", "input_length", "output_length") if k not in obj]
+        if missing:
+            rows.reject(line, f"missing {', '.join(missing)}")
+            continue
+        stamp = obj["timestamp"]
+        if isinstance(stamp, bool) or not isinstance(stamp, (int, float)):
+            rows.reject(line, f"timestamp {stamp!r} is not a number of milliseconds")
+            continue
+        rows.add(line, stamp / 1000.0, obj["input_length"], obj["output_length"])
+    return _finish(rows, source, "mooncake")
+
+
+# ------------------------------------------------------------------------------------------------
+# Synthetic
+
+
+def parse_length_spec(text: str | int, what: str) -> Callable[[random.Random], int]:
+    """A token-length distribution from a spec; the result draws one length from an RNG.
+
+    ``"1024"``: fixed. ``"uniform:LO:HI"``: integers in [LO, HI]. ``"exp:MEAN"``: exponential with
+    that mean, rounded, at least 1. ``"lognormal:MEDIAN:SIGMA"``: log-normal with that median and
+    shape, rounded, at least 1. Raises :class:`InputError` (naming ``what``) for anything else.
+    """
+    spec = str(text).strip().lower()
+    parts = spec.split(":")
+    try:
+        if len(parts) == 1:
+            value = int(parts[0])
+            if value < 1:
+                raise InputError(f"{what} must be >= 1 token, got {value}")
+            return lambda rng: value
+        kind, args = parts[0], [float(a) for a in parts[1:]]
+    except ValueError:
+        raise InputError(f"{what} {text!r}: give N, uniform:LO:HI, exp:MEAN or lognormal:MEDIAN:SIGMA") from None
+    if not all(math.isfinite(a) for a in args):
+        raise InputError(f"{what} {text!r}: values must be finite")
+    if kind == "uniform" and len(args) == 2:
+        lo, hi = int(args[0]), int(args[1])
+        if not 1 <= lo <= hi:
+            raise InputError(f"{what} {text!r}: need 1 <= LO <= HI")
+        return lambda rng: rng.randint(lo, hi)
+    if kind == "exp" and len(args) == 1:
+        mean = args[0]
+        if mean <= 0:
+            raise InputError(f"{what} {text!r}: the mean must be > 0")
+        return lambda rng: max(1, round(rng.expovariate(1.0 / mean)))
+    if kind == "lognormal" and len(args) == 2:
+        median, sigma = args
+        if median <= 0 or sigma < 0:
+            raise InputError(f"{what} {text!r}: need MEDIAN > 0 and SIGMA >= 0")
+        mu = math.log(median)
+        return lambda rng: max(1, round(rng.lognormvariate(mu, sigma)))
+    raise InputError(f"{what} {text!r}: give N, uniform:LO:HI, exp:MEAN or lognormal:MEDIAN:SIGMA")
+
+
+def synthetic_trace(
+    qps: float,
+    prompt_tokens: str | int = 1024,
+    output_tokens: str | int = 128,
+    num_requests: int | None = None,
+    duration_s: float | None = None,
+    seed: int = 0,
+) -> Trace:
+    """Poisson arrivals at ``qps`` requests/s with lengths from :func:`parse_length_spec` specs.
+
+    Stops after ``num_requests`` requests or at ``duration_s`` seconds, whichever comes first
+    (1000 requests when neither is given). Deterministic for a ``seed``. Raises :class:`InputError`
+    for ``qps <= 0``, a bad length spec, or bounds that give no request.
+    """
+    if not (isinstance(qps, (int, float)) and math.isfinite(qps) and qps > 0):
+        raise InputError(f"--qps must be a number > 0, got {qps}")
+    if num_requests is not None and num_requests < 1:
+        raise InputError(f"--max-requests must be >= 1, got {num_requests}")
+    if duration_s is not None and not duration_s > 0:
+        raise InputError(f"--duration must be > 0 s, got {duration_s}")
+    draw_prompt = parse_length_spec(prompt_tokens, "--prompt-tokens")
+    draw_output = parse_length_spec(output_tokens, "--output-tokens")
+    if num_requests is None and duration_s is None:
+        num_requests = 1000
+    rng = random.Random(seed)
+    times: list[float] = []
+    prompts: list[int] = []
+    outputs: list[int] = []
+    t = 0.0
+    while num_requests is None or len(times) < num_requests:
+        if times:
+            t += rng.expovariate(qps)
+        if duration_s is not None and t > duration_s:
+            break
+        times.append(t)
+        prompts.append(draw_prompt(rng))
+        outputs.append(draw_output(rng))
+    return Trace(
+        arrival_s=tuple(times), prompt_tokens=tuple(prompts), output_tokens=tuple(outputs),
+        source=f"synthetic Poisson {qps:g} req/s, prompt {prompt_tokens}, output {output_tokens}, seed {seed}",
+        format="synthetic",
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Reshaping
+
+
+def reshape(
+    trace: Trace,
+    rate_scale: float | None = None,
+    qps: float | None = None,
+    max_requests: int | None = None,
+    duration_s: float | None = None,
+) -> Trace:
+    """Cut and retime a trace, in this order: first ``max_requests`` requests; arrivals retimed
+    (``rate_scale``: inter-arrival times divided by it, so 2 doubles the load; or ``qps``: scaled so
+    the mean rate is ``qps`` requests/s); then only arrivals within ``duration_s`` seconds.
+
+    Raises :class:`InputError` for both ``rate_scale`` and ``qps``, non-positive values, retiming a
+    trace whose requests all arrive at once, or a cut that leaves no request.
+    """
+    if rate_scale is not None and qps is not None:
+        raise InputError("give --rate-scale or --qps, not both (both set the arrival rate)")
+    for name, value in (("--rate-scale", rate_scale), ("--qps", qps), ("--duration", duration_s)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise InputError(f"{name} must be a number > 0, got {value}")
+    if max_requests is not None and max_requests < 1:
+        raise InputError(f"--max-requests must be >= 1, got {max_requests}")
+    notes = list(trace.notes)
+    arrivals, prompts, outputs = trace.arrival_s, trace.prompt_tokens, trace.output_tokens
+    if max_requests is not None and max_requests < len(arrivals):
+        arrivals, prompts, outputs = arrivals[:max_requests], prompts[:max_requests], outputs[:max_requests]
+        notes.append(f"first {max_requests} requests of {len(trace)}")
+    factor = None
+    if rate_scale is not None and rate_scale != 1:
+        factor = 1.0 / rate_scale
+        notes.append(f"arrival rate x{rate_scale:g}")
+    if qps is not None:
+        span = arrivals[-1] - arrivals[0]
+        if span <= 0:
+            raise InputError("cannot retime to --qps: every request of the trace arrives at the same time")
+        factor = (len(arrivals) - 1) / span / qps
+        notes.append(f"retimed to {qps:g} req/s (was {(len(arrivals) - 1) / span:.3g})")
+    if factor is not None:
+        arrivals = tuple(t * factor for t in arrivals)
+    if duration_s is not None:
+        keep = bisect.bisect_right(arrivals, duration_s)
+        if keep < len(arrivals):
+            notes.append(f"arrivals within {duration_s:g} s: {keep} of {len(arrivals)} requests")
+        arrivals, prompts, outputs = arrivals[:keep], prompts[:keep], outputs[:keep]
+    if not arrivals:
+        raise InputError("no request left after --max-requests/--duration")
+    return replace(trace, arrival_s=tuple(arrivals), prompt_tokens=tuple(prompts),
+                   output_tokens=tuple(outputs), notes=tuple(notes))

@@ -1,0 +1,244 @@
+"""``--tune``: search pdmux YAML knobs for the best SLO attainment on a trace (ties: goodput).
+
+The search space (every candidate is a :class:`~pdmux_cli.pdmux_config.PdmuxConfig` that passes
+:func:`pdmux_cli.pdmux_config.validate` for the device; the others are skipped and counted):
+
+- SGLang's automatic levels for each ``sm_group_num`` that gives a distinct set of levels (3 up to
+  the number of candidate splits + 2), times each ``decode_bs_divisor`` (the linear level rule; one
+  divisor when there is a single level). On GPUs where SGLang's automatic split raises (Blackwell),
+  the same levels are written as manual_divisions with the thresholds that reproduce the rule;
+- one fixed split per candidate level (manual_divisions with a single ``[prefill, decode, 0]``),
+  i.e. the level used whatever the decode batch;
+- each of those times each ``split_forward_token_budget``.
+
+SGLang's defaults (``sm_group_num 8``, divisor 36, budget 65536) are always among the candidates.
+Candidates are evaluated in parallel (one process per core, :class:`concurrent.futures.ProcessPoolExecutor`);
+the simulation has no randomness, and ties are broken by a fixed order (SGLang's defaults first,
+then candidate order), so the result is the same for any number of workers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+from .. import pdmux_config as pc
+from .. import policy as pol
+from ..errors import InputError
+from .engine import Setup
+from .metrics import summarize
+from .runner import simulate
+from .schedulers import PdmuxPolicy
+from .traces import Trace
+
+#: Default ``decode_bs_divisor`` values searched.
+DEFAULT_DIVISORS = (12, 24, 36, 48, 72)
+#: Default ``split_forward_token_budget`` values searched (tokens).
+DEFAULT_BUDGETS = (4096, 16384, 65536)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One config to try and a short description of it."""
+
+    config: pc.PdmuxConfig
+    description: str
+
+
+@dataclass(frozen=True)
+class TuneRow:
+    """One evaluated candidate: SLO attainment (share), goodput (req/s), p99 TTFT and ITL (ms), and
+    how often older SGLang would crash choosing a level with it."""
+
+    index: int
+    candidate: Candidate
+    slo_attainment: float
+    goodput_rps: float
+    ttft_p99_ms: float
+    itl_p99_ms: float
+    older_sglang_crash_rounds: int
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """All rows in candidate order, the winner's index, SGLang's defaults' index (or ``None``), and
+    how many generated configs were skipped as invalid for the device."""
+
+    rows: list[TuneRow]
+    best: int
+    baseline: int | None
+    skipped: int
+    workers: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def best_row(self) -> TuneRow:
+        """The winning row."""
+        return self.rows[self.best]
+
+    def ranked(self) -> list[TuneRow]:
+        """Rows best first: attainment, then goodput, then SGLang's defaults, then candidate order."""
+        return sorted(self.rows, key=lambda r: _rank_key(r, self.baseline))
+
+
+def _rank_key(row: TuneRow, baseline: int | None) -> tuple:
+    """Best first: higher SLO attainment, higher goodput, SGLang's defaults on a tie, earlier candidate."""
+    return (-row.slo_attainment, -row.goodput_rps, row.index != baseline, row.index)
+
+
+def _auto_description(groups: Sequence, sm_group_num: int, divisor: int | None, budget: int, manual: bool) -> str:
+    rule = f"div {divisor}" if divisor is not None else f"one level {groups[1][0]}/{groups[1][1]}"
+    how = "manual" if manual else "auto"
+    return f"{how}, {sm_group_num} groups, {rule}, budget {budget}"
+
+
+def levels_text(config: pc.PdmuxConfig, total_sms: int, cc: tuple[int, int]) -> str:
+    """``"112/20 104/28 ..."``: the split levels (prefill/decode SMs) a config gives on a device."""
+    plan = pol.plan_groups(total_sms, cc, config.sm_group_num, config.manual_divisions or None)
+    return " ".join(f"{p}/{d}" for p, d in plan.groups[1:-1])
+
+
+def candidates(
+    total_sms: int,
+    cc: tuple[int, int],
+    sm_group_nums: Sequence[int] | None = None,
+    divisors: Sequence[int] = DEFAULT_DIVISORS,
+    budgets: Sequence[int] = DEFAULT_BUDGETS,
+    single_levels: bool = True,
+) -> tuple[list[Candidate], int]:
+    """The configs to try on a device of ``total_sms`` SMs and capability ``cc`` (module docstring).
+
+    ``sm_group_nums``: ``None`` for every value with distinct levels. Returns ``(candidates, skipped)``,
+    skipped = generated configs that fail :func:`pdmux_cli.pdmux_config.validate`. Raises
+    :class:`InputError` when no valid candidate remains or an argument is out of range.
+    """
+    for name, values in (("divisors", divisors), ("token budgets", budgets)):
+        if not values or any(v < 1 for v in values):
+            raise InputError(f"tune: {name} must be integers >= 1, got {list(values)}")
+    major = cc[0]
+    automatic = major in pol.SGLANG_SM_CONSTRAINTS
+    min_part, multiple = pol.SGLANG_SM_CONSTRAINTS[major] if automatic else pol.cuda_sm_granularity(major)
+    cands = pol.candidate_prefill_sms(total_sms, min_part, multiple)
+    if not cands:
+        raise InputError(f"no valid SM split for {total_sms} SMs at compute capability {cc[0]}.{cc[1]}: nothing to tune")
+    if sm_group_nums is None:
+        sm_group_nums = range(3, len(cands) + 3)
+    elif any(g < 3 for g in sm_group_nums):
+        raise InputError(f"tune: sm_group_num values must be >= 3, got {list(sm_group_nums)}")
+
+    out: list[Candidate] = []
+    seen: set = set()
+    skipped = 0
+
+    def add(config: pc.PdmuxConfig, description: str, key: tuple) -> None:
+        nonlocal skipped
+        if key in seen:
+            return
+        seen.add(key)
+        if pc.validate(config, total_sms, cc):
+            skipped += 1
+            return
+        out.append(Candidate(config, description))
+
+    for budget in budgets:
+        plans: list[tuple[int, pol.GroupPlan]] = []
+        for g in sorted(set(sm_group_nums)):
+            plans.append((g, pol.plan_groups(total_sms, cc, g)))
+        if pol.DEFAULT_SM_GROUP_NUM not in set(sm_group_nums):
+            plans.append((pol.DEFAULT_SM_GROUP_NUM, pol.plan_groups(total_sms, cc, pol.DEFAULT_SM_GROUP_NUM)))
+        for g, plan in plans:
+            groups = tuple(tuple(s) for s in plan.groups)
+            levels = len(groups) - 2
+            divs = list(divisors) if levels > 1 else [pol.DEFAULT_DECODE_BS_DIVISOR]
+            if g == pol.DEFAULT_SM_GROUP_NUM and pol.DEFAULT_DECODE_BS_DIVISOR not in divs:
+                divs.append(pol.DEFAULT_DECODE_BS_DIVISOR)
+            for divisor in divs:
+                manual = plan.source != "sglang-auto"
+                if manual and divisor < levels:
+                    skipped += 1
+                    continue
+                config = pc.config_from_plan(plan, g, budget, divisor, manual=manual)
+                key = (groups, divisor if levels > 1 else None, budget)
+                add(config, _auto_description(groups, g, divisor if levels > 1 else None, budget, manual), key)
+        if single_levels:
+            for p in reversed(cands):
+                d = total_sms - p
+                groups = ((total_sms, 0), (p, d), (0, total_sms))
+                config = pc.PdmuxConfig(sm_group_num=3, manual_divisions=((p, d, 0),),
+                                        split_forward_token_budget=budget)
+                add(config, f"fixed split {p}/{d}, budget {budget}", (groups, None, budget))
+    if not out:
+        raise InputError(f"tune: none of the {skipped} generated configs is valid for this device")
+    return out, skipped
+
+
+def _evaluate(args: tuple) -> tuple[float, float, float, float, int]:
+    trace, setup, config, slo_ttft_ms, slo_itl_ms = args
+    result = simulate(trace, setup, PdmuxPolicy(config))
+    m = summarize(result, slo_ttft_ms, slo_itl_ms)
+    return (m.slo_attainment, m.goodput_rps, m.ttft_ms["p99"], m.itl_ms["p99"],
+            int(m.counters.get("older_sglang_crash_rounds", 0)))
+
+
+def default_workers() -> int:
+    """CPU cores this process may use (``os.sched_getaffinity`` where available)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def tune(
+    trace: Trace,
+    setup: Setup,
+    slo_ttft_ms: float,
+    slo_itl_ms: float,
+    sm_group_nums: Sequence[int] | None = None,
+    divisors: Sequence[int] = DEFAULT_DIVISORS,
+    budgets: Sequence[int] = DEFAULT_BUDGETS,
+    single_levels: bool = True,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> TuneResult:
+    """Simulate ``trace`` under every candidate pdmux config and pick the best.
+
+    ``slo_ttft_ms``, ``slo_itl_ms``: SLOs in ms (> 0; judged as in :mod:`.metrics`). ``workers``:
+    processes (default: the cores available; 1 runs in this process). ``progress(done, total)`` is
+    called after each candidate. The winner maximises SLO attainment, then goodput, then comes first
+    in candidate order: deterministic. Raises :class:`InputError` for non-positive SLOs or no valid
+    candidate.
+    """
+    for name, value in (("--slo-ttft", slo_ttft_ms), ("--slo-itl", slo_itl_ms)):
+        if not (value > 0 and value != float("inf")):
+            raise InputError(f"{name} must be a number of ms > 0, got {value}")
+    cands, skipped = candidates(setup.total_sms, setup.compute_capability, sm_group_nums, divisors, budgets,
+                                single_levels)
+    workers = min(workers or default_workers(), len(cands))
+    tasks = [(trace, setup, c.config, slo_ttft_ms, slo_itl_ms) for c in cands]
+    outcomes: list[tuple] = []
+    if workers <= 1:
+        for task in tasks:
+            outcomes.append(_evaluate(task))
+            if progress:
+                progress(len(outcomes), len(tasks))
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for outcome in pool.map(_evaluate, tasks):
+                outcomes.append(outcome)
+                if progress:
+                    progress(len(outcomes), len(tasks))
+    rows = [TuneRow(i, c, *o) for i, (c, o) in enumerate(zip(cands, outcomes))]
+    default = pc.PdmuxConfig()
+    baseline = next((r.index for r in rows if r.candidate.config == default), None)
+    if baseline is None:  # Blackwell: the defaults written as manual_divisions
+        baseline = next((r.index for r in rows if r.candidate.config.sm_group_num == pol.DEFAULT_SM_GROUP_NUM
+                         and r.candidate.config.decode_bs_divisor == pol.DEFAULT_DECODE_BS_DIVISOR
+                         and r.candidate.config.split_forward_token_budget == pol.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
+                         and r.candidate.description.startswith("manual")), None)
+    best = min(rows, key=lambda r: _rank_key(r, baseline)).index
+    notes = []
+    if rows[best].older_sglang_crash_rounds:
+        notes.append("the winner relies on newer SGLang's fallback to group 1: older SGLang main would crash with it")
+    return TuneResult(rows, best, baseline, skipped, workers, notes)

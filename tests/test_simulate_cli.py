@@ -1,0 +1,201 @@
+"""``pdmux simulate`` and ``pdmux tune`` through typer's runner: tables, JSON, files, bad input."""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from pdmux_cli import pdmux_config as pc
+from pdmux_cli.cli import app
+from pdmux_cli.errors import InputError
+from pdmux_cli.hardware import find_gpu
+from pdmux_cli.model import load_model
+from pdmux_cli.simulate.engine import make_setup
+from pdmux_cli.simulate.traces import load_trace, reshape
+from pdmux_cli.simulate.tune import candidates, tune
+
+FIX = Path(__file__).parent / "fixtures"
+AZURE = str(FIX / "azure_conv_50.csv")
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def assert_one_line_error(result, contains: str = "") -> None:
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("pdmux: error: ")
+    assert "Traceback" not in result.stderr + result.stdout
+    assert contains.lower() in lines[0].lower()
+
+
+def test_simulate_table_on_fixture() -> None:
+    r = run("simulate", AZURE, "--rate-scale", "5")
+    assert r.exit_code == 0, r.stderr
+    for text in ("pdmux", "chunked 512", "chunked 2048", "prefill-first", "TTFT p99", "ITL p50", "SLO met",
+                 "goodput", "azure_conv_50.csv"):
+        assert text in r.stdout
+
+
+def test_simulate_json() -> None:
+    r = run("simulate", AZURE, "--json", "--policies", "pdmux,chunked", "--chunk-sizes", "512",
+            "--slo-ttft", "500", "--slo-itl", "30")
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["trace"]["requests"] == 50 and data["trace"]["format"] == "azure"
+    assert [p["policy"] for p in data["policies"]] == ["pdmux", "chunked 512"]
+    for p in data["policies"]:
+        assert p["completed"] == 50
+        assert set(p["ttft_ms"]) == {"p50", "p90", "p99", "max"}
+        assert p["ttft_ms"]["p50"] <= p["ttft_ms"]["p99"] <= p["ttft_ms"]["max"]
+        assert 0 <= p["slo_attainment"] <= 1 and p["goodput_rps"] >= 0
+    assert data["slo"] == {"ttft_ms": 500, "itl_ms": 30, "itl_judged_on": "request p99 ITL (nearest rank)"}
+
+
+def test_simulate_synthetic_csv_and_plot(tmp_path: Path) -> None:
+    out_csv = tmp_path / "req.csv"
+    out_png = tmp_path / "cdf.png"
+    args = ["simulate", "--synthetic", "--qps", "4", "--max-requests", "60", "--prompt-tokens", "uniform:100:3000",
+            "--output-tokens", "exp:60", "--seed", "3", "--csv", str(out_csv), "--json"]
+    try:
+        import matplotlib  # noqa: F401
+        args += ["--plot", str(out_png)]
+    except ImportError:
+        out_png = None
+    r = run(*args)
+    assert r.exit_code == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(out_csv.read_text())))
+    assert len(rows) == 60 * 4 and {row["policy"] for row in rows} == {"pdmux", "chunked 512", "chunked 2048",
+                                                                         "prefill-first"}
+    assert all(row["status"] == "done" for row in rows)
+    if out_png is not None:
+        assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_simulate_bad_rows_are_a_note() -> None:
+    r = run("simulate", str(FIX / "azure_bad_rows.csv"), "--policies", "chunked")
+    assert r.exit_code == 0, r.stderr
+    assert "5 bad row(s)" in r.stdout and "line 4" in r.stdout
+
+
+@pytest.mark.parametrize("args, contains", [
+    (["simulate", "no/such/trace.csv"], "does not exist"),
+    (["simulate", AZURE, "--format", "parquet"], "unknown trace format"),
+    (["simulate", str(FIX / "README.md")], "unknown trace format"),
+    (["simulate", "--synthetic", "--qps", "-2"], "--qps"),
+    (["simulate", AZURE, "--qps", "-1"], "--qps"),
+    (["simulate", AZURE, "--rate-scale", "0"], "--rate-scale"),
+    (["simulate"], "trace file"),
+    (["simulate", AZURE, "--policies", "fifo"], "--policies"),
+    (["simulate", AZURE, "--chunk-sizes", "0"], "--chunk-sizes"),
+    (["simulate", AZURE, "--gpu", "nope"], "unknown GPU"),
+    (["simulate", AZURE, "--plot", "x.jpg"], ".png"),
+    (["simulate", AZURE, "--csv", "/no/such/dir/x.csv"], "does not exist"),
+    (["simulate", AZURE, "--divisions", "80:50:0"], "132"),
+    (["simulate", AZURE, "--memory-reserve", "1.5"], "--memory-reserve"),
+    (["simulate", "--synthetic", "--qps", "1", "--prompt-tokens", "gauss:3"], "--prompt-tokens"),
+    (["tune", "--trace", AZURE, "--slo-ttft", "-5", "--slo-itl", "20"], "--slo-ttft"),
+    (["tune", "--trace", "missing.csv", "--slo-ttft", "5", "--slo-itl", "20"], "does not exist"),
+    (["tune", "--trace", AZURE, "--slo-ttft", "100"], "--slo-itl"),
+])
+def test_bad_inputs_exit_2_with_one_line(args, contains) -> None:
+    assert_one_line_error(run(*args), contains)
+
+
+def test_tune_cli_writes_valid_yaml(tmp_path: Path) -> None:
+    out = tmp_path / "pdmux.yaml"
+    r = run("tune", "--trace", AZURE, "--slo-ttft", "200", "--slo-itl", "25", "--rate-scale", "10",
+            "--budgets", "65536", "--divisors", "24,36", "--sm-group-nums", "3,5,8", "--workers", "1",
+            "--output", str(out), "--json")
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["rows"] and 0 <= data["best"] < len(data["rows"])
+    best = data["rows"][data["best"]]
+    assert best["slo_attainment"] == max(row["slo_attainment"] for row in data["rows"])
+    config, problems = pc.load_config(out)
+    assert not problems and not pc.validate(config, 132, (9, 0))
+    assert yaml.safe_load(out.read_text())["sm_group_num"] == best["config"]["sm_group_num"]
+
+
+# ---- tune as a function -----------------------------------------------------------------------------
+
+
+def test_candidates_are_valid_and_include_sglang_defaults() -> None:
+    for gpu in ("h100", "a100", "h20", "b200"):
+        g = find_gpu(gpu)
+        cands, _ = candidates(g.sm_count, g.compute_capability)
+        assert len(cands) >= 20
+        for c in cands:
+            assert not pc.validate(c.config, g.sm_count, g.compute_capability), c
+        if gpu == "h100":
+            assert pc.PdmuxConfig() in [c.config for c in cands]
+            assert len(cands) >= 50
+
+
+def test_tune_is_deterministic_across_workers() -> None:
+    trace = reshape(load_trace(FIX / "azure_conv_50.csv"), rate_scale=8)
+    setup = make_setup(find_gpu("h100"), load_model("qwen3-8b"))
+    kwargs = {"sm_group_nums": [3, 5, 8], "divisors": [12, 36], "budgets": [4096, 65536]}
+    one = tune(trace, setup, 150, 20, workers=1, **kwargs)
+    two = tune(trace, setup, 150, 20, workers=2, **kwargs)
+    assert [(r.slo_attainment, r.goodput_rps) for r in one.rows] == [(r.slo_attainment, r.goodput_rps) for r in two.rows]
+    assert one.best == two.best
+    ranked = one.ranked()
+    assert ranked[0].index == one.best
+    assert all((a.slo_attainment, a.goodput_rps) >= (b.slo_attainment, b.goodput_rps) for a, b in itertools.pairwise(ranked))
+    with pytest.raises(InputError):
+        tune(trace, setup, 0, 20)
+
+
+def test_gen_config_hook() -> None:
+    from pdmux_cli.cli.simulate import tuned_config
+
+    config, summary = tuned_config(find_gpu("h100"), FIX / "azure_conv_50.csv", 200, 25, rate_scale=10,
+                                   budgets="65536", divisors="36", sm_group_nums="3,8", workers=1, show=False)
+    assert not pc.validate(config, 132, (9, 0))
+    assert summary["rows"][summary["best"]]["config"]["sm_group_num"] == config.sm_group_num
+    with pytest.raises(InputError, match="--gpu"):
+        tuned_config(None, FIX / "azure_conv_50.csv", 200, 25)
+
+
+@pytest.mark.parametrize("name", ["mooncake_small.jsonl", "burstgpt_small.csv"])
+def test_simulate_other_formats(name: str) -> None:
+    r = run("simulate", str(FIX / name), "--json", "--policies", "pdmux,prefill-first")
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["trace"]["format"] == name.split("_")[0]
+    assert all(p["completed"] == data["trace"]["requests"] for p in data["policies"])
+
+
+def test_simulate_with_calibration(tmp_path: Path) -> None:
+    from pdmux_cli.calibration import Calibration, dump_calibration
+
+    cal = Calibration(
+        gpu_name="NVIDIA H100 80GB HBM3", sm_count=132, compute_capability=(9, 0), driver_cuda_version="12.8",
+        cuda_version="12.6", date="2025-06-01",
+        bandwidth_curve=((8, 0.6e12), (16, 1.2e12), (64, 2.9e12), (132, 3.0e12)),
+        flops_curve=((8, 40e12), (64, 330e12), (132, 660e12)), copy_bytes_per_s=3.0e12, matmul_flops_per_s=670e12,
+        corun=((112, 20, 0.5, 0.9), (72, 60, 0.5, 0.9)), s_sat_sms=64, complete=True, source="test",
+    )
+    path = tmp_path / "calibration.yaml"
+    path.write_text(dump_calibration(cal))
+    base = ["simulate", AZURE, "--rate-scale", "10", "--policies", "pdmux", "--json"]
+    analytic = json.loads(run(*base).stdout)
+    r = run(*base, "--calibration", str(path))
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert "calibration" in data["throughput"]
+    assert data["policies"][0]["itl_ms"]["max"] != analytic["policies"][0]["itl_ms"]["max"]
+    assert_one_line_error(run(*base, "--calibration", str(path), "--s-sat", "50"), "--s-sat")
+    assert_one_line_error(run(*base, "--calibration", str(tmp_path / "none.yaml")), "not found")

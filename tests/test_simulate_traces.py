@@ -1,0 +1,154 @@
+"""Trace parsers (Azure, Mooncake, BurstGPT), format detection, bad rows, synthetic arrivals, retiming.
+
+Fixtures in tests/fixtures/ (README there: the Azure excerpt's CC-BY attribution).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pdmux_cli.errors import InputError
+from pdmux_cli.simulate.traces import (
+    detect_format,
+    load_trace,
+    parse_length_spec,
+    reshape,
+    synthetic_trace,
+)
+
+FIX = Path(__file__).parent / "fixtures"
+CONV = Path("/work/shared/data/traces/AzureLLMInferenceTrace_conv.csv")
+
+
+def test_azure_excerpt_first_rows_and_timestamps() -> None:
+    t = load_trace(FIX / "azure_conv_50.csv")
+    assert t.format == "azure" and len(t) == 50 and t.bad_rows == 0
+    assert t.prompt_tokens[:4] == (374, 396, 879, 91)
+    assert t.output_tokens[:4] == (44, 109, 55, 16)
+    # 18:15:46.6805900 -> 18:15:50.9951690 -> 18:15:51.2224670: 7 fractional digits kept
+    assert t.arrival_s[0] == 0.0
+    assert t.arrival_s[1] == pytest.approx(4.314579, abs=1e-6)
+    assert t.arrival_s[2] == pytest.approx(4.541877, abs=1e-6)
+    assert list(t.arrival_s) == sorted(t.arrival_s)
+
+
+def test_azure_minute_and_hour_rollover(tmp_path: Path) -> None:
+    p = tmp_path / "a.csv"
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                 "2023-11-16 18:59:59.9999999,10,2\n2023-11-16 19:00:00.0000001,10,2\n"
+                 "2023-11-17 00:00:01.5,10,2\n")
+    t = load_trace(p)
+    assert t.arrival_s[1] == pytest.approx(2e-7, abs=1e-9)
+    assert t.arrival_s[2] == pytest.approx(5 * 3600 + 1.5000001, abs=1e-6)
+
+
+def test_azure_bad_rows_reported_with_line_numbers() -> None:
+    t = load_trace(FIX / "azure_bad_rows.csv")
+    assert len(t) == 3
+    assert t.prompt_tokens == (374, 396, 800)
+    assert t.bad_rows == 5
+    assert [line for line, _ in t.bad_examples] == [4, 5, 6, 7, 8]
+    text = t.bad_rows_text()
+    assert "5 bad row(s)" in text and "line 4" in text and "\n" not in text
+
+
+def test_mooncake_small() -> None:
+    t = load_trace(FIX / "mooncake_small.jsonl")
+    assert t.format == "mooncake"
+    assert t.prompt_tokens == (6755, 6402, 6766, 512)
+    assert t.output_tokens == (500, 490, 9, 64)
+    assert t.arrival_s == pytest.approx((0.0, 27.482, 30.535, 46.0005))
+    assert t.bad_rows == 3
+    assert [line for line, _ in t.bad_examples] == [4, 5, 6]
+
+
+def test_burstgpt_small_failures_counted() -> None:
+    t = load_trace(FIX / "burstgpt_small.csv")
+    assert t.format == "burstgpt"
+    assert t.prompt_tokens == (472, 417, 2048)
+    assert t.output_tokens == (18, 217, 256)
+    assert t.arrival_s == pytest.approx((0.0, 113.0, 145.5))
+    assert t.failed_rows == 2
+    assert t.bad_rows == 1 and t.bad_examples[0][0] == 6
+
+
+def test_detect_format_and_forced_format() -> None:
+    assert detect_format("TIMESTAMP,ContextTokens,GeneratedTokens") == "azure"
+    assert detect_format('{"timestamp": 0}') == "mooncake"
+    assert detect_format("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type") == "burstgpt"
+    assert detect_format("a,b,c") is None
+    assert load_trace(FIX / "azure_conv_50.csv", fmt="azure").format == "azure"
+
+
+def test_errors_are_input_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="does not exist"):
+        load_trace(tmp_path / "missing.csv")
+    unknown = tmp_path / "x.csv"
+    unknown.write_text("a,b,c\n1,2,3\n")
+    with pytest.raises(InputError, match="unknown trace format"):
+        load_trace(unknown)
+    with pytest.raises(InputError, match="unknown trace format 'parquet'"):
+        load_trace(FIX / "azure_conv_50.csv", fmt="parquet")
+    empty = tmp_path / "empty.csv"
+    empty.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\nbad,1,1\n")
+    with pytest.raises(InputError, match="no valid request rows.*line 2"):
+        load_trace(empty)
+    wrong = tmp_path / "wrong.csv"
+    wrong.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    with pytest.raises(InputError, match="lacks the column 'TIMESTAMP'"):
+        load_trace(FIX / "mooncake_small.jsonl", fmt="azure")
+    with pytest.raises(InputError, match="no valid request rows"):
+        load_trace(wrong)
+
+
+def test_unsorted_file_is_sorted(tmp_path: Path) -> None:
+    p = tmp_path / "m.jsonl"
+    p.write_text('{"timestamp": 2000, "input_length": 5, "output_length": 1}\n'
+                 '{"timestamp": 1000, "input_length": 7, "output_length": 2}\n')
+    t = load_trace(p)
+    assert t.prompt_tokens == (7, 5) and t.arrival_s == (0.0, 1.0)
+    assert any("sorted" in n for n in t.notes)
+
+
+def test_reshape_rate_scale_qps_cut() -> None:
+    t = load_trace(FIX / "azure_conv_50.csv")
+    doubled = reshape(t, rate_scale=2)
+    assert doubled.arrival_s[-1] == pytest.approx(t.arrival_s[-1] / 2)
+    q = reshape(t, qps=10)
+    assert q.mean_qps == pytest.approx(10)
+    first = reshape(t, max_requests=5)
+    assert len(first) == 5 and first.prompt_tokens == t.prompt_tokens[:5]
+    cut = reshape(t, duration_s=10)
+    assert all(a <= 10 for a in cut.arrival_s) and len(cut) < 50
+    with pytest.raises(InputError, match="not both"):
+        reshape(t, rate_scale=2, qps=3)
+    with pytest.raises(InputError, match="> 0"):
+        reshape(t, qps=-1)
+    with pytest.raises(InputError, match="max-requests"):
+        reshape(t, max_requests=0)
+
+
+def test_synthetic_poisson_deterministic() -> None:
+    a = synthetic_trace(5, "uniform:100:200", "exp:50", num_requests=500, seed=3)
+    b = synthetic_trace(5, "uniform:100:200", "exp:50", num_requests=500, seed=3)
+    c = synthetic_trace(5, "uniform:100:200", "exp:50", num_requests=500, seed=4)
+    assert a == b and a.arrival_s != c.arrival_s
+    assert len(a) == 500 and 4 < a.mean_qps < 6.2
+    assert all(100 <= p <= 200 for p in a.prompt_tokens) and min(a.output_tokens) >= 1
+    fixed = synthetic_trace(2, 1024, 128, duration_s=10)
+    assert set(fixed.prompt_tokens) == {1024} and all(t <= 10 for t in fixed.arrival_s)
+    with pytest.raises(InputError, match="qps"):
+        synthetic_trace(-1)
+    for spec in ("0", "uniform:5:1", "exp:-1", "gauss:1", "lognormal:100"):
+        with pytest.raises(InputError):
+            parse_length_spec(spec, "--prompt-tokens")
+
+
+@pytest.mark.skipif(not CONV.exists(), reason="shared Azure trace not present")
+def test_whole_azure_conv_trace() -> None:
+    t = load_trace(CONV)
+    assert len(t) == 19366 and t.bad_rows == 0
+    assert 3400 < t.duration_s < 3600
+    assert sum(t.prompt_tokens) / len(t) == pytest.approx(1155, rel=0.01)
