@@ -14,9 +14,10 @@ bench:  ## speed benchmarks (figures go to benchmarks/RESULTS.md)
 	$(PYTHON) benchmarks/bench_cli.py
 	$(PYTHON) benchmarks/bench_simulate.py
 
+BENCH_EXTRA ?= bench  # bench-cu12 on a CUDA 12.x driver
+
 gpu-check:  ## on a GPU machine: GPU tests plus a short bench of every level (< 5 min)
-	$(PYTHON) -m pip install --quiet -e ".[bench,test]"
-	$(PYTHON) -m pytest -q -m gpu
+	$(PYTHON) -m pip install --quiet -e ".[$(strip $(BENCH_EXTRA)),test]"
 	$(PYTHON) benchmarks/gpu_check.py
 
 lint:

@@ -1,0 +1,110 @@
+#!/usr/bin/env python
+"""``make gpu-check``: the GPU tests, then a short ``pdmux bench --quick`` over every level, then a verdict.
+
+Needs an NVIDIA GPU with a CUDA >= 12.4 driver and ``pip install -e '.[bench,test]'``. Takes about 1-2
+minutes on an H100/H200 (budget: under 5). Steps:
+
+1. ``python -m pytest -m gpu tests/test_bench_gpu.py`` (granted splits, disjoint SM ids at every level,
+   read kernel >= 90% of copy, GEMM within 5% of torch.matmul on the default stream, teardown);
+2. ``pdmux bench --quick --out OUT`` (all levels, 3 repeats, 50 ms co-run windows): prints its own
+   tables and writes results.json, calibration.yaml and curves.png;
+3. a summary table of the checks read back from OUT/results.json.
+
+Exit status 0 only when every step passed. Usage: ``python benchmarks/gpu_check.py [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUDGET_S = 290.0
+
+
+def _run(cmd: list[str], timeout: float) -> int:
+    print(f"$ {' '.join(cmd)}", flush=True)
+    try:
+        return subprocess.run(cmd, check=False, cwd=ROOT, timeout=max(1.0, timeout)).returncode
+    except subprocess.TimeoutExpired:
+        print(f"gpu-check: timed out after {timeout:.0f} s", file=sys.stderr)
+        return 124
+
+
+def _checks(results: dict) -> list[tuple[str, bool, str]]:
+    """(check, passed, detail) rows from a bench's results.json."""
+    rows: list[tuple[str, bool, str]] = []
+    copy = (results.get("ceilings") or {}).get("copy") or {}
+    matmul = (results.get("ceilings") or {}).get("matmul") or {}
+    read_full, gemm_full = results.get("full_read_bytes_per_s"), results.get("full_gemm_flops_per_s")
+    rows.append(("bench complete", bool(results.get("complete")), results.get("error") or "; ".join(results.get("step_errors") or []) or "all steps ran"))
+    if read_full and copy.get("median_bytes_per_s"):
+        ratio = read_full / copy["median_bytes_per_s"]
+        rows.append(("read kernel vs copy (>= 90%)", ratio >= 0.9,
+                     f"{read_full / 1e9:,.0f} vs {copy['median_bytes_per_s'] / 1e9:,.0f} GB/s = {ratio:.0%}"))
+    if gemm_full and matmul.get("median_flops_per_s"):
+        ratio = gemm_full / matmul["median_flops_per_s"]
+        rows.append(("GEMM vs default-stream matmul (+-5%)", abs(ratio - 1) <= 0.05,
+                     f"{gemm_full / 1e12:,.1f} vs {matmul['median_flops_per_s'] / 1e12:,.1f} TFLOP/s = {ratio:.1%}"))
+    rows.append(("S_SAT (95% of whole-GPU read)", results.get("s_sat_sms") is not None, f"{results.get('s_sat_sms')} SMs"))
+    for lv in results.get("levels", []):
+        ok = lv["disjoint"] and lv["within_grant"]
+        rows.append((
+            f"level {lv['prefill_sms']}/{lv['decode_sms']}", ok,
+            (f"granted {lv['granted_prefill_sms']}/{lv['granted_decode_sms']}, SM ids {lv['smid_prefill_count']}/"
+            f"{lv['smid_decode_count']} {'disjoint' if lv['disjoint'] else 'OVERLAP'}; loss GEMM "
+            f"{lv['gemm_interference_percent']:.1f}%, read {lv['read_interference_percent']:.1f}%"),
+        ))
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="out/gpu-check", help="directory for the bench's results (default out/gpu-check)")
+    args = parser.parse_args()
+    start = time.monotonic()
+
+    def left() -> float:
+        return BUDGET_S - (time.monotonic() - start)
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        from pdmux_cli.bench import greenctx
+
+        info = greenctx.probe_device(0)
+    except Exception as exc:  # noqa: BLE001 - one line, whatever the reason
+        print(f"gpu-check: no usable GPU: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    print(f"gpu-check on {info.name} ({info.sm_count} SMs, driver CUDA {info.driver_version_text})", flush=True)
+
+    rc_tests = _run([sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_bench_gpu.py", "-q", "-rs", "-p", "no:cacheprovider"],
+                    left() * 0.6)
+    out = Path(args.out)
+    rc_bench = _run([sys.executable, "-m", "pdmux_cli", "bench", "--quick", "--out", str(out)], left())
+
+    rows: list[tuple[str, bool, str]] = [("GPU tests (pytest -m gpu)", rc_tests == 0, f"exit {rc_tests}"),
+                                         ("pdmux bench --quick", rc_bench == 0, f"exit {rc_bench}")]
+    results_path = ROOT / out / "results.json" if not out.is_absolute() else out / "results.json"
+    if results_path.exists():
+        rows += _checks(json.loads(results_path.read_text()))
+    elapsed = time.monotonic() - start
+    rows.append(("time (budget 5 min)", elapsed < 300, f"{elapsed:.0f} s"))
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"gpu-check: {info.name}", title_justify="left")
+    for col in ("check", "result", "detail"):
+        table.add_column(col)
+    for name, ok, detail in rows:
+        table.add_row(name, "[green]pass[/]" if ok else "[red]FAIL[/]", detail)
+    Console().print(table)
+    return 0 if all(ok for _, ok, _ in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""``pdmux bench``: measure what SM partitions of one GPU really give, to calibrate the estimate.
+
+A GEMM (the prefill probe) and a pure-read kernel (the decode probe) run alone on green contexts of
+every split size, then together at each of SGLang's levels, built exactly as sgl-kernel builds them.
+Modules:
+
+- ``plan``: what a run does, in numbers (pure; ``--dry-run``);
+- ``stats``: medians, spreads, S_SAT, monotone fits, co-run windows (pure);
+- ``kernels``: the CUDA sources and their NVRTC compilation (cuda-python, no GPU needed);
+- ``greenctx``: the driver probe and the green-context partitions (cuda-python, needs a GPU);
+- ``runner``: the measurements (torch + cuda-python, needs a GPU);
+- ``results``, ``report``, ``plot``: the results as values, tables, JSON, calibration and PNG.
+
+Nothing here imports torch, cuda-python, numpy or matplotlib at module level.
+"""
+
+from __future__ import annotations
+
+from .greenctx import probe_device
+
+__all__ = ["probe_device"]

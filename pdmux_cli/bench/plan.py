@@ -1,0 +1,427 @@
+"""What ``pdmux bench`` will run, computed without a GPU: the plan behind ``--dry-run`` and the real run.
+
+Pure: no torch, numpy or cuda-python. The plan fixes the SM counts of the solo sweep (the CUDA
+split granularity up to the whole GPU), SGLang's levels for the co-run (``policy.plan_groups``:
+SGLang's automatic path, or CUDA's granularity on Blackwell), the kernel sizes and the repeats, and
+counts the bytes and FLOPs each launch moves.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import policy
+from ..errors import InputError
+from . import kernels
+from .stats import S_SAT_FRACTION
+
+#: The prefill probe: bf16 ``torch.matmul`` of (M x K) @ (K x N), default M x N x K.
+DEFAULT_GEMM_SHAPE = (8192, 4096, 12288)
+#: Rows of the decode-like skinny GEMM (a decode batch): 32 x hidden x intermediate.
+SKINNY_ROWS = 32
+#: Read buffer of the bandwidth kernel, bytes, unless 4x L2 is larger.
+DEFAULT_BUFFER_BYTES = 1 << 30
+#: The read buffer must be at least this many times the L2 so reads come from HBM.
+MIN_BUFFER_L2_MULTIPLE = 4
+DEFAULT_REPEATS = 10
+QUICK_REPEATS = 3
+DEFAULT_WARMUP = 3
+QUICK_WARMUP = 1
+#: Wall window (ms) both co-run streams are kept busy for, per repeat.
+DEFAULT_WINDOW_MS = 200.0
+QUICK_WINDOW_MS = 50.0
+#: Each timed solo run lasts at least this long (ms): several launches when one is shorter.
+MIN_RUN_MS = 2.0
+#: The start gate of a co-run (ms): both streams wait while their work is queued.
+GATE_MS = 20.0
+#: Bytes per bf16 element.
+BF16_BYTES = 2
+#: Extra device memory kept free for cuBLAS workspaces and the CUDA context (bytes).
+MEMORY_HEADROOM_BYTES = 512 << 20
+
+
+@dataclass(frozen=True)
+class PlanDevice:
+    """The device a plan is for (SMs, bytes, bytes/s, FLOP/s; ``None`` where unknown).
+
+    ``source``: ``"profile"`` (a GPU profile, for ``--dry-run``), ``"profile+device"`` (a real device
+    matched to a profile) or ``"device"`` (a real device no profile matches: its own numbers).
+    """
+
+    name: str
+    sm_count: int
+    compute_capability: tuple[int, int]
+    l2_bytes: int | None
+    memory_bytes: int | None
+    hbm_bytes_per_s: float | None = None
+    bf16_dense_flops: float | None = None
+    profile_key: str | None = None
+    source: str = "profile"
+
+    @classmethod
+    def from_gpu(cls, gpu: Any, source: str = "profile") -> PlanDevice:
+        """From a ``hardware.Gpu``; raises :class:`InputError` when its SM count is unpublished."""
+        return cls(
+            name=gpu.name, sm_count=gpu.require_sm_count(), compute_capability=tuple(gpu.compute_capability),
+            l2_bytes=gpu.l2_bytes, memory_bytes=gpu.memory_bytes or None, hbm_bytes_per_s=gpu.hbm_bytes_per_s or None,
+            bf16_dense_flops=gpu.bf16_dense_flops or gpu.fp16_dense_flops, profile_key=gpu.key, source=source,
+        )
+
+    @property
+    def cc_text(self) -> str:
+        return f"{self.compute_capability[0]}.{self.compute_capability[1]}"
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """A bf16 GEMM ``(m x k) @ (k x n)``: sizes in elements."""
+
+    m: int
+    n: int
+    k: int
+
+    @property
+    def flops(self) -> int:
+        """FLOPs of one product: ``2 m n k``."""
+        return 2 * self.m * self.n * self.k
+
+    @property
+    def operand_bytes(self) -> int:
+        """Bytes of A, B and C together (bf16)."""
+        return BF16_BYTES * (self.m * self.k + self.k * self.n + self.m * self.n)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of B (the ``k x n`` weight of a skinny GEMM)."""
+        return BF16_BYTES * self.k * self.n
+
+    @property
+    def text(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+
+def parse_gemm_shape(text: str) -> GemmShape:
+    """``"8192x4096x12288"`` (M x N x K) -> :class:`GemmShape`; :class:`InputError` otherwise."""
+    parts = re.split(r"[x*, ]+", str(text).strip().lower())
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise InputError(f"--gemm-shape {text!r}: write MxNxK with positive integers, e.g. 8192x4096x12288")
+    m, n, k = (int(p) for p in parts)
+    if min(m, n, k) <= 0:
+        raise InputError(f"--gemm-shape {text!r}: M, N and K must all be > 0")
+    return GemmShape(m, n, k)
+
+
+def parse_skinny(text: str) -> GemmShape:
+    """``"4096x12288"`` (hidden x intermediate) -> the ``32 x intermediate x hidden`` decode GEMM."""
+    parts = re.split(r"[x*, ]+", str(text).strip().lower())
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise InputError(f"--skinny-gemm {text!r}: write HIDDENxINTERMEDIATE with positive integers, e.g. 4096x12288")
+    hidden, inter = (int(p) for p in parts)
+    return GemmShape(SKINNY_ROWS, inter, hidden)
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+
+def parse_bytes(text: str) -> int:
+    """``"1073741824"``, ``"1GiB"``, ``"512MiB"``, ``"2e9"``, ``"2GB"`` -> bytes (int > 0).
+
+    Raises :class:`InputError` for anything else.
+    """
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?(?:e[0-9]+)?)\s*([a-z]*)\s*", str(text).lower())
+    if not m or m.group(2) not in _BYTE_UNITS:
+        raise InputError(f"--buffer-bytes {text!r}: give bytes, e.g. 1073741824, 1GiB or 512MiB")
+    value = int(float(m.group(1)) * _BYTE_UNITS[m.group(2)])
+    if value <= 0:
+        raise InputError(f"--buffer-bytes {text!r} must be > 0")
+    return value
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """Everything a bench run does, in numbers (SMs, bytes, FLOPs, ms).
+
+    ``granularity``: ``(minimum SMs, multiple)`` of a green-context split and where it came from
+    (``granularity_source``: the driver's SM resource or CUDA's table by capability).
+    ``sweep_sms``: SM counts of the solo sweep; the last is the whole GPU (a plain stream).
+    ``levels``: the co-run levels ``(prefill_sms, decode_sms)``; ``level_source`` as in
+    ``policy.GroupPlan.source`` (or ``"option"`` for ``--levels`` pairs outside SGLang's plan).
+    ``buffer_bytes``: the read buffer (a multiple of 16). ``skinny``/``skinny_copies``: the optional
+    decode-like GEMM and how many weight copies it cycles through (together >= 4x L2).
+    """
+
+    device: PlanDevice
+    device_index: int
+    granularity: tuple[int, int]
+    granularity_source: str
+    sweep_sms: tuple[int, ...]
+    levels: tuple[policy.Split, ...]
+    level_source: str
+    notes: tuple[str, ...]
+    gemm: GemmShape
+    skinny: GemmShape | None
+    skinny_copies: int
+    buffer_bytes: int
+    repeats: int
+    warmup: int
+    window_ms: float
+    quick: bool
+
+    @property
+    def read_bytes_per_launch(self) -> int:
+        """Bytes one launch of the read kernel reads (the buffer, counted once)."""
+        return self.buffer_bytes
+
+    @property
+    def copy_bytes_per_launch(self) -> int:
+        """Bytes one device-to-device copy of the buffer moves (read + write: 2x the buffer)."""
+        return 2 * self.buffer_bytes
+
+    @property
+    def read_grid_blocks(self) -> int:
+        return kernels.read_grid_blocks(self.buffer_bytes)
+
+    @property
+    def smid_blocks(self) -> int:
+        return kernels.SMID_BLOCKS_PER_SM * self.device.sm_count
+
+    @property
+    def memory_needed_bytes(self) -> int:
+        """Device memory the bench allocates (bytes): GEMM operands, read buffer and its copy, the
+        skinny GEMM's weights, the SM-id output."""
+        total = self.gemm.operand_bytes + 2 * self.buffer_bytes + 4 * self.smid_blocks
+        if self.skinny is not None:
+            total += self.skinny_copies * self.skinny.weight_bytes
+            total += BF16_BYTES * self.skinny.m * (self.skinny.k + self.skinny.n)
+        return total
+
+    @property
+    def steps(self) -> int:
+        """Progress steps: 2 ceilings, one per sweep point, one per level."""
+        return 2 + len(self.sweep_sms) + len(self.levels)
+
+
+def sweep_sm_counts(total_sms: int, granularity: tuple[int, int]) -> tuple[int, ...]:
+    """SM counts of the solo sweep: ``min, min + multiple, ...`` below ``total_sms``, then the whole GPU."""
+    minimum, multiple = granularity
+    return tuple(range(minimum, total_sms, multiple)) + (total_sms,)
+
+
+def _parse_levels(text: str, planned: Sequence[policy.Split], total_sms: int) -> list[policy.Split]:
+    chosen: list[policy.Split] = []
+    for item in (t.strip() for t in str(text).split(",")):
+        if not item:
+            continue
+        if item.isdigit():
+            index = int(item)
+            if not 1 <= index <= len(planned):
+                listing = ", ".join(f"{i}={p}/{d}" for i, (p, d) in enumerate(planned, start=1)) or "none"
+                raise InputError(f"--levels {item}: level numbers run 1-{len(planned)} ({listing})")
+            split = planned[index - 1]
+        else:
+            parts = item.replace(":", "/").split("/")
+            if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+                raise InputError(f"--levels {item!r}: give level numbers (1,3) or PREFILL/DECODE SMs (112/20)")
+            split = policy.Split(int(parts[0]), int(parts[1]))
+            if split.prefill_sms <= 0 or split.decode_sms <= 0 or sum(split) > total_sms:
+                raise InputError(
+                    f"--levels {item}: prefill and decode SMs must be > 0 and add up to at most {total_sms}"
+                )
+        if split not in chosen:
+            chosen.append(split)
+    if not chosen:
+        raise InputError("--levels: give at least one level, e.g. 1,3 or 112/20")
+    return chosen
+
+
+def make_plan(
+    device: PlanDevice,
+    *,
+    gemm: GemmShape | None = None,
+    buffer_bytes: int | None = None,
+    repeats: int | None = None,
+    quick: bool = False,
+    levels: str | None = None,
+    device_index: int = 0,
+    sm_group_num: int = policy.DEFAULT_SM_GROUP_NUM,
+    skinny: GemmShape | None = None,
+    granularity: tuple[int, int] | None = None,
+    window_ms: float | None = None,
+) -> BenchPlan:
+    """The plan for ``device``. Every size is checked here, so a bad option fails before any GPU work.
+
+    ``buffer_bytes``: ``None`` for ``max(1 GiB, 4x L2)``; an explicit value below 4x L2 is refused.
+    ``repeats``: timed runs per measurement (default 10, ``quick`` 3). ``levels``: a comma list of
+    level numbers (1 = first green-context level) or ``P/D`` pairs; ``None`` for all of SGLang's.
+    ``granularity``: the driver's ``(minimum, multiple)`` when known, else CUDA's table.
+    Raises :class:`InputError` (exit 2) for bad sizes, repeats < 1, a device index < 0 or a
+    capability without green contexts.
+    """
+    if isinstance(repeats, bool) or (repeats is not None and repeats < 1):
+        raise InputError(f"--repeats must be >= 1, got {repeats}")
+    if device_index < 0:
+        raise InputError(f"--device must be >= 0, got {device_index}")
+    total = device.sm_count
+    major = device.compute_capability[0]
+    if granularity is None:
+        granularity = policy.cuda_sm_granularity(major)
+        granularity_source = "CUDA table by compute capability"
+    else:
+        granularity_source = "driver (minSmPartitionSize, smCoscheduledAlignment)"
+    if granularity[0] >= total:
+        raise InputError(f"{device.name} has {total} SMs: too few to split (green contexts need > {granularity[0]})")
+    notes: list[str] = []
+
+    try:
+        group_plan = policy.plan_groups(total, device.compute_capability, sm_group_num)
+        planned = list(group_plan.groups[1:-1])
+        level_source = group_plan.source
+        if group_plan.note:
+            notes.append(group_plan.note)
+    except InputError as exc:
+        planned, level_source = [], "none"
+        notes.append(f"no SGLang levels: {exc}")
+    if levels is not None:
+        chosen = _parse_levels(levels, planned, total)
+        if any(s not in planned for s in chosen):
+            level_source = "option"
+        planned = chosen
+    multiple = granularity[1]
+    for p, d in planned:
+        if p % multiple or p < granularity[0]:
+            notes.append(f"level {p}/{d}: {p} prefill SMs is not a multiple of {multiple}; the driver rounds it up")
+
+    l2 = device.l2_bytes
+    floor = MIN_BUFFER_L2_MULTIPLE * l2 if l2 else 0
+    if buffer_bytes is None:
+        buffer_bytes = max(DEFAULT_BUFFER_BYTES, floor)
+    elif buffer_bytes < floor:
+        raise InputError(
+            f"--buffer-bytes {buffer_bytes} is below {MIN_BUFFER_L2_MULTIPLE}x the L2 of {device.name} "
+            f"({floor} bytes): reads would hit L2, not HBM"
+        )
+    buffer_bytes -= buffer_bytes % kernels.READ_VECTOR_BYTES
+    if buffer_bytes < kernels.READ_BYTES_PER_BLOCK:
+        raise InputError(f"--buffer-bytes must be at least {kernels.READ_BYTES_PER_BLOCK} bytes")
+    if not l2:
+        notes.append(f"L2 size of {device.name} unknown: cannot check the read buffer is >= 4x L2")
+
+    gemm = gemm or GemmShape(*DEFAULT_GEMM_SHAPE)
+    skinny_copies = 0
+    if skinny is not None:
+        skinny_copies = max(1, math.ceil(floor / skinny.weight_bytes)) if floor else 4
+    plan = BenchPlan(
+        device=device, device_index=device_index, granularity=tuple(granularity),
+        granularity_source=granularity_source, sweep_sms=sweep_sm_counts(total, granularity),
+        levels=tuple(policy.Split(*s) for s in planned), level_source=level_source, notes=tuple(notes),
+        gemm=gemm, skinny=skinny, skinny_copies=skinny_copies, buffer_bytes=buffer_bytes,
+        repeats=repeats if repeats is not None else (QUICK_REPEATS if quick else DEFAULT_REPEATS),
+        warmup=QUICK_WARMUP if quick else DEFAULT_WARMUP,
+        window_ms=window_ms if window_ms is not None else (QUICK_WINDOW_MS if quick else DEFAULT_WINDOW_MS),
+        quick=quick,
+    )
+    if device.memory_bytes and plan.memory_needed_bytes + MEMORY_HEADROOM_BYTES > device.memory_bytes:
+        raise InputError(
+            f"the bench needs {plan.memory_needed_bytes / 1e9:.2f} GB (GEMM {gemm.text} {gemm.operand_bytes} bytes, "
+            f"read buffer 2 x {buffer_bytes} bytes) but {device.name} has {device.memory_bytes / 1e9:.1f} GB: "
+            "use a smaller --gemm-shape or --buffer-bytes"
+        )
+    return plan
+
+
+def estimated_seconds(plan: BenchPlan) -> float | None:
+    """A rough run time (s) from datasheet numbers (90% of HBM bandwidth, 70% of dense bf16 spread
+    linearly over the SMs, bandwidth saturating at half the SMs); ``None`` without those figures."""
+    dev = plan.device
+    if not dev.hbm_bytes_per_s or not dev.bf16_dense_flops:
+        return None
+    total = dev.sm_count
+
+    def read_s(s: int) -> float:
+        return plan.buffer_bytes / (0.9 * dev.hbm_bytes_per_s * min(1.0, 2 * s / total))
+
+    def gemm_s(s: int) -> float:
+        return plan.gemm.flops / (0.7 * dev.bf16_dense_flops * s / total)
+
+    def timed(launch_s: float) -> float:
+        runs = plan.repeats + 1
+        return plan.warmup * launch_s + runs * max(launch_s, MIN_RUN_MS / 1e3)
+
+    seconds = 2 * timed(read_s(total)) + timed(gemm_s(total))
+    for s in plan.sweep_sms:
+        seconds += timed(read_s(s)) + timed(gemm_s(s)) + 0.01
+    for p, d in plan.levels:
+        seconds += timed(gemm_s(p)) + timed(read_s(d)) + plan.repeats * (1.3 * plan.window_ms + GATE_MS) / 1e3 + 0.05
+    return seconds
+
+
+def plan_dict(plan: BenchPlan) -> dict[str, Any]:
+    """The JSON of ``pdmux bench --dry-run`` (units in the key names)."""
+    dev = plan.device
+    kernels_list: list[dict[str, Any]] = [
+        {
+            "name": "pdmux_read_bw", "kind": "bandwidth", "role": "decode probe (and the solo bandwidth sweep)",
+            "compiled": "NVRTC at run time (cubin for the device's sm_XY)",
+            "bytes_per_launch": plan.read_bytes_per_launch, "grid_blocks": plan.read_grid_blocks,
+            "block_threads": kernels.READ_BLOCK, "loads_in_flight_per_thread": kernels.READ_UNROLL,
+            "load_bytes": kernels.READ_VECTOR_BYTES,
+        },
+        {
+            "name": "torch.matmul bf16", "kind": "gemm", "role": "prefill probe (and the solo FLOP/s sweep)",
+            "shape_mnk": [plan.gemm.m, plan.gemm.n, plan.gemm.k], "flops_per_launch": plan.gemm.flops,
+            "operand_bytes": plan.gemm.operand_bytes,
+        },
+        {
+            "name": "pdmux_smid", "kind": "smid", "role": "which SMs each partition runs on",
+            "grid_blocks": plan.smid_blocks, "block_threads": kernels.SMID_BLOCK, "spin_ns": kernels.SMID_SPIN_NS,
+        },
+        {"name": "copy_", "kind": "ceiling", "role": "device-to-device copy, default stream",
+         "bytes_per_launch": plan.copy_bytes_per_launch},
+        {"name": "torch.matmul bf16 (whole GPU)", "kind": "ceiling", "role": "matmul on the default stream",
+         "flops_per_launch": plan.gemm.flops},
+    ]
+    if plan.skinny is not None:
+        kernels_list.append({
+            "name": "torch.matmul bf16 (skinny)", "kind": "skinny-gemm", "role": "decode-like GEMM probe",
+            "shape_mnk": [plan.skinny.m, plan.skinny.n, plan.skinny.k], "flops_per_launch": plan.skinny.flops,
+            "weight_bytes_per_launch": plan.skinny.weight_bytes, "weight_copies": plan.skinny_copies,
+        })
+    return {
+        "dry_run": True,
+        "gpu": dev.name,
+        "gpu_profile": dev.profile_key,
+        "device_source": dev.source,
+        "device_index": plan.device_index,
+        "sm_count": dev.sm_count,
+        "compute_capability": dev.cc_text,
+        "l2_bytes": dev.l2_bytes,
+        "memory_bytes": dev.memory_bytes,
+        "granularity_min_sms": plan.granularity[0],
+        "granularity_multiple_sms": plan.granularity[1],
+        "granularity_source": plan.granularity_source,
+        "sweep_sms": list(plan.sweep_sms),
+        "levels": [{"level": i, "prefill_sms": p, "decode_sms": d} for i, (p, d) in enumerate(plan.levels, start=1)],
+        "level_source": plan.level_source,
+        "gemm_shape_mnk": [plan.gemm.m, plan.gemm.n, plan.gemm.k],
+        "gemm_flops_per_launch": plan.gemm.flops,
+        "buffer_bytes": plan.buffer_bytes,
+        "buffer_l2_multiple": (plan.buffer_bytes / dev.l2_bytes) if dev.l2_bytes else None,
+        "read_bytes_per_launch": plan.read_bytes_per_launch,
+        "copy_bytes_per_launch": plan.copy_bytes_per_launch,
+        "memory_needed_bytes": plan.memory_needed_bytes,
+        "repeats": plan.repeats,
+        "warmup": plan.warmup,
+        "min_run_ms": MIN_RUN_MS,
+        "corun_window_ms": plan.window_ms,
+        "quick": plan.quick,
+        "s_sat_fraction": S_SAT_FRACTION,
+        "kernels": kernels_list,
+        "steps": plan.steps,
+        "estimated_seconds": estimated_seconds(plan),
+        "notes": list(plan.notes),
+    }

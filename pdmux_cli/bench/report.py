@@ -1,0 +1,142 @@
+"""Rich tables for ``pdmux bench``: the dry-run plan and the summary of a run. rich is imported lazily."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .plan import BenchPlan, estimated_seconds
+from .results import BenchResults
+
+
+def escape(text: str) -> str:
+    """``text`` shown as written in a rich table (no markup)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+def _gb(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e9:,.0f}"
+
+
+def _tf(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e12:,.1f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}%"
+
+
+def _bytes(value: int | None) -> str:
+    if value is None:
+        return "?"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= size:
+            return f"{value / size:.2f} {unit} ({value:,} bytes)"
+    return f"{value} bytes"
+
+
+def _table(title: str, columns: list[tuple[str, str]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for name, justify in columns:
+        table.add_column(name, justify=justify)
+    return table
+
+
+def plan_tables(plan: BenchPlan) -> list[Any]:
+    """Tables of ``pdmux bench --dry-run``: the device and sizes, the levels, the kernels."""
+    dev = plan.device
+    head = _table(f"pdmux bench plan: {dev.name} ({dev.sm_count} SMs, cc {dev.cc_text})", [("item", "left"), ("value", "left")])
+    est = estimated_seconds(plan)
+    rows = [
+        ("device", f"{dev.name} (device {plan.device_index}; numbers from {dev.source})"),
+        ("L2 / memory", f"{_bytes(dev.l2_bytes)} / {_bytes(dev.memory_bytes)}"),
+        ("split granularity", f"min {plan.granularity[0]} SMs, multiple of {plan.granularity[1]} ({plan.granularity_source})"),
+        ("solo sweep (SMs)", " ".join(map(str, plan.sweep_sms)) + f"  ({len(plan.sweep_sms)} points; last = whole GPU)"),
+        ("co-run levels", f"{len(plan.levels)} ({plan.level_source})"),
+        ("GEMM (prefill probe)", (f"bf16 {plan.gemm.text} (MxNxK): {plan.gemm.flops / 1e9:,.1f} GFLOP per launch, "
+                                  f"operands {_bytes(plan.gemm.operand_bytes)}")),
+        ("read buffer (decode probe)", f"{_bytes(plan.buffer_bytes)}"
+         + (f" = {plan.buffer_bytes / dev.l2_bytes:.1f}x L2" if dev.l2_bytes else "")),
+        ("bytes per launch", (f"read {plan.read_bytes_per_launch:,} (counted once); "
+                              f"copy {plan.copy_bytes_per_launch:,} (read + write)")),
+        ("timing", (f"{plan.warmup} warm-up, median of {plan.repeats} runs (>= 2 ms each), p10/p90 and min/max; "
+                    f"co-run window {plan.window_ms:g} ms x {plan.repeats}")),
+        ("device memory needed", _bytes(plan.memory_needed_bytes)),
+        ("estimated time", f"~{est:.0f} s (rough, datasheet numbers)" if est else "unknown (no datasheet numbers)"),
+    ]
+    if plan.skinny is not None:
+        rows.insert(7, ("skinny GEMM", (f"bf16 {plan.skinny.text}, {plan.skinny_copies} weight copies of "
+                                        f"{_bytes(plan.skinny.weight_bytes)}")))
+    for k, v in rows:
+        head.add_row(k, v)
+
+    levels = _table("co-run levels (GEMM on prefill SMs, read kernel on decode SMs, at the same time)",
+                    [("level", "right"), ("prefill SMs", "right"), ("decode SMs", "right")])
+    for i, (p, d) in enumerate(plan.levels, start=1):
+        levels.add_row(str(i), str(p), str(d))
+
+    ks = _table("kernels", [("kernel", "left"), ("role", "left"), ("per launch", "left")])
+    from . import kernels
+
+    ks.add_row("pdmux_read_bw (NVRTC)", "bandwidth: solo sweep, decode side of the co-run",
+               f"{plan.read_bytes_per_launch:,} bytes; {plan.read_grid_blocks:,} blocks x {kernels.READ_BLOCK} threads, "
+               f"{kernels.READ_UNROLL} x 16-byte loads in flight per thread")
+    ks.add_row("torch.matmul bf16", "GEMM: solo sweep, prefill side of the co-run", f"{plan.gemm.flops:,} FLOPs")
+    ks.add_row("pdmux_smid (NVRTC)", "SM ids per partition (disjoint, <= granted)",
+               f"{plan.smid_blocks} blocks x {kernels.SMID_BLOCK} threads")
+    ks.add_row("copy_ (default stream)", "ceiling: device-to-device copy", f"{plan.copy_bytes_per_launch:,} bytes")
+    ks.add_row("torch.matmul (default stream)", "ceiling: whole-GPU matmul", f"{plan.gemm.flops:,} FLOPs")
+    if plan.skinny is not None:
+        ks.add_row("torch.matmul bf16 skinny", "decode-like GEMM (solo sweep)",
+                   f"{plan.skinny.flops:,} FLOPs, {plan.skinny.weight_bytes:,} weight bytes")
+    return [head, levels, ks]
+
+
+def summary_tables(res: BenchResults) -> list[Any]:
+    """Tables of a run: ceilings and S_SAT, the solo sweep, the levels."""
+    full_read, full_gemm = res.full_read_rate(), res.full_gemm_rate()
+    r = res.run
+    status = "complete" if res.complete else ("INTERRUPTED" if res.interrupted else "INCOMPLETE")
+    head = _table(f"pdmux bench: {r.gpu_name} ({r.sm_count} SMs, cc {r.compute_capability[0]}.{r.compute_capability[1]}), "
+                  f"{status}", [("item", "left"), ("value", "left")])
+    head.add_row("driver / torch CUDA", f"CUDA {r.driver_cuda_version} / {r.cuda_version} (torch {r.torch_version})")
+    if res.copy:
+        head.add_row("copy ceiling", f"{_gb(res.copy.median)} GB/s (read + write; p10-p90 {_gb(res.copy.p10)}-{_gb(res.copy.p90)})")
+    if res.matmul:
+        head.add_row("matmul ceiling", f"{_tf(res.matmul.median)} TFLOP/s (p10-p90 {_tf(res.matmul.p10)}-{_tf(res.matmul.p90)})")
+    if full_read:
+        ratio = f" = {full_read / res.copy.median:.0%} of copy" if res.copy else ""
+        head.add_row("read kernel, whole GPU", f"{_gb(full_read)} GB/s{ratio}")
+    s_sat = res.s_sat_sms()
+    if s_sat is not None:
+        head.add_row("S_SAT (95% of whole-GPU read rate)", f"{s_sat} SMs")
+    if res.error:
+        head.add_row("stopped by", escape(res.error))
+    for problem in res.step_errors:
+        head.add_row("failed step", escape(problem))
+
+    sweep = _table("solo sweep (each kernel alone; median, p10-p90)",
+                   [("SMs asked", "right"), ("granted", "right"), ("read GB/s", "right"), ("p10-p90", "right"),
+                    ("of full", "right"), ("GEMM TFLOP/s", "right"), ("p10-p90", "right"), ("of full", "right")])
+    for p in res.sweep:
+        sweep.add_row(
+            f"{p.requested_sms}" + (" (whole)" if p.kind == "whole" else ""), str(p.granted_sms),
+            _gb(p.read.median), f"{_gb(p.read.p10)}-{_gb(p.read.p90)}", _pct(p.read.median / full_read if full_read else None),
+            _tf(p.gemm.median), f"{_tf(p.gemm.p10)}-{_tf(p.gemm.p90)}", _pct(p.gemm.median / full_gemm if full_gemm else None),
+        )
+    levels = _table("co-run at SGLang's levels (GEMM on prefill SMs + read kernel on decode SMs)",
+                    [("level P/D", "left"), ("granted", "left"), ("SM ids P/D", "left"), ("GEMM solo", "right"),
+                     ("co-run", "right"), ("loss", "right"), ("read solo GB/s", "right"), ("co-run", "right"),
+                     ("loss", "right")])
+    for lv in res.levels:
+        ok = "ok" if lv.disjoint and lv.within_grant else ("OVERLAP" if not lv.disjoint else "TOO MANY")
+        levels.add_row(
+            f"{lv.prefill_sms}/{lv.decode_sms}", f"{lv.granted_prefill_sms}/{lv.granted_decode_sms}",
+            f"{len(lv.smid_prefill)}/{len(lv.smid_decode)} {ok}", _tf(lv.solo_gemm.median), _tf(lv.corun_gemm.median),
+            f"{(1 - lv.flops_factor) * 100:.1f}%", _gb(lv.solo_read.median), _gb(lv.corun_read.median),
+            f"{(1 - lv.bandwidth_factor) * 100:.1f}%",
+        )
+    return [head, sweep, levels] if res.levels else [head, sweep]

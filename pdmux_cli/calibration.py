@@ -1,0 +1,391 @@
+"""Measured throughput curves from ``pdmux bench``: the ``calibration.yaml`` file and its cost-model view.
+
+``pdmux bench --out DIR`` writes ``DIR/calibration.yaml``; ``pdmux estimate --calibration FILE``
+loads it here and uses :meth:`Calibration.throughput` in place of the chapter's analytic S_SAT/MFU
+guesses (``cost.AnalyticThroughput``). Pure Python plus ``yaml``: no torch, numpy or cuda import,
+because the planning commands import this module.
+
+What the curves are (units in the names; SMs are what the driver granted):
+
+- ``bandwidth_curve``: ``(sms, bytes_per_s)``, the bench's pure-read kernel (16-byte loads, a buffer
+  >= 4x L2) running alone on a green context of ``sms`` SMs; bytes read per second from HBM.
+- ``flops_curve``: ``(sms, flops_per_s)``, a bf16 ``torch.matmul`` (8192 x 4096 x 12288 by default)
+  alone on ``sms`` SMs; dense FLOP/s achieved.
+- ``corun``: ``(prefill_sms, decode_sms, bandwidth_factor, flops_factor)`` per SGLang level: each
+  kernel's rate while the other runs on the level's other partition, divided by its rate alone on
+  the same SMs (1.0 = no interference). Levels are the requested (policy) SM counts.
+- ``copy_bytes_per_s`` (a device-to-device ``copy_``, read + write bytes counted) and
+  ``matmul_flops_per_s`` (the same matmul on the whole GPU, default stream): ceilings, for reference.
+- ``s_sat_sms``: the smallest measured SM count whose read rate reaches 95% of the whole GPU's.
+
+The curves are rates kernels actually reached, so the estimate's ``bandwidth_efficiency`` and ``mfu``
+are NOT applied on top of them (they would count the same losses twice).
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import InputError
+
+#: The ``format`` value written in every calibration file; files with another value are refused.
+FORMAT = "pdmux-calibration/1"
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+_HEADER = (
+    "# pdmux calibration, written by 'pdmux bench'; read by 'pdmux estimate --calibration FILE'.\n"
+    "# Units: SMs (granted by the driver), bytes/s, FLOP/s. bandwidth_curve: the bench's read kernel\n"
+    "# alone on s SMs; flops_curve: a bf16 matmul alone on s SMs; corun: [prefill_sms, decode_sms,\n"
+    "# bandwidth_factor, flops_factor], each factor = co-run rate / solo rate on the same SMs.\n"
+)
+
+_REQUIRED = (
+    "format", "gpu_name", "sm_count", "compute_capability", "driver_cuda_version", "cuda_version", "date",
+    "bandwidth_curve", "flops_curve", "copy_bytes_per_s", "matmul_flops_per_s", "corun", "s_sat_sms",
+)
+_OPTIONAL = ("complete", "source")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One GPU's measured curves (see the module docstring for what each one is).
+
+    ``gpu_name``: as the device reports it. ``sm_count``: the device's SMs. ``compute_capability``:
+    ``(major, minor)``. ``driver_cuda_version``: CUDA version the driver supports (``"12.8"``).
+    ``cuda_version``: CUDA version torch was built with (``"12.6"``). ``date``: ISO date of the run.
+    ``bandwidth_curve``: ``((sms, bytes_per_s), ...)`` ascending in SMs, rates non-decreasing.
+    ``flops_curve``: ``((sms, flops_per_s), ...)`` likewise. ``copy_bytes_per_s``, ``matmul_flops_per_s``:
+    whole-GPU ceilings. ``corun``: ``((prefill_sms, decode_sms, bandwidth_factor, flops_factor), ...)``.
+    ``s_sat_sms``: SMs that reach 95% of the whole GPU's read rate. ``complete``: ``False`` when the
+    bench was interrupted before the end. ``source``: free text (the pdmux version and options).
+    """
+
+    gpu_name: str
+    sm_count: int
+    compute_capability: tuple[int, int]
+    driver_cuda_version: str
+    cuda_version: str
+    date: str
+    bandwidth_curve: tuple[tuple[int, float], ...]
+    flops_curve: tuple[tuple[int, float], ...]
+    copy_bytes_per_s: float
+    matmul_flops_per_s: float
+    corun: tuple[tuple[int, int, float, float], ...]
+    s_sat_sms: int
+    complete: bool = True
+    source: str = ""
+
+    def throughput(self, gpu: Any, bandwidth_efficiency: float = 1.0, mfu: float = 1.0) -> CalibratedThroughput:
+        """The cost-model view of these curves for ``gpu`` (a ``hardware.Gpu``).
+
+        ``bandwidth_efficiency`` and ``mfu`` are accepted for the estimate's call signature and
+        deliberately ignored: the curves are measured rates, which already include those losses.
+        Raises :class:`InputError` when ``gpu``'s SM count differs from the calibrated device's
+        (the curves would be read at the wrong SM counts) or is unknown.
+        """
+        del bandwidth_efficiency, mfu  # measured rates already include them (module docstring)
+        sms = gpu.require_sm_count()
+        if sms != self.sm_count:
+            raise InputError(
+                f"calibration was measured on {self.gpu_name} ({self.sm_count} SMs) but the estimate is for "
+                f"{gpu.name} ({sms} SMs): pass --gpu for the calibrated GPU or run 'pdmux bench' on this one"
+            )
+        return CalibratedThroughput(
+            total_sms=self.sm_count,
+            bandwidth_curve=self.bandwidth_curve,
+            flops_curve=self.flops_curve,
+            corun=self.corun,
+            source=f"calibration {self.gpu_name}, {self.date}" + ("" if self.complete else " (incomplete run)"),
+        )
+
+
+def interpolate(curve: Sequence[tuple[float, float]], x: float) -> float:
+    """Piecewise-linear ``y(x)`` over ``curve`` (``(x, y)`` pairs, x strictly ascending).
+
+    Clamped to the last ``y`` above the largest ``x``; below the smallest ``x`` the value scales
+    proportionally from ``(0, 0)`` (a kernel on fewer SMs than measured gets that share of the
+    first point's rate). Raises :class:`InputError` for an empty curve or ``x < 0``.
+    """
+    if not curve:
+        raise InputError("cannot interpolate an empty curve")
+    if x < 0:
+        raise InputError(f"SM count must be >= 0, got {x}")
+    x0, y0 = curve[0]
+    if x <= x0:
+        return y0 * x / x0
+    for (xa, ya), (xb, yb) in itertools.pairwise(curve):
+        if x <= xb:
+            return ya + (yb - ya) * (x - xa) / (xb - xa)
+    return curve[-1][1]
+
+
+def interpolate_clamped(curve: Sequence[tuple[float, float]], x: float, default: float = 1.0) -> float:
+    """Piecewise-linear ``y(x)`` clamped to the first/last ``y`` outside the measured range.
+
+    ``default`` when ``curve`` is empty. Used for the co-run factors, which do not go to 0 with
+    fewer SMs.
+    """
+    if not curve:
+        return default
+    if x <= curve[0][0]:
+        return curve[0][1]
+    for (xa, ya), (xb, yb) in itertools.pairwise(curve):
+        if x <= xb:
+            return ya + (yb - ya) * (x - xa) / (xb - xa)
+    return curve[-1][1]
+
+
+@dataclass(frozen=True)
+class CalibratedThroughput:
+    """``cost.Throughput`` from measured curves (bytes/s, FLOP/s as functions of SMs).
+
+    ``bandwidth_bytes_per_s(s)`` / ``flops_per_s(s)``: :func:`interpolate` over the curves.
+    ``corun_*_factor(p, d)``: :func:`interpolate_clamped` of the measured factors by decode SMs, in
+    (0, 1] (a factor measured above 1 is noise and counts as 1.0); 1.0 when no level was measured.
+    """
+
+    total_sms: int
+    bandwidth_curve: tuple[tuple[int, float], ...]
+    flops_curve: tuple[tuple[int, float], ...]
+    corun: tuple[tuple[int, int, float, float], ...]
+    source: str
+
+    def bandwidth_bytes_per_s(self, sms: int) -> float:
+        """Bytes/s the read kernel reached alone on ``sms`` SMs (interpolated)."""
+        return interpolate(self.bandwidth_curve, sms)
+
+    def flops_per_s(self, sms: int) -> float:
+        """FLOP/s the bf16 GEMM reached alone on ``sms`` SMs (interpolated)."""
+        return interpolate(self.flops_curve, sms)
+
+    def _factor(self, column: int, decode_sms: int) -> float:
+        points = sorted((c[1], c[column]) for c in self.corun)
+        return max(1e-9, min(1.0, interpolate_clamped(points, decode_sms)))
+
+    def corun_bandwidth_factor(self, prefill_sms: int, decode_sms: int) -> float:
+        """Read rate next to the GEMM / read rate alone, on ``decode_sms`` SMs (in (0, 1])."""
+        return self._factor(2, decode_sms)
+
+    def corun_flops_factor(self, prefill_sms: int, decode_sms: int) -> float:
+        """GEMM rate next to the read kernel / GEMM rate alone, at the level with ``decode_sms``."""
+        return self._factor(3, decode_sms)
+
+
+# --------------------------------------------------------------------------------------------------
+# YAML I/O
+# --------------------------------------------------------------------------------------------------
+
+
+def _bad(where: str, field: str, what: str, value: object) -> InputError:
+    return InputError(f"{where}: field '{field}' {what}, got {value!r}")
+
+
+def _int(value: object, where: str, field: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _bad(where, field, f"must be an integer >= {minimum}", value)
+    return value
+
+
+def _float(value: object, where: str, field: str, positive: bool = True) -> float:
+    raw = value
+    if isinstance(value, str):  # PyYAML reads 4.3e12 (no '.') as text
+        try:
+            value = float(value.replace("_", ""))
+        except ValueError:
+            raise _bad(where, field, "must be a number", raw) from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _bad(where, field, "must be a finite number", raw)
+    if positive and value <= 0:
+        raise _bad(where, field, "must be > 0", raw)
+    return float(value)
+
+
+def _text(value: object, where: str, field: str) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    elif isinstance(value, (datetime.date, datetime.datetime)):  # an unquoted 2025-01-31 in YAML
+        value = value.isoformat()
+    if not isinstance(value, str) or not value.strip():
+        raise _bad(where, field, "must be a non-empty string", value)
+    return value.strip()
+
+
+def _cc(value: object, where: str) -> tuple[int, int]:
+    from .policy import parse_compute_capability
+
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise _bad(where, "compute_capability", "must be MAJOR.MINOR text like \"9.0\"", value)
+    try:
+        return parse_compute_capability(value)
+    except InputError as exc:
+        raise InputError(f"{where}: field 'compute_capability': {exc}") from None
+
+
+def _curve(value: object, where: str, field: str, sm_count: int) -> tuple[tuple[int, float], ...]:
+    if not isinstance(value, list) or not value:
+        raise _bad(where, field, "must be a non-empty list of [sms, rate] pairs", value)
+    points: list[tuple[int, float]] = []
+    for i, entry in enumerate(value):
+        name = f"{field}[{i}]"
+        if not isinstance(entry, list) or len(entry) != 2:
+            raise _bad(where, name, "must be a [sms, rate] pair", entry)
+        sms = _int(entry[0], where, f"{name}[0] (SMs)")
+        if sms > sm_count:
+            raise _bad(where, f"{name}[0] (SMs)", f"must be <= sm_count {sm_count}", sms)
+        points.append((sms, _float(entry[1], where, f"{name}[1] (rate)")))
+    for (sa, ra), (sb, rb) in itertools.pairwise(points):
+        if sb <= sa:
+            raise InputError(f"{where}: field '{field}' is not monotone: SMs must strictly increase ({sa} then {sb})")
+        if rb < ra:
+            raise InputError(
+                f"{where}: field '{field}' is not monotone: the rate falls from {ra:.6g} at {sa} SMs to {rb:.6g} "
+                f"at {sb} SMs (the bench writes a monotone fit)"
+            )
+    return tuple(points)
+
+
+def _corun(value: object, where: str, sm_count: int) -> tuple[tuple[int, int, float, float], ...]:
+    if value is None:
+        value = []
+    if not isinstance(value, list):
+        raise _bad(where, "corun", "must be a list of [prefill_sms, decode_sms, bandwidth_factor, flops_factor]", value)
+    rows: list[tuple[int, int, float, float]] = []
+    for i, entry in enumerate(value):
+        name = f"corun[{i}]"
+        if not isinstance(entry, list) or len(entry) != 4:
+            raise _bad(where, name, "must be [prefill_sms, decode_sms, bandwidth_factor, flops_factor]", entry)
+        p = _int(entry[0], where, f"{name}[0] (prefill SMs)")
+        d = _int(entry[1], where, f"{name}[1] (decode SMs)")
+        if p + d > sm_count:
+            raise _bad(where, name, f"prefill + decode SMs must be <= sm_count {sm_count}", entry)
+        factors = []
+        for j, label in ((2, "bandwidth_factor"), (3, "flops_factor")):
+            f = _float(entry[j], where, f"{name}[{j}] ({label})")
+            if f > 2:
+                raise _bad(where, f"{name}[{j}] ({label})", "must be in (0, 2] (a co-run rate / solo rate)", f)
+            factors.append(f)
+        rows.append((p, d, factors[0], factors[1]))
+    decode = [r[1] for r in rows]
+    if len(set(decode)) != len(decode):
+        raise InputError(f"{where}: field 'corun' lists the same decode SM count twice: {sorted(decode)}")
+    return tuple(rows)
+
+
+def calibration_from_mapping(data: object, where: str = "calibration") -> Calibration:
+    """Validate a parsed calibration mapping and build the :class:`Calibration`.
+
+    Raises :class:`InputError` (one line naming ``where`` and the field) for a wrong format value,
+    a missing, unknown or wrongly typed field, an empty or non-monotone curve, or SM counts beyond
+    the device's.
+    """
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: a calibration must be a YAML mapping of fields, got {type(data).__name__}")
+    for field in _REQUIRED:
+        if field not in data:
+            raise InputError(f"{where}: missing field '{field}'")
+    unknown = sorted(str(k) for k in data if k not in _REQUIRED and k not in _OPTIONAL)
+    if unknown:
+        raise InputError(f"{where}: unknown field '{unknown[0]}'")
+    if data["format"] != FORMAT:
+        raise _bad(where, "format", f"must be {FORMAT!r} (a file written by 'pdmux bench')", data["format"])
+    sm_count = _int(data["sm_count"], where, "sm_count")
+    complete = data.get("complete", True)
+    if not isinstance(complete, bool):
+        raise _bad(where, "complete", "must be true or false", complete)
+    source = data.get("source", "")
+    if source is None:
+        source = ""
+    if not isinstance(source, str):
+        raise _bad(where, "source", "must be a string", source)
+    s_sat = _int(data["s_sat_sms"], where, "s_sat_sms")
+    if s_sat > sm_count:
+        raise _bad(where, "s_sat_sms", f"must be <= sm_count {sm_count}", s_sat)
+    return Calibration(
+        gpu_name=_text(data["gpu_name"], where, "gpu_name"),
+        sm_count=sm_count,
+        compute_capability=_cc(data["compute_capability"], where),
+        driver_cuda_version=_text(data["driver_cuda_version"], where, "driver_cuda_version"),
+        cuda_version=_text(data["cuda_version"], where, "cuda_version"),
+        date=_text(data["date"], where, "date"),
+        bandwidth_curve=_curve(data["bandwidth_curve"], where, "bandwidth_curve", sm_count),
+        flops_curve=_curve(data["flops_curve"], where, "flops_curve", sm_count),
+        copy_bytes_per_s=_float(data["copy_bytes_per_s"], where, "copy_bytes_per_s"),
+        matmul_flops_per_s=_float(data["matmul_flops_per_s"], where, "matmul_flops_per_s"),
+        corun=_corun(data["corun"], where, sm_count),
+        s_sat_sms=s_sat,
+        complete=complete,
+        source=source,
+    )
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read ``calibration.yaml`` (written by ``pdmux bench --out DIR``).
+
+    Raises :class:`InputError` with one line naming the file for: a missing or unreadable file,
+    invalid YAML, and everything :func:`calibration_from_mapping` refuses.
+    """
+    p = Path(path)
+    where = str(p)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"calibration file {where} not found (write one with 'pdmux bench --out DIR')") from None
+    except IsADirectoryError:
+        raise InputError(f"calibration file {where} is a directory (give DIR/calibration.yaml)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"calibration file {where} cannot be read: {exc}") from None
+    try:
+        data = yaml.load(text, Loader=_LOADER)
+    except yaml.YAMLError as exc:
+        raise InputError(f"calibration file {where} is not valid YAML: {' '.join(str(exc).split())}") from None
+    return calibration_from_mapping(data, where)
+
+
+def calibration_to_mapping(c: Calibration) -> dict[str, Any]:
+    """The YAML/JSON mapping of ``c`` (lists for tuples, ``"9.0"`` for the capability)."""
+    data: dict[str, Any] = {
+        "format": FORMAT,
+        "gpu_name": c.gpu_name,
+        "sm_count": c.sm_count,
+        "compute_capability": f"{c.compute_capability[0]}.{c.compute_capability[1]}",
+        "driver_cuda_version": c.driver_cuda_version,
+        "cuda_version": c.cuda_version,
+        "date": c.date,
+        "complete": c.complete,
+        "source": c.source,
+        "s_sat_sms": c.s_sat_sms,
+        "copy_bytes_per_s": float(c.copy_bytes_per_s),
+        "matmul_flops_per_s": float(c.matmul_flops_per_s),
+        "bandwidth_curve": [[int(s), float(r)] for s, r in c.bandwidth_curve],
+        "flops_curve": [[int(s), float(r)] for s, r in c.flops_curve],
+        "corun": [[int(p), int(d), float(b), float(f)] for p, d, b, f in c.corun],
+    }
+    return data
+
+
+def dump_calibration(c: Calibration) -> str:
+    """``c`` as calibration YAML text; ``load_calibration`` of it gives back ``c`` exactly.
+
+    Floats are written with Python's shortest round-trip repr; curves one pair per line.
+    """
+    data = calibration_to_mapping(c)
+    curves = {k: data.pop(k) for k in ("bandwidth_curve", "flops_curve", "corun")}
+    text = _HEADER + yaml.dump(data, Dumper=_DUMPER, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    for key, rows in curves.items():
+        if not rows:
+            text += f"{key}: []\n"
+            continue
+        text += f"{key}:\n"
+        for row in rows:
+            text += "- " + yaml.dump(row, Dumper=_DUMPER, default_flow_style=True, width=1000).strip() + "\n"
+    return text

@@ -1,0 +1,201 @@
+"""``pdmux bench``: the GPU bench (green contexts, NVRTC kernels, torch GEMMs) and its ``--dry-run`` plan.
+
+Module level imports only typer and the CLI helpers: torch, cuda-python, numpy and matplotlib are
+imported inside the command, and only on the paths that need them (tests/test_bench_cpu.py checks
+that importing ``pdmux_cli.cli`` loads none of them).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ..errors import InputError
+from . import app
+from .common import fail_line, print_json, write_atomic
+
+RESULTS_FILE = "results.json"
+CALIBRATION_FILE = "calibration.yaml"
+PNG_FILE = "curves.png"
+
+
+def escape(text: str) -> str:
+    """``text`` safe to print with rich markup on (``[bench]`` stays as written)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr)
+
+
+def _out_dir(out: Path | None) -> Path | None:
+    """Create ``--out DIR`` up front (before any GPU work); :class:`InputError` when impossible."""
+    if out is None:
+        return None
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file: give a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot create the directory ({exc.strerror})") from None
+    return out
+
+
+def _write_outputs(res: Any, out: Path) -> list[Path]:
+    """results.json, calibration.yaml and curves.png in ``out``, each whole or not at all."""
+    from ..bench.results import calibration_from_results, results_dict
+    from ..calibration import dump_calibration
+
+    written: list[Path] = []
+    cal = calibration_from_results(res)
+    if cal is None:
+        stale = " (the calibration.yaml there is from an earlier run)" if (out / CALIBRATION_FILE).exists() else ""
+        res.notes.append(f"no calibration: the run stopped before the ceilings and a sweep point were measured{stale}")
+    png_text = None
+    if res.sweep:
+        try:
+            from ..bench import plot
+
+            png_text = plot
+        except ImportError:
+            res.notes.append("matplotlib is not installed: no curves.png (pip install 'pdmux[bench]')")
+    written.append(write_atomic(out / RESULTS_FILE, json.dumps(results_dict(res), indent=2) + "\n"))
+    if cal is not None:
+        written.append(write_atomic(out / CALIBRATION_FILE, dump_calibration(cal)))
+    if png_text is not None:
+        try:
+            written.append(png_text.write_png(res, out / PNG_FILE))
+        except ImportError:
+            res.notes.append("matplotlib is not installed: no curves.png (pip install 'pdmux[bench]')")
+    return written
+
+
+def _dry_run_device(gpu: str | None, sms: int | None, cc: str | None) -> Any:
+    from ..bench.plan import PlanDevice
+    from .planning import resolve_device
+
+    device = resolve_device(gpu, sms, cc)
+    if device.gpu is not None:
+        return PlanDevice.from_gpu(device.gpu)
+    return PlanDevice(name=device.name, sm_count=device.sm_count, compute_capability=device.cc, l2_bytes=None,
+                      memory_bytes=None, source="command line (--sms/--cc)")
+
+
+@app.command()
+def bench(
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (levels, sizes, kernels, repeats, bytes); needs no GPU or torch."),
+    gpu: str | None = typer.Option(None, "--gpu", "-g", help="GPU profile of the --dry-run plan (default h100). A real run detects the device; a --gpu given then must match its SM count."),
+    sms: int | None = typer.Option(None, "--sms", help="--dry-run for any device: its SM count (with --cc)."),
+    cc: str | None = typer.Option(None, "--cc", help="--dry-run for any device: its compute capability, e.g. 9.0."),
+    repeats: int | None = typer.Option(None, "--repeats", help="Timed runs per measurement; the median is reported. Default 10 (3 with --quick)."),
+    quick: bool = typer.Option(False, "--quick", help="Few repeats and short co-run windows: a check (make gpu-check), not a calibration."),
+    gemm_shape: str = typer.Option("8192x4096x12288", "--gemm-shape", help="bf16 GEMM (prefill probe) as MxNxK."),
+    buffer_bytes: str | None = typer.Option(None, "--buffer-bytes", help="Read buffer of the bandwidth kernel: bytes, or 1GiB / 512MiB. Default max(1 GiB, 4x L2); never below 4x L2."),
+    levels: str | None = typer.Option(None, "--levels", help="Co-run only these levels: numbers (1,3) or PREFILL/DECODE SMs (112/20,72/60)."),
+    device: int = typer.Option(0, "--device", help="CUDA device index."),
+    skinny_gemm: str | None = typer.Option(None, "--skinny-gemm", help="Also time a decode-like GEMM 32 x HIDDENxINTERMEDIATE in the sweep, e.g. 4096x12288."),
+    sm_group_num: int = typer.Option(8, "--sm-group-num", help="SGLang's sm_group_num: its levels are the co-run levels."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write results.json, calibration.yaml and curves.png into this directory."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (the plan with --dry-run, else the results) instead of tables."),
+) -> None:
+    """Measure a GEMM and an HBM-read kernel on green-context SM partitions: solo curves, co-run at SGLang's levels.
+
+    Writes the calibration 'pdmux estimate --calibration' uses. Needs an NVIDIA GPU, driver CUDA >= 12.4,
+    torch with CUDA, cuda-python and NVRTC (pdmux's 'bench' extra); --dry-run needs none of them."""
+    from ..bench import plan as bplan
+
+    gemm = bplan.parse_gemm_shape(gemm_shape)
+    buffer = bplan.parse_bytes(buffer_bytes) if buffer_bytes is not None else None
+    skinny = bplan.parse_skinny(skinny_gemm) if skinny_gemm is not None else None
+    if repeats is not None and repeats < 1:
+        raise InputError(f"--repeats must be >= 1, got {repeats}")
+    if device < 0:
+        raise InputError(f"--device must be >= 0, got {device}")
+    if sm_group_num < 3:
+        raise InputError(f"--sm-group-num must be >= 3 (SGLang's rule), got {sm_group_num}")
+    options: dict[str, Any] = {
+        "gemm": gemm, "buffer_bytes": buffer, "repeats": repeats, "quick": quick, "levels": levels,
+        "device_index": device, "sm_group_num": sm_group_num, "skinny": skinny,
+    }
+
+    if dry_run:
+        plan = bplan.make_plan(_dry_run_device(gpu, sms, cc), **options)
+        if as_json:
+            print_json(bplan.plan_dict(plan))
+            return
+        from ..bench.report import plan_tables
+
+        console = _console()
+        for table in plan_tables(plan):
+            console.print(table)
+        for note in plan.notes:
+            console.print(f"[yellow]note:[/] {escape(note)}")
+        console.print("dry run: nothing was measured" + (f"; nothing written to {out}" if out else ""), markup=False)
+        return
+
+    if sms is not None or cc is not None:
+        raise InputError("--sms/--cc describe a device for --dry-run; a real run measures the device itself")
+    if out is not None and out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file: give a directory")
+    from ..bench import runner
+
+    info, torch, pdev = runner.prepare(device, gpu)
+    plan = bplan.make_plan(pdev, granularity=info.granularity, **options)
+    plan_json = bplan.plan_dict(plan)
+    plan_json["dry_run"] = False
+    out_dir = _out_dir(out)  # created only once the device is known to be there
+    res = _run_with_progress(runner, plan, info, torch, plan_json, out_dir)
+    written = _write_outputs(res, out_dir) if out_dir is not None else []
+
+    from ..bench.results import results_dict
+
+    if as_json:
+        print_json(results_dict(res))
+    else:
+        from ..bench.report import summary_tables
+
+        console = _console()
+        for table in summary_tables(res):
+            console.print(table)
+        for note in res.notes:
+            console.print(f"[yellow]note:[/] {escape(note)}")
+        for path in written:
+            console.print(f"wrote {path}", markup=False)
+    if res.interrupted:
+        fail_line("interrupted by Ctrl-C" + (f"; the finished steps are in {out_dir}" if out_dir else ""))
+        raise typer.Exit(130)
+    if res.error or res.step_errors:
+        first = res.error or res.step_errors[0]
+        more = f" ({len(res.step_errors)} step(s) failed)" if res.step_errors else ""
+        fail_line(first + more + (f"; the finished steps are in {out_dir}" if out_dir else ""))
+        raise typer.Exit(1)
+
+
+def _run_with_progress(runner: Any, plan: Any, info: Any, torch: Any, plan_json: dict, out_dir: Path | None) -> Any:
+    """``runner.run_bench`` under a rich progress bar (stderr, only on a terminal); after each step
+    the results so far are checkpointed to ``out_dir/results.json``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..bench.results import results_dict
+
+    console = _console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True, disable=not console.is_terminal) as progress:
+        task = progress.add_task("pdmux bench", total=plan.steps)
+
+        def on_step(label: str) -> None:
+            progress.update(task, description=label)
+
+        def on_result(res: Any) -> None:
+            progress.advance(task)
+            if out_dir is not None:
+                write_atomic(out_dir / RESULTS_FILE, json.dumps(results_dict(res), indent=2) + "\n")
+
+        return runner.run_bench(plan, info, torch, plan_json, on_step=on_step, on_result=on_result)

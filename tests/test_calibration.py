@@ -1,0 +1,282 @@
+"""calibration.yaml: round trip, every refusal, interpolation, and its effect on the estimate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from pdmux_cli.calibration import (
+    FORMAT,
+    CalibratedThroughput,
+    Calibration,
+    calibration_to_mapping,
+    dump_calibration,
+    interpolate,
+    interpolate_clamped,
+    load_calibration,
+)
+from pdmux_cli.cli import app
+from pdmux_cli.errors import InputError
+from pdmux_cli.estimate import Scenario, estimate
+from pdmux_cli.hardware import find_gpu
+from pdmux_cli.model import load_model
+
+H100_BW = 3.35e12
+H100_FLOPS = 989e12
+
+
+def make_calibration(**changes) -> Calibration:
+    """A calibration of an H100 SXM (132 SMs) with round numbers."""
+    base = {
+        "gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "compute_capability": (9, 0), "driver_cuda_version": "12.8",
+        "cuda_version": "12.6", "date": "2025-06-01",
+        "bandwidth_curve": ((8, 0.6e12), (16, 1.2e12), (64, 2.9e12), (132, 3.0e12)),
+        "flops_curve": ((8, 40e12), (64, 330e12), (132, 660e12)),
+        "copy_bytes_per_s": 3.0e12, "matmul_flops_per_s": 670e12,
+        "corun": ((112, 20, 0.9, 0.95), (72, 60, 0.8, 0.85)), "s_sat_sms": 64, "complete": True, "source": "test",
+    }
+    base.update(changes)
+    return Calibration(**base)
+
+
+def write(tmp_path, data, name="calibration.yaml"):
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def mapping(**changes):
+    data = calibration_to_mapping(make_calibration())
+    data.update(changes)
+    return data
+
+
+# ---- round trip ----------------------------------------------------------------------------------
+
+
+def test_round_trip_exact(tmp_path) -> None:
+    c = make_calibration(bandwidth_curve=((8, 612345678901.25), (132, 3.3e12)), flops_curve=((8, 1e-3 + 4e13), (132, 7.9e14)))
+    text = dump_calibration(c)
+    path = write(tmp_path, text)
+    back = load_calibration(path)
+    assert back == c
+    assert dump_calibration(back) == text
+    assert text.startswith("# pdmux calibration")
+    assert f"format: {FORMAT}" in text
+
+
+def test_round_trip_incomplete_and_no_corun(tmp_path) -> None:
+    c = make_calibration(corun=(), complete=False, source="")
+    back = load_calibration(write(tmp_path, dump_calibration(c)))
+    assert back == c
+    assert "corun: []" in dump_calibration(c)
+
+
+def test_hand_written_numbers_accepted(tmp_path) -> None:
+    """A hand-edited file: 4.3e12 (read by PyYAML as text), an unquoted date, an int rate."""
+    text = dump_calibration(make_calibration()).replace("copy_bytes_per_s: 3000000000000.0", "copy_bytes_per_s: 3e12")
+    text = text.replace("date: '2025-06-01'", "date: 2025-06-01").replace("- [132, 3000000000000.0]", "- [132, 3000000000000]")
+    c = load_calibration(write(tmp_path, text))
+    assert c.copy_bytes_per_s == 3e12 and c.date == "2025-06-01" and c.bandwidth_curve[-1] == (132, 3e12)
+
+
+# ---- refusals: one line each ---------------------------------------------------------------------
+
+
+def _refused(tmp_path, data, *fragments: str) -> None:
+    path = data if not isinstance(data, (dict, str)) else write(tmp_path, data)
+    with pytest.raises(InputError) as err:
+        load_calibration(path)
+    message = str(err.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_missing_file(tmp_path) -> None:
+    _refused(tmp_path, tmp_path / "nope.yaml", "not found", "pdmux bench")
+
+
+def test_directory(tmp_path) -> None:
+    _refused(tmp_path, tmp_path, "directory")
+
+
+def test_bad_yaml(tmp_path) -> None:
+    _refused(tmp_path, "gpu_name: [unclosed\n", "not valid YAML")
+
+
+def test_not_a_mapping(tmp_path) -> None:
+    _refused(tmp_path, "- 1\n- 2\n", "mapping")
+
+
+@pytest.mark.parametrize("field", ["gpu_name", "sm_count", "bandwidth_curve", "flops_curve", "corun", "s_sat_sms",
+                                   "copy_bytes_per_s", "matmul_flops_per_s", "date", "format"])
+def test_missing_field(tmp_path, field) -> None:
+    data = mapping()
+    del data[field]
+    _refused(tmp_path, data, f"missing field '{field}'")
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"sm_count": "many"}, "sm_count"),
+        ({"sm_count": True}, "sm_count"),
+        ({"gpu_name": ""}, "gpu_name"),
+        ({"compute_capability": "nine"}, "compute_capability"),
+        ({"copy_bytes_per_s": -1.0}, "copy_bytes_per_s"),
+        ({"matmul_flops_per_s": "fast"}, "matmul_flops_per_s"),
+        ({"s_sat_sms": 500}, "s_sat_sms"),
+        ({"complete": "yes please"}, "complete"),
+        ({"format": "something/2"}, "format"),
+        ({"bandwidth_curve": "steep"}, "bandwidth_curve"),
+        ({"bandwidth_curve": [[8, 1e12, 3]]}, "bandwidth_curve[0]"),
+        ({"bandwidth_curve": [[8.5, 1e12]]}, "bandwidth_curve[0][0]"),
+        ({"bandwidth_curve": [[8, "lots"]]}, "bandwidth_curve[0][1]"),
+        ({"bandwidth_curve": [[8, 1e12], [140, 2e12]]}, "sm_count 132"),
+        ({"flops_curve": [[8, 0.0]]}, "flops_curve[0][1]"),
+        ({"corun": [[112, 20, 0.9]]}, "corun[0]"),
+        ({"corun": [[112, 30, 0.9, 0.9]]}, "<= sm_count 132"),
+        ({"corun": [[112, 20, 3.0, 0.9]]}, "bandwidth_factor"),
+        ({"corun": [[112, 20, 0.9, 0.0]]}, "flops_factor"),
+        ({"corun": [[112, 20, 0.9, 0.9], [100, 20, 0.9, 0.9]]}, "same decode SM count"),
+        ({"extra": 1}, "unknown field 'extra'"),
+    ],
+)
+def test_wrong_types(tmp_path, changes, fragment) -> None:
+    _refused(tmp_path, mapping(**changes), fragment)
+
+
+@pytest.mark.parametrize("field", ["bandwidth_curve", "flops_curve"])
+def test_empty_curve(tmp_path, field) -> None:
+    _refused(tmp_path, mapping(**{field: []}), field, "non-empty")
+
+
+@pytest.mark.parametrize("field", ["bandwidth_curve", "flops_curve"])
+def test_non_monotone_curves(tmp_path, field) -> None:
+    _refused(tmp_path, mapping(**{field: [[16, 1e12], [8, 2e12]]}), field, "not monotone", "SMs")
+    _refused(tmp_path, mapping(**{field: [[8, 2e12], [16, 1e12]]}), field, "not monotone", "falls")
+
+
+# ---- interpolation -------------------------------------------------------------------------------
+
+
+def test_interpolate() -> None:
+    curve = [(8, 1.0), (16, 3.0), (32, 5.0)]
+    assert interpolate(curve, 0) == 0
+    assert interpolate(curve, 4) == pytest.approx(0.5)  # proportional below the first point
+    assert interpolate(curve, 8) == 1.0
+    assert interpolate(curve, 12) == pytest.approx(2.0)
+    assert interpolate(curve, 24) == pytest.approx(4.0)
+    assert interpolate(curve, 100) == 5.0  # clamped
+    with pytest.raises(InputError):
+        interpolate([], 3)
+    with pytest.raises(InputError):
+        interpolate(curve, -1)
+
+
+def test_interpolate_clamped() -> None:
+    curve = [(20, 0.9), (60, 0.7)]
+    assert interpolate_clamped([], 10) == 1.0
+    assert interpolate_clamped(curve, 10) == 0.9
+    assert interpolate_clamped(curve, 40) == pytest.approx(0.8)
+    assert interpolate_clamped(curve, 100) == 0.7
+
+
+def test_throughput_methods() -> None:
+    thr = make_calibration().throughput(find_gpu("h100"), 0.85, 0.5)
+    assert thr.source == "calibration NVIDIA H100 80GB HBM3, 2025-06-01"
+    assert thr.bandwidth_bytes_per_s(132) == 3.0e12
+    assert thr.bandwidth_bytes_per_s(4) == pytest.approx(0.3e12)
+    assert thr.bandwidth_bytes_per_s(40) == pytest.approx(1.2e12 + (2.9e12 - 1.2e12) * 24 / 48)
+    assert thr.flops_per_s(132) == 660e12  # efficiencies are not applied on top of measured rates
+    assert thr.corun_bandwidth_factor(112, 20) == pytest.approx(0.9)
+    assert thr.corun_flops_factor(72, 60) == pytest.approx(0.85)
+    assert thr.corun_bandwidth_factor(92, 40) == pytest.approx(0.85)  # by decode SMs, between levels
+    assert thr.corun_bandwidth_factor(120, 12) == pytest.approx(0.9)  # clamped
+
+
+def test_corun_factor_defaults_and_clamps() -> None:
+    gpu = find_gpu("h100")
+    assert make_calibration(corun=()).throughput(gpu).corun_bandwidth_factor(80, 52) == 1.0
+    noisy = make_calibration(corun=((80, 52, 1.02, 1.01),)).throughput(gpu)
+    assert noisy.corun_bandwidth_factor(80, 52) == 1.0 and noisy.corun_flops_factor(80, 52) == 1.0
+
+
+def test_incomplete_source() -> None:
+    assert make_calibration(complete=False).throughput(find_gpu("h100")).source.endswith("(incomplete run)")
+
+
+def test_gpu_mismatch_refused() -> None:
+    with pytest.raises(InputError, match=r"132 SMs.*A100.*108 SMs"):
+        make_calibration().throughput(find_gpu("a100"))
+
+
+@given(st.lists(st.tuples(st.integers(1, 200), st.floats(1e9, 1e13)), min_size=1, max_size=12, unique_by=lambda t: t[0]),
+       st.integers(0, 250))
+def test_interpolation_stays_inside_a_monotone_curve(points, sms) -> None:
+    xs = sorted(p[0] for p in points)
+    ys = sorted(p[1] for p in points)
+    curve = tuple(zip(xs, ys))
+    thr = CalibratedThroughput(250, curve, curve, (), "test")
+    value = thr.bandwidth_bytes_per_s(sms)
+    assert 0 <= value <= ys[-1] * (1 + 1e-12)
+    assert thr.bandwidth_bytes_per_s(sms + 1) >= value * (1 - 1e-12)
+
+
+# ---- effect on the estimate ----------------------------------------------------------------------
+
+
+def _pdmux_and_decode_only(result):
+    rows = {r.policy: r for r in result.rows}
+    return rows["pdmux"], rows["decode-only"]
+
+
+def test_bandwidth_full_at_16_sms_gives_full_gpu_itl() -> None:
+    """Decode reaching the whole GPU's bandwidth at 16 SMs: the PD-mux ITL equals the decode-only ITL."""
+    gpu, model = find_gpu("h100"), load_model("qwen3-8b")
+    cal = make_calibration(
+        bandwidth_curve=((8, 0.5 * H100_BW), (16, H100_BW), (132, H100_BW)),
+        flops_curve=((8, H100_FLOPS * 8 / 132), (132, H100_FLOPS)), corun=(),
+    )
+    result = estimate(gpu, model, Scenario(), calibrated=cal.throughput(gpu, 0.85, 0.5))
+    pdmux, decode_only = _pdmux_and_decode_only(result)
+    assert pdmux.decode_sms is not None and pdmux.decode_sms >= 16
+    assert pdmux.itl_ms == pytest.approx(decode_only.itl_ms, rel=1e-12)
+    assert result.throughput_source.startswith("calibration ")
+    assert "calibrated" in pdmux.label
+
+
+def test_late_saturation_makes_pdmux_itl_worse() -> None:
+    gpu, model = find_gpu("h100"), load_model("qwen3-8b")
+    cal = make_calibration(bandwidth_curve=((8, H100_BW * 8 / 132), (132, H100_BW)),
+                           flops_curve=((8, H100_FLOPS * 8 / 132), (132, H100_FLOPS)), corun=())
+    pdmux, decode_only = _pdmux_and_decode_only(estimate(gpu, model, Scenario(), calibrated=cal.throughput(gpu)))
+    assert pdmux.itl_ms == pytest.approx(decode_only.itl_ms * 132 / pdmux.decode_sms, rel=1e-9)
+
+
+def test_corun_factor_slows_decode() -> None:
+    gpu, model = find_gpu("h100"), load_model("qwen3-8b")
+    base = {"bandwidth_curve": ((16, H100_BW), (132, H100_BW)), "flops_curve": ((8, H100_FLOPS * 8 / 132), (132, H100_FLOPS))}
+    clean = estimate(gpu, model, Scenario(), calibrated=make_calibration(corun=(), **base).throughput(gpu))
+    slowed = estimate(gpu, model, Scenario(),
+                      calibrated=make_calibration(corun=((80, 52, 0.5, 1.0),), **base).throughput(gpu))
+    assert _pdmux_and_decode_only(slowed)[0].itl_ms == pytest.approx(2 * _pdmux_and_decode_only(clean)[0].itl_ms)
+
+
+def test_estimate_cli_with_calibration(tmp_path) -> None:
+    path = write(tmp_path, dump_calibration(make_calibration()))
+    runner = CliRunner()
+    r = runner.invoke(app, ["estimate", "--gpu", "h100", "--calibration", str(path), "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert "calibration NVIDIA H100" in json.dumps(json.loads(r.stdout))
+    r = runner.invoke(app, ["estimate", "--gpu", "a100", "--calibration", str(path)])
+    assert r.exit_code == 2
+    assert r.stderr.count("\n") == 1 and "108 SMs" in r.stderr
+    r = runner.invoke(app, ["estimate", "--gpu", "h100", "--calibration", str(tmp_path / "missing.yaml")])
+    assert r.exit_code == 2 and "not found" in r.stderr
