@@ -24,11 +24,14 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-from . import planning  # noqa: E402,F401  (registers splits, estimate, gen-config, check-config)
+# Importing the command modules registers their commands on `app`, in this order in --help.
+# isort: off
+from . import planning  # noqa: F401
+from . import simulate  # noqa: F401
+from . import bench  # noqa: F401
+# isort: on
 
 
 def main() -> None:
     """Console-script entry point (``pdmux = pdmux_cli.cli:main``)."""
     app()
-from . import simulate  # noqa: E402,F401  (registers simulate, tune)
-from . import bench  # noqa: E402,F401  (registers bench)

@@ -80,8 +80,7 @@ def splits(
     config: Path | None = typer.Option(None, "--config", help="An existing pdmux YAML: its levels, thresholds and knobs are used."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """The SM split levels (stream groups) SGLang builds, the level it picks per decode batch, and
-    prefill layers per round."""
+    """The SM split levels (stream groups) SGLang builds, the level it picks per decode batch, and prefill layers per round."""
     from .. import policy
 
     cfg = _load_pdmux_yaml(config) if config is not None else None
