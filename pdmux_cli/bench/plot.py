@@ -6,10 +6,9 @@ written. The file is written whole or not at all (temporary file in the same fol
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
+from ..atomic import atomic_output
 from .results import BenchResults
 
 
@@ -69,13 +68,6 @@ def write_png(res: BenchResults, path: str | Path) -> Path:
     ax_co.set_title("co-run interference")
     fig.tight_layout()
 
-    folder = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_output(target) as tmp:
+        fig.savefig(tmp, format="png")
     return target

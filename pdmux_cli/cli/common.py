@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -125,27 +124,10 @@ def print_json(data: Any) -> None:
 
 
 def write_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` whole or not at all (temporary file in the same folder + rename).
+    """Write ``text`` to ``path`` whole or not at all (see :mod:`pdmux_cli.atomic`).
 
     Raises :class:`InputError` when the folder does not exist or is not writable.
     """
-    import tempfile  # lazily: only commands that write files pay for it
+    from ..atomic import write_text_atomic
 
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"cannot write {target}: folder {folder} does not exist")
-    if target.is_dir():
-        raise InputError(f"cannot write {target}: it is a directory")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    except OSError as e:
-        raise InputError(f"cannot write {target}: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_text_atomic(path, text)

@@ -50,6 +50,8 @@ def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: st
             raise InputError(f"--sms must be a positive number of SMs, got {sms}")
         major_minor = parse_cc(cc)
         return Device(f"custom GPU ({sms} SMs)", sms, major_minor)
+    if gpu is not None and not gpu.strip():
+        raise InputError("--gpu is empty: give a GPU name such as h100 (pdmux splits --all lists them)")
     profile = find_gpu(gpu or default)
     return Device(profile.name, profile.require_sm_count(), profile.compute_capability, profile)
 
@@ -209,7 +211,6 @@ def estimate(
     from .. import render
     from ..estimate import Scenario
     from ..estimate import estimate as run_estimate
-    from ..hardware import find_gpu
     from ..model import load_model
 
     if flops_dtype is not None and flops_dtype not in ("bf16", "fp16", "fp8"):
@@ -218,7 +219,7 @@ def estimate(
                         ("--token-budget", token_budget)):
         if value <= 0:
             raise InputError(f"{name} must be > 0, got {value}")
-    gpu_profile = find_gpu(gpu or "h100")
+    gpu_profile = resolve_device(gpu, None, None).gpu
     mdl = load_model(model)
     cfg = _load_pdmux_yaml(config) if config is not None else None
     scenario = Scenario(

@@ -7,11 +7,11 @@ all).
 
 from __future__ import annotations
 
-import os
-import tempfile
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..atomic import atomic_output
 from ..errors import InputError
 from .metrics import PolicyMetrics, ttft_cdf
 
@@ -52,16 +52,10 @@ def write_cdf_plot(path: str | Path, metrics: Sequence[PolicyMetrics], title: st
                 ax.axvline(slo, color="grey", linestyle="--", linewidth=1, label=f"SLO {slo:g} ms")
             ax.legend(fontsize=8, loc="lower right")
         if title:
-            fig.suptitle(title, fontsize=10)
+            fig.suptitle(textwrap.fill(title, 140), fontsize=9)
         fig.tight_layout()
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp.png", dir=folder)
-        os.close(fd)
-        try:
+        with atomic_output(target) as tmp:
             fig.savefig(tmp, format="png", dpi=110)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
     finally:
         plt.close(fig)
     return target
