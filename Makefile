@@ -10,9 +10,9 @@ install:  ## install pdmux (editable) with what the test suite needs
 test:  ## the whole CPU test suite (GPU tests are skipped without a GPU)
 	$(PYTHON) -m pytest -q
 
-bench:  ## speed benchmarks (figures go to benchmarks/RESULTS.md)
-	$(PYTHON) benchmarks/bench_cli.py
-	$(PYTHON) benchmarks/bench_simulate.py
+bench:  ## speed benchmarks; rewrites their sections of benchmarks/RESULTS.md (needs ../shared beside the checkout)
+	$(PYTHON) benchmarks/bench_cli.py --write
+	$(PYTHON) benchmarks/bench_simulate.py --write
 
 BENCH_EXTRA ?= bench  # bench-cu12 on a CUDA 12.x driver
 

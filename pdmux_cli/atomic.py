@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import InputError
+from .errors import InputError, PdmuxError
 
 
 def _umask() -> int:
@@ -30,25 +30,42 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
     """
     import tempfile  # lazily: only commands that write files pay for it
 
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
+    shown = Path(path)
+    target = Path(os.path.realpath(shown))  # through a symlink to the file it names
+    folder = target.parent
     if not folder.is_dir():
-        raise InputError(f"cannot write {target}: folder {folder} does not exist")
+        raise InputError(f"cannot write {shown}: folder {shown.parent} does not exist")
     if target.is_dir():
-        raise InputError(f"cannot write {target}: it is a directory")
+        raise InputError(f"cannot write {shown}: it is a directory")
+    if target.exists() and not target.is_file():
+        raise InputError(f"cannot write {shown}: it is not a regular file (a device, pipe or socket)")
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     except OSError as e:
-        raise InputError(f"cannot write {target}: {e.strerror}") from None
+        raise InputError(f"cannot write {shown}: {e.strerror}") from None
     os.close(fd)
     tmp = Path(tmp_name)
     try:
         yield tmp
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, target)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise PdmuxError(f"cannot write {shown}: {e.strerror or e}") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def refuse_overwriting_inputs(output: str | Path | None, *inputs: str | Path | None) -> None:
+    """Raise :class:`InputError` when ``output`` is the same file as one of ``inputs``
+    (writing a result over the trace or config it was computed from)."""
+    if output is None:
+        return
+    out = Path(os.path.realpath(output))
+    for item in inputs:
+        if item is not None and Path(os.path.realpath(item)) == out:
+            raise InputError(f"output {output} is the input file {item}: choose another output path")
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:

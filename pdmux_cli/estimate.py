@@ -11,6 +11,7 @@ Pure: no I/O. The CLI renders :class:`Estimate` as a table or JSON.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from . import cost, policy
@@ -18,6 +19,16 @@ from . import model as mdl
 from .errors import InputError
 from .hardware import Gpu
 from .model import Model
+
+#: Upper bounds on scenario sizes: far beyond any deployment, low enough that a typo cannot make
+#: the estimate run for minutes (tokens; chunked steps per prompt).
+MAX_TOKENS = 10_000_000
+MAX_DECODE_BS = 1_000_000
+MAX_CHUNK_STEPS = 100_000
+#: Bytes per weight or KV element: 4-bit (0.5) down to 1-bit packing, up to fp64 and a margin.
+BYTES_PER_ELEMENT_RANGE = (0.0625, 16.0)
+#: Smallest bandwidth efficiency or MFU taken seriously (0.1%).
+MIN_EFFICIENCY = 0.001
 
 #: The chapter's S_SAT values on H100 (44, 66, 88 of 132 SMs) as fractions of the SM count; on
 #: other GPUs the defaults keep the same fractions (rounded to whole SMs).
@@ -51,21 +62,27 @@ class Scenario:
     flops_dtype: str | None = None
 
     def validate(self) -> None:
-        """Raise :class:`InputError` (one line) for sizes that make no sense."""
-        for name in ("decode_bs", "context_tokens", "prompt_tokens"):
-            if getattr(self, name) <= 0:
-                raise InputError(f"{name.replace('_', ' ')} must be > 0, got {getattr(self, name)}")
+        """Raise :class:`InputError` (one line) for sizes that make no sense or that no deployment
+        has (the bounds above)."""
+        for name, top in (("decode_bs", MAX_DECODE_BS), ("context_tokens", MAX_TOKENS), ("prompt_tokens", MAX_TOKENS)):
+            value = getattr(self, name)
+            if not 0 < value <= top:
+                raise InputError(f"{name.replace('_', ' ')} must be from 1 to {top:,}, got {value}")
         if any(c <= 0 for c in self.chunk_sizes):
             raise InputError(f"chunk sizes must be > 0, got {list(self.chunk_sizes)}")
+        if any(-(-self.prompt_tokens // c) > MAX_CHUNK_STEPS for c in self.chunk_sizes):
+            raise InputError(f"a chunk size below {-(-self.prompt_tokens // MAX_CHUNK_STEPS)} tokens cuts the prompt "
+                             f"into more than {MAX_CHUNK_STEPS:,} steps: use larger chunks")
         if self.s_sat_values is not None and (not self.s_sat_values or any(s <= 0 for s in self.s_sat_values)):
             raise InputError(f"S_SAT values must be > 0 SMs, got {list(self.s_sat_values)}")
         for name in ("bandwidth_efficiency", "mfu"):
-            if not 0 < getattr(self, name) <= 1:
-                raise InputError(f"{name.replace('_', ' ')} must be in (0, 1], got {getattr(self, name)}")
-        if self.weight_bytes_per_param is not None and self.weight_bytes_per_param <= 0:
-            raise InputError(f"bytes per weight must be > 0, got {self.weight_bytes_per_param}")
-        if self.kv_bytes_per_element <= 0:
-            raise InputError(f"bytes per KV element must be > 0, got {self.kv_bytes_per_element}")
+            if not MIN_EFFICIENCY <= getattr(self, name) <= 1:
+                raise InputError(f"{name.replace('_', ' ')} must be from {MIN_EFFICIENCY} to 1, got {getattr(self, name)}")
+        low, high = BYTES_PER_ELEMENT_RANGE
+        if self.weight_bytes_per_param is not None and not low <= self.weight_bytes_per_param <= high:
+            raise InputError(f"bytes per weight must be from {low} to {high:g}, got {self.weight_bytes_per_param}")
+        if not low <= self.kv_bytes_per_element <= high:
+            raise InputError(f"bytes per KV element must be from {low} to {high:g}, got {self.kv_bytes_per_element}")
 
 
 @dataclass(frozen=True)
@@ -164,7 +181,11 @@ def memory_check(gpu: Gpu, model: Model, scenario: Scenario) -> MemoryCheck:
 
 
 def _round_tokens(prefill_s: float, itl_s: float) -> int:
-    return int(f"{prefill_s / itl_s:.0f}")
+    """Tokens a decode request gains during the prefill, rounded as the chapter prints them."""
+    ratio = prefill_s / itl_s
+    if not math.isfinite(ratio):
+        raise InputError("the inputs give a non-finite time (NaN or infinity): check the sizes and efficiencies")
+    return int(f"{ratio:.0f}")
 
 
 def estimate(
@@ -187,6 +208,9 @@ def estimate(
     flops_dtype = pick_flops_dtype(gpu, model, scenario.flops_dtype)
     dense = gpu.dense_flops(flops_dtype)
     s_sats = scenario.s_sat_values or default_s_sat_values(total)
+    if max(s_sats) > total:
+        raise InputError(f"S_SAT {max(s_sats):g} is more SMs than {gpu.name} has ({total}): "
+                         "S_SAT is the SM count at which decode reaches full bandwidth")
     notes: list[str] = []
 
     plan = policy.plan_groups(total, gpu.compute_capability, scenario.sm_group_num, scenario.manual_divisions or None)
@@ -203,6 +227,10 @@ def estimate(
         level = policy.Split(p_sm, d_sm)
         group_index = groups.index(level) if level in groups else -1
         level_source = "explicit"
+        if group_index < 0:
+            notes.append(f"{p_sm}/{d_sm} is not one of the levels SGLang builds here "
+                         f"({', '.join(f'{g.prefill_sms}/{g.decode_sms}' for g in groups[1:-1])}); "
+                         "a manual_divisions entry could use it where the SM granularity allows")
     else:
         group_index = policy.choose_group(
             len(groups), scenario.decode_bs, True, scenario.decode_bs_divisor, plan.thresholds
@@ -217,7 +245,7 @@ def estimate(
     def analytic(s_sat: float) -> cost.AnalyticThroughput:
         return cost.AnalyticThroughput(total, gpu.hbm_bytes_per_s, dense, scenario.bandwidth_efficiency, scenario.mfu, s_sat)
 
-    full = calibrated or analytic(s_sats[0])  # S_SAT has no effect when all SMs are used
+    full = calibrated or analytic(float(total))  # S_SAT has no effect when all SMs are used
     wb, kvb = scenario.weight_bytes_per_param, scenario.kv_bytes_per_element
     bs, ctx, prompt = scenario.decode_bs, scenario.context_tokens, scenario.prompt_tokens
 
@@ -276,7 +304,7 @@ def estimate(
             0,
             f"does not fit: {model.name} needs {memory.weight_bytes / 1e9:.1f} GB of weights + "
             f"{memory.kv_cache_bytes / 1e9:.1f} GB of KV cache > {memory.gpu_memory_bytes / 1e9:.1f} GB on "
-            f"{gpu.name}; the times below are hypothetical (use more GPUs with TP, or fewer bytes per weight)",
+            f"{gpu.name}; the times in the table are hypothetical (use more GPUs with TP, or fewer bytes per weight)",
         )
     layers = policy.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget)
     rounds = policy.prefill_rounds(prompt, model.num_layers, scenario.split_forward_token_budget)

@@ -90,7 +90,10 @@ class Gpu:
         """The SM count; raises :class:`InputError` where it is not published (B100)."""
         if self.sm_count is None:
             major, minor = self.compute_capability
-            raise InputError(f"{self.name}'s SM count is not published; pass --sms N --cc {major}.{minor}")
+            raise InputError(
+                f"{self.name}'s SM count is not published, so it cannot be planned for; pick another profile, "
+                f"or give the device's numbers where a command takes them (--sms N --cc {major}.{minor})"
+            )
         return self.sm_count
 
 

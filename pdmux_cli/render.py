@@ -152,8 +152,9 @@ def estimate_table(est: Estimate) -> Any:
             str(row.tokens_during_prefill) if row.tokens_during_prefill is not None else "-",
         )
     level = est.level
+    group = f"group {est.group_index}" if est.group_index >= 0 else "explicit split"
     caption = [
-        (f"level: group {est.group_index} = {level.prefill_sms} prefill / {level.decode_sms} decode SMs "
+        (f"level: {group} = {level.prefill_sms} prefill / {level.decode_sms} decode SMs "
          f"({est.level_source}); prefill split into {est.layers_per_round} layers per round, "
          f"{est.prefill_rounds} rounds"),
         f"throughput: {est.throughput_source}; dense math in {est.flops_dtype}",

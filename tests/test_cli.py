@@ -97,7 +97,7 @@ def test_splits_all() -> None:
     d = json.loads(r.stdout)
     by_key = {g["key"]: g for g in d["gpus"]}
     assert len(by_key) >= 29
-    assert by_key["h100-sxm"]["groups"][1] == [112, 20]
+    assert by_key["h100-sxm"]["groups"][1] == {"prefill_sms": 112, "decode_sms": 20}
     assert by_key["b100"]["error"] and by_key["b100"]["groups"] is None
     table = run("splits", "--all")
     assert table.exit_code == 0 and "H20" in table.stdout
@@ -121,6 +121,9 @@ def test_splits_all() -> None:
         (["splits", "--gpu", "h100", "--config", "/nonexistent/pdmux.yaml"], "pdmux.yaml"),
         (["splits", "--gpu", "b100"], "SM count"),
         (["splits", "--bogus"], "no such option"),
+        (["splits", "--gpu", ""], "--gpu is empty"),
+        (["splits", "--sms", "99999999999", "--cc", "9.0"], "--sms"),
+        (["splits", "--all", "--config", "x.yaml"], "--all"),
     ],
 )
 def test_splits_bad_input(args, contains) -> None:
@@ -193,6 +196,13 @@ def test_estimate_does_not_fit() -> None:
         (["estimate", "--flops-dtype", "int4"], "--flops-dtype"),
         (["estimate", "--model", "/nonexistent/config.json"], "config.json"),
         (["estimate", "--weight-bytes", "-1"], "bytes per weight"),
+        (["estimate", "--weight-bytes", "1e308"], "bytes per weight"),
+        (["estimate", "--mfu", "5e-324"], "mfu"),
+        (["estimate", "--bandwidth-efficiency", "5e-324"], "bandwidth efficiency"),
+        (["estimate", "--prompt-tokens", "99999999999999"], "prompt tokens"),
+        (["estimate", "--prompt-tokens", "1000000", "--chunk-sizes", "1"], "chunk"),
+        (["estimate", "--s-sat", "1000"], "S_SAT"),
+        (["estimate", "--gpu", "b100"], "not published"),
     ],
 )
 def test_estimate_bad_input(args, contains) -> None:
@@ -325,3 +335,47 @@ def test_gen_config_tune_writes_a_valid_winner(tmp_path) -> None:
     assert run("check-config", str(out), "--gpu", "h100").exit_code == 0
     assert_one_line_error(run("gen-config", "--gpu", "h100", "--trace", str(trace)), 2, "--tune")
     assert_one_line_error(run("gen-config", "--gpu", "h100", "--tune", "--trace", str(trace)), 2, "--slo")
+
+
+def test_config_that_sglang_refuses_is_an_input_error(tmp_path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sm_group_num: 3\nmanual_divisions:\n- [152, -20, 0]\n")
+    assert_one_line_error(run("splits", "--gpu", "h100", "--config", str(bad)), 2, "manual_divisions[0]")
+    assert_one_line_error(run("estimate", "--config", str(bad)), 2, "manual_divisions[0]")
+    good = tmp_path / "good.yaml"
+    good.write_text("sm_group_num: 3\nmanual_divisions:\n- [96, 36, 0]\n")
+    assert run("splits", "--gpu", "h100", "--config", str(good)).exit_code == 0
+    assert_one_line_error(run("splits", "--gpu", "h100", "--config", str(good), "--sm-group-num", "4"), 2,
+                          "sm_group_num")
+    d = json.loads(run("estimate", "--config", str(good), "--json").stdout)
+    assert d["level"]["prefill_sms"] == 96
+
+
+def test_explicit_level_outside_sglang_levels_is_noted() -> None:
+    d = json.loads(run("estimate", "--level", "100/32", "--json").stdout)
+    assert d["level"]["group"] == -1 and any("not one of the levels" in n for n in d["notes"])
+    assert "explicit split" in run("estimate", "--level", "100/32").stdout
+
+
+def test_output_special_files_and_stdout_dash(tmp_path) -> None:
+    assert_one_line_error(run("gen-config", "--output", "/dev/null"), 2, "not a regular file")
+    r = run("gen-config", "--output", "-")
+    assert r.exit_code == 0 and "sm_group_num: 8" in r.stdout
+    target = tmp_path / "real.yaml"
+    link = tmp_path / "link.yaml"
+    link.symlink_to(target)
+    assert run("gen-config", "--output", str(link)).exit_code == 0
+    assert link.is_symlink() and "sm_group_num" in target.read_text()
+
+
+def test_no_arguments_prints_help_without_an_error_line() -> None:
+    r = run()
+    assert "Usage" in r.stdout and "error" not in r.stderr
+    assert r.exit_code == 0
+
+
+def test_version() -> None:
+    from pdmux_cli import __version__
+
+    r = run("--version")
+    assert r.exit_code == 0 and r.stdout.strip() == f"pdmux {__version__}"

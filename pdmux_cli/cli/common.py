@@ -55,14 +55,23 @@ class OneLineErrorGroup(TyperGroup):
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        if sys.stdout is None:  # started with stdout closed (`pdmux ... >&-`)
+            fail_line("standard output is closed: nothing to write the result to")
+            if standalone_mode:
+                sys.exit(1)
+            return 1
         try:
             rv = super().main(args=args, prog_name=prog_name or "pdmux", complete_var=complete_var,
                               standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
         except _USAGE_ERRORS as e:
-            hint = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
-            fail_line(e.format_message() + hint)
-            code = e.exit_code
+            message = e.format_message()
+            if message.strip():
+                hint = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
+                fail_line(message + hint)
+                code = e.exit_code
+            else:  # no_args_is_help: the help was printed, nothing went wrong
+                code = 0
         except _CLICK_ERRORS as e:
             fail_line(e.format_message())
             code = e.exit_code
@@ -72,6 +81,9 @@ class OneLineErrorGroup(TyperGroup):
         except PdmuxError as e:
             fail_line(str(e))
             code = e.exit_code
+        except OSError as e:  # writing the result failed: stdout full, broken pipe
+            fail_line(f"cannot write the output: {e.strerror or e}")
+            code = 1
         if standalone_mode:
             sys.exit(code)
         return code
@@ -119,8 +131,24 @@ def parse_cc(text: str) -> tuple[int, int]:
 
 
 def print_json(data: Any) -> None:
-    """Print ``data`` as indented JSON on stdout (stable key order as built)."""
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    """Print ``data`` as indented JSON on stdout (stable key order as built).
+
+    Raises :class:`InputError` when a number is NaN or infinite (not valid JSON): inputs that extreme
+    give no meaningful result.
+    """
+    try:
+        text = json.dumps(data, indent=2, allow_nan=False)
+    except ValueError:
+        raise InputError("the inputs give a non-finite result (NaN or infinity): check the sizes and efficiencies") from None
+    sys.stdout.write(text + "\n")
+
+
+def console() -> Any:
+    """A rich console for tables; 100 columns when the terminal reports a useless width (COLUMNS=0)."""
+    from rich.console import Console
+
+    con = Console()
+    return con if con.width >= 40 else Console(width=100)
 
 
 def write_atomic(path: str | Path, text: str) -> Path:

@@ -14,16 +14,12 @@ import typer
 
 from ..errors import InputError
 from . import app
-from .common import parse_cc, parse_float_list, parse_int_list, print_json, write_atomic
+from .common import console, parse_cc, parse_float_list, parse_int_list, print_json, write_atomic
 
 GPU_HELP = "GPU profile: alias (h100, h200, h20, a100, b200, ...) or reported name ('NVIDIA H100 80GB HBM3')."
-JSON_HELP = "Print JSON (stable keys, units in the key names) instead of tables."
-
-
-def _console() -> Any:
-    from rich.console import Console
-
-    return Console()
+JSON_HELP = "Print JSON (stable keys, units in the key names)."
+#: Largest --sms accepted: today's GPUs have up to 188 SMs; this bounds the work of a typo.
+MAX_SMS = 1024
 
 
 class Device:
@@ -46,21 +42,28 @@ def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: st
             raise InputError("give either --gpu or --sms with --cc, not both")
         if sms is None or cc is None:
             raise InputError("--sms and --cc go together, e.g. --sms 132 --cc 9.0")
-        if sms <= 0:
-            raise InputError(f"--sms must be a positive number of SMs, got {sms}")
+        if not 0 < sms <= MAX_SMS:
+            raise InputError(f"--sms must be a number of SMs from 1 to {MAX_SMS}, got {sms}")
         major_minor = parse_cc(cc)
-        return Device(f"custom GPU ({sms} SMs)", sms, major_minor)
+        return Device("custom GPU", sms, major_minor)
     if gpu is not None and not gpu.strip():
         raise InputError("--gpu is empty: give a GPU name such as h100 (pdmux splits --all lists them)")
     profile = find_gpu(gpu or default)
     return Device(profile.name, profile.require_sm_count(), profile.compute_capability, profile)
 
 
-def _load_pdmux_yaml(path: Path) -> Any:
-    """A pdmux YAML for ``--config``: structural problems are input errors; returns PdmuxConfig."""
-    from ..pdmux_config import load_config
+def _load_pdmux_yaml(path: Path, device: Device | None = None, cli_sm_group_num: int | None = None) -> Any:
+    """A pdmux YAML for ``--config`` -> PdmuxConfig.
+
+    Structural problems, and (with ``device``) anything SGLang refuses at load or start-up (rules
+    "both" and "new") are input errors; the first is reported, check-config lists all.
+    """
+    from ..pdmux_config import load_config, validate
 
     config, problems = load_config(path)
+    if device is not None:
+        problems = problems + [p for p in validate(config, device.sm_count, device.cc, cli_sm_group_num)
+                               if p.rule in ("both", "new")]
     if problems:
         first = problems[0]
         raise InputError(f"{path}: {first.where}: {first.message} (pdmux check-config {path} lists every problem)")
@@ -85,7 +88,12 @@ def splits(
     """The SM split levels (stream groups) SGLang builds, the level it picks per decode batch, and prefill layers per round."""
     from .. import policy
 
-    cfg = _load_pdmux_yaml(config) if config is not None else None
+    if all_gpus and config is not None:
+        raise InputError("--config describes one GPU's levels: use it with --gpu or --sms/--cc, not --all")
+    if all_gpus and (gpu or sms or cc):
+        raise InputError("--all lists every profile; drop --gpu/--sms/--cc")
+    device = None if all_gpus else resolve_device(gpu, sms, cc)
+    cfg = _load_pdmux_yaml(config, device, sm_group_num) if config is not None else None
     group_num = sm_group_num or (cfg.sm_group_num if cfg else policy.DEFAULT_SM_GROUP_NUM)
     divisor = decode_bs_divisor or (cfg.decode_bs_divisor if cfg else policy.DEFAULT_DECODE_BS_DIVISOR)
     budget = token_budget or (cfg.split_forward_token_budget if cfg else policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET)
@@ -95,13 +103,10 @@ def splits(
             raise InputError(f"{name} must be > 0, got {value}")
     manual = list(cfg.manual_divisions) if cfg and cfg.manual_divisions else None
 
-    if all_gpus:
-        if gpu or sms or cc:
-            raise InputError("--all lists every profile; drop --gpu/--sms/--cc")
-        _splits_all(group_num, manual, as_json)
+    if device is None:
+        _splits_all(group_num, as_json)
         return
 
-    device = resolve_device(gpu, sms, cc)
     batch_sizes = parse_int_list(decode_bs, "--decode-bs")
     prompts = parse_int_list(prompt_tokens, "--prompt-tokens")
     from ..model import load_model
@@ -109,10 +114,6 @@ def splits(
     mdl = load_model(model)
     plan = policy.plan_groups(device.sm_count, device.cc, group_num, manual)
     notes = [plan.note] if plan.note else []
-    if manual:
-        bad = [e for e in manual if e[0] + e[1] != device.sm_count]
-        if bad:
-            notes.append(f"manual_divisions {bad[0][:2]} do not add up to {device.sm_count} SMs: newer SGLang refuses to start")
     choices = [
         (bs, policy.choose_group(len(plan.groups), bs, True, divisor, plan.thresholds),
          policy.older_sglang_crashes(plan.thresholds, bs))
@@ -133,14 +134,14 @@ def splits(
     if as_json:
         print_json(render.splits_dict(info))
         return
-    console = _console()
+    con = console()
     for table in render.splits_tables(info):
-        console.print(table)
+        con.print(table)
     for note in notes:
-        console.print(f"[yellow]note:[/] {note}")
+        con.print(f"[yellow]note:[/] {note}")
 
 
-def _splits_all(group_num: int, manual: list | None, as_json: bool) -> None:
+def _splits_all(group_num: int, as_json: bool) -> None:
     from .. import policy
     from ..hardware import load_gpus
 
@@ -149,8 +150,9 @@ def _splits_all(group_num: int, manual: list | None, as_json: bool) -> None:
         entry: dict[str, Any] = {"gpu": g.name, "key": g.key, "sm_count": g.sm_count,
                                  "compute_capability": f"{g.compute_capability[0]}.{g.compute_capability[1]}"}
         try:
-            plan = policy.plan_groups(g.require_sm_count(), g.compute_capability, group_num, manual)
-            entry.update(source=plan.source, groups=[list(s) for s in plan.groups], error=None)
+            plan = policy.plan_groups(g.require_sm_count(), g.compute_capability, group_num)
+            entry.update(source=plan.source, error=None,
+                         groups=[{"prefill_sms": p, "decode_sms": d} for p, d in plan.groups])
         except InputError as e:
             entry.update(source=None, groups=None, error=str(e))
         rows.append(entry)
@@ -164,11 +166,12 @@ def _splits_all(group_num: int, manual: list | None, as_json: bool) -> None:
                       ("source", "left")):
         table.add_column(col, justify=just)
     for r in rows:
-        levels = " ".join(f"{p}/{d}" for p, d in r["groups"][1:-1]) if r["groups"] else f"[red]{r['error']}[/]"
+        levels = (" ".join(f"{g['prefill_sms']}/{g['decode_sms']}" for g in r["groups"][1:-1]) if r["groups"]
+                  else f"[red]{r['error']}[/]")
         source = {"sglang-auto": "SGLang auto", "cuda-granularity": "needs manual_divisions", "manual": "manual",
                   None: "-"}[r["source"]]
         table.add_row(r["gpu"], str(r["sm_count"] or "?"), r["compute_capability"], levels, source)
-    _console().print(table)
+    console().print(table)
 
 
 def _parse_level(text: str) -> tuple[int, int] | None:
@@ -197,9 +200,9 @@ def estimate(
     kv_bytes: float = typer.Option(2.0, "--kv-bytes", help="Bytes per KV-cache element (bf16 2, fp8 1)."),
     level: str = typer.Option("auto", "--level", help="PREFILL/DECODE SMs, e.g. 96/36, or 'auto' for SGLang's choice."),
     all_levels: bool = typer.Option(False, "--all-levels", help="Also show ITL and prefill time at every level."),
-    sm_group_num: int = typer.Option(8, "--sm-group-num", help="SGLang's sm_group_num."),
-    decode_bs_divisor: int = typer.Option(36, "--decode-bs-divisor", help="SGLang's decode_bs_divisor."),
-    token_budget: int = typer.Option(65536, "--token-budget", help="SGLang's split_forward_token_budget."),
+    sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="SGLang's sm_group_num (default 8)."),
+    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor", help="SGLang's decode_bs_divisor (default 36)."),
+    token_budget: int | None = typer.Option(None, "--token-budget", help="SGLang's split_forward_token_budget (default 65536)."),
     config: Path | None = typer.Option(None, "--config", help="A pdmux YAML whose levels and knobs to use."),
     flops_dtype: str | None = typer.Option(None, "--flops-dtype", help="bf16, fp16 or fp8 dense math (default: by model)."),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench': measured curves replace S_SAT and MFU."),
@@ -208,29 +211,33 @@ def estimate(
     """ITL, prefill time and tokens gained for prefill-first, chunked prefill and PD multiplexing.
 
     With no options: the chapter's table (Qwen3-8B on H100 SXM, 32 x 2048, an 8192-token prompt)."""
-    from .. import render
+    from .. import policy, render
     from ..estimate import Scenario
     from ..estimate import estimate as run_estimate
     from ..model import load_model
 
-    if flops_dtype is not None and flops_dtype not in ("bf16", "fp16", "fp8"):
-        raise InputError(f"--flops-dtype must be bf16, fp16 or fp8, got {flops_dtype!r}")
+    if flops_dtype is not None:
+        flops_dtype = flops_dtype.strip().lower()
+        if flops_dtype not in ("bf16", "fp16", "fp8"):
+            raise InputError(f"--flops-dtype must be bf16, fp16 or fp8, got {flops_dtype!r}")
     for name, value in (("--sm-group-num", sm_group_num), ("--decode-bs-divisor", decode_bs_divisor),
                         ("--token-budget", token_budget)):
-        if value <= 0:
+        if value is not None and value <= 0:
             raise InputError(f"{name} must be > 0, got {value}")
-    gpu_profile = resolve_device(gpu, None, None).gpu
+    device = resolve_device(gpu, None, None)
+    gpu_profile = device.gpu
     mdl = load_model(model)
-    cfg = _load_pdmux_yaml(config) if config is not None else None
+    cfg = _load_pdmux_yaml(config, device, sm_group_num) if config is not None else None
     scenario = Scenario(
         decode_bs=decode_bs, context_tokens=context, prompt_tokens=prompt_tokens,
         chunk_sizes=tuple(parse_int_list(chunk_sizes, "--chunk-sizes")),
         s_sat_values=tuple(parse_float_list(s_sat, "--s-sat")) if s_sat is not None else None,
         bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, weight_bytes_per_param=weight_bytes,
         kv_bytes_per_element=kv_bytes, level=_parse_level(level),
-        sm_group_num=cfg.sm_group_num if cfg else sm_group_num,
-        decode_bs_divisor=cfg.decode_bs_divisor if cfg else decode_bs_divisor,
-        split_forward_token_budget=cfg.split_forward_token_budget if cfg else token_budget,
+        sm_group_num=sm_group_num or (cfg.sm_group_num if cfg else policy.DEFAULT_SM_GROUP_NUM),
+        decode_bs_divisor=decode_bs_divisor or (cfg.decode_bs_divisor if cfg else policy.DEFAULT_DECODE_BS_DIVISOR),
+        split_forward_token_budget=token_budget or (
+            cfg.split_forward_token_budget if cfg else policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET),
         manual_divisions=tuple(cfg.manual_divisions) if cfg else (),
         flops_dtype=flops_dtype,
     )
@@ -240,13 +247,16 @@ def estimate(
 
         calibrated = load_calibration(calibration).throughput(gpu_profile, scenario.bandwidth_efficiency, scenario.mfu)
     result = run_estimate(gpu_profile, mdl, scenario, calibrated=calibrated, all_levels=all_levels)
+    if calibrated is not None and (s_sat is not None or mfu != 0.5 or bandwidth_efficiency != 0.85):
+        result.notes.append("--s-sat, --mfu and --bandwidth-efficiency are not used with --calibration: "
+                            "the measured curves replace them")
     if as_json:
         print_json(render.estimate_dict(result))
         return
-    console = _console()
-    console.print(render.estimate_table(result))
+    con = console()
+    con.print(render.estimate_table(result))
     if all_levels:
-        console.print(render.levels_table(result))
+        con.print(render.levels_table(result))
 
 
 @app.command("gen-config")
@@ -293,7 +303,7 @@ def gen_config(
         config = pc.PdmuxConfig(sm_group_num=len(entries) + 2, manual_divisions=entries,
                                 split_forward_token_budget=token_budget, decode_bs_divisor=decode_bs_divisor)
         if sm_group_num not in (8, len(entries) + 2):
-            raise InputError(f"--divisions has {len(entries)} levels, so sm_group_num is {len(entries) + 2}, "
+            raise InputError(f"--divisions has {len(entries)} level(s), so sm_group_num is {len(entries) + 2}, "
                              f"not {sm_group_num}: drop --sm-group-num or change the divisions")
     else:
         plan = policy.plan_groups(device.sm_count, device.cc, sm_group_num)
@@ -301,10 +311,11 @@ def gen_config(
                                      manual=manual or plan.source == "cuda-granularity")
     problems = pc.validate(config, device.sm_count, device.cc)
     if problems:
-        for p in problems[1:]:
-            sys.stderr.write(f"pdmux: also: {p.where}: {p.message}\n")
-        raise InputError(f"{problems[0].where}: {problems[0].message}")
+        more = f" (and {len(problems) - 1} more problem(s): pdmux check-config lists them)" if len(problems) > 1 else ""
+        raise InputError(f"{problems[0].where}: {problems[0].message}{more}")
     text = pc.dump_config(config)
+    if output is not None and str(output) == "-":
+        output = None  # the usual spelling of standard output
     path_text = str(output) if output is not None else "pdmux.yaml"
     flags = pc.launch_flags(path_text, config.sm_group_num)
     if output is not None:
@@ -323,9 +334,9 @@ def gen_config(
         sys.stdout.write(text)
         sys.stderr.write(f"# save as {path_text}, then launch:\n# {launch}\n")
     else:
-        console = _console()
-        console.print(f"wrote {output} ({device.name}, {device.sm_count} SMs)")
-        console.print(launch, soft_wrap=True, markup=False)
+        con = console()
+        con.print(f"wrote {output} ({device.name}, {device.sm_count} SMs)")
+        con.print(launch, soft_wrap=True, markup=False)
 
 
 @app.command("check-config")
@@ -356,9 +367,9 @@ def check_config(
         table.add_column("problem")
         for p in problems:
             table.add_row(p.where, p.rule, p.message)
-        _console().print(table)
+        console().print(table)
     else:
-        _console().print(f"{path}: OK for {device.name} ({device.sm_count} SMs) under older and newer SGLang rules")
+        console().print(f"{path}: OK for {device.name} ({device.sm_count} SMs) under older and newer SGLang rules")
     if problems:
         sys.stderr.write(f"pdmux: error: {path}: {len(problems)} problem(s)\n")
         raise typer.Exit(2)
