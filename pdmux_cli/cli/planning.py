@@ -244,8 +244,17 @@ def estimate(
     calibrated = None
     if calibration is not None:
         from ..calibration import load_calibration
+        from ..hardware import find_gpu
 
-        calibrated = load_calibration(calibration).throughput(gpu_profile, scenario.bandwidth_efficiency, scenario.mfu)
+        cal = load_calibration(calibration)
+        try:
+            measured_on = find_gpu(cal.gpu_name)
+        except InputError:  # a device without a profile: only the SM count can be compared
+            measured_on = None
+        if measured_on is not None and measured_on.key != gpu_profile.key:
+            raise InputError(f"{calibration} was measured on {measured_on.name}, not {gpu_profile.name}: "
+                             f"pass --gpu {measured_on.key} or run 'pdmux bench' on this GPU")
+        calibrated = cal.throughput(gpu_profile, scenario.bandwidth_efficiency, scenario.mfu)
     result = run_estimate(gpu_profile, mdl, scenario, calibrated=calibrated, all_levels=all_levels)
     if calibrated is not None and (s_sat is not None or mfu != 0.5 or bandwidth_efficiency != 0.85):
         result.notes.append("--s-sat, --mfu and --bandwidth-efficiency are not used with --calibration: "
