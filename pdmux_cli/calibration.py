@@ -42,6 +42,9 @@ FORMAT = "pdmux-calibration/1"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
+#: Largest calibration file :func:`load_calibration` reads, bytes (a real one is a few kB).
+MAX_FILE_BYTES = 10 * 1024**2
+
 _HEADER = (
     "# pdmux calibration, written by 'pdmux bench'; read by 'pdmux estimate --calibration FILE'.\n"
     "# Units: SMs (granted by the driver), bytes/s, FLOP/s. bandwidth_curve: the bench's read kernel\n"
@@ -331,13 +334,21 @@ def calibration_from_mapping(data: object, where: str = "calibration") -> Calibr
 def load_calibration(path: str | Path) -> Calibration:
     """Read ``calibration.yaml`` (written by ``pdmux bench --out DIR``).
 
-    Raises :class:`InputError` with one line naming the file for: a missing or unreadable file,
+    Raises :class:`InputError` with one line naming the file for: a missing or unreadable file, a
+    directory or other non-regular file (device, pipe), a file over :data:`MAX_FILE_BYTES`,
     invalid YAML, and everything :func:`calibration_from_mapping` refuses.
     """
     p = Path(path)
     where = str(p)
+    if p.exists() and not p.is_dir() and not p.is_file():
+        raise InputError(f"calibration file {where} is not a regular file (a device, pipe or socket)")
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise InputError(f"calibration file {where} is larger than {MAX_FILE_BYTES // 1024**2} MB: "
+                             "not a calibration from 'pdmux bench'")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise InputError(f"calibration file {where} not found (write one with 'pdmux bench --out DIR')") from None
     except IsADirectoryError:

@@ -70,6 +70,16 @@ GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
     "tie_word_embeddings": True,
 }
 
+#: Largest config.json :func:`load_model` reads, bytes (real ones are a few kB).
+MAX_CONFIG_BYTES = 10 * 1024**2
+
+#: ``torch_dtype`` / ``dtype`` values a config.json may carry (lower case, ``torch.`` prefix dropped).
+TORCH_DTYPES = frozenset({
+    "auto", "bfloat16", "bf16", "float16", "fp16", "half", "float32", "fp32", "float",
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float8", "fp8",
+    "fp8_e4m3", "fp8_e5m2",
+})
+
 # Qwen2Config / Qwen3Config default for ``max_window_layers`` (layers from this index on use the window
 # when ``use_sliding_window`` is true).
 _QWEN_DEFAULT_MAX_WINDOW_LAYERS = 28
@@ -151,6 +161,10 @@ class Model:
             raise InputError(f"{who}: MoE fields are set but num_experts is 0")
         if dense_ffn_layers(self) and self.intermediate_size <= 0:
             raise InputError(f"{who}: dense FFN layers need intermediate_size > 0")
+        if not self.kv_lora_rank and (self.num_kv_heads > self.num_attention_heads
+                                      or self.num_attention_heads % self.num_kv_heads):
+            raise InputError(f"{who}: num_kv_heads {self.num_kv_heads} must divide num_attention_heads "
+                             f"{self.num_attention_heads} (grouped-query attention)")
         if self.kv_lora_rank and not (self.qk_nope_head_dim > 0 and self.qk_rope_head_dim > 0
                                       and self.v_head_dim > 0):
             raise InputError(f"{who}: MLA needs qk_nope_head_dim, qk_rope_head_dim and v_head_dim > 0")
@@ -525,13 +539,16 @@ def load_model(name_or_path: str | os.PathLike[str]) -> Model:
     """
     text = os.fspath(name_or_path).strip()
     if not text:
-        raise InputError("empty model name: give a profile name (see `pdmux models`) or a config.json path")
+        raise InputError(f"empty model name: give a profile name ({', '.join(list_models())}) "
+                         "or a path to a config.json")
     path = Path(text).expanduser()
     if path.is_dir():
         config_path = path / "config.json"
-        if not config_path.is_file():
+        if not config_path.exists():
             raise InputError(f"{path}: directory has no config.json")
         return _load_file(config_path, default_name=path.name)
+    if path.exists() and not path.is_file():
+        raise InputError(f"{path}: not a regular file (a device, pipe or socket); give a config.json")
     if path.is_file():
         return _load_file(path, default_name=path.parent.name if path.stem == "config" else path.stem)
     if text.lower().endswith(".json"):
@@ -556,8 +573,14 @@ def load_model(name_or_path: str | os.PathLike[str]) -> Model:
 
 
 def _load_file(path: Path, default_name: str, profile: bool = False) -> Model:
+    if path.is_dir() or (path.exists() and not path.is_file()):
+        raise InputError(f"{path}: not a regular file (a directory, device, pipe or socket); give a config.json")
     try:
-        raw = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise InputError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024**2} MB: not a Hugging Face config.json")
+        raw = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise InputError(f"{path}: cannot read: {reason}") from None
@@ -649,6 +672,9 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "<conf
     heads = keys.get_int("num_attention_heads")
     vocab = keys.get_int("vocab_size")
     kv_heads = keys.get_int("num_key_value_heads", default=heads)
+    if not keys.has("kv_lora_rank") and (kv_heads > heads or heads % kv_heads):
+        raise keys.error("num_key_value_heads", f"({kv_heads}) must divide num_attention_heads ({heads}): "
+                         "grouped-query attention shares each KV head among a whole number of query heads")
     tie = keys.get_bool("tie_word_embeddings", default=top.get_bool("tie_word_embeddings", default=True))
 
     # --- MLA -------------------------------------------------------------------------------------
@@ -685,6 +711,8 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "<conf
         expert_width = keys.get_int(width_key)
         if keys.has("first_k_dense_replace") or experts_key == "n_routed_experts":  # DeepSeek
             first_dense = keys.get_int("first_k_dense_replace", default=0, minimum=0)
+            if first_dense > layers:
+                raise keys.error("first_k_dense_replace", f"({first_dense}) exceeds num_hidden_layers ({layers})")
             freq = keys.get_int("moe_layer_freq", default=1)
             sparse = [i >= first_dense and i % freq == 0 for i in range(layers)]
         elif keys.has("decoder_sparse_step") or keys.has("mlp_only_layers"):  # Qwen2/Qwen3-MoE
@@ -714,6 +742,9 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "<conf
         intermediate = keys.get_int("intermediate_size")
 
     window, num_sliding = _sliding_layers(keys, model_type, layers)
+    _check_torch_dtype(top)
+    if prefix:
+        _check_torch_dtype(keys)
     weight_dtype = _weight_dtype(config, cfg, source)
 
     try:
@@ -752,6 +783,17 @@ def _sliding_layers(keys: _Keys, model_type: str, layers: int) -> tuple[int, int
         count = max(0, layers - first)
         return (window, count) if count else (0, 0)
     return window, layers  # Mistral-v0.1, Phi-3: every layer
+
+
+def _check_torch_dtype(keys: _Keys) -> None:
+    """``torch_dtype`` / ``dtype``, when present, must name a dtype (:data:`TORCH_DTYPES`)."""
+    for key in ("torch_dtype", "dtype"):
+        value = keys.config.get(key)
+        if value is None:
+            continue
+        name = value.strip().lower().removeprefix("torch.") if isinstance(value, str) else None
+        if name not in TORCH_DTYPES:
+            raise keys.error(key, f"is {value!r}, not a dtype: use bfloat16, float16, float32, float8_e4m3fn or auto")
 
 
 def _weight_dtype(config: Mapping[str, Any], cfg: Mapping[str, Any], source: str) -> str:

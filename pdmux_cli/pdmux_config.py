@@ -66,7 +66,32 @@ HEADER = (
     "# manual_divisions: one [prefill_sm, decode_sm, decode_bs_threshold] per split level.\n"
 )
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: Largest pdmux YAML :func:`load_config` reads, bytes (real ones are a few hundred bytes).
+MAX_CONFIG_BYTES = 10 * 1024**2
+
+
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The safe loader, noting every mapping key written twice (PyYAML keeps the last silently)."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self.duplicate_keys: list[tuple[str, int]] = []  # (key, line of the repeat, 1-based)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=False)
+                try:
+                    repeated = key in seen
+                    seen.add(key)
+                except TypeError:  # unhashable: the base class reports it
+                    continue
+                if repeated:
+                    self.duplicate_keys.append((str(key), key_node.start_mark.line + 1))
+        return super().construct_mapping(node, deep=deep)
 
 
 @dataclass(frozen=True)
@@ -243,7 +268,11 @@ def parse_config(text: str, source: str = "<string>") -> tuple[PdmuxConfig, list
     or its top level is not a mapping.
     """
     try:
-        data = yaml.load(text, Loader=_Loader)
+        loader = _Loader(text)
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         raise _yaml_error(exc, source) from None
     if data is None:
@@ -255,6 +284,9 @@ def parse_config(text: str, source: str = "<string>") -> tuple[PdmuxConfig, list
         )
 
     problems: list[Problem] = []
+    for key, line in loader.duplicate_keys:
+        problems.append(Problem(key, f"is written twice (again at line {line}); SGLang keeps only the last "
+                                "value: remove one", "pdmux"))
     for key in data:
         if key not in KNOWN_KEYS:
             import difflib  # only on the error path: keeps start-up light
@@ -309,16 +341,23 @@ def parse_config(text: str, source: str = "<string>") -> tuple[PdmuxConfig, list
 def load_config(path: str | Path) -> tuple[PdmuxConfig, list[Problem]]:
     """Read and parse a pdmux YAML file (UTF-8). See :func:`parse_config` for what comes back.
 
-    Raises :class:`InputError` naming ``path`` when it is missing, a directory, unreadable, not
-    UTF-8, not YAML or not a mapping.
+    Raises :class:`InputError` naming ``path`` when it is missing, a directory or another
+    non-regular file (device, pipe), larger than :data:`MAX_CONFIG_BYTES`, unreadable, not UTF-8,
+    not YAML or not a mapping.
     """
     file = Path(path)
     if not file.exists():
         raise InputError(f"pdmux config {path}: no such file")
     if file.is_dir():
         raise InputError(f"pdmux config {path}: is a directory, not a YAML file")
+    if not file.is_file():
+        raise InputError(f"pdmux config {path}: not a regular file (a device, pipe or socket)")
     try:
-        text = file.read_text(encoding="utf-8")
+        with file.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise InputError(f"pdmux config {path}: larger than {MAX_CONFIG_BYTES // 1024**2} MB, not a pdmux YAML")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"pdmux config {path}: not UTF-8 text") from None
     except OSError as exc:

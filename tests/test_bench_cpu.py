@@ -387,10 +387,30 @@ def test_cli_dry_run_custom_device() -> None:
         (["--device", "-1"], "--device"),
         (["--sm-group-num", "2"], "sm-group-num"),
         (["--sms", "132"], "--sms"),
+        (["--gemm-shape", "0x0x0"], "must all be > 0"),
+        (["--gemm-shape", "0x0x0", "--dry-run"], "must all be > 0"),
+        (["--repeats", "0", "--dry-run"], "--repeats"),
     ],
 )
 def test_cli_usage_errors_exit_2(args, fragment) -> None:
     assert_one_line_error(cli.invoke(app, ["bench", *args]), 2, fragment)
+
+
+def test_cli_bad_out_refused_before_any_device_work(monkeypatch, tmp_path) -> None:
+    def no_device(device, gpu):
+        raise AssertionError("the device was touched before --out was checked")
+
+    monkeypatch.setattr(runner, "prepare", no_device)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    assert_one_line_error(cli.invoke(app, ["bench", "--out", str(a_file)]), 2, "is not a directory")
+    assert_one_line_error(cli.invoke(app, ["bench", "--out", str(a_file / "sub" / "dir")]), 2, "not a directory")
+    assert_one_line_error(cli.invoke(app, ["bench", "--out", "/dev/null"]), 2, "is not a directory")
+    import pdmux_cli.cli.bench as bench_cli
+
+    monkeypatch.setattr(bench_cli.os, "access", lambda path, mode: False)  # a read-only folder (root ignores modes)
+    assert_one_line_error(cli.invoke(app, ["bench", "--out", str(tmp_path / "new")]), 2, "not writable")
+    assert a_file.read_text() == "x" and not (tmp_path / "new").exists()
 
 
 # ---- green contexts against a fake cuda-python driver --------------------------------------------

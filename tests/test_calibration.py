@@ -106,6 +106,27 @@ def test_directory(tmp_path) -> None:
     _refused(tmp_path, tmp_path, "directory")
 
 
+def test_special_files_refused_without_reading(tmp_path) -> None:
+    import os
+    from pathlib import Path
+
+    _refused(tmp_path, Path("/dev/zero"), "/dev/zero", "not a regular file")
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)  # opening it would block until a writer came
+    _refused(tmp_path, fifo, "pipe.yaml", "not a regular file")
+
+
+def test_file_over_the_size_limit(tmp_path, monkeypatch) -> None:
+    from pdmux_cli import calibration
+
+    path = write(tmp_path, dump_calibration(make_calibration()))
+    size = path.stat().st_size
+    monkeypatch.setattr(calibration, "MAX_FILE_BYTES", size - 1)
+    _refused(tmp_path, path, "calibration.yaml", "larger than")
+    monkeypatch.setattr(calibration, "MAX_FILE_BYTES", size)
+    assert load_calibration(path) == make_calibration()
+
+
 def test_bad_yaml(tmp_path) -> None:
     _refused(tmp_path, "gpu_name: [unclosed\n", "not valid YAML")
 
@@ -277,6 +298,6 @@ def test_estimate_cli_with_calibration(tmp_path) -> None:
     assert "calibration NVIDIA H100" in json.dumps(json.loads(r.stdout))
     r = runner.invoke(app, ["estimate", "--gpu", "a100", "--calibration", str(path)])
     assert r.exit_code == 2
-    assert r.stderr.count("\n") == 1 and "108 SMs" in r.stderr
+    assert r.stderr.count("\n") == 1 and "measured on H100" in r.stderr and "not A100" in r.stderr
     r = runner.invoke(app, ["estimate", "--gpu", "h100", "--calibration", str(tmp_path / "missing.yaml")])
     assert r.exit_code == 2 and "not found" in r.stderr

@@ -412,6 +412,67 @@ def test_bad_variant_keys(tmp_path):
         one_line_error(lambda path=path: load_model(str(path)), str(path), fragment)
 
 
+@pytest.mark.parametrize("cfg,key", [
+    ({"num_key_value_heads": 16}, "num_key_value_heads"),  # more KV heads than query heads
+    ({"num_key_value_heads": 3}, "num_key_value_heads"),  # 8 query heads do not split into 3 groups
+    ({"torch_dtype": "nonsense"}, "torch_dtype"),
+    ({"torch_dtype": 16}, "torch_dtype"),
+    ({"dtype": "int3"}, "dtype"),
+    ({"num_local_experts": 4, "num_experts_per_tok": 5, "intermediate_size": 256}, "num_experts_per_tok"),
+    ({"n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128, "first_k_dense_replace": 5},
+     "first_k_dense_replace"),
+])
+def test_inconsistent_config_names_file_and_key(tmp_path, cfg, key):
+    path = write_config(tmp_path, {**BASE, **cfg})
+    one_line_error(lambda: load_model(str(path)), str(path), f"'{key}'")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "auto", "float8_e4m3fn", "torch.bfloat16",
+                                   "BFloat16"])
+def test_real_torch_dtypes_are_accepted(tmp_path, dtype):
+    m = load_model(str(write_config(tmp_path, {**BASE, "torch_dtype": dtype, "num_key_value_heads": 2})))
+    assert m.num_kv_heads == 2 and m.weight_dtype == "bf16"  # the dtype key does not change the weight format
+
+
+def test_first_k_dense_replace_equal_to_layers_is_all_dense(tmp_path):
+    cfg = {**BASE, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
+           "first_k_dense_replace": 4}
+    m = load_model(str(write_config(tmp_path, cfg)))
+    assert m.num_dense_layers == 4 and M.moe_layers(m) == 0
+
+
+def test_text_config_dtype_checked(tmp_path):
+    cfg = {"model_type": "gemma3", "torch_dtype": "bfloat16",
+           "text_config": {"model_type": "gemma3_text", "num_hidden_layers": 12, "torch_dtype": "bogus"}}
+    one_line_error(lambda: load_model(str(write_config(tmp_path, cfg))), "'text_config.torch_dtype'")
+
+
+def test_empty_model_name_lists_the_profiles():
+    message = one_line_error(lambda: load_model(""), "empty", "Qwen3-8B", "DeepSeek-V3", "config.json")
+    assert "pdmux models" not in message
+    one_line_error(lambda: load_model("   "), "empty")
+
+
+def test_special_and_huge_model_files(tmp_path, monkeypatch):
+    one_line_error(lambda: load_model("/dev/zero"), "/dev/zero", "not a regular file")
+    (tmp_path / "config.json").mkdir()
+    one_line_error(lambda: load_model(str(tmp_path)), "not a regular file")
+    path = write_config(tmp_path, BASE, name="small.json")
+    monkeypatch.setattr(M, "MAX_CONFIG_BYTES", path.stat().st_size - 1)
+    one_line_error(lambda: load_model(str(path)), "small.json", "larger than")
+    monkeypatch.setattr(M, "MAX_CONFIG_BYTES", path.stat().st_size)
+    assert load_model(str(path)).hidden_size == 1024
+
+
+def test_constructor_refuses_kv_heads_that_do_not_divide():
+    ok = {"name": "x", "num_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+          "num_kv_heads": 2, "head_dim": 16, "vocab_size": 100, "tie_word_embeddings": False}
+    assert Model(**ok).num_kv_heads == 2
+    for kv in (3, 8):
+        with pytest.raises(InputError, match="num_kv_heads"):
+            Model(**{**ok, "num_kv_heads": kv})
+
+
 def test_bad_numbers():
     m = load_model("Qwen3-8B")
     one_line_error(lambda: M.attention_flops(m, -1), "new tokens")

@@ -229,9 +229,57 @@ def test_load_config_unreadable(tmp_path, monkeypatch):
     def refuse(self, *args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(type(path), "read_text", refuse)
+    monkeypatch.setattr(type(path), "open", refuse)
     with pytest.raises(InputError, match="locked.yaml.*Permission denied"):
         load_config(path)
+
+
+def test_load_config_special_files_are_refused_without_reading(tmp_path):
+    with pytest.raises(InputError, match="/dev/zero: not a regular file"):
+        load_config("/dev/zero")
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)  # opening it would block until a writer came
+    with pytest.raises(InputError, match="pipe.yaml: not a regular file"):
+        load_config(fifo)
+
+
+def test_load_config_over_the_size_limit(tmp_path, monkeypatch):
+    from pdmux_cli import pdmux_config
+
+    path = tmp_path / "big.yaml"
+    path.write_text(H200_YAML, encoding="utf-8")
+    monkeypatch.setattr(pdmux_config, "MAX_CONFIG_BYTES", len(H200_YAML) - 1)
+    with pytest.raises(InputError, match="big.yaml: larger than"):
+        load_config(path)
+    monkeypatch.setattr(pdmux_config, "MAX_CONFIG_BYTES", len(H200_YAML))
+    assert load_config(path) == (H200, [])
+
+
+def test_duplicate_keys_are_problems():
+    text = "sm_group_num: 3\ndecode_bs_divisor: 24\nmanual_divisions: [[112, 20, 0]]\nsm_group_num: 8\n"
+    config, problems = parse_config(text)
+    assert config.sm_group_num == 8  # as SGLang reads it: the last value
+    assert [(p.where, p.rule) for p in problems] == [("sm_group_num", "pdmux")]
+    assert "written twice" in problems[0].message and "line 4" in problems[0].message
+    # a merge key and its override are not duplicates
+    _, problems = parse_config("sm_group_num: 8\nx: &a {k: 1}\ny:\n  <<: *a\n  k: 2\n")
+    assert [p.where for p in problems] == ["x", "y"]  # unknown keys only
+    # three times: reported twice
+    _, problems = parse_config("sm_group_num: 8\ndecode_bs_divisor: 1\ndecode_bs_divisor: 2\ndecode_bs_divisor: 3\n")
+    assert [(p.where, "line 3" in p.message or "line 4" in p.message) for p in problems] == [
+        ("decode_bs_divisor", True), ("decode_bs_divisor", True)]
+
+
+def test_check_config_cli_reports_duplicate_key(tmp_path):
+    from typer.testing import CliRunner
+
+    from pdmux_cli.cli import app
+
+    path = tmp_path / "dup.yaml"
+    path.write_text(H200_YAML + "decode_bs_divisor: 48\n", encoding="utf-8")
+    r = CliRunner().invoke(app, ["check-config", str(path), "--gpu", "h200"])
+    assert r.exit_code == 2
+    assert "decode_bs_divisor" in r.stdout + r.stderr and "twice" in r.stdout + r.stderr
 
 
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root reads anything")

@@ -6,6 +6,7 @@ import csv
 import io
 import itertools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,124 @@ def test_simulate_with_calibration(tmp_path: Path) -> None:
     assert data["policies"][0]["itl_ms"]["max"] != analytic["policies"][0]["itl_ms"]["max"]
     assert_one_line_error(run(*base, "--calibration", str(path), "--s-sat", "50"), "--s-sat")
     assert_one_line_error(run(*base, "--calibration", str(tmp_path / "none.yaml")), "not found")
+
+
+# ---- outputs never overwrite inputs; bounds on every number -------------------------------------------
+
+
+def test_simulate_refuses_writing_over_its_inputs(tmp_path: Path) -> None:
+    trace = tmp_path / "in.csv"
+    trace.write_text(Path(AZURE).read_text())
+    before = trace.read_bytes()
+    assert_one_line_error(run("simulate", str(trace), "--csv", str(trace)), "input file")
+    plot_trace = tmp_path / "trace.png"
+    plot_trace.write_bytes(before)
+    assert_one_line_error(run("simulate", str(plot_trace), "--format", "azure", "--plot", str(plot_trace)),
+                          "input file")
+    cfg = tmp_path / "pdmux.yaml"
+    cfg.write_text("sm_group_num: 3\nmanual_divisions: [[112, 20, 0]]\n")
+    assert_one_line_error(run("simulate", str(trace), "--config", str(cfg), "--csv", str(cfg)), "input file")
+    assert_one_line_error(run("simulate", str(trace), "--csv", str(tmp_path / "x.png"), "--plot",
+                              str(tmp_path / "x.png")), "same file")
+    assert trace.read_bytes() == before and plot_trace.read_bytes() == before
+    assert cfg.read_text() == "sm_group_num: 3\nmanual_divisions: [[112, 20, 0]]\n"
+
+
+def test_tune_refuses_writing_over_its_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "in2.csv"
+    trace.write_text(Path(AZURE).read_text())
+    before = trace.read_bytes()
+    r = run("tune", "--trace", str(trace), "--slo-ttft", "200", "--slo-itl", "25", "--output", str(trace))
+    assert_one_line_error(r, "input file")
+    assert trace.read_bytes() == before
+
+
+@pytest.mark.parametrize(("args", "contains"), [
+    (["--kv-bytes", "5e-324"], "--kv-bytes"),
+    (["--kv-bytes", "1e308"], "--kv-bytes"),
+    (["--weight-bytes", "1e308"], "--weight-bytes"),
+    (["--weight-bytes", "0.01"], "--weight-bytes"),
+    (["--mfu", "5e-324"], "--mfu"),
+    (["--mfu", "nan"], "--mfu"),
+    (["--bandwidth-efficiency", "5e-324"], "--bandwidth-efficiency"),
+    (["--bandwidth-efficiency", "1.5"], "--bandwidth-efficiency"),
+    (["--memory-reserve", "0.99999"], "--memory-reserve"),
+    (["--memory-reserve", "-0.1"], "--memory-reserve"),
+    (["--s-sat", "1e308"], "--s-sat"),
+    (["--qps", "1000000", "--duration", "10"], "--max-requests"),
+    (["--qps", "1", "--max-requests", "1000001"], "1,000,000"),
+    (["--qps", "1", "--duration", "inf"], "--duration"),
+    (["--qps", "inf"], "--qps"),
+    (["--qps", "1", "--max-requests", "0"], "--max-requests"),
+])
+def test_simulate_numbers_out_of_range_are_one_line(args: list[str], contains: str) -> None:
+    assert_one_line_error(run("simulate", "--synthetic", *(["--qps", "1"] if "--qps" not in args else []), *args),
+                          contains)
+
+
+def test_simulate_bounds_are_inclusive_and_finite() -> None:
+    h100, small = find_gpu("h100"), load_model("qwen3-0.6b")
+    base = ["simulate", "--synthetic", "--qps", "2", "--max-requests", "20", "--json", "--policies", "chunked",
+            "--chunk-sizes", "512", "--model", "qwen3-0.6b", "--mfu", "0.001", "--bandwidth-efficiency", "1"]
+    for extra, setup in (
+        (["--kv-bytes", "0.0625", "--memory-reserve", "0.95"],
+         make_setup(h100, small, kv_bytes_per_element=0.0625, memory_reserve=0.95)),
+        (["--kv-bytes", "16", "--weight-bytes", "16", "--memory-reserve", "0"],
+         make_setup(h100, small, kv_bytes_per_element=16, weight_bytes_per_param=16, memory_reserve=0)),
+    ):
+        r = run(*base, *extra)
+        assert r.exit_code == 0, r.stderr
+        assert "NaN" not in r.stdout and "Infinity" not in r.stdout
+        data = json.loads(r.stdout)
+        expected = int((h100.memory_bytes * (1 - setup.memory_reserve) - setup.weight_bytes) // setup.kv_bytes_per_token)
+        assert data["kv_capacity_tokens"] == expected > 0
+        assert data["policies"][0]["completed"] == 20
+
+
+def test_simulate_json_turns_non_finite_numbers_into_null() -> None:
+    # one request rejected (too long for KV memory) and none completed: latency percentiles are NaN inside
+    r = run("simulate", "--synthetic", "--qps", "1", "--max-requests", "1", "--prompt-tokens", "5000000",
+            "--json", "--policies", "prefill-first")
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    p = data["policies"][0]
+    assert p["completed"] == 0 and p["rejected"] == 1
+    assert p["ttft_ms"] == {"p50": None, "p90": None, "p99": None, "max": None}
+
+
+def test_simulate_json_writer_never_writes_nan(capsys: pytest.CaptureFixture[str]) -> None:
+    from pdmux_cli.cli.simulate import print_json
+
+    print_json({"a": float("nan"), "b": [1.5, float("inf"), {"c": -float("inf")}], "d": (2, "x")})
+    out = capsys.readouterr().out
+    assert json.loads(out) == {"a": None, "b": [1.5, None, {"c": None}], "d": [2, "x"]}
+    assert "NaN" not in out and "Infinity" not in out
+
+
+def test_rate_scale_that_overflows_is_one_line() -> None:
+    assert_one_line_error(run("simulate", AZURE, "--rate-scale", "5e-324"), "--rate-scale")
+    assert_one_line_error(run("simulate", AZURE, "--qps", "5e-324"), "--qps")
+
+
+def test_special_files_as_inputs_are_refused(tmp_path: Path) -> None:
+    assert_one_line_error(run("simulate", "/dev/zero"), "not a regular file")
+    assert_one_line_error(run("simulate", AZURE, "--config", "/dev/zero"), "not a regular file")
+    assert_one_line_error(run("simulate", AZURE, "--calibration", "/dev/zero"), "not a regular file")
+    assert_one_line_error(run("simulate", AZURE, "--model", "/dev/zero"), "not a regular file")
+    assert_one_line_error(run("simulate", str(tmp_path)), "directory")
+    assert_one_line_error(run("simulate", AZURE, "--csv", "/dev/null"), "not a regular file")
+
+
+def test_help_shows_each_default_once() -> None:
+    for command in ("simulate", "tune", "bench"):
+        r = runner.invoke(app, [command, "--help"], env={"COLUMNS": "300"})
+        assert r.exit_code == 0
+        shown = 0
+        for line in r.stdout.splitlines():
+            for value in re.findall(r"\[default: ([^\]]+)\]", line):
+                shown += 1
+                before = line[:line.index("[default:")].lower()
+                assert f"default: {value.lower()}" not in before and f"default {value.lower()}" not in before, line
+        assert shown >= 3
+    r = runner.invoke(app, ["simulate", "--help"], env={"COLUMNS": "300"})
+    assert "[default: qwen3-8b]" in r.stdout and "Default: qwen3-8b" not in r.stdout

@@ -327,3 +327,44 @@ def test_kv_pool_is_whole_again_at_the_end(pol, monkeypatch) -> None:
     simulate(trace, SETUP, pol, initial_decode=[(2048, 40)] * 8)
     work = captured["work"]
     assert work.free == work.capacity and work.batch.n == 0 and not work.waiting
+
+
+# ---- bounds on the setup's numbers ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("field", "value", "fragment"), [
+    ("kv_bytes_per_element", 5e-324, "KV bytes"),
+    ("kv_bytes_per_element", 1e308, "KV bytes"),
+    ("kv_bytes_per_element", math.nan, "KV bytes"),
+    ("weight_bytes_per_param", 1e308, "weight bytes"),
+    ("weight_bytes_per_param", 0.01, "weight bytes"),
+    ("memory_reserve", 0.99999, "memory reserve"),
+    ("memory_reserve", -0.01, "memory reserve"),
+    ("memory_reserve", math.inf, "memory reserve"),
+])
+def test_setup_refuses_numbers_out_of_range(field: str, value: float, fragment: str) -> None:
+    with pytest.raises(InputError, match=fragment):
+        replace(SETUP, **{field: value})
+
+
+def test_make_setup_refuses_tiny_efficiencies() -> None:
+    for kwargs, fragment in (({"mfu": 5e-324}, "MFU"), ({"bandwidth_efficiency": 5e-324}, "bandwidth"),
+                             ({"mfu": 1.01}, "MFU")):
+        with pytest.raises(InputError, match=fragment):
+            make_setup(H100, QWEN, **kwargs)
+
+
+def test_setup_range_ends_give_finite_capacity() -> None:
+    lo, hi = engine.BYTES_PER_ELEMENT_RANGE
+    small_kv = replace(SETUP, kv_bytes_per_element=lo)
+    # Qwen3-8B: 36 layers x 2 x 8 KV heads x 128 x 1/16 byte = 4608 B/token; weights in bf16
+    assert small_kv.kv_bytes_per_token == 4608.0
+    expected = int((H100.memory_bytes * 0.9 - SETUP.weight_bytes) // 4608.0)
+    assert small_kv.kv_capacity_tokens() == expected
+    assert SETUP.kv_capacity_tokens() == int((H100.memory_bytes * 0.9 - SETUP.weight_bytes) // 147456.0)
+    h200, tiny = find_gpu("h200"), load_model("qwen3-0.6b")
+    big = make_setup(h200, tiny, kv_bytes_per_element=hi, weight_bytes_per_param=hi, memory_reserve=0.9, mfu=0.001)
+    assert big.weight_bytes == 8 * mdl.weight_bytes_total(tiny)  # 16 bytes a weight, bf16 is 2
+    per_token = 16 / 2 * mdl.kv_bytes_per_token(tiny)
+    assert big.kv_capacity_tokens() == int((h200.memory_bytes * 0.1 - big.weight_bytes) // per_token) > 0
+    assert big.throughput.flops_per_s(h200.sm_count) == pytest.approx(0.001 * big.throughput.dense_flops)

@@ -5,11 +5,14 @@ Fixtures in tests/fixtures/ (README there: the Azure excerpt's CC-BY attribution
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import pytest
 
 from pdmux_cli.errors import InputError
+from pdmux_cli.simulate import traces
 from pdmux_cli.simulate.traces import (
     detect_format,
     load_trace,
@@ -146,9 +149,106 @@ def test_synthetic_poisson_deterministic() -> None:
             parse_length_spec(spec, "--prompt-tokens")
 
 
+def test_special_files_are_refused_without_reading(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not a regular file"):
+        load_trace("/dev/zero")
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    done: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            load_trace(fifo)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            done.append(exc)
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    worker.join(5)
+    if worker.is_alive():  # blocked in open(): unblock it by opening the write end, then fail
+        with open(fifo, "w"):
+            pass
+        pytest.fail("load_trace blocked on a fifo")
+    assert len(done) == 1 and isinstance(done[0], InputError) and "not a regular file" in str(done[0])
+    with pytest.raises(InputError, match="directory"):
+        load_trace(tmp_path)
+
+
+def test_trace_over_the_size_limit_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    big = tmp_path / "big.csv"
+    big.write_text((FIX / "azure_conv_50.csv").read_text())
+    monkeypatch.setattr(traces, "MAX_TRACE_BYTES", big.stat().st_size - 1)
+    with pytest.raises(InputError, match="more than the"):
+        load_trace(big)
+    monkeypatch.setattr(traces, "MAX_TRACE_BYTES", big.stat().st_size)
+    assert len(load_trace(big)) == 50
+
+
+def test_synthetic_request_count_is_bounded() -> None:
+    with pytest.raises(InputError, match="--max-requests"):
+        synthetic_trace(1_000_000, duration_s=10)
+    with pytest.raises(InputError, match="1,000,000"):
+        synthetic_trace(1, num_requests=1_000_001)
+    with pytest.raises(InputError, match="--duration"):
+        synthetic_trace(1, duration_s=float("inf"))
+    # a cap keeps a huge rate usable: exactly the requests asked for
+    assert len(synthetic_trace(1e9, duration_s=1e9, num_requests=100)) == 100
+
+
+def test_synthetic_poisson_count_past_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(traces, "MAX_SYNTHETIC_REQUESTS", 100)
+    # 99 expected requests pass the up-front check; seed 7 draws 113 of them (97 with seed 1)
+    with pytest.raises(InputError, match="more than 100 synthetic requests"):
+        synthetic_trace(0.99, duration_s=100, seed=7)
+    assert len(synthetic_trace(0.99, duration_s=100, seed=1)) == 97
+
+
+def test_retiming_to_non_finite_arrivals_is_refused() -> None:
+    t = load_trace(FIX / "azure_conv_50.csv")
+    with pytest.raises(InputError, match="--rate-scale"):
+        reshape(t, rate_scale=5e-324)
+    with pytest.raises(InputError, match="--qps"):
+        reshape(t, qps=5e-324)
+    with pytest.raises(InputError, match="--rate-scale"):
+        reshape(t, rate_scale=1e-300)
+    slow = reshape(t, rate_scale=1e-6)  # a million times slower: still within the limit
+    assert slow.arrival_s[-1] == pytest.approx(t.arrival_s[-1] * 1e6)
+
+
 @pytest.mark.skipif(not CONV.exists(), reason="shared Azure trace not present")
 def test_whole_azure_conv_trace() -> None:
     t = load_trace(CONV)
     assert len(t) == 19366 and t.bad_rows == 0
     assert 3400 < t.duration_s < 3600
     assert sum(t.prompt_tokens) / len(t) == pytest.approx(1155, rel=0.01)
+
+
+@pytest.mark.parametrize(("spec", "fragment"), [
+    ("10000001", "1 to 10,000,000 tokens, got 10000001"),
+    ("0", "1 to 10,000,000 tokens, got 0"),
+    ("uniform:1:1e300", "at most 10,000,000"),
+    ("exp:1e308", "at most 10,000,000"),
+    ("lognormal:1e308:1", "at most 10,000,000"),
+    ("lognormal:1000:100", "SIGMA must be at most 4"),
+])
+def test_length_specs_are_bounded(spec: str, fragment: str) -> None:
+    with pytest.raises(InputError, match=fragment):
+        parse_length_spec(spec, "--prompt-tokens")
+
+
+def test_length_spec_range_ends_are_drawn() -> None:
+    import random
+
+    assert parse_length_spec("10000000", "--prompt-tokens")(random.Random(0)) == 10_000_000
+    draw = parse_length_spec("lognormal:10000000:4", "--prompt-tokens")
+    values = [draw(random.Random(seed)) for seed in range(200)]
+    assert all(isinstance(v, int) and v >= 1 for v in values)
+
+
+def test_qps_so_low_that_arrivals_overflow_is_refused() -> None:
+    with pytest.raises(InputError, match="after 1e[+]09 s"):
+        synthetic_trace(5e-324, num_requests=5)
+    with pytest.raises(InputError, match="after 1e[+]09 s"):
+        synthetic_trace(1e-300, num_requests=5)
+    slow = synthetic_trace(1e-6, num_requests=3, seed=0)  # days apart, still resolvable
+    assert len(slow) == 3 and 0 < slow.arrival_s[-1] <= traces.MAX_ARRIVAL_S

@@ -8,6 +8,7 @@ that importing ``pdmux_cli.cli`` loads none of them).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +36,31 @@ def _console(stderr: bool = False) -> Any:
     return Console(stderr=stderr)
 
 
+def _check_out(out: Path | None) -> None:
+    """Refuse ``--out DIR`` before any device work when it cannot become a writable directory: it is
+    a file (or device), or the nearest existing folder on its path is not a writable directory."""
+    if out is None:
+        return
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is not a directory: give a directory")
+    existing = out
+    while not existing.exists():
+        parent = existing.parent
+        if parent == existing:
+            break
+        existing = parent
+    if not existing.is_dir():
+        raise InputError(f"--out {out}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"--out {out}: {existing} is not writable")
+
+
 def _out_dir(out: Path | None) -> Path | None:
     """Create ``--out DIR`` up front (before any GPU work); :class:`InputError` when impossible."""
     if out is None:
         return None
     if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} is a file: give a directory")
+        raise InputError(f"--out {out} is not a directory: give a directory")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -142,8 +162,7 @@ def bench(
 
     if sms is not None or cc is not None:
         raise InputError("--sms/--cc describe a device for --dry-run; a real run measures the device itself")
-    if out is not None and out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} is a file: give a directory")
+    _check_out(out)
     from ..bench import runner
 
     info, torch, pdev = runner.prepare(device, gpu)

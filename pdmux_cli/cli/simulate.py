@@ -7,7 +7,9 @@ inside the commands (start-up of the other commands stays light); matplotlib onl
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,12 +17,13 @@ from typing import Any
 
 import typer
 
+from ..atomic import refuse_overwriting_inputs
 from ..errors import InputError
 from . import app
-from .common import parse_int_list, print_json, write_atomic
+from .common import parse_int_list, write_atomic
 
 GPU_HELP = "GPU profile: alias (h100, h200, a100, b200, ...) or reported name. Default: h100."
-MODEL_HELP = "Model profile name or path to a Hugging Face config.json. Default: qwen3-8b."
+MODEL_HELP = "Model profile name or path to a Hugging Face config.json."
 POLICIES = ("pdmux", "chunked", "prefill-first")
 
 
@@ -64,22 +67,23 @@ def _setup(gpu: str | None, model: str, s_sat: float | None, bandwidth_efficienc
            max_prefill_tokens: int, flops_dtype: str | None, gpu_profile: Any = None) -> Any:
     from ..hardware import find_gpu
     from ..model import load_model
+    from ..simulate import engine
     from ..simulate.engine import make_setup
 
     _check_number("--s-sat", s_sat)
-    _check_number("--weight-bytes", weight_bytes)
-    _check_number("--kv-bytes", kv_bytes)
-    _check_number("--memory-reserve", memory_reserve, strict=False)
-    if not memory_reserve < 1:
-        raise InputError(f"--memory-reserve must be a fraction below 1, got {memory_reserve}")
-    for name, value in (("--bandwidth-efficiency", bandwidth_efficiency), ("--mfu", mfu)):
-        if not (math.isfinite(value) and 0 < value <= 1):
-            raise InputError(f"{name} must be in (0, 1], got {value}")
+    engine.check_bytes_per_element(weight_bytes, "--weight-bytes")
+    engine.check_bytes_per_element(kv_bytes, "--kv-bytes")
+    engine.check_memory_reserve(memory_reserve, "--memory-reserve")
+    engine.check_efficiency(bandwidth_efficiency, "--bandwidth-efficiency")
+    engine.check_efficiency(mfu, "--mfu")
     if max_prefill_tokens < 1:
         raise InputError(f"--max-prefill-tokens must be >= 1, got {max_prefill_tokens}")
     if flops_dtype is not None and flops_dtype not in ("bf16", "fp16", "fp8"):
         raise InputError(f"--flops-dtype must be bf16, fp16 or fp8, got {flops_dtype!r}")
     profile = gpu_profile if gpu_profile is not None else find_gpu(gpu or "h100")
+    if s_sat is not None and profile.sm_count and s_sat > profile.sm_count:
+        raise InputError(f"--s-sat {s_sat:g} is more than the {profile.sm_count} SMs of {profile.name}: "
+                         "give the SMs that saturate HBM bandwidth, at most all of them")
     mdl = load_model(model)
     calibrated = None
     if calibration is not None:
@@ -140,7 +144,8 @@ def _pdmux_config(config: Path | None, sm_group_num: int | None, decode_bs_divis
 
 
 def _check_output(path: Path | None) -> None:
-    """Fail before a long run when an output file cannot be written (folder missing, a directory)."""
+    """Fail before a long run when an output file cannot be written (folder missing or read-only,
+    a directory, a device)."""
     if path is None:
         return
     folder = path.parent if str(path.parent) else Path(".")
@@ -148,6 +153,34 @@ def _check_output(path: Path | None) -> None:
         raise InputError(f"cannot write {path}: folder {folder} does not exist")
     if path.is_dir():
         raise InputError(f"cannot write {path}: it is a directory")
+    if path.exists() and not path.is_file():
+        raise InputError(f"cannot write {path}: it is not a regular file (a device, pipe or socket)")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write {path}: folder {folder} is not writable")
+
+
+def _model_file(model: str) -> Path | None:
+    """``--model`` when it names an existing file or folder (an input not to overwrite), else ``None``."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path / "config.json"
+    return path if path.is_file() else None
+
+
+def _finite(data: Any) -> Any:
+    """``data`` with every NaN or infinite float replaced by ``None`` (JSON has no such numbers)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    return data
+
+
+def print_json(data: Any) -> None:
+    """Print ``data`` as indented, standard JSON: NaN and infinities become ``null``."""
+    sys.stdout.write(json.dumps(_finite(data), indent=2, allow_nan=False) + "\n")
 
 
 def _progress(enabled: bool, total: int, description: str) -> tuple[Any, Callable[[int], None] | None]:
@@ -224,8 +257,12 @@ def simulate(
     chunks = parse_int_list(chunk_sizes, "--chunk-sizes") if "chunked" in names else []
     if plot is not None and plot.suffix.lower() != ".png":
         raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {plot}")
+    inputs = (trace, config, calibration, _model_file(model))
     for path in (csv_path, plot):
+        refuse_overwriting_inputs(path, *inputs)
         _check_output(path)
+    if csv_path is not None and plot is not None and os.path.realpath(csv_path) == os.path.realpath(plot):
+        raise InputError(f"--csv and --plot name the same file {plot}: give two paths")
     workload = _load_workload(trace, synthetic, fmt, qps, rate_scale, max_requests, duration, seed,
                               prompt_tokens, output_tokens)
     setup = _setup(gpu, model, s_sat, bandwidth_efficiency, mfu, calibration, weight_bytes, kv_bytes,
@@ -436,6 +473,7 @@ def tune(
     simulation each, in parallel on the cores available."""
     from .. import pdmux_config as pc
 
+    refuse_overwriting_inputs(output, trace, calibration, _model_file(model))
     _check_output(output)
     workload = _load_workload(trace, False, fmt, qps, rate_scale, max_requests, duration, 0, "1024", "128")
     setup = _setup(gpu, model, s_sat, bandwidth_efficiency, mfu, calibration, None, 2.0, memory_reserve,

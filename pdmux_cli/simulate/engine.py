@@ -47,8 +47,44 @@ DEFAULT_MAX_PREFILL_TOKENS = 16384
 #: Default share of GPU memory kept free of KV cache (activations, CUDA graphs, fragmentation).
 DEFAULT_MEMORY_RESERVE = 0.10
 
+#: Largest share of GPU memory that may be kept free of KV cache (a larger reserve is a typo, and
+#: ``{:.0%}`` would print 0.99999 as "100%").
+MAX_MEMORY_RESERVE = 0.95
+
+#: Bytes per weight or KV-cache element pdmux accepts: a 0.5-bit format (1/16 byte) up to fp128.
+BYTES_PER_ELEMENT_RANGE = (0.0625, 16.0)
+
+#: Bandwidth efficiency and MFU: fractions of the datasheet figures, at least 0.1 %.
+EFFICIENCY_RANGE = (0.001, 1.0)
+
 #: A progress callback receives the number of requests finished so far.
 Progress = Callable[[int], None]
+
+
+def _real(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_memory_reserve(value: float, name: str = "memory reserve") -> None:
+    """:class:`InputError` unless ``value`` is a fraction in [0, :data:`MAX_MEMORY_RESERVE`]."""
+    if not (_real(value) and 0 <= value <= MAX_MEMORY_RESERVE):
+        raise InputError(f"{name} must be a fraction in [0, {MAX_MEMORY_RESERVE:g}], got {value}")
+
+
+def check_bytes_per_element(value: float | None, name: str) -> None:
+    """:class:`InputError` unless ``value`` (bytes per weight or KV element) is ``None`` or within
+    :data:`BYTES_PER_ELEMENT_RANGE`."""
+    lo, hi = BYTES_PER_ELEMENT_RANGE
+    if value is not None and not (_real(value) and lo <= value <= hi):
+        raise InputError(f"{name} must be between {lo:g} and {hi:g} bytes per element (a few bits to fp128), "
+                         f"got {value}")
+
+
+def check_efficiency(value: float, name: str) -> None:
+    """:class:`InputError` unless ``value`` is a fraction within :data:`EFFICIENCY_RANGE`."""
+    lo, hi = EFFICIENCY_RANGE
+    if not (_real(value) and lo <= value <= hi):
+        raise InputError(f"{name} must be a fraction in [{lo:g}, {hi:g}], got {value}")
 
 
 @dataclass(frozen=True)
@@ -75,8 +111,11 @@ class Setup:
     gpu_name: str = ""
 
     def __post_init__(self) -> None:
-        if not 0 <= self.memory_reserve < 1:
-            raise InputError(f"memory reserve must be in [0, 1), got {self.memory_reserve}")
+        check_memory_reserve(self.memory_reserve)
+        check_bytes_per_element(self.kv_bytes_per_element, "KV bytes per element")
+        check_bytes_per_element(self.weight_bytes_per_param, "weight bytes per parameter")
+        if not (_real(self.memory_bytes) and self.memory_bytes > 0):
+            raise InputError(f"device memory must be a positive number of bytes, got {self.memory_bytes}")
         if self.max_prefill_tokens < 1:
             raise InputError(f"max prefill tokens must be >= 1, got {self.max_prefill_tokens}")
         if self.total_sms < 1:
@@ -98,7 +137,11 @@ class Setup:
         Raises :class:`InputError` when the weights alone do not fit (no KV space left).
         """
         free = self.memory_bytes * (1.0 - self.memory_reserve) - self.weight_bytes
-        tokens = int(free // self.kv_bytes_per_token) if free > 0 else 0
+        per_token = self.kv_bytes_per_token
+        room = free // per_token if free > 0 else 0.0
+        if not math.isfinite(room):  # cannot happen within the checked ranges; never an OverflowError
+            raise InputError(f"KV capacity is not a finite number of tokens ({free:g} B free, {per_token:g} B/token)")
+        tokens = int(room)
         if tokens < 1:
             raise InputError(
                 f"{self.model.name} does not fit {self.gpu_name or 'this GPU'}: {self.weight_bytes / 1e9:.1f} GB of "
@@ -132,6 +175,8 @@ def make_setup(
     """
     from ..estimate import pick_flops_dtype
 
+    check_efficiency(bandwidth_efficiency, "bandwidth efficiency")
+    check_efficiency(mfu, "MFU")
     total = gpu.require_sm_count()
     if not gpu.memory_bytes or not gpu.hbm_bytes_per_s:
         raise InputError(f"{gpu.name} has no memory or bandwidth figures: simulate needs a full GPU profile (--gpu)")

@@ -38,6 +38,22 @@ FORMATS = ("azure", "mooncake", "burstgpt")
 #: How many bad rows a :class:`Trace` keeps verbatim (all are counted).
 KEEP_BAD_ROWS = 5
 
+#: Largest trace file :func:`load_trace` reads, bytes (the public traces are well below it).
+MAX_TRACE_BYTES = 2 * 1024**3
+
+#: Largest token length a synthetic length spec may name (N, LO, HI, MEAN, MEDIAN): 10 M tokens.
+MAX_SPEC_TOKENS = 10_000_000
+
+#: Largest log-normal shape (SIGMA) of a synthetic length spec.
+MAX_LOGNORMAL_SIGMA = 4.0
+
+#: Latest arrival a synthetic or retimed trace may have, seconds (about 32 years): beyond it a
+#: double no longer resolves the simulator's sub-microsecond steps.
+MAX_ARRIVAL_S = 1e9
+
+#: Most requests :func:`synthetic_trace` generates (the simulator keeps every request in memory).
+MAX_SYNTHETIC_REQUESTS = 1_000_000
+
 
 @dataclass(frozen=True)
 class Trace:
@@ -203,6 +219,15 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
         raise InputError(f"trace file {p} does not exist")
     if p.is_dir():
         raise InputError(f"trace path {p} is a directory, not a file")
+    if not p.is_file():
+        raise InputError(f"trace path {p} is not a regular file (a device, pipe or socket)")
+    try:
+        size = p.stat().st_size
+    except OSError as e:
+        raise InputError(f"cannot read trace {p}: {e.strerror}") from None
+    if size > MAX_TRACE_BYTES:
+        raise InputError(f"trace file {p} is {size / 1024**3:.1f} GiB, more than the "
+                         f"{MAX_TRACE_BYTES / 1024**3:.0f} GiB pdmux reads: cut it first (e.g. head -n)")
     try:
         handle = open(p, newline="", encoding="utf-8-sig")  # noqa: SIM115  (closed by the with below)
     except OSError as e:
@@ -353,21 +378,27 @@ def parse_length_spec(text: str | int, what: str) -> Callable[[random.Random], i
 
     ``"1024"``: fixed. ``"uniform:LO:HI"``: integers in [LO, HI]. ``"exp:MEAN"``: exponential with
     that mean, rounded, at least 1. ``"lognormal:MEDIAN:SIGMA"``: log-normal with that median and
-    shape, rounded, at least 1. Raises :class:`InputError` (naming ``what``) for anything else.
+    shape, rounded, at least 1. Lengths named are at most :data:`MAX_SPEC_TOKENS`, SIGMA at most
+    :data:`MAX_LOGNORMAL_SIGMA`. Raises :class:`InputError` (naming ``what``) for anything else.
     """
     spec = str(text).strip().lower()
     parts = spec.split(":")
     try:
-        if len(parts) == 1:
-            value = int(parts[0])
-            if value < 1:
-                raise InputError(f"{what} must be >= 1 token, got {value}")
-            return lambda rng: value
+        value = int(parts[0]) if len(parts) == 1 else 0
         kind, args = parts[0], [float(a) for a in parts[1:]]
     except ValueError:
         raise InputError(f"{what} {text!r}: give N, uniform:LO:HI, exp:MEAN or lognormal:MEDIAN:SIGMA") from None
+    if len(parts) == 1:
+        if not 1 <= value <= MAX_SPEC_TOKENS:
+            raise InputError(f"{what} must be 1 to {MAX_SPEC_TOKENS:,} tokens, got {value}")
+        return lambda rng: value
     if not all(math.isfinite(a) for a in args):
         raise InputError(f"{what} {text!r}: values must be finite")
+    lengths = args[:1] if kind == "lognormal" else args
+    if any(a > MAX_SPEC_TOKENS for a in lengths):
+        raise InputError(f"{what} {text!r}: token lengths must be at most {MAX_SPEC_TOKENS:,}")
+    if kind == "lognormal" and len(args) == 2 and args[1] > MAX_LOGNORMAL_SIGMA:
+        raise InputError(f"{what} {text!r}: SIGMA must be at most {MAX_LOGNORMAL_SIGMA:g}")
     if kind == "uniform" and len(args) == 2:
         lo, hi = int(args[0]), int(args[1])
         if not 1 <= lo <= hi:
@@ -399,14 +430,23 @@ def synthetic_trace(
 
     Stops after ``num_requests`` requests or at ``duration_s`` seconds, whichever comes first
     (1000 requests when neither is given). Deterministic for a ``seed``. Raises :class:`InputError`
-    for ``qps <= 0``, a bad length spec, or bounds that give no request.
+    for ``qps <= 0``, a bad length spec, bounds that give no request, or more than
+    :data:`MAX_SYNTHETIC_REQUESTS` requests (asked for, or expected from ``qps * duration_s``).
     """
     if not (isinstance(qps, (int, float)) and math.isfinite(qps) and qps > 0):
         raise InputError(f"--qps must be a number > 0, got {qps}")
     if num_requests is not None and num_requests < 1:
         raise InputError(f"--max-requests must be >= 1, got {num_requests}")
-    if duration_s is not None and not duration_s > 0:
-        raise InputError(f"--duration must be > 0 s, got {duration_s}")
+    if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
+        raise InputError(f"--duration must be a number > 0 s, got {duration_s}")
+    limit = MAX_SYNTHETIC_REQUESTS
+    too_many = (f"more than {limit:,} synthetic requests: lower --qps or --duration, or cap them with "
+                f"--max-requests (at most {limit:,})")
+    if num_requests is not None and num_requests > limit:
+        raise InputError(f"--max-requests {num_requests:,} asks for {too_many}")
+    if num_requests is None and duration_s is not None and qps * duration_s > limit:
+        raise InputError(f"--qps {qps:g} for --duration {duration_s:g} s gives about {qps * duration_s:,.0f} "
+                         f"requests, {too_many}")
     draw_prompt = parse_length_spec(prompt_tokens, "--prompt-tokens")
     draw_output = parse_length_spec(output_tokens, "--output-tokens")
     if num_requests is None and duration_s is None:
@@ -421,6 +461,10 @@ def synthetic_trace(
             t += rng.expovariate(qps)
         if duration_s is not None and t > duration_s:
             break
+        if not t <= MAX_ARRIVAL_S:  # also NaN/inf
+            raise InputError(f"--qps {qps:g} is so low that arrivals come after {MAX_ARRIVAL_S:g} s: give a higher rate")
+        if len(times) >= limit:  # a Poisson count just past the expectation checked above
+            raise InputError(f"--qps {qps:g} for --duration {duration_s:g} s gives {too_many}")
         times.append(t)
         prompts.append(draw_prompt(rng))
         outputs.append(draw_output(rng))
@@ -473,6 +517,10 @@ def reshape(
         notes.append(f"retimed to {qps:g} req/s (was {(len(arrivals) - 1) / span:.3g})")
     if factor is not None:
         arrivals = tuple(t * factor for t in arrivals)
+        if not (math.isfinite(factor) and factor > 0 and arrivals[-1] <= MAX_ARRIVAL_S):
+            what = f"--rate-scale {rate_scale:g}" if qps is None else f"--qps {qps:g}"
+            raise InputError(f"{what} retimes the trace to arrivals after {MAX_ARRIVAL_S:g} s (or none at all): "
+                             "give a rate nearer the trace's own")
     if duration_s is not None:
         keep = bisect.bisect_right(arrivals, duration_s)
         if keep < len(arrivals):
