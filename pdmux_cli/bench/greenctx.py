@@ -22,6 +22,7 @@ cuda-python is imported inside the functions: this module imports on any machine
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import signal
 import threading
@@ -217,7 +218,7 @@ class Partition:
     stream_handle: int
 
 
-class _GreenContexts:
+class _GreenContexts(abc.ABC):
     """Owns green contexts and streams; destroys them all on exit (streams first)."""
 
     def __init__(self, info: DeviceInfo) -> None:
@@ -294,8 +295,9 @@ class _GreenContexts:
         call(self._drv.cuGreenCtxDestroy(ctx), "cuGreenCtxDestroy")
 
     # -- lifetime ----------------------------------------------------------------------------------
-    def _open(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _open(self) -> None:
+        """Create the green contexts and streams (each subclass its own layout)."""
 
     def close(self) -> list[str]:
         """Synchronise and destroy every stream, then every green context. Returns the failures
