@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from .errors import InputError
+from .input_files import read_input_text
 
 #: The ``format`` value written in every calibration file; files with another value are refused.
 FORMAT = "pdmux-calibration/1"
@@ -335,26 +336,12 @@ def load_calibration(path: str | Path) -> Calibration:
     """Read ``calibration.yaml`` (written by ``pdmux bench --out DIR``).
 
     Raises :class:`InputError` with one line naming the file for: a missing or unreadable file, a
-    directory or other non-regular file (device, pipe), a file over :data:`MAX_FILE_BYTES`,
-    invalid YAML, and everything :func:`calibration_from_mapping` refuses.
+    directory or other non-regular file (device, pipe), a file over :data:`MAX_FILE_BYTES`, a
+    non-UTF-8 file, invalid YAML, and everything :func:`calibration_from_mapping` refuses.
     """
-    p = Path(path)
-    where = str(p)
-    if p.exists() and not p.is_dir() and not p.is_file():
-        raise InputError(f"calibration file {where} is not a regular file (a device, pipe or socket)")
-    try:
-        with p.open("rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
-        if len(raw) > MAX_FILE_BYTES:
-            raise InputError(f"calibration file {where} is larger than {MAX_FILE_BYTES // 1024**2} MB: "
-                             "not a calibration from 'pdmux bench'")
-        text = raw.decode("utf-8")
-    except FileNotFoundError:
-        raise InputError(f"calibration file {where} not found (write one with 'pdmux bench --out DIR')") from None
-    except IsADirectoryError:
-        raise InputError(f"calibration file {where} is a directory (give DIR/calibration.yaml)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"calibration file {where} cannot be read: {exc}") from None
+    where = str(path)
+    text = read_input_text(path, "calibration file", MAX_FILE_BYTES,
+                           hint="give the calibration.yaml that 'pdmux bench --out DIR' writes")
     try:
         data = yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as exc:

@@ -20,10 +20,14 @@ from pathlib import Path
 import yaml
 
 from .errors import InputError
+from .input_files import read_input_text
 from .policy import parse_compute_capability
 from .profile_files import gpu_profiles_dir
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+#: Largest GPU profile :func:`load_gpu_file` reads, bytes (a real one is under 2 kB).
+MAX_PROFILE_BYTES = 1024**2
 
 #: dtype names accepted by :meth:`Gpu.dense_flops`, mapped to the profile field they read.
 _DTYPES = {
@@ -216,17 +220,14 @@ def load_gpu_file(path: str | Path) -> Gpu:
     ``note``), ``compute_capability`` (``"9.0"``), ``memory_bytes``, ``hbm_bytes_per_s``; optional
     ``aliases``, ``bf16_dense_flops``, ``fp16_dense_flops``, ``fp8_dense_flops``, ``l2_bytes``,
     ``source``, ``note``, ``memory_note``. Raises :class:`InputError` naming the file (and field) on a
-    missing or unreadable file, bad YAML, an unknown, missing or wrongly typed field.
+    missing, unreadable or non-UTF-8 file, a directory or special file (device, pipe, socket), a
+    file over :data:`MAX_PROFILE_BYTES`, bad YAML, an unknown, missing or wrongly typed field.
     """
     p = Path(path)
     where = str(p)
+    text = read_input_text(p, "GPU profile", MAX_PROFILE_BYTES)
     try:
-        with p.open("r", encoding="utf-8") as f:
-            data = yaml.load(f, Loader=_LOADER)
-    except FileNotFoundError:
-        raise InputError(f"GPU profile {where} not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"GPU profile {where} cannot be read: {exc}") from None
+        data = yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
         first = " ".join(str(exc).split())
         raise InputError(f"GPU profile {where} is not valid YAML: {first}") from None

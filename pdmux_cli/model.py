@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .input_files import read_input_text
 from .profile_files import model_profiles_dir
 
 #: Weight storage formats pdmux models (``Model.weight_dtype``).
@@ -534,7 +535,9 @@ def load_model(name_or_path: str | os.PathLike[str]) -> Model:
     ``name_or_path``: a profile name, case-insensitive (``"qwen3-8b"``; a Hugging Face id such as
     ``"Qwen/Qwen3-8B"`` resolves to its last component), a path to a ``config.json`` or to a directory
     holding one. Raises :class:`InputError` (one line) for an unknown name (listing the closest profile
-    names), a missing or unreadable file, invalid JSON, a missing required key, a non-integer or
+    names), a missing ``*.json`` file, a directory without ``config.json``, a special file (device,
+    pipe, socket), a file over :data:`MAX_CONFIG_BYTES`, an unreadable or non-UTF-8 file (those file
+    checks: :mod:`pdmux_cli.input_files`), invalid JSON, a missing required key, a non-integer or
     non-positive size, or an unsupported ``quantization_config``.
     """
     text = os.fspath(name_or_path).strip()
@@ -547,12 +550,8 @@ def load_model(name_or_path: str | os.PathLike[str]) -> Model:
         if not config_path.exists():
             raise InputError(f"{path}: directory has no config.json")
         return _load_file(config_path, default_name=path.name)
-    if path.exists() and not path.is_file():
-        raise InputError(f"{path}: not a regular file (a device, pipe or socket); give a config.json")
-    if path.is_file():
+    if path.exists() or text.lower().endswith(".json"):  # a file, a special file, or a missing *.json
         return _load_file(path, default_name=path.parent.name if path.stem == "config" else path.stem)
-    if text.lower().endswith(".json"):
-        raise InputError(f"{text}: no such file")
 
     profiles = _profile_files()
     for candidate in (text, text.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]):
@@ -573,17 +572,7 @@ def load_model(name_or_path: str | os.PathLike[str]) -> Model:
 
 
 def _load_file(path: Path, default_name: str, profile: bool = False) -> Model:
-    if path.is_dir() or (path.exists() and not path.is_file()):
-        raise InputError(f"{path}: not a regular file (a directory, device, pipe or socket); give a config.json")
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_CONFIG_BYTES + 1)
-        if len(data) > MAX_CONFIG_BYTES:
-            raise InputError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024**2} MB: not a Hugging Face config.json")
-        raw = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise InputError(f"{path}: cannot read: {reason}") from None
+    raw = read_input_text(path, "model config", MAX_CONFIG_BYTES, hint="give a Hugging Face config.json")
     try:
         config = json.loads(raw)
     except json.JSONDecodeError as exc:

@@ -36,6 +36,7 @@ import yaml
 
 from . import policy
 from .errors import InputError
+from .input_files import read_input_text
 
 #: The values :attr:`Problem.rule` takes, with what each means.
 RULES: dict[str, str] = {
@@ -345,23 +346,7 @@ def load_config(path: str | Path) -> tuple[PdmuxConfig, list[Problem]]:
     non-regular file (device, pipe), larger than :data:`MAX_CONFIG_BYTES`, unreadable, not UTF-8,
     not YAML or not a mapping.
     """
-    file = Path(path)
-    if not file.exists():
-        raise InputError(f"pdmux config {path}: no such file")
-    if file.is_dir():
-        raise InputError(f"pdmux config {path}: is a directory, not a YAML file")
-    if not file.is_file():
-        raise InputError(f"pdmux config {path}: not a regular file (a device, pipe or socket)")
-    try:
-        with file.open("rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
-        if len(raw) > MAX_CONFIG_BYTES:
-            raise InputError(f"pdmux config {path}: larger than {MAX_CONFIG_BYTES // 1024**2} MB, not a pdmux YAML")
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"pdmux config {path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise InputError(f"pdmux config {path}: cannot read it ({exc.strerror or exc})") from None
+    text = read_input_text(path, "pdmux config", MAX_CONFIG_BYTES)
     return parse_config(text, source=str(path))
 
 

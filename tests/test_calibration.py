@@ -99,11 +99,11 @@ def _refused(tmp_path, data, *fragments: str) -> None:
 
 
 def test_missing_file(tmp_path) -> None:
-    _refused(tmp_path, tmp_path / "nope.yaml", "not found", "pdmux bench")
+    _refused(tmp_path, tmp_path / "nope.yaml", "nope.yaml: no such file", "pdmux bench")
 
 
 def test_directory(tmp_path) -> None:
-    _refused(tmp_path, tmp_path, "directory")
+    _refused(tmp_path, tmp_path, "is a directory")
 
 
 def test_special_files_refused_without_reading(tmp_path) -> None:
@@ -300,4 +300,4 @@ def test_estimate_cli_with_calibration(tmp_path) -> None:
     assert r.exit_code == 2
     assert r.stderr.count("\n") == 1 and "measured on H100" in r.stderr and "not A100" in r.stderr
     r = runner.invoke(app, ["estimate", "--gpu", "h100", "--calibration", str(tmp_path / "missing.yaml")])
-    assert r.exit_code == 2 and "not found" in r.stderr
+    assert r.exit_code == 2 and "missing.yaml: no such file" in r.stderr

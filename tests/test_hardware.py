@@ -308,7 +308,7 @@ def test_null_sm_count_needs_a_note(tmp_path):
 
 
 def test_bad_yaml_missing_file_and_non_mapping(tmp_path):
-    with pytest.raises(InputError, match="not found"):
+    with pytest.raises(InputError, match="missing.yaml: no such file"):
         load_gpu_file(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: [unclosed\n")

@@ -456,7 +456,7 @@ def test_empty_model_name_lists_the_profiles():
 def test_special_and_huge_model_files(tmp_path, monkeypatch):
     one_line_error(lambda: load_model("/dev/zero"), "/dev/zero", "not a regular file")
     (tmp_path / "config.json").mkdir()
-    one_line_error(lambda: load_model(str(tmp_path)), "not a regular file")
+    one_line_error(lambda: load_model(str(tmp_path)), "config.json: is a directory")
     path = write_config(tmp_path, BASE, name="small.json")
     monkeypatch.setattr(M, "MAX_CONFIG_BYTES", path.stat().st_size - 1)
     one_line_error(lambda: load_model(str(path)), "small.json", "larger than")

@@ -235,11 +235,11 @@ def test_load_config_unreadable(tmp_path, monkeypatch):
 
 
 def test_load_config_special_files_are_refused_without_reading(tmp_path):
-    with pytest.raises(InputError, match="/dev/zero: not a regular file"):
+    with pytest.raises(InputError, match="/dev/zero: is not a regular file"):
         load_config("/dev/zero")
     fifo = tmp_path / "pipe.yaml"
     os.mkfifo(fifo)  # opening it would block until a writer came
-    with pytest.raises(InputError, match="pipe.yaml: not a regular file"):
+    with pytest.raises(InputError, match="pipe.yaml: is not a regular file"):
         load_config(fifo)
 
 

@@ -91,7 +91,7 @@ def test_simulate_bad_rows_are_a_note() -> None:
 
 
 @pytest.mark.parametrize("args, contains", [
-    (["simulate", "no/such/trace.csv"], "does not exist"),
+    (["simulate", "no/such/trace.csv"], "trace.csv: no such file"),
     (["simulate", AZURE, "--format", "parquet"], "unknown trace format"),
     (["simulate", str(FIX / "README.md")], "unknown trace format"),
     (["simulate", "--synthetic", "--qps", "-2"], "--qps"),
@@ -107,7 +107,7 @@ def test_simulate_bad_rows_are_a_note() -> None:
     (["simulate", AZURE, "--memory-reserve", "1.5"], "--memory-reserve"),
     (["simulate", "--synthetic", "--qps", "1", "--prompt-tokens", "gauss:3"], "--prompt-tokens"),
     (["tune", "--trace", AZURE, "--slo-ttft", "-5", "--slo-itl", "20"], "--slo-ttft"),
-    (["tune", "--trace", "missing.csv", "--slo-ttft", "5", "--slo-itl", "20"], "does not exist"),
+    (["tune", "--trace", "missing.csv", "--slo-ttft", "5", "--slo-itl", "20"], "missing.csv: no such file"),
     (["tune", "--trace", AZURE, "--slo-ttft", "100"], "--slo-itl"),
 ])
 def test_bad_inputs_exit_2_with_one_line(args, contains) -> None:
@@ -199,7 +199,7 @@ def test_simulate_with_calibration(tmp_path: Path) -> None:
     assert "calibration" in data["throughput"]
     assert data["policies"][0]["itl_ms"]["max"] != analytic["policies"][0]["itl_ms"]["max"]
     assert_one_line_error(run(*base, "--calibration", str(path), "--s-sat", "50"), "--s-sat")
-    assert_one_line_error(run(*base, "--calibration", str(tmp_path / "none.yaml")), "not found")
+    assert_one_line_error(run(*base, "--calibration", str(tmp_path / "none.yaml")), "none.yaml: no such file")
 
 
 # ---- outputs never overwrite inputs; bounds on every number -------------------------------------------

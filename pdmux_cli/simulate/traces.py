@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import InputError
+from ..input_files import check_input_file, unreadable
 
 #: Formats :func:`load_trace` reads.
 FORMATS = ("azure", "mooncake", "burstgpt")
@@ -207,31 +208,25 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
     """Read a trace file (format detected from its first line unless ``fmt`` is given).
 
     Returns a :class:`Trace` with arrivals in seconds from the first request. Raises
-    :class:`InputError` (one line) for a missing or unreadable file, an unknown format, a header
-    without the needed columns, or no valid row. Bad rows are counted, not raised.
+    :class:`InputError` (one line) for a missing file, a directory or special file (device, pipe,
+    socket; refused before opening), a file over :data:`MAX_TRACE_BYTES`, an unreadable or non-UTF-8
+    file, an unknown format, a header without the needed columns, or no valid row. Bad rows are
+    counted, not raised.
     """
     p = Path(path)
     if fmt is not None:
         fmt = fmt.strip().lower()
         if fmt not in FORMATS:
             raise InputError(f"unknown trace format {fmt!r}: use one of {', '.join(FORMATS)}")
-    if not p.exists():
-        raise InputError(f"trace file {p} does not exist")
-    if p.is_dir():
-        raise InputError(f"trace path {p} is a directory, not a file")
-    if not p.is_file():
-        raise InputError(f"trace path {p} is not a regular file (a device, pipe or socket)")
+    check_input_file(p, "trace file")
     try:
         size = p.stat().st_size
-    except OSError as e:
-        raise InputError(f"cannot read trace {p}: {e.strerror}") from None
-    if size > MAX_TRACE_BYTES:
-        raise InputError(f"trace file {p} is {size / 1024**3:.1f} GiB, more than the "
-                         f"{MAX_TRACE_BYTES / 1024**3:.0f} GiB pdmux reads: cut it first (e.g. head -n)")
-    try:
+        if size > MAX_TRACE_BYTES:  # checked on the size, not by reading: the file is streamed below
+            raise InputError(f"trace file {p}: {size / 1024**3:.1f} GiB, more than the "
+                             f"{MAX_TRACE_BYTES / 1024**3:.0f} GiB pdmux reads: cut it first (e.g. head -n)")
         handle = open(p, newline="", encoding="utf-8-sig")  # noqa: SIM115  (closed by the with below)
     except OSError as e:
-        raise InputError(f"cannot read trace {p}: {e.strerror}") from None
+        raise unreadable(p, "trace file", e) from None
     with handle:
         try:
             first = ""
@@ -251,8 +246,8 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
             reader: Callable[..., Trace] = {"azure": _read_azure, "mooncake": _read_mooncake,
                                             "burstgpt": _read_burstgpt}[fmt]
             return reader(handle, p.name)
-        except UnicodeDecodeError:
-            raise InputError(f"{p}: not a UTF-8 text file") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise unreadable(p, "trace file", e) from None
 
 
 def _header_index(header: list[str], wanted: dict[str, str], source: str, fmt: str) -> dict[str, int]:
