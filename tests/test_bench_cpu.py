@@ -14,6 +14,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
 from pdmux_cli import policy
@@ -54,15 +55,6 @@ def _gpu_present() -> bool:
 
 GPU_PRESENT = _gpu_present()
 needs_no_gpu = pytest.mark.skipif(GPU_PRESENT, reason="a GPU is present: the no-driver path cannot be exercised")
-
-
-def assert_one_line_error(result, code: int, contains: str = "") -> None:
-    assert result.exit_code == code, (result.stdout, result.stderr)
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("pdmux: error: ")
-    assert "Traceback" not in result.stderr + result.stdout
-    assert contains.lower() in lines[0].lower()
 
 
 # ---- import hygiene ------------------------------------------------------------------------------

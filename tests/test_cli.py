@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import yaml
+from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
 from pdmux_cli.cli import app
@@ -17,15 +18,6 @@ runner = CliRunner()
 
 def run(*args: str):
     return runner.invoke(app, list(args))
-
-
-def assert_one_line_error(result, code: int = 2, contains: str = "") -> None:
-    assert result.exit_code == code, (result.stdout, result.stderr)
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("pdmux: error: ")
-    assert "Traceback" not in result.stderr + result.stdout
-    assert contains.lower() in lines[0].lower()
 
 
 # ---- splits --------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_assertions import assert_one_line_error as _assert_one_line_error
 from typer.testing import CliRunner
 
 from pdmux_cli import pdmux_config as pc
@@ -32,12 +33,8 @@ def run(*args: str):
 
 
 def assert_one_line_error(result, contains: str = "") -> None:
-    assert result.exit_code == 2, (result.stdout, result.stderr)
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("pdmux: error: ")
-    assert "Traceback" not in result.stderr + result.stdout
-    assert contains.lower() in lines[0].lower()
+    """A usage error (exit 2) in one line."""
+    _assert_one_line_error(result, 2, contains)
 
 
 def test_simulate_table_on_fixture() -> None:
