@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """``make gpu-check``: the GPU tests, then a short ``pdmux bench --quick`` over every level, then a verdict.
 
-Needs an NVIDIA GPU with a CUDA >= 12.4 driver and ``pip install -e '.[bench,test]'``. Takes about 1-2
+Needs an NVIDIA GPU with a CUDA >= 12.4 driver and the ``bench`` and ``test`` extras' packages
+(``pip install -e '.[bench,test]'``, or already in the image: the check runs this checkout's code
+from the source tree either way). Takes about 1-2
 minutes on an H100/H200 (budget: under 5). Steps:
 
 1. ``python -m pytest -m gpu tests/test_bench_gpu.py`` (granted splits, disjoint SM ids at every level,
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -26,10 +29,18 @@ ROOT = Path(__file__).resolve().parents[1]
 BUDGET_S = 290.0
 
 
+def _source_tree_env() -> dict[str, str]:
+    """The environment with the repository first on PYTHONPATH: the check runs this checkout's code,
+    installed or not (a GPU image without a registry may only have the dependencies)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
 def _run(cmd: list[str], timeout: float) -> int:
     print(f"$ {' '.join(cmd)}", flush=True)
     try:
-        return subprocess.run(cmd, check=False, cwd=ROOT, timeout=max(1.0, timeout)).returncode
+        return subprocess.run(cmd, check=False, cwd=ROOT, env=_source_tree_env(), timeout=max(1.0, timeout)).returncode
     except subprocess.TimeoutExpired:
         print(f"gpu-check: timed out after {timeout:.0f} s", file=sys.stderr)
         return 124
