@@ -60,6 +60,18 @@ def test_simulate_json() -> None:
     assert data["slo"] == {"ttft_ms": 500, "itl_ms": 30, "itl_judged_on": "request p99 ITL (nearest rank)"}
 
 
+def test_simulate_trace_option_same_as_argument() -> None:
+    """--trace (as tune spells it) gives the same result as the positional TRACE; both at once is refused."""
+    common = ["--json", "--policies", "pdmux", "--max-requests", "20"]
+    by_argument = run("simulate", AZURE, *common)
+    by_option = run("simulate", "--trace", AZURE, *common)
+    assert by_argument.exit_code == 0 and by_option.exit_code == 0, by_option.stderr
+    assert json.loads(by_argument.stdout) == json.loads(by_option.stdout)
+    assert json.loads(by_option.stdout)["trace"]["requests"] == 20
+    assert_one_line_error(run("simulate", AZURE, "--trace", AZURE), "not both")
+    assert_one_line_error(run("simulate", "--trace", AZURE, "--synthetic", "--qps", "2"), "not both")
+
+
 def test_simulate_synthetic_csv_and_plot(tmp_path: Path) -> None:
     out_csv = tmp_path / "req.csv"
     out_png = tmp_path / "cdf.png"

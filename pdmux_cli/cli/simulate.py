@@ -207,6 +207,7 @@ def _show_progress(as_json: bool) -> bool:
 @app.command()
 def simulate(
     trace: Path | None = typer.Argument(None, help="Trace file: Azure CSV, Mooncake JSONL or BurstGPT CSV."),
+    trace_option: Path | None = typer.Option(None, "--trace", help="The trace file, spelt as tune and gen-config --tune take it."),
     synthetic: bool = typer.Option(False, "--synthetic", help="Poisson arrivals at --qps instead of a trace file."),
     fmt: str | None = typer.Option(None, "--format", help="azure, mooncake or burstgpt (default: detected)."),
     qps: float | None = typer.Option(None, "--qps", help="Requests/s: the synthetic rate, or retime a trace to it."),
@@ -248,6 +249,9 @@ def simulate(
     from ..simulate.runner import simulate as run_simulation
     from ..simulate.schedulers import ChunkedPolicy, PdmuxPolicy, PrefillFirstPolicy
 
+    if trace is not None and trace_option is not None:
+        raise InputError("give the trace once: as the TRACE argument or as --trace, not both")
+    trace = trace if trace is not None else trace_option
     _check_number("--slo-ttft", slo_ttft)
     _check_number("--slo-itl", slo_itl)
     names = [p.strip().lower() for p in policies.split(",") if p.strip()]
