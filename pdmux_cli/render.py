@@ -138,7 +138,9 @@ def estimate_table(est: Estimate) -> Any:
 
     title = estimate_title(est)
     if not est.memory.fits:
-        title = "[bold red]DOES NOT FIT[/] " + title
+        from rich.text import Text
+
+        title = Text.assemble(("DOES NOT FIT", "bold red"), " ", title)
     table = Table(title=title, title_justify="left")
     table.add_column("policy", no_wrap=True)
     table.add_column("decode ITL", justify="right", no_wrap=True)

@@ -277,6 +277,15 @@ def test_check_config_reports_each_problem(tmp_path) -> None:
     assert table.stderr.strip().count("\n") == 0
 
 
+def test_user_text_prints_as_written_not_as_markup(tmp_path) -> None:
+    """A YAML key like '[/x]' (rich's closing tag) or '[bold]' is shown as written, no MarkupError."""
+    path = tmp_path / "keys.yaml"
+    path.write_text('sm_group_num: 8\n"[/x]": 1\n"[bold]k[/bold]": 2\n')
+    r = run("check-config", str(path), "--gpu", "h100")
+    assert r.exit_code == 2, r.exception
+    assert "'[/x]'" in r.stdout and "'[bold]k[/bold]'" in r.stdout
+
+
 @pytest.mark.parametrize(
     "content,contains",
     [("sm_group_num: [1\n", "yaml"), ("- 1\n- 2\n", "mapping")],

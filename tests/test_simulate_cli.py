@@ -72,6 +72,17 @@ def test_simulate_trace_option_same_as_argument() -> None:
     assert_one_line_error(run("simulate", "--trace", AZURE, "--synthetic", "--qps", "2"), "not both")
 
 
+def test_trace_name_with_markup_brackets(tmp_path: Path) -> None:
+    """File names reach tables and titles as written: '[/x]' would be a rich closing tag."""
+    odd = tmp_path / "q[" / "x]"
+    odd.mkdir(parents=True)
+    trace = odd / "t[bold].csv"
+    trace.write_bytes(Path(AZURE).read_bytes())
+    r = run("simulate", str(trace), "--max-requests", "5", "--policies", "pdmux")
+    assert r.exit_code == 0, r.stderr
+    assert "t[bold].csv" in r.stdout
+
+
 def test_simulate_synthetic_csv_and_plot(tmp_path: Path) -> None:
     out_csv = tmp_path / "req.csv"
     out_png = tmp_path / "cdf.png"

@@ -8,13 +8,6 @@ from .plan import BenchPlan, estimated_seconds
 from .results import BenchResults
 
 
-def escape(text: str) -> str:
-    """``text`` shown as written in a rich table (no markup)."""
-    from rich.markup import escape as rich_escape
-
-    return rich_escape(text)
-
-
 def _gb(value: float | None) -> str:
     return "-" if value is None else f"{value / 1e9:,.0f}"
 
@@ -114,9 +107,9 @@ def summary_tables(res: BenchResults) -> list[Any]:
     if s_sat is not None:
         head.add_row("S_SAT (95% of whole-GPU read rate)", f"{s_sat} SMs")
     if res.error:
-        head.add_row("stopped by", escape(res.error))
+        head.add_row("stopped by", res.error)
     for problem in res.step_errors:
-        head.add_row("failed step", escape(problem))
+        head.add_row("failed step", problem)
 
     sweep = _table("solo sweep (each kernel alone; median, p10-p90)",
                    [("SMs asked", "right"), ("granted", "right"), ("read GB/s", "right"), ("p10-p90", "right"),

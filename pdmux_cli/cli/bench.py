@@ -16,24 +16,11 @@ import typer
 
 from ..errors import InputError
 from . import app
-from .common import fail_line, print_json, write_atomic
+from .common import console, fail_line, print_json, print_note, progress_bar, write_atomic
 
 RESULTS_FILE = "results.json"
 CALIBRATION_FILE = "calibration.yaml"
 PNG_FILE = "curves.png"
-
-
-def escape(text: str) -> str:
-    """``text`` safe to print with rich markup on (``[bench]`` stays as written)."""
-    from rich.markup import escape as rich_escape
-
-    return rich_escape(text)
-
-
-def _console(stderr: bool = False) -> Any:
-    from rich.console import Console
-
-    return Console(stderr=stderr)
 
 
 def _check_out(out: Path | None) -> None:
@@ -152,12 +139,12 @@ def bench(
             return
         from ..bench.report import plan_tables
 
-        console = _console()
+        con = console()
         for table in plan_tables(plan):
-            console.print(table)
+            con.print(table)
         for note in plan.notes:
-            console.print(f"[yellow]note:[/] {escape(note)}")
-        console.print("dry run: nothing was measured" + (f"; nothing written to {out}" if out else ""), markup=False)
+            print_note(con, note)
+        con.print("dry run: nothing was measured" + (f"; nothing written to {out}" if out else ""))
         return
 
     if sms is not None or cc is not None:
@@ -180,13 +167,13 @@ def bench(
     else:
         from ..bench.report import summary_tables
 
-        console = _console()
+        con = console()
         for table in summary_tables(res):
-            console.print(table)
+            con.print(table)
         for note in res.notes:
-            console.print(f"[yellow]note:[/] {escape(note)}")
+            print_note(con, note)
         for path in written:
-            console.print(f"wrote {path}", markup=False)
+            con.print(f"wrote {path}")
     if res.interrupted:
         fail_line("interrupted by Ctrl-C" + (f"; the finished steps are in {out_dir}" if out_dir else ""))
         raise typer.Exit(130)
@@ -200,13 +187,10 @@ def bench(
 def _run_with_progress(runner: Any, plan: Any, info: Any, torch: Any, plan_json: dict, out_dir: Path | None) -> Any:
     """``runner.run_bench`` under a rich progress bar (stderr, only on a terminal); after each step
     the results so far are checkpointed to ``out_dir/results.json``."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from ..bench.results import results_dict
 
-    console = _console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True, disable=not console.is_terminal) as progress:
+    err = console(stderr=True)
+    with progress_bar(err, disable=not err.is_terminal) as progress:
         task = progress.add_task("pdmux bench", total=plan.steps)
 
         def on_step(label: str) -> None:

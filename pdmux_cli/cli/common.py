@@ -143,12 +143,38 @@ def print_json(data: Any) -> None:
     sys.stdout.write(text + "\n")
 
 
-def console() -> Any:
-    """A rich console for tables; 100 columns when the terminal reports a useless width (COLUMNS=0)."""
+def console(stderr: bool = False) -> Any:
+    """A rich console (stdout, or stderr) for tables and notes.
+
+    Markup and emoji codes are off: tables and notes carry user text (file names, GPU and model
+    names, YAML keys, calibration fields) that must print as written; with markup on, ``[/x]`` in
+    a name raises rich's MarkupError and ``[bold]`` restyles. Our own styles are rich ``Text``
+    (:func:`styled`). 100 columns when the terminal reports a useless width (COLUMNS=0).
+    """
     from rich.console import Console
 
-    con = Console()
-    return con if con.width >= 40 else Console(width=100)
+    con = Console(stderr=stderr, markup=False, emoji=False)
+    return con if con.width >= 40 else Console(stderr=stderr, markup=False, emoji=False, width=100)
+
+
+def styled(text: str, style: str) -> Any:
+    """``text`` in a rich ``style`` (``"bold red"``), never parsed as markup."""
+    from rich.text import Text
+
+    return Text(text, style=style)
+
+
+def print_note(con: Any, note: str) -> None:
+    """``note: ...`` on ``con`` (a :func:`console`), the label in yellow, the text as written."""
+    con.print(styled("note:", "yellow"), note, soft_wrap=True)
+
+
+def progress_bar(con: Any, disable: bool = False) -> Any:
+    """A transient rich progress bar on ``con``: description (as written), bar, done/total, time."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=con, transient=True, disable=disable)
 
 
 def write_atomic(path: str | Path, text: str) -> Path:

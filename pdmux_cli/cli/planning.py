@@ -14,7 +14,16 @@ import typer
 
 from ..errors import InputError
 from . import app
-from .common import console, parse_cc, parse_float_list, parse_int_list, print_json, write_atomic
+from .common import (
+    console,
+    parse_cc,
+    parse_float_list,
+    parse_int_list,
+    print_json,
+    print_note,
+    styled,
+    write_atomic,
+)
 
 GPU_HELP = "GPU profile: alias (h100, h200, h20, a100, b200, ...) or reported name ('NVIDIA H100 80GB HBM3')."
 JSON_HELP = "Print JSON (stable keys, units in the key names)."
@@ -138,7 +147,7 @@ def splits(
     for table in render.splits_tables(info):
         con.print(table)
     for note in notes:
-        con.print(f"[yellow]note:[/] {note}")
+        print_note(con, note)
 
 
 def _splits_all(group_num: int, as_json: bool) -> None:
@@ -167,7 +176,7 @@ def _splits_all(group_num: int, as_json: bool) -> None:
         table.add_column(col, justify=just)
     for r in rows:
         levels = (" ".join(f"{g['prefill_sms']}/{g['decode_sms']}" for g in r["groups"][1:-1]) if r["groups"]
-                  else f"[red]{r['error']}[/]")
+                  else styled(r["error"], "red"))
         source = {"sglang-auto": "SGLang auto", "cuda-granularity": "needs manual_divisions", "manual": "manual",
                   None: "-"}[r["source"]]
         table.add_row(r["gpu"], str(r["sm_count"] or "?"), r["compute_capability"], levels, source)

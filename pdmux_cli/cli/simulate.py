@@ -20,7 +20,7 @@ import typer
 from ..atomic import refuse_overwriting_inputs
 from ..errors import InputError
 from . import app
-from .common import parse_int_list, write_atomic
+from .common import console, parse_int_list, print_note, progress_bar, write_atomic
 
 GPU_HELP = "GPU profile: alias (h100, h200, a100, b200, ...) or reported name. Default: h100."
 MODEL_HELP = "Model profile name or path to a Hugging Face config.json."
@@ -187,11 +187,7 @@ def _progress(enabled: bool, total: int, description: str) -> tuple[Any, Callabl
     """A rich progress bar on stderr (or nothing): returns (context manager or None, advance(done))."""
     if not enabled:
         return None, None
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=Console(stderr=True), transient=True)
+    bar = progress_bar(console(stderr=True))
     task = bar.add_task(description, total=total)
 
     def update(done: int) -> None:
@@ -322,20 +318,18 @@ def simulate(
             "notes": notes,
         })
         return
-    from rich.console import Console
-
-    console = Console()
-    console.print(report.metrics_table(metrics, title))
+    con = console()
+    con.print(report.metrics_table(metrics, title))
     for line in report.group_lines(metrics):
-        console.print(line, markup=False)
+        con.print(line)
     for m in metrics:
         for note in m.notes:
             notes.append(f"{m.policy}: {note}")
     for note in notes:
-        console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
+        print_note(con, note)
     for path, what in ((csv_path, "per-request results"), (plot, "CDF plot")):
         if path is not None:
-            console.print(f"wrote {path} ({what})")
+            con.print(f"wrote {path} ({what})")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -435,12 +429,10 @@ def tuned_config(
     result = _tune_run(workload, setup, slo_ttft_ms, slo_itl_ms, sm_group_nums, divisors, budgets, True, workers,
                        show and sys.stderr.isatty())
     if show:
-        from rich.console import Console
-
-        err = Console(stderr=True)
+        err = console(stderr=True)
         err.print(tune_table(result))
         for note in result.notes:
-            err.print(f"[yellow]note:[/] {note}")
+            print_note(err, note)
     return result.best_row.candidate.config, _tune_dict(result)
 
 
@@ -498,22 +490,20 @@ def tune(
                      "output": str(output) if output else None})
         print_json(data)
         return
-    from rich.console import Console
-
-    console = Console(stderr=output is None)
-    console.print(tune_table(result, None if show_all else 12))
+    con = console(stderr=output is None)
+    con.print(tune_table(result, None if show_all else 12))
     row = result.best_row
     from ..simulate.tune import levels_text
 
-    console.print(f"winner: {row.candidate.description} (levels {levels_text(best, setup.total_sms, setup.compute_capability)}): "
-                  f"{row.slo_attainment:.1%} of {len(workload)} requests meet TTFT <= {slo_ttft:g} ms and ITL p99 <= "
-                  f"{slo_itl:g} ms; {len(result.rows)} configs on {result.workers} worker(s)", markup=False)
+    con.print(f"winner: {row.candidate.description} (levels {levels_text(best, setup.total_sms, setup.compute_capability)}): "
+              f"{row.slo_attainment:.1%} of {len(workload)} requests meet TTFT <= {slo_ttft:g} ms and ITL p99 <= "
+              f"{slo_itl:g} ms; {len(result.rows)} configs on {result.workers} worker(s)")
     for note in result.notes:
-        console.print(f"[yellow]note:[/] {note}")
+        print_note(con, note)
     if output is None:
         sys.stdout.write(text)
     else:
-        console.print(f"wrote {output}; launch with: " + " ".join(pc.launch_flags(str(output), best.sm_group_num)),
-                      markup=False, soft_wrap=True)
+        con.print(f"wrote {output}; launch with: " + " ".join(pc.launch_flags(str(output), best.sm_group_num)),
+                  soft_wrap=True)
 
 

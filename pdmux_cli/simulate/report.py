@@ -67,6 +67,7 @@ def trace_dict(trace: Trace) -> dict[str, Any]:
 def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "") -> Any:
     """A rich Table: one column per policy, one row per statistic (latencies in ms)."""
     from rich.table import Table
+    from rich.text import Text
 
     slo = metrics[0] if metrics else None
     caption = (f"latencies in ms; SLO met = TTFT <= {slo.slo_ttft_ms:g} ms and the request's p99 ITL <= "
@@ -81,7 +82,7 @@ def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "") -> Any:
             table.add_row(f"{name} {stat}", *(_ms(getattr(m, key)[stat]) for m in metrics),
                           end_section=stat == "max")
     table.add_row("SLO met", *(
-        (f"[bold]{m.slo_attainment:.1%}[/]" if m.slo_attainment == best_att else f"{m.slo_attainment:.1%}")
+        (Text(f"{m.slo_attainment:.1%}", style="bold") if m.slo_attainment == best_att else f"{m.slo_attainment:.1%}")
         for m in metrics))
     table.add_row("goodput req/s", *(f"{m.goodput_rps:.3g}" for m in metrics))
     table.add_row("GPU busy", *(f"{m.gpu_busy_share:.0%}" for m in metrics))
