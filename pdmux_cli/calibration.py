@@ -34,17 +34,17 @@ from typing import Any
 
 import yaml
 
-from .errors import InputError
+from .errors import InputError, short_repr
 from .input_files import read_input_text
+from .yaml_input import load_yaml
 
 #: The ``format`` value written in every calibration file; files with another value are refused.
 FORMAT = "pdmux-calibration/1"
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 #: Largest calibration file :func:`load_calibration` reads, bytes (a real one is a few kB).
-MAX_FILE_BYTES = 10 * 1024**2
+MAX_FILE_BYTES = 1024**2
 
 _HEADER = (
     "# pdmux calibration, written by 'pdmux bench'; read by 'pdmux estimate --calibration FILE'.\n"
@@ -52,6 +52,17 @@ _HEADER = (
     "# alone on s SMs; flops_curve: a bf16 matmul alone on s SMs; corun: [prefill_sms, decode_sms,\n"
     "# bandwidth_factor, flops_factor], each factor = co-run rate / solo rate on the same SMs.\n"
 )
+
+#: Plausible measured rates, (lowest, highest): 1 GB/s to 1 PB/s of HBM reads (today's GPUs read
+#: 1.5-8 TB/s) and 1 GFLOP/s to 100 PFLOP/s of dense bf16 math (a B200: 2.25 PFLOP/s). Outside
+#: these a number is a typo or a unit slip, not a measurement.
+BYTES_PER_S_RANGE = (1e9, 1e15)
+FLOPS_RANGE = (1e9, 1e17)
+#: Measured rates may exceed the GPU profile's datasheet figure by this factor at most (clock
+#: boost, a conservative datasheet); beyond it the calibration is not of this GPU.
+DATASHEET_TOLERANCE = 1.25
+#: Smallest co-run factor believed: below it one kernel ran 20x slower next to the other.
+MIN_CORUN_FACTOR = 0.05
 
 _REQUIRED = (
     "format", "gpu_name", "sm_count", "compute_capability", "driver_cuda_version", "cuda_version", "date",
@@ -89,27 +100,49 @@ class Calibration:
     complete: bool = True
     source: str = ""
 
+    def _check_against_datasheet(self, gpu: Any) -> None:
+        """:class:`InputError` when a measured rate is over :data:`DATASHEET_TOLERANCE` times ``gpu``'s
+        datasheet peak (HBM bandwidth; dense bf16 FLOP/s where the profile has it)."""
+        read = max(rate for _, rate in self.bandwidth_curve)
+        _check_datasheet(gpu, "read rate", read, gpu.hbm_bytes_per_s, "B/s")
+        _check_datasheet(gpu, "device-to-device copy rate (read + write)", self.copy_bytes_per_s,
+                         2 * gpu.hbm_bytes_per_s if gpu.hbm_bytes_per_s else None, "B/s")
+        flops = max(max(rate for _, rate in self.flops_curve), self.matmul_flops_per_s)
+        _check_datasheet(gpu, "bf16 GEMM rate", flops, gpu.bf16_dense_flops, "FLOP/s")
+
     def throughput(self, gpu: Any, bandwidth_efficiency: float = 1.0, mfu: float = 1.0) -> CalibratedThroughput:
         """The cost-model view of these curves for ``gpu`` (a ``hardware.Gpu``).
 
         ``bandwidth_efficiency`` and ``mfu`` are accepted for the estimate's call signature and
         deliberately ignored: the curves are measured rates, which already include those losses.
-        Raises :class:`InputError` when ``gpu``'s SM count differs from the calibrated device's
-        (the curves would be read at the wrong SM counts) or is unknown.
+        Raises :class:`InputError` when ``gpu``'s SM count or compute capability differs from the
+        calibrated device's (the curves would be read at the wrong SM counts) or is unknown, and when
+        a measured rate exceeds ``gpu``'s datasheet peak by more than :data:`DATASHEET_TOLERANCE`.
         """
         del bandwidth_efficiency, mfu  # measured rates already include them (module docstring)
         sms = gpu.require_sm_count()
-        if sms != self.sm_count:
+        if sms != self.sm_count or tuple(gpu.compute_capability) != self.compute_capability:
+            cc = ".".join(map(str, self.compute_capability))
             raise InputError(
-                f"calibration was measured on {self.gpu_name} ({self.sm_count} SMs) but the estimate is for "
-                f"{gpu.name} ({sms} SMs): pass --gpu for the calibrated GPU or run 'pdmux bench' on this one"
+                f"calibration was measured on {self.gpu_name} ({self.sm_count} SMs, cc {cc}) but the estimate is for "
+                f"{gpu.name} ({sms} SMs, cc {'.'.join(map(str, gpu.compute_capability))}): pass --gpu for the calibrated GPU or run 'pdmux bench' "
+                "on this one"
             )
+        self._check_against_datasheet(gpu)
         return CalibratedThroughput(
             total_sms=self.sm_count,
             bandwidth_curve=self.bandwidth_curve,
             flops_curve=self.flops_curve,
             corun=self.corun,
             source=f"calibration {self.gpu_name}, {self.date}" + ("" if self.complete else " (incomplete run)"),
+        )
+
+
+def _check_datasheet(gpu: Any, what: str, measured: float, datasheet: float | None, unit: str) -> None:
+    if datasheet and measured > DATASHEET_TOLERANCE * datasheet:
+        raise InputError(
+            f"calibration's {what} {measured / 1e12:,.3g} T{unit} is {measured / datasheet:.2g}x the datasheet's "
+            f"{datasheet / 1e12:,.3g} T{unit} for {gpu.name}: not a measurement of this GPU (re-run 'pdmux bench')"
         )
 
 
@@ -191,7 +224,7 @@ class CalibratedThroughput:
 
 
 def _bad(where: str, field: str, what: str, value: object) -> InputError:
-    return InputError(f"{where}: field '{field}' {what}, got {value!r}")
+    return InputError(f"{where}: field '{field}' {what}, got {short_repr(value)}")
 
 
 def _int(value: object, where: str, field: str, minimum: int = 1) -> int:
@@ -214,6 +247,14 @@ def _float(value: object, where: str, field: str, positive: bool = True) -> floa
     return float(value)
 
 
+def _rate(value: object, where: str, field: str, bounds: tuple[float, float], unit: str) -> float:
+    rate = _float(value, where, field)
+    low, high = bounds
+    if not low <= rate <= high:
+        raise _bad(where, field, f"must be a measured rate from {low:.0e} to {high:.0e} {unit} (a unit slip?)", value)
+    return rate
+
+
 def _text(value: object, where: str, field: str) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = str(value)
@@ -221,7 +262,22 @@ def _text(value: object, where: str, field: str) -> str:
         value = value.isoformat()
     if not isinstance(value, str) or not value.strip():
         raise _bad(where, field, "must be a non-empty string", value)
+    _printable(value, where, field)
     return value.strip()
+
+
+def _printable(value: str, where: str, field: str) -> None:
+    if any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in value):
+        raise _bad(where, field, "must be printable text (no control characters or escape sequences)", value)
+
+
+def _date(value: object, where: str) -> str:
+    text = _text(value, where, "date")
+    try:
+        datetime.date.fromisoformat(text[:10])
+    except ValueError:
+        raise _bad(where, "date", "must be an ISO date such as 2025-06-01 (the bench writes the UTC date)", value) from None
+    return text
 
 
 def _cc(value: object, where: str) -> tuple[int, int]:
@@ -235,7 +291,8 @@ def _cc(value: object, where: str) -> tuple[int, int]:
         raise InputError(f"{where}: field 'compute_capability': {exc}") from None
 
 
-def _curve(value: object, where: str, field: str, sm_count: int) -> tuple[tuple[int, float], ...]:
+def _curve(value: object, where: str, field: str, sm_count: int, bounds: tuple[float, float],
+           unit: str) -> tuple[tuple[int, float], ...]:
     if not isinstance(value, list) or not value:
         raise _bad(where, field, "must be a non-empty list of [sms, rate] pairs", value)
     points: list[tuple[int, float]] = []
@@ -246,7 +303,7 @@ def _curve(value: object, where: str, field: str, sm_count: int) -> tuple[tuple[
         sms = _int(entry[0], where, f"{name}[0] (SMs)")
         if sms > sm_count:
             raise _bad(where, f"{name}[0] (SMs)", f"must be <= sm_count {sm_count}", sms)
-        points.append((sms, _float(entry[1], where, f"{name}[1] (rate)")))
+        points.append((sms, _rate(entry[1], where, f"{name}[1] (rate)", bounds, unit)))
     for (sa, ra), (sb, rb) in itertools.pairwise(points):
         if sb <= sa:
             raise InputError(f"{where}: field '{field}' is not monotone: SMs must strictly increase ({sa} then {sb})")
@@ -275,8 +332,9 @@ def _corun(value: object, where: str, sm_count: int) -> tuple[tuple[int, int, fl
         factors = []
         for j, label in ((2, "bandwidth_factor"), (3, "flops_factor")):
             f = _float(entry[j], where, f"{name}[{j}] ({label})")
-            if f > 2:
-                raise _bad(where, f"{name}[{j}] ({label})", "must be in (0, 2] (a co-run rate / solo rate)", f)
+            if not MIN_CORUN_FACTOR <= f <= 2:
+                raise _bad(where, f"{name}[{j}] ({label})",
+                           f"must be from {MIN_CORUN_FACTOR} to 2 (a co-run rate / solo rate)", f)
             factors.append(f)
         rows.append((p, d, factors[0], factors[1]))
     decode = [r[1] for r in rows]
@@ -289,8 +347,10 @@ def calibration_from_mapping(data: object, where: str = "calibration") -> Calibr
     """Validate a parsed calibration mapping and build the :class:`Calibration`.
 
     Raises :class:`InputError` (one line naming ``where`` and the field) for a wrong format value,
-    a missing, unknown or wrongly typed field, an empty or non-monotone curve, or SM counts beyond
-    the device's.
+    a missing, unknown or wrongly typed field, an empty or non-monotone curve, SM counts beyond
+    the device's, a complete run whose curves stop short of ``sm_count``, rates outside
+    :data:`BYTES_PER_S_RANGE` / :data:`FLOPS_RANGE`, co-run factors below :data:`MIN_CORUN_FACTOR`,
+    an ``s_sat_sms`` that is not a measured point, a date that is not ISO, control characters.
     """
     if not isinstance(data, dict):
         raise InputError(f"{where}: a calibration must be a YAML mapping of fields, got {type(data).__name__}")
@@ -311,20 +371,31 @@ def calibration_from_mapping(data: object, where: str = "calibration") -> Calibr
         source = ""
     if not isinstance(source, str):
         raise _bad(where, "source", "must be a string", source)
+    _printable(source, where, "source")
+    bandwidth_curve = _curve(data["bandwidth_curve"], where, "bandwidth_curve", sm_count, BYTES_PER_S_RANGE, "bytes/s")
+    flops_curve = _curve(data["flops_curve"], where, "flops_curve", sm_count, FLOPS_RANGE, "FLOP/s")
+    if complete:
+        for field, curve in (("bandwidth_curve", bandwidth_curve), ("flops_curve", flops_curve)):
+            if curve[-1][0] != sm_count:
+                raise InputError(
+                    f"{where}: field '{field}' ends at {curve[-1][0]} SMs, not the whole GPU's {sm_count}: a complete "
+                    "run measures the whole GPU last (mark an interrupted run 'complete: false')"
+                )
     s_sat = _int(data["s_sat_sms"], where, "s_sat_sms")
-    if s_sat > sm_count:
-        raise _bad(where, "s_sat_sms", f"must be <= sm_count {sm_count}", s_sat)
+    if s_sat != sm_count and s_sat not in {s for s, _ in bandwidth_curve}:
+        raise _bad(where, "s_sat_sms", "must be one of bandwidth_curve's SM counts (the bench picks a measured point)",
+                   s_sat)
     return Calibration(
         gpu_name=_text(data["gpu_name"], where, "gpu_name"),
         sm_count=sm_count,
         compute_capability=_cc(data["compute_capability"], where),
         driver_cuda_version=_text(data["driver_cuda_version"], where, "driver_cuda_version"),
         cuda_version=_text(data["cuda_version"], where, "cuda_version"),
-        date=_text(data["date"], where, "date"),
-        bandwidth_curve=_curve(data["bandwidth_curve"], where, "bandwidth_curve", sm_count),
-        flops_curve=_curve(data["flops_curve"], where, "flops_curve", sm_count),
-        copy_bytes_per_s=_float(data["copy_bytes_per_s"], where, "copy_bytes_per_s"),
-        matmul_flops_per_s=_float(data["matmul_flops_per_s"], where, "matmul_flops_per_s"),
+        date=_date(data["date"], where),
+        bandwidth_curve=bandwidth_curve,
+        flops_curve=flops_curve,
+        copy_bytes_per_s=_rate(data["copy_bytes_per_s"], where, "copy_bytes_per_s", BYTES_PER_S_RANGE, "bytes/s"),
+        matmul_flops_per_s=_rate(data["matmul_flops_per_s"], where, "matmul_flops_per_s", FLOPS_RANGE, "FLOP/s"),
         corun=_corun(data["corun"], where, sm_count),
         s_sat_sms=s_sat,
         complete=complete,
@@ -337,15 +408,15 @@ def load_calibration(path: str | Path) -> Calibration:
 
     Raises :class:`InputError` with one line naming the file for: a missing or unreadable file, a
     directory or other non-regular file (device, pipe), a file over :data:`MAX_FILE_BYTES`, a
-    non-UTF-8 file, invalid YAML, and everything :func:`calibration_from_mapping` refuses.
+    non-UTF-8 file, invalid YAML, a field written twice, and everything :func:`calibration_from_mapping` refuses.
     """
     where = str(path)
     text = read_input_text(path, "calibration file", MAX_FILE_BYTES,
                            hint="give the calibration.yaml that 'pdmux bench --out DIR' writes")
-    try:
-        data = yaml.load(text, Loader=_LOADER)
-    except yaml.YAMLError as exc:
-        raise InputError(f"calibration file {where} is not valid YAML: {' '.join(str(exc).split())}") from None
+    data, duplicate_keys = load_yaml(text, f"calibration file {where}")
+    if duplicate_keys:
+        key, line = duplicate_keys[0]
+        raise InputError(f"{where}: field '{key}' is written twice (again at line {line}): keep one")
     return calibration_from_mapping(data, where)
 
 

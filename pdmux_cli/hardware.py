@@ -13,18 +13,22 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from .errors import InputError
+from .errors import InputError, short_repr
 from .input_files import read_input_text
 from .policy import parse_compute_capability
 from .profile_files import gpu_profiles_dir
+from .yaml_input import load_yaml
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: libyaml's loader, for the built-in profiles only (files we write; user files go through
+#: :func:`pdmux_cli.yaml_input.load_yaml`, which is slower but safe on hostile input).
+_BUILTIN_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 #: Largest GPU profile :func:`load_gpu_file` reads, bytes (a real one is under 2 kB).
 MAX_PROFILE_BYTES = 1024**2
@@ -135,17 +139,17 @@ def _number(data: dict, field: str, where: str, *, integer: bool, optional: bool
         raise InputError(f"{where}: field '{field}' must be a number, got null")
     raw = value
     if isinstance(value, bool):
-        raise InputError(f"{where}: field '{field}' must be a number, got {raw!r}")
+        raise InputError(f"{where}: field '{field}' must be a number, got {short_repr(raw)}")
     if isinstance(value, str):
         try:
             value = float(value.replace("_", ""))
         except ValueError:
-            raise InputError(f"{where}: field '{field}' must be a number, got {raw!r}") from None
+            raise InputError(f"{where}: field '{field}' must be a number, got {short_repr(raw)}") from None
     if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise InputError(f"{where}: field '{field}' must be a positive number, got {raw!r}")
+        raise InputError(f"{where}: field '{field}' must be a positive number, got {short_repr(raw)}")
     if integer:
         if value != int(value):
-            raise InputError(f"{where}: field '{field}' must be a whole number, got {raw!r}")
+            raise InputError(f"{where}: field '{field}' must be a whole number, got {short_repr(raw)}")
         return int(value)
     return float(value)
 
@@ -155,7 +159,7 @@ def _text(data: dict, field: str, where: str, default: str | None = None) -> str
     if value is None and default is not None:
         return default
     if not isinstance(value, str) or (default is None and not value.strip()):
-        raise InputError(f"{where}: field '{field}' must be a non-empty string, got {value!r}")
+        raise InputError(f"{where}: field '{field}' must be a non-empty string, got {short_repr(value)}")
     return value.strip()
 
 
@@ -177,13 +181,13 @@ def _gpu_from_mapping(data: object, key: str, where: str) -> Gpu:
         aliases = []
     if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
         raise InputError(
-            f"{where}: field 'aliases' must be a list of strings (quote numbers: \"4090\"), got {aliases!r}"
+            f"{where}: field 'aliases' must be a list of strings (quote numbers: \"4090\"), got {short_repr(aliases)}"
         )
 
     cc_raw = data["compute_capability"]
     if isinstance(cc_raw, bool) or not isinstance(cc_raw, (str, int, float)):
         raise InputError(
-            f"{where}: field 'compute_capability' must be MAJOR.MINOR text like \"9.0\", got {cc_raw!r}"
+            f"{where}: field 'compute_capability' must be MAJOR.MINOR text like \"9.0\", got {short_repr(cc_raw)}"
         )
     try:
         cc = parse_compute_capability(cc_raw)
@@ -213,7 +217,7 @@ def _gpu_from_mapping(data: object, key: str, where: str) -> Gpu:
     )
 
 
-def load_gpu_file(path: str | Path) -> Gpu:
+def load_gpu_file(path: str | Path, *, builtin: bool = False) -> Gpu:
     """Load one GPU profile YAML from any path (users may add their own); the key is the file stem.
 
     Fields as in ``profiles/gpus/*.yaml``: required ``name``, ``sm_count`` (int or null with a
@@ -221,16 +225,23 @@ def load_gpu_file(path: str | Path) -> Gpu:
     ``aliases``, ``bf16_dense_flops``, ``fp16_dense_flops``, ``fp8_dense_flops``, ``l2_bytes``,
     ``source``, ``note``, ``memory_note``. Raises :class:`InputError` naming the file (and field) on a
     missing, unreadable or non-UTF-8 file, a directory or special file (device, pipe, socket), a
-    file over :data:`MAX_PROFILE_BYTES`, bad YAML, an unknown, missing or wrongly typed field.
+    file over :data:`MAX_PROFILE_BYTES`, bad YAML, a field written twice, an unknown, missing or
+    wrongly typed field. ``builtin``: one of our own ``profiles/gpus`` files, parsed with libyaml.
     """
     p = Path(path)
     where = str(p)
     text = read_input_text(p, "GPU profile", MAX_PROFILE_BYTES)
-    try:
-        data = yaml.load(text, Loader=_LOADER)
-    except yaml.YAMLError as exc:
-        first = " ".join(str(exc).split())
-        raise InputError(f"GPU profile {where} is not valid YAML: {first}") from None
+    if builtin:
+        try:
+            data = yaml.load(text, Loader=_BUILTIN_LOADER)
+        except yaml.YAMLError as exc:
+            first = " ".join(str(exc).split())
+            raise InputError(f"GPU profile {where} is not valid YAML: {first}") from None
+    else:
+        data, duplicate_keys = load_yaml(text, f"GPU profile {where}")
+        if duplicate_keys:
+            key, line = duplicate_keys[0]
+            raise InputError(f"{where}: field '{key}' is written twice (again at line {line}): keep one")
     return _gpu_from_mapping(data, p.stem, where)
 
 
@@ -241,7 +252,8 @@ def load_gpus() -> tuple[Gpu, ...]:
     Raises :class:`InputError` naming the file and field for a malformed profile, and when two
     profiles share a name or alias (after normalisation, see :func:`find_gpu`).
     """
-    gpus = tuple(sorted((load_gpu_file(p) for p in gpu_profiles_dir().glob("*.yaml")), key=lambda g: g.key))
+    gpus = tuple(sorted((load_gpu_file(p, builtin=True) for p in gpu_profiles_dir().glob("*.yaml")),
+                        key=lambda g: g.key))
     _index(gpus)  # reject ambiguous names up front
     return gpus
 
@@ -312,6 +324,16 @@ def find_gpu(name: str) -> Gpu:
             suggestions.append(shown[candidate])
     hint = f"closest: {', '.join(suggestions[:4])}" if suggestions else "no close match"
     raise InputError(f"unknown GPU {name!r}; {hint} (pdmux splits --all lists every profile)")
+
+
+def find_gpu_or_file(name: str) -> Gpu:
+    """What ``--gpu`` names: a built-in profile (:func:`find_gpu`), or a profile file of one's own
+    when ``name`` ends in ``.yaml``/``.yml`` or holds a path separator (:func:`load_gpu_file`; the
+    same fields as ``profiles/gpus/*.yaml``). Raises :class:`InputError` as those two do.
+    """
+    if name.strip().lower().endswith((".yaml", ".yml")) or "/" in name or os.sep in name:
+        return load_gpu_file(name.strip())
+    return find_gpu(name)
 
 
 def custom_gpu(sm_count: int, cc: tuple[int, int] | str) -> Gpu:

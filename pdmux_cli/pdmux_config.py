@@ -32,11 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from . import policy
-from .errors import InputError
+from .errors import InputError, short_repr
 from .input_files import read_input_text
+from .yaml_input import load_yaml
 
 #: The values :attr:`Problem.rule` takes, with what each means.
 RULES: dict[str, str] = {
@@ -68,31 +67,7 @@ HEADER = (
 )
 
 #: Largest pdmux YAML :func:`load_config` reads, bytes (real ones are a few hundred bytes).
-MAX_CONFIG_BYTES = 10 * 1024**2
-
-
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """The safe loader, noting every mapping key written twice (PyYAML keeps the last silently)."""
-
-    def __init__(self, stream: Any) -> None:
-        super().__init__(stream)
-        self.duplicate_keys: list[tuple[str, int]] = []  # (key, line of the repeat, 1-based)
-
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        if isinstance(node, yaml.MappingNode):
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=False)
-                try:
-                    repeated = key in seen
-                    seen.add(key)
-                except TypeError:  # unhashable: the base class reports it
-                    continue
-                if repeated:
-                    self.duplicate_keys.append((str(key), key_node.start_mark.line + 1))
-        return super().construct_mapping(node, deep=deep)
+MAX_CONFIG_BYTES = 1024**2
 
 
 @dataclass(frozen=True)
@@ -144,17 +119,6 @@ class Problem:
 # Parsing
 
 
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
-def _yaml_error(exc: yaml.YAMLError, source: str) -> InputError:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or str(exc)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return InputError(f"{source}: not valid YAML ({_one_line(problem)}{where})")
-
-
 def _read_int(value: Any, where: str, what: str) -> tuple[int | None, Problem | None]:
     """An int from a YAML value, or None; a Problem for anything that is not a plain int.
 
@@ -168,17 +132,17 @@ def _read_int(value: Any, where: str, what: str) -> tuple[int | None, Problem | 
     if isinstance(value, float):
         if math.isfinite(value) and value == int(value):
             return int(value), Problem(
-                where, f"{what} is the float {value!r}; write the integer {int(value)}", "both"
+                where, f"{what} is the float {short_repr(value)}; write the integer {int(value)}", "both"
             )
-        return None, Problem(where, f"{what} is {value!r}, not an integer", "both")
+        return None, Problem(where, f"{what} is {short_repr(value)}, not an integer", "both")
     if isinstance(value, str):
         if re.fullmatch(r"\s*[+-]?\d+\s*", value):
             return int(value), Problem(
                 where,
-                f"{what} is the string {value!r}; write it unquoted, as the integer {int(value)}",
+                f"{what} is the string {short_repr(value)}; write it unquoted, as the integer {int(value)}",
                 "both",
             )
-        return None, Problem(where, f"{what} is the string {value!r}, not an integer", "both")
+        return None, Problem(where, f"{what} is the string {short_repr(value)}, not an integer", "both")
     if value is None:
         return None, Problem(where, f"{what} is empty (null); give an integer or remove the key", "both")
     return None, Problem(where, f"{what} is a {type(value).__name__}, not an integer", "both")
@@ -190,7 +154,7 @@ def _read_entry(raw: Any, index: int) -> tuple[tuple[int, int, int] | None, list
         return None, [
             Problem(
                 where,
-                f"entry is {raw!r}, not a list [prefill_sm, decode_sm, decode_bs_threshold]",
+                f"entry is {short_repr(raw)}, not a list [prefill_sm, decode_sm, decode_bs_threshold]",
                 "both",
             )
         ]
@@ -232,7 +196,7 @@ def _read_divisions(raw: Any, sm_group_num: int) -> tuple[tuple[tuple[int, int, 
         return (), [
             Problem(
                 "manual_divisions",
-                f"is {raw!r}, not a list of [prefill_sm, decode_sm, decode_bs_threshold] entries",
+                f"is {short_repr(raw)}, not a list of [prefill_sm, decode_sm, decode_bs_threshold] entries",
                 "both",
             )
         ]
@@ -268,14 +232,7 @@ def parse_config(text: str, source: str = "<string>") -> tuple[PdmuxConfig, list
     Raises :class:`InputError` (one line, naming ``source``) when the text is not YAML, is empty,
     or its top level is not a mapping.
     """
-    try:
-        loader = _Loader(text)
-        try:
-            data = loader.get_single_data()
-        finally:
-            loader.dispose()
-    except yaml.YAMLError as exc:
-        raise _yaml_error(exc, source) from None
+    data, duplicate_keys = load_yaml(text, source)
     if data is None:
         raise InputError(f"{source}: empty pdmux config (SGLang needs at least sm_group_num)")
     if not isinstance(data, dict):
@@ -285,7 +242,7 @@ def parse_config(text: str, source: str = "<string>") -> tuple[PdmuxConfig, list
         )
 
     problems: list[Problem] = []
-    for key, line in loader.duplicate_keys:
+    for key, line in duplicate_keys:
         problems.append(Problem(key, f"is written twice (again at line {line}); SGLang keeps only the last "
                                 "value: remove one", "pdmux"))
     for key in data:
@@ -293,7 +250,7 @@ def parse_config(text: str, source: str = "<string>") -> tuple[PdmuxConfig, list
             import difflib  # only on the error path: keeps start-up light
             close = difflib.get_close_matches(str(key), KNOWN_KEYS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; SGLang reads {', '.join(KNOWN_KEYS)}"
-            problems.append(Problem(str(key), f"unknown key {key!r}, SGLang ignores it{hint}", "pdmux"))
+            problems.append(Problem(str(key), f"unknown key {short_repr(key)}, SGLang ignores it{hint}", "pdmux"))
 
     fields: dict[str, Any] = {}
     if "sm_group_num" not in data:
@@ -327,7 +284,7 @@ def parse_config(text: str, source: str = "<string>") -> tuple[PdmuxConfig, list
             fields["overlap_decode_full_sm"] = flag
         else:
             problems.append(
-                Problem("overlap_decode_full_sm", f"is {flag!r}, not a boolean; write true or false", "both")
+                Problem("overlap_decode_full_sm", f"is {short_repr(flag)}, not a boolean; write true or false", "both")
             )
 
     if "manual_divisions" in data:

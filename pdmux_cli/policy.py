@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from .errors import InputError
+from .errors import InputError, short_repr
+from .numbers import plain_int
 
 #: SGLang's per-architecture constraint (minimum SMs per part, SM granularity), keyed by compute
 #: capability major. Source: ``pdmux_context.py`` (chapter's ARCH table). Anything else makes
@@ -63,10 +64,10 @@ def parse_compute_capability(text: str | float | tuple[int, int]) -> tuple[int, 
     if isinstance(text, tuple):
         major, minor = text
     else:
-        parts = str(text).strip().split(".")
-        if len(parts) not in (1, 2) or not all(p.isdigit() for p in parts):
-            raise InputError(f"compute capability {text!r} is not of the form MAJOR.MINOR (e.g. 9.0)")
-        major, minor = int(parts[0]), int(parts[1]) if len(parts) == 2 else 0
+        parts = [plain_int(p) if p.strip() == p else None for p in str(text).strip().split(".")]
+        if len(parts) not in (1, 2) or None in parts:
+            raise InputError(f"compute capability {short_repr(text)} is not of the form MAJOR.MINOR (e.g. 9.0)")
+        major, minor = parts[0], parts[1] if len(parts) == 2 else 0
     if not (0 < major < 100 and 0 <= minor < 10):
         raise InputError(f"compute capability {text!r} is out of range (e.g. 8.0, 9.0, 10.0)")
     return major, minor

@@ -186,6 +186,43 @@ def test_parsers() -> None:
         bplan.parse_skinny("4096")
 
 
+@pytest.mark.parametrize("bad", ["²x2x2", "٣x2x2", "1_000x2x2", "9" * 5000 + "x1x1", "2097152x1x1"])
+def test_gemm_shape_takes_plain_bounded_integers(bad) -> None:
+    """str.isdigit accepts '²' (int() then raises) and '٣' (int() reads 3): both refused, as are
+    '_' separators, 5000 digits and dimensions past MAX_GEMM_DIM."""
+    with pytest.raises(InputError, match="gemm-shape"):
+        bplan.parse_gemm_shape(bad)
+    assert bplan.parse_gemm_shape(f"{bplan.MAX_GEMM_DIM}x1x1").m == bplan.MAX_GEMM_DIM
+
+
+@pytest.mark.parametrize("bad", ["1e400", "9" * 400, "2000GB", "1.2e12"])
+def test_buffer_bytes_bounded(bad) -> None:
+    with pytest.raises(InputError, match="at most 1099511627776 bytes"):
+        bplan.parse_bytes(bad)
+    assert bplan.parse_bytes(str(bplan.MAX_BUFFER_BYTES)) == bplan.MAX_BUFFER_BYTES
+
+
+def test_levels_syntax_and_granularity() -> None:
+    assert bplan.parse_level_items("1, 112/20,96:36") == [("1", 1), ("112/20", (112, 20)), ("96:36", (96, 36))]
+    for bad in ("²", "²/3", "1/" + "9" * 5000, "abc", ",", "1/2/3"):
+        with pytest.raises(InputError, match="--levels"):
+            bplan.parse_level_items(bad)
+    h100 = bplan.PlanDevice.from_gpu(find_gpu("h100"))
+    with pytest.raises(InputError, match="leaves no SMs for decode"):
+        bplan.make_plan(h100, levels="1/1")
+    plan = bplan.make_plan(h100, levels="20/20")  # 20 -> 24 prefill, 16 decode: allowed, with a note
+    assert plan.levels == (policy.Split(20, 20),) and any("rounds it up" in n for n in plan.notes)
+
+
+def test_skinny_and_repeats_bounded() -> None:
+    h100 = bplan.PlanDevice.from_gpu(find_gpu("h100"))
+    with pytest.raises(InputError, match="copies"):
+        bplan.make_plan(h100, skinny=bplan.parse_skinny("1x1"))
+    assert bplan.make_plan(h100, skinny=bplan.parse_skinny("4096x12288")).skinny_copies <= 10
+    with pytest.raises(InputError, match="from 1 to 1000"):
+        bplan.make_plan(h100, repeats=bplan.MAX_REPEATS + 1)
+
+
 def test_estimated_seconds_fit_gpu_check_budget() -> None:
     for key in ("h100", "h200"):
         quick = bplan.make_plan(bplan.PlanDevice.from_gpu(find_gpu(key)), quick=True)
@@ -382,6 +419,13 @@ def test_cli_dry_run_custom_device() -> None:
         (["--gemm-shape", "0x0x0"], "must all be > 0"),
         (["--gemm-shape", "0x0x0", "--dry-run"], "must all be > 0"),
         (["--repeats", "0", "--dry-run"], "--repeats"),
+        (["--repeats", "1001"], "from 1 to 1000"),
+        (["--gpu", "nosuchgpu"], "unknown GPU"),  # usage errors before the driver is probed
+        (["--levels", "abc"], "--levels"),
+        (["--buffer-bytes", "1e400", "--dry-run"], "at most"),
+        (["--levels", "1/1", "--dry-run"], "no SMs for decode"),
+        (["--skinny-gemm", "1x1", "--dry-run"], "copies"),
+        (["--dry-run", "--sms", "132", "--cc", "²"], "compute capability"),
     ],
 )
 def test_cli_usage_errors_exit_2(args, fragment) -> None:

@@ -60,7 +60,8 @@ def mapping(**changes):
 
 
 def test_round_trip_exact(tmp_path) -> None:
-    c = make_calibration(bandwidth_curve=((8, 612345678901.25), (132, 3.3e12)), flops_curve=((8, 1e-3 + 4e13), (132, 7.9e14)))
+    c = make_calibration(bandwidth_curve=((8, 612345678901.25), (132, 3.3e12)), flops_curve=((8, 1e-3 + 4e13), (132, 7.9e14)),
+                         s_sat_sms=132)
     text = dump_calibration(c)
     path = write(tmp_path, text)
     back = load_calibration(path)
@@ -182,6 +183,98 @@ def test_empty_curve(tmp_path, field) -> None:
 def test_non_monotone_curves(tmp_path, field) -> None:
     _refused(tmp_path, mapping(**{field: [[16, 1e12], [8, 2e12]]}), field, "not monotone", "SMs")
     _refused(tmp_path, mapping(**{field: [[8, 2e12], [16, 1e12]]}), field, "not monotone", "falls")
+
+
+def _bomb(levels: int = 9) -> str:
+    """A flow list of nested anchors and aliases: a few hundred bytes that stand for 9**levels
+    strings (cheap to build as shared references, endless to print)."""
+    items = ["&a0 [" + ", ".join(["lol"] * 9) + "]"]
+    items += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "[" + ", ".join(items) + "]"
+
+
+@pytest.mark.parametrize("field", ["source", "gpu_name", "date", "bandwidth_curve"])
+def test_alias_bomb_is_refused_with_a_short_message(tmp_path, field) -> None:
+    """A 'billion laughs' value: refused at once, the value quoted briefly."""
+    lines = [ln for ln in dump_calibration(make_calibration()).splitlines(keepends=True)
+             if not ln.startswith(f"{field}:")]
+    if field == "bandwidth_curve":  # its pairs follow on '- [..]' lines up to the next field
+        text = "".join(lines).replace("- [8, 600000000000.0]\n- [16, 1200000000000.0]\n- [64, 2900000000000.0]\n"
+                                      "- [132, 3000000000000.0]\n", "")
+    else:
+        text = "".join(lines)
+    path = write(tmp_path, text + f"{field}: {_bomb()}\n")
+    assert path.stat().st_size < 1500
+    with pytest.raises(InputError) as err:
+        load_calibration(path)
+    assert len(str(err.value)) < 400 and "\n" not in str(err.value), str(err.value)[:500]
+    assert field in str(err.value)
+
+
+def test_field_written_twice(tmp_path) -> None:
+    text = dump_calibration(make_calibration()) + "sm_count: 144\n"
+    _refused(tmp_path, text, "field 'sm_count' is written twice", "keep one")
+
+
+@pytest.mark.parametrize("date", ["2025-13-45", "2025-02-30", "2025-01-01 25:00:00"])
+def test_impossible_unquoted_dates(tmp_path, date) -> None:
+    """PyYAML raises ValueError (not YAMLError) for these: still one line, exit 2."""
+    text = dump_calibration(make_calibration()).replace("date: '2025-06-01'", f"date: {date}")
+    _refused(tmp_path, text, "a value YAML cannot read")
+
+
+def test_number_with_thousands_of_digits(tmp_path) -> None:
+    text = dump_calibration(make_calibration()).replace("sm_count: 132", "sm_count: " + "9" * 5000)
+    _refused(tmp_path, text, "a value YAML cannot read")
+
+
+def test_nesting_too_deep(tmp_path) -> None:
+    """libyaml's composer would overflow the C stack here (a segfault); the Python parser stops."""
+    _refused(tmp_path, "[" * 50_000, "nested too deeply")
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"gpu_name": "H100 \x1b[31mred"}, "printable"),
+        ({"source": "ok\x07bell"}, "printable"),
+        ({"date": "June 2025"}, "ISO date"),
+        ({"bandwidth_curve": [[8, 1.0], [132, 2.0]]}, "bandwidth_curve[0][1]"),
+        ({"bandwidth_curve": [[8, 1e12], [132, 1.7e308]]}, "a unit slip"),
+        ({"flops_curve": [[8, 40e12], [132, 1.7e308]]}, "flops_curve[1][1]"),
+        ({"copy_bytes_per_s": 1e-300}, "copy_bytes_per_s"),
+        ({"matmul_flops_per_s": 5.0}, "matmul_flops_per_s"),
+        ({"corun": [[112, 20, 1e-300, 0.9]]}, "from 0.05 to 2"),
+        ({"bandwidth_curve": [[8, 0.6e12], [16, 1.2e12]], "s_sat_sms": 16}, "ends at 16 SMs"),
+        ({"s_sat_sms": 65}, "one of bandwidth_curve's SM counts"),
+    ],
+)
+def test_implausible_values(tmp_path, changes, fragment) -> None:
+    _refused(tmp_path, mapping(**changes), fragment)
+
+
+def test_interrupted_run_may_stop_short(tmp_path) -> None:
+    """An interrupted bench writes 'complete: false' and curves that end before the whole GPU."""
+    data = mapping(bandwidth_curve=[[8, 0.6e12], [16, 1.2e12]], flops_curve=[[8, 40e12]], s_sat_sms=16, complete=False)
+    c = load_calibration(write(tmp_path, data))
+    assert c.bandwidth_curve[-1] == (16, 1.2e12) and not c.complete
+
+
+def test_calibration_beyond_the_datasheet_is_refused() -> None:
+    """A read rate 5x an H100's HBM bandwidth is not a measurement of an H100."""
+    h100 = find_gpu("h100")
+    fast = make_calibration(bandwidth_curve=((8, 0.6e12), (64, 2.9e12), (132, 5 * H100_BW)))
+    with pytest.raises(InputError, match="datasheet"):
+        fast.throughput(h100)
+    greedy = make_calibration(matmul_flops_per_s=2 * H100_FLOPS)
+    with pytest.raises(InputError, match="bf16 GEMM rate"):
+        greedy.throughput(h100)
+    make_calibration().throughput(h100)  # the plausible one passes
+
+
+def test_calibration_of_another_capability_is_refused() -> None:
+    with pytest.raises(InputError, match="cc 8.0"):
+        make_calibration(compute_capability=(8, 0)).throughput(find_gpu("h100"))
 
 
 # ---- interpolation -------------------------------------------------------------------------------

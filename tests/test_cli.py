@@ -380,3 +380,26 @@ def test_version() -> None:
 
     r = run("--version")
     assert r.exit_code == 0 and r.stdout.strip() == f"pdmux {__version__}"
+
+
+def test_gen_config_tune_never_writes_over_its_trace(tmp_path) -> None:
+    from pathlib import Path
+
+    trace = tmp_path / "trace.csv"
+    trace.write_bytes((Path(__file__).parent / "fixtures" / "azure_conv_50.csv").read_bytes())
+    before = trace.read_bytes()
+    r = run("gen-config", "--gpu", "h100", "--tune", "--trace", str(trace), "--slo-ttft", "1000", "--slo-itl", "60",
+            "--json", "-o", str(trace))
+    assert r.exit_code == 2 and "is the input file" in r.stderr
+    assert trace.read_bytes() == before
+
+
+def test_non_finite_results_refused_in_tables_too() -> None:
+    """A table must not print 'inf ms' where the JSON of the same result is refused."""
+    from pdmux_cli.cli.common import require_finite
+    from pdmux_cli.errors import InputError
+
+    require_finite({"itl_ms": 9.0, "rows": [1, 2.5]})
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(InputError, match="non-finite"):
+            require_finite({"rows": [{"itl_ms": bad}]})

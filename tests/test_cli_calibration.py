@@ -11,7 +11,7 @@ from pdmux_cli.cli import app
 def test_calibration_from_another_gpu_is_refused(tmp_path) -> None:
     cal = Calibration(
         gpu_name="NVIDIA H100 80GB HBM3", sm_count=132, compute_capability=(9, 0), driver_cuda_version="12.8",
-        cuda_version="12.6", date="2025-06-01", bandwidth_curve=((16, 1.2e12), (132, 3.0e12)),
+        cuda_version="12.6", date="2025-06-01", bandwidth_curve=((16, 1.2e12), (64, 2.9e12), (132, 3.0e12)),
         flops_curve=((8, 40e12), (132, 660e12)), copy_bytes_per_s=3.0e12, matmul_flops_per_s=670e12,
         corun=(), s_sat_sms=64, complete=True, source="test",
     )

@@ -338,3 +338,49 @@ def test_custom_gpu():
         custom_gpu(0, (9, 0))
     with pytest.raises(InputError):
         custom_gpu(78, "nine")
+
+
+# ------------------------------------------------------------------------------------------------
+# --gpu FILE.yaml: a profile of one's own, through the CLI
+# ------------------------------------------------------------------------------------------------
+
+
+def test_find_gpu_or_file(tmp_path):
+    path = tmp_path / "my-gpu.yaml"
+    path.write_text(VALID_PROFILE)
+    assert hardware.find_gpu_or_file(str(path)).key == "my-gpu"
+    assert hardware.find_gpu_or_file("h100").key == find_gpu("h100").key
+    with pytest.raises(InputError, match="no such file"):
+        hardware.find_gpu_or_file("missing-gpu.yaml")
+
+
+def test_user_profile_field_written_twice(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text(VALID_PROFILE + "sm_count: 132\n")
+    with pytest.raises(InputError, match="field 'sm_count' is written twice"):
+        load_gpu_file(path)
+
+
+def test_user_profile_through_the_cli(tmp_path):
+    import json
+
+    from cli_assertions import assert_one_line_error
+    from typer.testing import CliRunner
+
+    from pdmux_cli.cli import app
+
+    runner = CliRunner()
+    path = tmp_path / "my-gpu.yaml"
+    path.write_text(VALID_PROFILE)
+    splits = runner.invoke(app, ["splits", "--gpu", str(path), "--json"])
+    assert splits.exit_code == 0, splits.stderr
+    data = json.loads(splits.stdout)
+    assert data["gpu"] == "Test GPU" and data["sm_count"] == 100
+    assert (data["groups"][0]["prefill_sms"], data["groups"][0]["decode_sms"]) == (100, 0)
+    est = runner.invoke(app, ["estimate", "--gpu", str(path), "--json"])
+    assert est.exit_code == 0, est.stderr
+    assert json.loads(est.stdout)["gpu"] == "Test GPU"
+    # gen-config must not write its YAML over the profile it read
+    before = path.read_text()
+    assert_one_line_error(runner.invoke(app, ["gen-config", "--gpu", str(path), "-o", str(path)]), 2, "input file")
+    assert path.read_text() == before

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import policy
-from ..errors import InputError
+from ..errors import InputError, short_repr
+from ..numbers import plain_int
 from . import kernels
 from .stats import S_SAT_FRACTION
 
@@ -27,6 +28,15 @@ SKINNY_ROWS = 32
 DEFAULT_BUFFER_BYTES = 1 << 30
 #: The read buffer must be at least this many times the L2 so reads come from HBM.
 MIN_BUFFER_L2_MULTIPLE = 4
+#: Largest read buffer (bytes): past any GPU's memory today, and its grid stays within CUDA's
+#: 2**31 - 1 blocks. A device profile's memory bounds it further.
+MAX_BUFFER_BYTES = 1 << 40
+#: Largest M, N or K of a bench GEMM (elements).
+MAX_GEMM_DIM = 1 << 20
+#: Most copies of a skinny GEMM's weights rotated to keep them out of L2 (a real layer needs 1-10).
+MAX_SKINNY_COPIES = 1024
+#: Most timed runs per measurement (the default is 10; 1000 already takes hours).
+MAX_REPEATS = 1000
 DEFAULT_REPEATS = 10
 QUICK_REPEATS = 3
 DEFAULT_WARMUP = 3
@@ -106,21 +116,24 @@ class GemmShape:
 
 def parse_gemm_shape(text: str) -> GemmShape:
     """``"8192x4096x12288"`` (M x N x K) -> :class:`GemmShape`; :class:`InputError` otherwise."""
-    parts = re.split(r"[x*, ]+", str(text).strip().lower())
-    if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        raise InputError(f"--gemm-shape {text!r}: write MxNxK with positive integers, e.g. 8192x4096x12288")
-    m, n, k = (int(p) for p in parts)
+    parts = [plain_int(p) for p in re.split(r"[x*, ]+", str(text).strip().lower())]
+    if len(parts) != 3 or None in parts:
+        raise InputError(f"--gemm-shape {short_repr(text)}: write MxNxK with positive integers, e.g. 8192x4096x12288")
+    m, n, k = parts
     if min(m, n, k) <= 0:
         raise InputError(f"--gemm-shape {text!r}: M, N and K must all be > 0")
+    if max(m, n, k) > MAX_GEMM_DIM:
+        raise InputError(f"--gemm-shape {text!r}: each of M, N and K must be at most {MAX_GEMM_DIM}")
     return GemmShape(m, n, k)
 
 
 def parse_skinny(text: str) -> GemmShape:
     """``"4096x12288"`` (hidden x intermediate) -> the ``32 x intermediate x hidden`` decode GEMM."""
-    parts = re.split(r"[x*, ]+", str(text).strip().lower())
-    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise InputError(f"--skinny-gemm {text!r}: write HIDDENxINTERMEDIATE with positive integers, e.g. 4096x12288")
-    hidden, inter = (int(p) for p in parts)
+    parts = [plain_int(p) for p in re.split(r"[x*, ]+", str(text).strip().lower())]
+    if len(parts) != 2 or None in parts or min(parts) <= 0 or max(parts) > MAX_GEMM_DIM:
+        raise InputError(f"--skinny-gemm {short_repr(text)}: write HIDDENxINTERMEDIATE with positive integers up to "
+                         f"{MAX_GEMM_DIM}, e.g. 4096x12288")
+    hidden, inter = parts
     return GemmShape(SKINNY_ROWS, inter, hidden)
 
 
@@ -136,7 +149,10 @@ def parse_bytes(text: str) -> int:
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?(?:e[0-9]+)?)\s*([a-z]*)\s*", str(text).lower())
     if not m or m.group(2) not in _BYTE_UNITS:
         raise InputError(f"--buffer-bytes {text!r}: give bytes, e.g. 1073741824, 1GiB or 512MiB")
-    value = int(float(m.group(1)) * _BYTE_UNITS[m.group(2)])
+    number = float(m.group(1)) * _BYTE_UNITS[m.group(2)]
+    if not number <= MAX_BUFFER_BYTES:  # also inf (1e400)
+        raise InputError(f"--buffer-bytes {short_repr(text)}: at most {MAX_BUFFER_BYTES} bytes (1 TiB)")
+    value = int(number)
     if value <= 0:
         raise InputError(f"--buffer-bytes {text!r} must be > 0")
     return value
@@ -212,30 +228,43 @@ def sweep_sm_counts(total_sms: int, granularity: tuple[int, int]) -> tuple[int, 
     return tuple(range(minimum, total_sms, multiple)) + (total_sms,)
 
 
-def _parse_levels(text: str, planned: Sequence[policy.Split], total_sms: int) -> list[policy.Split]:
-    chosen: list[policy.Split] = []
+def parse_level_items(text: str) -> list[tuple[str, int | policy.Split]]:
+    """``--levels`` syntax, before any device is known: ``(item, level number or Split)`` per comma
+    item. Raises :class:`InputError` for an item that is neither a number nor ``PREFILL/DECODE``
+    (``:`` works too), and for no item at all."""
+    items: list[tuple[str, int | policy.Split]] = []
     for item in (t.strip() for t in str(text).split(",")):
         if not item:
             continue
-        if item.isdigit():
-            index = int(item)
-            if not 1 <= index <= len(planned):
+        index = plain_int(item)
+        if index is not None:
+            items.append((item, index))
+            continue
+        parts = [plain_int(p) for p in item.replace(":", "/").split("/")]
+        if len(parts) != 2 or None in parts:
+            raise InputError(f"--levels {short_repr(item)}: give level numbers (1,3) or PREFILL/DECODE SMs (112/20)")
+        items.append((item, policy.Split(parts[0], parts[1])))
+    if not items:
+        raise InputError("--levels: give at least one level, e.g. 1,3 or 112/20")
+    return items
+
+
+def _parse_levels(text: str, planned: Sequence[policy.Split], total_sms: int) -> list[policy.Split]:
+    chosen: list[policy.Split] = []
+    for item, value in parse_level_items(text):
+        if isinstance(value, int):
+            if not 1 <= value <= len(planned):
                 listing = ", ".join(f"{i}={p}/{d}" for i, (p, d) in enumerate(planned, start=1)) or "none"
                 raise InputError(f"--levels {item}: level numbers run 1-{len(planned)} ({listing})")
-            split = planned[index - 1]
+            split = planned[value - 1]
         else:
-            parts = item.replace(":", "/").split("/")
-            if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-                raise InputError(f"--levels {item!r}: give level numbers (1,3) or PREFILL/DECODE SMs (112/20)")
-            split = policy.Split(int(parts[0]), int(parts[1]))
+            split = value
             if split.prefill_sms <= 0 or split.decode_sms <= 0 or sum(split) > total_sms:
                 raise InputError(
                     f"--levels {item}: prefill and decode SMs must be > 0 and add up to at most {total_sms}"
                 )
         if split not in chosen:
             chosen.append(split)
-    if not chosen:
-        raise InputError("--levels: give at least one level, e.g. 1,3 or 112/20")
     return chosen
 
 
@@ -262,8 +291,8 @@ def make_plan(
     Raises :class:`InputError` (exit 2) for bad sizes, repeats < 1, a device index < 0 or a
     capability without green contexts.
     """
-    if isinstance(repeats, bool) or (repeats is not None and repeats < 1):
-        raise InputError(f"--repeats must be >= 1, got {repeats}")
+    if isinstance(repeats, bool) or (repeats is not None and not 1 <= repeats <= MAX_REPEATS):
+        raise InputError(f"--repeats must be from 1 to {MAX_REPEATS}, got {repeats}")
     if device_index < 0:
         raise InputError(f"--device must be >= 0, got {device_index}")
     total = device.sm_count
@@ -291,9 +320,17 @@ def make_plan(
         if any(s not in planned for s in chosen):
             level_source = "option"
         planned = chosen
-    multiple = granularity[1]
+    minimum, multiple = granularity
     for p, d in planned:
-        if p % multiple or p < granularity[0]:
+        if p % multiple or p < minimum:
+            prefill_granted = max(minimum, -(-p // multiple) * multiple)
+            pair_granted = min(total, max(minimum, -(-(p + d) // multiple) * multiple))
+            if levels is not None and pair_granted - prefill_granted <= 0:
+                raise InputError(
+                    f"--levels {p}/{d}: green contexts come in steps of {multiple} SMs (at least {minimum}), so "
+                    f"prefill {p} becomes {prefill_granted} and leaves no SMs for decode: give a prefill count that "
+                    f"is a multiple of {multiple}"
+                )
             notes.append(f"level {p}/{d}: {p} prefill SMs is not a multiple of {multiple}; the driver rounds it up")
 
     l2 = device.l2_bytes
@@ -315,6 +352,11 @@ def make_plan(
     skinny_copies = 0
     if skinny is not None:
         skinny_copies = max(1, math.ceil(floor / skinny.weight_bytes)) if floor else 4
+        if skinny_copies > MAX_SKINNY_COPIES:
+            raise InputError(
+                f"--skinny-gemm {skinny.k}x{skinny.n}: its {skinny.weight_bytes}-byte weights would need "
+                f"{skinny_copies} copies to stay out of L2; give a real layer (hidden x intermediate, e.g. 4096x12288)"
+            )
     plan = BenchPlan(
         device=device, device_index=device_index, granularity=tuple(granularity),
         granularity_source=granularity_source, sweep_sms=sweep_sm_counts(total, granularity),

@@ -66,11 +66,11 @@ def plan_device(info: greenctx.DeviceInfo, device_name: str, gpu: str | None) ->
     ``gpu``: the ``--gpu`` option; on a real run it must name a profile with the device's SM count
     (:class:`InputError` otherwise). Without a matching profile the device's own numbers are used.
     """
-    from ..hardware import find_gpu
+    from ..hardware import find_gpu, find_gpu_or_file
 
     profile = None
     try:
-        profile = find_gpu(gpu or device_name)
+        profile = find_gpu_or_file(gpu) if gpu else find_gpu(device_name)
     except InputError:
         if gpu:
             raise

@@ -121,8 +121,8 @@ def bench(
     gemm = bplan.parse_gemm_shape(gemm_shape)
     buffer = bplan.parse_bytes(buffer_bytes) if buffer_bytes is not None else None
     skinny = bplan.parse_skinny(skinny_gemm) if skinny_gemm is not None else None
-    if repeats is not None and repeats < 1:
-        raise InputError(f"--repeats must be >= 1, got {repeats}")
+    if repeats is not None and not 1 <= repeats <= bplan.MAX_REPEATS:
+        raise InputError(f"--repeats must be from 1 to {bplan.MAX_REPEATS}, got {repeats}")
     if device < 0:
         raise InputError(f"--device must be >= 0, got {device}")
     if sm_group_num < 3:
@@ -150,6 +150,14 @@ def bench(
     if sms is not None or cc is not None:
         raise InputError("--sms/--cc describe a device for --dry-run; a real run measures the device itself")
     _check_out(out)
+    # Usage errors before the device is probed: on a machine without a driver they would
+    # otherwise hide behind "no NVIDIA driver".
+    if gpu is not None:
+        from ..hardware import find_gpu_or_file
+
+        find_gpu_or_file(gpu)
+    if levels is not None:
+        bplan.parse_level_items(levels)
     from ..bench import runner
 
     info, torch, pdev = runner.prepare(device, gpu)

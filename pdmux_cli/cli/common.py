@@ -130,17 +130,29 @@ def parse_cc(text: str) -> tuple[int, int]:
     return parse_compute_capability(text)
 
 
-def print_json(data: Any) -> None:
+NON_FINITE = "the inputs give a non-finite result (NaN or infinity): check the sizes and efficiencies"
+
+
+def _json_text(data: Any, problem: str) -> str:
+    try:
+        return json.dumps(data, indent=2, allow_nan=False)
+    except ValueError:
+        raise InputError(problem) from None
+
+
+def require_finite(data: Any, problem: str = NON_FINITE) -> None:
+    """:class:`InputError` (``problem``) when a number in ``data`` (JSON-like) is NaN or infinite:
+    a table must not show ``inf ms`` where the JSON of the same result is refused."""
+    _json_text(data, problem)
+
+
+def print_json(data: Any, problem: str = NON_FINITE) -> None:
     """Print ``data`` as indented JSON on stdout (stable key order as built).
 
-    Raises :class:`InputError` when a number is NaN or infinite (not valid JSON): inputs that extreme
-    give no meaningful result.
+    Raises :class:`InputError` (``problem``) when a number is NaN or infinite (not valid JSON):
+    inputs that extreme give no meaningful result.
     """
-    try:
-        text = json.dumps(data, indent=2, allow_nan=False)
-    except ValueError:
-        raise InputError("the inputs give a non-finite result (NaN or infinity): check the sizes and efficiencies") from None
-    sys.stdout.write(text + "\n")
+    sys.stdout.write(_json_text(data, problem) + "\n")
 
 
 def console(stderr: bool = False) -> Any:
@@ -175,6 +187,22 @@ def progress_bar(con: Any, disable: bool = False) -> Any:
 
     return Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=con, transient=True, disable=disable)
+
+
+def model_file(model: str) -> Path | None:
+    """``--model`` when it names an existing file or folder (an input not to overwrite), else ``None``."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path / "config.json"
+    return path if path.is_file() else None
+
+
+def gpu_file(gpu: str | None) -> Path | None:
+    """``--gpu`` when it names an existing profile file (an input not to overwrite), else ``None``."""
+    if gpu is None:
+        return None
+    path = Path(gpu.strip()).expanduser()
+    return path if path.is_file() else None
 
 
 def write_atomic(path: str | Path, text: str) -> Path:

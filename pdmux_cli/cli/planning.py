@@ -12,20 +12,26 @@ from typing import Any
 
 import typer
 
+from ..atomic import refuse_overwriting_inputs
 from ..errors import InputError
 from . import app
 from .common import (
+    NON_FINITE,
     console,
+    gpu_file,
+    model_file,
     parse_cc,
     parse_float_list,
     parse_int_list,
     print_json,
     print_note,
+    require_finite,
     styled,
     write_atomic,
 )
 
-GPU_HELP = "GPU profile: alias (h100, h200, h20, a100, b200, ...) or reported name ('NVIDIA H100 80GB HBM3')."
+GPU_HELP = ("GPU profile: alias (h100, h200, h20, a100, b200, ...), reported name ('NVIDIA H100 80GB HBM3'), "
+            "or a profile file of your own (my-gpu.yaml, fields as in profiles/gpus/).")
 JSON_HELP = "Print JSON (stable keys, units in the key names)."
 #: Largest --sms accepted: today's GPUs have up to 188 SMs; this bounds the work of a typo.
 MAX_SMS = 1024
@@ -44,7 +50,7 @@ class Device:
 
 def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: str = "h100") -> Device:
     """``--gpu`` or ``--sms N --cc X.Y`` (both needed) -> :class:`Device`; :class:`InputError` otherwise."""
-    from ..hardware import find_gpu
+    from ..hardware import find_gpu_or_file
 
     if sms is not None or cc is not None:
         if gpu is not None:
@@ -57,7 +63,7 @@ def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: st
         return Device("custom GPU", sms, major_minor)
     if gpu is not None and not gpu.strip():
         raise InputError("--gpu is empty: give a GPU name such as h100 (pdmux splits --all lists them)")
-    profile = find_gpu(gpu or default)
+    profile = find_gpu_or_file(gpu or default)
     return Device(profile.name, profile.require_sm_count(), profile.compute_capability, profile)
 
 
@@ -268,9 +274,12 @@ def estimate(
     if calibrated is not None and (s_sat is not None or mfu != 0.5 or bandwidth_efficiency != 0.85):
         result.notes.append("--s-sat, --mfu and --bandwidth-efficiency are not used with --calibration: "
                             "the measured curves replace them")
+    data = render.estimate_dict(result)
+    problem = NON_FINITE + ("; or the calibration's curves" if calibrated is not None else "")
     if as_json:
-        print_json(render.estimate_dict(result))
+        print_json(data, problem)
         return
+    require_finite(data, problem)
     con = console()
     con.print(render.estimate_table(result))
     if all_levels:
@@ -337,6 +346,7 @@ def gen_config(
     path_text = str(output) if output is not None else "pdmux.yaml"
     flags = pc.launch_flags(path_text, config.sm_group_num)
     if output is not None:
+        refuse_overwriting_inputs(output, trace, model_file(model) if tune else None, gpu_file(gpu))
         write_atomic(output, text)
     if as_json:
         print_json({"gpu": device.name, "sm_count": device.sm_count, "compute_capability": device.cc_text,

@@ -20,9 +20,9 @@ import typer
 from ..atomic import refuse_overwriting_inputs
 from ..errors import InputError
 from . import app
-from .common import console, parse_int_list, print_note, progress_bar, write_atomic
+from .common import console, gpu_file, model_file, parse_int_list, print_note, progress_bar, write_atomic
 
-GPU_HELP = "GPU profile: alias (h100, h200, a100, b200, ...) or reported name. Default: h100."
+GPU_HELP = "GPU profile: alias (h100, h200, a100, b200, ...), reported name, or my-gpu.yaml. Default: h100."
 MODEL_HELP = "Model profile name or path to a Hugging Face config.json."
 POLICIES = ("pdmux", "chunked", "prefill-first")
 
@@ -65,7 +65,7 @@ def _load_workload(trace_path: Path | None, synthetic: bool, fmt: str | None, qp
 def _setup(gpu: str | None, model: str, s_sat: float | None, bandwidth_efficiency: float, mfu: float,
            calibration: Path | None, weight_bytes: float | None, kv_bytes: float, memory_reserve: float,
            max_prefill_tokens: int, flops_dtype: str | None, gpu_profile: Any = None) -> Any:
-    from ..hardware import find_gpu
+    from ..hardware import find_gpu_or_file
     from ..model import load_model
     from ..simulate import engine
     from ..simulate.engine import make_setup
@@ -80,7 +80,7 @@ def _setup(gpu: str | None, model: str, s_sat: float | None, bandwidth_efficienc
         raise InputError(f"--max-prefill-tokens must be >= 1, got {max_prefill_tokens}")
     if flops_dtype is not None and flops_dtype not in ("bf16", "fp16", "fp8"):
         raise InputError(f"--flops-dtype must be bf16, fp16 or fp8, got {flops_dtype!r}")
-    profile = gpu_profile if gpu_profile is not None else find_gpu(gpu or "h100")
+    profile = gpu_profile if gpu_profile is not None else find_gpu_or_file(gpu or "h100")
     if s_sat is not None and profile.sm_count and s_sat > profile.sm_count:
         raise InputError(f"--s-sat {s_sat:g} is more than the {profile.sm_count} SMs of {profile.name}: "
                          "give the SMs that saturate HBM bandwidth, at most all of them")
@@ -157,14 +157,6 @@ def _check_output(path: Path | None) -> None:
         raise InputError(f"cannot write {path}: it is not a regular file (a device, pipe or socket)")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise InputError(f"cannot write {path}: folder {folder} is not writable")
-
-
-def _model_file(model: str) -> Path | None:
-    """``--model`` when it names an existing file or folder (an input not to overwrite), else ``None``."""
-    path = Path(model).expanduser()
-    if path.is_dir():
-        return path / "config.json"
-    return path if path.is_file() else None
 
 
 def _finite(data: Any) -> Any:
@@ -257,7 +249,7 @@ def simulate(
     chunks = parse_int_list(chunk_sizes, "--chunk-sizes") if "chunked" in names else []
     if plot is not None and plot.suffix.lower() != ".png":
         raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {plot}")
-    inputs = (trace, config, calibration, _model_file(model))
+    inputs = (trace, config, calibration, model_file(model), gpu_file(gpu))
     for path in (csv_path, plot):
         refuse_overwriting_inputs(path, *inputs)
         _check_output(path)
@@ -469,7 +461,7 @@ def tune(
     simulation each, in parallel on the cores available."""
     from .. import pdmux_config as pc
 
-    refuse_overwriting_inputs(output, trace, calibration, _model_file(model))
+    refuse_overwriting_inputs(output, trace, calibration, model_file(model), gpu_file(gpu))
     _check_output(output)
     workload = _load_workload(trace, False, fmt, qps, rate_scale, max_requests, duration, 0, "1024", "128")
     setup = _setup(gpu, model, s_sat, bandwidth_efficiency, mfu, calibration, None, 2.0, memory_reserve,

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..input_files import check_input_file, unreadable
+from ..numbers import plain_int
 
 #: Formats :func:`load_trace` reads.
 FORMATS = ("azure", "mooncake", "burstgpt")
@@ -147,8 +148,9 @@ def _tokens(value: object) -> int | None:
     if isinstance(value, float):
         return int(value) if value.is_integer() else None
     text = str(value).strip()
-    if text.isdigit():
-        return int(text)
+    count = plain_int(text)
+    if count is not None:
+        return count
     try:
         number = float(text)
     except ValueError:
