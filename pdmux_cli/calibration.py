@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import datetime
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,9 @@ from typing import Any
 import yaml
 
 from .errors import InputError, short_repr
+from .hardware import MAX_SMS
 from .input_files import read_input_text
+from .numbers import finite_float
 from .yaml_input import load_yaml
 
 #: The ``format`` value written in every calibration file; files with another value are refused.
@@ -44,7 +45,7 @@ FORMAT = "pdmux-calibration/1"
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 #: Largest calibration file :func:`load_calibration` reads, bytes (a real one is a few kB).
-MAX_FILE_BYTES = 1024**2
+MAX_FILE_BYTES = 256 * 1024
 
 _HEADER = (
     "# pdmux calibration, written by 'pdmux bench'; read by 'pdmux estimate --calibration FILE'.\n"
@@ -234,17 +235,12 @@ def _int(value: object, where: str, field: str, minimum: int = 1) -> int:
 
 
 def _float(value: object, where: str, field: str, positive: bool = True) -> float:
-    raw = value
-    if isinstance(value, str):  # PyYAML reads 4.3e12 (no '.') as text
-        try:
-            value = float(value.replace("_", ""))
-        except ValueError:
-            raise _bad(where, field, "must be a number", raw) from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad(where, field, "must be a finite number", raw)
-    if positive and value <= 0:
-        raise _bad(where, field, "must be > 0", raw)
-    return float(value)
+    number = finite_float(value)  # also numeric text: PyYAML reads 4.3e12 (no '.') as text
+    if number is None:
+        raise _bad(where, field, "must be a finite number", value)
+    if positive and number <= 0:
+        raise _bad(where, field, "must be > 0", value)
+    return number
 
 
 def _rate(value: object, where: str, field: str, bounds: tuple[float, float], unit: str) -> float:
@@ -363,6 +359,8 @@ def calibration_from_mapping(data: object, where: str = "calibration") -> Calibr
     if data["format"] != FORMAT:
         raise _bad(where, "format", f"must be {FORMAT!r} (a file written by 'pdmux bench')", data["format"])
     sm_count = _int(data["sm_count"], where, "sm_count")
+    if sm_count > MAX_SMS:
+        raise _bad(where, "sm_count", f"must be at most {MAX_SMS}", sm_count)
     complete = data.get("complete", True)
     if not isinstance(complete, bool):
         raise _bad(where, "complete", "must be true or false", complete)

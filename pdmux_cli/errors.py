@@ -52,3 +52,13 @@ def short_repr(value: object) -> str:
     except ValueError:  # an int past Python's 4300-digit str() limit
         return "<a number too long to print>"
     return text if len(text) <= SHORT_REPR_CHARS else text[: SHORT_REPR_CHARS - 3] + "..."
+
+
+def printable(text: str) -> str:
+    """``text`` with every character Python does not call printable (controls such as ESC, NUL, CR
+    and BEL, format characters such as the bidi override U+202E, separators other than the space)
+    written as escapes (``\\x1b``, ``\\u202e``): user text shown on a terminal can then
+    neither restyle it nor reorder what it shows."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)

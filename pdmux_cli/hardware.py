@@ -12,7 +12,6 @@ naming the file or name at fault. Start-up path of ``pdmux splits``: stdlib and 
 from __future__ import annotations
 
 import functools
-import math
 import os
 import re
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import yaml
 
 from .errors import InputError, short_repr
 from .input_files import read_input_text
+from .numbers import finite_float
 from .policy import parse_compute_capability
 from .profile_files import gpu_profiles_dir
 from .yaml_input import load_yaml
@@ -30,8 +30,24 @@ from .yaml_input import load_yaml
 #: :func:`pdmux_cli.yaml_input.load_yaml`, which is slower but safe on hostile input).
 _BUILTIN_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+#: Most SMs a GPU may have here (today's largest: 188). Bounds ``--sms`` and profile files, and so
+#: the work of SGLang's partition search, which loops over the SM count.
+MAX_SMS = 1024
+
+#: Plausible range of each numeric profile field (its unit in the name). Outside it a value is a
+#: typo or a unit slip (bytes vs GB), and would make the cost model meaningless or slow.
+FIELD_BOUNDS: dict[str, tuple[float, float]] = {
+    "sm_count": (1, MAX_SMS),
+    "memory_bytes": (1e8, 1e14),
+    "hbm_bytes_per_s": (1e9, 1e15),
+    "bf16_dense_flops": (1e9, 1e17),
+    "fp16_dense_flops": (1e9, 1e17),
+    "fp8_dense_flops": (1e9, 1e17),
+    "l2_bytes": (1e4, 1e10),
+}
+
 #: Largest GPU profile :func:`load_gpu_file` reads, bytes (a real one is under 2 kB).
-MAX_PROFILE_BYTES = 1024**2
+MAX_PROFILE_BYTES = 64 * 1024
 
 #: dtype names accepted by :meth:`Gpu.dense_flops`, mapped to the profile field they read.
 _DTYPES = {
@@ -137,21 +153,17 @@ def _number(data: dict, field: str, where: str, *, integer: bool, optional: bool
         if optional:
             return None
         raise InputError(f"{where}: field '{field}' must be a number, got null")
-    raw = value
-    if isinstance(value, bool):
-        raise InputError(f"{where}: field '{field}' must be a number, got {short_repr(raw)}")
-    if isinstance(value, str):
-        try:
-            value = float(value.replace("_", ""))
-        except ValueError:
-            raise InputError(f"{where}: field '{field}' must be a number, got {short_repr(raw)}") from None
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise InputError(f"{where}: field '{field}' must be a positive number, got {short_repr(raw)}")
+    number = finite_float(value)
+    if number is None or number <= 0:
+        raise InputError(f"{where}: field '{field}' must be a positive number, got {short_repr(value)}")
+    low, high = FIELD_BOUNDS[field]
+    if not low <= number <= high:
+        raise InputError(f"{where}: field '{field}' must be from {low:g} to {high:g}, got {short_repr(value)}")
     if integer:
-        if value != int(value):
-            raise InputError(f"{where}: field '{field}' must be a whole number, got {short_repr(raw)}")
-        return int(value)
-    return float(value)
+        if number != int(number):
+            raise InputError(f"{where}: field '{field}' must be a whole number, got {short_repr(value)}")
+        return int(number)
+    return number
 
 
 def _text(data: dict, field: str, where: str, default: str | None = None) -> str:
@@ -160,6 +172,9 @@ def _text(data: dict, field: str, where: str, default: str | None = None) -> str
         return default
     if not isinstance(value, str) or (default is None and not value.strip()):
         raise InputError(f"{where}: field '{field}' must be a non-empty string, got {short_repr(value)}")
+    if not value.isprintable():  # an ESC or bidi override in a name would reach the terminal
+        raise InputError(f"{where}: field '{field}' must be printable text (no control characters), "
+                         f"got {short_repr(value)}")
     return value.strip()
 
 
@@ -179,9 +194,10 @@ def _gpu_from_mapping(data: object, key: str, where: str) -> Gpu:
     aliases = data.get("aliases", [])
     if aliases is None:
         aliases = []
-    if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() and a.isprintable() for a in aliases):
         raise InputError(
-            f"{where}: field 'aliases' must be a list of strings (quote numbers: \"4090\"), got {short_repr(aliases)}"
+            f"{where}: field 'aliases' must be a list of printable strings (quote numbers: \"4090\"), "
+            f"got {short_repr(aliases)}"
         )
 
     cc_raw = data["compute_capability"]
@@ -343,8 +359,8 @@ def custom_gpu(sm_count: int, cc: tuple[int, int] | str) -> Gpu:
     cost model (:meth:`Gpu.dense_flops` raises). Raises :class:`InputError` for a non-positive SM
     count or a malformed capability.
     """
-    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 1:
-        raise InputError(f"--sms must be a positive integer, got {sm_count!r}")
+    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or not 1 <= sm_count <= MAX_SMS:
+        raise InputError(f"--sms must be a number of SMs from 1 to {MAX_SMS}, got {sm_count!r}")
     major, minor = parse_compute_capability(cc)
     return Gpu(
         key=f"custom-{sm_count}sm-cc{major}{minor}",

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from .errors import InputError, printable, short_repr
 from .input_files import read_input_text
 from .profile_files import model_profiles_dir
 
@@ -70,6 +70,11 @@ GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
     "sliding_window_pattern": 6,
     "tie_word_embeddings": True,
 }
+
+#: Largest size, count or length a model config may give (hidden size, layers, vocabulary, experts,
+#: window...): real ones stay below 1 million; past this a number is a typo, and the products of
+#: several such numbers stop being meaningful.
+MAX_DIMENSION = 10_000_000
 
 #: Largest config.json :func:`load_model` reads, bytes (real ones are a few kB).
 MAX_CONFIG_BYTES = 10 * 1024**2
@@ -136,14 +141,18 @@ class Model:
                       "vocab_size"):
             value = getattr(self, field)
             if not _is_int(value) or value <= 0:
-                raise InputError(f"{who}: {field} must be a positive integer, got {value!r}")
+                raise InputError(f"{who}: {field} must be a positive integer, got {short_repr(value)}")
+            if value > MAX_DIMENSION:
+                raise InputError(f"{who}: {field} {short_repr(value)} is past any real model (at most {MAX_DIMENSION:,})")
         for field in ("intermediate_size", "num_experts", "experts_per_token", "moe_intermediate_size",
                       "num_shared_experts", "shared_expert_intermediate_size", "num_dense_layers",
                       "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                       "sliding_window", "num_sliding_layers"):
             value = getattr(self, field)
             if not _is_int(value) or value < 0:
-                raise InputError(f"{who}: {field} must be a non-negative integer, got {value!r}")
+                raise InputError(f"{who}: {field} must be a non-negative integer, got {short_repr(value)}")
+            if value > MAX_DIMENSION:
+                raise InputError(f"{who}: {field} {short_repr(value)} is past any real model (at most {MAX_DIMENSION:,})")
         if not isinstance(self.tie_word_embeddings, bool):
             raise InputError(f"{who}: tie_word_embeddings must be true or false")
         if self.weight_dtype not in WEIGHT_DTYPES:
@@ -577,13 +586,17 @@ def _load_file(path: Path, default_name: str, profile: bool = False) -> Model:
         config = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except ValueError:  # an integer past Python's 4300-digit limit
+        raise InputError(f"{path}: a number in it is thousands of digits long: not a model config") from None
+    except RecursionError:
+        raise InputError(f"{path}: lists or objects nested too deeply to read: not a model config") from None
     if not isinstance(config, dict):
         raise InputError(f"{path}: expected a JSON object (a Hugging Face config.json)")
     name = default_name
     if not profile:
         hf_name = config.get("_name_or_path")
         if isinstance(hf_name, str) and hf_name.strip():
-            name = hf_name.strip().rstrip("/").rsplit("/", 1)[-1]
+            name = printable(hf_name.strip().rstrip("/").rsplit("/", 1)[-1])
     return model_from_config(config, name=name, source=str(path))
 
 

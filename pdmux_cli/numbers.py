@@ -8,6 +8,7 @@ bounded length instead.
 
 from __future__ import annotations
 
+import math
 import re
 
 #: Most digits an integer option value may have (a trillion is far past any SM count or size).
@@ -21,3 +22,23 @@ def plain_int(text: str) -> int | None:
     (surrounding spaces allowed; no sign, no ``_``, no other scripts' digits)."""
     text = str(text).strip()
     return int(text) if _PLAIN_INT.fullmatch(text) else None
+
+
+def finite_float(value: object) -> float | None:
+    """``value`` (an int, a float, or numeric text such as ``"3.35e12"``, which PyYAML leaves as
+    text) as a finite float; ``None`` for anything else: booleans, other text, NaN, infinities,
+    and integers past float's range (``float(10**400)`` raises OverflowError)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.replace("_", ""))
+        except ValueError:
+            return None
+    if not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None

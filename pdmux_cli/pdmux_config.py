@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import policy
-from .errors import InputError, short_repr
+from .errors import InputError, printable, short_repr
 from .input_files import read_input_text
 from .yaml_input import load_yaml
 
@@ -67,7 +67,7 @@ HEADER = (
 )
 
 #: Largest pdmux YAML :func:`load_config` reads, bytes (real ones are a few hundred bytes).
-MAX_CONFIG_BYTES = 1024**2
+MAX_CONFIG_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -243,14 +243,14 @@ def parse_config(text: str, source: str = "<string>") -> tuple[PdmuxConfig, list
 
     problems: list[Problem] = []
     for key, line in duplicate_keys:
-        problems.append(Problem(key, f"is written twice (again at line {line}); SGLang keeps only the last "
+        problems.append(Problem(printable(key), f"is written twice (again at line {line}); SGLang keeps only the last "
                                 "value: remove one", "pdmux"))
     for key in data:
         if key not in KNOWN_KEYS:
             import difflib  # only on the error path: keeps start-up light
             close = difflib.get_close_matches(str(key), KNOWN_KEYS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; SGLang reads {', '.join(KNOWN_KEYS)}"
-            problems.append(Problem(str(key), f"unknown key {short_repr(key)}, SGLang ignores it{hint}", "pdmux"))
+            problems.append(Problem(printable(str(key)), f"unknown key {short_repr(key)}, SGLang ignores it{hint}", "pdmux"))
 
     fields: dict[str, Any] = {}
     if "sm_group_num" not in data:

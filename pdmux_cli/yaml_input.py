@@ -8,7 +8,8 @@ PyYAML's safe loader is the parser; this module adds what a tool reading hand-ed
   one-line :class:`InputError`, as does nesting too deep for the constructor;
 - the pure-Python parser, not libyaml's: libyaml's composer recurses in C, and a 200 kB file of
   ``[`` overflows the C stack (a segfault); Python's own recursion limit turns that into an error.
-  Fast enough for files of a few kB; the built-in GPU profiles, which we write, use libyaml;
+  It reads about 50 kB/s, so the loaders cap user files at 64-256 KiB (real ones are a few kB);
+  the built-in GPU profiles, which we write, use libyaml;
 - messages quote values with :func:`pdmux_cli.errors.short_repr`: a file of a few hundred bytes
   can expand through anchors and aliases into ``9**9`` list items ("billion laughs"), cheap to
   build as shared references but endless to print.
@@ -70,7 +71,7 @@ def load_yaml(text: str, label: str) -> tuple[Any, list[tuple[str, int]]]:
         raise InputError(f"{label} is not valid YAML ({_one_line(problem)}{where})") from None
     except (ValueError, OverflowError) as exc:  # PyYAML builds dates and ints itself
         raise InputError(
-            f"{label}: a value YAML cannot read ({_one_line(exc)[:120]}): an unquoted date or a number too long; "
+            f"{label}: a value YAML cannot read ({_one_line(exc).split(';')[0][:120]}): an unquoted date or a number too long; "
             "quote text, write numbers in plain or exponent form"
         ) from None
     except RecursionError:

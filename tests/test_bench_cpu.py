@@ -149,7 +149,7 @@ def test_levels_subset() -> None:
     plan = bplan.make_plan(dev, levels="2, 96/36, 64/68")
     assert [tuple(s) for s in plan.levels] == [(104, 28), (96, 36), (64, 68)]
     assert plan.level_source == "option"
-    for bad, fragment in (("7", "1-6"), ("0", "1-6"), ("a/b", "PREFILL/DECODE"), ("120/20", "at most 132"),
+    for bad, fragment in (("7", "1-6"), ("0", "start at 1"), ("a/b", "PREFILL/DECODE"), ("120/20", "at most 132"),
                           ("0/20", "> 0"), (",", "at least one")):
         with pytest.raises(InputError, match=fragment):
             bplan.make_plan(dev, levels=bad)
@@ -179,7 +179,8 @@ def test_parsers() -> None:
     assert bplan.parse_bytes("512MiB") == 512 << 20
     assert bplan.parse_bytes("2e9") == 2_000_000_000
     assert bplan.parse_bytes("1073741824") == 1 << 30
-    for bad in ("lots", "1TB", "-5", "0"):
+    assert bplan.parse_bytes("1TiB") == 1 << 40
+    for bad in ("lots", "1PB", "-5", "0"):
         with pytest.raises(InputError, match="buffer-bytes"):
             bplan.parse_bytes(bad)
     with pytest.raises(InputError, match="skinny"):

@@ -394,3 +394,10 @@ def test_estimate_cli_with_calibration(tmp_path) -> None:
     assert r.stderr.count("\n") == 1 and "measured on H100" in r.stderr and "not A100" in r.stderr
     r = runner.invoke(app, ["estimate", "--gpu", "h100", "--calibration", str(tmp_path / "missing.yaml")])
     assert r.exit_code == 2 and "missing.yaml: no such file" in r.stderr
+
+
+@pytest.mark.parametrize("field", ["copy_bytes_per_s", "matmul_flops_per_s"])
+def test_numbers_past_floats_range(tmp_path, field) -> None:
+    """A 400-digit integer overflows float(): refused like any other non-finite number."""
+    _refused(tmp_path, mapping(**{field: 10**400}), field, "finite number")
+    _refused(tmp_path, mapping(sm_count=2000), "sm_count", "at most 1024")

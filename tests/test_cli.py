@@ -403,3 +403,24 @@ def test_non_finite_results_refused_in_tables_too() -> None:
     for bad in (float("inf"), float("nan")):
         with pytest.raises(InputError, match="non-finite"):
             require_finite({"rows": [{"itl_ms": bad}]})
+
+
+def test_gen_config_tune_checks_its_output_before_the_search(tmp_path) -> None:
+    """A directory or a missing folder as -o fails in one line before minutes of tuning."""
+    from pathlib import Path
+
+    trace = Path(__file__).parent / "fixtures" / "azure_conv_50.csv"
+    for out, fragment in ((tmp_path, "is a directory"), (tmp_path / "no" / "x.yaml", "does not exist")):
+        r = run("gen-config", "--gpu", "h100", "--tune", "--trace", str(trace), "--slo-ttft", "1000",
+                "--slo-itl", "60", "-o", str(out))
+        assert_one_line_error(r, 2, fragment)  # one line: no comparison table was printed first
+
+
+def test_check_config_table_shows_the_first_problems(tmp_path) -> None:
+    path = tmp_path / "many.yaml"
+    path.write_text("sm_group_num: 8\nmanual_divisions:\n" + "- [112, 21, 0]\n" * 200)
+    r = run("check-config", str(path), "--gpu", "h100")
+    assert r.exit_code == 2
+    assert "first 50 of " in r.stdout and r.stdout.count("manual_divisions[") <= 50
+    full = run("check-config", str(path), "--gpu", "h100", "--json")
+    assert len(json.loads(full.stdout)["problems"]) > 200

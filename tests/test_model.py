@@ -534,3 +534,23 @@ def test_decode_weight_bytes_bounds(name, bs):
     m = PROFILES[name]
     assert M.decode_weight_bytes(m, bs) <= M.decode_weight_bytes(m, bs + 1) * (1 + 1e-12)
     assert M.decode_weight_bytes(m, bs) <= M.weight_bytes_total(m) + M.lm_head_params(m) * 2
+
+
+def test_huge_and_deep_json_configs(tmp_path):
+    """Numbers past float's range (int -> float overflow), past Python's 4300-digit limit, and
+    nesting past the recursion limit: each one line, exit 2."""
+    huge = write_config(tmp_path, {**BASE, "hidden_size": 10**400}, name="huge.json")
+    one_line_error(lambda: load_model(str(huge)), "hidden_size", "past any real model")
+    wide = write_config(tmp_path, {**BASE, "num_hidden_layers": M.MAX_DIMENSION + 1}, name="wide.json")
+    one_line_error(lambda: load_model(str(wide)), "num_layers", "10,000,000")
+    digits = tmp_path / "digits.json"
+    digits.write_text('{"hidden_size": ' + "9" * 5000 + "}")
+    one_line_error(lambda: load_model(str(digits)), "thousands of digits")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000)
+    one_line_error(lambda: load_model(str(deep)), "nested too deeply")
+
+
+def test_control_characters_in_the_model_name_are_escaped(tmp_path):
+    path = write_config(tmp_path, {**BASE, "_name_or_path": "org/\x1b[31mRED\x07"}, name="esc.json")
+    assert load_model(str(path)).name == "\\x1b[31mRED\\x07"

@@ -677,11 +677,11 @@ def test_launch_flags():
 
 
 def test_deep_nesting_is_an_input_error_not_a_crash(tmp_path):
-    """200 kB of '[': libyaml's composer overflowed the C stack (exit 139, no message); the
+    """60 kB of '[': libyaml's composer overflows the C stack (exit 139, no message); the
     Python parser's recursion limit makes it one line and exit 2. Run in a child process so a
     regression cannot take the test session down with it."""
     path = tmp_path / "deep.yaml"
-    path.write_text("[" * 200_000)
+    path.write_text("[" * 60_000)
     r = subprocess.run([sys.executable, "-m", "pdmux_cli", "check-config", str(path)],
                        check=False, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, (r.returncode, r.stderr[-300:])

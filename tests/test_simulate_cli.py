@@ -341,3 +341,10 @@ def test_help_shows_each_default_once() -> None:
         assert shown >= 3
     r = runner.invoke(app, ["simulate", "--help"], env={"COLUMNS": "300"})
     assert "[default: qwen3-8b]" in r.stdout and "Default: qwen3-8b" not in r.stdout
+
+
+def test_config_refused_by_sglang_names_the_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "v.yaml"
+    cfg.write_text("sm_group_num: 0\n")
+    r = run("simulate", "--synthetic", "--qps", "1", "--max-requests", "3", "--config", str(cfg))
+    assert_one_line_error(r, f"{cfg}: sm_group_num")

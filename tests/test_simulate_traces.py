@@ -237,3 +237,19 @@ def test_qps_so_low_that_arrivals_overflow_is_refused() -> None:
         synthetic_trace(1e-300, num_requests=5)
     slow = synthetic_trace(1e-6, num_requests=3, seed=0)  # days apart, still resolvable
     assert len(slow) == 3 and 0 < slow.arrival_s[-1] <= traces.MAX_ARRIVAL_S
+
+
+def test_mooncake_rows_with_huge_or_deep_values_are_bad_rows(tmp_path: Path) -> None:
+    path = tmp_path / "odd.jsonl"
+    path.write_text(
+        '{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
+        '{"timestamp": ' + "9" * 400 + ', "input_length": 10, "output_length": 5}\n'
+        '{"timestamp": 5, "input_length": ' + "9" * 5000 + ', "output_length": 5}\n'
+        + "[" * 100_000 + "\n"
+        '{"timestamp": 6, "input_length": 200000000, "output_length": 5}\n'
+        '{"timestamp": 7, "input_length": 10, "output_length": 5}\n'
+    )
+    t = load_trace(path)
+    assert t.prompt_tokens == (10, 10) and t.bad_rows == 4
+    assert [line for line, _ in t.bad_examples] == [2, 3, 4, 5]
+    assert "more than 100,000,000 tokens" in dict(t.bad_examples)[5]

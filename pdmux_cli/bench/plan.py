@@ -138,7 +138,7 @@ def parse_skinny(text: str) -> GemmShape:
 
 
 _BYTE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+               "t": 10**12, "tb": 10**12, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 
 
 def parse_bytes(text: str) -> int:
@@ -238,6 +238,8 @@ def parse_level_items(text: str) -> list[tuple[str, int | policy.Split]]:
             continue
         index = plain_int(item)
         if index is not None:
+            if index < 1:
+                raise InputError(f"--levels {item}: level numbers start at 1 (the first green-context level)")
             items.append((item, index))
             continue
         parts = [plain_int(p) for p in item.replace(":", "/").split("/")]
@@ -370,8 +372,10 @@ def make_plan(
     if device.memory_bytes and plan.memory_needed_bytes + MEMORY_HEADROOM_BYTES > device.memory_bytes:
         raise InputError(
             f"the bench needs {plan.memory_needed_bytes / 1e9:.2f} GB (GEMM {gemm.text} {gemm.operand_bytes} bytes, "
-            f"read buffer 2 x {buffer_bytes} bytes) but {device.name} has {device.memory_bytes / 1e9:.1f} GB: "
-            "use a smaller --gemm-shape or --buffer-bytes"
+            f"read buffer 2 x {buffer_bytes} bytes"
+            + (f", skinny GEMM {skinny.k}x{skinny.n} weights {skinny_copies} x {skinny.weight_bytes} bytes" if skinny else "")
+            + f") but {device.name} has {device.memory_bytes / 1e9:.1f} GB: use a smaller --gemm-shape or --buffer-bytes"
+            + (" or --skinny-gemm" if skinny else "")
         )
     return plan
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,12 +15,14 @@ from typing import Any
 
 from typer.core import TyperGroup
 
-from ..errors import InputError, PdmuxError
+from ..errors import InputError, PdmuxError, printable
 
 
 def fail_line(message: str) -> None:
-    """Write one line to stderr, prefixed ``pdmux: error:``."""
-    text = " ".join(str(message).split())
+    """Write one line to stderr, prefixed ``pdmux: error:``: whitespace runs become one space,
+    other unprintable characters (ESC, NUL, bidi overrides from file names or file contents) are
+    written as escapes."""
+    text = printable(" ".join(str(message).split()))
     sys.stderr.write(f"pdmux: error: {text}\n")
 
 
@@ -203,6 +206,22 @@ def gpu_file(gpu: str | None) -> Path | None:
         return None
     path = Path(gpu.strip()).expanduser()
     return path if path.is_file() else None
+
+
+def check_output_path(path: Path | None) -> None:
+    """:class:`InputError` before a long run when an output file cannot be written: its folder is
+    missing or read-only, or it is a directory, device, pipe or socket. ``None``: nothing to check."""
+    if path is None:
+        return
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"cannot write {path}: folder {folder} does not exist")
+    if path.is_dir():
+        raise InputError(f"cannot write {path}: it is a directory")
+    if path.exists() and not path.is_file():
+        raise InputError(f"cannot write {path}: it is not a regular file (a device, pipe or socket)")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write {path}: folder {folder} is not writable")
 
 
 def write_atomic(path: str | Path, text: str) -> Path:

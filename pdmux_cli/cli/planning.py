@@ -17,6 +17,7 @@ from ..errors import InputError
 from . import app
 from .common import (
     NON_FINITE,
+    check_output_path,
     console,
     gpu_file,
     model_file,
@@ -33,8 +34,8 @@ from .common import (
 GPU_HELP = ("GPU profile: alias (h100, h200, h20, a100, b200, ...), reported name ('NVIDIA H100 80GB HBM3'), "
             "or a profile file of your own (my-gpu.yaml, fields as in profiles/gpus/).")
 JSON_HELP = "Print JSON (stable keys, units in the key names)."
-#: Largest --sms accepted: today's GPUs have up to 188 SMs; this bounds the work of a typo.
-MAX_SMS = 1024
+#: Most problems check-config shows as table rows (a runaway file can have tens of thousands).
+MAX_PROBLEM_ROWS = 50
 
 
 class Device:
@@ -50,7 +51,7 @@ class Device:
 
 def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: str = "h100") -> Device:
     """``--gpu`` or ``--sms N --cc X.Y`` (both needed) -> :class:`Device`; :class:`InputError` otherwise."""
-    from ..hardware import find_gpu_or_file
+    from ..hardware import MAX_SMS, find_gpu_or_file
 
     if sms is not None or cc is not None:
         if gpu is not None:
@@ -316,6 +317,11 @@ def gen_config(
                         ("--token-budget", token_budget)):
         if value <= 0:
             raise InputError(f"{name} must be > 0, got {value}")
+    if output is not None and str(output) == "-":
+        output = None  # the usual spelling of standard output
+    # Before any work (a --tune search takes minutes): the output must be writable and not an input.
+    check_output_path(output)
+    refuse_overwriting_inputs(output, trace, model_file(model) if tune else None, gpu_file(gpu))
     tune_summary = None
     if tune:
         if divisions is not None or manual:
@@ -341,12 +347,9 @@ def gen_config(
         more = f" (and {len(problems) - 1} more problem(s): pdmux check-config lists them)" if len(problems) > 1 else ""
         raise InputError(f"{problems[0].where}: {problems[0].message}{more}")
     text = pc.dump_config(config)
-    if output is not None and str(output) == "-":
-        output = None  # the usual spelling of standard output
     path_text = str(output) if output is not None else "pdmux.yaml"
     flags = pc.launch_flags(path_text, config.sm_group_num)
     if output is not None:
-        refuse_overwriting_inputs(output, trace, model_file(model) if tune else None, gpu_file(gpu))
         write_atomic(output, text)
     if as_json:
         print_json({"gpu": device.name, "sm_count": device.sm_count, "compute_capability": device.cc_text,
@@ -393,8 +396,11 @@ def check_config(
         table.add_column("where")
         table.add_column("SGLang", justify="left")
         table.add_column("problem")
-        for p in problems:
+        for p in problems[:MAX_PROBLEM_ROWS]:
             table.add_row(p.where, p.rule, p.message)
+        if len(problems) > MAX_PROBLEM_ROWS:
+            table.caption = f"first {MAX_PROBLEM_ROWS} of {len(problems)} problems; --json lists them all"
+            table.caption_justify = "left"
         console().print(table)
     else:
         console().print(f"{path}: OK for {device.name} ({device.sm_count} SMs) under older and newer SGLang rules")

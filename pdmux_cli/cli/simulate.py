@@ -20,7 +20,16 @@ import typer
 from ..atomic import refuse_overwriting_inputs
 from ..errors import InputError
 from . import app
-from .common import console, gpu_file, model_file, parse_int_list, print_note, progress_bar, write_atomic
+from .common import (
+    check_output_path,
+    console,
+    gpu_file,
+    model_file,
+    parse_int_list,
+    print_note,
+    progress_bar,
+    write_atomic,
+)
 
 GPU_HELP = "GPU profile: alias (h100, h200, a100, b200, ...), reported name, or my-gpu.yaml. Default: h100."
 MODEL_HELP = "Model profile name or path to a Hugging Face config.json."
@@ -138,25 +147,11 @@ def _pdmux_config(config: Path | None, sm_group_num: int | None, decode_bs_divis
         if blackwell_auto and problem.where == "manual_divisions":
             continue  # simulated with CUDA's levels; the plan's note says SGLang needs manual_divisions
         if problem.rule in ("both", "new"):
-            raise InputError(f"pdmux config: {problem.where}: {problem.message}")
+            source = str(config) if config is not None else ("--divisions" if divisions is not None else "pdmux config")
+            hint = f" (pdmux check-config {config} lists every problem)" if config is not None else ""
+            raise InputError(f"{source}: {problem.where}: {problem.message}{hint}")
         notes.append(f"config: {problem}")
     return cfg, notes
-
-
-def _check_output(path: Path | None) -> None:
-    """Fail before a long run when an output file cannot be written (folder missing or read-only,
-    a directory, a device)."""
-    if path is None:
-        return
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"cannot write {path}: folder {folder} does not exist")
-    if path.is_dir():
-        raise InputError(f"cannot write {path}: it is a directory")
-    if path.exists() and not path.is_file():
-        raise InputError(f"cannot write {path}: it is not a regular file (a device, pipe or socket)")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write {path}: folder {folder} is not writable")
 
 
 def _finite(data: Any) -> Any:
@@ -252,7 +247,7 @@ def simulate(
     inputs = (trace, config, calibration, model_file(model), gpu_file(gpu))
     for path in (csv_path, plot):
         refuse_overwriting_inputs(path, *inputs)
-        _check_output(path)
+        check_output_path(path)
     if csv_path is not None and plot is not None and os.path.realpath(csv_path) == os.path.realpath(plot):
         raise InputError(f"--csv and --plot name the same file {plot}: give two paths")
     workload = _load_workload(trace, synthetic, fmt, qps, rate_scale, max_requests, duration, seed,
@@ -462,7 +457,7 @@ def tune(
     from .. import pdmux_config as pc
 
     refuse_overwriting_inputs(output, trace, calibration, model_file(model), gpu_file(gpu))
-    _check_output(output)
+    check_output_path(output)
     workload = _load_workload(trace, False, fmt, qps, rate_scale, max_requests, duration, 0, "1024", "128")
     setup = _setup(gpu, model, s_sat, bandwidth_efficiency, mfu, calibration, None, 2.0, memory_reserve,
                    max_prefill_tokens, None)

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, short_repr
 from ..input_files import check_input_file, unreadable
-from ..numbers import plain_int
+from ..numbers import finite_float, plain_int
 
 #: Formats :func:`load_trace` reads.
 FORMATS = ("azure", "mooncake", "burstgpt")
@@ -45,6 +45,9 @@ MAX_TRACE_BYTES = 2 * 1024**3
 
 #: Largest token length a synthetic length spec may name (N, LO, HI, MEAN, MEDIAN): 10 M tokens.
 MAX_SPEC_TOKENS = 10_000_000
+
+#: Most prompt or output tokens one trace row may give; a row past it is reported as bad.
+MAX_REQUEST_TOKENS = 100_000_000
 
 #: Largest log-normal shape (SIGMA) of a synthetic length spec.
 MAX_LOGNORMAL_SIGMA = 4.0
@@ -120,10 +123,13 @@ class _Rows:
         p = _tokens(prompt)
         o = _tokens(output)
         if p is None or p < 1:
-            self.reject(line, f"prompt tokens {prompt!r} is not an integer >= 1")
+            self.reject(line, f"prompt tokens {short_repr(prompt)} is not an integer >= 1")
             return
         if o is None or o < 0:
-            self.reject(line, f"output tokens {output!r} is not an integer >= 0")
+            self.reject(line, f"output tokens {short_repr(output)} is not an integer >= 0")
+            return
+        if max(p, o) > MAX_REQUEST_TOKENS:
+            self.reject(line, f"more than {MAX_REQUEST_TOKENS:,} tokens in one request")
             return
         if o == 0:
             if zero_output_is_failure:
@@ -348,7 +354,7 @@ def _read_mooncake(handle, source: str) -> Trace:
             continue
         try:
             obj = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # also 5000-digit numbers and deep nesting
             rows.reject(line, "not a JSON object")
             continue
         if not isinstance(obj, dict):
@@ -359,10 +365,11 @@ def _read_mooncake(handle, source: str) -> Trace:
             rows.reject(line, f"missing {', '.join(missing)}")
             continue
         stamp = obj["timestamp"]
-        if isinstance(stamp, bool) or not isinstance(stamp, (int, float)):
-            rows.reject(line, f"timestamp {stamp!r} is not a number of milliseconds")
+        stamp_ms = None if isinstance(stamp, str) else finite_float(stamp)
+        if stamp_ms is None:
+            rows.reject(line, f"timestamp {short_repr(stamp)} is not a number of milliseconds")
             continue
-        rows.add(line, stamp / 1000.0, obj["input_length"], obj["output_length"])
+        rows.add(line, stamp_ms / 1000.0, obj["input_length"], obj["output_length"])
     return _finish(rows, source, "mooncake")
 
 
