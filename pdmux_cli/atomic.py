@@ -20,16 +20,14 @@ def _umask() -> int:
     return mask
 
 
-@contextlib.contextmanager
-def atomic_output(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; on success it replaces ``path``, on any error
-    (Ctrl-C included) it is removed and ``path`` is left as it was.
+def check_writable(path: str | Path | None) -> Path | None:
+    """The file ``path`` names (through a symlink), when it can be written; ``None`` for ``None``.
 
-    Raises :class:`InputError` when the folder does not exist, is not writable, or ``path`` is a
-    directory.
+    Raises :class:`InputError` when its folder is missing or not writable, or it is a directory,
+    device, pipe or socket. Commands call it before a long run, so that the run is not wasted.
     """
-    import tempfile  # lazily: only commands that write files pay for it
-
+    if path is None:
+        return None
     shown = Path(path)
     target = Path(os.path.realpath(shown))  # through a symlink to the file it names
     folder = target.parent
@@ -39,6 +37,23 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
         raise InputError(f"cannot write {shown}: it is a directory")
     if target.exists() and not target.is_file():
         raise InputError(f"cannot write {shown}: it is not a regular file (a device, pipe or socket)")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write {shown}: folder {shown.parent} is not writable")
+    return target
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; on success it replaces ``path``, on any error
+    (Ctrl-C included) it is removed and ``path`` is left as it was.
+
+    Raises :class:`InputError` as :func:`check_writable` does.
+    """
+    import tempfile  # lazily: only commands that write files pay for it
+
+    shown = Path(path)
+    target = check_writable(shown)
+    folder = target.parent
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     except OSError as e:

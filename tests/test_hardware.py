@@ -285,6 +285,15 @@ def test_e_notation_text_is_read_as_a_number(tmp_path):
         ("aliases: [testgpu]", "aliases: [4090]", "aliases"),
         ("name: Test GPU", "name: ''", "name"),
         ("source: unit test", "sorce: unit test", "sorce"),
+        # implausible values: an int past float's range, more SMs than SGLang's partition search
+        # should loop over, bytes/s written as TB/s, names that would drive the terminal
+        ("memory_bytes: 80000000000", "memory_bytes: " + "9" * 400, "memory_bytes"),
+        ("sm_count: 100", "sm_count: 100000", "from 1 to 1024"),
+        ("sm_count: 100", "sm_count: 1e300", "sm_count"),
+        ("hbm_bytes_per_s: 3000000000000", "hbm_bytes_per_s: 3", "from 1e+09"),
+        ("bf16_dense_flops: 500000000000000", "bf16_dense_flops: 1e-300", "bf16_dense_flops"),
+        ("name: Test GPU", 'name: "A\\e[31mRED"', "printable"),
+        ("aliases: [testgpu]", 'aliases: ["\\u202eevil"]', "printable"),
     ],
 )
 def test_malformed_profile_names_file_and_field(tmp_path, old, new, field):
@@ -294,7 +303,7 @@ def test_malformed_profile_names_file_and_field(tmp_path, old, new, field):
     with pytest.raises(InputError) as info:
         load_gpu_file(path)
     assert str(path) in str(info.value)
-    assert field in str(info.value)
+    assert field in str(info.value) and len(str(info.value)) < 400
 
 
 def test_null_sm_count_needs_a_note(tmp_path):
@@ -384,27 +393,6 @@ def test_user_profile_through_the_cli(tmp_path):
     before = path.read_text()
     assert_one_line_error(runner.invoke(app, ["gen-config", "--gpu", str(path), "-o", str(path)]), 2, "input file")
     assert path.read_text() == before
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "fragment"),
-    [
-        ("memory_bytes: 80000000000", "memory_bytes: " + "9" * 400, "memory_bytes"),  # int -> float overflow
-        ("sm_count: 100", "sm_count: 100000", "from 1 to 1024"),  # SGLang's search loops over the SMs
-        ("sm_count: 100", "sm_count: 1e300", "sm_count"),
-        ("hbm_bytes_per_s: 3000000000000", "hbm_bytes_per_s: 3", "from 1e+09"),  # bytes/s, not TB/s
-        ("bf16_dense_flops: 500000000000000", "bf16_dense_flops: 1e-300", "bf16_dense_flops"),
-        ("name: Test GPU", 'name: "A\\e[31mRED"', "printable"),
-        ("aliases: [testgpu]", 'aliases: ["\\u202eevil"]', "printable"),
-    ],
-)
-def test_implausible_profile_values(tmp_path, old, new, fragment):
-    assert old in VALID_PROFILE
-    path = tmp_path / "odd.yaml"
-    path.write_text(VALID_PROFILE.replace(old, new))
-    with pytest.raises(InputError) as info:
-        load_gpu_file(path)
-    assert fragment in str(info.value) and len(str(info.value)) < 400
 
 
 def test_error_lines_escape_control_characters(tmp_path):

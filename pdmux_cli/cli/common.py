@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -206,22 +205,6 @@ def gpu_file(gpu: str | None) -> Path | None:
         return None
     path = Path(gpu.strip()).expanduser()
     return path if path.is_file() else None
-
-
-def check_output_path(path: Path | None) -> None:
-    """:class:`InputError` before a long run when an output file cannot be written: its folder is
-    missing or read-only, or it is a directory, device, pipe or socket. ``None``: nothing to check."""
-    if path is None:
-        return
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"cannot write {path}: folder {folder} does not exist")
-    if path.is_dir():
-        raise InputError(f"cannot write {path}: it is a directory")
-    if path.exists() and not path.is_file():
-        raise InputError(f"cannot write {path}: it is not a regular file (a device, pipe or socket)")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write {path}: folder {folder} is not writable")
 
 
 def write_atomic(path: str | Path, text: str) -> Path:

@@ -12,12 +12,11 @@ from typing import Any
 
 import typer
 
-from ..atomic import refuse_overwriting_inputs
+from ..atomic import check_writable, refuse_overwriting_inputs
 from ..errors import InputError
 from . import app
 from .common import (
     NON_FINITE,
-    check_output_path,
     console,
     gpu_file,
     model_file,
@@ -320,7 +319,7 @@ def gen_config(
     if output is not None and str(output) == "-":
         output = None  # the usual spelling of standard output
     # Before any work (a --tune search takes minutes): the output must be writable and not an input.
-    check_output_path(output)
+    check_writable(output)
     refuse_overwriting_inputs(output, trace, model_file(model) if tune else None, gpu_file(gpu))
     tune_summary = None
     if tune:

@@ -17,11 +17,10 @@ from typing import Any
 
 import typer
 
-from ..atomic import refuse_overwriting_inputs
+from ..atomic import check_writable, refuse_overwriting_inputs
 from ..errors import InputError
 from . import app
 from .common import (
-    check_output_path,
     console,
     gpu_file,
     model_file,
@@ -247,7 +246,7 @@ def simulate(
     inputs = (trace, config, calibration, model_file(model), gpu_file(gpu))
     for path in (csv_path, plot):
         refuse_overwriting_inputs(path, *inputs)
-        check_output_path(path)
+        check_writable(path)
     if csv_path is not None and plot is not None and os.path.realpath(csv_path) == os.path.realpath(plot):
         raise InputError(f"--csv and --plot name the same file {plot}: give two paths")
     workload = _load_workload(trace, synthetic, fmt, qps, rate_scale, max_requests, duration, seed,
@@ -457,7 +456,7 @@ def tune(
     from .. import pdmux_config as pc
 
     refuse_overwriting_inputs(output, trace, calibration, model_file(model), gpu_file(gpu))
-    check_output_path(output)
+    check_writable(output)
     workload = _load_workload(trace, False, fmt, qps, rate_scale, max_requests, duration, 0, "1024", "128")
     setup = _setup(gpu, model, s_sat, bandwidth_efficiency, mfu, calibration, None, 2.0, memory_reserve,
                    max_prefill_tokens, None)
