@@ -29,6 +29,9 @@ def check_writable(path: str | Path | None) -> Path | None:
     if path is None:
         return None
     shown = Path(path)
+    if os.path.abspath(shown).startswith(("/dev/", "/proc/")):
+        # /dev/stdout resolves to whatever stdout is redirected to: a rename would replace that file
+        raise InputError(f"cannot write {shown}: it is a device or a stream, not a regular file; give a file path")
     target = Path(os.path.realpath(shown))  # through a symlink to the file it names
     folder = target.parent
     if not folder.is_dir():

@@ -35,3 +35,10 @@ def test_failure_leaves_the_old_file_and_no_temporary(tmp_path) -> None:
 def test_bad_targets(tmp_path, target) -> None:
     with pytest.raises(InputError, match="cannot write"):
         write_text_atomic(tmp_path / target, "x")
+
+
+@pytest.mark.parametrize("target", ["/dev/stdout", "/dev/null", "/proc/self/fd/1"])
+def test_devices_and_streams_refused(target) -> None:
+    """/dev/stdout resolves to the file stdout is redirected to: a rename would replace it."""
+    with pytest.raises(InputError, match="not a regular file"):
+        write_text_atomic(target, "x")

@@ -368,3 +368,13 @@ def test_setup_range_ends_give_finite_capacity() -> None:
     per_token = 16 / 2 * mdl.kv_bytes_per_token(tiny)
     assert big.kv_capacity_tokens() == int((h200.memory_bytes * 0.1 - big.weight_bytes) // per_token) > 0
     assert big.throughput.flops_per_s(h200.sm_count) == pytest.approx(0.001 * big.throughput.dense_flops)
+
+
+@pytest.mark.parametrize("pol", POLICIES, ids=str)
+def test_decode_steps_are_bounded(pol, monkeypatch) -> None:
+    """Memory grows with decode steps: past MAX_DECODE_STEPS a run stops with one clear line."""
+    monkeypatch.setattr(engine, "MAX_DECODE_STEPS", 50)
+    with pytest.raises(InputError, match="passed 50 decode steps"):
+        simulate(one(100, 80), SETUP, pol)
+    monkeypatch.setattr(engine, "MAX_DECODE_STEPS", 80)
+    assert len(simulate(one(100, 80), SETUP, pol).step_end_s) == 79  # the first token comes from prefill

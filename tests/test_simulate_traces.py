@@ -253,3 +253,24 @@ def test_mooncake_rows_with_huge_or_deep_values_are_bad_rows(tmp_path: Path) -> 
     assert t.prompt_tokens == (10, 10) and t.bad_rows == 4
     assert [line for line, _ in t.bad_examples] == [2, 3, 4, 5]
     assert "more than 100,000,000 tokens" in dict(t.bad_examples)[5]
+
+
+def test_stray_quote_is_reported_not_swallowed(tmp_path: Path) -> None:
+    lines = (FIX / "azure_conv_50.csv").read_text().splitlines()
+    short = tmp_path / "quote.csv"
+    short.write_text("\n".join([lines[0], lines[1], '"' + lines[2], *lines[3:20]]) + "\n")
+    t = load_trace(short)
+    assert len(t.prompt_tokens) == 1 and t.bad_rows == 1
+    assert t.bad_examples[0][0] == 3 and "runs from line 3 to line 20" in t.bad_examples[0][1]
+    long = tmp_path / "field.csv"
+    long.write_text(lines[0] + "\n" + lines[1] + "\n" + '"' + "1" * 140_000 + "\n")
+    with pytest.raises(InputError, match=r"line 3: field larger than field limit .* quote at line 3"):
+        load_trace(long)
+
+
+def test_arrivals_spanning_centuries_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "burst.csv"
+    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                    "0,a,100,10,110,x\n1e20,a,100,10,110,x\n")
+    with pytest.raises(InputError, match="arrivals span 1e\\+20 s"):
+        load_trace(path)

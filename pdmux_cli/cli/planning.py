@@ -325,6 +325,9 @@ def gen_config(
     if tune:
         if divisions is not None or manual:
             raise InputError("--tune picks the levels itself: drop --divisions/--manual")
+        if (sm_group_num, decode_bs_divisor, token_budget) != (8, 36, 65536):
+            raise InputError("--tune searches sm_group_num, decode_bs_divisor and the token budget itself: drop "
+                             "--sm-group-num/--decode-bs-divisor/--token-budget ('pdmux tune' can narrow the search)")
         from .simulate import tuned_config
 
         config, tune_summary = tuned_config(device.gpu, trace, slo_ttft, slo_itl, model=model, show=not as_json)

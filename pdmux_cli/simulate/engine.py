@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,28 @@ BYTES_PER_ELEMENT_RANGE = (0.0625, 16.0)
 
 #: Bandwidth efficiency and MFU: fractions of the datasheet figures, at least 0.1 %.
 EFFICIENCY_RANGE = (0.001, 1.0)
+
+#: Most decode steps one simulated policy may take. Memory grows with the steps (their end times,
+#: then sorting the ITL distribution: about 130 bytes a step at the peak, so under 1 GB here); the
+#: whole Azure conv trace takes 0.5 M steps (3.9 M with chunked prefill of 1 token per step).
+MAX_DECODE_STEPS = 6_000_000
+
+
+class StepEnds(array):
+    """End time (s) of every decode step, 8 bytes each (an ``array('d')``), at most
+    :data:`MAX_DECODE_STEPS`: ``append`` raises :class:`InputError` past it, naming the way out."""
+
+    def __new__(cls) -> StepEnds:  # noqa: PYI034 - typing.Self needs Python 3.11
+        return super().__new__(cls, "d")
+
+    def append(self, end_s: float) -> None:
+        if len(self) >= MAX_DECODE_STEPS:
+            raise InputError(
+                f"the simulation passed {MAX_DECODE_STEPS:,} decode steps (long outputs that barely overlap, or "
+                "tiny chunks): simulate fewer requests (--max-requests, --duration) or larger --chunk-sizes"
+            )
+        super().append(end_s)
+
 
 #: A progress callback receives the number of requests finished so far.
 Progress = Callable[[int], None]
@@ -370,7 +393,7 @@ class RunResult:
     first_token_s: list[float]
     first_step: list[int]
     rejected: list[int]
-    step_end_s: list[float]
+    step_end_s: Sequence[float]
     end_s: float
     idle_s: float
     num_trace_requests: int
@@ -398,7 +421,7 @@ class Work:
         self.capacity = capacity_tokens
         self.first_token = [math.nan] * n
         self.first_step = [-1] * n
-        self.ends: list[float] = []
+        self.ends = StepEnds()
         self.batch = DecodeBatch(window)
         self.waiting: deque[int] = deque()
         self.free = capacity_tokens

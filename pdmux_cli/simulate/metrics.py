@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+from array import array
 from dataclasses import dataclass, field
 
 from .engine import RunResult
@@ -107,8 +108,9 @@ def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> Polic
     arrival = result.arrival_s
     slo_ttft_s, slo_itl_s = slo_ttft_ms / 1e3, slo_itl_ms / 1e3
 
-    gaps = [b - a for a, b in zip([0.0, *ends], ends)]
-    cont = [0] * (len(ends) + 1)  # difference array: requests continuing into each step
+    # arrays, not lists: 8 bytes a step instead of ~32 (a run may take millions of steps)
+    gaps = array("d", (b - a for a, b in zip(itertools.chain((0.0,), ends), ends)))
+    cont = array("q", [0]) * (len(ends) + 1)  # difference array: requests continuing into each step
 
     ttft, itl_p99, itl_max, tpot, e2e, met_flags = ([math.nan] * n for _ in range(6))
     first_gaps: list[float] = []
@@ -144,7 +146,8 @@ def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> Polic
             if rank >= r:
                 p99 = mx
             else:
-                values = seg + [g0]
+                values = seg.tolist()
+                values.append(g0)
                 values.sort()
                 p99 = values[rank - 1]
             itl_p99[rid] = p99 * 1e3
@@ -160,12 +163,17 @@ def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> Polic
             met += 1
 
     # all-token ITL distribution: step gaps weighted by continuing requests, plus first gaps
-    weights = itertools.accumulate(cont[:-1])
-    pairs = [(g, w) for g, w in zip(gaps, weights) if w]
-    pairs.extend((g, 1) for g in first_gaps)
-    pairs.sort()
-    values = [p[0] * 1e3 for p in pairs]
-    cum = list(itertools.accumulate(p[1] for p in pairs))
+    gap_s, weight = array("d"), array("q")
+    for g, w in zip(gaps, itertools.accumulate(cont[:-1])):
+        if w:
+            gap_s.append(g)
+            weight.append(w)
+    gap_s.extend(first_gaps)
+    weight.extend(itertools.repeat(1, len(first_gaps)))
+    order = sorted(range(len(gap_s)), key=gap_s.__getitem__)  # ints, not (gap, weight) tuples: less memory
+    values = array("d", (gap_s[i] * 1e3 for i in order))
+    cum = array("q", itertools.accumulate(weight[i] for i in order))
+    del order, gap_s, weight
     itl = {f"p{q}": weighted_nearest_rank(values, [], q, cum) for q in PERCENTILES}
     itl["max"] = values[-1] if values else math.nan
 

@@ -25,7 +25,7 @@ import itertools
 import json
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -178,6 +178,11 @@ def _finish(rows: _Rows, source: str, fmt: str) -> Trace:
         outputs = [outputs[i] for i in order]
         notes.append(f"{source} is not in time order: requests sorted by arrival")
     start = times[0]
+    if not times[-1] - start <= MAX_ARRIVAL_S:  # also inf (rows at -1e308 and 1e308)
+        raise InputError(
+            f"{source}: arrivals span {times[-1] - start:.3g} s, more than {MAX_ARRIVAL_S:g} s (about 32 years): "
+            "check the timestamps and their unit"
+        )
     return Trace(
         arrival_s=tuple(t - start for t in times),
         prompt_tokens=tuple(prompts),
@@ -299,16 +304,50 @@ class _AzureClock:
         return base, seconds
 
 
-def _read_azure(handle, source: str) -> Trace:
+def _csv_records(handle, source: str) -> Iterator[tuple[int, int, list[str] | None]]:
+    """``(first line, last line, row)`` per CSV record, numbered by physical line (header included).
+
+    A record spanning several lines (a stray ``"`` swallowing the rows after it) comes with row
+    ``None``, for the caller to report. csv's own errors (a field past its 131072-character limit,
+    which a stray quote reaches in a few thousand rows) become one :class:`InputError` line.
+    """
     reader = csv.reader(handle)
-    header = next(reader, None) or []
+    last = 0
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            where = f"line {last + 1}" if reader.line_num <= last + 1 else f"lines {last + 1}-{reader.line_num}"
+            raise InputError(f"{source}: {where}: {exc} (a stray or unterminated quote at line {last + 1}?)") from None
+        first, last = last + 1, reader.line_num
+        yield first, last, (row if last == first else None)
+
+
+def _records_after_header(handle, source: str) -> tuple[list[str], Iterator[tuple[int, int, list[str] | None]]]:
+    records = _csv_records(handle, source)
+    header = next(records, (1, 1, []))[2] or []
+    return header, records
+
+
+def _spanning(first: int, last: int) -> str:
+    return (f"a quoted field runs from line {first} to line {last}: a stray or unterminated quote swallowed "
+            f"{last - first} line(s)")
+
+
+def _read_azure(handle, source: str) -> Trace:
+    header, records = _records_after_header(handle, source)
     col = _header_index(header, {"t": "TIMESTAMP", "p": "ContextTokens", "o": "GeneratedTokens"}, source, "Azure")
     ct, cp, co = col["t"], col["p"], col["o"]
     width = max(ct, cp, co) + 1
     clock = _AzureClock()
     rows = _Rows()
     base: tuple[float, float] | None = None
-    for line, row in enumerate(reader, start=2):
+    for line, last, row in records:
+        if row is None:
+            rows.reject(line, _spanning(line, last))
+            continue
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
         if len(row) < width:
@@ -326,13 +365,15 @@ def _read_azure(handle, source: str) -> Trace:
 
 
 def _read_burstgpt(handle, source: str) -> Trace:
-    reader = csv.reader(handle)
-    header = next(reader, None) or []
+    header, records = _records_after_header(handle, source)
     col = _header_index(header, {"t": "Timestamp", "p": "Request tokens", "o": "Response tokens"}, source, "BurstGPT")
     ct, cp, co = col["t"], col["p"], col["o"]
     width = max(ct, cp, co) + 1
     rows = _Rows()
-    for line, row in enumerate(reader, start=2):
+    for line, last, row in records:
+        if row is None:
+            rows.reject(line, _spanning(line, last))
+            continue
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
         if len(row) < width:

@@ -19,6 +19,7 @@ then candidate order), so the result is the same for any number of workers.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -83,9 +84,16 @@ class TuneResult:
         return sorted(self.rows, key=lambda r: _rank_key(r, self.baseline))
 
 
+#: Goodputs equal to this many significant digits tie: they differ by float noise in the last
+#: finish time (seen: 5.5277145 vs 5.5277225 req/s), and a tie goes to SGLang's defaults.
+GOODPUT_DIGITS = 4
+
+
 def _rank_key(row: TuneRow, baseline: int | None) -> tuple:
-    """Best first: higher SLO attainment, higher goodput, SGLang's defaults on a tie, earlier candidate."""
-    return (-row.slo_attainment, -row.goodput_rps, row.index != baseline, row.index)
+    """Best first: higher SLO attainment (an exact ratio of counts), higher goodput to
+    :data:`GOODPUT_DIGITS` significant digits, SGLang's defaults on a tie, earlier candidate."""
+    goodput = float(f"{row.goodput_rps:.{GOODPUT_DIGITS}g}") if math.isfinite(row.goodput_rps) else row.goodput_rps
+    return (-row.slo_attainment, -goodput, row.index != baseline, row.index)
 
 
 def _auto_description(groups: Sequence, sm_group_num: int, divisor: int | None, budget: int, manual: bool) -> str:
@@ -215,7 +223,10 @@ def tune(
             raise InputError(f"{name} must be a number of ms > 0, got {value}")
     cands, skipped = candidates(setup.total_sms, setup.compute_capability, sm_group_nums, divisors, budgets,
                                 single_levels)
-    workers = min(workers or default_workers(), len(cands))
+    cores = default_workers()
+    capped_note = (f"--workers {workers}: this machine gives the process {cores} core(s), so {cores} worker(s) ran"
+                   if workers and workers > cores else None)
+    workers = min(workers or cores, cores, len(cands))  # more processes than cores only cost memory
     tasks = [(trace, setup, c.config, slo_ttft_ms, slo_itl_ms) for c in cands]
     outcomes: list[tuple] = []
     if workers <= 1:
@@ -238,7 +249,7 @@ def tune(
                          and r.candidate.config.split_forward_token_budget == pol.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
                          and r.candidate.description.startswith("manual")), None)
     best = min(rows, key=lambda r: _rank_key(r, baseline)).index
-    notes = []
+    notes = [capped_note] if capped_note else []
     if rows[best].older_sglang_crash_rounds:
         notes.append("the winner relies on newer SGLang's fallback to group 1: older SGLang main would crash with it")
     return TuneResult(rows, best, baseline, skipped, workers, notes)
