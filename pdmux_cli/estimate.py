@@ -73,8 +73,8 @@ class Scenario:
         if any(-(-self.prompt_tokens // c) > MAX_CHUNK_STEPS for c in self.chunk_sizes):
             raise InputError(f"a chunk size below {-(-self.prompt_tokens // MAX_CHUNK_STEPS)} tokens cuts the prompt "
                              f"into more than {MAX_CHUNK_STEPS:,} steps: use larger chunks")
-        if self.s_sat_values is not None and (not self.s_sat_values or any(s <= 0 for s in self.s_sat_values)):
-            raise InputError(f"S_SAT values must be > 0 SMs, got {list(self.s_sat_values)}")
+        if self.s_sat_values is not None and (not self.s_sat_values or any(s < 1 for s in self.s_sat_values)):
+            raise InputError(f"S_SAT values must be at least 1 SM, got {list(self.s_sat_values)}")
         for name in ("bandwidth_efficiency", "mfu"):
             if not MIN_EFFICIENCY <= getattr(self, name) <= 1:
                 raise InputError(f"{name.replace('_', ' ')} must be from {MIN_EFFICIENCY} to 1, got {getattr(self, name)}")

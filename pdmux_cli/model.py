@@ -582,6 +582,7 @@ def load_model(name_or_path: str | os.PathLike[str]) -> Model:
 
 def _load_file(path: Path, default_name: str, profile: bool = False) -> Model:
     raw = read_input_text(path, "model config", MAX_CONFIG_BYTES, hint="give a Hugging Face config.json")
+    raw = raw.removeprefix("\ufeff")  # a UTF-8 byte-order mark, as some Windows editors write
     try:
         config = json.loads(raw)
     except json.JSONDecodeError as exc:

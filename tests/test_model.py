@@ -554,3 +554,9 @@ def test_huge_and_deep_json_configs(tmp_path):
 def test_control_characters_in_the_model_name_are_escaped(tmp_path):
     path = write_config(tmp_path, {**BASE, "_name_or_path": "org/\x1b[31mRED\x07"}, name="esc.json")
     assert load_model(str(path)).name == "\\x1b[31mRED\\x07"
+
+
+def test_config_with_a_byte_order_mark_loads(tmp_path):
+    path = tmp_path / "bom.json"
+    path.write_text("\ufeff" + json.dumps(BASE), encoding="utf-8")
+    assert load_model(str(path)).hidden_size == 1024

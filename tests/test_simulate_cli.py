@@ -376,3 +376,16 @@ def test_tune_workers_capped_at_the_cores(monkeypatch) -> None:
 def test_gen_config_tune_refuses_knobs_it_searches() -> None:
     r = run("gen-config", "--tune", "--trace", AZURE, "--slo-ttft", "1000", "--slo-itl", "60", "--sm-group-num", "5")
     assert_one_line_error(r, "searches sm_group_num")
+
+
+def test_share_text_never_rounds_up_to_everything() -> None:
+    from pdmux_cli.simulate.report import share_text
+
+    assert share_text(0.5643) == "56.4%" and share_text(1.0) == "100.0%"
+    assert share_text(0.99996) == ">99.9%" and share_text(0.0) == "0.0%"
+
+
+def test_s_sat_below_one_sm_refused() -> None:
+    assert_one_line_error(run("simulate", AZURE, "--s-sat", "0.5"), "--s-sat")
+    r = run("estimate", "--s-sat", "0.001")
+    assert r.exit_code == 2 and "at least 1 SM" in r.stderr

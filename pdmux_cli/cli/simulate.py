@@ -78,7 +78,7 @@ def _setup(gpu: str | None, model: str, s_sat: float | None, bandwidth_efficienc
     from ..simulate import engine
     from ..simulate.engine import make_setup
 
-    _check_number("--s-sat", s_sat)
+    _check_number("--s-sat", s_sat, minimum=1.0, strict=False)  # SMs: fewer than one saturates nothing
     engine.check_bytes_per_element(weight_bytes, "--weight-bytes")
     engine.check_bytes_per_element(kv_bytes, "--kv-bytes")
     engine.check_memory_reserve(memory_reserve, "--memory-reserve")
@@ -347,6 +347,8 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
     """A rich Table of the tuning rows, best first (``top`` rows plus SGLang's defaults)."""
     from rich.table import Table
 
+    from ..simulate.report import share_text
+
     ranked = result.ranked()
     shown = ranked if top is None else ranked[:top]
     if result.baseline is not None and all(r.index != result.baseline for r in shown):
@@ -360,7 +362,7 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
     for row in shown:
         mark = " best" if row.index == result.best else ""
         mark += " default" if row.index == result.baseline else ""
-        table.add_row(f"{row.index}{mark}", row.candidate.description, f"{row.slo_attainment:.1%}",
+        table.add_row(f"{row.index}{mark}", row.candidate.description, share_text(row.slo_attainment),
                       f"{row.goodput_rps:.3g}", f"{row.ttft_p99_ms:.0f}", f"{row.itl_p99_ms:.1f}")
     return table
 
@@ -479,10 +481,11 @@ def tune(
     con = console(stderr=output is None)
     con.print(tune_table(result, None if show_all else 12))
     row = result.best_row
+    from ..simulate.report import share_text
     from ..simulate.tune import levels_text
 
     con.print(f"winner: {row.candidate.description} (levels {levels_text(best, setup.total_sms, setup.compute_capability)}): "
-              f"{row.slo_attainment:.1%} of {len(workload)} requests meet TTFT <= {slo_ttft:g} ms and ITL p99 <= "
+              f"{share_text(row.slo_attainment)} of {len(workload)} requests meet TTFT <= {slo_ttft:g} ms and ITL p99 <= "
               f"{slo_itl:g} ms; {len(result.rows)} configs on {result.workers} worker(s)")
     for note in result.notes:
         print_note(con, note)

@@ -64,6 +64,12 @@ def trace_dict(trace: Trace) -> dict[str, Any]:
     }
 
 
+def share_text(share: float) -> str:
+    """``0.5643`` -> ``"56.4%"``; a share just under 1 shows as ``">99.9%"``, never as ``"100.0%"``."""
+    text = f"{share:.1%}"
+    return ">99.9%" if text == "100.0%" and share < 1 else text
+
+
 def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "") -> Any:
     """A rich Table: one column per policy, one row per statistic (latencies in ms)."""
     from rich.table import Table
@@ -82,7 +88,7 @@ def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "") -> Any:
             table.add_row(f"{name} {stat}", *(_ms(getattr(m, key)[stat]) for m in metrics),
                           end_section=stat == "max")
     table.add_row("SLO met", *(
-        (Text(f"{m.slo_attainment:.1%}", style="bold") if m.slo_attainment == best_att else f"{m.slo_attainment:.1%}")
+        (Text(share_text(m.slo_attainment), style="bold") if m.slo_attainment == best_att else share_text(m.slo_attainment))
         for m in metrics))
     table.add_row("goodput req/s", *(f"{m.goodput_rps:.3g}" for m in metrics))
     table.add_row("GPU busy", *(f"{m.gpu_busy_share:.0%}" for m in metrics))
