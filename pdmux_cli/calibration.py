@@ -263,7 +263,7 @@ def _text(value: object, where: str, field: str) -> str:
 
 
 def _printable(value: str, where: str, field: str) -> None:
-    if any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in value):
+    if not value.isprintable():  # ESC, NUL, bidi overrides: text that would drive the terminal
         raise _bad(where, field, "must be printable text (no control characters or escape sequences)", value)
 
 

@@ -137,22 +137,19 @@ class Model:
 
     def __post_init__(self) -> None:
         who = f"model {self.name!r}"
-        for field in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
-                      "vocab_size"):
-            value = getattr(self, field)
-            if not _is_int(value) or value <= 0:
-                raise InputError(f"{who}: {field} must be a positive integer, got {short_repr(value)}")
-            if value > MAX_DIMENSION:
-                raise InputError(f"{who}: {field} {short_repr(value)} is past any real model (at most {MAX_DIMENSION:,})")
-        for field in ("intermediate_size", "num_experts", "experts_per_token", "moe_intermediate_size",
-                      "num_shared_experts", "shared_expert_intermediate_size", "num_dense_layers",
-                      "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-                      "sliding_window", "num_sliding_layers"):
-            value = getattr(self, field)
-            if not _is_int(value) or value < 0:
-                raise InputError(f"{who}: {field} must be a non-negative integer, got {short_repr(value)}")
-            if value > MAX_DIMENSION:
-                raise InputError(f"{who}: {field} {short_repr(value)} is past any real model (at most {MAX_DIMENSION:,})")
+        positive = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim", "vocab_size")
+        non_negative = ("intermediate_size", "num_experts", "experts_per_token", "moe_intermediate_size",
+                        "num_shared_experts", "shared_expert_intermediate_size", "num_dense_layers",
+                        "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                        "sliding_window", "num_sliding_layers")
+        for fields, minimum, kind in ((positive, 1, "a positive"), (non_negative, 0, "a non-negative")):
+            for field in fields:
+                value = getattr(self, field)
+                if not _is_int(value) or value < minimum:
+                    raise InputError(f"{who}: {field} must be {kind} integer, got {short_repr(value)}")
+                if value > MAX_DIMENSION:
+                    raise InputError(
+                        f"{who}: {field} {short_repr(value)} is past any real model (at most {MAX_DIMENSION:,})")
         if not isinstance(self.tie_word_embeddings, bool):
             raise InputError(f"{who}: tie_word_embeddings must be true or false")
         if self.weight_dtype not in WEIGHT_DTYPES:

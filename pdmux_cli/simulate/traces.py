@@ -331,9 +331,20 @@ def _records_after_header(handle, source: str) -> tuple[list[str], Iterator[tupl
     return header, records
 
 
-def _spanning(first: int, last: int) -> str:
-    return (f"a quoted field runs from line {first} to line {last}: a stray or unterminated quote swallowed "
-            f"{last - first} line(s)")
+def _data_rows(records: Iterator[tuple[int, int, list[str] | None]], rows: _Rows, columns: int,
+               width: int) -> Iterator[tuple[int, list[str]]]:
+    """``(line, row)`` of each CSV record with at least ``width`` fields; blank lines skipped, and a
+    record spanning lines (a stray quote) or with too few fields rejected into ``rows``."""
+    for line, last, row in records:
+        if row is None:
+            rows.reject(line, f"a quoted field runs from line {line} to line {last}: a stray or unterminated "
+                              f"quote swallowed {last - line} line(s)")
+        elif not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        elif len(row) < width:
+            rows.reject(line, f"{len(row)} column(s), expected {columns}")
+        else:
+            yield line, row
 
 
 def _read_azure(handle, source: str) -> Trace:
@@ -344,15 +355,7 @@ def _read_azure(handle, source: str) -> Trace:
     clock = _AzureClock()
     rows = _Rows()
     base: tuple[float, float] | None = None
-    for line, last, row in records:
-        if row is None:
-            rows.reject(line, _spanning(line, last))
-            continue
-        if not row or (len(row) == 1 and not row[0].strip()):
-            continue
-        if len(row) < width:
-            rows.reject(line, f"{len(row)} column(s), expected {len(header)}")
-            continue
+    for line, row in _data_rows(records, rows, len(header), width):
         try:
             minute, seconds = clock(row[ct])
         except ValueError as e:
@@ -370,15 +373,7 @@ def _read_burstgpt(handle, source: str) -> Trace:
     ct, cp, co = col["t"], col["p"], col["o"]
     width = max(ct, cp, co) + 1
     rows = _Rows()
-    for line, last, row in records:
-        if row is None:
-            rows.reject(line, _spanning(line, last))
-            continue
-        if not row or (len(row) == 1 and not row[0].strip()):
-            continue
-        if len(row) < width:
-            rows.reject(line, f"{len(row)} column(s), expected {len(header)}")
-            continue
+    for line, row in _data_rows(records, rows, len(header), width):
         try:
             time_s = float(row[ct])
         except ValueError:
