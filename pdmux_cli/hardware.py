@@ -155,7 +155,7 @@ def _number(data: dict, field: str, where: str, *, integer: bool, optional: bool
         raise InputError(f"{where}: field '{field}' must be a number, got null")
     number = finite_float(value)
     if number is None or number <= 0:
-        raise InputError(f"{where}: field '{field}' must be a positive number, got {short_repr(value)}")
+        raise InputError(f"{where}: field '{field}' must be a finite positive number, got {short_repr(value)}")
     low, high = FIELD_BOUNDS[field]
     if not low <= number <= high:
         raise InputError(f"{where}: field '{field}' must be from {low:g} to {high:g}, got {short_repr(value)}")
