@@ -136,6 +136,7 @@ class Calibration:
             flops_curve=self.flops_curve,
             corun=self.corun,
             source=f"calibration {self.gpu_name}, {self.date}" + ("" if self.complete else " (incomplete run)"),
+            s_sat_sms=self.s_sat_sms,
         )
 
 
@@ -190,6 +191,7 @@ class CalibratedThroughput:
     ``bandwidth_bytes_per_s(s)`` / ``flops_per_s(s)``: :func:`interpolate` over the curves.
     ``corun_*_factor(p, d)``: :func:`interpolate_clamped` of the measured factors by decode SMs, in
     (0, 1] (a factor measured above 1 is noise and counts as 1.0); 1.0 when no level was measured.
+    ``s_sat_sms``: the measured S_SAT (SMs reaching 95% of the whole GPU's read rate; 0 if unknown).
     """
 
     total_sms: int
@@ -197,6 +199,7 @@ class CalibratedThroughput:
     flops_curve: tuple[tuple[int, float], ...]
     corun: tuple[tuple[int, int, float, float], ...]
     source: str
+    s_sat_sms: int = 0
 
     def bandwidth_bytes_per_s(self, sms: int) -> float:
         """Bytes/s the read kernel reached alone on ``sms`` SMs (interpolated)."""

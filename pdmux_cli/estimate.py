@@ -1,10 +1,22 @@
-"""The chapter's comparison for one scenario: prefill-first, chunked prefill and PD multiplexing.
+"""One scenario, every policy: what decode's ITL and the new prompt's prefill time are under each.
 
 A decode batch is running (``decode_bs`` requests with ``context_tokens`` each) when one prompt of
 ``prompt_tokens`` arrives. For each policy: the decode ITL while that prompt is prefilled, the
-prompt's prefill time, and how many tokens each decode request gains meanwhile. Defaults reproduce
-the table of pd-multiplexing-chapter.txt ("Is it worth it: an estimate") exactly: Qwen3-8B, H100 SXM,
-32 x 2048, 8192-token prompt, chunks 2048 and 512, S_SAT 44/66/88, bandwidth x0.85, MFU 0.5.
+prompt's prefill time, and how many tokens each decode request gains meanwhile. Policies (named as
+SGLang users know them):
+
+- ``prefill-first`` (``--chunked-prefill-size -1``): the whole prompt runs, decode stalls for it;
+- ``chunked`` (SGLang's default scheduling): the prompt runs as consecutive chunk batches, and decode
+  runs only when no prefill batch can be formed, so it stalls for all the chunks
+  (``srt/managers/scheduler.py`` ``get_next_batch_to_run``, 0.5.23);
+- ``mixed-chunk`` (``--enable-mixed-chunk``; the chapter's "chunked" rows): every step runs the decode
+  batch plus one chunk;
+- ``pdmux``: decode on ``d`` SMs, prefill on ``p`` SMs, at the level SGLang picks (or ``--level``).
+
+The step times come from a cost model (:mod:`pdmux_cli.costmodel`): ``roofline`` by default, or
+``chapter``, whose defaults reproduce the table of pd-multiplexing-chapter.txt ("Is it worth it: an
+estimate") exactly. The engine's CPU time per step is hidden behind the GPU (SGLang's overlap
+scheduler) for every policy but pdmux, whose rounds run with the overlap scheduler off and pay it.
 
 Pure: no I/O. The CLI renders :class:`Estimate` as a table or JSON.
 """
@@ -12,13 +24,18 @@ Pure: no I/O. The CLI renders :class:`Estimate` as a table or JSON.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
-from . import cost, policy
+from . import costmodel, policy, sglang_server
 from . import model as mdl
+from .costmodel import StepModel, pick_flops_dtype
 from .errors import InputError
 from .hardware import Gpu
 from .model import Model
+
+__all__ = ["Estimate", "LevelRow", "MemoryCheck", "PolicyRow", "Scenario", "default_s_sat_values", "estimate",
+           "pick_flops_dtype"]
 
 #: Upper bounds on scenario sizes: far beyond any deployment, low enough that a typo cannot make
 #: the estimate run for minutes (tokens; chunked steps per prompt).
@@ -31,27 +48,36 @@ BYTES_PER_ELEMENT_RANGE = (0.0625, 16.0)
 MIN_EFFICIENCY = 0.001
 
 #: The chapter's S_SAT values on H100 (44, 66, 88 of 132 SMs) as fractions of the SM count; on
-#: other GPUs the defaults keep the same fractions (rounded to whole SMs).
+#: other GPUs the chapter model's defaults keep the same fractions (rounded to whole SMs).
 DEFAULT_S_SAT_FRACTIONS = (1 / 3, 1 / 2, 2 / 3)
+
+#: The chapter's mixed-chunk sizes (its "chunked 2048" and "chunked 512" rows), tokens.
+DEFAULT_MIXED_CHUNK_SIZES = (2048, 512)
 
 
 @dataclass(frozen=True)
 class Scenario:
     """The inputs of one estimate (tokens, SMs, bytes; efficiencies as fractions).
 
-    ``level``: an explicit ``(prefill_sms, decode_sms)`` split, or ``None`` for the level SGLang
-    chooses for ``decode_bs``. ``s_sat_values``: ``None`` for the chapter's fractions of the SM
-    count. ``weight_bytes_per_param``: ``None`` for the model's own dtype (bf16 2, fp8 1, mxfp4
-    experts 4.25/8). ``flops_dtype``: ``None`` picks fp8 for fp8 models on GPUs with fp8, else bf16.
+    ``cost_model``: ``"roofline"`` or ``"chapter"``. ``chunk_sizes``: chunk sizes of SGLang's default
+    (non-mixed) chunked prefill; ``None`` for SGLang's default size on the GPU under roofline and none
+    under chapter (the chapter has no such row). ``mixed_chunk_sizes``: chunk sizes of
+    ``--enable-mixed-chunk``. ``level``: an explicit ``(prefill_sms, decode_sms)`` split, or ``None``
+    for the level SGLang chooses for ``decode_bs``. ``s_sat_values``: ``None`` for the model's default
+    (roofline: the fitted one; chapter: its three fractions of the SM count). ``bandwidth_efficiency``,
+    ``mfu``: the chapter model's knobs (``None``: 0.85, 0.5). ``weight_bytes_per_param``: ``None`` for
+    the model's own dtype. ``flops_dtype``: ``None`` picks fp8 for fp8 models on GPUs with fp8, else
+    bf16. ``step_overhead_ms``: the engine's CPU time per step (roofline; ``None``: the profile's).
     """
 
     decode_bs: int = 32
     context_tokens: int = 2048
     prompt_tokens: int = 8192
-    chunk_sizes: tuple[int, ...] = (2048, 512)
+    chunk_sizes: tuple[int, ...] | None = None
+    mixed_chunk_sizes: tuple[int, ...] = DEFAULT_MIXED_CHUNK_SIZES
     s_sat_values: tuple[float, ...] | None = None
-    bandwidth_efficiency: float = 0.85
-    mfu: float = 0.5
+    bandwidth_efficiency: float | None = None
+    mfu: float | None = None
     weight_bytes_per_param: float | None = None
     kv_bytes_per_element: float = 2
     level: tuple[int, int] | None = None
@@ -60,6 +86,8 @@ class Scenario:
     split_forward_token_budget: int = policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
     manual_divisions: tuple[tuple[int, int, int], ...] = ()
     flops_dtype: str | None = None
+    cost_model: str = "roofline"
+    step_overhead_ms: float | None = None
 
     def validate(self) -> None:
         """Raise :class:`InputError` (one line) for sizes that make no sense or that no deployment
@@ -68,16 +96,18 @@ class Scenario:
             value = getattr(self, name)
             if not 0 < value <= top:
                 raise InputError(f"{name.replace('_', ' ')} must be from 1 to {top:,}, got {value}")
-        if any(c <= 0 for c in self.chunk_sizes):
-            raise InputError(f"chunk sizes must be > 0, got {list(self.chunk_sizes)}")
-        if any(-(-self.prompt_tokens // c) > MAX_CHUNK_STEPS for c in self.chunk_sizes):
-            raise InputError(f"a chunk size below {-(-self.prompt_tokens // MAX_CHUNK_STEPS)} tokens cuts the prompt "
-                             f"into more than {MAX_CHUNK_STEPS:,} steps: use larger chunks")
+        for name, sizes in (("chunk sizes", self.chunk_sizes or ()), ("mixed chunk sizes", self.mixed_chunk_sizes)):
+            if any(c <= 0 for c in sizes):
+                raise InputError(f"{name} must be > 0, got {list(sizes)}")
+            if any(-(-self.prompt_tokens // c) > MAX_CHUNK_STEPS for c in sizes):
+                raise InputError(f"a chunk size below {-(-self.prompt_tokens // MAX_CHUNK_STEPS)} tokens cuts the "
+                                 f"prompt into more than {MAX_CHUNK_STEPS:,} steps: use larger chunks")
         if self.s_sat_values is not None and (not self.s_sat_values or any(s < 1 for s in self.s_sat_values)):
             raise InputError(f"S_SAT values must be at least 1 SM, got {list(self.s_sat_values)}")
         for name in ("bandwidth_efficiency", "mfu"):
-            if not MIN_EFFICIENCY <= getattr(self, name) <= 1:
-                raise InputError(f"{name.replace('_', ' ')} must be from {MIN_EFFICIENCY} to 1, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if value is not None and not MIN_EFFICIENCY <= value <= 1:
+                raise InputError(f"{name.replace('_', ' ')} must be from {MIN_EFFICIENCY} to 1, got {value}")
         low, high = BYTES_PER_ELEMENT_RANGE
         if self.weight_bytes_per_param is not None and not low <= self.weight_bytes_per_param <= high:
             raise InputError(f"bytes per weight must be from {low} to {high:g}, got {self.weight_bytes_per_param}")
@@ -89,9 +119,12 @@ class Scenario:
 class PolicyRow:
     """One row of the comparison. Times in ms; ``tokens_during_prefill`` per decode request.
 
-    ``policy``: ``"decode-only"``, ``"prefill-first"``, ``"chunked"`` or ``"pdmux"``.
-    ``itl_ms``: the decode ITL while the prompt is prefilled (mean over the chunked steps;
-    the one stalled step for prefill-first). ``steps``: decode steps during the prefill.
+    ``policy``: ``"decode-only"``, ``"prefill-first"``, ``"chunked"``, ``"mixed-chunk"`` or ``"pdmux"``.
+    ``itl_ms``: the decode ITL while the prompt is prefilled (mean over the mixed steps; the one stalled
+    step for prefill-first and chunked). ``steps``: decode steps during the prefill.
+    For pdmux: ``decode_alone_ms`` / ``prefill_alone_ms``, each phase alone on its SMs, and
+    ``decode_corun_ms`` / ``prefill_corun_ms`` with co-run interference (``itl_ms`` adds the CPU time of
+    a round to ``decode_corun_ms``; ``prefill_ms`` is ``prefill_corun_ms``).
     """
 
     policy: str
@@ -104,11 +137,16 @@ class PolicyRow:
     prefill_sms: int | None = None
     decode_sms: int | None = None
     s_sat: float | None = None
+    decode_alone_ms: float | None = None
+    prefill_alone_ms: float | None = None
+    decode_corun_ms: float | None = None
+    prefill_corun_ms: float | None = None
 
 
 @dataclass(frozen=True)
 class LevelRow:
-    """One PD-multiplexing level of ``--all-levels``: its split, prefill time and ITL per S_SAT."""
+    """One PD-multiplexing level of ``--all-levels``: its split, prefill time and ITL per S_SAT, and
+    each phase alone (ms) at the first S_SAT."""
 
     group: int
     prefill_sms: int
@@ -117,15 +155,23 @@ class LevelRow:
     prefill_ms: float
     itl_ms: tuple[float, ...]
     tokens_during_prefill: tuple[int, ...]
+    decode_alone_ms: float = math.nan
+    prefill_alone_ms: float = math.nan
+    decode_corun_ms: float = math.nan
 
 
 @dataclass(frozen=True)
 class MemoryCheck:
-    """Whether weights plus the scenario's KV cache fit the GPU (bytes)."""
+    """Whether weights plus the scenario's KV cache fit the GPU (bytes), and SGLang's KV pool under
+    pdmux (chunking off): its tokens (0 when none is left) and ``mem_fraction_static`` (0 when SGLang's
+    default reserve is more than the GPU's memory)."""
 
     weight_bytes: float
     kv_cache_bytes: float
     gpu_memory_bytes: float
+    kv_tokens_needed: int = 0
+    pdmux_pool_tokens: int = 0
+    pdmux_mem_fraction: float = 0.0
 
     @property
     def needed_bytes(self) -> float:
@@ -155,6 +201,8 @@ class Estimate:
     memory: MemoryCheck
     levels: list[LevelRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    cost_model: str = "roofline"
+    cpu_step_ms: float = 0.0
 
 
 def default_s_sat_values(total_sms: int) -> tuple[float, ...]:
@@ -162,22 +210,21 @@ def default_s_sat_values(total_sms: int) -> tuple[float, ...]:
     return tuple(float(round(total_sms * f)) for f in DEFAULT_S_SAT_FRACTIONS)
 
 
-def pick_flops_dtype(gpu: Gpu, model: Model, requested: str | None) -> str:
-    """The dense-math dtype prefill runs in: ``requested``, else fp8 for fp8-weight models on GPUs
-    with fp8 tensor cores (DeepSeek-V3 ships fp8), else bf16 (fp16 on GPUs without bf16)."""
-    if requested:
-        return requested
-    if model.weight_dtype == "fp8" and gpu.fp8_dense_flops:
-        return "fp8"
-    return "bf16" if gpu.bf16_dense_flops else "fp16"
-
-
 def memory_check(gpu: Gpu, model: Model, scenario: Scenario) -> MemoryCheck:
-    """Weights (all parameters) plus the KV cache of the decode batch and the new prompt vs memory."""
+    """Weights (all parameters) plus the KV cache of the decode batch and the new prompt vs memory,
+    and SGLang's KV pool under pdmux (:mod:`pdmux_cli.sglang_server`, chunking off)."""
     weights = mdl.weight_bytes_total(model, scenario.weight_bytes_per_param)
     kv = scenario.decode_bs * mdl.kv_bytes(model, scenario.context_tokens, scenario.kv_bytes_per_element)
     kv += mdl.kv_bytes(model, scenario.prompt_tokens, scenario.kv_bytes_per_element)
-    return MemoryCheck(weights, kv, gpu.memory_bytes)
+    tokens = scenario.decode_bs * scenario.context_tokens + scenario.prompt_tokens
+    fraction, pool = 0.0, 0
+    try:
+        fraction = sglang_server.mem_fraction_static(gpu.memory_bytes, -1)
+        pool = sglang_server.kv_pool(gpu.memory_bytes, weights,
+                                     mdl.kv_bytes_per_token(model, scenario.kv_bytes_per_element), fraction).tokens
+    except InputError:
+        pass
+    return MemoryCheck(weights, kv, gpu.memory_bytes, tokens, pool, fraction)
 
 
 def _round_tokens(prefill_s: float, itl_s: float) -> int:
@@ -188,49 +235,92 @@ def _round_tokens(prefill_s: float, itl_s: float) -> int:
     return int(f"{ratio:.0f}")
 
 
+def _check_context(model: Model, scenario: Scenario) -> None:
+    """Refuse a prompt or a decode context past the model's context length (SGLang rejects such a
+    request: ``srt/managers/utils.py`` ``validate_input_length``)."""
+    limit = model.max_position_embeddings
+    if not limit:
+        return
+    for what, tokens in (("prompt", scenario.prompt_tokens), ("decode context", scenario.context_tokens)):
+        if tokens >= limit:
+            raise InputError(f"{what} of {tokens:,} tokens is past {model.name}'s context length of {limit:,} "
+                             f"(max_position_embeddings): SGLang rejects it; use fewer tokens")
+
+
+def _check_level(gpu: Gpu, total: int, split: tuple[int, int]) -> None:
+    p_sm, d_sm = split
+    if p_sm <= 0 or d_sm <= 0 or p_sm + d_sm != total:
+        raise InputError(
+            f"level {p_sm}/{d_sm} is not a split of {gpu.name}'s {total} SMs: "
+            "prefill and decode SMs must both be > 0 and add up to the SM count"
+        )
+    minimum, multiple = policy.cuda_sm_granularity(gpu.compute_capability[0])
+    if p_sm < minimum or d_sm < minimum or p_sm % multiple:
+        raise InputError(
+            f"level {p_sm}/{d_sm} cannot be made on {gpu.name}: green contexts give prefill a multiple of "
+            f"{multiple} SMs (at least {minimum}) and decode the rest (at least {minimum})")
+
+
+def _models(gpu: Gpu, model: Model, scenario: Scenario, calibrated) -> list[tuple[StepModel, float | None]]:
+    """One cost model per S_SAT to show (one for a calibration), with the S_SAT it uses."""
+    total = gpu.require_sm_count()
+    common = {"cost_model": scenario.cost_model, "bandwidth_efficiency": scenario.bandwidth_efficiency,
+              "mfu": scenario.mfu, "weight_bytes_per_param": scenario.weight_bytes_per_param,
+              "kv_bytes_per_element": scenario.kv_bytes_per_element, "flops_dtype": scenario.flops_dtype,
+              "step_overhead_ms": scenario.step_overhead_ms}
+    if calibrated is not None:
+        return [(costmodel.build_step_model(gpu, model, calibrated=calibrated, **common), None)]
+    values = scenario.s_sat_values
+    if values is None:
+        values = default_s_sat_values(total) if scenario.cost_model == "chapter" else (None,)
+    if any(v is not None and v > total for v in values):
+        raise InputError(f"S_SAT {max(v for v in values if v is not None):g} is more SMs than {gpu.name} has "
+                         f"({total}): S_SAT is the SM count at which decode reaches full bandwidth")
+    out = []
+    for value in values:
+        step_model = costmodel.build_step_model(gpu, model, s_sat=value, **common)
+        out.append((step_model, getattr(step_model, "s_sat", value)))
+    return out
+
+
 def estimate(
     gpu: Gpu,
     model: Model,
     scenario: Scenario = Scenario(),
-    calibrated: cost.Throughput | None = None,
+    calibrated=None,
     all_levels: bool = False,
 ) -> Estimate:
-    """Compare prefill-first, chunked prefill and PD multiplexing for one scenario.
+    """Compare prefill-first, chunked, mixed-chunk prefill and PD multiplexing for one scenario.
 
-    ``calibrated``: a measured throughput (``pdmux bench``); when given it replaces the analytic
-    S_SAT and MFU guesses and yields one PD-multiplexing row (with measured co-run interference).
-    ``all_levels``: also fill :attr:`Estimate.levels`, the ITL/prefill trade-off of every level.
-    Raises :class:`InputError` for invalid scenarios, a level that is not a valid split of the GPU,
-    or a GPU whose SM count is unknown.
+    ``calibrated``: a measured throughput (``pdmux bench``, :class:`pdmux_cli.calibration.CalibratedThroughput`);
+    it replaces the S_SAT guesses (and, under the chapter model, the MFU) and yields one PD-multiplexing
+    row with measured co-run interference. ``all_levels``: also fill :attr:`Estimate.levels`, the
+    ITL/prefill trade-off of every level. Raises :class:`InputError` for invalid scenarios, a prompt past
+    the model's context length, a level that is not a valid split of the GPU, or a GPU whose SM count
+    is unknown.
     """
     scenario.validate()
+    _check_context(model, scenario)
     total = gpu.require_sm_count()
     flops_dtype = pick_flops_dtype(gpu, model, scenario.flops_dtype)
-    dense = gpu.dense_flops(flops_dtype)
-    s_sats = scenario.s_sat_values or default_s_sat_values(total)
-    if max(s_sats) > total:
-        raise InputError(f"S_SAT {max(s_sats):g} is more SMs than {gpu.name} has ({total}): "
-                         "S_SAT is the SM count at which decode reaches full bandwidth")
-    notes: list[str] = []
+    models = _models(gpu, model, scenario, calibrated)
+    full = models[0][0]  # S_SAT has no effect when all SMs are used
+    notes: list[str] = list(full.notes)
 
     plan = policy.plan_groups(total, gpu.compute_capability, scenario.sm_group_num, scenario.manual_divisions or None)
     if plan.note:
         notes.append(plan.note)
     groups = plan.groups
     if scenario.level is not None:
+        _check_level(gpu, total, scenario.level)
         p_sm, d_sm = scenario.level
-        if p_sm <= 0 or d_sm <= 0 or p_sm + d_sm != total:
-            raise InputError(
-                f"level {p_sm}/{d_sm} is not a split of {gpu.name}'s {total} SMs: "
-                "prefill and decode SMs must both be > 0 and add up to the SM count"
-            )
         level = policy.Split(p_sm, d_sm)
         group_index = groups.index(level) if level in groups else -1
         level_source = "explicit"
         if group_index < 0:
             notes.append(f"{p_sm}/{d_sm} is not one of the levels SGLang builds here "
                          f"({', '.join(f'{g.prefill_sms}/{g.decode_sms}' for g in groups[1:-1])}); "
-                         "a manual_divisions entry could use it where the SM granularity allows")
+                         "a manual_divisions entry gives it")
     else:
         group_index = policy.choose_group(
             len(groups), scenario.decode_bs, True, scenario.decode_bs_divisor, plan.thresholds
@@ -242,48 +332,61 @@ def estimate(
                 f"older SGLang dies with UnboundLocalError here: no manual_divisions threshold is <= {scenario.decode_bs}"
             )
 
-    def analytic(s_sat: float) -> cost.AnalyticThroughput:
-        return cost.AnalyticThroughput(total, gpu.hbm_bytes_per_s, dense, scenario.bandwidth_efficiency, scenario.mfu, s_sat)
-
-    full = calibrated or analytic(float(total))  # S_SAT has no effect when all SMs are used
-    wb, kvb = scenario.weight_bytes_per_param, scenario.kv_bytes_per_element
     bs, ctx, prompt = scenario.decode_bs, scenario.context_tokens, scenario.prompt_tokens
+    window = model.sliding_window if model.num_sliding_layers else 0
+    sum_ctx, sum_win = bs * ctx, bs * min(ctx, window) if window else 0
+    cpu = full.decode_cpu_s(bs)
 
-    base_s = cost.decode_step_s(model, full, total, bs, ctx, wb, kvb)
+    def hidden(gpu_s: float) -> float:  # a baseline step: the overlap scheduler hides the CPU's work
+        return max(gpu_s, cpu)
+
+    base_s = hidden(full.decode_s(total, bs, sum_ctx, sum_win))
     rows = [PolicyRow("decode-only", "decode only (ref.)", base_s * 1e3, None, None, None)]
 
-    whole_prefill_s = cost.prefill_s(model, full, total, prompt)
+    whole_prefill_s = hidden(full.prefill_s(total, [(prompt, 0)]))
     rows.append(
         PolicyRow("prefill-first", "prefill first", (whole_prefill_s + base_s) * 1e3, 1, whole_prefill_s * 1e3, 0)
     )
-    for chunk in scenario.chunk_sizes:
+    chunk_sizes = scenario.chunk_sizes
+    if chunk_sizes is None:
+        chunk_sizes = () if scenario.cost_model == "chapter" else (
+            sglang_server.default_chunked_prefill_size(gpu.memory_bytes),)
+    for chunk in chunk_sizes:
+        chunks = [(min(chunk, prompt - start), start) for start in range(0, prompt, chunk)]
+        prefill = sum(hidden(full.prefill_s(total, [c])) for c in chunks)
+        rows.append(PolicyRow("chunked", f"chunked {chunk}", (prefill + base_s) * 1e3, 1, prefill * 1e3, 0,
+                              chunk_tokens=chunk))
+    for chunk in scenario.mixed_chunk_sizes:
         steps = [
-            cost.chunked_step_s(model, full, total, bs, ctx, min(chunk, prompt - start), start, wb, kvb)
+            max(full.mixed_s([(min(chunk, prompt - start), start)], bs, sum_ctx, sum_win), full.decode_cpu_s(bs + 1))
             for start in range(0, prompt, chunk)
         ]
         rows.append(
             PolicyRow(
-                "chunked", f"chunked {chunk}", sum(steps) / len(steps) * 1e3, len(steps),
+                "mixed-chunk", f"mixed chunk {chunk}", sum(steps) / len(steps) * 1e3, len(steps),
                 sum(steps) * 1e3, len(steps), chunk_tokens=chunk,
             )
         )
 
     p_sm, d_sm = level
-    throughputs = [calibrated] if calibrated else [analytic(s) for s in s_sats]
 
-    def pdmux_times(thr: cost.Throughput, p: int, d: int) -> tuple[float, float]:
-        corun = bool(calibrated)  # the analytic model has no interference term
-        itl = cost.decode_step_s(model, thr, d, bs, ctx, wb, kvb, concurrent_prefill_sms=p if corun else 0)
-        pf = cost.prefill_s(model, thr, p, prompt, concurrent_decode_sms=d if corun else 0)
-        return itl, pf
+    def pdmux_times(step_model: StepModel, p: int, d: int) -> tuple[float, float, float, float, float]:
+        """(ITL, prefill, decode alone, prefill alone, decode co-run) in seconds."""
+        decode_alone = step_model.decode_s(d, bs, sum_ctx, sum_win)
+        prefill_alone = step_model.prefill_s(p, [(prompt, 0)])
+        decode_corun = step_model.decode_s(d, bs, sum_ctx, sum_win, corun_sms=p)
+        prefill_corun = step_model.prefill_s(p, [(prompt, 0)], corun_sms=d)
+        # a pdmux round: the decode step, then the CPU's work (the overlap scheduler is off)
+        return decode_corun + step_model.decode_cpu_s(bs), prefill_corun, decode_alone, prefill_alone, decode_corun
 
     if p_sm > 0 and d_sm > 0:
-        for thr, s_sat in zip(throughputs, [None] if calibrated else s_sats):
-            itl, pf = pdmux_times(thr, p_sm, d_sm)
-            label = f"PD mux {p_sm}/{d_sm}" + (" calibrated" if calibrated else f" S_SAT={s_sat:g}")
+        for step_model, s_sat in models:
+            itl, pf, d_alone, p_alone, d_corun = pdmux_times(step_model, p_sm, d_sm)
+            label = f"PD mux {p_sm}/{d_sm}" + (" calibrated" if calibrated is not None else f" S_SAT={s_sat:g}")
             rows.append(
                 PolicyRow("pdmux", label, itl * 1e3, _round_tokens(pf, itl), pf * 1e3, _round_tokens(pf, itl),
-                          prefill_sms=p_sm, decode_sms=d_sm, s_sat=s_sat)
+                          prefill_sms=p_sm, decode_sms=d_sm, s_sat=s_sat, decode_alone_ms=d_alone * 1e3,
+                          prefill_alone_ms=p_alone * 1e3, decode_corun_ms=d_corun * 1e3, prefill_corun_ms=pf * 1e3)
             )
     else:
         notes.append(f"group {group_index} gives one phase the whole GPU: no PD-multiplexing row")
@@ -291,11 +394,12 @@ def estimate(
     levels: list[LevelRow] = []
     if all_levels:
         for index, split in enumerate(groups[1:-1], start=1):
-            timings = [pdmux_times(thr, split.prefill_sms, split.decode_sms) for thr in throughputs]
-            pf = timings[0][1]
+            timings = [pdmux_times(m, split.prefill_sms, split.decode_sms) for m, _ in models]
+            _, pf0, d_alone, p_alone, d_corun = timings[0]
             levels.append(
-                LevelRow(index, split.prefill_sms, split.decode_sms, split == level, pf * 1e3,
-                         tuple(itl * 1e3 for itl, _ in timings), tuple(_round_tokens(p, i) for i, p in timings))
+                LevelRow(index, split.prefill_sms, split.decode_sms, split == level, pf0 * 1e3,
+                         tuple(t[0] * 1e3 for t in timings), tuple(_round_tokens(t[1], t[0]) for t in timings),
+                         decode_alone_ms=d_alone * 1e3, prefill_alone_ms=p_alone * 1e3, decode_corun_ms=d_corun * 1e3)
             )
 
     memory = memory_check(gpu, model, scenario)
@@ -306,11 +410,19 @@ def estimate(
             f"{memory.kv_cache_bytes / 1e9:.1f} GB of KV cache > {memory.gpu_memory_bytes / 1e9:.1f} GB on "
             f"{gpu.name}; the times in the table are hypothetical (use more GPUs with TP, or fewer bytes per weight)",
         )
+    elif not memory.pdmux_mem_fraction:
+        notes.append(f"SGLang's default mem_fraction_static leaves no memory with chunking off (as pdmux needs) on "
+                     f"{gpu.name}: launch with --mem-fraction-static")
+    elif memory.kv_tokens_needed > memory.pdmux_pool_tokens:
+        notes.append(f"SGLang's KV pool under pdmux (mem_fraction_static {memory.pdmux_mem_fraction:g}, chunking "
+                     f"off) holds {memory.pdmux_pool_tokens:,} tokens, fewer than the {memory.kv_tokens_needed:,} "
+                     "this scenario holds at once")
     layers = policy.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget)
     rounds = policy.prefill_rounds(prompt, model.num_layers, scenario.split_forward_token_budget)
     return Estimate(
         gpu=gpu.name, model=model.name, scenario=scenario, groups=groups, group_index=group_index, level=level,
         level_source=level_source, layers_per_round=layers, prefill_rounds=rounds, flops_dtype=flops_dtype,
-        throughput_source=calibrated.source if calibrated else "analytic", rows=rows, memory=memory,
-        levels=levels, notes=notes,
+        throughput_source=full.source if len(models) == 1 else re.sub(
+            r",? ?S_SAT=[0-9.]+( of \d+ SMs)?", "", full.source) + " (S_SAT per PD-mux row)", rows=rows, memory=memory, levels=levels, notes=notes,
+        cost_model=scenario.cost_model, cpu_step_ms=cpu * 1e3,
     )

@@ -104,6 +104,8 @@ class Model:
     ``num_sliding_layers`` layers attend to at most ``sliding_window`` past tokens.
     ``weight_dtype`` is how the checkpoint stores its weights: ``"bf16"`` (also float16/float32
     checkpoints, served at 16 bits), ``"fp8"`` or ``"mxfp4"`` (from ``quantization_config``).
+    ``max_position_embeddings`` is the longest sequence (prompt + output, tokens) the model takes,
+    SGLang's default context length; 0 when the config does not give one.
 
     Constructing one with impossible values raises :class:`InputError`.
     """
@@ -134,6 +136,8 @@ class Model:
     sliding_window: int = 0
     num_sliding_layers: int = 0
     weight_dtype: str = "bf16"
+    # longest sequence (prompt + output tokens) the model takes; 0 when the config does not say
+    max_position_embeddings: int = 0
 
     def __post_init__(self) -> None:
         who = f"model {self.name!r}"
@@ -141,7 +145,7 @@ class Model:
         non_negative = ("intermediate_size", "num_experts", "experts_per_token", "moe_intermediate_size",
                         "num_shared_experts", "shared_expert_intermediate_size", "num_dense_layers",
                         "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-                        "sliding_window", "num_sliding_layers")
+                        "sliding_window", "num_sliding_layers", "max_position_embeddings")
         for fields, minimum, kind in ((positive, 1, "a positive"), (non_negative, 0, "a non-negative")):
             for field in fields:
                 value = getattr(self, field)
@@ -344,9 +348,10 @@ def _check_bytes_per(value: float | None, what: str) -> None:
         raise InputError(f"{what} must be a positive number, got {value!r}")
 
 
-def _bytes_per_param(model: Model, kind: str, override: float | None) -> float:
+def bytes_per_param(model: Model, kind: str, override: float | None = None) -> float:
     """Bytes per parameter for one kind of weight: ``"expert"`` (routed experts), ``"linear"``
-    (attention, dense MLP, shared experts), ``"router"``, ``"embedding"``, ``"lm_head"``."""
+    (attention, dense MLP, shared experts), ``"router"``, ``"embedding"``, ``"lm_head"``.
+    ``override`` (bytes) replaces the model's own storage format for every kind."""
     if override is not None:
         return float(override)
     if model.weight_dtype == "mxfp4":  # gpt-oss: only the routed experts are MXFP4
@@ -361,9 +366,9 @@ def _non_expert_linear_bytes(model: Model, override: float | None) -> float:
               + dense_ffn_layers(model) * dense_mlp_params_per_layer(model)
               + moe_layers(model) * shared_expert_params_per_layer(model))
     router = moe_layers(model) * router_params_per_layer(model)
-    return (linear * _bytes_per_param(model, "linear", override)
-            + router * _bytes_per_param(model, "router", override)
-            + lm_head_params(model) * _bytes_per_param(model, "lm_head", override))
+    return (linear * bytes_per_param(model, "linear", override)
+            + router * bytes_per_param(model, "router", override)
+            + lm_head_params(model) * bytes_per_param(model, "lm_head", override))
 
 
 def weight_bytes_total(model: Model, weight_bytes_per_param: float | None = None) -> float:
@@ -379,9 +384,9 @@ def weight_bytes_total(model: Model, weight_bytes_per_param: float | None = None
     _check_bytes_per(weight_bytes_per_param, "weight bytes per parameter")
     total = _non_expert_linear_bytes(model, weight_bytes_per_param)
     if not model.tie_word_embeddings:  # when tied, the embedding is the lm_head, already counted
-        total += embedding_params(model) * _bytes_per_param(model, "embedding", weight_bytes_per_param)
+        total += embedding_params(model) * bytes_per_param(model, "embedding", weight_bytes_per_param)
     total += (moe_layers(model) * model.num_experts * expert_params(model)
-              * _bytes_per_param(model, "expert", weight_bytes_per_param))
+              * bytes_per_param(model, "expert", weight_bytes_per_param))
     return float(total)
 
 
@@ -415,7 +420,7 @@ def decode_weight_bytes(model: Model, decode_bs: int, weight_bytes_per_param: fl
     if decode_bs == 0:
         return 0.0
     experts = (moe_layers(model) * expected_experts_touched(model, decode_bs) * expert_params(model)
-               * _bytes_per_param(model, "expert", weight_bytes_per_param))
+               * bytes_per_param(model, "expert", weight_bytes_per_param))
     return float(_non_expert_linear_bytes(model, weight_bytes_per_param) + experts)
 
 
@@ -742,6 +747,7 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "<conf
         intermediate = keys.get_int("intermediate_size")
 
     window, num_sliding = _sliding_layers(keys, model_type, layers)
+    max_positions = keys.get_int("max_position_embeddings", default=0, minimum=0)
     _check_torch_dtype(top)
     if prefix:
         _check_torch_dtype(keys)
@@ -752,7 +758,7 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "<conf
             name=name, num_layers=layers, hidden_size=hidden, intermediate_size=intermediate,
             num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=vocab,
             tie_word_embeddings=tie, sliding_window=window, num_sliding_layers=num_sliding,
-            weight_dtype=weight_dtype, **moe, **mla,
+            weight_dtype=weight_dtype, max_position_embeddings=max_positions, **moe, **mla,
         )
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None

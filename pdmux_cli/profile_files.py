@@ -12,7 +12,7 @@ _HERE = Path(__file__).resolve().parent
 
 
 def profiles_dir() -> Path:
-    """The directory holding ``gpus/*.yaml`` and ``models/*.json``.
+    """The directory holding ``gpus/*.yaml``, ``models/*.json``, ``efficiency/*.yaml`` and ``measurements/``.
 
     Raises :class:`FileNotFoundError` only for a broken installation (neither location exists).
     """
@@ -30,3 +30,15 @@ def gpu_profiles_dir() -> Path:
 def model_profiles_dir() -> Path:
     """``profiles/models``: one Hugging Face ``config.json`` copy per model (``<name>.json``)."""
     return profiles_dir() / "models"
+
+
+def efficiency_profiles_dir() -> Path:
+    """``profiles/efficiency``: the cost model's fitted constants (one YAML per measured GPU, plus
+    ``common.yaml`` for the SM-partition and CPU terms)."""
+    return profiles_dir() / "efficiency"
+
+
+def measurements_dir() -> Path:
+    """``profiles/measurements``: the public measurements the cost model is fitted to and checked
+    against (``pdmux accuracy``)."""
+    return profiles_dir() / "measurements"

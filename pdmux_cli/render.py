@@ -117,9 +117,9 @@ def ms(value: float) -> str:
 
 def itl_text(row: PolicyRow) -> str:
     """The ITL cell as the chapter writes it."""
-    if row.policy == "prefill-first":
+    if row.policy in ("prefill-first", "chunked"):
         return f"one step of {ms(row.itl_ms)}"
-    if row.policy == "chunked":
+    if row.policy == "mixed-chunk":
         return f"{ms(row.itl_ms)} x {row.steps} steps"
     return ms(row.itl_ms)
 
@@ -159,7 +159,7 @@ def estimate_table(est: Estimate) -> Any:
         (f"level: {group} = {level.prefill_sms} prefill / {level.decode_sms} decode SMs "
          f"({est.level_source}); prefill split into {est.layers_per_round} layers per round, "
          f"{est.prefill_rounds} rounds"),
-        f"throughput: {est.throughput_source}; dense math in {est.flops_dtype}",
+        f"cost model: {est.throughput_source}; dense math in {est.flops_dtype}",
         (f"memory: {est.memory.weight_bytes / 1e9:.1f} GB weights + {est.memory.kv_cache_bytes / 1e9:.1f} GB KV "
          f"of {est.memory.gpu_memory_bytes / 1e9:.1f} GB"),
         *est.notes,
@@ -199,7 +199,8 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
             "decode_bs": sc.decode_bs,
             "context_tokens": sc.context_tokens,
             "prompt_tokens": sc.prompt_tokens,
-            "chunk_sizes_tokens": list(sc.chunk_sizes),
+            "chunk_sizes_tokens": [r.chunk_tokens for r in est.rows if r.policy == "chunked"],
+            "mixed_chunk_sizes_tokens": list(sc.mixed_chunk_sizes),
             "bandwidth_efficiency": sc.bandwidth_efficiency,
             "mfu": sc.mfu,
             "weight_bytes_per_param": sc.weight_bytes_per_param,
@@ -211,6 +212,8 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
             "kv_cache_bytes": est.memory.kv_cache_bytes,
             "needed_bytes": est.memory.needed_bytes,
             "gpu_memory_bytes": est.memory.gpu_memory_bytes,
+            "kv_tokens_needed": est.memory.kv_tokens_needed,
+            "sglang_pdmux_kv_pool_tokens": est.memory.pdmux_pool_tokens,
         },
         "level": {
             "group": est.group_index,
@@ -222,7 +225,9 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
         "prefill_layers_per_round": est.layers_per_round,
         "prefill_rounds": est.prefill_rounds,
         "flops_dtype": est.flops_dtype,
+        "cost_model": est.cost_model,
         "throughput_source": est.throughput_source,
+        "cpu_step_ms": est.cpu_step_ms,
         "rows": [
             {
                 "policy": r.policy,
@@ -235,6 +240,10 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
                 "prefill_sms": r.prefill_sms,
                 "decode_sms": r.decode_sms,
                 "s_sat_sms": r.s_sat,
+                "decode_alone_ms": r.decode_alone_ms,
+                "prefill_alone_ms": r.prefill_alone_ms,
+                "decode_corun_ms": r.decode_corun_ms,
+                "prefill_corun_ms": r.prefill_corun_ms,
             }
             for r in est.rows
         ],
@@ -247,6 +256,10 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
                 "prefill_ms": lv.prefill_ms,
                 "itl_ms": list(lv.itl_ms),
                 "tokens_during_prefill": list(lv.tokens_during_prefill),
+                "decode_alone_ms": lv.decode_alone_ms,
+                "prefill_alone_ms": lv.prefill_alone_ms,
+                "decode_corun_ms": lv.decode_corun_ms,
+                "prefill_corun_ms": lv.prefill_ms,
             }
             for lv in est.levels
         ],

@@ -125,25 +125,43 @@ def test_splits_bad_input(args, contains) -> None:
 # ---- estimate ------------------------------------------------------------------------------------
 
 
-def test_estimate_default_is_the_chapter_table() -> None:
+def test_estimate_chapter_option_is_the_chapter_table() -> None:
+    r = run("estimate", "--cost-model", "chapter")
+    assert r.exit_code == 0, r.stderr
+    for text in ("one step of 299 ms", "291 ms", "mixed chunk 2048", "74 ms x 4 steps", "295 ms",
+                 "19 ms x 16 steps", "306 ms", "480 ms", "55", "43", "33", "S_SAT=44", "S_SAT=88", "80/52"):
+        assert text in r.stdout, text
+    assert "chunked 8192" not in r.stdout  # the chapter has no row of SGLang's default chunking
+
+
+def test_estimate_default_is_the_roofline_model() -> None:
     r = run("estimate")
     assert r.exit_code == 0, r.stderr
-    for text in ("one step of 299 ms", "291 ms", "74 ms x 4 steps", "295 ms", "19 ms x 16 steps", "306 ms",
-                 "480 ms", "55", "43", "33", "S_SAT=44", "S_SAT=88", "80/52"):
+    for text in ("roofline (h100-sxm efficiencies", "S_SAT=102", "CPU 0.31", "chunked 8192",
+                 "mixed chunk 512", "PD mux 80/52"):
         assert text in r.stdout, text
 
 
 def test_estimate_json_stable_keys() -> None:
-    d = json.loads(run("estimate", "--json").stdout)
-    assert d["fits"] is True and d["level"]["prefill_sms"] == 80
+    d = json.loads(run("estimate", "--cost-model", "chapter", "--json").stdout)
+    assert d["fits"] is True and d["level"]["prefill_sms"] == 80 and d["cost_model"] == "chapter"
     assert [round(r["itl_ms"]) for r in d["rows"]] == [9, 299, 74, 19, 9, 11, 15]
     assert [r["tokens_during_prefill"] for r in d["rows"]] == [None, 0, 4, 16, 55, 43, 33]
     assert set(d["rows"][0]) == {"policy", "label", "itl_ms", "decode_steps_during_prefill", "prefill_ms",
-                                 "tokens_during_prefill", "chunk_tokens", "prefill_sms", "decode_sms", "s_sat_sms"}
+                                 "tokens_during_prefill", "chunk_tokens", "prefill_sms", "decode_sms", "s_sat_sms",
+                                 "decode_alone_ms", "prefill_alone_ms", "decode_corun_ms", "prefill_corun_ms"}
+    d = json.loads(run("estimate", "--json", "--all-levels").stdout)
+    assert d["cost_model"] == "roofline" and d["cpu_step_ms"] == pytest.approx(0.31)
+    assert [r["policy"] for r in d["rows"]] == ["decode-only", "prefill-first", "chunked", "mixed-chunk",
+                                                "mixed-chunk", "pdmux"]
+    pd = d["rows"][-1]
+    assert pd["decode_alone_ms"] < pd["decode_corun_ms"] < pd["itl_ms"]
+    assert all(set(lv) >= {"decode_alone_ms", "prefill_alone_ms", "decode_corun_ms", "prefill_corun_ms"}
+               for lv in d["levels"])
 
 
 def test_estimate_options() -> None:
-    d = json.loads(run("estimate", "--level", "96/36", "--s-sat", "36", "--json").stdout)
+    d = json.loads(run("estimate", "--cost-model", "chapter", "--level", "96/36", "--s-sat", "36", "--json").stdout)
     pd = [r for r in d["rows"] if r["policy"] == "pdmux"]
     assert len(pd) == 1 and pd[0]["decode_sms"] == 36
     assert pd[0]["itl_ms"] == pytest.approx(d["rows"][0]["itl_ms"])  # 36 SMs saturate at S_SAT 36
@@ -154,6 +172,10 @@ def test_estimate_options() -> None:
     d = json.loads(run("estimate", "--gpu", "h200", "--model", "qwen3-30b-a3b", "--decode-bs", "64",
                        "--chunk-sizes", "1024", "--kv-bytes", "1", "--json").stdout)
     assert d["gpu"].startswith("H200") and len(d["rows"]) == 6
+    d = json.loads(run("estimate", "--chunk-sizes", "none", "--mixed-chunk-sizes", "none", "--json").stdout)
+    assert [r["policy"] for r in d["rows"]] == ["decode-only", "prefill-first", "pdmux"]
+    d = json.loads(run("estimate", "--step-overhead-ms", "0", "--json").stdout)
+    assert d["cpu_step_ms"] == 0 and d["rows"][-1]["itl_ms"] == d["rows"][-1]["decode_corun_ms"]
 
 
 def test_estimate_model_from_path(tmp_path) -> None:
@@ -161,7 +183,7 @@ def test_estimate_model_from_path(tmp_path) -> None:
 
     path = tmp_path / "config.json"
     path.write_text((model_profiles_dir() / "Qwen3-8B.json").read_text())
-    d = json.loads(run("estimate", "--model", str(path), "--json").stdout)
+    d = json.loads(run("estimate", "--model", str(path), "--cost-model", "chapter", "--json").stdout)
     assert round(d["rows"][4]["prefill_ms"]) == 480
 
 
@@ -182,15 +204,22 @@ def test_estimate_does_not_fit() -> None:
         (["estimate", "--prompt-tokens", "abc"], "--prompt-tokens"),
         (["estimate", "--chunk-sizes", "512,0"], "--chunk-sizes"),
         (["estimate", "--s-sat", "0"], "--s-sat"),
-        (["estimate", "--mfu", "2"], "mfu"),
+        (["estimate", "--mfu", "2", "--cost-model", "chapter"], "mfu"),
+        (["estimate", "--mfu", "0.6"], "chapter"),
+        (["estimate", "--cost-model", "exact"], "--cost-model"),
+        (["estimate", "--step-overhead-ms", "-1"], "--step-overhead-ms"),
+        (["estimate", "--step-overhead-ms", "1", "--cost-model", "chapter"], "roofline"),
+        (["estimate", "--mixed-chunk-sizes", "0"], "--mixed-chunk-sizes"),
+        (["estimate", "--prompt-tokens", "50000"], "context length"),
+        (["estimate", "--level", "66/66"], "multiple of 8"),
         (["estimate", "--level", "80/50"], "not a split"),
         (["estimate", "--level", "eighty"], "--level"),
         (["estimate", "--flops-dtype", "int4"], "--flops-dtype"),
         (["estimate", "--model", "/nonexistent/config.json"], "config.json"),
         (["estimate", "--weight-bytes", "-1"], "bytes per weight"),
         (["estimate", "--weight-bytes", "1e308"], "bytes per weight"),
-        (["estimate", "--mfu", "5e-324"], "mfu"),
-        (["estimate", "--bandwidth-efficiency", "5e-324"], "bandwidth efficiency"),
+        (["estimate", "--mfu", "5e-324", "--cost-model", "chapter"], "mfu"),
+        (["estimate", "--bandwidth-efficiency", "5e-324", "--cost-model", "chapter"], "bandwidth efficiency"),
         (["estimate", "--prompt-tokens", "99999999999999"], "prompt tokens"),
         (["estimate", "--prompt-tokens", "1000000", "--chunk-sizes", "1"], "chunk"),
         (["estimate", "--s-sat", "1000"], "S_SAT"),
@@ -353,9 +382,9 @@ def test_config_that_sglang_refuses_is_an_input_error(tmp_path) -> None:
 
 
 def test_explicit_level_outside_sglang_levels_is_noted() -> None:
-    d = json.loads(run("estimate", "--level", "100/32", "--json").stdout)
+    d = json.loads(run("estimate", "--level", "64/68", "--json").stdout)
     assert d["level"]["group"] == -1 and any("not one of the levels" in n for n in d["notes"])
-    assert "explicit split" in run("estimate", "--level", "100/32").stdout
+    assert "explicit split" in run("estimate", "--level", "64/68").stdout
 
 
 def test_output_special_files_and_stdout_dash(tmp_path) -> None:

@@ -18,8 +18,13 @@ def test_calibration_from_another_gpu_is_refused(tmp_path) -> None:
     path = tmp_path / "calibration.yaml"
     path.write_text(dump_calibration(cal))
     runner = CliRunner()
-    ok = runner.invoke(app, ["estimate", "--gpu", "h100", "--calibration", str(path), "--mfu", "0.7"])
+    ok = runner.invoke(app, ["estimate", "--gpu", "h100", "--calibration", str(path), "--cost-model", "chapter",
+                             "--mfu", "0.7"])
     assert ok.exit_code == 0 and "not used with --calibration" in ok.stdout
+    # the roofline model has no --mfu at all; --s-sat is what a calibration measures
+    for flag, value in (("--mfu", "0.7"), ("--s-sat", "60")):
+        r = runner.invoke(app, ["estimate", "--gpu", "h100", "--calibration", str(path), flag, value])
+        assert r.exit_code == 2 and r.stderr.count("\n") == 1
     r = runner.invoke(app, ["estimate", "--gpu", "h200", "--calibration", str(path)])
     assert r.exit_code == 2
     assert r.stderr.count("\n") == 1 and "measured on H100" in r.stderr

@@ -1,20 +1,23 @@
-"""The estimate: every number of the chapter's table, and the model's behaviour off the defaults."""
+"""The estimate: every number of the chapter's table (--cost-model chapter), the roofline rows, and the
+behaviour off the defaults."""
 
 from __future__ import annotations
 
 import pytest
 
-from pdmux_cli import cost
+from pdmux_cli.costmodel import chapter as cost
 from pdmux_cli.errors import InputError
 from pdmux_cli.estimate import Scenario, default_s_sat_values, estimate
 from pdmux_cli.hardware import find_gpu
 from pdmux_cli.model import load_model
 from pdmux_cli.render import itl_text, ms
 
+CHAPTER = Scenario(cost_model="chapter")
+
 
 @pytest.fixture(scope="module")
 def chapter():
-    return estimate(find_gpu("h100"), load_model("qwen3-8b"))
+    return estimate(find_gpu("h100"), load_model("qwen3-8b"), CHAPTER)
 
 
 def _cells(row):
@@ -30,8 +33,8 @@ def test_chapter_table_exact(chapter) -> None:
     assert got == [
         ("decode only (ref.)", "9 ms", "-", None),
         ("prefill first", "one step of 299 ms", "291 ms", 0),
-        ("chunked 2048", "74 ms x 4 steps", "295 ms", 4),
-        ("chunked 512", "19 ms x 16 steps", "306 ms", 16),
+        ("mixed chunk 2048", "74 ms x 4 steps", "295 ms", 4),
+        ("mixed chunk 512", "19 ms x 16 steps", "306 ms", 16),
         ("PD mux 80/52 S_SAT=44", "9 ms", "480 ms", 55),
         ("PD mux 80/52 S_SAT=66", "11 ms", "480 ms", 43),
         ("PD mux 80/52 S_SAT=88", "15 ms", "480 ms", 33),
@@ -42,8 +45,8 @@ def test_chapter_raw_values(chapter) -> None:
     rows = {r.label: r for r in chapter.rows}
     assert rows["decode only (ref.)"].itl_ms == pytest.approx(8.709, abs=1e-3)
     assert rows["prefill first"].prefill_ms == pytest.approx(290.772, abs=1e-3)
-    assert rows["chunked 2048"].itl_ms == pytest.approx(73.673, abs=1e-3)
-    assert rows["chunked 512"].prefill_ms == pytest.approx(306.444, abs=1e-3)
+    assert rows["mixed chunk 2048"].itl_ms == pytest.approx(73.673, abs=1e-3)
+    assert rows["mixed chunk 512"].prefill_ms == pytest.approx(306.444, abs=1e-3)
     assert rows["PD mux 80/52 S_SAT=66"].itl_ms == pytest.approx(11.054, abs=1e-3)
     assert rows["PD mux 80/52 S_SAT=66"].prefill_ms == pytest.approx(479.774, abs=1e-3)
 
@@ -56,7 +59,7 @@ def test_chapter_level_and_rounds(chapter) -> None:
 
 
 def test_all_levels_tradeoff(chapter) -> None:
-    est = estimate(find_gpu("h100"), load_model("qwen3-8b"), all_levels=True)
+    est = estimate(find_gpu("h100"), load_model("qwen3-8b"), CHAPTER, all_levels=True)
     assert [(lv.prefill_sms, lv.decode_sms) for lv in est.levels] == [
         (112, 20), (104, 28), (96, 36), (88, 44), (80, 52), (72, 60)]
     assert [lv.chosen for lv in est.levels] == [False, False, False, False, True, False]
@@ -68,12 +71,17 @@ def test_all_levels_tradeoff(chapter) -> None:
 
 
 def test_explicit_level() -> None:
-    est = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(96, 36)))
+    est = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(cost_model="chapter", level=(96, 36)))
     pd = [r for r in est.rows if r.policy == "pdmux"]
     assert {(r.prefill_sms, r.decode_sms) for r in pd} == {(96, 36)}
     assert pd[0].prefill_ms == pytest.approx(290.772 * 132 / 96, rel=1e-4)
     with pytest.raises(InputError, match="not a split"):
         estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(80, 50)))
+    # any split the granularity allows: prefill a multiple of 8 SMs on Hopper, decode the rest
+    est = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(64, 68)))
+    assert est.group_index == -1 and "not one of the levels" in est.notes[-1]
+    with pytest.raises(InputError, match="multiple of 8"):
+        estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(66, 66)))
 
 
 def test_llama70b_does_not_fit_on_one_h100() -> None:
@@ -105,8 +113,11 @@ def test_every_gpu_and_model_runs() -> None:
 def test_bad_scenarios() -> None:
     gpu, m = find_gpu("h100"), load_model("qwen3-8b")
     for bad in (Scenario(decode_bs=0), Scenario(context_tokens=-1), Scenario(prompt_tokens=0),
-                Scenario(chunk_sizes=(0,)), Scenario(s_sat_values=(0.0,)), Scenario(mfu=1.5),
-                Scenario(bandwidth_efficiency=0), Scenario(weight_bytes_per_param=-1), Scenario(kv_bytes_per_element=0)):
+                Scenario(chunk_sizes=(0,)), Scenario(mixed_chunk_sizes=(0,)), Scenario(s_sat_values=(0.0,)),
+                Scenario(mfu=1.5), Scenario(bandwidth_efficiency=0), Scenario(weight_bytes_per_param=-1),
+                Scenario(kv_bytes_per_element=0), Scenario(cost_model="magic"),
+                Scenario(mfu=0.6),  # a chapter knob: the roofline model refuses it
+                Scenario(cost_model="chapter", step_overhead_ms=1.0)):
         with pytest.raises(InputError):
             estimate(gpu, m, bad)
     with pytest.raises(InputError, match="SM count"):
@@ -130,3 +141,74 @@ def test_large_batch_decode_turns_compute_bound() -> None:
     big = cost.decode_step_s(m, thr, 20, 4096, 128)
     flops = 4096 * 2 * 8.19e9
     assert big >= flops / thr.flops_per_s(20) * 0.9 and big > small
+
+
+# ---------------------------------------------------------------------------------------------------
+# the default (roofline) estimate
+
+
+@pytest.fixture(scope="module")
+def roofline():
+    return estimate(find_gpu("h100"), load_model("qwen3-8b"), all_levels=True)
+
+
+def test_roofline_rows_name_sglang_policies(roofline) -> None:
+    rows = [(r.policy, r.label) for r in roofline.rows]
+    assert rows == [("decode-only", "decode only (ref.)"), ("prefill-first", "prefill first"),
+                    ("chunked", "chunked 8192"),  # SGLang's default chunk size on an 80 GB GPU
+                    ("mixed-chunk", "mixed chunk 2048"), ("mixed-chunk", "mixed chunk 512"),
+                    ("pdmux", "PD mux 80/52 S_SAT=102")]  # the fitted S_SAT: 0.77 of 132 SMs
+    assert roofline.cost_model == "roofline" and roofline.cpu_step_ms == pytest.approx(0.31)
+
+
+def test_roofline_corrects_the_chapter_where_measurements_disagree(roofline, chapter) -> None:
+    rl = {r.policy + (str(r.chunk_tokens) if r.chunk_tokens else ""): r for r in roofline.rows}
+    ch = {r.policy + (str(r.chunk_tokens) if r.chunk_tokens else ""): r for r in chapter.rows}
+    # decode: weight GEMMs below 90% of datasheet bandwidth plus small ops -> a longer step
+    assert rl["decode-only"].itl_ms > 1.1 * ch["decode-only"].itl_ms
+    # prefill: linear layers at ~0.78 of dense peak, not 0.5 -> a shorter prefill
+    assert rl["prefill-first"].prefill_ms < 0.8 * ch["prefill-first"].prefill_ms
+    # small chunks lose efficiency (weights re-read every chunk): 512 slower than 2048 by more than 10%
+    assert rl["mixed-chunk512"].prefill_ms > 1.2 * rl["mixed-chunk2048"].prefill_ms
+
+
+def test_chunked_default_stalls_decode_for_the_whole_prompt(roofline) -> None:
+    rows = {r.label: r for r in roofline.rows}
+    chunked, first = rows["chunked 8192"], rows["prefill first"]
+    assert chunked.tokens_during_prefill == 0 and chunked.steps == 1
+    assert chunked.itl_ms == pytest.approx(first.itl_ms, rel=1e-9)  # one 8192 chunk is the whole prompt
+    est = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(chunk_sizes=(2048,), mixed_chunk_sizes=()))
+    row = next(r for r in est.rows if r.policy == "chunked")
+    assert row.tokens_during_prefill == 0 and row.itl_ms > 4 * est.rows[0].itl_ms
+
+
+def test_pdmux_json_numbers_per_partition(roofline) -> None:
+    pd = next(r for r in roofline.rows if r.policy == "pdmux")
+    # co-run interference slows decode; a pdmux round adds the CPU's work to the decode step
+    assert pd.decode_corun_ms > pd.decode_alone_ms
+    assert pd.itl_ms == pytest.approx(pd.decode_corun_ms + roofline.cpu_step_ms)
+    assert pd.prefill_ms == pd.prefill_corun_ms and pd.prefill_alone_ms <= pd.prefill_corun_ms
+    chosen = next(lv for lv in roofline.levels if lv.chosen)
+    assert chosen.decode_alone_ms == pytest.approx(pd.decode_alone_ms)
+    # more decode SMs, shorter decode; fewer prefill SMs, longer prefill
+    alone = [lv.decode_alone_ms for lv in roofline.levels]
+    assert alone == sorted(alone, reverse=True)
+    assert [lv.prefill_ms for lv in roofline.levels] == sorted(lv.prefill_ms for lv in roofline.levels)
+
+
+def test_prompt_past_context_length_is_refused() -> None:
+    m = load_model("qwen3-8b")  # max_position_embeddings 40960
+    with pytest.raises(InputError, match="context length of 40,960"):
+        estimate(find_gpu("h100"), m, Scenario(prompt_tokens=40960))
+    with pytest.raises(InputError, match="decode context"):
+        estimate(find_gpu("h100"), m, Scenario(context_tokens=50000))
+    assert estimate(find_gpu("h100"), m, Scenario(prompt_tokens=40959, mixed_chunk_sizes=()))
+
+
+def test_sglang_pool_note_when_scenario_exceeds_it() -> None:
+    # 16.4 GB of weights + 39 GB of KV fit in 85.5 GB, but not in SGLang's pool with chunking off
+    # (mem_fraction_static 0.685 of 81559 MiB, less the weights: 281,205 tokens of 144 KiB)
+    est = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(decode_bs=128, context_tokens=2200))
+    assert est.memory.fits
+    assert est.memory.pdmux_pool_tokens == 281_205 < est.memory.kv_tokens_needed == 128 * 2200 + 8192
+    assert any("KV pool under pdmux" in n for n in est.notes)

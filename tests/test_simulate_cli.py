@@ -40,8 +40,11 @@ def assert_one_line_error(result, contains: str = "") -> None:
 def test_simulate_table_on_fixture() -> None:
     r = run("simulate", AZURE, "--rate-scale", "5")
     assert r.exit_code == 0, r.stderr
-    for text in ("pdmux", "chunked 512", "chunked 2048", "prefill-first", "TTFT p99", "ITL p50", "SLO met",
+    for text in ("pdmux", "chunked 8192", "mixed-chunk 512", "TTFT p99", "ITL p50", "SLO met",
                  "goodput", "azure_conv_50.csv"):
+        assert text in r.stdout
+    r = run("simulate", AZURE, "--policies", "chunked,prefill-first", "--chunk-sizes", "512,2048")
+    for text in ("chunked 512", "chunked 2048", "prefill-first"):
         assert text in r.stdout
 
 
@@ -96,8 +99,7 @@ def test_simulate_synthetic_csv_and_plot(tmp_path: Path) -> None:
     r = run(*args)
     assert r.exit_code == 0, r.stderr
     rows = list(csv.DictReader(io.StringIO(out_csv.read_text())))
-    assert len(rows) == 60 * 4 and {row["policy"] for row in rows} == {"pdmux", "chunked 512", "chunked 2048",
-                                                                         "prefill-first"}
+    assert len(rows) == 60 * 3 and {row["policy"] for row in rows} == {"pdmux", "chunked 8192", "mixed-chunk 512"}
     assert all(row["status"] == "done" for row in rows)
     if out_png is not None:
         assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -124,7 +126,13 @@ def test_simulate_bad_rows_are_a_note() -> None:
     (["simulate", AZURE, "--plot", "x.jpg"], ".png"),
     (["simulate", AZURE, "--csv", "/no/such/dir/x.csv"], "does not exist"),
     (["simulate", AZURE, "--divisions", "80:50:0"], "132"),
-    (["simulate", AZURE, "--memory-reserve", "1.5"], "--memory-reserve"),
+    (["simulate", AZURE, "--mem-fraction-static", "1.5"], "--mem-fraction-static"),
+    (["simulate", AZURE, "--policies", "pdmux", "--mfu", "0.5"], "chapter"),
+    (["simulate", AZURE, "--cost-model", "wild"], "--cost-model"),
+    (["simulate", AZURE, "--prefill-decode-interval", "-1"], "--prefill-decode-interval"),
+    (["simulate", AZURE, "--max-running-requests", "0"], "--max-running-requests"),
+    (["simulate", AZURE, "--cuda-graph-max-bs", "0"], "--cuda-graph-max-bs"),
+    (["simulate", AZURE, "--step-overhead-ms", "-2"], "--step-overhead-ms"),
     (["simulate", "--synthetic", "--qps", "1", "--prompt-tokens", "gauss:3"], "--prompt-tokens"),
     (["tune", "--trace", AZURE, "--slo-ttft", "-5", "--slo-itl", "20"], "--slo-ttft"),
     (["tune", "--trace", "missing.csv", "--slo-ttft", "5", "--slo-itl", "20"], "missing.csv: no such file"),
@@ -262,8 +270,8 @@ def test_tune_refuses_writing_over_its_trace(tmp_path: Path) -> None:
     (["--mfu", "nan"], "--mfu"),
     (["--bandwidth-efficiency", "5e-324"], "--bandwidth-efficiency"),
     (["--bandwidth-efficiency", "1.5"], "--bandwidth-efficiency"),
-    (["--memory-reserve", "0.99999"], "--memory-reserve"),
-    (["--memory-reserve", "-0.1"], "--memory-reserve"),
+    (["--mem-fraction-static", "0.999"], "--mem-fraction-static"),
+    (["--mem-fraction-static", "-0.1"], "--mem-fraction-static"),
     (["--s-sat", "1e308"], "--s-sat"),
     (["--qps", "1000000", "--duration", "10"], "--max-requests"),
     (["--qps", "1", "--max-requests", "1000001"], "1,000,000"),
@@ -279,31 +287,45 @@ def test_simulate_numbers_out_of_range_are_one_line(args: list[str], contains: s
 def test_simulate_bounds_are_inclusive_and_finite() -> None:
     h100, small = find_gpu("h100"), load_model("qwen3-0.6b")
     base = ["simulate", "--synthetic", "--qps", "2", "--max-requests", "20", "--json", "--policies", "chunked",
-            "--chunk-sizes", "512", "--model", "qwen3-0.6b", "--mfu", "0.001", "--bandwidth-efficiency", "1"]
+            "--chunk-sizes", "512", "--model", "qwen3-0.6b", "--cost-model", "chapter", "--mfu", "0.001",
+            "--bandwidth-efficiency", "1"]
     for extra, setup in (
-        (["--kv-bytes", "0.0625", "--memory-reserve", "0.95"],
-         make_setup(h100, small, kv_bytes_per_element=0.0625, memory_reserve=0.95)),
-        (["--kv-bytes", "16", "--weight-bytes", "16", "--memory-reserve", "0"],
-         make_setup(h100, small, kv_bytes_per_element=16, weight_bytes_per_param=16, memory_reserve=0)),
+        (["--kv-bytes", "0.0625", "--mem-fraction-static", "0.05"],
+         make_setup(h100, small, kv_bytes_per_element=0.0625, mem_fraction_static=0.05)),
+        (["--kv-bytes", "16", "--weight-bytes", "16", "--mem-fraction-static", "0.99"],
+         make_setup(h100, small, kv_bytes_per_element=16, weight_bytes_per_param=16, mem_fraction_static=0.99)),
     ):
         r = run(*base, *extra)
         assert r.exit_code == 0, r.stderr
         assert "NaN" not in r.stdout and "Infinity" not in r.stdout
         data = json.loads(r.stdout)
-        expected = int((h100.memory_bytes * (1 - setup.memory_reserve) - setup.weight_bytes) // setup.kv_bytes_per_token)
-        assert data["kv_capacity_tokens"] == expected > 0
+        expected = int(((h100.memory_bytes - 1024**3) * setup.mem_fraction_static - setup.weight_bytes)
+                       // setup.kv_bytes_per_token)
+        assert data["policies"][0]["kv_pool_tokens"] == expected > 0
         assert data["policies"][0]["completed"] == 20
 
 
 def test_simulate_json_turns_non_finite_numbers_into_null() -> None:
-    # one request rejected (too long for KV memory) and none completed: latency percentiles are NaN inside
-    r = run("simulate", "--synthetic", "--qps", "1", "--max-requests", "1", "--prompt-tokens", "5000000",
-            "--json", "--policies", "prefill-first")
+    # one request rejected (too long for a KV pool of ~3,600 tokens) and none completed: latency
+    # percentiles are NaN inside
+    r = run("simulate", "--synthetic", "--qps", "1", "--max-requests", "1", "--prompt-tokens", "30000",
+            "--mem-fraction-static", "0.2", "--json", "--policies", "prefill-first")
     assert r.exit_code == 0, r.stderr
     data = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
     p = data["policies"][0]
     assert p["completed"] == 0 and p["rejected"] == 1
     assert p["ttft_ms"] == {"p50": None, "p90": None, "p99": None, "max": None}
+
+
+def test_requests_past_the_context_length_are_bad_rows() -> None:
+    r = run("simulate", "--synthetic", "--qps", "1", "--max-requests", "5", "--prompt-tokens", "uniform:100:60000",
+            "--seed", "2", "--json", "--policies", "pdmux")
+    data = json.loads(r.stdout)
+    assert r.exit_code == 0 and data["trace"]["bad_rows"] >= 1
+    assert "context length of 40,960" in data["trace"]["bad_row_examples"][0]["reason"]
+    assert data["trace"]["requests"] + data["trace"]["bad_rows"] == 5
+    assert_one_line_error(run("simulate", "--synthetic", "--qps", "1", "--max-requests", "2", "--prompt-tokens",
+                              "50000"), "context length")
 
 
 def test_simulate_json_writer_never_writes_nan(capsys: pytest.CaptureFixture[str]) -> None:

@@ -189,6 +189,15 @@ def _splits_all(group_num: int, as_json: bool) -> None:
     console().print(table)
 
 
+def _parse_sizes(text: str | None, what: str) -> tuple[int, ...] | None:
+    """``"2048,512"`` -> ``(2048, 512)``; ``"none"`` -> ``()``; ``None`` (not given) -> ``None``."""
+    if text is None:
+        return None
+    if text.strip().lower() in ("none", "off", "-"):
+        return ()
+    return tuple(parse_int_list(text, what))
+
+
 def _parse_level(text: str) -> tuple[int, int] | None:
     if text.strip().lower() in ("", "auto", "sglang"):
         return None
@@ -207,10 +216,13 @@ def estimate(
     decode_bs: int = typer.Option(32, "--decode-bs", help="Requests in decode when the prompt arrives."),
     context: int = typer.Option(2048, "--context", help="KV-cache tokens of each decode request."),
     prompt_tokens: int = typer.Option(8192, "--prompt-tokens", help="Tokens of the prompt that slips in."),
-    chunk_sizes: str = typer.Option("2048,512", "--chunk-sizes", help="Chunked-prefill chunk sizes (tokens)."),
-    s_sat: str | None = typer.Option(None, "--s-sat", help="SMs to saturate HBM bandwidth, e.g. 44,66,88 (default: 1/3, 1/2, 2/3 of the SMs)."),
-    bandwidth_efficiency: float = typer.Option(0.85, "--bandwidth-efficiency", help="Fraction of datasheet HBM bandwidth decode reaches."),
-    mfu: float = typer.Option(0.5, "--mfu", help="Fraction of dense FLOP/s prefill reaches."),
+    chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help="Chunk sizes of SGLang's default chunked prefill (decode waits for every chunk), tokens, or 'none' (default: SGLang's default size for the GPU; none under --cost-model chapter)."),
+    mixed_chunk_sizes: str = typer.Option("2048,512", "--mixed-chunk-sizes", help="Chunk sizes with --enable-mixed-chunk (decode runs in every chunk step; the chapter's chunked rows), or 'none'."),
+    cost_model: str = typer.Option("roofline", "--cost-model", help="roofline (fitted to measurements) or chapter (the chapter's illustrative model)."),
+    s_sat: str | None = typer.Option(None, "--s-sat", help="SMs that reach 95% of HBM bandwidth, e.g. 44,66,88 (default: roofline's fit; chapter: 1/3, 1/2, 2/3 of the SMs)."),
+    bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help="Chapter model: fraction of datasheet HBM bandwidth decode reaches (default 0.85)."),
+    mfu: float | None = typer.Option(None, "--mfu", help="Chapter model: fraction of dense FLOP/s prefill reaches (default 0.5)."),
+    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="Roofline model: the engine's CPU time per step, ms (0 = kernels only; default: SGLang's measured 0.31)."),
     weight_bytes: float | None = typer.Option(None, "--weight-bytes", help="Bytes per weight (default: the model's dtype; bf16 2, fp8 1)."),
     kv_bytes: float = typer.Option(2.0, "--kv-bytes", help="Bytes per KV-cache element (bf16 2, fp8 1)."),
     level: str = typer.Option("auto", "--level", help="PREFILL/DECODE SMs, e.g. 96/36, or 'auto' for SGLang's choice."),
@@ -223,9 +235,10 @@ def estimate(
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench': measured curves replace S_SAT and MFU."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """ITL, prefill time and tokens gained for prefill-first, chunked prefill and PD multiplexing.
+    """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing.
 
-    With no options: the chapter's table (Qwen3-8B on H100 SXM, 32 x 2048, an 8192-token prompt)."""
+    With no options: the chapter's scenario (Qwen3-8B on H100 SXM, 32 x 2048, an 8192-token prompt);
+    --cost-model chapter reproduces the chapter's table."""
     from .. import policy, render
     from ..estimate import Scenario
     from ..estimate import estimate as run_estimate
@@ -245,7 +258,9 @@ def estimate(
     cfg = _load_pdmux_yaml(config, device, sm_group_num) if config is not None else None
     scenario = Scenario(
         decode_bs=decode_bs, context_tokens=context, prompt_tokens=prompt_tokens,
-        chunk_sizes=tuple(parse_int_list(chunk_sizes, "--chunk-sizes")),
+        chunk_sizes=_parse_sizes(chunk_sizes, "--chunk-sizes"),
+        mixed_chunk_sizes=_parse_sizes(mixed_chunk_sizes, "--mixed-chunk-sizes") or (),
+        cost_model=cost_model.strip().lower(), step_overhead_ms=step_overhead_ms,
         s_sat_values=tuple(parse_float_list(s_sat, "--s-sat")) if s_sat is not None else None,
         bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, weight_bytes_per_param=weight_bytes,
         kv_bytes_per_element=kv_bytes, level=_parse_level(level),
@@ -269,10 +284,12 @@ def estimate(
         if measured_on is not None and measured_on.key != gpu_profile.key:
             raise InputError(f"{calibration} was measured on {measured_on.name}, not {gpu_profile.name}: "
                              f"pass --gpu {measured_on.key} or run 'pdmux bench' on this GPU")
-        calibrated = cal.throughput(gpu_profile, scenario.bandwidth_efficiency, scenario.mfu)
+        calibrated = cal.throughput(gpu_profile)
+        if s_sat is not None:
+            raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
     result = run_estimate(gpu_profile, mdl, scenario, calibrated=calibrated, all_levels=all_levels)
-    if calibrated is not None and (s_sat is not None or mfu != 0.5 or bandwidth_efficiency != 0.85):
-        result.notes.append("--s-sat, --mfu and --bandwidth-efficiency are not used with --calibration: "
+    if calibrated is not None and scenario.cost_model == "chapter" and (mfu is not None or bandwidth_efficiency is not None):
+        result.notes.append("--mfu and --bandwidth-efficiency are not used with --calibration: "
                             "the measured curves replace them")
     data = render.estimate_dict(result)
     problem = NON_FINITE + ("; or the calibration's curves" if calibrated is not None else "")

@@ -32,7 +32,10 @@ from .common import (
 
 GPU_HELP = "GPU profile: alias (h100, h200, a100, b200, ...), reported name, or my-gpu.yaml. Default: h100."
 MODEL_HELP = "Model profile name or path to a Hugging Face config.json."
-POLICIES = ("pdmux", "chunked", "prefill-first")
+POLICIES = ("pdmux", "chunked", "mixed-chunk", "prefill-first")
+#: The policies compared by default: pdmux against SGLang's default scheduling and mixed chunks.
+DEFAULT_POLICIES = "pdmux,chunked,mixed-chunk"
+COST_MODEL_HELP = "roofline (fitted to measurements) or chapter (the chapter's illustrative model)."
 
 
 def _check_number(name: str, value: float | None, minimum: float = 0.0, strict: bool = True) -> None:
@@ -70,9 +73,14 @@ def _load_workload(trace_path: Path | None, synthetic: bool, fmt: str | None, qp
     return reshape(trace, rate_scale=rate_scale, qps=qps, max_requests=max_requests, duration_s=duration)
 
 
-def _setup(gpu: str | None, model: str, s_sat: float | None, bandwidth_efficiency: float, mfu: float,
-           calibration: Path | None, weight_bytes: float | None, kv_bytes: float, memory_reserve: float,
-           max_prefill_tokens: int, flops_dtype: str | None, gpu_profile: Any = None) -> Any:
+def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: float | None = None,
+           bandwidth_efficiency: float | None = None, mfu: float | None = None, calibration: Path | None = None,
+           weight_bytes: float | None = None, kv_bytes: float = 2.0, mem_fraction_static: float | None = None,
+           max_prefill_tokens: int = 16384, flops_dtype: str | None = None, step_overhead_ms: float | None = None,
+           ignore_eos: bool = False, disable_overlap: bool = False, cuda_graph_max_bs: int | None = None,
+           max_running_requests: int | None = None, gpu_profile: Any = None) -> Any:
+    """The simulated server (:func:`pdmux_cli.simulate.engine.make_setup`) from the options shared by
+    simulate and tune; :class:`InputError` for bad values or combinations."""
     from ..hardware import find_gpu_or_file
     from ..model import load_model
     from ..simulate import engine
@@ -81,11 +89,15 @@ def _setup(gpu: str | None, model: str, s_sat: float | None, bandwidth_efficienc
     _check_number("--s-sat", s_sat, minimum=1.0, strict=False)  # SMs: fewer than one saturates nothing
     engine.check_bytes_per_element(weight_bytes, "--weight-bytes")
     engine.check_bytes_per_element(kv_bytes, "--kv-bytes")
-    engine.check_memory_reserve(memory_reserve, "--memory-reserve")
+    engine.check_mem_fraction(mem_fraction_static)
     engine.check_efficiency(bandwidth_efficiency, "--bandwidth-efficiency")
     engine.check_efficiency(mfu, "--mfu")
+    _check_number("--step-overhead-ms", step_overhead_ms, strict=False)
     if max_prefill_tokens < 1:
         raise InputError(f"--max-prefill-tokens must be >= 1, got {max_prefill_tokens}")
+    for name, value in (("--cuda-graph-max-bs", cuda_graph_max_bs), ("--max-running-requests", max_running_requests)):
+        if value is not None and value < 1:
+            raise InputError(f"{name} must be >= 1, got {value}")
     if flops_dtype is not None and flops_dtype not in ("bf16", "fp16", "fp8"):
         raise InputError(f"--flops-dtype must be bf16, fp16 or fp8, got {flops_dtype!r}")
     profile = gpu_profile if gpu_profile is not None else find_gpu_or_file(gpu or "h100")
@@ -96,13 +108,17 @@ def _setup(gpu: str | None, model: str, s_sat: float | None, bandwidth_efficienc
     calibrated = None
     if calibration is not None:
         if s_sat is not None:
-            raise InputError("--s-sat is an analytic guess; a --calibration file replaces it: give one or the other")
+            raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
         from ..calibration import load_calibration
 
-        calibrated = load_calibration(calibration).throughput(profile, bandwidth_efficiency, mfu)
-    return make_setup(profile, mdl, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency, mfu=mfu,
-                      calibrated=calibrated, weight_bytes_per_param=weight_bytes, kv_bytes_per_element=kv_bytes,
-                      memory_reserve=memory_reserve, max_prefill_tokens=max_prefill_tokens, flops_dtype=flops_dtype)
+        calibrated = load_calibration(calibration).throughput(profile)
+    return make_setup(profile, mdl, cost_model=cost_model.strip().lower(), s_sat=s_sat,
+                      bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, calibrated=calibrated,
+                      weight_bytes_per_param=weight_bytes, kv_bytes_per_element=kv_bytes,
+                      mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
+                      flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
+                      disable_overlap=disable_overlap, cuda_graph_max_bs=cuda_graph_max_bs,
+                      max_running_requests=max_running_requests)
 
 
 def _pdmux_config(config: Path | None, sm_group_num: int | None, decode_bs_divisor: int | None,
@@ -153,6 +169,13 @@ def _pdmux_config(config: Path | None, sm_group_num: int | None, decode_bs_divis
     return cfg, notes
 
 
+def _drop_past_context(workload: Any, model: Any) -> Any:
+    """The trace without requests longer than the model's context length (bad rows, counted)."""
+    from ..simulate.traces import drop_past_context
+
+    return drop_past_context(workload, model.max_position_embeddings, model.name)
+
+
 def _finite(data: Any) -> Any:
     """``data`` with every NaN or infinite float replaced by ``None`` (JSON has no such numbers)."""
     if isinstance(data, float):
@@ -201,22 +224,31 @@ def simulate(
     output_tokens: str = typer.Option("128", "--output-tokens", help="Synthetic output length (same forms)."),
     model: str = typer.Option("qwen3-8b", "--model", "-m", help=MODEL_HELP),
     gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP),
-    policies: str = typer.Option("pdmux,chunked,prefill-first", "--policies", help="Comma-separated: pdmux, chunked, prefill-first."),
-    chunk_sizes: str = typer.Option("512,2048", "--chunk-sizes", help="Chunked-prefill token budgets per step."),
+    policies: str = typer.Option(DEFAULT_POLICIES, "--policies", help="Comma-separated: pdmux, chunked (SGLang's default scheduling), mixed-chunk (--enable-mixed-chunk), prefill-first (--chunked-prefill-size -1)."),
+    chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help="Chunk sizes of 'chunked' (default: SGLang's default for the GPU, 8192 on H100/H200)."),
+    mixed_chunk_sizes: str = typer.Option("512", "--mixed-chunk-sizes", help="Chunk sizes of 'mixed-chunk'."),
+    prefill_decode_interval: int = typer.Option(0, "--prefill-decode-interval", help="'chunked': decode-only rounds after each prefill batch (SGLang's flag; 0 = off)."),
     config: Path | None = typer.Option(None, "--config", help="pdmux YAML to simulate (default: SGLang's defaults)."),
     sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="Override sm_group_num."),
     decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor", help="Override decode_bs_divisor."),
     token_budget: int | None = typer.Option(None, "--token-budget", help="Override split_forward_token_budget."),
     divisions: str | None = typer.Option(None, "--divisions", help="Manual levels PREFILL:DECODE:THRESHOLD,..."),
-    s_sat: float | None = typer.Option(None, "--s-sat", help="SMs to saturate HBM bandwidth (default: half the SMs)."),
-    bandwidth_efficiency: float = typer.Option(0.85, "--bandwidth-efficiency", help="Fraction of datasheet bandwidth decode reaches."),
-    mfu: float = typer.Option(0.5, "--mfu", help="Fraction of dense FLOP/s prefill reaches."),
+    unreleased_fallback: bool = typer.Option(False, "--unreleased-fallback", help="pdmux: where SGLang 0.5.23 crashes (no manual threshold matches), use group 1 as its unreleased branches do, instead of stopping."),
+    cost_model: str = typer.Option("roofline", "--cost-model", help=COST_MODEL_HELP),
+    s_sat: float | None = typer.Option(None, "--s-sat", help="SMs that reach 95% of HBM bandwidth (default: the cost model's)."),
+    bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help="Chapter model: fraction of datasheet bandwidth decode reaches (0.85)."),
+    mfu: float | None = typer.Option(None, "--mfu", help="Chapter model: fraction of dense FLOP/s prefill reaches (0.5)."),
+    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="Roofline model: the engine's CPU time per step, ms (0 = kernels only)."),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' (measured curves and co-run interference)."),
     weight_bytes: float | None = typer.Option(None, "--weight-bytes", help="Bytes per weight (default: the model's dtype)."),
     kv_bytes: float = typer.Option(2.0, "--kv-bytes", help="Bytes per KV-cache element."),
     flops_dtype: str | None = typer.Option(None, "--flops-dtype", help="bf16, fp16 or fp8 dense math (default: by model)."),
-    memory_reserve: float = typer.Option(0.10, "--memory-reserve", help="Share of GPU memory kept free of KV cache."),
-    max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="Prompt tokens of one prefill batch (SGLang's --max-prefill-tokens)."),
+    mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help="SGLang's flag: share of GPU memory for weights and KV pool (default: SGLang's own, per policy)."),
+    max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens."),
+    max_running_requests: int | None = typer.Option(None, "--max-running-requests", help="SGLang's flag (default: SGLang's, from the KV pool)."),
+    cuda_graph_max_bs: int | None = typer.Option(None, "--cuda-graph-max-bs", help="Largest decode batch with a CUDA graph (default: SGLang's for the GPU)."),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Requests run to their max_new_tokens (benchmark traffic): admission reserves all of it."),
+    disable_overlap_schedule: bool = typer.Option(False, "--disable-overlap-schedule", help="Baselines without SGLang's overlap scheduler (as pdmux runs): CPU time adds to every step."),
     slo_ttft: float = typer.Option(1000.0, "--slo-ttft", help="TTFT SLO, ms."),
     slo_itl: float = typer.Option(60.0, "--slo-itl", help="ITL SLO, ms (judged on each request's p99 ITL)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
@@ -229,7 +261,7 @@ def simulate(
     end-to-end latency percentiles, SLO attainment, goodput and GPU busy share."""
     from ..simulate.metrics import summarize
     from ..simulate.runner import simulate as run_simulation
-    from ..simulate.schedulers import ChunkedPolicy, PdmuxPolicy, PrefillFirstPolicy
+    from ..simulate.schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy, PrefillFirstPolicy
 
     if trace is not None and trace_option is not None:
         raise InputError("give the trace once: as the TRACE argument or as --trace, not both")
@@ -240,7 +272,10 @@ def simulate(
     unknown = [p for p in names if p not in POLICIES]
     if unknown or not names:
         raise InputError(f"--policies: unknown {', '.join(unknown) or '(empty)'}; use {', '.join(POLICIES)}")
-    chunks = parse_int_list(chunk_sizes, "--chunk-sizes") if "chunked" in names else []
+    chunks = parse_int_list(chunk_sizes, "--chunk-sizes") if chunk_sizes is not None and "chunked" in names else []
+    mixed_chunks = parse_int_list(mixed_chunk_sizes, "--mixed-chunk-sizes") if "mixed-chunk" in names else []
+    if prefill_decode_interval < 0:
+        raise InputError(f"--prefill-decode-interval must be >= 0, got {prefill_decode_interval}")
     if plot is not None and plot.suffix.lower() != ".png":
         raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {plot}")
     inputs = (trace, config, calibration, model_file(model), gpu_file(gpu))
@@ -251,16 +286,27 @@ def simulate(
         raise InputError(f"--csv and --plot name the same file {plot}: give two paths")
     workload = _load_workload(trace, synthetic, fmt, qps, rate_scale, max_requests, duration, seed,
                               prompt_tokens, output_tokens)
-    setup = _setup(gpu, model, s_sat, bandwidth_efficiency, mfu, calibration, weight_bytes, kv_bytes,
-                   memory_reserve, max_prefill_tokens, flops_dtype)
+    setup = _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency, mfu=mfu,
+                   calibration=calibration, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
+                   mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
+                   flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
+                   disable_overlap=disable_overlap_schedule, cuda_graph_max_bs=cuda_graph_max_bs,
+                   max_running_requests=max_running_requests)
+    workload = _drop_past_context(workload, setup.model)
+    if not chunks and "chunked" in names:
+        from ..sglang_server import default_chunked_prefill_size
+
+        chunks = [default_chunked_prefill_size(setup.memory_bytes)]
     runs: list[Any] = []
     cfg_notes: list[str] = []
     for name in dict.fromkeys(names):
         if name == "pdmux":
             cfg, cfg_notes = _pdmux_config(config, sm_group_num, decode_bs_divisor, token_budget, divisions, setup)
-            runs.append(PdmuxPolicy(cfg))
+            runs.append(PdmuxPolicy(cfg, unreleased_fallback=unreleased_fallback))
         elif name == "chunked":
-            runs.extend(ChunkedPolicy(c) for c in dict.fromkeys(chunks))
+            runs.extend(ChunkedPolicy(c, prefill_decode_interval) for c in dict.fromkeys(chunks))
+        elif name == "mixed-chunk":
+            runs.extend(MixedChunkPolicy(c) for c in dict.fromkeys(mixed_chunks))
         else:
             runs.append(PrefillFirstPolicy())
 
@@ -281,7 +327,7 @@ def simulate(
     from ..simulate import report
 
     title = (f"{workload.source}: {n} requests over {workload.duration_s:.0f} s ({workload.mean_qps:.3g} req/s); "
-             f"{setup.model.name} on {setup.gpu_name}, {setup.throughput.source}")
+             f"{setup.model.name} on {setup.gpu_name}, {setup.step_model.source}")
     if csv_path is not None:
         write_atomic(csv_path, report.per_request_csv(workload, metrics))
     if plot is not None:
@@ -297,7 +343,7 @@ def simulate(
         print_json({
             "trace": report.trace_dict(workload),
             "model": setup.model.name, "gpu": setup.gpu_name, "sm_count": setup.total_sms,
-            "throughput": setup.throughput.source, "kv_capacity_tokens": setup.kv_capacity_tokens(),
+            "cost_model": setup.step_model.name, "throughput": setup.step_model.source,
             "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl, "itl_judged_on": "request p99 ITL (nearest rank)"},
             "policies": [report.metrics_dict(m) for m in metrics],
             "csv": str(csv_path) if csv_path else None, "plot": str(plot) if plot else None,
@@ -413,7 +459,8 @@ def tuned_config(
     if trace is None or slo_ttft_ms is None or slo_itl_ms is None:
         raise InputError("--tune needs --trace FILE, --slo-ttft MS and --slo-itl MS")
     workload = _load_workload(trace, False, fmt, qps, rate_scale, max_requests, duration, 0, "1024", "128")
-    setup = _setup(None, model, s_sat, 0.85, 0.5, calibration, None, 2.0, 0.10, 16384, None, gpu_profile=gpu_profile)
+    setup = _setup(None, model, s_sat=s_sat, calibration=calibration, gpu_profile=gpu_profile)
+    workload = _drop_past_context(workload, setup.model)
     result = _tune_run(workload, setup, slo_ttft_ms, slo_itl_ms, sm_group_nums, divisors, budgets, True, workers,
                        show and sys.stderr.isatty())
     if show:
@@ -440,12 +487,15 @@ def tune(
     divisors: str | None = typer.Option(None, "--divisors", help="decode_bs_divisor values to try (default 12,24,36,48,72)."),
     budgets: str | None = typer.Option(None, "--budgets", help="split_forward_token_budget values (default 4096,16384,65536)."),
     no_single_levels: bool = typer.Option(False, "--no-fixed-splits", help="Do not try single fixed splits."),
-    s_sat: float | None = typer.Option(None, "--s-sat", help="SMs to saturate HBM bandwidth (default: half the SMs)."),
-    bandwidth_efficiency: float = typer.Option(0.85, "--bandwidth-efficiency", help="Fraction of datasheet bandwidth."),
-    mfu: float = typer.Option(0.5, "--mfu", help="Fraction of dense FLOP/s prefill reaches."),
+    cost_model: str = typer.Option("roofline", "--cost-model", help=COST_MODEL_HELP),
+    s_sat: float | None = typer.Option(None, "--s-sat", help="SMs that reach 95% of HBM bandwidth (default: the cost model's)."),
+    bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help="Chapter model: fraction of datasheet bandwidth (0.85)."),
+    mfu: float | None = typer.Option(None, "--mfu", help="Chapter model: fraction of dense FLOP/s prefill reaches (0.5)."),
+    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="Roofline model: the engine's CPU time per step, ms."),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench'."),
-    memory_reserve: float = typer.Option(0.10, "--memory-reserve", help="Share of GPU memory kept free of KV cache."),
-    max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="Prompt tokens of one prefill batch."),
+    mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help="SGLang's flag (default: SGLang's own with chunking off)."),
+    max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens."),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Requests run to their max_new_tokens (benchmark traffic)."),
     workers: int | None = typer.Option(None, "--workers", help="Processes (default: the cores available)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the winning YAML here (whole or not at all)."),
     show_all: bool = typer.Option(False, "--all", help="Show every config compared, not just the best."),
@@ -460,8 +510,10 @@ def tune(
     refuse_overwriting_inputs(output, trace, calibration, model_file(model), gpu_file(gpu))
     check_writable(output)
     workload = _load_workload(trace, False, fmt, qps, rate_scale, max_requests, duration, 0, "1024", "128")
-    setup = _setup(gpu, model, s_sat, bandwidth_efficiency, mfu, calibration, None, 2.0, memory_reserve,
-                   max_prefill_tokens, None)
+    setup = _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency, mfu=mfu,
+                   calibration=calibration, mem_fraction_static=mem_fraction_static,
+                   max_prefill_tokens=max_prefill_tokens, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos)
+    workload = _drop_past_context(workload, setup.model)
     result = _tune_run(workload, setup, slo_ttft, slo_itl, sm_group_nums, divisors, budgets, not no_single_levels,
                        workers, _show_progress(as_json))
     best = result.best_row.candidate.config

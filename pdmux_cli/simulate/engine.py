@@ -1,30 +1,33 @@
-"""The simulated GPU: setup, step costs, the running decode batch, KV memory, and one run's raw record.
+"""The simulated SGLang server: its settings, KV pool, running decode batch, admission, retraction and records.
 
-Shared by the three schedulers in :mod:`pdmux_cli.simulate.schedulers` (see that module's docstring
-for the modelling choices of each policy). Everything here is pure Python and deterministic.
+Shared by the schedulers in :mod:`pdmux_cli.simulate.schedulers`. Pure Python and deterministic.
+The rules follow SGLang 0.5.23 (paths inside its wheel; docs/architecture.md lists them):
 
-Modelling choices common to every policy:
-
-- **Times** come from the roofline cost model (:mod:`pdmux_cli.cost`): a decode step of ``n``
-  requests is ``max((weights read + KV read) / bandwidth, (linear + attention FLOPs) / FLOP/s)``
-  exactly as :func:`pdmux_cli.cost.decode_step_s_batch` (re-stated in :class:`StepCost` with
-  per-SM-count caches, and tested equal); prefill is compute-bound, ``cost.prefill_flops / FLOP/s``.
-- **Decode batch totals** are kept as running sums so one step costs O(1): the sum of contexts
-  (``kv_bytes`` and ``decode_attention_flops`` are ``a * context + b * min(context, window)``; the
-  coefficients are read off :mod:`pdmux_cli.model` once) and, for sliding-window models, the sum of
-  ``min(context, window)`` with a heap of the steps where requests cross the window.
-- **A request's context** at its j-th decode step is ``prompt + j - 1`` tokens (the KV already cached;
-  the step writes one more). The first output token comes out of prefill; the other ``output - 1``
-  come from decode steps, one per step; a request is in every decode step from the one after its
-  first token until its last.
-- **KV memory**: capacity in tokens = ``(memory * (1 - reserve) - weight bytes) / KV bytes per
-  token`` (uncapped by sliding windows: SGLang's token pool allocates per token). A request reserves
-  ``prompt + output`` tokens when admitted (its output length is in the trace, so nothing is ever
-  preempted) and frees them when it finishes; waiting requests are admitted FIFO with head-of-line
-  blocking. A request that needs more than the whole capacity is *rejected* up front and reported.
-- **Records**: the end time of every decode step (one float a step) and, per request, its first-token
-  time and the index of its first decode step; ITLs are recovered from step end times afterwards
-  (:mod:`pdmux_cli.simulate.metrics`), so no per-token Python work is done during the run.
+- **Step times** come from a cost model (:mod:`pdmux_cli.costmodel`, ``Setup.step_model``); the engine's
+  CPU time per step (``StepModel.decode_cpu_s``) is charged by the scheduler.
+- **KV pool** (:meth:`Setup.kv_pool`): SGLang's ``mem_fraction_static`` for the policy's chunk size
+  (``srt/arg_groups/memory_hook.py`` ``handle_gpu_memory_settings``; chunking off under pdmux and
+  prefill-first), or ``--mem-fraction-static``; tokens = the pool's bytes / KV bytes per token.
+- **Admission** (:meth:`Work.form_prefill_batch`, ``srt/managers/schedule_policy.py`` ``PrefillAdder``):
+  FCFS with head-of-line blocking; a request is admitted when ``extend + clip(max_new) + 1 < free -
+  ratio x sum(clip(remaining) of running requests) - charges of this batch`` (strict), ``clip`` at
+  4096 tokens, ``ratio`` = ``new_token_ratio`` (1.0 with ``--ignore-eos``); at most
+  ``max_running_requests`` running; without chunking a request other than the first is refused when its
+  tokens are ``>=`` what is left of ``max_prefill_tokens``; with chunking a prompt longer than what is
+  left of the chunk (``>``) is cut, and the cut request goes first in the next prefill batch. After a
+  failed admission the batch is "full" until a running request leaves.
+- **Decode memory** (:meth:`Work.check_decode_memory`, ``schedule_batch.py`` ``check_decode_mem`` and
+  ``retract_decode``): a decode step needs one free KV slot per request; when short, requests are
+  retracted (fewest generated tokens first, then longest prompt; at least one kept) to the back of
+  the queue, their KV freed; they are prefilled again with prompt + generated tokens later.
+  ``new_token_ratio`` starts at 0.7, decays by 0.001 per decode step to 0.098, is set to
+  ``(generated + 20 x kept) / (max_new + 1)`` over the kept requests after a retraction, and resets
+  when the server is idle.
+- **A request's context** at its j-th decode step is the tokens cached (prompt, plus outputs); the first
+  output token comes out of prefill (or of a re-prefill after a retraction), every other from a decode
+  step; ``max_new_tokens`` is the trace's output length.
+- **Records**: the end time of every decode step and, per request, the times and step ranges of its
+  tokens; ITLs are recovered from step end times afterwards (:mod:`pdmux_cli.simulate.metrics`).
 """
 
 from __future__ import annotations
@@ -36,32 +39,23 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .. import cost
 from .. import model as mdl
+from .. import sglang_server as sgl
 from ..errors import InputError
 from ..model import Model
 
-#: SGLang's default ``--max-prefill-tokens``: the token cap of one prefill batch (without chunking
-#: a longer prompt still runs, alone).
-DEFAULT_MAX_PREFILL_TOKENS = 16384
-
-#: Default share of GPU memory kept free of KV cache (activations, CUDA graphs, fragmentation).
-DEFAULT_MEMORY_RESERVE = 0.10
-
-#: Largest share of GPU memory that may be kept free of KV cache (a larger reserve is a typo, and
-#: ``{:.0%}`` would print 0.99999 as "100%").
-MAX_MEMORY_RESERVE = 0.95
+#: Most decode steps one simulated policy may take. Memory grows with the steps (their end times,
+#: then sorting the ITL distribution: about 130 bytes a step at the peak, so under 1 GB here).
+MAX_DECODE_STEPS = 6_000_000
 
 #: Bytes per weight or KV-cache element pdmux accepts: a 0.5-bit format (1/16 byte) up to fp128.
 BYTES_PER_ELEMENT_RANGE = (0.0625, 16.0)
 
-#: Bandwidth efficiency and MFU: fractions of the datasheet figures, at least 0.1 %.
+#: Efficiency knobs of the chapter's model: fractions of the datasheet figures, at least 0.1 %.
 EFFICIENCY_RANGE = (0.001, 1.0)
 
-#: Most decode steps one simulated policy may take. Memory grows with the steps (their end times,
-#: then sorting the ITL distribution: about 130 bytes a step at the peak, so under 1 GB here); the
-#: whole Azure conv trace takes 0.5 M steps (3.9 M with chunked prefill of 1 token per step).
-MAX_DECODE_STEPS = 6_000_000
+#: ``--mem-fraction-static``: SGLang's accepted range (a fraction of the GPU's memory).
+MEM_FRACTION_RANGE = (0.05, 0.99)
 
 
 class StepEnds(array):
@@ -88,12 +82,6 @@ def _real(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_memory_reserve(value: float, name: str = "memory reserve") -> None:
-    """:class:`InputError` unless ``value`` is a fraction in [0, :data:`MAX_MEMORY_RESERVE`]."""
-    if not (_real(value) and 0 <= value <= MAX_MEMORY_RESERVE):
-        raise InputError(f"{name} must be a fraction in [0, {MAX_MEMORY_RESERVE:g}], got {value}")
-
-
 def check_bytes_per_element(value: float | None, name: str) -> None:
     """:class:`InputError` unless ``value`` (bytes per weight or KV element) is ``None`` or within
     :data:`BYTES_PER_ELEMENT_RANGE`."""
@@ -103,38 +91,53 @@ def check_bytes_per_element(value: float | None, name: str) -> None:
                          f"got {value}")
 
 
-def check_efficiency(value: float, name: str) -> None:
-    """:class:`InputError` unless ``value`` is a fraction within :data:`EFFICIENCY_RANGE`."""
+def check_efficiency(value: float | None, name: str) -> None:
+    """:class:`InputError` unless ``value`` is ``None`` or a fraction within :data:`EFFICIENCY_RANGE`."""
     lo, hi = EFFICIENCY_RANGE
-    if not (_real(value) and lo <= value <= hi):
+    if value is not None and not (_real(value) and lo <= value <= hi):
         raise InputError(f"{name} must be a fraction in [{lo:g}, {hi:g}], got {value}")
+
+
+def check_mem_fraction(value: float | None, name: str = "--mem-fraction-static") -> None:
+    """:class:`InputError` unless ``value`` is ``None`` or within :data:`MEM_FRACTION_RANGE`."""
+    lo, hi = MEM_FRACTION_RANGE
+    if value is not None and not (_real(value) and lo <= value <= hi):
+        raise InputError(f"{name} must be a fraction from {lo:g} to {hi:g} of the GPU's memory, got {value}")
 
 
 @dataclass(frozen=True)
 class Setup:
-    """The simulated device and model.
+    """The simulated server: model, cost model, GPU and SGLang's settings.
 
-    ``throughput``: a :class:`pdmux_cli.cost.Throughput` (analytic or calibrated).
-    ``total_sms``: SMs. ``compute_capability``: ``(major, minor)`` (for SGLang's split levels).
-    ``memory_bytes``: device memory, bytes. ``weight_bytes_per_param``: ``None`` for the model's
-    dtype. ``kv_bytes_per_element``: bytes (bf16 2, fp8 1). ``memory_reserve``: fraction of memory
-    kept free (0-1). ``max_prefill_tokens``: tokens of one prefill batch (prefill-first and pdmux).
+    ``step_model``: a :class:`pdmux_cli.costmodel.StepModel`. ``total_sms``: SMs.
+    ``compute_capability``: ``(major, minor)``. ``memory_bytes``: device memory (nvidia-smi's total),
+    bytes. ``weight_bytes_per_param``: ``None`` for the model's dtype. ``kv_bytes_per_element``: bytes.
+    ``mem_fraction_static``: ``None`` for SGLang's default per policy. ``max_prefill_tokens``: SGLang's
+    ``--max-prefill-tokens``. ``ignore_eos``: requests run to their ``max_new_tokens`` (benchmark
+    traffic): admission reserves their whole remaining output. ``disable_overlap``: the baselines run
+    without the overlap scheduler (their CPU time adds to every step, as under pdmux).
+    ``cuda_graph_max_bs``: ``None`` for SGLang's default for the GPU; larger decode batches run
+    without a CUDA graph. ``max_running_requests``: ``None`` for SGLang's default from the pool.
     ``gpu_name``: for output.
     """
 
     model: Model
-    throughput: cost.Throughput
+    step_model: object
     total_sms: int
     compute_capability: tuple[int, int]
     memory_bytes: float
     weight_bytes_per_param: float | None = None
     kv_bytes_per_element: float = 2.0
-    memory_reserve: float = DEFAULT_MEMORY_RESERVE
-    max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS
+    mem_fraction_static: float | None = None
+    max_prefill_tokens: int = sgl.MAX_PREFILL_TOKENS
+    ignore_eos: bool = False
+    disable_overlap: bool = False
+    cuda_graph_max_bs: int | None = None
+    max_running_requests: int | None = None
     gpu_name: str = ""
 
     def __post_init__(self) -> None:
-        check_memory_reserve(self.memory_reserve)
+        check_mem_fraction(self.mem_fraction_static)
         check_bytes_per_element(self.kv_bytes_per_element, "KV bytes per element")
         check_bytes_per_element(self.weight_bytes_per_param, "weight bytes per parameter")
         if not (_real(self.memory_bytes) and self.memory_bytes > 0):
@@ -143,6 +146,10 @@ class Setup:
             raise InputError(f"max prefill tokens must be >= 1, got {self.max_prefill_tokens}")
         if self.total_sms < 1:
             raise InputError(f"SM count must be >= 1, got {self.total_sms}")
+        for name in ("cuda_graph_max_bs", "max_running_requests"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise InputError(f"{name.replace('_', ' ')} must be >= 1, got {value}")
 
     @property
     def weight_bytes(self) -> float:
@@ -151,224 +158,208 @@ class Setup:
 
     @property
     def kv_bytes_per_token(self) -> float:
-        """KV bytes per cached token, all layers, uncapped (:func:`pdmux_cli.model.kv_bytes_per_token`)."""
+        """KV bytes per cached token, all layers, uncapped (:func:`pdmux_cli.model.kv_bytes_per_token`):
+        SGLang's token pool allocates a full cell per token."""
         return mdl.kv_bytes_per_token(self.model, self.kv_bytes_per_element)
 
-    def kv_capacity_tokens(self) -> int:
-        """Tokens the KV cache holds: ``(memory * (1 - reserve) - weights) // KV bytes per token``.
+    @property
+    def graph_max_bs(self) -> int:
+        """The largest decode batch run as a CUDA graph."""
+        if self.cuda_graph_max_bs is not None:
+            return self.cuda_graph_max_bs
+        return sgl.default_cuda_graph_max_bs(self.memory_bytes)
 
-        Raises :class:`InputError` when the weights alone do not fit (no KV space left).
-        """
-        free = self.memory_bytes * (1.0 - self.memory_reserve) - self.weight_bytes
-        per_token = self.kv_bytes_per_token
-        room = free // per_token if free > 0 else 0.0
-        if not math.isfinite(room):  # cannot happen within the checked ranges; never an OverflowError
-            raise InputError(f"KV capacity is not a finite number of tokens ({free:g} B free, {per_token:g} B/token)")
-        tokens = int(room)
-        if tokens < 1:
-            raise InputError(
-                f"{self.model.name} does not fit {self.gpu_name or 'this GPU'}: {self.weight_bytes / 1e9:.1f} GB of "
-                f"weights leave no KV cache in {self.memory_bytes / 1e9:.1f} GB less a "
-                f"{self.memory_reserve:.0%} reserve (use fewer bytes per weight or a bigger GPU)"
-            )
-        return tokens
+    def kv_pool(self, chunk_tokens: int) -> sgl.KvPool:
+        """SGLang's KV pool with ``--chunked-prefill-size chunk_tokens`` (``-1``: chunking off).
+        Raises :class:`InputError` when the weights leave no room (naming the model and GPU)."""
+        fraction = self.mem_fraction_static
+        if fraction is None:
+            fraction = sgl.mem_fraction_static(self.memory_bytes, chunk_tokens, max_prefill_tokens=self.max_prefill_tokens)
+        try:
+            return sgl.kv_pool(self.memory_bytes, self.weight_bytes, self.kv_bytes_per_token, fraction)
+        except InputError as exc:
+            raise InputError(f"{self.model.name} does not fit {self.gpu_name or 'this GPU'}: {exc}") from None
+
+    def running_limit(self, pool_tokens: int) -> int:
+        """``max_running_requests`` for a pool of ``pool_tokens``."""
+        if self.max_running_requests is not None:
+            return min(self.max_running_requests, max(1, pool_tokens // 2))
+        context = self.model.max_position_embeddings or pool_tokens
+        return sgl.max_running_requests(pool_tokens, context)
 
 
 def make_setup(
     gpu,
     model: Model,
     *,
+    cost_model: str = "roofline",
     s_sat: float | None = None,
-    bandwidth_efficiency: float = 0.85,
-    mfu: float = 0.5,
-    calibrated: cost.Throughput | None = None,
+    bandwidth_efficiency: float | None = None,
+    mfu: float | None = None,
+    calibrated=None,
     weight_bytes_per_param: float | None = None,
     kv_bytes_per_element: float = 2.0,
-    memory_reserve: float = DEFAULT_MEMORY_RESERVE,
-    max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS,
+    mem_fraction_static: float | None = None,
+    max_prefill_tokens: int = sgl.MAX_PREFILL_TOKENS,
     flops_dtype: str | None = None,
+    step_overhead_ms: float | None = None,
+    ignore_eos: bool = False,
+    disable_overlap: bool = False,
+    cuda_graph_max_bs: int | None = None,
+    max_running_requests: int | None = None,
 ) -> Setup:
-    """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.hardware.Gpu`) and a model.
-
-    Throughput: ``calibrated`` when given (with its measured co-run interference), else
-    :class:`pdmux_cli.cost.AnalyticThroughput` with ``s_sat`` SMs (default half the SM count),
-    ``bandwidth_efficiency`` and ``mfu`` (fractions), dense FLOP/s of ``flops_dtype`` (default as
-    :func:`pdmux_cli.estimate.pick_flops_dtype`). Raises :class:`InputError` for a GPU without an
-    SM count, memory or bandwidth figures, or bad fractions.
-    """
-    from ..estimate import pick_flops_dtype
+    """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.hardware.Gpu`) and a model, with the cost
+    model of :func:`pdmux_cli.costmodel.build_step_model` (its arguments: ``cost_model``, ``s_sat``,
+    ``bandwidth_efficiency``, ``mfu``, ``calibrated``, ``flops_dtype``, ``step_overhead_ms``). Raises
+    :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values."""
+    from ..costmodel import build_step_model
 
     check_efficiency(bandwidth_efficiency, "bandwidth efficiency")
     check_efficiency(mfu, "MFU")
     total = gpu.require_sm_count()
     if not gpu.memory_bytes or not gpu.hbm_bytes_per_s:
         raise InputError(f"{gpu.name} has no memory or bandwidth figures: simulate needs a full GPU profile (--gpu)")
-    if calibrated is not None:
-        throughput = calibrated
-    else:
-        dense = gpu.dense_flops(pick_flops_dtype(gpu, model, flops_dtype))
-        throughput = cost.AnalyticThroughput(
-            total, gpu.hbm_bytes_per_s, dense, bandwidth_efficiency, mfu, float(s_sat if s_sat is not None else total / 2)
-        )
+    step_model = build_step_model(
+        gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency, mfu=mfu,
+        calibrated=calibrated, weight_bytes_per_param=weight_bytes_per_param,
+        kv_bytes_per_element=kv_bytes_per_element, flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms)
     return Setup(
-        model=model, throughput=throughput, total_sms=total, compute_capability=tuple(gpu.compute_capability),
+        model=model, step_model=step_model, total_sms=total, compute_capability=tuple(gpu.compute_capability),
         memory_bytes=float(gpu.memory_bytes), weight_bytes_per_param=weight_bytes_per_param,
-        kv_bytes_per_element=kv_bytes_per_element, memory_reserve=memory_reserve,
-        max_prefill_tokens=max_prefill_tokens, gpu_name=gpu.name,
+        kv_bytes_per_element=kv_bytes_per_element, mem_fraction_static=mem_fraction_static,
+        max_prefill_tokens=max_prefill_tokens, ignore_eos=ignore_eos, disable_overlap=disable_overlap,
+        cuda_graph_max_bs=cuda_graph_max_bs, max_running_requests=max_running_requests, gpu_name=gpu.name,
     )
 
 
-def _linear_window_coefficients(fn: Callable[[int], float], window: int) -> tuple[float, float]:
-    """``(a, b)`` with ``fn(c) == a * c + b * min(c, window)`` (``b = 0`` without a window)."""
-    if not window:
-        return fn(1), 0.0
-    a = (fn(2 * window) - fn(window)) / window
-    b = fn(window) / window - a
-    return a, b
-
-
-class StepCost:
-    """Step times for one :class:`Setup`, with the per-SM-count throughputs cached.
-
-    :meth:`decode_s` equals :func:`pdmux_cli.cost.decode_step_s_batch` for the batch totals (tested);
-    :meth:`prefill_s` equals :func:`pdmux_cli.cost.prefill_s` given the FLOPs.
-    """
-
-    def __init__(self, setup: Setup) -> None:
-        m = setup.model
-        self.setup = setup
-        self.model = m
-        self.throughput = setup.throughput
-        self.linear_flops = mdl.flops_per_token_linear(m)
-        self.window = m.sliding_window if m.num_sliding_layers else 0
-        kvb = setup.kv_bytes_per_element
-        self.kv_a, self.kv_b = _linear_window_coefficients(lambda c: mdl.kv_bytes(m, c, kvb), self.window)
-        self.attn_a, self.attn_b = _linear_window_coefficients(lambda c: mdl.decode_attention_flops(m, c), self.window)
-        self._weight_bytes: list[float] = [0.0]
-        self._decode_rates: dict[tuple[int, int], tuple[float, float]] = {}
-        self._prefill_rates: dict[tuple[int, int], float] = {}
-
-    def weight_bytes(self, decode_bs: int) -> float:
-        """Bytes of weights a decode step of ``decode_bs`` requests reads (cached per batch size)."""
-        cache = self._weight_bytes
-        while len(cache) <= decode_bs:
-            cache.append(mdl.decode_weight_bytes(self.model, len(cache), self.setup.weight_bytes_per_param))
-        return cache[decode_bs]
-
-    def _decode_rate(self, sms: int, corun_prefill_sms: int) -> tuple[float, float]:
-        key = (sms, corun_prefill_sms)
-        rates = self._decode_rates.get(key)
-        if rates is None:
-            if sms < 1:
-                raise InputError(f"a decode step needs at least 1 SM, got {sms}")
-            bandwidth = self.throughput.bandwidth_bytes_per_s(sms)
-            if corun_prefill_sms:
-                bandwidth *= self.throughput.corun_bandwidth_factor(corun_prefill_sms, sms)
-            rates = (1.0 / bandwidth, 1.0 / self.throughput.flops_per_s(sms))
-            self._decode_rates[key] = rates
-        return rates
-
-    def decode_s(self, sms: int, decode_bs: int, sum_context: float, sum_window: float = 0.0,
-                 corun_prefill_sms: int = 0) -> float:
-        """Seconds of one decode step on ``sms`` SMs for ``decode_bs`` requests whose contexts sum to
-        ``sum_context`` tokens (``sum_window``: sum of ``min(context, window)``, sliding-window models).
-        ``corun_prefill_sms`` > 0: prefill runs on that many other SMs (co-run bandwidth factor)."""
-        if decode_bs <= 0:
-            return 0.0
-        inv_bw, inv_flops = self._decode_rate(sms, corun_prefill_sms)
-        kv = self.kv_a * sum_context + self.kv_b * sum_window
-        attn = self.attn_a * sum_context + self.attn_b * sum_window
-        weights = self._weight_bytes[decode_bs] if decode_bs < len(self._weight_bytes) else self.weight_bytes(decode_bs)
-        memory_s = (weights + kv) * inv_bw
-        compute_s = (decode_bs * self.linear_flops + attn) * inv_flops
-        return max(compute_s, memory_s)
-
-    def prefill_flops(self, tokens: int, cached_tokens: int = 0) -> float:
-        """FLOPs of prefilling ``tokens`` after ``cached_tokens`` (:func:`pdmux_cli.cost.prefill_flops`)."""
-        return cost.prefill_flops(self.model, tokens, cached_tokens)
-
-    def flops_rate(self, sms: int, corun_decode_sms: int = 0) -> float:
-        """Prefill FLOP/s on ``sms`` SMs, with the co-run factor when decode runs on ``corun_decode_sms``."""
-        key = (sms, corun_decode_sms)
-        rate = self._prefill_rates.get(key)
-        if rate is None:
-            if sms < 1:
-                raise InputError(f"a prefill needs at least 1 SM, got {sms}")
-            rate = self.throughput.flops_per_s(sms)
-            if corun_decode_sms:
-                rate *= self.throughput.corun_flops_factor(sms, corun_decode_sms)
-            self._prefill_rates[key] = rate
-        return rate
-
-    def prefill_s(self, sms: int, flops: float, corun_decode_sms: int = 0) -> float:
-        """Seconds to do ``flops`` of prefill on ``sms`` SMs (:func:`pdmux_cli.cost.prefill_s`)."""
-        return flops / self.flops_rate(sms, corun_decode_sms)
-
-
 class DecodeBatch:
-    """The running decode batch as totals: size, sum of contexts, sum of windowed contexts.
+    """The running decode batch as totals, with per-request records for retraction.
 
-    Requests join with their context (tokens cached) and the number of decode steps they still take;
-    :meth:`complete` advances every member by one token (O(1) plus the members that finish, which
-    come off a heap keyed by their last step index).
+    Totals: ``n`` requests; ``sum_context`` (cached tokens, the KV they hold); ``sum_window`` (sum of
+    ``min(context, window)``, sliding-window models); ``sum_clip`` (sum of ``min(remaining output,
+    clip)``, what admission reserves for them); ``sum_max_new`` (their ``max_new_tokens``) and
+    ``sum_remaining``. A member joins with its context, the decode steps it still takes, and the step
+    index of its first one; :meth:`complete` advances every member by one token in O(1) plus the
+    members that finish or cross the window or clip boundary (heaps keyed by step, with lazily skipped
+    entries for retracted members); :meth:`remove` takes one out (retraction).
     """
 
-    __slots__ = ("_cross", "_final", "_finish", "below_window", "n", "sum_context", "sum_window", "window")
+    __slots__ = ("_clip_cross", "_cross", "_finish", "_gen", "below_clip", "below_window", "clip", "members", "n",
+                 "sum_clip", "sum_context", "sum_max_new", "sum_remaining", "sum_window", "window")
 
-    def __init__(self, window: int = 0) -> None:
+    def __init__(self, window: int = 0, clip: int = sgl.CLIP_MAX_NEW_TOKENS) -> None:
         self.n = 0
         self.sum_context = 0
         self.sum_window = 0
         self.below_window = 0
+        self.sum_clip = 0
+        self.below_clip = 0
+        self.sum_max_new = 0
+        self.sum_remaining = 0
         self.window = window
-        self._finish: list[tuple[int, int]] = []
-        self._cross: list[int] = []
-        self._final: dict[int, int] = {}
+        self.clip = clip
+        #: rid -> [join context, first step, steps, generation, max_new, output tokens before joining]
+        self.members: dict[int, list[int]] = {}
+        self._finish: list[tuple[int, int, int]] = []
+        self._cross: list[tuple[int, int, int]] = []
+        self._clip_cross: list[tuple[int, int, int]] = []
+        self._gen = 0
 
-    def join(self, rid: int, context: int, steps: int, first_step: int) -> None:
+    def join(self, rid: int, context: int, steps: int, first_step: int, max_new: int = 0, generated: int = 1) -> None:
         """Add request ``rid`` with ``context`` tokens cached, taking ``steps`` (>= 1) decode steps from
-        step index ``first_step`` on."""
+        step index ``first_step`` on; ``max_new``: its ``max_new_tokens``; ``generated``: output tokens it
+        already has (1 after its first prefill)."""
+        self._gen += 1
+        gen = self._gen
+        self.members[rid] = [context, first_step, steps, gen, max_new, generated]
         self.n += 1
         self.sum_context += context
-        heapq.heappush(self._finish, (first_step + steps - 1, rid))
-        self._final[rid] = context + steps
+        self.sum_max_new += max_new
+        self.sum_remaining += steps
+        heapq.heappush(self._finish, (first_step + steps - 1, rid, gen))
         w = self.window
         if w:
             if context < w:
                 self.sum_window += context
                 self.below_window += 1
                 if w - context <= steps:
-                    heapq.heappush(self._cross, first_step + (w - context) - 1)
+                    heapq.heappush(self._cross, (first_step + (w - context) - 1, rid, gen))
             else:
                 self.sum_window += w
+        c = self.clip
+        if steps <= c:
+            self.sum_clip += steps
+            self.below_clip += 1
+        else:
+            self.sum_clip += c
+            heapq.heappush(self._clip_cross, (first_step + steps - c, rid, gen))
+
+    def _valid(self, rid: int, gen: int) -> bool:
+        record = self.members.get(rid)
+        return record is not None and record[3] == gen
 
     def complete(self, step: int) -> list[int]:
         """Step ``step`` is done: every member gained a token. Returns the requests that finished."""
         self.sum_context += self.n
+        self.sum_remaining -= self.n
+        self.sum_clip -= self.below_clip
         if self.window:
             self.sum_window += self.below_window
             cross = self._cross
-            while cross and cross[0] <= step:
-                heapq.heappop(cross)
-                self.below_window -= 1
+            while cross and cross[0][0] <= step:
+                _, rid, gen = heapq.heappop(cross)
+                if self._valid(rid, gen):
+                    self.below_window -= 1
+        clip_cross = self._clip_cross
+        while clip_cross and clip_cross[0][0] <= step:
+            _, rid, gen = heapq.heappop(clip_cross)
+            if self._valid(rid, gen):
+                self.below_clip += 1
+                self.sum_clip -= 1
         finish = self._finish
         if not finish or finish[0][0] > step:
             return []
         done = []
-        w = self.window
         while finish and finish[0][0] <= step:
-            rid = heapq.heappop(finish)[1]
+            _, rid, gen = heapq.heappop(finish)
+            if not self._valid(rid, gen):
+                continue
             done.append(rid)
-            final = self._final.pop(rid)
-            self.n -= 1
-            self.sum_context -= final
-            if w:
-                if final < w:
-                    self.sum_window -= final
-                    self.below_window -= 1
-                else:
-                    self.sum_window -= w
+            self._drop(rid, step + 1)
         return done
+
+    def state(self, rid: int, step: int) -> tuple[int, int, int]:
+        """``(context, remaining steps, output tokens generated)`` of member ``rid`` before step ``step``."""
+        context, first, steps, _, _, generated = self.members[rid]
+        done = step - first
+        return context + done, steps - done, generated + done
+
+    def _drop(self, rid: int, step: int) -> int:
+        """Take ``rid`` out before step ``step``; returns its context (tokens it held)."""
+        context, remaining, _ = self.state(rid, step)
+        record = self.members.pop(rid)
+        self.n -= 1
+        self.sum_context -= context
+        self.sum_max_new -= record[4]
+        self.sum_remaining -= remaining
+        w = self.window
+        if w:
+            if context < w:
+                self.sum_window -= context
+                self.below_window -= 1
+            else:
+                self.sum_window -= w
+        if remaining <= self.clip:
+            self.sum_clip -= remaining
+            self.below_clip -= 1
+        else:
+            self.sum_clip -= self.clip
+        return context
+
+    def remove(self, rid: int, step: int) -> tuple[int, int]:
+        """Retract member ``rid`` before step ``step``: ``(tokens it held, output tokens it had)``."""
+        _, _, generated = self.state(rid, step)
+        return self._drop(rid, step), generated
 
 
 @dataclass
@@ -376,12 +367,15 @@ class RunResult:
     """The raw record of one policy over one workload (times in seconds from the first arrival).
 
     Per request ``i`` (trace requests first, then any initial decode requests of a scenario):
-    ``arrival_s``, ``prompt_tokens``, ``output_tokens``, ``decode_steps`` (output - 1 for trace
-    requests), ``first_token_s`` (``nan`` if rejected), ``first_step`` (index into ``step_end_s`` of its
-    first decode step, -1 when it takes none). ``rejected``: indices of requests that never fit in KV
-    memory. ``step_end_s``: end time of every decode step. ``end_s``: time of the last event.
-    ``idle_s``: seconds the GPU had nothing to run. ``group_time_s``: pdmux only, seconds spent in
-    each stream group (``groups``). ``counters``: prefill batches, rounds, chunks...
+    ``arrival_s``, ``prompt_tokens``, ``output_tokens``, ``decode_steps`` (output - 1),
+    ``first_token_s`` (``nan`` if it never got one), ``first_step`` (index into ``step_end_s`` of its
+    first decode step, -1 when it takes none). ``stints``: for requests that were retracted, every run of
+    tokens as ``(time of the token that starts it, first decode step, decode steps)``; a request in
+    ``stints`` is judged on them, not on ``first_step`` / ``decode_steps``. ``rejected``: requests that
+    never fit in KV memory. ``unfinished``: requests cut short by an SGLang crash (``crashed_at_s``).
+    ``step_end_s``: end time of every decode step. ``end_s``: time of the last event. ``idle_s``: seconds
+    the GPU had nothing to run. ``group_time_s``: pdmux only, seconds in each stream group (``groups``).
+    ``counters``: prefill batches, rounds, retractions... ``kv_pool_tokens``: the pool simulated.
     """
 
     policy: str
@@ -401,9 +395,19 @@ class RunResult:
     groups: list | None = None
     group_time_s: list[float] | None = None
     counters: dict = field(default_factory=dict)
+    stints: dict[int, list[tuple[float, int, int]]] = field(default_factory=dict)
+    unfinished: set[int] = field(default_factory=set)
+    crashed_at_s: float | None = None
+    kv_pool_tokens: int = 0
 
     def finish_s(self, rid: int) -> float:
-        """When request ``rid`` produced its last token (s); ``nan`` if rejected."""
+        """When request ``rid`` produced its last token (s); ``nan`` if it never finished."""
+        if rid in self.unfinished:
+            return math.nan
+        runs = self.stints.get(rid)
+        if runs:
+            token_s, first, steps = runs[-1]
+            return self.step_end_s[first + steps - 1] if steps else token_s
         steps = self.decode_steps[rid]
         if steps and self.first_step[rid] >= 0:
             return self.step_end_s[self.first_step[rid] + steps - 1]
@@ -411,26 +415,45 @@ class RunResult:
 
 
 class Work:
-    """The mutable state every scheduler shares: requests, queue, KV pool, decode batch, records."""
+    """The mutable state every scheduler shares: requests, queue, KV pool, decode batch, records.
+
+    ``capacity``: KV pool tokens. ``extra_held``: KV tokens held outside the decode batch (a request
+    being prefilled in chunks, a prefill batch in flight). ``ratio``: SGLang's ``new_token_ratio``.
+    ``batch_full``: SGLang's ``batch_is_full`` (admission paused after a failed one).
+    """
 
     def __init__(self, arrival: Sequence[float], prompt: Sequence[int], output: Sequence[int],
-                 steps: Sequence[int], num_trace: int, capacity_tokens: int, window: int) -> None:
+                 steps: Sequence[int], num_trace: int, capacity_tokens: int, window: int, setup: Setup) -> None:
         n = len(arrival)
         self.arrival, self.prompt, self.output, self.steps = arrival, prompt, output, steps
         self.num_trace = num_trace
         self.capacity = capacity_tokens
+        self.max_running = setup.running_limit(capacity_tokens)
+        self.max_prefill_tokens = setup.max_prefill_tokens
+        self.ignore_eos = setup.ignore_eos
         self.first_token = [math.nan] * n
         self.first_step = [-1] * n
+        self.generated = [0] * n  # output tokens a request had when it was last retracted
+        self.stints: dict[int, list[tuple[float, int, int]]] = {}
         self.ends = StepEnds()
         self.batch = DecodeBatch(window)
         self.waiting: deque[int] = deque()
-        self.free = capacity_tokens
-        self.rejected = [i for i in range(num_trace) if prompt[i] + output[i] > capacity_tokens]
+        self.extra_held = 0
+        self.ratio = sgl.INIT_NEW_TOKEN_RATIO
+        self.batch_full = False
+        self.retractions = 0
+        # never admitted: more than the pool holds, or too much to pass admission into an empty pool
+        clip = sgl.CLIP_MAX_NEW_TOKENS
+        self.rejected = [i for i in range(num_trace)
+                         if prompt[i] + output[i] > capacity_tokens or prompt[i] + min(output[i], clip) + 1 >= capacity_tokens]
         rejected = set(self.rejected)
         self.order = [i for i in range(num_trace) if i not in rejected] if rejected else list(range(num_trace))
         self.next = 0  # index into order of the next arrival
         self.finished = 0
+        self.chunked_rid = -1  # request being prefilled in chunks, and its tokens done so far
+        self.chunked_done = 0
 
+    # ---------------------------------------------------------------------------------------------
     def receive(self, t: float) -> None:
         """Move every request arrived by ``t`` (s) to the waiting queue."""
         order, arrival, i = self.order, self.arrival, self.next
@@ -444,63 +467,163 @@ class Work:
         """Arrival time of the next request not yet received, or ``None``."""
         return self.arrival[self.order[self.next]] if self.next < len(self.order) else None
 
-    def take_batch(self, max_tokens: int) -> tuple[list[int], int]:
-        """A prefill batch: waiting requests FIFO while their prompts fit ``max_tokens`` (at least one)
-        and their ``prompt + output`` fit the free KV tokens (head-of-line blocking). Reserves KV."""
-        waiting, prompt, output = self.waiting, self.prompt, self.output
-        batch: list[int] = []
-        tokens = 0
+    @property
+    def free(self) -> int:
+        """KV slots not held by running, chunked or in-flight requests (finished requests' tokens, left
+        in SGLang's radix cache, count as free: they are evicted on demand)."""
+        return self.capacity - self.batch.sum_context - self.extra_held
+
+    def extend_tokens(self, rid: int) -> int:
+        """Tokens a prefill of ``rid`` computes: its prompt, plus the outputs it had if it was retracted."""
+        return self.prompt[rid] + self.generated[rid]
+
+    def form_prefill_batch(self, chunk_tokens: int | None, mixed_rows: int = 0) -> tuple[list[tuple[int, int]], list[int]]:
+        """One prefill batch as SGLang's ``PrefillAdder`` forms it (module docstring).
+
+        ``chunk_tokens``: the chunk size (``None``: chunking off). ``mixed_rows``: decode rows riding in
+        the batch (``--enable-mixed-chunk``), charged one token each against every budget.
+        Returns ``(seqs, completing)``: ``(new tokens, cached tokens)`` per sequence, and the requests
+        whose prefill this batch completes (in order). Allocates the batch's KV (``extra_held``).
+        """
+        seqs: list[tuple[int, int]] = []
+        completing: list[int] = []
+        rem_input = self.max_prefill_tokens - mixed_rows
+        rem_chunk = None if chunk_tokens is None else chunk_tokens - mixed_rows
+        ratio = 1.0 if self.ignore_eos else self.ratio
+        offset = ratio * self.batch.sum_clip + mixed_rows
         free = self.free
-        while waiting:
+        clip = self.batch.clip
+        allocated = 0
+        if self.chunked_rid >= 0:  # the cut request goes first, past the batch-full and slot checks
+            rid = self.chunked_rid
+            left = self.extend_tokens(rid) - self.chunked_done
+            take = max(1, min(left, rem_chunk if rem_chunk is not None else left))
+            seqs.append((take, self.chunked_done))
+            allocated += take
+            rem_input -= take
+            if rem_chunk is not None:
+                rem_chunk -= take
+            if take == left:
+                completing.append(rid)
+                offset += take + 1 + min(self.output[rid] - self.generated[rid], clip)
+                self.chunked_rid = -1
+                self.chunked_done = 0
+            else:
+                offset += take + 1
+                self.chunked_done += take
+        waiting = self.waiting
+        admitted = 0
+        slots = self.max_running - self.batch.n - len(completing)
+        while waiting and self.chunked_rid < 0 and not self.batch_full:
+            if rem_input <= 0 or (rem_chunk is not None and rem_chunk <= 0):
+                break
+            if admitted + len(completing) >= slots:
+                self.batch_full = True
+                break
             rid = waiting[0]
-            p = prompt[rid]
-            need = p + output[rid]
-            if (batch and tokens + p > max_tokens) or need > free:
+            extend = self.extend_tokens(rid)
+            reserve = min(self.output[rid] - self.generated[rid], clip)
+            if not extend + reserve + 1 < free - offset:
+                self.batch_full = bool(seqs) or self.batch.n > 0
+                break
+            if chunk_tokens is None and seqs and extend >= rem_input:
                 break
             waiting.popleft()
-            batch.append(rid)
-            tokens += p
-            free -= need
-        self.free = free
-        return batch, tokens
-
-    def admit(self, rid: int) -> bool:
-        """Reserve ``prompt + output`` KV tokens for ``rid`` if they fit; True when admitted."""
-        need = self.prompt[rid] + self.output[rid]
-        if need > self.free:
-            return False
-        self.free -= need
-        return True
-
-    def first_tokens(self, rids: Sequence[int], t: float) -> None:
-        """``rids`` got their first token at ``t`` (s): they join decode from the next step on, or
-        finish now when they want one token."""
-        step = len(self.ends)
-        batch, steps, prompt = self.batch, self.steps, self.prompt
-        for rid in rids:
-            self.first_token[rid] = t
-            s = steps[rid]
-            if s > 0:
-                self.first_step[rid] = step
-                batch.join(rid, prompt[rid], s, step)
+            admitted += 1
+            if rem_chunk is not None and extend > rem_chunk:  # cut: this request continues next batch
+                take = rem_chunk
+                self.chunked_rid, self.chunked_done = rid, take
+                offset += take + 1
             else:
-                self.free += prompt[rid] + self.output[rid]
+                take = extend
+                completing.append(rid)
+                offset += take + 1 + reserve
+            seqs.append((take, 0))
+            allocated += take
+            rem_input -= take
+            if rem_chunk is not None:
+                rem_chunk -= take
+        self.extra_held += allocated
+        return seqs, completing
+
+    # ---------------------------------------------------------------------------------------------
+    def first_tokens(self, rids: Sequence[int], t: float) -> None:
+        """``rids`` got a token at ``t`` (s) from a prefill: they join decode from the next step on, or
+        finish now when that was their last token. Their prefilled KV moves from ``extra_held`` to
+        the decode batch."""
+        step = len(self.ends)
+        batch, output = self.batch, self.output
+        for rid in rids:
+            context = self.extend_tokens(rid)
+            self.extra_held -= context
+            generated = self.generated[rid] + 1
+            steps = output[rid] - generated
+            if rid in self.stints or self.generated[rid]:  # a re-prefill after a retraction
+                self.stints.setdefault(rid, []).append((t, step, max(steps, 0)))
+            else:
+                self.first_token[rid] = t
+                self.first_step[rid] = step if steps > 0 else -1
+            if steps > 0:
+                batch.join(rid, context, steps, step, output[rid], generated)
+            else:
                 self.finished += 1
 
     def release(self, rids: Sequence[int]) -> None:
-        """``rids`` finished decoding: free their KV tokens."""
-        prompt, output = self.prompt, self.output
-        for rid in rids:
-            self.free += prompt[rid] + output[rid]
+        """``rids`` finished decoding (the batch already freed their KV)."""
         self.finished += len(rids)
 
+    def check_decode_memory(self) -> list[int]:
+        """Before a decode step: retract requests until every running one has a free KV slot (SGLang's
+        ``check_decode_mem`` / ``retract_decode``); returns the retracted ones (appended to the queue)."""
+        batch = self.batch
+        if self.free >= batch.n or batch.n <= 1:
+            return []
+        step = len(self.ends)
+        # fewest generated tokens first, ties to the longest prompt
+        order = sorted(batch.members, key=lambda r: (batch.state(r, step)[2], -self.prompt[r]))
+        retracted = []
+        for rid in order:
+            if self.free >= batch.n or batch.n <= 1:
+                break
+            _, generated = batch.remove(rid, step)
+            self.generated[rid] = generated
+            if rid not in self.stints:
+                self.stints[rid] = [(self.first_token[rid], self.first_step[rid], step - self.first_step[rid])]
+            else:
+                t0, first, _ = self.stints[rid][-1]
+                self.stints[rid][-1] = (t0, first, step - first)
+            self.waiting.append(rid)
+            retracted.append(rid)
+        self.retractions += len(retracted)
+        if batch.n:
+            generated = batch.sum_max_new - batch.sum_remaining
+            self.ratio = min(1.0, (generated + sgl.RETRACT_DECODE_STEPS * batch.n) / (batch.sum_max_new + 1))
+        self.batch_full = False
+        return retracted
 
-def build_work(trace, setup: Setup, initial_decode: Sequence[tuple[int, int]] = ()) -> Work:
-    """The :class:`Work` for a trace (:class:`pdmux_cli.simulate.traces.Trace`) plus optional running
-    decode requests ``(context_tokens, remaining_decode_steps)`` present at time 0 (their first token
-    counts as produced at 0; they take KV at once). Raises :class:`InputError` when the initial
-    requests do not fit in KV memory or have non-positive sizes."""
-    capacity = setup.kv_capacity_tokens()
+    def decay_ratio(self) -> None:
+        """One decode step without retraction: ``new_token_ratio`` decays toward its floor."""
+        if self.ratio > sgl.MIN_NEW_TOKEN_RATIO:
+            self.ratio = max(sgl.MIN_NEW_TOKEN_RATIO, self.ratio - sgl.NEW_TOKEN_RATIO_DECAY)
+
+    def idle(self) -> None:
+        """The server is fully idle: SGLang resets ``new_token_ratio``."""
+        self.ratio = sgl.INIT_NEW_TOKEN_RATIO
+        self.batch_full = False
+
+    def pending(self) -> set[int]:
+        """Requests not finished (after a crash): waiting, being prefilled, or decoding."""
+        out = set(self.waiting) | set(self.batch.members) | set(self.order[self.next:])
+        if self.chunked_rid >= 0:
+            out.add(self.chunked_rid)
+        return out
+
+
+def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequence[tuple[int, int]] = ()) -> Work:
+    """The :class:`Work` for a trace (:class:`pdmux_cli.simulate.traces.Trace`) and a KV pool of
+    ``capacity_tokens``, plus optional running decode requests ``(context_tokens, remaining_decode_steps)``
+    present at time 0 (their first token counts as produced at 0; they take KV at once). Raises
+    :class:`InputError` when the initial requests do not fit in KV memory or have non-positive sizes."""
     arrival = list(trace.arrival_s)
     prompt = list(trace.prompt_tokens)
     output = list(trace.output_tokens)
@@ -514,13 +637,12 @@ def build_work(trace, setup: Setup, initial_decode: Sequence[tuple[int, int]] = 
         output.append(remaining + 1)
         steps.append(remaining)
     window = setup.model.sliding_window if setup.model.num_sliding_layers else 0
-    work = Work(arrival, prompt, output, steps, n, capacity, window)
-    reserved = sum(prompt[rid] + output[rid] for rid in range(n, len(arrival)))  # context + remaining + 1
-    if reserved > capacity:
-        raise InputError(f"the initial decode batch needs {reserved} KV tokens, more than the {capacity} that fit")
-    work.free -= reserved
+    work = Work(arrival, prompt, output, steps, n, capacity_tokens, window, setup)
+    held = sum(prompt[rid] for rid in range(n, len(arrival)))
+    if held + len(arrival) - n > capacity_tokens:
+        raise InputError(f"the initial decode batch needs {held} KV tokens, more than the {capacity_tokens} that fit")
     for rid in range(n, len(arrival)):
         work.first_token[rid] = 0.0
         work.first_step[rid] = 0
-        work.batch.join(rid, prompt[rid], steps[rid], 0)
+        work.batch.join(rid, prompt[rid], steps[rid], 0, output[rid], 1)
     return work

@@ -11,9 +11,12 @@ Definitions (times in ms in the output):
   expanded per token).
 - **Percentiles** are nearest-rank: the smallest value with at least that share of samples at or
   below it (p99 of 100 samples is the largest; p50 of 4 is the 2nd).
+- **Retracted requests** (SGLang sent them back to the queue when decode ran out of KV): their ITLs
+  include the gap from their last token before the retraction to the token their re-prefill produces.
 - **SLO**: a request meets it when ``TTFT <= slo_ttft`` and its own **p99 ITL** (nearest-rank over its
   ITLs, so its maximum when it has at most 100 of them) ``<= slo_itl``; requests with a single output
-  token have no ITL and are judged on TTFT. Requests that never fit in KV memory miss it.
+  token have no ITL and are judged on TTFT. Requests that never fit in KV memory miss it, and so do
+  requests a simulated SGLang crash cut short.
   **Attainment** = meeting / all requests of the trace. **Goodput** = meeting / simulated span
   (requests/s), the span running from the first arrival to the last token.
 - **GPU busy share** = 1 - (time with nothing to run) / span.
@@ -67,7 +70,8 @@ class PolicyMetrics:
     in ms (``nan`` when there is no sample). Per-request lists (trace requests only, ``nan`` when
     not applicable): ``ttft_ms``, ``itl_p99_ms``, ``itl_max_ms``, ``tpot_ms``, ``e2e_ms``, ``met_slo``.
     ``itl_cdf``: ``(values_ms ascending, cumulative share)`` of all ITLs, thinned to <= 2000 points,
-    for plots."""
+    for plots. ``kv_pool_tokens``: the KV pool simulated. ``crashed_at_s``: when a simulated SGLang
+    0.5.23 crash stopped the run (``None`` if it did not)."""
 
     policy: str
     kind: str
@@ -91,6 +95,8 @@ class PolicyMetrics:
     notes: list[str] = field(default_factory=list)
     group_time_share: list[tuple[tuple[int, int], float]] | None = None
     counters: dict = field(default_factory=dict)
+    kv_pool_tokens: int = 0
+    crashed_at_s: float | None = None
 
 
 def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> PolicyMetrics:
@@ -117,9 +123,12 @@ def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> Polic
     met = 0
     completed = 0
     last = result.arrival_s[0] if n else 0.0
+    stints = result.stints
+    unfinished = result.unfinished
+    rejected = set(result.rejected)
     for rid in range(n):
         ft = first_tok[rid]
-        if math.isnan(ft):  # rejected
+        if math.isnan(ft) or rid in unfinished:  # rejected, or cut short by a crash
             met_flags[rid] = False
             continue
         completed += 1
@@ -128,7 +137,16 @@ def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> Polic
         ttft[rid] = t1 * 1e3
         r = steps[rid]
         ok = t1 <= slo_ttft_s
-        if r:
+        if rid in stints:  # retracted: its tokens come in several runs
+            token_gaps, finish = _stint_gaps(stints[rid], ends, cont)
+            first_gaps.extend(token_gaps[1])
+            values = sorted(token_gaps[0] + token_gaps[1])
+            if values:
+                p99 = values[math.ceil(0.99 * len(values) - 1e-9) - 1]
+                itl_p99[rid], itl_max[rid] = p99 * 1e3, values[-1] * 1e3
+                tpot[rid] = (finish - ft) / len(values) * 1e3
+                ok = ok and p99 <= slo_itl_s
+        elif r:
             s0 = first_step[rid]
             g0 = ends[s0] - ft
             first_gaps.append(g0)
@@ -195,10 +213,34 @@ def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> Polic
         goodput_rps=met / span if span > 0 else 0.0,
         span_s=span, gpu_busy_share=max(0.0, min(1.0, busy)), decode_steps=len(ends),
         per_request={"ttft_ms": ttft, "itl_p99_ms": itl_p99, "itl_max_ms": itl_max, "tpot_ms": tpot,
-                     "e2e_ms": e2e, "met_slo": met_flags},
+                     "e2e_ms": e2e, "met_slo": met_flags,
+                     "rejected": [rid in rejected for rid in range(n)]},
         itl_cdf=_thin_cdf(values, [], cumulative=cum),
         notes=list(result.notes), group_time_share=group_share, counters=dict(result.counters),
+        kv_pool_tokens=result.kv_pool_tokens, crashed_at_s=result.crashed_at_s,
     )
+
+
+def _stint_gaps(runs: list[tuple[float, int, int]], ends, cont) -> tuple[tuple[list[float], list[float]], float]:
+    """A retracted request's ITLs: ``((gaps inside decode runs, gaps that start a run), finish time)``.
+    A run starts with a token from a (re-)prefill at ``token_s``; the gap before it is from the
+    previous run's last token. Decode steps inside runs are added to ``cont`` (the all-token
+    distribution's difference array) as for other requests."""
+    inside: list[float] = []
+    starting: list[float] = []
+    last = None
+    for token_s, first, steps in runs:
+        if last is not None:
+            starting.append(token_s - last)
+        last = token_s
+        if steps > 0:
+            starting.append(ends[first] - token_s)
+            if steps > 1:
+                cont[first + 1] += 1
+                cont[first + steps] -= 1
+                inside.extend(ends[j] - ends[j - 1] for j in range(first + 1, first + steps))
+            last = ends[first + steps - 1]
+    return (inside, starting), last
 
 
 def _thin_cdf(values: list[float], weights: list[float], points: int = 2000,

@@ -42,6 +42,7 @@ def metrics_dict(m: PolicyMetrics) -> dict[str, Any]:
     out.update({
         "slo_met": m.met, "slo_attainment": m.slo_attainment, "goodput_rps": m.goodput_rps,
         "span_s": m.span_s, "gpu_busy_share": m.gpu_busy_share, "decode_steps": m.decode_steps,
+        "kv_pool_tokens": m.kv_pool_tokens, "crashed_at_s": m.crashed_at_s,
         "counters": m.counters, "notes": m.notes,
     })
     if m.group_time_share is not None:
@@ -114,7 +115,8 @@ CSV_FIELDS = ("policy", "request", "arrival_s", "prompt_tokens", "output_tokens"
 
 def per_request_csv(trace: Trace, metrics: Sequence[PolicyMetrics]) -> str:
     """Per-request results of every policy as CSV text (header :data:`CSV_FIELDS`; empty cells for
-    values that do not apply; ``status`` is ``done`` or ``rejected``)."""
+    values that do not apply; ``status`` is ``done``, ``rejected`` (never fit in KV memory) or
+    ``unfinished`` (cut short by a simulated SGLang crash))."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CSV_FIELDS)
@@ -128,7 +130,9 @@ def per_request_csv(trace: Trace, metrics: Sequence[PolicyMetrics]) -> str:
                                          pr["e2e_ms"], pr["met_slo"])
         for i in range(m.requests):
             done = math.isfinite(ttft[i])
+            status = "done" if done else ("unfinished" if m.crashed_at_s is not None and not m.per_request[
+                "rejected"][i] else "rejected")
             writer.writerow((m.policy, i, f"{trace.arrival_s[i]:.6f}", trace.prompt_tokens[i], trace.output_tokens[i],
-                             "done" if done else "rejected", cell(ttft[i]), cell(p99[i]), cell(mx[i]),
+                             status, cell(ttft[i]), cell(p99[i]), cell(mx[i]),
                              cell(tpot[i]), cell(e2e[i]), int(bool(met[i]))))
     return buf.getvalue()

@@ -8,18 +8,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import InputError
-from .engine import Progress, RunResult, Setup, StepCost, build_work
+from .engine import Progress, RunResult, Setup, build_work
 from .schedulers import (
     ChunkedPolicy,
+    MixedChunkPolicy,
     PdmuxPolicy,
     PrefillFirstPolicy,
-    run_chunked,
+    run_baseline,
     run_pdmux,
-    run_prefill_first,
 )
 from .traces import Trace
 
-Policy = PdmuxPolicy | ChunkedPolicy | PrefillFirstPolicy
+Policy = PdmuxPolicy | ChunkedPolicy | MixedChunkPolicy | PrefillFirstPolicy
 
 
 def simulate(
@@ -28,34 +28,39 @@ def simulate(
     policy: Policy,
     initial_decode: Sequence[tuple[int, int]] = (),
     progress: Progress | None = None,
-    costs: StepCost | None = None,
 ) -> RunResult:
-    """Replay ``trace`` through ``policy`` on the simulated GPU of ``setup``.
+    """Replay ``trace`` through ``policy`` on the simulated server of ``setup``.
 
     ``initial_decode``: ``(context_tokens, remaining_decode_steps)`` of requests already decoding at
     time 0 (appended after the trace's requests in the result). ``progress``: called now and then
-    with the number of finished requests. ``costs``: a :class:`StepCost` to reuse (caches).
-    Raises :class:`InputError` for a policy SGLang would refuse (no valid split, bad chunk size) or a
-    model that does not fit; requests that can never fit in KV memory are listed in
-    ``RunResult.rejected``, not raised.
+    with the number of finished requests. The KV pool is SGLang's for the policy's chunk size
+    (:meth:`Setup.kv_pool`). Raises :class:`InputError` for a policy SGLang would refuse (no valid
+    split, bad chunk size) or a model that does not fit; requests that can never fit in KV memory are
+    listed in ``RunResult.rejected``, not raised.
     """
-    if isinstance(policy, ChunkedPolicy) and policy.chunk_tokens < 1:
+    if policy.kind in ("chunked", "mixed-chunk") and policy.chunk_tokens < 1:
         raise InputError(f"chunk size must be >= 1 token, got {policy.chunk_tokens}")
     if isinstance(policy, PdmuxPolicy):
         for name in ("split_forward_token_budget", "decode_bs_divisor"):
             if getattr(policy.config, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(policy.config, name)}")
-    costs = costs or StepCost(setup)
-    work = build_work(trace, setup, initial_decode)
-    runner = {"pdmux": run_pdmux, "chunked": run_chunked, "prefill-first": run_prefill_first}[policy.kind]
-    extra = runner(work, setup, policy, costs, progress)
+    pool = setup.kv_pool(policy.chunk_tokens)
+    work = build_work(trace, setup, pool.tokens, initial_decode)
+    if policy.kind == "pdmux":
+        extra = run_pdmux(work, setup, policy, progress)
+    else:
+        extra = run_baseline(work, setup, policy, progress)
     notes = list(extra.get("notes", []))
     if work.rejected:
         first = work.rejected[0]
         notes.insert(0, (
-            f"{len(work.rejected)} request(s) can never fit in the KV cache ({work.capacity} tokens): first is "
-            f"request {first} with {work.prompt[first]} + {work.output[first]} tokens; counted as missing the SLO"
+            f"{len(work.rejected)} request(s) can never fit in the KV pool ({work.capacity:,} tokens at "
+            f"mem_fraction_static {pool.mem_fraction_static:g}): first is request {first} with {work.prompt[first]} "
+            f"+ {work.output[first]} tokens; counted as missing the SLO"
         ))
+    if work.retractions:
+        notes.append(f"{work.retractions} retraction(s): requests sent back to the queue when decode ran out of KV "
+                     "slots, prefilled again with their outputs (SGLang's retract_decode)")
     if progress is not None:
         progress(work.finished)
     return RunResult(
@@ -63,7 +68,8 @@ def simulate(
         output_tokens=work.output, decode_steps=work.steps, first_token_s=work.first_token,
         first_step=work.first_step, rejected=work.rejected, step_end_s=work.ends, end_s=extra["end_s"],
         idle_s=extra["idle_s"], num_trace_requests=work.num_trace, notes=notes, groups=extra.get("groups"),
-        group_time_s=extra.get("group_time_s"), counters=extra.get("counters", {}),
+        group_time_s=extra.get("group_time_s"), counters=extra.get("counters", {}), stints=work.stints,
+        unfinished=extra.get("unfinished", set()), crashed_at_s=extra.get("crashed_at_s"), kv_pool_tokens=pool.tokens,
     )
 
 

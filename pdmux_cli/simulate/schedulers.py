@@ -1,47 +1,49 @@
-"""The three schedulers, as discrete-event simulations of one GPU: pdmux, chunked prefill, prefill-first.
+"""The schedulers, as discrete-event simulations of one SGLang 0.5.23 server on one GPU.
 
-Common ground (KV admission, cost model, records) is in :mod:`pdmux_cli.simulate.engine`. Policies:
+Admission, KV pool, retraction and records are in :mod:`pdmux_cli.simulate.engine`. Two loops:
 
-**pdmux** (SGLang's ``event_loop_pdmux``, sglang-pdmux.md "The scheduler loop"). One loop iteration
-is a *round*:
+**SGLang's default loop** (:func:`run_baseline`; ``srt/managers/scheduler.py`` ``get_next_batch_to_run``
+and ``event_loop_overlap``) for three policies, named by the server arguments that give them:
 
-1. requests that have arrived join the waiting queue;
-2. with no prefill batch in flight, one is formed: waiting requests FIFO while their prompts fit
-   ``max_prefill_tokens`` (at least one; SGLang's ``--max-prefill-tokens``, default 16384) and their
-   KV fits; the whole batch runs as a split prefill. The stream group is chosen now
-   (:func:`pdmux_cli.policy.choose_group`, newer SGLang: group 1 when no manual threshold matches;
-   rounds where older SGLang would crash instead are counted and reported);
-3. one decode step runs on the decode partition (``d`` SMs; co-run bandwidth factor with the ``p``
-   prefill SMs while the prefill stream is busy), and the next slice of
-   :func:`pdmux_cli.policy.prefill_layers_per_round` layers is *submitted* to the prefill stream;
-4. SGLang waits for the decode stream only, so **a round lasts one decode step**. The prefill stream
-   runs asynchronously: a slice starts when it is submitted or when the previous slice ends, whichever
-   is later, and lasts ``layers / num_layers`` of the batch's prefill time on ``p`` SMs (co-run FLOP/s
-   factor with the ``d`` decode SMs). When the slices arrive faster than they run (the usual case:
-   rounds are ~10 ms), prefill ends at its start plus its whole time on ``p`` SMs; with a small
-   ``split_forward_token_budget`` the stream can starve between rounds and prefill takes longer;
-5. the prefill batch is merged into the decode batch at the end of the first round ending after the
-   prefill stream finished its last slice: that is the requests' first-token time. The group is
-   re-chosen then (decode only: the last group, whole GPU to decode).
+- ``chunked N`` (SGLang's default, ``--chunked-prefill-size N``; N defaults to 8192 on 60-160 GB GPUs):
+  every round runs a prefill batch whenever one can be formed, the request cut at the chunk's end
+  going first in the next one, so **decode runs only when no prefill batch can be formed**: running
+  requests wait for every chunk of a long prompt. ``--prefill-decode-interval K`` (0 by default) makes
+  the K rounds after each prefill batch decode-only;
+- ``mixed-chunk N`` (``--enable-mixed-chunk``): the running requests ride in every prefill batch as one
+  token each (charged against the chunk, ``max_prefill_tokens`` and memory), when their KV fits;
+- ``prefill-first`` (``--chunked-prefill-size -1``): whole prompts, never cut; a request other than a
+  batch's first must fit under what is left of ``--max-prefill-tokens`` (16384).
 
-With no decode running, the chosen group is 0 (whole GPU to prefill) and the rounds have no decode
-step to wait for: every slice is submitted at once and the batch merges when the prefill is done
-(TTFT = whole-GPU prefill time for a request that arrives to an idle GPU). If the decode batch
-empties during a split prefill, SGLang changes to group 0: both streams are synchronised (the slices
-already submitted finish on ``p`` SMs) and the remaining layers run on the whole GPU. Group changes
-themselves cost no time, nor does the CPU's scheduling work.
+A round is one prefill or decode step on the whole GPU. The overlap scheduler prepares round ``k + 1``
+on the CPU while the GPU runs round ``k``, so a round lasts ``max(GPU time, CPU time)``
+(``--disable-overlap-schedule``: the sum). Decode batches larger than SGLang's largest CUDA graph
+(``cuda_graph_max_bs``, 256 on 60-160 GB GPUs) are launched kernel by kernel.
 
-**chunked prefill** (Sarathi-style, the chapter's chunked model, :func:`pdmux_cli.cost.chunked_step_s`
-generalised to mixed lengths): every step runs the whole running decode batch plus up to
-``chunk_tokens`` prompt tokens: first the rest of a partially prefilled request, then waiting
-requests FIFO (each admitted when its KV fits). Step time on the whole GPU =
-``max((chunks' prefill FLOPs incl. attention over their cached prefix + decode_bs x linear FLOPs) /
-FLOP/s, decode-only step)``. A request whose last chunk ran gets its first token at that step's end.
+**pdmux** (:func:`run_pdmux`; ``srt/multiplex/multiplexing_mixin.py`` ``event_loop_pdmux``): a round is
 
-**prefill-first** (no chunking, SGLang's default without ``--chunked-prefill-size``): whenever
-requests wait and fit, a prefill batch (as in pdmux) runs on the whole GPU before the next decode
-step; decode steps run only when nothing can be prefilled. Every decode request stalls for each
-prefill.
+1. requests that arrived join the queue;
+2. with no prefill batch in flight and the batch not "full", one is formed (whole prompts, as
+   prefill-first); the stream group is chosen now (:func:`pdmux_cli.policy.choose_group`);
+3. the running batch drops the requests that finished last round (which clears "full": so after a KV
+   shortage new requests are admitted one round late), then gets a free KV slot per request, retracting
+   if short;
+4. one decode step runs on the decode partition (``d`` SMs, with co-run interference while the prefill
+   stream is busy) and the next slice of :func:`pdmux_cli.policy.prefill_layers_per_round` layers is
+   submitted to the prefill stream (``p`` SMs);
+5. SGLang waits for the decode stream only and processes its results on the CPU, with the overlap
+   scheduler off (SGLang asserts it): **a round lasts one decode step plus the CPU's work**.
+   The prefill stream runs asynchronously: a slice starts when submitted or when the previous slice
+   ends, and lasts ``layers / num_layers`` of the batch's prefill time on ``p`` SMs;
+6. the prefill batch is merged into the decode batch at the end of the first round ending after its
+   last slice finished (their first-token time); the group is chosen again then.
+
+With no decode running the group is 0 (whole GPU to prefill): every slice is submitted at once. If the
+decode batch empties during a split prefill, SGLang moves to group 0 (both streams synchronised).
+In SGLang 0.5.23 a manual_divisions config whose thresholds are all above the decode batch at a
+prefill's start raises UnboundLocalError and the server dies: the simulation stops there and says so
+(requests not finished count as missing the SLO), unless the unreleased branches' fallback (group 1)
+is asked for by name.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from dataclasses import dataclass, field
 
 from .. import policy as pol
 from ..pdmux_config import PdmuxConfig
-from .engine import Progress, Setup, StepCost, Work
+from .engine import Progress, Setup, Work
 
 #: Decode steps between two progress callbacks.
 PROGRESS_EVERY = 4096
@@ -58,12 +60,16 @@ PROGRESS_EVERY = 4096
 
 @dataclass(frozen=True)
 class PdmuxPolicy:
-    """SGLang's PD multiplexing with a pdmux YAML's knobs (``config``)."""
+    """SGLang's PD multiplexing with a pdmux YAML's knobs (``config``). ``unreleased_fallback``: when
+    0.5.23 would crash (no manual threshold matches), use group 1 as SGLang's unreleased branches do,
+    instead of stopping."""
 
     config: PdmuxConfig = field(default_factory=PdmuxConfig)
     name: str = ""
+    unreleased_fallback: bool = False
 
     kind = "pdmux"
+    chunk_tokens = -1  # chunked prefill is off under pdmux (SGLang asserts it)
 
     @property
     def label(self) -> str:
@@ -73,23 +79,46 @@ class PdmuxPolicy:
 
 @dataclass(frozen=True)
 class ChunkedPolicy:
-    """Chunked prefill with ``chunk_tokens`` prompt tokens per step (tokens)."""
+    """SGLang's default scheduling with ``--chunked-prefill-size chunk_tokens`` (tokens), decode only when
+    no prefill batch can be formed; ``prefill_decode_interval``: decode-only rounds after each prefill."""
 
     chunk_tokens: int
+    prefill_decode_interval: int = 0
 
     kind = "chunked"
+    mixed = False
 
     @property
     def label(self) -> str:
-        """``"chunked 512"``."""
-        return f"chunked {self.chunk_tokens}"
+        """``"chunked 8192"`` (``"chunked 8192 interval 4"`` with an interval)."""
+        extra = f" interval {self.prefill_decode_interval}" if self.prefill_decode_interval else ""
+        return f"chunked {self.chunk_tokens}{extra}"
+
+
+@dataclass(frozen=True)
+class MixedChunkPolicy:
+    """``--enable-mixed-chunk`` with ``chunk_tokens`` per step: decode rows ride in every prefill batch."""
+
+    chunk_tokens: int
+
+    kind = "mixed-chunk"
+    mixed = True
+    prefill_decode_interval = 0
+
+    @property
+    def label(self) -> str:
+        """``"mixed-chunk 512"``."""
+        return f"mixed-chunk {self.chunk_tokens}"
 
 
 @dataclass(frozen=True)
 class PrefillFirstPolicy:
-    """Whole prefills first, on the whole GPU (no chunking)."""
+    """``--chunked-prefill-size -1``: whole prefills first, on the whole GPU."""
 
     kind = "prefill-first"
+    chunk_tokens = -1
+    mixed = False
+    prefill_decode_interval = 0
 
     @property
     def label(self) -> str:
@@ -97,8 +126,12 @@ class PrefillFirstPolicy:
         return "prefill-first"
 
 
+Baseline = ChunkedPolicy | MixedChunkPolicy | PrefillFirstPolicy
+
+
 def _idle_until_next(work: Work, t: float) -> float | None:
     """Next arrival time (s) when the GPU has nothing to run; ``None`` when the run is over."""
+    work.idle()
     nxt = work.next_arrival()
     if nxt is None:
         if work.waiting:  # cannot happen: with nothing running all KV is free and rejects are removed
@@ -107,11 +140,91 @@ def _idle_until_next(work: Work, t: float) -> float | None:
     return max(t, nxt)
 
 
-def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, costs: StepCost,
-              progress: Progress | None = None) -> dict:
+def run_baseline(work: Work, setup: Setup, policy: Baseline, progress: Progress | None = None) -> dict:
+    """Simulate SGLang's default loop for ``policy`` (module docstring). Returns the extras for
+    :class:`~pdmux_cli.simulate.engine.RunResult`: end time, idle seconds, counters, notes."""
+    step_model = setup.step_model
+    chunk = policy.chunk_tokens if policy.chunk_tokens > 0 else None
+    mixed = policy.mixed
+    interval = policy.prefill_decode_interval
+    total = setup.total_sms
+    graph_max = setup.graph_max_bs
+    overlap = not setup.disable_overlap
+    cpu_s = step_model.decode_cpu_s
+    decode_s = step_model.decode_s
+    batch = work.batch
+    ends = work.ends
+    t = 0.0
+    idle = 0.0
+    defer = 0
+    prefill_batches = mixed_steps = 0
+    next_progress = PROGRESS_EVERY
+    while True:
+        work.receive(t)
+        n = batch.n
+        if not n:
+            work.batch_full = False  # SGLang clears it when the running batch is empty
+        seqs: list = []
+        if defer > 0:
+            defer -= 1
+        elif work.chunked_rid >= 0 or (work.waiting and not work.batch_full):
+            rows = n if mixed else 0
+            seqs, completing = work.form_prefill_batch(chunk, rows)
+        if seqs:
+            prefill_batches += 1
+            rows = n if mixed and n and work.free >= n else 0  # decode rows sit out when their KV does not fit
+            if rows:
+                gpu = step_model.mixed_s(seqs, rows, batch.sum_context, batch.sum_window)
+                mixed_steps += 1
+            else:
+                gpu = step_model.prefill_s(total, seqs)
+            cpu = cpu_s(len(seqs) + rows)
+            t += max(gpu, cpu) if overlap else gpu + cpu
+            if rows:
+                step = len(ends)
+                ends.append(t)
+                finished = batch.complete(step)
+                if finished:
+                    work.release(finished)
+                    work.batch_full = False
+            work.first_tokens(completing, t)
+            defer = interval
+            continue
+        if n:
+            if work.check_decode_memory():
+                n = batch.n
+            else:
+                work.decay_ratio()
+            gpu = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
+            cpu = cpu_s(n)
+            t += max(gpu, cpu) if overlap else gpu + cpu
+            step = len(ends)
+            ends.append(t)
+            finished = batch.complete(step)
+            if finished:
+                work.release(finished)
+                work.batch_full = False
+            if progress is not None and step >= next_progress:
+                next_progress += PROGRESS_EVERY
+                progress(work.finished)
+            continue
+        if work.chunked_rid >= 0 or (work.waiting and defer):
+            continue  # deferred rounds with nothing to decode (an idle round each)
+        nxt = _idle_until_next(work, t)
+        if nxt is None:
+            break
+        idle += nxt - t
+        t = nxt
+    return {"end_s": t, "idle_s": idle, "notes": [],
+            "counters": {"steps": len(ends), "prefill_batches": prefill_batches, "mixed_steps": mixed_steps,
+                         "retracted_requests": work.retractions}}
+
+
+def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None) -> dict:
     """Simulate SGLang's pdmux loop over ``work`` (see the module docstring). Returns the extras
     for :class:`~pdmux_cli.simulate.engine.RunResult`: end time, idle seconds, groups, time per group,
-    counters and notes. Raises :class:`~pdmux_cli.errors.InputError` for a config SGLang rejects."""
+    counters, notes and, when 0.5.23 would crash, the time and the requests cut short."""
+    step_model = setup.step_model
     cfg = policy.config
     total = setup.total_sms
     plan = pol.plan_groups(total, setup.compute_capability, cfg.sm_group_num, cfg.manual_divisions or None)
@@ -121,48 +234,62 @@ def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, costs: StepCost,
     thresholds = plan.thresholds
     divisor, budget = cfg.decode_bs_divisor, cfg.split_forward_token_budget
     layers = setup.model.num_layers
-    max_tokens = setup.max_prefill_tokens
-    prompt = work.prompt
+    graph_max = setup.graph_max_bs
     batch = work.batch
     ends = work.ends
     append = ends.append
-    decode_s = costs.decode_s
+    decode_s = step_model.decode_s
+    cpu_s = step_model.decode_cpu_s
     group_time = [0.0] * n_groups
     counters = {"prefill_batches": 0, "rounds": 0, "older_sglang_crash_rounds": 0, "decode_emptied_during_prefill": 0}
     notes: list[str] = []
     crash_first: tuple[float, int] | None = None
+    crashed_at = None
+    unfinished: set[int] = set()
 
     t = 0.0
     idle = 0.0
     group = last if batch.n else 0
-    pf = None  # requests of the prefill batch in flight
-    pf_flops = 0.0
+    pf: list[int] | None = None  # requests of the prefill batch in flight
+    pf_seqs: list[tuple[int, int]] = []
     pf_p = pf_d = 0
     submitted = per_round = 0
     layer_s = 0.0
     stream_free = 0.0
+    finished_last_round = False
     next_progress = PROGRESS_EVERY
 
     while True:
         work.receive(t)
-        if pf is None and work.waiting:
-            rids, tokens = work.take_batch(max_tokens)
+        if not batch.n:
+            work.batch_full = False
+        if pf is None and work.waiting and not work.batch_full:
+            seqs, rids = work.form_prefill_batch(None)
             if rids:
                 counters["prefill_batches"] += 1
                 bs = batch.n
-                group = pol.choose_group(n_groups, bs, True, divisor, thresholds)
                 if thresholds and pol.older_sglang_crashes(thresholds, bs):
                     counters["older_sglang_crash_rounds"] += 1
                     if crash_first is None:
                         crash_first = (t, bs)
+                    if not policy.unreleased_fallback:
+                        crashed_at = t
+                        unfinished = work.pending() | set(rids)
+                        break
+                group = pol.choose_group(n_groups, bs, True, divisor, thresholds)
                 pf_p, pf_d = groups[group]
-                pf = rids
-                pf_flops = sum(costs.prefill_flops(prompt[r]) for r in rids)
-                layer_s = costs.prefill_s(pf_p, pf_flops, pf_d if bs else 0) / layers
-                per_round = pol.prefill_layers_per_round(tokens, layers, budget)
+                pf, pf_seqs = rids, seqs
+                layer_s = step_model.prefill_s(pf_p, seqs, pf_d if bs else 0) / layers
+                per_round = pol.prefill_layers_per_round(sum(new for new, _ in seqs), layers, budget)
                 submitted = 0
                 stream_free = t
-        if batch.n == 0:
+        if finished_last_round:  # update_running_batch drops them: "full" clears one round late
+            work.batch_full = False
+            finished_last_round = False
+        if batch.n and not work.check_decode_memory():
+            work.decay_ratio()
+        n = batch.n
+        if n == 0:
             if pf is not None:
                 if group != 0:
                     # decode emptied during a split prefill: sync both streams, move to group 0
@@ -171,8 +298,8 @@ def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, costs: StepCost,
                         group_time[group] += stream_free - t
                         t = stream_free
                     group = 0
-                    layer_s = costs.prefill_s(total, pf_flops) / layers
-                done = max(t, stream_free) + (layers - submitted) * layer_s
+                    layer_s = step_model.prefill_s(total, pf_seqs) / layers
+                done = max(t, stream_free) + (layers - submitted) * layer_s + cpu_s(len(pf))
                 group_time[0] += done - t
                 t = done
                 work.first_tokens(pf, t)
@@ -189,12 +316,14 @@ def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, costs: StepCost,
         if pf is not None:
             if submitted < layers:
                 k = per_round if submitted + per_round <= layers else layers - submitted
-                stream_free = (max(t, stream_free)) + k * layer_s
+                stream_free = max(t, stream_free) + k * layer_s
                 submitted += k
-            tau = decode_s(pf_d, batch.n, batch.sum_context, batch.sum_window, pf_p if stream_free > t else 0)
+            gpu = decode_s(pf_d, n, batch.sum_context, batch.sum_window, pf_p if stream_free > t else 0,
+                           n <= graph_max)
+            tau = gpu + cpu_s(n)
             group_time[group] += tau
         else:
-            tau = decode_s(total, batch.n, batch.sum_context, batch.sum_window, 0)
+            tau = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max) + cpu_s(n)
             group_time[last] += tau
         t += tau
         step = len(ends)
@@ -202,135 +331,31 @@ def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, costs: StepCost,
         finished = batch.complete(step)
         if finished:
             work.release(finished)
+            finished_last_round = True
         if pf is not None and submitted >= layers and stream_free <= t:
             work.first_tokens(pf, t)
             pf = None
+            group = last if batch.n else 0
         if progress is not None and step >= next_progress:
             next_progress += PROGRESS_EVERY
             progress(work.finished)
     counters["rounds"] = len(ends)
-    if crash_first is not None:
+    counters["retracted_requests"] = work.retractions
+    if crashed_at is not None:
         notes.append(
-            f"older SGLang main would crash (UnboundLocalError) at {counters['older_sglang_crash_rounds']} level "
+            f"SGLang 0.5.23 crashes here (UnboundLocalError in adjust_stream_groups) at t={crashed_at:.2f} s: a "
+            f"prefill starts with {crash_first[1]} decode request(s) and no manual_divisions threshold is <= that; "
+            f"the simulation stops, {len(unfinished)} request(s) unfinished (counted as missing the SLO); fix the "
+            "thresholds (the first one 0), or simulate the unreleased branches' fallback (group 1) by name"
+        )
+    elif crash_first is not None:
+        notes.append(
+            f"SGLang 0.5.23 would crash (UnboundLocalError) at {counters['older_sglang_crash_rounds']} level "
             f"choice(s), first at t={crash_first[0]:.2f} s with {crash_first[1]} decode request(s): no "
-            "manual_divisions threshold is <= the decode batch (newer SGLang uses group 1, as simulated)"
+            "manual_divisions threshold is <= the decode batch; simulated with the unreleased branches' "
+            "fallback (group 1), as asked"
         )
     if plan.note:
         notes.append(plan.note)
     return {"end_s": t, "idle_s": idle, "groups": groups, "group_time_s": group_time, "counters": counters,
-            "notes": notes}
-
-
-def run_chunked(work: Work, setup: Setup, policy: ChunkedPolicy, costs: StepCost,
-                progress: Progress | None = None) -> dict:
-    """Simulate chunked prefill with ``policy.chunk_tokens`` prompt tokens per step (module docstring)."""
-    chunk = policy.chunk_tokens
-    total = setup.total_sms
-    prompt = work.prompt
-    batch = work.batch
-    ends = work.ends
-    waiting = work.waiting
-    decode_s = costs.decode_s
-    prefill_flops = costs.prefill_flops
-    linear = costs.linear_flops
-    inv_flops = 1.0 / costs.flops_rate(total)
-    partial = -1  # request being prefilled across steps, and its prefilled tokens
-    partial_done = 0
-    t = 0.0
-    idle = 0.0
-    steps_with_prefill = 0
-    next_progress = PROGRESS_EVERY
-    while True:
-        work.receive(t)
-        budget = chunk
-        flops = 0.0
-        completed = []
-        if partial >= 0:
-            take = min(budget, prompt[partial] - partial_done)
-            flops += prefill_flops(take, partial_done)
-            partial_done += take
-            budget -= take
-            if partial_done == prompt[partial]:
-                completed.append(partial)
-                partial = -1
-        while budget > 0 and waiting and partial < 0:
-            rid = waiting[0]
-            if not work.admit(rid):
-                break
-            waiting.popleft()
-            take = min(budget, prompt[rid])
-            flops += prefill_flops(take, 0)
-            budget -= take
-            if take == prompt[rid]:
-                completed.append(rid)
-            else:
-                partial, partial_done = rid, take
-        n = batch.n
-        if not flops and not n:
-            nxt = _idle_until_next(work, t)
-            if nxt is None:
-                break
-            idle += nxt - t
-            t = nxt
-            continue
-        if flops:
-            steps_with_prefill += 1
-            compute_s = (flops + n * linear) * inv_flops
-            decode_only = decode_s(total, n, batch.sum_context, batch.sum_window) if n else 0.0
-            t += max(decode_only, compute_s)
-        else:
-            t += decode_s(total, n, batch.sum_context, batch.sum_window)
-        if n:
-            step = len(ends)
-            ends.append(t)
-            finished = batch.complete(step)
-            if finished:
-                work.release(finished)
-            if progress is not None and step >= next_progress:
-                next_progress += PROGRESS_EVERY
-                progress(work.finished)
-        if completed:
-            work.first_tokens(completed, t)
-    return {"end_s": t, "idle_s": idle, "counters": {"steps": len(ends), "steps_with_prefill": steps_with_prefill},
-            "notes": []}
-
-
-def run_prefill_first(work: Work, setup: Setup, policy: PrefillFirstPolicy, costs: StepCost,
-                      progress: Progress | None = None) -> dict:
-    """Simulate prefill-first scheduling without chunking (module docstring)."""
-    total = setup.total_sms
-    max_tokens = setup.max_prefill_tokens
-    prompt = work.prompt
-    batch = work.batch
-    ends = work.ends
-    decode_s = costs.decode_s
-    t = 0.0
-    idle = 0.0
-    batches = 0
-    next_progress = PROGRESS_EVERY
-    while True:
-        work.receive(t)
-        if work.waiting:
-            rids, _ = work.take_batch(max_tokens)
-            if rids:
-                batches += 1
-                t += costs.prefill_s(total, sum(costs.prefill_flops(prompt[r]) for r in rids))
-                work.first_tokens(rids, t)
-                continue
-        if not batch.n:
-            nxt = _idle_until_next(work, t)
-            if nxt is None:
-                break
-            idle += nxt - t
-            t = nxt
-            continue
-        t += decode_s(total, batch.n, batch.sum_context, batch.sum_window)
-        step = len(ends)
-        ends.append(t)
-        finished = batch.complete(step)
-        if finished:
-            work.release(finished)
-        if progress is not None and step >= next_progress:
-            next_progress += PROGRESS_EVERY
-            progress(work.finished)
-    return {"end_s": t, "idle_s": idle, "counters": {"steps": len(ends), "prefill_batches": batches}, "notes": []}
+            "notes": notes, "crashed_at_s": crashed_at, "unfinished": unfinished}

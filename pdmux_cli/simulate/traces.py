@@ -67,7 +67,8 @@ class Trace:
     ``arrival_s``: seconds from the first arrival (ascending, first is 0). ``prompt_tokens`` and
     ``output_tokens``: tokens (>= 1 each). ``source``: file name or ``"synthetic ..."``. ``format``:
     one of :data:`FORMATS` or ``"synthetic"``. ``bad_rows``: number of rows that could not be read;
-    ``bad_examples``: the first few as ``(line number, reason)``. ``failed_rows``: BurstGPT failures
+    ``bad_examples``: the first few as ``(line number, reason)`` (line 0: a request dropped after
+    reading, the reason names it). ``failed_rows``: BurstGPT failures
     (0 response tokens), skipped. ``notes``: sentences for the user (re-sorted, retimed, cut).
     """
 
@@ -98,7 +99,7 @@ class Trace:
         """One line: ``"3 bad rows skipped (line 4: ..., line 9: ...)"``, or ``""`` when none."""
         if not self.bad_rows:
             return ""
-        shown = "; ".join(f"line {line}: {why}" for line, why in self.bad_examples)
+        shown = "; ".join(f"line {line}: {why}" if line > 0 else why for line, why in self.bad_examples)
         more = ", first: " if self.bad_rows > len(self.bad_examples) else ": "
         return f"{self.bad_rows} bad row(s) skipped in {self.source}{more}{shown}"
 
@@ -570,3 +571,33 @@ def reshape(
         raise InputError("no request left after --max-requests/--duration")
     return replace(trace, arrival_s=tuple(arrivals), prompt_tokens=tuple(prompts),
                    output_tokens=tuple(outputs), notes=tuple(notes))
+
+
+def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the model") -> Trace:
+    """``trace`` without the requests whose prompt + output exceed ``context_tokens`` (the model's
+    ``max_position_embeddings``; 0 keeps all): SGLang rejects a prompt past the context length and stops
+    an output at it, so they are reported as bad rows (counted, not simulated), as unreadable rows are.
+    Raises :class:`InputError` when no request is left."""
+    if not context_tokens:
+        return trace
+    keep = [i for i in range(len(trace)) if trace.prompt_tokens[i] + trace.output_tokens[i] <= context_tokens]
+    if len(keep) == len(trace):
+        return trace
+    if not keep:
+        raise InputError(f"every request of {trace.source} is longer than {model_name}'s context length of "
+                         f"{context_tokens:,} tokens (max_position_embeddings): nothing to simulate")
+    dropped = [i for i in range(len(trace)) if trace.prompt_tokens[i] + trace.output_tokens[i] > context_tokens]
+    examples = list(trace.bad_examples)
+    for i in dropped[:max(0, KEEP_BAD_ROWS - len(examples))]:
+        reason = (f"request {i + 1}: {trace.prompt_tokens[i]} + {trace.output_tokens[i]} tokens, past "
+                  f"{model_name}'s context length of {context_tokens:,} (max_position_embeddings)")
+        examples.append((0, reason))
+    start = trace.arrival_s[keep[0]]
+    return replace(
+        trace,
+        arrival_s=tuple(trace.arrival_s[i] - start for i in keep),
+        prompt_tokens=tuple(trace.prompt_tokens[i] for i in keep),
+        output_tokens=tuple(trace.output_tokens[i] for i in keep),
+        bad_rows=trace.bad_rows + len(dropped),
+        bad_examples=tuple(examples),
+    )

@@ -1,4 +1,11 @@
-"""The roofline cost model: decode step, prefill and chunked-prefill step times on a share of the SMs.
+"""The chapter's cost model (``--cost-model chapter``): decode, prefill and chunked-step times on a share of the SMs.
+
+The model of pd-multiplexing-chapter.txt, "Is it worth it: an estimate", kept exact so that
+``pdmux estimate --cost-model chapter`` reproduces the chapter's table. A decode step reads the weights and
+every request's KV once (``max(bytes / B/s, FLOP / FLOP/s)`` over the whole step); prefill is
+compute-bound; a chunked step is ``max(chunk FLOPs / FLOP/s, decode step)``. No per-operator
+efficiencies, no memory floor for prefill, no CPU time: see :mod:`pdmux_cli.costmodel.roofline` for
+the default model.
 
 Pure functions over a :class:`~pdmux_cli.model.Model` and a *throughput* object that says how fast
 ``s`` SMs read HBM and compute. Two throughputs exist:
@@ -17,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from . import model as mdl
-from .errors import InputError
-from .model import Model
+from .. import model as mdl
+from ..errors import InputError
+from ..model import Model
 
 
 class Throughput(Protocol):
@@ -76,7 +83,7 @@ class AnalyticThroughput:
 
     @property
     def source(self) -> str:
-        return f"analytic (S_SAT={self.s_sat:g}, bandwidth x{self.bandwidth_efficiency:g}, MFU {self.mfu:g})"
+        return f"chapter (bandwidth x{self.bandwidth_efficiency:g}, MFU {self.mfu:g}, S_SAT={self.s_sat:g})"
 
     def bandwidth_bytes_per_s(self, sms: int) -> float:
         """``hbm * efficiency * min(1, sms / s_sat)`` (B/s)."""
@@ -207,3 +214,134 @@ def chunked_step_s(
         model, throughput, total_sms, decode_bs, context_tokens, weight_bytes_per_param, kv_bytes_per_element
     )
     return max(mixed_flops / throughput.flops_per_s(total_sms), decode_only)
+
+
+def _coefficients(fn, window: int) -> tuple[float, float]:
+    """``(a, b)`` with ``fn(c) == a * c + b * min(c, window)`` (``b = 0`` without a window)."""
+    if not window:
+        return fn(1), 0.0
+    a = (fn(2 * window) - fn(window)) / window
+    b = fn(window) / window - a
+    return a, b
+
+
+class ChapterModel:
+    """The chapter's model behind the step interface the estimate and the simulator use
+    (:class:`pdmux_cli.costmodel.StepModel`), with per-SM-count caches.
+
+    ``throughput``: :class:`AnalyticThroughput` (the chapter's guesses) or a calibration's measured
+    curves. ``total_sms``: SMs. ``weight_bytes_per_param`` (``None``: the model's format) and
+    ``kv_bytes_per_element`` (bytes). No CPU time (:attr:`cpu` is all zeros): the chapter has none.
+    :meth:`decode_s` equals :func:`decode_step_s_batch`, :meth:`prefill_s` :func:`prefill_s` and
+    :meth:`mixed_s` :func:`chunked_step_s` for the same inputs (tested).
+    """
+
+    name = "chapter"
+
+    def __init__(self, model: Model, throughput: Throughput, total_sms: int,
+                 weight_bytes_per_param: float | None = None, kv_bytes_per_element: float = 2.0) -> None:
+        from .efficiency import CpuProfile
+
+        self.model = model
+        self.throughput = throughput
+        self.total_sms = total_sms
+        self.weight_bytes_per_param = weight_bytes_per_param
+        self.cpu = CpuProfile(0.0, 0.0, 0.0, 1, "the chapter's model has no CPU time")
+        self.notes: list[str] = []
+        self.linear_flops = mdl.flops_per_token_linear(model)
+        self.window = model.sliding_window if model.num_sliding_layers else 0
+        kvb = kv_bytes_per_element
+        self.kv_a, self.kv_b = _coefficients(lambda c: mdl.kv_bytes(model, c, kvb), self.window)
+        self.attn_a, self.attn_b = _coefficients(lambda c: mdl.decode_attention_flops(model, c), self.window)
+        self._weight_bytes: list[float] = [0.0]
+        self._decode_rates: dict[tuple[int, int], tuple[float, float]] = {}
+        self._prefill_rates: dict[tuple[int, int], float] = {}
+
+    @property
+    def source(self) -> str:
+        """The throughput's description (``"chapter (bandwidth x0.85, MFU 0.5, S_SAT=66)"`` or the calibration's)."""
+        return self.throughput.source
+
+    @property
+    def s_sat(self) -> float | None:
+        """The analytic S_SAT, or ``None`` for a calibration."""
+        return getattr(self.throughput, "s_sat", None)
+
+    def bandwidth_share(self, sms: int) -> float:
+        """Share of whole-GPU bandwidth on ``sms`` SMs."""
+        return self.throughput.bandwidth_bytes_per_s(sms) / self.throughput.bandwidth_bytes_per_s(self.total_sms)
+
+    def corun_bandwidth_factor(self, prefill_sms: int, decode_sms: int) -> float:
+        """The throughput's co-run factor on decode's bandwidth (1.0 for the analytic one)."""
+        return self.throughput.corun_bandwidth_factor(prefill_sms, decode_sms)
+
+    def corun_flops_factor(self, prefill_sms: int, decode_sms: int) -> float:
+        """The throughput's co-run factor on prefill's FLOP/s (1.0 for the analytic one)."""
+        return self.throughput.corun_flops_factor(prefill_sms, decode_sms)
+
+    def _weight_bytes_at(self, decode_bs: int) -> float:
+        cache = self._weight_bytes
+        while len(cache) <= decode_bs:
+            cache.append(mdl.decode_weight_bytes(self.model, len(cache), self.weight_bytes_per_param))
+        return cache[decode_bs]
+
+    def _decode_rate(self, sms: int, corun_sms: int) -> tuple[float, float]:
+        key = (sms, corun_sms)
+        rates = self._decode_rates.get(key)
+        if rates is None:
+            _check_sms(sms)
+            bandwidth = self.throughput.bandwidth_bytes_per_s(sms)
+            if corun_sms:
+                bandwidth *= self.throughput.corun_bandwidth_factor(corun_sms, sms)
+            rates = (1.0 / bandwidth, 1.0 / self.throughput.flops_per_s(sms))
+            self._decode_rates[key] = rates
+        return rates
+
+    def decode_s(self, sms: int, n: int, sum_context: float, sum_window: float = 0.0, corun_sms: int = 0,
+                 cuda_graph: bool = True) -> float:
+        """Seconds of one decode step of ``n`` requests whose contexts sum to ``sum_context`` tokens
+        (``sum_window``: the sum of ``min(context, window)``), on ``sms`` SMs; ``corun_sms`` > 0 applies
+        the co-run bandwidth factor. ``cuda_graph`` is accepted and has no effect (no launch costs)."""
+        if n <= 0:
+            return 0.0
+        inv_bw, inv_flops = self._decode_rate(sms, corun_sms)
+        kv = self.kv_a * sum_context + self.kv_b * sum_window
+        attn = self.attn_a * sum_context + self.attn_b * sum_window
+        weights = self._weight_bytes[n] if n < len(self._weight_bytes) else self._weight_bytes_at(n)
+        memory_s = (weights + kv) * inv_bw
+        compute_s = (n * self.linear_flops + attn) * inv_flops
+        return max(memory_s, compute_s)
+
+    def flops_rate(self, sms: int, corun_sms: int = 0) -> float:
+        """Prefill FLOP/s on ``sms`` SMs, with the co-run factor when decode runs on ``corun_sms``."""
+        key = (sms, corun_sms)
+        rate = self._prefill_rates.get(key)
+        if rate is None:
+            _check_sms(sms)
+            rate = self.throughput.flops_per_s(sms)
+            if corun_sms:
+                rate *= self.throughput.corun_flops_factor(sms, corun_sms)
+            self._prefill_rates[key] = rate
+        return rate
+
+    def prefill_s(self, sms: int, seqs, corun_sms: int = 0) -> float:
+        """Seconds to prefill ``seqs`` (``(new, cached)`` tokens each) on ``sms`` SMs: their
+        :func:`prefill_flops` over the FLOP/s."""
+        flops = sum(prefill_flops(self.model, new, cached) for new, cached in seqs)
+        return flops / self.flops_rate(sms, corun_sms) if flops else 0.0
+
+    def mixed_s(self, seqs, n: int, sum_context: float, sum_window: float = 0.0) -> float:
+        """One chunked step on the whole GPU (the chapter's rule, :func:`chunked_step_s`):
+        ``max((chunks' FLOPs + n x linear FLOPs) / FLOP/s, decode step alone)``."""
+        flops = sum(prefill_flops(self.model, new, cached) for new, cached in seqs) + n * self.linear_flops
+        compute_s = flops / self.flops_rate(self.total_sms)
+        decode_only = self.decode_s(self.total_sms, n, sum_context, sum_window) if n else 0.0
+        return max(compute_s, decode_only)
+
+    def launch_cpu_s(self) -> float:
+        """0: the chapter counts no kernel launches."""
+        return 0.0
+
+    def decode_cpu_s(self, n: int) -> float:
+        """0: the chapter counts no CPU time."""
+        return 0.0

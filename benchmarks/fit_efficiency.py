@@ -1,0 +1,180 @@
+"""Fit the roofline cost model's efficiencies and write ``profiles/efficiency/*.yaml``.
+
+Inputs (all shipped in ``profiles/measurements/``, see its READMEs for sources and licences):
+
+- aiconfigurator-core 0.12.0's SGLang tables per GPU: GEMMs (bf16) -> ``gemm``; decode attention
+  (bf16 KV, points whose KV fits in L2 dropped) -> ``decode_attention``; prefill attention (bf16)
+  -> ``prefill_attention``;
+- Vidur's per-layer small ops (H100, A100) -> ``elementwise`` (H100's for Hopper and Blackwell GPUs,
+  A100's for Ampere and Ada, as fractions of each GPU's own datasheet bandwidth);
+- NanoFlow's A100 SM sweeps -> ``common.yaml`` ``partitions`` (bandwidth-curve sharpness, default
+  S_SAT fraction, decode's co-run interference).
+
+``common.yaml``'s ``cpu`` section holds published figures, not fits (sources in the file).
+
+Usage: ``python benchmarks/fit_efficiency.py [--check]``. ``--check`` fits and compares with the
+files on disk instead of writing (exit 1 on a difference). Deterministic; about a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pdmux_cli.costmodel import fit, measurements
+from pdmux_cli.costmodel.efficiency import FORMAT, OperatorEfficiency
+from pdmux_cli.costmodel.partitions import BandwidthCurve
+from pdmux_cli.hardware import find_gpu
+
+OUT = ROOT / "profiles" / "efficiency"
+AIC = "aiconfigurator-core 0.12.0 (NVIDIA, Apache-2.0), SGLang tables"
+
+#: Measured GPU -> (GPU profiles that use its efficiencies, compute capabilities it stands in for).
+COVERAGE = {
+    "h100-sxm": (["h100-sxm", "h100-pcie", "h100-nvl", "h800-sxm", "h20"], ["9"]),
+    "h200-sxm": (["h200-sxm", "h200-nvl", "gh200-96gb", "gh200-144gb"], []),
+    "b200": (["b200", "b100"], ["10"]),
+    "gb200": (["gb200"], []),
+    "b300": (["b300"], []),
+    "gb300": (["gb300"], []),
+    "a100-sxm-80gb": (["a100-sxm-80gb", "a100-sxm-40gb", "a100-pcie-80gb", "a800-sxm-80gb", "a800-pcie-80gb",
+                       "a800-pcie-40gb", "a30", "a10", "rtx-3090"], ["8", "7"]),
+    "l40s": (["l40s", "l40", "l4", "rtx-4090"], ["8.9"]),
+    "rtx-pro-6000": (["rtx-pro-6000", "rtx-5090"], ["12"]),
+}
+
+#: Which Vidur GPU's small-op fit a measured GPU takes (by architecture).
+ELEMENTWISE_FROM = {"h100-sxm": "h100-sxm", "h200-sxm": "h100-sxm", "b200": "h100-sxm", "gb200": "h100-sxm",
+                    "b300": "h100-sxm", "gb300": "h100-sxm", "rtx-pro-6000": "h100-sxm",
+                    "a100-sxm-80gb": "a100-sxm-80gb", "l40s": "a100-sxm-80gb"}
+
+CPU = {
+    "step_s": 0.31e-3,
+    "per_request_s": 0.0,
+    "launch_s": 3.4e-6,
+    "kernels_per_layer": 10,
+    "source": (
+        "step_s: SGLang's per-token CPU overhead measured against a mock forward, batch 1 "
+        "(tenstorrent/tt-inference-server issue 3560, 2026-05: 2.94 ms TPOT vs a 2.632 ms forward floor); "
+        "per_request_s: no public SGLang measurement (0; issue 'calibrate from SGLang' fits it from server logs); "
+        "launch_s: host launch gap of an eager decode step, 3.07 ms over 914 kernel launches "
+        "(turboderp-org/exllamav3 PR 380); kernels_per_layer: a dense layer's kernels in SGLang "
+        "(2 fused add-RMSNorms, QKV, RoPE, KV-cache store, attention, O, gate+up, SiLU-and-mul, down)"
+    ),
+}
+
+
+def _section(e: OperatorEfficiency, flops: bool, points: int) -> dict:
+    out = {"latency_s": float(f"{e.latency_s:.4g}"), "bandwidth_efficiency": round(e.bandwidth_efficiency, 4)}
+    if flops:
+        out["peak_efficiency"] = round(e.peak_efficiency, 4)
+        out["half"] = float(f"{e.half:.4g}")
+    out["median_error"] = round(e.median_error or 0.0, 4)
+    out["points"] = points
+    out["source"] = e.source
+    return out
+
+
+def fit_gpu(gpu_key: str, elementwise: dict[str, tuple[OperatorEfficiency, int]]) -> dict:
+    gpu = find_gpu(gpu_key)
+    peak, hbm = gpu.dense_flops("bf16"), gpu.hbm_bytes_per_s
+    gemm_pts = fit.gemm_points(measurements.aic_gemms(gpu_key, "bf16"))
+    gemm = fit.fit_gemm(gemm_pts, peak, hbm, f"{AIC}: {gpu_key} bf16 GEMMs (torch linear)")
+    dec_pts = [p for p in measurements.aic_attention(gpu_key, "decode") if not p.cached_in_l2]
+    dec = fit.fit_decode_attention(dec_pts, hbm, f"{AIC}: {gpu_key} decode (generation) attention, bf16 KV")
+    pre_pts = measurements.aic_attention(gpu_key, "prefill")
+    pre = fit.fit_prefill_attention(pre_pts, peak, hbm, dec.bandwidth_efficiency,
+                                    f"{AIC}: {gpu_key} prefill (context) attention, bf16")
+    el, el_points = elementwise[ELEMENTWISE_FROM[gpu_key]]
+    applies, families = COVERAGE[gpu_key]
+    return {
+        "format": FORMAT,
+        "fitted_on": gpu_key,
+        "applies_to": applies,
+        "families": families,
+        "fitted_by": "benchmarks/fit_efficiency.py",
+        "gemm": _section(gemm, True, len(gemm_pts)),
+        "prefill_attention": _section(pre, True, len(pre_pts)),
+        "decode_attention": _section(dec, False, len(dec_pts)),
+        "elementwise": _section(el, False, el_points),
+    }
+
+
+def fit_elementwise() -> dict[str, tuple[OperatorEfficiency, int]]:
+    layers = measurements.vidur_layers()
+    out = {}
+    for gpu_key in sorted({x.gpu for x in layers}):
+        rows = [x for x in layers if x.gpu == gpu_key]
+        hbm = find_gpu(gpu_key).hbm_bytes_per_s
+        models = ", ".join(sorted({x.model for x in rows}))
+        e = fit.fit_elementwise(rows, hbm, f"Vidur (microsoft/vidur 7d47513, MIT) {gpu_key} per-layer norms, RoPE, "
+                                            f"activation and add: {models}, TP 1-8")
+        out[gpu_key] = (e, len(rows))
+    return out
+
+
+def fit_common() -> dict:
+    bw_points = measurements.nanoflow_bandwidth()
+    p, s_sat, error = fit.fit_bandwidth_curve(bw_points, 108)
+    curve = BandwidthCurve(108, s_sat, p)
+    table = fit.interference_table(measurements.nanoflow_interference(), curve)
+    return {
+        "format": FORMAT,
+        "fitted_by": "benchmarks/fit_efficiency.py",
+        "partitions": {
+            "sharpness": round(p, 3),
+            "s_sat_fraction": round(s_sat / 108, 4),
+            "median_error": round(error, 4),
+            "decode_bandwidth_interference": [[r, f] for r, f in table],
+            "prefill_flops_interference": [],
+            "source": ("NanoFlow (efeslab/Nanoflow d1bbe277, Apache-2.0), A100 SXM 108 SMs: bandwidth vs SMs of a "
+                       "decode-attention kernel (sharpness, S_SAT = SMs reaching 95% of the whole GPU's rate, as a "
+                       "fraction of the SMs, used for every GPU until 'pdmux bench' measures yours); decode's "
+                       "bandwidth next to a GEMM by its SM share (gemv_interference.csv over the fitted solo curve, "
+                       "made non-decreasing); prefill's FLOP/s next to decode: no public measurement (1.0)"),
+        },
+        "cpu": CPU,
+    }
+
+
+def dump(data: dict, header: str) -> str:
+    return header + yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare with the files on disk; write nothing")
+    args = parser.parse_args()
+    today = datetime.date.today().isoformat()
+    header = (f"# pdmux efficiency profile, written by benchmarks/fit_efficiency.py ({today}); do not edit by hand.\n"
+              "# Units: seconds, fractions of the GPU profile's datasheet bandwidth and dense FLOP/s, tokens.\n")
+    files = {"common.yaml": dump(fit_common(), header)}
+    elementwise = fit_elementwise()
+    for gpu_key in measurements.aic_gpus():
+        files[f"{gpu_key}.yaml"] = dump(fit_gpu(gpu_key, elementwise), header)
+    OUT.mkdir(parents=True, exist_ok=True)
+    differ = []
+    for name, text in files.items():
+        path = OUT / name
+        if args.check:
+            old = path.read_text() if path.exists() else ""
+            strip = lambda t: "\n".join(line for line in t.splitlines() if not line.startswith("#"))
+            if strip(old) != strip(text):
+                differ.append(name)
+        else:
+            path.write_text(text)
+            print(f"wrote {path.relative_to(ROOT)}")
+    if args.check:
+        print("differ: " + ", ".join(differ) if differ else "all efficiency files match a fresh fit")
+        sys.exit(1 if differ else 0)
+
+
+if __name__ == "__main__":
+    main()

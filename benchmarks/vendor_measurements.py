@@ -1,0 +1,77 @@
+"""Copy the public GPU measurements pdmux fits its cost model to into ``profiles/measurements/``.
+
+The sources sit in the workplace's ``../shared/data/measurements/`` (see its README): Vidur's
+per-operator times (microsoft/vidur commit 7d47513, MIT) and NanoFlow's SM sweeps
+(efeslab/Nanoflow commit d1bbe277, Apache-2.0). pdmux ships a compact subset so that
+``pdmux accuracy`` and the accuracy gate run from any checkout or installed wheel:
+
+- ``vidur/<gpu>_<model>.csv``: one row per (num_tokens, tensor-parallel degree) with the median time
+  (ms) of every per-layer operator, and the model's shape columns;
+- ``nanoflow/*.csv``: copied as they are (a few hundred bytes each).
+
+Usage: ``python benchmarks/vendor_measurements.py [--source DIR]``. Rewrites the files (stdlib only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import shutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SOURCE = ROOT.parent / "shared" / "data" / "measurements"
+OUT = ROOT / "profiles" / "measurements"
+
+#: Vidur operators kept (``time_stats.<op>.median``, ms), in the file's order.
+OPS = ("emb", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",
+       "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
+SHAPE = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp")
+
+#: Vidur file -> (gpu key in pdmux, model name, layers from the model's config.json).
+VIDUR_FILES = {
+    "compute_h100_meta-llama_Llama-2-7b-hf_mlp.csv": ("h100-sxm", "Llama-2-7b-hf", 32),
+    "compute_h100_meta-llama_Llama-2-70b-hf_mlp.csv": ("h100-sxm", "Llama-2-70b-hf", 80),
+    "compute_h100_codellama_CodeLlama-34b-Instruct-hf_mlp.csv": ("h100-sxm", "CodeLlama-34b-Instruct-hf", 48),
+    "compute_a100_meta-llama_Llama-2-70b-hf_mlp.csv": ("a100-sxm-80gb", "Llama-2-70b-hf", 80),
+    "compute_a100_codellama_CodeLlama-34b-Instruct-hf_mlp.csv": ("a100-sxm-80gb", "CodeLlama-34b-Instruct-hf", 48),
+}
+
+
+def vendor_vidur(source: Path, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, (gpu, model, layers) in VIDUR_FILES.items():
+        with (source / name).open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        rows.sort(key=lambda r: (int(r["num_tensor_parallel_workers"]), int(r["num_tokens"])))
+        target = out / f"{gpu}_{model}.csv"
+        with target.open("w", newline="") as f:
+            f.write(f"# Subset of microsoft/vidur data/profiling/compute/.../{name} (commit 7d47513, MIT licence, "
+                    "LICENSE beside this file).\n")
+            f.write(f"# GPU {gpu}; model {model} ({layers} layers); per-layer operator times measured with the "
+                    "sarathi-serve profiler: median of each op, ms.\n")
+            f.write("# Shapes: attn_pre_proj = QKV GEMM, attn_post_proj = O GEMM, mlp_up_proj = gate+up GEMM, "
+                    "mlp_down_proj = down GEMM; all sharded by tp.\n")
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(["model", "num_layers", "tp", "num_tokens", *SHAPE, *(f"{op}_ms" for op in OPS)])
+            for r in rows:
+                w.writerow([model, layers, r["num_tensor_parallel_workers"], r["num_tokens"],
+                            *(r[c] for c in SHAPE), *(f"{float(r[f'time_stats.{op}.median']):.6g}" for op in OPS)])
+    shutil.copyfile(source / "vidur" / "LICENSE" if (source / "vidur" / "LICENSE").exists() else source / "LICENSE",
+                    out / "LICENSE")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    args = parser.parse_args()
+    vendor_vidur(args.source / "vidur", OUT / "vidur")
+    nano_out = OUT / "nanoflow"
+    nano_out.mkdir(parents=True, exist_ok=True)
+    for path in sorted((args.source / "nanoflow").glob("*.csv")):
+        shutil.copyfile(path, nano_out / path.name)
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""The cost model: how long a decode step, a prefill and a mixed step take on ``s`` of a GPU's SMs.
+
+Two models behind one interface (:class:`StepModel`), chosen with ``--cost-model``:
+
+- ``roofline`` (default, :mod:`.roofline`): a step is the sum of its operators (:mod:`.operators`),
+  each ``latency + max(bytes / achievable B/s, FLOPs / achievable FLOP/s)`` with efficiencies fitted to
+  public measurements (:mod:`.efficiency`, ``profiles/efficiency/``), smooth bandwidth-vs-SMs and
+  co-run interference (:mod:`.partitions`), and the serving engine's CPU time per step;
+- ``chapter`` (:mod:`.chapter`): the chapter's illustrative model, kept exact.
+
+:mod:`.fit` fits the efficiencies; :mod:`.accuracy` reports how far the shipped model is from the
+measurements (``pdmux accuracy``). Everything here is pure except the profile loaders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ..errors import InputError
+from .efficiency import CpuProfile
+
+#: ``--cost-model`` choices; the first is the default.
+COST_MODELS = ("roofline", "chapter")
+
+#: The chapter's analytic defaults (pd-multiplexing-chapter.txt): fraction of datasheet bandwidth
+#: decode reaches, and prefill's fraction of dense FLOP/s.
+CHAPTER_BANDWIDTH_EFFICIENCY = 0.85
+CHAPTER_MFU = 0.5
+
+
+class StepModel(Protocol):
+    """What the estimate and the simulator ask of a cost model. Seconds; SMs; tokens.
+
+    ``name``: ``"roofline"`` or ``"chapter"``. ``source``: one line for output. ``total_sms``: the
+    GPU's SMs. ``cpu``: the engine's CPU costs. ``s_sat``: SMs reaching 95% of full bandwidth (``None``
+    or NaN where a calibration's curve stands instead). ``notes``: caveats for output.
+    """
+
+    name: str
+    total_sms: int
+    cpu: CpuProfile
+    notes: list[str]
+
+    @property
+    def source(self) -> str: ...
+
+    def decode_s(self, sms: int, n: int, sum_context: float, sum_window: float = 0.0, corun_sms: int = 0,
+                 cuda_graph: bool = True) -> float:
+        """GPU time of a decode step of ``n`` requests (contexts summing to ``sum_context``) on ``sms``
+        SMs, next to a prefill on ``corun_sms`` other SMs when > 0."""
+        ...
+
+    def prefill_s(self, sms: int, seqs: Sequence[tuple[int, int]], corun_sms: int = 0) -> float:
+        """GPU time to prefill ``(new, cached)`` sequences as one batch on ``sms`` SMs."""
+        ...
+
+    def mixed_s(self, seqs: Sequence[tuple[int, int]], n: int, sum_context: float, sum_window: float = 0.0) -> float:
+        """GPU time of one batch mixing prefill chunks and ``n`` decode rows on the whole GPU."""
+        ...
+
+    def decode_cpu_s(self, n: int) -> float:
+        """CPU time of one scheduler step with ``n`` requests."""
+        ...
+
+    def launch_cpu_s(self) -> float:
+        """CPU time to launch one step's kernels without a CUDA graph."""
+        ...
+
+    def bandwidth_share(self, sms: int) -> float:
+        """Share of whole-GPU bandwidth on ``sms`` SMs."""
+        ...
+
+    def corun_bandwidth_factor(self, prefill_sms: int, decode_sms: int) -> float: ...
+
+    def corun_flops_factor(self, prefill_sms: int, decode_sms: int) -> float: ...
+
+
+def pick_flops_dtype(gpu: Any, model: Any, requested: str | None) -> str:
+    """The dense-math dtype prefill runs in: ``requested``, else fp8 for fp8-weight models on GPUs
+    with fp8 tensor cores (DeepSeek-V3 ships fp8), else bf16 (fp16 on GPUs without bf16)."""
+    if requested:
+        return requested
+    if model.weight_dtype == "fp8" and gpu.fp8_dense_flops:
+        return "fp8"
+    return "bf16" if gpu.bf16_dense_flops else "fp16"
+
+
+def build_step_model(
+    gpu: Any,
+    model: Any,
+    *,
+    cost_model: str = "roofline",
+    s_sat: float | None = None,
+    bandwidth_efficiency: float | None = None,
+    mfu: float | None = None,
+    calibrated: Any = None,
+    weight_bytes_per_param: float | None = None,
+    kv_bytes_per_element: float = 2.0,
+    flops_dtype: str | None = None,
+    step_overhead_ms: float | None = None,
+) -> StepModel:
+    """The :class:`StepModel` for a GPU profile (:class:`pdmux_cli.hardware.Gpu`) and a model.
+
+    ``cost_model``: ``"roofline"`` or ``"chapter"``. ``s_sat``: SMs reaching 95% of full bandwidth
+    (roofline default: the fitted fraction of the SMs; chapter default: half the SMs).
+    ``bandwidth_efficiency`` and ``mfu`` (fractions) are the chapter's knobs (defaults 0.85, 0.5);
+    the roofline model refuses them (its efficiencies are fitted). ``calibrated``: a
+    :class:`pdmux_cli.calibration.CalibratedThroughput` from ``pdmux bench``. ``step_overhead_ms``:
+    the engine's fixed CPU time per step (roofline only; 0 = kernels only).
+    Raises :class:`InputError` for an unknown cost model, knobs the chosen model does not take, or a
+    GPU without SM count, bandwidth or FLOP/s figures.
+    """
+    if cost_model not in COST_MODELS:
+        raise InputError(f"--cost-model must be one of {', '.join(COST_MODELS)}, got {cost_model!r}")
+    total = gpu.require_sm_count()
+    if not gpu.hbm_bytes_per_s:
+        raise InputError(f"{gpu.name} has no memory bandwidth figure: the cost model needs one (use another --gpu)")
+    dense = gpu.dense_flops(pick_flops_dtype(gpu, model, flops_dtype))
+    if cost_model == "chapter":
+        if step_overhead_ms is not None:
+            raise InputError("--step-overhead-ms applies to --cost-model roofline (the chapter's model has no CPU time)")
+        from .chapter import AnalyticThroughput, ChapterModel
+
+        if calibrated is not None:
+            throughput = calibrated
+        else:
+            throughput = AnalyticThroughput(
+                total, gpu.hbm_bytes_per_s, dense,
+                CHAPTER_BANDWIDTH_EFFICIENCY if bandwidth_efficiency is None else bandwidth_efficiency,
+                CHAPTER_MFU if mfu is None else mfu,
+                float(s_sat if s_sat is not None else total / 2),
+            )
+        return ChapterModel(model, throughput, total, weight_bytes_per_param, kv_bytes_per_element)
+    for flag, value in (("--bandwidth-efficiency", bandwidth_efficiency), ("--mfu", mfu)):
+        if value is not None:
+            raise InputError(f"{flag} is a knob of --cost-model chapter; the roofline model's efficiencies are "
+                             "fitted to measurements (profiles/efficiency/), and --calibration replaces them")
+    if step_overhead_ms is not None and not 0 <= step_overhead_ms <= 1000:
+        raise InputError(f"--step-overhead-ms must be from 0 to 1000, got {step_overhead_ms:g}")
+    from .efficiency import load_common, profile_for
+    from .roofline import RooflineModel
+
+    profile, note = profile_for(getattr(gpu, "key", ""), tuple(gpu.compute_capability))
+    partitions, cpu = load_common()
+    notes = [note] if note else []
+    if profile.note:
+        notes.append(profile.note)
+    return RooflineModel(
+        model, gpu_name=gpu.name, total_sms=total, hbm_bytes_per_s=gpu.hbm_bytes_per_s, dense_flops=dense,
+        efficiency=profile, partitions=partitions, cpu=cpu, s_sat=s_sat,
+        weight_bytes_per_param=weight_bytes_per_param, kv_bytes_per_element=kv_bytes_per_element,
+        calibration=calibrated, step_overhead_s=None if step_overhead_ms is None else step_overhead_ms / 1e3,
+        notes=notes,
+    )

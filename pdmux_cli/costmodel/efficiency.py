@@ -1,0 +1,278 @@
+"""Fitted efficiencies of the roofline cost model, read from ``profiles/efficiency/*.yaml``.
+
+Every operator of a step (:mod:`pdmux_cli.costmodel.operators`) takes
+
+    latency_s + max(bytes / (HBM B/s x bandwidth_efficiency x bandwidth share),
+                    FLOPs / (dense FLOP/s x peak_efficiency x x / (x + half) x SM share))
+
+where ``x`` is the GEMM's token count (for attention in prefill: the sequence's length) and the shares
+come from :mod:`pdmux_cli.costmodel.partitions`. ``latency_s`` is the fixed time of the kernel(s) on
+the GPU (launch gap, ramp-up and tail), the intercept every fit finds. The constants are fitted by
+``benchmarks/fit_efficiency.py`` (with :mod:`pdmux_cli.costmodel.fit`) to the measurements in
+``profiles/measurements/``, and each section of a file names its measurement in ``source``.
+
+Files:
+
+- ``<gpu-key>.yaml``: the kernel efficiencies of one measured GPU (``gemm``, ``prefill_attention``,
+  ``decode_attention``, ``elementwise``); ``applies_to`` lists the GPU profiles that use it (the measured
+  GPU and its same-chip siblings), ``families`` the compute capabilities it stands in for when a GPU
+  has no file of its own (``"8.9"`` for that capability, ``"8"`` for any 8.x; the exact one wins).
+- ``common.yaml``: what was measured once for all GPUs: the SM-partition terms (``partitions``) and the
+  serving engine's CPU costs (``cpu``).
+
+Built-in files are read with libyaml; a malformed one raises :class:`InputError` naming the file and
+field (a broken installation, never user input).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import InputError
+from ..numbers import finite_float
+from ..profile_files import efficiency_profiles_dir
+from .partitions import Interference
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+#: The ``format`` value of every efficiency file.
+FORMAT = "pdmux-efficiency/1"
+
+
+@dataclass(frozen=True)
+class OperatorEfficiency:
+    """One operator kind's fitted constants (see the module docstring for the formula).
+
+    ``latency_s``: fixed kernel time, s (for ``elementwise``: all of one layer's small kernels).
+    ``bandwidth_efficiency``: fraction of datasheet HBM bandwidth its bytes move at (0-1].
+    ``peak_efficiency``: fraction of dense FLOP/s reached by a large operator (0-1]; 0 for an
+    operator with no FLOPs worth counting (elementwise, decode attention's memory-bound read).
+    ``half``: tokens at which half of ``peak_efficiency`` is reached (``x / (x + half)``).
+    ``source``: the measurement it was fitted to. ``median_error``: the fit's median absolute
+    relative error over its points (0.07 = 7%), as the fit script wrote it.
+    """
+
+    latency_s: float
+    bandwidth_efficiency: float
+    peak_efficiency: float = 0.0
+    half: float = 0.0
+    source: str = ""
+    median_error: float | None = None
+
+    def flops_efficiency(self, tokens: float) -> float:
+        """Fraction of dense FLOP/s at ``tokens`` (GEMM rows, or attention sequence length)."""
+        return self.peak_efficiency * tokens / (tokens + self.half) if tokens > 0 else 0.0
+
+    def time_s(self, nbytes: float, flops: float, size: float, bytes_per_s: float, flops_per_s: float) -> float:
+        """Seconds of one operator: ``latency_s + max(nbytes / (bytes_per_s x bandwidth_efficiency),
+        flops / (flops_per_s x flops_efficiency(size)))``; ``bytes_per_s`` and ``flops_per_s`` are what
+        its SMs offer before efficiencies (the datasheet figures on the whole GPU). An operator with
+        ``peak_efficiency`` 0 has no compute term."""
+        memory = nbytes / (bytes_per_s * self.bandwidth_efficiency)
+        if flops and self.peak_efficiency:
+            compute = flops / (flops_per_s * self.flops_efficiency(size))
+            if compute > memory:
+                return self.latency_s + compute
+        return self.latency_s + memory
+
+
+@dataclass(frozen=True)
+class EfficiencyProfile:
+    """The kernel efficiencies of one measured GPU (``profiles/efficiency/<key>.yaml``).
+
+    ``key``: file stem. ``fitted_on``: the GPU the measurements come from (a profile key).
+    ``applies_to``: GPU profile keys using this file. ``families``: compute capabilities it stands in
+    for (``"8.9"`` or ``"8"``). ``note``: caveats for output.
+    """
+
+    key: str
+    fitted_on: str
+    applies_to: tuple[str, ...]
+    families: tuple[str, ...]
+    gemm: OperatorEfficiency
+    prefill_attention: OperatorEfficiency
+    decode_attention: OperatorEfficiency
+    elementwise: OperatorEfficiency
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class PartitionProfile:
+    """SM-partition terms (``common.yaml`` ``partitions``): bandwidth-curve ``sharpness``, the
+    default S_SAT as a fraction of the SM count (``s_sat_fraction``), co-run ``interference``."""
+
+    sharpness: float
+    s_sat_fraction: float
+    interference: Interference
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class CpuProfile:
+    """The serving engine's CPU work per step (``common.yaml`` ``cpu``), seconds.
+
+    ``step_s``: one scheduler iteration (receive requests, process the last step's results, prepare
+    the next batch). ``per_request_s``: added per running request. ``launch_s``: CPU time to launch one
+    kernel outside a CUDA graph. ``kernels_per_layer``: kernels a layer launches (decode without a
+    CUDA graph pays ``layers x kernels_per_layer x launch_s`` of CPU launch time).
+    """
+
+    step_s: float
+    per_request_s: float
+    launch_s: float
+    kernels_per_layer: int
+    source: str = ""
+
+    def step_cpu_s(self, requests: int) -> float:
+        """CPU seconds of one scheduler step with ``requests`` requests in the batch."""
+        return self.step_s + self.per_request_s * requests
+
+
+def _where(path: Path, field: str) -> str:
+    return f"efficiency profile {path.name}: field '{field}'"
+
+
+def _number(data: dict, field: str, path: Path, low: float, high: float) -> float:
+    value = finite_float(data.get(field))
+    if value is None or not low <= value <= high:
+        raise InputError(f"{_where(path, field)} must be a number from {low:g} to {high:g}, got {data.get(field)!r}")
+    return value
+
+
+def _section(data: dict, name: str, path: Path, flops: bool) -> OperatorEfficiency:
+    section = data.get(name)
+    if not isinstance(section, dict):
+        raise InputError(f"{_where(path, name)} is missing or not a mapping")
+    source = str(section.get("source", "")).strip()
+    if not source:
+        raise InputError(f"{_where(path, name + '.source')} is empty: every constant names its measurement")
+    error = section.get("median_error")
+    return OperatorEfficiency(
+        latency_s=_number(section, "latency_s", path, 0.0, 1e-2),
+        bandwidth_efficiency=_number(section, "bandwidth_efficiency", path, 0.05, 1.0),
+        peak_efficiency=_number(section, "peak_efficiency", path, 0.01, 1.0) if flops else 0.0,
+        half=_number(section, "half", path, 0.0, 1e6) if flops else 0.0,
+        source=source,
+        median_error=finite_float(error) if error is not None else None,
+    )
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"efficiency profile {path}: cannot be read ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise InputError(f"efficiency profile {path}: not a {FORMAT} file (the installation is damaged)")
+    return data
+
+
+def load_profile(path: Path) -> EfficiencyProfile:
+    """Read one ``<gpu-key>.yaml``. Raises :class:`InputError` for a malformed file."""
+    data = _read(path)
+    applies = data.get("applies_to")
+    families = data.get("families", [])
+    if not isinstance(applies, list) or not all(isinstance(k, str) for k in applies) or not applies:
+        raise InputError(f"{_where(path, 'applies_to')} must be a non-empty list of GPU profile keys")
+    if not isinstance(families, list) or not all(isinstance(f, str) for f in families):
+        raise InputError(f"{_where(path, 'families')} must be a list of compute capabilities (\"8.9\" or \"8\")")
+    return EfficiencyProfile(
+        key=path.stem,
+        fitted_on=str(data.get("fitted_on", path.stem)),
+        applies_to=tuple(applies),
+        families=tuple(families),
+        gemm=_section(data, "gemm", path, flops=True),
+        prefill_attention=_section(data, "prefill_attention", path, flops=True),
+        decode_attention=_section(data, "decode_attention", path, flops=False),
+        elementwise=_section(data, "elementwise", path, flops=False),
+        note=str(data.get("note", "")),
+    )
+
+
+def _pairs(value: object, path: Path, field: str) -> tuple[tuple[float, float], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, list) and len(v) == 2 for v in value):
+        raise InputError(f"{_where(path, field)} must be a list of [share, factor] pairs")
+    out = []
+    for a, b in value:
+        x, y = finite_float(a), finite_float(b)
+        if x is None or y is None:
+            raise InputError(f"{_where(path, field)} holds a value that is not a number")
+        out.append((x, y))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=1)
+def load_common() -> tuple[PartitionProfile, CpuProfile]:
+    """``common.yaml``: the SM-partition terms and the engine's CPU costs (cached)."""
+    path = efficiency_profiles_dir() / "common.yaml"
+    data = _read(path)
+    part = data.get("partitions")
+    cpu = data.get("cpu")
+    if not isinstance(part, dict) or not isinstance(cpu, dict):
+        raise InputError(f"efficiency profile {path.name}: needs 'partitions' and 'cpu' mappings")
+    try:
+        interference = Interference(
+            decode_bandwidth=_pairs(part.get("decode_bandwidth_interference"), path, "decode_bandwidth_interference"),
+            prefill_flops=_pairs(part.get("prefill_flops_interference"), path, "prefill_flops_interference"),
+        )
+    except InputError as exc:
+        raise InputError(f"efficiency profile {path.name}: {exc}") from None
+    partitions = PartitionProfile(
+        sharpness=_number(part, "sharpness", path, 0.5, 20),
+        s_sat_fraction=_number(part, "s_sat_fraction", path, 0.05, 1.0),
+        interference=interference,
+        source=str(part.get("source", "")),
+    )
+    kernels = cpu.get("kernels_per_layer")
+    if not isinstance(kernels, int) or isinstance(kernels, bool) or not 1 <= kernels <= 1000:
+        raise InputError(f"{_where(path, 'cpu.kernels_per_layer')} must be an integer from 1 to 1000")
+    cpu_profile = CpuProfile(
+        step_s=_number(cpu, "step_s", path, 0.0, 1.0),
+        per_request_s=_number(cpu, "per_request_s", path, 0.0, 1e-2),
+        launch_s=_number(cpu, "launch_s", path, 0.0, 1e-3),
+        kernels_per_layer=kernels,
+        source=str(cpu.get("source", "")),
+    )
+    return partitions, cpu_profile
+
+
+@functools.lru_cache(maxsize=1)
+def load_profiles() -> tuple[EfficiencyProfile, ...]:
+    """Every ``profiles/efficiency/<gpu-key>.yaml`` (not ``common.yaml``), sorted by key (cached)."""
+    directory = efficiency_profiles_dir()
+    return tuple(load_profile(p) for p in sorted(directory.glob("*.yaml")) if p.stem != "common")
+
+
+def profile_for(gpu_key: str, compute_capability: tuple[int, int]) -> tuple[EfficiencyProfile, str]:
+    """The efficiency profile for a GPU, and a note saying how it was chosen ("" when measured).
+
+    Order: a file whose ``applies_to`` names ``gpu_key`` (its own measurements, or a same-chip
+    sibling's: the note says which); else the file standing in for the exact compute capability, then
+    for its major (``families``); else the first file (with a note). Raises :class:`InputError` only
+    for a broken installation (no efficiency files).
+    """
+    profiles = load_profiles()
+    if not profiles:
+        raise InputError(f"no efficiency profiles in {efficiency_profiles_dir()}: the installation is incomplete")
+    for profile in profiles:
+        if gpu_key in profile.applies_to:
+            if profile.fitted_on == gpu_key:
+                return profile, ""
+            return profile, (f"kernel efficiencies measured on {profile.fitted_on}, used for this same-chip GPU "
+                             "as fractions of its own datasheet figures")
+    major, minor = compute_capability
+    for family in (f"{major}.{minor}", str(major)):
+        for profile in profiles:
+            if family in profile.families:
+                return profile, (f"no kernel measurements for this GPU: efficiencies of {profile.fitted_on} "
+                                 f"(compute capability {family}) applied to its datasheet figures")
+    profile = profiles[0]
+    return profile, (f"no kernel measurements for compute capability {major}.x: efficiencies of "
+                     f"{profile.fitted_on} applied to this GPU's datasheet figures (a rough guess)")

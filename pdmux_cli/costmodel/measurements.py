@@ -1,0 +1,183 @@
+"""The public GPU measurements shipped in ``profiles/measurements/``, as plain records.
+
+Read by :mod:`pdmux_cli.costmodel.fit` (``benchmarks/fit_efficiency.py`` writes the efficiency files from
+them) and :mod:`pdmux_cli.costmodel.accuracy` (``pdmux accuracy``). Sources and licences are in each
+folder's README/LICENSE and in every CSV's ``#`` header:
+
+- ``vidur/``: per-layer operator times measured with the sarathi-serve profiler (microsoft/vidur, MIT);
+- ``nanoflow/``: bandwidth and GEMM FLOP/s vs SM count, and co-run interference, on an A100
+  (efeslab/Nanoflow, Apache-2.0);
+- ``aiconfigurator/``: NVIDIA's per-operator tables for SGLang (PyPI aiconfigurator-core 0.12.0,
+  Apache-2.0): GEMMs, prefill (context) and decode (generation) attention.
+
+Times are converted to seconds. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+from ..profile_files import measurements_dir
+
+#: aiconfigurator's GPU names -> pdmux GPU profile keys.
+AIC_GPUS = {
+    "h100_sxm": "h100-sxm",
+    "h200_sxm": "h200-sxm",
+    "b200_sxm": "b200",
+    "a100_sxm": "a100-sxm-80gb",
+    "gb200": "gb200",
+    "l40s": "l40s",
+    "rtx_pro_6000_server": "rtx-pro-6000",
+    "b300_sxm": "b300",
+    "gb300": "gb300",
+}
+
+
+def _rows(path: Path) -> Iterator[dict[str, str]]:
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            yield from csv.DictReader(line for line in f if not line.startswith("#"))
+    except OSError as exc:
+        raise InputError(f"measurement file {path}: cannot be read ({exc})") from None
+
+
+@dataclass(frozen=True)
+class VidurLayer:
+    """One Vidur row: a model's per-layer operator times (s) at ``tokens`` tokens and TP degree ``tp``.
+
+    Shapes are the model's (``hidden``, ``intermediate``, ``heads``, ``kv_heads``), unsharded. ``ops``:
+    operator -> seconds (``attn_pre_proj`` QKV GEMM, ``attn_post_proj`` O GEMM, ``mlp_up_proj``
+    gate+up GEMM, ``mlp_down_proj``, ``input_layernorm``, ``post_attention_layernorm``, ``attn_rope``,
+    ``mlp_act``, ``add``, ``emb``).
+    """
+
+    gpu: str
+    model: str
+    tp: int
+    tokens: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    ops: dict[str, float]
+
+    #: Vidur's GEMM operators and the element-wise ones.
+    GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+    ELEMENTWISE = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
+
+    def gemm_shapes(self) -> dict[str, tuple[int, int]]:
+        """Operator -> ``(k, n)`` of its weight, sharded by ``tp`` (Megatron column/row split)."""
+        h, i, d = self.hidden, self.intermediate, self.hidden // self.heads
+        t = self.tp
+        return {
+            "attn_pre_proj": (h, (self.heads + 2 * self.kv_heads) * d // t),
+            "attn_post_proj": (self.heads * d // t, h),
+            "mlp_up_proj": (h, 2 * i // t),
+            "mlp_down_proj": (i // t, h),
+        }
+
+
+def vidur_layers() -> list[VidurLayer]:
+    """Every row of ``profiles/measurements/vidur/*.csv``."""
+    out = []
+    for path in sorted((measurements_dir() / "vidur").glob("*.csv")):
+        gpu = path.stem.split("_", 1)[0]
+        for r in _rows(path):
+            ops = {k[:-3]: float(v) * 1e-3 for k, v in r.items() if k.endswith("_ms")}
+            out.append(VidurLayer(gpu, r["model"], int(r["tp"]), int(r["num_tokens"]), int(r["n_embd"]),
+                                  int(r["n_expanded_embd"]), int(r["n_head"]), int(r["n_kv_head"]), ops))
+    return out
+
+
+def nanoflow_bandwidth() -> list[tuple[int, int, int, float]]:
+    """``(sms, batch, seqlen, bytes/s)`` of NanoFlow's A100 decode-attention SM sweep (108 SMs)."""
+    path = measurements_dir() / "nanoflow" / "a100_decode_attention_bw_vs_sms.csv"
+    return [(int(r["sms"]), int(r["batch_size"]), int(r["seqlen"]), float(r["bytes_per_s"])) for r in _rows(path)]
+
+
+def nanoflow_gemm() -> list[tuple[int, int, int, int, float]]:
+    """``(sms, m, n, k, FLOP/s)`` of NanoFlow's A100 GEMM SM sweep."""
+    path = measurements_dir() / "nanoflow" / "a100_gemm_tflops_vs_sms.csv"
+    return [(int(r["sms"]), int(r["m"]), int(r["n"]), int(r["k"]), float(r["tflops"]) * 1e12) for r in _rows(path)]
+
+
+def nanoflow_interference() -> list[tuple[float, float]]:
+    """``(R, P)``: a memory-bound kernel on share ``R`` of the A100's SMs next to a GEMM on the rest
+    reaches ``P`` of its whole-GPU solo throughput."""
+    path = measurements_dir() / "nanoflow" / "a100_gemv_interference.csv"
+    return [(float(r["R"]), float(r["P"])) for r in _rows(path) if r.get("R")]
+
+
+@dataclass(frozen=True)
+class AicGemm:
+    """One aiconfigurator GEMM point: ``[m, k] x [k, n]`` in ``dtype`` took ``seconds``."""
+
+    gpu: str
+    dtype: str
+    m: int
+    n: int
+    k: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class AicAttention:
+    """One aiconfigurator attention point (one layer): ``batch`` sequences of ``length`` tokens
+    (prefill: prompt length; decode: KV length), heads, KV heads, head_dim, KV dtype, ``seconds``.
+    ``cached_in_l2``: decode points whose whole KV fits in L2 (not an HBM measurement)."""
+
+    gpu: str
+    kind: str
+    batch: int
+    length: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    kv_dtype: str
+    seconds: float
+    cached_in_l2: bool = False
+
+
+#: head_dim of every attention point extracted (the files leave the column out).
+AIC_HEAD_DIM = 128
+
+
+def aic_gpus() -> list[str]:
+    """pdmux GPU keys with aiconfigurator tables shipped here."""
+    folder = measurements_dir() / "aiconfigurator"
+    return [key for name, key in AIC_GPUS.items() if (folder / f"{name}_gemm.csv").exists()]
+
+
+def _aic_name(gpu_key: str) -> str:
+    for name, key in AIC_GPUS.items():
+        if key == gpu_key:
+            return name
+    raise InputError(f"no aiconfigurator measurements for GPU {gpu_key!r}")
+
+
+def aic_gemms(gpu_key: str, dtype: str = "bf16") -> list[AicGemm]:
+    """The GEMM points of one GPU in ``dtype`` (``bf16`` or ``fp8``)."""
+    path = measurements_dir() / "aiconfigurator" / f"{_aic_name(gpu_key)}_gemm.csv"
+    return [AicGemm(gpu_key, r["dtype"], int(r["m"]), int(r["n"]), int(r["k"]), float(r["latency_ms"]) * 1e-3)
+            for r in _rows(path) if r["dtype"] == dtype]
+
+
+def aic_attention(gpu_key: str, kind: str, kv_dtype: str = "bf16") -> list[AicAttention]:
+    """Prefill (``kind="prefill"``, context attention) or decode (``"decode"``, generation attention)
+    points of one GPU with a ``kv_dtype`` KV cache."""
+    table = {"prefill": "context_attention", "decode": "generation_attention"}[kind]
+    path = measurements_dir() / "aiconfigurator" / f"{_aic_name(gpu_key)}_{table}.csv"
+    out = []
+    for r in _rows(path):
+        if r["kv_dtype"] != kv_dtype or (kind == "prefill" and r.get("attn_dtype", "bf16") != "bf16"):
+            continue
+        length = int(r["isl"] if kind == "prefill" else r["kv_len"])
+        cached = str(r.get("kv_fits_l2", "")).strip().lower() in ("true", "1")
+        out.append(AicAttention(gpu_key, kind, int(r["batch"]), length, int(r["num_heads"]), int(r["num_kv_heads"]),
+                                int(r.get("head_dim") or AIC_HEAD_DIM), r["kv_dtype"], float(r["latency_ms"]) * 1e-3,
+                                cached))
+    return out

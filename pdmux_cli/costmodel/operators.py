@@ -1,0 +1,164 @@
+"""A model's step as operators: GEMM shapes, attention, element-wise ops, embedding and lm_head.
+
+Pure arithmetic over a :class:`~pdmux_cli.model.Model` (element counts, bytes, FLOPs); no time. The
+roofline model (:mod:`pdmux_cli.costmodel.roofline`) turns these into seconds on ``s`` SMs.
+
+What one step runs, per layer, for ``T`` tokens (decode rows plus prefill tokens):
+
+- GEMMs with ``M = T`` (:attr:`StepShapes.token_gemms`): attention projections (GQA: QKV and O; MLA:
+  q_a/q_b or q, kv_a, kv_b, o), the dense MLP's gate+up and down (dense layers), a MoE layer's router and
+  shared experts; each read once per step (weights) and run at 2 FLOP per multiply-add;
+- routed experts (:attr:`StepShapes.experts`): the experts a batch touches (uniform routing, as
+  :func:`pdmux_cli.model.expected_experts_touched`), each with its share of the ``T x top-k`` rows;
+- attention: prefill is causal over the sequence and its cached prefix
+  (:func:`pdmux_cli.model.attention_flops`); decode reads every request's KV cache
+  (:func:`pdmux_cli.model.kv_bytes`);
+- element-wise ops (two RMSNorms, RoPE, the activation, two residual adds) moving
+  :attr:`StepShapes.elementwise_bytes_per_token` bytes a token per layer;
+
+plus, once a step, the embedding gather (element-wise bytes) and the lm_head GEMM for the last token
+of each prefilled sequence and every decode row (``M = rows``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import model as mdl
+from ..model import Model
+
+#: Bytes of one activation element (bf16); activations are 16-bit whatever the weights are.
+ACTIVATION_BYTES = 2
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One weight matrix applied to ``M`` rows: ``[M, k] x [k, n]``.
+
+    ``name``: what it is (``"qkv"``, ``"o"``, ``"gate_up"``, ``"down"``, ``"router"``, ``"lm_head"``,
+    MLA's ``"q_a"``...). ``k``, ``n``: reduction and output widths (elements). ``weight_bytes``: bytes
+    of the matrix. ``count``: how many such matrices one step runs (layers that have it).
+    """
+
+    name: str
+    k: int
+    n: int
+    weight_bytes: float
+    count: int
+
+    def flops(self, rows: float) -> float:
+        """FLOPs of one instance for ``rows`` rows: ``2 x rows x k x n``."""
+        return 2.0 * rows * self.k * self.n
+
+    def bytes(self, rows: float) -> float:
+        """Bytes one instance moves for ``rows`` rows: its weights plus 16-bit input and output."""
+        return self.weight_bytes + ACTIVATION_BYTES * rows * (self.k + self.n)
+
+
+@dataclass(frozen=True)
+class Experts:
+    """A MoE layer's routed experts, ``count`` such layers a step.
+
+    ``num_experts`` (E), ``top_k``: routing. ``hidden``, ``width``: an expert is a gated MLP
+    ``hidden -> 2 x width -> hidden``. ``bytes_per_param``: the experts' storage (mxfp4 4.25/8).
+    """
+
+    num_experts: int
+    top_k: int
+    hidden: int
+    width: int
+    bytes_per_param: float
+    count: int
+
+    def touched(self, tokens: float) -> float:
+        """Expected distinct experts ``tokens`` tokens route to: ``E x (1 - (1 - k/E) ** tokens)``."""
+        if tokens <= 0:
+            return 0.0
+        e, k = self.num_experts, self.top_k
+        return e * (1.0 - (1.0 - k / e) ** tokens)
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one expert: ``3 x hidden x width``."""
+        return 3 * self.hidden * self.width
+
+
+@dataclass(frozen=True)
+class StepShapes:
+    """Everything a step's cost needs from the model (see the module docstring).
+
+    ``layers``: decoder layers. ``token_gemms``: GEMMs with one row per token. ``lm_head``: the
+    logits GEMM (one row per sequence or decode row). ``experts``: routed experts, or ``None``.
+    ``elementwise_bytes_per_token``: bytes per token per layer of the small ops (norms, RoPE, activation,
+    residual adds; 16-bit). ``embedding_bytes_per_token``: the embedding gather's bytes per token.
+    """
+
+    layers: int
+    token_gemms: tuple[Gemm, ...]
+    lm_head: Gemm
+    experts: Experts | None
+    elementwise_bytes_per_token: float
+    embedding_bytes_per_token: float
+
+
+def _attention_gemms(model: Model, wb: float, layers: int) -> list[Gemm]:
+    h, heads = model.hidden_size, model.num_attention_heads
+    if model.is_mla:
+        qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+        shapes = []
+        if model.q_lora_rank:
+            shapes += [("q_a", h, model.q_lora_rank), ("q_b", model.q_lora_rank, heads * qk)]
+        else:
+            shapes += [("q", h, heads * qk)]
+        shapes += [("kv_a", h, model.kv_lora_rank + model.qk_rope_head_dim),
+                   ("kv_b", model.kv_lora_rank, heads * (model.qk_nope_head_dim + model.v_head_dim)),
+                   ("o", heads * model.v_head_dim, h)]
+    else:
+        d = model.head_dim
+        shapes = [("qkv", h, (heads + 2 * model.num_kv_heads) * d), ("o", heads * d, h)]
+    return [Gemm(name, k, n, k * n * wb, layers) for name, k, n in shapes]
+
+
+def step_shapes(model: Model, weight_bytes_per_param: float | None = None) -> StepShapes:
+    """The :class:`StepShapes` of ``model`` with its own weight format, or ``weight_bytes_per_param``
+    bytes for every weight. The GEMMs' parameters add up to :func:`pdmux_cli.model.decode_linear_params`
+    less the routed experts (tested)."""
+    linear_b = mdl.bytes_per_param(model, "linear", weight_bytes_per_param)
+    h = model.hidden_size
+    gemms = _attention_gemms(model, linear_b, model.num_layers)
+    dense = mdl.dense_ffn_layers(model)
+    if dense:
+        i = model.intermediate_size
+        gemms += [Gemm("gate_up", h, 2 * i, h * 2 * i * linear_b, dense), Gemm("down", i, h, i * h * linear_b, dense)]
+    experts = None
+    moe_layers = mdl.moe_layers(model)
+    act_width = model.intermediate_size if dense else 0  # per token, for the activation's bytes
+    if moe_layers:
+        router_b = mdl.bytes_per_param(model, "router", weight_bytes_per_param)
+        gemms.append(Gemm("router", h, model.num_experts, h * model.num_experts * router_b, moe_layers))
+        if model.num_shared_experts:
+            width = model.num_shared_experts * model.shared_expert_intermediate_size
+            gemms += [Gemm("shared_gate_up", h, 2 * width, h * 2 * width * linear_b, moe_layers),
+                      Gemm("shared_down", width, h, width * h * linear_b, moe_layers)]
+        experts = Experts(model.num_experts, model.experts_per_token, h, model.moe_intermediate_size,
+                          mdl.bytes_per_param(model, "expert", weight_bytes_per_param), moe_layers)
+        moe_width = (model.experts_per_token * model.moe_intermediate_size
+                     + model.num_shared_experts * model.shared_expert_intermediate_size)
+        act_width = (dense * model.intermediate_size + moe_layers * moe_width) / model.num_layers
+    head_b = mdl.bytes_per_param(model, "lm_head", weight_bytes_per_param)
+    lm_head = Gemm("lm_head", h, model.vocab_size, h * model.vocab_size * head_b, 1)
+    if model.is_mla:
+        rope_width = model.num_attention_heads * model.qk_rope_head_dim + model.qk_rope_head_dim
+    else:
+        rope_width = (model.num_attention_heads + model.num_kv_heads) * model.head_dim
+    # two RMSNorms (read + write h), RoPE on q and k (read + write), the gated activation (read 2
+    # widths, write one), two residual adds (read 2h, write h): 16-bit elements
+    elements = 2 * 2 * h + 2 * rope_width + 3 * act_width + 2 * 3 * h
+    return StepShapes(
+        layers=model.num_layers,
+        token_gemms=tuple(gemms),
+        lm_head=lm_head,
+        experts=experts,
+        elementwise_bytes_per_token=float(elements * ACTIVATION_BYTES),
+        embedding_bytes_per_token=float(2 * h * ACTIVATION_BYTES),
+    )

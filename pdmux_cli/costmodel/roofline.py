@@ -1,0 +1,322 @@
+"""The roofline cost model (pdmux's default): a step is the sum of its operators, each at
+``latency + max(bytes / achievable B/s, FLOPs / achievable FLOP/s)`` on the SMs it runs on.
+
+Operators come from :mod:`pdmux_cli.costmodel.operators`; efficiencies from
+:mod:`pdmux_cli.costmodel.efficiency` (fitted to measurements, ``profiles/efficiency/``); the SM-partition
+terms (bandwidth vs SMs, GEMM FLOP/s vs SMs, co-run interference) from
+:mod:`pdmux_cli.costmodel.partitions`, or from a ``pdmux bench`` calibration where one is given.
+
+On ``s`` of ``S`` SMs, with dense peak ``F`` and datasheet bandwidth ``B``:
+
+- bandwidth available to an operator: ``B x share(s) x bandwidth_efficiency`` (x the co-run factor of
+  the phase when the other phase runs on the other SMs);
+- a GEMM of ``M`` rows: FLOP/s ``F x s/S x gemm_efficiency(M x S/s)`` (each SM does the work of
+  ``M x S/s`` rows on the whole GPU); its bytes are its weights plus 16-bit activations;
+- prefill attention of a sequence of ``L`` tokens (cached prefix included): FLOP/s
+  ``F x s/S x attention_efficiency(L)``, bytes its KV cache; decode attention: every request's KV bytes;
+- element-wise ops: bytes per token per layer, plus a fixed time per layer.
+
+A step's GPU time is the sum; the CPU work of the serving engine (:class:`CpuProfile`) is reported
+separately (:meth:`RooflineModel.decode_cpu_s`), because whether it adds to the step depends on the
+scheduler (SGLang's overlap scheduler hides it; pdmux rounds expose it).
+Times are in seconds; every public method is pure and caches what it can per (SMs, co-run, size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .. import model as mdl
+from ..errors import InputError
+from ..model import Model
+from .efficiency import CpuProfile, EfficiencyProfile, OperatorEfficiency, PartitionProfile
+from .operators import ACTIVATION_BYTES, Gemm, StepShapes, step_shapes
+from .partitions import BandwidthCurve
+
+#: A prefill batch: ``(new_tokens, cached_tokens)`` per sequence.
+Seqs = Sequence[tuple[int, int]]
+
+
+class RooflineModel:
+    """Step times of one model on one GPU (module docstring).
+
+    ``model``: the architecture. ``gpu_name``: for output. ``total_sms`` (SMs), ``hbm_bytes_per_s``
+    (datasheet B/s), ``dense_flops`` (datasheet dense FLOP/s of the compute dtype): the GPU.
+    ``efficiency``: its kernel efficiencies; ``partitions``, ``cpu``: ``common.yaml``'s terms.
+    ``s_sat``: SMs reaching 95% of full bandwidth (``None``: the profile's default fraction of the
+    SMs). ``weight_bytes_per_param`` (``None``: the model's format), ``kv_bytes_per_element`` (bytes).
+    ``calibration``: a :class:`pdmux_cli.calibration.CalibratedThroughput`; its measured curves replace
+    the bandwidth-vs-SMs, FLOP/s-vs-SMs and co-run terms (the whole-GPU efficiencies stay fitted).
+    ``step_overhead_s``: replaces the engine's fixed CPU time per step (0 = kernels only, no CPU term).
+    ``notes``: lines for output (how the efficiencies were chosen).
+    Raises :class:`InputError` for an S_SAT outside 1..SMs or given together with a calibration.
+    """
+
+    name = "roofline"
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        gpu_name: str,
+        total_sms: int,
+        hbm_bytes_per_s: float,
+        dense_flops: float,
+        efficiency: EfficiencyProfile,
+        partitions: PartitionProfile,
+        cpu: CpuProfile,
+        s_sat: float | None = None,
+        weight_bytes_per_param: float | None = None,
+        kv_bytes_per_element: float = 2.0,
+        calibration: Any = None,
+        step_overhead_s: float | None = None,
+        notes: Sequence[str] = (),
+    ) -> None:
+        if calibration is not None and s_sat is not None:
+            raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
+        self.model = model
+        self.gpu_name = gpu_name
+        self.total_sms = total_sms
+        self.hbm = float(hbm_bytes_per_s)
+        self.peak = float(dense_flops)
+        self.eff = efficiency
+        self.partitions = partitions
+        if step_overhead_s is not None:
+            cpu = CpuProfile(step_overhead_s, 0.0 if step_overhead_s == 0 else cpu.per_request_s, cpu.launch_s,
+                             cpu.kernels_per_layer, f"--step-overhead-ms {step_overhead_s * 1e3:g}")
+        self.cpu = cpu
+        self.calibration = calibration
+        self.notes = list(notes)
+        self.shapes: StepShapes = step_shapes(model, weight_bytes_per_param)
+        if calibration is None:
+            self.s_sat = float(s_sat) if s_sat is not None else round(partitions.s_sat_fraction * total_sms)
+            self.curve: BandwidthCurve | None = BandwidthCurve(total_sms, self.s_sat, partitions.sharpness)
+        else:
+            self.s_sat = float(getattr(calibration, "s_sat_sms", 0)) or float("nan")
+            self.curve = None
+            self._full_bw = calibration.bandwidth_bytes_per_s(total_sms)
+            self._full_flops = calibration.flops_per_s(total_sms)
+        # KV bytes and decode-attention FLOPs per cached token: full-attention layers take every token,
+        # sliding-window layers at most ``window`` (sum_window carries min(context, window))
+        kvb = kv_bytes_per_element
+        per_layer = mdl.kv_elements_per_token_per_layer(model) * kvb
+        self.kv_full = per_layer * mdl.full_attention_layers(model)
+        self.kv_window = per_layer * model.num_sliding_layers
+        per_key = mdl.decode_attention_flops(model, 1) / max(1, mdl.full_attention_layers(model) + model.num_sliding_layers)
+        self.attn_flops_full = per_key * mdl.full_attention_layers(model)
+        self.attn_flops_window = per_key * model.num_sliding_layers
+        self.window = model.sliding_window if model.num_sliding_layers else 0
+        self.kv_bytes_per_element = kvb
+        self._dense_cache: dict[tuple[int, int], list[float]] = {}
+        self._kv_rate_cache: dict[tuple[int, int], tuple[float, float]] = {}
+        self._linear_cache: dict[tuple[int, int, int], float] = {}
+        self._head_cache: dict[tuple[int, int, int], float] = {}
+        self._rate_cache: dict[tuple[int, int, str], tuple[float, float]] = {}
+
+    # ---------------------------------------------------------------------------------------------
+    @property
+    def source(self) -> str:
+        """One line for output: the model, where its efficiencies and partition terms come from."""
+        if self.calibration is not None:
+            part = getattr(self.calibration, "source", "calibration")
+        else:
+            part = f"S_SAT={self.s_sat:g} of {self.total_sms} SMs"
+        cpu = f"CPU {self.cpu.step_s * 1e3:.2g} ms/step" if self.cpu.step_s else "no CPU time"
+        return f"roofline ({self.eff.key} efficiencies, {part}, {cpu})"
+
+    def bandwidth_share(self, sms: int) -> float:
+        """Share of whole-GPU bandwidth on ``sms`` SMs (alone): the fitted curve, or the calibration's."""
+        if self.curve is not None:
+            return self.curve.share(sms)
+        return self.calibration.bandwidth_bytes_per_s(sms) / self._full_bw
+
+    def _flops_linearity(self, sms: int) -> float:
+        """GEMM FLOP/s on ``sms`` SMs over ``sms / S`` of the whole GPU's: 1 (linear) unless a calibration
+        measured otherwise."""
+        if self.calibration is None:
+            return 1.0
+        return (self.calibration.flops_per_s(sms) / self._full_flops) / (sms / self.total_sms)
+
+    def _rates(self, sms: int, corun_sms: int, phase: str) -> tuple[float, float]:
+        """``(bytes/s before an operator's efficiency, FLOP/s scale before efficiency)`` for a phase
+        (``"decode"`` or ``"prefill"``) on ``sms`` SMs, next to the other phase on ``corun_sms``."""
+        key = (sms, corun_sms, phase)
+        rates = self._rate_cache.get(key)
+        if rates is None:
+            if not 1 <= sms <= self.total_sms:
+                raise InputError(f"a phase runs on 1 to {self.total_sms} SMs, got {sms}")
+            bw = self.hbm * self.bandwidth_share(sms)
+            flops = self.peak * sms / self.total_sms * self._flops_linearity(sms)
+            if corun_sms:
+                decode_sms, prefill_sms = (sms, corun_sms) if phase == "decode" else (corun_sms, sms)
+                if phase == "decode":
+                    bw *= self.corun_bandwidth_factor(prefill_sms, decode_sms)
+                else:
+                    factor = self.corun_flops_factor(prefill_sms, decode_sms)
+                    bw *= factor
+                    flops *= factor
+            rates = (bw, flops)
+            self._rate_cache[key] = rates
+        return rates
+
+    def corun_bandwidth_factor(self, prefill_sms: int, decode_sms: int) -> float:
+        """Decode's bandwidth next to prefill / alone (0-1]: measured calibration, else NanoFlow's curve."""
+        if self.calibration is not None:
+            return self.calibration.corun_bandwidth_factor(prefill_sms, decode_sms)
+        return self.partitions.interference.decode_bandwidth_factor(decode_sms / self.total_sms)
+
+    def corun_flops_factor(self, prefill_sms: int, decode_sms: int) -> float:
+        """Prefill's FLOP/s next to decode / alone (0-1]: measured calibration, else 1.0 (unmeasured)."""
+        if self.calibration is not None:
+            return self.calibration.corun_flops_factor(prefill_sms, decode_sms)
+        return self.partitions.interference.prefill_flops_factor(decode_sms / self.total_sms)
+
+    # ---------------------------------------------------------------------------------------------
+    # operators
+    def _gemm_s(self, gemm: Gemm, rows: float, sms: int, bw: float, flops: float) -> float:
+        """One instance of ``gemm`` over ``rows`` rows."""
+        if rows <= 0:
+            return 0.0
+        return self.eff.gemm.time_s(gemm.bytes(rows), gemm.flops(rows), rows * self.total_sms / sms, bw, flops)
+
+    def _experts_s(self, tokens: float, sms: int, bw: float, flops: float) -> float:
+        ex = self.shapes.experts
+        if ex is None or tokens <= 0:
+            return 0.0
+        e = self.eff.gemm
+        touched = ex.touched(tokens)
+        routed = tokens * ex.top_k
+        rows = routed / touched  # rows each touched expert sees
+        weight = touched * ex.expert_params * ex.bytes_per_param
+        act = ACTIVATION_BYTES * routed * (ex.hidden + 2 * ex.width + ex.width + ex.hidden)
+        memory = (weight + act) / (bw * e.bandwidth_efficiency)
+        compute = 2.0 * routed * ex.expert_params / (flops * e.flops_efficiency(rows * self.total_sms / sms))
+        # a grouped GEMM for gate+up and one for down: two kernels a layer
+        return ex.count * (2 * e.latency_s + max(memory, compute))
+
+    def _linear_s(self, tokens: int, sms: int, corun_sms: int, phase: str) -> float:
+        """Every per-token operator of a step over ``tokens`` tokens: GEMMs, experts, element-wise ops
+        and the embedding (cached)."""
+        key = (tokens, sms, corun_sms if phase == "decode" else -corun_sms)
+        value = self._linear_cache.get(key)
+        if value is None:
+            bw, flops = self._rates(sms, corun_sms, phase)
+            shapes = self.shapes
+            value = sum(g.count * self._gemm_s(g, tokens, sms, bw, flops) for g in shapes.token_gemms)
+            value += self._experts_s(tokens, sms, bw, flops)
+            el = self.eff.elementwise
+            if tokens > 0:
+                per_token = shapes.elementwise_bytes_per_token * shapes.layers + shapes.embedding_bytes_per_token
+                value += shapes.layers * el.latency_s + tokens * per_token / (bw * el.bandwidth_efficiency)
+            self._linear_cache[key] = value
+        return value
+
+    def _lm_head_s(self, rows: int, sms: int, corun_sms: int, phase: str) -> float:
+        key = (rows, sms, corun_sms if phase == "decode" else -corun_sms)
+        value = self._head_cache.get(key)
+        if value is None:
+            bw, flops = self._rates(sms, corun_sms, phase)
+            value = self._gemm_s(self.shapes.lm_head, rows, sms, bw, flops)
+            self._head_cache[key] = value
+        return value
+
+    def _prefill_attention_s(self, seqs: Seqs, sms: int, bw: float, flops: float) -> float:
+        """Causal attention of each sequence over its cached prefix and itself, all layers."""
+        e: OperatorEfficiency = self.eff.prefill_attention
+        model = self.model
+        total = self.shapes.layers * e.latency_s
+        kv_per_token = self.kv_full + self.kv_window  # upper bound with windows; refined below
+        for new, cached in seqs:
+            if new <= 0:
+                continue
+            length = new + cached
+            if self.window:
+                kv = self.kv_full * length + self.kv_window * min(length, self.window)
+            else:
+                kv = kv_per_token * length
+            attn = mdl.attention_flops(model, new, cached)
+            memory = kv / (bw * e.bandwidth_efficiency)
+            compute = attn / (flops * e.flops_efficiency(length))
+            total += max(compute, memory)
+        return total
+
+    def _kv_rates(self, sms: int, corun_sms: int) -> tuple[float, float]:
+        """Decode attention's seconds per cached token, ``(full layers, sliding-window layers)``."""
+        key = (sms, corun_sms)
+        rates = self._kv_rate_cache.get(key)
+        if rates is None:
+            bw, flops = self._rates(sms, corun_sms, "decode")
+            e = self.eff.decode_attention
+            compute_eff = self.eff.prefill_attention.peak_efficiency
+            kv_bw = bw * e.bandwidth_efficiency
+            rates = (max(self.kv_full / kv_bw, self.attn_flops_full / (flops * compute_eff)),
+                     max(self.kv_window / kv_bw, self.attn_flops_window / (flops * compute_eff)))
+            self._kv_rate_cache[key] = rates
+        return rates
+
+    # ---------------------------------------------------------------------------------------------
+    # steps
+    def decode_s(self, sms: int, n: int, sum_context: float, sum_window: float = 0.0, corun_sms: int = 0,
+                 cuda_graph: bool = True) -> float:
+        """GPU seconds of one decode step of ``n`` requests on ``sms`` SMs.
+
+        ``sum_context``: the requests' cached tokens, summed; ``sum_window``: the sum of
+        ``min(context, window)`` (sliding-window models; 0 otherwise). ``corun_sms`` > 0: prefill runs
+        on that many other SMs (decode's bandwidth co-run factor). ``cuda_graph=False``: the step is
+        launched kernel by kernel, never faster than the CPU's launches (:class:`CpuProfile`).
+        Raises :class:`InputError` for ``sms`` outside 1..SMs.
+        """
+        if n <= 0:
+            return 0.0
+        key = (sms, corun_sms)
+        dense = self._dense_cache.get(key)
+        if dense is None:
+            dense = self._dense_cache[key] = [0.0]
+        while len(dense) <= n:
+            rows = len(dense)
+            dense.append(self._linear_s(rows, sms, corun_sms, "decode") + self._lm_head_s(rows, sms, corun_sms, "decode")
+                         + self.shapes.layers * self.eff.decode_attention.latency_s)
+        full, window = self._kv_rates(sms, corun_sms)
+        seconds = dense[n] + full * sum_context + window * sum_window
+        if not cuda_graph:
+            seconds = max(seconds, self.launch_cpu_s())
+        return seconds
+
+    def prefill_s(self, sms: int, seqs: Seqs, corun_sms: int = 0) -> float:
+        """GPU seconds to prefill ``seqs`` (``(new, cached)`` tokens each) as one batch on ``sms`` SMs,
+        all layers, the lm_head on each sequence's last token. ``corun_sms`` > 0: decode runs on that
+        many other SMs (prefill's co-run factor). Raises :class:`InputError` for ``sms`` outside 1..SMs."""
+        tokens = sum(new for new, _ in seqs)
+        if tokens <= 0:
+            return 0.0
+        _, flops = self._rates(sms, corun_sms, "prefill")
+        bw, _ = self._rates(sms, corun_sms, "prefill")
+        return (self._linear_s(tokens, sms, corun_sms, "prefill") + self._lm_head_s(len(seqs), sms, corun_sms, "prefill")
+                + self._prefill_attention_s(seqs, sms, bw, flops))
+
+    def mixed_s(self, seqs: Seqs, n: int, sum_context: float, sum_window: float = 0.0) -> float:
+        """GPU seconds of one mixed step on the whole GPU: prefill chunks ``seqs`` and ``n`` decode rows
+        in one batch (SGLang's ``--enable-mixed-chunk``): GEMMs over all rows, the lm_head for each
+        sequence and row, prefill attention for the chunks and the decode rows' KV reads."""
+        sms = self.total_sms
+        tokens = sum(new for new, _ in seqs) + n
+        if tokens <= 0:
+            return 0.0
+        bw, flops = self._rates(sms, 0, "prefill")
+        seconds = self._linear_s(tokens, sms, 0, "prefill") + self._lm_head_s(len(seqs) + n, sms, 0, "prefill")
+        seconds += self._prefill_attention_s(seqs, sms, bw, flops)
+        if n:
+            full, window = self._kv_rates(sms, 0)
+            seconds += full * sum_context + window * sum_window
+        return seconds
+
+    # ---------------------------------------------------------------------------------------------
+    # CPU
+    def launch_cpu_s(self) -> float:
+        """CPU seconds to launch one step's kernels outside a CUDA graph."""
+        return self.shapes.layers * self.cpu.kernels_per_layer * self.cpu.launch_s
+
+    def decode_cpu_s(self, n: int) -> float:
+        """CPU seconds of one scheduler step with ``n`` requests (:meth:`CpuProfile.step_cpu_s`)."""
+        return self.cpu.step_cpu_s(n)
