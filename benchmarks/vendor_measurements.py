@@ -6,7 +6,7 @@ per-operator times (microsoft/vidur commit 7d47513, MIT) and NanoFlow's SM sweep
 ``pdmux accuracy`` and the accuracy gate run from any checkout or installed wheel:
 
 - ``vidur/<gpu>_<model>.csv``: one row per (num_tokens, tensor-parallel degree) with the median time
-  (ms) of every per-layer operator, and the model's shape columns;
+  (ms) of every per-layer operator, and the model's shape columns, at the token counts of :data:`TOKENS`;
 - ``nanoflow/*.csv``: copied as they are (a few hundred bytes each).
 
 Usage: ``python benchmarks/vendor_measurements.py [--source DIR]``. Rewrites the files (stdlib only).
@@ -28,6 +28,10 @@ OPS = ("emb", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
        "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
 SHAPE = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp")
 
+#: Token counts kept (Vidur profiles every 8-32 tokens up to 4096; a log-spaced subset keeps the
+#: shape, and the fits and the accuracy report stay quick in pure Python).
+TOKENS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+
 #: Vidur file -> (gpu key in pdmux, model name, layers from the model's config.json).
 VIDUR_FILES = {
     "compute_h100_meta-llama_Llama-2-7b-hf_mlp.csv": ("h100-sxm", "Llama-2-7b-hf", 32),
@@ -43,13 +47,14 @@ def vendor_vidur(source: Path, out: Path) -> None:
     for name, (gpu, model, layers) in VIDUR_FILES.items():
         with (source / name).open(newline="") as f:
             rows = list(csv.DictReader(f))
+        rows = [r for r in rows if int(r["num_tokens"]) in TOKENS]
         rows.sort(key=lambda r: (int(r["num_tensor_parallel_workers"]), int(r["num_tokens"])))
         target = out / f"{gpu}_{model}.csv"
         with target.open("w", newline="") as f:
             f.write(f"# Subset of microsoft/vidur data/profiling/compute/.../{name} (commit 7d47513, MIT licence, "
                     "LICENSE beside this file).\n")
             f.write(f"# GPU {gpu}; model {model} ({layers} layers); per-layer operator times measured with the "
-                    "sarathi-serve profiler: median of each op, ms.\n")
+                    "sarathi-serve profiler: median of each op, ms; token counts {', '.join(map(str, TOKENS))} kept.\n")
             f.write("# Shapes: attn_pre_proj = QKV GEMM, attn_post_proj = O GEMM, mlp_up_proj = gate+up GEMM, "
                     "mlp_down_proj = down GEMM; all sharded by tp.\n")
             w = csv.writer(f, lineterminator="\n")

@@ -387,13 +387,15 @@ def poisson400() -> Trace:
 @pytest.mark.parametrize("pol", POLICIES, ids=lambda p: p.label)
 def test_more_load_never_lowers_p99_ttft(pol, azure50, poisson400) -> None:
     """Rate-scale property: the same trace, arrivals compressed, never a lower p99 TTFT (from 4x the
-    Azure excerpt's rate on: below it requests barely overlap and p99 is the largest lone prefill)."""
+    Azure excerpt's rate on: below it requests barely overlap and p99 is the largest lone prefill). At
+    light load p99 is one prompt's prefill plus the decode step it arrived during (a few ms of the
+    ~370 ms): that wait may shift by a step either way, so a 2% dip is tolerated."""
     for trace, scales in ((poisson400, (1, 2, 4, 8, 16, 32)), (azure50, (4, 8, 16, 32, 64))):
         p99 = []
         for scale in scales:
             r = simulate(reshape(trace, rate_scale=scale), SETUP, pol)
             p99.append(summarize(r, 1e9, 1e9).ttft_ms["p99"])
-        assert all(b >= a - 1e-9 for a, b in itertools.pairwise(p99)), (trace.source, p99)
+        assert all(b >= 0.98 * a for a, b in itertools.pairwise(p99)), (trace.source, p99)
     assert p99[-1] > 2 * p99[0]
 
 

@@ -245,7 +245,7 @@ def fit_elementwise(layers: Sequence[VidurLayer], hbm: float, source: str) -> Op
         e = OperatorEfficiency(latency, bw, 0.0, 0.0, source)
         return balanced_error([predict_elementwise(e, x, hbm) for x in layers], measured, sizes)
 
-    _, (latency, bw) = grid_search(objective, [_frange(0.0, 60e-6, 2e-6), _frange(0.1, 1.0, 0.02)])
+    _, (latency, bw) = grid_search(objective, [_frange(0.0, 60e-6, 2e-6), _frange(0.1, 1.0, 0.04)])
     e = OperatorEfficiency(latency, bw, 0.0, 0.0, source)
     error = median_abs_rel_error([predict_elementwise(e, x, hbm) for x in layers], measured)
     return OperatorEfficiency(latency, bw, 0.0, 0.0, source, error)

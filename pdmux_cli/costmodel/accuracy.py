@@ -1,0 +1,235 @@
+"""How far the shipped roofline model is from the public measurements (``pdmux accuracy``).
+
+Every measured point of ``profiles/measurements/`` is predicted with the shipped efficiency profiles
+and GPU datasheet figures; each term reports the median and p90 absolute relative error and the worst
+point. Where a term's constants were fitted to the same points, the prediction for a model uses a fit
+that left that model out (leave-one-model-out, "LOMO"); terms fitted elsewhere are out-of-sample;
+terms whose table *is* the points are marked in-sample.
+
+Terms:
+
+- ``decode step`` / ``prefill step`` (Vidur, H100 and A100): one layer's GEMMs (QKV, O, gate+up, down)
+  plus its element-wise ops at <= 256 tokens (a decode batch) and >= 512 tokens (a prefill or chunk).
+  GEMM constants come from aiconfigurator's tables (out-of-sample for Vidur); the element-wise ones were
+  fitted to Vidur, so each model is predicted with a fit on the other models of its GPU (LOMO).
+  Vidur has no attention times: attention is its own term.
+- ``GEMM`` / ``prefill attention`` / ``decode attention`` (aiconfigurator, SGLang kernels, every GPU
+  shipped): the fitted operator against the points it was fitted to (in-sample: how well the curve's
+  shape fits).
+- ``bandwidth vs SMs`` (NanoFlow A100): each of the three sweeps predicted by a curve fitted to the
+  other two (LOMO).
+- ``GEMM vs SMs`` (NanoFlow A100): FLOP/s share on ``s`` SMs by the equivalent-tokens rule with A100's
+  GEMM efficiency (out-of-sample).
+- ``interference`` (NanoFlow A100): decode's throughput next to a GEMM, the fitted solo curve times the
+  interference table (in-sample: the table is made from these points).
+- ``chapter: ...``: the chapter's model on the Vidur layers, for comparison.
+
+Pure Python; about a second.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from ..hardware import find_gpu
+from . import fit, measurements
+from .efficiency import load_common, load_profiles
+from .partitions import BandwidthCurve
+
+#: Decode-sized and prefill-sized token counts of the step terms.
+DECODE_MAX_TOKENS = 256
+PREFILL_MIN_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured point and its prediction (seconds or a share); ``what`` describes it."""
+
+    what: str
+    measured: float
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        """Signed relative error, ``(predicted - measured) / measured``."""
+        return (self.predicted - self.measured) / self.measured
+
+
+@dataclass(frozen=True)
+class Term:
+    """One line of the report: ``term`` name, ``data`` source, ``method`` (LOMO / out-of-sample /
+    in-sample), the points, and their error statistics (fractions: 0.05 = 5%)."""
+
+    term: str
+    data: str
+    method: str
+    points: tuple[Point, ...]
+
+    @property
+    def median_abs_error(self) -> float:
+        return statistics.median(abs(p.error) for p in self.points) if self.points else math.nan
+
+    @property
+    def p90_abs_error(self) -> float:
+        if not self.points:
+            return math.nan
+        errors = sorted(abs(p.error) for p in self.points)
+        return errors[max(0, math.ceil(0.9 * len(errors)) - 1)]
+
+    @property
+    def median_error(self) -> float:
+        """Median signed error (> 0: the model predicts too long or too much)."""
+        return statistics.median(p.error for p in self.points) if self.points else math.nan
+
+    @property
+    def worst(self) -> Point | None:
+        return max(self.points, key=lambda p: abs(p.error)) if self.points else None
+
+
+def _profiles() -> dict[str, object]:
+    return {p.fitted_on: p for p in load_profiles()}
+
+
+def _vidur_steps() -> tuple[Term, Term]:
+    profiles = _profiles()
+    layers = measurements.vidur_layers()
+    decode: list[Point] = []
+    prefill: list[Point] = []
+    for gpu_key in sorted({x.gpu for x in layers}):
+        gpu = find_gpu(gpu_key)
+        peak, hbm = gpu.dense_flops("bf16"), gpu.hbm_bytes_per_s
+        gemm = profiles[gpu_key].gemm
+        rows = [x for x in layers if x.gpu == gpu_key]
+        for model in sorted({x.model for x in rows}):
+            others = [x for x in rows if x.model != model]
+            elementwise = fit.fit_elementwise(others, hbm, "LOMO")
+            for x in (x for x in rows if x.model == model):
+                measured = sum(x.ops[op] for op in (*x.GEMMS, *x.ELEMENTWISE))
+                predicted = sum(fit.predict_gemm(gemm, p, peak, hbm) for p in fit.gemm_points([x]))
+                predicted += fit.predict_elementwise(elementwise, x, hbm)
+                point = Point(f"{gpu_key} {model} TP{x.tp}, {x.tokens} tokens", measured, predicted)
+                if x.tokens <= DECODE_MAX_TOKENS:
+                    decode.append(point)
+                elif x.tokens >= PREFILL_MIN_TOKENS:
+                    prefill.append(point)
+    data = "Vidur (H100, A100): one layer's 4 GEMMs + norms, RoPE, activation, add"
+    method = "LOMO"
+    return (Term(f"decode step (<= {DECODE_MAX_TOKENS} tokens)", data, method, tuple(decode)),
+            Term(f"prefill step (>= {PREFILL_MIN_TOKENS} tokens)", data, method, tuple(prefill)))
+
+
+def _chapter_steps() -> tuple[Term, Term]:
+    """The chapter's model on the same Vidur layers, for comparison: weights at 0.85 of datasheet
+    bandwidth, FLOPs at 0.5 of dense peak, the larger of the two per step, no small ops."""
+    decode: list[Point] = []
+    prefill: list[Point] = []
+    for x in measurements.vidur_layers():
+        gpu = find_gpu(x.gpu)
+        peak, hbm = gpu.dense_flops("bf16"), gpu.hbm_bytes_per_s
+        points = fit.gemm_points([x])
+        predicted = max(sum(2.0 * p.k * p.n for p in points) / (0.85 * hbm),
+                        sum(p.flops() for p in points) / (0.5 * peak))
+        measured = sum(x.ops[op] for op in (*x.GEMMS, *x.ELEMENTWISE))
+        point = Point(f"{x.gpu} {x.model} TP{x.tp}, {x.tokens} tokens", measured, predicted)
+        if x.tokens <= DECODE_MAX_TOKENS:
+            decode.append(point)
+        elif x.tokens >= PREFILL_MIN_TOKENS:
+            prefill.append(point)
+    data = "Vidur (H100, A100), the chapter's model (--cost-model chapter), for comparison"
+    return (Term(f"chapter: decode step (<= {DECODE_MAX_TOKENS})", data, "out-of-sample", tuple(decode)),
+            Term(f"chapter: prefill step (>= {PREFILL_MIN_TOKENS})", data, "out-of-sample", tuple(prefill)))
+
+
+def _aic_terms() -> list[Term]:
+    profiles = _profiles()
+    gemm: list[Point] = []
+    pre: list[Point] = []
+    dec: list[Point] = []
+    for gpu_key in measurements.aic_gpus():
+        profile = profiles.get(gpu_key)
+        if profile is None:
+            continue
+        gpu = find_gpu(gpu_key)
+        peak, hbm = gpu.dense_flops("bf16"), gpu.hbm_bytes_per_s
+        for p in fit.gemm_points(measurements.aic_gemms(gpu_key)):
+            gemm.append(Point(f"{gpu_key} GEMM {p.m}x{p.k}x{p.n}", p.seconds,
+                              fit.predict_gemm(profile.gemm, p, peak, hbm)))
+        for p in measurements.aic_attention(gpu_key, "prefill"):
+            pre.append(Point(f"{gpu_key} prefill attention {p.heads}/{p.kv_heads} heads, {p.batch} x {p.length} tokens",
+                             p.seconds, fit.predict_prefill_attention(profile.prefill_attention, p, peak, hbm)))
+        for p in measurements.aic_attention(gpu_key, "decode"):
+            if p.cached_in_l2 or fit.attention_kv_bytes(p) / p.seconds > hbm:
+                continue
+            dec.append(Point(f"{gpu_key} decode attention {p.heads}/{p.kv_heads} heads, {p.batch} x {p.length} tokens",
+                             p.seconds, fit.predict_decode_attention(profile.decode_attention, p, hbm)))
+    data = "aiconfigurator-core 0.12.0 SGLang tables, every GPU shipped"
+    return [Term("GEMM", data, "in-sample", tuple(gemm)),
+            Term("prefill attention", data, "in-sample", tuple(pre)),
+            Term("decode attention", data + " (KV beyond L2)", "in-sample", tuple(dec))]
+
+
+def _nanoflow_terms() -> list[Term]:
+    total = 108
+    bw_points = measurements.nanoflow_bandwidth()
+    sweeps = sorted({(b, s) for _, b, s, _ in bw_points})
+    bandwidth: list[Point] = []
+    for sweep in sweeps:
+        others = [p for p in bw_points if (p[1], p[2]) != sweep]
+        sharpness, s_sat, _ = fit.fit_bandwidth_curve(others, total)
+        curve = BandwidthCurve(total, s_sat, sharpness)
+        mine = {sms: rate for sms, b, s, rate in bw_points if (b, s) == sweep}
+        for sms, rate in sorted(mine.items()):
+            if sms == total:
+                continue  # the normalisation point
+            bandwidth.append(Point(f"A100 decode attention batch {sweep[0]} x {sweep[1]}, {sms} SMs",
+                                   rate / mine[total], curve.share(sms)))
+    partitions, _ = load_common()
+    curve = BandwidthCurve(total, partitions.s_sat_fraction * total, partitions.sharpness)
+    interference = [Point(f"A100 memory-bound kernel on {r:.0%} of the SMs next to a GEMM", p,
+                          curve.share(r * total) * partitions.interference.decode_bandwidth_factor(r))
+                    for r, p in measurements.nanoflow_interference()]
+    a100 = _profiles()["a100-sxm-80gb"].gemm
+    gemm_points = measurements.nanoflow_gemm()
+    full = {(m, n, k): f for sms, m, n, k, f in gemm_points if sms == total}
+
+    def share(m: int, sms: int) -> float:
+        return sms / total * a100.flops_efficiency(m * total / sms) / a100.flops_efficiency(m)
+
+    gemm_sms = [Point(f"A100 GEMM {m}x{k}x{n} on {sms} SMs", f / full[(m, n, k)], share(m, sms))
+                for sms, m, n, k, f in gemm_points if sms != total]
+    data = "NanoFlow, A100 (108 SMs)"
+    return [Term("bandwidth vs SMs", data + ": 3 decode-attention sweeps", "LOMO", tuple(bandwidth)),
+            Term("GEMM vs SMs", data + ": a 640x8192x1024 GEMM", "out-of-sample", tuple(gemm_sms)),
+            Term("interference", data + ": gemv next to a GEMM", "in-sample", tuple(interference))]
+
+
+#: What each method means, for output.
+METHODS = {
+    "LOMO": ("leave-one-model-out: fitted without the model (or sweep) predicted; in the step terms the GEMM "
+             "constants come from aiconfigurator's tables, so they are out-of-sample"),
+    "out-of-sample": "no constant was fitted to these points",
+    "in-sample": "the constants were fitted to these points: how well the curve's shape fits",
+}
+
+
+def report() -> list[Term]:
+    """Every term (module docstring), in a fixed order."""
+    return [*_vidur_steps(), *_aic_terms(), *_nanoflow_terms(), *_chapter_steps()]
+
+
+def term_dict(term: Term) -> dict:
+    """A term as JSON: errors as fractions; the worst point with its description."""
+    worst = term.worst
+    return {
+        "term": term.term, "data": term.data, "method": term.method, "method_means": METHODS[term.method],
+        "points": len(term.points),
+        "median_abs_error": term.median_abs_error, "p90_abs_error": term.p90_abs_error,
+        "median_signed_error": term.median_error,
+        "worst": None if worst is None else {"what": worst.what, "measured": worst.measured,
+                                             "predicted": worst.predicted, "error": worst.error},
+    }
+
+
+__all__ = ["DECODE_MAX_TOKENS", "METHODS", "PREFILL_MIN_TOKENS", "Point", "Term", "report", "term_dict"]
