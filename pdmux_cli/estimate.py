@@ -10,7 +10,8 @@ SGLang users know them):
   runs only when no prefill batch can be formed, so it stalls for all the chunks
   (``srt/managers/scheduler.py`` ``get_next_batch_to_run``, 0.5.23);
 - ``mixed-chunk`` (``--enable-mixed-chunk``; the chapter's "chunked" rows): every step runs the decode
-  batch plus one chunk;
+  batch plus the next piece of the prompt, ``chunk - decode_bs`` tokens (SGLang charges each decode row
+  one token of the chunk; the chapter's model puts a whole chunk next to the batch);
 - ``pdmux``: decode on ``d`` SMs, prefill on ``p`` SMs, at the level SGLang picks (or ``--level``).
 
 The step times come from a cost model (:mod:`pdmux_cli.costmodel`): ``roofline`` by default, or
@@ -357,9 +358,12 @@ def estimate(
         rows.append(PolicyRow("chunked", f"chunked {chunk}", (prefill + base_s) * 1e3, 1, prefill * 1e3, 0,
                               chunk_tokens=chunk))
     for chunk in scenario.mixed_chunk_sizes:
+        # SGLang charges each decode row one token of the chunk (schedule_policy.py PrefillAdder); the
+        # chapter's rows put a whole chunk of prompt next to the decode batch
+        take = chunk if scenario.cost_model == "chapter" else max(1, chunk - bs)
         steps = [
-            max(full.mixed_s([(min(chunk, prompt - start), start)], bs, sum_ctx, sum_win), full.decode_cpu_s(bs + 1))
-            for start in range(0, prompt, chunk)
+            max(full.mixed_s([(min(take, prompt - start), start)], bs, sum_ctx, sum_win), full.decode_cpu_s(bs + 1))
+            for start in range(0, prompt, take)
         ]
         rows.append(
             PolicyRow(

@@ -29,6 +29,7 @@ print(",".join(heavy))
         [["splits", "--gpu", "h100"], ["splits", "--all"], ["splits", "--gpu", "nope"]],
         [["estimate"], ["estimate", "--all-levels", "--json"], ["estimate", "--model", "deepseek-v3", "--gpu", "b200"]],
         [["gen-config", "--gpu", "h100"], ["gen-config", "--gpu", "b200", "--json"], ["--help"]],
+        [["accuracy", "--json"], ["estimate", "--cost-model", "chapter", "--gpu", "a100"]],
     ],
 )
 def test_planning_commands_import_nothing_heavy(args) -> None:
