@@ -411,3 +411,26 @@ def test_s_sat_below_one_sm_refused() -> None:
     assert_one_line_error(run("simulate", AZURE, "--s-sat", "0.5"), "--s-sat")
     r = run("estimate", "--s-sat", "0.001")
     assert r.exit_code == 2 and "at least 1 SM" in r.stderr
+
+
+def test_tune_compares_with_sglangs_other_schedules() -> None:
+    """tune also runs the trace through chunked (SGLang's default size) and mixed-chunk 512, and says
+    which serves more requests within the SLO."""
+    trace = reshape(load_trace(FIX / "azure_conv_50.csv"), rate_scale=10)
+    setup = make_setup(find_gpu("h100"), load_model("qwen3-8b"))
+    result = tune(trace, setup, 300, 30, workers=1, sm_group_nums=[8], divisors=[36], budgets=[65536])
+    assert [o.label for o in result.schedules] == ["chunked 8192", "mixed-chunk 512"]
+    verdict = result.verdict()
+    assert verdict.startswith("pdmux (") and ("turn on --enable-pdmux" in verdict or "keep " in verdict
+                                              or "a tie" in verdict)
+    best = result.best_row
+    rival = max(result.schedules, key=lambda o: (o.slo_attainment, o.goodput_rps))
+    if (best.slo_attainment, best.goodput_rps) < (rival.slo_attainment, rival.goodput_rps):
+        assert verdict.endswith(f"keep {rival.label}")
+    r = run("tune", "--trace", AZURE, "--slo-ttft", "300", "--slo-itl", "30", "--rate-scale", "10", "--budgets",
+            "65536", "--divisors", "36", "--sm-group-nums", "8", "--workers", "1", "--json")
+    data = json.loads(r.stdout)
+    assert [o["policy"] for o in data["schedules"]] == ["chunked 8192", "mixed-chunk 512"]
+    assert data["verdict"].startswith("pdmux (")
+    assert "verdict:" in run("tune", "--trace", AZURE, "--slo-ttft", "300", "--slo-itl", "30", "--budgets", "65536",
+                             "--divisors", "36", "--sm-group-nums", "8", "--workers", "1").stderr

@@ -409,7 +409,11 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
         mark = " best" if row.index == result.best else ""
         mark += " default" if row.index == result.baseline else ""
         table.add_row(f"{row.index}{mark}", row.candidate.description, share_text(row.slo_attainment),
-                      f"{row.goodput_rps:.3g}", f"{row.ttft_p99_ms:.0f}", f"{row.itl_p99_ms:.1f}")
+                      f"{row.goodput_rps:.3g}", f"{row.ttft_p99_ms:.0f}", f"{row.itl_p99_ms:.1f}",
+                      end_section=row is shown[-1] and bool(result.schedules))
+    for other in result.schedules:
+        table.add_row("-", f"{other.label} (SGLang, no pdmux)", share_text(other.slo_attainment),
+                      f"{other.goodput_rps:.3g}", f"{other.ttft_p99_ms:.0f}", f"{other.itl_p99_ms:.1f}")
     return table
 
 
@@ -427,6 +431,9 @@ def _tune_dict(result: Any) -> dict[str, Any]:
                   "slo_attainment": r.slo_attainment, "goodput_rps": r.goodput_rps,
                   "ttft_p99_ms": num(r.ttft_p99_ms), "itl_p99_ms": num(r.itl_p99_ms),
                   "older_sglang_crash_rounds": r.older_sglang_crash_rounds} for r in result.rows],
+        "schedules": [{"policy": o.label, "slo_attainment": o.slo_attainment, "goodput_rps": o.goodput_rps,
+                       "ttft_p99_ms": num(o.ttft_p99_ms), "itl_p99_ms": num(o.itl_p99_ms)} for o in result.schedules],
+        "verdict": result.verdict(),
         "notes": result.notes,
     }
 
@@ -466,6 +473,7 @@ def tuned_config(
     if show:
         err = console(stderr=True)
         err.print(tune_table(result))
+        err.print("verdict: " + result.verdict(), soft_wrap=True)
         for note in result.notes:
             print_note(err, note)
     return result.best_row.candidate.config, _tune_dict(result)
@@ -539,6 +547,7 @@ def tune(
     con.print(f"winner: {row.candidate.description} (levels {levels_text(best, setup.total_sms, setup.compute_capability)}): "
               f"{share_text(row.slo_attainment)} of {len(workload)} requests meet TTFT <= {slo_ttft:g} ms and ITL p99 <= "
               f"{slo_itl:g} ms; {len(result.rows)} configs on {result.workers} worker(s)")
+    con.print("verdict: " + result.verdict(), soft_wrap=True)
     for note in result.notes:
         print_note(con, note)
     if output is None:

@@ -12,6 +12,9 @@ The search space (every candidate is a :class:`~pdmux_cli.pdmux_config.PdmuxConf
 - each of those times each ``split_forward_token_budget``.
 
 SGLang's defaults (``sm_group_num 8``, divisor 36, budget 65536) are always among the candidates.
+The same trace also runs through SGLang's other schedules, ``chunked`` at SGLang's default chunk size
+for the GPU and ``mixed-chunk 512`` (:attr:`TuneResult.schedules`), so the result says whether
+``--enable-pdmux`` is worth turning on at all (:meth:`TuneResult.verdict`).
 Candidates are evaluated in parallel (one process per core, :class:`concurrent.futures.ProcessPoolExecutor`);
 the simulation has no randomness, and ties are broken by a fixed order (SGLang's defaults first,
 then candidate order), so the result is the same for any number of workers.
@@ -31,7 +34,7 @@ from ..errors import InputError
 from .engine import Setup
 from .metrics import summarize
 from .runner import simulate
-from .schedulers import PdmuxPolicy
+from .schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy
 from .traces import Trace
 
 #: Default ``decode_bs_divisor`` values searched.
@@ -63,9 +66,22 @@ class TuneRow:
 
 
 @dataclass(frozen=True)
+class ScheduleRow:
+    """One of SGLang's other schedules on the same trace: its label, SLO attainment (share), goodput
+    (req/s), p99 TTFT and ITL (ms)."""
+
+    label: str
+    slo_attainment: float
+    goodput_rps: float
+    ttft_p99_ms: float
+    itl_p99_ms: float
+
+
+@dataclass(frozen=True)
 class TuneResult:
-    """All rows in candidate order, the winner's index, SGLang's defaults' index (or ``None``), and
-    how many generated configs were skipped as invalid for the device."""
+    """All rows in candidate order, the winner's index, SGLang's defaults' index (or ``None``), how
+    many generated configs were skipped as invalid for the device, and SGLang's other schedules on the
+    same trace (``schedules``)."""
 
     rows: list[TuneRow]
     best: int
@@ -73,11 +89,30 @@ class TuneResult:
     skipped: int
     workers: int
     notes: list[str] = field(default_factory=list)
+    schedules: list[ScheduleRow] = field(default_factory=list)
 
     @property
     def best_row(self) -> TuneRow:
         """The winning row."""
         return self.rows[self.best]
+
+    def verdict(self) -> str:
+        """One line: does the best pdmux config serve more requests within the SLO than SGLang's other
+        schedules (attainment, then goodput to 4 significant digits)?"""
+        best = self.best_row
+        if not self.schedules:
+            return f"best pdmux config: {best.candidate.description}"
+        rival = max(self.schedules, key=lambda r: (r.slo_attainment, _round_goodput(r.goodput_rps)))
+        mine = (best.slo_attainment, _round_goodput(best.goodput_rps))
+        theirs = (rival.slo_attainment, _round_goodput(rival.goodput_rps))
+        text = (f"pdmux ({best.candidate.description}) meets the SLO for {best.slo_attainment:.1%} of requests "
+                f"({best.goodput_rps:.3g} req/s); {rival.label} for {rival.slo_attainment:.1%} "
+                f"({rival.goodput_rps:.3g} req/s)")
+        if mine > theirs:
+            return text + ": turn on --enable-pdmux"
+        if mine == theirs:
+            return text + ": a tie on this trace; --enable-pdmux buys nothing here"
+        return text + f": keep {rival.label}"
 
     def ranked(self) -> list[TuneRow]:
         """Rows best first: attainment, then goodput, then SGLang's defaults, then candidate order."""
@@ -89,11 +124,14 @@ class TuneResult:
 GOODPUT_DIGITS = 4
 
 
+def _round_goodput(goodput: float) -> float:
+    return float(f"{goodput:.{GOODPUT_DIGITS}g}") if math.isfinite(goodput) else goodput
+
+
 def _rank_key(row: TuneRow, baseline: int | None) -> tuple:
     """Best first: higher SLO attainment (an exact ratio of counts), higher goodput to
     :data:`GOODPUT_DIGITS` significant digits, SGLang's defaults on a tie, earlier candidate."""
-    goodput = float(f"{row.goodput_rps:.{GOODPUT_DIGITS}g}") if math.isfinite(row.goodput_rps) else row.goodput_rps
-    return (-row.slo_attainment, -goodput, row.index != baseline, row.index)
+    return (-row.slo_attainment, -_round_goodput(row.goodput_rps), row.index != baseline, row.index)
 
 
 def _auto_description(groups: Sequence, sm_group_num: int, divisor: int | None, budget: int, manual: bool) -> str:
@@ -183,8 +221,8 @@ def candidates(
 
 
 def _evaluate(args: tuple) -> tuple[float, float, float, float, int]:
-    trace, setup, config, slo_ttft_ms, slo_itl_ms = args
-    result = simulate(trace, setup, PdmuxPolicy(config))
+    trace, setup, policy, slo_ttft_ms, slo_itl_ms = args
+    result = simulate(trace, setup, policy)
     m = summarize(result, slo_ttft_ms, slo_itl_ms)
     return (m.slo_attainment, m.goodput_rps, m.ttft_ms["p99"], m.itl_ms["p99"],
             int(m.counters.get("older_sglang_crash_rounds", 0)))
@@ -209,14 +247,16 @@ def tune(
     single_levels: bool = True,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    schedules: Sequence | None = None,
 ) -> TuneResult:
     """Simulate ``trace`` under every candidate pdmux config and pick the best.
 
     ``slo_ttft_ms``, ``slo_itl_ms``: SLOs in ms (> 0; judged as in :mod:`.metrics`). ``workers``:
     processes (default: the cores available; 1 runs in this process). ``progress(done, total)`` is
     called after each candidate. The winner maximises SLO attainment, then goodput, then comes first
-    in candidate order: deterministic. Raises :class:`InputError` for non-positive SLOs or no valid
-    candidate.
+    in candidate order: deterministic. ``schedules``: SGLang's other schedules to compare with (default:
+    chunked at SGLang's default size for the GPU and mixed-chunk 512; ``()`` for none).
+    Raises :class:`InputError` for non-positive SLOs or no valid candidate.
     """
     for name, value in (("--slo-ttft", slo_ttft_ms), ("--slo-itl", slo_itl_ms)):
         if not (value > 0 and value != float("inf")):
@@ -226,8 +266,13 @@ def tune(
     cores = default_workers()
     capped_note = (f"--workers {workers}: this machine gives the process {cores} core(s), so {cores} worker(s) ran"
                    if workers and workers > cores else None)
-    workers = min(workers or cores, cores, len(cands))  # more processes than cores only cost memory
-    tasks = [(trace, setup, c.config, slo_ttft_ms, slo_itl_ms) for c in cands]
+    if schedules is None:
+        from ..sglang_server import default_chunked_prefill_size
+
+        schedules = (ChunkedPolicy(default_chunked_prefill_size(setup.memory_bytes)), MixedChunkPolicy(512))
+    workers = min(workers or cores, cores, len(cands) + len(schedules))  # more processes than cores only cost memory
+    tasks = [(trace, setup, PdmuxPolicy(c.config), slo_ttft_ms, slo_itl_ms) for c in cands]
+    tasks += [(trace, setup, policy, slo_ttft_ms, slo_itl_ms) for policy in schedules]
     outcomes: list[tuple] = []
     if workers <= 1:
         for task in tasks:
@@ -241,6 +286,7 @@ def tune(
                 if progress:
                     progress(len(outcomes), len(tasks))
     rows = [TuneRow(i, c, *o) for i, (c, o) in enumerate(zip(cands, outcomes))]
+    others = [ScheduleRow(policy.label, *o[:4]) for policy, o in zip(schedules, outcomes[len(cands):], strict=True)]
     default = pc.PdmuxConfig()
     baseline = next((r.index for r in rows if r.candidate.config == default), None)
     if baseline is None:  # Blackwell: the defaults written as manual_divisions
@@ -251,5 +297,5 @@ def tune(
     best = min(rows, key=lambda r: _rank_key(r, baseline)).index
     notes = [capped_note] if capped_note else []
     if rows[best].older_sglang_crash_rounds:
-        notes.append("the winner relies on newer SGLang's fallback to group 1: older SGLang main would crash with it")
-    return TuneResult(rows, best, baseline, skipped, workers, notes)
+        notes.append("SGLang 0.5.23 crashes with the winner (no manual_divisions threshold matched a decode batch)")
+    return TuneResult(rows, best, baseline, skipped, workers, notes, others)
