@@ -1,9 +1,18 @@
-"""Measured throughput curves from ``pdmux bench``: the ``calibration.yaml`` file and its cost-model view.
+"""Measured terms of the cost model for one GPU: the ``calibration.yaml`` file and its cost-model views.
 
-``pdmux bench --out DIR`` writes ``DIR/calibration.yaml``; ``pdmux estimate --calibration FILE``
-loads it here and uses :meth:`Calibration.throughput` in place of the chapter's analytic S_SAT/MFU
-guesses (``cost.AnalyticThroughput``). Pure Python plus ``yaml``: no torch, numpy or cuda import,
-because the planning commands import this module.
+One file, two kinds of terms, each optional, with ``terms_from`` saying where each came from:
+
+- **SM-partition terms** (``pdmux bench --out DIR`` writes them): bandwidth and GEMM FLOP/s vs SMs and
+  the co-run interference, measured on green contexts (the curves below). :meth:`Calibration.throughput`
+  gives the chapter's model its measured throughput; the roofline model takes their shapes.
+- **Whole-GPU terms** (``pdmux calibrate`` fits them to the user's own SGLang: one-batch benchmark results
+  and server logs, :mod:`pdmux_cli.costmodel.calibrate`): the roofline model's efficiencies for one model
+  on this GPU (:class:`WholeGpuTerms`).
+
+``pdmux calibrate --merge`` joins a bench file and an SGLang file of the same GPU. Files written before
+the whole-GPU terms existed (``format: pdmux-calibration/1``, SM-partition terms only) still load.
+Pure Python plus ``yaml``: no torch, numpy or cuda import, because the planning commands import this
+module.
 
 What the curves are (units in the names; SMs are what the driver granted):
 
@@ -40,7 +49,9 @@ from .numbers import finite_float
 from .yaml_input import load_yaml
 
 #: The ``format`` value written in every calibration file; files with another value are refused.
-FORMAT = "pdmux-calibration/1"
+FORMAT = "pdmux-calibration/2"
+#: The first format (SM-partition terms only, every one of them required); still read.
+FORMAT_V1 = "pdmux-calibration/1"
 
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
@@ -48,10 +59,11 @@ _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 MAX_FILE_BYTES = 256 * 1024
 
 _HEADER = (
-    "# pdmux calibration, written by 'pdmux bench'; read by 'pdmux estimate --calibration FILE'.\n"
-    "# Units: SMs (granted by the driver), bytes/s, FLOP/s. bandwidth_curve: the bench's read kernel\n"
+    "# pdmux calibration, written by 'pdmux bench' or 'pdmux calibrate'; read with --calibration FILE.\n"
+    "# Units: SMs (granted by the driver), bytes/s, FLOP/s, s. bandwidth_curve: the bench's read kernel\n"
     "# alone on s SMs; flops_curve: a bf16 matmul alone on s SMs; corun: [prefill_sms, decode_sms,\n"
     "# bandwidth_factor, flops_factor], each factor = co-run rate / solo rate on the same SMs.\n"
+    "# whole_gpu: efficiencies (fractions of the datasheet) fitted to SGLang's own measurements.\n"
 )
 
 #: Plausible measured rates, (lowest, highest): 1 GB/s to 1 PB/s of HBM reads (today's GPUs read
@@ -65,11 +77,40 @@ DATASHEET_TOLERANCE = 1.25
 #: Smallest co-run factor believed: below it one kernel ran 20x slower next to the other.
 MIN_CORUN_FACTOR = 0.05
 
-_REQUIRED = (
-    "format", "gpu_name", "sm_count", "compute_capability", "driver_cuda_version", "cuda_version", "date",
-    "bandwidth_curve", "flops_curve", "copy_bytes_per_s", "matmul_flops_per_s", "corun", "s_sat_sms",
-)
-_OPTIONAL = ("complete", "source")
+_HEADER_FIELDS = ("format", "gpu_name", "sm_count", "compute_capability", "date")
+#: The SM-partition terms: all present or none.
+_PARTITION_FIELDS = ("driver_cuda_version", "cuda_version", "bandwidth_curve", "flops_curve", "copy_bytes_per_s",
+                     "matmul_flops_per_s", "corun", "s_sat_sms")
+_OPTIONAL = ("complete", "source", "terms_from", "whole_gpu", "gpu_key")
+
+#: Plausible range of every efficiency a whole-GPU calibration gives (a fraction of the datasheet).
+EFFICIENCY_RANGE = (0.05, 1.0)
+
+
+@dataclass(frozen=True)
+class WholeGpuTerms:
+    """The roofline model's whole-GPU terms for one model on one GPU, fitted to SGLang's own numbers
+    (``pdmux calibrate``). Fractions of the GPU profile's datasheet figures; seconds.
+
+    ``model``: the model they were fitted for (they hold for others only as far as the kernels are
+    alike). ``gemm_bandwidth_efficiency``, ``gemm_peak_efficiency``: GEMM weight reads and compute;
+    ``kv_bandwidth_efficiency``: decode attention's KV reads; ``attention_peak_efficiency``: prefill
+    attention; ``decode_fixed_s``: time per decode step the operators do not account for (launch gaps,
+    sampling, synchronisation; may be negative when the shipped latencies are too long);
+    ``points``: measured points used; ``median_error``, ``uncalibrated_median_error``: the fit's and the
+    shipped model's median absolute relative error on them; ``source``: the files fitted.
+    """
+
+    model: str
+    gemm_bandwidth_efficiency: float
+    gemm_peak_efficiency: float
+    kv_bandwidth_efficiency: float
+    attention_peak_efficiency: float
+    decode_fixed_s: float
+    points: int
+    median_error: float
+    uncalibrated_median_error: float
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,22 +125,47 @@ class Calibration:
     whole-GPU ceilings. ``corun``: ``((prefill_sms, decode_sms, bandwidth_factor, flops_factor), ...)``.
     ``s_sat_sms``: SMs that reach 95% of the whole GPU's read rate. ``complete``: ``False`` when the
     bench was interrupted before the end. ``source``: free text (the pdmux version and options).
+    The bench's fields are ``None`` in a file with only whole-GPU terms. ``whole_gpu``: the
+    :class:`WholeGpuTerms` of ``pdmux calibrate`` (``None`` if absent). ``terms_from``: ``(("partitions",
+    "pdmux bench 2026-12-01"), ("whole_gpu", "sglang one-batch out.jsonl"))``. ``gpu_key``: the pdmux GPU
+    profile key the file was made for, where known.
     """
 
     gpu_name: str
     sm_count: int
     compute_capability: tuple[int, int]
-    driver_cuda_version: str
-    cuda_version: str
-    date: str
-    bandwidth_curve: tuple[tuple[int, float], ...]
-    flops_curve: tuple[tuple[int, float], ...]
-    copy_bytes_per_s: float
-    matmul_flops_per_s: float
-    corun: tuple[tuple[int, int, float, float], ...]
-    s_sat_sms: int
+    driver_cuda_version: str | None = None
+    cuda_version: str | None = None
+    date: str = ""
+    bandwidth_curve: tuple[tuple[int, float], ...] | None = None
+    flops_curve: tuple[tuple[int, float], ...] | None = None
+    copy_bytes_per_s: float | None = None
+    matmul_flops_per_s: float | None = None
+    corun: tuple[tuple[int, int, float, float], ...] | None = None
+    s_sat_sms: int | None = None
     complete: bool = True
     source: str = ""
+    whole_gpu: WholeGpuTerms | None = None
+    terms_from: tuple[tuple[str, str], ...] = ()
+    gpu_key: str = ""
+
+    @property
+    def has_partitions(self) -> bool:
+        """True when the file holds ``pdmux bench``'s SM-partition terms."""
+        return self.bandwidth_curve is not None
+
+    def check_device(self, gpu: Any) -> None:
+        """:class:`InputError` unless ``gpu`` (a ``hardware.Gpu``) has this calibration's SM count and compute
+        capability (and, where the file names one, its GPU profile key)."""
+        sms = gpu.require_sm_count()
+        if (sms != self.sm_count or tuple(gpu.compute_capability) != self.compute_capability
+                or (self.gpu_key and getattr(gpu, "key", self.gpu_key) != self.gpu_key)):
+            cc = ".".join(map(str, self.compute_capability))
+            raise InputError(
+                f"calibration was measured on {self.gpu_name} ({self.sm_count} SMs, cc {cc}) but the estimate is for "
+                f"{gpu.name} ({sms} SMs, cc {'.'.join(map(str, gpu.compute_capability))}): pass --gpu for the "
+                "calibrated GPU, or calibrate this one ('pdmux bench', 'pdmux calibrate')"
+            )
 
     def _check_against_datasheet(self, gpu: Any) -> None:
         """:class:`InputError` when a measured rate is over :data:`DATASHEET_TOLERANCE` times ``gpu``'s
@@ -116,19 +182,16 @@ class Calibration:
 
         ``bandwidth_efficiency`` and ``mfu`` are accepted for the estimate's call signature and
         deliberately ignored: the curves are measured rates, which already include those losses.
-        Raises :class:`InputError` when ``gpu``'s SM count or compute capability differs from the
-        calibrated device's (the curves would be read at the wrong SM counts) or is unknown, and when
-        a measured rate exceeds ``gpu``'s datasheet peak by more than :data:`DATASHEET_TOLERANCE`.
+        Raises :class:`InputError` when the file has no SM-partition terms, when ``gpu``'s SM count or
+        compute capability differs from the calibrated device's (the curves would be read at the wrong
+        SM counts) or is unknown, and when a measured rate exceeds ``gpu``'s datasheet peak by more than
+        :data:`DATASHEET_TOLERANCE`.
         """
         del bandwidth_efficiency, mfu  # measured rates already include them (module docstring)
-        sms = gpu.require_sm_count()
-        if sms != self.sm_count or tuple(gpu.compute_capability) != self.compute_capability:
-            cc = ".".join(map(str, self.compute_capability))
-            raise InputError(
-                f"calibration was measured on {self.gpu_name} ({self.sm_count} SMs, cc {cc}) but the estimate is for "
-                f"{gpu.name} ({sms} SMs, cc {'.'.join(map(str, gpu.compute_capability))}): pass --gpu for the calibrated GPU or run 'pdmux bench' "
-                "on this one"
-            )
+        if not self.has_partitions:
+            raise InputError("this calibration has no SM-partition terms (those come from 'pdmux bench'): the chapter "
+                             "model needs them; use --cost-model roofline, or merge a bench calibration into it")
+        self.check_device(gpu)
         self._check_against_datasheet(gpu)
         return CalibratedThroughput(
             total_sms=self.sm_count,
@@ -342,25 +405,82 @@ def _corun(value: object, where: str, sm_count: int) -> tuple[tuple[int, int, fl
     return tuple(rows)
 
 
+def _whole_gpu(value: object, where: str) -> WholeGpuTerms:
+    if not isinstance(value, dict):
+        raise _bad(where, "whole_gpu", "must be a mapping of the fitted terms", value)
+    names = ("model", "gemm_bandwidth_efficiency", "gemm_peak_efficiency", "kv_bandwidth_efficiency",
+             "attention_peak_efficiency", "decode_fixed_s", "points", "median_error", "uncalibrated_median_error")
+    for name in names:
+        if name not in value:
+            raise InputError(f"{where}: missing field 'whole_gpu.{name}'")
+    unknown = sorted(str(k) for k in value if k not in (*names, "source"))
+    if unknown:
+        raise InputError(f"{where}: unknown field 'whole_gpu.{unknown[0]}'")
+    low, high = EFFICIENCY_RANGE
+    efficiencies = {}
+    for name in names[1:5]:
+        number = _float(value[name], where, f"whole_gpu.{name}")
+        if not low <= number <= high:
+            raise _bad(where, f"whole_gpu.{name}", f"must be a fraction of the datasheet from {low} to {high}", number)
+        efficiencies[name] = number
+    fixed = _float(value["decode_fixed_s"], where, "whole_gpu.decode_fixed_s", positive=False)
+    if not -0.1 <= fixed <= 1.0:
+        raise _bad(where, "whole_gpu.decode_fixed_s", "must be from -0.1 to 1 s", fixed)
+    errors = {}
+    for name in ("median_error", "uncalibrated_median_error"):
+        number = _float(value[name], where, f"whole_gpu.{name}", positive=False)
+        if not 0 <= number <= 100:
+            raise _bad(where, f"whole_gpu.{name}", "must be a fraction >= 0", number)
+        errors[name] = number
+    source = value.get("source", "") or ""
+    if not isinstance(source, str):
+        raise _bad(where, "whole_gpu.source", "must be a string", source)
+    _printable(source, where, "whole_gpu.source")
+    return WholeGpuTerms(model=_text(value["model"], where, "whole_gpu.model"), **efficiencies,
+                         decode_fixed_s=fixed, points=_int(value["points"], where, "whole_gpu.points"),
+                         **errors, source=source)
+
+
+def _terms_from(value: object, where: str) -> tuple[tuple[str, str], ...]:
+    if value in (None, ""):
+        return ()
+    if not isinstance(value, dict) or not all(k in ("partitions", "whole_gpu") for k in value):
+        raise _bad(where, "terms_from", "must map 'partitions' and/or 'whole_gpu' to where they came from", value)
+    return tuple((str(k), _text(v, where, f"terms_from.{k}")) for k, v in value.items())
+
+
 def calibration_from_mapping(data: object, where: str = "calibration") -> Calibration:
     """Validate a parsed calibration mapping and build the :class:`Calibration`.
 
     Raises :class:`InputError` (one line naming ``where`` and the field) for a wrong format value,
-    a missing, unknown or wrongly typed field, an empty or non-monotone curve, SM counts beyond
-    the device's, a complete run whose curves stop short of ``sm_count``, rates outside
-    :data:`BYTES_PER_S_RANGE` / :data:`FLOPS_RANGE`, co-run factors below :data:`MIN_CORUN_FACTOR`,
-    an ``s_sat_sms`` that is not a measured point, a date that is not ISO, control characters.
+    a missing, unknown or wrongly typed field, SM-partition terms only partly given, a file with
+    neither kind of terms, an empty or non-monotone curve, SM counts beyond the device's, a complete
+    run whose curves stop short of ``sm_count``, rates outside :data:`BYTES_PER_S_RANGE` /
+    :data:`FLOPS_RANGE`, co-run factors below :data:`MIN_CORUN_FACTOR`, an ``s_sat_sms`` that is not a
+    measured point, whole-GPU efficiencies outside :data:`EFFICIENCY_RANGE`, a date that is not ISO,
+    control characters.
     """
     if not isinstance(data, dict):
         raise InputError(f"{where}: a calibration must be a YAML mapping of fields, got {type(data).__name__}")
-    for field in _REQUIRED:
+    if "format" not in data:
+        raise InputError(f"{where}: missing field 'format'")
+    fmt = data["format"]
+    if fmt not in (FORMAT, FORMAT_V1):
+        raise _bad(where, "format", f"must be {FORMAT!r} (a file written by 'pdmux bench' or 'pdmux calibrate')", fmt)
+    partition_present = [f for f in _PARTITION_FIELDS if f in data]
+    required = _HEADER_FIELDS + (_PARTITION_FIELDS if fmt == FORMAT_V1 or partition_present else ())
+    for field in required:
         if field not in data:
-            raise InputError(f"{where}: missing field '{field}'")
-    unknown = sorted(str(k) for k in data if k not in _REQUIRED and k not in _OPTIONAL)
+            raise InputError(f"{where}: missing field '{field}'"
+                             + (" (the SM-partition terms go together)" if field in _PARTITION_FIELDS else ""))
+    unknown = sorted(str(k) for k in data if k not in _HEADER_FIELDS + _PARTITION_FIELDS + _OPTIONAL)
     if unknown:
         raise InputError(f"{where}: unknown field '{unknown[0]}'")
-    if data["format"] != FORMAT:
-        raise _bad(where, "format", f"must be {FORMAT!r} (a file written by 'pdmux bench')", data["format"])
+    if fmt == FORMAT_V1 and ("whole_gpu" in data or "terms_from" in data):
+        raise InputError(f"{where}: 'whole_gpu' and 'terms_from' need format {FORMAT!r}")
+    if not partition_present and data.get("whole_gpu") is None:
+        raise InputError(f"{where}: no terms: neither the SM-partition curves of 'pdmux bench' nor the 'whole_gpu' "
+                         "terms of 'pdmux calibrate'")
     sm_count = _int(data["sm_count"], where, "sm_count")
     if sm_count > MAX_SMS:
         raise _bad(where, "sm_count", f"must be at most {MAX_SMS}", sm_count)
@@ -373,6 +493,19 @@ def calibration_from_mapping(data: object, where: str = "calibration") -> Calibr
     if not isinstance(source, str):
         raise _bad(where, "source", "must be a string", source)
     _printable(source, where, "source")
+    gpu_key = data.get("gpu_key", "") or ""
+    if not isinstance(gpu_key, str):
+        raise _bad(where, "gpu_key", "must be a string", gpu_key)
+    _printable(gpu_key, where, "gpu_key")
+    common = {
+        "gpu_name": _text(data["gpu_name"], where, "gpu_name"), "sm_count": sm_count,
+        "compute_capability": _cc(data["compute_capability"], where), "date": _date(data["date"], where),
+        "complete": complete, "source": source, "gpu_key": gpu_key,
+        "whole_gpu": _whole_gpu(data["whole_gpu"], where) if data.get("whole_gpu") is not None else None,
+        "terms_from": _terms_from(data.get("terms_from"), where),
+    }
+    if not partition_present:
+        return Calibration(**common)
     bandwidth_curve = _curve(data["bandwidth_curve"], where, "bandwidth_curve", sm_count, BYTES_PER_S_RANGE, "bytes/s")
     flops_curve = _curve(data["flops_curve"], where, "flops_curve", sm_count, FLOPS_RANGE, "FLOP/s")
     if complete:
@@ -387,25 +520,20 @@ def calibration_from_mapping(data: object, where: str = "calibration") -> Calibr
         raise _bad(where, "s_sat_sms", "must be one of bandwidth_curve's SM counts (the bench picks a measured point)",
                    s_sat)
     return Calibration(
-        gpu_name=_text(data["gpu_name"], where, "gpu_name"),
-        sm_count=sm_count,
-        compute_capability=_cc(data["compute_capability"], where),
+        **common,
         driver_cuda_version=_text(data["driver_cuda_version"], where, "driver_cuda_version"),
         cuda_version=_text(data["cuda_version"], where, "cuda_version"),
-        date=_date(data["date"], where),
         bandwidth_curve=bandwidth_curve,
         flops_curve=flops_curve,
         copy_bytes_per_s=_rate(data["copy_bytes_per_s"], where, "copy_bytes_per_s", BYTES_PER_S_RANGE, "bytes/s"),
         matmul_flops_per_s=_rate(data["matmul_flops_per_s"], where, "matmul_flops_per_s", FLOPS_RANGE, "FLOP/s"),
         corun=_corun(data["corun"], where, sm_count),
         s_sat_sms=s_sat,
-        complete=complete,
-        source=source,
     )
 
 
 def load_calibration(path: str | Path) -> Calibration:
-    """Read ``calibration.yaml`` (written by ``pdmux bench --out DIR``).
+    """Read ``calibration.yaml`` (written by ``pdmux bench --out DIR`` or ``pdmux calibrate``).
 
     Raises :class:`InputError` with one line naming the file for: a missing or unreadable file, a
     directory or other non-regular file (device, pipe), a file over :data:`MAX_FILE_BYTES`, a
@@ -422,24 +550,39 @@ def load_calibration(path: str | Path) -> Calibration:
 
 
 def calibration_to_mapping(c: Calibration) -> dict[str, Any]:
-    """The YAML/JSON mapping of ``c`` (lists for tuples, ``"9.0"`` for the capability)."""
+    """The YAML/JSON mapping of ``c`` (lists for tuples, ``"9.0"`` for the capability), format 2."""
     data: dict[str, Any] = {
         "format": FORMAT,
         "gpu_name": c.gpu_name,
         "sm_count": c.sm_count,
         "compute_capability": f"{c.compute_capability[0]}.{c.compute_capability[1]}",
-        "driver_cuda_version": c.driver_cuda_version,
-        "cuda_version": c.cuda_version,
         "date": c.date,
-        "complete": c.complete,
-        "source": c.source,
-        "s_sat_sms": c.s_sat_sms,
-        "copy_bytes_per_s": float(c.copy_bytes_per_s),
-        "matmul_flops_per_s": float(c.matmul_flops_per_s),
-        "bandwidth_curve": [[int(s), float(r)] for s, r in c.bandwidth_curve],
-        "flops_curve": [[int(s), float(r)] for s, r in c.flops_curve],
-        "corun": [[int(p), int(d), float(b), float(f)] for p, d, b, f in c.corun],
     }
+    if c.gpu_key:
+        data["gpu_key"] = c.gpu_key
+    if c.terms_from:
+        data["terms_from"] = dict(c.terms_from)
+    data.update({"complete": c.complete, "source": c.source})
+    if c.has_partitions:
+        data.update({
+            "driver_cuda_version": c.driver_cuda_version,
+            "cuda_version": c.cuda_version,
+            "s_sat_sms": c.s_sat_sms,
+            "copy_bytes_per_s": float(c.copy_bytes_per_s),
+            "matmul_flops_per_s": float(c.matmul_flops_per_s),
+            "bandwidth_curve": [[int(s), float(r)] for s, r in c.bandwidth_curve],
+            "flops_curve": [[int(s), float(r)] for s, r in c.flops_curve],
+            "corun": [[int(p), int(d), float(b), float(f)] for p, d, b, f in c.corun],
+        })
+    if c.whole_gpu is not None:
+        w = c.whole_gpu
+        data["whole_gpu"] = {
+            "model": w.model, "gemm_bandwidth_efficiency": w.gemm_bandwidth_efficiency,
+            "gemm_peak_efficiency": w.gemm_peak_efficiency, "kv_bandwidth_efficiency": w.kv_bandwidth_efficiency,
+            "attention_peak_efficiency": w.attention_peak_efficiency, "decode_fixed_s": w.decode_fixed_s,
+            "points": w.points, "median_error": w.median_error,
+            "uncalibrated_median_error": w.uncalibrated_median_error, "source": w.source,
+        }
     return data
 
 
@@ -449,8 +592,12 @@ def dump_calibration(c: Calibration) -> str:
     Floats are written with Python's shortest round-trip repr; curves one pair per line.
     """
     data = calibration_to_mapping(c)
-    curves = {k: data.pop(k) for k in ("bandwidth_curve", "flops_curve", "corun")}
+    curves = {k: data.pop(k) for k in ("bandwidth_curve", "flops_curve", "corun") if k in data}
+    whole = data.pop("whole_gpu", None)
     text = _HEADER + yaml.dump(data, Dumper=_DUMPER, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    if whole is not None:
+        text += yaml.dump({"whole_gpu": whole}, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,
+                          allow_unicode=True)
     for key, rows in curves.items():
         if not rows:
             text += f"{key}: []\n"

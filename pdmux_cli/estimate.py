@@ -262,15 +262,20 @@ def _check_level(gpu: Gpu, total: int, split: tuple[int, int]) -> None:
             f"{multiple} SMs (at least {minimum}) and decode the rest (at least {minimum})")
 
 
-def _models(gpu: Gpu, model: Model, scenario: Scenario, calibrated) -> list[tuple[StepModel, float | None]]:
+def _models(gpu: Gpu, model: Model, scenario: Scenario, calibration) -> list[tuple[StepModel, float | None]]:
     """One cost model per S_SAT to show (one for a calibration), with the S_SAT it uses."""
     total = gpu.require_sm_count()
     common = {"cost_model": scenario.cost_model, "bandwidth_efficiency": scenario.bandwidth_efficiency,
               "mfu": scenario.mfu, "weight_bytes_per_param": scenario.weight_bytes_per_param,
               "kv_bytes_per_element": scenario.kv_bytes_per_element, "flops_dtype": scenario.flops_dtype,
               "step_overhead_ms": scenario.step_overhead_ms}
-    if calibrated is not None:
-        return [(costmodel.build_step_model(gpu, model, calibrated=calibrated, **common), None)]
+    if calibration is not None:
+        step_model = costmodel.build_step_model(gpu, model, calibration=calibration, **common)
+        if not calibration.has_partitions:  # whole-GPU terms only: the S_SAT guesses still apply
+            values = scenario.s_sat_values or (None,)
+            return [(costmodel.build_step_model(gpu, model, calibration=calibration, s_sat=v, **common),
+                     v if v is not None else getattr(step_model, "s_sat", None)) for v in values]
+        return [(step_model, None)]
     values = scenario.s_sat_values
     if values is None:
         values = default_s_sat_values(total) if scenario.cost_model == "chapter" else (None,)
@@ -288,14 +293,15 @@ def estimate(
     gpu: Gpu,
     model: Model,
     scenario: Scenario = Scenario(),
-    calibrated=None,
+    calibration=None,
     all_levels: bool = False,
 ) -> Estimate:
     """Compare prefill-first, chunked, mixed-chunk prefill and PD multiplexing for one scenario.
 
-    ``calibrated``: a measured throughput (``pdmux bench``, :class:`pdmux_cli.calibration.CalibratedThroughput`);
-    it replaces the S_SAT guesses (and, under the chapter model, the MFU) and yields one PD-multiplexing
-    row with measured co-run interference. ``all_levels``: also fill :attr:`Estimate.levels`, the
+    ``calibration``: a :class:`pdmux_cli.calibration.Calibration` (``--calibration``): its SM-partition
+    terms (``pdmux bench``) replace the S_SAT guesses (and, under the chapter model, the MFU) and yield one
+    PD-multiplexing row with measured co-run interference; its whole-GPU terms (``pdmux calibrate``)
+    replace the roofline model's fitted efficiencies. ``all_levels``: also fill :attr:`Estimate.levels`, the
     ITL/prefill trade-off of every level. Raises :class:`InputError` for invalid scenarios, a prompt past
     the model's context length, a level that is not a valid split of the GPU, or a GPU whose SM count
     is unknown.
@@ -304,7 +310,7 @@ def estimate(
     _check_context(model, scenario)
     total = gpu.require_sm_count()
     flops_dtype = pick_flops_dtype(gpu, model, scenario.flops_dtype)
-    models = _models(gpu, model, scenario, calibrated)
+    models = _models(gpu, model, scenario, calibration)
     full = models[0][0]  # S_SAT has no effect when all SMs are used
     notes: list[str] = list(full.notes)
 
@@ -386,7 +392,8 @@ def estimate(
     if p_sm > 0 and d_sm > 0:
         for step_model, s_sat in models:
             itl, pf, d_alone, p_alone, d_corun = pdmux_times(step_model, p_sm, d_sm)
-            label = f"PD mux {p_sm}/{d_sm}" + (" calibrated" if calibrated is not None else f" S_SAT={s_sat:g}")
+            measured = calibration is not None and calibration.has_partitions
+            label = f"PD mux {p_sm}/{d_sm}" + (" calibrated" if measured else f" S_SAT={s_sat:g}")
             rows.append(
                 PolicyRow("pdmux", label, itl * 1e3, _round_tokens(pf, itl), pf * 1e3, _round_tokens(pf, itl),
                           prefill_sms=p_sm, decode_sms=d_sm, s_sat=s_sat, decode_alone_ms=d_alone * 1e3,

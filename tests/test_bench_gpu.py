@@ -118,7 +118,7 @@ def test_calibration_round_trip_and_estimate(run, tmp_path) -> None:
         gpu = find_gpu(res.run.gpu_name)
     except InputError:
         pytest.skip(f"no profile for {res.run.gpu_name}")
-    result = estimate(gpu, load_model("qwen3-8b"), calibrated=cal.throughput(gpu))
+    result = estimate(gpu, load_model("qwen3-8b"), calibration=cal)
     assert any(r.policy == "pdmux" for r in result.rows)
 
 

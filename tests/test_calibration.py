@@ -358,7 +358,7 @@ def test_bandwidth_full_at_16_sms_gives_full_gpu_itl() -> None:
         bandwidth_curve=((8, 0.5 * H100_BW), (16, H100_BW), (132, H100_BW)),
         flops_curve=((8, H100_FLOPS * 8 / 132), (132, H100_FLOPS)), corun=(),
     )
-    result = estimate(gpu, model, Scenario(cost_model="chapter"), calibrated=cal.throughput(gpu, 0.85, 0.5))
+    result = estimate(gpu, model, Scenario(cost_model="chapter"), calibration=cal)
     pdmux, decode_only = _pdmux_and_decode_only(result)
     assert pdmux.decode_sms is not None and pdmux.decode_sms >= 16
     assert pdmux.itl_ms == pytest.approx(decode_only.itl_ms, rel=1e-12)
@@ -366,7 +366,7 @@ def test_bandwidth_full_at_16_sms_gives_full_gpu_itl() -> None:
     assert "calibrated" in pdmux.label
     # the roofline model takes the curve's shape: decode alone on 52 SMs as fast as on the whole GPU;
     # its ITL adds the CPU work of a pdmux round (the overlap scheduler hides it for decode-only)
-    result = estimate(gpu, model, Scenario(), calibrated=cal.throughput(gpu))
+    result = estimate(gpu, model, Scenario(), calibration=cal)
     pdmux, decode_only = _pdmux_and_decode_only(result)
     assert pdmux.decode_alone_ms == pytest.approx(decode_only.itl_ms, rel=1e-12)
     assert pdmux.itl_ms == pytest.approx(decode_only.itl_ms + result.cpu_step_ms, rel=1e-12)
@@ -378,10 +378,10 @@ def test_late_saturation_makes_pdmux_itl_worse() -> None:
     cal = make_calibration(bandwidth_curve=((8, H100_BW * 8 / 132), (132, H100_BW)),
                            flops_curve=((8, H100_FLOPS * 8 / 132), (132, H100_FLOPS)), corun=())
     chapter = Scenario(cost_model="chapter")
-    pdmux, decode_only = _pdmux_and_decode_only(estimate(gpu, model, chapter, calibrated=cal.throughput(gpu)))
+    pdmux, decode_only = _pdmux_and_decode_only(estimate(gpu, model, chapter, calibration=cal))
     assert pdmux.itl_ms == pytest.approx(decode_only.itl_ms * 132 / pdmux.decode_sms, rel=1e-9)
     # roofline: the memory-bound parts of the step scale by 132/52, the fixed kernel latencies do not
-    pdmux, decode_only = _pdmux_and_decode_only(estimate(gpu, model, Scenario(), calibrated=cal.throughput(gpu)))
+    pdmux, decode_only = _pdmux_and_decode_only(estimate(gpu, model, Scenario(), calibration=cal))
     ratio = pdmux.decode_alone_ms / decode_only.itl_ms
     assert 0.85 * 132 / 52 < ratio < 132 / 52
 
@@ -390,9 +390,9 @@ def test_corun_factor_slows_decode() -> None:
     gpu, model = find_gpu("h100"), load_model("qwen3-8b")
     base = {"bandwidth_curve": ((16, H100_BW), (132, H100_BW)), "flops_curve": ((8, H100_FLOPS * 8 / 132), (132, H100_FLOPS))}
     for scenario in (Scenario(cost_model="chapter"), Scenario()):
-        clean = estimate(gpu, model, scenario, calibrated=make_calibration(corun=(), **base).throughput(gpu))
+        clean = estimate(gpu, model, scenario, calibration=make_calibration(corun=(), **base))
         slowed = estimate(gpu, model, scenario,
-                          calibrated=make_calibration(corun=((80, 52, 0.5, 1.0),), **base).throughput(gpu))
+                          calibration=make_calibration(corun=((80, 52, 0.5, 1.0),), **base))
         clean_row, slowed_row = _pdmux_and_decode_only(clean)[0], _pdmux_and_decode_only(slowed)[0]
         if scenario.cost_model == "chapter":
             assert slowed_row.itl_ms == pytest.approx(2 * clean_row.itl_ms)

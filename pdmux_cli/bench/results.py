@@ -185,6 +185,7 @@ def calibration_from_results(res: BenchResults) -> Calibration | None:
         ),
         s_sat_sms=res.s_sat_sms() or r.sm_count,
         complete=res.complete,
+        terms_from=(("partitions", f"pdmux bench {r.date}"),),
         source=f"pdmux bench, repeats {res.plan.get('repeats')}, GEMM {'x'.join(map(str, res.plan.get('gemm_shape_mnk', [])))}, "
                f"read buffer {res.plan.get('buffer_bytes')} bytes, {r.kernel_image}, torch {r.torch_version}",
     )

@@ -271,7 +271,7 @@ def estimate(
         manual_divisions=tuple(cfg.manual_divisions) if cfg else (),
         flops_dtype=flops_dtype,
     )
-    calibrated = None
+    cal = None
     if calibration is not None:
         from ..calibration import load_calibration
         from ..hardware import find_gpu
@@ -284,15 +284,14 @@ def estimate(
         if measured_on is not None and measured_on.key != gpu_profile.key:
             raise InputError(f"{calibration} was measured on {measured_on.name}, not {gpu_profile.name}: "
                              f"pass --gpu {measured_on.key} or run 'pdmux bench' on this GPU")
-        calibrated = cal.throughput(gpu_profile)
-        if s_sat is not None:
+        if s_sat is not None and cal.has_partitions:
             raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
-    result = run_estimate(gpu_profile, mdl, scenario, calibrated=calibrated, all_levels=all_levels)
-    if calibrated is not None and scenario.cost_model == "chapter" and (mfu is not None or bandwidth_efficiency is not None):
+    result = run_estimate(gpu_profile, mdl, scenario, calibration=cal, all_levels=all_levels)
+    if cal is not None and scenario.cost_model == "chapter" and (mfu is not None or bandwidth_efficiency is not None):
         result.notes.append("--mfu and --bandwidth-efficiency are not used with --calibration: "
                             "the measured curves replace them")
     data = render.estimate_dict(result)
-    problem = NON_FINITE + ("; or the calibration's curves" if calibrated is not None else "")
+    problem = NON_FINITE + ("; or the calibration's curves" if cal is not None else "")
     if as_json:
         print_json(data, problem)
         return

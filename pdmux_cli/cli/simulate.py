@@ -105,15 +105,15 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
         raise InputError(f"--s-sat {s_sat:g} is more than the {profile.sm_count} SMs of {profile.name}: "
                          "give the SMs that saturate HBM bandwidth, at most all of them")
     mdl = load_model(model)
-    calibrated = None
+    cal = None
     if calibration is not None:
-        if s_sat is not None:
-            raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
         from ..calibration import load_calibration
 
-        calibrated = load_calibration(calibration).throughput(profile)
+        cal = load_calibration(calibration)
+        if s_sat is not None and cal.has_partitions:
+            raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
     return make_setup(profile, mdl, cost_model=cost_model.strip().lower(), s_sat=s_sat,
-                      bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, calibrated=calibrated,
+                      bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, calibration=cal,
                       weight_bytes_per_param=weight_bytes, kv_bytes_per_element=kv_bytes,
                       mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
                       flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,

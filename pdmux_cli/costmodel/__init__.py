@@ -94,7 +94,7 @@ def build_step_model(
     s_sat: float | None = None,
     bandwidth_efficiency: float | None = None,
     mfu: float | None = None,
-    calibrated: Any = None,
+    calibration: Any = None,
     weight_bytes_per_param: float | None = None,
     kv_bytes_per_element: float = 2.0,
     flops_dtype: str | None = None,
@@ -105,8 +105,10 @@ def build_step_model(
     ``cost_model``: ``"roofline"`` or ``"chapter"``. ``s_sat``: SMs reaching 95% of full bandwidth
     (roofline default: the fitted fraction of the SMs; chapter default: half the SMs).
     ``bandwidth_efficiency`` and ``mfu`` (fractions) are the chapter's knobs (defaults 0.85, 0.5);
-    the roofline model refuses them (its efficiencies are fitted). ``calibrated``: a
-    :class:`pdmux_cli.calibration.CalibratedThroughput` from ``pdmux bench``. ``step_overhead_ms``:
+    the roofline model refuses them (its efficiencies are fitted). ``calibration``: a
+    :class:`pdmux_cli.calibration.Calibration` (``--calibration FILE``): its SM-partition terms (``pdmux
+    bench``) replace the chapter's throughput or the roofline's partition curves; its whole-GPU terms
+    (``pdmux calibrate``) replace the roofline's fitted efficiencies. ``step_overhead_ms``:
     the engine's fixed CPU time per step (roofline only; 0 = kernels only).
     Raises :class:`InputError` for an unknown cost model, knobs the chosen model does not take, or a
     GPU without SM count, bandwidth or FLOP/s figures.
@@ -122,8 +124,8 @@ def build_step_model(
             raise InputError("--step-overhead-ms applies to --cost-model roofline (the chapter's model has no CPU time)")
         from .chapter import AnalyticThroughput, ChapterModel
 
-        if calibrated is not None:
-            throughput = calibrated
+        if calibration is not None:
+            throughput = calibration.throughput(gpu)
         else:
             throughput = AnalyticThroughput(
                 total, gpu.hbm_bytes_per_s, dense,
@@ -146,10 +148,40 @@ def build_step_model(
     notes = [note] if note else []
     if profile.note:
         notes.append(profile.note)
+    curves = None
+    if calibration is not None:
+        if calibration.has_partitions:
+            curves = calibration.throughput(gpu)
+        else:
+            calibration.check_device(gpu)
+        if calibration.whole_gpu is not None:
+            profile = apply_whole_gpu(profile, calibration.whole_gpu)
+            notes = [n for n in notes if "no kernel measurements" not in n and "same-chip" not in n]
+            if calibration.whole_gpu.model != getattr(model, "name", ""):
+                notes.append(f"whole-GPU terms calibrated on {calibration.whole_gpu.model}, applied to "
+                             f"{getattr(model, 'name', 'this model')}")
     return RooflineModel(
         model, gpu_name=gpu.name, total_sms=total, hbm_bytes_per_s=gpu.hbm_bytes_per_s, dense_flops=dense,
         efficiency=profile, partitions=partitions, cpu=cpu, s_sat=s_sat,
         weight_bytes_per_param=weight_bytes_per_param, kv_bytes_per_element=kv_bytes_per_element,
-        calibration=calibrated, step_overhead_s=None if step_overhead_ms is None else step_overhead_ms / 1e3,
-        notes=notes,
+        calibration=curves, step_overhead_s=None if step_overhead_ms is None else step_overhead_ms / 1e3,
+        notes=notes, decode_fixed_s=calibration.whole_gpu.decode_fixed_s
+        if calibration is not None and calibration.whole_gpu is not None else 0.0,
+    )
+
+
+def apply_whole_gpu(profile: Any, terms: Any) -> Any:
+    """``profile`` (:class:`~pdmux_cli.costmodel.efficiency.EfficiencyProfile`) with the efficiencies of a
+    whole-GPU calibration (:class:`pdmux_cli.calibration.WholeGpuTerms`) in place of the shipped ones; its
+    key says so."""
+    from dataclasses import replace
+
+    return replace(
+        profile,
+        key=f"{profile.key}, calibrated on {terms.model}",
+        gemm=replace(profile.gemm, bandwidth_efficiency=terms.gemm_bandwidth_efficiency,
+                     peak_efficiency=terms.gemm_peak_efficiency),
+        decode_attention=replace(profile.decode_attention, bandwidth_efficiency=terms.kv_bandwidth_efficiency),
+        prefill_attention=replace(profile.prefill_attention, bandwidth_efficiency=terms.kv_bandwidth_efficiency,
+                                  peak_efficiency=terms.attention_peak_efficiency),
     )

@@ -49,7 +49,8 @@ class RooflineModel:
     ``calibration``: a :class:`pdmux_cli.calibration.CalibratedThroughput`; its measured curves replace
     the bandwidth-vs-SMs, FLOP/s-vs-SMs and co-run terms (the whole-GPU efficiencies stay fitted).
     ``step_overhead_s``: replaces the engine's fixed CPU time per step (0 = kernels only, no CPU term).
-    ``notes``: lines for output (how the efficiencies were chosen).
+    ``notes``: lines for output (how the efficiencies were chosen). ``decode_fixed_s``: GPU time added to
+    every decode step (a whole-GPU calibration's term for what the operators leave out).
     Raises :class:`InputError` for an S_SAT outside 1..SMs or given together with a calibration.
     """
 
@@ -72,6 +73,7 @@ class RooflineModel:
         calibration: Any = None,
         step_overhead_s: float | None = None,
         notes: Sequence[str] = (),
+        decode_fixed_s: float = 0.0,
     ) -> None:
         if calibration is not None and s_sat is not None:
             raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
@@ -88,6 +90,7 @@ class RooflineModel:
         self.cpu = cpu
         self.calibration = calibration
         self.notes = list(notes)
+        self.decode_fixed_s = decode_fixed_s
         self.shapes: StepShapes = step_shapes(model, weight_bytes_per_param)
         if calibration is None:
             self.s_sat = float(s_sat) if s_sat is not None else round(partitions.s_sat_fraction * total_sms)
@@ -276,7 +279,7 @@ class RooflineModel:
         while len(dense) <= n:
             rows = len(dense)
             dense.append(self._linear_s(rows, sms, corun_sms, "decode") + self._lm_head_s(rows, sms, corun_sms, "decode")
-                         + self.shapes.layers * self.eff.decode_attention.latency_s)
+                         + self.shapes.layers * self.eff.decode_attention.latency_s + self.decode_fixed_s)
         full, window = self._kv_rates(sms, corun_sms)
         seconds = dense[n] + full * sum_context + window * sum_window
         if not cuda_graph:

@@ -196,7 +196,7 @@ def make_setup(
     s_sat: float | None = None,
     bandwidth_efficiency: float | None = None,
     mfu: float | None = None,
-    calibrated=None,
+    calibration=None,
     weight_bytes_per_param: float | None = None,
     kv_bytes_per_element: float = 2.0,
     mem_fraction_static: float | None = None,
@@ -210,7 +210,7 @@ def make_setup(
 ) -> Setup:
     """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.hardware.Gpu`) and a model, with the cost
     model of :func:`pdmux_cli.costmodel.build_step_model` (its arguments: ``cost_model``, ``s_sat``,
-    ``bandwidth_efficiency``, ``mfu``, ``calibrated``, ``flops_dtype``, ``step_overhead_ms``). Raises
+    ``bandwidth_efficiency``, ``mfu``, ``calibration``, ``flops_dtype``, ``step_overhead_ms``). Raises
     :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values."""
     from ..costmodel import build_step_model
 
@@ -221,7 +221,7 @@ def make_setup(
         raise InputError(f"{gpu.name} has no memory or bandwidth figures: simulate needs a full GPU profile (--gpu)")
     step_model = build_step_model(
         gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency, mfu=mfu,
-        calibrated=calibrated, weight_bytes_per_param=weight_bytes_per_param,
+        calibration=calibration, weight_bytes_per_param=weight_bytes_per_param,
         kv_bytes_per_element=kv_bytes_per_element, flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms)
     return Setup(
         model=model, step_model=step_model, total_sms=total, compute_capability=tuple(gpu.compute_capability),
