@@ -13,6 +13,7 @@ test:  ## the whole CPU test suite (GPU tests are skipped without a GPU)
 bench:  ## speed benchmarks; rewrites their sections of benchmarks/RESULTS.md (needs ../shared beside the checkout)
 	$(PYTHON) benchmarks/bench_cli.py --write
 	$(PYTHON) benchmarks/bench_simulate.py --write
+	$(PYTHON) benchmarks/bench_calibrate.py --write
 
 BENCH_EXTRA ?= bench  # bench-cu12 on a CUDA 12.x driver
 

@@ -30,6 +30,8 @@ print(",".join(heavy))
         [["estimate"], ["estimate", "--all-levels", "--json"], ["estimate", "--model", "deepseek-v3", "--gpu", "b200"]],
         [["gen-config", "--gpu", "h100"], ["gen-config", "--gpu", "b200", "--json"], ["--help"]],
         [["accuracy", "--json"], ["estimate", "--cost-model", "chapter", "--gpu", "a100"]],
+        [["calibrate", "--sglang-bench", "tests/fixtures/sglang/model_made_one_batch_h100_qwen3_8b.jsonl",
+          "--model", "qwen3-8b", "--gpu", "h100", "--json"]],
     ],
 )
 def test_planning_commands_import_nothing_heavy(args) -> None:

@@ -48,6 +48,7 @@ def _root(
 from . import planning  # noqa: F401
 from . import simulate  # noqa: F401
 from . import accuracy  # noqa: F401
+from . import calibrate  # noqa: F401
 from . import bench  # noqa: F401
 # isort: on
 

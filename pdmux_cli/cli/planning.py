@@ -232,7 +232,7 @@ def estimate(
     token_budget: int | None = typer.Option(None, "--token-budget", help="SGLang's split_forward_token_budget (default 65536)."),
     config: Path | None = typer.Option(None, "--config", help="A pdmux YAML whose levels and knobs to use."),
     flops_dtype: str | None = typer.Option(None, "--flops-dtype", help="bf16, fp16 or fp8 dense math (default: by model)."),
-    calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench': measured curves replace S_SAT and MFU."),
+    calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' (measured SM-partition curves replace S_SAT) and/or 'pdmux calibrate' (whole-GPU efficiencies from your SGLang)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing.
@@ -278,12 +278,12 @@ def estimate(
 
         cal = load_calibration(calibration)
         try:
-            measured_on = find_gpu(cal.gpu_name)
+            measured_on = find_gpu(cal.gpu_key or cal.gpu_name)
         except InputError:  # a device without a profile: only the SM count can be compared
             measured_on = None
         if measured_on is not None and measured_on.key != gpu_profile.key:
             raise InputError(f"{calibration} was measured on {measured_on.name}, not {gpu_profile.name}: "
-                             f"pass --gpu {measured_on.key} or run 'pdmux bench' on this GPU")
+                             f"pass --gpu {measured_on.key} or calibrate this GPU ('pdmux bench', 'pdmux calibrate')")
         if s_sat is not None and cal.has_partitions:
             raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
     result = run_estimate(gpu_profile, mdl, scenario, calibration=cal, all_levels=all_levels)

@@ -1,0 +1,211 @@
+"""``pdmux calibrate``: fit the cost model's whole-GPU terms to the user's own SGLang, or merge calibrations.
+
+Parse, call :mod:`pdmux_cli.sglang_measurements` (readers) and :mod:`pdmux_cli.costmodel.calibrate`
+(the fit), render; the file is written whole or not at all.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ..atomic import check_writable, refuse_overwriting_inputs
+from ..errors import InputError
+from . import app
+from .common import console, gpu_file, model_file, print_json, print_note, write_atomic
+
+#: Points shown in the table (``--json`` has them all).
+MAX_TABLE_ROWS = 30
+
+
+def _merge(paths: list[Path]) -> Any:
+    """One calibration from a ``pdmux bench`` file and a ``pdmux calibrate`` file of the same GPU."""
+    from dataclasses import replace
+
+    from ..calibration import load_calibration
+
+    if len(paths) != 2:
+        raise InputError(f"--merge takes two calibration files (a 'pdmux bench' one and a 'pdmux calibrate' one), "
+                         f"got {len(paths)}")
+    first, second = (load_calibration(p) for p in paths)
+    if (first.sm_count, first.compute_capability) != (second.sm_count, second.compute_capability) or (
+            first.gpu_key and second.gpu_key and first.gpu_key != second.gpu_key):
+        raise InputError(f"{paths[0]} and {paths[1]} are of different GPUs ({first.gpu_name}, {second.gpu_name}): "
+                         "merge calibrations of one GPU")
+    bench = [c for c in (first, second) if c.has_partitions]
+    sglang = [c for c in (first, second) if c.whole_gpu is not None]
+    if len(bench) != 1 or len(sglang) != 1 or bench[0] is sglang[0]:
+        raise InputError("--merge joins a file with SM-partition terms ('pdmux bench') and one with whole-GPU terms "
+                         "('pdmux calibrate'): these two do not make that pair")
+    part, whole = bench[0], sglang[0]
+    terms = dict(part.terms_from)
+    terms.setdefault("partitions", f"pdmux bench {part.date}")
+    terms["whole_gpu"] = dict(whole.terms_from).get("whole_gpu", whole.whole_gpu.source or "pdmux calibrate")
+    return replace(part, whole_gpu=whole.whole_gpu, gpu_key=part.gpu_key or whole.gpu_key,
+                   date=max(part.date, whole.date), terms_from=tuple(terms.items()),
+                   source="; ".join(s for s in (part.source, whole.source) if s))
+
+
+def _rows_json(fit: Any) -> list[dict[str, Any]]:
+    return [{"kind": r.point.kind, "source": r.point.source, "where": r.point.where, "batch": r.point.batch,
+             "tokens": r.point.tokens, "count": r.point.count, "measured_ms": r.point.measured_s * 1e3, "calibrated_ms": r.calibrated_s * 1e3,
+             "uncalibrated_ms": r.uncalibrated_s * 1e3} for r in fit.rows]
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds in three significant figures, never in e-notation."""
+    ms = seconds * 1e3
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.3g}"
+
+
+def _off(predicted: float, measured: float) -> str:
+    """A prediction in ms and how far off the measurement it is (``"8.23 +35%"``)."""
+    return f"{_ms(predicted)} {(predicted - measured) / measured:+.0%}"
+
+
+def _table(fit: Any, title: str) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col, just in (("step", "left"), ("from", "left"), ("batch", "right"), ("tokens", "right"), ("n", "right"),
+                      ("measured", "right"), ("calibrated", "right"), ("shipped", "right")):
+        table.add_column(col, justify=just, no_wrap=True)
+    rows = sorted(fit.rows, key=lambda r: (r.point.kind, r.point.source, r.point.batch, r.point.tokens))
+    shown = rows
+    if len(rows) > MAX_TABLE_ROWS:  # every one-batch point, and an even sample of the server-log ones
+        bench = [r for r in rows if r.point.source != "server log"][:MAX_TABLE_ROWS]
+        log = [r for r in rows if r.point.source == "server log"]
+        room = MAX_TABLE_ROWS - len(bench)
+        shown = bench + (log[:: max(1, -(-len(log) // room))] if room > 0 else [])
+    for r in shown:
+        p = r.point
+        table.add_row(p.kind, "log" if p.source == "server log" else "bench", str(p.batch), f"{p.tokens:,.0f}",
+                      str(p.count), _ms(p.measured_s), _off(r.calibrated_s, p.measured_s),
+                      _off(r.uncalibrated_s, p.measured_s))
+    if len(rows) > len(shown):
+        table.caption = f"{len(shown)} of {len(rows)} points shown; --json lists them all"
+        table.caption_justify = "left"
+    return table
+
+
+@app.command()
+def calibrate(
+    sglang_bench: list[Path] = typer.Option([], "--sglang-bench", help="JSONL of 'python -m sglang.benchmark.one_batch --result-filename' (repeatable)."),
+    sglang_log: list[Path] = typer.Option([], "--sglang-log", help="An SGLang server log (repeatable)."),
+    model: str | None = typer.Option(None, "--model", "-m", help="The model measured: profile name or config.json."),
+    gpu: str | None = typer.Option(None, "--gpu", "-g", help="The GPU measured: alias, reported name or profile file."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree of the measurements (pdmux models 1)."),
+    kv_bytes: float = typer.Option(2.0, "--kv-bytes", help="Bytes per KV-cache element the server used."),
+    merge: list[Path] = typer.Option([], "--merge", help="Merge two calibration files (pdmux bench + pdmux calibrate) instead."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write calibration.yaml here (whole or not at all); default: print it."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (the fit, every point, the YAML)."),
+) -> None:
+    """Fit the cost model's whole-GPU terms to your own SGLang's one-batch results and server logs.
+
+    The calibration then goes to estimate, simulate and tune with --calibration FILE; --merge joins it
+    with a 'pdmux bench' calibration of the same GPU (SM-partition terms)."""
+    from ..calibration import Calibration, dump_calibration
+
+    inputs = [*sglang_bench, *sglang_log, *merge, model_file(model or ""), gpu_file(gpu)]
+    refuse_overwriting_inputs(output, *inputs)
+    check_writable(output)
+    if merge:
+        if sglang_bench or sglang_log:
+            raise InputError("--merge joins two calibration files: give it without --sglang-bench/--sglang-log")
+        merged = _merge(merge)
+        text = dump_calibration(merged)
+        if output is not None:
+            write_atomic(output, text)
+        if as_json:
+            print_json({"merged": [str(p) for p in merge], "output": str(output) if output else None, "yaml": text})
+        elif output is None:
+            sys.stdout.write(text)
+        else:
+            console().print(f"wrote {output} ({merged.gpu_name}: SM-partition and whole-GPU terms)")
+        return
+    if not sglang_bench and not sglang_log:
+        raise InputError("give --sglang-bench FILE.jsonl and/or --sglang-log server.log (or --merge A B)")
+    if model is None or gpu is None:
+        raise InputError("give --model and --gpu: the measurements are of one model on one GPU")
+    if tp != 1:
+        raise InputError(f"--tp {tp}: pdmux models one GPU (tensor parallelism is not modelled yet); calibrate "
+                         "with measurements of a single-GPU server")
+    from ..costmodel import build_step_model
+    from ..costmodel.calibrate import check_points, fit_whole_gpu, points_from
+    from ..hardware import find_gpu_or_file
+    from ..model import load_model
+    from ..sglang_measurements import read_one_batch, read_server_log
+    from ..simulate.engine import check_bytes_per_element
+
+    check_bytes_per_element(kv_bytes, "--kv-bytes")
+    if not gpu.strip():
+        raise InputError("--gpu is empty: give a GPU name such as h100")
+    profile = find_gpu_or_file(gpu)
+    mdl = load_model(model)
+    one_batch, problems, sources = [], [], []
+    for path in sglang_bench:
+        points, bad = read_one_batch(path)
+        one_batch += points
+        problems += [f"{path}: {b}" for b in bad]
+        sources.append(f"SGLang one-batch {path.name} ({len(points)} results)")
+    intervals, readings = [], []
+    for path in sglang_log:
+        reading = read_server_log(path)
+        intervals += reading.intervals
+        readings.append((path, reading))
+        sources.append(f"SGLang server log {path.name} ({len(reading.intervals)} clean decode intervals)")
+    base = build_step_model(profile, mdl, kv_bytes_per_element=kv_bytes)
+    points = points_from(one_batch, intervals)
+    points, dropped = check_points(base, profile, points, kv_bytes)
+    fit = fit_whole_gpu(base, points, "; ".join(sources), dropped)
+    today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    cal = Calibration(
+        gpu_name=profile.name, sm_count=profile.require_sm_count(), compute_capability=tuple(profile.compute_capability),
+        date=today, source=f"pdmux calibrate --model {mdl.name}", whole_gpu=fit.terms,
+        terms_from=(("whole_gpu", "; ".join(sources)),), gpu_key=getattr(profile, "key", ""),
+    )
+    text = dump_calibration(cal)
+    if output is not None:
+        write_atomic(output, text)
+    notes = list(fit.notes) + problems[:5] + [f"{p}: {r.summary()}" for p, r in readings]
+    if len(problems) > 5:
+        notes.append(f"{len(problems) - 5} more unreadable one-batch line(s)")
+    t = fit.terms
+    if as_json:
+        print_json({
+            "gpu": profile.name, "model": mdl.name, "points": len(points),
+            "decode_fit": fit.decode_mode, "prefill_fit": fit.prefill_mode,
+            "terms": {"gemm_bandwidth_efficiency": t.gemm_bandwidth_efficiency,
+                      "gemm_peak_efficiency": t.gemm_peak_efficiency,
+                      "kv_bandwidth_efficiency": t.kv_bandwidth_efficiency,
+                      "attention_peak_efficiency": t.attention_peak_efficiency, "decode_fixed_ms": t.decode_fixed_s * 1e3},
+            "shipped": {"gemm_bandwidth_efficiency": base.eff.gemm.bandwidth_efficiency,
+                        "gemm_peak_efficiency": base.eff.gemm.peak_efficiency,
+                        "kv_bandwidth_efficiency": base.eff.decode_attention.bandwidth_efficiency,
+                        "attention_peak_efficiency": base.eff.prefill_attention.peak_efficiency},
+            "median_error": t.median_error, "uncalibrated_median_error": t.uncalibrated_median_error,
+            "rows": _rows_json(fit), "notes": notes, "output": str(output) if output else None, "yaml": text,
+        })
+        return
+    con = console(stderr=output is None)
+    con.print(_table(fit, f"{mdl.name} on {profile.name}, ms: measured, calibrated, shipped model"))
+    con.print(f"fitted: {fit.decode_mode} (decode), {fit.prefill_mode} (prefill); median error "
+              f"{t.median_error:.1%} (shipped model: {t.uncalibrated_median_error:.1%}) on {len(points)} points",
+              soft_wrap=True)
+    con.print(f"efficiencies: GEMM bandwidth {t.gemm_bandwidth_efficiency:.3f} (shipped "
+              f"{base.eff.gemm.bandwidth_efficiency:.3f}), KV bandwidth {t.kv_bandwidth_efficiency:.3f} "
+              f"({base.eff.decode_attention.bandwidth_efficiency:.3f}), GEMM compute {t.gemm_peak_efficiency:.3f} "
+              f"({base.eff.gemm.peak_efficiency:.3f}), attention compute {t.attention_peak_efficiency:.3f} "
+              f"({base.eff.prefill_attention.peak_efficiency:.3f}); {t.decode_fixed_s * 1e3:+.2f} ms per decode step",
+              soft_wrap=True)
+    for note in notes:
+        print_note(con, note)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        con.print(f"wrote {output}; use it with --calibration {output} (estimate, simulate, tune)", soft_wrap=True)

@@ -1,0 +1,286 @@
+"""Readers for what a user's own SGLang measures: one-batch benchmark results and server logs.
+
+Formats (SGLang 0.4 to 0.5.23; docs/architecture.md cites the files):
+
+- **One-batch benchmark** (``python -m sglang.benchmark.one_batch ... --result-filename out.jsonl``,
+  ``sglang.bench_one_batch`` before 0.5.16; ``sglang/benchmark/one_batch.py``): one JSON object per
+  line with ``batch_size``, ``input_len``, ``output_len``, ``prefill_latency`` (s: one unchunked
+  prefill of ``batch_size x input_len`` tokens, synchronised) and ``median_decode_latency`` (s: the
+  median of ``output_len - 1`` decode steps timed one by one, absent when ``output_len`` is 1; step
+  ``i`` attends over ``input_len + i + 1`` tokens a request); ``run_name`` tags the run.
+- **Server log** (``srt/managers/scheduler_components/metrics_reporter.py``): a line every 40 decode
+  steps (``--decode-log-interval``), ``Decode batch, #running-req: N, #token: T, token usage: U, cuda
+  graph: B, gen throughput (token/s): G, #queue-req: Q`` (``Decode batch.`` and a trailing ``", "`` in
+  some releases, ``Decode batch [step],`` in others, no ``cuda graph`` before mid 2025), one line per
+  prefill batch (``Prefill batch, #new-seq: ...``), and ``KV cache pool is full. Retract requests.``
+  when decode retracts. The prefix is ``[date time ranks]`` with ranks such as ``TP0`` or ``DP1 TP1``
+  (none on one GPU in 0.5.x; Ray and custom logging add their own), so lines are recognised by their
+  text, wherever it is.
+
+``G`` is the decode tokens since the rank's previous decode line over the wall time since it, so an
+interval is a clean measure of decode steps only when nothing else ran in it: it is used when the
+previous line of the same rank was a decode line with the same number of running requests, with no
+prefill batch or retraction in between, no speculative decoding (``accept len``) and ``G > 0``. Then a
+decode step lasted ``N / G`` seconds and the requests held ``T / N`` tokens of context on average.
+Every other interval is skipped and counted by reason.
+
+Pure Python; the file readers stream (a 100,000-line log takes well under a second).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import InputError, short_repr
+from .input_files import check_input_file, read_input_text, unreadable
+from .numbers import finite_float
+
+#: Largest one-batch result file read, bytes (a real one is a few kB).
+MAX_ONE_BATCH_BYTES = 16 * 1024**2
+#: Largest server log read, bytes; lines longer than :data:`MAX_LINE_CHARS` are skipped and counted.
+MAX_LOG_BYTES = 8 * 1024**3
+MAX_LINE_CHARS = 64 * 1024
+#: Decode steps between two decode log lines by default (``--decode-log-interval``).
+DECODE_LOG_INTERVAL = 40
+
+
+@dataclass(frozen=True)
+class OneBatchPoint:
+    """One line of a one-batch result: ``batch_size`` requests of ``input_len`` prompt tokens, then
+    ``output_len`` tokens each. ``prefill_s``: the prefill's latency; ``decode_step_s``: the median
+    decode step (``None`` when ``output_len`` is 1). ``where``: file and line, for messages."""
+
+    batch_size: int
+    input_len: int
+    output_len: int
+    prefill_s: float
+    decode_step_s: float | None
+    run_name: str = ""
+    where: str = ""
+
+    @property
+    def decode_context(self) -> int:
+        """Tokens each request attends over at the median decode step: ``input_len + (output_len - 1) // 2 + 1``."""
+        return self.input_len + (self.output_len - 1) // 2 + 1
+
+
+@dataclass(frozen=True)
+class DecodeInterval:
+    """A clean stretch of a server log: ``running`` requests decoding, ``context`` tokens each on
+    average, a step lasting ``step_s`` seconds; ``cuda_graph``: the log said the steps ran as a CUDA
+    graph (``None`` when the release did not print it). ``where``: file and line."""
+
+    running: int
+    context: float
+    step_s: float
+    cuda_graph: bool | None
+    where: str = ""
+
+
+@dataclass
+class LogReading:
+    """What a server log gave: the clean ``intervals`` and, by reason, the decode lines not used
+    (``skipped``); ``decode_lines``, ``prefill_lines`` and ``retractions`` seen; ``lines`` read."""
+
+    intervals: list[DecodeInterval] = field(default_factory=list)
+    skipped: Counter = field(default_factory=Counter)
+    decode_lines: int = 0
+    prefill_lines: int = 0
+    retractions: int = 0
+    lines: int = 0
+
+    def summary(self) -> str:
+        """One line: used intervals and the skipped ones by reason."""
+        why = ", ".join(f"{n} {reason}" for reason, n in self.skipped.most_common())
+        return (f"{len(self.intervals)} clean decode interval(s) of {self.decode_lines} decode line(s)"
+                + (f"; skipped: {why}" if why else ""))
+
+
+# ---------------------------------------------------------------------------------------------------
+# one-batch results
+
+
+def _positive_int(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value > 10**9:
+        return None
+    return value
+
+
+def _positive_float(value: object) -> float | None:
+    number = finite_float(value) if not isinstance(value, str) else None
+    return number if number is not None and 0 < number < 1e6 else None
+
+
+def parse_one_batch(text: str, source: str) -> tuple[list[OneBatchPoint], list[str]]:
+    """The points of a one-batch JSONL text, and a description of each line not used (blank lines are
+    ignored). Raises :class:`InputError` when no line is a result."""
+    points: list[OneBatchPoint] = []
+    problems: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line:
+            continue
+        where = f"{source}:{number}"
+        try:
+            data = json.loads(line)
+        except (json.JSONDecodeError, ValueError, RecursionError):
+            problems.append(f"line {number}: not JSON")
+            continue
+        if not isinstance(data, dict):
+            problems.append(f"line {number}: not a JSON object")
+            continue
+        sizes = {k: _positive_int(data.get(k)) for k in ("batch_size", "input_len", "output_len")}
+        missing = [k for k, v in sizes.items() if v is None]
+        prefill = _positive_float(data.get("prefill_latency"))
+        if missing or prefill is None:
+            bad = missing + ([] if prefill is not None else ["prefill_latency"])
+            problems.append(f"line {number}: {', '.join(bad)} missing or not a positive number")
+            continue
+        decode = data.get("median_decode_latency")
+        decode_s = _positive_float(decode) if decode is not None else None
+        if decode is not None and decode_s is None:
+            problems.append(f"line {number}: median_decode_latency {short_repr(decode)} is not a positive number")
+            continue
+        run_name = data.get("run_name") if isinstance(data.get("run_name"), str) else ""
+        points.append(OneBatchPoint(sizes["batch_size"], sizes["input_len"], sizes["output_len"], prefill, decode_s,
+                                    run_name[:200], where))
+    if not points:
+        first = f" ({problems[0]})" if problems else " (the file is empty)"
+        raise InputError(f"{source}: no one-batch result in it{first}: give the --result-filename file of "
+                         "'python -m sglang.benchmark.one_batch'")
+    return points, problems
+
+
+def read_one_batch(path: str | Path) -> tuple[list[OneBatchPoint], list[str]]:
+    """:func:`parse_one_batch` of a file (checked as every input file: :mod:`pdmux_cli.input_files`)."""
+    text = read_input_text(path, "one-batch result", MAX_ONE_BATCH_BYTES,
+                           hint="give the JSONL that 'python -m sglang.benchmark.one_batch --result-filename' writes")
+    return parse_one_batch(text, str(path))
+
+
+# ---------------------------------------------------------------------------------------------------
+# server logs
+
+_DECODE = re.compile(r"Decode batch(?: \[\d+\])?[.,]\s*(.*)")
+_PREFILL = re.compile(r"Prefill batch(?: \[\d+\])?[.,]")
+_RETRACT = re.compile(r"KV cache pool is full\. Retract requests|Testing retraction\.")
+_RANK = re.compile(r"\b(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+\b|\bpid=\d+")
+_FIELD = re.compile(r"\s*([^:,]+?):\s*([^,]*)")
+
+
+def _fields(rest: str) -> dict[str, str]:
+    out = {}
+    for part in rest.split(","):
+        m = _FIELD.fullmatch(part)
+        if m:
+            out[m.group(1).strip()] = m.group(2).strip()
+    return out
+
+
+def _rank(prefix: str) -> str:
+    """The stream a line belongs to: its ranks (``DP1 TP1``) and any process id a launcher adds (Ray's
+    ``(SGLangEngine pid=...)``), so two servers logging to one file are told apart."""
+    return " ".join(_RANK.findall(prefix))
+
+
+def parse_server_log(lines: Iterable[str], source: str) -> LogReading:
+    """Read SGLang scheduler log lines (module docstring): the clean decode intervals, and the decode
+    lines skipped by reason. Never raises on content: unreadable lines are counted."""
+    reading = LogReading()
+    last: dict[str, tuple[int, bool]] = {}  # rank -> (running at its last decode line, clean since)
+    for number, line in enumerate(lines, start=1):
+        reading.lines = number
+        if len(line) > MAX_LINE_CHARS:
+            if "Decode batch" in line[:MAX_LINE_CHARS]:
+                reading.decode_lines += 1
+                reading.skipped["line too long"] += 1
+            continue
+        m = _DECODE.search(line)
+        if m is None:
+            if _PREFILL.search(line):
+                reading.prefill_lines += 1
+                rank = _rank(line[:line.index("Prefill batch")])
+                if rank in last:
+                    last[rank] = (last[rank][0], False)
+            elif (r := _RETRACT.search(line)) is not None:
+                reading.retractions += 1
+                rank = _rank(line[:r.start()])
+                if rank in last:
+                    last[rank] = (last[rank][0], False)
+            continue
+        reading.decode_lines += 1
+        rank = _rank(line[:m.start()])
+        values = _fields(m.group(1))
+        running = values.get("#running-req", "")
+        running = int(running) if running.isdigit() else None
+        # hybrid models (sliding window, Mamba) print their full-attention layers' tokens as "#full token"
+        tokens = values.get("#token", values.get("#full token", ""))
+        tokens = int(tokens) if tokens.isdigit() else None
+        throughput = finite_float(values.get("gen throughput (token/s)", ""))
+        previous = last.get(rank)
+        last[rank] = (running if running is not None else -1, True)
+        if running is None or tokens is None or throughput is None:
+            reading.skipped["missing fields"] += 1
+            continue
+        if "npu graph" in values:
+            reading.skipped["not a CUDA GPU"] += 1
+            continue
+        if "accept len" in values:
+            reading.skipped["speculative decoding"] += 1
+            continue
+        if previous is None:
+            reading.skipped["first of its rank"] += 1
+            continue
+        if not previous[1]:
+            reading.skipped["prefill or retraction in the interval"] += 1
+            continue
+        if running == 0 or throughput <= 0:
+            reading.skipped["empty batch"] += 1
+            continue
+        if previous[0] != running:
+            reading.skipped["batch size changed"] += 1
+            continue
+        graph = values.get("cuda graph")
+        reading.intervals.append(DecodeInterval(
+            running, tokens / running, running / throughput,
+            None if graph is None else graph.lower() == "true", f"{source}:{number}"))
+    return reading
+
+
+def _stream_lines(path: Path) -> Iterator[str]:
+    with path.open("rb") as f:
+        for raw in f:
+            yield raw.decode("utf-8", errors="replace")
+
+
+def read_server_log(path: str | Path) -> LogReading:
+    """:func:`parse_server_log` of a file, streamed (bytes that are not UTF-8 are replaced, so a binary
+    file gives no decode lines rather than an error). Raises :class:`InputError` for a missing, special
+    or unreadable file, or one with no decode line at all."""
+    path = check_input_file(path, "server log", hint="give the log SGLang's server printed")
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise unreadable(path, "server log", exc) from None
+    if size > MAX_LOG_BYTES:
+        raise InputError(f"server log {path}: {size / 1024**3:.1f} GiB, more than the {MAX_LOG_BYTES / 1024**3:.0f} "
+                         "GiB read: cut it first (e.g. grep 'batch' server.log)")
+    try:
+        reading = parse_server_log(_stream_lines(path), str(path))
+    except OSError as exc:
+        raise unreadable(path, "server log", exc) from None
+    if not reading.decode_lines:
+        raise InputError(f"{path}: no 'Decode batch' line in {reading.lines} line(s): give an SGLang server log "
+                         "(the scheduler's output, at the default log level)")
+    return reading
+
+
+def step_time_is_plausible(seconds: float) -> bool:
+    """A decode step between 10 us and 10 s (outside, the line's numbers are not a step)."""
+    return math.isfinite(seconds) and 1e-5 <= seconds <= 10.0
