@@ -14,6 +14,7 @@ bench:  ## speed benchmarks; rewrites their sections of benchmarks/RESULTS.md (n
 	$(PYTHON) benchmarks/bench_cli.py --write
 	$(PYTHON) benchmarks/bench_simulate.py --write
 	$(PYTHON) benchmarks/bench_calibrate.py --write
+	$(PYTHON) benchmarks/bench_capacity.py --write
 
 BENCH_EXTRA ?= bench  # bench-cu12 on a CUDA 12.x driver
 

@@ -47,6 +47,7 @@ def _root(
 # isort: off
 from . import planning  # noqa: F401
 from . import simulate  # noqa: F401
+from . import capacity  # noqa: F401
 from . import accuracy  # noqa: F401
 from . import calibrate  # noqa: F401
 from . import bench  # noqa: F401

@@ -5,6 +5,7 @@ Kept free of heavy imports: this module is on the start-up path of every command
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -165,10 +166,36 @@ def console(stderr: bool = False) -> Any:
     a name raises rich's MarkupError and ``[bold]`` restyles. Our own styles are rich ``Text``
     (:func:`styled`). 100 columns when the terminal reports a useless width (COLUMNS=0).
     """
-    from rich.console import Console
+    cls = _table_console_class()
+    con = cls(stderr=stderr, markup=False, emoji=False)
+    return con if con.width >= 40 else cls(stderr=stderr, markup=False, emoji=False, width=100)
 
-    con = Console(stderr=stderr, markup=False, emoji=False)
-    return con if con.width >= 40 else Console(stderr=stderr, markup=False, emoji=False, width=100)
+
+@functools.cache
+def _table_console_class() -> Any:
+    """The Console class :func:`console` makes (built on first use: rich is imported lazily)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    class TableConsole(Console):
+        """A rich Console that prints a table's title on a line of its own when the title is wider than
+        the table (rich wraps a title to the table's width: under a narrow table, a column of words)."""
+
+        def print(self, *objects: Any, **kwargs: Any) -> None:
+            if len(objects) == 1 and isinstance(objects[0], Table) and objects[0].title:
+                table = objects[0]
+                width = self.measure(table).maximum
+                if len(str(table.title)) > width:
+                    title, table.title = table.title, None
+                    super().print(title, soft_wrap=True)
+                    try:
+                        super().print(table, **kwargs)
+                    finally:
+                        table.title = title
+                    return
+            super().print(*objects, **kwargs)
+
+    return TableConsole
 
 
 def styled(text: str, style: str) -> Any:

@@ -234,6 +234,7 @@ def estimate(
     flops_dtype: str | None = typer.Option(None, "--flops-dtype", help="bf16, fp16 or fp8 dense math (default: by model)."),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' (measured SM-partition curves replace S_SAT) and/or 'pdmux calibrate' (whole-GPU efficiencies from your SGLang)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    plot: Path | None = typer.Option(None, "--plot", help="Write ITL against prefill time at every level, the other policies as points, to this PNG."),
 ) -> None:
     """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing.
 
@@ -252,6 +253,11 @@ def estimate(
                         ("--token-budget", token_budget)):
         if value is not None and value <= 0:
             raise InputError(f"{name} must be > 0, got {value}")
+    if plot is not None:
+        if plot.suffix.lower() != ".png":
+            raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {plot}")
+        refuse_overwriting_inputs(plot, config, calibration, model_file(model), gpu_file(gpu))
+        check_writable(plot)
     device = resolve_device(gpu, None, None)
     gpu_profile = device.gpu
     mdl = load_model(model)
@@ -286,12 +292,17 @@ def estimate(
                              f"pass --gpu {measured_on.key} or calibrate this GPU ('pdmux bench', 'pdmux calibrate')")
         if s_sat is not None and cal.has_partitions:
             raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
-    result = run_estimate(gpu_profile, mdl, scenario, calibration=cal, all_levels=all_levels)
+    result = run_estimate(gpu_profile, mdl, scenario, calibration=cal, all_levels=all_levels or plot is not None)
     if cal is not None and scenario.cost_model == "chapter" and (mfu is not None or bandwidth_efficiency is not None):
         result.notes.append("--mfu and --bandwidth-efficiency are not used with --calibration: "
                             "the measured curves replace them")
     data = render.estimate_dict(result)
     problem = NON_FINITE + ("; or the calibration's curves" if cal is not None else "")
+    if plot is not None:
+        from ..estimate_plot import write_tradeoff_plot
+
+        write_tradeoff_plot(plot, result, f"{result.model} on {result.gpu}: {decode_bs} x {context} tokens decoding, "
+                            f"a {prompt_tokens}-token prompt ({result.cost_model} cost model)")
     if as_json:
         print_json(data, problem)
         return
@@ -300,6 +311,8 @@ def estimate(
     con.print(render.estimate_table(result))
     if all_levels:
         con.print(render.levels_table(result))
+    if plot is not None:
+        con.print(f"wrote {plot} (ITL against prefill time, every level)")
 
 
 @app.command("gen-config")

@@ -330,11 +330,14 @@ def simulate(
              f"{setup.model.name} on {setup.gpu_name}, {setup.step_model.source}")
     if csv_path is not None:
         write_atomic(csv_path, report.per_request_csv(workload, metrics))
+    notes = [workload.bad_rows_text()] if workload.bad_rows else []
+    if plot is not None and not any(m.completed for m in metrics):
+        notes.append(f"no request completed under any policy: nothing to plot, {plot} not written")
+        plot = None
     if plot is not None:
         from ..simulate.plot import write_cdf_plot
 
         write_cdf_plot(plot, metrics, title)
-    notes = [workload.bad_rows_text()] if workload.bad_rows else []
     notes.extend(cfg_notes)
     if workload.failed_rows:
         notes.append(f"{workload.failed_rows} failed request row(s) (0 response tokens) skipped")
@@ -393,14 +396,14 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
     """A rich Table of the tuning rows, best first (``top`` rows plus SGLang's defaults)."""
     from rich.table import Table
 
-    from ..simulate.report import share_text
+    from ..simulate.report import latency_cell, share_text
 
     ranked = result.ranked()
     shown = ranked if top is None else ranked[:top]
     if result.baseline is not None and all(r.index != result.baseline for r in shown):
         shown = shown + [result.rows[result.baseline]]
     table = Table(title=f"pdmux configs compared ({len(result.rows)} simulated, best first)", title_justify="left",
-                  caption="SLO met: share of requests; goodput: requests/s meeting the SLO; p99s in ms",
+                  caption="SLO met: share of requests; goodput: requests/s meeting the SLO; p99s in ms (from 10 s on in s)",
                   caption_justify="left")
     for col, just in (("#", "right"), ("config", "left"), ("SLO met", "right"), ("goodput", "right"),
                       ("TTFT p99", "right"), ("ITL p99", "right")):
@@ -409,11 +412,11 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
         mark = " best" if row.index == result.best else ""
         mark += " default" if row.index == result.baseline else ""
         table.add_row(f"{row.index}{mark}", row.candidate.description, share_text(row.slo_attainment),
-                      f"{row.goodput_rps:.3g}", f"{row.ttft_p99_ms:.0f}", f"{row.itl_p99_ms:.1f}",
+                      f"{row.goodput_rps:.3g}", latency_cell(row.ttft_p99_ms), latency_cell(row.itl_p99_ms),
                       end_section=row is shown[-1] and bool(result.schedules))
     for other in result.schedules:
         table.add_row("-", f"{other.label} (SGLang, no pdmux)", share_text(other.slo_attainment),
-                      f"{other.goodput_rps:.3g}", f"{other.ttft_p99_ms:.0f}", f"{other.itl_p99_ms:.1f}")
+                      f"{other.goodput_rps:.3g}", latency_cell(other.ttft_p99_ms), latency_cell(other.itl_p99_ms))
     return table
 
 

@@ -261,3 +261,16 @@ def ttft_cdf(metrics: PolicyMetrics, points: int = 2000) -> tuple[list[float], l
     """``(TTFT ms ascending, cumulative share)`` of a run's requests, at most ``points`` points."""
     values = sorted(x for x in metrics.per_request.get("ttft_ms", []) if not math.isnan(x))
     return _thin_cdf(values, [1.0] * len(values), points)
+
+
+def ttft_quarters(metrics: PolicyMetrics) -> tuple[float, float]:
+    """Median TTFT (ms) of the first and of the last quarter of the requests, in arrival order; a
+    request that never got its first token counts as infinitely late. A last quarter waiting far longer
+    than the first is the mark of a queue that grows: the trace's rate is more than the GPU serves.
+    ``(nan, nan)`` with fewer than 4 requests."""
+    ttft = [math.inf if math.isnan(x) else x for x in metrics.per_request.get("ttft_ms", [])]
+    if len(ttft) < 4:
+        return math.nan, math.nan
+    quarter = len(ttft) // 4
+    first, last = sorted(ttft[:quarter]), sorted(ttft[-quarter:])
+    return first[(quarter - 1) // 2], last[(quarter - 1) // 2]

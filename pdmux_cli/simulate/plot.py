@@ -1,18 +1,13 @@
-"""The ``--plot FILE.png`` figure: CDFs of ITL (all tokens) and TTFT (requests) per policy.
-
-matplotlib is imported inside :func:`write_cdf_plot` only (Agg backend), so nothing else in pdmux
-pays for it; the file is written to a temporary name in the same folder and renamed (whole or not at
-all).
-"""
+"""The ``--plot FILE.png`` figures of simulate and capacity: CDFs of ITL (all tokens) and TTFT
+(requests) per policy; SLO attainment against request rate per policy. Drawn with
+:func:`pdmux_cli.plotting.png_figure` (matplotlib only when asked; whole or not at all)."""
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..atomic import atomic_output
-from ..errors import InputError
+from ..plotting import png_figure
 from .metrics import PolicyMetrics, ttft_cdf
 
 
@@ -21,19 +16,8 @@ def write_cdf_plot(path: str | Path, metrics: Sequence[PolicyMetrics], title: st
 
     Raises :class:`InputError` when matplotlib is not installed or the folder does not exist.
     """
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"cannot write {target}: folder {folder} does not exist")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise InputError("--plot needs matplotlib (pip install matplotlib)") from None
-    fig, (ax_itl, ax_ttft) = plt.subplots(1, 2, figsize=(11, 4.2))
-    try:
+    with png_figure(path, (11, 4.2), title) as fig:
+        ax_itl, ax_ttft = fig.subplots(1, 2)
         for m in metrics:
             xs, ys = m.itl_cdf
             if xs:
@@ -51,11 +35,25 @@ def write_cdf_plot(path: str | Path, metrics: Sequence[PolicyMetrics], title: st
             if slo:
                 ax.axvline(slo, color="grey", linestyle="--", linewidth=1, label=f"SLO {slo:g} ms")
             ax.legend(fontsize=8, loc="lower right")
-        if title:
-            fig.suptitle(textwrap.fill(title, 140), fontsize=9)
-        fig.tight_layout()
-        with atomic_output(target) as tmp:
-            fig.savefig(tmp, format="png", dpi=110)
-    finally:
-        plt.close(fig)
-    return target
+    return Path(path)
+
+
+def write_capacity_plot(path: str | Path, result, title: str = "") -> Path:
+    """Draw SLO attainment against request rate (req/s, log x axis), one curve per policy of a
+    :class:`~pdmux_cli.simulate.capacity.CapacityResult`, with the target as a line, into ``path`` (PNG).
+
+    Raises :class:`InputError` when matplotlib is not installed or the folder does not exist."""
+    with png_figure(path, (7.5, 4.5), title) as fig:
+        ax = fig.subplots()
+        for p in result.policies:
+            if p.points:
+                ax.plot([x.rate_rps for x in p.points], [x.slo_attainment for x in p.points], marker="o",
+                        markersize=3, label=p.label)
+        ax.axhline(result.target, color="grey", linestyle="--", linewidth=1, label=f"target {result.target:.0%}")
+        ax.set_xscale("log")
+        ax.set_xlabel("request rate, req/s")
+        ax.set_ylabel("SLO attainment (share of requests)")
+        ax.set_ylim(0, 1.01)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8, loc="lower left")
+    return Path(path)

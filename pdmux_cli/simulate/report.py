@@ -26,9 +26,16 @@ def _num(value: float | None) -> float | None:
 
 
 def _ms(value: float) -> str:
+    """A latency cell of a table in ms: ``"12.5"``, ``"850"``; from 10 s on in seconds, marked: ``"13.0 s"``."""
     if not math.isfinite(value):
         return "-"
+    if value >= 10_000:
+        return f"{value / 1e3:.1f} s"
     return f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+#: The public name of the table cell format (tune's and capacity's tables use it too).
+latency_cell = _ms
 
 
 def metrics_dict(m: PolicyMetrics) -> dict[str, Any]:
@@ -77,7 +84,7 @@ def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "") -> Any:
     from rich.text import Text
 
     slo = metrics[0] if metrics else None
-    caption = (f"latencies in ms; SLO met = TTFT <= {slo.slo_ttft_ms:g} ms and the request's p99 ITL <= "
+    caption = (f"latencies in ms (from 10 s on in s); SLO met = TTFT <= {slo.slo_ttft_ms:g} ms and the request's p99 ITL <= "
                f"{slo.slo_itl_ms:g} ms") if slo else None
     table = Table(title=title or None, title_justify="left", caption=caption, caption_justify="left")
     table.add_column("", justify="left", no_wrap=True)

@@ -32,7 +32,7 @@ from .. import pdmux_config as pc
 from .. import policy as pol
 from ..errors import InputError
 from .engine import Setup
-from .metrics import summarize
+from .metrics import summarize, ttft_quarters
 from .runner import simulate
 from .schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy
 from .traces import Trace
@@ -53,8 +53,9 @@ class Candidate:
 
 @dataclass(frozen=True)
 class TuneRow:
-    """One evaluated candidate: SLO attainment (share), goodput (req/s), p99 TTFT and ITL (ms), and
-    how often older SGLang would crash choosing a level with it."""
+    """One evaluated candidate: SLO attainment (share), goodput (req/s), p99 TTFT and ITL (ms), how
+    often older SGLang would crash choosing a level with it, and the median TTFT (ms) of the first and
+    last quarter of the requests (:func:`.metrics.ttft_quarters`: a growing queue)."""
 
     index: int
     candidate: Candidate
@@ -63,6 +64,7 @@ class TuneRow:
     ttft_p99_ms: float
     itl_p99_ms: float
     older_sglang_crash_rounds: int
+    ttft_quarters_ms: tuple[float, float] = (math.nan, math.nan)
 
 
 @dataclass(frozen=True)
@@ -220,12 +222,53 @@ def candidates(
     return out, skipped
 
 
-def _evaluate(args: tuple) -> tuple[float, float, float, float, int]:
+def _evaluate(args: tuple) -> tuple[float, float, float, float, int, tuple[float, float]]:
     trace, setup, policy, slo_ttft_ms, slo_itl_ms = args
     result = simulate(trace, setup, policy)
     m = summarize(result, slo_ttft_ms, slo_itl_ms)
     return (m.slo_attainment, m.goodput_rps, m.ttft_ms["p99"], m.itl_ms["p99"],
-            int(m.counters.get("older_sglang_crash_rounds", 0)))
+            int(m.counters.get("older_sglang_crash_rounds", 0)), ttft_quarters(m))
+
+
+#: SLO attainment below which tune looks for an overloaded GPU (capacity's default target).
+OVERLOAD_TARGET = 0.99
+#: The last quarter's median TTFT over the first quarter's from which the queue counts as growing.
+QUEUE_GROWTH = 2.0
+
+
+def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, slo_itl_ms: float,
+                  workers: int | None = None) -> str | None:
+    """When ``row`` misses :data:`OVERLOAD_TARGET` because requests queue, one line saying so and the
+    rate at which this config would meet the target (:func:`.capacity.capacity`); else ``None``.
+
+    Requests queue when the last quarter of them waits :data:`QUEUE_GROWTH` times longer for its first
+    token than the first quarter, and longer than the SLO (the queue grows: the trace's mean rate is
+    more than the GPU serves), or when the p99 TTFT is past the SLO and :data:`QUEUE_GROWTH` times the
+    longest prompt's prefill alone on the whole GPU (bursts queue up: TTFT is mostly waiting)."""
+    if row.slo_attainment >= OVERLOAD_TARGET:
+        return None
+    first, last = row.ttft_quarters_ms
+    growing = last > slo_ttft_ms and last >= QUEUE_GROWTH * first
+    longest_ms = setup.step_model.prefill_s(setup.total_sms, [(max(trace.prompt_tokens), 0)]) * 1e3
+    bursts = row.ttft_p99_ms > slo_ttft_ms and row.ttft_p99_ms >= QUEUE_GROWTH * longest_ms
+    if not (growing or bursts):
+        return None
+    from .capacity import capacity
+
+    sized = capacity(trace, setup, [PdmuxPolicy(row.candidate.config)], slo_ttft_ms, slo_itl_ms,
+                     target=OVERLOAD_TARGET, workers=workers).policies[0]
+    if growing:
+        waits = "never get a first token" if math.isinf(last) else f"wait {last / 1e3:.3g} s for their first token"
+        head = (f"the trace overloads the GPU at its rate ({trace.mean_qps:.3g} req/s): its last requests {waits} "
+                f"(median), its first {first / 1e3:.3g} s (the queue grows)")
+    else:
+        head = (f"the trace's bursts overload the GPU: TTFT p99 {row.ttft_p99_ms / 1e3:.3g} s, where the longest "
+                f"prompt's prefill alone takes {longest_ms / 1e3:.2g} s (requests queue)")
+    if sized.max_rate_rps <= 0:
+        return head + f"; the winner meets the SLO for {OVERLOAD_TARGET:.0%} of requests at no rate tried"
+    return (head + f"; the winner meets the SLO for {OVERLOAD_TARGET:.0%} of requests up to "
+            f"{sized.max_rate_rps:.3g} req/s, {sized.max_rate_rps / trace.mean_qps:.2g}x the trace's "
+            f"{trace.mean_qps:.3g} req/s (pdmux capacity sizes every policy)")
 
 
 def default_workers() -> int:
@@ -298,4 +341,7 @@ def tune(
     notes = [capped_note] if capped_note else []
     if rows[best].older_sglang_crash_rounds:
         notes.append("SGLang 0.5.23 crashes with the winner (no manual_divisions threshold matched a decode batch)")
+    overload = overload_note(trace, setup, rows[best], slo_ttft_ms, slo_itl_ms, workers)
+    if overload:
+        notes.append(overload)
     return TuneResult(rows, best, baseline, skipped, workers, notes, others)

@@ -1,0 +1,264 @@
+"""``pdmux capacity``: the highest request rate each policy sustains within an SLO.
+
+For each policy, the trace is retimed (as ``--qps`` does: inter-arrival times scaled, order and sizes
+kept) and simulated at a rate, and the rate is searched for the highest one at which SLO attainment
+(TTFT <= SLO and the request's p99 ITL <= SLO, :mod:`.metrics`) stays at or above ``target``:
+
+1. bracket: start at the trace's own mean rate; double while the target holds (or halve while it
+   does not), at most :data:`MAX_BRACKET_STEPS` times each way;
+2. bisect in log space until the rates that meet and miss the target are within ``tolerance`` of each
+   other. The reported rate is the highest one simulated that met the target.
+
+This is how Vidur-Search and DistServe size a deployment (the highest rate meeting an SLO); here the
+policies are SGLang 0.5.23's schedules and PD multiplexing on one simulated GPU. SLO attainment need
+not fall monotonically with the rate (a burst can line up differently), so the search finds *a*
+boundary; every rate simulated is kept in :attr:`PolicyCapacity.points` (the ``--plot`` curve).
+
+The policies' searches run side by side on a process pool, each submitting its next rate as soon
+as its last simulation returns; each search depends only on its own results and the simulator has no
+randomness, so the result does not depend on the number of workers.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+
+from ..errors import InputError
+from .engine import Setup
+from .metrics import summarize
+from .runner import Policy, simulate
+from .traces import Trace, reshape
+from .tune import default_workers
+
+#: Doublings (or halvings) from the trace's own rate before the search gives up bracketing: 2^8 = 256x.
+MAX_BRACKET_STEPS = 8
+
+
+@dataclass(frozen=True)
+class RatePoint:
+    """One simulation: the rate (requests/s), SLO attainment (share), goodput (requests/s meeting the
+    SLO), p99 TTFT and p99 of the requests' p99 ITLs (ms), and the requests that never got a token."""
+
+    rate_rps: float
+    slo_attainment: float
+    goodput_rps: float
+    ttft_p99_ms: float
+    itl_p99_ms: float
+    unfinished: int = 0
+
+
+@dataclass(frozen=True)
+class PolicyCapacity:
+    """One policy's search. ``max_rate_rps``: the highest rate simulated that met the target (0.0 when
+    none did); ``at``: that simulation (``None`` when none met it); ``points``: every rate simulated,
+    ascending; ``bound``: ``""`` when bracketed, ``"above"`` when the target held at every rate tried
+    (the capacity is at least ``max_rate_rps``), ``"below"`` when it held at none. ``config_path``,
+    ``sm_group_num``: the pdmux YAML sized and its groups (for the launch line); ``chunk_tokens``: the
+    schedule's chunk size (tokens; -1 for prefill-first)."""
+
+    label: str
+    kind: str
+    max_rate_rps: float
+    at: RatePoint | None
+    points: tuple[RatePoint, ...]
+    bound: str = ""
+    config_path: str | None = None
+    sm_group_num: int | None = None
+    chunk_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class CapacityResult:
+    """Every policy's capacity, in the order given, with the search's settings."""
+
+    policies: list[PolicyCapacity]
+    target: float
+    tolerance: float
+    trace_rate_rps: float
+    slo_ttft_ms: float
+    slo_itl_ms: float
+    workers: int
+    notes: list[str] = field(default_factory=list)
+
+    def best(self, pdmux: bool) -> PolicyCapacity | None:
+        """The pdmux policy (``pdmux=True``) or other schedule with the highest capacity (first on a tie)."""
+        mine = [p for p in self.policies if (p.kind == "pdmux") == pdmux]
+        return max(mine, key=lambda p: p.max_rate_rps) if mine else None
+
+    def verdict(self) -> str:
+        """One line: which policy serves more requests within the SLO, by how much, and what to run."""
+        pd, other = self.best(True), self.best(False)
+        if pd is None or other is None:
+            only = pd or other
+            return f"{only.label} sustains {rate_text(only)} req/s" if only else "no policy simulated"
+        if pd.max_rate_rps <= 0 and other.max_rate_rps <= 0:
+            return (f"no policy meets the SLO for {self.target:.0%} of requests at any rate tried: loosen the SLO "
+                    "or use a faster GPU")
+        if pd.max_rate_rps > other.max_rate_rps:
+            gain = (f"+{pd.max_rate_rps / other.max_rate_rps - 1:.0%}" if other.max_rate_rps > 0
+                    else "where it meets the SLO at no rate")
+            launch = "--enable-pdmux" + (f" --pdmux-config-path {shlex.quote(pd.config_path)} --sm-group-num "
+                                         f"{pd.sm_group_num}" if pd.config_path else "")
+            return (f"{pd.label} sustains {rate_text(pd)} req/s against {rate_text(other)} for {other.label}: {gain}; "
+                    f"enable it with: {launch}")
+        if pd.max_rate_rps == other.max_rate_rps:
+            return f"{pd.label} and {other.label} both sustain {rate_text(pd)} req/s: --enable-pdmux buys nothing here"
+        return (f"{other.label} serves more ({rate_text(other)} req/s against {rate_text(pd)} for {pd.label}): "
+                f"keep it ({_launch(other)})")
+
+
+def _launch(p: PolicyCapacity) -> str:
+    """SGLang's flags for a schedule other than pdmux."""
+    if p.kind == "chunked":
+        return f"--chunked-prefill-size {p.chunk_tokens}"
+    if p.kind == "mixed-chunk":
+        return f"--enable-mixed-chunk --chunked-prefill-size {p.chunk_tokens}"
+    return "--chunked-prefill-size -1"
+
+
+def rate_text(p: PolicyCapacity) -> str:
+    """The capacity as text: ``"5.2"``, ``">=41"`` (held at every rate tried), ``"<0.1"`` (at none)."""
+    if p.bound == "above":
+        return f">={p.max_rate_rps:.3g}"
+    if p.bound == "below":
+        return f"<{p.points[0].rate_rps:.3g}" if p.points else "0"
+    return f"{p.max_rate_rps:.3g}"
+
+
+def _evaluate(args: tuple) -> RatePoint:
+    trace, setup, policy, rate, slo_ttft_ms, slo_itl_ms = args
+    m = summarize(simulate(reshape(trace, qps=rate), setup, policy), slo_ttft_ms, slo_itl_ms)
+    itl = [x for x in m.per_request["itl_p99_ms"] if not math.isnan(x)]
+    itl.sort()
+    itl_p99 = itl[math.ceil(0.99 * len(itl)) - 1] if itl else math.nan
+    return RatePoint(rate, m.slo_attainment, m.goodput_rps, m.ttft_ms["p99"], itl_p99, m.requests - m.completed)
+
+
+def _fits(trace: Trace, rate: float) -> bool:
+    """Whether ``trace`` can be retimed to ``rate`` (arrivals within the simulator's horizon)."""
+    try:
+        reshape(trace, qps=rate)
+    except InputError:
+        return False
+    return True
+
+
+Search = Generator[float, RatePoint, tuple[float, str]]
+
+
+def _search(trace: Trace, target: float, tolerance: float) -> Search:
+    """Yields the rates to simulate, is sent each one's :class:`RatePoint`, returns ``(rate, bound)``
+    (module docstring)."""
+    rate = trace.mean_qps
+    point = yield rate
+    meets = point.slo_attainment >= target
+    lo, hi = (rate, None) if meets else (None, rate)
+    for _ in range(MAX_BRACKET_STEPS):
+        if lo is not None and hi is not None:
+            break
+        rate = rate * 2 if hi is None else rate / 2
+        if not _fits(trace, rate):
+            break
+        point = yield rate
+        if point.slo_attainment >= target:
+            lo = rate
+        else:
+            hi = rate
+    if lo is None:
+        return 0.0, "below"
+    if hi is None:
+        return lo, "above"
+    while hi / lo > 1 + tolerance:
+        mid = math.sqrt(lo * hi)
+        point = yield mid
+        if point.slo_attainment >= target:
+            lo = mid
+        else:
+            hi = mid
+    return lo, ""
+
+
+def capacity(
+    trace: Trace,
+    setup: Setup,
+    policies: Sequence[Policy],
+    slo_ttft_ms: float,
+    slo_itl_ms: float,
+    target: float = 0.99,
+    tolerance: float = 0.02,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    config_paths: Sequence[str | None] | None = None,
+) -> CapacityResult:
+    """The highest rate each of ``policies`` sustains on ``trace`` (module docstring).
+
+    ``slo_ttft_ms``, ``slo_itl_ms``: SLOs in ms (> 0). ``target``: SLO attainment to hold, a share in
+    (0, 1]. ``tolerance``: relative width of the final bracket (> 0, < 1). ``workers``: processes
+    (default: the cores available). ``progress(simulations done)``. ``config_paths``: per policy, the
+    pdmux YAML it came from (for the verdict's launch line), or ``None``. Raises :class:`InputError`
+    for bad SLOs, target or tolerance, or a trace whose requests all arrive at once (no rate to scale).
+    """
+    for name, value in (("--slo-ttft", slo_ttft_ms), ("--slo-itl", slo_itl_ms)):
+        if not (math.isfinite(value) and value > 0):
+            raise InputError(f"{name} must be a number of ms > 0, got {value}")
+    if not (math.isfinite(target) and 0 < target <= 1):
+        raise InputError(f"--target is a share of requests in (0, 1], got {target:g} (e.g. 0.99)")
+    if not (math.isfinite(tolerance) and 0 < tolerance < 1):
+        raise InputError(f"--tolerance is a relative precision in (0, 1), got {tolerance:g} (e.g. 0.02)")
+    if len(trace) < 2 or trace.mean_qps <= 0:
+        raise InputError("capacity scales the trace's arrival rate, but its requests all arrive at once: give a "
+                         "trace with arrival times, or --synthetic --qps N")
+    if not policies:
+        raise InputError("no policy to size")
+    cores = default_workers()
+    workers = max(1, min(workers or cores, cores, len(policies)))
+    searches = [_search(trace, target, tolerance) for _ in policies]
+    points: list[list[RatePoint]] = [[] for _ in policies]
+    outcome: dict[int, tuple[float, str]] = {}
+    done = 0
+
+    def task(i: int, rate: float) -> tuple:
+        return trace, setup, policies[i], rate, slo_ttft_ms, slo_itl_ms
+
+    def advance(i: int, point: RatePoint) -> float | None:
+        """Record ``point`` for policy ``i``; its next rate, or ``None`` when its search is over."""
+        nonlocal done
+        points[i].append(point)
+        done += 1
+        if progress:
+            progress(done)
+        try:
+            return searches[i].send(point)
+        except StopIteration as stop:
+            outcome[i] = stop.value
+            return None
+
+    first = {i: next(s) for i, s in enumerate(searches)}
+    if workers == 1:
+        for i, rate in first.items():
+            while rate is not None:
+                rate = advance(i, _evaluate(task(i, rate)))
+    else:  # each search moves on as soon as its simulation returns: no policy waits for another
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            running = {pool.submit(_evaluate, task(i, rate)): i for i, rate in first.items()}
+            while running:
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in sorted(finished, key=running.__getitem__):
+                    i = running.pop(future)
+                    rate = advance(i, future.result())
+                    if rate is not None:
+                        running[pool.submit(_evaluate, task(i, rate))] = i
+    rows = []
+    for i, policy in enumerate(policies):
+        rate, bound = outcome[i]
+        at = next((p for p in points[i] if p.rate_rps == rate), None) if rate > 0 else None
+        cfg = getattr(policy, "config", None)
+        rows.append(PolicyCapacity(
+            policy.label, policy.kind, rate, at, tuple(sorted(points[i], key=lambda p: p.rate_rps)), bound,
+            config_paths[i] if config_paths else None, cfg.sm_group_num if cfg is not None else None,
+            policy.chunk_tokens))
+    return CapacityResult(rows, target, tolerance, trace.mean_qps, slo_ttft_ms, slo_itl_ms, workers)

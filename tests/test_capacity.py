@@ -1,0 +1,182 @@
+"""pdmux capacity: the rate search, its verdict, and the command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_assertions import assert_one_line_error
+from typer.testing import CliRunner
+
+from pdmux_cli.cli import app
+from pdmux_cli.hardware import find_gpu
+from pdmux_cli.model import load_model
+from pdmux_cli.simulate import capacity as cap
+from pdmux_cli.simulate.engine import make_setup
+from pdmux_cli.simulate.metrics import summarize
+from pdmux_cli.simulate.runner import simulate
+from pdmux_cli.simulate.schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy
+from pdmux_cli.simulate.traces import reshape, synthetic_trace
+
+FIX = Path(__file__).parent / "fixtures"
+AZURE = str(FIX / "azure_conv_50.csv")
+runner = CliRunner()
+
+
+def _drive(search, attainment) -> tuple[tuple[float, str], list[float]]:
+    """Run a :func:`capacity._search` generator against ``attainment(rate)``; the result and the rates tried."""
+    rates = [next(search)]
+    try:
+        while True:
+            rate = rates[-1]
+            rates.append(search.send(cap.RatePoint(rate, attainment(rate), 0.0, 0.0, 0.0)))
+    except StopIteration as stop:
+        return stop.value, rates
+
+
+def test_search_brackets_and_bisects_to_the_tolerance() -> None:
+    trace = synthetic_trace(2.0, 512, 64, num_requests=50)
+    (rate, bound), rates = _drive(cap._search(trace, 0.99, 0.02), lambda r: 1.0 if r <= 7.3 else 0.5)
+    assert bound == "" and 7.3 / 1.02 <= rate <= 7.3
+    assert rates[:4] == pytest.approx([trace.mean_qps * 2**k for k in range(4)])  # 1.77 to 14.2 req/s
+    assert len(rates) == 4 + 6  # three doublings, then ceil(log2(ln 2 / ln 1.02)) = 6 bisections
+    (rate, bound), _ = _drive(cap._search(trace, 0.99, 0.02), lambda r: 1.0 if r <= 0.3 else 0.9)
+    assert bound == "" and 0.3 / 1.02 <= rate <= 0.3
+
+
+def test_search_reports_an_open_bracket() -> None:
+    trace = synthetic_trace(2.0, 512, 64, num_requests=50)
+    (rate, bound), rates = _drive(cap._search(trace, 0.99, 0.02), lambda r: 1.0)
+    assert bound == "above" and rate == pytest.approx(trace.mean_qps * 2 ** cap.MAX_BRACKET_STEPS)
+    (rate, bound), rates = _drive(cap._search(trace, 0.99, 0.02), lambda r: 0.0)
+    assert (rate, bound) == (0.0, "below") and len(rates) == 1 + cap.MAX_BRACKET_STEPS
+
+
+@pytest.fixture(scope="module")
+def small():
+    trace = synthetic_trace(4.0, "lognormal:1024:1", "exp:128", num_requests=300, seed=3)
+    setup = make_setup(find_gpu("h100"), load_model("qwen3-8b"))
+    return trace, setup
+
+
+def _attainment(trace, setup, policy, rate: float) -> float:
+    return summarize(simulate(reshape(trace, qps=rate), setup, policy), 1000, 60).slo_attainment
+
+
+def test_capacity_holds_below_and_fails_above_the_rate_found(small) -> None:
+    """Checked by direct simulation: at 0.9x the reported rate the target holds, at 1.1x it does not."""
+    trace, setup = small
+    policies = [PdmuxPolicy(), ChunkedPolicy(2048), MixedChunkPolicy(512)]
+    result = cap.capacity(trace, setup, policies, 1000, 60, target=0.99, tolerance=0.02, workers=1)
+    for policy, row in zip(policies, result.policies, strict=True):
+        assert row.bound == "" and row.max_rate_rps > 0, row
+        assert row.at.slo_attainment >= 0.99 and row.at.rate_rps == row.max_rate_rps
+        assert _attainment(trace, setup, policy, 0.9 * row.max_rate_rps) >= 0.99
+        assert _attainment(trace, setup, policy, 1.1 * row.max_rate_rps) < 0.99
+        rates = [p.rate_rps for p in row.points]
+        assert rates == sorted(rates) and row.max_rate_rps in rates
+    assert result.trace_rate_rps == pytest.approx(trace.mean_qps)
+
+
+def test_capacity_does_not_depend_on_the_workers(small) -> None:
+    trace, setup = small
+    policies = [PdmuxPolicy(), ChunkedPolicy(2048)]
+    one = cap.capacity(trace, setup, policies, 1000, 60, workers=1)
+    two = cap.capacity(trace, setup, policies, 1000, 60, workers=2)
+    assert [p.max_rate_rps for p in one.policies] == [p.max_rate_rps for p in two.policies]
+    assert [p.points for p in one.policies] == [p.points for p in two.policies]
+
+
+def _row(label: str, kind: str, rate: float, bound: str = "", path: str | None = None,
+         chunk: int = 0) -> cap.PolicyCapacity:
+    point = cap.RatePoint(rate or 0.5, 0.99 if rate else 0.5, rate, 100.0, 20.0)
+    return cap.PolicyCapacity(label, kind, rate, point if rate else None, (point,), bound, path,
+                              5 if path else None, chunk)
+
+
+def _result(*rows: cap.PolicyCapacity) -> cap.CapacityResult:
+    return cap.CapacityResult(list(rows), 0.99, 0.02, 4.0, 1000, 60, 1)
+
+
+def test_verdicts() -> None:
+    pd = _row("pdmux (tuned.yaml)", "pdmux", 5.2, path="my dir/tuned.yaml")
+    assert _result(pd, _row("chunked 512", "chunked", 3.9, chunk=512)).verdict() == (
+        "pdmux (tuned.yaml) sustains 5.2 req/s against 3.9 for chunked 512: +33%; enable it with: --enable-pdmux "
+        "--pdmux-config-path 'my dir/tuned.yaml' --sm-group-num 5")
+    assert _result(_row("pdmux", "pdmux", 3.0), _row("mixed-chunk 512", "mixed-chunk", 4.0, chunk=512)).verdict() == (
+        "mixed-chunk 512 serves more (4 req/s against 3 for pdmux): keep it (--enable-mixed-chunk "
+        "--chunked-prefill-size 512)")
+    assert "both sustain 4 req/s" in _result(_row("pdmux", "pdmux", 4.0), _row("chunked 8192", "chunked", 4.0,
+                                                                                  chunk=8192)).verdict()
+    assert _result(_row("pdmux", "pdmux", 9.0, "above"), _row("chunked 8192", "chunked", 0.0, "below",
+                                                              chunk=8192)).verdict().startswith(
+        "pdmux sustains >=9 req/s against <0.5 for chunked 8192: where it meets the SLO at no rate")
+    assert "no policy meets" in _result(_row("pdmux", "pdmux", 0.0, "below"),
+                                        _row("chunked 8192", "chunked", 0.0, "below")).verdict()
+
+
+def test_cli_table_json_and_plot(tmp_path) -> None:
+    r = runner.invoke(app, ["capacity", AZURE, "--policies", "pdmux,chunked", "--chunk-sizes", "2048", "--workers",
+                            "1", "--json"])
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert [p["policy"] for p in data["policies"]] == ["pdmux", "chunked 2048"]
+    assert data["target"] == 0.99 and data["requests"] == 50 and data["verdict"]
+    for p in data["policies"]:
+        assert p["max_rate_rps"] > 0 and p["at"]["slo_attainment"] >= 0.99
+        assert p["at"] in p["points"]
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "capacity.png"
+    r = runner.invoke(app, ["capacity", AZURE, "--policies", "chunked", "--chunk-sizes", "2048", "--plot", str(png)])
+    assert r.exit_code == 0, r.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "max rate" in r.stdout and "verdict: " in r.stdout
+
+
+def test_cli_sizes_a_given_yaml_beside_the_defaults(tmp_path) -> None:
+    yaml = tmp_path / "tuned.yaml"
+    yaml.write_text("sm_group_num: 3\nmanual_divisions:\n  - [88, 44, 0]\nsplit_forward_token_budget: 16384\n")
+    r = runner.invoke(app, ["capacity", AZURE, "--policies", "chunked", "--config", str(yaml), "--json"])
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert [p["policy"] for p in data["policies"]] == ["chunked 8192", "pdmux", "pdmux (tuned.yaml)"]
+    assert data["policies"][2]["config"] == str(yaml)
+
+
+def test_cli_bad_input(tmp_path) -> None:
+    once = tmp_path / "once.csv"
+    once.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "2023-11-16 18:15:46.6805900,374,44\n" * 5)
+    for args, text in [
+        (["capacity", AZURE, "--target", "0"], "--target"),
+        (["capacity", AZURE, "--target", "1.5"], "--target"),
+        (["capacity", AZURE, "--target", "nan"], "--target"),
+        (["capacity", AZURE, "--tolerance", "0"], "--tolerance"),
+        (["capacity", AZURE, "--tolerance", "1"], "--tolerance"),
+        (["capacity", AZURE, "--slo-itl", "-5"], "--slo-itl"),
+        (["capacity", AZURE, "--workers", "0"], "--workers"),
+        (["capacity", AZURE, "--plot", "x.jpg"], ".png"),
+        (["capacity", AZURE, "--policies", "fast"], "unknown fast"),
+        (["capacity", str(once)], "all arrive at once"),
+        (["capacity"], "trace"),
+        (["capacity", AZURE, "--trace", AZURE], "once"),
+    ]:
+        assert_one_line_error(runner.invoke(app, args), 2, text)
+
+
+def test_tune_says_when_the_trace_overloads_the_gpu(small) -> None:
+    from pdmux_cli.simulate.tune import tune
+
+    trace, setup = small
+    heavy = reshape(trace, qps=60.0)  # far past what one H100 serves (about 20 req/s here: capacity above)
+    result = tune(heavy, setup, 1000, 60, sm_group_nums=[8], divisors=[36], budgets=[65536], single_levels=False,
+                  workers=1, schedules=())
+    note = next(n for n in result.notes if "overloads the GPU" in n)
+    rate = float(note.split("up to ")[1].split(" req/s")[0])
+    assert "the queue grows" in note and 0 < rate < 60
+    winner = PdmuxPolicy(result.best_row.candidate.config)
+    assert _attainment(trace, setup, winner, rate) >= 0.99
+    light = reshape(trace, qps=1.0)
+    calm = tune(light, setup, 1000, 60, sm_group_nums=[8], divisors=[36], budgets=[65536], single_levels=False,
+                workers=1, schedules=())
+    assert not any("overload" in n for n in calm.notes)
