@@ -154,17 +154,32 @@ class Calibration:
         """True when the file holds ``pdmux bench``'s SM-partition terms."""
         return self.bandwidth_curve is not None
 
+    def profile_key(self) -> str:
+        """The pdmux GPU profile key of the calibrated device: the file's ``gpu_key``, else the profile
+        whose reported name is ``gpu_name`` (``""`` when none is: a device without a profile)."""
+        if self.gpu_key:
+            return self.gpu_key
+        from .hardware import find_gpu
+
+        try:
+            return find_gpu(self.gpu_name).key
+        except InputError:
+            return ""
+
     def check_device(self, gpu: Any) -> None:
         """:class:`InputError` unless ``gpu`` (a ``hardware.Gpu``) has this calibration's SM count and compute
-        capability (and, where the file names one, its GPU profile key)."""
+        capability and, where the calibrated device has a GPU profile (:meth:`profile_key`), is that profile."""
         sms = gpu.require_sm_count()
+        key = self.profile_key()
         if (sms != self.sm_count or tuple(gpu.compute_capability) != self.compute_capability
-                or (self.gpu_key and getattr(gpu, "key", self.gpu_key) != self.gpu_key)):
+                or (key and getattr(gpu, "key", key) != key)):
             cc = ".".join(map(str, self.compute_capability))
+            profile = f", profile {key}" if key else ""
             raise InputError(
-                f"calibration was measured on {self.gpu_name} ({self.sm_count} SMs, cc {cc}) but the estimate is for "
-                f"{gpu.name} ({sms} SMs, cc {'.'.join(map(str, gpu.compute_capability))}): pass --gpu for the "
-                "calibrated GPU, or calibrate this one ('pdmux bench', 'pdmux calibrate')"
+                f"calibration was measured on {self.gpu_name} ({self.sm_count} SMs, cc {cc}{profile}) but the estimate "
+                f"is for {gpu.name} ({sms} SMs, cc {'.'.join(map(str, gpu.compute_capability))}, profile "
+                f"{getattr(gpu, 'key', '?')}): pass --gpu for the calibrated GPU, or calibrate this one "
+                "('pdmux bench', 'pdmux calibrate')"
             )
 
     def _check_against_datasheet(self, gpu: Any) -> None:

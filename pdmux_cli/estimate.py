@@ -206,6 +206,27 @@ class Estimate:
     cpu_step_ms: float = 0.0
 
 
+def pdmux_prefill_end_s(prefill_s: float, round_s: float, layers: int, per_round: int) -> float:
+    """When a prompt's prefill ends under PD multiplexing: ``prefill_s`` seconds of work on the prefill
+    SMs in ``layers`` equal layer slices, ``per_round`` of them submitted each round of ``round_s``
+    seconds (one decode step plus the CPU's work). A slice starts when it is submitted and the previous
+    one has finished, so when a round outlasts its slice the prefill stream waits for the next round:
+    the end is ``max(prefill_s, (rounds - 1) x round_s + last slice)``, as in SGLang 0.5.23's
+    ``event_loop_pdmux`` (``srt/multiplex/multiplexing_mixin.py``) and the simulator's pdmux loop.
+    Seconds; 0 for no work."""
+    if prefill_s <= 0 or layers <= 0:
+        return 0.0
+    layer_s = prefill_s / layers
+    t = stream_free = 0.0
+    submitted = 0
+    while submitted < layers:
+        k = min(per_round, layers - submitted)
+        stream_free = max(t, stream_free) + k * layer_s
+        submitted += k
+        t += round_s
+    return stream_free
+
+
 def default_s_sat_values(total_sms: int) -> tuple[float, ...]:
     """The chapter's S_SAT choices scaled to ``total_sms``: 44, 66, 88 on 132 SMs (1/3, 1/2, 2/3)."""
     return tuple(float(round(total_sms * f)) for f in DEFAULT_S_SAT_FRACTIONS)
@@ -379,6 +400,7 @@ def estimate(
         )
 
     p_sm, d_sm = level
+    per_round = policy.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget)
 
     def pdmux_times(step_model: StepModel, p: int, d: int) -> tuple[float, float, float, float, float]:
         """(ITL, prefill, decode alone, prefill alone, decode co-run) in seconds."""
@@ -387,7 +409,9 @@ def estimate(
         decode_corun = step_model.decode_s(d, bs, sum_ctx, sum_win, corun_sms=p)
         prefill_corun = step_model.prefill_s(p, [(prompt, 0)], corun_sms=d)
         # a pdmux round: the decode step, then the CPU's work (the overlap scheduler is off)
-        return decode_corun + step_model.decode_cpu_s(bs), prefill_corun, decode_alone, prefill_alone, decode_corun
+        round_s = decode_corun + step_model.decode_cpu_s(bs)
+        return round_s, pdmux_prefill_end_s(prefill_corun, round_s, model.num_layers, per_round), decode_alone, \
+            prefill_alone, decode_corun
 
     if p_sm > 0 and d_sm > 0:
         for step_model, s_sat in models:

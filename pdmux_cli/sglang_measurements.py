@@ -86,7 +86,9 @@ class DecodeInterval:
 @dataclass
 class LogReading:
     """What a server log gave: the clean ``intervals`` and, by reason, the decode lines not used
-    (``skipped``); ``decode_lines``, ``prefill_lines`` and ``retractions`` seen; ``lines`` read."""
+    (``skipped``); ``decode_lines``, ``prefill_lines`` and ``retractions`` seen; ``lines`` read;
+    ``tp_size``: GPUs a rank's model is split over, from ``tp_size=N`` in the server's arguments or the
+    highest ``TP`` rank seen (1 on one GPU)."""
 
     intervals: list[DecodeInterval] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)
@@ -94,6 +96,7 @@ class LogReading:
     prefill_lines: int = 0
     retractions: int = 0
     lines: int = 0
+    tp_size: int = 1
 
     def summary(self) -> str:
         """One line: used intervals and the skipped ones by reason."""
@@ -172,6 +175,8 @@ _PREFILL = re.compile(r"Prefill batch(?: \[\d+\])?[.,]")
 _RETRACT = re.compile(r"KV cache pool is full\. Retract requests|Testing retraction\.")
 _RANK = re.compile(r"\b(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+\b|\bpid=\d+")
 _FIELD = re.compile(r"\s*([^:,]+?):\s*([^,]*)")
+_TP_RANK = re.compile(r"\bTP(\d+)\b")
+_TP_SIZE = re.compile(r"\btp_size=(\d+)")
 
 
 def _fields(rest: str) -> dict[str, str]:
@@ -202,6 +207,8 @@ def parse_server_log(lines: Iterable[str], source: str) -> LogReading:
                 reading.skipped["line too long"] += 1
             continue
         m = _DECODE.search(line)
+        if "tp_size=" in line and (size := _TP_SIZE.search(line)):
+            reading.tp_size = max(reading.tp_size, int(size.group(1)))
         if m is None:
             if _PREFILL.search(line):
                 reading.prefill_lines += 1
@@ -216,6 +223,8 @@ def parse_server_log(lines: Iterable[str], source: str) -> LogReading:
             continue
         reading.decode_lines += 1
         rank = _rank(line[:m.start()])
+        if "TP" in rank:
+            reading.tp_size = max(reading.tp_size, 1 + max(int(t) for t in _TP_RANK.findall(rank)))
         values = _fields(m.group(1))
         running = values.get("#running-req", "")
         running = int(running) if running.isdigit() else None
@@ -254,15 +263,24 @@ def parse_server_log(lines: Iterable[str], source: str) -> LogReading:
 
 
 def _stream_lines(path: Path) -> Iterator[str]:
+    """The file's lines, decoded; a line longer than :data:`MAX_LINE_CHARS` bytes comes as its first
+    ``MAX_LINE_CHARS + 1`` bytes only (the rest is read and dropped in bounded pieces: a file with no
+    newline costs no more memory than one such piece)."""
     with path.open("rb") as f:
-        for raw in f:
+        while True:
+            raw = f.readline(MAX_LINE_CHARS + 1)
+            if not raw:
+                return
+            if len(raw) > MAX_LINE_CHARS and not raw.endswith(b"\n"):
+                while (rest := f.readline(1024 * 1024)) and not rest.endswith(b"\n"):
+                    pass
             yield raw.decode("utf-8", errors="replace")
 
 
 def read_server_log(path: str | Path) -> LogReading:
-    """:func:`parse_server_log` of a file, streamed (bytes that are not UTF-8 are replaced, so a binary
-    file gives no decode lines rather than an error). Raises :class:`InputError` for a missing, special
-    or unreadable file, or one with no decode line at all."""
+    """:func:`parse_server_log` of a file, streamed (bytes that are not UTF-8 are replaced). Raises
+    :class:`InputError` for a missing, special or unreadable file, one with NUL bytes in its first 4 KiB
+    (UTF-16 or binary), or one with no decode line at all."""
     path = check_input_file(path, "server log", hint="give the log SGLang's server printed")
     try:
         size = path.stat().st_size
@@ -272,6 +290,11 @@ def read_server_log(path: str | Path) -> LogReading:
         raise InputError(f"server log {path}: {size / 1024**3:.1f} GiB, more than the {MAX_LOG_BYTES / 1024**3:.0f} "
                          "GiB read: cut it first (e.g. grep 'batch' server.log)")
     try:
+        with path.open("rb") as f:
+            head = f.read(4096)
+        if b"\x00" in head:
+            raise InputError(f"server log {path}: not UTF-8 text (NUL bytes: UTF-16 or binary): give the log SGLang's "
+                             "server printed, as text")
         reading = parse_server_log(_stream_lines(path), str(path))
     except OSError as exc:
         raise unreadable(path, "server log", exc) from None

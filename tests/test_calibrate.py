@@ -164,11 +164,29 @@ def test_hostile_lines_are_counted_not_fatal() -> None:
                                "batch size changed": 1}
 
 
-def test_binary_file_is_one_error(tmp_path) -> None:
+def test_binary_and_utf16_files_are_one_error(tmp_path) -> None:
     path = tmp_path / "core.bin"
     path.write_bytes(bytes(range(256)) * 4000)
-    with pytest.raises(InputError, match="no 'Decode batch' line"):
+    with pytest.raises(InputError, match="not UTF-8 text"):
         read_server_log(path)
+    path.write_bytes(MADE_LOG.read_text().encode("utf-16"))
+    with pytest.raises(InputError, match="UTF-16"):
+        read_server_log(path)
+    path.write_bytes(bytes(b for b in range(1, 256) if b != 10) * 4000)  # no newline, no NUL: one long line, read in bounded pieces
+    with pytest.raises(InputError, match="no 'Decode batch' line in 1 line"):
+        read_server_log(path)
+
+
+def test_multi_gpu_logs_are_told_apart() -> None:
+    assert read_server_log(MADE_LOG).tp_size == 1
+    assert read_server_log(FIXTURES / "synthetic_server_0.5.23_tp2.log").tp_size == 2
+    # DP attention: every rank logs (DP6 TP6 -> at least 7 ranks); plain TP logs from TP0 only, so a log cut
+    # before the server's arguments is caught by the plausibility checks instead
+    assert read_server_log(FIXTURES / "public_sglang_test_log_parser_ray_prefix_2025_10.log").tp_size == 7
+    assert read_server_log(FIXTURES / "public_sglang_issue_3909_deepseek_r1_tp16_2nodes.log").tp_size == 1
+    args = parse_server_log(["[2026-11-30 09:00:00] server_args=ServerArgs(model_path='x', tp_size=4, dp_size=1)\n",
+                             _decode("", 8, 8192, 800.0)], "x.log")
+    assert args.tp_size == 4
 
 
 # --------------------------------------------------------------------------------------------------
@@ -242,10 +260,35 @@ def test_points_that_cannot_be_this_model_and_gpu_are_refused() -> None:
     fine = predict(base, CalPoint("decode", "one-batch", 8, 1024, 1.0))
     with pytest.raises(InputError, match="another model, GPU or tensor parallelism"):
         check_points(base, gpu, [CalPoint("decode", "one-batch", 8, 1024, fine * 6, "b.jsonl:1")])
-    kept, notes = check_points(base, gpu, [CalPoint("decode", "server log", 8, 1024, fine * 1.1, "a:1"),
-                                           CalPoint("decode", "server log", 8, 2048, fine * 1.2, "a:2"),
-                                           CalPoint("decode", "server log", 8, 1536, fine * 9, "a:3")])
-    assert [p.where for p in kept] == ["a:1", "a:2"] and "left out as outliers (first: a:3)" in notes[0]
+    log = [CalPoint("decode", "server log", 8, 1024 + i, fine * 1.1, f"a:{i}") for i in range(10)]
+    kept, notes = check_points(base, gpu, [*log, CalPoint("decode", "server log", 8, 1536, fine * 9, "a:99")])
+    assert kept == log and "1 point(s) more than 2.5x from the model left out as outliers (first: a:99)" in notes[0]
+    with pytest.raises(InputError, match="2 of 11 points are more than 2.5x"):  # over 10%: not outliers
+        check_points(base, gpu, [*log[:9], *(CalPoint("decode", "server log", 8, 1536, fine * 9, "a:99"),) * 2])
+
+
+@pytest.mark.parametrize("gpu, text", [
+    ("b200", "points are more than 2.5x"),  # an H100's times on a B200: most points far too slow
+    ("h100-pcie", "above the datasheet's peak"),  # on a slower H100: faster than that GPU can be
+    ("h20", "0.18x the model at the median"),
+])
+def test_another_gpus_times_are_refused(gpu, text) -> None:
+    r = runner.invoke(app, ["calibrate", "--sglang-bench", str(MADE_BENCH), "--sglang-log", str(MADE_LOG),
+                            "--model", "qwen3-8b", "--gpu", gpu])
+    assert_one_line_error(r, 2, text)
+
+
+def test_implausible_fits_are_refused() -> None:
+    base = build_step_model(find_gpu("h100"), load_model("qwen3-8b"))
+    slow = _with(base, _scaled(base.eff, 1.0, 0.35, 1.0, 1.0))  # KV reads at 0.35x: past 1 / 2.5
+    points = [CalPoint("decode", "one-batch", b, c, predict(slow, CalPoint("decode", "one-batch", b, c, 1.0)))
+              for b, c in ((1, 1024), (32, 8192), (64, 4096))]
+    with pytest.raises(InputError, match="KV read efficiency of 0.3.*below what H100 SXM5 80GB reaches"):
+        fit_whole_gpu(base, points)
+    same_kv = [CalPoint("decode", "one-batch", b, c, 1.0) for b, c in ((1, 2048), (2, 1024))]  # fixed time only
+    quick = [CalPoint("decode", "one-batch", p.batch, p.tokens, predict(base, p) - 3e-3) for p in same_kv]
+    with pytest.raises(InputError, match="fixed time per decode step of -2.0 ms"):
+        fit_whole_gpu(base, quick)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -313,15 +356,20 @@ def test_cli_refuses_what_it_cannot_use(tmp_path) -> None:
         (["calibrate", "--sglang-bench", str(MADE_BENCH), *common, "--tp", "2"], "tensor parallelism"),
         (["calibrate", "--sglang-bench", str(FIXTURES / "synthetic_one_batch_0.5.23_stdout.txt"), *common],
          "--result-filename"),
-        (["calibrate", "--sglang-log", str(FIXTURES / "synthetic_server_0.5.23_tp2.log"), "--model", "llama-3.1-70b",
-          "--gpu", "h100"], "do not fit"),
+        (["calibrate", "--sglang-log", str(FIXTURES / "synthetic_server_0.5.23_tp2.log"), "--model", "llama-3.1-8b",
+          "--gpu", "h200"], "a server on 2 GPUs"),
+        (["calibrate", "--sglang-bench", str(FIXTURES / "synthetic_one_batch_0.5.23.jsonl"), "--model",
+          "llama-3.1-70b", "--gpu", "h100"], "do not fit"),
+        (["calibrate", "--sglang-bench", str(MADE_BENCH), "--sglang-bench", str(MADE_BENCH), *common], "given twice"),
+        (["calibrate", "--sglang-bench", str(MADE_BENCH), *common, "--tp", "0"], "--tp must be >= 1"),
+        (["calibrate", "--merge", str(MADE_BENCH), "--merge", str(MADE_BENCH), "--gpu", "h100"], "takes no --gpu"),
         (["calibrate", "--sglang-bench", str(MADE_BENCH), "--model", "qwen3-8b", "--gpu", "a100"],
          "another model, GPU"),
         (["calibrate", "--sglang-bench", str(tmp_path / "missing.jsonl"), *common], "missing.jsonl"),
         (["calibrate", "--sglang-bench", str(MADE_BENCH), *common, "-o", str(MADE_BENCH)], ""),
         (["calibrate", "--sglang-log", str(FIXTURES / "public_sglang_issue_4417_h100x16_deepseek_r1_eagle.log"),
           *common], "nothing to calibrate"),
-        (["calibrate", "--merge", str(MADE_BENCH), "--sglang-log", str(MADE_LOG)], "--merge"),
+        (["calibrate", "--merge", str(MADE_BENCH), "--sglang-log", str(MADE_LOG)], "takes no --sglang-log"),
     ]
     for args, text in cases:
         assert_one_line_error(runner.invoke(app, args), 2, text)
@@ -370,3 +418,8 @@ def test_merge_joins_partition_and_whole_gpu_terms(tmp_path) -> None:
     assert_one_line_error(runner.invoke(app, ["calibrate", "--merge", str(other), "--merge", str(sglang)]), 2,
                           "different GPUs")
     assert_one_line_error(runner.invoke(app, ["calibrate", "--merge", str(sglang)]), 2, "two calibration files")
+    # an H100 bench file (no gpu_key: known by its reported name) and an H200 calibration: same SMs, other GPU
+    h200 = tmp_path / "h200.yaml"
+    h200.write_text(sglang.read_text().replace("gpu_key: h100-sxm", "gpu_key: h200-sxm"))
+    assert_one_line_error(runner.invoke(app, ["calibrate", "--merge", str(bench), "--merge", str(h200)]), 2,
+                          "different GPUs")

@@ -180,3 +180,31 @@ def test_tune_says_when_the_trace_overloads_the_gpu(small) -> None:
     calm = tune(light, setup, 1000, 60, sm_group_nums=[8], divisors=[36], budgets=[65536], single_levels=False,
                 workers=1, schedules=())
     assert not any("overload" in n for n in calm.notes)
+
+
+def test_ctrl_c_stops_tune_and_its_workers(tmp_path) -> None:
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) ends tune with status 130 and
+    leaves no worker behind: they ignore it, the parent terminates them."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    rows += [f"2023-11-16 18:{15 + i // 600:02d}:{(i // 10) % 60:02d}.{i % 10}000000,{500 + 37 * i % 3000},"
+             f"{20 + i % 300}" for i in range(3000)]
+    trace = tmp_path / "trace.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    proc = subprocess.Popen([sys.executable, "-m", "pdmux_cli", "tune", "--trace", str(trace), "--slo-ttft", "1000",
+                             "--slo-itl", "60", "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    time.sleep(3)  # past start-up, into the simulations
+    assert proc.poll() is None, proc.stderr.read()
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert b"Traceback" not in err
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)  # nothing of the group is left

@@ -212,3 +212,23 @@ def test_sglang_pool_note_when_scenario_exceeds_it() -> None:
     assert est.memory.fits
     assert est.memory.pdmux_pool_tokens == 281_205 < est.memory.kv_tokens_needed == 128 * 2200 + 8192
     assert any("KV pool under pdmux" in n for n in est.notes)
+
+
+def test_pdmux_prefill_waits_for_rounds_longer_than_its_slices() -> None:
+    from pdmux_cli.estimate import pdmux_prefill_end_s
+
+    # slices shorter than the round: the stream idles; the end is 3 rounds + the last slice
+    assert pdmux_prefill_end_s(1.0, 0.5, 4, 1) == pytest.approx(3 * 0.5 + 0.25)
+    # slices longer than the round: the prefill runs back to back (the chapter's case)
+    assert pdmux_prefill_end_s(0.324, 0.0154, 36, 8) == pytest.approx(0.324)
+    assert pdmux_prefill_end_s(0.0, 0.5, 4, 1) == 0.0
+    # Qwen3-0.6B on H200, 256 x 4096 decoding, a 32768-token prompt: a 43 ms round outlasts each 2-layer slice
+    from pdmux_cli.estimate import Scenario, estimate
+    from pdmux_cli.hardware import find_gpu
+    from pdmux_cli.model import load_model
+
+    e = estimate(find_gpu("h200"), load_model("qwen3-0.6b"), Scenario(decode_bs=256, context_tokens=4096,
+                                                                     prompt_tokens=32768))
+    row = next(r for r in e.rows if r.policy == "pdmux")
+    assert row.prefill_ms >= (e.prefill_rounds - 1) * row.itl_ms
+    assert row.tokens_during_prefill >= e.prefill_rounds - 1

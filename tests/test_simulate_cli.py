@@ -434,3 +434,21 @@ def test_tune_compares_with_sglangs_other_schedules() -> None:
     assert data["verdict"].startswith("pdmux (")
     assert "verdict:" in run("tune", "--trace", AZURE, "--slo-ttft", "300", "--slo-itl", "30", "--budgets", "65536",
                              "--divisors", "36", "--sm-group-nums", "8", "--workers", "1").stderr
+
+
+def test_a_deferral_that_ends_with_the_last_arrival_does_not_stall() -> None:
+    """--prefill-decode-interval: the round that brings the deferral to 0 is still a deferred (idle) round;
+    with 1000 on this trace it used to end with the last request waiting and raise."""
+    r = CliRunner().invoke(app, ["simulate", AZURE, "--policies", "chunked", "--prefill-decode-interval", "1000",
+                                 "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["policies"][0]["completed"] == 50
+
+
+@pytest.mark.parametrize("args, text", [
+    (["--chunk-sizes", "99999999999999999999"], "largest chunk simulated"),
+    (["--mixed-chunk-sizes", "2000000"], "largest chunk simulated"),
+    (["--policies", "chunked", "--prefill-decode-interval", "100001"], "0 to 100,000"),
+])
+def test_sizes_past_what_is_simulated_are_refused_at_once(args, text) -> None:
+    _assert_one_line_error(CliRunner().invoke(app, ["simulate", AZURE, *args]), 2, text)

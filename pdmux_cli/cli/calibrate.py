@@ -32,8 +32,9 @@ def _merge(paths: list[Path]) -> Any:
         raise InputError(f"--merge takes two calibration files (a 'pdmux bench' one and a 'pdmux calibrate' one), "
                          f"got {len(paths)}")
     first, second = (load_calibration(p) for p in paths)
+    keys = first.profile_key(), second.profile_key()
     if (first.sm_count, first.compute_capability) != (second.sm_count, second.compute_capability) or (
-            first.gpu_key and second.gpu_key and first.gpu_key != second.gpu_key):
+            all(keys) and keys[0] != keys[1]):
         raise InputError(f"{paths[0]} and {paths[1]} are of different GPUs ({first.gpu_name}, {second.gpu_name}): "
                          "merge calibrations of one GPU")
     bench = [c for c in (first, second) if c.has_partitions]
@@ -45,7 +46,7 @@ def _merge(paths: list[Path]) -> Any:
     terms = dict(part.terms_from)
     terms.setdefault("partitions", f"pdmux bench {part.date}")
     terms["whole_gpu"] = dict(whole.terms_from).get("whole_gpu", whole.whole_gpu.source or "pdmux calibrate")
-    return replace(part, whole_gpu=whole.whole_gpu, gpu_key=part.gpu_key or whole.gpu_key,
+    return replace(part, whole_gpu=whole.whole_gpu, gpu_key=keys[0] or keys[1],
                    date=max(part.date, whole.date), terms_from=tuple(terms.items()),
                    source="; ".join(s for s in (part.source, whole.source) if s))
 
@@ -115,8 +116,12 @@ def calibrate(
     refuse_overwriting_inputs(output, *inputs)
     check_writable(output)
     if merge:
-        if sglang_bench or sglang_log:
-            raise InputError("--merge joins two calibration files: give it without --sglang-bench/--sglang-log")
+        extra = [name for name, given in (("--sglang-bench", sglang_bench), ("--sglang-log", sglang_log),
+                                          ("--model", model), ("--gpu", gpu), ("--tp", tp != 1),
+                                          ("--kv-bytes", kv_bytes != 2.0)) if given]
+        if extra:
+            raise InputError(f"--merge joins two calibration files and takes no {', '.join(extra)}: give those to "
+                             "the 'pdmux calibrate' run that wrote the file")
         merged = _merge(merge)
         text = dump_calibration(merged)
         if output is not None:
@@ -132,6 +137,12 @@ def calibrate(
         raise InputError("give --sglang-bench FILE.jsonl and/or --sglang-log server.log (or --merge A B)")
     if model is None or gpu is None:
         raise InputError("give --model and --gpu: the measurements are of one model on one GPU")
+    if tp < 1:
+        raise InputError(f"--tp must be >= 1 (GPUs the model is split over), got {tp}")
+    paths = [str(Path(p).resolve()) for p in [*sglang_bench, *sglang_log]]
+    twice = next((p for p in [*sglang_bench, *sglang_log] if paths.count(str(Path(p).resolve())) > 1), None)
+    if twice is not None:
+        raise InputError(f"{twice} is given twice: its points would count double")
     if tp != 1:
         raise InputError(f"--tp {tp}: pdmux models one GPU (tensor parallelism is not modelled yet); calibrate "
                          "with measurements of a single-GPU server")
@@ -156,6 +167,9 @@ def calibrate(
     intervals, readings = [], []
     for path in sglang_log:
         reading = read_server_log(path)
+        if reading.tp_size > 1:
+            raise InputError(f"{path}: a server on {reading.tp_size} GPUs (tensor parallelism: TP ranks or tp_size in "
+                             "the log): pdmux models one GPU; calibrate with the log of a single-GPU server")
         intervals += reading.intervals
         readings.append((path, reading))
         sources.append(f"SGLang server log {path.name} ({len(reading.intervals)} clean decode intervals)")

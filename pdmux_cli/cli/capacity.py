@@ -15,7 +15,7 @@ import typer
 from ..atomic import check_writable, refuse_overwriting_inputs
 from ..errors import InputError
 from . import app
-from .common import console, gpu_file, model_file, parse_int_list, print_note
+from .common import console, gpu_file, model_file, print_note
 from .simulate import (
     COST_MODEL_HELP,
     DEFAULT_POLICIES,
@@ -28,6 +28,7 @@ from .simulate import (
     _progress,
     _setup,
     _show_progress,
+    parse_chunk_sizes,
     print_json,
 )
 
@@ -114,8 +115,8 @@ def capacity(
         raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {plot}")
     refuse_overwriting_inputs(plot, trace, config, calibration, model_file(model), gpu_file(gpu))
     check_writable(plot)
-    chunks = parse_int_list(chunk_sizes, "--chunk-sizes") if chunk_sizes is not None and "chunked" in names else []
-    mixed = parse_int_list(mixed_chunk_sizes, "--mixed-chunk-sizes") if "mixed-chunk" in names else []
+    chunks = parse_chunk_sizes(chunk_sizes, "--chunk-sizes") if chunk_sizes is not None and "chunked" in names else []
+    mixed = parse_chunk_sizes(mixed_chunk_sizes, "--mixed-chunk-sizes") if "mixed-chunk" in names else []
     workload = _load_workload(trace, synthetic, fmt, qps, None, max_requests, duration, seed, prompt_tokens,
                               output_tokens)
     setup = _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, calibration=calibration, kv_bytes=kv_bytes,

@@ -38,6 +38,24 @@ DEFAULT_POLICIES = "pdmux,chunked,mixed-chunk"
 COST_MODEL_HELP = "roofline (fitted to measurements) or chapter (the chapter's illustrative model)."
 
 
+#: Largest chunk size simulated, tokens (2^20): a bigger chunk is a whole batch of long prompts at once,
+#: which --policies prefill-first already runs (and SGLang sizes memory buckets by it).
+MAX_CHUNK_TOKENS = 1 << 20
+#: Largest --prefill-decode-interval: past it prefill would wait behind more decode rounds than any
+#: request has output tokens (SGLang's max_new_tokens are far below it).
+MAX_PREFILL_DECODE_INTERVAL = 100_000
+
+
+def parse_chunk_sizes(text: str, what: str) -> list[int]:
+    """Chunk sizes (tokens) of a comma-separated option, each 1 to :data:`MAX_CHUNK_TOKENS`."""
+    sizes = parse_int_list(text, what)
+    big = next((c for c in sizes if c > MAX_CHUNK_TOKENS), None)
+    if big is not None:
+        raise InputError(f"{what}: {big} tokens is past the largest chunk simulated ({MAX_CHUNK_TOKENS:,}); for whole "
+                         "prompts use --policies prefill-first")
+    return sizes
+
+
 def _check_number(name: str, value: float | None, minimum: float = 0.0, strict: bool = True) -> None:
     if value is None:
         return
@@ -246,7 +264,7 @@ def simulate(
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help="SGLang's flag: share of GPU memory for weights and KV pool (default: SGLang's own, per policy)."),
     max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens."),
     max_running_requests: int | None = typer.Option(None, "--max-running-requests", help="SGLang's flag (default: SGLang's, from the KV pool)."),
-    cuda_graph_max_bs: int | None = typer.Option(None, "--cuda-graph-max-bs", help="Largest decode batch with a CUDA graph (default: SGLang's for the GPU)."),
+    cuda_graph_max_bs: int | None = typer.Option(None, "--cuda-graph-max-bs", help="Largest decode batch with a CUDA graph (default: SGLang's for the GPU). Larger batches launch kernel by kernel: slower only where the launches outlast the GPU's work (small models); it also sizes SGLang's memory reserve (floored at 10 GB on GPUs over 60 GB)."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Requests run to their max_new_tokens (benchmark traffic): admission reserves all of it."),
     disable_overlap_schedule: bool = typer.Option(False, "--disable-overlap-schedule", help="Baselines without SGLang's overlap scheduler (as pdmux runs): CPU time adds to every step."),
     slo_ttft: float = typer.Option(1000.0, "--slo-ttft", help="TTFT SLO, ms."),
@@ -272,10 +290,11 @@ def simulate(
     unknown = [p for p in names if p not in POLICIES]
     if unknown or not names:
         raise InputError(f"--policies: unknown {', '.join(unknown) or '(empty)'}; use {', '.join(POLICIES)}")
-    chunks = parse_int_list(chunk_sizes, "--chunk-sizes") if chunk_sizes is not None and "chunked" in names else []
-    mixed_chunks = parse_int_list(mixed_chunk_sizes, "--mixed-chunk-sizes") if "mixed-chunk" in names else []
-    if prefill_decode_interval < 0:
-        raise InputError(f"--prefill-decode-interval must be >= 0, got {prefill_decode_interval}")
+    chunks = parse_chunk_sizes(chunk_sizes, "--chunk-sizes") if chunk_sizes is not None and "chunked" in names else []
+    mixed_chunks = parse_chunk_sizes(mixed_chunk_sizes, "--mixed-chunk-sizes") if "mixed-chunk" in names else []
+    if not 0 <= prefill_decode_interval <= MAX_PREFILL_DECODE_INTERVAL:
+        raise InputError(f"--prefill-decode-interval must be 0 to {MAX_PREFILL_DECODE_INTERVAL:,} decode-only rounds "
+                         f"after each prefill batch, got {prefill_decode_interval}")
     if plot is not None and plot.suffix.lower() != ".png":
         raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {plot}")
     inputs = (trace, config, calibration, model_file(model), gpu_file(gpu))
@@ -537,6 +556,7 @@ def tune(
     if as_json:
         data = _tune_dict(result)
         data.update({"trace": trace.name, "requests": len(workload), "gpu": setup.gpu_name, "model": setup.model.name,
+                     "cost_model": setup.step_model.name, "throughput": setup.step_model.source,
                      "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl}, "yaml": text,
                      "output": str(output) if output else None})
         print_json(data)
@@ -551,6 +571,7 @@ def tune(
               f"{share_text(row.slo_attainment)} of {len(workload)} requests meet TTFT <= {slo_ttft:g} ms and ITL p99 <= "
               f"{slo_itl:g} ms; {len(result.rows)} configs on {result.workers} worker(s)")
     con.print("verdict: " + result.verdict(), soft_wrap=True)
+    con.print(f"cost model: {setup.step_model.source}", soft_wrap=True)
     for note in result.notes:
         print_note(con, note)
     if output is None:

@@ -40,6 +40,8 @@ MAX_MISMATCH = 2.5
 #: Largest median error the calibrated model may keep: past it, the measurements are not of the model
 #: and GPU given (one GPU's bandwidth and FLOP/s in another's profile cannot be fitted away).
 MAX_FIT_ERROR = 0.25
+#: Largest share of points that may be that far off and be left out as outliers (stalls, clock changes).
+MAX_OUTLIER_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,8 @@ def check_points(base: Any, gpu: Any, points: list[CalPoint],
     """The points fit to use, and a note for those dropped. Refuses (:class:`InputError`, one line)
     points that cannot come from this model on this GPU: more KV than its memory holds, a context past
     the model's length, or times the shipped model is off for by more than :data:`MAX_MISMATCH` times
-    at the median (one such point alone is dropped as an outlier: a stall, a clock change)."""
+    at the median or for more than :data:`MAX_OUTLIER_SHARE` of them (fewer are dropped as outliers: a
+    stall, a clock change)."""
     model = base.model
     weights = mdl.weight_bytes_total(model)
     per_token = mdl.kv_bytes_per_token(model, kv_bytes_per_element)
@@ -164,6 +167,11 @@ def check_points(base: Any, gpu: Any, points: list[CalPoint],
                 f"(the {kind} points are {typical:.2g}x the model at the median): measured with another model, GPU "
                 "or tensor parallelism? (--model, --gpu; pdmux models TP 1)")
     kept = [p for p, r in zip(points, ratios, strict=True) if 1 / MAX_MISMATCH <= r <= MAX_MISMATCH]
+    if len(points) - len(kept) > MAX_OUTLIER_SHARE * len(points):
+        p = next(p for p in points if p not in kept)
+        raise InputError(f"{len(points) - len(kept)} of {len(points)} points are more than {MAX_MISMATCH:g}x from what "
+                         f"{model.name} on {gpu.name} takes (first: {p.where}): measured with another model, GPU or "
+                         "tensor parallelism? (--model, --gpu; pdmux models TP 1)")
     notes = []
     if len(kept) < len(points):
         dropped = [p for p in points if p not in kept]
@@ -232,13 +240,8 @@ def fit_whole_gpu(base: Any, points: list[CalPoint], source: str = "", notes: li
     calibrated = _with(base, fitted, fixed)
     rows = [FitRow(p, predict(calibrated, p), predict(base, p)) for p in points]
     measured_all = [r.point.measured_s for r in rows]
-    for name, value in (("GEMM bandwidth", fitted.gemm.bandwidth_efficiency),
-                        ("KV bandwidth", fitted.decode_attention.bandwidth_efficiency),
-                        ("GEMM compute", fitted.gemm.peak_efficiency),
-                        ("attention compute", fitted.prefill_attention.peak_efficiency)):
-        if value >= 1.0:
-            notes.append(f"{name} efficiency reached the datasheet's peak (capped at 1.0): the GPU is faster than its "
-                         "profile says, or the measurements are not of this GPU")
+    _check_plausible(base, {"KV read": kv, "GEMM compute": f, "attention compute": a}, fitted, fixed,
+                     bool(decode), bool(prefill))
     calibrated_error = _median_error([r.calibrated_s for r in rows], measured_all)
     if calibrated_error > MAX_FIT_ERROR:
         worst = max(rows, key=lambda r: abs(r.calibrated_s / r.point.measured_s - 1))
@@ -258,6 +261,30 @@ def fit_whole_gpu(base: Any, points: list[CalPoint], source: str = "", notes: li
         source=source,
     )
     return CalibrationFit(terms, rows, decode_mode, prefill_mode, notes)
+
+
+def _check_plausible(base: Any, scales: dict[str, float], fitted: Any, fixed: float, decode: bool,
+                     prefill: bool) -> None:
+    """Refuse (:class:`InputError`) a fit no kernel stack on this GPU could give: an efficiency at the
+    datasheet's peak (1.0: faster than the GPU can be), a term :data:`MAX_MISMATCH` times slower than
+    the shipped one, or a fixed time per decode step at the end of its range. Timings of another GPU
+    fit one GPU's profile this way (a B200's profile "explains" H100 times with efficiencies near 0.3)."""
+    who = f"not measured with {base.model.name} on {base.gpu_name}? (--model, --gpu; pdmux models TP 1)"
+    values = {"KV read": fitted.decode_attention.bandwidth_efficiency, "GEMM compute": fitted.gemm.peak_efficiency,
+              "attention compute": fitted.prefill_attention.peak_efficiency}
+    used = {"KV read": decode, "GEMM compute": prefill, "attention compute": prefill}
+    for name, scale in scales.items():
+        if not used[name]:
+            continue
+        if values[name] >= 1.0:
+            raise InputError(f"the measurements need a {name} efficiency above the datasheet's peak on "
+                             f"{base.gpu_name} (faster than the GPU can be): {who}")
+        if scale < 1 / MAX_MISMATCH:
+            raise InputError(f"the measurements need a {name} efficiency of {values[name]:.2f}, {1 / scale:.1f}x "
+                             f"below what {base.gpu_name} reaches in published measurements: {who}")
+    if decode and not FIXED_RANGE[0] < fixed < FIXED_RANGE[1]:
+        raise InputError(f"the measurements need a fixed time per decode step of {fixed * 1e3:+.1f} ms, outside "
+                         f"{FIXED_RANGE[0] * 1e3:+.0f} to {FIXED_RANGE[1] * 1e3:+.0f} ms: {who}")
 
 
 def _fit_decode(base: Any, profile: Any, decode: list[CalPoint], f: float, a: float,
@@ -314,14 +341,19 @@ def _fit_prefill(base: Any, profile: Any, prefill: list[CalPoint], w: float, kv:
         attn = mdl.attention_flops(model, int(p.tokens), 0)
         attn_share.append(attn / (attn + mdl.flops_per_token_linear(model) * p.tokens))
     full = len(prefill) >= 2 and _spread(attn_share) >= 0.1
+    # a prefill is a sum over operators, GEMMs depending on the GEMM scale only and attention on the
+    # attention scale only: time(f, a) = time(f, 1) + time(1, a) - time(1, 1), each term cached by scale
     cache: dict[tuple[float, float], list[float]] = {}
 
-    def predicted(scale_f: float, scale_a: float) -> list[float]:
+    def alone(scale_f: float, scale_a: float) -> list[float]:
         key = (round(scale_f, 6), round(scale_a, 6))
         if key not in cache:
             m = _with(base, _scaled(profile, w, kv, scale_f, scale_a), fixed)
             cache[key] = [predict(m, p) for p in prefill]
         return cache[key]
+
+    def predicted(scale_f: float, scale_a: float) -> list[float]:
+        return [g + t - c for g, t, c in zip(alone(scale_f, 1.0), alone(1.0, scale_a), alone(1.0, 1.0), strict=True)]
 
     if full:
         _, (f, a) = grid_search(lambda x, y: _mean_error(predicted(x, y), measured, weights), [SCALES, SCALES],

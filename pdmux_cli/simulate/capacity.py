@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import shlex
 from collections.abc import Callable, Generator, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 
 from ..errors import InputError
@@ -32,7 +32,7 @@ from .engine import Setup
 from .metrics import summarize
 from .runner import Policy, simulate
 from .traces import Trace, reshape
-from .tune import default_workers
+from .tune import default_workers, process_pool
 
 #: Doublings (or halvings) from the trace's own rate before the search gives up bracketing: 2^8 = 256x.
 MAX_BRACKET_STEPS = 8
@@ -243,7 +243,7 @@ def capacity(
             while rate is not None:
                 rate = advance(i, _evaluate(task(i, rate)))
     else:  # each search moves on as soon as its simulation returns: no policy waits for another
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with process_pool(workers) as pool:
             running = {pool.submit(_evaluate, task(i, rate)): i for i, rate in first.items()}
             while running:
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)

@@ -174,7 +174,8 @@ class Setup:
         Raises :class:`InputError` when the weights leave no room (naming the model and GPU)."""
         fraction = self.mem_fraction_static
         if fraction is None:
-            fraction = sgl.mem_fraction_static(self.memory_bytes, chunk_tokens, max_prefill_tokens=self.max_prefill_tokens)
+            fraction = sgl.mem_fraction_static(self.memory_bytes, chunk_tokens, max_prefill_tokens=self.max_prefill_tokens,
+                                               cuda_graph_max_bs=self.cuda_graph_max_bs)
         try:
             return sgl.kv_pool(self.memory_bytes, self.weight_bytes, self.kv_bytes_per_token, fraction)
         except InputError as exc:

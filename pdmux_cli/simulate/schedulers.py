@@ -165,7 +165,8 @@ def run_baseline(work: Work, setup: Setup, policy: Baseline, progress: Progress 
         if not n:
             work.batch_full = False  # SGLang clears it when the running batch is empty
         seqs: list = []
-        if defer > 0:
+        deferred = defer > 0
+        if deferred:
             defer -= 1
         elif work.chunked_rid >= 0 or (work.waiting and not work.batch_full):
             rows = n if mixed else 0
@@ -208,8 +209,8 @@ def run_baseline(work: Work, setup: Setup, policy: Baseline, progress: Progress 
                 next_progress += PROGRESS_EVERY
                 progress(work.finished)
             continue
-        if work.chunked_rid >= 0 or (work.waiting and defer):
-            continue  # deferred rounds with nothing to decode (an idle round each)
+        if work.chunked_rid >= 0 or (work.waiting and deferred):
+            continue  # deferred rounds with nothing to decode (an idle round each, the last one included)
         nxt = _idle_until_next(work, t)
         if nxt is None:
             break

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .. import pdmux_config as pc
@@ -271,6 +272,29 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
             f"{trace.mean_qps:.3g} req/s (pdmux capacity sizes every policy)")
 
 
+def _ignore_interrupts() -> None:
+    """Worker initializer: Ctrl-C reaches the whole process group; the parent alone handles it."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextmanager
+def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """A process pool of ``workers`` that never outlives an interrupted or failed caller: on Ctrl-C or an
+    error the queued simulations are cancelled and the workers terminated at once (waiting for them
+    could take minutes, and a worker hit by SIGINT can leave the pool hanging)."""
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupts)
+    try:
+        yield pool
+    except BaseException:
+        for process in list((getattr(pool, "_processes", None) or {}).values()):  # private: no public way
+            process.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)  # the workers are gone: returns at once, nothing left to join
+        raise
+    pool.shutdown()
+
+
 def default_workers() -> int:
     """CPU cores this process may use (``os.sched_getaffinity`` where available)."""
     try:
@@ -323,7 +347,7 @@ def tune(
             if progress:
                 progress(len(outcomes), len(tasks))
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with process_pool(workers) as pool:
             for outcome in pool.map(_evaluate, tasks):
                 outcomes.append(outcome)
                 if progress:
