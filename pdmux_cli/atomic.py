@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import InputError, PdmuxError
+from .errors import InputError, PdmuxError, short_repr
 
 
 def _umask() -> int:
@@ -20,11 +21,27 @@ def _umask() -> int:
     return mask
 
 
+def _mode(path: Path, shown: Path) -> int | None:
+    """``path``'s ``st_mode``, ``None`` when it does not exist; :class:`InputError` naming ``shown`` when
+    it cannot be looked at (a name longer than the file system allows, ENAMETOOLONG; a loop of links)."""
+    try:
+        return path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise InputError(f"cannot write {short_repr(str(shown))}: {e.strerror or e}") from None
+
+
+def _is_dir(path: Path, shown: Path) -> bool:
+    mode = _mode(path, shown)
+    return mode is not None and stat.S_ISDIR(mode)
+
+
 def check_writable(path: str | Path | None) -> Path | None:
     """The file ``path`` names (through a symlink), when it can be written; ``None`` for ``None``.
 
-    Raises :class:`InputError` when its folder is missing or not writable, or it is a directory,
-    device, pipe or socket. Commands call it before a long run, so that the run is not wasted.
+    Raises :class:`InputError` when its folder is missing or not writable, it is a directory, device,
+    pipe or socket, or its name cannot be a file there (longer than the file system allows). Commands call it before a long run, so that the run is not wasted.
     """
     if path is None:
         return None
@@ -34,11 +51,12 @@ def check_writable(path: str | Path | None) -> Path | None:
         raise InputError(f"cannot write {shown}: it is a device or a stream, not a regular file; give a file path")
     target = Path(os.path.realpath(shown))  # through a symlink to the file it names
     folder = target.parent
-    if not folder.is_dir():
+    if not _is_dir(folder, shown):
         raise InputError(f"cannot write {shown}: folder {shown.parent} does not exist")
-    if target.is_dir():
+    mode = _mode(target, shown)
+    if mode is not None and stat.S_ISDIR(mode):
         raise InputError(f"cannot write {shown}: it is a directory")
-    if target.exists() and not target.is_file():
+    if mode is not None and not stat.S_ISREG(mode):
         raise InputError(f"cannot write {shown}: it is not a regular file (a device, pipe or socket)")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise InputError(f"cannot write {shown}: folder {shown.parent} is not writable")

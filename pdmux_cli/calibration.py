@@ -196,7 +196,9 @@ class Calibration:
         """The cost-model view of these curves for ``gpu`` (a ``hardware.Gpu``).
 
         ``bandwidth_efficiency`` and ``mfu`` are accepted for the estimate's call signature and
-        deliberately ignored: the curves are measured rates, which already include those losses.
+        deliberately ignored: the curves are measured rates, which already include those losses. A curve
+        of an incomplete run that stops short of the whole GPU is extended to the run's whole-GPU ceiling
+        (copy rate, whole-GPU matmul), and the result's ``notes`` say from which SM count.
         Raises :class:`InputError` when the file has no SM-partition terms, when ``gpu``'s SM count or
         compute capability differs from the calibrated device's (the curves would be read at the wrong
         SM counts) or is unknown, and when a measured rate exceeds ``gpu``'s datasheet peak by more than
@@ -208,14 +210,42 @@ class Calibration:
                              "model needs them; use --cost-model roofline, or merge a bench calibration into it")
         self.check_device(gpu)
         self._check_against_datasheet(gpu)
+        bandwidth, bw_from = _to_whole_gpu(self.bandwidth_curve, self.sm_count, self.copy_bytes_per_s)
+        flops, flops_from = _to_whole_gpu(self.flops_curve, self.sm_count, self.matmul_flops_per_s)
+        notes: tuple[str, ...] = ()
+        if bw_from or flops_from:
+            parts = []
+            if bw_from:
+                parts.append(f"read bandwidth from {bw_from} SMs toward the copy ceiling "
+                             f"({self.copy_bytes_per_s / 1e12:.3g} TB/s, read + write)")
+            if flops_from:
+                parts.append(f"GEMM FLOP/s from {flops_from} SMs toward the whole-GPU matmul "
+                             f"({self.matmul_flops_per_s / 1e12:.3g} TFLOP/s)")
+            notes = ((f"calibration from an incomplete bench run: {' and '.join(parts)} up to {self.sm_count} SMs "
+                     "are interpolated, not measured (run 'pdmux bench' to the end for measured values)"),)
         return CalibratedThroughput(
             total_sms=self.sm_count,
-            bandwidth_curve=self.bandwidth_curve,
-            flops_curve=self.flops_curve,
+            bandwidth_curve=bandwidth,
+            flops_curve=flops,
             corun=self.corun,
             source=f"calibration {self.gpu_name}, {self.date}" + ("" if self.complete else " (incomplete run)"),
             s_sat_sms=self.s_sat_sms,
+            notes=notes,
         )
+
+
+def _to_whole_gpu(curve: tuple[tuple[int, float], ...], sm_count: int,
+                  ceiling: float) -> tuple[tuple[tuple[int, float], ...], int]:
+    """``curve`` (SMs, rate) ending at the whole GPU: as it is when it does, else with the run's whole-GPU
+    ceiling appended at ``sm_count`` (never below the last measured rate, so the curve stays
+    non-decreasing), and the first SM count past the measurements (0 when nothing was added).
+
+    An interrupted bench (``complete: false``) has the ceilings, measured first, but not the sweep's
+    larger partitions; holding the last measured rate flat to the whole GPU would make 16 SMs as fast
+    as 132."""
+    if curve[-1][0] >= sm_count:
+        return curve, 0
+    return (*curve, (sm_count, max(ceiling, curve[-1][1]))), curve[-1][0] + 1
 
 
 def _check_datasheet(gpu: Any, what: str, measured: float, datasheet: float | None, unit: str) -> None:
@@ -270,6 +300,7 @@ class CalibratedThroughput:
     ``corun_*_factor(p, d)``: :func:`interpolate_clamped` of the measured factors by decode SMs, in
     (0, 1] (a factor measured above 1 is noise and counts as 1.0); 1.0 when no level was measured.
     ``s_sat_sms``: the measured S_SAT (SMs reaching 95% of the whole GPU's read rate; 0 if unknown).
+    ``notes``: which values are interpolated rather than measured (an incomplete run), for output.
     """
 
     total_sms: int
@@ -278,6 +309,7 @@ class CalibratedThroughput:
     corun: tuple[tuple[int, int, float, float], ...]
     source: str
     s_sat_sms: int = 0
+    notes: tuple[str, ...] = ()
 
     def bandwidth_bytes_per_s(self, sms: int) -> float:
         """Bytes/s the read kernel reached alone on ``sms`` SMs (interpolated)."""

@@ -269,18 +269,32 @@ def _check_context(model: Model, scenario: Scenario) -> None:
                              f"(max_position_embeddings): SGLang rejects it; use fewer tokens")
 
 
-def _check_level(gpu: Gpu, total: int, split: tuple[int, int]) -> None:
+def _driver_level(gpu: Gpu, total: int, split: tuple[int, int]) -> tuple[policy.Split, str]:
+    """``--level P/D`` as the CUDA driver makes it (:func:`pdmux_cli.policy.driver_split`: on H100
+    100/32 runs as 104/28), and a note when that differs from what was asked (``""`` otherwise).
+
+    Raises :class:`InputError` when P or D is not > 0, P + D is not the GPU's SM count, or the
+    rounded split leaves decode fewer SMs than the granularity's minimum.
+    """
     p_sm, d_sm = split
     if p_sm <= 0 or d_sm <= 0 or p_sm + d_sm != total:
         raise InputError(
             f"level {p_sm}/{d_sm} is not a split of {gpu.name}'s {total} SMs: "
             "prefill and decode SMs must both be > 0 and add up to the SM count"
         )
-    minimum, multiple = policy.cuda_sm_granularity(gpu.compute_capability[0])
-    if p_sm < minimum or d_sm < minimum or p_sm % multiple:
+    major = gpu.compute_capability[0]
+    minimum, multiple = policy.cuda_sm_granularity(major)
+    real = policy.driver_split(p_sm, d_sm, total, major)
+    if real.decode_sms < minimum:
         raise InputError(
             f"level {p_sm}/{d_sm} cannot be made on {gpu.name}: green contexts give prefill a multiple of "
-            f"{multiple} SMs (at least {minimum}) and decode the rest (at least {minimum})")
+            f"{multiple} SMs (at least {minimum}), so it would run {real.prefill_sms}/{max(real.decode_sms, 0)}, "
+            f"leaving decode fewer than {minimum}")
+    if real == (p_sm, d_sm):
+        return real, ""
+    return real, (f"level {p_sm}/{d_sm} runs as {real.prefill_sms}/{real.decode_sms} SMs (the CUDA driver rounds "
+                  f"green-context SM counts up to multiples of {multiple} on compute capability {major}.x): "
+                  f"estimated at {real.prefill_sms}/{real.decode_sms}")
 
 
 def _models(gpu: Gpu, model: Model, scenario: Scenario, calibration) -> list[tuple[StepModel, float | None]]:
@@ -324,8 +338,8 @@ def estimate(
     PD-multiplexing row with measured co-run interference; its whole-GPU terms (``pdmux calibrate``)
     replace the roofline model's fitted efficiencies. ``all_levels``: also fill :attr:`Estimate.levels`, the
     ITL/prefill trade-off of every level. Raises :class:`InputError` for invalid scenarios, a prompt past
-    the model's context length, a level that is not a valid split of the GPU, or a GPU whose SM count
-    is unknown.
+    the model's context length, a level that is not a valid split of the GPU (a level off the CUDA
+    granularity is estimated as the driver rounds it, with a note), or a GPU whose SM count is unknown.
     """
     scenario.validate()
     _check_context(model, scenario)
@@ -340,9 +354,10 @@ def estimate(
         notes.append(plan.note)
     groups = plan.groups
     if scenario.level is not None:
-        _check_level(gpu, total, scenario.level)
-        p_sm, d_sm = scenario.level
-        level = policy.Split(p_sm, d_sm)
+        level, rounded = _driver_level(gpu, total, scenario.level)
+        if rounded:
+            notes.append(rounded)
+        p_sm, d_sm = level
         group_index = groups.index(level) if level in groups else -1
         level_source = "explicit"
         if group_index < 0:
@@ -357,7 +372,8 @@ def estimate(
         level_source = plan.source
         if policy.older_sglang_crashes(plan.thresholds, scenario.decode_bs):
             notes.append(
-                f"older SGLang dies with UnboundLocalError here: no manual_divisions threshold is <= {scenario.decode_bs}"
+                f"{policy.SGLANG_RELEASE} dies with UnboundLocalError here ({policy.SGLANG_UNRELEASED} takes "
+                f"group 1): no manual_divisions threshold is <= {scenario.decode_bs}"
             )
 
     bs, ctx, prompt = scenario.decode_bs, scenario.context_tokens, scenario.prompt_tokens

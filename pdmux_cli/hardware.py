@@ -22,7 +22,7 @@ import yaml
 from .errors import InputError, short_repr
 from .input_files import read_input_text
 from .numbers import finite_float
-from .policy import parse_compute_capability
+from .policy import check_known_capability, parse_compute_capability
 from .profile_files import gpu_profiles_dir
 from .yaml_input import load_yaml
 
@@ -339,7 +339,7 @@ def find_gpu(name: str) -> Gpu:
             seen.add(index[candidate].key)
             suggestions.append(shown[candidate])
     hint = f"closest: {', '.join(suggestions[:4])}" if suggestions else "no close match"
-    raise InputError(f"unknown GPU {name!r}; {hint} (pdmux splits --all lists every profile)")
+    raise InputError(f"unknown GPU {short_repr(name)}; {hint} (pdmux splits --all lists every profile)")
 
 
 def find_gpu_or_file(name: str) -> Gpu:
@@ -357,11 +357,12 @@ def custom_gpu(sm_count: int, cc: tuple[int, int] | str) -> Gpu:
 
     Memory, bandwidth and FLOP/s are unknown (0 / ``None``): good for split planning, not for the
     cost model (:meth:`Gpu.dense_flops` raises). Raises :class:`InputError` for a non-positive SM
-    count or a malformed capability.
+    count, a malformed capability, or one that is not a known NVIDIA GPU's
+    (:data:`pdmux_cli.policy.KNOWN_COMPUTE_CAPABILITIES`).
     """
     if isinstance(sm_count, bool) or not isinstance(sm_count, int) or not 1 <= sm_count <= MAX_SMS:
         raise InputError(f"--sms must be a number of SMs from 1 to {MAX_SMS}, got {sm_count!r}")
-    major, minor = parse_compute_capability(cc)
+    major, minor = check_known_capability(parse_compute_capability(cc))
     return Gpu(
         key=f"custom-{sm_count}sm-cc{major}{minor}",
         name=f"custom {sm_count} SMs, cc {major}.{minor}",

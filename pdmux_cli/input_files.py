@@ -18,6 +18,34 @@ from pathlib import Path
 from .errors import InputError
 
 
+def stat_mode(path: str | Path) -> int | None:
+    """``path``'s ``st_mode`` (symlinks followed), or ``None`` when it cannot be looked at for any reason:
+    missing, a name too long for the file system (ENAMETOOLONG, which ``Path.is_dir`` raises on
+    Python < 3.14), a folder on the way without permission, a NUL byte. For the "is it a file or a
+    name?" questions (``--model``, ``--gpu``, outputs) that must not fail with an exit-1 ``OSError``."""
+    try:
+        return Path(path).stat().st_mode
+    except (OSError, ValueError):
+        return None
+
+
+def is_dir(path: str | Path) -> bool:
+    """True when ``path`` is a directory (:func:`stat_mode`; never raises)."""
+    mode = stat_mode(path)
+    return mode is not None and stat.S_ISDIR(mode)
+
+
+def is_file(path: str | Path) -> bool:
+    """True when ``path`` is a regular file (:func:`stat_mode`; never raises)."""
+    mode = stat_mode(path)
+    return mode is not None and stat.S_ISREG(mode)
+
+
+def exists(path: str | Path) -> bool:
+    """True when ``path`` can be looked at (:func:`stat_mode`; never raises)."""
+    return stat_mode(path) is not None
+
+
 def _refusal(path: str | Path, what: str, problem: str, hint: str) -> InputError:
     return InputError(f"{what} {path}: {problem}" + (f"; {hint}" if hint else ""))
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import input_files
 from .errors import InputError, printable, short_repr
 from .input_files import read_input_text
 from .profile_files import model_profiles_dir
@@ -556,12 +557,13 @@ def load_model(name_or_path: str | os.PathLike[str]) -> Model:
         raise InputError(f"empty model name: give a profile name ({', '.join(list_models())}) "
                          "or a path to a config.json")
     path = Path(text).expanduser()
-    if path.is_dir():
+    if input_files.is_dir(path):
         config_path = path / "config.json"
-        if not config_path.exists():
+        if not input_files.exists(config_path):
             raise InputError(f"{path}: directory has no config.json")
         return _load_file(config_path, default_name=path.name)
-    if path.exists() or text.lower().endswith(".json"):  # a file, a special file, or a missing *.json
+    # a file, a special file, or a missing *.json (a name too long to be a file is a profile name)
+    if input_files.exists(path) or text.lower().endswith(".json"):
         return _load_file(path, default_name=path.parent.name if path.stem == "config" else path.stem)
 
     profiles = _profile_files()
@@ -579,7 +581,7 @@ def load_model(name_or_path: str | os.PathLike[str]) -> Model:
         hint = "closest: " + ", ".join(close)
     else:
         hint = "available: " + ", ".join(sorted(names.values(), key=str.lower))
-    raise InputError(f"{what} {text!r} ({hint}; or give a path to a config.json)")
+    raise InputError(f"{what} {short_repr(text)} ({hint}; or give a path to a config.json)")
 
 
 def _load_file(path: Path, default_name: str, profile: bool = False) -> Model:

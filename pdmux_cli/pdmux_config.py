@@ -6,18 +6,28 @@ only I/O is :func:`load_config` reading the one file it is given. Every rule com
 the SGLang section of the chapter; each :class:`Problem` says which SGLang refuses it:
 
 ``"old"``
-    older SGLang main (its loader checks only ``sm_group_num >= 3`` and the entry count) refuses it
-    or crashes on it at run time;
+    SGLang 0.5.23, the latest release (its loader checks only ``sm_group_num`` and the entry count),
+    refuses it or crashes on it at start-up or run time; unreleased SGLang accepts it;
 ``"new"``
-    newer SGLang's loader / start-up checks refuse it (older main accepts it);
+    unreleased SGLang (branches after 0.5.23) refuses it at load or start-up; 0.5.23 runs it;
 ``"both"``
-    every SGLang refuses or crashes (the shared loader rules, and sgl-kernel's
-    ``create_greenctx_stream_by_value`` checks: both counts > 0, their sum fits the device);
+    both refuse it or crash on it (the shared loader rules, start-up code such as the unpacking of
+    each entry, and sgl-kernel's ``create_greenctx_stream_by_value`` checks: both counts > 0, their
+    sum fits the device);
 ``"cuda"``
     SGLang accepts it, but the CUDA driver rounds green-context SM counts up to the architecture's
     granularity, so the split that really runs differs from the YAML;
 ``"pdmux"``
-    SGLang does not object, but it is almost certainly a mistake (an unknown key, most often a typo).
+    SGLang does not object, but it is almost certainly a mistake (an unknown key, most often a typo);
+``"warning"``
+    every SGLang runs it as meant (a float threshold, ``sm_group_num: 8.0`` with manual_divisions):
+    worth a line, not a failure (:func:`is_error` is false; check-config exits 0 on warnings alone).
+
+The 0.5.23 verdicts come from its source: ``srt/multiplex/pdmux_context.py`` (``load_pdmux_config``,
+``initialize_stream_groups``, ``divide_sm``), ``multiplexing_mixin.py`` (``adjust_stream_groups``),
+``srt/model_executor/model_runner_components/attention_backend_setup.py`` (one decode attention backend
+per ``--sm-group-num``) and ``model_runner.py`` ``update_decode_attn_backend``; the unreleased ones from
+sglang-pdmux.md. :data:`pdmux_cli.policy.SGLANG_RELEASE` and ``SGLANG_UNRELEASED`` name them in messages.
 
 Units: SM counts are SMs of one GPU; ``split_forward_token_budget`` is in tokens;
 ``decode_bs_threshold`` and ``decode_bs_divisor`` are decode batch sizes (requests).
@@ -28,23 +38,40 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from . import policy
 from .errors import InputError, printable, short_repr
 from .input_files import read_input_text
+from .policy import SGLANG_RELEASE, SGLANG_UNRELEASED
 from .yaml_input import load_yaml
 
 #: The values :attr:`Problem.rule` takes, with what each means.
 RULES: dict[str, str] = {
-    "old": "older SGLang main refuses it or crashes on it",
-    "new": "newer SGLang refuses it (older main accepts it)",
-    "both": "every SGLang version refuses it or crashes on it",
+    "old": f"{SGLANG_RELEASE} refuses it or crashes on it ({SGLANG_UNRELEASED} accepts it)",
+    "new": f"{SGLANG_UNRELEASED} refuses it ({SGLANG_RELEASE} runs it)",
+    "both": f"{SGLANG_RELEASE} and {SGLANG_UNRELEASED} both refuse it or crash on it",
     "cuda": "the CUDA driver rounds SM counts up, so the split that runs differs from the YAML",
     "pdmux": "SGLang does not object, but it is most likely a mistake",
+    "warning": "every SGLang runs it as meant; a warning, not an error",
 }
+
+#: Who objects, as the check-config table's "SGLang" column says it.
+RULE_LABELS: dict[str, str] = {
+    "old": "0.5.23 (release)",
+    "new": "unreleased",
+    "both": "0.5.23 + unreleased",
+    "cuda": "CUDA driver",
+    "pdmux": "none (a mistake?)",
+    "warning": "none (warning)",
+}
+
+
+def is_error(problem: Problem) -> bool:
+    """True unless ``problem`` is only a warning (rule ``"warning"``): what check-config exits 2 for."""
+    return problem.rule != "warning"
 
 #: The keys SGLang reads, in the order :func:`dump_config` writes them.
 KNOWN_KEYS: tuple[str, ...] = (
@@ -78,8 +105,8 @@ class PdmuxConfig:
     ``manual_divisions``: ``(prefill_sms, decode_sms, decode_bs_threshold)`` per split level, or
     ``()`` for SGLang's automatic split. ``split_forward_token_budget``: tokens; a split prefill
     submits ``max(1, budget // prompt_tokens)`` layers per round. ``decode_bs_divisor``: decode
-    requests at which the linear rule reaches the last level. ``max_split_forward_layers`` (newer
-    SGLang; ``None`` = not written, 0 = no cap) and ``overlap_decode_full_sm`` (newer SGLang;
+    requests at which the linear rule reaches the last level. ``max_split_forward_layers`` (unreleased
+    SGLang; ``None`` = not written, 0 = no cap) and ``overlap_decode_full_sm`` (unreleased SGLang;
     ``None`` = not written; needs manual_divisions) are optional.
 
     Values are not checked here (see :func:`validate`); lists are normalised to tuples.
@@ -148,7 +175,25 @@ def _read_int(value: Any, where: str, what: str) -> tuple[int | None, Problem | 
     return None, Problem(where, f"{what} is a {type(value).__name__}, not an integer", "both")
 
 
-def _read_entry(raw: Any, index: int) -> tuple[tuple[int, int, int] | None, list[Problem]]:
+def _read_threshold(value: Any, where: str) -> tuple[int | float | None, Problem | None]:
+    """decode_bs_threshold: an int, or a finite float kept as written with a warning.
+
+    SGLang compares the decode batch size with the threshold as it is (``decode_bs >= threshold`` in
+    ``adjust_stream_groups``), and no version checks its type, so ``0.5`` runs, acting as 1 (the
+    smallest batch that reaches it). Anything else is read as :func:`_read_int` reads it.
+    """
+    if isinstance(value, float) and math.isfinite(value) and value != int(value):
+        acts = math.ceil(value)
+        return value, Problem(
+            where,
+            f"decode_bs_threshold is the float {short_repr(value)}; SGLang compares decode batch sizes with it as "
+            f"written, so it acts as {acts} (the smallest batch that reaches it): write {acts}",
+            "warning",
+        )
+    return _read_int(value, where, "decode_bs_threshold")
+
+
+def _read_entry(raw: Any, index: int) -> tuple[tuple[int, int, int | float] | None, list[Problem]]:
     where = f"manual_divisions[{index}]"
     if not isinstance(raw, (list, tuple)):
         return None, [
@@ -171,26 +216,37 @@ def _read_entry(raw: Any, index: int) -> tuple[tuple[int, int, int] | None, list
         problems.append(
             Problem(
                 where,
-                f"entry has {len(raw)} elements, needs exactly 3 [prefill_sm, decode_sm, "
-                "decode_bs_threshold]: newer SGLang refuses it, older main reads the first three",
-                "new",
+                f"entry has {len(raw)} elements, needs exactly 3 [prefill_sm, decode_sm, decode_bs_threshold]: "
+                f"{SGLANG_RELEASE} dies at start-up unpacking it (ValueError: too many values to unpack, in "
+                f"initialize_stream_groups) and {SGLANG_UNRELEASED} refuses it at load",
+                "both",
             )
         )
-    values: list[int] = []
+    values: list[int | float] = []
     for field, value in zip(_ENTRY_FIELDS, raw[:3]):
-        number, problem = _read_int(value, where, field)
+        if field == "decode_bs_threshold":
+            number, problem = _read_threshold(value, where)
+        else:
+            number, problem = _read_int(value, where, field)
         if problem is not None:
             problems.append(problem)
         if number is None:
             return None, problems
         values.append(number)
-    return (values[0], values[1], values[2]), problems
+    return (int(values[0]), int(values[1]), values[2]), problems
 
 
-def _read_divisions(raw: Any, sm_group_num: int) -> tuple[tuple[tuple[int, int, int], ...], list[Problem]]:
+def _read_divisions(
+    raw: Any, sm_group_num: int
+) -> tuple[tuple[tuple[int, int, int | float], ...], list[Problem]]:
     if raw is None:
         return (), [
-            Problem("manual_divisions", "is empty (null); write [] for none, or list the levels", "both")
+            Problem(
+                "manual_divisions",
+                f"is empty (null): {SGLANG_RELEASE} runs it as [] (SGLang's automatic split), {SGLANG_UNRELEASED} "
+                "refuses it at load; write [] for the automatic split, or list the levels",
+                "new",
+            )
         ]
     if not isinstance(raw, list):
         return (), [
@@ -224,7 +280,7 @@ def parse_config(text: str, source: str = "<string>") -> tuple[PdmuxConfig, list
 
     ``source`` names the text in messages (a path, or ``"<string>"``). Lenient: unknown keys,
     wrong types (strings, floats, booleans where an int is needed), entries that are not lists of
-    three ints, and a missing ``sm_group_num`` (older main requires it) become :class:`Problem`
+    three ints, and a missing ``sm_group_num`` (SGLang requires it) become :class:`Problem`
     objects; the returned config then holds the default for an unreadable field, or ``()`` for
     manual_divisions when an entry is unreadable. Values are not range-checked (see
     :func:`validate`).
@@ -257,16 +313,17 @@ def parse_config(text: str, source: str = "<string>") -> tuple[PdmuxConfig, list
         problems.append(
             Problem(
                 "sm_group_num",
-                f"missing: older SGLang main requires it (newer code assumes "
-                f"{policy.DEFAULT_SM_GROUP_NUM}); add 'sm_group_num: {policy.DEFAULT_SM_GROUP_NUM}'",
-                "old",
+                "missing: SGLang's loader requires it ('Missing required field: sm_group_num', in "
+                f"{SGLANG_RELEASE} and {SGLANG_UNRELEASED}); add 'sm_group_num: {policy.DEFAULT_SM_GROUP_NUM}'",
+                "both",
             )
         )
+    manual = isinstance(data.get("manual_divisions"), list) and bool(data["manual_divisions"])
     for key in ("sm_group_num", "split_forward_token_budget", "decode_bs_divisor"):
         if key in data:
             number, problem = _read_int(data[key], key, key)
             if problem is not None:
-                problems.append(problem)
+                problems.append(_integral_float_problem(problem, key, data[key], manual))
             if number is not None:
                 fields[key] = number
 
@@ -294,6 +351,33 @@ def parse_config(text: str, source: str = "<string>") -> tuple[PdmuxConfig, list
         fields["manual_divisions"] = divisions
 
     return PdmuxConfig(**fields), problems
+
+
+def _integral_float_problem(problem: Problem, key: str, value: Any, manual: bool) -> Problem:
+    """``problem`` about ``key``, said exactly where ``value`` is an integral float such as ``8.0``.
+
+    With manual_divisions, ``sm_group_num`` is only compared with the entry count (``6 == 8.0 - 2``
+    holds) and ``decode_bs_divisor`` is never read (``adjust_stream_groups`` uses the thresholds), so
+    both run on every SGLang: a warning. Without them SGLang's automatic split slices its candidates
+    with ``sm_group_num - 2`` (``divide_sm``: TypeError at start-up) and the linear rule divides by the
+    divisor into a float stream index (TypeError at the first level change): errors.
+    """
+    integral = isinstance(value, float) and math.isfinite(value) and value == int(value)
+    if key not in ("sm_group_num", "decode_bs_divisor") or not integral:
+        return problem
+    if not manual:
+        crash = ("SGLang's automatic split slices its candidate splits with sm_group_num - 2 and dies at start-up "
+                 "(TypeError in divide_sm)" if key == "sm_group_num" else
+                 "SGLang's linear level rule divides by it into a float stream index and dies (TypeError) at a "
+                 "level change")
+        return Problem(key, f"{key} is the float {short_repr(value)}: {crash}; write the integer {int(value)}", "both")
+    use = "only counts the entries against it" if key == "sm_group_num" else "never reads it (the thresholds choose)"
+    return Problem(
+        key,
+        f"{key} is the float {short_repr(value)}; with manual_divisions SGLang {use}, so it runs; write the integer "
+        f"{int(value)}",
+        "warning",
+    )
 
 
 def load_config(path: str | Path) -> tuple[PdmuxConfig, list[Problem]]:
@@ -339,14 +423,13 @@ def _granularity_problem(
     if prefill <= 0 or decode <= 0 or (total_sms is not None and prefill + decode > total_sms):
         return None  # reported by the "both" checks already
     minimum, multiple = policy.cuda_sm_granularity(cc[0])
-    real_prefill = _round_up(max(prefill, minimum), multiple)
     if total_sms is None:
+        real_prefill = _round_up(max(prefill, minimum), multiple)
         if real_prefill == prefill:
             return None
         real = f"prefill on {real_prefill} SMs and decode (the remainder) on {real_prefill - prefill} fewer"
     else:
-        real_pair = min(_round_up(max(prefill + decode, minimum), multiple), total_sms)
-        real_decode = real_pair - real_prefill
+        real_prefill, real_decode = policy.driver_split(prefill, decode, total_sms, cc[0])
         if real_prefill == prefill and real_decode == decode:
             return None
         if real_decode <= 0:
@@ -369,19 +452,54 @@ def _granularity_problem(
     )
 
 
+def driver_divisions(config: PdmuxConfig, total_sms: int, cc: tuple[int, int]) -> tuple[PdmuxConfig, list[str]]:
+    """``config`` with each manual_divisions entry as the CUDA driver really splits it, and a note per
+    entry it changes (:func:`pdmux_cli.policy.driver_split`): on H100 ``[100, 32, 0]`` runs as
+    ``[104, 28, 0]``, so ``splits``, ``estimate`` and ``simulate`` plan and time 104/28, as the GPU would.
+
+    SMs of one GPU. Entries the driver keeps, or that other checks refuse (a count <= 0, a sum past
+    the device), are left as written. Raises :class:`InputError` when the rounded prefill leaves
+    decode no SMs (no split the driver can make).
+    """
+    if not config.manual_divisions:
+        return config, []
+    minimum, multiple = policy.cuda_sm_granularity(cc[0])
+    entries, notes = [], []
+    for index, (prefill, decode, threshold) in enumerate(config.manual_divisions):
+        real = policy.Split(prefill, decode)
+        if prefill > 0 and decode > 0 and prefill + decode <= total_sms:
+            real = policy.driver_split(prefill, decode, total_sms, cc[0])
+        if real.decode_sms <= 0:
+            raise InputError(
+                f"manual_divisions[{index}] [{prefill}, {decode}]: the CUDA driver rounds prefill up to "
+                f"{real.prefill_sms} SMs (multiples of {multiple} on compute capability {cc[0]}.x), which leaves "
+                f"decode none: use prefill_sm {max(minimum, prefill - prefill % multiple)}"
+            )
+        if real != (prefill, decode):
+            notes.append(
+                f"manual_divisions[{index}] [{prefill}, {decode}] runs as {real.prefill_sms}/{real.decode_sms} SMs "
+                f"(the CUDA driver rounds green-context SM counts up to multiples of {multiple} on compute "
+                f"capability {cc[0]}.x): computed with {real.prefill_sms}/{real.decode_sms}"
+            )
+        entries.append((real.prefill_sms, real.decode_sms, threshold))
+    return replace(config, manual_divisions=tuple(entries)), notes
+
+
 def validate(
     config: PdmuxConfig,
     total_sms: int | None = None,
     cc: tuple[int, int] | None = None,
     cli_sm_group_num: int | None = None,
 ) -> list[Problem]:
-    """Every problem SGLang (older main, newer code) or the CUDA driver has with ``config``.
+    """Every problem SGLang (0.5.23, the latest release; unreleased branches) or the CUDA driver has with
+    ``config``.
 
     ``total_sms``: the device's SM count (enables the sum checks and the automatic-split check).
     ``cc``: ``(major, minor)`` compute capability (enables the granularity check and, without
     manual_divisions, the check that SGLang's automatic split supports the device).
-    ``cli_sm_group_num``: the ``--sm-group-num`` launch flag, which newer SGLang requires to equal
-    the YAML's. Returns problems in a stable order: top-level keys, then entries in order.
+    ``cli_sm_group_num``: the ``--sm-group-num`` launch flag: unreleased SGLang requires it to equal the
+    YAML's; 0.5.23 builds that many decode attention backends and crashes when there are fewer than
+    stream groups (:func:`stream_group_count`). Returns problems in a stable order: top-level keys, then entries in order.
 
     Raises :class:`InputError` only for bad arguments: ``total_sms < 1`` or a capability without
     green contexts (major < 6).
@@ -400,17 +518,24 @@ def validate(
             Problem(
                 "sm_group_num",
                 f"is {n}, must be >= 3 (the all-prefill group, at least one split level, the all-decode "
-                "group); SGLang refuses it",
+                "group); SGLang's loader refuses it ('sm_group_num must be >= 3')",
                 "both",
             )
         )
     if cli_sm_group_num is not None and cli_sm_group_num != n:
+        groups = stream_group_count(config, total_sms, cc)
+        crash = cli_sm_group_num < groups
         problems.append(
             Problem(
                 "--sm-group-num",
                 f"the launch flag --sm-group-num {cli_sm_group_num} differs from the YAML's sm_group_num {n}; "
-                f"newer SGLang refuses to start: pass --sm-group-num {n}",
-                "new",
+                f"{SGLANG_UNRELEASED} refuses to start"
+                + (f", and {SGLANG_RELEASE}, building {cli_sm_group_num} decode attention backends for {groups} "
+                   "stream groups, dies with IndexError (at start-up capturing CUDA graphs, or with "
+                   f"--disable-cuda-graph at the first switch to group {cli_sm_group_num} or above)"
+                   if crash else "")
+                + f": pass --sm-group-num {n}",
+                "both" if crash else "new",
             )
         )
     if config.split_forward_token_budget <= 0:
@@ -418,7 +543,8 @@ def validate(
             Problem(
                 "split_forward_token_budget",
                 f"is {config.split_forward_token_budget}, must be > 0 (tokens per prefill round; default "
-                f"{policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET}); newer SGLang refuses it",
+                f"{policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET}); {SGLANG_UNRELEASED} refuses it ({SGLANG_RELEASE} "
+                "submits one layer per round)",
                 "new",
             )
         )
@@ -428,8 +554,8 @@ def validate(
             Problem(
                 "decode_bs_divisor",
                 f"is {config.decode_bs_divisor}, must be > 0 (default {policy.DEFAULT_DECODE_BS_DIVISOR}); "
-                "newer SGLang refuses it"
-                + ("; older main divides by it and dies with ZeroDivisionError" if crashes_old else ""),
+                f"{SGLANG_UNRELEASED} refuses it"
+                + (f"; {SGLANG_RELEASE} divides by it and dies with ZeroDivisionError" if crashes_old else ""),
                 "both" if crashes_old else "new",
             )
         )
@@ -437,7 +563,8 @@ def validate(
         problems.append(
             Problem(
                 "max_split_forward_layers",
-                f"is {config.max_split_forward_layers}, must be >= 0 (0 = no cap); newer SGLang refuses it",
+                f"is {config.max_split_forward_layers}, must be >= 0 (0 = no cap); {SGLANG_UNRELEASED} refuses it "
+                f"({SGLANG_RELEASE} ignores the key)",
                 "new",
             )
         )
@@ -445,8 +572,8 @@ def validate(
         problems.append(
             Problem(
                 "overlap_decode_full_sm",
-                "is true but needs manual_divisions; newer SGLang refuses it: list the levels in "
-                "manual_divisions or remove the key",
+                f"is true but needs manual_divisions; {SGLANG_UNRELEASED} refuses it ({SGLANG_RELEASE} ignores "
+                "the key): list the levels in manual_divisions or remove the key",
                 "new",
             )
         )
@@ -468,8 +595,8 @@ def validate(
                 Problem(
                     f"manual_divisions[{index}]",
                     f"decode_bs_threshold {thresholds[index]} is not greater than the previous entry's "
-                    f"{thresholds[index - 1]}; newer SGLang refuses it (thresholds must strictly increase), "
-                    "and older SGLang, taking the last entry whose threshold fits, never picks the earlier one",
+                    f"{thresholds[index - 1]}; {SGLANG_UNRELEASED} refuses it (thresholds must strictly increase), "
+                    f"and {SGLANG_RELEASE}, taking the last entry whose threshold fits, never picks the earlier one",
                     "new",
                 )
             )
@@ -480,9 +607,9 @@ def validate(
             Problem(
                 f"manual_divisions[{index}]",
                 f"every decode_bs_threshold is above 1 (smallest {smallest}): when a prefill batch "
-                f"arrives while fewer than {smallest} requests are decoding, no entry matches and older "
-                "SGLang main dies with UnboundLocalError (newer falls back to the first level); set the "
-                "first threshold to 0 or 1",
+                f"arrives while fewer than {math.ceil(smallest)} requests are decoding, no entry matches and "
+                f"{SGLANG_RELEASE} dies with UnboundLocalError in adjust_stream_groups ({SGLANG_UNRELEASED} falls "
+                "back to the first level); set the first threshold to 0 or 1",
                 "old",
             )
         )
@@ -500,15 +627,16 @@ def _entry_problems(
             problems.append(
                 Problem(
                     where,
-                    f"{name} is {value}, must be > 0; SGLang refuses it (newer at load, older when "
-                    "sgl-kernel creates the streams: 'SM counts must be positive')",
+                    f"{name} is {value}, must be > 0; SGLang refuses it ({SGLANG_UNRELEASED} at load, "
+                    f"{SGLANG_RELEASE} when sgl-kernel creates the streams: 'SM counts must be positive')",
                     "both",
                 )
             )
     if threshold < 0:
         problems.append(
             Problem(
-                where, f"decode_bs_threshold is {threshold}, must be >= 0; newer SGLang refuses it", "new"
+                where, f"decode_bs_threshold is {threshold}, must be >= 0; {SGLANG_UNRELEASED} refuses it "
+                f"({SGLANG_RELEASE} runs it: every batch reaches it)", "new"
             )
         )
     if total_sms is not None and prefill > 0 and decode > 0 and prefill + decode != total_sms:
@@ -527,8 +655,8 @@ def _entry_problems(
             problems.append(
                 Problem(
                     where,
-                    f"prefill_sm + decode_sm = {total}, not the device's {total_sms} SMs; newer SGLang "
-                    f"refuses it at start-up (older main leaves {total_sms - total} SMs idle): make them "
+                    f"prefill_sm + decode_sm = {total}, not the device's {total_sms} SMs; {SGLANG_UNRELEASED} "
+                    f"refuses it at start-up ({SGLANG_RELEASE} leaves {total_sms - total} SMs idle): make them "
                     f"add up to {total_sms}",
                     "new",
                 )
@@ -538,6 +666,21 @@ def _entry_problems(
         if problem is not None:
             problems.append(problem)
     return problems
+
+
+def stream_group_count(config: PdmuxConfig, total_sms: int | None = None, cc: tuple[int, int] | None = None) -> int:
+    """The stream groups SGLang builds for ``config``: entries + 2 with manual_divisions; without, the
+    automatic split's count where the device is known and the split works (78 SMs on Hopper: 5), else
+    ``sm_group_num``. SGLang 0.5.23 indexes its ``--sm-group-num`` decode attention backends by group
+    (``attention_backend_setup.py``, ``ModelRunner.update_decode_attn_backend``)."""
+    if config.manual_divisions:
+        return len(config.manual_divisions) + 2
+    if total_sms is not None and cc is not None and config.sm_group_num >= 3:
+        try:
+            return len(policy.stream_groups(total_sms, cc[0], config.sm_group_num, cc[1]))
+        except InputError:
+            pass
+    return config.sm_group_num
 
 
 def _automatic_split_problems(
@@ -605,9 +748,9 @@ def default_thresholds(levels: int, decode_bs_divisor: int = policy.DEFAULT_DECO
 
     Level ``i`` (1-based, of ``levels``) is first chosen by the linear rule
     ``max(1, min(L, decode_bs * L // divisor))`` at decode batch ``ceil(i * divisor / L)``; level 1
-    gets 0 instead, so no batch is below every threshold (older SGLang main would crash there).
+    gets 0 instead, so no batch is below every threshold (SGLang 0.5.23 would crash there).
     H100 defaults (6 levels, divisor 36): ``[0, 12, 18, 24, 30, 36]``. The thresholds strictly
-    increase (as newer SGLang requires) whenever ``decode_bs_divisor >= levels``; below that
+    increase (as unreleased SGLang requires) whenever ``decode_bs_divisor >= levels``; below that
     the linear rule skips levels and some thresholds repeat.
 
     Raises :class:`InputError` for ``levels < 1`` or ``decode_bs_divisor < 1``.
@@ -700,10 +843,11 @@ def parse_divisions(text: str) -> tuple[tuple[int, int, int], ...]:
 
 
 def launch_flags(config_path: str, sm_group_num: int) -> list[str]:
-    """The SGLang server flags that deploy a pdmux config.
+    """The SGLang server flags that deploy a pdmux config, one argument each (unquoted).
 
-    ``--sm-group-num`` must equal the YAML's sm_group_num (newer SGLang); older main requires
-    ``--chunked-prefill-size -1`` given explicitly and the overlap schedule disabled.
+    ``--sm-group-num`` must equal the YAML's sm_group_num (unreleased SGLang; 0.5.23 crashes with
+    fewer); SGLang 0.5.23 requires ``--chunked-prefill-size -1`` given explicitly and the overlap
+    schedule disabled.
     """
     return [
         "--enable-pdmux",
@@ -715,3 +859,13 @@ def launch_flags(config_path: str, sm_group_num: int) -> list[str]:
         "-1",
         "--disable-overlap-schedule",
     ]
+
+
+def launch_command(config_path: str, sm_group_num: int, model: str = "MODEL") -> str:
+    """The whole SGLang launch line for a shell: :func:`launch_flags` after ``python -m
+    sglang.launch_server --model-path MODEL``, each argument shell-quoted (``shlex.quote``), so a
+    config path with spaces or quotes pastes as one argument."""
+    import shlex
+
+    return shlex.join(["python", "-m", "sglang.launch_server", "--model-path", model,
+                       *launch_flags(config_path, sm_group_num)])

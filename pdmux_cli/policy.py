@@ -24,6 +24,22 @@ from .numbers import plain_int
 #: SGLang raise ``ValueError("Unsupported compute capability: X.Y")`` on the automatic path.
 SGLANG_SM_CONSTRAINTS: dict[int, tuple[int, int]] = {6: (1, 1), 7: (2, 2), 8: (4, 2), 9: (8, 8)}
 
+#: The two SGLang codes a verdict names. The release's rules are read from SGLang 0.5.23's source
+#: (``srt/multiplex/pdmux_context.py`` ``load_pdmux_config``, ``initialize_stream_groups``,
+#: ``divide_sm``; ``multiplexing_mixin.py`` ``adjust_stream_groups``); the unreleased branches' stricter
+#: loader and start-up checks from sglang-pdmux.md ("newer" there). No release has them as of 0.5.23.
+SGLANG_RELEASE = "SGLang 0.5.23 (latest release)"
+SGLANG_UNRELEASED = "unreleased SGLang (branches after 0.5.23)"
+
+#: Compute capabilities of NVIDIA GPUs with green contexts (6.0 and later), from the CUDA
+#: programming guide's table of compute capabilities: Pascal 6.0/6.1/6.2, Volta 7.0/7.2, Turing 7.5,
+#: Ampere 8.0/8.6/8.7, Ada 8.9, Hopper 9.0, Blackwell 10.0/10.3/12.0/12.1, Thor 10.1 (11.0 from CUDA 13).
+#: ``--cc`` takes only these: pdmux's rules for an unknown capability would be guesses.
+KNOWN_COMPUTE_CAPABILITIES: tuple[tuple[int, int], ...] = (
+    (6, 0), (6, 1), (6, 2), (7, 0), (7, 2), (7, 5), (8, 0), (8, 6), (8, 7), (8, 9), (9, 0),
+    (10, 0), (10, 1), (10, 3), (11, 0), (12, 0), (12, 1),
+)
+
 #: SGLang's decode floor: a candidate level must leave decode at least this many SMs.
 MIN_DECODE_SMS = 16
 
@@ -44,14 +60,14 @@ class GroupPlan(NamedTuple):
     """The stream groups for one device and config, and where they came from.
 
     ``groups``: list of :class:`Split`, group 0 first (all prefill), last group all decode.
-    ``thresholds``: the manual_divisions decode-batch thresholds (one per level) or ``None`` when
-    the linear rule chooses. ``source``: ``"sglang-auto"``, ``"manual"`` or ``"cuda-granularity"``
+    ``thresholds``: the manual_divisions decode-batch thresholds (one per level, as written: SGLang
+    compares batch sizes with a float threshold as it is) or ``None`` when the linear rule chooses. ``source``: ``"sglang-auto"``, ``"manual"`` or ``"cuda-granularity"``
     (Blackwell, where SGLang's automatic path fails at start-up and manual_divisions is needed).
     ``note``: a sentence for the user, or ``""``.
     """
 
     groups: list[Split]
-    thresholds: list[int] | None
+    thresholds: list[int | float] | None
     source: str
     note: str
 
@@ -71,6 +87,17 @@ def parse_compute_capability(text: str | float | tuple[int, int]) -> tuple[int, 
     if not (0 < major < 100 and 0 <= minor < 10):
         raise InputError(f"compute capability {text!r} is out of range (e.g. 8.0, 9.0, 10.0)")
     return major, minor
+
+
+def check_known_capability(cc: tuple[int, int]) -> tuple[int, int]:
+    """``cc`` when it is one of :data:`KNOWN_COMPUTE_CAPABILITIES` or below 6.0 (those are refused
+    later, with "no green contexts"); :class:`InputError` naming the known ones otherwise."""
+    major, minor = cc
+    if major < 6 or (major, minor) in KNOWN_COMPUTE_CAPABILITIES:
+        return cc
+    known = ", ".join(f"{a}.{b}" for a, b in KNOWN_COMPUTE_CAPABILITIES)
+    raise InputError(f"compute capability {major}.{minor} is not a known NVIDIA GPU's; pdmux knows {known} "
+                     "(and refuses below 6.0: no green contexts)")
 
 
 def cuda_sm_granularity(major: int) -> tuple[int, int]:
@@ -170,6 +197,23 @@ def granularity_levels(total_sms: int, major: int, sm_group_num: int = DEFAULT_S
     return [Split(total_sms, 0), *levels, Split(0, total_sms)]
 
 
+def driver_split(prefill_sms: int, decode_sms: int, total_sms: int, major: int) -> Split:
+    """The split the CUDA driver really makes when sgl-kernel asks for ``prefill_sms`` / ``decode_sms``.
+
+    sgl-kernel's ``create_greenctx_stream_by_value`` splits the device once for ``prefill + decode``
+    SMs, then that group for ``prefill``; prefill gets the group, decode the remainder
+    (sglang-pdmux.md, "Green-context streams"). The driver rounds each request up to the granularity
+    (:func:`cuda_sm_granularity`, at least the minimum); a request for the whole device gets it. So
+    100/32 on H100 runs as 104/28, while H200's 112/20 runs as written. SMs in and out; the decode
+    count is 0 or negative when the rounded prefill takes the whole group (no usable split).
+    Raises :class:`InputError` for a capability below 6.0.
+    """
+    minimum, multiple = cuda_sm_granularity(major)
+    real_prefill = -(-max(prefill_sms, minimum) // multiple) * multiple
+    real_pair = min(-(-max(prefill_sms + decode_sms, minimum) // multiple) * multiple, total_sms)
+    return Split(real_prefill, real_pair - real_prefill)
+
+
 def manual_stream_groups(total_sms: int, manual_divisions: Sequence[Sequence[int]]) -> list[Split]:
     """Stream groups from a YAML's ``manual_divisions`` (``[prefill, decode, threshold]`` each)."""
     return [Split(total_sms, 0), *(Split(int(e[0]), int(e[1])) for e in manual_divisions), Split(0, total_sms)]
@@ -193,7 +237,7 @@ def plan_groups(
     major, minor = cc
     if manual_divisions:
         groups = manual_stream_groups(total_sms, manual_divisions)
-        return GroupPlan(groups, [int(e[2]) for e in manual_divisions], "manual", "")
+        return GroupPlan(groups, [e[2] for e in manual_divisions], "manual", "")
     if major in SGLANG_SM_CONSTRAINTS:
         return GroupPlan(stream_groups(total_sms, major, sm_group_num, minor), None, "sglang-auto", "")
     groups = granularity_levels(total_sms, major, sm_group_num)
@@ -212,11 +256,11 @@ def choose_group(
     decode_bs_divisor: int = DEFAULT_DECODE_BS_DIVISOR,
     thresholds: Sequence[int] | None = None,
 ) -> int:
-    """The stream-group index SGLang's ``adjust_stream_groups`` picks (newer SGLang).
+    """The stream-group index SGLang's ``adjust_stream_groups`` picks (unreleased SGLang's fallback).
 
     ``num_groups``: N, the number of stream groups. ``decode_bs``: requests in decode.
     Decode and prefill both present: with ``thresholds`` (manual_divisions), the LAST level whose
-    threshold is <= decode_bs (level i -> group i + 1), or group 1 when none matches (older SGLang
+    threshold is <= decode_bs (level i -> group i + 1), or group 1 when none matches (SGLang 0.5.23
     crashes there instead: see :func:`older_sglang_crashes`); without, the linear rule
     ``max(1, min(N - 2, decode_bs * (N - 2) // decode_bs_divisor))``. Decode only -> N - 1;
     prefill only or idle -> 0.
@@ -236,7 +280,7 @@ def choose_group(
 
 
 def older_sglang_crashes(thresholds: Sequence[int] | None, decode_bs: int, has_prefill: bool = True) -> bool:
-    """True when older SGLang main dies with ``UnboundLocalError`` choosing a level.
+    """True when SGLang 0.5.23 (the latest release) dies with ``UnboundLocalError`` choosing a level.
 
     That happens with manual_divisions when decode and prefill are both present and no threshold
     is <= the decode batch size (the variable holding the choice is never assigned).

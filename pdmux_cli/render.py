@@ -92,7 +92,7 @@ def splits_tables(info: dict[str, Any]) -> list[Any]:
     for bs, k, crash in info["choices"]:
         split = f"{groups[k].prefill_sms} : {groups[k].decode_sms}"
         if crash:
-            split += "  (older SGLang: UnboundLocalError)"
+            split += "  (SGLang 0.5.23, the latest release: UnboundLocalError)"
         t2.add_row(str(bs), str(k), split)
     t2.caption = f"decode only -> group {len(groups) - 1} (whole GPU); prefill only -> group 0 (whole GPU)"
     t2.caption_justify = "left"

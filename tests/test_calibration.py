@@ -326,6 +326,40 @@ def test_incomplete_source() -> None:
     assert make_calibration(complete=False).throughput(find_gpu("h100")).source.endswith("(incomplete run)")
 
 
+def test_incomplete_run_reaches_the_whole_gpu_ceilings() -> None:
+    """Curves of an interrupted bench (up to 16 SMs) end at the run's whole-GPU ceilings, not at a flat
+    16-SM rate; the note says from which SM count the values are interpolated."""
+    short = make_calibration(bandwidth_curve=((8, 0.6e12), (16, 1.2e12)), flops_curve=((8, 40e12), (16, 80e12)),
+                             s_sat_sms=16, complete=False)
+    thr = short.throughput(find_gpu("h100"))
+    assert thr.bandwidth_bytes_per_s(16) == 1.2e12  # measured points kept
+    assert thr.bandwidth_bytes_per_s(132) == 3.0e12  # copy_bytes_per_s
+    assert thr.bandwidth_bytes_per_s(74) == pytest.approx(1.2e12 + (3.0e12 - 1.2e12) * 58 / 116)
+    assert thr.flops_per_s(132) == 670e12  # matmul_flops_per_s
+    assert len(thr.notes) == 1
+    assert "read bandwidth from 17 SMs" in thr.notes[0] and "GEMM FLOP/s from 17 SMs" in thr.notes[0]
+    assert "up to 132 SMs are interpolated, not measured" in thr.notes[0]
+    # a ceiling below the last measured rate never makes the curve fall
+    low = make_calibration(bandwidth_curve=((8, 0.6e12), (16, 1.2e12)), copy_bytes_per_s=1.0e12, s_sat_sms=16,
+                           complete=False).throughput(find_gpu("h100"))
+    assert low.bandwidth_bytes_per_s(132) == 1.2e12
+    assert make_calibration().throughput(find_gpu("h100")).notes == ()  # a complete run: nothing added
+
+
+def test_estimate_with_an_incomplete_run_uses_the_ceilings_and_says_so(tmp_path) -> None:
+    short = mapping(bandwidth_curve=[[8, 0.6e12], [16, 1.2e12]], flops_curve=[[8, 40e12], [16, 80e12]], s_sat_sms=16,
+                    complete=False)
+    path = write(tmp_path, short)
+    d = json.loads(CliRunner().invoke(app, ["estimate", "--calibration", str(path), "--json"]).stdout)
+    assert any("interpolated, not measured" in n for n in d["notes"])
+    flat = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(),
+                    calibration=make_calibration(bandwidth_curve=((8, 0.6e12), (16, 1.2e12), (132, 1.2e12)),
+                                                 flops_curve=((8, 40e12), (16, 80e12), (132, 80e12)), s_sat_sms=16))
+    pd = {r.policy: r for r in flat.rows}["pdmux"]
+    # held flat, 16 SMs read as fast as the whole GPU; with the ceilings, 52 SMs read at about 45% of it
+    assert next(r for r in d["rows"] if r["policy"] == "pdmux")["itl_ms"] > 1.5 * pd.itl_ms
+
+
 def test_gpu_mismatch_refused() -> None:
     with pytest.raises(InputError, match=r"132 SMs.*A100.*108 SMs"):
         make_calibration().throughput(find_gpu("a100"))

@@ -116,6 +116,13 @@ def test_splits_all() -> None:
         (["splits", "--gpu", ""], "--gpu is empty"),
         (["splits", "--sms", "99999999999", "--cc", "9.0"], "--sms"),
         (["splits", "--all", "--config", "x.yaml"], "--all"),
+        (["splits", "--sms", "132", "--cc", "99.0"], "pdmux knows 6.0, 6.1"),
+        (["splits", "--sms", "132", "--cc", "9.5"], "compute capability 9.5 is not a known"),
+        (["gen-config", "--sms", "148", "--cc", "13.0"], "13.0"),
+        (["splits", "--gpu", "h100", "--decode-bs", "1,,2"], "item 2 of '1,,2' is empty"),
+        (["splits", "--gpu", "h100", "--decode-bs", ""], "--decode-bs"),
+        (["splits", "--gpu", "h100", "--prompt-tokens", "512,"], "item 2"),
+        (["bench", "--dry-run", "--gpu", "h100", "--levels", "1,,3"], "item 2"),
     ],
 )
 def test_splits_bad_input(args, contains) -> None:
@@ -211,7 +218,10 @@ def test_estimate_does_not_fit() -> None:
         (["estimate", "--step-overhead-ms", "1", "--cost-model", "chapter"], "roofline"),
         (["estimate", "--mixed-chunk-sizes", "0"], "--mixed-chunk-sizes"),
         (["estimate", "--prompt-tokens", "50000"], "context length"),
-        (["estimate", "--level", "66/66"], "multiple of 8"),
+        (["estimate", "--level", "124/8"], "multiple of 8"),
+        (["estimate", "--chunk-sizes", ",512"], "item 1 of ',512' is empty"),
+        (["estimate", "--mixed-chunk-sizes", "512,,256"], "item 2"),
+        (["estimate", "--s-sat", "44,,66"], "item 2 of '44,,66' is empty"),
         (["estimate", "--level", "80/50"], "not a split"),
         (["estimate", "--level", "eighty"], "--level"),
         (["estimate", "--flops-dtype", "int4"], "--flops-dtype"),
@@ -453,3 +463,127 @@ def test_check_config_table_shows_the_first_problems(tmp_path) -> None:
     assert "first 50 of " in r.stdout and r.stdout.count("manual_divisions[") <= 50
     full = run("check-config", str(path), "--gpu", "h100", "--json")
     assert len(json.loads(full.stdout)["problems"]) > 200
+
+
+# ---- issue 9: rough edges a new user finds -------------------------------------------------------
+
+
+def test_known_blackwell_and_thor_capabilities_are_accepted() -> None:
+    for cc in ("10.0", "10.3", "11.0", "12.0", "12.1", "8.7"):
+        assert run("splits", "--sms", "148", "--cc", cc).exit_code == 0, cc
+
+
+def test_names_too_long_for_a_file_are_bad_input_and_cut(tmp_path) -> None:
+    """A 300-character --model or --gpu is an unknown name (not 'File name too long', exit 1); an
+    output name too long for the file system is bad input naming it; quoted values are cut."""
+    long = "x" * 300
+    for args in (["estimate", "--model", long], ["splits", "--model", long]):
+        r = run(*args)
+        assert_one_line_error(r, 2, "unknown model 'xxx")
+        assert len(r.stderr) < 1000
+    assert_one_line_error(run("splits", "--gpu", "g" * 100_000), 2, "unknown GPU 'ggg")
+    assert len(run("splits", "--gpu", "g" * 100_000).stderr) < 300
+    out = tmp_path / (long + ".yaml")
+    assert_one_line_error(run("gen-config", "--output", str(out)), 2, "cannot write")
+    assert "File name too long" in run("gen-config", "--output", str(out)).stderr
+    assert_one_line_error(run("gen-config", "--output", str(tmp_path / long / "a.yaml")), 2, "File name too long")
+
+
+def test_config_off_the_granularity_is_computed_as_the_driver_runs_it(tmp_path) -> None:
+    """100/32 on an H100 really runs 104/28: splits and estimate use 104/28 and say so."""
+    cfg = tmp_path / "off.yaml"
+    cfg.write_text("sm_group_num: 3\nmanual_divisions:\n- [100, 32, 0]\n")
+    d = json.loads(run("splits", "--gpu", "h100", "--config", str(cfg), "--json").stdout)
+    assert [(g["prefill_sms"], g["decode_sms"]) for g in d["groups"]] == [(132, 0), (104, 28), (0, 132)]
+    assert any("[100, 32] runs as 104/28" in n for n in d["notes"])
+    e = json.loads(run("estimate", "--config", str(cfg), "--json").stdout)
+    assert (e["level"]["prefill_sms"], e["level"]["decode_sms"]) == (104, 28)
+    assert any("runs as 104/28" in n for n in e["notes"])
+    table = run("estimate", "--config", str(cfg))
+    assert "PD mux 104/28" in table.stdout and "computed with 104/28" in table.stdout
+
+
+def test_explicit_level_off_the_granularity_is_estimated_as_the_driver_runs_it() -> None:
+    d = json.loads(run("estimate", "--level", "100/32", "--json").stdout)
+    assert (d["level"]["prefill_sms"], d["level"]["decode_sms"]) == (104, 28)
+    assert d["level"]["group"] == 2  # 104/28 is SGLang's level 2 on H100
+    assert any("level 100/32 runs as 104/28" in n for n in d["notes"])
+    same = json.loads(run("estimate", "--level", "104/28", "--json").stdout)
+    assert [r["itl_ms"] for r in same["rows"]] == [r["itl_ms"] for r in d["rows"]]
+
+
+def test_repeated_sizes_give_one_row() -> None:
+    d = json.loads(run("estimate", "--chunk-sizes", "512,512", "--mixed-chunk-sizes", "256,256,128", "--json").stdout)
+    assert [r["label"] for r in d["rows"] if r["policy"] in ("chunked", "mixed-chunk")] == [
+        "chunked 512", "mixed chunk 256", "mixed chunk 128"]
+    s = json.loads(run("splits", "--decode-bs", "6,6,12", "--json").stdout)
+    assert [c["decode_bs"] for c in s["decode_bs_choice"]] == [6, 12]
+
+
+def test_check_config_names_sglang_versions_and_warnings_exit_zero(tmp_path) -> None:
+    warn = tmp_path / "warn.yaml"
+    warn.write_text("sm_group_num: 3\nmanual_divisions:\n- [112, 20, 0.5]\n")
+    r = run("check-config", str(warn))
+    assert r.exit_code == 0 and r.stderr == ""
+    assert "1 warning(s)" in r.stdout and "SGLang 0.5.23 (latest release)" in r.stdout
+    d = json.loads(run("check-config", str(warn), "--json").stdout)
+    assert d["ok"] is True and [(p["rule"], p["severity"]) for p in d["problems"]] == [("warning", "warning")]
+    # the float threshold is used as written by the planning commands, with a note
+    s = json.loads(run("splits", "--config", str(warn), "--decode-bs", "1", "--json").stdout)
+    assert s["groups"][1]["decode_bs_threshold"] == 0.5 and any("acts as 1" in n for n in s["notes"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sm_group_num: 3\nmanual_divisions:\n- [112, 20, 0, 7]\n")
+    r = run("check-config", str(bad))
+    assert r.exit_code == 2 and "0.5.23 + unreleased" in r.stdout
+    assert "unreleased = unreleased SGLang (branches after 0.5.23)" in " ".join(r.stdout.split())
+    assert_one_line_error(run("splits", "--config", str(bad)), 2, "too many values to unpack")
+
+
+def test_splits_table_names_the_release_that_crashes(tmp_path) -> None:
+    cfg = tmp_path / "high.yaml"
+    cfg.write_text("sm_group_num: 3\nmanual_divisions:\n- [112, 20, 4]\n")
+    r = run("splits", "--config", str(cfg), "--decode-bs", "2")
+    assert "(SGLang 0.5.23, the latest release:" in r.stdout and "UnboundLocalError)" in r.stdout
+    assert "older" not in r.stdout
+
+
+def test_launch_line_quotes_an_output_path_with_spaces(tmp_path) -> None:
+    out = tmp_path / "my dir" / "pd mux.yaml"
+    out.parent.mkdir()
+    r = run("gen-config", "--output", str(out))
+    assert r.exit_code == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("python -m sglang.launch_server"))
+    import shlex
+
+    args = shlex.split(line)
+    assert args[args.index("--pdmux-config-path") + 1] == str(out)
+
+
+def _pdmux(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pdmux_cli", *args], check=False, **kwargs)
+
+
+def test_bad_input_exits_2_with_stderr_closed_or_full() -> None:
+    """`pdmux ... 2>&-` and `2>/dev/full`: the line cannot be written, the status is still 2."""
+    closed = _pdmux("splits", "--gpu", "nope", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    preexec_fn=lambda: __import__("os").close(2))
+    assert closed.returncode == 2
+    usage = _pdmux("splits", "--bogus", stdout=subprocess.DEVNULL, preexec_fn=lambda: __import__("os").close(2))
+    assert usage.returncode == 2
+    with open("/dev/full", "w") as full:
+        assert _pdmux("splits", "--gpu", "nope", stdout=subprocess.DEVNULL, stderr=full).returncode == 2
+
+
+def test_a_reader_that_goes_away_is_not_an_error() -> None:
+    """`pdmux splits | head -1`: EPIPE on stdout exits 0 with nothing on stderr (the read end is closed
+    before pdmux starts, so every write fails: no timing involved)."""
+    import os
+
+    for args in (("splits",), ("splits", "--json"), ("estimate", "--json")):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            r = _pdmux(*args, stdout=write_end, stderr=subprocess.PIPE, text=True)
+        finally:
+            os.close(write_end)
+        assert (r.returncode, r.stderr) == (0, ""), args

@@ -80,8 +80,13 @@ def test_explicit_level() -> None:
     # any split the granularity allows: prefill a multiple of 8 SMs on Hopper, decode the rest
     est = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(64, 68)))
     assert est.group_index == -1 and "not one of the levels" in est.notes[-1]
+    # off the granularity: estimated as the driver rounds it (66/66 runs as 72/60), and said
+    est = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(66, 66)))
+    assert (est.level, est.group_index) == ((72, 60), 7 - 1) and "level 66/66 runs as 72/60" in est.notes[0]
+    # 4/128: prefill rounds up to the minimum of 8
+    assert estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(4, 128))).level == (8, 124)
     with pytest.raises(InputError, match="multiple of 8"):
-        estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(66, 66)))
+        estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(124, 8)))  # 128/4 leaves decode < 8
 
 
 def test_llama70b_does_not_fit_on_one_h100() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shlex
 import subprocess
 import sys
 from dataclasses import replace
@@ -21,16 +22,21 @@ from pdmux_cli import policy
 from pdmux_cli.errors import InputError
 from pdmux_cli.pdmux_config import (
     HEADER,
+    RULE_LABELS,
     RULES,
     PdmuxConfig,
     Problem,
     config_from_plan,
     default_thresholds,
+    driver_divisions,
     dump_config,
+    is_error,
+    launch_command,
     launch_flags,
     load_config,
     parse_config,
     parse_divisions,
+    stream_group_count,
     validate,
 )
 
@@ -84,10 +90,13 @@ def test_lists_are_normalised_to_tuples():
     assert PdmuxConfig(manual_divisions=[[112, 20, 1]]).manual_divisions == ((112, 20, 1),)
 
 
-def test_missing_sm_group_num_is_an_old_rule_problem():
+def test_missing_sm_group_num_is_refused_by_both():
+    """0.5.23's load_pdmux_config raises 'Missing required field: sm_group_num', and so does the
+    unreleased loader."""
     config, problems = parse_config("decode_bs_divisor: 24\n")
     assert config == PdmuxConfig(decode_bs_divisor=24)
-    assert wheres(problems) == [("sm_group_num", "old")]
+    assert wheres(problems) == [("sm_group_num", "both")]
+    assert "Missing required field" in problems[0].message
 
 
 def test_unknown_key_is_reported_with_a_suggestion():
@@ -137,7 +146,7 @@ def test_optional_keys_parse_and_bad_bool_is_reported():
         ("[112, 20]", "both"),
         ("112", "both"),
         ("[112, twenty, 1]", "both"),
-        ("[112, 20, 1.5]", "both"),
+        ("[112, 20, .inf]", "both"),
         ("{prefill: 112}", "both"),
     ],
 )
@@ -154,10 +163,53 @@ def test_unreadable_entry_with_wrong_count_still_reports_the_count():
     assert config.manual_divisions == ()
 
 
-def test_long_entry_is_a_new_rule_problem_and_keeps_three():
+def test_long_entry_crashes_both_and_keeps_three():
+    """0.5.23's initialize_stream_groups unpacks three values per entry: ValueError at start-up."""
     config, problems = parse_config("sm_group_num: 3\nmanual_divisions: [[112, 20, 1, 9]]\n")
-    assert wheres(problems) == [("manual_divisions[0]", "new")]
+    assert wheres(problems) == [("manual_divisions[0]", "both")]
+    assert "SGLang 0.5.23 (latest release) dies at start-up" in problems[0].message
+    assert "ValueError" in problems[0].message
     assert config.manual_divisions == ((112, 20, 1),)
+
+
+@pytest.mark.parametrize("threshold, acts", [(0.5, 1), (4.2, 5), (-0.5, 0)])
+def test_float_threshold_is_a_warning_and_kept_as_written(threshold, acts):
+    """SGLang compares the decode batch with a float threshold as it is (every version runs it)."""
+    config, problems = parse_config(f"sm_group_num: 3\nmanual_divisions: [[112, 20, {threshold}]]\n")
+    assert wheres(problems) == [("manual_divisions[0]", "warning")]
+    assert f"acts as {acts}" in problems[0].message
+    assert config.manual_divisions == ((112, 20, threshold),)
+    assert [p.rule for p in problems if is_error(p)] == []
+
+
+def test_float_thresholds_are_compared_as_written():
+    """[0.5, 1] strictly increases (unreleased SGLang accepts it); 1.5 is above 1, so a batch of one
+    matches nothing and 0.5.23 crashes."""
+    config = PdmuxConfig(sm_group_num=4, manual_divisions=((112, 20, 0.5), (104, 28, 1)))
+    assert validate(config, total_sms=132, cc=HOPPER) == []
+    config = PdmuxConfig(sm_group_num=3, manual_divisions=((112, 20, 1.5),))
+    problems = validate(config, total_sms=132, cc=HOPPER)
+    assert wheres(problems) == [("manual_divisions[0]", "old")]
+    assert "fewer than 2 requests" in problems[0].message
+    assert policy.plan_groups(132, HOPPER, 3, config.manual_divisions).thresholds == [1.5]
+    assert policy.choose_group(3, 1, True, thresholds=[1.5]) == 1 and policy.older_sglang_crashes([1.5], 1)
+    assert not policy.older_sglang_crashes([1.5], 2)
+
+
+def test_integral_float_sm_group_num_runs_with_manual_divisions_only():
+    """With manual_divisions 0.5.23 only compares the entry count with sm_group_num - 2 (6 == 6.0);
+    without them divide_sm slices with 8.0 - 2 and dies with TypeError."""
+    entries = "".join(f"  - [{p}, {132 - p}, {t}]\n" for p, t in ((112, 0), (104, 5), (96, 10), (80, 15), (64, 20), (56, 25)))
+    config, problems = parse_config("sm_group_num: 8.0\nmanual_divisions:\n" + entries)
+    assert wheres(problems) == [("sm_group_num", "warning")]
+    assert config.sm_group_num == 8 and len(config.manual_divisions) == 6
+    config, problems = parse_config("sm_group_num: 8.0\n")
+    assert wheres(problems) == [("sm_group_num", "both")]
+    assert "TypeError in divide_sm" in problems[0].message
+    _, problems = parse_config("sm_group_num: 3\nmanual_divisions: [[112, 20, 0]]\ndecode_bs_divisor: 36.0\n")
+    assert wheres(problems) == [("decode_bs_divisor", "warning")]
+    _, problems = parse_config("sm_group_num: 8.5\nmanual_divisions: [[112, 20, 0]]\n")
+    assert wheres(problems) == [("sm_group_num", "both")]
 
 
 def test_float_and_string_in_an_entry_are_read_and_reported():
@@ -167,7 +219,16 @@ def test_float_and_string_in_an_entry_are_read_and_reported():
     assert config.manual_divisions == ((112, 20, 1),)
 
 
-@pytest.mark.parametrize("value", ["null", "5", "{a: 1}"])
+def test_manual_divisions_null_runs_on_the_release_only():
+    """0.5.23: ``raw.get("manual_divisions", [])`` is None, falsy, so the automatic split runs; the
+    unreleased loader iterates it and fails."""
+    config, problems = parse_config("sm_group_num: 8\nmanual_divisions: null\n")
+    assert wheres(problems) == [("manual_divisions", "new")]
+    assert "runs it as []" in problems[0].message
+    assert config.manual_divisions == ()
+
+
+@pytest.mark.parametrize("value", ["5", "{a: 1}"])
 def test_manual_divisions_not_a_list(value):
     config, problems = parse_config(f"sm_group_num: 8\nmanual_divisions: {value}\n")
     assert wheres(problems) == [("manual_divisions", "both")]
@@ -340,6 +401,34 @@ def test_non_multiple_of_8_on_hopper():
     assert "96 or 104" in message
 
 
+def test_driver_divisions_use_what_the_driver_runs():
+    """100/32 on an H100 runs as 104/28 (sgl-kernel splits 132, then 100 -> 104); H200's 112/20 as written."""
+    config = PdmuxConfig(sm_group_num=4, manual_divisions=((112, 20, 0), (100, 32, 5)))
+    real, notes = driver_divisions(config, 132, HOPPER)
+    assert real.manual_divisions == ((112, 20, 0), (104, 28, 5))
+    assert len(notes) == 1 and "manual_divisions[1] [100, 32] runs as 104/28" in notes[0]
+    assert driver_divisions(H200, 132, HOPPER) == (H200, [])
+    assert driver_divisions(PdmuxConfig(), 132, HOPPER) == (PdmuxConfig(), [])
+    # A100 (8.x: multiples of 2, at least 4): 85/23 -> 86/22
+    a100 = PdmuxConfig(sm_group_num=3, manual_divisions=((85, 23, 0),))
+    assert driver_divisions(a100, 108, (8, 0))[0].manual_divisions == ((86, 22, 0),)
+    with pytest.raises(InputError, match="leaves decode none"):
+        driver_divisions(PdmuxConfig(sm_group_num=3, manual_divisions=((130, 2, 0),)), 132, HOPPER)
+
+
+@settings(max_examples=200, deadline=None)
+@given(prefill=st.integers(1, 131), sms=st.sampled_from([78, 114, 132, 148, 170]))
+def test_driver_split_rounds_prefill_up_and_keeps_the_whole_device(prefill, sms):
+    """A split of the whole device: prefill rounded up to the next multiple of 8 (at least 8), decode
+    the rest; unchanged when already on the granularity."""
+    prefill = min(prefill, sms - 1)
+    real = policy.driver_split(prefill, sms - prefill, sms, 9)
+    assert real.prefill_sms % 8 == 0 and 0 <= real.prefill_sms - max(prefill, 8) < 8
+    assert real.prefill_sms + real.decode_sms == sms
+    if prefill % 8 == 0:
+        assert real == (prefill, sms - prefill)
+
+
 def test_prefill_below_minimum_on_hopper():
     config = PdmuxConfig(sm_group_num=3, manual_divisions=((4, 128, 0),))
     assert wheres(validate(config, total_sms=132, cc=HOPPER)) == [("manual_divisions[0]", "cuda")]
@@ -413,8 +502,18 @@ def test_overlap_decode_full_sm_needs_manual_divisions():
 
 
 def test_cli_sm_group_num_must_match():
-    assert wheres(validate(H200, cli_sm_group_num=6)) == [("--sm-group-num", "new")]
+    """Unreleased SGLang refuses any difference; 0.5.23 builds --sm-group-num decode attention backends
+    and indexes them by stream group, so fewer than the groups it builds is an IndexError."""
+    assert wheres(validate(H200, cli_sm_group_num=10)) == [("--sm-group-num", "new")]
+    problems = validate(H200, cli_sm_group_num=6)
+    assert wheres(problems) == [("--sm-group-num", "both")]
+    assert "IndexError" in problems[0].message and "8 stream groups" in problems[0].message
     assert validate(H200, cli_sm_group_num=8) == []
+    # H20's automatic split builds 5 groups for sm_group_num 8: 6 backends are enough for 0.5.23
+    assert stream_group_count(PdmuxConfig(), total_sms=78, cc=HOPPER) == 5
+    assert wheres(validate(PdmuxConfig(), 78, HOPPER, cli_sm_group_num=6)) == [("--sm-group-num", "new")]
+    assert wheres(validate(PdmuxConfig(), 78, HOPPER, cli_sm_group_num=4)) == [("--sm-group-num", "both")]
+    assert stream_group_count(PdmuxConfig()) == 8  # device unknown: the YAML's count
 
 
 def test_automatic_split_on_blackwell_needs_manual_divisions():
@@ -440,8 +539,11 @@ def test_every_rule_is_documented():
         validate(with_entry(0, (100, 0, 2)), total_sms=132, cc=HOPPER)
         + validate(PdmuxConfig(sm_group_num=1, decode_bs_divisor=0))
         + parse_config("x: 1\n")[1]
+        + parse_config("sm_group_num: 3\nmanual_divisions: [[112, 20, 0.5]]\n")[1]
     )
-    assert {p.rule for p in problems} <= set(RULES)
+    assert {p.rule for p in problems} <= set(RULES) == set(RULE_LABELS)
+    assert "SGLang 0.5.23 (latest release)" in RULES["old"] and "unreleased SGLang" in RULES["new"]
+    assert [is_error(p) for p in problems].count(False) == 1
     assert all("\n" not in p.message for p in problems)
     assert str(Problem("sm_group_num", "is 2", "both")) == "sm_group_num: is 2 [both]"
 
@@ -658,6 +760,14 @@ def test_parse_divisions_bad(text):
     with pytest.raises(InputError) as info:
         parse_divisions(text)
     assert "\n" not in str(info.value)
+
+
+def test_launch_command_quotes_for_the_shell():
+    line = launch_command("/tmp/my dir/pdmux's.yaml", 8)
+    assert line.startswith("python -m sglang.launch_server --model-path MODEL --enable-pdmux --pdmux-config-path ")
+    assert shlex.split(line)[7] == "/tmp/my dir/pdmux's.yaml"
+    assert launch_command("pdmux.yaml", 3).endswith(
+        "--pdmux-config-path pdmux.yaml --sm-group-num 3 --chunked-prefill-size -1 --disable-overlap-schedule")
 
 
 def test_launch_flags():

@@ -109,6 +109,17 @@ def test_fewer_levels_when_few_candidates() -> None:
     assert policy.stream_groups(64, 9) == [(64, 0), (48, 16), (40, 24), (32, 32), (0, 64)]
 
 
+def test_known_capabilities_only() -> None:
+    """--cc takes the capabilities NVIDIA GPUs with green contexts have; 99.0 would get Blackwell's
+    rules silently."""
+    for cc in policy.KNOWN_COMPUTE_CAPABILITIES:
+        assert policy.check_known_capability(cc) == cc
+    assert policy.check_known_capability((5, 2)) == (5, 2)  # refused later: no green contexts
+    for cc in ((99, 0), (9, 5), (13, 0), (6, 5)):
+        with pytest.raises(InputError, match=r"pdmux knows 6\.0, 6\.1, .* 12\.1"):
+            policy.check_known_capability(cc)
+
+
 def test_parse_compute_capability() -> None:
     assert policy.parse_compute_capability("9.0") == (9, 0)
     assert policy.parse_compute_capability("10.3") == (10, 3)

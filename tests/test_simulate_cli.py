@@ -452,3 +452,33 @@ def test_a_deferral_that_ends_with_the_last_arrival_does_not_stall() -> None:
 ])
 def test_sizes_past_what_is_simulated_are_refused_at_once(args, text) -> None:
     _assert_one_line_error(CliRunner().invoke(app, ["simulate", AZURE, *args]), 2, text)
+
+
+def test_simulate_config_off_the_granularity_runs_the_driver_split(tmp_path: Path) -> None:
+    """100/32 on an H100 is simulated as the 104/28 the driver makes, and the notes say so; a float
+    threshold (SGLang runs it) is a note, not a refusal."""
+    cfg = tmp_path / "off.yaml"
+    cfg.write_text("sm_group_num: 3\nmanual_divisions:\n- [100, 32, 0.5]\n")
+    r = run("simulate", AZURE, "--policies", "pdmux", "--config", str(cfg), "--json")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    groups = [(g["prefill_sms"], g["decode_sms"]) for g in d["policies"][0]["group_time_share"]]
+    assert (104, 28) in groups and (100, 32) not in groups
+    assert any("[100, 32] runs as 104/28" in n for n in d["notes"])
+    assert any("acts as 1" in n for n in d["notes"])
+
+
+def test_simulate_title_says_all_at_once(tmp_path: Path) -> None:
+    trace = tmp_path / "burst.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "2023-11-16 18:15:46.5,100,20\n" * 4)
+    r = run("simulate", str(trace), "--policies", "pdmux")
+    assert r.exit_code == 0, r.stderr
+    assert "4 requests all arriving at once" in " ".join(r.stdout.split())
+    assert "0 req/s" not in r.stdout
+
+
+def test_simulate_names_too_long_for_a_file_are_unknown_names() -> None:
+    """`--model`/`--gpu` of 300 characters: 'unknown ...' (exit 2), not 'File name too long' (exit 1)."""
+    for option, what in (("--model", "unknown model"), ("--gpu", "unknown GPU")):
+        r = run("simulate", "--synthetic", "--qps", "1", "--max-requests", "3", option, "x" * 300)
+        assert_one_line_error(r, what)

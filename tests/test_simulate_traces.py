@@ -274,3 +274,31 @@ def test_arrivals_spanning_centuries_are_refused(tmp_path: Path) -> None:
                     "0,a,100,10,110,x\n1e20,a,100,10,110,x\n")
     with pytest.raises(InputError, match="arrivals span 1e\\+20 s"):
         load_trace(path)
+
+
+@pytest.mark.parametrize("stamp, fragment", [
+    ("2023-11-16 18:15:50.0Z", "no time-zone suffix such as Z"),
+    ("2023-11-16 18:15:50+00:00", "no time-zone suffix"),
+    ("2023-11-16 18:15:50.5_5", "UTC digits only"),
+    ("2023-11-16 18:15:５0", "UTC digits only"),  # a full-width digit: float() would take it
+    ("2023-13-16 18:15:50", "is not a date and time"),
+])
+def test_azure_timestamp_says_what_the_column_must_hold(tmp_path: Path, stamp: str, fragment: str) -> None:
+    """No 'could not convert string to float' from the seconds: the reason names the form."""
+    p = tmp_path / "a.csv"
+    p.write_text(f"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,2\n{stamp},10,2\n", encoding="utf-8")
+    t = load_trace(p)
+    assert len(t) == 1 and t.bad_rows == 1
+    reason = t.bad_examples[0][1]
+    assert "YYYY-MM-DD HH:MM:SS[.fraction]" in reason and fragment in reason and "float" not in reason
+
+
+def test_arrivals_text_says_all_at_once(tmp_path: Path) -> None:
+    p = tmp_path / "a.csv"
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "2023-11-16 18:15:46.5,10,2\n" * 3)
+    assert load_trace(p).arrivals_text() == "all arriving at once"
+    assert load_trace(FIX / "azure_conv_50.csv").arrivals_text().startswith("over ")
+    assert synthetic_trace(qps=2, duration_s=30, seed=1).arrivals_text().endswith(" req/s)")
+    one = tmp_path / "one.csv"
+    one.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,10,2\n")
+    assert load_trace(one).arrivals_text() == "(one request)"

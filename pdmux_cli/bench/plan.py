@@ -231,10 +231,13 @@ def sweep_sm_counts(total_sms: int, granularity: tuple[int, int]) -> tuple[int, 
 def parse_level_items(text: str) -> list[tuple[str, int | policy.Split]]:
     """``--levels`` syntax, before any device is known: ``(item, level number or Split)`` per comma
     item. Raises :class:`InputError` for an item that is neither a number nor ``PREFILL/DECODE``
-    (``:`` works too), and for no item at all."""
+    (``:`` works too), for an empty item (``1,,3``), and for no item at all."""
     items: list[tuple[str, int | policy.Split]] = []
-    for item in (t.strip() for t in str(text).split(",")):
+    raw = [t.strip() for t in str(text).split(",")]
+    for position, item in enumerate(raw, start=1):
         if not item:
+            if any(raw):  # "1,,3": an empty item would drop out unseen
+                raise InputError(f"--levels: item {position} of {short_repr(str(text))} is empty (e.g. 1,3)")
             continue
         index = plain_int(item)
         if index is not None:

@@ -26,17 +26,19 @@ PNG_FILE = "curves.png"
 def _check_out(out: Path | None) -> None:
     """Refuse ``--out DIR`` before any device work when it cannot become a writable directory: it is
     a file (or device), or the nearest existing folder on its path is not a writable directory."""
+    from ..input_files import exists, is_dir
+
     if out is None:
         return
-    if out.exists() and not out.is_dir():
+    if exists(out) and not is_dir(out):
         raise InputError(f"--out {out} is not a directory: give a directory")
     existing = out
-    while not existing.exists():
+    while not exists(existing):
         parent = existing.parent
         if parent == existing:
             break
         existing = parent
-    if not existing.is_dir():
+    if not is_dir(existing):
         raise InputError(f"--out {out}: {existing} is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise InputError(f"--out {out}: {existing} is not writable")
@@ -44,9 +46,11 @@ def _check_out(out: Path | None) -> None:
 
 def _out_dir(out: Path | None) -> Path | None:
     """Create ``--out DIR`` up front (before any GPU work); :class:`InputError` when impossible."""
+    from ..input_files import exists, is_dir
+
     if out is None:
         return None
-    if out.exists() and not out.is_dir():
+    if exists(out) and not is_dir(out):
         raise InputError(f"--out {out} is not a directory: give a directory")
     try:
         out.mkdir(parents=True, exist_ok=True)

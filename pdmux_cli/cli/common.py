@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,15 +16,47 @@ from typing import Any
 
 from typer.core import TyperGroup
 
-from ..errors import InputError, PdmuxError, printable
+from ..errors import InputError, PdmuxError, printable, short_repr
 
 
 def fail_line(message: str) -> None:
     """Write one line to stderr, prefixed ``pdmux: error:``: whitespace runs become one space,
     other unprintable characters (ESC, NUL, bidi overrides from file names or file contents) are
-    written as escapes."""
+    written as escapes. A closed or full stderr (``2>&-``, ``2>/dev/full``) loses the line but never
+    changes the exit status: the write is flushed here and its failure ignored."""
     text = printable(" ".join(str(message).split()))
-    sys.stderr.write(f"pdmux: error: {text}\n")
+    stream = sys.stderr
+    if stream is None:  # started with stderr closed
+        return
+    try:
+        stream.write(f"pdmux: error: {text}\n")
+        stream.flush()
+    except (OSError, ValueError):
+        _silence(stream)
+
+
+def _silence(stream: Any) -> None:
+    """Point ``stream``'s file descriptor at /dev/null, so that Python's final flush at exit cannot fail
+    on it again (a failed flush there turns the exit status into 120)."""
+    try:
+        fd = stream.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _flush_stdout() -> None:
+    """Flush stdout inside :meth:`OneLineErrorGroup.main`, so a reader that went away (EPIPE) or a full
+    disk is reported there, not by Python's flush at exit."""
+    if sys.stdout is not None:
+        sys.stdout.flush()
+
+
+class _BrokenPipe(Exception):
+    """EPIPE on stdout, as our rich consoles (instead of rich's own ``SystemExit(1)``) and
+    :meth:`OneLineErrorGroup.invoke` raise it: exit 0 quietly."""
 
 
 def _click_classes(name: str) -> tuple[type, ...]:
@@ -53,8 +86,18 @@ class OneLineErrorGroup(TyperGroup):
     """The typer group of ``pdmux``: every failure becomes one line on stderr, never a traceback.
 
     Usage errors (click's, and :class:`InputError`) exit 2; :class:`~pdmux_cli.errors.DeviceError`
-    and other runtime failures exit 1; Ctrl-C exits 130.
+    and other runtime failures exit 1; Ctrl-C exits 130. A reader of stdout that goes away (EPIPE:
+    ``pdmux ... | head -1``) is no failure: exit 0, nothing on stderr. A closed or full stderr never
+    changes the status (:func:`fail_line`).
     """
+
+    def invoke(self, ctx: Any) -> Any:
+        """Run the command; EPIPE on stdout leaves as :class:`_BrokenPipe`, past click's own handler
+        (which turns it into ``sys.exit(1)``)."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise _BrokenPipe() from None
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
@@ -67,6 +110,12 @@ class OneLineErrorGroup(TyperGroup):
             rv = super().main(args=args, prog_name=prog_name or "pdmux", complete_var=complete_var,
                               standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+            _flush_stdout()
+        except (BrokenPipeError, _BrokenPipe):
+            # the reader of stdout went away (`pdmux ... | head -1`): what it wanted it has; exit 0 quietly,
+            # as Unix filters do on EPIPE
+            _silence(sys.stdout)
+            code = 0
         except _USAGE_ERRORS as e:
             message = e.format_message()
             if message.strip():
@@ -84,53 +133,68 @@ class OneLineErrorGroup(TyperGroup):
         except PdmuxError as e:
             fail_line(str(e))
             code = e.exit_code
-        except OSError as e:  # writing the result failed: stdout full, broken pipe
+        except OSError as e:  # writing the result failed: stdout full
             fail_line(f"cannot write the output: {e.strerror or e}")
+            if sys.stdout is not None:
+                _silence(sys.stdout)
             code = 1
         if standalone_mode:
             sys.exit(code)
         return code
 
 
-def parse_int_list(text: str, what: str, minimum: int = 1) -> list[int]:
-    """``"1,6,12"`` -> ``[1, 6, 12]``; :class:`InputError` naming ``what`` for anything else."""
-    items = [t.strip() for t in str(text).split(",") if t.strip()]
-    if not items:
-        raise InputError(f"{what}: give a comma-separated list of integers, e.g. 1,6,12")
+def _list_items(text: str, what: str, example: str) -> list[str]:
+    """The comma-separated items of an option value, stripped; :class:`InputError` for an empty value
+    or an empty item (``1,,2``, ``,512``, ``512,``), which would otherwise drop out unseen."""
+    items = [t.strip() for t in str(text).split(",")]
+    if not any(items):
+        raise InputError(f"{what}: give a comma-separated list, e.g. {example}")
+    for position, item in enumerate(items, start=1):
+        if not item:
+            raise InputError(f"{what}: item {position} of {short_repr(str(text))} is empty (e.g. {example})")
+    return items
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    return list(dict.fromkeys(values))
+
+
+def parse_int_list(text: str, what: str, minimum: int = 1, unique: bool = False) -> list[int]:
+    """``"1,6,12"`` -> ``[1, 6, 12]``; :class:`InputError` naming ``what`` for an empty list or item,
+    a non-integer or a value below ``minimum``. ``unique``: repeated values kept once, in order."""
     values = []
-    for item in items:
+    for item in _list_items(text, what, "1,6,12"):
         try:
             value = int(item)
         except ValueError:
-            raise InputError(f"{what}: {item!r} is not an integer (e.g. 1,6,12)") from None
+            raise InputError(f"{what}: {short_repr(item)} is not an integer (e.g. 1,6,12)") from None
         if value < minimum:
             raise InputError(f"{what}: {value} must be >= {minimum}")
         values.append(value)
-    return values
+    return _unique(values) if unique else values
 
 
-def parse_float_list(text: str, what: str) -> list[float]:
-    """``"44,66,88"`` -> ``[44.0, 66.0, 88.0]``; every value must be > 0."""
-    items = [t.strip() for t in str(text).split(",") if t.strip()]
+def parse_float_list(text: str, what: str, unique: bool = False) -> list[float]:
+    """``"44,66,88"`` -> ``[44.0, 66.0, 88.0]``; every value must be a finite number > 0; an empty list
+    or item is refused. ``unique``: repeated values kept once, in order."""
     values = []
-    for item in items:
+    for item in _list_items(text, what, "44,66,88"):
         try:
             value = float(item)
         except ValueError:
-            raise InputError(f"{what}: {item!r} is not a number (e.g. 44,66,88)") from None
+            raise InputError(f"{what}: {short_repr(item)} is not a number (e.g. 44,66,88)") from None
         if not (value > 0 and math.isfinite(value)):
-            raise InputError(f"{what}: {item} must be a finite number > 0")
+            raise InputError(f"{what}: {short_repr(item)} must be a finite number > 0")
         values.append(value)
-    if not values:
-        raise InputError(f"{what}: give a comma-separated list of numbers, e.g. 44,66,88")
-    return values
+    return _unique(values) if unique else values
 
 
 def parse_cc(text: str) -> tuple[int, int]:
-    """``--cc 9.0`` -> ``(9, 0)`` (one-line :class:`InputError` otherwise)."""
-    from ..policy import parse_compute_capability
+    """``--cc 9.0`` -> ``(9, 0)``; one-line :class:`InputError` for anything that is not ``MAJOR.MINOR``
+    or is not a known NVIDIA capability (:data:`pdmux_cli.policy.KNOWN_COMPUTE_CAPABILITIES`)."""
+    from ..policy import check_known_capability, parse_compute_capability
 
-    return parse_compute_capability(text)
+    return check_known_capability(parse_compute_capability(text))
 
 
 NON_FINITE = "the inputs give a non-finite result (NaN or infinity): check the sizes and efficiencies"
@@ -195,6 +259,9 @@ def _table_console_class() -> Any:
                     return
             super().print(*objects, **kwargs)
 
+        def on_broken_pipe(self) -> None:  # rich's own raises SystemExit(1): pdmux exits 0 on EPIPE
+            raise _BrokenPipe()
+
     return TableConsole
 
 
@@ -220,18 +287,22 @@ def progress_bar(con: Any, disable: bool = False) -> Any:
 
 def model_file(model: str) -> Path | None:
     """``--model`` when it names an existing file or folder (an input not to overwrite), else ``None``."""
+    from ..input_files import is_dir, is_file
+
     path = Path(model).expanduser()
-    if path.is_dir():
+    if is_dir(path):
         return path / "config.json"
-    return path if path.is_file() else None
+    return path if is_file(path) else None
 
 
 def gpu_file(gpu: str | None) -> Path | None:
     """``--gpu`` when it names an existing profile file (an input not to overwrite), else ``None``."""
     if gpu is None:
         return None
+    from ..input_files import is_file
+
     path = Path(gpu.strip()).expanduser()
-    return path if path.is_file() else None
+    return path if is_file(path) else None
 
 
 def write_atomic(path: str | Path, text: str) -> Path:

@@ -18,6 +18,7 @@ from . import app
 from .common import (
     NON_FINITE,
     console,
+    fail_line,
     gpu_file,
     model_file,
     parse_cc,
@@ -67,22 +68,31 @@ def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: st
     return Device(profile.name, profile.require_sm_count(), profile.compute_capability, profile)
 
 
-def _load_pdmux_yaml(path: Path, device: Device | None = None, cli_sm_group_num: int | None = None) -> Any:
-    """A pdmux YAML for ``--config`` -> PdmuxConfig.
+def _load_pdmux_yaml(path: Path, device: Device | None = None,
+                     cli_sm_group_num: int | None = None) -> tuple[Any, list[str]]:
+    """A pdmux YAML for ``--config`` -> (PdmuxConfig, notes).
 
     Structural problems, and (with ``device``) anything SGLang refuses at load or start-up (rules
-    "both" and "new") are input errors; the first is reported, check-config lists all.
+    "both" and "new") are input errors; the first is reported, check-config lists all. Warnings
+    (SGLang runs it as meant) become notes. With ``device``, manual_divisions entries off the CUDA
+    granularity are replaced by the split the driver really makes (100/32 -> 104/28 on H100), with a
+    note saying so (:func:`pdmux_cli.pdmux_config.driver_divisions`).
     """
-    from ..pdmux_config import load_config, validate
+    from ..pdmux_config import driver_divisions, is_error, load_config, validate
 
     config, problems = load_config(path)
+    notes = [f"{path}: {p.where}: {p.message}" for p in problems if not is_error(p)]
+    problems = [p for p in problems if is_error(p)]
     if device is not None:
         problems = problems + [p for p in validate(config, device.sm_count, device.cc, cli_sm_group_num)
                                if p.rule in ("both", "new")]
     if problems:
         first = problems[0]
         raise InputError(f"{path}: {first.where}: {first.message} (pdmux check-config {path} lists every problem)")
-    return config
+    if device is not None:
+        config, rounded = driver_divisions(config, device.sm_count, device.cc)
+        notes.extend(f"{path}: {note}" for note in rounded)
+    return config, notes
 
 
 @app.command()
@@ -108,7 +118,7 @@ def splits(
     if all_gpus and (gpu or sms or cc):
         raise InputError("--all lists every profile; drop --gpu/--sms/--cc")
     device = None if all_gpus else resolve_device(gpu, sms, cc)
-    cfg = _load_pdmux_yaml(config, device, sm_group_num) if config is not None else None
+    cfg, cfg_notes = _load_pdmux_yaml(config, device, sm_group_num) if config is not None else (None, [])
     group_num = sm_group_num or (cfg.sm_group_num if cfg else policy.DEFAULT_SM_GROUP_NUM)
     divisor = decode_bs_divisor or (cfg.decode_bs_divisor if cfg else policy.DEFAULT_DECODE_BS_DIVISOR)
     budget = token_budget or (cfg.split_forward_token_budget if cfg else policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET)
@@ -122,13 +132,13 @@ def splits(
         _splits_all(group_num, as_json)
         return
 
-    batch_sizes = parse_int_list(decode_bs, "--decode-bs")
-    prompts = parse_int_list(prompt_tokens, "--prompt-tokens")
+    batch_sizes = parse_int_list(decode_bs, "--decode-bs", unique=True)
+    prompts = parse_int_list(prompt_tokens, "--prompt-tokens", unique=True)
     from ..model import load_model
 
     mdl = load_model(model)
     plan = policy.plan_groups(device.sm_count, device.cc, group_num, manual)
-    notes = [plan.note] if plan.note else []
+    notes = cfg_notes + ([plan.note] if plan.note else [])
     choices = [
         (bs, policy.choose_group(len(plan.groups), bs, True, divisor, plan.thresholds),
          policy.older_sglang_crashes(plan.thresholds, bs))
@@ -190,12 +200,13 @@ def _splits_all(group_num: int, as_json: bool) -> None:
 
 
 def _parse_sizes(text: str | None, what: str) -> tuple[int, ...] | None:
-    """``"2048,512"`` -> ``(2048, 512)``; ``"none"`` -> ``()``; ``None`` (not given) -> ``None``."""
+    """``"2048,512"`` -> ``(2048, 512)`` (a size given twice kept once); ``"none"`` -> ``()``; ``None``
+    (not given) -> ``None``."""
     if text is None:
         return None
     if text.strip().lower() in ("none", "off", "-"):
         return ()
-    return tuple(parse_int_list(text, what))
+    return tuple(parse_int_list(text, what, unique=True))
 
 
 def _parse_level(text: str) -> tuple[int, int] | None:
@@ -261,13 +272,13 @@ def estimate(
     device = resolve_device(gpu, None, None)
     gpu_profile = device.gpu
     mdl = load_model(model)
-    cfg = _load_pdmux_yaml(config, device, sm_group_num) if config is not None else None
+    cfg, cfg_notes = _load_pdmux_yaml(config, device, sm_group_num) if config is not None else (None, [])
     scenario = Scenario(
         decode_bs=decode_bs, context_tokens=context, prompt_tokens=prompt_tokens,
         chunk_sizes=_parse_sizes(chunk_sizes, "--chunk-sizes"),
         mixed_chunk_sizes=_parse_sizes(mixed_chunk_sizes, "--mixed-chunk-sizes") or (),
         cost_model=cost_model.strip().lower(), step_overhead_ms=step_overhead_ms,
-        s_sat_values=tuple(parse_float_list(s_sat, "--s-sat")) if s_sat is not None else None,
+        s_sat_values=tuple(parse_float_list(s_sat, "--s-sat", unique=True)) if s_sat is not None else None,
         bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, weight_bytes_per_param=weight_bytes,
         kv_bytes_per_element=kv_bytes, level=_parse_level(level),
         sm_group_num=sm_group_num or (cfg.sm_group_num if cfg else policy.DEFAULT_SM_GROUP_NUM),
@@ -293,6 +304,7 @@ def estimate(
         if s_sat is not None and cal.has_partitions:
             raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
     result = run_estimate(gpu_profile, mdl, scenario, calibration=cal, all_levels=all_levels or plot is not None)
+    result.notes[:0] = cfg_notes
     if cal is not None and scenario.cost_model == "chapter" and (mfu is not None or bandwidth_efficiency is not None):
         result.notes.append("--mfu and --bandwidth-efficiency are not used with --calibration: "
                             "the measured curves replace them")
@@ -391,10 +403,11 @@ def gen_config(
                                "decode_bs_divisor": config.decode_bs_divisor},
                     "launch_flags": flags, "tune": tune_summary})
         return
-    launch = "python -m sglang.launch_server --model-path MODEL " + " ".join(flags)
+    launch = pc.launch_command(path_text, config.sm_group_num)
     if output is None:
         sys.stdout.write(text)
-        sys.stderr.write(f"# save as {path_text}, then launch:\n# {launch}\n")
+        if sys.stderr is not None:
+            sys.stderr.write(f"# save as {path_text}, then launch:\n# {launch}\n")
     else:
         con = console()
         con.print(f"wrote {output} ({device.name}, {device.sm_count} SMs)")
@@ -410,31 +423,42 @@ def check_config(
     sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="The --sm-group-num you launch with (must equal the YAML's)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Validate a pdmux YAML against older and newer SGLang loader rules; exit 2 if any problem."""
+    """Validate a pdmux YAML against SGLang 0.5.23 (the latest release), unreleased SGLang and the CUDA
+    driver; exit 2 if any problem (warnings alone: 0)."""
     from .. import pdmux_config as pc
+    from ..policy import SGLANG_RELEASE, SGLANG_UNRELEASED
 
     device = resolve_device(gpu, sms, cc)
     config, problems = pc.load_config(path)
     problems = list(problems) + pc.validate(config, device.sm_count, device.cc, sm_group_num)
+    errors = [p for p in problems if pc.is_error(p)]
     if as_json:
-        print_json({"path": str(path), "gpu": device.name, "sm_count": device.sm_count, "ok": not problems,
-                    "problems": [{"where": p.where, "rule": p.rule, "message": p.message} for p in problems]})
+        print_json({"path": str(path), "gpu": device.name, "sm_count": device.sm_count, "ok": not errors,
+                    "sglang_versions": {"old": SGLANG_RELEASE, "new": SGLANG_UNRELEASED},
+                    "problems": [{"where": p.where, "rule": p.rule, "severity": "error" if pc.is_error(p) else "warning",
+                                  "message": p.message} for p in problems]})
     elif problems:
         from rich.table import Table
 
-        table = Table(title=f"{path}: {len(problems)} problem(s) for {device.name} ({device.sm_count} SMs)",
-                      title_justify="left")
+        warnings = len(problems) - len(errors)
+        counts = ", ".join(([f"{len(errors)} problem(s)"] if errors else []) +
+                           ([f"{warnings} warning(s)"] if warnings else []))
+        table = Table(title=f"{path}: {counts} for {device.name} ({device.sm_count} SMs)", title_justify="left")
         table.add_column("where")
-        table.add_column("SGLang", justify="left")
+        table.add_column("refused by", justify="left")
         table.add_column("problem")
         for p in problems[:MAX_PROBLEM_ROWS]:
-            table.add_row(p.where, p.rule, p.message)
+            table.add_row(p.where, pc.RULE_LABELS.get(p.rule, p.rule), p.message)
+        caption = [f"0.5.23 = {SGLANG_RELEASE}; unreleased = {SGLANG_UNRELEASED}"]
         if len(problems) > MAX_PROBLEM_ROWS:
-            table.caption = f"first {MAX_PROBLEM_ROWS} of {len(problems)} problems; --json lists them all"
-            table.caption_justify = "left"
+            caption.insert(0, f"first {MAX_PROBLEM_ROWS} of {len(problems)} problems; --json lists them all")
+        table.caption = "\n".join(caption)
+        table.caption_justify = "left"
         console().print(table)
-    else:
-        console().print(f"{path}: OK for {device.name} ({device.sm_count} SMs) under older and newer SGLang rules")
-    if problems:
-        sys.stderr.write(f"pdmux: error: {path}: {len(problems)} problem(s)\n")
+    if not errors and not as_json:
+        warned = f" ({len(problems)} warning(s) above)" if problems else ""
+        console().print(f"{path}: OK for {device.name} ({device.sm_count} SMs) under {SGLANG_RELEASE} and "
+                        f"{SGLANG_UNRELEASED}{warned}")
+    if errors:
+        fail_line(f"{path}: {len(errors)} problem(s)")
         raise typer.Exit(2)

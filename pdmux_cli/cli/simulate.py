@@ -142,17 +142,21 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
 def _pdmux_config(config: Path | None, sm_group_num: int | None, decode_bs_divisor: int | None,
                   token_budget: int | None, divisions: str | None, setup: Any) -> Any:
     """The pdmux config to simulate (a YAML, ``--divisions``, or SGLang's defaults with overrides) and
-    notes on what only older SGLang or the driver objects to. Refused by newer SGLang -> InputError."""
+    notes on what only SGLang 0.5.23 or the driver objects to, and warnings. Refused by unreleased
+    SGLang -> InputError."""
     from .. import pdmux_config as pc
 
     for name, value in (("--sm-group-num", sm_group_num), ("--decode-bs-divisor", decode_bs_divisor),
                         ("--token-budget", token_budget)):
         if value is not None and value < 1:
             raise InputError(f"{name} must be > 0, got {value}")
+    warnings: list[str] = []
     if config is not None:
         if divisions is not None:
             raise InputError("give --config or --divisions, not both")
         cfg, problems = pc.load_config(config)
+        warnings = [f"config: {p}" for p in problems if not pc.is_error(p)]
+        problems = [p for p in problems if pc.is_error(p)]
         if problems:
             first = problems[0]
             raise InputError(f"{config}: {first.where}: {first.message} (pdmux check-config {config} lists every problem)")
@@ -174,7 +178,7 @@ def _pdmux_config(config: Path | None, sm_group_num: int | None, decode_bs_divis
         cfg = replace(cfg, split_forward_token_budget=token_budget)
     from .. import policy as pol
 
-    notes = []
+    notes = warnings
     blackwell_auto = not cfg.manual_divisions and setup.compute_capability[0] not in pol.SGLANG_SM_CONSTRAINTS
     for problem in pc.validate(cfg, setup.total_sms, setup.compute_capability):
         if blackwell_auto and problem.where == "manual_divisions":
@@ -183,7 +187,10 @@ def _pdmux_config(config: Path | None, sm_group_num: int | None, decode_bs_divis
             source = str(config) if config is not None else ("--divisions" if divisions is not None else "pdmux config")
             hint = f" (pdmux check-config {config} lists every problem)" if config is not None else ""
             raise InputError(f"{source}: {problem.where}: {problem.message}{hint}")
-        notes.append(f"config: {problem}")
+        if problem.rule != "cuda":  # said by driver_divisions' notes, which also says what is simulated
+            notes.append(f"config: {problem}")
+    cfg, rounded = pc.driver_divisions(cfg, setup.total_sms, setup.compute_capability)
+    notes.extend(f"config: {note}" for note in rounded)
     return cfg, notes
 
 
@@ -224,7 +231,7 @@ def _progress(enabled: bool, total: int, description: str) -> tuple[Any, Callabl
 
 
 def _show_progress(as_json: bool) -> bool:
-    return not as_json and sys.stderr.isatty()
+    return not as_json and sys.stderr is not None and sys.stderr.isatty()
 
 
 @app.command()
@@ -345,7 +352,7 @@ def simulate(
 
     from ..simulate import report
 
-    title = (f"{workload.source}: {n} requests over {workload.duration_s:.0f} s ({workload.mean_qps:.3g} req/s); "
+    title = (f"{workload.source}: {n} requests {workload.arrivals_text()}; "
              f"{setup.model.name} on {setup.gpu_name}, {setup.step_model.source}")
     if csv_path is not None:
         write_atomic(csv_path, report.per_request_csv(workload, metrics))
@@ -491,7 +498,7 @@ def tuned_config(
     setup = _setup(None, model, s_sat=s_sat, calibration=calibration, gpu_profile=gpu_profile)
     workload = _drop_past_context(workload, setup.model)
     result = _tune_run(workload, setup, slo_ttft_ms, slo_itl_ms, sm_group_nums, divisors, budgets, True, workers,
-                       show and sys.stderr.isatty())
+                       show and sys.stderr is not None and sys.stderr.isatty())
     if show:
         err = console(stderr=True)
         err.print(tune_table(result))
@@ -577,7 +584,7 @@ def tune(
     if output is None:
         sys.stdout.write(text)
     else:
-        con.print(f"wrote {output}; launch with: " + " ".join(pc.launch_flags(str(output), best.sm_group_num)),
+        con.print(f"wrote {output}; launch with: " + pc.launch_command(str(output), best.sm_group_num),
                   soft_wrap=True)
 
 

@@ -124,8 +124,10 @@ def build_step_model(
             raise InputError("--step-overhead-ms applies to --cost-model roofline (the chapter's model has no CPU time)")
         from .chapter import AnalyticThroughput, ChapterModel
 
+        chapter_notes: tuple[str, ...] = ()
         if calibration is not None:
             throughput = calibration.throughput(gpu)
+            chapter_notes = throughput.notes
         else:
             throughput = AnalyticThroughput(
                 total, gpu.hbm_bytes_per_s, dense,
@@ -133,7 +135,9 @@ def build_step_model(
                 CHAPTER_MFU if mfu is None else mfu,
                 float(s_sat if s_sat is not None else total / 2),
             )
-        return ChapterModel(model, throughput, total, weight_bytes_per_param, kv_bytes_per_element)
+        chapter = ChapterModel(model, throughput, total, weight_bytes_per_param, kv_bytes_per_element)
+        chapter.notes.extend(chapter_notes)
+        return chapter
     for flag, value in (("--bandwidth-efficiency", bandwidth_efficiency), ("--mfu", mfu)):
         if value is not None:
             raise InputError(f"{flag} is a knob of --cost-model chapter; the roofline model's efficiencies are "
@@ -152,6 +156,7 @@ def build_step_model(
     if calibration is not None:
         if calibration.has_partitions:
             curves = calibration.throughput(gpu)
+            notes.extend(curves.notes)
         else:
             calibration.check_device(gpu)
         if calibration.whole_gpu is not None:

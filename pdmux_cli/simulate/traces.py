@@ -25,6 +25,7 @@ import itertools
 import json
 import math
 import random
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -36,6 +37,10 @@ from ..numbers import finite_float, plain_int
 
 #: Formats :func:`load_trace` reads.
 FORMATS = ("azure", "mooncake", "burstgpt")
+
+#: The seconds of an Azure timestamp: two ASCII digits, then an optional fraction of ASCII digits
+#: (``float`` alone would also take ``"50.0_1"`` and fail on ``"50.0Z"`` with its own words).
+_SECONDS = re.compile(r"[0-9]{2}(\.[0-9]*)?")
 
 #: How many bad rows a :class:`Trace` keeps verbatim (all are counted).
 KEEP_BAD_ROWS = 5
@@ -94,6 +99,16 @@ class Trace:
     def mean_qps(self) -> float:
         """Mean arrival rate, requests/s: ``(n - 1) / duration`` (0 when undefined)."""
         return (len(self) - 1) / self.duration_s if self.duration_s > 0 else 0.0
+
+    def arrivals_text(self) -> str:
+        """How the requests arrive, for a title: ``"over 120 s (8.1 req/s)"``, ``"all arriving at
+        once"`` when every request arrives at the same instant (a rate would be infinite), ``"(one request)"`` for one."""
+        if len(self) <= 1:
+            return "(one request)" if len(self) == 1 else "(none)"
+        if self.duration_s <= 0:
+            return "all arriving at once"
+        span = f"{self.duration_s:.0f}" if self.duration_s >= 10 else f"{self.duration_s:.3g}"
+        return f"over {span} s ({self.mean_qps:.3g} req/s)"
 
     def bad_rows_text(self) -> str:
         """One line: ``"3 bad rows skipped (line 4: ..., line 9: ...)"``, or ``""`` when none."""
@@ -289,19 +304,23 @@ class _AzureClock:
     def __call__(self, text: str) -> tuple[float, float]:
         text = text.strip()
         if len(text) < 19 or text[10] not in " T" or text[16] != ":":
-            raise ValueError(f"timestamp {text!r} is not YYYY-MM-DD HH:MM:SS[.fraction]")
+            raise ValueError(f"timestamp {short_repr(text)} is not YYYY-MM-DD HH:MM:SS[.fraction]")
         minute = text[:16]
         base = self.minutes.get(minute)
         if base is None:
-            base = datetime.strptime(minute.replace("T", " "), "%Y-%m-%d %H:%M").replace(
-                tzinfo=timezone.utc).timestamp()
+            try:
+                base = datetime.strptime(minute.replace("T", " "), "%Y-%m-%d %H:%M").replace(
+                    tzinfo=timezone.utc).timestamp()
+            except ValueError:  # strptime's own words ("unconverted data remains") name no column
+                raise ValueError(f"timestamp {short_repr(text)} is not a date and time YYYY-MM-DD HH:MM:SS[.fraction]") from None
             self.minutes[minute] = base
         seconds_text = text[17:]
-        if not seconds_text[:2].isdigit() or (len(seconds_text) > 2 and seconds_text[2] != "."):
-            raise ValueError(f"timestamp {text!r} is not YYYY-MM-DD HH:MM:SS[.fraction]")
+        if not _SECONDS.fullmatch(seconds_text):
+            raise ValueError(f"timestamp {short_repr(text)} is not YYYY-MM-DD HH:MM:SS[.fraction] (UTC digits only, no "
+                             "time-zone suffix such as Z or +00:00)")
         seconds = float(seconds_text)
         if not 0 <= seconds < 61:
-            raise ValueError(f"timestamp {text!r} has seconds out of range")
+            raise ValueError(f"timestamp {short_repr(text)} has seconds out of range")
         return base, seconds
 
 
