@@ -568,11 +568,22 @@ def test_level_partitions_follow_sgl_kernel(monkeypatch) -> None:
         assert len(fake.live_ctx) == 2 and len(fake.live_streams) == 2  # the intermediate is gone
         assert lv.live_handles == 4
     splits = [c for c in fake.calls if c[0] == "split"]
-    assert splits == [("split", 132, 132), ("split", 132, 112)]  # ONE device split, then the group's
+    assert splits == [("split", 132, 112)]  # the pair is the whole device: ONE split for prefill, decode the rest
     assert not fake.live_ctx and not fake.live_streams
     destroys = [c[0] for c in fake.calls if c[0].startswith("destroy")]
     assert destroys.index("destroy-stream") < len(destroys) - destroys[::-1].index("destroy-ctx")
     assert lv.live_handles == 0
+
+
+def test_level_partitions_smaller_than_the_device_split_the_pair_first(monkeypatch) -> None:
+    fake = FakeDriver()
+    monkeypatch.setattr(greenctx, "driver_module", lambda: fake)
+    with greenctx.LevelPartitions(_info(), 64, 20) as lv:  # 84 rounds up to 88 of 132
+        assert (lv.prefill.granted_sms, lv.decode.granted_sms, lv.pair_granted_sms) == (64, 24, 88)
+        assert len(fake.live_ctx) == 2 and lv.live_handles == 4  # the intermediate is gone
+    assert [c for c in fake.calls if c[0] == "split"] == [("split", 132, 84), ("split", 88, 64)]
+    assert [c[1] for c in fake.calls if c[0] == "ctx"] == [88, 64, 24]  # intermediate, prefill, decode
+    assert not fake.live_ctx and not fake.live_streams
 
 
 def test_sm_partition_granted_rounds_up(monkeypatch) -> None:
@@ -693,8 +704,11 @@ def _stats(value):
     return RateStats.from_rates([value * 0.98, value, value * 1.01])
 
 
-def _install_fake_run(monkeypatch, plan_total=132, interrupt_after=None, refuse_level=None):
-    """Replace the device-facing pieces of the runner; the orchestration and outputs run for real."""
+def _install_fake_run(monkeypatch, plan_total=132, interrupt_after=None, refuse_level=None, level_errors=None):
+    """Replace the device-facing pieces of the runner; the orchestration and outputs run for real.
+
+    ``refuse_level``: a level whose split the driver refuses; ``level_errors``: ``{(p, d): exception}``
+    raised by those levels instead of measuring them."""
     calls = {"n": 0, "closed": 0}
 
     class FakeWorkloads:
@@ -722,7 +736,9 @@ def _install_fake_run(monkeypatch, plan_total=132, interrupt_after=None, refuse_
 
     def level(w, p, d):
         if (p, d) == refuse_level:
-            raise DeviceError(f"the driver refused the split {p} prefill SMs for level {p}/{d} [INVALID_RESOURCE]")
+            raise greenctx.SplitRefused(f"the driver refused the split {p} prefill SMs for level {p}/{d} [INVALID_RESOURCE]")
+        if level_errors and (p, d) in level_errors:
+            raise level_errors[(p, d)]
         return LevelResult(p, d, p + d, p, d, tuple(range(p)), tuple(range(p, p + d)), _stats(600e12 * p / 132),
                            _stats(3e12 * min(1, d / 64)), _stats(0.95 * 600e12 * p / 132), _stats(0.8 * 3e12 * min(1, d / 64)), 200.0)
 
@@ -799,6 +815,24 @@ def test_cli_run_refused_level_goes_on(monkeypatch, tmp_path) -> None:
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["complete"] is False and len(data["levels"]) == 5 and len(data["step_errors"]) == 1
     assert len(load_calibration(tmp_path / "calibration.yaml").corun) == 5
+
+
+def test_cli_run_input_error_in_one_level_does_not_stop_the_others(monkeypatch, tmp_path) -> None:
+    _install_fake_run(monkeypatch, level_errors={(104, 28): InputError("a co-run stream completed no work")})
+    r = cli.invoke(app, ["bench", "--quick", "--out", str(tmp_path)])
+    assert_one_line_error(r, 1, "level 104/28: a co-run stream completed no work")
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["error"] is None and len(data["levels"]) == 5 and len(data["step_errors"]) == 1
+
+
+def test_run_failed_launch_stops_the_run_and_is_not_a_refused_split(monkeypatch) -> None:
+    launch = DeviceError("launching pdmux_read_bw failed with CUDA_ERROR_LAUNCH_FAILED")
+    calls, info, torch, pdev = _install_fake_run(monkeypatch, level_errors={(104, 28): launch})
+    plan = bplan.make_plan(pdev, quick=True)
+    res = runner.run_bench(plan, info, torch, bplan.plan_dict(plan))
+    assert res.error == str(launch) and not res.step_errors and not res.complete
+    assert [(lv.prefill_sms, lv.decode_sms) for lv in res.levels] == [(112, 20)]  # stopped there
+    assert calls["closed"] >= 1
 
 
 def test_run_device_mismatch_gpu_option(monkeypatch) -> None:

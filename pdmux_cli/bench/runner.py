@@ -40,17 +40,27 @@ UNITS_PER_WINDOW = 40
 StepCallback = Callable[[str], None]
 
 
-def import_torch() -> Any:
+def import_torch(driver_version: int | None = None) -> Any:
     """torch with CUDA, or :class:`DeviceError`: not installed (``pip install 'pdmux[bench]'``), a CPU
-    build, or ``torch.cuda.is_available()`` false."""
+    build, built for a newer CUDA major than the driver's ``driver_version`` (``1000 * major + 10 *
+    minor``, when given: PyPI's torch is a CUDA 13 build from 2.11 on), or ``torch.cuda.is_available()``
+    false."""
     try:
         import torch
     except ImportError:
-        raise DeviceError(f"torch is not installed (the bench's GEMM is torch.matmul): {greenctx.PIP_HINT}") from None
-    if getattr(torch.version, "cuda", None) is None:
+        hint = greenctx.install_hint(driver_version) if driver_version else greenctx.PIP_HINT
+        raise DeviceError(f"torch is not installed (the bench's GEMM is torch.matmul): {hint}") from None
+    built = getattr(torch.version, "cuda", None)
+    if built is None:
         raise DeviceError(
             f"torch {torch.__version__} is a CPU-only build: install a CUDA build of torch "
             "(https://pytorch.org/get-started/locally/)"
+        )
+    built_major = greenctx.version_tuple(str(built))[:1]
+    if driver_version and built_major and built_major[0] > driver_version // 1000:
+        raise DeviceError(
+            f"torch {torch.__version__} is built for CUDA {built} but the NVIDIA driver supports CUDA "
+            f"{greenctx.version_text(driver_version)}: {greenctx.install_hint(driver_version)}"
         )
     if not torch.cuda.is_available():
         raise DeviceError(
@@ -379,7 +389,7 @@ def prepare(device_index: int, gpu: str | None) -> tuple[greenctx.DeviceInfo, An
     its CUDA) and :class:`InputError` for a bad ``--device``/``--gpu``.
     """
     info = greenctx.probe_device(device_index)
-    torch = import_torch()
+    torch = import_torch(info.driver_version)
     name = torch.cuda.get_device_name(device_index)
     return info, torch, plan_device(info, name, gpu)
 
@@ -412,17 +422,19 @@ def run_bench(
 
     ``on_step(label)`` is called before each of the ``plan.steps`` steps (progress); ``on_result``
     after each step with the results so far (checkpoints). Ctrl-C during the steps stops the run:
-    the finished steps are returned with ``interrupted`` set. A :class:`DeviceError` inside one
-    sweep point or level (a split the driver refuses) is recorded in ``step_errors`` and the run
-    goes on; any other failure (a CUDA error from torch, out of memory) after the first finished
-    step stops the run and is returned as ``error``; before that, it is raised (nothing to keep).
+    the finished steps are returned with ``interrupted`` set. A split the driver refuses
+    (:class:`greenctx.SplitRefused`) or an :class:`InputError` inside one sweep point or level (a
+    level that cannot fit, a window in which a stream completed nothing) is recorded in
+    ``step_errors`` and the run goes on with the others; any other failure (a failed kernel launch,
+    a CUDA error from torch, out of memory) after the first finished step stops the run and is
+    returned as ``error``; before that, it is raised (nothing to keep).
     Raises :class:`DeviceError` for a failed set-up (compile, load, out of memory).
     """
     major_nvrtc, _ = kernels.nvrtc_version()
     if major_nvrtc > info.driver_version // 1000:
         raise DeviceError(
             f"NVRTC {major_nvrtc}.x builds kernels a CUDA {info.driver_version_text} driver cannot load: "
-            f"pip install 'nvidia-cuda-nvrtc-cu{info.driver_version // 1000}'"
+            f"{greenctx.install_hint(info.driver_version)}"
         )
     image, image_text = kernels.compile_for_device(info.compute_capability)
     res = BenchResults(run=run_info(info, torch, plan, image_text), plan=plan_json)
@@ -450,7 +462,7 @@ def run_bench(
             step(f"solo sweep: {sms} SMs")
             try:
                 res.sweep.append(_sweep_point(w, sms))
-            except DeviceError as exc:  # a split the driver refuses: record it, measure the rest
+            except (greenctx.SplitRefused, InputError) as exc:  # record it, measure the rest
                 res.step_errors.append(f"solo sweep {sms} SMs: {exc}")
             done()
         res.sweep.sort(key=lambda p: (p.granted_sms, p.kind == "whole"))
@@ -458,7 +470,7 @@ def run_bench(
             step(f"co-run level {p}/{d}")
             try:
                 res.levels.append(_level(w, p, d))
-            except DeviceError as exc:
+            except (greenctx.SplitRefused, InputError) as exc:  # this level only; the others still run
                 res.step_errors.append(f"level {p}/{d}: {exc}")
             done()
         res.complete = not res.step_errors
