@@ -244,3 +244,81 @@ class FakeEvent:
             FakeEvent.opened_early -= 1
             return True
         return False
+
+
+class FakeStamps:
+    """``runner.Stamps`` in host memory: ``pairs[i] = [start_ns, end_ns]`` (start preset to -1)."""
+
+    def __init__(self, slots):
+        self.pairs = [[-1, 0] for _ in range(max(1, slots))]
+        self.resets = 0
+
+    def reset(self):
+        self.resets += 1
+        for pair in self.pairs:
+            pair[:] = [-1, 0]
+
+    def intervals(self):
+        return [(s, e) for s, e in self.pairs if 0 <= s <= e]
+
+
+def fake_workloads(plan, default, gemm_ms, read_ms, slowdown=(1.0, 1.0), serial=False, mark_ms=0.0):
+    """A ``runner.Workloads`` whose launches advance :class:`FakeStream` clocks (ms) and write
+    ``%globaltimer``-like stamps (ns). ``slowdown`` ``(gemm, read)`` divides each kernel's speed in a
+    window with both streams (co-run interference). ``serial``: one GPU clock for every stream, so
+    kernels take turns in the order they were queued (what shared work queues can do). A gate (spin)
+    starts once every stream seen so far is done: the host synchronised before queuing it.
+    Returns ``(workloads, launched)``: ``launched`` counts launches by kernel, ``launched["gates_ms"]``
+    lists the length of every launch gate.
+    """
+    from pdmux_cli.bench import runner
+
+    w = object.__new__(runner.Workloads)
+    w.plan, w.dev, w.clocks, w.gate_retries = plan, None, None, 0
+    w.torch = SimpleNamespace(cuda=SimpleNamespace(Event=FakeEvent, default_stream=lambda dev: default))
+    state = {"corun": False}
+    gpu = {"t": 0.0}
+    launched = {"gemm": 0, "read": 0, "mark": 0, "spin": 0, "gates_ms": []}
+
+    seen: list = []
+
+    def run(stream, ms, kind):
+        launched[kind] += 1
+        if stream not in seen:
+            seen.append(stream)
+        start = max(stream.t, gpu["t"]) if serial else stream.t
+        if kind == "spin":  # a gate is queued once the host waited for everything before it
+            start = max([start] + [s.t for s in seen])
+        stream.t = start + ms
+        if serial:
+            gpu["t"] = stream.t
+        return start
+
+    def gemm(stream):
+        run(stream, gemm_ms / (slowdown[0] if state["corun"] else 1.0), "gemm")
+
+    def read(stream, stamps=None, index=0):  # atomicMin / atomicMax, as the kernel
+        start = run(stream, read_ms / (slowdown[1] if state["corun"] else 1.0), "read")
+        if stamps is not None:
+            pair = stamps.pairs[index]
+            first = round(start * 1e6)
+            pair[0] = first if pair[0] < 0 else min(pair[0], first)
+            pair[1] = max(pair[1], round(stream.t * 1e6))
+
+    def mark(stream, stamps, index, end):
+        run(stream, mark_ms, "mark")
+        stamps.pairs[index][1 if end else 0] = round(stream.t * 1e6)
+
+    def spin(stream, ms):
+        launched["gates_ms"].append(ms)
+        run(stream, ms, "spin")
+
+    real_window = w.window
+
+    def window(jobs):
+        state["corun"] = len(jobs) > 1
+        return real_window(jobs)
+
+    w.gemm, w.read, w.mark, w.spin, w.stamps, w.window = gemm, read, mark, spin, FakeStamps, window
+    w.copy = lambda stream: run(stream, read_ms, "read")
+    return w, launched

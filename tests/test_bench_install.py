@@ -126,3 +126,20 @@ def test_missing_test_report_fails_the_check(tmp_path) -> None:
     (tmp_path / "bad.xml").write_text("<testsuites")
     assert gc.junit_counts(tmp_path / "bad.xml") is None
     assert gc.gpu_tests_row(0, None)[1] is False
+
+
+def _level(share, serialised, disjoint=True):
+    return {"prefill_sms": 112, "decode_sms": 20, "granted_prefill_sms": 112, "granted_decode_sms": 20,
+            "smid_prefill_count": 112, "smid_decode_count": 20, "disjoint": disjoint, "within_grant": True,
+            "gemm_interference_percent": 5.0, "read_interference_percent": 20.0, "overlap_share": share,
+            "serialised": serialised}
+
+
+@pytest.mark.parametrize(("share", "serialised", "ok", "fragment"), [
+    (0.97, False, True, "both ran 97%"), (0.5, False, False, "both ran 50%"), (0.02, True, False, "SERIALISED"),
+    (None, False, False, "both ran ?"),
+])
+def test_level_rows_need_both_kernels_running(share, serialised, ok, fragment) -> None:
+    rows = _gpu_check()._checks({"complete": True, "levels": [_level(share, serialised)]})
+    name, passed, detail = rows[-1]
+    assert name == "level 112/20" and passed is ok and fragment in detail

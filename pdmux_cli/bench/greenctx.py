@@ -9,7 +9,15 @@ shared/reference/green-contexts.md) and the behaviour of sgl-kernel's
 - :class:`LevelPartitions`: both partitions of one level from ONE split, as sgl-kernel does: split
   the device for ``prefill + decode`` SMs, make an intermediate green context from that group, split
   its resource for ``prefill`` SMs; the group goes to prefill and the remainder to decode; a green
-  context and a non-blocking stream for each; the intermediate is destroyed.
+  context and a non-blocking stream for each; the intermediate is destroyed. A pair that takes the
+  whole device (every SGLang level) splits the device once for ``prefill`` instead: no request for a
+  rounded-up total larger than the device.
+
+On drivers 13.1+ each green context that runs work also gets a balanced work-queue configuration
+(``CU_WORKQUEUE_SCOPE_GREEN_CTX_BALANCED``, as PyTorch's ``torch/cuda/green_contexts.py`` builds it),
+and :func:`probe_device` sets ``CUDA_DEVICE_MAX_CONNECTIONS=32`` before ``cuInit``: disjoint SMs alone
+do not make kernels run at the same time (shared work queues can serialise them). A split the driver
+refuses raises :class:`SplitRefused`; every other failure is a plain :class:`DeviceError`.
 
 Both are context managers: every stream and green context is destroyed on exit, also on an error or
 Ctrl-C (streams first, then contexts; a second Ctrl-C during the teardown is held until it ends).
