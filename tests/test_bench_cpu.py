@@ -9,11 +9,13 @@ from __future__ import annotations
 import enum
 import itertools
 import json
+import re
 import subprocess
 import sys
 from types import SimpleNamespace
 
 import pytest
+from bench_fakes import FakeStream, fake_workloads
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
@@ -311,6 +313,13 @@ def test_nvrtc_compiles_every_kernel(nvrtc_archs, arch, name) -> None:
     if name == "pdmux_read_bw":
         assert text.count("ld.global.nc.v4.u32") >= kernels.READ_UNROLL  # 16-byte loads, unrolled
         assert "st.global" in text  # the conditional store keeps the loads alive
+        # block start and end stamps: first start and last end of the launch
+        assert text.count("%globaltimer") == 2
+        assert re.search(r"(atom|red)[a-z.]*\.global\.min\.[ub]64", text)  # atom.relaxed.gpu.global... on sm_100
+        assert re.search(r"(atom|red)[a-z.]*\.global\.max\.[ub]64", text)
+        assert "bar.sync" in text  # the end stamp waits for every thread's loads
+    if name == "pdmux_mark":
+        assert "%globaltimer" in text and re.search(r"st\.global\.[ub]64", text)
 
 
 def test_nvrtc_all_sources_and_device_image(nvrtc_archs) -> None:
@@ -568,11 +577,22 @@ def test_level_partitions_follow_sgl_kernel(monkeypatch) -> None:
         assert len(fake.live_ctx) == 2 and len(fake.live_streams) == 2  # the intermediate is gone
         assert lv.live_handles == 4
     splits = [c for c in fake.calls if c[0] == "split"]
-    assert splits == [("split", 132, 132), ("split", 132, 112)]  # ONE device split, then the group's
+    assert splits == [("split", 132, 112)]  # the pair is the whole device: ONE split for prefill, decode the rest
     assert not fake.live_ctx and not fake.live_streams
     destroys = [c[0] for c in fake.calls if c[0].startswith("destroy")]
     assert destroys.index("destroy-stream") < len(destroys) - destroys[::-1].index("destroy-ctx")
     assert lv.live_handles == 0
+
+
+def test_level_partitions_smaller_than_the_device_split_the_pair_first(monkeypatch) -> None:
+    fake = FakeDriver()
+    monkeypatch.setattr(greenctx, "driver_module", lambda: fake)
+    with greenctx.LevelPartitions(_info(), 64, 20) as lv:  # 84 rounds up to 88 of 132
+        assert (lv.prefill.granted_sms, lv.decode.granted_sms, lv.pair_granted_sms) == (64, 24, 88)
+        assert len(fake.live_ctx) == 2 and lv.live_handles == 4  # the intermediate is gone
+    assert [c for c in fake.calls if c[0] == "split"] == [("split", 132, 84), ("split", 88, 64)]
+    assert [c[1] for c in fake.calls if c[0] == "ctx"] == [88, 64, 24]  # intermediate, prefill, decode
+    assert not fake.live_ctx and not fake.live_streams
 
 
 def test_sm_partition_granted_rounds_up(monkeypatch) -> None:
@@ -621,68 +641,32 @@ def test_level_that_does_not_fit_is_input_error(monkeypatch) -> None:
 # ---- timing and co-run logic against fake CUDA events --------------------------------------------
 
 
-class FakeStream:
-    def __init__(self, name):
-        self.name, self.t, self.cuda_stream = name, 0.0, id(self)
-
-    def wait_event(self, event):
-        self.t = max(self.t, event.t)
-
-    def synchronize(self):
-        pass
-
-
-class FakeEvent:
-    def __init__(self, enable_timing=False):
-        self.t = None
-
-    def record(self, stream):
-        self.t = stream.t
-
-    def elapsed_time(self, other):
-        return other.t - self.t
-
-    def synchronize(self):
-        pass
-
-
-def _fake_workloads(plan, default, gemm_ms, read_ms, slowdown):
-    """A Workloads whose launches advance the stream clocks; ``slowdown`` (gemm, read) applies while
-    the other stream still has work, as co-run interference would."""
-    w = object.__new__(runner.Workloads)
-    w.plan, w.dev = plan, None
-    w.torch = SimpleNamespace(cuda=SimpleNamespace(Event=FakeEvent, default_stream=lambda dev: default))
-    state = {"corun": False}
-    w.gemm = lambda s: setattr(s, "t", s.t + gemm_ms / (slowdown[0] if state["corun"] else 1))
-    w.read = lambda s: setattr(s, "t", s.t + read_ms / (slowdown[1] if state["corun"] else 1))
-    w.spin = lambda s, ms: setattr(s, "t", s.t + ms)
-    return w, state
-
-
 def test_time_launches_rates_and_runs() -> None:
     plan = bplan.make_plan(bplan.PlanDevice.from_gpu(find_gpu("h100")))
     stream = FakeStream("s")
-    w, _ = _fake_workloads(plan, stream, gemm_ms=1.5, read_ms=0.25, slowdown=(1, 1))
+    w, _ = fake_workloads(plan, stream, gemm_ms=1.5, read_ms=0.25)
     stats = w.time_launches(w.gemm, stream, plan.gemm.flops)
     assert stats.runs == plan.repeats
     assert stats.median == pytest.approx(plan.gemm.flops / 1.5e-3)
     assert stats.median_s == pytest.approx(1.5e-3)
-    # warm-up + probe + repeats x ceil(2 ms / 0.25 ms) launches of the read kernel
+    # two gates (probe, timed runs) + warm-up + probe + repeats x ceil(2 ms / 0.25 ms) launches of the read kernel
     before = stream.t
     w.time_launches(w.read, stream, plan.read_bytes_per_launch)
-    assert stream.t - before == pytest.approx(0.25 * (plan.warmup + 1 + plan.repeats * 8))
+    assert stream.t - before == pytest.approx(2 * bplan.GATE_MS + 0.25 * (plan.warmup + 1 + plan.repeats * 8))
 
 
-def test_corun_measures_each_stream_inside_the_shared_window() -> None:
+def test_level_windows_measure_each_stream_inside_the_shared_window() -> None:
     plan = bplan.make_plan(bplan.PlanDevice.from_gpu(find_gpu("h100")), quick=True)
     default, p, d = FakeStream("default"), FakeStream("p"), FakeStream("d")
-    w, state = _fake_workloads(plan, default, gemm_ms=1.2, read_ms=0.7, slowdown=(0.9, 0.75))
-    state["corun"] = True
-    gemm, read, window = w.corun(p, d, 1.2e-3, 0.7e-3)
-    assert gemm.median == pytest.approx(0.9 * plan.gemm.flops / 1.2e-3, rel=1e-9)
-    assert read.median == pytest.approx(0.75 * plan.read_bytes_per_launch / 0.7e-3, rel=1e-9)
-    assert gemm.runs == read.runs == plan.repeats
-    assert window >= plan.window_ms * 0.9
+    w, _ = fake_workloads(plan, default, gemm_ms=1.2, read_ms=0.7, slowdown=(0.9, 0.75))
+    timing = w.level_windows(p, d, 1.2e-3, 0.7e-3)
+    assert timing.solo_gemm.median == pytest.approx(plan.gemm.flops / 1.2e-3, rel=1e-9)
+    assert timing.solo_read.median == pytest.approx(plan.read_bytes_per_launch / 0.7e-3, rel=1e-9)
+    assert timing.corun_gemm.median == pytest.approx(0.9 * plan.gemm.flops / 1.2e-3, rel=1e-9)
+    assert timing.corun_read.median == pytest.approx(0.75 * plan.read_bytes_per_launch / 0.7e-3, rel=1e-9)
+    assert timing.solo_gemm.runs == timing.corun_read.runs == plan.repeats
+    assert timing.window_ms >= plan.window_ms * 0.9
+    assert timing.overlap_share == pytest.approx(1.0)
     assert p.t > 0 and d.t > 0
 
 
@@ -693,13 +677,22 @@ def _stats(value):
     return RateStats.from_rates([value * 0.98, value, value * 1.01])
 
 
-def _install_fake_run(monkeypatch, plan_total=132, interrupt_after=None, refuse_level=None):
-    """Replace the device-facing pieces of the runner; the orchestration and outputs run for real."""
+def _install_fake_run(monkeypatch, plan_total=132, interrupt_after=None, refuse_level=None, level_errors=None,
+                      serial_level=None):
+    """Replace the device-facing pieces of the runner; the orchestration and outputs run for real.
+
+    ``refuse_level``: a level whose split the driver refuses; ``level_errors``: ``{(p, d): exception}``
+    raised by those levels instead of measuring them; ``serial_level``: a level whose kernels took
+    turns (factors 0.5 + 0.45, no overlap)."""
     calls = {"n": 0, "closed": 0}
 
     class FakeWorkloads:
         def __init__(self, torch, plan, info, image):
-            self.plan, self.dev = plan, None
+            self.plan, self.dev, self.gate_retries = plan, None, 0
+
+        def warm_up(self, seconds):
+            calls["warm_up_s"] = seconds
+            return seconds
 
         def time_launches(self, launch, stream, work):
             return _stats(2.5e12 if work < 1e11 else 700e12)  # bytes (GB) vs FLOPs (~1e12)
@@ -722,7 +715,13 @@ def _install_fake_run(monkeypatch, plan_total=132, interrupt_after=None, refuse_
 
     def level(w, p, d):
         if (p, d) == refuse_level:
-            raise DeviceError(f"the driver refused the split {p} prefill SMs for level {p}/{d} [INVALID_RESOURCE]")
+            raise greenctx.SplitRefused(f"the driver refused the split {p} prefill SMs for level {p}/{d} [INVALID_RESOURCE]")
+        if level_errors and (p, d) in level_errors:
+            raise level_errors[(p, d)]
+        if (p, d) == serial_level:
+            return LevelResult(p, d, p + d, p, d, tuple(range(p)), tuple(range(p, p + d)), _stats(600e12 * p / 132),
+                               _stats(3e12 * min(1, d / 64)), _stats(0.5 * 600e12 * p / 132),
+                               _stats(0.45 * 3e12 * min(1, d / 64)), 200.0, overlap_share=0.02, overlap_share_min=0.0)
         return LevelResult(p, d, p + d, p, d, tuple(range(p)), tuple(range(p, p + d)), _stats(600e12 * p / 132),
                            _stats(3e12 * min(1, d / 64)), _stats(0.95 * 600e12 * p / 132), _stats(0.8 * 3e12 * min(1, d / 64)), 200.0)
 
@@ -736,6 +735,7 @@ def _install_fake_run(monkeypatch, plan_total=132, interrupt_after=None, refuse_
     monkeypatch.setattr(runner.kernels, "nvrtc_version", lambda: (12, 8))
     monkeypatch.setattr(runner.kernels, "compile_for_device", lambda cc: (b"\x7fELF", "cubin sm_90"))
     monkeypatch.setattr(runner, "prepare", lambda device, gpu: (info, torch, pdev))
+    monkeypatch.setattr(runner.Clocks, "open", classmethod(lambda cls, bus: (None, "no clocks in this test")))
     return calls, info, torch, pdev
 
 
@@ -744,6 +744,8 @@ def test_run_complete_gives_calibration(monkeypatch, tmp_path) -> None:
     plan = bplan.make_plan(pdev, quick=True)
     res = runner.run_bench(plan, info, torch, bplan.plan_dict(plan))
     assert res.complete and not res.interrupted and calls["closed"] >= 1
+    assert calls["warm_up_s"] == bplan.WARMUP_S == 1.0  # about a second before the ceilings
+    assert "no clocks in this test" in res.notes
     assert [p.granted_sms for p in res.sweep] == sorted(plan.sweep_sms)
     assert res.s_sat_sms() == 64 and len(res.levels) == 6
     cal = calibration_from_results(res)
@@ -799,6 +801,38 @@ def test_cli_run_refused_level_goes_on(monkeypatch, tmp_path) -> None:
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["complete"] is False and len(data["levels"]) == 5 and len(data["step_errors"]) == 1
     assert len(load_calibration(tmp_path / "calibration.yaml").corun) == 5
+
+
+def test_cli_run_input_error_in_one_level_does_not_stop_the_others(monkeypatch, tmp_path) -> None:
+    _install_fake_run(monkeypatch, level_errors={(104, 28): InputError("a co-run stream completed no work")})
+    r = cli.invoke(app, ["bench", "--quick", "--out", str(tmp_path)])
+    assert_one_line_error(r, 1, "level 104/28: a co-run stream completed no work")
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["error"] is None and len(data["levels"]) == 5 and len(data["step_errors"]) == 1
+
+
+def test_run_failed_launch_stops_the_run_and_is_not_a_refused_split(monkeypatch) -> None:
+    launch = DeviceError("launching pdmux_read_bw failed with CUDA_ERROR_LAUNCH_FAILED")
+    calls, info, torch, pdev = _install_fake_run(monkeypatch, level_errors={(104, 28): launch})
+    plan = bplan.make_plan(pdev, quick=True)
+    res = runner.run_bench(plan, info, torch, bplan.plan_dict(plan))
+    assert res.error == str(launch) and not res.step_errors and not res.complete
+    assert [(lv.prefill_sms, lv.decode_sms) for lv in res.levels] == [(112, 20)]  # stopped there
+    assert calls["closed"] >= 1
+
+
+def test_cli_run_flags_a_serialised_level(monkeypatch, tmp_path) -> None:
+    _install_fake_run(monkeypatch, serial_level=(104, 28))
+    r = cli.invoke(app, ["bench", "--quick", "--json", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    flags = {(lv["prefill_sms"], lv["decode_sms"]): lv["serialised"] for lv in data["levels"]}
+    assert flags[(104, 28)] is True and sum(flags.values()) == 1
+    serial = next(lv for lv in data["levels"] if lv["serialised"])
+    assert serial["factor_sum"] == pytest.approx(0.95) and serial["overlap_share"] == 0.02
+    assert any("level 104/28: flop factor 0.50 + bandwidth factor 0.45 <= 1.1" in n for n in data["notes"])
+    table = cli.invoke(app, ["bench", "--quick", "--levels", "2"], env={"COLUMNS": "200"})
+    assert "SERIALISED (took turns)" in table.stdout and "0.50 + 0.45 = 0.95" in table.stdout
 
 
 def test_run_device_mismatch_gpu_option(monkeypatch) -> None:

@@ -1,6 +1,8 @@
 """``pdmux bench`` on a real GPU: granted splits, disjoint SMs, the read kernel near copy rate, the GEMM
-near torch's own matmul, and a clean teardown. Skipped without an NVIDIA GPU (no conftest: the probe
-below is the driver's ``cuInit`` plus a torch CUDA check, both cheap).
+near torch's own matmul, both kernels really running at the same time at every level, the launch gate,
+clocks, and a clean teardown. Skipped without an NVIDIA GPU (no conftest: the probe below is the
+driver's ``cuInit`` plus a torch CUDA check, both cheap; the probe also sets
+CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts in this process).
 
 Run: ``python -m pytest -m gpu tests/test_bench_gpu.py -q`` (``make gpu-check`` does, then a short bench).
 """
@@ -65,6 +67,8 @@ def test_split_sizes_granted(run) -> None:
             assert point.granted_sms == point.requested_sms, point
     for lv in res.levels:
         assert lv.pair_granted_sms <= total
+        if lv.prefill_sms + lv.decode_sms == total:  # split once for prefill, decode the remainder
+            assert lv.pair_granted_sms == total and lv.granted_prefill_sms + lv.granted_decode_sms == total, lv
         assert 0 < lv.granted_decode_sms
         assert lv.granted_prefill_sms + lv.granted_decode_sms <= total, lv
         if lv.prefill_sms % multiple == 0:
@@ -80,6 +84,62 @@ def test_smids_disjoint_and_within_grant_at_every_level(run) -> None:
         assert lv.disjoint, f"{lv.prefill_sms}/{lv.decode_sms}: SMs {sorted(set(lv.smid_prefill) & set(lv.smid_decode))} ran both"
         assert len(lv.smid_prefill) <= lv.granted_prefill_sms, lv
         assert len(lv.smid_decode) <= lv.granted_decode_sms, lv
+
+
+def test_levels_run_side_by_side(run) -> None:
+    """Disjoint SMs do not guarantee concurrency: the %globaltimer stamps must show both kernels
+    running for most of the co-run window, and the factors must add up to more than time-sharing."""
+    _, res = run
+    for lv in res.levels:
+        assert lv.overlap_share is not None, lv
+        assert lv.overlap_share >= 0.8, f"{lv.prefill_sms}/{lv.decode_sms}: both ran {lv.overlap_share:.0%} of the window"
+        assert not lv.serialised, (lv.flops_factor, lv.bandwidth_factor)
+
+
+def test_launch_set_up_recorded(run) -> None:
+    _, res = run
+    assert res.run.cuda_device_max_connections == "32"
+    assert res.run.workqueue
+    if res.run.workqueue.startswith("balanced"):  # a 13.1+ driver: each level's contexts got one
+        assert all(lv.workqueue.startswith("balanced") for lv in res.levels), [lv.workqueue for lv in res.levels]
+
+
+def test_clocks_recorded_with_nvml(run) -> None:
+    pytest.importorskip("pynvml")
+    _, res = run
+    whole = res.whole()
+    assert whole.gemm.sm_clock_mhz and whole.gemm.mem_clock_mhz, whole.gemm
+    assert res.run.max_sm_clock_mhz and whole.gemm.sm_clock_mhz <= res.run.max_sm_clock_mhz + 1
+    assert all(lv.corun_gemm.sm_clock_mhz for lv in res.levels)
+
+
+def test_gate_measures_the_gpu_not_the_launch_rate(env) -> None:
+    """A kernel far shorter than a Python launch (the spin kernel asked for 0 ns), timed behind the
+    launch gate: the GPU's time per launch is below the host's time to queue one, which it could not
+    be if the runs waited for Python."""
+    import time
+
+    from pdmux_cli.bench import kernels
+    from pdmux_cli.bench import plan as bplan
+    from pdmux_cli.bench.runner import Workloads
+
+    info, torch, pdev = env
+    plan = bplan.make_plan(pdev, quick=True, gemm=bplan.GemmShape(256, 256, 256), granularity=info.granularity)
+    image, _ = kernels.compile_for_device(info.compute_capability)
+    w = Workloads(torch, plan, info, image)
+    try:
+        default = torch.cuda.default_stream(w.dev)
+        stats = w.time_launches(lambda s: w.spin(s, 0.0), default, 1.0)
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        for _ in range(2000):
+            w.spin(default, 0.0)
+        host_s = (time.perf_counter() - started) / 2000
+        torch.cuda.synchronize()
+        assert stats.median_s < host_s, (stats.median_s, host_s)
+        assert w.gate_retries <= 1
+    finally:
+        w.close()
 
 
 def test_read_kernel_reaches_90_percent_of_copy(run) -> None:

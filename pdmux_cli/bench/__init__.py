@@ -7,11 +7,14 @@ Modules:
 - ``plan``: what a run does, in numbers (pure; ``--dry-run``);
 - ``stats``: medians, spreads, S_SAT, monotone fits, co-run windows (pure);
 - ``kernels``: the CUDA sources and their NVRTC compilation (cuda-python, no GPU needed);
-- ``greenctx``: the driver probe and the green-context partitions (cuda-python, needs a GPU);
-- ``runner``: the measurements (torch + cuda-python, needs a GPU);
+- ``greenctx``: the driver probe (CUDA_DEVICE_MAX_CONNECTIONS set before cuInit) and the
+  green-context partitions, with balanced work queues on 13.1+ drivers (cuda-python, needs a GPU);
+- ``clocks``: SM and memory clocks through NVML (nvidia-ml-py, optional);
+- ``runner``: the measurements behind a launch gate, the co-run overlap from ``%globaltimer``
+  stamps (torch + cuda-python, needs a GPU);
 - ``results``, ``report``, ``plot``: the results as values, tables, JSON, calibration and PNG.
 
-Nothing here imports torch, cuda-python, numpy or matplotlib at module level.
+Nothing here imports torch, cuda-python, pynvml, numpy or matplotlib at module level.
 """
 
 from __future__ import annotations

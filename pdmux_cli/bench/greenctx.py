@@ -9,7 +9,15 @@ shared/reference/green-contexts.md) and the behaviour of sgl-kernel's
 - :class:`LevelPartitions`: both partitions of one level from ONE split, as sgl-kernel does: split
   the device for ``prefill + decode`` SMs, make an intermediate green context from that group, split
   its resource for ``prefill`` SMs; the group goes to prefill and the remainder to decode; a green
-  context and a non-blocking stream for each; the intermediate is destroyed.
+  context and a non-blocking stream for each; the intermediate is destroyed. A pair that takes the
+  whole device (every SGLang level) splits the device once for ``prefill`` instead: no request for a
+  rounded-up total larger than the device.
+
+On drivers 13.1+ each green context that runs work also gets a balanced work-queue configuration
+(``CU_WORKQUEUE_SCOPE_GREEN_CTX_BALANCED``, as PyTorch's ``torch/cuda/green_contexts.py`` builds it),
+and :func:`probe_device` sets ``CUDA_DEVICE_MAX_CONNECTIONS=32`` before ``cuInit``: disjoint SMs alone
+do not make kernels run at the same time (shared work queues can serialise them). A split the driver
+refuses raises :class:`SplitRefused`; every other failure is a plain :class:`DeviceError`.
 
 Both are context managers: every stream and green context is destroyed on exit, also on an error or
 Ctrl-C (streams first, then contexts; a second Ctrl-C during the teardown is held until it ends).
@@ -24,27 +32,103 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import os
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DeviceError, InputError
+from ..policy import cuda_sm_granularity
 
 #: Oldest driver (CUDA version, 1000 * major + 10 * minor) with green contexts.
 MIN_DRIVER_VERSION = 12040
 #: First driver with ``cuGreenCtxStreamCreate``.
 STREAM_CREATE_DRIVER_VERSION = 12050
+#: First driver (and cuda-python) with work-queue configuration resources
+#: (``CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG``, scope ``CU_WORKQUEUE_SCOPE_GREEN_CTX_BALANCED``): CUDA 13.1
+#: (driver API "Green Contexts"; PyTorch's torch/cuda/green_contexts.py requires the same).
+WORKQUEUE_DRIVER_VERSION = 13010
 
-PIP_HINT = "pip install 'pdmux[bench]'"
+#: The environment variable that sets how many hardware work queues (connections) CUDA opens per
+#: context, and the value the bench gives it: 32, the most CUDA allows (CUDA C++ Programming Guide,
+#: "CUDA Environment Variables": default 8, range 1-32). Streams beyond the count share queues, and
+#: work on shared queues can serialise. SGLang 0.5.23 sets 8 (srt/entrypoints/engine.py,
+#: ``_set_envs_and_config``).
+CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
+MAX_CONNECTIONS = 32
+
+#: What :func:`set_max_connections` did in this process (``None`` before its first call).
+_connections_note: str | None = None
+
+
+class SplitRefused(DeviceError):
+    """The driver cannot give a requested split (a green context of that many SMs, or no SMs left for
+    the remainder): the run records it for that sweep point or level and goes on. Any other
+    :class:`DeviceError` (a failed launch, a lost device) stops the run."""
+
+#: Oldest cuda-python that works end to end: 12.4.0-12.6.0 have no ``cuda.bindings``, 12.6.2.post1 does
+#: not find the NVRTC of pip's ``nvidia-cuda-nvrtc-cu12`` wheel, 12.8.0 works (issue 11's install trials;
+#: pyproject.toml's extras require it).
+MIN_BINDINGS_VERSION = (12, 8)
+
+PIP_HINT = "pip install 'pdmux[bench]' ('pdmux[bench-cu12]' on a CUDA 12 driver)"
+
+
+def install_hint(driver_version: int | None) -> str:
+    """The pip command that installs the bench's packages for a driver of CUDA ``driver_version``
+    (``1000 * major + 10 * minor``; ``None`` when unknown), naming what it brings.
+
+    A CUDA 12 driver needs the ``bench-cu12`` extra: cuda-python and NVRTC 12.x, and torch < 2.11
+    (torch's wheels on PyPI are CUDA 13 builds from 2.11 on); newer drivers take ``bench``.
+    """
+    if driver_version is not None and driver_version // 1000 == 12:
+        return ("pip install 'pdmux[bench-cu12]' (cuda-python>=12.8,<13, nvidia-cuda-nvrtc-cu12 and torch<2.11: "
+                "PyPI's torch wheels are CUDA 13 builds from 2.11 on)")
+    return "pip install 'pdmux[bench]' (torch, cuda-python>=12.8, nvidia-cuda-nvrtc, nvidia-ml-py)"
+
+
+def _installed_cuda_python() -> str | None:
+    """The installed cuda-python distribution's version (package metadata), or ``None``."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("cuda-python")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """``"12.6.2.post1"`` -> ``(12, 6, 2)``: the leading numeric fields of a version (``()`` for none)."""
+    parts: list[int] = []
+    for field in str(text).split("."):
+        digits = ""
+        for ch in field:
+            if not ch.isascii() or not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+        if digits != field:
+            break
+    return tuple(parts)
 
 
 def driver_module() -> Any:
-    """``cuda.bindings.driver``; :class:`DeviceError` naming the pip command when cuda-python is absent."""
+    """``cuda.bindings.driver``; :class:`DeviceError` naming the pip command when cuda-python is absent
+    or too old to have ``cuda.bindings`` (12.4.0-12.6.0)."""
     try:
         from cuda.bindings import driver
     except ImportError:
+        installed = _installed_cuda_python()
+        if installed is not None:
+            raise DeviceError(
+                f"cuda-python {installed} has no cuda.bindings (12.4.0-12.6.0 lack it); the bench needs cuda-python "
+                f">= {'.'.join(map(str, MIN_BINDINGS_VERSION))}: {PIP_HINT}"
+            ) from None
         raise DeviceError(f"cuda-python is not installed (the bench drives green contexts with it): {PIP_HINT}") from None
     return driver
 
@@ -65,20 +149,24 @@ def _code(err: Any) -> int:
         return int(getattr(err, "value", -1))
 
 
-def call(result: tuple, what: str) -> Any:
+def call(result: tuple, what: str, split: bool = False) -> Any:
     """Unpack a cuda-python ``(err, *outs)`` result: the outputs, or :class:`DeviceError` on an error.
 
-    ``what``: the operation, for the message (``"cuGreenCtxCreate for prefill 112 SMs"``). Returns
+    ``what``: the operation, for the message (``"cuGreenCtxCreate for prefill 112 SMs"``). ``split``:
+    the call builds a partition (split, resource descriptor, green context); only then do
+    CUDA_ERROR_INVALID_RESOURCE_TYPE/CONFIGURATION (914, 915) mean a refused split
+    (:class:`SplitRefused`): from any other call (a kernel launch) they are plain failures. Returns
     ``None``, the single output, or a tuple of outputs.
     """
     err, *outs = result
     if _code(err) != 0:
         name = _err_name(err)
-        hint = ""
-        if _code(err) in (914, 915):
-            hint = ": the device cannot give this split (CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION/TYPE)"
-        elif "OUT_OF_MEMORY" in name:
-            hint = ": out of device memory"
+        if split and _code(err) in (914, 915):
+            raise SplitRefused(
+                f"{what} failed with {name}: the device cannot give this split "
+                "(CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION/TYPE)"
+            )
+        hint = ": out of device memory" if "OUT_OF_MEMORY" in name else ""
         raise DeviceError(f"{what} failed with {name}{hint}")
     if not outs:
         return None
@@ -91,7 +179,9 @@ class DeviceInfo:
 
     ``granularity``: ``(minimum SMs, multiple)`` of a split as the driver reports it
     (``minSmPartitionSize``, ``smCoscheduledAlignment``: cuda-python 13 with a 13.x driver), or
-    ``None`` when it does not say (then CUDA's table by capability applies).
+    ``None`` when it does not say (then CUDA's table by capability applies). ``connections_note``:
+    what :func:`set_max_connections` did; ``pci_bus_id``: ``"0000:3B:00.0"`` (``cuDeviceGetPCIBusId``,
+    to find the same device in NVML), ``""`` when the driver did not say.
     """
 
     index: int
@@ -104,10 +194,50 @@ class DeviceInfo:
     bindings_version: str
     granularity: tuple[int, int] | None
     resource_sm_count: int
+    connections_note: str = ""
+    pci_bus_id: str = ""
 
     @property
     def driver_version_text(self) -> str:
         return version_text(self.driver_version)
+
+    @property
+    def split_granularity(self) -> tuple[int, int]:
+        """``(minimum SMs, multiple)`` of a split: the driver's when it says, else CUDA's table."""
+        return self.granularity or cuda_sm_granularity(self.compute_capability[0])
+
+
+def _torch_cuda_started() -> bool:
+    """torch is imported and has initialised CUDA in this process."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        return bool(cuda is not None and cuda.is_initialized())
+    except Exception:  # noqa: BLE001 - a stand-in or broken torch: assume not started
+        return False
+
+
+def set_max_connections(environ: MutableMapping[str, str] | None = None) -> str:
+    """Set ``CUDA_DEVICE_MAX_CONNECTIONS=32`` (:data:`MAX_CONNECTIONS`) in ``environ`` (``os.environ``)
+    before CUDA starts in this process, so the two co-run streams and the default stream each get a
+    hardware work queue of their own. Returns the sentence the results' notes carry (what was set,
+    and the value it replaced). Once done, later calls return the first call's sentence (CUDA has
+    started by then, so the value cannot change); when torch already initialised CUDA, nothing is
+    set and the sentence says so.
+    """
+    global _connections_note
+    if _connections_note is not None:
+        return _connections_note
+    env = os.environ if environ is None else environ
+    previous = env.get(CONNECTIONS_VAR)
+    if _torch_cuda_started():
+        return (f"{CONNECTIONS_VAR} not set: torch had already started CUDA in this process "
+                f"(value in effect: {previous if previous is not None else 'unset, CUDA default 8'})")
+    env[CONNECTIONS_VAR] = str(MAX_CONNECTIONS)
+    was = "" if previous in (None, str(MAX_CONNECTIONS)) else f"; it was {previous}"
+    _connections_note = (f"{CONNECTIONS_VAR}={MAX_CONNECTIONS} set by pdmux before CUDA started (one hardware work queue "
+                         f"per stream; CUDA's default is 8, as SGLang sets{was})")
+    return _connections_note
 
 
 def _no_driver_message(exc: BaseException) -> str:
@@ -126,9 +256,11 @@ def probe_device(index: int = 0) -> DeviceInfo:
     driver can be loaded (cuda-python raises ``cuda.pathfinder.DynamicLibNotFoundError`` at the first
     driver call) or ``cuInit`` fails, the driver is older than CUDA 12.4 (no green contexts),
     cuda-python is newer than the driver's CUDA major, or the device's compute capability has no
-    green contexts; :class:`InputError` (exit 2) when ``index`` is not a device.
+    green contexts, or cuda-python is older than 12.8; :class:`InputError` (exit 2) when ``index`` is
+    not a device. The pip hints name the extra for the driver's CUDA major (:func:`install_hint`).
     """
     drv = driver_module()
+    connections = set_max_connections()
     try:
         result = drv.cuInit(0)
     except (RuntimeError, OSError, ImportError) as exc:  # cuda.pathfinder's DynamicLibNotFoundError is a RuntimeError
@@ -150,11 +282,16 @@ def probe_device(index: int = 0) -> DeviceInfo:
         bindings_version = str(getattr(bindings, "__version__", "?"))
     except ImportError:  # pragma: no cover - cuda.bindings imported above
         bindings_version = "?"
-    major = bindings_version.split(".")[0]
-    if major.isdigit() and int(major) > version // 1000:
+    parsed = version_tuple(bindings_version)
+    if parsed and parsed[0] > version // 1000:
         raise DeviceError(
-            f"cuda-python {bindings_version} needs a CUDA {major} driver but this one supports CUDA "
-            f"{version_text(version)}: pip install 'cuda-python~={version // 1000}.0' 'nvidia-cuda-nvrtc-cu{version // 1000}'"
+            f"cuda-python {bindings_version} needs a CUDA {parsed[0]} driver but this one supports CUDA "
+            f"{version_text(version)}: {install_hint(version)}"
+        )
+    if parsed and parsed[:2] < MIN_BINDINGS_VERSION:
+        raise DeviceError(
+            f"cuda-python {bindings_version} is too old for the bench (before 12.8 it lacks cuda.bindings or does not "
+            f"find pip's NVRTC): {install_hint(version)}"
         )
     count = call(drv.cuDeviceGetCount(), "cuDeviceGetCount")
     if count < 1:
@@ -178,6 +315,11 @@ def probe_device(index: int = 0) -> DeviceInfo:
         raise DeviceError(f"{name} has compute capability {cc[0]}.{cc[1]}: green contexts need 6.0 or newer")
     resource = call(drv.cuDeviceGetDevResource(dev, drv.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM),
                     "cuDeviceGetDevResource(SM)")
+    try:
+        raw_bus = call(drv.cuDeviceGetPCIBusId(32, dev), "cuDeviceGetPCIBusId")
+        bus = raw_bus.split(b"\x00")[0].decode(errors="replace").strip() if isinstance(raw_bus, bytes) else str(raw_bus)
+    except (DeviceError, AttributeError):  # only the clocks need it
+        bus = ""
     minimum = int(getattr(resource.sm, "minSmPartitionSize", 0) or 0)
     alignment = int(getattr(resource.sm, "smCoscheduledAlignment", 0) or 0)
     return DeviceInfo(
@@ -185,7 +327,27 @@ def probe_device(index: int = 0) -> DeviceInfo:
         driver_version=int(version), bindings_version=bindings_version,
         granularity=(minimum, alignment) if minimum > 0 and alignment > 0 else None,
         resource_sm_count=int(resource.sm.smCount),
+        connections_note=connections, pci_bus_id=bus,
     )
+
+
+def workqueue_supported(info: DeviceInfo, drv: Any) -> bool:
+    """The driver (CUDA >= 13.1) and cuda-python both know work-queue configuration resources."""
+    return (info.driver_version >= WORKQUEUE_DRIVER_VERSION
+            and hasattr(drv.CUdevResourceType, "CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG")
+            and hasattr(drv, "CUdevWorkqueueConfigScope"))
+
+
+def workqueue_text(info: DeviceInfo, drv: Any | None = None) -> str:
+    """How the bench's green contexts get their work queues on this driver (for the results)."""
+    if drv is None:
+        try:
+            drv = driver_module()
+        except DeviceError:
+            return "shared (cuda-python missing)"
+    if workqueue_supported(info, drv):
+        return "balanced per green context (CU_WORKQUEUE_SCOPE_GREEN_CTX_BALANCED, driver 13.1+)"
+    return f"shared by every context (driver CUDA {info.driver_version_text}: balanced work queues need 13.1)"
 
 
 @contextlib.contextmanager
@@ -210,16 +372,24 @@ def _sigint_deferred() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Partition:
-    """One green context and its stream: SMs requested and granted, the ``CUstream`` handle (int)."""
+    """One green context and its stream: SMs requested and granted, the ``CUstream`` handle (int).
+
+    ``workqueue``: the work-queue configuration its context got (``"balanced, limit 16"``, or
+    ``"shared"`` on drivers before 13.1 and when the driver refused the balanced one).
+    """
 
     label: str
     requested_sms: int
     granted_sms: int
     stream_handle: int
+    workqueue: str = "shared"
 
 
 class _GreenContexts(abc.ABC):
     """Owns green contexts and streams; destroys them all on exit (streams first)."""
+
+    #: Green contexts that run work side by side (each gets 1/n of the work-queue concurrency limit).
+    _working_contexts = 1
 
     def __init__(self, info: DeviceInfo) -> None:
         self.info = info
@@ -227,6 +397,9 @@ class _GreenContexts(abc.ABC):
         self._device: Any = None
         self._contexts: list[Any] = []
         self._streams: list[Any] = []
+        self._wq_limit: int | None = None
+        #: Why the balanced work-queue configuration was not used, when the driver refused it.
+        self.workqueue_problem: str | None = None
 
     # -- building blocks ---------------------------------------------------------------------------
     def _dev(self) -> Any:
@@ -240,22 +413,62 @@ class _GreenContexts(abc.ABC):
     def _split(self, resource: Any, sms: int, what: str) -> tuple[Any, Any]:
         """One group of at least ``sms`` SMs and the remainder, from ``resource`` (one split call)."""
         groups, count, remainder = call(
-            self._drv.cuDevSmResourceSplitByCount(1, resource, 0, sms), f"cuDevSmResourceSplitByCount ({what})"
+            self._drv.cuDevSmResourceSplitByCount(1, resource, 0, sms), f"cuDevSmResourceSplitByCount ({what})",
+            split=True,
         )
         if int(count) < 1:
-            raise DeviceError(
+            raise SplitRefused(
                 f"the driver refused the split {what}: no group of {sms} SMs from {resource.sm.smCount} "
                 "(granularity or SM count)"
             )
         return groups[0], remainder
 
-    def _context(self, resource: Any, what: str) -> Any:
+    def _workqueue_limit(self) -> int | None:
+        """The concurrency limit each working green context gets with a balanced work-queue
+        configuration: the device's limit (``wqConcurrencyLimit`` of its WORKQUEUE_CONFIG resource,
+        which follows CUDA_DEVICE_MAX_CONNECTIONS) split evenly between the contexts that run side
+        by side, at least 1; ``None`` where the driver or cuda-python has no such resource (< 13.1)
+        or refused it once."""
+        if self.workqueue_problem is not None or not workqueue_supported(self.info, self._drv):
+            return None
+        if self._wq_limit is None:
+            drv = self._drv
+            wq = call(drv.cuDeviceGetDevResource(self._dev(), drv.CUdevResourceType.CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG),
+                      "cuDeviceGetDevResource(WORKQUEUE_CONFIG)")
+            self._wq_limit = max(1, int(wq.wqConfig.wqConcurrencyLimit) // self._working_contexts)
+        return self._wq_limit
+
+    def _balanced_workqueue(self, limit: int) -> Any:
+        """A WORKQUEUE_CONFIG resource with the balanced scope and ``limit``, as PyTorch's
+        ``torch.cuda.green_contexts.GreenContext(workqueue_scope="balanced")`` builds it."""
         drv = self._drv
-        desc = call(drv.cuDevResourceGenerateDesc([resource], 1), f"cuDevResourceGenerateDesc ({what})")
+        wq = call(drv.cuDeviceGetDevResource(self._dev(), drv.CUdevResourceType.CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG),
+                  "cuDeviceGetDevResource(WORKQUEUE_CONFIG)")
+        wq.wqConfig.sharingScope = drv.CUdevWorkqueueConfigScope.CU_WORKQUEUE_SCOPE_GREEN_CTX_BALANCED
+        wq.wqConfig.wqConcurrencyLimit = limit
+        return wq
+
+    def _create(self, resources: list[Any], what: str) -> Any:
+        drv = self._drv
+        desc = call(drv.cuDevResourceGenerateDesc(resources, len(resources)), f"cuDevResourceGenerateDesc ({what})",
+                    split=True)
         flags = int(drv.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM)
-        ctx = call(drv.cuGreenCtxCreate(desc, self._dev(), flags), f"cuGreenCtxCreate ({what})")
+        ctx = call(drv.cuGreenCtxCreate(desc, self._dev(), flags), f"cuGreenCtxCreate ({what})", split=True)
         self._contexts.append(ctx)
         return ctx
+
+    def _context(self, resource: Any, what: str, working: bool = False) -> tuple[Any, str]:
+        """A green context on ``resource``; a ``working`` one (it runs the bench's kernels) also gets a
+        balanced work-queue configuration where the driver has them (13.1+). When the driver refuses
+        that, the context is made without it and :attr:`workqueue_problem` says why. Returns the
+        context and its work-queue description (:attr:`Partition.workqueue`)."""
+        limit = self._workqueue_limit() if working else None
+        if limit is not None:
+            try:
+                return self._create([resource, self._balanced_workqueue(limit)], what), f"balanced, limit {limit}"
+            except DeviceError as exc:  # keep the split; lose only the queue configuration
+                self.workqueue_problem = str(exc)
+        return self._create([resource], what), "shared"
 
     def _granted(self, ctx: Any, what: str) -> int:
         res = call(self._drv.cuGreenCtxGetDevResource(ctx, self._sm_type()), f"cuGreenCtxGetDevResource ({what})")
@@ -286,9 +499,9 @@ class _GreenContexts(abc.ABC):
 
     def _partition(self, resource: Any, label: str, requested: int) -> Partition:
         what = f"{label} {requested} SMs"
-        ctx = self._context(resource, what)
+        ctx, workqueue = self._context(resource, what, working=True)
         stream = self._stream(ctx, what)
-        return Partition(label, requested, self._granted(ctx, what), int(stream))
+        return Partition(label, requested, self._granted(ctx, what), int(stream), workqueue)
 
     def _destroy_context(self, ctx: Any) -> None:
         self._contexts.remove(ctx)
@@ -351,8 +564,10 @@ class SmPartition(_GreenContexts):
     """A green context of ``sms`` SMs from one split of the whole device (the solo sweep).
 
     ``with SmPartition(info, 64) as part: part.partition.stream_handle`` ...; the driver may grant
-    more than asked (rounded up to its granularity): ``partition.granted_sms``.
-    Raises :class:`DeviceError` when the driver refuses the split or a call fails.
+    more than asked (rounded up to its granularity): ``partition.granted_sms``. On drivers 13.1+ its
+    context gets the device's whole work-queue concurrency limit, balanced.
+    Raises :class:`SplitRefused` when the driver refuses the split, :class:`DeviceError` when
+    another call fails.
     """
 
     def __init__(self, info: DeviceInfo, sms: int) -> None:
@@ -374,10 +589,17 @@ class LevelPartitions(_GreenContexts):
     As sgl-kernel's ``create_greenctx_stream_by_value``: split the device for the pair's total, an
     intermediate green context from that group, split its resource for ``prefill_sms``; the group
     is prefill's, the remainder decode's; a green context and a non-blocking stream for each; the
-    intermediate destroyed. ``prefill`` and ``decode`` (:class:`Partition`) carry the SMs granted.
-    Raises :class:`InputError` for counts that cannot fit the device, :class:`DeviceError` when
-    the driver refuses a split (naming it) or a call fails.
+    intermediate destroyed. When the pair takes the whole device (``prefill + decode``, rounded up
+    to the split granularity, reaches the device's SM count: every SGLang level), the device's
+    resource is split once for ``prefill_sms`` and decode gets the remainder: no split asks for a
+    rounded-up total larger than the device (132 SMs would round up to 136 on Hopper), and the
+    partitions are the same. Each working context gets half the device's work-queue concurrency
+    limit, balanced, on drivers 13.1+. ``prefill`` and ``decode`` (:class:`Partition`) carry the SMs
+    granted. Raises :class:`InputError` for counts that cannot fit the device, :class:`SplitRefused`
+    when the driver refuses a split (naming it), :class:`DeviceError` when another call fails.
     """
+
+    _working_contexts = 2
 
     def __init__(self, info: DeviceInfo, prefill_sms: int, decode_sms: int) -> None:
         super().__init__(info)
@@ -390,18 +612,31 @@ class LevelPartitions(_GreenContexts):
         self.decode: Partition | None = None
         self.pair_granted_sms: int | None = None
 
+    @property
+    def whole_device(self) -> bool:
+        """The pair, rounded up to the split granularity, takes every SM of the device."""
+        minimum, multiple = self.info.split_granularity
+        pair = self.prefill_sms + self.decode_sms
+        return max(minimum, -(-pair // multiple) * multiple) >= self.info.sm_count
+
     def _open(self) -> None:
         p, d = self.prefill_sms, self.decode_sms
         level = f"level {p}/{d}"
         device_res = call(self._drv.cuDeviceGetDevResource(self._dev(), self._sm_type()), "cuDeviceGetDevResource")
-        pair, _ = self._split(device_res, p + d, f"{p + d} of {self.info.sm_count} SMs for {level}")
-        intermediate = self._context(pair, f"{level} intermediate")
-        pair_res = call(self._drv.cuGreenCtxGetDevResource(intermediate, self._sm_type()),
-                        f"cuGreenCtxGetDevResource ({level} intermediate)")
-        self.pair_granted_sms = int(pair_res.sm.smCount)
-        group, remainder = self._split(pair_res, p, f"{p} prefill SMs of the {self.pair_granted_sms} for {level}")
+        intermediate = None
+        if self.whole_device:
+            self.pair_granted_sms = int(device_res.sm.smCount)
+            group, remainder = self._split(device_res, p, f"{p} prefill SMs of the device's {self.pair_granted_sms} for {level}")
+        else:
+            pair, _ = self._split(device_res, p + d, f"{p + d} of {self.info.sm_count} SMs for {level}")
+            intermediate, _ = self._context(pair, f"{level} intermediate")
+            pair_res = call(self._drv.cuGreenCtxGetDevResource(intermediate, self._sm_type()),
+                            f"cuGreenCtxGetDevResource ({level} intermediate)")
+            self.pair_granted_sms = int(pair_res.sm.smCount)
+            group, remainder = self._split(pair_res, p, f"{p} prefill SMs of the {self.pair_granted_sms} for {level}")
         if int(remainder.sm.smCount) <= 0:
-            raise DeviceError(f"the driver refused the split {level}: no SMs left for decode after {p} for prefill")
+            raise SplitRefused(f"the driver refused the split {level}: no SMs left for decode after {p} for prefill")
         self.prefill = self._partition(group, "prefill", p)
         self.decode = self._partition(remainder, "decode", d)
-        self._destroy_context(intermediate)
+        if intermediate is not None:
+            self._destroy_context(intermediate)

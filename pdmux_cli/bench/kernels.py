@@ -1,13 +1,19 @@
 """The bench's own CUDA kernels (CUDA C++ sources) and their run-time compilation with NVRTC.
 
-Three kernels, written for this project from the facts in shared/reference/green-contexts.md
+Four kernels, written for this project from the facts in shared/reference/green-contexts.md
 ("Kernel-writing notes"):
 
 - ``pdmux_read_bw``: a pure read of a buffer. 16-byte loads (``uint4``), ``READ_UNROLL`` independent
   loads in flight per thread, a non-persistent grid sized by the data (``read_grid_blocks``) so it
   adapts to any partition, and the loaded values folded into one word that is stored only when it
   equals a run-time ``magic`` value, so the compiler cannot drop the loads. Bytes moved per launch:
-  the buffer size, counted once.
+  the buffer size, counted once. Each block's thread 0 also folds ``%globaltimer`` (ns) at the
+  block's start into ``times[0]`` (``atomicMin``) and, after a barrier that follows every load of the
+  block, at its end into ``times[1]`` (``atomicMax``): the launch's first start and last end, which
+  prove (or disprove) that the read ran at the same time as the GEMM. One fire-and-forget atomic
+  per 32 KiB block and per end.
+- ``pdmux_mark``: one thread storing ``%globaltimer`` (ns) to ``*out``: the marker queued before and
+  after each unit of GEMMs on the GEMM stream, bounding when they ran.
 - ``pdmux_smid``: each block reads ``%smid`` (the SM it runs on) and writes it to ``out[blockIdx.x]``
   after spinning ``spin_ns`` nanoseconds, so blocks stay resident and spread over every SM the
   context may use. The set of values proves two partitions disjoint and no larger than granted.
@@ -38,10 +44,21 @@ SMID_BLOCKS_PER_SM = 8
 
 READ_SOURCE = r"""
 #define PDMUX_UNROLL @UNROLL@
+__device__ __forceinline__ unsigned long long pdmux_read_timer_ns()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 extern "C" __global__ void __launch_bounds__(@BLOCK@)
 pdmux_read_bw(const uint4* __restrict__ data, unsigned long long n_vec,
-              unsigned int* __restrict__ out, unsigned int magic)
+              unsigned int* __restrict__ out, unsigned int magic,
+              unsigned long long* __restrict__ times)
 {
+    if (threadIdx.x == 0) {
+        atomicMin(&times[0], pdmux_read_timer_ns());
+    }
     const unsigned long long first =
         (unsigned long long)blockIdx.x * (unsigned long long)(blockDim.x * PDMUX_UNROLL) + threadIdx.x;
     unsigned int acc = 0u;
@@ -66,6 +83,10 @@ pdmux_read_bw(const uint4* __restrict__ data, unsigned long long n_vec,
     }
     if (acc == magic) {
         out[0] = acc;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        atomicMax(&times[1], pdmux_read_timer_ns());
     }
 }
 """.replace("@UNROLL@", str(READ_UNROLL)).replace("@BLOCK@", str(READ_BLOCK))
@@ -101,11 +122,23 @@ extern "C" __global__ void pdmux_spin(unsigned long long ns)
 }
 """
 
+MARK_SOURCE = r"""
+extern "C" __global__ void pdmux_mark(unsigned long long* __restrict__ out)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        *out = t;
+    }
+}
+"""
+
 #: Kernel name -> CUDA C++ source (each compiles on its own; :func:`all_sources` joins them).
 KERNELS: dict[str, str] = {
     "pdmux_read_bw": READ_SOURCE,
     "pdmux_smid": SMID_SOURCE,
     "pdmux_spin": SPIN_SOURCE,
+    "pdmux_mark": MARK_SOURCE,
 }
 
 

@@ -46,8 +46,12 @@ DEFAULT_WINDOW_MS = 200.0
 QUICK_WINDOW_MS = 50.0
 #: Each timed solo run lasts at least this long (ms): several launches when one is shorter.
 MIN_RUN_MS = 2.0
-#: The start gate of a co-run (ms): both streams wait while their work is queued.
+#: The shortest launch gate (ms): measured work waits behind a spin kernel while it is queued (longer
+#: for many launches, see runner.gate_ms).
 GATE_MS = 20.0
+#: Warm-up on the whole GPU before the ceilings (s): GEMMs and copies so the clocks leave their idle
+#: state and settle before anything is timed (issue 11: "about a second").
+WARMUP_S = 1.0
 #: Bytes per bf16 element.
 BF16_BYTES = 2
 #: Extra device memory kept free for cuBLAS workspaces and the CUDA context (bytes).
@@ -385,7 +389,8 @@ def make_plan(
 
 def estimated_seconds(plan: BenchPlan) -> float | None:
     """A rough run time (s) from datasheet numbers (90% of HBM bandwidth, 70% of dense bf16 spread
-    linearly over the SMs, bandwidth saturating at half the SMs); ``None`` without those figures."""
+    linearly over the SMs, bandwidth saturating at half the SMs), with the warm-up, the launch gates
+    and each level's solo and co-run windows; ``None`` without those figures."""
     dev = plan.device
     if not dev.hbm_bytes_per_s or not dev.bf16_dense_flops:
         return None
@@ -397,15 +402,21 @@ def estimated_seconds(plan: BenchPlan) -> float | None:
     def gemm_s(s: int) -> float:
         return plan.gemm.flops / (0.7 * dev.bf16_dense_flops * s / total)
 
-    def timed(launch_s: float) -> float:
-        runs = plan.repeats + 1
-        return plan.warmup * launch_s + runs * max(launch_s, MIN_RUN_MS / 1e3)
+    gate_s = GATE_MS / 1e3
 
-    seconds = 2 * timed(read_s(total)) + timed(gemm_s(total))
+    def probe(launch_s: float) -> float:  # a gated warm-up + one timed launch
+        return gate_s + (plan.warmup + 1) * launch_s
+
+    def timed(launch_s: float) -> float:  # the probe, then the gated timed runs
+        return probe(launch_s) + gate_s + plan.repeats * max(launch_s, MIN_RUN_MS / 1e3)
+
+    seconds = WARMUP_S + 2 * timed(read_s(total)) + timed(gemm_s(total))
     for s in plan.sweep_sms:
         seconds += timed(read_s(s)) + timed(gemm_s(s)) + 0.01
+    window_s = 1.3 * plan.window_ms / 1e3 + gate_s  # a window with its units' tail, behind its gate
     for p, d in plan.levels:
-        seconds += timed(gemm_s(p)) + timed(read_s(d)) + plan.repeats * (1.3 * plan.window_ms + GATE_MS) / 1e3 + 0.05
+        # SM ids, two probes, then per repeat: GEMM alone, read alone, both
+        seconds += probe(gemm_s(p)) + probe(read_s(d)) + plan.repeats * 3 * window_s + 0.05
     return seconds
 
 
@@ -424,6 +435,14 @@ def plan_dict(plan: BenchPlan) -> dict[str, Any]:
             "name": "torch.matmul bf16", "kind": "gemm", "role": "prefill probe (and the solo FLOP/s sweep)",
             "shape_mnk": [plan.gemm.m, plan.gemm.n, plan.gemm.k], "flops_per_launch": plan.gemm.flops,
             "operand_bytes": plan.gemm.operand_bytes,
+        },
+        {
+            "name": "pdmux_mark", "kind": "marker", "role": "%globaltimer before and after each unit of GEMMs (co-run overlap)",
+            "grid_blocks": 1, "block_threads": 1,
+        },
+        {
+            "name": "pdmux_spin", "kind": "gate", "role": "launch gate: holds the GPU while a measurement is queued",
+            "grid_blocks": 1, "block_threads": 1, "min_ms": GATE_MS,
         },
         {
             "name": "pdmux_smid", "kind": "smid", "role": "which SMs each partition runs on",
@@ -467,6 +486,8 @@ def plan_dict(plan: BenchPlan) -> dict[str, Any]:
         "warmup": plan.warmup,
         "min_run_ms": MIN_RUN_MS,
         "corun_window_ms": plan.window_ms,
+        "warmup_s": WARMUP_S,
+        "gate_min_ms": GATE_MS,
         "quick": plan.quick,
         "s_sat_fraction": S_SAT_FRACTION,
         "kernels": kernels_list,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .plan import BenchPlan, estimated_seconds
+from .plan import GATE_MS, BenchPlan, estimated_seconds
 from .results import BenchResults
 
 
@@ -55,8 +55,9 @@ def plan_tables(plan: BenchPlan) -> list[Any]:
          + (f" = {plan.buffer_bytes / dev.l2_bytes:.1f}x L2" if dev.l2_bytes else "")),
         ("bytes per launch", (f"read {plan.read_bytes_per_launch:,} (counted once); "
                               f"copy {plan.copy_bytes_per_launch:,} (read + write)")),
-        ("timing", (f"{plan.warmup} warm-up, median of {plan.repeats} runs (>= 2 ms each), p10/p90 and min/max; "
-                    f"co-run window {plan.window_ms:g} ms x {plan.repeats}")),
+        ("timing", (f"~1 s warm-up on the whole GPU; every measurement queued behind a launch gate; "
+                    f"{plan.warmup} warm-up, median of {plan.repeats} runs (>= 2 ms each), p10/p90 and min/max; "
+                    f"levels: {plan.repeats} rounds of {plan.window_ms:g} ms windows (GEMM alone, read alone, both)")),
         ("device memory needed", _bytes(plan.memory_needed_bytes)),
         ("estimated time", f"~{est:.0f} s (rough, datasheet numbers)" if est else "unknown (no datasheet numbers)"),
     ]
@@ -76,7 +77,9 @@ def plan_tables(plan: BenchPlan) -> list[Any]:
 
     ks.add_row("pdmux_read_bw (NVRTC)", "bandwidth: solo sweep, decode side of the co-run",
                f"{plan.read_bytes_per_launch:,} bytes; {plan.read_grid_blocks:,} blocks x {kernels.READ_BLOCK} threads, "
-               f"{kernels.READ_UNROLL} x 16-byte loads in flight per thread")
+               f"{kernels.READ_UNROLL} x 16-byte loads in flight per thread; first start / last end (%globaltimer)")
+    ks.add_row("pdmux_mark (NVRTC)", "%globaltimer around each unit of GEMMs (did both run together?)", "1 thread")
+    ks.add_row("pdmux_spin (NVRTC)", "launch gate: the GPU waits while a measurement is queued", f">= {GATE_MS:g} ms, 1 thread")
     ks.add_row("torch.matmul bf16", "GEMM: solo sweep, prefill side of the co-run", f"{plan.gemm.flops:,} FLOPs")
     ks.add_row("pdmux_smid (NVRTC)", "SM ids per partition (disjoint, <= granted)",
                f"{plan.smid_blocks} blocks x {kernels.SMID_BLOCK} threads")
@@ -96,6 +99,12 @@ def summary_tables(res: BenchResults) -> list[Any]:
     head = _table(f"pdmux bench: {r.gpu_name} ({r.sm_count} SMs, cc {r.compute_capability[0]}.{r.compute_capability[1]}), "
                   f"{status}", [("item", "left"), ("value", "left")])
     head.add_row("driver / torch CUDA", f"CUDA {r.driver_cuda_version} / {r.cuda_version} (torch {r.torch_version})")
+    head.add_row("launch set-up", f"CUDA_DEVICE_MAX_CONNECTIONS={r.cuda_device_max_connections or 'unset (8)'}; "
+                                  f"work queues {r.workqueue or '?'}")
+    if r.max_sm_clock_mhz:
+        whole = res.whole()
+        now = whole.gemm.sm_clock_mhz if whole is not None else None
+        head.add_row("SM clock (NVML)", f"max {r.max_sm_clock_mhz:.0f} MHz" + (f"; whole-GPU GEMM ran at {now:.0f} MHz" if now else ""))
     if res.copy:
         head.add_row("copy ceiling", f"{_gb(res.copy.median)} GB/s (read + write; p10-p90 {_gb(res.copy.p10)}-{_gb(res.copy.p90)})")
     if res.matmul:
@@ -132,4 +141,14 @@ def summary_tables(res: BenchResults) -> list[Any]:
             f"{(1 - lv.flops_factor) * 100:.1f}%", _gb(lv.solo_read.median), _gb(lv.corun_read.median),
             f"{(1 - lv.bandwidth_factor) * 100:.1f}%",
         )
-    return [head, sweep, levels] if res.levels else [head, sweep]
+    if not res.levels:
+        return [head, sweep]
+    concurrency = _table("did the two kernels really run at the same time? (%globaltimer stamps; factors: co-run / solo)",
+                         [("level P/D", "left"), ("both ran", "right"), ("lowest", "right"),
+                          ("flop + bandwidth factor", "right"), ("verdict", "left")])
+    for lv in res.levels:
+        verdict = "SERIALISED (took turns)" if lv.serialised else "side by side"
+        concurrency.add_row(f"{lv.prefill_sms}/{lv.decode_sms}", _pct(lv.overlap_share), _pct(lv.overlap_share_min),
+                            f"{lv.flops_factor:.2f} + {lv.bandwidth_factor:.2f} = {lv.flops_factor + lv.bandwidth_factor:.2f}",
+                            verdict)
+    return [head, sweep, levels, concurrency]

@@ -12,6 +12,13 @@ from typing import Any
 from ..calibration import Calibration
 from .stats import S_SAT_FRACTION, RateStats, monotone_fit, s_sat
 
+#: A level whose flop factor + bandwidth factor is at most this ran its two kernels in turns, not side
+#: by side. When the GPU only time-shares, each kernel runs a fraction of the window at its solo rate
+#: and the fractions add up to at most 1 (so do the factors); the 0.1 above 1 leaves room for the
+#: timing spread of a few percent per factor (p10-p90 of the solo and co-run rates). A definition,
+#: not a measurement.
+SERIALISED_FACTOR_SUM = 1.1
+
 
 @dataclass(frozen=True)
 class RunInfo:
@@ -19,7 +26,10 @@ class RunInfo:
 
     ``driver_cuda_version``: CUDA version the driver supports (``"12.8"``); ``cuda_version``: the CUDA
     torch was built with; ``kernel_image``: how the NVRTC kernels were built (``"cubin sm_90"``).
-    ``date``: ISO date (UTC); ``started_at``: ISO time (UTC).
+    ``date``: ISO date (UTC); ``started_at``: ISO time (UTC). ``cuda_device_max_connections``: the
+    value of CUDA_DEVICE_MAX_CONNECTIONS when CUDA started (``None``: unset, CUDA's default 8);
+    ``workqueue``: how the green contexts got their work queues; ``max_sm_clock_mhz`` /
+    ``max_mem_clock_mhz``: the device's maximum clocks (NVML), ``None`` without NVML.
     """
 
     gpu_name: str
@@ -35,6 +45,10 @@ class RunInfo:
     kernel_image: str
     date: str
     started_at: str
+    cuda_device_max_connections: str | None = None
+    workqueue: str | None = None
+    max_sm_clock_mhz: float | None = None
+    max_mem_clock_mhz: float | None = None
 
 
 @dataclass(frozen=True)
@@ -60,7 +74,11 @@ class LevelResult:
 
     ``smid_prefill`` / ``smid_decode``: distinct ``%smid`` values the SM-id kernel saw on each
     partition. ``solo_*`` on the level's own partitions; ``corun_*`` with both kernels running, each
-    over the window both streams were busy (``corun_window_ms``, median over repeats).
+    over the window both streams were busy (``corun_window_ms``, median over repeats); solo and
+    co-run timed in the same windowed loop. ``overlap_share`` (median over repeats) and
+    ``overlap_share_min``: share of the co-run window during which both kernels ran (0-1, from
+    ``%globaltimer`` stamps), ``None`` when not measured. ``workqueue``: the work-queue
+    configuration of the level's green contexts.
     """
 
     prefill_sms: int
@@ -75,6 +93,9 @@ class LevelResult:
     corun_gemm: RateStats
     corun_read: RateStats
     corun_window_ms: float
+    overlap_share: float | None = None
+    overlap_share_min: float | None = None
+    workqueue: str | None = None
 
     @property
     def disjoint(self) -> bool:
@@ -95,6 +116,12 @@ class LevelResult:
     def bandwidth_factor(self) -> float:
         """Read rate next to the GEMM / read rate alone on the same SMs."""
         return self.corun_read.median / self.solo_read.median
+
+    @property
+    def serialised(self) -> bool:
+        """flop factor + bandwidth factor <= :data:`SERIALISED_FACTOR_SUM`: the signature of kernels
+        that took turns on the GPU instead of running side by side."""
+        return self.flops_factor + self.bandwidth_factor <= SERIALISED_FACTOR_SUM
 
 
 @dataclass
@@ -222,6 +249,9 @@ def results_dict(res: BenchResults) -> dict[str, Any]:
             "gemm_interference_percent": (1 - lv.flops_factor) * 100,
             "read_interference_percent": (1 - lv.bandwidth_factor) * 100,
             "corun_window_ms": lv.corun_window_ms,
+            "overlap_share": lv.overlap_share, "overlap_share_min": lv.overlap_share_min,
+            "factor_sum": lv.flops_factor + lv.bandwidth_factor, "serialised": lv.serialised,
+            "workqueue": lv.workqueue,
         }
         for lv in res.levels
     ]
@@ -243,6 +273,11 @@ def results_dict(res: BenchResults) -> dict[str, Any]:
         "kernel_image": r.kernel_image,
         "date": r.date,
         "started_at": r.started_at,
+        "cuda_device_max_connections": r.cuda_device_max_connections,
+        "workqueue": r.workqueue,
+        "max_sm_clock_mhz": r.max_sm_clock_mhz,
+        "max_mem_clock_mhz": r.max_mem_clock_mhz,
+        "serialised_factor_sum": SERIALISED_FACTOR_SUM,
         "plan": res.plan,
         "ceilings": {
             "copy": res.copy.to_dict("bytes_per_s") if res.copy else None,

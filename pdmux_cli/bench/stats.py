@@ -1,4 +1,5 @@
-"""Statistics of the bench, pure Python: medians and spreads, S_SAT, monotone curve fit, co-run windows.
+"""Statistics of the bench, pure Python: medians and spreads, S_SAT, monotone curve fit, co-run windows,
+and the overlap of two streams' busy intervals.
 
 No torch, numpy or cuda: the GPU runner feeds these functions plain lists of seconds and the CPU
 tests feed them synthetic ones.
@@ -43,6 +44,8 @@ class RateStats:
 
     ``median``, ``p10``, ``p90``, ``min``, ``max`` of the per-run rates; ``runs``: how many runs;
     ``median_s``: median seconds per launch (``None`` for rates not timed per launch).
+    ``sm_clock_mhz`` / ``min_sm_clock_mhz`` / ``mem_clock_mhz``: the SM clock (median and lowest)
+    and memory clock (median) NVML reported while the runs ran, MHz; ``None`` without NVML.
     """
 
     median: float
@@ -52,30 +55,41 @@ class RateStats:
     max: float
     runs: int
     median_s: float | None = None
+    sm_clock_mhz: float | None = None
+    min_sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
 
     @classmethod
-    def from_rates(cls, rates: Sequence[float], median_s: float | None = None) -> RateStats:
-        """Summarise per-run rates. Raises :class:`InputError` when ``rates`` is empty."""
+    def from_rates(cls, rates: Sequence[float], median_s: float | None = None,
+                   clocks: Sequence[tuple[float, float]] = ()) -> RateStats:
+        """Summarise per-run rates; ``clocks``: ``(SM MHz, memory MHz)`` samples taken during the runs.
+        Raises :class:`InputError` when ``rates`` is empty."""
         if not rates:
             raise InputError("no timed runs to summarise")
+        sm = [c[0] for c in clocks]
+        mem = [c[1] for c in clocks]
         return cls(median(rates), percentile(rates, 10), percentile(rates, 90), min(rates), max(rates),
-                   len(rates), median_s)
+                   len(rates), median_s, median(sm) if sm else None, min(sm) if sm else None,
+                   median(mem) if mem else None)
 
     @classmethod
-    def from_times(cls, work: float, seconds: Sequence[float]) -> RateStats:
-        """Rates ``work / t`` for per-launch times ``seconds`` (s); ``work`` in bytes or FLOPs.
+    def from_times(cls, work: float, seconds: Sequence[float], clocks: Sequence[tuple[float, float]] = ()) -> RateStats:
+        """Rates ``work / t`` for per-launch times ``seconds`` (s); ``work`` in bytes or FLOPs;
+        ``clocks`` as in :meth:`from_rates`.
 
         Raises :class:`InputError` for no times or a time <= 0 (a broken timer).
         """
         if any(t <= 0 for t in seconds):
             raise InputError(f"timed run of {min(seconds)} s: CUDA events gave a non-positive time")
-        return cls.from_rates([work / t for t in seconds], median(seconds) if seconds else None)
+        return cls.from_rates([work / t for t in seconds], median(seconds) if seconds else None, clocks)
 
     def to_dict(self, unit: str) -> dict[str, float | int | None]:
         """JSON form, the unit in each key (``median_bytes_per_s`` ...)."""
         return {
             f"median_{unit}": self.median, f"p10_{unit}": self.p10, f"p90_{unit}": self.p90,
             f"min_{unit}": self.min, f"max_{unit}": self.max, "runs": self.runs, "median_s": self.median_s,
+            "sm_clock_mhz": self.sm_clock_mhz, "min_sm_clock_mhz": self.min_sm_clock_mhz,
+            "mem_clock_mhz": self.mem_clock_mhz,
         }
 
 
@@ -154,3 +168,43 @@ def overlap_rate(start_ms: float, ends_ms: Sequence[float], work_per_unit: float
     if span_ms <= 0:
         raise InputError(f"co-run span of {span_ms} ms: CUDA events out of order")
     return len(done) * work_per_unit / (span_ms / 1e3), len(done), span_ms
+
+
+def merge_intervals(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Union of ``(start, end)`` intervals as sorted, disjoint intervals (empty and reversed ones dropped)."""
+    merged: list[list[float]] = []
+    for start, end in sorted((s, e) for s, e in intervals if e > s):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(s, e) for s, e in merged]
+
+
+def overlap_share(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float | None:
+    """Share (0-1) of the co-run window during which both streams ran.
+
+    ``a``, ``b``: each stream's busy intervals ``(start, end)`` on one clock (the GPU's
+    ``%globaltimer``, ns): kernel launches, or units of launches between markers. The window runs
+    from the later of the two first starts to the earlier of the two last ends (both streams had
+    work queued throughout). Disjoint SMs do not guarantee concurrency (green-contexts.md): a
+    share near 1 shows the kernels ran side by side, near 0 that the GPU took turns. Returns 0.0
+    when one stream finished before the other began, ``None`` when a stream has no interval.
+    """
+    ua, ub = merge_intervals(a), merge_intervals(b)
+    if not ua or not ub:
+        return None
+    start, end = max(ua[0][0], ub[0][0]), min(ua[-1][1], ub[-1][1])
+    if end <= start:
+        return 0.0
+    both, i, j = 0.0, 0, 0
+    while i < len(ua) and j < len(ub):
+        lo = max(ua[i][0], ub[j][0], start)
+        hi = min(ua[i][1], ub[j][1], end)
+        if hi > lo:
+            both += hi - lo
+        if ua[i][1] < ub[j][1]:
+            i += 1
+        else:
+            j += 1
+    return both / (end - start)
