@@ -403,7 +403,11 @@ def estimate(
     for chunk in scenario.mixed_chunk_sizes:
         # SGLang charges each decode row one token of the chunk (schedule_policy.py PrefillAdder); the
         # chapter's rows put a whole chunk of prompt next to the decode batch
-        take = chunk if scenario.cost_model == "chapter" else max(1, chunk - bs)
+        if scenario.cost_model != "chapter" and chunk <= bs:
+            notes.append(f"mixed chunk {chunk}: no row, the {bs} decode rows take the whole chunk (SGLang charges each "
+                         "one token of it), so the prompt waits until the decode batch shrinks")
+            continue
+        take = chunk if scenario.cost_model == "chapter" else chunk - bs
         steps = [
             max(full.mixed_s([(min(take, prompt - start), start)], bs, sum_ctx, sum_win), full.decode_cpu_s(bs + 1))
             for start in range(0, prompt, take)

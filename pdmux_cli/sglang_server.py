@@ -99,8 +99,9 @@ def mem_fraction_static(gpu_memory_bytes: float, chunked_prefill_size: int, tp: 
     fraction = round((mib - reserved) / mib, 3)
     if fraction <= 0:
         chunking = f"--chunked-prefill-size {chunked_prefill_size}" if chunked_prefill_size > 0 else "chunking off"
+        lever = "smaller chunks" if chunked_prefill_size > 0 else "a smaller --max-prefill-tokens"
         raise InputError(f"SGLang's default memory reserve with {chunking} ({reserved:.0f} MiB) is more than the "
-                         f"GPU's {mib:.0f} MiB: give --mem-fraction-static, or smaller chunks")
+                         f"GPU's {mib:.0f} MiB: give --mem-fraction-static, or {lever}")
     return fraction
 
 

@@ -237,3 +237,15 @@ def test_pdmux_prefill_waits_for_rounds_longer_than_its_slices() -> None:
     row = next(r for r in e.rows if r.policy == "pdmux")
     assert row.prefill_ms >= (e.prefill_rounds - 1) * row.itl_ms
     assert row.tokens_during_prefill >= e.prefill_rounds - 1
+
+
+def test_a_mixed_chunk_no_larger_than_the_decode_batch_gives_no_row() -> None:
+    from pdmux_cli.estimate import Scenario, estimate
+    from pdmux_cli.hardware import find_gpu
+    from pdmux_cli.model import load_model
+
+    e = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(mixed_chunk_sizes=(32, 33, 512)))
+    assert [r.label for r in e.rows if r.policy == "mixed-chunk"] == ["mixed chunk 33", "mixed chunk 512"]
+    assert any(n.startswith("mixed chunk 32: no row") for n in e.notes)
+    one = next(r for r in e.rows if r.label == "mixed chunk 33")
+    assert one.steps == 8192  # one prompt token a step next to the 32 decode rows

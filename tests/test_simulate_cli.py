@@ -482,3 +482,27 @@ def test_simulate_names_too_long_for_a_file_are_unknown_names() -> None:
     for option, what in (("--model", "unknown model"), ("--gpu", "unknown GPU")):
         r = run("simulate", "--synthetic", "--qps", "1", "--max-requests", "3", option, "x" * 300)
         assert_one_line_error(r, what)
+
+
+def test_a_crashed_pdmux_run_says_so_in_its_column() -> None:
+    r = run("simulate", AZURE, "--divisions", "112:20:4,96:36:10")
+    assert r.exit_code == 0, r.stderr
+    assert "pdmux CRASHED at" in r.stdout and "--unreleased-fallback" in r.stdout
+
+
+def test_the_prefill_decode_interval_applies_to_every_sglang_schedule() -> None:
+    r = run("simulate", AZURE, "--policies", "chunked,mixed-chunk,prefill-first", "--prefill-decode-interval", "4",
+            "--json")
+    assert r.exit_code == 0, r.stderr
+    assert [p["policy"] for p in json.loads(r.stdout)["policies"]] == [
+        "chunked 8192 interval 4", "mixed-chunk 512 interval 4", "prefill-first interval 4"]
+
+
+def test_a_policy_sglang_cannot_run_here_is_a_note_not_the_end() -> None:
+    """On an L4 (24 GB) pdmux's reserve with chunking off is more than the GPU: the others still run."""
+    r = run("simulate", AZURE, "--gpu", "l4", "--model", "qwen3-0.6b", "--json")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert [p["policy"] for p in d["policies"]] == ["chunked 4096", "mixed-chunk 512"]
+    assert any(n.startswith("pdmux not simulated: ") and "--max-prefill-tokens" in n for n in d["notes"])
+    assert_one_line_error(run("simulate", AZURE, "--gpu", "l4", "--policies", "pdmux"), "--max-prefill-tokens")

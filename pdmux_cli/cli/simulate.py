@@ -252,7 +252,7 @@ def simulate(
     policies: str = typer.Option(DEFAULT_POLICIES, "--policies", help="Comma-separated: pdmux, chunked (SGLang's default scheduling), mixed-chunk (--enable-mixed-chunk), prefill-first (--chunked-prefill-size -1)."),
     chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help="Chunk sizes of 'chunked' (default: SGLang's default for the GPU, 8192 on H100/H200)."),
     mixed_chunk_sizes: str = typer.Option("512", "--mixed-chunk-sizes", help="Chunk sizes of 'mixed-chunk'."),
-    prefill_decode_interval: int = typer.Option(0, "--prefill-decode-interval", help="'chunked': decode-only rounds after each prefill batch (SGLang's flag; 0 = off)."),
+    prefill_decode_interval: int = typer.Option(0, "--prefill-decode-interval", help="chunked, mixed-chunk and prefill-first: decode-only rounds after each prefill batch (SGLang's flag; 0 = off)."),
     config: Path | None = typer.Option(None, "--config", help="pdmux YAML to simulate (default: SGLang's defaults)."),
     sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="Override sm_group_num."),
     decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor", help="Override decode_bs_divisor."),
@@ -332,23 +332,30 @@ def simulate(
         elif name == "chunked":
             runs.extend(ChunkedPolicy(c, prefill_decode_interval) for c in dict.fromkeys(chunks))
         elif name == "mixed-chunk":
-            runs.extend(MixedChunkPolicy(c) for c in dict.fromkeys(mixed_chunks))
+            runs.extend(MixedChunkPolicy(c, prefill_decode_interval) for c in dict.fromkeys(mixed_chunks))
         else:
-            runs.append(PrefillFirstPolicy())
+            runs.append(PrefillFirstPolicy(prefill_decode_interval))
 
     n = len(workload)
     bar, update = _progress(_show_progress(as_json) and n * len(runs) >= 2000, n * len(runs), "simulating")
     metrics = []
+    refused: list[tuple[str, InputError]] = []
     if bar is not None:
         bar.start()
     try:
         for i, policy in enumerate(runs):
             callback = (lambda done, base=i * n: update(base + done)) if update else None
-            result = run_simulation(workload, setup, policy, progress=callback)
+            try:
+                result = run_simulation(workload, setup, policy, progress=callback)
+            except InputError as exc:  # one policy SGLang cannot run here (e.g. its memory reserve): the others still
+                refused.append((policy.label, exc))
+                continue
             metrics.append(summarize(result, slo_ttft, slo_itl))
     finally:
         if bar is not None:
             bar.stop()
+    if not metrics:
+        raise refused[0][1]
 
     from ..simulate import report
 
@@ -357,6 +364,7 @@ def simulate(
     if csv_path is not None:
         write_atomic(csv_path, report.per_request_csv(workload, metrics))
     notes = [workload.bad_rows_text()] if workload.bad_rows else []
+    notes += [f"{label} not simulated: {exc}" for label, exc in refused]
     if plot is not None and not any(m.completed for m in metrics):
         notes.append(f"no request completed under any policy: nothing to plot, {plot} not written")
         plot = None

@@ -11,6 +11,11 @@ from ..plotting import png_figure
 from .metrics import PolicyMetrics, ttft_cdf
 
 
+def _label(m: PolicyMetrics) -> str:
+    """A policy's legend entry; a run a simulated SGLang crash stopped says so (its curves are partial)."""
+    return m.policy + (" (crashed)" if m.crashed_at_s is not None else "")
+
+
 def write_cdf_plot(path: str | Path, metrics: Sequence[PolicyMetrics], title: str = "") -> Path:
     """Draw ITL and TTFT CDFs (ms, log x axis) of every policy into ``path`` (PNG).
 
@@ -21,10 +26,10 @@ def write_cdf_plot(path: str | Path, metrics: Sequence[PolicyMetrics], title: st
         for m in metrics:
             xs, ys = m.itl_cdf
             if xs:
-                ax_itl.step(xs, ys, where="post", label=m.policy)
+                ax_itl.step(xs, ys, where="post", label=_label(m))
             xs, ys = ttft_cdf(m)
             if xs:
-                ax_ttft.step(xs, ys, where="post", label=m.policy)
+                ax_ttft.step(xs, ys, where="post", label=_label(m))
         for ax, name, slo in ((ax_itl, "ITL (all tokens)", metrics[0].slo_itl_ms if metrics else None),
                               (ax_ttft, "TTFT (requests)", metrics[0].slo_ttft_ms if metrics else None)):
             ax.set_xscale("log")

@@ -88,8 +88,9 @@ def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "") -> Any:
                f"{slo.slo_itl_ms:g} ms") if slo else None
     table = Table(title=title or None, title_justify="left", caption=caption, caption_justify="left")
     table.add_column("", justify="left", no_wrap=True)
-    for m in metrics:
-        table.add_column(m.policy, justify="right", no_wrap=True)
+    for m in metrics:  # a run a simulated SGLang crash stopped says so in its header: its figures are partial
+        table.add_column(m.policy + (f" CRASHED at {m.crashed_at_s:.3g} s" if m.crashed_at_s is not None else ""),
+                         justify="right", no_wrap=True)
     best_att = max((m.slo_attainment for m in metrics), default=0.0)
     for name, key in _LATENCIES:
         for stat in _STATS:

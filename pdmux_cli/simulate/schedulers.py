@@ -100,30 +100,34 @@ class MixedChunkPolicy:
     """``--enable-mixed-chunk`` with ``chunk_tokens`` per step: decode rows ride in every prefill batch."""
 
     chunk_tokens: int
+    prefill_decode_interval: int = 0
 
     kind = "mixed-chunk"
     mixed = True
-    prefill_decode_interval = 0
 
     @property
     def label(self) -> str:
-        """``"mixed-chunk 512"``."""
-        return f"mixed-chunk {self.chunk_tokens}"
+        """``"mixed-chunk 512"`` (``"mixed-chunk 512 interval 4"`` with an interval)."""
+        extra = f" interval {self.prefill_decode_interval}" if self.prefill_decode_interval else ""
+        return f"mixed-chunk {self.chunk_tokens}{extra}"
 
 
 @dataclass(frozen=True)
 class PrefillFirstPolicy:
-    """``--chunked-prefill-size -1``: whole prefills first, on the whole GPU."""
+    """``--chunked-prefill-size -1``: whole prefills first, on the whole GPU; ``prefill_decode_interval``
+    as for :class:`ChunkedPolicy` (SGLang's deferral is general scheduler logic: ``scheduler.py``
+    ``_should_defer_prefill``)."""
+
+    prefill_decode_interval: int = 0
 
     kind = "prefill-first"
     chunk_tokens = -1
     mixed = False
-    prefill_decode_interval = 0
 
     @property
     def label(self) -> str:
-        """``"prefill-first"``."""
-        return "prefill-first"
+        """``"prefill-first"`` (``"prefill-first interval 4"`` with an interval)."""
+        return "prefill-first" + (f" interval {self.prefill_decode_interval}" if self.prefill_decode_interval else "")
 
 
 Baseline = ChunkedPolicy | MixedChunkPolicy | PrefillFirstPolicy
@@ -347,7 +351,8 @@ def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress 
             f"SGLang 0.5.23 crashes here (UnboundLocalError in adjust_stream_groups) at t={crashed_at:.2f} s: a "
             f"prefill starts with {crash_first[1]} decode request(s) and no manual_divisions threshold is <= that; "
             f"the simulation stops, {len(unfinished)} request(s) unfinished (counted as missing the SLO); fix the "
-            "thresholds (the first one 0), or simulate the unreleased branches' fallback (group 1) by name"
+            "thresholds (the first one 0), or simulate the unreleased branches' fallback (group 1) with "
+            "--unreleased-fallback"
         )
     elif crash_first is not None:
         notes.append(
