@@ -111,10 +111,19 @@ def bench(
     sm_group_num: int = typer.Option(8, "--sm-group-num", help="SGLang's sm_group_num: its levels are the co-run levels."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write results.json, calibration.yaml and curves.png into this directory."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (the plan with --dry-run, else the results) instead of tables."),
+    model: str | None = typer.Option(None, "--model", "-m", help="Replay this model (profile name or config.json) instead of the kernels: its layers with random bf16 weights, SGLang's pdmux loop at each level, next to 'pdmux estimate'."),
+    decode_bs: int | None = typer.Option(None, "--decode-bs", help="--model: requests in the decode batch (default 32)."),
+    context: int | None = typer.Option(None, "--context", help="--model: KV-cache tokens of each decode request (default 2048)."),
+    prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", help="--model: tokens of the prompt prefilled in layer slices (default 8192)."),
+    token_budget: int | None = typer.Option(None, "--token-budget", help="--model: SGLang's split_forward_token_budget (default 65536)."),
+    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor", help="--model: SGLang's decode_bs_divisor (default 36)."),
+    calibration: Path | None = typer.Option(None, "--calibration", help="--model: a calibration.yaml for the calibrated estimate column (default: this replay's own fixed time per decode step)."),
+    cpu: bool = typer.Option(False, "--cpu", hidden=True, help="--model: run the replay on the CPU (tiny models, tests): no green contexts."),
 ) -> None:
     """Measure a GEMM and an HBM-read kernel on green-context SM partitions: solo curves, co-run at SGLang's levels.
 
-    Writes the calibration 'pdmux estimate --calibration' uses. Needs an NVIDIA GPU, driver CUDA >= 12.4,
+    Writes the calibration 'pdmux estimate --calibration' uses. With --model, replays that model's layers
+    instead: decode alone, prefill alone and both in SGLang's pdmux loop at each level, next to the estimate. Needs an NVIDIA GPU, driver CUDA >= 12.4,
     torch with CUDA, cuda-python and NVRTC (pdmux's 'bench' extra); --dry-run needs none of them."""
     from ..bench import plan as bplan
 
@@ -127,6 +136,26 @@ def bench(
         raise InputError(f"--device must be >= 0, got {device}")
     if sm_group_num < 3:
         raise InputError(f"--sm-group-num must be >= 3 (SGLang's rule), got {sm_group_num}")
+    replay_only = {"--decode-bs": decode_bs, "--context": context, "--prompt-tokens": prompt_tokens,
+                   "--token-budget": token_budget, "--decode-bs-divisor": decode_bs_divisor,
+                   "--calibration": calibration, "--cpu": cpu or None}
+    if model is not None:
+        kernel_only = {"--sms": sms, "--cc": cc, "--buffer-bytes": buffer_bytes, "--skinny-gemm": skinny_gemm,
+                       "--gemm-shape": None if gemm_shape == "8192x4096x12288" else gemm_shape}
+        given = [name for name, value in kernel_only.items() if value is not None]
+        if given:
+            raise InputError(f"{given[0]} is an option of the kernel bench, not of --model (the model replay)")
+        from .bench_model import run_model_replay
+
+        run_model_replay(
+            model=model, gpu=gpu, dry_run=dry_run, cpu=cpu, decode_bs=decode_bs, context=context,
+            prompt_tokens=prompt_tokens, levels=levels, repeats=repeats, quick=quick, device_index=device,
+            sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget,
+            calibration=calibration, out=out, as_json=as_json)
+        return
+    given = [name for name, value in replay_only.items() if value is not None]
+    if given:
+        raise InputError(f"{given[0]} goes with --model (the model replay)")
     options: dict[str, Any] = {
         "gemm": gemm, "buffer_bytes": buffer, "repeats": repeats, "quick": quick, "levels": levels,
         "device_index": device, "sm_group_num": sm_group_num, "skinny": skinny,
