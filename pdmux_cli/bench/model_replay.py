@@ -548,6 +548,7 @@ def level_streams(device: ReplayDevice, info: Any, prefill_sms: int, decode_sms:
             from .runner import _clear_cublas_workspaces
 
             _clear_cublas_workspaces(torch)
+            torch.cuda.empty_cache()  # blocks cached for these streams, and the decode graph's pool
 
 
 def measure_whole(device: ReplayDevice, model: ReplayModel, notes: list[str]) -> WholeReplay:
@@ -559,6 +560,9 @@ def measure_whole(device: ReplayDevice, model: ReplayModel, notes: list[str]) ->
         prefill = time_prefill(device, model, stream, model.plan)
     finally:
         step.close()
+        if device.is_cuda:
+            device.sync(stream)
+            device.torch.cuda.empty_cache()
     return WholeReplay(decode, prefill)
 
 
