@@ -9,7 +9,9 @@ Modules:
 - ``kernels``: the CUDA sources and their NVRTC compilation (cuda-python, no GPU needed);
 - ``greenctx``: the driver probe and the green-context partitions (cuda-python, needs a GPU);
 - ``runner``: the measurements (torch + cuda-python, needs a GPU);
-- ``results``, ``report``, ``plot``: the results as values, tables, JSON, calibration and PNG.
+- ``results``, ``report``, ``plot``: the results as values, tables, JSON, calibration and PNG;
+- ``replay_plan`` (pure), ``model_replay`` (torch), ``replay_results``, ``replay_report``: ``--model``, a
+  model's layers replayed in SGLang's pdmux loop at each level, next to the estimate.
 
 Nothing here imports torch, cuda-python, numpy or matplotlib at module level.
 """
