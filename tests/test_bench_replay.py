@@ -457,10 +457,12 @@ def test_cli_calibration_of_another_gpu_refused(tmp_path) -> None:
 
 
 def test_cli_output_over_the_calibration_input_refused(tmp_path) -> None:
-    (tmp_path / "calibration.yaml").write_text("format: x\n")
+    plan = rp.make_replay_plan(load_model("qwen3-8b"), H100_DEVICE, levels="5")
+    cal, _ = calibration_from_replay(synthetic(plan, rp.predict(plan, H100).whole.decode_alone_ms), plan, H100)
+    (tmp_path / "calibration.yaml").write_text(dump_calibration(cal))
     result = cli.invoke(app, ["bench", "--model", "qwen3-8b", "--cpu", "--out", str(tmp_path),
                               "--calibration", str(tmp_path / "calibration.yaml")])
-    assert result.exit_code == 2 and result.stderr.startswith("pdmux: error: ")
+    assert_one_line_error(result, 2, "is the input file")
 
 
 def test_cpu_without_torch_is_device_error(monkeypatch, tmp_path) -> None:
@@ -619,3 +621,110 @@ def test_run_replay_stops_cleanly_on_a_device_error(torch, monkeypatch) -> None:
     res = model_replay.run_replay(plan, device, rp.replay_plan_dict(plan))
     assert res.whole is not None and not res.complete and len(res.step_errors) == 2
     assert res.step_errors[0] == "level 112/20: the driver refused the split"
+
+
+# ---- the CUDA-only branches against fakes (graph capture, green-context streams, teardown) ---------
+
+
+class FakeStream:
+    def __init__(self, handle, device=None) -> None:
+        self.handle, self.synced = handle, 0
+
+    def synchronize(self) -> None:
+        self.synced += 1
+
+    def __repr__(self) -> str:
+        return f"S{self.handle}"
+
+
+class FakeGraph:
+    def __init__(self, log) -> None:
+        self.log = log
+
+    def replay(self) -> None:
+        self.log.append("graph replay")
+
+
+def fake_cuda_torch(log, capture_fails=False):
+    @contextlib.contextmanager
+    def graph(g, stream=None):
+        log.append(f"capture on {stream}")
+        if capture_fails:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        yield
+
+    cuda = SimpleNamespace(
+        CUDAGraph=lambda: FakeGraph(log), graph=graph, synchronize=lambda dev=None: log.append("device sync"),
+        ExternalStream=FakeStream, empty_cache=lambda: log.append("empty cache"))
+    return SimpleNamespace(cuda=cuda, _C=SimpleNamespace(_cuda_clearCublasWorkspaces=lambda: log.append("clear cublas")))
+
+
+class FakeCudaDevice(FakeDevice):
+    is_cuda = True
+
+    def __init__(self, torch, log) -> None:
+        super().__init__()
+        self.torch, self.dev, self.log = torch, "cuda:0", log
+
+
+def fake_cuda_model(dev, slices=((0, 2), (2, 4))):
+    model = FakeModel(dev, slices)
+    model.torch, model.device, model.grouped_mm = dev.torch, dev, False
+    model.m = SimpleNamespace(is_moe=False)
+    split = policy.Split(80, 52)
+    model.plan = SimpleNamespace(slices=slices, warmup=1, repeats=2, cuda_graph=True, chosen_level=split,
+                                 group_of=lambda s: 5)
+    model.decode_step = model.step
+    return model, split
+
+
+def test_decode_graph_captured_on_its_stream() -> None:
+    log: list[str] = []
+    dev = FakeCudaDevice(fake_cuda_torch(log), log)
+    model, _ = fake_cuda_model(dev)
+    notes: list[str] = []
+    step = model_replay.DecodeStep(model, "D", notes)
+    assert log == ["decode on D", "decode on D", "wait D", "capture on D", "decode on None", "wait D"]
+    log.clear()
+    with dev.on("D"):
+        step()
+    assert log == ["graph replay"] and notes == []
+
+
+def test_failed_capture_falls_back_to_eager_steps() -> None:
+    log: list[str] = []
+    dev = FakeCudaDevice(fake_cuda_torch(log, capture_fails=True), log)
+    model, _ = fake_cuda_model(dev)
+    notes: list[str] = []
+    step = model_replay.DecodeStep(model, "D", notes)
+    assert step.graph is None and notes[0].startswith("CUDA graph capture failed (operation not permitted")
+    log.clear()
+    step()
+    assert log == ["decode on None"]
+
+
+def test_level_on_green_contexts_and_teardown(monkeypatch) -> None:
+    log: list[str] = []
+    dev = FakeCudaDevice(fake_cuda_torch(log), log)
+    model, split = fake_cuda_model(dev)
+
+    class FakeLevel:
+        def __init__(self, info, p, d) -> None:
+            log.append(f"green contexts {p}/{d}")
+            self.prefill = SimpleNamespace(stream_handle=1, granted_sms=p)
+            self.decode = SimpleNamespace(stream_handle=2, granted_sms=d)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            log.append("green contexts destroyed")
+
+    monkeypatch.setattr(model_replay.greenctx, "LevelPartitions", FakeLevel)
+    lv = model_replay.measure_level(dev, model, SimpleNamespace(), split, [])
+    assert log[0] == "green contexts 80/52" and "capture on S2" in log
+    assert "layers 0-2 on S1" in log and "layers 2-4 on S1" in log
+    assert log.count("decode on S2") == 2 and log.count("graph replay") > 2  # two warm-up steps, then the graph
+    assert log.index("clear cublas") < log.index("empty cache") < log.index("green contexts destroyed")
+    assert (lv.granted_prefill_sms, lv.granted_decode_sms, lv.group, lv.chosen) == (80, 52, 5, True)
+    assert lv.corun.tokens_during_prefill == 2 and lv.prefill.runs == 2
