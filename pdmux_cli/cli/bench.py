@@ -123,8 +123,9 @@ def bench(
     """Measure a GEMM and an HBM-read kernel on green-context SM partitions: solo curves, co-run at SGLang's levels.
 
     Writes the calibration 'pdmux estimate --calibration' uses. With --model, replays that model's layers
-    instead: decode alone, prefill alone and both in SGLang's pdmux loop at each level, next to the estimate. Needs an NVIDIA GPU, driver CUDA >= 12.4,
-    torch with CUDA, cuda-python and NVRTC (pdmux's 'bench' extra); --dry-run needs none of them."""
+    instead: decode alone, prefill alone and both in SGLang's pdmux loop at each level, next to the estimate.
+    Needs an NVIDIA GPU, driver CUDA >= 12.4, torch with CUDA, cuda-python and NVRTC (pdmux's 'bench'
+    extra); --dry-run needs none of them."""
     from ..bench import plan as bplan
 
     gemm = bplan.parse_gemm_shape(gemm_shape)
@@ -141,7 +142,7 @@ def bench(
                    "--calibration": calibration, "--cpu": cpu or None}
     if model is not None:
         kernel_only = {"--sms": sms, "--cc": cc, "--buffer-bytes": buffer_bytes, "--skinny-gemm": skinny_gemm,
-                       "--gemm-shape": None if gemm_shape == "8192x4096x12288" else gemm_shape}
+                       "--gemm-shape": None if gemm == bplan.GemmShape(*bplan.DEFAULT_GEMM_SHAPE) else gemm_shape}
         given = [name for name, value in kernel_only.items() if value is not None]
         if given:
             raise InputError(f"{given[0]} is an option of the kernel bench, not of --model (the model replay)")
