@@ -356,16 +356,13 @@ class ReplayPlan:
 
 
 def check_scenario(model: Model, decode_bs: int, context_tokens: int, prompt_tokens: int) -> None:
-    """:class:`InputError` for sizes the estimate refuses (``estimate.Scenario.validate``) and for a prompt
-    or context past the model's context length (SGLang rejects such a request)."""
-    from ..estimate import Scenario
+    """:class:`InputError` where ``pdmux estimate`` refuses the scenario: sizes out of range
+    (``Scenario.validate``), a prompt or context past the model's context length."""
+    from ..estimate import Scenario, _check_context
 
-    Scenario(decode_bs=decode_bs, context_tokens=context_tokens, prompt_tokens=prompt_tokens).validate()
-    limit = model.max_position_embeddings
-    for what, tokens in (("prompt", prompt_tokens), ("decode context", context_tokens)):
-        if limit and tokens >= limit:
-            raise InputError(f"{what} of {tokens:,} tokens is past {model.name}'s context length of {limit:,} "
-                             f"(max_position_embeddings): SGLang rejects it; use fewer tokens")
+    scenario = Scenario(decode_bs=decode_bs, context_tokens=context_tokens, prompt_tokens=prompt_tokens)
+    scenario.validate()
+    _check_context(model, scenario)
 
 
 def make_replay_plan(

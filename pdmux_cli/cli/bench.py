@@ -212,6 +212,13 @@ def bench(
             print_note(con, note)
         for path in written:
             con.print(f"wrote {path}")
+    exit_for(res, out_dir)
+
+
+def exit_for(res: Any, out_dir: Path | None) -> None:
+    """End a run that stopped: exit 130 after Ctrl-C, 1 after an error or a failed step (one stderr line,
+    naming where the finished steps are); return for a complete run. ``res``: results with ``interrupted``,
+    ``error`` and ``step_errors`` (the kernel bench's or the model replay's)."""
     if res.interrupted:
         fail_line("interrupted by Ctrl-C" + (f"; the finished steps are in {out_dir}" if out_dir else ""))
         raise typer.Exit(130)
@@ -222,14 +229,12 @@ def bench(
         raise typer.Exit(1)
 
 
-def _run_with_progress(runner: Any, plan: Any, info: Any, torch: Any, plan_json: dict, out_dir: Path | None) -> Any:
-    """``runner.run_bench`` under a rich progress bar (stderr, only on a terminal); after each step
-    the results so far are checkpointed to ``out_dir/results.json``."""
-    from ..bench.results import results_dict
-
+def run_with_progress(title: str, total: int, run: Any, to_json: Any, out_dir: Path | None) -> Any:
+    """``run(on_step, on_result)`` under a rich progress bar of ``total`` steps (stderr, only on a terminal);
+    after each step the results so far (``to_json(results)``) are checkpointed to ``out_dir/results.json``."""
     err = console(stderr=True)
     with progress_bar(err, disable=not err.is_terminal) as progress:
-        task = progress.add_task("pdmux bench", total=plan.steps)
+        task = progress.add_task(title, total=total)
 
         def on_step(label: str) -> None:
             progress.update(task, description=label)
@@ -237,6 +242,16 @@ def _run_with_progress(runner: Any, plan: Any, info: Any, torch: Any, plan_json:
         def on_result(res: Any) -> None:
             progress.advance(task)
             if out_dir is not None:
-                write_atomic(out_dir / RESULTS_FILE, json.dumps(results_dict(res), indent=2) + "\n")
+                write_atomic(out_dir / RESULTS_FILE, json.dumps(to_json(res), indent=2) + "\n")
 
-        return runner.run_bench(plan, info, torch, plan_json, on_step=on_step, on_result=on_result)
+        return run(on_step, on_result)
+
+
+def _run_with_progress(runner: Any, plan: Any, info: Any, torch: Any, plan_json: dict, out_dir: Path | None) -> Any:
+    """``runner.run_bench`` under :func:`run_with_progress`."""
+    from ..bench.results import results_dict
+
+    return run_with_progress(
+        "pdmux bench", plan.steps,
+        lambda on_step, on_result: runner.run_bench(plan, info, torch, plan_json, on_step=on_step, on_result=on_result),
+        results_dict, out_dir)

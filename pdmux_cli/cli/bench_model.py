@@ -14,22 +14,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-import typer
-
 from ..errors import InputError
+from .bench import CALIBRATION_FILE, RESULTS_FILE
 from .common import (
     console,
-    fail_line,
     gpu_file,
     model_file,
     print_json,
     print_note,
-    progress_bar,
     write_atomic,
 )
-
-RESULTS_FILE = "results.json"
-CALIBRATION_FILE = "calibration.yaml"
 
 
 def _predictions_json(preds: Any, plan: Any) -> dict[str, Any] | None:
@@ -224,32 +218,16 @@ def run_model_replay(
                       f"(the estimate was {own.whole_gpu.uncalibrated_median_error:.0%} off on the whole GPU's step)")
         for path in written:
             con.print(f"wrote {path}")
-    if res.interrupted:
-        fail_line("interrupted by Ctrl-C" + (f"; the finished steps are in {out_dir}" if out_dir else ""))
-        raise typer.Exit(130)
-    if res.error or res.step_errors:
-        first = res.error or res.step_errors[0]
-        more = f" ({len(res.step_errors)} step(s) failed)" if res.step_errors else ""
-        fail_line(first + more + (f"; the finished steps are in {out_dir}" if out_dir else ""))
-        raise typer.Exit(1)
+    bench_cli.exit_for(res, out_dir)
 
 
 def _run_with_progress(plan: Any, rdev: Any, plan_json: dict, info: Any, out_dir: Path | None) -> Any:
-    """``model_replay.run_replay`` under a rich progress bar (stderr, only on a terminal); after each step
-    the results so far are checkpointed to ``out_dir/results.json``."""
+    """``model_replay.run_replay`` under ``bench.run_with_progress`` (results.json checkpointed each step)."""
     from ..bench.model_replay import run_replay
     from ..bench.replay_results import results_dict
+    from .bench import run_with_progress
 
-    err = console(stderr=True)
-    with progress_bar(err, disable=not err.is_terminal) as progress:
-        task = progress.add_task("pdmux bench --model", total=plan.steps)
-
-        def on_step(label: str) -> None:
-            progress.update(task, description=label)
-
-        def on_result(res: Any) -> None:
-            progress.advance(task)
-            if out_dir is not None:
-                write_atomic(out_dir / RESULTS_FILE, json.dumps(results_dict(res), indent=2) + "\n")
-
-        return run_replay(plan, rdev, plan_json, info, on_step=on_step, on_result=on_result)
+    return run_with_progress(
+        "pdmux bench --model", plan.steps,
+        lambda on_step, on_result: run_replay(plan, rdev, plan_json, info, on_step=on_step, on_result=on_result),
+        results_dict, out_dir)
