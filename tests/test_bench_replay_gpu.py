@@ -1,6 +1,6 @@
 """``pdmux bench --model`` on a real GPU: the replay of Qwen3-0.6B (real shapes) on green contexts at SGLang's
 first level and the level it picks, CUDA graphs captured on the partitions' streams, SGLang's loop, the
-calibration it writes. Skipped without an NVIDIA GPU (the probe of tests/test_bench_gpu.py).
+calibration it writes. Skipped without an NVIDIA GPU (tests/test_bench_gpu.py's probe).
 
 No assertion on how fast anything is: what holds on any GPU (granted splits, every round at least its decode
 step, the prefill in its slices, a loadable calibration).
@@ -12,21 +12,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_bench_gpu import READY, WHY  # the same probe: the driver's cuInit and torch's CUDA
 from typer.testing import CliRunner
 
-
-def _gpu_ready() -> tuple[bool, str]:
-    try:
-        from pdmux_cli.bench import greenctx, runner
-
-        greenctx.probe_device(0)
-        runner.import_torch()
-    except Exception as exc:  # noqa: BLE001 - any failure means: no usable GPU here
-        return False, " ".join(str(exc).split())[:200]
-    return True, ""
-
-
-READY, WHY = _gpu_ready()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not READY, reason=f"no usable GPU: {WHY}")]
 
 
