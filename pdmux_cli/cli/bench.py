@@ -122,10 +122,10 @@ def bench(
 ) -> None:
     """Measure a GEMM and an HBM-read kernel on green-context SM partitions: solo curves, co-run at SGLang's levels.
 
-    Writes the calibration 'pdmux estimate --calibration' uses. With --model, replays that model's layers
-    instead: decode alone, prefill alone and both in SGLang's pdmux loop at each level, next to the estimate.
-    Needs an NVIDIA GPU, driver CUDA >= 12.4, torch with CUDA, cuda-python and NVRTC (pdmux's 'bench'
-    extra); --dry-run needs none of them."""
+    Writes the calibration 'pdmux estimate --calibration' uses. Needs an NVIDIA GPU, driver CUDA >= 12.4,
+    torch with CUDA, cuda-python and NVRTC (pdmux's 'bench' extra); --dry-run needs none of them.
+
+    With --model: replay that model's layers instead, in SGLang's pdmux loop at each level, next to the estimate."""
     from ..bench import plan as bplan
 
     gemm = bplan.parse_gemm_shape(gemm_shape)
