@@ -115,11 +115,21 @@ def bench(
     sm_group_num: int = typer.Option(8, "--sm-group-num", help="SGLang's sm_group_num: its levels are the co-run levels."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write results.json, calibration.yaml and curves.png into this directory."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (the plan with --dry-run, else the results) instead of tables."),
+    model: str | None = typer.Option(None, "--model", "-m", help="Replay this model (profile name or config.json) instead of the kernels: its layers with random bf16 weights, SGLang's pdmux loop at each level, next to 'pdmux estimate'."),
+    decode_bs: int | None = typer.Option(None, "--decode-bs", help="--model: requests in the decode batch (default 32)."),
+    context: int | None = typer.Option(None, "--context", help="--model: KV-cache tokens of each decode request (default 2048)."),
+    prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", help="--model: tokens of the prompt prefilled in layer slices (default 8192)."),
+    token_budget: int | None = typer.Option(None, "--token-budget", help="--model: SGLang's split_forward_token_budget (default 65536)."),
+    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor", help="--model: SGLang's decode_bs_divisor (default 36)."),
+    calibration: Path | None = typer.Option(None, "--calibration", help="--model: a calibration.yaml for the calibrated estimate column (default: this replay's own fixed time per decode step)."),
+    cpu: bool = typer.Option(False, "--cpu", hidden=True, help="--model: run the replay on the CPU (tiny models, tests): no green contexts."),
 ) -> None:
     """Measure a GEMM and an HBM-read kernel on green-context SM partitions: solo curves, co-run at SGLang's levels.
 
     Writes the calibration 'pdmux estimate --calibration' uses. Needs an NVIDIA GPU, driver CUDA >= 12.4,
-    torch with CUDA, cuda-python and NVRTC (pdmux's 'bench' extra); --dry-run needs none of them."""
+    torch with CUDA, cuda-python and NVRTC (pdmux's 'bench' extra); --dry-run needs none of them.
+
+    With --model: replay that model's layers instead, in SGLang's pdmux loop at each level, next to the estimate."""
     from ..bench import plan as bplan
 
     gemm = bplan.parse_gemm_shape(gemm_shape)
@@ -131,6 +141,26 @@ def bench(
         raise InputError(f"--device must be >= 0, got {device}")
     if sm_group_num < 3:
         raise InputError(f"--sm-group-num must be >= 3 (SGLang's rule), got {sm_group_num}")
+    replay_only = {"--decode-bs": decode_bs, "--context": context, "--prompt-tokens": prompt_tokens,
+                   "--token-budget": token_budget, "--decode-bs-divisor": decode_bs_divisor,
+                   "--calibration": calibration, "--cpu": cpu or None}
+    if model is not None:
+        kernel_only = {"--sms": sms, "--cc": cc, "--buffer-bytes": buffer_bytes, "--skinny-gemm": skinny_gemm,
+                       "--gemm-shape": None if gemm == bplan.GemmShape(*bplan.DEFAULT_GEMM_SHAPE) else gemm_shape}
+        given = [name for name, value in kernel_only.items() if value is not None]
+        if given:
+            raise InputError(f"{given[0]} is an option of the kernel bench, not of --model (the model replay)")
+        from .bench_model import run_model_replay
+
+        run_model_replay(
+            model=model, gpu=gpu, dry_run=dry_run, cpu=cpu, decode_bs=decode_bs, context=context,
+            prompt_tokens=prompt_tokens, levels=levels, repeats=repeats, quick=quick, device_index=device,
+            sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget,
+            calibration=calibration, out=out, as_json=as_json)
+        return
+    given = [name for name, value in replay_only.items() if value is not None]
+    if given:
+        raise InputError(f"{given[0]} goes with --model (the model replay)")
     options: dict[str, Any] = {
         "gemm": gemm, "buffer_bytes": buffer, "repeats": repeats, "quick": quick, "levels": levels,
         "device_index": device, "sm_group_num": sm_group_num, "skinny": skinny,
@@ -186,6 +216,13 @@ def bench(
             print_note(con, note)
         for path in written:
             con.print(f"wrote {path}")
+    exit_for(res, out_dir)
+
+
+def exit_for(res: Any, out_dir: Path | None) -> None:
+    """End a run that stopped: exit 130 after Ctrl-C, 1 after an error or a failed step (one stderr line,
+    naming where the finished steps are); return for a complete run. ``res``: results with ``interrupted``,
+    ``error`` and ``step_errors`` (the kernel bench's or the model replay's)."""
     if res.interrupted:
         fail_line("interrupted by Ctrl-C" + (f"; the finished steps are in {out_dir}" if out_dir else ""))
         raise typer.Exit(130)
@@ -196,14 +233,12 @@ def bench(
         raise typer.Exit(1)
 
 
-def _run_with_progress(runner: Any, plan: Any, info: Any, torch: Any, plan_json: dict, out_dir: Path | None) -> Any:
-    """``runner.run_bench`` under a rich progress bar (stderr, only on a terminal); after each step
-    the results so far are checkpointed to ``out_dir/results.json``."""
-    from ..bench.results import results_dict
-
+def run_with_progress(title: str, total: int, run: Any, to_json: Any, out_dir: Path | None) -> Any:
+    """``run(on_step, on_result)`` under a rich progress bar of ``total`` steps (stderr, only on a terminal);
+    after each step the results so far (``to_json(results)``) are checkpointed to ``out_dir/results.json``."""
     err = console(stderr=True)
     with progress_bar(err, disable=not err.is_terminal) as progress:
-        task = progress.add_task("pdmux bench", total=plan.steps)
+        task = progress.add_task(title, total=total)
 
         def on_step(label: str) -> None:
             progress.update(task, description=label)
@@ -211,6 +246,16 @@ def _run_with_progress(runner: Any, plan: Any, info: Any, torch: Any, plan_json:
         def on_result(res: Any) -> None:
             progress.advance(task)
             if out_dir is not None:
-                write_atomic(out_dir / RESULTS_FILE, json.dumps(results_dict(res), indent=2) + "\n")
+                write_atomic(out_dir / RESULTS_FILE, json.dumps(to_json(res), indent=2) + "\n")
 
-        return runner.run_bench(plan, info, torch, plan_json, on_step=on_step, on_result=on_result)
+        return run(on_step, on_result)
+
+
+def _run_with_progress(runner: Any, plan: Any, info: Any, torch: Any, plan_json: dict, out_dir: Path | None) -> Any:
+    """``runner.run_bench`` under :func:`run_with_progress`."""
+    from ..bench.results import results_dict
+
+    return run_with_progress(
+        "pdmux bench", plan.steps,
+        lambda on_step, on_result: runner.run_bench(plan, info, torch, plan_json, on_step=on_step, on_result=on_result),
+        results_dict, out_dir)
