@@ -9,7 +9,8 @@ minutes on an H100/H200 (budget: under 5). Steps:
 1. ``python -m pytest -m gpu tests/test_bench_gpu.py`` (granted splits, disjoint SM ids at every level,
    both kernels running side by side at every level, the launch gate, clocks, read kernel >= 90% of
    copy, GEMM within 5% of torch.matmul on the default stream, teardown);
-2. ``pdmux bench --quick --out OUT`` (all levels, 3 repeats, 50 ms co-run windows): prints its own
+2. ``pdmux bench --quick --out OUT`` (all levels, 3 repeats, 50 ms co-run windows), then the model
+   replay's GPU tests and ``pdmux bench --quick --model qwen3-8b --out OUT/model`` (issue 11): prints its own
    tables and writes results.json, calibration.yaml and curves.png;
 3. a summary table of the checks read back from OUT/results.json (per level: disjoint SMs, and both
    kernels running together for >= 80% of the co-run window without the factors of time-sharing).
@@ -194,10 +195,17 @@ def main() -> int:
     junit.unlink(missing_ok=True)
     rc_tests = _run([sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_bench_gpu.py", "-q", "-rs", "-p", "no:cacheprovider",
                      f"--junitxml={junit}"], left() * 0.6)
-    rc_bench = _run([sys.executable, "-m", "pdmux_cli", "bench", "--quick", "--out", str(out)], left())
+    rc_replay_tests = _run([sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_bench_replay_gpu.py", "-q", "-rs",
+                            "-p", "no:cacheprovider"], left() * 0.3)
+    rc_bench = _run([sys.executable, "-m", "pdmux_cli", "bench", "--quick", "--out", str(out)], left() * 0.6)
+    replay_out = out / "model"
+    rc_replay = _run([sys.executable, "-m", "pdmux_cli", "bench", "--quick", "--model", "qwen3-8b", "--out",
+                      str(replay_out)], left())
 
     rows: list[tuple[str, bool, str]] = [gpu_tests_row(rc_tests, junit_counts(junit)),
-                                         ("pdmux bench --quick", rc_bench == 0, f"exit {rc_bench}")]
+                                         ("model replay GPU tests", rc_replay_tests == 0, f"exit {rc_replay_tests}"),
+                                         ("pdmux bench --quick", rc_bench == 0, f"exit {rc_bench}"),
+                                         ("pdmux bench --quick --model qwen3-8b", rc_replay == 0, f"exit {rc_replay}")]
     results_path = out_abs / "results.json"
     if results_path.exists():
         rows += _checks(json.loads(results_path.read_text()))
