@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import results_md
 from bench_cli import pdmux_cmd
 
 from pdmux_cli.costmodel import build_step_model
@@ -163,14 +164,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.write:
-        old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-        if SECTION in old:
-            head, _, rest = old.partition(SECTION)
-            tail = rest[rest.find("\n## "):] if "\n## " in rest else ""
-            old = head.rstrip("\n") + "\n\n" + text + tail
-        else:
-            old = old.rstrip("\n") + "\n\n" + text
-        RESULTS.write_text(old)
+        results_md.write_section(SECTION, text, RESULTS)
 
 
 if __name__ == "__main__":

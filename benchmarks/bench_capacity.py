@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import results_md
 from bench_simulate import CONV, RESULTS, measure
 
 SECTION = "## pdmux capacity"
@@ -46,14 +47,7 @@ def main() -> None:
     ])
     print(text)
     if args.write:
-        old = RESULTS.read_text()
-        if SECTION in old:
-            head, _, rest = old.partition(SECTION)
-            tail = rest[rest.find("\n## "):] if "\n## " in rest else ""
-            old = head.rstrip("\n") + "\n\n" + text + tail
-        else:
-            old = old.rstrip("\n") + "\n\n" + text
-        RESULTS.write_text(old)
+        results_md.write_section(SECTION, text, RESULTS)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ import sysconfig
 import time
 from pathlib import Path
 
+import results_md
+
 ROOT = Path(__file__).resolve().parent.parent
 FLOOR = ROOT.parent / "shared" / "bench" / "floor_app.py"
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
@@ -91,19 +93,8 @@ def bench_estimate() -> dict:
 
 
 def write_section(text: str) -> None:
-    """Replace this benchmark's section of RESULTS.md, keeping every other section."""
-    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    lines = old.splitlines(keepends=True)
-    out, skipping = [], False
-    for line in lines:
-        if line.startswith("## "):
-            skipping = line.strip() == SECTION
-        if not skipping:
-            out.append(line)
-    body = "".join(out).rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
-    tmp = RESULTS.with_suffix(".tmp")
-    tmp.write_text(body)
-    os.replace(tmp, RESULTS)
+    """Replace (or append) this benchmark's section of RESULTS.md."""
+    results_md.write_section(SECTION, text, RESULTS)
 
 
 def main() -> None:

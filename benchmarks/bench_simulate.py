@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+import results_md
+
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT.parent / "shared" / "data" / "traces"
 CONV = TRACES / "AzureLLMInferenceTrace_conv.csv"
@@ -127,18 +129,8 @@ def main() -> None:
 
 
 def write_section(text: str) -> None:
-    """Replace (or append) this benchmark's section of RESULTS.md, keeping every other section."""
-    old = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else "# Benchmark results\n"
-    lines = old.splitlines(keepends=True)
-    start = next((i for i, ln in enumerate(lines) if ln.rstrip() == SECTION), None)
-    if start is None:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        new = "".join(lines[:start]) + text + ("\n" + "".join(lines[end:]) if end < len(lines) else "")
-    tmp = RESULTS.with_suffix(".md.tmp")
-    tmp.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
-    os.replace(tmp, RESULTS)
+    """Replace (or append) this benchmark's section of RESULTS.md."""
+    results_md.write_section(SECTION, text, RESULTS)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,18 @@ def parse_chunk_sizes(text: str, what: str) -> list[int]:
     return sizes
 
 
+#: The workload options simulate, tune and capacity share (typer reads these as plain metadata).
+TRACE_ARGUMENT = typer.Argument(None, help="Trace file: Azure CSV, Mooncake JSONL or BurstGPT CSV.")
+TRACE_OPTION = typer.Option(None, "--trace", help="The trace file, spelt as tune and gen-config --tune take it.")
+SYNTHETIC_OPTION = typer.Option(False, "--synthetic", help="Poisson arrivals at --qps instead of a trace file.")
+FORMAT_OPTION = typer.Option(None, "--format", help="azure, mooncake or burstgpt (default: detected).")
+MAX_REQUESTS_OPTION = typer.Option(None, "--max-requests", help="Only the first N requests.")
+DURATION_OPTION = typer.Option(None, "--duration", help="Only requests arriving in the first S seconds.")
+SEED_OPTION = typer.Option(0, "--seed", help="Seed for synthetic arrivals and lengths.")
+PROMPT_TOKENS_OPTION = typer.Option("1024", "--prompt-tokens", help="Synthetic prompt length: N, uniform:LO:HI, exp:MEAN or lognormal:MEDIAN:SIGMA.")
+OUTPUT_TOKENS_OPTION = typer.Option("128", "--output-tokens", help="Synthetic output length (same forms).")
+
+
 def _check_number(name: str, value: float | None, minimum: float = 0.0, strict: bool = True) -> None:
     if value is None:
         return
@@ -236,17 +248,17 @@ def _show_progress(as_json: bool) -> bool:
 
 @app.command()
 def simulate(
-    trace: Path | None = typer.Argument(None, help="Trace file: Azure CSV, Mooncake JSONL or BurstGPT CSV."),
-    trace_option: Path | None = typer.Option(None, "--trace", help="The trace file, spelt as tune and gen-config --tune take it."),
-    synthetic: bool = typer.Option(False, "--synthetic", help="Poisson arrivals at --qps instead of a trace file."),
-    fmt: str | None = typer.Option(None, "--format", help="azure, mooncake or burstgpt (default: detected)."),
+    trace: Path | None = TRACE_ARGUMENT,
+    trace_option: Path | None = TRACE_OPTION,
+    synthetic: bool = SYNTHETIC_OPTION,
+    fmt: str | None = FORMAT_OPTION,
     qps: float | None = typer.Option(None, "--qps", help="Requests/s: the synthetic rate, or retime a trace to it."),
     rate_scale: float | None = typer.Option(None, "--rate-scale", help="Multiply a trace's arrival rate (2 = twice the load)."),
-    max_requests: int | None = typer.Option(None, "--max-requests", help="Only the first N requests."),
-    duration: float | None = typer.Option(None, "--duration", help="Only requests arriving in the first S seconds."),
-    seed: int = typer.Option(0, "--seed", help="Seed for synthetic arrivals and lengths."),
-    prompt_tokens: str = typer.Option("1024", "--prompt-tokens", help="Synthetic prompt length: N, uniform:LO:HI, exp:MEAN or lognormal:MEDIAN:SIGMA."),
-    output_tokens: str = typer.Option("128", "--output-tokens", help="Synthetic output length (same forms)."),
+    max_requests: int | None = MAX_REQUESTS_OPTION,
+    duration: float | None = DURATION_OPTION,
+    seed: int = SEED_OPTION,
+    prompt_tokens: str = PROMPT_TOKENS_OPTION,
+    output_tokens: str = OUTPUT_TOKENS_OPTION,
     model: str = typer.Option("qwen3-8b", "--model", "-m", help=MODEL_HELP),
     gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP),
     policies: str = typer.Option(DEFAULT_POLICIES, "--policies", help="Comma-separated: pdmux, chunked (SGLang's default scheduling), mixed-chunk (--enable-mixed-chunk), prefill-first (--chunked-prefill-size -1)."),
@@ -523,11 +535,11 @@ def tune(
     slo_itl: float = typer.Option(..., "--slo-itl", help="ITL SLO, ms (judged on each request's p99 ITL)."),
     model: str = typer.Option("qwen3-8b", "--model", "-m", help=MODEL_HELP),
     gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP),
-    fmt: str | None = typer.Option(None, "--format", help="azure, mooncake or burstgpt (default: detected)."),
+    fmt: str | None = FORMAT_OPTION,
     qps: float | None = typer.Option(None, "--qps", help="Retime the trace to this many requests/s."),
     rate_scale: float | None = typer.Option(None, "--rate-scale", help="Multiply the trace's arrival rate."),
-    max_requests: int | None = typer.Option(None, "--max-requests", help="Only the first N requests."),
-    duration: float | None = typer.Option(None, "--duration", help="Only requests arriving in the first S seconds."),
+    max_requests: int | None = MAX_REQUESTS_OPTION,
+    duration: float | None = DURATION_OPTION,
     sm_group_nums: str | None = typer.Option(None, "--sm-group-nums", help="sm_group_num values to try (default: every distinct one)."),
     divisors: str | None = typer.Option(None, "--divisors", help="decode_bs_divisor values to try (default 12,24,36,48,72)."),
     budgets: str | None = typer.Option(None, "--budgets", help="split_forward_token_budget values (default 4096,16384,65536)."),
