@@ -502,8 +502,9 @@ class Work:
         in SGLang's radix cache, count as free: they are evicted on demand; cached blocks several running
         requests share are held once)."""
         cache = self.cache
-        shared = cache.shared if cache is not None else 0
-        return self.capacity - self.batch.sum_context - self.extra_held + shared
+        if cache is None:
+            return self.capacity - self.batch.sum_context - self.extra_held
+        return self.capacity - self.batch.sum_context - self.extra_held + cache.shared
 
     def make_room(self, tokens: int) -> None:
         """An allocation of ``tokens`` KV slots is coming: evict unlocked cached tokens, least recently
