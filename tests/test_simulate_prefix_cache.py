@@ -152,7 +152,8 @@ def test_different_prompts_share_nothing() -> None:
 
 
 def _small_pool(setup, tokens: int):
-    fraction = (setup.weight_bytes + tokens * setup.kv_bytes_per_token) / (H100.memory_bytes - sgl.CONTEXT_RESERVE_BYTES)
+    usable = H100.memory_bytes - sgl.CONTEXT_RESERVE_BYTES
+    fraction = (setup.weight_bytes + tokens * setup.kv_bytes_per_token) / usable
     return replace(setup, mem_fraction_static=round(fraction, 6))
 
 

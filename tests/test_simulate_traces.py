@@ -88,7 +88,8 @@ def test_mooncake_hash_ids_follow_their_requests(tmp_path: Path) -> None:
     assert reshape(t, max_requests=2).hash_ids == ((7, 8), ())
     assert reshape(t, duration_s=1.2).hash_ids == ((7, 8), ())
     unhashed_head = replace(t, hash_ids=((), (), (7, 8), (7, 8, 11)))
-    assert reshape(unhashed_head, max_requests=2).hash_ids == () and not reshape(unhashed_head, max_requests=2).has_hash_ids
+    head = reshape(unhashed_head, max_requests=2)
+    assert head.hash_ids == () and not head.has_hash_ids
     assert traces.drop_past_context(t, 40960).hash_ids == ((7, 8), (), (7, 8))
 
 

@@ -738,7 +738,8 @@ class Work:
         cached and prompt tokens of trace requests' first admissions, tokens evicted."""
         if self.cache is None:
             return {}
-        return {"prefix_cache_hit_tokens": self.cache_hit_tokens, "prefix_cache_prompt_tokens": self.cache_prompt_tokens,
+        return {"prefix_cache_hit_tokens": self.cache_hit_tokens,
+                "prefix_cache_prompt_tokens": self.cache_prompt_tokens,
                 "prefix_cache_evicted_tokens": self.cache.evicted_tokens}
 
     def pending(self) -> set[int]:
