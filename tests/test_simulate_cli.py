@@ -208,6 +208,35 @@ def test_simulate_other_formats(name: str) -> None:
     assert all(p["completed"] == data["trace"]["requests"] for p in data["policies"])
 
 
+def test_simulate_prefix_cache_hit_rate_table_and_json() -> None:
+    """mooncake_small: request 1 shares 12 full blocks (6144 tokens) with request 0, finished by then;
+    its 13th block is a short one (258 tokens), request 0's a full one: no match. Requests 2 and 3
+    carry no hashes. Hit rate = 6144 / (6755 + 6402 + 6766 + 512)."""
+    moon = str(FIX / "mooncake_small.jsonl")
+    data = json.loads(run("simulate", moon, "--json", "--policies", "pdmux,chunked,mixed-chunk,prefill-first").stdout)
+    assert data["trace"]["prefix_hash_ids"] is True
+    for p in data["policies"]:
+        assert p["prefix_cache_hit_rate"] == pytest.approx(6144 / 20435)
+        assert p["counters"]["prefix_cache_hit_tokens"] == 6144
+    r = run("simulate", moon)
+    assert r.exit_code == 0, r.stderr
+    row = next(line for line in r.stdout.splitlines() if "prefix cache hit" in line)
+    assert row.count("30.1%") == 3
+    off = run("simulate", moon, "--json", "--no-prefix-cache")
+    assert all(p["prefix_cache_hit_rate"] is None for p in json.loads(off.stdout)["policies"])
+    assert "prefix cache hit" not in run("simulate", moon, "--no-prefix-cache").stdout
+    azure = json.loads(run("simulate", AZURE, "--json", "--policies", "pdmux").stdout)
+    assert azure["trace"]["prefix_hash_ids"] is False and azure["policies"][0]["prefix_cache_hit_rate"] is None
+    assert "prefix cache hit" not in run("simulate", AZURE, "--policies", "pdmux").stdout
+
+
+def test_simulate_trace_with_only_malformed_hash_ids_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad_hashes.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, "2"]}\n'
+                   '{"timestamp": 1, "input_length": 600, "output_length": 5, "hash_ids": {"a": 1}}\n')
+    assert_one_line_error(run("simulate", str(bad)), "hash_ids")
+
+
 def test_simulate_with_calibration(tmp_path: Path) -> None:
     from pdmux_cli.calibration import Calibration, dump_calibration
 

@@ -6,6 +6,7 @@ Fixtures in tests/fixtures/ (README there: the Azure excerpt's CC-BY attribution
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,32 @@ def test_mooncake_small() -> None:
     assert t.arrival_s == pytest.approx((0.0, 27.482, 30.535, 46.0005))
     assert t.bad_rows == 3
     assert [line for line, _ in t.bad_examples] == [4, 5, 6]
+    assert t.hash_ids == (tuple(range(14)), tuple(range(13)), (), ()) and t.has_hash_ids
+    assert load_trace(FIX / "azure_conv_50.csv").hash_ids == ()
+
+
+def test_mooncake_hash_ids_follow_their_requests(tmp_path: Path) -> None:
+    """Kept per request through sorting, --max-requests, --duration and context drops; ids past the
+    prompt's last 512-token block dropped; a hash_ids that is not a list of integers makes a bad row."""
+    path = tmp_path / "hashed.jsonl"
+    path.write_text(
+        '{"timestamp": 3000, "input_length": 1000, "output_length": 5, "hash_ids": [7, 8, 9, 10]}\n'
+        '{"timestamp": 1000, "input_length": 600, "output_length": 5, "hash_ids": [7, 8]}\n'
+        '{"timestamp": 2000, "input_length": 300, "output_length": 5}\n'
+        '{"timestamp": 2500, "input_length": 300, "output_length": 5, "hash_ids": [1, true]}\n'
+        '{"timestamp": 2600, "input_length": 300, "output_length": 5, "hash_ids": "7,8"}\n'
+        '{"timestamp": 4000, "input_length": 50000, "output_length": 5, "hash_ids": [7, 8, 11]}\n'
+    )
+    t = load_trace(path)
+    assert t.prompt_tokens == (600, 300, 1000, 50000)
+    assert t.hash_ids == ((7, 8), (), (7, 8), (7, 8, 11))
+    assert t.bad_rows == 2 and "hash_ids [1, True] is not a list of integers" in t.bad_examples[0][1]
+    assert reshape(t, max_requests=2).hash_ids == ((7, 8), ())
+    assert reshape(t, duration_s=1.2).hash_ids == ((7, 8), ())
+    unhashed_head = replace(t, hash_ids=((), (), (7, 8), (7, 8, 11)))
+    head = reshape(unhashed_head, max_requests=2)
+    assert head.hash_ids == () and not head.has_hash_ids
+    assert traces.drop_past_context(t, 40960).hash_ids == ((7, 8), (), (7, 8))
 
 
 def test_burstgpt_small_failures_counted() -> None:

@@ -286,6 +286,7 @@ def simulate(
     cuda_graph_max_bs: int | None = typer.Option(None, "--cuda-graph-max-bs", help="Largest decode batch with a CUDA graph (default: SGLang's for the GPU). Larger batches launch kernel by kernel: slower only where the launches outlast the GPU's work (small models); it also sizes SGLang's memory reserve (floored at 10 GB on GPUs over 60 GB)."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Requests run to their max_new_tokens (benchmark traffic): admission reserves all of it."),
     disable_overlap_schedule: bool = typer.Option(False, "--disable-overlap-schedule", help="Baselines without SGLang's overlap scheduler (as pdmux runs): CPU time adds to every step."),
+    no_prefix_cache: bool = typer.Option(False, "--no-prefix-cache", help="Turn SGLang's radix cache off (--disable-radix-cache). On by default: prompts of a trace with hash_ids (Mooncake) reuse cached prefixes."),
     slo_ttft: float = typer.Option(1000.0, "--slo-ttft", help="TTFT SLO, ms."),
     slo_itl: float = typer.Option(60.0, "--slo-itl", help="ITL SLO, ms (judged on each request's p99 ITL)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
@@ -330,6 +331,10 @@ def simulate(
                    flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
                    disable_overlap=disable_overlap_schedule, cuda_graph_max_bs=cuda_graph_max_bs,
                    max_running_requests=max_running_requests)
+    if no_prefix_cache:
+        from dataclasses import replace
+
+        setup = replace(setup, prefix_cache=False)
     workload = _drop_past_context(workload, setup.model)
     if not chunks and "chunked" in names:
         from ..sglang_server import default_chunked_prefill_size

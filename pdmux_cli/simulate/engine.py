@@ -23,6 +23,16 @@ The rules follow SGLang 0.5.23 (paths inside its wheel; docs/architecture.md lis
   ``new_token_ratio`` starts at 0.7, decays by 0.001 per decode step to 0.098, is set to
   ``(generated + 20 x kept) / (max_new + 1)`` over the kept requests after a retraction, and resets
   when the server is idle.
+- **Prefix cache** (SGLang's radix cache, on by default; :mod:`pdmux_cli.simulate.prefix_cache`), for
+  traces with ``hash_ids``: each candidate's prompt is matched against the cached blocks (at most its
+  tokens - 1: ``Req._compute_max_prefix_len``); the match is locked, the request computes only the rest
+  (the cost model's ``(new, cached)`` pairs: cached tokens are attended over, not computed), and
+  admission charges the uncached tokens plus the matched tokens no one else locked (they leave the
+  evictable budget, ``PrefillAdder.add_one_req``). Cached blocks of running requests are held once
+  however many share them. Unlocked cached tokens count as free; they are evicted, least recently used
+  first, when a prefill batch, a decode step or a retraction needs room (``evict_to_free_tokens``):
+  eviction before retraction. Without hashes, or with ``Setup.prefix_cache`` off, nothing is matched
+  and the run is the same as without the cache.
 - **A request's context** at its j-th decode step is the tokens cached (prompt, plus outputs); the first
   output token comes out of prefill (or of a re-prefill after a retraction), every other from a decode
   step; ``max_new_tokens`` is the trace's output length.
@@ -33,6 +43,7 @@ The rules follow SGLang 0.5.23 (paths inside its wheel; docs/architecture.md lis
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from array import array
 from collections import deque
@@ -43,6 +54,8 @@ from .. import model as mdl
 from .. import sglang_server as sgl
 from ..errors import InputError
 from ..model import Model
+from .prefix_cache import WAITING_PREFIX_REFRESH_INTERVAL, WAITING_PREFIX_REFRESH_MAX, PrefixCache, block_keys
+from .traces import HASH_BLOCK_TOKENS
 
 #: Most decode steps one simulated policy may take. Memory grows with the steps (their end times,
 #: then sorting the ITL distribution: about 130 bytes a step at the peak, so under 1 GB here).
@@ -118,7 +131,8 @@ class Setup:
     without the overlap scheduler (their CPU time adds to every step, as under pdmux).
     ``cuda_graph_max_bs``: ``None`` for SGLang's default for the GPU; larger decode batches run
     without a CUDA graph. ``max_running_requests``: ``None`` for SGLang's default from the pool.
-    ``gpu_name``: for output.
+    ``prefix_cache``: SGLang's radix cache (on by default; off is ``--disable-radix-cache``), used for
+    traces with ``hash_ids``. ``gpu_name``: for output.
     """
 
     model: Model
@@ -135,6 +149,7 @@ class Setup:
     cuda_graph_max_bs: int | None = None
     max_running_requests: int | None = None
     gpu_name: str = ""
+    prefix_cache: bool = True
 
     def __post_init__(self) -> None:
         check_mem_fraction(self.mem_fraction_static)
@@ -208,6 +223,7 @@ def make_setup(
     disable_overlap: bool = False,
     cuda_graph_max_bs: int | None = None,
     max_running_requests: int | None = None,
+    prefix_cache: bool = True,
 ) -> Setup:
     """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.hardware.Gpu`) and a model, with the cost
     model of :func:`pdmux_cli.costmodel.build_step_model` (its arguments: ``cost_model``, ``s_sat``,
@@ -230,6 +246,7 @@ def make_setup(
         kv_bytes_per_element=kv_bytes_per_element, mem_fraction_static=mem_fraction_static,
         max_prefill_tokens=max_prefill_tokens, ignore_eos=ignore_eos, disable_overlap=disable_overlap,
         cuda_graph_max_bs=cuda_graph_max_bs, max_running_requests=max_running_requests, gpu_name=gpu.name,
+        prefix_cache=prefix_cache,
     )
 
 
@@ -419,12 +436,17 @@ class Work:
     """The mutable state every scheduler shares: requests, queue, KV pool, decode batch, records.
 
     ``capacity``: KV pool tokens. ``extra_held``: KV tokens held outside the decode batch (a request
-    being prefilled in chunks, a prefill batch in flight). ``ratio``: SGLang's ``new_token_ratio``.
-    ``batch_full``: SGLang's ``batch_is_full`` (admission paused after a failed one).
+    being prefilled in chunks, a prefill batch in flight), cached prefixes they matched included.
+    ``ratio``: SGLang's ``new_token_ratio``. ``batch_full``: SGLang's ``batch_is_full`` (admission
+    paused after a failed one). ``cache``: the prefix cache (:class:`PrefixCache`) when ``hashes`` (per
+    request, its prompt's hash ids) has any, else ``None``; ``cache_node``: each request's deepest node
+    in it; ``cache_hit_tokens`` / ``cache_prompt_tokens``: cached and prompt tokens of trace requests'
+    first admissions (SGLang's first-attempt hit rate leaves re-prefills after a retraction out).
     """
 
     def __init__(self, arrival: Sequence[float], prompt: Sequence[int], output: Sequence[int],
-                 steps: Sequence[int], num_trace: int, capacity_tokens: int, window: int, setup: Setup) -> None:
+                 steps: Sequence[int], num_trace: int, capacity_tokens: int, window: int, setup: Setup,
+                 hashes: Sequence[Sequence[int]] = ()) -> None:
         n = len(arrival)
         self.arrival, self.prompt, self.output, self.steps = arrival, prompt, output, steps
         self.num_trace = num_trace
@@ -451,8 +473,15 @@ class Work:
         self.order = [i for i in range(num_trace) if i not in rejected] if rejected else list(range(num_trace))
         self.next = 0  # index into order of the next arrival
         self.finished = 0
-        self.chunked_rid = -1  # request being prefilled in chunks, and its tokens done so far
+        self.chunked_rid = -1  # request being prefilled in chunks, and its tokens done so far (cached included)
         self.chunked_done = 0
+        self.cache = PrefixCache() if any(hashes) else None
+        #: per request, its prompt's blocks as the prefix cache keys them
+        self.keys = [block_keys(h, p) for h, p in zip(hashes, prompt)] if self.cache is not None else []
+        self.cache_node = [0] * n if self.cache is not None else []
+        self.cache_hit_tokens = 0
+        self.cache_prompt_tokens = 0
+        self.prefill_passes = 0  # scheduling passes with requests waiting (SGLang's calc_priority calls)
 
     # ---------------------------------------------------------------------------------------------
     def receive(self, t: float) -> None:
@@ -471,8 +500,31 @@ class Work:
     @property
     def free(self) -> int:
         """KV slots not held by running, chunked or in-flight requests (finished requests' tokens, left
-        in SGLang's radix cache, count as free: they are evicted on demand)."""
-        return self.capacity - self.batch.sum_context - self.extra_held
+        in SGLang's radix cache, count as free: they are evicted on demand; cached blocks several running
+        requests share are held once)."""
+        cache = self.cache
+        if cache is None:
+            return self.capacity - self.batch.sum_context - self.extra_held
+        return self.capacity - self.batch.sum_context - self.extra_held + cache.shared
+
+    def make_room(self, tokens: int) -> None:
+        """An allocation of ``tokens`` KV slots is coming: evict unlocked cached tokens, least recently
+        used first, until that many are unused (SGLang's ``evict_to_free_tokens``). No-op without a cache."""
+        cache = self.cache
+        if cache is not None:
+            limit = self.capacity - self.batch.sum_context - self.extra_held + cache.shared - tokens
+            if cache.evictable > limit:
+                cache.evict(limit)
+
+    def _cache_done(self, rid: int, done: int) -> None:
+        """``rid`` has ``done`` tokens prefilled: its complete prompt blocks among them enter the cache
+        under its lock (SGLang's ``checkpoint_kv_cache`` after a chunk or a prefill)."""
+        keys = self.keys[rid]
+        blocks = len(keys) if done >= self.prompt[rid] else min(done // HASH_BLOCK_TOKENS, len(keys))
+        cache = self.cache
+        node = self.cache_node[rid]
+        if blocks > cache.depth[node]:
+            self.cache_node[rid] = cache.extend(node, keys, blocks, rid)
 
     def extend_tokens(self, rid: int) -> int:
         """Tokens a prefill of ``rid`` computes: its prompt, plus the outputs it had if it was retracted."""
@@ -483,8 +535,11 @@ class Work:
 
         ``chunk_tokens``: the chunk size (``None``: chunking off). ``mixed_rows``: decode rows riding in
         the batch (``--enable-mixed-chunk``), charged one token each against every budget.
-        Returns ``(seqs, completing)``: ``(new tokens, cached tokens)`` per sequence, and the requests
-        whose prefill this batch completes (in order). Allocates the batch's KV (``extra_held``).
+        Returns ``(seqs, completing)``: ``(new tokens, cached tokens)`` per sequence (cached: its
+        prompt's matched prefix, plus earlier chunks), and the requests whose prefill this batch
+        completes (in order). Allocates the batch's KV (``extra_held``), evicting cached tokens for it
+        and for the decode rows' slots when they ride (when ``free >= mixed_rows`` after it, as
+        :func:`~pdmux_cli.simulate.schedulers.run_baseline` decides).
         """
         seqs: list[tuple[int, int]] = []
         completing: list[int] = []
@@ -492,9 +547,28 @@ class Work:
         rem_chunk = None if chunk_tokens is None else chunk_tokens - mixed_rows
         ratio = 1.0 if self.ignore_eos else self.ratio
         offset = ratio * self.batch.sum_clip + mixed_rows
-        free = self.free
         clip = self.batch.clip
         allocated = 0
+        waiting = self.waiting
+        cache = self.cache
+        chunked, done_before = self.chunked_rid, self.chunked_done
+        if cache is not None:
+            if chunked >= 0:
+                # SGLang checkpoints each chunk into the tree after its step. Growing the request's own
+                # leaf (PrefixCache.extend) changes nothing but what a match can find, so it waits for the
+                # next match (below); anything else (a first node, a node shared or with children) is done now.
+                node = self.cache_node[chunked]
+                if not (node and cache.owner[node] == chunked and cache.lock[node] == 1 and not cache.kids[node]):
+                    self._cache_done(chunked, done_before)
+            if waiting:  # calc_priority's _touch_waiting_prefixes: every 32nd pass, the queue's head last
+                if self.prefill_passes % WAITING_PREFIX_REFRESH_INTERVAL == 0:
+                    if chunked >= 0:
+                        self._cache_done(chunked, done_before)
+                    keys = self.keys
+                    head = list(itertools.islice(waiting, WAITING_PREFIX_REFRESH_MAX))
+                    cache.refresh([keys[rid] for rid in reversed(head)])
+                self.prefill_passes += 1
+        free = self.free
         if self.chunked_rid >= 0:  # the cut request goes first, past the batch-full and slot checks
             rid = self.chunked_rid
             left = self.extend_tokens(rid) - self.chunked_done
@@ -512,9 +586,10 @@ class Work:
             else:
                 offset += take + 1
                 self.chunked_done += take
-        waiting = self.waiting
         admitted = 0
         slots = self.max_running - self.batch.n - len(completing)
+        if cache is not None and chunked >= 0 and self.chunked_rid < 0 and waiting:
+            self._cache_done(chunked, done_before)  # its earlier chunks, before candidates are matched
         while waiting and self.chunked_rid < 0 and not self.batch_full:
             if rem_input <= 0 or (rem_chunk is not None and rem_chunk <= 0):
                 break
@@ -523,40 +598,60 @@ class Work:
                 break
             rid = waiting[0]
             extend = self.extend_tokens(rid)
+            cached = pinned = node = 0
+            if cache is not None:  # init_next_round_input: match, at most extend - 1 tokens
+                node, pinned = cache.match(self.keys[rid])  # pinned: matched tokens no one locks
+                cached = min(cache.cum[node], extend - 1)
+            new = extend - cached
             reserve = min(self.output[rid] - self.generated[rid], clip)
-            if not extend + reserve + 1 < free - offset:
+            if not new + reserve + 1 < free - offset - pinned:
                 self.batch_full = bool(seqs) or self.batch.n > 0
                 break
-            if chunk_tokens is None and seqs and extend >= rem_input:
+            if chunk_tokens is None and seqs and new >= rem_input:
                 break
             waiting.popleft()
             admitted += 1
-            if rem_chunk is not None and extend > rem_chunk:  # cut: this request continues next batch
+            if cache is not None:
+                cache.lock_path(node)
+                self.cache_node[rid] = node
+                offset += pinned
+                if rid < self.num_trace and not self.generated[rid] and rid not in self.stints:
+                    self.cache_hit_tokens += cached
+                    self.cache_prompt_tokens += extend
+            if rem_chunk is not None and new > rem_chunk:  # cut: this request continues next batch
                 take = rem_chunk
-                self.chunked_rid, self.chunked_done = rid, take
+                self.chunked_rid, self.chunked_done = rid, cached + take
                 offset += take + 1
             else:
-                take = extend
+                take = new
                 completing.append(rid)
                 offset += take + 1 + reserve
-            seqs.append((take, 0))
-            allocated += take
+            seqs.append((take, cached))
+            allocated += cached + take
             rem_input -= take
             if rem_chunk is not None:
                 rem_chunk -= take
         self.extra_held += allocated
+        if cache is not None and seqs:  # evict for the batch, and for the decode rows when they ride
+            free = self.free
+            limit = free - mixed_rows if free >= mixed_rows else free
+            if cache.evictable > limit:
+                cache.evict(limit)
         return seqs, completing
 
     # ---------------------------------------------------------------------------------------------
     def first_tokens(self, rids: Sequence[int], t: float) -> None:
         """``rids`` got a token at ``t`` (s) from a prefill: they join decode from the next step on, or
         finish now when that was their last token. Their prefilled KV moves from ``extra_held`` to
-        the decode batch."""
+        the decode batch; their prompt blocks enter the prefix cache."""
         step = len(self.ends)
         batch, output = self.batch, self.output
+        cache = self.cache
         for rid in rids:
             context = self.extend_tokens(rid)
             self.extra_held -= context
+            if cache is not None:
+                self._cache_done(rid, context)
             generated = self.generated[rid] + 1
             steps = output[rid] - generated
             if rid in self.stints or self.generated[rid]:  # a re-prefill after a retraction
@@ -568,17 +663,39 @@ class Work:
                 batch.join(rid, context, steps, step, output[rid], generated)
             else:
                 self.finished += 1
+                if cache is not None:
+                    self._cache_release(rid, context)
+
+    def _cache_release(self, rid: int, context: int) -> None:
+        """``rid`` finished holding ``context`` tokens: they stay cached, unlocked (``release_kv_cache``)."""
+        node = self.cache_node[rid]
+        self.cache.release(node, context - self.cache.cum[node])
+        self.cache_node[rid] = 0
 
     def release(self, rids: Sequence[int]) -> None:
-        """``rids`` finished decoding (the batch already freed their KV)."""
+        """``rids`` finished decoding (the batch already freed their KV; they leave it in the prefix
+        cache, unlocked)."""
         self.finished += len(rids)
+        if self.cache is not None:
+            prompt, output = self.prompt, self.output
+            for rid in rids:
+                self._cache_release(rid, prompt[rid] + output[rid] - 1)  # the last token's KV is never written
 
     def check_decode_memory(self) -> list[int]:
         """Before a decode step: retract requests until every running one has a free KV slot (SGLang's
-        ``check_decode_mem`` / ``retract_decode``); returns the retracted ones (appended to the queue)."""
+        ``check_decode_mem`` / ``retract_decode``; cached tokens no one locks count as free and are evicted
+        first); returns the retracted ones (appended to the queue)."""
         batch = self.batch
-        if self.free >= batch.n or batch.n <= 1:
-            return []
+        cache = self.cache
+        if cache is None:
+            if self.capacity - batch.sum_context - self.extra_held >= batch.n or batch.n <= 1:
+                return []
+        else:
+            free = self.capacity - batch.sum_context - self.extra_held + cache.shared
+            if free >= batch.n or batch.n <= 1:
+                if cache.evictable > free - batch.n:
+                    cache.evict(free - batch.n)
+                return []
         step = len(self.ends)
         # fewest generated tokens first, ties to the longest prompt
         order = sorted(batch.members, key=lambda r: (batch.state(r, step)[2], -self.prompt[r]))
@@ -588,6 +705,10 @@ class Work:
                 break
             _, generated = batch.remove(rid, step)
             self.generated[rid] = generated
+            if self.cache is not None:  # its prompt stays cached, unlocked; its outputs are freed
+                self.cache.unlock_path(self.cache_node[rid])
+                self.cache_node[rid] = 0
+                self.make_room(batch.n * sgl.RETRACT_DECODE_STEPS)  # release_req evicts for the rest
             if rid not in self.stints:
                 self.stints[rid] = [(self.first_token[rid], self.first_step[rid], step - self.first_step[rid])]
             else:
@@ -596,6 +717,7 @@ class Work:
             self.waiting.append(rid)
             retracted.append(rid)
         self.retractions += len(retracted)
+        self.make_room(batch.n)
         if batch.n:
             generated = batch.sum_max_new - batch.sum_remaining
             self.ratio = min(1.0, (generated + sgl.RETRACT_DECODE_STEPS * batch.n) / (batch.sum_max_new + 1))
@@ -612,6 +734,15 @@ class Work:
         self.ratio = sgl.INIT_NEW_TOKEN_RATIO
         self.batch_full = False
 
+    def cache_counters(self) -> dict[str, int]:
+        """The prefix cache's counters for :attr:`RunResult.counters` (empty without a cache): tokens
+        cached and prompt tokens of trace requests' first admissions, tokens evicted."""
+        if self.cache is None:
+            return {}
+        return {"prefix_cache_hit_tokens": self.cache_hit_tokens,
+                "prefix_cache_prompt_tokens": self.cache_prompt_tokens,
+                "prefix_cache_evicted_tokens": self.cache.evicted_tokens}
+
     def pending(self) -> set[int]:
         """Requests not finished (after a crash): waiting, being prefilled, or decoding."""
         out = set(self.waiting) | set(self.batch.members) | set(self.order[self.next:])
@@ -623,7 +754,8 @@ class Work:
 def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequence[tuple[int, int]] = ()) -> Work:
     """The :class:`Work` for a trace (:class:`pdmux_cli.simulate.traces.Trace`) and a KV pool of
     ``capacity_tokens``, plus optional running decode requests ``(context_tokens, remaining_decode_steps)``
-    present at time 0 (their first token counts as produced at 0; they take KV at once). Raises
+    present at time 0 (their first token counts as produced at 0; they take KV at once). The prefix
+    cache is simulated when ``setup.prefix_cache`` is on and the trace has ``hash_ids``. Raises
     :class:`InputError` when the initial requests do not fit in KV memory or have non-positive sizes."""
     arrival = list(trace.arrival_s)
     prompt = list(trace.prompt_tokens)
@@ -638,7 +770,10 @@ def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequen
         output.append(remaining + 1)
         steps.append(remaining)
     window = setup.model.sliding_window if setup.model.num_sliding_layers else 0
-    work = Work(arrival, prompt, output, steps, n, capacity_tokens, window, setup)
+    hashes: list = []
+    if setup.prefix_cache and getattr(trace, "hash_ids", ()) and any(trace.hash_ids):
+        hashes = list(trace.hash_ids) + [()] * (len(arrival) - n)
+    work = Work(arrival, prompt, output, steps, n, capacity_tokens, window, setup, hashes)
     held = sum(prompt[rid] for rid in range(n, len(arrival)))
     if held + len(arrival) - n > capacity_tokens:
         raise InputError(f"the initial decode batch needs {held} KV tokens, more than the {capacity_tokens} that fit")

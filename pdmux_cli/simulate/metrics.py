@@ -20,6 +20,10 @@ Definitions (times in ms in the output):
   **Attainment** = meeting / all requests of the trace. **Goodput** = meeting / simulated span
   (requests/s), the span running from the first arrival to the last token.
 - **GPU busy share** = 1 - (time with nothing to run) / span.
+- **Prefix cache hit rate** = cached prompt tokens / prompt tokens over the trace requests' first
+  admissions (SGLang's ``cache_hit_rate``, ``scheduler_components/metrics_reporter.py``, leaves
+  re-prefills after a retraction out); ``None`` when no prefix cache was simulated (``--no-prefix-cache``,
+  or a trace without ``hash_ids``).
 - Requests of a scenario's initial decode batch (``RunResult.num_trace_requests`` onwards) are left
   out of every statistic.
 """
@@ -71,7 +75,8 @@ class PolicyMetrics:
     not applicable): ``ttft_ms``, ``itl_p99_ms``, ``itl_max_ms``, ``tpot_ms``, ``e2e_ms``, ``met_slo``.
     ``itl_cdf``: ``(values_ms ascending, cumulative share)`` of all ITLs, thinned to <= 2000 points,
     for plots. ``kv_pool_tokens``: the KV pool simulated. ``crashed_at_s``: when a simulated SGLang
-    0.5.23 crash stopped the run (``None`` if it did not)."""
+    0.5.23 crash stopped the run (``None`` if it did not). ``prefix_cache_hit_rate``: share of prompt
+    tokens found in the prefix cache (module docstring), ``None`` without one."""
 
     policy: str
     kind: str
@@ -97,6 +102,7 @@ class PolicyMetrics:
     counters: dict = field(default_factory=dict)
     kv_pool_tokens: int = 0
     crashed_at_s: float | None = None
+    prefix_cache_hit_rate: float | None = None
 
 
 def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> PolicyMetrics:
@@ -218,7 +224,17 @@ def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> Polic
         itl_cdf=_thin_cdf(values, [], cumulative=cum),
         notes=list(result.notes), group_time_share=group_share, counters=dict(result.counters),
         kv_pool_tokens=result.kv_pool_tokens, crashed_at_s=result.crashed_at_s,
+        prefix_cache_hit_rate=_hit_rate(result.counters),
     )
+
+
+def _hit_rate(counters: dict) -> float | None:
+    """Cached / prompt tokens of first admissions from a run's counters; ``None`` without a cache, 0
+    when nothing was admitted."""
+    if "prefix_cache_prompt_tokens" not in counters:
+        return None
+    prompt = counters["prefix_cache_prompt_tokens"]
+    return counters["prefix_cache_hit_tokens"] / prompt if prompt else 0.0
 
 
 def _stint_gaps(runs: list[tuple[float, int, int]], ends, cont) -> tuple[tuple[list[float], list[float]], float]:

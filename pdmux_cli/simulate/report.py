@@ -50,6 +50,7 @@ def metrics_dict(m: PolicyMetrics) -> dict[str, Any]:
         "slo_met": m.met, "slo_attainment": m.slo_attainment, "goodput_rps": m.goodput_rps,
         "span_s": m.span_s, "gpu_busy_share": m.gpu_busy_share, "decode_steps": m.decode_steps,
         "kv_pool_tokens": m.kv_pool_tokens, "crashed_at_s": m.crashed_at_s,
+        "prefix_cache_hit_rate": m.prefix_cache_hit_rate,
         "counters": m.counters, "notes": m.notes,
     })
     if m.group_time_share is not None:
@@ -67,6 +68,7 @@ def trace_dict(trace: Trace) -> dict[str, Any]:
         "duration_s": trace.duration_s, "mean_qps": trace.mean_qps,
         "mean_prompt_tokens": sum(trace.prompt_tokens) / n if n else 0,
         "mean_output_tokens": sum(trace.output_tokens) / n if n else 0,
+        "prefix_hash_ids": trace.has_hash_ids,
         "bad_rows": trace.bad_rows, "bad_row_examples": [{"line": ln, "reason": why} for ln, why in trace.bad_examples],
         "failed_rows": trace.failed_rows, "notes": list(trace.notes),
     }
@@ -101,6 +103,9 @@ def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "") -> Any:
         for m in metrics))
     table.add_row("goodput req/s", *(f"{m.goodput_rps:.3g}" for m in metrics))
     table.add_row("GPU busy", *(f"{m.gpu_busy_share:.0%}" for m in metrics))
+    if any(m.prefix_cache_hit_rate is not None for m in metrics):
+        table.add_row("prefix cache hit", *(
+            "-" if m.prefix_cache_hit_rate is None else f"{m.prefix_cache_hit_rate:.1%}" for m in metrics))
     table.add_row("done", *(str(m.completed) for m in metrics))
     if any(m.rejected for m in metrics):
         table.add_row("never fit", *(str(m.rejected) for m in metrics))

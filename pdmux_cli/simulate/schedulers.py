@@ -178,7 +178,7 @@ def run_baseline(work: Work, setup: Setup, policy: Baseline, progress: Progress 
         if seqs:
             prefill_batches += 1
             rows = n if mixed and n and work.free >= n else 0  # decode rows sit out when their KV does not fit
-            if rows:
+            if rows:  # (their KV slots were made room for with the batch's)
                 gpu = step_model.mixed_s(seqs, rows, batch.sum_context, batch.sum_window)
                 mixed_steps += 1
             else:
@@ -222,7 +222,7 @@ def run_baseline(work: Work, setup: Setup, policy: Baseline, progress: Progress 
         t = nxt
     return {"end_s": t, "idle_s": idle, "notes": [],
             "counters": {"steps": len(ends), "prefill_batches": prefill_batches, "mixed_steps": mixed_steps,
-                         "retracted_requests": work.retractions}}
+                         "retracted_requests": work.retractions, **work.cache_counters()}}
 
 
 def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None) -> dict:
@@ -346,6 +346,7 @@ def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress 
             progress(work.finished)
     counters["rounds"] = len(ends)
     counters["retracted_requests"] = work.retractions
+    counters.update(work.cache_counters())
     if crashed_at is not None:
         notes.append(
             f"SGLang 0.5.23 crashes here (UnboundLocalError in adjust_stream_groups) at t={crashed_at:.2f} s: a "

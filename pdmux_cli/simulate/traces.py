@@ -8,7 +8,10 @@ arrival, ascending), a prompt length and an output length (tokens). Formats (``t
   ``datetime.fromisoformat`` takes, so it is parsed by hand: the minute through ``strptime``, cached,
   plus ``float`` of the seconds).
 - ``mooncake``: Mooncake FAST'25 JSONL, one object a line with ``timestamp`` (ms), ``input_length``,
-  ``output_length`` (``hash_ids`` ignored).
+  ``output_length`` and, optionally, ``hash_ids``: the prompt's prefix-block hashes, one per
+  :data:`HASH_BLOCK_TOKENS` tokens (equal ids at the start of two prompts mean a shared prefix), kept
+  per request for the simulator's prefix cache; ids past the prompt's last block are dropped, and a
+  ``hash_ids`` that is not a list of integers makes the row bad.
 - ``burstgpt``: BurstGPT CSV, ``Timestamp`` (s), ``Model``, ``Request tokens``, ``Response tokens``,
   ``Total tokens``, ``Log Type``; rows with 0 response tokens are failed requests: skipped and counted.
 
@@ -64,13 +67,20 @@ MAX_ARRIVAL_S = 1e9
 #: Most requests :func:`synthetic_trace` generates (the simulator keeps every request in memory).
 MAX_SYNTHETIC_REQUESTS = 1_000_000
 
+#: Prompt tokens per ``hash_ids`` block of a Mooncake trace: 512 in the FAST'25 release
+#: (kvcache-ai/Mooncake ``FAST25-release/traces``; the attribution in ../shared/data/traces/README.md and
+#: traces.md say so). Block ``j`` of a prompt of ``P`` tokens holds ``min(512, P - 512 j)`` tokens.
+HASH_BLOCK_TOKENS = 512
+
 
 @dataclass(frozen=True)
 class Trace:
     """Requests to replay, in arrival order.
 
     ``arrival_s``: seconds from the first arrival (ascending, first is 0). ``prompt_tokens`` and
-    ``output_tokens``: tokens (>= 1 each). ``source``: file name or ``"synthetic ..."``. ``format``:
+    ``output_tokens``: tokens (>= 1 each). ``hash_ids``: per request, its prompt's prefix-block hashes
+    (:data:`HASH_BLOCK_TOKENS` tokens a block; ``()`` for a request without), or ``()`` for a trace
+    that carries none (Azure, BurstGPT, synthetic). ``source``: file name or ``"synthetic ..."``. ``format``:
     one of :data:`FORMATS` or ``"synthetic"``. ``bad_rows``: number of rows that could not be read;
     ``bad_examples``: the first few as ``(line number, reason)`` (line 0: a request dropped after
     reading, the reason names it). ``failed_rows``: BurstGPT failures
@@ -86,9 +96,19 @@ class Trace:
     bad_examples: tuple[tuple[int, str], ...] = ()
     failed_rows: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    hash_ids: tuple[tuple[int, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.hash_ids and len(self.hash_ids) != len(self.arrival_s):
+            raise InputError(f"a trace of {len(self.arrival_s)} requests has hash_ids for {len(self.hash_ids)}")
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+    @property
+    def has_hash_ids(self) -> bool:
+        """Whether any request carries prefix-block hashes (the prefix cache has something to match)."""
+        return any(self.hash_ids)
 
     @property
     def duration_s(self) -> float:
@@ -126,6 +146,7 @@ class _Rows:
         self.times: list[float] = []
         self.prompts: list[int] = []
         self.outputs: list[int] = []
+        self.hashes: list[tuple[int, ...]] = []
         self.bad = 0
         self.examples: list[tuple[int, str]] = []
         self.failed = 0
@@ -135,7 +156,8 @@ class _Rows:
         if len(self.examples) < KEEP_BAD_ROWS:
             self.examples.append((line, why))
 
-    def add(self, line: int, time_s: float, prompt: object, output: object, zero_output_is_failure: bool = False) -> None:
+    def add(self, line: int, time_s: float, prompt: object, output: object, zero_output_is_failure: bool = False,
+            hashes: object = None) -> None:
         p = _tokens(prompt)
         o = _tokens(output)
         if p is None or p < 1:
@@ -156,9 +178,16 @@ class _Rows:
         if not math.isfinite(time_s):
             self.reject(line, "timestamp is not finite")
             return
+        blocks: tuple[int, ...] = ()
+        if hashes is not None:
+            if not isinstance(hashes, list) or not all(type(h) is int for h in hashes):
+                self.reject(line, f"hash_ids {short_repr(hashes)} is not a list of integers")
+                return
+            blocks = tuple(hashes[:-(-p // HASH_BLOCK_TOKENS)])  # ids past the prompt's last block dropped
         self.times.append(time_s)
         self.prompts.append(p)
         self.outputs.append(o)
+        self.hashes.append(blocks)
 
 
 def _tokens(value: object) -> int | None:
@@ -186,12 +215,14 @@ def _finish(rows: _Rows, source: str, fmt: str) -> Trace:
         failed = f" ({rows.failed} failed request rows skipped)" if rows.failed else ""
         raise InputError(f"{source}: no valid request rows in this {fmt} trace{failed}{detail}")
     times, prompts, outputs = rows.times, rows.prompts, rows.outputs
+    hashes = rows.hashes if any(rows.hashes) else []
     notes: list[str] = []
     if any(b < a for a, b in itertools.pairwise(times)):
         order = sorted(range(len(times)), key=times.__getitem__)
         times = [times[i] for i in order]
         prompts = [prompts[i] for i in order]
         outputs = [outputs[i] for i in order]
+        hashes = [hashes[i] for i in order] if hashes else []
         notes.append(f"{source} is not in time order: requests sorted by arrival")
     start = times[0]
     if not times[-1] - start <= MAX_ARRIVAL_S:  # also inf (rows at -1e308 and 1e308)
@@ -205,6 +236,7 @@ def _finish(rows: _Rows, source: str, fmt: str) -> Trace:
         output_tokens=tuple(outputs),
         source=source,
         format=fmt,
+        hash_ids=tuple(hashes),
         bad_rows=rows.bad,
         bad_examples=tuple(rows.examples),
         failed_rows=rows.failed,
@@ -425,7 +457,7 @@ def _read_mooncake(handle, source: str) -> Trace:
         if stamp_ms is None:
             rows.reject(line, f"timestamp {short_repr(stamp)} is not a number of milliseconds")
             continue
-        rows.add(line, stamp_ms / 1000.0, obj["input_length"], obj["output_length"])
+        rows.add(line, stamp_ms / 1000.0, obj["input_length"], obj["output_length"], hashes=obj.get("hash_ids"))
     return _finish(rows, source, "mooncake")
 
 
@@ -562,8 +594,10 @@ def reshape(
         raise InputError(f"--max-requests must be >= 1, got {max_requests}")
     notes = list(trace.notes)
     arrivals, prompts, outputs = trace.arrival_s, trace.prompt_tokens, trace.output_tokens
+    hashes = trace.hash_ids
     if max_requests is not None and max_requests < len(arrivals):
         arrivals, prompts, outputs = arrivals[:max_requests], prompts[:max_requests], outputs[:max_requests]
+        hashes = hashes[:max_requests]
         notes.append(f"first {max_requests} requests of {len(trace)}")
     factor = None
     if rate_scale is not None and rate_scale != 1:
@@ -585,11 +619,18 @@ def reshape(
         keep = bisect.bisect_right(arrivals, duration_s)
         if keep < len(arrivals):
             notes.append(f"arrivals within {duration_s:g} s: {keep} of {len(arrivals)} requests")
-        arrivals, prompts, outputs = arrivals[:keep], prompts[:keep], outputs[:keep]
+        arrivals, prompts, outputs, hashes = arrivals[:keep], prompts[:keep], outputs[:keep], hashes[:keep]
     if not arrivals:
         raise InputError("no request left after --max-requests/--duration")
     return replace(trace, arrival_s=tuple(arrivals), prompt_tokens=tuple(prompts),
-                   output_tokens=tuple(outputs), notes=tuple(notes))
+                   output_tokens=tuple(outputs), hash_ids=tuple(hashes) if any(hashes) else (),
+                   notes=tuple(notes))
+
+
+def _kept_hashes(hashes: tuple[tuple[int, ...], ...], keep: list[int]) -> tuple[tuple[int, ...], ...]:
+    """``hashes`` of the requests at indices ``keep``; ``()`` when none of them has any."""
+    kept = tuple(hashes[i] for i in keep) if hashes else ()
+    return kept if any(kept) else ()
 
 
 def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the model") -> Trace:
@@ -617,6 +658,7 @@ def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the 
         arrival_s=tuple(trace.arrival_s[i] - start for i in keep),
         prompt_tokens=tuple(trace.prompt_tokens[i] for i in keep),
         output_tokens=tuple(trace.output_tokens[i] for i in keep),
+        hash_ids=_kept_hashes(trace.hash_ids, keep),
         bad_rows=trace.bad_rows + len(dropped),
         bad_examples=tuple(examples),
     )
