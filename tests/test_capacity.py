@@ -208,3 +208,14 @@ def test_ctrl_c_stops_tune_and_its_workers(tmp_path) -> None:
     time.sleep(0.5)
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)  # nothing of the group is left
+
+
+def test_tune_and_capacity_take_no_prefix_cache() -> None:
+    moon = str(FIX / "mooncake_small.jsonl")
+    r = runner.invoke(app, ["capacity", moon, "--policies", "chunked", "--no-prefix-cache", "--slo-ttft", "5000",
+                            "--json"])
+    assert r.exit_code == 0, r.stderr
+    r = runner.invoke(app, ["tune", "--trace", moon, "--slo-ttft", "5000", "--slo-itl", "100", "--no-prefix-cache",
+                            "--sm-group-nums", "8", "--divisors", "36", "--budgets", "65536", "--workers", "1",
+                            "--json"])
+    assert r.exit_code == 0, r.stderr

@@ -24,6 +24,7 @@ from .simulate import (
     GPU_HELP,
     MAX_REQUESTS_OPTION,
     MODEL_HELP,
+    NO_PREFIX_CACHE_OPTION,
     OUTPUT_TOKENS_OPTION,
     POLICIES,
     PROMPT_TOKENS_OPTION,
@@ -39,6 +40,7 @@ from .simulate import (
     _show_progress,
     parse_chunk_sizes,
     print_json,
+    without_prefix_cache,
 )
 
 
@@ -98,6 +100,7 @@ def capacity(
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help="SGLang's flag (default: SGLang's own, per policy)."),
     max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Requests run to their max_new_tokens (benchmark traffic)."),
+    no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     workers: int | None = typer.Option(None, "--workers", help="Processes (default: the cores available)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     plot: Path | None = typer.Option(None, "--plot", help="Write SLO attainment vs request rate, one curve per policy, to this PNG."),
@@ -131,6 +134,8 @@ def capacity(
     setup = _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, calibration=calibration, kv_bytes=kv_bytes,
                    mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
                    ignore_eos=ignore_eos)
+    if no_prefix_cache:
+        setup = without_prefix_cache(setup)
     workload = _drop_past_context(workload, setup.model)
     if "chunked" in names and not chunks:
         from ..sglang_server import default_chunked_prefill_size

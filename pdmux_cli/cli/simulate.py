@@ -57,6 +57,7 @@ def parse_chunk_sizes(text: str, what: str) -> list[int]:
 
 
 #: The workload options simulate, tune and capacity share (typer reads these as plain metadata).
+NO_PREFIX_CACHE_OPTION = typer.Option(False, "--no-prefix-cache", help="Turn SGLang's radix cache off (--disable-radix-cache). On by default: prompts of a trace with hash_ids (Mooncake) reuse cached prefixes.")
 TRACE_ARGUMENT = typer.Argument(None, help="Trace file: Azure CSV, Mooncake JSONL or BurstGPT CSV.")
 TRACE_OPTION = typer.Option(None, "--trace", help="The trace file, spelt as tune and gen-config --tune take it.")
 SYNTHETIC_OPTION = typer.Option(False, "--synthetic", help="Poisson arrivals at --qps instead of a trace file.")
@@ -149,6 +150,13 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
                       flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
                       disable_overlap=disable_overlap, cuda_graph_max_bs=cuda_graph_max_bs,
                       max_running_requests=max_running_requests)
+
+
+def without_prefix_cache(setup: Any) -> Any:
+    """``setup`` with SGLang's radix cache off (``--no-prefix-cache``)."""
+    from dataclasses import replace
+
+    return replace(setup, prefix_cache=False)
 
 
 def _pdmux_config(config: Path | None, sm_group_num: int | None, decode_bs_divisor: int | None,
@@ -286,7 +294,7 @@ def simulate(
     cuda_graph_max_bs: int | None = typer.Option(None, "--cuda-graph-max-bs", help="Largest decode batch with a CUDA graph (default: SGLang's for the GPU). Larger batches launch kernel by kernel: slower only where the launches outlast the GPU's work (small models); it also sizes SGLang's memory reserve (floored at 10 GB on GPUs over 60 GB)."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Requests run to their max_new_tokens (benchmark traffic): admission reserves all of it."),
     disable_overlap_schedule: bool = typer.Option(False, "--disable-overlap-schedule", help="Baselines without SGLang's overlap scheduler (as pdmux runs): CPU time adds to every step."),
-    no_prefix_cache: bool = typer.Option(False, "--no-prefix-cache", help="Turn SGLang's radix cache off (--disable-radix-cache). On by default: prompts of a trace with hash_ids (Mooncake) reuse cached prefixes."),
+    no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     slo_ttft: float = typer.Option(1000.0, "--slo-ttft", help="TTFT SLO, ms."),
     slo_itl: float = typer.Option(60.0, "--slo-itl", help="ITL SLO, ms (judged on each request's p99 ITL)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
@@ -332,9 +340,7 @@ def simulate(
                    disable_overlap=disable_overlap_schedule, cuda_graph_max_bs=cuda_graph_max_bs,
                    max_running_requests=max_running_requests)
     if no_prefix_cache:
-        from dataclasses import replace
-
-        setup = replace(setup, prefix_cache=False)
+        setup = without_prefix_cache(setup)
     workload = _drop_past_context(workload, setup.model)
     if not chunks and "chunked" in names:
         from ..sglang_server import default_chunked_prefill_size
@@ -558,6 +564,7 @@ def tune(
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help="SGLang's flag (default: SGLang's own with chunking off)."),
     max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Requests run to their max_new_tokens (benchmark traffic)."),
+    no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     workers: int | None = typer.Option(None, "--workers", help="Processes (default: the cores available)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the winning YAML here (whole or not at all)."),
     show_all: bool = typer.Option(False, "--all", help="Show every config compared, not just the best."),
@@ -575,6 +582,8 @@ def tune(
     setup = _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency, mfu=mfu,
                    calibration=calibration, mem_fraction_static=mem_fraction_static,
                    max_prefill_tokens=max_prefill_tokens, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos)
+    if no_prefix_cache:
+        setup = without_prefix_cache(setup)
     workload = _drop_past_context(workload, setup.model)
     result = _tune_run(workload, setup, slo_ttft, slo_itl, sm_group_nums, divisors, budgets, not no_single_levels,
                        workers, _show_progress(as_json))
