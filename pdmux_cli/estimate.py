@@ -497,9 +497,12 @@ def estimate(
         notes.append(f"SGLang's default mem_fraction_static leaves no memory with chunking off (as pdmux needs) on "
                      f"{gpu.name}: launch with --mem-fraction-static")
     elif memory.kv_tokens_needed > memory.pdmux_pool_tokens:
+        usable = gpu.memory_bytes - sglang_server.CONTEXT_RESERVE_BYTES
+        needed = min(1.0, (memory.weight_bytes + memory.kv_cache_bytes) / usable)
         notes.append(f"SGLang's KV pool under pdmux (mem_fraction_static {memory.pdmux_mem_fraction:g}, chunking "
                      f"off) holds {memory.pdmux_pool_tokens:,} tokens, fewer than the {memory.kv_tokens_needed:,} "
-                     "this scenario holds at once")
+                     f"this scenario holds at once: about --mem-fraction-static {math.ceil(needed * 100) / 100:.2f} "
+                     "holds them (less room for activations)")
     if tp > 1 and p_sm > 0 and d_sm > 0:
         notes.append(f"TP {tp}: every GPU runs the same {p_sm}/{d_sm} split on its shard; before a prefill joins "
                      "the decode batch the ranks agree it is done (a CPU all-reduce, SGLang's event_loop_pdmux)")
