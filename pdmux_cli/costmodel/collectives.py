@@ -27,10 +27,13 @@ own latency model, ``src/graph/tuning.cc``). Every such substitution is a note i
 
 Where the collective runs: on the SMs of the phase that issues it (under PD multiplexing, prefill's
 all-reduce on the prefill partition with its own communicator, ``pdmux_prefill_tp_group``; decode's on
-the decode partition). Its time is taken as independent of the partition: the custom all-reduce
-launches at most 36 blocks of 512 threads (sgl-kernel ``custom_all_reduce.cuh``, ``defaultBlockLimit``),
-which fit on the smallest partition SGLang builds (16 SMs on Hopper) at 4 blocks an SM; an assumption,
-not a measurement (no public measurement of an all-reduce on a green context). Two all-reduces at once
+the decode partition). Its time is taken as independent of the partition, i.e. the share of SMs it
+needs is taken to be at most the partition's: the custom all-reduce launches at most 36 blocks of 512
+threads (sgl-kernel ``custom_all_reduce.cuh``, ``defaultBlockLimit``), which fit on the smallest
+partition SGLang builds (16 SMs on Hopper) at 4 blocks an SM; NCCL runs one block per channel, at most
+32 (NVIDIA/nccl ``src/include/device.h`` ``MAXCHANNELS``; more in releases with NVLink SHARP), and
+SGLang sends it only buffers over 8 MiB, which under pdmux are prefill's (at least half the SMs). An
+assumption, not a measurement (no public measurement of an all-reduce on a green context). Two all-reduces at once
 (prefill's and decode's, under pdmux) are taken not to slow each other: decode's are small and
 latency-bound.
 
