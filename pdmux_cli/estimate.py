@@ -39,8 +39,8 @@ from dataclasses import dataclass, field, replace
 from . import costmodel, policy, sglang_server
 from . import model as mdl
 from .costmodel import StepModel, pick_flops_dtype
-from .errors import InputError
 from .costmodel.operators import rank_kv_bytes_per_token, rank_weight_bytes
+from .errors import InputError
 from .hardware import Gpu
 from .model import Model
 from .tensor_parallel import check_tp_value
