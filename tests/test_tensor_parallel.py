@@ -395,3 +395,13 @@ def test_capacity_and_tune_take_tp(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.stderr
     text = " ".join(r.stdout.split())
     assert "every policy on 8 GPU(s) (TP 8, one rank simulated)" in text and text.endswith("--tp-size 8")
+
+
+def test_tune_json_says_gpus_per_row() -> None:
+    r = run("tune", "--trace", AZURE, "--model", "llama-3.1-70b", "--tp", "8", "--slo-ttft", "2000", "--slo-itl", "60",
+            "--max-requests", "10", "--budgets", "65536", "--divisors", "36", "--sm-group-nums", "8", "--workers", "1",
+            "--json")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["gpus"] == d["tp"] == 8
+    assert {row["gpus"] for row in d["rows"]} == {8} and {s["gpus"] for s in d["schedules"]} == {8}

@@ -463,7 +463,9 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
     return table
 
 
-def _tune_dict(result: Any) -> dict[str, Any]:
+def _tune_dict(result: Any, gpus: int = 1) -> dict[str, Any]:
+    """tune's JSON; ``gpus``: GPUs every config and schedule runs on (the TP degree)."""
+
     def cfg(c: Any) -> dict[str, Any]:
         return {"sm_group_num": c.sm_group_num, "manual_divisions": [list(e) for e in c.manual_divisions],
                 "split_forward_token_budget": c.split_forward_token_budget, "decode_bs_divisor": c.decode_bs_divisor}
@@ -473,11 +475,13 @@ def _tune_dict(result: Any) -> dict[str, Any]:
 
     return {
         "workers": result.workers, "skipped_invalid": result.skipped, "best": result.best, "baseline": result.baseline,
+        "gpus": gpus,
         "rows": [{"index": r.index, "description": r.candidate.description, "config": cfg(r.candidate.config),
+                  "gpus": gpus,
                   "slo_attainment": r.slo_attainment, "goodput_rps": r.goodput_rps,
                   "ttft_p99_ms": num(r.ttft_p99_ms), "itl_p99_ms": num(r.itl_p99_ms),
                   "older_sglang_crash_rounds": r.older_sglang_crash_rounds} for r in result.rows],
-        "schedules": [{"policy": o.label, "slo_attainment": o.slo_attainment, "goodput_rps": o.goodput_rps,
+        "schedules": [{"policy": o.label, "gpus": gpus, "slo_attainment": o.slo_attainment, "goodput_rps": o.goodput_rps,
                        "ttft_p99_ms": num(o.ttft_p99_ms), "itl_p99_ms": num(o.itl_p99_ms)} for o in result.schedules],
         "verdict": result.verdict(),
         "notes": result.notes,
@@ -523,7 +527,7 @@ def tuned_config(
         err.print("verdict: " + result.verdict(), soft_wrap=True)
         for note in result.notes:
             print_note(err, note)
-    return result.best_row.candidate.config, _tune_dict(result)
+    return result.best_row.candidate.config, _tune_dict(result, setup.tp)
 
 
 @app.command()
@@ -581,7 +585,7 @@ def tune(
     if output is not None:
         write_atomic(output, text)
     if as_json:
-        data = _tune_dict(result)
+        data = _tune_dict(result, setup.tp)
         data.update({"trace": trace.name, "requests": len(workload), "gpu": setup.gpu_name, "model": setup.model.name,
                      "tp": setup.tp, "gpus": setup.tp,
                      "cost_model": setup.step_model.name, "throughput": setup.step_model.source,
