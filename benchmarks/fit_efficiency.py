@@ -8,7 +8,10 @@ Inputs (all shipped in ``profiles/measurements/``, see its READMEs for sources a
 - Vidur's per-layer small ops (H100, A100) -> ``elementwise`` (H100's for Hopper and Blackwell GPUs,
   A100's for Ampere and Ada, as fractions of each GPU's own datasheet bandwidth);
 - NanoFlow's A100 SM sweeps -> ``common.yaml`` ``partitions`` (bandwidth-curve sharpness, default
-  S_SAT fraction, decode's co-run interference).
+  S_SAT fraction, decode's co-run interference);
+- aiconfigurator's SGLang custom all-reduce (every GPU shipped) and Vidur's NCCL all-reduce (DGX H100,
+  DGX A100) -> ``allreduce.yaml``: per GPU and GPU count, the custom kernel up to 8 MiB and NCCL above
+  (:mod:`pdmux_cli.costmodel.collectives`).
 
 ``common.yaml``'s ``cpu`` section holds published figures, not fits (sources in the file).
 
@@ -28,7 +31,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pdmux_cli.costmodel import fit, measurements
+from pdmux_cli.costmodel import collectives, fit, measurements
 from pdmux_cli.costmodel.efficiency import FORMAT, OperatorEfficiency
 from pdmux_cli.costmodel.partitions import BandwidthCurve
 from pdmux_cli.hardware import find_gpu
@@ -144,6 +147,43 @@ def fit_common() -> dict:
     }
 
 
+def _link(e, what: str) -> dict:
+    return {"latency_s": float(f"{e.latency_s:.4g}"), "bandwidth_efficiency": round(e.bandwidth_efficiency, 4),
+            "median_error": round(e.median_error or 0.0, 4), "points": e.points, "source": what}
+
+
+def fit_allreduce() -> dict:
+    vidur = measurements.vidur_allreduce()
+    gpus = {}
+    for gpu_key in measurements.aic_gpus():
+        gpu = find_gpu(gpu_key)
+        link = gpu.interconnect_bytes_per_s
+        aic = measurements.aic_allreduce(gpu_key)
+        mine_vidur = [p for p in vidur if p.gpu == gpu_key]
+        ranks = {}
+        for n in sorted({p.ranks for p in aic} | {p.ranks for p in mine_vidur}):
+            custom_pts, nccl_pts, what = fit.allreduce_points(aic, mine_vidur, n, gpu.interconnect)
+            if not nccl_pts:
+                continue  # PCIe beyond 2 GPUs: SGLang runs NCCL there, which nobody measured
+            kernel = custom_pts[0].kernel if custom_pts else ""
+            custom_src = (f"{AIC}: {gpu_key} SGLang custom all-reduce ({'CUDA graph' if kernel == 'custom-graph' else 'eager: no CUDA-graph points'}), "
+                          f"{n} GPUs, <= 8 MiB")
+            if what == "nccl":
+                nccl_src = f"Vidur (microsoft/vidur 7d47513, MIT) {gpu_key} DGX NCCL all-reduce, {n} GPUs, > 8 MiB"
+            else:
+                nccl_src = (f"{AIC}: {gpu_key} SGLang custom all-reduce above 8 MiB, {n} GPUs, standing in for NCCL "
+                            "(no NCCL measurement of this GPU)")
+            entry = {"custom": _link(fit.fit_allreduce(custom_pts, link, custom_src), custom_src) if custom_pts else None,
+                     "nccl": _link(fit.fit_allreduce(nccl_pts, link, nccl_src), nccl_src)}
+            ranks[n] = entry
+        major, minor = gpu.compute_capability
+        gpus[gpu_key] = {"interconnect": gpu.interconnect, "compute_capability": f"{major}.{minor}",
+                         "interconnect_bytes_per_s": link, "ranks": ranks}
+    return {"format": collectives.FORMAT, "fitted_by": "benchmarks/fit_efficiency.py",
+            "formula": "latency_s + 2 (N - 1) / N x bytes / (interconnect_bytes_per_s x bandwidth_efficiency)",
+            "custom_max_bytes": collectives.CUSTOM_MAX_BYTES, "gpus": gpus}
+
+
 def dump(data: dict, header: str) -> str:
     return header + yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True)
 
@@ -155,7 +195,10 @@ def main() -> None:
     today = datetime.date.today().isoformat()
     header = (f"# pdmux efficiency profile, written by benchmarks/fit_efficiency.py ({today}); do not edit by hand.\n"
               "# Units: seconds, fractions of the GPU profile's datasheet bandwidth and dense FLOP/s, tokens.\n")
-    files = {"common.yaml": dump(fit_common(), header)}
+    files = {"common.yaml": dump(fit_common(), header),
+             collectives.FILE_NAME: dump(fit_allreduce(), header.replace(
+                 "fractions of the GPU profile's datasheet bandwidth and dense FLOP/s, tokens",
+                 "fractions of the GPU profile's interconnect bandwidth per direction, bytes"))}
     elementwise = fit_elementwise()
     for gpu_key in measurements.aic_gpus():
         files[f"{gpu_key}.yaml"] = dump(fit_gpu(gpu_key, elementwise), header)

@@ -7,6 +7,10 @@ per-operator times (microsoft/vidur commit 7d47513, MIT) and NanoFlow's SM sweep
 
 - ``vidur/<gpu>_<model>.csv``: one row per (num_tokens, tensor-parallel degree) with the median time
   (ms) of every per-layer operator, and the model's shape columns, at the token counts of :data:`TOKENS`;
+- ``vidur/network_<gpu>_all_reduce.csv``: NCCL all-reduce times (``torch.distributed.all_reduce`` on
+  fp16 buffers, eager, the NCCL kernel timed by the profiler) on one DGX node, 2/4/8 GPUs, at the
+  measured sizes nearest :data:`NETWORK_SIZES` (rows spanning two nodes are dropped: pdmux models one
+  server);
 - ``nanoflow/*.csv``: copied as they are (a few hundred bytes each).
 
 Usage: ``python benchmarks/vendor_measurements.py [--source DIR]``. Rewrites the files (stdlib only).
@@ -31,6 +35,13 @@ SHAPE = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_
 #: Token counts kept (Vidur profiles every 8-32 tokens up to 4096; a log-spaced subset keeps the
 #: shape, and the fits and the accuracy report stay quick in pure Python).
 TOKENS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+
+#: All-reduce sizes kept (bytes): 4 per octave from 2 KiB to 64 MiB; Vidur measured ~1000 sizes per GPU
+#: count, and the fit and the accuracy report need the shape, not every point.
+NETWORK_SIZES = tuple(round(2 ** (11 + i / 4)) for i in range(61))
+
+#: Vidur all-reduce file -> pdmux GPU key.
+NETWORK_FILES = {"network_h100_dgx_all_reduce.csv": "h100-sxm", "network_a100_dgx_all_reduce.csv": "a100-sxm-80gb"}
 
 #: Vidur file -> (gpu key in pdmux, model name, layers from the model's config.json).
 VIDUR_FILES = {
@@ -66,11 +77,37 @@ def vendor_vidur(source: Path, out: Path) -> None:
                     out / "LICENSE")
 
 
+def vendor_network(source: Path, out: Path) -> None:
+    for name, gpu in NETWORK_FILES.items():
+        with (source / name).open(newline="") as f:
+            rows = [r for r in csv.DictReader(f) if r["collective"] == "all_reduce"
+                    and r["num_workers"] == r["devices_per_node"]]
+        kept = []
+        for workers in sorted({int(r["num_workers"]) for r in rows}):
+            mine = [r for r in rows if int(r["num_workers"]) == workers]
+            sizes = sorted({int(r["size"]) for r in mine})
+            chosen = sorted({min(sizes, key=lambda s, t=target: (abs(s - t), s)) for target in NETWORK_SIZES})
+            by_size = {int(r["size"]): r for r in mine}
+            kept += [by_size[s] for s in chosen]
+        with (out / f"network_{gpu}_all_reduce.csv").open("w", newline="") as f:
+            f.write(f"# Subset of microsoft/vidur data/profiling/network/.../{name} (commit 7d47513, MIT licence, "
+                    "LICENSE beside this file).\n")
+            f.write(f"# GPU {gpu}, one DGX node (rows over two nodes dropped): torch.distributed.all_reduce (NCCL, "
+                    "eager) of an fp16 buffer of size_bytes bytes on num_gpus GPUs; median time of the NCCL kernel "
+                    "(vidur/profiling/collectives: 3 runs of 11 launches, kineto), ms; sizes nearest 2**(11 + i/4).\n")
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(["num_gpus", "size_bytes", "median_ms", "min_ms", "max_ms"])
+            for r in kept:
+                w.writerow([r["num_workers"], r["size"], *(f"{float(r[f'time_stats.all_reduce.{k}']):.6g}"
+                                                          for k in ("median", "min", "max"))])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     args = parser.parse_args()
     vendor_vidur(args.source / "vidur", OUT / "vidur")
+    vendor_network(args.source / "vidur", OUT / "vidur")
     nano_out = OUT / "nanoflow"
     nano_out.mkdir(parents=True, exist_ok=True)
     for path in sorted((args.source / "nanoflow").glob("*.csv")):

@@ -19,6 +19,14 @@ The step times come from a cost model (:mod:`pdmux_cli.costmodel`): ``roofline``
 estimate") exactly. The engine's CPU time per step is hidden behind the GPU (SGLang's overlap
 scheduler) for every policy but pdmux, whose rounds run with the overlap scheduler off and pay it.
 
+With ``--tp N`` every policy runs on ``N`` GPUs, each holding one rank's shard of the model
+(:mod:`pdmux_cli.tensor_parallel`): the step times are one rank's, collectives included, and the
+memory check is per GPU. Under PD multiplexing every rank builds the same stream groups and takes the
+same level (each rank's scheduler applies the same rule to the same batch), and before a finished
+prefill joins the decode batch the ranks agree on it with a CPU all-reduce of a "prefill done" flag
+(SGLang 0.5.23 ``srt/multiplex/multiplexing_mixin.py`` ``event_loop_pdmux``: ``tp_cpu_group.allreduce``
+until every rank reports done), once per prefill, not modelled as time.
+
 Pure: no I/O. The CLI renders :class:`Estimate` as a table or JSON.
 """
 
@@ -26,14 +34,16 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import costmodel, policy, sglang_server
 from . import model as mdl
 from .costmodel import StepModel, pick_flops_dtype
+from .costmodel.operators import rank_kv_bytes_per_token, rank_weight_bytes
 from .errors import InputError
 from .hardware import Gpu
 from .model import Model
+from .tensor_parallel import check_tp_value
 
 __all__ = ["Estimate", "LevelRow", "MemoryCheck", "PolicyRow", "Scenario", "default_s_sat_values", "estimate",
            "pick_flops_dtype"]
@@ -69,6 +79,7 @@ class Scenario:
     ``mfu``: the chapter model's knobs (``None``: 0.85, 0.5). ``weight_bytes_per_param``: ``None`` for
     the model's own dtype. ``flops_dtype``: ``None`` picks fp8 for fp8 models on GPUs with fp8, else
     bf16. ``step_overhead_ms``: the engine's CPU time per step (roofline; ``None``: the profile's).
+    ``tp``: GPUs the model is sharded over (tensor parallelism, SGLang's ``--tp-size``).
     """
 
     decode_bs: int = 32
@@ -89,10 +100,12 @@ class Scenario:
     flops_dtype: str | None = None
     cost_model: str = "roofline"
     step_overhead_ms: float | None = None
+    tp: int = 1
 
     def validate(self) -> None:
         """Raise :class:`InputError` (one line) for sizes that make no sense or that no deployment
         has (the bounds above)."""
+        check_tp_value(self.tp)
         for name, top in (("decode_bs", MAX_DECODE_BS), ("context_tokens", MAX_TOKENS), ("prompt_tokens", MAX_TOKENS)):
             value = getattr(self, name)
             if not 0 < value <= top:
@@ -125,7 +138,8 @@ class PolicyRow:
     step for prefill-first and chunked). ``steps``: decode steps during the prefill.
     For pdmux: ``decode_alone_ms`` / ``prefill_alone_ms``, each phase alone on its SMs, and
     ``decode_corun_ms`` / ``prefill_corun_ms`` with co-run interference (``itl_ms`` adds the CPU time of
-    a round to ``decode_corun_ms``; ``prefill_ms`` is ``prefill_corun_ms``).
+    a round to ``decode_corun_ms``; ``prefill_ms`` is ``prefill_corun_ms``). ``gpus``: GPUs the
+    policy runs on (the tensor-parallel degree).
     """
 
     policy: str
@@ -142,6 +156,7 @@ class PolicyRow:
     prefill_alone_ms: float | None = None
     decode_corun_ms: float | None = None
     prefill_corun_ms: float | None = None
+    gpus: int = 1
 
 
 @dataclass(frozen=True)
@@ -163,9 +178,9 @@ class LevelRow:
 
 @dataclass(frozen=True)
 class MemoryCheck:
-    """Whether weights plus the scenario's KV cache fit the GPU (bytes), and SGLang's KV pool under
-    pdmux (chunking off): its tokens (0 when none is left) and ``mem_fraction_static`` (0 when SGLang's
-    default reserve is more than the GPU's memory)."""
+    """Whether weights plus the scenario's KV cache fit each GPU (bytes, one rank's with ``tp > 1``),
+    and SGLang's KV pool under pdmux (chunking off): its tokens (0 when none is left) and
+    ``mem_fraction_static`` (0 when SGLang's default reserve is more than the GPU's memory)."""
 
     weight_bytes: float
     kv_cache_bytes: float
@@ -173,6 +188,7 @@ class MemoryCheck:
     kv_tokens_needed: int = 0
     pdmux_pool_tokens: int = 0
     pdmux_mem_fraction: float = 0.0
+    tp: int = 1
 
     @property
     def needed_bytes(self) -> float:
@@ -204,6 +220,7 @@ class Estimate:
     notes: list[str] = field(default_factory=list)
     cost_model: str = "roofline"
     cpu_step_ms: float = 0.0
+    tp: int = 1
 
 
 def pdmux_prefill_end_s(prefill_s: float, round_s: float, layers: int, per_round: int) -> float:
@@ -234,19 +251,25 @@ def default_s_sat_values(total_sms: int) -> tuple[float, ...]:
 
 def memory_check(gpu: Gpu, model: Model, scenario: Scenario) -> MemoryCheck:
     """Weights (all parameters) plus the KV cache of the decode batch and the new prompt vs memory,
-    and SGLang's KV pool under pdmux (:mod:`pdmux_cli.sglang_server`, chunking off)."""
-    weights = mdl.weight_bytes_total(model, scenario.weight_bytes_per_param)
+    and SGLang's KV pool under pdmux (:mod:`pdmux_cli.sglang_server`, chunking off), per GPU: with
+    ``tp > 1`` one rank's weights and KV (:func:`pdmux_cli.costmodel.operators.rank_weight_bytes`,
+    :func:`~pdmux_cli.costmodel.operators.rank_kv_bytes_per_token`) against its memory and SGLang's
+    per-rank reserve (``mem_fraction_static`` grows the reserve by ``tp / 8`` GiB)."""
+    tp = scenario.tp
+    weights = rank_weight_bytes(model, scenario.weight_bytes_per_param, tp)
+    whole_kv = mdl.kv_bytes_per_token(model, scenario.kv_bytes_per_element)
+    rank_kv = rank_kv_bytes_per_token(model, scenario.kv_bytes_per_element, tp)
     kv = scenario.decode_bs * mdl.kv_bytes(model, scenario.context_tokens, scenario.kv_bytes_per_element)
     kv += mdl.kv_bytes(model, scenario.prompt_tokens, scenario.kv_bytes_per_element)
+    kv *= rank_kv / whole_kv
     tokens = scenario.decode_bs * scenario.context_tokens + scenario.prompt_tokens
     fraction, pool = 0.0, 0
     try:
-        fraction = sglang_server.mem_fraction_static(gpu.memory_bytes, -1)
-        pool = sglang_server.kv_pool(gpu.memory_bytes, weights,
-                                     mdl.kv_bytes_per_token(model, scenario.kv_bytes_per_element), fraction).tokens
+        fraction = sglang_server.mem_fraction_static(gpu.memory_bytes, -1, tp)
+        pool = sglang_server.kv_pool(gpu.memory_bytes, weights, rank_kv, fraction).tokens
     except InputError:
         pass
-    return MemoryCheck(weights, kv, gpu.memory_bytes, tokens, pool, fraction)
+    return MemoryCheck(weights, kv, gpu.memory_bytes, tokens, pool, fraction, tp)
 
 
 def _round_tokens(prefill_s: float, itl_s: float) -> int:
@@ -303,7 +326,7 @@ def _models(gpu: Gpu, model: Model, scenario: Scenario, calibration) -> list[tup
     common = {"cost_model": scenario.cost_model, "bandwidth_efficiency": scenario.bandwidth_efficiency,
               "mfu": scenario.mfu, "weight_bytes_per_param": scenario.weight_bytes_per_param,
               "kv_bytes_per_element": scenario.kv_bytes_per_element, "flops_dtype": scenario.flops_dtype,
-              "step_overhead_ms": scenario.step_overhead_ms}
+              "step_overhead_ms": scenario.step_overhead_ms, "tp": scenario.tp}
     if calibration is not None:
         step_model = costmodel.build_step_model(gpu, model, calibration=calibration, **common)
         if not calibration.has_partitions:  # whole-GPU terms only: the S_SAT guesses still apply
@@ -458,20 +481,32 @@ def estimate(
             )
 
     memory = memory_check(gpu, model, scenario)
+    tp = scenario.tp
     if not memory.fits:
+        per = f" per GPU (one of {tp} ranks)" if tp > 1 else ""
+        larger = fitting_tp(gpu, model, scenario)
+        hint = (f"--tp {larger} fits" if larger else "more GPUs than one server's 8 would be needed") + \
+            ", or fewer bytes per weight"
         notes.insert(
             0,
             f"does not fit: {model.name} needs {memory.weight_bytes / 1e9:.1f} GB of weights + "
-            f"{memory.kv_cache_bytes / 1e9:.1f} GB of KV cache > {memory.gpu_memory_bytes / 1e9:.1f} GB on "
-            f"{gpu.name}; the times in the table are hypothetical (use more GPUs with TP, or fewer bytes per weight)",
+            f"{memory.kv_cache_bytes / 1e9:.1f} GB of KV cache{per} > {memory.gpu_memory_bytes / 1e9:.1f} GB on "
+            f"{gpu.name}; the times in the table are hypothetical ({hint})",
         )
     elif not memory.pdmux_mem_fraction:
         notes.append(f"SGLang's default mem_fraction_static leaves no memory with chunking off (as pdmux needs) on "
                      f"{gpu.name}: launch with --mem-fraction-static")
     elif memory.kv_tokens_needed > memory.pdmux_pool_tokens:
+        usable = gpu.memory_bytes - sglang_server.CONTEXT_RESERVE_BYTES
+        needed = min(1.0, (memory.weight_bytes + memory.kv_cache_bytes) / usable)
         notes.append(f"SGLang's KV pool under pdmux (mem_fraction_static {memory.pdmux_mem_fraction:g}, chunking "
                      f"off) holds {memory.pdmux_pool_tokens:,} tokens, fewer than the {memory.kv_tokens_needed:,} "
-                     "this scenario holds at once")
+                     f"this scenario holds at once: about --mem-fraction-static {math.ceil(needed * 100) / 100:.2f} "
+                     "holds them (less room for activations)")
+    if tp > 1 and p_sm > 0 and d_sm > 0:
+        notes.append(f"TP {tp}: every GPU runs the same {p_sm}/{d_sm} split on its shard; before a prefill joins "
+                     "the decode batch the ranks agree it is done (a CPU all-reduce, SGLang's event_loop_pdmux)")
+    rows = [replace(r, gpus=tp) for r in rows]
     layers = policy.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget)
     rounds = policy.prefill_rounds(prompt, model.num_layers, scenario.split_forward_token_budget)
     return Estimate(
@@ -479,5 +514,19 @@ def estimate(
         level_source=level_source, layers_per_round=layers, prefill_rounds=rounds, flops_dtype=flops_dtype,
         throughput_source=full.source if len(models) == 1 else re.sub(
             r",? ?S_SAT=[0-9.]+( of \d+ SMs)?", "", full.source) + " (S_SAT per PD-mux row)", rows=rows, memory=memory, levels=levels, notes=notes,
-        cost_model=scenario.cost_model, cpu_step_ms=cpu * 1e3,
+        cost_model=scenario.cost_model, cpu_step_ms=cpu * 1e3, tp=tp,
     )
+
+
+def fitting_tp(gpu: Gpu, model: Model, scenario: Scenario) -> int | None:
+    """The smallest tensor-parallel degree above ``scenario.tp`` (2, 4 or 8) that SGLang can split
+    ``model`` over and whose per-GPU weights and KV fit ``gpu``; ``None`` if none does."""
+    for tp in (2, 4, 8):
+        if tp <= scenario.tp:
+            continue
+        try:
+            if memory_check(gpu, model, replace(scenario, tp=tp)).fits:
+                return tp
+        except InputError:
+            continue
+    return None

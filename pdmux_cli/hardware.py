@@ -44,7 +44,12 @@ FIELD_BOUNDS: dict[str, tuple[float, float]] = {
     "fp16_dense_flops": (1e9, 1e17),
     "fp8_dense_flops": (1e9, 1e17),
     "l2_bytes": (1e4, 1e10),
+    "interconnect_bytes_per_s": (1e8, 1e13),
+    "interconnect_latency_s": (1e-8, 1e-3),
 }
+
+#: ``interconnect`` kinds: the link a tensor-parallel all-reduce between the GPUs of one server crosses.
+INTERCONNECTS = ("nvlink", "pcie")
 
 #: Largest GPU profile :func:`load_gpu_file` reads, bytes (a real one is under 2 kB).
 MAX_PROFILE_BYTES = 64 * 1024
@@ -74,6 +79,12 @@ class Gpu:
     where known, see ``memory_note``). ``hbm_bytes_per_s``: peak memory bandwidth, bytes/s.
     ``*_dense_flops``: dense tensor-core FLOP/s per dtype (``None``: no such tensor format).
     ``l2_bytes``: L2 cache, bytes. ``source``: where the figures come from. ``note``: caveats.
+    ``interconnect``: the link GPUs of one server all-reduce over (``"nvlink"`` or ``"pcie"``; ``""``
+    when the profile does not say). ``interconnect_bytes_per_s``: its bandwidth per GPU and direction,
+    bytes/s (NVLink4's "900 GB/s" is 450 GB/s each way; PCIe Gen5 x16 is 63 GB/s each way).
+    ``interconnect_latency_s``: the link's latency per hop, s (NCCL's own tuning constant for the
+    kind). ``interconnect_source``: where those three come from. ``None`` where unknown (a ``--sms/--cc``
+    device, a profile file of one's own without them): tensor parallelism cannot be estimated there.
     """
 
     key: str
@@ -90,6 +101,20 @@ class Gpu:
     source: str
     note: str = ""
     memory_note: str = ""
+    interconnect: str = ""
+    interconnect_bytes_per_s: float | None = None
+    interconnect_latency_s: float | None = None
+    interconnect_source: str = ""
+
+    def require_interconnect(self, tp: int) -> tuple[str, float, float]:
+        """``(kind, bytes/s per direction, latency per hop in s)`` of the link ``tp`` GPUs all-reduce
+        over. Raises :class:`InputError` when the profile does not give them (``tp`` is for the message)."""
+        if not self.interconnect or not self.interconnect_bytes_per_s or not self.interconnect_latency_s:
+            raise InputError(
+                f"{self.name} has no interconnect figures, so --tp {tp} cannot be estimated: add interconnect "
+                "(nvlink or pcie), interconnect_bytes_per_s, interconnect_latency_s and interconnect_source "
+                "to its profile (as in profiles/gpus/h100-sxm.yaml)")
+        return self.interconnect, float(self.interconnect_bytes_per_s), float(self.interconnect_latency_s)
 
     def dense_flops(self, dtype: str = "bf16") -> float:
         """Dense tensor-core FLOP/s for ``dtype``: ``"bf16"``, ``"fp16"`` or ``"fp8"``.
@@ -139,6 +164,10 @@ _FIELDS = {
     "l2_bytes",
     "source",
     "note",
+    "interconnect",
+    "interconnect_bytes_per_s",
+    "interconnect_latency_s",
+    "interconnect_source",
 }
 _REQUIRED = ("name", "sm_count", "compute_capability", "memory_bytes", "hbm_bytes_per_s")
 
@@ -212,6 +241,16 @@ def _gpu_from_mapping(data: object, key: str, where: str) -> Gpu:
 
     sm_count = _number(data, "sm_count", where, integer=True, optional=True)
     note = _text(data, "note", where, default="")
+    link = _text(data, "interconnect", where, default="").lower()
+    if link and link not in INTERCONNECTS:
+        raise InputError(f"{where}: field 'interconnect' must be one of {', '.join(INTERCONNECTS)}, "
+                         f"got {short_repr(data.get('interconnect'))}")
+    link_fields = ("interconnect", "interconnect_bytes_per_s", "interconnect_latency_s")
+    given = [f for f in link_fields if data.get(f) is not None]
+    if given and len(given) < len(link_fields):
+        missing = next(f for f in link_fields if f not in given)
+        raise InputError(f"{where}: field '{missing}' is missing: interconnect, interconnect_bytes_per_s and "
+                         "interconnect_latency_s go together")
     if sm_count is None and not note:
         raise InputError(f"{where}: field 'sm_count' is null: add a 'note' saying why (unpublished?)")
 
@@ -230,6 +269,10 @@ def _gpu_from_mapping(data: object, key: str, where: str) -> Gpu:
         source=_text(data, "source", where, default=f"user profile {where}"),
         note=note,
         memory_note=_text(data, "memory_note", where, default=""),
+        interconnect=link,
+        interconnect_bytes_per_s=_number(data, "interconnect_bytes_per_s", where, integer=False, optional=True),
+        interconnect_latency_s=_number(data, "interconnect_latency_s", where, integer=False, optional=True),
+        interconnect_source=_text(data, "interconnect_source", where, default=""),
     )
 
 
@@ -239,7 +282,8 @@ def load_gpu_file(path: str | Path, *, builtin: bool = False) -> Gpu:
     Fields as in ``profiles/gpus/*.yaml``: required ``name``, ``sm_count`` (int or null with a
     ``note``), ``compute_capability`` (``"9.0"``), ``memory_bytes``, ``hbm_bytes_per_s``; optional
     ``aliases``, ``bf16_dense_flops``, ``fp16_dense_flops``, ``fp8_dense_flops``, ``l2_bytes``,
-    ``source``, ``note``, ``memory_note``. Raises :class:`InputError` naming the file (and field) on a
+    ``source``, ``note``, ``memory_note``, and (all three or none) ``interconnect``,
+    ``interconnect_bytes_per_s``, ``interconnect_latency_s``, with ``interconnect_source``. Raises :class:`InputError` naming the file (and field) on a
     missing, unreadable or non-UTF-8 file, a directory or special file (device, pipe, socket), a
     file over :data:`MAX_PROFILE_BYTES`, bad YAML, a field written twice, an unknown, missing or
     wrongly typed field. ``builtin``: one of our own ``profiles/gpus`` files, parsed with libyaml.

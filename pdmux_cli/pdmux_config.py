@@ -842,14 +842,15 @@ def parse_divisions(text: str) -> tuple[tuple[int, int, int], ...]:
     return tuple(entries)
 
 
-def launch_flags(config_path: str, sm_group_num: int) -> list[str]:
+def launch_flags(config_path: str, sm_group_num: int, tp: int = 1) -> list[str]:
     """The SGLang server flags that deploy a pdmux config, one argument each (unquoted).
 
     ``--sm-group-num`` must equal the YAML's sm_group_num (unreleased SGLang; 0.5.23 crashes with
     fewer); SGLang 0.5.23 requires ``--chunked-prefill-size -1`` given explicitly and the overlap
-    schedule disabled.
+    schedule disabled. ``tp > 1`` adds ``--tp-size N`` (every rank loads the same YAML and builds the
+    same stream groups on its own GPU).
     """
-    return [
+    flags = [
         "--enable-pdmux",
         "--pdmux-config-path",
         str(config_path),
@@ -859,13 +860,16 @@ def launch_flags(config_path: str, sm_group_num: int) -> list[str]:
         "-1",
         "--disable-overlap-schedule",
     ]
+    if tp > 1:
+        flags += ["--tp-size", str(tp)]
+    return flags
 
 
-def launch_command(config_path: str, sm_group_num: int, model: str = "MODEL") -> str:
+def launch_command(config_path: str, sm_group_num: int, model: str = "MODEL", tp: int = 1) -> str:
     """The whole SGLang launch line for a shell: :func:`launch_flags` after ``python -m
     sglang.launch_server --model-path MODEL``, each argument shell-quoted (``shlex.quote``), so a
     config path with spaces or quotes pastes as one argument."""
     import shlex
 
     return shlex.join(["python", "-m", "sglang.launch_server", "--model-path", model,
-                       *launch_flags(config_path, sm_group_num)])
+                       *launch_flags(config_path, sm_group_num, tp)])

@@ -34,6 +34,8 @@ def splits_dict(info: dict[str, Any]) -> dict[str, Any]:
         "sm_group_num": info["sm_group_num"],
         "decode_bs_divisor": info["decode_bs_divisor"],
         "split_forward_token_budget": info["token_budget"],
+        "tp": info.get("tp", 1),
+        "gpus": info.get("tp", 1),
         "groups": [
             {
                 "group": i,
@@ -66,8 +68,10 @@ def splits_tables(info: dict[str, Any]) -> list[Any]:
 
     groups: list[Split] = info["groups"]
     thresholds = info.get("thresholds")
+    tp = info.get("tp", 1)
+    each = f"each of {tp} GPUs (TP {tp}) " if tp > 1 else ""
     title = (
-        f"{info['gpu']}: {info['sm_count']} SMs, compute capability {info['compute_capability']} "
+        f"{info['gpu']}: {each}{info['sm_count']} SMs, compute capability {info['compute_capability']} "
         f"- stream groups ({info['source']})"
     )
     t1 = Table(title=title, title_justify="left")
@@ -126,8 +130,9 @@ def itl_text(row: PolicyRow) -> str:
 
 def estimate_title(est: Estimate) -> str:
     sc = est.scenario
+    on = f"{est.tp} x {est.gpu} (TP {est.tp})" if est.tp > 1 else est.gpu
     return (
-        f"{est.model} on {est.gpu}: {sc.decode_bs} decode requests at {sc.context_tokens} context, "
+        f"{est.model} on {on}: {sc.decode_bs} decode requests at {sc.context_tokens} context, "
         f"then a prefill of {sc.prompt_tokens} tokens slips in"
     )
 
@@ -146,12 +151,15 @@ def estimate_table(est: Estimate) -> Any:
     table.add_column("decode ITL", justify="right", no_wrap=True)
     table.add_column("prefill time", justify="right", no_wrap=True)
     table.add_column("tokens per request during prefill", justify="right", max_width=18)
+    if est.tp > 1:  # one GPU needs no column: the title names it
+        table.add_column("GPUs", justify="right")
     for row in est.rows:
         table.add_row(
             row.label,
             itl_text(row),
             ms(row.prefill_ms) if row.prefill_ms is not None else "-",
             str(row.tokens_during_prefill) if row.tokens_during_prefill is not None else "-",
+            *([str(row.gpus)] if est.tp > 1 else []),
         )
     level = est.level
     group = f"group {est.group_index}" if est.group_index >= 0 else "explicit split"
@@ -160,8 +168,8 @@ def estimate_table(est: Estimate) -> Any:
          f"({est.level_source}); prefill split into {est.layers_per_round} layers per round, "
          f"{est.prefill_rounds} rounds"),
         f"cost model: {est.throughput_source}; dense math in {est.flops_dtype}",
-        (f"memory: {est.memory.weight_bytes / 1e9:.1f} GB weights + {est.memory.kv_cache_bytes / 1e9:.1f} GB KV "
-         f"of {est.memory.gpu_memory_bytes / 1e9:.1f} GB"),
+        (f"memory{' per GPU' if est.tp > 1 else ''}: {est.memory.weight_bytes / 1e9:.1f} GB weights + "
+         f"{est.memory.kv_cache_bytes / 1e9:.1f} GB KV of {est.memory.gpu_memory_bytes / 1e9:.1f} GB"),
         *est.notes,
     ]
     table.caption = "\n".join(caption)
@@ -205,9 +213,13 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
             "mfu": sc.mfu,
             "weight_bytes_per_param": sc.weight_bytes_per_param,
             "kv_bytes_per_element": sc.kv_bytes_per_element,
+            "tp": sc.tp,
         },
+        "tp": est.tp,
+        "gpus": est.tp,
         "fits": est.memory.fits,
         "memory": {
+            "per_gpu": True,
             "weight_bytes": est.memory.weight_bytes,
             "kv_cache_bytes": est.memory.kv_cache_bytes,
             "needed_bytes": est.memory.needed_bytes,
@@ -244,6 +256,7 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
                 "prefill_alone_ms": r.prefill_alone_ms,
                 "decode_corun_ms": r.decode_corun_ms,
                 "prefill_corun_ms": r.prefill_corun_ms,
+                "gpus": r.gpus,
             }
             for r in est.rows
         ],

@@ -19,6 +19,8 @@ from pdmux_cli.costmodel.accuracy import report
 #: term -> (largest median |error|, largest p90 |error|), fractions. First run: decode 5.3% / 16.5%,
 #: prefill 6.6% / 14.6%, GEMM 6.1% / 23.7%, prefill attention 7.1% / 29.1%, decode attention 1.5% /
 #: 17.7%, bandwidth vs SMs 5.1% / 29.7%, GEMM vs SMs 24.4% / 28.6%, interference 0.6% / 22.5%.
+#: All-reduce (issue 10, first run): SGLang custom <= 8 MiB 4.6% / 18.8%, NCCL > 8 MiB 1.5% / 6.1%, NCCL
+#: from the custom all-reduce's fit (out-of-sample) 10.5% / 21.6%.
 GATE = {
     "decode step (<= 256 tokens)": (0.055, 0.17),
     "prefill step (>= 512 tokens)": (0.07, 0.15),
@@ -28,6 +30,9 @@ GATE = {
     "bandwidth vs SMs": (0.055, 0.30),
     "GEMM vs SMs": (0.245, 0.29),
     "interference": (0.01, 0.23),
+    "all-reduce, SGLang custom (<= 8 MiB)": (0.05, 0.19),
+    "all-reduce, NCCL (> 8 MiB)": (0.02, 0.065),
+    "all-reduce > 8 MiB from custom-AR fit": (0.11, 0.22),
 }
 
 
@@ -78,3 +83,14 @@ def test_accuracy_cli_table_and_json() -> None:
     names = [t["term"] for t in data["terms"]]
     assert names[:2] == ["decode step (<= 256 tokens)", "prefill step (>= 512 tokens)"]
     assert all(0 <= t["median_abs_error"] <= t["p90_abs_error"] for t in data["terms"])
+
+
+def test_allreduce_terms_cover_every_kernel_and_size(terms) -> None:
+    """The custom term covers every GPU shipped, the NCCL term both Vidur nodes at 2, 4 and 8 GPUs."""
+    custom = terms["all-reduce, SGLang custom (<= 8 MiB)"]
+    assert {p.what.split()[0] for p in custom.points} == {
+        "h100-sxm", "h200-sxm", "b200", "a100-sxm-80gb", "gb200", "l40s", "rtx-pro-6000", "b300", "gb300"}
+    nccl = terms["all-reduce, NCCL (> 8 MiB)"]
+    assert {(p.what.split()[0], p.what.split(", ")[1]) for p in nccl.points} == {
+        (g, f"{n} GPUs") for g in ("h100-sxm", "a100-sxm-80gb") for n in (2, 4, 8)}
+    assert all(p.measured > 0 and p.predicted > 0 for p in (*custom.points, *nccl.points))

@@ -30,6 +30,7 @@ from .simulate import (
     PROMPT_TOKENS_OPTION,
     SEED_OPTION,
     SYNTHETIC_OPTION,
+    TP_HELP,
     TRACE_ARGUMENT,
     TRACE_OPTION,
     _drop_past_context,
@@ -38,13 +39,14 @@ from .simulate import (
     _progress,
     _setup,
     _show_progress,
+    on_gpus,
     parse_chunk_sizes,
     print_json,
     without_prefix_cache,
 )
 
 
-def _table(result: Any, title: str) -> Any:
+def _table(result: Any, title: str, gpus: int = 1) -> Any:
     from rich.table import Table
 
     from ..simulate.capacity import rate_text
@@ -56,13 +58,13 @@ def _table(result: Any, title: str) -> Any:
                           "goodput and p99s (ms; from 10 s on in s) at that rate",
                   caption_justify="left")
     for col, just in (("policy", "left"), ("max rate", "right"), ("SLO met", "right"), ("goodput", "right"),
-                      ("TTFT p99", "right"), ("ITL p99", "right"), ("runs", "right")):
+                      ("TTFT p99", "right"), ("ITL p99", "right"), ("runs", "right"), ("GPUs", "right")):
         table.add_column(col, justify=just)
     for p in result.policies:
         at = p.at
         table.add_row(p.label, rate_text(p), f"{at.slo_attainment:.1%}" if at else "-",
                       f"{at.goodput_rps:.3g}" if at else "-", latency_cell(at.ttft_p99_ms) if at else "-",
-                      latency_cell(at.itl_p99_ms) if at else "-", str(len(p.points)))
+                      latency_cell(at.itl_p99_ms) if at else "-", str(len(p.points)), str(gpus))
     return table
 
 
@@ -102,6 +104,7 @@ def capacity(
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Requests run to their max_new_tokens (benchmark traffic)."),
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     workers: int | None = typer.Option(None, "--workers", help="Processes (default: the cores available)."),
+    tp: int = typer.Option(1, "--tp", help=TP_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     plot: Path | None = typer.Option(None, "--plot", help="Write SLO attainment vs request rate, one curve per policy, to this PNG."),
 ) -> None:
@@ -133,7 +136,7 @@ def capacity(
                               output_tokens)
     setup = _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, calibration=calibration, kv_bytes=kv_bytes,
                    mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
-                   ignore_eos=ignore_eos)
+                   ignore_eos=ignore_eos, tp=tp)
     if no_prefix_cache:
         setup = without_prefix_cache(setup)
     workload = _drop_past_context(workload, setup.model)
@@ -173,7 +176,7 @@ def capacity(
         if bar is not None:
             bar.stop()
     title = (f"{workload.source}: {len(workload)} requests, {workload.mean_qps:.3g} req/s as recorded; "
-             f"{setup.model.name} on {setup.gpu_name}, {setup.step_model.source}")
+             f"{setup.model.name} on {on_gpus(setup)}, {setup.step_model.source}")
     if plot is not None:
         from ..simulate.plot import write_capacity_plot
 
@@ -189,17 +192,19 @@ def capacity(
     if as_json:
         print_json({
             "trace": workload.source, "requests": len(workload), "trace_rate_rps": result.trace_rate_rps,
-            "model": setup.model.name, "gpu": setup.gpu_name, "cost_model": setup.step_model.name,
+            "model": setup.model.name, "gpu": setup.gpu_name, "tp": setup.tp, "gpus": setup.tp,
+            "cost_model": setup.step_model.name,
             "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl, "itl_judged_on": "request p99 ITL (nearest rank)"},
             "target": target, "tolerance": tolerance, "workers": result.workers,
-            "policies": [{"policy": p.label, "kind": p.kind, "max_rate_rps": p.max_rate_rps, "bound": p.bound or None,
+            "policies": [{"policy": p.label, "kind": p.kind, "gpus": setup.tp, "max_rate_rps": p.max_rate_rps,
+                          "bound": p.bound or None,
                           "at": _point_dict(p.at) if p.at else None, "config": p.config_path,
                           "points": [_point_dict(x) for x in p.points]} for p in result.policies],
             "verdict": result.verdict(), "plot": str(plot) if plot else None, "notes": notes,
         })
         return
     con = console()
-    con.print(_table(result, title))
+    con.print(_table(result, title, setup.tp))
     con.print("verdict: " + result.verdict(), soft_wrap=True)
     for note in notes:
         print_note(con, note)

@@ -34,6 +34,8 @@ from .common import (
 GPU_HELP = ("GPU profile: alias (h100, h200, h20, a100, b200, ...), reported name ('NVIDIA H100 80GB HBM3'), "
             "or a profile file of your own (my-gpu.yaml, fields as in profiles/gpus/).")
 JSON_HELP = "Print JSON (stable keys, units in the key names)."
+TP_HELP = ("Tensor parallelism: GPUs of one server the model is sharded over, as SGLang's --tp-size (1-8); "
+           "step times are one rank's, collectives included, and memory is checked per GPU.")
 #: Most problems check-config shows as table rows (a runaway file can have tens of thousands).
 MAX_PROBLEM_ROWS = 50
 
@@ -108,10 +110,16 @@ def splits(
     decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor", help="Divisor of the linear level rule (default 36)."),
     token_budget: int | None = typer.Option(None, "--token-budget", help="split_forward_token_budget (default 65536)."),
     config: Path | None = typer.Option(None, "--config", help="An existing pdmux YAML: its levels, thresholds and knobs are used."),
+    tp: int = typer.Option(1, "--tp", help="Tensor parallelism (GPUs, 1-8): every GPU builds the same groups and takes the same level; --model's heads and widths must split."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """The SM split levels (stream groups) SGLang builds, the level it picks per decode batch, and prefill layers per round."""
     from .. import policy
+    from ..tensor_parallel import check_tp_value
+
+    check_tp_value(tp)
+    if all_gpus and tp != 1:
+        raise InputError("--tp describes one deployment: use it with --gpu or --sms/--cc, not --all")
 
     if all_gpus and config is not None:
         raise InputError("--config describes one GPU's levels: use it with --gpu or --sms/--cc, not --all")
@@ -139,6 +147,14 @@ def splits(
     mdl = load_model(model)
     plan = policy.plan_groups(device.sm_count, device.cc, group_num, manual)
     notes = cfg_notes + ([plan.note] if plan.note else [])
+    if tp > 1:
+        from ..tensor_parallel import shard
+
+        shard(mdl, tp)  # SGLang refuses a model whose heads or widths tp does not divide
+        notes.append(f"TP {tp}: every GPU builds these stream groups and picks the same level for the same decode "
+                     "batch (each rank's scheduler runs the same rule on the same batches); before a prefill joins "
+                     "the decode batch the ranks agree it is done with a CPU all-reduce (SGLang 0.5.23 "
+                     "srt/multiplex/multiplexing_mixin.py event_loop_pdmux)")
     choices = [
         (bs, policy.choose_group(len(plan.groups), bs, True, divisor, plan.thresholds),
          policy.older_sglang_crashes(plan.thresholds, bs))
@@ -152,7 +168,7 @@ def splits(
         "gpu": device.name, "sm_count": device.sm_count, "compute_capability": device.cc_text,
         "source": plan.source, "sm_group_num": group_num, "decode_bs_divisor": divisor, "token_budget": budget,
         "groups": plan.groups, "thresholds": plan.thresholds, "choices": choices, "model": mdl.name,
-        "num_layers": mdl.num_layers, "layers": layers, "notes": notes,
+        "num_layers": mdl.num_layers, "layers": layers, "notes": notes, "tp": tp,
     }
     from .. import render
 
@@ -244,6 +260,7 @@ def estimate(
     config: Path | None = typer.Option(None, "--config", help="A pdmux YAML whose levels and knobs to use."),
     flops_dtype: str | None = typer.Option(None, "--flops-dtype", help="bf16, fp16 or fp8 dense math (default: by model)."),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' (measured SM-partition curves replace S_SAT) and/or 'pdmux calibrate' (whole-GPU efficiencies from your SGLang)."),
+    tp: int = typer.Option(1, "--tp", help=TP_HELP),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     plot: Path | None = typer.Option(None, "--plot", help="Write ITL against prefill time at every level, the other policies as points, to this PNG."),
 ) -> None:
@@ -286,7 +303,7 @@ def estimate(
         split_forward_token_budget=token_budget or (
             cfg.split_forward_token_budget if cfg else policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET),
         manual_divisions=tuple(cfg.manual_divisions) if cfg else (),
-        flops_dtype=flops_dtype,
+        flops_dtype=flops_dtype, tp=tp,
     )
     cal = None
     if calibration is not None:
@@ -342,7 +359,8 @@ def gen_config(
     trace: Path | None = typer.Option(None, "--trace", help="Trace for --tune (Azure CSV, Mooncake JSONL, BurstGPT CSV)."),
     slo_ttft: float | None = typer.Option(None, "--slo-ttft", help="TTFT SLO for --tune, ms."),
     slo_itl: float | None = typer.Option(None, "--slo-itl", help="ITL SLO for --tune, ms."),
-    model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model served, for --tune."),
+    model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model served (for --tune; with --tp its heads and widths must split)."),
+    tp: int = typer.Option(1, "--tp", help=TP_HELP + " The launch line gains --tp-size N."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """SGLang's pdmux YAML for a GPU, validated, plus the launch flags.
@@ -357,6 +375,14 @@ def gen_config(
                         ("--token-budget", token_budget)):
         if value <= 0:
             raise InputError(f"{name} must be > 0, got {value}")
+    from ..tensor_parallel import check_tp_value
+
+    check_tp_value(tp)
+    if tp > 1:
+        from ..model import load_model
+        from ..tensor_parallel import shard
+
+        shard(load_model(model), tp)  # SGLang refuses a model whose heads or widths tp does not divide
     if output is not None and str(output) == "-":
         output = None  # the usual spelling of standard output
     # Before any work (a --tune search takes minutes): the output must be writable and not an input.
@@ -371,7 +397,8 @@ def gen_config(
                              "--sm-group-num/--decode-bs-divisor/--token-budget ('pdmux tune' can narrow the search)")
         from .simulate import tuned_config
 
-        config, tune_summary = tuned_config(device.gpu, trace, slo_ttft, slo_itl, model=model, show=not as_json)
+        config, tune_summary = tuned_config(device.gpu, trace, slo_ttft, slo_itl, model=model, show=not as_json,
+                                            tp=tp)
     elif trace is not None or slo_ttft is not None or slo_itl is not None:
         raise InputError("--trace, --slo-ttft and --slo-itl go with --tune")
     elif divisions is not None:
@@ -391,26 +418,27 @@ def gen_config(
         raise InputError(f"{problems[0].where}: {problems[0].message}{more}")
     text = pc.dump_config(config)
     path_text = str(output) if output is not None else "pdmux.yaml"
-    flags = pc.launch_flags(path_text, config.sm_group_num)
+    flags = pc.launch_flags(path_text, config.sm_group_num, tp)
     if output is not None:
         write_atomic(output, text)
     if as_json:
         print_json({"gpu": device.name, "sm_count": device.sm_count, "compute_capability": device.cc_text,
-                    "output": str(output) if output is not None else None, "yaml": text,
+                    "tp": tp, "gpus": tp, "output": str(output) if output is not None else None, "yaml": text,
                     "config": {"sm_group_num": config.sm_group_num,
                                "manual_divisions": [list(e) for e in config.manual_divisions],
                                "split_forward_token_budget": config.split_forward_token_budget,
                                "decode_bs_divisor": config.decode_bs_divisor},
                     "launch_flags": flags, "tune": tune_summary})
         return
-    launch = pc.launch_command(path_text, config.sm_group_num)
+    launch = pc.launch_command(path_text, config.sm_group_num, tp=tp)
     if output is None:
         sys.stdout.write(text)
         if sys.stderr is not None:
             sys.stderr.write(f"# save as {path_text}, then launch:\n# {launch}\n")
     else:
         con = console()
-        con.print(f"wrote {output} ({device.name}, {device.sm_count} SMs)")
+        every = f"; every one of the {tp} GPUs loads it" if tp > 1 else ""
+        con.print(f"wrote {output} ({device.name}, {device.sm_count} SMs{every})")
         con.print(launch, soft_wrap=True, markup=False)
 
 

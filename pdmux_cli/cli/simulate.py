@@ -36,6 +36,13 @@ POLICIES = ("pdmux", "chunked", "mixed-chunk", "prefill-first")
 #: The policies compared by default: pdmux against SGLang's default scheduling and mixed chunks.
 DEFAULT_POLICIES = "pdmux,chunked,mixed-chunk"
 COST_MODEL_HELP = "roofline (fitted to measurements) or chapter (the chapter's illustrative model)."
+TP_HELP = ("Tensor parallelism: GPUs of one server the model is sharded over, as SGLang's --tp-size (1-8); "
+           "the server is simulated as one of its ranks (every rank runs the same batches), memory per GPU.")
+
+
+def on_gpus(setup: Any) -> str:
+    """``"H100 SXM5 80GB"``, or ``"8 x H100 SXM5 80GB (TP 8)"`` for a tensor-parallel server."""
+    return f"{setup.tp} x {setup.gpu_name} (TP {setup.tp})" if setup.tp > 1 else setup.gpu_name
 
 
 #: Largest chunk size simulated, tokens (2^20): a bigger chunk is a whole batch of long prompts at once,
@@ -109,7 +116,7 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
            weight_bytes: float | None = None, kv_bytes: float = 2.0, mem_fraction_static: float | None = None,
            max_prefill_tokens: int = 16384, flops_dtype: str | None = None, step_overhead_ms: float | None = None,
            ignore_eos: bool = False, disable_overlap: bool = False, cuda_graph_max_bs: int | None = None,
-           max_running_requests: int | None = None, gpu_profile: Any = None) -> Any:
+           max_running_requests: int | None = None, gpu_profile: Any = None, tp: int = 1) -> Any:
     """The simulated server (:func:`pdmux_cli.simulate.engine.make_setup`) from the options shared by
     simulate and tune; :class:`InputError` for bad values or combinations."""
     from ..hardware import find_gpu_or_file
@@ -149,7 +156,7 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
                       mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
                       flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
                       disable_overlap=disable_overlap, cuda_graph_max_bs=cuda_graph_max_bs,
-                      max_running_requests=max_running_requests)
+                      max_running_requests=max_running_requests, tp=tp)
 
 
 def without_prefix_cache(setup: Any) -> Any:
@@ -297,6 +304,7 @@ def simulate(
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     slo_ttft: float = typer.Option(1000.0, "--slo-ttft", help="TTFT SLO, ms."),
     slo_itl: float = typer.Option(60.0, "--slo-itl", help="ITL SLO, ms (judged on each request's p99 ITL)."),
+    tp: int = typer.Option(1, "--tp", help=TP_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     csv_path: Path | None = typer.Option(None, "--csv", help="Write per-request results to this CSV file."),
     plot: Path | None = typer.Option(None, "--plot", help="Write ITL and TTFT CDFs to this PNG (needs matplotlib)."),
@@ -338,7 +346,7 @@ def simulate(
                    mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
                    flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
                    disable_overlap=disable_overlap_schedule, cuda_graph_max_bs=cuda_graph_max_bs,
-                   max_running_requests=max_running_requests)
+                   max_running_requests=max_running_requests, tp=tp)
     if no_prefix_cache:
         setup = without_prefix_cache(setup)
     workload = _drop_past_context(workload, setup.model)
@@ -383,7 +391,7 @@ def simulate(
     from ..simulate import report
 
     title = (f"{workload.source}: {n} requests {workload.arrivals_text()}; "
-             f"{setup.model.name} on {setup.gpu_name}, {setup.step_model.source}")
+             f"{setup.model.name} on {on_gpus(setup)}, {setup.step_model.source}")
     if csv_path is not None:
         write_atomic(csv_path, report.per_request_csv(workload, metrics))
     notes = [workload.bad_rows_text()] if workload.bad_rows else []
@@ -403,15 +411,16 @@ def simulate(
         print_json({
             "trace": report.trace_dict(workload),
             "model": setup.model.name, "gpu": setup.gpu_name, "sm_count": setup.total_sms,
+            "tp": setup.tp, "gpus": setup.tp,
             "cost_model": setup.step_model.name, "throughput": setup.step_model.source,
             "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl, "itl_judged_on": "request p99 ITL (nearest rank)"},
-            "policies": [report.metrics_dict(m) for m in metrics],
+            "policies": [report.metrics_dict(m, setup.tp) for m in metrics],
             "csv": str(csv_path) if csv_path else None, "plot": str(plot) if plot else None,
             "notes": notes,
         })
         return
     con = console()
-    con.print(report.metrics_table(metrics, title))
+    con.print(report.metrics_table(metrics, title, setup.tp))
     for line in report.group_lines(metrics):
         con.print(line)
     for m in metrics:
@@ -477,7 +486,9 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
     return table
 
 
-def _tune_dict(result: Any) -> dict[str, Any]:
+def _tune_dict(result: Any, gpus: int = 1) -> dict[str, Any]:
+    """tune's JSON; ``gpus``: GPUs every config and schedule runs on (the TP degree)."""
+
     def cfg(c: Any) -> dict[str, Any]:
         return {"sm_group_num": c.sm_group_num, "manual_divisions": [list(e) for e in c.manual_divisions],
                 "split_forward_token_budget": c.split_forward_token_budget, "decode_bs_divisor": c.decode_bs_divisor}
@@ -487,11 +498,13 @@ def _tune_dict(result: Any) -> dict[str, Any]:
 
     return {
         "workers": result.workers, "skipped_invalid": result.skipped, "best": result.best, "baseline": result.baseline,
+        "gpus": gpus,
         "rows": [{"index": r.index, "description": r.candidate.description, "config": cfg(r.candidate.config),
+                  "gpus": gpus,
                   "slo_attainment": r.slo_attainment, "goodput_rps": r.goodput_rps,
                   "ttft_p99_ms": num(r.ttft_p99_ms), "itl_p99_ms": num(r.itl_p99_ms),
                   "older_sglang_crash_rounds": r.older_sglang_crash_rounds} for r in result.rows],
-        "schedules": [{"policy": o.label, "slo_attainment": o.slo_attainment, "goodput_rps": o.goodput_rps,
+        "schedules": [{"policy": o.label, "gpus": gpus, "slo_attainment": o.slo_attainment, "goodput_rps": o.goodput_rps,
                        "ttft_p99_ms": num(o.ttft_p99_ms), "itl_p99_ms": num(o.itl_p99_ms)} for o in result.schedules],
         "verdict": result.verdict(),
         "notes": result.notes,
@@ -516,6 +529,7 @@ def tuned_config(
     s_sat: float | None = None,
     workers: int | None = None,
     show: bool = True,
+    tp: int = 1,
 ) -> tuple[Any, dict[str, Any]]:
     """The hook for ``pdmux gen-config --tune``: tune on ``trace`` for ``gpu_profile`` (a
     ``hardware.Gpu``; ``None`` raises, since the cost model needs bandwidth and FLOP/s) and return
@@ -526,7 +540,7 @@ def tuned_config(
     if trace is None or slo_ttft_ms is None or slo_itl_ms is None:
         raise InputError("--tune needs --trace FILE, --slo-ttft MS and --slo-itl MS")
     workload = _load_workload(trace, False, fmt, qps, rate_scale, max_requests, duration, 0, "1024", "128")
-    setup = _setup(None, model, s_sat=s_sat, calibration=calibration, gpu_profile=gpu_profile)
+    setup = _setup(None, model, s_sat=s_sat, calibration=calibration, gpu_profile=gpu_profile, tp=tp)
     workload = _drop_past_context(workload, setup.model)
     result = _tune_run(workload, setup, slo_ttft_ms, slo_itl_ms, sm_group_nums, divisors, budgets, True, workers,
                        show and sys.stderr is not None and sys.stderr.isatty())
@@ -536,7 +550,7 @@ def tuned_config(
         err.print("verdict: " + result.verdict(), soft_wrap=True)
         for note in result.notes:
             print_note(err, note)
-    return result.best_row.candidate.config, _tune_dict(result)
+    return result.best_row.candidate.config, _tune_dict(result, setup.tp)
 
 
 @app.command()
@@ -566,6 +580,7 @@ def tune(
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Requests run to their max_new_tokens (benchmark traffic)."),
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     workers: int | None = typer.Option(None, "--workers", help="Processes (default: the cores available)."),
+    tp: int = typer.Option(1, "--tp", help=TP_HELP),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the winning YAML here (whole or not at all)."),
     show_all: bool = typer.Option(False, "--all", help="Show every config compared, not just the best."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
@@ -581,7 +596,8 @@ def tune(
     workload = _load_workload(trace, False, fmt, qps, rate_scale, max_requests, duration, 0, "1024", "128")
     setup = _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency, mfu=mfu,
                    calibration=calibration, mem_fraction_static=mem_fraction_static,
-                   max_prefill_tokens=max_prefill_tokens, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos)
+                   max_prefill_tokens=max_prefill_tokens, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
+                   tp=tp)
     if no_prefix_cache:
         setup = without_prefix_cache(setup)
     workload = _drop_past_context(workload, setup.model)
@@ -595,8 +611,9 @@ def tune(
     if output is not None:
         write_atomic(output, text)
     if as_json:
-        data = _tune_dict(result)
+        data = _tune_dict(result, setup.tp)
         data.update({"trace": trace.name, "requests": len(workload), "gpu": setup.gpu_name, "model": setup.model.name,
+                     "tp": setup.tp, "gpus": setup.tp,
                      "cost_model": setup.step_model.name, "throughput": setup.step_model.source,
                      "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl}, "yaml": text,
                      "output": str(output) if output else None})
@@ -610,7 +627,8 @@ def tune(
 
     con.print(f"winner: {row.candidate.description} (levels {levels_text(best, setup.total_sms, setup.compute_capability)}): "
               f"{share_text(row.slo_attainment)} of {len(workload)} requests meet TTFT <= {slo_ttft:g} ms and ITL p99 <= "
-              f"{slo_itl:g} ms; {len(result.rows)} configs on {result.workers} worker(s)")
+              f"{slo_itl:g} ms; {len(result.rows)} configs on {result.workers} worker(s); every policy on "
+              f"{setup.tp} GPU(s)" + (f" (TP {setup.tp}, one rank simulated)" if setup.tp > 1 else ""))
     con.print("verdict: " + result.verdict(), soft_wrap=True)
     con.print(f"cost model: {setup.step_model.source}", soft_wrap=True)
     for note in result.notes:
@@ -618,7 +636,7 @@ def tune(
     if output is None:
         sys.stdout.write(text)
     else:
-        con.print(f"wrote {output}; launch with: " + pc.launch_command(str(output), best.sm_group_num),
+        con.print(f"wrote {output}; launch with: " + pc.launch_command(str(output), best.sm_group_num, tp=setup.tp),
                   soft_wrap=True)
 
 

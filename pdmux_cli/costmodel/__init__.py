@@ -99,6 +99,7 @@ def build_step_model(
     kv_bytes_per_element: float = 2.0,
     flops_dtype: str | None = None,
     step_overhead_ms: float | None = None,
+    tp: int = 1,
 ) -> StepModel:
     """The :class:`StepModel` for a GPU profile (:class:`pdmux_cli.hardware.Gpu`) and a model.
 
@@ -109,9 +110,12 @@ def build_step_model(
     :class:`pdmux_cli.calibration.Calibration` (``--calibration FILE``): its SM-partition terms (``pdmux
     bench``) replace the chapter's throughput or the roofline's partition curves; its whole-GPU terms
     (``pdmux calibrate``) replace the roofline's fitted efficiencies. ``step_overhead_ms``:
-    the engine's fixed CPU time per step (roofline only; 0 = kernels only).
+    the engine's fixed CPU time per step (roofline only; 0 = kernels only). ``tp``: GPUs the model is
+    sharded over (roofline only): the step times are one rank's, collectives included
+    (:mod:`.collectives`).
     Raises :class:`InputError` for an unknown cost model, knobs the chosen model does not take, or a
-    GPU without SM count, bandwidth or FLOP/s figures.
+    GPU without SM count, bandwidth, FLOP/s or (``tp > 1``) interconnect figures, and a split SGLang
+    refuses.
     """
     if cost_model not in COST_MODELS:
         raise InputError(f"--cost-model must be one of {', '.join(COST_MODELS)}, got {cost_model!r}")
@@ -120,6 +124,8 @@ def build_step_model(
         raise InputError(f"{gpu.name} has no memory bandwidth figure: the cost model needs one (use another --gpu)")
     dense = gpu.dense_flops(pick_flops_dtype(gpu, model, flops_dtype))
     if cost_model == "chapter":
+        if tp != 1:
+            raise InputError("--tp needs --cost-model roofline: the chapter's model is one GPU's and has no collectives")
         if step_overhead_ms is not None:
             raise InputError("--step-overhead-ms applies to --cost-model roofline (the chapter's model has no CPU time)")
         from .chapter import AnalyticThroughput, ChapterModel
@@ -165,8 +171,14 @@ def build_step_model(
             if calibration.whole_gpu.model != getattr(model, "name", ""):
                 notes.append(f"whole-GPU terms calibrated on {calibration.whole_gpu.model}, applied to "
                              f"{getattr(model, 'name', 'this model')}")
+    collectives = None
+    if tp != 1:
+        from ..tensor_parallel import check_tp_value
+        from .collectives import tp_collectives
+
+        collectives = tp_collectives(gpu, check_tp_value(tp))
     return RooflineModel(
-        model, gpu_name=gpu.name, total_sms=total, hbm_bytes_per_s=gpu.hbm_bytes_per_s, dense_flops=dense,
+        model, gpu_name=gpu.name, tp=tp, collectives=collectives, total_sms=total, hbm_bytes_per_s=gpu.hbm_bytes_per_s, dense_flops=dense,
         efficiency=profile, partitions=partitions, cpu=cpu, s_sat=s_sat,
         weight_bytes_per_param=weight_bytes_per_param, kv_bytes_per_element=kv_bytes_per_element,
         calibration=curves, step_overhead_s=None if step_overhead_ms is None else step_overhead_ms / 1e3,

@@ -22,6 +22,13 @@ Terms:
   GEMM efficiency (out-of-sample).
 - ``interference`` (NanoFlow A100): decode's throughput next to a GEMM, the fitted solo curve times the
   interference table (in-sample: the table is made from these points).
+- ``all-reduce, SGLang custom (<= 8 MiB)`` (aiconfigurator, every GPU and GPU count where SGLang runs
+  its custom all-reduce) and ``all-reduce, NCCL (> 8 MiB)`` (Vidur, DGX H100 and A100, 2/4/8 GPUs):
+  the fitted collectives (:mod:`pdmux_cli.costmodel.collectives`) against the points they were fitted
+  to (in-sample);
+- ``all-reduce > 8 MiB from custom-AR fit``: Vidur's NCCL points predicted by constants fitted to
+  aiconfigurator's custom all-reduce above 8 MiB, as every GPU Vidur did not measure is modelled
+  (out-of-sample);
 - ``chapter: ...``: the chapter's model on the Vidur layers, for comparison.
 
 Pure Python; about a second.
@@ -35,6 +42,7 @@ from dataclasses import dataclass
 
 from ..hardware import find_gpu
 from . import fit, measurements
+from .collectives import CUSTOM_MAX_BYTES, load_allreduce_fits
 from .efficiency import load_common, load_profiles
 from .partitions import BandwidthCurve
 
@@ -205,6 +213,45 @@ def _nanoflow_terms() -> list[Term]:
             Term("interference", data + ": gemv next to a GEMM", "in-sample", tuple(interference))]
 
 
+def _allreduce_terms() -> list[Term]:
+    fits = {f.gpu: f for f in load_allreduce_fits()}
+    vidur = measurements.vidur_allreduce()
+    custom: list[Point] = []
+    nccl: list[Point] = []
+    transfer: list[Point] = []
+    for gpu_key in measurements.aic_gpus():
+        mine = fits.get(gpu_key)
+        if mine is None:
+            continue
+        gpu = find_gpu(gpu_key)
+        link = gpu.interconnect_bytes_per_s
+        aic = measurements.aic_allreduce(gpu_key)
+        their_vidur = [p for p in vidur if p.gpu == gpu_key]
+        for n, (custom_fit, nccl_fit) in sorted(mine.ranks.items()):
+            custom_pts, nccl_pts, what = fit.allreduce_points(aic, their_vidur, n, gpu.interconnect)
+            if custom_fit is not None:
+                custom += [Point(f"{gpu_key} custom all-reduce, {n} GPUs, {p.nbytes} B", p.seconds,
+                                 fit.predict_allreduce(custom_fit, p, link)) for p in custom_pts]
+            if what != "nccl":
+                continue
+            nccl += [Point(f"{gpu_key} NCCL all-reduce, {n} GPUs, {p.nbytes} B", p.seconds,
+                           fit.predict_allreduce(nccl_fit, p, link)) for p in nccl_pts]
+            stand_in_pts = fit.allreduce_points(aic, [], n, gpu.interconnect)[1]
+            if stand_in_pts:
+                stand_in = fit.fit_allreduce(stand_in_pts, link, "accuracy: custom all-reduce > 8 MiB")
+                transfer += [Point(f"{gpu_key} NCCL all-reduce, {n} GPUs, {p.nbytes} B (custom-AR fit)", p.seconds,
+                                   fit.predict_allreduce(stand_in, p, link)) for p in nccl_pts]
+    mib = CUSTOM_MAX_BYTES // (1024 * 1024)
+    return [Term(f"all-reduce, SGLang custom (<= {mib} MiB)",
+                 "aiconfigurator-core 0.12.0: SGLang's custom all-reduce in a CUDA graph, every GPU shipped, 2-16 GPUs",
+                 "in-sample", tuple(custom)),
+            Term(f"all-reduce, NCCL (> {mib} MiB)", "Vidur: NCCL all-reduce on one DGX H100 / A100 node, 2/4/8 GPUs",
+                 "in-sample", tuple(nccl)),
+            Term(f"all-reduce > {mib} MiB from custom-AR fit",
+                 "Vidur's NCCL points predicted from aiconfigurator's custom all-reduce above 8 MiB (how GPUs "
+                 "without an NCCL measurement are modelled)", "out-of-sample", tuple(transfer))]
+
+
 #: What each method means, for output.
 METHODS = {
     "LOMO": ("leave-one-model-out: fitted without the model (or sweep) predicted; in the step terms the GEMM "
@@ -216,7 +263,7 @@ METHODS = {
 
 def report() -> list[Term]:
     """Every term (module docstring), in a fixed order."""
-    return [*_vidur_steps(), *_aic_terms(), *_nanoflow_terms(), *_chapter_steps()]
+    return [*_vidur_steps(), *_aic_terms(), *_nanoflow_terms(), *_allreduce_terms(), *_chapter_steps()]
 
 
 def term_dict(term: Term) -> dict:

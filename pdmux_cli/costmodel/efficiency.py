@@ -18,7 +18,9 @@ Files:
   GPU and its same-chip siblings), ``families`` the compute capabilities it stands in for when a GPU
   has no file of its own (``"8.9"`` for that capability, ``"8"`` for any 8.x; the exact one wins).
 - ``common.yaml``: what was measured once for all GPUs: the SM-partition terms (``partitions``) and the
-  serving engine's CPU costs (``cpu``).
+  serving engine's CPU costs (``cpu``);
+- ``allreduce.yaml``: the tensor-parallel all-reduce constants (read by
+  :mod:`pdmux_cli.costmodel.collectives`, not here).
 
 Built-in files are read with libyaml; a malformed one raises :class:`InputError` naming the file and
 field (a broken installation, never user input).
@@ -245,9 +247,10 @@ def load_common() -> tuple[PartitionProfile, CpuProfile]:
 
 @functools.lru_cache(maxsize=1)
 def load_profiles() -> tuple[EfficiencyProfile, ...]:
-    """Every ``profiles/efficiency/<gpu-key>.yaml`` (not ``common.yaml``), sorted by key (cached)."""
+    """Every ``profiles/efficiency/<gpu-key>.yaml`` (not ``common.yaml`` or ``allreduce.yaml``), sorted by
+    key (cached)."""
     directory = efficiency_profiles_dir()
-    return tuple(load_profile(p) for p in sorted(directory.glob("*.yaml")) if p.stem != "common")
+    return tuple(load_profile(p) for p in sorted(directory.glob("*.yaml")) if p.stem not in ("common", "allreduce"))
 
 
 def profile_for(gpu_key: str, compute_capability: tuple[int, int]) -> tuple[EfficiencyProfile, str]:

@@ -12,7 +12,10 @@ Operator formulas (one kernel, whole GPU, datasheet ``B`` bytes/s and ``F`` FLOP
   2 m k n / (F x e_max x m / (m + half)))`` with ``w`` bytes per weight;
 - prefill attention, ``b`` sequences of ``L`` tokens: ``latency + b x max(kv(L) / (B x e_bw),
   flops(L) / (F x e_max x L / (L + half)))``; decode attention: ``latency + kv bytes / (B x e_bw)``;
-- element-wise ops of a layer over ``T`` tokens: ``latency + T x bytes per token / (B x e_bw)``.
+- element-wise ops of a layer over ``T`` tokens: ``latency + T x bytes per token / (B x e_bw)``;
+- an all-reduce of ``b`` bytes over ``N`` GPUs on a link of ``L`` bytes/s per direction:
+  ``latency + 2 (N - 1) / N x b / (L x e_bw)`` (:mod:`pdmux_cli.costmodel.collectives`), per kernel
+  (SGLang's custom all-reduce up to 8 MiB, NCCL above), GPU and rank count.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .collectives import CUSTOM_MAX_BYTES, LinkFit
 from .efficiency import OperatorEfficiency
-from .measurements import AicAttention, AicGemm, VidurLayer
+from .measurements import AicAttention, AicGemm, AllReduce, VidurLayer
 from .partitions import BandwidthCurve, _soft_min
 
 #: Bytes of a 16-bit element (weights in the bf16 fits, activations, KV).
@@ -293,3 +297,46 @@ def interference_table(points: Sequence[tuple[float, float]], curve: BandwidthCu
         for j in range(int(count)):
             out.append((kept[int(start) + j][0], round(total / count, 3)))
     return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# all-reduce (Vidur NCCL, aiconfigurator's SGLang custom all-reduce)
+
+
+def predict_allreduce(link: LinkFit, p: AllReduce, link_bytes_per_s: float) -> float:
+    """Seconds the model gives one measured all-reduce."""
+    return link.time_s(p.nbytes, p.ranks, link_bytes_per_s)
+
+
+def fit_allreduce(points: Sequence[AllReduce], link_bytes_per_s: float, source: str) -> LinkFit:
+    """Fit ``latency`` and ``bandwidth_efficiency`` of one kernel on one GPU kind and rank count, every
+    size class (powers of two of the bytes) counting the same."""
+    measured = [p.seconds for p in points]
+    sizes = [p.nbytes for p in points]
+
+    def objective(latency: float, eff: float) -> float:
+        link = LinkFit(latency, eff)
+        return balanced_error([predict_allreduce(link, p, link_bytes_per_s) for p in points], measured, sizes)
+
+    _, (latency, eff) = grid_search(objective, [_frange(0.0, 150e-6, 2e-6), _frange(0.02, 1.2, 0.02)])
+    link = LinkFit(latency, eff)
+    error = median_abs_rel_error([predict_allreduce(link, p, link_bytes_per_s) for p in points], measured)
+    return LinkFit(latency, eff, error, len(points), source)
+
+
+def allreduce_points(aic: Sequence[AllReduce], vidur: Sequence[AllReduce], ranks: int,
+                     interconnect: str) -> tuple[list[AllReduce], list[AllReduce], str]:
+    """The points each kernel's fit takes for ``ranks`` GPUs of one GPU kind: ``(custom, nccl, what the
+    nccl points are)``. Custom: aiconfigurator's CUDA-graph custom all-reduce (eager where only that was
+    measured) up to 8 MiB, only where SGLang runs it (NVLink, or 2 GPUs). NCCL: Vidur's points above
+    8 MiB where Vidur measured the GPU, else the custom all-reduce's above 8 MiB."""
+    mine = [p for p in aic if p.ranks == ranks]
+    kernel = "custom-graph" if any(p.kernel == "custom-graph" for p in mine) else "custom-eager"
+    runs_custom = interconnect == "nvlink" or ranks == 2
+    custom = [p for p in mine if p.kernel == kernel and p.nbytes <= CUSTOM_MAX_BYTES] if runs_custom else []
+    nccl = [p for p in vidur if p.ranks == ranks and p.nbytes > CUSTOM_MAX_BYTES]
+    what = "nccl"
+    if not nccl and runs_custom:
+        nccl = [p for p in mine if p.kernel == kernel and p.nbytes > CUSTOM_MAX_BYTES]
+        what = kernel
+    return custom, nccl, what

@@ -8,7 +8,8 @@ folder's README/LICENSE and in every CSV's ``#`` header:
 - ``nanoflow/``: bandwidth and GEMM FLOP/s vs SM count, and co-run interference, on an A100
   (efeslab/Nanoflow, Apache-2.0);
 - ``aiconfigurator/``: NVIDIA's per-operator tables for SGLang (PyPI aiconfigurator-core 0.12.0,
-  Apache-2.0): GEMMs, prefill (context) and decode (generation) attention.
+  Apache-2.0): GEMMs, prefill (context) and decode (generation) attention, SGLang's custom all-reduce;
+- ``vidur/network_*_all_reduce.csv``: NCCL all-reduce times on one DGX H100 / A100 node (Vidur).
 
 Times are converted to seconds. Stdlib only.
 """
@@ -85,6 +86,8 @@ def vidur_layers() -> list[VidurLayer]:
     """Every row of ``profiles/measurements/vidur/*.csv``."""
     out = []
     for path in sorted((measurements_dir() / "vidur").glob("*.csv")):
+        if path.name.startswith("network_"):
+            continue
         gpu = path.stem.split("_", 1)[0]
         for r in _rows(path):
             ops = {k[:-3]: float(v) * 1e-3 for k, v in r.items() if k.endswith("_ms")}
@@ -181,3 +184,35 @@ def aic_attention(gpu_key: str, kind: str, kv_dtype: str = "bf16") -> list[AicAt
                                 int(r.get("head_dim") or AIC_HEAD_DIM), r["kv_dtype"], float(r["latency_ms"]) * 1e-3,
                                 cached))
     return out
+
+
+@dataclass(frozen=True)
+class AllReduce:
+    """One measured all-reduce: ``nbytes`` bytes (each GPU's buffer) summed over ``ranks`` GPUs of one
+    server took ``seconds``. ``kernel``: ``"nccl"`` (Vidur: ``torch.distributed.all_reduce``, eager),
+    ``"custom-graph"`` / ``"custom-eager"`` (aiconfigurator: SGLang's custom all-reduce, in a CUDA graph or
+    launched eagerly)."""
+
+    gpu: str
+    kernel: str
+    ranks: int
+    nbytes: int
+    seconds: float
+
+
+def vidur_allreduce() -> list[AllReduce]:
+    """Every row of ``profiles/measurements/vidur/network_<gpu>_all_reduce.csv`` (NCCL, one node)."""
+    out = []
+    for path in sorted((measurements_dir() / "vidur").glob("network_*_all_reduce.csv")):
+        gpu = path.stem.removeprefix("network_").removesuffix("_all_reduce")
+        out += [AllReduce(gpu, "nccl", int(r["num_gpus"]), int(r["size_bytes"]), float(r["median_ms"]) * 1e-3)
+                for r in _rows(path)]
+    return out
+
+
+def aic_allreduce(gpu_key: str) -> list[AllReduce]:
+    """SGLang's custom all-reduce on one GPU kind (aiconfigurator; bf16 buffers of ``bytes`` bytes)."""
+    path = measurements_dir() / "aiconfigurator" / f"{_aic_name(gpu_key)}_allreduce.csv"
+    kinds = {"SGLang_CustomAllReduce_graph": "custom-graph", "SGLang_CustomAllReduce_eager": "custom-eager"}
+    return [AllReduce(gpu_key, kinds[r["kernel"]], int(r["num_gpus"]), int(r["bytes"]), float(r["latency_ms"]) * 1e-3)
+            for r in _rows(path) if r["kernel"] in kinds]

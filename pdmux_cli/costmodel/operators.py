@@ -18,6 +18,13 @@ What one step runs, per layer, for ``T`` tokens (decode rows plus prefill tokens
 
 plus, once a step, the embedding gather (element-wise bytes) and the lm_head GEMM for the last token
 of each prefilled sequence and every decode row (``M = rows``).
+
+With tensor parallelism (``tp`` GPUs, :mod:`pdmux_cli.tensor_parallel`) the shapes are one rank's:
+column-parallel GEMMs keep ``n / tp`` outputs, row-parallel ones ``k / tp`` inputs, replicated ones
+(MLA's ``q_a``/``kv_a``, the router) stay whole, every expert is ``width / tp`` wide, the lm_head
+``vocab / tp``; attention runs ``heads / tp`` heads over the rank's KV heads (replicated when ``tp``
+exceeds them; MLA's latent whole). The collectives (:attr:`StepShapes.allreduces`) are timed by
+:mod:`pdmux_cli.costmodel.collectives`.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import model as mdl
+from .. import tensor_parallel as tpl
 from ..model import Model
 
 #: Bytes of one activation element (bf16); activations are 16-bit whatever the weights are.
@@ -91,6 +99,12 @@ class StepShapes:
     logits GEMM (one row per sequence or decode row). ``experts``: routed experts, or ``None``.
     ``elementwise_bytes_per_token``: bytes per token per layer of the small ops (norms, RoPE, activation,
     residual adds; 16-bit). ``embedding_bytes_per_token``: the embedding gather's bytes per token.
+    ``tp``: GPUs the model is sharded over (the shapes are one rank's). ``kv_elements_per_token_per_layer``:
+    KV elements a rank caches per token and layer. ``attention_share``: the share of the model's
+    attention FLOPs a rank computes (``1 / tp``). ``allreduces``: all-reduces a step runs
+    (``2 x layers + 1`` with ``tp > 1``), each of ``allreduce_bytes_per_token`` bytes per token.
+    ``logits_bytes_per_row``: bytes of one row of the gathered logits (``vocab x 2``; 0 on one GPU).
+    ``embedding_rows``: vocabulary rows of the embedding table a rank holds.
     """
 
     layers: int
@@ -99,58 +113,70 @@ class StepShapes:
     experts: Experts | None
     elementwise_bytes_per_token: float
     embedding_bytes_per_token: float
+    tp: int = 1
+    kv_elements_per_token_per_layer: int = 0
+    attention_share: float = 1.0
+    allreduces: int = 0
+    allreduce_bytes_per_token: float = 0.0
+    logits_bytes_per_row: float = 0.0
+    embedding_rows: int = 0
 
 
-def _attention_gemms(model: Model, wb: float, layers: int) -> list[Gemm]:
-    h, heads = model.hidden_size, model.num_attention_heads
+def _attention_gemms(model: Model, wb: float, layers: int, sharding: tpl.Sharding) -> list[Gemm]:
+    h, heads = model.hidden_size, sharding.heads  # heads: this rank's
     if model.is_mla:
         qk = model.qk_nope_head_dim + model.qk_rope_head_dim
         shapes = []
-        if model.q_lora_rank:
+        if model.q_lora_rank:  # q_a replicated, q_b split by heads
             shapes += [("q_a", h, model.q_lora_rank), ("q_b", model.q_lora_rank, heads * qk)]
         else:
             shapes += [("q", h, heads * qk)]
-        shapes += [("kv_a", h, model.kv_lora_rank + model.qk_rope_head_dim),
+        shapes += [("kv_a", h, model.kv_lora_rank + model.qk_rope_head_dim),  # replicated
                    ("kv_b", model.kv_lora_rank, heads * (model.qk_nope_head_dim + model.v_head_dim)),
                    ("o", heads * model.v_head_dim, h)]
     else:
         d = model.head_dim
-        shapes = [("qkv", h, (heads + 2 * model.num_kv_heads) * d), ("o", heads * d, h)]
+        shapes = [("qkv", h, (heads + 2 * sharding.kv_heads) * d), ("o", heads * d, h)]
     return [Gemm(name, k, n, k * n * wb, layers) for name, k, n in shapes]
 
 
-def step_shapes(model: Model, weight_bytes_per_param: float | None = None) -> StepShapes:
-    """The :class:`StepShapes` of ``model`` with its own weight format, or ``weight_bytes_per_param``
-    bytes for every weight. The GEMMs' parameters add up to :func:`pdmux_cli.model.decode_linear_params`
-    less the routed experts (tested)."""
+def step_shapes(model: Model, weight_bytes_per_param: float | None = None, tp: int = 1) -> StepShapes:
+    """The :class:`StepShapes` of one of ``tp`` ranks (the whole model for ``tp=1``) of ``model`` with its
+    own weight format, or ``weight_bytes_per_param`` bytes for every weight. For ``tp=1`` the GEMMs'
+    parameters add up to :func:`pdmux_cli.model.decode_linear_params` less the routed experts (tested).
+    Raises :class:`InputError` where SGLang refuses the split (:func:`pdmux_cli.tensor_parallel.shard`)."""
+    sharding = tpl.shard(model, tp)
     linear_b = mdl.bytes_per_param(model, "linear", weight_bytes_per_param)
     h = model.hidden_size
-    gemms = _attention_gemms(model, linear_b, model.num_layers)
+    gemms = _attention_gemms(model, linear_b, model.num_layers, sharding)
     dense = mdl.dense_ffn_layers(model)
     if dense:
-        i = model.intermediate_size
+        i = model.intermediate_size // tp
         gemms += [Gemm("gate_up", h, 2 * i, h * 2 * i * linear_b, dense), Gemm("down", i, h, i * h * linear_b, dense)]
     experts = None
     moe_layers = mdl.moe_layers(model)
-    act_width = model.intermediate_size if dense else 0  # per token, for the activation's bytes
+    act_width = model.intermediate_size / tp if dense else 0  # per token, for the activation's bytes
     if moe_layers:
         router_b = mdl.bytes_per_param(model, "router", weight_bytes_per_param)
         gemms.append(Gemm("router", h, model.num_experts, h * model.num_experts * router_b, moe_layers))
         if model.num_shared_experts:
-            width = model.num_shared_experts * model.shared_expert_intermediate_size
+            width = model.num_shared_experts * model.shared_expert_intermediate_size // tp
             gemms += [Gemm("shared_gate_up", h, 2 * width, h * 2 * width * linear_b, moe_layers),
                       Gemm("shared_down", width, h, width * h * linear_b, moe_layers)]
-        experts = Experts(model.num_experts, model.experts_per_token, h, model.moe_intermediate_size,
+        experts = Experts(model.num_experts, model.experts_per_token, h, model.moe_intermediate_size // tp,
                           mdl.bytes_per_param(model, "expert", weight_bytes_per_param), moe_layers)
         moe_width = (model.experts_per_token * model.moe_intermediate_size
-                     + model.num_shared_experts * model.shared_expert_intermediate_size)
-        act_width = (dense * model.intermediate_size + moe_layers * moe_width) / model.num_layers
+                     + model.num_shared_experts * model.shared_expert_intermediate_size) / tp
+        act_width = (dense * model.intermediate_size / tp + moe_layers * moe_width) / model.num_layers
     head_b = mdl.bytes_per_param(model, "lm_head", weight_bytes_per_param)
-    lm_head = Gemm("lm_head", h, model.vocab_size, h * model.vocab_size * head_b, 1)
+    vocab = tpl.rank_vocab(model, tp)
+    lm_head = Gemm("lm_head", h, vocab, h * vocab * head_b, 1)
     if model.is_mla:
-        rope_width = model.num_attention_heads * model.qk_rope_head_dim + model.qk_rope_head_dim
+        rope_width = sharding.heads * model.qk_rope_head_dim + model.qk_rope_head_dim
+        kv_elements = mdl.kv_elements_per_token_per_layer(model)  # the latent, whole on every rank
     else:
-        rope_width = (model.num_attention_heads + model.num_kv_heads) * model.head_dim
+        rope_width = (sharding.heads + sharding.kv_heads) * model.head_dim
+        kv_elements = 2 * sharding.kv_heads * model.head_dim
     # two RMSNorms (read + write h), RoPE on q and k (read + write), the gated activation (read 2
     # widths, write one), two residual adds (read 2h, write h): 16-bit elements
     elements = 2 * 2 * h + 2 * rope_width + 3 * act_width + 2 * 3 * h
@@ -161,4 +187,37 @@ def step_shapes(model: Model, weight_bytes_per_param: float | None = None) -> St
         experts=experts,
         elementwise_bytes_per_token=float(elements * ACTIVATION_BYTES),
         embedding_bytes_per_token=float(2 * h * ACTIVATION_BYTES),
+        tp=tp,
+        kv_elements_per_token_per_layer=kv_elements,
+        attention_share=sharding.attention_share,
+        allreduces=tpl.allreduces_per_forward(model, tp),
+        allreduce_bytes_per_token=float(h * ACTIVATION_BYTES) if tp > 1 else 0.0,
+        logits_bytes_per_row=float(model.vocab_size * ACTIVATION_BYTES) if tp > 1 else 0.0,
+        embedding_rows=vocab,
     )
+
+
+def rank_weight_bytes(model: Model, weight_bytes_per_param: float | None = None, tp: int = 1) -> float:
+    """Bytes of weights one of ``tp`` ranks holds: its GEMMs, its slice of every expert, its lm_head rows
+    and (untied) its embedding rows (:func:`step_shapes`). Equals
+    :func:`pdmux_cli.model.weight_bytes_total` for ``tp=1`` (tested). Raises :class:`InputError` as
+    :func:`step_shapes`."""
+    shapes = step_shapes(model, weight_bytes_per_param, tp)
+    total = sum(g.count * g.weight_bytes for g in shapes.token_gemms) + shapes.lm_head.weight_bytes
+    ex = shapes.experts
+    if ex is not None:
+        total += ex.count * ex.num_experts * ex.expert_params * ex.bytes_per_param
+    if not model.tie_word_embeddings:
+        total += shapes.embedding_rows * model.hidden_size * mdl.bytes_per_param(model, "embedding",
+                                                                                 weight_bytes_per_param)
+    return float(total)
+
+
+def rank_kv_bytes_per_token(model: Model, kv_bytes_per_element: float = 2.0, tp: int = 1) -> float:
+    """KV-cache bytes one of ``tp`` ranks stores per token over all layers, uncapped by windows (SGLang's
+    pool allocates a full cell): :func:`pdmux_cli.model.kv_bytes_per_token` for ``tp=1``; GQA with ``tp``
+    up to the KV heads divides it by ``tp``, beyond them each rank keeps one KV head; MLA's latent is
+    whole on every rank."""
+    mdl.kv_bytes_per_token(model, kv_bytes_per_element)  # validates kv_bytes_per_element
+    shapes_kv = step_shapes(model, None, tp).kv_elements_per_token_per_layer
+    return float(model.num_layers * shapes_kv * kv_bytes_per_element)

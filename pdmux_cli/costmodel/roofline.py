@@ -14,7 +14,12 @@ On ``s`` of ``S`` SMs, with dense peak ``F`` and datasheet bandwidth ``B``:
   ``M x S/s`` rows on the whole GPU); its bytes are its weights plus 16-bit activations;
 - prefill attention of a sequence of ``L`` tokens (cached prefix included): FLOP/s
   ``F x s/S x attention_efficiency(L)``, bytes its KV cache; decode attention: every request's KV bytes;
-- element-wise ops: bytes per token per layer, plus a fixed time per layer.
+- element-wise ops: bytes per token per layer, plus a fixed time per layer;
+- with tensor parallelism (``tp`` GPUs): every operator at one rank's shapes
+  (:func:`pdmux_cli.costmodel.operators.step_shapes`), plus the step's collectives
+  (:mod:`pdmux_cli.costmodel.collectives`): ``2 x layers + 1`` all-reduces of ``tokens x hidden x 2``
+  bytes and the logits' all-gather, operators like the others, run by the SMs of the phase that issues
+  them at a time that does not depend on how many there are (the collectives module says why).
 
 A step's GPU time is the sum; the CPU work of the serving engine (:class:`CpuProfile`) is reported
 separately (:meth:`RooflineModel.decode_cpu_s`), because whether it adds to the step depends on the
@@ -51,7 +56,10 @@ class RooflineModel:
     ``step_overhead_s``: replaces the engine's fixed CPU time per step (0 = kernels only, no CPU term).
     ``notes``: lines for output (how the efficiencies were chosen). ``decode_fixed_s``: GPU time added to
     every decode step (a whole-GPU calibration's term for what the operators leave out).
-    Raises :class:`InputError` for an S_SAT outside 1..SMs or given together with a calibration.
+    ``tp``: GPUs the model is sharded over (every number is then one rank's); ``collectives``: their
+    :class:`~pdmux_cli.costmodel.collectives.TpCollectives` (required when ``tp > 1``).
+    Raises :class:`InputError` for an S_SAT outside 1..SMs or given together with a calibration, or a
+    split SGLang refuses (:func:`pdmux_cli.tensor_parallel.shard`).
     """
 
     name = "roofline"
@@ -74,6 +82,8 @@ class RooflineModel:
         step_overhead_s: float | None = None,
         notes: Sequence[str] = (),
         decode_fixed_s: float = 0.0,
+        tp: int = 1,
+        collectives: Any = None,
     ) -> None:
         if calibration is not None and s_sat is not None:
             raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
@@ -91,7 +101,13 @@ class RooflineModel:
         self.calibration = calibration
         self.notes = list(notes)
         self.decode_fixed_s = decode_fixed_s
-        self.shapes: StepShapes = step_shapes(model, weight_bytes_per_param)
+        self.shapes: StepShapes = step_shapes(model, weight_bytes_per_param, tp)
+        self.tp = tp
+        if tp > 1 and collectives is None:
+            raise InputError("a tensor-parallel cost model needs the GPUs' collectives (costmodel.collectives)")
+        self.collectives = collectives if tp > 1 else None
+        if self.collectives is not None:
+            self.notes.extend(n for n in self.collectives.notes if n not in self.notes)
         if calibration is None:
             self.s_sat = float(s_sat) if s_sat is not None else round(partitions.s_sat_fraction * total_sms)
             self.curve: BandwidthCurve | None = BandwidthCurve(total_sms, self.s_sat, partitions.sharpness)
@@ -103,10 +119,11 @@ class RooflineModel:
         # KV bytes and decode-attention FLOPs per cached token: full-attention layers take every token,
         # sliding-window layers at most ``window`` (sum_window carries min(context, window))
         kvb = kv_bytes_per_element
-        per_layer = mdl.kv_elements_per_token_per_layer(model) * kvb
+        per_layer = self.shapes.kv_elements_per_token_per_layer * kvb  # one rank's
         self.kv_full = per_layer * mdl.full_attention_layers(model)
         self.kv_window = per_layer * model.num_sliding_layers
-        per_key = mdl.decode_attention_flops(model, 1) / max(1, mdl.full_attention_layers(model) + model.num_sliding_layers)
+        per_key = (mdl.decode_attention_flops(model, 1) * self.shapes.attention_share
+                   / max(1, mdl.full_attention_layers(model) + model.num_sliding_layers))
         self.attn_flops_full = per_key * mdl.full_attention_layers(model)
         self.attn_flops_window = per_key * model.num_sliding_layers
         self.window = model.sliding_window if model.num_sliding_layers else 0
@@ -126,7 +143,16 @@ class RooflineModel:
         else:
             part = f"S_SAT={self.s_sat:g} of {self.total_sms} SMs"
         cpu = f"CPU {self.cpu.step_s * 1e3:.2g} ms/step" if self.cpu.step_s else "no CPU time"
-        return f"roofline ({self.eff.key} efficiencies, {part}, {cpu})"
+        tp = f"; per rank of {self.collectives.source}" if self.collectives is not None else ""
+        return f"roofline ({self.eff.key} efficiencies, {part}, {cpu}{tp})"
+
+    def collectives_s(self, tokens: int) -> float:
+        """Seconds of a step's all-reduces over ``tokens`` tokens (0 on one GPU): ``2 x layers + 1`` of
+        ``tokens x hidden x 2`` bytes each."""
+        if self.collectives is None or tokens <= 0:
+            return 0.0
+        shapes = self.shapes
+        return shapes.allreduces * self.collectives.allreduce_s(tokens * shapes.allreduce_bytes_per_token)
 
     def bandwidth_share(self, sms: int) -> float:
         """Share of whole-GPU bandwidth on ``sms`` SMs (alone): the fitted curve, or the calibration's."""
@@ -212,6 +238,7 @@ class RooflineModel:
             if tokens > 0:
                 per_token = shapes.elementwise_bytes_per_token * shapes.layers + shapes.embedding_bytes_per_token
                 value += shapes.layers * el.latency_s + tokens * per_token / (bw * el.bandwidth_efficiency)
+            value += self.collectives_s(tokens)
             self._linear_cache[key] = value
         return value
 
@@ -221,6 +248,8 @@ class RooflineModel:
         if value is None:
             bw, flops = self._rates(sms, corun_sms, phase)
             value = self._gemm_s(self.shapes.lm_head, rows, sms, bw, flops)
+            if self.collectives is not None and rows > 0:
+                value += self.collectives.allgather_s(rows * self.shapes.logits_bytes_per_row)
             self._head_cache[key] = value
         return value
 
@@ -238,7 +267,7 @@ class RooflineModel:
                 kv = self.kv_full * length + self.kv_window * min(length, self.window)
             else:
                 kv = kv_per_token * length
-            attn = mdl.attention_flops(model, new, cached)
+            attn = mdl.attention_flops(model, new, cached) * self.shapes.attention_share
             memory = kv / (bw * e.bandwidth_efficiency)
             compute = attn / (flops * e.flops_efficiency(length))
             total += max(compute, memory)

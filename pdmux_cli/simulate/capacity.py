@@ -83,6 +83,7 @@ class CapacityResult:
     slo_itl_ms: float
     workers: int
     notes: list[str] = field(default_factory=list)
+    tp: int = 1
 
     def best(self, pdmux: bool) -> PolicyCapacity | None:
         """The pdmux policy (``pdmux=True``) or other schedule with the highest capacity (first on a tie)."""
@@ -102,13 +103,16 @@ class CapacityResult:
             gain = (f"+{pd.max_rate_rps / other.max_rate_rps - 1:.0%}" if other.max_rate_rps > 0
                     else "where it meets the SLO at no rate")
             launch = "--enable-pdmux" + (f" --pdmux-config-path {shlex.quote(pd.config_path)} --sm-group-num "
-                                         f"{pd.sm_group_num}" if pd.config_path else "")
+                                         f"{pd.sm_group_num}" if pd.config_path else "") + self._tp_flag()
             return (f"{pd.label} sustains {rate_text(pd)} req/s against {rate_text(other)} for {other.label}: {gain}; "
                     f"enable it with: {launch}")
         if pd.max_rate_rps == other.max_rate_rps:
             return f"{pd.label} and {other.label} both sustain {rate_text(pd)} req/s: --enable-pdmux buys nothing here"
         return (f"{other.label} serves more ({rate_text(other)} req/s against {rate_text(pd)} for {pd.label}): "
-                f"keep it ({_launch(other)})")
+                f"keep it ({_launch(other)}{self._tp_flag()})")
+
+    def _tp_flag(self) -> str:
+        return f" --tp-size {self.tp}" if self.tp > 1 else ""
 
 
 def _launch(p: PolicyCapacity) -> str:
@@ -261,4 +265,4 @@ def capacity(
             policy.label, policy.kind, rate, at, tuple(sorted(points[i], key=lambda p: p.rate_rps)), bound,
             config_paths[i] if config_paths else None, cfg.sm_group_num if cfg is not None else None,
             policy.chunk_tokens))
-    return CapacityResult(rows, target, tolerance, trace.mean_qps, slo_ttft_ms, slo_itl_ms, workers)
+    return CapacityResult(rows, target, tolerance, trace.mean_qps, slo_ttft_ms, slo_itl_ms, workers, tp=setup.tp)

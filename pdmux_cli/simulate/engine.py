@@ -132,7 +132,9 @@ class Setup:
     ``cuda_graph_max_bs``: ``None`` for SGLang's default for the GPU; larger decode batches run
     without a CUDA graph. ``max_running_requests``: ``None`` for SGLang's default from the pool.
     ``prefix_cache``: SGLang's radix cache (on by default; off is ``--disable-radix-cache``), used for
-    traces with ``hash_ids``. ``gpu_name``: for output.
+    traces with ``hash_ids``. ``gpu_name``: for output. ``tp``: GPUs the model is sharded over (``--tp-size``): weights, KV
+    and SGLang's memory reserve are one rank's, and every rank holds the same pool (the step model's
+    times are one rank's too).
     """
 
     model: Model
@@ -150,6 +152,7 @@ class Setup:
     max_running_requests: int | None = None
     gpu_name: str = ""
     prefix_cache: bool = True
+    tp: int = 1
 
     def __post_init__(self) -> None:
         check_mem_fraction(self.mem_fraction_static)
@@ -168,33 +171,44 @@ class Setup:
 
     @property
     def weight_bytes(self) -> float:
-        """Bytes of all weights (:func:`pdmux_cli.model.weight_bytes_total`)."""
-        return mdl.weight_bytes_total(self.model, self.weight_bytes_per_param)
+        """Bytes of weights one GPU holds (:func:`pdmux_cli.costmodel.operators.rank_weight_bytes`; all
+        of them, :func:`pdmux_cli.model.weight_bytes_total`, on one GPU)."""
+        if self.tp == 1:
+            return mdl.weight_bytes_total(self.model, self.weight_bytes_per_param)
+        from ..costmodel.operators import rank_weight_bytes
+
+        return rank_weight_bytes(self.model, self.weight_bytes_per_param, self.tp)
 
     @property
     def kv_bytes_per_token(self) -> float:
         """KV bytes per cached token, all layers, uncapped (:func:`pdmux_cli.model.kv_bytes_per_token`):
-        SGLang's token pool allocates a full cell per token."""
-        return mdl.kv_bytes_per_token(self.model, self.kv_bytes_per_element)
+        SGLang's token pool allocates a full cell per token. One rank's with ``tp > 1``."""
+        if self.tp == 1:
+            return mdl.kv_bytes_per_token(self.model, self.kv_bytes_per_element)
+        from ..costmodel.operators import rank_kv_bytes_per_token
+
+        return rank_kv_bytes_per_token(self.model, self.kv_bytes_per_element, self.tp)
 
     @property
     def graph_max_bs(self) -> int:
         """The largest decode batch run as a CUDA graph."""
         if self.cuda_graph_max_bs is not None:
             return self.cuda_graph_max_bs
-        return sgl.default_cuda_graph_max_bs(self.memory_bytes)
+        return sgl.default_cuda_graph_max_bs(self.memory_bytes, self.tp)
 
     def kv_pool(self, chunk_tokens: int) -> sgl.KvPool:
         """SGLang's KV pool with ``--chunked-prefill-size chunk_tokens`` (``-1``: chunking off).
         Raises :class:`InputError` when the weights leave no room (naming the model and GPU)."""
         fraction = self.mem_fraction_static
         if fraction is None:
-            fraction = sgl.mem_fraction_static(self.memory_bytes, chunk_tokens, max_prefill_tokens=self.max_prefill_tokens,
+            fraction = sgl.mem_fraction_static(self.memory_bytes, chunk_tokens, self.tp,
+                                               max_prefill_tokens=self.max_prefill_tokens,
                                                cuda_graph_max_bs=self.cuda_graph_max_bs)
         try:
             return sgl.kv_pool(self.memory_bytes, self.weight_bytes, self.kv_bytes_per_token, fraction)
         except InputError as exc:
-            raise InputError(f"{self.model.name} does not fit {self.gpu_name or 'this GPU'}: {exc}") from None
+            ranks = f" (each GPU of TP {self.tp} holds one rank's weights)" if self.tp > 1 else ""
+            raise InputError(f"{self.model.name} does not fit {self.gpu_name or 'this GPU'}{ranks}: {exc}") from None
 
     def running_limit(self, pool_tokens: int) -> int:
         """``max_running_requests`` for a pool of ``pool_tokens``."""
@@ -224,10 +238,11 @@ def make_setup(
     cuda_graph_max_bs: int | None = None,
     max_running_requests: int | None = None,
     prefix_cache: bool = True,
+    tp: int = 1,
 ) -> Setup:
     """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.hardware.Gpu`) and a model, with the cost
     model of :func:`pdmux_cli.costmodel.build_step_model` (its arguments: ``cost_model``, ``s_sat``,
-    ``bandwidth_efficiency``, ``mfu``, ``calibration``, ``flops_dtype``, ``step_overhead_ms``). Raises
+    ``bandwidth_efficiency``, ``mfu``, ``calibration``, ``flops_dtype``, ``step_overhead_ms``, ``tp``). Raises
     :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values."""
     from ..costmodel import build_step_model
 
@@ -239,14 +254,14 @@ def make_setup(
     step_model = build_step_model(
         gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency, mfu=mfu,
         calibration=calibration, weight_bytes_per_param=weight_bytes_per_param,
-        kv_bytes_per_element=kv_bytes_per_element, flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms)
+        kv_bytes_per_element=kv_bytes_per_element, flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms, tp=tp)
     return Setup(
         model=model, step_model=step_model, total_sms=total, compute_capability=tuple(gpu.compute_capability),
         memory_bytes=float(gpu.memory_bytes), weight_bytes_per_param=weight_bytes_per_param,
         kv_bytes_per_element=kv_bytes_per_element, mem_fraction_static=mem_fraction_static,
         max_prefill_tokens=max_prefill_tokens, ignore_eos=ignore_eos, disable_overlap=disable_overlap,
         cuda_graph_max_bs=cuda_graph_max_bs, max_running_requests=max_running_requests, gpu_name=gpu.name,
-        prefix_cache=prefix_cache,
+        prefix_cache=prefix_cache, tp=tp,
     )
 
 

@@ -38,10 +38,10 @@ def _ms(value: float) -> str:
 latency_cell = _ms
 
 
-def metrics_dict(m: PolicyMetrics) -> dict[str, Any]:
-    """One policy's summary as a JSON-able dict (no per-request lists)."""
+def metrics_dict(m: PolicyMetrics, gpus: int = 1) -> dict[str, Any]:
+    """One policy's summary as a JSON-able dict (no per-request lists); ``gpus``: GPUs it ran on (TP)."""
     out: dict[str, Any] = {
-        "policy": m.policy, "kind": m.kind, "requests": m.requests, "completed": m.completed,
+        "policy": m.policy, "kind": m.kind, "gpus": gpus, "requests": m.requests, "completed": m.completed,
         "rejected": m.rejected,
     }
     for _, key in _LATENCIES:
@@ -80,8 +80,9 @@ def share_text(share: float) -> str:
     return ">99.9%" if text == "100.0%" and share < 1 else text
 
 
-def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "") -> Any:
-    """A rich Table: one column per policy, one row per statistic (latencies in ms)."""
+def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "", gpus: int = 1) -> Any:
+    """A rich Table: one column per policy, one row per statistic (latencies in ms); the last row says how
+    many GPUs each policy ran on (``gpus``, the tensor-parallel degree)."""
     from rich.table import Table
     from rich.text import Text
 
@@ -109,6 +110,7 @@ def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "") -> Any:
     table.add_row("done", *(str(m.completed) for m in metrics))
     if any(m.rejected for m in metrics):
         table.add_row("never fit", *(str(m.rejected) for m in metrics))
+    table.add_row("GPUs", *(str(gpus) for _ in metrics))
     return table
 
 
