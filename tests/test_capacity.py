@@ -103,7 +103,9 @@ def test_verdicts() -> None:
     pd = _row("pdmux (tuned.yaml)", "pdmux", 5.2, path="my dir/tuned.yaml")
     assert _result(pd, _row("chunked 512", "chunked", 3.9, chunk=512)).verdict() == (
         "pdmux (tuned.yaml) sustains 5.2 req/s against 3.9 for chunked 512: +33%; enable it with: --enable-pdmux "
-        "--pdmux-config-path 'my dir/tuned.yaml' --sm-group-num 5")
+        "--pdmux-config-path 'my dir/tuned.yaml' --sm-group-num 5 --chunked-prefill-size -1 --disable-overlap-schedule")
+    assert _result(_row("pdmux", "pdmux", 5.2), _row("chunked 512", "chunked", 3.9, chunk=512)).verdict().endswith(
+        "enable it with: --enable-pdmux --chunked-prefill-size -1 --disable-overlap-schedule")
     assert _result(_row("pdmux", "pdmux", 3.0), _row("mixed-chunk 512", "mixed-chunk", 4.0, chunk=512)).verdict() == (
         "mixed-chunk 512 serves more (4 req/s against 3 for pdmux): keep it (--enable-mixed-chunk "
         "--chunked-prefill-size 512)")
@@ -219,3 +221,44 @@ def test_tune_and_capacity_take_no_prefix_cache() -> None:
                             "--sm-group-nums", "8", "--divisors", "36", "--budgets", "65536", "--workers", "1",
                             "--json"])
     assert r.exit_code == 0, r.stderr
+
+
+def test_tune_on_an_offline_batch_still_writes_its_winner(tmp_path) -> None:
+    """Requests all at time 0: the overload note says so instead of searching a rate there is none of."""
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("".join(f'{{"timestamp": 0, "input_length": {2000 + 10 * i}, "output_length": 64}}\n'
+                             for i in range(300)))
+    out = tmp_path / "tuned.yaml"
+    r = runner.invoke(app, ["tune", "--trace", str(batch), "--slo-ttft", "1000", "--slo-itl", "60", "--sm-group-nums",
+                            "8", "--divisors", "36", "--budgets", "65536", "--workers", "1", "-o", str(out)])
+    assert r.exit_code == 0, r.stderr
+    assert out.exists() and "all arrive at once" in " ".join(r.stdout.split())
+
+
+def test_tune_verdict_calls_a_drain_time_difference_a_tie() -> None:
+    from pdmux_cli.simulate.tune import Candidate, ScheduleRow, TuneResult, TuneRow
+
+    cand = Candidate(PdmuxPolicy().config, "auto, 8 groups, div 36, budget 65536")
+    pd = TuneRow(0, cand, 1.0, 1.7431, 100.0, 20.0, 0)
+    tie = TuneResult([pd], 0, 0, 0, 1, [], [ScheduleRow("mixed-chunk 512", 1.0, 1.7442, 90.0, 15.0)])
+    assert tie.verdict().endswith("a tie on this trace; --enable-pdmux buys nothing here")
+    win = TuneResult([pd], 0, 0, 0, 1, [], [ScheduleRow("mixed-chunk 512", 1.0, 1.70, 90.0, 15.0)])
+    assert win.verdict().endswith("turn on --enable-pdmux")
+    lose = TuneResult([pd], 0, 0, 0, 1, [], [ScheduleRow("mixed-chunk 512", 1.0, 1.80, 90.0, 15.0)])
+    assert lose.verdict().endswith("keep mixed-chunk 512")
+
+
+def test_capacity_notes_and_refusals(tmp_path) -> None:
+    two = tmp_path / "two.csv"
+    two.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,100,20\n"
+                   "2023-11-16 18:15:47.5,100,20\n")
+    r = runner.invoke(app, ["capacity", str(two), "--policies", "chunked", "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert any("too few to measure a sustained rate" in n for n in json.loads(r.stdout)["notes"])
+    assert_one_line_error(runner.invoke(app, ["capacity", AZURE, "--qps", "5"]), 2, "--synthetic")
+    crash = tmp_path / "crash.yaml"  # thresholds from 4 up: a decode batch of 1-3 matches none (0.5.23 crashes)
+    crash.write_text("sm_group_num: 4\nmanual_divisions:\n  - [112, 20, 4]\n  - [96, 36, 10]\n")
+    r = runner.invoke(app, ["capacity", AZURE, "--policies", "chunked", "--config", str(crash), "--json"])
+    assert r.exit_code == 0, r.stderr
+    notes = json.loads(r.stdout)["notes"]
+    assert any(n.startswith("pdmux (crash.yaml): SGLang 0.5.23 crashes with this config") for n in notes)

@@ -3,6 +3,8 @@ table titles wider than their table printed on a line of their own."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
@@ -46,3 +48,14 @@ def test_a_long_title_over_a_narrow_table_stays_one_line() -> None:
     assert r.exit_code == 0, r.stderr
     first = r.stdout.splitlines()[0]
     assert first.startswith("synthetic Poisson 2 req/s") and "Qwen3-8B on H100 SXM5 80GB" in first
+
+
+def test_policies_that_do_not_fit_the_width_come_in_groups() -> None:
+    r = runner.invoke(app, ["simulate", str(Path(__file__).parent / "fixtures" / "azure_conv_50.csv"),
+                            "--chunk-sizes", "512,1024,2048,4096,8192", "--mixed-chunk-sizes", "256,512"],
+                      env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.count("│ SLO met") == 3  # 8 policies in tables of 3 on 80 columns
+    for name in ("pdmux", "chunked 512", "chunked 8192", "mixed-chunk 256", "mixed-chunk 512"):
+        assert name in r.stdout
+    assert "…" not in r.stdout  # no value or header cut off

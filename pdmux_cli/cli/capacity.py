@@ -22,6 +22,7 @@ from .simulate import (
     DURATION_OPTION,
     FORMAT_OPTION,
     GPU_HELP,
+    MAX_PREFILL_DECODE_INTERVAL,
     MAX_REQUESTS_OPTION,
     MODEL_HELP,
     NO_PREFIX_CACHE_OPTION,
@@ -73,6 +74,10 @@ def _point_dict(p: Any) -> dict[str, Any]:
             "ttft_p99_ms": p.ttft_p99_ms, "itl_p99_ms": p.itl_p99_ms, "unfinished": p.unfinished}
 
 
+#: Fewer requests than this cannot show a sustained rate: the whole trace is one burst.
+MIN_REQUESTS = 50
+
+
 @app.command()
 def capacity(
     trace: Path | None = TRACE_ARGUMENT,
@@ -91,6 +96,8 @@ def capacity(
     chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help="Chunk sizes of 'chunked' (default: SGLang's default for the GPU)."),
     mixed_chunk_sizes: str = typer.Option("512", "--mixed-chunk-sizes", help="Chunk sizes of 'mixed-chunk'."),
     config: Path | None = typer.Option(None, "--config", help="Also size pdmux with this YAML (e.g. from 'pdmux tune'), beside SGLang's defaults."),
+    unreleased_fallback: bool = typer.Option(False, "--unreleased-fallback", help="pdmux: where SGLang 0.5.23 crashes (no manual threshold matches), use group 1 as its unreleased branches do."),
+    prefill_decode_interval: int = typer.Option(0, "--prefill-decode-interval", help="chunked, mixed-chunk and prefill-first: decode-only rounds after each prefill batch (SGLang's flag; 0 = off)."),
     slo_ttft: float = typer.Option(1000.0, "--slo-ttft", help="TTFT SLO, ms."),
     slo_itl: float = typer.Option(60.0, "--slo-itl", help="ITL SLO, ms (judged on each request's p99 ITL)."),
     target: float = typer.Option(0.99, "--target", help="Share of requests that must meet the SLO."),
@@ -124,6 +131,11 @@ def capacity(
         raise InputError(f"--policies: unknown {', '.join(unknown) or '(empty)'}; use {', '.join(POLICIES)}")
     if config is not None and "pdmux" not in names:
         names.append("pdmux")
+    if qps is not None and not synthetic:
+        raise InputError("--qps draws --synthetic arrivals; capacity searches a trace file's rate itself")
+    if not 0 <= prefill_decode_interval <= MAX_PREFILL_DECODE_INTERVAL:
+        raise InputError(f"--prefill-decode-interval must be 0 to {MAX_PREFILL_DECODE_INTERVAL:,} decode-only rounds "
+                         f"after each prefill batch, got {prefill_decode_interval}")
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be >= 1, got {workers}")
     if plot is not None and plot.suffix.lower() != ".png":
@@ -139,7 +151,7 @@ def capacity(
                    ignore_eos=ignore_eos, tp=tp)
     if no_prefix_cache:
         setup = without_prefix_cache(setup)
-    workload = _drop_past_context(workload, setup.model)
+    workload = _drop_past_context(workload, setup.model, None, None, duration)
     if "chunked" in names and not chunks:
         from ..sglang_server import default_chunked_prefill_size
 
@@ -149,21 +161,21 @@ def capacity(
     notes: list[str] = []
     for name in dict.fromkeys(names):
         if name == "pdmux":
-            runs.append(PdmuxPolicy())
+            runs.append(PdmuxPolicy(unreleased_fallback=unreleased_fallback))
             paths.append(None)
             if config is not None:
                 cfg, cfg_notes = _pdmux_config(config, None, None, None, None, setup)
-                runs.append(PdmuxPolicy(cfg, name=f"pdmux ({config.name})"))
+                runs.append(PdmuxPolicy(cfg, name=f"pdmux ({config.name})", unreleased_fallback=unreleased_fallback))
                 paths.append(str(config))
                 notes.extend(cfg_notes)
         elif name == "chunked":
-            runs.extend(ChunkedPolicy(c) for c in dict.fromkeys(chunks))
+            runs.extend(ChunkedPolicy(c, prefill_decode_interval) for c in dict.fromkeys(chunks))
             paths.extend(None for _ in dict.fromkeys(chunks))
         elif name == "mixed-chunk":
-            runs.extend(MixedChunkPolicy(c) for c in dict.fromkeys(mixed))
+            runs.extend(MixedChunkPolicy(c, prefill_decode_interval) for c in dict.fromkeys(mixed))
             paths.extend(None for _ in dict.fromkeys(mixed))
         else:
-            runs.append(PrefillFirstPolicy())
+            runs.append(PrefillFirstPolicy(prefill_decode_interval))
             paths.append(None)
 
     # about 10 simulations a policy: the bar's total is a guess, corrected as searches end
@@ -183,9 +195,16 @@ def capacity(
         write_capacity_plot(plot, result, title)
     notes += [workload.bad_rows_text()] if workload.bad_rows else []
     notes += list(workload.notes)
+    if len(workload) < MIN_REQUESTS:
+        notes.append(f"only {len(workload)} requests: too few to measure a sustained rate (their burst drains at any "
+                     f"rate); give a trace of at least {MIN_REQUESTS}")
     for p in result.policies:
         if p.bound == "above":
             notes.append(f"{p.label}: met the target at every rate tried, up to {p.max_rate_rps:.3g} req/s")
+        if any(x.crashed for x in p.points):
+            notes.append(f"{p.label}: SGLang 0.5.23 crashes with this config at some rates (no manual_divisions "
+                         "threshold matches a decode batch; 'pdmux check-config' says which): those runs count as "
+                         "missing the SLO; --unreleased-fallback sizes the unreleased branches' behaviour instead")
         elif p.bound == "below":
             notes.append(f"{p.label}: missed the target at every rate tried, down to {p.points[0].rate_rps:.3g} "
                          "req/s (a single request may already miss the SLO: see pdmux estimate)")

@@ -87,7 +87,10 @@ def _check_number(name: str, value: float | None, minimum: float = 0.0, strict: 
 def _load_workload(trace_path: Path | None, synthetic: bool, fmt: str | None, qps: float | None,
                    rate_scale: float | None, max_requests: int | None, duration: float | None, seed: int,
                    prompt_tokens: str, output_tokens: str) -> Any:
-    """The trace to replay (file or synthetic), reshaped; :class:`InputError` for bad combinations."""
+    """The trace to replay: synthetic (drawn at ``qps``), or a file cut to ``max_requests``; a file is
+    retimed (``qps``, ``rate_scale``) and cut to ``duration`` by :func:`_drop_past_context`, after the
+    requests past the model's context length are dropped, so that ``--qps`` is the rate of the requests
+    simulated (as ``pdmux capacity`` reports it). :class:`InputError` for bad combinations."""
     from ..simulate.traces import load_trace, reshape, synthetic_trace
 
     _check_number("--qps", qps)
@@ -108,7 +111,7 @@ def _load_workload(trace_path: Path | None, synthetic: bool, fmt: str | None, qp
     if trace_path is None:
         raise InputError("give a trace file (Azure CSV, Mooncake JSONL, BurstGPT CSV) or --synthetic --qps N")
     trace = load_trace(trace_path, fmt)
-    return reshape(trace, rate_scale=rate_scale, qps=qps, max_requests=max_requests, duration_s=duration)
+    return reshape(trace, max_requests=max_requests)
 
 
 def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: float | None = None,
@@ -221,11 +224,17 @@ def _pdmux_config(config: Path | None, sm_group_num: int | None, decode_bs_divis
     return cfg, notes
 
 
-def _drop_past_context(workload: Any, model: Any) -> Any:
-    """The trace without requests longer than the model's context length (bad rows, counted)."""
-    from ..simulate.traces import drop_past_context
+def _drop_past_context(workload: Any, model: Any, qps: float | None = None, rate_scale: float | None = None,
+                       duration: float | None = None) -> Any:
+    """The trace without requests longer than the model's context length (bad rows, counted), then,
+    for a trace file, retimed to ``qps`` or by ``rate_scale`` and cut to ``duration`` seconds
+    (:func:`pdmux_cli.simulate.traces.reshape`)."""
+    from ..simulate.traces import drop_past_context, reshape
 
-    return drop_past_context(workload, model.max_position_embeddings, model.name)
+    workload = drop_past_context(workload, model.max_position_embeddings, model.name)
+    if workload.format == "synthetic" or (qps is None and rate_scale is None and duration is None):
+        return workload
+    return reshape(workload, rate_scale=rate_scale, qps=qps, duration_s=duration)
 
 
 def _finite(data: Any) -> Any:
@@ -349,7 +358,7 @@ def simulate(
                    max_running_requests=max_running_requests, tp=tp)
     if no_prefix_cache:
         setup = without_prefix_cache(setup)
-    workload = _drop_past_context(workload, setup.model)
+    workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     if not chunks and "chunked" in names:
         from ..sglang_server import default_chunked_prefill_size
 
@@ -396,6 +405,9 @@ def simulate(
         write_atomic(csv_path, report.per_request_csv(workload, metrics))
     notes = [workload.bad_rows_text()] if workload.bad_rows else []
     notes += [f"{label} not simulated: {exc}" for label, exc in refused]
+    if prefill_decode_interval and "pdmux" in names:
+        notes.append("pdmux: --prefill-decode-interval does not apply (SGLang's pdmux loop runs a decode step every "
+                     "round whatever it prefills)")
     if plot is not None and not any(m.completed for m in metrics):
         notes.append(f"no request completed under any policy: nothing to plot, {plot} not written")
         plot = None
@@ -420,7 +432,8 @@ def simulate(
         })
         return
     con = console()
-    con.print(report.metrics_table(metrics, title, setup.tp))
+    for table in report.metrics_tables(metrics, con.width, title, setup.tp):
+        con.print(table)
     for line in report.group_lines(metrics):
         con.print(line)
     for m in metrics:
@@ -541,7 +554,7 @@ def tuned_config(
         raise InputError("--tune needs --trace FILE, --slo-ttft MS and --slo-itl MS")
     workload = _load_workload(trace, False, fmt, qps, rate_scale, max_requests, duration, 0, "1024", "128")
     setup = _setup(None, model, s_sat=s_sat, calibration=calibration, gpu_profile=gpu_profile, tp=tp)
-    workload = _drop_past_context(workload, setup.model)
+    workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     result = _tune_run(workload, setup, slo_ttft_ms, slo_itl_ms, sm_group_nums, divisors, budgets, True, workers,
                        show and sys.stderr is not None and sys.stderr.isatty())
     if show:
@@ -600,7 +613,7 @@ def tune(
                    tp=tp)
     if no_prefix_cache:
         setup = without_prefix_cache(setup)
-    workload = _drop_past_context(workload, setup.model)
+    workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     result = _tune_run(workload, setup, slo_ttft, slo_itl, sm_group_nums, divisors, budgets, not no_single_levels,
                        workers, _show_progress(as_json))
     best = result.best_row.candidate.config

@@ -27,6 +27,7 @@ from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 
+from .. import pdmux_config as pc
 from ..errors import InputError
 from .engine import Setup
 from .metrics import summarize
@@ -41,7 +42,8 @@ MAX_BRACKET_STEPS = 8
 @dataclass(frozen=True)
 class RatePoint:
     """One simulation: the rate (requests/s), SLO attainment (share), goodput (requests/s meeting the
-    SLO), p99 TTFT and p99 of the requests' p99 ITLs (ms), and the requests that never got a token."""
+    SLO), p99 TTFT and p99 of the requests' p99 ITLs (ms), the requests that never got a token, and
+    whether a simulated SGLang 0.5.23 crash stopped the run (a pdmux config with no matching threshold)."""
 
     rate_rps: float
     slo_attainment: float
@@ -49,6 +51,7 @@ class RatePoint:
     ttft_p99_ms: float
     itl_p99_ms: float
     unfinished: int = 0
+    crashed: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,8 +105,12 @@ class CapacityResult:
         if pd.max_rate_rps > other.max_rate_rps:
             gain = (f"+{pd.max_rate_rps / other.max_rate_rps - 1:.0%}" if other.max_rate_rps > 0
                     else "where it meets the SLO at no rate")
-            launch = "--enable-pdmux" + (f" --pdmux-config-path {shlex.quote(pd.config_path)} --sm-group-num "
-                                         f"{pd.sm_group_num}" if pd.config_path else "") + self._tp_flag()
+            if pd.config_path:
+                flags = pc.launch_flags(pd.config_path, pd.sm_group_num, self.tp)
+            else:  # SGLang's default pdmux config: no YAML, the flags 0.5.23 needs with it
+                flags = ["--enable-pdmux", "--chunked-prefill-size", "-1", "--disable-overlap-schedule"]
+                flags += ["--tp-size", str(self.tp)] if self.tp > 1 else []
+            launch = " ".join(shlex.quote(f) for f in flags)
             return (f"{pd.label} sustains {rate_text(pd)} req/s against {rate_text(other)} for {other.label}: {gain}; "
                     f"enable it with: {launch}")
         if pd.max_rate_rps == other.max_rate_rps:
@@ -139,7 +146,8 @@ def _evaluate(args: tuple) -> RatePoint:
     itl = [x for x in m.per_request["itl_p99_ms"] if not math.isnan(x)]
     itl.sort()
     itl_p99 = itl[math.ceil(0.99 * len(itl)) - 1] if itl else math.nan
-    return RatePoint(rate, m.slo_attainment, m.goodput_rps, m.ttft_ms["p99"], itl_p99, m.requests - m.completed)
+    return RatePoint(rate, m.slo_attainment, m.goodput_rps, m.ttft_ms["p99"], itl_p99, m.requests - m.completed,
+                     m.crashed_at_s is not None)
 
 
 def _fits(trace: Trace, rate: float) -> bool:

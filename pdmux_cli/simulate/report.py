@@ -80,9 +80,29 @@ def share_text(share: float) -> str:
     return ">99.9%" if text == "100.0%" and share < 1 else text
 
 
-def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "", gpus: int = 1) -> Any:
+#: Width of the widest value cell of :func:`metrics_table` (``"12345.6 s"``, ``">99.9%"``).
+VALUE_WIDTH = 8
+
+
+#: Columns a policy takes at most in :func:`metrics_table` (value width, padding and border).
+POLICY_COLUMN_WIDTH = 16
+#: Width of the row-label column with its border.
+LABEL_COLUMN_WIDTH = 21
+
+
+def metrics_tables(metrics: Sequence[PolicyMetrics], width: int, title: str = "", gpus: int = 1) -> list[Any]:
+    """:func:`metrics_table` split into tables of as many policies as fit ``width`` columns side by side
+    (at least one each): a terminal too narrow for every policy gets them in groups, none cut off."""
+    per = max(1, (width - LABEL_COLUMN_WIDTH) // POLICY_COLUMN_WIDTH)
+    groups = [metrics[i:i + per] for i in range(0, len(metrics), per)] or [metrics]
+    best = max((m.slo_attainment for m in metrics), default=0.0)
+    return [metrics_table(group, title if i == 0 else "", gpus, best) for i, group in enumerate(groups)]
+
+
+def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "", gpus: int = 1, best: float | None = None) -> Any:
     """A rich Table: one column per policy, one row per statistic (latencies in ms); the last row says how
-    many GPUs each policy ran on (``gpus``, the tensor-parallel degree)."""
+    many GPUs each policy ran on (``gpus``, the tensor-parallel degree). The SLO attainment equal to
+    ``best`` (default: the best of these policies) is in bold."""
     from rich.table import Table
     from rich.text import Text
 
@@ -90,11 +110,13 @@ def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "", gpus: int =
     caption = (f"latencies in ms (from 10 s on in s); SLO met = TTFT <= {slo.slo_ttft_ms:g} ms and the request's p99 ITL <= "
                f"{slo.slo_itl_ms:g} ms") if slo else None
     table = Table(title=title or None, title_justify="left", caption=caption, caption_justify="left")
-    table.add_column("", justify="left", no_wrap=True)
+    # the values never wrap and keep their width (min_width: a narrow terminal shrinks no figure away);
+    # long policy names wrap in their header instead
+    table.add_column("", justify="left", no_wrap=True, min_width=len("prefix cache hit"))
     for m in metrics:  # a run a simulated SGLang crash stopped says so in its header: its figures are partial
         table.add_column(m.policy + (f" CRASHED at {m.crashed_at_s:.3g} s" if m.crashed_at_s is not None else ""),
-                         justify="right", no_wrap=True)
-    best_att = max((m.slo_attainment for m in metrics), default=0.0)
+                         justify="right", min_width=VALUE_WIDTH)
+    best_att = max((m.slo_attainment for m in metrics), default=0.0) if best is None else best
     for name, key in _LATENCIES:
         for stat in _STATS:
             table.add_row(f"{name} {stat}", *(_ms(getattr(m, key)[stat]) for m in metrics),

@@ -101,20 +101,19 @@ class TuneResult:
 
     def verdict(self) -> str:
         """One line: does the best pdmux config serve more requests within the SLO than SGLang's other
-        schedules (attainment, then goodput to 4 significant digits)?"""
+        schedules (attainment, then goodput; within :data:`VERDICT_GOODPUT_TIE` of each other, a tie)?"""
         best = self.best_row
         if not self.schedules:
             return f"best pdmux config: {best.candidate.description}"
         rival = max(self.schedules, key=lambda r: (r.slo_attainment, _round_goodput(r.goodput_rps)))
-        mine = (best.slo_attainment, _round_goodput(best.goodput_rps))
-        theirs = (rival.slo_attainment, _round_goodput(rival.goodput_rps))
         text = (f"pdmux ({best.candidate.description}) meets the SLO for {best.slo_attainment:.1%} of requests "
                 f"({best.goodput_rps:.3g} req/s); {rival.label} for {rival.slo_attainment:.1%} "
                 f"({rival.goodput_rps:.3g} req/s)")
-        if mine > theirs:
-            return text + ": turn on --enable-pdmux"
-        if mine == theirs:
+        if best.slo_attainment == rival.slo_attainment and math.isclose(
+                best.goodput_rps, rival.goodput_rps, rel_tol=VERDICT_GOODPUT_TIE):
             return text + ": a tie on this trace; --enable-pdmux buys nothing here"
+        if (best.slo_attainment, best.goodput_rps) > (rival.slo_attainment, rival.goodput_rps):
+            return text + ": turn on --enable-pdmux"
         return text + f": keep {rival.label}"
 
     def ranked(self) -> list[TuneRow]:
@@ -125,6 +124,11 @@ class TuneResult:
 #: Goodputs equal to this many significant digits tie: they differ by float noise in the last
 #: finish time (seen: 5.5277145 vs 5.5277225 req/s), and a tie goes to SGLang's defaults.
 GOODPUT_DIGITS = 4
+
+
+#: Goodputs within this share of each other, at equal SLO attainment, are a tie for the verdict: the
+#: difference is when the last request drains, not what the GPU serves (seen: 1.74 vs 1.74 req/s).
+VERDICT_GOODPUT_TIE = 0.01
 
 
 def _round_goodput(goodput: float) -> float:
@@ -254,6 +258,10 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
     bursts = row.ttft_p99_ms > slo_ttft_ms and row.ttft_p99_ms >= QUEUE_GROWTH * longest_ms
     if not (growing or bursts):
         return None
+    if len(trace) < 2 or trace.mean_qps <= 0:  # an offline batch: no rate to lower
+        return (f"the trace's {len(trace)} requests all arrive at once: TTFT p99 {row.ttft_p99_ms / 1e3:.3g} s is "
+                "mostly queueing behind them (send them over time, or size the GPU with pdmux capacity on a trace "
+                "with arrival times)")
     from .capacity import capacity
 
     sized = capacity(trace, setup, [PdmuxPolicy(row.candidate.config)], slo_ttft_ms, slo_itl_ms,
