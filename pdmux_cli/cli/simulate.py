@@ -64,6 +64,10 @@ def parse_chunk_sizes(text: str, what: str) -> list[int]:
 
 
 #: The workload options simulate, tune and capacity share (typer reads these as plain metadata).
+MODEL_OPTION = typer.Option("qwen3-8b", "--model", "-m", help=MODEL_HELP)
+GPU_OPTION = typer.Option(None, "--gpu", "-g", help=GPU_HELP)
+MIXED_CHUNK_SIZES_OPTION = typer.Option("512", "--mixed-chunk-sizes", help="Chunk sizes of 'mixed-chunk'.")
+PREFILL_DECODE_INTERVAL_OPTION = typer.Option(0, "--prefill-decode-interval", help="chunked, mixed-chunk and prefill-first: decode-only rounds after each prefill batch (SGLang's flag; 0 = off).")
 NO_PREFIX_CACHE_OPTION = typer.Option(False, "--no-prefix-cache", help="Turn SGLang's radix cache off (--disable-radix-cache). On by default: prompts of a trace with hash_ids (Mooncake) reuse cached prefixes.")
 TRACE_ARGUMENT = typer.Argument(None, help="Trace file: Azure CSV, Mooncake JSONL or BurstGPT CSV.")
 TRACE_OPTION = typer.Option(None, "--trace", help="The trace file, spelt as tune and gen-config --tune take it.")
@@ -283,12 +287,12 @@ def simulate(
     seed: int = SEED_OPTION,
     prompt_tokens: str = PROMPT_TOKENS_OPTION,
     output_tokens: str = OUTPUT_TOKENS_OPTION,
-    model: str = typer.Option("qwen3-8b", "--model", "-m", help=MODEL_HELP),
-    gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP),
+    model: str = MODEL_OPTION,
+    gpu: str | None = GPU_OPTION,
     policies: str = typer.Option(DEFAULT_POLICIES, "--policies", help="Comma-separated: pdmux, chunked (SGLang's default scheduling), mixed-chunk (--enable-mixed-chunk), prefill-first (--chunked-prefill-size -1)."),
     chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help="Chunk sizes of 'chunked' (default: SGLang's default for the GPU, 8192 on H100/H200)."),
-    mixed_chunk_sizes: str = typer.Option("512", "--mixed-chunk-sizes", help="Chunk sizes of 'mixed-chunk'."),
-    prefill_decode_interval: int = typer.Option(0, "--prefill-decode-interval", help="chunked, mixed-chunk and prefill-first: decode-only rounds after each prefill batch (SGLang's flag; 0 = off)."),
+    mixed_chunk_sizes: str = MIXED_CHUNK_SIZES_OPTION,
+    prefill_decode_interval: int = PREFILL_DECODE_INTERVAL_OPTION,
     config: Path | None = typer.Option(None, "--config", help="pdmux YAML to simulate (default: SGLang's defaults)."),
     sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="Override sm_group_num."),
     decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor", help="Override decode_bs_divisor."),
@@ -571,8 +575,8 @@ def tune(
     trace: Path = typer.Option(..., "--trace", help="Trace file to tune on (Azure CSV, Mooncake JSONL, BurstGPT CSV)."),
     slo_ttft: float = typer.Option(..., "--slo-ttft", help="TTFT SLO, ms."),
     slo_itl: float = typer.Option(..., "--slo-itl", help="ITL SLO, ms (judged on each request's p99 ITL)."),
-    model: str = typer.Option("qwen3-8b", "--model", "-m", help=MODEL_HELP),
-    gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP),
+    model: str = MODEL_OPTION,
+    gpu: str | None = GPU_OPTION,
     fmt: str | None = FORMAT_OPTION,
     qps: float | None = typer.Option(None, "--qps", help="Retime the trace to this many requests/s."),
     rate_scale: float | None = typer.Option(None, "--rate-scale", help="Multiply the trace's arrival rate."),
