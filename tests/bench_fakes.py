@@ -31,7 +31,9 @@ class FakeDriver:
 
     ``driver``: the CUDA version ``cuDriverGetVersion`` reports; ``workqueue``: the bindings know
     WORKQUEUE_CONFIG resources (cuda-python 13.1+); ``wq_limit``: the device's concurrency limit;
-    ``refuse_workqueue``: ``cuGreenCtxCreate`` fails for a descriptor with a work-queue resource.
+    ``refuse_workqueue``: ``cuGreenCtxCreate`` fails for a descriptor with a work-queue resource;
+    ``refuse_at``: a split for that many SMs fails (915); ``has_stream_create=False``: bindings without
+    ``cuGreenCtxStreamCreate`` (streams made by pushing the context).
     A split whose count, rounded up to 8, exceeds its input is refused (915), as the issue describes a
     driver doing. ``calls`` records what was called, in order; ``cuInit`` records the value of
     CUDA_DEVICE_MAX_CONNECTIONS at that moment.
@@ -45,8 +47,10 @@ class FakeDriver:
     )
 
     def __init__(self, total=132, driver=12080, workqueue=False, wq_limit=32, refuse_workqueue=False,
-                 name="NVIDIA H100 80GB HBM3", launch_error=R.CUDA_SUCCESS):
-        self.total, self.driver, self.wq_limit = total, driver, wq_limit
+                 name="NVIDIA H100 80GB HBM3", launch_error=R.CUDA_SUCCESS, refuse_at=None, has_stream_create=True):
+        self.total, self.driver, self.wq_limit, self.refuse_at = total, driver, wq_limit, refuse_at
+        if not has_stream_create:  # cuda-python before 12.5: no cuGreenCtxStreamCreate
+            self.cuGreenCtxStreamCreate = None
         self.refuse_workqueue, self.name, self.launch_error = refuse_workqueue, name, launch_error
         self.calls: list[tuple] = []
         self.live_ctx: dict[int, int] = {}
@@ -105,7 +109,7 @@ class FakeDriver:
     def cuDevSmResourceSplitByCount(self, n, res, flags, min_count):
         self.calls.append(("split", res.sm.smCount, min_count))
         group = max(8, -(-min_count // 8) * 8)
-        if group > res.sm.smCount:
+        if group > res.sm.smCount or min_count == self.refuse_at:
             return R.CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, [], 0, None
         return R.CUDA_SUCCESS, [self._sm(group)], 1, self._sm(res.sm.smCount - group)
 
@@ -138,6 +142,23 @@ class FakeDriver:
         self.calls.append(("gstream", ctx, h))
         return R.CUDA_SUCCESS, h
 
+    def cuCtxFromGreenCtx(self, ctx):
+        return R.CUDA_SUCCESS, ("ctx-of", ctx)
+
+    def cuCtxPushCurrent(self, ctx):
+        self.calls.append(("push", ctx[1]))
+        return (R.CUDA_SUCCESS,)
+
+    def cuStreamCreate(self, flags):
+        h = self._handle()
+        self.live_streams.add(h)
+        self.calls.append(("stream", h))
+        return R.CUDA_SUCCESS, h
+
+    def cuCtxPopCurrent(self):
+        self.calls.append(("pop",))
+        return R.CUDA_SUCCESS, None
+
     def cuStreamSynchronize(self, stream):
         return (R.CUDA_SUCCESS,)
 
@@ -147,6 +168,8 @@ class FakeDriver:
         return (R.CUDA_SUCCESS,)
 
     def cuGreenCtxDestroy(self, ctx):
+        assert not any(c[0] == "gstream" and c[1] == ctx and c[2] in self.live_streams for c in self.calls), \
+            "a green context destroyed before its stream"
         del self.live_ctx[ctx]
         self.calls.append(("destroy-ctx", ctx))
         return (R.CUDA_SUCCESS,)

@@ -6,7 +6,6 @@ Nothing here needs torch (CI has none). What only a GPU can check is in tests/te
 
 from __future__ import annotations
 
-import enum
 import itertools
 import json
 import re
@@ -15,7 +14,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from bench_fakes import FakeStream, fake_workloads
+from bench_fakes import FakeDriver, FakeStream, fake_workloads
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
@@ -460,105 +459,6 @@ def test_cli_bad_out_refused_before_any_device_work(monkeypatch, tmp_path) -> No
 
 
 # ---- green contexts against a fake cuda-python driver --------------------------------------------
-
-
-class R(enum.IntEnum):
-    CUDA_SUCCESS = 0
-    CUDA_ERROR_INVALID_VALUE = 1
-    CUDA_ERROR_NOT_FOUND = 500
-    CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION = 915
-
-
-class FakeDriver:
-    """cuda-python's ``(err, *outs)`` convention; a device of ``total`` SMs, granularity 8 on splits."""
-
-    CUdevResourceType = SimpleNamespace(CU_DEV_RESOURCE_TYPE_SM=1)
-    CUgreenCtxCreate_flags = SimpleNamespace(CU_GREEN_CTX_DEFAULT_STREAM=1)
-    CUstream_flags = SimpleNamespace(CU_STREAM_NON_BLOCKING=1)
-
-    def __init__(self, total=132, refuse_at=None, has_stream_create=True):
-        self.total, self.refuse_at = total, refuse_at
-        self.calls: list[tuple] = []
-        self.live_ctx: dict[int, int] = {}
-        self.live_streams: set[int] = set()
-        self._next = 100
-        self._split_id = 0
-        if not has_stream_create:
-            self.cuGreenCtxStreamCreate = None
-
-    @staticmethod
-    def _res(sms, split=None):
-        return SimpleNamespace(sm=SimpleNamespace(smCount=sms), split=split)
-
-    def _handle(self):
-        self._next += 1
-        return self._next
-
-    def cuDeviceGet(self, index):
-        return R.CUDA_SUCCESS, index
-
-    def cuDeviceGetDevResource(self, dev, kind):
-        return R.CUDA_SUCCESS, self._res(self.total)
-
-    def cuDevSmResourceSplitByCount(self, n, res, flags, min_count):
-        self.calls.append(("split", res.sm.smCount, min_count))
-        if self.refuse_at == min_count:
-            return R.CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, [], 0, None
-        self._split_id += 1
-        group = min(res.sm.smCount, -(-min_count // 8) * 8)
-        sid = self._split_id
-        return R.CUDA_SUCCESS, [self._res(group, sid)], 1, self._res(res.sm.smCount - group, sid)
-
-    def cuDevResourceGenerateDesc(self, resources, n):
-        return R.CUDA_SUCCESS, resources[0]
-
-    def cuGreenCtxCreate(self, desc, dev, flags):
-        h = self._handle()
-        self.live_ctx[h] = desc.sm.smCount
-        self.calls.append(("ctx", desc.sm.smCount, h))
-        return R.CUDA_SUCCESS, h
-
-    def cuGreenCtxGetDevResource(self, ctx, kind):
-        return R.CUDA_SUCCESS, self._res(self.live_ctx[ctx])
-
-    def cuGreenCtxStreamCreate(self, ctx, flags, priority):
-        assert flags == 1
-        h = self._handle()
-        self.live_streams.add(h)
-        self.calls.append(("gstream", ctx, h))
-        return R.CUDA_SUCCESS, h
-
-    def cuCtxFromGreenCtx(self, ctx):
-        return R.CUDA_SUCCESS, ("ctx-of", ctx)
-
-    def cuCtxPushCurrent(self, ctx):
-        self.calls.append(("push", ctx[1]))
-        return (R.CUDA_SUCCESS,)
-
-    def cuStreamCreate(self, flags):
-        h = self._handle()
-        self.live_streams.add(h)
-        self.calls.append(("stream", h))
-        return R.CUDA_SUCCESS, h
-
-    def cuCtxPopCurrent(self):
-        self.calls.append(("pop",))
-        return R.CUDA_SUCCESS, None
-
-    def cuStreamSynchronize(self, stream):
-        return (R.CUDA_SUCCESS,)
-
-    def cuStreamDestroy(self, stream):
-        self.live_streams.remove(stream)
-        self.calls.append(("destroy-stream", stream))
-        return (R.CUDA_SUCCESS,)
-
-    def cuGreenCtxDestroy(self, ctx):
-        assert not any(c[0] == "gstream" and c[1] == ctx and c[2] in self.live_streams for c in self.calls), \
-            "a green context destroyed before its stream"
-        del self.live_ctx[ctx]
-        self.calls.append(("destroy-ctx", ctx))
-        return (R.CUDA_SUCCESS,)
 
 
 def _info(total=132, driver=12080):
