@@ -1,0 +1,152 @@
+"""More than one GPU beyond tensor parallelism: data-parallel replicas and PD disaggregation (xPyD).
+
+Pure functions and frozen dataclasses (no I/O), shared by ``estimate``, ``simulate`` and ``capacity``.
+
+- **Data parallelism** (``--dp N``): N copies of one server (each ``--tp`` GPUs) behind a router.
+  The router's methods are SGLang 0.5.23's ``--load-balance-method`` names
+  (``srt/managers/data_parallel_controller.py``: ``round_robin_scheduler``; ``DPBudget.dispatch`` for
+  ``total_requests``, the replica with the fewest running + waiting requests, ties to the lowest
+  index); ``round_robin`` is SGLang's default (``srt/arg_groups/serving_hook.py``
+  ``handle_load_balance_method``).
+- **PD disaggregation** (``--disagg XPYD``): X prefill instances and Y decode instances, each with the
+  same ``--tp``; a request is prefilled on a prefill instance, its KV cache moves to a decode
+  instance over a link (:class:`KvLink`), and the decode instance streams every output token
+  (SGLang's decode server emits the first one when it merges the transferred request into its
+  running batch without a forward pass: ``srt/disaggregation/decode.py``
+  ``get_next_disagg_decode_batch_to_run``).
+- **The KV link** (:func:`kv_link`): within one node (the deployment's GPUs <= :data:`GPUS_PER_NODE`)
+  the GPU profile's own interconnect (NVLink, or PCIe for PCIe cards), per GPU and direction; across
+  nodes RDMA at :data:`RDMA_BYTES_PER_S` per GPU. Each rank of a TP group sends its own shard of
+  the KV cache over its own link, so a transfer lasts ``latency + rank KV bytes / bandwidth``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from .errors import InputError, short_repr
+
+#: GPUs of one node: an HGX/DGX baseboard holds 8 GPUs on one NVLink fabric (NVIDIA DGX H100/H200 and
+#: HGX B200 user guides). A deployment of more GPUs than this spans nodes.
+GPUS_PER_NODE = 8
+
+#: RDMA bandwidth per GPU and direction across nodes, bytes/s: one 400 Gb/s ConnectX-7 port per GPU
+#: (NVIDIA ConnectX-7 datasheet: 400 Gb/s per port; DGX H100 user guide: eight single-port ConnectX-7
+#: cards for the compute fabric, one per GPU). 400e9 / 8 = 50e9 bytes/s, line rate.
+RDMA_BYTES_PER_S = 400e9 / 8
+
+#: Latency of one transfer across the network, s: NCCL's own tuning constant for a network hop
+#: (NVIDIA/nccl ``src/graph/tuning.cc`` ``hwLat`` NET, Ring/LL: 2.7 us), the same column the GPU
+#: profiles take for NVLink and PCIe.
+RDMA_LATENCY_S = 2.7e-6
+
+#: Link kinds ``--kv-link`` takes (``auto``: :func:`kv_link` picks by node count).
+KV_LINKS = ("auto", "nvlink", "pcie", "rdma")
+
+#: Most instances on either side of ``--disagg`` and most ``--dp`` replicas (a few racks; bounds the work).
+MAX_INSTANCES = 64
+
+#: Load-balance methods of ``--load-balance-method`` (SGLang's names).
+LOAD_BALANCE_METHODS = ("round_robin", "total_requests")
+
+_XPYD = re.compile(r"([0-9]{1,3})P([0-9]{1,3})D", re.IGNORECASE)
+
+
+def parse_xpyd(text: str) -> tuple[int, int]:
+    """``"2P6D"`` -> ``(2, 6)``: prefill and decode instances (case-insensitive). :class:`InputError`
+    unless it is ``XPYD`` with 1 to :data:`MAX_INSTANCES` each."""
+    m = _XPYD.fullmatch(str(text).strip())
+    if not m:
+        raise InputError(f"--disagg takes XPYD, prefill and decode instances, e.g. 1P1D or 2P6D; got {short_repr(text)}")
+    x, y = int(m.group(1)), int(m.group(2))
+    for side, n in (("prefill", x), ("decode", y)):
+        if not 1 <= n <= MAX_INSTANCES:
+            raise InputError(f"--disagg {text}: {side} instances must be 1 to {MAX_INSTANCES}, got {n}")
+    return x, y
+
+
+def check_dp_value(dp: object) -> int:
+    """``dp`` as an int from 1 to :data:`MAX_INSTANCES`; :class:`InputError` otherwise."""
+    if isinstance(dp, bool) or not isinstance(dp, int) or not 1 <= dp <= MAX_INSTANCES:
+        raise InputError(f"--dp must be a number of replicas from 1 to {MAX_INSTANCES}, got {dp!r}")
+    return dp
+
+
+def check_load_balance_method(method: str) -> str:
+    """``method`` lower-cased (``-`` read as ``_``) if it is one of :data:`LOAD_BALANCE_METHODS`."""
+    name = str(method).strip().lower().replace("-", "_")
+    if name not in LOAD_BALANCE_METHODS:
+        raise InputError(f"--load-balance-method: unknown {short_repr(method)}; use {' or '.join(LOAD_BALANCE_METHODS)} "
+                         "(SGLang's names: round robin, or the replica with the fewest outstanding requests)")
+    return name
+
+
+@dataclass(frozen=True)
+class KvLink:
+    """The link a request's KV cache crosses from its prefill instance to its decode instance.
+
+    ``kind``: ``"nvlink"``, ``"pcie"`` or ``"rdma"``. ``bytes_per_s``: bandwidth per GPU and direction
+    (each rank of a TP group sends its shard over its own link). ``latency_s``: per transfer.
+    ``source``: where the figures come from (printed with the results).
+    """
+
+    kind: str
+    bytes_per_s: float
+    latency_s: float
+    source: str
+
+    def transfer_s(self, rank_bytes: float) -> float:
+        """Seconds to move ``rank_bytes`` (one rank's share of a request's KV cache, bytes)."""
+        return self.latency_s + rank_bytes / self.bytes_per_s
+
+    @property
+    def text(self) -> str:
+        """``"NVLink 450 GB/s per GPU, 0.6 us"``."""
+        name = {"nvlink": "NVLink", "pcie": "PCIe", "rdma": "RDMA"}.get(self.kind, self.kind)
+        return f"{name} {self.bytes_per_s / 1e9:g} GB/s per GPU, {self.latency_s * 1e6:.3g} us"
+
+
+def kv_link(gpu, gpus: int, kind: str = "auto", gb_per_s: float | None = None,
+            latency_us: float | None = None) -> KvLink:
+    """The KV link of a deployment of ``gpus`` GPUs of profile ``gpu`` (:class:`pdmux_cli.hardware.Gpu`).
+
+    ``kind``: ``auto`` (the profile's interconnect within a node of :data:`GPUS_PER_NODE`, RDMA
+    across nodes), ``nvlink`` or ``pcie`` (the profile's figures; refused when the profile's link is
+    the other kind), or ``rdma`` (:data:`RDMA_BYTES_PER_S`, :data:`RDMA_LATENCY_S`). ``gb_per_s``
+    (GB/s per GPU and direction) and ``latency_us`` override the figures. Raises :class:`InputError`
+    for an unknown kind, a non-positive override, or a profile without interconnect figures where they
+    are needed.
+    """
+    name = str(kind).strip().lower()
+    if name not in KV_LINKS:
+        raise InputError(f"--kv-link: unknown {short_repr(kind)}; use {', '.join(KV_LINKS)}")
+    for flag, value in (("--kv-link-gb-s", gb_per_s), ("--kv-link-latency-us", latency_us)):
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+                                      and (value > 0 or flag == "--kv-link-latency-us")):
+            raise InputError(f"{flag} must be a finite number {'>= 0' if 'latency' in flag else '> 0'}, got {value}")
+    if name == "auto":
+        name = "rdma" if gpus > GPUS_PER_NODE else (gpu.interconnect or "rdma")
+        why = (f"{gpus} GPUs span nodes of {GPUS_PER_NODE}" if gpus > GPUS_PER_NODE
+               else f"{gpus} GPUs fit one node of {GPUS_PER_NODE}")
+    else:
+        why = "as asked (--kv-link)"
+    if name == "rdma":
+        bw, lat = RDMA_BYTES_PER_S, RDMA_LATENCY_S
+        source = ("RDMA 400 Gb/s per GPU (one ConnectX-7 port per GPU, NVIDIA datasheet), line rate; latency: "
+                  "NCCL tuning.cc hwLat NET")
+    else:
+        if gpu.interconnect != name or not gpu.interconnect_bytes_per_s or not gpu.interconnect_latency_s:
+            have = gpu.interconnect or "no interconnect figures"
+            raise InputError(f"--kv-link {name}: the {gpu.name} profile has {have}; use --kv-link rdma, or give "
+                             "--kv-link-gb-s and --kv-link-latency-us")
+        bw, lat = float(gpu.interconnect_bytes_per_s), float(gpu.interconnect_latency_s)
+        source = f"the {gpu.name} profile's {name} figures per GPU and direction"
+    if gb_per_s is not None:
+        bw = gb_per_s * 1e9
+        source = "--kv-link-gb-s" + ("" if latency_us is not None else f"; latency: {source}")
+    if latency_us is not None:
+        lat = latency_us * 1e-6
+        source += "; latency: --kv-link-latency-us"
+    return KvLink(name, bw, lat, f"{source} ({why})")
