@@ -408,7 +408,9 @@ class RunResult:
     never fit in KV memory. ``unfinished``: requests cut short by an SGLang crash (``crashed_at_s``).
     ``step_end_s``: end time of every decode step. ``end_s``: time of the last event. ``idle_s``: seconds
     the GPU had nothing to run. ``group_time_s``: pdmux only, seconds in each stream group (``groups``).
-    ``counters``: prefill batches, rounds, retractions... ``kv_pool_tokens``: the pool simulated.
+    ``counters``: prefill batches, rounds, retractions... ``kv_pool_tokens``: the pool simulated (one
+    server's). ``gpus``: GPUs the policy ran on; ``layout``: how (``"TP 2"``, ``"DP 4 x TP 2, round_robin"``,
+    ``"1P1D, TP 1 each, round_robin"``; :func:`pdmux_cli.simulate.cluster.layout_text`).
     """
 
     policy: str
@@ -432,6 +434,8 @@ class RunResult:
     unfinished: set[int] = field(default_factory=set)
     crashed_at_s: float | None = None
     kv_pool_tokens: int = 0
+    gpus: int = 1
+    layout: str = "1 GPU"
 
     def finish_s(self, rid: int) -> float:
         """When request ``rid`` produced its last token (s); ``nan`` if it never finished."""
@@ -457,11 +461,12 @@ class Work:
     request, its prompt's hash ids) has any, else ``None``; ``cache_node``: each request's deepest node
     in it; ``cache_hit_tokens`` / ``cache_prompt_tokens``: cached and prompt tokens of trace requests'
     first admissions (SGLang's first-attempt hit rate leaves re-prefills after a retraction out).
+    ``keys``: the prompts' block keys when already computed (replicas of one trace share them).
     """
 
     def __init__(self, arrival: Sequence[float], prompt: Sequence[int], output: Sequence[int],
                  steps: Sequence[int], num_trace: int, capacity_tokens: int, window: int, setup: Setup,
-                 hashes: Sequence[Sequence[int]] = ()) -> None:
+                 hashes: Sequence[Sequence[int]] = (), keys: list | None = None) -> None:
         n = len(arrival)
         self.arrival, self.prompt, self.output, self.steps = arrival, prompt, output, steps
         self.num_trace = num_trace
@@ -492,11 +497,20 @@ class Work:
         self.chunked_done = 0
         self.cache = PrefixCache() if any(hashes) else None
         #: per request, its prompt's blocks as the prefix cache keys them
-        self.keys = [block_keys(h, p) for h, p in zip(hashes, prompt)] if self.cache is not None else []
+        if self.cache is None:
+            self.keys = []
+        else:
+            self.keys = keys if keys is not None else [block_keys(h, p) for h, p in zip(hashes, prompt)]
         self.cache_node = [0] * n if self.cache is not None else []
         self.cache_hit_tokens = 0
         self.cache_prompt_tokens = 0
         self.prefill_passes = 0  # scheduling passes with requests waiting (SGLang's calc_priority calls)
+        # behind a router (pdmux_cli.simulate.cluster): the scheduler pauses before a round starting at
+        # or past `horizon` (s); `open`: more requests may still be routed here; `finished_mark`: requests
+        # finished before the round that is running (the router's count of outstanding requests)
+        self.horizon = math.inf
+        self.open = False
+        self.finished_mark = 0
 
     # ---------------------------------------------------------------------------------------------
     def receive(self, t: float) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import InputError
+from .cluster import DisaggPolicy, layout_text, simulate_disagg, simulate_dp
 from .engine import Progress, RunResult, Setup, build_work
 from .schedulers import (
     ChunkedPolicy,
@@ -19,7 +20,7 @@ from .schedulers import (
 )
 from .traces import Trace
 
-Policy = PdmuxPolicy | ChunkedPolicy | MixedChunkPolicy | PrefillFirstPolicy
+Policy = PdmuxPolicy | ChunkedPolicy | MixedChunkPolicy | PrefillFirstPolicy | DisaggPolicy
 
 
 def simulate(
@@ -28,22 +29,33 @@ def simulate(
     policy: Policy,
     initial_decode: Sequence[tuple[int, int]] = (),
     progress: Progress | None = None,
+    dp: int = 1,
+    load_balance_method: str = "round_robin",
 ) -> RunResult:
     """Replay ``trace`` through ``policy`` on the simulated server of ``setup``.
 
     ``initial_decode``: ``(context_tokens, remaining_decode_steps)`` of requests already decoding at
-    time 0 (appended after the trace's requests in the result). ``progress``: called now and then
-    with the number of finished requests. The KV pool is SGLang's for the policy's chunk size
-    (:meth:`Setup.kv_pool`). Raises :class:`InputError` for a policy SGLang would refuse (no valid
-    split, bad chunk size) or a model that does not fit; requests that can never fit in KV memory are
-    listed in ``RunResult.rejected``, not raised.
+    time 0 (appended after the trace's requests in the result; one server only). ``progress``: called
+    now and then with the number of finished requests. The KV pool is SGLang's for the policy's chunk
+    size (:meth:`Setup.kv_pool`). ``dp``: replicas of the server behind a router
+    (``load_balance_method``; :func:`pdmux_cli.simulate.cluster.simulate_dp`); a
+    :class:`~pdmux_cli.simulate.cluster.DisaggPolicy` runs its own instances (``dp`` does not apply).
+    Raises :class:`InputError` for a policy SGLang would refuse (no valid split, bad chunk size) or a
+    model that does not fit; requests that can never fit in KV memory are listed in
+    ``RunResult.rejected``, not raised.
     """
+    if (dp != 1 or policy.kind == "disagg") and initial_decode:
+        raise InputError("a running decode batch at time 0 is simulated on one server only (no --dp, no disagg)")
     if policy.kind in ("chunked", "mixed-chunk") and policy.chunk_tokens < 1:
         raise InputError(f"chunk size must be >= 1 token, got {policy.chunk_tokens}")
     if isinstance(policy, PdmuxPolicy):
         for name in ("split_forward_token_budget", "decode_bs_divisor"):
             if getattr(policy.config, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(policy.config, name)}")
+    if policy.kind == "disagg":
+        return simulate_disagg(trace, setup, policy, progress)
+    if dp != 1:
+        return simulate_dp(trace, setup, policy, dp, load_balance_method, progress)
     pool = setup.kv_pool(policy.chunk_tokens)
     work = build_work(trace, setup, pool.tokens, initial_decode)
     if policy.kind == "pdmux":
@@ -70,6 +82,7 @@ def simulate(
         idle_s=extra["idle_s"], num_trace_requests=work.num_trace, notes=notes, groups=extra.get("groups"),
         group_time_s=extra.get("group_time_s"), counters=extra.get("counters", {}), stints=work.stints,
         unfinished=extra.get("unfinished", set()), crashed_at_s=extra.get("crashed_at_s"), kv_pool_tokens=pool.tokens,
+        gpus=setup.tp, layout=layout_text(setup.tp),
     )
 
 

@@ -48,6 +48,7 @@ is asked for by name.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .. import policy as pol
@@ -144,9 +145,41 @@ def _idle_until_next(work: Work, t: float) -> float | None:
     return max(t, nxt)
 
 
+def _wait_for_arrival(work: Work, t: float):
+    """Generator: the next arrival time (s) when the server has nothing to run (its ``return`` value),
+    ``None`` when the run is over. Behind a router (``work.open``) with nothing routed to it yet, it
+    yields ``math.inf`` (idle, waiting) until the router gives it a request or closes it."""
+    nxt = _idle_until_next(work, t)
+    while nxt is None and work.open:
+        yield math.inf
+        nxt = work.next_arrival()
+        if nxt is not None:
+            nxt = max(t, nxt)
+    return nxt
+
+
+def drive(rounds) -> dict:
+    """Run a scheduler generator (:func:`baseline_rounds`, :func:`pdmux_rounds`,
+    :func:`decode_instance_rounds`) to its end; returns its extras. A lone server (``work.horizon``
+    infinite, ``work.open`` false) never pauses, so this is one call."""
+    try:
+        while True:
+            next(rounds)
+    except StopIteration as stop:
+        return stop.value
+
+
 def run_baseline(work: Work, setup: Setup, policy: Baseline, progress: Progress | None = None) -> dict:
     """Simulate SGLang's default loop for ``policy`` (module docstring). Returns the extras for
     :class:`~pdmux_cli.simulate.engine.RunResult`: end time, idle seconds, counters, notes."""
+    return drive(baseline_rounds(work, setup, policy, progress))
+
+
+def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progress | None = None):
+    """:func:`run_baseline` as a generator: before a round that starts at or past ``work.horizon`` (s)
+    it yields that round's start time and waits (a router routes the arrivals up to then, see
+    :mod:`pdmux_cli.simulate.cluster`); idle behind an open router it yields ``math.inf``. Its return
+    value is :func:`run_baseline`'s."""
     step_model = setup.step_model
     chunk = policy.chunk_tokens if policy.chunk_tokens > 0 else None
     mixed = policy.mixed
@@ -163,7 +196,12 @@ def run_baseline(work: Work, setup: Setup, policy: Baseline, progress: Progress 
     defer = 0
     prefill_batches = mixed_steps = 0
     next_progress = PROGRESS_EVERY
+    horizon = work.horizon
     while True:
+        if t >= horizon:
+            yield t
+            horizon = work.horizon
+        work.finished_mark = work.finished
         work.receive(t)
         n = batch.n
         if not n:
@@ -215,7 +253,7 @@ def run_baseline(work: Work, setup: Setup, policy: Baseline, progress: Progress 
             continue
         if work.chunked_rid >= 0 or (work.waiting and deferred):
             continue  # deferred rounds with nothing to decode (an idle round each, the last one included)
-        nxt = _idle_until_next(work, t)
+        nxt = yield from _wait_for_arrival(work, t)
         if nxt is None:
             break
         idle += nxt - t
@@ -229,6 +267,11 @@ def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress 
     """Simulate SGLang's pdmux loop over ``work`` (see the module docstring). Returns the extras
     for :class:`~pdmux_cli.simulate.engine.RunResult`: end time, idle seconds, groups, time per group,
     counters, notes and, when 0.5.23 would crash, the time and the requests cut short."""
+    return drive(pdmux_rounds(work, setup, policy, progress))
+
+
+def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None):
+    """:func:`run_pdmux` as a generator, pausing as :func:`baseline_rounds` does."""
     step_model = setup.step_model
     cfg = policy.config
     total = setup.total_sms
@@ -263,8 +306,13 @@ def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress 
     stream_free = 0.0
     finished_last_round = False
     next_progress = PROGRESS_EVERY
+    horizon = work.horizon
 
     while True:
+        if t >= horizon:
+            yield t
+            horizon = work.horizon
+        work.finished_mark = work.finished
         work.receive(t)
         if not batch.n:
             work.batch_full = False
@@ -311,7 +359,7 @@ def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress 
                 pf = None
                 group = last if batch.n else 0
                 continue
-            nxt = _idle_until_next(work, t)
+            nxt = yield from _wait_for_arrival(work, t)
             if nxt is None:
                 break
             idle += nxt - t
@@ -366,3 +414,78 @@ def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress 
         notes.append(plan.note)
     return {"end_s": t, "idle_s": idle, "groups": groups, "group_time_s": group_time, "counters": counters,
             "notes": notes, "crashed_at_s": crashed_at, "unfinished": unfinished}
+
+
+def decode_instance_rounds(work: Work, setup: Setup, progress: Progress | None = None):
+    """A PD-disaggregation decode instance (SGLang 0.5.23 ``--disaggregation-mode decode``), as a generator
+    pausing as :func:`baseline_rounds` does. Requests arrive (``work.arrival``) when their KV cache has
+    been transferred; each round the waiting ones are admitted by KV memory (the same admission as a
+    prefill batch, :meth:`Work.form_prefill_batch`) and merged into the running batch without a forward
+    pass, their first token streamed then (``srt/disaggregation/decode.py``
+    ``get_next_disagg_decode_batch_to_run``: the prebuilt batch), then one decode step runs on the whole
+    GPU; a round lasts ``max(GPU, CPU)`` with the overlap scheduler. A request retracted for KV memory
+    is prefilled again here (prompt and the outputs it had) when readmitted. Returns the extras of
+    :class:`~pdmux_cli.simulate.engine.RunResult`."""
+    step_model = setup.step_model
+    total = setup.total_sms
+    graph_max = setup.graph_max_bs
+    overlap = not setup.disable_overlap
+    cpu_s = step_model.decode_cpu_s
+    decode_s = step_model.decode_s
+    batch = work.batch
+    ends = work.ends
+    generated = work.generated
+    t = 0.0
+    idle = 0.0
+    admissions = reprefills = 0
+    next_progress = PROGRESS_EVERY
+    horizon = work.horizon
+    while True:
+        if t >= horizon:
+            yield t
+            horizon = work.horizon
+        work.finished_mark = work.finished
+        work.receive(t)
+        if not batch.n:
+            work.batch_full = False
+        completing = []
+        if work.waiting and not work.batch_full:
+            seqs, completing = work.form_prefill_batch(None)
+            if completing:
+                admissions += 1
+                again = [seq for seq, rid in zip(seqs, completing) if generated[rid]]
+                if again:  # retracted here earlier: their KV is recomputed
+                    reprefills += len(again)
+                    gpu = step_model.prefill_s(total, again)
+                    cpu = cpu_s(len(again))
+                    t += max(gpu, cpu) if overlap else gpu + cpu
+                work.first_tokens(completing, t)
+        n = batch.n
+        if n:
+            if work.check_decode_memory():
+                n = batch.n
+            else:
+                work.decay_ratio()
+            gpu = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
+            cpu = cpu_s(n)
+            t += max(gpu, cpu) if overlap else gpu + cpu
+            step = len(ends)
+            ends.append(t)
+            finished = batch.complete(step)
+            if finished:
+                work.release(finished)
+                work.batch_full = False
+            if progress is not None and step >= next_progress:
+                next_progress += PROGRESS_EVERY
+                progress(work.finished)
+            continue
+        if completing and work.waiting:
+            continue  # admitted requests that finished at once (one output token): admit more next round
+        nxt = yield from _wait_for_arrival(work, t)
+        if nxt is None:
+            break
+        idle += nxt - t
+        t = nxt
+    return {"end_s": t, "idle_s": idle, "notes": [],
+            "counters": {"steps": len(ends), "admission_rounds": admissions, "re_prefills": reprefills,
+                         "retracted_requests": work.retractions}}

@@ -1,0 +1,370 @@
+"""Several servers: data-parallel replicas behind a router, and PD disaggregation (xPyD).
+
+Pure Python and deterministic, on the schedulers of :mod:`pdmux_cli.simulate.schedulers` run as
+generators (one per server, all on one clock):
+
+- **The router** (:func:`route`) takes the trace's requests in arrival order. Before it places a
+  request arriving at ``a`` it runs every server up to ``a`` (each pauses before its first round starting
+  at or after ``a``), so that it sees their state then: ``round_robin`` takes the servers in turn;
+  ``total_requests`` takes the one with the fewest outstanding requests (routed, not finished by
+  ``a``; ties to the lowest index). SGLang 0.5.23's ``DPBudget`` counts running + waiting requests
+  from load snapshots the schedulers publish (``srt/managers/data_parallel_controller.py``), a moment
+  old; here the count is exact. A server whose SGLang crashed (0.5.23's pdmux UnboundLocalError) takes
+  no more requests; with none left, the rest are unfinished.
+- **Data parallelism** (:func:`simulate_dp`): ``dp`` copies of the server of ``setup`` (each ``setup.tp``
+  GPUs, its own KV pool and prefix cache) running the same policy.
+- **PD disaggregation** (:func:`simulate_disagg`): X prefill instances run SGLang's prefill-first
+  loop on the whole GPU, each request to its first token only (the KV cache is held until the prefill
+  ends, then freed: the time it waits for its transfer is not charged to the pool); each request's KV
+  cache (its prompt's tokens, one rank's share per GPU) then crosses the prefill instance's link, one
+  transfer after another in order of prefill end (:class:`pdmux_cli.disaggregation.KvLink`); Y decode
+  instances receive them when the transfer ends (:func:`~pdmux_cli.simulate.schedulers.decode_instance_rounds`:
+  admitted by KV memory, first token streamed on admission, decode on the whole GPU; no prefix cache).
+  The receiving side's link is not modelled as a bottleneck.
+
+The result is one :class:`~pdmux_cli.simulate.engine.RunResult` over every request of the trace, as for
+one server: the servers' decode steps one after another in ``step_end_s`` (a request's steps are all on
+one server, so its ITLs are the same), idle time averaged over the GPUs, counters summed.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from .. import sglang_server as sgl
+from ..disaggregation import MAX_INSTANCES, KvLink, check_dp_value, check_load_balance_method
+from ..errors import InputError
+from .engine import Progress, RunResult, Setup, Work, build_work
+from .schedulers import (
+    PdmuxPolicy,
+    PrefillFirstPolicy,
+    baseline_rounds,
+    decode_instance_rounds,
+    pdmux_rounds,
+)
+from .traces import Trace
+
+
+@dataclass(frozen=True)
+class DisaggPolicy:
+    """PD disaggregation: ``prefill`` instances and ``decode`` instances (each ``setup.tp`` GPUs), the
+    KV cache crossing ``link``; ``load_balance_method`` routes requests to the instances of each side."""
+
+    prefill: int
+    decode: int
+    link: KvLink
+    load_balance_method: str = "round_robin"
+
+    kind = "disagg"
+    chunk_tokens = -1
+
+    @property
+    def label(self) -> str:
+        """``"disagg 1P1D"``."""
+        return f"disagg {self.prefill}P{self.decode}D"
+
+
+def layout_text(tp: int, dp: int = 1, xpyd: tuple[int, int] | None = None, method: str = "round_robin") -> str:
+    """How a policy used its GPUs: ``"1 GPU"``, ``"TP 2"``, ``"DP 4 x TP 2, round_robin"``,
+    ``"1P1D, TP 1 each, round_robin"``."""
+    if xpyd is not None:
+        return f"{xpyd[0]}P{xpyd[1]}D, TP {tp} each, {method}"
+    if dp > 1:
+        return f"DP {dp} x TP {tp}, {method}"
+    return f"TP {tp}" if tp > 1 else "1 GPU"
+
+
+def route(servers: Sequence, works: Sequence[Work], order: Sequence[int], arrival: Sequence[float],
+          method: str) -> tuple[list[dict | None], list[int], list[int]]:
+    """Run the scheduler generators ``servers`` (one per :class:`Work` of ``works``) behind one router.
+
+    ``order``: the requests to route (rids), in non-decreasing ``arrival`` (s). ``method``:
+    ``round_robin`` or ``total_requests`` (module docstring). Returns ``(extras per server, server of
+    each routed rid (-1: never routed: every server had crashed), rids in order never routed)``.
+    """
+    n = len(servers)
+    times = [0.0] * n
+    extras: list[dict | None] = [None] * n
+    live = list(range(n))
+    assigned = [0] * n
+    where: dict[int, int] = {}
+    unrouted: list[int] = []
+    turn = 0
+    least = method == "total_requests"
+
+    def resume(i: int) -> None:
+        try:
+            times[i] = next(servers[i])
+        except StopIteration as stop:
+            extras[i] = stop.value
+            live.remove(i)
+
+    for work in works:
+        work.open = True
+    for rid in order:
+        a = arrival[rid]
+        for i in list(live):
+            works[i].horizon = a
+            while i in live and times[i] < a:
+                resume(i)
+        if not live:
+            unrouted.append(rid)
+            continue
+        if least:
+            best, best_load = live[0], math.inf
+            for i in live:
+                work = works[i]
+                done = work.finished if times[i] <= a else work.finished_mark
+                load = assigned[i] - done
+                if load < best_load:
+                    best, best_load = i, load
+            i = best
+        else:
+            i = live[turn % len(live)]
+            turn += 1
+        works[i].order.append(rid)
+        assigned[i] += 1
+        where[rid] = i
+        if times[i] == math.inf:  # idle, waiting: it takes the request now
+            resume(i)
+    for i in range(n):
+        works[i].open = False
+        works[i].horizon = math.inf
+    for i in list(live):
+        while i in live:
+            resume(i)
+    return extras, [where.get(rid, -1) for rid in range(len(arrival))], unrouted
+
+
+def _routed_works(trace: Trace, setup: Setup, pool_tokens: int, count: int) -> list[Work]:
+    """``count`` empty servers for ``trace`` (each gets the requests routed to it), sharing the prompts'
+    prefix-cache keys."""
+    works = [build_work(trace, setup, pool_tokens)]
+    keys = works[0].keys or None
+    for _ in range(count - 1):
+        works.append(_copy_work(trace, setup, pool_tokens, keys))
+    for work in works:
+        work.order = []
+        work.next = 0
+    return works
+
+
+def _copy_work(trace: Trace, setup: Setup, pool_tokens: int, keys: list | None) -> Work:
+    if keys is None:
+        return build_work(trace, setup, pool_tokens)
+    from .engine import Work as _Work
+
+    window = setup.model.sliding_window if setup.model.num_sliding_layers else 0
+    steps = [o - 1 for o in trace.output_tokens]
+    return _Work(list(trace.arrival_s), list(trace.prompt_tokens), list(trace.output_tokens), steps, len(trace),
+                 pool_tokens, window, setup, list(trace.hash_ids), keys=keys)
+
+
+def _progress_of(works: Sequence[Work], progress: Progress | None) -> Progress | None:
+    if progress is None:
+        return None
+    return lambda _done: progress(sum(w.finished for w in works))
+
+
+def _merge(label: str, kind: str, trace: Trace, works: Sequence[Work], extras: Sequence[dict | None],
+           where: Sequence[int], gpus_per_server: int, *, arrival: Sequence[float] | None = None,
+           rejected: Sequence[int] = (), extra_idle: Sequence[tuple[float, float]] = (),
+           unrouted: Sequence[int] = ()) -> dict:
+    """The fields of one :class:`RunResult` from servers' works (module docstring). ``where``: server
+    of each request. ``extra_idle``: ``(idle s, end s)`` of other GPUs (prefill instances) to average in."""
+    n = len(trace)
+    offsets, ends = [], array("d")
+    for work in works:
+        offsets.append(len(ends))
+        ends.extend(work.ends)
+    first_token = [math.nan] * n
+    first_step = [-1] * n
+    stints: dict[int, list[tuple[float, int, int]]] = {}
+    for rid in range(n):
+        i = where[rid]
+        if i < 0:
+            continue
+        work, off = works[i], offsets[i]
+        first_token[rid] = work.first_token[rid]
+        fs = work.first_step[rid]
+        first_step[rid] = fs + off if fs >= 0 else -1
+        if rid in work.stints:
+            stints[rid] = [(t0, s0 + off, k) for t0, s0, k in work.stints[rid]]
+    unfinished: set[int] = set(unrouted)
+    crashed = [e["crashed_at_s"] for e in extras if e and e.get("crashed_at_s") is not None]
+    notes: list[str] = []
+    counters: dict = {}
+    group_time = None
+    groups = None
+    for i, e in enumerate(extras):
+        if not e:
+            continue
+        unfinished |= set(e.get("unfinished", ()))
+        for note in e.get("notes", []):
+            text = f"server {i}: {note}" if e.get("crashed_at_s") is not None else note
+            if text not in notes:
+                notes.append(text)
+        for key, value in e.get("counters", {}).items():
+            counters[key] = counters.get(key, 0) + value
+        if e.get("group_time_s") is not None:
+            groups = e["groups"]
+            group_time = [a + b for a, b in zip(group_time, e["group_time_s"])] if group_time else list(e["group_time_s"])
+    end = max([e["end_s"] for e in extras if e] + [x[1] for x in extra_idle] + [0.0])
+    idles = [e["idle_s"] + (end - e["end_s"]) for e in extras if e] + [i + (end - e_) for i, e_ in extra_idle]
+    if unrouted:
+        notes.append(f"every server had crashed: {len(unrouted)} request(s) never routed (counted as missing the SLO)")
+    return {
+        "policy": label, "kind": kind, "arrival_s": list(arrival if arrival is not None else trace.arrival_s),
+        "prompt_tokens": list(trace.prompt_tokens), "output_tokens": list(trace.output_tokens),
+        "decode_steps": [o - 1 for o in trace.output_tokens], "first_token_s": first_token, "first_step": first_step,
+        "rejected": sorted(set(rejected)), "step_end_s": ends, "end_s": end,
+        "idle_s": sum(idles) / len(idles) if idles else 0.0, "num_trace_requests": n, "notes": notes,
+        "groups": groups, "group_time_s": group_time, "counters": counters, "stints": stints,
+        "unfinished": unfinished, "crashed_at_s": min(crashed) if crashed else None,
+        "kv_pool_tokens": works[0].capacity if works else 0,
+    }
+
+
+def simulate_dp(trace: Trace, setup: Setup, policy, dp: int, method: str = "round_robin",
+                progress: Progress | None = None) -> RunResult:
+    """Replay ``trace`` on ``dp`` replicas of the server of ``setup`` running ``policy`` (a
+    :class:`~pdmux_cli.simulate.schedulers.PdmuxPolicy` or a baseline) behind a router (``method``:
+    ``round_robin`` or ``total_requests``). Returns one :class:`RunResult` over every request, with
+    ``gpus = dp x setup.tp``. Raises :class:`InputError` for a bad ``dp`` or method, or when the model
+    does not fit."""
+    check_dp_value(dp)
+    method = check_load_balance_method(method)
+    pool = setup.kv_pool(policy.chunk_tokens)
+    works = _routed_works(trace, setup, pool.tokens, dp)
+    rejected = set(works[0].rejected)
+    order = [rid for rid in range(len(trace)) if rid not in rejected]
+    tick = _progress_of(works, progress)
+    if policy.kind == "pdmux":
+        servers = [pdmux_rounds(w, setup, policy, tick) for w in works]
+    else:
+        servers = [baseline_rounds(w, setup, policy, tick) for w in works]
+    extras, where, unrouted = route(servers, works, order, trace.arrival_s, method)
+    fields = _merge(policy.label, policy.kind, trace, works, extras, where, setup.tp,
+                    rejected=works[0].rejected, unrouted=unrouted)
+    _note_pool(fields, works, pool)
+    if progress is not None:
+        progress(sum(w.finished for w in works))
+    return RunResult(**fields, gpus=dp * setup.tp, layout=layout_text(setup.tp, dp, method=method))
+
+
+def _note_pool(fields: dict, works: Sequence[Work], pool, what: str = "") -> None:
+    """The notes :func:`pdmux_cli.simulate.runner.simulate` gives one server, for the replicas."""
+    if works[0].rejected:
+        first = works[0].rejected[0]
+        fields["notes"].insert(0, (
+            f"{len(works[0].rejected)} request(s) can never fit in the {what}KV pool ({works[0].capacity:,} tokens at "
+            f"mem_fraction_static {pool.mem_fraction_static:g}): first is request {first} with "
+            f"{works[0].prompt[first]} + {works[0].output[first]} tokens; counted as missing the SLO"))
+    retracted = sum(w.retractions for w in works)
+    if retracted:
+        fields["notes"].append(f"{retracted} retraction(s): requests sent back to the queue when decode ran out of KV "
+                               "slots, prefilled again with their outputs (SGLang's retract_decode)")
+
+
+def transfer_ends(prefill_end: Sequence[float], instance: Sequence[int], rank_bytes: Sequence[float],
+                  link: KvLink) -> tuple[list[float], list[float]]:
+    """When each request's KV cache reaches its decode instance (s; ``nan`` where ``prefill_end`` is
+    ``nan``), with every prefill instance's transfers one after another in order of prefill end (ties
+    by request index), and how long each waited for its link (s). ``instance``: the prefill instance of
+    each request; ``rank_bytes``: one rank's share of its KV cache, bytes."""
+    n = len(prefill_end)
+    done = [math.nan] * n
+    queued = [0.0] * n
+    free: dict[int, float] = {}
+    for rid in sorted((r for r in range(n) if not math.isnan(prefill_end[r])), key=lambda r: (prefill_end[r], r)):
+        start = max(prefill_end[rid], free.get(instance[rid], 0.0))
+        queued[rid] = start - prefill_end[rid]
+        done[rid] = start + link.transfer_s(rank_bytes[rid])
+        free[instance[rid]] = done[rid]
+    return done, queued
+
+
+def simulate_disagg(trace: Trace, setup: Setup, policy: DisaggPolicy, progress: Progress | None = None,
+                    rank_kv_bytes_per_token: float | None = None) -> RunResult:
+    """Replay ``trace`` on ``policy.prefill`` prefill and ``policy.decode`` decode instances (module
+    docstring). ``rank_kv_bytes_per_token``: one rank's KV bytes per token (default: ``setup``'s).
+    Returns one :class:`RunResult` (``gpus = (X + Y) x setup.tp``); TTFT is prefill, queueing, transfer
+    and the decode instance's admission. Raises :class:`InputError` when the model does not fit."""
+    method = check_load_balance_method(policy.load_balance_method)
+    for side, count in (("prefill", policy.prefill), ("decode", policy.decode)):
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_INSTANCES:
+            raise InputError(f"--disagg: {side} instances must be 1 to {MAX_INSTANCES}, got {count!r}")
+    n = len(trace)
+    kv_token = setup.kv_bytes_per_token if rank_kv_bytes_per_token is None else rank_kv_bytes_per_token
+    # prefill side: every request to its first token
+    prefill_trace = replace(trace, output_tokens=tuple([1] * n))
+    pool = setup.kv_pool(-1)
+    p_works = _routed_works(prefill_trace, setup, pool.tokens, policy.prefill)
+    decode_setup = replace(setup, prefix_cache=False)
+    d_pool = decode_setup.kv_pool(-1)
+    # a request the decode pool can never hold is refused before its prefill (SGLang's decode side
+    # refuses it at pre-allocation)
+    clip = sgl.CLIP_MAX_NEW_TOKENS
+    never = {rid for rid in range(n)
+             if trace.prompt_tokens[rid] + trace.output_tokens[rid] > d_pool.tokens
+             or trace.prompt_tokens[rid] + min(trace.output_tokens[rid], clip) + 1 >= d_pool.tokens}
+    rejected = set(p_works[0].rejected) | never
+    order = [rid for rid in range(n) if rid not in rejected]
+    all_works: list[Work] = list(p_works)
+    tick = _progress_of(all_works, None)
+    servers = [baseline_rounds(w, setup, PrefillFirstPolicy(), tick) for w in p_works]
+    p_extras, p_where, p_unrouted = route(servers, p_works, order, trace.arrival_s, method)
+    prefill_end = [p_works[i].first_token[rid] if i >= 0 else math.nan for rid, i in enumerate(p_where)]
+    rank_bytes = [trace.prompt_tokens[rid] * kv_token for rid in range(n)]
+    arrive, queued = transfer_ends(prefill_end, p_where, rank_bytes, policy.link)
+    # decode side: requests arrive when their KV cache has
+    d_trace = replace(trace, arrival_s=tuple(0.0 if math.isnan(x) else x for x in arrive), hash_ids=())
+    d_works = _routed_works(d_trace, decode_setup, d_pool.tokens, policy.decode)
+    for work in d_works:
+        work.max_prefill_tokens = 1 << 62  # transferred requests join without a prefill batch's token limit
+    d_order = sorted((rid for rid in order if not math.isnan(arrive[rid])), key=lambda r: (arrive[r], r))
+    tick = _progress_of(d_works, progress)
+    servers = [decode_instance_rounds(w, decode_setup, tick) for w in d_works]
+    d_extras, d_where, d_unrouted = route(servers, d_works, d_order, d_works[0].arrival, method)
+    fields = _merge(policy.label, policy.kind, trace, d_works, d_extras, d_where, setup.tp,
+                    rejected=rejected, extra_idle=[(e["idle_s"], e["end_s"]) for e in p_extras if e],
+                    unrouted=list(p_unrouted) + list(d_unrouted))
+    for key in ("prefill_batches", "prefix_cache_hit_tokens", "prefix_cache_prompt_tokens",
+                "prefix_cache_evicted_tokens"):
+        total = sum(e["counters"].get(key, 0) for e in p_extras if e)
+        if any(key in e["counters"] for e in p_extras if e):
+            fields["counters"][key] = total
+    fields["counters"]["retracted_requests"] = sum(w.retractions for w in d_works)
+    moved = [rid for rid in range(n) if not math.isnan(arrive[rid])]
+    if moved:
+        times = sorted(arrive[r] - prefill_end[r] - queued[r] for r in moved)
+        waits = sorted(queued[r] for r in moved)
+        fields["counters"]["kv_transfer_ms_mean"] = sum(times) / len(times) * 1e3
+        fields["counters"]["kv_transfer_ms_max"] = times[-1] * 1e3
+        fields["counters"]["kv_link_wait_ms_mean"] = sum(waits) / len(waits) * 1e3
+        fields["notes"].append(
+            f"KV cache over {policy.link.text} ({policy.link.source}): transfer mean {sum(times) / len(times) * 1e3:.2f} ms, "
+            f"max {times[-1] * 1e3:.2f} ms; waiting for the prefill instance's link mean "
+            f"{sum(waits) / len(waits) * 1e3:.2f} ms")
+    if never - set(p_works[0].rejected):
+        first = min(never)
+        fields["notes"].insert(0, (
+            f"{len(never)} request(s) can never fit in a decode instance's KV pool ({d_pool.tokens:,} tokens): first "
+            f"is request {first} with {trace.prompt_tokens[first]} + {trace.output_tokens[first]} tokens; counted as "
+            "missing the SLO"))
+    if p_works[0].rejected:
+        _note_pool(fields, p_works, pool, "prefill instance's ")
+    retracted = fields["counters"]["retracted_requests"]
+    if retracted:
+        fields["notes"].append(f"{retracted} retraction(s) on the decode instances: requests sent back to their queue "
+                               "when decode ran out of KV slots, prefilled again there")
+    fields["kv_pool_tokens"] = d_pool.tokens
+    if progress is not None:
+        progress(sum(w.finished for w in d_works))
+    return RunResult(**fields, gpus=(policy.prefill + policy.decode) * setup.tp,
+                     layout=layout_text(setup.tp, xpyd=(policy.prefill, policy.decode), method=method))
+
+__all__ = ["DisaggPolicy", "layout_text", "route", "simulate_disagg", "simulate_dp", "transfer_ends"]
