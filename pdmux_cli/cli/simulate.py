@@ -12,6 +12,7 @@ import math
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,75 @@ from .common import (
 
 GPU_HELP = "GPU profile: alias (h100, h200, a100, b200, ...), reported name, or my-gpu.yaml. Default: h100."
 MODEL_HELP = "Model profile name or path to a Hugging Face config.json."
-POLICIES = ("pdmux", "chunked", "mixed-chunk", "prefill-first")
+POLICIES = ("pdmux", "chunked", "mixed-chunk", "prefill-first", "disagg")
 #: The policies compared by default: pdmux against SGLang's default scheduling and mixed chunks.
 DEFAULT_POLICIES = "pdmux,chunked,mixed-chunk"
 COST_MODEL_HELP = "roofline (fitted to measurements) or chapter (the chapter's illustrative model)."
 TP_HELP = ("Tensor parallelism: GPUs of one server the model is sharded over, as SGLang's --tp-size (1-8); "
            "the server is simulated as one of its ranks (every rank runs the same batches), memory per GPU.")
+
+
+DP_HELP = ("Data-parallel replicas of the server behind a router, each --tp GPUs (SGLang's --dp-size, or servers "
+           "behind sgl-router). Default 1, or X+Y with --disagg, so that every policy has the same GPUs.")
+LOAD_BALANCE_HELP = ("How the router picks a replica (and, with --disagg, an instance on each side): round_robin "
+                     "(SGLang's default) or total_requests (the fewest outstanding requests), SGLang's names.")
+DISAGG_HELP = ("Add PD disaggregation: XPYD prefill and decode instances (1P1D, 2P6D), each --tp GPUs; prefill-first on "
+               "the prefill instances, the KV cache moved over --kv-link, decode on the decode instances.")
+KV_LINK_HELP = ("--disagg: the link each GPU's share of a KV cache crosses: auto (the GPU's NVLink or PCIe when all "
+                "GPUs fit one node of 8, else RDMA 400 Gb/s per GPU), nvlink, pcie or rdma.")
+DP_OPTION = typer.Option(None, "--dp", help=DP_HELP)
+LOAD_BALANCE_OPTION = typer.Option("round_robin", "--load-balance-method", help=LOAD_BALANCE_HELP)
+DISAGG_OPTION = typer.Option(None, "--disagg", help=DISAGG_HELP)
+KV_LINK_OPTION = typer.Option("auto", "--kv-link", help=KV_LINK_HELP)
+KV_LINK_GB_S_OPTION = typer.Option(None, "--kv-link-gb-s", help="--disagg: the KV link's bandwidth, GB/s per GPU and direction (overrides --kv-link's).")
+KV_LINK_LATENCY_OPTION = typer.Option(None, "--kv-link-latency-us", help="--disagg: the KV link's latency per transfer, us (overrides --kv-link's).")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """How many servers a run uses: ``dp`` replicas of the colocated policies behind ``method``, and the
+    disaggregation policy (``None`` without ``--disagg``); ``notes`` for the user."""
+
+    dp: int = 1
+    method: str = "round_robin"
+    disagg: Any = None
+    notes: tuple[str, ...] = ()
+
+
+def cluster_from_options(setup: Any, gpu: str | None, dp: int | None, method: str, disagg: str | None,
+                         kv_link: str = "auto", kv_link_gb_s: float | None = None,
+                         kv_link_latency_us: float | None = None, allow_disagg: bool = True) -> Cluster:
+    """:class:`Cluster` from the options simulate and capacity share (``tune`` takes ``--dp`` only:
+    ``allow_disagg`` false). With ``--disagg XPYD`` and no ``--dp`` the other policies run as X+Y
+    replicas: the same GPUs for every policy. :class:`InputError` for bad values."""
+    from ..disaggregation import check_dp_value, check_load_balance_method, parse_xpyd
+    from ..disaggregation import kv_link as make_link
+    from ..simulate.cluster import DisaggPolicy
+
+    method = check_load_balance_method(method)
+    if dp is not None:
+        check_dp_value(dp)
+    link_options = kv_link.strip().lower() != "auto" or kv_link_gb_s is not None or kv_link_latency_us is not None
+    if disagg is None:
+        if link_options:
+            raise InputError("--kv-link, --kv-link-gb-s and --kv-link-latency-us apply to --disagg XPYD")
+        return Cluster(dp if dp is not None else 1, method)
+    if not allow_disagg:
+        raise InputError("--disagg is compared by pdmux simulate and pdmux capacity; tune searches pdmux knobs")
+    x, y = parse_xpyd(disagg)
+    tp = setup.tp
+    notes = []
+    if dp is None:
+        dp = x + y
+        notes.append(f"every policy on {(x + y) * tp} GPUs: disagg {x}P{y}D as {x + y} instances, the others as DP "
+                     f"{dp} replicas behind the router ({method}), each TP {tp}")
+    elif dp != x + y:
+        notes.append(f"not at equal GPU count: disagg {x}P{y}D uses {(x + y) * tp} GPUs, the other policies DP {dp} x "
+                     f"TP {tp} = {dp * tp}")
+    from ..hardware import find_gpu_or_file
+
+    link = make_link(find_gpu_or_file(gpu or "h100"), (x + y) * tp, kv_link, kv_link_gb_s, kv_link_latency_us)
+    return Cluster(dp, method, DisaggPolicy(x, y, link, method), tuple(notes))
 
 
 def on_gpus(setup: Any) -> str:
@@ -241,6 +305,11 @@ def _drop_past_context(workload: Any, model: Any, qps: float | None = None, rate
     return reshape(workload, rate_scale=rate_scale, qps=qps, duration_s=duration)
 
 
+def _link_dict(link: Any) -> dict[str, Any]:
+    """A :class:`pdmux_cli.disaggregation.KvLink` for JSON."""
+    return {"kind": link.kind, "bytes_per_s": link.bytes_per_s, "latency_s": link.latency_s, "source": link.source}
+
+
 def _finite(data: Any) -> Any:
     """``data`` with every NaN or infinite float replaced by ``None`` (JSON has no such numbers)."""
     if isinstance(data, float):
@@ -318,14 +387,21 @@ def simulate(
     slo_ttft: float = typer.Option(1000.0, "--slo-ttft", help="TTFT SLO, ms."),
     slo_itl: float = typer.Option(60.0, "--slo-itl", help="ITL SLO, ms (judged on each request's p99 ITL)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP),
+    dp: int | None = DP_OPTION,
+    load_balance_method: str = LOAD_BALANCE_OPTION,
+    disagg: str | None = DISAGG_OPTION,
+    kv_link: str = KV_LINK_OPTION,
+    kv_link_gb_s: float | None = KV_LINK_GB_S_OPTION,
+    kv_link_latency_us: float | None = KV_LINK_LATENCY_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     csv_path: Path | None = typer.Option(None, "--csv", help="Write per-request results to this CSV file."),
     plot: Path | None = typer.Option(None, "--plot", help="Write ITL and TTFT CDFs to this PNG (needs matplotlib)."),
 ) -> None:
-    """Replay a request trace through PD multiplexing, chunked prefill and prefill-first.
+    """Replay a request trace through PD multiplexing, chunked prefill, prefill-first and PD disaggregation.
 
-    One simulated GPU (the roofline cost model, or a calibration); per policy: TTFT, ITL, TPOT and
-    end-to-end latency percentiles, SLO attainment, goodput and GPU busy share."""
+    One server of --tp GPUs, --dp replicas of it behind a router, or --disagg XPYD instances (the
+    roofline cost model, or a calibration); per policy: TTFT, ITL, TPOT and end-to-end latency
+    percentiles, SLO attainment, goodput, GPU busy share, and the GPUs it used."""
     from ..simulate.metrics import summarize
     from ..simulate.runner import simulate as run_simulation
     from ..simulate.schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy, PrefillFirstPolicy
@@ -339,6 +415,10 @@ def simulate(
     unknown = [p for p in names if p not in POLICIES]
     if unknown or not names:
         raise InputError(f"--policies: unknown {', '.join(unknown) or '(empty)'}; use {', '.join(POLICIES)}")
+    if "disagg" in names and disagg is None:
+        raise InputError("--policies disagg needs --disagg XPYD (prefill and decode instances, e.g. 1P1D)")
+    if disagg is not None and "disagg" not in names:
+        names.append("disagg")
     chunks = parse_chunk_sizes(chunk_sizes, "--chunk-sizes") if chunk_sizes is not None and "chunked" in names else []
     mixed_chunks = parse_chunk_sizes(mixed_chunk_sizes, "--mixed-chunk-sizes") if "mixed-chunk" in names else []
     if not 0 <= prefill_decode_interval <= MAX_PREFILL_DECODE_INTERVAL:
@@ -362,6 +442,8 @@ def simulate(
                    max_running_requests=max_running_requests, tp=tp)
     if no_prefix_cache:
         setup = without_prefix_cache(setup)
+    cluster = cluster_from_options(setup, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s,
+                                   kv_link_latency_us)
     workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     if not chunks and "chunked" in names:
         from ..sglang_server import default_chunked_prefill_size
@@ -377,6 +459,8 @@ def simulate(
             runs.extend(ChunkedPolicy(c, prefill_decode_interval) for c in dict.fromkeys(chunks))
         elif name == "mixed-chunk":
             runs.extend(MixedChunkPolicy(c, prefill_decode_interval) for c in dict.fromkeys(mixed_chunks))
+        elif name == "disagg":
+            runs.append(cluster.disagg)
         else:
             runs.append(PrefillFirstPolicy(prefill_decode_interval))
 
@@ -390,7 +474,8 @@ def simulate(
         for i, policy in enumerate(runs):
             callback = (lambda done, base=i * n: update(base + done)) if update else None
             try:
-                result = run_simulation(workload, setup, policy, progress=callback)
+                result = run_simulation(workload, setup, policy, progress=callback, dp=cluster.dp,
+                                        load_balance_method=cluster.method)
             except InputError as exc:  # one policy SGLang cannot run here (e.g. its memory reserve): the others still
                 refused.append((policy.label, exc))
                 continue
@@ -408,6 +493,7 @@ def simulate(
     if csv_path is not None:
         write_atomic(csv_path, report.per_request_csv(workload, metrics))
     notes = [workload.bad_rows_text()] if workload.bad_rows else []
+    notes += list(cluster.notes)
     notes += [f"{label} not simulated: {exc}" for label, exc in refused]
     if prefill_decode_interval and "pdmux" in names:
         notes.append("pdmux: --prefill-decode-interval does not apply (SGLang's pdmux loop runs a decode step every "
@@ -427,16 +513,18 @@ def simulate(
         print_json({
             "trace": report.trace_dict(workload),
             "model": setup.model.name, "gpu": setup.gpu_name, "sm_count": setup.total_sms,
-            "tp": setup.tp, "gpus": setup.tp,
+            "tp": setup.tp, "dp": cluster.dp, "gpus": cluster.dp * setup.tp, "load_balance_method": cluster.method,
+            "disagg": cluster.disagg.label.split()[-1] if cluster.disagg else None,
+            "kv_link": _link_dict(cluster.disagg.link) if cluster.disagg else None,
             "cost_model": setup.step_model.name, "throughput": setup.step_model.source,
             "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl, "itl_judged_on": "request p99 ITL (nearest rank)"},
-            "policies": [report.metrics_dict(m, setup.tp) for m in metrics],
+            "policies": [report.metrics_dict(m) for m in metrics],
             "csv": str(csv_path) if csv_path else None, "plot": str(plot) if plot else None,
             "notes": notes,
         })
         return
     con = console()
-    for table in report.metrics_tables(metrics, con.width, title, setup.tp):
+    for table in report.metrics_tables(metrics, con.width, title):
         con.print(table)
     for line in report.group_lines(metrics):
         con.print(line)

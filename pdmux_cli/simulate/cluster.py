@@ -39,7 +39,6 @@ from ..disaggregation import MAX_INSTANCES, KvLink, check_dp_value, check_load_b
 from ..errors import InputError
 from .engine import Progress, RunResult, Setup, Work, build_work
 from .schedulers import (
-    PdmuxPolicy,
     PrefillFirstPolicy,
     baseline_rounds,
     decode_instance_rounds,
@@ -67,13 +66,13 @@ class DisaggPolicy:
         return f"disagg {self.prefill}P{self.decode}D"
 
 
-def layout_text(tp: int, dp: int = 1, xpyd: tuple[int, int] | None = None, method: str = "round_robin") -> str:
-    """How a policy used its GPUs: ``"1 GPU"``, ``"TP 2"``, ``"DP 4 x TP 2, round_robin"``,
-    ``"1P1D, TP 1 each, round_robin"``."""
+def layout_text(tp: int, dp: int = 1, xpyd: tuple[int, int] | None = None) -> str:
+    """How a policy used its GPUs: ``"1 GPU"``, ``"TP 2"``, ``"DP 4 x TP 2"``, ``"1P1D x TP 1"`` (each of
+    the X + Y instances ``tp`` GPUs)."""
     if xpyd is not None:
-        return f"{xpyd[0]}P{xpyd[1]}D, TP {tp} each, {method}"
+        return f"{xpyd[0]}P{xpyd[1]}D x TP {tp}"
     if dp > 1:
-        return f"DP {dp} x TP {tp}, {method}"
+        return f"DP {dp} x TP {tp}"
     return f"TP {tp}" if tp > 1 else "1 GPU"
 
 
@@ -252,7 +251,7 @@ def simulate_dp(trace: Trace, setup: Setup, policy, dp: int, method: str = "roun
     _note_pool(fields, works, pool)
     if progress is not None:
         progress(sum(w.finished for w in works))
-    return RunResult(**fields, gpus=dp * setup.tp, layout=layout_text(setup.tp, dp, method=method))
+    return RunResult(**fields, gpus=dp * setup.tp, layout=layout_text(setup.tp, dp), router=method)
 
 
 def _note_pool(fields: dict, works: Sequence[Work], pool, what: str = "") -> None:
@@ -365,6 +364,6 @@ def simulate_disagg(trace: Trace, setup: Setup, policy: DisaggPolicy, progress: 
     if progress is not None:
         progress(sum(w.finished for w in d_works))
     return RunResult(**fields, gpus=(policy.prefill + policy.decode) * setup.tp,
-                     layout=layout_text(setup.tp, xpyd=(policy.prefill, policy.decode), method=method))
+                     layout=layout_text(setup.tp, xpyd=(policy.prefill, policy.decode)), router=method)
 
 __all__ = ["DisaggPolicy", "layout_text", "route", "simulate_disagg", "simulate_dp", "transfer_ends"]

@@ -409,8 +409,9 @@ class RunResult:
     ``step_end_s``: end time of every decode step. ``end_s``: time of the last event. ``idle_s``: seconds
     the GPU had nothing to run. ``group_time_s``: pdmux only, seconds in each stream group (``groups``).
     ``counters``: prefill batches, rounds, retractions... ``kv_pool_tokens``: the pool simulated (one
-    server's). ``gpus``: GPUs the policy ran on; ``layout``: how (``"TP 2"``, ``"DP 4 x TP 2, round_robin"``,
-    ``"1P1D, TP 1 each, round_robin"``; :func:`pdmux_cli.simulate.cluster.layout_text`).
+    server's). ``gpus``: GPUs the policy ran on; ``layout``: how (``"TP 2"``, ``"DP 4 x TP 2"``,
+    ``"1P1D x TP 1"``; :func:`pdmux_cli.simulate.cluster.layout_text`); ``router``: the load-balance
+    method between its servers (``""`` for one server).
     """
 
     policy: str
@@ -436,6 +437,7 @@ class RunResult:
     kv_pool_tokens: int = 0
     gpus: int = 1
     layout: str = "1 GPU"
+    router: str = ""
 
     def finish_s(self, rid: int) -> float:
         """When request ``rid`` produced its last token (s); ``nan`` if it never finished."""

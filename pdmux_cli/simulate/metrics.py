@@ -76,7 +76,8 @@ class PolicyMetrics:
     ``itl_cdf``: ``(values_ms ascending, cumulative share)`` of all ITLs, thinned to <= 2000 points,
     for plots. ``kv_pool_tokens``: the KV pool simulated. ``crashed_at_s``: when a simulated SGLang
     0.5.23 crash stopped the run (``None`` if it did not). ``prefix_cache_hit_rate``: share of prompt
-    tokens found in the prefix cache (module docstring), ``None`` without one."""
+    tokens found in the prefix cache (module docstring), ``None`` without one. ``gpus``, ``layout``,
+    ``router``: the GPUs the policy ran on and how (:class:`~pdmux_cli.simulate.engine.RunResult`)."""
 
     policy: str
     kind: str
@@ -103,6 +104,9 @@ class PolicyMetrics:
     kv_pool_tokens: int = 0
     crashed_at_s: float | None = None
     prefix_cache_hit_rate: float | None = None
+    gpus: int = 1
+    layout: str = "1 GPU"
+    router: str = ""
 
 
 def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> PolicyMetrics:
@@ -224,7 +228,8 @@ def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> Polic
         itl_cdf=_thin_cdf(values, [], cumulative=cum),
         notes=list(result.notes), group_time_share=group_share, counters=dict(result.counters),
         kv_pool_tokens=result.kv_pool_tokens, crashed_at_s=result.crashed_at_s,
-        prefix_cache_hit_rate=_hit_rate(result.counters),
+        prefix_cache_hit_rate=_hit_rate(result.counters), gpus=result.gpus, layout=result.layout,
+        router=result.router,
     )
 
 

@@ -38,10 +38,12 @@ def _ms(value: float) -> str:
 latency_cell = _ms
 
 
-def metrics_dict(m: PolicyMetrics, gpus: int = 1) -> dict[str, Any]:
-    """One policy's summary as a JSON-able dict (no per-request lists); ``gpus``: GPUs it ran on (TP)."""
+def metrics_dict(m: PolicyMetrics) -> dict[str, Any]:
+    """One policy's summary as a JSON-able dict (no per-request lists), with the GPUs it ran on and how
+    (``gpus``, ``layout``, ``router``: the load-balance method between its servers, ``null`` for one)."""
     out: dict[str, Any] = {
-        "policy": m.policy, "kind": m.kind, "gpus": gpus, "requests": m.requests, "completed": m.completed,
+        "policy": m.policy, "kind": m.kind, "gpus": m.gpus, "layout": m.layout, "router": m.router or None,
+        "requests": m.requests, "completed": m.completed,
         "rejected": m.rejected,
     }
     for _, key in _LATENCIES:
@@ -90,19 +92,19 @@ POLICY_COLUMN_WIDTH = 16
 LABEL_COLUMN_WIDTH = 21
 
 
-def metrics_tables(metrics: Sequence[PolicyMetrics], width: int, title: str = "", gpus: int = 1) -> list[Any]:
+def metrics_tables(metrics: Sequence[PolicyMetrics], width: int, title: str = "") -> list[Any]:
     """:func:`metrics_table` split into tables of as many policies as fit ``width`` columns side by side
     (at least one each): a terminal too narrow for every policy gets them in groups, none cut off."""
     per = max(1, (width - LABEL_COLUMN_WIDTH) // POLICY_COLUMN_WIDTH)
     groups = [metrics[i:i + per] for i in range(0, len(metrics), per)] or [metrics]
     best = max((m.slo_attainment for m in metrics), default=0.0)
-    return [metrics_table(group, title if i == 0 else "", gpus, best) for i, group in enumerate(groups)]
+    return [metrics_table(group, title if i == 0 else "", best) for i, group in enumerate(groups)]
 
 
-def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "", gpus: int = 1, best: float | None = None) -> Any:
-    """A rich Table: one column per policy, one row per statistic (latencies in ms); the last row says how
-    many GPUs each policy ran on (``gpus``, the tensor-parallel degree). The SLO attainment equal to
-    ``best`` (default: the best of these policies) is in bold."""
+def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "", best: float | None = None) -> Any:
+    """A rich Table: one column per policy, one row per statistic (latencies in ms); the last rows say how
+    many GPUs each policy ran on and how (TP, DP replicas, xPyD; the router between servers). The SLO
+    attainment equal to ``best`` (default: the best of these policies) is in bold."""
     from rich.table import Table
     from rich.text import Text
 
@@ -132,7 +134,11 @@ def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "", gpus: int =
     table.add_row("done", *(str(m.completed) for m in metrics))
     if any(m.rejected for m in metrics):
         table.add_row("never fit", *(str(m.rejected) for m in metrics))
-    table.add_row("GPUs", *(str(gpus) for _ in metrics))
+    table.add_row("GPUs", *(str(m.gpus) for m in metrics))
+    if any(m.layout != "1 GPU" for m in metrics):
+        table.add_row("layout", *(m.layout for m in metrics))
+    if any(m.router for m in metrics):
+        table.add_row("router", *(m.router or "-" for m in metrics))
     return table
 
 
