@@ -12,7 +12,12 @@ SGLang users know them):
 - ``mixed-chunk`` (``--enable-mixed-chunk``; the chapter's "chunked" rows): every step runs the decode
   batch plus the next piece of the prompt, ``chunk - decode_bs`` tokens (SGLang charges each decode row
   one token of the chunk; the chapter's model puts a whole chunk next to the batch);
-- ``pdmux``: decode on ``d`` SMs, prefill on ``p`` SMs, at the level SGLang picks (or ``--level``).
+- ``pdmux``: decode on ``d`` SMs, prefill on ``p`` SMs, at the level SGLang picks (or ``--level``);
+- ``disagg`` (``--disagg XPYD``, SGLang's PD disaggregation; :mod:`pdmux_cli.disaggregation`): X prefill
+  and Y decode instances of ``--tp`` GPUs each. The prompt is prefilled on a prefill instance with the
+  whole GPU (the prefill-first row's prefill time), then its KV cache (one rank's share per GPU) crosses
+  the KV link to a decode instance: its TTFT is prefill + transfer. The decode batch runs on a decode
+  instance that no prefill ever touches, so every step is the undisturbed decode step.
 
 The step times come from a cost model (:mod:`pdmux_cli.costmodel`): ``roofline`` by default, or
 ``chapter``, whose defaults reproduce the table of pd-multiplexing-chapter.txt ("Is it worth it: an
@@ -36,10 +41,11 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
-from . import costmodel, policy, sglang_server
+from . import costmodel, disaggregation, policy, sglang_server
 from . import model as mdl
 from .costmodel import StepModel, pick_flops_dtype
 from .costmodel.operators import rank_kv_bytes_per_token, rank_weight_bytes
+from .disaggregation import KvLink
 from .errors import InputError
 from .hardware import Gpu
 from .model import Model
@@ -80,6 +86,9 @@ class Scenario:
     the model's own dtype. ``flops_dtype``: ``None`` picks fp8 for fp8 models on GPUs with fp8, else
     bf16. ``step_overhead_ms``: the engine's CPU time per step (roofline; ``None``: the profile's).
     ``tp``: GPUs the model is sharded over (tensor parallelism, SGLang's ``--tp-size``).
+    ``disagg``: ``(X, Y)`` prefill and decode instances of PD disaggregation (``--disagg XPYD``), each
+    of ``tp`` GPUs, or ``None`` for no disaggregation row. ``kv_link``, ``kv_link_gb_s``,
+    ``kv_link_latency_us``: the KV link's kind and overrides (:func:`pdmux_cli.disaggregation.kv_link`).
     """
 
     decode_bs: int = 32
@@ -101,6 +110,10 @@ class Scenario:
     cost_model: str = "roofline"
     step_overhead_ms: float | None = None
     tp: int = 1
+    disagg: tuple[int, int] | None = None
+    kv_link: str = "auto"
+    kv_link_gb_s: float | None = None
+    kv_link_latency_us: float | None = None
 
     def validate(self) -> None:
         """Raise :class:`InputError` (one line) for sizes that make no sense or that no deployment
@@ -127,19 +140,28 @@ class Scenario:
             raise InputError(f"bytes per weight must be from {low} to {high:g}, got {self.weight_bytes_per_param}")
         if not low <= self.kv_bytes_per_element <= high:
             raise InputError(f"bytes per KV element must be from {low} to {high:g}, got {self.kv_bytes_per_element}")
+        if self.disagg is not None:
+            disaggregation.parse_xpyd(f"{self.disagg[0]}P{self.disagg[1]}D")
+        elif (self.kv_link, self.kv_link_gb_s, self.kv_link_latency_us) != ("auto", None, None):
+            raise InputError("--kv-link, --kv-link-gb-s and --kv-link-latency-us describe --disagg's KV link: "
+                             "give --disagg XPYD too")
 
 
 @dataclass(frozen=True)
 class PolicyRow:
     """One row of the comparison. Times in ms; ``tokens_during_prefill`` per decode request.
 
-    ``policy``: ``"decode-only"``, ``"prefill-first"``, ``"chunked"``, ``"mixed-chunk"`` or ``"pdmux"``.
+    ``policy``: ``"decode-only"``, ``"prefill-first"``, ``"chunked"``, ``"mixed-chunk"``, ``"pdmux"`` or
+    ``"disagg"``.
     ``itl_ms``: the decode ITL while the prompt is prefilled (mean over the mixed steps; the one stalled
     step for prefill-first and chunked). ``steps``: decode steps during the prefill.
     For pdmux: ``decode_alone_ms`` / ``prefill_alone_ms``, each phase alone on its SMs, and
     ``decode_corun_ms`` / ``prefill_corun_ms`` with co-run interference (``itl_ms`` adds the CPU time of
-    a round to ``decode_corun_ms``; ``prefill_ms`` is ``prefill_corun_ms``). ``gpus``: GPUs the
-    policy runs on (the tensor-parallel degree).
+    a round to ``decode_corun_ms``; ``prefill_ms`` is ``prefill_corun_ms``). For disagg: ``prefill_ms``
+    is the TTFT (``prefill_alone_ms``, the whole-GPU prefill on a prefill instance, plus
+    ``transfer_ms``, the KV transfer to a decode instance), ``itl_ms`` = ``decode_alone_ms``, the
+    undisturbed decode step. ``gpus``: GPUs the policy runs on (the tensor-parallel degree; for disagg
+    ``(X + Y) x tp``); ``layout``: how (``"TP 2"``, ``"1P1D, TP 1 each"``).
     """
 
     policy: str
@@ -157,6 +179,8 @@ class PolicyRow:
     decode_corun_ms: float | None = None
     prefill_corun_ms: float | None = None
     gpus: int = 1
+    layout: str = ""
+    transfer_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -221,6 +245,8 @@ class Estimate:
     cost_model: str = "roofline"
     cpu_step_ms: float = 0.0
     tp: int = 1
+    kv_link: KvLink | None = None
+    kv_transfer_bytes: float = 0.0
 
 
 def pdmux_prefill_end_s(prefill_s: float, round_s: float, layers: int, per_round: int) -> float:
@@ -367,6 +393,10 @@ def estimate(
     scenario.validate()
     _check_context(model, scenario)
     total = gpu.require_sm_count()
+    link = None
+    if scenario.disagg is not None:
+        link = disaggregation.kv_link(gpu, sum(scenario.disagg) * scenario.tp, scenario.kv_link,
+                                      scenario.kv_link_gb_s, scenario.kv_link_latency_us)
     flops_dtype = pick_flops_dtype(gpu, model, scenario.flops_dtype)
     models = _models(gpu, model, scenario, calibration)
     full = models[0][0]  # S_SAT has no effect when all SMs are used
@@ -506,7 +536,26 @@ def estimate(
     if tp > 1 and p_sm > 0 and d_sm > 0:
         notes.append(f"TP {tp}: every GPU runs the same {p_sm}/{d_sm} split on its shard; before a prefill joins "
                      "the decode batch the ranks agree it is done (a CPU all-reduce, SGLang's event_loop_pdmux)")
-    rows = [replace(r, gpus=tp) for r in rows]
+    rows = [replace(r, gpus=tp, layout=f"TP {tp}") for r in rows]
+    transfer_bytes = 0.0
+    if scenario.disagg is not None and link is not None:
+        x, y = scenario.disagg
+        name = f"{x}P{y}D"
+        transfer_bytes = prompt * rank_kv_bytes_per_token(model, scenario.kv_bytes_per_element, tp)
+        transfer_s = link.transfer_s(transfer_bytes)
+        ttft_s = whole_prefill_s + transfer_s
+        tokens = _round_tokens(ttft_s, base_s)
+        rows.append(PolicyRow("disagg", f"disagg {name}", base_s * 1e3, tokens, ttft_s * 1e3, tokens,
+                              decode_alone_ms=base_s * 1e3, prefill_alone_ms=whole_prefill_s * 1e3,
+                              gpus=(x + y) * tp, layout=f"{name}, TP {tp} each", transfer_ms=transfer_s * 1e3))
+        one = "1 GPU" if tp == 1 else f"{tp} GPUs (TP {tp})"
+        notes.append(f"disagg {name}: {(x + y) * tp} GPUs ({x} prefill + {y} decode instances, TP {tp} each); the "
+                     f"other rows are one server on {one}: to compare at {(x + y) * tp} GPUs, under load they would "
+                     f"run as {x + y} data-parallel replicas (this estimate is one server's view of one prompt)")
+        notes.append(f"disagg KV link: {link.text} ({link.source}); the prompt's KV, {transfer_bytes / 1e9:.3g} GB "
+                     f"per GPU, crosses it in {transfer_s * 1e3:.3g} ms, so the disagg row's prefill time is its "
+                     f"TTFT: {whole_prefill_s * 1e3:.0f} ms of prefill on a whole GPU + the transfer; its ITL is the "
+                     "undisturbed decode step (no prefill runs on a decode instance)")
     layers = policy.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget)
     rounds = policy.prefill_rounds(prompt, model.num_layers, scenario.split_forward_token_budget)
     return Estimate(
@@ -514,7 +563,8 @@ def estimate(
         level_source=level_source, layers_per_round=layers, prefill_rounds=rounds, flops_dtype=flops_dtype,
         throughput_source=full.source if len(models) == 1 else re.sub(
             r",? ?S_SAT=[0-9.]+( of \d+ SMs)?", "", full.source) + " (S_SAT per PD-mux row)", rows=rows, memory=memory, levels=levels, notes=notes,
-        cost_model=scenario.cost_model, cpu_step_ms=cpu * 1e3, tp=tp,
+        cost_model=scenario.cost_model, cpu_step_ms=cpu * 1e3, tp=tp, kv_link=link,
+        kv_transfer_bytes=transfer_bytes,
     )
 
 

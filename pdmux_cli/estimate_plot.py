@@ -2,7 +2,8 @@
 
 One point per PD-multiplexing level (prefill time against decode ITL while the prompt is prefilled, at
 the first S_SAT; SGLang's chosen level circled), joined in level order, and one marker per other policy
-of the estimate (prefill-first, chunked, mixed chunk), with decode alone as a line
+of the estimate (prefill-first, chunked, mixed chunk, and PD disaggregation with ``--disagg``: its TTFT,
+prefill plus the KV transfer, against its undisturbed ITL, on more GPUs), with decode alone as a line
 (:func:`pdmux_cli.plotting.png_figure`: matplotlib only when asked, whole or not at all).
 """
 
@@ -15,7 +16,7 @@ from .errors import InputError
 from .plotting import png_figure
 
 #: Marker per policy kind of :class:`pdmux_cli.estimate.PolicyRow`.
-MARKERS = {"prefill-first": "s", "chunked": "D", "mixed-chunk": "^"}
+MARKERS = {"prefill-first": "s", "chunked": "D", "mixed-chunk": "^", "disagg": "*"}
 
 
 def write_tradeoff_plot(path: str | Path, result, title: str = "") -> Path:
@@ -41,7 +42,8 @@ def write_tradeoff_plot(path: str | Path, result, title: str = "") -> Path:
             if row.policy == "decode-only":
                 ax.axhline(row.itl_ms, color="grey", linestyle=":", linewidth=1, label="decode alone")
             elif row.policy in MARKERS and row.prefill_ms is not None:
-                ax.plot([row.prefill_ms], [row.itl_ms], marker=MARKERS[row.policy], linestyle="none", label=row.label)
+                label = row.label + (f" ({row.gpus} GPUs, TTFT)" if row.policy == "disagg" else "")
+                ax.plot([row.prefill_ms], [row.itl_ms], marker=MARKERS[row.policy], linestyle="none", label=label)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("prefill time of the prompt, ms")

@@ -128,6 +128,13 @@ def itl_text(row: PolicyRow) -> str:
     return ms(row.itl_ms)
 
 
+def link_dict(link: Any) -> dict[str, Any] | None:
+    """A :class:`pdmux_cli.disaggregation.KvLink` as JSON (``None`` stays ``None``)."""
+    if link is None:
+        return None
+    return {"kind": link.kind, "bytes_per_s": link.bytes_per_s, "latency_s": link.latency_s, "source": link.source}
+
+
 def estimate_title(est: Estimate) -> str:
     sc = est.scenario
     on = f"{est.tp} x {est.gpu} (TP {est.tp})" if est.tp > 1 else est.gpu
@@ -151,7 +158,10 @@ def estimate_table(est: Estimate) -> Any:
     table.add_column("decode ITL", justify="right", no_wrap=True)
     table.add_column("prefill time", justify="right", no_wrap=True)
     table.add_column("tokens per request during prefill", justify="right", max_width=18)
-    if est.tp > 1:  # one GPU needs no column: the title names it
+    # one GPU for every row needs no column (the title says it); a disagg row's label names its xPyD
+    # ("disagg 1P1D") and a note its TP per instance, so the cell is its GPU count, as the others'
+    gpus_column = est.tp > 1 or any(r.policy == "disagg" for r in est.rows)
+    if gpus_column:
         table.add_column("GPUs", justify="right")
     for row in est.rows:
         table.add_row(
@@ -159,7 +169,7 @@ def estimate_table(est: Estimate) -> Any:
             itl_text(row),
             ms(row.prefill_ms) if row.prefill_ms is not None else "-",
             str(row.tokens_during_prefill) if row.tokens_during_prefill is not None else "-",
-            *([str(row.gpus)] if est.tp > 1 else []),
+            *([str(row.gpus)] if gpus_column else []),
         )
     level = est.level
     group = f"group {est.group_index}" if est.group_index >= 0 else "explicit split"
@@ -257,6 +267,9 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
                 "decode_corun_ms": r.decode_corun_ms,
                 "prefill_corun_ms": r.prefill_corun_ms,
                 "gpus": r.gpus,
+                "layout": r.layout,
+                "transfer_ms": r.transfer_ms,
+                "link": link_dict(est.kv_link) if r.policy == "disagg" else None,
             }
             for r in est.rows
         ],
@@ -276,5 +289,27 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
             }
             for lv in est.levels
         ],
+        "disagg": _disagg_dict(est),
         "notes": est.notes,
+    }
+
+
+def _disagg_dict(est: Estimate) -> dict[str, Any] | None:
+    """``--disagg``'s summary: instances, GPUs, the link, bytes moved per GPU and the TTFT's parts."""
+    row = next((r for r in est.rows if r.policy == "disagg"), None)
+    if row is None or est.scenario.disagg is None:
+        return None
+    x, y = est.scenario.disagg
+    return {
+        "prefill_instances": x,
+        "decode_instances": y,
+        "tp": est.tp,
+        "gpus": row.gpus,
+        "layout": row.layout,
+        "link": link_dict(est.kv_link),
+        "kv_transfer_bytes_per_gpu": est.kv_transfer_bytes,
+        "prefill_ms": row.prefill_alone_ms,
+        "transfer_ms": row.transfer_ms,
+        "ttft_ms": row.prefill_ms,
+        "itl_ms": row.itl_ms,
     }

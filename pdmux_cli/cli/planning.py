@@ -261,10 +261,15 @@ def estimate(
     flops_dtype: str | None = typer.Option(None, "--flops-dtype", help="bf16, fp16 or fp8 dense math (default: by model)."),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' (measured SM-partition curves replace S_SAT) and/or 'pdmux calibrate' (whole-GPU efficiencies from your SGLang)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP),
+    disagg: str | None = typer.Option(None, "--disagg", help="Also a row of PD disaggregation with X prefill and Y decode instances of --tp GPUs each, e.g. 1P1D or 2P6D: TTFT = whole-GPU prefill + the KV transfer, decode undisturbed."),
+    kv_link: str = typer.Option("auto", "--kv-link", help="--disagg's KV link: auto (the GPU's NVLink/PCIe within a node of 8 GPUs, RDMA 400 Gb/s per GPU across nodes), nvlink, pcie or rdma."),
+    kv_link_gb_s: float | None = typer.Option(None, "--kv-link-gb-s", help="--disagg's KV link bandwidth per GPU and direction, GB/s (overrides --kv-link's)."),
+    kv_link_latency_us: float | None = typer.Option(None, "--kv-link-latency-us", help="--disagg's KV link latency per transfer, us (overrides --kv-link's)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     plot: Path | None = typer.Option(None, "--plot", help="Write ITL against prefill time at every level, the other policies as points, to this PNG."),
 ) -> None:
-    """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing.
+    """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing
+    (and PD disaggregation with --disagg).
 
     With no options: the chapter's scenario (Qwen3-8B on H100 SXM, 32 x 2048, an 8192-token prompt);
     --cost-model chapter reproduces the chapter's table."""
@@ -286,6 +291,9 @@ def estimate(
             raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {plot}")
         refuse_overwriting_inputs(plot, config, calibration, model_file(model), gpu_file(gpu))
         check_writable(plot)
+    from ..disaggregation import parse_xpyd
+
+    xpyd = parse_xpyd(disagg) if disagg is not None else None
     device = resolve_device(gpu, None, None)
     gpu_profile = device.gpu
     mdl = load_model(model)
@@ -303,7 +311,8 @@ def estimate(
         split_forward_token_budget=token_budget or (
             cfg.split_forward_token_budget if cfg else policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET),
         manual_divisions=tuple(cfg.manual_divisions) if cfg else (),
-        flops_dtype=flops_dtype, tp=tp,
+        flops_dtype=flops_dtype, tp=tp, disagg=xpyd, kv_link=kv_link, kv_link_gb_s=kv_link_gb_s,
+        kv_link_latency_us=kv_link_latency_us,
     )
     cal = None
     if calibration is not None:
@@ -341,7 +350,8 @@ def estimate(
     if all_levels:
         con.print(render.levels_table(result))
     if plot is not None:
-        con.print(f"wrote {plot} (ITL against prefill time, every level)")
+        point = f"; {xpyd[0]}P{xpyd[1]}D disaggregation as a point at its TTFT" if xpyd is not None else ""
+        con.print(f"wrote {plot} (ITL against prefill time, every level{point})")
 
 
 @app.command("gen-config")
