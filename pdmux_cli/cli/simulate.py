@@ -393,6 +393,7 @@ def simulate(
     kv_link: str = KV_LINK_OPTION,
     kv_link_gb_s: float | None = KV_LINK_GB_S_OPTION,
     kv_link_latency_us: float | None = KV_LINK_LATENCY_OPTION,
+    workers: int | None = typer.Option(None, "--workers", help="Processes, one policy each (default: the cores available; 1 runs the policies here, one after another)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     csv_path: Path | None = typer.Option(None, "--csv", help="Write per-request results to this CSV file."),
     plot: Path | None = typer.Option(None, "--plot", help="Write ITL and TTFT CDFs to this PNG (needs matplotlib)."),
@@ -402,10 +403,12 @@ def simulate(
     One server of --tp GPUs, --dp replicas of it behind a router, or --disagg XPYD instances (the
     roofline cost model, or a calibration); per policy: TTFT, ITL, TPOT and end-to-end latency
     percentiles, SLO attainment, goodput, GPU busy share, and the GPUs it used."""
-    from ..simulate.metrics import summarize
-    from ..simulate.runner import simulate as run_simulation
+    from ..simulate.runner import simulate_policies
     from ..simulate.schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy, PrefillFirstPolicy
+    from ..simulate.tune import default_workers
 
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers must be >= 1, got {workers}")
     if trace is not None and trace_option is not None:
         raise InputError("give the trace once: as the TRACE argument or as --trace, not both")
     trace = trace if trace is not None else trace_option
@@ -471,18 +474,17 @@ def simulate(
     if bar is not None:
         bar.start()
     try:
-        for i, policy in enumerate(runs):
-            callback = (lambda done, base=i * n: update(base + done)) if update else None
-            try:
-                result = run_simulation(workload, setup, policy, progress=callback, dp=cluster.dp,
-                                        load_balance_method=cluster.method)
-            except InputError as exc:  # one policy SGLang cannot run here (e.g. its memory reserve): the others still
-                refused.append((policy.label, exc))
-                continue
-            metrics.append(summarize(result, slo_ttft, slo_itl))
+        outcomes = simulate_policies(workload, setup, runs, slo_ttft, slo_itl, dp=cluster.dp,
+                                     load_balance_method=cluster.method,
+                                     workers=workers if workers is not None else default_workers(), progress=update)
     finally:
         if bar is not None:
             bar.stop()
+    for policy, outcome in zip(runs, outcomes):
+        if isinstance(outcome, InputError):  # one policy SGLang cannot run here (e.g. its memory reserve): the others ran
+            refused.append((policy.label, outcome))
+        else:
+            metrics.append(outcome)
     if not metrics:
         raise refused[0][1]
 

@@ -61,6 +61,9 @@ from .traces import HASH_BLOCK_TOKENS
 #: then sorting the ITL distribution: about 130 bytes a step at the peak, so under 1 GB here).
 MAX_DECODE_STEPS = 6_000_000
 
+#: Decode steps between two checks of :data:`MAX_DECODE_STEPS` (and progress callbacks) in the schedulers.
+STEP_CHECK_EVERY = 4096
+
 #: Bytes per weight or KV-cache element pdmux accepts: a 0.5-bit format (1/16 byte) up to fp128.
 BYTES_PER_ELEMENT_RANGE = (0.0625, 16.0)
 
@@ -78,13 +81,28 @@ class StepEnds(array):
     def __new__(cls) -> StepEnds:  # noqa: PYI034 - typing.Self needs Python 3.11
         return super().__new__(cls, "d")
 
+    @property
+    def check_every(self) -> int:
+        """Steps between two :meth:`check_room` calls: :data:`STEP_CHECK_EVERY`, or the limit when lower."""
+        return min(STEP_CHECK_EVERY, MAX_DECODE_STEPS)
+
     def append(self, end_s: float) -> None:
+        self.check_room()
+        super().append(end_s)
+
+    def check_room(self) -> None:
+        """:class:`InputError` once :data:`MAX_DECODE_STEPS` are recorded. The schedulers append with
+        :attr:`fast_append` and call this every few thousand steps (the limit bounds memory, not an exact count)."""
         if len(self) >= MAX_DECODE_STEPS:
             raise InputError(
                 f"the simulation passed {MAX_DECODE_STEPS:,} decode steps (long outputs that barely overlap, or "
                 "tiny chunks): simulate fewer requests (--max-requests, --duration) or larger --chunk-sizes"
             )
-        super().append(end_s)
+
+    @property
+    def fast_append(self) -> Callable[[float], None]:
+        """``array.append`` bound to this array, without the limit check (see :meth:`check_room`)."""
+        return array.append.__get__(self)
 
 
 #: A progress callback receives the number of requests finished so far.
@@ -523,6 +541,10 @@ class Work:
             self.waiting.append(order[i])
             i += 1
         self.next = i
+
+    def next_arrival_time(self) -> float:
+        """Arrival time (s) of the next request not yet received, ``math.inf`` when none is (yet)."""
+        return self.arrival[self.order[self.next]] if self.next < len(self.order) else math.inf
 
     def next_arrival(self) -> float | None:
         """Arrival time of the next request not yet received, or ``None``."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ..errors import InputError
 from .cluster import DisaggPolicy, layout_text, simulate_disagg, simulate_dp
 from .engine import Progress, RunResult, Setup, build_work
+from .metrics import PolicyMetrics, summarize
 from .schedulers import (
     ChunkedPolicy,
     MixedChunkPolicy,
@@ -84,6 +85,52 @@ def simulate(
         unfinished=extra.get("unfinished", set()), crashed_at_s=extra.get("crashed_at_s"), kv_pool_tokens=pool.tokens,
         gpus=setup.tp, layout=layout_text(setup.tp),
     )
+
+
+def _simulate_summarized(args: tuple) -> PolicyMetrics | InputError:
+    """One policy simulated and summarized (a worker's task): its metrics, or the InputError that refused it."""
+    trace, setup, policy, slo_ttft_ms, slo_itl_ms, dp, method = args
+    try:
+        return summarize(simulate(trace, setup, policy, dp=dp, load_balance_method=method), slo_ttft_ms, slo_itl_ms)
+    except InputError as exc:
+        return exc
+
+
+def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], slo_ttft_ms: float, slo_itl_ms: float,
+                      *, dp: int = 1, load_balance_method: str = "round_robin", workers: int = 1,
+                      progress: Progress | None = None) -> list[PolicyMetrics | InputError]:
+    """:func:`simulate` and :func:`~pdmux_cli.simulate.metrics.summarize` each of ``policies``, in order:
+    its :class:`PolicyMetrics`, or the :class:`InputError` with which it was refused (the others still run).
+
+    ``workers`` > 1 with several policies: that many processes, one policy each
+    (:func:`pdmux_cli.simulate.tune.process_pool`; Ctrl-C stops them all). ``progress``: called with the
+    requests finished over all policies (per policy when they run in processes).
+    """
+    n = len(trace)
+    if workers > 1 and len(policies) > 1:
+        from .tune import process_pool
+
+        out: list[PolicyMetrics | InputError | None] = [None] * len(policies)
+        with process_pool(min(workers, len(policies))) as pool:
+            futures = {pool.submit(_simulate_summarized, (trace, setup, p, slo_ttft_ms, slo_itl_ms, dp,
+                                                          load_balance_method)): i for i, p in enumerate(policies)}
+            from concurrent.futures import as_completed
+
+            for done, future in enumerate(as_completed(futures), 1):
+                out[futures[future]] = future.result()
+                if progress is not None:
+                    progress(done * n)
+        return out  # type: ignore[return-value]
+    results: list[PolicyMetrics | InputError] = []
+    for i, policy in enumerate(policies):
+        callback = (lambda finished, base=i * n: progress(base + finished)) if progress is not None else None
+        try:
+            result = simulate(trace, setup, policy, progress=callback, dp=dp, load_balance_method=load_balance_method)
+        except InputError as exc:
+            results.append(exc)
+            continue
+        results.append(summarize(result, slo_ttft_ms, slo_itl_ms))
+    return results
 
 
 @dataclass(frozen=True)

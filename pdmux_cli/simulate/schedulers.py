@@ -53,10 +53,11 @@ from dataclasses import dataclass, field
 
 from .. import policy as pol
 from ..pdmux_config import PdmuxConfig
-from .engine import Progress, Setup, Work
+from ..sglang_server import MIN_NEW_TOKEN_RATIO as MIN_RATIO
+from .engine import STEP_CHECK_EVERY, Progress, Setup, Work
 
-#: Decode steps between two progress callbacks.
-PROGRESS_EVERY = 4096
+#: Decode steps between two progress callbacks and checks of the step limit.
+PROGRESS_EVERY = STEP_CHECK_EVERY
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,21 @@ class PrefillFirstPolicy:
 Baseline = ChunkedPolicy | MixedChunkPolicy | PrefillFirstPolicy
 
 
+class _CpuCache(dict):
+    """CPU seconds of a step per batch size, computed once each (``get(n) or add(n)``)."""
+
+    def __init__(self, cpu_s) -> None:
+        super().__init__()
+        self.cpu_s = cpu_s
+
+    def add(self, n: int) -> float:
+        value = self[n] = self.cpu_s(n)
+        return value
+
+
+_cpu_cache = _CpuCache
+
+
 def _idle_until_next(work: Work, t: float) -> float | None:
     """Next arrival time (s) when the GPU has nothing to run; ``None`` when the run is over."""
     work.idle()
@@ -191,18 +207,26 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     decode_s = step_model.decode_s
     batch = work.batch
     ends = work.ends
+    append = ends.fast_append
+    cpu_of = _cpu_cache(cpu_s)
+    fast_memory = work.cache is None
+    capacity = work.capacity
     t = 0.0
     idle = 0.0
     defer = 0
     prefill_batches = mixed_steps = 0
-    next_progress = PROGRESS_EVERY
+    next_progress = every = ends.check_every
     horizon = work.horizon
+    next_t = work.next_arrival_time()
     while True:
         if t >= horizon:
             yield t
             horizon = work.horizon
+            next_t = work.next_arrival_time()
         work.finished_mark = work.finished
-        work.receive(t)
+        if t >= next_t:
+            work.receive(t)
+            next_t = work.next_arrival_time()
         n = batch.n
         if not n:
             work.batch_full = False  # SGLang clears it when the running batch is empty
@@ -225,7 +249,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             t += max(gpu, cpu) if overlap else gpu + cpu
             if rows:
                 step = len(ends)
-                ends.append(t)
+                append(t)
                 finished = batch.complete(step)
                 if finished:
                     work.release(finished)
@@ -234,22 +258,27 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             defer = interval
             continue
         if n:
-            if work.check_decode_memory():
+            if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
+                if work.ratio > MIN_RATIO:
+                    work.decay_ratio()
+            elif work.check_decode_memory():
                 n = batch.n
             else:
                 work.decay_ratio()
             gpu = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
-            cpu = cpu_s(n)
+            cpu = cpu_of.get(n) or cpu_of.add(n)
             t += max(gpu, cpu) if overlap else gpu + cpu
             step = len(ends)
-            ends.append(t)
+            append(t)
             finished = batch.complete(step)
             if finished:
                 work.release(finished)
                 work.batch_full = False
-            if progress is not None and step >= next_progress:
-                next_progress += PROGRESS_EVERY
-                progress(work.finished)
+            if step >= next_progress:
+                next_progress += every
+                ends.check_room()
+                if progress is not None:
+                    progress(work.finished)
             continue
         if work.chunked_rid >= 0 or (work.waiting and deferred):
             continue  # deferred rounds with nothing to decode (an idle round each, the last one included)
@@ -258,6 +287,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             break
         idle += nxt - t
         t = nxt
+        next_t = work.next_arrival_time()
     return {"end_s": t, "idle_s": idle, "notes": [],
             "counters": {"steps": len(ends), "prefill_batches": prefill_batches, "mixed_steps": mixed_steps,
                          "retracted_requests": work.retractions, **work.cache_counters()}}
@@ -285,9 +315,12 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     graph_max = setup.graph_max_bs
     batch = work.batch
     ends = work.ends
-    append = ends.append
+    append = ends.fast_append
     decode_s = step_model.decode_s
     cpu_s = step_model.decode_cpu_s
+    cpu_of = _cpu_cache(cpu_s)
+    fast_memory = work.cache is None
+    capacity = work.capacity
     group_time = [0.0] * n_groups
     counters = {"prefill_batches": 0, "rounds": 0, "older_sglang_crash_rounds": 0, "decode_emptied_during_prefill": 0}
     notes: list[str] = []
@@ -305,15 +338,19 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     layer_s = 0.0
     stream_free = 0.0
     finished_last_round = False
-    next_progress = PROGRESS_EVERY
+    next_progress = every = ends.check_every
     horizon = work.horizon
+    next_t = work.next_arrival_time()
 
     while True:
         if t >= horizon:
             yield t
             horizon = work.horizon
+            next_t = work.next_arrival_time()
         work.finished_mark = work.finished
-        work.receive(t)
+        if t >= next_t:
+            work.receive(t)
+            next_t = work.next_arrival_time()
         if not batch.n:
             work.batch_full = False
         if pf is None and work.waiting and not work.batch_full:
@@ -339,9 +376,14 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
         if finished_last_round:  # update_running_batch drops them: "full" clears one round late
             work.batch_full = False
             finished_last_round = False
-        if batch.n and not work.check_decode_memory():
-            work.decay_ratio()
         n = batch.n
+        if n:
+            if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
+                if work.ratio > MIN_RATIO:
+                    work.decay_ratio()
+            elif not work.check_decode_memory():
+                work.decay_ratio()
+            n = batch.n
         if n == 0:
             if pf is not None:
                 if group != 0:
@@ -364,6 +406,7 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 break
             idle += nxt - t
             t = nxt
+            next_t = work.next_arrival_time()
             continue
         # a round with a decode step
         if pf is not None:
@@ -373,10 +416,10 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 submitted += k
             gpu = decode_s(pf_d, n, batch.sum_context, batch.sum_window, pf_p if stream_free > t else 0,
                            n <= graph_max)
-            tau = gpu + cpu_s(n)
+            tau = gpu + (cpu_of.get(n) or cpu_of.add(n))
             group_time[group] += tau
         else:
-            tau = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max) + cpu_s(n)
+            tau = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max) + (cpu_of.get(n) or cpu_of.add(n))
             group_time[last] += tau
         t += tau
         step = len(ends)
@@ -389,9 +432,11 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
             work.first_tokens(pf, t)
             pf = None
             group = last if batch.n else 0
-        if progress is not None and step >= next_progress:
-            next_progress += PROGRESS_EVERY
-            progress(work.finished)
+        if step >= next_progress:
+            next_progress += every
+            ends.check_room()
+            if progress is not None:
+                progress(work.finished)
     counters["rounds"] = len(ends)
     counters["retracted_requests"] = work.retractions
     counters.update(work.cache_counters())
@@ -434,18 +479,24 @@ def decode_instance_rounds(work: Work, setup: Setup, progress: Progress | None =
     decode_s = step_model.decode_s
     batch = work.batch
     ends = work.ends
+    append = ends.fast_append
+    cpu_of = _cpu_cache(cpu_s)
     generated = work.generated
     t = 0.0
     idle = 0.0
     admissions = reprefills = 0
-    next_progress = PROGRESS_EVERY
+    next_progress = every = ends.check_every
     horizon = work.horizon
+    next_t = work.next_arrival_time()
     while True:
         if t >= horizon:
             yield t
             horizon = work.horizon
+            next_t = work.next_arrival_time()
         work.finished_mark = work.finished
-        work.receive(t)
+        if t >= next_t:
+            work.receive(t)
+            next_t = work.next_arrival_time()
         if not batch.n:
             work.batch_full = False
         completing = []
@@ -467,17 +518,19 @@ def decode_instance_rounds(work: Work, setup: Setup, progress: Progress | None =
             else:
                 work.decay_ratio()
             gpu = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
-            cpu = cpu_s(n)
+            cpu = cpu_of.get(n) or cpu_of.add(n)
             t += max(gpu, cpu) if overlap else gpu + cpu
             step = len(ends)
-            ends.append(t)
+            append(t)
             finished = batch.complete(step)
             if finished:
                 work.release(finished)
                 work.batch_full = False
-            if progress is not None and step >= next_progress:
-                next_progress += PROGRESS_EVERY
-                progress(work.finished)
+            if step >= next_progress:
+                next_progress += every
+                ends.check_room()
+                if progress is not None:
+                    progress(work.finished)
             continue
         if completing and work.waiting:
             continue  # admitted requests that finished at once (one output token): admit more next round
@@ -486,6 +539,7 @@ def decode_instance_rounds(work: Work, setup: Setup, progress: Progress | None =
             break
         idle += nxt - t
         t = nxt
+        next_t = work.next_arrival_time()
     return {"end_s": t, "idle_s": idle, "notes": [],
             "counters": {"steps": len(ends), "admission_rounds": admissions, "re_prefills": reprefills,
                          "retracted_requests": work.retractions}}

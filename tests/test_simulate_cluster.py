@@ -1,0 +1,265 @@
+"""Several servers: data-parallel replicas behind a router, PD disaggregation, and the CLI's --dp/--disagg."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from cli_assertions import assert_one_line_error
+from typer.testing import CliRunner
+
+from pdmux_cli.cli import app
+from pdmux_cli.disaggregation import KvLink, kv_link
+from pdmux_cli.hardware import find_gpu
+from pdmux_cli.model import load_model
+from pdmux_cli.simulate import cluster
+from pdmux_cli.simulate.cluster import DisaggPolicy, layout_text, simulate_disagg, simulate_dp, transfer_ends
+from pdmux_cli.simulate.engine import make_setup
+from pdmux_cli.simulate.metrics import summarize
+from pdmux_cli.simulate.runner import simulate
+from pdmux_cli.simulate.schedulers import (
+    ChunkedPolicy,
+    MixedChunkPolicy,
+    PdmuxPolicy,
+    PrefillFirstPolicy,
+    baseline_rounds,
+    pdmux_rounds,
+)
+from pdmux_cli.simulate.traces import Trace, load_trace, synthetic_trace
+
+FIX = Path(__file__).parent / "fixtures"
+AZURE = str(FIX / "azure_conv_50.csv")
+runner = CliRunner()
+INSTANT = KvLink("nvlink", math.inf, 0.0, "test: an infinitely fast link")
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return find_gpu("h100")
+
+
+@pytest.fixture(scope="module")
+def setup(h100):
+    return make_setup(h100, load_model("qwen3-8b"))
+
+
+@pytest.fixture(scope="module")
+def busy_trace():
+    """1,200 requests at 12 req/s: more than one H100 serves, so the servers queue and batch."""
+    return synthetic_trace(12.0, "lognormal:1500:1", "exp:200", 1200, None, 0)
+
+
+def _same_run(a, b) -> bool:
+    return (a.first_token_s == b.first_token_s and list(a.step_end_s) == list(b.step_end_s)
+            and a.first_step == b.first_step and a.stints == b.stints and a.idle_s == b.idle_s
+            and a.counters == b.counters)
+
+
+@pytest.mark.parametrize("policy", [PdmuxPolicy(), ChunkedPolicy(2048), MixedChunkPolicy(512), PrefillFirstPolicy()],
+                         ids=lambda p: p.label)
+@pytest.mark.parametrize("method", ["round_robin", "total_requests"])
+def test_one_replica_behind_the_router_is_the_lone_server(setup, busy_trace, policy, method) -> None:
+    """Pausing for the router changes nothing: DP 1 reproduces the lone server step for step."""
+    alone = simulate(busy_trace, setup, policy)
+    routed = simulate_dp(busy_trace, setup, policy, 1, method)
+    assert _same_run(alone, routed)
+    assert (routed.gpus, routed.layout, routed.router) == (1, "1 GPU", method)
+    assert (alone.gpus, alone.layout, alone.router) == (1, "1 GPU", "")
+
+
+def _sub_trace(trace: Trace, rids: list[int]) -> Trace:
+    return Trace(tuple(trace.arrival_s[r] for r in rids), tuple(trace.prompt_tokens[r] for r in rids),
+                 tuple(trace.output_tokens[r] for r in rids), source="part")
+
+
+@pytest.mark.parametrize("policy", [PdmuxPolicy(), ChunkedPolicy(8192)], ids=lambda p: p.label)
+def test_round_robin_is_independent_servers_on_alternate_requests(setup, busy_trace, policy) -> None:
+    """Round robin does not look at the servers: DP 2 is two lone servers, one on the even requests
+    and one on the odd ones, request for request."""
+    both = simulate_dp(busy_trace, setup, policy, 2, "round_robin")
+    assert both.gpus == 2 and both.layout == "DP 2 x TP 1"
+    for parity in (0, 1):
+        rids = list(range(parity, len(busy_trace), 2))
+        alone = simulate(_sub_trace(busy_trace, rids), setup, policy)
+        for j, rid in enumerate(rids):
+            assert both.first_token_s[rid] == alone.first_token_s[j]
+            assert both.finish_s(rid) == alone.finish_s(j)
+
+
+def _routed(setup, trace, policy, dp, method):
+    pool = setup.kv_pool(policy.chunk_tokens)
+    works = cluster._routed_works(trace, setup, pool.tokens, dp)
+    rounds = pdmux_rounds if policy.kind == "pdmux" else baseline_rounds
+    servers = [rounds(w, setup, policy) for w in works]
+    rejected = set(works[0].rejected)
+    order = [r for r in range(len(trace)) if r not in rejected]
+    extras, where, unrouted = cluster.route(servers, works, order, trace.arrival_s, method)
+    return works, extras, where, unrouted, order
+
+
+@pytest.mark.parametrize("method", ["round_robin", "total_requests"])
+@pytest.mark.parametrize("dp", [2, 3, 8])
+def test_every_request_finishes_exactly_once_under_dp(setup, busy_trace, dp, method) -> None:
+    works, _, where, unrouted, order = _routed(setup, busy_trace, ChunkedPolicy(8192), dp, method)
+    assert not unrouted and len(order) == len(busy_trace)
+    assert sum(w.finished for w in works) == len(busy_trace)
+    for rid in range(len(busy_trace)):
+        served = [i for i, w in enumerate(works) if not math.isnan(w.first_token[rid])]
+        assert served == [where[rid]]
+    result = simulate_dp(busy_trace, setup, ChunkedPolicy(8192), dp, method)
+    assert all(math.isfinite(result.finish_s(r)) for r in range(len(busy_trace)))
+    assert result.gpus == dp and summarize(result, 1000, 60).completed == len(busy_trace)
+
+
+def test_total_requests_routes_to_the_least_loaded_server(setup) -> None:
+    """Request 0 decodes for a long time on server 0, request 1 finishes at once on server 1; request 2
+    arrives later: round robin sends it back to server 0, total_requests to the idle server 1."""
+    trace = Trace((0.0, 0.0, 1.0), (512, 512, 512), (2000, 1, 10), source="three")
+    _, _, rr, _, _ = _routed(setup, trace, ChunkedPolicy(8192), 2, "round_robin")
+    _, _, tr, _, _ = _routed(setup, trace, ChunkedPolicy(8192), 2, "total_requests")
+    assert rr == [0, 1, 0]
+    assert tr == [0, 1, 1]
+
+
+def test_total_requests_spreads_load_better_than_round_robin(setup, busy_trace) -> None:
+    """With unequal requests, routing by outstanding requests waits less than taking turns."""
+    rr = summarize(simulate_dp(busy_trace, setup, ChunkedPolicy(8192), 4, "round_robin"), 1000, 60)
+    least = summarize(simulate_dp(busy_trace, setup, ChunkedPolicy(8192), 4, "total_requests"), 1000, 60)
+    assert least.ttft_ms["p99"] < rr.ttft_ms["p99"]
+
+
+def test_transfer_ends_queue_on_each_prefill_instance() -> None:
+    link = KvLink("rdma", 1000.0, 0.25, "test")  # 1 kB/s: 250 bytes take 0.25 s, plus 0.25 s latency
+    done, queued = transfer_ends([1.0, 1.0, 1.0, math.nan], [0, 0, 1, 0], [250.0, 250.0, 250.0, 250.0], link)
+    assert done[:3] == [1.5, 2.0, 1.5] and math.isnan(done[3])
+    assert queued[:3] == [0.0, 0.5, 0.0]
+
+
+def test_kv_link_defaults(h100) -> None:
+    nv = kv_link(h100, 2)
+    assert (nv.kind, nv.bytes_per_s, nv.latency_s) == ("nvlink", 450e9, 6e-07)
+    rdma = kv_link(h100, 16)
+    assert (rdma.kind, rdma.bytes_per_s, rdma.latency_s) == ("rdma", 50e9, 2.7e-06)
+    assert "RDMA 400 Gb/s" in rdma.source and "16 GPUs span nodes" in rdma.source
+    assert kv_link(find_gpu("h100-pcie"), 2).kind == "pcie"
+    assert kv_link(h100, 2, "rdma", gb_per_s=25, latency_us=10).transfer_s(25e9) == pytest.approx(1.00001)
+
+
+def test_disagg_one_request_with_an_instant_link_is_prefill_then_undisturbed_decode(setup) -> None:
+    """One request, an infinitely fast link: TTFT is the whole-GPU prefill and every ITL the decode
+    step of a lone server, exactly as prefill-first on one GPU with nothing else running."""
+    trace = Trace((0.0,), (8192,), (64,), source="one")
+    alone = simulate(trace, setup, PrefillFirstPolicy())
+    split = simulate_disagg(trace, setup, DisaggPolicy(1, 1, INSTANT))
+    assert split.first_token_s == alone.first_token_s
+    assert list(split.step_end_s) == list(alone.step_end_s)
+    assert (split.gpus, split.layout, split.router) == (2, "1P1D x TP 1", "round_robin")
+    prefill = max(setup.step_model.prefill_s(setup.total_sms, [(8192, 0)]), setup.step_model.decode_cpu_s(1))
+    assert split.first_token_s[0] == pytest.approx(prefill)
+
+
+def test_disagg_ttft_is_prefill_plus_transfer(setup) -> None:
+    trace = Trace((0.0,), (8192,), (64,), source="one")
+    link = kv_link(find_gpu("h100"), 2)
+    instant = simulate_disagg(trace, setup, DisaggPolicy(1, 1, INSTANT))
+    real = simulate_disagg(trace, setup, DisaggPolicy(1, 1, link))
+    transfer = 6e-07 + 8192 * 147456 / 450e9  # Qwen3-8B: 36 layers x 8 KV heads x 128 x 2 x 2 bytes a token
+    assert real.first_token_s[0] - instant.first_token_s[0] == pytest.approx(transfer)
+    assert real.counters["kv_transfer_ms_mean"] == pytest.approx(transfer * 1e3)
+    assert any("NVLink 450 GB/s per GPU" in n for n in real.notes)
+
+
+def test_disagg_decode_is_undisturbed_by_prefill(setup, busy_trace) -> None:
+    """Each request's first token comes when its prefill (on the prefill side alone) ends plus its
+    transfer and its admission; the decode instances never prefill, so ITLs do not spike."""
+    split = simulate_disagg(busy_trace, setup, DisaggPolicy(1, 2, INSTANT))
+    prefill_only = simulate(replace(busy_trace, output_tokens=tuple([1] * len(busy_trace))), setup,
+                            PrefillFirstPolicy())
+    for rid in range(len(busy_trace)):
+        assert split.first_token_s[rid] >= prefill_only.first_token_s[rid]
+    m = summarize(split, 1000, 60)
+    colocated = summarize(simulate_dp(busy_trace, setup, ChunkedPolicy(8192), 3), 1000, 60)
+    assert m.completed == len(busy_trace) and m.itl_ms["max"] < colocated.itl_ms["max"]
+    assert m.itl_ms["max"] < 30  # decode of Qwen3-8B on an H100 never waits behind a prefill
+
+
+@pytest.mark.parametrize("xy", [(1, 1), (2, 3)])
+def test_every_request_finishes_exactly_once_under_disagg(setup, busy_trace, xy) -> None:
+    result = simulate_disagg(busy_trace, setup, DisaggPolicy(*xy, kv_link(find_gpu("h100"), sum(xy))))
+    assert all(math.isfinite(result.finish_s(r)) for r in range(len(busy_trace)))
+    steps = sum(result.decode_steps)
+    # every decode step of every request is one token: the merged records hold each request's steps once
+    assert sum(max(0, o - 1) for o in busy_trace.output_tokens) == steps
+    assert result.gpus == sum(xy) and result.layout == f"{xy[0]}P{xy[1]}D x TP 1"
+
+
+def test_layout_text() -> None:
+    assert layout_text(1) == "1 GPU"
+    assert layout_text(4) == "TP 4"
+    assert layout_text(2, 4) == "DP 4 x TP 2"
+    assert layout_text(1, xpyd=(2, 6)) == "2P6D x TP 1"
+
+
+def test_mooncake_prefix_cache_per_replica(setup) -> None:
+    """Each replica has its own radix cache: spreading requests over more replicas finds fewer prefixes."""
+    trace = load_trace(FIX / "mooncake_small.jsonl")
+    assert trace.has_hash_ids
+    one = summarize(simulate(trace, setup, ChunkedPolicy(8192)), 1000, 60)
+    four = summarize(simulate_dp(trace, setup, ChunkedPolicy(8192), 4), 1000, 60)
+    assert four.prefix_cache_hit_rate < one.prefix_cache_hit_rate
+
+
+# ------------------------------------------------------------------------------------------------
+# CLI
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_simulate_dp_json() -> None:
+    r = run("simulate", AZURE, "--json", "--policies", "pdmux,chunked", "--dp", "2",
+            "--load-balance-method", "total_requests")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert (d["dp"], d["gpus"], d["load_balance_method"], d["disagg"]) == (2, 2, "total_requests", None)
+    for p in d["policies"]:
+        assert (p["gpus"], p["layout"], p["router"]) == (2, "DP 2 x TP 1", "total_requests")
+        assert p["completed"] == 50
+
+
+def test_simulate_disagg_table_and_json() -> None:
+    r = run("simulate", AZURE, "--policies", "pdmux", "--disagg", "1p1d")
+    assert r.exit_code == 0, r.stderr
+    for text in ("disagg 1P1D", "1P1D x TP 1", "DP 2 x TP 1", "every policy on 2 GPUs", "NVLink 450 GB/s"):
+        assert text in r.stdout
+    r = run("simulate", AZURE, "--json", "--policies", "chunked,disagg", "--disagg", "2P6D", "--tp", "2")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["disagg"] == "2P6D" and d["kv_link"]["kind"] == "rdma" and d["kv_link"]["bytes_per_s"] == 50e9
+    assert {p["policy"]: p["gpus"] for p in d["policies"]} == {"chunked 8192": 16, "disagg 2P6D": 16}
+    assert {p["policy"]: p["layout"] for p in d["policies"]} == {"chunked 8192": "DP 8 x TP 2", "disagg 2P6D": "2P6D x TP 2"}
+
+
+def test_simulate_unequal_gpus_noted() -> None:
+    r = run("simulate", AZURE, "--policies", "chunked", "--disagg", "1P3D", "--dp", "2")
+    assert r.exit_code == 0, r.stderr
+    assert "not at equal GPU count" in r.stdout
+
+
+@pytest.mark.parametrize("args,contains", [
+    (("--dp", "0"), "--dp"),
+    (("--dp", "65"), "--dp"),
+    (("--load-balance-method", "random"), "--load-balance-method"),
+    (("--disagg", "1X1D"), "--disagg"),
+    (("--disagg", "0P1D"), "prefill"),
+    (("--policies", "disagg"), "--disagg XPYD"),
+    (("--kv-link", "rdma"), "apply to --disagg"),
+    (("--disagg", "1P1D", "--kv-link", "infiniband"), "--kv-link"),
+    (("--disagg", "1P1D", "--kv-link-gb-s", "-3"), "--kv-link-gb-s"),
+    (("--disagg", "1P1D", "--kv-link", "nvlink", "--gpu", "h100-pcie"), "--kv-link nvlink"),
+])
+def test_simulate_cluster_bad_input(args, contains) -> None:
+    assert_one_line_error(run("simulate", AZURE, *args), 2, contains)
