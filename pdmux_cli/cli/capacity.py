@@ -131,13 +131,14 @@ def _launch_notes(cluster: Any, tp: int) -> list[str]:
     if cluster.dp > 1:
         notes.append(
             f"DP {cluster.dp}: the verdict's --dp-size {cluster.dp} --load-balance-method {cluster.method} runs the "
-            f"replicas as one SGLang server (its data-parallel controller, {cluster.dp * tp} GPUs); SGLang 0.5.23's "
-            "checks do not refuse --dp-size with --enable-pdmux (srt/arg_groups/validation_hook.py) but pdmux under "
-            f"DP is untried here: {cluster.dp} servers with the other flags behind sgl-router are the same replicas")
+            f"replicas as one SGLang server (its data-parallel controller, {cluster.dp * tp} GPUs); {cluster.dp} servers "
+            "with the other flags behind sgl-router are the same replicas. SGLang 0.5.23's checks do not refuse "
+            "--dp-size with --enable-pdmux (srt/arg_groups/validation_hook.py), but pdmux under DP is untried here")
     if cluster.disagg is not None:
         d = cluster.disagg
         notes.append(
-            f"{d.label}: {d.prefill} prefill server(s) (--disaggregation-mode prefill) and {d.decode} decode server(s) "
+            f"{d.label}: {d.prefill} prefill server(s) (--disaggregation-mode prefill --chunked-prefill-size -1: whole "
+            f"prompts, as simulated) and {d.decode} decode server(s) "
             f"(--disaggregation-mode decode), each TP {tp}, fronted by a router: python -m sglang_router.launch_router "
             "--pd-disaggregation --prefill URL ... --decode URL ... (SGLang 0.5.23 refuses --enable-pdmux with "
             "either mode: srt/arg_groups/validation_hook.py)")

@@ -107,16 +107,21 @@ class CapacityResult:
     dp: int = 1
     load_balance_method: str = "round_robin"
 
-    def best(self, pdmux: bool) -> PolicyCapacity | None:
-        """The pdmux policy (``pdmux=True``) or other schedule with the highest capacity (first on a tie)."""
+    def best(self, pdmux: bool, gpus: int | None = None) -> PolicyCapacity | None:
+        """The pdmux policy (``pdmux=True``) or other schedule with the highest capacity (first on a tie);
+        with ``gpus``, among those on that many GPUs if any is (else among all)."""
         mine = [p for p in self.policies if (p.kind == "pdmux") == pdmux]
+        if gpus is not None:
+            mine = [p for p in mine if p.gpus == gpus] or mine
         return max(mine, key=lambda p: p.max_rate_rps) if mine else None
 
     def verdict(self) -> str:
         """One line: which policy serves more requests within the SLO, by how much, and what to run (with
-        ``--dp-size``, or disaggregation's per-instance flags). Rates are the whole deployment's; where
-        the two policies compared ran on different GPU counts the line says so, with the rates per GPU."""
-        pd, other = self.best(True), self.best(False)
+        ``--dp-size``, or disaggregation's per-instance flags). Rates are the whole deployment's; pdmux is
+        compared with the best other policy on as many GPUs, or, if none is, the best of all with the
+        line saying so (and giving the rates per GPU)."""
+        pd = self.best(True)
+        other = self.best(False, pd.gpus if pd is not None else None)
         if pd is None or other is None:
             only = pd or other
             return f"{only.label} sustains {rate_text(only)} req/s{_on(only)}" if only else "no policy simulated"
