@@ -116,7 +116,7 @@ def test_verdicts_on_several_servers() -> None:
         "total_requests")
     disagg = _row("disagg 1P1D", "disagg", 12.0, 2, "1P1D x TP 1", (1, 1))
     text = result(pd, disagg).verdict()
-    assert text.startswith("disagg 1P1D serves more (12 req/s on 2 GPUs (DP 2 x TP 1) against 10 for pdmux)")
+    assert text.startswith("disagg 1P1D serves more (12 req/s on 2 GPUs (1P1D x TP 1) against 10 for pdmux)")
     assert "1 prefill server(s) with --disaggregation-mode prefill" in text
     assert "1 decode server(s) with --disaggregation-mode decode" in text
     assert "sglang_router.launch_router --pd-disaggregation" in text

@@ -132,7 +132,7 @@ class CapacityResult:
         if pd.gpus != other.gpus:
             unequal = (f" (not at equal GPU count: {pd.label} on {pd.gpus} GPU(s), {other.label} on {other.gpus}; per "
                        f"GPU {pd.per_gpu_rps:.3g} against {other.per_gpu_rps:.3g} req/s)")
-        on = _on(pd) if not unequal else ""
+        on_pd, on_other = (_on(pd), _on(other)) if not unequal else ("", "")
         if pd.max_rate_rps > other.max_rate_rps:
             gain = (f"+{pd.max_rate_rps / other.max_rate_rps - 1:.0%}" if other.max_rate_rps > 0
                     else "where it meets the SLO at no rate")
@@ -142,15 +142,16 @@ class CapacityResult:
                 flags = ["--enable-pdmux", "--chunked-prefill-size", "-1", "--disable-overlap-schedule"]
                 flags += ["--tp-size", str(self.tp)] if self.tp > 1 else []
             launch = " ".join(shlex.quote(f) for f in flags) + self._dp_flags()
-            return (f"{pd.label} sustains {rate_text(pd)} req/s{on} against {rate_text(other)} for {other.label}: "
+            return (f"{pd.label} sustains {rate_text(pd)} req/s{on_pd} against {rate_text(other)} for {other.label}: "
                     f"{gain}{unequal}; enable it with: {launch}")
         if pd.max_rate_rps == other.max_rate_rps:
+            on = f" on {pd.gpus} GPUs" if pd.gpus > 1 and not unequal else ""
             return (f"{pd.label} and {other.label} both sustain {rate_text(pd)} req/s{on}{unequal}: --enable-pdmux buys "
                     "nothing here")
         if other.xpyd is not None:
-            return (f"{other.label} serves more ({rate_text(other)} req/s{on} against {rate_text(pd)} for {pd.label})"
+            return (f"{other.label} serves more ({rate_text(other)} req/s{on_other} against {rate_text(pd)} for {pd.label})"
                     f"{unequal}: deploy it as {_disagg_launch(other, self.tp)}")
-        return (f"{other.label} serves more ({rate_text(other)} req/s{on} against {rate_text(pd)} for {pd.label})"
+        return (f"{other.label} serves more ({rate_text(other)} req/s{on_other} against {rate_text(pd)} for {pd.label})"
                 f"{unequal}: keep it ({_launch(other)}{self._tp_flag()}{self._dp_flags()})")
 
     def _tp_flag(self) -> str:
