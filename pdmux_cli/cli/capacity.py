@@ -19,9 +19,15 @@ from .common import console, gpu_file, model_file, print_note
 from .simulate import (
     COST_MODEL_HELP,
     DEFAULT_POLICIES,
+    DISAGG_OPTION,
+    DP_OPTION,
     DURATION_OPTION,
     FORMAT_OPTION,
     GPU_OPTION,
+    KV_LINK_GB_S_OPTION,
+    KV_LINK_LATENCY_OPTION,
+    KV_LINK_OPTION,
+    LOAD_BALANCE_OPTION,
     MAX_PREFILL_DECODE_INTERVAL,
     MAX_REQUESTS_OPTION,
     MIXED_CHUNK_SIZES_OPTION,
@@ -37,11 +43,13 @@ from .simulate import (
     TRACE_ARGUMENT,
     TRACE_OPTION,
     _drop_past_context,
+    _link_dict,
     _load_workload,
     _pdmux_config,
     _progress,
     _setup,
     _show_progress,
+    cluster_from_options,
     on_gpus,
     parse_chunk_sizes,
     print_json,
@@ -49,31 +57,92 @@ from .simulate import (
 )
 
 
-def _table(result: Any, title: str, gpus: int = 1) -> Any:
+def _table(result: Any, title: str, width: int | None = None) -> Any:
+    """The capacity table: a row per policy. On more than one GPU, a GPUs count, the layout and the rate per
+    GPU; ``width`` (columns): the layout goes under the policy's name, then the runs column goes, then the
+    headers take two lines, until the table fits (as simulate's tables fit a terminal of 80)."""
+    from rich.console import Console
+
+    if not any(p.layout != "1 GPU" for p in result.policies):
+        return _build_table(result, title, True, True, False)
+    shapes = [(True, True, False), (False, True, False), (False, False, False), (False, False, True)]
+    if width is None:
+        return _build_table(result, title, *shapes[0])
+    wide = Console(width=10_000)
+    for shape in shapes:
+        table = _build_table(result, title, *shape)
+        if wide.measure(table).maximum <= width:
+            return table
+    return table
+
+
+def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_line: bool) -> Any:
     from rich.table import Table
 
     from ..simulate.capacity import rate_text
     from ..simulate.report import latency_cell
 
+    policies = result.policies
+    counts = sorted({p.gpus for p in policies})
+    many = counts[-1] > 1 if counts else False
+    layouts = any(p.layout != "1 GPU" for p in policies)
+    over = ("req/s" if not many else f"req/s over all {counts[0]} GPUs" if len(counts) == 1
+            else "req/s over all of a policy's GPUs")
     table = Table(title=title, title_justify="left",
-                  caption=f"max rate: highest arrival rate (req/s) at which >= {result.target:.0%} of requests meet "
-                          f"TTFT <= {result.slo_ttft_ms:g} ms and their p99 ITL <= {result.slo_itl_ms:g} ms; "
-                          "goodput and p99s (ms; from 10 s on in s) at that rate",
+                  caption=f"max rate: highest arrival rate ({over}) at which >= {result.target:.0%} of requests meet "
+                          f"TTFT <= {result.slo_ttft_ms:g} ms and their p99 ITL <= {result.slo_itl_ms:g} ms"
+                          + ("; per GPU: max rate / GPUs" if many else "")
+                          + "; goodput and p99s (ms; from 10 s on in s) at that rate",
                   caption_justify="left")
-    for col, just in (("policy", "left"), ("max rate", "right"), ("SLO met", "right"), ("goodput", "right"),
-                      ("TTFT p99", "right"), ("ITL p99", "right"), ("runs", "right"), ("GPUs", "right")):
-        table.add_column(col, justify=just)
-    for p in result.policies:
+    in_cell = layouts and not layout_column
+    table.add_column("policy" + (("\n" if two_line else " / ") + "layout" if in_cell else ""), justify="left")
+    columns = [("layout", "left")] if layout_column and layouts else []
+    columns += [("GPUs", "right"), ("max rate", "right")] + ([("per GPU", "right")] if many else [])
+    columns += [("SLO met", "right"), ("goodput", "right"), ("TTFT p99", "right"), ("ITL p99", "right")]
+    columns += [("runs", "right")] if runs else []
+    for col, just in columns:
+        table.add_column(col.replace(" ", "\n") if two_line else col, justify=just, no_wrap=col == "layout")
+    for p in policies:
         at = p.at
-        table.add_row(p.label, rate_text(p), f"{at.slo_attainment:.1%}" if at else "-",
-                      f"{at.goodput_rps:.3g}" if at else "-", latency_cell(at.ttft_p99_ms) if at else "-",
-                      latency_cell(at.itl_p99_ms) if at else "-", str(len(p.points)), str(gpus))
+        cells = {"layout": p.layout, "GPUs": str(p.gpus), "max rate": rate_text(p), "per GPU": _per_gpu_text(p),
+                 "SLO met": f"{at.slo_attainment:.1%}" if at else "-", "goodput": f"{at.goodput_rps:.3g}" if at else "-",
+                 "TTFT p99": latency_cell(at.ttft_p99_ms) if at else "-",
+                 "ITL p99": latency_cell(at.itl_p99_ms) if at else "-", "runs": str(len(p.points))}
+        label = f"{p.label}\n{p.layout}" if in_cell else p.label
+        table.add_row(label, *(cells[col] for col, _ in columns), end_section=in_cell)
     return table
+
+
+def _per_gpu_text(p: Any) -> str:
+    """The capacity per GPU, with the bound of :func:`pdmux_cli.simulate.capacity.rate_text`."""
+    if p.bound == "below":
+        return f"<{p.points[0].rate_rps / p.gpus:.3g}" if p.points else "0"
+    return (">=" if p.bound == "above" else "") + f"{p.per_gpu_rps:.3g}"
 
 
 def _point_dict(p: Any) -> dict[str, Any]:
     return {"rate_rps": p.rate_rps, "slo_attainment": p.slo_attainment, "goodput_rps": p.goodput_rps,
             "ttft_p99_ms": p.ttft_p99_ms, "itl_p99_ms": p.itl_p99_ms, "unfinished": p.unfinished}
+
+
+def _launch_notes(cluster: Any, tp: int) -> list[str]:
+    """What the verdict's flags mean on more than one server (SGLang 0.5.23)."""
+    notes = []
+    if cluster.dp > 1:
+        notes.append(
+            f"DP {cluster.dp}: the verdict's --dp-size {cluster.dp} --load-balance-method {cluster.method} runs the "
+            f"replicas as one SGLang server (its data-parallel controller, {cluster.dp * tp} GPUs); {cluster.dp} servers "
+            "with the other flags behind sgl-router are the same replicas. SGLang 0.5.23's checks do not refuse "
+            "--dp-size with --enable-pdmux (srt/arg_groups/validation_hook.py), but pdmux under DP is untried here")
+    if cluster.disagg is not None:
+        d = cluster.disagg
+        notes.append(
+            f"{d.label}: {d.prefill} prefill server(s) (--disaggregation-mode prefill --chunked-prefill-size -1: whole "
+            f"prompts, as simulated) and {d.decode} decode server(s) "
+            f"(--disaggregation-mode decode), each TP {tp}, fronted by a router: python -m sglang_router.launch_router "
+            "--pd-disaggregation --prefill URL ... --decode URL ... (SGLang 0.5.23 refuses --enable-pdmux with "
+            "either mode: srt/arg_groups/validation_hook.py)")
+    return notes
 
 
 #: Fewer requests than this cannot show a sustained rate: the whole trace is one burst.
@@ -94,7 +163,7 @@ def capacity(
     output_tokens: str = OUTPUT_TOKENS_OPTION,
     model: str = MODEL_OPTION,
     gpu: str | None = GPU_OPTION,
-    policies: str = typer.Option(DEFAULT_POLICIES, "--policies", help="Comma-separated: pdmux, chunked, mixed-chunk, prefill-first."),
+    policies: str = typer.Option(DEFAULT_POLICIES, "--policies", help="Comma-separated: pdmux, chunked, mixed-chunk, prefill-first, disagg (with --disagg)."),
     chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help="Chunk sizes of 'chunked' (default: SGLang's default for the GPU)."),
     mixed_chunk_sizes: str = MIXED_CHUNK_SIZES_OPTION,
     config: Path | None = typer.Option(None, "--config", help="Also size pdmux with this YAML (e.g. from 'pdmux tune'), beside SGLang's defaults."),
@@ -114,13 +183,20 @@ def capacity(
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     workers: int | None = typer.Option(None, "--workers", help="Processes (default: the cores available)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP),
+    dp: int | None = DP_OPTION,
+    load_balance_method: str = LOAD_BALANCE_OPTION,
+    disagg: str | None = DISAGG_OPTION,
+    kv_link: str = KV_LINK_OPTION,
+    kv_link_gb_s: float | None = KV_LINK_GB_S_OPTION,
+    kv_link_latency_us: float | None = KV_LINK_LATENCY_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     plot: Path | None = typer.Option(None, "--plot", help="Write SLO attainment vs request rate, one curve per policy, to this PNG."),
 ) -> None:
     """The highest request rate each policy sustains within the SLO, and whether to turn pdmux on.
 
     Retimes the trace (as --qps does) and bisects the arrival rate per policy with the simulator, in
-    parallel on the cores available."""
+    parallel on the cores available. The rate is the whole deployment's: one server of --tp GPUs,
+    --dp replicas of it behind a router, or --disagg XPYD instances; the table also gives it per GPU."""
     from ..simulate.capacity import capacity as search
     from ..simulate.schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy, PrefillFirstPolicy
 
@@ -131,6 +207,10 @@ def capacity(
     unknown = [p for p in names if p not in POLICIES]
     if unknown or not names:
         raise InputError(f"--policies: unknown {', '.join(unknown) or '(empty)'}; use {', '.join(POLICIES)}")
+    if "disagg" in names and disagg is None:
+        raise InputError("--policies disagg needs --disagg XPYD (prefill and decode instances, e.g. 1P1D)")
+    if disagg is not None and "disagg" not in names:
+        names.append("disagg")
     if config is not None and "pdmux" not in names:
         names.append("pdmux")
     if qps is not None and not synthetic:
@@ -153,6 +233,8 @@ def capacity(
                    ignore_eos=ignore_eos, tp=tp)
     if no_prefix_cache:
         setup = without_prefix_cache(setup)
+    cluster = cluster_from_options(setup, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s,
+                                   kv_link_latency_us)
     workload = _drop_past_context(workload, setup.model, None, None, duration)
     if "chunked" in names and not chunks:
         from ..sglang_server import default_chunked_prefill_size
@@ -176,6 +258,9 @@ def capacity(
         elif name == "mixed-chunk":
             runs.extend(MixedChunkPolicy(c, prefill_decode_interval) for c in dict.fromkeys(mixed))
             paths.extend(None for _ in dict.fromkeys(mixed))
+        elif name == "disagg":
+            runs.append(cluster.disagg)
+            paths.append(None)
         else:
             runs.append(PrefillFirstPolicy(prefill_decode_interval))
             paths.append(None)
@@ -185,7 +270,8 @@ def capacity(
     if bar is not None:
         bar.start()
     try:
-        result = search(workload, setup, runs, slo_ttft, slo_itl, target, tolerance, workers, update, paths)
+        result = search(workload, setup, runs, slo_ttft, slo_itl, target, tolerance, workers, update, paths,
+                        dp=cluster.dp, load_balance_method=cluster.method)
     finally:
         if bar is not None:
             bar.stop()
@@ -196,6 +282,8 @@ def capacity(
 
         write_capacity_plot(plot, result, title)
     notes += [workload.bad_rows_text()] if workload.bad_rows else []
+    notes += list(cluster.notes)
+    notes += _launch_notes(cluster, setup.tp)
     notes += list(workload.notes)
     if len(workload) < MIN_REQUESTS:
         notes.append(f"only {len(workload)} requests: too few to measure a sustained rate (their burst drains at any "
@@ -213,19 +301,24 @@ def capacity(
     if as_json:
         print_json({
             "trace": workload.source, "requests": len(workload), "trace_rate_rps": result.trace_rate_rps,
-            "model": setup.model.name, "gpu": setup.gpu_name, "tp": setup.tp, "gpus": setup.tp,
+            "model": setup.model.name, "gpu": setup.gpu_name, "tp": setup.tp, "dp": cluster.dp,
+            "gpus": cluster.dp * setup.tp, "load_balance_method": cluster.method,
+            "disagg": cluster.disagg.label.split()[-1] if cluster.disagg else None,
+            "kv_link": _link_dict(cluster.disagg.link) if cluster.disagg else None,
+            "rate_rps_is": "requests/s over all of a policy's GPUs (max_rate_per_gpu_rps: divided by them)",
             "cost_model": setup.step_model.name,
             "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl, "itl_judged_on": "request p99 ITL (nearest rank)"},
             "target": target, "tolerance": tolerance, "workers": result.workers,
-            "policies": [{"policy": p.label, "kind": p.kind, "gpus": setup.tp, "max_rate_rps": p.max_rate_rps,
-                          "bound": p.bound or None,
+            "policies": [{"policy": p.label, "kind": p.kind, "gpus": p.gpus, "layout": p.layout,
+                          "router": p.router or None, "max_rate_rps": p.max_rate_rps,
+                          "max_rate_per_gpu_rps": p.per_gpu_rps, "bound": p.bound or None,
                           "at": _point_dict(p.at) if p.at else None, "config": p.config_path,
                           "points": [_point_dict(x) for x in p.points]} for p in result.policies],
             "verdict": result.verdict(), "plot": str(plot) if plot else None, "notes": notes,
         })
         return
     con = console()
-    con.print(_table(result, title, setup.tp))
+    con.print(_table(result, title, con.width))
     con.print("verdict: " + result.verdict(), soft_wrap=True)
     for note in notes:
         print_note(con, note)

@@ -546,7 +546,7 @@ def simulate(
 
 def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_group_nums: str | None,
               divisors: str | None, budgets: str | None, single_levels: bool, workers: int | None,
-              show_progress: bool) -> Any:
+              show_progress: bool, dp: int = 1, load_balance_method: str = "round_robin") -> Any:
     from ..simulate.tune import DEFAULT_BUDGETS, DEFAULT_DIVISORS, tune
 
     _check_number("--slo-ttft", slo_ttft)
@@ -557,12 +557,13 @@ def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_gro
     divs = parse_int_list(divisors, "--divisors") if divisors else DEFAULT_DIVISORS
     buds = parse_int_list(budgets, "--budgets") if budgets else DEFAULT_BUDGETS
     bar, _ = _progress(show_progress, 1, "tuning")
+    cluster = {"dp": dp, "load_balance_method": load_balance_method}
     if bar is None:
-        return tune(workload, setup, slo_ttft, slo_itl, groups, divs, buds, single_levels, workers)
+        return tune(workload, setup, slo_ttft, slo_itl, groups, divs, buds, single_levels, workers, **cluster)
     task = bar.task_ids[0]
     with bar:
         return tune(workload, setup, slo_ttft, slo_itl, groups, divs, buds, single_levels, workers,
-                    progress=lambda done, total: bar.update(task, completed=done, total=total))
+                    progress=lambda done, total: bar.update(task, completed=done, total=total), **cluster)
 
 
 def tune_table(result: Any, top: int | None = 12) -> Any:
@@ -575,7 +576,8 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
     shown = ranked if top is None else ranked[:top]
     if result.baseline is not None and all(r.index != result.baseline for r in shown):
         shown = shown + [result.rows[result.baseline]]
-    table = Table(title=f"pdmux configs compared ({len(result.rows)} simulated, best first)", title_justify="left",
+    on = f"; each on {result.gpus} GPUs, {result.layout}" if result.gpus > 1 else ""
+    table = Table(title=f"pdmux configs compared ({len(result.rows)} simulated, best first{on})", title_justify="left",
                   caption="SLO met: share of requests; goodput: requests/s meeting the SLO; p99s in ms (from 10 s on in s)",
                   caption_justify="left")
     for col, just in (("#", "right"), ("config", "left"), ("SLO met", "right"), ("goodput", "right"),
@@ -593,8 +595,10 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
     return table
 
 
-def _tune_dict(result: Any, gpus: int = 1) -> dict[str, Any]:
-    """tune's JSON; ``gpus``: GPUs every config and schedule runs on (the TP degree)."""
+def _tune_dict(result: Any) -> dict[str, Any]:
+    """tune's JSON; ``gpus``, ``layout``, ``router``: the GPUs every config and schedule ran on (``dp x
+    tp``), how, and the load-balance method between the replicas (``null`` for one server)."""
+    gpus, layout, router = result.gpus, result.layout, result.router or None
 
     def cfg(c: Any) -> dict[str, Any]:
         return {"sm_group_num": c.sm_group_num, "manual_divisions": [list(e) for e in c.manual_divisions],
@@ -605,13 +609,13 @@ def _tune_dict(result: Any, gpus: int = 1) -> dict[str, Any]:
 
     return {
         "workers": result.workers, "skipped_invalid": result.skipped, "best": result.best, "baseline": result.baseline,
-        "gpus": gpus,
+        "gpus": gpus, "layout": layout, "router": router,
         "rows": [{"index": r.index, "description": r.candidate.description, "config": cfg(r.candidate.config),
-                  "gpus": gpus,
+                  "gpus": gpus, "layout": layout,
                   "slo_attainment": r.slo_attainment, "goodput_rps": r.goodput_rps,
                   "ttft_p99_ms": num(r.ttft_p99_ms), "itl_p99_ms": num(r.itl_p99_ms),
                   "older_sglang_crash_rounds": r.older_sglang_crash_rounds} for r in result.rows],
-        "schedules": [{"policy": o.label, "gpus": gpus, "slo_attainment": o.slo_attainment, "goodput_rps": o.goodput_rps,
+        "schedules": [{"policy": o.label, "gpus": gpus, "layout": layout, "slo_attainment": o.slo_attainment, "goodput_rps": o.goodput_rps,
                        "ttft_p99_ms": num(o.ttft_p99_ms), "itl_p99_ms": num(o.itl_p99_ms)} for o in result.schedules],
         "verdict": result.verdict(),
         "notes": result.notes,
@@ -657,7 +661,18 @@ def tuned_config(
         err.print("verdict: " + result.verdict(), soft_wrap=True)
         for note in result.notes:
             print_note(err, note)
-    return result.best_row.candidate.config, _tune_dict(result, setup.tp)
+    return result.best_row.candidate.config, _tune_dict(result)
+
+
+def _tune_layout(tp: int, cluster: Cluster) -> str:
+    """How tune's winner line says the GPUs were used: ``" (TP 2, one rank simulated)"``, ``" (DP 2 x TP 1,
+    round_robin)"``."""
+    if cluster.dp > 1:
+        from ..simulate.cluster import layout_text
+
+        rank = ", one rank of each replica simulated" if tp > 1 else ""
+        return f" ({layout_text(tp, cluster.dp)} behind {cluster.method}{rank})"
+    return f" (TP {tp}, one rank simulated)" if tp > 1 else ""
 
 
 @app.command()
@@ -688,6 +703,9 @@ def tune(
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     workers: int | None = typer.Option(None, "--workers", help="Processes (default: the cores available)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP),
+    dp: int | None = DP_OPTION,
+    load_balance_method: str = LOAD_BALANCE_OPTION,
+    disagg: str | None = typer.Option(None, "--disagg", help="Not taken: tune searches pdmux knobs; compare PD disaggregation with pdmux simulate or pdmux capacity --disagg XPYD."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the winning YAML here (whole or not at all)."),
     show_all: bool = typer.Option(False, "--all", help="Show every config compared, not just the best."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
@@ -695,7 +713,8 @@ def tune(
     """Search pdmux YAML knobs for the best SLO attainment on a trace; write the winning YAML.
 
     Tries sm_group_num, decode_bs_divisor or fixed splits, and split_forward_token_budget, one
-    simulation each, in parallel on the cores available."""
+    simulation each, in parallel on the cores available; with --dp, each on that many replicas behind
+    a router."""
     from .. import pdmux_config as pc
 
     refuse_overwriting_inputs(output, trace, calibration, model_file(model), gpu_file(gpu))
@@ -707,9 +726,10 @@ def tune(
                    tp=tp)
     if no_prefix_cache:
         setup = without_prefix_cache(setup)
+    cluster = cluster_from_options(setup, gpu, dp, load_balance_method, disagg, allow_disagg=False)
     workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     result = _tune_run(workload, setup, slo_ttft, slo_itl, sm_group_nums, divisors, budgets, not no_single_levels,
-                       workers, _show_progress(as_json))
+                       workers, _show_progress(as_json), cluster.dp, cluster.method)
     best = result.best_row.candidate.config
     problems = pc.validate(best, setup.total_sms, setup.compute_capability)
     if problems:  # cannot happen: candidates are validated
@@ -718,9 +738,10 @@ def tune(
     if output is not None:
         write_atomic(output, text)
     if as_json:
-        data = _tune_dict(result, setup.tp)
+        data = _tune_dict(result)
         data.update({"trace": trace.name, "requests": len(workload), "gpu": setup.gpu_name, "model": setup.model.name,
-                     "tp": setup.tp, "gpus": setup.tp,
+                     "tp": setup.tp, "dp": cluster.dp, "gpus": cluster.dp * setup.tp,
+                     "load_balance_method": cluster.method,
                      "cost_model": setup.step_model.name, "throughput": setup.step_model.source,
                      "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl}, "yaml": text,
                      "output": str(output) if output else None})
@@ -735,7 +756,7 @@ def tune(
     con.print(f"winner: {row.candidate.description} (levels {levels_text(best, setup.total_sms, setup.compute_capability)}): "
               f"{share_text(row.slo_attainment)} of {len(workload)} requests meet TTFT <= {slo_ttft:g} ms and ITL p99 <= "
               f"{slo_itl:g} ms; {len(result.rows)} configs on {result.workers} worker(s); every policy on "
-              f"{setup.tp} GPU(s)" + (f" (TP {setup.tp}, one rank simulated)" if setup.tp > 1 else ""))
+              f"{result.gpus} GPU(s)" + _tune_layout(setup.tp, cluster))
     con.print("verdict: " + result.verdict(), soft_wrap=True)
     con.print(f"cost model: {setup.step_model.source}", soft_wrap=True)
     for note in result.notes:
@@ -743,7 +764,8 @@ def tune(
     if output is None:
         sys.stdout.write(text)
     else:
-        con.print(f"wrote {output}; launch with: " + pc.launch_command(str(output), best.sm_group_num, tp=setup.tp),
-                  soft_wrap=True)
+        dp_flags = f" --dp-size {cluster.dp} --load-balance-method {cluster.method}" if cluster.dp > 1 else ""
+        con.print(f"wrote {output}; launch with: " + pc.launch_command(str(output), best.sm_group_num, tp=setup.tp)
+                  + dp_flags, soft_wrap=True)
 
 

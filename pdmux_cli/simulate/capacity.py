@@ -10,7 +10,10 @@ kept) and simulated at a rate, and the rate is searched for the highest one at w
    other. The reported rate is the highest one simulated that met the target.
 
 This is how Vidur-Search and DistServe size a deployment (the highest rate meeting an SLO); here the
-policies are SGLang 0.5.23's schedules and PD multiplexing on one simulated GPU. SLO attainment need
+policies are SGLang 0.5.23's schedules and PD multiplexing on one simulated server of ``setup.tp`` GPUs,
+on ``dp`` replicas of it behind a router, or PD disaggregation (a
+:class:`~pdmux_cli.simulate.cluster.DisaggPolicy`, its own X + Y instances). The rate is the whole
+deployment's (requests/s over all its GPUs); :attr:`PolicyCapacity.per_gpu_rps` divides it by them. SLO attainment need
 not fall monotonically with the rate (a burst can line up differently), so the search finds *a*
 boundary; every rate simulated is kept in :attr:`PolicyCapacity.points` (the ``--plot`` curve).
 
@@ -28,7 +31,9 @@ from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 
 from .. import pdmux_config as pc
+from ..disaggregation import check_dp_value, check_load_balance_method
 from ..errors import InputError
+from .cluster import layout_text
 from .engine import Setup
 from .metrics import summarize
 from .runner import Policy, simulate
@@ -61,7 +66,9 @@ class PolicyCapacity:
     ascending; ``bound``: ``""`` when bracketed, ``"above"`` when the target held at every rate tried
     (the capacity is at least ``max_rate_rps``), ``"below"`` when it held at none. ``config_path``,
     ``sm_group_num``: the pdmux YAML sized and its groups (for the launch line); ``chunk_tokens``: the
-    schedule's chunk size (tokens; -1 for prefill-first)."""
+    schedule's chunk size (tokens; -1 for prefill-first). ``gpus``, ``layout``, ``router``: the GPUs the
+    policy ran on, how (``"DP 2 x TP 1"``, ``"1P1D x TP 1"``) and the load-balance method between its
+    servers (``""`` for one server); ``xpyd``: disaggregation's prefill and decode instances."""
 
     label: str
     kind: str
@@ -72,11 +79,21 @@ class PolicyCapacity:
     config_path: str | None = None
     sm_group_num: int | None = None
     chunk_tokens: int = 0
+    gpus: int = 1
+    layout: str = "1 GPU"
+    router: str = ""
+    xpyd: tuple[int, int] | None = None
+
+    @property
+    def per_gpu_rps(self) -> float:
+        """The capacity per GPU the policy ran on, requests/s."""
+        return self.max_rate_rps / self.gpus
 
 
 @dataclass(frozen=True)
 class CapacityResult:
-    """Every policy's capacity, in the order given, with the search's settings."""
+    """Every policy's capacity, in the order given, with the search's settings (``dp`` replicas of the
+    colocated policies behind ``load_balance_method``)."""
 
     policies: list[PolicyCapacity]
     target: float
@@ -87,21 +104,35 @@ class CapacityResult:
     workers: int
     notes: list[str] = field(default_factory=list)
     tp: int = 1
+    dp: int = 1
+    load_balance_method: str = "round_robin"
 
-    def best(self, pdmux: bool) -> PolicyCapacity | None:
-        """The pdmux policy (``pdmux=True``) or other schedule with the highest capacity (first on a tie)."""
+    def best(self, pdmux: bool, gpus: int | None = None) -> PolicyCapacity | None:
+        """The pdmux policy (``pdmux=True``) or other schedule with the highest capacity (first on a tie);
+        with ``gpus``, among those on that many GPUs if any is (else among all)."""
         mine = [p for p in self.policies if (p.kind == "pdmux") == pdmux]
+        if gpus is not None:
+            mine = [p for p in mine if p.gpus == gpus] or mine
         return max(mine, key=lambda p: p.max_rate_rps) if mine else None
 
     def verdict(self) -> str:
-        """One line: which policy serves more requests within the SLO, by how much, and what to run."""
-        pd, other = self.best(True), self.best(False)
+        """One line: which policy serves more requests within the SLO, by how much, and what to run (with
+        ``--dp-size``, or disaggregation's per-instance flags). Rates are the whole deployment's; pdmux is
+        compared with the best other policy on as many GPUs, or, if none is, the best of all with the
+        line saying so (and giving the rates per GPU)."""
+        pd = self.best(True)
+        other = self.best(False, pd.gpus if pd is not None else None)
         if pd is None or other is None:
             only = pd or other
-            return f"{only.label} sustains {rate_text(only)} req/s" if only else "no policy simulated"
+            return f"{only.label} sustains {rate_text(only)} req/s{_on(only)}" if only else "no policy simulated"
         if pd.max_rate_rps <= 0 and other.max_rate_rps <= 0:
             return (f"no policy meets the SLO for {self.target:.0%} of requests at any rate tried: loosen the SLO "
                     "or use a faster GPU")
+        unequal = ""
+        if pd.gpus != other.gpus:
+            unequal = (f" (not at equal GPU count: {pd.label} on {pd.gpus} GPU(s), {other.label} on {other.gpus}; per "
+                       f"GPU {pd.per_gpu_rps:.3g} against {other.per_gpu_rps:.3g} req/s)")
+        on_pd, on_other = (_on(pd), _on(other)) if not unequal else ("", "")
         if pd.max_rate_rps > other.max_rate_rps:
             gain = (f"+{pd.max_rate_rps / other.max_rate_rps - 1:.0%}" if other.max_rate_rps > 0
                     else "where it meets the SLO at no rate")
@@ -110,16 +141,39 @@ class CapacityResult:
             else:  # SGLang's default pdmux config: no YAML, the flags 0.5.23 needs with it
                 flags = ["--enable-pdmux", "--chunked-prefill-size", "-1", "--disable-overlap-schedule"]
                 flags += ["--tp-size", str(self.tp)] if self.tp > 1 else []
-            launch = " ".join(shlex.quote(f) for f in flags)
-            return (f"{pd.label} sustains {rate_text(pd)} req/s against {rate_text(other)} for {other.label}: {gain}; "
-                    f"enable it with: {launch}")
+            launch = " ".join(shlex.quote(f) for f in flags) + self._dp_flags()
+            return (f"{pd.label} sustains {rate_text(pd)} req/s{on_pd} against {rate_text(other)} for {other.label}: "
+                    f"{gain}{unequal}; enable it with: {launch}")
         if pd.max_rate_rps == other.max_rate_rps:
-            return f"{pd.label} and {other.label} both sustain {rate_text(pd)} req/s: --enable-pdmux buys nothing here"
-        return (f"{other.label} serves more ({rate_text(other)} req/s against {rate_text(pd)} for {pd.label}): "
-                f"keep it ({_launch(other)}{self._tp_flag()})")
+            on = f" on {pd.gpus} GPUs" if pd.gpus > 1 and not unequal else ""
+            return (f"{pd.label} and {other.label} both sustain {rate_text(pd)} req/s{on}{unequal}: --enable-pdmux buys "
+                    "nothing here")
+        if other.xpyd is not None:
+            return (f"{other.label} serves more ({rate_text(other)} req/s{on_other} against {rate_text(pd)} for {pd.label})"
+                    f"{unequal}: deploy it as {_disagg_launch(other, self.tp)}")
+        return (f"{other.label} serves more ({rate_text(other)} req/s{on_other} against {rate_text(pd)} for {pd.label})"
+                f"{unequal}: keep it ({_launch(other)}{self._tp_flag()}{self._dp_flags()})")
 
     def _tp_flag(self) -> str:
         return f" --tp-size {self.tp}" if self.tp > 1 else ""
+
+    def _dp_flags(self) -> str:
+        """SGLang's flags for ``dp`` replicas in one server (its data-parallel controller)."""
+        return f" --dp-size {self.dp} --load-balance-method {self.load_balance_method}" if self.dp > 1 else ""
+
+
+def _on(p: PolicyCapacity) -> str:
+    """``" on 4 GPUs (DP 4 x TP 1)"`` for a policy on more than one GPU, else ``""``."""
+    return f" on {p.gpus} GPUs ({p.layout})" if p.gpus > 1 else ""
+
+
+def _disagg_launch(p: PolicyCapacity, tp: int) -> str:
+    """SGLang 0.5.23's flags per instance of PD disaggregation, and the router in front of them."""
+    x, y = p.xpyd or (1, 1)
+    tp_flag = f" --tp-size {tp}" if tp > 1 else ""
+    return (f"{x} prefill server(s) with --disaggregation-mode prefill --chunked-prefill-size -1{tp_flag} and {y} "
+            f"decode server(s) with --disaggregation-mode decode{tp_flag}, behind python -m "
+            "sglang_router.launch_router --pd-disaggregation --prefill URL ... --decode URL ...")
 
 
 def _launch(p: PolicyCapacity) -> str:
@@ -141,8 +195,9 @@ def rate_text(p: PolicyCapacity) -> str:
 
 
 def _evaluate(args: tuple) -> RatePoint:
-    trace, setup, policy, rate, slo_ttft_ms, slo_itl_ms = args
-    m = summarize(simulate(reshape(trace, qps=rate), setup, policy), slo_ttft_ms, slo_itl_ms)
+    trace, setup, policy, rate, slo_ttft_ms, slo_itl_ms, dp, method = args
+    m = summarize(simulate(reshape(trace, qps=rate), setup, policy, dp=dp, load_balance_method=method),
+                  slo_ttft_ms, slo_itl_ms)
     itl = [x for x in m.per_request["itl_p99_ms"] if not math.isnan(x)]
     itl.sort()
     itl_p99 = itl[math.ceil(0.99 * len(itl)) - 1] if itl else math.nan
@@ -205,14 +260,19 @@ def capacity(
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
     config_paths: Sequence[str | None] | None = None,
+    dp: int = 1,
+    load_balance_method: str = "round_robin",
 ) -> CapacityResult:
     """The highest rate each of ``policies`` sustains on ``trace`` (module docstring).
 
     ``slo_ttft_ms``, ``slo_itl_ms``: SLOs in ms (> 0). ``target``: SLO attainment to hold, a share in
     (0, 1]. ``tolerance``: relative width of the final bracket (> 0, < 1). ``workers``: processes
     (default: the cores available). ``progress(simulations done)``. ``config_paths``: per policy, the
-    pdmux YAML it came from (for the verdict's launch line), or ``None``. Raises :class:`InputError`
-    for bad SLOs, target or tolerance, or a trace whose requests all arrive at once (no rate to scale).
+    pdmux YAML it came from (for the verdict's launch line), or ``None``. ``dp``: replicas of the server
+    behind a router (``load_balance_method``) for every policy but a
+    :class:`~pdmux_cli.simulate.cluster.DisaggPolicy` (its own instances). Raises :class:`InputError`
+    for bad SLOs, target, tolerance, ``dp`` or method, or a trace whose requests all arrive at once (no
+    rate to scale).
     """
     for name, value in (("--slo-ttft", slo_ttft_ms), ("--slo-itl", slo_itl_ms)):
         if not (math.isfinite(value) and value > 0):
@@ -226,6 +286,8 @@ def capacity(
                          "trace with arrival times, or --synthetic --qps N")
     if not policies:
         raise InputError("no policy to size")
+    dp = check_dp_value(dp)
+    load_balance_method = check_load_balance_method(load_balance_method)
     cores = default_workers()
     workers = max(1, min(workers or cores, cores, len(policies)))
     searches = [_search(trace, target, tolerance) for _ in policies]
@@ -234,7 +296,7 @@ def capacity(
     done = 0
 
     def task(i: int, rate: float) -> tuple:
-        return trace, setup, policies[i], rate, slo_ttft_ms, slo_itl_ms
+        return trace, setup, policies[i], rate, slo_ttft_ms, slo_itl_ms, dp, load_balance_method
 
     def advance(i: int, point: RatePoint) -> float | None:
         """Record ``point`` for policy ``i``; its next rate, or ``None`` when its search is over."""
@@ -269,8 +331,15 @@ def capacity(
         rate, bound = outcome[i]
         at = next((p for p in points[i] if p.rate_rps == rate), None) if rate > 0 else None
         cfg = getattr(policy, "config", None)
+        if policy.kind == "disagg":
+            xpyd = (policy.prefill, policy.decode)
+            gpus, layout, router = sum(xpyd) * setup.tp, layout_text(setup.tp, xpyd=xpyd), policy.load_balance_method
+        else:
+            xpyd, gpus, layout = None, dp * setup.tp, layout_text(setup.tp, dp)
+            router = load_balance_method if dp > 1 else ""
         rows.append(PolicyCapacity(
             policy.label, policy.kind, rate, at, tuple(sorted(points[i], key=lambda p: p.rate_rps)), bound,
             config_paths[i] if config_paths else None, cfg.sm_group_num if cfg is not None else None,
-            policy.chunk_tokens))
-    return CapacityResult(rows, target, tolerance, trace.mean_qps, slo_ttft_ms, slo_itl_ms, workers, tp=setup.tp)
+            policy.chunk_tokens, gpus, layout, router, xpyd))
+    return CapacityResult(rows, target, tolerance, trace.mean_qps, slo_ttft_ms, slo_itl_ms, workers, tp=setup.tp,
+                          dp=dp, load_balance_method=load_balance_method)

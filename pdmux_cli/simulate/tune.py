@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 
 from .. import pdmux_config as pc
 from .. import policy as pol
+from ..disaggregation import check_dp_value, check_load_balance_method
 from ..errors import InputError
+from .cluster import layout_text
 from .engine import Setup
 from .metrics import summarize, ttft_quarters
 from .runner import simulate
@@ -84,7 +86,8 @@ class ScheduleRow:
 class TuneResult:
     """All rows in candidate order, the winner's index, SGLang's defaults' index (or ``None``), how
     many generated configs were skipped as invalid for the device, and SGLang's other schedules on the
-    same trace (``schedules``)."""
+    same trace (``schedules``). ``gpus``, ``layout``, ``router``: the GPUs every config and schedule
+    ran on (``dp x tp``), how (``"DP 2 x TP 1"``) and the load-balance method (``""`` for one server)."""
 
     rows: list[TuneRow]
     best: int
@@ -93,6 +96,9 @@ class TuneResult:
     workers: int
     notes: list[str] = field(default_factory=list)
     schedules: list[ScheduleRow] = field(default_factory=list)
+    gpus: int = 1
+    layout: str = "1 GPU"
+    router: str = ""
 
     @property
     def best_row(self) -> TuneRow:
@@ -228,8 +234,8 @@ def candidates(
 
 
 def _evaluate(args: tuple) -> tuple[float, float, float, float, int, tuple[float, float]]:
-    trace, setup, policy, slo_ttft_ms, slo_itl_ms = args
-    result = simulate(trace, setup, policy)
+    trace, setup, policy, slo_ttft_ms, slo_itl_ms, dp, method = args
+    result = simulate(trace, setup, policy, dp=dp, load_balance_method=method)
     m = summarize(result, slo_ttft_ms, slo_itl_ms)
     return (m.slo_attainment, m.goodput_rps, m.ttft_ms["p99"], m.itl_ms["p99"],
             int(m.counters.get("older_sglang_crash_rounds", 0)), ttft_quarters(m))
@@ -242,14 +248,15 @@ QUEUE_GROWTH = 2.0
 
 
 def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, slo_itl_ms: float,
-                  workers: int | None = None) -> str | None:
+                  workers: int | None = None, dp: int = 1, load_balance_method: str = "round_robin") -> str | None:
     """When ``row`` misses :data:`OVERLOAD_TARGET` because requests queue, one line saying so and the
     rate at which this config would meet the target (:func:`.capacity.capacity`); else ``None``.
 
     Requests queue when the last quarter of them waits :data:`QUEUE_GROWTH` times longer for its first
     token than the first quarter, and longer than the SLO (the queue grows: the trace's mean rate is
     more than the GPU serves), or when the p99 TTFT is past the SLO and :data:`QUEUE_GROWTH` times the
-    longest prompt's prefill alone on the whole GPU (bursts queue up: TTFT is mostly waiting)."""
+    longest prompt's prefill alone on the whole GPU (bursts queue up: TTFT is mostly waiting). ``dp``:
+    replicas behind a router (``load_balance_method``), as the row was simulated."""
     if row.slo_attainment >= OVERLOAD_TARGET:
         return None
     first, last = row.ttft_quarters_ms
@@ -265,13 +272,14 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
     from .capacity import capacity
 
     sized = capacity(trace, setup, [PdmuxPolicy(row.candidate.config)], slo_ttft_ms, slo_itl_ms,
-                     target=OVERLOAD_TARGET, workers=workers).policies[0]
+                     target=OVERLOAD_TARGET, workers=workers, dp=dp, load_balance_method=load_balance_method).policies[0]
+    where = "GPU" if dp * setup.tp == 1 else f"{dp * setup.tp} GPUs"
     if growing:
         waits = "never get a first token" if math.isinf(last) else f"wait {last / 1e3:.3g} s for their first token"
-        head = (f"the trace overloads the GPU at its rate ({trace.mean_qps:.3g} req/s): its last requests {waits} "
+        head = (f"the trace overloads the {where} at its rate ({trace.mean_qps:.3g} req/s): its last requests {waits} "
                 f"(median), its first {first / 1e3:.3g} s (the queue grows)")
     else:
-        head = (f"the trace's bursts overload the GPU: TTFT p99 {row.ttft_p99_ms / 1e3:.3g} s, where the longest "
+        head = (f"the trace's bursts overload the {where}: TTFT p99 {row.ttft_p99_ms / 1e3:.3g} s, where the longest "
                 f"prompt's prefill alone takes {longest_ms / 1e3:.2g} s (requests queue)")
     if sized.max_rate_rps <= 0:
         return head + f"; the winner meets the SLO for {OVERLOAD_TARGET:.0%} of requests at no rate tried"
@@ -323,6 +331,8 @@ def tune(
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     schedules: Sequence | None = None,
+    dp: int = 1,
+    load_balance_method: str = "round_robin",
 ) -> TuneResult:
     """Simulate ``trace`` under every candidate pdmux config and pick the best.
 
@@ -330,12 +340,15 @@ def tune(
     processes (default: the cores available; 1 runs in this process). ``progress(done, total)`` is
     called after each candidate. The winner maximises SLO attainment, then goodput, then comes first
     in candidate order: deterministic. ``schedules``: SGLang's other schedules to compare with (default:
-    chunked at SGLang's default size for the GPU and mixed-chunk 512; ``()`` for none).
-    Raises :class:`InputError` for non-positive SLOs or no valid candidate.
+    chunked at SGLang's default size for the GPU and mixed-chunk 512; ``()`` for none). ``dp``: every
+    config and schedule runs as that many replicas behind a router (``load_balance_method``).
+    Raises :class:`InputError` for non-positive SLOs, a bad ``dp`` or method, or no valid candidate.
     """
     for name, value in (("--slo-ttft", slo_ttft_ms), ("--slo-itl", slo_itl_ms)):
         if not (value > 0 and value != float("inf")):
             raise InputError(f"{name} must be a number of ms > 0, got {value}")
+    dp = check_dp_value(dp)
+    load_balance_method = check_load_balance_method(load_balance_method)
     cands, skipped = candidates(setup.total_sms, setup.compute_capability, sm_group_nums, divisors, budgets,
                                 single_levels)
     cores = default_workers()
@@ -346,8 +359,9 @@ def tune(
 
         schedules = (ChunkedPolicy(default_chunked_prefill_size(setup.memory_bytes)), MixedChunkPolicy(512))
     workers = min(workers or cores, cores, len(cands) + len(schedules))  # more processes than cores only cost memory
-    tasks = [(trace, setup, PdmuxPolicy(c.config), slo_ttft_ms, slo_itl_ms) for c in cands]
-    tasks += [(trace, setup, policy, slo_ttft_ms, slo_itl_ms) for policy in schedules]
+    cluster = (dp, load_balance_method)
+    tasks = [(trace, setup, PdmuxPolicy(c.config), slo_ttft_ms, slo_itl_ms, *cluster) for c in cands]
+    tasks += [(trace, setup, policy, slo_ttft_ms, slo_itl_ms, *cluster) for policy in schedules]
     outcomes: list[tuple] = []
     if workers <= 1:
         for task in tasks:
@@ -373,7 +387,8 @@ def tune(
     notes = [capped_note] if capped_note else []
     if rows[best].older_sglang_crash_rounds:
         notes.append("SGLang 0.5.23 crashes with the winner (no manual_divisions threshold matched a decode batch)")
-    overload = overload_note(trace, setup, rows[best], slo_ttft_ms, slo_itl_ms, workers)
+    overload = overload_note(trace, setup, rows[best], slo_ttft_ms, slo_itl_ms, workers, dp, load_balance_method)
     if overload:
         notes.append(overload)
-    return TuneResult(rows, best, baseline, skipped, workers, notes, others)
+    return TuneResult(rows, best, baseline, skipped, workers, notes, others, gpus=dp * setup.tp,
+                      layout=layout_text(setup.tp, dp), router=load_balance_method if dp > 1 else "")
