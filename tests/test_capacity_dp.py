@@ -120,8 +120,8 @@ def test_verdicts_on_several_servers() -> None:
     assert "1 prefill server(s) with --disaggregation-mode prefill" in text
     assert "1 decode server(s) with --disaggregation-mode decode" in text
     assert "sglang_router.launch_router --pd-disaggregation" in text
-    big = _row("disagg 2P2D", "disagg", 12.0, 4, "2P2D x TP 2", (2, 2))
-    text = result(_row("pdmux", "pdmux", 10.0, 4, "DP 2 x TP 2"), big, tp=2).verdict()
+    big = _row("disagg 2P2D", "disagg", 12.0, 8, "2P2D x TP 2", (2, 2))
+    text = result(_row("pdmux", "pdmux", 10.0, 8, "DP 4 x TP 2"), big, tp=2, dp=4).verdict()
     assert "--tp-size 2" in text and "not at equal GPU count" not in text
     text = result(pd, _row("disagg 2P2D", "disagg", 12.0, 4, "2P2D x TP 1", (2, 2))).verdict()
     assert "(not at equal GPU count: pdmux on 2 GPU(s), disagg 2P2D on 4; per GPU 5 against 3 req/s)" in text
@@ -163,3 +163,14 @@ def test_bad_input() -> None:
         ([*TUNE, "--load-balance-method", "foo"], "--load-balance-method"),
     ]:
         assert_one_line_error(runner.invoke(app, args), 2, text)
+
+
+def test_disagg_tp_against_one_tp_server() -> None:
+    """pdmux as one TP 2 server against 1P1D of TP 1 instances: both on 2 GPUs; the verdict's disagg
+    flags carry no --tp-size (its instances are TP 1)."""
+    data = _capacity("--policies", "pdmux", "--tp", "2", "--disagg", "1P1D", "--disagg-tp", "1")
+    assert [(p["gpus"], p["layout"]) for p in data["policies"]] == [(2, "TP 2"), (2, "1P1D x TP 1")]
+    assert (data["dp"], data["disagg_tp"]) == (1, 1)
+    assert "not at equal GPU count" not in data["verdict"]
+    note = next(n for n in data["notes"] if "--disaggregation-mode prefill" in n)
+    assert "each TP 1" in note

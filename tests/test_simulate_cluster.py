@@ -263,3 +263,27 @@ def test_simulate_unequal_gpus_noted() -> None:
 ])
 def test_simulate_cluster_bad_input(args, contains) -> None:
     assert_one_line_error(run("simulate", AZURE, *args), 2, contains)
+
+
+def test_disagg_tp_puts_every_policy_on_the_same_gpus() -> None:
+    """TP 2 against 1P1D of TP 1 each: both on 2 GPUs, one server of TP 2 for the colocated policies."""
+    r = run("simulate", AZURE, "--json", "--policies", "chunked", "--tp", "2", "--disagg", "1P1D", "--disagg-tp", "1")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert (d["dp"], d["disagg_tp"]) == (1, 1)
+    assert {p["policy"]: (p["gpus"], p["layout"]) for p in d["policies"]} == {
+        "chunked 8192": (2, "TP 2"), "disagg 1P1D": (2, "1P1D x TP 1")}
+    assert any("every policy on 2 GPUs" in n for n in d["notes"])
+    r = run("simulate", AZURE, "--json", "--policies", "chunked", "--disagg", "1P1D", "--disagg-tp", "2")
+    d = json.loads(r.stdout)
+    assert {p["policy"]: p["gpus"] for p in d["policies"]} == {"chunked 8192": 4, "disagg 1P1D": 4}
+    assert d["dp"] == 4
+
+
+@pytest.mark.parametrize("args,contains", [
+    (("--disagg-tp", "2"), "apply to --disagg"),
+    (("--disagg", "1P1D", "--disagg-tp", "9"), "--disagg-tp"),
+    (("--disagg", "1P1D", "--disagg-tp", "0"), "--disagg-tp"),
+])
+def test_disagg_tp_bad_input(args, contains) -> None:
+    assert_one_line_error(run("simulate", AZURE, *args), 2, contains)

@@ -20,6 +20,7 @@ from .simulate import (
     COST_MODEL_HELP,
     DEFAULT_POLICIES,
     DISAGG_OPTION,
+    DISAGG_TP_OPTION,
     DP_OPTION,
     DURATION_OPTION,
     FORMAT_OPTION,
@@ -139,7 +140,7 @@ def _launch_notes(cluster: Any, tp: int) -> list[str]:
         notes.append(
             f"{d.label}: {d.prefill} prefill server(s) (--disaggregation-mode prefill --chunked-prefill-size -1: whole "
             f"prompts, as simulated) and {d.decode} decode server(s) "
-            f"(--disaggregation-mode decode), each TP {tp}, fronted by a router: python -m sglang_router.launch_router "
+            f"(--disaggregation-mode decode), each TP {d.instance_setup.tp if d.instance_setup else tp}, fronted by a router: python -m sglang_router.launch_router "
             "--pd-disaggregation --prefill URL ... --decode URL ... (SGLang 0.5.23 refuses --enable-pdmux with "
             "either mode: srt/arg_groups/validation_hook.py)")
     return notes
@@ -186,6 +187,7 @@ def capacity(
     dp: int | None = DP_OPTION,
     load_balance_method: str = LOAD_BALANCE_OPTION,
     disagg: str | None = DISAGG_OPTION,
+    disagg_tp: int | None = DISAGG_TP_OPTION,
     kv_link: str = KV_LINK_OPTION,
     kv_link_gb_s: float | None = KV_LINK_GB_S_OPTION,
     kv_link_latency_us: float | None = KV_LINK_LATENCY_OPTION,
@@ -228,13 +230,15 @@ def capacity(
     mixed = parse_chunk_sizes(mixed_chunk_sizes, "--mixed-chunk-sizes") if "mixed-chunk" in names else []
     workload = _load_workload(trace, synthetic, fmt, qps, None, max_requests, duration, seed, prompt_tokens,
                               output_tokens)
-    setup = _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, calibration=calibration, kv_bytes=kv_bytes,
-                   mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
-                   ignore_eos=ignore_eos, tp=tp)
-    if no_prefix_cache:
-        setup = without_prefix_cache(setup)
+    def server(tp: int) -> Any:
+        made = _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, calibration=calibration, kv_bytes=kv_bytes,
+                      mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
+                      ignore_eos=ignore_eos, tp=tp)
+        return without_prefix_cache(made) if no_prefix_cache else made
+
+    setup = server(tp)
     cluster = cluster_from_options(setup, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s,
-                                   kv_link_latency_us)
+                                   kv_link_latency_us, disagg_tp=disagg_tp, setup_with_tp=server)
     workload = _drop_past_context(workload, setup.model, None, None, duration)
     if "chunked" in names and not chunks:
         from ..sglang_server import default_chunked_prefill_size
@@ -304,6 +308,7 @@ def capacity(
             "model": setup.model.name, "gpu": setup.gpu_name, "tp": setup.tp, "dp": cluster.dp,
             "gpus": cluster.dp * setup.tp, "load_balance_method": cluster.method,
             "disagg": cluster.disagg.label.split()[-1] if cluster.disagg else None,
+            "disagg_tp": cluster.disagg.setup_for(setup).tp if cluster.disagg else None,
             "kv_link": _link_dict(cluster.disagg.link) if cluster.disagg else None,
             "rate_rps_is": "requests/s over all of a policy's GPUs (max_rate_per_gpu_rps: divided by them)",
             "cost_model": setup.step_model.name,

@@ -53,6 +53,7 @@ DP_OPTION = typer.Option(None, "--dp", help=DP_HELP)
 LOAD_BALANCE_OPTION = typer.Option("round_robin", "--load-balance-method", help=LOAD_BALANCE_HELP)
 DISAGG_OPTION = typer.Option(None, "--disagg", help=DISAGG_HELP)
 KV_LINK_OPTION = typer.Option("auto", "--kv-link", help=KV_LINK_HELP)
+DISAGG_TP_OPTION = typer.Option(None, "--disagg-tp", help="--disagg: each instance's TP (default --tp), e.g. --tp 2 --dp 1 --disagg 1P1D --disagg-tp 1 puts every policy on 2 GPUs.")
 KV_LINK_GB_S_OPTION = typer.Option(None, "--kv-link-gb-s", help="--disagg: the KV link's bandwidth, GB/s per GPU and direction (overrides --kv-link's).")
 KV_LINK_LATENCY_OPTION = typer.Option(None, "--kv-link-latency-us", help="--disagg: the KV link's latency per transfer, us (overrides --kv-link's).")
 
@@ -70,38 +71,56 @@ class Cluster:
 
 def cluster_from_options(setup: Any, gpu: str | None, dp: int | None, method: str, disagg: str | None,
                          kv_link: str = "auto", kv_link_gb_s: float | None = None,
-                         kv_link_latency_us: float | None = None, allow_disagg: bool = True) -> Cluster:
+                         kv_link_latency_us: float | None = None, allow_disagg: bool = True,
+                         disagg_tp: int | None = None, setup_with_tp: Callable[[int], Any] | None = None) -> Cluster:
     """:class:`Cluster` from the options simulate and capacity share (``tune`` takes ``--dp`` only:
-    ``allow_disagg`` false). With ``--disagg XPYD`` and no ``--dp`` the other policies run as X+Y
-    replicas: the same GPUs for every policy. :class:`InputError` for bad values."""
+    ``allow_disagg`` false). ``disagg_tp``: each disaggregation instance's TP (``--disagg-tp``; default
+    ``setup.tp``), its server built by ``setup_with_tp(tp)``. With ``--disagg XPYD`` and no ``--dp`` the
+    other policies run as as many replicas as give them the same GPUs (``(X+Y) x disagg_tp / tp``; X+Y
+    with a note when that does not divide). :class:`InputError` for bad values."""
     from ..disaggregation import check_dp_value, check_load_balance_method, parse_xpyd
     from ..disaggregation import kv_link as make_link
     from ..simulate.cluster import DisaggPolicy
+    from ..tensor_parallel import check_tp_value
 
     method = check_load_balance_method(method)
     if dp is not None:
         check_dp_value(dp)
     link_options = kv_link.strip().lower() != "auto" or kv_link_gb_s is not None or kv_link_latency_us is not None
     if disagg is None:
-        if link_options:
-            raise InputError("--kv-link, --kv-link-gb-s and --kv-link-latency-us apply to --disagg XPYD")
+        if link_options or disagg_tp is not None:
+            raise InputError("--kv-link, --kv-link-gb-s, --kv-link-latency-us and --disagg-tp apply to --disagg XPYD")
         return Cluster(dp if dp is not None else 1, method)
     if not allow_disagg:
         raise InputError("--disagg is compared by pdmux simulate and pdmux capacity; tune searches pdmux knobs")
     x, y = parse_xpyd(disagg)
     tp = setup.tp
+    own = tp
+    instance_setup = None
+    if disagg_tp is not None:
+        try:
+            own = check_tp_value(disagg_tp)
+        except InputError as exc:
+            raise InputError(str(exc).replace("--tp", "--disagg-tp", 1)) from None
+        if own != tp:
+            if setup_with_tp is None:
+                raise InputError("--disagg-tp other than --tp is not available here")
+            instance_setup = setup_with_tp(own)
+    gpus = (x + y) * own
     notes = []
     if dp is None:
-        dp = x + y
-        notes.append(f"every policy on {(x + y) * tp} GPUs: disagg {x}P{y}D as {x + y} instances, the others as DP "
-                     f"{dp} replicas behind the router ({method}), each TP {tp}")
-    elif dp != x + y:
-        notes.append(f"not at equal GPU count: disagg {x}P{y}D uses {(x + y) * tp} GPUs, the other policies DP {dp} x "
-                     f"TP {tp} = {dp * tp}")
+        dp = gpus // tp if gpus % tp == 0 and gpus // tp >= 1 else x + y
+        check_dp_value(dp)
+    if dp * tp == gpus:
+        notes.append(f"every policy on {gpus} GPUs: disagg {x}P{y}D as {x + y} instances of TP {own}, the others as "
+                     + (f"DP {dp} replicas behind the router ({method}) of TP {tp}" if dp > 1 else f"one server of TP {tp}"))
+    else:
+        notes.append(f"not at equal GPU count: disagg {x}P{y}D uses {gpus} GPUs (TP {own} each), the other policies "
+                     f"DP {dp} x TP {tp} = {dp * tp}")
     from ..hardware import find_gpu_or_file
 
-    link = make_link(find_gpu_or_file(gpu or "h100"), (x + y) * tp, kv_link, kv_link_gb_s, kv_link_latency_us)
-    return Cluster(dp, method, DisaggPolicy(x, y, link, method), tuple(notes))
+    link = make_link(find_gpu_or_file(gpu or "h100"), gpus, kv_link, kv_link_gb_s, kv_link_latency_us)
+    return Cluster(dp, method, DisaggPolicy(x, y, link, method, instance_setup), tuple(notes))
 
 
 def on_gpus(setup: Any) -> str:
@@ -390,6 +409,7 @@ def simulate(
     dp: int | None = DP_OPTION,
     load_balance_method: str = LOAD_BALANCE_OPTION,
     disagg: str | None = DISAGG_OPTION,
+    disagg_tp: int | None = DISAGG_TP_OPTION,
     kv_link: str = KV_LINK_OPTION,
     kv_link_gb_s: float | None = KV_LINK_GB_S_OPTION,
     kv_link_latency_us: float | None = KV_LINK_LATENCY_OPTION,
@@ -437,16 +457,18 @@ def simulate(
         raise InputError(f"--csv and --plot name the same file {plot}: give two paths")
     workload = _load_workload(trace, synthetic, fmt, qps, rate_scale, max_requests, duration, seed,
                               prompt_tokens, output_tokens)
-    setup = _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency, mfu=mfu,
-                   calibration=calibration, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
-                   mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
-                   flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
-                   disable_overlap=disable_overlap_schedule, cuda_graph_max_bs=cuda_graph_max_bs,
-                   max_running_requests=max_running_requests, tp=tp)
-    if no_prefix_cache:
-        setup = without_prefix_cache(setup)
+    def server(tp: int) -> Any:
+        made = _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency,
+                      mfu=mfu, calibration=calibration, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
+                      mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
+                      flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
+                      disable_overlap=disable_overlap_schedule, cuda_graph_max_bs=cuda_graph_max_bs,
+                      max_running_requests=max_running_requests, tp=tp)
+        return without_prefix_cache(made) if no_prefix_cache else made
+
+    setup = server(tp)
     cluster = cluster_from_options(setup, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s,
-                                   kv_link_latency_us)
+                                   kv_link_latency_us, disagg_tp=disagg_tp, setup_with_tp=server)
     workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     if not chunks and "chunked" in names:
         from ..sglang_server import default_chunked_prefill_size
@@ -517,6 +539,7 @@ def simulate(
             "model": setup.model.name, "gpu": setup.gpu_name, "sm_count": setup.total_sms,
             "tp": setup.tp, "dp": cluster.dp, "gpus": cluster.dp * setup.tp, "load_balance_method": cluster.method,
             "disagg": cluster.disagg.label.split()[-1] if cluster.disagg else None,
+            "disagg_tp": cluster.disagg.setup_for(setup).tp if cluster.disagg else None,
             "kv_link": _link_dict(cluster.disagg.link) if cluster.disagg else None,
             "cost_model": setup.step_model.name, "throughput": setup.step_model.source,
             "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl, "itl_judged_on": "request p99 ITL (nearest rank)"},

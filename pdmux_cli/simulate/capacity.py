@@ -168,8 +168,10 @@ def _on(p: PolicyCapacity) -> str:
 
 
 def _disagg_launch(p: PolicyCapacity, tp: int) -> str:
-    """SGLang 0.5.23's flags per instance of PD disaggregation, and the router in front of them."""
+    """SGLang 0.5.23's flags per instance of PD disaggregation, and the router in front of them (each
+    instance's TP is its GPUs over the instances; ``tp`` when that is unknown)."""
     x, y = p.xpyd or (1, 1)
+    tp = p.gpus // (x + y) if p.xpyd and p.gpus % (x + y) == 0 else tp
     tp_flag = f" --tp-size {tp}" if tp > 1 else ""
     return (f"{x} prefill server(s) with --disaggregation-mode prefill --chunked-prefill-size -1{tp_flag} and {y} "
             f"decode server(s) with --disaggregation-mode decode{tp_flag}, behind python -m "
@@ -333,7 +335,8 @@ def capacity(
         cfg = getattr(policy, "config", None)
         if policy.kind == "disagg":
             xpyd = (policy.prefill, policy.decode)
-            gpus, layout, router = sum(xpyd) * setup.tp, layout_text(setup.tp, xpyd=xpyd), policy.load_balance_method
+            own = policy.setup_for(setup).tp
+            gpus, layout, router = sum(xpyd) * own, layout_text(own, xpyd=xpyd), policy.load_balance_method
         else:
             xpyd, gpus, layout = None, dp * setup.tp, layout_text(setup.tp, dp)
             router = load_balance_method if dp > 1 else ""

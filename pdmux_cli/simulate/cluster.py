@@ -49,16 +49,26 @@ from .traces import Trace
 
 @dataclass(frozen=True)
 class DisaggPolicy:
-    """PD disaggregation: ``prefill`` instances and ``decode`` instances (each ``setup.tp`` GPUs), the
-    KV cache crossing ``link``; ``load_balance_method`` routes requests to the instances of each side."""
+    """PD disaggregation: ``prefill`` instances and ``decode`` instances, the KV cache crossing ``link``;
+    ``load_balance_method`` routes requests to the instances of each side. ``instance_setup``: the server
+    every instance is (its own TP, ``--disagg-tp``), ``None`` for the run's (:meth:`setup_for`)."""
 
     prefill: int
     decode: int
     link: KvLink
     load_balance_method: str = "round_robin"
+    instance_setup: Setup | None = None
 
     kind = "disagg"
     chunk_tokens = -1
+
+    def setup_for(self, setup: Setup) -> Setup:
+        """The server of each instance: :attr:`instance_setup`, else ``setup``."""
+        return self.instance_setup if self.instance_setup is not None else setup
+
+    def gpus(self, setup: Setup) -> int:
+        """GPUs of all instances: ``(X + Y) x`` their TP."""
+        return (self.prefill + self.decode) * self.setup_for(setup).tp
 
     @property
     def label(self) -> str:

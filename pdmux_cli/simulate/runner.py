@@ -54,7 +54,7 @@ def simulate(
             if getattr(policy.config, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(policy.config, name)}")
     if policy.kind == "disagg":
-        return simulate_disagg(trace, setup, policy, progress)
+        return simulate_disagg(trace, policy.setup_for(setup), policy, progress)
     if dp != 1:
         return simulate_dp(trace, setup, policy, dp, load_balance_method, progress)
     pool = setup.kv_pool(policy.chunk_tokens)
