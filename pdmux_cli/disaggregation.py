@@ -83,6 +83,16 @@ def check_load_balance_method(method: str) -> str:
     return name
 
 
+def layout_text(tp: int, dp: int = 1, xpyd: tuple[int, int] | None = None) -> str:
+    """How a policy used its GPUs: ``"1 GPU"``, ``"TP 2"``, ``"DP 4 x TP 2"``, ``"1P1D x TP 1"`` (each of
+    the X + Y instances ``tp`` GPUs)."""
+    if xpyd is not None:
+        return f"{xpyd[0]}P{xpyd[1]}D x TP {tp}"
+    if dp > 1:
+        return f"DP {dp} x TP {tp}"
+    return f"TP {tp}" if tp > 1 else "1 GPU"
+
+
 @dataclass(frozen=True)
 class KvLink:
     """The link a request's KV cache crosses from its prefill instance to its decode instance.

@@ -161,7 +161,7 @@ class PolicyRow:
     is the TTFT (``prefill_alone_ms``, the whole-GPU prefill on a prefill instance, plus
     ``transfer_ms``, the KV transfer to a decode instance), ``itl_ms`` = ``decode_alone_ms``, the
     undisturbed decode step. ``gpus``: GPUs the policy runs on (the tensor-parallel degree; for disagg
-    ``(X + Y) x tp``); ``layout``: how (``"TP 2"``, ``"1P1D, TP 1 each"``).
+    ``(X + Y) x tp``); ``layout``: how (``"1 GPU"``, ``"TP 2"``, ``"1P1D x TP 1"``: :func:`pdmux_cli.disaggregation.layout_text`).
     """
 
     policy: str
@@ -536,7 +536,7 @@ def estimate(
     if tp > 1 and p_sm > 0 and d_sm > 0:
         notes.append(f"TP {tp}: every GPU runs the same {p_sm}/{d_sm} split on its shard; before a prefill joins "
                      "the decode batch the ranks agree it is done (a CPU all-reduce, SGLang's event_loop_pdmux)")
-    rows = [replace(r, gpus=tp, layout=f"TP {tp}") for r in rows]
+    rows = [replace(r, gpus=tp, layout=disaggregation.layout_text(tp)) for r in rows]
     transfer_bytes = 0.0
     if scenario.disagg is not None and link is not None:
         x, y = scenario.disagg
@@ -547,7 +547,7 @@ def estimate(
         tokens = _round_tokens(ttft_s, base_s)
         rows.append(PolicyRow("disagg", f"disagg {name}", base_s * 1e3, tokens, ttft_s * 1e3, tokens,
                               decode_alone_ms=base_s * 1e3, prefill_alone_ms=whole_prefill_s * 1e3,
-                              gpus=(x + y) * tp, layout=f"{name}, TP {tp} each", transfer_ms=transfer_s * 1e3))
+                              gpus=(x + y) * tp, layout=disaggregation.layout_text(tp, xpyd=(x, y)), transfer_ms=transfer_s * 1e3))
         one = "1 GPU" if tp == 1 else f"{tp} GPUs (TP {tp})"
         notes.append(f"disagg {name}: {(x + y) * tp} GPUs ({x} prefill + {y} decode instances, TP {tp} each); the "
                      f"other rows are one server on {one}: to compare at {(x + y) * tp} GPUs, under load they would "

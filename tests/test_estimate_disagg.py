@@ -55,9 +55,9 @@ def test_1p1d_h100_qwen3_8b_transfer_over_nvlink() -> None:
     assert dis.transfer_ms == pytest.approx(2.6850, abs=1e-4)
     assert est.kv_transfer_bytes == 8192 * 147456
     assert dis.prefill_ms == pytest.approx(_rows(est)["prefill-first"].prefill_ms + dis.transfer_ms)
-    assert (dis.gpus, dis.layout, dis.label) == (2, "1P1D, TP 1 each", "disagg 1P1D")
+    assert (dis.gpus, dis.layout, dis.label) == (2, "1P1D x TP 1", "disagg 1P1D")
     assert est.kv_link.kind == "nvlink" and est.kv_link.bytes_per_s == 450e9
-    assert {(r.gpus, r.layout) for r in est.rows if r.policy != "disagg"} == {(1, "TP 1")}
+    assert {(r.gpus, r.layout) for r in est.rows if r.policy != "disagg"} == {(1, "1 GPU")}
     assert est.rows[-1] is dis  # the last row
     link_note = next(n for n in est.notes if n.startswith("disagg KV link"))
     assert "NVLink 450 GB/s per GPU, 0.6 us" in link_note and "2.68 ms" in link_note
@@ -70,7 +70,7 @@ def test_2p6d_tp2_spans_nodes_over_rdma() -> None:
     m = load_model("qwen3-8b")
     est = estimate(find_gpu("h100"), m, Scenario(disagg=(2, 6), tp=2))
     dis = _rows(est)["disagg"]
-    assert (dis.gpus, dis.layout) == (16, "2P6D, TP 2 each")
+    assert (dis.gpus, dis.layout) == (16, "2P6D x TP 2")
     assert est.kv_link.kind == "rdma" and est.kv_link.bytes_per_s == 50e9
     assert dis.transfer_ms == pytest.approx((2.7e-6 + 8192 * rank_kv_bytes_per_token(m, 2, 2) / 50e9) * 1e3)
     assert {(r.gpus, r.layout) for r in est.rows if r.policy != "disagg"} == {(2, "TP 2")}
@@ -106,17 +106,17 @@ def test_cli_table_and_json() -> None:
     assert max(len(line) for line in r.stdout.splitlines()[1:]) <= 80  # the table keeps to the width
     d = json.loads(run("estimate", "--disagg", "1p1d", "--json").stdout)
     row = d["rows"][-1]
-    assert row["policy"] == "disagg" and row["gpus"] == 2 and row["layout"] == "1P1D, TP 1 each"
+    assert row["policy"] == "disagg" and row["gpus"] == 2 and row["layout"] == "1P1D x TP 1"
     assert row["transfer_ms"] == pytest.approx(2.6850, abs=1e-4)
     assert row["prefill_ms"] == pytest.approx(row["prefill_alone_ms"] + row["transfer_ms"])
     assert row["link"] == {"kind": "nvlink", "bytes_per_s": 450e9, "latency_s": 6e-7,
                            "source": row["link"]["source"]} and "nvlink" in row["link"]["source"]
-    assert all(r["link"] is None and r["transfer_ms"] is None and r["layout"] == "TP 1" for r in d["rows"][:-1])
+    assert all(r["link"] is None and r["transfer_ms"] is None and r["layout"] == "1 GPU" for r in d["rows"][:-1])
     assert d["disagg"]["ttft_ms"] == row["prefill_ms"] and d["disagg"]["gpus"] == 2
     assert d["disagg"]["kv_transfer_bytes_per_gpu"] == 8192 * 147456
     d = json.loads(run("estimate", "--disagg", "2P6D", "--tp", "2", "--json").stdout)
     assert d["rows"][-1]["gpus"] == 16 and d["rows"][-1]["link"]["kind"] == "rdma"
-    assert d["disagg"]["layout"] == "2P6D, TP 2 each"
+    assert d["disagg"]["layout"] == "2P6D x TP 2"
     d = json.loads(run("estimate", "--disagg", "1P1D", "--kv-link-gb-s", "1e12", "--kv-link-latency-us", "0",
                        "--json").stdout)
     rows = {r["policy"]: r for r in d["rows"]}

@@ -31,9 +31,8 @@ from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 
 from .. import pdmux_config as pc
-from ..disaggregation import check_dp_value, check_load_balance_method
+from ..disaggregation import check_dp_value, check_load_balance_method, layout_text
 from ..errors import InputError
-from .cluster import layout_text
 from .engine import Setup
 from .metrics import summarize
 from .runner import Policy, simulate

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .. import sglang_server as sgl
-from ..disaggregation import MAX_INSTANCES, KvLink, check_dp_value, check_load_balance_method
+from ..disaggregation import MAX_INSTANCES, KvLink, check_dp_value, check_load_balance_method, layout_text
 from ..errors import InputError
 from .engine import Progress, RunResult, Setup, Work, build_work
 from .schedulers import (
@@ -74,16 +74,6 @@ class DisaggPolicy:
     def label(self) -> str:
         """``"disagg 1P1D"``."""
         return f"disagg {self.prefill}P{self.decode}D"
-
-
-def layout_text(tp: int, dp: int = 1, xpyd: tuple[int, int] | None = None) -> str:
-    """How a policy used its GPUs: ``"1 GPU"``, ``"TP 2"``, ``"DP 4 x TP 2"``, ``"1P1D x TP 1"`` (each of
-    the X + Y instances ``tp`` GPUs)."""
-    if xpyd is not None:
-        return f"{xpyd[0]}P{xpyd[1]}D x TP {tp}"
-    if dp > 1:
-        return f"DP {dp} x TP {tp}"
-    return f"TP {tp}" if tp > 1 else "1 GPU"
 
 
 def route(servers: Sequence, works: Sequence[Work], order: Sequence[int], arrival: Sequence[float],
@@ -376,4 +366,4 @@ def simulate_disagg(trace: Trace, setup: Setup, policy: DisaggPolicy, progress: 
     return RunResult(**fields, gpus=(policy.prefill + policy.decode) * setup.tp,
                      layout=layout_text(setup.tp, xpyd=(policy.prefill, policy.decode)), router=method)
 
-__all__ = ["DisaggPolicy", "layout_text", "route", "simulate_disagg", "simulate_dp", "transfer_ends"]
+__all__ = ["DisaggPolicy", "route", "simulate_disagg", "simulate_dp", "transfer_ends"]

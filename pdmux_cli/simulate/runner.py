@@ -7,8 +7,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..disaggregation import layout_text
 from ..errors import InputError
-from .cluster import DisaggPolicy, layout_text, simulate_disagg, simulate_dp
+from .cluster import DisaggPolicy, simulate_disagg, simulate_dp
 from .engine import Progress, RunResult, Setup, build_work
 from .metrics import PolicyMetrics, summarize
 from .schedulers import (
