@@ -549,7 +549,7 @@ def estimate(
                               decode_alone_ms=base_s * 1e3, prefill_alone_ms=whole_prefill_s * 1e3,
                               gpus=(x + y) * tp, layout=disaggregation.layout_text(tp, xpyd=(x, y)), transfer_ms=transfer_s * 1e3))
         one = "1 GPU" if tp == 1 else f"{tp} GPUs (TP {tp})"
-        notes.append(f"disagg {name}: {(x + y) * tp} GPUs ({x} prefill + {y} decode instances, TP {tp} each); the "
+        notes.append(f"disagg {name}: {(x + y) * tp} GPUs ({x} prefill and {y} decode instance(s), TP {tp} each); the "
                      f"other rows are one server on {one}: to compare at {(x + y) * tp} GPUs, under load they would "
                      f"run as {x + y} data-parallel replicas (this estimate is one server's view of one prompt)")
         notes.append(f"disagg KV link: {link.text} ({link.source}); the prompt's KV, {transfer_bytes / 1e9:.3g} GB "
