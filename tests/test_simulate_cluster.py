@@ -287,3 +287,17 @@ def test_disagg_tp_puts_every_policy_on_the_same_gpus() -> None:
 ])
 def test_disagg_tp_bad_input(args, contains) -> None:
     assert_one_line_error(run("simulate", AZURE, *args), 2, contains)
+
+
+def test_disagg_decode_instance_retracts_and_prefills_again(h100) -> None:
+    """A decode instance short of KV (a 14,902-token pool) retracts requests and prefills them again
+    when it readmits them; every request still finishes once, its tokens all accounted for."""
+    small = make_setup(h100, load_model("qwen3-8b"), mem_fraction_static=0.22)
+    assert small.kv_pool(-1).tokens == 14902
+    trace = synthetic_trace(30.0, "512", "uniform:200:3000", 400, None, 0)
+    result = simulate_disagg(trace, small, DisaggPolicy(1, 1, kv_link(h100, 2)))
+    assert result.counters["retracted_requests"] == result.counters["re_prefills"] > 0
+    assert all(math.isfinite(result.finish_s(r)) for r in range(len(trace))) and not result.rejected
+    assert any("retraction(s) on the decode instances" in n for n in result.notes)
+    m = summarize(result, 1e9, 1e9)
+    assert m.completed == len(trace) and m.met == len(trace)

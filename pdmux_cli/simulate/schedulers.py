@@ -191,11 +191,14 @@ def run_baseline(work: Work, setup: Setup, policy: Baseline, progress: Progress 
     return drive(baseline_rounds(work, setup, policy, progress))
 
 
-def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progress | None = None):
+def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progress | None = None,
+                    transferred: bool = False):
     """:func:`run_baseline` as a generator: before a round that starts at or past ``work.horizon`` (s)
     it yields that round's start time and waits (a router routes the arrivals up to then, see
     :mod:`pdmux_cli.simulate.cluster`); idle behind an open router it yields ``math.inf``. Its return
-    value is :func:`run_baseline`'s."""
+    value is :func:`run_baseline`'s. ``transferred``: a disaggregation decode instance
+    (:func:`decode_instance_rounds`): admitted requests arrive with their KV cache and join the decode
+    step of the same round without a forward pass (a retracted one is prefilled again)."""
     step_model = setup.step_model
     chunk = policy.chunk_tokens if policy.chunk_tokens > 0 else None
     mixed = policy.mixed
@@ -237,7 +240,19 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
         elif work.chunked_rid >= 0 or (work.waiting and not work.batch_full):
             rows = n if mixed else 0
             seqs, completing = work.form_prefill_batch(chunk, rows)
-        if seqs:
+        if seqs and transferred:
+            prefill_batches += 1
+            again = [seq for seq, rid in zip(seqs, completing) if work.generated[rid]]
+            if again:  # retracted here earlier: their KV is recomputed
+                mixed_steps += len(again)
+                gpu = step_model.prefill_s(total, again)
+                cpu = cpu_s(len(again))
+                t += max(gpu, cpu) if overlap else gpu + cpu
+            work.first_tokens(completing, t)
+            n = batch.n
+            if not n and work.waiting:
+                continue  # admitted requests that finished at once (one output token): admit more next round
+        elif seqs:
             prefill_batches += 1
             rows = n if mixed and n and work.free >= n else 0  # decode rows sit out when their KV does not fit
             if rows:  # (their KV slots were made room for with the batch's)
@@ -288,9 +303,13 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
         idle += nxt - t
         t = nxt
         next_t = work.next_arrival_time()
-    return {"end_s": t, "idle_s": idle, "notes": [],
-            "counters": {"steps": len(ends), "prefill_batches": prefill_batches, "mixed_steps": mixed_steps,
-                         "retracted_requests": work.retractions, **work.cache_counters()}}
+    if transferred:
+        counters = {"steps": len(ends), "admission_rounds": prefill_batches, "re_prefills": mixed_steps,
+                    "retracted_requests": work.retractions}
+    else:
+        counters = {"steps": len(ends), "prefill_batches": prefill_batches, "mixed_steps": mixed_steps,
+                    "retracted_requests": work.retractions, **work.cache_counters()}
+    return {"end_s": t, "idle_s": idle, "notes": [], "counters": counters}
 
 
 def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None) -> dict:
@@ -471,75 +490,4 @@ def decode_instance_rounds(work: Work, setup: Setup, progress: Progress | None =
     GPU; a round lasts ``max(GPU, CPU)`` with the overlap scheduler. A request retracted for KV memory
     is prefilled again here (prompt and the outputs it had) when readmitted. Returns the extras of
     :class:`~pdmux_cli.simulate.engine.RunResult`."""
-    step_model = setup.step_model
-    total = setup.total_sms
-    graph_max = setup.graph_max_bs
-    overlap = not setup.disable_overlap
-    cpu_s = step_model.decode_cpu_s
-    decode_s = step_model.decode_s
-    batch = work.batch
-    ends = work.ends
-    append = ends.fast_append
-    cpu_of = _cpu_cache(cpu_s)
-    generated = work.generated
-    t = 0.0
-    idle = 0.0
-    admissions = reprefills = 0
-    next_progress = every = ends.check_every
-    horizon = work.horizon
-    next_t = work.next_arrival_time()
-    while True:
-        if t >= horizon:
-            yield t
-            horizon = work.horizon
-            next_t = work.next_arrival_time()
-        work.finished_mark = work.finished
-        if t >= next_t:
-            work.receive(t)
-            next_t = work.next_arrival_time()
-        if not batch.n:
-            work.batch_full = False
-        completing = []
-        if work.waiting and not work.batch_full:
-            seqs, completing = work.form_prefill_batch(None)
-            if completing:
-                admissions += 1
-                again = [seq for seq, rid in zip(seqs, completing) if generated[rid]]
-                if again:  # retracted here earlier: their KV is recomputed
-                    reprefills += len(again)
-                    gpu = step_model.prefill_s(total, again)
-                    cpu = cpu_s(len(again))
-                    t += max(gpu, cpu) if overlap else gpu + cpu
-                work.first_tokens(completing, t)
-        n = batch.n
-        if n:
-            if work.check_decode_memory():
-                n = batch.n
-            else:
-                work.decay_ratio()
-            gpu = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
-            cpu = cpu_of.get(n) or cpu_of.add(n)
-            t += max(gpu, cpu) if overlap else gpu + cpu
-            step = len(ends)
-            append(t)
-            finished = batch.complete(step)
-            if finished:
-                work.release(finished)
-                work.batch_full = False
-            if step >= next_progress:
-                next_progress += every
-                ends.check_room()
-                if progress is not None:
-                    progress(work.finished)
-            continue
-        if completing and work.waiting:
-            continue  # admitted requests that finished at once (one output token): admit more next round
-        nxt = yield from _wait_for_arrival(work, t)
-        if nxt is None:
-            break
-        idle += nxt - t
-        t = nxt
-        next_t = work.next_arrival_time()
-    return {"end_s": t, "idle_s": idle, "notes": [],
-            "counters": {"steps": len(ends), "admission_rounds": admissions, "re_prefills": reprefills,
-                         "retracted_requests": work.retractions}}
+    return (yield from baseline_rounds(work, setup, PrefillFirstPolicy(), progress, transferred=True))
