@@ -87,8 +87,9 @@ class Scenario:
     bf16. ``step_overhead_ms``: the engine's CPU time per step (roofline; ``None``: the profile's).
     ``tp``: GPUs the model is sharded over (tensor parallelism, SGLang's ``--tp-size``).
     ``disagg``: ``(X, Y)`` prefill and decode instances of PD disaggregation (``--disagg XPYD``), each
-    of ``tp`` GPUs, or ``None`` for no disaggregation row. ``kv_link``, ``kv_link_gb_s``,
-    ``kv_link_latency_us``: the KV link's kind and overrides (:func:`pdmux_cli.disaggregation.kv_link`).
+    of ``tp`` GPUs (``disagg_tp`` when given), or ``None`` for no disaggregation row. ``kv_link``,
+    ``kv_link_gb_s``, ``kv_link_latency_us``: the KV link's kind and overrides
+    (:func:`pdmux_cli.disaggregation.kv_link`).
     """
 
     decode_bs: int = 32
@@ -114,6 +115,7 @@ class Scenario:
     kv_link: str = "auto"
     kv_link_gb_s: float | None = None
     kv_link_latency_us: float | None = None
+    disagg_tp: int | None = None
 
     def validate(self) -> None:
         """Raise :class:`InputError` (one line) for sizes that make no sense or that no deployment
@@ -142,9 +144,14 @@ class Scenario:
             raise InputError(f"bytes per KV element must be from {low} to {high:g}, got {self.kv_bytes_per_element}")
         if self.disagg is not None:
             disaggregation.parse_xpyd(f"{self.disagg[0]}P{self.disagg[1]}D")
-        elif (self.kv_link, self.kv_link_gb_s, self.kv_link_latency_us) != ("auto", None, None):
-            raise InputError("--kv-link, --kv-link-gb-s and --kv-link-latency-us describe --disagg's KV link: "
-                             "give --disagg XPYD too")
+            if self.disagg_tp is not None:
+                try:
+                    check_tp_value(self.disagg_tp)
+                except InputError as exc:
+                    raise InputError(str(exc).replace("--tp", "--disagg-tp", 1)) from None
+        elif (self.kv_link, self.kv_link_gb_s, self.kv_link_latency_us, self.disagg_tp) != ("auto", None, None, None):
+            raise InputError("--kv-link, --kv-link-gb-s, --kv-link-latency-us and --disagg-tp describe --disagg's "
+                             "instances: give --disagg XPYD too")
 
 
 @dataclass(frozen=True)
@@ -394,8 +401,9 @@ def estimate(
     _check_context(model, scenario)
     total = gpu.require_sm_count()
     link = None
+    inst_tp = scenario.disagg_tp or scenario.tp
     if scenario.disagg is not None:
-        link = disaggregation.kv_link(gpu, sum(scenario.disagg) * scenario.tp, scenario.kv_link,
+        link = disaggregation.kv_link(gpu, sum(scenario.disagg) * inst_tp, scenario.kv_link,
                                       scenario.kv_link_gb_s, scenario.kv_link_latency_us)
     flops_dtype = pick_flops_dtype(gpu, model, scenario.flops_dtype)
     models = _models(gpu, model, scenario, calibration)
@@ -541,20 +549,35 @@ def estimate(
     if scenario.disagg is not None and link is not None:
         x, y = scenario.disagg
         name = f"{x}P{y}D"
-        transfer_bytes = prompt * rank_kv_bytes_per_token(model, scenario.kv_bytes_per_element, tp)
+        inst_prefill_s, inst_base_s = whole_prefill_s, base_s
+        if inst_tp != tp:  # the instances are servers of their own TP
+            inst_scenario = replace(scenario, tp=inst_tp)
+            if not memory_check(gpu, model, inst_scenario).fits:
+                raise InputError(f"--disagg-tp {inst_tp}: {model.name} does not fit an instance of {inst_tp} "
+                                 f"{gpu.name} GPU(s) with the scenario's KV cache; give a larger --disagg-tp")
+            inst = _models(gpu, model, replace(inst_scenario, s_sat_values=(None,) if scenario.cost_model != "chapter"
+                                               else scenario.s_sat_values), calibration)[0][0]
+            inst_cpu = inst.decode_cpu_s(bs)
+            inst_base_s = max(inst.decode_s(total, bs, sum_ctx, sum_win), inst_cpu)
+            inst_prefill_s = max(inst.prefill_s(total, [(prompt, 0)]), inst_cpu)
+        transfer_bytes = prompt * rank_kv_bytes_per_token(model, scenario.kv_bytes_per_element, inst_tp)
         transfer_s = link.transfer_s(transfer_bytes)
-        ttft_s = whole_prefill_s + transfer_s
-        tokens = _round_tokens(ttft_s, base_s)
-        rows.append(PolicyRow("disagg", f"disagg {name}", base_s * 1e3, tokens, ttft_s * 1e3, tokens,
-                              decode_alone_ms=base_s * 1e3, prefill_alone_ms=whole_prefill_s * 1e3,
-                              gpus=(x + y) * tp, layout=disaggregation.layout_text(tp, xpyd=(x, y)), transfer_ms=transfer_s * 1e3))
+        ttft_s = inst_prefill_s + transfer_s
+        tokens = _round_tokens(ttft_s, inst_base_s)
+        gpus = (x + y) * inst_tp
+        rows.append(PolicyRow("disagg", f"disagg {name}", inst_base_s * 1e3, tokens, ttft_s * 1e3, tokens,
+                              decode_alone_ms=inst_base_s * 1e3, prefill_alone_ms=inst_prefill_s * 1e3,
+                              gpus=gpus, layout=disaggregation.layout_text(inst_tp, xpyd=(x, y)),
+                              transfer_ms=transfer_s * 1e3))
         one = "1 GPU" if tp == 1 else f"{tp} GPUs (TP {tp})"
-        notes.append(f"disagg {name}: {(x + y) * tp} GPUs ({x} prefill and {y} decode instance(s), TP {tp} each); the "
-                     f"other rows are one server on {one}: to compare at {(x + y) * tp} GPUs, under load they would "
-                     f"run as {x + y} data-parallel replicas (this estimate is one server's view of one prompt)")
+        same = (f"to compare at {gpus} GPUs, under load they would run as {gpus // tp} data-parallel replicas"
+                if gpus % tp == 0 and gpus != tp else "on as many GPUs" if gpus == tp
+                else f"not at equal GPU count ({gpus} against {tp})")
+        notes.append(f"disagg {name}: {gpus} GPUs ({x} prefill and {y} decode instance(s), TP {inst_tp} each); the "
+                     f"other rows are one server on {one}: {same} (this estimate is one server's view of one prompt)")
         notes.append(f"disagg KV link: {link.text} ({link.source}); the prompt's KV, {transfer_bytes / 1e9:.3g} GB "
                      f"per GPU, crosses it in {transfer_s * 1e3:.3g} ms, so the disagg row's prefill time is its "
-                     f"TTFT: {whole_prefill_s * 1e3:.0f} ms of prefill on a whole GPU + the transfer; its ITL is the "
+                     f"TTFT: {inst_prefill_s * 1e3:.0f} ms of prefill on a whole GPU + the transfer; its ITL is the "
                      "undisturbed decode step (no prefill runs on a decode instance)")
     layers = policy.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget)
     rounds = policy.prefill_rounds(prompt, model.num_layers, scenario.split_forward_token_budget)

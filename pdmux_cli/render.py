@@ -303,7 +303,7 @@ def _disagg_dict(est: Estimate) -> dict[str, Any] | None:
     return {
         "prefill_instances": x,
         "decode_instances": y,
-        "tp": est.tp,
+        "tp": est.scenario.disagg_tp or est.tp,
         "gpus": row.gpus,
         "layout": row.layout,
         "link": link_dict(est.kv_link),

@@ -180,3 +180,28 @@ def test_plot_draws_disagg_as_a_point(tmp_path, monkeypatch) -> None:
     r = run("estimate", "--disagg", "1P1D", "--plot", str(png))
     assert r.exit_code == 0, r.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "1P1D disaggregation as a point" in r.stdout
+
+
+def test_disagg_tp_instances_of_their_own_tp() -> None:
+    """--tp 2 --disagg 1P1D --disagg-tp 1: the other rows one TP 2 server, disagg two TP 1 instances; both
+    on 2 GPUs. The disagg row's times are a TP 1 server's (the same as estimate --tp 1's rows), and its
+    transfer is a whole request's KV over one link."""
+    r = runner.invoke(app, ["estimate", "--tp", "2", "--disagg", "1P1D", "--disagg-tp", "1", "--json"])
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    dis = d["rows"][-1]
+    assert (dis["gpus"], dis["layout"]) == (2, "1P1D x TP 1") and d["disagg"]["tp"] == 1
+    assert {row["layout"] for row in d["rows"][:-1]} == {"TP 2"}
+    one = json.loads(runner.invoke(app, ["estimate", "--json"]).stdout)
+    by_policy = {row["policy"]: row for row in one["rows"]}
+    assert dis["itl_ms"] == pytest.approx(by_policy["decode-only"]["itl_ms"])
+    assert dis["prefill_ms"] - dis["transfer_ms"] == pytest.approx(by_policy["prefill-first"]["prefill_ms"])
+    assert dis["transfer_ms"] == pytest.approx((6e-07 + 8192 * 147456 / 450e9) * 1e3)
+    assert any("on as many GPUs" in n for n in d["notes"])
+
+
+def test_disagg_tp_too_small_for_the_model_is_refused() -> None:
+    r = runner.invoke(app, ["estimate", "--model", "llama-3.1-70b", "--tp", "4", "--disagg", "1P1D", "--disagg-tp", "1"])
+    assert_one_line_error(r, 2, "--disagg-tp 1")
+    assert_one_line_error(runner.invoke(app, ["estimate", "--disagg-tp", "2"]), 2, "--disagg")
+    assert_one_line_error(runner.invoke(app, ["estimate", "--disagg", "1P1D", "--disagg-tp", "9"]), 2, "--disagg-tp")

@@ -265,6 +265,7 @@ def estimate(
     kv_link: str = typer.Option("auto", "--kv-link", help="--disagg's KV link: auto (the GPU's NVLink/PCIe within a node of 8 GPUs, RDMA 400 Gb/s per GPU across nodes), nvlink, pcie or rdma."),
     kv_link_gb_s: float | None = typer.Option(None, "--kv-link-gb-s", help="--disagg's KV link bandwidth per GPU and direction, GB/s (overrides --kv-link's)."),
     kv_link_latency_us: float | None = typer.Option(None, "--kv-link-latency-us", help="--disagg's KV link latency per transfer, us (overrides --kv-link's)."),
+    disagg_tp: int | None = typer.Option(None, "--disagg-tp", help="--disagg: each instance's TP (default --tp)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     plot: Path | None = typer.Option(None, "--plot", help="Write ITL against prefill time at every level, the other policies as points, to this PNG."),
 ) -> None:
@@ -312,7 +313,7 @@ def estimate(
             cfg.split_forward_token_budget if cfg else policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET),
         manual_divisions=tuple(cfg.manual_divisions) if cfg else (),
         flops_dtype=flops_dtype, tp=tp, disagg=xpyd, kv_link=kv_link, kv_link_gb_s=kv_link_gb_s,
-        kv_link_latency_us=kv_link_latency_us,
+        kv_link_latency_us=kv_link_latency_us, disagg_tp=disagg_tp,
     )
     cal = None
     if calibration is not None:
