@@ -42,6 +42,12 @@ RDMA_BYTES_PER_S = 400e9 / 8
 #: profiles take for NVLink and PCIe.
 RDMA_LATENCY_S = 2.7e-6
 
+#: ``--kv-link-gb-s`` range, GB/s per GPU and direction: from 1 MB/s (slower is a unit slip, and transfers
+#: of days lose the simulator's sub-millisecond resolution); no upper bound (an instant link is a question too).
+KV_LINK_GB_S_RANGE = (1e-3, math.inf)
+#: ``--kv-link-latency-us`` range, us: none to one second a transfer.
+KV_LINK_LATENCY_US_RANGE = (0.0, 1e6)
+
 #: Link kinds ``--kv-link`` takes (``auto``: :func:`kv_link` picks by node count).
 KV_LINKS = ("auto", "nvlink", "pcie", "rdma")
 
@@ -124,39 +130,44 @@ def kv_link(gpu, gpus: int, kind: str = "auto", gb_per_s: float | None = None,
 
     ``kind``: ``auto`` (the profile's interconnect within a node of :data:`GPUS_PER_NODE`, RDMA
     across nodes), ``nvlink`` or ``pcie`` (the profile's figures; refused when the profile's link is
-    the other kind), or ``rdma`` (:data:`RDMA_BYTES_PER_S`, :data:`RDMA_LATENCY_S`). ``gb_per_s``
-    (GB/s per GPU and direction) and ``latency_us`` override the figures. Raises :class:`InputError`
-    for an unknown kind, a non-positive override, or a profile without interconnect figures where they
-    are needed.
+    the other kind, unless both overrides are given), or ``rdma`` (:data:`RDMA_BYTES_PER_S`,
+    :data:`RDMA_LATENCY_S`). ``gb_per_s`` (GB/s per GPU and direction, :data:`KV_LINK_GB_S_RANGE`) and
+    ``latency_us`` (:data:`KV_LINK_LATENCY_US_RANGE`) override the figures. Raises :class:`InputError`
+    for an unknown kind, an override out of range, or a profile without the figures needed.
     """
     name = str(kind).strip().lower()
     if name not in KV_LINKS:
         raise InputError(f"--kv-link: unknown {short_repr(kind)}; use {', '.join(KV_LINKS)}")
-    for flag, value in (("--kv-link-gb-s", gb_per_s), ("--kv-link-latency-us", latency_us)):
-        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+    for flag, value, (lo, hi), unit in (("--kv-link-gb-s", gb_per_s, KV_LINK_GB_S_RANGE, "GB/s per GPU"),
+                                        ("--kv-link-latency-us", latency_us, KV_LINK_LATENCY_US_RANGE, "us")):
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and lo <= value <= hi
                                       and (value > 0 or flag == "--kv-link-latency-us")):
-            raise InputError(f"{flag} must be a finite number {'>= 0' if 'latency' in flag else '> 0'}, got {value}")
+            bounds = f"from {lo:g}" + (f" to {hi:g}" if math.isfinite(hi) else "")
+            raise InputError(f"{flag} must be a finite number {bounds} {unit}, got {value}")
     if name == "auto":
         name = "rdma" if gpus > GPUS_PER_NODE else (gpu.interconnect or "rdma")
         why = (f"{gpus} GPUs span nodes of {GPUS_PER_NODE}" if gpus > GPUS_PER_NODE
                else f"{gpus} GPUs fit one node of {GPUS_PER_NODE}")
     else:
-        why = "as asked (--kv-link)"
+        why = f"--kv-link {name}"
+    both = gb_per_s is not None and latency_us is not None
     if name == "rdma":
         bw, lat = RDMA_BYTES_PER_S, RDMA_LATENCY_S
-        source = ("RDMA 400 Gb/s per GPU (one ConnectX-7 port per GPU, NVIDIA datasheet), line rate; latency: "
-                  "NCCL tuning.cc hwLat NET")
-    else:
-        if gpu.interconnect != name or not gpu.interconnect_bytes_per_s or not gpu.interconnect_latency_s:
-            have = gpu.interconnect or "no interconnect figures"
-            raise InputError(f"--kv-link {name}: the {gpu.name} profile has {have}; use --kv-link rdma, or give "
-                             "--kv-link-gb-s and --kv-link-latency-us")
+        bw_source = "RDMA 400 Gb/s per GPU (one ConnectX-7 port per GPU, NVIDIA datasheet), line rate"
+        lat_source = "NCCL tuning.cc hwLat NET"
+    elif gpu.interconnect == name and gpu.interconnect_bytes_per_s and gpu.interconnect_latency_s:
         bw, lat = float(gpu.interconnect_bytes_per_s), float(gpu.interconnect_latency_s)
-        source = f"the {gpu.name} profile's {name} figures per GPU and direction"
+        bw_source = f"the {gpu.name} profile's {name} figure per GPU and direction"
+        lat_source = f"the profile's {name} latency"
+    elif both:
+        bw = lat = 0.0
+        bw_source = lat_source = ""
+    else:
+        have = gpu.interconnect or "no interconnect figures"
+        raise InputError(f"--kv-link {name}: the {gpu.name} profile has {have}; use --kv-link rdma, or give both "
+                         "--kv-link-gb-s and --kv-link-latency-us")
     if gb_per_s is not None:
-        bw = gb_per_s * 1e9
-        source = "--kv-link-gb-s" + ("" if latency_us is not None else f"; latency: {source}")
+        bw, bw_source = gb_per_s * 1e9, "--kv-link-gb-s"
     if latency_us is not None:
-        lat = latency_us * 1e-6
-        source += "; latency: --kv-link-latency-us"
-    return KvLink(name, bw, lat, f"{source} ({why})")
+        lat, lat_source = latency_us * 1e-6, "--kv-link-latency-us"
+    return KvLink(name, bw, lat, f"{bw_source}; latency: {lat_source}; {why}")

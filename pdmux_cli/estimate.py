@@ -552,7 +552,11 @@ def estimate(
         inst_prefill_s, inst_base_s = whole_prefill_s, base_s
         if inst_tp != tp:  # the instances are servers of their own TP
             inst_scenario = replace(scenario, tp=inst_tp)
-            if not memory_check(gpu, model, inst_scenario).fits:
+            try:
+                inst_memory = memory_check(gpu, model, inst_scenario)
+            except InputError as exc:
+                raise InputError(str(exc).replace("--tp-size", "TP").replace("--tp", "--disagg-tp")) from None
+            if not inst_memory.fits:
                 raise InputError(f"--disagg-tp {inst_tp}: {model.name} does not fit an instance of {inst_tp} "
                                  f"{gpu.name} GPU(s) with the scenario's KV cache; give a larger --disagg-tp")
             inst = _models(gpu, model, replace(inst_scenario, s_sat_values=(None,) if scenario.cost_model != "chapter"

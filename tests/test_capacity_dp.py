@@ -49,7 +49,7 @@ def test_two_replicas_sustain_about_twice_the_rate(dp_runs) -> None:
 def test_json_top_level_fields(dp_runs) -> None:
     one, two = dp_runs
     assert (one["dp"], one["gpus"], one["load_balance_method"], one["disagg"], one["kv_link"]) == (
-        1, 1, "round_robin", None, None)
+        1, 1, None, None, None)  # one server: nothing to route
     assert (two["dp"], two["gpus"], two["tp"], two["load_balance_method"]) == (2, 2, 1, "round_robin")
     assert "over all" in two["rate_rps_is"]
     assert two["verdict"].endswith("req/s on 2 GPUs (DP 2 x TP 1)") and "on 2 GPUs" not in one["verdict"]
@@ -72,7 +72,8 @@ def test_disagg_runs_every_policy_on_the_same_gpus() -> None:
     assert "not at equal GPU count" not in data["verdict"]
     only = _capacity("--policies", "disagg", "--disagg", "1P2D", "--kv-link", "rdma")
     assert [(p["policy"], p["gpus"]) for p in only["policies"]] == [("disagg 1P2D", 3)]
-    assert only["kv_link"]["kind"] == "rdma" and only["dp"] == 3
+    assert only["kv_link"]["kind"] == "rdma" and (only["dp"], only["gpus"]) == (1, 3)
+    assert not any("the others" in n or n.startswith("DP ") for n in only["notes"])
 
 
 def test_disagg_beside_fewer_replicas_says_the_gpu_counts_differ() -> None:
@@ -174,3 +175,11 @@ def test_disagg_tp_against_one_tp_server() -> None:
     assert "not at equal GPU count" not in data["verdict"]
     note = next(n for n in data["notes"] if "--disaggregation-mode prefill" in n)
     assert "each TP 1" in note
+
+
+def test_a_short_burst_on_replicas_is_noted() -> None:
+    """200 requests over 2 replicas at the rates found: a burst, not a sustained rate."""
+    data = _capacity("--policies", "pdmux", "--dp", "2")
+    assert any("a burst its 2 servers drain" in n for n in data["notes"])
+    one = _capacity("--policies", "pdmux")
+    assert not any("a burst" in n for n in one["notes"])

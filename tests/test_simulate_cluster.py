@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from pdmux_cli.cli import app
 from pdmux_cli.disaggregation import KvLink, kv_link, layout_text
+from pdmux_cli.errors import InputError
 from pdmux_cli.hardware import find_gpu
 from pdmux_cli.model import load_model
 from pdmux_cli.simulate import cluster
@@ -301,3 +302,55 @@ def test_disagg_decode_instance_retracts_and_prefills_again(h100) -> None:
     assert any("retraction(s) on the decode instances" in n for n in result.notes)
     m = summarize(result, 1e9, 1e9)
     assert m.completed == len(trace) and m.met == len(trace)
+
+
+def test_a_crashed_replica_is_said_and_the_others_serve() -> None:
+    """0.5.23's UnboundLocalError on one replica: the run says how many crashed, that a --dp-size server
+    would go down whole, and the requests routed to the others still finish."""
+    r = run("simulate", AZURE, "--policies", "pdmux", "--divisions", "112:20:4,96:36:10", "--dp", "2", "--json")
+    assert r.exit_code == 0, r.stderr
+    p = json.loads(r.stdout)["policies"][0]
+    assert p["crashed_at_s"] is not None and 0 < p["completed"] < 50
+    assert any("replicas crashed; the others kept serving" in n and "--dp-size goes down whole" in n
+               for n in p["notes"])
+
+
+def test_load_balance_method_on_one_server_is_a_note() -> None:
+    r = run("simulate", AZURE, "--policies", "chunked", "--load-balance-method", "total_requests", "--json")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["load_balance_method"] is None and d["policies"][0]["router"] is None
+    assert any("nothing to route" in n for n in d["notes"])
+
+
+def test_disagg_only_notes_speak_of_disagg_alone() -> None:
+    d = json.loads(run("simulate", AZURE, "--policies", "disagg", "--disagg", "1P2D", "--json").stdout)
+    assert (d["dp"], d["gpus"]) == (1, 3)
+    assert not any("the others" in n for n in d["notes"])
+    assert any(n.startswith("disagg 1P2D on 3 GPUs") for n in d["notes"])
+
+
+def test_kv_link_overrides_and_sources(h100) -> None:
+    """Both overrides make any kind usable, even one the profile lacks; the source says where each
+    figure comes from; a link slower than 1 MB/s is a unit slip."""
+    link = kv_link(h100, 2, "pcie", gb_per_s=64, latency_us=1)
+    assert (link.kind, link.bytes_per_s, link.latency_s) == ("pcie", 64e9, 1e-06)
+    assert link.source == "--kv-link-gb-s; latency: --kv-link-latency-us; --kv-link pcie"
+    assert kv_link(h100, 2).source == ("the H100 SXM5 80GB profile's nvlink figure per GPU and direction; latency: "
+                                       "the profile's nvlink latency; 2 GPUs fit one node of 8")
+    assert kv_link(h100, 2, gb_per_s=100).source.startswith("--kv-link-gb-s; latency: the profile's nvlink latency")
+    for bad in (1e-300, 0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(InputError, match="--kv-link-gb-s"):
+            kv_link(h100, 2, gb_per_s=bad)
+    with pytest.raises(InputError, match="--kv-link-latency-us"):
+        kv_link(h100, 2, latency_us=2e6)
+    with pytest.raises(InputError, match="give both"):
+        kv_link(h100, 2, "pcie", gb_per_s=64)
+
+
+@pytest.mark.parametrize("args,contains", [
+    (("--disagg", "33P32D"), "--disagg 33P32D: the other policies would need 65 replicas"),
+    (("--disagg", "1P1D", "--disagg-tp", "3"), "use a --disagg-tp that divides"),
+])
+def test_disagg_errors_name_the_disagg_options(args, contains) -> None:
+    assert_one_line_error(run("simulate", AZURE, *args), 2, contains)

@@ -126,10 +126,11 @@ def _point_dict(p: Any) -> dict[str, Any]:
             "ttft_p99_ms": p.ttft_p99_ms, "itl_p99_ms": p.itl_p99_ms, "unfinished": p.unfinished}
 
 
-def _launch_notes(cluster: Any, tp: int) -> list[str]:
-    """What the verdict's flags mean on more than one server (SGLang 0.5.23)."""
+def _launch_notes(cluster: Any, tp: int, colocated: bool = True) -> list[str]:
+    """What the verdict's flags mean on more than one server (SGLang 0.5.23); ``colocated``: policies other
+    than disagg ran (the DP flags are theirs)."""
     notes = []
-    if cluster.dp > 1:
+    if cluster.dp > 1 and colocated:
         notes.append(
             f"DP {cluster.dp}: the verdict's --dp-size {cluster.dp} --load-balance-method {cluster.method} runs the "
             f"replicas as one SGLang server (its data-parallel controller, {cluster.dp * tp} GPUs); {cluster.dp} servers "
@@ -148,6 +149,11 @@ def _launch_notes(cluster: Any, tp: int) -> list[str]:
 
 #: Fewer requests than this cannot show a sustained rate: the whole trace is one burst.
 MIN_REQUESTS = 50
+#: A policy's capacity is noted as a burst's when, at that rate, each of its servers gets fewer requests
+#: than this or the trace lasts less than :data:`SHORT_SPAN_S`: several replicas drain a short burst
+#: that one server queues, and the rate per GPU comes out higher than any sustained one.
+MIN_REQUESTS_PER_SERVER = 200
+SHORT_SPAN_S = 60.0
 
 
 @app.command()
@@ -185,7 +191,7 @@ def capacity(
     workers: int | None = typer.Option(None, "--workers", help="Processes (default: the cores available)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP),
     dp: int | None = DP_OPTION,
-    load_balance_method: str = LOAD_BALANCE_OPTION,
+    load_balance_method: str | None = LOAD_BALANCE_OPTION,
     disagg: str | None = DISAGG_OPTION,
     disagg_tp: int | None = DISAGG_TP_OPTION,
     kv_link: str = KV_LINK_OPTION,
@@ -238,7 +244,8 @@ def capacity(
 
     setup = server(tp)
     cluster = cluster_from_options(setup, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s,
-                                   kv_link_latency_us, disagg_tp=disagg_tp, setup_with_tp=server)
+                                   kv_link_latency_us, disagg_tp=disagg_tp, setup_with_tp=server,
+                                   colocated=any(name != "disagg" for name in names))
     workload = _drop_past_context(workload, setup.model, None, None, duration)
     if "chunked" in names and not chunks:
         from ..sglang_server import default_chunked_prefill_size
@@ -287,12 +294,20 @@ def capacity(
         write_capacity_plot(plot, result, title)
     notes += [workload.bad_rows_text()] if workload.bad_rows else []
     notes += list(cluster.notes)
-    notes += _launch_notes(cluster, setup.tp)
+    notes += _launch_notes(cluster, setup.tp, any(name != "disagg" for name in names))
     notes += list(workload.notes)
     if len(workload) < MIN_REQUESTS:
         notes.append(f"only {len(workload)} requests: too few to measure a sustained rate (their burst drains at any "
                      f"rate); give a trace of at least {MIN_REQUESTS}")
     for p in result.policies:
+        servers = sum(p.xpyd) if p.xpyd else cluster.dp
+        if p.max_rate_rps > 0 and servers > 1:
+            span = len(workload) / p.max_rate_rps
+            if span < SHORT_SPAN_S or len(workload) / servers < MIN_REQUESTS_PER_SERVER:
+                notes.append(f"{p.label}: at {p.max_rate_rps:.3g} req/s the {len(workload)} requests arrive within "
+                             f"{span:.3g} s, {len(workload) / servers:.0f} a server: a burst its {servers} servers "
+                             "drain, not a sustained rate (its rate per GPU is optimistic); give more requests "
+                             "(--max-requests, --duration)")
         if p.bound == "above":
             notes.append(f"{p.label}: met the target at every rate tried, up to {p.max_rate_rps:.3g} req/s")
         if any(x.crashed for x in p.points):
@@ -306,7 +321,7 @@ def capacity(
         print_json({
             "trace": workload.source, "requests": len(workload), "trace_rate_rps": result.trace_rate_rps,
             "model": setup.model.name, "gpu": setup.gpu_name, "tp": setup.tp, "dp": cluster.dp,
-            "gpus": cluster.dp * setup.tp, "load_balance_method": cluster.method,
+            "gpus": cluster.gpus, "load_balance_method": cluster.router,
             "disagg": cluster.disagg.label.split()[-1] if cluster.disagg else None,
             "disagg_tp": cluster.disagg.setup_for(setup).tp if cluster.disagg else None,
             "kv_link": _link_dict(cluster.disagg.link) if cluster.disagg else None,

@@ -50,7 +50,10 @@ DISAGG_HELP = ("Add PD disaggregation: XPYD prefill and decode instances (1P1D, 
 KV_LINK_HELP = ("--disagg: the link each GPU's share of a KV cache crosses: auto (the GPU's NVLink or PCIe when all "
                 "GPUs fit one node of 8, else RDMA 400 Gb/s per GPU), nvlink, pcie or rdma.")
 DP_OPTION = typer.Option(None, "--dp", help=DP_HELP)
-LOAD_BALANCE_OPTION = typer.Option("round_robin", "--load-balance-method", help=LOAD_BALANCE_HELP)
+LOAD_BALANCE_OPTION = typer.Option(None, "--load-balance-method", help=LOAD_BALANCE_HELP)
+TUNE_LOAD_BALANCE_OPTION = typer.Option(None, "--load-balance-method", help=(
+    "How the router picks one of the --dp replicas: round_robin (SGLang's default) or total_requests (the fewest "
+    "outstanding requests), SGLang's names."))
 DISAGG_OPTION = typer.Option(None, "--disagg", help=DISAGG_HELP)
 KV_LINK_OPTION = typer.Option("auto", "--kv-link", help=KV_LINK_HELP)
 DISAGG_TP_OPTION = typer.Option(None, "--disagg-tp", help="--disagg: each instance's TP (default --tp), e.g. --tp 2 --dp 1 --disagg 1P1D --disagg-tp 1 puts every policy on 2 GPUs.")
@@ -67,30 +70,44 @@ class Cluster:
     method: str = "round_robin"
     disagg: Any = None
     notes: tuple[str, ...] = ()
+    gpus: int = 1
+
+    @property
+    def router(self) -> str | None:
+        """The load-balance method, ``None`` when there is one server and nothing to route."""
+        return self.method if self.dp > 1 or self.disagg is not None else None
 
 
-def cluster_from_options(setup: Any, gpu: str | None, dp: int | None, method: str, disagg: str | None,
+def cluster_from_options(setup: Any, gpu: str | None, dp: int | None, method: str | None, disagg: str | None,
                          kv_link: str = "auto", kv_link_gb_s: float | None = None,
                          kv_link_latency_us: float | None = None, allow_disagg: bool = True,
-                         disagg_tp: int | None = None, setup_with_tp: Callable[[int], Any] | None = None) -> Cluster:
-    """:class:`Cluster` from the options simulate and capacity share (``tune`` takes ``--dp`` only:
-    ``allow_disagg`` false). ``disagg_tp``: each disaggregation instance's TP (``--disagg-tp``; default
-    ``setup.tp``), its server built by ``setup_with_tp(tp)``. With ``--disagg XPYD`` and no ``--dp`` the
-    other policies run as as many replicas as give them the same GPUs (``(X+Y) x disagg_tp / tp``; X+Y
-    with a note when that does not divide). :class:`InputError` for bad values."""
-    from ..disaggregation import check_dp_value, check_load_balance_method, parse_xpyd
+                         disagg_tp: int | None = None, setup_with_tp: Callable[[int], Any] | None = None,
+                         colocated: bool = True) -> Cluster:
+    """:class:`Cluster` (``gpus``: the GPUs of the policies, the colocated ones' when they run) from the
+    options simulate and capacity share (``tune`` takes ``--dp`` only:
+    ``allow_disagg`` false). ``method``: ``None`` for SGLang's default (``round_robin``). ``disagg_tp``:
+    each disaggregation instance's TP (``--disagg-tp``; default ``setup.tp``), its server built by
+    ``setup_with_tp(tp)``. ``colocated``: whether policies other than disagg run (the notes speak of
+    them). With ``--disagg XPYD`` and no ``--dp`` the other policies run as as many replicas as give them
+    the same GPUs (``(X+Y) x disagg_tp / tp``, the nearest below when it does not divide, with a note).
+    :class:`InputError` for bad values."""
+    from ..disaggregation import MAX_INSTANCES, check_dp_value, check_load_balance_method, parse_xpyd
     from ..disaggregation import kv_link as make_link
     from ..simulate.cluster import DisaggPolicy
     from ..tensor_parallel import check_tp_value
 
-    method = check_load_balance_method(method)
+    given_method = method is not None
+    method = check_load_balance_method(method if given_method else "round_robin")
     if dp is not None:
         check_dp_value(dp)
     link_options = kv_link.strip().lower() != "auto" or kv_link_gb_s is not None or kv_link_latency_us is not None
     if disagg is None:
         if link_options or disagg_tp is not None:
             raise InputError("--kv-link, --kv-link-gb-s, --kv-link-latency-us and --disagg-tp apply to --disagg XPYD")
-        return Cluster(dp if dp is not None else 1, method)
+        dp = dp if dp is not None else 1
+        notes = ("one server: --load-balance-method has nothing to route (give --dp N)",) if given_method and dp == 1 \
+            else ()
+        return Cluster(dp, method, None, notes, dp * setup.tp)
     if not allow_disagg:
         raise InputError("--disagg is compared by pdmux simulate and pdmux capacity; tune searches pdmux knobs")
     x, y = parse_xpyd(disagg)
@@ -100,27 +117,36 @@ def cluster_from_options(setup: Any, gpu: str | None, dp: int | None, method: st
     if disagg_tp is not None:
         try:
             own = check_tp_value(disagg_tp)
+            if own != tp:
+                if setup_with_tp is None:
+                    raise InputError("--disagg-tp other than --tp is not available here")
+                instance_setup = setup_with_tp(own)
         except InputError as exc:
-            raise InputError(str(exc).replace("--tp", "--disagg-tp", 1)) from None
-        if own != tp:
-            if setup_with_tp is None:
-                raise InputError("--disagg-tp other than --tp is not available here")
-            instance_setup = setup_with_tp(own)
+            raise InputError(str(exc).replace("--tp-size", "TP").replace("--tp", "--disagg-tp")) from None
     gpus = (x + y) * own
     notes = []
-    if dp is None:
-        dp = gpus // tp if gpus % tp == 0 and gpus // tp >= 1 else x + y
-        check_dp_value(dp)
-    if dp * tp == gpus:
-        notes.append(f"every policy on {gpus} GPUs: disagg {x}P{y}D as {x + y} instances of TP {own}, the others as "
-                     + (f"DP {dp} replicas behind the router ({method}) of TP {tp}" if dp > 1 else f"one server of TP {tp}"))
+    if not colocated:
+        dp = dp if dp is not None else 1
+        notes.append(f"disagg {x}P{y}D on {gpus} GPUs: {x + y} instances of TP {own}")
     else:
-        notes.append(f"not at equal GPU count: disagg {x}P{y}D uses {gpus} GPUs (TP {own} each), the other policies "
-                     f"DP {dp} x TP {tp} = {dp * tp}")
+        if dp is None:
+            dp = max(1, gpus // tp)
+            if dp > MAX_INSTANCES:
+                raise InputError(f"--disagg {x}P{y}D: the other policies would need {dp} replicas of TP {tp} to be on the "
+                                 f"same {gpus} GPUs, more than {MAX_INSTANCES}; give --dp N (or a larger --tp), or "
+                                 "--policies disagg alone")
+        if dp * tp == gpus:
+            others = f"DP {dp} replicas behind the router ({method}) of TP {tp}" if dp > 1 else f"one server of TP {tp}"
+            notes.append(f"every policy on {gpus} GPUs: disagg {x}P{y}D as {x + y} instances of TP {own}, the others as "
+                         f"{others}")
+        else:
+            notes.append(f"not at equal GPU count: disagg {x}P{y}D uses {gpus} GPUs (TP {own} each), the other policies "
+                         f"DP {dp} x TP {tp} = {dp * tp} (give --dp, --tp or --disagg-tp so that they match)")
     from ..hardware import find_gpu_or_file
 
     link = make_link(find_gpu_or_file(gpu or "h100"), gpus, kv_link, kv_link_gb_s, kv_link_latency_us)
-    return Cluster(dp, method, DisaggPolicy(x, y, link, method, instance_setup), tuple(notes))
+    return Cluster(dp, method, DisaggPolicy(x, y, link, method, instance_setup), tuple(notes),
+                   dp * tp if colocated else gpus)
 
 
 def on_gpus(setup: Any) -> str:
@@ -377,7 +403,7 @@ def simulate(
     output_tokens: str = OUTPUT_TOKENS_OPTION,
     model: str = MODEL_OPTION,
     gpu: str | None = GPU_OPTION,
-    policies: str = typer.Option(DEFAULT_POLICIES, "--policies", help="Comma-separated: pdmux, chunked (SGLang's default scheduling), mixed-chunk (--enable-mixed-chunk), prefill-first (--chunked-prefill-size -1)."),
+    policies: str = typer.Option(DEFAULT_POLICIES, "--policies", help="Comma-separated: pdmux, chunked (SGLang's default scheduling), mixed-chunk (--enable-mixed-chunk), prefill-first (--chunked-prefill-size -1), disagg (with --disagg)."),
     chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help="Chunk sizes of 'chunked' (default: SGLang's default for the GPU, 8192 on H100/H200)."),
     mixed_chunk_sizes: str = MIXED_CHUNK_SIZES_OPTION,
     prefill_decode_interval: int = PREFILL_DECODE_INTERVAL_OPTION,
@@ -407,7 +433,7 @@ def simulate(
     slo_itl: float = typer.Option(60.0, "--slo-itl", help="ITL SLO, ms (judged on each request's p99 ITL)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP),
     dp: int | None = DP_OPTION,
-    load_balance_method: str = LOAD_BALANCE_OPTION,
+    load_balance_method: str | None = LOAD_BALANCE_OPTION,
     disagg: str | None = DISAGG_OPTION,
     disagg_tp: int | None = DISAGG_TP_OPTION,
     kv_link: str = KV_LINK_OPTION,
@@ -468,7 +494,8 @@ def simulate(
 
     setup = server(tp)
     cluster = cluster_from_options(setup, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s,
-                                   kv_link_latency_us, disagg_tp=disagg_tp, setup_with_tp=server)
+                                   kv_link_latency_us, disagg_tp=disagg_tp, setup_with_tp=server,
+                                   colocated=any(name != "disagg" for name in names))
     workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     if not chunks and "chunked" in names:
         from ..sglang_server import default_chunked_prefill_size
@@ -512,8 +539,10 @@ def simulate(
 
     from ..simulate import report
 
+    servers = (f", DP {cluster.dp}" if cluster.dp > 1 and any(r.kind != "disagg" for r in runs) else "") + (
+        f", {cluster.disagg.label} on {cluster.disagg.gpus(setup)} GPUs" if cluster.disagg is not None else "")
     title = (f"{workload.source}: {n} requests {workload.arrivals_text()}; "
-             f"{setup.model.name} on {on_gpus(setup)}, {setup.step_model.source}")
+             f"{setup.model.name} on {on_gpus(setup)}{servers}, {setup.step_model.source}")
     if csv_path is not None:
         write_atomic(csv_path, report.per_request_csv(workload, metrics))
     notes = [workload.bad_rows_text()] if workload.bad_rows else []
@@ -537,7 +566,7 @@ def simulate(
         print_json({
             "trace": report.trace_dict(workload),
             "model": setup.model.name, "gpu": setup.gpu_name, "sm_count": setup.total_sms,
-            "tp": setup.tp, "dp": cluster.dp, "gpus": cluster.dp * setup.tp, "load_balance_method": cluster.method,
+            "tp": setup.tp, "dp": cluster.dp, "gpus": cluster.gpus, "load_balance_method": cluster.router,
             "disagg": cluster.disagg.label.split()[-1] if cluster.disagg else None,
             "disagg_tp": cluster.disagg.setup_for(setup).tp if cluster.disagg else None,
             "kv_link": _link_dict(cluster.disagg.link) if cluster.disagg else None,
@@ -727,7 +756,7 @@ def tune(
     workers: int | None = typer.Option(None, "--workers", help="Processes (default: the cores available)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP),
     dp: int | None = DP_OPTION,
-    load_balance_method: str = LOAD_BALANCE_OPTION,
+    load_balance_method: str | None = TUNE_LOAD_BALANCE_OPTION,
     disagg: str | None = typer.Option(None, "--disagg", help="Not taken: tune searches pdmux knobs; compare PD disaggregation with pdmux simulate or pdmux capacity --disagg XPYD."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the winning YAML here (whole or not at all)."),
     show_all: bool = typer.Option(False, "--all", help="Show every config compared, not just the best."),
@@ -763,11 +792,12 @@ def tune(
     if as_json:
         data = _tune_dict(result)
         data.update({"trace": trace.name, "requests": len(workload), "gpu": setup.gpu_name, "model": setup.model.name,
-                     "tp": setup.tp, "dp": cluster.dp, "gpus": cluster.dp * setup.tp,
-                     "load_balance_method": cluster.method,
+                     "tp": setup.tp, "dp": cluster.dp, "gpus": cluster.gpus,
+                     "load_balance_method": cluster.router,
                      "cost_model": setup.step_model.name, "throughput": setup.step_model.source,
                      "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl}, "yaml": text,
                      "output": str(output) if output else None})
+        data["notes"] = [*data.get("notes", []), *cluster.notes]
         print_json(data)
         return
     con = console(stderr=output is None)
@@ -782,7 +812,7 @@ def tune(
               f"{result.gpus} GPU(s)" + _tune_layout(setup.tp, cluster))
     con.print("verdict: " + result.verdict(), soft_wrap=True)
     con.print(f"cost model: {setup.step_model.source}", soft_wrap=True)
-    for note in result.notes:
+    for note in [*result.notes, *cluster.notes]:
         print_note(con, note)
     if output is None:
         sys.stdout.write(text)

@@ -248,6 +248,12 @@ def simulate_dp(trace: Trace, setup: Setup, policy, dp: int, method: str = "roun
     extras, where, unrouted = route(servers, works, order, trace.arrival_s, method)
     fields = _merge(policy.label, policy.kind, trace, works, extras, where, setup.tp,
                     rejected=works[0].rejected, unrouted=unrouted)
+    crashed = sum(1 for e in extras if e and e.get("crashed_at_s") is not None)
+    if crashed:
+        fields["notes"].append(
+            f"{crashed} of {dp} replicas crashed; the others kept serving, as separate servers behind a router do "
+            "(one SGLang server with --dp-size goes down whole when a rank dies: everything after the first crash "
+            "would be lost)")
     _note_pool(fields, works, pool)
     if progress is not None:
         progress(sum(w.finished for w in works))
