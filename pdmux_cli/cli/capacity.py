@@ -153,7 +153,7 @@ MIN_REQUESTS = 50
 #: than this or the trace lasts less than :data:`SHORT_SPAN_S`: several replicas drain a short burst
 #: that one server queues, and the rate per GPU comes out higher than any sustained one.
 MIN_REQUESTS_PER_SERVER = 200
-SHORT_SPAN_S = 60.0
+SHORT_SPAN_S = 30.0
 
 
 @app.command()
