@@ -130,6 +130,7 @@ class RooflineModel:
         self.kv_bytes_per_element = kvb
         self._dense_cache: dict[tuple[int, int], list[float]] = {}
         self._kv_rate_cache: dict[tuple[int, int], tuple[float, float]] = {}
+        self._decode_cache: dict[tuple[int, int], tuple[list[float], float, float]] = {}
         self._linear_cache: dict[tuple[int, int, int], float] = {}
         self._head_cache: dict[tuple[int, int, int], float] = {}
         self._rate_cache: dict[tuple[int, int, str], tuple[float, float]] = {}
@@ -301,19 +302,24 @@ class RooflineModel:
         """
         if n <= 0:
             return 0.0
-        key = (sms, corun_sms)
-        dense = self._dense_cache.get(key)
-        if dense is None:
-            dense = self._dense_cache[key] = [0.0]
-        while len(dense) <= n:
-            rows = len(dense)
-            dense.append(self._linear_s(rows, sms, corun_sms, "decode") + self._lm_head_s(rows, sms, corun_sms, "decode")
-                         + self.shapes.layers * self.eff.decode_attention.latency_s + self.decode_fixed_s)
-        full, window = self._kv_rates(sms, corun_sms)
+        entry = self._decode_cache.get((sms, corun_sms))  # (dense part per batch size, KV rates): one lookup
+        if entry is None:
+            entry = self._decode_cache[(sms, corun_sms)] = (self._dense_cache.setdefault((sms, corun_sms), [0.0]),
+                                                            *self._kv_rates(sms, corun_sms))
+        dense, full, window = entry
+        if len(dense) <= n:
+            self._grow_dense(dense, n, sms, corun_sms)
         seconds = dense[n] + full * sum_context + window * sum_window
         if not cuda_graph:
             seconds = max(seconds, self.launch_cpu_s())
         return seconds
+
+    def _grow_dense(self, dense: list[float], n: int, sms: int, corun_sms: int) -> None:
+        """Extend ``dense`` (a decode step's time without KV reads, per batch size) to batch ``n``."""
+        while len(dense) <= n:
+            rows = len(dense)
+            dense.append(self._linear_s(rows, sms, corun_sms, "decode") + self._lm_head_s(rows, sms, corun_sms, "decode")
+                         + self.shapes.layers * self.eff.decode_attention.latency_s + self.decode_fixed_s)
 
     def prefill_s(self, sms: int, seqs: Seqs, corun_sms: int = 0) -> float:
         """GPU seconds to prefill ``seqs`` (``(new, cached)`` tokens each) as one batch on ``sms`` SMs,

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from .. import policy as pol
 from ..pdmux_config import PdmuxConfig
 from ..sglang_server import MIN_NEW_TOKEN_RATIO as MIN_RATIO
+from ..sglang_server import NEW_TOKEN_RATIO_DECAY as RATIO_DECAY
 from .engine import STEP_CHECK_EVERY, Progress, Setup, Work
 
 #: Decode steps between two progress callbacks and checks of the step limit.
@@ -274,8 +275,9 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             continue
         if n:
             if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
-                if work.ratio > MIN_RATIO:
-                    work.decay_ratio()
+                ratio = work.ratio
+                if ratio > MIN_RATIO:  # Work.decay_ratio, inline: the hot path
+                    work.ratio = max(MIN_RATIO, ratio - RATIO_DECAY)
             elif work.check_decode_memory():
                 n = batch.n
             else:
@@ -398,8 +400,9 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
         n = batch.n
         if n:
             if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
-                if work.ratio > MIN_RATIO:
-                    work.decay_ratio()
+                ratio = work.ratio
+                if ratio > MIN_RATIO:  # Work.decay_ratio, inline: the hot path
+                    work.ratio = max(MIN_RATIO, ratio - RATIO_DECAY)
             elif not work.check_decode_memory():
                 work.decay_ratio()
             n = batch.n
