@@ -354,3 +354,17 @@ def test_kv_link_overrides_and_sources(h100) -> None:
 ])
 def test_disagg_errors_name_the_disagg_options(args, contains) -> None:
     assert_one_line_error(run("simulate", AZURE, *args), 2, contains)
+
+
+def test_disagg_ttft_parts_add_up(setup, busy_trace) -> None:
+    """The note's TTFT parts (prefill, link wait, transfer, decode-side wait) add up to the mean TTFT."""
+    result = simulate_disagg(busy_trace, setup, DisaggPolicy(1, 1, kv_link(find_gpu("h100"), 2)))
+    m = summarize(result, 1000, 60)
+    ttft = [x for x in m.per_request["ttft_ms"] if not math.isnan(x)]
+    c = result.counters
+    parts = (c["ttft_prefill_ms_mean"] + c["ttft_link_wait_ms_mean"] + c["ttft_transfer_ms_mean"]
+             + c["ttft_decode_side_wait_ms_mean"])
+    assert parts == pytest.approx(sum(ttft) / len(ttft))
+    assert c["ttft_transfer_ms_mean"] == pytest.approx(c["kv_transfer_ms_mean"])
+    assert c["ttft_decode_side_wait_ms_mean"] >= 0 and c["ttft_prefill_ms_mean"] > 0
+    assert any(n.startswith("TTFT mean ") for n in result.notes)

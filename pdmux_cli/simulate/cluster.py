@@ -354,6 +354,20 @@ def simulate_disagg(trace: Trace, setup: Setup, policy: DisaggPolicy, progress: 
             f"KV cache over {policy.link.text} ({policy.link.source}): transfer mean {sum(times) / len(times) * 1e3:.2f} ms, "
             f"max {times[-1] * 1e3:.2f} ms; waiting for the prefill instance's link mean "
             f"{sum(waits) / len(waits) * 1e3:.2f} ms")
+        first = fields["first_token_s"]
+        served = [r for r in moved if not math.isnan(first[r])]
+        if served:  # where a request's TTFT goes, on average
+            parts = {"prefill": [prefill_end[r] - trace.arrival_s[r] for r in served],
+                     "link wait": [queued[r] for r in served],
+                     "transfer": [arrive[r] - prefill_end[r] - queued[r] for r in served],
+                     "decode-side wait": [first[r] - arrive[r] for r in served]}
+            means = {k: sum(v) / len(v) * 1e3 for k, v in parts.items()}
+            for key, value in means.items():
+                fields["counters"][f"ttft_{key.replace(' ', '_').replace('-', '_')}_ms_mean"] = value
+            fields["notes"].append(
+                f"TTFT mean {sum(means.values()):.1f} ms = " + " + ".join(f"{k} {v:.1f}" for k, v in means.items())
+                + " (prefill: queue and compute on a prefill instance; decode-side wait: until a decode instance "
+                "admits it)")
     if never - set(p_works[0].rejected):
         first = min(never)
         fields["notes"].insert(0, (
