@@ -368,3 +368,21 @@ def test_disagg_ttft_parts_add_up(setup, busy_trace) -> None:
     assert c["ttft_transfer_ms_mean"] == pytest.approx(c["kv_transfer_ms_mean"])
     assert c["ttft_decode_side_wait_ms_mean"] >= 0 and c["ttft_prefill_ms_mean"] > 0
     assert any(n.startswith("TTFT mean ") for n in result.notes)
+
+
+def test_csv_says_which_server_served_each_request(tmp_path) -> None:
+    import csv
+
+    out = tmp_path / "r.csv"
+    r = run("simulate", AZURE, "--policies", "chunked", "--disagg", "1P2D", "--csv", str(out))
+    assert r.exit_code == 0, r.stderr
+    rows = list(csv.DictReader(out.open()))
+    chunked = [row for row in rows if row["policy"] == "chunked 8192"]
+    disagg = [row for row in rows if row["policy"] == "disagg 1P2D"]
+    assert len(chunked) == len(disagg) == 50
+    assert [row["server"] for row in chunked] == [str(i % 3) for i in range(50)]  # round robin over DP 3
+    assert {row["prefill_server"] for row in chunked} == {""}
+    assert {row["prefill_server"] for row in disagg} == {"0"} and {row["server"] for row in disagg} == {"0", "1"}
+    out1 = tmp_path / "one.csv"
+    assert run("simulate", AZURE, "--policies", "chunked", "--csv", str(out1)).exit_code == 0
+    assert {row["server"] for row in csv.DictReader(out1.open())} == {""}

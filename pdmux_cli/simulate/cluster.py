@@ -223,7 +223,7 @@ def _merge(label: str, kind: str, trace: Trace, works: Sequence[Work], extras: S
         "idle_s": sum(idles) / len(idles) if idles else 0.0, "num_trace_requests": n, "notes": notes,
         "groups": groups, "group_time_s": group_time, "counters": counters, "stints": stints,
         "unfinished": unfinished, "crashed_at_s": min(crashed) if crashed else None,
-        "kv_pool_tokens": works[0].capacity if works else 0,
+        "kv_pool_tokens": works[0].capacity if works else 0, "server": list(where),
     }
 
 
@@ -381,6 +381,7 @@ def simulate_disagg(trace: Trace, setup: Setup, policy: DisaggPolicy, progress: 
         fields["notes"].append(f"{retracted} retraction(s) on the decode instances: requests sent back to their queue "
                                "when decode ran out of KV slots, prefilled again there")
     fields["kv_pool_tokens"] = d_pool.tokens
+    fields["prefill_server"] = list(p_where)
     if progress is not None:
         progress(sum(w.finished for w in d_works))
     return RunResult(**fields, gpus=(policy.prefill + policy.decode) * setup.tp,

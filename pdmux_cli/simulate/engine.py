@@ -429,7 +429,9 @@ class RunResult:
     ``counters``: prefill batches, rounds, retractions... ``kv_pool_tokens``: the pool simulated (one
     server's). ``gpus``: GPUs the policy ran on; ``layout``: how (``"TP 2"``, ``"DP 4 x TP 2"``,
     ``"1P1D x TP 1"``; :func:`pdmux_cli.simulate.cluster.layout_text`); ``router``: the load-balance
-    method between its servers (``""`` for one server).
+    method between its servers (``""`` for one server). ``server``: per request, the server that served it
+    (a DP replica, or a disaggregation's decode instance; -1 where none did), empty for one server;
+    ``prefill_server``: a disaggregation's prefill instance per request.
     """
 
     policy: str
@@ -456,6 +458,8 @@ class RunResult:
     gpus: int = 1
     layout: str = "1 GPU"
     router: str = ""
+    server: list[int] = field(default_factory=list)
+    prefill_server: list[int] = field(default_factory=list)
 
     def finish_s(self, rid: int) -> float:
         """When request ``rid`` produced its last token (s); ``nan`` if it never finished."""

@@ -153,13 +153,15 @@ def group_lines(metrics: Sequence[PolicyMetrics]) -> list[str]:
 
 
 CSV_FIELDS = ("policy", "request", "arrival_s", "prompt_tokens", "output_tokens", "status", "ttft_ms",
-              "itl_p99_ms", "itl_max_ms", "tpot_ms", "e2e_ms", "met_slo")
+              "itl_p99_ms", "itl_max_ms", "tpot_ms", "e2e_ms", "met_slo", "server", "prefill_server")
 
 
 def per_request_csv(trace: Trace, metrics: Sequence[PolicyMetrics]) -> str:
     """Per-request results of every policy as CSV text (header :data:`CSV_FIELDS`; empty cells for
     values that do not apply; ``status`` is ``done``, ``rejected`` (never fit in KV memory) or
-    ``unfinished`` (cut short by a simulated SGLang crash))."""
+    ``unfinished`` (cut short by a simulated SGLang crash)); ``server``: the DP replica or decode instance
+    that served the request (from 0; empty for one server or a request never routed), ``prefill_server``:
+    a disaggregation's prefill instance)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(CSV_FIELDS)
@@ -171,11 +173,17 @@ def per_request_csv(trace: Trace, metrics: Sequence[PolicyMetrics]) -> str:
         pr = m.per_request
         ttft, p99, mx, tpot, e2e, met = (pr["ttft_ms"], pr["itl_p99_ms"], pr["itl_max_ms"], pr["tpot_ms"],
                                          pr["e2e_ms"], pr["met_slo"])
+        server, prefill_server = pr.get("server") or [], pr.get("prefill_server") or []
+
+        def where(servers: list[int], i: int) -> str:
+            return str(servers[i]) if i < len(servers) and servers[i] >= 0 else ""
+
         for i in range(m.requests):
             done = math.isfinite(ttft[i])
             status = "done" if done else ("unfinished" if m.crashed_at_s is not None and not m.per_request[
                 "rejected"][i] else "rejected")
             writer.writerow((m.policy, i, f"{trace.arrival_s[i]:.6f}", trace.prompt_tokens[i], trace.output_tokens[i],
                              status, cell(ttft[i]), cell(p99[i]), cell(mx[i]),
-                             cell(tpot[i]), cell(e2e[i]), int(bool(met[i]))))
+                             cell(tpot[i]), cell(e2e[i]), int(bool(met[i])), where(server, i),
+                             where(prefill_server, i)))
     return buf.getvalue()
