@@ -43,8 +43,9 @@ RDMA_BYTES_PER_S = 400e9 / 8
 RDMA_LATENCY_S = 2.7e-6
 
 #: ``--kv-link-gb-s`` range, GB/s per GPU and direction: from 1 MB/s (slower is a unit slip, and transfers
-#: of days lose the simulator's sub-millisecond resolution); no upper bound (an instant link is a question too).
-KV_LINK_GB_S_RANGE = (1e-3, math.inf)
+#: of days lose the simulator's sub-millisecond resolution) to 1e12 GB/s (as good as instant: an instant link
+#: is a fair question; beyond it the figure overflows to infinity in bytes/s).
+KV_LINK_GB_S_RANGE = (1e-3, 1e12)
 #: ``--kv-link-latency-us`` range, us: none to one second a transfer.
 KV_LINK_LATENCY_US_RANGE = (0.0, 1e6)
 
@@ -153,7 +154,7 @@ def kv_link(gpu, gpus: int, kind: str = "auto", gb_per_s: float | None = None,
     both = gb_per_s is not None and latency_us is not None
     if name == "rdma":
         bw, lat = RDMA_BYTES_PER_S, RDMA_LATENCY_S
-        bw_source = "RDMA 400 Gb/s per GPU (one ConnectX-7 port per GPU, NVIDIA datasheet), line rate"
+        bw_source = "RDMA 400 Gb/s per GPU, line rate: one ConnectX-7 port per GPU, NVIDIA datasheet"
         lat_source = "NCCL tuning.cc hwLat NET"
     elif gpu.interconnect == name and gpu.interconnect_bytes_per_s and gpu.interconnect_latency_s:
         bw, lat = float(gpu.interconnect_bytes_per_s), float(gpu.interconnect_latency_s)

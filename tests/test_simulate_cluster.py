@@ -157,7 +157,7 @@ def test_disagg_one_request_with_an_instant_link_is_prefill_then_undisturbed_dec
     split = simulate_disagg(trace, setup, DisaggPolicy(1, 1, INSTANT))
     assert split.first_token_s == alone.first_token_s
     assert list(split.step_end_s) == list(alone.step_end_s)
-    assert (split.gpus, split.layout, split.router) == (2, "1P1D x TP 1", "round_robin")
+    assert (split.gpus, split.layout, split.router) == (2, "1P1D x TP 1", "")  # one instance a side: no routing
     prefill = max(setup.step_model.prefill_s(setup.total_sms, [(8192, 0)]), setup.step_model.decode_cpu_s(1))
     assert split.first_token_s[0] == pytest.approx(prefill)
 
@@ -311,8 +311,8 @@ def test_a_crashed_replica_is_said_and_the_others_serve() -> None:
     assert r.exit_code == 0, r.stderr
     p = json.loads(r.stdout)["policies"][0]
     assert p["crashed_at_s"] is not None and 0 < p["completed"] < 50
-    assert any("replicas crashed; the others kept serving" in n and "--dp-size goes down whole" in n
-               for n in p["notes"])
+    assert any(("replicas crashed; the others kept serving" in n or "every replica crashed" in n)
+               and "--dp-size goes down whole" in n for n in p["notes"])
 
 
 def test_load_balance_method_on_one_server_is_a_note() -> None:
@@ -386,3 +386,27 @@ def test_csv_says_which_server_served_each_request(tmp_path) -> None:
     out1 = tmp_path / "one.csv"
     assert run("simulate", AZURE, "--policies", "chunked", "--csv", str(out1)).exit_code == 0
     assert {row["server"] for row in csv.DictReader(out1.open())} == {""}
+
+
+def test_more_replicas_than_requests_is_noted(setup) -> None:
+    trace = Trace((0.0, 0.5), (256, 256), (8, 8), source="two")
+    result = simulate_dp(trace, setup, ChunkedPolicy(8192), 8)
+    assert "6 of 8 replicas got no request (2 routed)" in result.notes
+
+
+def test_rdma_source_reads_flat(h100) -> None:
+    source = kv_link(h100, 16).source
+    assert source == ("RDMA 400 Gb/s per GPU, line rate: one ConnectX-7 port per GPU, NVIDIA datasheet; latency: "
+                      "NCCL tuning.cc hwLat NET; 16 GPUs span nodes of 8")
+    with pytest.raises(InputError, match="--kv-link-gb-s"):
+        kv_link(h100, 2, gb_per_s=1e300)
+
+
+def test_one_instance_a_side_routes_nothing() -> None:
+    r = run("simulate", AZURE, "--policies", "disagg", "--disagg", "1P1D", "--load-balance-method", "total_requests",
+            "--json")
+    d = json.loads(r.stdout)
+    assert d["load_balance_method"] is None and d["policies"][0]["router"] is None
+    assert any("nothing to route" in n for n in d["notes"])
+    d = json.loads(run("simulate", AZURE, "--policies", "disagg", "--disagg", "1P2D", "--json").stdout)
+    assert d["load_balance_method"] == "round_robin" and d["policies"][0]["router"] == "round_robin"

@@ -300,13 +300,16 @@ def capacity(
         notes.append(f"only {len(workload)} requests: too few to measure a sustained rate (their burst drains at any "
                      f"rate); give a trace of at least {MIN_REQUESTS}")
     for p in result.policies:
-        servers = sum(p.xpyd) if p.xpyd else cluster.dp
-        if p.max_rate_rps > 0 and servers > 1:
+        # a disaggregated request visits one instance a side: the side with more instances sees fewer each
+        servers = max(p.xpyd) if p.xpyd else (cluster.dp if p.kind != "disagg" else 1)
+        if p.max_rate_rps > 0 and len(workload) >= MIN_REQUESTS:
             span = len(workload) / p.max_rate_rps
-            if span < SHORT_SPAN_S or len(workload) / servers < MIN_REQUESTS_PER_SERVER:
+            few = servers > 1 and len(workload) / servers < MIN_REQUESTS_PER_SERVER
+            if span < SHORT_SPAN_S or few:
+                where = (f", {len(workload) / servers:.0f} a server: a burst its {servers} servers drain"
+                         if servers > 1 else ": a burst")
                 notes.append(f"{p.label}: at {p.max_rate_rps:.3g} req/s the {len(workload)} requests arrive within "
-                             f"{span:.3g} s, {len(workload) / servers:.0f} a server: a burst its {servers} servers "
-                             "drain, not a sustained rate (its rate per GPU is optimistic); give more requests "
+                             f"{span:.3g} s{where}, not a sustained rate (the rate is optimistic); give more requests "
                              "(--max-requests, --duration)")
         if p.bound == "above":
             notes.append(f"{p.label}: met the target at every rate tried, up to {p.max_rate_rps:.3g} req/s")

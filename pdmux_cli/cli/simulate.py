@@ -50,6 +50,7 @@ DISAGG_HELP = ("Add PD disaggregation: XPYD prefill and decode instances (1P1D, 
 KV_LINK_HELP = ("--disagg: the link each GPU's share of a KV cache crosses: auto (the GPU's NVLink or PCIe when all "
                 "GPUs fit one node of 8, else RDMA 400 Gb/s per GPU), nvlink, pcie or rdma.")
 DP_OPTION = typer.Option(None, "--dp", help=DP_HELP)
+TUNE_DP_OPTION = typer.Option(None, "--dp", help="Data-parallel replicas of the server behind a router, each --tp GPUs (SGLang's --dp-size, or servers behind sgl-router); every config runs on them. Default 1.")
 LOAD_BALANCE_OPTION = typer.Option(None, "--load-balance-method", help=LOAD_BALANCE_HELP)
 TUNE_LOAD_BALANCE_OPTION = typer.Option(None, "--load-balance-method", help=(
     "How the router picks one of the --dp replicas: round_robin (SGLang's default) or total_requests (the fewest "
@@ -74,8 +75,9 @@ class Cluster:
 
     @property
     def router(self) -> str | None:
-        """The load-balance method, ``None`` when there is one server and nothing to route."""
-        return self.method if self.dp > 1 or self.disagg is not None else None
+        """The load-balance method, ``None`` when nothing is routed (one server; 1P1D alone)."""
+        several = self.disagg is not None and (self.disagg.prefill > 1 or self.disagg.decode > 1)
+        return self.method if self.dp > 1 or several else None
 
 
 def cluster_from_options(setup: Any, gpu: str | None, dp: int | None, method: str | None, disagg: str | None,
@@ -125,6 +127,8 @@ def cluster_from_options(setup: Any, gpu: str | None, dp: int | None, method: st
             raise InputError(str(exc).replace("--tp-size", "TP").replace("--tp", "--disagg-tp")) from None
     gpus = (x + y) * own
     notes = []
+    if given_method and x == 1 and y == 1 and (not colocated or dp == 1):
+        notes.append("one instance a side and one server: --load-balance-method has nothing to route")
     if not colocated:
         dp = dp if dp is not None else 1
         notes.append(f"disagg {x}P{y}D on {gpus} GPUs: {x + y} instances of TP {own}")
@@ -755,7 +759,7 @@ def tune(
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     workers: int | None = typer.Option(None, "--workers", help="Processes (default: the cores available)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP),
-    dp: int | None = DP_OPTION,
+    dp: int | None = TUNE_DP_OPTION,
     load_balance_method: str | None = TUNE_LOAD_BALANCE_OPTION,
     disagg: str | None = typer.Option(None, "--disagg", help="Not taken: tune searches pdmux knobs; compare PD disaggregation with pdmux simulate or pdmux capacity --disagg XPYD."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the winning YAML here (whole or not at all)."),
@@ -812,7 +816,10 @@ def tune(
               f"{result.gpus} GPU(s)" + _tune_layout(setup.tp, cluster))
     con.print("verdict: " + result.verdict(), soft_wrap=True)
     con.print(f"cost model: {setup.step_model.source}", soft_wrap=True)
-    for note in [*result.notes, *cluster.notes]:
+    dp_note = [(f"DP {cluster.dp}: --dp-size {cluster.dp} runs the replicas as one SGLang server; SGLang 0.5.23's "
+                "checks do not refuse it with --enable-pdmux, but pdmux under DP is untried here (servers behind "
+                "sgl-router are the replicas simulated)")] if cluster.dp > 1 else []
+    for note in [*result.notes, *cluster.notes, *dp_note]:
         print_note(con, note)
     if output is None:
         sys.stdout.write(text)

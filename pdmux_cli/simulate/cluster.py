@@ -250,10 +250,14 @@ def simulate_dp(trace: Trace, setup: Setup, policy, dp: int, method: str = "roun
                     rejected=works[0].rejected, unrouted=unrouted)
     crashed = sum(1 for e in extras if e and e.get("crashed_at_s") is not None)
     if crashed:
+        kept = ("every replica crashed" if crashed == dp else
+                f"{crashed} of {dp} replicas crashed; the others kept serving, as separate servers behind a router do")
         fields["notes"].append(
-            f"{crashed} of {dp} replicas crashed; the others kept serving, as separate servers behind a router do "
-            "(one SGLang server with --dp-size goes down whole when a rank dies: everything after the first crash "
-            "would be lost)")
+            f"{kept} (one SGLang server with --dp-size goes down whole when a rank dies: everything after the first "
+            "crash would be lost)")
+    idle_replicas = dp - len({i for i in where if i >= 0})
+    if idle_replicas and not unrouted:
+        fields["notes"].append(f"{idle_replicas} of {dp} replicas got no request ({len(order)} routed)")
     _note_pool(fields, works, pool)
     if progress is not None:
         progress(sum(w.finished for w in works))
@@ -384,7 +388,8 @@ def simulate_disagg(trace: Trace, setup: Setup, policy: DisaggPolicy, progress: 
     fields["prefill_server"] = list(p_where)
     if progress is not None:
         progress(sum(w.finished for w in d_works))
+    routed = policy.prefill > 1 or policy.decode > 1
     return RunResult(**fields, gpus=(policy.prefill + policy.decode) * setup.tp,
-                     layout=layout_text(setup.tp, xpyd=(policy.prefill, policy.decode)), router=method)
+                     layout=layout_text(setup.tp, xpyd=(policy.prefill, policy.decode)), router=method if routed else "")
 
 __all__ = ["DisaggPolicy", "route", "simulate_disagg", "simulate_dp", "transfer_ends"]
