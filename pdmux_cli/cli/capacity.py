@@ -50,11 +50,10 @@ from .simulate import (
     _progress,
     _setup,
     _show_progress,
-    cluster_from_options,
     on_gpus,
     parse_chunk_sizes,
     print_json,
-    without_prefix_cache,
+    setup_and_cluster,
 )
 
 
@@ -236,16 +235,12 @@ def capacity(
     mixed = parse_chunk_sizes(mixed_chunk_sizes, "--mixed-chunk-sizes") if "mixed-chunk" in names else []
     workload = _load_workload(trace, synthetic, fmt, qps, None, max_requests, duration, seed, prompt_tokens,
                               output_tokens)
-    def server(tp: int) -> Any:
-        made = _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, calibration=calibration, kv_bytes=kv_bytes,
-                      mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
-                      ignore_eos=ignore_eos, tp=tp)
-        return without_prefix_cache(made) if no_prefix_cache else made
-
-    setup = server(tp)
-    cluster = cluster_from_options(setup, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s,
-                                   kv_link_latency_us, disagg_tp=disagg_tp, setup_with_tp=server,
-                                   colocated=any(name != "disagg" for name in names))
+    setup, cluster = setup_and_cluster(
+        lambda n: _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, calibration=calibration, kv_bytes=kv_bytes,
+                         mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
+                         ignore_eos=ignore_eos, tp=n),
+        tp, no_prefix_cache, names, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s, kv_link_latency_us,
+        disagg_tp)
     workload = _drop_past_context(workload, setup.model, None, None, duration)
     if "chunked" in names and not chunks:
         from ..sglang_server import default_chunked_prefill_size

@@ -153,6 +153,22 @@ def cluster_from_options(setup: Any, gpu: str | None, dp: int | None, method: st
                    dp * tp if colocated else gpus)
 
 
+def setup_and_cluster(build: Callable[[int], Any], tp: int, no_prefix_cache: bool, names: list[str], gpu: str | None,
+                      dp: int | None, method: str | None, disagg: str | None, kv_link: str,
+                      kv_link_gb_s: float | None, kv_link_latency_us: float | None,
+                      disagg_tp: int | None) -> tuple[Any, Cluster]:
+    """The simulated server of TP ``tp`` (``build(tp)``, the radix cache off with ``no_prefix_cache``) and
+    the :class:`Cluster` of simulate's and capacity's options (``names``: the policies asked for)."""
+    def server(n: int) -> Any:
+        made = build(n)
+        return without_prefix_cache(made) if no_prefix_cache else made
+
+    setup = server(tp)
+    return setup, cluster_from_options(setup, gpu, dp, method, disagg, kv_link, kv_link_gb_s, kv_link_latency_us,
+                                       disagg_tp=disagg_tp, setup_with_tp=server,
+                                       colocated=any(name != "disagg" for name in names))
+
+
 def on_gpus(setup: Any) -> str:
     """``"H100 SXM5 80GB"``, or ``"8 x H100 SXM5 80GB (TP 8)"`` for a tensor-parallel server."""
     return f"{setup.tp} x {setup.gpu_name} (TP {setup.tp})" if setup.tp > 1 else setup.gpu_name
@@ -487,19 +503,15 @@ def simulate(
         raise InputError(f"--csv and --plot name the same file {plot}: give two paths")
     workload = _load_workload(trace, synthetic, fmt, qps, rate_scale, max_requests, duration, seed,
                               prompt_tokens, output_tokens)
-    def server(tp: int) -> Any:
-        made = _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency,
-                      mfu=mfu, calibration=calibration, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
-                      mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
-                      flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
-                      disable_overlap=disable_overlap_schedule, cuda_graph_max_bs=cuda_graph_max_bs,
-                      max_running_requests=max_running_requests, tp=tp)
-        return without_prefix_cache(made) if no_prefix_cache else made
-
-    setup = server(tp)
-    cluster = cluster_from_options(setup, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s,
-                                   kv_link_latency_us, disagg_tp=disagg_tp, setup_with_tp=server,
-                                   colocated=any(name != "disagg" for name in names))
+    setup, cluster = setup_and_cluster(
+        lambda n: _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency,
+                         mfu=mfu, calibration=calibration, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
+                         mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
+                         flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
+                         disable_overlap=disable_overlap_schedule, cuda_graph_max_bs=cuda_graph_max_bs,
+                         max_running_requests=max_running_requests, tp=n),
+        tp, no_prefix_cache, names, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s, kv_link_latency_us,
+        disagg_tp)
     workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     if not chunks and "chunked" in names:
         from ..sglang_server import default_chunked_prefill_size
