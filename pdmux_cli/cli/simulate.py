@@ -42,7 +42,7 @@ TP_HELP = ("Tensor parallelism: GPUs of one server the model is sharded over, as
 
 
 DP_HELP = ("Data-parallel replicas of the server behind a router, each --tp GPUs (SGLang's --dp-size, or servers "
-           "behind sgl-router). Default 1, or X+Y with --disagg, so that every policy has the same GPUs.")
+           "behind sgl-router). Default 1, or with --disagg as many as put every policy on its GPUs ((X+Y) x --disagg-tp / --tp).")
 LOAD_BALANCE_HELP = ("How the router picks a replica (and, with --disagg, an instance on each side): round_robin "
                      "(SGLang's default) or total_requests (the fewest outstanding requests), SGLang's names.")
 DISAGG_HELP = ("Add PD disaggregation: XPYD prefill and decode instances (1P1D, 2P6D), each --tp GPUs; prefill-first on "
