@@ -49,7 +49,7 @@ from .disaggregation import KvLink
 from .errors import InputError
 from .hardware import Gpu
 from .model import Model
-from .tensor_parallel import check_tp_value
+from .tensor_parallel import check_tp_value, for_disagg_tp
 
 __all__ = ["Estimate", "LevelRow", "MemoryCheck", "PolicyRow", "Scenario", "default_s_sat_values", "estimate",
            "pick_flops_dtype"]
@@ -148,7 +148,7 @@ class Scenario:
                 try:
                     check_tp_value(self.disagg_tp)
                 except InputError as exc:
-                    raise InputError(str(exc).replace("--tp", "--disagg-tp", 1)) from None
+                    raise for_disagg_tp(exc) from None
         elif (self.kv_link, self.kv_link_gb_s, self.kv_link_latency_us, self.disagg_tp) != ("auto", None, None, None):
             raise InputError("--kv-link, --kv-link-gb-s, --kv-link-latency-us and --disagg-tp describe --disagg's "
                              "instances: give --disagg XPYD too")
@@ -555,7 +555,7 @@ def estimate(
             try:
                 inst_memory = memory_check(gpu, model, inst_scenario)
             except InputError as exc:
-                raise InputError(str(exc).replace("--tp-size", "TP").replace("--tp", "--disagg-tp")) from None
+                raise for_disagg_tp(exc) from None
             if not inst_memory.fits:
                 raise InputError(f"--disagg-tp {inst_tp}: {model.name} does not fit an instance of {inst_tp} "
                                  f"{gpu.name} GPU(s) with the scenario's KV cache; give a larger --disagg-tp")

@@ -55,6 +55,12 @@ class Sharding:
         return 1.0 / self.tp
 
 
+def for_disagg_tp(exc: InputError) -> InputError:
+    """``exc`` (a refusal of a TP value, worded for ``--tp``) reworded for ``--disagg-tp``, the TP of
+    disaggregation's instances: the same rules, another option at fault."""
+    return InputError(str(exc).replace("--tp-size", "TP").replace("--tp", "--disagg-tp"))
+
+
 def check_tp_value(tp: object) -> int:
     """``tp`` as an int from 1 to :data:`MAX_TP`; :class:`InputError` otherwise."""
     if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= MAX_TP:

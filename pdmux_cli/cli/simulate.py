@@ -96,7 +96,7 @@ def cluster_from_options(setup: Any, gpu: str | None, dp: int | None, method: st
     from ..disaggregation import MAX_INSTANCES, check_dp_value, check_load_balance_method, parse_xpyd
     from ..disaggregation import kv_link as make_link
     from ..simulate.cluster import DisaggPolicy
-    from ..tensor_parallel import check_tp_value
+    from ..tensor_parallel import check_tp_value, for_disagg_tp
 
     given_method = method is not None
     method = check_load_balance_method(method if given_method else "round_robin")
@@ -124,7 +124,7 @@ def cluster_from_options(setup: Any, gpu: str | None, dp: int | None, method: st
                     raise InputError("--disagg-tp other than --tp is not available here")
                 instance_setup = setup_with_tp(own)
         except InputError as exc:
-            raise InputError(str(exc).replace("--tp-size", "TP").replace("--tp", "--disagg-tp")) from None
+            raise for_disagg_tp(exc) from None
     gpus = (x + y) * own
     notes = []
     if given_method and x == 1 and y == 1 and (not colocated or dp == 1):

@@ -143,23 +143,11 @@ def _routed_works(trace: Trace, setup: Setup, pool_tokens: int, count: int) -> l
     prefix-cache keys."""
     works = [build_work(trace, setup, pool_tokens)]
     keys = works[0].keys or None
-    for _ in range(count - 1):
-        works.append(_copy_work(trace, setup, pool_tokens, keys))
+    works += [build_work(trace, setup, pool_tokens, keys=keys) for _ in range(count - 1)]
     for work in works:
         work.order = []
         work.next = 0
     return works
-
-
-def _copy_work(trace: Trace, setup: Setup, pool_tokens: int, keys: list | None) -> Work:
-    if keys is None:
-        return build_work(trace, setup, pool_tokens)
-    from .engine import Work as _Work
-
-    window = setup.model.sliding_window if setup.model.num_sliding_layers else 0
-    steps = [o - 1 for o in trace.output_tokens]
-    return _Work(list(trace.arrival_s), list(trace.prompt_tokens), list(trace.output_tokens), steps, len(trace),
-                 pool_tokens, window, setup, list(trace.hash_ids), keys=keys)
 
 
 def _progress_of(works: Sequence[Work], progress: Progress | None) -> Progress | None:
@@ -169,8 +157,7 @@ def _progress_of(works: Sequence[Work], progress: Progress | None) -> Progress |
 
 
 def _merge(label: str, kind: str, trace: Trace, works: Sequence[Work], extras: Sequence[dict | None],
-           where: Sequence[int], gpus_per_server: int, *, arrival: Sequence[float] | None = None,
-           rejected: Sequence[int] = (), extra_idle: Sequence[tuple[float, float]] = (),
+           where: Sequence[int], *, rejected: Sequence[int] = (), extra_idle: Sequence[tuple[float, float]] = (),
            unrouted: Sequence[int] = ()) -> dict:
     """The fields of one :class:`RunResult` from servers' works (module docstring). ``where``: server
     of each request. ``extra_idle``: ``(idle s, end s)`` of other GPUs (prefill instances) to average in."""
@@ -216,7 +203,7 @@ def _merge(label: str, kind: str, trace: Trace, works: Sequence[Work], extras: S
     if unrouted:
         notes.append(f"every server had crashed: {len(unrouted)} request(s) never routed (counted as missing the SLO)")
     return {
-        "policy": label, "kind": kind, "arrival_s": list(arrival if arrival is not None else trace.arrival_s),
+        "policy": label, "kind": kind, "arrival_s": list(trace.arrival_s),
         "prompt_tokens": list(trace.prompt_tokens), "output_tokens": list(trace.output_tokens),
         "decode_steps": [o - 1 for o in trace.output_tokens], "first_token_s": first_token, "first_step": first_step,
         "rejected": sorted(set(rejected)), "step_end_s": ends, "end_s": end,
@@ -246,7 +233,7 @@ def simulate_dp(trace: Trace, setup: Setup, policy, dp: int, method: str = "roun
     else:
         servers = [baseline_rounds(w, setup, policy, tick) for w in works]
     extras, where, unrouted = route(servers, works, order, trace.arrival_s, method)
-    fields = _merge(policy.label, policy.kind, trace, works, extras, where, setup.tp,
+    fields = _merge(policy.label, policy.kind, trace, works, extras, where,
                     rejected=works[0].rejected, unrouted=unrouted)
     crashed = sum(1 for e in extras if e and e.get("crashed_at_s") is not None)
     if crashed:
@@ -322,9 +309,7 @@ def simulate_disagg(trace: Trace, setup: Setup, policy: DisaggPolicy, progress: 
              or trace.prompt_tokens[rid] + min(trace.output_tokens[rid], clip) + 1 >= d_pool.tokens}
     rejected = set(p_works[0].rejected) | never
     order = [rid for rid in range(n) if rid not in rejected]
-    all_works: list[Work] = list(p_works)
-    tick = _progress_of(all_works, None)
-    servers = [baseline_rounds(w, setup, PrefillFirstPolicy(), tick) for w in p_works]
+    servers = [baseline_rounds(w, setup, PrefillFirstPolicy()) for w in p_works]
     p_extras, p_where, p_unrouted = route(servers, p_works, order, trace.arrival_s, method)
     prefill_end = [p_works[i].first_token[rid] if i >= 0 else math.nan for rid, i in enumerate(p_where)]
     rank_bytes = [trace.prompt_tokens[rid] * kv_token for rid in range(n)]
@@ -338,7 +323,7 @@ def simulate_disagg(trace: Trace, setup: Setup, policy: DisaggPolicy, progress: 
     tick = _progress_of(d_works, progress)
     servers = [decode_instance_rounds(w, decode_setup, tick) for w in d_works]
     d_extras, d_where, d_unrouted = route(servers, d_works, d_order, d_works[0].arrival, method)
-    fields = _merge(policy.label, policy.kind, trace, d_works, d_extras, d_where, setup.tp,
+    fields = _merge(policy.label, policy.kind, trace, d_works, d_extras, d_where,
                     rejected=rejected, extra_idle=[(e["idle_s"], e["end_s"]) for e in p_extras if e],
                     unrouted=list(p_unrouted) + list(d_unrouted))
     for key in ("prefill_batches", "prefix_cache_hit_tokens", "prefix_cache_prompt_tokens",

@@ -808,10 +808,12 @@ class Work:
         return out
 
 
-def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequence[tuple[int, int]] = ()) -> Work:
+def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequence[tuple[int, int]] = (),
+               keys: list | None = None) -> Work:
     """The :class:`Work` for a trace (:class:`pdmux_cli.simulate.traces.Trace`) and a KV pool of
     ``capacity_tokens``, plus optional running decode requests ``(context_tokens, remaining_decode_steps)``
-    present at time 0 (their first token counts as produced at 0; they take KV at once). The prefix
+    present at time 0 (their first token counts as produced at 0; they take KV at once). ``keys``: the
+    prompts' prefix-cache block keys when another server of the same trace computed them. The prefix
     cache is simulated when ``setup.prefix_cache`` is on and the trace has ``hash_ids``. Raises
     :class:`InputError` when the initial requests do not fit in KV memory or have non-positive sizes."""
     arrival = list(trace.arrival_s)
@@ -830,7 +832,7 @@ def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequen
     hashes: list = []
     if setup.prefix_cache and getattr(trace, "hash_ids", ()) and any(trace.hash_ids):
         hashes = list(trace.hash_ids) + [()] * (len(arrival) - n)
-    work = Work(arrival, prompt, output, steps, n, capacity_tokens, window, setup, hashes)
+    work = Work(arrival, prompt, output, steps, n, capacity_tokens, window, setup, hashes, keys)
     held = sum(prompt[rid] for rid in range(n, len(arrival)))
     if held + len(arrival) - n > capacity_tokens:
         raise InputError(f"the initial decode batch needs {held} KV tokens, more than the {capacity_tokens} that fit")

@@ -148,9 +148,6 @@ class _CpuCache(dict):
         return value
 
 
-_cpu_cache = _CpuCache
-
-
 def _idle_until_next(work: Work, t: float) -> float | None:
     """Next arrival time (s) when the GPU has nothing to run; ``None`` when the run is over."""
     work.idle()
@@ -212,7 +209,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     batch = work.batch
     ends = work.ends
     append = ends.fast_append
-    cpu_of = _cpu_cache(cpu_s)
+    cpu_of = _CpuCache(cpu_s)
     fast_memory = work.cache is None
     capacity = work.capacity
     t = 0.0
@@ -339,7 +336,7 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     append = ends.fast_append
     decode_s = step_model.decode_s
     cpu_s = step_model.decode_cpu_s
-    cpu_of = _cpu_cache(cpu_s)
+    cpu_of = _CpuCache(cpu_s)
     fast_memory = work.cache is None
     capacity = work.capacity
     group_time = [0.0] * n_groups
