@@ -185,3 +185,10 @@ def test_a_short_burst_on_replicas_is_noted() -> None:
     rate = one["policies"][0]["max_rate_rps"]
     assert 200 / rate < 30 and any(f"within {200 / rate:.3g} s: a burst, not a sustained rate" in n
                                    for n in one["notes"])
+
+
+def test_tune_on_replicas_says_pdmux_under_dp_is_untried() -> None:
+    d = json.loads(runner.invoke(app, [*TUNE, "--dp", "2", "--json"]).stdout)
+    assert any(n.startswith("DP 2: --dp-size 2") and "untried" in n for n in d["notes"])
+    one = json.loads(runner.invoke(app, [*TUNE, "--json"]).stdout)
+    assert not any("untried" in n for n in one["notes"])

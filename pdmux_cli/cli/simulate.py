@@ -805,6 +805,9 @@ def tune(
     text = pc.dump_config(best)
     if output is not None:
         write_atomic(output, text)
+    dp_note = [(f"DP {cluster.dp}: --dp-size {cluster.dp} runs the replicas as one SGLang server; SGLang 0.5.23's "
+                "checks do not refuse it with --enable-pdmux, but pdmux under DP is untried here (servers behind "
+                "sgl-router are the replicas simulated)")] if cluster.dp > 1 else []
     if as_json:
         data = _tune_dict(result)
         data.update({"trace": trace.name, "requests": len(workload), "gpu": setup.gpu_name, "model": setup.model.name,
@@ -813,7 +816,7 @@ def tune(
                      "cost_model": setup.step_model.name, "throughput": setup.step_model.source,
                      "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl}, "yaml": text,
                      "output": str(output) if output else None})
-        data["notes"] = [*data.get("notes", []), *cluster.notes]
+        data["notes"] = [*data.get("notes", []), *cluster.notes, *dp_note]
         print_json(data)
         return
     con = console(stderr=output is None)
@@ -828,9 +831,6 @@ def tune(
               f"{result.gpus} GPU(s)" + _tune_layout(setup.tp, cluster))
     con.print("verdict: " + result.verdict(), soft_wrap=True)
     con.print(f"cost model: {setup.step_model.source}", soft_wrap=True)
-    dp_note = [(f"DP {cluster.dp}: --dp-size {cluster.dp} runs the replicas as one SGLang server; SGLang 0.5.23's "
-                "checks do not refuse it with --enable-pdmux, but pdmux under DP is untried here (servers behind "
-                "sgl-router are the replicas simulated)")] if cluster.dp > 1 else []
     for note in [*result.notes, *cluster.notes, *dp_note]:
         print_note(con, note)
     if output is None:
