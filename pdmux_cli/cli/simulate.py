@@ -203,12 +203,12 @@ PREFILL_DECODE_INTERVAL_OPTION = typer.Option(0, "--prefill-decode-interval", he
 NO_PREFIX_CACHE_OPTION = typer.Option(False, "--no-prefix-cache", help="Turn SGLang's radix cache off (--disable-radix-cache). On by default: prompts of a trace with hash_ids (Mooncake) reuse cached prefixes.")
 TRACE_ARGUMENT = typer.Argument(None, help="Trace file: Azure CSV, Mooncake JSONL or BurstGPT CSV.")
 TRACE_OPTION = typer.Option(None, "--trace", help="The trace file, spelt as tune and gen-config --tune take it.")
-SYNTHETIC_OPTION = typer.Option(False, "--synthetic", help="Poisson arrivals at --qps instead of a trace file.")
+SYNTHETIC_OPTION = typer.Option(False, "--synthetic", help="Poisson arrivals at --qps instead of a trace file (--qps inf: all at once, with --max-requests).")
 FORMAT_OPTION = typer.Option(None, "--format", help="azure, mooncake or burstgpt (default: detected).")
 MAX_REQUESTS_OPTION = typer.Option(None, "--max-requests", help="Only the first N requests.")
 DURATION_OPTION = typer.Option(None, "--duration", help="Only requests arriving in the first S seconds.")
 SEED_OPTION = typer.Option(0, "--seed", help="Seed for synthetic arrivals and lengths.")
-PROMPT_TOKENS_OPTION = typer.Option("1024", "--prompt-tokens", help="Synthetic prompt length: N, uniform:LO:HI, exp:MEAN or lognormal:MEDIAN:SIGMA.")
+PROMPT_TOKENS_OPTION = typer.Option("1024", "--prompt-tokens", help="Synthetic prompt length: N, uniform:LO:HI, exp:MEAN, lognormal:MEDIAN:SIGMA, or random:L[:RATIO] (bench_serving's random dataset, drawn as it draws them for --seed; both lengths then).")
 OUTPUT_TOKENS_OPTION = typer.Option("128", "--output-tokens", help="Synthetic output length (same forms).")
 
 
@@ -229,7 +229,8 @@ def _load_workload(trace_path: Path | None, synthetic: bool, fmt: str | None, qp
     simulated (as ``pdmux capacity`` reports it). :class:`InputError` for bad combinations."""
     from ..simulate.traces import load_trace, reshape, synthetic_trace
 
-    _check_number("--qps", qps)
+    if not (synthetic and qps == math.inf):  # --synthetic --qps inf: bench_serving's --request-rate inf
+        _check_number("--qps", qps)
     _check_number("--rate-scale", rate_scale)
     _check_number("--duration", duration)
     if max_requests is not None and max_requests < 1:

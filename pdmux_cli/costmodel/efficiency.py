@@ -122,9 +122,14 @@ class CpuProfile:
     """The serving engine's CPU work per step (``common.yaml`` ``cpu``), seconds.
 
     ``step_s``: one scheduler iteration (receive requests, process the last step's results, prepare
-    the next batch). ``per_request_s``: added per running request. ``launch_s``: CPU time to launch one
-    kernel outside a CUDA graph. ``kernels_per_layer``: kernels a layer launches (decode without a
-    CUDA graph pays ``layers x kernels_per_layer x launch_s`` of CPU launch time).
+    the next batch). ``per_request_s``: its CPU time per running request; both are hidden by the overlap
+    scheduler up to the GPU step, and paid in full without it (pdmux, ``--disable-overlap-schedule``).
+    ``launch_s``: CPU time to launch one kernel outside a CUDA graph. ``kernels_per_layer``: kernels a
+    layer launches (decode without a CUDA graph pays ``layers x kernels_per_layer x launch_s`` of CPU
+    launch time). ``per_request_step_s``: what every step spends per request in its batch beyond the
+    kernels the roofline counts, on the step's critical path whatever the scheduler (measured ITL grows
+    with the running requests faster than the kernels' roofline: per-request work around the forward
+    pass that the overlap scheduler does not hide); the step model adds it to its GPU times.
     """
 
     step_s: float
@@ -132,6 +137,7 @@ class CpuProfile:
     launch_s: float
     kernels_per_layer: int
     source: str = ""
+    per_request_step_s: float = 0.0
 
     def step_cpu_s(self, requests: int) -> float:
         """CPU seconds of one scheduler step with ``requests`` requests in the batch."""
@@ -149,16 +155,20 @@ class ServingProfile:
     iteration). ``first_token_delay_s``: from the end of the step that produced a token until the client
     holds it (``detokenizer_manager.py`` ``handle_batch_token_id_out``, the tokenizer manager's
     ``handle_loop`` / ``_handle_batch_output``, the HTTP stream); every token pays it, so it moves TTFT
-    and end-to-end latency, not ITL. ``source``: where each was measured or fitted.
+    and end-to-end latency, not ITL. ``admission_interval_s``: the front end's time per request (one
+    process and one event loop take every request: the tokenizer manager), so a burst enters the
+    scheduler at most one request per interval: request ``i`` is seen at ``max(arrival_i +
+    admission_delay_s, seen_(i-1) + admission_interval_s)``. ``source``: where each was measured or fitted.
     """
 
     admission_delay_s: float = 0.0
     first_token_delay_s: float = 0.0
     source: str = ""
+    admission_interval_s: float = 0.0
 
 
-#: No serving delays (the chapter's model, and ``--cost-model roofline`` with both set to 0).
-NO_SERVING_DELAYS = ServingProfile(0.0, 0.0, "none")
+#: No serving delays (the chapter's model, and ``--cost-model roofline`` with every term set to 0).
+NO_SERVING_DELAYS = ServingProfile(0.0, 0.0, "none", 0.0)
 
 
 def _where(path: Path, field: str) -> str:
@@ -253,10 +263,12 @@ def load_serving() -> tuple[dict[str, float], ServingProfile, str]:
         if not str(section.get("source", "")).strip():
             raise InputError(f"{_where(path, name + '.source')} is empty: every constant names its measurement")
     terms = {"step_s": _number(sched, "step_s", path, 0.0, 1.0),
-             "per_request_s": _number(sched, "per_request_s", path, 0.0, 1e-2)}
+             "per_request_s": _number(sched, "per_request_s", path, 0.0, 1e-2),
+             "per_request_step_s": _number(sched, "per_request_step_s", path, 0.0, 1e-2)}
     serving = ServingProfile(
         admission_delay_s=_number(req, "admission_delay_s", path, 0.0, 10.0),
         first_token_delay_s=_number(req, "first_token_delay_s", path, 0.0, 10.0),
+        admission_interval_s=_number(req, "admission_interval_s", path, 0.0, 1.0),
         source=str(req["source"]),
     )
     return terms, serving, str(sched["source"])
@@ -293,6 +305,7 @@ def load_common() -> tuple[PartitionProfile, CpuProfile]:
     cpu_profile = CpuProfile(
         step_s=scheduler["step_s"],
         per_request_s=scheduler["per_request_s"],
+        per_request_step_s=scheduler["per_request_step_s"],
         launch_s=_number(cpu, "launch_s", path, 0.0, 1e-3),
         kernels_per_layer=kernels,
         source=f"{scheduler_source}; {cpu.get('source', '')}",

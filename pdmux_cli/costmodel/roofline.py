@@ -320,7 +320,7 @@ class RooflineModel:
         dense, full, window = entry
         if len(dense) <= n:
             self._grow_dense(dense, n, sms, corun_sms)
-        seconds = dense[n] + full * sum_context + window * sum_window
+        seconds = dense[n] + full * sum_context + window * sum_window + n * self.cpu.per_request_step_s
         if not cuda_graph:
             seconds = max(seconds, self.launch_cpu_s())
         return seconds
@@ -342,7 +342,7 @@ class RooflineModel:
         _, flops = self._rates(sms, corun_sms, "prefill")
         bw, _ = self._rates(sms, corun_sms, "prefill")
         return (self._linear_s(tokens, sms, corun_sms, "prefill") + self._lm_head_s(len(seqs), sms, corun_sms, "prefill")
-                + self._prefill_attention_s(seqs, sms, bw, flops))
+                + self._prefill_attention_s(seqs, sms, bw, flops) + len(seqs) * self.cpu.per_request_step_s)
 
     def mixed_s(self, seqs: Seqs, n: int, sum_context: float, sum_window: float = 0.0) -> float:
         """GPU seconds of one mixed step on the whole GPU: prefill chunks ``seqs`` and ``n`` decode rows
@@ -354,7 +354,7 @@ class RooflineModel:
             return 0.0
         bw, flops = self._rates(sms, 0, "prefill")
         seconds = self._linear_s(tokens, sms, 0, "prefill") + self._lm_head_s(len(seqs) + n, sms, 0, "prefill")
-        seconds += self._prefill_attention_s(seqs, sms, bw, flops)
+        seconds += self._prefill_attention_s(seqs, sms, bw, flops) + (len(seqs) + n) * self.cpu.per_request_step_s
         if n:
             full, window = self._kv_rates(sms, 0)
             seconds += full * sum_context + window * sum_window

@@ -506,6 +506,8 @@ class Work:
         #: the client (:class:`pdmux_cli.costmodel.efficiency.ServingProfile`)
         self.admission_delay = serving.admission_delay_s if serving is not None else 0.0
         self.output_delay = serving.first_token_delay_s if serving is not None else 0.0
+        self.admission_interval = serving.admission_interval_s if serving is not None else 0.0
+        self.last_seen = -math.inf  # when the scheduler saw the last request received (the front end's queue)
         self.arrival, self.prompt, self.output, self.steps = arrival, prompt, output, steps
         self.num_trace = num_trace
         self.capacity = capacity_tokens
@@ -558,13 +560,26 @@ class Work:
     # ---------------------------------------------------------------------------------------------
     def receive(self, t: float) -> None:
         """Move every request the scheduler can see by ``t`` (s) to the waiting queue: arrived by
-        ``t - admission delay``, and sent by a closed-loop client."""
+        ``t - admission delay``, through the front end one per admission interval, and sent by a
+        closed-loop client."""
         order, arrival, i = self.order, self.arrival, self.next
         n = len(order) if self.sent < 0 else self.sent
-        seen = t - self.admission_delay
-        while i < n and arrival[order[i]] <= seen:
-            self.waiting.append(order[i])
-            i += 1
+        delay, interval = self.admission_delay, self.admission_interval
+        if interval:
+            last = self.last_seen
+            while i < n:
+                seen = max(arrival[order[i]] + delay, last + interval)
+                if seen > t:
+                    break
+                self.waiting.append(order[i])
+                last = seen
+                i += 1
+            self.last_seen = last
+        else:
+            seen = t - delay
+            while i < n and arrival[order[i]] <= seen:
+                self.waiting.append(order[i])
+                i += 1
         self.next = i
 
     def next_arrival_time(self) -> float:
@@ -572,7 +587,8 @@ class Work:
         delay, s); ``math.inf`` when none is (yet): none left, or a closed-loop client waiting."""
         i = self.next
         if i < (len(self.order) if self.sent < 0 else self.sent):
-            return self.arrival[self.order[i]] + self.admission_delay
+            seen = self.arrival[self.order[i]] + self.admission_delay
+            return max(seen, self.last_seen + self.admission_interval) if self.admission_interval else seen
         return math.inf
 
     def next_arrival(self) -> float | None:

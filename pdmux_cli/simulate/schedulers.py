@@ -253,6 +253,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                 cpu = cpu_s(len(again))
                 t += max(gpu, cpu) if overlap else gpu + cpu
             work.first_tokens(completing, t)
+            next_t = work.next_arrival_time()
             n = batch.n
             if not n and work.waiting:
                 continue  # admitted requests that finished at once (one output token): admit more next round
@@ -272,8 +273,10 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                 finished = batch.complete(step)
                 if finished:
                     work.release(finished, t)
+                    next_t = work.next_arrival_time()  # a closed-loop client sends on a finish
                     work.batch_full = False
             work.first_tokens(completing, t)
+            next_t = work.next_arrival_time()
             defer = interval
             continue
         if n:
@@ -293,6 +296,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             finished = batch.complete(step)
             if finished:
                 work.release(finished, t)
+                next_t = work.next_arrival_time()  # a closed-loop client sends on a finish
                 work.batch_full = False
             if step >= next_progress:
                 next_progress += every
@@ -423,6 +427,7 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 group_time[0] += done - t
                 t = done
                 work.first_tokens(pf, t)
+                next_t = work.next_arrival_time()
                 pf = None
                 group = last if batch.n else 0
                 continue
@@ -452,9 +457,11 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
         finished = batch.complete(step)
         if finished:
             work.release(finished, t)
+            next_t = work.next_arrival_time()  # a closed-loop client sends on a finish
             finished_last_round = True
         if pf is not None and submitted >= layers and stream_free <= t:
             work.first_tokens(pf, t)
+            next_t = work.next_arrival_time()
             pf = None
             group = last if batch.n else 0
         if step >= next_progress:
