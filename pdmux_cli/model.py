@@ -106,7 +106,8 @@ class Model:
     ``weight_dtype`` is how the checkpoint stores its weights: ``"bf16"`` (also float16/float32
     checkpoints, served at 16 bits), ``"fp8"`` or ``"mxfp4"`` (from ``quantization_config``).
     ``max_position_embeddings`` is the longest sequence (prompt + output, tokens) the model takes,
-    SGLang's default context length; 0 when the config does not give one.
+    SGLang's default context length; 0 when the config does not give one. ``architectures``: the
+    config's ``architectures`` list (SGLang picks its model class by it: :mod:`pdmux_cli.sglang_support`).
 
     Constructing one with impossible values raises :class:`InputError`.
     """
@@ -139,6 +140,8 @@ class Model:
     weight_dtype: str = "bf16"
     # longest sequence (prompt + output tokens) the model takes; 0 when the config does not say
     max_position_embeddings: int = 0
+    # config.json's ``architectures`` (the model classes SGLang resolves, pdmux_cli.sglang_support); () if none
+    architectures: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         who = f"model {self.name!r}"
@@ -754,13 +757,19 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "<conf
     if prefix:
         _check_torch_dtype(keys)
     weight_dtype = _weight_dtype(config, cfg, source)
+    architectures = config.get("architectures")
+    if architectures is None:
+        architectures = []
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise top.error("architectures", f"must be a list of class names, got {short_repr(architectures)}")
 
     try:
         return Model(
             name=name, num_layers=layers, hidden_size=hidden, intermediate_size=intermediate,
             num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=vocab,
             tie_word_embeddings=tie, sliding_window=window, num_sliding_layers=num_sliding,
-            weight_dtype=weight_dtype, max_position_embeddings=max_positions, **moe, **mla,
+            weight_dtype=weight_dtype, max_position_embeddings=max_positions,
+            architectures=tuple(printable(a) for a in architectures), **moe, **mla,
         )
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None

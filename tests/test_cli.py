@@ -157,7 +157,7 @@ def test_estimate_json_stable_keys() -> None:
     assert set(d["rows"][0]) == {"policy", "label", "itl_ms", "decode_steps_during_prefill", "prefill_ms",
                                  "tokens_during_prefill", "chunk_tokens", "prefill_sms", "decode_sms", "s_sat_sms",
                                  "decode_alone_ms", "prefill_alone_ms", "decode_corun_ms", "prefill_corun_ms", "gpus",
-                                 "layout", "transfer_ms", "link"}
+                                 "layout", "transfer_ms", "link", "runs"}
     d = json.loads(run("estimate", "--json", "--all-levels").stdout)
     assert d["cost_model"] == "roofline" and d["cpu_step_ms"] == pytest.approx(0.31)
     assert [r["policy"] for r in d["rows"]] == ["decode-only", "prefill-first", "chunked", "mixed-chunk",

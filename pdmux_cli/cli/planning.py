@@ -27,7 +27,9 @@ from .common import (
     print_json,
     print_note,
     require_finite,
+    sglang_option,
     styled,
+    warn_line,
     write_atomic,
 )
 
@@ -268,6 +270,7 @@ def estimate(
     disagg_tp: int | None = typer.Option(None, "--disagg-tp", help="--disagg: each instance's TP (default --tp)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     plot: Path | None = typer.Option(None, "--plot", help="Write ITL against prefill time at every level, the other policies as points, to this PNG."),
+    sglang: str = sglang_option(),
 ) -> None:
     """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing
     (and PD disaggregation with --disagg).
@@ -278,7 +281,9 @@ def estimate(
     from ..estimate import Scenario
     from ..estimate import estimate as run_estimate
     from ..model import load_model
+    from ..sglang_support import get_revision
 
+    get_revision(sglang)  # an unknown revision is refused before any work
     if flops_dtype is not None:
         flops_dtype = flops_dtype.strip().lower()
         if flops_dtype not in ("bf16", "fp16", "fp8"):
@@ -330,7 +335,8 @@ def estimate(
                              f"pass --gpu {measured_on.key} or calibrate this GPU ('pdmux bench', 'pdmux calibrate')")
         if s_sat is not None and cal.has_partitions:
             raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
-    result = run_estimate(gpu_profile, mdl, scenario, calibration=cal, all_levels=all_levels or plot is not None)
+    result = run_estimate(gpu_profile, mdl, scenario, calibration=cal, all_levels=all_levels or plot is not None,
+                          sglang=sglang)
     result.notes[:0] = cfg_notes
     if cal is not None and scenario.cost_model == "chapter" and (mfu is not None or bandwidth_efficiency is not None):
         result.notes.append("--mfu and --bandwidth-efficiency are not used with --calibration: "
@@ -373,6 +379,7 @@ def gen_config(
     model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model served (for --tune; with --tp its heads and widths must split)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP + " The launch line gains --tp-size N."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    sglang: str = sglang_option(),
 ) -> None:
     """SGLang's pdmux YAML for a GPU, validated, plus the launch flags.
 
@@ -389,11 +396,15 @@ def gen_config(
     from ..tensor_parallel import check_tp_value
 
     check_tp_value(tp)
+    from ..model import load_model
+    from ..sglang_support import model_support
+
+    served = load_model(model)
+    support = model_support(served.architectures, sglang)
     if tp > 1:
-        from ..model import load_model
         from ..tensor_parallel import shard
 
-        shard(load_model(model), tp)  # SGLang refuses a model whose heads or widths tp does not divide
+        shard(served, tp)  # SGLang refuses a model whose heads or widths tp does not divide
     if output is not None and str(output) == "-":
         output = None  # the usual spelling of standard output
     # Before any work (a --tune search takes minutes): the output must be writable and not an input.
@@ -409,7 +420,7 @@ def gen_config(
         from .simulate import tuned_config
 
         config, tune_summary = tuned_config(device.gpu, trace, slo_ttft, slo_itl, model=model, show=not as_json,
-                                            tp=tp)
+                                            tp=tp, sglang=sglang)
     elif trace is not None or slo_ttft is not None or slo_itl is not None:
         raise InputError("--trace, --slo-ttft and --slo-itl go with --tune")
     elif divisions is not None:
@@ -439,8 +450,10 @@ def gen_config(
                                "manual_divisions": [list(e) for e in config.manual_divisions],
                                "split_forward_token_budget": config.split_forward_token_budget,
                                "decode_bs_divisor": config.decode_bs_divisor},
-                    "launch_flags": flags, "tune": tune_summary})
+                    "launch_flags": flags, "tune": tune_summary, "sglang_support": support.as_dict()})
         return
+    if support.state == "no":
+        warn_line(f"{served.name}: {support.reason}: this config cannot serve it")
     launch = pc.launch_command(path_text, config.sm_group_num, tp=tp)
     if output is None:
         sys.stdout.write(text)
@@ -461,6 +474,8 @@ def check_config(
     cc: str | None = typer.Option(None, "--cc", help="Compute capability of that device."),
     sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="The --sm-group-num you launch with (must equal the YAML's)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    model: str | None = typer.Option(None, "--model", "-m", help="The model served: warn where the SGLang revision cannot multiplex its architecture."),
+    sglang: str = sglang_option(),
 ) -> None:
     """Validate a pdmux YAML against SGLang 0.5.23 (the latest release), unreleased SGLang and the CUDA
     driver; exit 2 if any problem (warnings alone: 0)."""
