@@ -535,8 +535,8 @@ def test_check_config_names_sglang_versions_and_warnings_exit_zero(tmp_path) -> 
     bad = tmp_path / "bad.yaml"
     bad.write_text("sm_group_num: 3\nmanual_divisions:\n- [112, 20, 0, 7]\n")
     r = run("check-config", str(bad))
-    assert r.exit_code == 2 and "0.5.23 + unreleased" in r.stdout
-    assert "unreleased = unreleased SGLang (branches after 0.5.23)" in " ".join(r.stdout.split())
+    assert r.exit_code == 2 and "0.5.23 + overlay@2126b0b" in r.stdout and "unreleased" not in r.stdout
+    assert "standard@b875545 │ refuses (start-up)" in r.stdout
     assert_one_line_error(run("splits", "--config", str(bad)), 2, "too many values to unpack")
 
 

@@ -163,3 +163,48 @@ def test_simulate_tune_gen_config_and_check_config_say_so() -> None:
     assert json.loads(runner.invoke(app, ["gen-config", "--model", "deepseek-v3", "--json"]).stdout)[
         "sglang_support"]["state"] == "no"
     assert runner.invoke(app, ["gen-config", "--model", "qwen3-8b"]).stderr.startswith("# save as")
+
+
+# --------------------------------------------------------------------------------------------------
+# hybrid and sliding-window attention
+
+def _qwen3_8b() -> dict:
+    return json.loads((ROOT / "profiles" / "models" / "Qwen3-8B.json").read_text())
+
+
+def test_linear_attention_and_state_space_configs_are_refused_naming_the_field() -> None:
+    base = _qwen3_8b()
+    gdn = {**base, "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 9}
+    with pytest.raises(InputError, match=r"key 'layer_types' names 27 'linear_attention' layer\(s\)"):
+        model_from_config(gdn, "q3next")
+    for key, value in (("full_attention_interval", 4), ("hybrid_override_pattern", "M-M*"),
+                       ("layers_block_type", ["mamba", "attention"])):
+        with pytest.raises(InputError, match=f"key '{key}' marks linear-attention"):
+            model_from_config({**base, key: value}, "hybrid")
+    with pytest.raises(InputError, match="text_config.layer_types"):
+        model_from_config({"architectures": ["X"], "text_config": gdn}, "mm")
+
+
+def test_a_sliding_window_hybrid_against_hand_calculation() -> None:
+    """Qwen3-8B's shapes with every other layer a 1024-token window (layer_types), 32 requests at 8192
+    tokens. By hand: KV per token per layer = 2 (K, V) x 8 KV heads x 128 x 2 bytes = 4096 B; 18 full
+    layers hold 8192 tokens, 18 window layers 1024: 4096 x (18 x 8192 + 18 x 1024) = 679,477,248 B a
+    request. Decode step under the chapter model on all 132 SMs of an H100 (3.35e12 B/s x 0.85, S_SAT
+    66 < 132): (the weights decode reads, 7.568e9 params x 2 B (8.19e9 less the 151936 x 4096 embedding
+    table, of which it reads 32 rows) + 32 x 679,477,248 B) / 2.8475e12 B/s = 12.95 ms."""
+    from pdmux_cli import model as mdl
+    from pdmux_cli.costmodel.chapter import AnalyticThroughput, decode_step_s
+
+    cfg = {**_qwen3_8b(), "sliding_window": 1024, "layer_types": ["sliding_attention", "full_attention"] * 18}
+    hybrid = model_from_config(cfg, "q3-8b-swa")
+    assert (hybrid.num_sliding_layers, hybrid.sliding_window) == (18, 1024)
+    assert mdl.kv_bytes(hybrid, 8192) == 4096 * (18 * 8192 + 18 * 1024) == 679_477_248
+    full = model_from_config(_qwen3_8b(), "q3-8b")
+    assert mdl.kv_bytes(full, 8192) == 4096 * 36 * 8192  # the window is what bounds it
+    h100 = find_gpu("h100")
+    thr = AnalyticThroughput(total_sms=132, hbm_bytes_per_s=h100.hbm_bytes_per_s, dense_flops=h100.bf16_dense_flops)
+    weights = mdl.decode_weight_bytes(hybrid, 32)
+    assert weights == pytest.approx((8.19e9 - 151936 * 4096) * 2, rel=0.01)
+    hand = (weights + 32 * 679_477_248) / (h100.hbm_bytes_per_s * 0.85)
+    assert decode_step_s(hybrid, thr, 132, 32, 8192) == pytest.approx(hand, rel=1e-9)
+    assert h100.hbm_bytes_per_s == 3.35e12 and hand == pytest.approx(0.012952, rel=1e-3)
