@@ -106,7 +106,8 @@ class Model:
     ``weight_dtype`` is how the checkpoint stores its weights: ``"bf16"`` (also float16/float32
     checkpoints, served at 16 bits), ``"fp8"`` or ``"mxfp4"`` (from ``quantization_config``).
     ``max_position_embeddings`` is the longest sequence (prompt + output, tokens) the model takes,
-    SGLang's default context length; 0 when the config does not give one.
+    SGLang's default context length; 0 when the config does not give one. ``architectures``: the
+    config's ``architectures`` list (SGLang picks its model class by it: :mod:`pdmux_cli.sglang_support`).
 
     Constructing one with impossible values raises :class:`InputError`.
     """
@@ -139,6 +140,8 @@ class Model:
     weight_dtype: str = "bf16"
     # longest sequence (prompt + output tokens) the model takes; 0 when the config does not say
     max_position_embeddings: int = 0
+    # config.json's ``architectures`` (the model classes SGLang resolves, pdmux_cli.sglang_support); () if none
+    architectures: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         who = f"model {self.name!r}"
@@ -673,6 +676,7 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "<conf
     if model_type.startswith("gemma3"):
         cfg = {**GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
     keys = _Keys(cfg, source, prefix)
+    _refuse_hybrid(keys)
 
     hidden = keys.get_int("hidden_size")
     layers = keys.get_int("num_hidden_layers")
@@ -754,25 +758,63 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "<conf
     if prefix:
         _check_torch_dtype(keys)
     weight_dtype = _weight_dtype(config, cfg, source)
+    architectures = config.get("architectures")
+    if architectures is None:
+        architectures = []
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise top.error("architectures", f"must be a list of class names, got {short_repr(architectures)}")
 
     try:
         return Model(
             name=name, num_layers=layers, hidden_size=hidden, intermediate_size=intermediate,
             num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=vocab,
             tie_word_embeddings=tie, sliding_window=window, num_sliding_layers=num_sliding,
-            weight_dtype=weight_dtype, max_position_embeddings=max_positions, **moe, **mla,
+            weight_dtype=weight_dtype, max_position_embeddings=max_positions,
+            architectures=tuple(printable(a) for a in architectures), **moe, **mla,
         )
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None
 
 
+#: Config keys that mark linear-attention / state-space layers (GDN, Mamba) mixed with attention, where a
+#: config carries no ``layer_types``: Qwen3-Next ``full_attention_interval``, Nemotron-H
+#: ``hybrid_override_pattern``, Jamba ``attn_layer_period``, Granite-4 / Falcon-H1 ``layers_block_type``,
+#: Kimi-Linear ``linear_attn_config``; a pure Mamba config's ``state_size`` with ``conv_kernel``.
+HYBRID_KEYS = ("full_attention_interval", "hybrid_override_pattern", "attn_layer_period", "layers_block_type",
+               "linear_attn_config")
+#: ``layer_types`` values pdmux models: full attention, and sliding-window attention (bounded KV).
+ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def _refuse_hybrid(keys: _Keys) -> None:
+    """Refuse, naming the field, a config with linear-attention or state-space layers: their state is
+    constant per request (no KV cache that grows) and their per-token cost is their own, which pdmux does
+    not model yet; timing them as full attention would overstate KV memory and attention time."""
+    for key in HYBRID_KEYS:
+        if keys.has(key):
+            raise keys.error(key, "marks linear-attention or state-space (GDN/Mamba) layers, which pdmux does not "
+                             "model yet (constant state per request, their own per-token cost); refused rather "
+                             "than timed as full attention")
+    if keys.has("state_size") and keys.has("conv_kernel"):
+        raise keys.error("state_size", "is a Mamba state-space config, which pdmux does not model yet")
+
+
 def _sliding_layers(keys: _Keys, model_type: str, layers: int) -> tuple[int, int]:
-    """``(sliding_window, number of sliding-window layers)`` from the config, ``(0, 0)`` if none."""
+    """``(sliding_window, number of sliding-window layers)`` from the config, ``(0, 0)`` if none.
+    ``layer_types`` naming anything but full or sliding attention (``linear_attention``, ``mamba``,
+    ``chunked_attention``) is refused, naming the field."""
     layer_types = keys.config.get("layer_types")
     if layer_types is not None:
         if not isinstance(layer_types, list) or len(layer_types) != layers or not all(
                 isinstance(t, str) for t in layer_types):
             raise keys.error("layer_types", f"must be a list of {layers} strings (one per layer)")
+        other = sorted({t for t in layer_types if t not in ATTENTION_LAYER_TYPES})
+        if other:
+            count = sum(t in other for t in layer_types)
+            raise keys.error("layer_types", f"names {count} {'/'.join(repr(printable(t)) for t in other)} layer(s): "
+                             "pdmux models full and sliding-window attention only (linear-attention and "
+                             "state-space layers keep a constant state per request at their own per-token cost, "
+                             "not modelled yet); refused rather than timed as full attention")
         count = sum(t == "sliding_attention" for t in layer_types)
         return (keys.get_int("sliding_window"), count) if count else (0, 0)
     if model_type.startswith("gemma3"):

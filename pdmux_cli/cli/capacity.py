@@ -15,7 +15,7 @@ import typer
 from ..atomic import check_writable, refuse_overwriting_inputs
 from ..errors import InputError
 from . import app
-from .common import console, gpu_file, model_file, print_note
+from .common import console, gpu_file, model_file, print_note, sglang_option
 from .simulate import (
     ADMISSION_DELAY_OPTION,
     COST_MODEL_HELP,
@@ -205,6 +205,7 @@ def capacity(
     kv_link_latency_us: float | None = KV_LINK_LATENCY_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     plot: Path | None = typer.Option(None, "--plot", help="Write SLO attainment vs request rate, one curve per policy, to this PNG."),
+    sglang: str = sglang_option(),
 ) -> None:
     """The highest request rate each policy sustains within the SLO, and whether to turn pdmux on.
 
@@ -255,9 +256,19 @@ def capacity(
         from ..sglang_server import default_chunked_prefill_size
 
         chunks = [default_chunked_prefill_size(setup.memory_bytes)]
+    from ..sglang_support import model_support
+
+    support = model_support(setup.model.architectures, sglang)
+    notes: list[str] = []
+    if support.state == "no":  # never sized, so never recommended
+        if config is not None or names == ["pdmux"]:
+            raise InputError(f"pdmux: {support.reason} (--sglang picks another SGLang revision)")
+        names = [n for n in names if n != "pdmux"]
+        notes.append(f"pdmux not sized: {support.reason}")
+    elif support.state == "unknown":
+        notes.append(f"pdmux: {support.reason}")
     runs: list[Any] = []
     paths: list[str | None] = []
-    notes: list[str] = []
     for name in dict.fromkeys(names):
         if name == "pdmux":
             runs.append(PdmuxPolicy(unreleased_fallback=unreleased_fallback))
@@ -342,6 +353,7 @@ def capacity(
                           "at": _point_dict(p.at) if p.at else None, "config": p.config_path,
                           "points": [_point_dict(x) for x in p.points]} for p in result.policies],
             "verdict": result.verdict(), "plot": str(plot) if plot else None, "notes": notes,
+            "sglang_support": support.as_dict(),
         })
         return
     con = console()

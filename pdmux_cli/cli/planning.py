@@ -27,7 +27,9 @@ from .common import (
     print_json,
     print_note,
     require_finite,
+    sglang_option,
     styled,
+    warn_line,
     write_atomic,
 )
 
@@ -71,7 +73,7 @@ def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: st
 
 
 def _load_pdmux_yaml(path: Path, device: Device | None = None,
-                     cli_sm_group_num: int | None = None) -> tuple[Any, list[str]]:
+                     cli_sm_group_num: int | None = None, sglang: str | None = None) -> tuple[Any, list[str]]:
     """A pdmux YAML for ``--config`` -> (PdmuxConfig, notes).
 
     Structural problems, and (with ``device``) anything SGLang refuses at load or start-up (rules
@@ -83,6 +85,15 @@ def _load_pdmux_yaml(path: Path, device: Device | None = None,
     from ..pdmux_config import driver_divisions, is_error, load_config, validate
 
     config, problems = load_config(path)
+    if sglang is not None and sglang != "0.5.23" and device is not None:
+        from ..sglang_rules import planning_refusal
+
+        refusal = planning_refusal(config, problems, sglang, device.sm_count, device.cc)
+        if refusal:
+            raise InputError(f"{path}: {refusal}")
+        notes = [f"{path}: {p.where}: {p.message}" for p in problems if not is_error(p)]
+        config, rounded = driver_divisions(config, device.sm_count, device.cc)
+        return config, notes + [f"{path}: {note}" for note in rounded]
     notes = [f"{path}: {p.where}: {p.message}" for p in problems if not is_error(p)]
     problems = [p for p in problems if is_error(p)]
     if device is not None:
@@ -268,6 +279,7 @@ def estimate(
     disagg_tp: int | None = typer.Option(None, "--disagg-tp", help="--disagg: each instance's TP (default --tp)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     plot: Path | None = typer.Option(None, "--plot", help="Write ITL against prefill time at every level, the other policies as points, to this PNG."),
+    sglang: str = sglang_option(),
 ) -> None:
     """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing
     (and PD disaggregation with --disagg).
@@ -278,7 +290,9 @@ def estimate(
     from ..estimate import Scenario
     from ..estimate import estimate as run_estimate
     from ..model import load_model
+    from ..sglang_support import get_revision
 
+    get_revision(sglang)  # an unknown revision is refused before any work
     if flops_dtype is not None:
         flops_dtype = flops_dtype.strip().lower()
         if flops_dtype not in ("bf16", "fp16", "fp8"):
@@ -298,7 +312,7 @@ def estimate(
     device = resolve_device(gpu, None, None)
     gpu_profile = device.gpu
     mdl = load_model(model)
-    cfg, cfg_notes = _load_pdmux_yaml(config, device, sm_group_num) if config is not None else (None, [])
+    cfg, cfg_notes = _load_pdmux_yaml(config, device, sm_group_num, sglang) if config is not None else (None, [])
     scenario = Scenario(
         decode_bs=decode_bs, context_tokens=context, prompt_tokens=prompt_tokens,
         chunk_sizes=_parse_sizes(chunk_sizes, "--chunk-sizes"),
@@ -330,7 +344,8 @@ def estimate(
                              f"pass --gpu {measured_on.key} or calibrate this GPU ('pdmux bench', 'pdmux calibrate')")
         if s_sat is not None and cal.has_partitions:
             raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
-    result = run_estimate(gpu_profile, mdl, scenario, calibration=cal, all_levels=all_levels or plot is not None)
+    result = run_estimate(gpu_profile, mdl, scenario, calibration=cal, all_levels=all_levels or plot is not None,
+                          sglang=sglang)
     result.notes[:0] = cfg_notes
     if cal is not None and scenario.cost_model == "chapter" and (mfu is not None or bandwidth_efficiency is not None):
         result.notes.append("--mfu and --bandwidth-efficiency are not used with --calibration: "
@@ -373,6 +388,7 @@ def gen_config(
     model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model served (for --tune; with --tp its heads and widths must split)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP + " The launch line gains --tp-size N."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    sglang: str = sglang_option(),
 ) -> None:
     """SGLang's pdmux YAML for a GPU, validated, plus the launch flags.
 
@@ -389,11 +405,15 @@ def gen_config(
     from ..tensor_parallel import check_tp_value
 
     check_tp_value(tp)
+    from ..model import load_model
+    from ..sglang_support import model_support
+
+    served = load_model(model)
+    support = model_support(served.architectures, sglang)
     if tp > 1:
-        from ..model import load_model
         from ..tensor_parallel import shard
 
-        shard(load_model(model), tp)  # SGLang refuses a model whose heads or widths tp does not divide
+        shard(served, tp)  # SGLang refuses a model whose heads or widths tp does not divide
     if output is not None and str(output) == "-":
         output = None  # the usual spelling of standard output
     # Before any work (a --tune search takes minutes): the output must be writable and not an input.
@@ -409,7 +429,7 @@ def gen_config(
         from .simulate import tuned_config
 
         config, tune_summary = tuned_config(device.gpu, trace, slo_ttft, slo_itl, model=model, show=not as_json,
-                                            tp=tp)
+                                            tp=tp, sglang=sglang)
     elif trace is not None or slo_ttft is not None or slo_itl is not None:
         raise InputError("--trace, --slo-ttft and --slo-itl go with --tune")
     elif divisions is not None:
@@ -439,8 +459,10 @@ def gen_config(
                                "manual_divisions": [list(e) for e in config.manual_divisions],
                                "split_forward_token_budget": config.split_forward_token_budget,
                                "decode_bs_divisor": config.decode_bs_divisor},
-                    "launch_flags": flags, "tune": tune_summary})
+                    "launch_flags": flags, "tune": tune_summary, "sglang_support": support.as_dict()})
         return
+    if support.state == "no":
+        warn_line(f"{served.name}: {support.reason}: this config cannot serve it")
     launch = pc.launch_command(path_text, config.sm_group_num, tp=tp)
     if output is None:
         sys.stdout.write(text)
@@ -461,43 +483,77 @@ def check_config(
     cc: str | None = typer.Option(None, "--cc", help="Compute capability of that device."),
     sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="The --sm-group-num you launch with (must equal the YAML's)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    model: str | None = typer.Option(None, "--model", "-m", help="The model served: warn where the SGLang revision cannot multiplex its architecture."),
+    sglang: str = sglang_option(),
 ) -> None:
-    """Validate a pdmux YAML against SGLang 0.5.23 (the latest release), unreleased SGLang and the CUDA
-    driver; exit 2 if any problem (warnings alone: 0)."""
+    """Validate a pdmux YAML against each SGLang revision pdmux has read (--sglang decides the exit code:
+    2 if it refuses the file or any problem of 0.5.23's rules or the driver's is found; warnings alone: 0)."""
     from .. import pdmux_config as pc
-    from ..policy import SGLANG_RELEASE, SGLANG_UNRELEASED
+    from ..sglang_rules import verdicts
+    from ..sglang_support import REVISIONS, get_revision
 
+    chosen = get_revision(sglang)
     device = resolve_device(gpu, sms, cc)
-    config, problems = pc.load_config(path)
-    problems = list(problems) + pc.validate(config, device.sm_count, device.cc, sm_group_num)
-    errors = [p for p in problems if pc.is_error(p)]
+    config, parsed = pc.load_config(path)
+    problems = list(parsed) + pc.validate(config, device.sm_count, device.cc, sm_group_num)
+    per_revision = verdicts(config, list(parsed), device.sm_count, device.cc, cli_sm_group_num=sm_group_num)
+    mine = next(v for v in per_revision if v.revision == chosen.key)
+    # the exit code: the chosen revision's verdict, plus what the driver or a typo does to any revision
+    errors = [p for p in problems if p.rule in ("cuda", "pdmux")]
+    failed = bool(errors) or not mine.accepted
+    support_line = None
+    if model is not None:
+        from ..model import load_model
+        from ..sglang_support import model_support
+
+        support = model_support(load_model(model).architectures, chosen)
+        support_line = support.reason if support.state != "yes" else None
     if as_json:
-        print_json({"path": str(path), "gpu": device.name, "sm_count": device.sm_count, "ok": not errors,
-                    "sglang_versions": {"old": SGLANG_RELEASE, "new": SGLANG_UNRELEASED},
+        print_json({"path": str(path), "gpu": device.name, "sm_count": device.sm_count, "ok": not failed,
+                    "sglang": chosen.key,
+                    "revisions": [v.as_dict(REVISIONS[v.revision]) for v in per_revision],
                     "problems": [{"where": p.where, "rule": p.rule, "severity": "error" if pc.is_error(p) else "warning",
-                                  "message": p.message} for p in problems]})
-    elif problems:
+                                  "message": p.message} for p in problems],
+                    "sglang_support": support.as_dict() if model is not None else None})
+    else:
         from rich.table import Table
 
-        warnings = len(problems) - len(errors)
-        counts = ", ".join(([f"{len(errors)} problem(s)"] if errors else []) +
-                           ([f"{warnings} warning(s)"] if warnings else []))
-        table = Table(title=f"{path}: {counts} for {device.name} ({device.sm_count} SMs)", title_justify="left")
-        table.add_column("where")
-        table.add_column("refused by", justify="left")
-        table.add_column("problem")
-        for p in problems[:MAX_PROBLEM_ROWS]:
-            table.add_row(p.where, pc.RULE_LABELS.get(p.rule, p.rule), p.message)
-        caption = [f"0.5.23 = {SGLANG_RELEASE}; unreleased = {SGLANG_UNRELEASED}"]
-        if len(problems) > MAX_PROBLEM_ROWS:
-            caption.insert(0, f"first {MAX_PROBLEM_ROWS} of {len(problems)} problems; --json lists them all")
-        table.caption = "\n".join(caption)
+        con = console()
+        if problems:
+            warnings = len([p for p in problems if not pc.is_error(p)])
+            counts = ", ".join(([f"{len(problems) - warnings} problem(s)"] if len(problems) > warnings else []) +
+                               ([f"{warnings} warning(s)"] if warnings else []))
+            table = Table(title=f"{path}: {counts} for {device.name} ({device.sm_count} SMs)", title_justify="left")
+            table.add_column("where")
+            table.add_column("refused by", justify="left")
+            table.add_column("problem")
+            for p in problems[:MAX_PROBLEM_ROWS]:
+                table.add_row(p.where, pc.RULE_LABELS.get(p.rule, p.rule), p.message)
+            if len(problems) > MAX_PROBLEM_ROWS:
+                table.caption = f"first {MAX_PROBLEM_ROWS} of {len(problems)} problems; --json lists them all"
+                table.caption_justify = "left"
+            con.print(table)
+        table = Table(title=f"{path} per SGLang revision ({device.name}, {device.sm_count} SMs)", title_justify="left")
+        table.add_column("SGLang")
+        table.add_column("verdict")
+        table.add_column("why")
+        for v in per_revision:
+            mark = " *" if v.revision == chosen.key else ""
+            table.add_row(v.revision + mark, "runs it" if v.accepted else f"refuses ({v.stage})", v.reason or "-")
+        table.caption = "\n".join(["* --sglang (decides the exit code)", *(REVISIONS[v.revision].cite
+                                                                         for v in per_revision)])
         table.caption_justify = "left"
-        console().print(table)
-    if not errors and not as_json:
-        warned = f" ({len(problems)} warning(s) above)" if problems else ""
-        console().print(f"{path}: OK for {device.name} ({device.sm_count} SMs) under {SGLANG_RELEASE} and "
-                        f"{SGLANG_UNRELEASED}{warned}")
-    if errors:
-        fail_line(f"{path}: {len(errors)} problem(s)")
+        con.print(table)
+        for v in per_revision:
+            failure = REVISIONS[v.revision].startup_failure
+            if v.revision == chosen.key and failure:
+                con.print(f"{v.revision}: {failure}")
+        if support_line:
+            warn_line(f"{model}: {support_line}")
+        if not failed:
+            warned = f" ({len(problems)} warning(s) above)" if problems else ""
+            con.print(f"{path}: OK for {device.name} ({device.sm_count} SMs) under {chosen.name}{warned}")
+    if failed:
+        what = f"{len(errors)} problem(s)" if errors else f"{chosen.name} refuses it ({mine.stage})"
+        fail_line(f"{path}: {what}")
         raise typer.Exit(2)

@@ -28,6 +28,7 @@ from .common import (
     parse_int_list,
     print_note,
     progress_bar,
+    sglang_option,
     write_atomic,
 )
 
@@ -477,6 +478,7 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     csv_path: Path | None = typer.Option(None, "--csv", help="Write per-request results to this CSV file."),
     plot: Path | None = typer.Option(None, "--plot", help="Write ITL and TTFT CDFs to this PNG (needs matplotlib)."),
+    sglang: str = sglang_option(),
 ) -> None:
     """Replay a request trace through PD multiplexing, chunked prefill, prefill-first and PD disaggregation.
 
@@ -537,6 +539,13 @@ def simulate(
         from ..sglang_server import default_chunked_prefill_size
 
         chunks = [default_chunked_prefill_size(setup.memory_bytes)]
+    from ..sglang_support import model_support
+
+    support = model_support(setup.model.architectures, sglang)
+    if support.state == "no":
+        names = [n for n in names if n != "pdmux"]
+        if not names:
+            raise InputError(f"--policies pdmux: {support.reason} (--sglang picks another SGLang revision)")
     runs: list[Any] = []
     cfg_notes: list[str] = []
     for name in dict.fromkeys(names):
@@ -585,6 +594,8 @@ def simulate(
     notes = [workload.bad_rows_text()] if workload.bad_rows else []
     notes += list(cluster.notes)
     notes += [f"{label} not simulated: {exc}" for label, exc in refused]
+    if support.state != "yes":
+        notes.insert(0, ("pdmux not simulated: " if support.state == "no" else "pdmux: ") + support.reason)
     if prefill_decode_interval and "pdmux" in names:
         notes.append("pdmux: --prefill-decode-interval does not apply (SGLang's pdmux loop runs a decode step every "
                      "round whatever it prefills)")
@@ -611,7 +622,7 @@ def simulate(
             "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl, "itl_judged_on": "request p99 ITL (nearest rank)"},
             "policies": [report.metrics_dict(m) for m in metrics],
             "csv": str(csv_path) if csv_path else None, "plot": str(plot) if plot else None,
-            "notes": notes,
+            "sglang_support": support.as_dict(), "notes": notes,
         })
         return
     con = console()
@@ -730,6 +741,7 @@ def tuned_config(
     workers: int | None = None,
     show: bool = True,
     tp: int = 1,
+    sglang: str | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """The hook for ``pdmux gen-config --tune``: tune on ``trace`` for ``gpu_profile`` (a
     ``hardware.Gpu``; ``None`` raises, since the cost model needs bandwidth and FLOP/s) and return
@@ -741,6 +753,9 @@ def tuned_config(
         raise InputError("--tune needs --trace FILE, --slo-ttft MS and --slo-itl MS")
     workload = _load_workload(trace, False, fmt, qps, rate_scale, max_requests, duration, 0, "1024", "128")
     setup = _setup(None, model, s_sat=s_sat, calibration=calibration, gpu_profile=gpu_profile, tp=tp)
+    from ..sglang_support import require_pdmux
+
+    require_pdmux(setup.model.architectures, sglang, "gen-config --tune")
     workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     result = _tune_run(workload, setup, slo_ttft_ms, slo_itl_ms, sm_group_nums, divisors, budgets, True, workers,
                        show and sys.stderr is not None and sys.stderr.isatty())
@@ -801,6 +816,7 @@ def tune(
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the winning YAML here (whole or not at all)."),
     show_all: bool = typer.Option(False, "--all", help="Show every config compared, not just the best."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    sglang: str = sglang_option(),
 ) -> None:
     """Search pdmux YAML knobs for the best SLO attainment on a trace; write the winning YAML.
 
@@ -817,6 +833,9 @@ def tune(
                    max_prefill_tokens=max_prefill_tokens, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
                    tp=tp, per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
                    first_token_delay_ms=first_token_delay_ms)
+    from ..sglang_support import require_pdmux
+
+    support = require_pdmux(setup.model.architectures, sglang, "tune")
     if no_prefix_cache:
         setup = without_prefix_cache(setup)
     cluster = cluster_from_options(setup, gpu, dp, load_balance_method, disagg, allow_disagg=False)
@@ -840,7 +859,7 @@ def tune(
                      "load_balance_method": cluster.router,
                      "cost_model": setup.step_model.name, "throughput": setup.step_model.source,
                      "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl}, "yaml": text,
-                     "output": str(output) if output else None})
+                     "output": str(output) if output else None, "sglang_support": support.as_dict()})
         data["notes"] = [*data.get("notes", []), *cluster.notes, *dp_note]
         print_json(data)
         return
@@ -856,7 +875,8 @@ def tune(
               f"{result.gpus} GPU(s)" + _tune_layout(setup.tp, cluster))
     con.print("verdict: " + result.verdict(), soft_wrap=True)
     con.print(f"cost model: {setup.step_model.source}", soft_wrap=True)
-    for note in [*result.notes, *cluster.notes, *dp_note]:
+    unknown = [support.reason] if support.state == "unknown" else []
+    for note in [*result.notes, *cluster.notes, *dp_note, *unknown]:
         print_note(con, note)
     if output is None:
         sys.stdout.write(text)
