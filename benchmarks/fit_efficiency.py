@@ -66,7 +66,7 @@ CPU = {
         "launch_s: host launch gap of an eager decode step, 3.07 ms over 914 kernel launches "
         "(turboderp-org/exllamav3 PR 380); kernels_per_layer: a dense layer's kernels in SGLang "
         "(2 fused add-RMSNorms, QKV, RoPE, KV-cache store, attention, O, gate+up, SiLU-and-mul, down); "
-        "the scheduler's time per step and per request: serving.yaml (benchmarks/fit_serving.py)"
+        "the scheduler's time per step and per request: serving.yaml"
     ),
 }
 
