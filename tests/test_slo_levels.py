@@ -405,3 +405,72 @@ def test_simulate_misses_the_target_where_the_cost_model_says_so(monkeypatch) ->
     assert any(ms > 15 for _, n, _, ms in corun if n >= first)
     assert all(ms <= 15 for _, n, _, ms in corun if n < first)
     assert all(ms <= levels.itl_ms[n - 1] + 1e-9 for d, n, _, ms in corun if d == levels.levels[-1].decode_sms)
+
+
+# ---- tune and capacity ----------------------------------------------------------------------------------------
+
+
+def test_tune_tries_slo_levels_with_margins() -> None:
+    from pdmux_cli.simulate import tune as tn
+    from pdmux_cli.simulate.traces import Trace, load_trace
+
+    trace = load_trace(AZURE)
+    setup = _qwen_h100()
+    cands, notes = tn.slo_candidates(trace, setup, 20, budgets=[65536, 16384])
+    context = sl.trace_context(trace.prompt_tokens, trace.output_tokens)
+    expected = []  # one per margin and budget, a config given by two margins tried once
+    for target in (20, 18, 16):
+        for budget in (65536, 16384):
+            config = sl.levels_for_setup(setup, context, target).config(budget)
+            if config not in expected:
+                expected.append(config)
+    assert notes == [] and [c.config for c in cands] == expected and len(expected) >= 4
+    assert cands[0].description.startswith("SLO levels, ITL <= 20 ms, ")
+    assert cands[-1].description.startswith("SLO levels, ITL <= 16 ms (0.8 x 20), ")
+    result = tn.tune(trace, setup, 1000, 20, sm_group_nums=[8], divisors=[36], budgets=[65536], workers=1)
+    slo_rows = [r for r in result.rows if r.candidate.description.startswith("SLO levels")]
+    assert slo_rows and slo_rows[0].index > result.baseline  # after the other candidates
+    none = tn.tune(trace, setup, 1000, 20, sm_group_nums=[8], divisors=[36], budgets=[65536], workers=1,
+                   slo_margins=())
+    assert not any(r.candidate.description.startswith("SLO levels") for r in none.rows)
+    with pytest.raises(InputError, match="--slo-margins"):
+        tn.slo_candidates(trace, setup, 20, margins=[0.0])
+    quiet = tn.slo_candidates(Trace((0.0,), (10,), (1,)), setup, 20)
+    assert quiet[0] == [] and "no SLO levels tried" in quiet[1][0]
+
+
+def test_tune_cli_slo_margins() -> None:
+    args = ["tune", "--trace", AZURE, "--slo-ttft", "1000", "--slo-itl", "20", "--sm-group-nums", "8",
+            "--divisors", "36", "--budgets", "65536", "--no-fixed-splits", "--workers", "1", "--json"]
+    d = json.loads(run(*args).stdout)
+    assert any(r["description"].startswith("SLO levels") for r in d["rows"])
+    d = json.loads(run(*args, "--slo-margins", "none").stdout)
+    assert not any(r["description"].startswith("SLO levels") for r in d["rows"])
+    d = json.loads(run(*args, "--slo-margins", "0.5").stdout)
+    assert next(r["description"] for r in d["rows"] if r["description"].startswith("SLO")).startswith(
+        "SLO levels, ITL <= 10 ms (0.5 x 20)")
+    assert_one_line_error(run(*args, "--slo-margins", "3"), 2, "--slo-margins")
+    assert_one_line_error(run(*args, "--slo-margins", "x"), 2, "--slo-margins")
+
+
+def test_capacity_takes_several_configs_and_names_the_slo_levels_when_they_win(tmp_path) -> None:
+    """At 8 k tokens of context SGLang's linear rule gives 2-5 decoding requests 20 SMs (21 ms and more):
+    it misses a 20 ms ITL at any rate, the SLO levels meet it, and the verdict names their file."""
+    slo = tmp_path / "slo.yaml"
+    fixed = tmp_path / "fixed.yaml"
+    assert run("gen-config", "--gpu", "h100", "--slo-itl", "20", "--context", "8256", "-o", str(slo)).exit_code == 0
+    assert run("gen-config", "--gpu", "h100", "--divisions", "112:20:0", "-o", str(fixed)).exit_code == 0
+    r = run("capacity", "--synthetic", "--qps", "1", "--prompt-tokens", "8192", "--output-tokens", "64",
+            "--max-requests", "60", "--slo-ttft", "5000", "--slo-itl", "20", "--policies", "pdmux", "--config",
+            str(slo), "--config", str(fixed), "--workers", "1", "--json")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    rates = {p["policy"]: p["max_rate_rps"] for p in d["policies"]}
+    assert list(rates) == ["pdmux", "pdmux (slo.yaml)", "pdmux (fixed.yaml)"]
+    assert rates["pdmux (slo.yaml)"] > 0 == rates["pdmux"] == rates["pdmux (fixed.yaml)"]
+    assert d["verdict"].startswith("pdmux (slo.yaml) sustains")
+    both = run("capacity", "--synthetic", "--qps", "1", "--prompt-tokens", "8192", "--output-tokens", "64",
+               "--max-requests", "60", "--slo-ttft", "5000", "--slo-itl", "20", "--policies", "pdmux,chunked",
+               "--config", str(slo), "--workers", "1", "--json")
+    verdict = json.loads(both.stdout)["verdict"]
+    assert verdict.startswith("pdmux (slo.yaml) sustains") and f"--pdmux-config-path {slo}" in verdict
