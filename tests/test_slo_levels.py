@@ -312,6 +312,19 @@ def test_gen_config_slo_from_a_trace_and_a_calibration(tmp_path) -> None:
     assert_one_line_error(run(*args, "--calibration", str(tmp_path / "missing.yaml")), 2, "missing.yaml")
 
 
+def test_gen_config_slo_takes_simulates_serving_options() -> None:
+    """--max-running-requests caps the batches sized for; the CPU terms change the rounds as in simulate."""
+    args = ["gen-config", "--gpu", "h100", "--slo-itl", "20", "--context", "2048", "--json"]
+    capped = json.loads(run(*args, "--max-running-requests", "20").stdout)["slo_levels"]
+    assert capped["max_decode_bs"] == 20 and capped["levels"][-1]["last_decode_bs"] == 20
+    cpu = json.loads(run(*args, "--per-request-overhead-ms", "0.1", "--step-overhead-ms", "1").stdout)["slo_levels"]
+    setup = make_setup(find_gpu("h100"), load_model("qwen3-8b"), step_overhead_ms=1, per_request_overhead_ms=0.1)
+    expected = sl.levels_for_setup(setup, sl.fixed_context(2048), 20)
+    assert [lv["decode_bs_threshold"] for lv in cpu["levels"]] == expected.thresholds
+    default = sl.levels_for_setup(_qwen_h100(), sl.fixed_context(2048), 20)
+    assert expected.levels[0].last_bs < default.levels[0].last_bs  # more CPU a round: fewer requests a level
+
+
 @pytest.mark.parametrize("args, contains", [
     (["--slo-itl", "0", "--context", "2048"], "--slo-itl must be a number of ms > 0"),
     (["--slo-itl", "-5", "--context", "2048"], "--slo-itl must be a number of ms > 0"),
@@ -331,6 +344,9 @@ def test_gen_config_slo_from_a_trace_and_a_calibration(tmp_path) -> None:
     (["--slo-itl", "20", "--context", "2048", "--max-requests", "10"], "--max-requests"),
     (["--context", "2048"], "--context goes with --slo-itl"),
     (["--cost-model", "chapter"], "--cost-model goes with --slo-itl"),
+    (["--max-running-requests", "8"], "--max-running-requests goes with --slo-itl"),
+    (["--slo-itl", "20", "--context", "2048", "--max-running-requests", "0"], "--max-running-requests must be"),
+    (["--slo-itl", "20", "--context", "2048", "--cost-model", "chapter", "--step-overhead-ms", "1"], "roofline"),
 ])
 def test_gen_config_slo_refuses_bad_input(args, contains) -> None:
     assert_one_line_error(run("gen-config", "--gpu", "h100", *args), 2, contains)

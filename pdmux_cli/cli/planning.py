@@ -374,6 +374,9 @@ def gen_config(
     max_requests: int | None = typer.Option(None, "--max-requests", help="Use the trace's first N requests (--slo-itl, --tune)."),
     calibration: Path | None = typer.Option(None, "--calibration", help="--slo-itl: calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate' for the cost model."),
     cost_model: str = typer.Option("roofline", "--cost-model", help="--slo-itl: roofline (fitted to measurements) or chapter."),
+    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="--slo-itl, roofline: the scheduler's CPU time per step, ms (default: profiles/efficiency/serving.yaml's, as simulate)."),
+    per_request_overhead_ms: float | None = typer.Option(None, "--per-request-overhead-ms", help="--slo-itl, roofline: its CPU time per running request per step, ms (default: as simulate)."),
+    max_running_requests: int | None = typer.Option(None, "--max-running-requests", help="--slo-itl: SGLang's --max-running-requests, the largest decode batch sized for (default: SGLang's from the KV pool)."),
     model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model served (for --tune and --slo-itl; with --tp its heads and widths must split)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP + " The launch line gains --tp-size N."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -417,6 +420,11 @@ def gen_config(
             raise InputError("--calibration goes with --slo-itl (SLO levels) or --tune")
         if cost_model != "roofline":
             raise InputError("--cost-model goes with --slo-itl (SLO levels), without --tune")
+        for name, value in (("--step-overhead-ms", step_overhead_ms),
+                            ("--per-request-overhead-ms", per_request_overhead_ms),
+                            ("--max-running-requests", max_running_requests)):
+            if value is not None:
+                raise InputError(f"{name} goes with --slo-itl (SLO levels), without --tune")
     if slo:
         if divisions is not None or manual:
             raise InputError("--slo-itl writes its own levels and thresholds: drop --divisions/--manual")
@@ -430,7 +438,8 @@ def gen_config(
         config, levels, setup, slo_notes = slo_levels_config(
             device.gpu, model, slo_itl, context=context, trace=trace, max_requests=max_requests,
             calibration=calibration, cost_model=cost_model.strip().lower(), tp=tp, sm_group_num=sm_group_num,
-            token_budget=token_budget)
+            token_budget=token_budget, step_overhead_ms=step_overhead_ms,
+            per_request_overhead_ms=per_request_overhead_ms, max_running_requests=max_running_requests)
         source = levels.context_source
         slo_summary = levels_dict(levels, setup, source)
         slo_view = (levels_table(levels, setup), [*slo_notes, *levels_notes(levels, source)],

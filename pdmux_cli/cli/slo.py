@@ -11,14 +11,17 @@ from ..errors import InputError
 
 def slo_levels_config(gpu_profile: Any, model: str, slo_itl_ms: float, *, context: int | None, trace: Path | None,
                       max_requests: int | None, calibration: Path | None, cost_model: str, tp: int,
-                      sm_group_num: int, token_budget: int) -> tuple[Any, Any, Any, list[str]]:
+                      sm_group_num: int, token_budget: int, step_overhead_ms: float | None = None,
+                      per_request_overhead_ms: float | None = None,
+                      max_running_requests: int | None = None) -> tuple[Any, Any, Any, list[str]]:
     """The SLO levels for gen-config: ``(PdmuxConfig, SloLevels, Setup, notes)``.
 
     ``gpu_profile``: a :class:`pdmux_cli.hardware.Gpu` (the cost model needs bandwidth and FLOP/s).
     ``context``: tokens of context of every decoding request, or ``trace``: a trace file whose decode
     steps give the distribution (:func:`pdmux_cli.slo_levels.trace_context`; its first ``max_requests``,
     requests past the model's context length dropped). ``sm_group_num``: at most that many stream groups
-    (levels + 2). Raises :class:`InputError` for bad or conflicting inputs.
+    (levels + 2). ``step_overhead_ms``, ``per_request_overhead_ms``, ``max_running_requests``: as simulate
+    takes them (``None``: the same defaults). Raises :class:`InputError` for bad or conflicting inputs.
     """
     from .. import slo_levels as sl
     from .simulate import _drop_past_context, _load_workload, _setup
@@ -33,7 +36,9 @@ def slo_levels_config(gpu_profile: Any, model: str, slo_itl_ms: float, *, contex
                          if context is None else "give --context or --trace, not both")
     if sm_group_num < 3:
         raise InputError(f"--sm-group-num must be >= 3 (one level at least), got {sm_group_num}")
-    setup = _setup(None, model, cost_model=cost_model, calibration=calibration, gpu_profile=gpu_profile, tp=tp)
+    setup = _setup(None, model, cost_model=cost_model, calibration=calibration, gpu_profile=gpu_profile, tp=tp,
+                   step_overhead_ms=step_overhead_ms, per_request_overhead_ms=per_request_overhead_ms,
+                   max_running_requests=max_running_requests)
     window = sl.model_window(setup.model)
     notes: list[str] = []
     if trace is not None:
