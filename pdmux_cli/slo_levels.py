@@ -159,8 +159,8 @@ def trace_context(prompt_tokens: Sequence[int], output_tokens: Sequence[int], wi
     w_sd = math.sqrt(max(0.0, w_squares / steps - w_mean * w_mean)) if window else 0.0
     what = source or "the trace"
     return BatchContext(mean, sd, float(low), float(high), w_mean, w_sd, window, quantile,
-                        f"{what}'s decode steps: mean {mean:.0f} tokens of context a request, sd {sd:.0f}; "
-                        f"a batch's KV at its p{quantile * 100:g}")
+                        f"the decode steps of {what}: mean {mean:.0f} tokens of context a request, sd {sd:.0f}; "
+                        f"a batch's KV at its p{quantile * 100:g}, its requests taken as independent")
 
 
 def candidate_splits(total_sms: int, cc: tuple[int, int]) -> list[pol.Split]:

@@ -107,6 +107,9 @@ def levels_notes(levels: Any, context_source: str) -> list[str]:
         notes.append(f"the rule asked for {levels.needed} levels; {len(levels.levels)} fit --sm-group-num "
                      f"{len(levels.levels) + 2}: some batch sizes get the next larger level (more decode SMs than "
                      "they need, ITL within the target)")
+    notes.append(f"levels sized for exactly {levels.target_ms:g} ms leave the rounds at its edge: a batch holding "
+                 "longer requests than assumed goes past it; pdmux tune tries these levels and ones for 0.9x and "
+                 f"0.8x {levels.target_ms:g} ms on a trace, and capacity sizes them (--config, repeatable)")
     if levels.unmeetable_from is not None:
         at_max = (f" ({levels.itl_at_max_ms:.1f} ms at {levels.max_bs})" if levels.max_bs > levels.unmeetable_from
                   else "")
