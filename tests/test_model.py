@@ -45,6 +45,7 @@ KV_BYTES_PER_TOKEN = {
     "DeepSeek-V3": 70272,
     "gpt-oss-20b": 49152,
     "gpt-oss-120b": 73728,
+    "CodeLlama-34b-hf": 196608,  # 48 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes; not in model-specs.md
 }
 
 REQUIRED = ["Qwen3-8B", "Qwen3-0.6B", "Qwen3-32B", "Qwen3-30B-A3B", "Llama-3.1-8B", "Llama-3.1-70B",

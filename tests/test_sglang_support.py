@@ -32,6 +32,7 @@ SUPPORT_0_5_23 = {
     "Gemma-3-27B-it": ("no", "srt/models/gemma3_mm.py:Gemma3ForConditionalGeneration", None),
     "Llama-3.1-70B": ("yes", "srt/models/llama.py:LlamaForCausalLM", "srt/models/llama.py:LlamaForCausalLM"),
     "Llama-3.1-405B": ("yes", "srt/models/llama.py:LlamaForCausalLM", "srt/models/llama.py:LlamaForCausalLM"),
+    "CodeLlama-34b-hf": ("yes", "srt/models/llama.py:LlamaForCausalLM", "srt/models/llama.py:LlamaForCausalLM"),
     "Llama-3.1-8B": ("yes", "srt/models/llama.py:LlamaForCausalLM", "srt/models/llama.py:LlamaForCausalLM"),
     "Llama-3.3-70B-Instruct": ("yes", "srt/models/llama.py:LlamaForCausalLM", "srt/models/llama.py:LlamaForCausalLM"),
     "Mistral-7B-v0.3": ("yes", "srt/models/mistral.py:MistralForCausalLM", "srt/models/llama.py:LlamaForCausalLM"),

@@ -175,7 +175,7 @@ def capacity(
     policies: str = typer.Option(DEFAULT_POLICIES, "--policies", help="Comma-separated: pdmux, chunked, mixed-chunk, prefill-first, disagg (with --disagg)."),
     chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help="Chunk sizes of 'chunked' (default: SGLang's default for the GPU)."),
     mixed_chunk_sizes: str = MIXED_CHUNK_SIZES_OPTION,
-    config: Path | None = typer.Option(None, "--config", help="Also size pdmux with this YAML (e.g. from 'pdmux tune'), beside SGLang's defaults."),
+    config: list[Path] | None = typer.Option(None, "--config", help="Also size pdmux with this YAML (e.g. from 'pdmux tune' or 'pdmux gen-config --slo-itl'), beside SGLang's defaults; repeat it for several."),
     unreleased_fallback: bool = typer.Option(False, "--unreleased-fallback", help="pdmux: where SGLang 0.5.23 crashes (no manual threshold matches), use group 1 as its unreleased branches do."),
     prefill_decode_interval: int = PREFILL_DECODE_INTERVAL_OPTION,
     slo_ttft: float = typer.Option(1000.0, "--slo-ttft", help="TTFT SLO, ms."),
@@ -226,7 +226,8 @@ def capacity(
         raise InputError("--policies disagg needs --disagg XPYD (prefill and decode instances, e.g. 1P1D)")
     if disagg is not None and "disagg" not in names:
         names.append("disagg")
-    if config is not None and "pdmux" not in names:
+    configs = list(dict.fromkeys(config or []))
+    if configs and "pdmux" not in names:
         names.append("pdmux")
     if qps is not None and not synthetic:
         raise InputError("--qps draws --synthetic arrivals; capacity searches a trace file's rate itself")
@@ -237,7 +238,7 @@ def capacity(
         raise InputError(f"--workers must be >= 1, got {workers}")
     if plot is not None and plot.suffix.lower() != ".png":
         raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {plot}")
-    refuse_overwriting_inputs(plot, trace, config, calibration, model_file(model), gpu_file(gpu))
+    refuse_overwriting_inputs(plot, trace, *configs, calibration, model_file(model), gpu_file(gpu))
     check_writable(plot)
     chunks = parse_chunk_sizes(chunk_sizes, "--chunk-sizes") if chunk_sizes is not None and "chunked" in names else []
     mixed = parse_chunk_sizes(mixed_chunk_sizes, "--mixed-chunk-sizes") if "mixed-chunk" in names else []
@@ -273,10 +274,12 @@ def capacity(
         if name == "pdmux":
             runs.append(PdmuxPolicy(unreleased_fallback=unreleased_fallback))
             paths.append(None)
-            if config is not None:
-                cfg, cfg_notes = _pdmux_config(config, None, None, None, None, setup)
-                runs.append(PdmuxPolicy(cfg, name=f"pdmux ({config.name})", unreleased_fallback=unreleased_fallback))
-                paths.append(str(config))
+            names_seen = [c.name for c in configs]
+            for path in configs:  # the file's name, or its path where two files share a name
+                cfg, cfg_notes = _pdmux_config(path, None, None, None, None, setup)
+                shown = path.name if names_seen.count(path.name) == 1 else str(path)
+                runs.append(PdmuxPolicy(cfg, name=f"pdmux ({shown})", unreleased_fallback=unreleased_fallback))
+                paths.append(str(path))
                 notes.extend(cfg_notes)
         elif name == "chunked":
             runs.extend(ChunkedPolicy(c, prefill_decode_interval) for c in dict.fromkeys(chunks))

@@ -382,16 +382,25 @@ def gen_config(
     manual: bool = typer.Option(False, "--manual", help="Write SGLang's automatic levels as manual_divisions (always on Blackwell)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the YAML here (whole or not at all) instead of stdout."),
     tune: bool = typer.Option(False, "--tune", help="Pick the knobs by simulating a trace (needs --trace, --slo-ttft, --slo-itl, --gpu)."),
-    trace: Path | None = typer.Option(None, "--trace", help="Trace for --tune (Azure CSV, Mooncake JSONL, BurstGPT CSV)."),
+    trace: Path | None = typer.Option(None, "--trace", help="Trace for --tune, or whose decode steps give --slo-itl its context distribution (Azure CSV, Mooncake JSONL, BurstGPT CSV)."),
     slo_ttft: float | None = typer.Option(None, "--slo-ttft", help="TTFT SLO for --tune, ms."),
-    slo_itl: float | None = typer.Option(None, "--slo-itl", help="ITL SLO for --tune, ms."),
-    model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model served (for --tune; with --tp its heads and widths must split)."),
+    slo_itl: float | None = typer.Option(None, "--slo-itl", help="ITL target, ms: without --tune, write SLO levels (per decode batch the fewest decode SMs whose round, next to a running prefill, meets it; needs --gpu and --context or --trace); with --tune, the ITL SLO tuned for."),
+    context: int | None = typer.Option(None, "--context", help="--slo-itl: tokens of context of every decoding request (or --trace for a distribution)."),
+    max_requests: int | None = typer.Option(None, "--max-requests", help="Use the trace's first N requests (--slo-itl, --tune)."),
+    calibration: Path | None = typer.Option(None, "--calibration", help="--slo-itl: calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate' for the cost model."),
+    cost_model: str = typer.Option("roofline", "--cost-model", help="--slo-itl: roofline (fitted to measurements) or chapter."),
+    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="--slo-itl, roofline: the scheduler's CPU time per step, ms (default: profiles/efficiency/serving.yaml's, as simulate)."),
+    per_request_overhead_ms: float | None = typer.Option(None, "--per-request-overhead-ms", help="--slo-itl, roofline: its CPU time per running request per step, ms (default: as simulate)."),
+    max_running_requests: int | None = typer.Option(None, "--max-running-requests", help="--slo-itl: SGLang's --max-running-requests, the largest decode batch sized for (default: SGLang's from the KV pool)."),
+    model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model served (for --tune and --slo-itl; with --tp its heads and widths must split)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP + " The launch line gains --tp-size N."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     sglang: str = sglang_option(),
 ) -> None:
     """SGLang's pdmux YAML for a GPU, validated, plus the launch flags.
 
+    With --slo-itl MS (no --tune): SLO levels, manual_divisions giving each decode batch the fewest
+    decode SMs that keep its ITL within MS at the workload's context, from the cost model.
     With --tune: the sm_group_num, thresholds and token budget with the best SLO attainment on a
     trace (ties: goodput), found by simulating it."""
     from .. import pdmux_config as pc
@@ -418,9 +427,44 @@ def gen_config(
         output = None  # the usual spelling of standard output
     # Before any work (a --tune search takes minutes): the output must be writable and not an input.
     check_writable(output)
-    refuse_overwriting_inputs(output, trace, model_file(model) if tune else None, gpu_file(gpu))
-    tune_summary = None
-    if tune:
+    slo = slo_itl is not None and not tune
+    refuse_overwriting_inputs(output, trace, calibration, model_file(model) if tune or slo else None, gpu_file(gpu))
+    tune_summary = slo_summary = None
+    slo_view: tuple | None = None
+    if max_requests is not None and trace is None:
+        raise InputError("--max-requests cuts a --trace: give one, or drop --max-requests")
+    if not slo:
+        if context is not None and not tune:
+            raise InputError("--context goes with --slo-itl (SLO levels)")
+        if calibration is not None and not tune:
+            raise InputError("--calibration goes with --slo-itl (SLO levels) or --tune")
+        if cost_model != "roofline":
+            raise InputError("--cost-model goes with --slo-itl (SLO levels), without --tune")
+        for name, value in (("--step-overhead-ms", step_overhead_ms),
+                            ("--per-request-overhead-ms", per_request_overhead_ms),
+                            ("--max-running-requests", max_running_requests)):
+            if value is not None:
+                raise InputError(f"{name} goes with --slo-itl (SLO levels), without --tune")
+    if slo:
+        if divisions is not None or manual:
+            raise InputError("--slo-itl writes its own levels and thresholds: drop --divisions/--manual")
+        if decode_bs_divisor != 36:
+            raise InputError("--slo-itl's thresholds replace the linear rule, which never reads decode_bs_divisor: "
+                             "drop --decode-bs-divisor")
+        if slo_ttft is not None:
+            raise InputError("--slo-ttft goes with --tune (SLO levels size decode for the ITL target alone)")
+        from .slo import levels_dict, levels_notes, levels_table, slo_levels_config
+
+        config, levels, setup, slo_notes = slo_levels_config(
+            device.gpu, model, slo_itl, context=context, trace=trace, max_requests=max_requests,
+            calibration=calibration, cost_model=cost_model.strip().lower(), tp=tp, sm_group_num=sm_group_num,
+            token_budget=token_budget, step_overhead_ms=step_overhead_ms,
+            per_request_overhead_ms=per_request_overhead_ms, max_running_requests=max_running_requests)
+        source = levels.context_source
+        slo_summary = levels_dict(levels, setup, source)
+        slo_view = (levels_table(levels, setup), [*slo_notes, *levels_notes(levels, source)],
+                    f"cost model: {setup.step_model.source}")
+    elif tune:
         if divisions is not None or manual:
             raise InputError("--tune picks the levels itself: drop --divisions/--manual")
         if (sm_group_num, decode_bs_divisor, token_budget) != (8, 36, 65536):
@@ -428,10 +472,13 @@ def gen_config(
                              "--sm-group-num/--decode-bs-divisor/--token-budget ('pdmux tune' can narrow the search)")
         from .simulate import tuned_config
 
+        if context is not None:
+            raise InputError("--tune takes the workload from --trace: drop --context")
         config, tune_summary = tuned_config(device.gpu, trace, slo_ttft, slo_itl, model=model, show=not as_json,
-                                            tp=tp, sglang=sglang)
-    elif trace is not None or slo_ttft is not None or slo_itl is not None:
-        raise InputError("--trace, --slo-ttft and --slo-itl go with --tune")
+                                            tp=tp, max_requests=max_requests, calibration=calibration,
+                                            sglang=sglang)
+    elif trace is not None or slo_ttft is not None:
+        raise InputError("--trace and --slo-ttft go with --tune (or --trace with --slo-itl)")
     elif divisions is not None:
         entries = pc.parse_divisions(divisions)
         config = pc.PdmuxConfig(sm_group_num=len(entries) + 2, manual_divisions=entries,
@@ -459,20 +506,34 @@ def gen_config(
                                "manual_divisions": [list(e) for e in config.manual_divisions],
                                "split_forward_token_budget": config.split_forward_token_budget,
                                "decode_bs_divisor": config.decode_bs_divisor},
-                    "launch_flags": flags, "tune": tune_summary, "sglang_support": support.as_dict()})
+                    "launch_flags": flags, "tune": tune_summary, "sglang_support": support.as_dict(),
+                    **({"slo_levels": slo_summary} if slo_summary is not None else {})})
         return
     if support.state == "no":
         warn_line(f"{served.name}: {support.reason}: this config cannot serve it")
     launch = pc.launch_command(path_text, config.sm_group_num, tp=tp)
     if output is None:
         sys.stdout.write(text)
+        if slo_view is not None and sys.stderr is not None:
+            _print_slo_view(console(stderr=True), slo_view)
         if sys.stderr is not None:
             sys.stderr.write(f"# save as {path_text}, then launch:\n# {launch}\n")
     else:
         con = console()
+        if slo_view is not None:
+            _print_slo_view(con, slo_view)
         every = f"; every one of the {tp} GPUs loads it" if tp > 1 else ""
         con.print(f"wrote {output} ({device.name}, {device.sm_count} SMs{every})")
         con.print(launch, soft_wrap=True, markup=False)
+
+
+def _print_slo_view(con: Any, view: tuple) -> None:
+    """gen-config --slo-itl's table of levels and its notes."""
+    table, notes, cost = view
+    con.print(table)
+    for note in notes:
+        print_note(con, note)
+    con.print(cost, soft_wrap=True)
 
 
 @app.command("check-config")

@@ -25,6 +25,7 @@ from .common import (
     console,
     gpu_file,
     model_file,
+    parse_float_list,
     parse_int_list,
     print_note,
     progress_bar,
@@ -646,8 +647,9 @@ def simulate(
 
 def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_group_nums: str | None,
               divisors: str | None, budgets: str | None, single_levels: bool, workers: int | None,
-              show_progress: bool, dp: int = 1, load_balance_method: str = "round_robin") -> Any:
-    from ..simulate.tune import DEFAULT_BUDGETS, DEFAULT_DIVISORS, tune
+              show_progress: bool, dp: int = 1, load_balance_method: str = "round_robin",
+              slo_margins: str | None = None) -> Any:
+    from ..simulate.tune import DEFAULT_BUDGETS, DEFAULT_DIVISORS, DEFAULT_SLO_MARGINS, tune
 
     _check_number("--slo-ttft", slo_ttft)
     _check_number("--slo-itl", slo_itl)
@@ -656,8 +658,12 @@ def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_gro
     groups = parse_int_list(sm_group_nums, "--sm-group-nums", minimum=3) if sm_group_nums else None
     divs = parse_int_list(divisors, "--divisors") if divisors else DEFAULT_DIVISORS
     buds = parse_int_list(budgets, "--budgets") if budgets else DEFAULT_BUDGETS
+    margins: Any = DEFAULT_SLO_MARGINS
+    if slo_margins is not None:
+        margins = () if slo_margins.strip().lower() in ("none", "off", "-") else parse_float_list(
+            slo_margins, "--slo-margins", unique=True)
     bar, _ = _progress(show_progress, 1, "tuning")
-    cluster = {"dp": dp, "load_balance_method": load_balance_method}
+    cluster = {"dp": dp, "load_balance_method": load_balance_method, "slo_margins": margins}
     if bar is None:
         return tune(workload, setup, slo_ttft, slo_itl, groups, divs, buds, single_levels, workers, **cluster)
     task = bar.task_ids[0]
@@ -795,6 +801,7 @@ def tune(
     divisors: str | None = typer.Option(None, "--divisors", help="decode_bs_divisor values to try (default 12,24,36,48,72)."),
     budgets: str | None = typer.Option(None, "--budgets", help="split_forward_token_budget values (default 4096,16384,65536)."),
     no_single_levels: bool = typer.Option(False, "--no-fixed-splits", help="Do not try single fixed splits."),
+    slo_margins: str | None = typer.Option(None, "--slo-margins", help="Also try SLO levels (gen-config --slo-itl) sized for these shares of --slo-itl (default 1,0.9,0.8), or 'none'."),
     cost_model: str = typer.Option("roofline", "--cost-model", help=COST_MODEL_HELP),
     s_sat: float | None = typer.Option(None, "--s-sat", help="SMs that reach 95% of HBM bandwidth (default: the cost model's)."),
     bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help="Chapter model: fraction of datasheet bandwidth (0.85)."),
@@ -820,9 +827,9 @@ def tune(
 ) -> None:
     """Search pdmux YAML knobs for the best SLO attainment on a trace; write the winning YAML.
 
-    Tries sm_group_num, decode_bs_divisor or fixed splits, and split_forward_token_budget, one
-    simulation each, in parallel on the cores available; with --dp, each on that many replicas behind
-    a router."""
+    Tries sm_group_num, decode_bs_divisor or fixed splits, SLO levels for --slo-itl (and 0.9x, 0.8x
+    it), and split_forward_token_budget, one simulation each, in parallel on the cores available; with
+    --dp, each on that many replicas behind a router."""
     from .. import pdmux_config as pc
 
     refuse_overwriting_inputs(output, trace, calibration, model_file(model), gpu_file(gpu))
@@ -841,7 +848,7 @@ def tune(
     cluster = cluster_from_options(setup, gpu, dp, load_balance_method, disagg, allow_disagg=False)
     workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     result = _tune_run(workload, setup, slo_ttft, slo_itl, sm_group_nums, divisors, budgets, not no_single_levels,
-                       workers, _show_progress(as_json), cluster.dp, cluster.method)
+                       workers, _show_progress(as_json), cluster.dp, cluster.method, slo_margins)
     best = result.best_row.candidate.config
     problems = pc.validate(best, setup.total_sms, setup.compute_capability)
     if problems:  # cannot happen: candidates are validated

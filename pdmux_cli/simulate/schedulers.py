@@ -321,6 +321,25 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     return {"end_s": t, "idle_s": idle, "notes": [], "counters": counters}
 
 
+def pdmux_round_s(step_model, decode_sms: int, n: int, sum_context: float, sum_window: float = 0.0,
+                  corun_sms: int = 0, cuda_graph: bool = True) -> float:
+    """Seconds one pdmux round with a decode step lasts: what a decoding request waits between two tokens.
+
+    ``step_model``: a :class:`pdmux_cli.costmodel.StepModel`. ``decode_sms``: the decode partition's SMs
+    (all of them with no prefill in flight). ``n``: requests in the decode batch; ``sum_context``,
+    ``sum_window``: their cached tokens (and ``min(context, window)``), summed. ``corun_sms``: the prefill
+    partition's SMs while its stream is still busy (the decode step's co-run interference), else 0.
+    ``cuda_graph``: ``n`` is within SGLang's largest decode CUDA graph.
+
+    SGLang 0.5.23 ``srt/multiplex/multiplexing_mixin.py`` ``event_loop_pdmux`` waits for the decode stream
+    only, then processes the results on the CPU with the overlap scheduler off (SGLang asserts it): one
+    decode step on ``decode_sms`` plus the CPU's work of the step (``StepModel.decode_cpu_s``). The loop
+    below (:func:`pdmux_rounds`) and ``pdmux gen-config --slo-itl`` (:mod:`pdmux_cli.slo_levels`) both time
+    rounds with this function, so the ITL a YAML is sized for is the one the simulator gives.
+    """
+    return step_model.decode_s(decode_sms, n, sum_context, sum_window, corun_sms, cuda_graph) + step_model.decode_cpu_s(n)
+
+
 def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None) -> dict:
     """Simulate SGLang's pdmux loop over ``work`` (see the module docstring). Returns the extras
     for :class:`~pdmux_cli.simulate.engine.RunResult`: end time, idle seconds, groups, time per group,
@@ -344,9 +363,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     batch = work.batch
     ends = work.ends
     append = ends.fast_append
-    decode_s = step_model.decode_s
+    round_s = pdmux_round_s
     cpu_s = step_model.decode_cpu_s
-    cpu_of = _CpuCache(cpu_s)
     fast_memory = work.cache is None
     capacity = work.capacity
     group_time = [0.0] * n_groups
@@ -444,12 +462,11 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 k = per_round if submitted + per_round <= layers else layers - submitted
                 stream_free = max(t, stream_free) + k * layer_s
                 submitted += k
-            gpu = decode_s(pf_d, n, batch.sum_context, batch.sum_window, pf_p if stream_free > t else 0,
-                           n <= graph_max)
-            tau = gpu + (cpu_of.get(n) or cpu_of.add(n))
+            tau = round_s(step_model, pf_d, n, batch.sum_context, batch.sum_window, pf_p if stream_free > t else 0,
+                          n <= graph_max)
             group_time[group] += tau
         else:
-            tau = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max) + (cpu_of.get(n) or cpu_of.add(n))
+            tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
             group_time[last] += tau
         t += tau
         step = len(ends)

@@ -636,8 +636,8 @@ def synthetic_trace(
     if bench:  # as many as the arrivals need: draw for the cap, or for a generous expectation
         cap = num_requests if num_requests is not None else min(limit, int(qps * duration_s * 1.5) + 100)
         bench_prompts, bench_outputs = bench_serving_lengths(str(prompt_tokens), str(output_tokens), cap, seed)
-        draw_prompt = lambda _rng, it=iter(bench_prompts): next(it)  # noqa: E731
-        draw_output = lambda _rng, it=iter(bench_outputs): next(it)  # noqa: E731
+        draw_prompt = lambda _rng, it=iter(bench_prompts): next(it)
+        draw_output = lambda _rng, it=iter(bench_outputs): next(it)
     rng = random.Random(seed)
     times: list[float] = []
     prompts: list[int] = []
