@@ -14,6 +14,7 @@ import typer
 
 from ..atomic import check_writable, refuse_overwriting_inputs
 from ..errors import InputError
+from ..kv_cache import KV_CACHE_DTYPE_HELP
 from . import app
 from .common import console, gpu_file, model_file, print_note
 from .simulate import (
@@ -182,7 +183,8 @@ def capacity(
     cost_model: str = typer.Option("roofline", "--cost-model", help=COST_MODEL_HELP),
     s_sat: float | None = typer.Option(None, "--s-sat", help="SMs that reach 95% of HBM bandwidth (default: the cost model's)."),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate'."),
-    kv_bytes: float = typer.Option(2.0, "--kv-bytes", help="Bytes per KV-cache element."),
+    kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (default: by --kv-cache-dtype)."),
+    kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help="SGLang's flag (default: SGLang's own, per policy)."),
     max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Requests run to their max_new_tokens (benchmark traffic)."),
@@ -237,7 +239,7 @@ def capacity(
                               output_tokens)
     setup, cluster = setup_and_cluster(
         lambda n: _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, calibration=calibration, kv_bytes=kv_bytes,
-                         mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
+                         kv_cache_dtype=kv_cache_dtype, mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
                          ignore_eos=ignore_eos, tp=n),
         tp, no_prefix_cache, names, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s, kv_link_latency_us,
         disagg_tp)
