@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from cli_assertions import assert_one_line_error
@@ -23,18 +24,22 @@ from pdmux_cli.errors import InputError
 from pdmux_cli.hardware import find_gpu
 from pdmux_cli.kv_cache import KV_CACHE_DTYPES, resolve_kv_cache
 from pdmux_cli.model import load_model, model_from_config
+from pdmux_cli.profile_files import model_profiles_dir
 
 runner = CliRunner()
-AZURE = "tests/fixtures/azure_conv_50.csv"
+AZURE = str(Path(__file__).parent / "fixtures" / "azure_conv_50.csv")
 #: Qwen/Qwen3-8B-FP8's quantization_config (its Hugging Face config.json).
 QWEN3_FP8_QC = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
 
 
-def _qwen3_8b(**extra) -> dict:
-    with open("profiles/models/Qwen3-8B.json", encoding="utf-8") as f:
-        config = json.load(f)
+def _profile_config(name: str, **extra) -> dict:
+    config = json.loads((model_profiles_dir() / f"{name}.json").read_text(encoding="utf-8"))
     config.update(extra)
     return config
+
+
+def _qwen3_8b(**extra) -> dict:
+    return _profile_config("Qwen3-8B", **extra)
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +101,7 @@ def test_model_dtype_as_sglang_reads_it(extra, dtype):
 
 
 def test_gemma_in_float32_is_served_in_bf16():
-    config = json.loads(open("profiles/models/Gemma-3-27B-it.json", encoding="utf-8").read())
-    config["torch_dtype"] = "float32"
+    config = _profile_config("Gemma-3-27B-it", torch_dtype="float32")
     assert model_from_config(config, name="gemma").kv_dtype == "bf16"
 
 
