@@ -17,7 +17,8 @@ Inputs (all shipped in ``profiles/measurements/``, see its READMEs for sources a
   DGX A100) -> ``allreduce.yaml``: per GPU and GPU count, the custom kernel up to 8 MiB and NCCL above
   (:mod:`pdmux_cli.costmodel.collectives`).
 
-``common.yaml``'s ``cpu`` section holds published figures, not fits (sources in the file).
+``common.yaml``'s ``cpu`` section holds published kernel-launch figures, not fits (sources in the file); the
+scheduler's CPU terms and the request path's delays are in ``serving.yaml`` (``benchmarks/fit_serving.py``).
 
 Usage: ``python benchmarks/fit_efficiency.py [--check]``. ``--check`` fits and compares with the
 files on disk instead of writing (exit 1 on a difference). Deterministic; about a minute on 2 cores.
@@ -63,17 +64,13 @@ ELEMENTWISE_FROM = {"h100-sxm": "h100-sxm", "h200-sxm": "h100-sxm", "b200": "h10
                     "a100-sxm-80gb": "a100-sxm-80gb", "l40s": "a100-sxm-80gb"}
 
 CPU = {
-    "step_s": 0.31e-3,
-    "per_request_s": 0.0,
     "launch_s": 3.4e-6,
     "kernels_per_layer": 10,
     "source": (
-        "step_s: SGLang's per-token CPU overhead measured against a mock forward, batch 1 "
-        "(tenstorrent/tt-inference-server issue 3560, 2026-05: 2.94 ms TPOT vs a 2.632 ms forward floor); "
-        "per_request_s: no public SGLang measurement (0; issue 'calibrate from SGLang' fits it from server logs); "
         "launch_s: host launch gap of an eager decode step, 3.07 ms over 914 kernel launches "
         "(turboderp-org/exllamav3 PR 380); kernels_per_layer: a dense layer's kernels in SGLang "
-        "(2 fused add-RMSNorms, QKV, RoPE, KV-cache store, attention, O, gate+up, SiLU-and-mul, down)"
+        "(2 fused add-RMSNorms, QKV, RoPE, KV-cache store, attention, O, gate+up, SiLU-and-mul, down); "
+        "the scheduler's time per step and per request: serving.yaml (benchmarks/fit_serving.py)"
     ),
 }
 

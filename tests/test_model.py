@@ -27,6 +27,9 @@ def chapter_attn(tokens, start=0):
 KV_BYTES_PER_TOKEN = {
     "Qwen3-0.6B": 114688,
     "Qwen3-8B": 147456,
+    "Qwen3-8B-FP8": 147456,
+    "Qwen3-14B": 163840,
+    "Qwen3-14B-FP8": 163840,
     "Qwen3-32B": 262144,
     "Qwen2.5-7B-Instruct": 57344,
     "Llama-3.1-8B": 131072,

@@ -18,12 +18,14 @@ from ..kv_cache import KV_CACHE_DTYPE_HELP
 from . import app
 from .common import console, gpu_file, model_file, print_note
 from .simulate import (
+    ADMISSION_DELAY_OPTION,
     COST_MODEL_HELP,
     DEFAULT_POLICIES,
     DISAGG_OPTION,
     DISAGG_TP_OPTION,
     DP_OPTION,
     DURATION_OPTION,
+    FIRST_TOKEN_DELAY_OPTION,
     FORMAT_OPTION,
     GPU_OPTION,
     KV_LINK_GB_S_OPTION,
@@ -36,6 +38,7 @@ from .simulate import (
     MODEL_OPTION,
     NO_PREFIX_CACHE_OPTION,
     OUTPUT_TOKENS_OPTION,
+    PER_REQUEST_OVERHEAD_OPTION,
     POLICIES,
     PREFILL_DECODE_INTERVAL_OPTION,
     PROMPT_TOKENS_OPTION,
@@ -183,6 +186,10 @@ def capacity(
     cost_model: str = typer.Option("roofline", "--cost-model", help=COST_MODEL_HELP),
     s_sat: float | None = typer.Option(None, "--s-sat", help="SMs that reach 95% of HBM bandwidth (default: the cost model's)."),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate'."),
+    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="Roofline model: the engine's CPU time per step, ms (0 = kernels only)."),
+    per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
+    admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
+    first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
     kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (default: by --kv-cache-dtype)."),
     kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help="SGLang's flag (default: SGLang's own, per policy)."),
@@ -239,8 +246,10 @@ def capacity(
                               output_tokens)
     setup, cluster = setup_and_cluster(
         lambda n: _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, calibration=calibration, kv_bytes=kv_bytes,
-                         kv_cache_dtype=kv_cache_dtype, mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
-                         ignore_eos=ignore_eos, tp=n),
+                         kv_cache_dtype=kv_cache_dtype, mem_fraction_static=mem_fraction_static,
+                         max_prefill_tokens=max_prefill_tokens, ignore_eos=ignore_eos, tp=n,
+                         step_overhead_ms=step_overhead_ms, per_request_overhead_ms=per_request_overhead_ms,
+                         admission_delay_ms=admission_delay_ms, first_token_delay_ms=first_token_delay_ms),
         tp, no_prefix_cache, names, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s, kv_link_latency_us,
         disagg_tp)
     workload = _drop_past_context(workload, setup.model, None, None, duration)

@@ -194,6 +194,9 @@ def parse_chunk_sizes(text: str, what: str) -> list[int]:
 
 
 #: The workload options simulate, tune and capacity share (typer reads these as plain metadata).
+PER_REQUEST_OVERHEAD_OPTION = typer.Option(None, "--per-request-overhead-ms", help="Roofline model: the scheduler's CPU time per running request per step, ms (default: fitted to public SGLang serving runs, profiles/efficiency/serving.yaml).")
+ADMISSION_DELAY_OPTION = typer.Option(None, "--admission-delay-ms", help="Roofline model: from a request's arrival until SGLang's scheduler can admit it (HTTP server, tokenizer, IPC), ms (default: serving.yaml's fit).")
+FIRST_TOKEN_DELAY_OPTION = typer.Option(None, "--first-token-delay-ms", help="Roofline model: from the step that makes a token until the client has it (detokenizer, streaming), ms: adds to TTFT and end-to-end latency, not to ITL (default: serving.yaml's fit).")
 MODEL_OPTION = typer.Option("qwen3-8b", "--model", "-m", help=MODEL_HELP)
 GPU_OPTION = typer.Option(None, "--gpu", "-g", help=GPU_HELP)
 MIXED_CHUNK_SIZES_OPTION = typer.Option("512", "--mixed-chunk-sizes", help="Chunk sizes of 'mixed-chunk'.")
@@ -254,7 +257,9 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
            mem_fraction_static: float | None = None,
            max_prefill_tokens: int = 16384, flops_dtype: str | None = None, step_overhead_ms: float | None = None,
            ignore_eos: bool = False, disable_overlap: bool = False, cuda_graph_max_bs: int | None = None,
-           max_running_requests: int | None = None, gpu_profile: Any = None, tp: int = 1) -> Any:
+           max_running_requests: int | None = None, gpu_profile: Any = None, tp: int = 1,
+           per_request_overhead_ms: float | None = None, admission_delay_ms: float | None = None,
+           first_token_delay_ms: float | None = None) -> Any:
     """The simulated server (:func:`pdmux_cli.simulate.engine.make_setup`) from the options shared by
     simulate and tune; :class:`InputError` for bad values or combinations."""
     from ..hardware import find_gpu_or_file
@@ -270,7 +275,9 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
     engine.check_mem_fraction(mem_fraction_static)
     engine.check_efficiency(bandwidth_efficiency, "--bandwidth-efficiency")
     engine.check_efficiency(mfu, "--mfu")
-    _check_number("--step-overhead-ms", step_overhead_ms, strict=False)
+    for flag, value in (("--step-overhead-ms", step_overhead_ms), ("--per-request-overhead-ms", per_request_overhead_ms),
+                        ("--admission-delay-ms", admission_delay_ms), ("--first-token-delay-ms", first_token_delay_ms)):
+        _check_number(flag, value, strict=False)
     if max_prefill_tokens < 1:
         raise InputError(f"--max-prefill-tokens must be >= 1, got {max_prefill_tokens}")
     for name, value in (("--cuda-graph-max-bs", cuda_graph_max_bs), ("--max-running-requests", max_running_requests)):
@@ -295,7 +302,9 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
                       bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, calibration=cal,
                       weight_bytes_per_param=weight_bytes, kv_bytes_per_element=kv_cache.bytes_per_element,
                       mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
-                      flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
+                      flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms,
+                      per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
+                      first_token_delay_ms=first_token_delay_ms, ignore_eos=ignore_eos,
                       disable_overlap=disable_overlap, cuda_graph_max_bs=cuda_graph_max_bs,
                       max_running_requests=max_running_requests, tp=tp)
 
@@ -443,6 +452,9 @@ def simulate(
     bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help="Chapter model: fraction of datasheet bandwidth decode reaches (0.85)."),
     mfu: float | None = typer.Option(None, "--mfu", help="Chapter model: fraction of dense FLOP/s prefill reaches (0.5)."),
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="Roofline model: the engine's CPU time per step, ms (0 = kernels only)."),
+    per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
+    admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
+    first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' (SM-partition curves, co-run interference) and/or 'pdmux calibrate' (whole-GPU efficiencies from your SGLang)."),
     weight_bytes: float | None = typer.Option(None, "--weight-bytes", help="Bytes per weight (default: the model's dtype)."),
     kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (default: by --kv-cache-dtype)."),
@@ -465,6 +477,7 @@ def simulate(
     kv_link: str = KV_LINK_OPTION,
     kv_link_gb_s: float | None = KV_LINK_GB_S_OPTION,
     kv_link_latency_us: float | None = KV_LINK_LATENCY_OPTION,
+    max_concurrency: int | None = typer.Option(None, "--max-concurrency", help="A closed-loop client with at most N requests in flight, as SGLang's bench_serving --max-concurrency: each request is sent at its arrival or when one finishes, whichever is later; TTFT counts from the send. One server only."),
     workers: int | None = typer.Option(None, "--workers", help="Processes, one policy each (default: the cores available; 1 runs the policies here, one after another)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     csv_path: Path | None = typer.Option(None, "--csv", help="Write per-request results to this CSV file."),
@@ -481,6 +494,10 @@ def simulate(
 
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be >= 1, got {workers}")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise InputError(f"--max-concurrency must be >= 1 requests in flight, got {max_concurrency}")
+    if max_concurrency is not None and (disagg is not None or (dp or 1) > 1):
+        raise InputError("--max-concurrency (a closed-loop client) is simulated on one server: drop --dp and --disagg")
     if trace is not None and trace_option is not None:
         raise InputError("give the trace once: as the TRACE argument or as --trace, not both")
     trace = trace if trace is not None else trace_option
@@ -514,7 +531,9 @@ def simulate(
                          mfu=mfu, calibration=calibration, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
                          kv_cache_dtype=kv_cache_dtype,
                          mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
-                         flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
+                         flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms,
+                         per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
+                         first_token_delay_ms=first_token_delay_ms, ignore_eos=ignore_eos,
                          disable_overlap=disable_overlap_schedule, cuda_graph_max_bs=cuda_graph_max_bs,
                          max_running_requests=max_running_requests, tp=n),
         tp, no_prefix_cache, names, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s, kv_link_latency_us,
@@ -548,7 +567,8 @@ def simulate(
     try:
         outcomes = simulate_policies(workload, setup, runs, slo_ttft, slo_itl, dp=cluster.dp,
                                      load_balance_method=cluster.method,
-                                     workers=workers if workers is not None else default_workers(), progress=update)
+                                     workers=workers if workers is not None else default_workers(), progress=update,
+                                     max_concurrency=max_concurrency or 0)
     finally:
         if bar is not None:
             bar.stop()
@@ -771,6 +791,9 @@ def tune(
     bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help="Chapter model: fraction of datasheet bandwidth (0.85)."),
     mfu: float | None = typer.Option(None, "--mfu", help="Chapter model: fraction of dense FLOP/s prefill reaches (0.5)."),
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="Roofline model: the engine's CPU time per step, ms."),
+    per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
+    admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
+    first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate'."),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help="SGLang's flag (default: SGLang's own with chunking off)."),
     max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens."),
@@ -800,7 +823,9 @@ def tune(
     setup = _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency, mfu=mfu,
                    calibration=calibration, mem_fraction_static=mem_fraction_static,
                    max_prefill_tokens=max_prefill_tokens, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
-                   kv_bytes=kv_bytes, kv_cache_dtype=kv_cache_dtype, tp=tp)
+                   kv_bytes=kv_bytes, kv_cache_dtype=kv_cache_dtype, tp=tp,
+                   per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
+                   first_token_delay_ms=first_token_delay_ms)
     if no_prefix_cache:
         setup = without_prefix_cache(setup)
     cluster = cluster_from_options(setup, gpu, dp, load_balance_method, disagg, allow_disagg=False)

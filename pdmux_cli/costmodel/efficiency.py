@@ -21,7 +21,10 @@ Files:
   GPU and its same-chip siblings), ``families`` the compute capabilities it stands in for when a GPU
   has no file of its own (``"8.9"`` for that capability, ``"8"`` for any 8.x; the exact one wins).
 - ``common.yaml``: what was measured once for all GPUs: the SM-partition terms (``partitions``) and the
-  serving engine's CPU costs (``cpu``);
+  kernel-launch costs of an eager step (``cpu``: ``launch_s``, ``kernels_per_layer``);
+- ``serving.yaml``: what an SGLang server spends beyond the GPU's kernels, fitted to public serving runs
+  by ``benchmarks/fit_serving.py``: the scheduler's CPU time per step and per running request
+  (``scheduler``) and the request path's fixed delays (``request_path``), read by :func:`load_serving`;
 - ``allreduce.yaml``: the tensor-parallel all-reduce constants (read by
   :mod:`pdmux_cli.costmodel.collectives`, not here).
 
@@ -208,6 +211,29 @@ class CpuProfile:
         return self.step_s + self.per_request_s * requests
 
 
+@dataclass(frozen=True)
+class ServingProfile:
+    """The request path of an SGLang server outside the scheduler's loop (``serving.yaml``
+    ``request_path``), seconds.
+
+    ``admission_delay_s``: from a request's arrival at the HTTP server until the scheduler can admit it
+    (FastAPI handler, ``tokenizer_manager.py`` ``generate_request`` / ``_tokenize_one_request``, the ZMQ
+    hop ``_send_one_request``, then ``scheduler.py`` ``ingest_requests`` at the top of its next loop
+    iteration). ``first_token_delay_s``: from the end of the step that produced a token until the client
+    holds it (``detokenizer_manager.py`` ``handle_batch_token_id_out``, the tokenizer manager's
+    ``handle_loop`` / ``_handle_batch_output``, the HTTP stream); every token pays it, so it moves TTFT
+    and end-to-end latency, not ITL. ``source``: where each was measured or fitted.
+    """
+
+    admission_delay_s: float = 0.0
+    first_token_delay_s: float = 0.0
+    source: str = ""
+
+
+#: No serving delays (the chapter's model, and ``--cost-model roofline`` with both set to 0).
+NO_SERVING_DELAYS = ServingProfile(0.0, 0.0, "none")
+
+
 def _where(path: Path, field: str) -> str:
     return f"efficiency profile {path.name}: field '{field}'"
 
@@ -288,8 +314,36 @@ def _pairs(value: object, path: Path, field: str) -> tuple[tuple[float, float], 
 
 
 @functools.lru_cache(maxsize=1)
+def load_serving() -> tuple[dict[str, float], ServingProfile, str]:
+    """``serving.yaml``: ``(scheduler terms, request-path delays, the scheduler's source)`` (cached).
+
+    The scheduler terms are ``{"step_s": ..., "per_request_s": ...}`` (seconds of CPU per step, and per
+    running request per step); :func:`load_common` puts them in :class:`CpuProfile`. Raises
+    :class:`InputError` for a malformed file (a broken installation)."""
+    path = efficiency_profiles_dir() / "serving.yaml"
+    data = _read(path)
+    sched = data.get("scheduler")
+    req = data.get("request_path")
+    if not isinstance(sched, dict) or not isinstance(req, dict):
+        raise InputError(f"efficiency profile {path.name}: needs 'scheduler' and 'request_path' mappings")
+    for name, section in (("scheduler", sched), ("request_path", req)):
+        if not str(section.get("source", "")).strip():
+            raise InputError(f"{_where(path, name + '.source')} is empty: every constant names its measurement")
+    terms = {"step_s": _number(sched, "step_s", path, 0.0, 1.0),
+             "per_request_s": _number(sched, "per_request_s", path, 0.0, 1e-2)}
+    serving = ServingProfile(
+        admission_delay_s=_number(req, "admission_delay_s", path, 0.0, 10.0),
+        first_token_delay_s=_number(req, "first_token_delay_s", path, 0.0, 10.0),
+        source=str(req["source"]),
+    )
+    return terms, serving, str(sched["source"])
+
+
+@functools.lru_cache(maxsize=1)
 def load_common() -> tuple[PartitionProfile, CpuProfile]:
-    """``common.yaml``: the SM-partition terms and the engine's CPU costs (cached)."""
+    """``common.yaml``'s SM-partition terms and the engine's CPU costs: kernel launches from
+    ``common.yaml``, the scheduler's time per step and per running request from ``serving.yaml``
+    (:func:`load_serving`) (cached)."""
     path = efficiency_profiles_dir() / "common.yaml"
     data = _read(path)
     part = data.get("partitions")
@@ -312,22 +366,24 @@ def load_common() -> tuple[PartitionProfile, CpuProfile]:
     kernels = cpu.get("kernels_per_layer")
     if not isinstance(kernels, int) or isinstance(kernels, bool) or not 1 <= kernels <= 1000:
         raise InputError(f"{_where(path, 'cpu.kernels_per_layer')} must be an integer from 1 to 1000")
+    scheduler, _, scheduler_source = load_serving()
     cpu_profile = CpuProfile(
-        step_s=_number(cpu, "step_s", path, 0.0, 1.0),
-        per_request_s=_number(cpu, "per_request_s", path, 0.0, 1e-2),
+        step_s=scheduler["step_s"],
+        per_request_s=scheduler["per_request_s"],
         launch_s=_number(cpu, "launch_s", path, 0.0, 1e-3),
         kernels_per_layer=kernels,
-        source=str(cpu.get("source", "")),
+        source=f"{scheduler_source}; {cpu.get('source', '')}",
     )
     return partitions, cpu_profile
 
 
 @functools.lru_cache(maxsize=1)
 def load_profiles() -> tuple[EfficiencyProfile, ...]:
-    """Every ``profiles/efficiency/<gpu-key>.yaml`` (not ``common.yaml`` or ``allreduce.yaml``), sorted by
+    """Every ``profiles/efficiency/<gpu-key>.yaml`` (not ``common``, ``allreduce`` or ``serving``), sorted by
     key (cached)."""
     directory = efficiency_profiles_dir()
-    return tuple(load_profile(p) for p in sorted(directory.glob("*.yaml")) if p.stem not in ("common", "allreduce"))
+    return tuple(load_profile(p) for p in sorted(directory.glob("*.yaml"))
+                 if p.stem not in ("common", "allreduce", "serving"))
 
 
 def profile_for(gpu_key: str, compute_capability: tuple[int, int]) -> tuple[EfficiencyProfile, str]:

@@ -39,7 +39,14 @@ from typing import Any
 from .. import model as mdl
 from ..errors import InputError
 from ..model import Model
-from .efficiency import CpuProfile, EfficiencyProfile, OperatorEfficiency, PartitionProfile
+from .efficiency import (
+    NO_SERVING_DELAYS,
+    CpuProfile,
+    EfficiencyProfile,
+    OperatorEfficiency,
+    PartitionProfile,
+    ServingProfile,
+)
 from .operators import ACTIVATION_BYTES, Gemm, StepShapes, step_shapes
 from .partitions import BandwidthCurve
 
@@ -63,7 +70,9 @@ class RooflineModel:
     ``notes``: lines for output (how the efficiencies were chosen). ``decode_fixed_s``: GPU time added to
     every decode step (a whole-GPU calibration's term for what the operators leave out).
     ``tp``: GPUs the model is sharded over (every number is then one rank's); ``collectives``: their
-    :class:`~pdmux_cli.costmodel.collectives.TpCollectives` (required when ``tp > 1``).
+    :class:`~pdmux_cli.costmodel.collectives.TpCollectives` (required when ``tp > 1``). ``serving``: the
+    request path's delays outside the scheduler (:class:`~pdmux_cli.costmodel.efficiency.ServingProfile`),
+    which the simulator adds to TTFT; none by default.
     Raises :class:`InputError` for an S_SAT outside 1..SMs or given together with a calibration, or a
     split SGLang refuses (:func:`pdmux_cli.tensor_parallel.shard`).
     """
@@ -91,6 +100,7 @@ class RooflineModel:
         decode_fixed_s: float = 0.0,
         tp: int = 1,
         collectives: Any = None,
+        serving: ServingProfile = NO_SERVING_DELAYS,
     ) -> None:
         if calibration is not None and s_sat is not None:
             raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
@@ -107,6 +117,7 @@ class RooflineModel:
             cpu = CpuProfile(step_overhead_s, 0.0 if step_overhead_s == 0 else cpu.per_request_s, cpu.launch_s,
                              cpu.kernels_per_layer, f"--step-overhead-ms {step_overhead_s * 1e3:g}")
         self.cpu = cpu
+        self.serving = serving
         self.calibration = calibration
         self.notes = list(notes)
         self.decode_fixed_s = decode_fixed_s

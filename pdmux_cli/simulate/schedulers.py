@@ -219,14 +219,20 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     next_progress = every = ends.check_every
     horizon = work.horizon
     next_t = work.next_arrival_time()
+    # With the overlap scheduler, the batch that runs from `t` was formed on the CPU while the previous
+    # one ran: it sees the requests received by the previous round's start (`last_start`). Without it
+    # (and after an idle wait) the batch is formed at `t`.
+    last_start = 0.0
     while True:
         if t >= horizon:
             yield t
             horizon = work.horizon
             next_t = work.next_arrival_time()
         work.finished_mark = work.finished
-        if t >= next_t:
-            work.receive(t)
+        seen = last_start if overlap else t
+        last_start = t
+        if seen >= next_t:
+            work.receive(seen)
             next_t = work.next_arrival_time()
         n = batch.n
         if not n:
@@ -265,7 +271,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                 append(t)
                 finished = batch.complete(step)
                 if finished:
-                    work.release(finished)
+                    work.release(finished, t)
                     work.batch_full = False
             work.first_tokens(completing, t)
             defer = interval
@@ -286,7 +292,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             append(t)
             finished = batch.complete(step)
             if finished:
-                work.release(finished)
+                work.release(finished, t)
                 work.batch_full = False
             if step >= next_progress:
                 next_progress += every
@@ -300,7 +306,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
         if nxt is None:
             break
         idle += nxt - t
-        t = nxt
+        t = last_start = nxt
         next_t = work.next_arrival_time()
     if transferred:
         counters = {"steps": len(ends), "admission_rounds": prefill_batches, "re_prefills": mixed_steps,
@@ -445,7 +451,7 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
         append(t)
         finished = batch.complete(step)
         if finished:
-            work.release(finished)
+            work.release(finished, t)
             finished_last_round = True
         if pf is not None and submitted >= layers and stream_free <= t:
             work.first_tokens(pf, t)
