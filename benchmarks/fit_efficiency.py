@@ -2,9 +2,13 @@
 
 Inputs (all shipped in ``profiles/measurements/``, see its READMEs for sources and licences):
 
-- aiconfigurator-core 0.12.0's SGLang tables per GPU: GEMMs (bf16) -> ``gemm``; decode attention
-  (bf16 KV, points whose KV fits in L2 dropped) -> ``decode_attention``; prefill attention (bf16)
-  -> ``prefill_attention``;
+- aiconfigurator-core 0.12.0's SGLang tables per GPU: GEMMs (bf16) -> ``gemm``; per-tensor fp8 GEMMs
+  -> ``gemm_fp8`` and block-scaled fp8 GEMMs (DeepGEMM, activation quantization included) ->
+  ``gemm_fp8_block``, each against the fp8 dense peak, where the GPU's table has them; decode attention
+  over an fp8 KV cache -> ``decode_attention_fp8_kv`` (where measured); decode attention
+  (bf16 KV, points whose KV fits in L2 dropped) -> ``decode_attention`` (A100: aiconfigurator's vLLM
+  table, FA2 paged decode, see measurements.DECODE_ATTENTION_TABLE); prefill attention (bf16) -> ``prefill_attention``
+  (its KV reads at the bandwidth of the GPU's SGLang decode table);
 - Vidur's per-layer small ops (H100, A100) -> ``elementwise`` (H100's for Hopper and Blackwell GPUs,
   A100's for Ampere and Ada, as fractions of each GPU's own datasheet bandwidth);
 - NanoFlow's A100 SM sweeps -> ``common.yaml`` ``partitions`` (bandwidth-curve sharpness, default
@@ -82,15 +86,38 @@ def _section(e: OperatorEfficiency, flops: bool, points: int) -> dict:
     return out
 
 
+#: The fp8 GEMM sections: (file section, aiconfigurator dtype, what it is).
+FP8_GEMMS = (("gemm_fp8", "fp8", ("per-tensor fp8 GEMMs (sgl-kernel fp8_scaled_mm, per-token activation quantization "
+                                 "included), fractions of the fp8 dense peak")),
+             ("gemm_fp8_block", "fp8_block", ("block-scaled fp8 GEMMs (DeepGEMM, 128x128 weight blocks, per-token-group "
+                                             "activation quantization included), fractions of the fp8 dense peak")))
+
+
 def fit_gpu(gpu_key: str, elementwise: dict[str, tuple[OperatorEfficiency, int]]) -> dict:
     gpu = find_gpu(gpu_key)
     peak, hbm = gpu.dense_flops("bf16"), gpu.hbm_bytes_per_s
     gemm_pts = fit.gemm_points(measurements.aic_gemms(gpu_key, "bf16"))
     gemm = fit.fit_gemm(gemm_pts, peak, hbm, f"{AIC}: {gpu_key} bf16 GEMMs (torch linear)")
-    dec_pts = [p for p in measurements.aic_attention(gpu_key, "decode") if not p.cached_in_l2]
-    dec = fit.fit_decode_attention(dec_pts, hbm, f"{AIC}: {gpu_key} decode (generation) attention, bf16 KV")
+    fp8 = {}
+    for section, dtype, what in FP8_GEMMS:
+        pts = fit.gemm_points(measurements.aic_gemms(gpu_key, dtype))
+        if pts and gpu.fp8_dense_flops:
+            fp8[section] = (fit.fit_gemm(pts, gpu.dense_flops("fp8"), hbm, f"{AIC}: {gpu_key} {what}"), len(pts))
+    sglang_dec_pts = [p for p in measurements.aic_attention(gpu_key, "decode") if not p.cached_in_l2]
+    sglang_dec = fit.fit_decode_attention(sglang_dec_pts, hbm,
+                                          f"{AIC}: {gpu_key} decode (generation) attention, bf16 KV")
+    dec, dec_pts = sglang_dec, sglang_dec_pts
+    if gpu_key in measurements.DECODE_ATTENTION_TABLE:
+        backend, why = measurements.DECODE_ATTENTION_TABLE[gpu_key]
+        dec_pts = [p for p in measurements.aic_attention(gpu_key, "decode", backend=backend) if not p.cached_in_l2]
+        dec = fit.fit_decode_attention(dec_pts, hbm, f"aiconfigurator-core 0.12.0 (NVIDIA, Apache-2.0), {why}: "
+                                                     f"{gpu_key} decode (generation) attention, bf16 KV")
+    fp8_kv_pts = [p for p in measurements.aic_attention(gpu_key, "decode", "fp8") if not p.cached_in_l2]
+    if fp8_kv_pts:
+        fp8["decode_attention_fp8_kv"] = (fit.fit_decode_attention(
+            fp8_kv_pts, hbm, f"{AIC}: {gpu_key} decode (generation) attention, fp8 KV, bf16 compute"), len(fp8_kv_pts))
     pre_pts = measurements.aic_attention(gpu_key, "prefill")
-    pre = fit.fit_prefill_attention(pre_pts, peak, hbm, dec.bandwidth_efficiency,
+    pre = fit.fit_prefill_attention(pre_pts, peak, hbm, sglang_dec.bandwidth_efficiency,
                                     f"{AIC}: {gpu_key} prefill (context) attention, bf16")
     el, el_points = elementwise[ELEMENTWISE_FROM[gpu_key]]
     applies, families = COVERAGE[gpu_key]
@@ -104,6 +131,7 @@ def fit_gpu(gpu_key: str, elementwise: dict[str, tuple[OperatorEfficiency, int]]
         "prefill_attention": _section(pre, True, len(pre_pts)),
         "decode_attention": _section(dec, False, len(dec_pts)),
         "elementwise": _section(el, False, el_points),
+        **{name: _section(e, name.startswith("gemm"), n) for name, (e, n) in fp8.items()},
     }
 
 

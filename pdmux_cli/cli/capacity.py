@@ -14,6 +14,7 @@ import typer
 
 from ..atomic import check_writable, refuse_overwriting_inputs
 from ..errors import InputError
+from ..kv_cache import KV_CACHE_DTYPE_HELP
 from . import app
 from .common import console, gpu_file, model_file, print_note, sglang_option
 from .simulate import (
@@ -189,7 +190,8 @@ def capacity(
     per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
     admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
     first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
-    kv_bytes: float = typer.Option(2.0, "--kv-bytes", help="Bytes per KV-cache element."),
+    kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (default: by --kv-cache-dtype)."),
+    kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help="SGLang's flag (default: SGLang's own, per policy)."),
     max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Requests run to their max_new_tokens (benchmark traffic)."),
@@ -246,10 +248,10 @@ def capacity(
                               output_tokens)
     setup, cluster = setup_and_cluster(
         lambda n: _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, calibration=calibration, kv_bytes=kv_bytes,
-                         mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
-                         ignore_eos=ignore_eos, tp=n, step_overhead_ms=step_overhead_ms,
-                         per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
-                         first_token_delay_ms=first_token_delay_ms),
+                         kv_cache_dtype=kv_cache_dtype, mem_fraction_static=mem_fraction_static,
+                         max_prefill_tokens=max_prefill_tokens, ignore_eos=ignore_eos, tp=n,
+                         step_overhead_ms=step_overhead_ms, per_request_overhead_ms=per_request_overhead_ms,
+                         admission_delay_ms=admission_delay_ms, first_token_delay_ms=first_token_delay_ms),
         tp, no_prefix_cache, names, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s, kv_link_latency_us,
         disagg_tp)
     workload = _drop_past_context(workload, setup.model, None, None, duration)

@@ -14,6 +14,7 @@ import typer
 
 from ..atomic import check_writable, refuse_overwriting_inputs
 from ..errors import InputError
+from ..kv_cache import KV_CACHE_DTYPE_HELP
 from . import app
 from .common import (
     NON_FINITE,
@@ -262,7 +263,8 @@ def estimate(
     mfu: float | None = typer.Option(None, "--mfu", help="Chapter model: fraction of dense FLOP/s prefill reaches (default 0.5)."),
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="Roofline model: the engine's CPU time per step, ms (0 = kernels only; default: SGLang's measured 0.31)."),
     weight_bytes: float | None = typer.Option(None, "--weight-bytes", help="Bytes per weight (default: the model's dtype; bf16 2, fp8 1)."),
-    kv_bytes: float = typer.Option(2.0, "--kv-bytes", help="Bytes per KV-cache element (bf16 2, fp8 1)."),
+    kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (bf16 2, fp8 1; default: by --kv-cache-dtype)."),
+    kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP),
     level: str = typer.Option("auto", "--level", help="PREFILL/DECODE SMs, e.g. 96/36, or 'auto' for SGLang's choice."),
     all_levels: bool = typer.Option(False, "--all-levels", help="Also show ITL and prefill time at every level."),
     sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="SGLang's sm_group_num (default 8)."),
@@ -307,11 +309,14 @@ def estimate(
         refuse_overwriting_inputs(plot, config, calibration, model_file(model), gpu_file(gpu))
         check_writable(plot)
     from ..disaggregation import parse_xpyd
+    from ..kv_cache import check_kv_options, resolve_kv_cache
 
+    check_kv_options(kv_cache_dtype, kv_bytes)
     xpyd = parse_xpyd(disagg) if disagg is not None else None
     device = resolve_device(gpu, None, None)
     gpu_profile = device.gpu
     mdl = load_model(model)
+    kv_cache = resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes)
     cfg, cfg_notes = _load_pdmux_yaml(config, device, sm_group_num, sglang) if config is not None else (None, [])
     scenario = Scenario(
         decode_bs=decode_bs, context_tokens=context, prompt_tokens=prompt_tokens,
@@ -320,7 +325,7 @@ def estimate(
         cost_model=cost_model.strip().lower(), step_overhead_ms=step_overhead_ms,
         s_sat_values=tuple(parse_float_list(s_sat, "--s-sat", unique=True)) if s_sat is not None else None,
         bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, weight_bytes_per_param=weight_bytes,
-        kv_bytes_per_element=kv_bytes, level=_parse_level(level),
+        kv_bytes_per_element=kv_cache.bytes_per_element, level=_parse_level(level),
         sm_group_num=sm_group_num or (cfg.sm_group_num if cfg else policy.DEFAULT_SM_GROUP_NUM),
         decode_bs_divisor=decode_bs_divisor or (cfg.decode_bs_divisor if cfg else policy.DEFAULT_DECODE_BS_DIVISOR),
         split_forward_token_budget=token_budget or (

@@ -20,6 +20,7 @@ import typer
 
 from ..atomic import check_writable, refuse_overwriting_inputs
 from ..errors import InputError
+from ..kv_cache import KV_CACHE_DTYPE_HELP
 from . import app
 from .common import (
     console,
@@ -255,7 +256,8 @@ def _load_workload(trace_path: Path | None, synthetic: bool, fmt: str | None, qp
 
 def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: float | None = None,
            bandwidth_efficiency: float | None = None, mfu: float | None = None, calibration: Path | None = None,
-           weight_bytes: float | None = None, kv_bytes: float = 2.0, mem_fraction_static: float | None = None,
+           weight_bytes: float | None = None, kv_bytes: float | None = None, kv_cache_dtype: str | None = None,
+           mem_fraction_static: float | None = None,
            max_prefill_tokens: int = 16384, flops_dtype: str | None = None, step_overhead_ms: float | None = None,
            ignore_eos: bool = False, disable_overlap: bool = False, cuda_graph_max_bs: int | None = None,
            max_running_requests: int | None = None, gpu_profile: Any = None, tp: int = 1,
@@ -264,11 +266,13 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
     """The simulated server (:func:`pdmux_cli.simulate.engine.make_setup`) from the options shared by
     simulate and tune; :class:`InputError` for bad values or combinations."""
     from ..hardware import find_gpu_or_file
+    from ..kv_cache import check_kv_options, resolve_kv_cache
     from ..model import load_model
     from ..simulate import engine
     from ..simulate.engine import make_setup
 
     _check_number("--s-sat", s_sat, minimum=1.0, strict=False)  # SMs: fewer than one saturates nothing
+    check_kv_options(kv_cache_dtype, kv_bytes)
     engine.check_bytes_per_element(weight_bytes, "--weight-bytes")
     engine.check_bytes_per_element(kv_bytes, "--kv-bytes")
     engine.check_mem_fraction(mem_fraction_static)
@@ -289,6 +293,7 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
         raise InputError(f"--s-sat {s_sat:g} is more than the {profile.sm_count} SMs of {profile.name}: "
                          "give the SMs that saturate HBM bandwidth, at most all of them")
     mdl = load_model(model)
+    kv_cache = resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes)
     cal = None
     if calibration is not None:
         from ..calibration import load_calibration
@@ -298,7 +303,7 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
             raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
     return make_setup(profile, mdl, cost_model=cost_model.strip().lower(), s_sat=s_sat,
                       bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, calibration=cal,
-                      weight_bytes_per_param=weight_bytes, kv_bytes_per_element=kv_bytes,
+                      weight_bytes_per_param=weight_bytes, kv_bytes_per_element=kv_cache.bytes_per_element,
                       mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
                       flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms,
                       per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
@@ -455,7 +460,8 @@ def simulate(
     first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' (SM-partition curves, co-run interference) and/or 'pdmux calibrate' (whole-GPU efficiencies from your SGLang)."),
     weight_bytes: float | None = typer.Option(None, "--weight-bytes", help="Bytes per weight (default: the model's dtype)."),
-    kv_bytes: float = typer.Option(2.0, "--kv-bytes", help="Bytes per KV-cache element."),
+    kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (default: by --kv-cache-dtype)."),
+    kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP),
     flops_dtype: str | None = typer.Option(None, "--flops-dtype", help="bf16, fp16 or fp8 dense math (default: by model)."),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help="SGLang's flag: share of GPU memory for weights and KV pool (default: SGLang's own, per policy)."),
     max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens."),
@@ -527,6 +533,7 @@ def simulate(
     setup, cluster = setup_and_cluster(
         lambda n: _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency,
                          mfu=mfu, calibration=calibration, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
+                         kv_cache_dtype=kv_cache_dtype,
                          mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
                          flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms,
                          per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
@@ -813,6 +820,8 @@ def tune(
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate'."),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help="SGLang's flag (default: SGLang's own with chunking off)."),
     max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens."),
+    kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (default: by --kv-cache-dtype)."),
+    kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Requests run to their max_new_tokens (benchmark traffic)."),
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     workers: int | None = typer.Option(None, "--workers", help="Processes (default: the cores available)."),
@@ -838,7 +847,8 @@ def tune(
     setup = _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency, mfu=mfu,
                    calibration=calibration, mem_fraction_static=mem_fraction_static,
                    max_prefill_tokens=max_prefill_tokens, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
-                   tp=tp, per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
+                   kv_bytes=kv_bytes, kv_cache_dtype=kv_cache_dtype, tp=tp,
+                   per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
                    first_token_delay_ms=first_token_delay_ms)
     from ..sglang_support import require_pdmux
 

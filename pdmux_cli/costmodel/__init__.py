@@ -88,6 +88,17 @@ def pick_flops_dtype(gpu: Any, model: Any, requested: str | None) -> str:
     return "bf16" if gpu.bf16_dense_flops else "fp16"
 
 
+def linear_gemm_kind(model: Any, flops_dtype: str) -> str:
+    """Which GEMM efficiencies the model's linear layers take with ``flops_dtype`` math (the
+    :func:`pick_flops_dtype` result): ``"fp8_block"`` for an fp8 checkpoint with
+    ``quantization_config.weight_block_size`` (SGLang's w8a8 block fp8 GEMMs), ``"fp8"`` for other fp8
+    math (per-tensor scales; also ``--flops-dtype fp8`` on a 16-bit checkpoint, as SGLang's
+    ``--quantization fp8``), else ``"bf16"``."""
+    if flops_dtype != "fp8":
+        return "bf16"
+    return "fp8_block" if model.weight_dtype == "fp8" and getattr(model, "weight_block_size", ()) else "fp8"
+
+
 def build_step_model(
     gpu: Any,
     model: Any,
@@ -130,7 +141,8 @@ def build_step_model(
     total = gpu.require_sm_count()
     if not gpu.hbm_bytes_per_s:
         raise InputError(f"{gpu.name} has no memory bandwidth figure: the cost model needs one (use another --gpu)")
-    dense = gpu.dense_flops(pick_flops_dtype(gpu, model, flops_dtype))
+    math_dtype = pick_flops_dtype(gpu, model, flops_dtype)
+    dense = gpu.dense_flops(math_dtype)
     if cost_model == "chapter":
         if tp != 1:
             raise InputError("--tp needs --cost-model roofline: the chapter's model is one GPU's and has no collectives")
@@ -169,7 +181,7 @@ def build_step_model(
             raise InputError(f"{flag} must be from 0 to {high:g}, got {value:g}")
     from dataclasses import replace
 
-    from .efficiency import load_common, load_serving, profile_for
+    from .efficiency import for_kv_cache, for_linear_gemms, load_common, load_serving, profile_for
     from .roofline import RooflineModel
 
     profile, note = profile_for(getattr(gpu, "key", ""), tuple(gpu.compute_capability))
@@ -194,6 +206,18 @@ def build_step_model(
     notes = [note] if note else []
     if profile.note:
         notes.append(profile.note)
+    profile, gemm_note = for_linear_gemms(profile, linear_gemm_kind(model, math_dtype))
+    if gemm_note:
+        notes.append(gemm_note)
+    profile, kv_note = for_kv_cache(profile, kv_bytes_per_element == 1.0)  # 1 byte per element: an fp8 cache
+    if kv_note:
+        notes.append(kv_note)
+    if model.weight_dtype == "fp8" and math_dtype != "fp8" and weight_bytes_per_param is None:
+        notes.append(f"fp8 weights in {math_dtype} math ({gpu.name} has no fp8 tensor cores, or --flops-dtype): SGLang "
+                     "runs them as weight-only fp8 (Marlin); modelled as 16-bit GEMMs reading 1-byte weights, "
+                     "not measured")
+    # attention, the lm_head and the router compute in 16 bits whatever the linear layers do
+    attention_dense = dense if math_dtype != "fp8" else gpu.dense_flops("bf16" if gpu.bf16_dense_flops else "fp16")
     curves = None
     if calibration is not None:
         if calibration.has_partitions:
@@ -214,8 +238,8 @@ def build_step_model(
 
         collectives = tp_collectives(gpu, check_tp_value(tp))
     return RooflineModel(
-        model, gpu_name=gpu.name, tp=tp, collectives=collectives, total_sms=total, hbm_bytes_per_s=gpu.hbm_bytes_per_s, dense_flops=dense,
-        efficiency=profile, partitions=partitions, cpu=cpu, s_sat=s_sat,
+        model, gpu_name=gpu.name, tp=tp, collectives=collectives, total_sms=total, hbm_bytes_per_s=gpu.hbm_bytes_per_s,
+        dense_flops=attention_dense, gemm_flops=dense, efficiency=profile, partitions=partitions, cpu=cpu, s_sat=s_sat,
         weight_bytes_per_param=weight_bytes_per_param, kv_bytes_per_element=kv_bytes_per_element,
         calibration=curves, serving=serving,
         notes=notes, decode_fixed_s=calibration.whole_gpu.decode_fixed_s

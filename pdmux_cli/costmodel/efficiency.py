@@ -14,7 +14,10 @@ the GPU (launch gap, ramp-up and tail), the intercept every fit finds. The const
 Files:
 
 - ``<gpu-key>.yaml``: the kernel efficiencies of one measured GPU (``gemm``, ``prefill_attention``,
-  ``decode_attention``, ``elementwise``); ``applies_to`` lists the GPU profiles that use it (the measured
+  ``decode_attention``, ``elementwise``; where measured also ``gemm_fp8``, per-tensor scaled fp8 GEMMs,
+  and ``gemm_fp8_block``, SGLang's block-scaled fp8 GEMMs, both as fractions of the fp8 dense peak;
+  ``decode_attention_fp8_kv``, decode attention over an fp8 KV cache);
+  ``applies_to`` lists the GPU profiles that use it (the measured
   GPU and its same-chip siblings), ``families`` the compute capabilities it stands in for when a GPU
   has no file of its own (``"8.9"`` for that capability, ``"8"`` for any 8.x; the exact one wins).
 - ``common.yaml``: what was measured once for all GPUs: the SM-partition terms (``partitions``) and the
@@ -93,6 +96,12 @@ class EfficiencyProfile:
     ``key``: file stem. ``fitted_on``: the GPU the measurements come from (a profile key).
     ``applies_to``: GPU profile keys using this file. ``families``: compute capabilities it stands in
     for (``"8.9"`` or ``"8"``). ``note``: caveats for output.
+    ``gemm``: bf16 GEMMs (fractions of the bf16 dense peak); ``gemm_fp8`` / ``gemm_fp8_block``: per-tensor
+    and block-scaled fp8 GEMMs (fractions of the fp8 dense peak, 1-byte weights), ``None`` where the GPU's
+    tables have none. ``lm_head``: the efficiency of the logits GEMM when ``gemm`` has been swapped for an
+    fp8 section by :func:`for_linear_gemms` (SGLang keeps the lm_head in 16 bits); ``None``: ``gemm``.
+    ``decode_attention_fp8_kv``: decode attention reading an fp8 KV cache (bytes at 1 per element, 16-bit
+    compute), ``None`` where not measured (:func:`for_kv_cache`).
     """
 
     key: str
@@ -104,6 +113,70 @@ class EfficiencyProfile:
     decode_attention: OperatorEfficiency
     elementwise: OperatorEfficiency
     note: str = ""
+    gemm_fp8: OperatorEfficiency | None = None
+    gemm_fp8_block: OperatorEfficiency | None = None
+    lm_head: OperatorEfficiency | None = None
+    decode_attention_fp8_kv: OperatorEfficiency | None = None
+
+    @property
+    def lm_head_gemm(self) -> OperatorEfficiency:
+        """The logits GEMM's efficiency (16-bit): :attr:`lm_head` or :attr:`gemm`."""
+        return self.lm_head or self.gemm
+
+
+#: The GEMM kinds :func:`for_linear_gemms` takes: bf16 (also fp16), per-tensor fp8, block-scaled fp8.
+GEMM_KINDS = ("bf16", "fp8", "fp8_block")
+
+
+def for_linear_gemms(profile: EfficiencyProfile, kind: str) -> tuple[EfficiencyProfile, str]:
+    """``profile`` with ``gemm`` set to the efficiency the model's linear layers run at, and a note
+    ("" when measured on this profile's GPU for that kind).
+
+    ``kind``: ``"bf16"`` (unchanged), ``"fp8"`` (per-tensor scaled fp8: SGLang's ``Fp8LinearMethod``
+    without ``weight_block_size``, also ``--quantization fp8`` on a 16-bit checkpoint) or
+    ``"fp8_block"`` (a checkpoint with ``quantization_config.weight_block_size``: SGLang 0.5.23 runs
+    ``dispatch_w8a8_block_fp8_linear``, DeepGEMM on Hopper and Blackwell, in
+    ``srt/layers/quantization/fp8_utils.py``). A missing ``fp8_block`` falls back to this GPU's
+    per-tensor fp8 (its own fp8 tensor cores; no sibling runs the same block kernel: SM89 and SM120 take
+    Triton and CUTLASS block kernels there), a missing ``fp8`` to the bf16 efficiencies against the fp8
+    peak; the note says which. The lm_head keeps the bf16 ``gemm`` (:attr:`EfficiencyProfile.lm_head`).
+    Raises :class:`InputError` for an unknown kind.
+    """
+    from dataclasses import replace
+
+    if kind not in GEMM_KINDS:
+        raise InputError(f"GEMM kind must be one of {', '.join(GEMM_KINDS)}, got {kind!r}")
+    if kind == "bf16":
+        return profile, ""
+    note = ""
+    chosen = profile.gemm_fp8_block if kind == "fp8_block" else None
+    if chosen is None:
+        chosen = profile.gemm_fp8
+        if kind == "fp8_block":
+            note = (f"block-scaled fp8 GEMMs not measured on {profile.fitted_on}: its per-tensor fp8 GEMM "
+                    "efficiency stands in" if chosen is not None else "")
+    if chosen is None:
+        chosen = profile.gemm
+        note = (f"no fp8 GEMM measured on {profile.fitted_on}: its bf16 GEMM efficiencies applied to the fp8 "
+                "dense peak (likely too fast)")
+    return replace(profile, gemm=chosen, lm_head=profile.lm_head_gemm), note
+
+
+def for_kv_cache(profile: EfficiencyProfile, fp8: bool) -> tuple[EfficiencyProfile, str]:
+    """``profile`` with ``decode_attention`` set for the KV cache's dtype, and a note ("" when measured).
+
+    ``fp8``: an fp8 KV cache (``--kv-cache-dtype fp8_e4m3``/``fp8_e5m2``, or 1 byte per element): the
+    measured ``decode_attention_fp8_kv`` (SGLang's kernels read an fp8 cache further from the HBM's
+    bandwidth than a bf16 one on Hopper: 0.65 against 0.93 of H100's); where not measured, the bf16-KV
+    constants at 1 byte per element, with a note."""
+    from dataclasses import replace
+
+    if not fp8:
+        return profile, ""
+    if profile.decode_attention_fp8_kv is not None:
+        return replace(profile, decode_attention=profile.decode_attention_fp8_kv), ""
+    return profile, (f"decode attention over an fp8 KV cache not measured on {profile.fitted_on}: its bf16-KV "
+                     "efficiency applied to 1-byte elements (likely too fast)")
 
 
 @dataclass(frozen=True)
@@ -229,6 +302,10 @@ def load_profile(path: Path) -> EfficiencyProfile:
         decode_attention=_section(data, "decode_attention", path, flops=False),
         elementwise=_section(data, "elementwise", path, flops=False),
         note=str(data.get("note", "")),
+        gemm_fp8=_section(data, "gemm_fp8", path, flops=True) if "gemm_fp8" in data else None,
+        gemm_fp8_block=_section(data, "gemm_fp8_block", path, flops=True) if "gemm_fp8_block" in data else None,
+        decode_attention_fp8_kv=(_section(data, "decode_attention_fp8_kv", path, flops=False)
+                                 if "decode_attention_fp8_kv" in data else None),
     )
 
 
