@@ -351,6 +351,29 @@ def load_serving() -> tuple[dict[str, float], ServingProfile, str]:
     return terms, serving, str(sched["source"])
 
 
+#: The serving terms :func:`release_line_terms` gives, as ``make_setup`` options (ms) -> ``serving.yaml`` keys (s).
+RELEASE_LINE_TERMS = {"per_request_overhead_ms": "per_request_step_s", "admission_delay_ms": "admission_delay_s",
+                      "first_token_delay_ms": "first_token_delay_s", "admission_interval_ms": "admission_interval_s"}
+
+
+@functools.lru_cache(maxsize=8)
+def release_line_terms(line: str) -> dict[str, float]:
+    """The serving terms fitted to the public runs of SGLang release line ``line`` (``"0.3"``, ``"0.4"``)
+    as ``make_setup`` overrides in ms (``serving.yaml`` ``older_releases``); ``{}`` for the default line
+    (its terms are the file's top-level ones) or a line the file does not hold. Older lines replay old
+    runs in ``pdmux accuracy --serving``; everything else uses the default."""
+    path = efficiency_profiles_dir() / "serving.yaml"
+    older = _read(path).get("older_releases") or {}
+    entry = older.get(line)
+    if not isinstance(entry, dict):
+        return {}
+    out = {}
+    for option, key in RELEASE_LINE_TERMS.items():
+        if key in entry:
+            out[option] = _number(entry, key, path, 0.0, 10.0) * 1e3
+    return out
+
+
 @functools.lru_cache(maxsize=1)
 def load_common() -> tuple[PartitionProfile, CpuProfile]:
     """``common.yaml``'s SM-partition terms and the engine's CPU costs: kernel launches from

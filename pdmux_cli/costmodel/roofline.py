@@ -164,6 +164,8 @@ class RooflineModel:
         else:
             part = f"S_SAT={self.s_sat:g} of {self.total_sms} SMs"
         cpu = f"CPU {self.cpu.step_s * 1e3:.2g} ms/step" if self.cpu.step_s else "no CPU time"
+        if self.cpu.per_request_step_s:
+            cpu += f" + {self.cpu.per_request_step_s * 1e3:.2g} ms/request"
         tp = f"; per rank of {self.collectives.source}" if self.collectives is not None else ""
         return f"roofline ({self.eff.key} efficiencies, {part}, {cpu}{tp})"
 
@@ -336,7 +338,7 @@ class RooflineModel:
         dense, full, window = entry
         if len(dense) <= n:
             self._grow_dense(dense, n, sms, corun_sms)
-        seconds = dense[n] + full * sum_context + window * sum_window + n * self.cpu.per_request_step_s
+        seconds = dense[n] + full * sum_context + window * sum_window
         if not cuda_graph:
             seconds = max(seconds, self.launch_cpu_s())
         return seconds
@@ -358,7 +360,7 @@ class RooflineModel:
         _, flops = self._rates(sms, corun_sms, "prefill")
         bw, _ = self._rates(sms, corun_sms, "prefill")
         return (self._linear_s(tokens, sms, corun_sms, "prefill") + self._lm_head_s(len(seqs), sms, corun_sms, "prefill")
-                + self._prefill_attention_s(seqs, sms, bw, flops) + len(seqs) * self.cpu.per_request_step_s)
+                + self._prefill_attention_s(seqs, sms, bw, flops))
 
     def mixed_s(self, seqs: Seqs, n: int, sum_context: float, sum_window: float = 0.0) -> float:
         """GPU seconds of one mixed step on the whole GPU: prefill chunks ``seqs`` and ``n`` decode rows
@@ -370,7 +372,7 @@ class RooflineModel:
             return 0.0
         bw, flops = self._rates(sms, 0, "prefill")
         seconds = self._linear_s(tokens, sms, 0, "prefill") + self._lm_head_s(len(seqs) + n, sms, 0, "prefill")
-        seconds += self._prefill_attention_s(seqs, sms, bw, flops) + (len(seqs) + n) * self.cpu.per_request_step_s
+        seconds += self._prefill_attention_s(seqs, sms, bw, flops)
         if n:
             full, window = self._kv_rates(sms, 0)
             seconds += full * sum_context + window * sum_window
@@ -385,3 +387,10 @@ class RooflineModel:
     def decode_cpu_s(self, n: int) -> float:
         """CPU seconds of one scheduler step with ``n`` requests (:meth:`CpuProfile.step_cpu_s`)."""
         return self.cpu.step_cpu_s(n)
+
+    def request_s(self, n: int) -> float:
+        """Seconds a server's step spends on ``n`` requests in its batch beyond the kernels, on the step's
+        critical path whatever the scheduler (``CpuProfile.per_request_step_s``; not in the kernel times
+        :meth:`decode_s`, :meth:`prefill_s` and :meth:`mixed_s` give, which benchmarks of the model alone
+        measure)."""
+        return n * self.cpu.per_request_step_s
