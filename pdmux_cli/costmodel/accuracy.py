@@ -29,6 +29,10 @@ Terms:
 - ``all-reduce > 8 MiB from custom-AR fit``: Vidur's NCCL points predicted by constants fitted to
   aiconfigurator's custom all-reduce above 8 MiB, as every GPU Vidur did not measure is modelled
   (out-of-sample);
+- ``decode vs SMs`` / ``prefill vs SMs`` / ``small prefill`` (SGLang's green-context tables, H800 and
+  A100; and the A100 8B tables, kept out of every fit): normalised shapes of a whole decode step and a
+  whole prefill against SMs and tokens, predicted with the roofline model of each table's setup
+  (:mod:`pdmux_cli.costmodel.sglang_greenctx`);
 - ``chapter: ...``: the chapter's model on the Vidur layers, for comparison.
 
 Pure Python; about a second.
@@ -42,6 +46,7 @@ from dataclasses import dataclass
 
 from ..hardware import find_gpu
 from . import fit, measurements
+from . import sglang_greenctx as greenctx
 from .collectives import CUSTOM_MAX_BYTES, load_allreduce_fits
 from .efficiency import load_common, load_profiles
 from .partitions import BandwidthCurve
@@ -252,6 +257,35 @@ def _allreduce_terms() -> list[Term]:
                  "without an NCCL measurement are modelled)", "out-of-sample", tuple(transfer))]
 
 
+# ---------------------------------------------------------------------------------------------------
+# SGLang's green-context tables (the partition curves against whole steps)
+
+#: Green-context term kinds -> their names in the report.
+GREENCTX_TERMS = {
+    "decode": "decode vs SMs",
+    "prefill": "prefill vs SMs",
+    "small prefill": "small prefill / 8K tokens",
+}
+#: How the fit tables' terms are predicted: the partition constants are not fitted to them yet.
+GREENCTX_FIT_METHOD = "out-of-sample"
+
+
+def _greenctx_terms() -> list[Term]:
+    """Per kind, the fit tables (H800, A100) and the out-of-sample one (A100 8B), each point predicted
+    with the shipped roofline model of its table's setup."""
+    models = {t: greenctx.step_model(t) for t in (*greenctx.FIT_TABLES, *greenctx.CHECK_TABLES)}
+    out = []
+    for kind, name in GREENCTX_TERMS.items():
+        for tables, label, method in ((greenctx.FIT_TABLES, " + ".join(greenctx.FIT_TABLES), GREENCTX_FIT_METHOD),
+                                      (greenctx.CHECK_TABLES, "A100 8B", "out-of-sample")):
+            setups = ", ".join(f"{t} as {greenctx.SETUPS[t].model} TP{greenctx.SETUPS[t].tp}" for t in tables)
+            data = f"SGLang green-context tables (sglang 56f74d24 multiplex/predictor.py), normalised shapes: {setups}"
+            points = tuple(Point(p.what, p.measured, greenctx.predict(p, models[p.table]))
+                           for p in greenctx.shape_points(kind, tables))
+            out.append(Term(f"{name} (green ctx, {label})", data, method, points))
+    return out
+
+
 #: What each method means, for output.
 METHODS = {
     "LOMO": ("leave-one-model-out: fitted without the model (or sweep) predicted; in the step terms the GEMM "
@@ -263,7 +297,8 @@ METHODS = {
 
 def report() -> list[Term]:
     """Every term (module docstring), in a fixed order."""
-    return [*_vidur_steps(), *_aic_terms(), *_nanoflow_terms(), *_allreduce_terms(), *_chapter_steps()]
+    return [*_vidur_steps(), *_aic_terms(), *_nanoflow_terms(), *_greenctx_terms(), *_allreduce_terms(),
+            *_chapter_steps()]
 
 
 def term_dict(term: Term) -> dict:
@@ -279,4 +314,4 @@ def term_dict(term: Term) -> dict:
     }
 
 
-__all__ = ["DECODE_MAX_TOKENS", "METHODS", "PREFILL_MIN_TOKENS", "Point", "Term", "report", "term_dict"]
+__all__ = ["DECODE_MAX_TOKENS", "GREENCTX_TERMS", "METHODS", "PREFILL_MIN_TOKENS", "Point", "Term", "report", "term_dict"]
