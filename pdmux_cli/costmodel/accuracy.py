@@ -199,7 +199,7 @@ def _nanoflow_terms() -> list[Term]:
             bandwidth.append(Point(f"A100 decode attention batch {sweep[0]} x {sweep[1]}, {sms} SMs",
                                    rate / mine[total], curve.share(sms)))
     partitions, _ = load_common()
-    curve = BandwidthCurve(total, partitions.s_sat_fraction * total, partitions.sharpness)
+    curve, _ = partitions.bandwidth_curve(total, find_gpu("a100-sxm-80gb").hbm_bytes_per_s, (8, 0))
     interference = [Point(f"A100 memory-bound kernel on {r:.0%} of the SMs next to a GEMM", p,
                           curve.share(r * total) * partitions.interference.decode_bandwidth_factor(r))
                     for r, p in measurements.nanoflow_interference()]
@@ -266,18 +266,21 @@ GREENCTX_TERMS = {
     "prefill": "prefill vs SMs",
     "small prefill": "small prefill / 8K tokens",
 }
-#: How the fit tables' terms are predicted: the partition constants are not fitted to them yet.
-GREENCTX_FIT_METHOD = "out-of-sample"
 
 
 def _greenctx_terms() -> list[Term]:
-    """Per kind, the fit tables (H800, A100) and the out-of-sample one (A100 8B), each point predicted
-    with the shipped roofline model of its table's setup."""
+    """Per kind: the tables the partition constants were fitted to (in-sample,
+    :data:`~pdmux_cli.costmodel.sglang_greenctx.FITTED`), the other fit table where it is only a check
+    (the A100 decode shapes, out-of-sample), and the A100 8B tables (kept out of every fit,
+    out-of-sample); each point predicted with the shipped roofline model of its table's setup."""
     models = {t: greenctx.step_model(t) for t in (*greenctx.FIT_TABLES, *greenctx.CHECK_TABLES)}
     out = []
     for kind, name in GREENCTX_TERMS.items():
-        for tables, label, method in ((greenctx.FIT_TABLES, " + ".join(greenctx.FIT_TABLES), GREENCTX_FIT_METHOD),
-                                      (greenctx.CHECK_TABLES, "A100 8B", "out-of-sample")):
+        fitted = greenctx.FITTED[kind]
+        checked = tuple(t for t in greenctx.FIT_TABLES if t not in fitted)
+        groups = [(fitted, "in-sample")] + ([(checked, "out-of-sample")] if checked else [])
+        for tables, method in (*groups, (greenctx.CHECK_TABLES, "out-of-sample")):
+            label = " + ".join(t.replace("_", " ") for t in tables)
             setups = ", ".join(f"{t} as {greenctx.SETUPS[t].model} TP{greenctx.SETUPS[t].tp}" for t in tables)
             data = f"SGLang green-context tables (sglang 56f74d24 multiplex/predictor.py), normalised shapes: {setups}"
             points = tuple(Point(p.what, p.measured, greenctx.predict(p, models[p.table]))

@@ -25,24 +25,34 @@ wall-clock step, say) would flatten the measured decode shape, so a curve fitted
 of that to bandwidth. Points are taken inside each table's range only (the fits are quadratic in
 tokens: at 32768 tokens the A100 table above 8192 reads 33% apart between 104 and 108 SMs).
 
-``H800`` and ``A100`` are fit data (``role: fit``; :mod:`benchmarks.fit_efficiency` fits the partition
-constants to them with NanoFlow's sweeps); ``A100_8B`` is kept out of every fit (``role:
-out-of-sample``): :data:`FIT_TABLES` / :data:`CHECK_TABLES`. Pure Python; the profile loaders are the
-only I/O.
+``H800`` and ``A100`` are fit data (``role: fit``; ``benchmarks/fit_efficiency.py`` fits the Hopper
+bandwidth curve to the H800 decode shapes and the prefill fixed time to both tables' prefill shapes,
+:data:`FITTED`; the A100 decode shapes check NanoFlow's Ampere curve); ``A100_8B`` is kept out of every
+fit (``role: out-of-sample``; :data:`CHECK_TABLES`; the fit functions refuse its points). Pure Python;
+the profile loaders are the only I/O.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import measurements
+from .efficiency import PartitionProfile
+from .fit import _frange, grid_search
+from .partitions import BandwidthFamily, Interference
 
 #: The kinds of shape point (module docstring).
 KINDS = ("decode", "prefill", "small prefill")
 #: Tables the partition constants are fitted to, and the one only checked (never fitted).
 FIT_TABLES = ("H800", "A100")
 CHECK_TABLES = ("A100_8B",)
+#: Per kind, the fit tables that ``benchmarks/fit_efficiency.py`` fits to: the Hopper curve to the H800
+#: decode shapes (the A100's check NanoFlow's Ampere curve, which they agree with), the prefill fixed time
+#: to both tables' prefill shapes.
+FITTED = {"decode": ("H800",), "prefill": FIT_TABLES, "small prefill": FIT_TABLES}
 
 #: ``(batch, KV tokens of the batch)`` of the decode points: 1 x 1K, 16 x 2K, 64 x 2K (the < 128K
 #: tables) and 32 x 8K (the > 128K table).
@@ -167,9 +177,66 @@ def with_partitions(model: Any, partitions: Any) -> Any:
     return RooflineModel(
         model.model, gpu_name=model.gpu_name, total_sms=model.total_sms, hbm_bytes_per_s=model.hbm,
         dense_flops=model.peak, efficiency=model.eff, partitions=partitions, cpu=model.cpu,
-        tp=model.tp, collectives=model.collectives, notes=model.notes,
+        tp=model.tp, collectives=model.collectives, notes=model.notes, compute_capability=model.compute_capability,
     )
 
 
-__all__ = ["CHECK_TABLES", "DECODE_POINTS", "FIT_TABLES", "KINDS", "PREFILL_TOKENS", "SETUPS", "SMALL_PREFILL_REFERENCE",
-           "SMALL_PREFILL_TOKENS", "Setup", "ShapePoint", "predict", "shape_points", "step_model", "with_partitions"]
+# ---------------------------------------------------------------------------------------------------
+# fits (benchmarks/fit_efficiency.py): the fit tables only
+
+
+def _fit_points_only(points: Sequence[ShapePoint]) -> None:
+    """Refuse any point outside :data:`FIT_TABLES` (``A100_8B`` is kept out of every fit)."""
+    bad = sorted({p.table for p in points} - set(FIT_TABLES))
+    if bad:
+        raise ValueError(f"green-context tables {', '.join(bad)} are kept out of every fit (fit: {', '.join(FIT_TABLES)})")
+
+
+def _median_error(points: Sequence[ShapePoint], model: Any) -> float:
+    return statistics.median(abs(predict(p, model) - p.measured) / p.measured for p in points)
+
+
+def _base_partitions(family: BandwidthFamily, prefill_layer_s: float = 0.0) -> PartitionProfile:
+    return PartitionProfile(families=(family,), interference=Interference(()), prefill_layer_s=prefill_layer_s)
+
+
+def fit_bandwidth_family(family: str, table: str, source: str = "") -> BandwidthFamily:
+    """Fit one SM architecture's curve (:class:`~pdmux_cli.costmodel.partitions.BandwidthFamily`),
+    ``sharpness`` and ``sm_bytes_per_s``, to the decode shapes of fit table ``table``, predicted with its
+    :func:`step_model`: grid search on (sharpness, knee in SMs of the table's GPU) minimising the median
+    error, which ``median_error`` holds. Raises :class:`ValueError` for a table kept out of fits."""
+    points = shape_points("decode", (table,))
+    _fit_points_only(points)
+    model = step_model(table)
+    total, hbm = model.total_sms, model.hbm
+
+    def objective(p: float, knee: float) -> float:
+        return _median_error(points, with_partitions(model, _base_partitions(BandwidthFamily(family, p, hbm / knee))))
+
+    error, (p, knee) = grid_search(objective, [_frange(1.0, 6.0, 0.25), _frange(5.0, 2.0 * total, 2.0)])
+    return BandwidthFamily(family, round(p, 3), float(f"{hbm / knee:.4g}"), SETUPS[table].gpu, round(error, 4),
+                           source)
+
+
+def fit_prefill_layer_s(points: Sequence[ShapePoint], models: dict[str, Any], partitions: PartitionProfile) -> tuple[float, float]:
+    """Fit the fixed time per layer of a prefill pass (seconds, 0 to 1 ms) to prefill and small-prefill
+    shape ``points`` of the fit tables, each table's predicted with ``models[table]`` under ``partitions``
+    (the families already fitted). Every (table, kind) group counts the same (mean of their median
+    errors). Returns ``(seconds per layer, that mean error)``. Raises :class:`ValueError` for a point of a
+    table kept out of fits."""
+    _fit_points_only(points)
+    groups: dict[tuple[str, str], list[ShapePoint]] = {}
+    for p in points:
+        groups.setdefault((p.table, p.kind), []).append(p)
+
+    def objective(layer_s: float) -> float:
+        part = replace(partitions, prefill_layer_s=layer_s)
+        fresh = {t: with_partitions(m, part) for t, m in models.items()}
+        return statistics.fmean(_median_error(g, fresh[t]) for (t, _), g in groups.items())
+
+    error, (layer_s,) = grid_search(objective, [_frange(0.0, 1e-3, 10e-6)])
+    return float(f"{layer_s:.3g}"), error
+
+
+__all__ = ["CHECK_TABLES", "DECODE_POINTS", "FITTED", "FIT_TABLES", "KINDS", "PREFILL_TOKENS", "SETUPS", "SMALL_PREFILL_REFERENCE",
+           "SMALL_PREFILL_TOKENS", "Setup", "ShapePoint", "fit_bandwidth_family", "fit_prefill_layer_s", "predict", "shape_points", "step_model", "with_partitions"]
