@@ -10,14 +10,16 @@ kernel latencies measured on real GPUs. Inside the installed package they live a
 This script writes, for the SGLang backend (TensorRT-LLM only where a GPU has no SGLang table, and
 the header says so), per GPU:
 
-- ``<gpu>_gemm.csv``: bf16 GEMM at 40 (n, k) pairs and per-tensor fp8 (where measured) at 6, 23 m values;
+- ``<gpu>_gemm.csv``: bf16 GEMM at 40 (n, k) pairs, per-tensor fp8 and block-scaled fp8 (``fp8_block``:
+  SGLang's w8a8 block fp8, 128x128 weight blocks, per-token-group activation scales; where measured)
+  at 6, 23 m values;
 - ``<gpu>_context_attention.csv``: prefill attention, head_dim 128, no sliding window, 6 head pairs,
   batch 1..64, every isl, bf16 KV and fp8 KV;
 - ``<gpu>_generation_attention.csv``: decode attention, head_dim 128, no sliding window, 5 head pairs,
   batch 1..512, kv_len at powers of two, with ``kv_fits_l2`` (KV smaller than the GPU's L2);
 - ``<gpu>_allreduce.csv``: the framework's custom all-reduce (a few hundred rows at most);
 
-plus ``README.md``. The files ship inside pdmux's wheel, so they are thinned to about 150 KB per GPU
+plus ``README.md``. The files ship inside pdmux's wheel, so they are thinned to about 160 KB per GPU
 (GPU_BUDGET; the script says when a GPU goes over): derived columns a reader can recompute from the
 header's formula (attention TFLOP/s, KV bytes and GB/s) are not stored and latencies keep 5 digits.
 The version read is the framework version AIConfigurator itself queries for that GPU
@@ -67,7 +69,14 @@ GEMM_PAIRS = tuple((n, k) for n in GEMM_SQUARE for k in GEMM_SQUARE) + GEMM_EXTR
 #: per-tensor fp8 is kept for these (n, k) only, each mapped to the nearest measured pair
 #: (28672x8192, Llama-3-70B's fused gate/up at TP 1, becomes 16384x8192 on the 0.12.0 grid).
 FP8_WANTED = ((4096, 4096), (12288, 4096), (4096, 12288), (16384, 4096), (8192, 8192), (28672, 8192))
-GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}  # fp8 = per-tensor scaled fp8
+#: fp8 = per-tensor scaled fp8 (sgl-kernel fp8_scaled_mm after a per-token quantization); fp8_block =
+#: block-scaled fp8 (DeepGEMM gemm_nt_f8f8bf16 after sglang_per_token_group_quant_fp8, group 128): what
+#: SGLang 0.5.23 runs for a checkpoint with quantization_config.weight_block_size on Hopper and Blackwell
+#: (srt/layers/quantization/fp8_utils.py dispatch_w8a8_block_fp8_linear, DeepGEMM first). aiconfigurator's
+#: collector (collector/sglang/collect_gemm.py) times the activation quantization with the GEMM.
+GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block"}
+#: Quantized dtypes kept at the FP8_WANTED shapes only.
+FP8_DTYPES = ("fp8", "fp8_block")
 #: m (tokens) kept: powers of two 1..32768 plus the 1.5x points 48..3072 (only those the table has).
 GEMM_MS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
            8192, 16384, 32768)
@@ -91,8 +100,16 @@ MIB = 1 << 20
 #: collector replays the same tensors, so they are flagged (kv_fits_l2) for readers to drop.
 L2_MIB = {"h100_sxm": 50, "h200_sxm": 60, "b200_sxm": 126.5, "a100_sxm": 40, "gb200": 129.25, "l40s": 96,
           "rtx_pro_6000_server": 128, "b300_sxm": 129.25, "gb300": 129.25}
+#: A second decode-attention table for GPUs whose SGLang table measured a kernel SGLang does not run there
+#: by default: aiconfigurator's SGLang collector (collector/sglang/collect_attn.py) times SGLang's
+#: FlashAttentionBackend on every GPU, but SGLang 0.5.23 picks FlashInfer for MHA/GQA models on an A100
+#: (srt/arg_groups/model_override_base.py, the default attention backend: fa3 on Hopper, trtllm_mha on
+#: SM100, else flashinfer). vLLM's table there is FlashAttention-2's paged decode (vllm_flash_attn), the
+#: measured kernel closest in kind to FlashInfer's; written as <gpu>_generation_attention_vllm.csv.
+EXTRA_GENERATION = {"a100_sxm": ("vllm", ("SGLang's A100 default decode kernel is FlashInfer, not the "
+                                          "FlashAttentionBackend its SGLang table measured; see EXTRA_GENERATION"))}
 SIZE_WARN = 100_000  # per file
-GPU_BUDGET = 150_000  # bytes, a GPU's four CSVs together
+GPU_BUDGET = 160_000  # bytes, a GPU's CSVs together (fp8_block GEMMs: +6 KB on Hopper and Blackwell)
 
 
 def die(msg: str) -> None:
@@ -213,9 +230,9 @@ def g(x: float, digits: int = 6) -> str:
 
 
 def header(db: Db, gpu: str, backend: str, version: str, path: Path, device: str,
-           lines: list[str]) -> list[str]:
+           lines: list[str], why: str = "") -> list[str]:
     rel = path.relative_to(db.root.parent)
-    fallback = "" if backend == "sglang" else " (FALLBACK: this GPU has no SGLang table)"
+    fallback = "" if backend == "sglang" else (f" ({why})" if why else " (FALLBACK: this GPU has no SGLang table)")
     out = [
         f"source: PyPI package {DIST}=={db.pkg_version} (NVIDIA AIConfigurator performance database)",
         f"file in package: {rel.as_posix()} ({db.meta(path)})",
@@ -259,9 +276,13 @@ def extract_gemm(db: Db, gpu: str, out: Path) -> dict | None:
     backend, version, path = found
     rows = db.read(path, ["device", "kernel_source", "gemm_dtype", "m", "n", "k", "latency"])
     device = rows[0]["device"] if rows else "?"
-    fp8_present = {(r["n"], r["k"]) for r in rows if r["gemm_dtype"] == "fp8"}
-    fp8_map = {w: nearest_pair(w, fp8_present) for w in FP8_WANTED}
-    pairs = {"bf16": set(GEMM_PAIRS), "fp8": {p for p in fp8_map.values() if p}}
+    pairs: dict[str, set] = {"bf16": set(GEMM_PAIRS)}
+    fp8_maps = {}
+    for dt in FP8_DTYPES:
+        present = {(r["n"], r["k"]) for r in rows if r["gemm_dtype"] == dt}
+        if present:
+            fp8_maps[dt] = {w: nearest_pair(w, present) for w in FP8_WANTED}
+        pairs[dt] = {p for p in fp8_maps.get(dt, {}).values() if p}
     ms_keep = set(GEMM_MS)
     kept, kernels = {}, {}
     for r in rows:
@@ -274,7 +295,7 @@ def extract_gemm(db: Db, gpu: str, out: Path) -> dict | None:
         else:
             kept[key] = r["latency"]
         kernels.setdefault(dt, set()).add(r["kernel_source"])
-    order = {d: i for i, d in enumerate(("bf16", "fp8"))}
+    order = {d: i for i, d in enumerate(("bf16", *FP8_DTYPES))}
     out_rows = []
     for (dt, m, n, k), lat in sorted(kept.items(), key=lambda kv: (order[kv[0][0]], *kv[0][2:], kv[0][1])):
         tflops = 2.0 * m * n * k / (lat * 1e-3) / 1e12
@@ -285,16 +306,20 @@ def extract_gemm(db: Db, gpu: str, out: Path) -> dict | None:
     ms_absent = [m for m in GEMM_MS if m not in ms_all]
     bf16_present = {(n, k) for dt, _, n, k in kept if dt == "bf16"}
     missing_bf16 = [f"{n}x{k}" for n, k in GEMM_PAIRS if (n, k) not in bf16_present]
-    if fp8_present:
-        fp8_note = "fp8 (n, k) kept (wanted->nearest measured): " + " ".join(
-            f"{w[0]}x{w[1]}" + ("" if p == w else f"->{p[0]}x{p[1]}" if p else "->absent")
-            for w, p in fp8_map.items())
-    else:
-        fp8_note = "fp8: not measured on this GPU"
+    fp8_notes = []
+    for dt in FP8_DTYPES:
+        if dt in fp8_maps:
+            fp8_notes.append(f"{dt} (n, k) kept (wanted->nearest measured): " + " ".join(
+                f"{w[0]}x{w[1]}" + ("" if p == w else f"->{p[0]}x{p[1]}" if p else "->absent")
+                for w, p in fp8_maps[dt].items()))
+        elif dt == "fp8":
+            fp8_notes.append("fp8: not measured on this GPU")
+    block_note = ("; fp8_block = block-scaled fp8 (128x128 weight blocks, per-token-group activation scales of 128, "
+                  "the activation quantization timed with the GEMM)" if "fp8_block" in fp8_maps else "")
     comments = header(db, gpu, backend, version, path, device, [
         "op: dense GEMM out[m, n] = x[m, k] @ W[n, k]^T (m = tokens); kernels: "
         + "; ".join(f"{d}={','.join(sorted(v))}" for d, v in sorted(kernels.items())),
-        "fp8 = per-tensor-scaled fp8 (fp8 inputs, bf16 out); the package also has "
+        "fp8 = per-tensor-scaled fp8 (fp8 inputs, bf16 out)" + block_note + "; the package also has "
         + (", ".join(d for d in all_dtypes if d not in GEMM_DTYPES) or "no other dtype")
         + " (not extracted)",
         ("tflops = 2*m*n*k / (latency_ms*1e-3) / 1e12   (achieved TFLOP/s); latency_ms rounded to 5, "
@@ -305,7 +330,7 @@ def extract_gemm(db: Db, gpu: str, out: Path) -> dict | None:
         "shapes: "
         + " ".join(f"{n}x{k}" for n, k in GEMM_EXTRA)
         + (f" (absent here: {' '.join(missing_bf16)})" if missing_bf16 else ""),
-        fp8_note,
+        *fp8_notes,
     ])
     size = write_csv(out / f"{gpu}_gemm.csv", comments, ["dtype", "m", "n", "k", "latency_ms", "tflops"],
                      out_rows)
@@ -424,8 +449,9 @@ def extract_context(db: Db, gpu: str, out: Path) -> dict | None:
             "rows": len(out_rows), "bytes": size}
 
 
-def extract_generation(db: Db, gpu: str, out: Path) -> dict | None:
-    found = db.find_table(gpu, "attention", "generation_attention_perf")
+def extract_generation(db: Db, gpu: str, out: Path, backends: tuple[str, ...] = BACKENDS, suffix: str = "",
+                       why: str = "") -> dict | None:
+    found = db.find_table(gpu, "attention", "generation_attention_perf", backends)
     if not found:
         print(f"  {gpu}: no generation attention table")
         return None
@@ -496,11 +522,11 @@ def extract_generation(db: Db, gpu: str, out: Path) -> dict | None:
         + "; batch in " + " ".join(map(str, GEN_BATCHES)) + "; kv_len = the measured value nearest each "
         f"power of two 2..131072 ({len(kv_lens)} values"
         + (f"; inexact: {' '.join(inexact)})" if inexact else ", all exact)"),
-    ])
-    size = write_csv(out / f"{gpu}_generation_attention.csv", comments,
+    ], why)
+    size = write_csv(out / f"{gpu}_generation_attention{suffix}.csv", comments,
                      ["kernel", "kv_dtype", "batch", "kv_len", "num_heads", "num_kv_heads", "latency_ms",
                       "kv_fits_l2"], out_rows)
-    return {"table": "generation_attention", "backend": backend, "version": version, "path": path,
+    return {"table": "generation_attention" + suffix, "backend": backend, "version": version, "path": path,
             "rows": len(out_rows), "bytes": size}
 
 
@@ -554,16 +580,18 @@ pip install aiconfigurator-core=={pkg_version} && python benchmarks/aic_extract.
 (`--out DIR` writes elsewhere; `--gpus a,b` picks GPUs by aiconfigurator name). Every CSV starts
 with `#` lines giving the package version, the file inside the package, the GPU, the backend and its
 version, the licence, the formulas of the computed columns and how it was thinned. The files ship
-inside pdmux's wheel, so each GPU's four files are kept to about 150 KB together: throughput columns
+inside pdmux's wheel, so each GPU's files are kept to about 160 KB together: throughput columns
 a reader can recompute from the header's formula are not stored, and latencies keep 5 significant
 digits.
 
 - `<gpu>_gemm.csv`: dense GEMM `x[m,k] @ W[n,k]^T`; dtype, m, n, k, latency_ms,
   tflops = 2mnk/latency. m in 1 2 4 8 16 32 48 64 96 128 192 256 (384: not in the tables) 512 768
   1024 1536 2048 3072 4096 8192 16384 32768. bf16 at 40 (n,k): the 25 pairs of
-  {{1024,2048,4096,8192,16384}}^2 plus 15 7B-70B model shapes. Per-tensor fp8 (where measured) at 6:
-  4096x4096, 12288x4096, 4096x12288, 16384x4096, 8192x8192 and 16384x8192 (standing in for
-  28672x8192, which the grid lacks).
+  {{1024,2048,4096,8192,16384}}^2 plus 15 7B-70B model shapes. Per-tensor fp8 (`fp8`, where measured)
+  and block-scaled fp8 (`fp8_block`: SGLang's w8a8 block fp8 through DeepGEMM, 128x128 weight blocks,
+  per-token-group activation scales, the activation quantization timed with the GEMM; measured on
+  Hopper and Blackwell) at 6: 4096x4096, 12288x4096, 4096x12288, 16384x4096, 8192x8192 and
+  16384x8192 (standing in for 28672x8192, which the grid lacks).
 - `<gpu>_context_attention.csv`: causal prefill attention of one layer, head_dim 128, no sliding
   window, no cached prefix; kernel, attn_dtype, kv_dtype, batch, isl, heads, kv heads, latency_ms
   (TFLOP/s = 4*b*h*d*isl^2/2 / latency). Heads/kv heads 32/8 64/8 32/32 16/2 40/8 8/1, batch 1 2 4 8
@@ -580,10 +608,14 @@ digits.
   kv_fits_l2 = 0 still read KV faster than the GPU's spec `mem_bw` (cached anyway); in 0.12.0 only
   RTX PRO 6000's 128 MiB points (KV = L2 size) do.
 - `<gpu>_allreduce.csv`: the framework's custom all-reduce (one node, 2/4/8 GPUs), every row.
+- `a100_sxm_generation_attention_vllm.csv`: A100 decode attention from aiconfigurator's **vLLM** table
+  (FlashAttention-2 paged decode), same columns and thinning: SGLang's A100 table times SGLang's
+  FlashAttentionBackend, while SGLang 0.5.23 serves MHA/GQA models on an A100 with FlashInfer
+  (`srt/arg_groups/model_override_base.py`); FA2's paged decode is the measured kernel closest to it.
 
 ## GPUs
 
-| gpu | pdmux key | backend (version) | L2 used for kv_fits_l2 | four files, KB |
+| gpu | pdmux key | backend (version) | L2 used for kv_fits_l2 | its files, KB |
 |---|---|---|---|---|
 {gpus}
 
@@ -598,9 +630,12 @@ L2 entry in {pkg_version}, so they come from the script's `L2_MIB` table (a yaml
 
 GPU names are aiconfigurator's (`h100_sxm` = pdmux's `h100-sxm`, `a100_sxm` = `a100-sxm-80gb`,
 `b200_sxm` = `b200`, `b300_sxm` = `b300`, `rtx_pro_6000_server` = `rtx-pro-6000`).
-aiconfigurator-core {pkg_version} has no data for H20, A100-PCIe, H100-PCIe, L4 or A30; it also has
+aiconfigurator-core {pkg_version} has no data for H20, A100-PCIe, H100-PCIe, L4 or A30 (the GitHub
+repository ai-dynamo/aiconfigurator once held SGLang tables of an H20-3e, 141 GB: NVIDIA removed them in
+commit 3359b493d, 2025-12-02, "remove h20_sxm data", and their decode attention reads KV at about 1.07
+TB/s, a quarter of the HBM's 4.0-4.8 TB/s, so pdmux does not use them); it also has
 Intel's Arc Pro B60 (`b60`, vLLM only; not extracted). Not extracted (present in the package):
-fp8-block, nvfp4 and int8 GEMMs, MoE, MLA, DSA/NSA and other model-specific modules, NCCL
+nvfp4 and int8 GEMMs, MoE, MLA, DSA/NSA and other model-specific modules, NCCL
 collectives, DeepEP/all-to-all, fp8 quantize kernels (`quantize/*/computescale_perf`,
 `scale_matrix_perf`), sliding-window and other head-dim attention, and the TensorRT-LLM and vLLM
 tables. Element-wise ops have no table: aiconfigurator models them from `mem_bw` (times an empirical
@@ -632,6 +667,12 @@ def main(argv: list[str] | None = None) -> int:
         total = 0
         for fn in (extract_gemm, extract_context, extract_generation, extract_allreduce):
             info = fn(db, gpu, args.out)
+            if info:
+                done.append((gpu, info))
+                total += info["bytes"]
+        if gpu in EXTRA_GENERATION:
+            backend, why = EXTRA_GENERATION[gpu]
+            info = extract_generation(db, gpu, args.out, (backend,), f"_{backend}", why)
             if info:
                 done.append((gpu, info))
                 total += info["bytes"]

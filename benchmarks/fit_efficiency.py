@@ -2,9 +2,13 @@
 
 Inputs (all shipped in ``profiles/measurements/``, see its READMEs for sources and licences):
 
-- aiconfigurator-core 0.12.0's SGLang tables per GPU: GEMMs (bf16) -> ``gemm``; decode attention
-  (bf16 KV, points whose KV fits in L2 dropped) -> ``decode_attention``; prefill attention (bf16)
-  -> ``prefill_attention``;
+- aiconfigurator-core 0.12.0's SGLang tables per GPU: GEMMs (bf16) -> ``gemm``; per-tensor fp8 GEMMs
+  -> ``gemm_fp8`` and block-scaled fp8 GEMMs (DeepGEMM, activation quantization included) ->
+  ``gemm_fp8_block``, each against the fp8 dense peak, where the GPU's table has them; decode attention
+  over an fp8 KV cache -> ``decode_attention_fp8_kv`` (where measured); decode attention
+  (bf16 KV, points whose KV fits in L2 dropped) -> ``decode_attention`` (A100: aiconfigurator's vLLM
+  table, FA2 paged decode, see measurements.DECODE_ATTENTION_TABLE); prefill attention (bf16) -> ``prefill_attention``
+  (its KV reads at the bandwidth of the GPU's SGLang decode table);
 - Vidur's per-layer small ops (H100, A100) -> ``elementwise`` (H100's for Hopper and Blackwell GPUs,
   A100's for Ampere and Ada, as fractions of each GPU's own datasheet bandwidth);
 - NanoFlow's A100 SM sweeps and SGLang's green-context tables (H800, A100; never A100_8B) ->
@@ -14,7 +18,8 @@ Inputs (all shipped in ``profiles/measurements/``, see its READMEs for sources a
   DGX A100) -> ``allreduce.yaml``: per GPU and GPU count, the custom kernel up to 8 MiB and NCCL above
   (:mod:`pdmux_cli.costmodel.collectives`).
 
-``common.yaml``'s ``cpu`` section holds published figures, not fits (sources in the file).
+``common.yaml``'s ``cpu`` section holds published kernel-launch figures, not fits (sources in the file); the
+scheduler's CPU terms and the request path's delays are in ``serving.yaml`` (``benchmarks/fit_serving.py``).
 
 Usage: ``python benchmarks/fit_efficiency.py [--check]``. ``--check`` fits and compares with the
 files on disk instead of writing (exit 1 on a difference). Deterministic; about two minutes on 2 cores.
@@ -61,17 +66,13 @@ ELEMENTWISE_FROM = {"h100-sxm": "h100-sxm", "h200-sxm": "h100-sxm", "b200": "h10
                     "a100-sxm-80gb": "a100-sxm-80gb", "l40s": "a100-sxm-80gb"}
 
 CPU = {
-    "step_s": 0.31e-3,
-    "per_request_s": 0.0,
     "launch_s": 3.4e-6,
     "kernels_per_layer": 10,
     "source": (
-        "step_s: SGLang's per-token CPU overhead measured against a mock forward, batch 1 "
-        "(tenstorrent/tt-inference-server issue 3560, 2026-05: 2.94 ms TPOT vs a 2.632 ms forward floor); "
-        "per_request_s: no public SGLang measurement (0; issue 'calibrate from SGLang' fits it from server logs); "
         "launch_s: host launch gap of an eager decode step, 3.07 ms over 914 kernel launches "
         "(turboderp-org/exllamav3 PR 380); kernels_per_layer: a dense layer's kernels in SGLang "
-        "(2 fused add-RMSNorms, QKV, RoPE, KV-cache store, attention, O, gate+up, SiLU-and-mul, down)"
+        "(2 fused add-RMSNorms, QKV, RoPE, KV-cache store, attention, O, gate+up, SiLU-and-mul, down); "
+        "the scheduler's time per step and per request: serving.yaml"
     ),
 }
 
@@ -87,15 +88,38 @@ def _section(e: OperatorEfficiency, flops: bool, points: int) -> dict:
     return out
 
 
+#: The fp8 GEMM sections: (file section, aiconfigurator dtype, what it is).
+FP8_GEMMS = (("gemm_fp8", "fp8", ("per-tensor fp8 GEMMs (sgl-kernel fp8_scaled_mm, per-token activation quantization "
+                                 "included), fractions of the fp8 dense peak")),
+             ("gemm_fp8_block", "fp8_block", ("block-scaled fp8 GEMMs (DeepGEMM, 128x128 weight blocks, per-token-group "
+                                             "activation quantization included), fractions of the fp8 dense peak")))
+
+
 def fit_gpu(gpu_key: str, elementwise: dict[str, tuple[OperatorEfficiency, int]]) -> dict:
     gpu = find_gpu(gpu_key)
     peak, hbm = gpu.dense_flops("bf16"), gpu.hbm_bytes_per_s
     gemm_pts = fit.gemm_points(measurements.aic_gemms(gpu_key, "bf16"))
     gemm = fit.fit_gemm(gemm_pts, peak, hbm, f"{AIC}: {gpu_key} bf16 GEMMs (torch linear)")
-    dec_pts = [p for p in measurements.aic_attention(gpu_key, "decode") if not p.cached_in_l2]
-    dec = fit.fit_decode_attention(dec_pts, hbm, f"{AIC}: {gpu_key} decode (generation) attention, bf16 KV")
+    fp8 = {}
+    for section, dtype, what in FP8_GEMMS:
+        pts = fit.gemm_points(measurements.aic_gemms(gpu_key, dtype))
+        if pts and gpu.fp8_dense_flops:
+            fp8[section] = (fit.fit_gemm(pts, gpu.dense_flops("fp8"), hbm, f"{AIC}: {gpu_key} {what}"), len(pts))
+    sglang_dec_pts = [p for p in measurements.aic_attention(gpu_key, "decode") if not p.cached_in_l2]
+    sglang_dec = fit.fit_decode_attention(sglang_dec_pts, hbm,
+                                          f"{AIC}: {gpu_key} decode (generation) attention, bf16 KV")
+    dec, dec_pts = sglang_dec, sglang_dec_pts
+    if gpu_key in measurements.DECODE_ATTENTION_TABLE:
+        backend, why = measurements.DECODE_ATTENTION_TABLE[gpu_key]
+        dec_pts = [p for p in measurements.aic_attention(gpu_key, "decode", backend=backend) if not p.cached_in_l2]
+        dec = fit.fit_decode_attention(dec_pts, hbm, f"aiconfigurator-core 0.12.0 (NVIDIA, Apache-2.0), {why}: "
+                                                     f"{gpu_key} decode (generation) attention, bf16 KV")
+    fp8_kv_pts = [p for p in measurements.aic_attention(gpu_key, "decode", "fp8") if not p.cached_in_l2]
+    if fp8_kv_pts:
+        fp8["decode_attention_fp8_kv"] = (fit.fit_decode_attention(
+            fp8_kv_pts, hbm, f"{AIC}: {gpu_key} decode (generation) attention, fp8 KV, bf16 compute"), len(fp8_kv_pts))
     pre_pts = measurements.aic_attention(gpu_key, "prefill")
-    pre = fit.fit_prefill_attention(pre_pts, peak, hbm, dec.bandwidth_efficiency,
+    pre = fit.fit_prefill_attention(pre_pts, peak, hbm, sglang_dec.bandwidth_efficiency,
                                     f"{AIC}: {gpu_key} prefill (context) attention, bf16")
     el, el_points = elementwise[ELEMENTWISE_FROM[gpu_key]]
     applies, families = COVERAGE[gpu_key]
@@ -109,6 +133,7 @@ def fit_gpu(gpu_key: str, elementwise: dict[str, tuple[OperatorEfficiency, int]]
         "prefill_attention": _section(pre, True, len(pre_pts)),
         "decode_attention": _section(dec, False, len(dec_pts)),
         "elementwise": _section(el, False, el_points),
+        **{name: _section(e, name.startswith("gemm"), n) for name, (e, n) in fp8.items()},
     }
 
 

@@ -40,8 +40,9 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from . import costmodel, disaggregation, policy, sglang_server
+from . import costmodel, disaggregation, policy, sglang_server, sglang_support
 from . import model as mdl
 from .costmodel import StepModel, pick_flops_dtype
 from .costmodel.operators import rank_kv_bytes_per_token, rank_weight_bytes
@@ -254,6 +255,8 @@ class Estimate:
     tp: int = 1
     kv_link: KvLink | None = None
     kv_transfer_bytes: float = 0.0
+    #: whether the chosen SGLang revision can run pdmux for this model (sglang_support.model_support)
+    pdmux_support: Any = None
 
 
 def pdmux_prefill_end_s(prefill_s: float, round_s: float, layers: int, per_round: int) -> float:
@@ -386,6 +389,7 @@ def estimate(
     scenario: Scenario = Scenario(),
     calibration=None,
     all_levels: bool = False,
+    sglang: str | None = None,
 ) -> Estimate:
     """Compare prefill-first, chunked, mixed-chunk prefill and PD multiplexing for one scenario.
 
@@ -393,7 +397,10 @@ def estimate(
     terms (``pdmux bench``) replace the S_SAT guesses (and, under the chapter model, the MFU) and yield one
     PD-multiplexing row with measured co-run interference; its whole-GPU terms (``pdmux calibrate``)
     replace the roofline model's fitted efficiencies. ``all_levels``: also fill :attr:`Estimate.levels`, the
-    ITL/prefill trade-off of every level. Raises :class:`InputError` for invalid scenarios, a prompt past
+    ITL/prefill trade-off of every level. ``sglang``: the revision (``--sglang``,
+    :data:`pdmux_cli.sglang_support.REVISIONS`; default 0.5.23) whose model support is checked: where it
+    cannot run pdmux for ``model`` (:func:`pdmux_cli.sglang_support.model_support`), the first note says why
+    and :attr:`Estimate.pdmux_support` carries it (the pdmux rows are then not achievable). Raises :class:`InputError` for invalid scenarios, a prompt past
     the model's context length, a level that is not a valid split of the GPU (a level off the CUDA
     granularity is estimated as the driver rounds it, with a note), or a GPU whose SM count is unknown.
     """
@@ -583,6 +590,11 @@ def estimate(
                      f"per GPU, crosses it in {transfer_s * 1e3:.3g} ms, so the disagg row's prefill time is its "
                      f"TTFT: {inst_prefill_s * 1e3:.0f} ms of prefill on a whole GPU + the transfer; its ITL is the "
                      "undisturbed decode step (no prefill runs on a decode instance)")
+    support = sglang_support.model_support(model.architectures, sglang)
+    if support.state != "yes":  # right after a "does not fit", which says the table is hypothetical anyway
+        notes.insert(1 if notes and notes[0].startswith("does not fit") else 0, ("PD mux cannot run: " if support.state == "no" else "PD mux: ") + support.reason
+                     + ("; its rows are the split's arithmetic, not a speed SGLang reaches"
+                        if support.state == "no" else ""))
     layers = policy.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget)
     rounds = policy.prefill_rounds(prompt, model.num_layers, scenario.split_forward_token_budget)
     return Estimate(
@@ -591,7 +603,7 @@ def estimate(
         throughput_source=full.source if len(models) == 1 else re.sub(
             r",? ?S_SAT=[0-9.]+( of \d+ SMs)?", "", full.source) + " (S_SAT per PD-mux row)", rows=rows, memory=memory, levels=levels, notes=notes,
         cost_model=scenario.cost_model, cpu_step_ms=cpu * 1e3, tp=tp, kv_link=link,
-        kv_transfer_bytes=transfer_bytes,
+        kv_transfer_bytes=transfer_bytes, pdmux_support=support,
     )
 
 

@@ -52,6 +52,10 @@ from .profile_files import model_profiles_dir
 #: Weight storage formats pdmux models (``Model.weight_dtype``).
 WEIGHT_DTYPES = ("bf16", "fp8", "mxfp4")
 
+#: KV-cache dtypes SGLang's ``--kv-cache-dtype auto`` resolves a model to (``Model.kv_dtype``): the model's
+#: 16-bit dtype, or fp8_e4m3 when the checkpoint's quantization_config says ``kv_cache_quant_algo: FP8``.
+MODEL_KV_DTYPES = ("bf16", "fp16", "fp8_e4m3")
+
 #: Bytes per parameter of an MXFP4 weight: 4-bit values plus one 8-bit scale per 32 values = 4.25 bits.
 MXFP4_BYTES_PER_PARAM = 4.25 / 8
 
@@ -106,7 +110,12 @@ class Model:
     ``weight_dtype`` is how the checkpoint stores its weights: ``"bf16"`` (also float16/float32
     checkpoints, served at 16 bits), ``"fp8"`` or ``"mxfp4"`` (from ``quantization_config``).
     ``max_position_embeddings`` is the longest sequence (prompt + output, tokens) the model takes,
-    SGLang's default context length; 0 when the config does not give one.
+    SGLang's default context length; 0 when the config does not give one. ``architectures``: the
+    config's ``architectures`` list (SGLang picks its model class by it: :mod:`pdmux_cli.sglang_support`).
+    ``weight_block_size``: ``quantization_config.weight_block_size`` of an fp8 checkpoint (``(128, 128)``:
+    block-scaled fp8, SGLang's w8a8 block GEMMs); ``()`` for per-tensor scales or 16-bit weights.
+    ``kv_dtype``: what SGLang's ``--kv-cache-dtype auto`` stores the KV cache in (:data:`MODEL_KV_DTYPES`,
+    :func:`pdmux_cli.kv_cache.resolve_kv_cache`).
 
     Constructing one with impossible values raises :class:`InputError`.
     """
@@ -139,6 +148,11 @@ class Model:
     weight_dtype: str = "bf16"
     # longest sequence (prompt + output tokens) the model takes; 0 when the config does not say
     max_position_embeddings: int = 0
+    # config.json's ``architectures`` (the model classes SGLang resolves, pdmux_cli.sglang_support); () if none
+    architectures: tuple[str, ...] = ()
+    # fp8 block scaling (quantization_config.weight_block_size) and the KV dtype of --kv-cache-dtype auto
+    weight_block_size: tuple[int, ...] = ()
+    kv_dtype: str = "bf16"
 
     def __post_init__(self) -> None:
         who = f"model {self.name!r}"
@@ -159,6 +173,11 @@ class Model:
             raise InputError(f"{who}: tie_word_embeddings must be true or false")
         if self.weight_dtype not in WEIGHT_DTYPES:
             raise InputError(f"{who}: weight_dtype {self.weight_dtype!r} is not one of {', '.join(WEIGHT_DTYPES)}")
+        if self.kv_dtype not in MODEL_KV_DTYPES:
+            raise InputError(f"{who}: kv_dtype {self.kv_dtype!r} is not one of {', '.join(MODEL_KV_DTYPES)}")
+        if not isinstance(self.weight_block_size, tuple) or not all(
+                _is_int(b) and 0 < b <= MAX_DIMENSION for b in self.weight_block_size):
+            raise InputError(f"{who}: weight_block_size must be positive integers, got {self.weight_block_size!r}")
         if self.num_experts:
             if not 0 < self.experts_per_token <= self.num_experts:
                 raise InputError(f"{who}: experts_per_token must be in 1..{self.num_experts}, "
@@ -673,6 +692,7 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "<conf
     if model_type.startswith("gemma3"):
         cfg = {**GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
     keys = _Keys(cfg, source, prefix)
+    _refuse_hybrid(keys)
 
     hidden = keys.get_int("hidden_size")
     layers = keys.get_int("num_hidden_layers")
@@ -754,25 +774,65 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "<conf
     if prefix:
         _check_torch_dtype(keys)
     weight_dtype = _weight_dtype(config, cfg, source)
+    architectures = config.get("architectures")
+    if architectures is None:
+        architectures = []
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise top.error("architectures", f"must be a list of class names, got {short_repr(architectures)}")
+    block, kv_fp8 = _fp8_scaling(config, cfg, source) if weight_dtype == "fp8" else ((), False)
+    kv_dtype = "fp8_e4m3" if kv_fp8 else _model_dtype(config, cfg, model_type)
 
     try:
         return Model(
             name=name, num_layers=layers, hidden_size=hidden, intermediate_size=intermediate,
             num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=vocab,
             tie_word_embeddings=tie, sliding_window=window, num_sliding_layers=num_sliding,
-            weight_dtype=weight_dtype, max_position_embeddings=max_positions, **moe, **mla,
+            weight_dtype=weight_dtype, max_position_embeddings=max_positions, weight_block_size=block,
+            kv_dtype=kv_dtype, architectures=tuple(printable(a) for a in architectures), **moe, **mla,
         )
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None
 
 
+#: Config keys that mark linear-attention / state-space layers (GDN, Mamba) mixed with attention, where a
+#: config carries no ``layer_types``: Qwen3-Next ``full_attention_interval``, Nemotron-H
+#: ``hybrid_override_pattern``, Jamba ``attn_layer_period``, Granite-4 / Falcon-H1 ``layers_block_type``,
+#: Kimi-Linear ``linear_attn_config``; a pure Mamba config's ``state_size`` with ``conv_kernel``.
+HYBRID_KEYS = ("full_attention_interval", "hybrid_override_pattern", "attn_layer_period", "layers_block_type",
+               "linear_attn_config")
+#: ``layer_types`` values pdmux models: full attention, and sliding-window attention (bounded KV).
+ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def _refuse_hybrid(keys: _Keys) -> None:
+    """Refuse, naming the field, a config with linear-attention or state-space layers: their state is
+    constant per request (no KV cache that grows) and their per-token cost is their own, which pdmux does
+    not model yet; timing them as full attention would overstate KV memory and attention time."""
+    for key in HYBRID_KEYS:
+        if keys.has(key):
+            raise keys.error(key, "marks linear-attention or state-space (GDN/Mamba) layers, which pdmux does not "
+                             "model yet (constant state per request, their own per-token cost); refused rather "
+                             "than timed as full attention")
+    if keys.has("state_size") and keys.has("conv_kernel"):
+        raise keys.error("state_size", "is a Mamba state-space config, which pdmux does not model yet")
+
+
 def _sliding_layers(keys: _Keys, model_type: str, layers: int) -> tuple[int, int]:
-    """``(sliding_window, number of sliding-window layers)`` from the config, ``(0, 0)`` if none."""
+    """``(sliding_window, number of sliding-window layers)`` from the config, ``(0, 0)`` if none.
+    ``layer_types`` naming anything but full or sliding attention (``linear_attention``, ``mamba``,
+    ``chunked_attention``) is refused, naming the field."""
     layer_types = keys.config.get("layer_types")
     if layer_types is not None:
         if not isinstance(layer_types, list) or len(layer_types) != layers or not all(
                 isinstance(t, str) for t in layer_types):
             raise keys.error("layer_types", f"must be a list of {layers} strings (one per layer)")
+        other = sorted({t for t in layer_types if t not in ATTENTION_LAYER_TYPES})
+        if other:
+            count = sum(t in other for t in layer_types)
+            raise keys.error("layer_types", f"names {count} {'/'.join(repr(printable(t)) for t in other)} layer(s): "
+                             "pdmux models full and sliding-window attention only (linear-attention and "
+                             "state-space layers keep a constant state per request at their own per-token cost, "
+                             "not modelled yet); refused rather than timed as full attention")
         count = sum(t == "sliding_attention" for t in layer_types)
         return (keys.get_int("sliding_window"), count) if count else (0, 0)
     if model_type.startswith("gemma3"):
@@ -816,3 +876,38 @@ def _weight_dtype(config: Mapping[str, Any], cfg: Mapping[str, Any], source: str
         return method
     raise InputError(f"{source}: quantization_config.quant_method {method or '(none)'!r} is not modelled "
                      f"(bf16, fp8 and mxfp4 are); remove quantization_config to treat it as bf16")
+
+
+def _fp8_scaling(config: Mapping[str, Any], cfg: Mapping[str, Any], source: str) -> tuple[tuple[int, ...], bool]:
+    """``(weight_block_size, KV cache in fp8)`` of an fp8 ``quantization_config``, as SGLang 0.5.23's
+    ``Fp8Config.from_config`` reads them (``srt/layers/quantization/fp8.py``): ``weight_block_size``
+    (``[128, 128]`` on DeepSeek-V3 and Qwen3-*-FP8; absent: per-tensor scales) and
+    ``kv_cache_quant_algo`` (``"FP8"``: ``--kv-cache-dtype auto`` stores fp8_e4m3,
+    ``srt/mem_cache/kv_cache_dtype.py`` ``configure_kv_cache_dtype``). Raises :class:`InputError` for a
+    block size that is not a list of positive integers."""
+    qc = config.get("quantization_config", cfg.get("quantization_config"))
+    block = qc.get("weight_block_size")
+    if block is not None and (not isinstance(block, list) or not block
+                              or not all(_is_int(b) and 0 < b <= MAX_DIMENSION for b in block)):
+        raise InputError(f"{source}: key 'quantization_config.weight_block_size' must be a list of positive "
+                         f"integers such as [128, 128], got {short_repr(block)}")
+    algo = qc.get("kv_cache_quant_algo")
+    return tuple(block or ()), isinstance(algo, str) and algo.upper() == "FP8"
+
+
+def _model_dtype(config: Mapping[str, Any], cfg: Mapping[str, Any], model_type: str) -> str:
+    """The 16-bit dtype SGLang serves the model in with ``--dtype auto``, which its KV cache keeps with
+    ``--kv-cache-dtype auto``: ``dtype`` / ``torch_dtype`` bfloat16 -> bf16, float16 -> fp16; float32 or
+    none -> fp16 (bf16 for Gemma); SGLang 0.5.23 ``srt/configs/model_config.py`` ``_get_and_verify_dtype``
+    (a dtype it does not map, such as float8, counts as float32 there)."""
+    value = None
+    for source in (cfg, config):
+        value = source.get("dtype") or source.get("torch_dtype")
+        if value is not None:
+            break
+    name = value.strip().lower().removeprefix("torch.") if isinstance(value, str) else ""
+    if name in ("bfloat16", "bf16"):
+        return "bf16"
+    if name in ("float16", "fp16", "half"):
+        return "fp16"
+    return "bf16" if model_type.startswith("gemma") else "fp16"

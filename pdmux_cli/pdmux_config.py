@@ -61,8 +61,8 @@ RULES: dict[str, str] = {
 #: Who objects, as the check-config table's "SGLang" column says it.
 RULE_LABELS: dict[str, str] = {
     "old": "0.5.23 (release)",
-    "new": "unreleased",
-    "both": "0.5.23 + unreleased",
+    "new": "overlay@2126b0b",
+    "both": "0.5.23 + overlay@2126b0b",
     "cuda": "CUDA driver",
     "pdmux": "none (a mistake?)",
     "warning": "none (warning)",
@@ -627,8 +627,9 @@ def _entry_problems(
             problems.append(
                 Problem(
                     where,
-                    f"{name} is {value}, must be > 0; SGLang refuses it ({SGLANG_UNRELEASED} at load, "
-                    f"{SGLANG_RELEASE} when sgl-kernel creates the streams: 'SM counts must be positive')",
+                    f"{name} is {value}, must be > 0; SGLang refuses it ({SGLANG_RELEASE} when sgl-kernel creates "
+                    f"the streams: 'SM counts must be positive'; {SGLANG_UNRELEASED} at load, except a decode_sm "
+                    "of 0 with overlap_decode_full_sm: true)",
                     "both",
                 )
             )

@@ -24,12 +24,13 @@ from .numbers import plain_int
 #: SGLang raise ``ValueError("Unsupported compute capability: X.Y")`` on the automatic path.
 SGLANG_SM_CONSTRAINTS: dict[int, tuple[int, int]] = {6: (1, 1), 7: (2, 2), 8: (4, 2), 9: (8, 8)}
 
-#: The two SGLang codes a verdict names. The release's rules are read from SGLang 0.5.23's source
-#: (``srt/multiplex/pdmux_context.py`` ``load_pdmux_config``, ``initialize_stream_groups``,
-#: ``divide_sm``; ``multiplexing_mixin.py`` ``adjust_stream_groups``); the unreleased branches' stricter
-#: loader and start-up checks from sglang-pdmux.md ("newer" there). No release has them as of 0.5.23.
+#: The two SGLang codes :mod:`pdmux_cli.pdmux_config`'s problem messages name. The release's rules are read
+#: from SGLang 0.5.23's source (``srt/multiplex/pdmux_context.py`` ``load_pdmux_config``,
+#: ``initialize_stream_groups``, ``divide_sm``; ``multiplexing_mixin.py`` ``adjust_stream_groups``); the
+#: stricter loader and start-up checks (sglang-pdmux.md's "newer") are those of Li-brua/sglang 2126b0b7's
+#: ``pdmux_context.py``. Every revision's own verdict: :mod:`pdmux_cli.sglang_rules`.
 SGLANG_RELEASE = "SGLang 0.5.23 (latest release)"
-SGLANG_UNRELEASED = "unreleased SGLang (branches after 0.5.23)"
+SGLANG_UNRELEASED = "the strict-loader pdmux branches (overlay@2126b0b: Li-brua/sglang 2126b0b7)"
 
 #: Compute capabilities of NVIDIA GPUs with green contexts (6.0 and later), from the CUDA
 #: programming guide's table of compute capabilities: Pascal 6.0/6.1/6.2, Volta 7.0/7.2, Turing 7.5,

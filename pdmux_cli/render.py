@@ -163,7 +163,11 @@ def estimate_table(est: Estimate) -> Any:
     gpus_column = est.tp > 1 or any(r.policy == "disagg" for r in est.rows)
     if gpus_column:
         table.add_column("GPUs", justify="right")
+    cannot_run = est.pdmux_support is not None and not est.pdmux_support.runs
     for row in est.rows:
+        if cannot_run and row.policy == "pdmux":  # the first note says why (sglang_support)
+            table.add_row(row.label, "cannot run", "cannot run", "-", *([str(row.gpus)] if gpus_column else []))
+            continue
         table.add_row(
             row.label,
             itl_text(row),
@@ -203,6 +207,8 @@ def levels_table(est: Estimate) -> Any:
         table.add_row(str(lv.group) + mark, f"{lv.prefill_sms} : {lv.decode_sms}", ms(lv.prefill_ms),
                       *(ms(i) for i in lv.itl_ms))
     table.caption = "* the level SGLang chooses for this decode batch size"
+    if est.pdmux_support is not None and not est.pdmux_support.runs:
+        table.caption += "\nPD mux cannot run: " + est.pdmux_support.reason + " (these times are not reachable)"
     table.caption_justify = "left"
     return table
 
@@ -270,9 +276,11 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
                 "layout": r.layout,
                 "transfer_ms": r.transfer_ms,
                 "link": link_dict(est.kv_link) if r.policy == "disagg" else None,
+                "runs": (est.pdmux_support is None or est.pdmux_support.runs) if r.policy == "pdmux" else True,
             }
             for r in est.rows
         ],
+        "sglang_support": est.pdmux_support.as_dict() if est.pdmux_support is not None else None,
         "levels": [
             {
                 "group": lv.group,

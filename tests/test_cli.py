@@ -157,7 +157,7 @@ def test_estimate_json_stable_keys() -> None:
     assert set(d["rows"][0]) == {"policy", "label", "itl_ms", "decode_steps_during_prefill", "prefill_ms",
                                  "tokens_during_prefill", "chunk_tokens", "prefill_sms", "decode_sms", "s_sat_sms",
                                  "decode_alone_ms", "prefill_alone_ms", "decode_corun_ms", "prefill_corun_ms", "gpus",
-                                 "layout", "transfer_ms", "link"}
+                                 "layout", "transfer_ms", "link", "runs"}
     d = json.loads(run("estimate", "--json", "--all-levels").stdout)
     assert d["cost_model"] == "roofline" and d["cpu_step_ms"] == pytest.approx(0.31)
     assert [r["policy"] for r in d["rows"]] == ["decode-only", "prefill-first", "chunked", "mixed-chunk",
@@ -535,8 +535,8 @@ def test_check_config_names_sglang_versions_and_warnings_exit_zero(tmp_path) -> 
     bad = tmp_path / "bad.yaml"
     bad.write_text("sm_group_num: 3\nmanual_divisions:\n- [112, 20, 0, 7]\n")
     r = run("check-config", str(bad))
-    assert r.exit_code == 2 and "0.5.23 + unreleased" in r.stdout
-    assert "unreleased = unreleased SGLang (branches after 0.5.23)" in " ".join(r.stdout.split())
+    assert r.exit_code == 2 and "0.5.23 + overlay@2126b0b" in r.stdout and "unreleased" not in r.stdout
+    assert "standard@b875545 │ refuses (start-up)" in r.stdout
     assert_one_line_error(run("splits", "--config", str(bad)), 2, "too many values to unpack")
 
 

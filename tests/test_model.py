@@ -27,10 +27,14 @@ def chapter_attn(tokens, start=0):
 KV_BYTES_PER_TOKEN = {
     "Qwen3-0.6B": 114688,
     "Qwen3-8B": 147456,
+    "Qwen3-8B-FP8": 147456,
+    "Qwen3-14B": 163840,  # 40 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes (not in model-specs.md)
+    "Qwen3-14B-FP8": 163840,
     "Qwen3-32B": 262144,
     "Qwen2.5-7B-Instruct": 57344,
     "Llama-3.1-8B": 131072,
     "Llama-3.1-70B": 327680,
+    "Llama-3.1-405B": 516096,  # 126 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes
     "Llama-3.3-70B-Instruct": 327680,
     "Mistral-7B-v0.3": 131072,
     "Gemma-3-27B-it": 507904,
@@ -41,6 +45,7 @@ KV_BYTES_PER_TOKEN = {
     "DeepSeek-V3": 70272,
     "gpt-oss-20b": 49152,
     "gpt-oss-120b": 73728,
+    "CodeLlama-34b-hf": 196608,  # 48 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes; not in model-specs.md
 }
 
 REQUIRED = ["Qwen3-8B", "Qwen3-0.6B", "Qwen3-32B", "Qwen3-30B-A3B", "Llama-3.1-8B", "Llama-3.1-70B",

@@ -542,7 +542,7 @@ def test_every_rule_is_documented():
         + parse_config("sm_group_num: 3\nmanual_divisions: [[112, 20, 0.5]]\n")[1]
     )
     assert {p.rule for p in problems} <= set(RULES) == set(RULE_LABELS)
-    assert "SGLang 0.5.23 (latest release)" in RULES["old"] and "unreleased SGLang" in RULES["new"]
+    assert "SGLang 0.5.23 (latest release)" in RULES["old"] and "Li-brua/sglang 2126b0b7" in RULES["new"]
     assert [is_error(p) for p in problems].count(False) == 1
     assert all("\n" not in p.message for p in problems)
     assert str(Problem("sm_group_num", "is 2", "both")) == "sm_group_num: is 2 [both]"

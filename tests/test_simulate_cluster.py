@@ -126,10 +126,14 @@ def test_total_requests_routes_to_the_least_loaded_server(setup) -> None:
 
 
 def test_total_requests_spreads_load_better_than_round_robin(setup, busy_trace) -> None:
-    """With unequal requests, routing by outstanding requests waits less than taking turns."""
+    """With unequal requests, routing by outstanding requests finishes them sooner than taking turns: it
+    balances what each replica holds (queued and decoding), so end-to-end latency, mean and tail, is lower.
+    (TTFT is not the measure: it is set by the chunked prefill of the longest prompts on any replica.)"""
     rr = summarize(simulate_dp(busy_trace, setup, ChunkedPolicy(8192), 4, "round_robin"), 1000, 60)
     least = summarize(simulate_dp(busy_trace, setup, ChunkedPolicy(8192), 4, "total_requests"), 1000, 60)
-    assert least.ttft_ms["p99"] < rr.ttft_ms["p99"]
+    mean = lambda m: sum(m.per_request["e2e_ms"]) / len(m.per_request["e2e_ms"])
+    assert mean(least) < mean(rr)
+    assert least.e2e_ms["p99"] < rr.e2e_ms["p99"]
 
 
 def test_transfer_ends_queue_on_each_prefill_instance() -> None:

@@ -101,7 +101,8 @@ def calibrate(
     model: str | None = typer.Option(None, "--model", "-m", help="The model measured: profile name or config.json."),
     gpu: str | None = typer.Option(None, "--gpu", "-g", help="The GPU measured: alias, reported name or profile file."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree of the measurements (pdmux models 1)."),
-    kv_bytes: float = typer.Option(2.0, "--kv-bytes", help="Bytes per KV-cache element the server used."),
+    kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element the server used (default: by --kv-cache-dtype)."),
+    kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help="The server's --kv-cache-dtype: auto (the model's dtype; fp8_e4m3 where its quantization_config says kv_cache_quant_algo FP8), fp8_e4m3, fp8_e5m2, bf16 (default: auto)."),
     merge: list[Path] = typer.Option([], "--merge", help="Merge two calibration files (pdmux bench + pdmux calibrate) instead."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write calibration.yaml here (whole or not at all); default: print it."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (the fit, every point, the YAML)."),
@@ -118,7 +119,8 @@ def calibrate(
     if merge:
         extra = [name for name, given in (("--sglang-bench", sglang_bench), ("--sglang-log", sglang_log),
                                           ("--model", model), ("--gpu", gpu), ("--tp", tp != 1),
-                                          ("--kv-bytes", kv_bytes != 2.0)) if given]
+                                          ("--kv-bytes", kv_bytes is not None),
+                                          ("--kv-cache-dtype", kv_cache_dtype is not None)) if given]
         if extra:
             raise InputError(f"--merge joins two calibration files and takes no {', '.join(extra)}: give those to "
                              "the 'pdmux calibrate' run that wrote the file")
@@ -149,15 +151,18 @@ def calibrate(
     from ..costmodel import build_step_model
     from ..costmodel.calibrate import check_points, fit_whole_gpu, points_from
     from ..hardware import find_gpu_or_file
+    from ..kv_cache import check_kv_options, resolve_kv_cache
     from ..model import load_model
     from ..sglang_measurements import read_one_batch, read_server_log
     from ..simulate.engine import check_bytes_per_element
 
+    check_kv_options(kv_cache_dtype, kv_bytes)
     check_bytes_per_element(kv_bytes, "--kv-bytes")
     if not gpu.strip():
         raise InputError("--gpu is empty: give a GPU name such as h100")
     profile = find_gpu_or_file(gpu)
     mdl = load_model(model)
+    kv_bytes = resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes).bytes_per_element
     one_batch, problems, sources = [], [], []
     for path in sglang_bench:
         points, bad = read_one_batch(path)

@@ -14,15 +14,18 @@ import typer
 
 from ..atomic import check_writable, refuse_overwriting_inputs
 from ..errors import InputError
+from ..kv_cache import KV_CACHE_DTYPE_HELP
 from . import app
-from .common import console, gpu_file, model_file, print_note
+from .common import console, gpu_file, model_file, print_note, sglang_option
 from .simulate import (
+    ADMISSION_DELAY_OPTION,
     COST_MODEL_HELP,
     DEFAULT_POLICIES,
     DISAGG_OPTION,
     DISAGG_TP_OPTION,
     DP_OPTION,
     DURATION_OPTION,
+    FIRST_TOKEN_DELAY_OPTION,
     FORMAT_OPTION,
     GPU_OPTION,
     KV_LINK_GB_S_OPTION,
@@ -35,6 +38,7 @@ from .simulate import (
     MODEL_OPTION,
     NO_PREFIX_CACHE_OPTION,
     OUTPUT_TOKENS_OPTION,
+    PER_REQUEST_OVERHEAD_OPTION,
     POLICIES,
     PREFILL_DECODE_INTERVAL_OPTION,
     PROMPT_TOKENS_OPTION,
@@ -172,7 +176,7 @@ def capacity(
     policies: str = typer.Option(DEFAULT_POLICIES, "--policies", help="Comma-separated: pdmux, chunked, mixed-chunk, prefill-first, disagg (with --disagg)."),
     chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help="Chunk sizes of 'chunked' (default: SGLang's default for the GPU)."),
     mixed_chunk_sizes: str = MIXED_CHUNK_SIZES_OPTION,
-    config: Path | None = typer.Option(None, "--config", help="Also size pdmux with this YAML (e.g. from 'pdmux tune'), beside SGLang's defaults."),
+    config: list[Path] | None = typer.Option(None, "--config", help="Also size pdmux with this YAML (e.g. from 'pdmux tune' or 'pdmux gen-config --slo-itl'), beside SGLang's defaults; repeat it for several."),
     unreleased_fallback: bool = typer.Option(False, "--unreleased-fallback", help="pdmux: where SGLang 0.5.23 crashes (no manual threshold matches), use group 1 as its unreleased branches do."),
     prefill_decode_interval: int = PREFILL_DECODE_INTERVAL_OPTION,
     slo_ttft: float = typer.Option(1000.0, "--slo-ttft", help="TTFT SLO, ms."),
@@ -182,7 +186,12 @@ def capacity(
     cost_model: str = typer.Option("roofline", "--cost-model", help=COST_MODEL_HELP),
     s_sat: float | None = typer.Option(None, "--s-sat", help="SMs that reach 95% of HBM bandwidth (default: the cost model's)."),
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate'."),
-    kv_bytes: float = typer.Option(2.0, "--kv-bytes", help="Bytes per KV-cache element."),
+    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="Roofline model: the engine's CPU time per step, ms (0 = kernels only)."),
+    per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
+    admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
+    first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
+    kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (default: by --kv-cache-dtype)."),
+    kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help="SGLang's flag (default: SGLang's own, per policy)."),
     max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Requests run to their max_new_tokens (benchmark traffic)."),
@@ -198,6 +207,7 @@ def capacity(
     kv_link_latency_us: float | None = KV_LINK_LATENCY_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     plot: Path | None = typer.Option(None, "--plot", help="Write SLO attainment vs request rate, one curve per policy, to this PNG."),
+    sglang: str = sglang_option(),
 ) -> None:
     """The highest request rate each policy sustains within the SLO, and whether to turn pdmux on.
 
@@ -218,7 +228,8 @@ def capacity(
         raise InputError("--policies disagg needs --disagg XPYD (prefill and decode instances, e.g. 1P1D)")
     if disagg is not None and "disagg" not in names:
         names.append("disagg")
-    if config is not None and "pdmux" not in names:
+    configs = list(dict.fromkeys(config or []))
+    if configs and "pdmux" not in names:
         names.append("pdmux")
     if qps is not None and not synthetic:
         raise InputError("--qps draws --synthetic arrivals; capacity searches a trace file's rate itself")
@@ -229,7 +240,7 @@ def capacity(
         raise InputError(f"--workers must be >= 1, got {workers}")
     if plot is not None and plot.suffix.lower() != ".png":
         raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {plot}")
-    refuse_overwriting_inputs(plot, trace, config, calibration, model_file(model), gpu_file(gpu))
+    refuse_overwriting_inputs(plot, trace, *configs, calibration, model_file(model), gpu_file(gpu))
     check_writable(plot)
     chunks = parse_chunk_sizes(chunk_sizes, "--chunk-sizes") if chunk_sizes is not None and "chunked" in names else []
     mixed = parse_chunk_sizes(mixed_chunk_sizes, "--mixed-chunk-sizes") if "mixed-chunk" in names else []
@@ -237,8 +248,10 @@ def capacity(
                               output_tokens)
     setup, cluster = setup_and_cluster(
         lambda n: _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, calibration=calibration, kv_bytes=kv_bytes,
-                         mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
-                         ignore_eos=ignore_eos, tp=n),
+                         kv_cache_dtype=kv_cache_dtype, mem_fraction_static=mem_fraction_static,
+                         max_prefill_tokens=max_prefill_tokens, ignore_eos=ignore_eos, tp=n,
+                         step_overhead_ms=step_overhead_ms, per_request_overhead_ms=per_request_overhead_ms,
+                         admission_delay_ms=admission_delay_ms, first_token_delay_ms=first_token_delay_ms),
         tp, no_prefix_cache, names, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s, kv_link_latency_us,
         disagg_tp)
     workload = _drop_past_context(workload, setup.model, None, None, duration)
@@ -246,17 +259,29 @@ def capacity(
         from ..sglang_server import default_chunked_prefill_size
 
         chunks = [default_chunked_prefill_size(setup.memory_bytes)]
+    from ..sglang_support import model_support
+
+    support = model_support(setup.model.architectures, sglang)
+    notes: list[str] = []
+    if support.state == "no":  # never sized, so never recommended
+        if config is not None or names == ["pdmux"]:
+            raise InputError(f"pdmux: {support.reason} (--sglang picks another SGLang revision)")
+        names = [n for n in names if n != "pdmux"]
+        notes.append(f"pdmux not sized: {support.reason}")
+    elif support.state == "unknown":
+        notes.append(f"pdmux: {support.reason}")
     runs: list[Any] = []
     paths: list[str | None] = []
-    notes: list[str] = []
     for name in dict.fromkeys(names):
         if name == "pdmux":
             runs.append(PdmuxPolicy(unreleased_fallback=unreleased_fallback))
             paths.append(None)
-            if config is not None:
-                cfg, cfg_notes = _pdmux_config(config, None, None, None, None, setup)
-                runs.append(PdmuxPolicy(cfg, name=f"pdmux ({config.name})", unreleased_fallback=unreleased_fallback))
-                paths.append(str(config))
+            names_seen = [c.name for c in configs]
+            for path in configs:  # the file's name, or its path where two files share a name
+                cfg, cfg_notes = _pdmux_config(path, None, None, None, None, setup)
+                shown = path.name if names_seen.count(path.name) == 1 else str(path)
+                runs.append(PdmuxPolicy(cfg, name=f"pdmux ({shown})", unreleased_fallback=unreleased_fallback))
+                paths.append(str(path))
                 notes.extend(cfg_notes)
         elif name == "chunked":
             runs.extend(ChunkedPolicy(c, prefill_decode_interval) for c in dict.fromkeys(chunks))
@@ -333,6 +358,7 @@ def capacity(
                           "at": _point_dict(p.at) if p.at else None, "config": p.config_path,
                           "points": [_point_dict(x) for x in p.points]} for p in result.policies],
             "verdict": result.verdict(), "plot": str(plot) if plot else None, "notes": notes,
+            "sglang_support": support.as_dict(),
         })
         return
     con = console()

@@ -313,3 +313,30 @@ def write_atomic(path: str | Path, text: str) -> Path:
     from ..atomic import write_text_atomic
 
     return write_text_atomic(path, text)
+
+
+#: ``--sglang``'s help, shared by the commands whose verdicts depend on SGLang's code.
+SGLANG_HELP = ("SGLang revision whose pdmux code to follow: 0.5.23 (latest release, default), standard@b875545 "
+               "(sgl-project/sglang b8755452, the standard-prefill lane) or overlay@2126b0b (Li-brua/sglang "
+               "2126b0b7, the layer-wise/overlay fork).")
+
+
+def sglang_option():
+    """The ``--sglang`` typer option (default 0.5.23)."""
+    import typer
+
+    return typer.Option("0.5.23", "--sglang", help=SGLANG_HELP)
+
+
+def warn_line(message: str) -> None:
+    """One line on stderr, prefixed ``pdmux: warning:`` (the exit status is the caller's); written as
+    :func:`fail_line` writes (escapes, a closed stderr ignored)."""
+    text = printable(" ".join(str(message).split()))
+    stream = sys.stderr
+    if stream is None:
+        return
+    try:
+        stream.write(f"pdmux: warning: {text}\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass

@@ -14,6 +14,7 @@ import typer
 
 from ..atomic import check_writable, refuse_overwriting_inputs
 from ..errors import InputError
+from ..kv_cache import KV_CACHE_DTYPE_HELP
 from . import app
 from .common import (
     NON_FINITE,
@@ -27,7 +28,9 @@ from .common import (
     print_json,
     print_note,
     require_finite,
+    sglang_option,
     styled,
+    warn_line,
     write_atomic,
 )
 
@@ -71,7 +74,7 @@ def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: st
 
 
 def _load_pdmux_yaml(path: Path, device: Device | None = None,
-                     cli_sm_group_num: int | None = None) -> tuple[Any, list[str]]:
+                     cli_sm_group_num: int | None = None, sglang: str | None = None) -> tuple[Any, list[str]]:
     """A pdmux YAML for ``--config`` -> (PdmuxConfig, notes).
 
     Structural problems, and (with ``device``) anything SGLang refuses at load or start-up (rules
@@ -83,6 +86,15 @@ def _load_pdmux_yaml(path: Path, device: Device | None = None,
     from ..pdmux_config import driver_divisions, is_error, load_config, validate
 
     config, problems = load_config(path)
+    if sglang is not None and sglang != "0.5.23" and device is not None:
+        from ..sglang_rules import planning_refusal
+
+        refusal = planning_refusal(config, problems, sglang, device.sm_count, device.cc)
+        if refusal:
+            raise InputError(f"{path}: {refusal}")
+        notes = [f"{path}: {p.where}: {p.message}" for p in problems if not is_error(p)]
+        config, rounded = driver_divisions(config, device.sm_count, device.cc)
+        return config, notes + [f"{path}: {note}" for note in rounded]
     notes = [f"{path}: {p.where}: {p.message}" for p in problems if not is_error(p)]
     problems = [p for p in problems if is_error(p)]
     if device is not None:
@@ -251,7 +263,8 @@ def estimate(
     mfu: float | None = typer.Option(None, "--mfu", help="Chapter model: fraction of dense FLOP/s prefill reaches (default 0.5)."),
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="Roofline model: the engine's CPU time per step, ms (0 = kernels only; default: SGLang's measured 0.31)."),
     weight_bytes: float | None = typer.Option(None, "--weight-bytes", help="Bytes per weight (default: the model's dtype; bf16 2, fp8 1)."),
-    kv_bytes: float = typer.Option(2.0, "--kv-bytes", help="Bytes per KV-cache element (bf16 2, fp8 1)."),
+    kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (bf16 2, fp8 1; default: by --kv-cache-dtype)."),
+    kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP),
     level: str = typer.Option("auto", "--level", help="PREFILL/DECODE SMs, e.g. 96/36, or 'auto' for SGLang's choice."),
     all_levels: bool = typer.Option(False, "--all-levels", help="Also show ITL and prefill time at every level."),
     sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="SGLang's sm_group_num (default 8)."),
@@ -268,6 +281,7 @@ def estimate(
     disagg_tp: int | None = typer.Option(None, "--disagg-tp", help="--disagg: each instance's TP (default --tp)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     plot: Path | None = typer.Option(None, "--plot", help="Write ITL against prefill time at every level, the other policies as points, to this PNG."),
+    sglang: str = sglang_option(),
 ) -> None:
     """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing
     (and PD disaggregation with --disagg).
@@ -278,7 +292,9 @@ def estimate(
     from ..estimate import Scenario
     from ..estimate import estimate as run_estimate
     from ..model import load_model
+    from ..sglang_support import get_revision
 
+    get_revision(sglang)  # an unknown revision is refused before any work
     if flops_dtype is not None:
         flops_dtype = flops_dtype.strip().lower()
         if flops_dtype not in ("bf16", "fp16", "fp8"):
@@ -293,12 +309,15 @@ def estimate(
         refuse_overwriting_inputs(plot, config, calibration, model_file(model), gpu_file(gpu))
         check_writable(plot)
     from ..disaggregation import parse_xpyd
+    from ..kv_cache import check_kv_options, resolve_kv_cache
 
+    check_kv_options(kv_cache_dtype, kv_bytes)
     xpyd = parse_xpyd(disagg) if disagg is not None else None
     device = resolve_device(gpu, None, None)
     gpu_profile = device.gpu
     mdl = load_model(model)
-    cfg, cfg_notes = _load_pdmux_yaml(config, device, sm_group_num) if config is not None else (None, [])
+    kv_cache = resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes)
+    cfg, cfg_notes = _load_pdmux_yaml(config, device, sm_group_num, sglang) if config is not None else (None, [])
     scenario = Scenario(
         decode_bs=decode_bs, context_tokens=context, prompt_tokens=prompt_tokens,
         chunk_sizes=_parse_sizes(chunk_sizes, "--chunk-sizes"),
@@ -306,7 +325,7 @@ def estimate(
         cost_model=cost_model.strip().lower(), step_overhead_ms=step_overhead_ms,
         s_sat_values=tuple(parse_float_list(s_sat, "--s-sat", unique=True)) if s_sat is not None else None,
         bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, weight_bytes_per_param=weight_bytes,
-        kv_bytes_per_element=kv_bytes, level=_parse_level(level),
+        kv_bytes_per_element=kv_cache.bytes_per_element, level=_parse_level(level),
         sm_group_num=sm_group_num or (cfg.sm_group_num if cfg else policy.DEFAULT_SM_GROUP_NUM),
         decode_bs_divisor=decode_bs_divisor or (cfg.decode_bs_divisor if cfg else policy.DEFAULT_DECODE_BS_DIVISOR),
         split_forward_token_budget=token_budget or (
@@ -330,7 +349,8 @@ def estimate(
                              f"pass --gpu {measured_on.key} or calibrate this GPU ('pdmux bench', 'pdmux calibrate')")
         if s_sat is not None and cal.has_partitions:
             raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
-    result = run_estimate(gpu_profile, mdl, scenario, calibration=cal, all_levels=all_levels or plot is not None)
+    result = run_estimate(gpu_profile, mdl, scenario, calibration=cal, all_levels=all_levels or plot is not None,
+                          sglang=sglang)
     result.notes[:0] = cfg_notes
     if cal is not None and scenario.cost_model == "chapter" and (mfu is not None or bandwidth_efficiency is not None):
         result.notes.append("--mfu and --bandwidth-efficiency are not used with --calibration: "
@@ -367,15 +387,25 @@ def gen_config(
     manual: bool = typer.Option(False, "--manual", help="Write SGLang's automatic levels as manual_divisions (always on Blackwell)."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the YAML here (whole or not at all) instead of stdout."),
     tune: bool = typer.Option(False, "--tune", help="Pick the knobs by simulating a trace (needs --trace, --slo-ttft, --slo-itl, --gpu)."),
-    trace: Path | None = typer.Option(None, "--trace", help="Trace for --tune (Azure CSV, Mooncake JSONL, BurstGPT CSV)."),
+    trace: Path | None = typer.Option(None, "--trace", help="Trace for --tune, or whose decode steps give --slo-itl its context distribution (Azure CSV, Mooncake JSONL, BurstGPT CSV)."),
     slo_ttft: float | None = typer.Option(None, "--slo-ttft", help="TTFT SLO for --tune, ms."),
-    slo_itl: float | None = typer.Option(None, "--slo-itl", help="ITL SLO for --tune, ms."),
-    model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model served (for --tune; with --tp its heads and widths must split)."),
+    slo_itl: float | None = typer.Option(None, "--slo-itl", help="ITL target, ms: without --tune, write SLO levels (per decode batch the fewest decode SMs whose round, next to a running prefill, meets it; needs --gpu and --context or --trace); with --tune, the ITL SLO tuned for."),
+    context: int | None = typer.Option(None, "--context", help="--slo-itl: tokens of context of every decoding request (or --trace for a distribution)."),
+    max_requests: int | None = typer.Option(None, "--max-requests", help="Use the trace's first N requests (--slo-itl, --tune)."),
+    calibration: Path | None = typer.Option(None, "--calibration", help="--slo-itl: calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate' for the cost model."),
+    cost_model: str = typer.Option("roofline", "--cost-model", help="--slo-itl: roofline (fitted to measurements) or chapter."),
+    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="--slo-itl, roofline: the scheduler's CPU time per step, ms (default: profiles/efficiency/serving.yaml's, as simulate)."),
+    per_request_overhead_ms: float | None = typer.Option(None, "--per-request-overhead-ms", help="--slo-itl, roofline: its CPU time per running request per step, ms (default: as simulate)."),
+    max_running_requests: int | None = typer.Option(None, "--max-running-requests", help="--slo-itl: SGLang's --max-running-requests, the largest decode batch sized for (default: SGLang's from the KV pool)."),
+    model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model served (for --tune and --slo-itl; with --tp its heads and widths must split)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP + " The launch line gains --tp-size N."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    sglang: str = sglang_option(),
 ) -> None:
     """SGLang's pdmux YAML for a GPU, validated, plus the launch flags.
 
+    With --slo-itl MS (no --tune): SLO levels, manual_divisions giving each decode batch the fewest
+    decode SMs that keep its ITL within MS at the workload's context, from the cost model.
     With --tune: the sm_group_num, thresholds and token budget with the best SLO attainment on a
     trace (ties: goodput), found by simulating it."""
     from .. import pdmux_config as pc
@@ -389,18 +419,57 @@ def gen_config(
     from ..tensor_parallel import check_tp_value
 
     check_tp_value(tp)
+    from ..model import load_model
+    from ..sglang_support import model_support
+
+    served = load_model(model)
+    support = model_support(served.architectures, sglang)
     if tp > 1:
-        from ..model import load_model
         from ..tensor_parallel import shard
 
-        shard(load_model(model), tp)  # SGLang refuses a model whose heads or widths tp does not divide
+        shard(served, tp)  # SGLang refuses a model whose heads or widths tp does not divide
     if output is not None and str(output) == "-":
         output = None  # the usual spelling of standard output
     # Before any work (a --tune search takes minutes): the output must be writable and not an input.
     check_writable(output)
-    refuse_overwriting_inputs(output, trace, model_file(model) if tune else None, gpu_file(gpu))
-    tune_summary = None
-    if tune:
+    slo = slo_itl is not None and not tune
+    refuse_overwriting_inputs(output, trace, calibration, model_file(model) if tune or slo else None, gpu_file(gpu))
+    tune_summary = slo_summary = None
+    slo_view: tuple | None = None
+    if max_requests is not None and trace is None:
+        raise InputError("--max-requests cuts a --trace: give one, or drop --max-requests")
+    if not slo:
+        if context is not None and not tune:
+            raise InputError("--context goes with --slo-itl (SLO levels)")
+        if calibration is not None and not tune:
+            raise InputError("--calibration goes with --slo-itl (SLO levels) or --tune")
+        if cost_model != "roofline":
+            raise InputError("--cost-model goes with --slo-itl (SLO levels), without --tune")
+        for name, value in (("--step-overhead-ms", step_overhead_ms),
+                            ("--per-request-overhead-ms", per_request_overhead_ms),
+                            ("--max-running-requests", max_running_requests)):
+            if value is not None:
+                raise InputError(f"{name} goes with --slo-itl (SLO levels), without --tune")
+    if slo:
+        if divisions is not None or manual:
+            raise InputError("--slo-itl writes its own levels and thresholds: drop --divisions/--manual")
+        if decode_bs_divisor != 36:
+            raise InputError("--slo-itl's thresholds replace the linear rule, which never reads decode_bs_divisor: "
+                             "drop --decode-bs-divisor")
+        if slo_ttft is not None:
+            raise InputError("--slo-ttft goes with --tune (SLO levels size decode for the ITL target alone)")
+        from .slo import levels_dict, levels_notes, levels_table, slo_levels_config
+
+        config, levels, setup, slo_notes = slo_levels_config(
+            device.gpu, model, slo_itl, context=context, trace=trace, max_requests=max_requests,
+            calibration=calibration, cost_model=cost_model.strip().lower(), tp=tp, sm_group_num=sm_group_num,
+            token_budget=token_budget, step_overhead_ms=step_overhead_ms,
+            per_request_overhead_ms=per_request_overhead_ms, max_running_requests=max_running_requests)
+        source = levels.context_source
+        slo_summary = levels_dict(levels, setup, source)
+        slo_view = (levels_table(levels, setup), [*slo_notes, *levels_notes(levels, source)],
+                    f"cost model: {setup.step_model.source}")
+    elif tune:
         if divisions is not None or manual:
             raise InputError("--tune picks the levels itself: drop --divisions/--manual")
         if (sm_group_num, decode_bs_divisor, token_budget) != (8, 36, 65536):
@@ -408,10 +477,13 @@ def gen_config(
                              "--sm-group-num/--decode-bs-divisor/--token-budget ('pdmux tune' can narrow the search)")
         from .simulate import tuned_config
 
+        if context is not None:
+            raise InputError("--tune takes the workload from --trace: drop --context")
         config, tune_summary = tuned_config(device.gpu, trace, slo_ttft, slo_itl, model=model, show=not as_json,
-                                            tp=tp)
-    elif trace is not None or slo_ttft is not None or slo_itl is not None:
-        raise InputError("--trace, --slo-ttft and --slo-itl go with --tune")
+                                            tp=tp, max_requests=max_requests, calibration=calibration,
+                                            sglang=sglang)
+    elif trace is not None or slo_ttft is not None:
+        raise InputError("--trace and --slo-ttft go with --tune (or --trace with --slo-itl)")
     elif divisions is not None:
         entries = pc.parse_divisions(divisions)
         config = pc.PdmuxConfig(sm_group_num=len(entries) + 2, manual_divisions=entries,
@@ -439,18 +511,34 @@ def gen_config(
                                "manual_divisions": [list(e) for e in config.manual_divisions],
                                "split_forward_token_budget": config.split_forward_token_budget,
                                "decode_bs_divisor": config.decode_bs_divisor},
-                    "launch_flags": flags, "tune": tune_summary})
+                    "launch_flags": flags, "tune": tune_summary, "sglang_support": support.as_dict(),
+                    **({"slo_levels": slo_summary} if slo_summary is not None else {})})
         return
+    if support.state == "no":
+        warn_line(f"{served.name}: {support.reason}: this config cannot serve it")
     launch = pc.launch_command(path_text, config.sm_group_num, tp=tp)
     if output is None:
         sys.stdout.write(text)
+        if slo_view is not None and sys.stderr is not None:
+            _print_slo_view(console(stderr=True), slo_view)
         if sys.stderr is not None:
             sys.stderr.write(f"# save as {path_text}, then launch:\n# {launch}\n")
     else:
         con = console()
+        if slo_view is not None:
+            _print_slo_view(con, slo_view)
         every = f"; every one of the {tp} GPUs loads it" if tp > 1 else ""
         con.print(f"wrote {output} ({device.name}, {device.sm_count} SMs{every})")
         con.print(launch, soft_wrap=True, markup=False)
+
+
+def _print_slo_view(con: Any, view: tuple) -> None:
+    """gen-config --slo-itl's table of levels and its notes."""
+    table, notes, cost = view
+    con.print(table)
+    for note in notes:
+        print_note(con, note)
+    con.print(cost, soft_wrap=True)
 
 
 @app.command("check-config")
@@ -461,43 +549,77 @@ def check_config(
     cc: str | None = typer.Option(None, "--cc", help="Compute capability of that device."),
     sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="The --sm-group-num you launch with (must equal the YAML's)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    model: str | None = typer.Option(None, "--model", "-m", help="The model served: warn where the SGLang revision cannot multiplex its architecture."),
+    sglang: str = sglang_option(),
 ) -> None:
-    """Validate a pdmux YAML against SGLang 0.5.23 (the latest release), unreleased SGLang and the CUDA
-    driver; exit 2 if any problem (warnings alone: 0)."""
+    """Validate a pdmux YAML against each SGLang revision pdmux has read (--sglang decides the exit code:
+    2 if it refuses the file or any problem of 0.5.23's rules or the driver's is found; warnings alone: 0)."""
     from .. import pdmux_config as pc
-    from ..policy import SGLANG_RELEASE, SGLANG_UNRELEASED
+    from ..sglang_rules import verdicts
+    from ..sglang_support import REVISIONS, get_revision
 
+    chosen = get_revision(sglang)
     device = resolve_device(gpu, sms, cc)
-    config, problems = pc.load_config(path)
-    problems = list(problems) + pc.validate(config, device.sm_count, device.cc, sm_group_num)
-    errors = [p for p in problems if pc.is_error(p)]
+    config, parsed = pc.load_config(path)
+    problems = list(parsed) + pc.validate(config, device.sm_count, device.cc, sm_group_num)
+    per_revision = verdicts(config, list(parsed), device.sm_count, device.cc, cli_sm_group_num=sm_group_num)
+    mine = next(v for v in per_revision if v.revision == chosen.key)
+    # the exit code: the chosen revision's verdict, plus what the driver or a typo does to any revision
+    errors = [p for p in problems if p.rule in ("cuda", "pdmux")]
+    failed = bool(errors) or not mine.accepted
+    support_line = None
+    if model is not None:
+        from ..model import load_model
+        from ..sglang_support import model_support
+
+        support = model_support(load_model(model).architectures, chosen)
+        support_line = support.reason if support.state != "yes" else None
     if as_json:
-        print_json({"path": str(path), "gpu": device.name, "sm_count": device.sm_count, "ok": not errors,
-                    "sglang_versions": {"old": SGLANG_RELEASE, "new": SGLANG_UNRELEASED},
+        print_json({"path": str(path), "gpu": device.name, "sm_count": device.sm_count, "ok": not failed,
+                    "sglang": chosen.key,
+                    "revisions": [v.as_dict(REVISIONS[v.revision]) for v in per_revision],
                     "problems": [{"where": p.where, "rule": p.rule, "severity": "error" if pc.is_error(p) else "warning",
-                                  "message": p.message} for p in problems]})
-    elif problems:
+                                  "message": p.message} for p in problems],
+                    "sglang_support": support.as_dict() if model is not None else None})
+    else:
         from rich.table import Table
 
-        warnings = len(problems) - len(errors)
-        counts = ", ".join(([f"{len(errors)} problem(s)"] if errors else []) +
-                           ([f"{warnings} warning(s)"] if warnings else []))
-        table = Table(title=f"{path}: {counts} for {device.name} ({device.sm_count} SMs)", title_justify="left")
-        table.add_column("where")
-        table.add_column("refused by", justify="left")
-        table.add_column("problem")
-        for p in problems[:MAX_PROBLEM_ROWS]:
-            table.add_row(p.where, pc.RULE_LABELS.get(p.rule, p.rule), p.message)
-        caption = [f"0.5.23 = {SGLANG_RELEASE}; unreleased = {SGLANG_UNRELEASED}"]
-        if len(problems) > MAX_PROBLEM_ROWS:
-            caption.insert(0, f"first {MAX_PROBLEM_ROWS} of {len(problems)} problems; --json lists them all")
-        table.caption = "\n".join(caption)
+        con = console()
+        if problems:
+            warnings = len([p for p in problems if not pc.is_error(p)])
+            counts = ", ".join(([f"{len(problems) - warnings} problem(s)"] if len(problems) > warnings else []) +
+                               ([f"{warnings} warning(s)"] if warnings else []))
+            table = Table(title=f"{path}: {counts} for {device.name} ({device.sm_count} SMs)", title_justify="left")
+            table.add_column("where")
+            table.add_column("refused by", justify="left")
+            table.add_column("problem")
+            for p in problems[:MAX_PROBLEM_ROWS]:
+                table.add_row(p.where, pc.RULE_LABELS.get(p.rule, p.rule), p.message)
+            if len(problems) > MAX_PROBLEM_ROWS:
+                table.caption = f"first {MAX_PROBLEM_ROWS} of {len(problems)} problems; --json lists them all"
+                table.caption_justify = "left"
+            con.print(table)
+        table = Table(title=f"{path} per SGLang revision ({device.name}, {device.sm_count} SMs)", title_justify="left")
+        table.add_column("SGLang")
+        table.add_column("verdict")
+        table.add_column("why")
+        for v in per_revision:
+            mark = " *" if v.revision == chosen.key else ""
+            table.add_row(v.revision + mark, "runs it" if v.accepted else f"refuses ({v.stage})", v.reason or "-")
+        table.caption = "\n".join(["* --sglang (decides the exit code)", *(REVISIONS[v.revision].cite
+                                                                         for v in per_revision)])
         table.caption_justify = "left"
-        console().print(table)
-    if not errors and not as_json:
-        warned = f" ({len(problems)} warning(s) above)" if problems else ""
-        console().print(f"{path}: OK for {device.name} ({device.sm_count} SMs) under {SGLANG_RELEASE} and "
-                        f"{SGLANG_UNRELEASED}{warned}")
-    if errors:
-        fail_line(f"{path}: {len(errors)} problem(s)")
+        con.print(table)
+        for v in per_revision:
+            failure = REVISIONS[v.revision].startup_failure
+            if v.revision == chosen.key and failure:
+                con.print(f"{v.revision}: {failure}")
+        if support_line:
+            warn_line(f"{model}: {support_line}")
+        if not failed:
+            warned = f" ({len(problems)} warning(s) above)" if problems else ""
+            con.print(f"{path}: OK for {device.name} ({device.sm_count} SMs) under {chosen.name}{warned}")
+    if failed:
+        what = f"{len(errors)} problem(s)" if errors else f"{chosen.name} refuses it ({mine.stage})"
+        fail_line(f"{path}: {what}")
         raise typer.Exit(2)

@@ -20,14 +20,17 @@ import typer
 
 from ..atomic import check_writable, refuse_overwriting_inputs
 from ..errors import InputError
+from ..kv_cache import KV_CACHE_DTYPE_HELP
 from . import app
 from .common import (
     console,
     gpu_file,
     model_file,
+    parse_float_list,
     parse_int_list,
     print_note,
     progress_bar,
+    sglang_option,
     write_atomic,
 )
 
@@ -193,6 +196,9 @@ def parse_chunk_sizes(text: str, what: str) -> list[int]:
 
 
 #: The workload options simulate, tune and capacity share (typer reads these as plain metadata).
+PER_REQUEST_OVERHEAD_OPTION = typer.Option(None, "--per-request-overhead-ms", help="Roofline model: the scheduler's CPU time per running request per step, ms (default: fitted to public SGLang serving runs, profiles/efficiency/serving.yaml).")
+ADMISSION_DELAY_OPTION = typer.Option(None, "--admission-delay-ms", help="Roofline model: from a request's arrival until SGLang's scheduler can admit it (HTTP server, tokenizer, IPC), ms (default: serving.yaml's fit).")
+FIRST_TOKEN_DELAY_OPTION = typer.Option(None, "--first-token-delay-ms", help="Roofline model: from the step that makes a token until the client has it (detokenizer, streaming), ms: adds to TTFT and end-to-end latency, not to ITL (default: serving.yaml's fit).")
 MODEL_OPTION = typer.Option("qwen3-8b", "--model", "-m", help=MODEL_HELP)
 GPU_OPTION = typer.Option(None, "--gpu", "-g", help=GPU_HELP)
 MIXED_CHUNK_SIZES_OPTION = typer.Option("512", "--mixed-chunk-sizes", help="Chunk sizes of 'mixed-chunk'.")
@@ -200,12 +206,12 @@ PREFILL_DECODE_INTERVAL_OPTION = typer.Option(0, "--prefill-decode-interval", he
 NO_PREFIX_CACHE_OPTION = typer.Option(False, "--no-prefix-cache", help="Turn SGLang's radix cache off (--disable-radix-cache). On by default: prompts of a trace with hash_ids (Mooncake) reuse cached prefixes.")
 TRACE_ARGUMENT = typer.Argument(None, help="Trace file: Azure CSV, Mooncake JSONL or BurstGPT CSV.")
 TRACE_OPTION = typer.Option(None, "--trace", help="The trace file, spelt as tune and gen-config --tune take it.")
-SYNTHETIC_OPTION = typer.Option(False, "--synthetic", help="Poisson arrivals at --qps instead of a trace file.")
+SYNTHETIC_OPTION = typer.Option(False, "--synthetic", help="Poisson arrivals at --qps instead of a trace file (--qps inf: all at once, with --max-requests).")
 FORMAT_OPTION = typer.Option(None, "--format", help="azure, mooncake or burstgpt (default: detected).")
 MAX_REQUESTS_OPTION = typer.Option(None, "--max-requests", help="Only the first N requests.")
 DURATION_OPTION = typer.Option(None, "--duration", help="Only requests arriving in the first S seconds.")
 SEED_OPTION = typer.Option(0, "--seed", help="Seed for synthetic arrivals and lengths.")
-PROMPT_TOKENS_OPTION = typer.Option("1024", "--prompt-tokens", help="Synthetic prompt length: N, uniform:LO:HI, exp:MEAN or lognormal:MEDIAN:SIGMA.")
+PROMPT_TOKENS_OPTION = typer.Option("1024", "--prompt-tokens", help="Synthetic prompt length: N, uniform:LO:HI, exp:MEAN, lognormal:MEDIAN:SIGMA, or random:L[:RATIO] (bench_serving's random dataset, drawn as it draws them for --seed; both lengths then).")
 OUTPUT_TOKENS_OPTION = typer.Option("128", "--output-tokens", help="Synthetic output length (same forms).")
 
 
@@ -226,7 +232,8 @@ def _load_workload(trace_path: Path | None, synthetic: bool, fmt: str | None, qp
     simulated (as ``pdmux capacity`` reports it). :class:`InputError` for bad combinations."""
     from ..simulate.traces import load_trace, reshape, synthetic_trace
 
-    _check_number("--qps", qps)
+    if not (synthetic and qps == math.inf):  # --synthetic --qps inf: bench_serving's --request-rate inf
+        _check_number("--qps", qps)
     _check_number("--rate-scale", rate_scale)
     _check_number("--duration", duration)
     if max_requests is not None and max_requests < 1:
@@ -249,24 +256,31 @@ def _load_workload(trace_path: Path | None, synthetic: bool, fmt: str | None, qp
 
 def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: float | None = None,
            bandwidth_efficiency: float | None = None, mfu: float | None = None, calibration: Path | None = None,
-           weight_bytes: float | None = None, kv_bytes: float = 2.0, mem_fraction_static: float | None = None,
+           weight_bytes: float | None = None, kv_bytes: float | None = None, kv_cache_dtype: str | None = None,
+           mem_fraction_static: float | None = None,
            max_prefill_tokens: int = 16384, flops_dtype: str | None = None, step_overhead_ms: float | None = None,
            ignore_eos: bool = False, disable_overlap: bool = False, cuda_graph_max_bs: int | None = None,
-           max_running_requests: int | None = None, gpu_profile: Any = None, tp: int = 1) -> Any:
+           max_running_requests: int | None = None, gpu_profile: Any = None, tp: int = 1,
+           per_request_overhead_ms: float | None = None, admission_delay_ms: float | None = None,
+           first_token_delay_ms: float | None = None) -> Any:
     """The simulated server (:func:`pdmux_cli.simulate.engine.make_setup`) from the options shared by
     simulate and tune; :class:`InputError` for bad values or combinations."""
     from ..hardware import find_gpu_or_file
+    from ..kv_cache import check_kv_options, resolve_kv_cache
     from ..model import load_model
     from ..simulate import engine
     from ..simulate.engine import make_setup
 
     _check_number("--s-sat", s_sat, minimum=1.0, strict=False)  # SMs: fewer than one saturates nothing
+    check_kv_options(kv_cache_dtype, kv_bytes)
     engine.check_bytes_per_element(weight_bytes, "--weight-bytes")
     engine.check_bytes_per_element(kv_bytes, "--kv-bytes")
     engine.check_mem_fraction(mem_fraction_static)
     engine.check_efficiency(bandwidth_efficiency, "--bandwidth-efficiency")
     engine.check_efficiency(mfu, "--mfu")
-    _check_number("--step-overhead-ms", step_overhead_ms, strict=False)
+    for flag, value in (("--step-overhead-ms", step_overhead_ms), ("--per-request-overhead-ms", per_request_overhead_ms),
+                        ("--admission-delay-ms", admission_delay_ms), ("--first-token-delay-ms", first_token_delay_ms)):
+        _check_number(flag, value, strict=False)
     if max_prefill_tokens < 1:
         raise InputError(f"--max-prefill-tokens must be >= 1, got {max_prefill_tokens}")
     for name, value in (("--cuda-graph-max-bs", cuda_graph_max_bs), ("--max-running-requests", max_running_requests)):
@@ -279,6 +293,7 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
         raise InputError(f"--s-sat {s_sat:g} is more than the {profile.sm_count} SMs of {profile.name}: "
                          "give the SMs that saturate HBM bandwidth, at most all of them")
     mdl = load_model(model)
+    kv_cache = resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes)
     cal = None
     if calibration is not None:
         from ..calibration import load_calibration
@@ -288,9 +303,11 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
             raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
     return make_setup(profile, mdl, cost_model=cost_model.strip().lower(), s_sat=s_sat,
                       bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, calibration=cal,
-                      weight_bytes_per_param=weight_bytes, kv_bytes_per_element=kv_bytes,
+                      weight_bytes_per_param=weight_bytes, kv_bytes_per_element=kv_cache.bytes_per_element,
                       mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
-                      flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
+                      flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms,
+                      per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
+                      first_token_delay_ms=first_token_delay_ms, ignore_eos=ignore_eos,
                       disable_overlap=disable_overlap, cuda_graph_max_bs=cuda_graph_max_bs,
                       max_running_requests=max_running_requests, tp=tp)
 
@@ -438,9 +455,13 @@ def simulate(
     bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help="Chapter model: fraction of datasheet bandwidth decode reaches (0.85)."),
     mfu: float | None = typer.Option(None, "--mfu", help="Chapter model: fraction of dense FLOP/s prefill reaches (0.5)."),
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="Roofline model: the engine's CPU time per step, ms (0 = kernels only)."),
+    per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
+    admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
+    first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' (SM-partition curves, co-run interference) and/or 'pdmux calibrate' (whole-GPU efficiencies from your SGLang)."),
     weight_bytes: float | None = typer.Option(None, "--weight-bytes", help="Bytes per weight (default: the model's dtype)."),
-    kv_bytes: float = typer.Option(2.0, "--kv-bytes", help="Bytes per KV-cache element."),
+    kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (default: by --kv-cache-dtype)."),
+    kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP),
     flops_dtype: str | None = typer.Option(None, "--flops-dtype", help="bf16, fp16 or fp8 dense math (default: by model)."),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help="SGLang's flag: share of GPU memory for weights and KV pool (default: SGLang's own, per policy)."),
     max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens."),
@@ -459,10 +480,12 @@ def simulate(
     kv_link: str = KV_LINK_OPTION,
     kv_link_gb_s: float | None = KV_LINK_GB_S_OPTION,
     kv_link_latency_us: float | None = KV_LINK_LATENCY_OPTION,
+    max_concurrency: int | None = typer.Option(None, "--max-concurrency", help="A closed-loop client with at most N requests in flight, as SGLang's bench_serving --max-concurrency: each request is sent at its arrival or when one finishes, whichever is later; TTFT counts from the send. One server only."),
     workers: int | None = typer.Option(None, "--workers", help="Processes, one policy each (default: the cores available; 1 runs the policies here, one after another)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     csv_path: Path | None = typer.Option(None, "--csv", help="Write per-request results to this CSV file."),
     plot: Path | None = typer.Option(None, "--plot", help="Write ITL and TTFT CDFs to this PNG (needs matplotlib)."),
+    sglang: str = sglang_option(),
 ) -> None:
     """Replay a request trace through PD multiplexing, chunked prefill, prefill-first and PD disaggregation.
 
@@ -475,6 +498,10 @@ def simulate(
 
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be >= 1, got {workers}")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise InputError(f"--max-concurrency must be >= 1 requests in flight, got {max_concurrency}")
+    if max_concurrency is not None and (disagg is not None or (dp or 1) > 1):
+        raise InputError("--max-concurrency (a closed-loop client) is simulated on one server: drop --dp and --disagg")
     if trace is not None and trace_option is not None:
         raise InputError("give the trace once: as the TRACE argument or as --trace, not both")
     trace = trace if trace is not None else trace_option
@@ -506,8 +533,11 @@ def simulate(
     setup, cluster = setup_and_cluster(
         lambda n: _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency,
                          mfu=mfu, calibration=calibration, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
+                         kv_cache_dtype=kv_cache_dtype,
                          mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
-                         flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
+                         flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms,
+                         per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
+                         first_token_delay_ms=first_token_delay_ms, ignore_eos=ignore_eos,
                          disable_overlap=disable_overlap_schedule, cuda_graph_max_bs=cuda_graph_max_bs,
                          max_running_requests=max_running_requests, tp=n),
         tp, no_prefix_cache, names, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s, kv_link_latency_us,
@@ -517,6 +547,13 @@ def simulate(
         from ..sglang_server import default_chunked_prefill_size
 
         chunks = [default_chunked_prefill_size(setup.memory_bytes)]
+    from ..sglang_support import model_support
+
+    support = model_support(setup.model.architectures, sglang)
+    if support.state == "no":
+        names = [n for n in names if n != "pdmux"]
+        if not names:
+            raise InputError(f"--policies pdmux: {support.reason} (--sglang picks another SGLang revision)")
     runs: list[Any] = []
     cfg_notes: list[str] = []
     for name in dict.fromkeys(names):
@@ -541,7 +578,8 @@ def simulate(
     try:
         outcomes = simulate_policies(workload, setup, runs, slo_ttft, slo_itl, dp=cluster.dp,
                                      load_balance_method=cluster.method,
-                                     workers=workers if workers is not None else default_workers(), progress=update)
+                                     workers=workers if workers is not None else default_workers(), progress=update,
+                                     max_concurrency=max_concurrency or 0)
     finally:
         if bar is not None:
             bar.stop()
@@ -564,6 +602,8 @@ def simulate(
     notes = [workload.bad_rows_text()] if workload.bad_rows else []
     notes += list(cluster.notes)
     notes += [f"{label} not simulated: {exc}" for label, exc in refused]
+    if support.state != "yes":
+        notes.insert(0, ("pdmux not simulated: " if support.state == "no" else "pdmux: ") + support.reason)
     if prefill_decode_interval and "pdmux" in names:
         notes.append("pdmux: --prefill-decode-interval does not apply (SGLang's pdmux loop runs a decode step every "
                      "round whatever it prefills)")
@@ -590,7 +630,7 @@ def simulate(
             "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl, "itl_judged_on": "request p99 ITL (nearest rank)"},
             "policies": [report.metrics_dict(m) for m in metrics],
             "csv": str(csv_path) if csv_path else None, "plot": str(plot) if plot else None,
-            "notes": notes,
+            "sglang_support": support.as_dict(), "notes": notes,
         })
         return
     con = console()
@@ -614,8 +654,9 @@ def simulate(
 
 def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_group_nums: str | None,
               divisors: str | None, budgets: str | None, single_levels: bool, workers: int | None,
-              show_progress: bool, dp: int = 1, load_balance_method: str = "round_robin") -> Any:
-    from ..simulate.tune import DEFAULT_BUDGETS, DEFAULT_DIVISORS, tune
+              show_progress: bool, dp: int = 1, load_balance_method: str = "round_robin",
+              slo_margins: str | None = None) -> Any:
+    from ..simulate.tune import DEFAULT_BUDGETS, DEFAULT_DIVISORS, DEFAULT_SLO_MARGINS, tune
 
     _check_number("--slo-ttft", slo_ttft)
     _check_number("--slo-itl", slo_itl)
@@ -624,8 +665,12 @@ def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_gro
     groups = parse_int_list(sm_group_nums, "--sm-group-nums", minimum=3) if sm_group_nums else None
     divs = parse_int_list(divisors, "--divisors") if divisors else DEFAULT_DIVISORS
     buds = parse_int_list(budgets, "--budgets") if budgets else DEFAULT_BUDGETS
+    margins: Any = DEFAULT_SLO_MARGINS
+    if slo_margins is not None:
+        margins = () if slo_margins.strip().lower() in ("none", "off", "-") else parse_float_list(
+            slo_margins, "--slo-margins", unique=True)
     bar, _ = _progress(show_progress, 1, "tuning")
-    cluster = {"dp": dp, "load_balance_method": load_balance_method}
+    cluster = {"dp": dp, "load_balance_method": load_balance_method, "slo_margins": margins}
     if bar is None:
         return tune(workload, setup, slo_ttft, slo_itl, groups, divs, buds, single_levels, workers, **cluster)
     task = bar.task_ids[0]
@@ -709,6 +754,7 @@ def tuned_config(
     workers: int | None = None,
     show: bool = True,
     tp: int = 1,
+    sglang: str | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """The hook for ``pdmux gen-config --tune``: tune on ``trace`` for ``gpu_profile`` (a
     ``hardware.Gpu``; ``None`` raises, since the cost model needs bandwidth and FLOP/s) and return
@@ -720,6 +766,9 @@ def tuned_config(
         raise InputError("--tune needs --trace FILE, --slo-ttft MS and --slo-itl MS")
     workload = _load_workload(trace, False, fmt, qps, rate_scale, max_requests, duration, 0, "1024", "128")
     setup = _setup(None, model, s_sat=s_sat, calibration=calibration, gpu_profile=gpu_profile, tp=tp)
+    from ..sglang_support import require_pdmux
+
+    require_pdmux(setup.model.architectures, sglang, "gen-config --tune")
     workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     result = _tune_run(workload, setup, slo_ttft_ms, slo_itl_ms, sm_group_nums, divisors, budgets, True, workers,
                        show and sys.stderr is not None and sys.stderr.isatty())
@@ -759,14 +808,20 @@ def tune(
     divisors: str | None = typer.Option(None, "--divisors", help="decode_bs_divisor values to try (default 12,24,36,48,72)."),
     budgets: str | None = typer.Option(None, "--budgets", help="split_forward_token_budget values (default 4096,16384,65536)."),
     no_single_levels: bool = typer.Option(False, "--no-fixed-splits", help="Do not try single fixed splits."),
+    slo_margins: str | None = typer.Option(None, "--slo-margins", help="Also try SLO levels (gen-config --slo-itl) sized for these shares of --slo-itl (default 1,0.9,0.8), or 'none'."),
     cost_model: str = typer.Option("roofline", "--cost-model", help=COST_MODEL_HELP),
     s_sat: float | None = typer.Option(None, "--s-sat", help="SMs that reach 95% of HBM bandwidth (default: the cost model's)."),
     bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help="Chapter model: fraction of datasheet bandwidth (0.85)."),
     mfu: float | None = typer.Option(None, "--mfu", help="Chapter model: fraction of dense FLOP/s prefill reaches (0.5)."),
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="Roofline model: the engine's CPU time per step, ms."),
+    per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
+    admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
+    first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate'."),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help="SGLang's flag (default: SGLang's own with chunking off)."),
     max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens."),
+    kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (default: by --kv-cache-dtype)."),
+    kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Requests run to their max_new_tokens (benchmark traffic)."),
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     workers: int | None = typer.Option(None, "--workers", help="Processes (default: the cores available)."),
@@ -777,12 +832,13 @@ def tune(
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the winning YAML here (whole or not at all)."),
     show_all: bool = typer.Option(False, "--all", help="Show every config compared, not just the best."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    sglang: str = sglang_option(),
 ) -> None:
     """Search pdmux YAML knobs for the best SLO attainment on a trace; write the winning YAML.
 
-    Tries sm_group_num, decode_bs_divisor or fixed splits, and split_forward_token_budget, one
-    simulation each, in parallel on the cores available; with --dp, each on that many replicas behind
-    a router."""
+    Tries sm_group_num, decode_bs_divisor or fixed splits, SLO levels for --slo-itl (and 0.9x, 0.8x
+    it), and split_forward_token_budget, one simulation each, in parallel on the cores available; with
+    --dp, each on that many replicas behind a router."""
     from .. import pdmux_config as pc
 
     refuse_overwriting_inputs(output, trace, calibration, model_file(model), gpu_file(gpu))
@@ -791,13 +847,18 @@ def tune(
     setup = _setup(gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency, mfu=mfu,
                    calibration=calibration, mem_fraction_static=mem_fraction_static,
                    max_prefill_tokens=max_prefill_tokens, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
-                   tp=tp)
+                   kv_bytes=kv_bytes, kv_cache_dtype=kv_cache_dtype, tp=tp,
+                   per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
+                   first_token_delay_ms=first_token_delay_ms)
+    from ..sglang_support import require_pdmux
+
+    support = require_pdmux(setup.model.architectures, sglang, "tune")
     if no_prefix_cache:
         setup = without_prefix_cache(setup)
     cluster = cluster_from_options(setup, gpu, dp, load_balance_method, disagg, allow_disagg=False)
     workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     result = _tune_run(workload, setup, slo_ttft, slo_itl, sm_group_nums, divisors, budgets, not no_single_levels,
-                       workers, _show_progress(as_json), cluster.dp, cluster.method)
+                       workers, _show_progress(as_json), cluster.dp, cluster.method, slo_margins)
     best = result.best_row.candidate.config
     problems = pc.validate(best, setup.total_sms, setup.compute_capability)
     if problems:  # cannot happen: candidates are validated
@@ -815,7 +876,7 @@ def tune(
                      "load_balance_method": cluster.router,
                      "cost_model": setup.step_model.name, "throughput": setup.step_model.source,
                      "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl}, "yaml": text,
-                     "output": str(output) if output else None})
+                     "output": str(output) if output else None, "sglang_support": support.as_dict()})
         data["notes"] = [*data.get("notes", []), *cluster.notes, *dp_note]
         print_json(data)
         return
@@ -831,7 +892,8 @@ def tune(
               f"{result.gpus} GPU(s)" + _tune_layout(setup.tp, cluster))
     con.print("verdict: " + result.verdict(), soft_wrap=True)
     con.print(f"cost model: {setup.step_model.source}", soft_wrap=True)
-    for note in [*result.notes, *cluster.notes, *dp_note]:
+    unknown = [support.reason] if support.state == "unknown" else []
+    for note in [*result.notes, *cluster.notes, *dp_note, *unknown]:
         print_note(con, note)
     if output is None:
         sys.stdout.write(text)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ..errors import InputError
-from .efficiency import CpuProfile
+from .efficiency import CpuProfile, ServingProfile
 
 #: ``--cost-model`` choices; the first is the default.
 COST_MODELS = ("roofline", "chapter")
@@ -33,13 +33,15 @@ class StepModel(Protocol):
     """What the estimate and the simulator ask of a cost model. Seconds; SMs; tokens.
 
     ``name``: ``"roofline"`` or ``"chapter"``. ``source``: one line for output. ``total_sms``: the
-    GPU's SMs. ``cpu``: the engine's CPU costs. ``s_sat``: SMs reaching 95% of full bandwidth (``None``
+    GPU's SMs. ``cpu``: the engine's CPU costs. ``serving``: the request path's delays outside the
+    scheduler (admission, the stream back to the client). ``s_sat``: SMs reaching 95% of full bandwidth (``None``
     or NaN where a calibration's curve stands instead). ``notes``: caveats for output.
     """
 
     name: str
     total_sms: int
     cpu: CpuProfile
+    serving: ServingProfile
     notes: list[str]
 
     @property
@@ -86,6 +88,17 @@ def pick_flops_dtype(gpu: Any, model: Any, requested: str | None) -> str:
     return "bf16" if gpu.bf16_dense_flops else "fp16"
 
 
+def linear_gemm_kind(model: Any, flops_dtype: str) -> str:
+    """Which GEMM efficiencies the model's linear layers take with ``flops_dtype`` math (the
+    :func:`pick_flops_dtype` result): ``"fp8_block"`` for an fp8 checkpoint with
+    ``quantization_config.weight_block_size`` (SGLang's w8a8 block fp8 GEMMs), ``"fp8"`` for other fp8
+    math (per-tensor scales; also ``--flops-dtype fp8`` on a 16-bit checkpoint, as SGLang's
+    ``--quantization fp8``), else ``"bf16"``."""
+    if flops_dtype != "fp8":
+        return "bf16"
+    return "fp8_block" if model.weight_dtype == "fp8" and getattr(model, "weight_block_size", ()) else "fp8"
+
+
 def build_step_model(
     gpu: Any,
     model: Any,
@@ -99,6 +112,9 @@ def build_step_model(
     kv_bytes_per_element: float = 2.0,
     flops_dtype: str | None = None,
     step_overhead_ms: float | None = None,
+    per_request_overhead_ms: float | None = None,
+    admission_delay_ms: float | None = None,
+    first_token_delay_ms: float | None = None,
     tp: int = 1,
 ) -> StepModel:
     """The :class:`StepModel` for a GPU profile (:class:`pdmux_cli.hardware.Gpu`) and a model.
@@ -110,7 +126,10 @@ def build_step_model(
     :class:`pdmux_cli.calibration.Calibration` (``--calibration FILE``): its SM-partition terms (``pdmux
     bench``) replace the chapter's throughput or the roofline's partition curves; its whole-GPU terms
     (``pdmux calibrate``) replace the roofline's fitted efficiencies. ``step_overhead_ms``:
-    the engine's fixed CPU time per step (roofline only; 0 = kernels only). ``tp``: GPUs the model is
+    the engine's fixed CPU time per step (roofline only; 0 = kernels only); ``per_request_overhead_ms``:
+    its CPU time per running request per step; ``admission_delay_ms`` and ``first_token_delay_ms``: the
+    request path's delays (:class:`~pdmux_cli.costmodel.efficiency.ServingProfile`); each ``None`` for
+    ``serving.yaml``'s fitted value (roofline only). ``tp``: GPUs the model is
     sharded over (roofline only): the step times are one rank's, collectives included
     (:mod:`.collectives`).
     Raises :class:`InputError` for an unknown cost model, knobs the chosen model does not take, or a
@@ -122,12 +141,18 @@ def build_step_model(
     total = gpu.require_sm_count()
     if not gpu.hbm_bytes_per_s:
         raise InputError(f"{gpu.name} has no memory bandwidth figure: the cost model needs one (use another --gpu)")
-    dense = gpu.dense_flops(pick_flops_dtype(gpu, model, flops_dtype))
+    math_dtype = pick_flops_dtype(gpu, model, flops_dtype)
+    dense = gpu.dense_flops(math_dtype)
     if cost_model == "chapter":
         if tp != 1:
             raise InputError("--tp needs --cost-model roofline: the chapter's model is one GPU's and has no collectives")
-        if step_overhead_ms is not None:
-            raise InputError("--step-overhead-ms applies to --cost-model roofline (the chapter's model has no CPU time)")
+        for flag, value in (("--step-overhead-ms", step_overhead_ms),
+                            ("--per-request-overhead-ms", per_request_overhead_ms),
+                            ("--admission-delay-ms", admission_delay_ms),
+                            ("--first-token-delay-ms", first_token_delay_ms)):
+            if value is not None:
+                raise InputError(f"{flag} applies to --cost-model roofline (the chapter's model has no CPU time "
+                                 "and no serving delays)")
         from .chapter import AnalyticThroughput, ChapterModel
 
         chapter_notes: tuple[str, ...] = ()
@@ -148,16 +173,51 @@ def build_step_model(
         if value is not None:
             raise InputError(f"{flag} is a knob of --cost-model chapter; the roofline model's efficiencies are "
                              "fitted to measurements (profiles/efficiency/), and --calibration replaces them")
-    if step_overhead_ms is not None and not 0 <= step_overhead_ms <= 1000:
-        raise InputError(f"--step-overhead-ms must be from 0 to 1000, got {step_overhead_ms:g}")
-    from .efficiency import load_common, profile_for
+    for flag, value, high in (("--step-overhead-ms", step_overhead_ms, 1000),
+                              ("--per-request-overhead-ms", per_request_overhead_ms, 10),
+                              ("--admission-delay-ms", admission_delay_ms, 10_000),
+                              ("--first-token-delay-ms", first_token_delay_ms, 10_000)):
+        if value is not None and not 0 <= value <= high:
+            raise InputError(f"{flag} must be from 0 to {high:g}, got {value:g}")
+    from dataclasses import replace
+
+    from .efficiency import for_kv_cache, for_linear_gemms, load_common, load_serving, profile_for
     from .roofline import RooflineModel
 
     profile, note = profile_for(getattr(gpu, "key", ""), tuple(gpu.compute_capability))
     partitions, cpu = load_common()
+    if step_overhead_ms is not None:  # 0 = kernels only: no CPU term at all, unless a per-request one is given
+        cpu = replace(cpu, step_s=step_overhead_ms / 1e3, per_request_s=0.0 if step_overhead_ms == 0 else cpu.per_request_s,
+                      source=f"--step-overhead-ms {step_overhead_ms:g}")
+    if per_request_overhead_ms is not None:
+        cpu = replace(cpu, per_request_s=per_request_overhead_ms / 1e3,
+                      source=f"{cpu.source}; --per-request-overhead-ms {per_request_overhead_ms:g}")
+    serving = load_serving()[1]
+    if admission_delay_ms is not None or first_token_delay_ms is not None:
+        given = [f"{flag} {value:g}" for flag, value in (("--admission-delay-ms", admission_delay_ms),
+                                                         ("--first-token-delay-ms", first_token_delay_ms))
+                 if value is not None]
+        serving = replace(
+            serving,
+            admission_delay_s=serving.admission_delay_s if admission_delay_ms is None else admission_delay_ms / 1e3,
+            first_token_delay_s=serving.first_token_delay_s if first_token_delay_ms is None
+            else first_token_delay_ms / 1e3,
+            source=f"{serving.source}; {', '.join(given)}")
     notes = [note] if note else []
     if profile.note:
         notes.append(profile.note)
+    profile, gemm_note = for_linear_gemms(profile, linear_gemm_kind(model, math_dtype))
+    if gemm_note:
+        notes.append(gemm_note)
+    profile, kv_note = for_kv_cache(profile, kv_bytes_per_element == 1.0)  # 1 byte per element: an fp8 cache
+    if kv_note:
+        notes.append(kv_note)
+    if model.weight_dtype == "fp8" and math_dtype != "fp8" and weight_bytes_per_param is None:
+        notes.append(f"fp8 weights in {math_dtype} math ({gpu.name} has no fp8 tensor cores, or --flops-dtype): SGLang "
+                     "runs them as weight-only fp8 (Marlin); modelled as 16-bit GEMMs reading 1-byte weights, "
+                     "not measured")
+    # attention, the lm_head and the router compute in 16 bits whatever the linear layers do
+    attention_dense = dense if math_dtype != "fp8" else gpu.dense_flops("bf16" if gpu.bf16_dense_flops else "fp16")
     curves = None
     if calibration is not None:
         if calibration.has_partitions:
@@ -178,10 +238,10 @@ def build_step_model(
 
         collectives = tp_collectives(gpu, check_tp_value(tp))
     return RooflineModel(
-        model, gpu_name=gpu.name, tp=tp, collectives=collectives, total_sms=total, hbm_bytes_per_s=gpu.hbm_bytes_per_s, dense_flops=dense,
-        efficiency=profile, partitions=partitions, cpu=cpu, s_sat=s_sat,
+        model, gpu_name=gpu.name, tp=tp, collectives=collectives, total_sms=total, hbm_bytes_per_s=gpu.hbm_bytes_per_s,
+        dense_flops=attention_dense, gemm_flops=dense, efficiency=profile, partitions=partitions, cpu=cpu, s_sat=s_sat,
         weight_bytes_per_param=weight_bytes_per_param, kv_bytes_per_element=kv_bytes_per_element,
-        calibration=curves, step_overhead_s=None if step_overhead_ms is None else step_overhead_ms / 1e3,
+        calibration=curves, serving=serving,
         notes=notes, decode_fixed_s=calibration.whole_gpu.decode_fixed_s
         if calibration is not None and calibration.whole_gpu is not None else 0.0,
         compute_capability=tuple(gpu.compute_capability) if getattr(gpu, "compute_capability", None) else None,

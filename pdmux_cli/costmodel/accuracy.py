@@ -14,8 +14,13 @@ Terms:
   fitted to Vidur, so each model is predicted with a fit on the other models of its GPU (LOMO).
   Vidur has no attention times: attention is its own term.
 - ``GEMM`` / ``prefill attention`` / ``decode attention`` (aiconfigurator, SGLang kernels, every GPU
-  shipped): the fitted operator against the points it was fitted to (in-sample: how well the curve's
-  shape fits).
+  shipped; A100's decode attention from vLLM's FA2 table, :data:`measurements.DECODE_ATTENTION_TABLE`):
+  the fitted operator against the points it was fitted to (in-sample: how well the curve's shape fits);
+  likewise ``GEMM, fp8 per-tensor`` and ``GEMM, fp8 block-scaled`` (the fp8 sections against the fp8
+  dense peak, where measured) and ``decode attention, fp8 KV``;
+- ``A100 decode attention``: the A100 share of ``decode attention`` (in-sample, vLLM's table);
+  ``A100 decode attention vs SGLang FA-backend table`` / ``vs NanoFlow kernel``: the same fit against
+  the A100 measurements it was not fitted to (out-of-sample);
 - ``bandwidth vs SMs`` (NanoFlow A100): each of the three sweeps predicted by a curve fitted to the
   other two (LOMO).
 - ``GEMM vs SMs`` (NanoFlow A100): FLOP/s share on ``s`` SMs by the equivalent-tokens rule with A100's
@@ -155,11 +160,23 @@ def _chapter_steps() -> tuple[Term, Term]:
             Term(f"chapter: prefill step (>= {PREFILL_MIN_TOKENS})", data, "out-of-sample", tuple(prefill)))
 
 
+def _decode_point(gpu_key: str, p: measurements.AicAttention, eff: object, hbm: float, table: str = "") -> Point:
+    return Point(f"{gpu_key} decode attention{table} {p.heads}/{p.kv_heads} heads, {p.kv_dtype} KV, "
+                 f"{p.batch} x {p.length} tokens", p.seconds, fit.predict_decode_attention(eff, p, hbm))
+
+
+def _hbm_points(points: list[measurements.AicAttention], hbm: float) -> list[measurements.AicAttention]:
+    """Decode points that measure HBM: KV beyond L2 and read no faster than the datasheet bandwidth."""
+    return [p for p in points if not p.cached_in_l2 and fit.attention_kv_bytes(p) / p.seconds <= hbm]
+
+
 def _aic_terms() -> list[Term]:
     profiles = _profiles()
     gemm: list[Point] = []
+    fp8: dict[str, list[Point]] = {"gemm_fp8": [], "gemm_fp8_block": []}
     pre: list[Point] = []
     dec: list[Point] = []
+    dec_fp8: list[Point] = []
     for gpu_key in measurements.aic_gpus():
         profile = profiles.get(gpu_key)
         if profile is None:
@@ -169,18 +186,65 @@ def _aic_terms() -> list[Term]:
         for p in fit.gemm_points(measurements.aic_gemms(gpu_key)):
             gemm.append(Point(f"{gpu_key} GEMM {p.m}x{p.k}x{p.n}", p.seconds,
                               fit.predict_gemm(profile.gemm, p, peak, hbm)))
+        for section, dtype in (("gemm_fp8", "fp8"), ("gemm_fp8_block", "fp8_block")):
+            eff = getattr(profile, section)
+            if eff is None:
+                continue
+            for p in fit.gemm_points(measurements.aic_gemms(gpu_key, dtype)):
+                fp8[section].append(Point(f"{gpu_key} {dtype} GEMM {p.m}x{p.k}x{p.n}", p.seconds,
+                                          fit.predict_gemm(eff, p, gpu.dense_flops("fp8"), hbm)))
         for p in measurements.aic_attention(gpu_key, "prefill"):
             pre.append(Point(f"{gpu_key} prefill attention {p.heads}/{p.kv_heads} heads, {p.batch} x {p.length} tokens",
                              p.seconds, fit.predict_prefill_attention(profile.prefill_attention, p, peak, hbm)))
-        for p in measurements.aic_attention(gpu_key, "decode"):
-            if p.cached_in_l2 or fit.attention_kv_bytes(p) / p.seconds > hbm:
-                continue
-            dec.append(Point(f"{gpu_key} decode attention {p.heads}/{p.kv_heads} heads, {p.batch} x {p.length} tokens",
-                             p.seconds, fit.predict_decode_attention(profile.decode_attention, p, hbm)))
+        table = measurements.decode_attention_table(gpu_key)
+        label = "" if table == "sglang" else f" ({table} table)"
+        for p in _hbm_points(measurements.aic_attention(gpu_key, "decode", backend=table), hbm):
+            dec.append(_decode_point(gpu_key, p, profile.decode_attention, hbm, label))
+        if profile.decode_attention_fp8_kv is not None:
+            for p in _hbm_points(measurements.aic_attention(gpu_key, "decode", "fp8"), hbm):
+                dec_fp8.append(_decode_point(gpu_key, p, profile.decode_attention_fp8_kv, hbm))
     data = "aiconfigurator-core 0.12.0 SGLang tables, every GPU shipped"
+    fp8_data = "aiconfigurator-core 0.12.0 SGLang tables, GPUs with fp8 tensor cores, against the fp8 dense peak"
     return [Term("GEMM", data, "in-sample", tuple(gemm)),
+            Term("GEMM, fp8 per-tensor", fp8_data + " (sgl-kernel fp8_scaled_mm)", "in-sample",
+                 tuple(fp8["gemm_fp8"])),
+            Term("GEMM, fp8 block-scaled", fp8_data.replace("GPUs with fp8 tensor cores", "Hopper and Blackwell")
+                 + " (DeepGEMM, 128x128 blocks, activation quantization included)", "in-sample",
+                 tuple(fp8["gemm_fp8_block"])),
             Term("prefill attention", data, "in-sample", tuple(pre)),
-            Term("decode attention", data + " (KV beyond L2)", "in-sample", tuple(dec))]
+            Term("decode attention", data + " (A100: vLLM's FA2 table; KV beyond L2)", "in-sample", tuple(dec)),
+            Term("decode attention, fp8 KV", "aiconfigurator-core 0.12.0 SGLang tables, GPUs that measured an fp8 KV "
+                 "cache (KV beyond L2)", "in-sample", tuple(dec_fp8))]
+
+
+def _a100_decode_terms() -> list[Term]:
+    """A100 decode attention, fitted to vLLM's FA2 table, against the two other A100 measurements: SGLang's
+    FlashAttentionBackend table (not SGLang's A100 default, FlashInfer) and NanoFlow's decode kernel on all
+    108 SMs (its SM sweeps' whole-GPU points)."""
+    key = "a100-sxm-80gb"
+    eff = _profiles()[key].decode_attention
+    hbm = find_gpu(key).hbm_bytes_per_s
+    table = measurements.decode_attention_table(key)
+    fitted = [_decode_point(key, p, eff, hbm, f" ({table} table)")
+              for p in _hbm_points(measurements.aic_attention(key, "decode", backend=table), hbm)]
+    sglang = [_decode_point(key, p, eff, hbm, " (SGLang FlashAttentionBackend table)")
+              for p in _hbm_points(measurements.aic_attention(key, "decode"), hbm)]
+    nanoflow = []
+    for sms, batch, seqlen, rate in measurements.nanoflow_bandwidth():
+        if sms != 108:
+            continue
+        point = measurements.AicAttention(key, "decode", batch, seqlen, 32, 32, 128, "fp16", 0.0)
+        kv = fit.attention_kv_bytes(point)
+        nanoflow.append(Point(f"A100 NanoFlow decode kernel, batch {batch} x {seqlen} tokens, 32 KV heads, 108 SMs",
+                              kv / rate, fit.predict_decode_attention(eff, point, hbm)))
+    return [Term("A100 decode attention", "aiconfigurator-core 0.12.0 A100 vLLM table (FA2 paged decode), the points "
+                 "A100's decode attention is fitted to", "in-sample", tuple(fitted)),
+            Term("A100 decode attention vs SGLang FA-backend table",
+                 "aiconfigurator-core 0.12.0 A100 SGLang table (FlashAttentionBackend, which SGLang does not pick on "
+                 "an A100) predicted by the fit to vLLM's FA2 table", "out-of-sample", tuple(sglang)),
+            Term("A100 decode attention vs NanoFlow kernel",
+                 "NanoFlow's A100 decode-attention kernel on all 108 SMs (its SM sweeps' whole-GPU points)",
+                 "out-of-sample", tuple(nanoflow))]
 
 
 def _nanoflow_terms() -> list[Term]:
@@ -300,7 +364,8 @@ METHODS = {
 
 def report() -> list[Term]:
     """Every term (module docstring), in a fixed order."""
-    return [*_vidur_steps(), *_aic_terms(), *_nanoflow_terms(), *_greenctx_terms(), *_allreduce_terms(),
+    return [*_vidur_steps(), *_aic_terms(), *_a100_decode_terms(), *_nanoflow_terms(), *_greenctx_terms(),
+            *_allreduce_terms(),
             *_chapter_steps()]
 
 

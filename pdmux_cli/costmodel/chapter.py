@@ -231,7 +231,8 @@ class ChapterModel:
 
     ``throughput``: :class:`AnalyticThroughput` (the chapter's guesses) or a calibration's measured
     curves. ``total_sms``: SMs. ``weight_bytes_per_param`` (``None``: the model's format) and
-    ``kv_bytes_per_element`` (bytes). No CPU time (:attr:`cpu` is all zeros): the chapter has none.
+    ``kv_bytes_per_element`` (bytes). No CPU time (:attr:`cpu` is all zeros) and no serving delays
+    (:attr:`serving`): the chapter has none.
     :meth:`decode_s` equals :func:`decode_step_s_batch`, :meth:`prefill_s` :func:`prefill_s` and
     :meth:`mixed_s` :func:`chunked_step_s` for the same inputs (tested).
     """
@@ -240,13 +241,14 @@ class ChapterModel:
 
     def __init__(self, model: Model, throughput: Throughput, total_sms: int,
                  weight_bytes_per_param: float | None = None, kv_bytes_per_element: float = 2.0) -> None:
-        from .efficiency import CpuProfile
+        from .efficiency import NO_SERVING_DELAYS, CpuProfile
 
         self.model = model
         self.throughput = throughput
         self.total_sms = total_sms
         self.weight_bytes_per_param = weight_bytes_per_param
         self.cpu = CpuProfile(0.0, 0.0, 0.0, 1, "the chapter's model has no CPU time")
+        self.serving = NO_SERVING_DELAYS
         self.notes: list[str] = []
         self.linear_flops = mdl.flops_per_token_linear(model)
         self.window = model.sliding_window if model.num_sliding_layers else 0

@@ -14,12 +14,18 @@ the GPU (launch gap, ramp-up and tail), the intercept every fit finds. The const
 Files:
 
 - ``<gpu-key>.yaml``: the kernel efficiencies of one measured GPU (``gemm``, ``prefill_attention``,
-  ``decode_attention``, ``elementwise``); ``applies_to`` lists the GPU profiles that use it (the measured
+  ``decode_attention``, ``elementwise``; where measured also ``gemm_fp8``, per-tensor scaled fp8 GEMMs,
+  and ``gemm_fp8_block``, SGLang's block-scaled fp8 GEMMs, both as fractions of the fp8 dense peak;
+  ``decode_attention_fp8_kv``, decode attention over an fp8 KV cache);
+  ``applies_to`` lists the GPU profiles that use it (the measured
   GPU and its same-chip siblings), ``families`` the compute capabilities it stands in for when a GPU
   has no file of its own (``"8.9"`` for that capability, ``"8"`` for any 8.x; the exact one wins).
 - ``common.yaml``: what was measured once for all GPUs: the SM-partition terms (``partitions``: the
-  bandwidth-vs-SMs curve per SM architecture, co-run interference, a prefill's fixed time per layer)
-  and the serving engine's CPU costs (``cpu``);
+  bandwidth-vs-SMs curve per SM architecture, co-run interference, a TP prefill pass's fixed time per
+  layer) and the kernel-launch costs of an eager step (``cpu``: ``launch_s``, ``kernels_per_layer``);
+- ``serving.yaml``: what an SGLang server spends beyond the GPU's kernels, fitted to public serving runs
+  by ``benchmarks/fit_serving.py``: the scheduler's CPU time per step and per running request
+  (``scheduler``) and the request path's fixed delays (``request_path``), read by :func:`load_serving`;
 - ``allreduce.yaml``: the tensor-parallel all-reduce constants (read by
   :mod:`pdmux_cli.costmodel.collectives`, not here).
 
@@ -91,6 +97,12 @@ class EfficiencyProfile:
     ``key``: file stem. ``fitted_on``: the GPU the measurements come from (a profile key).
     ``applies_to``: GPU profile keys using this file. ``families``: compute capabilities it stands in
     for (``"8.9"`` or ``"8"``). ``note``: caveats for output.
+    ``gemm``: bf16 GEMMs (fractions of the bf16 dense peak); ``gemm_fp8`` / ``gemm_fp8_block``: per-tensor
+    and block-scaled fp8 GEMMs (fractions of the fp8 dense peak, 1-byte weights), ``None`` where the GPU's
+    tables have none. ``lm_head``: the efficiency of the logits GEMM when ``gemm`` has been swapped for an
+    fp8 section by :func:`for_linear_gemms` (SGLang keeps the lm_head in 16 bits); ``None``: ``gemm``.
+    ``decode_attention_fp8_kv``: decode attention reading an fp8 KV cache (bytes at 1 per element, 16-bit
+    compute), ``None`` where not measured (:func:`for_kv_cache`).
     """
 
     key: str
@@ -102,6 +114,70 @@ class EfficiencyProfile:
     decode_attention: OperatorEfficiency
     elementwise: OperatorEfficiency
     note: str = ""
+    gemm_fp8: OperatorEfficiency | None = None
+    gemm_fp8_block: OperatorEfficiency | None = None
+    lm_head: OperatorEfficiency | None = None
+    decode_attention_fp8_kv: OperatorEfficiency | None = None
+
+    @property
+    def lm_head_gemm(self) -> OperatorEfficiency:
+        """The logits GEMM's efficiency (16-bit): :attr:`lm_head` or :attr:`gemm`."""
+        return self.lm_head or self.gemm
+
+
+#: The GEMM kinds :func:`for_linear_gemms` takes: bf16 (also fp16), per-tensor fp8, block-scaled fp8.
+GEMM_KINDS = ("bf16", "fp8", "fp8_block")
+
+
+def for_linear_gemms(profile: EfficiencyProfile, kind: str) -> tuple[EfficiencyProfile, str]:
+    """``profile`` with ``gemm`` set to the efficiency the model's linear layers run at, and a note
+    ("" when measured on this profile's GPU for that kind).
+
+    ``kind``: ``"bf16"`` (unchanged), ``"fp8"`` (per-tensor scaled fp8: SGLang's ``Fp8LinearMethod``
+    without ``weight_block_size``, also ``--quantization fp8`` on a 16-bit checkpoint) or
+    ``"fp8_block"`` (a checkpoint with ``quantization_config.weight_block_size``: SGLang 0.5.23 runs
+    ``dispatch_w8a8_block_fp8_linear``, DeepGEMM on Hopper and Blackwell, in
+    ``srt/layers/quantization/fp8_utils.py``). A missing ``fp8_block`` falls back to this GPU's
+    per-tensor fp8 (its own fp8 tensor cores; no sibling runs the same block kernel: SM89 and SM120 take
+    Triton and CUTLASS block kernels there), a missing ``fp8`` to the bf16 efficiencies against the fp8
+    peak; the note says which. The lm_head keeps the bf16 ``gemm`` (:attr:`EfficiencyProfile.lm_head`).
+    Raises :class:`InputError` for an unknown kind.
+    """
+    from dataclasses import replace
+
+    if kind not in GEMM_KINDS:
+        raise InputError(f"GEMM kind must be one of {', '.join(GEMM_KINDS)}, got {kind!r}")
+    if kind == "bf16":
+        return profile, ""
+    note = ""
+    chosen = profile.gemm_fp8_block if kind == "fp8_block" else None
+    if chosen is None:
+        chosen = profile.gemm_fp8
+        if kind == "fp8_block":
+            note = (f"block-scaled fp8 GEMMs not measured on {profile.fitted_on}: its per-tensor fp8 GEMM "
+                    "efficiency stands in" if chosen is not None else "")
+    if chosen is None:
+        chosen = profile.gemm
+        note = (f"no fp8 GEMM measured on {profile.fitted_on}: its bf16 GEMM efficiencies applied to the fp8 "
+                "dense peak (likely too fast)")
+    return replace(profile, gemm=chosen, lm_head=profile.lm_head_gemm), note
+
+
+def for_kv_cache(profile: EfficiencyProfile, fp8: bool) -> tuple[EfficiencyProfile, str]:
+    """``profile`` with ``decode_attention`` set for the KV cache's dtype, and a note ("" when measured).
+
+    ``fp8``: an fp8 KV cache (``--kv-cache-dtype fp8_e4m3``/``fp8_e5m2``, or 1 byte per element): the
+    measured ``decode_attention_fp8_kv`` (SGLang's kernels read an fp8 cache further from the HBM's
+    bandwidth than a bf16 one on Hopper: 0.65 against 0.93 of H100's); where not measured, the bf16-KV
+    constants at 1 byte per element, with a note."""
+    from dataclasses import replace
+
+    if not fp8:
+        return profile, ""
+    if profile.decode_attention_fp8_kv is not None:
+        return replace(profile, decode_attention=profile.decode_attention_fp8_kv), ""
+    return profile, (f"decode attention over an fp8 KV cache not measured on {profile.fitted_on}: its bf16-KV "
+                     "efficiency applied to 1-byte elements (likely too fast)")
 
 
 @dataclass(frozen=True)
@@ -138,9 +214,14 @@ class CpuProfile:
     """The serving engine's CPU work per step (``common.yaml`` ``cpu``), seconds.
 
     ``step_s``: one scheduler iteration (receive requests, process the last step's results, prepare
-    the next batch). ``per_request_s``: added per running request. ``launch_s``: CPU time to launch one
-    kernel outside a CUDA graph. ``kernels_per_layer``: kernels a layer launches (decode without a
-    CUDA graph pays ``layers x kernels_per_layer x launch_s`` of CPU launch time).
+    the next batch). ``per_request_s``: its CPU time per running request; both are hidden by the overlap
+    scheduler up to the GPU step, and paid in full without it (pdmux, ``--disable-overlap-schedule``).
+    ``launch_s``: CPU time to launch one kernel outside a CUDA graph. ``kernels_per_layer``: kernels a
+    layer launches (decode without a CUDA graph pays ``layers x kernels_per_layer x launch_s`` of CPU
+    launch time). ``per_request_step_s``: what every step spends per request in its batch beyond the
+    kernels the roofline counts, on the step's critical path whatever the scheduler (measured ITL grows
+    with the running requests faster than the kernels' roofline: per-request work around the forward
+    pass that the overlap scheduler does not hide); the step model adds it to its GPU times.
     """
 
     step_s: float
@@ -148,10 +229,38 @@ class CpuProfile:
     launch_s: float
     kernels_per_layer: int
     source: str = ""
+    per_request_step_s: float = 0.0
 
     def step_cpu_s(self, requests: int) -> float:
         """CPU seconds of one scheduler step with ``requests`` requests in the batch."""
         return self.step_s + self.per_request_s * requests
+
+
+@dataclass(frozen=True)
+class ServingProfile:
+    """The request path of an SGLang server outside the scheduler's loop (``serving.yaml``
+    ``request_path``), seconds.
+
+    ``admission_delay_s``: from a request's arrival at the HTTP server until the scheduler can admit it
+    (FastAPI handler, ``tokenizer_manager.py`` ``generate_request`` / ``_tokenize_one_request``, the ZMQ
+    hop ``_send_one_request``, then ``scheduler.py`` ``ingest_requests`` at the top of its next loop
+    iteration). ``first_token_delay_s``: from the end of the step that produced a token until the client
+    holds it (``detokenizer_manager.py`` ``handle_batch_token_id_out``, the tokenizer manager's
+    ``handle_loop`` / ``_handle_batch_output``, the HTTP stream); every token pays it, so it moves TTFT
+    and end-to-end latency, not ITL. ``admission_interval_s``: the front end's time per request (one
+    process and one event loop take every request: the tokenizer manager), so a burst enters the
+    scheduler at most one request per interval: request ``i`` is seen at ``max(arrival_i +
+    admission_delay_s, seen_(i-1) + admission_interval_s)``. ``source``: where each was measured or fitted.
+    """
+
+    admission_delay_s: float = 0.0
+    first_token_delay_s: float = 0.0
+    source: str = ""
+    admission_interval_s: float = 0.0
+
+
+#: No serving delays (the chapter's model, and ``--cost-model roofline`` with every term set to 0).
+NO_SERVING_DELAYS = ServingProfile(0.0, 0.0, "none", 0.0)
 
 
 def _where(path: Path, field: str) -> str:
@@ -212,6 +321,10 @@ def load_profile(path: Path) -> EfficiencyProfile:
         decode_attention=_section(data, "decode_attention", path, flops=False),
         elementwise=_section(data, "elementwise", path, flops=False),
         note=str(data.get("note", "")),
+        gemm_fp8=_section(data, "gemm_fp8", path, flops=True) if "gemm_fp8" in data else None,
+        gemm_fp8_block=_section(data, "gemm_fp8_block", path, flops=True) if "gemm_fp8_block" in data else None,
+        decode_attention_fp8_kv=(_section(data, "decode_attention_fp8_kv", path, flops=False)
+                                 if "decode_attention_fp8_kv" in data else None),
     )
 
 
@@ -230,8 +343,38 @@ def _pairs(value: object, path: Path, field: str) -> tuple[tuple[float, float], 
 
 
 @functools.lru_cache(maxsize=1)
+def load_serving() -> tuple[dict[str, float], ServingProfile, str]:
+    """``serving.yaml``: ``(scheduler terms, request-path delays, the scheduler's source)`` (cached).
+
+    The scheduler terms are ``{"step_s": ..., "per_request_s": ...}`` (seconds of CPU per step, and per
+    running request per step); :func:`load_common` puts them in :class:`CpuProfile`. Raises
+    :class:`InputError` for a malformed file (a broken installation)."""
+    path = efficiency_profiles_dir() / "serving.yaml"
+    data = _read(path)
+    sched = data.get("scheduler")
+    req = data.get("request_path")
+    if not isinstance(sched, dict) or not isinstance(req, dict):
+        raise InputError(f"efficiency profile {path.name}: needs 'scheduler' and 'request_path' mappings")
+    for name, section in (("scheduler", sched), ("request_path", req)):
+        if not str(section.get("source", "")).strip():
+            raise InputError(f"{_where(path, name + '.source')} is empty: every constant names its measurement")
+    terms = {"step_s": _number(sched, "step_s", path, 0.0, 1.0),
+             "per_request_s": _number(sched, "per_request_s", path, 0.0, 1e-2),
+             "per_request_step_s": _number(sched, "per_request_step_s", path, 0.0, 1e-2)}
+    serving = ServingProfile(
+        admission_delay_s=_number(req, "admission_delay_s", path, 0.0, 10.0),
+        first_token_delay_s=_number(req, "first_token_delay_s", path, 0.0, 10.0),
+        admission_interval_s=_number(req, "admission_interval_s", path, 0.0, 1.0),
+        source=str(req["source"]),
+    )
+    return terms, serving, str(sched["source"])
+
+
+@functools.lru_cache(maxsize=1)
 def load_common() -> tuple[PartitionProfile, CpuProfile]:
-    """``common.yaml``: the SM-partition terms and the engine's CPU costs (cached)."""
+    """``common.yaml``'s SM-partition terms and the engine's CPU costs: kernel launches from
+    ``common.yaml``, the scheduler's time per step and per running request from ``serving.yaml``
+    (:func:`load_serving`) (cached)."""
     path = efficiency_profiles_dir() / "common.yaml"
     data = _read(path)
     part = data.get("partitions")
@@ -254,12 +397,14 @@ def load_common() -> tuple[PartitionProfile, CpuProfile]:
     kernels = cpu.get("kernels_per_layer")
     if not isinstance(kernels, int) or isinstance(kernels, bool) or not 1 <= kernels <= 1000:
         raise InputError(f"{_where(path, 'cpu.kernels_per_layer')} must be an integer from 1 to 1000")
+    scheduler, _, scheduler_source = load_serving()
     cpu_profile = CpuProfile(
-        step_s=_number(cpu, "step_s", path, 0.0, 1.0),
-        per_request_s=_number(cpu, "per_request_s", path, 0.0, 1e-2),
+        step_s=scheduler["step_s"],
+        per_request_s=scheduler["per_request_s"],
+        per_request_step_s=scheduler["per_request_step_s"],
         launch_s=_number(cpu, "launch_s", path, 0.0, 1e-3),
         kernels_per_layer=kernels,
-        source=str(cpu.get("source", "")),
+        source=f"{scheduler_source}; {cpu.get('source', '')}",
     )
     return partitions, cpu_profile
 
@@ -286,10 +431,11 @@ def _families(value: object, path: Path) -> tuple[BandwidthFamily, ...]:
 
 @functools.lru_cache(maxsize=1)
 def load_profiles() -> tuple[EfficiencyProfile, ...]:
-    """Every ``profiles/efficiency/<gpu-key>.yaml`` (not ``common.yaml`` or ``allreduce.yaml``), sorted by
+    """Every ``profiles/efficiency/<gpu-key>.yaml`` (not ``common``, ``allreduce`` or ``serving``), sorted by
     key (cached)."""
     directory = efficiency_profiles_dir()
-    return tuple(load_profile(p) for p in sorted(directory.glob("*.yaml")) if p.stem not in ("common", "allreduce"))
+    return tuple(load_profile(p) for p in sorted(directory.glob("*.yaml"))
+                 if p.stem not in ("common", "allreduce", "serving"))
 
 
 def profile_for(gpu_key: str, compute_capability: tuple[int, int]) -> tuple[EfficiencyProfile, str]:

@@ -148,6 +148,22 @@ class AicAttention:
     cached_in_l2: bool = False
 
 
+#: pdmux GPU key -> the framework table its decode attention is fitted to when not SGLang's own, and why.
+#: aiconfigurator's SGLang collector times SGLang's FlashAttentionBackend on every GPU; SGLang 0.5.23 serves
+#: MHA/GQA models on an A100 with FlashInfer (``srt/arg_groups/model_override_base.py``, default attention
+#: backend: fa3 on Hopper, trtllm_mha on SM100, else flashinfer). vLLM's A100 table (FlashAttention-2's
+#: paged decode) is the measured kernel closest in kind: it reads a large KV cache at about 0.82 of HBM,
+#: as NanoFlow's A100 decode kernel does (0.86), where the FlashAttentionBackend table reaches about 0.60.
+DECODE_ATTENTION_TABLE = {"a100-sxm-80gb": ("vllm", ("vLLM 0.14.0 table (FA2 paged decode; SGLang's A100 default is "
+                                                    "FlashInfer, its SGLang table times FlashAttentionBackend)"))}
+
+
+def decode_attention_table(gpu_key: str) -> str:
+    """The aiconfigurator framework table (``"sglang"`` or ``"vllm"``) decode attention of ``gpu_key`` is
+    fitted to (:data:`DECODE_ATTENTION_TABLE`)."""
+    return DECODE_ATTENTION_TABLE.get(gpu_key, ("sglang", ""))[0]
+
+
 #: head_dim of every attention point extracted (the files leave the column out).
 AIC_HEAD_DIM = 128
 
@@ -166,17 +182,24 @@ def _aic_name(gpu_key: str) -> str:
 
 
 def aic_gemms(gpu_key: str, dtype: str = "bf16") -> list[AicGemm]:
-    """The GEMM points of one GPU in ``dtype`` (``bf16`` or ``fp8``)."""
+    """The GEMM points of one GPU in ``dtype``: ``bf16``, ``fp8`` (per-tensor scaled) or ``fp8_block``
+    (SGLang's block-scaled w8a8 fp8: 128x128 weight blocks, per-token-group activation scales, the
+    activation quantization included); empty where the GPU's table has none."""
     path = measurements_dir() / "aiconfigurator" / f"{_aic_name(gpu_key)}_gemm.csv"
     return [AicGemm(gpu_key, r["dtype"], int(r["m"]), int(r["n"]), int(r["k"]), float(r["latency_ms"]) * 1e-3)
             for r in _rows(path) if r["dtype"] == dtype]
 
 
-def aic_attention(gpu_key: str, kind: str, kv_dtype: str = "bf16") -> list[AicAttention]:
+def aic_attention(gpu_key: str, kind: str, kv_dtype: str = "bf16", backend: str = "sglang") -> list[AicAttention]:
     """Prefill (``kind="prefill"``, context attention) or decode (``"decode"``, generation attention)
-    points of one GPU with a ``kv_dtype`` KV cache."""
+    points of one GPU with a ``kv_dtype`` KV cache. ``backend``: ``"sglang"`` (every GPU's table) or
+    another framework's extra table where one is shipped (``"vllm"``: A100 decode, see
+    ``benchmarks/aic_extract.py`` ``EXTRA_GENERATION``); empty when there is none."""
     table = {"prefill": "context_attention", "decode": "generation_attention"}[kind]
-    path = measurements_dir() / "aiconfigurator" / f"{_aic_name(gpu_key)}_{table}.csv"
+    suffix = "" if backend == "sglang" else f"_{backend}"
+    path = measurements_dir() / "aiconfigurator" / f"{_aic_name(gpu_key)}_{table}{suffix}.csv"
+    if suffix and not path.exists():
+        return []
     out = []
     for r in _rows(path):
         if r["kv_dtype"] != kv_dtype or (kind == "prefill" and r.get("attn_dtype", "bf16") != "bf16"):

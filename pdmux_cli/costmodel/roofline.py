@@ -11,7 +11,11 @@ On ``s`` of ``S`` SMs, with dense peak ``F`` and datasheet bandwidth ``B``:
 - bandwidth available to an operator: ``B x share(s) x bandwidth_efficiency`` (x the co-run factor of
   the phase when the other phase runs on the other SMs);
 - a GEMM of ``M`` rows: FLOP/s ``F x s/S x gemm_efficiency(M x S/s)`` (each SM does the work of
-  ``M x S/s`` rows on the whole GPU); its bytes are its weights plus 16-bit activations;
+  ``M x S/s`` rows on the whole GPU); its bytes are its weights plus 16-bit activations. The linear
+  layers' GEMMs and the experts run at ``gemm_flops`` (the fp8 dense peak for fp8 math) with the
+  profile's ``gemm`` efficiency (fp8 sections where measured,
+  :func:`~pdmux_cli.costmodel.efficiency.for_linear_gemms`); the lm_head and the MoE router stay 16-bit
+  (SGLang quantizes neither), at ``F`` with the bf16 GEMM efficiency;
 - prefill attention of a sequence of ``L`` tokens (cached prefix included): FLOP/s
   ``F x s/S x attention_efficiency(L)``, bytes its KV cache; decode attention: every request's KV bytes;
 - element-wise ops: bytes per token per layer, plus a fixed time per layer;
@@ -39,7 +43,14 @@ from typing import Any
 from .. import model as mdl
 from ..errors import InputError
 from ..model import Model
-from .efficiency import CpuProfile, EfficiencyProfile, OperatorEfficiency, PartitionProfile
+from .efficiency import (
+    NO_SERVING_DELAYS,
+    CpuProfile,
+    EfficiencyProfile,
+    OperatorEfficiency,
+    PartitionProfile,
+    ServingProfile,
+)
 from .operators import ACTIVATION_BYTES, Gemm, StepShapes, step_shapes
 from .partitions import BandwidthCurve
 
@@ -51,7 +62,9 @@ class RooflineModel:
     """Step times of one model on one GPU (module docstring).
 
     ``model``: the architecture. ``gpu_name``: for output. ``total_sms`` (SMs), ``hbm_bytes_per_s``
-    (datasheet B/s), ``dense_flops`` (datasheet dense FLOP/s of the compute dtype): the GPU.
+    (datasheet B/s), ``dense_flops`` (datasheet dense FLOP/s of 16-bit math: attention, lm_head,
+    router), ``gemm_flops`` (datasheet dense FLOP/s of the linear layers' GEMMs; ``None``: ``dense_flops``):
+    the GPU.
     ``efficiency``: its kernel efficiencies; ``partitions``, ``cpu``: ``common.yaml``'s terms.
     ``s_sat``: SMs reaching 95% of full bandwidth (``None``: the profile's default fraction of the
     SMs). ``weight_bytes_per_param`` (``None``: the model's format), ``kv_bytes_per_element`` (bytes).
@@ -61,7 +74,9 @@ class RooflineModel:
     ``notes``: lines for output (how the efficiencies were chosen). ``decode_fixed_s``: GPU time added to
     every decode step (a whole-GPU calibration's term for what the operators leave out).
     ``tp``: GPUs the model is sharded over (every number is then one rank's); ``collectives``: their
-    :class:`~pdmux_cli.costmodel.collectives.TpCollectives` (required when ``tp > 1``).
+    :class:`~pdmux_cli.costmodel.collectives.TpCollectives` (required when ``tp > 1``). ``serving``: the
+    request path's delays outside the scheduler (:class:`~pdmux_cli.costmodel.efficiency.ServingProfile`),
+    which the simulator adds to TTFT; none by default.
     ``compute_capability``: the GPU's, which picks its bandwidth-vs-SMs family
     (:meth:`~pdmux_cli.costmodel.efficiency.PartitionProfile.bandwidth_curve`; ``None``: the first family).
     Raises :class:`InputError` for an S_SAT outside 1..SMs or given together with a calibration, or a
@@ -79,6 +94,7 @@ class RooflineModel:
         hbm_bytes_per_s: float,
         dense_flops: float,
         efficiency: EfficiencyProfile,
+        gemm_flops: float | None = None,
         partitions: PartitionProfile,
         cpu: CpuProfile,
         s_sat: float | None = None,
@@ -90,6 +106,7 @@ class RooflineModel:
         decode_fixed_s: float = 0.0,
         tp: int = 1,
         collectives: Any = None,
+        serving: ServingProfile = NO_SERVING_DELAYS,
         compute_capability: tuple[int, int] | None = None,
     ) -> None:
         if calibration is not None and s_sat is not None:
@@ -99,12 +116,15 @@ class RooflineModel:
         self.total_sms = total_sms
         self.hbm = float(hbm_bytes_per_s)
         self.peak = float(dense_flops)
+        self.gemm_peak = float(gemm_flops) if gemm_flops else self.peak
+        self._gemm_ratio = self.gemm_peak / self.peak
         self.eff = efficiency
         self.partitions = partitions
         if step_overhead_s is not None:
             cpu = CpuProfile(step_overhead_s, 0.0 if step_overhead_s == 0 else cpu.per_request_s, cpu.launch_s,
                              cpu.kernels_per_layer, f"--step-overhead-ms {step_overhead_s * 1e3:g}")
         self.cpu = cpu
+        self.serving = serving
         self.calibration = calibration
         self.notes = list(notes)
         self.decode_fixed_s = decode_fixed_s
@@ -217,11 +237,14 @@ class RooflineModel:
 
     # ---------------------------------------------------------------------------------------------
     # operators
-    def _gemm_s(self, gemm: Gemm, rows: float, sms: int, bw: float, flops: float) -> float:
-        """One instance of ``gemm`` over ``rows`` rows."""
+    def _gemm_s(self, gemm: Gemm, rows: float, sms: int, bw: float, flops: float,
+                eff: OperatorEfficiency | None = None) -> float:
+        """One instance of ``gemm`` over ``rows`` rows (``eff``: the linear layers' GEMM efficiency by
+        default)."""
         if rows <= 0:
             return 0.0
-        return self.eff.gemm.time_s(gemm.bytes(rows), gemm.flops(rows), rows * self.total_sms / sms, bw, flops)
+        return (eff or self.eff.gemm).time_s(gemm.bytes(rows), gemm.flops(rows), rows * self.total_sms / sms, bw,
+                                             flops)
 
     def _experts_s(self, tokens: float, sms: int, bw: float, flops: float) -> float:
         ex = self.shapes.experts
@@ -246,8 +269,12 @@ class RooflineModel:
         if value is None:
             bw, flops = self._rates(sms, corun_sms, phase)
             shapes = self.shapes
-            value = sum(g.count * self._gemm_s(g, tokens, sms, bw, flops) for g in shapes.token_gemms)
-            value += self._experts_s(tokens, sms, bw, flops)
+            linear_flops = flops * self._gemm_ratio
+            head = self.eff.lm_head_gemm
+            value = sum(g.count * (self._gemm_s(g, tokens, sms, bw, flops, head) if g.name == "router"
+                                   else self._gemm_s(g, tokens, sms, bw, linear_flops))
+                        for g in shapes.token_gemms)
+            value += self._experts_s(tokens, sms, bw, linear_flops)
             el = self.eff.elementwise
             if tokens > 0:
                 per_token = shapes.elementwise_bytes_per_token * shapes.layers + shapes.embedding_bytes_per_token
@@ -261,7 +288,7 @@ class RooflineModel:
         value = self._head_cache.get(key)
         if value is None:
             bw, flops = self._rates(sms, corun_sms, phase)
-            value = self._gemm_s(self.shapes.lm_head, rows, sms, bw, flops)
+            value = self._gemm_s(self.shapes.lm_head, rows, sms, bw, flops, self.eff.lm_head_gemm)
             if self.collectives is not None and rows > 0:
                 value += self.collectives.allgather_s(rows * self.shapes.logits_bytes_per_row)
             self._head_cache[key] = value
@@ -322,7 +349,7 @@ class RooflineModel:
         dense, full, window = entry
         if len(dense) <= n:
             self._grow_dense(dense, n, sms, corun_sms)
-        seconds = dense[n] + full * sum_context + window * sum_window
+        seconds = dense[n] + full * sum_context + window * sum_window + n * self.cpu.per_request_step_s
         if not cuda_graph:
             seconds = max(seconds, self.launch_cpu_s())
         return seconds
@@ -344,7 +371,8 @@ class RooflineModel:
             return 0.0
         bw, flops = self._rates(sms, corun_sms, "prefill")
         return (self._linear_s(tokens, sms, corun_sms, "prefill") + self._lm_head_s(len(seqs), sms, corun_sms, "prefill")
-                + self._prefill_attention_s(seqs, sms, bw, flops) + self.shapes.layers * self.prefill_layer_s)
+                + self._prefill_attention_s(seqs, sms, bw, flops) + len(seqs) * self.cpu.per_request_step_s
+                + self.shapes.layers * self.prefill_layer_s)
 
     def mixed_s(self, seqs: Seqs, n: int, sum_context: float, sum_window: float = 0.0) -> float:
         """GPU seconds of one mixed step on the whole GPU: prefill chunks ``seqs`` and ``n`` decode rows
@@ -357,7 +385,7 @@ class RooflineModel:
             return 0.0
         bw, flops = self._rates(sms, 0, "prefill")
         seconds = self._linear_s(tokens, sms, 0, "prefill") + self._lm_head_s(len(seqs) + n, sms, 0, "prefill")
-        seconds += self._prefill_attention_s(seqs, sms, bw, flops)
+        seconds += self._prefill_attention_s(seqs, sms, bw, flops) + (len(seqs) + n) * self.cpu.per_request_step_s
         if seqs:
             seconds += self.shapes.layers * self.prefill_layer_s
         if n:

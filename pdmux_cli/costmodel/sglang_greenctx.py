@@ -176,8 +176,10 @@ def with_partitions(model: Any, partitions: Any) -> Any:
 
     return RooflineModel(
         model.model, gpu_name=model.gpu_name, total_sms=model.total_sms, hbm_bytes_per_s=model.hbm,
-        dense_flops=model.peak, efficiency=model.eff, partitions=partitions, cpu=model.cpu,
-        tp=model.tp, collectives=model.collectives, notes=model.notes, compute_capability=model.compute_capability,
+        dense_flops=model.peak, gemm_flops=model.gemm_peak, efficiency=model.eff, partitions=partitions,
+        cpu=model.cpu, kv_bytes_per_element=model.kv_bytes_per_element, decode_fixed_s=model.decode_fixed_s,
+        tp=model.tp, collectives=model.collectives, notes=model.notes, serving=model.serving,
+        compute_capability=model.compute_capability,
     )
 
 

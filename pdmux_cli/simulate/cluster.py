@@ -211,6 +211,7 @@ def _merge(label: str, kind: str, trace: Trace, works: Sequence[Work], extras: S
         "groups": groups, "group_time_s": group_time, "counters": counters, "stints": stints,
         "unfinished": unfinished, "crashed_at_s": min(crashed) if crashed else None,
         "kv_pool_tokens": works[0].capacity if works else 0, "server": list(where),
+        "output_delay_s": works[0].output_delay if works else 0.0,
     }
 
 
@@ -319,6 +320,7 @@ def simulate_disagg(trace: Trace, setup: Setup, policy: DisaggPolicy, progress: 
     d_works = _routed_works(d_trace, decode_setup, d_pool.tokens, policy.decode)
     for work in d_works:
         work.max_prefill_tokens = 1 << 62  # transferred requests join without a prefill batch's token limit
+        work.admission_delay = 0.0  # they reach the decode scheduler with their KV cache, not through HTTP
     d_order = sorted((rid for rid in order if not math.isnan(arrive[rid])), key=lambda r: (arrive[r], r))
     tick = _progress_of(d_works, progress)
     servers = [decode_instance_rounds(w, decode_setup, tick) for w in d_works]

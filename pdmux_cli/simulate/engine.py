@@ -251,6 +251,9 @@ def make_setup(
     max_prefill_tokens: int = sgl.MAX_PREFILL_TOKENS,
     flops_dtype: str | None = None,
     step_overhead_ms: float | None = None,
+    per_request_overhead_ms: float | None = None,
+    admission_delay_ms: float | None = None,
+    first_token_delay_ms: float | None = None,
     ignore_eos: bool = False,
     disable_overlap: bool = False,
     cuda_graph_max_bs: int | None = None,
@@ -260,7 +263,8 @@ def make_setup(
 ) -> Setup:
     """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.hardware.Gpu`) and a model, with the cost
     model of :func:`pdmux_cli.costmodel.build_step_model` (its arguments: ``cost_model``, ``s_sat``,
-    ``bandwidth_efficiency``, ``mfu``, ``calibration``, ``flops_dtype``, ``step_overhead_ms``, ``tp``). Raises
+    ``bandwidth_efficiency``, ``mfu``, ``calibration``, ``flops_dtype``, ``step_overhead_ms``,
+    ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``, ``tp``). Raises
     :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values."""
     from ..costmodel import build_step_model
 
@@ -272,7 +276,9 @@ def make_setup(
     step_model = build_step_model(
         gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency, mfu=mfu,
         calibration=calibration, weight_bytes_per_param=weight_bytes_per_param,
-        kv_bytes_per_element=kv_bytes_per_element, flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms, tp=tp)
+        kv_bytes_per_element=kv_bytes_per_element, flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms,
+        per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
+        first_token_delay_ms=first_token_delay_ms, tp=tp)
     return Setup(
         model=model, step_model=step_model, total_sms=total, compute_capability=tuple(gpu.compute_capability),
         memory_bytes=float(gpu.memory_bytes), weight_bytes_per_param=weight_bytes_per_param,
@@ -431,7 +437,9 @@ class RunResult:
     ``"1P1D x TP 1"``; :func:`pdmux_cli.simulate.cluster.layout_text`); ``router``: the load-balance
     method between its servers (``""`` for one server). ``server``: per request, the server that served it
     (a DP replica, or a disaggregation's decode instance; -1 where none did), empty for one server;
-    ``prefill_server``: a disaggregation's prefill instance per request.
+    ``prefill_server``: a disaggregation's prefill instance per request. ``output_delay_s``: how long a
+    token takes from the end of its step to the client (times here are the server's; the metrics add it).
+    ``arrival_s`` are the times the client sent each request (a closed-loop client's, as it sent them).
     """
 
     policy: str
@@ -460,6 +468,7 @@ class RunResult:
     router: str = ""
     server: list[int] = field(default_factory=list)
     prefill_server: list[int] = field(default_factory=list)
+    output_delay_s: float = 0.0
 
     def finish_s(self, rid: int) -> float:
         """When request ``rid`` produced its last token (s); ``nan`` if it never finished."""
@@ -490,8 +499,15 @@ class Work:
 
     def __init__(self, arrival: Sequence[float], prompt: Sequence[int], output: Sequence[int],
                  steps: Sequence[int], num_trace: int, capacity_tokens: int, window: int, setup: Setup,
-                 hashes: Sequence[Sequence[int]] = (), keys: list | None = None) -> None:
+                 hashes: Sequence[Sequence[int]] = (), keys: list | None = None, max_concurrency: int = 0) -> None:
         n = len(arrival)
+        serving = getattr(setup.step_model, "serving", None)
+        #: seconds from a request's arrival until the scheduler can admit it, and from a token's step to
+        #: the client (:class:`pdmux_cli.costmodel.efficiency.ServingProfile`)
+        self.admission_delay = serving.admission_delay_s if serving is not None else 0.0
+        self.output_delay = serving.first_token_delay_s if serving is not None else 0.0
+        self.admission_interval = serving.admission_interval_s if serving is not None else 0.0
+        self.last_seen = -math.inf  # when the scheduler saw the last request received (the front end's queue)
         self.arrival, self.prompt, self.output, self.steps = arrival, prompt, output, steps
         self.num_trace = num_trace
         self.capacity = capacity_tokens
@@ -516,6 +532,11 @@ class Work:
         rejected = set(self.rejected)
         self.order = [i for i in range(num_trace) if i not in rejected] if rejected else list(range(num_trace))
         self.next = 0  # index into order of the next arrival
+        # a closed-loop client (bench_serving --max-concurrency): only the first `sent` requests of `order`
+        # have been sent; each finished one lets the next go, at its scheduled arrival or when the client
+        # got the last token, whichever is later (`arrival` is rewritten to that send time)
+        self.max_concurrency = max_concurrency
+        self.sent = min(max_concurrency, len(self.order)) if max_concurrency else -1
         self.finished = 0
         self.chunked_rid = -1  # request being prefilled in chunks, and its tokens done so far (cached included)
         self.chunked_done = 0
@@ -538,21 +559,55 @@ class Work:
 
     # ---------------------------------------------------------------------------------------------
     def receive(self, t: float) -> None:
-        """Move every request arrived by ``t`` (s) to the waiting queue."""
+        """Move every request the scheduler can see by ``t`` (s) to the waiting queue: arrived by
+        ``t - admission delay``, through the front end one per admission interval, and sent by a
+        closed-loop client."""
         order, arrival, i = self.order, self.arrival, self.next
-        n = len(order)
-        while i < n and arrival[order[i]] <= t:
-            self.waiting.append(order[i])
-            i += 1
+        n = len(order) if self.sent < 0 else self.sent
+        delay, interval = self.admission_delay, self.admission_interval
+        if interval:
+            last = self.last_seen
+            while i < n:
+                seen = max(arrival[order[i]] + delay, last + interval)
+                if seen > t:
+                    break
+                self.waiting.append(order[i])
+                last = seen
+                i += 1
+            self.last_seen = last
+        else:
+            seen = t - delay
+            while i < n and arrival[order[i]] <= seen:
+                self.waiting.append(order[i])
+                i += 1
         self.next = i
 
     def next_arrival_time(self) -> float:
-        """Arrival time (s) of the next request not yet received, ``math.inf`` when none is (yet)."""
-        return self.arrival[self.order[self.next]] if self.next < len(self.order) else math.inf
+        """When the scheduler sees the next request not yet received (its arrival plus the admission
+        delay, s); ``math.inf`` when none is (yet): none left, or a closed-loop client waiting."""
+        i = self.next
+        if i < (len(self.order) if self.sent < 0 else self.sent):
+            seen = self.arrival[self.order[i]] + self.admission_delay
+            return max(seen, self.last_seen + self.admission_interval) if self.admission_interval else seen
+        return math.inf
 
     def next_arrival(self) -> float | None:
-        """Arrival time of the next request not yet received, or ``None``."""
-        return self.arrival[self.order[self.next]] if self.next < len(self.order) else None
+        """:meth:`next_arrival_time`, ``None`` instead of ``math.inf``."""
+        t = self.next_arrival_time()
+        return None if t == math.inf else t
+
+    def _send_next(self, finished: int, t: float) -> None:
+        """Closed loop: ``finished`` requests finished on the server at ``t`` (s); the client gets their
+        last token ``output_delay`` later and sends as many new ones (each at its scheduled arrival if
+        that is later)."""
+        order, arrival = self.order, self.arrival
+        free_at = t + self.output_delay
+        for _ in range(finished):
+            if self.sent >= len(order):
+                return
+            rid = order[self.sent]
+            arrival[rid] = max(arrival[rid], free_at)
+            self.sent += 1
 
     @property
     def free(self) -> int:
@@ -722,6 +777,8 @@ class Work:
                 self.finished += 1
                 if cache is not None:
                     self._cache_release(rid, context)
+                if self.sent >= 0:
+                    self._send_next(1, t)
 
     def _cache_release(self, rid: int, context: int) -> None:
         """``rid`` finished holding ``context`` tokens: they stay cached, unlocked (``release_kv_cache``)."""
@@ -729,10 +786,12 @@ class Work:
         self.cache.release(node, context - self.cache.cum[node])
         self.cache_node[rid] = 0
 
-    def release(self, rids: Sequence[int]) -> None:
-        """``rids`` finished decoding (the batch already freed their KV; they leave it in the prefix
-        cache, unlocked)."""
+    def release(self, rids: Sequence[int], t: float = 0.0) -> None:
+        """``rids`` finished decoding at ``t`` (s) (the batch already freed their KV; they leave it in the
+        prefix cache, unlocked); a closed-loop client sends as many new requests."""
         self.finished += len(rids)
+        if self.sent >= 0:
+            self._send_next(len(rids), t)
         if self.cache is not None:
             prompt, output = self.prompt, self.output
             for rid in rids:
@@ -809,12 +868,13 @@ class Work:
 
 
 def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequence[tuple[int, int]] = (),
-               keys: list | None = None) -> Work:
+               keys: list | None = None, max_concurrency: int = 0) -> Work:
     """The :class:`Work` for a trace (:class:`pdmux_cli.simulate.traces.Trace`) and a KV pool of
     ``capacity_tokens``, plus optional running decode requests ``(context_tokens, remaining_decode_steps)``
     present at time 0 (their first token counts as produced at 0; they take KV at once). ``keys``: the
     prompts' prefix-cache block keys when another server of the same trace computed them. The prefix
-    cache is simulated when ``setup.prefix_cache`` is on and the trace has ``hash_ids``. Raises
+    cache is simulated when ``setup.prefix_cache`` is on and the trace has ``hash_ids``.
+    ``max_concurrency``: a closed-loop client with that many requests in flight (0: open loop). Raises
     :class:`InputError` when the initial requests do not fit in KV memory or have non-positive sizes."""
     arrival = list(trace.arrival_s)
     prompt = list(trace.prompt_tokens)
@@ -832,7 +892,7 @@ def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequen
     hashes: list = []
     if setup.prefix_cache and getattr(trace, "hash_ids", ()) and any(trace.hash_ids):
         hashes = list(trace.hash_ids) + [()] * (len(arrival) - n)
-    work = Work(arrival, prompt, output, steps, n, capacity_tokens, window, setup, hashes, keys)
+    work = Work(arrival, prompt, output, steps, n, capacity_tokens, window, setup, hashes, keys, max_concurrency)
     held = sum(prompt[rid] for rid in range(n, len(arrival)))
     if held + len(arrival) - n > capacity_tokens:
         raise InputError(f"the initial decode batch needs {held} KV tokens, more than the {capacity_tokens} that fit")

@@ -2,7 +2,9 @@
 
 Definitions (times in ms in the output):
 
-- **TTFT**: first token time minus arrival. **E2E**: last token time minus arrival.
+- **TTFT**: first token time minus arrival. **E2E**: last token time minus arrival. Both as the client
+  sees them: a token reaches it ``RunResult.output_delay_s`` after the step that produced it (the
+  serving profile's ``first_token_delay_s``), which does not change ITL.
   **TPOT**: ``(E2E - TTFT) / (output - 1)`` (requests with more than one output token).
 - **ITL**: the gaps between a request's consecutive tokens: its first decode step's end minus its
   first-token time, then the gaps between the ends of the decode steps it took part in. The ITL
@@ -123,6 +125,7 @@ def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> Polic
     steps = result.decode_steps
     arrival = result.arrival_s
     slo_ttft_s, slo_itl_s = slo_ttft_ms / 1e3, slo_itl_ms / 1e3
+    delay = result.output_delay_s
 
     # arrays, not lists: 8 bytes a step instead of ~32 (a run may take millions of steps)
     gaps = array("d", (b - a for a, b in zip(itertools.chain((0.0,), ends), ends)))
@@ -142,7 +145,7 @@ def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> Polic
             met_flags[rid] = False
             continue
         completed += 1
-        a = arrival[rid]
+        a = arrival[rid] - delay  # tokens reach the client `delay` after their step: TTFT and E2E grow by it
         t1 = ft - a
         ttft[rid] = t1 * 1e3
         r = steps[rid]
@@ -205,7 +208,7 @@ def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> Polic
     itl = {f"p{q}": weighted_nearest_rank(values, [], q, cum) for q in PERCENTILES}
     itl["max"] = values[-1] if values else math.nan
 
-    span = last - (arrival[0] if n else 0.0)
+    span = last + delay - (arrival[0] if n else 0.0)
     busy = 1.0 - result.idle_s / span if span > 0 else 0.0
     valid = [x for x in ttft if not math.isnan(x)]
     group_share = None

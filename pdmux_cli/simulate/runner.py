@@ -33,6 +33,7 @@ def simulate(
     progress: Progress | None = None,
     dp: int = 1,
     load_balance_method: str = "round_robin",
+    max_concurrency: int = 0,
 ) -> RunResult:
     """Replay ``trace`` through ``policy`` on the simulated server of ``setup``.
 
@@ -42,12 +43,20 @@ def simulate(
     size (:meth:`Setup.kv_pool`). ``dp``: replicas of the server behind a router
     (``load_balance_method``; :func:`pdmux_cli.simulate.cluster.simulate_dp`); a
     :class:`~pdmux_cli.simulate.cluster.DisaggPolicy` runs its own instances (``dp`` does not apply).
+    ``max_concurrency``: a closed-loop client keeping at most that many requests in flight, as
+    ``python -m sglang.bench_serving --max-concurrency`` does (each request sent at its arrival or when a
+    slot frees, whichever is later; TTFT from the send); 0 for none. One server only.
     Raises :class:`InputError` for a policy SGLang would refuse (no valid split, bad chunk size) or a
     model that does not fit; requests that can never fit in KV memory are listed in
     ``RunResult.rejected``, not raised.
     """
     if (dp != 1 or policy.kind == "disagg") and initial_decode:
         raise InputError("a running decode batch at time 0 is simulated on one server only (no --dp, no disagg)")
+    if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 0:
+        raise InputError(f"max concurrency must be a whole number >= 1 (0: no limit), got {max_concurrency!r}")
+    if max_concurrency and (dp != 1 or policy.kind == "disagg"):
+        raise InputError("--max-concurrency (a closed-loop client) is simulated on one server only (no --dp, no "
+                         "--disagg)")
     if policy.kind in ("chunked", "mixed-chunk") and policy.chunk_tokens < 1:
         raise InputError(f"chunk size must be >= 1 token, got {policy.chunk_tokens}")
     if isinstance(policy, PdmuxPolicy):
@@ -59,7 +68,7 @@ def simulate(
     if dp != 1:
         return simulate_dp(trace, setup, policy, dp, load_balance_method, progress)
     pool = setup.kv_pool(policy.chunk_tokens)
-    work = build_work(trace, setup, pool.tokens, initial_decode)
+    work = build_work(trace, setup, pool.tokens, initial_decode, max_concurrency=max_concurrency)
     if policy.kind == "pdmux":
         extra = run_pdmux(work, setup, policy, progress)
     else:
@@ -84,28 +93,30 @@ def simulate(
         idle_s=extra["idle_s"], num_trace_requests=work.num_trace, notes=notes, groups=extra.get("groups"),
         group_time_s=extra.get("group_time_s"), counters=extra.get("counters", {}), stints=work.stints,
         unfinished=extra.get("unfinished", set()), crashed_at_s=extra.get("crashed_at_s"), kv_pool_tokens=pool.tokens,
-        gpus=setup.tp, layout=layout_text(setup.tp),
+        gpus=setup.tp, layout=layout_text(setup.tp), output_delay_s=work.output_delay,
     )
 
 
 def _simulate_summarized(args: tuple) -> PolicyMetrics | InputError:
     """One policy simulated and summarized (a worker's task): its metrics, or the InputError that refused it."""
-    trace, setup, policy, slo_ttft_ms, slo_itl_ms, dp, method = args
+    trace, setup, policy, slo_ttft_ms, slo_itl_ms, dp, method, concurrency = args
     try:
-        return summarize(simulate(trace, setup, policy, dp=dp, load_balance_method=method), slo_ttft_ms, slo_itl_ms)
+        return summarize(simulate(trace, setup, policy, dp=dp, load_balance_method=method,
+                                  max_concurrency=concurrency), slo_ttft_ms, slo_itl_ms)
     except InputError as exc:
         return exc
 
 
 def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], slo_ttft_ms: float, slo_itl_ms: float,
                       *, dp: int = 1, load_balance_method: str = "round_robin", workers: int = 1,
-                      progress: Progress | None = None) -> list[PolicyMetrics | InputError]:
+                      progress: Progress | None = None, max_concurrency: int = 0) -> list[PolicyMetrics | InputError]:
     """:func:`simulate` and :func:`~pdmux_cli.simulate.metrics.summarize` each of ``policies``, in order:
     its :class:`PolicyMetrics`, or the :class:`InputError` with which it was refused (the others still run).
 
     ``workers`` > 1 with several policies: that many processes, one policy each
     (:func:`pdmux_cli.simulate.tune.process_pool`; Ctrl-C stops them all). ``progress``: called with the
-    requests finished over all policies (per policy when they run in processes).
+    requests finished over all policies (per policy when they run in processes). ``max_concurrency``: a
+    closed-loop client (:func:`simulate`).
     """
     n = len(trace)
     if workers > 1 and len(policies) > 1:
@@ -114,7 +125,8 @@ def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], sl
         out: list[PolicyMetrics | InputError | None] = [None] * len(policies)
         with process_pool(min(workers, len(policies))) as pool:
             futures = {pool.submit(_simulate_summarized, (trace, setup, p, slo_ttft_ms, slo_itl_ms, dp,
-                                                          load_balance_method)): i for i, p in enumerate(policies)}
+                                                          load_balance_method, max_concurrency)): i
+                       for i, p in enumerate(policies)}
             from concurrent.futures import as_completed
 
             for done, future in enumerate(as_completed(futures), 1):
@@ -126,7 +138,8 @@ def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], sl
     for i, policy in enumerate(policies):
         callback = (lambda finished, base=i * n: progress(base + finished)) if progress is not None else None
         try:
-            result = simulate(trace, setup, policy, progress=callback, dp=dp, load_balance_method=load_balance_method)
+            result = simulate(trace, setup, policy, progress=callback, dp=dp, load_balance_method=load_balance_method,
+                              max_concurrency=max_concurrency)
         except InputError as exc:
             results.append(exc)
             continue

@@ -219,14 +219,20 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     next_progress = every = ends.check_every
     horizon = work.horizon
     next_t = work.next_arrival_time()
+    # With the overlap scheduler, the batch that runs from `t` was formed on the CPU while the previous
+    # one ran: it sees the requests received by the previous round's start (`last_start`). Without it
+    # (and after an idle wait) the batch is formed at `t`.
+    last_start = 0.0
     while True:
         if t >= horizon:
             yield t
             horizon = work.horizon
             next_t = work.next_arrival_time()
         work.finished_mark = work.finished
-        if t >= next_t:
-            work.receive(t)
+        seen = last_start if overlap else t
+        last_start = t
+        if seen >= next_t:
+            work.receive(seen)
             next_t = work.next_arrival_time()
         n = batch.n
         if not n:
@@ -247,6 +253,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                 cpu = cpu_s(len(again))
                 t += max(gpu, cpu) if overlap else gpu + cpu
             work.first_tokens(completing, t)
+            next_t = work.next_arrival_time()
             n = batch.n
             if not n and work.waiting:
                 continue  # admitted requests that finished at once (one output token): admit more next round
@@ -265,9 +272,11 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                 append(t)
                 finished = batch.complete(step)
                 if finished:
-                    work.release(finished)
+                    work.release(finished, t)
+                    next_t = work.next_arrival_time()  # a closed-loop client sends on a finish
                     work.batch_full = False
             work.first_tokens(completing, t)
+            next_t = work.next_arrival_time()
             defer = interval
             continue
         if n:
@@ -286,7 +295,8 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             append(t)
             finished = batch.complete(step)
             if finished:
-                work.release(finished)
+                work.release(finished, t)
+                next_t = work.next_arrival_time()  # a closed-loop client sends on a finish
                 work.batch_full = False
             if step >= next_progress:
                 next_progress += every
@@ -300,7 +310,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
         if nxt is None:
             break
         idle += nxt - t
-        t = nxt
+        t = last_start = nxt
         next_t = work.next_arrival_time()
     if transferred:
         counters = {"steps": len(ends), "admission_rounds": prefill_batches, "re_prefills": mixed_steps,
@@ -309,6 +319,25 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
         counters = {"steps": len(ends), "prefill_batches": prefill_batches, "mixed_steps": mixed_steps,
                     "retracted_requests": work.retractions, **work.cache_counters()}
     return {"end_s": t, "idle_s": idle, "notes": [], "counters": counters}
+
+
+def pdmux_round_s(step_model, decode_sms: int, n: int, sum_context: float, sum_window: float = 0.0,
+                  corun_sms: int = 0, cuda_graph: bool = True) -> float:
+    """Seconds one pdmux round with a decode step lasts: what a decoding request waits between two tokens.
+
+    ``step_model``: a :class:`pdmux_cli.costmodel.StepModel`. ``decode_sms``: the decode partition's SMs
+    (all of them with no prefill in flight). ``n``: requests in the decode batch; ``sum_context``,
+    ``sum_window``: their cached tokens (and ``min(context, window)``), summed. ``corun_sms``: the prefill
+    partition's SMs while its stream is still busy (the decode step's co-run interference), else 0.
+    ``cuda_graph``: ``n`` is within SGLang's largest decode CUDA graph.
+
+    SGLang 0.5.23 ``srt/multiplex/multiplexing_mixin.py`` ``event_loop_pdmux`` waits for the decode stream
+    only, then processes the results on the CPU with the overlap scheduler off (SGLang asserts it): one
+    decode step on ``decode_sms`` plus the CPU's work of the step (``StepModel.decode_cpu_s``). The loop
+    below (:func:`pdmux_rounds`) and ``pdmux gen-config --slo-itl`` (:mod:`pdmux_cli.slo_levels`) both time
+    rounds with this function, so the ITL a YAML is sized for is the one the simulator gives.
+    """
+    return step_model.decode_s(decode_sms, n, sum_context, sum_window, corun_sms, cuda_graph) + step_model.decode_cpu_s(n)
 
 
 def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None) -> dict:
@@ -334,9 +363,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     batch = work.batch
     ends = work.ends
     append = ends.fast_append
-    decode_s = step_model.decode_s
+    round_s = pdmux_round_s
     cpu_s = step_model.decode_cpu_s
-    cpu_of = _CpuCache(cpu_s)
     fast_memory = work.cache is None
     capacity = work.capacity
     group_time = [0.0] * n_groups
@@ -417,6 +445,7 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 group_time[0] += done - t
                 t = done
                 work.first_tokens(pf, t)
+                next_t = work.next_arrival_time()
                 pf = None
                 group = last if batch.n else 0
                 continue
@@ -433,22 +462,23 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 k = per_round if submitted + per_round <= layers else layers - submitted
                 stream_free = max(t, stream_free) + k * layer_s
                 submitted += k
-            gpu = decode_s(pf_d, n, batch.sum_context, batch.sum_window, pf_p if stream_free > t else 0,
-                           n <= graph_max)
-            tau = gpu + (cpu_of.get(n) or cpu_of.add(n))
+            tau = round_s(step_model, pf_d, n, batch.sum_context, batch.sum_window, pf_p if stream_free > t else 0,
+                          n <= graph_max)
             group_time[group] += tau
         else:
-            tau = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max) + (cpu_of.get(n) or cpu_of.add(n))
+            tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
             group_time[last] += tau
         t += tau
         step = len(ends)
         append(t)
         finished = batch.complete(step)
         if finished:
-            work.release(finished)
+            work.release(finished, t)
+            next_t = work.next_arrival_time()  # a closed-loop client sends on a finish
             finished_last_round = True
         if pf is not None and submitted >= layers and stream_free <= t:
             work.first_tokens(pf, t)
+            next_t = work.next_arrival_time()
             pf = None
             group = last if batch.n else 0
         if step >= next_progress:

@@ -465,6 +465,74 @@ def _read_mooncake(handle, source: str) -> Trace:
 # Synthetic
 
 
+class _NumpyLegacyRandom:
+    """numpy's legacy ``np.random.seed(seed)`` / ``np.random.randint`` stream, in pure Python: the same
+    Mersenne Twister (MT19937, seeded by ``init_genrand``) as Python's :mod:`random`, whose state is set
+    directly, and numpy's masked rejection sampling for bounded integers (``random_bounded_uint64_fill``,
+    ``use_masked``, 32-bit draws). SGLang's bench_serving draws its random dataset's lengths with it
+    (``sglang/benchmark/datasets/common.py`` ``compute_random_lens``); checked against numpy and against
+    the totals public runs print (tests)."""
+
+    def __init__(self, seed: int) -> None:
+        mt = [seed & 0xFFFFFFFF]
+        for i in range(1, 624):
+            prev = mt[-1]
+            mt.append((1812433253 * (prev ^ (prev >> 30)) + i) & 0xFFFFFFFF)
+        self._rng = random.Random()
+        self._rng.setstate((3, (*mt, 624), None))
+
+    def randint(self, low: int, high: int, size: int) -> list[int]:
+        """``size`` integers in ``[low, high)``, as ``np.random.randint(low, high, size)``."""
+        span = high - low - 1
+        if span <= 0:
+            return [low] * size
+        mask = span
+        for shift in (1, 2, 4, 8, 16):
+            mask |= mask >> shift
+        draw = self._rng.getrandbits
+        out = []
+        for _ in range(size):
+            v = draw(32) & mask
+            while v > span:
+                v = draw(32) & mask
+            out.append(low + v)
+        return out
+
+
+def _random_spec(text: str, what: str) -> tuple[int, float, int] | None:
+    """``random:L[:RATIO[:LOW]]`` -> ``(L, RATIO, LOW)`` (LOW default ``max(int(L x RATIO), 1)``, as
+    SGLang 0.5's bench_serving), ``None`` for another spec. Raises :class:`InputError` when malformed."""
+    spec = str(text).strip().lower()
+    if not spec.startswith("random:"):
+        return None
+    parts = spec.split(":")[1:]
+    try:
+        full = int(parts[0])
+        ratio = float(parts[1]) if len(parts) > 1 else 0.0
+        low = int(parts[2]) if len(parts) > 2 else max(int(full * ratio), 1)
+    except (ValueError, IndexError):
+        raise InputError(f"{what} {text!r}: give random:L, random:L:RATIO or random:L:RATIO:LOW") from None
+    if len(parts) > 3 or not 1 <= full <= MAX_SPEC_TOKENS or not 0.0 <= ratio <= 1.0 or not 0 <= low <= full:
+        raise InputError(f"{what} {text!r}: need 1 <= L <= {MAX_SPEC_TOKENS:,}, 0 <= RATIO <= 1 and 0 <= LOW <= L")
+    return full, ratio, low
+
+
+def bench_serving_lengths(prompt_spec: str, output_spec: str, count: int, seed: int) -> tuple[list[int], list[int]]:
+    """Prompt and output lengths of SGLang's bench_serving ``--dataset-name random`` for ``count``
+    prompts: ``np.random.seed(seed)``, then the input lengths, then the output lengths, each
+    ``randint(LOW, L + 1)`` (:func:`_random_spec`; ``sglang/benchmark/datasets/random.py``
+    ``sample_random_requests``, ``common.py`` ``compute_random_lens``). An output length of 0 (LOW 0, as
+    bench_serving drew them before 0.5) is served as 1 token. Raises :class:`InputError` for specs that
+    are not both ``random:``."""
+    a, b = _random_spec(prompt_spec, "--prompt-tokens"), _random_spec(output_spec, "--output-tokens")
+    if a is None or b is None:
+        raise InputError("bench_serving's random lengths need both --prompt-tokens and --output-tokens as random:L[...]")
+    rng = _NumpyLegacyRandom(seed)
+    prompts = rng.randint(max(a[2], 1), a[0] + 1, count)
+    outputs = rng.randint(b[2], b[0] + 1, count)
+    return prompts, [max(1, o) for o in outputs]
+
+
 def parse_length_spec(text: str | int, what: str) -> Callable[[random.Random], int]:
     """A token-length distribution from a spec; the result draws one length from an RNG.
 
@@ -521,12 +589,21 @@ def synthetic_trace(
     """Poisson arrivals at ``qps`` requests/s with lengths from :func:`parse_length_spec` specs.
 
     Stops after ``num_requests`` requests or at ``duration_s`` seconds, whichever comes first
-    (1000 requests when neither is given). Deterministic for a ``seed``. Raises :class:`InputError`
+    (1000 requests when neither is given). ``qps`` infinite: every request at time 0, as
+    bench_serving's ``--request-rate inf`` (``num_requests`` then required). Both specs ``random:L[...]``:
+    bench_serving's random dataset, its lengths drawn as bench_serving draws them for ``seed``
+    (:func:`bench_serving_lengths`). Deterministic for a ``seed``. Raises :class:`InputError`
     for ``qps <= 0``, a bad length spec, bounds that give no request, or more than
     :data:`MAX_SYNTHETIC_REQUESTS` requests (asked for, or expected from ``qps * duration_s``).
     """
-    if not (isinstance(qps, (int, float)) and math.isfinite(qps) and qps > 0):
-        raise InputError(f"--qps must be a number > 0, got {qps}")
+    at_once = isinstance(qps, (int, float)) and qps == math.inf
+    if at_once:
+        if num_requests is None:
+            raise InputError("--qps inf (every request at once) needs --max-requests N")
+        if duration_s is not None:
+            raise InputError("--duration does not apply to --qps inf (every request arrives at 0 s)")
+    elif not (isinstance(qps, (int, float)) and math.isfinite(qps) and qps > 0):
+        raise InputError(f"--qps must be a number > 0 (or inf: every request at once), got {qps}")
     if num_requests is not None and num_requests < 1:
         raise InputError(f"--max-requests must be >= 1, got {num_requests}")
     if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
@@ -539,10 +616,28 @@ def synthetic_trace(
     if num_requests is None and duration_s is not None and qps * duration_s > limit:
         raise InputError(f"--qps {qps:g} for --duration {duration_s:g} s gives about {qps * duration_s:,.0f} "
                          f"requests, {too_many}")
-    draw_prompt = parse_length_spec(prompt_tokens, "--prompt-tokens")
-    draw_output = parse_length_spec(output_tokens, "--output-tokens")
+    bench = _random_spec(str(prompt_tokens), "--prompt-tokens") is not None or \
+        _random_spec(str(output_tokens), "--output-tokens") is not None
+    if not bench:
+        draw_prompt = parse_length_spec(prompt_tokens, "--prompt-tokens")
+        draw_output = parse_length_spec(output_tokens, "--output-tokens")
     if num_requests is None and duration_s is None:
         num_requests = 1000
+    if at_once:
+        if bench:
+            prompts, outputs = bench_serving_lengths(str(prompt_tokens), str(output_tokens), num_requests, seed)
+        else:
+            rng = random.Random(seed)
+            prompts = [draw_prompt(rng) for _ in range(num_requests)]
+            outputs = [draw_output(rng) for _ in range(num_requests)]
+        return Trace(arrival_s=(0.0,) * num_requests, prompt_tokens=tuple(prompts), output_tokens=tuple(outputs),
+                     source=f"synthetic, {num_requests} requests at once, prompt {prompt_tokens}, output "
+                            f"{output_tokens}, seed {seed}", format="synthetic")
+    if bench:  # as many as the arrivals need: draw for the cap, or for a generous expectation
+        cap = num_requests if num_requests is not None else min(limit, int(qps * duration_s * 1.5) + 100)
+        bench_prompts, bench_outputs = bench_serving_lengths(str(prompt_tokens), str(output_tokens), cap, seed)
+        draw_prompt = lambda _rng, it=iter(bench_prompts): next(it)
+        draw_output = lambda _rng, it=iter(bench_outputs): next(it)
     rng = random.Random(seed)
     times: list[float] = []
     prompts: list[int] = []

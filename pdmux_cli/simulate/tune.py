@@ -9,7 +9,10 @@ The search space (every candidate is a :class:`~pdmux_cli.pdmux_config.PdmuxConf
   the same levels are written as manual_divisions with the thresholds that reproduce the rule;
 - one fixed split per candidate level (manual_divisions with a single ``[prefill, decode, 0]``),
   i.e. the level used whatever the decode batch;
-- each of those times each ``split_forward_token_budget``.
+- each of those times each ``split_forward_token_budget``;
+- after them, SLO levels (:mod:`pdmux_cli.slo_levels`, ``pdmux gen-config --slo-itl``) for the ITL SLO
+  times each of :data:`DEFAULT_SLO_MARGINS` (levels sized for ``0.9 x`` the SLO leave room for what the
+  cost model and the trace's context distribution miss), at the trace's contexts, times each budget.
 
 SGLang's defaults (``sm_group_num 8``, divisor 36, budget 65536) are always among the candidates.
 The same trace also runs through SGLang's other schedules, ``chunked`` at SGLang's default chunk size
@@ -43,6 +46,10 @@ from .traces import Trace
 DEFAULT_DIVISORS = (12, 24, 36, 48, 72)
 #: Default ``split_forward_token_budget`` values searched (tokens).
 DEFAULT_BUDGETS = (4096, 16384, 65536)
+#: Default margins on the ITL SLO that SLO levels are sized for (``1.0``: the SLO itself).
+DEFAULT_SLO_MARGINS = (1.0, 0.9, 0.8)
+#: The margins ``--slo-margins`` takes: above 0, at most this (a looser target than the SLO).
+MAX_SLO_MARGIN = 2.0
 
 
 @dataclass(frozen=True)
@@ -232,6 +239,41 @@ def candidates(
     return out, skipped
 
 
+def slo_candidates(trace: Trace, setup: Setup, slo_itl_ms: float, margins: Sequence[float] = DEFAULT_SLO_MARGINS,
+                   budgets: Sequence[int] = DEFAULT_BUDGETS) -> tuple[list[Candidate], list[str]]:
+    """SLO levels (:func:`pdmux_cli.slo_levels.levels_for_setup`) for ``margin x slo_itl_ms`` at the
+    trace's decode-step contexts (:func:`pdmux_cli.slo_levels.trace_context`), one candidate per margin
+    and budget, at most ``sm_group_num`` 8 (SGLang's default: 6 levels); margins giving the same levels
+    are tried once. Returns ``(candidates, notes)``: a note instead of candidates where no level can be
+    built (no request of the trace decodes). Raises :class:`InputError` for a margin outside
+    ``(0, MAX_SLO_MARGIN]``."""
+    from .. import slo_levels as sl
+
+    for margin in margins:
+        if not (isinstance(margin, (int, float)) and math.isfinite(margin) and 0 < margin <= MAX_SLO_MARGIN):
+            raise InputError(f"--slo-margins must be numbers above 0 and at most {MAX_SLO_MARGIN:g} (shares of the "
+                             f"ITL SLO), got {margin}")
+    if not margins:
+        return [], []
+    try:
+        context = sl.trace_context(trace.prompt_tokens, trace.output_tokens, sl.model_window(setup.model))
+    except InputError as exc:
+        return [], [f"no SLO levels tried: {exc}"]
+    out: list[Candidate] = []
+    seen: set = set()
+    for margin in margins:
+        levels = sl.levels_for_setup(setup, context, margin * slo_itl_ms)
+        for budget in budgets:
+            config = levels.config(budget)
+            if config in seen or pc.validate(config, setup.total_sms, setup.compute_capability):
+                continue
+            seen.add(config)
+            share = "" if margin == 1 else f" ({margin:g} x {slo_itl_ms:g})"
+            out.append(Candidate(config, f"SLO levels, ITL <= {margin * slo_itl_ms:.3g} ms{share}, "
+                                         f"{len(levels.levels)} levels, budget {budget}"))
+    return out, []
+
+
 def _evaluate(args: tuple) -> tuple[float, float, float, float, int, tuple[float, float]]:
     trace, setup, policy, slo_ttft_ms, slo_itl_ms, dp, method = args
     result = simulate(trace, setup, policy, dp=dp, load_balance_method=method)
@@ -332,6 +374,7 @@ def tune(
     schedules: Sequence | None = None,
     dp: int = 1,
     load_balance_method: str = "round_robin",
+    slo_margins: Sequence[float] = DEFAULT_SLO_MARGINS,
 ) -> TuneResult:
     """Simulate ``trace`` under every candidate pdmux config and pick the best.
 
@@ -341,7 +384,9 @@ def tune(
     in candidate order: deterministic. ``schedules``: SGLang's other schedules to compare with (default:
     chunked at SGLang's default size for the GPU and mixed-chunk 512; ``()`` for none). ``dp``: every
     config and schedule runs as that many replicas behind a router (``load_balance_method``).
-    Raises :class:`InputError` for non-positive SLOs, a bad ``dp`` or method, or no valid candidate.
+    ``slo_margins``: the SLO levels tried after the other candidates (:func:`slo_candidates`; ``()`` for none).
+    Raises :class:`InputError` for non-positive SLOs, a bad ``dp`` or method, a bad margin, or no valid
+    candidate.
     """
     for name, value in (("--slo-ttft", slo_ttft_ms), ("--slo-itl", slo_itl_ms)):
         if not (value > 0 and value != float("inf")):
@@ -350,6 +395,9 @@ def tune(
     load_balance_method = check_load_balance_method(load_balance_method)
     cands, skipped = candidates(setup.total_sms, setup.compute_capability, sm_group_nums, divisors, budgets,
                                 single_levels)
+    known = {c.config for c in cands}
+    slo_cands, slo_notes = slo_candidates(trace, setup, slo_itl_ms, slo_margins, budgets)
+    cands += [c for c in slo_cands if c.config not in known]
     cores = default_workers()
     capped_note = (f"--workers {workers}: this machine gives the process {cores} core(s), so {cores} worker(s) ran"
                    if workers and workers > cores else None)
@@ -383,7 +431,7 @@ def tune(
                          and r.candidate.config.split_forward_token_budget == pol.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
                          and r.candidate.description.startswith("manual")), None)
     best = min(rows, key=lambda r: _rank_key(r, baseline)).index
-    notes = [capped_note] if capped_note else []
+    notes = ([capped_note] if capped_note else []) + slo_notes
     if rows[best].older_sglang_crash_rounds:
         notes.append("SGLang 0.5.23 crashes with the winner (no manual_divisions threshold matched a decode batch)")
     overload = overload_note(trace, setup, rows[best], slo_ttft_ms, slo_itl_ms, workers, dp, load_balance_method)

@@ -1,0 +1,240 @@
+"""SGLang revisions pdmux follows, and which model architectures each can multiplex (pure; reads shipped data).
+
+Every rule set pdmux applies names the SGLang code it was read from: :data:`REVISIONS` maps a ``--sglang``
+value to a :class:`Revision` (a release, or a repository at a commit) with the files read and the rules
+those files have. :data:`DEFAULT_REVISION` is the latest release, SGLang 0.5.23.
+
+Model support. SGLang's pdmux loop runs every prefill as ``ForwardMode.SPLIT_PREFILL``, and
+``ModelRunner.forward_split_prefill`` (``srt/model_executor/model_runner.py``) calls the model class's own
+``forward_split_prefill``; a class without one (itself or through a base class) fails at the first prefill.
+The class comes from ``architectures`` in ``config.json`` (``srt/models/registry.py``: the first listed
+architecture SGLang registers, else ``TransformersForCausalLM``). Which classes have the method is data:
+``profiles/sglang/models-<version>.json``, written by ``benchmarks/scan_sglang_models.py`` (an AST scan of
+that version's ``srt/models/``). A revision without such a scan answers "unknown", never a guess.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from .errors import InputError, short_repr
+
+#: The method SGLang's pdmux calls on the model class for every prefill.
+SPLIT_PREFILL_METHOD = "forward_split_prefill"
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One SGLang code line pdmux follows, and the pdmux rules its code has.
+
+    ``key``: the ``--sglang`` value. ``name``: how messages name it. ``repo``/``commit``: where the code was
+    read (``commit`` None for a release read from its wheel). ``files``: the files read, each
+    ``path@commit`` where it differs. ``model_table``: the ``profiles/sglang/`` scan of its ``srt/models``
+    (None: model support unknown). ``startup_failure``: a known start-up failure of ``--enable-pdmux`` on
+    this revision (said whenever it is chosen), or None.
+
+    Rules (each from the files named): ``overlap_decode_full_sm`` (the key is read: decode on a
+    full-device stream beside a capped prefill); ``strict_loader`` (entries of 3, prefill_sm > 0,
+    decode_sm > 0 or >= 0 with overlap, thresholds >= 0 and strictly increasing, budget and divisor > 0,
+    ``manual_divisions: null`` refused); ``exclusive_sum``: at start-up, ``"none"`` (not checked),
+    ``"at-most"`` (prefill + decode <= device) or ``"equal"``; ``overlap_prefill_inside``: with overlap,
+    every prefill_sm strictly inside (0, device SMs); ``divide_sm``: ``"release"`` (prefill >= half,
+    every ``len // g``-th) or ``"rewritten"`` (no half rule, endpoints sampled evenly);
+    ``auto_blackwell``: the automatic split accepts compute capability 10.x/12.x; ``threshold_fallback``:
+    a decode batch under every threshold takes group 1 (else UnboundLocalError); ``all_layers_without_decode``:
+    a prefill with no decode batch runs its remaining layers in one call; ``max_split_forward_layers``: the
+    key caps layers per round. ``tp_launch``: flags or variables the revision needs for pdmux with TP > 1
+    beyond ``--tp-size`` (empty: none found in its code).
+    """
+
+    key: str
+    name: str
+    repo: str
+    commit: str | None
+    files: tuple[str, ...]
+    model_table: str | None
+    startup_failure: str | None = None
+    overlap_decode_full_sm: bool = False
+    strict_loader: bool = False
+    exclusive_sum: str = "none"
+    overlap_prefill_inside: bool = False
+    divide_sm: str = "release"
+    auto_blackwell: bool = False
+    threshold_fallback: bool = False
+    all_layers_without_decode: bool = False
+    max_split_forward_layers: bool = False
+    tp_launch: tuple[str, ...] = ()
+
+    @property
+    def short(self) -> str:
+        """The revision as a table cell: ``"0.5.23"``, ``"overlay@2126b0b"``."""
+        return self.key
+
+    @property
+    def cite(self) -> str:
+        """Where its rules come from, one line."""
+        where = f"{self.repo}@{self.commit}" if self.commit else self.repo
+        return f"{self.name}: {where} ({', '.join(self.files)})"
+
+
+RELEASE = Revision(
+    key="0.5.23",
+    name="SGLang 0.5.23 (latest release)",
+    repo="sglang 0.5.23 wheel (PyPI)",
+    commit=None,
+    files=("srt/multiplex/pdmux_context.py", "srt/multiplex/multiplexing_mixin.py",
+           "srt/model_executor/model_runner.py", "srt/models/"),
+    model_table="models-0.5.23.json",
+)
+
+#: sgl-project/sglang at b8755452: the standard-prefill lane (``--pdmux-prefill-mode``), whose
+#: test/manual/pdmux/standard_prefill_runbook.md holds the exclusive and overlay YAMLs.
+STANDARD_LANE = Revision(
+    key="standard@b875545",
+    name="sgl-project/sglang b8755452 (PDMux standard-prefill lane)",
+    repo="sgl-project/sglang",
+    commit="b8755452da65eb2dd5c51eef504bfbc843a49865",
+    files=("python/sglang/srt/multiplex/pdmux_context.py", "python/sglang/srt/multiplex/multiplexing_mixin.py",
+           "test/manual/pdmux/standard_prefill_runbook.md"),
+    model_table=None,
+    overlap_decode_full_sm=True,
+    strict_loader=False,
+    exclusive_sum="at-most",
+    overlap_prefill_inside=True,
+    divide_sm="release",
+    auto_blackwell=False,
+    threshold_fallback=True,
+    all_layers_without_decode=True,
+)
+
+#: Li-brua/sglang (the fork behind the PDMux start-up fixes, sgl-project/sglang#33058): the layer-wise /
+#: overlay line with the strict loader and the rewritten divide_sm. Its pdmux_context.py was read at
+#: 2126b0b7, its multiplexing_mixin.py at 176efb02 (the index holds each file at one commit).
+OVERLAY = Revision(
+    key="overlay@2126b0b",
+    name="Li-brua/sglang 2126b0b7 (PDMux layer-wise/overlay fork)",
+    repo="Li-brua/sglang",
+    commit="2126b0b79492ee7801e12d5f87f53f684f7adef0",
+    files=("python/sglang/srt/multiplex/pdmux_context.py",
+           "python/sglang/srt/multiplex/multiplexing_mixin.py@176efb02a71cd69b5ac0b5a132d4c1b81a438f1e"),
+    model_table=None,
+    overlap_decode_full_sm=True,
+    strict_loader=True,
+    exclusive_sum="equal",
+    overlap_prefill_inside=True,
+    divide_sm="rewritten",
+    auto_blackwell=True,
+    threshold_fallback=True,
+    all_layers_without_decode=True,
+)
+
+#: Every revision ``--sglang`` takes, by key.
+REVISIONS: dict[str, Revision] = {r.key: r for r in (RELEASE, STANDARD_LANE, OVERLAY)}
+DEFAULT_REVISION = RELEASE.key
+
+
+def get_revision(key: str | Revision | None = None) -> Revision:
+    """The :class:`Revision` named by ``--sglang`` (``None``: the default, 0.5.23; a commit prefix after
+    ``@`` may be longer: ``overlay@2126b0b79492``). Raises :class:`InputError` naming the known ones."""
+    if isinstance(key, Revision):
+        return key
+    if key is None or not str(key).strip():
+        return REVISIONS[DEFAULT_REVISION]
+    text = str(key).strip()
+    if text in REVISIONS:
+        return REVISIONS[text]
+    for revision in REVISIONS.values():
+        if revision.commit and "@" in text:
+            line, _, commit = text.partition("@")
+            if revision.key.split("@")[0] == line and len(commit) >= 7 and revision.commit.startswith(commit):
+                return revision
+    raise InputError(f"--sglang {short_repr(text)} is not a revision pdmux has read; use one of "
+                     f"{', '.join(REVISIONS)} (0.5.23 is the latest release)")
+
+
+@dataclass(frozen=True)
+class Support:
+    """Whether a model can run ``--enable-pdmux`` on a revision.
+
+    ``state``: ``"yes"``, ``"no"`` or ``"unknown"``. ``architecture``: the architecture SGLang resolves
+    (``None`` when the config names none). ``sglang_class``: ``"srt/models/<file>.py:<Class>"``;
+    ``defined_in``: where ``forward_split_prefill`` comes from (a base class for subclasses). ``reason``:
+    one line saying why, for tables, notes and warnings. ``revision``: :attr:`Revision.key`.
+    """
+
+    state: str
+    revision: str
+    architecture: str | None
+    sglang_class: str | None
+    defined_in: str | None
+    reason: str
+
+    @property
+    def runs(self) -> bool:
+        """False only where the revision's code shows pdmux cannot run this model."""
+        return self.state != "no"
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form (stable keys)."""
+        return {"state": self.state, "sglang": self.revision, "architecture": self.architecture,
+                "sglang_class": self.sglang_class, "forward_split_prefill_from": self.defined_in,
+                "reason": self.reason}
+
+
+@cache
+def model_table(name: str) -> dict[str, Any]:
+    """The scan ``profiles/sglang/<name>`` (see :mod:`benchmarks.scan_sglang_models`), parsed once."""
+    from .profile_files import profiles_dir
+
+    return json.loads((profiles_dir() / "sglang" / name).read_text(encoding="utf-8"))
+
+
+def model_support(architectures: tuple[str, ...] | list[str], revision: str | Revision | None = None) -> Support:
+    """Whether SGLang ``revision`` can run pdmux for a config naming ``architectures`` (pure but for the
+    shipped scan, read once).
+
+    Resolution as ``srt/models/registry.py`` ``resolve_model_cls``: the first listed architecture SGLang
+    registers, else ``TransformersForCausalLM`` (which has no ``forward_split_prefill``). Returns
+    ``state="unknown"`` for a revision without a scan or a config that names no architecture.
+    """
+    rev = get_revision(revision)
+    archs = tuple(a for a in architectures if isinstance(a, str))
+    if rev.model_table is None:
+        return Support("unknown", rev.key, archs[0] if archs else None, None, None,
+                       f"pdmux has no scan of {rev.name}'s model classes: whether it can multiplex "
+                       f"{archs[0] if archs else 'this model'} is not known")
+    table = model_table(rev.model_table)
+    if not archs:
+        return Support("unknown", rev.key, None, None, None,
+                       "config.json names no architectures: which SGLang class runs it, and so whether "
+                       f"{rev.name} can multiplex it, is not known")
+    known = table["architectures"]
+    chosen = next((a for a in archs if a in known), None)
+    if chosen is None:
+        fallback = table.get("fallback", "TransformersForCausalLM")
+        return Support("no", rev.key, fallback, None, None,
+                       f"SGLang {table['sglang']} has no model class for {archs[0]} (it would fall back to "
+                       f"{fallback}, which has no {SPLIT_PREFILL_METHOD}): pdmux cannot run it")
+    entry = known[chosen]
+    defined = entry.get(SPLIT_PREFILL_METHOD)
+    if defined:
+        via = "" if defined.endswith(":" + chosen) else f", inherited from {defined.rsplit(':', 1)[1]}"
+        return Support("yes", rev.key, chosen, entry["class"], defined,
+                       f"SGLang {table['sglang']}'s {chosen} ({entry['class'].split(':')[0]}) has "
+                       f"{SPLIT_PREFILL_METHOD}{via}")
+    return Support("no", rev.key, chosen, entry["class"], None,
+                   f"no {SPLIT_PREFILL_METHOD} in SGLang {table['sglang']}'s {chosen} "
+                   f"({entry['class'].split(':')[0]}): pdmux fails at the first prefill")
+
+
+def require_pdmux(architectures: tuple[str, ...], revision: str | Revision | None, what: str) -> Support:
+    """The :class:`Support` of a model for a command that only makes sense if pdmux runs (``tune``,
+    ``gen-config --tune``): :class:`InputError` naming the reason where ``revision`` cannot run it."""
+    support = model_support(architectures, revision)
+    if support.state == "no":
+        raise InputError(f"{what}: {support.reason}; there are no pdmux knobs to tune for it "
+                         "(--sglang picks another SGLang revision)")
+    return support
