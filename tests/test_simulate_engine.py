@@ -277,6 +277,15 @@ def test_max_running_requests_caps_the_batch() -> None:
     assert max(itertools.accumulate(live)) == 8
 
 
+def test_a_prefill_batch_fills_max_running_requests() -> None:
+    """SGLang 0.5.23 ``scheduler.py`` ``get_new_batch_prefill``: the batch is full when
+    ``len(can_run_list) >= get_num_allocatable_reqs(running_bs)`` (free request rows), so 8 requests
+    waiting at once with ``--max-running-requests 8`` are prefilled together."""
+    trace = Trace((0.0,) * 8, (32,) * 8, (16,) * 8)
+    r = simulate(trace, replace(SETUP, max_running_requests=8), PrefillFirstPolicy())
+    assert len(set(r.first_token_s)) == 1
+
+
 def test_large_decode_batches_run_without_cuda_graphs() -> None:
     """Past SGLang's largest CUDA graph (256 on an 80 GB GPU) a decode step is launched kernel by kernel
     and lasts at least the CPU's launches (layers x kernels x launch time; here a launch made slow

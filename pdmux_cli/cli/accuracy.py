@@ -25,7 +25,7 @@ def accuracy(
     runs: bool = typer.Option(False, "--runs", help="--serving: every run's figures and the pdmux simulate command that replays it."),
     workers: int | None = typer.Option(None, "--workers", help="--serving: processes (default: the cores available)."),
 ) -> None:
-    """Predict every shipped measurement (Vidur, NanoFlow, aiconfigurator) with the roofline cost model:
+    """Predict every shipped measurement (Vidur, NanoFlow, aiconfigurator, SGLang's green-context tables) with the roofline cost model:
     median and p90 error per term, and the worst point.
 
     Where a term was fitted to the same points, each model is predicted by a fit that left it out.
@@ -62,8 +62,9 @@ def accuracy(
     for method, meaning in METHODS.items():
         print_note(con, f"{method}: {meaning}")
     print_note(con, "Vidur has no attention times: the step terms are one layer's GEMMs and element-wise ops; "
-                    "attention is its own term. Data: profiles/measurements/ (Vidur MIT, NanoFlow Apache-2.0, "
-                    "aiconfigurator-core 0.12.0 Apache-2.0)")
+                    "attention is its own term. Green ctx: SGLang's tables name no model or TP, so their shapes "
+                    "(time on s SMs over the whole GPU's) are compared. Data: profiles/measurements/ (Vidur MIT, "
+                    "NanoFlow Apache-2.0, aiconfigurator-core 0.12.0 Apache-2.0, SGLang 56f74d24 Apache-2.0)")
 
 
 def _serving(as_json: bool, show_runs: bool, workers: int | None) -> None:

@@ -233,6 +233,7 @@ def build_step_model(
         calibration=curves, serving=serving,
         notes=notes, decode_fixed_s=calibration.whole_gpu.decode_fixed_s
         if calibration is not None and calibration.whole_gpu is not None else 0.0,
+        compute_capability=tuple(gpu.compute_capability) if getattr(gpu, "compute_capability", None) else None,
     )
 
 
