@@ -18,17 +18,25 @@ arrival, ascending), a prompt length and an output length (tokens). Formats (``t
 The format is detected from the header or first line (or given). Bad rows are collected with their
 line number (a count and the first few are reported), never raised; a file with no valid row raises
 :class:`~pdmux_cli.errors.InputError`. Arrivals are sorted (stably) if the file is not in time order.
+
+Files are read streaming, a line at a time, and may be gzip-compressed (as Azure's and BurstGPT's are
+published; recognised by their first two bytes, whatever the name). The requests are kept as compact
+columns (:mod:`pdmux_cli.simulate.columns`: 24 bytes a request, plus 8 a hash id), never as Python
+objects per request: a week of production traffic, millions of requests, fits in tens of MB.
 """
 
 from __future__ import annotations
 
 import bisect
 import csv
+import gzip
+import io
 import itertools
 import json
 import math
 import random
 import re
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -37,6 +45,8 @@ from pathlib import Path
 from ..errors import InputError, short_repr
 from ..input_files import check_input_file, unreadable
 from ..numbers import finite_float, plain_int
+from .columns import FLOAT, INT, Column, Ragged
+from .columns import column as make_column
 
 #: Formats :func:`load_trace` reads.
 FORMATS = ("azure", "mooncake", "burstgpt")
@@ -48,8 +58,13 @@ _SECONDS = re.compile(r"[0-9]{2}(\.[0-9]*)?")
 #: How many bad rows a :class:`Trace` keeps verbatim (all are counted).
 KEEP_BAD_ROWS = 5
 
-#: Largest trace file :func:`load_trace` reads, bytes (the public traces are well below it).
-MAX_TRACE_BYTES = 2 * 1024**3
+#: Largest trace file :func:`load_trace` reads, bytes (as stored: a gzip file's compressed size). The file
+#: is streamed; what it costs in memory is its requests (:data:`MAX_REQUESTS`).
+MAX_TRACE_BYTES = 64 * 1024**3
+
+#: Most requests one trace (a file, or synthetic) may have: 100 million requests take about 2.4 GB as
+#: columns (24 bytes each), and a simulation's per-request results about 5 GB more (50 bytes each).
+MAX_REQUESTS = 100_000_000
 
 #: Largest token length a synthetic length spec may name (N, LO, HI, MEAN, MEDIAN): 10 M tokens.
 MAX_SPEC_TOKENS = 10_000_000
@@ -64,8 +79,9 @@ MAX_LOGNORMAL_SIGMA = 4.0
 #: double no longer resolves the simulator's sub-microsecond steps.
 MAX_ARRIVAL_S = 1e9
 
-#: Most requests :func:`synthetic_trace` generates (the simulator keeps every request in memory).
-MAX_SYNTHETIC_REQUESTS = 1_000_000
+#: Most requests :func:`synthetic_trace` generates (:data:`MAX_REQUESTS`: the simulator keeps a few
+#: tens of bytes per request, in columns).
+MAX_SYNTHETIC_REQUESTS = MAX_REQUESTS
 
 #: Prompt tokens per ``hash_ids`` block of a Mooncake trace: 512 in the FAST'25 release
 #: (kvcache-ai/Mooncake ``FAST25-release/traces``; the attribution in ../shared/data/traces/README.md and
@@ -80,7 +96,10 @@ class Trace:
     ``arrival_s``: seconds from the first arrival (ascending, first is 0). ``prompt_tokens`` and
     ``output_tokens``: tokens (>= 1 each). ``hash_ids``: per request, its prompt's prefix-block hashes
     (:data:`HASH_BLOCK_TOKENS` tokens a block; ``()`` for a request without), or ``()`` for a trace
-    that carries none (Azure, BurstGPT, synthetic). ``source``: file name or ``"synthetic ..."``. ``format``:
+    that carries none (Azure, BurstGPT, synthetic). Any sequences may be given; they are kept as
+    compact columns (:class:`~pdmux_cli.simulate.columns.Column`, float64 and int64;
+    :class:`~pdmux_cli.simulate.columns.Ragged` for ``hash_ids``), which compare equal to tuples.
+    ``source``: file name or ``"synthetic ..."``. ``format``:
     one of :data:`FORMATS` or ``"synthetic"``. ``bad_rows``: number of rows that could not be read;
     ``bad_examples``: the first few as ``(line number, reason)`` (line 0: a request dropped after
     reading, the reason names it). ``failed_rows``: BurstGPT failures
@@ -99,8 +118,18 @@ class Trace:
     hash_ids: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.hash_ids and len(self.hash_ids) != len(self.arrival_s):
-            raise InputError(f"a trace of {len(self.arrival_s)} requests has hash_ids for {len(self.hash_ids)}")
+        for name, code in (("arrival_s", FLOAT), ("prompt_tokens", INT), ("output_tokens", INT)):
+            value = getattr(self, name)
+            if not (isinstance(value, Column) and value.typecode == code):
+                object.__setattr__(self, name, make_column(code, value))
+        hashes = self.hash_ids
+        if not isinstance(hashes, Ragged):
+            hashes = Ragged(hashes) if len(hashes) else Ragged()
+        if not hashes.any_values():
+            hashes = Ragged()
+        object.__setattr__(self, "hash_ids", hashes)
+        if hashes and len(hashes) != len(self.arrival_s):
+            raise InputError(f"a trace of {len(self.arrival_s)} requests has hash_ids for {len(hashes)}")
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -108,7 +137,7 @@ class Trace:
     @property
     def has_hash_ids(self) -> bool:
         """Whether any request carries prefix-block hashes (the prefix cache has something to match)."""
-        return any(self.hash_ids)
+        return self.hash_ids.any_values()
 
     @property
     def duration_s(self) -> float:
@@ -140,13 +169,14 @@ class Trace:
 
 
 class _Rows:
-    """Collects parsed rows and bad-row reports while a file is read."""
+    """Collects parsed rows (as columns) and bad-row reports while a file is read."""
 
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self.prompts: list[int] = []
-        self.outputs: list[int] = []
-        self.hashes: list[tuple[int, ...]] = []
+    def __init__(self, source: str = "") -> None:
+        self.source = source
+        self.times = Column(FLOAT)
+        self.prompts = Column(INT)
+        self.outputs = Column(INT)
+        self.hashes = Ragged()
         self.bad = 0
         self.examples: list[tuple[int, str]] = []
         self.failed = 0
@@ -178,16 +208,23 @@ class _Rows:
         if not math.isfinite(time_s):
             self.reject(line, "timestamp is not finite")
             return
-        blocks: tuple[int, ...] = ()
+        blocks: list[int] = []
         if hashes is not None:
             if not isinstance(hashes, list) or not all(type(h) is int for h in hashes):
                 self.reject(line, f"hash_ids {short_repr(hashes)} is not a list of integers")
                 return
-            blocks = tuple(hashes[:-(-p // HASH_BLOCK_TOKENS)])  # ids past the prompt's last block dropped
+            blocks = hashes[:-(-p // HASH_BLOCK_TOKENS)]  # ids past the prompt's last block dropped
+        if len(self.times) >= MAX_REQUESTS:
+            raise InputError(f"{self.source}: more than {MAX_REQUESTS:,} requests, the most one trace may have: cut "
+                             "it first (e.g. head -n), or simulate a part of it with --max-requests")
+        try:
+            self.hashes.append(blocks)
+        except OverflowError:
+            self.reject(line, "a hash id is outside the 64-bit integers")
+            return
         self.times.append(time_s)
         self.prompts.append(p)
         self.outputs.append(o)
-        self.hashes.append(blocks)
 
 
 def _tokens(value: object) -> int | None:
@@ -215,14 +252,15 @@ def _finish(rows: _Rows, source: str, fmt: str) -> Trace:
         failed = f" ({rows.failed} failed request rows skipped)" if rows.failed else ""
         raise InputError(f"{source}: no valid request rows in this {fmt} trace{failed}{detail}")
     times, prompts, outputs = rows.times, rows.prompts, rows.outputs
-    hashes = rows.hashes if any(rows.hashes) else []
+    hashes = rows.hashes if rows.hashes.any_values() else Ragged()
     notes: list[str] = []
-    if any(b < a for a, b in itertools.pairwise(times)):
-        order = sorted(range(len(times)), key=times.__getitem__)
-        times = [times[i] for i in order]
-        prompts = [prompts[i] for i in order]
-        outputs = [outputs[i] for i in order]
-        hashes = [hashes[i] for i in order] if hashes else []
+    if any(map(float.__gt__, times, itertools.islice(times, 1, None))):  # a later row earlier than its predecessor
+        order = sorted(range(len(times)), key=times.__getitem__)  # stable: equal times keep file order
+        times = Column(FLOAT, (times[i] for i in order))
+        prompts = Column(INT, (prompts[i] for i in order))
+        outputs = Column(INT, (outputs[i] for i in order))
+        hashes = Ragged(hashes[i] for i in order) if hashes else hashes
+        del order
         notes.append(f"{source} is not in time order: requests sorted by arrival")
     start = times[0]
     if not times[-1] - start <= MAX_ARRIVAL_S:  # also inf (rows at -1e308 and 1e308)
@@ -231,12 +269,12 @@ def _finish(rows: _Rows, source: str, fmt: str) -> Trace:
             "check the timestamps and their unit"
         )
     return Trace(
-        arrival_s=tuple(t - start for t in times),
-        prompt_tokens=tuple(prompts),
-        output_tokens=tuple(outputs),
+        arrival_s=Column(FLOAT, (t - start for t in times)) if start else times,
+        prompt_tokens=prompts,
+        output_tokens=outputs,
         source=source,
         format=fmt,
-        hash_ids=tuple(hashes),
+        hash_ids=hashes,
         bad_rows=rows.bad,
         bad_examples=tuple(rows.examples),
         failed_rows=rows.failed,
@@ -268,11 +306,12 @@ def detect_format(first_line: str) -> str | None:
 def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
     """Read a trace file (format detected from its first line unless ``fmt`` is given).
 
+    The file is read a line at a time, gzip-compressed or not (:func:`open_text`), into columns.
     Returns a :class:`Trace` with arrivals in seconds from the first request. Raises
     :class:`InputError` (one line) for a missing file, a directory or special file (device, pipe,
-    socket; refused before opening), a file over :data:`MAX_TRACE_BYTES`, an unreadable or non-UTF-8
-    file, an unknown format, a header without the needed columns, or no valid row. Bad rows are
-    counted, not raised.
+    socket; refused before opening), a file over :data:`MAX_TRACE_BYTES` or of more than
+    :data:`MAX_REQUESTS` requests, an unreadable, non-UTF-8 or broken gzip file, an unknown format,
+    a header without the needed columns, or no valid row. Bad rows are counted, not raised.
     """
     p = Path(path)
     if fmt is not None:
@@ -285,7 +324,7 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
         if size > MAX_TRACE_BYTES:  # checked on the size, not by reading: the file is streamed below
             raise InputError(f"trace file {p}: {size / 1024**3:.1f} GiB, more than the "
                              f"{MAX_TRACE_BYTES / 1024**3:.0f} GiB pdmux reads: cut it first (e.g. head -n)")
-        handle = open(p, newline="", encoding="utf-8-sig")  # noqa: SIM115  (closed by the with below)
+        handle = open_text(p)
     except OSError as e:
         raise unreadable(p, "trace file", e) from None
     with handle:
@@ -307,8 +346,25 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
             reader: Callable[..., Trace] = {"azure": _read_azure, "mooncake": _read_mooncake,
                                             "burstgpt": _read_burstgpt}[fmt]
             return reader(handle, p.name)
+        except (EOFError, zlib.error) as e:  # a truncated or corrupt gzip stream
+            raise InputError(f"trace file {p}: a broken gzip file ({e}): download it again") from None
         except (OSError, UnicodeDecodeError) as e:
             raise unreadable(p, "trace file", e) from None
+
+
+#: The first two bytes of a gzip file (RFC 1952).
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_text(path: Path) -> io.TextIOBase:
+    """``path`` opened for reading as UTF-8 text (a BOM skipped, newlines as written for csv), through
+    gzip when its first two bytes are gzip's (:data:`GZIP_MAGIC`), whatever its name. Raises
+    ``OSError`` as ``open`` does."""
+    with open(path, "rb") as raw:
+        magic = raw.read(2)
+    if magic == GZIP_MAGIC:
+        return gzip.open(path, "rt", newline="", encoding="utf-8-sig")
+    return open(path, newline="", encoding="utf-8-sig")  # the caller closes it
 
 
 def _header_index(header: list[str], wanted: dict[str, str], source: str, fmt: str) -> dict[str, int]:
@@ -405,7 +461,7 @@ def _read_azure(handle, source: str) -> Trace:
     ct, cp, co = col["t"], col["p"], col["o"]
     width = max(ct, cp, co) + 1
     clock = _AzureClock()
-    rows = _Rows()
+    rows = _Rows(source)
     base: tuple[float, float] | None = None
     for line, row in _data_rows(records, rows, len(header), width):
         try:
@@ -424,7 +480,7 @@ def _read_burstgpt(handle, source: str) -> Trace:
     col = _header_index(header, {"t": "Timestamp", "p": "Request tokens", "o": "Response tokens"}, source, "BurstGPT")
     ct, cp, co = col["t"], col["p"], col["o"]
     width = max(ct, cp, co) + 1
-    rows = _Rows()
+    rows = _Rows(source)
     for line, row in _data_rows(records, rows, len(header), width):
         try:
             time_s = float(row[ct])
@@ -436,7 +492,7 @@ def _read_burstgpt(handle, source: str) -> Trace:
 
 
 def _read_mooncake(handle, source: str) -> Trace:
-    rows = _Rows()
+    rows = _Rows(source)
     for line, text in enumerate(handle, start=1):
         if not text.strip():
             continue
@@ -485,18 +541,25 @@ class _NumpyLegacyRandom:
         """``size`` integers in ``[low, high)``, as ``np.random.randint(low, high, size)``."""
         span = high - low - 1
         if span <= 0:
-            return [low] * size
+            return Column(INT, [low]) * size
         mask = span
         for shift in (1, 2, 4, 8, 16):
             mask |= mask >> shift
         draw = self._rng.getrandbits
-        out = []
+        out = Column(INT)
         for _ in range(size):
             v = draw(32) & mask
             while v > span:
                 v = draw(32) & mask
             out.append(low + v)
         return out
+
+
+def _zeros(count: int) -> Column:
+    """``count`` arrivals at 0.0 s."""
+    out = Column(FLOAT)
+    out.frombytes(bytes(8 * count))
+    return out
 
 
 def _random_spec(text: str, what: str) -> tuple[int, float, int] | None:
@@ -530,7 +593,7 @@ def bench_serving_lengths(prompt_spec: str, output_spec: str, count: int, seed: 
     rng = _NumpyLegacyRandom(seed)
     prompts = rng.randint(max(a[2], 1), a[0] + 1, count)
     outputs = rng.randint(b[2], b[0] + 1, count)
-    return prompts, [max(1, o) for o in outputs]
+    return prompts, Column(INT, (max(1, o) for o in outputs))
 
 
 def parse_length_spec(text: str | int, what: str) -> Callable[[random.Random], int]:
@@ -630,7 +693,8 @@ def synthetic_trace(
             rng = random.Random(seed)
             prompts = [draw_prompt(rng) for _ in range(num_requests)]
             outputs = [draw_output(rng) for _ in range(num_requests)]
-        return Trace(arrival_s=(0.0,) * num_requests, prompt_tokens=tuple(prompts), output_tokens=tuple(outputs),
+        return Trace(arrival_s=_zeros(num_requests),
+                     prompt_tokens=Column(INT, prompts), output_tokens=Column(INT, outputs),
                      source=f"synthetic, {num_requests} requests at once, prompt {prompt_tokens}, output "
                             f"{output_tokens}, seed {seed}", format="synthetic")
     if bench:  # as many as the arrivals need: draw for the cap, or for a generous expectation
@@ -639,9 +703,7 @@ def synthetic_trace(
         draw_prompt = lambda _rng, it=iter(bench_prompts): next(it)
         draw_output = lambda _rng, it=iter(bench_outputs): next(it)
     rng = random.Random(seed)
-    times: list[float] = []
-    prompts: list[int] = []
-    outputs: list[int] = []
+    times, prompts, outputs = Column(FLOAT), Column(INT), Column(INT)
     t = 0.0
     while num_requests is None or len(times) < num_requests:
         if times:
@@ -656,7 +718,7 @@ def synthetic_trace(
         prompts.append(draw_prompt(rng))
         outputs.append(draw_output(rng))
     return Trace(
-        arrival_s=tuple(times), prompt_tokens=tuple(prompts), output_tokens=tuple(outputs),
+        arrival_s=times, prompt_tokens=prompts, output_tokens=outputs,
         source=f"synthetic Poisson {qps:g} req/s, prompt {prompt_tokens}, output {output_tokens}, seed {seed}",
         format="synthetic",
     )
@@ -705,7 +767,7 @@ def reshape(
         factor = (len(arrivals) - 1) / span / qps
         notes.append(f"retimed to {qps:g} req/s (was {(len(arrivals) - 1) / span:.3g})")
     if factor is not None:
-        arrivals = tuple(t * factor for t in arrivals)
+        arrivals = Column(FLOAT, (t * factor for t in arrivals))
         if not (math.isfinite(factor) and factor > 0 and arrivals[-1] <= MAX_ARRIVAL_S):
             what = f"--rate-scale {rate_scale:g}" if qps is None else f"--qps {qps:g}"
             raise InputError(f"{what} retimes the trace to arrivals after {MAX_ARRIVAL_S:g} s (or none at all): "
@@ -717,15 +779,15 @@ def reshape(
         arrivals, prompts, outputs, hashes = arrivals[:keep], prompts[:keep], outputs[:keep], hashes[:keep]
     if not arrivals:
         raise InputError("no request left after --max-requests/--duration")
-    return replace(trace, arrival_s=tuple(arrivals), prompt_tokens=tuple(prompts),
-                   output_tokens=tuple(outputs), hash_ids=tuple(hashes) if any(hashes) else (),
+    return replace(trace, arrival_s=arrivals, prompt_tokens=prompts, output_tokens=outputs, hash_ids=hashes,
                    notes=tuple(notes))
 
 
-def _kept_hashes(hashes: tuple[tuple[int, ...], ...], keep: list[int]) -> tuple[tuple[int, ...], ...]:
-    """``hashes`` of the requests at indices ``keep``; ``()`` when none of them has any."""
-    kept = tuple(hashes[i] for i in keep) if hashes else ()
-    return kept if any(kept) else ()
+def _kept_hashes(hashes: Ragged, keep: bytes) -> Ragged:
+    """``hashes`` of the requests whose flag in ``keep`` is set; empty when none of them has any."""
+    if not hashes:
+        return hashes
+    return Ragged(itertools.compress(hashes, keep))
 
 
 def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the model") -> Trace:
@@ -735,25 +797,28 @@ def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the 
     Raises :class:`InputError` when no request is left."""
     if not context_tokens:
         return trace
-    keep = [i for i in range(len(trace)) if trace.prompt_tokens[i] + trace.output_tokens[i] <= context_tokens]
-    if len(keep) == len(trace):
+    # a flag per request (1 byte each), not a list of indices
+    keep = bytes(map(context_tokens.__ge__, map(int.__add__, trace.prompt_tokens, trace.output_tokens)))
+    kept = keep.count(1)
+    if kept == len(trace):
         return trace
-    if not keep:
+    if not kept:
         raise InputError(f"every request of {trace.source} is longer than {model_name}'s context length of "
                          f"{context_tokens:,} tokens (max_position_embeddings): nothing to simulate")
-    dropped = [i for i in range(len(trace)) if trace.prompt_tokens[i] + trace.output_tokens[i] > context_tokens]
+    dropped = [i for i in itertools.islice((j for j, k in enumerate(keep) if not k), KEEP_BAD_ROWS)]
+    dropped_count = len(trace) - kept
     examples = list(trace.bad_examples)
     for i in dropped[:max(0, KEEP_BAD_ROWS - len(examples))]:
         reason = (f"request {i + 1}: {trace.prompt_tokens[i]} + {trace.output_tokens[i]} tokens, past "
                   f"{model_name}'s context length of {context_tokens:,} (max_position_embeddings)")
         examples.append((0, reason))
-    start = trace.arrival_s[keep[0]]
+    start = trace.arrival_s[keep.index(1)]
     return replace(
         trace,
-        arrival_s=tuple(trace.arrival_s[i] - start for i in keep),
-        prompt_tokens=tuple(trace.prompt_tokens[i] for i in keep),
-        output_tokens=tuple(trace.output_tokens[i] for i in keep),
+        arrival_s=Column(FLOAT, (t - start for t in itertools.compress(trace.arrival_s, keep))),
+        prompt_tokens=Column(INT, itertools.compress(trace.prompt_tokens, keep)),
+        output_tokens=Column(INT, itertools.compress(trace.output_tokens, keep)),
         hash_ids=_kept_hashes(trace.hash_ids, keep),
-        bad_rows=trace.bad_rows + len(dropped),
+        bad_rows=trace.bad_rows + dropped_count,
         bad_examples=tuple(examples),
     )
