@@ -27,17 +27,16 @@ from __future__ import annotations
 import math
 import shlex
 from collections.abc import Callable, Generator, Sequence
-from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 
 from .. import pdmux_config as pc
 from ..disaggregation import check_dp_value, check_load_balance_method, layout_text
 from ..errors import InputError
 from .engine import Setup
-from .metrics import summarize
-from .runner import Policy, simulate
+from .executors import Executor, using
+from .fold import select_rank
+from .runner import Policy, simulate_metrics
 from .traces import Trace, reshape
-from .tune import default_workers, process_pool
 
 #: Doublings (or halvings) from the trace's own rate before the search gives up bracketing: 2^8 = 256x.
 MAX_BRACKET_STEPS = 8
@@ -195,13 +194,16 @@ def rate_text(p: PolicyCapacity) -> str:
     return f"{p.max_rate_rps:.3g}"
 
 
-def _evaluate(args: tuple) -> RatePoint:
-    trace, setup, policy, rate, slo_ttft_ms, slo_itl_ms, dp, method = args
-    m = summarize(simulate(reshape(trace, qps=rate), setup, policy, dp=dp, load_balance_method=method),
-                  slo_ttft_ms, slo_itl_ms)
-    itl = [x for x in m.per_request["itl_p99_ms"] if not math.isnan(x)]
-    itl.sort()
-    itl_p99 = itl[math.ceil(0.99 * len(itl)) - 1] if itl else math.nan
+def _evaluate(shared: tuple, task: tuple) -> RatePoint:
+    """One policy at one rate (a task of :mod:`.executors`): ``shared`` is ``(trace, setup, slo_ttft_ms,
+    slo_itl_ms, dp, load-balance method, max_steps)``, ``task`` ``(policy, rate)``. Streamed
+    (:func:`.runner.simulate_metrics`)."""
+    trace, setup, slo_ttft_ms, slo_itl_ms, dp, method, max_steps = shared
+    policy, rate = task
+    m = simulate_metrics(reshape(trace, qps=rate), setup, policy, slo_ttft_ms, slo_itl_ms, dp=dp,
+                         load_balance_method=method, max_steps=max_steps)
+    itl = m.columns.valid("itl_p99_ms")
+    itl_p99 = select_rank(itl, math.ceil(0.99 * len(itl))) if len(itl) else math.nan
     return RatePoint(rate, m.slo_attainment, m.goodput_rps, m.ttft_ms["p99"], itl_p99, m.requests - m.completed,
                      m.crashed_at_s is not None)
 
@@ -263,6 +265,9 @@ def capacity(
     config_paths: Sequence[str | None] | None = None,
     dp: int = 1,
     load_balance_method: str = "round_robin",
+    executor: str | Executor = "local",
+    ray_address: str | None = None,
+    max_steps: int | None = None,
 ) -> CapacityResult:
     """The highest rate each of ``policies`` sustains on ``trace`` (module docstring).
 
@@ -271,9 +276,12 @@ def capacity(
     (default: the cores available). ``progress(simulations done)``. ``config_paths``: per policy, the
     pdmux YAML it came from (for the verdict's launch line), or ``None``. ``dp``: replicas of the server
     behind a router (``load_balance_method``) for every policy but a
-    :class:`~pdmux_cli.simulate.cluster.DisaggPolicy` (its own instances). Raises :class:`InputError`
-    for bad SLOs, target, tolerance, ``dp`` or method, or a trace whose requests all arrive at once (no
-    rate to scale).
+    :class:`~pdmux_cli.simulate.cluster.DisaggPolicy` (its own instances). ``executor``: where the
+    simulations run (:mod:`.executors`: ``local``, ``ray`` at ``ray_address``, or an executor already
+    open); ``workers``: tasks at a time. ``max_steps``: each simulation's decode-step budget
+    (:func:`.engine.step_budget`). Raises :class:`InputError` for bad SLOs, target, tolerance, ``dp`` or
+    method, a trace whose requests all arrive at once (no rate to scale), or a simulation past its
+    budget (naming the policy and rate).
     """
     for name, value in (("--slo-ttft", slo_ttft_ms), ("--slo-itl", slo_itl_ms)):
         if not (math.isfinite(value) and value > 0):
@@ -289,15 +297,13 @@ def capacity(
         raise InputError("no policy to size")
     dp = check_dp_value(dp)
     load_balance_method = check_load_balance_method(load_balance_method)
-    cores = default_workers()
-    workers = max(1, min(workers or cores, cores, len(policies)))
     searches = [_search(trace, target, tolerance) for _ in policies]
     points: list[list[RatePoint]] = [[] for _ in policies]
     outcome: dict[int, tuple[float, str]] = {}
     done = 0
 
-    def task(i: int, rate: float) -> tuple:
-        return trace, setup, policies[i], rate, slo_ttft_ms, slo_itl_ms, dp, load_balance_method
+    def what(i: int, rate: float) -> str:
+        return f"{policies[i].label} at {rate:.4g} req/s"
 
     def advance(i: int, point: RatePoint) -> float | None:
         """Record ``point`` for policy ``i``; its next rate, or ``None`` when its search is over."""
@@ -313,20 +319,17 @@ def capacity(
             return None
 
     first = {i: next(s) for i, s in enumerate(searches)}
-    if workers == 1:
+    # each search moves on as soon as its simulation returns: no policy waits for another
+    with using(executor, workers, len(policies), ray_address) as ex:
+        workers = ex.workers
+        shared = ex.share((trace, setup, slo_ttft_ms, slo_itl_ms, dp, load_balance_method, max_steps))
         for i, rate in first.items():
-            while rate is not None:
-                rate = advance(i, _evaluate(task(i, rate)))
-    else:  # each search moves on as soon as its simulation returns: no policy waits for another
-        with process_pool(workers) as pool:
-            running = {pool.submit(_evaluate, task(i, rate)): i for i, rate in first.items()}
-            while running:
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in sorted(finished, key=running.__getitem__):
-                    i = running.pop(future)
-                    rate = advance(i, future.result())
-                    if rate is not None:
-                        running[pool.submit(_evaluate, task(i, rate))] = i
+            ex.submit(_evaluate, shared, (policies[i], rate), what(i, rate), tag=i)
+        while ex.pending():
+            job = ex.next_done()
+            rate = advance(job.tag, job.result())
+            if rate is not None:
+                ex.submit(_evaluate, shared, (policies[job.tag], rate), what(job.tag, rate), tag=job.tag)
     rows = []
     for i, policy in enumerate(policies):
         rate, bound = outcome[i]

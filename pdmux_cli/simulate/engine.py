@@ -49,20 +49,43 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import model as mdl
 from .. import sglang_server as sgl
 from ..errors import InputError
 from ..model import Model
+from .columns import Ragged, fast
 from .prefix_cache import WAITING_PREFIX_REFRESH_INTERVAL, WAITING_PREFIX_REFRESH_MAX, PrefixCache, block_keys
 from .traces import HASH_BLOCK_TOKENS
 
-#: Most decode steps one simulated policy may take. Memory grows with the steps (their end times,
-#: then sorting the ITL distribution: about 130 bytes a step at the peak, so under 1 GB here).
+#: Most decode steps one simulated policy may take when its whole record is kept (:func:`pdmux_cli.
+#: simulate.runner.simulate` without a fold: the API the tests and the serving replays use). Memory grows
+#: with the steps there (their end times, then sorting the ITL distribution: about 130 bytes a step at the
+#: peak, so under 1 GB). A streamed run (the commands) keeps a window of steps and has a budget instead
+#: (:func:`step_budget`).
 MAX_DECODE_STEPS = 6_000_000
 
-#: Decode steps between two checks of :data:`MAX_DECODE_STEPS` (and progress callbacks) in the schedulers.
+#: Decode steps between two checks of the step limit or budget (and progress callbacks, and trimming a
+#: streamed run's window of step end times) in the schedulers.
 STEP_CHECK_EVERY = 4096
+
+#: A streamed run's default budget: at least this many decode steps per simulated server...
+MIN_STEP_BUDGET = 6_000_000
+#: ... or this many per request of the trace, whichever is more (a trace of any length runs; a run that
+#: takes thousands of decode steps per request, long outputs barely batched, stops early).
+STEP_BUDGET_PER_REQUEST = 2_000
+
+
+def step_budget(requests: int, max_steps: int | None = None) -> int:
+    """The decode steps one simulated server may take in a streamed run of ``requests`` requests:
+    ``max_steps`` when given (0: no limit), else the larger of :data:`MIN_STEP_BUDGET` and
+    :data:`STEP_BUDGET_PER_REQUEST` per request. Raises :class:`InputError` for a negative ``max_steps``."""
+    if max_steps is not None:
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0:
+            raise InputError(f"--max-steps must be a whole number of decode steps >= 0 (0: no limit), got {max_steps!r}")
+        return max_steps
+    return max(MIN_STEP_BUDGET, STEP_BUDGET_PER_REQUEST * requests)
 
 #: Bytes per weight or KV-cache element pdmux accepts: a 0.5-bit format (1/16 byte) up to fp128.
 BYTES_PER_ELEMENT_RANGE = (0.0625, 16.0)
@@ -75,34 +98,70 @@ MEM_FRACTION_RANGE = (0.05, 0.99)
 
 
 class StepEnds(array):
-    """End time (s) of every decode step, 8 bytes each (an ``array('d')``), at most
-    :data:`MAX_DECODE_STEPS`: ``append`` raises :class:`InputError` past it, naming the way out."""
+    """End time (s) of every decode step, 8 bytes each (an ``array('d')``).
 
-    def __new__(cls) -> StepEnds:  # noqa: PYI034 - typing.Self needs Python 3.11
+    Kept whole (``budget`` ``None``): at most :data:`MAX_DECODE_STEPS`, :meth:`check_room` raising
+    :class:`InputError` past it, naming the way out. Streamed (``budget`` an int, 0 for no limit; a
+    :class:`~pdmux_cli.simulate.fold.Fold` folds the steps it no longer needs and drops them): a window
+    from global step :attr:`base` on, with :attr:`prev` (the end time before it), :attr:`weight` (the
+    running sum of :attr:`cont` before it) and :attr:`cont` (per step in the window, the difference
+    array of requests taking part in it and the step before); :meth:`check_room` raises
+    :class:`InputError` once :attr:`total` reaches the budget, naming ``--max-steps``."""
+
+    def __new__(cls, budget: int | None = None) -> StepEnds:  # noqa: PYI034 - typing.Self needs Python 3.11
         return super().__new__(cls, "d")
+
+    def __init__(self, budget: int | None = None) -> None:
+        self.budget = budget
+        self.base = 0
+        self.prev = 0.0
+        self.weight = 0
+        self.cont = array("q")
+
+    @property
+    def total(self) -> int:
+        """Decode steps taken so far (the window's end as a global step index)."""
+        return self.base + len(self)
 
     @property
     def check_every(self) -> int:
         """Steps between two :meth:`check_room` calls: :data:`STEP_CHECK_EVERY`, or the limit when lower."""
-        return min(STEP_CHECK_EVERY, MAX_DECODE_STEPS)
+        limit = MAX_DECODE_STEPS if self.budget is None else self.budget
+        return min(STEP_CHECK_EVERY, limit) if limit else STEP_CHECK_EVERY
 
     def append(self, end_s: float) -> None:
         self.check_room()
         super().append(end_s)
 
     def check_room(self) -> None:
-        """:class:`InputError` once :data:`MAX_DECODE_STEPS` are recorded. The schedulers append with
-        :attr:`fast_append` and call this every few thousand steps (the limit bounds memory, not an exact count)."""
-        if len(self) >= MAX_DECODE_STEPS:
+        """:class:`InputError` once the limit (kept whole) or the budget (streamed) is reached. The
+        schedulers append with :attr:`fast_append` and call this every few thousand steps (the limit bounds
+        memory or time, not an exact count)."""
+        if self.budget is None:
+            if len(self) >= MAX_DECODE_STEPS:
+                raise InputError(
+                    f"the simulation passed {MAX_DECODE_STEPS:,} decode steps (long outputs that barely overlap, or "
+                    "tiny chunks): simulate fewer requests (--max-requests, --duration) or larger --chunk-sizes"
+                )
+        elif self.budget and self.base + len(self) >= self.budget:
             raise InputError(
-                f"the simulation passed {MAX_DECODE_STEPS:,} decode steps (long outputs that barely overlap, or "
-                "tiny chunks): simulate fewer requests (--max-requests, --duration) or larger --chunk-sizes"
+                f"the simulation passed its budget of {self.budget:,} decode steps on one server (long outputs that "
+                "barely overlap, or tiny chunks): raise it with --max-steps N (0: no limit), or simulate fewer "
+                "requests (--max-requests, --duration) or larger --chunk-sizes"
             )
 
     @property
     def fast_append(self) -> Callable[[float], None]:
         """``array.append`` bound to this array, without the limit check (see :meth:`check_room`)."""
         return array.append.__get__(self)
+
+    @classmethod
+    def window_of(cls, ends: Sequence[float]) -> StepEnds:
+        """A streamed window holding every one of ``ends`` (a finished run's record, for
+        :func:`pdmux_cli.simulate.metrics.summarize`)."""
+        out = cls(0)
+        out.frombytes(array("d", ends).tobytes())
+        return out
 
 
 #: A progress callback receives the number of requests finished so far.
@@ -442,6 +501,8 @@ class RunResult:
     ``prefill_server``: a disaggregation's prefill instance per request. ``output_delay_s``: how long a
     token takes from the end of its step to the client (times here are the server's; the metrics add it).
     ``arrival_s`` are the times the client sent each request (a closed-loop client's, as it sent them).
+    ``fold``: a streamed run's :class:`~pdmux_cli.simulate.fold.Fold`, holding the per-request results;
+    its per-request lists here are then empty, and ``step_end_s`` too.
     """
 
     policy: str
@@ -471,6 +532,7 @@ class RunResult:
     server: list[int] = field(default_factory=list)
     prefill_server: list[int] = field(default_factory=list)
     output_delay_s: float = 0.0
+    fold: Any = field(default=None, repr=False)
 
     def finish_s(self, rid: int) -> float:
         """When request ``rid`` produced its last token (s); ``nan`` if it never finished."""
@@ -486,6 +548,20 @@ class RunResult:
         return self.first_token_s[rid]
 
 
+class _LazyKeys(dict):
+    """A streamed run's prefix-cache block keys: computed for a request when first asked for
+    (:func:`~pdmux_cli.simulate.prefix_cache.block_keys`), dropped when it finishes."""
+
+    def __init__(self, hashes: Sequence[Sequence[int]], prompt: Sequence[int]) -> None:
+        super().__init__()
+        self.hashes, self.prompt = hashes, prompt
+
+    def __missing__(self, rid: int) -> tuple:
+        hashes = self.hashes[rid] if rid < len(self.hashes) else ()
+        keys = self[rid] = block_keys(hashes, self.prompt[rid])
+        return keys
+
+
 class Work:
     """The mutable state every scheduler shares: requests, queue, KV pool, decode batch, records.
 
@@ -497,12 +573,21 @@ class Work:
     in it; ``cache_hit_tokens`` / ``cache_prompt_tokens``: cached and prompt tokens of trace requests'
     first admissions (SGLang's first-attempt hit rate leaves re-prefills after a retraction out).
     ``keys``: the prompts' block keys when already computed (replicas of one trace share them).
+
+    ``fold``: a :class:`~pdmux_cli.simulate.fold.Fold` streams the run: each request's results go to it
+    when it finishes and its state here is dropped (``first_token``, ``first_step``, ``cache_node``,
+    ``keys`` are dicts of the requests in flight), and the step end times are a window
+    (:class:`StepEnds`, trimmed by :meth:`tick`). Without one, every record is kept for a
+    :class:`RunResult` (lists indexed by request).
     """
 
     def __init__(self, arrival: Sequence[float], prompt: Sequence[int], output: Sequence[int],
                  steps: Sequence[int], num_trace: int, capacity_tokens: int, window: int, setup: Setup,
-                 hashes: Sequence[Sequence[int]] = (), keys: list | None = None, max_concurrency: int = 0) -> None:
+                 hashes: Sequence[Sequence[int]] = (), keys: list | None = None, max_concurrency: int = 0,
+                 fold=None) -> None:
         n = len(arrival)
+        self.fold = fold
+        stream = fold is not None
         serving = getattr(setup.step_model, "serving", None)
         #: seconds from a request's arrival until the scheduler can admit it, and from a token's step to
         #: the client (:class:`pdmux_cli.costmodel.efficiency.ServingProfile`)
@@ -516,11 +601,11 @@ class Work:
         self.max_running = setup.running_limit(capacity_tokens)
         self.max_prefill_tokens = setup.max_prefill_tokens
         self.ignore_eos = setup.ignore_eos
-        self.first_token = [math.nan] * n
-        self.first_step = [-1] * n
-        self.generated = [0] * n  # output tokens a request had when it was last retracted
+        self.first_token: list[float] | dict[int, float] = {} if stream else [math.nan] * n
+        self.first_step: list[int] | dict[int, int] = {} if stream else [-1] * n
+        self.generated: dict[int, int] = {}  # output tokens a request had when it was last retracted (else 0)
         self.stints: dict[int, list[tuple[float, int, int]]] = {}
-        self.ends = StepEnds()
+        self.ends = StepEnds(fold.max_steps if stream else None)
         self.batch = DecodeBatch(window)
         self.waiting: deque[int] = deque()
         self.extra_held = 0
@@ -532,7 +617,7 @@ class Work:
         self.rejected = [i for i in range(num_trace)
                          if prompt[i] + output[i] > capacity_tokens or prompt[i] + min(output[i], clip) + 1 >= capacity_tokens]
         rejected = set(self.rejected)
-        self.order = [i for i in range(num_trace) if i not in rejected] if rejected else list(range(num_trace))
+        self.order = array("q", (i for i in range(num_trace) if i not in rejected) if rejected else range(num_trace))
         self.next = 0  # index into order of the next arrival
         # a closed-loop client (bench_serving --max-concurrency): only the first `sent` requests of `order`
         # have been sent; each finished one lets the next go, at its scheduled arrival or when the client
@@ -542,13 +627,19 @@ class Work:
         self.finished = 0
         self.chunked_rid = -1  # request being prefilled in chunks, and its tokens done so far (cached included)
         self.chunked_done = 0
-        self.cache = PrefixCache() if any(hashes) else None
+        has_hashes = hashes.any_values() if isinstance(hashes, Ragged) else any(hashes)
+        self.cache = PrefixCache() if has_hashes else None
         #: per request, its prompt's blocks as the prefix cache keys them
         if self.cache is None:
             self.keys = []
+        elif stream:
+            self.keys = _LazyKeys(hashes, prompt)
         else:
             self.keys = keys if keys is not None else [block_keys(h, p) for h, p in zip(hashes, prompt)]
-        self.cache_node = [0] * n if self.cache is not None else []
+        if self.cache is None:
+            self.cache_node = []
+        else:
+            self.cache_node = {} if stream else [0] * n
         self.cache_hit_tokens = 0
         self.cache_prompt_tokens = 0
         self.prefill_passes = 0  # scheduling passes with requests waiting (SGLang's calc_priority calls)
@@ -641,7 +732,7 @@ class Work:
 
     def extend_tokens(self, rid: int) -> int:
         """Tokens a prefill of ``rid`` computes: its prompt, plus the outputs it had if it was retracted."""
-        return self.prompt[rid] + self.generated[rid]
+        return self.prompt[rid] + self.generated.get(rid, 0)
 
     def form_prefill_batch(self, chunk_tokens: int | None, mixed_rows: int = 0) -> tuple[list[tuple[int, int]], list[int]]:
         """One prefill batch as SGLang's ``PrefillAdder`` forms it (module docstring).
@@ -693,7 +784,7 @@ class Work:
                 rem_chunk -= take
             if take == left:
                 completing.append(rid)
-                offset += take + 1 + min(self.output[rid] - self.generated[rid], clip)
+                offset += take + 1 + min(self.output[rid] - self.generated.get(rid, 0), clip)
                 self.chunked_rid = -1
                 self.chunked_done = 0
             else:
@@ -718,7 +809,7 @@ class Work:
                 node, pinned = cache.match(self.keys[rid])  # pinned: matched tokens no one locks
                 cached = min(cache.cum[node], extend - 1)
             new = extend - cached
-            reserve = min(self.output[rid] - self.generated[rid], clip)
+            reserve = min(self.output[rid] - self.generated.get(rid, 0), clip)
             if not new + reserve + 1 < free - offset - pinned:
                 self.batch_full = bool(seqs) or self.batch.n > 0
                 break
@@ -730,7 +821,7 @@ class Work:
                 cache.lock_path(node)
                 self.cache_node[rid] = node
                 offset += pinned
-                if rid < self.num_trace and not self.generated[rid] and rid not in self.stints:
+                if rid < self.num_trace and not self.generated.get(rid, 0) and rid not in self.stints:
                     self.cache_hit_tokens += cached
                     self.cache_prompt_tokens += extend
             if rem_chunk is not None and new > rem_chunk:  # cut: this request continues next batch
@@ -759,7 +850,7 @@ class Work:
         """``rids`` got a token at ``t`` (s) from a prefill: they join decode from the next step on, or
         finish now when that was their last token. Their prefilled KV moves from ``extra_held`` to
         the decode batch; their prompt blocks enter the prefix cache."""
-        step = len(self.ends)
+        step = self.ends.total
         batch, output = self.batch, self.output
         cache = self.cache
         for rid in rids:
@@ -767,9 +858,9 @@ class Work:
             self.extra_held -= context
             if cache is not None:
                 self._cache_done(rid, context)
-            generated = self.generated[rid] + 1
+            generated = self.generated.get(rid, 0) + 1
             steps = output[rid] - generated
-            if rid in self.stints or self.generated[rid]:  # a re-prefill after a retraction
+            if rid in self.stints or self.generated.get(rid, 0):  # a re-prefill after a retraction
                 self.stints.setdefault(rid, []).append((t, step, max(steps, 0)))
             else:
                 self.first_token[rid] = t
@@ -782,6 +873,42 @@ class Work:
                     self._cache_release(rid, context)
                 if self.sent >= 0:
                     self._send_next(1, t)
+                if self.fold is not None:
+                    self._done(rid)
+
+    def _done(self, rid: int) -> None:
+        """A streamed run: ``rid`` produced its last token; its results go to the fold, its state here goes."""
+        stints = self.stints.pop(rid, None)
+        self.fold.request(rid, self.first_token.pop(rid, math.nan), self.first_step.pop(rid, -1),
+                          self.output[rid] - 1, self.ends, stints)
+        self.generated.pop(rid, None)
+        if self.cache is not None:
+            self.cache_node.pop(rid, None)
+            self.keys.pop(rid, None)
+
+    def tick(self) -> None:
+        """Every few thousand decode steps: the step limit or budget (:meth:`StepEnds.check_room`); a
+        streamed run also folds the step end times no request in flight needs any more (before the first
+        step of every running request's current run and of every retracted request's first) and writes
+        the ``--csv`` rows that are final."""
+        ends = self.ends
+        ends.check_room()
+        fold = self.fold
+        if fold is None:
+            return
+        left = ends.total
+        for record in self.batch.members.values():
+            if record[1] < left:
+                left = record[1]
+        for runs in self.stints.values():
+            if runs[0][1] < left:
+                left = runs[0][1]
+        if left - ends.base >= max(STEP_CHECK_EVERY, len(ends) // 2):
+            fold.fold_steps(ends, left)
+        if fold.csv is not None:
+            fold.csv.flush(fold.columns)
+        if fold.progress_steps is not None:
+            fold.progress_steps(ends.total)
 
     def _cache_release(self, rid: int, context: int) -> None:
         """``rid`` finished holding ``context`` tokens: they stay cached, unlocked (``release_kv_cache``)."""
@@ -799,6 +926,9 @@ class Work:
             prompt, output = self.prompt, self.output
             for rid in rids:
                 self._cache_release(rid, prompt[rid] + output[rid] - 1)  # the last token's KV is never written
+        if self.fold is not None:
+            for rid in rids:
+                self._done(rid)
 
     def check_decode_memory(self) -> list[int]:
         """Before a decode step: retract requests until every running one has a free KV slot (SGLang's
@@ -815,7 +945,7 @@ class Work:
                 if cache.evictable > free - batch.n:
                     cache.evict(free - batch.n)
                 return []
-        step = len(self.ends)
+        step = self.ends.total
         # fewest generated tokens first, ties to the longest prompt
         order = sorted(batch.members, key=lambda r: (batch.state(r, step)[2], -self.prompt[r]))
         retracted = []
@@ -871,18 +1001,29 @@ class Work:
 
 
 def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequence[tuple[int, int]] = (),
-               keys: list | None = None, max_concurrency: int = 0) -> Work:
+               keys: list | None = None, max_concurrency: int = 0, fold=None) -> Work:
     """The :class:`Work` for a trace (:class:`pdmux_cli.simulate.traces.Trace`) and a KV pool of
     ``capacity_tokens``, plus optional running decode requests ``(context_tokens, remaining_decode_steps)``
     present at time 0 (their first token counts as produced at 0; they take KV at once). ``keys``: the
     prompts' prefix-cache block keys when another server of the same trace computed them. The prefix
     cache is simulated when ``setup.prefix_cache`` is on and the trace has ``hash_ids``.
-    ``max_concurrency``: a closed-loop client with that many requests in flight (0: open loop). Raises
-    :class:`InputError` when the initial requests do not fit in KV memory or have non-positive sizes."""
-    arrival = list(trace.arrival_s)
-    prompt = list(trace.prompt_tokens)
-    output = list(trace.output_tokens)
-    steps = [o - 1 for o in output]
+    ``max_concurrency``: a closed-loop client with that many requests in flight (0: open loop).
+    ``fold``: stream the run into a :class:`~pdmux_cli.simulate.fold.Fold` (the trace's columns are read
+    in place, the arrivals copied: 8 bytes a request). Raises :class:`InputError` when the initial
+    requests do not fit in KV memory or have non-positive sizes."""
+    stream = fold is not None
+    if stream:
+        arrival = array("d", trace.arrival_s)  # a copy: a closed-loop client rewrites it
+        if initial_decode:
+            prompt, output = array("q", trace.prompt_tokens), array("q", trace.output_tokens)
+        else:
+            prompt, output = fast(trace.prompt_tokens), fast(trace.output_tokens)
+        steps: Sequence[int] = ()  # output - 1, not kept
+    else:
+        arrival = list(trace.arrival_s)
+        prompt = list(trace.prompt_tokens)
+        output = list(trace.output_tokens)
+        steps = [o - 1 for o in output]
     n = len(arrival)
     for context, remaining in initial_decode:
         if context < 1 or remaining < 1:
@@ -890,17 +1031,20 @@ def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequen
         arrival.append(0.0)
         prompt.append(context)
         output.append(remaining + 1)
-        steps.append(remaining)
+        if not stream:
+            steps.append(remaining)
     window = setup.model.sliding_window if setup.model.num_sliding_layers else 0
-    hashes: list = []
-    if setup.prefix_cache and getattr(trace, "hash_ids", ()) and any(trace.hash_ids):
-        hashes = list(trace.hash_ids) + [()] * (len(arrival) - n)
-    work = Work(arrival, prompt, output, steps, n, capacity_tokens, window, setup, hashes, keys, max_concurrency)
+    hashes: Sequence = ()
+    given = getattr(trace, "hash_ids", ())
+    if setup.prefix_cache and (given.any_values() if isinstance(given, Ragged) else any(given)):
+        hashes = trace.hash_ids if stream else list(trace.hash_ids) + [()] * (len(arrival) - n)
+    work = Work(arrival, prompt, output, steps, n, capacity_tokens, window, setup, hashes, keys, max_concurrency,
+                fold)
     held = sum(prompt[rid] for rid in range(n, len(arrival)))
     if held + len(arrival) - n > capacity_tokens:
         raise InputError(f"the initial decode batch needs {held} KV tokens, more than the {capacity_tokens} that fit")
     for rid in range(n, len(arrival)):
         work.first_token[rid] = 0.0
         work.first_step[rid] = 0
-        work.batch.join(rid, prompt[rid], steps[rid], 0, output[rid], 1)
+        work.batch.join(rid, prompt[rid], output[rid] - 1, 0, output[rid], 1)
     return work

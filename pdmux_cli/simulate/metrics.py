@@ -36,7 +36,9 @@ import bisect
 import itertools
 import math
 from array import array
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .engine import RunResult
 
@@ -76,7 +78,9 @@ class PolicyMetrics:
     in ms (``nan`` when there is no sample). Per-request lists (trace requests only, ``nan`` when
     not applicable): ``ttft_ms``, ``itl_p99_ms``, ``itl_max_ms``, ``tpot_ms``, ``e2e_ms``, ``met_slo``.
     ``itl_cdf``: ``(values_ms ascending, cumulative share)`` of all ITLs, thinned to <= 2000 points,
-    for plots. ``kv_pool_tokens``: the KV pool simulated. ``crashed_at_s``: when a simulated SGLang
+    for plots. ``columns``: the per-request results as compact columns
+    (:class:`~pdmux_cli.simulate.fold.RequestColumns`; ``per_request`` builds its lists from them on
+    first use). ``kv_pool_tokens``: the KV pool simulated. ``crashed_at_s``: when a simulated SGLang
     0.5.23 crash stopped the run (``None`` if it did not). ``prefix_cache_hit_rate``: share of prompt
     tokens found in the prefix cache (module docstring), ``None`` without one. ``gpus``, ``layout``,
     ``router``: the GPUs the policy ran on and how (:class:`~pdmux_cli.simulate.engine.RunResult`)."""
@@ -98,7 +102,7 @@ class PolicyMetrics:
     span_s: float
     gpu_busy_share: float
     decode_steps: int
-    per_request: dict[str, list] = field(repr=False, default_factory=dict)
+    per_request: Mapping[str, list] = field(repr=False, default_factory=dict)
     itl_cdf: tuple[list[float], list[float]] = field(repr=False, default=((), ()))
     notes: list[str] = field(default_factory=list)
     group_time_share: list[tuple[tuple[int, int], float]] | None = None
@@ -109,131 +113,91 @@ class PolicyMetrics:
     gpus: int = 1
     layout: str = "1 GPU"
     router: str = ""
+    columns: Any = field(repr=False, default=None)
 
 
 def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> PolicyMetrics:
     """Latency percentiles, SLO attainment, goodput and busy share of one run (module docstring).
 
-    ``slo_ttft_ms``, ``slo_itl_ms``: the SLOs in ms (> 0). Cost: O(requests + decode steps) plus
-    sorting; per-request ITL lists are sliced from the step gaps, sorted only for requests with more
-    than 100 ITLs whose maximum misses the SLO.
+    ``slo_ttft_ms``, ``slo_itl_ms``: the SLOs in ms (> 0). A streamed run (``result.fold``: a
+    :class:`~pdmux_cli.simulate.fold.Fold` filled while it ran) is finished from its fold, whose SLOs
+    must be these; a recorded one is replayed through a fold request by request, so both give the same
+    figures. Cost: O(requests + decode steps); percentiles exact (:func:`~pdmux_cli.simulate.fold.
+    percentiles`), the all-token ITL ones past :data:`~pdmux_cli.simulate.fold.EXACT_LIMIT` step gaps
+    from a histogram (a note says so).
     """
+    from .engine import StepEnds
+    from .fold import UNFINISHED, Fold
+
     n = result.num_trace_requests
-    ends = result.step_end_s
-    first_tok = result.first_token_s
-    first_step = result.first_step
-    steps = result.decode_steps
-    arrival = result.arrival_s
-    slo_ttft_s, slo_itl_s = slo_ttft_ms / 1e3, slo_itl_ms / 1e3
-    delay = result.output_delay_s
+    fold = result.fold
+    if fold is not None:
+        if (fold.slo_ttft_ms, fold.slo_itl_ms) != (slo_ttft_ms, slo_itl_ms):
+            raise ValueError("a streamed run is summarized with the SLOs it was folded with")
+    else:
+        fold = Fold(n, slo_ttft_ms, slo_itl_ms, servers=bool(result.server))
+        fold.attach(result.arrival_s, result.output_delay_s)
+        fold.reject(result.rejected)
+        ends = StepEnds.window_of(result.step_end_s)
+        first_tok, first_step, steps, stints = result.first_token_s, result.first_step, result.decode_steps, result.stints
+        unfinished = result.unfinished
+        for rid in range(n):
+            ft = first_tok[rid]
+            if math.isnan(ft) or rid in unfinished:  # rejected, or cut short by a crash
+                continue
+            fold.request(rid, ft, first_step[rid], steps[rid], ends, stints.get(rid))
+        fold.finish_server(ends)
+        if result.server:
+            fold.columns.server = array("i", result.server[:n])
+        if result.prefill_server:
+            fold.columns.prefill_server = array("i", result.prefill_server[:n])
+    return _metrics(result, fold, UNFINISHED)
 
-    # arrays, not lists: 8 bytes a step instead of ~32 (a run may take millions of steps)
-    gaps = array("d", (b - a for a, b in zip(itertools.chain((0.0,), ends), ends)))
-    cont = array("q", [0]) * (len(ends) + 1)  # difference array: requests continuing into each step
 
-    ttft, itl_p99, itl_max, tpot, e2e, met_flags = ([math.nan] * n for _ in range(6))
-    first_gaps: list[float] = []
-    met = 0
-    completed = 0
-    last = result.arrival_s[0] if n else 0.0
-    stints = result.stints
-    unfinished = result.unfinished
-    rejected = set(result.rejected)
-    for rid in range(n):
-        ft = first_tok[rid]
-        if math.isnan(ft) or rid in unfinished:  # rejected, or cut short by a crash
-            met_flags[rid] = False
-            continue
-        completed += 1
-        a = arrival[rid] - delay  # tokens reach the client `delay` after their step: TTFT and E2E grow by it
-        t1 = ft - a
-        ttft[rid] = t1 * 1e3
-        r = steps[rid]
-        ok = t1 <= slo_ttft_s
-        if rid in stints:  # retracted: its tokens come in several runs
-            token_gaps, finish = _stint_gaps(stints[rid], ends, cont)
-            first_gaps.extend(token_gaps[1])
-            values = sorted(token_gaps[0] + token_gaps[1])
-            if values:
-                p99 = values[math.ceil(0.99 * len(values) - 1e-9) - 1]
-                itl_p99[rid], itl_max[rid] = p99 * 1e3, values[-1] * 1e3
-                tpot[rid] = (finish - ft) / len(values) * 1e3
-                ok = ok and p99 <= slo_itl_s
-        elif r:
-            s0 = first_step[rid]
-            g0 = ends[s0] - ft
-            first_gaps.append(g0)
-            finish = ends[s0 + r - 1]
-            if r > 1:
-                cont[s0 + 1] += 1
-                cont[s0 + r] -= 1
-                seg = gaps[s0 + 1:s0 + r]
-                mx = max(seg)
-                mx = max(mx, g0)
-            else:
-                seg = None
-                mx = g0
-            rank = math.ceil(0.99 * r - 1e-9)  # nearest rank of the p99 among r ITLs
-            if rank >= r:
-                p99 = mx
-            else:
-                values = seg.tolist()
-                values.append(g0)
-                values.sort()
-                p99 = values[rank - 1]
-            itl_p99[rid] = p99 * 1e3
-            itl_max[rid] = mx * 1e3
-            tpot[rid] = (finish - ft) / r * 1e3
-            ok = ok and p99 <= slo_itl_s
-        else:
-            finish = ft
-        last = max(last, finish)
-        e2e[rid] = (finish - a) * 1e3
-        met_flags[rid] = ok
-        if ok:
-            met += 1
+def _metrics(result: RunResult, fold, unfinished_status: int) -> PolicyMetrics:
+    """:class:`PolicyMetrics` from a run's meta-data (counters, notes, idle time...) and its fold."""
+    from .fold import PerRequest, percentiles
 
-    # all-token ITL distribution: step gaps weighted by continuing requests, plus first gaps
-    gap_s, weight = array("d"), array("q")
-    for g, w in zip(gaps, itertools.accumulate(cont[:-1])):
-        if w:
-            gap_s.append(g)
-            weight.append(w)
-    gap_s.extend(first_gaps)
-    weight.extend(itertools.repeat(1, len(first_gaps)))
-    order = sorted(range(len(gap_s)), key=gap_s.__getitem__)  # ints, not (gap, weight) tuples: less memory
-    values = array("d", (gap_s[i] * 1e3 for i in order))
-    cum = array("q", itertools.accumulate(weight[i] for i in order))
-    del order, gap_s, weight
-    itl = {f"p{q}": weighted_nearest_rank(values, [], q, cum) for q in PERCENTILES}
-    itl["max"] = values[-1] if values else math.nan
-
-    span = last + delay - (arrival[0] if n else 0.0)
+    n = result.num_trace_requests
+    c = fold.columns
+    status = c.status
+    for rid in result.unfinished:
+        if rid < n and not status[rid]:
+            status[rid] = unfinished_status
+    arrival = fold.arrival
+    first = arrival[0] if n else 0.0
+    last = first if fold.last is None else max(first, fold.last)
+    delay = fold.delay
+    span = last + delay - first
     busy = 1.0 - result.idle_s / span if span > 0 else 0.0
-    valid = [x for x in ttft if not math.isnan(x)]
     group_share = None
     if result.group_time_s is not None and result.groups is not None:
         total_time = sum(result.group_time_s) or 1.0
         group_share = [(tuple(g), t / total_time) for g, t in zip(result.groups, result.group_time_s)]
+    notes = list(result.notes)
+    if fold.itl.approximate:
+        from .fold import EXACT_LIMIT, RELATIVE_ERROR
+
+        notes.append(f"ITL percentiles over all tokens from a histogram of the {fold.itl.count:,} step gaps (more than "
+                     f"{EXACT_LIMIT:,} kept exactly): at most {RELATIVE_ERROR:.1e} off, relatively; the maximum and "
+                     "every request's own p99 ITL (the SLO's) are exact")
+    met = fold.met
     return PolicyMetrics(
-        policy=result.policy, kind=result.kind, requests=n, completed=completed, rejected=len(result.rejected),
-        ttft_ms=_summary(sorted(valid)),
-        itl_ms=itl,
-        tpot_ms=_summary(sorted(x for x in tpot if not math.isnan(x))),
-        e2e_ms=_summary(sorted(x for x in e2e if not math.isnan(x))),
-        slo_ttft_ms=slo_ttft_ms, slo_itl_ms=slo_itl_ms, met=met,
+        policy=result.policy, kind=result.kind, requests=n, completed=fold.completed, rejected=len(result.rejected),
+        ttft_ms=percentiles(c.valid("ttft_ms")),
+        itl_ms=fold.itl.summary(1e3),
+        tpot_ms=percentiles(c.valid("tpot_ms")),
+        e2e_ms=percentiles(c.valid("e2e_ms")),
+        slo_ttft_ms=fold.slo_ttft_ms, slo_itl_ms=fold.slo_itl_ms, met=met,
         slo_attainment=met / n if n else 0.0,
         goodput_rps=met / span if span > 0 else 0.0,
-        span_s=span, gpu_busy_share=max(0.0, min(1.0, busy)), decode_steps=len(ends),
-        per_request={"ttft_ms": ttft, "itl_p99_ms": itl_p99, "itl_max_ms": itl_max, "tpot_ms": tpot,
-                     "e2e_ms": e2e, "met_slo": met_flags,
-                     "rejected": [rid in rejected for rid in range(n)],
-                     "server": list(result.server[:n]), "prefill_server": list(result.prefill_server[:n])},
-        itl_cdf=_thin_cdf(values, [], cumulative=cum),
-        notes=list(result.notes), group_time_share=group_share, counters=dict(result.counters),
+        span_s=span, gpu_busy_share=max(0.0, min(1.0, busy)), decode_steps=fold.steps,
+        per_request=PerRequest(c),
+        itl_cdf=fold.itl.cdf(1e3),
+        notes=notes, group_time_share=group_share, counters=dict(result.counters),
         kv_pool_tokens=result.kv_pool_tokens, crashed_at_s=result.crashed_at_s,
         prefix_cache_hit_rate=_hit_rate(result.counters), gpus=result.gpus, layout=result.layout,
-        router=result.router,
+        router=result.router, columns=c,
     )
 
 
@@ -244,28 +208,6 @@ def _hit_rate(counters: dict) -> float | None:
         return None
     prompt = counters["prefix_cache_prompt_tokens"]
     return counters["prefix_cache_hit_tokens"] / prompt if prompt else 0.0
-
-
-def _stint_gaps(runs: list[tuple[float, int, int]], ends, cont) -> tuple[tuple[list[float], list[float]], float]:
-    """A retracted request's ITLs: ``((gaps inside decode runs, gaps that start a run), finish time)``.
-    A run starts with a token from a (re-)prefill at ``token_s``; the gap before it is from the
-    previous run's last token. Decode steps inside runs are added to ``cont`` (the all-token
-    distribution's difference array) as for other requests."""
-    inside: list[float] = []
-    starting: list[float] = []
-    last = None
-    for token_s, first, steps in runs:
-        if last is not None:
-            starting.append(token_s - last)
-        last = token_s
-        if steps > 0:
-            starting.append(ends[first] - token_s)
-            if steps > 1:
-                cont[first + 1] += 1
-                cont[first + steps] -= 1
-                inside.extend(ends[j] - ends[j - 1] for j in range(first + 1, first + steps))
-            last = ends[first + steps - 1]
-    return (inside, starting), last
 
 
 def _thin_cdf(values: list[float], weights: list[float], points: int = 2000,
@@ -282,9 +224,15 @@ def _thin_cdf(values: list[float], weights: list[float], points: int = 2000,
     return [values[i] for i in idx], [cum[i] / total for i in idx]
 
 
+def _ttft_column(metrics: PolicyMetrics):
+    if metrics.columns is not None:
+        return metrics.columns.ttft_ms
+    return metrics.per_request.get("ttft_ms", [])
+
+
 def ttft_cdf(metrics: PolicyMetrics, points: int = 2000) -> tuple[list[float], list[float]]:
     """``(TTFT ms ascending, cumulative share)`` of a run's requests, at most ``points`` points."""
-    values = sorted(x for x in metrics.per_request.get("ttft_ms", []) if not math.isnan(x))
+    values = sorted(itertools.filterfalse(math.isnan, _ttft_column(metrics)))
     return _thin_cdf(values, [1.0] * len(values), points)
 
 
@@ -293,9 +241,12 @@ def ttft_quarters(metrics: PolicyMetrics) -> tuple[float, float]:
     request that never got its first token counts as infinitely late. A last quarter waiting far longer
     than the first is the mark of a queue that grows: the trace's rate is more than the GPU serves.
     ``(nan, nan)`` with fewer than 4 requests."""
-    ttft = [math.inf if math.isnan(x) else x for x in metrics.per_request.get("ttft_ms", [])]
+    ttft = _ttft_column(metrics)
     if len(ttft) < 4:
         return math.nan, math.nan
     quarter = len(ttft) // 4
-    first, last = sorted(ttft[:quarter]), sorted(ttft[-quarter:])
-    return first[(quarter - 1) // 2], last[(quarter - 1) // 2]
+
+    def median(part) -> float:
+        return sorted(math.inf if math.isnan(x) else x for x in part)[(quarter - 1) // 2]
+
+    return median(ttft[:quarter]), median(ttft[-quarter:])

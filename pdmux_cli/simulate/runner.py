@@ -4,13 +4,15 @@ one prompt) through any policy."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..disaggregation import layout_text
 from ..errors import InputError
-from .cluster import DisaggPolicy, simulate_disagg, simulate_dp
-from .engine import Progress, RunResult, Setup, build_work
+from .cluster import DisaggPolicy, merge_replicas, replica_run, replicas_apart, simulate_disagg, simulate_dp
+from .engine import Progress, RunResult, Setup, build_work, step_budget
+from .fold import Fold
 from .metrics import PolicyMetrics, summarize
 from .schedulers import (
     ChunkedPolicy,
@@ -34,6 +36,7 @@ def simulate(
     dp: int = 1,
     load_balance_method: str = "round_robin",
     max_concurrency: int = 0,
+    fold: Fold | None = None,
 ) -> RunResult:
     """Replay ``trace`` through ``policy`` on the simulated server of ``setup``.
 
@@ -46,9 +49,12 @@ def simulate(
     ``max_concurrency``: a closed-loop client keeping at most that many requests in flight, as
     ``python -m sglang.bench_serving --max-concurrency`` does (each request sent at its arrival or when a
     slot frees, whichever is later; TTFT from the send); 0 for none. One server only.
-    Raises :class:`InputError` for a policy SGLang would refuse (no valid split, bad chunk size) or a
-    model that does not fit; requests that can never fit in KV memory are listed in
-    ``RunResult.rejected``, not raised.
+    ``fold``: stream the run (:class:`~pdmux_cli.simulate.fold.Fold`: per-request results folded as
+    requests finish, a window of step end times, its step budget); the result then holds no per-request
+    records (:func:`~pdmux_cli.simulate.metrics.summarize` finishes it from the fold).
+    Raises :class:`InputError` for a policy SGLang would refuse (no valid split, bad chunk size), a
+    model that does not fit, or a streamed run past its step budget; requests that can never fit in KV
+    memory are listed in ``RunResult.rejected``, not raised.
     """
     if (dp != 1 or policy.kind == "disagg") and initial_decode:
         raise InputError("a running decode batch at time 0 is simulated on one server only (no --dp, no disagg)")
@@ -64,15 +70,22 @@ def simulate(
             if getattr(policy.config, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(policy.config, name)}")
     if policy.kind == "disagg":
-        return simulate_disagg(trace, policy.setup_for(setup), policy, progress)
+        return simulate_disagg(trace, policy.setup_for(setup), policy, progress, fold=fold)
     if dp != 1:
-        return simulate_dp(trace, setup, policy, dp, load_balance_method, progress)
+        return simulate_dp(trace, setup, policy, dp, load_balance_method, progress, fold=fold)
     pool = setup.kv_pool(policy.chunk_tokens)
-    work = build_work(trace, setup, pool.tokens, initial_decode, max_concurrency=max_concurrency)
+    work = build_work(trace, setup, pool.tokens, initial_decode, max_concurrency=max_concurrency, fold=fold)
+    if fold is not None:
+        fold.attach(work.arrival, work.output_delay)
+        fold.reject(work.rejected)
     if policy.kind == "pdmux":
         extra = run_pdmux(work, setup, policy, progress)
     else:
         extra = run_baseline(work, setup, policy, progress)
+    if fold is not None:
+        fold.finish_server(work.ends)
+        if fold.csv is not None:
+            fold.csv.flush(fold.columns, crashed=extra.get("crashed_at_s") is not None, final=True)
     notes = list(extra.get("notes", []))
     if work.rejected:
         first = work.rejected[0]
@@ -86,65 +99,164 @@ def simulate(
                      "slots, prefilled again with their outputs (SGLang's retract_decode)")
     if progress is not None:
         progress(work.finished)
+    streamed = fold is not None
     return RunResult(
-        policy=policy.label, kind=policy.kind, arrival_s=work.arrival, prompt_tokens=work.prompt,
-        output_tokens=work.output, decode_steps=work.steps, first_token_s=work.first_token,
-        first_step=work.first_step, rejected=work.rejected, step_end_s=work.ends, end_s=extra["end_s"],
+        policy=policy.label, kind=policy.kind, arrival_s=work.arrival,
+        prompt_tokens=() if streamed else work.prompt, output_tokens=() if streamed else work.output,
+        decode_steps=work.steps, first_token_s=[] if streamed else work.first_token,
+        first_step=[] if streamed else work.first_step, rejected=work.rejected,
+        step_end_s=() if streamed else work.ends, end_s=extra["end_s"],
         idle_s=extra["idle_s"], num_trace_requests=work.num_trace, notes=notes, groups=extra.get("groups"),
         group_time_s=extra.get("group_time_s"), counters=extra.get("counters", {}), stints=work.stints,
         unfinished=extra.get("unfinished", set()), crashed_at_s=extra.get("crashed_at_s"), kv_pool_tokens=pool.tokens,
-        gpus=setup.tp, layout=layout_text(setup.tp), output_delay_s=work.output_delay,
+        gpus=setup.tp, layout=layout_text(setup.tp), output_delay_s=work.output_delay, fold=fold,
     )
 
 
-def _simulate_summarized(args: tuple) -> PolicyMetrics | InputError:
-    """One policy simulated and summarized (a worker's task): its metrics, or the InputError that refused it."""
-    trace, setup, policy, slo_ttft_ms, slo_itl_ms, dp, method, concurrency = args
+def simulate_metrics(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: float, slo_itl_ms: float, *,
+                     progress: Progress | None = None, dp: int = 1, load_balance_method: str = "round_robin",
+                     max_concurrency: int = 0, max_steps: int | None = None, csv: Any = None,
+                     progress_steps: Callable[[int], None] | None = None) -> PolicyMetrics:
+    """:func:`simulate` streamed, and summarized: memory bounded by the requests in flight (plus compact
+    per-request columns), the same figures as ``summarize(simulate(...))``.
+
+    ``max_steps``: the decode-step budget of each simulated server (:func:`~pdmux_cli.simulate.engine.
+    step_budget`: default the larger of 6,000,000 and 2,000 a request; 0 for none). ``csv``: a
+    ``csv.writer`` the per-request rows go to as requests finish (:class:`~pdmux_cli.simulate.fold.CsvRows`,
+    request order). ``progress_steps``: called with the decode steps of the server simulated, now and
+    then. The other arguments are :func:`simulate`'s. Raises :class:`InputError` as it does.
+    """
+    fold = new_fold(trace, policy, slo_ttft_ms, slo_itl_ms, dp=dp, max_steps=max_steps, csv=csv,
+                    progress_steps=progress_steps)
+    result = simulate(trace, setup, policy, progress=progress, dp=dp, load_balance_method=load_balance_method,
+                      max_concurrency=max_concurrency, fold=fold)
+    return summarize(result, slo_ttft_ms, slo_itl_ms)
+
+
+def new_fold(trace: Trace, policy: Policy, slo_ttft_ms: float, slo_itl_ms: float, *, dp: int = 1,
+             max_steps: int | None = None, csv: Any = None, progress_steps: Callable[[int], None] | None = None,
+             rows: Sequence[int] | None = None) -> Fold:
+    """The :class:`~pdmux_cli.simulate.fold.Fold` a streamed run of ``policy`` on ``trace`` fills: which
+    server served each request kept for DP replicas and disaggregation, each first token for the
+    latter, ``csv`` rows written under the policy's label."""
+    from .fold import CsvRows
+
+    cluster = dp != 1 or policy.kind == "disagg"
+    return Fold(len(trace), slo_ttft_ms, slo_itl_ms, max_steps=step_budget(len(trace), max_steps), servers=cluster,
+                first_token=policy.kind == "disagg", csv=CsvRows(csv, policy.label, trace) if csv is not None else None,
+                progress_steps=progress_steps, rows=rows)
+
+
+def _policy_task(shared: tuple, policy: Policy) -> PolicyMetrics | InputError:
+    """One policy simulated and summarized, streamed (a task of :mod:`.executors`): its metrics, or the
+    InputError that refused it. ``shared``: ``(trace, setup, slo_ttft_ms, slo_itl_ms, dp, method,
+    max_concurrency, max_steps)``."""
+    trace, setup, slo_ttft_ms, slo_itl_ms, dp, method, concurrency, max_steps = shared
     try:
-        return summarize(simulate(trace, setup, policy, dp=dp, load_balance_method=method,
-                                  max_concurrency=concurrency), slo_ttft_ms, slo_itl_ms)
+        return simulate_metrics(trace, setup, policy, slo_ttft_ms, slo_itl_ms, dp=dp, load_balance_method=method,
+                                max_concurrency=concurrency, max_steps=max_steps)
+    except InputError as exc:
+        return exc
+
+
+def _replica_task(shared: tuple, task: tuple) -> tuple | InputError:
+    """One DP replica of one policy, simulated apart (:func:`pdmux_cli.simulate.cluster.replica_run`)."""
+    trace, setup, slo_ttft_ms, slo_itl_ms, dp, _method, _concurrency, max_steps = shared
+    policy, index = task
+    try:
+        return replica_run(trace, setup, policy, index, dp,
+                           lambda: new_fold(trace, policy, slo_ttft_ms, slo_itl_ms, dp=dp, max_steps=max_steps))
     except InputError as exc:
         return exc
 
 
 def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], slo_ttft_ms: float, slo_itl_ms: float,
                       *, dp: int = 1, load_balance_method: str = "round_robin", workers: int = 1,
-                      progress: Progress | None = None, max_concurrency: int = 0) -> list[PolicyMetrics | InputError]:
-    """:func:`simulate` and :func:`~pdmux_cli.simulate.metrics.summarize` each of ``policies``, in order:
-    its :class:`PolicyMetrics`, or the :class:`InputError` with which it was refused (the others still run).
+                      progress: Progress | None = None, max_concurrency: int = 0, executor: Any = "local",
+                      ray_address: str | None = None, max_steps: int | None = None, csv: Any = None,
+                      progress_steps: Callable[[int], None] | None = None) -> list[PolicyMetrics | InputError]:
+    """:func:`simulate` and :func:`~pdmux_cli.simulate.metrics.summarize` each of ``policies``, streamed
+    (:func:`simulate_metrics`), in order: its :class:`PolicyMetrics`, or the :class:`InputError` with which
+    it was refused (the others still run).
 
-    ``workers`` > 1 with several policies: that many processes, one policy each
-    (:func:`pdmux_cli.simulate.tune.process_pool`; Ctrl-C stops them all). ``progress``: called with the
-    requests finished over all policies (per policy when they run in processes). ``max_concurrency``: a
-    closed-loop client (:func:`simulate`).
+    ``executor`` (:mod:`.executors`: ``local``, ``ray`` at ``ray_address``, or one already open) and
+    ``workers``: with more than one worker, each policy is a task, and with ``dp`` round-robin replicas
+    (:func:`~pdmux_cli.simulate.cluster.replicas_apart`) each replica is (``total_requests`` needs every
+    replica's queue at each arrival: its replicas run in one task, behind the router). ``progress``: called
+    with the requests finished over all policies (per task when they run in workers). ``csv``: a
+    ``csv.writer`` for every policy's per-request rows, in policy order (as requests finish when the
+    policies run here, one after another; else as each policy's results come back). ``max_steps``,
+    ``progress_steps``: :func:`simulate_metrics`'s. ``max_concurrency``: a closed-loop client (:func:`simulate`).
     """
+    from .executors import check_executor, local_workers, using
+
     n = len(trace)
-    if workers > 1 and len(policies) > 1:
-        from .tune import process_pool
-
-        out: list[PolicyMetrics | InputError | None] = [None] * len(policies)
-        with process_pool(min(workers, len(policies))) as pool:
-            futures = {pool.submit(_simulate_summarized, (trace, setup, p, slo_ttft_ms, slo_itl_ms, dp,
-                                                          load_balance_method, max_concurrency)): i
-                       for i, p in enumerate(policies)}
-            from concurrent.futures import as_completed
-
-            for done, future in enumerate(as_completed(futures), 1):
-                out[futures[future]] = future.result()
-                if progress is not None:
-                    progress(done * n)
-        return out  # type: ignore[return-value]
-    results: list[PolicyMetrics | InputError] = []
+    tasks: list[tuple[int, int]] = []  # (policy, replica or -1)
     for i, policy in enumerate(policies):
-        callback = (lambda finished, base=i * n: progress(base + finished)) if progress is not None else None
-        try:
-            result = simulate(trace, setup, policy, progress=callback, dp=dp, load_balance_method=load_balance_method,
-                              max_concurrency=max_concurrency)
-        except InputError as exc:
-            results.append(exc)
-            continue
-        results.append(summarize(result, slo_ttft_ms, slo_itl_ms))
-    return results
+        if replicas_apart(policy, setup, dp, load_balance_method):
+            tasks += [(i, r) for r in range(dp)]
+        else:
+            tasks.append((i, -1))
+    here = (isinstance(executor, str) and check_executor(executor, ray_address) == "local"
+            and local_workers(workers, len(tasks)) == 1)
+    if here:  # one after another in this process: rows and progress as requests finish
+        results: list[PolicyMetrics | InputError] = []
+        for i, policy in enumerate(policies):
+            callback = (lambda finished, base=i * n: progress(base + finished)) if progress is not None else None
+            try:
+                results.append(simulate_metrics(trace, setup, policy, slo_ttft_ms, slo_itl_ms, progress=callback, dp=dp,
+                                                load_balance_method=load_balance_method, max_concurrency=max_concurrency,
+                                                max_steps=max_steps, csv=csv, progress_steps=progress_steps))
+            except InputError as exc:
+                results.append(exc)
+        return results
+    parts: dict[int, list] = {i: [None] * dp for i, r in tasks if r >= 0}
+    out: list[PolicyMetrics | InputError | None] = [None] * len(policies)
+    left = {i: sum(1 for j, _ in tasks if j == i) for i in range(len(policies))}
+    written = 0
+    finished = 0.0
+    with using(executor, workers, len(tasks), ray_address) as ex:
+        shared = ex.share((trace, setup, slo_ttft_ms, slo_itl_ms, dp, load_balance_method, max_concurrency, max_steps))
+        for i, r in tasks:
+            policy = policies[i]
+            if r < 0:
+                ex.submit(_policy_task, shared, policy, f"{policy.label}", tag=(i, r))
+            else:
+                ex.submit(_replica_task, shared, (policy, r), f"{policy.label}, replica {r} of DP {dp}", tag=(i, r))
+        while ex.pending():
+            job = ex.next_done()
+            i, r = job.tag
+            value = job.result()
+            left[i] -= 1
+            if r < 0:
+                out[i] = value
+                finished += n
+            else:
+                parts[i][r] = value
+                finished += n / dp
+                if not left[i]:
+                    refused = next((p for p in parts[i] if isinstance(p, InputError)), None)
+                    if refused is not None:
+                        out[i] = refused
+                    else:
+                        fold = new_fold(trace, policies[i], slo_ttft_ms, slo_itl_ms, dp=dp, max_steps=max_steps)
+                        result = merge_replicas(trace, setup, policies[i], dp, parts[i], fold)
+                        out[i] = summarize(result, slo_ttft_ms, slo_itl_ms)
+                    del parts[i]
+            if progress is not None:
+                progress(round(finished))
+            while written < len(policies) and out[written] is not None:  # rows in policy order
+                if csv is not None and isinstance(out[written], PolicyMetrics):
+                    _write_rows(csv, policies[written].label, trace, out[written])
+                written += 1
+    return out  # type: ignore[return-value]
+
+
+def _write_rows(csv: Any, label: str, trace: Trace, metrics: PolicyMetrics) -> None:
+    """A policy's per-request rows from its columns, streamed to ``csv``."""
+    from .fold import CsvRows
+
+    CsvRows(csv, label, trace).flush(metrics.columns, crashed=metrics.crashed_at_s is not None, final=True)
 
 
 @dataclass(frozen=True)

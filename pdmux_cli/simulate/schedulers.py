@@ -247,7 +247,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             seqs, completing = work.form_prefill_batch(chunk, rows)
         if seqs and transferred:
             prefill_batches += 1
-            again = [seq for seq, rid in zip(seqs, completing) if work.generated[rid]]
+            again = [seq for seq, rid in zip(seqs, completing) if work.generated.get(rid, 0)]
             if again:  # retracted here earlier: their KV is recomputed
                 mixed_steps += len(again)
                 gpu = step_model.prefill_s(total, again) + len(again) * per_request
@@ -270,7 +270,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             cpu = cpu_s(len(seqs) + rows)
             t += max(gpu, cpu) if overlap else gpu + cpu
             if rows:
-                step = len(ends)
+                step = ends.base + len(ends)
                 append(t)
                 finished = batch.complete(step)
                 if finished:
@@ -293,7 +293,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             gpu = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max) + n * per_request
             cpu = cpu_of.get(n) or cpu_of.add(n)
             t += max(gpu, cpu) if overlap else gpu + cpu
-            step = len(ends)
+            step = ends.base + len(ends)
             append(t)
             finished = batch.complete(step)
             if finished:
@@ -302,7 +302,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                 work.batch_full = False
             if step >= next_progress:
                 next_progress += every
-                ends.check_room()
+                work.tick()
                 if progress is not None:
                     progress(work.finished)
             continue
@@ -315,10 +315,10 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
         t = last_start = nxt
         next_t = work.next_arrival_time()
     if transferred:
-        counters = {"steps": len(ends), "admission_rounds": prefill_batches, "re_prefills": mixed_steps,
+        counters = {"steps": ends.total, "admission_rounds": prefill_batches, "re_prefills": mixed_steps,
                     "retracted_requests": work.retractions}
     else:
-        counters = {"steps": len(ends), "prefill_batches": prefill_batches, "mixed_steps": mixed_steps,
+        counters = {"steps": ends.total, "prefill_batches": prefill_batches, "mixed_steps": mixed_steps,
                     "retracted_requests": work.retractions, **work.cache_counters()}
     return {"end_s": t, "idle_s": idle, "notes": [], "counters": counters}
 
@@ -473,7 +473,7 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
             tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
             group_time[last] += tau
         t += tau
-        step = len(ends)
+        step = ends.base + len(ends)
         append(t)
         finished = batch.complete(step)
         if finished:
@@ -487,10 +487,10 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
             group = last if batch.n else 0
         if step >= next_progress:
             next_progress += every
-            ends.check_room()
+            work.tick()
             if progress is not None:
                 progress(work.finished)
-    counters["rounds"] = len(ends)
+    counters["rounds"] = ends.total
     counters["retracted_requests"] = work.retractions
     counters.update(work.cache_counters())
     if crashed_at is not None:

@@ -37,8 +37,9 @@ from .. import policy as pol
 from ..disaggregation import check_dp_value, check_load_balance_method, layout_text
 from ..errors import InputError
 from .engine import Setup
-from .metrics import summarize, ttft_quarters
-from .runner import simulate
+from .executors import Executor
+from .metrics import ttft_quarters
+from .runner import simulate_metrics
 from .schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy
 from .traces import Trace
 
@@ -274,10 +275,12 @@ def slo_candidates(trace: Trace, setup: Setup, slo_itl_ms: float, margins: Seque
     return out, []
 
 
-def _evaluate(args: tuple) -> tuple[float, float, float, float, int, tuple[float, float]]:
-    trace, setup, policy, slo_ttft_ms, slo_itl_ms, dp, method = args
-    result = simulate(trace, setup, policy, dp=dp, load_balance_method=method)
-    m = summarize(result, slo_ttft_ms, slo_itl_ms)
+def _evaluate(shared: tuple, policy) -> tuple[float, float, float, float, int, tuple[float, float]]:
+    """One candidate or schedule (a task of :mod:`.executors`): ``shared`` is ``(trace, setup, slo_ttft_ms,
+    slo_itl_ms, dp, load-balance method, max_steps)``; its row's figures. Streamed (:func:`.runner.simulate_metrics`)."""
+    trace, setup, slo_ttft_ms, slo_itl_ms, dp, method, max_steps = shared
+    m = simulate_metrics(trace, setup, policy, slo_ttft_ms, slo_itl_ms, dp=dp, load_balance_method=method,
+                         max_steps=max_steps)
     return (m.slo_attainment, m.goodput_rps, m.ttft_ms["p99"], m.itl_ms["p99"],
             int(m.counters.get("older_sglang_crash_rounds", 0)), ttft_quarters(m))
 
@@ -289,7 +292,8 @@ QUEUE_GROWTH = 2.0
 
 
 def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, slo_itl_ms: float,
-                  workers: int | None = None, dp: int = 1, load_balance_method: str = "round_robin") -> str | None:
+                  workers: int | None = None, dp: int = 1, load_balance_method: str = "round_robin",
+                  executor: str | Executor = "local", max_steps: int | None = None) -> str | None:
     """When ``row`` misses :data:`OVERLOAD_TARGET` because requests queue, one line saying so and the
     rate at which this config would meet the target (:func:`.capacity.capacity`); else ``None``.
 
@@ -297,7 +301,8 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
     token than the first quarter, and longer than the SLO (the queue grows: the trace's mean rate is
     more than the GPU serves), or when the p99 TTFT is past the SLO and :data:`QUEUE_GROWTH` times the
     longest prompt's prefill alone on the whole GPU (bursts queue up: TTFT is mostly waiting). ``dp``:
-    replicas behind a router (``load_balance_method``), as the row was simulated."""
+    replicas behind a router (``load_balance_method``), as the row was simulated; ``executor`` (a kind, or
+    one already open), ``max_steps``: where and with what step budget the capacity search runs."""
     if row.slo_attainment >= OVERLOAD_TARGET:
         return None
     first, last = row.ttft_quarters_ms
@@ -313,7 +318,8 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
     from .capacity import capacity
 
     sized = capacity(trace, setup, [PdmuxPolicy(row.candidate.config)], slo_ttft_ms, slo_itl_ms,
-                     target=OVERLOAD_TARGET, workers=workers, dp=dp, load_balance_method=load_balance_method).policies[0]
+                     target=OVERLOAD_TARGET, workers=workers, dp=dp, load_balance_method=load_balance_method,
+                     executor=executor, max_steps=max_steps).policies[0]
     where = "GPU" if dp * setup.tp == 1 else f"{dp * setup.tp} GPUs"
     if growing:
         waits = "never get a first token" if math.isinf(last) else f"wait {last / 1e3:.3g} s for their first token"
@@ -375,6 +381,9 @@ def tune(
     dp: int = 1,
     load_balance_method: str = "round_robin",
     slo_margins: Sequence[float] = DEFAULT_SLO_MARGINS,
+    executor: str | Executor = "local",
+    ray_address: str | None = None,
+    max_steps: int | None = None,
 ) -> TuneResult:
     """Simulate ``trace`` under every candidate pdmux config and pick the best.
 
@@ -385,8 +394,11 @@ def tune(
     chunked at SGLang's default size for the GPU and mixed-chunk 512; ``()`` for none). ``dp``: every
     config and schedule runs as that many replicas behind a router (``load_balance_method``).
     ``slo_margins``: the SLO levels tried after the other candidates (:func:`slo_candidates`; ``()`` for none).
-    Raises :class:`InputError` for non-positive SLOs, a bad ``dp`` or method, a bad margin, or no valid
-    candidate.
+    ``executor``: where the simulations run (:mod:`.executors`: ``local``, this machine's cores; ``ray``,
+    a Ray cluster at ``ray_address``; or an executor already open); ``workers`` is then the tasks at a
+    time. ``max_steps``: each simulation's decode-step budget (:func:`.engine.step_budget`).
+    Raises :class:`InputError` for non-positive SLOs, a bad ``dp`` or method, a bad margin, no valid
+    candidate, or a simulation past its budget (naming the config).
     """
     for name, value in (("--slo-ttft", slo_ttft_ms), ("--slo-itl", slo_itl_ms)):
         if not (value > 0 and value != float("inf")):
@@ -398,43 +410,46 @@ def tune(
     known = {c.config for c in cands}
     slo_cands, slo_notes = slo_candidates(trace, setup, slo_itl_ms, slo_margins, budgets)
     cands += [c for c in slo_cands if c.config not in known]
-    cores = default_workers()
-    capped_note = (f"--workers {workers}: this machine gives the process {cores} core(s), so {cores} worker(s) ran"
-                   if workers and workers > cores else None)
     if schedules is None:
         from ..sglang_server import default_chunked_prefill_size
 
         schedules = (ChunkedPolicy(default_chunked_prefill_size(setup.memory_bytes)), MixedChunkPolicy(512))
-    workers = min(workers or cores, cores, len(cands) + len(schedules))  # more processes than cores only cost memory
-    cluster = (dp, load_balance_method)
-    tasks = [(trace, setup, PdmuxPolicy(c.config), slo_ttft_ms, slo_itl_ms, *cluster) for c in cands]
-    tasks += [(trace, setup, policy, slo_ttft_ms, slo_itl_ms, *cluster) for policy in schedules]
-    outcomes: list[tuple] = []
-    if workers <= 1:
-        for task in tasks:
-            outcomes.append(_evaluate(task))
-            if progress:
-                progress(len(outcomes), len(tasks))
-    else:
-        with process_pool(workers) as pool:
-            for outcome in pool.map(_evaluate, tasks):
-                outcomes.append(outcome)
-                if progress:
-                    progress(len(outcomes), len(tasks))
-    rows = [TuneRow(i, c, *o) for i, (c, o) in enumerate(zip(cands, outcomes))]
-    others = [ScheduleRow(policy.label, *o[:4]) for policy, o in zip(schedules, outcomes[len(cands):], strict=True)]
-    default = pc.PdmuxConfig()
-    baseline = next((r.index for r in rows if r.candidate.config == default), None)
-    if baseline is None:  # Blackwell: the defaults written as manual_divisions
-        baseline = next((r.index for r in rows if r.candidate.config.sm_group_num == pol.DEFAULT_SM_GROUP_NUM
-                         and r.candidate.config.decode_bs_divisor == pol.DEFAULT_DECODE_BS_DIVISOR
-                         and r.candidate.config.split_forward_token_budget == pol.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
-                         and r.candidate.description.startswith("manual")), None)
-    best = min(rows, key=lambda r: _rank_key(r, baseline)).index
-    notes = ([capped_note] if capped_note else []) + slo_notes
-    if rows[best].older_sglang_crash_rounds:
-        notes.append("SGLang 0.5.23 crashes with the winner (no manual_divisions threshold matched a decode batch)")
-    overload = overload_note(trace, setup, rows[best], slo_ttft_ms, slo_itl_ms, workers, dp, load_balance_method)
+    from .executors import check_executor, using
+
+    local = not isinstance(executor, Executor) and check_executor(executor, ray_address) == "local"
+    cores = default_workers()
+    capped_note = (f"--workers {workers}: this machine gives the process {cores} core(s), so {cores} worker(s) ran"
+                   if local and workers and workers > cores else None)
+    policies = [PdmuxPolicy(c.config) for c in cands] + list(schedules)
+    whats = [f"pdmux config {c.description}" for c in cands] + [f"{p.label} (SGLang, no pdmux)" for p in schedules]
+    done = 0
+
+    def tick(_i: int, _value: tuple) -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(done, len(policies))
+
+    # more processes than cores only cost memory: the executor caps them (executors.local_workers)
+    with using(executor, workers, len(policies), ray_address) as ex:
+        shared = ex.share((trace, setup, slo_ttft_ms, slo_itl_ms, dp, load_balance_method, max_steps))
+        outcomes = ex.run(_evaluate, shared, policies, whats, tick)
+        workers = ex.workers
+        rows = [TuneRow(i, c, *o) for i, (c, o) in enumerate(zip(cands, outcomes))]
+        others = [ScheduleRow(policy.label, *o[:4]) for policy, o in zip(schedules, outcomes[len(cands):], strict=True)]
+        default = pc.PdmuxConfig()
+        baseline = next((r.index for r in rows if r.candidate.config == default), None)
+        if baseline is None:  # Blackwell: the defaults written as manual_divisions
+            baseline = next((r.index for r in rows if r.candidate.config.sm_group_num == pol.DEFAULT_SM_GROUP_NUM
+                             and r.candidate.config.decode_bs_divisor == pol.DEFAULT_DECODE_BS_DIVISOR
+                             and r.candidate.config.split_forward_token_budget == pol.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
+                             and r.candidate.description.startswith("manual")), None)
+        best = min(rows, key=lambda r: _rank_key(r, baseline)).index
+        notes = ([capped_note] if capped_note else []) + slo_notes
+        if rows[best].older_sglang_crash_rounds:
+            notes.append("SGLang 0.5.23 crashes with the winner (no manual_divisions threshold matched a decode batch)")
+        overload = overload_note(trace, setup, rows[best], slo_ttft_ms, slo_itl_ms, workers, dp, load_balance_method,
+                                 ex, max_steps)
     if overload:
         notes.append(overload)
     return TuneResult(rows, best, baseline, skipped, workers, notes, others, gpus=dp * setup.tp,

@@ -1,0 +1,389 @@
+"""Where a sweep's simulations run: in this process, on local processes, or on a Ray cluster.
+
+``tune`` (one simulation per config), ``capacity`` (one per rate and policy) and ``simulate`` (one per
+policy, or per DP replica) hand their simulations to an :class:`Executor`:
+
+- ``local`` (the default): this machine's cores. One worker runs the tasks here, one after another
+  (:class:`InProcess`); more run them on a process pool (:class:`Processes`, on
+  :func:`pdmux_cli.simulate.tune.process_pool`: Ctrl-C kills the workers). What every task shares (the
+  trace and the simulated server, :meth:`Executor.share`) reaches the workers once, inherited when the
+  pool forks them, not pickled with every task.
+- ``ray``: tasks on a Ray cluster (``pip install 'pdmux[ray]'``; :class:`OnRay`): ``--ray-address`` names
+  one (``auto``: the one ``ray start`` began on this machine; ``ray://host:10001``: a remote one through
+  Ray Client), none starts a local Ray instance for the run (stopped after it). The shared objects go
+  to Ray's object store once (``ray.put``); at most ``--workers`` tasks run at a time (default: the
+  cluster's CPUs). Ctrl-C cancels every task (``ray.cancel(force=True)``). The cluster's workers need
+  this pdmux importable (on a local Ray they are this Python; on a cluster, the same pdmux installed on
+  its nodes).
+
+Results do not depend on the executor or the number of workers: every simulation is deterministic and
+the callers combine results in task order. A task's failure is reported with the task it was running
+(:class:`TaskFailed`, exit 1; an :class:`~pdmux_cli.errors.InputError` it raises keeps exit 2 and gains
+the same prefix).
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from ..errors import InputError, PdmuxError
+
+#: ``--executor`` values.
+EXECUTORS = ("local", "ray")
+
+#: What ``pip`` installs for ``--executor ray``.
+RAY_EXTRA = "pip install 'pdmux[ray]'"
+
+
+class TaskFailed(PdmuxError):
+    """A task failed in a worker for a reason other than bad input (exit 1); the message names the task."""
+
+
+class _Shared:
+    """A token for an object every task of a :class:`Processes` pool shares (looked up in the worker)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: int) -> None:
+        self.key = key
+
+
+#: Objects shared with forked workers, by key (filled before the pool forks them).
+_SHARED: dict[int, Any] = {}
+_KEYS = itertools.count(1)
+
+
+def _invoke(fn: Callable[[Any, Any], Any], shared: Any, arg: Any) -> Any:
+    """Run one task in a worker: ``fn(shared object, arg)``."""
+    if isinstance(shared, _Shared):
+        shared = _SHARED[shared.key]
+    return fn(shared, arg)
+
+
+class Job:
+    """One submitted task: ``tag`` (the caller's), ``what`` (for messages), and its outcome once done."""
+
+    __slots__ = ("handle", "order", "outcome", "tag", "what")
+
+    def __init__(self, order: int, tag: Any, what: str) -> None:
+        self.order = order
+        self.tag = tag
+        self.what = what
+        self.handle: Any = None
+        self.outcome: tuple[bool, Any] | None = None
+
+    def result(self) -> Any:
+        """The task's value; re-raises its failure: :class:`InputError` prefixed with :attr:`what`,
+        anything else as :class:`TaskFailed`."""
+        ok, value = self.outcome
+        if ok:
+            return value
+        raise _failure(self.what, value) from None
+
+
+def _failure(what: str, exc: BaseException) -> BaseException:
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        return exc
+    if isinstance(exc, InputError):
+        return InputError(f"{what}: {exc}")
+    if isinstance(exc, PdmuxError) and not isinstance(exc, TaskFailed):
+        return type(exc)(f"{what}: {exc}")
+    if isinstance(exc, TaskFailed):
+        return exc
+    detail = str(exc).strip().splitlines()
+    return TaskFailed(f"a worker failed while simulating {what}: {type(exc).__name__}"
+                      + (f": {detail[-1]}" if detail else ""))
+
+
+class Executor:
+    """Runs tasks ``fn(shared, arg)``; subclasses say where. Use as a context manager: leaving it on an
+    error or Ctrl-C stops every task still running. ``workers``: tasks at a time; ``name``: ``local`` or
+    ``ray`` (for output)."""
+
+    name = "local"
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._order = itertools.count()
+        self._done: deque[Job] = deque()
+
+    # ---- the interface -------------------------------------------------------------------------
+    def share(self, obj: Any) -> Any:
+        """A token for ``obj`` to pass as the shared argument of many tasks (sent to the workers once)."""
+        return obj
+
+    def submit(self, fn: Callable[[Any, Any], Any], shared: Any, arg: Any, what: str, tag: Any = None) -> Job:
+        """Queue ``fn(shared, arg)``; ``what``: the task in words (``"pdmux (auto, 8 groups...)"``)."""
+        job = Job(next(self._order), tag, what)
+        self._start(job, fn, shared, arg)
+        return job
+
+    def next_done(self) -> Job:
+        """Block until a submitted task is done and return it (the earliest submitted of those done)."""
+        raise NotImplementedError
+
+    def pending(self) -> int:
+        """Tasks submitted and not yet returned by :meth:`next_done`."""
+        raise NotImplementedError
+
+    def run(self, fn: Callable[[Any, Any], Any], shared: Any, args: Sequence[Any], whats: Sequence[str],
+            on_done: Callable[[int, Any], None] | None = None) -> list[Any]:
+        """Every ``fn(shared, arg)``; their values in the order of ``args``. ``on_done(index, value)`` as each
+        finishes (in any order). The first failure is raised (the other tasks are stopped)."""
+        out: list[Any] = [None] * len(args)
+        for i, (arg, what) in enumerate(zip(args, whats, strict=True)):
+            self.submit(fn, shared, arg, what, tag=i)
+        for _ in range(len(args)):
+            job = self.next_done()
+            out[job.tag] = job.result()
+            if on_done is not None:
+                on_done(job.tag, out[job.tag])
+        return out
+
+    # ---- for subclasses ------------------------------------------------------------------------
+    def _start(self, job: Job, fn: Callable, shared: Any, arg: Any) -> None:
+        raise NotImplementedError
+
+    def close(self, failed: bool, exc_info: tuple = (None, None, None)) -> None:
+        """Release what the executor holds; ``failed``: stop every task at once (``exc_info``: why)."""
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.close(exc_type is not None, (exc_type, exc, tb))
+
+
+class InProcess(Executor):
+    """Tasks run here, in order, as they are submitted (one worker)."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+
+    def _start(self, job: Job, fn: Callable, shared: Any, arg: Any) -> None:
+        try:
+            job.outcome = (True, fn(shared, arg))
+        except Exception as exc:  # noqa: BLE001 - re-raised by Job.result with the task named
+            job.outcome = (False, exc)
+        self._done.append(job)
+
+    def next_done(self) -> Job:
+        return self._done.popleft()
+
+    def pending(self) -> int:
+        return len(self._done)
+
+
+class Processes(Executor):
+    """Tasks on a local process pool of ``workers`` (:func:`pdmux_cli.simulate.tune.process_pool`)."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers)
+        from .tune import process_pool
+
+        self._fork = multiprocessing.get_start_method(allow_none=False) == "fork"
+        self._keys: list[int] = []
+        self._context = process_pool(workers)
+        self._pool = self._context.__enter__()
+        self._running: dict[Any, Job] = {}
+        self._started = False
+
+    def share(self, obj: Any) -> Any:
+        if not self._fork or self._started:  # spawned (or already forked) workers inherit nothing more:
+            return obj  # the object goes with each task
+        key = next(_KEYS)
+        _SHARED[key] = obj
+        self._keys.append(key)
+        return _Shared(key)
+
+    def _start(self, job: Job, fn: Callable, shared: Any, arg: Any) -> None:
+        self._started = True  # a forking pool starts every worker at its first task
+        future = self._pool.submit(_invoke, fn, shared, arg)
+        job.handle = future
+        self._running[future] = job
+
+    def next_done(self) -> Job:
+        from concurrent.futures import FIRST_COMPLETED, wait
+        from concurrent.futures.process import BrokenProcessPool
+
+        done, _ = wait(self._running, return_when=FIRST_COMPLETED)
+        future = min(done, key=lambda f: self._running[f].order)
+        job = self._running.pop(future)
+        try:
+            job.outcome = (True, future.result())
+        except BrokenProcessPool:
+            raise TaskFailed(f"a worker process died while simulating {job.what} (out of memory, or killed): run "
+                             "again, with fewer --workers if memory is short") from None
+        except Exception as exc:  # noqa: BLE001 - re-raised by Job.result with the task named
+            job.outcome = (False, exc)
+        return job
+
+    def pending(self) -> int:
+        return len(self._running)
+
+    def close(self, failed: bool, exc_info: tuple = (None, None, None)) -> None:
+        for key in self._keys:
+            _SHARED.pop(key, None)
+        self._keys.clear()
+        # process_pool's own clean-up: on a failure (Ctrl-C included) it kills the workers at once
+        self._context.__exit__(*(exc_info if failed else (None, None, None)))
+
+
+class OnRay(Executor):
+    """Tasks on a Ray cluster (module docstring). ``address``: ``None`` to start a local Ray instance
+    (stopped on :meth:`close`), ``auto``, ``ray://...`` or ``host:port`` to connect to one. ``workers``:
+    tasks at a time, ``None`` for the cluster's CPUs."""
+
+    name = "ray"
+
+    def __init__(self, workers: int | None, address: str | None, tasks: int = 1 << 30) -> None:
+        ray = import_ray()
+        import logging
+
+        self._ray = ray
+        self._owned = False
+        if not ray.is_initialized():
+            options: dict[str, Any] = {"address": address, "log_to_driver": False, "logging_level": logging.ERROR,
+                                       "include_dashboard": False}
+            if address is None and workers:
+                options["num_cpus"] = workers
+            try:
+                ray.init(**options)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+                raise PdmuxError(f"--executor ray: cannot start or reach {where}: {_first_line(exc)}") from None
+            self._owned = True
+        cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
+        super().__init__(max(1, min(workers or cpus, cpus, tasks)))
+        self._remote = ray.remote(num_cpus=1, max_retries=0)(_invoke)
+        self._queue: deque[tuple[Job, Callable, Any, Any]] = deque()
+        self._running: dict[Any, Job] = {}
+        self._finished: list[Job] = []
+
+    def share(self, obj: Any) -> Any:
+        return self._ray.put(obj)
+
+    def _start(self, job: Job, fn: Callable, shared: Any, arg: Any) -> None:
+        self._queue.append((job, fn, shared, arg))
+        self._fill()
+
+    def _fill(self) -> None:
+        while self._queue and len(self._running) < self.workers:
+            job, fn, shared, arg = self._queue.popleft()
+            ref = self._remote.remote(fn, shared, arg)
+            job.handle = ref
+            self._running[ref] = job
+
+    def next_done(self) -> Job:
+        ray = self._ray
+        while not self._finished:
+            done, _ = ray.wait(list(self._running), num_returns=1)
+            for ref in done:
+                job = self._running.pop(ref)
+                try:
+                    job.outcome = (True, ray.get(ref))
+                except Exception as exc:  # noqa: BLE001 - re-raised by Job.result with the task named
+                    job.outcome = (False, _ray_cause(exc))
+                self._finished.append(job)
+            self._fill()
+        self._finished.sort(key=lambda j: j.order)
+        return self._finished.pop(0)
+
+    def pending(self) -> int:
+        return len(self._queue) + len(self._running) + len(self._finished)
+
+    def close(self, failed: bool, exc_info: tuple = (None, None, None)) -> None:
+        ray = self._ray
+        if failed:
+            self._queue.clear()
+            for ref in list(self._running):
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001,S110 - a task that already ended cannot be cancelled
+                    pass
+            self._running.clear()
+        if self._owned:
+            ray.shutdown()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _ray_cause(exc: BaseException) -> BaseException:
+    """The exception a Ray task raised (``RayTaskError`` wraps it), else a :class:`TaskFailed` saying what
+    happened to the worker."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        return cause
+    name = type(exc).__name__
+    return TaskFailed(f"{name}: {_first_line(exc)}" if name != "TaskFailed" else str(exc))
+
+
+def import_ray() -> Any:
+    """The ``ray`` module; :class:`InputError` saying how to install it when it is not there."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError(f"--executor ray needs Ray: {RAY_EXTRA} (or --executor local, the default)") from None
+    return ray
+
+
+def check_executor(kind: str | None, ray_address: str | None) -> str:
+    """``--executor`` (``None``: ``local``) checked against :data:`EXECUTORS`; :class:`InputError` for an
+    unknown one, or ``--ray-address`` without ``--executor ray``."""
+    name = (kind or "local").strip().lower()
+    if name not in EXECUTORS:
+        raise InputError(f"--executor must be one of {', '.join(EXECUTORS)}, got {kind!r}")
+    if ray_address is not None and name != "ray":
+        raise InputError("--ray-address applies to --executor ray")
+    if ray_address is not None and not ray_address.strip():
+        raise InputError("--ray-address: give a Ray address (auto, host:port or ray://host:10001)")
+    return name
+
+
+@contextmanager
+def executor(kind: str | None = "local", workers: int | None = None, tasks: int = 1,
+             ray_address: str | None = None) -> Iterator[Executor]:
+    """The :class:`Executor` for ``--executor kind`` (module docstring), as a context manager.
+
+    ``local``: ``min(workers or cores, cores, tasks)`` processes (:func:`pdmux_cli.simulate.tune.
+    default_workers`), in this process when that is 1. ``ray``: ``workers`` tasks at a time (default:
+    the cluster's CPUs). Raises :class:`InputError` for an unknown kind or Ray missing,
+    :class:`~pdmux_cli.errors.PdmuxError` when Ray cannot start or be reached."""
+    name = check_executor(kind, ray_address)
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers must be >= 1, got {workers}")
+    if name == "ray":
+        made: Executor = OnRay(workers, ray_address.strip() if ray_address else None, tasks)
+    else:
+        count = local_workers(workers, tasks)
+        made = InProcess() if count == 1 else Processes(count)
+    with made:
+        yield made
+
+
+@contextmanager
+def using(given: str | Executor | None, workers: int | None = None, tasks: int = 1,
+          ray_address: str | None = None) -> Iterator[Executor]:
+    """``given`` when it is an :class:`Executor` already (a caller's, left open), else a new one of that
+    kind (:func:`executor`)."""
+    if isinstance(given, Executor):
+        yield given
+        return
+    with executor(given, workers, tasks, ray_address) as made:
+        yield made
+
+
+def local_workers(workers: int | None, tasks: int) -> int:
+    """The processes ``--executor local`` runs ``tasks`` on: ``min(workers or cores, cores, tasks)``."""
+    from .tune import default_workers
+
+    cores = default_workers()
+    return max(1, min(workers or cores, cores, tasks))
