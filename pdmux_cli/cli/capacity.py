@@ -26,6 +26,7 @@ from .simulate import (
     DISAGG_TP_OPTION,
     DP_OPTION,
     DURATION_OPTION,
+    EXECUTOR_OPTION,
     FIRST_TOKEN_DELAY_OPTION,
     FORMAT_OPTION,
     GPU_OPTION,
@@ -35,6 +36,7 @@ from .simulate import (
     LOAD_BALANCE_OPTION,
     MAX_PREFILL_DECODE_INTERVAL,
     MAX_REQUESTS_OPTION,
+    MAX_STEPS_OPTION,
     MIXED_CHUNK_SIZES_OPTION,
     MODEL_OPTION,
     NO_PREFIX_CACHE_OPTION,
@@ -43,11 +45,13 @@ from .simulate import (
     POLICIES,
     PREFILL_DECODE_INTERVAL_OPTION,
     PROMPT_TOKENS_OPTION,
+    RAY_ADDRESS_OPTION,
     SEED_OPTION,
     SYNTHETIC_OPTION,
     TP_HELP,
     TRACE_ARGUMENT,
     TRACE_OPTION,
+    _check_max_steps,
     _drop_past_context,
     _link_dict,
     _load_workload,
@@ -198,7 +202,10 @@ def capacity(
     max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Requests run to their max_new_tokens (benchmark traffic)."),
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
-    workers: int | None = typer.Option(None, "--workers", help="Processes (default: the cores available)."),
+    workers: int | None = typer.Option(None, "--workers", help="Processes (default: the cores available); with --executor ray, tasks at a time (default: the cluster's CPUs)."),
+    executor: str = EXECUTOR_OPTION,
+    ray_address: str | None = RAY_ADDRESS_OPTION,
+    max_steps: int | None = MAX_STEPS_OPTION,
     tp: int = typer.Option(1, "--tp", help=TP_HELP),
     dp: int | None = DP_OPTION,
     load_balance_method: str | None = LOAD_BALANCE_OPTION,
@@ -240,6 +247,10 @@ def capacity(
                          f"after each prefill batch, got {prefill_decode_interval}")
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be >= 1, got {workers}")
+    from ..simulate.executors import check_executor
+
+    executor = check_executor(executor, ray_address)
+    _check_max_steps(max_steps)
     if plot is not None and plot.suffix.lower() != ".png":
         raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {plot}")
     refuse_overwriting_inputs(plot, trace, *configs, calibration, model_file(model), gpu_file(gpu))
@@ -300,12 +311,18 @@ def capacity(
             paths.append(None)
 
     # about 10 simulations a policy: the bar's total is a guess, corrected as searches end
-    bar, update = _progress(_show_progress(as_json), 10 * len(runs), "sizing")
+    from ..simulate.engine import step_budget
+
+    budget = step_budget(len(workload), max_steps)
+    label = "sizing" + (" on Ray" if executor == "ray" else "") + (
+        f" (budget {budget:,} decode steps a server, --max-steps)" if budget else "")
+    bar, update = _progress(_show_progress(as_json), 10 * len(runs), label)
     if bar is not None:
         bar.start()
     try:
         result = search(workload, setup, runs, slo_ttft, slo_itl, target, tolerance, workers, update, paths,
-                        dp=cluster.dp, load_balance_method=cluster.method)
+                        dp=cluster.dp, load_balance_method=cluster.method, executor=executor,
+                        ray_address=ray_address, max_steps=max_steps)
     finally:
         if bar is not None:
             bar.stop()

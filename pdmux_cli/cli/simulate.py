@@ -7,6 +7,7 @@ inside the commands (start-up of the other commands stays light); matplotlib onl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -214,6 +215,9 @@ DURATION_OPTION = typer.Option(None, "--duration", help="Only requests arriving 
 SEED_OPTION = typer.Option(0, "--seed", help="Seed for synthetic arrivals and lengths.")
 PROMPT_TOKENS_OPTION = typer.Option("1024", "--prompt-tokens", help="Synthetic prompt length: N, uniform:LO:HI, exp:MEAN, lognormal:MEDIAN:SIGMA, or random:L[:RATIO] (bench_serving's random dataset, drawn as it draws them for --seed; both lengths then).")
 OUTPUT_TOKENS_OPTION = typer.Option("128", "--output-tokens", help="Synthetic output length (same forms).")
+EXECUTOR_OPTION = typer.Option("local", "--executor", help="Where the simulations run: local (this machine's cores, --workers processes) or ray (a Ray cluster: --ray-address, or a local Ray instance started for the run; pip install 'pdmux[ray]'). The results are the same.")
+RAY_ADDRESS_OPTION = typer.Option(None, "--ray-address", help="--executor ray: the cluster to run on: auto (the one 'ray start' began on this machine), host:port, or ray://host:10001 (Ray Client). Default: a local Ray instance for this run.")
+MAX_STEPS_OPTION = typer.Option(None, "--max-steps", help="The most decode steps one simulated server may take before the run stops (a guard against runaway runs; shown in the progress bar). Default: 6,000,000 or 2,000 per request of the trace, whichever is more; 0: no limit.")
 
 
 def _check_number(name: str, value: float | None, minimum: float = 0.0, strict: bool = True) -> None:
@@ -423,6 +427,14 @@ def _progress(enabled: bool, total: int, description: str) -> tuple[Any, Callabl
     return bar, update
 
 
+def _check_max_steps(max_steps: int | None) -> None:
+    """``--max-steps``: a whole number >= 0 (:func:`pdmux_cli.simulate.engine.step_budget`)."""
+    from ..simulate.engine import step_budget
+
+    if max_steps is not None:
+        step_budget(0, max_steps)
+
+
 def _show_progress(as_json: bool) -> bool:
     return not as_json and sys.stderr is not None and sys.stderr.isatty()
 
@@ -484,9 +496,12 @@ def simulate(
     kv_link_gb_s: float | None = KV_LINK_GB_S_OPTION,
     kv_link_latency_us: float | None = KV_LINK_LATENCY_OPTION,
     max_concurrency: int | None = typer.Option(None, "--max-concurrency", help="A closed-loop client with at most N requests in flight, as SGLang's bench_serving --max-concurrency: each request is sent at its arrival or when one finishes, whichever is later; TTFT counts from the send. One server only."),
-    workers: int | None = typer.Option(None, "--workers", help="Processes, one policy each (default: the cores available; 1 runs the policies here, one after another)."),
+    workers: int | None = typer.Option(None, "--workers", help="Processes, one policy (or, with --dp and round_robin, one replica) each (default: the cores available; 1 runs the policies here, one after another). With --executor ray: tasks at a time (default: the cluster's CPUs)."),
+    executor: str = EXECUTOR_OPTION,
+    ray_address: str | None = RAY_ADDRESS_OPTION,
+    max_steps: int | None = MAX_STEPS_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
-    csv_path: Path | None = typer.Option(None, "--csv", help="Write per-request results to this CSV file."),
+    csv_path: Path | None = typer.Option(None, "--csv", help="Write per-request results to this CSV file (row by row as requests finish; the file appears whole at the end)."),
     plot: Path | None = typer.Option(None, "--plot", help="Write ITL and TTFT CDFs to this PNG (needs matplotlib)."),
     sglang: str = sglang_option(),
 ) -> None:
@@ -495,12 +510,14 @@ def simulate(
     One server of --tp GPUs, --dp replicas of it behind a router, or --disagg XPYD instances (the
     roofline cost model, or a calibration); per policy: TTFT, ITL, TPOT and end-to-end latency
     percentiles, SLO attainment, goodput, GPU busy share, and the GPUs it used."""
+    from ..simulate.executors import check_executor
     from ..simulate.runner import simulate_policies
     from ..simulate.schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy, PrefillFirstPolicy
-    from ..simulate.tune import default_workers
 
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be >= 1, got {workers}")
+    executor = check_executor(executor, ray_address)
+    _check_max_steps(max_steps)
     if max_concurrency is not None and max_concurrency < 1:
         raise InputError(f"--max-concurrency must be >= 1 requests in flight, got {max_concurrency}")
     if max_concurrency is not None and (disagg is not None or (dp or 1) > 1):
@@ -574,19 +591,38 @@ def simulate(
             runs.append(PrefillFirstPolicy(prefill_decode_interval))
 
     n = len(workload)
-    bar, update = _progress(_show_progress(as_json) and n * len(runs) >= 2000, n * len(runs), "simulating")
+    from ..simulate.engine import step_budget
+
+    budget = step_budget(n, max_steps)
+    label = "simulating" + (f" (budget {budget:,} decode steps a server, --max-steps)" if budget else "")
+    bar, update = _progress(_show_progress(as_json) and n * len(runs) >= 2000, n * len(runs), label)
+    steps_shown = None
+    if bar is not None and budget:
+        task = bar.task_ids[0]
+
+        def steps_shown(steps: int) -> None:
+            bar.update(task, description=f"simulating: {steps:,} of {budget:,} decode steps (--max-steps)")
+
     metrics = []
     refused: list[tuple[str, InputError]] = []
-    if bar is not None:
-        bar.start()
-    try:
-        outcomes = simulate_policies(workload, setup, runs, slo_ttft, slo_itl, dp=cluster.dp,
-                                     load_balance_method=cluster.method,
-                                     workers=workers if workers is not None else default_workers(), progress=update,
-                                     max_concurrency=max_concurrency or 0)
-    finally:
+    with contextlib.ExitStack() as stack:
+        sink = None
+        if csv_path is not None:  # rows stream into the temporary file; it replaces csv_path at the end
+            from ..atomic import atomic_output
+            from ..simulate.fold import CsvSink
+            from ..simulate.report import CSV_FIELDS
+
+            tmp = stack.enter_context(atomic_output(csv_path))
+            sink = CsvSink(stack.enter_context(open(tmp, "w", newline="", encoding="utf-8")))
+            sink.writer.writerow(CSV_FIELDS)
         if bar is not None:
-            bar.stop()
+            stack.enter_context(bar)
+        outcomes = simulate_policies(workload, setup, runs, slo_ttft, slo_itl, dp=cluster.dp,
+                                     load_balance_method=cluster.method, workers=workers, progress=update,
+                                     max_concurrency=max_concurrency or 0, executor=executor, ray_address=ray_address,
+                                     max_steps=max_steps, csv=sink, progress_steps=steps_shown)
+        if not any(not isinstance(o, InputError) for o in outcomes):
+            raise next(o for o in outcomes if isinstance(o, InputError))
     for policy, outcome in zip(runs, outcomes):
         if isinstance(outcome, InputError):  # one policy SGLang cannot run here (e.g. its memory reserve): the others ran
             refused.append((policy.label, outcome))
@@ -601,8 +637,6 @@ def simulate(
         f", {cluster.disagg.label} on {cluster.disagg.gpus(setup)} GPUs" if cluster.disagg is not None else "")
     title = (f"{workload.source}: {n} requests {workload.arrivals_text()}; "
              f"{setup.model.name} on {on_gpus(setup)}{servers}, {setup.step_model.source}")
-    if csv_path is not None:
-        write_atomic(csv_path, report.per_request_csv(workload, metrics))
     notes = [workload.bad_rows_text()] if workload.bad_rows else []
     notes += list(cluster.notes)
     notes += [f"{label} not simulated: {exc}" for label, exc in refused]
@@ -659,7 +693,8 @@ def simulate(
 def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_group_nums: str | None,
               divisors: str | None, budgets: str | None, single_levels: bool, workers: int | None,
               show_progress: bool, dp: int = 1, load_balance_method: str = "round_robin",
-              slo_margins: str | None = None) -> Any:
+              slo_margins: str | None = None, executor: str = "local", ray_address: str | None = None,
+              max_steps: int | None = None) -> Any:
     from ..simulate.tune import DEFAULT_BUDGETS, DEFAULT_DIVISORS, DEFAULT_SLO_MARGINS, tune
 
     _check_number("--slo-ttft", slo_ttft)
@@ -673,8 +708,17 @@ def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_gro
     if slo_margins is not None:
         margins = () if slo_margins.strip().lower() in ("none", "off", "-") else parse_float_list(
             slo_margins, "--slo-margins", unique=True)
-    bar, _ = _progress(show_progress, 1, "tuning")
-    cluster = {"dp": dp, "load_balance_method": load_balance_method, "slo_margins": margins}
+    from ..simulate.engine import step_budget
+    from ..simulate.executors import check_executor
+
+    executor = check_executor(executor, ray_address)
+    _check_max_steps(max_steps)
+    budget = step_budget(len(workload), max_steps)
+    where = " on Ray" if executor == "ray" else ""
+    bar, _ = _progress(show_progress, 1, f"tuning{where}" + (f" (budget {budget:,} decode steps a server, --max-steps)"
+                                                             if budget else ""))
+    cluster = {"dp": dp, "load_balance_method": load_balance_method, "slo_margins": margins, "executor": executor,
+               "ray_address": ray_address, "max_steps": max_steps}
     if bar is None:
         return tune(workload, setup, slo_ttft, slo_itl, groups, divs, buds, single_levels, workers, **cluster)
     task = bar.task_ids[0]
@@ -829,7 +873,10 @@ def tune(
     kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Requests run to their max_new_tokens (benchmark traffic)."),
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
-    workers: int | None = typer.Option(None, "--workers", help="Processes (default: the cores available)."),
+    workers: int | None = typer.Option(None, "--workers", help="Processes (default: the cores available); with --executor ray, tasks at a time (default: the cluster's CPUs)."),
+    executor: str = EXECUTOR_OPTION,
+    ray_address: str | None = RAY_ADDRESS_OPTION,
+    max_steps: int | None = MAX_STEPS_OPTION,
     tp: int = typer.Option(1, "--tp", help=TP_HELP),
     dp: int | None = TUNE_DP_OPTION,
     load_balance_method: str | None = TUNE_LOAD_BALANCE_OPTION,
@@ -863,7 +910,8 @@ def tune(
     cluster = cluster_from_options(setup, gpu, dp, load_balance_method, disagg, allow_disagg=False)
     workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     result = _tune_run(workload, setup, slo_ttft, slo_itl, sm_group_nums, divisors, budgets, not no_single_levels,
-                       workers, _show_progress(as_json), cluster.dp, cluster.method, slo_margins)
+                       workers, _show_progress(as_json), cluster.dp, cluster.method, slo_margins, executor, ray_address,
+                       max_steps)
     best = result.best_row.candidate.config
     problems = pc.validate(best, setup.total_sms, setup.compute_capability)
     if problems:  # cannot happen: candidates are validated

@@ -898,11 +898,9 @@ class Work:
             return
         left = ends.total
         for record in self.batch.members.values():
-            if record[1] < left:
-                left = record[1]
+            left = min(left, record[1])
         for runs in self.stints.values():
-            if runs[0][1] < left:
-                left = runs[0][1]
+            left = min(left, runs[0][1])
         if left - ends.base >= max(STEP_CHECK_EVERY, len(ends) // 2):
             fold.fold_steps(ends, left)
         if fold.csv is not None:

@@ -152,10 +152,10 @@ class Executor:
     def close(self, failed: bool, exc_info: tuple = (None, None, None)) -> None:
         """Release what the executor holds; ``failed``: stop every task at once (``exc_info``: why)."""
 
-    def __enter__(self) -> Executor:
+    def __enter__(self):  # typing.Self needs Python 3.11
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self.close(exc_type is not None, (exc_type, exc, tb))
 
 

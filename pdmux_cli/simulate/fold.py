@@ -165,8 +165,7 @@ class WeightedSample:
         """One value counted ``weight`` (> 0) times."""
         self.count += 1
         self.total += weight
-        if value > self.max:
-            self.max = value
+        self.max = max(self.max, value)
         if self.hist is None:
             self.values.append(value)
             self.weights.append(weight)
@@ -183,8 +182,7 @@ class WeightedSample:
         self.count += len(values)
         self.total += sum(weights)
         top = max(values)
-        if top > self.max:
-            self.max = top
+        self.max = max(self.max, top)
         if self.hist is None:
             self.values.extend(values)
             self.weights.extend(weights)
@@ -381,14 +379,39 @@ class PerRequest(Mapping):
         self._lists = {}
 
 
+class CsvSink:
+    """Where ``--csv`` rows go: a text file open for writing (``csv.writer`` on it, :attr:`writer`). A
+    policy's rows may be written as its requests finish and the policy still be refused (its step
+    budget): :meth:`begin` marks where its rows start, :meth:`abandon` cuts them off again."""
+
+    def __init__(self, handle: Any) -> None:
+        import csv
+
+        self.handle = handle
+        self.writer = csv.writer(handle, lineterminator="\n")
+        self._mark: Any = None
+
+    def begin(self) -> None:
+        """A policy's rows start here."""
+        self.handle.flush()
+        self._mark = self.handle.tell()
+
+    def abandon(self) -> None:
+        """Remove the rows written since :meth:`begin`."""
+        if self._mark is not None:
+            self.handle.flush()
+            self.handle.seek(self._mark)
+            self.handle.truncate()
+
+
 class CsvRows:
     """``--csv`` rows of one policy, written in request order as soon as a request and all before it are
     final (finished, or never fit in KV memory; at the end, the rest are ``unfinished``, cut short by a
-    simulated crash). ``writer``: a ``csv.writer``; ``trace``: the requests' arrivals and sizes
+    simulated crash). ``writer``: a ``csv.writer`` (or a :class:`CsvSink`); ``trace``: the requests' arrivals and sizes
     (:class:`~pdmux_cli.simulate.traces.Trace`)."""
 
     def __init__(self, writer: Any, policy: str, trace: Any) -> None:
-        self.writer = writer
+        self.writer = getattr(writer, "writer", writer)  # a CsvSink, or a csv.writer
         self.policy = policy
         self.trace = trace
         self.next = 0

@@ -184,8 +184,9 @@ def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], sl
     (:func:`~pdmux_cli.simulate.cluster.replicas_apart`) each replica is (``total_requests`` needs every
     replica's queue at each arrival: its replicas run in one task, behind the router). ``progress``: called
     with the requests finished over all policies (per task when they run in workers). ``csv``: a
-    ``csv.writer`` for every policy's per-request rows, in policy order (as requests finish when the
-    policies run here, one after another; else as each policy's results come back). ``max_steps``,
+    ``csv.writer`` or a :class:`~pdmux_cli.simulate.fold.CsvSink` for every policy's per-request rows, in
+    policy order (as requests finish when the policies run here, one after another, a refused policy's
+    rows cut off again from a sink; else as each policy's results come back). ``max_steps``,
     ``progress_steps``: :func:`simulate_metrics`'s. ``max_concurrency``: a closed-loop client (:func:`simulate`).
     """
     from .executors import check_executor, local_workers, using
@@ -203,11 +204,15 @@ def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], sl
         results: list[PolicyMetrics | InputError] = []
         for i, policy in enumerate(policies):
             callback = (lambda finished, base=i * n: progress(base + finished)) if progress is not None else None
+            if hasattr(csv, "begin"):
+                csv.begin()
             try:
                 results.append(simulate_metrics(trace, setup, policy, slo_ttft_ms, slo_itl_ms, progress=callback, dp=dp,
                                                 load_balance_method=load_balance_method, max_concurrency=max_concurrency,
                                                 max_steps=max_steps, csv=csv, progress_steps=progress_steps))
             except InputError as exc:
+                if hasattr(csv, "abandon"):
+                    csv.abandon()  # a refused policy has no rows
                 results.append(exc)
         return results
     parts: dict[int, list] = {i: [None] * dp for i, r in tasks if r >= 0}
