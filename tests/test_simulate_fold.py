@@ -263,3 +263,32 @@ def test_a_run_past_the_exact_limit_says_its_itl_percentiles_are_approximate(mon
         assert math.isclose(approx.itl_ms[q], exact.itl_ms[q], rel_tol=fold.RELATIVE_ERROR)
     assert approx.per_request["itl_p99_ms"] == exact.per_request["itl_p99_ms"]  # what the SLO judges: exact
     assert approx.met == exact.met
+
+
+def test_ctrl_c_leaves_no_half_written_csv(tmp_path) -> None:
+    """The rows stream into a temporary file beside --csv (it grows while the run goes on); Ctrl-C removes it
+    and writes nothing: status 130, no file, no temporary file."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "rows.csv"
+    proc = subprocess.Popen([sys.executable, "-m", "pdmux_cli", "simulate", "--synthetic", "--qps", "5",
+                             "--max-requests", "300000", "--policies", "chunked", "--csv", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    growing = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        temps = [p for p in tmp_path.iterdir() if p.name.startswith(".rows.csv.")]
+        if temps and temps[0].stat().st_size > 100_000:
+            growing.append(temps[0].stat().st_size)
+            break
+        time.sleep(0.2)
+    assert growing, "the rows never streamed into the temporary file"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert b"Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

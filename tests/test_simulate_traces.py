@@ -330,3 +330,72 @@ def test_arrivals_text_says_all_at_once(tmp_path: Path) -> None:
     one = tmp_path / "one.csv"
     one.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,10,2\n")
     assert load_trace(one).arrivals_text() == "(one request)"
+
+
+# ---- streaming, gzip, compact columns ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["azure_conv_50.csv", "mooncake_small.jsonl", "burstgpt_small.csv", "azure_bad_rows.csv"])
+def test_gzip_traces_read_as_their_text(tmp_path: Path, name: str) -> None:
+    """Azure and BurstGPT publish gzip files: read by their first two bytes, whatever the name, with the same
+    requests and the same bad-row accounting."""
+    import gzip
+
+    plain = load_trace(FIX / name)
+    for packed in (tmp_path / (name + ".gz"), tmp_path / name):
+        packed.write_bytes(gzip.compress((FIX / name).read_bytes()))
+        t = load_trace(packed)
+        assert (t.arrival_s, t.prompt_tokens, t.output_tokens, t.hash_ids) == (
+            plain.arrival_s, plain.prompt_tokens, plain.output_tokens, plain.hash_ids)
+        assert (t.bad_rows, t.bad_examples, t.failed_rows, t.format) == (
+            plain.bad_rows, plain.bad_examples, plain.failed_rows, plain.format)
+
+
+def test_broken_gzip_is_one_line(tmp_path: Path) -> None:
+    import gzip
+
+    whole = gzip.compress((FIX / "azure_conv_50.csv").read_bytes())
+    cut = tmp_path / "cut.csv.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(InputError, match="cut.csv.gz: a broken gzip file"):
+        load_trace(cut)
+    junk = tmp_path / "junk.csv.gz"
+    junk.write_bytes(b"\x1f\x8b" + b"\x00" * 40)
+    with pytest.raises(InputError, match="junk.csv.gz"):
+        load_trace(junk)
+
+
+def test_traces_are_compact_columns_equal_to_tuples() -> None:
+    """Per request 8 bytes of arrival, prompt and output each (float64, int64); slices, equality with tuples,
+    pickling (to a worker) kept."""
+    import pickle
+
+    from pdmux_cli.simulate.columns import Column, Ragged
+
+    t = load_trace(FIX / "mooncake_small.jsonl")
+    assert isinstance(t.arrival_s, Column) and t.arrival_s.typecode == "d" and t.prompt_tokens.itemsize == 8
+    assert isinstance(t.hash_ids, Ragged) and t.hash_ids[0] == tuple(range(14)) and t.hash_ids[-1] == ()
+    assert t.prompt_tokens[1:3] == (6402, 6766) and isinstance(t.prompt_tokens[1:3], Column)
+    assert t.prompt_tokens != (1, 2) and t.prompt_tokens == list(t.prompt_tokens)
+    back = pickle.loads(pickle.dumps(t))
+    assert back == t and isinstance(back.prompt_tokens, Column) and back.hash_ids == t.hash_ids
+    assert len(pickle.dumps(synthetic_trace(5, num_requests=10_000))) < 10_000 * 24 + 2000
+    ragged = Ragged([(1, 2), (), (3,)])
+    assert ragged == ((1, 2), (), (3,)) and ragged[1:] == ((), (3,)) and Ragged() == () and not Ragged().any_values()
+    with pytest.raises(OverflowError):
+        ragged.append((1 << 70,))
+    assert ragged == ((1, 2), (), (3,))  # unchanged
+
+
+def test_hash_ids_past_64_bits_make_a_bad_row(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [7, 8]}\n'
+                    f'{{"timestamp": 1, "input_length": 600, "output_length": 5, "hash_ids": [7, {1 << 70}]}}\n')
+    t = load_trace(path)
+    assert len(t) == 1 and t.bad_rows == 1 and "64-bit" in t.bad_examples[0][1]
+
+
+def test_a_trace_past_the_request_limit_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(traces, "MAX_REQUESTS", 20)
+    with pytest.raises(InputError, match="more than 20 requests, the most one trace may have"):
+        load_trace(FIX / "azure_conv_50.csv")

@@ -1,0 +1,207 @@
+"""Where sweeps run (simulate/executors.py): the same results here, on local processes and on Ray; DP replicas
+simulated apart; a worker's failure named by its task; Ctrl-C cancelling Ray's tasks. The Ray tests run on a
+real local Ray instance (two CPUs) and are skipped where ray is not installed."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from pathlib import Path
+
+import pytest
+from cli_assertions import assert_one_line_error
+from typer.testing import CliRunner
+
+from pdmux_cli import pdmux_config as pc
+from pdmux_cli.cli import app
+from pdmux_cli.errors import InputError
+from pdmux_cli.hardware import find_gpu
+from pdmux_cli.model import load_model
+from pdmux_cli.simulate import executors, tune
+from pdmux_cli.simulate.cluster import replicas_apart
+from pdmux_cli.simulate.engine import make_setup
+from pdmux_cli.simulate.executors import TaskFailed, executor
+from pdmux_cli.simulate.report import metrics_dict
+from pdmux_cli.simulate.runner import simulate_policies
+from pdmux_cli.simulate.schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy, PrefillFirstPolicy
+from pdmux_cli.simulate.traces import load_trace, reshape, synthetic_trace
+
+FIX = Path(__file__).parent / "fixtures"
+AZURE = str(FIX / "azure_conv_50.csv")
+SETUP = make_setup(find_gpu("h100"), load_model("qwen3-8b"))
+runner = CliRunner()
+
+
+def _rows(out: io.StringIO) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(out.getvalue())))
+
+
+def _same_metrics(a, b) -> None:
+    assert [json.dumps(metrics_dict(m)) for m in a] == [json.dumps(metrics_dict(m)) for m in b]
+    for x, y in zip(a, b):
+        for key in x.per_request:
+            assert [repr(v) for v in x.per_request[key]] == [repr(v) for v in y.per_request[key]], key
+
+
+# ---- DP replicas simulated apart -------------------------------------------------------------------------------
+
+
+def test_round_robin_replicas_apart_give_what_the_router_gives() -> None:
+    """Three and eight round-robin replicas, each simulated alone on its requests (two processes), against
+    all of them behind the router in one process: the same metrics, per-request values and CSV rows."""
+    trace = synthetic_trace(30, "uniform:100:6000", "exp:200", num_requests=400, seed=1)
+    policies = [ChunkedPolicy(2048), MixedChunkPolicy(512), PrefillFirstPolicy(), PdmuxPolicy()]
+    for dp in (3, 8):
+        assert all(replicas_apart(p, SETUP, dp, "round_robin") for p in policies)
+        together, apart = io.StringIO(), io.StringIO()
+        one = simulate_policies(trace, SETUP, policies, 1000, 60, dp=dp, workers=1, csv=csv.writer(together))
+        two = simulate_policies(trace, SETUP, policies, 1000, 60, dp=dp, workers=2, csv=csv.writer(apart))
+        _same_metrics(one, two)
+        assert together.getvalue() == apart.getvalue()
+        assert {r[12] for r in _rows(apart)} == {str(i) for i in range(dp)}
+
+
+def test_replicas_stay_behind_the_router_where_routing_depends_on_them() -> None:
+    """total_requests needs every replica's queue at each arrival; a pdmux config SGLang 0.5.23 can crash on
+    stops taking requests, which moves the round robin's turn. Both stay in one task: still the same."""
+    crashing = PdmuxPolicy(pc.PdmuxConfig(sm_group_num=3, manual_divisions=((96, 36, 4),)))
+    assert not replicas_apart(ChunkedPolicy(8192), SETUP, 3, "total_requests")
+    assert not replicas_apart(crashing, SETUP, 3, "round_robin")
+    assert replicas_apart(PdmuxPolicy(crashing.config, unreleased_fallback=True), SETUP, 3, "round_robin")
+    assert not replicas_apart(ChunkedPolicy(8192), SETUP, 1, "round_robin")
+    trace = reshape(load_trace(AZURE), rate_scale=8)
+    for method in ("round_robin", "total_requests"):
+        one = simulate_policies(trace, SETUP, [crashing, ChunkedPolicy(8192)], 1000, 60, dp=3, workers=1,
+                                load_balance_method=method)
+        two = simulate_policies(trace, SETUP, [crashing, ChunkedPolicy(8192)], 1000, 60, dp=3, workers=2,
+                                load_balance_method=method)
+        _same_metrics(one, two)
+
+
+# ---- failures named by their task ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failed_task_names_what_it_was_simulating(workers) -> None:
+    """A task that raises in a worker (here a malformed task for tune's evaluation) is reported as the task it
+    was running; an InputError keeps its exit code 2 and gains the same prefix."""
+    trace = reshape(load_trace(AZURE), max_requests=10)
+    with pytest.raises(TaskFailed, match=r"while simulating pdmux config auto, 8 groups: ValueError"), \
+            executor("local", workers, tasks=2) as ex:
+        ex.run(tune._evaluate, ex.share(("not", "a", "task")), [PdmuxPolicy(), PdmuxPolicy()],
+               ["pdmux config auto, 8 groups"] * 2)
+    assert TaskFailed.exit_code == 1
+    with pytest.raises(InputError, match=r"^pdmux config x: the simulation passed its budget of 10 decode steps"), \
+            executor("local", workers, tasks=2) as ex:
+        ex.run(tune._evaluate, ex.share((trace, SETUP, 1000, 60, 1, "round_robin", 10)), [PdmuxPolicy()] * 2,
+               ["pdmux config x"] * 2)
+
+
+def test_tune_past_its_step_budget_names_the_config() -> None:
+    r = runner.invoke(app, ["tune", "--trace", AZURE, "--slo-ttft", "1000", "--slo-itl", "60", "--sm-group-nums", "8",
+                            "--divisors", "36", "--budgets", "65536", "--workers", "1", "--max-steps", "20"])
+    assert_one_line_error(r, 2, "pdmux config auto, 8 groups, div 36, budget 65536: the simulation passed its budget "
+                                "of 20 decode steps")
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--executor", "dask"], "--executor must be one of local, ray"),
+    (["--ray-address", "auto"], "--ray-address applies to --executor ray"),
+    (["--executor", "ray", "--ray-address", " "], "give a Ray address"),
+    (["--max-steps", "-1"], "--max-steps"),
+])
+@pytest.mark.parametrize("command", ["simulate", "tune", "capacity"])
+def test_executor_options_are_checked(command, args, fragment) -> None:
+    base = {"simulate": ["simulate", AZURE], "capacity": ["capacity", AZURE],
+            "tune": ["tune", "--trace", AZURE, "--slo-ttft", "1000", "--slo-itl", "60"]}[command]
+    assert_one_line_error(runner.invoke(app, [*base, *args]), 2, fragment)
+
+
+def test_ray_missing_is_one_line(monkeypatch) -> None:
+    def missing():
+        raise InputError(f"--executor ray needs Ray: {executors.RAY_EXTRA} (or --executor local, the default)")
+
+    monkeypatch.setattr(executors, "import_ray", missing)
+    r = runner.invoke(app, ["simulate", AZURE, "--policies", "chunked", "--executor", "ray"])
+    assert_one_line_error(r, 2, "pip install 'pdmux[ray]'")
+
+
+# ---- on a local Ray instance -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray instance of two CPUs for this module (the commands reuse it: they find Ray initialized)."""
+    ray = pytest.importorskip("ray")
+    import logging
+
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    yield ray
+    ray.shutdown()
+
+
+def _json(args: list[str]) -> str:
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.ray
+def test_tune_on_ray_gives_the_local_json_byte_for_byte(ray_cluster) -> None:
+    args = ["tune", "--trace", AZURE, "--slo-ttft", "1000", "--slo-itl", "60", "--sm-group-nums", "3,8", "--divisors",
+            "24,36", "--budgets", "16384,65536", "--workers", "2", "--rate-scale", "6", "--json"]
+    local = _json(args)
+    assert _json([*args, "--executor", "ray"]) == local
+    assert json.loads(local)["workers"] == 2 and len(json.loads(local)["rows"]) > 10
+
+
+@pytest.mark.ray
+def test_capacity_on_ray_gives_the_local_json_byte_for_byte(ray_cluster) -> None:
+    args = ["capacity", AZURE, "--policies", "pdmux,chunked,mixed-chunk", "--workers", "2", "--json"]
+    assert _json([*args, "--executor", "ray"]) == _json(args)
+
+
+@pytest.mark.ray
+def test_simulate_on_ray_gives_the_local_json_and_csv(ray_cluster, tmp_path) -> None:
+    """Per policy, and per round-robin replica (--dp 3): the JSON and the --csv rows are the local ones."""
+    outputs = {}
+    for name, extra in (("local", []), ("ray", ["--executor", "ray"])):
+        path = tmp_path / f"{name}.csv"
+        out = _json(["simulate", AZURE, "--rate-scale", "8", "--dp", "3", "--workers", "2", "--csv", str(path), "--json",
+                     *extra])
+        outputs[name] = (out.replace(str(path), "CSV"), path.read_text())
+    assert outputs["ray"] == outputs["local"]
+    assert len(outputs["local"][1].splitlines()) == 1 + 3 * 50
+
+
+@pytest.mark.ray
+def test_a_failed_ray_task_names_what_it_was_simulating(ray_cluster) -> None:
+    with pytest.raises(TaskFailed, match=r"while simulating chunked 8192 at 3 req/s: ValueError"), \
+            executor("ray", 2, tasks=2) as ex:
+        ex.run(tune._evaluate, ex.share(("not", "a", "task")), [ChunkedPolicy(8192)] * 2,
+               ["chunked 8192 at 3 req/s"] * 2)
+
+
+@pytest.mark.ray
+def test_ctrl_c_cancels_the_ray_tasks(ray_cluster) -> None:
+    """Two long simulations on the two CPUs; Ctrl-C (KeyboardInterrupt) in the driver: both are cancelled, the
+    CPUs free again within seconds (not after the minutes the simulations take)."""
+    ray = ray_cluster
+    trace = synthetic_trace(5, 1024, 128, num_requests=300_000, seed=0)
+    with pytest.raises(KeyboardInterrupt), executor("ray", 2, tasks=2) as ex:
+        shared = ex.share((trace, SETUP, 1000, 60, 1, "round_robin", 0))
+        for policy in (ChunkedPolicy(8192), PdmuxPolicy()):
+            ex.submit(tune._evaluate, shared, policy, policy.label)
+        deadline = time.monotonic() + 30
+        while ray.available_resources().get("CPU", 0) > 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ray.available_resources().get("CPU", 0) == 0  # both running
+        raise KeyboardInterrupt
+    deadline = time.monotonic() + 20
+    while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0) == 2
