@@ -128,6 +128,30 @@ def test_the_committed_scan_is_what_the_script_writes() -> None:
     assert json.loads(out) == json.loads((ROOT / "profiles" / "sglang" / "models-0.5.23.json").read_text())
 
 
+#: A git copy holding sgl-project/sglang main at 2260e612 (Li-brua/sglang's snapshot: its merge f6f87402 has
+#: it as the upstream parent), where this machine has one.
+MAIN_MIRROR = Path("/work/.mirror/Li-brua+sglang/repo")
+MAIN_COMMIT = "2260e612f6092000d899dab42da92c549f015c4a"
+
+
+def _has_main_commit() -> bool:
+    if not MAIN_MIRROR.is_dir():
+        return False
+    return subprocess.run(["git", "-C", str(MAIN_MIRROR), "cat-file", "-e", MAIN_COMMIT + "^{commit}"],
+                          check=False, capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _has_main_commit(), reason="no git copy of sgl-project/sglang main at 2260e612 here")
+def test_the_committed_main_scan_is_what_the_script_writes(tmp_path: Path) -> None:
+    archive = subprocess.run(["git", "-C", str(MAIN_MIRROR), "archive", MAIN_COMMIT, "python/sglang/srt/models"],
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive, check=True)
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scan_sglang_models.py"),
+                          str(tmp_path / "python" / "sglang"), "main@2260e61"], capture_output=True, text=True,
+                         check=True).stdout
+    assert json.loads(out) == json.loads((ROOT / "profiles" / "sglang" / "models-main-2260e61.json").read_text())
+
+
 def test_revisions_are_named_and_refused_when_unknown() -> None:
     assert ss.get_revision().key == "0.5.23" and ss.get_revision(None).commit is None
     assert ss.get_revision("overlay@2126b0b79492").key == "overlay@2126b0b"
