@@ -14,8 +14,10 @@ auto``, ``--moe-a2a-backend none``, EP 1):
   aiconfigurator as ``sglang_flashinfer_trtllm_moe`` w4a8_mxfp4_mxfp8;
 - elsewhere, and for every other model, ``triton`` (``fused_moe``: ``moe_align_block_size`` and two Triton
   grouped GEMMs; ``srt/layers/quantization/unquant.py``, ``fp8.py``: DeepGEMM only with an all-to-all
-  backend); gpt-oss off SM100 runs ``triton_kernel`` (``gpt_oss.py``), measured by aiconfigurator's Hopper
-  table as its w4a16_mxfp4 MoE.
+  backend); gpt-oss off SM100 runs ``triton_kernel`` (the ``triton_kernels`` package's MXFP4 ``matmul_ogs``,
+  ``gpt_oss.py``), which no public table measures: aiconfigurator's w4a16_mxfp4 rows off SM100 time SGLang's
+  ``triton`` runner on MXFP4 weights (``kernel_source`` ``sglang_fused_moe_triton``, reading them at about a
+  quarter of the HBM's bandwidth), another kernel, so gpt-oss there keeps the GEMM-based experts.
 
 The measured efficiencies (``profiles/efficiency/<gpu>.yaml`` ``moe``, fitted to aiconfigurator's SGLang
 MoE tables by ``benchmarks/fit_efficiency.py``) are keyed ``"<kernel>/<dtype>"``: dtype ``bf16``,
@@ -29,7 +31,8 @@ from typing import Any
 
 from .efficiency import EfficiencyProfile, OperatorEfficiency
 
-#: The runners of aiconfigurator's SGLang MoE table (``benchmarks/aic_extract.py`` ``MOE_KERNELS``).
+#: The runners of aiconfigurator's SGLang MoE table (``benchmarks/aic_extract.py`` ``MOE_KERNELS``); one of
+#: them stands in for the other in the same dtype. SGLang's ``triton_kernel`` (gpt-oss off SM100) is in no table.
 MOE_KERNELS = ("triton", "flashinfer_trtllm")
 #: The expert dtypes of the table, and whether their GEMMs run fp8 tensor-core math.
 MOE_DTYPES = {"bf16": False, "fp8_block": True, "w4a16_mxfp4": False, "w4a8_mxfp4_mxfp8": True}
@@ -72,7 +75,9 @@ def moe_kernel(model: Any, compute_capability: tuple[int, int],
     arch = (tuple(getattr(model, "architectures", ())) or ("",))[0]
     sm100 = is_sm100(compute_capability)
     if dtype == "mxfp4":
-        return ("flashinfer_trtllm", "w4a8_mxfp4_mxfp8") if sm100 and arch in GPT_OSS_ARCHS else ("triton", "w4a16_mxfp4")
+        if sm100 and arch in GPT_OSS_ARCHS:
+            return "flashinfer_trtllm", "w4a8_mxfp4_mxfp8"
+        return ("triton_kernel" if arch in GPT_OSS_ARCHS else "triton"), "w4a16_mxfp4"
     if sm100 and (arch in QWEN3_MOE_ARCHS or arch in DEEPSEEK_ARCHS):
         return "flashinfer_trtllm", dtype
     return "triton", dtype
@@ -91,6 +96,9 @@ def for_moe(profile: EfficiencyProfile, kind: tuple[str, str] | None) -> tuple[E
     found = profile.moe_section(kernel, dtype)
     if found is not None:
         return replace(profile, moe_routed=found), ""
+    if kernel not in MOE_KERNELS:
+        return profile, (f"SGLang's {kernel} MoE ({dtype}) is not in any public table: the routed experts are timed "
+                         "as two GEMMs with the GEMM efficiency")
     for other in MOE_KERNELS:
         found = profile.moe_section(other, dtype)
         if found is not None:
