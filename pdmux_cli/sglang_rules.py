@@ -76,7 +76,7 @@ def verdict(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], revision: 
     """
     rev = get_revision(revision)
     if not rev.loader_read:
-        return Verdict(rev.key, None, "", f"not judged: pdmux has not read {rev.name}'s pdmux_context.py (the "
+        return Verdict(rev.key, None, "", f"pdmux has not read {rev.name}'s pdmux_context.py (the "
                        "loader, start-up checks and divide_sm; not in the stored copy at that commit)")
     if rev.startup_failure is not None:  # main@2260e61: 0.5.23's loader, then init_pdmux's AttributeError
         released = verdict(config, parse_problems, "0.5.23", total_sms, cc, raw_divisions_null, cli_sm_group_num)
