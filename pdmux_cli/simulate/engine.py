@@ -45,6 +45,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import operator
 from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -98,7 +99,7 @@ MEM_FRACTION_RANGE = (0.05, 0.99)
 
 
 class StepEnds(array):
-    """End time (s) of every decode step, 8 bytes each (an ``array('d')``).
+    """End time (s) of every decode step, 8 bytes each (an ``array('d')``); with ``gaps`` (:meth:`gaps_upto`).
 
     Kept whole (``budget`` ``None``): at most :data:`MAX_DECODE_STEPS`, :meth:`check_room` raising
     :class:`InputError` past it, naming the way out. Streamed (``budget`` an int, 0 for no limit; a
@@ -117,6 +118,21 @@ class StepEnds(array):
         self.prev = 0.0
         self.weight = 0
         self.cont = array("q")
+        self.gaps = array("d")
+
+    def gaps_upto(self, k: int) -> array:
+        """:attr:`gaps` (per step of the window, its end minus the previous step's, :attr:`prev` for the first)
+        computed through window index ``k`` (exclusive), each once."""
+        gaps = self.gaps
+        done = len(gaps)
+        if done < k:
+            if not done:
+                gaps.append(self[0] - self.prev)
+                done = 1
+            if done < k:
+                gaps.extend(map(operator.sub, array.__getitem__(self, slice(done, k)),
+                                array.__getitem__(self, slice(done - 1, k - 1))))
+        return gaps
 
     @property
     def total(self) -> int:

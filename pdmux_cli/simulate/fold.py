@@ -146,7 +146,7 @@ class WeightedSample:
     DP replicas of one run); whether the result is exact depends only on the entries in all, not on
     the order they came in."""
 
-    __slots__ = ("count", "hist", "max", "total", "values", "weights")
+    __slots__ = ("_cached", "count", "hist", "max", "total", "values", "weights")
 
     def __init__(self) -> None:
         self.values = array("d")
@@ -155,6 +155,7 @@ class WeightedSample:
         self.count = 0  # entries added (not their weights)
         self.total = 0  # sum of weights
         self.max = -math.inf
+        self._cached: tuple[int, tuple[list[int], list[int]]] | None = None  # buckets at a count
 
     @property
     def approximate(self) -> bool:
@@ -219,7 +220,13 @@ class WeightedSample:
             self.hist[key] = self.hist.get(key, 0) + weight
 
     def _buckets(self) -> tuple[list[int], list[int]]:
-        """Bucket keys ascending and their cumulative weights."""
+        """Bucket keys ascending and their cumulative weights (computed once for as many entries)."""
+        if self._cached is not None and self._cached[0] == self.count:
+            return self._cached[1]
+        self._cached = (self.count, self._count_buckets())
+        return self._cached[1]
+
+    def _count_buckets(self) -> tuple[list[int], list[int]]:
         if self.hist is not None:
             keys = sorted(self.hist)
             return keys, list(itertools.accumulate(self.hist[k] for k in keys))
@@ -552,8 +559,10 @@ class Fold:
                     cont.frombytes(bytes(8 * need))
                 cont[s + 1] += 1
                 cont[s + r] -= 1
-                seg = array("d", map(operator.sub, ends[s + 1:s + r], ends[s:s + r - 1]))
-                mx = max(max(seg), g0)
+                seg = ends.gaps_upto(s + r)[s + 1:s + r]
+                mx = max(seg)
+                if g0 > mx:  # noqa: PLR1730 - max(mx, g0) exactly, no call
+                    mx = g0
             else:
                 seg = None
                 mx = g0
@@ -595,11 +604,12 @@ class Fold:
         weights = array("q", itertools.accumulate(cont[:k], initial=ends.weight))
         ends.weight = weights[-1]
         del weights[0]
-        gaps = array("d", map(operator.sub, ends[:k], itertools.chain((ends.prev,), ends[:k - 1])))
+        gaps = ends.gaps_upto(k)[:k]
         self.itl.extend(array("d", itertools.compress(gaps, weights)), array("q", itertools.compress(weights, weights)))
         ends.prev = ends[k - 1]
         del ends[:k]
         del cont[:k]
+        del ends.gaps[:k]
         ends.base = upto
         self.steps += k
 

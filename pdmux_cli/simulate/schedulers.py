@@ -285,29 +285,42 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             defer = interval
             continue
         if n:
-            if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
-                ratio = work.ratio
-                if ratio > MIN_RATIO:  # Work.decay_ratio, inline: the hot path
-                    work.ratio = max(MIN_RATIO, ratio - RATIO_DECAY)
-            elif work.check_decode_memory():
-                n = batch.n
-            else:
-                work.decay_ratio()
-            gpu = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max) + n * per_request
-            cpu = cpu_of.get(n) or cpu_of.add(n)
-            t += max(gpu, cpu) if overlap else gpu + cpu
-            step = ends.base + len(ends)
-            append(t)
-            finished = batch.complete(step)
-            if finished:
-                work.release(finished, t)
-                next_t = work.next_arrival_time()  # a closed-loop client sends on a finish
-                work.batch_full = False
-            if step >= next_progress:
-                next_progress += every
-                work.tick()
-                if progress is not None:
-                    progress(work.finished)
+            while True:  # decode rounds; the next one too while it would be one (the checks above, in order)
+                if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
+                    ratio = work.ratio
+                    if ratio > MIN_RATIO:  # Work.decay_ratio, inline: the hot path (max(MIN_RATIO, r), exactly)
+                        ratio -= RATIO_DECAY
+                        work.ratio = ratio if ratio > MIN_RATIO else MIN_RATIO  # noqa: FURB136 - no call
+                elif work.check_decode_memory():
+                    n = batch.n
+                else:
+                    work.decay_ratio()
+                gpu = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max) + n * per_request
+                cpu = cpu_of.get(n) or cpu_of.add(n)
+                if overlap:
+                    t += cpu if cpu > gpu else gpu  # noqa: FURB136 - max(gpu, cpu) exactly, no call
+                else:
+                    t += gpu + cpu
+                step = ends.base + len(ends)
+                append(t)
+                finished = batch.complete(step)
+                if finished:
+                    work.release(finished, t)
+                    next_t = work.next_arrival_time()  # a closed-loop client sends on a finish
+                    work.batch_full = False
+                if step >= next_progress:
+                    next_progress += every
+                    work.tick()
+                    if progress is not None:
+                        progress(work.finished)
+                if finished or t >= horizon or (last_start if overlap else t) >= next_t:
+                    break
+                if defer > 0:  # a deferred round: decode only
+                    defer -= 1
+                elif work.chunked_rid >= 0 or (work.waiting and not work.batch_full):
+                    break  # a prefill batch may be formed: the full round
+                work.finished_mark = work.finished
+                last_start = t
             continue
         if work.chunked_rid >= 0 or (work.waiting and deferred):
             continue  # deferred rounds with nothing to decode (an idle round each, the last one included)
@@ -494,6 +507,32 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
             work.tick()
             if progress is not None:
                 progress(work.finished)
+        while pf is None and not finished:  # the next rounds too while each is a decode step on the whole GPU
+            if t >= horizon or t >= next_t or (work.waiting and not work.batch_full):
+                break  # (the checks at the top of a round, in order: a pause, arrivals, a prefill batch)
+            n = batch.n  # (a prefill merged at the end of the round changes it)
+            if not n or not (fast_memory and capacity - batch.sum_context - work.extra_held >= n):
+                break  # an idle server, or a memory check that may retract
+            work.finished_mark = work.finished
+            ratio = work.ratio
+            if ratio > MIN_RATIO:  # max(MIN_RATIO, ratio - RATIO_DECAY), exactly
+                ratio -= RATIO_DECAY
+                work.ratio = ratio if ratio > MIN_RATIO else MIN_RATIO  # noqa: FURB136 - no call on the hot path
+            tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
+            group_time[last] += tau
+            t += tau
+            step = ends.base + len(ends)
+            append(t)
+            finished = batch.complete(step)
+            if finished:
+                work.release(finished, t)
+                next_t = work.next_arrival_time()
+                finished_last_round = True
+            if step >= next_progress:
+                next_progress += every
+                work.tick()
+                if progress is not None:
+                    progress(work.finished)
     counters["rounds"] = ends.total
     counters["retracted_requests"] = work.retractions
     counters.update(work.cache_counters())
