@@ -205,3 +205,15 @@ def test_ctrl_c_cancels_the_ray_tasks(ray_cluster) -> None:
     while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert ray.available_resources().get("CPU", 0) == 2
+
+
+def test_progress_comes_task_by_task_in_this_process() -> None:
+    """One worker: each task runs when its turn comes, so tune's progress counts them one by one."""
+    from pdmux_cli.simulate.tune import tune as run_tune
+
+    calls = []
+    trace = reshape(load_trace(AZURE), rate_scale=6)
+    result = run_tune(trace, SETUP, 1000, 60, sm_group_nums=[3, 8], divisors=[36], budgets=[65536], workers=1,
+                      progress=lambda done, total: calls.append((done, total)), schedules=())
+    total = len(result.rows)
+    assert calls == [(i, total) for i in range(1, total + 1)] and result.workers == 1

@@ -325,7 +325,7 @@ def capacity(
 
     budget = step_budget(len(workload), max_steps)
     label = "sizing" + (" on Ray" if executor == "ray" else "") + (
-        f" (budget {budget:,} decode steps a server, --max-steps)" if budget else "")
+        f" (budget {budget:,} steps)" if budget else "")
     bar, update = _progress(_show_progress(as_json), 10 * len(runs), label)
     if bar is not None:
         bar.start()

@@ -600,14 +600,14 @@ def simulate(
     from ..simulate.engine import step_budget
 
     budget = step_budget(n, max_steps)
-    label = "simulating" + (f" (budget {budget:,} decode steps a server, --max-steps)" if budget else "")
+    label = "simulating" + (f" (budget {budget:,} steps)" if budget else "")
     bar, update = _progress(_show_progress(as_json) and n * len(runs) >= 2000, n * len(runs), label)
     steps_shown = None
     if bar is not None and budget:
         task = bar.task_ids[0]
 
         def steps_shown(steps: int) -> None:
-            bar.update(task, description=f"simulating: {steps:,} of {budget:,} decode steps (--max-steps)")
+            bar.update(task, description=f"simulating ({steps:,}/{budget:,} steps)")
 
     metrics = []
     refused: list[tuple[str, InputError]] = []
@@ -728,7 +728,7 @@ def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_gro
     _check_max_steps(max_steps)
     budget = step_budget(len(workload), max_steps)
     where = " on Ray" if executor == "ray" else ""
-    bar, _ = _progress(show_progress, 1, f"tuning{where}" + (f" (budget {budget:,} decode steps a server, --max-steps)"
+    bar, _ = _progress(show_progress, 1, f"tuning{where}" + (f" (budget {budget:,} steps)"
                                                              if budget else ""))
     rev = get_revision(sglang)  # its rules: the layer cap searched, manual levels, the group-1 fallback
     cluster = {"dp": dp, "load_balance_method": load_balance_method, "slo_margins": margins,

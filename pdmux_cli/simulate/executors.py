@@ -110,7 +110,6 @@ class Executor:
     def __init__(self, workers: int) -> None:
         self.workers = workers
         self._order = itertools.count()
-        self._done: deque[Job] = deque()
 
     # ---- the interface -------------------------------------------------------------------------
     def share(self, obj: Any) -> Any:
@@ -160,23 +159,26 @@ class Executor:
 
 
 class InProcess(Executor):
-    """Tasks run here, in order, as they are submitted (one worker)."""
+    """Tasks run here, one after another in the order submitted, each when :meth:`next_done` asks for it
+    (one worker)."""
 
     def __init__(self) -> None:
         super().__init__(1)
+        self._queue: deque[tuple[Job, Callable, Any, Any]] = deque()
 
     def _start(self, job: Job, fn: Callable, shared: Any, arg: Any) -> None:
+        self._queue.append((job, fn, shared, arg))
+
+    def next_done(self) -> Job:
+        job, fn, shared, arg = self._queue.popleft()
         try:
             job.outcome = (True, fn(shared, arg))
         except Exception as exc:  # noqa: BLE001 - re-raised by Job.result with the task named
             job.outcome = (False, exc)
-        self._done.append(job)
-
-    def next_done(self) -> Job:
-        return self._done.popleft()
+        return job
 
     def pending(self) -> int:
-        return len(self._done)
+        return len(self._queue)
 
 
 class Processes(Executor):
