@@ -70,6 +70,7 @@ def main() -> None:
                    "chunked", "--json"], 1)
     data = json.loads(big["stdout"])
     policy = data["policies"][0]
+    print(f"5M run: {big['wall_s']:.1f} s, {big['peak_rss_mib']:.0f} MiB, load {load}", flush=True)
     lines.append(f"| `simulate --synthetic --qps 5 --max-requests {opts.requests:,} --policies chunked` | "
                  f"{data['trace']['requests']:,} | < 10 min, < 1.5 GB | {big['wall_s'] / 60:.1f} min | "
                  f"{big['peak_rss_mib']:.0f} MiB | {load} |")

@@ -37,7 +37,9 @@ from pathlib import Path
 import results_md
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACES = ROOT.parent / "shared" / "data" / "traces"
+#: The workplace's traces: ``../shared`` beside the checkout (or beside a folder above it: a clone in a subfolder).
+TRACES = next((p / "shared" / "data" / "traces" for p in ROOT.parents if (p / "shared" / "data" / "traces").is_dir()),
+              ROOT.parent / "shared" / "data" / "traces")
 CONV = TRACES / "AzureLLMInferenceTrace_conv.csv"
 CODE = TRACES / "AzureLLMInferenceTrace_code.csv"
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
