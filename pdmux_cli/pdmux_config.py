@@ -849,12 +849,16 @@ def launch_flags(config_path: str, sm_group_num: int, tp: int = 1) -> list[str]:
     ``--sm-group-num`` must equal the YAML's sm_group_num (unreleased SGLang; 0.5.23 crashes with
     fewer); SGLang 0.5.23 requires ``--chunked-prefill-size -1`` given explicitly and the overlap
     schedule disabled. ``tp > 1`` adds ``--tp-size N`` (every rank loads the same YAML and builds the
-    same stream groups on its own GPU).
+    same stream groups on its own GPU). A relative path starting with ``-`` is written ``./-...``:
+    SGLang's argparse would read ``--weird.yaml`` as an option, not as the flag's value.
     """
+    path = str(config_path)
+    if path.startswith("-"):
+        path = "./" + path
     flags = [
         "--enable-pdmux",
         "--pdmux-config-path",
-        str(config_path),
+        path,
         "--sm-group-num",
         str(sm_group_num),
         "--chunked-prefill-size",

@@ -16,7 +16,7 @@ import typer
 from ..atomic import check_writable, refuse_overwriting_inputs
 from ..errors import InputError
 from . import app
-from .common import console, gpu_file, model_file, print_json, print_note, write_atomic
+from .common import console, gpu_file, model_file, output_path, print_json, print_note, write_atomic
 
 #: Points shown in the table (``--json`` has them all).
 MAX_TABLE_ROWS = 30
@@ -104,7 +104,7 @@ def calibrate(
     kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element the server used (default: by --kv-cache-dtype)."),
     kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help="The server's --kv-cache-dtype: auto (the model's dtype; fp8_e4m3 where its quantization_config says kv_cache_quant_algo FP8), fp8_e4m3, fp8_e5m2, bf16 (default: auto)."),
     merge: list[Path] = typer.Option([], "--merge", help="Merge two calibration files (pdmux bench + pdmux calibrate) instead."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write calibration.yaml here (whole or not at all); default: print it."),
+    output: Path | None = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>", help="Write calibration.yaml here (whole or not at all); default: print it."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (the fit, every point, the YAML)."),
 ) -> None:
     """Fit the cost model's whole-GPU terms to your own SGLang's one-batch results and server logs.

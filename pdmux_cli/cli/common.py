@@ -17,6 +17,7 @@ from typing import Any
 from typer.core import TyperGroup
 
 from ..errors import InputError, PdmuxError, printable, short_repr
+from ..signals import Terminated, handling_signals, raised_stop
 
 
 def fail_line(message: str) -> None:
@@ -54,9 +55,35 @@ def _flush_stdout() -> None:
         sys.stdout.flush()
 
 
+class _Stopped(Exception):
+    """A :class:`~pdmux_cli.signals.Terminated` (SIGTERM, SIGHUP) carried past click's handlers: exit
+    ``128 + signum`` with one line."""
+
+    def __init__(self, signal: Terminated) -> None:
+        super().__init__(signal.name)
+        self.signal = signal
+
+
 class _BrokenPipe(Exception):
     """EPIPE on stdout, as our rich consoles (instead of rich's own ``SystemExit(1)``) and
     :meth:`OneLineErrorGroup.invoke` raise it: exit 0 quietly."""
+
+
+def _from_rich_broken_pipe(exc: SystemExit) -> bool:
+    """Whether ``exc`` is rich's ``Console.on_broken_pipe`` leaving (``SystemExit(1)``): typer prints
+    ``--help`` on a console of its own, whose reader may go away (``pdmux --help | head -1``)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return exc.code == 1 and tb is not None and tb.tb_frame.f_code.co_name == "on_broken_pipe"
+
+
+def _flags_without_metavar(command: Any, ctx: Any) -> None:
+    """Give ``command``'s on/off flags an empty metavar: typer's help would show ``<bool>`` beside
+    ``--json``, as if it took a value."""
+    for param in command.get_params(ctx):
+        if getattr(param, "is_flag", False) and getattr(param, "metavar", "") is None:
+            param.metavar = ""
 
 
 def _click_classes(name: str) -> tuple[type, ...]:
@@ -86,10 +113,21 @@ class OneLineErrorGroup(TyperGroup):
     """The typer group of ``pdmux``: every failure becomes one line on stderr, never a traceback.
 
     Usage errors (click's, and :class:`InputError`) exit 2; :class:`~pdmux_cli.errors.DeviceError`
-    and other runtime failures exit 1; Ctrl-C exits 130. A reader of stdout that goes away (EPIPE:
+    and other runtime failures exit 1; Ctrl-C exits 130, SIGTERM 143 and SIGHUP 129, after the same
+    cleanup (:mod:`pdmux_cli.signals`: worker processes terminated, temporary files removed). A reader of stdout that goes away (EPIPE:
     ``pdmux ... | head -1``) is no failure: exit 0, nothing on stderr. A closed or full stderr never
     changes the status (:func:`fail_line`).
     """
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _flags_without_metavar(command, ctx)
+        return command
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _flags_without_metavar(self, ctx)
+        super().format_help(ctx, formatter)
 
     def invoke(self, ctx: Any) -> Any:
         """Run the command; EPIPE on stdout leaves as :class:`_BrokenPipe`, past click's own handler
@@ -98,6 +136,8 @@ class OneLineErrorGroup(TyperGroup):
             return super().invoke(ctx)
         except BrokenPipeError:
             raise _BrokenPipe() from None
+        except Terminated as e:  # past click's KeyboardInterrupt handler, which writes to a stderr maybe gone
+            raise _Stopped(e) from None
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
@@ -107,10 +147,27 @@ class OneLineErrorGroup(TyperGroup):
                 sys.exit(1)
             return 1
         try:
-            rv = super().main(args=args, prog_name=prog_name or "pdmux", complete_var=complete_var,
-                              standalone_mode=False, **extra)
-            code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
-            _flush_stdout()
+            with handling_signals():
+                try:
+                    rv = super().main(args=args, prog_name=prog_name or "pdmux", complete_var=complete_var,
+                                      standalone_mode=False, **extra)
+                except _ABORTS as e:
+                    if isinstance(e.__cause__, Terminated):  # stopped while parsing the options
+                        raise _Stopped(e.__cause__) from None
+                    raise
+                except SystemExit as e:
+                    if _from_rich_broken_pipe(e):  # typer's own help console (`pdmux --help | head -1`)
+                        raise _BrokenPipe() from None
+                    raise
+                stop = raised_stop()
+                if stop is not None:  # typer returned 130 for it (a stop while it parsed the options)
+                    raise _Stopped(stop)
+                code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+                _flush_stdout()
+        except (_Stopped, Terminated) as e:  # SIGTERM or SIGHUP: all unwound (workers gone, no temporary file)
+            stop = e.signal if isinstance(e, _Stopped) else e
+            fail_line(f"stopped by {stop.name}")
+            code = stop.exit_code
         except (BrokenPipeError, _BrokenPipe):
             # the reader of stdout went away (`pdmux ... | head -1`): what it wanted it has; exit 0 quietly,
             # as Unix filters do on EPIPE
@@ -303,6 +360,21 @@ def gpu_file(gpu: str | None) -> Path | None:
 
     path = Path(gpu.strip()).expanduser()
     return path if is_file(path) else None
+
+
+def output_path(text: str) -> Path:
+    """The ``parser`` of every output-file option (``--csv``, ``--plot``, ``--output``): the path as
+    typed, refused (exit 2, naming the option) when it ends with ``/``: a folder, which ``Path`` would
+    silently turn into a file of that name."""
+    from typer import BadParameter
+
+    text = str(text)
+    if text.endswith(("/", os.sep)) and text.strip("/" + os.sep):
+        raise BadParameter(f"{short_repr(text)} ends with '/', a folder: give a file name "
+                           f"(e.g. {short_repr(text.rstrip('/' + os.sep) + '/out')})")
+    if not text.strip():
+        raise BadParameter("an empty path: give a file name")
+    return Path(text)
 
 
 def write_atomic(path: str | Path, text: str) -> Path:

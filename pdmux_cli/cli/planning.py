@@ -22,6 +22,7 @@ from .common import (
     fail_line,
     gpu_file,
     model_file,
+    output_path,
     parse_cc,
     parse_float_list,
     parse_int_list,
@@ -280,7 +281,7 @@ def estimate(
     kv_link_latency_us: float | None = typer.Option(None, "--kv-link-latency-us", help="--disagg's KV link latency per transfer, us (overrides --kv-link's)."),
     disagg_tp: int | None = typer.Option(None, "--disagg-tp", help="--disagg: each instance's TP (default --tp)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-    plot: Path | None = typer.Option(None, "--plot", help="Write ITL against prefill time at every level, the other policies as points, to this PNG."),
+    plot: Path | None = typer.Option(None, "--plot", parser=output_path, metavar="<path>", help="Write ITL against prefill time at every level, the other policies as points, to this PNG."),
     sglang: str = sglang_option(),
 ) -> None:
     """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing
@@ -385,7 +386,7 @@ def gen_config(
     token_budget: int = typer.Option(65536, "--token-budget", help="split_forward_token_budget (tokens per round)."),
     divisions: str | None = typer.Option(None, "--divisions", help="Manual levels PREFILL:DECODE:THRESHOLD,... e.g. 112:20:0,104:28:5"),
     manual: bool = typer.Option(False, "--manual", help="Write SGLang's automatic levels as manual_divisions (always on Blackwell)."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write the YAML here (whole or not at all) instead of stdout."),
+    output: Path | None = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>", help="Write the YAML here (whole or not at all) instead of stdout."),
     tune: bool = typer.Option(False, "--tune", help="Pick the knobs by simulating a trace (needs --trace, --slo-ttft, --slo-itl, --gpu)."),
     trace: Path | None = typer.Option(None, "--trace", help="Trace for --tune, or whose decode steps give --slo-itl its context distribution (Azure CSV, Mooncake JSONL, BurstGPT CSV)."),
     slo_ttft: float | None = typer.Option(None, "--slo-ttft", help="TTFT SLO for --tune, ms."),

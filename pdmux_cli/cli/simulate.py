@@ -26,6 +26,7 @@ from .common import (
     console,
     gpu_file,
     model_file,
+    output_path,
     parse_float_list,
     parse_int_list,
     print_note,
@@ -483,8 +484,8 @@ def simulate(
     max_concurrency: int | None = typer.Option(None, "--max-concurrency", help="A closed-loop client with at most N requests in flight, as SGLang's bench_serving --max-concurrency: each request is sent at its arrival or when one finishes, whichever is later; TTFT counts from the send. One server only."),
     workers: int | None = typer.Option(None, "--workers", help="Processes, one policy each (default: the cores available; 1 runs the policies here, one after another)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
-    csv_path: Path | None = typer.Option(None, "--csv", help="Write per-request results to this CSV file."),
-    plot: Path | None = typer.Option(None, "--plot", help="Write ITL and TTFT CDFs to this PNG (needs matplotlib)."),
+    csv_path: Path | None = typer.Option(None, "--csv", parser=output_path, metavar="<path>", help="Write per-request results to this CSV file."),
+    plot: Path | None = typer.Option(None, "--plot", parser=output_path, metavar="<path>", help="Write ITL and TTFT CDFs to this PNG (needs matplotlib)."),
     sglang: str = sglang_option(),
 ) -> None:
     """Replay a request trace through PD multiplexing, chunked prefill, prefill-first and PD disaggregation.
@@ -829,7 +830,7 @@ def tune(
     dp: int | None = TUNE_DP_OPTION,
     load_balance_method: str | None = TUNE_LOAD_BALANCE_OPTION,
     disagg: str | None = typer.Option(None, "--disagg", help="Not taken: tune searches pdmux knobs; compare PD disaggregation with pdmux simulate or pdmux capacity --disagg XPYD."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write the winning YAML here (whole or not at all)."),
+    output: Path | None = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>", help="Write the winning YAML here (whole or not at all)."),
     show_all: bool = typer.Option(False, "--all", help="Show every config compared, not just the best."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     sglang: str = sglang_option(),

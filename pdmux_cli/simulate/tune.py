@@ -329,25 +329,30 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
             f"{trace.mean_qps:.3g} req/s (pdmux capacity sizes every policy)")
 
 
-def _ignore_interrupts() -> None:
-    """Worker initializer: Ctrl-C reaches the whole process group; the parent alone handles it."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 @contextmanager
 def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
-    """A process pool of ``workers`` that never outlives an interrupted or failed caller: on Ctrl-C or an
-    error the queued simulations are cancelled and the workers terminated at once (waiting for them
-    could take minutes, and a worker hit by SIGINT can leave the pool hanging)."""
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupts)
+    """A process pool of ``workers`` that never outlives an interrupted or failed caller: on Ctrl-C,
+    SIGTERM, SIGHUP (:mod:`pdmux_cli.signals`) or an error the queued simulations are cancelled and the
+    workers killed at once (waiting for them could take minutes, and a worker hit by SIGINT can leave
+    the pool hanging). The workers ignore those signals (the parent handles them for the whole process
+    group: :func:`pdmux_cli.signals.worker_init`) and on Linux die with their parent even when it is
+    killed outright. A worker that dies (the OOM killer's SIGKILL) ends the run with
+    :class:`~pdmux_cli.errors.PdmuxError` (exit 1)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from ..errors import PdmuxError
+    from ..signals import worker_init
+
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=worker_init, initargs=(os.getpid(),))
     try:
         yield pool
-    except BaseException:
+    except BaseException as exc:
         for process in list((getattr(pool, "_processes", None) or {}).values()):  # private: no public way
-            process.terminate()
+            process.kill()  # SIGKILL: the workers ignore SIGTERM
         pool.shutdown(wait=True, cancel_futures=True)  # the workers are gone: returns at once, nothing left to join
+        if isinstance(exc, BrokenProcessPool):
+            raise PdmuxError("a worker process died before finishing its simulation (out of memory, or killed): "
+                             "run again, with fewer --workers if memory is short") from None
         raise
     pool.shutdown()
 
