@@ -235,7 +235,7 @@ def _gpu_from_mapping(data: object, key: str, where: str) -> Gpu:
             f"{where}: field 'compute_capability' must be MAJOR.MINOR text like \"9.0\", got {short_repr(cc_raw)}"
         )
     try:
-        cc = parse_compute_capability(cc_raw)
+        cc = check_known_capability(parse_compute_capability(cc_raw))  # as --cc: no invented capability
     except InputError as exc:
         raise InputError(f"{where}: field 'compute_capability': {exc}") from None
 

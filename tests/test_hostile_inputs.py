@@ -164,3 +164,188 @@ def test_flags_show_no_bool_metavar() -> None:
         assert "<bool>" not in r.stdout
     r = runner.invoke(app, ["simulate", "--help"], env={"COLUMNS": "120"})
     assert "--csv" in r.stdout and "<path>" in r.stdout
+
+
+# --- bounded work: what no batch can be is refused, the rest stays fast ---------------------------------
+
+
+def _decode_log(path: Path, running: str, tokens: int = 36600) -> Path:
+    line = (f"[2026-11-30 09:00:00 TP0] Decode batch, #running-req: {running}, #token: {tokens}, token usage: 0.12, "
+            "cuda graph: True, gen throughput (token/s): 1825.82, #queue-req: 0\n")
+    path.write_text(line * 4)
+    return path
+
+
+@pytest.mark.parametrize(("running", "reason"), [
+    ("99999999999999999999", "4 missing fields"),  # past 12 digits: no count a log prints
+    ("9999999999", "3 fewer KV tokens than running requests"),  # each running request holds a token
+    ("٣٢", "4 missing fields"),
+])
+def test_calibrate_skips_a_batch_no_server_can_run(tmp_path, running, reason) -> None:
+    log = _decode_log(tmp_path / "server.log", running)
+    r = runner.invoke(app, ["calibrate", "--sglang-log", str(log), "--model", "qwen3-8b", "--gpu", "h100"])
+    assert_one_line_error(r, 2, "nothing to calibrate on")
+    assert reason in r.stderr
+
+
+def test_one_huge_decode_batch_is_timed_alone_and_as_a_cached_one() -> None:
+    """estimate --decode-bs 1000000 times that batch alone (DENSE_CACHE_GAP); the value equals the cached
+    path's, which a simulation growing its batch a request at a time takes."""
+    from pdmux_cli.costmodel import build_step_model
+    from pdmux_cli.costmodel.roofline import DENSE_CACHE_GAP
+    from pdmux_cli.hardware import find_gpu
+    from pdmux_cli.model import load_model
+
+    far = build_step_model(find_gpu("h100"), load_model("qwen3-8b"))
+    near = build_step_model(find_gpu("h100"), load_model("qwen3-8b"))
+    n = DENSE_CACHE_GAP + 10
+    for step in range(0, n, 64):  # grows the cache
+        near.decode_s(52, step + 1, 2048.0 * (step + 1))
+    assert far.decode_s(52, n, 2048.0 * n) == pytest.approx(near.decode_s(52, n, 2048.0 * n), rel=1e-12)
+    assert far.decode_s(132, 1_000_000, 2048e6) > far.decode_s(132, 500_000, 1024e6)
+
+
+def test_estimate_of_the_largest_decode_batch_at_every_level() -> None:
+    r = runner.invoke(app, ["estimate", "--decode-bs", "1000000", "--all-levels", "--json"])
+    assert r.exit_code == 0, r.stderr
+    import json
+
+    data = json.loads(r.stdout)
+    assert data["scenario"]["decode_bs"] == 1_000_000 and not data["fits"]
+    assert len(data["levels"]) == 6
+
+
+# --- tracebacks from the environment ---------------------------------------------------------------------
+
+
+def _pdmux(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pdmux_cli", *args], cwd=cwd, capture_output=True, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=120)
+
+
+def test_an_unknown_mplbackend_does_not_stop_a_plot(tmp_path) -> None:
+    run = _pdmux(["estimate", "--plot", "p.png"], tmp_path, MPLBACKEND="frob")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_missing_matplotlib_names_the_plot_extra(tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
+    r = runner.invoke(app, ["estimate", "--plot", str(tmp_path / "p.png")])
+    assert_one_line_error(r, 2, "--plot needs matplotlib: pip install 'pdmux[plot]'")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_ascii_terminal_gets_escapes_not_a_traceback(tmp_path) -> None:
+    run = _pdmux(["gen-config", "-o", "é.yaml"], tmp_path, PYTHONIOENCODING="ascii")
+    assert run.returncode == 0, run.stderr
+    assert b"wrote \\xe9.yaml" in run.stdout and (tmp_path / "é.yaml").exists()
+    run = _pdmux(["check-config", "é.yaml", "--gpu", "h100"], tmp_path, PYTHONIOENCODING="ascii")
+    assert run.returncode == 0, run.stderr
+    run = _pdmux(["check-config", "nowhere-é.yaml"], tmp_path, PYTHONIOENCODING="ascii")
+    assert run.returncode == 2 and run.stderr == b"pdmux: error: pdmux config nowhere-\\xe9.yaml: no such file\n"
+
+
+# --- values no launch can use ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [
+    ["gen-config"], ["splits"], ["estimate"], ["simulate", "--synthetic", "--qps", "1", "--duration", "3"],
+])
+def test_more_stream_groups_than_sms_are_refused(args) -> None:
+    r = runner.invoke(app, [*args, "--sm-group-num", "99999999999999999999"])
+    assert_one_line_error(r, 2, "--sm-group-num 99999999999999999999: more stream groups than the GPU has SMs (132)")
+    assert "give at most 134" in r.stderr
+    assert runner.invoke(app, [*args, "--sm-group-num", "134"]).exit_code == 0
+
+
+def test_check_config_refuses_more_stream_groups_than_sms(tmp_path) -> None:
+    import json
+
+    path = tmp_path / "big.yaml"
+    path.write_text("sm_group_num: 99999999999999999999\n")
+    r = runner.invoke(app, ["check-config", str(path), "--gpu", "h100", "--json"])
+    assert r.exit_code == 2
+    [problem] = json.loads(r.stdout)["problems"]
+    assert problem["where"] == "sm_group_num" and problem["severity"] == "error"
+    assert "more stream groups than the GPU has SMs (132)" in problem["message"]
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("sm_group_num: 8\n")
+    r = runner.invoke(app, ["check-config", str(ok), "--gpu", "h100", "--sm-group-num", "1000", "--json"])
+    assert r.exit_code == 2
+    assert any(p["where"] == "--sm-group-num" and p["message"].startswith("is 1000, more stream groups")
+               for p in json.loads(r.stdout)["problems"])
+
+
+def test_tune_refuses_more_stream_groups_than_sms() -> None:
+    r = runner.invoke(app, ["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1000", "--slo-itl",
+                            "60", "--sm-group-nums", "8,500"])
+    assert_one_line_error(r, 2, "--sm-group-nums 500: more stream groups")
+
+
+def test_a_cuda_graph_batch_past_memory_names_the_flag() -> None:
+    r = runner.invoke(app, ["simulate", "--synthetic", "--qps", "1", "--duration", "3", "--cuda-graph-max-bs",
+                            "100000"])
+    assert_one_line_error(r, 2, "of which 200000 MiB for --cuda-graph-max-bs 100000 at 2 MiB a batch size")
+    assert "give a smaller --cuda-graph-max-bs (SGLang's default here: 256)" in r.stderr
+
+
+@pytest.mark.parametrize(("args", "text"), [
+    ([str(FIX / "azure_conv_50.csv"), "--rate-scale", "1e308"], "--rate-scale 1e+308 retimes the trace to inf req/s"),
+    ([str(FIX / "azure_conv_50.csv"), "--qps", "1e300"], "retimes the trace to 1e+300 req/s, more than 1e+06"),
+    (["--synthetic", "--qps", "1e9", "--max-requests", "10"], "--qps 1e+09: more than 1e+06 requests/s"),
+])
+def test_rates_no_client_sends_are_refused(args, text) -> None:
+    assert_one_line_error(runner.invoke(app, ["simulate", *args]), 2, text)
+
+
+def test_a_gpu_file_with_an_unknown_capability_is_refused_as_cc_is(tmp_path) -> None:
+    text = (ROOT / "profiles" / "gpus" / "h100-sxm.yaml").read_text()
+    path = tmp_path / "g99.yaml"
+    path.write_text("\n".join('compute_capability: "99.9"' if line.startswith("compute_capability:") else line
+                              for line in text.splitlines()) + "\n")
+    r = runner.invoke(app, ["estimate", "--gpu", str(path)])
+    assert_one_line_error(r, 2, "compute capability 99.9 is not a known NVIDIA GPU's")
+    assert_one_line_error(runner.invoke(app, ["splits", "--sms", "132", "--cc", "99.9"]), 2,
+                          "compute capability 99.9 is not a known NVIDIA GPU's")
+
+
+# --- refusals that agree ---------------------------------------------------------------------------------
+
+SYNTH = ["--synthetic", "--qps", "1", "--duration", "3"]
+
+
+@pytest.mark.parametrize(("args", "text"), [
+    (["simulate", *SYNTH, "--workers", "0"], "--workers must be >= 1"),
+    (["simulate", *SYNTH, "--policies", "pdmux,,chunked"], "--policies: item 2 of 'pdmux,,chunked' is empty"),
+    (["simulate", *SYNTH, "--policies", ""], "--policies: give a comma-separated list"),
+    (["capacity", *SYNTH, "--policies", "pdmux,"], "--policies: item 2 of 'pdmux,' is empty"),
+    (["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1", "--slo-itl", "1", "--sm-group-nums", ""],
+     "--sm-group-nums: give a comma-separated list"),
+    (["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1", "--slo-itl", "1", "--divisors", ""],
+     "--divisors: give a comma-separated list"),
+    (["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1", "--slo-itl", "1", "--budgets", ""],
+     "--budgets: give a comma-separated list"),
+    (["estimate", "--level", ""], "--level '': write PREFILL/DECODE SMs"),
+])
+def test_empty_lists_and_items_are_refused_everywhere(args, text) -> None:
+    assert_one_line_error(runner.invoke(app, args), 2, text)
+
+
+@pytest.mark.parametrize(("args", "text"), [
+    (["estimate", "--decode-bs", "٣٢"], "--decode-bs"),
+    (["splits", "--decode-bs", "٣٢"], "--decode-bs: '٣٢' is not an integer of ASCII digits"),
+    (["splits", "--prompt-tokens", "8192,٣٢"], "--prompt-tokens: '٣٢' is not an integer of ASCII digits"),
+    (["estimate", "--s-sat", "٣٢"], "--s-sat: '٣٢' is not a number of ASCII digits"),
+    (["estimate", "--chunk-sizes", "٥١٢"], "--chunk-sizes: '٥١٢' is not an integer of ASCII digits"),
+    (["estimate", "--level", "٨٠/٥٢"], "--level '٨٠/٥٢': write PREFILL/DECODE SMs"),
+    (["estimate", "--step-overhead-ms", "١"], "--step-overhead-ms"),
+    (["gen-config", "--divisions", "١١٢:٢٠:٠"], "is not three integers"),
+    (["simulate", "--synthetic", "--qps", "1", "--duration", "3", "--prompt-tokens", "١٠٢٤"], "ASCII digits"),
+    (["simulate", "--synthetic", "--qps", "1", "--duration", "3", "--prompt-tokens", "random:١٠٢٤",
+      "--output-tokens", "random:8"], "ASCII digits"),
+    (["splits", "--sms", "١٣٢", "--cc", "9.0"], "--sms"),
+    (["splits", "--sms", "132", "--cc", "٩.٠"], "is not of the form MAJOR.MINOR"),
+])
+def test_other_scripts_digits_are_refused_by_every_option(args, text) -> None:
+    assert_one_line_error(runner.invoke(app, args), 2, text)

@@ -178,6 +178,10 @@ def calibrate(
         intervals += reading.intervals
         readings.append((path, reading))
         sources.append(f"SGLang server log {path.name} ({len(reading.intervals)} clean decode intervals)")
+    if not one_batch and not intervals:
+        why = "; ".join(f"{p}: {r.summary()}" for p, r in readings) or "; ".join(problems[:3])
+        raise InputError("nothing to calibrate on: no one-batch result and no clean decode interval"
+                         + (f" ({why})" if why else ""))
     base = build_step_model(profile, mdl, kv_bytes_per_element=kv_bytes)
     points = points_from(one_batch, intervals)
     points, dropped = check_points(base, profile, points, kv_bytes)

@@ -16,7 +16,7 @@ from ..atomic import check_writable, refuse_overwriting_inputs
 from ..errors import InputError
 from ..kv_cache import KV_CACHE_DTYPE_HELP
 from . import app
-from .common import console, gpu_file, model_file, output_path, print_note, sglang_option
+from .common import console, gpu_file, model_file, output_path, parse_names, print_note, sglang_option
 from .simulate import (
     ADMISSION_DELAY_OPTION,
     COST_MODEL_HELP,
@@ -220,10 +220,7 @@ def capacity(
     if trace is not None and trace_option is not None:
         raise InputError("give the trace once: as the TRACE argument or as --trace, not both")
     trace = trace if trace is not None else trace_option
-    names = [p.strip().lower() for p in policies.split(",") if p.strip()]
-    unknown = [p for p in names if p not in POLICIES]
-    if unknown or not names:
-        raise InputError(f"--policies: unknown {', '.join(unknown) or '(empty)'}; use {', '.join(POLICIES)}")
+    names = parse_names(policies, "--policies", POLICIES)
     if "disagg" in names and disagg is None:
         raise InputError("--policies disagg needs --disagg XPYD (prefill and decode instances, e.g. 1P1D)")
     if disagg is not None and "disagg" not in names:

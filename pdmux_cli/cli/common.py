@@ -9,6 +9,7 @@ import functools
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,6 +47,19 @@ def _silence(stream: Any) -> None:
         os.close(devnull)
     except (OSError, ValueError, AttributeError):
         pass
+
+
+def _escape_unencodable() -> None:
+    """Write what stdout's and stderr's encoding cannot hold as escapes (``\\xe9``), never fail on it: a
+    file name or GPU name printed on an ASCII terminal (``PYTHONIOENCODING=ascii``, ``LANG=C`` on older
+    Pythons), or a file name that is not UTF-8 (its bytes kept as surrogates), would otherwise raise
+    ``UnicodeEncodeError`` after the work is done."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None and getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError, TypeError):  # pragma: no cover - a stream that cannot change
+                pass
 
 
 def _flush_stdout() -> None:
@@ -146,6 +160,7 @@ class OneLineErrorGroup(TyperGroup):
             if standalone_mode:
                 sys.exit(1)
             return 1
+        _escape_unencodable()
         try:
             with handling_signals():
                 try:
@@ -216,15 +231,24 @@ def _unique(values: list[Any]) -> list[Any]:
     return list(dict.fromkeys(values))
 
 
+#: An integer as typed in a list option: ASCII digits (``int`` also reads ``'٣'`` and ``'1_000'``; the
+#: scalar options' parser does not read ``'٣'``, and neither does this).
+_ASCII_INT = re.compile(r"[+-]?[0-9]+")
+#: A decimal number as typed: ASCII digits, a point, an exponent.
+_ASCII_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
 def parse_int_list(text: str, what: str, minimum: int = 1, unique: bool = False) -> list[int]:
     """``"1,6,12"`` -> ``[1, 6, 12]``; :class:`InputError` naming ``what`` for an empty list or item,
-    a non-integer or a value below ``minimum``. ``unique``: repeated values kept once, in order."""
+    a non-integer (ASCII digits only, as every integer option), a value below ``minimum``, or one of more
+    than 18 digits. ``unique``: repeated values kept once, in order."""
     values = []
     for item in _list_items(text, what, "1,6,12"):
-        try:
-            value = int(item)
-        except ValueError:
-            raise InputError(f"{what}: {short_repr(item)} is not an integer (e.g. 1,6,12)") from None
+        if not _ASCII_INT.fullmatch(item):
+            raise InputError(f"{what}: {short_repr(item)} is not an integer of ASCII digits (e.g. 1,6,12)")
+        if len(item.lstrip("+-")) > 100:  # int() refuses past 4300 digits; no size is a googol
+            raise InputError(f"{what}: {short_repr(item)} has more than 100 digits")
+        value = int(item)
         if value < minimum:
             raise InputError(f"{what}: {value} must be >= {minimum}")
         values.append(value)
@@ -232,18 +256,28 @@ def parse_int_list(text: str, what: str, minimum: int = 1, unique: bool = False)
 
 
 def parse_float_list(text: str, what: str, unique: bool = False) -> list[float]:
-    """``"44,66,88"`` -> ``[44.0, 66.0, 88.0]``; every value must be a finite number > 0; an empty list
-    or item is refused. ``unique``: repeated values kept once, in order."""
+    """``"44,66,88"`` -> ``[44.0, 66.0, 88.0]``; every value must be a finite number > 0 in ASCII digits;
+    an empty list or item is refused. ``unique``: repeated values kept once, in order."""
     values = []
     for item in _list_items(text, what, "44,66,88"):
-        try:
-            value = float(item)
-        except ValueError:
-            raise InputError(f"{what}: {short_repr(item)} is not a number (e.g. 44,66,88)") from None
+        if not _ASCII_FLOAT.fullmatch(item):
+            raise InputError(f"{what}: {short_repr(item)} is not a number of ASCII digits (e.g. 44,66,88)")
+        value = float(item)
         if not (value > 0 and math.isfinite(value)):
             raise InputError(f"{what}: {short_repr(item)} must be a finite number > 0")
         values.append(value)
     return _unique(values) if unique else values
+
+
+def parse_names(text: str, what: str, known: Sequence[str]) -> list[str]:
+    """``"pdmux, chunked"`` -> ``["pdmux", "chunked"]`` (lower-cased, repeats kept once); :class:`InputError`
+    for an empty list or item (``pdmux,,chunked``) or a name not in ``known``, listing them."""
+    names = _unique([item.lower() for item in _list_items(text, what, ",".join(known[:2]))])
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        shown = ", ".join(n if len(n) <= 40 else short_repr(n) for n in unknown[:5])
+        raise InputError(f"{what}: unknown {shown}; use {', '.join(known)}")
+    return names
 
 
 def parse_cc(text: str) -> tuple[int, int]:
@@ -299,20 +333,29 @@ def _table_console_class() -> Any:
     from rich.table import Table
 
     class TableConsole(Console):
-        """A rich Console that prints a table's title on a line of its own when the title is wider than
-        the table (rich wraps a title to the table's width: under a narrow table, a column of words)."""
+        """A rich Console that prints a table's title (caption) on lines of their own above (below) it when
+        wider than the table (rich wraps them to the table's width: under a narrow table, a column of
+        words)."""
 
         def print(self, *objects: Any, **kwargs: Any) -> None:
-            if len(objects) == 1 and isinstance(objects[0], Table) and objects[0].title:
+            if len(objects) == 1 and isinstance(objects[0], Table) and (objects[0].title or objects[0].caption):
                 table = objects[0]
                 width = self.measure(table).maximum
-                if len(str(table.title)) > width:
-                    title, table.title = table.title, None
-                    super().print(title, soft_wrap=True)
+                wide_title = bool(table.title) and len(str(table.title)) > width
+                wide_caption = bool(table.caption) and max(map(len, str(table.caption).splitlines() or [""])) > width
+                if wide_title or wide_caption:
+                    title, caption = table.title, table.caption
+                    if wide_title:
+                        table.title = None
+                        super().print(title, soft_wrap=True)
+                    if wide_caption:
+                        table.caption = None
                     try:
                         super().print(table, **kwargs)
                     finally:
-                        table.title = title
+                        table.title, table.caption = title, caption
+                    if wide_caption:  # wrapped to the console's width, not the table's
+                        super().print(caption)
                     return
             super().print(*objects, **kwargs)
 

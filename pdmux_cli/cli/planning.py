@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from ..atomic import check_writable, refuse_overwriting_inputs
-from ..errors import InputError
+from ..errors import InputError, short_repr
 from ..kv_cache import KV_CACHE_DTYPE_HELP
 from . import app
 from .common import (
@@ -139,6 +139,9 @@ def splits(
     if all_gpus and (gpu or sms or cc):
         raise InputError("--all lists every profile; drop --gpu/--sms/--cc")
     device = None if all_gpus else resolve_device(gpu, sms, cc)
+    from ..hardware import MAX_SMS
+
+    policy.check_sm_group_num(sm_group_num, device.sm_count if device is not None else MAX_SMS)
     cfg, cfg_notes = _load_pdmux_yaml(config, device, sm_group_num) if config is not None else (None, [])
     group_num = sm_group_num or (cfg.sm_group_num if cfg else policy.DEFAULT_SM_GROUP_NUM)
     divisor = decode_bs_divisor or (cfg.decode_bs_divisor if cfg else policy.DEFAULT_DECODE_BS_DIVISOR)
@@ -239,14 +242,16 @@ def _parse_sizes(text: str | None, what: str) -> tuple[int, ...] | None:
 
 
 def _parse_level(text: str) -> tuple[int, int] | None:
-    if text.strip().lower() in ("", "auto", "sglang"):
+    """``--level``: ``"80/52"`` -> ``(80, 52)``; ``"auto"`` -> ``None``; anything else (an empty value,
+    digits other than ASCII) -> :class:`InputError`."""
+    from ..numbers import plain_int
+
+    if text.strip().lower() in ("auto", "sglang"):
         return None
-    parts = text.replace(":", "/").split("/")
-    try:
-        p, d = (int(x) for x in parts)
-    except ValueError:
-        raise InputError(f"--level {text!r}: write PREFILL/DECODE SMs, e.g. 80/52, or 'auto'") from None
-    return p, d
+    parts = [plain_int(x) for x in text.replace(":", "/").split("/")]
+    if len(parts) != 2 or None in parts:
+        raise InputError(f"--level {short_repr(text)}: write PREFILL/DECODE SMs, e.g. 80/52, or 'auto'")
+    return parts[0], parts[1]
 
 
 @app.command()
@@ -315,6 +320,7 @@ def estimate(
     check_kv_options(kv_cache_dtype, kv_bytes)
     xpyd = parse_xpyd(disagg) if disagg is not None else None
     device = resolve_device(gpu, None, None)
+    policy.check_sm_group_num(sm_group_num, device.sm_count)
     gpu_profile = device.gpu
     mdl = load_model(model)
     kv_cache = resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes)
@@ -417,6 +423,7 @@ def gen_config(
                         ("--token-budget", token_budget)):
         if value <= 0:
             raise InputError(f"{name} must be > 0, got {value}")
+    policy.check_sm_group_num(sm_group_num, device.sm_count)
     from ..tensor_parallel import check_tp_value
 
     check_tp_value(tp)

@@ -29,6 +29,7 @@ from .common import (
     output_path,
     parse_float_list,
     parse_int_list,
+    parse_names,
     print_note,
     progress_bar,
     sglang_option,
@@ -348,6 +349,9 @@ def _pdmux_config(config: Path | None, sm_group_num: int | None, decode_bs_divis
         cfg = pc.PdmuxConfig()
     from dataclasses import replace
 
+    from .. import policy as pol
+
+    pol.check_sm_group_num(sm_group_num, setup.total_sms)
     if sm_group_num is not None:
         if cfg.manual_divisions and sm_group_num != cfg.sm_group_num:
             raise InputError(f"--sm-group-num {sm_group_num} does not match the {len(cfg.manual_divisions)} manual "
@@ -357,7 +361,6 @@ def _pdmux_config(config: Path | None, sm_group_num: int | None, decode_bs_divis
         cfg = replace(cfg, decode_bs_divisor=decode_bs_divisor)
     if token_budget is not None:
         cfg = replace(cfg, split_forward_token_budget=token_budget)
-    from .. import policy as pol
 
     notes = warnings
     blackwell_auto = not cfg.manual_divisions and setup.compute_capability[0] not in pol.SGLANG_SM_CONSTRAINTS
@@ -508,10 +511,7 @@ def simulate(
     trace = trace if trace is not None else trace_option
     _check_number("--slo-ttft", slo_ttft)
     _check_number("--slo-itl", slo_itl)
-    names = [p.strip().lower() for p in policies.split(",") if p.strip()]
-    unknown = [p for p in names if p not in POLICIES]
-    if unknown or not names:
-        raise InputError(f"--policies: unknown {', '.join(unknown) or '(empty)'}; use {', '.join(POLICIES)}")
+    names = parse_names(policies, "--policies", POLICIES)
     if "disagg" in names and disagg is None:
         raise InputError("--policies disagg needs --disagg XPYD (prefill and decode instances, e.g. 1P1D)")
     if disagg is not None and "disagg" not in names:
@@ -657,15 +657,19 @@ def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_gro
               divisors: str | None, budgets: str | None, single_levels: bool, workers: int | None,
               show_progress: bool, dp: int = 1, load_balance_method: str = "round_robin",
               slo_margins: str | None = None) -> Any:
+    from ..policy import check_sm_group_num
     from ..simulate.tune import DEFAULT_BUDGETS, DEFAULT_DIVISORS, DEFAULT_SLO_MARGINS, tune
 
     _check_number("--slo-ttft", slo_ttft)
     _check_number("--slo-itl", slo_itl)
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be >= 1, got {workers}")
-    groups = parse_int_list(sm_group_nums, "--sm-group-nums", minimum=3) if sm_group_nums else None
-    divs = parse_int_list(divisors, "--divisors") if divisors else DEFAULT_DIVISORS
-    buds = parse_int_list(budgets, "--budgets") if budgets else DEFAULT_BUDGETS
+    groups = parse_int_list(sm_group_nums, "--sm-group-nums", minimum=3) if sm_group_nums is not None else None
+    if groups is not None:
+        for value in groups:
+            check_sm_group_num(value, setup.total_sms, "--sm-group-nums")
+    divs = parse_int_list(divisors, "--divisors") if divisors is not None else DEFAULT_DIVISORS
+    buds = parse_int_list(budgets, "--budgets") if budgets is not None else DEFAULT_BUDGETS
     margins: Any = DEFAULT_SLO_MARGINS
     if slo_margins is not None:
         margins = () if slo_margins.strip().lower() in ("none", "off", "-") else parse_float_list(

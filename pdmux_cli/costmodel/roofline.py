@@ -50,6 +50,11 @@ from .efficiency import (
 from .operators import ACTIVATION_BYTES, Gemm, StepShapes, step_shapes
 from .partitions import BandwidthCurve
 
+#: Decode batches further than this past the largest cached batch size are timed alone, not cached with
+#: every size below them (a simulation grows its batches a request at a time; one 1,000,000-request
+#: estimate would otherwise time a million batches per level).
+DENSE_CACHE_GAP = 4096
+
 #: A prefill batch: ``(new_tokens, cached_tokens)`` per sequence.
 Seqs = Sequence[tuple[int, int]]
 
@@ -335,7 +340,12 @@ class RooflineModel:
                                                             *self._kv_rates(sms, corun_sms))
         dense, full, window = entry
         if len(dense) <= n:
-            self._grow_dense(dense, n, sms, corun_sms)
+            if n - len(dense) < DENSE_CACHE_GAP:
+                self._grow_dense(dense, n, sms, corun_sms)
+            else:  # one batch far past the cached ones (estimate --decode-bs 1000000): that size alone
+                seconds = (self._dense_s(n, sms, corun_sms) + full * sum_context + window * sum_window
+                           + n * self.cpu.per_request_step_s)
+                return seconds if cuda_graph else max(seconds, self.launch_cpu_s())
         seconds = dense[n] + full * sum_context + window * sum_window + n * self.cpu.per_request_step_s
         if not cuda_graph:
             seconds = max(seconds, self.launch_cpu_s())
@@ -344,9 +354,12 @@ class RooflineModel:
     def _grow_dense(self, dense: list[float], n: int, sms: int, corun_sms: int) -> None:
         """Extend ``dense`` (a decode step's time without KV reads, per batch size) to batch ``n``."""
         while len(dense) <= n:
-            rows = len(dense)
-            dense.append(self._linear_s(rows, sms, corun_sms, "decode") + self._lm_head_s(rows, sms, corun_sms, "decode")
-                         + self.shapes.layers * self.eff.decode_attention.latency_s + self.decode_fixed_s)
+            dense.append(self._dense_s(len(dense), sms, corun_sms))
+
+    def _dense_s(self, rows: int, sms: int, corun_sms: int) -> float:
+        """A decode step's time without KV reads for a batch of ``rows`` requests, s."""
+        return (self._linear_s(rows, sms, corun_sms, "decode") + self._lm_head_s(rows, sms, corun_sms, "decode")
+                + self.shapes.layers * self.eff.decode_attention.latency_s + self.decode_fixed_s)
 
     def prefill_s(self, sms: int, seqs: Seqs, corun_sms: int = 0) -> float:
         """GPU seconds to prefill ``seqs`` (``(new, cached)`` tokens each) as one batch on ``sms`` SMs,

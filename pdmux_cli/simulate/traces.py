@@ -62,6 +62,10 @@ MAX_LOGNORMAL_SIGMA = 4.0
 
 #: Latest arrival a synthetic or retimed trace may have, seconds (about 32 years): beyond it a
 #: double no longer resolves the simulator's sub-microsecond steps.
+#: The highest mean arrival rate a retimed trace may have, requests/s: a million a second, arrivals a
+#: microsecond apart, is past what any server's HTTP front end receives (and past float precision
+#: for arrival times of a long trace).
+MAX_RATE_RPS = 1e6
 MAX_ARRIVAL_S = 1e9
 
 #: Most requests :func:`synthetic_trace` generates (the simulator keeps every request in memory).
@@ -505,6 +509,8 @@ def _random_spec(text: str, what: str) -> tuple[int, float, int] | None:
     spec = str(text).strip().lower()
     if not spec.startswith("random:"):
         return None
+    if not spec.isascii():
+        raise InputError(f"{what} {text!r}: write the numbers in ASCII digits (e.g. random:1024)")
     parts = spec.split(":")[1:]
     try:
         full = int(parts[0])
@@ -542,6 +548,8 @@ def parse_length_spec(text: str | int, what: str) -> Callable[[random.Random], i
     :data:`MAX_LOGNORMAL_SIGMA`. Raises :class:`InputError` (naming ``what``) for anything else.
     """
     spec = str(text).strip().lower()
+    if not spec.isascii():  # int() and float() read other scripts' digits ('٣'); no option does
+        raise InputError(f"{what} {text!r}: write the numbers in ASCII digits (e.g. 1024 or lognormal:1024:1)")
     parts = spec.split(":")
     try:
         value = int(parts[0]) if len(parts) == 1 else 0
@@ -593,7 +601,7 @@ def synthetic_trace(
     bench_serving's ``--request-rate inf`` (``num_requests`` then required). Both specs ``random:L[...]``:
     bench_serving's random dataset, its lengths drawn as bench_serving draws them for ``seed``
     (:func:`bench_serving_lengths`). Deterministic for a ``seed``. Raises :class:`InputError`
-    for ``qps <= 0``, a bad length spec, bounds that give no request, or more than
+    for ``qps <= 0`` or finite above :data:`MAX_RATE_RPS`, a bad length spec, bounds that give no request, or more than
     :data:`MAX_SYNTHETIC_REQUESTS` requests (asked for, or expected from ``qps * duration_s``).
     """
     at_once = isinstance(qps, (int, float)) and qps == math.inf
@@ -604,6 +612,9 @@ def synthetic_trace(
             raise InputError("--duration does not apply to --qps inf (every request arrives at 0 s)")
     elif not (isinstance(qps, (int, float)) and math.isfinite(qps) and qps > 0):
         raise InputError(f"--qps must be a number > 0 (or inf: every request at once), got {qps}")
+    elif qps > MAX_RATE_RPS:
+        raise InputError(f"--qps {qps:g}: more than {MAX_RATE_RPS:.0e} requests/s (arrivals less than a microsecond "
+                         "apart); --qps inf sends every request at once")
     if num_requests is not None and num_requests < 1:
         raise InputError(f"--max-requests must be >= 1, got {num_requests}")
     if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
@@ -706,10 +717,16 @@ def reshape(
         notes.append(f"retimed to {qps:g} req/s (was {(len(arrivals) - 1) / span:.3g})")
     if factor is not None:
         arrivals = tuple(t * factor for t in arrivals)
+        what = f"--rate-scale {rate_scale:g}" if qps is None else f"--qps {qps:g}"
         if not (math.isfinite(factor) and factor > 0 and arrivals[-1] <= MAX_ARRIVAL_S):
-            what = f"--rate-scale {rate_scale:g}" if qps is None else f"--qps {qps:g}"
             raise InputError(f"{what} retimes the trace to arrivals after {MAX_ARRIVAL_S:g} s (or none at all): "
                              "give a rate nearer the trace's own")
+        span = arrivals[-1] - arrivals[0]
+        if len(arrivals) > 1 and (span <= 0 or (len(arrivals) - 1) / span > MAX_RATE_RPS):
+            rate = (len(arrivals) - 1) / span if span > 0 else math.inf
+            raise InputError(f"{what} retimes the trace to {rate:.3g} req/s, more than {MAX_RATE_RPS:.0e} (arrivals "
+                             "less than a microsecond apart): give a rate nearer the trace's own (--synthetic --qps "
+                             "inf --max-requests N sends every request at once)")
     if duration_s is not None:
         keep = bisect.bisect_right(arrivals, duration_s)
         if keep < len(arrivals):
