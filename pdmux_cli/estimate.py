@@ -456,6 +456,14 @@ def estimate(
     rows = [PolicyRow("decode-only", "decode only (ref.)", base_s * 1e3, None, None, None)]
 
     whole_prefill_s = hidden(full.prefill_s(total, [(prompt, 0)]))
+    if scenario.cost_model == "chapter":
+        weights_once_s = full.decode_s(total, 1, 0.0)  # every weight read once, at the chapter's bandwidth
+        if whole_prefill_s < weights_once_s:
+            notes.append(
+                f"chapter model: the {prompt}-token prefill ({whole_prefill_s * 1e3:.3g} ms) is shorter than reading "
+                f"the weights once ({weights_once_s * 1e3:.3g} ms): the chapter times prefill by its FLOPs alone "
+                "(its design, for prompts long enough to be compute-bound), so short prompts are too fast here; "
+                "--cost-model roofline times both")
     rows.append(
         PolicyRow("prefill-first", "prefill first", (whole_prefill_s + base_s) * 1e3, 1, whole_prefill_s * 1e3, 0)
     )

@@ -154,7 +154,7 @@ def handling_signals() -> Iterator[None]:
     try:
         for signum in wanted:
             current = signal.getsignal(signum)
-            if signum == signal.SIGINT and current is not signal.default_int_handler:
+            if signum == signal.SIGINT and current not in (signal.default_int_handler, _early):
                 continue  # someone else's SIGINT handling (a test harness, an embedding program): keep it
             if current == signal.SIG_IGN and signum != signal.SIGINT:
                 continue  # started under nohup (SIGHUP ignored): keep ignoring it
@@ -169,6 +169,25 @@ def handling_signals() -> Iterator[None]:
          _STATE.swallowed) = saved
     if swallowed is not None:  # finished before the signal sent again arrived: stopped all the same
         raise Terminated(swallowed)
+
+
+def _early(signum: int, frame: Any) -> None:
+    """The handler while the CLI is still being imported (:func:`install_early`): nothing has started and
+    nothing is written yet, so leave at once, quietly, with the status the CLI gives later (130 for
+    Ctrl-C, 143, 129); Python's default prints a KeyboardInterrupt traceback from inside an import."""
+    os._exit(128 + signum)
+
+
+def install_early() -> None:
+    """For the entry points (``pdmux``, ``python -m pdmux_cli``), before they import the CLI: Ctrl-C,
+    SIGTERM and SIGHUP end the process quietly until :func:`handling_signals` takes over. Signals
+    already ignored (``nohup``) stay ignored."""
+    for signum in (signal.SIGINT, *STOP_SIGNALS):
+        try:
+            if signal.getsignal(signum) != signal.SIG_IGN:
+                signal.signal(signum, _early)
+        except (ValueError, OSError):  # pragma: no cover - not the main thread
+            pass
 
 
 def raised_stop() -> Terminated | None:

@@ -349,3 +349,49 @@ def test_empty_lists_and_items_are_refused_everywhere(args, text) -> None:
 ])
 def test_other_scripts_digits_are_refused_by_every_option(args, text) -> None:
     assert_one_line_error(runner.invoke(app, args), 2, text)
+
+
+# --- numbers that look wrong -------------------------------------------------------------------------------
+
+
+def test_a_mixed_step_is_never_faster_than_the_decode_step_of_its_rows() -> None:
+    import json
+
+    r = runner.invoke(app, ["estimate", "--prompt-tokens", "1", "--json"])
+    rows = {row["label"]: row for row in json.loads(r.stdout)["rows"]}
+    decode = rows["decode only (ref.)"]["itl_ms"]
+    assert rows["mixed chunk 512"]["itl_ms"] >= decode and rows["mixed chunk 2048"]["itl_ms"] >= decode
+    from pdmux_cli.costmodel import build_step_model
+    from pdmux_cli.hardware import find_gpu
+    from pdmux_cli.model import load_model
+
+    m = build_step_model(find_gpu("h100"), load_model("qwen3-8b"))
+    for tokens in (1, 8, 64):
+        assert m.mixed_s([(tokens, 0)], 32, 32 * 2048.0) >= m.decode_s(132, 32, 32 * 2048.0)
+    assert m.mixed_s([(8192, 0)], 32, 32 * 2048.0) > 10 * m.decode_s(132, 32, 32 * 2048.0)  # a real chunk: compute
+
+
+def test_the_chapter_model_says_when_a_prefill_beats_reading_the_weights() -> None:
+    import json
+
+    r = runner.invoke(app, ["estimate", "--cost-model", "chapter", "--prompt-tokens", "1", "--json"])
+    [note] = [n for n in json.loads(r.stdout)["notes"] if n.startswith("chapter model:")]
+    assert "1-token prefill (0.0306 ms) is shorter than reading the weights once (5.32 ms)" in note
+    r = runner.invoke(app, ["estimate", "--cost-model", "chapter", "--json"])  # the chapter's 8192 tokens
+    assert not [n for n in json.loads(r.stdout)["notes"] if n.startswith("chapter model:")]
+
+
+def test_past_the_context_length_a_file_row_is_bad_a_drawn_request_a_note(tmp_path) -> None:
+    import json
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+                     "2023-11-16 18:15:47.6805900,50000,44\n2023-11-16 18:15:48.6805900,300,20\n")
+    data = json.loads(runner.invoke(app, ["simulate", str(trace), "--policies", "chunked", "--json"]).stdout)
+    assert data["trace"]["bad_rows"] == 1 and "50000 + 44 tokens" in data["trace"]["bad_row_examples"][0]["reason"]
+    r = runner.invoke(app, ["simulate", "--synthetic", "--qps", "8", "--prompt-tokens", "lognormal:1024:1",
+                            "--duration", "120", "--policies", "chunked", "--json"])
+    data = json.loads(r.stdout)
+    assert data["trace"]["bad_rows"] == 0
+    assert any(n.startswith("1 of the 915 synthetic requests drew more tokens than Qwen3-8B's context length of "
+                            "40,960 (the longest 46569 + 128)") for n in data["notes"])

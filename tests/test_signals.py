@@ -220,3 +220,20 @@ def test_a_dropped_stop_still_stops_a_command_that_finishes_first() -> None:
         del obj
     assert stopped.value.signum == signal.SIGHUP
     time.sleep(0.1)  # the thread that would send it again finds the block gone: nothing more arrives
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_the_cli_is_imported_leaves_quietly(signum) -> None:
+    """The entry points install a quiet exit before importing the CLI (a Ctrl-C there printed a traceback
+    from inside an import); the CLI's own handling replaces it (SIGINT included)."""
+    code = ("import os, signal, sys, time\n"
+            "from pdmux_cli.signals import handling_signals, install_early\n"
+            "install_early()\n"
+            "with handling_signals():\n"
+            "    assert signal.getsignal(signal.SIGINT).__name__ == '_handler'\n"
+            f"os.kill(os.getpid(), {int(signum)})\n"
+            "time.sleep(5)\n"
+            "sys.exit(3)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 128 + signum and run.stderr == "" and run.stdout == ""

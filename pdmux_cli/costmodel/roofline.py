@@ -376,7 +376,8 @@ class RooflineModel:
     def mixed_s(self, seqs: Seqs, n: int, sum_context: float, sum_window: float = 0.0) -> float:
         """GPU seconds of one mixed step on the whole GPU: prefill chunks ``seqs`` and ``n`` decode rows
         in one batch (SGLang's ``--enable-mixed-chunk``): GEMMs over all rows, the lm_head for each
-        sequence and row, prefill attention for the chunks and the decode rows' KV reads."""
+        sequence and row, prefill attention for the chunks and the decode rows' KV reads; at least
+        :meth:`decode_s` of the ``n`` rows alone."""
         sms = self.total_sms
         tokens = sum(new for new, _ in seqs) + n
         if tokens <= 0:
@@ -387,6 +388,10 @@ class RooflineModel:
         if n:
             full, window = self._kv_rates(sms, 0)
             seconds += full * sum_context + window * sum_window
+            # never faster than the decode step of its rows alone: the batch reads the same weights and KV
+            # and computes more (the chapter's rule too, chapter.ChapterModel.mixed_s); without it a chunk of
+            # a few tokens, timed at prefill GEMM efficiency, made the step shorter than decode's
+            seconds = max(seconds, self.decode_s(sms, n, sum_context, sum_window))
         return seconds
 
     # ---------------------------------------------------------------------------------------------

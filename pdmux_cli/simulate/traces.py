@@ -748,8 +748,8 @@ def _kept_hashes(hashes: tuple[tuple[int, ...], ...], keep: list[int]) -> tuple[
 def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the model") -> Trace:
     """``trace`` without the requests whose prompt + output exceed ``context_tokens`` (the model's
     ``max_position_embeddings``; 0 keeps all): SGLang rejects a prompt past the context length and stops
-    an output at it, so they are reported as bad rows (counted, not simulated), as unreadable rows are.
-    Raises :class:`InputError` when no request is left."""
+    an output at it, so they are reported as bad rows (counted, not simulated), as unreadable rows are;
+    a synthetic trace's (drawn, not read) as a note. Raises :class:`InputError` when no request is left."""
     if not context_tokens:
         return trace
     keep = [i for i in range(len(trace)) if trace.prompt_tokens[i] + trace.output_tokens[i] <= context_tokens]
@@ -760,10 +760,17 @@ def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the 
                          f"{context_tokens:,} tokens (max_position_embeddings): nothing to simulate")
     dropped = [i for i in range(len(trace)) if trace.prompt_tokens[i] + trace.output_tokens[i] > context_tokens]
     examples = list(trace.bad_examples)
-    for i in dropped[:max(0, KEEP_BAD_ROWS - len(examples))]:
-        reason = (f"request {i + 1}: {trace.prompt_tokens[i]} + {trace.output_tokens[i]} tokens, past "
-                  f"{model_name}'s context length of {context_tokens:,} (max_position_embeddings)")
-        examples.append((0, reason))
+    notes = list(trace.notes)
+    if trace.format == "synthetic":  # drawn, not read: no row of a file was bad
+        longest = max(dropped, key=lambda i: trace.prompt_tokens[i] + trace.output_tokens[i])
+        notes.append(f"{len(dropped)} of the {len(trace)} synthetic requests drew more tokens than {model_name}'s "
+                     f"context length of {context_tokens:,} (the longest {trace.prompt_tokens[longest]} + "
+                     f"{trace.output_tokens[longest]}): left out, as SGLang refuses them")
+    else:
+        for i in dropped[:max(0, KEEP_BAD_ROWS - len(examples))]:
+            reason = (f"request {i + 1}: {trace.prompt_tokens[i]} + {trace.output_tokens[i]} tokens, past "
+                      f"{model_name}'s context length of {context_tokens:,} (max_position_embeddings)")
+            examples.append((0, reason))
     start = trace.arrival_s[keep[0]]
     return replace(
         trace,
@@ -771,6 +778,7 @@ def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the 
         prompt_tokens=tuple(trace.prompt_tokens[i] for i in keep),
         output_tokens=tuple(trace.output_tokens[i] for i in keep),
         hash_ids=_kept_hashes(trace.hash_ids, keep),
-        bad_rows=trace.bad_rows + len(dropped),
+        bad_rows=trace.bad_rows + (0 if trace.format == "synthetic" else len(dropped)),
         bad_examples=tuple(examples),
+        notes=tuple(notes),
     )
