@@ -542,8 +542,8 @@ def estimate(
             ", or fewer bytes per weight"
         notes.insert(
             0,
-            f"does not fit: {model.name} needs {memory.weight_bytes / 1e9:.1f} GB of weights + "
-            f"{memory.kv_cache_bytes / 1e9:.1f} GB of KV cache{per} > {memory.gpu_memory_bytes / 1e9:.1f} GB on "
+            f"does not fit: {model.name} needs {memory.weight_bytes / 2**30:.1f} GiB of weights + "
+            f"{memory.kv_cache_bytes / 2**30:.1f} GiB of KV cache{per} > {memory.gpu_memory_bytes / 2**30:.1f} GiB on "
             f"{gpu.name}; the times in the table are hypothetical ({hint})",
         )
     elif not memory.pdmux_mem_fraction:

@@ -128,7 +128,7 @@ def kv_pool(gpu_memory_bytes: float, weight_bytes: float, kv_bytes_per_token: fl
     tokens = int(free // kv_bytes_per_token) if free > 0 else 0
     if tokens < 1:
         raise InputError(
-            f"{weight_bytes / 1e9:.1f} GB of weights leave no KV cache in {gpu_memory_bytes / 1e9:.1f} GB at "
+            f"{weight_bytes / 2**30:.1f} GiB of weights leave no KV cache in {gpu_memory_bytes / 2**30:.1f} GiB at "
             f"mem_fraction_static {mem_fraction:g} (use fewer bytes per weight, a bigger GPU, or more GPUs)")
     return KvPool(tokens, mem_fraction, free, weight_bytes)
 

@@ -111,18 +111,20 @@ def test_a_name_past_the_limit_is_one_line(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("args", [
+    ["simulate", "--synthetic", "--qps", "1", "--duration", "5", "--csv", "-"],
+    ["estimate", "--plot", "-"],
     ["simulate", "--synthetic", "--qps", "1", "--duration", "5", "--csv", "newname/"],
     ["simulate", "--synthetic", "--qps", "1", "--duration", "5", "--plot", "plots/"],
     ["gen-config", "-o", "configs/"],
     ["estimate", "--plot", "x/"],
 ])
-def test_a_trailing_slash_is_a_folder_not_a_file(tmp_path, monkeypatch, args) -> None:
+def test_a_trailing_slash_or_a_dash_is_not_a_file_name(tmp_path, monkeypatch, args) -> None:
     monkeypatch.chdir(tmp_path)
-    option = next(a for a in args if a.startswith("-") and a not in ("--synthetic",) and args[args.index(a) + 1]
-                  .endswith("/"))
+    value = args[-1]
     r = runner.invoke(app, args)
-    assert_one_line_error(r, 2, "ends with '/', a folder: give a file name")
-    assert option in r.stderr
+    assert_one_line_error(r, 2, "ends with '/', a folder: give a file name" if value.endswith("/") else
+                          "'-' (standard output) is not written by this option: give a file name")
+    assert f"'{args[-2]}'" in r.stderr  # the option named
     assert list(tmp_path.iterdir()) == []
 
 
@@ -395,3 +397,103 @@ def test_past_the_context_length_a_file_row_is_bad_a_drawn_request_a_note(tmp_pa
     assert data["trace"]["bad_rows"] == 0
     assert any(n.startswith("1 of the 915 synthetic requests drew more tokens than Qwen3-8B's context length of "
                             "40,960 (the longest 46569 + 128)") for n in data["notes"])
+
+
+# --- trace formats users have ---------------------------------------------------------------------------
+
+SHAREGPT = ('[\n  {\n    "id": "QWJhYvA_0",\n    "conversations": [\n      {"from": "human", "value": "Hi"},\n'
+            '      {"from": "gpt", "value": "Hello"}\n    ]\n  }\n]\n')
+
+
+@pytest.mark.parametrize(("name", "text", "fragment"), [
+    ("ShareGPT_V3_unfiltered_cleaned_split.json", SHAREGPT, ("a ShareGPT-style conversation file (SGLang's and "
+     "vLLM's bench_serving default dataset): it holds prompts as text, with no token counts or arrival times")),
+    ("sharegpt.jsonl", '{"id": "a", "conversations": [{"from": "human", "value": "Hi"}]}\n', "ShareGPT-style"),
+    ("workload.jsonl", ('{"timestamp": 0.5, "prompt_len": 100, "output_len": 20}\n'
+     '{"timestamp": 1.5, "prompt_len": 200, "output_len": 30}\n'),
+     "JSONL of prompt_len, output_len and timestamp: its timestamps' unit is not in the file; convert it to Mooncake"),
+    ("array.json", "[1, 2]", "a JSON array; pdmux reads Mooncake JSONL"),
+])
+def test_trace_formats_pdmux_cannot_replay_are_named(tmp_path, name, text, fragment) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    for args in (["simulate", str(path)], ["tune", "--trace", str(path), "--slo-ttft", "1", "--slo-itl", "1"],
+                 ["capacity", str(path)]):
+        assert_one_line_error(runner.invoke(app, args), 2, fragment)
+
+
+def test_the_conversion_given_for_a_prompt_len_workload_gives_a_mooncake_trace(tmp_path) -> None:
+    """The jq line the refusal gives, done here in Python: the result is read as Mooncake JSONL."""
+    import json
+
+    rows = [{"timestamp": 0.5, "prompt_len": 100, "output_len": 20}, {"timestamp": 1.5, "prompt_len": 200,
+                                                                       "output_len": 30}]
+    out = tmp_path / "trace.jsonl"
+    out.write_text("".join(json.dumps({"timestamp": r["timestamp"] * 1000, "input_length": r["prompt_len"],
+                                       "output_length": r["output_len"]}) + "\n" for r in rows))
+    from pdmux_cli.simulate.traces import load_trace
+
+    t = load_trace(out)
+    assert t.format == "mooncake" and t.arrival_s == (0.0, 1.0) and t.prompt_tokens == (100, 200)
+
+
+# --- what a new user trips on ------------------------------------------------------------------------------
+
+TUNE_SMALL = ["--sm-group-nums", "8", "--divisors", "36", "--budgets", "65536", "--no-fixed-splits", "--slo-margins",
+              "none", "--workers", "1"]
+
+
+def test_gen_config_tune_takes_tunes_trace_options(tmp_path) -> None:
+    import yaml
+
+    out = tmp_path / "t.yaml"
+    r = runner.invoke(app, ["gen-config", "--gpu", "h100", "--tune", "--trace", str(FIX / "azure_conv_50.csv"),
+                            "--slo-ttft", "1000", "--slo-itl", "60", "--workers", "1", "--qps", "4", "--duration", "5",
+                            "--format", "azure", "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.stderr
+    import json
+
+    data = json.loads(r.stdout)
+    assert yaml.safe_load(out.read_text())["sm_group_num"] == data["config"]["sm_group_num"]
+    r = runner.invoke(app, ["gen-config", "--gpu", "h100", "--tune", "--trace", str(FIX / "azure_conv_50.csv"),
+                            "--slo-ttft", "1000", "--slo-itl", "60", "--qps", "1e9"])
+    assert_one_line_error(r, 2, "--qps 1e+09 retimes the trace")  # --qps reached the trace
+    assert_one_line_error(runner.invoke(app, ["gen-config", "--tune", "--trace", str(FIX / "azure_conv_50.csv"),
+                                              "--slo-ttft", "1", "--slo-itl", "1", "--dp", "2"]), 2,
+                          "gen-config --tune tunes one server: for --dp replicas behind a router run 'pdmux tune --dp N")
+    assert_one_line_error(runner.invoke(app, ["gen-config", "--qps", "3"]), 2, "--qps goes with --tune")
+
+
+def test_tables_go_to_stdout_unless_the_yaml_does(tmp_path) -> None:
+    """gen-config --tune, tune and gen-config --slo-itl alike: the YAML to stdout -> tables to stderr;
+    the YAML to a file -> tables to stdout."""
+    trace = str(FIX / "azure_conv_50.csv")
+    for args in (["gen-config", "--gpu", "h100", "--tune", "--trace", trace, "--slo-ttft", "1000", "--slo-itl", "60",
+                  "--workers", "1"],
+                 ["tune", "--trace", trace, "--slo-ttft", "1000", "--slo-itl", "60", *TUNE_SMALL],
+                 ["gen-config", "--gpu", "h100", "--slo-itl", "60", "--context", "2048"]):
+        to_stdout = runner.invoke(app, args)
+        assert to_stdout.exit_code == 0, to_stdout.stderr
+        assert to_stdout.stdout.lstrip().startswith(("#", "sm_group_num")) and "┏" in to_stdout.stderr
+        to_file = runner.invoke(app, [*args, "-o", str(tmp_path / "x.yaml")])
+        assert to_file.exit_code == 0, to_file.stderr
+        assert "┏" in to_file.stdout and "┏" not in to_file.stderr
+
+
+def test_the_tune_table_ranks_its_rows() -> None:
+    r = runner.invoke(app, ["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1000", "--slo-itl", "60",
+                            "--workers", "1", "-o", "-"], env={"COLUMNS": "150"})
+    assert r.stdout.startswith("# SGLang PD-multiplexing config")  # '-': the YAML to stdout, no file named '-'
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("│")]
+    assert "rank" in r.stderr and "best" in lines[0]
+    ranks = [ln.split("│")[1].split()[0] for ln in lines if ln.split("│")[1].strip()]
+    assert ranks[0] == "1" and ranks[1] == "2" and ranks[:12] == [str(i) for i in range(1, 13)]
+
+
+def test_memory_is_in_gib_as_the_gpu_is_sold() -> None:
+    r = runner.invoke(app, ["estimate"])
+    assert "memory: 15.3 GiB weights + 10.1 GiB KV of 79.6 GiB" in r.stdout
+    r = runner.invoke(app, ["estimate", "--model", "llama-3.1-70b", "--json"])
+    import json
+
+    assert any("GiB of weights" in n and "> 79.6 GiB on H100" in n for n in json.loads(r.stdout)["notes"])

@@ -16,7 +16,7 @@ from ..atomic import check_writable, refuse_overwriting_inputs
 from ..errors import InputError
 from ..kv_cache import KV_CACHE_DTYPE_HELP
 from . import app
-from .common import console, gpu_file, model_file, output_path, parse_names, print_note, sglang_option
+from .common import console, gpu_file, model_file, output_file, parse_names, print_note, sglang_option
 from .simulate import (
     ADMISSION_DELAY_OPTION,
     COST_MODEL_HELP,
@@ -206,7 +206,7 @@ def capacity(
     kv_link_gb_s: float | None = KV_LINK_GB_S_OPTION,
     kv_link_latency_us: float | None = KV_LINK_LATENCY_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
-    plot: Path | None = typer.Option(None, "--plot", parser=output_path, metavar="<path>", help="Write SLO attainment vs request rate, one curve per policy, to this PNG."),
+    plot: Path | None = typer.Option(None, "--plot", parser=output_file, metavar="<path>", help="Write SLO attainment vs request rate, one curve per policy, to this PNG."),
     sglang: str = sglang_option(),
 ) -> None:
     """The highest request rate each policy sustains within the SLO, and whether to turn pdmux on.

@@ -405,10 +405,19 @@ def gpu_file(gpu: str | None) -> Path | None:
     return path if is_file(path) else None
 
 
-def output_path(text: str) -> Path:
+def output_path(text: str) -> Path | None:
+    """The ``parser`` of the ``--output`` options whose default is standard output (gen-config, tune,
+    calibrate): ``-`` is standard output (``None``), as for gen-config; otherwise :func:`output_file`."""
+    if str(text).strip() == "-":
+        return None
+    return output_file(text)
+
+
+def output_file(text: str) -> Path:
     """The ``parser`` of every output-file option (``--csv``, ``--plot``, ``--output``): the path as
-    typed, refused (exit 2, naming the option) when it ends with ``/``: a folder, which ``Path`` would
-    silently turn into a file of that name."""
+    typed, refused (exit 2, naming the option) when it ends with ``/`` (a folder, which ``Path`` would
+    silently turn into a file of that name) or is ``-`` (standard output, which these do not write: a
+    file named ``-`` would appear instead)."""
     from typer import BadParameter
 
     text = str(text)
@@ -417,6 +426,8 @@ def output_path(text: str) -> Path:
                            f"(e.g. {short_repr(text.rstrip('/' + os.sep) + '/out')})")
     if not text.strip():
         raise BadParameter("an empty path: give a file name")
+    if text.strip() == "-":
+        raise BadParameter("'-' (standard output) is not written by this option: give a file name")
     return Path(text)
 
 

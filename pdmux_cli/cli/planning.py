@@ -22,6 +22,7 @@ from .common import (
     fail_line,
     gpu_file,
     model_file,
+    output_file,
     output_path,
     parse_cc,
     parse_float_list,
@@ -286,7 +287,7 @@ def estimate(
     kv_link_latency_us: float | None = typer.Option(None, "--kv-link-latency-us", help="--disagg's KV link latency per transfer, us (overrides --kv-link's)."),
     disagg_tp: int | None = typer.Option(None, "--disagg-tp", help="--disagg: each instance's TP (default --tp)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-    plot: Path | None = typer.Option(None, "--plot", parser=output_path, metavar="<path>", help="Write ITL against prefill time at every level, the other policies as points, to this PNG."),
+    plot: Path | None = typer.Option(None, "--plot", parser=output_file, metavar="<path>", help="Write ITL against prefill time at every level, the other policies as points, to this PNG."),
     sglang: str = sglang_option(),
 ) -> None:
     """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing
@@ -399,7 +400,13 @@ def gen_config(
     slo_itl: float | None = typer.Option(None, "--slo-itl", help="ITL target, ms: without --tune, write SLO levels (per decode batch the fewest decode SMs whose round, next to a running prefill, meets it; needs --gpu and --context or --trace); with --tune, the ITL SLO tuned for."),
     context: int | None = typer.Option(None, "--context", help="--slo-itl: tokens of context of every decoding request (or --trace for a distribution)."),
     max_requests: int | None = typer.Option(None, "--max-requests", help="Use the trace's first N requests (--slo-itl, --tune)."),
-    calibration: Path | None = typer.Option(None, "--calibration", help="--slo-itl: calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate' for the cost model."),
+    trace_format: str | None = typer.Option(None, "--format", help="--tune: the trace's format, azure, mooncake or burstgpt (default: detected), as tune's."),
+    qps: float | None = typer.Option(None, "--qps", help="--tune: retime the trace to this many requests/s, as tune's."),
+    rate_scale: float | None = typer.Option(None, "--rate-scale", help="--tune: multiply the trace's arrival rate, as tune's."),
+    duration: float | None = typer.Option(None, "--duration", help="--tune: only requests arriving in the first S seconds, as tune's."),
+    workers: int | None = typer.Option(None, "--workers", help="--tune: processes (default: the cores available), as tune's."),
+    dp: int | None = typer.Option(None, "--dp", help="Not taken: gen-config --tune tunes one server; 'pdmux tune --dp N' tunes replicas behind a router and writes the YAML too."),
+    calibration: Path | None = typer.Option(None, "--calibration", help="--slo-itl or --tune: calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate' for the cost model."),
     cost_model: str = typer.Option("roofline", "--cost-model", help="--slo-itl: roofline (fitted to measurements) or chapter."),
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="--slo-itl, roofline: the scheduler's CPU time per step, ms (default: profiles/efficiency/serving.yaml's, as simulate)."),
     per_request_overhead_ms: float | None = typer.Option(None, "--per-request-overhead-ms", help="--slo-itl, roofline: its CPU time per running request per step, ms (default: as simulate)."),
@@ -446,6 +453,16 @@ def gen_config(
     slo_view: tuple | None = None
     if max_requests is not None and trace is None:
         raise InputError("--max-requests cuts a --trace: give one, or drop --max-requests")
+    if dp is not None and dp != 1:
+        raise InputError("gen-config --tune tunes one server: for --dp replicas behind a router run 'pdmux tune --dp N "
+                         "-o FILE' (same options; it writes the winning YAML and the launch line)")
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers must be >= 1, got {workers}")
+    if not tune:
+        for name, value in (("--format", trace_format), ("--qps", qps), ("--rate-scale", rate_scale),
+                            ("--duration", duration), ("--workers", workers)):
+            if value is not None:
+                raise InputError(f"{name} goes with --tune (it shapes the trace tune simulates)")
     if not slo:
         if context is not None and not tune:
             raise InputError("--context goes with --slo-itl (SLO levels)")
@@ -489,7 +506,8 @@ def gen_config(
             raise InputError("--tune takes the workload from --trace: drop --context")
         config, tune_summary = tuned_config(device.gpu, trace, slo_ttft, slo_itl, model=model, show=not as_json,
                                             tp=tp, max_requests=max_requests, calibration=calibration,
-                                            sglang=sglang)
+                                            sglang=sglang, fmt=trace_format, qps=qps, rate_scale=rate_scale,
+                                            duration=duration, workers=workers, to_stderr=output is None)
     elif trace is not None or slo_ttft is not None:
         raise InputError("--trace and --slo-ttft go with --tune (or --trace with --slo-itl)")
     elif divisions is not None:

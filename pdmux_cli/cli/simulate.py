@@ -26,6 +26,7 @@ from .common import (
     console,
     gpu_file,
     model_file,
+    output_file,
     output_path,
     parse_float_list,
     parse_int_list,
@@ -487,8 +488,8 @@ def simulate(
     max_concurrency: int | None = typer.Option(None, "--max-concurrency", help="A closed-loop client with at most N requests in flight, as SGLang's bench_serving --max-concurrency: each request is sent at its arrival or when one finishes, whichever is later; TTFT counts from the send. One server only."),
     workers: int | None = typer.Option(None, "--workers", help="Processes, one policy each (default: the cores available; 1 runs the policies here, one after another)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
-    csv_path: Path | None = typer.Option(None, "--csv", parser=output_path, metavar="<path>", help="Write per-request results to this CSV file."),
-    plot: Path | None = typer.Option(None, "--plot", parser=output_path, metavar="<path>", help="Write ITL and TTFT CDFs to this PNG (needs matplotlib)."),
+    csv_path: Path | None = typer.Option(None, "--csv", parser=output_file, metavar="<path>", help="Write per-request results to this CSV file."),
+    plot: Path | None = typer.Option(None, "--plot", parser=output_file, metavar="<path>", help="Write ITL and TTFT CDFs to this PNG (needs matplotlib)."),
     sglang: str = sglang_option(),
 ) -> None:
     """Replay a request trace through PD multiplexing, chunked prefill, prefill-first and PD disaggregation.
@@ -685,7 +686,8 @@ def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_gro
 
 
 def tune_table(result: Any, top: int | None = 12) -> Any:
-    """A rich Table of the tuning rows, best first (``top`` rows plus SGLang's defaults)."""
+    """A rich Table of the tuning rows, best first (``top`` rows plus SGLang's defaults), each with its rank
+    among all configs (1: the winner; the JSON's ``index`` is the candidate's place in the search order)."""
     from rich.table import Table
 
     from ..simulate.report import latency_cell, share_text
@@ -698,13 +700,14 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
     table = Table(title=f"pdmux configs compared ({len(result.rows)} simulated, best first{on})", title_justify="left",
                   caption="SLO met: share of requests; goodput: requests/s meeting the SLO; p99s in ms (from 10 s on in s)",
                   caption_justify="left")
-    for col, just in (("#", "right"), ("config", "left"), ("SLO met", "right"), ("goodput", "right"),
+    for col, just in (("rank", "right"), ("config", "left"), ("SLO met", "right"), ("goodput", "right"),
                       ("TTFT p99", "right"), ("ITL p99", "right")):
         table.add_column(col, justify=just)
+    rank = {r.index: position for position, r in enumerate(ranked, start=1)}
     for row in shown:
         mark = " best" if row.index == result.best else ""
         mark += " default" if row.index == result.baseline else ""
-        table.add_row(f"{row.index}{mark}", row.candidate.description, share_text(row.slo_attainment),
+        table.add_row(f"{rank[row.index]}{mark}", row.candidate.description, share_text(row.slo_attainment),
                       f"{row.goodput_rps:.3g}", latency_cell(row.ttft_p99_ms), latency_cell(row.itl_p99_ms),
                       end_section=row is shown[-1] and bool(result.schedules))
     for other in result.schedules:
@@ -760,11 +763,13 @@ def tuned_config(
     show: bool = True,
     tp: int = 1,
     sglang: str | None = None,
+    to_stderr: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
     """The hook for ``pdmux gen-config --tune``: tune on ``trace`` for ``gpu_profile`` (a
     ``hardware.Gpu``; ``None`` raises, since the cost model needs bandwidth and FLOP/s) and return
     ``(winning PdmuxConfig, JSON-able summary)``. With ``show``, the comparison table goes to stderr
-    (stdout stays free for the YAML). Raises :class:`InputError` for bad inputs."""
+    when ``to_stderr`` (stdout stays free for the YAML), else to stdout (the YAML goes to a file), as
+    ``pdmux tune`` does. Raises :class:`InputError` for bad inputs."""
     if gpu_profile is None:
         raise InputError("--tune needs a GPU profile (--gpu), not --sms/--cc: the simulation needs bandwidth and FLOP/s")
     if trace is None or slo_ttft_ms is None or slo_itl_ms is None:
@@ -778,7 +783,7 @@ def tuned_config(
     result = _tune_run(workload, setup, slo_ttft_ms, slo_itl_ms, sm_group_nums, divisors, budgets, True, workers,
                        show and sys.stderr is not None and sys.stderr.isatty())
     if show:
-        err = console(stderr=True)
+        err = console(stderr=to_stderr)
         err.print(tune_table(result))
         err.print("verdict: " + result.verdict(), soft_wrap=True)
         for note in result.notes:

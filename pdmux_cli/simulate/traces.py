@@ -15,6 +15,10 @@ arrival, ascending), a prompt length and an output length (tokens). Formats (``t
 - ``burstgpt``: BurstGPT CSV, ``Timestamp`` (s), ``Model``, ``Request tokens``, ``Response tokens``,
   ``Total tokens``, ``Log Type``; rows with 0 response tokens are failed requests: skipped and counted.
 
+Formats users have that give no token counts (ShareGPT-style conversations, bench_serving's default)
+or no unit for their timestamps (``prompt_len``/``output_len``/``timestamp`` JSONL) are refused naming
+the format and what to do (:func:`unreadable_format`).
+
 The format is detected from the header or first line (or given). Bad rows are collected with their
 line number (a count and the first few are reported), never raised; a file with no valid row raises
 :class:`~pdmux_cli.errors.InputError`. Arrivals are sorted (stably) if the file is not in time order.
@@ -269,6 +273,48 @@ def detect_format(first_line: str) -> str | None:
     return None
 
 
+#: Converting SGLang-style ``prompt_len``/``output_len``/``timestamp`` JSONL to the Mooncake JSONL
+#: pdmux reads (timestamps in milliseconds).
+_TO_MOONCAKE = ("jq -c '{timestamp: (.timestamp * 1000), input_length: .prompt_len, output_length: .output_len}' "
+                "IN.jsonl > trace.jsonl (timestamp in seconds; without '* 1000' if it is in milliseconds)")
+
+
+def unreadable_format(head: str, source: str) -> str | None:
+    """The message refusing a file of a format users have but pdmux cannot replay, from its first 64 KiB
+    ``head``, or ``None``:
+
+    - ShareGPT-style conversations (``[{"id": ..., "conversations": [{"from": "human", "value": ...}]}]``,
+      also one object a line), the default dataset of SGLang's and vLLM's bench_serving: prompts as
+      text, with neither token counts (bench_serving tokenizes them with the served model's tokenizer)
+      nor arrival times (it draws them from ``--request-rate``);
+    - JSONL of ``prompt_len``, ``output_len`` and ``timestamp`` (SGLang-style request workloads): the
+      timestamp's unit is not written in the file, so it is refused with the conversion to Mooncake
+      JSONL (milliseconds) rather than read at a guessed unit;
+    - any other JSON array (pdmux reads one JSON object a line).
+    """
+    text = head.lstrip("\ufeff \t\r\n")
+    if text[:1] not in ("[", "{"):
+        return None
+    if re.search(r'"conversations"\s*:', text):
+        return (f"{source}: a ShareGPT-style conversation file (SGLang's and vLLM's bench_serving default dataset): it "
+                "holds prompts as text, with no token counts or arrival times, and pdmux has no tokenizer; give a "
+                "trace of token counts (Azure CSV, Mooncake JSONL, BurstGPT CSV), or --synthetic --qps N with "
+                "--prompt-tokens/--output-tokens (random:L for bench_serving's random dataset)")
+    first = text.split("\n", 1)[0] if text.startswith("{") else ""
+    if first:
+        try:
+            obj = json.loads(first)
+        except (ValueError, RecursionError):
+            obj = None
+        if isinstance(obj, dict) and "input_length" not in obj and {"prompt_len", "output_len"} <= set(obj):
+            return (f"{source}: JSONL of prompt_len, output_len and timestamp: its timestamps' unit is not in the file; "
+                    f"convert it to Mooncake JSONL (milliseconds, input_length, output_length): {_TO_MOONCAKE}")
+    if text.startswith("["):
+        return (f"{source}: a JSON array; pdmux reads Mooncake JSONL (one JSON object a line: timestamp in ms, "
+                "input_length, output_length), an Azure CSV or a BurstGPT CSV")
+    return None
+
+
 def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
     """Read a trace file (format detected from its first line unless ``fmt`` is given).
 
@@ -299,6 +345,11 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
                 if first.strip():
                     break
             handle.seek(0)
+            head = handle.read(64 * 1024)
+            handle.seek(0)
+            refusal = unreadable_format(head, p.name)
+            if refusal is not None:
+                raise InputError(refusal)
             detected = detect_format(first)
             if fmt is None:
                 if detected is None:
