@@ -109,7 +109,8 @@ def write_log(path: Path, lines: int, seed: int = 1) -> None:
         context += 40  # the interval's 40 decode steps
         if running * context > 400_000:  # requests finish as the KV cache fills
             running, context = max(1, running // 2), context * 0.6
-        step = truth.decode_s(truth.total_sms, running, running * context)
+        # a server's decode step: the kernels and its time per request (StepModel.request_s)
+        step = truth.decode_s(truth.total_sms, running, running * context) + truth.request_s(running)
         throughput = running / step
         clock += datetime.timedelta(seconds=40 * step)
         out.append(f"[{clock:%Y-%m-%d %H:%M:%S} TP0] Decode batch, #running-req: {running}, #token: "

@@ -11,8 +11,9 @@ Inputs (all shipped in ``profiles/measurements/``, see its READMEs for sources a
   (its KV reads at the bandwidth of the GPU's SGLang decode table);
 - Vidur's per-layer small ops (H100, A100) -> ``elementwise`` (H100's for Hopper and Blackwell GPUs,
   A100's for Ampere and Ada, as fractions of each GPU's own datasheet bandwidth);
-- NanoFlow's A100 SM sweeps -> ``common.yaml`` ``partitions`` (bandwidth-curve sharpness, default
-  S_SAT fraction, decode's co-run interference);
+- NanoFlow's A100 SM sweeps and SGLang's green-context tables (H800, A100; never A100_8B) ->
+  ``common.yaml`` ``partitions`` (:func:`fit_partitions`: the bandwidth-vs-SMs curve per SM architecture,
+  decode's co-run interference, a prefill pass's fixed time per layer);
 - aiconfigurator's SGLang custom all-reduce (every GPU shipped) and Vidur's NCCL all-reduce (DGX H100,
   DGX A100) -> ``allreduce.yaml``: per GPU and GPU count, the custom kernel up to 8 MiB and NCCL above
   (:mod:`pdmux_cli.costmodel.collectives`).
@@ -21,7 +22,7 @@ Inputs (all shipped in ``profiles/measurements/``, see its READMEs for sources a
 scheduler's CPU terms and the request path's delays are in ``serving.yaml`` (``benchmarks/fit_serving.py``).
 
 Usage: ``python benchmarks/fit_efficiency.py [--check]``. ``--check`` fits and compares with the
-files on disk instead of writing (exit 1 on a difference). Deterministic; about a minute on 2 cores.
+files on disk instead of writing (exit 1 on a difference). Deterministic; about two minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pdmux_cli.costmodel import collectives, fit, measurements
-from pdmux_cli.costmodel.efficiency import FORMAT, OperatorEfficiency
-from pdmux_cli.costmodel.partitions import BandwidthCurve
+from pdmux_cli.costmodel import sglang_greenctx as greenctx
+from pdmux_cli.costmodel.efficiency import FORMAT, OperatorEfficiency, PartitionProfile
+from pdmux_cli.costmodel.partitions import BandwidthCurve, BandwidthFamily, Interference
 from pdmux_cli.hardware import find_gpu
 
 OUT = ROOT / "profiles" / "efficiency"
@@ -148,26 +150,63 @@ def fit_elementwise() -> dict[str, tuple[OperatorEfficiency, int]]:
     return out
 
 
-def fit_common() -> dict:
+#: SGLang's green-context tables, as every source string names them.
+GREENCTX = ("SGLang green-context tables (sgl-project/sglang 56f74d24 python/sglang/srt/multiplex/predictor.py, "
+            "Apache-2.0; profiles/measurements/sglang_greenctx/)")
+NANOFLOW = "NanoFlow (efeslab/Nanoflow d1bbe277, Apache-2.0)"
+
+
+def fit_partitions() -> dict:
+    """``common.yaml``'s ``partitions``: the bandwidth-vs-SMs family of Ampere (NanoFlow's A100 sweeps, as
+    before; SGLang's A100 decode tables agree with it to 3%, so it is checked there, not re-fitted) and of
+    Hopper (the H800 decode tables: the Ampere curve read them 8.5% off), NanoFlow's interference over its
+    own solo curve, then the prefill fixed time per layer (H800 and A100 prefill shapes). The A100_8B
+    tables enter no fit (:mod:`pdmux_cli.costmodel.sglang_greenctx` refuses them)."""
     bw_points = measurements.nanoflow_bandwidth()
     p, s_sat, error = fit.fit_bandwidth_curve(bw_points, 108)
-    curve = BandwidthCurve(108, s_sat, p)
-    table = fit.interference_table(measurements.nanoflow_interference(), curve)
+    nanoflow_curve = BandwidthCurve(108, s_sat, p)
+    a100 = find_gpu("a100-sxm-80gb")  # NanoFlow's GPU
+    knee = nanoflow_curve.knee  # SMs
+    ampere = BandwidthFamily(
+        "8", round(p, 3), float(f"{a100.hbm_bytes_per_s / knee:.4g}"), "a100-sxm-80gb", round(error, 4),
+        f"{NANOFLOW} A100 SXM 108 SMs: bandwidth vs SMs of a decode-attention kernel, 3 sweeps (knee {knee:.1f} SMs, "
+        f"S_SAT {s_sat:g}); {GREENCTX}: the A100 decode steps vs SMs check it (pdmux accuracy, out-of-sample)")
+    hopper = greenctx.fit_bandwidth_family(
+        "9", "H800",
+        f"{GREENCTX}: H800 decode steps vs SMs as {greenctx.SETUPS['H800'].model} TP{greenctx.SETUPS['H800'].tp}")
+    base = PartitionProfile(families=(ampere, hopper), interference=Interference(()))
+    # decode's co-run factor: NanoFlow's co-run throughput over NanoFlow's own solo sweep (the same kernel
+    # on the same A100)
+    table = fit.interference_table(measurements.nanoflow_interference(), nanoflow_curve)
+    models = {t: greenctx.step_model(t) for t in greenctx.FIT_TABLES}
+    points = [p for kind in ("prefill", "small prefill") for p in greenctx.shape_points(kind, greenctx.FIT_TABLES)]
+    layer_s, layer_error = greenctx.fit_prefill_layer_s(points, models, base)
+    families = {f.family: {"sharpness": f.sharpness, "sm_bytes_per_s": f.sm_bytes_per_s, "fitted_on": f.fitted_on,
+                           "median_error": f.median_error, "source": f.source} for f in (ampere, hopper)}
+    return {
+        "bandwidth_families": families,
+        "decode_bandwidth_interference": [[r, f] for r, f in table],
+        "prefill_flops_interference": [],
+        "prefill_layer_s": layer_s,
+        "prefill_layer_median_error": round(layer_error, 4),
+        "source": (f"bandwidth_families: per SM architecture (compute capability), the bytes/s one SM adds below the "
+                   f"knee and the knee's sharpness; the default S_SAT (SMs reaching 95% of the whole GPU's rate) "
+                   f"follows from each GPU's datasheet bandwidth; architectures without a measurement take the "
+                   f"nearest measured one's (a note says so); 'pdmux bench' measures yours. "
+                   f"decode_bandwidth_interference: {NANOFLOW} gemv_interference.csv (decode's bandwidth next to a "
+                   f"GEMM by its SM share) over the curve fitted to NanoFlow's solo sweeps alone, made non-decreasing; "
+                   f"prefill_flops_interference: no public measurement (1.0). prefill_layer_s: {GREENCTX}, H800 and "
+                   f"A100 prefills of 512-16384 tokens vs SMs and against an 8192-token prefill on the same SMs "
+                   f"(as {greenctx.SETUPS['H800'].model} TP{greenctx.SETUPS['H800'].tp}); the A100_8B tables are "
+                   f"kept out of every fit (pdmux accuracy checks them)"),
+    }
+
+
+def fit_common() -> dict:
     return {
         "format": FORMAT,
         "fitted_by": "benchmarks/fit_efficiency.py",
-        "partitions": {
-            "sharpness": round(p, 3),
-            "s_sat_fraction": round(s_sat / 108, 4),
-            "median_error": round(error, 4),
-            "decode_bandwidth_interference": [[r, f] for r, f in table],
-            "prefill_flops_interference": [],
-            "source": ("NanoFlow (efeslab/Nanoflow d1bbe277, Apache-2.0), A100 SXM 108 SMs: bandwidth vs SMs of a "
-                       "decode-attention kernel (sharpness, S_SAT = SMs reaching 95% of the whole GPU's rate, as a "
-                       "fraction of the SMs, used for every GPU until 'pdmux bench' measures yours); decode's "
-                       "bandwidth next to a GEMM by its SM share (gemv_interference.csv over the fitted solo curve, "
-                       "made non-decreasing); prefill's FLOP/s next to decode: no public measurement (1.0)"),
-        },
+        "partitions": fit_partitions(),
         "cpu": CPU,
     }
 

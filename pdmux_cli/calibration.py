@@ -9,6 +9,10 @@ One file, two kinds of terms, each optional, with ``terms_from`` saying where ea
   and server logs, :mod:`pdmux_cli.costmodel.calibrate`): the roofline model's efficiencies for one model
   on this GPU (:class:`WholeGpuTerms`).
 
+- **Serving terms** (``pdmux calibrate --bench-serving``: the user's own ``sglang.bench_serving`` result
+  files, :mod:`pdmux_cli.simulate.serving_fit`): the request path's delays and the per-request step
+  time of their server (:class:`ServingTerms`), in place of ``profiles/efficiency/serving.yaml``'s.
+
 ``pdmux calibrate --merge`` joins a bench file and an SGLang file of the same GPU. Files written before
 the whole-GPU terms existed (``format: pdmux-calibration/1``, SM-partition terms only) still load.
 Pure Python plus ``yaml``: no torch, numpy or cuda import, because the planning commands import this
@@ -81,7 +85,7 @@ _HEADER_FIELDS = ("format", "gpu_name", "sm_count", "compute_capability", "date"
 #: The SM-partition terms: all present or none.
 _PARTITION_FIELDS = ("driver_cuda_version", "cuda_version", "bandwidth_curve", "flops_curve", "copy_bytes_per_s",
                      "matmul_flops_per_s", "corun", "s_sat_sms")
-_OPTIONAL = ("complete", "source", "terms_from", "whole_gpu", "gpu_key")
+_OPTIONAL = ("complete", "source", "terms_from", "whole_gpu", "gpu_key", "serving")
 
 #: Plausible range of every efficiency a whole-GPU calibration gives (a fraction of the datasheet).
 EFFICIENCY_RANGE = (0.05, 1.0)
@@ -113,6 +117,28 @@ class WholeGpuTerms:
     source: str = ""
 
 
+#: Bounds of the serving terms a calibration may carry, seconds (as ``serving.yaml``'s).
+SERVING_BOUNDS_S = {"admission_delay_s": 10.0, "first_token_delay_s": 10.0, "admission_interval_s": 1.0,
+                    "per_request_step_s": 1e-2}
+
+
+@dataclass(frozen=True)
+class ServingTerms:
+    """The serving terms fitted to the user's own SGLang server (``pdmux calibrate --bench-serving``):
+    the request path's delays and the per-request step time (seconds; their meaning is
+    :class:`pdmux_cli.costmodel.efficiency.ServingProfile`'s and ``CpuProfile.per_request_step_s``'s).
+    They replace ``serving.yaml``'s for any model on this GPU. ``runs``: bench_serving runs fitted;
+    ``median_error``: the fit's median absolute relative error per metric kind; ``source``: the files."""
+
+    admission_delay_s: float
+    first_token_delay_s: float
+    admission_interval_s: float
+    per_request_step_s: float
+    runs: int
+    median_error: tuple[tuple[str, float], ...] = ()
+    source: str = ""
+
+
 @dataclass(frozen=True)
 class Calibration:
     """One GPU's measured curves (see the module docstring for what each one is).
@@ -126,7 +152,8 @@ class Calibration:
     ``s_sat_sms``: SMs that reach 95% of the whole GPU's read rate. ``complete``: ``False`` when the
     bench was interrupted before the end. ``source``: free text (the pdmux version and options).
     The bench's fields are ``None`` in a file with only whole-GPU terms. ``whole_gpu``: the
-    :class:`WholeGpuTerms` of ``pdmux calibrate`` (``None`` if absent). ``terms_from``: ``(("partitions",
+    :class:`WholeGpuTerms` of ``pdmux calibrate`` (``None`` if absent); ``serving``: the
+    :class:`ServingTerms` of ``pdmux calibrate --bench-serving`` (``None`` if absent). ``terms_from``: ``(("partitions",
     "pdmux bench 2026-12-01"), ("whole_gpu", "sglang one-batch out.jsonl"))``. ``gpu_key``: the pdmux GPU
     profile key the file was made for, where known.
     """
@@ -148,6 +175,7 @@ class Calibration:
     whole_gpu: WholeGpuTerms | None = None
     terms_from: tuple[tuple[str, str], ...] = ()
     gpu_key: str = ""
+    serving: ServingTerms | None = None
 
     @property
     def has_partitions(self) -> bool:
@@ -488,11 +516,40 @@ def _whole_gpu(value: object, where: str) -> WholeGpuTerms:
                          **errors, source=source)
 
 
+def _serving(value: object, where: str) -> ServingTerms:
+    if not isinstance(value, dict):
+        raise _bad(where, "serving", "must be a mapping of the fitted serving terms", value)
+    names = (*SERVING_BOUNDS_S, "runs")
+    for name in names:
+        if name not in value:
+            raise InputError(f"{where}: missing field 'serving.{name}'")
+    unknown = sorted(str(k) for k in value if k not in (*names, "median_error", "source"))
+    if unknown:
+        raise InputError(f"{where}: unknown field 'serving.{unknown[0]}'")
+    terms = {}
+    for name, high in SERVING_BOUNDS_S.items():
+        number = _float(value[name], where, f"serving.{name}", positive=False)
+        if not 0 <= number <= high:
+            raise _bad(where, f"serving.{name}", f"must be from 0 to {high:g} s", number)
+        terms[name] = number
+    errors = value.get("median_error") or {}
+    if not isinstance(errors, dict):
+        raise _bad(where, "serving.median_error", "must map metric kinds to fractions", errors)
+    median = tuple((_text(k, where, "serving.median_error"), _float(v, where, f"serving.median_error.{k}",
+                                                                     positive=False)) for k, v in errors.items())
+    source = value.get("source", "") or ""
+    if not isinstance(source, str):
+        raise _bad(where, "serving.source", "must be a string", source)
+    _printable(source, where, "serving.source")
+    return ServingTerms(**terms, runs=_int(value["runs"], where, "serving.runs"), median_error=median, source=source)
+
+
 def _terms_from(value: object, where: str) -> tuple[tuple[str, str], ...]:
     if value in (None, ""):
         return ()
-    if not isinstance(value, dict) or not all(k in ("partitions", "whole_gpu") for k in value):
-        raise _bad(where, "terms_from", "must map 'partitions' and/or 'whole_gpu' to where they came from", value)
+    if not isinstance(value, dict) or not all(k in ("partitions", "whole_gpu", "serving") for k in value):
+        raise _bad(where, "terms_from", "must map 'partitions', 'whole_gpu' and/or 'serving' to where they came from",
+                   value)
     return tuple((str(k), _text(v, where, f"terms_from.{k}")) for k, v in value.items())
 
 
@@ -523,11 +580,11 @@ def calibration_from_mapping(data: object, where: str = "calibration") -> Calibr
     unknown = sorted(str(k) for k in data if k not in _HEADER_FIELDS + _PARTITION_FIELDS + _OPTIONAL)
     if unknown:
         raise InputError(f"{where}: unknown field '{unknown[0]}'")
-    if fmt == FORMAT_V1 and ("whole_gpu" in data or "terms_from" in data):
-        raise InputError(f"{where}: 'whole_gpu' and 'terms_from' need format {FORMAT!r}")
-    if not partition_present and data.get("whole_gpu") is None:
+    if fmt == FORMAT_V1 and ("whole_gpu" in data or "terms_from" in data or "serving" in data):
+        raise InputError(f"{where}: 'whole_gpu', 'serving' and 'terms_from' need format {FORMAT!r}")
+    if not partition_present and data.get("whole_gpu") is None and data.get("serving") is None:
         raise InputError(f"{where}: no terms: neither the SM-partition curves of 'pdmux bench' nor the 'whole_gpu' "
-                         "terms of 'pdmux calibrate'")
+                         "or 'serving' terms of 'pdmux calibrate'")
     sm_count = _int(data["sm_count"], where, "sm_count")
     if sm_count > MAX_SMS:
         raise _bad(where, "sm_count", f"must be at most {MAX_SMS}", sm_count)
@@ -550,6 +607,7 @@ def calibration_from_mapping(data: object, where: str = "calibration") -> Calibr
         "complete": complete, "source": source, "gpu_key": gpu_key,
         "whole_gpu": _whole_gpu(data["whole_gpu"], where) if data.get("whole_gpu") is not None else None,
         "terms_from": _terms_from(data.get("terms_from"), where),
+        "serving": _serving(data["serving"], where) if data.get("serving") is not None else None,
     }
     if not partition_present:
         return Calibration(**common)
@@ -630,6 +688,13 @@ def calibration_to_mapping(c: Calibration) -> dict[str, Any]:
             "points": w.points, "median_error": w.median_error,
             "uncalibrated_median_error": w.uncalibrated_median_error, "source": w.source,
         }
+    if c.serving is not None:
+        v = c.serving
+        data["serving"] = {
+            "admission_delay_s": v.admission_delay_s, "first_token_delay_s": v.first_token_delay_s,
+            "admission_interval_s": v.admission_interval_s, "per_request_step_s": v.per_request_step_s,
+            "runs": v.runs, "median_error": dict(v.median_error), "source": v.source,
+        }
     return data
 
 
@@ -641,10 +706,12 @@ def dump_calibration(c: Calibration) -> str:
     data = calibration_to_mapping(c)
     curves = {k: data.pop(k) for k in ("bandwidth_curve", "flops_curve", "corun") if k in data}
     whole = data.pop("whole_gpu", None)
+    serving = data.pop("serving", None)
     text = _HEADER + yaml.dump(data, Dumper=_DUMPER, sort_keys=False, default_flow_style=False, allow_unicode=True)
-    if whole is not None:
-        text += yaml.dump({"whole_gpu": whole}, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,
-                          allow_unicode=True)
+    for key, section in (("whole_gpu", whole), ("serving", serving)):
+        if section is not None:
+            text += yaml.dump({key: section}, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,
+                              allow_unicode=True)
     for key, rows in curves.items():
         if not rows:
             text += f"{key}: []\n"

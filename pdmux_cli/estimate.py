@@ -85,7 +85,9 @@ class Scenario:
     (roofline: the fitted one; chapter: its three fractions of the SM count). ``bandwidth_efficiency``,
     ``mfu``: the chapter model's knobs (``None``: 0.85, 0.5). ``weight_bytes_per_param``: ``None`` for
     the model's own dtype. ``flops_dtype``: ``None`` picks fp8 for fp8 models on GPUs with fp8, else
-    bf16. ``step_overhead_ms``: the engine's CPU time per step (roofline; ``None``: the profile's).
+    bf16. ``step_overhead_ms``: the engine's CPU time per step (roofline; ``None``: the profile's);
+    ``per_request_overhead_ms``: a step's time per request beyond the kernels (roofline; ``None``: the
+    serving profile's).
     ``tp``: GPUs the model is sharded over (tensor parallelism, SGLang's ``--tp-size``).
     ``disagg``: ``(X, Y)`` prefill and decode instances of PD disaggregation (``--disagg XPYD``), each
     of ``tp`` GPUs (``disagg_tp`` when given), or ``None`` for no disaggregation row. ``kv_link``,
@@ -113,6 +115,7 @@ class Scenario:
     step_overhead_ms: float | None = None
     tp: int = 1
     disagg: tuple[int, int] | None = None
+    per_request_overhead_ms: float | None = None
     kv_link: str = "auto"
     kv_link_gb_s: float | None = None
     kv_link_latency_us: float | None = None
@@ -257,6 +260,10 @@ class Estimate:
     kv_transfer_bytes: float = 0.0
     #: whether the chosen SGLang revision can run pdmux for this model (sglang_support.model_support)
     pdmux_support: Any = None
+    #: the request path's fixed delay a TTFT adds to the prefill times (admission + first token, ms), and a
+    #: step's time per request beyond the kernels (ms; in the rows' step times), from the serving profile
+    request_delay_ms: float = 0.0
+    per_request_ms: float = 0.0
 
 
 def pdmux_prefill_end_s(prefill_s: float, round_s: float, layers: int, per_round: int) -> float:
@@ -363,6 +370,8 @@ def _models(gpu: Gpu, model: Model, scenario: Scenario, calibration) -> list[tup
               "mfu": scenario.mfu, "weight_bytes_per_param": scenario.weight_bytes_per_param,
               "kv_bytes_per_element": scenario.kv_bytes_per_element, "flops_dtype": scenario.flops_dtype,
               "step_overhead_ms": scenario.step_overhead_ms, "tp": scenario.tp}
+    if scenario.per_request_overhead_ms is not None:
+        common["per_request_overhead_ms"] = scenario.per_request_overhead_ms
     if calibration is not None:
         step_model = costmodel.build_step_model(gpu, model, calibration=calibration, **common)
         if not calibration.has_partitions:  # whole-GPU terms only: the S_SAT guesses still apply
@@ -452,10 +461,11 @@ def estimate(
     def hidden(gpu_s: float) -> float:  # a baseline step: the overlap scheduler hides the CPU's work
         return max(gpu_s, cpu)
 
-    base_s = hidden(full.decode_s(total, bs, sum_ctx, sum_win))
+    per_request = full.request_s(1)  # a server step's time per request beyond the kernels (serving.yaml)
+    base_s = hidden(full.decode_s(total, bs, sum_ctx, sum_win) + bs * per_request)
     rows = [PolicyRow("decode-only", "decode only (ref.)", base_s * 1e3, None, None, None)]
 
-    whole_prefill_s = hidden(full.prefill_s(total, [(prompt, 0)]))
+    whole_prefill_s = hidden(full.prefill_s(total, [(prompt, 0)]) + per_request)
     if scenario.cost_model == "chapter":
         weights_once_s = full.decode_s(total, 1, 0.0)  # every weight read once, at the chapter's bandwidth
         if whole_prefill_s < weights_once_s:
@@ -473,7 +483,7 @@ def estimate(
             sglang_server.default_chunked_prefill_size(gpu.memory_bytes),)
     for chunk in chunk_sizes:
         chunks = [(min(chunk, prompt - start), start) for start in range(0, prompt, chunk)]
-        prefill = sum(hidden(full.prefill_s(total, [c])) for c in chunks)
+        prefill = sum(hidden(full.prefill_s(total, [c]) + per_request) for c in chunks)
         rows.append(PolicyRow("chunked", f"chunked {chunk}", (prefill + base_s) * 1e3, 1, prefill * 1e3, 0,
                               chunk_tokens=chunk))
     for chunk in scenario.mixed_chunk_sizes:
@@ -485,7 +495,8 @@ def estimate(
             continue
         take = chunk if scenario.cost_model == "chapter" else chunk - bs
         steps = [
-            max(full.mixed_s([(min(take, prompt - start), start)], bs, sum_ctx, sum_win), full.decode_cpu_s(bs + 1))
+            max(full.mixed_s([(min(take, prompt - start), start)], bs, sum_ctx, sum_win) + (bs + 1) * per_request,
+                full.decode_cpu_s(bs + 1))
             for start in range(0, prompt, take)
         ]
         rows.append(
@@ -504,8 +515,9 @@ def estimate(
         prefill_alone = step_model.prefill_s(p, [(prompt, 0)])
         decode_corun = step_model.decode_s(d, bs, sum_ctx, sum_win, corun_sms=p)
         prefill_corun = step_model.prefill_s(p, [(prompt, 0)], corun_sms=d)
-        # a pdmux round: the decode step, then the CPU's work (the overlap scheduler is off)
-        round_s = decode_corun + step_model.decode_cpu_s(bs)
+        # a pdmux round: the decode step, then the CPU's work (the overlap scheduler is off) and the
+        # step's time per request
+        round_s = decode_corun + step_model.decode_cpu_s(bs) + step_model.request_s(bs)
         return round_s, pdmux_prefill_end_s(prefill_corun, round_s, model.num_layers, per_round), decode_alone, \
             prefill_alone, decode_corun
 
@@ -577,8 +589,8 @@ def estimate(
             inst = _models(gpu, model, replace(inst_scenario, s_sat_values=(None,) if scenario.cost_model != "chapter"
                                                else scenario.s_sat_values), calibration)[0][0]
             inst_cpu = inst.decode_cpu_s(bs)
-            inst_base_s = max(inst.decode_s(total, bs, sum_ctx, sum_win), inst_cpu)
-            inst_prefill_s = max(inst.prefill_s(total, [(prompt, 0)]), inst_cpu)
+            inst_base_s = max(inst.decode_s(total, bs, sum_ctx, sum_win) + inst.request_s(bs), inst_cpu)
+            inst_prefill_s = max(inst.prefill_s(total, [(prompt, 0)]) + inst.request_s(1), inst_cpu)
         transfer_bytes = prompt * rank_kv_bytes_per_token(model, scenario.kv_bytes_per_element, inst_tp)
         transfer_s = link.transfer_s(transfer_bytes)
         ttft_s = inst_prefill_s + transfer_s
@@ -603,6 +615,12 @@ def estimate(
         notes.insert(1 if notes and notes[0].startswith("does not fit") else 0, ("PD mux cannot run: " if support.state == "no" else "PD mux: ") + support.reason
                      + ("; its rows are the split's arithmetic, not a speed SGLang reaches"
                         if support.state == "no" else ""))
+    serving = getattr(full, "serving", None)
+    request_delay_ms = (serving.admission_delay_s + serving.first_token_delay_s) * 1e3 if serving is not None else 0.0
+    if request_delay_ms:
+        where = "the calibration's" if "calibrated on" in serving.source else "fitted to public runs, serving.yaml"
+        notes.append(f"prefill time is the server's; a request's TTFT adds SGLang's request path, {request_delay_ms:.3g} "
+                     f"ms ({where}), as simulate counts it")
     layers = policy.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget)
     rounds = policy.prefill_rounds(prompt, model.num_layers, scenario.split_forward_token_budget)
     return Estimate(
@@ -611,7 +629,8 @@ def estimate(
         throughput_source=full.source if len(models) == 1 else re.sub(
             r",? ?S_SAT=[0-9.]+( of \d+ SMs)?", "", full.source) + " (S_SAT per PD-mux row)", rows=rows, memory=memory, levels=levels, notes=notes,
         cost_model=scenario.cost_model, cpu_step_ms=cpu * 1e3, tp=tp, kv_link=link,
-        kv_transfer_bytes=transfer_bytes, pdmux_support=support,
+        kv_transfer_bytes=transfer_bytes, pdmux_support=support, request_delay_ms=request_delay_ms,
+        per_request_ms=per_request * 1e3,
     )
 
 

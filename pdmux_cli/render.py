@@ -256,6 +256,7 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
         "cost_model": est.cost_model,
         "throughput_source": est.throughput_source,
         "cpu_step_ms": est.cpu_step_ms,
+        "per_request_overhead_ms": est.per_request_ms, "request_delay_ms": est.request_delay_ms,
         "rows": [
             {
                 "policy": r.policy,

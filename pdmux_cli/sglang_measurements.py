@@ -1,4 +1,5 @@
-"""Readers for what a user's own SGLang measures: one-batch benchmark results and server logs.
+"""Readers for what a user's own SGLang measures: one-batch benchmark results, bench_serving result files
+and server logs.
 
 Formats (SGLang 0.4 to 0.5.23; docs/architecture.md cites the files):
 
@@ -8,6 +9,11 @@ Formats (SGLang 0.4 to 0.5.23; docs/architecture.md cites the files):
   prefill of ``batch_size x input_len`` tokens, synchronised) and ``median_decode_latency`` (s: the
   median of ``output_len - 1`` decode steps timed one by one, absent when ``output_len`` is 1; step
   ``i`` attends over ``input_len + i + 1`` tokens a request); ``run_name`` tags the run.
+- **bench_serving results** (``python -m sglang.bench_serving ... --output-file F``;
+  ``sglang/benchmark/serving.py`` ``benchmark``): one JSON object per run with its settings
+  (``dataset_name``, ``request_rate``, ``max_concurrency``, ``random_*``), ``server_info``, the totals and
+  the summary (``median_ttft_ms``, ``median_itl_ms``, ``output_throughput``...); with ``--output-details``
+  also per request ``input_lens``, ``output_lens``, ``ttfts``, ``itls``, ``errors``.
 - **Server log** (``srt/managers/scheduler_components/metrics_reporter.py``): a line every 40 decode
   steps (``--decode-log-interval``), ``Decode batch, #running-req: N, #token: T, token usage: U, cuda
   graph: B, gen throughput (token/s): G, #queue-req: Q`` (``Decode batch.`` and a trailing ``", "`` in
@@ -165,6 +171,150 @@ def read_one_batch(path: str | Path) -> tuple[list[OneBatchPoint], list[str]]:
     text = read_input_text(path, "one-batch result", MAX_ONE_BATCH_BYTES,
                            hint="give the JSONL that 'python -m sglang.benchmark.one_batch --result-filename' writes")
     return parse_one_batch(text, str(path))
+
+
+# ---------------------------------------------------------------------------------------------------
+# bench_serving result files
+
+#: Largest bench_serving result file read, bytes (one line per run; ``--output-details`` adds the
+#: per-request lists: a few MB for thousands of prompts).
+MAX_BENCH_SERVING_BYTES = 256 * 1024**2
+
+#: bench_serving's summary keys -> pdmux's metric names (:data:`pdmux_cli.simulate.serving_accuracy.METRICS`).
+BENCH_SERVING_METRICS = {
+    "median_ttft_ms": "ttft_p50_ms", "median_itl_ms": "itl_p50_ms", "median_tpot_ms": "tpot_p50_ms",
+    "median_e2e_latency_ms": "e2e_p50_ms", "output_throughput": "output_tok_s", "total_throughput": "total_tok_s",
+    "input_throughput": "input_tok_s", "request_throughput": "request_rps",
+}
+
+
+@dataclass(frozen=True)
+class BenchServingResult:
+    """One run of ``python -m sglang.bench_serving ... --output-file F`` (one JSON object per line;
+    ``sglang/benchmark/serving.py`` ``benchmark``: the ``result`` dict, plus ``result_details`` with
+    ``--output-details``).
+
+    ``dataset``: ``dataset_name`` (``random``, ``sharegpt``...). ``request_rate``: req/s, ``math.inf`` for
+    all at once. ``max_concurrency``: the client's limit (0: none). ``completed``: requests that
+    succeeded. ``random_input_len``, ``random_output_len``, ``random_range_ratio``: the random
+    dataset's settings (0 where absent). ``total_input_tokens``, ``total_output_tokens``: over completed
+    requests. ``metrics``: pdmux metric name -> value (:data:`BENCH_SERVING_METRICS`). ``input_lens``,
+    ``output_lens``: per request with ``--output-details`` (successful requests only), else ``()``.
+    ``server``: what ``server_info`` says of the server (``tp_size``, ``chunked_prefill_size``,
+    ``disable_radix_cache``, ``disable_overlap_schedule``, ``model_path``, ``version``; missing keys absent).
+    ``backend``: the client backend. ``where``: file and line.
+    """
+
+    dataset: str
+    request_rate: float
+    max_concurrency: int
+    completed: int
+    random_input_len: int
+    random_output_len: int
+    random_range_ratio: float
+    total_input_tokens: int
+    total_output_tokens: int
+    metrics: dict
+    input_lens: tuple[int, ...]
+    output_lens: tuple[int, ...]
+    server: dict
+    backend: str
+    where: str
+
+
+_SERVER_KEYS = ("tp_size", "chunked_prefill_size", "disable_radix_cache", "disable_overlap_schedule", "model_path",
+                "version", "enable_mixed_chunk", "enable_pdmux")
+
+
+def _bench_serving_line(data: dict, where: str) -> BenchServingResult | str:
+    """One parsed line, or why it is not a usable run."""
+    rate = data.get("request_rate")
+    if isinstance(rate, str) and rate.strip().lower() == "inf":
+        rate = math.inf
+    rate = finite_float(rate) if rate != math.inf else rate
+    if rate is None or not rate > 0:
+        return f"request_rate {short_repr(data.get('request_rate'))} is not a rate (req/s or inf; trace replays " \
+               "are not read)"
+    concurrency = data.get("max_concurrency") or 0
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 0:
+        return f"max_concurrency {short_repr(concurrency)} is not a whole number"
+    completed = _positive_int(data.get("completed"))
+    if completed is None:
+        return "no completed requests"
+    metrics = {}
+    for key, name in BENCH_SERVING_METRICS.items():
+        value = _positive_float(data.get(key)) if key in data and data.get(key) is not None else None
+        if value is not None:
+            metrics[name] = value
+    if not metrics:
+        return "none of " + ", ".join(BENCH_SERVING_METRICS) + " is a positive number"
+    lens = []
+    for key in ("input_lens", "output_lens"):
+        values = data.get(key)
+        if values is None:
+            lens.append(())
+            continue
+        if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 10**8
+                                                   for v in values):
+            return f"{key} is not a list of token counts"
+        lens.append(tuple(values))
+    if len(lens[0]) != len(lens[1]):
+        return "input_lens and output_lens differ in length"
+    errors = data.get("errors")
+    if lens[0] and isinstance(errors, list) and len(errors) == len(lens[0]):  # keep the successful requests
+        keep = [i for i, e in enumerate(errors) if not e]
+        lens = [tuple(v[i] for i in keep) for v in lens]
+    info = data.get("server_info") if isinstance(data.get("server_info"), dict) else {}
+    server = {k: info[k] for k in _SERVER_KEYS if k in info and isinstance(info[k], (int, float, str, bool))}
+
+    def count(key: str) -> int:
+        value = data.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+    ratio = finite_float(data.get("random_range_ratio"))
+    return BenchServingResult(
+        dataset=str(data.get("dataset_name") or ""), request_rate=float(rate), max_concurrency=concurrency,
+        completed=completed, random_input_len=count("random_input_len"), random_output_len=count("random_output_len"),
+        random_range_ratio=ratio if ratio is not None and 0 <= ratio <= 1 else 0.0,
+        total_input_tokens=count("total_input_tokens"), total_output_tokens=count("total_output_tokens"),
+        metrics=metrics, input_lens=lens[0], output_lens=lens[1], server=server,
+        backend=str(data.get("backend") or ""), where=where)
+
+
+def parse_bench_serving(text: str, source: str) -> tuple[list[BenchServingResult], list[str]]:
+    """The runs of a bench_serving result text (one JSON object per line; blank lines ignored), and a
+    description of each line not used. Raises :class:`InputError` when no line is a run."""
+    results: list[BenchServingResult] = []
+    problems: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            data = json.loads(line)
+        except (json.JSONDecodeError, ValueError, RecursionError):
+            problems.append(f"line {number}: not JSON")
+            continue
+        if not isinstance(data, dict):
+            problems.append(f"line {number}: not a JSON object")
+            continue
+        got = _bench_serving_line(data, f"{source}:{number}")
+        if isinstance(got, str):
+            problems.append(f"line {number}: {got}")
+        else:
+            results.append(got)
+    if not results:
+        first = f" ({problems[0]})" if problems else " (the file is empty)"
+        raise InputError(f"{source}: no bench_serving run in it{first}: give the --output-file of "
+                         "'python -m sglang.bench_serving'")
+    return results, problems
+
+
+def read_bench_serving(path: str | Path) -> tuple[list[BenchServingResult], list[str]]:
+    """:func:`parse_bench_serving` of a file (checked as every input file: :mod:`pdmux_cli.input_files`)."""
+    text = read_input_text(path, "bench_serving result", MAX_BENCH_SERVING_BYTES,
+                           hint="give the JSONL that 'python -m sglang.bench_serving --output-file' writes")
+    return parse_bench_serving(text, str(path))
 
 
 # ---------------------------------------------------------------------------------------------------

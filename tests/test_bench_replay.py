@@ -198,14 +198,14 @@ def test_plan_refuses_bad_scenarios(kw, message) -> None:
 
 def test_predictions_are_the_estimates() -> None:
     """The chapter's scenario: the same numbers ``pdmux estimate`` prints (README: 10 ms decode alone,
-    203 ms prefill first, PD mux 80/52 at 15 ms ITL and 324 ms prefill)."""
+    203 ms prefill first, PD mux 80/52 at 13 ms ITL and 323 ms prefill)."""
     from pdmux_cli.estimate import Scenario, estimate
 
     plan = rp.make_replay_plan(load_model("qwen3-8b"), H100_DEVICE)
     preds = rp.predict(plan, H100)
     assert round(preds.whole.decode_alone_ms) == 10 and round(preds.whole.prefill_alone_ms) == 203
     chosen = preds.levels[(80, 52)]
-    assert round(chosen.itl_ms) == 15 and round(chosen.prefill_corun_ms) == 324
+    assert round(chosen.itl_ms) == 13 and round(chosen.prefill_corun_ms) == 323
     row = next(r for r in estimate(H100, plan.model, Scenario(level=(104, 28))).rows if r.policy == "pdmux")
     assert preds.levels[(104, 28)].decode_alone_ms == row.decode_alone_ms
     assert set(preds.levels) == {tuple(s) for s in plan.levels}
@@ -388,7 +388,7 @@ def test_tables_render() -> None:
     for table in replay_tables(res) + replay_plan_tables(plan, res.predicted):
         con.print(table)
     text = con.export_text()
-    assert "5 *" in text and "80/52" in text and "est 15.4" in text and "16.0" in text
+    assert "5 *" in text and "80/52" in text and "est 13.4" in text and "16.0" in text
     assert "36 of 36" in text
 
 

@@ -268,7 +268,8 @@ def test_points_that_cannot_be_this_model_and_gpu_are_refused() -> None:
 
 
 @pytest.mark.parametrize("gpu, text", [
-    ("b200", "points are more than 2.5x"),  # an H100's times on a B200: most points far too slow
+    # an H100's times on a B200: far too slow for it (the KV reads a third of what a B200 reaches)
+    ("b200", "3.0x below what B200 180GB (HGX/DGX) reaches"),
     ("h100-pcie", "above the datasheet's peak"),  # on a slower H100: faster than that GPU can be
     ("h20", "0.18x the model at the median"),
 ])
@@ -336,7 +337,8 @@ def test_estimate_with_the_calibration_reproduces_the_points(tmp_path) -> None:
         if row["kind"] == "prefill" and row["batch"] == 1:
             e = estimate(gpu, model, Scenario(prompt_tokens=round(row["tokens"])), calibration=cal)
             alone = next(r for r in e.rows if r.policy == "prefill-first")
-            assert alone.prefill_ms == pytest.approx(row["measured_ms"], rel=tolerance)
+            # the one-batch prefill is the model alone; the estimate's is a server's (its time per request)
+            assert alone.prefill_ms == pytest.approx(row["measured_ms"] + e.per_request_ms, rel=tolerance)
             checked += 1
     assert checked >= 10
 

@@ -350,9 +350,10 @@ def test_estimate_with_an_incomplete_run_uses_the_ceilings_and_says_so(tmp_path)
     short = mapping(bandwidth_curve=[[8, 0.6e12], [16, 1.2e12]], flops_curve=[[8, 40e12], [16, 80e12]], s_sat_sms=16,
                     complete=False)
     path = write(tmp_path, short)
-    d = json.loads(CliRunner().invoke(app, ["estimate", "--calibration", str(path), "--json"]).stdout)
+    d = json.loads(CliRunner().invoke(app, ["estimate", "--calibration", str(path), "--per-request-overhead-ms", "0",
+                                            "--json"]).stdout)
     assert any("interpolated, not measured" in n for n in d["notes"])
-    flat = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(),
+    flat = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(per_request_overhead_ms=0),
                     calibration=make_calibration(bandwidth_curve=((8, 0.6e12), (16, 1.2e12), (132, 1.2e12)),
                                                  flops_curve=((8, 40e12), (16, 80e12), (132, 80e12)), s_sat_sms=16))
     pd = {r.policy: r for r in flat.rows}["pdmux"]
@@ -400,7 +401,7 @@ def test_bandwidth_full_at_16_sms_gives_full_gpu_itl() -> None:
     assert "calibrated" in pdmux.label
     # the roofline model takes the curve's shape: decode alone on 52 SMs as fast as on the whole GPU;
     # its ITL adds the CPU work of a pdmux round (the overlap scheduler hides it for decode-only)
-    result = estimate(gpu, model, Scenario(), calibration=cal)
+    result = estimate(gpu, model, Scenario(per_request_overhead_ms=0), calibration=cal)
     pdmux, decode_only = _pdmux_and_decode_only(result)
     assert pdmux.decode_alone_ms == pytest.approx(decode_only.itl_ms, rel=1e-12)
     assert pdmux.itl_ms == pytest.approx(decode_only.itl_ms + result.cpu_step_ms, rel=1e-12)
@@ -415,7 +416,8 @@ def test_late_saturation_makes_pdmux_itl_worse() -> None:
     pdmux, decode_only = _pdmux_and_decode_only(estimate(gpu, model, chapter, calibration=cal))
     assert pdmux.itl_ms == pytest.approx(decode_only.itl_ms * 132 / pdmux.decode_sms, rel=1e-9)
     # roofline: the memory-bound parts of the step scale by 132/52, the fixed kernel latencies do not
-    pdmux, decode_only = _pdmux_and_decode_only(estimate(gpu, model, Scenario(), calibration=cal))
+    pdmux, decode_only = _pdmux_and_decode_only(estimate(gpu, model, Scenario(per_request_overhead_ms=0),
+                                                         calibration=cal))
     ratio = pdmux.decode_alone_ms / decode_only.itl_ms
     assert 0.85 * 132 / 52 < ratio < 132 / 52
 

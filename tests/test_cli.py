@@ -144,7 +144,7 @@ def test_estimate_chapter_option_is_the_chapter_table() -> None:
 def test_estimate_default_is_the_roofline_model() -> None:
     r = run("estimate")
     assert r.exit_code == 0, r.stderr
-    for text in ("roofline (h100-sxm efficiencies", "S_SAT=102", "CPU 0.31", "chunked 8192",
+    for text in ("roofline (h100-sxm efficiencies", "S_SAT=88", "CPU 0.31", "chunked 8192",
                  "mixed chunk 512", "PD mux 80/52"):
         assert text in r.stdout, text
 

@@ -79,10 +79,11 @@ def test_bandwidth_curve_against_nanoflow() -> None:
     rates = {s: r for s, b, q, r in measurements.nanoflow_bandwidth() if (b, q) == (128, 2048)}
     assert rates[44] == pytest.approx(1.280897975875e12) and rates[108] == pytest.approx(1.748401760133e12)
     part, _ = efficiency.load_common()
-    curve = BandwidthCurve(108, part.s_sat_fraction * 108, part.sharpness)
-    assert curve.share(44) == pytest.approx(rates[44] / rates[108], rel=0.05)
-    # S_SAT: 95% of the whole GPU only past ~77% of the SMs
-    assert 0.72 < part.s_sat_fraction < 0.82
+    a100 = find_gpu("a100-sxm-80gb")
+    curve, note = part.bandwidth_curve(108, a100.hbm_bytes_per_s, a100.compute_capability)
+    assert curve.share(44) == pytest.approx(rates[44] / rates[108], rel=0.05) and note == ""
+    # S_SAT: 95% of the whole GPU only past ~77% of the SMs (83 of 108)
+    assert curve.s_sat == 83
 
 
 def test_interference_table_from_nanoflow() -> None:
@@ -285,7 +286,7 @@ def test_step_overhead_and_knobs() -> None:
                    {"cost_model": "chapter", "step_overhead_ms": 1}, {"cost_model": "other"}):
         with pytest.raises(InputError):
             build_step_model(H100, QWEN, **kwargs)
-    assert RL.s_sat == 102 and build_step_model(H100, QWEN, s_sat=44).s_sat == 44
+    assert RL.s_sat == 88 and build_step_model(H100, QWEN, s_sat=44).s_sat == 44
 
 
 # ---- SGLang 0.5.23's server defaults ------------------------------------------------------------------------

@@ -33,7 +33,11 @@ H100 = find_gpu("h100")
 QWEN = load_model("qwen3-8b")
 CHAPTER = make_setup(H100, QWEN, cost_model="chapter", s_sat=66)  # the chapter's model: no CPU time
 THR = CHAPTER.step_model.throughput
-SETUP = make_setup(H100, QWEN)  # the default: roofline, SGLang's CPU time per step
+# the serving terms at 0 (tests/test_simulate_serving.py tests them): these hand calculations are the
+# kernels and SGLang's scheduler alone
+NO_SERVING = {"per_request_overhead_ms": 0, "admission_delay_ms": 0, "admission_interval_ms": 0,
+              "first_token_delay_ms": 0}
+SETUP = make_setup(H100, QWEN, **NO_SERVING)  # the roofline model, SGLang's CPU time per step
 POLICIES = [PdmuxPolicy(), ChunkedPolicy(8192), ChunkedPolicy(512), MixedChunkPolicy(512), PrefillFirstPolicy()]
 
 
@@ -117,7 +121,7 @@ def test_mixed_chunk_gives_running_requests_a_token_every_chunk_step() -> None:
 def test_chunked_matches_the_estimates_chunked_row() -> None:
     """One chunked prefill of the scenario (no other traffic): the estimate's stall equals the simulation's."""
     trace, running = _stall_trace()
-    est = estimate(H100, QWEN, Scenario(chunk_sizes=(2048,), mixed_chunk_sizes=()))
+    est = estimate(H100, QWEN, Scenario(chunk_sizes=(2048,), mixed_chunk_sizes=(), per_request_overhead_ms=0))
     row = next(r for r in est.rows if r.policy == "chunked")
     r = simulate(trace, SETUP, ChunkedPolicy(2048), initial_decode=running)
     assert r.first_token_s[0] * 1e3 == pytest.approx(row.prefill_ms, rel=1e-9)
@@ -162,12 +166,12 @@ def test_chapter_scenario_other_s_sat(s_sat: float, itl: float) -> None:
 
 
 def test_pdmux_round_cost_moves_itl_by_that_cost() -> None:
-    base = run_scenario(make_setup(H100, QWEN, step_overhead_ms=0), PdmuxPolicy())
-    slow = run_scenario(make_setup(H100, QWEN, step_overhead_ms=1.0), PdmuxPolicy())
+    base = run_scenario(make_setup(H100, QWEN, step_overhead_ms=0, **NO_SERVING), PdmuxPolicy())
+    slow = run_scenario(make_setup(H100, QWEN, step_overhead_ms=1.0, **NO_SERVING), PdmuxPolicy())
     assert slow.itl_ms == pytest.approx(base.itl_ms + 1.0, abs=0.05)
     # the baselines hide it behind their ~10 ms decode steps (overlap scheduler)
-    base_c = run_scenario(make_setup(H100, QWEN, step_overhead_ms=0), MixedChunkPolicy(512))
-    slow_c = run_scenario(make_setup(H100, QWEN, step_overhead_ms=1.0), MixedChunkPolicy(512))
+    base_c = run_scenario(make_setup(H100, QWEN, step_overhead_ms=0, **NO_SERVING), MixedChunkPolicy(512))
+    slow_c = run_scenario(make_setup(H100, QWEN, step_overhead_ms=1.0, **NO_SERVING), MixedChunkPolicy(512))
     assert slow_c.itl_ms == pytest.approx(base_c.itl_ms, rel=1e-9)
 
 
@@ -273,11 +277,20 @@ def test_max_running_requests_caps_the_batch() -> None:
     assert max(itertools.accumulate(live)) == 8
 
 
+def test_a_prefill_batch_fills_max_running_requests() -> None:
+    """SGLang 0.5.23 ``scheduler.py`` ``get_new_batch_prefill``: the batch is full when
+    ``len(can_run_list) >= get_num_allocatable_reqs(running_bs)`` (free request rows), so 8 requests
+    waiting at once with ``--max-running-requests 8`` are prefilled together."""
+    trace = Trace((0.0,) * 8, (32,) * 8, (16,) * 8)
+    r = simulate(trace, replace(SETUP, max_running_requests=8), PrefillFirstPolicy())
+    assert len(set(r.first_token_s)) == 1
+
+
 def test_large_decode_batches_run_without_cuda_graphs() -> None:
     """Past SGLang's largest CUDA graph (256 on an 80 GB GPU) a decode step is launched kernel by kernel
     and lasts at least the CPU's launches (layers x kernels x launch time; here a launch made slow
     enough to show: 28 x 10 x 20 us = 5.6 ms against a 1.6 ms step)."""
-    small = make_setup(H100, load_model("qwen3-0.6b"))
+    small = make_setup(H100, load_model("qwen3-0.6b"), **NO_SERVING)
     sm = small.step_model
     sm.cpu = replace(sm.cpu, launch_s=20e-6)
     assert small.graph_max_bs == 256 and sm.launch_cpu_s() == pytest.approx(28 * 10 * 20e-6)

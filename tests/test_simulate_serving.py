@@ -96,12 +96,13 @@ def test_pdmux_admits_at_the_next_round() -> None:
     assert list(mid.step_end_s[:2]) == list(ends[:2])
 
 
-def test_per_request_cpu_time_is_hidden_up_to_the_gpu_step_and_paid_in_full_by_pdmux() -> None:
-    """1 ms of CPU per running request: 16 requests cost over 16 ms of scheduler CPU a step, more than the
-    ~8 ms decode step, so the overlap scheduler's round is the CPU's; without it (and under pdmux) the
-    round is GPU + CPU."""
-    setup = make_setup(H100, QWEN, per_request_overhead_ms=1.0, admission_delay_ms=0, first_token_delay_ms=0)
+def test_scheduler_cpu_per_request_is_hidden_up_to_the_gpu_step_and_paid_in_full_by_pdmux() -> None:
+    """1 ms of scheduler CPU per running request (CpuProfile.per_request_s): 16 requests cost over 16 ms of
+    CPU a step, more than the ~8 ms decode step, so the overlap scheduler's round is the CPU's; without it
+    (and under pdmux) the round is GPU + CPU."""
+    setup = make_setup(H100, QWEN, per_request_overhead_ms=0, admission_delay_ms=0, first_token_delay_ms=0)
     sm = setup.step_model
+    sm.cpu = replace(sm.cpu, per_request_s=0.001)
     assert sm.decode_cpu_s(16) == pytest.approx(sm.cpu.step_s + 16 * 0.001, rel=1e-12)
     batch = [(2048, 40)] * 16
     r = simulate(Trace((), (), ()), setup, ChunkedPolicy(8192), initial_decode=batch)
@@ -116,6 +117,40 @@ def test_per_request_cpu_time_is_hidden_up_to_the_gpu_step_and_paid_in_full_by_p
     mux = simulate(Trace((), (), ()), setup, PdmuxPolicy(), initial_decode=batch)
     gaps = [b - a for a, b in itertools.pairwise(mux.step_end_s)]
     assert gaps[:3] == pytest.approx([g + cpu for g in gpu], rel=1e-12)
+
+
+@pytest.mark.parametrize("pol", [ChunkedPolicy(8192), PdmuxPolicy()], ids=lambda p: p.label)
+def test_per_request_step_time_adds_to_every_step(pol) -> None:
+    """--per-request-overhead-ms 0.05: every decode round of 16 requests takes 0.8 ms longer, with or without
+    the overlap scheduler and under pdmux (time on the step's critical path, CpuProfile.per_request_step_s);
+    the kernels' times (StepModel.decode_s, what a benchmark of the model alone measures) do not move."""
+    batch = [(2048, 40)] * 16
+    base = make_setup(H100, QWEN, per_request_overhead_ms=0, admission_delay_ms=0, first_token_delay_ms=0)
+    more = make_setup(H100, QWEN, per_request_overhead_ms=0.05, admission_delay_ms=0, first_token_delay_ms=0)
+    assert more.step_model.decode_s(132, 16, 16 * 2048) == base.step_model.decode_s(132, 16, 16 * 2048)
+    assert more.step_model.request_s(16) == pytest.approx(16 * 0.05e-3, rel=1e-12)
+    for overlap_off in (False, True):
+        a = simulate(Trace((), (), ()), replace(base, disable_overlap=overlap_off), pol, initial_decode=batch)
+        b = simulate(Trace((), (), ()), replace(more, disable_overlap=overlap_off), pol, initial_decode=batch)
+        ga = [y - x for x, y in itertools.pairwise(a.step_end_s)][:5]
+        gb = [y - x for x, y in itertools.pairwise(b.step_end_s)][:5]
+        assert gb == pytest.approx([g + 16 * 0.05e-3 for g in ga], rel=1e-9)
+
+
+def test_front_end_admits_a_burst_one_request_per_interval() -> None:
+    """--admission-interval-ms 2 with 5 ms of admission delay: four requests arriving together are seen at
+    5, 7, 9 and 11 ms (the tokenizer manager takes them one after another)."""
+    setup = make_setup(H100, QWEN, per_request_overhead_ms=0, admission_delay_ms=5, first_token_delay_ms=0,
+                       admission_interval_ms=2)
+    from pdmux_cli.simulate.engine import build_work
+
+    work = build_work(trace([0.0] * 4, prompt=100, output=2), setup, 10**6)
+    seen = []
+    while (t := work.next_arrival_time()) != math.inf:
+        work.receive(t)
+        seen.append(round(t * 1e3, 9))
+    assert seen == [5.0, 7.0, 9.0, 11.0]
+    assert list(work.waiting) == [0, 1, 2, 3]
 
 
 def test_closed_loop_client_sends_the_next_request_when_one_comes_back() -> None:
@@ -134,6 +169,18 @@ def test_closed_loop_client_sends_the_next_request_when_one_comes_back() -> None
     assert two.arrival_s[2] == pytest.approx(min(two.finish_s(0), two.finish_s(1)) + 0.007, rel=1e-12)
 
 
+def test_a_request_is_received_at_the_time_it_is_said_to_be_seen() -> None:
+    """Arrival 0.7 s plus 0.1 s of admission delay is 0.7999999999999999 s in floating point, and
+    0.7999999999999999 - 0.1 < 0.7: receiving at the time next_arrival_time gives must still take it (a
+    scheduler idling until then would otherwise wait forever)."""
+    from pdmux_cli.simulate.engine import build_work
+
+    setup = make_setup(H100, QWEN, per_request_overhead_ms=0, admission_delay_ms=100, first_token_delay_ms=0)
+    work = build_work(trace([0.7], prompt=100, output=2), setup, 10**6)
+    work.receive(work.next_arrival_time())
+    assert list(work.waiting) == [0]
+
+
 def test_closed_loop_keeps_scheduled_arrivals_that_come_later() -> None:
     """A slot frees at ~0.03 s, but the next request is only scheduled at 5 s: it is sent at 5 s."""
     r = simulate(trace([0.0, 5.0], prompt=500, output=3), DELAYED, ChunkedPolicy(8192), max_concurrency=1)
@@ -149,7 +196,8 @@ def test_closed_loop_refusals(kwargs, message) -> None:
         simulate(trace([0.0, 0.0]), PLAIN, ChunkedPolicy(8192), **kwargs)
 
 
-@pytest.mark.parametrize("flag", ["per_request_overhead_ms", "admission_delay_ms", "first_token_delay_ms"])
+@pytest.mark.parametrize("flag", ["per_request_overhead_ms", "admission_delay_ms", "first_token_delay_ms",
+                                  "admission_interval_ms"])
 def test_serving_terms_refused_out_of_range_and_on_the_chapter_model(flag) -> None:
     with pytest.raises(InputError, match="--" + flag.replace("_", "-")):
         make_setup(H100, QWEN, **{flag: -1.0})

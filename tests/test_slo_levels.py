@@ -283,7 +283,7 @@ def test_the_unmeetable_case_is_said() -> None:
     text = run("gen-config", "--gpu", "h100", "--slo-itl", "15", "--context", "8192").stderr
     assert f"from decode batch {first} on, even the largest decode share, 72/60 SMs, misses 15 ms" in text
     assert f"{top_ms(first):.1f} ms there" in text
-    met = run("gen-config", "--gpu", "h100", "--slo-itl", "60", "--context", "512").stderr
+    met = run("gen-config", "--gpu", "h100", "--slo-itl", "120", "--context", "512").stderr
     assert "even the largest" not in met
 
 
@@ -389,10 +389,11 @@ def _spy_rounds(monkeypatch) -> list[tuple[int, int, int, float]]:
 def test_simulate_with_slo_levels_meets_the_itl_target(monkeypatch) -> None:
     """Every request decodes at 2048-2111 tokens of context (prompt 2048, 64 outputs); the levels are sized
     for 2112 tokens a request, so every round the simulator runs beside a prefill, on several levels, is
-    within 20 ms wherever the cost model says the batch meets it; a fixed 112/20 split, the linear rule's
-    first level, misses it."""
+    within 15 ms wherever the cost model says the batch meets it; a fixed 112/20 split, the linear rule's
+    first level, misses it (19 ms: Hopper's 20 SMs read weights faster than the A100 curve said, which
+    made 20 ms the target before the partition re-fit)."""
     setup = _qwen_h100()
-    levels = sl.levels_for_setup(setup, sl.fixed_context(2112), 20)
+    levels = sl.levels_for_setup(setup, sl.fixed_context(2112), 15)
     assert len(levels.levels) >= 3
     rounds = _spy_rounds(monkeypatch)
     trace = synthetic_trace(12.0, 2048, 64, num_requests=400, seed=1)
@@ -400,12 +401,12 @@ def test_simulate_with_slo_levels_meets_the_itl_target(monkeypatch) -> None:
     corun = [r for r in rounds if r[2]]
     assert len({d for d, *_ in corun}) >= 2 and len(corun) > 500
     assert max(n for _, n, _, _ in corun) < (levels.unmeetable_from or math.inf)
-    assert max(ms for *_, ms in corun) <= 20
-    m = summarize(result, 10_000, 20)
-    assert m.itl_ms["max"] <= 20 and m.slo_attainment == 1.0
+    assert max(ms for *_, ms in corun) <= 15
+    m = summarize(result, 10_000, 15)
+    assert m.itl_ms["max"] <= 15 and m.slo_attainment == 1.0
     fixed = summarize(simulate(trace, setup, PdmuxPolicy(pc.PdmuxConfig(sm_group_num=3,
-                                                                         manual_divisions=((112, 20, 0),)))), 10_000, 20)
-    assert fixed.itl_ms["max"] > 20
+                                                                         manual_divisions=((112, 20, 0),)))), 10_000, 15)
+    assert fixed.itl_ms["max"] > 15
 
 
 def test_simulate_misses_the_target_where_the_cost_model_says_so(monkeypatch) -> None:
@@ -472,14 +473,15 @@ def test_tune_cli_slo_margins() -> None:
 
 
 def test_capacity_takes_several_configs_and_names_the_slo_levels_when_they_win(tmp_path) -> None:
-    """At 8 k tokens of context SGLang's linear rule gives 2-5 decoding requests 20 SMs (21 ms and more):
-    it misses a 20 ms ITL at any rate, the SLO levels meet it, and the verdict names their file."""
+    """At 8 k tokens of context SGLang's linear rule gives 2-5 decoding requests 20 SMs (15 ms and more):
+    it misses a 14 ms ITL at any rate, the SLO levels meet it, and the verdict names their file (20 ms
+    before the partition re-fit, when the A100 curve made those rounds 21 ms and more)."""
     slo = tmp_path / "slo.yaml"
     fixed = tmp_path / "fixed.yaml"
-    assert run("gen-config", "--gpu", "h100", "--slo-itl", "20", "--context", "8256", "-o", str(slo)).exit_code == 0
+    assert run("gen-config", "--gpu", "h100", "--slo-itl", "14", "--context", "8256", "-o", str(slo)).exit_code == 0
     assert run("gen-config", "--gpu", "h100", "--divisions", "112:20:0", "-o", str(fixed)).exit_code == 0
     r = run("capacity", "--synthetic", "--qps", "1", "--prompt-tokens", "8192", "--output-tokens", "64",
-            "--max-requests", "60", "--slo-ttft", "5000", "--slo-itl", "20", "--policies", "pdmux", "--config",
+            "--max-requests", "60", "--slo-ttft", "5000", "--slo-itl", "14", "--policies", "pdmux", "--config",
             str(slo), "--config", str(fixed), "--workers", "1", "--json")
     assert r.exit_code == 0, r.stderr
     d = json.loads(r.stdout)
@@ -488,7 +490,7 @@ def test_capacity_takes_several_configs_and_names_the_slo_levels_when_they_win(t
     assert rates["pdmux (slo.yaml)"] > 0 == rates["pdmux"] == rates["pdmux (fixed.yaml)"]
     assert d["verdict"].startswith("pdmux (slo.yaml) sustains")
     both = run("capacity", "--synthetic", "--qps", "1", "--prompt-tokens", "8192", "--output-tokens", "64",
-               "--max-requests", "60", "--slo-ttft", "5000", "--slo-itl", "20", "--policies", "pdmux,chunked",
+               "--max-requests", "60", "--slo-ttft", "5000", "--slo-itl", "14", "--policies", "pdmux,chunked",
                "--config", str(slo), "--workers", "1", "--json")
     verdict = json.loads(both.stdout)["verdict"]
     assert verdict.startswith("pdmux (slo.yaml) sustains") and f"--pdmux-config-path {slo}" in verdict

@@ -487,6 +487,8 @@ def predict(plan: ReplayPlan, gpu: Any, calibration: Any = None) -> Predictions:
         "chunk_sizes": (), "mixed_chunk_sizes": (), "sm_group_num": plan.sm_group_num, "decode_bs_divisor": plan.decode_bs_divisor,
         "split_forward_token_budget": plan.token_budget, "flops_dtype": "bf16",
         "weight_bytes_per_param": None if model.weight_dtype == "bf16" else float(BF16_BYTES),
+        # the replay runs the model's layers in SGLang's loop, not SGLang's scheduler: no per-request time
+        "per_request_overhead_ms": 0.0,
     }
     base = estimate(gpu, model, Scenario(**common), calibration=calibration)
     rows = {r.policy: r for r in base.rows}

@@ -9,6 +9,7 @@ import math
 
 import typer
 
+from ..errors import InputError
 from . import app
 from .common import console, print_json, print_note
 
@@ -20,11 +21,20 @@ def _pct(value: float) -> str:
 @app.command()
 def accuracy(
     as_json: bool = typer.Option(False, "--json", help="Print JSON (errors as fractions: 0.05 = 5%)."),
+    serving: bool = typer.Option(False, "--serving", help="Whole servers instead of kernels: replay every shipped public SGLang serving run end to end (simulate with its setup) and compare TTFT, ITL, TPOT, E2E and throughput."),
+    runs: bool = typer.Option(False, "--runs", help="--serving: every run's figures and the pdmux simulate command that replays it."),
+    workers: int | None = typer.Option(None, "--workers", help="--serving: processes (default: the cores available)."),
 ) -> None:
-    """Predict every shipped measurement (Vidur, NanoFlow, aiconfigurator) with the roofline cost model:
+    """Predict every shipped measurement (Vidur, NanoFlow, aiconfigurator, SGLang's green-context tables) with the roofline cost model:
     median and p90 error per term, and the worst point.
 
-    Where a term was fitted to the same points, each model is predicted by a fit that left it out."""
+    Where a term was fitted to the same points, each model is predicted by a fit that left it out.
+    --serving: the whole server against public SGLang serving runs."""
+    if serving:
+        _serving(as_json, runs, workers)
+        return
+    if runs or workers is not None:
+        raise InputError("--runs and --workers go with --serving")
     from ..costmodel.accuracy import METHODS, report, term_dict
 
     terms = report()
@@ -52,5 +62,60 @@ def accuracy(
     for method, meaning in METHODS.items():
         print_note(con, f"{method}: {meaning}")
     print_note(con, "Vidur has no attention times: the step terms are one layer's GEMMs and element-wise ops; "
-                    "attention is its own term. Data: profiles/measurements/ (Vidur MIT, NanoFlow Apache-2.0, "
-                    "aiconfigurator-core 0.12.0 Apache-2.0)")
+                    "attention is its own term. Green ctx: SGLang's tables name no model or TP, so their shapes "
+                    "(time on s SMs over the whole GPU's) are compared. Data: profiles/measurements/ (Vidur MIT, "
+                    "NanoFlow Apache-2.0, aiconfigurator-core 0.12.0 Apache-2.0, SGLang 56f74d24 Apache-2.0)")
+
+
+def _serving(as_json: bool, show_runs: bool, workers: int | None) -> None:
+    """``pdmux accuracy --serving``: parse done; replay, render."""
+    from ..costmodel.accuracy import METHODS, term_dict
+    from ..simulate.serving_accuracy import outcome_dict, report
+    from ..simulate.tune import default_workers
+
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers must be >= 1, got {workers}")
+    terms, outcomes = report(workers=workers if workers is not None else default_workers())
+    if as_json:
+        print_json({"terms": [term_dict(t) for t in terms], "runs": [outcome_dict(o) for o in outcomes]})
+        return
+    from rich.table import Table
+
+    con = console()
+    if show_runs:
+        table = Table(title="Public SGLang serving runs replayed (measured / pdmux)", title_justify="left")
+        for col, just in (("run", "left"), ("metric", "left"), ("measured", "right"), ("pdmux", "right"),
+                          ("error", "right")):
+            table.add_column(col, justify=just)
+        for o in outcomes:
+            for k, (name, measured) in enumerate(o.run.metrics):
+                pred = o.predicted.get(name, math.nan)
+                table.add_row(o.run.id if k == 0 else "", name, f"{measured:.4g}",
+                              "-" if not math.isfinite(pred) else f"{pred:.4g}",
+                              "-" if not math.isfinite(pred) else f"{(pred - measured) / measured:+.0%}")
+        con.print(table)
+        for o in outcomes:
+            con.print(f"{o.run.id}: {o.error or o.run.command()}", soft_wrap=True)
+    table = Table(title="Simulated SGLang server vs public serving runs (|predicted - measured| / measured)",
+                  title_justify="left")
+    for col, just in (("metric", "left"), ("method", "left"), ("points", "right"), ("median", "right"),
+                      ("p90", "right"), ("bias", "right"), ("worst", "right")):
+        table.add_column(col, justify=just)
+    for t in terms:
+        worst = t.worst
+        table.add_row(t.term, t.method, str(len(t.points)), _pct(t.median_abs_error), _pct(t.p90_abs_error),
+                      f"{t.median_error:+.1%}", f"{worst.error:+.0%}" if worst else "-")
+    table.caption = "bias: median signed error (> 0: the model predicts too long or too much)"
+    table.caption_justify = "left"
+    con.print(table)
+    for t in terms:
+        if t.worst is not None:
+            con.print(f"worst {t.term}: {t.worst.what} ({t.worst.error:+.0%})", soft_wrap=True)
+    failed = [o for o in outcomes if o.error]
+    if failed:
+        print_note(con, f"{len(failed)} run(s) not simulated: " + "; ".join(o.error for o in failed))
+    print_note(con, f"in-sample: {METHODS['in-sample']} (profiles/efficiency/serving.yaml, benchmarks/fit_serving.py)")
+    print_note(con, f"{len(outcomes)} runs from public pages (profiles/measurements/serving/, each with its source URL), "
+                    "replayed with SGLang's default schedule (chunked prefill, the overlap scheduler from 0.4 on) and "
+                    "the serving terms of the run's release line; ShareGPT lengths are approximations, bench_serving's "
+                    "random lengths exact; --runs lists every run and the pdmux simulate command that replays it")

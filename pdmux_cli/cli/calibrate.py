@@ -98,6 +98,8 @@ def _table(fit: Any, title: str) -> Any:
 def calibrate(
     sglang_bench: list[Path] = typer.Option([], "--sglang-bench", help="JSONL of 'python -m sglang.benchmark.one_batch --result-filename' (repeatable)."),
     sglang_log: list[Path] = typer.Option([], "--sglang-log", help="An SGLang server log (repeatable)."),
+    bench_serving: list[Path] = typer.Option([], "--bench-serving", help="The --output-file of 'python -m sglang.bench_serving' (repeatable; one run per line, --output-details gives the exact lengths): fits the serving terms (admission delay and interval, per-request step time) of your server."),
+    workers: int | None = typer.Option(None, "--workers", help="--bench-serving: processes for the fit (default: the cores available)."),
     model: str | None = typer.Option(None, "--model", "-m", help="The model measured: profile name or config.json."),
     gpu: str | None = typer.Option(None, "--gpu", "-g", help="The GPU measured: alias, reported name or profile file."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree of the measurements (pdmux models 1)."),
@@ -107,17 +109,19 @@ def calibrate(
     output: Path | None = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>", help="Write calibration.yaml here (whole or not at all); default: print it."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (the fit, every point, the YAML)."),
 ) -> None:
-    """Fit the cost model's whole-GPU terms to your own SGLang's one-batch results and server logs.
+    """Fit the cost model's whole-GPU terms to your own SGLang's one-batch results and server logs, and
+    its serving terms to your bench_serving runs.
 
     The calibration then goes to estimate, simulate and tune with --calibration FILE; --merge joins it
     with a 'pdmux bench' calibration of the same GPU (SM-partition terms)."""
     from ..calibration import Calibration, dump_calibration
 
-    inputs = [*sglang_bench, *sglang_log, *merge, model_file(model or ""), gpu_file(gpu)]
+    inputs = [*sglang_bench, *sglang_log, *bench_serving, *merge, model_file(model or ""), gpu_file(gpu)]
     refuse_overwriting_inputs(output, *inputs)
     check_writable(output)
     if merge:
         extra = [name for name, given in (("--sglang-bench", sglang_bench), ("--sglang-log", sglang_log),
+                                          ("--bench-serving", bench_serving),
                                           ("--model", model), ("--gpu", gpu), ("--tp", tp != 1),
                                           ("--kv-bytes", kv_bytes is not None),
                                           ("--kv-cache-dtype", kv_cache_dtype is not None)) if given]
@@ -135,16 +139,25 @@ def calibrate(
         else:
             console().print(f"wrote {output} ({merged.gpu_name}: SM-partition and whole-GPU terms)")
         return
-    if not sglang_bench and not sglang_log:
-        raise InputError("give --sglang-bench FILE.jsonl and/or --sglang-log server.log (or --merge A B)")
+    if not sglang_bench and not sglang_log and not bench_serving:
+        raise InputError("give --sglang-bench FILE.jsonl, --sglang-log server.log and/or --bench-serving RESULT.jsonl "
+                         "(or --merge A B)")
     if model is None or gpu is None:
         raise InputError("give --model and --gpu: the measurements are of one model on one GPU")
     if tp < 1:
         raise InputError(f"--tp must be >= 1 (GPUs the model is split over), got {tp}")
-    paths = [str(Path(p).resolve()) for p in [*sglang_bench, *sglang_log]]
-    twice = next((p for p in [*sglang_bench, *sglang_log] if paths.count(str(Path(p).resolve())) > 1), None)
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers must be >= 1, got {workers}")
+    if workers is not None and not bench_serving:
+        raise InputError("--workers goes with --bench-serving (the serving fit's processes)")
+    given = [*sglang_bench, *sglang_log, *bench_serving]
+    paths = [str(Path(p).resolve()) for p in given]
+    twice = next((p for p in given if paths.count(str(Path(p).resolve())) > 1), None)
     if twice is not None:
         raise InputError(f"{twice} is given twice: its points would count double")
+    if not sglang_bench and not sglang_log:
+        _calibrate_serving(bench_serving, model, gpu, tp, kv_bytes, kv_cache_dtype, workers, output, as_json)
+        return
     if tp != 1:
         raise InputError(f"--tp {tp}: pdmux models one GPU (tensor parallelism is not modelled yet); calibrate "
                          "with measurements of a single-GPU server")
@@ -192,6 +205,9 @@ def calibrate(
         date=today, source=f"pdmux calibrate --model {mdl.name}", whole_gpu=fit.terms,
         terms_from=(("whole_gpu", "; ".join(sources)),), gpu_key=getattr(profile, "key", ""),
     )
+    serving_view = None
+    if bench_serving:  # the serving terms on top of the whole-GPU ones just fitted
+        cal, serving_view = _fit_serving(cal, bench_serving, model, gpu, tp, kv_bytes, workers)
     text = dump_calibration(cal)
     if output is not None:
         write_atomic(output, text)
@@ -228,7 +244,109 @@ def calibrate(
               soft_wrap=True)
     for note in notes:
         print_note(con, note)
+    if serving_view is not None:
+        _print_serving(con, *serving_view)
     if output is None:
         sys.stdout.write(text)
     else:
         con.print(f"wrote {output}; use it with --calibration {output} (estimate, simulate, tune)", soft_wrap=True)
+
+
+def _fit_serving(cal: Any, files: list[Path], model: str, gpu: str, tp: int, kv_bytes: float | None,
+                 workers: int | None) -> tuple[Any, tuple]:
+    """``cal`` with the serving terms fitted to ``files`` (bench_serving results), and what to show:
+    ``(terms, errors before, errors after, notes)``."""
+    from dataclasses import replace
+
+    from ..calibration import ServingTerms
+    from ..sglang_measurements import read_bench_serving
+    from ..simulate import serving_fit
+    from ..simulate.serving_accuracy import runs_from_bench_serving
+    from ..simulate.tune import default_workers, process_pool
+
+    results, problems = [], []
+    for path in files:
+        got, bad = read_bench_serving(path)
+        results += got
+        problems += [f"{path}: {b}" for b in bad]
+    runs, notes = runs_from_bench_serving(results, gpu, model, tp if tp != 1 else None)
+    options = {"kv_bytes_per_element": kv_bytes}
+    if cal.whole_gpu is not None:
+        options["calibration"] = cal
+    before = serving_fit.run_errors(runs, {}, options)
+    count = workers if workers is not None else default_workers()
+    if count > 1:
+        with process_pool(count) as pool:
+            terms, errors = serving_fit.fit_terms(runs, setup_options=options, mapper=pool.map)
+    else:
+        terms, errors = serving_fit.fit_terms(runs, setup_options=options)
+    source = "; ".join(f"sglang.bench_serving {p.name}" for p in files) + f" ({len(runs)} runs)"
+    def seconds(option: str) -> float:
+        return float(f"{terms[option] / 1e3:.6g}")
+
+    fitted = ServingTerms(
+        admission_delay_s=seconds("admission_delay_ms"), first_token_delay_s=0.0,
+        admission_interval_s=seconds("admission_interval_ms"),
+        per_request_step_s=seconds("per_request_overhead_ms"), runs=len(runs),
+        median_error=tuple((k, v["median_error"]) for k, v in serving_fit.summary(errors).items()), source=source)
+    cal = replace(cal, serving=fitted, terms_from=(*cal.terms_from, ("serving", source)))
+    return cal, (fitted, before, errors, notes + problems[:5])
+
+
+def _print_serving(con: Any, terms: Any, before: dict, after: dict, notes: list[str]) -> None:
+    """The serving fit: terms, and the median error per metric kind with the shipped and fitted terms."""
+    import statistics
+
+    con.print(f"serving terms: admission delay {terms.admission_delay_s * 1e3:g} ms, admission interval "
+              f"{terms.admission_interval_s * 1e3:g} ms, {terms.per_request_step_s * 1e3:g} ms per request per step "
+              f"(fitted to {terms.runs} bench_serving run(s))", soft_wrap=True)
+    for kind, errors in after.items():
+        shipped = statistics.median(before[kind]) if before.get(kind) else float("nan")
+        con.print(f"  {kind}: median error {statistics.median(errors):.1%} (shipped terms: {shipped:.1%})")
+    for note in notes:
+        print_note(con, note)
+
+
+def _calibrate_serving(files: list[Path], model: str, gpu: str, tp: int, kv_bytes: float | None,
+                       kv_cache_dtype: str | None, workers: int | None, output: Path | None, as_json: bool) -> None:
+    """``pdmux calibrate --bench-serving`` alone: a calibration with only the serving terms."""
+    from ..calibration import Calibration, dump_calibration
+    from ..hardware import find_gpu_or_file
+    from ..kv_cache import check_kv_options, resolve_kv_cache
+    from ..model import load_model
+    from ..simulate.engine import check_bytes_per_element
+
+    check_kv_options(kv_cache_dtype, kv_bytes)
+    check_bytes_per_element(kv_bytes, "--kv-bytes")
+    if not gpu.strip():
+        raise InputError("--gpu is empty: give a GPU name such as h100")
+    profile = find_gpu_or_file(gpu)
+    mdl = load_model(model)
+    kv = resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes).bytes_per_element
+    today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    cal = Calibration(gpu_name=profile.name, sm_count=profile.require_sm_count(),
+                      compute_capability=tuple(profile.compute_capability), date=today,
+                      source=f"pdmux calibrate --bench-serving --model {mdl.name}", gpu_key=getattr(profile, "key", ""))
+    cal, view = _fit_serving(cal, files, model, gpu, tp, kv, workers)
+    text = dump_calibration(cal)
+    if output is not None:
+        write_atomic(output, text)
+    terms, before, after, notes = view
+    if as_json:
+        import statistics
+
+        print_json({"gpu": profile.name, "model": mdl.name, "runs": terms.runs,
+                    "terms": {"admission_delay_ms": terms.admission_delay_s * 1e3,
+                              "admission_interval_ms": terms.admission_interval_s * 1e3,
+                              "first_token_delay_ms": terms.first_token_delay_s * 1e3,
+                              "per_request_overhead_ms": terms.per_request_step_s * 1e3},
+                    "median_error": {k: statistics.median(v) for k, v in after.items()},
+                    "shipped_median_error": {k: statistics.median(v) for k, v in before.items()},
+                    "notes": notes, "output": str(output) if output else None, "yaml": text})
+        return
+    con = console(stderr=output is None)
+    _print_serving(con, *view)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        con.print(f"wrote {output}; use it with --calibration {output} (simulate, capacity, tune)", soft_wrap=True)

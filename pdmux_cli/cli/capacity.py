@@ -19,6 +19,7 @@ from . import app
 from .common import console, gpu_file, model_file, output_file, parse_names, print_note, sglang_option
 from .simulate import (
     ADMISSION_DELAY_OPTION,
+    ADMISSION_INTERVAL_OPTION,
     COST_MODEL_HELP,
     DEFAULT_POLICIES,
     DISAGG_OPTION,
@@ -190,6 +191,7 @@ def capacity(
     per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
     admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
     first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
+    admission_interval_ms: float | None = ADMISSION_INTERVAL_OPTION,
     kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (default: by --kv-cache-dtype)."),
     kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help="SGLang's flag (default: SGLang's own, per policy)."),
@@ -248,7 +250,8 @@ def capacity(
                          kv_cache_dtype=kv_cache_dtype, mem_fraction_static=mem_fraction_static,
                          max_prefill_tokens=max_prefill_tokens, ignore_eos=ignore_eos, tp=n,
                          step_overhead_ms=step_overhead_ms, per_request_overhead_ms=per_request_overhead_ms,
-                         admission_delay_ms=admission_delay_ms, first_token_delay_ms=first_token_delay_ms),
+                         admission_delay_ms=admission_delay_ms, first_token_delay_ms=first_token_delay_ms,
+                         admission_interval_ms=admission_interval_ms),
         tp, no_prefix_cache, names, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s, kv_link_latency_us,
         disagg_tp)
     workload = _drop_past_context(workload, setup.model, None, None, duration)

@@ -199,8 +199,9 @@ def parse_chunk_sizes(text: str, what: str) -> list[int]:
 
 
 #: The workload options simulate, tune and capacity share (typer reads these as plain metadata).
-PER_REQUEST_OVERHEAD_OPTION = typer.Option(None, "--per-request-overhead-ms", help="Roofline model: the scheduler's CPU time per running request per step, ms (default: fitted to public SGLang serving runs, profiles/efficiency/serving.yaml).")
+PER_REQUEST_OVERHEAD_OPTION = typer.Option(None, "--per-request-overhead-ms", help="Roofline model: what every step spends per request in its batch beyond the kernels, ms, paid by every schedule (default: fitted to public SGLang serving runs, profiles/efficiency/serving.yaml).")
 ADMISSION_DELAY_OPTION = typer.Option(None, "--admission-delay-ms", help="Roofline model: from a request's arrival until SGLang's scheduler can admit it (HTTP server, tokenizer, IPC), ms (default: serving.yaml's fit).")
+ADMISSION_INTERVAL_OPTION = typer.Option(None, "--admission-interval-ms", help="Roofline model: the front end's time per request (one tokenizer manager takes every request), ms: a burst enters the scheduler one request per interval (default: serving.yaml's fit).")
 FIRST_TOKEN_DELAY_OPTION = typer.Option(None, "--first-token-delay-ms", help="Roofline model: from the step that makes a token until the client has it (detokenizer, streaming), ms: adds to TTFT and end-to-end latency, not to ITL (default: serving.yaml's fit).")
 MODEL_OPTION = typer.Option("qwen3-8b", "--model", "-m", help=MODEL_HELP)
 GPU_OPTION = typer.Option(None, "--gpu", "-g", help=GPU_HELP)
@@ -265,7 +266,7 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
            ignore_eos: bool = False, disable_overlap: bool = False, cuda_graph_max_bs: int | None = None,
            max_running_requests: int | None = None, gpu_profile: Any = None, tp: int = 1,
            per_request_overhead_ms: float | None = None, admission_delay_ms: float | None = None,
-           first_token_delay_ms: float | None = None) -> Any:
+           first_token_delay_ms: float | None = None, admission_interval_ms: float | None = None) -> Any:
     """The simulated server (:func:`pdmux_cli.simulate.engine.make_setup`) from the options shared by
     simulate and tune; :class:`InputError` for bad values or combinations."""
     from ..hardware import find_gpu_or_file
@@ -282,7 +283,8 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
     engine.check_efficiency(bandwidth_efficiency, "--bandwidth-efficiency")
     engine.check_efficiency(mfu, "--mfu")
     for flag, value in (("--step-overhead-ms", step_overhead_ms), ("--per-request-overhead-ms", per_request_overhead_ms),
-                        ("--admission-delay-ms", admission_delay_ms), ("--first-token-delay-ms", first_token_delay_ms)):
+                        ("--admission-delay-ms", admission_delay_ms), ("--first-token-delay-ms", first_token_delay_ms),
+                        ("--admission-interval-ms", admission_interval_ms)):
         _check_number(flag, value, strict=False)
     if max_prefill_tokens < 1:
         raise InputError(f"--max-prefill-tokens must be >= 1, got {max_prefill_tokens}")
@@ -310,8 +312,8 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
                       mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
                       flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms,
                       per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
-                      first_token_delay_ms=first_token_delay_ms, ignore_eos=ignore_eos,
-                      disable_overlap=disable_overlap, cuda_graph_max_bs=cuda_graph_max_bs,
+                      first_token_delay_ms=first_token_delay_ms, admission_interval_ms=admission_interval_ms,
+                      ignore_eos=ignore_eos, disable_overlap=disable_overlap, cuda_graph_max_bs=cuda_graph_max_bs,
                       max_running_requests=max_running_requests, tp=tp)
 
 
@@ -463,6 +465,7 @@ def simulate(
     per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
     admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
     first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
+    admission_interval_ms: float | None = ADMISSION_INTERVAL_OPTION,
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' (SM-partition curves, co-run interference) and/or 'pdmux calibrate' (whole-GPU efficiencies from your SGLang)."),
     weight_bytes: float | None = typer.Option(None, "--weight-bytes", help="Bytes per weight (default: the model's dtype)."),
     kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (default: by --kv-cache-dtype)."),
@@ -539,7 +542,8 @@ def simulate(
                          mem_fraction_static=mem_fraction_static, max_prefill_tokens=max_prefill_tokens,
                          flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms,
                          per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
-                         first_token_delay_ms=first_token_delay_ms, ignore_eos=ignore_eos,
+                         first_token_delay_ms=first_token_delay_ms, admission_interval_ms=admission_interval_ms,
+                         ignore_eos=ignore_eos,
                          disable_overlap=disable_overlap_schedule, cuda_graph_max_bs=cuda_graph_max_bs,
                          max_running_requests=max_running_requests, tp=n),
         tp, no_prefix_cache, names, gpu, dp, load_balance_method, disagg, kv_link, kv_link_gb_s, kv_link_latency_us,
@@ -827,6 +831,7 @@ def tune(
     per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
     admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
     first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
+    admission_interval_ms: float | None = ADMISSION_INTERVAL_OPTION,
     calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate'."),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help="SGLang's flag (default: SGLang's own with chunking off)."),
     max_prefill_tokens: int = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens."),
@@ -859,7 +864,7 @@ def tune(
                    max_prefill_tokens=max_prefill_tokens, step_overhead_ms=step_overhead_ms, ignore_eos=ignore_eos,
                    kv_bytes=kv_bytes, kv_cache_dtype=kv_cache_dtype, tp=tp,
                    per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
-                   first_token_delay_ms=first_token_delay_ms)
+                   first_token_delay_ms=first_token_delay_ms, admission_interval_ms=admission_interval_ms)
     from ..sglang_support import require_pdmux
 
     support = require_pdmux(setup.model.architectures, sglang, "tune")

@@ -65,6 +65,10 @@ class StepModel(Protocol):
         """CPU time of one scheduler step with ``n`` requests."""
         ...
 
+    def request_s(self, n: int) -> float:
+        """A server step's time for ``n`` requests beyond the kernels, on its critical path."""
+        ...
+
     def launch_cpu_s(self) -> float:
         """CPU time to launch one step's kernels without a CUDA graph."""
         ...
@@ -115,6 +119,7 @@ def build_step_model(
     per_request_overhead_ms: float | None = None,
     admission_delay_ms: float | None = None,
     first_token_delay_ms: float | None = None,
+    admission_interval_ms: float | None = None,
     tp: int = 1,
 ) -> StepModel:
     """The :class:`StepModel` for a GPU profile (:class:`pdmux_cli.hardware.Gpu`) and a model.
@@ -127,9 +132,10 @@ def build_step_model(
     bench``) replace the chapter's throughput or the roofline's partition curves; its whole-GPU terms
     (``pdmux calibrate``) replace the roofline's fitted efficiencies. ``step_overhead_ms``:
     the engine's fixed CPU time per step (roofline only; 0 = kernels only); ``per_request_overhead_ms``:
-    its CPU time per running request per step; ``admission_delay_ms`` and ``first_token_delay_ms``: the
-    request path's delays (:class:`~pdmux_cli.costmodel.efficiency.ServingProfile`); each ``None`` for
-    ``serving.yaml``'s fitted value (roofline only). ``tp``: GPUs the model is
+    the time every step spends per request in its batch (``CpuProfile.per_request_step_s``);
+    ``admission_delay_ms``, ``first_token_delay_ms`` and ``admission_interval_ms``: the request path's
+    terms (:class:`~pdmux_cli.costmodel.efficiency.ServingProfile`); each ``None`` for ``serving.yaml``'s
+    fitted value (roofline only; :func:`serving_terms`). ``tp``: GPUs the model is
     sharded over (roofline only): the step times are one rank's, collectives included
     (:mod:`.collectives`).
     Raises :class:`InputError` for an unknown cost model, knobs the chosen model does not take, or a
@@ -149,7 +155,8 @@ def build_step_model(
         for flag, value in (("--step-overhead-ms", step_overhead_ms),
                             ("--per-request-overhead-ms", per_request_overhead_ms),
                             ("--admission-delay-ms", admission_delay_ms),
-                            ("--first-token-delay-ms", first_token_delay_ms)):
+                            ("--first-token-delay-ms", first_token_delay_ms),
+                            ("--admission-interval-ms", admission_interval_ms)):
             if value is not None:
                 raise InputError(f"{flag} applies to --cost-model roofline (the chapter's model has no CPU time "
                                  "and no serving delays)")
@@ -173,36 +180,18 @@ def build_step_model(
         if value is not None:
             raise InputError(f"{flag} is a knob of --cost-model chapter; the roofline model's efficiencies are "
                              "fitted to measurements (profiles/efficiency/), and --calibration replaces them")
-    for flag, value, high in (("--step-overhead-ms", step_overhead_ms, 1000),
-                              ("--per-request-overhead-ms", per_request_overhead_ms, 10),
-                              ("--admission-delay-ms", admission_delay_ms, 10_000),
-                              ("--first-token-delay-ms", first_token_delay_ms, 10_000)):
-        if value is not None and not 0 <= value <= high:
-            raise InputError(f"{flag} must be from 0 to {high:g}, got {value:g}")
-    from dataclasses import replace
-
     from .efficiency import for_kv_cache, for_linear_gemms, load_common, load_serving, profile_for
     from .roofline import RooflineModel
 
     profile, note = profile_for(getattr(gpu, "key", ""), tuple(gpu.compute_capability))
     partitions, cpu = load_common()
-    if step_overhead_ms is not None:  # 0 = kernels only: no CPU term at all, unless a per-request one is given
-        cpu = replace(cpu, step_s=step_overhead_ms / 1e3, per_request_s=0.0 if step_overhead_ms == 0 else cpu.per_request_s,
-                      source=f"--step-overhead-ms {step_overhead_ms:g}")
-    if per_request_overhead_ms is not None:
-        cpu = replace(cpu, per_request_s=per_request_overhead_ms / 1e3,
-                      source=f"{cpu.source}; --per-request-overhead-ms {per_request_overhead_ms:g}")
     serving = load_serving()[1]
-    if admission_delay_ms is not None or first_token_delay_ms is not None:
-        given = [f"{flag} {value:g}" for flag, value in (("--admission-delay-ms", admission_delay_ms),
-                                                         ("--first-token-delay-ms", first_token_delay_ms))
-                 if value is not None]
-        serving = replace(
-            serving,
-            admission_delay_s=serving.admission_delay_s if admission_delay_ms is None else admission_delay_ms / 1e3,
-            first_token_delay_s=serving.first_token_delay_s if first_token_delay_ms is None
-            else first_token_delay_ms / 1e3,
-            source=f"{serving.source}; {', '.join(given)}")
+    if calibration is not None and calibration.serving is not None:  # the user's own server's terms
+        cpu, serving = calibrated_serving(cpu, serving, calibration.serving)
+    cpu, serving = serving_terms(cpu, serving, step_overhead_ms=step_overhead_ms,
+                                 per_request_overhead_ms=per_request_overhead_ms,
+                                 admission_delay_ms=admission_delay_ms, first_token_delay_ms=first_token_delay_ms,
+                                 admission_interval_ms=admission_interval_ms)
     notes = [note] if note else []
     if profile.note:
         notes.append(profile.note)
@@ -244,7 +233,63 @@ def build_step_model(
         calibration=curves, serving=serving,
         notes=notes, decode_fixed_s=calibration.whole_gpu.decode_fixed_s
         if calibration is not None and calibration.whole_gpu is not None else 0.0,
+        compute_capability=tuple(gpu.compute_capability) if getattr(gpu, "compute_capability", None) else None,
     )
+
+
+#: The serving terms' options: flag, the bound in ms.
+SERVING_OPTION_BOUNDS_MS = {"--step-overhead-ms": 1000.0, "--per-request-overhead-ms": 10.0,
+                            "--admission-delay-ms": 10_000.0, "--first-token-delay-ms": 10_000.0,
+                            "--admission-interval-ms": 1000.0}
+
+
+def serving_terms(cpu: CpuProfile, serving: ServingProfile, *, step_overhead_ms: float | None = None,
+                  per_request_overhead_ms: float | None = None, admission_delay_ms: float | None = None,
+                  first_token_delay_ms: float | None = None,
+                  admission_interval_ms: float | None = None) -> tuple[CpuProfile, ServingProfile]:
+    """``cpu`` and ``serving`` with the given overrides (ms; ``None`` keeps the profile's), each named in
+    the source. ``step_overhead_ms`` 0 means kernels only: no CPU time and no per-request time per step,
+    unless ``per_request_overhead_ms`` is given too. Raises :class:`InputError` for a value outside
+    ``0..`` :data:`SERVING_OPTION_BOUNDS_MS`."""
+    from dataclasses import replace
+
+    given = {"--step-overhead-ms": step_overhead_ms, "--per-request-overhead-ms": per_request_overhead_ms,
+             "--admission-delay-ms": admission_delay_ms, "--first-token-delay-ms": first_token_delay_ms,
+             "--admission-interval-ms": admission_interval_ms}
+    for flag, value in given.items():
+        high = SERVING_OPTION_BOUNDS_MS[flag]
+        if value is not None and not (isinstance(value, (int, float)) and 0 <= value <= high):
+            raise InputError(f"{flag} must be from 0 to {high:g} ms, got {value}")
+    if step_overhead_ms is not None:
+        kernels_only = step_overhead_ms == 0
+        cpu = replace(cpu, step_s=step_overhead_ms / 1e3,
+                      per_request_s=0.0 if kernels_only else cpu.per_request_s,
+                      per_request_step_s=0.0 if kernels_only else cpu.per_request_step_s,
+                      source=f"--step-overhead-ms {step_overhead_ms:g}")
+    if per_request_overhead_ms is not None:
+        cpu = replace(cpu, per_request_step_s=per_request_overhead_ms / 1e3,
+                      source=f"{cpu.source}; --per-request-overhead-ms {per_request_overhead_ms:g}")
+    path = {"admission_delay_s": admission_delay_ms, "first_token_delay_s": first_token_delay_ms,
+            "admission_interval_s": admission_interval_ms}
+    if any(v is not None for v in path.values()):
+        named = [f"{flag} {value:g}" for flag, value in given.items()
+                 if value is not None and flag in ("--admission-delay-ms", "--first-token-delay-ms",
+                                                   "--admission-interval-ms")]
+        serving = replace(serving, **{k: v / 1e3 for k, v in path.items() if v is not None},
+                          source=f"{serving.source}; {', '.join(named)}")
+    return cpu, serving
+
+
+def calibrated_serving(cpu: CpuProfile, serving: ServingProfile, terms: Any) -> tuple[CpuProfile, ServingProfile]:
+    """``cpu`` and ``serving`` with a calibration's serving terms (:class:`pdmux_cli.calibration.ServingTerms`,
+    fitted by ``pdmux calibrate --bench-serving``) in place of ``serving.yaml``'s."""
+    from dataclasses import replace
+
+    source = f"calibrated on {terms.runs} bench_serving run(s) ({terms.source})"
+    cpu = replace(cpu, per_request_step_s=terms.per_request_step_s, source=f"{cpu.source}; per_request_step_s {source}")
+    serving = replace(serving, admission_delay_s=terms.admission_delay_s, first_token_delay_s=terms.first_token_delay_s,
+                      admission_interval_s=terms.admission_interval_s, source=source)
+    return cpu, serving
 
 
 def apply_whole_gpu(profile: Any, terms: Any) -> Any:

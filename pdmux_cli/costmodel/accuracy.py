@@ -34,6 +34,10 @@ Terms:
 - ``all-reduce > 8 MiB from custom-AR fit``: Vidur's NCCL points predicted by constants fitted to
   aiconfigurator's custom all-reduce above 8 MiB, as every GPU Vidur did not measure is modelled
   (out-of-sample);
+- ``decode vs SMs`` / ``prefill vs SMs`` / ``small prefill`` (SGLang's green-context tables, H800 and
+  A100; and the A100 8B tables, kept out of every fit): normalised shapes of a whole decode step and a
+  whole prefill against SMs and tokens, predicted with the roofline model of each table's setup
+  (:mod:`pdmux_cli.costmodel.sglang_greenctx`);
 - ``chapter: ...``: the chapter's model on the Vidur layers, for comparison.
 
 Pure Python; about a second.
@@ -47,6 +51,7 @@ from dataclasses import dataclass
 
 from ..hardware import find_gpu
 from . import fit, measurements
+from . import sglang_greenctx as greenctx
 from .collectives import CUSTOM_MAX_BYTES, load_allreduce_fits
 from .efficiency import load_common, load_profiles
 from .partitions import BandwidthCurve
@@ -258,7 +263,7 @@ def _nanoflow_terms() -> list[Term]:
             bandwidth.append(Point(f"A100 decode attention batch {sweep[0]} x {sweep[1]}, {sms} SMs",
                                    rate / mine[total], curve.share(sms)))
     partitions, _ = load_common()
-    curve = BandwidthCurve(total, partitions.s_sat_fraction * total, partitions.sharpness)
+    curve, _ = partitions.bandwidth_curve(total, find_gpu("a100-sxm-80gb").hbm_bytes_per_s, (8, 0))
     interference = [Point(f"A100 memory-bound kernel on {r:.0%} of the SMs next to a GEMM", p,
                           curve.share(r * total) * partitions.interference.decode_bandwidth_factor(r))
                     for r, p in measurements.nanoflow_interference()]
@@ -316,6 +321,38 @@ def _allreduce_terms() -> list[Term]:
                  "without an NCCL measurement are modelled)", "out-of-sample", tuple(transfer))]
 
 
+# ---------------------------------------------------------------------------------------------------
+# SGLang's green-context tables (the partition curves against whole steps)
+
+#: Green-context term kinds -> their names in the report.
+GREENCTX_TERMS = {
+    "decode": "decode vs SMs",
+    "prefill": "prefill vs SMs",
+    "small prefill": "small prefill / 8K tokens",
+}
+
+
+def _greenctx_terms() -> list[Term]:
+    """Per kind: the tables the partition constants were fitted to (in-sample,
+    :data:`~pdmux_cli.costmodel.sglang_greenctx.FITTED`), the other fit table where it is only a check
+    (the A100 decode shapes, out-of-sample), and the A100 8B tables (kept out of every fit,
+    out-of-sample); each point predicted with the shipped roofline model of its table's setup."""
+    models = {t: greenctx.step_model(t) for t in (*greenctx.FIT_TABLES, *greenctx.CHECK_TABLES)}
+    out = []
+    for kind, name in GREENCTX_TERMS.items():
+        fitted = greenctx.FITTED[kind]
+        checked = tuple(t for t in greenctx.FIT_TABLES if t not in fitted)
+        groups = [(fitted, "in-sample")] + ([(checked, "out-of-sample")] if checked else [])
+        for tables, method in (*groups, (greenctx.CHECK_TABLES, "out-of-sample")):
+            label = " + ".join(t.replace("_", " ") for t in tables)
+            setups = ", ".join(f"{t} as {greenctx.SETUPS[t].model} TP{greenctx.SETUPS[t].tp}" for t in tables)
+            data = f"SGLang green-context tables (sglang 56f74d24 multiplex/predictor.py), normalised shapes: {setups}"
+            points = tuple(Point(p.what, p.measured, greenctx.predict(p, models[p.table]))
+                           for p in greenctx.shape_points(kind, tables))
+            out.append(Term(f"{name} (green ctx, {label})", data, method, points))
+    return out
+
+
 #: What each method means, for output.
 METHODS = {
     "LOMO": ("leave-one-model-out: fitted without the model (or sweep) predicted; in the step terms the GEMM "
@@ -327,7 +364,8 @@ METHODS = {
 
 def report() -> list[Term]:
     """Every term (module docstring), in a fixed order."""
-    return [*_vidur_steps(), *_aic_terms(), *_a100_decode_terms(), *_nanoflow_terms(), *_allreduce_terms(),
+    return [*_vidur_steps(), *_aic_terms(), *_a100_decode_terms(), *_nanoflow_terms(), *_greenctx_terms(),
+            *_allreduce_terms(),
             *_chapter_steps()]
 
 
@@ -344,4 +382,4 @@ def term_dict(term: Term) -> dict:
     }
 
 
-__all__ = ["DECODE_MAX_TOKENS", "METHODS", "PREFILL_MIN_TOKENS", "Point", "Term", "report", "term_dict"]
+__all__ = ["DECODE_MAX_TOKENS", "GREENCTX_TERMS", "METHODS", "PREFILL_MIN_TOKENS", "Point", "Term", "report", "term_dict"]

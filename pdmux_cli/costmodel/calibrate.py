@@ -119,8 +119,8 @@ def predict(step_model: Any, p: CalPoint) -> float:
     window = model.sliding_window if model.num_sliding_layers else 0
     gpu = step_model.decode_s(total, p.batch, p.batch * p.tokens, p.batch * min(p.tokens, window) if window else 0.0,
                               0, p.cuda_graph)
-    if p.source == "server log":  # the overlap scheduler: a step lasts at least the CPU's work
-        return max(gpu, step_model.decode_cpu_s(p.batch))
+    if p.source == "server log":  # a server's step: its time per request too; the overlap scheduler hides the CPU
+        return max(gpu + step_model.request_s(p.batch), step_model.decode_cpu_s(p.batch))
     return gpu
 
 
@@ -207,6 +207,7 @@ def _with(base: Any, profile: Any, fixed: float = 0.0) -> Any:
         base.model, gpu_name=base.gpu_name, total_sms=base.total_sms, hbm_bytes_per_s=base.hbm, dense_flops=base.peak,
         gemm_flops=base.gemm_peak, efficiency=profile, partitions=base.partitions, cpu=base.cpu, s_sat=base.s_sat if base.curve else None,
         weight_bytes_per_param=None, kv_bytes_per_element=base.kv_bytes_per_element, decode_fixed_s=fixed,
+        compute_capability=getattr(base, "compute_capability", None),
     )
 
 
@@ -299,9 +300,12 @@ def _fit_decode(base: Any, profile: Any, decode: list[CalPoint], f: float, a: fl
     with_kv = min(kv_held) > 0 and max(kv_held) / min(kv_held) >= KV_SPREAD
     # weights, small ops and latencies do not depend on the KV scale; the KV reads are linear in 1 / scale
     unit = _with(base, _scaled(profile, 1.0, 1.0, f, a))
-    dense = [unit.decode_s(unit.total_sms, p.batch, 0.0, 0.0, 0, p.cuda_graph) for p in decode]
-    kv_part = [unit.decode_s(unit.total_sms, p.batch, held, 0.0, 0, p.cuda_graph) - d
-               for p, held, d in zip(decode, kv_held, dense, strict=True)]
+    # a server log's steps are a server's: they also spend its time per request (StepModel.request_s)
+    dense = [unit.decode_s(unit.total_sms, p.batch, 0.0, 0.0, 0, p.cuda_graph)
+             + (base.request_s(p.batch) if p.source == "server log" else 0.0) for p in decode]
+    kv_part = [unit.decode_s(unit.total_sms, p.batch, held, 0.0, 0, p.cuda_graph)
+               - unit.decode_s(unit.total_sms, p.batch, 0.0, 0.0, 0, p.cuda_graph)
+               for p, held in zip(decode, kv_held, strict=True)]
     cpu = [base.decode_cpu_s(p.batch) if p.source == "server log" else 0.0 for p in decode]
 
     def predicted(scale: float, extra: float) -> list[float]:

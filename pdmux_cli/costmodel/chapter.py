@@ -347,3 +347,7 @@ class ChapterModel:
     def decode_cpu_s(self, n: int) -> float:
         """0: the chapter counts no CPU time."""
         return 0.0
+
+    def request_s(self, n: int) -> float:
+        """0: the chapter counts no per-request time."""
+        return 0.0

@@ -20,8 +20,9 @@ Files:
   ``applies_to`` lists the GPU profiles that use it (the measured
   GPU and its same-chip siblings), ``families`` the compute capabilities it stands in for when a GPU
   has no file of its own (``"8.9"`` for that capability, ``"8"`` for any 8.x; the exact one wins).
-- ``common.yaml``: what was measured once for all GPUs: the SM-partition terms (``partitions``) and the
-  kernel-launch costs of an eager step (``cpu``: ``launch_s``, ``kernels_per_layer``);
+- ``common.yaml``: what was measured once for all GPUs: the SM-partition terms (``partitions``: the
+  bandwidth-vs-SMs curve per SM architecture, co-run interference, a TP prefill pass's fixed time per
+  layer) and the kernel-launch costs of an eager step (``cpu``: ``launch_s``, ``kernels_per_layer``);
 - ``serving.yaml``: what an SGLang server spends beyond the GPU's kernels, fitted to public serving runs
   by ``benchmarks/fit_serving.py``: the scheduler's CPU time per step and per running request
   (``scheduler``) and the request path's fixed delays (``request_path``), read by :func:`load_serving`;
@@ -44,7 +45,7 @@ import yaml
 from ..errors import InputError
 from ..numbers import finite_float
 from ..profile_files import efficiency_profiles_dir
-from .partitions import Interference
+from .partitions import BandwidthCurve, BandwidthFamily, Interference, pick_bandwidth_family
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -181,13 +182,31 @@ def for_kv_cache(profile: EfficiencyProfile, fp8: bool) -> tuple[EfficiencyProfi
 
 @dataclass(frozen=True)
 class PartitionProfile:
-    """SM-partition terms (``common.yaml`` ``partitions``): bandwidth-curve ``sharpness``, the
-    default S_SAT as a fraction of the SM count (``s_sat_fraction``), co-run ``interference``."""
+    """SM-partition terms (``common.yaml`` ``partitions``).
 
-    sharpness: float
-    s_sat_fraction: float
+    ``families``: the bandwidth-vs-SMs curve per SM architecture (:class:`BandwidthFamily`);
+    ``interference``: co-run factors; ``prefill_layer_s``: GPU seconds a prefill (or mixed) forward pass
+    of a tensor-parallel model pays per layer on top of its operators, whatever its tokens and SMs (the
+    "fixed cost of small prefills" of SGLang's green-context tables, all TP 8; the roofline model
+    charges it from TP 2 on; 0 where a file predates it); ``source``: the measurements.
+    """
+
+    families: tuple[BandwidthFamily, ...]
     interference: Interference
+    prefill_layer_s: float = 0.0
     source: str = ""
+
+    def bandwidth_curve(self, total_sms: int, hbm_bytes_per_s: float, compute_capability: tuple[int, int] | None,
+                        s_sat: float | None = None) -> tuple[BandwidthCurve, str]:
+        """The curve of a GPU (``total_sms`` SMs, ``hbm_bytes_per_s`` datasheet, ``compute_capability``;
+        ``None``: unknown, the first family) and a note on which family stands in ("" for its own).
+        ``s_sat``: the user's S_SAT (SMs); ``None``: the family's default, rounded to whole SMs.
+        Raises :class:`InputError` for an S_SAT outside 1..SMs."""
+        family, note = pick_bandwidth_family(self.families, compute_capability)
+        if s_sat is None:
+            s_sat = float(min(total_sms, max(1, round(family.s_sat(total_sms, hbm_bytes_per_s)))))
+            return BandwidthCurve(total_sms, s_sat, family.sharpness), note
+        return BandwidthCurve(total_sms, float(s_sat), family.sharpness), note
 
 
 @dataclass(frozen=True)
@@ -351,6 +370,29 @@ def load_serving() -> tuple[dict[str, float], ServingProfile, str]:
     return terms, serving, str(sched["source"])
 
 
+#: The serving terms :func:`release_line_terms` gives, as ``make_setup`` options (ms) -> ``serving.yaml`` keys (s).
+RELEASE_LINE_TERMS = {"per_request_overhead_ms": "per_request_step_s", "admission_delay_ms": "admission_delay_s",
+                      "first_token_delay_ms": "first_token_delay_s", "admission_interval_ms": "admission_interval_s"}
+
+
+@functools.lru_cache(maxsize=8)
+def release_line_terms(line: str) -> dict[str, float]:
+    """The serving terms fitted to the public runs of SGLang release line ``line`` (``"0.3"``, ``"0.4"``)
+    as ``make_setup`` overrides in ms (``serving.yaml`` ``older_releases``); ``{}`` for the default line
+    (its terms are the file's top-level ones) or a line the file does not hold. Older lines replay old
+    runs in ``pdmux accuracy --serving``; everything else uses the default."""
+    path = efficiency_profiles_dir() / "serving.yaml"
+    older = _read(path).get("older_releases") or {}
+    entry = older.get(line)
+    if not isinstance(entry, dict):
+        return {}
+    out = {}
+    for option, key in RELEASE_LINE_TERMS.items():
+        if key in entry:
+            out[option] = _number(entry, key, path, 0.0, 10.0) * 1e3
+    return out
+
+
 @functools.lru_cache(maxsize=1)
 def load_common() -> tuple[PartitionProfile, CpuProfile]:
     """``common.yaml``'s SM-partition terms and the engine's CPU costs: kernel launches from
@@ -370,9 +412,9 @@ def load_common() -> tuple[PartitionProfile, CpuProfile]:
     except InputError as exc:
         raise InputError(f"efficiency profile {path.name}: {exc}") from None
     partitions = PartitionProfile(
-        sharpness=_number(part, "sharpness", path, 0.5, 20),
-        s_sat_fraction=_number(part, "s_sat_fraction", path, 0.05, 1.0),
+        families=_families(part.get("bandwidth_families"), path),
         interference=interference,
+        prefill_layer_s=_number(part, "prefill_layer_s", path, 0.0, 1e-2) if "prefill_layer_s" in part else 0.0,
         source=str(part.get("source", "")),
     )
     kernels = cpu.get("kernels_per_layer")
@@ -388,6 +430,26 @@ def load_common() -> tuple[PartitionProfile, CpuProfile]:
         source=f"{scheduler_source}; {cpu.get('source', '')}",
     )
     return partitions, cpu_profile
+
+
+def _families(value: object, path: Path) -> tuple[BandwidthFamily, ...]:
+    field = "partitions.bandwidth_families"
+    if not isinstance(value, dict) or not value:
+        raise InputError(f"{_where(path, field)} must map compute capabilities (\"9\", \"8.9\") to curves")
+    out = []
+    for family, entry in value.items():
+        where = f"{field}.{family}"
+        if not isinstance(entry, dict):
+            raise InputError(f"{_where(path, where)} must be a mapping")
+        try:
+            out.append(BandwidthFamily(
+                family=str(family), sharpness=_number(entry, "sharpness", path, 0.5, 20),
+                sm_bytes_per_s=_number(entry, "sm_bytes_per_s", path, 1e8, 1e13),
+                fitted_on=str(entry.get("fitted_on", "")), median_error=finite_float(entry.get("median_error")) or 0.0,
+                source=str(entry.get("source", ""))))
+        except InputError as exc:
+            raise InputError(f"{_where(path, where)}: {exc}") from None
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=1)

@@ -9,7 +9,10 @@ folder's README/LICENSE and in every CSV's ``#`` header:
   (efeslab/Nanoflow, Apache-2.0);
 - ``aiconfigurator/``: NVIDIA's per-operator tables for SGLang (PyPI aiconfigurator-core 0.12.0,
   Apache-2.0): GEMMs, prefill (context) and decode (generation) attention, SGLang's custom all-reduce;
-- ``vidur/network_*_all_reduce.csv``: NCCL all-reduce times on one DGX H100 / A100 node (Vidur).
+- ``vidur/network_*_all_reduce.csv``: NCCL all-reduce times on one DGX H100 / A100 node (Vidur);
+- ``sglang_greenctx/``: SGLang's green-context prefill and decode latency tables per SM count (H800,
+  A100, RTX 3090), offline fits by the PD-multiplexing authors (sgl-project/sglang commit 56f74d24,
+  ``python/sglang/srt/multiplex/predictor.py``, Apache-2.0).
 
 Times are converted to seconds. Stdlib only.
 """
@@ -239,3 +242,101 @@ def aic_allreduce(gpu_key: str) -> list[AllReduce]:
     kinds = {"SGLang_CustomAllReduce_graph": "custom-graph", "SGLang_CustomAllReduce_eager": "custom-eager"}
     return [AllReduce(gpu_key, kinds[r["kernel"]], int(r["num_gpus"]), int(r["bytes"]), float(r["latency_ms"]) * 1e-3)
             for r in _rows(path) if r["kernel"] in kinds]
+
+
+# ---------------------------------------------------------------------------------------------------
+# SGLang's green-context latency tables (profiles/measurements/sglang_greenctx/)
+
+#: Roles of the green-context tables: ``fit`` (the partition fit uses them), ``out-of-sample`` (kept out
+#: of every fit, checked by ``pdmux accuracy``), ``unused`` (extracted only).
+GREENCTX_ROLES = ("fit", "out-of-sample", "unused")
+
+
+@dataclass(frozen=True)
+class GreenCtxPrefill:
+    """One row of ``sglang_greenctx/prefill.csv``: the prefill latency fit of ``table`` (``"H800"``,
+    ``"A100"``, ``"A100_8B"``, ``"RTX3090"``) on ``sms`` of the GPU's ``total_sms`` SMs, valid for
+    ``tokens_above < n <= tokens_upto`` new tokens (``tokens_upto`` 0: no bound).
+
+    ``a, b, c, d`` (ms): ``latency_ms = a (n/1024)^2 + b (n/1024)(prefix/1024) + c (n/1024) + d`` with
+    ``n`` raised to 512 as SGLang's ``Predictor.predict_prefill_latency`` does. ``gpu``: the pdmux GPU
+    profile key; ``role``: one of :data:`GREENCTX_ROLES`; ``source_name``: the table's name in the file.
+    """
+
+    table: str
+    gpu: str
+    total_sms: int
+    role: str
+    source_name: str
+    tokens_above: int
+    tokens_upto: int
+    sms: int
+    a: float
+    b: float
+    c: float
+    d: float
+
+    def covers(self, tokens: int) -> bool:
+        """Whether the file picks this row's table for a prefill of ``tokens`` new tokens."""
+        return tokens > self.tokens_above and (self.tokens_upto == 0 or tokens <= self.tokens_upto)
+
+    def latency_s(self, tokens: int, prefix: int = 0) -> float:
+        """Seconds the table gives a prefill of ``tokens`` new tokens over ``prefix`` cached ones."""
+        x = max(tokens, 512) / 1024.0
+        return (self.a * x * x + self.b * x * prefix / 1024.0 + self.c * x + self.d) * 1e-3
+
+
+@dataclass(frozen=True)
+class GreenCtxDecode:
+    """One row of ``sglang_greenctx/decode.csv``: the decode-step latency fit of ``table`` on ``sms``
+    SMs, valid for ``prefix_above < prefix <= prefix_upto`` (``prefix_upto`` 0: no bound).
+
+    ``a, b, c`` (ms): ``latency_ms = a (prefix/1024)^prefix_power + b x batch + c`` (``prefix_power`` 2
+    for the H800 tables, as the file's ``predict_decode_latency_H800`` squares it, else 1); ``prefix``:
+    the batch's KV tokens (the file's name; the likely reading, not stated there).
+    """
+
+    table: str
+    gpu: str
+    total_sms: int
+    role: str
+    source_name: str
+    prefix_power: int
+    prefix_above: int
+    prefix_upto: int
+    sms: int
+    a: float
+    b: float
+    c: float
+
+    def covers(self, prefix: int) -> bool:
+        """Whether the file picks this row's table for a batch with ``prefix`` KV tokens."""
+        return prefix > self.prefix_above and (self.prefix_upto == 0 or prefix <= self.prefix_upto)
+
+    def latency_s(self, batch: int, prefix: int) -> float:
+        """Seconds the table gives a decode step of ``batch`` requests holding ``prefix`` KV tokens."""
+        return (self.a * (prefix / 1024.0) ** self.prefix_power + self.b * batch + self.c) * 1e-3
+
+
+def _greenctx_common(r: dict[str, str]) -> dict:
+    role = r["role"]
+    if role not in GREENCTX_ROLES:
+        raise InputError(f"sglang_greenctx: role must be one of {', '.join(GREENCTX_ROLES)}, got {role!r}")
+    return {"table": r["table"], "gpu": r["gpu"], "total_sms": int(r["total_sms"]), "role": role,
+            "source_name": r["source_name"], "sms": int(r["sms"])}
+
+
+def greenctx_prefill() -> list[GreenCtxPrefill]:
+    """Every row of ``profiles/measurements/sglang_greenctx/prefill.csv`` (every table, every role)."""
+    path = measurements_dir() / "sglang_greenctx" / "prefill.csv"
+    return [GreenCtxPrefill(**_greenctx_common(r), tokens_above=int(r["tokens_above"]),
+                            tokens_upto=int(r["tokens_upto"]), a=float(r["a_ms"]), b=float(r["b_ms"]),
+                            c=float(r["c_ms"]), d=float(r["d_ms"])) for r in _rows(path)]
+
+
+def greenctx_decode() -> list[GreenCtxDecode]:
+    """Every row of ``profiles/measurements/sglang_greenctx/decode.csv`` (every table, every role)."""
+    path = measurements_dir() / "sglang_greenctx" / "decode.csv"
+    return [GreenCtxDecode(**_greenctx_common(r), prefix_power=int(r["prefix_power"]),
+                           prefix_above=int(r["prefix_above"]), prefix_upto=int(r["prefix_upto"]),
+                           a=float(r["a_ms"]), b=float(r["b_ms"]), c=float(r["c_ms"])) for r in _rows(path)]

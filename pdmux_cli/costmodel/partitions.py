@@ -4,9 +4,16 @@ Pure functions and frozen dataclasses, stdlib only.
 
 - :class:`BandwidthCurve`: the share of the whole GPU's HBM bandwidth that ``s`` SMs reach, a smooth
   saturating curve ``r(s / k) / r(S / k)`` with ``r(x) = x / (1 + x**p) ** (1 / p)`` (a soft minimum of
-  "linear in SMs" and "the plateau"). ``p`` is fitted to NanoFlow's A100 sweep
-  (``profiles/measurements/nanoflow/a100_decode_attention_bw_vs_sms.csv``); ``k`` follows from S_SAT, the
-  SM count that reaches 95% of the whole GPU's bandwidth (the user's ``--s-sat``).
+  "linear in SMs" and "the plateau"); ``k`` follows from S_SAT, the SM count that reaches 95% of the
+  whole GPU's bandwidth (the user's ``--s-sat``).
+- :class:`BandwidthFamily`: where the default S_SAT comes from. One SM architecture (compute
+  capability) moves at most so many bytes/s per SM before HBM saturates, so the knee is
+  ``k = datasheet HBM B/s / sm_bytes_per_s`` and S_SAT follows from ``k`` and ``p``
+  (:func:`s_sat_for_knee`): a GPU with more bandwidth per SM (H200 next to H800, H20) needs a larger share
+  of its SMs, one with less (L40S, H100 PCIe) a smaller one. Fitted per architecture
+  (``profiles/efficiency/common.yaml`` ``partitions.bandwidth_families``): Ampere to NanoFlow's A100 sweeps
+  (``profiles/measurements/nanoflow/a100_decode_attention_bw_vs_sms.csv``; SGLang's A100 green-context
+  decode tables check it), Hopper to SGLang's H800 tables (``profiles/measurements/sglang_greenctx/``).
 - :func:`gemm_flops_share`: GEMM FLOP/s on ``s`` SMs. A GEMM of ``M`` tokens on ``s`` SMs gives each SM
   the work of ``M * S / s`` tokens on the whole GPU, so it runs at the whole GPU's efficiency for that many
   tokens, times ``s / S`` of the peak: large GEMMs scale linearly with SMs, small ones sub-linearly
@@ -38,7 +45,8 @@ class BandwidthCurve:
     """Share (0-1] of whole-GPU HBM bandwidth a memory-bound kernel reaches on ``s`` of ``total_sms`` SMs.
 
     ``s_sat``: SMs that reach :data:`S_SAT_SHARE` of the whole GPU's bandwidth (1 to ``total_sms``);
-    ``sharpness``: ``p`` of the soft minimum (larger = sharper knee; fitted 2.3 on NanoFlow's A100 data).
+    ``sharpness``: ``p`` of the soft minimum (larger = sharper knee; fitted per SM architecture,
+    :class:`BandwidthFamily`).
     An ``s_sat`` at or above ``0.95 * total_sms`` makes the curve linear in SMs (the most a curve that
     must reach 1.0 at ``total_sms`` can lose). Raises :class:`InputError` for values out of range.
     """
@@ -75,6 +83,11 @@ class BandwidthCurve:
                 hi = mid
         return (lo * hi) ** 0.5
 
+    @property
+    def knee(self) -> float | None:
+        """The knee ``k`` (SMs) of the soft minimum; ``None`` for the linear curve."""
+        return self._knee  # type: ignore[attr-defined]
+
     def share(self, sms: float) -> float:
         """Share of whole-GPU bandwidth on ``sms`` SMs (0 for 0 SMs, 1.0 at ``total_sms``)."""
         if sms <= 0:
@@ -86,6 +99,80 @@ class BandwidthCurve:
             return sms / self.total_sms
         p = self.sharpness
         return _soft_min(sms / knee, p) / _soft_min(self.total_sms / knee, p)
+
+
+def s_sat_for_knee(total_sms: int, knee: float, sharpness: float) -> float:
+    """SMs (a real number, 1 to ``total_sms``) at which the soft-minimum curve of knee ``knee`` (SMs) and
+    sharpness ``p`` reaches :data:`S_SAT_SHARE` of its value at ``total_sms``; ``total_sms`` when even the
+    whole GPU is short of it (the curve is then taken as linear, as :class:`BandwidthCurve` does)."""
+    total = float(total_sms)
+    full = _soft_min(total / knee, sharpness)
+    lo, hi = 0.0, total
+    if _soft_min(S_SAT_SHARE * total / knee, sharpness) / full >= S_SAT_SHARE:
+        for _ in range(100):  # share(s) rises with s: bisect share(s) = 0.95
+            mid = (lo + hi) / 2
+            if _soft_min(mid / knee, sharpness) / full >= S_SAT_SHARE:
+                hi = mid
+            else:
+                lo = mid
+        return max(1.0, hi)
+    return total
+
+
+@dataclass(frozen=True)
+class BandwidthFamily:
+    """The bandwidth-vs-SMs curve of one SM architecture, for GPUs of compute capability ``family``
+    (``"9"``: any 9.x; ``"8.9"``: that one only).
+
+    ``sm_bytes_per_s``: bytes/s one SM adds to a memory-bound kernel below the knee, as datasheet bytes
+    (the knee of a GPU with ``B`` datasheet bytes/s is ``B / sm_bytes_per_s`` SMs); ``sharpness``: ``p`` of
+    the soft minimum. ``fitted_on``: the GPU profile key of the measurements; ``median_error``: the fit's;
+    ``source``: which measurements. Raises :class:`InputError` for values out of range.
+    """
+
+    family: str
+    sharpness: float
+    sm_bytes_per_s: float
+    fitted_on: str = ""
+    median_error: float = 0.0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not 0.5 <= self.sharpness <= 20:
+            raise InputError(f"bandwidth family {self.family}: sharpness must be from 0.5 to 20, got {self.sharpness:g}")
+        if not 1e8 <= self.sm_bytes_per_s <= 1e13:
+            raise InputError(f"bandwidth family {self.family}: sm_bytes_per_s must be from 1e8 to 1e13, "
+                             f"got {self.sm_bytes_per_s:g}")
+
+    def s_sat(self, total_sms: int, hbm_bytes_per_s: float) -> float:
+        """The default S_SAT (SMs, not rounded) of a GPU with ``total_sms`` SMs and ``hbm_bytes_per_s``."""
+        return s_sat_for_knee(total_sms, hbm_bytes_per_s / self.sm_bytes_per_s, self.sharpness)
+
+    def matches(self, compute_capability: tuple[int, int]) -> int:
+        """2: this family names the exact capability; 1: its major; 0: neither."""
+        major, minor = compute_capability
+        if self.family == f"{major}.{minor}":
+            return 2
+        return 1 if self.family == str(major) else 0
+
+
+def pick_bandwidth_family(families: Sequence[BandwidthFamily],
+                          compute_capability: tuple[int, int] | None) -> tuple[BandwidthFamily, str]:
+    """The family whose curve a GPU of ``compute_capability`` takes, and a note ("" when its own): the
+    exact capability, else its major, else the measured family with the nearest major (ties: the newer).
+    ``None`` (capability unknown): the first family. Raises :class:`InputError` for no families."""
+    if not families:
+        raise InputError("no bandwidth-vs-SMs family is defined (common.yaml partitions.bandwidth_families)")
+    if compute_capability is None:
+        return families[0], ""
+    best = max(families, key=lambda f: f.matches(compute_capability))
+    if best.matches(compute_capability):
+        return best, ""
+    major = compute_capability[0]
+    nearest = min(families, key=lambda f: (abs(int(f.family.split(".")[0]) - major), -int(f.family.split(".")[0])))
+    major_minor = ".".join(map(str, compute_capability))
+    return nearest, (f"bandwidth vs SMs: compute capability {major_minor} has no green-context measurement; "
+                     f"the per-SM bandwidth of {nearest.fitted_on or 'family ' + nearest.family} stands in")
 
 
 def gemm_equivalent_tokens(tokens: float, sms: int, total_sms: int) -> float:

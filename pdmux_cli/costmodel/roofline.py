@@ -19,6 +19,10 @@ On ``s`` of ``S`` SMs, with dense peak ``F`` and datasheet bandwidth ``B``:
 - prefill attention of a sequence of ``L`` tokens (cached prefix included): FLOP/s
   ``F x s/S x attention_efficiency(L)``, bytes its KV cache; decode attention: every request's KV bytes;
 - element-wise ops: bytes per token per layer, plus a fixed time per layer;
+- a prefill (or mixed) forward pass sharded over ``tp > 1`` GPUs: ``prefill_layer_s`` per layer on top
+  of its operators, on any SMs (``common.yaml`` ``partitions``: fitted to SGLang's green-context tables,
+  all TP 8, where small prefills cost more than their work; no measurement says a single GPU pays it,
+  so ``tp == 1`` does not);
 - with tensor parallelism (``tp`` GPUs): every operator at one rank's shapes
   (:func:`pdmux_cli.costmodel.operators.step_shapes`), plus the step's collectives
   (:mod:`pdmux_cli.costmodel.collectives`): ``2 x layers + 1`` all-reduces of ``tokens x hidden x 2``
@@ -78,6 +82,8 @@ class RooflineModel:
     :class:`~pdmux_cli.costmodel.collectives.TpCollectives` (required when ``tp > 1``). ``serving``: the
     request path's delays outside the scheduler (:class:`~pdmux_cli.costmodel.efficiency.ServingProfile`),
     which the simulator adds to TTFT; none by default.
+    ``compute_capability``: the GPU's, which picks its bandwidth-vs-SMs family
+    (:meth:`~pdmux_cli.costmodel.efficiency.PartitionProfile.bandwidth_curve`; ``None``: the first family).
     Raises :class:`InputError` for an S_SAT outside 1..SMs or given together with a calibration, or a
     split SGLang refuses (:func:`pdmux_cli.tensor_parallel.shard`).
     """
@@ -106,6 +112,7 @@ class RooflineModel:
         tp: int = 1,
         collectives: Any = None,
         serving: ServingProfile = NO_SERVING_DELAYS,
+        compute_capability: tuple[int, int] | None = None,
     ) -> None:
         if calibration is not None and s_sat is not None:
             raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
@@ -133,9 +140,15 @@ class RooflineModel:
         self.collectives = collectives if tp > 1 else None
         if self.collectives is not None:
             self.notes.extend(n for n in self.collectives.notes if n not in self.notes)
+        self.compute_capability = compute_capability
+        # measured at TP 8 only (sglang_greenctx): a single GPU's prefill is not charged it
+        self.prefill_layer_s = partitions.prefill_layer_s if tp > 1 else 0.0
         if calibration is None:
-            self.s_sat = float(s_sat) if s_sat is not None else round(partitions.s_sat_fraction * total_sms)
-            self.curve: BandwidthCurve | None = BandwidthCurve(total_sms, self.s_sat, partitions.sharpness)
+            curve, note = partitions.bandwidth_curve(total_sms, self.hbm, compute_capability, s_sat)
+            self.curve: BandwidthCurve | None = curve
+            self.s_sat = curve.s_sat
+            if note and note not in self.notes:
+                self.notes.append(note)
         else:
             self.s_sat = float(getattr(calibration, "s_sat_sms", 0)) or float("nan")
             self.curve = None
@@ -169,6 +182,8 @@ class RooflineModel:
         else:
             part = f"S_SAT={self.s_sat:g} of {self.total_sms} SMs"
         cpu = f"CPU {self.cpu.step_s * 1e3:.2g} ms/step" if self.cpu.step_s else "no CPU time"
+        if self.cpu.per_request_step_s:
+            cpu += f" + {self.cpu.per_request_step_s * 1e3:.2g} ms/request"
         tp = f"; per rank of {self.collectives.source}" if self.collectives is not None else ""
         return f"roofline ({self.eff.key} efficiencies, {part}, {cpu}{tp})"
 
@@ -343,10 +358,9 @@ class RooflineModel:
             if n - len(dense) < DENSE_CACHE_GAP:
                 self._grow_dense(dense, n, sms, corun_sms)
             else:  # one batch far past the cached ones (estimate --decode-bs 1000000): that size alone
-                seconds = (self._dense_s(n, sms, corun_sms) + full * sum_context + window * sum_window
-                           + n * self.cpu.per_request_step_s)
+                seconds = self._dense_s(n, sms, corun_sms) + full * sum_context + window * sum_window
                 return seconds if cuda_graph else max(seconds, self.launch_cpu_s())
-        seconds = dense[n] + full * sum_context + window * sum_window + n * self.cpu.per_request_step_s
+        seconds = dense[n] + full * sum_context + window * sum_window
         if not cuda_graph:
             seconds = max(seconds, self.launch_cpu_s())
         return seconds
@@ -363,28 +377,31 @@ class RooflineModel:
 
     def prefill_s(self, sms: int, seqs: Seqs, corun_sms: int = 0) -> float:
         """GPU seconds to prefill ``seqs`` (``(new, cached)`` tokens each) as one batch on ``sms`` SMs,
-        all layers, the lm_head on each sequence's last token. ``corun_sms`` > 0: decode runs on that
+        all layers, the lm_head on each sequence's last token, with ``tp > 1`` the fixed time per layer of a
+        prefill pass. ``corun_sms`` > 0: decode runs on that
         many other SMs (prefill's co-run factor). Raises :class:`InputError` for ``sms`` outside 1..SMs."""
         tokens = sum(new for new, _ in seqs)
         if tokens <= 0:
             return 0.0
-        _, flops = self._rates(sms, corun_sms, "prefill")
-        bw, _ = self._rates(sms, corun_sms, "prefill")
+        bw, flops = self._rates(sms, corun_sms, "prefill")
         return (self._linear_s(tokens, sms, corun_sms, "prefill") + self._lm_head_s(len(seqs), sms, corun_sms, "prefill")
-                + self._prefill_attention_s(seqs, sms, bw, flops) + len(seqs) * self.cpu.per_request_step_s)
+                + self._prefill_attention_s(seqs, sms, bw, flops) + self.shapes.layers * self.prefill_layer_s)
 
     def mixed_s(self, seqs: Seqs, n: int, sum_context: float, sum_window: float = 0.0) -> float:
         """GPU seconds of one mixed step on the whole GPU: prefill chunks ``seqs`` and ``n`` decode rows
         in one batch (SGLang's ``--enable-mixed-chunk``): GEMMs over all rows, the lm_head for each
-        sequence and row, prefill attention for the chunks and the decode rows' KV reads; at least
-        :meth:`decode_s` of the ``n`` rows alone."""
+        sequence and row, prefill attention for the chunks, the decode rows' KV reads and (with a chunk,
+        ``tp > 1``) the fixed time per layer of a prefill pass; at least :meth:`decode_s` of the ``n``
+        rows alone."""
         sms = self.total_sms
         tokens = sum(new for new, _ in seqs) + n
         if tokens <= 0:
             return 0.0
         bw, flops = self._rates(sms, 0, "prefill")
         seconds = self._linear_s(tokens, sms, 0, "prefill") + self._lm_head_s(len(seqs) + n, sms, 0, "prefill")
-        seconds += self._prefill_attention_s(seqs, sms, bw, flops) + (len(seqs) + n) * self.cpu.per_request_step_s
+        seconds += self._prefill_attention_s(seqs, sms, bw, flops)
+        if seqs:
+            seconds += self.shapes.layers * self.prefill_layer_s
         if n:
             full, window = self._kv_rates(sms, 0)
             seconds += full * sum_context + window * sum_window
@@ -403,3 +420,10 @@ class RooflineModel:
     def decode_cpu_s(self, n: int) -> float:
         """CPU seconds of one scheduler step with ``n`` requests (:meth:`CpuProfile.step_cpu_s`)."""
         return self.cpu.step_cpu_s(n)
+
+    def request_s(self, n: int) -> float:
+        """Seconds a server's step spends on ``n`` requests in its batch beyond the kernels, on the step's
+        critical path whatever the scheduler (``CpuProfile.per_request_step_s``; not in the kernel times
+        :meth:`decode_s`, :meth:`prefill_s` and :meth:`mixed_s` give, which benchmarks of the model alone
+        measure)."""
+        return n * self.cpu.per_request_step_s

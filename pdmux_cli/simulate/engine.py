@@ -254,6 +254,7 @@ def make_setup(
     per_request_overhead_ms: float | None = None,
     admission_delay_ms: float | None = None,
     first_token_delay_ms: float | None = None,
+    admission_interval_ms: float | None = None,
     ignore_eos: bool = False,
     disable_overlap: bool = False,
     cuda_graph_max_bs: int | None = None,
@@ -264,7 +265,8 @@ def make_setup(
     """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.hardware.Gpu`) and a model, with the cost
     model of :func:`pdmux_cli.costmodel.build_step_model` (its arguments: ``cost_model``, ``s_sat``,
     ``bandwidth_efficiency``, ``mfu``, ``calibration``, ``flops_dtype``, ``step_overhead_ms``,
-    ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``, ``tp``). Raises
+    ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``, ``admission_interval_ms``,
+    ``tp``). Raises
     :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values."""
     from ..costmodel import build_step_model
 
@@ -278,7 +280,7 @@ def make_setup(
         calibration=calibration, weight_bytes_per_param=weight_bytes_per_param,
         kv_bytes_per_element=kv_bytes_per_element, flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms,
         per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
-        first_token_delay_ms=first_token_delay_ms, tp=tp)
+        first_token_delay_ms=first_token_delay_ms, admission_interval_ms=admission_interval_ms, tp=tp)
     return Setup(
         model=model, step_model=step_model, total_sms=total, compute_capability=tuple(gpu.compute_capability),
         memory_bytes=float(gpu.memory_bytes), weight_bytes_per_param=weight_bytes_per_param,
@@ -575,9 +577,8 @@ class Work:
                 last = seen
                 i += 1
             self.last_seen = last
-        else:
-            seen = t - delay
-            while i < n and arrival[order[i]] <= seen:
+        else:  # arrival + delay, as next_arrival_time computes it (t - delay could round below it)
+            while i < n and arrival[order[i]] + delay <= t:
                 self.waiting.append(order[i])
                 i += 1
         self.next = i
@@ -699,13 +700,15 @@ class Work:
                 offset += take + 1
                 self.chunked_done += take
         admitted = 0
-        slots = self.max_running - self.batch.n - len(completing)
+        # SGLang stops when the batch's requests (the continuing chunked one included) reach the request
+        # rows left (scheduler.py get_new_batch_prefill: len(can_run_list) >= get_num_allocatable_reqs)
+        slots = self.max_running - self.batch.n
         if cache is not None and chunked >= 0 and self.chunked_rid < 0 and waiting:
             self._cache_done(chunked, done_before)  # its earlier chunks, before candidates are matched
         while waiting and self.chunked_rid < 0 and not self.batch_full:
             if rem_input <= 0 or (rem_chunk is not None and rem_chunk <= 0):
                 break
-            if admitted + len(completing) >= slots:
+            if len(seqs) >= slots:
                 self.batch_full = True
                 break
             rid = waiting[0]

@@ -206,6 +206,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     overlap = not setup.disable_overlap
     cpu_s = step_model.decode_cpu_s
     decode_s = step_model.decode_s
+    per_request = step_model.request_s(1)  # a step's time per request beyond the kernels (linear in them)
     batch = work.batch
     ends = work.ends
     append = ends.fast_append
@@ -249,7 +250,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             again = [seq for seq, rid in zip(seqs, completing) if work.generated[rid]]
             if again:  # retracted here earlier: their KV is recomputed
                 mixed_steps += len(again)
-                gpu = step_model.prefill_s(total, again)
+                gpu = step_model.prefill_s(total, again) + len(again) * per_request
                 cpu = cpu_s(len(again))
                 t += max(gpu, cpu) if overlap else gpu + cpu
             work.first_tokens(completing, t)
@@ -265,6 +266,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                 mixed_steps += 1
             else:
                 gpu = step_model.prefill_s(total, seqs)
+            gpu += (len(seqs) + rows) * per_request
             cpu = cpu_s(len(seqs) + rows)
             t += max(gpu, cpu) if overlap else gpu + cpu
             if rows:
@@ -288,7 +290,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                 n = batch.n
             else:
                 work.decay_ratio()
-            gpu = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
+            gpu = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max) + n * per_request
             cpu = cpu_of.get(n) or cpu_of.add(n)
             t += max(gpu, cpu) if overlap else gpu + cpu
             step = len(ends)
@@ -333,11 +335,13 @@ def pdmux_round_s(step_model, decode_sms: int, n: int, sum_context: float, sum_w
 
     SGLang 0.5.23 ``srt/multiplex/multiplexing_mixin.py`` ``event_loop_pdmux`` waits for the decode stream
     only, then processes the results on the CPU with the overlap scheduler off (SGLang asserts it): one
-    decode step on ``decode_sms`` plus the CPU's work of the step (``StepModel.decode_cpu_s``). The loop
+    decode step on ``decode_sms`` plus the CPU's work of the step (``StepModel.decode_cpu_s``) and its time
+    per request beyond the kernels (``StepModel.request_s``). The loop
     below (:func:`pdmux_rounds`) and ``pdmux gen-config --slo-itl`` (:mod:`pdmux_cli.slo_levels`) both time
     rounds with this function, so the ITL a YAML is sized for is the one the simulator gives.
     """
-    return step_model.decode_s(decode_sms, n, sum_context, sum_window, corun_sms, cuda_graph) + step_model.decode_cpu_s(n)
+    return (step_model.decode_s(decode_sms, n, sum_context, sum_window, corun_sms, cuda_graph)
+            + step_model.decode_cpu_s(n) + step_model.request_s(n))
 
 
 def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None) -> dict:
@@ -441,7 +445,7 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                         t = stream_free
                     group = 0
                     layer_s = step_model.prefill_s(total, pf_seqs) / layers
-                done = max(t, stream_free) + (layers - submitted) * layer_s + cpu_s(len(pf))
+                done = max(t, stream_free) + (layers - submitted) * layer_s + cpu_s(len(pf)) + step_model.request_s(len(pf))
                 group_time[0] += done - t
                 t = done
                 work.first_tokens(pf, t)

@@ -66,12 +66,15 @@ BENCH_SERVING_SEED = 1
 @dataclass(frozen=True)
 class ServingRun:
     """One public serving run (the runs file's entry). ``metrics``: ``(name, measured)`` pairs (names in
-    :data:`METRICS`). ``lengths``: the workload's length spec as written in the file. ``request_rate``:
-    req/s, ``math.inf`` for all at once. ``max_concurrency``: the client's limit (0: none)."""
+    :data:`METRICS`). ``release_line``: the SGLang release line it ran (``"0.3"``: before the overlap
+    scheduler; ``"0.4"``; ``"0.5"``), whose serving terms replay it. ``lengths``: the workload's length spec
+    as written in the file. ``request_rate``: req/s, ``math.inf`` for all at once. ``max_concurrency``: the
+    client's limit (0: none)."""
 
     id: str
     source_url: str
     engine: str
+    release_line: str
     gpu: str
     tp: int
     model: str
@@ -106,6 +109,8 @@ class ServingRun:
             return prompt, output, int(spec.get("seed", BENCH_SERVING_SEED))
         if kind == "fixed":
             return str(int(spec["input"])), str(int(spec["output"])), 0
+        if kind == "explicit":
+            return "(as sent)", "(as sent)", 0
         if kind == "sharegpt":
             shrink = math.exp(SHAREGPT_SIGMA ** 2 / 2)  # mean / median of a log-normal
             return (f"lognormal:{float(spec['input_mean']) / shrink:.1f}:{SHAREGPT_SIGMA:g}",
@@ -162,6 +167,7 @@ def load_runs() -> tuple[ServingRun, ...]:
             raise InputError(f"{where}: metrics {unknown or '(none)'} not among {', '.join(METRICS)}")
         runs.append(ServingRun(
             id=str(entry["id"]), source_url=str(entry["source_url"]), engine=str(entry.get("engine", "")),
+            release_line=str(entry.get("release_line", "0.5")),
             gpu=str(entry["gpu"]), tp=int(entry.get("tp", 1)), model=str(entry["model"]),
             client=str(entry.get("client", "sglang")), overlap_schedule=bool(entry.get("overlap_schedule", True)),
             prefix_cache=bool(entry.get("prefix_cache", True)), lengths=dict(work.get("lengths") or {}),
@@ -173,9 +179,19 @@ def load_runs() -> tuple[ServingRun, ...]:
 
 
 def workload(run: ServingRun):
-    """The :class:`~pdmux_cli.simulate.traces.Trace` a run's client sends (module docstring)."""
+    """The :class:`~pdmux_cli.simulate.traces.Trace` a run's client sends (module docstring). Lengths of
+    kind ``explicit`` (``prompt_tokens``, ``output_tokens``: bench_serving's ``--output-details``) are
+    sent as they are, at the run's rate."""
+    from dataclasses import replace
+
     from .traces import synthetic_trace
 
+    if run.lengths.get("kind") == "explicit":
+        prompts = tuple(int(x) for x in run.lengths["prompt_tokens"])
+        outputs = tuple(max(1, int(x)) for x in run.lengths["output_tokens"])
+        trace = synthetic_trace(run.request_rate, 1, 1, len(prompts), None, 0)
+        return replace(trace, prompt_tokens=prompts, output_tokens=outputs,
+                       source=f"{len(prompts)} requests as bench_serving sent them")
     prompt, output, seed = run.length_specs
     return synthetic_trace(run.request_rate, prompt, output, run.num_prompts, None, seed)
 
@@ -208,10 +224,14 @@ def client_metrics(metrics: Any, trace: Any) -> dict[str, float]:
 
 def replay(run: ServingRun, serving: dict | None = None) -> dict[str, float]:
     """Replay ``run`` (module docstring) and return its figures (:func:`client_metrics`). ``serving``:
-    overrides of the serving terms as :func:`pdmux_cli.simulate.engine.make_setup` takes them
-    (``step_overhead_ms``, ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``).
-    Raises :class:`InputError` where pdmux cannot simulate the setup (it names the run)."""
-    from ..hardware import find_gpu
+    the serving terms as :func:`pdmux_cli.simulate.engine.make_setup` takes them (``step_overhead_ms``,
+    ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``,
+    ``admission_interval_ms``); ``None`` for ``serving.yaml``'s terms of the run's release line
+    (:func:`pdmux_cli.costmodel.efficiency.release_line_terms`). Raises :class:`InputError` where pdmux
+    cannot simulate the setup (it names the run)."""
+    from ..costmodel.efficiency import release_line_terms
+    from ..hardware import find_gpu_or_file
+    from ..kv_cache import resolve_kv_cache
     from ..model import load_model
     from ..sglang_server import default_chunked_prefill_size
     from .engine import make_setup
@@ -220,10 +240,13 @@ def replay(run: ServingRun, serving: dict | None = None) -> dict[str, float]:
     from .schedulers import ChunkedPolicy
 
     try:
-        gpu = find_gpu(run.gpu)
-        setup = make_setup(gpu, load_model(run.model), tp=run.tp, ignore_eos=run.ignore_eos,
-                           disable_overlap=not run.overlap_schedule, prefix_cache=run.prefix_cache,
-                           **(serving or {}))
+        gpu = find_gpu_or_file(run.gpu)
+        model = load_model(run.model)
+        options = dict(release_line_terms(run.release_line) if serving is None else serving)
+        if options.get("kv_bytes_per_element") is None:  # SGLang's --kv-cache-dtype auto
+            options["kv_bytes_per_element"] = resolve_kv_cache(model, None, None).bytes_per_element
+        setup = make_setup(gpu, model, tp=run.tp, ignore_eos=run.ignore_eos, disable_overlap=not run.overlap_schedule,
+                           prefix_cache=run.prefix_cache, **options)
         trace = workload(run)
         policy = ChunkedPolicy(default_chunked_prefill_size(setup.memory_bytes))
         result = simulate(trace, setup, policy, max_concurrency=run.max_concurrency)
@@ -266,7 +289,8 @@ class RunOutcome:
 def report(runs: Sequence[ServingRun] | None = None, serving: dict | None = None,
            workers: int = 1) -> tuple[list[Term], list[RunOutcome]]:
     """The terms of ``pdmux accuracy --serving`` (one per metric kind of :data:`TERMS`, points ``"<run
-    id>: <metric>"``, method ``end-to-end``) and every run's outcome."""
+    id>: <metric>"``; method ``in-sample``: ``serving.yaml``'s terms were fitted to these runs) and every
+    run's outcome."""
     runs = list(load_runs() if runs is None else runs)
     outcomes = []
     points: dict[str, list[Point]] = {t: [] for t in TERMS}
@@ -279,6 +303,82 @@ def report(runs: Sequence[ServingRun] | None = None, serving: dict | None = None
             value = pred.get(name, math.nan)
             if math.isfinite(value):
                 points[METRICS[name][0]].append(Point(f"{run.id}: {name}", measured, value))
-    terms = [Term(term, "public SGLang serving runs (profiles/measurements/serving/)", "end-to-end", tuple(pts))
+    terms = [Term(term, "public SGLang serving runs (profiles/measurements/serving/)", "in-sample", tuple(pts))
              for term, pts in points.items() if pts]
     return terms, outcomes
+
+
+#: bench_serving's default ``--seed`` over its releases (1 up to 0.5.x; 42 in 0.5.23): tried in turn to
+#: redraw a random dataset's lengths, kept where the totals match.
+BENCH_SERVING_SEEDS = (1, 42)
+
+
+def runs_from_bench_serving(results: Sequence[Any], gpu: str, model: str, tp: int | None = None) -> tuple[
+        list[ServingRun], list[str]]:
+    """The user's bench_serving runs (:class:`pdmux_cli.sglang_measurements.BenchServingResult`) as
+    :class:`ServingRun` to replay on ``gpu`` with ``model`` (names or files) and ``tp`` (default: the
+    ``tp_size`` its ``server_info`` gives, else 1), and a note per run on how its lengths were had:
+    ``--output-details`` lengths as sent; a random dataset redrawn as bench_serving draws it where a
+    seed of :data:`BENCH_SERVING_SEEDS` gives the file's totals; otherwise an approximation, said.
+    The client is SGLang's (``ignore_eos`` on), the radix cache and overlap scheduler as ``server_info``
+    says. Raises :class:`InputError` for a TP that does not agree with the server's."""
+    from .traces import bench_serving_lengths
+
+    runs, notes = [], []
+    for k, res in enumerate(results):
+        server_tp = res.server.get("tp_size")
+        if tp is not None and isinstance(server_tp, int) and server_tp != tp:
+            raise InputError(f"{res.where}: the server ran --tp-size {server_tp}, not --tp {tp}: give --tp {server_tp}")
+        run_tp = tp if tp is not None else server_tp if isinstance(server_tp, int) and server_tp > 0 else 1
+        if res.input_lens:
+            lengths = {"kind": "explicit", "prompt_tokens": list(res.input_lens), "output_tokens": list(res.output_lens)}
+            note = "lengths as sent (--output-details)"
+        elif res.dataset.startswith("random") and res.random_input_len and res.random_output_len:
+            spec = {"kind": "random", "input": res.random_input_len, "output": res.random_output_len,
+                    "range_ratio": res.random_range_ratio, "output_low": max(int(res.random_output_len
+                                                                                 * res.random_range_ratio), 1)}
+            prompt = f"random:{res.random_input_len}:{res.random_range_ratio:g}"
+            output = f"random:{res.random_output_len}:{res.random_range_ratio:g}"
+            seed = next((s for s in BENCH_SERVING_SEEDS
+                         if [sum(x) for x in bench_serving_lengths(prompt, output, res.completed, s)]
+                         == [res.total_input_tokens, res.total_output_tokens]), None)
+            lengths = {**spec, "seed": seed if seed is not None else BENCH_SERVING_SEEDS[0]}
+            note = (f"random lengths redrawn with bench_serving's seed {seed} (the totals match)" if seed is not None
+                    else "random lengths redrawn with seed 1: the file's totals match neither default seed, so "
+                         "they approximate the run's (--output-details gives the exact lengths)")
+        elif res.total_input_tokens and res.total_output_tokens:
+            lengths = {"kind": "sharegpt", "input_mean": res.total_input_tokens / res.completed,
+                       "output_mean": res.total_output_tokens / res.completed}
+            note = (f"{res.dataset or 'dataset'} lengths approximated (log-normal with the run's means; "
+                    "--output-details gives the exact lengths)")
+        else:
+            raise InputError(f"{res.where}: no lengths to replay (no --output-details, no random dataset settings, no "
+                             "totals)")
+        runs.append(ServingRun(
+            id=f"run {k + 1} ({res.where})", source_url=res.where, engine=str(res.server.get("version", "")),
+            release_line="0.5", gpu=gpu, tp=run_tp, model=model, client="sglang",
+            overlap_schedule=not bool(res.server.get("disable_overlap_schedule", False)),
+            prefix_cache=not bool(res.server.get("disable_radix_cache", False)), lengths=lengths,
+            request_rate=res.request_rate, max_concurrency=res.max_concurrency,
+            num_prompts=len(res.input_lens) or res.completed, metrics=tuple(res.metrics.items()),
+            approximation="" if res.input_lens else note))
+        notes.append(f"{res.where}: {note}")
+    return runs, notes
+
+
+def outcome_dict(outcome: RunOutcome) -> dict:
+    """One run's replay as JSON: its setup, the command that replays it, measured and predicted figures."""
+    run = outcome.run
+    return {
+        "id": run.id, "source_url": run.source_url, "engine": run.engine, "release_line": run.release_line,
+        "gpu": run.gpu, "tp": run.tp, "model": run.model, "client": run.client, "approximation": run.approximation or None,
+        "command": run.command(), "error": outcome.error or None,
+        "metrics": [{"metric": name, "measured": measured, "predicted": outcome.predicted.get(name),
+                     "error": (outcome.predicted[name] - measured) / measured
+                     if name in outcome.predicted and math.isfinite(outcome.predicted[name]) else None}
+                    for name, measured in run.metrics],
+    }
+
+
+__all__ = ["BENCH_SERVING_SEEDS", "METRICS", "TERMS", "RunOutcome", "ServingRun", "client_metrics", "load_runs",
+           "outcome_dict", "predictions", "replay", "report", "runs_from_bench_serving", "workload"]
