@@ -199,6 +199,11 @@ def raised_stop() -> Terminated | None:
     return Terminated(_STATE.raised)
 
 
+def interrupted() -> bool:
+    """Whether Ctrl-C (SIGINT) was raised in the current :func:`handling_signals` block."""
+    return _STATE.raised == signal.SIGINT and os.getpid() == _STATE.pid
+
+
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
     """Hold SIGTERM, SIGHUP and Ctrl-C (as handled by :func:`handling_signals`) until the block ends, then

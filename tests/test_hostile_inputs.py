@@ -227,8 +227,9 @@ def _pdmux(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProces
 
 
 def test_an_unknown_mplbackend_does_not_stop_a_plot(tmp_path) -> None:
-    run = _pdmux(["estimate", "--plot", "p.png"], tmp_path, MPLBACKEND="frob")
-    assert run.returncode == 0, run.stderr
+    """Nor does an MPLCONFIGDIR that cannot be written print matplotlib's warning (sweep)."""
+    run = _pdmux(["estimate", "--plot", "p.png"], tmp_path, MPLBACKEND="frob", MPLCONFIGDIR="/proc/nowhere")
+    assert run.returncode == 0 and run.stderr == b"", run.stderr
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -496,3 +497,61 @@ def test_memory_is_in_gib_as_the_gpu_is_sold() -> None:
     import json
 
     assert any("GiB of weights" in n and "> 79.6 GiB on H100" in n for n in json.loads(r.stdout)["notes"])
+
+
+# --- found by the sweep (benchmarks/hostile_sweep.py) --------------------------------------------------------
+
+
+def test_calibrate_on_a_loop_of_links_is_one_line(tmp_path) -> None:
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for option in ("--sglang-log", "--bench-serving"):
+        r = runner.invoke(app, ["calibrate", option, str(tmp_path / "loop"), "--model", "qwen3-8b", "--gpu", "h100"])
+        assert_one_line_error(r, 2, "Too many levels of symbolic links")
+
+
+def test_a_path_ending_in_a_dot_is_a_folder(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for args in (["gen-config", "-o", "out/."], ["simulate", "--synthetic", "--qps", "1", "--duration", "2", "--csv",
+                                                  "out/.."]):
+        assert_one_line_error(runner.invoke(app, args), 2, "a folder: give a file name")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("args", "text"), [
+    (["splits", "--decode-bs", "9999999999"], "--decode-bs 9999999999: give 1 to 1,000,000"),
+    (["splits", "--prompt-tokens", "1" + "0" * 60], "give 1 to 10,000,000"),
+    (["estimate", "--chunk-sizes", "1" * 25], "give chunk sizes of 1 to 10,000,000 tokens"),
+    (["simulate", "--synthetic", "--qps", "1", "--duration", "2", "--seed", "-1"],
+     "--seed must be from 0 to 4294967295"),
+    (["simulate", str(FIX / "azure_conv_50.csv"), "--qps", "inf"], ("--qps inf (every request at once) goes with "
+                                                                    "--synthetic")),
+    (["bench", "--dry-run", "--gpu", "h100", "--sm-group-num", "500"], "--sm-group-num 500: more stream groups"),
+])
+def test_bounds_every_command_shares(args, text) -> None:
+    assert_one_line_error(runner.invoke(app, args), 2, text)
+
+
+def test_sglang_revisions_are_case_insensitive(tmp_path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("sm_group_num: 8\n")
+    r = runner.invoke(app, ["check-config", str(path), "--sglang", "OVERLAY@2126B0B", "--json"])
+    import json
+
+    assert r.exit_code == 0 and json.loads(r.stdout)["sglang"] == "overlay@2126b0b"
+
+
+def test_a_gpu_name_past_the_limit_is_refused(tmp_path) -> None:
+    text = (ROOT / "profiles" / "gpus" / "h100-sxm.yaml").read_text()
+    path = tmp_path / "g.yaml"
+    path.write_text("\n".join("name: " + "H" * 10_000 if line.startswith("name:") else line
+                              for line in text.splitlines()) + "\n")
+    assert_one_line_error(runner.invoke(app, ["estimate", "--gpu", str(path)]), 2,
+                          "field 'name' is 10,000 characters; give at most 120")
+
+
+def test_a_bench_serving_result_is_not_a_trace(tmp_path) -> None:
+    path = tmp_path / "result.jsonl"
+    path.write_text('{"backend": "sglang", "request_rate": 4, "input_lens": [10, 20], "output_lens": [5, 5]}\n')
+    assert_one_line_error(runner.invoke(app, ["simulate", str(path)]), 2,
+                          "a bench_serving result (per-request input_lens and output_lens, no arrival times): give it "
+                          "to 'pdmux calibrate --bench-serving'")

@@ -94,6 +94,8 @@ CASES = [
                   "--plot", "cap.png"], signal.SIGTERM, True, id="capacity-SIGTERM-to-the-group"),
     pytest.param(["gen-config", "--tune", "--trace", "trace.csv", "--slo-ttft", "1000", "--slo-itl", "60",
                   "--gpu", "h100", "-o", "tuned.yaml"], signal.SIGHUP, False, id="gen-config-tune-SIGHUP"),
+    pytest.param(["simulate", "trace.csv", "--dp", "8", "--workers", "2", "--csv", "out.csv"], signal.SIGINT, True,
+                 id="simulate-dp-Ctrl-C-to-the-group"),
 ]
 
 
@@ -107,7 +109,8 @@ def test_a_stop_signal_ends_the_workers_and_leaves_no_file(tmp_path, args, signu
         os.kill(proc.pid, signum)
     code, err = _finish(proc)
     assert code == 128 + signum, err
-    assert err == f"pdmux: error: stopped by {signal.Signals(signum).name}\n"
+    name = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+    assert err == f"pdmux: error: stopped by {name}\n"
     _only_inputs(tmp_path, {"trace.csv"})
 
 

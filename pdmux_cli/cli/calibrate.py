@@ -7,6 +7,7 @@ Parse, call :mod:`pdmux_cli.sglang_measurements` (readers) and :mod:`pdmux_cli.c
 from __future__ import annotations
 
 import datetime
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -151,8 +152,8 @@ def calibrate(
     if workers is not None and not bench_serving:
         raise InputError("--workers goes with --bench-serving (the serving fit's processes)")
     given = [*sglang_bench, *sglang_log, *bench_serving]
-    paths = [str(Path(p).resolve()) for p in given]
-    twice = next((p for p in given if paths.count(str(Path(p).resolve())) > 1), None)
+    paths = [os.path.realpath(p) for p in given]  # never raises (Path.resolve does on a loop of links)
+    twice = next((p for p in given if paths.count(os.path.realpath(p)) > 1), None)
     if twice is not None:
         raise InputError(f"{twice} is given twice: its points would count double")
     if not sglang_bench and not sglang_log:

@@ -18,7 +18,7 @@ from typing import Any
 from typer.core import TyperGroup
 
 from ..errors import InputError, PdmuxError, printable, short_repr
-from ..signals import Terminated, handling_signals, raised_stop
+from ..signals import Terminated, handling_signals, interrupted, raised_stop
 
 
 def fail_line(message: str) -> None:
@@ -178,6 +178,8 @@ class OneLineErrorGroup(TyperGroup):
                 if stop is not None:  # typer returned 130 for it (a stop while it parsed the options)
                     raise _Stopped(stop)
                 code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+                if code == 130 and interrupted():  # typer's Exit(130) for Ctrl-C: say so, as for SIGTERM
+                    fail_line("stopped by Ctrl-C (SIGINT)")
                 _flush_stdout()
         except (_Stopped, Terminated) as e:  # SIGTERM or SIGHUP: all unwound (workers gone, no temporary file)
             stop = e.signal if isinstance(e, _Stopped) else e
@@ -200,7 +202,7 @@ class OneLineErrorGroup(TyperGroup):
             fail_line(e.format_message())
             code = e.exit_code
         except _ABORTS:
-            fail_line("aborted")
+            fail_line("stopped by Ctrl-C (SIGINT)" if interrupted() else "aborted")
             code = 130
         except PdmuxError as e:
             fail_line(str(e))
@@ -421,6 +423,9 @@ def output_file(text: str) -> Path:
     from typer import BadParameter
 
     text = str(text)
+    if os.path.basename(text) in (".", "..") and text not in (".", ".."):  # out/. is the folder out
+        raise BadParameter(f"{short_repr(text)} ends with '/{os.path.basename(text)}', a folder: give a file name "
+                           f"(e.g. {short_repr(os.path.join(text, 'out'))})")
     if text.endswith(("/", os.sep)) and text.strip("/" + os.sep):
         raise BadParameter(f"{short_repr(text)} ends with '/', a folder: give a file name "
                            f"(e.g. {short_repr(text.rstrip('/' + os.sep) + '/out')})")

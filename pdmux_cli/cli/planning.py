@@ -162,6 +162,12 @@ def splits(
     from ..model import load_model
 
     mdl = load_model(model)
+    from ..estimate import MAX_DECODE_BS, MAX_TOKENS
+
+    for what, values, top in (("--decode-bs", batch_sizes, MAX_DECODE_BS), ("--prompt-tokens", prompts, MAX_TOKENS)):
+        too_big = [v for v in values if v > top]
+        if too_big:  # as estimate's bounds: no server runs a batch or prompt past them
+            raise InputError(f"{what} {short_repr(too_big[0])}: give 1 to {top:,}")
     plan = policy.plan_groups(device.sm_count, device.cc, group_num, manual)
     notes = cfg_notes + ([plan.note] if plan.note else [])
     if tp > 1:
@@ -239,7 +245,13 @@ def _parse_sizes(text: str | None, what: str) -> tuple[int, ...] | None:
         return None
     if text.strip().lower() in ("none", "off", "-"):
         return ()
-    return tuple(parse_int_list(text, what, unique=True))
+    from ..estimate import MAX_TOKENS
+
+    sizes = tuple(parse_int_list(text, what, unique=True))
+    too_big = [s for s in sizes if s > MAX_TOKENS]
+    if too_big:  # as the prompt and context: no chunk of a prompt is longer
+        raise InputError(f"{what} {short_repr(too_big[0])}: give chunk sizes of 1 to {MAX_TOKENS:,} tokens")
+    return sizes
 
 
 def _parse_level(text: str) -> tuple[int, int] | None:

@@ -19,7 +19,7 @@ from typing import Any
 import typer
 
 from ..atomic import check_writable, refuse_overwriting_inputs
-from ..errors import InputError
+from ..errors import InputError, short_repr
 from ..kv_cache import KV_CACHE_DTYPE_HELP
 from . import app
 from .common import (
@@ -236,6 +236,9 @@ def _load_workload(trace_path: Path | None, synthetic: bool, fmt: str | None, qp
     simulated (as ``pdmux capacity`` reports it). :class:`InputError` for bad combinations."""
     from ..simulate.traces import load_trace, reshape, synthetic_trace
 
+    if qps == math.inf and not synthetic:
+        raise InputError("--qps inf (every request at once) goes with --synthetic; a trace file's arrivals are retimed "
+                         "to a finite rate (or give --rate-scale)")
     if not (synthetic and qps == math.inf):  # --synthetic --qps inf: bench_serving's --request-rate inf
         _check_number("--qps", qps)
     _check_number("--rate-scale", rate_scale)
@@ -251,6 +254,8 @@ def _load_workload(trace_path: Path | None, synthetic: bool, fmt: str | None, qp
             raise InputError("--rate-scale applies to trace files; with --synthetic set --qps")
         if fmt is not None:
             raise InputError("--format applies to trace files, not --synthetic")
+        if not 0 <= seed < 2**32:  # numpy's (and bench_serving's --seed) range: random:L draws as it does
+            raise InputError(f"--seed must be from 0 to {2**32 - 1}, as bench_serving's (numpy's), got {short_repr(seed)}")
         return synthetic_trace(qps, prompt_tokens, output_tokens, max_requests, duration, seed)
     if trace_path is None:
         raise InputError("give a trace file (Azure CSV, Mooncake JSONL, BurstGPT CSV) or --synthetic --qps N")

@@ -290,6 +290,8 @@ def unreadable_format(head: str, source: str) -> str | None:
     - JSONL of ``prompt_len``, ``output_len`` and ``timestamp`` (SGLang-style request workloads): the
       timestamp's unit is not written in the file, so it is refused with the conversion to Mooncake
       JSONL (milliseconds) rather than read at a guessed unit;
+    - a bench_serving result file (``input_lens``, ``output_lens``: no arrival times; ``pdmux calibrate
+      --bench-serving`` reads it);
     - any other JSON array (pdmux reads one JSON object a line).
     """
     text = head.lstrip("\ufeff \t\r\n")
@@ -306,6 +308,10 @@ def unreadable_format(head: str, source: str) -> str | None:
             obj = json.loads(first)
         except (ValueError, RecursionError):
             obj = None
+        if isinstance(obj, dict) and {"input_lens", "output_lens"} <= set(obj):
+            return (f"{source}: a bench_serving result (per-request input_lens and output_lens, no arrival times): "
+                    "give it to 'pdmux calibrate --bench-serving'; to replay its workload use --synthetic --qps RATE "
+                    "with --prompt-tokens/--output-tokens (random:L as its --random-input-len)")
         if isinstance(obj, dict) and "input_length" not in obj and {"prompt_len", "output_len"} <= set(obj):
             return (f"{source}: JSONL of prompt_len, output_len and timestamp: its timestamps' unit is not in the file; "
                     f"convert it to Mooncake JSONL (milliseconds, input_length, output_length): {_TO_MOONCAKE}")
@@ -744,6 +750,9 @@ def reshape(
     """
     if rate_scale is not None and qps is not None:
         raise InputError("give --rate-scale or --qps, not both (both set the arrival rate)")
+    if qps == math.inf:
+        raise InputError("--qps inf (every request at once) goes with --synthetic; a trace file's arrivals are retimed "
+                         "to a finite rate (or give --rate-scale)")
     for name, value in (("--rate-scale", rate_scale), ("--qps", qps), ("--duration", duration_s)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise InputError(f"{name} must be a number > 0, got {value}")
