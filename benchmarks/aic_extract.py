@@ -18,8 +18,11 @@ the header says so), per GPU:
 - ``<gpu>_generation_attention.csv``: decode attention, head_dim 128, no sliding window, 5 head pairs,
   batch 1..512, kv_len at powers of two, with ``kv_fits_l2`` (KV smaller than the GPU's L2);
 - ``<gpu>_allreduce.csv``: the framework's custom all-reduce (a few hundred rows at most);
+- ``<gpu>_moe.csv``: SGLang's fused MoE (routed experts of one layer) at the routed-expert shapes of the MoE
+  models pdmux ships (MOE_MODELS), TP 1/2/4/8, EP 1, 1..4096 tokens, balanced routing, with
+  ``weights_fit_l2`` (the touched experts' weights smaller than the GPU's L2);
 
-plus ``README.md``. The files ship inside pdmux's wheel, so they are thinned to about 160 KB per GPU
+plus ``README.md``. The files ship inside pdmux's wheel, so they are thinned to about 185 KB per GPU
 (GPU_BUDGET; the script says when a GPU goes over): derived columns a reader can recompute from the
 header's formula (attention TFLOP/s, KV bytes and GB/s) are not stored and latencies keep 5 digits.
 The version read is the framework version AIConfigurator itself queries for that GPU
@@ -108,8 +111,35 @@ L2_MIB = {"h100_sxm": 50, "h200_sxm": 60, "b200_sxm": 126.5, "a100_sxm": 40, "gb
 #: measured kernel closest in kind to FlashInfer's; written as <gpu>_generation_attention_vllm.csv.
 EXTRA_GENERATION = {"a100_sxm": ("vllm", ("SGLang's A100 default decode kernel is FlashInfer, not the "
                                           "FlashAttentionBackend its SGLang table measured; see EXTRA_GENERATION"))}
+#: The MoE models whose routed-expert shapes are extracted from the fused-MoE table: name -> (hidden_size,
+#: moe_intermediate_size, routed experts, top-k, grouped routing). Shapes from the models' config.json (pdmux's
+#: profiles/models/). DeepSeek-V3 routes with grouped top-k (n_group 8, topk_group 4): the collector's
+#: SGLang path (collector/sglang/collect_moe.py, TopK with num_expert_group) passes its balanced logits through
+#: the group selection, so past 1 token the experts touched are not min(experts, tokens x top-k).
+MOE_MODELS = {"DeepSeek-V3": (7168, 2048, 256, 8, True), "Qwen3-235B-A22B": (4096, 1536, 128, 8, False),
+              "Qwen3-30B-A3B": (2048, 768, 128, 8, False), "Mixtral-8x7B": (4096, 14336, 8, 2, False),
+              "gpt-oss-120b": (2880, 2880, 128, 4, False), "gpt-oss-20b": (2880, 2880, 32, 4, False)}
+#: aiconfigurator moe_dtype values kept: bf16 experts, SGLang's block fp8 (128x128 weight blocks, dynamic
+#: per-token-group activation scales), MXFP4 weights with bf16 (w4a16) or MXFP8 (w4a8) activations.
+MOE_DTYPES = {"bfloat16": "bf16", "fp8_block": "fp8_block", "w4a16_mxfp4": "w4a16_mxfp4",
+              "w4a8_mxfp4_mxfp8": "w4a8_mxfp4_mxfp8"}
+#: The dtypes each model's shape keeps: its checkpoint's format and, for the 16-bit models, block fp8 too
+#: (more shapes for the fp8 fits); gpt-oss ships MXFP4 experts: MXFP8 activations where the table has them
+#: (SGLang 0.5.23's flashinfer_mxfp4 on SM100 quantizes activations to MXFP8 by default,
+#: srt/layers/quantization/mxfp4.py), else bf16 activations.
+MOE_MODEL_DTYPES = {"gpt-oss-120b": ("w4a8_mxfp4_mxfp8", "w4a16_mxfp4"),
+                    "gpt-oss-20b": ("w4a8_mxfp4_mxfp8", "w4a16_mxfp4")}
+#: Models kept at 1 token only (their other rows cannot be read as min(experts, tokens x top-k) touched).
+MOE_ONE_TOKEN = {name for name, v in MOE_MODELS.items() if v[4]}
+#: aiconfigurator kernel_source -> the SGLang MoE runner it timed (short names in the CSV).
+MOE_KERNELS = {"sglang_fused_moe_triton": "triton", "sglang_flashinfer_trtllm_moe": "flashinfer_trtllm"}
+#: Bytes per weight of each kept dtype (MXFP4: 4 bits plus one 8-bit scale per 32 weights).
+MOE_WEIGHT_BYTES = {"bf16": 2.0, "fp8_block": 1.0, "w4a16_mxfp4": 4.25 / 8, "w4a8_mxfp4_mxfp8": 4.25 / 8}
+MOE_TP = (1, 2, 4, 8)
+MOE_TOKENS = tuple(2 ** i for i in range(13))  # 1 .. 4096
 SIZE_WARN = 100_000  # per file
-GPU_BUDGET = 160_000  # bytes, a GPU's CSVs together (fp8_block GEMMs: +6 KB on Hopper and Blackwell)
+#: bytes, a GPU's CSVs together (fp8_block GEMMs: +6 KB on Hopper and Blackwell; the MoE table: +15-25 KB)
+GPU_BUDGET = 185_000
 
 
 def die(msg: str) -> None:
@@ -561,6 +591,86 @@ def extract_allreduce(db: Db, gpu: str, out: Path) -> dict | None:
             "bytes": size}
 
 
+def extract_moe(db: Db, gpu: str, out: Path) -> dict | None:
+    """SGLang's fused MoE (routing, the grouped expert GEMMs, activation, combine) at the MOE_MODELS shapes."""
+    found = db.find_table(gpu, "moe", "moe_perf", ("sglang",))
+    if not found:
+        print(f"  {gpu}: no SGLang MoE table")
+        return None
+    backend, version, path = found
+    rows = db.read(path, ["device", "kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size",
+                          "topk", "num_experts", "moe_tp_size", "moe_ep_size", "distribution", "latency"])
+    device = rows[0]["device"] if rows else "?"
+    shapes = {v[:4]: name for name, v in MOE_MODELS.items()}
+    l2, l2_src = db.l2_bytes(gpu)
+    tps, tokens = set(MOE_TP), set(MOE_TOKENS)
+    kept: dict = {}
+    skipped_kernels: set = set()
+    for r in rows:
+        name = shapes.get((r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"]))
+        dt = MOE_DTYPES.get(r["moe_dtype"])
+        if (name is None or dt is None or r["moe_ep_size"] != 1 or r["moe_tp_size"] not in tps
+                or r["num_tokens"] not in tokens or r["distribution"] != "balanced"
+                or r["moe_dtype"] not in MOE_MODEL_DTYPES.get(name, ("bfloat16", "fp8_block"))):
+            continue
+        kernel = MOE_KERNELS.get(r["kernel_source"])
+        if kernel is None:
+            skipped_kernels.add(r["kernel_source"])
+            continue
+        if name in MOE_ONE_TOKEN and r["num_tokens"] != 1:
+            continue
+        key = (kernel, dt, name, r["moe_tp_size"], r["num_tokens"])
+        kept[key] = min(kept.get(key, math.inf), r["latency"])
+    for name, prefs in MOE_MODEL_DTYPES.items():  # one MXFP4 flavour per model: the first measured
+        have = {MOE_DTYPES[d] for d in prefs} & {key[1] for key in kept if key[2] == name}
+        first = next((MOE_DTYPES[d] for d in prefs if MOE_DTYPES[d] in have), None)
+        kept = {key: lat for key, lat in kept.items() if key[2] != name or key[1] == first}
+    out_rows = []
+    order = {n: i for i, n in enumerate(MOE_MODELS)}
+    for (kernel, dt, name, tp, t), lat in sorted(kept.items(), key=lambda kv: (order[kv[0][2]], kv[0][1], kv[0][0],
+                                                                              kv[0][3], kv[0][4])):
+        h, inter, e, k, _ = MOE_MODELS[name]
+        touched = min(e, t * k)
+        wbytes = touched * 3 * h * (inter // tp) * MOE_WEIGHT_BYTES[dt]
+        fits = "" if l2 is None else int(wbytes < l2)
+        out_rows.append([kernel, dt, name, tp, t, g(lat, 5), fits])
+    if not out_rows:
+        print(f"  {gpu}: no MoE rows at the MOE_MODELS shapes")
+        return None
+    used = sorted({(x[0], x[1]) for x in out_rows})
+    present = sorted({x[2] for x in out_rows}, key=order.get)
+    comments = header(db, gpu, backend, version, path, device, [
+        ("op: one MoE layer's routed experts on one GPU as SGLang runs them (collector/sglang/collect_moe.py): "
+         "top-k routing of given router logits, the fused grouped GEMMs (gate+up, down), the gated activation and "
+         "the weighted combine; no router GEMM, no shared experts, no all-reduce; CUDA-graph replay of 5 calls"),
+        "kernel: triton = sglang_fused_moe_triton (fused_moe: moe_align_block_size + 2 Triton grouped GEMMs), "
+        "flashinfer_trtllm = sglang_flashinfer_trtllm_moe (FlashInfer's TRT-LLM-gen fused MoE, routing inside); "
+        "(kernel, dtype) here: " + ", ".join(f"{k}/{d}" for k, d in used)
+        + (f"; not extracted: {', '.join(sorted(skipped_kernels))}" if skipped_kernels else ""),
+        ("dtype: bf16; fp8_block (128x128 weight blocks, dynamic per-token-group activation scales, quantization "
+        "timed); w4a16_mxfp4 / w4a8_mxfp4_mxfp8 (MXFP4 weights, bf16 / MXFP8 activations)"),
+        "model: the routed-expert shape (hidden, moe_intermediate, experts, top-k): " + "; ".join(
+            f"{n} {MOE_MODELS[n][0]}/{MOE_MODELS[n][1]}/{MOE_MODELS[n][2]}/{MOE_MODELS[n][3]}"
+            + (" (grouped top-k, 4 of 8 groups: 1 token only)" if MOE_MODELS[n][4] else "") for n in present),
+        ("tp = moe_tp_size (each expert inter/tp wide), ep 1; tokens = num_tokens; distribution 'balanced' (the "
+        "collector's balanced_logits: every token's top-k experts distinct, min(experts, tokens x top-k) touched, "
+        "equal load; the same experts in each of the 5 calls); latency_ms rounded to 5 significant digits"),
+        (f"weights_fit_l2 = 1 if the touched experts' weights (min(experts, tokens x top-k) x 3 x hidden x inter/tp "
+         f"x bytes per weight: bf16 2, fp8 1, mxfp4 4.25/8) are smaller than L2 = {l2:.0f} bytes ({l2_src}): "
+         "repeated calls may read them from L2, so drop such points when fitting HBM speed"
+         if l2 is not None else "weights_fit_l2: empty, this GPU's L2 size is unknown"),
+        (f"thinning: ep 1, tp in {' '.join(map(str, MOE_TP))}, tokens at powers of two 1..4096 (grouped-routing "
+        "models: 1 token, since the collector's balanced logits pass its group selection and touch other experts "
+        "past 1 token), distribution balanced (power_law_1.01/1.2 left out), the MOE_MODELS shapes only; bf16 "
+        "models also in fp8_block; gpt-oss in w4a8_mxfp4_mxfp8 where measured, else w4a16_mxfp4; nvfp4, int4_wo "
+        "and other runners (marlin, cutlass) left out"),
+    ])
+    size = write_csv(out / f"{gpu}_moe.csv", comments,
+                     ["kernel", "dtype", "model", "tp", "tokens", "latency_ms", "weights_fit_l2"], out_rows)
+    return {"table": "moe", "backend": backend, "version": version, "path": path, "rows": len(out_rows),
+            "bytes": size}
+
+
 README = """\
 # aiconfigurator: NVIDIA's measured per-operator GPU tables
 
@@ -580,7 +690,7 @@ pip install aiconfigurator-core=={pkg_version} && python benchmarks/aic_extract.
 (`--out DIR` writes elsewhere; `--gpus a,b` picks GPUs by aiconfigurator name). Every CSV starts
 with `#` lines giving the package version, the file inside the package, the GPU, the backend and its
 version, the licence, the formulas of the computed columns and how it was thinned. The files ship
-inside pdmux's wheel, so each GPU's files are kept to about 160 KB together: throughput columns
+inside pdmux's wheel, so each GPU's files are kept to about 185 KB together: throughput columns
 a reader can recompute from the header's formula are not stored, and latencies keep 5 significant
 digits.
 
@@ -608,6 +718,19 @@ digits.
   kv_fits_l2 = 0 still read KV faster than the GPU's spec `mem_bw` (cached anyway); in 0.12.0 only
   RTX PRO 6000's 128 MiB points (KV = L2 size) do.
 - `<gpu>_allreduce.csv`: the framework's custom all-reduce (one node, 2/4/8 GPUs), every row.
+- `<gpu>_moe.csv`: one MoE layer's routed experts as SGLang runs them (aiconfigurator's
+  `collector/sglang/collect_moe.py`: top-k routing of given router logits, the fused grouped GEMMs, the
+  gated activation and the weighted combine; no router GEMM, no shared experts, no all-reduce); kernel
+  (`triton` = SGLang's Triton `fused_moe`, `flashinfer_trtllm` = FlashInfer's TRT-LLM-gen fused MoE, as
+  the table's `kernel_source` names them), dtype (bf16, fp8_block, w4a16_mxfp4, w4a8_mxfp4_mxfp8), model
+  (the routed-expert shape of DeepSeek-V3, Qwen3-235B-A22B, Qwen3-30B-A3B, Mixtral-8x7B, gpt-oss-120b,
+  gpt-oss-20b; the header gives hidden/intermediate/experts/top-k), tp (1 2 4 8; EP 1), tokens (1..4096,
+  powers of two), latency_ms, weights_fit_l2. Routing is the collector's `balanced` distribution:
+  min(experts, tokens x top-k) experts touched with equal load, the same experts in each of the 5 timed
+  calls, so `weights_fit_l2` = 1 flags points whose touched weights are smaller than L2 (drop them when
+  fitting HBM speed). DeepSeek-V3 routes with grouped top-k (4 of 8 groups), which the collector's
+  balanced logits pass through, so it is kept at 1 token only. 16-bit models are also kept in fp8_block;
+  gpt-oss in w4a8_mxfp4_mxfp8 where measured (SGLang's SM100 default), else w4a16_mxfp4.
 - `a100_sxm_generation_attention_vllm.csv`: A100 decode attention from aiconfigurator's **vLLM** table
   (FlashAttention-2 paged decode), same columns and thinning: SGLang's A100 table times SGLang's
   FlashAttentionBackend, while SGLang 0.5.23 serves MHA/GQA models on an A100 with FlashInfer
@@ -635,7 +758,8 @@ repository ai-dynamo/aiconfigurator once held SGLang tables of an H20-3e, 141 GB
 commit 3359b493d, 2025-12-02, "remove h20_sxm data", and their decode attention reads KV at about 1.07
 TB/s, a quarter of the HBM's 4.0-4.8 TB/s, so pdmux does not use them); it also has
 Intel's Arc Pro B60 (`b60`, vLLM only; not extracted). Not extracted (present in the package):
-nvfp4 and int8 GEMMs, MoE, MLA, DSA/NSA and other model-specific modules, NCCL
+nvfp4 and int8 GEMMs, MoE beyond `<gpu>_moe.csv` (other shapes, EP > 1, nvfp4/int4 experts, the power-law
+routings, wide-EP and DeepEP tables), MLA, DSA/NSA and other model-specific modules, NCCL
 collectives, DeepEP/all-to-all, fp8 quantize kernels (`quantize/*/computescale_perf`,
 `scale_matrix_perf`), sliding-window and other head-dim attention, and the TensorRT-LLM and vLLM
 tables. Element-wise ops have no table: aiconfigurator models them from `mem_bw` (times an empirical
@@ -665,7 +789,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {gpu}: not in the package, skipped")
             continue
         total = 0
-        for fn in (extract_gemm, extract_context, extract_generation, extract_allreduce):
+        for fn in (extract_gemm, extract_context, extract_generation, extract_allreduce, extract_moe):
             info = fn(db, gpu, args.out)
             if info:
                 done.append((gpu, info))

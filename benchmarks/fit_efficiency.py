@@ -8,7 +8,10 @@ Inputs (all shipped in ``profiles/measurements/``, see its READMEs for sources a
   over an fp8 KV cache -> ``decode_attention_fp8_kv`` (where measured); decode attention
   (bf16 KV, points whose KV fits in L2 dropped) -> ``decode_attention`` (A100: aiconfigurator's vLLM
   table, FA2 paged decode, see measurements.DECODE_ATTENTION_TABLE); prefill attention (bf16) -> ``prefill_attention``
-  (its KV reads at the bandwidth of the GPU's SGLang decode table);
+  (its KV reads at the bandwidth of the GPU's SGLang decode table); SGLang's fused MoE (one layer's routed
+  experts, per runner and expert dtype, the shipped MoE models' shapes at TP 1-8; points whose touched
+  weights fit in L2 dropped unless latency-bound, DeepSeek-V3 at 1 token only) -> ``moe``
+  (:func:`fit_moe_sections`);
 - Vidur's per-layer small ops (H100, A100) -> ``elementwise`` (H100's for Hopper and Blackwell GPUs,
   A100's for Ampere and Ada, as fractions of each GPU's own datasheet bandwidth);
 - NanoFlow's A100 SM sweeps and SGLang's green-context tables (H800, A100; never A100_8B) ->
@@ -134,7 +137,45 @@ def fit_gpu(gpu_key: str, elementwise: dict[str, tuple[OperatorEfficiency, int]]
         "decode_attention": _section(dec, False, len(dec_pts)),
         "elementwise": _section(el, False, el_points),
         **{name: _section(e, name.startswith("gemm"), n) for name, (e, n) in fp8.items()},
+        **({"moe": moe} if (moe := fit_moe_sections(gpu_key)) else {}),
     }
+
+
+def moe_groups(gpu_key: str) -> dict[tuple[str, str], list]:
+    """The GPU's MoE fit points (:func:`pdmux_cli.costmodel.fit.moe_fit_points`) by ``(kernel, dtype)``."""
+    groups: dict[tuple[str, str], list] = {}
+    for p in fit.moe_fit_points(measurements.aic_moe(gpu_key), find_gpu(gpu_key).hbm_bytes_per_s):
+        groups.setdefault((p.kernel, p.dtype), []).append(p)
+    return groups
+
+
+def moe_peak(gpu_key: str, dtype: str) -> float:
+    """Dense FLOP/s of an MoE dtype's math on a measured GPU (fp8 for :data:`fit.MOE_FP8_MATH`)."""
+    gpu = find_gpu(gpu_key)
+    return gpu.dense_flops("fp8" if dtype in fit.MOE_FP8_MATH and gpu.fp8_dense_flops else "bf16")
+
+
+def moe_source(gpu_key: str, kernel: str, dtype: str, models: list[str]) -> str:
+    """The ``source`` line of one MoE section."""
+    math = "fp8" if dtype in fit.MOE_FP8_MATH else "bf16"
+    return (f"{AIC}: {gpu_key} fused MoE, SGLang's {kernel} runner, {dtype} experts ({', '.join(models)}; TP 1-8, "
+            f"balanced routing, weights beyond L2 or latency-bound): routing + grouped GEMMs + activation + combine of one layer; "
+            f"latency per layer, bandwidth of the touched experts' weights, peak as a fraction of the {math} dense "
+            "peak, half in rows per touched expert")
+
+
+def fit_moe_sections(gpu_key: str) -> dict:
+    """``moe`` of a GPU's efficiency file: one section per ``"<kernel>/<dtype>"`` the GPU's table measured
+    (:func:`pdmux_cli.costmodel.fit.fit_moe`), with the models whose shapes it was fitted to."""
+    out = {}
+    hbm = find_gpu(gpu_key).hbm_bytes_per_s
+    for (kernel, dtype), pts in sorted(moe_groups(gpu_key).items()):
+        models = sorted({p.model for p in pts})
+        e = fit.fit_moe(pts, moe_peak(gpu_key, dtype), hbm, moe_source(gpu_key, kernel, dtype, models))
+        section = _section(e, True, len(pts))
+        out[f"{kernel}/{dtype}"] = {**{k: v for k, v in section.items() if k != "source"}, "models": models,
+                                    "source": section["source"]}
+    return out
 
 
 def fit_elementwise() -> dict[str, tuple[OperatorEfficiency, int]]:

@@ -78,7 +78,7 @@ def scan(package_dir: Path, version: str) -> dict:
     models_dir = package_dir / "srt" / "models"
     # every module under srt/models (subpackages hold base classes too), keyed by dotted name
     trees = {".".join(path.relative_to(models_dir).with_suffix("").parts):
-             ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+             ast.parse(path.read_text(encoding="utf-8-sig"), filename=str(path))  # a BOM is valid Python source
              for path in sorted(models_dir.rglob("*.py"))}
     classes = {module: _module_classes(tree) for module, tree in trees.items()}
     imports = {module: _imports(tree) for module, tree in trees.items()}

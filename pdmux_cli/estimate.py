@@ -89,6 +89,8 @@ class Scenario:
     ``per_request_overhead_ms``: a step's time per request beyond the kernels (roofline; ``None``: the
     serving profile's).
     ``tp``: GPUs the model is sharded over (tensor parallelism, SGLang's ``--tp-size``).
+    ``max_split_forward_layers``: the YAML's cap on prefill layers per round (0: none), applied where the
+    ``--sglang`` revision reads it (:func:`pdmux_cli.sglang_rules.layer_cap`).
     ``disagg``: ``(X, Y)`` prefill and decode instances of PD disaggregation (``--disagg XPYD``), each
     of ``tp`` GPUs (``disagg_tp`` when given), or ``None`` for no disaggregation row. ``kv_link``,
     ``kv_link_gb_s``, ``kv_link_latency_us``: the KV link's kind and overrides
@@ -110,6 +112,7 @@ class Scenario:
     decode_bs_divisor: int = policy.DEFAULT_DECODE_BS_DIVISOR
     split_forward_token_budget: int = policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
     manual_divisions: tuple[tuple[int, int, int], ...] = ()
+    max_split_forward_layers: int = 0
     flops_dtype: str | None = None
     cost_model: str = "roofline"
     step_overhead_ms: float | None = None
@@ -426,6 +429,10 @@ def estimate(
     full = models[0][0]  # S_SAT has no effect when all SMs are used
     notes: list[str] = list(full.notes)
 
+    from . import sglang_rules
+
+    sglang_rules.plan_check(sglang, scenario)  # a revision whose divide_sm was not read needs manual_divisions
+    cap = sglang_rules.layer_cap(sglang, scenario)
     plan = policy.plan_groups(total, gpu.compute_capability, scenario.sm_group_num, scenario.manual_divisions or None)
     if plan.note:
         notes.append(plan.note)
@@ -507,7 +514,7 @@ def estimate(
         )
 
     p_sm, d_sm = level
-    per_round = policy.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget)
+    per_round = policy.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
 
     def pdmux_times(step_model: StepModel, p: int, d: int) -> tuple[float, float, float, float, float]:
         """(ITL, prefill, decode alone, prefill alone, decode co-run) in seconds."""
@@ -621,8 +628,10 @@ def estimate(
         where = "the calibration's" if "calibrated on" in serving.source else "fitted to public runs, serving.yaml"
         notes.append(f"prefill time is the server's; a request's TTFT adds SGLang's request path, {request_delay_ms:.3g} "
                      f"ms ({where}), as simulate counts it")
-    layers = policy.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget)
-    rounds = policy.prefill_rounds(prompt, model.num_layers, scenario.split_forward_token_budget)
+    layers = policy.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
+    rounds = policy.prefill_rounds(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
+    lead = next((i for i, n in enumerate(notes) if not n.startswith(("does not fit", "PD mux"))), len(notes))
+    notes[lead:lead] = sglang_rules.revision_notes(sglang, tp)  # the revision's start-up failure, up front
     return Estimate(
         gpu=gpu.name, model=model.name, scenario=scenario, groups=groups, group_index=group_index, level=level,
         level_source=level_source, layers_per_round=layers, prefill_rounds=rounds, flops_dtype=flops_dtype,

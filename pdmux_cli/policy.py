@@ -310,23 +310,31 @@ def older_sglang_crashes(thresholds: Sequence[int] | None, decode_bs: int, has_p
 
 
 def prefill_layers_per_round(
-    extend_tokens: int, num_layers: int, token_budget: int = DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
+    extend_tokens: int, num_layers: int, token_budget: int = DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET,
+    max_layers: int = 0,
 ) -> int:
-    """Layers of a split prefill submitted per scheduler round.
+    """Layers of a split prefill submitted per scheduler round while decode runs beside it.
 
     ``max(1, token_budget // extend_tokens)`` capped at ``num_layers``; all layers when
     ``extend_tokens`` is 0. Chapter: 512 -> 36 (of 36), 8192 -> 8, 32768 -> 2, 131072 -> 1.
+    ``max_layers`` > 0 caps it further (``max_split_forward_layers``, read by
+    sgl-project/sglang a64f33f0 ``multiplexing_mixin.py`` ``_get_split_forward_count``; 0 = no cap, what
+    every other revision does: :func:`pdmux_cli.sglang_rules.layer_cap` gives the cap in effect).
     """
     _check_positive_int("number of layers", num_layers)
     _check_positive_int("split_forward_token_budget", token_budget)
     if extend_tokens < 0:
         raise InputError(f"prompt tokens must be >= 0, got {extend_tokens}")
+    if isinstance(max_layers, bool) or not isinstance(max_layers, int) or max_layers < 0:
+        raise InputError(f"max_split_forward_layers must be an integer >= 0 (0 = no cap), got {max_layers!r}")
     if extend_tokens == 0:
         return num_layers
-    return min(num_layers, max(1, token_budget // extend_tokens))
+    per_round = min(num_layers, max(1, token_budget // extend_tokens))
+    return min(per_round, max_layers) if max_layers else per_round
 
 
-def prefill_rounds(extend_tokens: int, num_layers: int, token_budget: int = DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET) -> int:
+def prefill_rounds(extend_tokens: int, num_layers: int, token_budget: int = DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET,
+                   max_layers: int = 0) -> int:
     """Scheduler rounds a split prefill takes: ``ceil(num_layers / layers_per_round)``."""
-    per_round = prefill_layers_per_round(extend_tokens, num_layers, token_budget)
+    per_round = prefill_layers_per_round(extend_tokens, num_layers, token_budget, max_layers)
     return -(-num_layers // per_round)

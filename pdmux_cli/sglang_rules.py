@@ -14,10 +14,18 @@ read: :mod:`pdmux_cli.sglang_support`), on a given device:
   increasing, budget and divisor > 0; ``manual_divisions: null`` fails iterating it); at start-up an overlay
   prefill_sm below the device's SMs, an exclusive entry using every SM; the rewritten ``divide_sm``.
 
-All three then create each exclusive level with sgl-kernel's ``create_greenctx_stream_by_value`` (both
-counts > 0, their sum within the device); with the overlay, the pair ``(prefill, SMs - prefill)``.
+- ``main@2260e61`` (sgl-project/sglang main at 2260e612): 0.5.23's loader, levels and start-up checks (its
+  ``pdmux_context.py`` is 0.5.23's), but ``Scheduler.init_pdmux`` raises AttributeError on ``self.gpu_id``
+  right after loading the YAML: a file its loader takes is refused at start-up, whatever it holds
+  (sgl-project/sglang#37714).
+- ``dsv41@a64f33f`` (sgl-project/sglang a64f33f0): its ``pdmux_context.py`` was not read, so no verdict
+  (``accepted`` None); its ``multiplexing_mixin.py`` rules (the layer cap, the group-1 fallback) are used
+  where pdmux plans with it (:func:`layer_cap`, :func:`plan_check`).
+
+The first three then create each exclusive level with sgl-kernel's ``create_greenctx_stream_by_value``
+(both counts > 0, their sum within the device); with the overlay, the pair ``(prefill, SMs - prefill)``.
 Structural problems no SGLang can read (a string where a count goes, an entry that is not a list) are
-refused by every revision. Units: SMs of one GPU.
+refused by every revision whose loader was read. Units: SMs of one GPU.
 """
 
 from __future__ import annotations
@@ -33,13 +41,19 @@ from .sglang_support import Revision, get_revision
 
 @dataclass(frozen=True)
 class Verdict:
-    """A revision's verdict. ``accepted``; ``stage``: ``""`` when accepted, else ``"load"``,
-    ``"start-up"`` or ``"run"``; ``reason``: one line (empty when accepted); ``revision``: its key."""
+    """A revision's verdict. ``accepted``: True, False, or None where pdmux has not read the code that
+    decides (``stage`` then ``""`` and ``reason`` says which file); ``stage``: ``""`` when accepted, else
+    ``"load"``, ``"start-up"`` or ``"run"``; ``reason``: one line (empty when accepted); ``revision``: its key."""
 
     revision: str
-    accepted: bool
+    accepted: bool | None
     stage: str
     reason: str
+
+    @property
+    def judged(self) -> bool:
+        """False where the revision's loader was not read (no verdict)."""
+        return self.accepted is not None
 
     def as_dict(self, revision: Revision) -> dict[str, Any]:
         """JSON form, with the revision's name and where its code was read."""
@@ -61,6 +75,15 @@ def verdict(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], revision: 
     ``cli_sm_group_num``: the launch flag (0.5.23's decode attention backends; not read for the others).
     """
     rev = get_revision(revision)
+    if not rev.loader_read:
+        return Verdict(rev.key, None, "", f"pdmux has not read {rev.name}'s pdmux_context.py (the "
+                       "loader, start-up checks and divide_sm; not in the stored copy at that commit)")
+    if rev.startup_failure is not None:  # main@2260e61: 0.5.23's loader, then init_pdmux's AttributeError
+        released = verdict(config, parse_problems, "0.5.23", total_sms, cc, raw_divisions_null, cli_sm_group_num)
+        if not released.accepted and released.stage == "load":
+            return _refuse(rev, "load", f"its pdmux_context.py is 0.5.23's: {released.reason}")
+        return _refuse(rev, "start-up", "Scheduler.init_pdmux reads self.gpu_id after loading the YAML: "
+                       "AttributeError (sgl-project/sglang#37714), whatever the file holds")
     raw_divisions_null = raw_divisions_null or any(
         p.where == "manual_divisions" and "(null)" in p.message for p in parse_problems)
     if rev.key == "0.5.23":
@@ -145,6 +168,9 @@ def automatic_levels(revision: str | Revision | None, total_sms: int, cc: tuple[
     """
     rev = get_revision(revision)
     levels = sm_group_num - 2
+    if rev.divide_sm == "not read":
+        raise InputError(f"{rev.name}'s automatic split (divide_sm, in its pdmux_context.py) is not known: pdmux has "
+                         "not read that file; give manual_divisions")
     if rev.divide_sm == "release":
         return policy.divide_sm(total_sms, cc[0], levels, cc[1])
     major, minor = cc
@@ -177,14 +203,61 @@ def planning_refusal(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], r
     """Why estimate/splits/simulate cannot plan ``config`` under ``revision`` (one line), or None.
 
     The revision's own refusal (:func:`verdict`), or, where it accepts ``overlap_decode_full_sm: true``,
-    that pdmux's cost model has no overlaid partitions (decode on every SM beside a capped prefill).
+    that pdmux's cost model has no overlaid partitions (decode on every SM beside a capped prefill). A
+    revision that fails to start whatever the file (``main@2260e61``) is judged by the rules it shares with
+    0.5.23, the failure being said by :func:`revision_notes`; one whose loader was not read plans only a
+    file with manual_divisions.
     """
     rev = get_revision(revision)
+    if rev.startup_failure is not None:  # said as a note (revision_notes): judge the file as if it started
+        rev = get_revision("0.5.23")
     result = verdict(config, parse_problems, rev, total_sms, cc)
-    if not result.accepted:
+    if not result.judged and not config.manual_divisions:
+        return f"{result.reason}; give manual_divisions"
+    if result.judged and not result.accepted:
         return f"{rev.name} refuses it ({result.stage}): {result.reason}"
     if config.overlap_decode_full_sm and rev.overlap_decode_full_sm:
         return (f"overlap_decode_full_sm: true runs decode on the whole device beside a capped prefill under "
                 f"{rev.key}, which pdmux's cost model does not time (it splits SMs); 'pdmux check-config --sglang "
                 f"{rev.key}' checks the file")
     return None
+
+
+def layer_cap(revision: str | Revision | None, config: pc.PdmuxConfig | None) -> int:
+    """The cap on prefill layers per round that ``revision`` applies for ``config`` (0: none).
+
+    ``max_split_forward_layers`` from the YAML where the revision reads the key (sgl-project/sglang a64f33f0
+    ``multiplexing_mixin.py`` ``_get_split_forward_count``: while decode work exists a round submits
+    ``min(max(1, budget // prefill tokens), max_split_forward_layers, remaining layers)``; 0 keeps the
+    token-budget rule); 0 for every other revision, whose loader ignores the key.
+    """
+    rev = get_revision(revision)
+    if not rev.max_split_forward_layers or config is None:
+        return 0
+    return max(0, config.max_split_forward_layers or 0)
+
+
+def revision_notes(revision: str | Revision | None, tp: int = 1) -> list[str]:
+    """The lines every planning command says when ``revision`` is chosen (empty for 0.5.23): its known
+    start-up failure, what was not read of its code, and, with ``tp > 1``, what its code requires for pdmux
+    with tensor parallelism (:attr:`Revision.tp_launch`, :attr:`Revision.tp_requires`)."""
+    rev = get_revision(revision)
+    notes = []
+    if rev.startup_failure:
+        notes.append(f"{rev.key}: {rev.startup_failure}")
+    if not rev.loader_read:
+        notes.append(f"{rev.key}: its pdmux_context.py was not read (not stored at {rev.commit[:8]}): the YAML's "
+                     "load and start-up checks are not judged; levels are the manual_divisions as written")
+    if tp > 1 and (rev.tp_launch or rev.tp_requires):
+        env = " ".join(rev.tp_launch)
+        notes.append(f"{rev.key} with TP {tp}: " + (f"launch with {env}; " if env else "") + (rev.tp_requires or ""))
+    return notes
+
+
+def plan_check(revision: str | Revision | None, config: pc.PdmuxConfig | None) -> None:
+    """Raise :class:`InputError` (one line) where pdmux cannot plan ``config`` under ``revision``: a revision
+    whose ``divide_sm`` was not read needs manual_divisions (``config`` None: SGLang's automatic split)."""
+    rev = get_revision(revision)
+    if rev.divide_sm == "not read" and not (config is not None and config.manual_divisions):
+        raise InputError(f"--sglang {rev.key}: its automatic split (divide_sm, in pdmux_context.py) was not read: "
+                         "give a pdmux config with manual_divisions")

@@ -46,8 +46,14 @@ class Revision:
     ``auto_blackwell``: the automatic split accepts compute capability 10.x/12.x; ``threshold_fallback``:
     a decode batch under every threshold takes group 1 (else UnboundLocalError); ``all_layers_without_decode``:
     a prefill with no decode batch runs its remaining layers in one call; ``max_split_forward_layers``: the
-    key caps layers per round. ``tp_launch``: flags or variables the revision needs for pdmux with TP > 1
-    beyond ``--tp-size`` (empty: none found in its code).
+    key caps layers per round (:func:`pdmux_cli.sglang_rules.layer_cap`). ``loader_read``: False where the
+    revision's ``pdmux_context.py`` (loader, start-up checks, ``divide_sm``) was not read: its verdict on a
+    YAML and its automatic levels are not known (``divide_sm`` is then ``"not read"``). ``tp_launch``:
+    environment variables the revision sets or requires for pdmux with TP > 1 beyond ``--tp-size``, as
+    ``NAME=value`` (empty: none found in its code); ``tp_requires``: the library and driver minimums its
+    code checks for pdmux with TP > 1 (one line), or None. ``flags``: what its code or runbook says combines
+    with ``--enable-pdmux`` (one line), or None where it is 0.5.23's (pp 1, ``--chunked-prefill-size -1``,
+    no PD disaggregation, ``--disable-overlap-schedule``).
     """
 
     key: str
@@ -66,7 +72,10 @@ class Revision:
     threshold_fallback: bool = False
     all_layers_without_decode: bool = False
     max_split_forward_layers: bool = False
+    loader_read: bool = True
     tp_launch: tuple[str, ...] = ()
+    tp_requires: str | None = None
+    flags: str | None = None
 
     @property
     def short(self) -> str:
@@ -131,8 +140,79 @@ OVERLAY = Revision(
     all_layers_without_decode=True,
 )
 
+#: sgl-project/sglang main at 2260e612 (2026-06-29), read in Li-brua/sglang's snapshot, whose merge
+#: f6f87402 ("Merge branch 'sgl-project:main' into main") has it as the upstream parent (the sgl-project
+#: snapshot is too big to fetch). Its pdmux_context.py (last changed in 2c036f1e, #17699) is 0.5.23's
+#: apart from formatting; its multiplexing_mixin.py (last changed in 0e9eab19, #25610) chooses levels and
+#: layers per round as 0.5.23 does. Since 43797cc8 (#25444, 2026-05-16) the Scheduler keeps gpu_id and
+#: tp_size in ``self.ps`` (managers/scheduler.py), but ``init_pdmux`` still reads ``self.gpu_id``: every
+#: ``--enable-pdmux`` launch dies in ``Scheduler.__init__`` (sgl-project/sglang#37714, open, and #30094;
+#: issue #30884 reports the same two reads).
+MAIN = Revision(
+    key="main@2260e61",
+    name="sgl-project/sglang main at 2260e612 (2026-06-29)",
+    repo="sgl-project/sglang",
+    commit="2260e612f6092000d899dab42da92c549f015c4a",
+    files=("python/sglang/srt/multiplex/pdmux_context.py", "python/sglang/srt/multiplex/multiplexing_mixin.py",
+           "python/sglang/srt/managers/scheduler.py", "python/sglang/srt/server_args.py",
+           "python/sglang/srt/model_executor/model_runner.py", "python/sglang/srt/models/"),
+    model_table="models-main-2260e61.json",
+    startup_failure=("every --enable-pdmux launch fails at start-up: Scheduler.init_pdmux reads self.gpu_id, "
+                     "which the Scheduler keeps in self.ps since 43797cc8 (#25444): AttributeError in "
+                     "Scheduler.__init__ (event_loop_pdmux reads self.tp_size likewise); fixed by the open PRs "
+                     "sgl-project/sglang#37714 and #30094, reported in #30884; pdmux's numbers are what its rules "
+                     "give once that is fixed"),
+)
+
+#: sgl-project/sglang at a64f33f0: ``feat/dsv41-pdmux`` (its test/manual/pdmux/model_adaptation_guide.md
+#: names the branch), the DeepSeek-V4.1 layer-wise PDMux of the GLM-5.3/DeepSeek-V4 line. Its
+#: multiplexing_mixin.py caps layers per round with ``max_split_forward_layers`` while decode work exists
+#: and runs the remaining layers in one call without; distributed/bootstrap.py calls
+#: multiplex/launch_order.py's ``configure_pdmux_nccl_launch_order`` for NCCL with TP > 1. Its
+#: pdmux_context.py is not in the stored copy at a64f33f0 (the index keeps another version of every file it
+#: read there), so its loader, start-up checks and divide_sm are not known here.
+DSV41 = Revision(
+    key="dsv41@a64f33f",
+    name="sgl-project/sglang a64f33f0 (feat/dsv41-pdmux, DeepSeek-V4.1 layer-wise PDMux)",
+    repo="sgl-project/sglang",
+    commit="a64f33f089e9863b360992950ca1436ca6cba8f8",
+    files=("python/sglang/srt/multiplex/multiplexing_mixin.py", "python/sglang/srt/multiplex/launch_order.py",
+           "python/sglang/srt/distributed/bootstrap.py", "test/manual/pdmux/layerwise_prefill_runbook.md",
+           "test/manual/pdmux/model_adaptation_guide.md"),
+    model_table=None,
+    overlap_decode_full_sm=True,
+    divide_sm="not read",
+    threshold_fallback=True,
+    all_layers_without_decode=True,
+    max_split_forward_layers=True,
+    loader_read=False,
+    tp_launch=("NCCL_LAUNCH_ORDER_IMPLICIT=1",),
+    tp_requires=("NCCL >= 2.26 in both PyTorch and PyNCCL, CUDA runtime and driver >= 12.3 (launch_order.py "
+                 "configure_pdmux_nccl_launch_order, run before the first NCCL communicator when TP > 1; it sets "
+                 "NCCL_LAUNCH_ORDER_IMPLICIT=1 when unset and refuses to start with any other value)"),
+    flags=("chunked prefill combines with layer slicing (its runbook launches with --chunked-prefill-size 8192); "
+           "--disable-overlap-schedule, --sm-group-num equal to the YAML's; attention DP; speculative decoding "
+           "only single-layer EAGLE/NEXTN and DSPARK (layerwise_prefill_runbook.md)"),
+)
+
+#: The GLM-5.3-Flash / DeepSeek-V4 pdmux PR stack and the commits its documents name (none of its
+#: pdmux_context.py or multiplexing_mixin.py could be read at these commits; the layer cap they add is
+#: modelled from DSV41's code). From Li-brua/sglang PDMUX_TRACKING.md at ab7021ac and
+#: GLM53_FLASH_PDMUX_DSPARK.md at a926d916, and DSV41's model_adaptation_guide.md.
+PR_STACK: dict[str, str] = {
+    "#42411": "feat/glm53-pdmux: GLM model forward, split-prefill scheduling, bounded layer submission "
+              "(max_split_forward_layers), capped-prefill/full-device-decode overlap",
+    "#42412": "fix/glm53-mamba-hicache: Mamba admission/checkpoint reservations, HiCache load-back rollback",
+    "#42413": "feat/glm53-pdmux-dp: rank-consistent DP/EP communication, idle-rank handling",
+    "#42414": "feat/glm53-pdmux-mtp: single-layer MTP through EAGLE/NEXTN, final-slice draft handoff",
+    "stack base": "synchronized with upstream main at 5b5d721239",
+    "experiment": "Li-brua/sglang feat/glm53-flash-pdmux at 991adaa3bd (GLM scheduling reference a4c3f271fb)",
+    "standard": "Li-brua/sglang feat/pdmux-standard at 17761860cc (the layer_split reference)",
+    "DeepSeek-V4": "integration PR #41562; feat/dsv41-pdmux at a64f33f0 (dsv41@a64f33f)",
+}
+
 #: Every revision ``--sglang`` takes, by key.
-REVISIONS: dict[str, Revision] = {r.key: r for r in (RELEASE, STANDARD_LANE, OVERLAY)}
+REVISIONS: dict[str, Revision] = {r.key: r for r in (RELEASE, STANDARD_LANE, OVERLAY, MAIN, DSV41)}
 DEFAULT_REVISION = RELEASE.key
 
 

@@ -51,6 +51,34 @@ def test_rounds_and_zero_tokens() -> None:
     assert policy.prefill_layers_per_round(0, 36) == 36
 
 
+def test_max_split_forward_layers_rounds() -> None:
+    """sgl-project/sglang a64f33f0 test/manual/pdmux/layerwise_prefill_runbook.md: "With 40 layers and
+    concurrent decode, [1024-token chunks capped at two layers per slice] makes 20 slices; without the cap,
+    the same 1024-token chunk fits in the 65536 budget and runs in one slice" (multiplexing_mixin.py
+    _get_split_forward_count: min(max(1, budget // tokens), cap, remaining))."""
+    assert policy.prefill_layers_per_round(1024, 40, 65536) == 40
+    assert policy.prefill_rounds(1024, 40, 65536) == 1
+    assert policy.prefill_layers_per_round(1024, 40, 65536, max_layers=2) == 2
+    assert policy.prefill_rounds(1024, 40, 65536, max_layers=2) == 20
+    # a cap above what the budget gives changes nothing: the chapter's 8192 tokens -> 8 layers a round
+    assert policy.prefill_layers_per_round(8192, 36, max_layers=16) == 8
+    assert policy.prefill_rounds(8192, 36, max_layers=3) == 12
+    assert policy.prefill_layers_per_round(0, 36, max_layers=2) == 36  # no prefill tokens: all layers, uncapped
+    for bad in (-1, True, 1.5):
+        with pytest.raises(InputError, match="max_split_forward_layers"):
+            policy.prefill_layers_per_round(1024, 40, 65536, max_layers=bad)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=1, max_value=1 << 20), st.integers(min_value=1, max_value=128),
+       st.integers(min_value=1, max_value=1 << 20), st.integers(min_value=0, max_value=200))
+def test_layer_cap_only_shortens_rounds(tokens: int, layers: int, budget: int, cap: int) -> None:
+    free = policy.prefill_layers_per_round(tokens, layers, budget)
+    capped = policy.prefill_layers_per_round(tokens, layers, budget, cap)
+    assert capped == (min(free, cap) if cap else free)
+    assert policy.prefill_rounds(tokens, layers, budget, cap) == -(-layers // capped)
+
+
 def test_exercise_divisor_24_gives_last_level_at_24() -> None:
     groups = policy.stream_groups(132, 9)
     assert policy.choose_group(len(groups), 24, True, decode_bs_divisor=24) == 6

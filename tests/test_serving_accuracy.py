@@ -78,8 +78,15 @@ def test_client_metrics_are_the_clients() -> None:
 
 # Thresholds: the first run of the report with the fitted serving.yaml (2026-12-01), rounded up. A change that
 # makes the simulated server further from the public runs fails here.
-GATE = {"TTFT (median)": (0.29, 0.59), "ITL (median)": (0.11, 0.35), "TPOT (median)": (0.15, 0.35),
-        "throughput": (0.14, 0.54)}
+# ITL median 0.11 -> 0.115 (moe branch): the routed experts became SGLang's measured fused MoE (aiconfigurator's
+# MoE tables, costmodel/moe.py) in place of two GEMMs at the dense GEMM efficiency; that run moved ITL's median
+# from 10.4% to 11.2% (B200 DeepSeek at 64-100 requests and gpt-oss at 1 now long, others closer) while ITL's
+# p90 (34.3% -> 31.7%), TTFT (28.4% -> 23.7%), TPOT (14.2% -> 10.6%) and throughput (13.1% -> 11.8%) improved;
+# serving.yaml's per-request term, fitted on the GEMM-based experts, was re-checked with benchmarks/fit_serving.py
+# (unchanged: 0.1 ms a request a step). Re-fitted then (admission 25 ms, 6 ms a request at the front end), the first
+# run gave TTFT 20.8% / 53.3%, ITL 11.2% / 31.7%, TPOT 11.2% / 33.4%, throughput 11.8% / 45.9%: the gates below.
+GATE = {"TTFT (median)": (0.21, 0.54), "ITL (median)": (0.115, 0.32), "TPOT (median)": (0.115, 0.34),
+        "throughput": (0.12, 0.46)}
 
 
 def test_accuracy_stays_under_its_first_run() -> None:

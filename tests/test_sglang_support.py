@@ -53,13 +53,43 @@ SUPPORT_0_5_23 = {
 }
 
 
+#: The same under sgl-project/sglang main at 2260e612 (python/sglang/srt/models/ read at that commit: every
+#: profile resolves to the same file and class, with or without forward_split_prefill, as in 0.5.23).
+SUPPORT_MAIN_2260E61 = SUPPORT_0_5_23
+
+
 def test_every_shipped_profile_has_its_support_per_revision() -> None:
     assert sorted(SUPPORT_0_5_23) == sorted(list_models())
-    for name, (state, cls, defined) in SUPPORT_0_5_23.items():
-        got = ss.model_support(load_model(name).architectures, "0.5.23")
-        assert (got.state, got.sglang_class, got.defined_in) == (state, cls, defined), name
-        for other in ("standard@b875545", "overlay@2126b0b"):
+    for revision, table in (("0.5.23", SUPPORT_0_5_23), ("main@2260e61", SUPPORT_MAIN_2260E61)):
+        for name, (state, cls, defined) in table.items():
+            got = ss.model_support(load_model(name).architectures, revision)
+            assert (got.state, got.sglang_class, got.defined_in) == (state, cls, defined), (revision, name)
+    for name in SUPPORT_0_5_23:
+        for other in ("standard@b875545", "overlay@2126b0b", "dsv41@a64f33f"):
             assert ss.model_support(load_model(name).architectures, other).state == "unknown"
+    assert ss.model_support(("DeepseekV3ForCausalLM",), "main@2260e61").reason == (
+        "no forward_split_prefill in SGLang main@2260e61's DeepseekV3ForCausalLM (srt/models/deepseek_v2.py): pdmux "
+        "fails at the first prefill")
+
+
+def test_the_main_2260e612_scan_has_its_classes() -> None:
+    """sgl-project/sglang main at 2260e612's srt/models: 222 registered architectures, 28 with
+    forward_split_prefill (0.5.23's 33 less the five classes main does not have yet)."""
+    table = ss.model_table("models-main-2260e61.json")["architectures"]
+    has = sorted(a for a, e in table.items() if e["forward_split_prefill"])
+    assert has == [
+        "ApertusForCausalLM", "Exaone4ForCausalLM", "ExaoneMoEForCausalLM", "ExaoneMoEForCausalLMMTP",
+        "Gemma2ForCausalLM", "Gemma3ForCausalLM", "GemmaForCausalLM", "Glm4ForCausalLM", "IQuestCoderForCausalLM",
+        "InternLM3ForCausalLM", "Llama4ForCausalLM", "LlamaForCausalLM", "LlamaForCausalLMEagle",
+        "LlamaForCausalLMEagle3", "Ministral3ForCausalLM", "MistralForCausalLM", "MistralForCausalLMEagle",
+        "Phi3ForCausalLM", "QWenLMHeadModel", "Qwen2ForCausalLM", "Qwen2ForCausalLMEagle", "Qwen2MoeForCausalLM",
+        "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLMMTP", "SarvamMLAForCausalLM",
+        "SarvamMoEForCausalLM", "TeleFLMForCausalLM"]
+    assert len(table) == 222
+    release = ss.model_table("models-0.5.23.json")["architectures"]
+    gone = sorted(a for a, e in release.items() if e["forward_split_prefill"] and a not in table)
+    assert gone == ["EmbeddingGemmaModel", "ExaoneMoeForCausalLM", "MellumForCausalLM", "NanbeigeForCausalLM",
+                    "Spark2_5ForCausalLM"]
 
 
 def test_reasons_name_the_class_and_file() -> None:
@@ -98,6 +128,30 @@ def test_the_committed_scan_is_what_the_script_writes() -> None:
     assert json.loads(out) == json.loads((ROOT / "profiles" / "sglang" / "models-0.5.23.json").read_text())
 
 
+#: A git copy holding sgl-project/sglang main at 2260e612 (Li-brua/sglang's snapshot: its merge f6f87402 has
+#: it as the upstream parent), where this machine has one.
+MAIN_MIRROR = Path("/work/.mirror/Li-brua+sglang/repo")
+MAIN_COMMIT = "2260e612f6092000d899dab42da92c549f015c4a"
+
+
+def _has_main_commit() -> bool:
+    if not MAIN_MIRROR.is_dir():
+        return False
+    return subprocess.run(["git", "-C", str(MAIN_MIRROR), "cat-file", "-e", MAIN_COMMIT + "^{commit}"],
+                          check=False, capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _has_main_commit(), reason="no git copy of sgl-project/sglang main at 2260e612 here")
+def test_the_committed_main_scan_is_what_the_script_writes(tmp_path: Path) -> None:
+    archive = subprocess.run(["git", "-C", str(MAIN_MIRROR), "archive", MAIN_COMMIT, "python/sglang/srt/models"],
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive, check=True)
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scan_sglang_models.py"),
+                          str(tmp_path / "python" / "sglang"), "main@2260e61"], capture_output=True, text=True,
+                         check=True).stdout
+    assert json.loads(out) == json.loads((ROOT / "profiles" / "sglang" / "models-main-2260e61.json").read_text())
+
+
 def test_revisions_are_named_and_refused_when_unknown() -> None:
     assert ss.get_revision().key == "0.5.23" and ss.get_revision(None).commit is None
     assert ss.get_revision("overlay@2126b0b79492").key == "overlay@2126b0b"
@@ -105,7 +159,16 @@ def test_revisions_are_named_and_refused_when_unknown() -> None:
     for revision in ss.REVISIONS.values():
         assert revision.name and revision.files and revision.cite.startswith(revision.name)
     with pytest.raises(InputError, match="not a revision pdmux has read"):
-        ss.get_revision("main")
+        ss.get_revision("main")  # upstream main moves: only a commit read is a revision
+    assert ss.get_revision("main@2260e612f609").commit == "2260e612f6092000d899dab42da92c549f015c4a"
+    assert ss.get_revision("dsv41@a64f33f0").commit == "a64f33f089e9863b360992950ca1436ca6cba8f8"
+    assert list(ss.REVISIONS) == ["0.5.23", "standard@b875545", "overlay@2126b0b", "main@2260e61", "dsv41@a64f33f"]
+    # what each revision's code requires for pdmux with TP > 1 (a64f33f0 launch_order.py; none found elsewhere)
+    assert ss.get_revision("dsv41@a64f33f").tp_launch == ("NCCL_LAUNCH_ORDER_IMPLICIT=1",)
+    assert "NCCL >= 2.26" in ss.get_revision("dsv41@a64f33f").tp_requires
+    assert all(not r.tp_launch and r.tp_requires is None for k, r in ss.REVISIONS.items() if k != "dsv41@a64f33f")
+    assert [k for k, r in ss.REVISIONS.items() if r.startup_failure] == ["main@2260e61"]
+    assert [k for k, r in ss.REVISIONS.items() if r.max_split_forward_layers] == ["dsv41@a64f33f"]
 
 
 def test_architectures_must_be_a_list_of_names() -> None:

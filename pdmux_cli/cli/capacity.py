@@ -274,13 +274,23 @@ def capacity(
     paths: list[str | None] = []
     for name in dict.fromkeys(names):
         if name == "pdmux":
-            runs.append(PdmuxPolicy(unreleased_fallback=unreleased_fallback))
-            paths.append(None)
+            from ..sglang_rules import layer_cap, plan_check, revision_notes
+            from ..sglang_support import get_revision
+
+            rev = get_revision(sglang)
+            fallback = unreleased_fallback or rev.threshold_fallback
+            notes.extend(revision_notes(rev, setup.tp))
+            if rev.divide_sm != "not read" or not configs:
+                plan_check(rev, None)  # SGLang's defaults: its automatic split
+                runs.append(PdmuxPolicy(unreleased_fallback=fallback))
+                paths.append(None)
             names_seen = [c.name for c in configs]
             for path in configs:  # the file's name, or its path where two files share a name
                 cfg, cfg_notes = _pdmux_config(path, None, None, None, None, setup)
+                plan_check(rev, cfg)
                 shown = path.name if names_seen.count(path.name) == 1 else str(path)
-                runs.append(PdmuxPolicy(cfg, name=f"pdmux ({shown})", unreleased_fallback=unreleased_fallback))
+                runs.append(PdmuxPolicy(cfg, name=f"pdmux ({shown})", unreleased_fallback=fallback,
+                                        max_split_forward_layers=layer_cap(rev, cfg)))
                 paths.append(str(path))
                 notes.extend(cfg_notes)
         elif name == "chunked":

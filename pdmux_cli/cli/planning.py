@@ -353,6 +353,7 @@ def estimate(
         split_forward_token_budget=token_budget or (
             cfg.split_forward_token_budget if cfg else policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET),
         manual_divisions=tuple(cfg.manual_divisions) if cfg else (),
+        max_split_forward_layers=(cfg.max_split_forward_layers or 0) if cfg else 0,
         flops_dtype=flops_dtype, tp=tp, disagg=xpyd, kv_link=kv_link, kv_link_gb_s=kv_link_gb_s,
         kv_link_latency_us=kv_link_latency_us, disagg_tp=disagg_tp,
     )
@@ -532,9 +533,13 @@ def gen_config(
             raise InputError(f"--divisions has {len(entries)} level(s), so sm_group_num is {len(entries) + 2}, "
                              f"not {sm_group_num}: drop --sm-group-num or change the divisions")
     else:
+        from ..sglang_support import get_revision
+
         plan = policy.plan_groups(device.sm_count, device.cc, sm_group_num)
+        # a revision whose divide_sm was not read gets the levels written out (they hold whatever its split)
         config = pc.config_from_plan(plan, sm_group_num, token_budget, decode_bs_divisor,
-                                     manual=manual or plan.source == "cuda-granularity")
+                                     manual=manual or plan.source == "cuda-granularity"
+                                     or get_revision(sglang).divide_sm == "not read")
     problems = pc.validate(config, device.sm_count, device.cc)
     if problems:
         more = f" (and {len(problems) - 1} more problem(s): pdmux check-config lists them)" if len(problems) > 1 else ""
@@ -542,6 +547,11 @@ def gen_config(
     text = pc.dump_config(config)
     path_text = str(output) if output is not None else "pdmux.yaml"
     flags = pc.launch_flags(path_text, config.sm_group_num, tp)
+    from ..sglang_rules import revision_notes
+    from ..sglang_support import get_revision
+
+    rev_notes = revision_notes(sglang, tp)
+    launch_env = list(get_revision(sglang).tp_launch) if tp > 1 else []
     if output is not None:
         write_atomic(output, text)
     if as_json:
@@ -550,19 +560,23 @@ def gen_config(
                     "config": {"sm_group_num": config.sm_group_num,
                                "manual_divisions": [list(e) for e in config.manual_divisions],
                                "split_forward_token_budget": config.split_forward_token_budget,
-                               "decode_bs_divisor": config.decode_bs_divisor},
-                    "launch_flags": flags, "tune": tune_summary, "sglang_support": support.as_dict(),
+                               "decode_bs_divisor": config.decode_bs_divisor,
+                               "max_split_forward_layers": config.max_split_forward_layers},
+                    "launch_flags": flags, "launch_env": launch_env, "sglang_notes": rev_notes,
+                    "tune": tune_summary, "sglang_support": support.as_dict(),
                     **({"slo_levels": slo_summary} if slo_summary is not None else {})})
         return
     if support.state == "no":
         warn_line(f"{served.name}: {support.reason}: this config cannot serve it")
-    launch = pc.launch_command(path_text, config.sm_group_num, tp=tp)
+    launch = pc.launch_command(path_text, config.sm_group_num, tp=tp, env=tuple(launch_env))
     if output is None:
         sys.stdout.write(text)
         if slo_view is not None and sys.stderr is not None:
             _print_slo_view(console(stderr=True), slo_view)
         if sys.stderr is not None:
             sys.stderr.write(f"# save as {path_text}, then launch:\n# {launch}\n")
+            for note in rev_notes:
+                sys.stderr.write(f"# {note}\n")
     else:
         con = console()
         if slo_view is not None:
@@ -570,6 +584,8 @@ def gen_config(
         every = f"; every one of the {tp} GPUs loads it" if tp > 1 else ""
         con.print(f"wrote {output} ({device.name}, {device.sm_count} SMs{every})")
         con.print(launch, soft_wrap=True, markup=False)
+        for note in rev_notes:
+            print_note(con, note)
 
 
 def _print_slo_view(con: Any, view: tuple) -> None:
@@ -599,6 +615,10 @@ def check_config(
     from ..sglang_support import REVISIONS, get_revision
 
     chosen = get_revision(sglang)
+    if not chosen.loader_read:
+        raise InputError(f"--sglang {chosen.key}: pdmux has not read its pdmux_context.py (the loader and start-up "
+                         "checks), so it cannot judge a file under it; check-config without --sglang shows every "
+                         "revision it can judge")
     device = resolve_device(gpu, sms, cc)
     config, parsed = pc.load_config(path)
     problems = list(parsed) + pc.validate(config, device.sm_count, device.cc, sm_group_num)
@@ -645,7 +665,8 @@ def check_config(
         table.add_column("why")
         for v in per_revision:
             mark = " *" if v.revision == chosen.key else ""
-            table.add_row(v.revision + mark, "runs it" if v.accepted else f"refuses ({v.stage})", v.reason or "-")
+            said = "runs it" if v.accepted else "not judged" if v.accepted is None else f"refuses ({v.stage})"
+            table.add_row(v.revision + mark, said, v.reason or "-")
         table.caption = "\n".join(["* --sglang (decides the exit code)", *(REVISIONS[v.revision].cite
                                                                          for v in per_revision)])
         table.caption_justify = "left"

@@ -569,8 +569,14 @@ def simulate(
     cfg_notes: list[str] = []
     for name in dict.fromkeys(names):
         if name == "pdmux":
+            from ..sglang_rules import layer_cap, plan_check, revision_notes
+            from ..sglang_support import get_revision
+
             cfg, cfg_notes = _pdmux_config(config, sm_group_num, decode_bs_divisor, token_budget, divisions, setup)
-            runs.append(PdmuxPolicy(cfg, unreleased_fallback=unreleased_fallback))
+            plan_check(sglang, cfg)  # a revision whose divide_sm was not read needs manual_divisions
+            cfg_notes = [*revision_notes(sglang, setup.tp), *cfg_notes]
+            runs.append(PdmuxPolicy(cfg, unreleased_fallback=unreleased_fallback or get_revision(sglang).threshold_fallback,
+                                    max_split_forward_layers=layer_cap(sglang, cfg)))
         elif name == "chunked":
             runs.extend(ChunkedPolicy(c, prefill_decode_interval) for c in dict.fromkeys(chunks))
         elif name == "mixed-chunk":
@@ -666,9 +672,16 @@ def simulate(
 def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_group_nums: str | None,
               divisors: str | None, budgets: str | None, single_levels: bool, workers: int | None,
               show_progress: bool, dp: int = 1, load_balance_method: str = "round_robin",
-              slo_margins: str | None = None) -> Any:
+              slo_margins: str | None = None, sglang: str | None = None) -> Any:
     from ..policy import check_sm_group_num
-    from ..simulate.tune import DEFAULT_BUDGETS, DEFAULT_DIVISORS, DEFAULT_SLO_MARGINS, tune
+    from ..sglang_support import get_revision
+    from ..simulate.tune import (
+        DEFAULT_BUDGETS,
+        DEFAULT_DIVISORS,
+        DEFAULT_LAYER_CAPS,
+        DEFAULT_SLO_MARGINS,
+        tune,
+    )
 
     _check_number("--slo-ttft", slo_ttft)
     _check_number("--slo-itl", slo_itl)
@@ -685,7 +698,10 @@ def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_gro
         margins = () if slo_margins.strip().lower() in ("none", "off", "-") else parse_float_list(
             slo_margins, "--slo-margins", unique=True)
     bar, _ = _progress(show_progress, 1, "tuning")
-    cluster = {"dp": dp, "load_balance_method": load_balance_method, "slo_margins": margins}
+    rev = get_revision(sglang)  # its rules: the layer cap searched, manual levels, the group-1 fallback
+    cluster = {"dp": dp, "load_balance_method": load_balance_method, "slo_margins": margins,
+               "layer_caps": DEFAULT_LAYER_CAPS if rev.max_split_forward_layers else (),
+               "manual_only": rev.divide_sm == "not read", "threshold_fallback": rev.threshold_fallback}
     if bar is None:
         return tune(workload, setup, slo_ttft, slo_itl, groups, divs, buds, single_levels, workers, **cluster)
     task = bar.task_ids[0]
@@ -732,7 +748,8 @@ def _tune_dict(result: Any) -> dict[str, Any]:
 
     def cfg(c: Any) -> dict[str, Any]:
         return {"sm_group_num": c.sm_group_num, "manual_divisions": [list(e) for e in c.manual_divisions],
-                "split_forward_token_budget": c.split_forward_token_budget, "decode_bs_divisor": c.decode_bs_divisor}
+                "split_forward_token_budget": c.split_forward_token_budget, "decode_bs_divisor": c.decode_bs_divisor,
+                "max_split_forward_layers": c.max_split_forward_layers}
 
     def num(x: float) -> float | None:
         return x if math.isfinite(x) else None
@@ -790,7 +807,10 @@ def tuned_config(
     require_pdmux(setup.model.architectures, sglang, "gen-config --tune")
     workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     result = _tune_run(workload, setup, slo_ttft_ms, slo_itl_ms, sm_group_nums, divisors, budgets, True, workers,
-                       show and sys.stderr is not None and sys.stderr.isatty())
+                       show and sys.stderr is not None and sys.stderr.isatty(), sglang=sglang)
+    from ..sglang_rules import revision_notes
+
+    result.notes.extend(revision_notes(sglang, setup.tp))
     if show:
         err = console(stderr=to_stderr)
         err.print(tune_table(result))
@@ -878,7 +898,11 @@ def tune(
     cluster = cluster_from_options(setup, gpu, dp, load_balance_method, disagg, allow_disagg=False)
     workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     result = _tune_run(workload, setup, slo_ttft, slo_itl, sm_group_nums, divisors, budgets, not no_single_levels,
-                       workers, _show_progress(as_json), cluster.dp, cluster.method, slo_margins)
+                       workers, _show_progress(as_json), cluster.dp, cluster.method, slo_margins, sglang)
+    from ..sglang_rules import revision_notes
+    from ..sglang_support import get_revision
+
+    result.notes.extend(revision_notes(sglang, setup.tp))
     best = result.best_row.candidate.config
     problems = pc.validate(best, setup.total_sms, setup.compute_capability)
     if problems:  # cannot happen: candidates are validated
@@ -919,7 +943,8 @@ def tune(
         sys.stdout.write(text)
     else:
         dp_flags = f" --dp-size {cluster.dp} --load-balance-method {cluster.method}" if cluster.dp > 1 else ""
-        con.print(f"wrote {output}; launch with: " + pc.launch_command(str(output), best.sm_group_num, tp=setup.tp)
-                  + dp_flags, soft_wrap=True)
+        con.print(f"wrote {output}; launch with: " + pc.launch_command(
+            str(output), best.sm_group_num, tp=setup.tp, env=get_revision(sglang).tp_launch if setup.tp > 1 else ())
+            + dp_flags, soft_wrap=True)
 
 

@@ -201,6 +201,7 @@ def build_step_model(
     profile, kv_note = for_kv_cache(profile, kv_bytes_per_element == 1.0)  # 1 byte per element: an fp8 cache
     if kv_note:
         notes.append(kv_note)
+    profile, moe_flops = _with_moe(profile, gpu, model, weight_bytes_per_param, notes)
     if model.weight_dtype == "fp8" and math_dtype != "fp8" and weight_bytes_per_param is None:
         notes.append(f"fp8 weights in {math_dtype} math ({gpu.name} has no fp8 tensor cores, or --flops-dtype): SGLang "
                      "runs them as weight-only fp8 (Marlin); modelled as 16-bit GEMMs reading 1-byte weights, "
@@ -230,11 +231,25 @@ def build_step_model(
         model, gpu_name=gpu.name, tp=tp, collectives=collectives, total_sms=total, hbm_bytes_per_s=gpu.hbm_bytes_per_s,
         dense_flops=attention_dense, gemm_flops=dense, efficiency=profile, partitions=partitions, cpu=cpu, s_sat=s_sat,
         weight_bytes_per_param=weight_bytes_per_param, kv_bytes_per_element=kv_bytes_per_element,
-        calibration=curves, serving=serving,
+        calibration=curves, serving=serving, moe_flops=moe_flops,
         notes=notes, decode_fixed_s=calibration.whole_gpu.decode_fixed_s
         if calibration is not None and calibration.whole_gpu is not None else 0.0,
         compute_capability=tuple(gpu.compute_capability) if getattr(gpu, "compute_capability", None) else None,
     )
+
+
+def _with_moe(profile: Any, gpu: Any, model: Any, weight_bytes_per_param: float | None,
+              notes: list[str]) -> tuple[Any, float | None]:
+    """``profile`` with the fused-MoE efficiency of the kernel SGLang runs for ``model``'s routed experts on
+    ``gpu`` (:mod:`.moe`), and the dense FLOP/s of its math (``None`` when none applies); a note is appended
+    when the kernel was not measured there."""
+    from .moe import for_moe, moe_flops_per_s, moe_kernel
+
+    kind = moe_kernel(model, tuple(gpu.compute_capability), weight_bytes_per_param)
+    profile, note = for_moe(profile, kind)
+    if note:
+        notes.append(note)
+    return profile, moe_flops_per_s(gpu, kind) if profile.moe_routed is not None else None
 
 
 #: The serving terms' options: flag, the bound in ms.

@@ -38,6 +38,13 @@ Terms:
   A100; and the A100 8B tables, kept out of every fit): normalised shapes of a whole decode step and a
   whole prefill against SMs and tokens, predicted with the roofline model of each table's setup
   (:mod:`pdmux_cli.costmodel.sglang_greenctx`);
+- ``MoE`` (aiconfigurator's SGLang fused-MoE tables: one layer's routed experts, the shipped MoE models'
+  shapes at TP 1-8, balanced routing): each model's points predicted by the fit of its GPU, kernel and expert
+  dtype on the other models (LOMO; sections fitted to one model only are left out); ``MoE, shipped fits``: the
+  shipped ``moe`` sections against the points they were fitted to (in-sample); ``MoE, weights within L2``:
+  the points the fits leave out because the touched experts fit in L2 and their weight reads are not
+  negligible (the collector replays the same experts), predicted by the shipped fits (out-of-sample: the
+  decode-sized points of TP 4-8 are among them);
 - ``chapter: ...``: the chapter's model on the Vidur layers, for comparison.
 
 Pure Python; about a second.
@@ -321,6 +328,56 @@ def _allreduce_terms() -> list[Term]:
                  "without an NCCL measurement are modelled)", "out-of-sample", tuple(transfer))]
 
 
+def _moe_peak(gpu_key: str, dtype: str) -> float:
+    gpu = find_gpu(gpu_key)
+    return gpu.dense_flops("fp8" if dtype in fit.MOE_FP8_MATH and gpu.fp8_dense_flops else "bf16")
+
+
+def _moe_point(p: measurements.AicMoe, eff: object, peak: float, hbm: float, note: str = "") -> Point:
+    return Point(f"{p.gpu} MoE {p.kernel}/{p.dtype} {p.model} TP{p.tp}, {p.tokens} tokens{note}", p.seconds,
+                 fit.predict_moe(eff, p, peak, hbm))
+
+
+def _moe_terms() -> list[Term]:
+    """The MoE terms (module docstring)."""
+    profiles = _profiles()
+    lomo: list[Point] = []
+    shipped: list[Point] = []
+    left_out: list[Point] = []
+    for gpu_key in measurements.aic_gpus():
+        profile = profiles.get(gpu_key)
+        if profile is None:
+            continue
+        hbm = find_gpu(gpu_key).hbm_bytes_per_s
+        every = measurements.aic_moe(gpu_key)
+        kept = set(fit.moe_fit_points(every, hbm))
+        groups: dict[tuple[str, str], list[measurements.AicMoe]] = {}
+        for p in every:
+            groups.setdefault((p.kernel, p.dtype), []).append(p)
+        for (kernel, dtype), pts in sorted(groups.items()):
+            eff = profile.moe_section(kernel, dtype)
+            if eff is None:
+                continue
+            peak = _moe_peak(gpu_key, dtype)
+            fitted = [p for p in pts if p in kept]
+            shipped += [_moe_point(p, eff, peak, hbm) for p in fitted]
+            left_out += [_moe_point(p, eff, peak, hbm, " (weights in L2)") for p in pts if p not in kept]
+            models = sorted({p.model for p in fitted})
+            if len(models) < 2:
+                continue
+            for model in models:
+                others = [p for p in fitted if p.model != model]
+                other_fit = fit.fit_moe(others, peak, hbm, "LOMO")
+                lomo += [_moe_point(p, other_fit, peak, hbm) for p in fitted if p.model == model]
+    data = ("aiconfigurator-core 0.12.0 SGLang fused-MoE tables: one layer's routed experts (routing, grouped GEMMs, "
+            "activation, combine), the shipped MoE models' shapes, TP 1-8, balanced routing")
+    return [Term("MoE", data + "; a model out per GPU, kernel and expert dtype", "LOMO", tuple(lomo)),
+            Term("MoE, shipped fits", data + "; the points the shipped moe sections were fitted to", "in-sample",
+                 tuple(shipped)),
+            Term("MoE, weights within L2", data + "; points left out of the fits (touched weights within L2, "
+                 "not latency-bound)", "out-of-sample", tuple(left_out))]
+
+
 # ---------------------------------------------------------------------------------------------------
 # SGLang's green-context tables (the partition curves against whole steps)
 
@@ -365,8 +422,7 @@ METHODS = {
 def report() -> list[Term]:
     """Every term (module docstring), in a fixed order."""
     return [*_vidur_steps(), *_aic_terms(), *_a100_decode_terms(), *_nanoflow_terms(), *_greenctx_terms(),
-            *_allreduce_terms(),
-            *_chapter_steps()]
+            *_allreduce_terms(), *_moe_terms(), *_chapter_steps()]
 
 
 def term_dict(term: Term) -> dict:

@@ -207,6 +207,7 @@ def _with(base: Any, profile: Any, fixed: float = 0.0) -> Any:
         base.model, gpu_name=base.gpu_name, total_sms=base.total_sms, hbm_bytes_per_s=base.hbm, dense_flops=base.peak,
         gemm_flops=base.gemm_peak, efficiency=profile, partitions=base.partitions, cpu=base.cpu, s_sat=base.s_sat if base.curve else None,
         weight_bytes_per_param=None, kv_bytes_per_element=base.kv_bytes_per_element, decode_fixed_s=fixed,
+        moe_flops=base.moe_peak,
         compute_capability=getattr(base, "compute_capability", None),
     )
 

@@ -16,7 +16,8 @@ Files:
 - ``<gpu-key>.yaml``: the kernel efficiencies of one measured GPU (``gemm``, ``prefill_attention``,
   ``decode_attention``, ``elementwise``; where measured also ``gemm_fp8``, per-tensor scaled fp8 GEMMs,
   and ``gemm_fp8_block``, SGLang's block-scaled fp8 GEMMs, both as fractions of the fp8 dense peak;
-  ``decode_attention_fp8_kv``, decode attention over an fp8 KV cache);
+  ``decode_attention_fp8_kv``, decode attention over an fp8 KV cache; ``moe``, one MoE layer's routed experts
+  as SGLang's fused MoE runs them, one entry per ``"<kernel>/<dtype>"``, :mod:`pdmux_cli.costmodel.moe`);
   ``applies_to`` lists the GPU profiles that use it (the measured
   GPU and its same-chip siblings), ``families`` the compute capabilities it stands in for when a GPU
   has no file of its own (``"8.9"`` for that capability, ``"8"`` for any 8.x; the exact one wins).
@@ -103,6 +104,11 @@ class EfficiencyProfile:
     fp8 section by :func:`for_linear_gemms` (SGLang keeps the lm_head in 16 bits); ``None``: ``gemm``.
     ``decode_attention_fp8_kv``: decode attention reading an fp8 KV cache (bytes at 1 per element, 16-bit
     compute), ``None`` where not measured (:func:`for_kv_cache`).
+    ``moe``: the fused-MoE efficiencies measured on this GPU, ``(("<kernel>/<dtype>", efficiency), ...)``
+    (latency: one MoE layer's fixed time; bandwidth: the touched experts' weight reads; peak and half:
+    the grouped GEMMs, as fractions of the dense peak of the dtype's math, by rows per touched expert);
+    ``moe_routed``: the one a model's routed experts take (:func:`pdmux_cli.costmodel.moe.for_moe`),
+    ``None``: timed as GEMMs with :attr:`gemm`.
     """
 
     key: str
@@ -118,11 +124,17 @@ class EfficiencyProfile:
     gemm_fp8_block: OperatorEfficiency | None = None
     lm_head: OperatorEfficiency | None = None
     decode_attention_fp8_kv: OperatorEfficiency | None = None
+    moe: tuple[tuple[str, OperatorEfficiency], ...] = ()
+    moe_routed: OperatorEfficiency | None = None
 
     @property
     def lm_head_gemm(self) -> OperatorEfficiency:
         """The logits GEMM's efficiency (16-bit): :attr:`lm_head` or :attr:`gemm`."""
         return self.lm_head or self.gemm
+
+    def moe_section(self, kernel: str, dtype: str) -> OperatorEfficiency | None:
+        """The fused-MoE efficiency of ``kernel`` in ``dtype`` measured on this GPU, or ``None``."""
+        return dict(self.moe).get(f"{kernel}/{dtype}")
 
 
 #: The GEMM kinds :func:`for_linear_gemms` takes: bf16 (also fp16), per-tensor fp8, block-scaled fp8.
@@ -325,7 +337,16 @@ def load_profile(path: Path) -> EfficiencyProfile:
         gemm_fp8_block=_section(data, "gemm_fp8_block", path, flops=True) if "gemm_fp8_block" in data else None,
         decode_attention_fp8_kv=(_section(data, "decode_attention_fp8_kv", path, flops=False)
                                  if "decode_attention_fp8_kv" in data else None),
+        moe=_moe_sections(data, path),
     )
+
+
+def _moe_sections(data: dict, path: Path) -> tuple[tuple[str, OperatorEfficiency], ...]:
+    """The ``moe`` mapping of an efficiency file: ``"<kernel>/<dtype>"`` -> a section with FLOPs terms."""
+    moe = data.get("moe", {})
+    if not isinstance(moe, dict) or not all(isinstance(k, str) and k.count("/") == 1 for k in moe):
+        raise InputError(f"{_where(path, 'moe')} must map '<kernel>/<dtype>' to sections")
+    return tuple((key, _section(moe, key, path, flops=True)) for key in sorted(moe))
 
 
 def _pairs(value: object, path: Path, field: str) -> tuple[tuple[float, float], ...]:

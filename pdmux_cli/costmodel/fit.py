@@ -13,6 +13,9 @@ Operator formulas (one kernel, whole GPU, datasheet ``B`` bytes/s and ``F`` FLOP
 - prefill attention, ``b`` sequences of ``L`` tokens: ``latency + b x max(kv(L) / (B x e_bw),
   flops(L) / (F x e_max x L / (L + half)))``; decode attention: ``latency + kv bytes / (B x e_bw)``;
 - element-wise ops of a layer over ``T`` tokens: ``latency + T x bytes per token / (B x e_bw)``;
+- one MoE layer's routed experts (SGLang's fused MoE), ``T`` tokens, top-``k`` of ``E`` experts ``w`` wide
+  with ``b`` bytes per weight, ``u`` experts touched: ``latency + max((u x 3 h w b + 2 T k (2h + 3w)) /
+  (B x e_bw), 2 T k 3 h w / (F x e_max x r / (r + half)))``, ``r = T k / u`` rows per touched expert;
 - an all-reduce of ``b`` bytes over ``N`` GPUs on a link of ``L`` bytes/s per direction:
   ``latency + 2 (N - 1) / N x b / (L x e_bw)`` (:mod:`pdmux_cli.costmodel.collectives`), per kernel
   (SGLang's custom all-reduce up to 8 MiB, NCCL above), GPU and rank count.
@@ -28,7 +31,15 @@ from dataclasses import dataclass
 
 from .collectives import CUSTOM_MAX_BYTES, LinkFit
 from .efficiency import OperatorEfficiency
-from .measurements import AicAttention, AicGemm, AllReduce, VidurLayer
+from .measurements import (
+    AIC_MOE_MODELS,
+    MOE_WEIGHT_BYTES,
+    AicAttention,
+    AicGemm,
+    AicMoe,
+    AllReduce,
+    VidurLayer,
+)
 from .partitions import BandwidthCurve, _soft_min
 
 #: Bytes of a 16-bit element (weights in the bf16 fits, activations, KV).
@@ -215,6 +226,109 @@ def fit_prefill_attention(points: Sequence[AicAttention], peak: float, hbm: floa
     e = OperatorEfficiency(latency, bandwidth_efficiency, peak_eff, half, source)
     error = median_abs_rel_error([predict_prefill_attention(e, p, peak, hbm) for p in points], measured)
     return OperatorEfficiency(latency, bandwidth_efficiency, peak_eff, half, source, error)
+
+
+# ---------------------------------------------------------------------------------------------------
+# MoE: one layer's routed experts (aiconfigurator's SGLang fused-MoE table)
+
+#: MoE dtypes whose grouped GEMMs run fp8 tensor-core math (their peak is the fp8 dense peak).
+MOE_FP8_MATH = ("fp8_block", "w4a8_mxfp4_mxfp8")
+
+#: Points with at most this many tokens fit the MoE's latency and weight-read bandwidth.
+MOE_MEMORY_TOKENS = 64
+
+
+def moe_bytes(p: AicMoe) -> float:
+    """Bytes one MoE point moves: the touched experts' weights (``touched x 3 x hidden x width``) plus the
+    16-bit activations of every routed row (in and out of both GEMMs: ``2 x (2 hidden + 3 width)``)."""
+    routed = p.tokens * p.top_k
+    return (p.touched * 3 * p.hidden * p.width * MOE_WEIGHT_BYTES[p.dtype]
+            + BF16 * routed * (2 * p.hidden + 3 * p.width))
+
+
+def moe_flops(p: AicMoe) -> float:
+    """FLOPs of one MoE point: ``2 x tokens x top_k x 3 x hidden x width``."""
+    return 2.0 * p.tokens * p.top_k * 3 * p.hidden * p.width
+
+
+def predict_moe(eff: OperatorEfficiency, p: AicMoe, peak: float, hbm: float) -> float:
+    """Seconds the model gives one MoE point on the whole GPU (``peak``: the dense FLOP/s of its math,
+    :data:`MOE_FP8_MATH`); the GEMM efficiency's size is the rows per touched expert."""
+    return eff.time_s(moe_bytes(p), moe_flops(p), p.tokens * p.top_k / p.touched, hbm, peak)
+
+
+#: A point whose touched weights fit in L2 is kept when reading them at the datasheet HBM bandwidth takes at
+#: most this share of its measured time: a cache can then move it by at most that much.
+MOE_L2_SHARE = 0.1
+
+
+def moe_weight_bytes(p: AicMoe) -> float:
+    """Bytes of the experts a MoE point touches: ``touched x 3 x hidden x width x bytes per weight``."""
+    return p.touched * 3 * p.hidden * p.width * MOE_WEIGHT_BYTES[p.dtype]
+
+
+def moe_fit_points(points: Sequence[AicMoe], hbm: float) -> list[AicMoe]:
+    """The points an MoE fit takes on a GPU of ``hbm`` datasheet bytes/s: weights beyond L2, or within it
+    but read at ``hbm`` in at most :data:`MOE_L2_SHARE` of the measured time (the collector replays the
+    same experts, which may then come from L2); for grouped-routing models
+    (:data:`~pdmux_cli.costmodel.measurements.AIC_MOE_MODELS`) 1 token only."""
+    return [p for p in points
+            if (not p.weights_fit_l2 or moe_weight_bytes(p) / hbm <= MOE_L2_SHARE * p.seconds)
+            and (p.tokens == 1 or not AIC_MOE_MODELS[p.model][4])]
+
+
+def _class_error(classes: Sequence[Sequence[int]]) -> Callable[[Sequence[float], Sequence[float]], float]:
+    """:func:`balanced_error` with the size classes computed once: ``classes`` lists each class's point
+    indices; the returned function takes ``(predicted, measured)``."""
+
+    def error(predicted: Sequence[float], measured: Sequence[float]) -> float:
+        return statistics.fmean(statistics.median(abs(predicted[i] - measured[i]) / measured[i] for i in members)
+                                for members in classes)
+
+    return error
+
+
+def _size_classes(sizes: Sequence[float]) -> list[list[int]]:
+    """Point indices by power-of-two class of ``sizes`` (as :func:`balanced_error` groups them)."""
+    classes: dict[int, list[int]] = {}
+    for i, size in enumerate(sizes):
+        classes.setdefault(int(math.log2(max(size, 1.0))), []).append(i)
+    return list(classes.values())
+
+
+def fit_moe(points: Sequence[AicMoe], peak: float, hbm: float, source: str) -> OperatorEfficiency:
+    """Fit one MoE kernel's ``latency`` (the layer's fixed time: routing, alignment, launches and tails of
+    its kernels) and weight-read ``bandwidth_efficiency`` on the points with at most
+    :data:`MOE_MEMORY_TOKENS` tokens, every weight-size class (powers of two of the touched weights' MB:
+    TP 1's large experts and TP 8's small ones) counting the same; then ``peak_efficiency`` and ``half``
+    (rows per touched expert) on every point, each token class counting the same (the objectives are
+    :func:`balanced_error`'s). ``points`` as :func:`moe_fit_points` keeps them; raises :class:`ValueError`
+    when there are none."""
+    if not points:
+        raise ValueError("no MoE points to fit")
+    # seconds at the datasheet bandwidth, at the dense peak, rows per touched expert: predict_moe, precomputed
+    memory_s = [moe_bytes(p) / hbm for p in points]
+    compute_s = [moe_flops(p) / peak for p in points]
+    rows = [p.tokens * p.top_k / p.touched for p in points]
+    measured = [p.seconds for p in points]
+    small = [i for i, p in enumerate(points) if p.tokens <= MOE_MEMORY_TOKENS] or list(range(len(points)))
+    small_meas = [measured[i] for i in small]
+    small_error = _class_error(_size_classes([moe_weight_bytes(points[i]) / 1e6 for i in small]))
+
+    def memory_objective(latency: float, bw: float) -> float:
+        return small_error([latency + memory_s[i] / bw for i in small], small_meas)
+
+    _, (latency, bw) = grid_search(memory_objective, [_frange(0.0, 80e-6, 4e-6), _frange(0.1, 1.0, 0.05)])
+    error = _class_error(_size_classes([p.tokens for p in points]))
+
+    def objective(peak_eff: float, half: float) -> float:
+        return error([latency + max(m / bw, c * (r + half) / (peak_eff * r))
+                      for m, c, r in zip(memory_s, compute_s, rows, strict=True)], measured)
+
+    _, (peak_eff, half) = grid_search(objective, [_frange(0.05, 1.0, 0.05), _log_range(1.0, 4096.0, 13)])
+    e = OperatorEfficiency(latency, bw, peak_eff, half, source)
+    median = median_abs_rel_error([predict_moe(e, p, peak, hbm) for p in points], measured)
+    return OperatorEfficiency(latency, bw, peak_eff, half, source, median)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ folder's README/LICENSE and in every CSV's ``#`` header:
 - ``nanoflow/``: bandwidth and GEMM FLOP/s vs SM count, and co-run interference, on an A100
   (efeslab/Nanoflow, Apache-2.0);
 - ``aiconfigurator/``: NVIDIA's per-operator tables for SGLang (PyPI aiconfigurator-core 0.12.0,
-  Apache-2.0): GEMMs, prefill (context) and decode (generation) attention, SGLang's custom all-reduce;
+  Apache-2.0): GEMMs, prefill (context) and decode (generation) attention, SGLang's custom all-reduce,
+  SGLang's fused MoE (one layer's routed experts);
 - ``vidur/network_*_all_reduce.csv``: NCCL all-reduce times on one DGX H100 / A100 node (Vidur);
 - ``sglang_greenctx/``: SGLang's green-context prefill and decode latency tables per SM count (H800,
   A100, RTX 3090), offline fits by the PD-multiplexing authors (sgl-project/sglang commit 56f74d24,
@@ -242,6 +243,69 @@ def aic_allreduce(gpu_key: str) -> list[AllReduce]:
     kinds = {"SGLang_CustomAllReduce_graph": "custom-graph", "SGLang_CustomAllReduce_eager": "custom-eager"}
     return [AllReduce(gpu_key, kinds[r["kernel"]], int(r["num_gpus"]), int(r["bytes"]), float(r["latency_ms"]) * 1e-3)
             for r in _rows(path) if r["kernel"] in kinds]
+
+
+#: The routed-expert shapes of aiconfigurator's MoE table as extracted (``benchmarks/aic_extract.py``
+#: ``MOE_MODELS``): model -> ``(hidden_size, moe_intermediate_size, routed experts, top-k, grouped routing)``,
+#: each the model's config.json (``profiles/models/``; a test checks them). Grouped routing (DeepSeek-V3: top-4
+#: of 8 expert groups) is kept at 1 token only.
+AIC_MOE_MODELS = {"DeepSeek-V3": (7168, 2048, 256, 8, True), "Qwen3-235B-A22B": (4096, 1536, 128, 8, False),
+                  "Qwen3-30B-A3B": (2048, 768, 128, 8, False), "Mixtral-8x7B": (4096, 14336, 8, 2, False),
+                  "gpt-oss-120b": (2880, 2880, 128, 4, False), "gpt-oss-20b": (2880, 2880, 32, 4, False)}
+
+#: Bytes per routed-expert weight of each MoE dtype of the table (MXFP4: 4 bits plus an 8-bit scale per 32).
+MOE_WEIGHT_BYTES = {"bf16": 2.0, "fp8_block": 1.0, "w4a16_mxfp4": 4.25 / 8, "w4a8_mxfp4_mxfp8": 4.25 / 8}
+
+
+@dataclass(frozen=True)
+class AicMoe:
+    """One aiconfigurator MoE point: one layer's routed experts of ``model`` (``hidden``, ``inter`` =
+    moe_intermediate_size before TP, ``experts``, ``top_k``) on one GPU, each expert ``inter / tp`` wide
+    (EP 1), for ``tokens`` tokens with the collector's balanced routing, run by SGLang's ``kernel``
+    (``"triton"``: Triton ``fused_moe``; ``"flashinfer_trtllm"``: FlashInfer's TRT-LLM-gen fused MoE) in
+    ``dtype`` (:data:`MOE_WEIGHT_BYTES`), took ``seconds`` (routing, both grouped GEMMs, activation, combine).
+    ``weights_fit_l2``: the touched experts' weights are smaller than the GPU's L2 (repeated calls may read
+    them from L2)."""
+
+    gpu: str
+    kernel: str
+    dtype: str
+    model: str
+    hidden: int
+    inter: int
+    experts: int
+    top_k: int
+    tp: int
+    tokens: int
+    seconds: float
+    weights_fit_l2: bool = False
+
+    @property
+    def width(self) -> int:
+        """One expert's intermediate width on the GPU: ``inter / tp``."""
+        return self.inter // self.tp
+
+    @property
+    def touched(self) -> int:
+        """Experts the balanced routing touches: ``min(experts, tokens x top_k)``."""
+        return min(self.experts, self.tokens * self.top_k)
+
+
+def aic_moe(gpu_key: str) -> list[AicMoe]:
+    """The MoE points of one GPU (``<gpu>_moe.csv``); empty where none is shipped."""
+    path = measurements_dir() / "aiconfigurator" / f"{_aic_name(gpu_key)}_moe.csv"
+    if not path.exists():
+        return []
+    out = []
+    for r in _rows(path):
+        shape = AIC_MOE_MODELS.get(r["model"])
+        if shape is None or r["dtype"] not in MOE_WEIGHT_BYTES:
+            raise InputError(f"measurement file {path}: unknown MoE model {r['model']!r} or dtype {r['dtype']!r}")
+        h, inter, experts, top_k, _ = shape
+        out.append(AicMoe(gpu_key, r["kernel"], r["dtype"], r["model"], h, inter, experts, top_k, int(r["tp"]),
+                          int(r["tokens"]), float(r["latency_ms"]) * 1e-3,
+                          str(r.get("weights_fit_l2", "")).strip() == "1"))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -18,6 +18,11 @@ On ``s`` of ``S`` SMs, with dense peak ``F`` and datasheet bandwidth ``B``:
   (SGLang quantizes neither), at ``F`` with the bf16 GEMM efficiency;
 - prefill attention of a sequence of ``L`` tokens (cached prefix included): FLOP/s
   ``F x s/S x attention_efficiency(L)``, bytes its KV cache; decode attention: every request's KV bytes;
+- a MoE layer's routed experts: the touched experts' weights plus their rows' activations, and
+  ``2 x rows x top-k x 3 x hidden x width`` FLOPs, as one fused operator with the fused-MoE efficiency SGLang's
+  kernel was measured at (``moe_routed``: its latency once per layer, its bandwidth, its peak at
+  ``moe_flops``, by rows per touched expert; :mod:`pdmux_cli.costmodel.moe`), the gated activation inside it;
+  where none was measured, two GEMMs at the linear layers' GEMM efficiency;
 - element-wise ops: bytes per token per layer, plus a fixed time per layer;
 - a prefill (or mixed) forward pass sharded over ``tp > 1`` GPUs: ``prefill_layer_s`` per layer on top
   of its operators, on any SMs (``common.yaml`` ``partitions``: fitted to SGLang's green-context tables,
@@ -79,7 +84,9 @@ class RooflineModel:
     ``notes``: lines for output (how the efficiencies were chosen). ``decode_fixed_s``: GPU time added to
     every decode step (a whole-GPU calibration's term for what the operators leave out).
     ``tp``: GPUs the model is sharded over (every number is then one rank's); ``collectives``: their
-    :class:`~pdmux_cli.costmodel.collectives.TpCollectives` (required when ``tp > 1``). ``serving``: the
+    :class:`~pdmux_cli.costmodel.collectives.TpCollectives` (required when ``tp > 1``). ``moe_flops``: the
+    datasheet dense FLOP/s of the routed experts' GEMMs when ``efficiency.moe_routed`` is set (the fp8 peak
+    for fp8-math MoE dtypes; ``None``: ``gemm_flops``). ``serving``: the
     request path's delays outside the scheduler (:class:`~pdmux_cli.costmodel.efficiency.ServingProfile`),
     which the simulator adds to TTFT; none by default.
     ``compute_capability``: the GPU's, which picks its bandwidth-vs-SMs family
@@ -112,6 +119,7 @@ class RooflineModel:
         tp: int = 1,
         collectives: Any = None,
         serving: ServingProfile = NO_SERVING_DELAYS,
+        moe_flops: float | None = None,
         compute_capability: tuple[int, int] | None = None,
     ) -> None:
         if calibration is not None and s_sat is not None:
@@ -134,6 +142,7 @@ class RooflineModel:
         self.notes = list(notes)
         self.decode_fixed_s = decode_fixed_s
         self.shapes: StepShapes = step_shapes(model, weight_bytes_per_param, tp)
+        self._init_moe(moe_flops)
         self.tp = tp
         if tp > 1 and collectives is None:
             raise InputError("a tensor-parallel cost model needs the GPUs' collectives (costmodel.collectives)")
@@ -253,18 +262,38 @@ class RooflineModel:
         return (eff or self.eff.gemm).time_s(gemm.bytes(rows), gemm.flops(rows), rows * self.total_sms / sms, bw,
                                              flops)
 
+    def _init_moe(self, moe_flops: float | None) -> None:
+        """The routed experts' terms: ``moe_peak`` (FLOP/s of their math) and the step's element-wise bytes
+        per token, less the routed experts' gated activation where the measured fused MoE includes it."""
+        shapes = self.shapes
+        self.moe_peak = float(moe_flops) if moe_flops else self.gemm_peak
+        per_token = shapes.elementwise_bytes_per_token * shapes.layers + shapes.embedding_bytes_per_token
+        ex = shapes.experts
+        if ex is not None and self.eff.moe_routed is not None:  # read 2 widths, write one per routed row
+            per_token -= ex.count * 3 * ex.top_k * ex.width * ACTIVATION_BYTES
+        self._elementwise_per_token = per_token
+
     def _experts_s(self, tokens: float, sms: int, bw: float, flops: float) -> float:
+        """Every MoE layer's routed experts over ``tokens`` tokens on ``sms`` SMs (uniform routing,
+        :meth:`~pdmux_cli.costmodel.operators.Experts.touched`); ``bw``, ``flops``: the phase's bytes/s and
+        16-bit FLOP/s before efficiencies. The measured fused MoE (``eff.moe_routed``) where there is one,
+        else two GEMMs a layer at the linear layers' GEMM efficiency."""
         ex = self.shapes.experts
         if ex is None or tokens <= 0:
             return 0.0
-        e = self.eff.gemm
         touched = ex.touched(tokens)
         routed = tokens * ex.top_k
         rows = routed / touched  # rows each touched expert sees
         weight = touched * ex.expert_params * ex.bytes_per_param
         act = ACTIVATION_BYTES * routed * (ex.hidden + 2 * ex.width + ex.width + ex.hidden)
+        moe = self.eff.moe_routed
+        if moe is not None:  # one fused operator a layer: its latency once
+            return ex.count * moe.time_s(weight + act, 2.0 * routed * ex.expert_params, rows * self.total_sms / sms,
+                                         bw, flops * self.moe_peak / self.peak)
+        e = self.eff.gemm
         memory = (weight + act) / (bw * e.bandwidth_efficiency)
-        compute = 2.0 * routed * ex.expert_params / (flops * e.flops_efficiency(rows * self.total_sms / sms))
+        compute = 2.0 * routed * ex.expert_params / (flops * self._gemm_ratio
+                                                     * e.flops_efficiency(rows * self.total_sms / sms))
         # a grouped GEMM for gate+up and one for down: two kernels a layer
         return ex.count * (2 * e.latency_s + max(memory, compute))
 
@@ -281,11 +310,11 @@ class RooflineModel:
             value = sum(g.count * (self._gemm_s(g, tokens, sms, bw, flops, head) if g.name == "router"
                                    else self._gemm_s(g, tokens, sms, bw, linear_flops))
                         for g in shapes.token_gemms)
-            value += self._experts_s(tokens, sms, bw, linear_flops)
+            value += self._experts_s(tokens, sms, bw, flops)
             el = self.eff.elementwise
             if tokens > 0:
-                per_token = shapes.elementwise_bytes_per_token * shapes.layers + shapes.embedding_bytes_per_token
-                value += shapes.layers * el.latency_s + tokens * per_token / (bw * el.bandwidth_efficiency)
+                value += (shapes.layers * el.latency_s
+                          + tokens * self._elementwise_per_token / (bw * el.bandwidth_efficiency))
             value += self.collectives_s(tokens)
             self._linear_cache[key] = value
         return value

@@ -30,7 +30,8 @@ on the CPU while the GPU runs round ``k``, so a round lasts ``max(GPU time, CPU 
    if short;
 4. one decode step runs on the decode partition (``d`` SMs, with co-run interference while the prefill
    stream is busy) and the next slice of :func:`pdmux_cli.policy.prefill_layers_per_round` layers is
-   submitted to the prefill stream (``p`` SMs);
+   submitted to the prefill stream (``p`` SMs), at most :attr:`PdmuxPolicy.max_split_forward_layers` of
+   them where the revision has that cap;
 5. SGLang waits for the decode stream only and processes its results on the CPU, with the overlap
    scheduler off (SGLang asserts it): **a round lasts one decode step plus the CPU's work**.
    The prefill stream runs asynchronously: a slice starts when submitted or when the previous slice
@@ -65,11 +66,13 @@ PROGRESS_EVERY = STEP_CHECK_EVERY
 class PdmuxPolicy:
     """SGLang's PD multiplexing with a pdmux YAML's knobs (``config``). ``unreleased_fallback``: when
     0.5.23 would crash (no manual threshold matches), use group 1 as SGLang's unreleased branches do,
-    instead of stopping."""
+    instead of stopping. ``max_split_forward_layers``: the cap on layers per round the chosen revision
+    applies (:func:`pdmux_cli.sglang_rules.layer_cap`; 0, the default, for revisions without it)."""
 
     config: PdmuxConfig = field(default_factory=PdmuxConfig)
     name: str = ""
     unreleased_fallback: bool = False
+    max_split_forward_layers: int = 0
 
     kind = "pdmux"
     chunk_tokens = -1  # chunked prefill is off under pdmux (SGLang asserts it)
@@ -420,7 +423,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 pf_p, pf_d = groups[group]
                 pf, pf_seqs = rids, seqs
                 layer_s = step_model.prefill_s(pf_p, seqs, pf_d if bs else 0) / layers
-                per_round = pol.prefill_layers_per_round(sum(new for new, _ in seqs), layers, budget)
+                per_round = pol.prefill_layers_per_round(sum(new for new, _ in seqs), layers, budget,
+                                                         policy.max_split_forward_layers)
                 submitted = 0
                 stream_free = t
         if finished_last_round:  # update_running_batch drops them: "full" clears one round late

@@ -12,7 +12,15 @@ The search space (every candidate is a :class:`~pdmux_cli.pdmux_config.PdmuxConf
 - each of those times each ``split_forward_token_budget``;
 - after them, SLO levels (:mod:`pdmux_cli.slo_levels`, ``pdmux gen-config --slo-itl``) for the ITL SLO
   times each of :data:`DEFAULT_SLO_MARGINS` (levels sized for ``0.9 x`` the SLO leave room for what the
-  cost model and the trace's context distribution miss), at the trace's contexts, times each budget.
+  cost model and the trace's context distribution miss), at the trace's contexts, times each budget;
+- where the SGLang revision caps layers per round (``max_split_forward_layers``, sgl-project/sglang
+  a64f33f0 ``multiplexing_mixin.py``; ``layer_caps``), the winner of the above again with each cap of
+  :data:`DEFAULT_LAYER_CAPS` (a cap only shortens a round that the budget rule makes longer, so it is
+  searched on the best budget and levels rather than multiplying every candidate).
+
+Under a revision whose ``divide_sm`` was not read (``manual_only``) SGLang's automatic levels are written as
+manual_divisions, as on Blackwell; with ``threshold_fallback`` a decode batch under every threshold takes
+group 1, as those revisions' code does, instead of the 0.5.23 crash.
 
 SGLang's defaults (``sm_group_num 8``, divisor 36, budget 65536) are always among the candidates.
 The same trace also runs through SGLang's other schedules, ``chunked`` at SGLang's default chunk size
@@ -50,6 +58,9 @@ DEFAULT_BUDGETS = (4096, 16384, 65536)
 DEFAULT_SLO_MARGINS = (1.0, 0.9, 0.8)
 #: The margins ``--slo-margins`` takes: above 0, at most this (a looser target than the SLO).
 MAX_SLO_MARGIN = 2.0
+#: ``max_split_forward_layers`` values tried on the winner where the revision reads the key (layers per
+#: round; the runbooks of the GLM-5.3/DeepSeek-V4 line use 1 and 2, 0 is the token-budget rule alone).
+DEFAULT_LAYER_CAPS = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True)
@@ -172,10 +183,12 @@ def candidates(
     divisors: Sequence[int] = DEFAULT_DIVISORS,
     budgets: Sequence[int] = DEFAULT_BUDGETS,
     single_levels: bool = True,
+    manual_only: bool = False,
 ) -> tuple[list[Candidate], int]:
     """The configs to try on a device of ``total_sms`` SMs and capability ``cc`` (module docstring).
 
-    ``sm_group_nums``: ``None`` for every value with distinct levels. Returns ``(candidates, skipped)``,
+    ``sm_group_nums``: ``None`` for every value with distinct levels. ``manual_only``: write SGLang's
+    automatic levels as manual_divisions (a revision whose divide_sm was not read). Returns ``(candidates, skipped)``,
     skipped = generated configs that fail :func:`pdmux_cli.pdmux_config.validate`. Raises
     :class:`InputError` when no valid candidate remains or an argument is out of range.
     """
@@ -220,7 +233,7 @@ def candidates(
             if g == pol.DEFAULT_SM_GROUP_NUM and pol.DEFAULT_DECODE_BS_DIVISOR not in divs:
                 divs.append(pol.DEFAULT_DECODE_BS_DIVISOR)
             for divisor in divs:
-                manual = plan.source != "sglang-auto"
+                manual = manual_only or plan.source != "sglang-auto"
                 if manual and divisor < levels:
                     skipped += 1
                     continue
@@ -274,6 +287,23 @@ def slo_candidates(trace: Trace, setup: Setup, slo_itl_ms: float, margins: Seque
     return out, []
 
 
+def with_layer_caps(candidate: Candidate, caps: Sequence[int]) -> list[Candidate]:
+    """``candidate`` with each ``max_split_forward_layers`` of ``caps`` (> 0, once each), described as such."""
+    from dataclasses import replace
+
+    if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in caps):
+        raise InputError(f"tune: layer caps must be integers >= 1, got {list(caps)}")
+    return [Candidate(replace(candidate.config, max_split_forward_layers=cap),
+                      f"{candidate.description}, max {cap} layer(s) per round") for cap in dict.fromkeys(caps)]
+
+
+def pdmux_policy(config: pc.PdmuxConfig, capped: bool = False, threshold_fallback: bool = False) -> PdmuxPolicy:
+    """The simulated pdmux for a candidate: its YAML's ``max_split_forward_layers`` applied where ``capped``
+    (the revision reads the key), the group-1 fallback where ``threshold_fallback``."""
+    cap = (config.max_split_forward_layers or 0) if capped else 0
+    return PdmuxPolicy(config, unreleased_fallback=threshold_fallback, max_split_forward_layers=cap)
+
+
 def _evaluate(args: tuple) -> tuple[float, float, float, float, int, tuple[float, float]]:
     trace, setup, policy, slo_ttft_ms, slo_itl_ms, dp, method = args
     result = simulate(trace, setup, policy, dp=dp, load_balance_method=method)
@@ -289,7 +319,8 @@ QUEUE_GROWTH = 2.0
 
 
 def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, slo_itl_ms: float,
-                  workers: int | None = None, dp: int = 1, load_balance_method: str = "round_robin") -> str | None:
+                  workers: int | None = None, dp: int = 1, load_balance_method: str = "round_robin",
+                  policy: PdmuxPolicy | None = None) -> str | None:
     """When ``row`` misses :data:`OVERLOAD_TARGET` because requests queue, one line saying so and the
     rate at which this config would meet the target (:func:`.capacity.capacity`); else ``None``.
 
@@ -297,7 +328,8 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
     token than the first quarter, and longer than the SLO (the queue grows: the trace's mean rate is
     more than the GPU serves), or when the p99 TTFT is past the SLO and :data:`QUEUE_GROWTH` times the
     longest prompt's prefill alone on the whole GPU (bursts queue up: TTFT is mostly waiting). ``dp``:
-    replicas behind a router (``load_balance_method``), as the row was simulated."""
+    replicas behind a router (``load_balance_method``), as the row was simulated; ``policy``: the row's
+    simulated pdmux (:func:`pdmux_policy`; default: its config under 0.5.23's rules)."""
     if row.slo_attainment >= OVERLOAD_TARGET:
         return None
     first, last = row.ttft_quarters_ms
@@ -312,7 +344,7 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
                 "with arrival times)")
     from .capacity import capacity
 
-    sized = capacity(trace, setup, [PdmuxPolicy(row.candidate.config)], slo_ttft_ms, slo_itl_ms,
+    sized = capacity(trace, setup, [policy or PdmuxPolicy(row.candidate.config)], slo_ttft_ms, slo_itl_ms,
                      target=OVERLOAD_TARGET, workers=workers, dp=dp, load_balance_method=load_balance_method).policies[0]
     where = "GPU" if dp * setup.tp == 1 else f"{dp * setup.tp} GPUs"
     if growing:
@@ -380,6 +412,9 @@ def tune(
     dp: int = 1,
     load_balance_method: str = "round_robin",
     slo_margins: Sequence[float] = DEFAULT_SLO_MARGINS,
+    layer_caps: Sequence[int] = (),
+    manual_only: bool = False,
+    threshold_fallback: bool = False,
 ) -> TuneResult:
     """Simulate ``trace`` under every candidate pdmux config and pick the best.
 
@@ -390,8 +425,10 @@ def tune(
     chunked at SGLang's default size for the GPU and mixed-chunk 512; ``()`` for none). ``dp``: every
     config and schedule runs as that many replicas behind a router (``load_balance_method``).
     ``slo_margins``: the SLO levels tried after the other candidates (:func:`slo_candidates`; ``()`` for none).
-    Raises :class:`InputError` for non-positive SLOs, a bad ``dp`` or method, a bad margin, or no valid
-    candidate.
+    ``layer_caps``: ``max_split_forward_layers`` values tried on the winner (``()``: the revision has no
+    cap; :data:`DEFAULT_LAYER_CAPS` where it has); ``manual_only``, ``threshold_fallback``: the revision's
+    rules (module docstring). Raises :class:`InputError` for non-positive SLOs, a bad ``dp`` or method, a
+    bad margin or cap, or no valid candidate.
     """
     for name, value in (("--slo-ttft", slo_ttft_ms), ("--slo-itl", slo_itl_ms)):
         if not (value > 0 and value != float("inf")):
@@ -399,7 +436,8 @@ def tune(
     dp = check_dp_value(dp)
     load_balance_method = check_load_balance_method(load_balance_method)
     cands, skipped = candidates(setup.total_sms, setup.compute_capability, sm_group_nums, divisors, budgets,
-                                single_levels)
+                                single_levels, manual_only)
+    with_layer_caps(cands[0], layer_caps)  # a bad cap is refused before any simulation
     known = {c.config for c in cands}
     slo_cands, slo_notes = slo_candidates(trace, setup, slo_itl_ms, slo_margins, budgets)
     cands += [c for c in slo_cands if c.config not in known]
@@ -412,22 +450,39 @@ def tune(
         schedules = (ChunkedPolicy(default_chunked_prefill_size(setup.memory_bytes)), MixedChunkPolicy(512))
     workers = min(workers or cores, cores, len(cands) + len(schedules))  # more processes than cores only cost memory
     cluster = (dp, load_balance_method)
-    tasks = [(trace, setup, PdmuxPolicy(c.config), slo_ttft_ms, slo_itl_ms, *cluster) for c in cands]
+    capped = bool(layer_caps)
+
+    def policy_of(config: pc.PdmuxConfig) -> PdmuxPolicy:
+        return pdmux_policy(config, capped, threshold_fallback)
+
+    tasks = [(trace, setup, policy_of(c.config), slo_ttft_ms, slo_itl_ms, *cluster) for c in cands]
     tasks += [(trace, setup, policy, slo_ttft_ms, slo_itl_ms, *cluster) for policy in schedules]
     outcomes: list[tuple] = []
-    if workers <= 1:
-        for task in tasks:
-            outcomes.append(_evaluate(task))
-            if progress:
-                progress(len(outcomes), len(tasks))
-    else:
-        with process_pool(workers) as pool:
-            for outcome in pool.map(_evaluate, tasks):
-                outcomes.append(outcome)
+
+    def run(batch: list[tuple], total: int) -> list[tuple]:
+        done: list[tuple] = []
+        if workers <= 1:
+            for task in batch:
+                done.append(_evaluate(task))
                 if progress:
-                    progress(len(outcomes), len(tasks))
+                    progress(len(outcomes) + len(done), total)
+        else:
+            with process_pool(workers) as pool:
+                for outcome in pool.map(_evaluate, batch):
+                    done.append(outcome)
+                    if progress:
+                        progress(len(outcomes) + len(done), total)
+        return done
+
+    outcomes += run(tasks, len(tasks) + (len(set(layer_caps)) if capped else 0))
     rows = [TuneRow(i, c, *o) for i, (c, o) in enumerate(zip(cands, outcomes))]
     others = [ScheduleRow(policy.label, *o[:4]) for policy, o in zip(schedules, outcomes[len(cands):], strict=True)]
+    if capped:  # the layer cap, on the winner so far (module docstring)
+        first = min(rows, key=lambda r: _rank_key(r, None))
+        extra = with_layer_caps(first.candidate, layer_caps)
+        outcomes += run([(trace, setup, policy_of(c.config), slo_ttft_ms, slo_itl_ms, *cluster) for c in extra],
+                        len(tasks) + len(extra))
+        rows += [TuneRow(len(rows) + i, c, *o) for i, (c, o) in enumerate(zip(extra, outcomes[len(tasks):]))]
     default = pc.PdmuxConfig()
     baseline = next((r.index for r in rows if r.candidate.config == default), None)
     if baseline is None:  # Blackwell: the defaults written as manual_divisions
@@ -439,7 +494,8 @@ def tune(
     notes = ([capped_note] if capped_note else []) + slo_notes
     if rows[best].older_sglang_crash_rounds:
         notes.append("SGLang 0.5.23 crashes with the winner (no manual_divisions threshold matched a decode batch)")
-    overload = overload_note(trace, setup, rows[best], slo_ttft_ms, slo_itl_ms, workers, dp, load_balance_method)
+    overload = overload_note(trace, setup, rows[best], slo_ttft_ms, slo_itl_ms, workers, dp, load_balance_method,
+                             policy_of(rows[best].candidate.config))
     if overload:
         notes.append(overload)
     return TuneResult(rows, best, baseline, skipped, workers, notes, others, gpus=dp * setup.tp,
