@@ -95,7 +95,8 @@ def _raise_for(signum: int) -> None:
 
 def _handler(signum: int, frame: Any) -> None:
     """The installed handler (SIGTERM, SIGHUP, SIGINT). In a child forked before its own initializer ran,
-    the signal's default action; while stopping already, nothing; inside :func:`deferred`, recorded."""
+    the signal ignored from then on (as :func:`worker_init` will); while stopping already, nothing; inside
+    :func:`deferred`, recorded; otherwise :class:`Terminated` (``KeyboardInterrupt`` for SIGINT) raised."""
     if os.getpid() != _STATE.pid:  # a forked worker that has not yet run worker_init: as it will
         signal.signal(signum, signal.SIG_IGN)
         return

@@ -240,3 +240,38 @@ def test_a_signal_while_the_cli_is_imported_leaves_quietly(signum) -> None:
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert run.returncode == 128 + signum and run.stderr == "" and run.stdout == ""
+
+
+def test_a_pool_whose_shutdown_never_returns_does_not_hold_the_stop(monkeypatch) -> None:
+    """Workers killed while one was sending its result leave the pool's manager thread reading the rest
+    of the message for ever (the parent holds the pipe's other end), and ``shutdown(wait=True)`` with it
+    (the sweep's one hang): the stop waits for it at most POOL_STOP_TIMEOUT_S."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from pdmux_cli.simulate import tune
+
+    monkeypatch.setattr(tune, "POOL_STOP_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(ProcessPoolExecutor, "shutdown", lambda self, wait=True, cancel_futures=False: time.sleep(30))
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), tune.process_pool(2):
+        raise KeyboardInterrupt
+    assert time.monotonic() - started < 5
+
+
+def test_a_stopped_run_leaves_without_the_exit_time_joins(tmp_path) -> None:
+    """After a stop (143) the entry point leaves at once: an exit-time join that never returns (a pool's
+    thread stuck where the signal landed) does not keep the process."""
+    code = ("import atexit, time, sys\n"
+            "atexit.register(lambda: time.sleep(60))\n"
+            "import pdmux_cli.cli as cli\n"
+            "def stopped():\n"
+            "    print('partial line', flush=False)\n"
+            "    raise SystemExit(143)\n"
+            "cli.main = stopped\n"
+            "from pdmux_cli.entry import main\n"
+            "main()\n")
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 143 and run.stdout == "partial line\n"
+    assert time.monotonic() - started < 20

@@ -33,12 +33,15 @@ then candidate order), so the result is the same for any number of workers.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import pdmux_config as pc
 from .. import policy as pol
@@ -361,6 +364,39 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
             f"{trace.mean_qps:.3g} req/s (pdmux capacity sizes every policy)")
 
 
+#: How long a failed or stopped run waits for its process pool's own shutdown, s (normally instant).
+POOL_STOP_TIMEOUT_S = 5.0
+
+
+def _quiet_shutdown(pool: ProcessPoolExecutor) -> None:
+    """``pool.shutdown`` after its workers were killed: what it raises then (a pipe the dead workers
+    closed) changes nothing and would only print a thread's traceback."""
+    with contextlib.suppress(BaseException):
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _close_killed_pool(pool: ProcessPoolExecutor) -> None:
+    """Shut ``pool`` down once its workers are killed, waiting at most :data:`POOL_STOP_TIMEOUT_S`. The
+    pool's own threads (its manager, the queues' feeders) may fail on the dead workers' pipes meanwhile:
+    their tracebacks are dropped (this pool only; any other thread's still print)."""
+    own = {"pdmux-pool-shutdown", "QueueFeederThread"}
+    manager = getattr(pool, "_executor_manager_thread", None)
+    previous = threading.excepthook
+
+    def hook(args: Any) -> None:
+        if args.thread is not None and (args.thread is manager or args.thread.name in own):
+            return
+        previous(args)
+
+    threading.excepthook = hook
+    try:
+        closer = threading.Thread(target=_quiet_shutdown, args=(pool,), name="pdmux-pool-shutdown", daemon=True)
+        closer.start()
+        closer.join(POOL_STOP_TIMEOUT_S)
+    finally:
+        threading.excepthook = previous
+
+
 @contextmanager
 def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     """A process pool of ``workers`` that never outlives an interrupted or failed caller: on Ctrl-C,
@@ -381,7 +417,11 @@ def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     except BaseException as exc:
         for process in list((getattr(pool, "_processes", None) or {}).values()):  # private: no public way
             process.kill()  # SIGKILL: the workers ignore SIGTERM
-        pool.shutdown(wait=True, cancel_futures=True)  # the workers are gone: returns at once, nothing left to join
+        # The workers are gone, so this returns at once, unless a Ctrl-C or stop signal landed inside the
+        # executor's own bookkeeping (a lock taken and never released: Python raises between the two):
+        # then the shutdown is left to itself after POOL_STOP_TIMEOUT_S rather than waited for forever
+        # (the entry point leaves without joining it, pdmux_cli.entry).
+        _close_killed_pool(pool)
         if isinstance(exc, BrokenProcessPool):
             raise PdmuxError("a worker process died before finishing its simulation (out of memory, or killed): "
                              "run again, with fewer --workers if memory is short") from None
