@@ -93,7 +93,7 @@ def cases() -> list[Case]:
     ]
     trace = {"trace.csv": _azure_trace(3000), "c.yaml": "sm_group_num: 6\n"}
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        for delay in (0.4, 1.2, 2.5):
+        for delay in (0.3, 0.7, 1.1, 1.5, 2.0, 2.6):
             for group in (False, True):
                 label, args = long_runs[(len(out)) % len(long_runs)]
                 add("signals", f"{signal.Signals(signum).name} {'group' if group else 'pid'} at {delay}s: {label}",
