@@ -126,16 +126,13 @@ def _positive_float(value: object) -> float | None:
     return number if number is not None and 0 < number < 1e6 else None
 
 
-def parse_one_batch(text: str, source: str) -> tuple[list[OneBatchPoint], list[str]]:
-    """The points of a one-batch JSONL text, and a description of each line not used (blank lines are
-    ignored). Raises :class:`InputError` when no line is a result."""
-    points: list[OneBatchPoint] = []
-    problems: list[str] = []
+def _json_objects(text: str, problems: list[str]) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` of each JSON-object line of a JSONL text (blank lines skipped); a line
+    that is not one is described in ``problems``."""
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line:
             continue
-        where = f"{source}:{number}"
         try:
             data = json.loads(line)
         except (json.JSONDecodeError, ValueError, RecursionError):
@@ -144,6 +141,16 @@ def parse_one_batch(text: str, source: str) -> tuple[list[OneBatchPoint], list[s
         if not isinstance(data, dict):
             problems.append(f"line {number}: not a JSON object")
             continue
+        yield number, data
+
+
+def parse_one_batch(text: str, source: str) -> tuple[list[OneBatchPoint], list[str]]:
+    """The points of a one-batch JSONL text, and a description of each line not used (blank lines are
+    ignored). Raises :class:`InputError` when no line is a result."""
+    points: list[OneBatchPoint] = []
+    problems: list[str] = []
+    for number, data in _json_objects(text, problems):
+        where = f"{source}:{number}"
         sizes = {k: _positive_int(data.get(k)) for k in ("batch_size", "input_len", "output_len")}
         missing = [k for k, v in sizes.items() if v is None]
         prefill = _positive_float(data.get("prefill_latency"))
@@ -286,18 +293,7 @@ def parse_bench_serving(text: str, source: str) -> tuple[list[BenchServingResult
     description of each line not used. Raises :class:`InputError` when no line is a run."""
     results: list[BenchServingResult] = []
     problems: list[str] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            data = json.loads(line)
-        except (json.JSONDecodeError, ValueError, RecursionError):
-            problems.append(f"line {number}: not JSON")
-            continue
-        if not isinstance(data, dict):
-            problems.append(f"line {number}: not a JSON object")
-            continue
+    for number, data in _json_objects(text, problems):
         got = _bench_serving_line(data, f"{source}:{number}")
         if isinstance(got, str):
             problems.append(f"line {number}: {got}")

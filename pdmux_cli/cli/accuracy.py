@@ -18,6 +18,23 @@ def _pct(value: float) -> str:
     return "-" if not math.isfinite(value) else f"{value:.1%}"
 
 
+def _terms_table(terms: list, title: str, first: str) -> object:
+    """The accuracy table: a row per term (median, p90 and median signed error, the worst point's)."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for col, just in ((first, "left"), ("method", "left"), ("points", "right"), ("median", "right"),
+                      ("p90", "right"), ("bias", "right"), ("worst", "right")):
+        table.add_column(col, justify=just)
+    for t in terms:
+        worst = t.worst
+        table.add_row(t.term, t.method, str(len(t.points)), _pct(t.median_abs_error), _pct(t.p90_abs_error),
+                      f"{t.median_error:+.1%}", f"{worst.error:+.0%}" if worst else "-")
+    table.caption = "bias: median signed error (> 0: the model predicts too long or too much)"
+    table.caption_justify = "left"
+    return table
+
+
 @app.command()
 def accuracy(
     as_json: bool = typer.Option(False, "--json", help="Print JSON (errors as fractions: 0.05 = 5%)."),
@@ -41,21 +58,8 @@ def accuracy(
     if as_json:
         print_json({"terms": [term_dict(t) for t in terms]})
         return
-    from rich.table import Table
-
-    table = Table(title="Roofline cost model vs measurements (|predicted - measured| / measured)",
-                  title_justify="left")
-    for col, just in (("term", "left"), ("method", "left"), ("points", "right"), ("median", "right"),
-                      ("p90", "right"), ("bias", "right"), ("worst", "right")):
-        table.add_column(col, justify=just)
-    for t in terms:
-        worst = t.worst
-        table.add_row(t.term, t.method, str(len(t.points)), _pct(t.median_abs_error), _pct(t.p90_abs_error),
-                      f"{t.median_error:+.1%}", f"{worst.error:+.0%}" if worst else "-")
-    table.caption = "bias: median signed error (> 0: the model predicts too long or too much)"
-    table.caption_justify = "left"
     con = console()
-    con.print(table)
+    con.print(_terms_table(terms, "Roofline cost model vs measurements (|predicted - measured| / measured)", "term"))
     for t in terms:
         if t.worst is not None:
             con.print(f"worst {t.term}: {t.worst.what} ({t.worst.error:+.0%}); data: {t.data}", soft_wrap=True)
@@ -96,18 +100,8 @@ def _serving(as_json: bool, show_runs: bool, workers: int | None) -> None:
         con.print(table)
         for o in outcomes:
             con.print(f"{o.run.id}: {o.error or o.run.command()}", soft_wrap=True)
-    table = Table(title="Simulated SGLang server vs public serving runs (|predicted - measured| / measured)",
-                  title_justify="left")
-    for col, just in (("metric", "left"), ("method", "left"), ("points", "right"), ("median", "right"),
-                      ("p90", "right"), ("bias", "right"), ("worst", "right")):
-        table.add_column(col, justify=just)
-    for t in terms:
-        worst = t.worst
-        table.add_row(t.term, t.method, str(len(t.points)), _pct(t.median_abs_error), _pct(t.p90_abs_error),
-                      f"{t.median_error:+.1%}", f"{worst.error:+.0%}" if worst else "-")
-    table.caption = "bias: median signed error (> 0: the model predicts too long or too much)"
-    table.caption_justify = "left"
-    con.print(table)
+    con.print(_terms_table(terms, "Simulated SGLang server vs public serving runs (|predicted - measured| / measured)",
+                           "metric"))
     for t in terms:
         if t.worst is not None:
             con.print(f"worst {t.term}: {t.worst.what} ({t.worst.error:+.0%})", soft_wrap=True)

@@ -164,19 +164,9 @@ def calibrate(
                          "with measurements of a single-GPU server")
     from ..costmodel import build_step_model
     from ..costmodel.calibrate import check_points, fit_whole_gpu, points_from
-    from ..hardware import find_gpu_or_file
-    from ..kv_cache import check_kv_options, resolve_kv_cache
-    from ..model import load_model
     from ..sglang_measurements import read_one_batch, read_server_log
-    from ..simulate.engine import check_bytes_per_element
 
-    check_kv_options(kv_cache_dtype, kv_bytes)
-    check_bytes_per_element(kv_bytes, "--kv-bytes")
-    if not gpu.strip():
-        raise InputError("--gpu is empty: give a GPU name such as h100")
-    profile = find_gpu_or_file(gpu)
-    mdl = load_model(model)
-    kv_bytes = resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes).bytes_per_element
+    profile, mdl, kv_bytes = _measured(gpu, model, kv_bytes, kv_cache_dtype)
     one_batch, problems, sources = [], [], []
     for path in sglang_bench:
         points, bad = read_one_batch(path)
@@ -253,6 +243,22 @@ def calibrate(
         con.print(f"wrote {output}; use it with --calibration {output} (estimate, simulate, tune)", soft_wrap=True)
 
 
+def _measured(gpu: str, model: str, kv_bytes: float | None, kv_cache_dtype: str | None) -> tuple[Any, Any, float]:
+    """The GPU profile, the model and the KV bytes per element the measurements were taken with (SGLang's
+    ``--kv-cache-dtype`` or ``--kv-bytes``); :class:`InputError` for bad values."""
+    from ..hardware import find_gpu_or_file
+    from ..kv_cache import check_kv_options, resolve_kv_cache
+    from ..model import load_model
+    from ..simulate.engine import check_bytes_per_element
+
+    check_kv_options(kv_cache_dtype, kv_bytes)
+    check_bytes_per_element(kv_bytes, "--kv-bytes")
+    if not gpu.strip():
+        raise InputError("--gpu is empty: give a GPU name such as h100")
+    mdl = load_model(model)
+    return find_gpu_or_file(gpu), mdl, resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes).bytes_per_element
+
+
 def _fit_serving(cal: Any, files: list[Path], model: str, gpu: str, tp: int, kv_bytes: float | None,
                  workers: int | None) -> tuple[Any, tuple]:
     """``cal`` with the serving terms fitted to ``files`` (bench_serving results), and what to show:
@@ -312,18 +318,8 @@ def _calibrate_serving(files: list[Path], model: str, gpu: str, tp: int, kv_byte
                        kv_cache_dtype: str | None, workers: int | None, output: Path | None, as_json: bool) -> None:
     """``pdmux calibrate --bench-serving`` alone: a calibration with only the serving terms."""
     from ..calibration import Calibration, dump_calibration
-    from ..hardware import find_gpu_or_file
-    from ..kv_cache import check_kv_options, resolve_kv_cache
-    from ..model import load_model
-    from ..simulate.engine import check_bytes_per_element
 
-    check_kv_options(kv_cache_dtype, kv_bytes)
-    check_bytes_per_element(kv_bytes, "--kv-bytes")
-    if not gpu.strip():
-        raise InputError("--gpu is empty: give a GPU name such as h100")
-    profile = find_gpu_or_file(gpu)
-    mdl = load_model(model)
-    kv = resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes).bytes_per_element
+    profile, mdl, kv = _measured(gpu, model, kv_bytes, kv_cache_dtype)
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     cal = Calibration(gpu_name=profile.name, sm_count=profile.require_sm_count(),
                       compute_capability=tuple(profile.compute_capability), date=today,
