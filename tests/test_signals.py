@@ -23,8 +23,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _session(sid: int) -> list[int]:
-    """Live (not zombie) processes of session ``sid``: the pdmux process and everything it started."""
+def _session(sid: int, zombies: bool = False) -> list[int]:
+    """Processes of session ``sid`` (zombies too with ``zombies``): the pdmux process and what it started."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -34,7 +34,7 @@ def _session(sid: int) -> list[int]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[3]) == sid and fields[0] != "Z":
+        if int(fields[3]) == sid and (zombies or fields[0] != "Z"):
             found.append(int(entry))
     return found
 
@@ -71,9 +71,9 @@ def _finish(proc: subprocess.Popen) -> tuple[int, str]:
         proc.communicate()
         pytest.fail("stdout/stderr still open 20 s after the signal: a caller waiting on them hangs")
     deadline = time.monotonic() + 5
-    while _session(proc.pid) and time.monotonic() < deadline:
+    while _session(proc.pid, zombies=True) and time.monotonic() < deadline:
         time.sleep(0.02)
-    left = _session(proc.pid)
+    left = _session(proc.pid, zombies=proc.returncode != -signal.SIGKILL)  # a parent killed outright reaps none
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"processes left behind: {left}"

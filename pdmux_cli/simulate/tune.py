@@ -37,6 +37,7 @@ import contextlib
 import math
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -375,10 +376,15 @@ def _quiet_shutdown(pool: ProcessPoolExecutor) -> None:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _close_killed_pool(pool: ProcessPoolExecutor) -> None:
-    """Shut ``pool`` down once its workers are killed, waiting at most :data:`POOL_STOP_TIMEOUT_S`. The
-    pool's own threads (its manager, the queues' feeders) may fail on the dead workers' pipes meanwhile:
-    their tracebacks are dropped (this pool only; any other thread's still print)."""
+def _kill_pool(pool: ProcessPoolExecutor) -> None:
+    """Kill ``pool``'s workers (SIGKILL: they ignore the stop signals), reap them, and shut the pool down,
+    waiting at most :data:`POOL_STOP_TIMEOUT_S` in all. Shutting down normally returns at once; but workers
+    killed while one was sending its result leave the pool's manager thread reading the rest of the
+    message for ever (the parent holds the pipe's other end), and ``shutdown(wait=True)`` with it: the
+    shutdown then runs on in a daemon thread (the entry point leaves a stopped run without joining it,
+    :mod:`pdmux_cli.entry`). The pool's own threads (its manager, the queues' feeders) may fail on the
+    dead workers' pipes meanwhile (a cancelled future set again, a closed handle): their tracebacks are
+    dropped, this pool's only."""
     own = {"pdmux-pool-shutdown", "QueueFeederThread"}
     manager = getattr(pool, "_executor_manager_thread", None)
     previous = threading.excepthook
@@ -390,9 +396,16 @@ def _close_killed_pool(pool: ProcessPoolExecutor) -> None:
 
     threading.excepthook = hook
     try:
+        deadline = time.monotonic() + POOL_STOP_TIMEOUT_S
+        processes = list((getattr(pool, "_processes", None) or {}).values())  # private: no public way
+        for process in processes:
+            process.kill()
+        for process in processes:  # reaped here: no zombie once a stopped run leaves without the pool's joins
+            with contextlib.suppress(Exception):
+                process.join(max(0.0, deadline - time.monotonic()))
         closer = threading.Thread(target=_quiet_shutdown, args=(pool,), name="pdmux-pool-shutdown", daemon=True)
         closer.start()
-        closer.join(POOL_STOP_TIMEOUT_S)
+        closer.join(max(0.1, deadline - time.monotonic()))
     finally:
         threading.excepthook = previous
 
@@ -415,13 +428,7 @@ def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     try:
         yield pool
     except BaseException as exc:
-        for process in list((getattr(pool, "_processes", None) or {}).values()):  # private: no public way
-            process.kill()  # SIGKILL: the workers ignore SIGTERM
-        # The workers are gone, so this returns at once, unless a Ctrl-C or stop signal landed inside the
-        # executor's own bookkeeping (a lock taken and never released: Python raises between the two):
-        # then the shutdown is left to itself after POOL_STOP_TIMEOUT_S rather than waited for forever
-        # (the entry point leaves without joining it, pdmux_cli.entry).
-        _close_killed_pool(pool)
+        _kill_pool(pool)
         if isinstance(exc, BrokenProcessPool):
             raise PdmuxError("a worker process died before finishing its simulation (out of memory, or killed): "
                              "run again, with fewer --workers if memory is short") from None
