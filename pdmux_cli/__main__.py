@@ -1,5 +1,5 @@
-"""``python -m pdmux_cli`` runs the ``pdmux`` command."""
+"""``python -m pdmux_cli`` runs the ``pdmux`` command (:mod:`pdmux_cli.entry`)."""
 
-from .cli import main
+from .entry import main
 
 main()

@@ -473,6 +473,14 @@ def estimate(
     rows = [PolicyRow("decode-only", "decode only (ref.)", base_s * 1e3, None, None, None)]
 
     whole_prefill_s = hidden(full.prefill_s(total, [(prompt, 0)]) + per_request)
+    if scenario.cost_model == "chapter":
+        weights_once_s = full.decode_s(total, 1, 0.0)  # every weight read once, at the chapter's bandwidth
+        if whole_prefill_s < weights_once_s:
+            notes.append(
+                f"chapter model: the {prompt}-token prefill ({whole_prefill_s * 1e3:.3g} ms) is shorter than reading "
+                f"the weights once ({weights_once_s * 1e3:.3g} ms): the chapter times prefill by its FLOPs alone "
+                "(its design, for prompts long enough to be compute-bound), so short prompts are too fast here; "
+                "--cost-model roofline times both")
     rows.append(
         PolicyRow("prefill-first", "prefill first", (whole_prefill_s + base_s) * 1e3, 1, whole_prefill_s * 1e3, 0)
     )
@@ -553,8 +561,8 @@ def estimate(
             ", or fewer bytes per weight"
         notes.insert(
             0,
-            f"does not fit: {model.name} needs {memory.weight_bytes / 1e9:.1f} GB of weights + "
-            f"{memory.kv_cache_bytes / 1e9:.1f} GB of KV cache{per} > {memory.gpu_memory_bytes / 1e9:.1f} GB on "
+            f"does not fit: {model.name} needs {memory.weight_bytes / 2**30:.1f} GiB of weights + "
+            f"{memory.kv_cache_bytes / 2**30:.1f} GiB of KV cache{per} > {memory.gpu_memory_bytes / 2**30:.1f} GiB on "
             f"{gpu.name}; the times in the table are hypothetical ({hint})",
         )
     elif not memory.pdmux_mem_fraction:

@@ -207,6 +207,18 @@ def _text(data: dict, field: str, where: str, default: str | None = None) -> str
     return value.strip()
 
 
+#: Longest GPU name a profile may give, characters (the driver's names are under 40; every table shows it).
+MAX_NAME_CHARS = 120
+
+
+def _name(data: dict, where: str) -> str:
+    name = _text(data, "name", where)
+    if len(name) > MAX_NAME_CHARS:
+        raise InputError(f"{where}: field 'name' is {len(name):,} characters; give at most {MAX_NAME_CHARS} (as the "
+                         f"driver reports it, e.g. 'NVIDIA H100 80GB HBM3')")
+    return name
+
+
 def _gpu_from_mapping(data: object, key: str, where: str) -> Gpu:
     """Validate one parsed profile and build its :class:`Gpu`. ``where`` names the file in errors."""
     if not isinstance(data, dict):
@@ -235,7 +247,7 @@ def _gpu_from_mapping(data: object, key: str, where: str) -> Gpu:
             f"{where}: field 'compute_capability' must be MAJOR.MINOR text like \"9.0\", got {short_repr(cc_raw)}"
         )
     try:
-        cc = parse_compute_capability(cc_raw)
+        cc = check_known_capability(parse_compute_capability(cc_raw))  # as --cc: no invented capability
     except InputError as exc:
         raise InputError(f"{where}: field 'compute_capability': {exc}") from None
 
@@ -256,7 +268,7 @@ def _gpu_from_mapping(data: object, key: str, where: str) -> Gpu:
 
     return Gpu(
         key=key,
-        name=_text(data, "name", where),
+        name=_name(data, where),
         aliases=tuple(a.strip() for a in aliases),
         sm_count=sm_count,
         compute_capability=cc,

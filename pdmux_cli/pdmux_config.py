@@ -522,6 +522,19 @@ def validate(
                 "both",
             )
         )
+    if total_sms is not None:
+        for where, value in (("sm_group_num", n), ("--sm-group-num", cli_sm_group_num)):
+            if value is not None and value > policy.sm_group_num_limit(total_sms):
+                problems.append(
+                    Problem(
+                        where,
+                        f"is {short_repr(value)}, more stream groups than the GPU has SMs ({total_sms}): SGLang builds "
+                        "a decode attention backend and its CUDA graphs for every group (attention_backend_setup.py), "
+                        f"and no split level can use more than one per SM; give at most "
+                        f"{policy.sm_group_num_limit(total_sms)} (default {policy.DEFAULT_SM_GROUP_NUM})",
+                        "pdmux",
+                    )
+                )
     if cli_sm_group_num is not None and cli_sm_group_num != n:
         groups = stream_group_count(config, total_sms, cc)
         crash = cli_sm_group_num < groups
@@ -837,7 +850,7 @@ def parse_divisions(text: str) -> tuple[tuple[int, int, int], ...]:
                 f"--divisions entry {position} {item!r} has {len(parts)} number(s), needs 3: "
                 "PREFILL_SMS:DECODE_SMS:DECODE_BS_THRESHOLD"
             )
-        if not all(re.fullmatch(r"[+-]?\d+", part) for part in parts):
+        if not all(re.fullmatch(r"[+-]?[0-9]+", part) for part in parts):  # ASCII: \d also takes '٣'
             raise InputError(f"--divisions entry {position} {item!r} is not three integers (e.g. 112:20:0)")
         entries.append((int(parts[0]), int(parts[1]), int(parts[2])))
     return tuple(entries)
@@ -849,12 +862,16 @@ def launch_flags(config_path: str, sm_group_num: int, tp: int = 1) -> list[str]:
     ``--sm-group-num`` must equal the YAML's sm_group_num (unreleased SGLang; 0.5.23 crashes with
     fewer); SGLang 0.5.23 requires ``--chunked-prefill-size -1`` given explicitly and the overlap
     schedule disabled. ``tp > 1`` adds ``--tp-size N`` (every rank loads the same YAML and builds the
-    same stream groups on its own GPU).
+    same stream groups on its own GPU). A relative path starting with ``-`` is written ``./-...``:
+    SGLang's argparse would read ``--weird.yaml`` as an option, not as the flag's value.
     """
+    path = str(config_path)
+    if path.startswith("-"):
+        path = "./" + path
     flags = [
         "--enable-pdmux",
         "--pdmux-config-path",
-        str(config_path),
+        path,
         "--sm-group-num",
         str(sm_group_num),
         "--chunked-prefill-size",

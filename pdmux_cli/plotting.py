@@ -11,7 +11,42 @@ from pathlib import Path
 from typing import Any
 
 from .atomic import atomic_output
-from .errors import InputError
+from .errors import InputError, PdmuxError
+
+#: What to install for ``--plot`` (pyproject.toml's ``plot`` extra).
+PLOT_INSTALL = "pip install 'pdmux[plot]' (or pip install matplotlib)"
+
+
+def agg_classes() -> tuple[Any, Any]:
+    """matplotlib's ``FigureCanvasAgg`` and ``Figure``, imported on first use.
+
+    ``MPLBACKEND`` is not consulted: pdmux draws on the Agg canvas and never uses a display backend,
+    but matplotlib validates the variable when it is imported and raises ``ValueError`` for a name it
+    does not know (``MPLBACKEND=frob``); the import runs without it, and without the warning matplotlib
+    logs when ``MPLCONFIGDIR`` cannot be written (it uses a temporary folder then). Raises :class:`InputError` when
+    matplotlib is not installed (naming the ``pdmux[plot]`` extra) and :class:`PdmuxError` (exit 1)
+    when it is installed but fails to import.
+    """
+    import logging
+    import os
+
+    saved = os.environ.pop("MPLBACKEND", None)
+    logger = logging.getLogger("matplotlib")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # its import logs a warning when MPLCONFIGDIR is not writable: not ours to show
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise InputError(f"--plot needs matplotlib: {PLOT_INSTALL}") from None
+    except Exception as exc:  # noqa: BLE001 - a broken installation or matplotlibrc: one line, exit 1
+        raise PdmuxError(f"--plot: matplotlib failed to start ({' '.join(str(exc).split())[:200]}); check its "
+                         "installation and matplotlibrc") from None
+    finally:
+        logger.setLevel(level)
+        if saved is not None:
+            os.environ["MPLBACKEND"] = saved
+    return FigureCanvasAgg, Figure
 
 
 @contextmanager
@@ -20,7 +55,8 @@ def png_figure(path: str | Path, figsize: tuple[float, float], title: str = "") 
     an error, lay it out and write it to ``path`` as a PNG (110 dpi). ``title``: wrapped to 100
     characters above the panels.
 
-    Raises :class:`InputError` when matplotlib is not installed or ``path``'s folder does not exist.
+    Raises :class:`InputError` when matplotlib is not installed or ``path``'s folder does not exist
+    (:func:`agg_classes`).
     """
     import textwrap
 
@@ -28,15 +64,11 @@ def png_figure(path: str | Path, figsize: tuple[float, float], title: str = "") 
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(f"cannot write {target}: folder {folder} does not exist")
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise InputError("--plot needs matplotlib (pip install matplotlib)") from None
+    canvas_class, figure_class = agg_classes()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # e.g. a log axis with one point: matplotlib warns, the plot is fine
-        fig = Figure(figsize=figsize, dpi=110)
-        FigureCanvasAgg(fig)
+        fig = figure_class(figsize=figsize, dpi=110)
+        canvas_class(fig)
         yield fig
         if title:
             fig.suptitle(textwrap.fill(title, 100), fontsize=8)

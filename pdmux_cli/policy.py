@@ -174,6 +174,26 @@ def _pick_levels(total_sms: int, min_per_part: int, multiple: int, levels: int, 
     return [Split(x, total_sms - x) for x in reversed(cand)]
 
 
+def sm_group_num_limit(total_sms: int) -> int:
+    """The largest ``sm_group_num`` pdmux takes for a GPU of ``total_sms`` SMs: one stream group per SM,
+    plus the two whole-GPU groups. SGLang 0.5.23 builds a decode attention backend, with its CUDA graphs,
+    for every one of ``--sm-group-num`` groups (``attention_backend_setup.py``) however few splits the
+    automatic rule finds (``divide_sm`` keeps at most the candidate splits), so a larger count is memory
+    and start-up time spent on groups no level can use."""
+    return total_sms + 2
+
+
+def check_sm_group_num(value: int | None, total_sms: int, what: str = "--sm-group-num") -> int | None:
+    """``value`` (``None`` passes) when at most :func:`sm_group_num_limit`; else :class:`InputError`
+    naming ``what`` and the limit."""
+    if value is None or value <= sm_group_num_limit(total_sms):
+        return value
+    raise InputError(
+        f"{what} {short_repr(value)}: more stream groups than the GPU has SMs ({total_sms}); SGLang builds a decode "
+        f"attention backend and its CUDA graphs for every group, and no split level can use more than one per SM: "
+        f"give at most {sm_group_num_limit(total_sms)} (SGLang's default: {DEFAULT_SM_GROUP_NUM})")
+
+
 def stream_groups(total_sms: int, major: int, sm_group_num: int = DEFAULT_SM_GROUP_NUM, minor: int = 0) -> list[Split]:
     """SGLang's stream groups: ``[(total, 0)] + divide_sm(...) + [(0, total)]``.
 

@@ -182,8 +182,8 @@ def estimate_table(est: Estimate) -> Any:
          f"({est.level_source}); prefill split into {est.layers_per_round} layers per round, "
          f"{est.prefill_rounds} rounds"),
         f"cost model: {est.throughput_source}; dense math in {est.flops_dtype}",
-        (f"memory{' per GPU' if est.tp > 1 else ''}: {est.memory.weight_bytes / 1e9:.1f} GB weights + "
-         f"{est.memory.kv_cache_bytes / 1e9:.1f} GB KV of {est.memory.gpu_memory_bytes / 1e9:.1f} GB"),
+        (f"memory{' per GPU' if est.tp > 1 else ''}: {est.memory.weight_bytes / 2**30:.1f} GiB weights + "
+         f"{est.memory.kv_cache_bytes / 2**30:.1f} GiB KV of {est.memory.gpu_memory_bytes / 2**30:.1f} GiB"),
         *est.notes,
     ]
     table.caption = "\n".join(caption)

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from .errors import InputError, short_repr
 from .input_files import check_input_file, read_input_text, unreadable
-from .numbers import finite_float
+from .numbers import finite_float, plain_int
 
 #: Largest one-batch result file read, bytes (a real one is a few kB).
 MAX_ONE_BATCH_BYTES = 16 * 1024**2
@@ -372,11 +372,9 @@ def parse_server_log(lines: Iterable[str], source: str) -> LogReading:
         if "TP" in rank:
             reading.tp_size = max(reading.tp_size, 1 + max(int(t) for t in _TP_RANK.findall(rank)))
         values = _fields(m.group(1))
-        running = values.get("#running-req", "")
-        running = int(running) if running.isdigit() else None
+        running = plain_int(values.get("#running-req", ""))  # ASCII digits, at most 12 (str.isdigit takes '²')
         # hybrid models (sliding window, Mamba) print their full-attention layers' tokens as "#full token"
-        tokens = values.get("#token", values.get("#full token", ""))
-        tokens = int(tokens) if tokens.isdigit() else None
+        tokens = plain_int(values.get("#token", values.get("#full token", "")))
         throughput = finite_float(values.get("gen throughput (token/s)", ""))
         previous = last.get(rank)
         last[rank] = (running if running is not None else -1, True)
@@ -400,6 +398,9 @@ def parse_server_log(lines: Iterable[str], source: str) -> LogReading:
             continue
         if previous[0] != running:
             reading.skipped["batch size changed"] += 1
+            continue
+        if tokens < running:  # every running request holds at least its last token in the KV pool
+            reading.skipped["fewer KV tokens than running requests"] += 1
             continue
         graph = values.get("cuda graph")
         reading.intervals.append(DecodeInterval(

@@ -100,8 +100,12 @@ def mem_fraction_static(gpu_memory_bytes: float, chunked_prefill_size: int, tp: 
     if fraction <= 0:
         chunking = f"--chunked-prefill-size {chunked_prefill_size}" if chunked_prefill_size > 0 else "chunking off"
         lever = "smaller chunks" if chunked_prefill_size > 0 else "a smaller --max-prefill-tokens"
-        raise InputError(f"SGLang's default memory reserve with {chunking} ({reserved:.0f} MiB) is more than the "
-                         f"GPU's {mib:.0f} MiB: give --mem-fraction-static, or {lever}")
+        graphs = ""
+        if cuda_graph_max_bs is not None and 2 * max_bs >= mib - (reserved - 2 * max_bs):
+            graphs = f", of which {2 * max_bs:.0f} MiB for --cuda-graph-max-bs {max_bs} at 2 MiB a batch size"
+            lever = f"a smaller --cuda-graph-max-bs (SGLang's default here: {default_cuda_graph_max_bs(gpu_memory_bytes, tp)})"
+        raise InputError(f"SGLang's default memory reserve with {chunking} ({reserved:.0f} MiB{graphs}) is more than "
+                         f"the GPU's {mib:.0f} MiB: give {lever}, or --mem-fraction-static")
     return fraction
 
 
@@ -124,7 +128,7 @@ def kv_pool(gpu_memory_bytes: float, weight_bytes: float, kv_bytes_per_token: fl
     tokens = int(free // kv_bytes_per_token) if free > 0 else 0
     if tokens < 1:
         raise InputError(
-            f"{weight_bytes / 1e9:.1f} GB of weights leave no KV cache in {gpu_memory_bytes / 1e9:.1f} GB at "
+            f"{weight_bytes / 2**30:.1f} GiB of weights leave no KV cache in {gpu_memory_bytes / 2**30:.1f} GiB at "
             f"mem_fraction_static {mem_fraction:g} (use fewer bytes per weight, a bigger GPU, or more GPUs)")
     return KvPool(tokens, mem_fraction, free, weight_bytes)
 

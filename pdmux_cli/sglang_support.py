@@ -224,8 +224,9 @@ def get_revision(key: str | Revision | None = None) -> Revision:
     if key is None or not str(key).strip():
         return REVISIONS[DEFAULT_REVISION]
     text = str(key).strip()
-    if text in REVISIONS:
-        return REVISIONS[text]
+    if text.lower() in REVISIONS:  # commit hashes and names are written lower-case; OVERLAY@2126B0B is the same
+        return REVISIONS[text.lower()]
+    text = text.lower() if text.isascii() else text
     for revision in REVISIONS.values():
         if revision.commit and "@" in text:
             line, _, commit = text.partition("@")

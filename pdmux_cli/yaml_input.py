@@ -52,6 +52,22 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
+def _reader_problem(text: str, exc: Any, label: str) -> str:
+    """The one line for PyYAML's ``ReaderError``: a character YAML 1.1 forbids (controls other than tab,
+    LF and CR; U+FFFE, U+FFFF; lone surrogates), with its line and column (1-based)."""
+    position = getattr(exc, "position", None)
+    char = getattr(exc, "character", None)
+    code = f"U+{char:04X}" if isinstance(char, int) else (f"U+{ord(char):04X}" if isinstance(char, str) and len(char) == 1
+                                                         else "a control character")
+    where = ""
+    if isinstance(position, int) and 0 <= position <= len(text):
+        line = text.count("\n", 0, position) + 1
+        column = position - (text.rfind("\n", 0, position) + 1) + 1
+        where = f" at line {line}, column {column}"
+    return (f"{label} is not valid YAML: character {code}{where} is not allowed (YAML takes no control characters "
+            "but tab and newline, and no U+FFFE/U+FFFF): remove it")
+
+
 def load_yaml(text: str, label: str) -> tuple[Any, list[tuple[str, int]]]:
     """Parse one YAML document with the safe loader: ``(data, duplicate_keys)``.
 
@@ -61,9 +77,14 @@ def load_yaml(text: str, label: str) -> tuple[Any, list[tuple[str, int]]]:
     line and column), a value YAML cannot build (an impossible date, a huge integer), or nesting
     deeper than Python's recursion limit.
     """
-    loader = DuplicateKeyLoader(text)
+    try:
+        loader = DuplicateKeyLoader(text)  # the reader refuses control characters here, before parsing
+    except yaml.reader.ReaderError as exc:
+        raise InputError(_reader_problem(text, exc, label)) from None
     try:
         data = loader.get_single_data()
+    except yaml.reader.ReaderError as exc:  # pragma: no cover - the whole text is checked above
+        raise InputError(_reader_problem(text, exc, label)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or str(exc)

@@ -285,7 +285,7 @@ def test_overlap_window() -> None:
 
 @pytest.fixture(scope="module")
 def nvrtc_archs():
-    pytest.importorskip("cuda.bindings")
+    pytest.importorskip("cuda.bindings", reason="the NVRTC kernel tests need pip install -e '.[test,test-kernels]'")
     return kernels.supported_archs()
 
 

@@ -43,10 +43,19 @@ def _spec(extra: list[str], name: str) -> str:
 def test_every_extra_requires_cuda_python_12_8() -> None:
     extras = _extras()
     with_cuda = {k: v for k, v in extras.items() if any(r.startswith("cuda-python") for r in v)}
-    assert set(with_cuda) == {"bench", "bench-cu12", "test"}
+    assert set(with_cuda) == {"bench", "bench-cu12", "test-kernels"}
     for name, extra in with_cuda.items():
         assert ">=12.8" in _spec(extra, "cuda-python").split(","), name
     assert _spec(extras["bench-cu12"], "cuda-python") == ">=12.8,<13"
+
+
+def test_the_test_extra_needs_no_cuda() -> None:
+    """`make install` on a CPU-only machine: no cuda-python, NVRTC or torch (about 190 MB); the NVRTC
+    kernel tests skip without them (test-kernels), --plot has its own extra."""
+    extras = _extras()
+    assert not any(r.startswith(("cuda-python", "nvidia-", "torch")) for r in extras["test"])
+    assert _spec(extras["plot"], "matplotlib") == ">=3.7"
+    assert "nvidia-cuda-nvrtc" in extras["test-kernels"]
 
 
 def test_cu12_extra_pins_torch_below_2_11() -> None:

@@ -140,8 +140,19 @@ def test_refused_work_queue_configuration_falls_back_to_shared(monkeypatch) -> N
 
 @pytest.fixture
 def fresh_connections(monkeypatch):
-    """No CUDA_DEVICE_MAX_CONNECTIONS set yet in this process; cuda-python 12.9 (fits a 12.8 driver)."""
-    bindings = pytest.importorskip("cuda.bindings")
+    """No CUDA_DEVICE_MAX_CONNECTIONS set yet in this process; cuda-python 12.9 (fits a 12.8 driver).
+    Without cuda-python installed (the test extra has none) a stand-in ``cuda.bindings`` module: only its
+    ``__version__`` is read, the driver is the fake."""
+    import types
+
+    try:
+        from cuda import bindings
+    except ImportError:
+        cuda = types.ModuleType("cuda")
+        bindings = types.ModuleType("cuda.bindings")
+        cuda.bindings = bindings
+        monkeypatch.setitem(sys.modules, "cuda", cuda)
+        monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
 
     monkeypatch.setattr(greenctx, "_connections_note", None)
     monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)

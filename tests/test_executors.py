@@ -139,9 +139,30 @@ def ray_cluster():
 
     if ray.is_initialized():
         ray.shutdown()
+    saved = executors._signal_handlers()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    executors._restore(saved)  # ray.init takes SIGTERM over, and keeps it after shutdown
     yield ray
     ray.shutdown()
+
+
+@pytest.mark.ray
+def test_ray_leaves_the_stop_signals_to_pdmux() -> None:
+    """ray.init installs a SIGTERM handler of its own (and keeps it after shutdown): a run it starts gets
+    pdmux's back, so SIGTERM stops it as Ctrl-C does (tasks cancelled, no half-written file)."""
+    import signal
+
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        ray.shutdown()
+    mine = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        ours = signal.getsignal(signal.SIGTERM)
+        with executor("ray", 1) as ex:
+            assert signal.getsignal(signal.SIGTERM) is ours and ex.workers == 1
+        assert not ray.is_initialized()  # the run's own local Ray, stopped
+    finally:
+        signal.signal(signal.SIGTERM, mine)
 
 
 def _json(args: list[str]) -> str:

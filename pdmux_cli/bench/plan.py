@@ -306,6 +306,7 @@ def make_plan(
         raise InputError(f"--device must be >= 0, got {device_index}")
     total = device.sm_count
     major = device.compute_capability[0]
+    policy.check_sm_group_num(sm_group_num, total)
     if granularity is None:
         granularity = policy.cuda_sm_granularity(major)
         granularity_source = "CUDA table by compute capability"

@@ -18,12 +18,12 @@ def write_png(res: BenchResults, path: str | Path) -> Path:
     Panels: read GB/s vs granted SMs (copy ceiling, S_SAT marked), GEMM TFLOP/s vs SMs (whole-GPU
     matmul ceiling), and GEMM/read loss in % at each co-run level.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from ..plotting import agg_classes
 
+    canvas_class, figure_class = agg_classes()
     target = Path(path)
-    fig = Figure(figsize=(15, 4.8), dpi=110)
-    FigureCanvasAgg(fig)
+    fig = figure_class(figsize=(15, 4.8), dpi=110)
+    canvas_class(fig)
     ax_bw, ax_fl, ax_co = fig.subplots(1, 3)
     r = res.run
     fig.suptitle(f"pdmux bench: {r.gpu_name}, {r.sm_count} SMs, CUDA {r.driver_cuda_version}, {r.date}"

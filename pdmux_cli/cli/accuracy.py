@@ -90,7 +90,7 @@ def _serving(as_json: bool, show_runs: bool, workers: int | None) -> None:
         table = Table(title="Public SGLang serving runs replayed (measured / pdmux)", title_justify="left")
         for col, just in (("run", "left"), ("metric", "left"), ("measured", "right"), ("pdmux", "right"),
                           ("error", "right")):
-            table.add_column(col, justify=just)
+            table.add_column(col, justify=just, overflow="fold")  # run ids are long: fold them, never cut
         for o in outcomes:
             for k, (name, measured) in enumerate(o.run.metrics):
                 pred = o.predicted.get(name, math.nan)

@@ -7,6 +7,7 @@ Parse, call :mod:`pdmux_cli.sglang_measurements` (readers) and :mod:`pdmux_cli.c
 from __future__ import annotations
 
 import datetime
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import typer
 from ..atomic import check_writable, refuse_overwriting_inputs
 from ..errors import InputError
 from . import app
-from .common import console, gpu_file, model_file, print_json, print_note, write_atomic
+from .common import console, gpu_file, model_file, output_path, print_json, print_note, write_atomic
 
 #: Points shown in the table (``--json`` has them all).
 MAX_TABLE_ROWS = 30
@@ -106,7 +107,7 @@ def calibrate(
     kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element the server used (default: by --kv-cache-dtype)."),
     kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help="The server's --kv-cache-dtype: auto (the model's dtype; fp8_e4m3 where its quantization_config says kv_cache_quant_algo FP8), fp8_e4m3, fp8_e5m2, bf16 (default: auto)."),
     merge: list[Path] = typer.Option([], "--merge", help="Merge two calibration files (pdmux bench + pdmux calibrate) instead."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write calibration.yaml here (whole or not at all); default: print it."),
+    output: Path | None = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>", help="Write calibration.yaml here (whole or not at all); default: print it."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (the fit, every point, the YAML)."),
 ) -> None:
     """Fit the cost model's whole-GPU terms to your own SGLang's one-batch results and server logs, and
@@ -151,8 +152,8 @@ def calibrate(
     if workers is not None and not bench_serving:
         raise InputError("--workers goes with --bench-serving (the serving fit's processes)")
     given = [*sglang_bench, *sglang_log, *bench_serving]
-    paths = [str(Path(p).resolve()) for p in given]
-    twice = next((p for p in given if paths.count(str(Path(p).resolve())) > 1), None)
+    paths = [os.path.realpath(p) for p in given]  # never raises (Path.resolve does on a loop of links)
+    twice = next((p for p in given if paths.count(os.path.realpath(p)) > 1), None)
     if twice is not None:
         raise InputError(f"{twice} is given twice: its points would count double")
     if not sglang_bench and not sglang_log:
@@ -181,6 +182,10 @@ def calibrate(
         intervals += reading.intervals
         readings.append((path, reading))
         sources.append(f"SGLang server log {path.name} ({len(reading.intervals)} clean decode intervals)")
+    if not one_batch and not intervals:
+        why = "; ".join(f"{p}: {r.summary()}" for p, r in readings) or "; ".join(problems[:3])
+        raise InputError("nothing to calibrate on: no one-batch result and no clean decode interval"
+                         + (f" ({why})" if why else ""))
     base = build_step_model(profile, mdl, kv_bytes_per_element=kv_bytes)
     points = points_from(one_batch, intervals)
     points, dropped = check_points(base, profile, points, kv_bytes)

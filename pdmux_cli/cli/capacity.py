@@ -16,7 +16,7 @@ from ..atomic import check_writable, refuse_overwriting_inputs
 from ..errors import InputError
 from ..kv_cache import KV_CACHE_DTYPE_HELP
 from . import app
-from .common import console, gpu_file, model_file, print_note, sglang_option
+from .common import console, gpu_file, model_file, output_file, parse_names, print_note, sglang_option
 from .simulate import (
     ADMISSION_DELAY_OPTION,
     ADMISSION_INTERVAL_OPTION,
@@ -215,7 +215,7 @@ def capacity(
     kv_link_gb_s: float | None = KV_LINK_GB_S_OPTION,
     kv_link_latency_us: float | None = KV_LINK_LATENCY_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
-    plot: Path | None = typer.Option(None, "--plot", help="Write SLO attainment vs request rate, one curve per policy, to this PNG."),
+    plot: Path | None = typer.Option(None, "--plot", parser=output_file, metavar="<path>", help="Write SLO attainment vs request rate, one curve per policy, to this PNG."),
     sglang: str = sglang_option(),
 ) -> None:
     """The highest request rate each policy sustains within the SLO, and whether to turn pdmux on.
@@ -229,10 +229,7 @@ def capacity(
     if trace is not None and trace_option is not None:
         raise InputError("give the trace once: as the TRACE argument or as --trace, not both")
     trace = trace if trace is not None else trace_option
-    names = [p.strip().lower() for p in policies.split(",") if p.strip()]
-    unknown = [p for p in names if p not in POLICIES]
-    if unknown or not names:
-        raise InputError(f"--policies: unknown {', '.join(unknown) or '(empty)'}; use {', '.join(POLICIES)}")
+    names = parse_names(policies, "--policies", POLICIES)
     if "disagg" in names and disagg is None:
         raise InputError("--policies disagg needs --disagg XPYD (prefill and decode instances, e.g. 1P1D)")
     if disagg is not None and "disagg" not in names:

@@ -9,6 +9,7 @@ import functools
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 from typer.core import TyperGroup
 
 from ..errors import InputError, PdmuxError, printable, short_repr
+from ..signals import Terminated, handling_signals, interrupted, raised_stop
 
 
 def fail_line(message: str) -> None:
@@ -47,6 +49,19 @@ def _silence(stream: Any) -> None:
         pass
 
 
+def _escape_unencodable() -> None:
+    """Write what stdout's and stderr's encoding cannot hold as escapes (``\\xe9``), never fail on it: a
+    file name or GPU name printed on an ASCII terminal (``PYTHONIOENCODING=ascii``, ``LANG=C`` on older
+    Pythons), or a file name that is not UTF-8 (its bytes kept as surrogates), would otherwise raise
+    ``UnicodeEncodeError`` after the work is done."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None and getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError, TypeError):  # pragma: no cover - a stream that cannot change
+                pass
+
+
 def _flush_stdout() -> None:
     """Flush stdout inside :meth:`OneLineErrorGroup.main`, so a reader that went away (EPIPE) or a full
     disk is reported there, not by Python's flush at exit."""
@@ -54,9 +69,35 @@ def _flush_stdout() -> None:
         sys.stdout.flush()
 
 
+class _Stopped(Exception):
+    """A :class:`~pdmux_cli.signals.Terminated` (SIGTERM, SIGHUP) carried past click's handlers: exit
+    ``128 + signum`` with one line."""
+
+    def __init__(self, signal: Terminated) -> None:
+        super().__init__(signal.name)
+        self.signal = signal
+
+
 class _BrokenPipe(Exception):
     """EPIPE on stdout, as our rich consoles (instead of rich's own ``SystemExit(1)``) and
     :meth:`OneLineErrorGroup.invoke` raise it: exit 0 quietly."""
+
+
+def _from_rich_broken_pipe(exc: SystemExit) -> bool:
+    """Whether ``exc`` is rich's ``Console.on_broken_pipe`` leaving (``SystemExit(1)``): typer prints
+    ``--help`` on a console of its own, whose reader may go away (``pdmux --help | head -1``)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return exc.code == 1 and tb is not None and tb.tb_frame.f_code.co_name == "on_broken_pipe"
+
+
+def _flags_without_metavar(command: Any, ctx: Any) -> None:
+    """Give ``command``'s on/off flags an empty metavar: typer's help would show ``<bool>`` beside
+    ``--json``, as if it took a value."""
+    for param in command.get_params(ctx):
+        if getattr(param, "is_flag", False) and getattr(param, "metavar", "") is None:
+            param.metavar = ""
 
 
 def _click_classes(name: str) -> tuple[type, ...]:
@@ -86,10 +127,21 @@ class OneLineErrorGroup(TyperGroup):
     """The typer group of ``pdmux``: every failure becomes one line on stderr, never a traceback.
 
     Usage errors (click's, and :class:`InputError`) exit 2; :class:`~pdmux_cli.errors.DeviceError`
-    and other runtime failures exit 1; Ctrl-C exits 130. A reader of stdout that goes away (EPIPE:
+    and other runtime failures exit 1; Ctrl-C exits 130, SIGTERM 143 and SIGHUP 129, after the same
+    cleanup (:mod:`pdmux_cli.signals`: worker processes terminated, temporary files removed). A reader of stdout that goes away (EPIPE:
     ``pdmux ... | head -1``) is no failure: exit 0, nothing on stderr. A closed or full stderr never
     changes the status (:func:`fail_line`).
     """
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _flags_without_metavar(command, ctx)
+        return command
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _flags_without_metavar(self, ctx)
+        super().format_help(ctx, formatter)
 
     def invoke(self, ctx: Any) -> Any:
         """Run the command; EPIPE on stdout leaves as :class:`_BrokenPipe`, past click's own handler
@@ -98,6 +150,8 @@ class OneLineErrorGroup(TyperGroup):
             return super().invoke(ctx)
         except BrokenPipeError:
             raise _BrokenPipe() from None
+        except Terminated as e:  # past click's KeyboardInterrupt handler, which writes to a stderr maybe gone
+            raise _Stopped(e) from None
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
@@ -106,11 +160,31 @@ class OneLineErrorGroup(TyperGroup):
             if standalone_mode:
                 sys.exit(1)
             return 1
+        _escape_unencodable()
         try:
-            rv = super().main(args=args, prog_name=prog_name or "pdmux", complete_var=complete_var,
-                              standalone_mode=False, **extra)
-            code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
-            _flush_stdout()
+            with handling_signals():
+                try:
+                    rv = super().main(args=args, prog_name=prog_name or "pdmux", complete_var=complete_var,
+                                      standalone_mode=False, **extra)
+                except _ABORTS as e:
+                    if isinstance(e.__cause__, Terminated):  # stopped while parsing the options
+                        raise _Stopped(e.__cause__) from None
+                    raise
+                except SystemExit as e:
+                    if _from_rich_broken_pipe(e):  # typer's own help console (`pdmux --help | head -1`)
+                        raise _BrokenPipe() from None
+                    raise
+                stop = raised_stop()
+                if stop is not None:  # typer returned 130 for it (a stop while it parsed the options)
+                    raise _Stopped(stop)
+                code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+                if code == 130 and interrupted():  # typer's Exit(130) for Ctrl-C: say so, as for SIGTERM
+                    fail_line("stopped by Ctrl-C (SIGINT)")
+                _flush_stdout()
+        except (_Stopped, Terminated) as e:  # SIGTERM or SIGHUP: all unwound (workers gone, no temporary file)
+            stop = e.signal if isinstance(e, _Stopped) else e
+            fail_line(f"stopped by {stop.name}")
+            code = stop.exit_code
         except (BrokenPipeError, _BrokenPipe):
             # the reader of stdout went away (`pdmux ... | head -1`): what it wanted it has; exit 0 quietly,
             # as Unix filters do on EPIPE
@@ -128,7 +202,7 @@ class OneLineErrorGroup(TyperGroup):
             fail_line(e.format_message())
             code = e.exit_code
         except _ABORTS:
-            fail_line("aborted")
+            fail_line("stopped by Ctrl-C (SIGINT)" if interrupted() else "aborted")
             code = 130
         except PdmuxError as e:
             fail_line(str(e))
@@ -159,15 +233,24 @@ def _unique(values: list[Any]) -> list[Any]:
     return list(dict.fromkeys(values))
 
 
+#: An integer as typed in a list option: ASCII digits (``int`` also reads ``'٣'`` and ``'1_000'``; the
+#: scalar options' parser does not read ``'٣'``, and neither does this).
+_ASCII_INT = re.compile(r"[+-]?[0-9]+")
+#: A decimal number as typed: ASCII digits, a point, an exponent.
+_ASCII_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
 def parse_int_list(text: str, what: str, minimum: int = 1, unique: bool = False) -> list[int]:
     """``"1,6,12"`` -> ``[1, 6, 12]``; :class:`InputError` naming ``what`` for an empty list or item,
-    a non-integer or a value below ``minimum``. ``unique``: repeated values kept once, in order."""
+    a non-integer (ASCII digits only, as every integer option), a value below ``minimum``, or one of more
+    than 18 digits. ``unique``: repeated values kept once, in order."""
     values = []
     for item in _list_items(text, what, "1,6,12"):
-        try:
-            value = int(item)
-        except ValueError:
-            raise InputError(f"{what}: {short_repr(item)} is not an integer (e.g. 1,6,12)") from None
+        if not _ASCII_INT.fullmatch(item):
+            raise InputError(f"{what}: {short_repr(item)} is not an integer of ASCII digits (e.g. 1,6,12)")
+        if len(item.lstrip("+-")) > 100:  # int() refuses past 4300 digits; no size is a googol
+            raise InputError(f"{what}: {short_repr(item)} has more than 100 digits")
+        value = int(item)
         if value < minimum:
             raise InputError(f"{what}: {value} must be >= {minimum}")
         values.append(value)
@@ -175,18 +258,28 @@ def parse_int_list(text: str, what: str, minimum: int = 1, unique: bool = False)
 
 
 def parse_float_list(text: str, what: str, unique: bool = False) -> list[float]:
-    """``"44,66,88"`` -> ``[44.0, 66.0, 88.0]``; every value must be a finite number > 0; an empty list
-    or item is refused. ``unique``: repeated values kept once, in order."""
+    """``"44,66,88"`` -> ``[44.0, 66.0, 88.0]``; every value must be a finite number > 0 in ASCII digits;
+    an empty list or item is refused. ``unique``: repeated values kept once, in order."""
     values = []
     for item in _list_items(text, what, "44,66,88"):
-        try:
-            value = float(item)
-        except ValueError:
-            raise InputError(f"{what}: {short_repr(item)} is not a number (e.g. 44,66,88)") from None
+        if not _ASCII_FLOAT.fullmatch(item):
+            raise InputError(f"{what}: {short_repr(item)} is not a number of ASCII digits (e.g. 44,66,88)")
+        value = float(item)
         if not (value > 0 and math.isfinite(value)):
             raise InputError(f"{what}: {short_repr(item)} must be a finite number > 0")
         values.append(value)
     return _unique(values) if unique else values
+
+
+def parse_names(text: str, what: str, known: Sequence[str]) -> list[str]:
+    """``"pdmux, chunked"`` -> ``["pdmux", "chunked"]`` (lower-cased, repeats kept once); :class:`InputError`
+    for an empty list or item (``pdmux,,chunked``) or a name not in ``known``, listing them."""
+    names = _unique([item.lower() for item in _list_items(text, what, ",".join(known[:2]))])
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        shown = ", ".join(n if len(n) <= 40 else short_repr(n) for n in unknown[:5])
+        raise InputError(f"{what}: unknown {shown}; use {', '.join(known)}")
+    return names
 
 
 def parse_cc(text: str) -> tuple[int, int]:
@@ -242,20 +335,29 @@ def _table_console_class() -> Any:
     from rich.table import Table
 
     class TableConsole(Console):
-        """A rich Console that prints a table's title on a line of its own when the title is wider than
-        the table (rich wraps a title to the table's width: under a narrow table, a column of words)."""
+        """A rich Console that prints a table's title (caption) on lines of their own above (below) it when
+        wider than the table (rich wraps them to the table's width: under a narrow table, a column of
+        words)."""
 
         def print(self, *objects: Any, **kwargs: Any) -> None:
-            if len(objects) == 1 and isinstance(objects[0], Table) and objects[0].title:
+            if len(objects) == 1 and isinstance(objects[0], Table) and (objects[0].title or objects[0].caption):
                 table = objects[0]
                 width = self.measure(table).maximum
-                if len(str(table.title)) > width:
-                    title, table.title = table.title, None
-                    super().print(title, soft_wrap=True)
+                wide_title = bool(table.title) and len(str(table.title)) > width
+                wide_caption = bool(table.caption) and max(map(len, str(table.caption).splitlines() or [""])) > width
+                if wide_title or wide_caption:
+                    title, caption = table.title, table.caption
+                    if wide_title:
+                        table.title = None
+                        super().print(title, soft_wrap=True)
+                    if wide_caption:
+                        table.caption = None
                     try:
                         super().print(table, **kwargs)
                     finally:
-                        table.title = title
+                        table.title, table.caption = title, caption
+                    if wide_caption:  # wrapped to the console's width, not the table's
+                        super().print(caption)
                     return
             super().print(*objects, **kwargs)
 
@@ -303,6 +405,35 @@ def gpu_file(gpu: str | None) -> Path | None:
 
     path = Path(gpu.strip()).expanduser()
     return path if is_file(path) else None
+
+
+def output_path(text: str) -> Path | None:
+    """The ``parser`` of the ``--output`` options whose default is standard output (gen-config, tune,
+    calibrate): ``-`` is standard output (``None``), as for gen-config; otherwise :func:`output_file`."""
+    if str(text).strip() == "-":
+        return None
+    return output_file(text)
+
+
+def output_file(text: str) -> Path:
+    """The ``parser`` of every output-file option (``--csv``, ``--plot``, ``--output``): the path as
+    typed, refused (exit 2, naming the option) when it ends with ``/`` (a folder, which ``Path`` would
+    silently turn into a file of that name) or is ``-`` (standard output, which these do not write: a
+    file named ``-`` would appear instead)."""
+    from typer import BadParameter
+
+    text = str(text)
+    if os.path.basename(text) in (".", "..") and text not in (".", ".."):  # out/. is the folder out
+        raise BadParameter(f"{short_repr(text)} ends with '/{os.path.basename(text)}', a folder: give a file name "
+                           f"(e.g. {short_repr(os.path.join(text, 'out'))})")
+    if text.endswith(("/", os.sep)) and text.strip("/" + os.sep):
+        raise BadParameter(f"{short_repr(text)} ends with '/', a folder: give a file name "
+                           f"(e.g. {short_repr(text.rstrip('/' + os.sep) + '/out')})")
+    if not text.strip():
+        raise BadParameter("an empty path: give a file name")
+    if text.strip() == "-":
+        raise BadParameter("'-' (standard output) is not written by this option: give a file name")
+    return Path(text)
 
 
 def write_atomic(path: str | Path, text: str) -> Path:

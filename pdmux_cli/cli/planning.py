@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from ..atomic import check_writable, refuse_overwriting_inputs
-from ..errors import InputError
+from ..errors import InputError, short_repr
 from ..kv_cache import KV_CACHE_DTYPE_HELP
 from . import app
 from .common import (
@@ -22,6 +22,8 @@ from .common import (
     fail_line,
     gpu_file,
     model_file,
+    output_file,
+    output_path,
     parse_cc,
     parse_float_list,
     parse_int_list,
@@ -138,6 +140,9 @@ def splits(
     if all_gpus and (gpu or sms or cc):
         raise InputError("--all lists every profile; drop --gpu/--sms/--cc")
     device = None if all_gpus else resolve_device(gpu, sms, cc)
+    from ..hardware import MAX_SMS
+
+    policy.check_sm_group_num(sm_group_num, device.sm_count if device is not None else MAX_SMS)
     cfg, cfg_notes = _load_pdmux_yaml(config, device, sm_group_num) if config is not None else (None, [])
     group_num = sm_group_num or (cfg.sm_group_num if cfg else policy.DEFAULT_SM_GROUP_NUM)
     divisor = decode_bs_divisor or (cfg.decode_bs_divisor if cfg else policy.DEFAULT_DECODE_BS_DIVISOR)
@@ -157,6 +162,12 @@ def splits(
     from ..model import load_model
 
     mdl = load_model(model)
+    from ..estimate import MAX_DECODE_BS, MAX_TOKENS
+
+    for what, values, top in (("--decode-bs", batch_sizes, MAX_DECODE_BS), ("--prompt-tokens", prompts, MAX_TOKENS)):
+        too_big = [v for v in values if v > top]
+        if too_big:  # as estimate's bounds: no server runs a batch or prompt past them
+            raise InputError(f"{what} {short_repr(too_big[0])}: give 1 to {top:,}")
     plan = policy.plan_groups(device.sm_count, device.cc, group_num, manual)
     notes = cfg_notes + ([plan.note] if plan.note else [])
     if tp > 1:
@@ -234,18 +245,26 @@ def _parse_sizes(text: str | None, what: str) -> tuple[int, ...] | None:
         return None
     if text.strip().lower() in ("none", "off", "-"):
         return ()
-    return tuple(parse_int_list(text, what, unique=True))
+    from ..estimate import MAX_TOKENS
+
+    sizes = tuple(parse_int_list(text, what, unique=True))
+    too_big = [s for s in sizes if s > MAX_TOKENS]
+    if too_big:  # as the prompt and context: no chunk of a prompt is longer
+        raise InputError(f"{what} {short_repr(too_big[0])}: give chunk sizes of 1 to {MAX_TOKENS:,} tokens")
+    return sizes
 
 
 def _parse_level(text: str) -> tuple[int, int] | None:
-    if text.strip().lower() in ("", "auto", "sglang"):
+    """``--level``: ``"80/52"`` -> ``(80, 52)``; ``"auto"`` -> ``None``; anything else (an empty value,
+    digits other than ASCII) -> :class:`InputError`."""
+    from ..numbers import plain_int
+
+    if text.strip().lower() in ("auto", "sglang"):
         return None
-    parts = text.replace(":", "/").split("/")
-    try:
-        p, d = (int(x) for x in parts)
-    except ValueError:
-        raise InputError(f"--level {text!r}: write PREFILL/DECODE SMs, e.g. 80/52, or 'auto'") from None
-    return p, d
+    parts = [plain_int(x) for x in text.replace(":", "/").split("/")]
+    if len(parts) != 2 or None in parts:
+        raise InputError(f"--level {short_repr(text)}: write PREFILL/DECODE SMs, e.g. 80/52, or 'auto'")
+    return parts[0], parts[1]
 
 
 @app.command()
@@ -281,7 +300,7 @@ def estimate(
     kv_link_latency_us: float | None = typer.Option(None, "--kv-link-latency-us", help="--disagg's KV link latency per transfer, us (overrides --kv-link's)."),
     disagg_tp: int | None = typer.Option(None, "--disagg-tp", help="--disagg: each instance's TP (default --tp)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-    plot: Path | None = typer.Option(None, "--plot", help="Write ITL against prefill time at every level, the other policies as points, to this PNG."),
+    plot: Path | None = typer.Option(None, "--plot", parser=output_file, metavar="<path>", help="Write ITL against prefill time at every level, the other policies as points, to this PNG."),
     sglang: str = sglang_option(),
 ) -> None:
     """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing
@@ -315,6 +334,7 @@ def estimate(
     check_kv_options(kv_cache_dtype, kv_bytes)
     xpyd = parse_xpyd(disagg) if disagg is not None else None
     device = resolve_device(gpu, None, None)
+    policy.check_sm_group_num(sm_group_num, device.sm_count)
     gpu_profile = device.gpu
     mdl = load_model(model)
     kv_cache = resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes)
@@ -388,14 +408,20 @@ def gen_config(
     token_budget: int = typer.Option(65536, "--token-budget", help="split_forward_token_budget (tokens per round)."),
     divisions: str | None = typer.Option(None, "--divisions", help="Manual levels PREFILL:DECODE:THRESHOLD,... e.g. 112:20:0,104:28:5"),
     manual: bool = typer.Option(False, "--manual", help="Write SGLang's automatic levels as manual_divisions (always on Blackwell)."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write the YAML here (whole or not at all) instead of stdout."),
+    output: Path | None = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>", help="Write the YAML here (whole or not at all) instead of stdout."),
     tune: bool = typer.Option(False, "--tune", help="Pick the knobs by simulating a trace (needs --trace, --slo-ttft, --slo-itl, --gpu)."),
     trace: Path | None = typer.Option(None, "--trace", help="Trace for --tune, or whose decode steps give --slo-itl its context distribution (Azure CSV, Mooncake JSONL, BurstGPT CSV)."),
     slo_ttft: float | None = typer.Option(None, "--slo-ttft", help="TTFT SLO for --tune, ms."),
     slo_itl: float | None = typer.Option(None, "--slo-itl", help="ITL target, ms: without --tune, write SLO levels (per decode batch the fewest decode SMs whose round, next to a running prefill, meets it; needs --gpu and --context or --trace); with --tune, the ITL SLO tuned for."),
     context: int | None = typer.Option(None, "--context", help="--slo-itl: tokens of context of every decoding request (or --trace for a distribution)."),
     max_requests: int | None = typer.Option(None, "--max-requests", help="Use the trace's first N requests (--slo-itl, --tune)."),
-    calibration: Path | None = typer.Option(None, "--calibration", help="--slo-itl: calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate' for the cost model."),
+    trace_format: str | None = typer.Option(None, "--format", help="--tune: the trace's format, azure, mooncake or burstgpt (default: detected), as tune's."),
+    qps: float | None = typer.Option(None, "--qps", help="--tune: retime the trace to this many requests/s, as tune's."),
+    rate_scale: float | None = typer.Option(None, "--rate-scale", help="--tune: multiply the trace's arrival rate, as tune's."),
+    duration: float | None = typer.Option(None, "--duration", help="--tune: only requests arriving in the first S seconds, as tune's."),
+    workers: int | None = typer.Option(None, "--workers", help="--tune: processes (default: the cores available), as tune's."),
+    dp: int | None = typer.Option(None, "--dp", help="Not taken: gen-config --tune tunes one server; 'pdmux tune --dp N' tunes replicas behind a router and writes the YAML too."),
+    calibration: Path | None = typer.Option(None, "--calibration", help="--slo-itl or --tune: calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate' for the cost model."),
     cost_model: str = typer.Option("roofline", "--cost-model", help="--slo-itl: roofline (fitted to measurements) or chapter."),
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="--slo-itl, roofline: the scheduler's CPU time per step, ms (default: profiles/efficiency/serving.yaml's, as simulate)."),
     per_request_overhead_ms: float | None = typer.Option(None, "--per-request-overhead-ms", help="--slo-itl, roofline: its CPU time per running request per step, ms (default: as simulate)."),
@@ -419,6 +445,7 @@ def gen_config(
                         ("--token-budget", token_budget)):
         if value <= 0:
             raise InputError(f"{name} must be > 0, got {value}")
+    policy.check_sm_group_num(sm_group_num, device.sm_count)
     from ..tensor_parallel import check_tp_value
 
     check_tp_value(tp)
@@ -441,6 +468,16 @@ def gen_config(
     slo_view: tuple | None = None
     if max_requests is not None and trace is None:
         raise InputError("--max-requests cuts a --trace: give one, or drop --max-requests")
+    if dp is not None and dp != 1:
+        raise InputError("gen-config --tune tunes one server: for --dp replicas behind a router run 'pdmux tune --dp N "
+                         "-o FILE' (same options; it writes the winning YAML and the launch line)")
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers must be >= 1, got {workers}")
+    if not tune:
+        for name, value in (("--format", trace_format), ("--qps", qps), ("--rate-scale", rate_scale),
+                            ("--duration", duration), ("--workers", workers)):
+            if value is not None:
+                raise InputError(f"{name} goes with --tune (it shapes the trace tune simulates)")
     if not slo:
         if context is not None and not tune:
             raise InputError("--context goes with --slo-itl (SLO levels)")
@@ -484,7 +521,8 @@ def gen_config(
             raise InputError("--tune takes the workload from --trace: drop --context")
         config, tune_summary = tuned_config(device.gpu, trace, slo_ttft, slo_itl, model=model, show=not as_json,
                                             tp=tp, max_requests=max_requests, calibration=calibration,
-                                            sglang=sglang)
+                                            sglang=sglang, fmt=trace_format, qps=qps, rate_scale=rate_scale,
+                                            duration=duration, workers=workers, to_stderr=output is None)
     elif trace is not None or slo_ttft is not None:
         raise InputError("--trace and --slo-ttft go with --tune (or --trace with --slo-itl)")
     elif divisions is not None:

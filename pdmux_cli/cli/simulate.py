@@ -20,15 +20,18 @@ from typing import Any
 import typer
 
 from ..atomic import check_writable, refuse_overwriting_inputs
-from ..errors import InputError
+from ..errors import InputError, short_repr
 from ..kv_cache import KV_CACHE_DTYPE_HELP
 from . import app
 from .common import (
     console,
     gpu_file,
     model_file,
+    output_file,
+    output_path,
     parse_float_list,
     parse_int_list,
+    parse_names,
     print_note,
     progress_bar,
     sglang_option,
@@ -237,6 +240,9 @@ def _load_workload(trace_path: Path | None, synthetic: bool, fmt: str | None, qp
     simulated (as ``pdmux capacity`` reports it). :class:`InputError` for bad combinations."""
     from ..simulate.traces import load_trace, reshape, synthetic_trace
 
+    if qps == math.inf and not synthetic:
+        raise InputError("--qps inf (every request at once) goes with --synthetic; a trace file's arrivals are retimed "
+                         "to a finite rate (or give --rate-scale)")
     if not (synthetic and qps == math.inf):  # --synthetic --qps inf: bench_serving's --request-rate inf
         _check_number("--qps", qps)
     _check_number("--rate-scale", rate_scale)
@@ -252,6 +258,8 @@ def _load_workload(trace_path: Path | None, synthetic: bool, fmt: str | None, qp
             raise InputError("--rate-scale applies to trace files; with --synthetic set --qps")
         if fmt is not None:
             raise InputError("--format applies to trace files, not --synthetic")
+        if not 0 <= seed < 2**32:  # numpy's (and bench_serving's --seed) range: random:L draws as it does
+            raise InputError(f"--seed must be from 0 to {2**32 - 1}, as bench_serving's (numpy's), got {short_repr(seed)}")
         return synthetic_trace(qps, prompt_tokens, output_tokens, max_requests, duration, seed)
     if trace_path is None:
         raise InputError("give a trace file (Azure CSV, Mooncake JSONL, BurstGPT CSV) or --synthetic --qps N")
@@ -353,6 +361,9 @@ def _pdmux_config(config: Path | None, sm_group_num: int | None, decode_bs_divis
         cfg = pc.PdmuxConfig()
     from dataclasses import replace
 
+    from .. import policy as pol
+
+    pol.check_sm_group_num(sm_group_num, setup.total_sms)
     if sm_group_num is not None:
         if cfg.manual_divisions and sm_group_num != cfg.sm_group_num:
             raise InputError(f"--sm-group-num {sm_group_num} does not match the {len(cfg.manual_divisions)} manual "
@@ -362,7 +373,6 @@ def _pdmux_config(config: Path | None, sm_group_num: int | None, decode_bs_divis
         cfg = replace(cfg, decode_bs_divisor=decode_bs_divisor)
     if token_budget is not None:
         cfg = replace(cfg, split_forward_token_budget=token_budget)
-    from .. import policy as pol
 
     notes = warnings
     blackwell_auto = not cfg.manual_divisions and setup.compute_capability[0] not in pol.SGLANG_SM_CONSTRAINTS
@@ -501,8 +511,8 @@ def simulate(
     ray_address: str | None = RAY_ADDRESS_OPTION,
     max_steps: int | None = MAX_STEPS_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
-    csv_path: Path | None = typer.Option(None, "--csv", help="Write per-request results to this CSV file (row by row as requests finish; the file appears whole at the end)."),
-    plot: Path | None = typer.Option(None, "--plot", help="Write ITL and TTFT CDFs to this PNG (needs matplotlib)."),
+    csv_path: Path | None = typer.Option(None, "--csv", parser=output_file, metavar="<path>", help="Write per-request results to this CSV file (row by row as requests finish; the file appears whole at the end)."),
+    plot: Path | None = typer.Option(None, "--plot", parser=output_file, metavar="<path>", help="Write ITL and TTFT CDFs to this PNG (needs matplotlib)."),
     sglang: str = sglang_option(),
 ) -> None:
     """Replay a request trace through PD multiplexing, chunked prefill, prefill-first and PD disaggregation.
@@ -527,10 +537,7 @@ def simulate(
     trace = trace if trace is not None else trace_option
     _check_number("--slo-ttft", slo_ttft)
     _check_number("--slo-itl", slo_itl)
-    names = [p.strip().lower() for p in policies.split(",") if p.strip()]
-    unknown = [p for p in names if p not in POLICIES]
-    if unknown or not names:
-        raise InputError(f"--policies: unknown {', '.join(unknown) or '(empty)'}; use {', '.join(POLICIES)}")
+    names = parse_names(policies, "--policies", POLICIES)
     if "disagg" in names and disagg is None:
         raise InputError("--policies disagg needs --disagg XPYD (prefill and decode instances, e.g. 1P1D)")
     if disagg is not None and "disagg" not in names:
@@ -701,6 +708,7 @@ def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_gro
               show_progress: bool, dp: int = 1, load_balance_method: str = "round_robin",
               slo_margins: str | None = None, sglang: str | None = None, executor: str = "local",
               ray_address: str | None = None, max_steps: int | None = None) -> Any:
+    from ..policy import check_sm_group_num
     from ..sglang_support import get_revision
     from ..simulate.tune import (
         DEFAULT_BUDGETS,
@@ -714,9 +722,12 @@ def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_gro
     _check_number("--slo-itl", slo_itl)
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be >= 1, got {workers}")
-    groups = parse_int_list(sm_group_nums, "--sm-group-nums", minimum=3) if sm_group_nums else None
-    divs = parse_int_list(divisors, "--divisors") if divisors else DEFAULT_DIVISORS
-    buds = parse_int_list(budgets, "--budgets") if budgets else DEFAULT_BUDGETS
+    groups = parse_int_list(sm_group_nums, "--sm-group-nums", minimum=3) if sm_group_nums is not None else None
+    if groups is not None:
+        for value in groups:
+            check_sm_group_num(value, setup.total_sms, "--sm-group-nums")
+    divs = parse_int_list(divisors, "--divisors") if divisors is not None else DEFAULT_DIVISORS
+    buds = parse_int_list(budgets, "--budgets") if budgets is not None else DEFAULT_BUDGETS
     margins: Any = DEFAULT_SLO_MARGINS
     if slo_margins is not None:
         margins = () if slo_margins.strip().lower() in ("none", "off", "-") else parse_float_list(
@@ -744,7 +755,8 @@ def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_gro
 
 
 def tune_table(result: Any, top: int | None = 12) -> Any:
-    """A rich Table of the tuning rows, best first (``top`` rows plus SGLang's defaults)."""
+    """A rich Table of the tuning rows, best first (``top`` rows plus SGLang's defaults), each with its rank
+    among all configs (1: the winner; the JSON's ``index`` is the candidate's place in the search order)."""
     from rich.table import Table
 
     from ..simulate.report import latency_cell, share_text
@@ -757,13 +769,14 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
     table = Table(title=f"pdmux configs compared ({len(result.rows)} simulated, best first{on})", title_justify="left",
                   caption="SLO met: share of requests; goodput: requests/s meeting the SLO; p99s in ms (from 10 s on in s)",
                   caption_justify="left")
-    for col, just in (("#", "right"), ("config", "left"), ("SLO met", "right"), ("goodput", "right"),
+    for col, just in (("rank", "right"), ("config", "left"), ("SLO met", "right"), ("goodput", "right"),
                       ("TTFT p99", "right"), ("ITL p99", "right")):
         table.add_column(col, justify=just)
+    rank = {r.index: position for position, r in enumerate(ranked, start=1)}
     for row in shown:
         mark = " best" if row.index == result.best else ""
         mark += " default" if row.index == result.baseline else ""
-        table.add_row(f"{row.index}{mark}", row.candidate.description, share_text(row.slo_attainment),
+        table.add_row(f"{rank[row.index]}{mark}", row.candidate.description, share_text(row.slo_attainment),
                       f"{row.goodput_rps:.3g}", latency_cell(row.ttft_p99_ms), latency_cell(row.itl_p99_ms),
                       end_section=row is shown[-1] and bool(result.schedules))
     for other in result.schedules:
@@ -820,11 +833,13 @@ def tuned_config(
     show: bool = True,
     tp: int = 1,
     sglang: str | None = None,
+    to_stderr: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
     """The hook for ``pdmux gen-config --tune``: tune on ``trace`` for ``gpu_profile`` (a
     ``hardware.Gpu``; ``None`` raises, since the cost model needs bandwidth and FLOP/s) and return
     ``(winning PdmuxConfig, JSON-able summary)``. With ``show``, the comparison table goes to stderr
-    (stdout stays free for the YAML). Raises :class:`InputError` for bad inputs."""
+    when ``to_stderr`` (stdout stays free for the YAML), else to stdout (the YAML goes to a file), as
+    ``pdmux tune`` does. Raises :class:`InputError` for bad inputs."""
     if gpu_profile is None:
         raise InputError("--tune needs a GPU profile (--gpu), not --sms/--cc: the simulation needs bandwidth and FLOP/s")
     if trace is None or slo_ttft_ms is None or slo_itl_ms is None:
@@ -841,7 +856,7 @@ def tuned_config(
 
     result.notes.extend(revision_notes(sglang, setup.tp))
     if show:
-        err = console(stderr=True)
+        err = console(stderr=to_stderr)
         err.print(tune_table(result))
         err.print("verdict: " + result.verdict(), soft_wrap=True)
         for note in result.notes:
@@ -901,7 +916,7 @@ def tune(
     dp: int | None = TUNE_DP_OPTION,
     load_balance_method: str | None = TUNE_LOAD_BALANCE_OPTION,
     disagg: str | None = typer.Option(None, "--disagg", help="Not taken: tune searches pdmux knobs; compare PD disaggregation with pdmux simulate or pdmux capacity --disagg XPYD."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write the winning YAML here (whole or not at all)."),
+    output: Path | None = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>", help="Write the winning YAML here (whole or not at all)."),
     show_all: bool = typer.Option(False, "--all", help="Show every config compared, not just the best."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     sglang: str = sglang_option(),

@@ -59,6 +59,11 @@ from .efficiency import (
 from .operators import ACTIVATION_BYTES, Gemm, StepShapes, step_shapes
 from .partitions import BandwidthCurve
 
+#: Decode batches further than this past the largest cached batch size are timed alone, not cached with
+#: every size below them (a simulation grows its batches a request at a time; one 1,000,000-request
+#: estimate would otherwise time a million batches per level).
+DENSE_CACHE_GAP = 4096
+
 #: A prefill batch: ``(new_tokens, cached_tokens)`` per sequence.
 Seqs = Sequence[tuple[int, int]]
 
@@ -379,7 +384,11 @@ class RooflineModel:
                                                             *self._kv_rates(sms, corun_sms))
         dense, full, window = entry
         if len(dense) <= n:
-            self._grow_dense(dense, n, sms, corun_sms)
+            if n - len(dense) < DENSE_CACHE_GAP:
+                self._grow_dense(dense, n, sms, corun_sms)
+            else:  # one batch far past the cached ones (estimate --decode-bs 1000000): that size alone
+                seconds = self._dense_s(n, sms, corun_sms) + full * sum_context + window * sum_window
+                return seconds if cuda_graph else max(seconds, self.launch_cpu_s())
         seconds = dense[n] + full * sum_context + window * sum_window
         if not cuda_graph:
             seconds = max(seconds, self.launch_cpu_s())
@@ -388,9 +397,12 @@ class RooflineModel:
     def _grow_dense(self, dense: list[float], n: int, sms: int, corun_sms: int) -> None:
         """Extend ``dense`` (a decode step's time without KV reads, per batch size) to batch ``n``."""
         while len(dense) <= n:
-            rows = len(dense)
-            dense.append(self._linear_s(rows, sms, corun_sms, "decode") + self._lm_head_s(rows, sms, corun_sms, "decode")
-                         + self.shapes.layers * self.eff.decode_attention.latency_s + self.decode_fixed_s)
+            dense.append(self._dense_s(len(dense), sms, corun_sms))
+
+    def _dense_s(self, rows: int, sms: int, corun_sms: int) -> float:
+        """A decode step's time without KV reads for a batch of ``rows`` requests, s."""
+        return (self._linear_s(rows, sms, corun_sms, "decode") + self._lm_head_s(rows, sms, corun_sms, "decode")
+                + self.shapes.layers * self.eff.decode_attention.latency_s + self.decode_fixed_s)
 
     def prefill_s(self, sms: int, seqs: Seqs, corun_sms: int = 0) -> float:
         """GPU seconds to prefill ``seqs`` (``(new, cached)`` tokens each) as one batch on ``sms`` SMs,
@@ -408,7 +420,8 @@ class RooflineModel:
         """GPU seconds of one mixed step on the whole GPU: prefill chunks ``seqs`` and ``n`` decode rows
         in one batch (SGLang's ``--enable-mixed-chunk``): GEMMs over all rows, the lm_head for each
         sequence and row, prefill attention for the chunks, the decode rows' KV reads and (with a chunk,
-        ``tp > 1``) the fixed time per layer of a prefill pass."""
+        ``tp > 1``) the fixed time per layer of a prefill pass; at least :meth:`decode_s` of the ``n``
+        rows alone."""
         sms = self.total_sms
         tokens = sum(new for new, _ in seqs) + n
         if tokens <= 0:
@@ -421,6 +434,10 @@ class RooflineModel:
         if n:
             full, window = self._kv_rates(sms, 0)
             seconds += full * sum_context + window * sum_window
+            # never faster than the decode step of its rows alone: the batch reads the same weights and KV
+            # and computes more (the chapter's rule too, chapter.ChapterModel.mixed_s); without it a chunk of
+            # a few tokens, timed at prefill GEMM efficiency, made the step shorter than decode's
+            seconds = max(seconds, self.decode_s(sms, n, sum_context, sum_window))
         return seconds
 
     # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ policy, or per DP replica) hand their simulations to an :class:`Executor`:
   one (``auto``: the one ``ray start`` began on this machine; ``ray://host:10001``: a remote one through
   Ray Client), none starts a local Ray instance for the run (stopped after it). The shared objects go
   to Ray's object store once (``ray.put``); at most ``--workers`` tasks run at a time (default: the
-  cluster's CPUs). Ctrl-C cancels every task (``ray.cancel(force=True)``). The cluster's workers need
+  cluster's CPUs). Ctrl-C, SIGTERM and SIGHUP cancel every task (``ray.cancel(force=True)``; the stop
+  signals' handlers are pdmux's again after ``ray.init``, which installs its own). The cluster's workers need
   this pdmux importable (on a local Ray they are this Python; on a cluster, the same pdmux installed on
   its nodes).
 
@@ -254,11 +255,14 @@ class OnRay(Executor):
                                        "include_dashboard": False}
             if address is None and workers:
                 options["num_cpus"] = workers
+            saved = _signal_handlers()
             try:
                 ray.init(**options)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 where = f"the Ray cluster at {address}" if address else "a local Ray instance"
                 raise PdmuxError(f"--executor ray: cannot start or reach {where}: {_first_line(exc)}") from None
+            finally:
+                _restore(saved)  # ray.init installs its own SIGTERM handler: pdmux's stops the run cleanly
             self._owned = True
         cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
         super().__init__(max(1, min(workers or cpus, cpus, tasks)))
@@ -311,6 +315,25 @@ class OnRay(Executor):
             self._running.clear()
         if self._owned:
             ray.shutdown()
+
+
+def _signal_handlers() -> dict[int, Any]:
+    """The handlers of the stop signals (SIGINT, SIGTERM, SIGHUP), where this is the main thread."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    signals = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    return {sig: signal.getsignal(sig) for sig in signals}
+
+
+def _restore(handlers: dict[int, Any]) -> None:
+    import signal
+
+    for sig, handler in handlers.items():
+        if handler is not None:
+            signal.signal(sig, handler)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -15,6 +15,10 @@ arrival, ascending), a prompt length and an output length (tokens). Formats (``t
 - ``burstgpt``: BurstGPT CSV, ``Timestamp`` (s), ``Model``, ``Request tokens``, ``Response tokens``,
   ``Total tokens``, ``Log Type``; rows with 0 response tokens are failed requests: skipped and counted.
 
+Formats users have that give no token counts (ShareGPT-style conversations, bench_serving's default)
+or no unit for their timestamps (``prompt_len``/``output_len``/``timestamp`` JSONL) are refused naming
+the format and what to do (:func:`unreadable_format`).
+
 The format is detected from the header or first line (or given). Bad rows are collected with their
 line number (a count and the first few are reported), never raised; a file with no valid row raises
 :class:`~pdmux_cli.errors.InputError`. Arrivals are sorted (stably) if the file is not in time order.
@@ -77,6 +81,10 @@ MAX_LOGNORMAL_SIGMA = 4.0
 
 #: Latest arrival a synthetic or retimed trace may have, seconds (about 32 years): beyond it a
 #: double no longer resolves the simulator's sub-microsecond steps.
+#: The highest mean arrival rate a retimed trace may have, requests/s: a million a second, arrivals a
+#: microsecond apart, is past what any server's HTTP front end receives (and past float precision
+#: for arrival times of a long trace).
+MAX_RATE_RPS = 1e6
 MAX_ARRIVAL_S = 1e9
 
 #: Most requests :func:`synthetic_trace` generates (:data:`MAX_REQUESTS`: the simulator keeps a few
@@ -303,6 +311,54 @@ def detect_format(first_line: str) -> str | None:
     return None
 
 
+#: Converting SGLang-style ``prompt_len``/``output_len``/``timestamp`` JSONL to the Mooncake JSONL
+#: pdmux reads (timestamps in milliseconds).
+_TO_MOONCAKE = ("jq -c '{timestamp: (.timestamp * 1000), input_length: .prompt_len, output_length: .output_len}' "
+                "IN.jsonl > trace.jsonl (timestamp in seconds; without '* 1000' if it is in milliseconds)")
+
+
+def unreadable_format(head: str, source: str) -> str | None:
+    """The message refusing a file of a format users have but pdmux cannot replay, from its first 64 KiB
+    ``head``, or ``None``:
+
+    - ShareGPT-style conversations (``[{"id": ..., "conversations": [{"from": "human", "value": ...}]}]``,
+      also one object a line), the default dataset of SGLang's and vLLM's bench_serving: prompts as
+      text, with neither token counts (bench_serving tokenizes them with the served model's tokenizer)
+      nor arrival times (it draws them from ``--request-rate``);
+    - JSONL of ``prompt_len``, ``output_len`` and ``timestamp`` (SGLang-style request workloads): the
+      timestamp's unit is not written in the file, so it is refused with the conversion to Mooncake
+      JSONL (milliseconds) rather than read at a guessed unit;
+    - a bench_serving result file (``input_lens``, ``output_lens``: no arrival times; ``pdmux calibrate
+      --bench-serving`` reads it);
+    - any other JSON array (pdmux reads one JSON object a line).
+    """
+    text = head.lstrip("\ufeff \t\r\n")
+    if text[:1] not in ("[", "{"):
+        return None
+    if re.search(r'"conversations"\s*:', text):
+        return (f"{source}: a ShareGPT-style conversation file (SGLang's and vLLM's bench_serving default dataset): it "
+                "holds prompts as text, with no token counts or arrival times, and pdmux has no tokenizer; give a "
+                "trace of token counts (Azure CSV, Mooncake JSONL, BurstGPT CSV), or --synthetic --qps N with "
+                "--prompt-tokens/--output-tokens (random:L for bench_serving's random dataset)")
+    first = text.split("\n", 1)[0] if text.startswith("{") else ""
+    if first:
+        try:
+            obj = json.loads(first)
+        except (ValueError, RecursionError):
+            obj = None
+        if isinstance(obj, dict) and {"input_lens", "output_lens"} <= set(obj):
+            return (f"{source}: a bench_serving result (per-request input_lens and output_lens, no arrival times): "
+                    "give it to 'pdmux calibrate --bench-serving'; to replay its workload use --synthetic --qps RATE "
+                    "with --prompt-tokens/--output-tokens (random:L as its --random-input-len)")
+        if isinstance(obj, dict) and "input_length" not in obj and {"prompt_len", "output_len"} <= set(obj):
+            return (f"{source}: JSONL of prompt_len, output_len and timestamp: its timestamps' unit is not in the file; "
+                    f"convert it to Mooncake JSONL (milliseconds, input_length, output_length): {_TO_MOONCAKE}")
+    if text.startswith("["):
+        return (f"{source}: a JSON array; pdmux reads Mooncake JSONL (one JSON object a line: timestamp in ms, "
+                "input_length, output_length), an Azure CSV or a BurstGPT CSV")
+    return None
+
+
 def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
     """Read a trace file (format detected from its first line unless ``fmt`` is given).
 
@@ -334,6 +390,11 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
                 if first.strip():
                     break
             handle.seek(0)
+            head = handle.read(64 * 1024)
+            handle.seek(0)
+            refusal = unreadable_format(head, p.name)
+            if refusal is not None:
+                raise InputError(refusal)
             detected = detect_format(first)
             if fmt is None:
                 if detected is None:
@@ -568,6 +629,8 @@ def _random_spec(text: str, what: str) -> tuple[int, float, int] | None:
     spec = str(text).strip().lower()
     if not spec.startswith("random:"):
         return None
+    if not spec.isascii():
+        raise InputError(f"{what} {text!r}: write the numbers in ASCII digits (e.g. random:1024)")
     parts = spec.split(":")[1:]
     try:
         full = int(parts[0])
@@ -605,6 +668,8 @@ def parse_length_spec(text: str | int, what: str) -> Callable[[random.Random], i
     :data:`MAX_LOGNORMAL_SIGMA`. Raises :class:`InputError` (naming ``what``) for anything else.
     """
     spec = str(text).strip().lower()
+    if not spec.isascii():  # int() and float() read other scripts' digits ('٣'); no option does
+        raise InputError(f"{what} {text!r}: write the numbers in ASCII digits (e.g. 1024 or lognormal:1024:1)")
     parts = spec.split(":")
     try:
         value = int(parts[0]) if len(parts) == 1 else 0
@@ -656,7 +721,7 @@ def synthetic_trace(
     bench_serving's ``--request-rate inf`` (``num_requests`` then required). Both specs ``random:L[...]``:
     bench_serving's random dataset, its lengths drawn as bench_serving draws them for ``seed``
     (:func:`bench_serving_lengths`). Deterministic for a ``seed``. Raises :class:`InputError`
-    for ``qps <= 0``, a bad length spec, bounds that give no request, or more than
+    for ``qps <= 0`` or finite above :data:`MAX_RATE_RPS`, a bad length spec, bounds that give no request, or more than
     :data:`MAX_SYNTHETIC_REQUESTS` requests (asked for, or expected from ``qps * duration_s``).
     """
     at_once = isinstance(qps, (int, float)) and qps == math.inf
@@ -667,6 +732,9 @@ def synthetic_trace(
             raise InputError("--duration does not apply to --qps inf (every request arrives at 0 s)")
     elif not (isinstance(qps, (int, float)) and math.isfinite(qps) and qps > 0):
         raise InputError(f"--qps must be a number > 0 (or inf: every request at once), got {qps}")
+    elif qps > MAX_RATE_RPS:
+        raise InputError(f"--qps {qps:g}: more than {MAX_RATE_RPS:.0e} requests/s (arrivals less than a microsecond "
+                         "apart); --qps inf sends every request at once")
     if num_requests is not None and num_requests < 1:
         raise InputError(f"--max-requests must be >= 1, got {num_requests}")
     if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
@@ -744,6 +812,9 @@ def reshape(
     """
     if rate_scale is not None and qps is not None:
         raise InputError("give --rate-scale or --qps, not both (both set the arrival rate)")
+    if qps == math.inf:
+        raise InputError("--qps inf (every request at once) goes with --synthetic; a trace file's arrivals are retimed "
+                         "to a finite rate (or give --rate-scale)")
     for name, value in (("--rate-scale", rate_scale), ("--qps", qps), ("--duration", duration_s)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise InputError(f"{name} must be a number > 0, got {value}")
@@ -768,10 +839,16 @@ def reshape(
         notes.append(f"retimed to {qps:g} req/s (was {(len(arrivals) - 1) / span:.3g})")
     if factor is not None:
         arrivals = Column(FLOAT, (t * factor for t in arrivals))
+        what = f"--rate-scale {rate_scale:g}" if qps is None else f"--qps {qps:g}"
         if not (math.isfinite(factor) and factor > 0 and arrivals[-1] <= MAX_ARRIVAL_S):
-            what = f"--rate-scale {rate_scale:g}" if qps is None else f"--qps {qps:g}"
             raise InputError(f"{what} retimes the trace to arrivals after {MAX_ARRIVAL_S:g} s (or none at all): "
                              "give a rate nearer the trace's own")
+        span = arrivals[-1] - arrivals[0]
+        if len(arrivals) > 1 and (span <= 0 or (len(arrivals) - 1) / span > MAX_RATE_RPS):
+            rate = (len(arrivals) - 1) / span if span > 0 else math.inf
+            raise InputError(f"{what} retimes the trace to {rate:.3g} req/s, more than {MAX_RATE_RPS:.0e} (arrivals "
+                             "less than a microsecond apart): give a rate nearer the trace's own (--synthetic --qps "
+                             "inf --max-requests N sends every request at once)")
     if duration_s is not None:
         keep = bisect.bisect_right(arrivals, duration_s)
         if keep < len(arrivals):
@@ -793,8 +870,8 @@ def _kept_hashes(hashes: Ragged, keep: bytes) -> Ragged:
 def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the model") -> Trace:
     """``trace`` without the requests whose prompt + output exceed ``context_tokens`` (the model's
     ``max_position_embeddings``; 0 keeps all): SGLang rejects a prompt past the context length and stops
-    an output at it, so they are reported as bad rows (counted, not simulated), as unreadable rows are.
-    Raises :class:`InputError` when no request is left."""
+    an output at it, so they are reported as bad rows (counted, not simulated), as unreadable rows are;
+    a synthetic trace's (drawn, not read) as a note. Raises :class:`InputError` when no request is left."""
     if not context_tokens:
         return trace
     # a flag per request (1 byte each), not a list of indices
@@ -808,10 +885,18 @@ def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the 
     dropped = [i for i in itertools.islice((j for j, k in enumerate(keep) if not k), KEEP_BAD_ROWS)]
     dropped_count = len(trace) - kept
     examples = list(trace.bad_examples)
-    for i in dropped[:max(0, KEEP_BAD_ROWS - len(examples))]:
-        reason = (f"request {i + 1}: {trace.prompt_tokens[i]} + {trace.output_tokens[i]} tokens, past "
-                  f"{model_name}'s context length of {context_tokens:,} (max_position_embeddings)")
-        examples.append((0, reason))
+    notes = list(trace.notes)
+    if trace.format == "synthetic":  # drawn, not read: no row of a file was bad
+        prompts, outputs = trace.prompt_tokens, trace.output_tokens
+        longest = max((j for j, k in enumerate(keep) if not k), key=lambda i: prompts[i] + outputs[i])
+        notes.append(f"{dropped_count} of the {len(trace)} synthetic requests drew more tokens than {model_name}'s "
+                     f"context length of {context_tokens:,} (the longest {prompts[longest]} + "
+                     f"{outputs[longest]}): left out, as SGLang refuses them")
+    else:
+        for i in dropped[:max(0, KEEP_BAD_ROWS - len(examples))]:
+            reason = (f"request {i + 1}: {trace.prompt_tokens[i]} + {trace.output_tokens[i]} tokens, past "
+                      f"{model_name}'s context length of {context_tokens:,} (max_position_embeddings)")
+            examples.append((0, reason))
     start = trace.arrival_s[keep.index(1)]
     return replace(
         trace,
@@ -819,6 +904,7 @@ def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the 
         prompt_tokens=Column(INT, itertools.compress(trace.prompt_tokens, keep)),
         output_tokens=Column(INT, itertools.compress(trace.output_tokens, keep)),
         hash_ids=_kept_hashes(trace.hash_ids, keep),
-        bad_rows=trace.bad_rows + dropped_count,
+        bad_rows=trace.bad_rows + (0 if trace.format == "synthetic" else dropped_count),
         bad_examples=tuple(examples),
+        notes=tuple(notes),
     )
