@@ -36,6 +36,51 @@ def cost_model_provenance(name: str, *, efficiency: str | None = None, calibrati
     return {"name": name, "efficiency": efficiency, "calibration": calibration, "serving": serving, **extra}
 
 
+def step_model_provenance(step_model: Any, *, calibration: Any = None, s_sat: Any = None) -> dict[str, Any]:
+    """:func:`cost_model_provenance` of a built cost model (:class:`pdmux_cli.costmodel.StepModel`).
+
+    Args:
+        step_model: a ``RooflineModel`` or ``ChapterModel`` (read by attribute: ``name``, the roofline's
+            efficiency profile ``eff.key``, ``serving.source``, ``s_sat``).
+        calibration: the ``--calibration`` file it was built with (a path), or ``None``.
+        s_sat: the S_SAT the result used, SMs: one number, or a list where each PD-mux row took its own
+            (``estimate --s-sat 44,66,88``); ``None``: the model's own ``s_sat``.
+
+    Returns:
+        ``{"name", "efficiency": "<key>.yaml" or None (the chapter's model reads none), "calibration": the
+        file as a string or None, "serving": the SGLang release line whose fitted serving terms it charges
+        (:data:`pdmux_cli.costmodel.efficiency.DEFAULT_RELEASE_LINE`, ``profiles/efficiency/serving.yaml``),
+        ``"calibration"`` where the calibration file's own serving terms replace them, or None (the chapter's
+        model charges none), "s_sat": SMs or None}``. A NaN S_SAT (a calibration's curve stands instead) is
+        ``None``: JSON has no NaN.
+    """
+    import math
+
+    name = str(getattr(step_model, "name", "unknown"))
+    eff = getattr(step_model, "eff", None)
+    # the profile's file stem; a whole-GPU calibration appends ", calibrated on MODEL" to it (the file is named
+    # under "calibration")
+    efficiency = f"{str(eff.key).partition(',')[0]}.yaml" if getattr(eff, "key", None) else None
+    serving = None
+    if name == "roofline":
+        from .costmodel.efficiency import DEFAULT_RELEASE_LINE
+
+        source = str(getattr(getattr(step_model, "serving", None), "source", ""))
+        serving = "calibration" if "calibrated on" in source else DEFAULT_RELEASE_LINE
+
+    def sms(value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return [sms(v) for v in value]
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            return None
+        return float(value)
+
+    return cost_model_provenance(name, efficiency=efficiency,
+                                 calibration=str(calibration) if calibration is not None else None,
+                                 serving=serving, s_sat=sms(getattr(step_model, "s_sat", None) if s_sat is None
+                                                            else s_sat))
+
+
 def provenance(*, sglang: str | None, cost_model: Mapping[str, Any] | str | None = None) -> dict[str, Any]:
     """The ``"pdmux"`` block of a command's JSON.
 

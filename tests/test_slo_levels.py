@@ -260,7 +260,7 @@ def test_gen_config_without_slo_itl_is_unchanged() -> None:
     launch's environment, the revision's notes and the YAML's layer cap, None where not written)."""
     d = json.loads(run("gen-config", "--gpu", "h100", "--json").stdout)
     assert sorted(d) == ["compute_capability", "config", "gpu", "gpus", "launch_env", "launch_flags", "output",
-                         "sglang_notes", "sglang_support", "sm_count", "tp", "tune", "yaml"]
+                         "pdmux", "sglang_notes", "sglang_support", "sm_count", "tp", "tune", "yaml"]
     assert d["config"] == {"sm_group_num": 8, "manual_divisions": [], "split_forward_token_budget": 65536,
                            "decode_bs_divisor": 36, "max_split_forward_layers": None}
     assert d["launch_env"] == [] and d["sglang_notes"] == []

@@ -90,7 +90,7 @@ def _write_outputs(res: Any, out: Path) -> list[Path]:
 
 def _dry_run_device(gpu: str | None, sms: int | None, cc: str | None) -> Any:
     from ..bench.plan import PlanDevice
-    from .planning import resolve_device
+    from ..workflows.planning_inputs import resolve_device
 
     device = resolve_device(gpu, sms, cc)
     if device.gpu is not None:

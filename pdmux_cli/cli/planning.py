@@ -1,7 +1,7 @@
 """The planning commands: ``splits``, ``estimate``, ``gen-config``, ``check-config``.
 
-Parse options, call the pure core, render. None of these import torch, cuda-python, numpy or
-matplotlib (tests/test_cli_imports.py checks it).
+Parse options, call one workflow (:mod:`pdmux_cli.workflows`), render its result. None of these import
+torch, cuda-python, numpy or matplotlib (tests/test_cli_imports.py checks it).
 """
 
 from __future__ import annotations
@@ -12,28 +12,20 @@ from typing import Any
 
 import typer
 
-from ..atomic import check_writable, refuse_overwriting_inputs
-from ..errors import InputError, short_repr
 from ..kv_cache import KV_CACHE_DTYPE_HELP
 from . import app
 from .common import (
     NON_FINITE,
     console,
     fail_line,
-    gpu_file,
-    model_file,
     output_file,
     output_path,
-    parse_cc,
-    parse_float_list,
-    parse_int_list,
     print_json,
     print_note,
     require_finite,
     sglang_option,
     styled,
     warn_line,
-    write_atomic,
 )
 
 GPU_HELP = ("GPU profile: alias (h100, h200, h20, a100, b200, ...), reported name ('NVIDIA H100 80GB HBM3'), "
@@ -43,72 +35,6 @@ TP_HELP = ("Tensor parallelism: GPUs of one server the model is sharded over, as
            "step times are one rank's, collectives included, and memory is checked per GPU.")
 #: Most problems check-config shows as table rows (a runaway file can have tens of thousands).
 MAX_PROBLEM_ROWS = 50
-
-
-class Device:
-    """The device a command plans for: a profile, or just ``--sms`` and ``--cc``."""
-
-    def __init__(self, name: str, sm_count: int, cc: tuple[int, int], gpu: Any = None) -> None:
-        self.name, self.sm_count, self.cc, self.gpu = name, sm_count, cc, gpu
-
-    @property
-    def cc_text(self) -> str:
-        return f"{self.cc[0]}.{self.cc[1]}"
-
-
-def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: str = "h100") -> Device:
-    """``--gpu`` or ``--sms N --cc X.Y`` (both needed) -> :class:`Device`; :class:`InputError` otherwise."""
-    from ..hardware import MAX_SMS, find_gpu_or_file
-
-    if sms is not None or cc is not None:
-        if gpu is not None:
-            raise InputError("give either --gpu or --sms with --cc, not both")
-        if sms is None or cc is None:
-            raise InputError("--sms and --cc go together, e.g. --sms 132 --cc 9.0")
-        if not 0 < sms <= MAX_SMS:
-            raise InputError(f"--sms must be a number of SMs from 1 to {MAX_SMS}, got {sms}")
-        major_minor = parse_cc(cc)
-        return Device("custom GPU", sms, major_minor)
-    if gpu is not None and not gpu.strip():
-        raise InputError("--gpu is empty: give a GPU name such as h100 (pdmux splits --all lists them)")
-    profile = find_gpu_or_file(gpu or default)
-    return Device(profile.name, profile.require_sm_count(), profile.compute_capability, profile)
-
-
-def _load_pdmux_yaml(path: Path, device: Device | None = None,
-                     cli_sm_group_num: int | None = None, sglang: str | None = None) -> tuple[Any, list[str]]:
-    """A pdmux YAML for ``--config`` -> (PdmuxConfig, notes).
-
-    Structural problems, and (with ``device``) anything SGLang refuses at load or start-up (rules
-    "both" and "new") are input errors; the first is reported, check-config lists all. Warnings
-    (SGLang runs it as meant) become notes. With ``device``, manual_divisions entries off the CUDA
-    granularity are replaced by the split the driver really makes (100/32 -> 104/28 on H100), with a
-    note saying so (:func:`pdmux_cli.pdmux_config.driver_divisions`).
-    """
-    from ..pdmux_config import driver_divisions, is_error, load_config, validate
-
-    config, problems = load_config(path)
-    if sglang is not None and sglang != "0.5.23" and device is not None:
-        from ..sglang_rules import planning_refusal
-
-        refusal = planning_refusal(config, problems, sglang, device.sm_count, device.cc)
-        if refusal:
-            raise InputError(f"{path}: {refusal}")
-        notes = [f"{path}: {p.where}: {p.message}" for p in problems if not is_error(p)]
-        config, rounded = driver_divisions(config, device.sm_count, device.cc)
-        return config, notes + [f"{path}: {note}" for note in rounded]
-    notes = [f"{path}: {p.where}: {p.message}" for p in problems if not is_error(p)]
-    problems = [p for p in problems if is_error(p)]
-    if device is not None:
-        problems = problems + [p for p in validate(config, device.sm_count, device.cc, cli_sm_group_num)
-                               if p.rule in ("both", "new")]
-    if problems:
-        first = problems[0]
-        raise InputError(f"{path}: {first.where}: {first.message} (pdmux check-config {path} lists every problem)")
-    if device is not None:
-        config, rounded = driver_divisions(config, device.sm_count, device.cc)
-        notes.extend(f"{path}: {note}" for note in rounded)
-    return config, notes
 
 
 @app.command()
@@ -128,143 +54,43 @@ def splits(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """The SM split levels (stream groups) SGLang builds, the level it picks per decode batch, and prefill layers per round."""
-    from .. import policy
-    from ..tensor_parallel import check_tp_value
+    from ..workflows.splits import AllGpusSplits, SplitsRequest
+    from ..workflows.splits import splits as run_splits
 
-    check_tp_value(tp)
-    if all_gpus and tp != 1:
-        raise InputError("--tp describes one deployment: use it with --gpu or --sms/--cc, not --all")
-
-    if all_gpus and config is not None:
-        raise InputError("--config describes one GPU's levels: use it with --gpu or --sms/--cc, not --all")
-    if all_gpus and (gpu or sms or cc):
-        raise InputError("--all lists every profile; drop --gpu/--sms/--cc")
-    device = None if all_gpus else resolve_device(gpu, sms, cc)
-    from ..hardware import MAX_SMS
-
-    policy.check_sm_group_num(sm_group_num, device.sm_count if device is not None else MAX_SMS)
-    cfg, cfg_notes = _load_pdmux_yaml(config, device, sm_group_num) if config is not None else (None, [])
-    group_num = sm_group_num or (cfg.sm_group_num if cfg else policy.DEFAULT_SM_GROUP_NUM)
-    divisor = decode_bs_divisor or (cfg.decode_bs_divisor if cfg else policy.DEFAULT_DECODE_BS_DIVISOR)
-    budget = token_budget or (cfg.split_forward_token_budget if cfg else policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET)
-    for name, value in (("--sm-group-num", sm_group_num), ("--decode-bs-divisor", decode_bs_divisor),
-                        ("--token-budget", token_budget)):
-        if value is not None and value <= 0:
-            raise InputError(f"{name} must be > 0, got {value}")
-    manual = list(cfg.manual_divisions) if cfg and cfg.manual_divisions else None
-
-    if device is None:
-        _splits_all(group_num, as_json)
-        return
-
-    batch_sizes = parse_int_list(decode_bs, "--decode-bs", unique=True)
-    prompts = parse_int_list(prompt_tokens, "--prompt-tokens", unique=True)
-    from ..model import load_model
-
-    mdl = load_model(model)
-    from ..estimate import MAX_DECODE_BS, MAX_TOKENS
-
-    for what, values, top in (("--decode-bs", batch_sizes, MAX_DECODE_BS), ("--prompt-tokens", prompts, MAX_TOKENS)):
-        too_big = [v for v in values if v > top]
-        if too_big:  # as estimate's bounds: no server runs a batch or prompt past them
-            raise InputError(f"{what} {short_repr(too_big[0])}: give 1 to {top:,}")
-    plan = policy.plan_groups(device.sm_count, device.cc, group_num, manual)
-    notes = cfg_notes + ([plan.note] if plan.note else [])
-    if tp > 1:
-        from ..tensor_parallel import shard
-
-        shard(mdl, tp)  # SGLang refuses a model whose heads or widths tp does not divide
-        notes.append(f"TP {tp}: every GPU builds these stream groups and picks the same level for the same decode "
-                     "batch (each rank's scheduler runs the same rule on the same batches); before a prefill joins "
-                     "the decode batch the ranks agree it is done with a CPU all-reduce (SGLang 0.5.23 "
-                     "srt/multiplex/multiplexing_mixin.py event_loop_pdmux)")
-    choices = [
-        (bs, policy.choose_group(len(plan.groups), bs, True, divisor, plan.thresholds),
-         policy.older_sglang_crashes(plan.thresholds, bs))
-        for bs in batch_sizes
-    ]
-    layers = [
-        (t, policy.prefill_layers_per_round(t, mdl.num_layers, budget), policy.prefill_rounds(t, mdl.num_layers, budget))
-        for t in prompts
-    ]
-    info = {
-        "gpu": device.name, "sm_count": device.sm_count, "compute_capability": device.cc_text,
-        "source": plan.source, "sm_group_num": group_num, "decode_bs_divisor": divisor, "token_budget": budget,
-        "groups": plan.groups, "thresholds": plan.thresholds, "choices": choices, "model": mdl.name,
-        "num_layers": mdl.num_layers, "layers": layers, "notes": notes, "tp": tp,
-    }
-    from .. import render
-
+    result = run_splits(SplitsRequest(
+        gpu=gpu, sms=sms, cc=cc, all_gpus=all_gpus, decode_bs=decode_bs, prompt_tokens=prompt_tokens, model=model,
+        sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget, config=config,
+        tp=tp))
     if as_json:
-        print_json(render.splits_dict(info))
-        return
-    con = console()
-    for table in render.splits_tables(info):
-        con.print(table)
-    for note in notes:
-        print_note(con, note)
+        print_json(result.to_dict())
+    elif isinstance(result, AllGpusSplits):
+        _print_all_gpus(result)
+    else:
+        from .. import render
+
+        con = console()
+        for table in render.splits_tables(result.info):
+            con.print(table)
+        for note in result.notes:
+            print_note(con, note)
 
 
-def _splits_all(group_num: int, as_json: bool) -> None:
-    from .. import policy
-    from ..hardware import load_gpus
-
-    rows = []
-    for g in load_gpus():
-        entry: dict[str, Any] = {"gpu": g.name, "key": g.key, "sm_count": g.sm_count,
-                                 "compute_capability": f"{g.compute_capability[0]}.{g.compute_capability[1]}"}
-        try:
-            plan = policy.plan_groups(g.require_sm_count(), g.compute_capability, group_num)
-            entry.update(source=plan.source, error=None,
-                         groups=[{"prefill_sms": p, "decode_sms": d} for p, d in plan.groups])
-        except InputError as e:
-            entry.update(source=None, groups=None, error=str(e))
-        rows.append(entry)
-    if as_json:
-        print_json({"sm_group_num": group_num, "gpus": rows})
-        return
+def _print_all_gpus(result: Any) -> None:
+    """``splits --all``'s table: every GPU profile's levels, or why SGLang cannot split it."""
     from rich.table import Table
 
-    table = Table(title=f"SGLang's split levels on every GPU profile (sm_group_num {group_num})", title_justify="left")
+    table = Table(title=f"SGLang's split levels on every GPU profile (sm_group_num {result.sm_group_num})",
+                  title_justify="left")
     for col, just in (("GPU", "left"), ("SMs", "right"), ("cc", "right"), ("levels (prefill/decode SMs)", "left"),
                       ("source", "left")):
         table.add_column(col, justify=just)
-    for r in rows:
+    for r in result.gpus:
         levels = (" ".join(f"{g['prefill_sms']}/{g['decode_sms']}" for g in r["groups"][1:-1]) if r["groups"]
                   else styled(r["error"], "red"))
         source = {"sglang-auto": "SGLang auto", "cuda-granularity": "needs manual_divisions", "manual": "manual",
                   None: "-"}[r["source"]]
         table.add_row(r["gpu"], str(r["sm_count"] or "?"), r["compute_capability"], levels, source)
     console().print(table)
-
-
-def _parse_sizes(text: str | None, what: str) -> tuple[int, ...] | None:
-    """``"2048,512"`` -> ``(2048, 512)`` (a size given twice kept once); ``"none"`` -> ``()``; ``None``
-    (not given) -> ``None``."""
-    if text is None:
-        return None
-    if text.strip().lower() in ("none", "off", "-"):
-        return ()
-    from ..estimate import MAX_TOKENS
-
-    sizes = tuple(parse_int_list(text, what, unique=True))
-    too_big = [s for s in sizes if s > MAX_TOKENS]
-    if too_big:  # as the prompt and context: no chunk of a prompt is longer
-        raise InputError(f"{what} {short_repr(too_big[0])}: give chunk sizes of 1 to {MAX_TOKENS:,} tokens")
-    return sizes
-
-
-def _parse_level(text: str) -> tuple[int, int] | None:
-    """``--level``: ``"80/52"`` -> ``(80, 52)``; ``"auto"`` -> ``None``; anything else (an empty value,
-    digits other than ASCII) -> :class:`InputError`."""
-    from ..numbers import plain_int
-
-    if text.strip().lower() in ("auto", "sglang"):
-        return None
-    parts = [plain_int(x) for x in text.replace(":", "/").split("/")]
-    if len(parts) != 2 or None in parts:
-        raise InputError(f"--level {short_repr(text)}: write PREFILL/DECODE SMs, e.g. 80/52, or 'auto'")
-    return parts[0], parts[1]
 
 
 @app.command()
@@ -308,92 +134,31 @@ def estimate(
 
     With no options: the chapter's scenario (Qwen3-8B on H100 SXM, 32 x 2048, an 8192-token prompt);
     --cost-model chapter reproduces the chapter's table."""
-    from .. import policy, render
-    from ..estimate import Scenario
-    from ..estimate import estimate as run_estimate
-    from ..model import load_model
-    from ..sglang_support import get_revision
+    from .. import render
+    from ..workflows.estimate import EstimateRequest
+    from ..workflows.estimate import estimate as run_estimate
 
-    get_revision(sglang)  # an unknown revision is refused before any work
-    if flops_dtype is not None:
-        flops_dtype = flops_dtype.strip().lower()
-        if flops_dtype not in ("bf16", "fp16", "fp8"):
-            raise InputError(f"--flops-dtype must be bf16, fp16 or fp8, got {flops_dtype!r}")
-    for name, value in (("--sm-group-num", sm_group_num), ("--decode-bs-divisor", decode_bs_divisor),
-                        ("--token-budget", token_budget)):
-        if value is not None and value <= 0:
-            raise InputError(f"{name} must be > 0, got {value}")
-    if plot is not None:
-        if plot.suffix.lower() != ".png":
-            raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {plot}")
-        refuse_overwriting_inputs(plot, config, calibration, model_file(model), gpu_file(gpu))
-        check_writable(plot)
-    from ..disaggregation import parse_xpyd
-    from ..kv_cache import check_kv_options, resolve_kv_cache
-
-    check_kv_options(kv_cache_dtype, kv_bytes)
-    xpyd = parse_xpyd(disagg) if disagg is not None else None
-    device = resolve_device(gpu, None, None)
-    policy.check_sm_group_num(sm_group_num, device.sm_count)
-    gpu_profile = device.gpu
-    mdl = load_model(model)
-    kv_cache = resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes)
-    cfg, cfg_notes = _load_pdmux_yaml(config, device, sm_group_num, sglang) if config is not None else (None, [])
-    scenario = Scenario(
-        decode_bs=decode_bs, context_tokens=context, prompt_tokens=prompt_tokens,
-        chunk_sizes=_parse_sizes(chunk_sizes, "--chunk-sizes"),
-        mixed_chunk_sizes=_parse_sizes(mixed_chunk_sizes, "--mixed-chunk-sizes") or (),
-        cost_model=cost_model.strip().lower(), step_overhead_ms=step_overhead_ms,
-        per_request_overhead_ms=per_request_overhead_ms,
-        s_sat_values=tuple(parse_float_list(s_sat, "--s-sat", unique=True)) if s_sat is not None else None,
-        bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, weight_bytes_per_param=weight_bytes,
-        kv_bytes_per_element=kv_cache.bytes_per_element, level=_parse_level(level),
-        sm_group_num=sm_group_num or (cfg.sm_group_num if cfg else policy.DEFAULT_SM_GROUP_NUM),
-        decode_bs_divisor=decode_bs_divisor or (cfg.decode_bs_divisor if cfg else policy.DEFAULT_DECODE_BS_DIVISOR),
-        split_forward_token_budget=token_budget or (
-            cfg.split_forward_token_budget if cfg else policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET),
-        manual_divisions=tuple(cfg.manual_divisions) if cfg else (),
-        max_split_forward_layers=(cfg.max_split_forward_layers or 0) if cfg else 0,
-        flops_dtype=flops_dtype, tp=tp, disagg=xpyd, kv_link=kv_link, kv_link_gb_s=kv_link_gb_s,
-        kv_link_latency_us=kv_link_latency_us, disagg_tp=disagg_tp,
-    )
-    cal = None
-    if calibration is not None:
-        from ..calibration import load_calibration
-        from ..hardware import find_gpu
-
-        cal = load_calibration(calibration)
-        try:
-            measured_on = find_gpu(cal.gpu_key or cal.gpu_name)
-        except InputError:  # a device without a profile: only the SM count can be compared
-            measured_on = None
-        if measured_on is not None and measured_on.key != gpu_profile.key:
-            raise InputError(f"{calibration} was measured on {measured_on.name}, not {gpu_profile.name}: "
-                             f"pass --gpu {measured_on.key} or calibrate this GPU ('pdmux bench', 'pdmux calibrate')")
-        if s_sat is not None and cal.has_partitions:
-            raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
-    result = run_estimate(gpu_profile, mdl, scenario, calibration=cal, all_levels=all_levels or plot is not None,
-                          sglang=sglang)
-    result.notes[:0] = cfg_notes
-    if cal is not None and scenario.cost_model == "chapter" and (mfu is not None or bandwidth_efficiency is not None):
-        result.notes.append("--mfu and --bandwidth-efficiency are not used with --calibration: "
-                            "the measured curves replace them")
-    data = render.estimate_dict(result)
-    problem = NON_FINITE + ("; or the calibration's curves" if cal is not None else "")
-    if plot is not None:
-        from ..estimate_plot import write_tradeoff_plot
-
-        write_tradeoff_plot(plot, result, f"{result.model} on {result.gpu}: {decode_bs} x {context} tokens decoding, "
-                            f"a {prompt_tokens}-token prompt ({result.cost_model} cost model)")
+    result = run_estimate(EstimateRequest(
+        model=model, gpu=gpu, decode_bs=decode_bs, context=context, prompt_tokens=prompt_tokens,
+        chunk_sizes=chunk_sizes, mixed_chunk_sizes=mixed_chunk_sizes, cost_model=cost_model, s_sat=s_sat,
+        bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, step_overhead_ms=step_overhead_ms,
+        per_request_overhead_ms=per_request_overhead_ms, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
+        kv_cache_dtype=kv_cache_dtype, level=level, all_levels=all_levels, sm_group_num=sm_group_num,
+        decode_bs_divisor=decode_bs_divisor, token_budget=token_budget, config=config, flops_dtype=flops_dtype,
+        calibration=calibration, tp=tp, disagg=disagg, kv_link=kv_link, kv_link_gb_s=kv_link_gb_s,
+        kv_link_latency_us=kv_link_latency_us, disagg_tp=disagg_tp, plot=plot, sglang=sglang))
+    problem = NON_FINITE + ("; or the calibration's curves" if result.calibrated else "")
     if as_json:
-        print_json(data, problem)
+        print_json(result.to_dict(), problem)
         return
-    require_finite(data, problem)
+    est = result.estimate
+    require_finite(render.estimate_dict(est), problem)
     con = console()
-    con.print(render.estimate_table(result))
+    con.print(render.estimate_table(est))
     if all_levels:
-        con.print(render.levels_table(result))
+        con.print(render.levels_table(est))
     if plot is not None:
+        xpyd = est.scenario.disagg
         point = f"; {xpyd[0]}P{xpyd[1]}D disaggregation as a point at its TTFT" if xpyd is not None else ""
         con.print(f"wrote {plot} (ITL against prefill time, every level{point})")
 
@@ -437,164 +202,49 @@ def gen_config(
     decode SMs that keep its ITL within MS at the workload's context, from the cost model.
     With --tune: the sm_group_num, thresholds and token budget with the best SLO attainment on a
     trace (ties: goodput), found by simulating it."""
-    from .. import pdmux_config as pc
-    from .. import policy
+    from ..workflows.gen_config import GenConfigRequest
+    from ..workflows.gen_config import gen_config as run_gen_config
 
-    device = resolve_device(gpu, sms, cc)
-    for name, value in (("--sm-group-num", sm_group_num), ("--decode-bs-divisor", decode_bs_divisor),
-                        ("--token-budget", token_budget)):
-        if value <= 0:
-            raise InputError(f"{name} must be > 0, got {value}")
-    policy.check_sm_group_num(sm_group_num, device.sm_count)
-    from ..tensor_parallel import check_tp_value
-
-    check_tp_value(tp)
-    from ..model import load_model
-    from ..sglang_support import model_support
-
-    served = load_model(model)
-    support = model_support(served.architectures, sglang)
-    if tp > 1:
-        from ..tensor_parallel import shard
-
-        shard(served, tp)  # SGLang refuses a model whose heads or widths tp does not divide
-    if output is not None and str(output) == "-":
-        output = None  # the usual spelling of standard output
-    # Before any work (a --tune search takes minutes): the output must be writable and not an input.
-    check_writable(output)
-    slo = slo_itl is not None and not tune
-    refuse_overwriting_inputs(output, trace, calibration, model_file(model) if tune or slo else None, gpu_file(gpu))
-    tune_summary = slo_summary = None
-    slo_view: tuple | None = None
-    if max_requests is not None and trace is None:
-        raise InputError("--max-requests cuts a --trace: give one, or drop --max-requests")
-    if dp is not None and dp != 1:
-        raise InputError("gen-config --tune tunes one server: for --dp replicas behind a router run 'pdmux tune --dp N "
-                         "-o FILE' (same options; it writes the winning YAML and the launch line)")
-    if workers is not None and workers < 1:
-        raise InputError(f"--workers must be >= 1, got {workers}")
-    if not tune:
-        for name, value in (("--format", trace_format), ("--qps", qps), ("--rate-scale", rate_scale),
-                            ("--duration", duration), ("--workers", workers)):
-            if value is not None:
-                raise InputError(f"{name} goes with --tune (it shapes the trace tune simulates)")
-    if not slo:
-        if context is not None and not tune:
-            raise InputError("--context goes with --slo-itl (SLO levels)")
-        if calibration is not None and not tune:
-            raise InputError("--calibration goes with --slo-itl (SLO levels) or --tune")
-        if cost_model != "roofline":
-            raise InputError("--cost-model goes with --slo-itl (SLO levels), without --tune")
-        for name, value in (("--step-overhead-ms", step_overhead_ms),
-                            ("--per-request-overhead-ms", per_request_overhead_ms),
-                            ("--max-running-requests", max_running_requests)):
-            if value is not None:
-                raise InputError(f"{name} goes with --slo-itl (SLO levels), without --tune")
-    if slo:
-        if divisions is not None or manual:
-            raise InputError("--slo-itl writes its own levels and thresholds: drop --divisions/--manual")
-        if decode_bs_divisor != 36:
-            raise InputError("--slo-itl's thresholds replace the linear rule, which never reads decode_bs_divisor: "
-                             "drop --decode-bs-divisor")
-        if slo_ttft is not None:
-            raise InputError("--slo-ttft goes with --tune (SLO levels size decode for the ITL target alone)")
-        from .slo import levels_dict, levels_notes, levels_table, slo_levels_config
-
-        config, levels, setup, slo_notes = slo_levels_config(
-            device.gpu, model, slo_itl, context=context, trace=trace, max_requests=max_requests,
-            calibration=calibration, cost_model=cost_model.strip().lower(), tp=tp, sm_group_num=sm_group_num,
-            token_budget=token_budget, step_overhead_ms=step_overhead_ms,
-            per_request_overhead_ms=per_request_overhead_ms, max_running_requests=max_running_requests)
-        source = levels.context_source
-        slo_summary = levels_dict(levels, setup, source)
-        slo_view = (levels_table(levels, setup), [*slo_notes, *levels_notes(levels, source)],
-                    f"cost model: {setup.step_model.source}")
-    elif tune:
-        if divisions is not None or manual:
-            raise InputError("--tune picks the levels itself: drop --divisions/--manual")
-        if (sm_group_num, decode_bs_divisor, token_budget) != (8, 36, 65536):
-            raise InputError("--tune searches sm_group_num, decode_bs_divisor and the token budget itself: drop "
-                             "--sm-group-num/--decode-bs-divisor/--token-budget ('pdmux tune' can narrow the search)")
-        from .simulate import tuned_config
-
-        if context is not None:
-            raise InputError("--tune takes the workload from --trace: drop --context")
-        config, tune_summary = tuned_config(device.gpu, trace, slo_ttft, slo_itl, model=model, show=not as_json,
-                                            tp=tp, max_requests=max_requests, calibration=calibration,
-                                            sglang=sglang, fmt=trace_format, qps=qps, rate_scale=rate_scale,
-                                            duration=duration, workers=workers, to_stderr=output is None)
-    elif trace is not None or slo_ttft is not None:
-        raise InputError("--trace and --slo-ttft go with --tune (or --trace with --slo-itl)")
-    elif divisions is not None:
-        entries = pc.parse_divisions(divisions)
-        config = pc.PdmuxConfig(sm_group_num=len(entries) + 2, manual_divisions=entries,
-                                split_forward_token_budget=token_budget, decode_bs_divisor=decode_bs_divisor)
-        if sm_group_num not in (8, len(entries) + 2):
-            raise InputError(f"--divisions has {len(entries)} level(s), so sm_group_num is {len(entries) + 2}, "
-                             f"not {sm_group_num}: drop --sm-group-num or change the divisions")
-    else:
-        from ..sglang_support import get_revision
-
-        plan = policy.plan_groups(device.sm_count, device.cc, sm_group_num)
-        # a revision whose divide_sm was not read gets the levels written out (they hold whatever its split)
-        config = pc.config_from_plan(plan, sm_group_num, token_budget, decode_bs_divisor,
-                                     manual=manual or plan.source == "cuda-granularity"
-                                     or get_revision(sglang).divide_sm == "not read")
-    problems = pc.validate(config, device.sm_count, device.cc)
-    if problems:
-        more = f" (and {len(problems) - 1} more problem(s): pdmux check-config lists them)" if len(problems) > 1 else ""
-        raise InputError(f"{problems[0].where}: {problems[0].message}{more}")
-    text = pc.dump_config(config)
-    path_text = str(output) if output is not None else "pdmux.yaml"
-    flags = pc.launch_flags(path_text, config.sm_group_num, tp)
-    from ..sglang_rules import revision_notes
-    from ..sglang_support import get_revision
-
-    rev_notes = revision_notes(sglang, tp)
-    launch_env = list(get_revision(sglang).tp_launch) if tp > 1 else []
-    if output is not None:
-        write_atomic(output, text)
+    result = run_gen_config(GenConfigRequest(
+        gpu=gpu, sms=sms, cc=cc, sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor,
+        token_budget=token_budget, divisions=divisions, manual=manual, output=output, tune=tune, trace=trace,
+        slo_ttft=slo_ttft, slo_itl=slo_itl, context=context, max_requests=max_requests, trace_format=trace_format,
+        qps=qps, rate_scale=rate_scale, duration=duration, workers=workers, dp=dp, calibration=calibration,
+        cost_model=cost_model, step_overhead_ms=step_overhead_ms, per_request_overhead_ms=per_request_overhead_ms,
+        max_running_requests=max_running_requests, model=model, tp=tp, sglang=sglang, show_tune=not as_json))
     if as_json:
-        print_json({"gpu": device.name, "sm_count": device.sm_count, "compute_capability": device.cc_text,
-                    "tp": tp, "gpus": tp, "output": str(output) if output is not None else None, "yaml": text,
-                    "config": {"sm_group_num": config.sm_group_num,
-                               "manual_divisions": [list(e) for e in config.manual_divisions],
-                               "split_forward_token_budget": config.split_forward_token_budget,
-                               "decode_bs_divisor": config.decode_bs_divisor,
-                               "max_split_forward_layers": config.max_split_forward_layers},
-                    "launch_flags": flags, "launch_env": launch_env, "sglang_notes": rev_notes,
-                    "tune": tune_summary, "sglang_support": support.as_dict(),
-                    **({"slo_levels": slo_summary} if slo_summary is not None else {})})
+        print_json(result.to_dict())
         return
-    if support.state == "no":
-        warn_line(f"{served.name}: {support.reason}: this config cannot serve it")
-    launch = pc.launch_command(path_text, config.sm_group_num, tp=tp, env=tuple(launch_env))
-    if output is None:
-        sys.stdout.write(text)
-        if slo_view is not None and sys.stderr is not None:
-            _print_slo_view(console(stderr=True), slo_view)
+    if result.support.state == "no":
+        warn_line(f"{result.model_name}: {result.support.reason}: this config cannot serve it")
+    if result.output is None:
+        sys.stdout.write(result.yaml)
+        if result.slo is not None and sys.stderr is not None:
+            _print_slo_view(console(stderr=True), result.slo)
         if sys.stderr is not None:
-            sys.stderr.write(f"# save as {path_text}, then launch:\n# {launch}\n")
-            for note in rev_notes:
+            sys.stderr.write(f"# save as {result.path_text}, then launch:\n# {result.launch_command}\n")
+            for note in result.sglang_notes:
                 sys.stderr.write(f"# {note}\n")
     else:
         con = console()
-        if slo_view is not None:
-            _print_slo_view(con, slo_view)
-        every = f"; every one of the {tp} GPUs loads it" if tp > 1 else ""
-        con.print(f"wrote {output} ({device.name}, {device.sm_count} SMs{every})")
-        con.print(launch, soft_wrap=True, markup=False)
-        for note in rev_notes:
+        if result.slo is not None:
+            _print_slo_view(con, result.slo)
+        every = f"; every one of the {result.tp} GPUs loads it" if result.tp > 1 else ""
+        con.print(f"wrote {result.output} ({result.gpu}, {result.sm_count} SMs{every})")
+        con.print(result.launch_command, soft_wrap=True, markup=False)
+        for note in result.sglang_notes:
             print_note(con, note)
 
 
 def _print_slo_view(con: Any, view: tuple) -> None:
     """gen-config --slo-itl's table of levels and its notes."""
-    table, notes, cost = view
-    con.print(table)
-    for note in notes:
+    from .slo import levels_notes, levels_table
+
+    levels, setup, notes = view
+    con.print(levels_table(levels, setup))
+    for note in [*notes, *levels_notes(levels, levels.context_source)]:
         print_note(con, note)
-    con.print(cost, soft_wrap=True)
+    con.print(f"cost model: {setup.step_model.source}", soft_wrap=True)
 
 
 @app.command("check-config")
@@ -610,77 +260,64 @@ def check_config(
 ) -> None:
     """Validate a pdmux YAML against each SGLang revision pdmux has read (--sglang decides the exit code:
     2 if it refuses the file or any problem of 0.5.23's rules or the driver's is found; warnings alone: 0)."""
-    from .. import pdmux_config as pc
-    from ..sglang_rules import verdicts
-    from ..sglang_support import REVISIONS, get_revision
+    from ..workflows.check_config import CheckConfigRequest
+    from ..workflows.check_config import check_config as run_check_config
 
-    chosen = get_revision(sglang)
-    if not chosen.loader_read:
-        raise InputError(f"--sglang {chosen.key}: pdmux has not read its pdmux_context.py (the loader and start-up "
-                         "checks), so it cannot judge a file under it; check-config without --sglang shows every "
-                         "revision it can judge")
-    device = resolve_device(gpu, sms, cc)
-    config, parsed = pc.load_config(path)
-    problems = list(parsed) + pc.validate(config, device.sm_count, device.cc, sm_group_num)
-    per_revision = verdicts(config, list(parsed), device.sm_count, device.cc, cli_sm_group_num=sm_group_num)
-    mine = next(v for v in per_revision if v.revision == chosen.key)
-    # the exit code: the chosen revision's verdict, plus what the driver or a typo does to any revision
-    errors = [p for p in problems if p.rule in ("cuda", "pdmux")]
-    failed = bool(errors) or not mine.accepted
-    support_line = None
-    if model is not None:
-        from ..model import load_model
-        from ..sglang_support import model_support
-
-        support = model_support(load_model(model).architectures, chosen)
-        support_line = support.reason if support.state != "yes" else None
+    result = run_check_config(CheckConfigRequest(path=path, gpu=gpu, sms=sms, cc=cc, sm_group_num=sm_group_num,
+                                                 model=model, sglang=sglang))
     if as_json:
-        print_json({"path": str(path), "gpu": device.name, "sm_count": device.sm_count, "ok": not failed,
-                    "sglang": chosen.key,
-                    "revisions": [v.as_dict(REVISIONS[v.revision]) for v in per_revision],
-                    "problems": [{"where": p.where, "rule": p.rule, "severity": "error" if pc.is_error(p) else "warning",
-                                  "message": p.message} for p in problems],
-                    "sglang_support": support.as_dict() if model is not None else None})
+        print_json(result.to_dict())
     else:
-        from rich.table import Table
-
-        con = console()
-        if problems:
-            warnings = len([p for p in problems if not pc.is_error(p)])
-            counts = ", ".join(([f"{len(problems) - warnings} problem(s)"] if len(problems) > warnings else []) +
-                               ([f"{warnings} warning(s)"] if warnings else []))
-            table = Table(title=f"{path}: {counts} for {device.name} ({device.sm_count} SMs)", title_justify="left")
-            table.add_column("where")
-            table.add_column("refused by", justify="left")
-            table.add_column("problem")
-            for p in problems[:MAX_PROBLEM_ROWS]:
-                table.add_row(p.where, pc.RULE_LABELS.get(p.rule, p.rule), p.message)
-            if len(problems) > MAX_PROBLEM_ROWS:
-                table.caption = f"first {MAX_PROBLEM_ROWS} of {len(problems)} problems; --json lists them all"
-                table.caption_justify = "left"
-            con.print(table)
-        table = Table(title=f"{path} per SGLang revision ({device.name}, {device.sm_count} SMs)", title_justify="left")
-        table.add_column("SGLang")
-        table.add_column("verdict")
-        table.add_column("why")
-        for v in per_revision:
-            mark = " *" if v.revision == chosen.key else ""
-            said = "runs it" if v.accepted else "not judged" if v.accepted is None else f"refuses ({v.stage})"
-            table.add_row(v.revision + mark, said, v.reason or "-")
-        table.caption = "\n".join(["* --sglang (decides the exit code)", *(REVISIONS[v.revision].cite
-                                                                         for v in per_revision)])
-        table.caption_justify = "left"
-        con.print(table)
-        for v in per_revision:
-            failure = REVISIONS[v.revision].startup_failure
-            if v.revision == chosen.key and failure:
-                con.print(f"{v.revision}: {failure}")
-        if support_line:
-            warn_line(f"{model}: {support_line}")
-        if not failed:
-            warned = f" ({len(problems)} warning(s) above)" if problems else ""
-            con.print(f"{path}: OK for {device.name} ({device.sm_count} SMs) under {chosen.name}{warned}")
-    if failed:
-        what = f"{len(errors)} problem(s)" if errors else f"{chosen.name} refuses it ({mine.stage})"
-        fail_line(f"{path}: {what}")
+        _print_check(result, model)
+    if not result.ok:
+        what = (f"{len(result.errors)} problem(s)" if result.errors
+                else f"{result.chosen.name} refuses it ({result.chosen_verdict.stage})")
+        fail_line(f"{result.path}: {what}")
         raise typer.Exit(2)
+
+
+def _print_check(result: Any, model: str | None) -> None:
+    """check-config's tables: the problems found, each revision's verdict, the model's support, the OK line."""
+    from rich.table import Table
+
+    from .. import pdmux_config as pc
+    from ..sglang_support import REVISIONS
+
+    con = console()
+    path, problems, chosen = result.path, result.problems, result.chosen
+    device = f"{result.gpu} ({result.sm_count} SMs)"
+    if problems:
+        warnings = len([p for p in problems if not pc.is_error(p)])
+        counts = ", ".join(([f"{len(problems) - warnings} problem(s)"] if len(problems) > warnings else []) +
+                           ([f"{warnings} warning(s)"] if warnings else []))
+        table = Table(title=f"{path}: {counts} for {device}", title_justify="left")
+        table.add_column("where")
+        table.add_column("refused by", justify="left")
+        table.add_column("problem")
+        for p in problems[:MAX_PROBLEM_ROWS]:
+            table.add_row(p.where, pc.RULE_LABELS.get(p.rule, p.rule), p.message)
+        if len(problems) > MAX_PROBLEM_ROWS:
+            table.caption = f"first {MAX_PROBLEM_ROWS} of {len(problems)} problems; --json lists them all"
+            table.caption_justify = "left"
+        con.print(table)
+    table = Table(title=f"{path} per SGLang revision ({result.gpu}, {result.sm_count} SMs)", title_justify="left")
+    table.add_column("SGLang")
+    table.add_column("verdict")
+    table.add_column("why")
+    for v in result.revisions:
+        mark = " *" if v.revision == chosen.key else ""
+        said = "runs it" if v.accepted else "not judged" if v.accepted is None else f"refuses ({v.stage})"
+        table.add_row(v.revision + mark, said, v.reason or "-")
+    table.caption = "\n".join(["* --sglang (decides the exit code)", *(REVISIONS[v.revision].cite
+                                                                     for v in result.revisions)])
+    table.caption_justify = "left"
+    con.print(table)
+    for v in result.revisions:
+        failure = REVISIONS[v.revision].startup_failure
+        if v.revision == chosen.key and failure:
+            con.print(f"{v.revision}: {failure}")
+    if result.support_line:
+        warn_line(f"{model}: {result.support_line}")
+    if result.ok:
+        warned = f" ({len(problems)} warning(s) above)" if problems else ""
+        con.print(f"{path}: OK for {device} under {chosen.name}{warned}")

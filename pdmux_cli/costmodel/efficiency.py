@@ -391,6 +391,11 @@ def load_serving() -> tuple[dict[str, float], ServingProfile, str]:
     return terms, serving, str(sched["source"])
 
 
+#: The SGLang release line whose serving runs fit ``serving.yaml``'s top-level terms, the ones every command
+#: charges (``benchmarks/fit_serving.py``: "0.5 is the default every command uses"; 0.4 and 0.3 are its
+#: ``older_releases``, replayed by ``pdmux accuracy --serving`` only).
+DEFAULT_RELEASE_LINE = "0.5"
+
 #: The serving terms :func:`release_line_terms` gives, as ``make_setup`` options (ms) -> ``serving.yaml`` keys (s).
 RELEASE_LINE_TERMS = {"per_request_overhead_ms": "per_request_step_s", "admission_delay_ms": "admission_delay_s",
                       "first_token_delay_ms": "first_token_delay_s", "admission_interval_ms": "admission_interval_s"}

@@ -1,0 +1,117 @@
+"""``pdmux check-config`` as a use case: a pdmux YAML judged by each SGLang revision pdmux has read.
+
+Every problem SGLang 0.5.23's loader and start-up checks, the CUDA driver's split rules or pdmux's reading
+finds (:func:`pdmux_cli.pdmux_config.load_config`, :func:`~pdmux_cli.pdmux_config.validate`), and each
+revision's verdict (:func:`pdmux_cli.sglang_rules.verdicts`). A file that fails is a result with ``ok``
+false, not an error: the CLI turns it into exit code 2. Pure apart from reading the files named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..provenance import provenance, with_provenance
+from .planning_inputs import optional_int, optional_path, resolve_device
+
+
+@dataclass(frozen=True)
+class CheckConfigRequest:
+    """``pdmux check-config``'s argument and options: ``path`` (the pdmux YAML), ``gpu`` (default h100) or
+    ``sms`` with ``cc`` (``"9.0"``), ``sm_group_num`` (the ``--sm-group-num`` launched with), ``model`` (warn
+    where the revision cannot multiplex its architecture), ``sglang`` (the revision deciding ``ok``)."""
+
+    path: Path | str
+    gpu: str | None = None
+    sms: int | None = None
+    cc: str | None = None
+    sm_group_num: int | None = None
+    model: str | None = None
+    sglang: str = "0.5.23"
+
+
+@dataclass(frozen=True)
+class CheckConfigResult:
+    """The verdicts on one file.
+
+    ``problems``: :class:`pdmux_cli.pdmux_config.Problem` (``where``, ``rule``, ``message``), parse problems
+    first. ``revisions``: :class:`pdmux_cli.sglang_rules.Verdict` per revision pdmux has read; ``chosen``:
+    the :class:`~pdmux_cli.sglang_support.Revision` of ``--sglang``. ``errors``: the problems that fail the
+    file whatever the revision (the driver's, pdmux's). ``ok``: no such error and the chosen revision runs
+    the file. ``support_line``: why the revision cannot (fully) multiplex ``model``, or ``None``.
+    ``support``: its :class:`~pdmux_cli.sglang_support.ModelSupport` (``None`` without ``model``).
+    """
+
+    path: Path
+    gpu: str
+    sm_count: int
+    chosen: Any
+    problems: list[Any]
+    revisions: list[Any]
+    errors: list[Any]
+    ok: bool
+    support: Any = None
+    support_line: str | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def chosen_verdict(self) -> Any:
+        """The chosen revision's :class:`~pdmux_cli.sglang_rules.Verdict`."""
+        return next(v for v in self.revisions if v.revision == self.chosen.key)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``pdmux check-config --json`` prints."""
+        from ..pdmux_config import is_error
+        from ..sglang_support import REVISIONS
+
+        return with_provenance({
+            "path": str(self.path), "gpu": self.gpu, "sm_count": self.sm_count, "ok": self.ok,
+            "sglang": self.chosen.key,
+            "revisions": [v.as_dict(REVISIONS[v.revision]) for v in self.revisions],
+            "problems": [{"where": p.where, "rule": p.rule, "severity": "error" if is_error(p) else "warning",
+                          "message": p.message} for p in self.problems],
+            "sglang_support": self.support.as_dict() if self.support is not None else None,
+        }, self.provenance)
+
+
+def check_config(request: CheckConfigRequest) -> CheckConfigResult:
+    """Judge the pdmux YAML ``request.path`` for a device under every SGLang revision pdmux has read.
+
+    Raises :class:`InputError` for a revision whose loader pdmux has not read (it cannot judge the file), an
+    unknown GPU or model, or a file that cannot be read at all (missing, not a file, not YAML). Problems in
+    the file itself are in the result (``ok`` false), not raised.
+    """
+    from .. import pdmux_config as pc
+    from ..sglang_rules import verdicts
+    from ..sglang_support import get_revision
+
+    r = request
+    path = optional_path(r.path, "path")
+    if path is None:
+        raise InputError("check-config needs the path of a pdmux YAML")
+    chosen = get_revision(r.sglang)
+    if not chosen.loader_read:
+        raise InputError(f"--sglang {chosen.key}: pdmux has not read its pdmux_context.py (the loader and start-up "
+                         "checks), so it cannot judge a file under it; check-config without --sglang shows every "
+                         "revision it can judge")
+    sm_group_num = optional_int(r.sm_group_num, "--sm-group-num")
+    device = resolve_device(r.gpu, r.sms, r.cc)
+    config, parsed = pc.load_config(path)
+    problems = list(parsed) + pc.validate(config, device.sm_count, device.cc, sm_group_num)
+    per_revision = verdicts(config, list(parsed), device.sm_count, device.cc, cli_sm_group_num=sm_group_num)
+    mine = next(v for v in per_revision if v.revision == chosen.key)
+    # the exit code: the chosen revision's verdict, plus what the driver or a typo does to any revision
+    errors = [p for p in problems if p.rule in ("cuda", "pdmux")]
+    failed = bool(errors) or not mine.accepted
+    support = support_line = None
+    if r.model is not None:
+        from ..model import load_model
+        from ..sglang_support import model_support
+
+        support = model_support(load_model(r.model).architectures, chosen)
+        support_line = support.reason if support.state != "yes" else None
+    return CheckConfigResult(path=path, gpu=device.name, sm_count=device.sm_count, chosen=chosen, problems=problems,
+                             revisions=per_revision, errors=errors, ok=not failed, support=support,
+                             support_line=support_line, provenance=provenance(sglang=chosen.key))

@@ -1,0 +1,278 @@
+"""``pdmux estimate`` as a use case: one scenario under prefill-first, chunked, mixed-chunk prefill, PD
+multiplexing (and PD disaggregation), from the cost model.
+
+The core is :func:`pdmux_cli.estimate.estimate`; this module resolves the request's names and files (GPU,
+model, pdmux YAML, calibration), builds the :class:`~pdmux_cli.estimate.Scenario`, and says which cost model
+and constants gave the numbers (the JSON's ``"pdmux"`` block). It prints nothing; with ``plot`` it writes
+the PNG (whole or not at all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, short_repr
+from ..provenance import cost_model_provenance, provenance, with_provenance
+from .planning_inputs import (
+    check_int,
+    check_positive_knobs,
+    float_tuple,
+    int_tuple,
+    load_pdmux_yaml,
+    optional_int,
+    optional_number,
+    optional_path,
+    resolve_device,
+)
+
+
+@dataclass(frozen=True)
+class EstimateRequest:
+    """``pdmux estimate``'s options (units in the names: tokens, ms, bytes, GB/s, us).
+
+    ``model``: a model profile or config.json; ``gpu``: a GPU alias, reported name or profile file (default
+    h100). ``decode_bs``: requests decoding when the prompt arrives, each with ``context`` tokens of KV cache;
+    ``prompt_tokens``: the prompt that slips in. ``chunk_sizes``: SGLang's default chunked prefill's chunk
+    sizes (tokens; ``None``: SGLang's default size for the GPU, none under the chapter model; ``()`` or
+    ``"none"``: no such row); ``mixed_chunk_sizes``: ``--enable-mixed-chunk``'s. ``cost_model``: ``"roofline"``
+    or ``"chapter"``. ``s_sat``: SMs reaching 95% of HBM bandwidth (one PD-mux row each). ``bandwidth_efficiency``
+    and ``mfu``: the chapter model's fractions. ``step_overhead_ms``, ``per_request_overhead_ms``: the roofline
+    model's CPU time per step and per request. ``weight_bytes`` (per weight), ``kv_bytes`` (per KV element) or
+    ``kv_cache_dtype`` (SGLang's ``--kv-cache-dtype``). ``level``: ``"auto"``, ``"P/D"`` SMs or ``(P, D)``.
+    ``all_levels``: every level's ITL and prefill time too. ``sm_group_num``, ``decode_bs_divisor``,
+    ``token_budget``: SGLang's knobs (``None``: ``config``'s, else 8, 36, 65536). ``config``: a pdmux YAML.
+    ``flops_dtype``: bf16, fp16 or fp8. ``calibration``: a calibration.yaml (``pdmux bench`` / ``calibrate``).
+    ``tp``: tensor parallelism. ``disagg``: ``"XPYD"`` for a PD-disaggregation row, over ``kv_link`` (auto,
+    nvlink, pcie, rdma; ``kv_link_gb_s``, ``kv_link_latency_us`` override it), instances of ``disagg_tp`` GPUs
+    (default ``tp``). ``plot``: a PNG to write (ITL against prefill time at every level). ``sglang``: the SGLang
+    revision whose rules apply (``--sglang``).
+    """
+
+    model: str = "qwen3-8b"
+    gpu: str | None = None
+    decode_bs: int = 32
+    context: int = 2048
+    prompt_tokens: int = 8192
+    chunk_sizes: tuple[int, ...] | str | None = None
+    mixed_chunk_sizes: tuple[int, ...] | str = (2048, 512)
+    cost_model: str = "roofline"
+    s_sat: tuple[float, ...] | str | None = None
+    bandwidth_efficiency: float | None = None
+    mfu: float | None = None
+    step_overhead_ms: float | None = None
+    per_request_overhead_ms: float | None = None
+    weight_bytes: float | None = None
+    kv_bytes: float | None = None
+    kv_cache_dtype: str | None = None
+    level: tuple[int, int] | str | None = "auto"
+    all_levels: bool = False
+    sm_group_num: int | None = None
+    decode_bs_divisor: int | None = None
+    token_budget: int | None = None
+    config: Path | str | None = None
+    flops_dtype: str | None = None
+    calibration: Path | str | None = None
+    tp: int = 1
+    disagg: str | None = None
+    kv_link: str = "auto"
+    kv_link_gb_s: float | None = None
+    kv_link_latency_us: float | None = None
+    disagg_tp: int | None = None
+    plot: Path | str | None = None
+    sglang: str = "0.5.23"
+
+
+@dataclass(frozen=True)
+class EstimateResult:
+    """``estimate``'s answer: :attr:`estimate` (:class:`pdmux_cli.estimate.Estimate`: rows per policy in ms,
+    the level, memory in bytes, levels, notes), whether a calibration file was used, the PNG written (or
+    ``None``), and :attr:`provenance` (the JSON's ``"pdmux"`` block)."""
+
+    estimate: Any
+    calibrated: bool = False
+    plot: Path | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> list[Any]:
+        """One :class:`pdmux_cli.estimate.PolicyRow` per policy (``label``, ``itl_ms``, ``prefill_ms``,
+        ``tokens_during_prefill``, ``prefill_sms``, ``decode_sms``, ...), as the table's rows."""
+        return self.estimate.rows
+
+    @property
+    def notes(self) -> list[str]:
+        """The lines printed under the table (``note: ...``)."""
+        return self.estimate.notes
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``pdmux estimate --json`` prints (NaN and infinities included as Python floats: the CLI refuses
+        them, JSON has none)."""
+        from ..render import estimate_dict
+
+        return with_provenance(estimate_dict(self.estimate), self.provenance)
+
+
+def parse_level(level: Any) -> tuple[int, int] | None:
+    """``--level``: ``"80/52"`` or ``(80, 52)`` -> ``(80, 52)``; ``"auto"`` (or ``None``) -> ``None``; anything
+    else (an empty value, digits other than ASCII) -> :class:`InputError`."""
+    from ..numbers import plain_int
+
+    if level is None:
+        return None
+    if isinstance(level, (tuple, list)):
+        if len(level) != 2:
+            raise InputError(f"--level {short_repr(level)}: give (PREFILL, DECODE) SMs, e.g. (80, 52), or 'auto'")
+        return check_int(level[0], "--level"), check_int(level[1], "--level")
+    text = str(level)
+    if text.strip().lower() in ("auto", "sglang"):
+        return None
+    parts = [plain_int(x) for x in text.replace(":", "/").split("/")]
+    if len(parts) != 2 or None in parts:
+        raise InputError(f"--level {short_repr(text)}: write PREFILL/DECODE SMs, e.g. 80/52, or 'auto'")
+    return parts[0], parts[1]
+
+
+def parse_sizes(sizes: Any, what: str) -> tuple[int, ...] | None:
+    """Chunk sizes: ``"2048,512"`` or ``(2048, 512)`` -> ``(2048, 512)`` (a size given twice kept once);
+    ``"none"`` or ``()`` -> ``()``; ``None`` (not given) -> ``None``. :class:`InputError` for a size past
+    :data:`pdmux_cli.estimate.MAX_TOKENS`."""
+    if sizes is None:
+        return None
+    if isinstance(sizes, str) and sizes.strip().lower() in ("none", "off", "-"):
+        return ()
+    if isinstance(sizes, (tuple, list)) and not sizes:
+        return ()
+    from ..estimate import MAX_TOKENS
+
+    out = int_tuple(sizes, what)
+    too_big = [s for s in out if s > MAX_TOKENS]
+    if too_big:  # as the prompt and context: no chunk of a prompt is longer
+        raise InputError(f"{what} {short_repr(too_big[0])}: give chunk sizes of 1 to {MAX_TOKENS:,} tokens")
+    return out
+
+
+def estimate(request: EstimateRequest) -> EstimateResult:
+    """ITL, prefill time and tokens gained per policy for one scenario (:class:`EstimateRequest`).
+
+    Raises :class:`InputError` for an unknown GPU, model, SGLang revision or cost model, knobs the cost model
+    does not take, sizes out of range, a pdmux YAML SGLang refuses, a calibration measured on another GPU
+    (or given with ``s_sat``), a ``plot`` path that is not a writable ``.png`` or is an input, and every
+    refusal of :func:`pdmux_cli.estimate.estimate`.
+    """
+    from .. import policy
+    from ..estimate import Scenario
+    from ..estimate import estimate as run_estimate
+    from ..model import load_model
+    from ..sglang_support import get_revision
+
+    r = request
+    get_revision(r.sglang)  # an unknown revision is refused before any work
+    flops_dtype = r.flops_dtype
+    if flops_dtype is not None:
+        flops_dtype = str(flops_dtype).strip().lower()
+        if flops_dtype not in ("bf16", "fp16", "fp8"):
+            raise InputError(f"--flops-dtype must be bf16, fp16 or fp8, got {flops_dtype!r}")
+    sm_group_num = optional_int(r.sm_group_num, "--sm-group-num")
+    decode_bs_divisor = optional_int(r.decode_bs_divisor, "--decode-bs-divisor")
+    token_budget = optional_int(r.token_budget, "--token-budget")
+    check_positive_knobs(sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget)
+    config = optional_path(r.config, "--config")
+    calibration = optional_path(r.calibration, "--calibration")
+    plot = optional_path(r.plot, "--plot")
+    if plot is not None:
+        from ..atomic import check_writable, refuse_overwriting_inputs
+        from ..input_files import gpu_file, model_file
+
+        if plot.suffix.lower() != ".png":
+            raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {plot}")
+        refuse_overwriting_inputs(plot, config, calibration, model_file(r.model), gpu_file(r.gpu))
+        check_writable(plot)
+    from ..disaggregation import parse_xpyd
+    from ..kv_cache import check_kv_options, resolve_kv_cache
+
+    kv_bytes = optional_number(r.kv_bytes, "--kv-bytes")
+    check_kv_options(r.kv_cache_dtype, kv_bytes)
+    xpyd = parse_xpyd(r.disagg) if r.disagg is not None else None
+    device = resolve_device(r.gpu, None, None)
+    policy.check_sm_group_num(sm_group_num, device.sm_count)
+    gpu_profile = device.gpu
+    mdl = load_model(r.model)
+    kv_cache = resolve_kv_cache(mdl, r.kv_cache_dtype, kv_bytes)
+    cfg, cfg_notes = load_pdmux_yaml(config, device, sm_group_num, r.sglang) if config is not None else (None, [])
+    cost_model = str(r.cost_model).strip().lower()
+    scenario = Scenario(
+        decode_bs=check_int(r.decode_bs, "--decode-bs"), context_tokens=check_int(r.context, "--context"),
+        prompt_tokens=check_int(r.prompt_tokens, "--prompt-tokens"),
+        chunk_sizes=parse_sizes(r.chunk_sizes, "--chunk-sizes"),
+        mixed_chunk_sizes=parse_sizes(r.mixed_chunk_sizes, "--mixed-chunk-sizes") or (),
+        cost_model=cost_model, step_overhead_ms=optional_number(r.step_overhead_ms, "--step-overhead-ms"),
+        per_request_overhead_ms=optional_number(r.per_request_overhead_ms, "--per-request-overhead-ms"),
+        s_sat_values=float_tuple(r.s_sat, "--s-sat") if r.s_sat is not None else None,
+        bandwidth_efficiency=optional_number(r.bandwidth_efficiency, "--bandwidth-efficiency"),
+        mfu=optional_number(r.mfu, "--mfu"), weight_bytes_per_param=optional_number(r.weight_bytes, "--weight-bytes"),
+        kv_bytes_per_element=kv_cache.bytes_per_element, level=parse_level(r.level),
+        sm_group_num=sm_group_num or (cfg.sm_group_num if cfg else policy.DEFAULT_SM_GROUP_NUM),
+        decode_bs_divisor=decode_bs_divisor or (cfg.decode_bs_divisor if cfg else policy.DEFAULT_DECODE_BS_DIVISOR),
+        split_forward_token_budget=token_budget or (
+            cfg.split_forward_token_budget if cfg else policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET),
+        manual_divisions=tuple(cfg.manual_divisions) if cfg else (),
+        max_split_forward_layers=(cfg.max_split_forward_layers or 0) if cfg else 0,
+        flops_dtype=flops_dtype, tp=check_int(r.tp, "--tp"), disagg=xpyd, kv_link=r.kv_link,
+        kv_link_gb_s=optional_number(r.kv_link_gb_s, "--kv-link-gb-s"),
+        kv_link_latency_us=optional_number(r.kv_link_latency_us, "--kv-link-latency-us"),
+        disagg_tp=optional_int(r.disagg_tp, "--disagg-tp"),
+    )
+    cal = None
+    if calibration is not None:
+        from ..calibration import load_calibration
+        from ..hardware import find_gpu
+
+        cal = load_calibration(calibration)
+        try:
+            measured_on = find_gpu(cal.gpu_key or cal.gpu_name)
+        except InputError:  # a device without a profile: only the SM count can be compared
+            measured_on = None
+        if measured_on is not None and measured_on.key != gpu_profile.key:
+            raise InputError(f"{calibration} was measured on {measured_on.name}, not {gpu_profile.name}: "
+                             f"pass --gpu {measured_on.key} or calibrate this GPU ('pdmux bench', 'pdmux calibrate')")
+        if r.s_sat is not None and cal.has_partitions:
+            raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
+    est = run_estimate(gpu_profile, mdl, scenario, calibration=cal, all_levels=r.all_levels or plot is not None,
+                       sglang=r.sglang)
+    est.notes[:0] = cfg_notes
+    if cal is not None and scenario.cost_model == "chapter" and (r.mfu is not None or r.bandwidth_efficiency is not None):
+        est.notes.append("--mfu and --bandwidth-efficiency are not used with --calibration: "
+                         "the measured curves replace them")
+    block = provenance(sglang=get_revision(r.sglang).key,
+                       cost_model=_cost_model_sources(gpu_profile, est, cal, calibration))
+    if plot is not None:
+        from ..estimate_plot import write_tradeoff_plot
+
+        write_tradeoff_plot(plot, est, f"{est.model} on {est.gpu}: {scenario.decode_bs} x {scenario.context_tokens} "
+                            f"tokens decoding, a {scenario.prompt_tokens}-token prompt ({est.cost_model} cost model)")
+    return EstimateResult(est, calibrated=cal is not None, plot=plot, provenance=block)
+
+
+def _cost_model_sources(gpu: Any, est: Any, cal: Any, calibration: Path | None) -> dict[str, Any]:
+    """:func:`~pdmux_cli.provenance.cost_model_provenance` of an estimate: the cost model, the efficiency
+    profile the roofline model read (:func:`pdmux_cli.costmodel.efficiency.profile_for`, as
+    ``build_step_model`` picks it), the calibration file, the serving terms' release line (or
+    ``"calibration"`` where the file's own replace them), and the S_SAT of the PD-mux rows (SMs; a list
+    where there are several, ``None`` where a measured curve stands instead)."""
+    import math
+
+    roofline = est.cost_model == "roofline"
+    efficiency = serving = None
+    if roofline:
+        from ..costmodel.efficiency import DEFAULT_RELEASE_LINE, profile_for
+
+        efficiency = profile_for(getattr(gpu, "key", ""), tuple(gpu.compute_capability))[0].key + ".yaml"
+        serving = "calibration" if cal is not None and cal.serving is not None else DEFAULT_RELEASE_LINE
+    values = [None if r.s_sat is None or not math.isfinite(r.s_sat) else float(r.s_sat)
+              for r in est.rows if r.policy == "pdmux"]
+    s_sat = values[0] if len(values) == 1 else values or None
+    return cost_model_provenance(est.cost_model, efficiency=efficiency,
+                                 calibration=str(calibration) if calibration is not None else None,
+                                 serving=serving, s_sat=s_sat)

@@ -1,0 +1,194 @@
+"""What the planning workflows share: the device a command plans for, a ``--config`` pdmux YAML, typed values.
+
+A request holds what the CLI's option gives (text for list options, ``"1,6,12"``) or typed values
+(``(1, 6, 12)``) from the Python API; both are read here by the CLI's rules. Either way the checks here stand between the caller and the core, so a value of the
+wrong type or out of range is one :class:`~pdmux_cli.errors.InputError`, never a traceback. Messages name
+the CLI option (``--decode-bs``), which the API's keyword of the same name follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, short_repr
+
+
+@dataclass(frozen=True)
+class Device:
+    """The device a command plans for: a GPU profile (``gpu``: :class:`pdmux_cli.hardware.Gpu`), or just an
+    SM count and compute capability (``--sms``, ``--cc``; ``gpu`` is then ``None``).
+
+    ``name``: the profile's name, or ``"custom GPU"``. ``sm_count``: SMs. ``cc``: ``(major, minor)``.
+    """
+
+    name: str
+    sm_count: int
+    cc: tuple[int, int]
+    gpu: Any = None
+
+    @property
+    def cc_text(self) -> str:
+        """``"9.0"``."""
+        return f"{self.cc[0]}.{self.cc[1]}"
+
+
+def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: str = "h100") -> Device:
+    """``--gpu`` or ``--sms N --cc X.Y`` (both needed) -> :class:`Device`.
+
+    ``gpu``: an alias, a reported name or a GPU profile file (:func:`pdmux_cli.hardware.find_gpu_or_file`);
+    ``None``: ``default``. ``cc``: ``"MAJOR.MINOR"``, a known NVIDIA capability
+    (:data:`pdmux_cli.policy.KNOWN_COMPUTE_CAPABILITIES`). Raises :class:`InputError` for both forms at once,
+    one of ``sms``/``cc`` alone, an SM count outside 1-:data:`pdmux_cli.hardware.MAX_SMS`, an empty or unknown
+    GPU name, or an unknown capability.
+    """
+    from ..hardware import MAX_SMS, find_gpu_or_file
+
+    if sms is not None or cc is not None:
+        if gpu is not None:
+            raise InputError("give either --gpu or --sms with --cc, not both")
+        if sms is None or cc is None:
+            raise InputError("--sms and --cc go together, e.g. --sms 132 --cc 9.0")
+        sms = check_int(sms, "--sms")
+        if not 0 < sms <= MAX_SMS:
+            raise InputError(f"--sms must be a number of SMs from 1 to {MAX_SMS}, got {sms}")
+        from ..policy import check_known_capability, parse_compute_capability
+
+        return Device("custom GPU", sms, check_known_capability(parse_compute_capability(cc)))
+    if gpu is not None and not str(gpu).strip():
+        raise InputError("--gpu is empty: give a GPU name such as h100 (pdmux splits --all lists them)")
+    profile = find_gpu_or_file(str(gpu) if gpu is not None else default)
+    return Device(profile.name, profile.require_sm_count(), profile.compute_capability, profile)
+
+
+def load_pdmux_yaml(path: Path, device: Device | None = None, cli_sm_group_num: int | None = None,
+                    sglang: str | None = None) -> tuple[Any, list[str]]:
+    """A pdmux YAML for ``--config`` -> ``(PdmuxConfig, notes)``.
+
+    Structural problems, and (with ``device``) anything SGLang refuses at load or start-up (rules "both" and
+    "new") are :class:`InputError`; the first is reported, check-config lists all. Warnings (SGLang runs it
+    as meant) become notes. With ``device``, manual_divisions entries off the CUDA granularity are replaced by
+    the split the driver really makes (100/32 -> 104/28 on H100), with a note saying so
+    (:func:`pdmux_cli.pdmux_config.driver_divisions`). ``sglang``: a revision other than 0.5.23 is judged by
+    its own loader (:func:`pdmux_cli.sglang_rules.planning_refusal`).
+    """
+    from ..pdmux_config import driver_divisions, is_error, load_config, validate
+
+    config, problems = load_config(path)
+    if sglang is not None and sglang != "0.5.23" and device is not None:
+        from ..sglang_rules import planning_refusal
+
+        refusal = planning_refusal(config, problems, sglang, device.sm_count, device.cc)
+        if refusal:
+            raise InputError(f"{path}: {refusal}")
+        notes = [f"{path}: {p.where}: {p.message}" for p in problems if not is_error(p)]
+        config, rounded = driver_divisions(config, device.sm_count, device.cc)
+        return config, notes + [f"{path}: {note}" for note in rounded]
+    notes = [f"{path}: {p.where}: {p.message}" for p in problems if not is_error(p)]
+    problems = [p for p in problems if is_error(p)]
+    if device is not None:
+        problems = problems + [p for p in validate(config, device.sm_count, device.cc, cli_sm_group_num)
+                               if p.rule in ("both", "new")]
+    if problems:
+        first = problems[0]
+        raise InputError(f"{path}: {first.where}: {first.message} (pdmux check-config {path} lists every problem)")
+    if device is not None:
+        config, rounded = driver_divisions(config, device.sm_count, device.cc)
+        notes.extend(f"{path}: {note}" for note in rounded)
+    return config, notes
+
+
+def check_int(value: Any, what: str) -> int:
+    """``value`` when it is an ``int`` (not a ``bool``); :class:`InputError` naming ``what`` otherwise (a
+    caller of the Python API passing ``"8"`` or ``8.0``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{what} must be an integer, got {short_repr(value)}")
+    return value
+
+
+def optional_int(value: Any, what: str) -> int | None:
+    """``None``, or :func:`check_int`."""
+    return None if value is None else check_int(value, what)
+
+
+def check_number(value: Any, what: str) -> float:
+    """``value`` when it is an ``int`` or ``float`` (not a ``bool``); :class:`InputError` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{what} must be a number, got {short_repr(value)}")
+    return value
+
+
+def optional_number(value: Any, what: str) -> float | None:
+    """``None``, or :func:`check_number`."""
+    return None if value is None else check_number(value, what)
+
+
+def int_tuple(values: Any, what: str, minimum: int = 1) -> tuple[int, ...]:
+    """Option text (``"1,6,12"``, :func:`pdmux_cli.numbers.parse_int_list`) or a sequence of integers >=
+    ``minimum`` -> a tuple, repeats kept once in order. Raises :class:`InputError` naming ``what`` for an
+    empty list or item, a value that is not an integer, or one below ``minimum``."""
+    if isinstance(values, str):
+        from ..numbers import parse_int_list
+
+        return tuple(parse_int_list(values, what, minimum=minimum, unique=True))
+    if isinstance(values, bytes) or not isinstance(values, Sequence):
+        raise InputError(f"{what} takes a list of integers, e.g. (1, 6, 12), got {short_repr(values)}")
+    if not values:
+        raise InputError(f"{what}: give at least one value, e.g. (1, 6, 12)")
+    out = []
+    for value in values:
+        value = check_int(value, what)
+        if value < minimum:
+            raise InputError(f"{what}: {value} must be >= {minimum}")
+        out.append(value)
+    return tuple(dict.fromkeys(out))
+
+
+def float_tuple(values: Any, what: str) -> tuple[float, ...]:
+    """Option text (``"44,66,88"``, :func:`pdmux_cli.numbers.parse_float_list`) or a sequence of finite
+    numbers > 0 -> a tuple of floats, repeats kept once in order (``--s-sat``). Raises :class:`InputError`
+    naming ``what`` for an empty list or item or a bad value."""
+    import math
+
+    if isinstance(values, str):
+        from ..numbers import parse_float_list
+
+        return tuple(parse_float_list(values, what, unique=True))
+    if isinstance(values, bytes) or not isinstance(values, Sequence):
+        raise InputError(f"{what} takes a list of numbers, e.g. (44, 66, 88), got {short_repr(values)}")
+    if not values:
+        raise InputError(f"{what}: give at least one value, e.g. (44, 66, 88)")
+    out = []
+    for value in values:
+        value = check_number(value, what)
+        if not (value > 0 and math.isfinite(value)):
+            raise InputError(f"{what}: {short_repr(value)} must be a finite number > 0")
+        out.append(float(value))
+    return tuple(dict.fromkeys(out))
+
+
+def optional_path(value: Any, what: str) -> Path | None:
+    """``None``, or ``value`` (a ``str`` or ``os.PathLike``) as a :class:`~pathlib.Path`; :class:`InputError`
+    for anything else."""
+    if value is None or isinstance(value, Path):
+        return value
+    if isinstance(value, str):
+        return Path(value)
+    try:
+        import os
+
+        return Path(os.fspath(value))
+    except TypeError:
+        raise InputError(f"{what} takes a file path, got {short_repr(value)}") from None
+
+
+def check_positive_knobs(**knobs: int | None) -> None:
+    """SGLang's knobs ``sm_group_num``, ``decode_bs_divisor``, ``token_budget`` (given as keyword = value,
+    ``None`` for not given) must be integers > 0; :class:`InputError` names the first that is not, by its
+    CLI option (``--sm-group-num``)."""
+    for name, value in knobs.items():
+        flag = "--" + name.replace("_", "-")
+        if value is not None and check_int(value, flag) <= 0:
+            raise InputError(f"{flag} must be > 0, got {value}")
