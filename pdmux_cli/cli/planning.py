@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from ..kv_cache import KV_CACHE_DTYPE_HELP
+from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
 from . import app
 from .common import (
     NON_FINITE,
@@ -66,7 +66,7 @@ def splits(
     elif isinstance(result, AllGpusSplits):
         _print_all_gpus(result)
     else:
-        from .. import render
+        from . import render
 
         con = console()
         for table in render.splits_tables(result.info):
@@ -134,9 +134,9 @@ def estimate(
 
     With no options: the chapter's scenario (Qwen3-8B on H100 SXM, 32 x 2048, an 8192-token prompt);
     --cost-model chapter reproduces the chapter's table."""
-    from .. import render
     from ..workflows.estimate import EstimateRequest
     from ..workflows.estimate import estimate as run_estimate
+    from . import render
 
     result = run_estimate(EstimateRequest(
         model=model, gpu=gpu, decode_bs=decode_bs, context=context, prompt_tokens=prompt_tokens,
@@ -152,7 +152,7 @@ def estimate(
         print_json(result.to_dict(), problem)
         return
     est = result.estimate
-    require_finite(render.estimate_dict(est), problem)
+    require_finite(result.to_dict(), problem)
     con = console()
     con.print(render.estimate_table(est))
     if all_levels:
@@ -280,8 +280,8 @@ def _print_check(result: Any, model: str | None) -> None:
     """check-config's tables: the problems found, each revision's verdict, the model's support, the OK line."""
     from rich.table import Table
 
-    from .. import pdmux_config as pc
-    from ..sglang_support import REVISIONS
+    from ..sglang import pdmux_config as pc
+    from ..sglang.revisions import REVISIONS
 
     con = console()
     path, problems, chosen = result.path, result.problems, result.chosen

@@ -1,8 +1,8 @@
 """``pdmux check-config`` as a use case: a pdmux YAML judged by each SGLang revision pdmux has read.
 
 Every problem SGLang 0.5.23's loader and start-up checks, the CUDA driver's split rules or pdmux's reading
-finds (:func:`pdmux_cli.pdmux_config.load_config`, :func:`~pdmux_cli.pdmux_config.validate`), and each
-revision's verdict (:func:`pdmux_cli.sglang_rules.verdicts`). A file that fails is a result with ``ok``
+finds (:func:`pdmux_cli.sglang.pdmux_config.load_config`, :func:`~pdmux_cli.sglang.pdmux_config.validate`), and each
+revision's verdict (:func:`pdmux_cli.sglang.revision_rules.verdicts`). A file that fails is a result with ``ok``
 false, not an error: the CLI turns it into exit code 2. Pure apart from reading the files named.
 """
 
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
 from ..provenance import provenance, with_provenance
+from ..util.errors import InputError
 from .planning_inputs import optional_int, optional_path, resolve_device
 
 
@@ -36,12 +36,12 @@ class CheckConfigRequest:
 class CheckConfigResult:
     """The verdicts on one file.
 
-    ``problems``: :class:`pdmux_cli.pdmux_config.Problem` (``where``, ``rule``, ``message``), parse problems
-    first. ``revisions``: :class:`pdmux_cli.sglang_rules.Verdict` per revision pdmux has read; ``chosen``:
-    the :class:`~pdmux_cli.sglang_support.Revision` of ``--sglang``. ``errors``: the problems that fail the
+    ``problems``: :class:`pdmux_cli.sglang.pdmux_config.Problem` (``where``, ``rule``, ``message``), parse problems
+    first. ``revisions``: :class:`pdmux_cli.sglang.revision_rules.Verdict` per revision pdmux has read; ``chosen``:
+    the :class:`~pdmux_cli.sglang.revisions.Revision` of ``--sglang``. ``errors``: the problems that fail the
     file whatever the revision (the driver's, pdmux's). ``ok``: no such error and the chosen revision runs
     the file. ``support_line``: why the revision cannot (fully) multiplex ``model``, or ``None``.
-    ``support``: its :class:`~pdmux_cli.sglang_support.ModelSupport` (``None`` without ``model``).
+    ``support``: its :class:`~pdmux_cli.sglang.revisions.ModelSupport` (``None`` without ``model``).
     """
 
     path: Path
@@ -58,13 +58,13 @@ class CheckConfigResult:
 
     @property
     def chosen_verdict(self) -> Any:
-        """The chosen revision's :class:`~pdmux_cli.sglang_rules.Verdict`."""
+        """The chosen revision's :class:`~pdmux_cli.sglang.revision_rules.Verdict`."""
         return next(v for v in self.revisions if v.revision == self.chosen.key)
 
     def to_dict(self) -> dict[str, Any]:
         """What ``pdmux check-config --json`` prints."""
-        from ..pdmux_config import is_error
-        from ..sglang_support import REVISIONS
+        from ..sglang.pdmux_config import is_error
+        from ..sglang.revisions import REVISIONS
 
         return with_provenance({
             "path": str(self.path), "gpu": self.gpu, "sm_count": self.sm_count, "ok": self.ok,
@@ -83,9 +83,9 @@ def check_config(request: CheckConfigRequest) -> CheckConfigResult:
     unknown GPU or model, or a file that cannot be read at all (missing, not a file, not YAML). Problems in
     the file itself are in the result (``ok`` false), not raised.
     """
-    from .. import pdmux_config as pc
-    from ..sglang_rules import verdicts
-    from ..sglang_support import get_revision
+    from ..sglang import pdmux_config as pc
+    from ..sglang.revision_rules import verdicts
+    from ..sglang.revisions import get_revision
 
     r = request
     path = optional_path(r.path, "path")
@@ -107,8 +107,8 @@ def check_config(request: CheckConfigRequest) -> CheckConfigResult:
     failed = bool(errors) or not mine.accepted
     support = support_line = None
     if r.model is not None:
-        from ..model import load_model
-        from ..sglang_support import model_support
+        from ..catalog.model import load_model
+        from ..sglang.revisions import model_support
 
         support = model_support(load_model(r.model).architectures, chosen)
         support_line = support.reason if support.state != "yes" else None

@@ -1,8 +1,8 @@
 """``pdmux estimate`` as a use case: one scenario under prefill-first, chunked, mixed-chunk prefill, PD
 multiplexing (and PD disaggregation), from the cost model.
 
-The core is :func:`pdmux_cli.estimate.estimate`; this module resolves the request's names and files (GPU,
-model, pdmux YAML, calibration), builds the :class:`~pdmux_cli.estimate.Scenario`, and says which cost model
+The core is :func:`pdmux_cli.planning.estimate.estimate`; this module resolves the request's names and files (GPU,
+model, pdmux YAML, calibration), builds the :class:`~pdmux_cli.planning.estimate.Scenario`, and says which cost model
 and constants gave the numbers (the JSON's ``"pdmux"`` block). It prints nothing; with ``plot`` it writes
 the PNG (whole or not at all).
 """
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, short_repr
 from ..provenance import cost_model_provenance, provenance, with_provenance
+from ..util.errors import InputError, short_repr
 from .planning_inputs import (
     check_int,
     check_positive_knobs,
@@ -86,7 +86,7 @@ class EstimateRequest:
 
 @dataclass(frozen=True)
 class EstimateResult:
-    """``estimate``'s answer: :attr:`estimate` (:class:`pdmux_cli.estimate.Estimate`: rows per policy in ms,
+    """``estimate``'s answer: :attr:`estimate` (:class:`pdmux_cli.planning.estimate.Estimate`: rows per policy in ms,
     the level, memory in bytes, levels, notes), whether a calibration file was used, the PNG written (or
     ``None``), and :attr:`provenance` (the JSON's ``"pdmux"`` block)."""
 
@@ -97,7 +97,7 @@ class EstimateResult:
 
     @property
     def rows(self) -> list[Any]:
-        """One :class:`pdmux_cli.estimate.PolicyRow` per policy (``label``, ``itl_ms``, ``prefill_ms``,
+        """One :class:`pdmux_cli.planning.estimate.PolicyRow` per policy (``label``, ``itl_ms``, ``prefill_ms``,
         ``tokens_during_prefill``, ``prefill_sms``, ``decode_sms``, ...), as the table's rows."""
         return self.estimate.rows
 
@@ -109,7 +109,7 @@ class EstimateResult:
     def to_dict(self) -> dict[str, Any]:
         """What ``pdmux estimate --json`` prints (NaN and infinities included as Python floats: the CLI refuses
         them, JSON has none)."""
-        from ..render import estimate_dict
+        from .planning_json import estimate_dict
 
         return with_provenance(estimate_dict(self.estimate), self.provenance)
 
@@ -117,7 +117,7 @@ class EstimateResult:
 def parse_level(level: Any) -> tuple[int, int] | None:
     """``--level``: ``"80/52"`` or ``(80, 52)`` -> ``(80, 52)``; ``"auto"`` (or ``None``) -> ``None``; anything
     else (an empty value, digits other than ASCII) -> :class:`InputError`."""
-    from ..numbers import plain_int
+    from ..util.numbers import plain_int
 
     if level is None:
         return None
@@ -137,14 +137,14 @@ def parse_level(level: Any) -> tuple[int, int] | None:
 def parse_sizes(sizes: Any, what: str) -> tuple[int, ...] | None:
     """Chunk sizes: ``"2048,512"`` or ``(2048, 512)`` -> ``(2048, 512)`` (a size given twice kept once);
     ``"none"`` or ``()`` -> ``()``; ``None`` (not given) -> ``None``. :class:`InputError` for a size past
-    :data:`pdmux_cli.estimate.MAX_TOKENS`."""
+    :data:`pdmux_cli.planning.estimate.MAX_TOKENS`."""
     if sizes is None:
         return None
     if isinstance(sizes, str) and sizes.strip().lower() in ("none", "off", "-"):
         return ()
     if isinstance(sizes, (tuple, list)) and not sizes:
         return ()
-    from ..estimate import MAX_TOKENS
+    from ..planning.estimate import MAX_TOKENS
 
     out = int_tuple(sizes, what)
     too_big = [s for s in out if s > MAX_TOKENS]
@@ -159,13 +159,13 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     Raises :class:`InputError` for an unknown GPU, model, SGLang revision or cost model, knobs the cost model
     does not take, sizes out of range, a pdmux YAML SGLang refuses, a calibration measured on another GPU
     (or given with ``s_sat``), a ``plot`` path that is not a writable ``.png`` or is an input, and every
-    refusal of :func:`pdmux_cli.estimate.estimate`.
+    refusal of :func:`pdmux_cli.planning.estimate.estimate`.
     """
-    from .. import policy
-    from ..estimate import Scenario
-    from ..estimate import estimate as run_estimate
-    from ..model import load_model
-    from ..sglang_support import get_revision
+    from ..catalog.model import load_model
+    from ..planning.estimate import Scenario
+    from ..planning.estimate import estimate as run_estimate
+    from ..sglang import split_levels
+    from ..sglang.revisions import get_revision
 
     r = request
     get_revision(r.sglang)  # an unknown revision is refused before any work
@@ -182,21 +182,21 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     calibration = optional_path(r.calibration, "--calibration")
     plot = optional_path(r.plot, "--plot")
     if plot is not None:
-        from ..atomic import check_writable, refuse_overwriting_inputs
-        from ..input_files import gpu_file, model_file
+        from ..util.atomic import check_writable, refuse_overwriting_inputs
+        from ..util.input_files import gpu_file, model_file
 
         if plot.suffix.lower() != ".png":
             raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {plot}")
         refuse_overwriting_inputs(plot, config, calibration, model_file(r.model), gpu_file(r.gpu))
         check_writable(plot)
-    from ..disaggregation import parse_xpyd
-    from ..kv_cache import check_kv_options, resolve_kv_cache
+    from ..multigpu.disaggregation import parse_xpyd
+    from ..sglang.kv_cache import check_kv_options, resolve_kv_cache
 
     kv_bytes = optional_number(r.kv_bytes, "--kv-bytes")
     check_kv_options(r.kv_cache_dtype, kv_bytes)
     xpyd = parse_xpyd(r.disagg) if r.disagg is not None else None
     device = resolve_device(r.gpu, None, None)
-    policy.check_sm_group_num(sm_group_num, device.sm_count)
+    split_levels.check_sm_group_num(sm_group_num, device.sm_count)
     gpu_profile = device.gpu
     mdl = load_model(r.model)
     kv_cache = resolve_kv_cache(mdl, r.kv_cache_dtype, kv_bytes)
@@ -213,10 +213,10 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         bandwidth_efficiency=optional_number(r.bandwidth_efficiency, "--bandwidth-efficiency"),
         mfu=optional_number(r.mfu, "--mfu"), weight_bytes_per_param=optional_number(r.weight_bytes, "--weight-bytes"),
         kv_bytes_per_element=kv_cache.bytes_per_element, level=parse_level(r.level),
-        sm_group_num=sm_group_num or (cfg.sm_group_num if cfg else policy.DEFAULT_SM_GROUP_NUM),
-        decode_bs_divisor=decode_bs_divisor or (cfg.decode_bs_divisor if cfg else policy.DEFAULT_DECODE_BS_DIVISOR),
+        sm_group_num=sm_group_num or (cfg.sm_group_num if cfg else split_levels.DEFAULT_SM_GROUP_NUM),
+        decode_bs_divisor=decode_bs_divisor or (cfg.decode_bs_divisor if cfg else split_levels.DEFAULT_DECODE_BS_DIVISOR),
         split_forward_token_budget=token_budget or (
-            cfg.split_forward_token_budget if cfg else policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET),
+            cfg.split_forward_token_budget if cfg else split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET),
         manual_divisions=tuple(cfg.manual_divisions) if cfg else (),
         max_split_forward_layers=(cfg.max_split_forward_layers or 0) if cfg else 0,
         flops_dtype=flops_dtype, tp=check_int(r.tp, "--tp"), disagg=xpyd, kv_link=r.kv_link,
@@ -226,8 +226,8 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     )
     cal = None
     if calibration is not None:
-        from ..calibration import load_calibration
-        from ..hardware import find_gpu
+        from ..catalog.hardware import find_gpu
+        from ..costmodel.calibration_file import load_calibration
 
         cal = load_calibration(calibration)
         try:
@@ -248,7 +248,7 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     block = provenance(sglang=get_revision(r.sglang).key,
                        cost_model=_cost_model_sources(gpu_profile, est, cal, calibration))
     if plot is not None:
-        from ..estimate_plot import write_tradeoff_plot
+        from ..planning.plot import write_tradeoff_plot
 
         write_tradeoff_plot(plot, est, f"{est.model} on {est.gpu}: {scenario.decode_bs} x {scenario.context_tokens} "
                             f"tokens decoding, a {scenario.prompt_tokens}-token prompt ({est.cost_model} cost model)")

@@ -1,9 +1,9 @@
 """``pdmux gen-config`` as a use case: SGLang's pdmux YAML for a GPU, validated, plus the launch flags.
 
-Four ways to the levels: SGLang's automatic ones (``divide_sm``, :func:`pdmux_cli.policy.plan_groups`),
+Four ways to the levels: SGLang's automatic ones (``divide_sm``, :func:`pdmux_cli.sglang.split_levels.plan_groups`),
 ``divisions`` written by hand, SLO levels sized for an ITL target by the cost model
-(:mod:`pdmux_cli.slo_levels`), or a tune on a trace (``tune``: the simulator). Every config is checked by
-SGLang 0.5.23's rules (:func:`pdmux_cli.pdmux_config.validate`) before it is returned; with ``output`` the
+(:mod:`pdmux_cli.planning.slo_levels`), or a tune on a trace (``tune``: the simulator). Every config is checked by
+SGLang 0.5.23's rules (:func:`pdmux_cli.sglang.pdmux_config.validate`) before it is returned; with ``output`` the
 YAML is written there, whole or not at all. Prints nothing unless ``show_tune`` asks for tune's table.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
 from ..provenance import provenance, step_model_provenance, with_provenance
+from ..util.errors import InputError
 from .planning_inputs import (
     check_int,
     check_positive_knobs,
@@ -79,10 +79,10 @@ class GenConfigRequest:
 class GenConfigResult:
     """The config and how to launch it.
 
-    ``config``: :class:`pdmux_cli.pdmux_config.PdmuxConfig`; ``yaml``: its text (as written to ``output``).
+    ``config``: :class:`pdmux_cli.sglang.pdmux_config.PdmuxConfig`; ``yaml``: its text (as written to ``output``).
     ``path_text``: the path the launch line names. ``launch_flags``: SGLang's server flags, one argument each;
     ``launch_env``: environment settings a TP launch needs; ``sglang_notes``: the revision's notes.
-    ``support``: :class:`pdmux_cli.sglang_support.ModelSupport` of ``model_name`` under the revision.
+    ``support``: :class:`pdmux_cli.sglang.revisions.ModelSupport` of ``model_name`` under the revision.
     ``tune``: tune's JSON summary (``tune``), ``slo_levels``: the SLO levels' (``slo_itl``), else ``None``;
     ``slo``: ``(SloLevels, Setup, notes)`` for rendering them. ``provenance``: the JSON's ``"pdmux"`` block.
     """
@@ -122,8 +122,8 @@ class GenConfigResult:
 
     @property
     def launch_command(self) -> str:
-        """The whole SGLang launch line for a shell (:func:`pdmux_cli.pdmux_config.launch_command`)."""
-        from ..pdmux_config import launch_command
+        """The whole SGLang launch line for a shell (:func:`pdmux_cli.sglang.pdmux_config.launch_command`)."""
+        from ..sglang.pdmux_config import launch_command
 
         return launch_command(self.path_text, self.config.sm_group_num, tp=self.tp, env=tuple(self.launch_env))
 
@@ -136,10 +136,10 @@ def gen_config(request: GenConfigRequest) -> GenConfigResult:
     ``tp`` the model does not split into, an output that is not writable or is an input, a config SGLang
     0.5.23 refuses, and the refusals of the tune and of SLO levels.
     """
-    from .. import pdmux_config as pc
-    from .. import policy
-    from ..atomic import check_writable, refuse_overwriting_inputs
-    from ..input_files import gpu_file, model_file
+    from ..sglang import pdmux_config as pc
+    from ..sglang import split_levels
+    from ..util.atomic import check_writable, refuse_overwriting_inputs
+    from ..util.input_files import gpu_file, model_file
 
     r = request
     device = resolve_device(r.gpu, r.sms, r.cc)
@@ -147,17 +147,17 @@ def gen_config(request: GenConfigRequest) -> GenConfigResult:
     decode_bs_divisor = check_int(r.decode_bs_divisor, "--decode-bs-divisor")
     token_budget = check_int(r.token_budget, "--token-budget")
     check_positive_knobs(sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget)
-    policy.check_sm_group_num(sm_group_num, device.sm_count)
-    from ..tensor_parallel import check_tp_value
+    split_levels.check_sm_group_num(sm_group_num, device.sm_count)
+    from ..multigpu.tensor_parallel import check_tp_value
 
     tp = check_tp_value(check_int(r.tp, "--tp"))
-    from ..model import load_model
-    from ..sglang_support import get_revision, model_support
+    from ..catalog.model import load_model
+    from ..sglang.revisions import get_revision, model_support
 
     served = load_model(r.model)
     support = model_support(served.architectures, r.sglang)
     if tp > 1:
-        from ..tensor_parallel import shard
+        from ..multigpu.tensor_parallel import shard
 
         shard(served, tp)  # SGLang refuses a model whose heads or widths tp does not divide
     output = optional_path(r.output, "--output")
@@ -245,7 +245,7 @@ def gen_config(request: GenConfigRequest) -> GenConfigResult:
             raise InputError(f"--divisions has {len(entries)} level(s), so sm_group_num is {len(entries) + 2}, "
                              f"not {sm_group_num}: drop --sm-group-num or change the divisions")
     else:
-        plan = policy.plan_groups(device.sm_count, device.cc, sm_group_num)
+        plan = split_levels.plan_groups(device.sm_count, device.cc, sm_group_num)
         # a revision whose divide_sm was not read gets the levels written out (they hold whatever its split)
         config = pc.config_from_plan(plan, sm_group_num, token_budget, decode_bs_divisor,
                                      manual=r.manual or plan.source == "cuda-granularity"
@@ -257,12 +257,12 @@ def gen_config(request: GenConfigRequest) -> GenConfigResult:
     text = pc.dump_config(config)
     path_text = str(output) if output is not None else "pdmux.yaml"
     flags = pc.launch_flags(path_text, config.sm_group_num, tp)
-    from ..sglang_rules import revision_notes
+    from ..sglang.revision_rules import revision_notes
 
     rev_notes = revision_notes(r.sglang, tp)
     launch_env = list(get_revision(r.sglang).tp_launch) if tp > 1 else []
     if output is not None:
-        from ..atomic import write_text_atomic
+        from ..util.atomic import write_text_atomic
 
         write_text_atomic(output, text)
     return GenConfigResult(
@@ -279,7 +279,7 @@ def _tune_cost_model(gpu: Any, model: Any, tp: int, calibration: Path | None) ->
 
     cal = None
     if calibration is not None:
-        from ..calibration import load_calibration
+        from ..costmodel.calibration_file import load_calibration
 
         cal = load_calibration(calibration)
     return step_model_provenance(build_step_model(gpu, model, calibration=cal, tp=tp), calibration=calibration)

@@ -2,7 +2,7 @@
 
 A request holds what the CLI's option gives (text for list options, ``"1,6,12"``) or typed values
 (``(1, 6, 12)``) from the Python API; both are read here by the CLI's rules. Either way the checks here stand between the caller and the core, so a value of the
-wrong type or out of range is one :class:`~pdmux_cli.errors.InputError`, never a traceback. Messages name
+wrong type or out of range is one :class:`~pdmux_cli.util.errors.InputError`, never a traceback. Messages name
 the CLI option (``--decode-bs``), which the API's keyword of the same name follows.
 """
 
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, short_repr
+from ..util.errors import InputError, short_repr
 
 
 @dataclass(frozen=True)
 class Device:
-    """The device a command plans for: a GPU profile (``gpu``: :class:`pdmux_cli.hardware.Gpu`), or just an
+    """The device a command plans for: a GPU profile (``gpu``: :class:`pdmux_cli.catalog.hardware.Gpu`), or just an
     SM count and compute capability (``--sms``, ``--cc``; ``gpu`` is then ``None``).
 
     ``name``: the profile's name, or ``"custom GPU"``. ``sm_count``: SMs. ``cc``: ``(major, minor)``.
@@ -38,13 +38,13 @@ class Device:
 def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: str = "h100") -> Device:
     """``--gpu`` or ``--sms N --cc X.Y`` (both needed) -> :class:`Device`.
 
-    ``gpu``: an alias, a reported name or a GPU profile file (:func:`pdmux_cli.hardware.find_gpu_or_file`);
+    ``gpu``: an alias, a reported name or a GPU profile file (:func:`pdmux_cli.catalog.hardware.find_gpu_or_file`);
     ``None``: ``default``. ``cc``: ``"MAJOR.MINOR"``, a known NVIDIA capability
-    (:data:`pdmux_cli.policy.KNOWN_COMPUTE_CAPABILITIES`). Raises :class:`InputError` for both forms at once,
-    one of ``sms``/``cc`` alone, an SM count outside 1-:data:`pdmux_cli.hardware.MAX_SMS`, an empty or unknown
+    (:data:`pdmux_cli.sglang.split_levels.KNOWN_COMPUTE_CAPABILITIES`). Raises :class:`InputError` for both forms at once,
+    one of ``sms``/``cc`` alone, an SM count outside 1-:data:`pdmux_cli.catalog.hardware.MAX_SMS`, an empty or unknown
     GPU name, or an unknown capability.
     """
-    from ..hardware import MAX_SMS, find_gpu_or_file
+    from ..catalog.hardware import MAX_SMS, find_gpu_or_file
 
     if sms is not None or cc is not None:
         if gpu is not None:
@@ -54,7 +54,7 @@ def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: st
         sms = check_int(sms, "--sms")
         if not 0 < sms <= MAX_SMS:
             raise InputError(f"--sms must be a number of SMs from 1 to {MAX_SMS}, got {sms}")
-        from ..policy import check_known_capability, parse_compute_capability
+        from ..sglang.split_levels import check_known_capability, parse_compute_capability
 
         return Device("custom GPU", sms, check_known_capability(parse_compute_capability(cc)))
     if gpu is not None and not str(gpu).strip():
@@ -71,14 +71,14 @@ def load_pdmux_yaml(path: Path, device: Device | None = None, cli_sm_group_num: 
     "new") are :class:`InputError`; the first is reported, check-config lists all. Warnings (SGLang runs it
     as meant) become notes. With ``device``, manual_divisions entries off the CUDA granularity are replaced by
     the split the driver really makes (100/32 -> 104/28 on H100), with a note saying so
-    (:func:`pdmux_cli.pdmux_config.driver_divisions`). ``sglang``: a revision other than 0.5.23 is judged by
-    its own loader (:func:`pdmux_cli.sglang_rules.planning_refusal`).
+    (:func:`pdmux_cli.sglang.pdmux_config.driver_divisions`). ``sglang``: a revision other than 0.5.23 is judged by
+    its own loader (:func:`pdmux_cli.sglang.revision_rules.planning_refusal`).
     """
-    from ..pdmux_config import driver_divisions, is_error, load_config, validate
+    from ..sglang.pdmux_config import driver_divisions, is_error, load_config, validate
 
     config, problems = load_config(path)
     if sglang is not None and sglang != "0.5.23" and device is not None:
-        from ..sglang_rules import planning_refusal
+        from ..sglang.revision_rules import planning_refusal
 
         refusal = planning_refusal(config, problems, sglang, device.sm_count, device.cc)
         if refusal:
@@ -126,11 +126,11 @@ def optional_number(value: Any, what: str) -> float | None:
 
 
 def int_tuple(values: Any, what: str, minimum: int = 1) -> tuple[int, ...]:
-    """Option text (``"1,6,12"``, :func:`pdmux_cli.numbers.parse_int_list`) or a sequence of integers >=
+    """Option text (``"1,6,12"``, :func:`pdmux_cli.util.numbers.parse_int_list`) or a sequence of integers >=
     ``minimum`` -> a tuple, repeats kept once in order. Raises :class:`InputError` naming ``what`` for an
     empty list or item, a value that is not an integer, or one below ``minimum``."""
     if isinstance(values, str):
-        from ..numbers import parse_int_list
+        from ..util.numbers import parse_int_list
 
         return tuple(parse_int_list(values, what, minimum=minimum, unique=True))
     if isinstance(values, bytes) or not isinstance(values, Sequence):
@@ -147,13 +147,13 @@ def int_tuple(values: Any, what: str, minimum: int = 1) -> tuple[int, ...]:
 
 
 def float_tuple(values: Any, what: str) -> tuple[float, ...]:
-    """Option text (``"44,66,88"``, :func:`pdmux_cli.numbers.parse_float_list`) or a sequence of finite
+    """Option text (``"44,66,88"``, :func:`pdmux_cli.util.numbers.parse_float_list`) or a sequence of finite
     numbers > 0 -> a tuple of floats, repeats kept once in order (``--s-sat``). Raises :class:`InputError`
     naming ``what`` for an empty list or item or a bad value."""
     import math
 
     if isinstance(values, str):
-        from ..numbers import parse_float_list
+        from ..util.numbers import parse_float_list
 
         return tuple(parse_float_list(values, what, unique=True))
     if isinstance(values, bytes) or not isinstance(values, Sequence):

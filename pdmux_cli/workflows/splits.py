@@ -1,6 +1,6 @@
 """``pdmux splits`` as a use case: the stream groups SGLang builds, its level per decode batch, prefill rounds.
 
-SGLang 0.5.23's rules (:mod:`pdmux_cli.policy`: ``srt/multiplex/pdmux_context.py`` ``divide_sm``,
+SGLang 0.5.23's rules (:mod:`pdmux_cli.sglang.split_levels`: ``srt/multiplex/pdmux_context.py`` ``divide_sm``,
 ``initialize_stream_groups``; ``multiplexing_mixin.py`` ``adjust_stream_groups``, ``event_loop_pdmux``).
 Pure apart from reading the GPU, model and pdmux YAML files the request names.
 """
@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, short_repr
 from ..provenance import provenance, with_provenance
+from ..util.errors import InputError, short_repr
 from .planning_inputs import (
     check_int,
     int_tuple,
@@ -56,7 +56,7 @@ class SplitsRequest:
 class SplitsResult:
     """One device's split levels (``pdmux splits --gpu``).
 
-    ``groups``: every stream group as :class:`pdmux_cli.policy.Split` (prefill SMs, decode SMs), group 0 all
+    ``groups``: every stream group as :class:`pdmux_cli.sglang.split_levels.Split` (prefill SMs, decode SMs), group 0 all
     prefill, the last all decode; ``thresholds``: manual_divisions' decode-batch thresholds, or ``None`` for
     the linear rule. ``source``: ``"sglang-auto"``, ``"cuda-granularity"`` or ``"manual"``. ``choices``:
     ``(decode_bs, group, older_sglang_crashes)`` per batch size. ``layers``: ``(prompt_tokens,
@@ -83,7 +83,7 @@ class SplitsResult:
 
     @property
     def info(self) -> dict[str, Any]:
-        """The fields as :func:`pdmux_cli.render.splits_dict` and ``splits_tables`` take them."""
+        """The fields as :func:`~pdmux_cli.workflows.planning_json.splits_dict` and :func:`pdmux_cli.cli.render.splits_tables` take them."""
         return {"gpu": self.gpu, "sm_count": self.sm_count, "compute_capability": self.compute_capability,
                 "source": self.source, "sm_group_num": self.sm_group_num, "decode_bs_divisor": self.decode_bs_divisor,
                 "token_budget": self.token_budget, "groups": self.groups, "thresholds": self.thresholds,
@@ -92,7 +92,7 @@ class SplitsResult:
 
     def to_dict(self) -> dict[str, Any]:
         """What ``pdmux splits --json`` prints."""
-        from ..render import splits_dict
+        from .planning_json import splits_dict
 
         return with_provenance(splits_dict(self.info), self.provenance)
 
@@ -122,8 +122,8 @@ def splits(request: SplitsRequest) -> SplitsResult | AllGpusSplits:
     unknown GPU or model, knobs <= 0 or past SGLang's limit, batch sizes or prompts out of range, a pdmux
     YAML SGLang refuses, or a ``tp`` the model's heads and widths do not split into.
     """
-    from .. import policy
-    from ..tensor_parallel import check_tp_value
+    from ..multigpu.tensor_parallel import check_tp_value
+    from ..sglang import split_levels
 
     r = request
     tp = check_tp_value(check_int(r.tp, "--tp"))
@@ -138,13 +138,13 @@ def splits(request: SplitsRequest) -> SplitsResult | AllGpusSplits:
     if r.all_gpus and (r.gpu or r.sms or r.cc):
         raise InputError("--all lists every profile; drop --gpu/--sms/--cc")
     device = None if r.all_gpus else resolve_device(r.gpu, r.sms, r.cc)
-    from ..hardware import MAX_SMS
+    from ..catalog.hardware import MAX_SMS
 
-    policy.check_sm_group_num(sm_group_num, device.sm_count if device is not None else MAX_SMS)
+    split_levels.check_sm_group_num(sm_group_num, device.sm_count if device is not None else MAX_SMS)
     cfg, cfg_notes = load_pdmux_yaml(config, device, sm_group_num) if config is not None else (None, [])
-    group_num = sm_group_num or (cfg.sm_group_num if cfg else policy.DEFAULT_SM_GROUP_NUM)
-    divisor = decode_bs_divisor or (cfg.decode_bs_divisor if cfg else policy.DEFAULT_DECODE_BS_DIVISOR)
-    budget = token_budget or (cfg.split_forward_token_budget if cfg else policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET)
+    group_num = sm_group_num or (cfg.sm_group_num if cfg else split_levels.DEFAULT_SM_GROUP_NUM)
+    divisor = decode_bs_divisor or (cfg.decode_bs_divisor if cfg else split_levels.DEFAULT_DECODE_BS_DIVISOR)
+    budget = token_budget or (cfg.split_forward_token_budget if cfg else split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET)
     for name, value in (("--sm-group-num", sm_group_num), ("--decode-bs-divisor", decode_bs_divisor),
                         ("--token-budget", token_budget)):
         if value is not None and value <= 0:
@@ -157,19 +157,19 @@ def splits(request: SplitsRequest) -> SplitsResult | AllGpusSplits:
 
     batch_sizes = list(int_tuple(r.decode_bs, "--decode-bs"))
     prompts = list(int_tuple(r.prompt_tokens, "--prompt-tokens"))
-    from ..model import load_model
+    from ..catalog.model import load_model
 
     mdl = load_model(r.model)
-    from ..estimate import MAX_DECODE_BS, MAX_TOKENS
+    from ..planning.estimate import MAX_DECODE_BS, MAX_TOKENS
 
     for what, values, top in (("--decode-bs", batch_sizes, MAX_DECODE_BS), ("--prompt-tokens", prompts, MAX_TOKENS)):
         too_big = [v for v in values if v > top]
         if too_big:  # as estimate's bounds: no server runs a batch or prompt past them
             raise InputError(f"{what} {short_repr(too_big[0])}: give 1 to {top:,}")
-    plan = policy.plan_groups(device.sm_count, device.cc, group_num, manual)
+    plan = split_levels.plan_groups(device.sm_count, device.cc, group_num, manual)
     notes = cfg_notes + ([plan.note] if plan.note else [])
     if tp > 1:
-        from ..tensor_parallel import shard
+        from ..multigpu.tensor_parallel import shard
 
         shard(mdl, tp)  # SGLang refuses a model whose heads or widths tp does not divide
         notes.append(f"TP {tp}: every GPU builds these stream groups and picks the same level for the same decode "
@@ -177,12 +177,12 @@ def splits(request: SplitsRequest) -> SplitsResult | AllGpusSplits:
                      "the decode batch the ranks agree it is done with a CPU all-reduce (SGLang 0.5.23 "
                      "srt/multiplex/multiplexing_mixin.py event_loop_pdmux)")
     choices = [
-        (bs, policy.choose_group(len(plan.groups), bs, True, divisor, plan.thresholds),
-         policy.older_sglang_crashes(plan.thresholds, bs))
+        (bs, split_levels.choose_group(len(plan.groups), bs, True, divisor, plan.thresholds),
+         split_levels.older_sglang_crashes(plan.thresholds, bs))
         for bs in batch_sizes
     ]
     layers = [
-        (t, policy.prefill_layers_per_round(t, mdl.num_layers, budget), policy.prefill_rounds(t, mdl.num_layers, budget))
+        (t, split_levels.prefill_layers_per_round(t, mdl.num_layers, budget), split_levels.prefill_rounds(t, mdl.num_layers, budget))
         for t in prompts
     ]
     return SplitsResult(
@@ -194,15 +194,15 @@ def splits(request: SplitsRequest) -> SplitsResult | AllGpusSplits:
 
 def _every_gpu(group_num: int) -> list[dict[str, Any]]:
     """``--all``'s rows: each GPU profile's levels at ``group_num`` stream groups, or why there are none."""
-    from .. import policy
-    from ..hardware import load_gpus
+    from ..catalog.hardware import load_gpus
+    from ..sglang import split_levels
 
     rows = []
     for g in load_gpus():
         entry: dict[str, Any] = {"gpu": g.name, "key": g.key, "sm_count": g.sm_count,
                                  "compute_capability": f"{g.compute_capability[0]}.{g.compute_capability[1]}"}
         try:
-            plan = policy.plan_groups(g.require_sm_count(), g.compute_capability, group_num)
+            plan = split_levels.plan_groups(g.require_sm_count(), g.compute_capability, group_num)
             entry.update(source=plan.source, error=None,
                          groups=[{"prefill_sms": p, "decode_sms": d} for p, d in plan.groups])
         except InputError as e:
