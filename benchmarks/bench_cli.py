@@ -27,7 +27,9 @@ from pathlib import Path
 import results_md
 
 ROOT = Path(__file__).resolve().parent.parent
-FLOOR = ROOT.parent / "shared" / "bench" / "floor_app.py"
+#: The workplace's ``../shared`` beside the checkout (or beside a folder above it: a clone in a subfolder).
+FLOOR = next((p / "shared" / "bench" / "floor_app.py" for p in ROOT.parents
+              if (p / "shared" / "bench" / "floor_app.py").is_file()), ROOT.parent / "shared" / "bench" / "floor_app.py")
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 SECTION = "## Planning commands: whole-process time"
 MODELS = ["qwen3-8b", "qwen3-0.6b", "qwen3-32b", "qwen3-30b-a3b", "llama-3.1-8b", "llama-3.1-70b",
