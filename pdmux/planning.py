@@ -52,7 +52,8 @@ def splits(
     Args:
         gpu: GPU alias (``"h100"``), reported name or profile file; default h100. Or ``sms`` (SMs) with ``cc``
             (compute capability, ``"9.0"``) for any device.
-        all_gpus: every GPU profile's levels instead (returns :class:`~pdmux_cli.workflows.splits.AllGpusSplits`).
+        all_gpus: every GPU profile's levels instead (returns
+        :class:`~pdmux_cli.workflows.splits.AllGpusSplits`).
         decode_bs: decode batch sizes (requests) to choose a level for.
         prompt_tokens: prompt lengths (tokens) whose layers per round and rounds to give.
         model: model profile name or config.json path (its layer count).
@@ -67,14 +68,28 @@ def splits(
         layers_per_round, rounds)``, ``notes``; ``to_dict()`` is ``pdmux splits --json``.
 
     Raises:
-        pdmux_cli.util.errors.InputError: an unknown GPU or model, conflicting options, a knob <= 0 or past SGLang's
+        pdmux_cli.util.errors.InputError: an unknown GPU or model, conflicting options, a knob <= 0 or past
+        SGLang's
             limit, sizes out of range, a pdmux YAML SGLang refuses, a ``tp`` the model does not split into.
     """
     from pdmux_cli.workflows.splits import splits as run
 
-    return run(SplitsRequest(gpu=gpu, sms=sms, cc=cc, all_gpus=all_gpus, decode_bs=decode_bs,
-                             prompt_tokens=prompt_tokens, model=model, sm_group_num=sm_group_num,
-                             decode_bs_divisor=decode_bs_divisor, token_budget=token_budget, config=config, tp=tp))
+    return run(
+        SplitsRequest(
+            gpu=gpu,
+            sms=sms,
+            cc=cc,
+            all_gpus=all_gpus,
+            decode_bs=decode_bs,
+            prompt_tokens=prompt_tokens,
+            model=model,
+            sm_group_num=sm_group_num,
+            decode_bs_divisor=decode_bs_divisor,
+            token_budget=token_budget,
+            config=config,
+            tp=tp,
+        )
+    )
 
 
 def estimate(
@@ -121,7 +136,8 @@ def estimate(
     Args:
         model: model profile name or config.json path. gpu: GPU alias, reported name or profile file (h100).
         decode_bs: requests decoding; context: KV-cache tokens of each; prompt_tokens: the prompt's tokens.
-        chunk_sizes: SGLang's default chunked prefill's chunk sizes (tokens; ``None``: SGLang's default for the
+        chunk_sizes: SGLang's default chunked prefill's chunk sizes (tokens; ``None``: SGLang's default for
+        the
             GPU; ``()``: no row). mixed_chunk_sizes: ``--enable-mixed-chunk``'s (tokens; ``()``: none).
         cost_model: ``"roofline"`` (fitted to measurements) or ``"chapter"`` (the chapter's model).
         s_sat: SMs reaching 95% of HBM bandwidth, one PD-mux row each (default: the roofline's fit).
@@ -142,25 +158,54 @@ def estimate(
     Returns:
         :class:`~pdmux_cli.workflows.estimate.EstimateResult`: ``rows`` per policy (``itl_ms``,
         ``prefill_ms``, ``tokens_during_prefill``, SMs), ``estimate`` (the whole
-        :class:`pdmux_cli.planning.estimate.Estimate`: level, memory in bytes, levels), ``notes``; ``to_dict()`` is
+        :class:`pdmux_cli.planning.estimate.Estimate`: level, memory in bytes, levels), ``notes``;
+        ``to_dict()`` is
         ``pdmux estimate --json``.
 
     Raises:
-        pdmux_cli.util.errors.InputError: an unknown GPU, model, revision or cost model, knobs the cost model does
+        pdmux_cli.util.errors.InputError: an unknown GPU, model, revision or cost model, knobs the cost model
+        does
             not take, sizes out of range, a prompt past the model's context length, a pdmux YAML SGLang
             refuses, a calibration of another GPU, a ``plot`` path that is not a writable ``.png``.
     """
     from pdmux_cli.workflows.estimate import estimate as run
 
-    return run(EstimateRequest(
-        model=model, gpu=gpu, decode_bs=decode_bs, context=context, prompt_tokens=prompt_tokens,
-        chunk_sizes=chunk_sizes, mixed_chunk_sizes=mixed_chunk_sizes, cost_model=cost_model, s_sat=s_sat,
-        bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, step_overhead_ms=step_overhead_ms,
-        per_request_overhead_ms=per_request_overhead_ms, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
-        kv_cache_dtype=kv_cache_dtype, level=level, all_levels=all_levels, sm_group_num=sm_group_num,
-        decode_bs_divisor=decode_bs_divisor, token_budget=token_budget, config=config, flops_dtype=flops_dtype,
-        calibration=calibration, tp=tp, disagg=disagg, kv_link=kv_link, kv_link_gb_s=kv_link_gb_s,
-        kv_link_latency_us=kv_link_latency_us, disagg_tp=disagg_tp, plot=plot, sglang=sglang))
+    return run(
+        EstimateRequest(
+            model=model,
+            gpu=gpu,
+            decode_bs=decode_bs,
+            context=context,
+            prompt_tokens=prompt_tokens,
+            chunk_sizes=chunk_sizes,
+            mixed_chunk_sizes=mixed_chunk_sizes,
+            cost_model=cost_model,
+            s_sat=s_sat,
+            bandwidth_efficiency=bandwidth_efficiency,
+            mfu=mfu,
+            step_overhead_ms=step_overhead_ms,
+            per_request_overhead_ms=per_request_overhead_ms,
+            weight_bytes=weight_bytes,
+            kv_bytes=kv_bytes,
+            kv_cache_dtype=kv_cache_dtype,
+            level=level,
+            all_levels=all_levels,
+            sm_group_num=sm_group_num,
+            decode_bs_divisor=decode_bs_divisor,
+            token_budget=token_budget,
+            config=config,
+            flops_dtype=flops_dtype,
+            calibration=calibration,
+            tp=tp,
+            disagg=disagg,
+            kv_link=kv_link,
+            kv_link_gb_s=kv_link_gb_s,
+            kv_link_latency_us=kv_link_latency_us,
+            disagg_tp=disagg_tp,
+            plot=plot,
+            sglang=sglang,
+        )
+    )
 
 
 def gen_config(
@@ -218,19 +263,47 @@ def gen_config(
         ``launch_flags``, ``launch_command``, ``sglang_notes``; ``to_dict()`` is ``pdmux gen-config --json``.
 
     Raises:
-        pdmux_cli.util.errors.InputError: options that do not go together, knobs <= 0 or past SGLang's limit, an
-            unknown GPU, model or revision, an output path that is not writable or is an input, a config SGLang
+        pdmux_cli.util.errors.InputError: options that do not go together, knobs <= 0 or past SGLang's limit,
+        an
+            unknown GPU, model or revision, an output path that is not writable or is an input, a config
+            SGLang
             0.5.23 refuses, and the tune's or SLO levels' refusals.
     """
     from pdmux_cli.workflows.gen_config import gen_config as run
 
-    return run(GenConfigRequest(
-        gpu=gpu, sms=sms, cc=cc, sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor,
-        token_budget=token_budget, divisions=divisions, manual=manual, output=output, tune=tune, trace=trace,
-        slo_ttft=slo_ttft, slo_itl=slo_itl, context=context, max_requests=max_requests, trace_format=trace_format,
-        qps=qps, rate_scale=rate_scale, duration=duration, workers=workers, dp=dp, calibration=calibration,
-        cost_model=cost_model, step_overhead_ms=step_overhead_ms, per_request_overhead_ms=per_request_overhead_ms,
-        max_running_requests=max_running_requests, model=model, tp=tp, sglang=sglang))
+    return run(
+        GenConfigRequest(
+            gpu=gpu,
+            sms=sms,
+            cc=cc,
+            sm_group_num=sm_group_num,
+            decode_bs_divisor=decode_bs_divisor,
+            token_budget=token_budget,
+            divisions=divisions,
+            manual=manual,
+            output=output,
+            tune=tune,
+            trace=trace,
+            slo_ttft=slo_ttft,
+            slo_itl=slo_itl,
+            context=context,
+            max_requests=max_requests,
+            trace_format=trace_format,
+            qps=qps,
+            rate_scale=rate_scale,
+            duration=duration,
+            workers=workers,
+            dp=dp,
+            calibration=calibration,
+            cost_model=cost_model,
+            step_overhead_ms=step_overhead_ms,
+            per_request_overhead_ms=per_request_overhead_ms,
+            max_running_requests=max_running_requests,
+            model=model,
+            tp=tp,
+            sglang=sglang,
+        )
+    )
 
 
 def check_config(
@@ -257,10 +330,14 @@ def check_config(
         ``pdmux check-config --json``. A file with problems is returned with ``ok`` false, not raised.
 
     Raises:
-        pdmux_cli.util.errors.InputError: a file that cannot be read as YAML, an unknown GPU, model or revision, or a
+        pdmux_cli.util.errors.InputError: a file that cannot be read as YAML, an unknown GPU, model or
+        revision, or a
             revision whose loader pdmux has not read.
     """
     from pdmux_cli.workflows.check_config import check_config as run
 
-    return run(CheckConfigRequest(path=path, gpu=gpu, sms=sms, cc=cc, sm_group_num=sm_group_num, model=model,
-                                  sglang=sglang))
+    return run(
+        CheckConfigRequest(
+            path=path, gpu=gpu, sms=sms, cc=cc, sm_group_num=sm_group_num, model=model, sglang=sglang
+        )
+    )

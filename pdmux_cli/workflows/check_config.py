@@ -1,8 +1,10 @@
 """``pdmux check-config`` as a use case: a pdmux YAML judged by each SGLang revision pdmux has read.
 
 Every problem SGLang 0.5.23's loader and start-up checks, the CUDA driver's split rules or pdmux's reading
-finds (:func:`pdmux_cli.sglang.pdmux_config.load_config`, :func:`~pdmux_cli.sglang.pdmux_config.validate`), and each
-revision's verdict (:func:`pdmux_cli.sglang.revision_rules.verdicts`). A file that fails is a result with ``ok``
+finds (:func:`pdmux_cli.sglang.pdmux_config.load_config`, :func:`~pdmux_cli.sglang.pdmux_config.validate`),
+and each
+revision's verdict (:func:`pdmux_cli.sglang.revision_rules.verdicts`). A file that fails is a result with
+``ok``
 false, not an error: the CLI turns it into exit code 2. Pure apart from reading the files named.
 """
 
@@ -36,8 +38,10 @@ class CheckConfigRequest:
 class CheckConfigResult:
     """The verdicts on one file.
 
-    ``problems``: :class:`pdmux_cli.sglang.pdmux_config.Problem` (``where``, ``rule``, ``message``), parse problems
-    first. ``revisions``: :class:`pdmux_cli.sglang.revision_rules.Verdict` per revision pdmux has read; ``chosen``:
+    ``problems``: :class:`pdmux_cli.sglang.pdmux_config.Problem` (``where``, ``rule``, ``message``), parse
+    problems
+    first. ``revisions``: :class:`pdmux_cli.sglang.revision_rules.Verdict` per revision pdmux has read;
+    ``chosen``:
     the :class:`~pdmux_cli.sglang.revisions.Revision` of ``--sglang``. ``errors``: the problems that fail the
     file whatever the revision (the driver's, pdmux's). ``ok``: no such error and the chosen revision runs
     the file. ``support_line``: why the revision cannot (fully) multiplex ``model``, or ``None``.
@@ -66,14 +70,27 @@ class CheckConfigResult:
         from ..sglang.pdmux_config import is_error
         from ..sglang.revisions import REVISIONS
 
-        return with_provenance({
-            "path": str(self.path), "gpu": self.gpu, "sm_count": self.sm_count, "ok": self.ok,
-            "sglang": self.chosen.key,
-            "revisions": [v.as_dict(REVISIONS[v.revision]) for v in self.revisions],
-            "problems": [{"where": p.where, "rule": p.rule, "severity": "error" if is_error(p) else "warning",
-                          "message": p.message} for p in self.problems],
-            "sglang_support": self.support.as_dict() if self.support is not None else None,
-        }, self.provenance)
+        return with_provenance(
+            {
+                "path": str(self.path),
+                "gpu": self.gpu,
+                "sm_count": self.sm_count,
+                "ok": self.ok,
+                "sglang": self.chosen.key,
+                "revisions": [v.as_dict(REVISIONS[v.revision]) for v in self.revisions],
+                "problems": [
+                    {
+                        "where": p.where,
+                        "rule": p.rule,
+                        "severity": "error" if is_error(p) else "warning",
+                        "message": p.message,
+                    }
+                    for p in self.problems
+                ],
+                "sglang_support": self.support.as_dict() if self.support is not None else None,
+            },
+            self.provenance,
+        )
 
 
 def check_config(request: CheckConfigRequest) -> CheckConfigResult:
@@ -93,9 +110,11 @@ def check_config(request: CheckConfigRequest) -> CheckConfigResult:
         raise InputError("check-config needs the path of a pdmux YAML")
     chosen = get_revision(r.sglang)
     if not chosen.loader_read:
-        raise InputError(f"--sglang {chosen.key}: pdmux has not read its pdmux_context.py (the loader and start-up "
-                         "checks), so it cannot judge a file under it; check-config without --sglang shows every "
-                         "revision it can judge")
+        raise InputError(
+            f"--sglang {chosen.key}: pdmux has not read its pdmux_context.py (the loader and start-up "
+            "checks), so it cannot judge a file under it; check-config without --sglang shows every "
+            "revision it can judge"
+        )
     sm_group_num = optional_int(r.sm_group_num, "--sm-group-num")
     device = resolve_device(r.gpu, r.sms, r.cc)
     config, parsed = pc.load_config(path)
@@ -112,6 +131,16 @@ def check_config(request: CheckConfigRequest) -> CheckConfigResult:
 
         support = model_support(load_model(r.model).architectures, chosen)
         support_line = support.reason if support.state != "yes" else None
-    return CheckConfigResult(path=path, gpu=device.name, sm_count=device.sm_count, chosen=chosen, problems=problems,
-                             revisions=per_revision, errors=errors, ok=not failed, support=support,
-                             support_line=support_line, provenance=provenance(sglang=chosen.key))
+    return CheckConfigResult(
+        path=path,
+        gpu=device.name,
+        sm_count=device.sm_count,
+        chosen=chosen,
+        problems=problems,
+        revisions=per_revision,
+        errors=errors,
+        ok=not failed,
+        support=support,
+        support_line=support_line,
+        provenance=provenance(sglang=chosen.key),
+    )

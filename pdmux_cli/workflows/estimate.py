@@ -1,8 +1,10 @@
 """``pdmux estimate`` as a use case: one scenario under prefill-first, chunked, mixed-chunk prefill, PD
 multiplexing (and PD disaggregation), from the cost model.
 
-The core is :func:`pdmux_cli.planning.estimate.estimate`; this module resolves the request's names and files (GPU,
-model, pdmux YAML, calibration), builds the :class:`~pdmux_cli.planning.estimate.Scenario`, and says which cost model
+The core is :func:`pdmux_cli.planning.estimate.estimate`; this module resolves the request's names and files
+(GPU,
+model, pdmux YAML, calibration), builds the :class:`~pdmux_cli.planning.estimate.Scenario`, and says which
+cost model
 and constants gave the numbers (the JSON's ``"pdmux"`` block). It prints nothing; with ``plot`` it writes
 the PNG (whole or not at all).
 """
@@ -36,9 +38,12 @@ class EstimateRequest:
     h100). ``decode_bs``: requests decoding when the prompt arrives, each with ``context`` tokens of KV cache;
     ``prompt_tokens``: the prompt that slips in. ``chunk_sizes``: SGLang's default chunked prefill's chunk
     sizes (tokens; ``None``: SGLang's default size for the GPU, none under the chapter model; ``()`` or
-    ``"none"``: no such row); ``mixed_chunk_sizes``: ``--enable-mixed-chunk``'s. ``cost_model``: ``"roofline"``
-    or ``"chapter"``. ``s_sat``: SMs reaching 95% of HBM bandwidth (one PD-mux row each). ``bandwidth_efficiency``
-    and ``mfu``: the chapter model's fractions. ``step_overhead_ms``, ``per_request_overhead_ms``: the roofline
+    ``"none"``: no such row); ``mixed_chunk_sizes``: ``--enable-mixed-chunk``'s. ``cost_model``:
+    ``"roofline"``
+    or ``"chapter"``. ``s_sat``: SMs reaching 95% of HBM bandwidth (one PD-mux row each).
+    ``bandwidth_efficiency``
+    and ``mfu``: the chapter model's fractions. ``step_overhead_ms``, ``per_request_overhead_ms``: the
+    roofline
     model's CPU time per step and per request. ``weight_bytes`` (per weight), ``kv_bytes`` (per KV element) or
     ``kv_cache_dtype`` (SGLang's ``--kv-cache-dtype``). ``level``: ``"auto"``, ``"P/D"`` SMs or ``(P, D)``.
     ``all_levels``: every level's ITL and prefill time too. ``sm_group_num``, ``decode_bs_divisor``,
@@ -46,7 +51,8 @@ class EstimateRequest:
     ``flops_dtype``: bf16, fp16 or fp8. ``calibration``: a calibration.yaml (``pdmux bench`` / ``calibrate``).
     ``tp``: tensor parallelism. ``disagg``: ``"XPYD"`` for a PD-disaggregation row, over ``kv_link`` (auto,
     nvlink, pcie, rdma; ``kv_link_gb_s``, ``kv_link_latency_us`` override it), instances of ``disagg_tp`` GPUs
-    (default ``tp``). ``plot``: a PNG to write (ITL against prefill time at every level). ``sglang``: the SGLang
+    (default ``tp``). ``plot``: a PNG to write (ITL against prefill time at every level). ``sglang``: the
+    SGLang
     revision whose rules apply (``--sglang``).
     """
 
@@ -86,7 +92,8 @@ class EstimateRequest:
 
 @dataclass(frozen=True)
 class EstimateResult:
-    """``estimate``'s answer: :attr:`estimate` (:class:`pdmux_cli.planning.estimate.Estimate`: rows per policy in ms,
+    """``estimate``'s answer: :attr:`estimate` (:class:`pdmux_cli.planning.estimate.Estimate`: rows per
+    policy in ms,
     the level, memory in bytes, levels, notes), whether a calibration file was used, the PNG written (or
     ``None``), and :attr:`provenance` (the JSON's ``"pdmux"`` block)."""
 
@@ -97,7 +104,8 @@ class EstimateResult:
 
     @property
     def rows(self) -> list[Any]:
-        """One :class:`pdmux_cli.planning.estimate.PolicyRow` per policy (``label``, ``itl_ms``, ``prefill_ms``,
+        """One :class:`pdmux_cli.planning.estimate.PolicyRow` per policy (``label``, ``itl_ms``,
+        ``prefill_ms``,
         ``tokens_during_prefill``, ``prefill_sms``, ``decode_sms``, ...), as the table's rows."""
         return self.estimate.rows
 
@@ -107,7 +115,8 @@ class EstimateResult:
         return self.estimate.notes
 
     def to_dict(self) -> dict[str, Any]:
-        """What ``pdmux estimate --json`` prints (NaN and infinities included as Python floats: the CLI refuses
+        """What ``pdmux estimate --json`` prints (NaN and infinities included as Python floats: the CLI
+        refuses
         them, JSON has none)."""
         from .planning_json import estimate_dict
 
@@ -115,7 +124,8 @@ class EstimateResult:
 
 
 def parse_level(level: Any) -> tuple[int, int] | None:
-    """``--level``: ``"80/52"`` or ``(80, 52)`` -> ``(80, 52)``; ``"auto"`` (or ``None``) -> ``None``; anything
+    """``--level``: ``"80/52"`` or ``(80, 52)`` -> ``(80, 52)``; ``"auto"`` (or ``None``) -> ``None``;
+    anything
     else (an empty value, digits other than ASCII) -> :class:`InputError`."""
     from ..util.numbers import plain_int
 
@@ -123,7 +133,9 @@ def parse_level(level: Any) -> tuple[int, int] | None:
         return None
     if isinstance(level, (tuple, list)):
         if len(level) != 2:
-            raise InputError(f"--level {short_repr(level)}: give (PREFILL, DECODE) SMs, e.g. (80, 52), or 'auto'")
+            raise InputError(
+                f"--level {short_repr(level)}: give (PREFILL, DECODE) SMs, e.g. (80, 52), or 'auto'"
+            )
         return check_int(level[0], "--level"), check_int(level[1], "--level")
     text = str(level)
     if text.strip().lower() in ("auto", "sglang"):
@@ -177,7 +189,9 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     sm_group_num = optional_int(r.sm_group_num, "--sm-group-num")
     decode_bs_divisor = optional_int(r.decode_bs_divisor, "--decode-bs-divisor")
     token_budget = optional_int(r.token_budget, "--token-budget")
-    check_positive_knobs(sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget)
+    check_positive_knobs(
+        sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget
+    )
     config = optional_path(r.config, "--config")
     calibration = optional_path(r.calibration, "--calibration")
     plot = optional_path(r.plot, "--plot")
@@ -200,26 +214,36 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     gpu_profile = device.gpu
     mdl = load_model(r.model)
     kv_cache = resolve_kv_cache(mdl, r.kv_cache_dtype, kv_bytes)
-    cfg, cfg_notes = load_pdmux_yaml(config, device, sm_group_num, r.sglang) if config is not None else (None, [])
+    cfg, cfg_notes = (
+        load_pdmux_yaml(config, device, sm_group_num, r.sglang) if config is not None else (None, [])
+    )
     cost_model = str(r.cost_model).strip().lower()
     scenario = Scenario(
-        decode_bs=check_int(r.decode_bs, "--decode-bs"), context_tokens=check_int(r.context, "--context"),
+        decode_bs=check_int(r.decode_bs, "--decode-bs"),
+        context_tokens=check_int(r.context, "--context"),
         prompt_tokens=check_int(r.prompt_tokens, "--prompt-tokens"),
         chunk_sizes=parse_sizes(r.chunk_sizes, "--chunk-sizes"),
         mixed_chunk_sizes=parse_sizes(r.mixed_chunk_sizes, "--mixed-chunk-sizes") or (),
-        cost_model=cost_model, step_overhead_ms=optional_number(r.step_overhead_ms, "--step-overhead-ms"),
+        cost_model=cost_model,
+        step_overhead_ms=optional_number(r.step_overhead_ms, "--step-overhead-ms"),
         per_request_overhead_ms=optional_number(r.per_request_overhead_ms, "--per-request-overhead-ms"),
         s_sat_values=float_tuple(r.s_sat, "--s-sat") if r.s_sat is not None else None,
         bandwidth_efficiency=optional_number(r.bandwidth_efficiency, "--bandwidth-efficiency"),
-        mfu=optional_number(r.mfu, "--mfu"), weight_bytes_per_param=optional_number(r.weight_bytes, "--weight-bytes"),
-        kv_bytes_per_element=kv_cache.bytes_per_element, level=parse_level(r.level),
+        mfu=optional_number(r.mfu, "--mfu"),
+        weight_bytes_per_param=optional_number(r.weight_bytes, "--weight-bytes"),
+        kv_bytes_per_element=kv_cache.bytes_per_element,
+        level=parse_level(r.level),
         sm_group_num=sm_group_num or (cfg.sm_group_num if cfg else split_levels.DEFAULT_SM_GROUP_NUM),
-        decode_bs_divisor=decode_bs_divisor or (cfg.decode_bs_divisor if cfg else split_levels.DEFAULT_DECODE_BS_DIVISOR),
-        split_forward_token_budget=token_budget or (
-            cfg.split_forward_token_budget if cfg else split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET),
+        decode_bs_divisor=decode_bs_divisor
+        or (cfg.decode_bs_divisor if cfg else split_levels.DEFAULT_DECODE_BS_DIVISOR),
+        split_forward_token_budget=token_budget
+        or (cfg.split_forward_token_budget if cfg else split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET),
         manual_divisions=tuple(cfg.manual_divisions) if cfg else (),
         max_split_forward_layers=(cfg.max_split_forward_layers or 0) if cfg else 0,
-        flops_dtype=flops_dtype, tp=check_int(r.tp, "--tp"), disagg=xpyd, kv_link=r.kv_link,
+        flops_dtype=flops_dtype,
+        tp=check_int(r.tp, "--tp"),
+        disagg=xpyd,
+        kv_link=r.kv_link,
         kv_link_gb_s=optional_number(r.kv_link_gb_s, "--kv-link-gb-s"),
         kv_link_latency_us=optional_number(r.kv_link_latency_us, "--kv-link-latency-us"),
         disagg_tp=optional_int(r.disagg_tp, "--disagg-tp"),
@@ -235,23 +259,42 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         except InputError:  # a device without a profile: only the SM count can be compared
             measured_on = None
         if measured_on is not None and measured_on.key != gpu_profile.key:
-            raise InputError(f"{calibration} was measured on {measured_on.name}, not {gpu_profile.name}: "
-                             f"pass --gpu {measured_on.key} or calibrate this GPU ('pdmux bench', 'pdmux calibrate')")
+            raise InputError(
+                f"{calibration} was measured on {measured_on.name}, not {gpu_profile.name}: "
+                f"pass --gpu {measured_on.key} or calibrate this GPU ('pdmux bench', 'pdmux calibrate')"
+            )
         if r.s_sat is not None and cal.has_partitions:
             raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
-    est = run_estimate(gpu_profile, mdl, scenario, calibration=cal, all_levels=r.all_levels or plot is not None,
-                       sglang=r.sglang)
+    est = run_estimate(
+        gpu_profile,
+        mdl,
+        scenario,
+        calibration=cal,
+        all_levels=r.all_levels or plot is not None,
+        sglang=r.sglang,
+    )
     est.notes[:0] = cfg_notes
-    if cal is not None and scenario.cost_model == "chapter" and (r.mfu is not None or r.bandwidth_efficiency is not None):
-        est.notes.append("--mfu and --bandwidth-efficiency are not used with --calibration: "
-                         "the measured curves replace them")
-    block = provenance(sglang=get_revision(r.sglang).key,
-                       cost_model=_cost_model_sources(gpu_profile, est, cal, calibration))
+    if (
+        cal is not None
+        and scenario.cost_model == "chapter"
+        and (r.mfu is not None or r.bandwidth_efficiency is not None)
+    ):
+        est.notes.append(
+            "--mfu and --bandwidth-efficiency are not used with --calibration: "
+            "the measured curves replace them"
+        )
+    block = provenance(
+        sglang=get_revision(r.sglang).key, cost_model=_cost_model_sources(gpu_profile, est, cal, calibration)
+    )
     if plot is not None:
         from ..planning.plot import write_tradeoff_plot
 
-        write_tradeoff_plot(plot, est, f"{est.model} on {est.gpu}: {scenario.decode_bs} x {scenario.context_tokens} "
-                            f"tokens decoding, a {scenario.prompt_tokens}-token prompt ({est.cost_model} cost model)")
+        write_tradeoff_plot(
+            plot,
+            est,
+            f"{est.model} on {est.gpu}: {scenario.decode_bs} x {scenario.context_tokens} "
+            f"tokens decoding, a {scenario.prompt_tokens}-token prompt ({est.cost_model} cost model)",
+        )
     return EstimateResult(est, calibrated=cal is not None, plot=plot, provenance=block)
 
 
@@ -270,9 +313,16 @@ def _cost_model_sources(gpu: Any, est: Any, cal: Any, calibration: Path | None) 
 
         efficiency = profile_for(getattr(gpu, "key", ""), tuple(gpu.compute_capability))[0].key + ".yaml"
         serving = "calibration" if cal is not None and cal.serving is not None else DEFAULT_RELEASE_LINE
-    values = [None if r.s_sat is None or not math.isfinite(r.s_sat) else float(r.s_sat)
-              for r in est.rows if r.policy == "pdmux"]
+    values = [
+        None if r.s_sat is None or not math.isfinite(r.s_sat) else float(r.s_sat)
+        for r in est.rows
+        if r.policy == "pdmux"
+    ]
     s_sat = values[0] if len(values) == 1 else values or None
-    return cost_model_provenance(est.cost_model, efficiency=efficiency,
-                                 calibration=str(calibration) if calibration is not None else None,
-                                 serving=serving, s_sat=s_sat)
+    return cost_model_provenance(
+        est.cost_model,
+        efficiency=efficiency,
+        calibration=str(calibration) if calibration is not None else None,
+        serving=serving,
+        s_sat=s_sat,
+    )

@@ -1,9 +1,12 @@
 """``pdmux gen-config`` as a use case: SGLang's pdmux YAML for a GPU, validated, plus the launch flags.
 
-Four ways to the levels: SGLang's automatic ones (``divide_sm``, :func:`pdmux_cli.sglang.split_levels.plan_groups`),
+Four ways to the levels: SGLang's automatic ones (``divide_sm``,
+:func:`pdmux_cli.sglang.split_levels.plan_groups`),
 ``divisions`` written by hand, SLO levels sized for an ITL target by the cost model
-(:mod:`pdmux_cli.planning.slo_levels`), or a tune on a trace (``tune``: the simulator). Every config is checked by
-SGLang 0.5.23's rules (:func:`pdmux_cli.sglang.pdmux_config.validate`) before it is returned; with ``output`` the
+(:mod:`pdmux_cli.planning.slo_levels`), or a tune on a trace (``tune``: the simulator). Every config is
+checked by
+SGLang 0.5.23's rules (:func:`pdmux_cli.sglang.pdmux_config.validate`) before it is returned; with ``output``
+the
 YAML is written there, whole or not at all. Prints nothing unless ``show_tune`` asks for tune's table.
 """
 
@@ -79,7 +82,8 @@ class GenConfigRequest:
 class GenConfigResult:
     """The config and how to launch it.
 
-    ``config``: :class:`pdmux_cli.sglang.pdmux_config.PdmuxConfig`; ``yaml``: its text (as written to ``output``).
+    ``config``: :class:`pdmux_cli.sglang.pdmux_config.PdmuxConfig`; ``yaml``: its text (as written to
+    ``output``).
     ``path_text``: the path the launch line names. ``launch_flags``: SGLang's server flags, one argument each;
     ``launch_env``: environment settings a TP launch needs; ``sglang_notes``: the revision's notes.
     ``support``: :class:`pdmux_cli.sglang.revisions.ModelSupport` of ``model_name`` under the revision.
@@ -108,24 +112,40 @@ class GenConfigResult:
     def to_dict(self) -> dict[str, Any]:
         """What ``pdmux gen-config --json`` prints."""
         c = self.config
-        return with_provenance({
-            "gpu": self.gpu, "sm_count": self.sm_count, "compute_capability": self.compute_capability,
-            "tp": self.tp, "gpus": self.tp, "output": str(self.output) if self.output is not None else None,
-            "yaml": self.yaml,
-            "config": {"sm_group_num": c.sm_group_num, "manual_divisions": [list(e) for e in c.manual_divisions],
-                       "split_forward_token_budget": c.split_forward_token_budget,
-                       "decode_bs_divisor": c.decode_bs_divisor, "max_split_forward_layers": c.max_split_forward_layers},
-            "launch_flags": self.launch_flags, "launch_env": self.launch_env, "sglang_notes": self.sglang_notes,
-            "tune": self.tune, "sglang_support": self.support.as_dict(),
-            **({"slo_levels": self.slo_levels} if self.slo_levels is not None else {}),
-        }, self.provenance)
+        return with_provenance(
+            {
+                "gpu": self.gpu,
+                "sm_count": self.sm_count,
+                "compute_capability": self.compute_capability,
+                "tp": self.tp,
+                "gpus": self.tp,
+                "output": str(self.output) if self.output is not None else None,
+                "yaml": self.yaml,
+                "config": {
+                    "sm_group_num": c.sm_group_num,
+                    "manual_divisions": [list(e) for e in c.manual_divisions],
+                    "split_forward_token_budget": c.split_forward_token_budget,
+                    "decode_bs_divisor": c.decode_bs_divisor,
+                    "max_split_forward_layers": c.max_split_forward_layers,
+                },
+                "launch_flags": self.launch_flags,
+                "launch_env": self.launch_env,
+                "sglang_notes": self.sglang_notes,
+                "tune": self.tune,
+                "sglang_support": self.support.as_dict(),
+                **({"slo_levels": self.slo_levels} if self.slo_levels is not None else {}),
+            },
+            self.provenance,
+        )
 
     @property
     def launch_command(self) -> str:
         """The whole SGLang launch line for a shell (:func:`pdmux_cli.sglang.pdmux_config.launch_command`)."""
         from ..sglang.pdmux_config import launch_command
 
-        return launch_command(self.path_text, self.config.sm_group_num, tp=self.tp, env=tuple(self.launch_env))
+        return launch_command(
+            self.path_text, self.config.sm_group_num, tp=self.tp, env=tuple(self.launch_env)
+        )
 
 
 def gen_config(request: GenConfigRequest) -> GenConfigResult:
@@ -146,7 +166,9 @@ def gen_config(request: GenConfigRequest) -> GenConfigResult:
     sm_group_num = check_int(r.sm_group_num, "--sm-group-num")
     decode_bs_divisor = check_int(r.decode_bs_divisor, "--decode-bs-divisor")
     token_budget = check_int(r.token_budget, "--token-budget")
-    check_positive_knobs(sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget)
+    check_positive_knobs(
+        sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget
+    )
     split_levels.check_sm_group_num(sm_group_num, device.sm_count)
     from ..multigpu.tensor_parallel import check_tp_value
 
@@ -167,24 +189,36 @@ def gen_config(request: GenConfigRequest) -> GenConfigResult:
         output = None  # the usual spelling of standard output
     tune = bool(r.tune)
     slo_itl, slo_ttft = optional_number(r.slo_itl, "--slo-itl"), optional_number(r.slo_ttft, "--slo-ttft")
-    context, max_requests = optional_int(r.context, "--context"), optional_int(r.max_requests, "--max-requests")
+    context, max_requests = (
+        optional_int(r.context, "--context"),
+        optional_int(r.max_requests, "--max-requests"),
+    )
     workers, dp = optional_int(r.workers, "--workers"), optional_int(r.dp, "--dp")
     # Before any work (a --tune search takes minutes): the output must be writable and not an input.
     check_writable(output)
     slo = slo_itl is not None and not tune
-    refuse_overwriting_inputs(output, trace, calibration, model_file(r.model) if tune or slo else None, gpu_file(r.gpu))
+    refuse_overwriting_inputs(
+        output, trace, calibration, model_file(r.model) if tune or slo else None, gpu_file(r.gpu)
+    )
     tune_summary = slo_summary = slo_view = None
     cost_block = None
     if max_requests is not None and trace is None:
         raise InputError("--max-requests cuts a --trace: give one, or drop --max-requests")
     if dp is not None and dp != 1:
-        raise InputError("gen-config --tune tunes one server: for --dp replicas behind a router run 'pdmux tune --dp N "
-                         "-o FILE' (same options; it writes the winning YAML and the launch line)")
+        raise InputError(
+            "gen-config --tune tunes one server: for --dp replicas behind a router run 'pdmux tune --dp N "
+            "-o FILE' (same options; it writes the winning YAML and the launch line)"
+        )
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be >= 1, got {workers}")
     if not tune:
-        for name, value in (("--format", r.trace_format), ("--qps", r.qps), ("--rate-scale", r.rate_scale),
-                            ("--duration", r.duration), ("--workers", workers)):
+        for name, value in (
+            ("--format", r.trace_format),
+            ("--qps", r.qps),
+            ("--rate-scale", r.rate_scale),
+            ("--duration", r.duration),
+            ("--workers", workers),
+        ):
             if value is not None:
                 raise InputError(f"{name} goes with --tune (it shapes the trace tune simulates)")
     if not slo:
@@ -194,28 +228,42 @@ def gen_config(request: GenConfigRequest) -> GenConfigResult:
             raise InputError("--calibration goes with --slo-itl (SLO levels) or --tune")
         if r.cost_model != "roofline":
             raise InputError("--cost-model goes with --slo-itl (SLO levels), without --tune")
-        for name, value in (("--step-overhead-ms", r.step_overhead_ms),
-                            ("--per-request-overhead-ms", r.per_request_overhead_ms),
-                            ("--max-running-requests", r.max_running_requests)):
+        for name, value in (
+            ("--step-overhead-ms", r.step_overhead_ms),
+            ("--per-request-overhead-ms", r.per_request_overhead_ms),
+            ("--max-running-requests", r.max_running_requests),
+        ):
             if value is not None:
                 raise InputError(f"{name} goes with --slo-itl (SLO levels), without --tune")
     if slo:
         if r.divisions is not None or r.manual:
             raise InputError("--slo-itl writes its own levels and thresholds: drop --divisions/--manual")
         if decode_bs_divisor != 36:
-            raise InputError("--slo-itl's thresholds replace the linear rule, which never reads decode_bs_divisor: "
-                             "drop --decode-bs-divisor")
+            raise InputError(
+                "--slo-itl's thresholds replace the linear rule, which never reads decode_bs_divisor: "
+                "drop --decode-bs-divisor"
+            )
         if slo_ttft is not None:
             raise InputError("--slo-ttft goes with --tune (SLO levels size decode for the ITL target alone)")
         # SLO levels are sized by the simulator's server set-up (pdmux_cli/cli/slo.py, sim's)
         from ..cli.slo import levels_dict, slo_levels_config
 
         config, levels, setup, slo_notes = slo_levels_config(
-            device.gpu, r.model, slo_itl, context=context, trace=trace, max_requests=max_requests,
-            calibration=calibration, cost_model=str(r.cost_model).strip().lower(), tp=tp, sm_group_num=sm_group_num,
-            token_budget=token_budget, step_overhead_ms=optional_number(r.step_overhead_ms, "--step-overhead-ms"),
+            device.gpu,
+            r.model,
+            slo_itl,
+            context=context,
+            trace=trace,
+            max_requests=max_requests,
+            calibration=calibration,
+            cost_model=str(r.cost_model).strip().lower(),
+            tp=tp,
+            sm_group_num=sm_group_num,
+            token_budget=token_budget,
+            step_overhead_ms=optional_number(r.step_overhead_ms, "--step-overhead-ms"),
             per_request_overhead_ms=optional_number(r.per_request_overhead_ms, "--per-request-overhead-ms"),
-            max_running_requests=optional_int(r.max_running_requests, "--max-running-requests"))
+            max_running_requests=optional_int(r.max_running_requests, "--max-running-requests"),
+        )
         slo_summary = levels_dict(levels, setup, levels.context_source)
         slo_view = (levels, setup, slo_notes)
         cost_block = step_model_provenance(setup.step_model, calibration=calibration)
@@ -223,36 +271,68 @@ def gen_config(request: GenConfigRequest) -> GenConfigResult:
         if r.divisions is not None or r.manual:
             raise InputError("--tune picks the levels itself: drop --divisions/--manual")
         if (sm_group_num, decode_bs_divisor, token_budget) != (8, 36, 65536):
-            raise InputError("--tune searches sm_group_num, decode_bs_divisor and the token budget itself: drop "
-                             "--sm-group-num/--decode-bs-divisor/--token-budget ('pdmux tune' can narrow the search)")
+            raise InputError(
+                "--tune searches sm_group_num, decode_bs_divisor and the token budget itself: drop "
+                "--sm-group-num/--decode-bs-divisor/--token-budget ('pdmux tune' can narrow the search)"
+            )
         # the tune is the simulator's (pdmux_cli/cli/simulate.py, sim's)
         from ..cli.simulate import tuned_config
 
         if context is not None:
             raise InputError("--tune takes the workload from --trace: drop --context")
-        config, tune_summary = tuned_config(device.gpu, trace, slo_ttft, slo_itl, model=r.model, show=r.show_tune,
-                                            tp=tp, max_requests=max_requests, calibration=calibration,
-                                            sglang=r.sglang, fmt=r.trace_format, qps=r.qps, rate_scale=r.rate_scale,
-                                            duration=r.duration, workers=workers, to_stderr=output is None)
+        config, tune_summary = tuned_config(
+            device.gpu,
+            trace,
+            slo_ttft,
+            slo_itl,
+            model=r.model,
+            show=r.show_tune,
+            tp=tp,
+            max_requests=max_requests,
+            calibration=calibration,
+            sglang=r.sglang,
+            fmt=r.trace_format,
+            qps=r.qps,
+            rate_scale=r.rate_scale,
+            duration=r.duration,
+            workers=workers,
+            to_stderr=output is None,
+        )
         cost_block = _tune_cost_model(device.gpu, served, tp, calibration)
     elif trace is not None or slo_ttft is not None:
         raise InputError("--trace and --slo-ttft go with --tune (or --trace with --slo-itl)")
     elif r.divisions is not None:
         entries = pc.parse_divisions(r.divisions)
-        config = pc.PdmuxConfig(sm_group_num=len(entries) + 2, manual_divisions=entries,
-                                split_forward_token_budget=token_budget, decode_bs_divisor=decode_bs_divisor)
+        config = pc.PdmuxConfig(
+            sm_group_num=len(entries) + 2,
+            manual_divisions=entries,
+            split_forward_token_budget=token_budget,
+            decode_bs_divisor=decode_bs_divisor,
+        )
         if sm_group_num not in (8, len(entries) + 2):
-            raise InputError(f"--divisions has {len(entries)} level(s), so sm_group_num is {len(entries) + 2}, "
-                             f"not {sm_group_num}: drop --sm-group-num or change the divisions")
+            raise InputError(
+                f"--divisions has {len(entries)} level(s), so sm_group_num is {len(entries) + 2}, "
+                f"not {sm_group_num}: drop --sm-group-num or change the divisions"
+            )
     else:
         plan = split_levels.plan_groups(device.sm_count, device.cc, sm_group_num)
         # a revision whose divide_sm was not read gets the levels written out (they hold whatever its split)
-        config = pc.config_from_plan(plan, sm_group_num, token_budget, decode_bs_divisor,
-                                     manual=r.manual or plan.source == "cuda-granularity"
-                                     or get_revision(r.sglang).divide_sm == "not read")
+        config = pc.config_from_plan(
+            plan,
+            sm_group_num,
+            token_budget,
+            decode_bs_divisor,
+            manual=r.manual
+            or plan.source == "cuda-granularity"
+            or get_revision(r.sglang).divide_sm == "not read",
+        )
     problems = pc.validate(config, device.sm_count, device.cc)
     if problems:
-        more = f" (and {len(problems) - 1} more problem(s): pdmux check-config lists them)" if len(problems) > 1 else ""
+        more = (
+            f" (and {len(problems) - 1} more problem(s): pdmux check-config lists them)"
+            if len(problems) > 1
+            else ""
+        )
         raise InputError(f"{problems[0].where}: {problems[0].message}{more}")
     text = pc.dump_config(config)
     path_text = str(output) if output is not None else "pdmux.yaml"
@@ -266,10 +346,24 @@ def gen_config(request: GenConfigRequest) -> GenConfigResult:
 
         write_text_atomic(output, text)
     return GenConfigResult(
-        gpu=device.name, sm_count=device.sm_count, compute_capability=device.cc_text, tp=tp, output=output, yaml=text,
-        config=config, path_text=path_text, launch_flags=flags, launch_env=launch_env, sglang_notes=rev_notes,
-        support=support, model_name=served.name, tune=tune_summary, slo_levels=slo_summary, slo=slo_view,
-        provenance=provenance(sglang=get_revision(r.sglang).key, cost_model=cost_block))
+        gpu=device.name,
+        sm_count=device.sm_count,
+        compute_capability=device.cc_text,
+        tp=tp,
+        output=output,
+        yaml=text,
+        config=config,
+        path_text=path_text,
+        launch_flags=flags,
+        launch_env=launch_env,
+        sglang_notes=rev_notes,
+        support=support,
+        model_name=served.name,
+        tune=tune_summary,
+        slo_levels=slo_summary,
+        slo=slo_view,
+        provenance=provenance(sglang=get_revision(r.sglang).key, cost_model=cost_block),
+    )
 
 
 def _tune_cost_model(gpu: Any, model: Any, tp: int, calibration: Path | None) -> dict[str, Any]:
@@ -282,4 +376,6 @@ def _tune_cost_model(gpu: Any, model: Any, tp: int, calibration: Path | None) ->
         from ..costmodel.calibration_file import load_calibration
 
         cal = load_calibration(calibration)
-    return step_model_provenance(build_step_model(gpu, model, calibration=cal, tp=tp), calibration=calibration)
+    return step_model_provenance(
+        build_step_model(gpu, model, calibration=cal, tp=tp), calibration=calibration
+    )

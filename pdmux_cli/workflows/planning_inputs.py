@@ -1,9 +1,10 @@
 """What the planning workflows share: the device a command plans for, a ``--config`` pdmux YAML, typed values.
 
 A request holds what the CLI's option gives (text for list options, ``"1,6,12"``) or typed values
-(``(1, 6, 12)``) from the Python API; both are read here by the CLI's rules. Either way the checks here stand between the caller and the core, so a value of the
-wrong type or out of range is one :class:`~pdmux_cli.util.errors.InputError`, never a traceback. Messages name
-the CLI option (``--decode-bs``), which the API's keyword of the same name follows.
+(``(1, 6, 12)``) from the Python API; both are read here by the CLI's rules. Either way the checks here
+stand between the caller and the core, so a value of the wrong type or out of range is one
+:class:`~pdmux_cli.util.errors.InputError`, never a traceback. Messages name the CLI option
+(``--decode-bs``), which the API's keyword of the same name follows.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from ..util.errors import InputError, short_repr
 
 
 class Device:
-    """The device a command plans for: a GPU profile (``gpu``: :class:`pdmux_cli.catalog.hardware.Gpu`), or just an
+    """The device a command plans for: a GPU profile (``gpu``: :class:`pdmux_cli.catalog.hardware.Gpu`), or
+    just an
     SM count and compute capability (``--sms``, ``--cc``; ``gpu`` is then ``None``).
 
     ``name``: the profile's name, or ``"custom GPU"``. ``sm_count``: SMs. ``cc``: ``(major, minor)``. A plain
@@ -38,10 +40,13 @@ class Device:
 def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: str = "h100") -> Device:
     """``--gpu`` or ``--sms N --cc X.Y`` (both needed) -> :class:`Device`.
 
-    ``gpu``: an alias, a reported name or a GPU profile file (:func:`pdmux_cli.catalog.hardware.find_gpu_or_file`);
+    ``gpu``: an alias, a reported name or a GPU profile file
+    (:func:`pdmux_cli.catalog.hardware.find_gpu_or_file`);
     ``None``: ``default``. ``cc``: ``"MAJOR.MINOR"``, a known NVIDIA capability
-    (:data:`pdmux_cli.sglang.split_levels.KNOWN_COMPUTE_CAPABILITIES`). Raises :class:`InputError` for both forms at once,
-    one of ``sms``/``cc`` alone, an SM count outside 1-:data:`pdmux_cli.catalog.hardware.MAX_SMS`, an empty or unknown
+    (:data:`pdmux_cli.sglang.split_levels.KNOWN_COMPUTE_CAPABILITIES`). Raises :class:`InputError` for both
+    forms at once,
+    one of ``sms``/``cc`` alone, an SM count outside 1-:data:`pdmux_cli.catalog.hardware.MAX_SMS`, an empty
+    or unknown
     GPU name, or an unknown capability.
     """
     from ..catalog.hardware import MAX_SMS, find_gpu_or_file
@@ -63,15 +68,17 @@ def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: st
     return Device(profile.name, profile.require_sm_count(), profile.compute_capability, profile)
 
 
-def load_pdmux_yaml(path: Path, device: Device | None = None, cli_sm_group_num: int | None = None,
-                    sglang: str | None = None) -> tuple[Any, list[str]]:
+def load_pdmux_yaml(
+    path: Path, device: Device | None = None, cli_sm_group_num: int | None = None, sglang: str | None = None
+) -> tuple[Any, list[str]]:
     """A pdmux YAML for ``--config`` -> ``(PdmuxConfig, notes)``.
 
     Structural problems, and (with ``device``) anything SGLang refuses at load or start-up (rules "both" and
     "new") are :class:`InputError`; the first is reported, check-config lists all. Warnings (SGLang runs it
     as meant) become notes. With ``device``, manual_divisions entries off the CUDA granularity are replaced by
     the split the driver really makes (100/32 -> 104/28 on H100), with a note saying so
-    (:func:`pdmux_cli.sglang.pdmux_config.driver_divisions`). ``sglang``: a revision other than 0.5.23 is judged by
+    (:func:`pdmux_cli.sglang.pdmux_config.driver_divisions`). ``sglang``: a revision other than 0.5.23 is
+    judged by
     its own loader (:func:`pdmux_cli.sglang.revision_rules.planning_refusal`).
     """
     from ..sglang.pdmux_config import driver_divisions, is_error, load_config, validate
@@ -89,11 +96,16 @@ def load_pdmux_yaml(path: Path, device: Device | None = None, cli_sm_group_num: 
     notes = [f"{path}: {p.where}: {p.message}" for p in problems if not is_error(p)]
     problems = [p for p in problems if is_error(p)]
     if device is not None:
-        problems = problems + [p for p in validate(config, device.sm_count, device.cc, cli_sm_group_num)
-                               if p.rule in ("both", "new")]
+        problems = problems + [
+            p
+            for p in validate(config, device.sm_count, device.cc, cli_sm_group_num)
+            if p.rule in ("both", "new")
+        ]
     if problems:
         first = problems[0]
-        raise InputError(f"{path}: {first.where}: {first.message} (pdmux check-config {path} lists every problem)")
+        raise InputError(
+            f"{path}: {first.where}: {first.message} (pdmux check-config {path} lists every problem)"
+        )
     if device is not None:
         config, rounded = driver_divisions(config, device.sm_count, device.cc)
         notes.extend(f"{path}: {note}" for note in rounded)

@@ -25,7 +25,8 @@ def group_kind(index: int, groups: list[Split]) -> str:
 
 
 def splits_dict(info: dict[str, Any]) -> dict[str, Any]:
-    """The JSON of ``pdmux splits`` for one device (``info``: :attr:`pdmux_cli.workflows.splits.SplitsResult.info`)."""
+    """The JSON of ``pdmux splits`` for one device (``info``:
+    :attr:`pdmux_cli.workflows.splits.SplitsResult.info`)."""
     groups: list[Split] = info["groups"]
     thresholds = info.get("thresholds")
     return {
@@ -49,8 +50,13 @@ def splits_dict(info: dict[str, Any]) -> dict[str, Any]:
             for i, g in enumerate(groups)
         ],
         "decode_bs_choice": [
-            {"decode_bs": bs, "group": k, "prefill_sms": groups[k].prefill_sms, "decode_sms": groups[k].decode_sms,
-             "older_sglang_crashes": crash}
+            {
+                "decode_bs": bs,
+                "group": k,
+                "prefill_sms": groups[k].prefill_sms,
+                "decode_sms": groups[k].decode_sms,
+                "older_sglang_crashes": crash,
+            }
             for bs, k, crash in info["choices"]
         ],
         "decode_only_group": len(groups) - 1,
@@ -68,7 +74,12 @@ def link_dict(link: Any) -> dict[str, Any] | None:
     """A :class:`pdmux_cli.multigpu.disaggregation.KvLink` as JSON (``None`` stays ``None``)."""
     if link is None:
         return None
-    return {"kind": link.kind, "bytes_per_s": link.bytes_per_s, "latency_s": link.latency_s, "source": link.source}
+    return {
+        "kind": link.kind,
+        "bytes_per_s": link.bytes_per_s,
+        "latency_s": link.latency_s,
+        "source": link.source,
+    }
 
 
 def estimate_dict(est: Estimate) -> dict[str, Any]:
@@ -114,7 +125,8 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
         "cost_model": est.cost_model,
         "throughput_source": est.throughput_source,
         "cpu_step_ms": est.cpu_step_ms,
-        "per_request_overhead_ms": est.per_request_ms, "request_delay_ms": est.request_delay_ms,
+        "per_request_overhead_ms": est.per_request_ms,
+        "request_delay_ms": est.request_delay_ms,
         "rows": [
             {
                 "policy": r.policy,
@@ -135,7 +147,9 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
                 "layout": r.layout,
                 "transfer_ms": r.transfer_ms,
                 "link": link_dict(est.kv_link) if r.policy == "disagg" else None,
-                "runs": (est.pdmux_support is None or est.pdmux_support.runs) if r.policy == "pdmux" else True,
+                "runs": (est.pdmux_support is None or est.pdmux_support.runs)
+                if r.policy == "pdmux"
+                else True,
             }
             for r in est.rows
         ],

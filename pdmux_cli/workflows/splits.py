@@ -1,4 +1,5 @@
-"""``pdmux splits`` as a use case: the stream groups SGLang builds, its level per decode batch, prefill rounds.
+"""``pdmux splits`` as a use case: the stream groups SGLang builds, its level per decode batch, prefill
+rounds.
 
 SGLang 0.5.23's rules (:mod:`pdmux_cli.sglang.split_levels`: ``srt/multiplex/pdmux_context.py`` ``divide_sm``,
 ``initialize_stream_groups``; ``multiplexing_mixin.py`` ``adjust_stream_groups``, ``event_loop_pdmux``).
@@ -56,7 +57,8 @@ class SplitsRequest:
 class SplitsResult:
     """One device's split levels (``pdmux splits --gpu``).
 
-    ``groups``: every stream group as :class:`pdmux_cli.sglang.split_levels.Split` (prefill SMs, decode SMs), group 0 all
+    ``groups``: every stream group as :class:`pdmux_cli.sglang.split_levels.Split` (prefill SMs, decode SMs),
+    group 0 all
     prefill, the last all decode; ``thresholds``: manual_divisions' decode-batch thresholds, or ``None`` for
     the linear rule. ``source``: ``"sglang-auto"``, ``"cuda-granularity"`` or ``"manual"``. ``choices``:
     ``(decode_bs, group, older_sglang_crashes)`` per batch size. ``layers``: ``(prompt_tokens,
@@ -83,12 +85,25 @@ class SplitsResult:
 
     @property
     def info(self) -> dict[str, Any]:
-        """The fields as :func:`~pdmux_cli.workflows.planning_json.splits_dict` and :func:`pdmux_cli.cli.render.splits_tables` take them."""
-        return {"gpu": self.gpu, "sm_count": self.sm_count, "compute_capability": self.compute_capability,
-                "source": self.source, "sm_group_num": self.sm_group_num, "decode_bs_divisor": self.decode_bs_divisor,
-                "token_budget": self.token_budget, "groups": self.groups, "thresholds": self.thresholds,
-                "choices": self.choices, "model": self.model, "num_layers": self.num_layers, "layers": self.layers,
-                "notes": self.notes, "tp": self.tp}
+        """The fields as :func:`~pdmux_cli.workflows.planning_json.splits_dict` and
+        :func:`pdmux_cli.cli.render.splits_tables` take them."""
+        return {
+            "gpu": self.gpu,
+            "sm_count": self.sm_count,
+            "compute_capability": self.compute_capability,
+            "source": self.source,
+            "sm_group_num": self.sm_group_num,
+            "decode_bs_divisor": self.decode_bs_divisor,
+            "token_budget": self.token_budget,
+            "groups": self.groups,
+            "thresholds": self.thresholds,
+            "choices": self.choices,
+            "model": self.model,
+            "num_layers": self.num_layers,
+            "layers": self.layers,
+            "notes": self.notes,
+            "tp": self.tp,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """What ``pdmux splits --json`` prints."""
@@ -144,9 +159,14 @@ def splits(request: SplitsRequest) -> SplitsResult | AllGpusSplits:
     cfg, cfg_notes = load_pdmux_yaml(config, device, sm_group_num) if config is not None else (None, [])
     group_num = sm_group_num or (cfg.sm_group_num if cfg else split_levels.DEFAULT_SM_GROUP_NUM)
     divisor = decode_bs_divisor or (cfg.decode_bs_divisor if cfg else split_levels.DEFAULT_DECODE_BS_DIVISOR)
-    budget = token_budget or (cfg.split_forward_token_budget if cfg else split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET)
-    for name, value in (("--sm-group-num", sm_group_num), ("--decode-bs-divisor", decode_bs_divisor),
-                        ("--token-budget", token_budget)):
+    budget = token_budget or (
+        cfg.split_forward_token_budget if cfg else split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
+    )
+    for name, value in (
+        ("--sm-group-num", sm_group_num),
+        ("--decode-bs-divisor", decode_bs_divisor),
+        ("--token-budget", token_budget),
+    ):
         if value is not None and value <= 0:
             raise InputError(f"{name} must be > 0, got {value}")
     manual = list(cfg.manual_divisions) if cfg and cfg.manual_divisions else None
@@ -162,7 +182,10 @@ def splits(request: SplitsRequest) -> SplitsResult | AllGpusSplits:
     mdl = load_model(r.model)
     from ..planning.estimate import MAX_DECODE_BS, MAX_TOKENS
 
-    for what, values, top in (("--decode-bs", batch_sizes, MAX_DECODE_BS), ("--prompt-tokens", prompts, MAX_TOKENS)):
+    for what, values, top in (
+        ("--decode-bs", batch_sizes, MAX_DECODE_BS),
+        ("--prompt-tokens", prompts, MAX_TOKENS),
+    ):
         too_big = [v for v in values if v > top]
         if too_big:  # as estimate's bounds: no server runs a batch or prompt past them
             raise InputError(f"{what} {short_repr(too_big[0])}: give 1 to {top:,}")
@@ -172,24 +195,46 @@ def splits(request: SplitsRequest) -> SplitsResult | AllGpusSplits:
         from ..multigpu.tensor_parallel import shard
 
         shard(mdl, tp)  # SGLang refuses a model whose heads or widths tp does not divide
-        notes.append(f"TP {tp}: every GPU builds these stream groups and picks the same level for the same decode "
-                     "batch (each rank's scheduler runs the same rule on the same batches); before a prefill joins "
-                     "the decode batch the ranks agree it is done with a CPU all-reduce (SGLang 0.5.23 "
-                     "srt/multiplex/multiplexing_mixin.py event_loop_pdmux)")
+        notes.append(
+            f"TP {tp}: every GPU builds these stream groups and picks the same level for the same decode "
+            "batch (each rank's scheduler runs the same rule on the same batches); before a prefill joins "
+            "the decode batch the ranks agree it is done with a CPU all-reduce (SGLang 0.5.23 "
+            "srt/multiplex/multiplexing_mixin.py event_loop_pdmux)"
+        )
     choices = [
-        (bs, split_levels.choose_group(len(plan.groups), bs, True, divisor, plan.thresholds),
-         split_levels.older_sglang_crashes(plan.thresholds, bs))
+        (
+            bs,
+            split_levels.choose_group(len(plan.groups), bs, True, divisor, plan.thresholds),
+            split_levels.older_sglang_crashes(plan.thresholds, bs),
+        )
         for bs in batch_sizes
     ]
     layers = [
-        (t, split_levels.prefill_layers_per_round(t, mdl.num_layers, budget), split_levels.prefill_rounds(t, mdl.num_layers, budget))
+        (
+            t,
+            split_levels.prefill_layers_per_round(t, mdl.num_layers, budget),
+            split_levels.prefill_rounds(t, mdl.num_layers, budget),
+        )
         for t in prompts
     ]
     return SplitsResult(
-        gpu=device.name, sm_count=device.sm_count, compute_capability=device.cc_text, source=plan.source,
-        sm_group_num=group_num, decode_bs_divisor=divisor, token_budget=budget, groups=plan.groups,
-        thresholds=plan.thresholds, choices=choices, model=mdl.name, num_layers=mdl.num_layers, layers=layers,
-        notes=notes, tp=tp, provenance=block)
+        gpu=device.name,
+        sm_count=device.sm_count,
+        compute_capability=device.cc_text,
+        source=plan.source,
+        sm_group_num=group_num,
+        decode_bs_divisor=divisor,
+        token_budget=budget,
+        groups=plan.groups,
+        thresholds=plan.thresholds,
+        choices=choices,
+        model=mdl.name,
+        num_layers=mdl.num_layers,
+        layers=layers,
+        notes=notes,
+        tp=tp,
+        provenance=block,
+    )
 
 
 def _every_gpu(group_num: int) -> list[dict[str, Any]]:
@@ -199,12 +244,19 @@ def _every_gpu(group_num: int) -> list[dict[str, Any]]:
 
     rows = []
     for g in load_gpus():
-        entry: dict[str, Any] = {"gpu": g.name, "key": g.key, "sm_count": g.sm_count,
-                                 "compute_capability": f"{g.compute_capability[0]}.{g.compute_capability[1]}"}
+        entry: dict[str, Any] = {
+            "gpu": g.name,
+            "key": g.key,
+            "sm_count": g.sm_count,
+            "compute_capability": f"{g.compute_capability[0]}.{g.compute_capability[1]}",
+        }
         try:
             plan = split_levels.plan_groups(g.require_sm_count(), g.compute_capability, group_num)
-            entry.update(source=plan.source, error=None,
-                         groups=[{"prefill_sms": p, "decode_sms": d} for p, d in plan.groups])
+            entry.update(
+                source=plan.source,
+                error=None,
+                groups=[{"prefill_sms": p, "decode_sms": d} for p, d in plan.groups],
+            )
         except InputError as e:
             entry.update(source=None, groups=None, error=str(e))
         rows.append(entry)
