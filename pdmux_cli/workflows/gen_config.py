@@ -200,132 +200,35 @@ def gen_config(request: GenConfigRequest) -> GenConfigResult:
     refuse_overwriting_inputs(
         output, trace, calibration, model_file(r.model) if tune or slo else None, gpu_file(r.gpu)
     )
-    tune_summary = slo_summary = slo_view = None
-    cost_block = None
-    if max_requests is not None and trace is None:
-        raise InputError("--max-requests cuts a --trace: give one, or drop --max-requests")
-    if dp is not None and dp != 1:
-        raise InputError(
-            "gen-config --tune tunes one server: for --dp replicas behind a router run 'pdmux tune --dp N "
-            "-o FILE' (same options; it writes the winning YAML and the launch line)"
-        )
-    if workers is not None and workers < 1:
-        raise InputError(f"--workers must be >= 1, got {workers}")
-    if not tune:
-        for name, value in (
-            ("--format", r.trace_format),
-            ("--qps", r.qps),
-            ("--rate-scale", r.rate_scale),
-            ("--duration", r.duration),
-            ("--workers", workers),
-        ):
-            if value is not None:
-                raise InputError(f"{name} goes with --tune (it shapes the trace tune simulates)")
-    if not slo:
-        if context is not None and not tune:
-            raise InputError("--context goes with --slo-itl (SLO levels)")
-        if calibration is not None and not tune:
-            raise InputError("--calibration goes with --slo-itl (SLO levels) or --tune")
-        if r.cost_model != "roofline":
-            raise InputError("--cost-model goes with --slo-itl (SLO levels), without --tune")
-        for name, value in (
-            ("--step-overhead-ms", r.step_overhead_ms),
-            ("--per-request-overhead-ms", r.per_request_overhead_ms),
-            ("--max-running-requests", r.max_running_requests),
-        ):
-            if value is not None:
-                raise InputError(f"{name} goes with --slo-itl (SLO levels), without --tune")
+    _refuse_mixed_options(r, tune, slo, trace, calibration, context, max_requests, workers, dp, slo_ttft,
+                          (sm_group_num, decode_bs_divisor, token_budget))
+    tune_summary = slo_summary = slo_view = cost_block = None
     if slo:
-        if r.divisions is not None or r.manual:
-            raise InputError("--slo-itl writes its own levels and thresholds: drop --divisions/--manual")
-        if decode_bs_divisor != 36:
-            raise InputError(
-                "--slo-itl's thresholds replace the linear rule, which never reads decode_bs_divisor: "
-                "drop --decode-bs-divisor"
-            )
-        if slo_ttft is not None:
-            raise InputError("--slo-ttft goes with --tune (SLO levels size decode for the ITL target alone)")
         # SLO levels are sized by the simulator's server set-up (pdmux_cli/cli/slo.py, sim's)
         from ..cli.slo import levels_dict, slo_levels_config
 
         config, levels, setup, slo_notes = slo_levels_config(
-            device.gpu,
-            r.model,
-            slo_itl,
-            context=context,
-            trace=trace,
-            max_requests=max_requests,
-            calibration=calibration,
-            cost_model=str(r.cost_model).strip().lower(),
-            tp=tp,
-            sm_group_num=sm_group_num,
-            token_budget=token_budget,
+            device.gpu, r.model, slo_itl, context=context, trace=trace, max_requests=max_requests,
+            calibration=calibration, cost_model=str(r.cost_model).strip().lower(), tp=tp,
+            sm_group_num=sm_group_num, token_budget=token_budget,
             step_overhead_ms=optional_number(r.step_overhead_ms, "--step-overhead-ms"),
             per_request_overhead_ms=optional_number(r.per_request_overhead_ms, "--per-request-overhead-ms"),
-            max_running_requests=optional_int(r.max_running_requests, "--max-running-requests"),
-        )
+            max_running_requests=optional_int(r.max_running_requests, "--max-running-requests"))
         slo_summary = levels_dict(levels, setup, levels.context_source)
         slo_view = (levels, setup, slo_notes)
         cost_block = step_model_provenance(setup.step_model, calibration=calibration)
     elif tune:
-        if r.divisions is not None or r.manual:
-            raise InputError("--tune picks the levels itself: drop --divisions/--manual")
-        if (sm_group_num, decode_bs_divisor, token_budget) != (8, 36, 65536):
-            raise InputError(
-                "--tune searches sm_group_num, decode_bs_divisor and the token budget itself: drop "
-                "--sm-group-num/--decode-bs-divisor/--token-budget ('pdmux tune' can narrow the search)"
-            )
         # the tune is the simulator's (pdmux_cli/cli/simulate.py, sim's)
         from ..cli.simulate import tuned_config
 
-        if context is not None:
-            raise InputError("--tune takes the workload from --trace: drop --context")
         config, tune_summary = tuned_config(
-            device.gpu,
-            trace,
-            slo_ttft,
-            slo_itl,
-            model=r.model,
-            show=r.show_tune,
-            tp=tp,
-            max_requests=max_requests,
-            calibration=calibration,
-            sglang=r.sglang,
-            fmt=r.trace_format,
-            qps=r.qps,
-            rate_scale=r.rate_scale,
-            duration=r.duration,
-            workers=workers,
-            to_stderr=output is None,
-        )
+            device.gpu, trace, slo_ttft, slo_itl, model=r.model, show=r.show_tune, tp=tp,
+            max_requests=max_requests, calibration=calibration, sglang=r.sglang, fmt=r.trace_format,
+            qps=r.qps, rate_scale=r.rate_scale, duration=r.duration, workers=workers,
+            to_stderr=output is None)
         cost_block = _tune_cost_model(device.gpu, served, tp, calibration)
-    elif trace is not None or slo_ttft is not None:
-        raise InputError("--trace and --slo-ttft go with --tune (or --trace with --slo-itl)")
-    elif r.divisions is not None:
-        entries = pc.parse_divisions(r.divisions)
-        config = pc.PdmuxConfig(
-            sm_group_num=len(entries) + 2,
-            manual_divisions=entries,
-            split_forward_token_budget=token_budget,
-            decode_bs_divisor=decode_bs_divisor,
-        )
-        if sm_group_num not in (8, len(entries) + 2):
-            raise InputError(
-                f"--divisions has {len(entries)} level(s), so sm_group_num is {len(entries) + 2}, "
-                f"not {sm_group_num}: drop --sm-group-num or change the divisions"
-            )
     else:
-        plan = split_levels.plan_groups(device.sm_count, device.cc, sm_group_num)
-        # a revision whose divide_sm was not read gets the levels written out (they hold whatever its split)
-        config = pc.config_from_plan(
-            plan,
-            sm_group_num,
-            token_budget,
-            decode_bs_divisor,
-            manual=r.manual
-            or plan.source == "cuda-granularity"
-            or get_revision(r.sglang).divide_sm == "not read",
-        )
+        config = _levels_config(r, device, sm_group_num, decode_bs_divisor, token_budget)
     problems = pc.validate(config, device.sm_count, device.cc)
     if problems:
         more = (
@@ -364,6 +267,82 @@ def gen_config(request: GenConfigRequest) -> GenConfigResult:
         slo=slo_view,
         provenance=provenance(sglang=get_revision(r.sglang).key, cost_model=cost_block),
     )
+
+
+def _refuse_mixed_options(r: GenConfigRequest, tune: bool, slo: bool, trace: Path | None,
+                          calibration: Path | None, context: int | None, max_requests: int | None,
+                          workers: int | None, dp: int | None, slo_ttft: float | None,
+                          knobs: tuple[int, int, int]) -> None:
+    """:class:`InputError` for options that do not go together: tune's trace shaping without ``tune``, SLO
+    levels' cost-model options without ``slo_itl``, hand-written levels or knobs with either, ``dp`` != 1."""
+    if max_requests is not None and trace is None:
+        raise InputError("--max-requests cuts a --trace: give one, or drop --max-requests")
+    if dp is not None and dp != 1:
+        raise InputError(
+            "gen-config --tune tunes one server: for --dp replicas behind a router run 'pdmux tune --dp N "
+            "-o FILE' (same options; it writes the winning YAML and the launch line)")
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers must be >= 1, got {workers}")
+    if not tune:
+        for name, value in (("--format", r.trace_format), ("--qps", r.qps), ("--rate-scale", r.rate_scale),
+                            ("--duration", r.duration), ("--workers", workers)):
+            if value is not None:
+                raise InputError(f"{name} goes with --tune (it shapes the trace tune simulates)")
+    if not slo:
+        if context is not None and not tune:
+            raise InputError("--context goes with --slo-itl (SLO levels)")
+        if calibration is not None and not tune:
+            raise InputError("--calibration goes with --slo-itl (SLO levels) or --tune")
+        if r.cost_model != "roofline":
+            raise InputError("--cost-model goes with --slo-itl (SLO levels), without --tune")
+        for name, value in (("--step-overhead-ms", r.step_overhead_ms),
+                            ("--per-request-overhead-ms", r.per_request_overhead_ms),
+                            ("--max-running-requests", r.max_running_requests)):
+            if value is not None:
+                raise InputError(f"{name} goes with --slo-itl (SLO levels), without --tune")
+    if slo:
+        if r.divisions is not None or r.manual:
+            raise InputError("--slo-itl writes its own levels and thresholds: drop --divisions/--manual")
+        if knobs[1] != 36:
+            raise InputError("--slo-itl's thresholds replace the linear rule, which never reads "
+                             "decode_bs_divisor: drop --decode-bs-divisor")
+        if slo_ttft is not None:
+            raise InputError("--slo-ttft goes with --tune (SLO levels size decode for the ITL target alone)")
+    elif tune:
+        if r.divisions is not None or r.manual:
+            raise InputError("--tune picks the levels itself: drop --divisions/--manual")
+        if knobs != (8, 36, 65536):
+            raise InputError(
+                "--tune searches sm_group_num, decode_bs_divisor and the token budget itself: drop "
+                "--sm-group-num/--decode-bs-divisor/--token-budget ('pdmux tune' can narrow the search)")
+        if context is not None:
+            raise InputError("--tune takes the workload from --trace: drop --context")
+    elif trace is not None or slo_ttft is not None:
+        raise InputError("--trace and --slo-ttft go with --tune (or --trace with --slo-itl)")
+
+
+def _levels_config(r: GenConfigRequest, device: Any, sm_group_num: int, decode_bs_divisor: int,
+                   token_budget: int) -> Any:
+    """The config of hand-written ``divisions``, or of SGLang's automatic levels (written out as
+    manual_divisions with ``manual``, on Blackwell, and for a revision whose ``divide_sm`` was not read)."""
+    from ..sglang import pdmux_config as pc
+    from ..sglang import split_levels
+    from ..sglang.revisions import get_revision
+
+    if r.divisions is not None:
+        entries = pc.parse_divisions(r.divisions)
+        config = pc.PdmuxConfig(sm_group_num=len(entries) + 2, manual_divisions=entries,
+                                split_forward_token_budget=token_budget, decode_bs_divisor=decode_bs_divisor)
+        if sm_group_num not in (8, len(entries) + 2):
+            raise InputError(f"--divisions has {len(entries)} level(s), so sm_group_num is "
+                             f"{len(entries) + 2}, not {sm_group_num}: drop --sm-group-num or change the "
+                             "divisions")
+        return config
+    plan = split_levels.plan_groups(device.sm_count, device.cc, sm_group_num)
+    # a revision whose divide_sm was not read gets the levels written out (they hold whatever its split)
+    return pc.config_from_plan(plan, sm_group_num, token_budget, decode_bs_divisor,
+                               manual=r.manual or plan.source == "cuda-granularity"
+                               or get_revision(r.sglang).divide_sm == "not read")
 
 
 def _tune_cost_model(gpu: Any, model: Any, tp: int, calibration: Path | None) -> dict[str, Any]:
