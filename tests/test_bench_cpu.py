@@ -451,9 +451,9 @@ def test_cli_bad_out_refused_before_any_device_work(monkeypatch, tmp_path) -> No
     assert_one_line_error(cli.invoke(app, ["bench", "--out", str(a_file)]), 2, "is not a directory")
     assert_one_line_error(cli.invoke(app, ["bench", "--out", str(a_file / "sub" / "dir")]), 2, "not a directory")
     assert_one_line_error(cli.invoke(app, ["bench", "--out", "/dev/null"]), 2, "is not a directory")
-    import pdmux_cli.cli.bench as bench_cli
+    import pdmux_cli.cli.bench_shared as bench_shared
 
-    monkeypatch.setattr(bench_cli.os, "access", lambda path, mode: False)  # a read-only folder (root ignores modes)
+    monkeypatch.setattr(bench_shared.os, "access", lambda path, mode: False)  # a read-only folder (root ignores modes)
     assert_one_line_error(cli.invoke(app, ["bench", "--out", str(tmp_path / "new")]), 2, "not writable")
     assert a_file.read_text() == "x" and not (tmp_path / "new").exists()
 

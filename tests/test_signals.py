@@ -259,12 +259,12 @@ def test_a_pool_whose_shutdown_never_returns_does_not_hold_the_stop(monkeypatch)
     (the sweep's one hang): the stop waits for it at most POOL_STOP_TIMEOUT_S."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from pdmux_cli.simulate import tune
+    from pdmux_cli.simulate import pool
 
-    monkeypatch.setattr(tune, "POOL_STOP_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(pool, "POOL_STOP_TIMEOUT_S", 0.2)
     monkeypatch.setattr(ProcessPoolExecutor, "shutdown", lambda self, wait=True, cancel_futures=False: time.sleep(30))
     started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt), tune.process_pool(2):
+    with pytest.raises(KeyboardInterrupt), pool.process_pool(2):
         raise KeyboardInterrupt
     assert time.monotonic() - started < 5
 

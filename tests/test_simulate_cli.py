@@ -418,9 +418,9 @@ def test_goodput_noise_ties_go_to_sglangs_defaults() -> None:
 
 
 def test_tune_workers_capped_at_the_cores(monkeypatch) -> None:
-    from pdmux_cli.simulate import tune as tune_module
+    from pdmux_cli.simulate import pool
 
-    monkeypatch.setattr(tune_module, "default_workers", lambda: 1)
+    monkeypatch.setattr(pool, "default_workers", lambda: 1)
     trace = reshape(load_trace(FIX / "azure_conv_50.csv"), max_requests=10)
     setup = make_setup(find_gpu("h100"), load_model("qwen3-8b"))
     result = tune(trace, setup, 1000, 60, workers=64, sm_group_nums=[8], divisors=[36], budgets=[65536])

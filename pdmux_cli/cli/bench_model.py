@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..util.errors import InputError
-from .bench import CALIBRATION_FILE, RESULTS_FILE
+from .bench_shared import CALIBRATION_FILE, RESULTS_FILE, check_out_dir, exit_for, make_out_dir, run_with_progress
 from .common import (
     console,
     gpu_file,
@@ -98,7 +98,6 @@ def run_model_replay(
     from ..planning.estimate import Scenario
     from ..catalog.hardware import find_gpu, find_gpu_or_file
     from ..catalog.model import load_model
-    from . import bench as bench_cli
 
     defaults = Scenario()
     decode_bs = defaults.decode_bs if decode_bs is None else decode_bs
@@ -148,7 +147,7 @@ def run_model_replay(
         con.print("dry run: nothing was measured" + (f"; nothing written to {out}" if out else ""))
         return
 
-    bench_cli._check_out(out)
+    check_out_dir(out)
     info = None
     if cpu:
         from ..bench.model_replay import ReplayDevice, host_available_bytes, import_torch_cpu
@@ -180,7 +179,7 @@ def run_model_replay(
     predicted = _predict(plan, profile, None, pre_notes)
     plan_json = replay_plan_dict(plan)
     plan_json["dry_run"] = False
-    out_dir = bench_cli._out_dir(out)
+    out_dir = make_out_dir(out)
     res = _run_with_progress(plan, rdev, plan_json, info, out_dir)
     res.predicted = predicted
     res.notes.extend(n for n in pre_notes if n not in res.notes)
@@ -218,14 +217,13 @@ def run_model_replay(
                       f"(the estimate was {own.whole_gpu.uncalibrated_median_error:.0%} off on the whole GPU's step)")
         for path in written:
             con.print(f"wrote {path}")
-    bench_cli.exit_for(res, out_dir)
+    exit_for(res, out_dir)
 
 
 def _run_with_progress(plan: Any, rdev: Any, plan_json: dict, info: Any, out_dir: Path | None) -> Any:
-    """``model_replay.run_replay`` under ``bench.run_with_progress`` (results.json checkpointed each step)."""
+    """``model_replay.run_replay`` under :func:`~pdmux_cli.cli.bench_shared.run_with_progress` (results.json checkpointed each step)."""
     from ..bench.model_replay import run_replay
     from ..bench.replay_results import results_dict
-    from .bench import run_with_progress
 
     return run_with_progress(
         "pdmux bench --model", plan.steps,

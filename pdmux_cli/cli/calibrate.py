@@ -16,7 +16,7 @@ import typer
 
 from ..util.atomic import check_writable, refuse_overwriting_inputs
 from ..util.errors import InputError
-from . import app
+from .app import app
 from .common import console, gpu_file, model_file, output_path, print_json, print_note, write_atomic
 
 #: Points shown in the table (``--json`` has them all).
@@ -269,7 +269,7 @@ def _fit_serving(cal: Any, files: list[Path], model: str, gpu: str, tp: int, kv_
     from ..sglang.measurement_readers import read_bench_serving
     from ..simulate import serving_fit
     from ..simulate.serving_accuracy import runs_from_bench_serving
-    from ..simulate.tune import default_workers, process_pool
+    from ..simulate.pool import default_workers, process_pool
 
     results, problems = [], []
     for path in files:

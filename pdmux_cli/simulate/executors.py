@@ -5,7 +5,7 @@ policy, or per DP replica) hand their simulations to an :class:`Executor`:
 
 - ``local`` (the default): this machine's cores. One worker runs the tasks here, one after another
   (:class:`InProcess`); more run them on a process pool (:class:`Processes`, on
-  :func:`pdmux_cli.simulate.tune.process_pool`: Ctrl-C kills the workers). What every task shares (the
+  :func:`pdmux_cli.simulate.pool.process_pool`: Ctrl-C kills the workers). What every task shares (the
   trace and the simulated server, :meth:`Executor.share`) reaches the workers once, inherited when the
   pool forks them, not pickled with every task.
 - ``ray``: tasks on a Ray cluster (``pip install 'pdmux[ray]'``; :class:`OnRay`): ``--ray-address`` names
@@ -183,11 +183,11 @@ class InProcess(Executor):
 
 
 class Processes(Executor):
-    """Tasks on a local process pool of ``workers`` (:func:`pdmux_cli.simulate.tune.process_pool`)."""
+    """Tasks on a local process pool of ``workers`` (:func:`pdmux_cli.simulate.pool.process_pool`)."""
 
     def __init__(self, workers: int) -> None:
         super().__init__(workers)
-        from .tune import process_pool
+        from .pool import process_pool
 
         self._fork = multiprocessing.get_start_method(allow_none=False) == "fork"
         self._keys: list[int] = []
@@ -408,7 +408,7 @@ def using(given: str | Executor | None, workers: int | None = None, tasks: int =
 
 def local_workers(workers: int | None, tasks: int) -> int:
     """The processes ``--executor local`` runs ``tasks`` on: ``min(workers or cores, cores, tasks)``."""
-    from .tune import default_workers
+    from . import pool
 
-    cores = default_workers()
+    cores = pool.default_workers()
     return max(1, min(workers or cores, cores, tasks))

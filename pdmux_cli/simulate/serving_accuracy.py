@@ -270,7 +270,7 @@ def predictions(runs: Sequence[ServingRun] | None = None, serving: dict | None =
     runs = list(load_runs() if runs is None else runs)
     tasks = [(run, serving) for run in runs]
     if workers > 1 and len(runs) > 1:
-        from .tune import process_pool
+        from .pool import process_pool
 
         with process_pool(min(workers, len(runs))) as pool:
             return list(pool.map(_replay_task, tasks))

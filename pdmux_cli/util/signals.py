@@ -3,7 +3,7 @@
 Python's default for SIGTERM (``kill PID``, what batch schedulers, systemd and Kubernetes send) and
 SIGHUP (the terminal closed) is to die on the spot: no ``finally`` runs, so a half-written output's
 temporary file stays behind and the worker processes of a process pool
-(:func:`pdmux_cli.simulate.tune.process_pool`) are re-parented and live on, blocked on a pipe to a
+(:func:`pdmux_cli.simulate.pool.process_pool`) are re-parented and live on, blocked on a pipe to a
 parent that is gone, holding the caller's stdout and stderr open (a caller waiting on them hangs).
 
 :func:`handling_signals` (installed by the CLI around every command) turns the first SIGTERM or
