@@ -36,7 +36,7 @@ import results_md
 from bench_cli import pdmux_cmd
 
 from pdmux_cli.costmodel import build_step_model
-from pdmux_cli.costmodel.calibrate import _scaled, _with
+from pdmux_cli.costmodel.whole_gpu_fit import _scaled, _with
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
 

@@ -443,7 +443,7 @@ def test_cli_model_too_big_for_the_device(tmp_path, mode) -> None:
     assert "use a smaller --decode-bs" in result.stderr
 
 
-def test_cli_calibration_of_another_gpu_refused(tmp_path) -> None:
+def test_estimate_calibration_of_another_gpu_refused(tmp_path) -> None:
     plan = rp.make_replay_plan(load_model("qwen3-8b"), H100_DEVICE, levels="5")
     cal, _ = calibration_from_replay(synthetic(plan, rp.predict(plan, H100).whole.decode_alone_ms * 1.1), plan, H100)
     path = tmp_path / "cal.yaml"

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from pdmux_cli.costmodel.calibration_file import Calibration, dump_calibration, load_calibration
 from pdmux_cli.cli import app
 from pdmux_cli.costmodel import build_step_model
-from pdmux_cli.costmodel.calibrate import (
+from pdmux_cli.costmodel.whole_gpu_fit import (
     CalPoint,
     _scaled,
     _with,

@@ -270,12 +270,12 @@ def calibration_from_replay(res: ReplayResults, plan: ReplayPlan, gpu: Any) -> t
     """The whole-GPU terms this replay measured, as a calibration file, or ``(None, why not)``.
 
     The measured per-step overhead is the roofline model's ``decode_fixed_s`` (``calibration.WholeGpuTerms``:
-    time per decode step its operators do not account for): fitted by :func:`costmodel.calibrate.fit_whole_gpu`
+    time per decode step its operators do not account for): fitted by :func:`costmodel.whole_gpu_fit.fit_whole_gpu`
     to the whole GPU's decode step (one point, CUDA graph), with the GPU's shipped efficiencies kept (the
     replay's attention and small ops are torch's, not SGLang's kernels: only the fixed time is taken from it).
     None on the CPU, for a model not stored in bf16 (the replay's bf16 weights would land in the fixed time),
     without a GPU profile, without a whole-GPU decode measurement, or when the step is too far from the model
-    for the fit (:func:`costmodel.calibrate.check_points`).
+    for the fit (:func:`costmodel.whole_gpu_fit.check_points`).
     """
     if res.run.device_kind != "cuda":
         return None, "no calibration from a CPU run (its times are not a GPU's)"
@@ -288,7 +288,7 @@ def calibration_from_replay(res: ReplayResults, plan: ReplayPlan, gpu: Any) -> t
         return None, (f"no calibration: {model.name} stores {model.weight_dtype} weights and the replay reads bf16 "
                       "ones, so its decode step does not measure the model's fixed time")
     from ..costmodel import build_step_model
-    from ..costmodel.calibrate import CalPoint, check_points, fit_whole_gpu
+    from ..costmodel.whole_gpu_fit import CalPoint, check_points, fit_whole_gpu
 
     base = build_step_model(gpu, model, flops_dtype="bf16")
     where = f"pdmux bench --model {model.name} (whole GPU, {plan.decode_bs} x {plan.context_tokens})"

@@ -6,7 +6,7 @@ One file, two kinds of terms, each optional, with ``terms_from`` saying where ea
   the co-run interference, measured on green contexts (the curves below). :meth:`Calibration.throughput`
   gives the chapter's model its measured throughput; the roofline model takes their shapes.
 - **Whole-GPU terms** (``pdmux calibrate`` fits them to the user's own SGLang: one-batch benchmark results
-  and server logs, :mod:`pdmux_cli.costmodel.calibrate`): the roofline model's efficiencies for one model
+  and server logs, :mod:`pdmux_cli.costmodel.whole_gpu_fit`): the roofline model's efficiencies for one model
   on this GPU (:class:`WholeGpuTerms`).
 
 - **Serving terms** (``pdmux calibrate --bench-serving``: the user's own ``sglang.bench_serving`` result
