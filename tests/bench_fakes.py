@@ -17,9 +17,7 @@ class R(enum.IntEnum):
     """The CUresult codes the fakes return."""
 
     CUDA_SUCCESS = 0
-    CUDA_ERROR_INVALID_VALUE = 1
     CUDA_ERROR_LAUNCH_FAILED = 719
-    CUDA_ERROR_NOT_FOUND = 500
     CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION = 915
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from pdmux_cli.catalog import hardware
 from pdmux_cli.util.errors import InputError
-from pdmux_cli.catalog.hardware import Gpu, custom_gpu, find_gpu, load_gpu_file, load_gpus, normalize_gpu_name
+from pdmux_cli.catalog.hardware import Gpu, find_gpu, load_gpu_file, load_gpus, normalize_gpu_name
 from pdmux_cli.catalog.profile_files import gpu_profiles_dir
 
 VALID_PROFILE = """\
@@ -333,20 +333,6 @@ def test_duplicate_alias_across_profiles_is_rejected():
     b = Gpu("b", "B", ("X",), 10, (9, 0), 1, 1.0, None, 1.0, None, None, "s")
     with pytest.raises(InputError, match="unique"):
         hardware._index((a, b))
-
-
-def test_custom_gpu():
-    gpu = custom_gpu(78, (9, 0))
-    assert gpu.sm_count == 78 and gpu.compute_capability == (9, 0)
-    assert gpu.require_sm_count() == 78
-    assert "78 SMs" in gpu.name and "9.0" in gpu.name
-    assert custom_gpu(20, "10.0").compute_capability == (10, 0)
-    with pytest.raises(InputError):
-        gpu.dense_flops()
-    with pytest.raises(InputError):
-        custom_gpu(0, (9, 0))
-    with pytest.raises(InputError):
-        custom_gpu(78, "nine")
 
 
 # ------------------------------------------------------------------------------------------------

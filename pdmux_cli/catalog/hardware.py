@@ -406,30 +406,3 @@ def find_gpu_or_file(name: str) -> Gpu:
     if name.strip().lower().endswith((".yaml", ".yml")) or "/" in name or os.sep in name:
         return load_gpu_file(name.strip())
     return find_gpu(name)
-
-
-def custom_gpu(sm_count: int, cc: tuple[int, int] | str) -> Gpu:
-    """A GPU known only by SM count and compute capability (``--sms N --cc X.Y``).
-
-    Memory, bandwidth and FLOP/s are unknown (0 / ``None``): good for split planning, not for the
-    cost model (:meth:`Gpu.dense_flops` raises). Raises :class:`InputError` for a non-positive SM
-    count, a malformed capability, or one that is not a known NVIDIA GPU's
-    (:data:`pdmux_cli.sglang.split_levels.KNOWN_COMPUTE_CAPABILITIES`).
-    """
-    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or not 1 <= sm_count <= MAX_SMS:
-        raise InputError(f"--sms must be a number of SMs from 1 to {MAX_SMS}, got {sm_count!r}")
-    major, minor = check_known_capability(parse_compute_capability(cc))
-    return Gpu(
-        key=f"custom-{sm_count}sm-cc{major}{minor}",
-        name=f"custom {sm_count} SMs, cc {major}.{minor}",
-        aliases=(),
-        sm_count=sm_count,
-        compute_capability=(major, minor),
-        memory_bytes=0,
-        hbm_bytes_per_s=0.0,
-        bf16_dense_flops=None,
-        fp16_dense_flops=None,
-        fp8_dense_flops=None,
-        l2_bytes=None,
-        source="command line (--sms/--cc)",
-    )

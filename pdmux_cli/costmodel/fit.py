@@ -61,11 +61,6 @@ def balanced_error(predicted: Sequence[float], measured: Sequence[float], sizes:
     return statistics.fmean(statistics.median(errors) for errors in classes.values())
 
 
-def rel_errors(predicted: Sequence[float], measured: Sequence[float]) -> list[float]:
-    """``(predicted - measured) / measured`` per point (signed)."""
-    return [(p - m) / m for p, m in zip(predicted, measured, strict=True)]
-
-
 def grid_search(objective: Callable[..., float], grids: Sequence[Sequence[float]], rounds: int = 3,
                 shrink: float = 4.0) -> tuple[float, tuple[float, ...]]:
     """Minimise ``objective(*params)`` over the product of ``grids``, then over finer grids around the

@@ -175,11 +175,6 @@ def pick_bandwidth_family(families: Sequence[BandwidthFamily],
                      f"the per-SM bandwidth of {nearest.fitted_on or 'family ' + nearest.family} stands in")
 
 
-def gemm_equivalent_tokens(tokens: float, sms: int, total_sms: int) -> float:
-    """Tokens a GEMM of ``tokens`` rows on ``sms`` SMs is worth on the whole GPU: ``tokens * S / s``."""
-    return tokens * total_sms / sms
-
-
 @dataclass(frozen=True)
 class Interference:
     """Co-run factors in (0, 1]: a phase's rate next to the other phase / its rate alone on the same SMs.

@@ -368,9 +368,3 @@ def _fit_prefill(base: Any, profile: Any, prefill: list[CalPoint], w: float, kv:
     notes.append("prefill points too alike to tell GEMMs from attention: one scale fitted on both "
                  "(prompts of very different lengths separate them)")
     return f, f, "one compute scale"
-
-
-def mean_abs_error(rows: list[FitRow]) -> float:
-    """Mean absolute relative error of the calibrated predictions."""
-    return statistics.fmean(abs(r.calibrated_s - r.point.measured_s) / r.point.measured_s for r in rows) if rows \
-        else math.nan

@@ -52,8 +52,6 @@ MAX_ONE_BATCH_BYTES = 16 * 1024**2
 #: Largest server log read, bytes; lines longer than :data:`MAX_LINE_CHARS` are skipped and counted.
 MAX_LOG_BYTES = 8 * 1024**3
 MAX_LINE_CHARS = 64 * 1024
-#: Decode steps between two decode log lines by default (``--decode-log-interval``).
-DECODE_LOG_INTERVAL = 40
 
 
 @dataclass(frozen=True)
@@ -449,8 +447,3 @@ def read_server_log(path: str | Path) -> LogReading:
         raise InputError(f"{path}: no 'Decode batch' line in {reading.lines} line(s): give an SGLang server log "
                          "(the scheduler's output, at the default log level)")
     return reading
-
-
-def step_time_is_plausible(seconds: float) -> bool:
-    """A decode step between 10 us and 10 s (outside, the line's numbers are not a step)."""
-    return math.isfinite(seconds) and 1e-5 <= seconds <= 10.0
