@@ -54,7 +54,8 @@ def tree_modules(root: Path) -> set[str]:
     found = set()
     for package in ("pdmux_cli", "pdmux"):
         if (root / package).is_dir():
-            found.update(p.relative_to(root).as_posix() for p in (root / package).rglob("*.py") if needs_row(p))
+            found.update(p.relative_to(root).as_posix() for p in (root / package).rglob("*.py")
+                         if needs_row(p))
     return found
 
 
@@ -83,7 +84,7 @@ DOC_SAMPLE = f"""# x
 | module | holds | rules and sources |
 |---|---|---|
 | `entry.py` | the console script | |
-| `costmodel/measurements.py`, `fit.py`, `accuracy.py` | records, fits | `sources` in backticks are not modules |
+| `costmodel/measurements.py`, `fit.py`, `accuracy.py` | records | `other.py` here is no row |
 | `pdmux/__init__.py` | the API | |
 
 ## Conventions
@@ -117,6 +118,8 @@ def test_a_missing_a_gone_and_a_repeated_row_are_each_reported(tmp_path) -> None
     assert problems(DOC_SAMPLE, root) == ["no row for pdmux_cli/costmodel/__init__.py",
                                           "a row for pdmux_cli/costmodel/accuracy.py, which does not exist"]
     twice = DOC_SAMPLE.replace("| `pdmux/__init__.py` |", "| `entry.py`, `costmodel/__init__.py`, "
-                                                          "`costmodel/accuracy.py` | x |\n| `pdmux/__init__.py` |")
+                                                          "`costmodel/accuracy.py` | x |\n| "
+                                                          "`pdmux/__init__.py` |")
     (root / "pdmux_cli/costmodel/accuracy.py").write_text("")
-    assert problems(twice, root) == ["pdmux_cli/costmodel/accuracy.py is in 2 rows", "pdmux_cli/entry.py is in 2 rows"]
+    assert problems(twice, root) == ["pdmux_cli/costmodel/accuracy.py is in 2 rows",
+                                     "pdmux_cli/entry.py is in 2 rows"]

@@ -377,7 +377,8 @@ def test_user_profile_through_the_cli(tmp_path):
     assert json.loads(est.stdout)["gpu"] == "Test GPU"
     # gen-config must not write its YAML over the profile it read
     before = path.read_text()
-    assert_one_line_error(runner.invoke(app, ["gen-config", "--gpu", str(path), "-o", str(path)]), 2, "input file")
+    assert_one_line_error(runner.invoke(app, ["gen-config", "--gpu", str(path), "-o", str(path)]), 2,
+                          "input file")
     assert path.read_text() == before
 
 

@@ -24,7 +24,8 @@ PACKAGES = ("pdmux_cli", "pdmux")
 
 
 def module_files(root: Path) -> dict[str, tuple[Path, bool]]:
-    """``{dotted module name: (file, is_package)}`` for every ``.py`` file of :data:`PACKAGES` under ``root``."""
+    """``{dotted module name: (file, is_package)}`` for every ``.py`` file of :data:`PACKAGES` under
+    ``root``."""
     mods: dict[str, tuple[Path, bool]] = {}
     for package in PACKAGES:
         base = root / package
@@ -155,7 +156,8 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_a_lazy_cycle_is_found(tmp_path) -> None:
-    """The cycle the process pool made: tune imports runner at module level, runner's function imports tune."""
+    """The cycle the process pool made: tune imports runner at module level, runner's function imports
+    tune."""
     root = _tree(tmp_path, {
         "pdmux_cli/__init__.py": "",
         "pdmux_cli/simulate/__init__.py": "",
@@ -203,5 +205,5 @@ def test_a_longer_cycle_and_the_package_parents(tmp_path) -> None:
     })
     graph = import_graph(root)
     assert graph["pdmux_cli.planning.slo_levels"] == {"pdmux_cli.simulate", "pdmux_cli.simulate.schedulers"}
-    assert cycles(graph) == [["pdmux_cli.planning.slo_levels", "pdmux_cli.simulate", "pdmux_cli.simulate.runner",
-                              "pdmux_cli.simulate.tune"]]
+    assert cycles(graph) == [["pdmux_cli.planning.slo_levels", "pdmux_cli.simulate",
+                              "pdmux_cli.simulate.runner", "pdmux_cli.simulate.tune"]]

@@ -1,6 +1,6 @@
-"""What ``pdmux bench`` and ``pdmux bench --model`` share: the ``--out DIR`` checks, the file names written there,
-a run under a progress bar checkpointing its results (:func:`run_with_progress`) and how a stopped run ends
-(:func:`exit_for`).
+"""What ``pdmux bench`` and ``pdmux bench --model`` share: the ``--out DIR`` checks, the file names written
+there, a run under a progress bar checkpointing its results (:func:`run_with_progress`) and how a stopped run
+ends (:func:`exit_for`).
 
 Shared by :mod:`pdmux_cli.cli.bench` and :mod:`pdmux_cli.cli.bench_model`, so that neither imports the other
 for them.

@@ -220,8 +220,8 @@ class Processes(Executor):
         try:
             job.outcome = (True, future.result())
         except BrokenProcessPool:
-            raise TaskFailed(f"a worker process died while simulating {job.what} (out of memory, or killed): run "
-                             "again, with fewer --workers if memory is short") from None
+            raise TaskFailed(f"a worker process died while simulating {job.what} (out of memory, or killed): "
+                             "run again, with fewer --workers if memory is short") from None
         except Exception as exc:  # noqa: BLE001 - re-raised by Job.result with the task named
             job.outcome = (False, exc)
         return job
@@ -251,8 +251,8 @@ class OnRay(Executor):
         self._ray = ray
         self._owned = False
         if not ray.is_initialized():
-            options: dict[str, Any] = {"address": address, "log_to_driver": False, "logging_level": logging.ERROR,
-                                       "include_dashboard": False}
+            options: dict[str, Any] = {"address": address, "log_to_driver": False,
+                                       "logging_level": logging.ERROR, "include_dashboard": False}
             if address is None and workers:
                 options["num_cpus"] = workers
             saved = _signal_handlers()
@@ -260,7 +260,8 @@ class OnRay(Executor):
                 ray.init(**options)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-                raise PdmuxError(f"--executor ray: cannot start or reach {where}: {_first_line(exc)}") from None
+                raise PdmuxError(f"--executor ray: cannot start or reach {where}: "
+                                 f"{_first_line(exc)}") from None
             finally:
                 _restore(saved)  # ray.init installs its own SIGTERM handler: pdmux's stops the run cleanly
             self._owned = True
@@ -356,7 +357,8 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise InputError(f"--executor ray needs Ray: {RAY_EXTRA} (or --executor local, the default)") from None
+        raise InputError(f"--executor ray needs Ray: {RAY_EXTRA} (or --executor local, the "
+                         "default)") from None
     return ray
 
 

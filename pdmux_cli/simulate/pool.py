@@ -56,7 +56,8 @@ def _kill_pool(pool: ProcessPoolExecutor) -> None:
         for process in processes:  # reaped here: no zombie once a stopped run leaves without the pool's joins
             with contextlib.suppress(Exception):
                 process.join(max(0.0, deadline - time.monotonic()))
-        closer = threading.Thread(target=_quiet_shutdown, args=(pool,), name="pdmux-pool-shutdown", daemon=True)
+        closer = threading.Thread(target=_quiet_shutdown, args=(pool,), name="pdmux-pool-shutdown",
+                                  daemon=True)
         closer.start()
         closer.join(max(0.1, deadline - time.monotonic()))
     finally:
@@ -83,8 +84,8 @@ def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     except BaseException as exc:
         _kill_pool(pool)
         if isinstance(exc, BrokenProcessPool):
-            raise PdmuxError("a worker process died before finishing its simulation (out of memory, or killed): "
-                             "run again, with fewer --workers if memory is short") from None
+            raise PdmuxError("a worker process died before finishing its simulation (out of memory, or "
+                             "killed): run again, with fewer --workers if memory is short") from None
         raise
     pool.shutdown()
 
