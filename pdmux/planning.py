@@ -271,6 +271,12 @@ def gen_config(
     """
     from pdmux_cli.workflows.gen_config import gen_config as run
 
+    simulator = None
+    if tune or slo_itl is not None:  # SLO levels and the tune use the simulator's set-up (in the CLI package)
+        from pdmux_cli.cli.planning import simulator_hooks
+
+        simulator = simulator_hooks()
+
     return run(
         GenConfigRequest(
             gpu=gpu,
@@ -302,7 +308,8 @@ def gen_config(
             model=model,
             tp=tp,
             sglang=sglang,
-        )
+        ),
+        simulator,
     )
 
 

@@ -25,13 +25,14 @@ def cost_model_provenance(name: str, *, efficiency: str | None = None, calibrati
         efficiency: the efficiency profile its fitted constants come from (a ``profiles/efficiency/`` file
             name, e.g. ``"h100-sxm.yaml"``), or ``None`` where it reads none.
         calibration: the user's calibration file (``--calibration``), or ``None``.
-        serving: the SGLang release line whose fitted serving terms it uses (``profiles/efficiency/serving.yaml``,
+        serving: the SGLang release line whose fitted serving terms it uses
+        (``profiles/efficiency/serving.yaml``,
             e.g. ``"0.5"``), or ``None`` where none are charged.
         extra: further JSON-ready fields (e.g. ``s_sat``), kept as given.
 
     Returns:
-        ``{"name", "efficiency", "calibration", "serving", **extra}``; ``None`` values kept (the key says it was
-        looked for and absent).
+        ``{"name", "efficiency", "calibration", "serving", **extra}``; ``None`` values kept (the key says it
+        was looked for and absent).
     """
     return {"name": name, "efficiency": efficiency, "calibration": calibration, "serving": serving, **extra}
 
@@ -58,8 +59,8 @@ def step_model_provenance(step_model: Any, *, calibration: Any = None, s_sat: An
 
     name = str(getattr(step_model, "name", "unknown"))
     eff = getattr(step_model, "eff", None)
-    # the profile's file stem; a whole-GPU calibration appends ", calibrated on MODEL" to it (the file is named
-    # under "calibration")
+    # the profile's file stem; a whole-GPU calibration appends ", calibrated on MODEL" to it (the file is
+    # named under "calibration")
     efficiency = f"{str(eff.key).partition(',')[0]}.yaml" if getattr(eff, "key", None) else None
     serving = None
     if name == "roofline":
@@ -75,19 +76,21 @@ def step_model_provenance(step_model: Any, *, calibration: Any = None, s_sat: An
             return None
         return float(value)
 
+    s_sat = getattr(step_model, "s_sat", None) if s_sat is None else s_sat
     return cost_model_provenance(name, efficiency=efficiency,
                                  calibration=str(calibration) if calibration is not None else None,
-                                 serving=serving, s_sat=sms(getattr(step_model, "s_sat", None) if s_sat is None
-                                                            else s_sat))
+                                 serving=serving, s_sat=sms(s_sat))
 
 
 def provenance(*, sglang: str | None, cost_model: Mapping[str, Any] | str | None = None) -> dict[str, Any]:
     """The ``"pdmux"`` block of a command's JSON.
 
     Args:
-        sglang: the SGLang rule set the command followed (``--sglang``: ``"0.5.23"``, ``"standard@b875545"``, ...),
+        sglang: the SGLang rule set the command followed (``--sglang``: ``"0.5.23"``, ``"standard@b875545"``,
+        ...),
             or ``None`` for a command that applies no SGLang rule.
-        cost_model: :func:`cost_model_provenance`'s dict, a bare cost model name, or ``None`` for a command that
+        cost_model: :func:`cost_model_provenance`'s dict, a bare cost model name, or ``None`` for a command
+        that
             times nothing (``splits``, ``check-config``).
 
     Returns:

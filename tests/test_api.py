@@ -58,7 +58,11 @@ def test_api_keywords_are_the_requests_fields_and_the_cli_options(api, request_c
     for name, default in params.items():
         want = fields[name]
         assert (default is inspect.Parameter.empty and want is dataclasses.MISSING) or default == want, name
-    cli = {name: p.default.default for name, p in inspect.signature(command).parameters.items() if name != "as_json"}
+    cli = {
+        name: p.default.default
+        for name, p in inspect.signature(command).parameters.items()
+        if name != "as_json"
+    }
     assert cli.keys() == fields.keys()
     for name, value in cli.items():
         want = fields[name]
@@ -73,8 +77,9 @@ def test_api_keywords_are_the_requests_fields_and_the_cli_options(api, request_c
 
 def test_splits_to_dict_is_the_cli_json() -> None:
     result = pdmux.splits(gpu="h100", decode_bs=[1, 32], prompt_tokens="8192")
-    assert as_json(result.to_dict()) == cli_json("splits", "--gpu", "h100", "--decode-bs", "1,32",
-                                                 "--prompt-tokens", "8192")
+    assert as_json(result.to_dict()) == cli_json(
+        "splits", "--gpu", "h100", "--decode-bs", "1,32", "--prompt-tokens", "8192"
+    )
     assert [(bs, k) for bs, k, _ in result.choices] == [(1, 1), (32, 5)]  # 112/20, then 80/52
     assert result.layers == [(8192, 8, 5)]
     every = pdmux.splits(all_gpus=True)
@@ -90,8 +95,18 @@ def test_estimate_to_dict_is_the_cli_json() -> None:
     assert [round(r.itl_ms) for r in chapter.rows] == [9, 299, 74, 19, 9, 11, 15]
     assert [r.tokens_during_prefill for r in chapter.rows] == [None, 0, 4, 16, 55, 43, 33]
     disagg = pdmux.estimate(model="llama-3.1-70b", tp=8, disagg="1P1D", all_levels=True, level=(96, 36))
-    assert as_json(disagg.to_dict()) == cli_json("estimate", "--model", "llama-3.1-70b", "--tp", "8", "--disagg",
-                                                 "1P1D", "--all-levels", "--level", "96/36")
+    assert as_json(disagg.to_dict()) == cli_json(
+        "estimate",
+        "--model",
+        "llama-3.1-70b",
+        "--tp",
+        "8",
+        "--disagg",
+        "1P1D",
+        "--all-levels",
+        "--level",
+        "96/36",
+    )
     assert disagg.to_dict()["disagg"]["gpus"] == 16 and disagg.to_dict()["level"]["decode_sms"] == 36
 
 
@@ -110,21 +125,55 @@ def test_gen_config_and_check_config_to_dict_are_the_cli_json(tmp_path) -> None:
     assert as_json(bad.to_dict()) == cli_json("check-config", str(path), "--gpu", "h100")
 
 
+def test_gen_config_tune_is_the_cli_json(tmp_path) -> None:
+    """--tune through the API: the same winner, summary and provenance as the CLI's JSON."""
+    args = dict(tune=True, trace=str(ROOT / "tests" / "fixtures" / "azure_conv_50.csv"), slo_ttft=2000,
+                slo_itl=100, workers=1)
+    tuned = pdmux.gen_config(**args)
+    cli = cli_json("gen-config", "--tune", "--trace", args["trace"], "--slo-ttft", "2000", "--slo-itl", "100",
+                   "--workers", "1")
+    assert as_json(tuned.to_dict()) == cli
+    assert tuned.tune["best"] == cli["tune"]["best"]
+    assert tuned.to_dict()["pdmux"]["cost_model"]["s_sat"] == 88.0
+    # the workflow itself asks for the simulator's set-up rather than importing the CLI package
+    from pdmux_cli.workflows.gen_config import gen_config as workflow
+
+    with pytest.raises(TypeError, match="simulator"):
+        workflow(GenConfigRequest(slo_itl=20, context=2048))
+
+
 def test_provenance_block() -> None:
     """The "pdmux" key: version, rule set, and the cost model's sources, last in every planning JSON."""
     d = pdmux.estimate().to_dict()
     assert list(d)[-1] == "pdmux"
-    assert d["pdmux"] == {"version": __version__, "sglang": "0.5.23",
-                          "cost_model": {"name": "roofline", "efficiency": "h100-sxm.yaml", "calibration": None,
-                                         "serving": "0.5", "s_sat": 88.0}}
+    assert d["pdmux"] == {
+        "version": __version__,
+        "sglang": "0.5.23",
+        "cost_model": {
+            "name": "roofline",
+            "efficiency": "h100-sxm.yaml",
+            "calibration": None,
+            "serving": "0.5",
+            "s_sat": 88.0,
+        },
+    }
     # S_SAT 88 of 132 SMs: the default the roofline's fit gives H100 (README), the PD-mux row's
     assert next(r for r in d["rows"] if r["policy"] == "pdmux")["s_sat_sms"] == 88.0
     chapter = pdmux.estimate(cost_model="chapter").to_dict()["pdmux"]["cost_model"]
-    assert chapter == {"name": "chapter", "efficiency": None, "calibration": None, "serving": None,
-                       "s_sat": [44.0, 66.0, 88.0]}  # the chapter's 1/3, 1/2, 2/3 of 132 SMs
+    assert chapter == {
+        "name": "chapter",
+        "efficiency": None,
+        "calibration": None,
+        "serving": None,
+        "s_sat": [44.0, 66.0, 88.0],
+    }  # the chapter's 1/3, 1/2, 2/3 of 132 SMs
     assert pdmux.estimate(gpu="a100").to_dict()["pdmux"]["cost_model"]["efficiency"] == "a100-sxm-80gb.yaml"
     assert pdmux.estimate(sglang="standard@b875545").to_dict()["pdmux"]["sglang"] == "standard@b875545"
-    assert pdmux.splits().to_dict()["pdmux"] == {"version": __version__, "sglang": "0.5.23", "cost_model": None}
+    assert pdmux.splits().to_dict()["pdmux"] == {
+        "version": __version__,
+        "sglang": "0.5.23",
+        "cost_model": None,
+    }
     assert pdmux.splits(all_gpus=True).to_dict()["pdmux"]["sglang"] == "0.5.23"
     assert pdmux.gen_config().to_dict()["pdmux"]["cost_model"] is None
     slo = pdmux.gen_config(slo_itl=20, context=2048).to_dict()["pdmux"]["cost_model"]
@@ -135,38 +184,56 @@ def test_provenance_names_a_calibration_file(tmp_path) -> None:
     from pdmux_cli.costmodel.calibration_file import Calibration, dump_calibration
 
     cal = Calibration(
-        gpu_name="NVIDIA H100 80GB HBM3", sm_count=132, compute_capability=(9, 0), driver_cuda_version="12.8",
-        cuda_version="12.6", date="2025-06-01", bandwidth_curve=((16, 1.2e12), (64, 2.9e12), (132, 3.0e12)),
-        flops_curve=((8, 40e12), (132, 660e12)), copy_bytes_per_s=3.0e12, matmul_flops_per_s=670e12,
-        corun=(), s_sat_sms=64, complete=True, source="test",
+        gpu_name="NVIDIA H100 80GB HBM3",
+        sm_count=132,
+        compute_capability=(9, 0),
+        driver_cuda_version="12.8",
+        cuda_version="12.6",
+        date="2025-06-01",
+        bandwidth_curve=((16, 1.2e12), (64, 2.9e12), (132, 3.0e12)),
+        flops_curve=((8, 40e12), (132, 660e12)),
+        copy_bytes_per_s=3.0e12,
+        matmul_flops_per_s=670e12,
+        corun=(),
+        s_sat_sms=64,
+        complete=True,
+        source="test",
     )
     path = tmp_path / "calibration.yaml"
     path.write_text(dump_calibration(cal))
     block = pdmux.estimate(calibration=path).to_dict()["pdmux"]["cost_model"]
     # the measured curve replaces S_SAT; the serving terms stay serving.yaml's (the file has none)
-    assert block == {"name": "roofline", "efficiency": "h100-sxm.yaml", "calibration": str(path), "serving": "0.5",
-                     "s_sat": None}
+    assert block == {
+        "name": "roofline",
+        "efficiency": "h100-sxm.yaml",
+        "calibration": str(path),
+        "serving": "0.5",
+        "s_sat": None,
+    }
     assert cli_json("estimate", "--calibration", str(path))["pdmux"]["cost_model"] == block
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: pdmux.estimate(decode_bs="32"), "--decode-bs must be an integer, got '32'"),
-    (lambda: pdmux.estimate(decode_bs=True), "--decode-bs must be an integer"),
-    (lambda: pdmux.estimate(decode_bs=0), "decode bs must be from 1"),
-    (lambda: pdmux.estimate(level=(80,)), "--level (80,)"),
-    (lambda: pdmux.estimate(level="80/"), "--level '80/'"),
-    (lambda: pdmux.estimate(chunk_sizes=[0]), "--chunk-sizes: 0 must be >= 1"),
-    (lambda: pdmux.estimate(s_sat=[float("nan")]), "--s-sat"),
-    (lambda: pdmux.estimate(gpu="h1000"), "unknown GPU 'h1000'"),
-    (lambda: pdmux.splits(decode_bs=[]), "--decode-bs: give at least one value"),
-    (lambda: pdmux.splits(decode_bs=7), "--decode-bs takes a list of integers"),
-    (lambda: pdmux.splits(decode_bs="1,,2"), "--decode-bs: item 2 of '1,,2' is empty"),
-    (lambda: pdmux.splits(all_gpus=True, tp=2), "--tp describes one deployment"),
-    (lambda: pdmux.splits(sms=132), "--sms and --cc go together"),
-    (lambda: pdmux.gen_config(sm_group_num=0), "--sm-group-num must be > 0, got 0"),
-    (lambda: pdmux.gen_config(qps=3), "--qps goes with --tune"),
-    (lambda: pdmux.check_config("x.yaml", sglang="nope"), "nope"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: pdmux.estimate(decode_bs="32"), "--decode-bs must be an integer, got '32'"),
+        (lambda: pdmux.estimate(decode_bs=True), "--decode-bs must be an integer"),
+        (lambda: pdmux.estimate(decode_bs=0), "decode bs must be from 1"),
+        (lambda: pdmux.estimate(level=(80,)), "--level (80,)"),
+        (lambda: pdmux.estimate(level="80/"), "--level '80/'"),
+        (lambda: pdmux.estimate(chunk_sizes=[0]), "--chunk-sizes: 0 must be >= 1"),
+        (lambda: pdmux.estimate(s_sat=[float("nan")]), "--s-sat"),
+        (lambda: pdmux.estimate(gpu="h1000"), "unknown GPU 'h1000'"),
+        (lambda: pdmux.splits(decode_bs=[]), "--decode-bs: give at least one value"),
+        (lambda: pdmux.splits(decode_bs=7), "--decode-bs takes a list of integers"),
+        (lambda: pdmux.splits(decode_bs="1,,2"), "--decode-bs: item 2 of '1,,2' is empty"),
+        (lambda: pdmux.splits(all_gpus=True, tp=2), "--tp describes one deployment"),
+        (lambda: pdmux.splits(sms=132), "--sms and --cc go together"),
+        (lambda: pdmux.gen_config(sm_group_num=0), "--sm-group-num must be > 0, got 0"),
+        (lambda: pdmux.gen_config(qps=3), "--qps goes with --tune"),
+        (lambda: pdmux.check_config("x.yaml", sglang="nope"), "nope"),
+    ],
+)
 def test_bad_input_raises_input_error(call, message) -> None:
     with pytest.raises(pdmux.InputError) as info:
         call()
@@ -212,22 +279,31 @@ print(",".join(heavy))
 PLANNING_CALLS = """
 pdmux.splits().to_dict(); pdmux.splits(all_gpus=True).to_dict()
 pdmux.estimate(all_levels=True).to_dict(); pdmux.estimate(model="deepseek-v3", gpu="b200").to_dict()
-pdmux.gen_config(gpu="b200").to_dict(); pdmux.check_config("tests/fixtures/sglang_runbooks/layerwise_a64f33f0_h100.yaml")
+pdmux.gen_config(gpu="b200").to_dict()
+pdmux.check_config("tests/fixtures/sglang_runbooks/layerwise_a64f33f0_h100.yaml").to_dict()
 """
 HEAVY = ("torch", "cuda", "numpy", "matplotlib", "aiconfigurator")
 
 
-@pytest.mark.parametrize("calls, heavy", [
-    ("", HEAVY + ("typer", "rich")),
-    # the API needs no CLI: neither typer nor rich either
-    (PLANNING_CALLS, HEAVY + ("typer", "rich")),
-    # SLO levels are sized by the simulator's set-up, which still lives in pdmux_cli/cli/ (typer comes along)
-    ('pdmux.gen_config(slo_itl=20, context=2048).to_dict()', HEAVY),
-])
+@pytest.mark.parametrize(
+    "calls, heavy",
+    [
+        ("", HEAVY + ("typer", "rich")),
+        # the API needs no CLI: neither typer nor rich either
+        (PLANNING_CALLS, HEAVY + ("typer", "rich")),
+        # SLO levels are sized by the simulator's set-up, still in pdmux_cli/cli/ (typer comes along)
+        ("pdmux.gen_config(slo_itl=20, context=2048).to_dict()", HEAVY),
+    ],
+)
 def test_import_pdmux_loads_nothing_heavy(calls, heavy) -> None:
     """Neither torch, cuda-python, numpy, matplotlib nor aiconfigurator, on import or in the calls."""
-    out = subprocess.run([sys.executable, "-c", LIGHT.format(calls=calls, heavy=heavy)], capture_output=True,
-                         text=True, check=False, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", LIGHT.format(calls=calls, heavy=heavy)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"heavy modules imported: {out.stdout.strip()}"
 
@@ -236,8 +312,14 @@ def test_every_package_ships() -> None:
     """pyproject's packages list every package of pdmux_cli/ and pdmux/ (a missing one would be left out of
     the wheel, and ``pip install .`` would break where the editable install works)."""
     text = (ROOT / "pyproject.toml").read_text()
-    listed = set(re.findall(r'"(pdmux(?:_cli)?(?:\.[a-z_.]+)?)"', text.split("packages = [", 1)[1].split("]", 1)[0]))
-    found = {".".join(p.parent.relative_to(ROOT).parts) for top in ("pdmux", "pdmux_cli")
-             for p in (ROOT / top).rglob("__init__.py") if "__pycache__" not in p.parts}
+    listed = set(
+        re.findall(r'"(pdmux(?:_cli)?(?:\.[a-z_.]+)?)"', text.split("packages = [", 1)[1].split("]", 1)[0])
+    )
+    found = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for top in ("pdmux", "pdmux_cli")
+        for p in (ROOT / top).rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
     assert found <= listed, sorted(found - listed)
     assert {"pdmux", "pdmux_cli.workflows"} <= listed

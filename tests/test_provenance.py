@@ -33,7 +33,8 @@ def test_with_provenance_adds_one_key_last_and_refuses_a_clash() -> None:
 
 
 def test_step_model_provenance_reads_the_built_cost_model() -> None:
-    """The sources off a built StepModel: the roofline's efficiency file and serving line, the chapter's none."""
+    """The sources off a built StepModel: the roofline's efficiency file and serving line; the chapter's
+    none."""
     from dataclasses import replace
 
     from pdmux_cli.catalog.hardware import find_gpu
@@ -43,9 +44,10 @@ def test_step_model_provenance_reads_the_built_cost_model() -> None:
 
     gpu, model = find_gpu("h100"), load_model("qwen3-8b")
     roofline = build_step_model(gpu, model)
-    assert step_model_provenance(roofline) == {"name": "roofline", "efficiency": "h100-sxm.yaml", "calibration": None,
-                                               "serving": "0.5", "s_sat": 88.0}
-    # the chapter's model reads no efficiency file and charges no serving terms; S_SAT defaults to half the SMs
+    assert step_model_provenance(roofline) == {"name": "roofline", "efficiency": "h100-sxm.yaml",
+                                               "calibration": None, "serving": "0.5", "s_sat": 88.0}
+    # the chapter's model reads no efficiency file and charges no serving terms; S_SAT defaults to half the
+    # SMs
     chapter = build_step_model(gpu, model, cost_model="chapter")
     assert step_model_provenance(chapter, calibration="cal.yaml") == {
         "name": "chapter", "efficiency": None, "calibration": "cal.yaml", "serving": None, "s_sat": 66.0}
@@ -55,5 +57,5 @@ def test_step_model_provenance_reads_the_built_cost_model() -> None:
     roofline.eff = replace(roofline.eff, key=f"{roofline.eff.key}, calibrated on Qwen3-8B")
     roofline.serving = replace(roofline.serving, source="calibrated on 3 bench_serving run(s) (x)")
     roofline.s_sat = float("nan")
-    assert step_model_provenance(roofline) == {"name": "roofline", "efficiency": "h100-sxm.yaml", "calibration": None,
-                                               "serving": "calibration", "s_sat": None}
+    assert step_model_provenance(roofline) == {"name": "roofline", "efficiency": "h100-sxm.yaml",
+                                               "calibration": None, "serving": "calibration", "s_sat": None}

@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
-from . import app
+from .app import app
 from .common import (
     NON_FINITE,
     console,
@@ -43,24 +43,36 @@ def splits(
     sms: int | None = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
     cc: str | None = typer.Option(None, "--cc", help="Compute capability of that device, e.g. 9.0."),
     all_gpus: bool = typer.Option(False, "--all", help="One table of every GPU profile's levels."),
-    decode_bs: str = typer.Option("1,6,12,18,24,30,36,64", "--decode-bs", help="Decode batch sizes to choose a level for."),
-    prompt_tokens: str = typer.Option("512,8192,32768,131072", "--prompt-tokens", help="Prompt lengths for layers per round."),
-    model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model profile or config.json (its layer count)."),
-    sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="Stream groups incl. the two whole-GPU ones (SGLang default 8)."),
-    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor", help="Divisor of the linear level rule (default 36)."),
-    token_budget: int | None = typer.Option(None, "--token-budget", help="split_forward_token_budget (default 65536)."),
-    config: Path | None = typer.Option(None, "--config", help="An existing pdmux YAML: its levels, thresholds and knobs are used."),
-    tp: int = typer.Option(1, "--tp", help="Tensor parallelism (GPUs, 1-8): every GPU builds the same groups and takes the same level; --model's heads and widths must split."),
+    decode_bs: str = typer.Option("1,6,12,18,24,30,36,64", "--decode-bs",
+                                  help="Decode batch sizes to choose a level for."),
+    prompt_tokens: str = typer.Option("512,8192,32768,131072", "--prompt-tokens",
+                                      help="Prompt lengths for layers per round."),
+    model: str = typer.Option("qwen3-8b", "--model", "-m",
+                              help="Model profile or config.json (its layer count)."),
+    sm_group_num: int | None = typer.Option(None, "--sm-group-num",
+                                            help="Stream groups incl. the two whole-GPU ones (SGLang default "
+                                            "8)."),
+    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor",
+                                                 help="Divisor of the linear level rule (default 36)."),
+    token_budget: int | None = typer.Option(None, "--token-budget",
+                                            help="split_forward_token_budget (default 65536)."),
+    config: Path | None = typer.Option(None, "--config",
+                                       help="An existing pdmux YAML: its levels, thresholds and knobs are "
+                                       "used."),
+    tp: int = typer.Option(1, "--tp",
+                           help="Tensor parallelism (GPUs, 1-8): every GPU builds the same groups and takes "
+                           "the same level; --model's heads and widths must split."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """The SM split levels (stream groups) SGLang builds, the level it picks per decode batch, and prefill layers per round."""
+    """The SM split levels (stream groups) SGLang builds, the level it picks per decode batch, and prefill
+    layers per round."""
     from ..workflows.splits import AllGpusSplits, SplitsRequest
     from ..workflows.splits import splits as run_splits
 
     result = run_splits(SplitsRequest(
-        gpu=gpu, sms=sms, cc=cc, all_gpus=all_gpus, decode_bs=decode_bs, prompt_tokens=prompt_tokens, model=model,
-        sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget, config=config,
-        tp=tp))
+        gpu=gpu, sms=sms, cc=cc, all_gpus=all_gpus, decode_bs=decode_bs, prompt_tokens=prompt_tokens,
+        model=model, sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor,
+        token_budget=token_budget, config=config, tp=tp))
     if as_json:
         print_json(result.to_dict())
     elif isinstance(result, AllGpusSplits):
@@ -81,52 +93,97 @@ def _print_all_gpus(result: Any) -> None:
 
     table = Table(title=f"SGLang's split levels on every GPU profile (sm_group_num {result.sm_group_num})",
                   title_justify="left")
-    for col, just in (("GPU", "left"), ("SMs", "right"), ("cc", "right"), ("levels (prefill/decode SMs)", "left"),
-                      ("source", "left")):
+    for col, just in (("GPU", "left"), ("SMs", "right"), ("cc", "right"),
+                      ("levels (prefill/decode SMs)", "left"), ("source", "left")):
         table.add_column(col, justify=just)
     for r in result.gpus:
         levels = (" ".join(f"{g['prefill_sms']}/{g['decode_sms']}" for g in r["groups"][1:-1]) if r["groups"]
                   else styled(r["error"], "red"))
-        source = {"sglang-auto": "SGLang auto", "cuda-granularity": "needs manual_divisions", "manual": "manual",
-                  None: "-"}[r["source"]]
+        source = {"sglang-auto": "SGLang auto", "cuda-granularity": "needs manual_divisions",
+                  "manual": "manual", None: "-"}[r["source"]]
         table.add_row(r["gpu"], str(r["sm_count"] or "?"), r["compute_capability"], levels, source)
     console().print(table)
 
 
 @app.command()
 def estimate(
-    model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model profile name or path to a Hugging Face config.json."),
+    model: str = typer.Option("qwen3-8b", "--model", "-m",
+                              help="Model profile name or path to a Hugging Face config.json."),
     gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
     decode_bs: int = typer.Option(32, "--decode-bs", help="Requests in decode when the prompt arrives."),
     context: int = typer.Option(2048, "--context", help="KV-cache tokens of each decode request."),
     prompt_tokens: int = typer.Option(8192, "--prompt-tokens", help="Tokens of the prompt that slips in."),
-    chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help="Chunk sizes of SGLang's default chunked prefill (decode waits for every chunk), tokens, or 'none' (default: SGLang's default size for the GPU; none under --cost-model chapter)."),
-    mixed_chunk_sizes: str = typer.Option("2048,512", "--mixed-chunk-sizes", help="Chunk sizes with --enable-mixed-chunk (decode runs in every chunk step; the chapter's chunked rows), or 'none'."),
-    cost_model: str = typer.Option("roofline", "--cost-model", help="roofline (fitted to measurements) or chapter (the chapter's illustrative model)."),
-    s_sat: str | None = typer.Option(None, "--s-sat", help="SMs that reach 95% of HBM bandwidth, e.g. 44,66,88 (default: roofline's fit; chapter: 1/3, 1/2, 2/3 of the SMs)."),
-    bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help="Chapter model: fraction of datasheet HBM bandwidth decode reaches (default 0.85)."),
-    mfu: float | None = typer.Option(None, "--mfu", help="Chapter model: fraction of dense FLOP/s prefill reaches (default 0.5)."),
-    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="Roofline model: the engine's CPU time per step, ms (0 = kernels only; default: SGLang's measured 0.31)."),
-    per_request_overhead_ms: float | None = typer.Option(None, "--per-request-overhead-ms", help="Roofline model: what every step spends per request in its batch beyond the kernels, ms (default: fitted to public SGLang serving runs, profiles/efficiency/serving.yaml)."),
-    weight_bytes: float | None = typer.Option(None, "--weight-bytes", help="Bytes per weight (default: the model's dtype; bf16 2, fp8 1)."),
-    kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (bf16 2, fp8 1; default: by --kv-cache-dtype)."),
+    chunk_sizes: str | None = typer.Option(None, "--chunk-sizes",
+                                           help="Chunk sizes of SGLang's default chunked prefill (decode "
+                                           "waits for every chunk), tokens, or 'none' (default: SGLang's "
+                                           "default size for the GPU; none under --cost-model chapter)."),
+    mixed_chunk_sizes: str = typer.Option("2048,512", "--mixed-chunk-sizes",
+                                          help="Chunk sizes with --enable-mixed-chunk (decode runs in every "
+                                          "chunk step; the chapter's chunked rows), or 'none'."),
+    cost_model: str = typer.Option("roofline", "--cost-model",
+                                   help="roofline (fitted to measurements) or chapter (the chapter's "
+                                   "illustrative model)."),
+    s_sat: str | None = typer.Option(None, "--s-sat",
+                                     help="SMs that reach 95% of HBM bandwidth, e.g. 44,66,88 (default: "
+                                     "roofline's fit; chapter: 1/3, 1/2, 2/3 of the SMs)."),
+    bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency",
+                                                      help="Chapter model: fraction of datasheet HBM "
+                                                      "bandwidth decode reaches (default 0.85)."),
+    mfu: float | None = typer.Option(None, "--mfu",
+                                     help="Chapter model: fraction of dense FLOP/s prefill reaches (default "
+                                     "0.5)."),
+    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms",
+                                                  help="Roofline model: the engine's CPU time per step, ms "
+                                                  "(0 = kernels only; default: SGLang's measured 0.31)."),
+    per_request_overhead_ms: float | None = typer.Option(None, "--per-request-overhead-ms",
+                                                         help="Roofline model: what every step spends per "
+                                                         "request in its batch beyond the kernels, ms "
+                                                         "(default: fitted to public SGLang serving runs, "
+                                                         "profiles/efficiency/serving.yaml)."),
+    weight_bytes: float | None = typer.Option(None, "--weight-bytes",
+                                              help="Bytes per weight (default: the model's dtype; bf16 2, "
+                                              "fp8 1)."),
+    kv_bytes: float | None = typer.Option(None, "--kv-bytes",
+                                          help="Bytes per KV-cache element (bf16 2, fp8 1; default: by "
+                                          "--kv-cache-dtype)."),
     kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP),
-    level: str = typer.Option("auto", "--level", help="PREFILL/DECODE SMs, e.g. 96/36, or 'auto' for SGLang's choice."),
-    all_levels: bool = typer.Option(False, "--all-levels", help="Also show ITL and prefill time at every level."),
-    sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="SGLang's sm_group_num (default 8)."),
-    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor", help="SGLang's decode_bs_divisor (default 36)."),
-    token_budget: int | None = typer.Option(None, "--token-budget", help="SGLang's split_forward_token_budget (default 65536)."),
+    level: str = typer.Option("auto", "--level",
+                              help="PREFILL/DECODE SMs, e.g. 96/36, or 'auto' for SGLang's choice."),
+    all_levels: bool = typer.Option(False, "--all-levels",
+                                    help="Also show ITL and prefill time at every level."),
+    sm_group_num: int | None = typer.Option(None, "--sm-group-num",
+                                            help="SGLang's sm_group_num (default 8)."),
+    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor",
+                                                 help="SGLang's decode_bs_divisor (default 36)."),
+    token_budget: int | None = typer.Option(None, "--token-budget",
+                                            help="SGLang's split_forward_token_budget (default 65536)."),
     config: Path | None = typer.Option(None, "--config", help="A pdmux YAML whose levels and knobs to use."),
-    flops_dtype: str | None = typer.Option(None, "--flops-dtype", help="bf16, fp16 or fp8 dense math (default: by model)."),
-    calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' (measured SM-partition curves replace S_SAT) and/or 'pdmux calibrate' (whole-GPU efficiencies from your SGLang)."),
+    flops_dtype: str | None = typer.Option(None, "--flops-dtype",
+                                           help="bf16, fp16 or fp8 dense math (default: by model)."),
+    calibration: Path | None = typer.Option(None, "--calibration",
+                                            help="calibration.yaml from 'pdmux bench' (measured SM-partition "
+                                            "curves replace S_SAT) and/or 'pdmux calibrate' (whole-GPU "
+                                            "efficiencies from your SGLang)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP),
-    disagg: str | None = typer.Option(None, "--disagg", help="Also a row of PD disaggregation with X prefill and Y decode instances of --tp GPUs each, e.g. 1P1D or 2P6D: TTFT = whole-GPU prefill + the KV transfer, decode undisturbed."),
-    kv_link: str = typer.Option("auto", "--kv-link", help="--disagg's KV link: auto (the GPU's NVLink/PCIe within a node of 8 GPUs, RDMA 400 Gb/s per GPU across nodes), nvlink, pcie or rdma."),
-    kv_link_gb_s: float | None = typer.Option(None, "--kv-link-gb-s", help="--disagg's KV link bandwidth per GPU and direction, GB/s (overrides --kv-link's)."),
-    kv_link_latency_us: float | None = typer.Option(None, "--kv-link-latency-us", help="--disagg's KV link latency per transfer, us (overrides --kv-link's)."),
-    disagg_tp: int | None = typer.Option(None, "--disagg-tp", help="--disagg: each instance's TP (default --tp)."),
+    disagg: str | None = typer.Option(None, "--disagg",
+                                      help="Also a row of PD disaggregation with X prefill and Y decode "
+                                      "instances of --tp GPUs each, e.g. 1P1D or 2P6D: TTFT = whole-GPU "
+                                      "prefill + the KV transfer, decode undisturbed."),
+    kv_link: str = typer.Option("auto", "--kv-link",
+                                help="--disagg's KV link: auto (the GPU's NVLink/PCIe within a node of 8 "
+                                "GPUs, RDMA 400 Gb/s per GPU across nodes), nvlink, pcie or rdma."),
+    kv_link_gb_s: float | None = typer.Option(None, "--kv-link-gb-s",
+                                              help="--disagg's KV link bandwidth per GPU and direction, GB/s "
+                                              "(overrides --kv-link's)."),
+    kv_link_latency_us: float | None = typer.Option(None, "--kv-link-latency-us",
+                                                    help="--disagg's KV link latency per transfer, us "
+                                                    "(overrides --kv-link's)."),
+    disagg_tp: int | None = typer.Option(None, "--disagg-tp",
+                                         help="--disagg: each instance's TP (default --tp)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-    plot: Path | None = typer.Option(None, "--plot", parser=output_file, metavar="<path>", help="Write ITL against prefill time at every level, the other policies as points, to this PNG."),
+    plot: Path | None = typer.Option(None, "--plot", parser=output_file, metavar="<path>",
+                                     help="Write ITL against prefill time at every level, the other policies "
+                                     "as points, to this PNG."),
     sglang: str = sglang_option(),
 ) -> None:
     """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing
@@ -144,7 +201,8 @@ def estimate(
         bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, step_overhead_ms=step_overhead_ms,
         per_request_overhead_ms=per_request_overhead_ms, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
         kv_cache_dtype=kv_cache_dtype, level=level, all_levels=all_levels, sm_group_num=sm_group_num,
-        decode_bs_divisor=decode_bs_divisor, token_budget=token_budget, config=config, flops_dtype=flops_dtype,
+        decode_bs_divisor=decode_bs_divisor, token_budget=token_budget, config=config,
+        flops_dtype=flops_dtype,
         calibration=calibration, tp=tp, disagg=disagg, kv_link=kv_link, kv_link_gb_s=kv_link_gb_s,
         kv_link_latency_us=kv_link_latency_us, disagg_tp=disagg_tp, plot=plot, sglang=sglang))
     problem = NON_FINITE + ("; or the calibration's curves" if result.calibrated else "")
@@ -169,29 +227,69 @@ def gen_config(
     sms: int | None = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
     cc: str | None = typer.Option(None, "--cc", help="Compute capability of that device, e.g. 9.0."),
     sm_group_num: int = typer.Option(8, "--sm-group-num", help="Stream groups incl. the two whole-GPU ones."),
-    decode_bs_divisor: int = typer.Option(36, "--decode-bs-divisor", help="Divisor of the linear level rule."),
-    token_budget: int = typer.Option(65536, "--token-budget", help="split_forward_token_budget (tokens per round)."),
-    divisions: str | None = typer.Option(None, "--divisions", help="Manual levels PREFILL:DECODE:THRESHOLD,... e.g. 112:20:0,104:28:5"),
-    manual: bool = typer.Option(False, "--manual", help="Write SGLang's automatic levels as manual_divisions (always on Blackwell)."),
-    output: Path | None = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>", help="Write the YAML here (whole or not at all) instead of stdout."),
-    tune: bool = typer.Option(False, "--tune", help="Pick the knobs by simulating a trace (needs --trace, --slo-ttft, --slo-itl, --gpu)."),
-    trace: Path | None = typer.Option(None, "--trace", help="Trace for --tune, or whose decode steps give --slo-itl its context distribution (Azure CSV, Mooncake JSONL, BurstGPT CSV)."),
+    decode_bs_divisor: int = typer.Option(36, "--decode-bs-divisor",
+                                          help="Divisor of the linear level rule."),
+    token_budget: int = typer.Option(65536, "--token-budget",
+                                     help="split_forward_token_budget (tokens per round)."),
+    divisions: str | None = typer.Option(None, "--divisions",
+                                         help="Manual levels PREFILL:DECODE:THRESHOLD,... e.g. "
+                                         "112:20:0,104:28:5"),
+    manual: bool = typer.Option(False, "--manual",
+                                help="Write SGLang's automatic levels as manual_divisions (always on "
+                                "Blackwell)."),
+    output: Path | None = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>",
+                                       help="Write the YAML here (whole or not at all) instead of stdout."),
+    tune: bool = typer.Option(False, "--tune",
+                              help="Pick the knobs by simulating a trace (needs --trace, --slo-ttft, "
+                              "--slo-itl, --gpu)."),
+    trace: Path | None = typer.Option(None, "--trace",
+                                      help="Trace for --tune, or whose decode steps give --slo-itl its "
+                                      "context distribution (Azure CSV, Mooncake JSONL, BurstGPT CSV)."),
     slo_ttft: float | None = typer.Option(None, "--slo-ttft", help="TTFT SLO for --tune, ms."),
-    slo_itl: float | None = typer.Option(None, "--slo-itl", help="ITL target, ms: without --tune, write SLO levels (per decode batch the fewest decode SMs whose round, next to a running prefill, meets it; needs --gpu and --context or --trace); with --tune, the ITL SLO tuned for."),
-    context: int | None = typer.Option(None, "--context", help="--slo-itl: tokens of context of every decoding request (or --trace for a distribution)."),
-    max_requests: int | None = typer.Option(None, "--max-requests", help="Use the trace's first N requests (--slo-itl, --tune)."),
-    trace_format: str | None = typer.Option(None, "--format", help="--tune: the trace's format, azure, mooncake or burstgpt (default: detected), as tune's."),
-    qps: float | None = typer.Option(None, "--qps", help="--tune: retime the trace to this many requests/s, as tune's."),
-    rate_scale: float | None = typer.Option(None, "--rate-scale", help="--tune: multiply the trace's arrival rate, as tune's."),
-    duration: float | None = typer.Option(None, "--duration", help="--tune: only requests arriving in the first S seconds, as tune's."),
-    workers: int | None = typer.Option(None, "--workers", help="--tune: processes (default: the cores available), as tune's."),
-    dp: int | None = typer.Option(None, "--dp", help="Not taken: gen-config --tune tunes one server; 'pdmux tune --dp N' tunes replicas behind a router and writes the YAML too."),
-    calibration: Path | None = typer.Option(None, "--calibration", help="--slo-itl or --tune: calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate' for the cost model."),
-    cost_model: str = typer.Option("roofline", "--cost-model", help="--slo-itl: roofline (fitted to measurements) or chapter."),
-    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="--slo-itl, roofline: the scheduler's CPU time per step, ms (default: profiles/efficiency/serving.yaml's, as simulate)."),
-    per_request_overhead_ms: float | None = typer.Option(None, "--per-request-overhead-ms", help="--slo-itl, roofline: its CPU time per running request per step, ms (default: as simulate)."),
-    max_running_requests: int | None = typer.Option(None, "--max-running-requests", help="--slo-itl: SGLang's --max-running-requests, the largest decode batch sized for (default: SGLang's from the KV pool)."),
-    model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model served (for --tune and --slo-itl; with --tp its heads and widths must split)."),
+    slo_itl: float | None = typer.Option(None, "--slo-itl",
+                                         help="ITL target, ms: without --tune, write SLO levels (per decode "
+                                         "batch the fewest decode SMs whose round, next to a running "
+                                         "prefill, meets it; needs --gpu and --context or --trace); with "
+                                         "--tune, the ITL SLO tuned for."),
+    context: int | None = typer.Option(None, "--context",
+                                       help="--slo-itl: tokens of context of every decoding request (or "
+                                       "--trace for a distribution)."),
+    max_requests: int | None = typer.Option(None, "--max-requests",
+                                            help="Use the trace's first N requests (--slo-itl, --tune)."),
+    trace_format: str | None = typer.Option(None, "--format",
+                                            help="--tune: the trace's format, azure, mooncake or burstgpt "
+                                            "(default: detected), as tune's."),
+    qps: float | None = typer.Option(None, "--qps",
+                                     help="--tune: retime the trace to this many requests/s, as tune's."),
+    rate_scale: float | None = typer.Option(None, "--rate-scale",
+                                            help="--tune: multiply the trace's arrival rate, as tune's."),
+    duration: float | None = typer.Option(None, "--duration",
+                                          help="--tune: only requests arriving in the first S seconds, as "
+                                          "tune's."),
+    workers: int | None = typer.Option(None, "--workers",
+                                       help="--tune: processes (default: the cores available), as tune's."),
+    dp: int | None = typer.Option(None, "--dp",
+                                  help="Not taken: gen-config --tune tunes one server; 'pdmux tune --dp N' "
+                                  "tunes replicas behind a router and writes the YAML too."),
+    calibration: Path | None = typer.Option(None, "--calibration",
+                                            help="--slo-itl or --tune: calibration.yaml from 'pdmux bench' "
+                                            "and/or 'pdmux calibrate' for the cost model."),
+    cost_model: str = typer.Option("roofline", "--cost-model",
+                                   help="--slo-itl: roofline (fitted to measurements) or chapter."),
+    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms",
+                                                  help="--slo-itl, roofline: the scheduler's CPU time per "
+                                                  "step, ms (default: profiles/efficiency/serving.yaml's, as "
+                                                  "simulate)."),
+    per_request_overhead_ms: float | None = typer.Option(None, "--per-request-overhead-ms",
+                                                         help="--slo-itl, roofline: its CPU time per running "
+                                                         "request per step, ms (default: as simulate)."),
+    max_running_requests: int | None = typer.Option(None, "--max-running-requests",
+                                                    help="--slo-itl: SGLang's --max-running-requests, the "
+                                                    "largest decode batch sized for (default: SGLang's from "
+                                                    "the KV pool)."),
+    model: str = typer.Option("qwen3-8b", "--model", "-m",
+                              help="Model served (for --tune and --slo-itl; with --tp its heads and widths "
+                              "must split)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP + " The launch line gains --tp-size N."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     sglang: str = sglang_option(),
@@ -208,10 +306,13 @@ def gen_config(
     result = run_gen_config(GenConfigRequest(
         gpu=gpu, sms=sms, cc=cc, sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor,
         token_budget=token_budget, divisions=divisions, manual=manual, output=output, tune=tune, trace=trace,
-        slo_ttft=slo_ttft, slo_itl=slo_itl, context=context, max_requests=max_requests, trace_format=trace_format,
+        slo_ttft=slo_ttft, slo_itl=slo_itl, context=context, max_requests=max_requests,
+        trace_format=trace_format,
         qps=qps, rate_scale=rate_scale, duration=duration, workers=workers, dp=dp, calibration=calibration,
-        cost_model=cost_model, step_overhead_ms=step_overhead_ms, per_request_overhead_ms=per_request_overhead_ms,
-        max_running_requests=max_running_requests, model=model, tp=tp, sglang=sglang, show_tune=not as_json))
+        cost_model=cost_model, step_overhead_ms=step_overhead_ms,
+        per_request_overhead_ms=per_request_overhead_ms,
+        max_running_requests=max_running_requests, model=model, tp=tp, sglang=sglang, show_tune=not as_json),
+        simulator=simulator_hooks() if tune or slo_itl is not None else None)
     if as_json:
         print_json(result.to_dict())
         return
@@ -236,6 +337,18 @@ def gen_config(
             print_note(con, note)
 
 
+def simulator_hooks() -> Any:
+    """The simulator's set-up for gen-config's ``--slo-itl`` and ``--tune``
+    (:class:`pdmux_cli.workflows.gen_config.SimulatorHooks`): :func:`pdmux_cli.cli.slo.slo_levels_config`,
+    :func:`~pdmux_cli.cli.slo.levels_dict` and :func:`pdmux_cli.cli.simulate.tuned_config`."""
+    from ..workflows.gen_config import SimulatorHooks
+    from .simulate import tuned_config
+    from .slo import levels_dict, slo_levels_config
+
+    return SimulatorHooks(slo_levels_config=slo_levels_config, levels_dict=levels_dict,
+                          tuned_config=tuned_config)
+
+
 def _print_slo_view(con: Any, view: tuple) -> None:
     """gen-config --slo-itl's table of levels and its notes."""
     from .slo import levels_notes, levels_table
@@ -253,9 +366,13 @@ def check_config(
     gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
     sms: int | None = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
     cc: str | None = typer.Option(None, "--cc", help="Compute capability of that device."),
-    sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="The --sm-group-num you launch with (must equal the YAML's)."),
+    sm_group_num: int | None = typer.Option(None, "--sm-group-num",
+                                            help="The --sm-group-num you launch with (must equal the "
+                                            "YAML's)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-    model: str | None = typer.Option(None, "--model", "-m", help="The model served: warn where the SGLang revision cannot multiplex its architecture."),
+    model: str | None = typer.Option(None, "--model", "-m",
+                                     help="The model served: warn where the SGLang revision cannot multiplex "
+                                     "its architecture."),
     sglang: str = sglang_option(),
 ) -> None:
     """Validate a pdmux YAML against each SGLang revision pdmux has read (--sglang decides the exit code:
@@ -263,8 +380,8 @@ def check_config(
     from ..workflows.check_config import CheckConfigRequest
     from ..workflows.check_config import check_config as run_check_config
 
-    result = run_check_config(CheckConfigRequest(path=path, gpu=gpu, sms=sms, cc=cc, sm_group_num=sm_group_num,
-                                                 model=model, sglang=sglang))
+    result = run_check_config(CheckConfigRequest(path=path, gpu=gpu, sms=sms, cc=cc,
+                                                 sm_group_num=sm_group_num, model=model, sglang=sglang))
     if as_json:
         print_json(result.to_dict())
     else:
@@ -277,7 +394,8 @@ def check_config(
 
 
 def _print_check(result: Any, model: str | None) -> None:
-    """check-config's tables: the problems found, each revision's verdict, the model's support, the OK line."""
+    """check-config's tables: the problems found, each revision's verdict, the model's support, the OK
+    line."""
     from rich.table import Table
 
     from ..sglang import pdmux_config as pc
@@ -300,7 +418,8 @@ def _print_check(result: Any, model: str | None) -> None:
             table.caption = f"first {MAX_PROBLEM_ROWS} of {len(problems)} problems; --json lists them all"
             table.caption_justify = "left"
         con.print(table)
-    table = Table(title=f"{path} per SGLang revision ({result.gpu}, {result.sm_count} SMs)", title_justify="left")
+    table = Table(title=f"{path} per SGLang revision ({result.gpu}, {result.sm_count} SMs)",
+                  title_justify="left")
     table.add_column("SGLang")
     table.add_column("verdict")
     table.add_column("why")

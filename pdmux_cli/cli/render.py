@@ -41,7 +41,8 @@ def splits_tables(info: dict[str, Any]) -> list[Any]:
         t1.add_row(*row)
 
     how = "manual_divisions thresholds" if thresholds else (
-        f"level = decode_bs x {len(groups) - 2} // {info['decode_bs_divisor']}, clamped to 1..{len(groups) - 2}")
+        f"level = decode_bs x {len(groups) - 2} // {info['decode_bs_divisor']}, clamped to "
+        f"1..{len(groups) - 2}")
     t2 = Table(title=f"Level chosen while a prefill runs ({how})", title_justify="left")
     t2.add_column("decode batch size", justify="right")
     t2.add_column("group", justify="right")
@@ -112,7 +113,8 @@ def estimate_table(est: Estimate) -> Any:
     cannot_run = est.pdmux_support is not None and not est.pdmux_support.runs
     for row in est.rows:
         if cannot_run and row.policy == "pdmux":  # the first note says why (sglang_support)
-            table.add_row(row.label, "cannot run", "cannot run", "-", *([str(row.gpus)] if gpus_column else []))
+            table.add_row(row.label, "cannot run", "cannot run", "-",
+                          *([str(row.gpus)] if gpus_column else []))
             continue
         table.add_row(
             row.label,
@@ -154,6 +156,7 @@ def levels_table(est: Estimate) -> Any:
                       *(ms(i) for i in lv.itl_ms))
     table.caption = "* the level SGLang chooses for this decode batch size"
     if est.pdmux_support is not None and not est.pdmux_support.runs:
-        table.caption += "\nPD mux cannot run: " + est.pdmux_support.reason + " (these times are not reachable)"
+        table.caption += ("\nPD mux cannot run: " + est.pdmux_support.reason
+                          + " (these times are not reachable)")
     table.caption_justify = "left"
     return table

@@ -12,6 +12,7 @@ YAML is written there, whole or not at all. Prints nothing unless ``show_tune`` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,8 +149,27 @@ class GenConfigResult:
         )
 
 
-def gen_config(request: GenConfigRequest) -> GenConfigResult:
+@dataclass(frozen=True)
+class SimulatorHooks:
+    """What ``slo_itl`` and ``tune`` need of the simulator: its server set-up and trace loading, which still
+    live in the CLI package (``pdmux_cli/cli/slo.py``, ``pdmux_cli/cli/simulate.py``). Passed in, not
+    imported, so that no workflow imports the CLI package that imports the workflows
+    (tests/test_import_graph.py); :func:`pdmux_cli.cli.planning.simulator_hooks` builds it.
+
+    ``slo_levels_config``: ``(gpu, model, slo_itl_ms, **options) -> (PdmuxConfig, SloLevels, Setup, notes)``;
+    ``levels_dict``: ``(SloLevels, Setup, context_source) -> dict`` (the JSON's ``slo_levels``);
+    ``tuned_config``: ``(gpu, trace, slo_ttft_ms, slo_itl_ms, **options) -> (PdmuxConfig, tune's JSON)``.
+    """
+
+    slo_levels_config: Callable[..., Any]
+    levels_dict: Callable[..., Any]
+    tuned_config: Callable[..., Any]
+
+
+def gen_config(request: GenConfigRequest, simulator: SimulatorHooks | None = None) -> GenConfigResult:
     """The pdmux YAML for :class:`GenConfigRequest`, validated, written to ``request.output`` when given.
+
+    ``simulator``: :class:`SimulatorHooks`, needed for ``slo_itl`` (without ``tune``) and ``tune`` only.
 
     Raises :class:`InputError` for options that do not go together (``tune``-only options without it, SLO
     levels with ``divisions``, ...), knobs <= 0 or past SGLang's limit, an unknown GPU, model or revision, a
@@ -204,24 +224,20 @@ def gen_config(request: GenConfigRequest) -> GenConfigResult:
                           (sm_group_num, decode_bs_divisor, token_budget))
     tune_summary = slo_summary = slo_view = cost_block = None
     if slo:
-        # SLO levels are sized by the simulator's server set-up (pdmux_cli/cli/slo.py, sim's)
-        from ..cli.slo import levels_dict, slo_levels_config
-
-        config, levels, setup, slo_notes = slo_levels_config(
+        # SLO levels are sized by the simulator's server set-up
+        config, levels, setup, slo_notes = _hooks(simulator).slo_levels_config(
             device.gpu, r.model, slo_itl, context=context, trace=trace, max_requests=max_requests,
             calibration=calibration, cost_model=str(r.cost_model).strip().lower(), tp=tp,
             sm_group_num=sm_group_num, token_budget=token_budget,
             step_overhead_ms=optional_number(r.step_overhead_ms, "--step-overhead-ms"),
             per_request_overhead_ms=optional_number(r.per_request_overhead_ms, "--per-request-overhead-ms"),
             max_running_requests=optional_int(r.max_running_requests, "--max-running-requests"))
-        slo_summary = levels_dict(levels, setup, levels.context_source)
+        slo_summary = _hooks(simulator).levels_dict(levels, setup, levels.context_source)
         slo_view = (levels, setup, slo_notes)
         cost_block = step_model_provenance(setup.step_model, calibration=calibration)
     elif tune:
-        # the tune is the simulator's (pdmux_cli/cli/simulate.py, sim's)
-        from ..cli.simulate import tuned_config
-
-        config, tune_summary = tuned_config(
+        # the tune is the simulator's
+        config, tune_summary = _hooks(simulator).tuned_config(
             device.gpu, trace, slo_ttft, slo_itl, model=r.model, show=r.show_tune, tp=tp,
             max_requests=max_requests, calibration=calibration, sglang=r.sglang, fmt=r.trace_format,
             qps=r.qps, rate_scale=r.rate_scale, duration=r.duration, workers=workers,
@@ -267,6 +283,14 @@ def gen_config(request: GenConfigRequest) -> GenConfigResult:
         slo=slo_view,
         provenance=provenance(sglang=get_revision(r.sglang).key, cost_model=cost_block),
     )
+
+
+def _hooks(simulator: SimulatorHooks | None) -> SimulatorHooks:
+    """``simulator``, or a :class:`TypeError` saying it is needed (a caller's mistake, not bad input)."""
+    if simulator is None:
+        raise TypeError("gen_config with slo_itl or tune needs simulator=SimulatorHooks(...) "
+                        "(pdmux_cli.cli.planning.simulator_hooks())")
+    return simulator
 
 
 def _refuse_mixed_options(r: GenConfigRequest, tune: bool, slo: bool, trace: Path | None,
