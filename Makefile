@@ -30,4 +30,4 @@ gpu-check:  ## on a GPU machine: GPU tests plus a short bench of every level (< 
 	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(PYTHON) benchmarks/gpu_check.py
 
 lint:  ## ruff with the rules and line length pyproject.toml sets (ruff comes with the test extra)
-	$(PYTHON) -m ruff check pdmux_cli tests benchmarks
+	$(PYTHON) -m ruff check pdmux pdmux_cli tests benchmarks
