@@ -50,15 +50,18 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..catalog import model as mdl
+from ..catalog.model import Model
 from ..sglang import server_defaults as sgl
 from ..util.errors import InputError
-from ..catalog.model import Model
 from .columns import Ragged, fast
 from .prefix_cache import WAITING_PREFIX_REFRESH_INTERVAL, WAITING_PREFIX_REFRESH_MAX, PrefixCache, block_keys
 from .traces import HASH_BLOCK_TOKENS
+
+if TYPE_CHECKING:
+    from ..costmodel import StepModel
 
 #: Most decode steps one simulated policy may take when its whole record is kept (:func:`pdmux_cli.
 #: simulate.runner.simulate` without a fold: the API the tests and the serving replays use). Memory grows
@@ -231,7 +234,7 @@ class Setup:
     """
 
     model: Model
-    step_model: object
+    step_model: StepModel
     total_sms: int
     compute_capability: tuple[int, int]
     memory_bytes: float
@@ -604,12 +607,12 @@ class Work:
         n = len(arrival)
         self.fold = fold
         stream = fold is not None
-        serving = getattr(setup.step_model, "serving", None)
+        serving = setup.step_model.serving
         #: seconds from a request's arrival until the scheduler can admit it, and from a token's step to
         #: the client (:class:`pdmux_cli.costmodel.efficiency.ServingProfile`)
-        self.admission_delay = serving.admission_delay_s if serving is not None else 0.0
-        self.output_delay = serving.first_token_delay_s if serving is not None else 0.0
-        self.admission_interval = serving.admission_interval_s if serving is not None else 0.0
+        self.admission_delay = serving.admission_delay_s
+        self.output_delay = serving.first_token_delay_s
+        self.admission_interval = serving.admission_interval_s
         self.last_seen = -math.inf  # when the scheduler saw the last request received (the front end's queue)
         self.arrival, self.prompt, self.output, self.steps = arrival, prompt, output, steps
         self.num_trace = num_trace

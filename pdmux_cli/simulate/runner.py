@@ -8,23 +8,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..multigpu.disaggregation import layout_text
 from ..util.errors import InputError
-from .cluster import DisaggPolicy, merge_replicas, replica_run, replicas_apart, simulate_disagg, simulate_dp
-from .engine import Progress, RunResult, Setup, build_work, step_budget
+from .engine import Progress, RunResult, Setup, step_budget
 from .fold import Fold
 from .metrics import PolicyMetrics, summarize
-from .schedulers import (
-    ChunkedPolicy,
-    MixedChunkPolicy,
-    PdmuxPolicy,
-    PrefillFirstPolicy,
-    run_baseline,
-    run_pdmux,
-)
+from .policies import Policy
+from .servers import merge_replicas, replica_run, replicas_apart
 from .traces import Trace
-
-Policy = PdmuxPolicy | ChunkedPolicy | MixedChunkPolicy | PrefillFirstPolicy | DisaggPolicy
 
 
 def simulate(
@@ -44,7 +34,7 @@ def simulate(
     time 0 (appended after the trace's requests in the result; one server only). ``progress``: called
     now and then with the number of finished requests. The KV pool is SGLang's for the policy's chunk
     size (:meth:`Setup.kv_pool`). ``dp``: replicas of the server behind a router
-    (``load_balance_method``; :func:`pdmux_cli.simulate.cluster.simulate_dp`); a
+    (``load_balance_method``; :func:`pdmux_cli.simulate.servers.serve`: one server is DP 1); a
     :class:`~pdmux_cli.simulate.cluster.DisaggPolicy` runs its own instances (``dp`` does not apply).
     ``max_concurrency``: a closed-loop client keeping at most that many requests in flight, as
     ``python -m sglang.bench_serving --max-concurrency`` does (each request sent at its arrival or when a
@@ -54,63 +44,20 @@ def simulate(
     records (:func:`~pdmux_cli.simulate.metrics.summarize` finishes it from the fold).
     Raises :class:`InputError` for a policy SGLang would refuse (no valid split, bad chunk size), a
     model that does not fit, or a streamed run past its step budget; requests that can never fit in KV
-    memory are listed in ``RunResult.rejected``, not raised.
+    memory are listed in ``RunResult.rejected``, not raised. The policy runs itself
+    (:meth:`~pdmux_cli.simulate.policies.Policy.run`) once the arguments are checked here.
     """
-    if (dp != 1 or policy.kind == "disagg") and initial_decode:
+    one = policy.servers(dp) == 1
+    if initial_decode and not one:
         raise InputError("a running decode batch at time 0 is simulated on one server only (no --dp, no disagg)")
     if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 0:
         raise InputError(f"max concurrency must be a whole number >= 1 (0: no limit), got {max_concurrency!r}")
-    if max_concurrency and (dp != 1 or policy.kind == "disagg"):
+    if max_concurrency and not one:
         raise InputError("--max-concurrency (a closed-loop client) is simulated on one server only (no --dp, no "
                          "--disagg)")
-    if policy.kind in ("chunked", "mixed-chunk") and policy.chunk_tokens < 1:
-        raise InputError(f"chunk size must be >= 1 token, got {policy.chunk_tokens}")
-    if isinstance(policy, PdmuxPolicy):
-        for name in ("split_forward_token_budget", "decode_bs_divisor"):
-            if getattr(policy.config, name) < 1:
-                raise InputError(f"{name} must be >= 1, got {getattr(policy.config, name)}")
-    if policy.kind == "disagg":
-        return simulate_disagg(trace, policy.setup_for(setup), policy, progress, fold=fold)
-    if dp != 1:
-        return simulate_dp(trace, setup, policy, dp, load_balance_method, progress, fold=fold)
-    pool = setup.kv_pool(policy.chunk_tokens)
-    work = build_work(trace, setup, pool.tokens, initial_decode, max_concurrency=max_concurrency, fold=fold)
-    if fold is not None:
-        fold.attach(work.arrival, work.output_delay)
-        fold.reject(work.rejected)
-    if policy.kind == "pdmux":
-        extra = run_pdmux(work, setup, policy, progress)
-    else:
-        extra = run_baseline(work, setup, policy, progress)
-    if fold is not None:
-        fold.finish_server(work.ends)
-        if fold.csv is not None:
-            fold.csv.flush(fold.columns, crashed=extra.get("crashed_at_s") is not None, final=True)
-    notes = list(extra.get("notes", []))
-    if work.rejected:
-        first = work.rejected[0]
-        notes.insert(0, (
-            f"{len(work.rejected)} request(s) can never fit in the KV pool ({work.capacity:,} tokens at "
-            f"mem_fraction_static {pool.mem_fraction_static:g}): first is request {first} with {work.prompt[first]} "
-            f"+ {work.output[first]} tokens; counted as missing the SLO"
-        ))
-    if work.retractions:
-        notes.append(f"{work.retractions} retraction(s): requests sent back to the queue when decode ran out of KV "
-                     "slots, prefilled again with their outputs (SGLang's retract_decode)")
-    if progress is not None:
-        progress(work.finished)
-    streamed = fold is not None
-    return RunResult(
-        policy=policy.label, kind=policy.kind, arrival_s=work.arrival,
-        prompt_tokens=() if streamed else work.prompt, output_tokens=() if streamed else work.output,
-        decode_steps=work.steps, first_token_s=[] if streamed else work.first_token,
-        first_step=[] if streamed else work.first_step, rejected=work.rejected,
-        step_end_s=() if streamed else work.ends, end_s=extra["end_s"],
-        idle_s=extra["idle_s"], num_trace_requests=work.num_trace, notes=notes, groups=extra.get("groups"),
-        group_time_s=extra.get("group_time_s"), counters=extra.get("counters", {}), stints=work.stints,
-        unfinished=extra.get("unfinished", set()), crashed_at_s=extra.get("crashed_at_s"), kv_pool_tokens=pool.tokens,
-        gpus=setup.tp, layout=layout_text(setup.tp), output_delay_s=work.output_delay, fold=fold,
-    )
+    policy.check()
+    return policy.run(trace, setup, dp=dp, method=load_balance_method, progress=progress, fold=fold,
+                      initial_decode=initial_decode, max_concurrency=max_concurrency)
 
 
 def simulate_metrics(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: float, slo_itl_ms: float, *,
@@ -141,9 +88,8 @@ def new_fold(trace: Trace, policy: Policy, slo_ttft_ms: float, slo_itl_ms: float
     latter, ``csv`` rows written under the policy's label."""
     from .fold import CsvRows
 
-    cluster = dp != 1 or policy.kind == "disagg"
-    return Fold(len(trace), slo_ttft_ms, slo_itl_ms, max_steps=step_budget(len(trace), max_steps), servers=cluster,
-                first_token=policy.kind == "disagg", csv=CsvRows(csv, policy.label, trace) if csv is not None else None,
+    return Fold(len(trace), slo_ttft_ms, slo_itl_ms, max_steps=step_budget(len(trace), max_steps),
+                servers=policy.servers(dp) > 1, first_token=policy.prefill_apart, csv=CsvRows(csv, policy.label, trace) if csv is not None else None,
                 progress_steps=progress_steps, rows=rows)
 
 
