@@ -34,7 +34,7 @@ from ..sglang import server_defaults as sgl
 from ..util.errors import InputError
 from .columns import Column
 from .engine import Progress, RunResult, Setup
-from .policies import Deployment
+from .policies import Deployment, ServerOutcome
 from .schedulers import PrefillFirstPolicy, decode_instance_rounds
 from .servers import combine, note_pool, progress_of, route, routed_works, run_result, unrejected
 from .traces import Trace
@@ -180,28 +180,15 @@ def simulate_disagg(trace: Trace, setup: Setup, policy: DisaggPolicy, progress: 
     result = run_result(policy, trace, d_works, outcome, d_where,
                         _deployment((policy.prefill, policy.decode), setup.tp, method), rejected=rejected,
                         unrouted=list(p_unrouted) + list(d_unrouted), fold=fold)
-    counters, notes = result.counters, result.notes
-    for key in ("prefill_batches", "prefix_cache_hit_tokens", "prefix_cache_prompt_tokens",
-                "prefix_cache_evicted_tokens"):
-        if any(key in e.counters for e in p_ran):
-            counters[key] = sum(e.counters.get(key, 0) for e in p_ran)
+    counters = result.counters
+    _prefill_counters(counters, p_ran)
     counters["retracted_requests"] = sum(w.retractions for w in d_works)
     moved = [rid for rid in range(n) if not math.isnan(arrive[rid])]
     if moved:
         first = result.first_token_s if fold is None else fold.columns.first_token_s
-        _note_transfers(counters, notes, policy.link, trace, moved, prefill_end, queued, arrive, first)
-    if never - set(p_works[0].rejected):
-        first_never = min(never)
-        notes.insert(0, (
-            f"{len(never)} request(s) can never fit in a decode instance's KV pool ({d_pool.tokens:,} tokens): first "
-            f"is request {first_never} with {trace.prompt_tokens[first_never]} + {trace.output_tokens[first_never]} "
-            "tokens; counted as missing the SLO"))
-    if p_works[0].rejected:
-        note_pool(notes, p_works, pool, "prefill instance's ")
-    retracted = counters["retracted_requests"]
-    if retracted:
-        notes.append(f"{retracted} retraction(s) on the decode instances: requests sent back to their queue "
-                     "when decode ran out of KV slots, prefilled again there")
+        _note_transfers(counters, result.notes, policy.link, trace, moved, prefill_end, queued, arrive, first)
+    _note_pools(result.notes, trace, never if never - set(p_works[0].rejected) else set(), d_pool.tokens,
+                p_works, pool, counters["retracted_requests"])
     result.kv_pool_tokens = d_pool.tokens
     if fold is None:
         result.prefill_server = list(p_where)
@@ -210,6 +197,32 @@ def simulate_disagg(trace: Trace, setup: Setup, policy: DisaggPolicy, progress: 
     if progress is not None:
         progress(sum(w.finished for w in d_works))
     return result
+
+
+def _prefill_counters(counters: dict, prefill: Sequence[ServerOutcome]) -> None:
+    """The prefill instances' prefill batches and prefix cache tokens, summed into ``counters``."""
+    for key in ("prefill_batches", "prefix_cache_hit_tokens", "prefix_cache_prompt_tokens",
+                "prefix_cache_evicted_tokens"):
+        if any(key in e.counters for e in prefill):
+            counters[key] = sum(e.counters.get(key, 0) for e in prefill)
+
+
+def _note_pools(notes: list[str], trace: Trace, never: set[int], decode_pool_tokens: int, p_works: Sequence,
+                pool, retracted: int) -> None:
+    """The KV pools' notes (``notes`` changed in place): requests no decode instance can ever hold
+    (``never``, when some the prefill side admits are among them), requests the prefill side never
+    admits, retractions on the decode instances."""
+    if never:
+        first = min(never)
+        notes.insert(0, (
+            f"{len(never)} request(s) can never fit in a decode instance's KV pool ({decode_pool_tokens:,} "
+            f"tokens): first is request {first} with {trace.prompt_tokens[first]} + {trace.output_tokens[first]} "
+            "tokens; counted as missing the SLO"))
+    if p_works[0].rejected:
+        note_pool(notes, p_works, pool, "prefill instance's ")
+    if retracted:
+        notes.append(f"{retracted} retraction(s) on the decode instances: requests sent back to their queue "
+                     "when decode ran out of KV slots, prefilled again there")
 
 
 def _deployment(xpyd: tuple[int, int], tp: int, method: str) -> Deployment:

@@ -121,8 +121,8 @@ class Policy(Protocol):
         ...
 
     def run(self, trace: Trace, setup: Setup, *, dp: int = 1, method: str = "round_robin",
-            progress: Progress | None = None, fold: Any = None, initial_decode: Sequence[tuple[int, int]] = (),
-            max_concurrency: int = 0) -> RunResult:
+            progress: Progress | None = None, fold: Any = None,
+            initial_decode: Sequence[tuple[int, int]] = (), max_concurrency: int = 0) -> RunResult:
         """Simulate it over ``trace`` (:func:`pdmux_cli.simulate.runner.simulate`, which checks the
         arguments first)."""
         ...
@@ -130,6 +130,11 @@ class Policy(Protocol):
 
 class ServerSchedule(Policy, Protocol):
     """A :class:`Policy` that one SGLang server runs: its scheduler loop over a server's state."""
+
+    def deployment(self, setup: Setup, dp: int = 1, method: str = "round_robin",
+                   routed: bool | None = None) -> Deployment:
+        """``dp`` replicas of ``setup``; ``routed``: behind a router (default: more than one replica)."""
+        ...
 
     def rounds(self, work: Work, setup: Setup, progress: Progress | None = None) -> Rounds:
         """Its scheduler loop over ``work`` (:mod:`pdmux_cli.simulate.schedulers`) as a generator."""

@@ -122,7 +122,8 @@ def route(servers: Sequence[Rounds], works: Sequence[Work], order: Iterable[int]
     return outcomes, where, unrouted
 
 
-def routed_works(trace: Trace, setup: Setup, pool_tokens: int, count: int, fold: Fold | None = None) -> list[Work]:
+def routed_works(trace: Trace, setup: Setup, pool_tokens: int, count: int,
+                 fold: Fold | None = None) -> list[Work]:
     """``count`` empty servers for ``trace`` (each gets the requests routed to it), sharing the prompts'
     prefix-cache keys (each its own, computed as needed, when streamed into ``fold``)."""
     works = [build_work(trace, setup, pool_tokens, fold=fold)]
@@ -170,13 +171,15 @@ def combine(outcomes: Sequence[ServerOutcome | None], *, prefixed: bool = True,
             counters[key] = counters.get(key, 0) + value
         if e.group_time_s is not None:
             groups = e.groups
-            group_time = [a + b for a, b in zip(group_time, e.group_time_s)] if group_time else list(e.group_time_s)
+            group_time = list(e.group_time_s) if not group_time else [
+                a + b for a, b in zip(group_time, e.group_time_s)]
     end = max([e.end_s for _, e in ran] + [x[1] for x in extra_idle] + [0.0])
     idles = [e.idle_s + (end - e.end_s) for _, e in ran] + [i + (end - e_) for i, e_ in extra_idle]
     crashed = [e.crashed_at_s for _, e in ran if e.crashed_at_s is not None]
-    return ServerOutcome(end_s=end, idle_s=sum(idles) / len(idles) if idles else 0.0, counters=counters, notes=notes,
-                         groups=groups, group_time_s=group_time, crashed_at_s=min(crashed) if crashed else None,
-                         unfinished=unfinished)
+    return ServerOutcome(end_s=end, idle_s=sum(idles) / len(idles) if idles else 0.0, counters=counters,
+                         notes=notes,
+                         groups=groups, group_time_s=group_time,
+                         crashed_at_s=min(crashed) if crashed else None, unfinished=unfinished)
 
 
 def run_result(policy: Policy, trace: Trace, works: Sequence[Work], outcome: ServerOutcome,
@@ -192,38 +195,20 @@ def run_result(policy: Policy, trace: Trace, works: Sequence[Work], outcome: Ser
     there; each server's step window is finished into it here)."""
     n = len(trace)
     streamed = fold is not None
-    first_token: list[float] = []
-    first_step: list[int] = []
-    stints: dict[int, list[tuple[float, int, int]]] = {}
-    ends: Sequence[float] = array("d")
     lead = works[0]
     if streamed:
         for work in works:
             fold.finish_server(work.ends)
-        if where is None:
-            stints = lead.stints
+        first_token, first_step, ends = [], [], array("d")
+        stints = lead.stints if where is None else {}
     elif where is None:
         first_token, first_step, stints, ends = lead.first_token, lead.first_step, lead.stints, lead.ends
     else:
-        offsets = []
-        for work in works:
-            offsets.append(len(ends))
-            ends.extend(work.ends)
-        first_token = [math.nan] * n
-        first_step = [-1] * n
-        for rid in range(n):
-            i = where[rid]
-            if i < 0:
-                continue
-            work, off = works[i], offsets[i]
-            first_token[rid] = work.first_token[rid]
-            fs = work.first_step[rid]
-            first_step[rid] = fs + off if fs >= 0 else -1
-            if rid in work.stints:
-                stints[rid] = [(t0, s0 + off, k) for t0, s0, k in work.stints[rid]]
+        first_token, first_step, stints, ends = _gathered(works, where, n)
     notes = outcome.notes
     if unrouted:
-        notes.append(f"every server had crashed: {len(unrouted)} request(s) never routed (counted as missing the SLO)")
+        notes.append(f"every server had crashed: {len(unrouted)} request(s) never routed (counted as missing "
+                     "the SLO)")
     if where is None:  # a closed-loop client's send times
         arrival = lead.arrival
     else:  # the router's: the trace's
@@ -231,14 +216,42 @@ def run_result(policy: Policy, trace: Trace, works: Sequence[Work], outcome: Ser
     return RunResult(
         policy=policy.label, kind=policy.kind, arrival_s=arrival,
         prompt_tokens=() if streamed else lead.prompt, output_tokens=() if streamed else lead.output,
-        decode_steps=() if streamed else lead.steps, first_token_s=first_token, first_step=first_step, rejected=sorted(set(rejected)),
+        decode_steps=() if streamed else lead.steps, first_token_s=first_token, first_step=first_step,
+        rejected=sorted(set(rejected)),
         step_end_s=ends, end_s=outcome.end_s, idle_s=outcome.idle_s, num_trace_requests=n,
         notes=notes, groups=outcome.groups, group_time_s=outcome.group_time_s, counters=outcome.counters,
         stints=stints, unfinished=outcome.unfinished | set(unrouted), crashed_at_s=outcome.crashed_at_s,
-        kv_pool_tokens=lead.capacity, gpus=deployment.gpus, layout=deployment.layout, router=deployment.router,
+        kv_pool_tokens=lead.capacity, gpus=deployment.gpus, layout=deployment.layout,
+        router=deployment.router,
         server=list(where) if where is not None and not streamed else [], output_delay_s=lead.output_delay,
         fold=fold,
     )
+
+
+def _gathered(works: Sequence[Work], where: Sequence[int], n: int
+              ) -> tuple[list[float], list[int], dict[int, list[tuple[float, int, int]]], array]:
+    """Each of the ``n`` requests' first token, first decode step and stints from the server that
+    served it (``where``), steps offset by the steps of the servers before; and every server's step
+    end times one after another."""
+    ends = array("d")
+    offsets = []
+    for work in works:
+        offsets.append(len(ends))
+        ends.extend(work.ends)
+    first_token = [math.nan] * n
+    first_step = [-1] * n
+    stints: dict[int, list[tuple[float, int, int]]] = {}
+    for rid in range(n):
+        i = where[rid]
+        if i < 0:
+            continue
+        work, off = works[i], offsets[i]
+        first_token[rid] = work.first_token[rid]
+        fs = work.first_step[rid]
+        first_step[rid] = fs + off if fs >= 0 else -1
+        if rid in work.stints:
+            stints[rid] = [(t0, s0 + off, k) for t0, s0, k in work.stints[rid]]
+    return first_token, first_step, stints, ends
 
 
 def serve(trace: Trace, setup: Setup, policy: ServerSchedule, dp: int = 1, method: str = "round_robin",
@@ -251,8 +264,9 @@ def serve(trace: Trace, setup: Setup, policy: ServerSchedule, dp: int = 1, metho
     ``routed``: behind a router (``method``: ``round_robin`` or ``total_requests``); default: with
     more than one server. ``initial_decode``, ``max_concurrency``: a running decode batch at time 0 and
     a closed-loop client (:func:`pdmux_cli.simulate.runner.simulate`), on one server without a router
-    only. ``fold``: stream the run. Raises :class:`~pdmux_cli.util.errors.InputError` for a bad ``dp`` or method, when the
-    model does not fit, or for a running batch or closed-loop client behind a router."""
+    only (the runner refuses them elsewhere). ``fold``: stream the run. Raises
+    :class:`~pdmux_cli.util.errors.InputError` for a bad ``dp`` or method, or when the model does not
+    fit; ``ValueError`` for several servers without a router."""
     check_dp_value(dp)
     routed = dp > 1 if routed is None else routed
     if routed:
@@ -263,7 +277,8 @@ def serve(trace: Trace, setup: Setup, policy: ServerSchedule, dp: int = 1, metho
     if routed:
         works = routed_works(trace, setup, pool.tokens, dp, fold)
     else:
-        works = [build_work(trace, setup, pool.tokens, initial_decode, max_concurrency=max_concurrency, fold=fold)]
+        works = [build_work(trace, setup, pool.tokens, initial_decode, max_concurrency=max_concurrency,
+                            fold=fold)]
     lead = works[0]
     if fold is not None:
         fold.attach(lead.arrival, lead.output_delay)
@@ -271,7 +286,8 @@ def serve(trace: Trace, setup: Setup, policy: ServerSchedule, dp: int = 1, metho
     tick = progress_of(works, progress)
     servers = [policy.rounds(w, setup, tick) for w in works]
     if routed:
-        outcomes, where, unrouted = route(servers, works, unrejected(len(trace), lead.rejected), trace.arrival_s,
+        outcomes, where, unrouted = route(servers, works, unrejected(len(trace), lead.rejected),
+                                          trace.arrival_s,
                                           method, fold.columns.server if fold is not None else None)
     else:
         outcomes, where, unrouted = [drive(servers[0])], None, []
@@ -281,22 +297,27 @@ def serve(trace: Trace, setup: Setup, policy: ServerSchedule, dp: int = 1, metho
     if fold is not None and fold.csv is not None:
         fold.csv.flush(fold.columns, crashed=result.crashed_at_s is not None, final=True)
     if routed:
-        crashed = sum(1 for e in outcomes if e is not None and e.crashed)
-        if crashed:
-            kept = ("every replica crashed" if crashed == dp else
-                    f"{crashed} of {dp} replicas crashed; the others kept serving, as separate servers behind a "
-                    "router do")
-            result.notes.append(
-                f"{kept} (one SGLang server with --dp-size goes down whole when a rank dies: everything after the "
-                "first crash would be lost)")
-        idle_replicas = dp - len(set(where) - {-1})
-        if idle_replicas and not unrouted:
-            routed_requests = len(trace) - len(lead.rejected)
-            result.notes.append(f"{idle_replicas} of {dp} replicas got no request ({routed_requests} routed)")
+        _note_replicas(result.notes, outcomes, where, dp, len(trace) - len(lead.rejected), unrouted)
     note_pool(result.notes, works, pool)
     if progress is not None:
         progress(sum(w.finished for w in works))
     return result
+
+
+def _note_replicas(notes: list[str], outcomes: Sequence[ServerOutcome | None], where: Sequence[int], dp: int,
+                   routed: int, unrouted: Sequence[int]) -> None:
+    """The notes on ``dp`` replicas behind a router (``notes`` changed in place): replicas that crashed,
+    and replicas that got none of the ``routed`` requests."""
+    crashed = sum(1 for e in outcomes if e is not None and e.crashed)
+    if crashed:
+        kept = ("every replica crashed" if crashed == dp else
+                f"{crashed} of {dp} replicas crashed; the others kept serving, as separate servers behind a "
+                "router do")
+        notes.append(f"{kept} (one SGLang server with --dp-size goes down whole when a rank dies: everything "
+                     "after the first crash would be lost)")
+    idle_replicas = dp - len(set(where) - {-1})
+    if idle_replicas and not unrouted:
+        notes.append(f"{idle_replicas} of {dp} replicas got no request ({routed} routed)")
 
 
 def simulate_dp(trace: Trace, setup: Setup, policy: ServerSchedule, dp: int, method: str = "round_robin",
@@ -306,8 +327,8 @@ def simulate_dp(trace: Trace, setup: Setup, policy: ServerSchedule, dp: int, met
     ``round_robin`` or ``total_requests``; DP 1 too): :func:`serve` with its router. Returns one
     :class:`RunResult` over every request, with ``gpus = dp x setup.tp``. ``fold``: stream the run
     (:func:`pdmux_cli.simulate.runner.simulate`). The replicas run here one after another, behind the
-    router; :func:`replica_run` runs them apart. Raises :class:`~pdmux_cli.util.errors.InputError` for a bad ``dp`` or method,
-    or when the model does not fit."""
+    router; :func:`replica_run` runs them apart. Raises :class:`~pdmux_cli.util.errors.InputError` for a bad
+    ``dp`` or method, or when the model does not fit."""
     return serve(trace, setup, policy, dp, method, progress, fold, routed=True)
 
 
@@ -372,7 +393,8 @@ def merge_replicas(trace: Trace, setup: Setup, policy: ServerSchedule, dp: int,
         fold.merge(part_fold, part_fold.rows)
         for rid in part_fold.rows:
             where[rid] = i
-    result = run_result(policy, trace, works, combine([part[1] for part in parts]), where,  # type: ignore[arg-type]
+    result = run_result(policy, trace, works, combine([part[1] for part in parts]),
+                        where,  # type: ignore[arg-type]
                         policy.deployment(setup, dp, "round_robin"), rejected=works[0].rejected, fold=fold)
     idle_replicas = sum(1 for part in parts if not len(part[0].rows))
     if idle_replicas:
@@ -388,7 +410,8 @@ def note_pool(notes: list[str], works: Sequence[Work], pool, what: str = "") -> 
     if works[0].rejected:
         first = works[0].rejected[0]
         notes.insert(0, (
-            f"{len(works[0].rejected)} request(s) can never fit in the {what}KV pool ({works[0].capacity:,} tokens at "
+            f"{len(works[0].rejected)} request(s) can never fit in the {what}KV pool ({works[0].capacity:,} "
+            "tokens at "
             f"mem_fraction_static {pool.mem_fraction_static:g}): first is request {first} with "
             f"{works[0].prompt[first]} + {works[0].output[first]} tokens; counted as missing the SLO"))
     retracted = sum(w.retractions for w in works)
@@ -397,5 +420,5 @@ def note_pool(notes: list[str], works: Sequence[Work], pool, what: str = "") -> 
                      "slots, prefilled again with their outputs (SGLang's retract_decode)")
 
 
-__all__ = ["combine", "drive", "merge_replicas", "replica_run", "replicas_apart", "route", "run_result", "serve",
-           "simulate_dp"]
+__all__ = ["combine", "drive", "merge_replicas", "replica_run", "replicas_apart", "route", "run_result",
+           "serve", "simulate_dp"]
