@@ -87,8 +87,8 @@ class DisaggPolicy:
         return False
 
     def run(self, trace: Trace, setup: Setup, *, dp: int = 1, method: str = "round_robin",
-            progress: Progress | None = None, fold: Any = None, initial_decode: Sequence[tuple[int, int]] = (),
-            max_concurrency: int = 0) -> RunResult:
+            progress: Progress | None = None, fold: Any = None,
+            initial_decode: Sequence[tuple[int, int]] = (), max_concurrency: int = 0) -> RunResult:
         """:func:`simulate_disagg` on :meth:`setup_for` (``dp``, ``method`` do not apply; a running batch
         and a closed-loop client are refused by :func:`pdmux_cli.simulate.runner.simulate`)."""
         return simulate_disagg(trace, self.setup_for(setup), self, progress, fold=fold)
@@ -105,7 +105,8 @@ def transfer_ends(prefill_end: Sequence[float], instance: Sequence[int], rank_by
     queued = Column("d", array("d", [0.0]) * n)
     free: dict[int, float] = {}
     # a stable sort on the end times: ties stay in request order
-    for rid in sorted(itertools.filterfalse(lambda r: math.isnan(prefill_end[r]), range(n)), key=prefill_end.__getitem__):
+    for rid in sorted(itertools.filterfalse(lambda r: math.isnan(prefill_end[r]), range(n)),
+                      key=prefill_end.__getitem__):
         start = max(prefill_end[rid], free.get(instance[rid], 0.0))
         queued[rid] = start - prefill_end[rid]
         done[rid] = start + link.transfer_s(rank_bytes[rid])
@@ -134,7 +135,8 @@ def simulate_disagg(trace: Trace, setup: Setup, policy: DisaggPolicy, progress: 
     if fold is not None:
         from .fold import Fold
 
-        p_fold = Fold(n, fold.slo_ttft_ms, fold.slo_itl_ms, max_steps=fold.max_steps, servers=True, first_token=True)
+        p_fold = Fold(n, fold.slo_ttft_ms, fold.slo_itl_ms, max_steps=fold.max_steps, servers=True,
+                      first_token=True)
     p_works = routed_works(prefill_trace, setup, pool.tokens, policy.prefill, p_fold)
     decode_setup = replace(setup, prefix_cache=False)
     d_pool = decode_setup.kv_pool(-1)
@@ -143,7 +145,8 @@ def simulate_disagg(trace: Trace, setup: Setup, policy: DisaggPolicy, progress: 
     clip = sgl.CLIP_MAX_NEW_TOKENS
     prompts, outputs = trace.prompt_tokens, trace.output_tokens
     never = {rid for rid in range(n)
-             if prompts[rid] + outputs[rid] > d_pool.tokens or prompts[rid] + min(outputs[rid], clip) + 1 >= d_pool.tokens}
+             if prompts[rid] + outputs[rid] > d_pool.tokens
+             or prompts[rid] + min(outputs[rid], clip) + 1 >= d_pool.tokens}
     rejected = set(p_works[0].rejected) | never
     order = array("q", unrejected(n, rejected))
     if p_fold is not None:
@@ -155,7 +158,8 @@ def simulate_disagg(trace: Trace, setup: Setup, policy: DisaggPolicy, progress: 
         prefill_end = p_fold.columns.first_token_s
         del p_fold
     else:
-        prefill_end = array("d", (p_works[i].first_token[rid] if i >= 0 else math.nan for rid, i in enumerate(p_where)))
+        prefill_end = array("d", (p_works[i].first_token[rid] if i >= 0 else math.nan
+                                  for rid, i in enumerate(p_where)))
     rank_bytes = array("d", (p * kv_token for p in prompts))
     arrive, queued = transfer_ends(prefill_end, p_where, rank_bytes, policy.link)
     # decode side: requests arrive when their KV cache has
@@ -216,8 +220,8 @@ def _note_pools(notes: list[str], trace: Trace, never: set[int], decode_pool_tok
         first = min(never)
         notes.insert(0, (
             f"{len(never)} request(s) can never fit in a decode instance's KV pool ({decode_pool_tokens:,} "
-            f"tokens): first is request {first} with {trace.prompt_tokens[first]} + {trace.output_tokens[first]} "
-            "tokens; counted as missing the SLO"))
+            f"tokens): first is request {first} with {trace.prompt_tokens[first]} + "
+            f"{trace.output_tokens[first]} tokens; counted as missing the SLO"))
     if p_works[0].rejected:
         note_pool(notes, p_works, pool, "prefill instance's ")
     if retracted:
@@ -227,8 +231,8 @@ def _note_pools(notes: list[str], trace: Trace, never: set[int], decode_pool_tok
 
 def _deployment(xpyd: tuple[int, int], tp: int, method: str) -> Deployment:
     """X + Y instances of ``tp`` GPUs behind ``method``, a router choosing where a side has more than one."""
-    return Deployment(gpus=sum(xpyd) * tp, layout=layout_text(tp, xpyd=xpyd), servers=sum(xpyd), method=method,
-                      routed=max(xpyd) > 1, xpyd=xpyd)
+    return Deployment(gpus=sum(xpyd) * tp, layout=layout_text(tp, xpyd=xpyd), servers=sum(xpyd),
+                      method=method, routed=max(xpyd) > 1, xpyd=xpyd)
 
 
 def _note_transfers(counters: dict, notes: list[str], link: KvLink, trace: Trace, moved: Sequence[int],

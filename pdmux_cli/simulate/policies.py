@@ -79,7 +79,8 @@ class Deployment:
 
     @property
     def router(self) -> str:
-        """``RunResult.router``: the load-balance method between its servers, ``""`` when no router chooses."""
+        """``RunResult.router``: the load-balance method between its servers, ``""`` where no router
+        chooses."""
         return self.method if self.routed else ""
 
 

@@ -49,12 +49,14 @@ def simulate(
     """
     one = policy.servers(dp) == 1
     if initial_decode and not one:
-        raise InputError("a running decode batch at time 0 is simulated on one server only (no --dp, no disagg)")
+        raise InputError("a running decode batch at time 0 is simulated on one server only (no --dp, no "
+                         "disagg)")
     if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 0:
-        raise InputError(f"max concurrency must be a whole number >= 1 (0: no limit), got {max_concurrency!r}")
+        raise InputError(f"max concurrency must be a whole number >= 1 (0: no limit), got "
+                         f"{max_concurrency!r}")
     if max_concurrency and not one:
-        raise InputError("--max-concurrency (a closed-loop client) is simulated on one server only (no --dp, no "
-                         "--disagg)")
+        raise InputError("--max-concurrency (a closed-loop client) is simulated on one server only (no --dp, "
+                         "no --disagg)")
     policy.check()
     return policy.run(trace, setup, dp=dp, method=load_balance_method, progress=progress, fold=fold,
                       initial_decode=initial_decode, max_concurrency=max_concurrency)
@@ -81,15 +83,16 @@ def simulate_metrics(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: fl
 
 
 def new_fold(trace: Trace, policy: Policy, slo_ttft_ms: float, slo_itl_ms: float, *, dp: int = 1,
-             max_steps: int | None = None, csv: Any = None, progress_steps: Callable[[int], None] | None = None,
-             rows: Sequence[int] | None = None) -> Fold:
+             max_steps: int | None = None, csv: Any = None,
+             progress_steps: Callable[[int], None] | None = None, rows: Sequence[int] | None = None) -> Fold:
     """The :class:`~pdmux_cli.simulate.fold.Fold` a streamed run of ``policy`` on ``trace`` fills: which
     server served each request kept for DP replicas and disaggregation, each first token for the
     latter, ``csv`` rows written under the policy's label."""
     from .fold import CsvRows
 
     return Fold(len(trace), slo_ttft_ms, slo_itl_ms, max_steps=step_budget(len(trace), max_steps),
-                servers=policy.servers(dp) > 1, first_token=policy.prefill_apart, csv=CsvRows(csv, policy.label, trace) if csv is not None else None,
+                servers=policy.servers(dp) > 1, first_token=policy.prefill_apart,
+                csv=CsvRows(csv, policy.label, trace) if csv is not None else None,
                 progress_steps=progress_steps, rows=rows)
 
 
@@ -99,8 +102,8 @@ def _policy_task(shared: tuple, policy: Policy) -> PolicyMetrics | InputError:
     max_concurrency, max_steps)``."""
     trace, setup, slo_ttft_ms, slo_itl_ms, dp, method, concurrency, max_steps = shared
     try:
-        return simulate_metrics(trace, setup, policy, slo_ttft_ms, slo_itl_ms, dp=dp, load_balance_method=method,
-                                max_concurrency=concurrency, max_steps=max_steps)
+        return simulate_metrics(trace, setup, policy, slo_ttft_ms, slo_itl_ms, dp=dp,
+                                load_balance_method=method, max_concurrency=concurrency, max_steps=max_steps)
     except InputError as exc:
         return exc
 
@@ -111,16 +114,18 @@ def _replica_task(shared: tuple, task: tuple) -> tuple | InputError:
     policy, index = task
     try:
         return replica_run(trace, setup, policy, index, dp,
-                           lambda: new_fold(trace, policy, slo_ttft_ms, slo_itl_ms, dp=dp, max_steps=max_steps))
+                           lambda: new_fold(trace, policy, slo_ttft_ms, slo_itl_ms, dp=dp,
+                                            max_steps=max_steps))
     except InputError as exc:
         return exc
 
 
-def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], slo_ttft_ms: float, slo_itl_ms: float,
-                      *, dp: int = 1, load_balance_method: str = "round_robin", workers: int = 1,
-                      progress: Progress | None = None, max_concurrency: int = 0, executor: Any = "local",
-                      ray_address: str | None = None, max_steps: int | None = None, csv: Any = None,
-                      progress_steps: Callable[[int], None] | None = None) -> list[PolicyMetrics | InputError]:
+def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], slo_ttft_ms: float,
+                      slo_itl_ms: float, *, dp: int = 1, load_balance_method: str = "round_robin",
+                      workers: int = 1, progress: Progress | None = None, max_concurrency: int = 0,
+                      executor: Any = "local", ray_address: str | None = None, max_steps: int | None = None,
+                      csv: Any = None, progress_steps: Callable[[int], None] | None = None,
+                      ) -> list[PolicyMetrics | InputError]:
     """:func:`simulate` and :func:`~pdmux_cli.simulate.metrics.summarize` each of ``policies``, streamed
     (:func:`simulate_metrics`), in order: its :class:`PolicyMetrics`, or the :class:`InputError` with which
     it was refused (the others still run).
@@ -133,7 +138,8 @@ def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], sl
     ``csv.writer`` or a :class:`~pdmux_cli.simulate.fold.CsvSink` for every policy's per-request rows, in
     policy order (as requests finish when the policies run here, one after another, a refused policy's
     rows cut off again from a sink; else as each policy's results come back). ``max_steps``,
-    ``progress_steps``: :func:`simulate_metrics`'s. ``max_concurrency``: a closed-loop client (:func:`simulate`).
+    ``progress_steps``: :func:`simulate_metrics`'s. ``max_concurrency``: a closed-loop client
+    (:func:`simulate`).
     """
     from .executors import check_executor, local_workers, using
 
@@ -149,13 +155,14 @@ def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], sl
     if here:  # one after another in this process: rows and progress as requests finish
         results: list[PolicyMetrics | InputError] = []
         for i, policy in enumerate(policies):
-            callback = (lambda finished, base=i * n: progress(base + finished)) if progress is not None else None
+            callback = None if progress is None else (lambda finished, base=i * n: progress(base + finished))
             if hasattr(csv, "begin"):
                 csv.begin()
             try:
-                results.append(simulate_metrics(trace, setup, policy, slo_ttft_ms, slo_itl_ms, progress=callback, dp=dp,
-                                                load_balance_method=load_balance_method, max_concurrency=max_concurrency,
-                                                max_steps=max_steps, csv=csv, progress_steps=progress_steps))
+                results.append(simulate_metrics(
+                    trace, setup, policy, slo_ttft_ms, slo_itl_ms, progress=callback, dp=dp,
+                    load_balance_method=load_balance_method, max_concurrency=max_concurrency,
+                    max_steps=max_steps, csv=csv, progress_steps=progress_steps))
             except InputError as exc:
                 if hasattr(csv, "abandon"):
                     csv.abandon()  # a refused policy has no rows
@@ -167,13 +174,15 @@ def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], sl
     written = 0
     finished = 0.0
     with using(executor, workers, len(tasks), ray_address) as ex:
-        shared = ex.share((trace, setup, slo_ttft_ms, slo_itl_ms, dp, load_balance_method, max_concurrency, max_steps))
+        shared = ex.share((trace, setup, slo_ttft_ms, slo_itl_ms, dp, load_balance_method, max_concurrency,
+                           max_steps))
         for i, r in tasks:
             policy = policies[i]
             if r < 0:
                 ex.submit(_policy_task, shared, policy, f"{policy.label}", tag=(i, r))
             else:
-                ex.submit(_replica_task, shared, (policy, r), f"{policy.label}, replica {r} of DP {dp}", tag=(i, r))
+                ex.submit(_replica_task, shared, (policy, r), f"{policy.label}, replica {r} of DP {dp}",
+                          tag=(i, r))
         while ex.pending():
             job = ex.next_done()
             i, r = job.tag
@@ -190,7 +199,8 @@ def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], sl
                     if refused is not None:
                         out[i] = refused
                     else:
-                        fold = new_fold(trace, policies[i], slo_ttft_ms, slo_itl_ms, dp=dp, max_steps=max_steps)
+                        fold = new_fold(trace, policies[i], slo_ttft_ms, slo_itl_ms, dp=dp,
+                                        max_steps=max_steps)
                         result = merge_replicas(trace, setup, policies[i], dp, parts[i], fold)
                         out[i] = summarize(result, slo_ttft_ms, slo_itl_ms)
                     del parts[i]
@@ -261,4 +271,5 @@ def run_scenario(
         prev = end
     if not gaps:  # prompt done before any decode step: the next one carries the stall
         gaps = [ends[0]]
-    return ScenarioOutcome(policy.label, sum(gaps) / len(gaps) * 1e3, max(gaps) * 1e3, len(gaps), ttft * 1e3, result)
+    return ScenarioOutcome(policy.label, sum(gaps) / len(gaps) * 1e3, max(gaps) * 1e3, len(gaps), ttft * 1e3,
+                           result)
