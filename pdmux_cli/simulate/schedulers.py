@@ -29,8 +29,8 @@ on the CPU while the GPU runs round ``k``, so a round lasts ``max(GPU time, CPU 
    shortage new requests are admitted one round late), then gets a free KV slot per request, retracting
    if short;
 4. one decode step runs on the decode partition (``d`` SMs, with co-run interference while the prefill
-   stream is busy) and the next slice of :func:`pdmux_cli.sglang.split_levels.prefill_layers_per_round` layers is
-   submitted to the prefill stream (``p`` SMs), at most :attr:`PdmuxPolicy.max_split_forward_layers` of
+   stream is busy) and the next slice of :func:`pdmux_cli.sglang.split_levels.prefill_layers_per_round` layers
+   is submitted to the prefill stream (``p`` SMs), at most :attr:`PdmuxPolicy.max_split_forward_layers` of
    them where the revision has that cap;
 5. SGLang waits for the decode stream only and processes its results on the CPU, with the overlap
    scheduler off (SGLang asserts it): **a round lasts one decode step plus the CPU's work**.
@@ -106,8 +106,8 @@ class ServerPolicy:
         raise NotImplementedError
 
     def run(self, trace: Trace, setup: Setup, *, dp: int = 1, method: str = "round_robin",
-            progress: Progress | None = None, fold: Any = None, initial_decode: Sequence[tuple[int, int]] = (),
-            max_concurrency: int = 0) -> RunResult:
+            progress: Progress | None = None, fold: Any = None,
+            initial_decode: Sequence[tuple[int, int]] = (), max_concurrency: int = 0) -> RunResult:
         """:func:`pdmux_cli.simulate.servers.serve`: one server, or ``dp`` replicas behind a router."""
         return serve(trace, setup, self, dp, method, progress, fold, initial_decode=initial_decode,
                      max_concurrency=max_concurrency)
@@ -222,7 +222,8 @@ class PrefillFirstPolicy(ServerPolicy):
     @property
     def label(self) -> str:
         """``"prefill-first"`` (``"prefill-first interval 4"`` with an interval)."""
-        return "prefill-first" + (f" interval {self.prefill_decode_interval}" if self.prefill_decode_interval else "")
+        return "prefill-first" + (f" interval {self.prefill_decode_interval}" if self.prefill_decode_interval
+                                  else "")
 
     def rounds(self, work: Work, setup: Setup, progress: Progress | None = None) -> Rounds:
         """:func:`baseline_rounds`."""
@@ -268,7 +269,8 @@ def _wait_for_arrival(work: Work, t: float):
     return nxt
 
 
-def run_baseline(work: Work, setup: Setup, policy: Baseline, progress: Progress | None = None) -> ServerOutcome:
+def run_baseline(work: Work, setup: Setup, policy: Baseline,
+                 progress: Progress | None = None) -> ServerOutcome:
     """Simulate SGLang's default loop for ``policy`` (module docstring) on a lone server. Returns its
     :class:`~pdmux_cli.simulate.policies.ServerOutcome`: end time, idle seconds, counters."""
     return drive(baseline_rounds(work, setup, policy, progress))
@@ -345,7 +347,8 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                 continue  # admitted requests that finished at once (one output token): admit more next round
         elif seqs:
             prefill_batches += 1
-            rows = n if mixed and n and work.free >= n else 0  # decode rows sit out when their KV does not fit
+            # decode rows sit out when their KV does not fit
+            rows = n if mixed and n and work.free >= n else 0
             if rows:  # (their KV slots were made room for with the batch's)
                 gpu = step_model.mixed_s(seqs, rows, batch.sum_context, batch.sum_window)
                 mixed_steps += 1
@@ -370,14 +373,16 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             while True:  # decode rounds; the next one too while it would be one (the checks above, in order)
                 if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
                     ratio = work.ratio
-                    if ratio > MIN_RATIO:  # Work.decay_ratio, inline: the hot path (max(MIN_RATIO, r), exactly)
+                    # Work.decay_ratio, inline: the hot path (max(MIN_RATIO, r), exactly)
+                    if ratio > MIN_RATIO:
                         ratio -= RATIO_DECAY
                         work.ratio = ratio if ratio > MIN_RATIO else MIN_RATIO  # noqa: FURB136 - no call
                 elif work.check_decode_memory():
                     n = batch.n
                 else:
                     work.decay_ratio()
-                gpu = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max) + n * per_request
+                gpu = (decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
+                       + n * per_request)
                 cpu = cpu_of.get(n) or cpu_of.add(n)
                 if overlap:
                     t += cpu if cpu > gpu else gpu  # noqa: FURB136 - max(gpu, cpu) exactly, no call
@@ -435,14 +440,15 @@ def pdmux_round_s(step_model: StepModel, decode_sms: int, n: int, sum_context: f
     only, then processes the results on the CPU with the overlap scheduler off (SGLang asserts it): one
     decode step on ``decode_sms`` plus the CPU's work of the step (``StepModel.decode_cpu_s``) and its time
     per request beyond the kernels (``StepModel.request_s``). The loop
-    below (:func:`pdmux_rounds`) and ``pdmux gen-config --slo-itl`` (:mod:`pdmux_cli.planning.slo_levels`) both time
-    rounds with this function, so the ITL a YAML is sized for is the one the simulator gives.
+    below (:func:`pdmux_rounds`) and ``pdmux gen-config --slo-itl`` (:mod:`pdmux_cli.planning.slo_levels`)
+    both time rounds with this function, so the ITL a YAML is sized for is the one the simulator gives.
     """
     return (step_model.decode_s(decode_sms, n, sum_context, sum_window, corun_sms, cuda_graph)
             + step_model.decode_cpu_s(n) + step_model.request_s(n))
 
 
-def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None) -> ServerOutcome:
+def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy,
+              progress: Progress | None = None) -> ServerOutcome:
     """Simulate SGLang's pdmux loop over ``work`` (see the module docstring) on a lone server. Returns
     its :class:`~pdmux_cli.simulate.policies.ServerOutcome`: end time, idle seconds, groups, time per group,
     counters, notes and, when 0.5.23 would crash, the time and the requests cut short."""
@@ -454,7 +460,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     step_model = setup.step_model
     cfg = policy.config
     total = setup.total_sms
-    plan = split_levels.plan_groups(total, setup.compute_capability, cfg.sm_group_num, cfg.manual_divisions or None)
+    plan = split_levels.plan_groups(total, setup.compute_capability, cfg.sm_group_num,
+                                    cfg.manual_divisions or None)
     groups = [tuple(g) for g in plan.groups]
     n_groups = len(groups)
     last = n_groups - 1
@@ -470,7 +477,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     fast_memory = work.cache is None
     capacity = work.capacity
     group_time = [0.0] * n_groups
-    counters = {"prefill_batches": 0, "rounds": 0, "older_sglang_crash_rounds": 0, "decode_emptied_during_prefill": 0}
+    counters = {"prefill_batches": 0, "rounds": 0, "older_sglang_crash_rounds": 0,
+                "decode_emptied_during_prefill": 0}
     notes: list[str] = []
     crash_first: tuple[float, int] | None = None
     crashed_at = None
@@ -544,7 +552,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                         t = stream_free
                     group = 0
                     layer_s = step_model.prefill_s(total, pf_seqs) / layers
-                done = max(t, stream_free) + (layers - submitted) * layer_s + cpu_s(len(pf)) + step_model.request_s(len(pf))
+                done = (max(t, stream_free) + (layers - submitted) * layer_s + cpu_s(len(pf))
+                        + step_model.request_s(len(pf)))
                 group_time[0] += done - t
                 t = done
                 work.first_tokens(pf, t)
@@ -565,8 +574,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 k = per_round if submitted + per_round <= layers else layers - submitted
                 stream_free = max(t, stream_free) + k * layer_s
                 submitted += k
-            tau = round_s(step_model, pf_d, n, batch.sum_context, batch.sum_window, pf_p if stream_free > t else 0,
-                          n <= graph_max)
+            tau = round_s(step_model, pf_d, n, batch.sum_context, batch.sum_window,
+                          pf_p if stream_free > t else 0, n <= graph_max)
             group_time[group] += tau
         else:
             tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
@@ -599,7 +608,7 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
             ratio = work.ratio
             if ratio > MIN_RATIO:  # max(MIN_RATIO, ratio - RATIO_DECAY), exactly
                 ratio -= RATIO_DECAY
-                work.ratio = ratio if ratio > MIN_RATIO else MIN_RATIO  # noqa: FURB136 - no call on the hot path
+                work.ratio = ratio if ratio > MIN_RATIO else MIN_RATIO  # noqa: FURB136 - no call (hot path)
             tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
             group_time[last] += tau
             t += tau
@@ -620,11 +629,11 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     counters.update(work.cache_counters())
     if crashed_at is not None:
         notes.append(
-            f"SGLang 0.5.23 crashes here (UnboundLocalError in adjust_stream_groups) at t={crashed_at:.2f} s: a "
-            f"prefill starts with {crash_first[1]} decode request(s) and no manual_divisions threshold is <= that; "
-            f"the simulation stops, {len(unfinished)} request(s) unfinished (counted as missing the SLO); fix the "
-            "thresholds (the first one 0), or simulate the unreleased branches' fallback (group 1) with "
-            "--unreleased-fallback"
+            f"SGLang 0.5.23 crashes here (UnboundLocalError in adjust_stream_groups) at t={crashed_at:.2f} "
+            f"s: a prefill starts with {crash_first[1]} decode request(s) and no manual_divisions threshold "
+            f"is <= that; the simulation stops, {len(unfinished)} request(s) unfinished (counted as missing "
+            "the SLO); fix the thresholds (the first one 0), or simulate the unreleased branches' fallback "
+            "(group 1) with --unreleased-fallback"
         )
     elif crash_first is not None:
         notes.append(
