@@ -54,8 +54,8 @@ def test_every_policy_meets_the_protocol(policy, setup) -> None:
                        "routing_known", "run"}
     for name in members:
         assert hasattr(policy, name), name
-    assert isinstance(policy.kind, str) and isinstance(policy.label, str) and isinstance(policy.chunk_tokens,
-                                                                                         int)
+    assert isinstance(policy.kind, str) and isinstance(policy.label, str)
+    assert isinstance(policy.chunk_tokens, int)
     deployment = policy.deployment(setup, 2, "total_requests")
     assert isinstance(deployment, Deployment) and deployment.servers == policy.servers(2)
 
