@@ -83,6 +83,7 @@ class ServerPolicy:
 
     @property
     def label(self) -> str:
+        """The schedule as printed (each subclass names itself)."""
         raise NotImplementedError
 
     def check(self) -> None:
@@ -103,6 +104,7 @@ class ServerPolicy:
         return True
 
     def rounds(self, work: Work, setup: Setup, progress: Progress | None = None) -> Rounds:
+        """Its scheduler loop over ``work`` as a generator (:data:`~pdmux_cli.simulate.policies.Rounds`)."""
         raise NotImplementedError
 
     def run(self, trace: Trace, setup: Setup, *, dp: int = 1, method: str = "round_robin",
