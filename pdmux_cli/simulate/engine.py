@@ -520,7 +520,7 @@ class RunResult:
     the GPU had nothing to run. ``group_time_s``: pdmux only, seconds in each stream group (``groups``).
     ``counters``: prefill batches, rounds, retractions... ``kv_pool_tokens``: the pool simulated (one
     server's). ``gpus``: GPUs the policy ran on; ``layout``: how (``"TP 2"``, ``"DP 4 x TP 2"``,
-    ``"1P1D x TP 1"``; :func:`pdmux_cli.simulate.cluster.layout_text`); ``router``: the load-balance
+    ``"1P1D x TP 1"``; :func:`pdmux_cli.multigpu.disaggregation.layout_text`); ``router``: the load-balance
     method between its servers (``""`` for one server). ``server``: per request, the server that served it
     (a DP replica, or a disaggregation's decode instance; -1 where none did), empty for one server;
     ``prefill_server``: a disaggregation's prefill instance per request. ``output_delay_s``: how long a

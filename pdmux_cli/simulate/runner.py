@@ -109,7 +109,7 @@ def _policy_task(shared: tuple, policy: Policy) -> PolicyMetrics | InputError:
 
 
 def _replica_task(shared: tuple, task: tuple) -> tuple | InputError:
-    """One DP replica of one policy, simulated apart (:func:`pdmux_cli.simulate.cluster.replica_run`)."""
+    """One DP replica of one policy, simulated apart (:func:`pdmux_cli.simulate.servers.replica_run`)."""
     trace, setup, slo_ttft_ms, slo_itl_ms, dp, _method, _concurrency, max_steps = shared
     policy, index = task
     try:
@@ -132,7 +132,7 @@ def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], sl
 
     ``executor`` (:mod:`.executors`: ``local``, ``ray`` at ``ray_address``, or one already open) and
     ``workers``: with more than one worker, each policy is a task, and with ``dp`` round-robin replicas
-    (:func:`~pdmux_cli.simulate.cluster.replicas_apart`) each replica is (``total_requests`` needs every
+    (:func:`~pdmux_cli.simulate.servers.replicas_apart`) each replica is (``total_requests`` needs every
     replica's queue at each arrival: its replicas run in one task, behind the router). ``progress``: called
     with the requests finished over all policies (per task when they run in workers). ``csv``: a
     ``csv.writer`` or a :class:`~pdmux_cli.simulate.fold.CsvSink` for every policy's per-request rows, in
@@ -144,30 +144,14 @@ def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], sl
     from .executors import check_executor, local_workers, using
 
     n = len(trace)
-    tasks: list[tuple[int, int]] = []  # (policy, replica or -1)
-    for i, policy in enumerate(policies):
-        if replicas_apart(policy, setup, dp, load_balance_method):
-            tasks += [(i, r) for r in range(dp)]
-        else:
-            tasks.append((i, -1))
+    tasks = _tasks(policies, setup, dp, load_balance_method)
     here = (isinstance(executor, str) and check_executor(executor, ray_address) == "local"
             and local_workers(workers, len(tasks)) == 1)
     if here:  # one after another in this process: rows and progress as requests finish
-        results: list[PolicyMetrics | InputError] = []
-        for i, policy in enumerate(policies):
-            callback = None if progress is None else (lambda finished, base=i * n: progress(base + finished))
-            if hasattr(csv, "begin"):
-                csv.begin()
-            try:
-                results.append(simulate_metrics(
-                    trace, setup, policy, slo_ttft_ms, slo_itl_ms, progress=callback, dp=dp,
-                    load_balance_method=load_balance_method, max_concurrency=max_concurrency,
-                    max_steps=max_steps, csv=csv, progress_steps=progress_steps))
-            except InputError as exc:
-                if hasattr(csv, "abandon"):
-                    csv.abandon()  # a refused policy has no rows
-                results.append(exc)
-        return results
+        options = {"dp": dp, "load_balance_method": load_balance_method, "max_concurrency": max_concurrency,
+                   "max_steps": max_steps, "csv": csv, "progress_steps": progress_steps}
+        return [_policy_here(trace, setup, policy, slo_ttft_ms, slo_itl_ms, _from(progress, i * n), **options)
+                for i, policy in enumerate(policies)]
     parts: dict[int, list] = {i: [None] * dp for i, r in tasks if r >= 0}
     out: list[PolicyMetrics | InputError | None] = [None] * len(policies)
     left = {i: sum(1 for j, _ in tasks if j == i) for i in range(len(policies))}
@@ -195,15 +179,8 @@ def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], sl
                 parts[i][r] = value
                 finished += n / dp
                 if not left[i]:
-                    refused = next((p for p in parts[i] if isinstance(p, InputError)), None)
-                    if refused is not None:
-                        out[i] = refused
-                    else:
-                        fold = new_fold(trace, policies[i], slo_ttft_ms, slo_itl_ms, dp=dp,
-                                        max_steps=max_steps)
-                        result = merge_replicas(trace, setup, policies[i], dp, parts[i], fold)
-                        out[i] = summarize(result, slo_ttft_ms, slo_itl_ms)
-                    del parts[i]
+                    out[i] = _merged(trace, setup, policies[i], slo_ttft_ms, slo_itl_ms, dp, max_steps,
+                                     parts.pop(i))
             if progress is not None:
                 progress(round(finished))
             while written < len(policies) and out[written] is not None:  # rows in policy order
@@ -211,6 +188,52 @@ def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], sl
                     _write_rows(csv, policies[written].label, trace, out[written])
                 written += 1
     return out  # type: ignore[return-value]
+
+
+def _tasks(policies: Sequence[Policy], setup: Setup, dp: int, method: str) -> list[tuple[int, int]]:
+    """``(policy index, replica)`` per task: each replica of a policy whose replicas run apart
+    (:func:`~pdmux_cli.simulate.servers.replicas_apart`), else the policy whole (replica -1)."""
+    tasks: list[tuple[int, int]] = []
+    for i, policy in enumerate(policies):
+        if replicas_apart(policy, setup, dp, method):
+            tasks += [(i, r) for r in range(dp)]
+        else:
+            tasks.append((i, -1))
+    return tasks
+
+
+def _from(progress: Progress | None, base: int) -> Progress | None:
+    """``progress`` called with ``base`` more requests finished (the policies before), or ``None``."""
+    if progress is None:
+        return None
+    return lambda finished: progress(base + finished)
+
+
+def _policy_here(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: float, slo_itl_ms: float,
+                 progress: Progress | None, *, csv: Any = None, **options: Any) -> PolicyMetrics | InputError:
+    """One policy of :func:`simulate_policies` run in this process (:func:`simulate_metrics`, ``options``
+    its keywords): its metrics, or the InputError that refused it (its rows then cut off a
+    :class:`~pdmux_cli.simulate.fold.CsvSink`)."""
+    if hasattr(csv, "begin"):
+        csv.begin()
+    try:
+        return simulate_metrics(trace, setup, policy, slo_ttft_ms, slo_itl_ms, progress=progress, csv=csv,
+                                **options)
+    except InputError as exc:
+        if hasattr(csv, "abandon"):
+            csv.abandon()  # a refused policy has no rows
+        return exc
+
+
+def _merged(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: float, slo_itl_ms: float, dp: int,
+            max_steps: int | None, parts: Sequence) -> PolicyMetrics | InputError:
+    """A policy's ``dp`` replicas simulated apart (:func:`_replica_task`, in replica order) merged and
+    summarized, or the first replica's refusal."""
+    refused = next((p for p in parts if isinstance(p, InputError)), None)
+    if refused is not None:
+        return refused
+    fold = new_fold(trace, policy, slo_ttft_ms, slo_itl_ms, dp=dp, max_steps=max_steps)
+    return summarize(merge_replicas(trace, setup, policy, dp, parts, fold), slo_ttft_ms, slo_itl_ms)
 
 
 def _write_rows(csv: Any, label: str, trace: Trace, metrics: PolicyMetrics) -> None:
