@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from ..multigpu.disaggregation import MAX_INSTANCES, KvLink, check_load_balance_method, layout_text
+from ..multigpu.disaggregation import MAX_INSTANCES, KvLink, check_load_balance_method
 from ..sglang import server_defaults as sgl
 from ..util.errors import InputError
 from .columns import Column
@@ -231,8 +231,7 @@ def _note_pools(notes: list[str], trace: Trace, never: set[int], decode_pool_tok
 
 def _deployment(xpyd: tuple[int, int], tp: int, method: str) -> Deployment:
     """X + Y instances of ``tp`` GPUs behind ``method``, a router choosing where a side has more than one."""
-    return Deployment(gpus=sum(xpyd) * tp, layout=layout_text(tp, xpyd=xpyd), servers=sum(xpyd),
-                      method=method, routed=max(xpyd) > 1, xpyd=xpyd)
+    return Deployment(tp=tp, xpyd=xpyd, method=method, routed=max(xpyd) > 1)
 
 
 def _note_transfers(counters: dict, notes: list[str], link: KvLink, trace: Trace, moved: Sequence[int],

@@ -23,6 +23,8 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from ..multigpu.disaggregation import layout_text
+
 if TYPE_CHECKING:
     from .engine import Progress, RunResult, Setup, Work
     from .traces import Trace
@@ -62,20 +64,32 @@ Rounds = Generator[float, None, ServerOutcome]
 
 @dataclass(frozen=True)
 class Deployment:
-    """Where a policy runs. ``gpus``: GPUs over all its servers. ``layout``: how, as printed
-    (``"1 GPU"``, ``"TP 2"``, ``"DP 4 x TP 2"``, ``"1P1D x TP 1"``;
-    :func:`pdmux_cli.multigpu.disaggregation.layout_text`). ``servers``: SGLang servers (``dp``
-    replicas, or a disaggregation's X + Y instances). ``method``: the load-balance method of its router
-    (SGLang's ``--load-balance-method``). ``routed``: whether a router chooses among servers (more than
-    one replica, or more than one instance on a side of a disaggregation). ``xpyd``: a disaggregation's
-    prefill and decode instances, ``None`` for colocated servers."""
+    """Where a policy runs: ``dp`` replicas of a server of ``tp`` GPUs, or with ``xpyd`` a
+    disaggregation's X prefill and Y decode instances of ``tp`` GPUs each. ``method``: the load-balance
+    method of its router (SGLang's ``--load-balance-method``). ``routed``: whether a router chooses among
+    servers (more than one replica, or more than one instance on a side of a disaggregation)."""
 
-    gpus: int
-    layout: str
-    servers: int = 1
+    tp: int = 1
+    dp: int = 1
+    xpyd: tuple[int, int] | None = None
     method: str = "round_robin"
     routed: bool = False
-    xpyd: tuple[int, int] | None = None
+
+    @property
+    def servers(self) -> int:
+        """SGLang servers: the replicas, or the X + Y instances."""
+        return sum(self.xpyd) if self.xpyd is not None else self.dp
+
+    @property
+    def gpus(self) -> int:
+        """GPUs over all its servers."""
+        return self.servers * self.tp
+
+    @property
+    def layout(self) -> str:
+        """How, as printed: ``"1 GPU"``, ``"TP 2"``, ``"DP 4 x TP 2"``, ``"1P1D x TP 1"``
+        (:func:`pdmux_cli.multigpu.disaggregation.layout_text`)."""
+        return layout_text(self.tp, self.dp, self.xpyd)
 
     @property
     def router(self) -> str:

@@ -54,7 +54,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..multigpu.disaggregation import layout_text
 from ..sglang import split_levels
 from ..sglang.pdmux_config import PdmuxConfig
 from ..sglang.server_defaults import MIN_NEW_TOKEN_RATIO as MIN_RATIO
@@ -96,8 +95,7 @@ class ServerPolicy:
     def deployment(self, setup: Setup, dp: int = 1, method: str = "round_robin",
                    routed: bool | None = None) -> Deployment:
         """``dp`` replicas of ``setup``'s ``setup.tp`` GPUs; routed (by default) when more than one."""
-        return Deployment(gpus=dp * setup.tp, layout=layout_text(setup.tp, dp), servers=dp, method=method,
-                          routed=dp > 1 if routed is None else routed)
+        return Deployment(tp=setup.tp, dp=dp, method=method, routed=dp > 1 if routed is None else routed)
 
     def routing_known(self, setup: Setup, dp: int, method: str) -> bool:
         """Round-robin replicas stay in turn: no replica stops taking requests."""
