@@ -22,7 +22,7 @@ import typer
 from ..util.atomic import check_writable, refuse_overwriting_inputs
 from ..util.errors import InputError, short_repr
 from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
-from . import app
+from .app import app
 from .common import (
     console,
     gpu_file,

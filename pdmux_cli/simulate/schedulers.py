@@ -59,16 +59,13 @@ from ..sglang.pdmux_config import PdmuxConfig
 from ..sglang.server_defaults import MIN_NEW_TOKEN_RATIO as MIN_RATIO
 from ..sglang.server_defaults import NEW_TOKEN_RATIO_DECAY as RATIO_DECAY
 from ..util.errors import InputError
-from .engine import STEP_CHECK_EVERY, Progress, RunResult, Setup, Work
+from .engine import Progress, RunResult, Setup, Work
 from .policies import Deployment, Rounds, ServerOutcome
 from .servers import drive, serve
 
 if TYPE_CHECKING:
     from ..costmodel import StepModel
     from .traces import Trace
-
-#: Decode steps between two progress callbacks and checks of the step limit.
-PROGRESS_EVERY = STEP_CHECK_EVERY
 
 
 class ServerPolicy:
