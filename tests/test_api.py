@@ -323,3 +323,9 @@ def test_every_package_ships() -> None:
     }
     assert found <= listed, sorted(found - listed)
     assert {"pdmux", "pdmux_cli.workflows"} <= listed
+
+
+def test_package_docstring_example_runs() -> None:
+    """``pdmux/__init__.py``'s example gives what it says (the level SGLang picks for 64 decode requests)."""
+    result = doctest.testmod(pdmux, verbose=False)
+    assert result.attempted >= 2 and result.failed == 0
