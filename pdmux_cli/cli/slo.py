@@ -24,7 +24,8 @@ def slo_levels_config(gpu_profile: Any, model: str, slo_itl_ms: float, *, contex
     takes them (``None``: the same defaults). Raises :class:`InputError` for bad or conflicting inputs.
     """
     from .. import slo_levels as sl
-    from .simulate import _drop_past_context, _load_workload, _setup
+    from ..workflows.server import ServerOptions, build_setup
+    from ..workflows.workload import WorkloadOptions, fit_to_model, load_workload
 
     sl.check_target_ms(slo_itl_ms)
     if gpu_profile is None:
@@ -36,14 +37,14 @@ def slo_levels_config(gpu_profile: Any, model: str, slo_itl_ms: float, *, contex
                          if context is None else "give --context or --trace, not both")
     if sm_group_num < 3:
         raise InputError(f"--sm-group-num must be >= 3 (one level at least), got {sm_group_num}")
-    setup = _setup(None, model, cost_model=cost_model, calibration=calibration, gpu_profile=gpu_profile, tp=tp,
-                   step_overhead_ms=step_overhead_ms, per_request_overhead_ms=per_request_overhead_ms,
-                   max_running_requests=max_running_requests)
+    setup = build_setup(ServerOptions(model=model, cost_model=cost_model, calibration=calibration, tp=tp,
+                                      step_overhead_ms=step_overhead_ms,
+                                      per_request_overhead_ms=per_request_overhead_ms,
+                                      max_running_requests=max_running_requests), gpu_profile=gpu_profile)
     window = sl.model_window(setup.model)
     notes: list[str] = []
     if trace is not None:
-        workload = _load_workload(trace, False, None, None, None, max_requests, None, 0, "1024", "128")
-        workload = _drop_past_context(workload, setup.model)
+        workload = fit_to_model(load_workload(WorkloadOptions(trace=trace, max_requests=max_requests)), setup.model)
         if workload.bad_rows:
             notes.append(workload.bad_rows_text())
         batch = sl.trace_context(workload.prompt_tokens, workload.output_tokens, window,
