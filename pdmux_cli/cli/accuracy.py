@@ -39,8 +39,8 @@ def _terms_table(terms: list, title: str, first: str) -> object:
 def accuracy(
     as_json: bool = typer.Option(False, "--json", help="Print JSON (errors as fractions: 0.05 = 5%)."),
     serving: bool = typer.Option(False, "--serving", help=(
-        "Whole servers instead of kernels: replay every shipped public SGLang serving run end to end (simulate "
-        "with its setup) and compare TTFT, ITL, TPOT, E2E and throughput.")),
+        "Whole servers instead of kernels: replay every shipped public SGLang serving run end to end "
+        "(simulate with its setup) and compare TTFT, ITL, TPOT, E2E and throughput.")),
     runs: bool = typer.Option(False, "--runs", help=(
         "--serving: every run's figures and the pdmux simulate command that replays it.")),
     workers: int | None = typer.Option(None, "--workers", help=(
@@ -68,16 +68,19 @@ def _print_terms(terms: list) -> None:
     from ..costmodel.accuracy import METHODS
 
     con = console()
-    con.print(_terms_table(terms, "Roofline cost model vs measurements (|predicted - measured| / measured)", "term"))
+    con.print(_terms_table(terms, "Roofline cost model vs measurements (|predicted - measured| / "
+                                  "measured)", "term"))
     for t in terms:
         if t.worst is not None:
-            con.print(f"worst {t.term}: {t.worst.what} ({t.worst.error:+.0%}); data: {t.data}", soft_wrap=True)
+            con.print(f"worst {t.term}: {t.worst.what} ({t.worst.error:+.0%}); data: "
+                      f"{t.data}", soft_wrap=True)
     for method, meaning in METHODS.items():
         print_note(con, f"{method}: {meaning}")
-    print_note(con, "Vidur has no attention times: the step terms are one layer's GEMMs and element-wise ops; "
-                    "attention is its own term. Green ctx: SGLang's tables name no model or TP, so their shapes "
-                    "(time on s SMs over the whole GPU's) are compared. Data: profiles/measurements/ (Vidur MIT, "
-                    "NanoFlow Apache-2.0, aiconfigurator-core 0.12.0 Apache-2.0, SGLang 56f74d24 Apache-2.0)")
+    print_note(con, "Vidur has no attention times: the step terms are one layer's GEMMs and element-wise "
+                    "ops; attention is its own term. Green ctx: SGLang's tables name no model or TP, so "
+                    "their shapes (time on s SMs over the whole GPU's) are compared. Data: "
+                    "profiles/measurements/ (Vidur MIT, NanoFlow Apache-2.0, aiconfigurator-core 0.12.0 "
+                    "Apache-2.0, SGLang 56f74d24 Apache-2.0)")
 
 
 def _runs_table(outcomes: list) -> object:
@@ -106,7 +109,8 @@ def _print_serving(terms: list, outcomes: list, show_runs: bool) -> None:
         con.print(_runs_table(outcomes))
         for o in outcomes:
             con.print(f"{o.run.id}: {o.error or o.run.command()}", soft_wrap=True)
-    con.print(_terms_table(terms, "Simulated SGLang server vs public serving runs (|predicted - measured| / measured)",
+    con.print(_terms_table(terms, "Simulated SGLang server vs public serving runs (|predicted - measured| / "
+                                  "measured)",
                            "metric"))
     for t in terms:
         if t.worst is not None:
@@ -114,9 +118,10 @@ def _print_serving(terms: list, outcomes: list, show_runs: bool) -> None:
     failed = [o for o in outcomes if o.error]
     if failed:
         print_note(con, f"{len(failed)} run(s) not simulated: " + "; ".join(o.error for o in failed))
-    print_note(con, f"in-sample: {METHODS['in-sample']} (profiles/efficiency/serving.yaml, benchmarks/fit_serving.py)")
-    print_note(con, f"{len(outcomes)} runs from public pages (profiles/measurements/serving/, each with its source "
-                    "URL), replayed with SGLang's default schedule (chunked prefill, the overlap scheduler from 0.4 "
-                    "on) and the serving terms of the run's release line; ShareGPT lengths are approximations, "
-                    "bench_serving's random lengths exact; --runs lists every run and the pdmux simulate command "
-                    "that replays it")
+    print_note(con, f"in-sample: {METHODS['in-sample']} (profiles/efficiency/serving.yaml, "
+                    "benchmarks/fit_serving.py)")
+    print_note(con, f"{len(outcomes)} runs from public pages (profiles/measurements/serving/, each with its "
+                    "source URL), replayed with SGLang's default schedule (chunked prefill, the overlap "
+                    "scheduler from 0.4 on) and the serving terms of the run's release line; ShareGPT "
+                    "lengths are approximations, bench_serving's random lengths exact; --runs lists every "
+                    "run and the pdmux simulate command that replays it")

@@ -35,7 +35,8 @@ def _table(fit: Any, title: str) -> Any:
     from rich.table import Table
 
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col, just in (("step", "left"), ("from", "left"), ("batch", "right"), ("tokens", "right"), ("n", "right"),
+    for col, just in (("step", "left"), ("from", "left"), ("batch", "right"), ("tokens", "right"),
+                      ("n", "right"),
                       ("measured", "right"), ("calibrated", "right"), ("shipped", "right")):
         table.add_column(col, justify=just, no_wrap=True)
     rows = sorted(fit.rows, key=lambda r: (r.point.kind, r.point.source, r.point.batch, r.point.tokens))
@@ -47,7 +48,8 @@ def _table(fit: Any, title: str) -> Any:
         shown = bench + (log[:: max(1, -(-len(log) // room))] if room > 0 else [])
     for r in shown:
         p = r.point
-        table.add_row(p.kind, "log" if p.source == "server log" else "bench", str(p.batch), f"{p.tokens:,.0f}",
+        table.add_row(p.kind, "log" if p.source == "server "
+                                                   "log" else "bench", str(p.batch), f"{p.tokens:,.0f}",
                       str(p.count), _ms(p.measured_s), _off(r.calibrated_s, p.measured_s),
                       _off(r.uncalibrated_s, p.measured_s))
     if len(rows) > len(shown):
@@ -58,17 +60,29 @@ def _table(fit: Any, title: str) -> Any:
 
 @app.command()
 def calibrate(
-    sglang_bench: list[Path] = typer.Option([], "--sglang-bench", help="JSONL of 'python -m sglang.benchmark.one_batch --result-filename' (repeatable)."),
+    sglang_bench: list[Path] = typer.Option([], "--sglang-bench", help=(
+        "JSONL of 'python -m sglang.benchmark.one_batch --result-filename' (repeatable).")),
     sglang_log: list[Path] = typer.Option([], "--sglang-log", help="An SGLang server log (repeatable)."),
-    bench_serving: list[Path] = typer.Option([], "--bench-serving", help="The --output-file of 'python -m sglang.bench_serving' (repeatable; one run per line, --output-details gives the exact lengths): fits the serving terms (admission delay and interval, per-request step time) of your server."),
-    workers: int | None = typer.Option(None, "--workers", help="--bench-serving: processes for the fit (default: the cores available)."),
-    model: str | None = typer.Option(None, "--model", "-m", help="The model measured: profile name or config.json."),
-    gpu: str | None = typer.Option(None, "--gpu", "-g", help="The GPU measured: alias, reported name or profile file."),
+    bench_serving: list[Path] = typer.Option([], "--bench-serving", help=(
+        "The --output-file of 'python -m sglang.bench_serving' (repeatable; one run per line, "
+        "--output-details gives the exact lengths): fits the serving terms (admission delay and interval, "
+        "per-request step time) of your server.")),
+    workers: int | None = typer.Option(None, "--workers", help=(
+        "--bench-serving: processes for the fit (default: the cores available).")),
+    model: str | None = typer.Option(None, "--model", "-m", help=(
+        "The model measured: profile name or config.json.")),
+    gpu: str | None = typer.Option(None, "--gpu", "-g", help=(
+        "The GPU measured: alias, reported name or profile file.")),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree of the measurements (pdmux models 1)."),
-    kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element the server used (default: by --kv-cache-dtype)."),
-    kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help="The server's --kv-cache-dtype: auto (the model's dtype; fp8_e4m3 where its quantization_config says kv_cache_quant_algo FP8), fp8_e4m3, fp8_e5m2, bf16 (default: auto)."),
-    merge: list[Path] = typer.Option([], "--merge", help="Merge two calibration files (pdmux bench + pdmux calibrate) instead."),
-    output: Path | None = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>", help="Write calibration.yaml here (whole or not at all); default: print it."),
+    kv_bytes: float | None = typer.Option(None, "--kv-bytes", help=(
+        "Bytes per KV-cache element the server used (default: by --kv-cache-dtype).")),
+    kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help=(
+        "The server's --kv-cache-dtype: auto (the model's dtype; fp8_e4m3 where its quantization_config says "
+        "kv_cache_quant_algo FP8), fp8_e4m3, fp8_e5m2, bf16 (default: auto).")),
+    merge: list[Path] = typer.Option([], "--merge", help=(
+        "Merge two calibration files (pdmux bench + pdmux calibrate) instead.")),
+    output: Path | None = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>", help=(
+        "Write calibration.yaml here (whole or not at all); default: print it.")),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (the fit, every point, the YAML)."),
 ) -> None:
     """Fit the cost model's whole-GPU terms to your own SGLang's one-batch results and server logs, and
@@ -80,7 +94,8 @@ def calibrate(
     from ..workflows.calibrate import calibrate as run
 
     result = run(CalibrateRequest(sglang_bench=tuple(sglang_bench), sglang_log=tuple(sglang_log),
-                                  bench_serving=tuple(bench_serving), workers=workers, model=model, gpu=gpu, tp=tp,
+                                  bench_serving=tuple(bench_serving), workers=workers, model=model, gpu=gpu,
+                                  tp=tp,
                                   kv_bytes=kv_bytes, kv_cache_dtype=kv_cache_dtype, merge=tuple(merge),
                                   output=output))
     if as_json:
@@ -89,7 +104,8 @@ def calibrate(
         if output is None:
             sys.stdout.write(result.yaml)
         else:
-            console().print(f"wrote {output} ({result.calibration.gpu_name}: SM-partition and whole-GPU terms)")
+            console().print(f"wrote {output} ({result.calibration.gpu_name}: SM-partition and whole-GPU "
+                            "terms)")
     else:
         _print_fit(result)
 
@@ -100,16 +116,18 @@ def _print_fit(result: Any) -> None:
     con = console(stderr=output is None)
     if result.mode == "whole_gpu":
         fit, base, t = result.fit, result.base, result.fit.terms
-        con.print(_table(fit, f"{result.model.name} on {result.profile.name}, ms: measured, calibrated, shipped model"))
+        con.print(_table(fit, f"{result.model.name} on {result.profile.name}, ms: measured, calibrated, "
+                              "shipped model"))
         con.print(f"fitted: {fit.decode_mode} (decode), {fit.prefill_mode} (prefill); median error "
-                  f"{t.median_error:.1%} (shipped model: {t.uncalibrated_median_error:.1%}) on {result.points} points",
+                  f"{t.median_error:.1%} (shipped model: {t.uncalibrated_median_error:.1%}) on "
+                  f"{result.points} points",
                   soft_wrap=True)
         con.print(f"efficiencies: GEMM bandwidth {t.gemm_bandwidth_efficiency:.3f} (shipped "
                   f"{base.eff.gemm.bandwidth_efficiency:.3f}), KV bandwidth {t.kv_bandwidth_efficiency:.3f} "
-                  f"({base.eff.decode_attention.bandwidth_efficiency:.3f}), GEMM compute {t.gemm_peak_efficiency:.3f} "
-                  f"({base.eff.gemm.peak_efficiency:.3f}), attention compute {t.attention_peak_efficiency:.3f} "
-                  f"({base.eff.prefill_attention.peak_efficiency:.3f}); {t.decode_fixed_s * 1e3:+.2f} ms per decode "
-                  "step", soft_wrap=True)
+                  f"({base.eff.decode_attention.bandwidth_efficiency:.3f}), GEMM compute "
+                  f"{t.gemm_peak_efficiency:.3f} ({base.eff.gemm.peak_efficiency:.3f}), attention compute "
+                  f"{t.attention_peak_efficiency:.3f} ({base.eff.prefill_attention.peak_efficiency:.3f}); "
+                  f"{t.decode_fixed_s * 1e3:+.2f} ms per decode step", soft_wrap=True)
         for note in result.notes:
             print_note(con, note)
     if result.serving is not None:
@@ -118,9 +136,11 @@ def _print_fit(result: Any) -> None:
     if output is None:
         sys.stdout.write(result.yaml)
     elif result.mode == "whole_gpu":
-        con.print(f"wrote {output}; use it with --calibration {output} (estimate, simulate, tune)", soft_wrap=True)
+        con.print(f"wrote {output}; use it with --calibration {output} (estimate, simulate, "
+                  "tune)", soft_wrap=True)
     else:
-        con.print(f"wrote {output}; use it with --calibration {output} (simulate, capacity, tune)", soft_wrap=True)
+        con.print(f"wrote {output}; use it with --calibration {output} (simulate, capacity, "
+                  "tune)", soft_wrap=True)
 
 
 def _print_serving(con: Any, terms: Any, before: dict, after: dict, notes: list[str]) -> None:
@@ -128,8 +148,8 @@ def _print_serving(con: Any, terms: Any, before: dict, after: dict, notes: list[
     import statistics
 
     con.print(f"serving terms: admission delay {terms.admission_delay_s * 1e3:g} ms, admission interval "
-              f"{terms.admission_interval_s * 1e3:g} ms, {terms.per_request_step_s * 1e3:g} ms per request per step "
-              f"(fitted to {terms.runs} bench_serving run(s))", soft_wrap=True)
+              f"{terms.admission_interval_s * 1e3:g} ms, {terms.per_request_step_s * 1e3:g} ms per request "
+              f"per step (fitted to {terms.runs} bench_serving run(s))", soft_wrap=True)
     for kind, errors in after.items():
         shipped = statistics.median(before[kind]) if before.get(kind) else float("nan")
         con.print(f"  {kind}: median error {statistics.median(errors):.1%} (shipped terms: {shipped:.1%})")

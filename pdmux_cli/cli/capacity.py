@@ -96,8 +96,9 @@ def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_l
     over = ("req/s" if not many else f"req/s over all {counts[0]} GPUs" if len(counts) == 1
             else "req/s over all of a policy's GPUs")
     table = Table(title=title, title_justify="left",
-                  caption=f"max rate: highest arrival rate ({over}) at which >= {result.target:.0%} of requests meet "
-                          f"TTFT <= {result.slo_ttft_ms:g} ms and their p99 ITL <= {result.slo_itl_ms:g} ms"
+                  caption=f"max rate: highest arrival rate ({over}) at which >= {result.target:.0%} of "
+                          f"requests meet TTFT <= {result.slo_ttft_ms:g} ms and their p99 ITL <= "
+                          f"{result.slo_itl_ms:g} ms"
                           + ("; per GPU: max rate / GPUs" if many else "")
                           + "; goodput and p99s (ms; from 10 s on in s) at that rate",
                   caption_justify="left")
@@ -111,8 +112,10 @@ def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_l
         table.add_column(col.replace(" ", "\n") if two_line else col, justify=just, no_wrap=col == "layout")
     for p in policies:
         at = p.at
-        cells = {"layout": p.layout, "GPUs": str(p.gpus), "max rate": rate_text(p), "per GPU": _per_gpu_text(p),
-                 "SLO met": f"{at.slo_attainment:.1%}" if at else "-", "goodput": f"{at.goodput_rps:.3g}" if at else "-",
+        cells = {"layout": p.layout, "GPUs": str(p.gpus), "max rate": rate_text(p), "per "
+                                                                                    "GPU": _per_gpu_text(p),
+                 "SLO met": f"{at.slo_attainment:.1%}" if at else "-",
+                 "goodput": f"{at.goodput_rps:.3g}" if at else "-",
                  "TTFT p99": latency_cell(at.ttft_p99_ms) if at else "-",
                  "ITL p99": latency_cell(at.itl_p99_ms) if at else "-", "runs": str(len(p.points))}
         label = f"{p.label}\n{p.layout}" if in_cell else p.label
@@ -132,7 +135,7 @@ def capacity(
     trace: Path | None = TRACE_ARGUMENT,
     trace_option: Path | None = TRACE_OPTION,
     synthetic: bool = SYNTHETIC_OPTION,
-    fmt: str | None = FORMAT_OPTION,
+    trace_format: str | None = FORMAT_OPTION,
     qps: float | None = typer.Option(None, "--qps", help=(
         "Synthetic: the rate the arrivals are drawn at (the search scales it).")),
     max_requests: int | None = MAX_REQUESTS_OPTION,
@@ -147,8 +150,8 @@ def capacity(
         "Chunk sizes of 'chunked' (default: SGLang's default for the GPU).")),
     mixed_chunk_sizes: str = MIXED_CHUNK_SIZES_OPTION,
     config: list[Path] | None = typer.Option(None, "--config", help=(
-        "Also size pdmux with this YAML (e.g. from 'pdmux tune' or 'pdmux gen-config --slo-itl'), beside SGLang's "
-        "defaults; repeat it for several.")),
+        "Also size pdmux with this YAML (e.g. from 'pdmux tune' or 'pdmux gen-config --slo-itl'), beside "
+        "SGLang's defaults; repeat it for several.")),
     unreleased_fallback: bool = typer.Option(False, "--unreleased-fallback", help=(
         "pdmux: where SGLang 0.5.23 crashes (no manual threshold matches), use group 1 as its unreleased "
         "branches do.")),

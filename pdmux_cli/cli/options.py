@@ -25,23 +25,25 @@ MODEL_HELP = "Model profile name or path to a Hugging Face config.json."
 COST_MODEL_HELP = "roofline (fitted to measurements) or chapter (the chapter's illustrative model)."
 TP_HELP = ("Tensor parallelism: GPUs of one server the model is sharded over, as SGLang's --tp-size (1-8); "
            "the server is simulated as one of its ranks (every rank runs the same batches), memory per GPU.")
-DP_HELP = ("Data-parallel replicas of the server behind a router, each --tp GPUs (SGLang's --dp-size, or servers "
-           "behind sgl-router). Default 1, or with --disagg as many as put every policy on its GPUs "
+DP_HELP = ("Data-parallel replicas of the server behind a router, each --tp GPUs (SGLang's --dp-size, or "
+           "servers behind sgl-router). Default 1, or with --disagg as many as put every policy on its GPUs "
            "((X+Y) x --disagg-tp / --tp).")
-LOAD_BALANCE_HELP = ("How the router picks a replica (and, with --disagg, an instance on each side): round_robin "
-                     "(SGLang's default) or total_requests (the fewest outstanding requests), SGLang's names.")
+LOAD_BALANCE_HELP = ("How the router picks a replica (and, with --disagg, an instance on each side): "
+                     "round_robin (SGLang's default) or total_requests (the fewest outstanding requests), "
+                     "SGLang's names.")
 DISAGG_HELP = ("Add PD disaggregation: XPYD prefill and decode instances (1P1D, 2P6D), each --tp GPUs; "
-               "prefill-first on the prefill instances, the KV cache moved over --kv-link, decode on the decode "
-               "instances.")
-KV_LINK_HELP = ("--disagg: the link each GPU's share of a KV cache crosses: auto (the GPU's NVLink or PCIe when all "
-                "GPUs fit one node of 8, else RDMA 400 Gb/s per GPU), nvlink, pcie or rdma.")
+               "prefill-first on the prefill instances, the KV cache moved over --kv-link, decode on the "
+               "decode instances.")
+KV_LINK_HELP = ("--disagg: the link each GPU's share of a KV cache crosses: auto (the GPU's NVLink or PCIe "
+                "when all GPUs fit one node of 8, else RDMA 400 Gb/s per GPU), nvlink, pcie or rdma.")
 CALIBRATION_HELP = "calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate'."
 SLO_ITL_HELP = "ITL SLO, ms (judged on each request's p99 ITL)."
 S_SAT_HELP = "SMs that reach 95% of HBM bandwidth (default: the cost model's)."
 
 # The workload: a trace file or synthetic arrivals.
 TRACE_ARGUMENT = typer.Argument(None, help="Trace file: Azure CSV, Mooncake JSONL or BurstGPT CSV.")
-TRACE_OPTION = typer.Option(None, "--trace", help="The trace file, spelt as tune and gen-config --tune take it.")
+TRACE_OPTION = typer.Option(None, "--trace", help="The trace file, spelt as tune and gen-config --tune take "
+                                                  "it.")
 SYNTHETIC_OPTION = typer.Option(False, "--synthetic", help=(
     "Poisson arrivals at --qps instead of a trace file (--qps inf: all at once, with --max-requests)."))
 FORMAT_OPTION = typer.Option(None, "--format", help="azure, mooncake or burstgpt (default: detected).")
@@ -58,7 +60,8 @@ MODEL_OPTION = typer.Option("qwen3-8b", "--model", "-m", help=MODEL_HELP)
 GPU_OPTION = typer.Option(None, "--gpu", "-g", help=GPU_HELP)
 COST_MODEL_OPTION = typer.Option("roofline", "--cost-model", help=COST_MODEL_HELP)
 S_SAT_OPTION = typer.Option(None, "--s-sat", help=S_SAT_HELP)
-MFU_OPTION = typer.Option(None, "--mfu", help="Chapter model: fraction of dense FLOP/s prefill reaches (0.5).")
+MFU_OPTION = typer.Option(None, "--mfu", help="Chapter model: fraction of dense FLOP/s prefill reaches "
+                                              "(0.5).")
 PER_REQUEST_OVERHEAD_OPTION = typer.Option(None, "--per-request-overhead-ms", help=(
     "Roofline model: what every step spends per request in its batch beyond the kernels, ms, paid by every "
     "schedule (default: fitted to public SGLang serving runs, profiles/efficiency/serving.yaml)."))
@@ -71,7 +74,8 @@ ADMISSION_INTERVAL_OPTION = typer.Option(None, "--admission-interval-ms", help=(
 FIRST_TOKEN_DELAY_OPTION = typer.Option(None, "--first-token-delay-ms", help=(
     "Roofline model: from the step that makes a token until the client has it (detokenizer, streaming), ms: "
     "adds to TTFT and end-to-end latency, not to ITL (default: serving.yaml's fit)."))
-KV_BYTES_OPTION = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (default: by --kv-cache-dtype).")
+KV_BYTES_OPTION = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (default: by "
+                                                        "--kv-cache-dtype).")
 KV_CACHE_DTYPE_OPTION = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP)
 MAX_PREFILL_TOKENS_OPTION = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens.")
 NO_PREFIX_CACHE_OPTION = typer.Option(False, "--no-prefix-cache", help=(
@@ -90,12 +94,12 @@ SLO_ITL_DEFAULT_OPTION = typer.Option(60.0, "--slo-itl", help=SLO_ITL_HELP)
 # More than one server.
 DP_OPTION = typer.Option(None, "--dp", help=DP_HELP)
 TUNE_DP_OPTION = typer.Option(None, "--dp", help=(
-    "Data-parallel replicas of the server behind a router, each --tp GPUs (SGLang's --dp-size, or servers behind "
-    "sgl-router); every config runs on them. Default 1."))
+    "Data-parallel replicas of the server behind a router, each --tp GPUs (SGLang's --dp-size, or servers "
+    "behind sgl-router); every config runs on them. Default 1."))
 LOAD_BALANCE_OPTION = typer.Option(None, "--load-balance-method", help=LOAD_BALANCE_HELP)
 TUNE_LOAD_BALANCE_OPTION = typer.Option(None, "--load-balance-method", help=(
-    "How the router picks one of the --dp replicas: round_robin (SGLang's default) or total_requests (the fewest "
-    "outstanding requests), SGLang's names."))
+    "How the router picks one of the --dp replicas: round_robin (SGLang's default) or total_requests (the "
+    "fewest outstanding requests), SGLang's names."))
 DISAGG_OPTION = typer.Option(None, "--disagg", help=DISAGG_HELP)
 KV_LINK_OPTION = typer.Option("auto", "--kv-link", help=KV_LINK_HELP)
 DISAGG_TP_OPTION = typer.Option(None, "--disagg-tp", help=(
@@ -127,14 +131,15 @@ JSON_OPTION = typer.Option(False, "--json", help="Print JSON instead of tables."
 OUTPUT_YAML_OPTION = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>",
                                   help="Write the winning YAML here (whole or not at all).")
 CSV_OPTION = typer.Option(None, "--csv", parser=output_file, metavar="<path>", help=(
-    "Write per-request results to this CSV file (row by row as requests finish; the file appears whole at the "
-    "end)."))
+    "Write per-request results to this CSV file (row by row as requests finish; the file appears whole at "
+    "the end)."))
 SIMULATE_PLOT_OPTION = typer.Option(None, "--plot", parser=output_file, metavar="<path>",
                                     help="Write ITL and TTFT CDFs to this PNG (needs matplotlib).")
 CAPACITY_PLOT_OPTION = typer.Option(None, "--plot", parser=output_file, metavar="<path>", help=(
     "Write SLO attainment vs request rate, one curve per policy, to this PNG."))
-POLICIES_HELP = ("Comma-separated: pdmux, chunked (SGLang's default scheduling), mixed-chunk (--enable-mixed-chunk), "
-                 "prefill-first (--chunked-prefill-size -1), disagg (with --disagg).")
+POLICIES_HELP = ("Comma-separated: pdmux, chunked (SGLang's default scheduling), mixed-chunk "
+                 "(--enable-mixed-chunk), prefill-first (--chunked-prefill-size -1), disagg (with "
+                 "--disagg).")
 SIMULATE_POLICIES_OPTION = typer.Option(DEFAULT_POLICIES, "--policies", help=POLICIES_HELP)
 CAPACITY_POLICIES_OPTION = typer.Option(DEFAULT_POLICIES, "--policies", help=(
     "Comma-separated: pdmux, chunked, mixed-chunk, prefill-first, disagg (with --disagg)."))

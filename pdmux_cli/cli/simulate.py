@@ -79,8 +79,9 @@ def simulate(
     trace: Path | None = TRACE_ARGUMENT,
     trace_option: Path | None = TRACE_OPTION,
     synthetic: bool = SYNTHETIC_OPTION,
-    fmt: str | None = FORMAT_OPTION,
-    qps: float | None = typer.Option(None, "--qps", help="Requests/s: the synthetic rate, or retime a trace to it."),
+    trace_format: str | None = FORMAT_OPTION,
+    qps: float | None = typer.Option(None, "--qps", help="Requests/s: the synthetic rate, or retime a trace "
+                                                         "to it."),
     rate_scale: float | None = typer.Option(None, "--rate-scale", help=(
         "Multiply a trace's arrival rate (2 = twice the load).")),
     max_requests: int | None = MAX_REQUESTS_OPTION,
@@ -98,12 +99,15 @@ def simulate(
     config: Path | None = typer.Option(None, "--config", help=(
         "pdmux YAML to simulate (default: SGLang's defaults).")),
     sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="Override sm_group_num."),
-    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor", help="Override decode_bs_divisor."),
-    token_budget: int | None = typer.Option(None, "--token-budget", help="Override split_forward_token_budget."),
-    divisions: str | None = typer.Option(None, "--divisions", help="Manual levels PREFILL:DECODE:THRESHOLD,..."),
+    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor", help="Override "
+                                                                                   "decode_bs_divisor."),
+    token_budget: int | None = typer.Option(None, "--token-budget", help="Override "
+                                                                         "split_forward_token_budget."),
+    divisions: str | None = typer.Option(None, "--divisions", help="Manual levels "
+                                                                   "PREFILL:DECODE:THRESHOLD,..."),
     unreleased_fallback: bool = typer.Option(False, "--unreleased-fallback", help=(
-        "pdmux: where SGLang 0.5.23 crashes (no manual threshold matches), use group 1 as its unreleased branches "
-        "do, instead of stopping.")),
+        "pdmux: where SGLang 0.5.23 crashes (no manual threshold matches), use group 1 as its unreleased "
+        "branches do, instead of stopping.")),
     cost_model: str = COST_MODEL_OPTION,
     s_sat: float | None = S_SAT_OPTION,
     bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help=(
@@ -116,8 +120,8 @@ def simulate(
     first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
     admission_interval_ms: float | None = ADMISSION_INTERVAL_OPTION,
     calibration: Path | None = typer.Option(None, "--calibration", help=(
-        "calibration.yaml from 'pdmux bench' (SM-partition curves, co-run interference) and/or 'pdmux calibrate' "
-        "(whole-GPU efficiencies from your SGLang).")),
+        "calibration.yaml from 'pdmux bench' (SM-partition curves, co-run interference) and/or 'pdmux "
+        "calibrate' (whole-GPU efficiencies from your SGLang).")),
     weight_bytes: float | None = typer.Option(None, "--weight-bytes", help=(
         "Bytes per weight (default: the model's dtype).")),
     kv_bytes: float | None = KV_BYTES_OPTION,
@@ -130,9 +134,9 @@ def simulate(
     max_running_requests: int | None = typer.Option(None, "--max-running-requests", help=(
         "SGLang's flag (default: SGLang's, from the KV pool).")),
     cuda_graph_max_bs: int | None = typer.Option(None, "--cuda-graph-max-bs", help=(
-        "Largest decode batch with a CUDA graph (default: SGLang's for the GPU). Larger batches launch kernel by "
-        "kernel: slower only where the launches outlast the GPU's work (small models); it also sizes SGLang's "
-        "memory reserve (floored at 10 GB on GPUs over 60 GB).")),
+        "Largest decode batch with a CUDA graph (default: SGLang's for the GPU). Larger batches launch "
+        "kernel by kernel: slower only where the launches outlast the GPU's work (small models); it also "
+        "sizes SGLang's memory reserve (floored at 10 GB on GPUs over 60 GB).")),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help=(
         "Requests run to their max_new_tokens (benchmark traffic): admission reserves all of it.")),
     disable_overlap_schedule: bool = typer.Option(False, "--disable-overlap-schedule", help=(
@@ -149,13 +153,13 @@ def simulate(
     kv_link_gb_s: float | None = KV_LINK_GB_S_OPTION,
     kv_link_latency_us: float | None = KV_LINK_LATENCY_OPTION,
     max_concurrency: int | None = typer.Option(None, "--max-concurrency", help=(
-        "A closed-loop client with at most N requests in flight, as SGLang's bench_serving --max-concurrency: "
-        "each request is sent at its arrival or when one finishes, whichever is later; TTFT counts from the send. "
-        "One server only.")),
+        "A closed-loop client with at most N requests in flight, as SGLang's bench_serving "
+        "--max-concurrency: each request is sent at its arrival or when one finishes, whichever is later; "
+        "TTFT counts from the send. One server only.")),
     workers: int | None = typer.Option(None, "--workers", help=(
-        "Processes, one policy (or, with --dp and round_robin, one replica) each (default: the cores available; "
-        "1 runs the policies here, one after another). With --executor ray: tasks at a time (default: the "
-        "cluster's CPUs).")),
+        "Processes, one policy (or, with --dp and round_robin, one replica) each (default: the cores "
+        "available; 1 runs the policies here, one after another). With --executor ray: tasks at a time "
+        "(default: the cluster's CPUs).")),
     executor: str = EXECUTOR_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,
     max_steps: int | None = MAX_STEPS_OPTION,
@@ -214,9 +218,10 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
     if result.baseline is not None and all(r.index != result.baseline for r in shown):
         shown = shown + [result.rows[result.baseline]]
     on = f"; each on {result.gpus} GPUs, {result.layout}" if result.gpus > 1 else ""
-    table = Table(title=f"pdmux configs compared ({len(result.rows)} simulated, best first{on})", title_justify="left",
-                  caption="SLO met: share of requests; goodput: requests/s meeting the SLO; p99s in ms (from 10 s "
-                          "on in s)",
+    table = Table(title=f"pdmux configs compared ({len(result.rows)} simulated, best "
+                        f"first{on})", title_justify="left",
+                  caption="SLO met: share of requests; goodput: requests/s meeting the SLO; p99s in ms "
+                          "(from 10 s on in s)",
                   caption_justify="left")
     for col, just in (("rank", "right"), ("config", "left"), ("SLO met", "right"), ("goodput", "right"),
                       ("TTFT p99", "right"), ("ITL p99", "right")):
@@ -230,7 +235,8 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
                       end_section=row is shown[-1] and bool(result.schedules))
     for other in result.schedules:
         table.add_row("-", f"{other.label} (SGLang, no pdmux)", share_text(other.slo_attainment),
-                      f"{other.goodput_rps:.3g}", latency_cell(other.ttft_p99_ms), latency_cell(other.itl_p99_ms))
+                      f"{other.goodput_rps:.3g}", latency_cell(other.ttft_p99_ms),
+                      latency_cell(other.itl_p99_ms))
     return table
 
 
@@ -264,10 +270,10 @@ def tuned_config(
     from ..workflows.tune import search_dict, tune_for_gen_config
 
     result, _ = tune_for_gen_config(
-        gpu_profile, trace, slo_ttft_ms, slo_itl_ms, model=model, fmt=fmt, rate_scale=rate_scale, qps=qps,
-        max_requests=max_requests, duration=duration, budgets=budgets, divisors=divisors,
-        sm_group_nums=sm_group_nums, calibration=calibration, s_sat=s_sat, workers=workers, tp=tp, sglang=sglang,
-        progress=progress_factory(show))
+        gpu_profile, trace, slo_ttft_ms, slo_itl_ms, model=model, trace_format=fmt, rate_scale=rate_scale,
+        qps=qps, max_requests=max_requests, duration=duration, budgets=budgets, divisors=divisors,
+        sm_group_nums=sm_group_nums, calibration=calibration, s_sat=s_sat, workers=workers, tp=tp,
+        sglang=sglang,        progress=progress_factory(show))
     if show:
         err = console(stderr=to_stderr)
         err.print(tune_table(result))
@@ -296,7 +302,7 @@ def tune(
     slo_itl: float = typer.Option(..., "--slo-itl", help=SLO_ITL_HELP),
     model: str = MODEL_OPTION,
     gpu: str | None = GPU_OPTION,
-    fmt: str | None = FORMAT_OPTION,
+    trace_format: str | None = FORMAT_OPTION,
     qps: float | None = typer.Option(None, "--qps", help="Retime the trace to this many requests/s."),
     rate_scale: float | None = typer.Option(None, "--rate-scale", help="Multiply the trace's arrival rate."),
     max_requests: int | None = MAX_REQUESTS_OPTION,
@@ -309,8 +315,8 @@ def tune(
         "split_forward_token_budget values (default 4096,16384,65536).")),
     no_single_levels: bool = typer.Option(False, "--no-fixed-splits", help="Do not try single fixed splits."),
     slo_margins: str | None = typer.Option(None, "--slo-margins", help=(
-        "Also try SLO levels (gen-config --slo-itl) sized for these shares of --slo-itl (default 1,0.9,0.8), or "
-        "'none'.")),
+        "Also try SLO levels (gen-config --slo-itl) sized for these shares of --slo-itl (default "
+        "1,0.9,0.8), or 'none'.")),
     cost_model: str = COST_MODEL_OPTION,
     s_sat: float | None = S_SAT_OPTION,
     bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help=(
@@ -339,8 +345,8 @@ def tune(
     dp: int | None = TUNE_DP_OPTION,
     load_balance_method: str | None = TUNE_LOAD_BALANCE_OPTION,
     disagg: str | None = typer.Option(None, "--disagg", help=(
-        "Not taken: tune searches pdmux knobs; compare PD disaggregation with pdmux simulate or pdmux capacity "
-        "--disagg XPYD.")),
+        "Not taken: tune searches pdmux knobs; compare PD disaggregation with pdmux simulate or pdmux "
+        "capacity --disagg XPYD.")),
     output: Path | None = OUTPUT_YAML_OPTION,
     show_all: bool = typer.Option(False, "--all", help="Show every config compared, not just the best."),
     as_json: bool = JSON_OPTION,
@@ -375,8 +381,9 @@ def _print_tune(outcome: Any, show_all: bool) -> None:
     row = result.best_row
     levels = levels_text(best, setup.total_sms, setup.compute_capability)
     con.print(f"winner: {row.candidate.description} (levels {levels}): {share_text(row.slo_attainment)} of "
-              f"{len(outcome.workload)} requests meet TTFT <= {r.slo_ttft:g} ms and ITL p99 <= {r.slo_itl:g} ms; "
-              f"{len(result.rows)} configs on {result.workers} worker(s); every policy on {result.gpus} GPU(s)"
+              f"{len(outcome.workload)} requests meet TTFT <= {r.slo_ttft:g} ms and ITL p99 <= {r.slo_itl:g} "
+              f"ms; {len(result.rows)} configs on {result.workers} worker(s); every policy on {result.gpus} "
+              "GPU(s)"
               + _tune_layout(setup.tp, outcome.cluster))
     con.print("verdict: " + result.verdict(), soft_wrap=True)
     con.print(f"cost model: {setup.step_model.source}", soft_wrap=True)
@@ -389,4 +396,5 @@ def _print_tune(outcome: Any, show_all: bool) -> None:
     dp_flags = f" --dp-size {cluster.dp} --load-balance-method {cluster.method}" if cluster.dp > 1 else ""
     env = get_revision(r.sglang).tp_launch if setup.tp > 1 else ()
     con.print(f"wrote {r.output}; launch with: "
-              + pc.launch_command(str(r.output), best.sm_group_num, tp=setup.tp, env=env) + dp_flags, soft_wrap=True)
+              + pc.launch_command(str(r.output), best.sm_group_num, tp=setup.tp, env=env) + dp_flags,
+              soft_wrap=True)

@@ -9,7 +9,8 @@ from typing import Any
 from ..errors import InputError
 
 
-def slo_levels_config(gpu_profile: Any, model: str, slo_itl_ms: float, *, context: int | None, trace: Path | None,
+def slo_levels_config(gpu_profile: Any, model: str, slo_itl_ms: float, *, context: int | None,
+                      trace: Path | None,
                       max_requests: int | None, calibration: Path | None, cost_model: str, tp: int,
                       sm_group_num: int, token_budget: int, step_overhead_ms: float | None = None,
                       per_request_overhead_ms: float | None = None,
@@ -29,11 +30,12 @@ def slo_levels_config(gpu_profile: Any, model: str, slo_itl_ms: float, *, contex
 
     sl.check_target_ms(slo_itl_ms)
     if gpu_profile is None:
-        raise InputError("--slo-itl needs a GPU profile (--gpu), not --sms/--cc: the cost model needs its bandwidth "
-                         "and FLOP/s")
+        raise InputError("--slo-itl needs a GPU profile (--gpu), not --sms/--cc: the cost model needs its "
+                         "bandwidth and FLOP/s")
     if (context is None) == (trace is None):
-        raise InputError("--slo-itl sizes levels at the workload's context: give --context TOKENS (every decoding "
-                         "request's) or --trace FILE (the distribution of its decode steps), one of them"
+        raise InputError("--slo-itl sizes levels at the workload's context: give --context TOKENS (every "
+                         "decoding request's) or --trace FILE (the distribution of its decode steps), one "
+                         "of them"
                          if context is None else "give --context or --trace, not both")
     if sm_group_num < 3:
         raise InputError(f"--sm-group-num must be >= 3 (one level at least), got {sm_group_num}")
@@ -44,7 +46,8 @@ def slo_levels_config(gpu_profile: Any, model: str, slo_itl_ms: float, *, contex
     window = sl.model_window(setup.model)
     notes: list[str] = []
     if trace is not None:
-        workload = fit_to_model(load_workload(WorkloadOptions(trace=trace, max_requests=max_requests)), setup.model)
+        workload = load_workload(WorkloadOptions(trace=trace, max_requests=max_requests))
+        workload = fit_to_model(workload, setup.model)
         if workload.bad_rows:
             notes.append(workload.bad_rows_text())
         batch = sl.trace_context(workload.prompt_tokens, workload.output_tokens, window,
@@ -82,8 +85,10 @@ def levels_table(levels: Any, setup: Any) -> Any:
     """A rich Table: one row per level, its SMs, threshold, decode batch sizes and predicted ITL."""
     from rich.table import Table
 
-    table = Table(title=f"SLO levels for ITL <= {levels.target_ms:g} ms: {setup.model.name} on {setup.gpu_name}"
-                        + (f" (TP {setup.tp})" if setup.tp > 1 else "") + ", decode next to a running prefill",
+    table = Table(title=f"SLO levels for ITL <= {levels.target_ms:g} ms: {setup.model.name} on "
+                        f"{setup.gpu_name}"
+                        + (f" (TP {setup.tp})" if setup.tp > 1 else "") + ", decode next to a running "
+                                                                          "prefill",
                   title_justify="left",
                   caption="predicted ITL: a pdmux round beside a running prefill, CPU work included",
                   caption_justify="left")
@@ -102,17 +107,19 @@ def levels_notes(levels: Any, context_source: str) -> list[str]:
     """The lines under the table: the workload's context and batch range, merged levels, and where the
     target cannot be met."""
     top = levels.candidates[-1]
-    notes = [(f"sized for decode batches 1-{levels.max_bs} (the most requests SGLang's KV pool under pdmux holds "
-              f"at this context, within max_running_requests), at {context_source}")]
+    notes = [(f"sized for decode batches 1-{levels.max_bs} (the most requests SGLang's KV pool under pdmux "
+              f"holds at this context, within max_running_requests), at {context_source}")]
     if levels.needed > len(levels.levels):
         notes.append(f"the rule asked for {levels.needed} levels; {len(levels.levels)} fit --sm-group-num "
-                     f"{len(levels.levels) + 2}: some batch sizes get the next larger level (more decode SMs than "
-                     "they need, ITL within the target)")
-    notes.append(f"levels sized for exactly {levels.target_ms:g} ms leave the rounds at its edge: a batch holding "
-                 "longer requests than assumed goes past it; pdmux tune tries these levels and ones for 0.9x and "
-                 f"0.8x {levels.target_ms:g} ms on a trace, and capacity sizes them (--config, repeatable)")
+                     f"{len(levels.levels) + 2}: some batch sizes get the next larger level (more decode SMs "
+                     "than they need, ITL within the target)")
+    notes.append(f"levels sized for exactly {levels.target_ms:g} ms leave the rounds at its edge: a batch "
+                 "holding longer requests than assumed goes past it; pdmux tune tries these levels and ones "
+                 f"for 0.9x and 0.8x {levels.target_ms:g} ms on a trace, and capacity sizes them (--config, "
+                 "repeatable)")
     if levels.unmeetable_from is not None:
-        at_max = (f" ({levels.itl_at_max_ms:.1f} ms at {levels.max_bs})" if levels.max_bs > levels.unmeetable_from
+        at_max = (f" ({levels.itl_at_max_ms:.1f} ms at "
+                  f"{levels.max_bs})" if levels.max_bs > levels.unmeetable_from
                   else "")
         notes.append(f"from decode batch {levels.unmeetable_from} on, even the largest decode share, "
                      f"{top.prefill_sms}/{top.decode_sms} SMs, misses {levels.target_ms:g} ms: "

@@ -92,7 +92,8 @@ class CalibrateResult:
                     "median_error": {k: statistics.median(v) for k, v in s.after.items()},
                     "shipped_median_error": {k: statistics.median(v) for k, v in s.before.items()},
                     "notes": s.notes, "output": output, "yaml": self.yaml}
-            return {**data, "pdmux": provenance(sglang=None, cost_model=_shipped(self.profile, "serving.yaml"))}
+            block = _shipped(self.profile, "serving.yaml")
+            return {**data, "pdmux": provenance(sglang=None, cost_model=block)}
         t, base = self.fit.terms, self.base
         data = {
             "gpu": self.profile.name, "model": self.model.name, "points": self.points,
@@ -127,7 +128,8 @@ def rows_dict(fit: Any) -> list[dict[str, Any]]:
     """Every point of a whole-GPU fit, measured and predicted (ms), for JSON."""
     return [{"kind": r.point.kind, "source": r.point.source, "where": r.point.where, "batch": r.point.batch,
              "tokens": r.point.tokens, "count": r.point.count, "measured_ms": r.point.measured_s * 1e3,
-             "calibrated_ms": r.calibrated_s * 1e3, "uncalibrated_ms": r.uncalibrated_s * 1e3} for r in fit.rows]
+             "calibrated_ms": r.calibrated_s * 1e3, "uncalibrated_ms": r.uncalibrated_s * 1e3}
+            for r in fit.rows]
 
 
 def merge_calibrations(paths: list[Path]) -> Any:
@@ -136,19 +138,19 @@ def merge_calibrations(paths: list[Path]) -> Any:
     from ..calibration import load_calibration
 
     if len(paths) != 2:
-        raise InputError(f"--merge takes two calibration files (a 'pdmux bench' one and a 'pdmux calibrate' one), "
-                         f"got {len(paths)}")
+        raise InputError("--merge takes two calibration files (a 'pdmux bench' one and a 'pdmux calibrate' "
+                         f"one), got {len(paths)}")
     first, second = (load_calibration(p) for p in paths)
     keys = first.profile_key(), second.profile_key()
     if (first.sm_count, first.compute_capability) != (second.sm_count, second.compute_capability) or (
             all(keys) and keys[0] != keys[1]):
-        raise InputError(f"{paths[0]} and {paths[1]} are of different GPUs ({first.gpu_name}, {second.gpu_name}): "
-                         "merge calibrations of one GPU")
+        raise InputError(f"{paths[0]} and {paths[1]} are of different GPUs ({first.gpu_name}, "
+                         f"{second.gpu_name}): merge calibrations of one GPU")
     bench = [c for c in (first, second) if c.has_partitions]
     sglang = [c for c in (first, second) if c.whole_gpu is not None]
     if len(bench) != 1 or len(sglang) != 1 or bench[0] is sglang[0]:
-        raise InputError("--merge joins a file with SM-partition terms ('pdmux bench') and one with whole-GPU terms "
-                         "('pdmux calibrate'): these two do not make that pair")
+        raise InputError("--merge joins a file with SM-partition terms ('pdmux bench') and one with "
+                         "whole-GPU terms ('pdmux calibrate'): these two do not make that pair")
     part, whole = bench[0], sglang[0]
     terms = dict(part.terms_from)
     terms.setdefault("partitions", f"pdmux bench {part.date}")
@@ -158,7 +160,8 @@ def merge_calibrations(paths: list[Path]) -> Any:
                    source="; ".join(s for s in (part.source, whole.source) if s))
 
 
-def _measured(gpu: str, model: str, kv_bytes: float | None, kv_cache_dtype: str | None) -> tuple[Any, Any, float]:
+def _measured(gpu: str, model: str, kv_bytes: float | None,
+              kv_cache_dtype: str | None) -> tuple[Any, Any, float]:
     """The GPU profile, the model and the KV bytes per element the measurements were taken with (SGLang's
     ``--kv-cache-dtype`` or ``--kv-bytes``); :class:`InputError` for bad values."""
     from ..hardware import find_gpu_or_file
@@ -207,7 +210,8 @@ def _fit_serving(cal: Any, r: CalibrateRequest, kv_bytes: float) -> tuple[Any, S
         admission_delay_s=seconds("admission_delay_ms"), first_token_delay_s=0.0,
         admission_interval_s=seconds("admission_interval_ms"),
         per_request_step_s=seconds("per_request_overhead_ms"), runs=len(runs),
-        median_error=tuple((k, v["median_error"]) for k, v in serving_fit.summary(errors).items()), source=source)
+        median_error=tuple((k, v["median_error"]) for k, v in serving_fit.summary(errors).items()),
+        source=source)
     cal = replace(cal, serving=fitted, terms_from=(*cal.terms_from, ("serving", source)))
     return cal, ServingFit(fitted, before, errors, notes + problems[:5])
 
@@ -240,8 +244,8 @@ def _merge(r: CalibrateRequest) -> CalibrateResult:
                                       ("--kv-bytes", r.kv_bytes is not None),
                                       ("--kv-cache-dtype", r.kv_cache_dtype is not None)) if given]
     if extra:
-        raise InputError(f"--merge joins two calibration files and takes no {', '.join(extra)}: give those to "
-                         "the 'pdmux calibrate' run that wrote the file")
+        raise InputError(f"--merge joins two calibration files and takes no {', '.join(extra)}: give those "
+                         "to the 'pdmux calibrate' run that wrote the file")
     merged = merge_calibrations(list(r.merge))
     return CalibrateResult(r, "merge", merged, dump_calibration(merged))
 
@@ -277,8 +281,9 @@ def _read_measurements(r: CalibrateRequest) -> tuple[list, list, list[str], list
     for path in r.sglang_log:
         reading = read_server_log(path)
         if reading.tp_size > 1:
-            raise InputError(f"{path}: a server on {reading.tp_size} GPUs (tensor parallelism: TP ranks or tp_size in "
-                             "the log): pdmux models one GPU; calibrate with the log of a single-GPU server")
+            raise InputError(f"{path}: a server on {reading.tp_size} GPUs (tensor parallelism: TP ranks or "
+                             "tp_size in the log): pdmux models one GPU; calibrate with the log of a "
+                             "single-GPU server")
         intervals += reading.intervals
         readings.append((path, reading))
         sources.append(f"SGLang server log {path.name} ({len(reading.intervals)} clean decode intervals)")
@@ -295,8 +300,8 @@ def _whole_gpu(r: CalibrateRequest) -> CalibrateResult:
     from ..costmodel.calibrate import check_points, fit_whole_gpu, points_from
 
     if r.tp != 1:
-        raise InputError(f"--tp {r.tp}: pdmux models one GPU (tensor parallelism is not modelled yet); calibrate "
-                         "with measurements of a single-GPU server")
+        raise InputError(f"--tp {r.tp}: pdmux models one GPU (tensor parallelism is not modelled yet); "
+                         "calibrate with measurements of a single-GPU server")
     profile, mdl, kv_bytes = _measured(r.gpu, r.model, r.kv_bytes, r.kv_cache_dtype)
     one_batch, intervals, problems, sources, readings = _read_measurements(r)
     base = build_step_model(profile, mdl, kv_bytes_per_element=kv_bytes)
@@ -304,7 +309,8 @@ def _whole_gpu(r: CalibrateRequest) -> CalibrateResult:
     points, dropped = check_points(base, profile, points, kv_bytes)
     fit = fit_whole_gpu(base, points, "; ".join(sources), dropped)
     cal = Calibration(
-        gpu_name=profile.name, sm_count=profile.require_sm_count(), compute_capability=tuple(profile.compute_capability),
+        gpu_name=profile.name, sm_count=profile.require_sm_count(),
+        compute_capability=tuple(profile.compute_capability),
         date=_today(), source=f"pdmux calibrate --model {mdl.name}", whole_gpu=fit.terms,
         terms_from=(("whole_gpu", "; ".join(sources)),), gpu_key=getattr(profile, "key", ""),
     )

@@ -20,12 +20,12 @@ from .policies import (
     PolicyChoice,
     build_policies,
     check_prefill_decode_interval,
-    parse_chunk_sizes,
+    chunk_lists,
     policy_names,
 )
 from .progress import ProgressFactory, entered, start
 from .server import ServerOptions, on_gpus, provenance_block, server_options
-from .values import as_text_list, check_at_least_one, finite
+from .values import check_at_least_one, finite
 from .workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
 
 #: Fewer requests than this cannot show a sustained rate: the whole trace is one burst.
@@ -44,8 +44,8 @@ class CapacityRequest(ServerOptions, DeploymentOptions):
     """``pdmux capacity``'s options (snake_case, the CLI's defaults; the server and deployment fields are
     :class:`ServerOptions`' and :class:`DeploymentOptions`').
 
-    ``trace`` (``fmt``), or ``synthetic`` arrivals drawn at ``qps`` requests/s (the search scales them)
-    with ``seed``, ``prompt_tokens``, ``output_tokens``; ``max_requests``, ``duration``: cut it.
+    ``trace`` (``trace_format``), or ``synthetic`` arrivals drawn at ``qps`` requests/s (the search scales
+    them) with ``seed``, ``prompt_tokens``, ``output_tokens``; ``max_requests``, ``duration``: cut it.
     ``policies``, ``chunk_sizes``, ``mixed_chunk_sizes``, ``prefill_decode_interval``,
     ``unreleased_fallback``: as simulate's. ``config``: pdmux YAMLs sized beside SGLang's defaults
     (``None``: none given). ``slo_ttft``, ``slo_itl``: ms; ``target``: the share of requests that must
@@ -54,7 +54,7 @@ class CapacityRequest(ServerOptions, DeploymentOptions):
 
     trace: Path | None = None
     synthetic: bool = False
-    fmt: str | None = None
+    trace_format: str | None = None
     qps: float | None = None
     max_requests: int | None = None
     duration: float | None = None
@@ -80,9 +80,10 @@ class CapacityRequest(ServerOptions, DeploymentOptions):
 
     def workload_options(self) -> WorkloadOptions:
         """The workload to load (never retimed: the search sets the rate)."""
-        return WorkloadOptions(trace=self.trace, synthetic=self.synthetic, fmt=self.fmt, qps=self.qps,
-                               max_requests=self.max_requests, duration=self.duration, seed=self.seed,
-                               prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens)
+        return WorkloadOptions(trace=self.trace, synthetic=self.synthetic, trace_format=self.trace_format,
+                               qps=self.qps, max_requests=self.max_requests, duration=self.duration,
+                               seed=self.seed, prompt_tokens=self.prompt_tokens,
+                               output_tokens=self.output_tokens)
 
 
 def point_dict(p: Any) -> dict[str, Any]:
@@ -111,13 +112,15 @@ class CapacityOutcome:
         """``pdmux capacity --json``: NaN and infinities as ``None``; the ``"pdmux"`` provenance last."""
         r, setup, cluster, result = self.request, self.setup, self.cluster, self.result
         return finite({
-            "trace": self.workload.source, "requests": len(self.workload), "trace_rate_rps": result.trace_rate_rps,
+            "trace": self.workload.source, "requests": len(self.workload),
+            "trace_rate_rps": result.trace_rate_rps,
             "model": setup.model.name, "gpu": setup.gpu_name, "tp": setup.tp, "dp": cluster.dp,
             "gpus": cluster.gpus, "load_balance_method": cluster.router,
             **cluster.disagg_dict(setup),
             "rate_rps_is": "requests/s over all of a policy's GPUs (max_rate_per_gpu_rps: divided by them)",
             "cost_model": setup.step_model.name,
-            "slo": {"ttft_ms": r.slo_ttft, "itl_ms": r.slo_itl, "itl_judged_on": "request p99 ITL (nearest rank)"},
+            "slo": {"ttft_ms": r.slo_ttft, "itl_ms": r.slo_itl, "itl_judged_on": "request p99 ITL (nearest "
+                                                                                 "rank)"},
             "target": r.target, "tolerance": r.tolerance, "workers": result.workers,
             "policies": [{"policy": p.label, "kind": p.kind, "gpus": p.gpus, "layout": p.layout,
                           "router": p.router or None, "max_rate_rps": p.max_rate_rps,
@@ -173,19 +176,19 @@ def launch_notes(cluster: Cluster, tp: int, colocated: bool = True) -> list[str]
     notes = []
     if cluster.dp > 1 and colocated:
         notes.append(
-            f"DP {cluster.dp}: the verdict's --dp-size {cluster.dp} --load-balance-method {cluster.method} runs the "
-            f"replicas as one SGLang server (its data-parallel controller, {cluster.dp * tp} GPUs); {cluster.dp} "
-            "servers with the other flags behind sgl-router are the same replicas. SGLang 0.5.23's checks do not "
-            "refuse --dp-size with --enable-pdmux (srt/arg_groups/validation_hook.py), but pdmux under DP is "
-            "untried here")
+            f"DP {cluster.dp}: the verdict's --dp-size {cluster.dp} --load-balance-method {cluster.method} "
+            f"runs the replicas as one SGLang server (its data-parallel controller, {cluster.dp * tp} GPUs); "
+            f"{cluster.dp} servers with the other flags behind sgl-router are the same replicas. SGLang "
+            "0.5.23's checks do not refuse --dp-size with --enable-pdmux "
+            "(srt/arg_groups/validation_hook.py), but pdmux under DP is untried here")
     if cluster.disagg is not None:
         d = cluster.disagg
         notes.append(
-            f"{d.label}: {d.prefill} prefill server(s) (--disaggregation-mode prefill --chunked-prefill-size -1: "
-            f"whole prompts, as simulated) and {d.decode} decode server(s) (--disaggregation-mode decode), each TP "
-            f"{d.instance_setup.tp if d.instance_setup else tp}, fronted by a router: python -m "
-            "sglang_router.launch_router --pd-disaggregation --prefill URL ... --decode URL ... (SGLang 0.5.23 "
-            "refuses --enable-pdmux with either mode: srt/arg_groups/validation_hook.py)")
+            f"{d.label}: {d.prefill} prefill server(s) (--disaggregation-mode prefill --chunked-prefill-size "
+            f"-1: whole prompts, as simulated) and {d.decode} decode server(s) (--disaggregation-mode "
+            f"decode), each TP {d.instance_setup.tp if d.instance_setup else tp}, fronted by a router: "
+            "python -m sglang_router.launch_router --pd-disaggregation --prefill URL ... --decode URL ... "
+            "(SGLang 0.5.23 refuses --enable-pdmux with either mode: srt/arg_groups/validation_hook.py)")
     return notes
 
 
@@ -198,9 +201,11 @@ def _burst_note(p: Any, requests: int, servers: int) -> str | None:
     few = servers > 1 and requests / servers < MIN_REQUESTS_PER_SERVER
     if not (span < SHORT_SPAN_S or few):
         return None
-    where = f", {requests / servers:.0f} a server: a burst its {servers} servers drain" if servers > 1 else ": a burst"
-    return (f"{p.label}: at {p.max_rate_rps:.3g} req/s the {requests} requests arrive within {span:.3g} s{where}, "
-            "not a sustained rate (the rate is optimistic); give more requests (--max-requests, --duration)")
+    where = (f", {requests / servers:.0f} a server: a burst its {servers} servers drain" if servers > 1
+             else ": a burst")
+    return (f"{p.label}: at {p.max_rate_rps:.3g} req/s the {requests} requests arrive within {span:.3g} "
+            f"s{where}, not a sustained rate (the rate is optimistic); give more requests (--max-requests, "
+            "--duration)")
 
 
 def policy_notes(p: Any, requests: int, dp: int) -> list[str]:
@@ -214,8 +219,9 @@ def policy_notes(p: Any, requests: int, dp: int) -> list[str]:
         notes.append(f"{p.label}: met the target at every rate tried, up to {p.max_rate_rps:.3g} req/s")
     if any(x.crashed for x in p.points):
         notes.append(f"{p.label}: SGLang 0.5.23 crashes with this config at some rates (no manual_divisions "
-                     "threshold matches a decode batch; 'pdmux check-config' says which): those runs count as "
-                     "missing the SLO; --unreleased-fallback sizes the unreleased branches' behaviour instead")
+                     "threshold matches a decode batch; 'pdmux check-config' says which): those runs count "
+                     "as missing the SLO; --unreleased-fallback sizes the unreleased branches' behaviour "
+                     "instead")
     elif p.bound == "below":
         notes.append(f"{p.label}: missed the target at every rate tried, down to {p.points[0].rate_rps:.3g} "
                      "req/s (a single request may already miss the SLO: see pdmux estimate)")
@@ -228,10 +234,12 @@ def _search(r: CapacityRequest, executor: str, workload: Any, setup: Any, cluste
     from ..simulate.engine import step_budget
 
     budget = step_budget(len(workload), r.max_steps)
-    label = "sizing" + (" on Ray" if executor == "ray" else "") + (f" (budget {budget:,} steps)" if budget else "")
+    label = "sizing" + (" on Ray" if executor == "ray" else "") + (f" (budget {budget:,} "
+                                                                   "steps)" if budget else "")
     task = start(progress, SIMULATIONS_PER_POLICY * len(built.policies), label)
     with entered(task):
-        return search(workload, setup, built.policies, r.slo_ttft, r.slo_itl, r.target, r.tolerance, r.workers,
+        return search(workload, setup, built.policies, r.slo_ttft, r.slo_itl, r.target, r.tolerance,
+                      r.workers,
                       task.advance if task is not None else None, built.config_paths, dp=cluster.dp,
                       load_balance_method=cluster.method, executor=executor, ray_address=r.ray_address,
                       max_steps=r.max_steps)
@@ -247,19 +255,16 @@ def capacity(request: CapacityRequest, progress: ProgressFactory | None = None) 
     configs = list(dict.fromkeys(r.config or []))
     names = _names(r, configs)
     executor = _check_options(r, configs)
-    chunk_text = as_text_list(r.chunk_sizes)
-    chunks = parse_chunk_sizes(chunk_text, "--chunk-sizes") if chunk_text is not None and "chunked" in names else []
-    mixed = (parse_chunk_sizes(as_text_list(r.mixed_chunk_sizes), "--mixed-chunk-sizes")
-             if "mixed-chunk" in names else [])
+    chunks, mixed = chunk_lists(r.chunk_sizes, r.mixed_chunk_sizes, names)
     workload = load_workload(r.workload_options())
     setup, cluster = server_and_cluster(server_options(r), r, names)
     workload = fit_to_model(workload, setup.model, None, None, r.duration)
     support = model_support(setup.model.architectures, r.sglang)
     names, notes = _support_notes(r, support, names)
-    built = build_policies(PolicyChoice(names=tuple(names), chunk_sizes=tuple(chunks), mixed_chunk_sizes=tuple(mixed),
-                                        prefill_decode_interval=r.prefill_decode_interval, sglang=r.sglang,
-                                        unreleased_fallback=r.unreleased_fallback, pdmux_files=tuple(configs)),
-                           setup, cluster.disagg)
+    choice = PolicyChoice(names=tuple(names), chunk_sizes=chunks, mixed_chunk_sizes=mixed,
+                          prefill_decode_interval=r.prefill_decode_interval, sglang=r.sglang,
+                          unreleased_fallback=r.unreleased_fallback, pdmux_files=tuple(configs))
+    built = build_policies(choice, setup, cluster.disagg)
     notes += built.notes
     result = _search(r, executor, workload, setup, cluster, built, progress)
     title = (f"{workload.source}: {len(workload)} requests, {workload.mean_qps:.3g} req/s as recorded; "
@@ -273,8 +278,8 @@ def capacity(request: CapacityRequest, progress: ProgressFactory | None = None) 
     notes += launch_notes(cluster, setup.tp, any(name != "disagg" for name in names))
     notes += list(workload.notes)
     if len(workload) < MIN_REQUESTS:
-        notes.append(f"only {len(workload)} requests: too few to measure a sustained rate (their burst drains at any "
-                     f"rate); give a trace of at least {MIN_REQUESTS}")
+        notes.append(f"only {len(workload)} requests: too few to measure a sustained rate (their burst "
+                     f"drains at any rate); give a trace of at least {MIN_REQUESTS}")
     for p in result.policies:
         notes += policy_notes(p, len(workload), cluster.dp)
     return CapacityOutcome(r, result, workload, setup, cluster, support, title, notes, r.plot)

@@ -60,26 +60,30 @@ class Cluster:
         d = self.disagg
         if d is None:
             return {"disagg": None, "disagg_tp": None, "kv_link": None}
-        return {"disagg": d.label.split()[-1], "disagg_tp": d.setup_for(setup).tp, "kv_link": link_dict(d.link)}
+        return {"disagg": d.label.split()[-1], "disagg_tp": d.setup_for(setup).tp,
+                "kv_link": link_dict(d.link)}
 
 
 def link_dict(link: Any) -> dict[str, Any]:
     """A :class:`pdmux_cli.disaggregation.KvLink` for JSON (bytes/s, seconds)."""
-    return {"kind": link.kind, "bytes_per_s": link.bytes_per_s, "latency_s": link.latency_s, "source": link.source}
+    return {"kind": link.kind, "bytes_per_s": link.bytes_per_s, "latency_s": link.latency_s,
+            "source": link.source}
 
 
 def _without_disagg(setup: Any, d: DeploymentOptions, method: str, given_method: bool) -> Cluster:
     link_options = (d.kv_link.strip().lower() != "auto" or d.kv_link_gb_s is not None
                     or d.kv_link_latency_us is not None)
     if link_options or d.disagg_tp is not None:
-        raise InputError("--kv-link, --kv-link-gb-s, --kv-link-latency-us and --disagg-tp apply to --disagg XPYD")
+        raise InputError("--kv-link, --kv-link-gb-s, --kv-link-latency-us and --disagg-tp apply to "
+                         "--disagg XPYD")
     dp = d.dp if d.dp is not None else 1
-    notes = ("one server: --load-balance-method has nothing to route (give --dp N)",) if given_method and dp == 1 \
-        else ()
+    lone = given_method and dp == 1
+    notes = ("one server: --load-balance-method has nothing to route (give --dp N)",) if lone else ()
     return Cluster(dp, method, None, notes, dp * setup.tp)
 
 
-def _instance_tp(setup: Any, disagg_tp: int | None, setup_with_tp: Callable[[int], Any] | None) -> tuple[int, Any]:
+def _instance_tp(setup: Any, disagg_tp: int | None,
+                 setup_with_tp: Callable[[int], Any] | None) -> tuple[int, Any]:
     """Each disaggregation instance's TP and its server (``None``: ``setup`` itself)."""
     from ..tensor_parallel import check_tp_value, for_disagg_tp
 
@@ -104,16 +108,18 @@ def _colocated_dp(dp: int | None, tp: int, gpus: int, x: int, y: int) -> int:
         return dp
     dp = max(1, gpus // tp)
     if dp > MAX_INSTANCES:
-        raise InputError(f"--disagg {x}P{y}D: the other policies would need {dp} replicas of TP {tp} to be on the "
-                         f"same {gpus} GPUs, more than {MAX_INSTANCES}; give --dp N (or a larger --tp), or "
-                         "--policies disagg alone")
+        raise InputError(f"--disagg {x}P{y}D: the other policies would need {dp} replicas of TP {tp} to be "
+                         f"on the same {gpus} GPUs, more than {MAX_INSTANCES}; give --dp N (or a larger "
+                         "--tp), or --policies disagg alone")
     return dp
 
 
 def _equal_gpus_note(x: int, y: int, own: int, dp: int, tp: int, gpus: int, method: str) -> str:
     if dp * tp == gpus:
-        others = f"DP {dp} replicas behind the router ({method}) of TP {tp}" if dp > 1 else f"one server of TP {tp}"
-        return f"every policy on {gpus} GPUs: disagg {x}P{y}D as {x + y} instances of TP {own}, the others as {others}"
+        others = (f"DP {dp} replicas behind the router ({method}) of TP {tp}" if dp > 1
+                  else f"one server of TP {tp}")
+        return (f"every policy on {gpus} GPUs: disagg {x}P{y}D as {x + y} instances of TP {own}, the "
+                f"others as {others}")
     return (f"not at equal GPU count: disagg {x}P{y}D uses {gpus} GPUs (TP {own} each), the other policies "
             f"DP {dp} x TP {tp} = {dp * tp} (give --dp, --tp or --disagg-tp so that they match)")
 
@@ -138,7 +144,8 @@ def plan_deployment(setup: Any, gpu: str | None, d: DeploymentOptions, *, allow_
     if d.disagg is None:
         return _without_disagg(setup, d, method, given_method)
     if not allow_disagg:
-        raise InputError("--disagg is compared by pdmux simulate and pdmux capacity; tune searches pdmux knobs")
+        raise InputError("--disagg is compared by pdmux simulate and pdmux capacity; tune searches pdmux "
+                         "knobs")
     x, y = parse_xpyd(d.disagg)
     own, instance_setup = _instance_tp(setup, d.disagg_tp, setup_with_tp)
     gpus = (x + y) * own

@@ -55,8 +55,8 @@ def _overridden(cfg: Any, source: PdmuxYaml, total_sms: int) -> Any:
     pol.check_sm_group_num(source.sm_group_num, total_sms)
     if source.sm_group_num is not None:
         if cfg.manual_divisions and source.sm_group_num != cfg.sm_group_num:
-            raise InputError(f"--sm-group-num {source.sm_group_num} does not match the {len(cfg.manual_divisions)} "
-                             "manual divisions (sm_group_num = divisions + 2)")
+            raise InputError(f"--sm-group-num {source.sm_group_num} does not match the "
+                             f"{len(cfg.manual_divisions)} manual divisions (sm_group_num = divisions + 2)")
         cfg = replace(cfg, sm_group_num=source.sm_group_num)
     if source.decode_bs_divisor is not None:
         cfg = replace(cfg, decode_bs_divisor=source.decode_bs_divisor)
@@ -76,7 +76,8 @@ def resolve_config(source: PdmuxYaml, setup: Any) -> tuple[Any, list[str]]:
     from .. import pdmux_config as pc
     from .. import policy as pol
 
-    for name, value in (("--sm-group-num", source.sm_group_num), ("--decode-bs-divisor", source.decode_bs_divisor),
+    for name, value in (("--sm-group-num", source.sm_group_num),
+                        ("--decode-bs-divisor", source.decode_bs_divisor),
                         ("--token-budget", source.token_budget)):
         if value is not None and value < 1:
             raise InputError(f"{name} must be > 0, got {value}")

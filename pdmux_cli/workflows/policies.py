@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InputError
 from .pdmux_yaml import PdmuxYaml, resolve_config
-from .values import parse_int_list
+from .values import as_text_list, parse_int_list
 
 #: Every policy name ``--policies`` takes.
 POLICIES = ("pdmux", "chunked", "mixed-chunk", "prefill-first", "disagg")
@@ -37,17 +37,27 @@ def parse_chunk_sizes(text: str, what: str) -> list[int]:
     sizes = parse_int_list(text, what)
     big = next((c for c in sizes if c > MAX_CHUNK_TOKENS), None)
     if big is not None:
-        raise InputError(f"{what}: {big} tokens is past the largest chunk simulated ({MAX_CHUNK_TOKENS:,}); for "
-                         "whole prompts use --policies prefill-first")
+        raise InputError(f"{what}: {big} tokens is past the largest chunk simulated ({MAX_CHUNK_TOKENS:,}); "
+                         "for whole prompts use --policies prefill-first")
     return sizes
+
+
+def chunk_lists(chunk_sizes: Any, mixed_chunk_sizes: Any, names: list[str]) -> tuple[tuple[int, ...], ...]:
+    """``(chunked's sizes, mixed-chunk's sizes)`` of the options (comma-separated or lists), each parsed only
+    where its policy runs (``()`` otherwise, and for chunked without ``--chunk-sizes``: SGLang's default)."""
+    chunk_text, mixed_text = as_text_list(chunk_sizes), as_text_list(mixed_chunk_sizes)
+    chunked = chunk_text is not None and "chunked" in names
+    chunks = parse_chunk_sizes(chunk_text, "--chunk-sizes") if chunked else []
+    mixed = parse_chunk_sizes(mixed_text, "--mixed-chunk-sizes") if "mixed-chunk" in names else []
+    return tuple(chunks), tuple(mixed)
 
 
 def check_prefill_decode_interval(interval: int) -> None:
     """:class:`InputError` for a ``--prefill-decode-interval`` outside 0 to
     :data:`MAX_PREFILL_DECODE_INTERVAL` decode-only rounds."""
     if not 0 <= interval <= MAX_PREFILL_DECODE_INTERVAL:
-        raise InputError(f"--prefill-decode-interval must be 0 to {MAX_PREFILL_DECODE_INTERVAL:,} decode-only "
-                         f"rounds after each prefill batch, got {interval}")
+        raise InputError(f"--prefill-decode-interval must be 0 to {MAX_PREFILL_DECODE_INTERVAL:,} "
+                         f"decode-only rounds after each prefill batch, got {interval}")
 
 
 def policy_names(policies: str, disagg: str | None) -> list[str]:
@@ -106,7 +116,8 @@ def _one_pdmux(choice: PolicyChoice, setup: Any, out: PolicySet) -> None:
     plan_check(choice.sglang, cfg)  # a revision whose divide_sm was not read needs manual_divisions
     out.notes.extend([*revision_notes(choice.sglang, setup.tp), *notes])
     fallback = choice.unreleased_fallback or get_revision(choice.sglang).threshold_fallback
-    out.add(PdmuxPolicy(cfg, unreleased_fallback=fallback, max_split_forward_layers=layer_cap(choice.sglang, cfg)))
+    out.add(PdmuxPolicy(cfg, unreleased_fallback=fallback,
+                        max_split_forward_layers=layer_cap(choice.sglang, cfg)))
 
 
 def _pdmux_beside_defaults(choice: PolicyChoice, setup: Any, out: PolicySet) -> None:

@@ -167,12 +167,15 @@ def cost_model_block(setup: Any, calibration: Path | None) -> dict[str, Any]:
     return cost_model_provenance(
         model.name, efficiency=f"{eff.key}.yaml" if eff is not None else None,
         calibration=str(calibration) if calibration is not None else None, serving=serving_from,
-        s_sat=s_sat if isinstance(s_sat, (int, float)) and math.isfinite(s_sat) else None, source=model.source)
+        s_sat=s_sat if isinstance(s_sat, (int, float)) and math.isfinite(s_sat) else None,
+        source=model.source)
 
 
-def provenance_block(sglang: str | None, setup: Any = None, calibration: Path | None = None) -> dict[str, Any]:
+def provenance_block(sglang: str | None, setup: Any = None,
+                     calibration: Path | None = None) -> dict[str, Any]:
     """The JSON's ``"pdmux"`` block (:func:`pdmux_cli.provenance.provenance`): pdmux's version, the
     ``--sglang`` rule set, and ``setup``'s cost model (``None``: a command that simulates nothing)."""
     from ..provenance import provenance
 
-    return provenance(sglang=sglang, cost_model=cost_model_block(setup, calibration) if setup is not None else None)
+    cost_model = cost_model_block(setup, calibration) if setup is not None else None
+    return provenance(sglang=sglang, cost_model=cost_model)

@@ -22,12 +22,12 @@ from .policies import (
     PolicyChoice,
     build_policies,
     check_prefill_decode_interval,
-    parse_chunk_sizes,
+    chunk_lists,
     policy_names,
 )
 from .progress import ProgressFactory, entered, start
 from .server import ServerOptions, on_gpus, provenance_block, server_options
-from .values import as_text_list, check_at_least_one, check_number, finite
+from .values import check_at_least_one, check_number, finite
 from .workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
 
 #: A progress bar only for runs long enough to watch: requests x policies.
@@ -98,7 +98,8 @@ class SimulateResult:
             "tp": setup.tp, "dp": cluster.dp, "gpus": cluster.gpus, "load_balance_method": cluster.router,
             **cluster.disagg_dict(setup),
             "cost_model": setup.step_model.name, "throughput": setup.step_model.source,
-            "slo": {"ttft_ms": r.slo_ttft, "itl_ms": r.slo_itl, "itl_judged_on": "request p99 ITL (nearest rank)"},
+            "slo": {"ttft_ms": r.slo_ttft, "itl_ms": r.slo_itl, "itl_judged_on": "request p99 ITL (nearest "
+                                                                                 "rank)"},
             "policies": [report.metrics_dict(m) for m in self.metrics],
             "csv": str(self.csv) if self.csv else None, "plot": str(self.plot) if self.plot else None,
             "sglang_support": self.support.as_dict(), "notes": self.notes,
@@ -121,7 +122,8 @@ def _check_run_options(r: SimulateRequest) -> str:
         step_budget(0, r.max_steps)
     check_at_least_one("--max-concurrency", r.max_concurrency, " requests in flight")
     if r.max_concurrency is not None and (r.disagg is not None or (r.dp or 1) > 1):
-        raise InputError("--max-concurrency (a closed-loop client) is simulated on one server: drop --dp and --disagg")
+        raise InputError("--max-concurrency (a closed-loop client) is simulated on one server: drop --dp "
+                         "and --disagg")
     return executor
 
 
@@ -136,12 +138,9 @@ def _check_outputs(r: SimulateRequest) -> None:
 
 
 def _choice(r: SimulateRequest, names: list[str]) -> PolicyChoice:
-    chunk_text = as_text_list(r.chunk_sizes)
-    chunks = parse_chunk_sizes(chunk_text, "--chunk-sizes") if chunk_text is not None and "chunked" in names else []
-    mixed = (parse_chunk_sizes(as_text_list(r.mixed_chunk_sizes), "--mixed-chunk-sizes")
-             if "mixed-chunk" in names else [])
+    chunks, mixed = chunk_lists(r.chunk_sizes, r.mixed_chunk_sizes, names)
     check_prefill_decode_interval(r.prefill_decode_interval)
-    return PolicyChoice(names=tuple(names), chunk_sizes=tuple(chunks), mixed_chunk_sizes=tuple(mixed),
+    return PolicyChoice(names=tuple(names), chunk_sizes=chunks, mixed_chunk_sizes=mixed,
                         prefill_decode_interval=r.prefill_decode_interval, sglang=r.sglang,
                         unreleased_fallback=r.unreleased_fallback,
                         pdmux=PdmuxYaml(config=r.config, divisions=r.divisions, sm_group_num=r.sm_group_num,
@@ -191,7 +190,8 @@ def _run(r: SimulateRequest, executor: str, workload: Any, setup: Any, cluster: 
 def _title(workload: Any, setup: Any, cluster: Cluster, runs: list[Any]) -> str:
     colocated = any(p is not cluster.disagg for p in runs)
     servers = (f", DP {cluster.dp}" if cluster.dp > 1 and colocated else "") + (
-        f", {cluster.disagg.label} on {cluster.disagg.gpus(setup)} GPUs" if cluster.disagg is not None else "")
+        f", {cluster.disagg.label} on {cluster.disagg.gpus(setup)} "
+        "GPUs" if cluster.disagg is not None else "")
     return (f"{workload.source}: {len(workload)} requests {workload.arrivals_text()}; "
             f"{setup.model.name} on {on_gpus(setup)}{servers}, {setup.step_model.source}")
 
@@ -227,12 +227,13 @@ def simulate(request: SimulateRequest, progress: ProgressFactory | None = None) 
     metrics = [o for o in outcomes if not isinstance(o, InputError)]
     refused = [(p.label, o) for p, o in zip(built.policies, outcomes) if isinstance(o, InputError)]
     title = _title(workload, setup, cluster, built.policies)
-    notes = [*workload_notes(workload), *cluster.notes, *(f"{label} not simulated: {exc}" for label, exc in refused)]
+    notes = [*workload_notes(workload), *cluster.notes, *(f"{label} not simulated: "
+                                                          f"{exc}" for label, exc in refused)]
     if support.state != "yes":
         notes.insert(0, ("pdmux not simulated: " if support.state == "no" else "pdmux: ") + support.reason)
     if r.prefill_decode_interval and "pdmux" in names:
-        notes.append("pdmux: --prefill-decode-interval does not apply (SGLang's pdmux loop runs a decode step every "
-                     "round whatever it prefills)")
+        notes.append("pdmux: --prefill-decode-interval does not apply (SGLang's pdmux loop runs a decode "
+                     "step every round whatever it prefills)")
     plot = r.plot
     if plot is not None and not any(m.completed for m in metrics):
         notes.append(f"no request completed under any policy: nothing to plot, {plot} not written")

@@ -26,9 +26,9 @@ class TuneRequest(ServerOptions, DeploymentOptions):
     :class:`ServerOptions`' and :class:`DeploymentOptions`', of which tune takes ``dp`` and
     ``load_balance_method``: ``disagg`` is refused).
 
-    ``trace``: the trace file (``fmt``: its format; ``qps``, ``rate_scale``: retime it; ``max_requests``,
-    ``duration``: cut it). ``slo_ttft``, ``slo_itl``: the SLOs, ms. ``sm_group_nums``, ``divisors``,
-    ``budgets``: the values tried (comma-separated or lists; ``None``: the search's defaults).
+    ``trace``: the trace file (``trace_format``: its format; ``qps``, ``rate_scale``: retime it;
+    ``max_requests``, ``duration``: cut it). ``slo_ttft``, ``slo_itl``: the SLOs, ms. ``sm_group_nums``,
+    ``divisors``, ``budgets``: the values tried (comma-separated or lists; ``None``: the search's defaults).
     ``no_single_levels``: no fixed splits. ``slo_margins``: the shares of ``slo_itl`` SLO levels are sized
     for (``"none"``: none). ``workers``, ``executor``, ``ray_address``, ``max_steps``: as simulate's.
     ``output``: the file the winning YAML is written to. ``sglang``: the revision followed.
@@ -37,7 +37,7 @@ class TuneRequest(ServerOptions, DeploymentOptions):
     trace: Path
     slo_ttft: float
     slo_itl: float
-    fmt: str | None = None
+    trace_format: str | None = None
     qps: float | None = None
     rate_scale: float | None = None
     max_requests: int | None = None
@@ -76,7 +76,8 @@ class SearchSpace:
 def config_dict(c: Any) -> dict[str, Any]:
     """A :class:`pdmux_cli.pdmux_config.PdmuxConfig` as tune's JSON writes it."""
     return {"sm_group_num": c.sm_group_num, "manual_divisions": [list(e) for e in c.manual_divisions],
-            "split_forward_token_budget": c.split_forward_token_budget, "decode_bs_divisor": c.decode_bs_divisor,
+            "split_forward_token_budget": c.split_forward_token_budget,
+            "decode_bs_divisor": c.decode_bs_divisor,
             "max_split_forward_layers": c.max_split_forward_layers}
 
 
@@ -90,15 +91,18 @@ def search_dict(result: Any) -> dict[str, Any]:
         return x if math.isfinite(x) else None
 
     return {
-        "workers": result.workers, "skipped_invalid": result.skipped, "best": result.best, "baseline": result.baseline,
+        "workers": result.workers, "skipped_invalid": result.skipped, "best": result.best,
+        "baseline": result.baseline,
         "gpus": gpus, "layout": layout, "router": router,
-        "rows": [{"index": r.index, "description": r.candidate.description, "config": config_dict(r.candidate.config),
+        "rows": [{"index": r.index, "description": r.candidate.description,
+                  "config": config_dict(r.candidate.config),
                   "gpus": gpus, "layout": layout,
                   "slo_attainment": r.slo_attainment, "goodput_rps": r.goodput_rps,
                   "ttft_p99_ms": num(r.ttft_p99_ms), "itl_p99_ms": num(r.itl_p99_ms),
                   "older_sglang_crash_rounds": r.older_sglang_crash_rounds} for r in result.rows],
         "schedules": [{"policy": o.label, "gpus": gpus, "layout": layout, "slo_attainment": o.slo_attainment,
-                       "goodput_rps": o.goodput_rps, "ttft_p99_ms": num(o.ttft_p99_ms), "itl_p99_ms": num(o.itl_p99_ms)}
+                       "goodput_rps": o.goodput_rps, "ttft_p99_ms": num(o.ttft_p99_ms),
+                       "itl_p99_ms": num(o.itl_p99_ms)}
                       for o in result.schedules],
         "verdict": result.verdict(),
         "notes": result.notes,
@@ -148,7 +152,8 @@ def search(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, space: Se
                "manual_only": rev.divide_sm == "not read", "threshold_fallback": rev.threshold_fallback,
                "executor": executor, "ray_address": space.ray_address, "max_steps": space.max_steps}
     with entered(task):
-        result = tune(workload, setup, slo_ttft, slo_itl, groups, divs, buds, space.single_levels, space.workers,
+        result = tune(workload, setup, slo_ttft, slo_itl, groups, divs, buds, space.single_levels,
+                      space.workers,
                       progress=task.advance if task is not None else None, **options)
     result.notes.extend(revision_notes(sglang, setup.tp))
     return result
@@ -200,15 +205,17 @@ def tune(request: TuneRequest, progress: ProgressFactory | None = None) -> TuneO
 
     r = request
     check_outputs((r.output,), (r.trace, r.calibration, model_file(r.model), gpu_file(r.gpu)))
-    workload = load_workload(WorkloadOptions(trace=r.trace, fmt=r.fmt, qps=r.qps, rate_scale=r.rate_scale,
-                                             max_requests=r.max_requests, duration=r.duration))
+    workload = load_workload(WorkloadOptions(trace=r.trace, trace_format=r.trace_format, qps=r.qps,
+                                             rate_scale=r.rate_scale, max_requests=r.max_requests,
+                                             duration=r.duration))
     setup = build_setup(server_options(r))
     support = require_pdmux(setup.model.architectures, r.sglang, "tune")
     if r.no_prefix_cache:
         setup = without_prefix_cache(setup)
     cluster = plan_deployment(setup, r.gpu, r, allow_disagg=False)
     workload = fit_to_model(workload, setup.model, r.qps, r.rate_scale, r.duration)
-    space = SearchSpace(r.sm_group_nums, r.divisors, r.budgets, not r.no_single_levels, r.slo_margins, r.workers,
+    space = SearchSpace(r.sm_group_nums, r.divisors, r.budgets, not r.no_single_levels, r.slo_margins,
+                        r.workers,
                         cluster.dp, cluster.method, r.executor, r.ray_address, r.max_steps)
     result = search(workload, setup, r.slo_ttft, r.slo_itl, space, r.sglang, progress)
     best = result.best_row.candidate.config
@@ -220,17 +227,20 @@ def tune(request: TuneRequest, progress: ProgressFactory | None = None) -> TuneO
         from ..atomic import write_text_atomic
 
         write_text_atomic(r.output, text)
-    dp_note = [(f"DP {cluster.dp}: --dp-size {cluster.dp} runs the replicas as one SGLang server; SGLang 0.5.23's "
-                "checks do not refuse it with --enable-pdmux, but pdmux under DP is untried here (servers behind "
-                "sgl-router are the replicas simulated)")] if cluster.dp > 1 else []
+    dp_note = [(f"DP {cluster.dp}: --dp-size {cluster.dp} runs the replicas as one SGLang server; SGLang "
+                "0.5.23's checks do not refuse it with --enable-pdmux, but pdmux under DP is untried here "
+                "(servers behind sgl-router are the replicas simulated)")] if cluster.dp > 1 else []
     return TuneOutcome(r, result, best, text, setup, cluster, workload, support, [*cluster.notes, *dp_note])
 
 
 def tune_for_gen_config(gpu_profile: Any, trace: Path, slo_ttft_ms: float, slo_itl_ms: float, *,
-                        model: str = "qwen3-8b", fmt: str | None = None, rate_scale: float | None = None,
-                        qps: float | None = None, max_requests: int | None = None, duration: float | None = None,
-                        budgets: str | None = None, divisors: str | None = None, sm_group_nums: str | None = None,
-                        calibration: Path | None = None, s_sat: float | None = None, workers: int | None = None,
+                        model: str = "qwen3-8b", trace_format: str | None = None,
+                        rate_scale: float | None = None,
+                        qps: float | None = None, max_requests: int | None = None,
+                        duration: float | None = None, budgets: str | None = None,
+                        divisors: str | None = None,
+                        sm_group_nums: str | None = None, calibration: Path | None = None,
+                        s_sat: float | None = None, workers: int | None = None,
                         tp: int = 1, sglang: str | None = None,
                         progress: ProgressFactory | None = None) -> tuple[Any, Any]:
     """``pdmux gen-config --tune``'s search on ``trace`` for ``gpu_profile`` (a ``hardware.Gpu``; ``None``
@@ -239,12 +249,13 @@ def tune_for_gen_config(gpu_profile: Any, trace: Path, slo_ttft_ms: float, slo_i
     from ..sglang_support import require_pdmux
 
     if gpu_profile is None:
-        raise InputError("--tune needs a GPU profile (--gpu), not --sms/--cc: the simulation needs bandwidth and "
-                         "FLOP/s")
+        raise InputError("--tune needs a GPU profile (--gpu), not --sms/--cc: the simulation needs "
+                         "bandwidth and FLOP/s")
     if trace is None or slo_ttft_ms is None or slo_itl_ms is None:
         raise InputError("--tune needs --trace FILE, --slo-ttft MS and --slo-itl MS")
-    workload = load_workload(WorkloadOptions(trace=trace, fmt=fmt, qps=qps, rate_scale=rate_scale,
-                                             max_requests=max_requests, duration=duration))
+    workload = load_workload(WorkloadOptions(trace=trace, trace_format=trace_format, qps=qps,
+                                             rate_scale=rate_scale, max_requests=max_requests,
+                                             duration=duration))
     setup = build_setup(ServerOptions(model=model, s_sat=s_sat, calibration=calibration, tp=tp),
                         gpu_profile=gpu_profile)
     require_pdmux(setup.model.architectures, sglang, "gen-config --tune")

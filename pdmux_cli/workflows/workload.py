@@ -21,7 +21,7 @@ from .values import check_number
 class WorkloadOptions:
     """The workload options of simulate, capacity and tune (the CLI's names and defaults).
 
-    ``trace``: an Azure CSV, Mooncake JSONL or BurstGPT CSV (``fmt``: ``azure``, ``mooncake``,
+    ``trace``: an Azure CSV, Mooncake JSONL or BurstGPT CSV (``trace_format``: ``azure``, ``mooncake``,
     ``burstgpt``; ``None``: detected), or ``synthetic`` Poisson arrivals at ``qps`` requests/s
     (``math.inf``: all at once) with ``prompt_tokens`` / ``output_tokens`` length specs and ``seed``.
     ``qps``, ``rate_scale``: retime a trace file (requests/s; a factor). ``max_requests``: the first N;
@@ -30,7 +30,7 @@ class WorkloadOptions:
 
     trace: Path | None = None
     synthetic: bool = False
-    fmt: str | None = None
+    trace_format: str | None = None
     qps: float | None = None
     rate_scale: float | None = None
     max_requests: int | None = None
@@ -47,7 +47,7 @@ def _check_synthetic(w: WorkloadOptions) -> None:
         raise InputError("--synthetic needs --qps (requests/s)")
     if w.rate_scale is not None:
         raise InputError("--rate-scale applies to trace files; with --synthetic set --qps")
-    if w.fmt is not None:
+    if w.trace_format is not None:
         raise InputError("--format applies to trace files, not --synthetic")
     if not 0 <= w.seed < 2**32:  # numpy's (and bench_serving's --seed) range: random:L draws as it does
         raise InputError(f"--seed must be from 0 to {2**32 - 1}, as bench_serving's (numpy's), "
@@ -61,8 +61,8 @@ def load_workload(w: WorkloadOptions) -> Any:
     from ..simulate.traces import load_trace, reshape, synthetic_trace
 
     if w.qps == math.inf and not w.synthetic:
-        raise InputError("--qps inf (every request at once) goes with --synthetic; a trace file's arrivals are "
-                         "retimed to a finite rate (or give --rate-scale)")
+        raise InputError("--qps inf (every request at once) goes with --synthetic; a trace file's arrivals "
+                         "are retimed to a finite rate (or give --rate-scale)")
     if not (w.synthetic and w.qps == math.inf):  # --synthetic --qps inf: bench_serving's --request-rate inf
         check_number("--qps", w.qps)
     check_number("--rate-scale", w.rate_scale)
@@ -74,7 +74,7 @@ def load_workload(w: WorkloadOptions) -> Any:
         return synthetic_trace(w.qps, w.prompt_tokens, w.output_tokens, w.max_requests, w.duration, w.seed)
     if w.trace is None:
         raise InputError("give a trace file (Azure CSV, Mooncake JSONL, BurstGPT CSV) or --synthetic --qps N")
-    trace = load_trace(w.trace, w.fmt)
+    trace = load_trace(w.trace, w.trace_format)
     return reshape(trace, max_requests=w.max_requests)
 
 
