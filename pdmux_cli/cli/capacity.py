@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from ..errors import InputError
+from ..util.errors import InputError
 from . import app
 from .common import console, print_note, sglang_option
 from .options import (

@@ -15,8 +15,8 @@ from typing import Any
 
 from typer.core import TyperGroup
 
-from ..errors import InputError, PdmuxError, printable, short_repr
-from ..signals import Terminated, handling_signals, interrupted, raised_stop
+from ..util.errors import InputError, PdmuxError, printable, short_repr
+from ..util.signals import Terminated, handling_signals, interrupted, raised_stop
 from ..workflows.files import gpu_file, model_file  # noqa: F401 (the commands' inputs, from here too)
 from ..workflows.values import parse_float_list, parse_int_list, parse_names  # noqa: F401 (list options)
 
@@ -70,7 +70,7 @@ def _flush_stdout() -> None:
 
 
 class _Stopped(Exception):
-    """A :class:`~pdmux_cli.signals.Terminated` (SIGTERM, SIGHUP) carried past click's handlers: exit
+    """A :class:`~pdmux_cli.util.signals.Terminated` (SIGTERM, SIGHUP) carried past click's handlers: exit
     ``128 + signum`` with one line."""
 
     def __init__(self, signal: Terminated) -> None:
@@ -126,9 +126,9 @@ _ABORTS = _click_classes("Abort")
 class OneLineErrorGroup(TyperGroup):
     """The typer group of ``pdmux``: every failure becomes one line on stderr, never a traceback.
 
-    Usage errors (click's, and :class:`InputError`) exit 2; :class:`~pdmux_cli.errors.DeviceError`
+    Usage errors (click's, and :class:`InputError`) exit 2; :class:`~pdmux_cli.util.errors.DeviceError`
     and other runtime failures exit 1; Ctrl-C exits 130, SIGTERM 143 and SIGHUP 129, after the same
-    cleanup (:mod:`pdmux_cli.signals`: worker processes terminated, temporary files removed). A reader of stdout that goes away (EPIPE:
+    cleanup (:mod:`pdmux_cli.util.signals`: worker processes terminated, temporary files removed). A reader of stdout that goes away (EPIPE:
     ``pdmux ... | head -1``) is no failure: exit 0, nothing on stderr. A closed or full stderr never
     changes the status (:func:`fail_line`).
     """
@@ -219,8 +219,8 @@ class OneLineErrorGroup(TyperGroup):
 
 def parse_cc(text: str) -> tuple[int, int]:
     """``--cc 9.0`` -> ``(9, 0)``; one-line :class:`InputError` for anything that is not ``MAJOR.MINOR``
-    or is not a known NVIDIA capability (:data:`pdmux_cli.policy.KNOWN_COMPUTE_CAPABILITIES`)."""
-    from ..policy import check_known_capability, parse_compute_capability
+    or is not a known NVIDIA capability (:data:`pdmux_cli.sglang.split_levels.KNOWN_COMPUTE_CAPABILITIES`)."""
+    from ..sglang.split_levels import check_known_capability, parse_compute_capability
 
     return check_known_capability(parse_compute_capability(text))
 
@@ -352,11 +352,11 @@ def output_file(text: str) -> Path:
 
 
 def write_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` whole or not at all (see :mod:`pdmux_cli.atomic`).
+    """Write ``text`` to ``path`` whole or not at all (see :mod:`pdmux_cli.util.atomic`).
 
     Raises :class:`InputError` when the folder does not exist or is not writable.
     """
-    from ..atomic import write_text_atomic
+    from ..util.atomic import write_text_atomic
 
     return write_text_atomic(path, text)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from ..kv_cache import KV_CACHE_DTYPE_HELP
+from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
 from ..workflows.policies import DEFAULT_POLICIES
 from ..workflows.values import finite
 from .common import console, output_file, output_path, progress_bar

@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from ..errors import InputError
+from ..util.errors import InputError
 from . import app
 from .common import console, print_note, sglang_option
 from .options import (
@@ -370,8 +370,8 @@ def tune(
 def _print_tune(outcome: Any, show_all: bool) -> None:
     """tune's table, winner line, verdict and notes (on stderr when the YAML goes to stdout), then the YAML
     or the launch line of the file written."""
-    from .. import pdmux_config as pc
-    from ..sglang_support import get_revision
+    from ..sglang import pdmux_config as pc
+    from ..sglang.revisions import get_revision
     from ..simulate.report import share_text
     from ..simulate.tune import levels_text
 

@@ -29,9 +29,9 @@ import shlex
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 
-from .. import pdmux_config as pc
-from ..disaggregation import check_dp_value, check_load_balance_method, layout_text
-from ..errors import InputError
+from ..sglang import pdmux_config as pc
+from ..multigpu.disaggregation import check_dp_value, check_load_balance_method, layout_text
+from ..util.errors import InputError
 from .engine import Setup
 from .executors import Executor, using
 from .fold import select_rank

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InputError
+from ..util.errors import InputError
 
 
 @dataclass(frozen=True, kw_only=True)

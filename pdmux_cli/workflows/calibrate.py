@@ -3,7 +3,7 @@ logs), its serving terms to bench_serving runs, or merge two calibrations.
 
 :func:`calibrate` takes a :class:`CalibrateRequest` and returns a :class:`CalibrateResult`
 (``to_dict()``: ``pdmux calibrate --json``), writing ``output`` whole or not at all. The readers are
-:mod:`pdmux_cli.sglang_measurements`; the fits :func:`pdmux_cli.costmodel.calibrate.fit_whole_gpu` and
+:mod:`pdmux_cli.sglang.measurement_readers`; the fits :func:`pdmux_cli.costmodel.calibrate.fit_whole_gpu` and
 :func:`pdmux_cli.simulate.serving_fit.fit_terms`.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..util.errors import InputError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,8 +45,8 @@ class CalibrateRequest:
 
 @dataclass
 class ServingFit:
-    """The serving fit: ``terms`` (:class:`pdmux_cli.calibration.ServingTerms`), the relative errors per
-    metric kind with the shipped terms (``before``) and the fitted ones (``after``), and notes."""
+    """The serving fit: ``terms`` (:class:`pdmux_cli.costmodel.calibration_file.ServingTerms`), the relative
+    errors per metric kind with the shipped terms (``before``) and the fitted ones (``after``), and notes."""
 
     terms: Any
     before: dict[str, list[float]]
@@ -135,7 +135,7 @@ def rows_dict(fit: Any) -> list[dict[str, Any]]:
 def merge_calibrations(paths: list[Path]) -> Any:
     """One calibration from a ``pdmux bench`` file and a ``pdmux calibrate`` file of the same GPU.
     :class:`InputError` for another count of files, files of different GPUs, or not that pair."""
-    from ..calibration import load_calibration
+    from ..costmodel.calibration_file import load_calibration
 
     if len(paths) != 2:
         raise InputError("--merge takes two calibration files (a 'pdmux bench' one and a 'pdmux calibrate' "
@@ -164,9 +164,9 @@ def _measured(gpu: str, model: str, kv_bytes: float | None,
               kv_cache_dtype: str | None) -> tuple[Any, Any, float]:
     """The GPU profile, the model and the KV bytes per element the measurements were taken with (SGLang's
     ``--kv-cache-dtype`` or ``--kv-bytes``); :class:`InputError` for bad values."""
-    from ..hardware import find_gpu_or_file
-    from ..kv_cache import check_kv_options, resolve_kv_cache
-    from ..model import load_model
+    from ..catalog.hardware import find_gpu_or_file
+    from ..catalog.model import load_model
+    from ..sglang.kv_cache import check_kv_options, resolve_kv_cache
     from ..simulate.engine import check_bytes_per_element
 
     check_kv_options(kv_cache_dtype, kv_bytes)
@@ -179,8 +179,8 @@ def _measured(gpu: str, model: str, kv_bytes: float | None,
 
 def _fit_serving(cal: Any, r: CalibrateRequest, kv_bytes: float) -> tuple[Any, ServingFit]:
     """``cal`` with the serving terms fitted to ``r.bench_serving``, and the fit."""
-    from ..calibration import ServingTerms
-    from ..sglang_measurements import read_bench_serving
+    from ..costmodel.calibration_file import ServingTerms
+    from ..sglang.measurement_readers import read_bench_serving
     from ..simulate import serving_fit
     from ..simulate.serving_accuracy import runs_from_bench_serving
     from ..simulate.tune import default_workers, process_pool
@@ -236,7 +236,7 @@ def _check_fit_options(r: CalibrateRequest) -> None:
 
 
 def _merge(r: CalibrateRequest) -> CalibrateResult:
-    from ..calibration import dump_calibration
+    from ..costmodel.calibration_file import dump_calibration
 
     extra = [name for name, given in (("--sglang-bench", r.sglang_bench), ("--sglang-log", r.sglang_log),
                                       ("--bench-serving", r.bench_serving),
@@ -256,7 +256,7 @@ def _today() -> str:
 
 def _serving_only(r: CalibrateRequest) -> CalibrateResult:
     """``--bench-serving`` alone: a calibration with only the serving terms."""
-    from ..calibration import Calibration, dump_calibration
+    from ..costmodel.calibration_file import Calibration, dump_calibration
 
     profile, mdl, kv = _measured(r.gpu, r.model, r.kv_bytes, r.kv_cache_dtype)
     cal = Calibration(gpu_name=profile.name, sm_count=profile.require_sm_count(),
@@ -269,7 +269,7 @@ def _serving_only(r: CalibrateRequest) -> CalibrateResult:
 
 def _read_measurements(r: CalibrateRequest) -> tuple[list, list, list[str], list[str], list]:
     """``(one-batch points, clean decode intervals, problems, sources, (path, log reading) pairs)``."""
-    from ..sglang_measurements import read_one_batch, read_server_log
+    from ..sglang.measurement_readers import read_one_batch, read_server_log
 
     one_batch, problems, sources = [], [], []
     for path in r.sglang_bench:
@@ -295,9 +295,9 @@ def _read_measurements(r: CalibrateRequest) -> tuple[list, list, list[str], list
 
 
 def _whole_gpu(r: CalibrateRequest) -> CalibrateResult:
-    from ..calibration import Calibration, dump_calibration
     from ..costmodel import build_step_model
     from ..costmodel.calibrate import check_points, fit_whole_gpu, points_from
+    from ..costmodel.calibration_file import Calibration, dump_calibration
 
     if r.tp != 1:
         raise InputError(f"--tp {r.tp}: pdmux models one GPU (tensor parallelism is not modelled yet); "
@@ -328,7 +328,7 @@ def calibrate(request: CalibrateRequest) -> CalibrateResult:
     """Run ``request`` (module docstring) and write ``request.output`` when named. Raises
     :class:`InputError` for bad options or inputs (nothing to calibrate on, a log of a TP server, a file
     given twice, an output that is one of the inputs)."""
-    from ..atomic import check_writable, refuse_overwriting_inputs
+    from ..util.atomic import check_writable, refuse_overwriting_inputs
     from .files import gpu_file, model_file
 
     r = request
@@ -342,7 +342,7 @@ def calibrate(request: CalibrateRequest) -> CalibrateResult:
         _check_fit_options(r)
         result = _serving_only(r) if not r.sglang_bench and not r.sglang_log else _whole_gpu(r)
     if r.output is not None:
-        from ..atomic import write_text_atomic
+        from ..util.atomic import write_text_atomic
 
         write_text_atomic(r.output, result.yaml)
     return result

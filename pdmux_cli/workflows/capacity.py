@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..util.errors import InputError
 from .deployment import Cluster, DeploymentOptions, server_and_cluster
 from .policies import (
     DEFAULT_POLICIES,
@@ -249,7 +249,7 @@ def capacity(request: CapacityRequest, progress: ProgressFactory | None = None) 
     """Run ``request`` (module docstring) and write its ``plot``. Raises :class:`InputError` for bad
     options or inputs (as simulate's, and ``--qps`` on a trace file, a ``--target`` or ``--tolerance``
     outside its range)."""
-    from ..sglang_support import model_support
+    from ..sglang.revisions import model_support
 
     r = request
     configs = list(dict.fromkeys(r.config or []))

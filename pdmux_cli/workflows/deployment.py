@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InputError
+from ..util.errors import InputError
 from .server import ServerOptions, build_setup
 
 
@@ -65,7 +65,7 @@ class Cluster:
 
 
 def link_dict(link: Any) -> dict[str, Any]:
-    """A :class:`pdmux_cli.disaggregation.KvLink` for JSON (bytes/s, seconds)."""
+    """A :class:`pdmux_cli.multigpu.disaggregation.KvLink` for JSON (bytes/s, seconds)."""
     return {"kind": link.kind, "bytes_per_s": link.bytes_per_s, "latency_s": link.latency_s,
             "source": link.source}
 
@@ -85,7 +85,7 @@ def _without_disagg(setup: Any, d: DeploymentOptions, method: str, given_method:
 def _instance_tp(setup: Any, disagg_tp: int | None,
                  setup_with_tp: Callable[[int], Any] | None) -> tuple[int, Any]:
     """Each disaggregation instance's TP and its server (``None``: ``setup`` itself)."""
-    from ..tensor_parallel import check_tp_value, for_disagg_tp
+    from ..multigpu.tensor_parallel import check_tp_value, for_disagg_tp
 
     if disagg_tp is None:
         return setup.tp, None
@@ -102,7 +102,7 @@ def _instance_tp(setup: Any, disagg_tp: int | None,
 
 def _colocated_dp(dp: int | None, tp: int, gpus: int, x: int, y: int) -> int:
     """The colocated policies' replicas beside ``x``P``y``D on ``gpus`` GPUs: ``dp``, or as many as fit."""
-    from ..disaggregation import MAX_INSTANCES
+    from ..multigpu.disaggregation import MAX_INSTANCES
 
     if dp is not None:
         return dp
@@ -133,8 +133,8 @@ def plan_deployment(setup: Any, gpu: str | None, d: DeploymentOptions, *, allow_
     Raises :class:`InputError` for bad values (``--dp`` 0, an unknown method, ``--disagg 0P1D``, link
     options without ``--disagg``, more replicas than SGLang's router takes).
     """
-    from ..disaggregation import check_dp_value, check_load_balance_method, parse_xpyd
-    from ..disaggregation import kv_link as make_link
+    from ..multigpu.disaggregation import check_dp_value, check_load_balance_method, parse_xpyd
+    from ..multigpu.disaggregation import kv_link as make_link
     from ..simulate.cluster import DisaggPolicy
 
     given_method = d.load_balance_method is not None
@@ -159,7 +159,7 @@ def plan_deployment(setup: Any, gpu: str | None, d: DeploymentOptions, *, allow_
     else:
         dp = _colocated_dp(dp, setup.tp, gpus, x, y)
         notes.append(_equal_gpus_note(x, y, own, dp, setup.tp, gpus, method))
-    from ..hardware import find_gpu_or_file
+    from ..catalog.hardware import find_gpu_or_file
 
     link = make_link(find_gpu_or_file(gpu or "h100"), gpus, d.kv_link, d.kv_link_gb_s, d.kv_link_latency_us)
     return Cluster(dp, method, DisaggPolicy(x, y, link, method, instance_setup), tuple(notes),

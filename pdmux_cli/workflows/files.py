@@ -1,8 +1,8 @@
 """The files a workflow reads and writes: which options name input files, and outputs checked up front.
 
 An output is refused when it is one of the inputs (a result written over the trace it came from) or
-cannot be written (:func:`pdmux_cli.atomic.check_writable`), before a long run, so that the run is not
-wasted; outputs are then written whole or not at all (:mod:`pdmux_cli.atomic`).
+cannot be written (:func:`pdmux_cli.util.atomic.check_writable`), before a long run, so that the run is not
+wasted; outputs are then written whole or not at all (:mod:`pdmux_cli.util.atomic`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 def model_file(model: str) -> Path | None:
     """``--model`` when it names an existing file or folder (an input not to overwrite), else ``None``."""
-    from ..input_files import is_dir, is_file
+    from ..util.input_files import is_dir, is_file
 
     path = Path(model).expanduser()
     if is_dir(path):
@@ -25,7 +25,7 @@ def gpu_file(gpu: str | None) -> Path | None:
     """``--gpu`` when it names an existing profile file (an input not to overwrite), else ``None``."""
     if gpu is None:
         return None
-    from ..input_files import is_file
+    from ..util.input_files import is_file
 
     path = Path(gpu.strip()).expanduser()
     return path if is_file(path) else None
@@ -34,8 +34,8 @@ def gpu_file(gpu: str | None) -> Path | None:
 def check_outputs(outputs: Iterable[Path | None], inputs: Iterable[Path | None]) -> None:
     """Each of ``outputs`` (``None``: not asked for) is none of ``inputs`` and can be written.
 
-    Raises :class:`~pdmux_cli.errors.InputError` naming the first that is not."""
-    from ..atomic import check_writable, refuse_overwriting_inputs
+    Raises :class:`~pdmux_cli.util.errors.InputError` naming the first that is not."""
+    from ..util.atomic import check_writable, refuse_overwriting_inputs
 
     inputs = tuple(inputs)
     for path in outputs:

@@ -2,8 +2,8 @@
 
 One place resolves it for simulate and capacity (:func:`resolve_config`): loaded, overridden
 (``--sm-group-num``, ``--decode-bs-divisor``, ``--token-budget``), validated against the GPU
-(:func:`pdmux_cli.pdmux_config.validate`: a rule of released or unreleased SGLang stops the run; CUDA
-granularity rounds the levels as the driver does, :func:`pdmux_cli.pdmux_config.driver_divisions`).
+(:func:`pdmux_cli.sglang.pdmux_config.validate`: a rule of released or unreleased SGLang stops the run; CUDA
+granularity rounds the levels as the driver does, :func:`pdmux_cli.sglang.pdmux_config.driver_divisions`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..util.errors import InputError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,7 +30,7 @@ class PdmuxYaml:
 
 def _load(source: PdmuxYaml) -> tuple[Any, list[str]]:
     """The config as written (or SGLang's defaults) and its warnings."""
-    from .. import pdmux_config as pc
+    from ..sglang import pdmux_config as pc
 
     if source.config is None:
         if source.divisions is None:
@@ -50,7 +50,7 @@ def _load(source: PdmuxYaml) -> tuple[Any, list[str]]:
 
 
 def _overridden(cfg: Any, source: PdmuxYaml, total_sms: int) -> Any:
-    from .. import policy as pol
+    from ..sglang import split_levels as pol
 
     pol.check_sm_group_num(source.sm_group_num, total_sms)
     if source.sm_group_num is not None:
@@ -66,15 +66,15 @@ def _overridden(cfg: Any, source: PdmuxYaml, total_sms: int) -> Any:
 
 
 def resolve_config(source: PdmuxYaml, setup: Any) -> tuple[Any, list[str]]:
-    """The pdmux config to simulate on ``setup``'s GPU (a :class:`pdmux_cli.pdmux_config.PdmuxConfig`,
+    """The pdmux config to simulate on ``setup``'s GPU (a :class:`pdmux_cli.sglang.pdmux_config.PdmuxConfig`,
     levels as the driver runs them) and notes (``"config: ..."``: warnings, rules only SGLang 0.5.23 or
     the driver objects to, levels rounded).
 
     Raises :class:`InputError` for an override below 1, ``--config`` with ``--divisions``, a file or
     levels that SGLang refuses (naming ``pdmux check-config FILE``, which lists every problem).
     """
-    from .. import pdmux_config as pc
-    from .. import policy as pol
+    from ..sglang import pdmux_config as pc
+    from ..sglang import split_levels as pol
 
     for name, value in (("--sm-group-num", source.sm_group_num),
                         ("--decode-bs-divisor", source.decode_bs_divisor),

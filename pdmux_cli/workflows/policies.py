@@ -5,8 +5,8 @@ prefill-first, PD disaggregation.
 in, the scheduler objects of :mod:`pdmux_cli.simulate.schedulers` (and the deployment's
 :class:`~pdmux_cli.simulate.cluster.DisaggPolicy`) out, with each pdmux config resolved by
 :func:`pdmux_cli.workflows.pdmux_yaml.resolve_config` and checked against the ``--sglang`` revision
-(:func:`pdmux_cli.sglang_rules.plan_check`; its layer cap, :func:`~pdmux_cli.sglang_rules.layer_cap`;
-its group-1 fallback, ``Revision.threshold_fallback``).
+(:func:`pdmux_cli.sglang.revision_rules.plan_check`; its layer cap,
+:func:`~pdmux_cli.sglang.revision_rules.layer_cap`; its group-1 fallback, ``Revision.threshold_fallback``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..util.errors import InputError
 from .pdmux_yaml import PdmuxYaml, resolve_config
 from .values import as_text_list, parse_int_list
 
@@ -108,8 +108,8 @@ class PolicySet:
 
 def _one_pdmux(choice: PolicyChoice, setup: Any, out: PolicySet) -> None:
     """simulate: the one config of ``choice.pdmux``."""
-    from ..sglang_rules import layer_cap, plan_check, revision_notes
-    from ..sglang_support import get_revision
+    from ..sglang.revision_rules import layer_cap, plan_check, revision_notes
+    from ..sglang.revisions import get_revision
     from ..simulate.schedulers import PdmuxPolicy
 
     cfg, notes = resolve_config(choice.pdmux, setup)
@@ -123,8 +123,8 @@ def _one_pdmux(choice: PolicyChoice, setup: Any, out: PolicySet) -> None:
 def _pdmux_beside_defaults(choice: PolicyChoice, setup: Any, out: PolicySet) -> None:
     """capacity: SGLang's defaults (unless the revision needs manual levels and files are given), then
     each file, named by its file name (its path where two share a name)."""
-    from ..sglang_rules import layer_cap, plan_check, revision_notes
-    from ..sglang_support import get_revision
+    from ..sglang.revision_rules import layer_cap, plan_check, revision_notes
+    from ..sglang.revisions import get_revision
     from ..simulate.schedulers import PdmuxPolicy
 
     rev = get_revision(choice.sglang)
@@ -149,12 +149,12 @@ def build_policies(choice: PolicyChoice, setup: Any, disagg: Any = None) -> Poli
     the name ``disagg``), in the order of ``choice.names``, each chunk size once.
 
     Raises :class:`InputError` where a pdmux config is refused (:func:`resolve_config`) or cannot be
-    planned under the revision (:func:`pdmux_cli.sglang_rules.plan_check`)."""
+    planned under the revision (:func:`pdmux_cli.sglang.revision_rules.plan_check`)."""
     from ..simulate.schedulers import ChunkedPolicy, MixedChunkPolicy, PrefillFirstPolicy
 
     chunks = list(choice.chunk_sizes)
     if not chunks and "chunked" in choice.names:
-        from ..sglang_server import default_chunked_prefill_size
+        from ..sglang.server_defaults import default_chunked_prefill_size
 
         chunks = [default_chunked_prefill_size(setup.memory_bytes)]
     interval = choice.prefill_decode_interval

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..util.errors import InputError
 from .values import check_number
 
 
@@ -66,7 +66,7 @@ def server_options(request: Any) -> ServerOptions:
 
 
 def _check_values(o: ServerOptions) -> None:
-    from ..kv_cache import check_kv_options
+    from ..sglang.kv_cache import check_kv_options
     from ..simulate import engine
 
     check_number("--s-sat", o.s_sat, minimum=1.0, strict=False)  # SMs: fewer than one saturates nothing
@@ -95,16 +95,16 @@ def _check_values(o: ServerOptions) -> None:
 def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None,
                 prefix_cache: bool = False) -> Any:
     """The simulated server (:class:`pdmux_cli.simulate.engine.Setup`) of ``o`` with ``tp`` GPUs
-    (``None``: ``o.tp``). ``gpu_profile``: a :class:`pdmux_cli.hardware.Gpu` to use instead of ``o.gpu``
-    (``gen-config --tune``). ``prefix_cache``: apply ``o.no_prefix_cache`` (SGLang's radix cache off);
-    otherwise the setup keeps the radix cache on and the caller decides.
+    (``None``: ``o.tp``). ``gpu_profile``: a :class:`pdmux_cli.catalog.hardware.Gpu` to use instead of
+    ``o.gpu`` (``gen-config --tune``). ``prefix_cache``: apply ``o.no_prefix_cache`` (SGLang's radix cache
+    off); otherwise the setup keeps the radix cache on and the caller decides.
 
     Raises :class:`InputError` for bad values or combinations (an S_SAT past the GPU's SMs, ``--s-sat``
     beside a calibration with SM-partition terms), an unknown GPU or model, an unreadable calibration.
     """
-    from ..hardware import find_gpu_or_file
-    from ..kv_cache import resolve_kv_cache
-    from ..model import load_model
+    from ..catalog.hardware import find_gpu_or_file
+    from ..catalog.model import load_model
+    from ..sglang.kv_cache import resolve_kv_cache
     from ..simulate.engine import make_setup
 
     _check_values(o)
@@ -116,7 +116,7 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
     kv_cache = resolve_kv_cache(mdl, o.kv_cache_dtype, o.kv_bytes)
     cal = None
     if o.calibration is not None:
-        from ..calibration import load_calibration
+        from ..costmodel.calibration_file import load_calibration
 
         cal = load_calibration(o.calibration)
         if o.s_sat is not None and cal.has_partitions:

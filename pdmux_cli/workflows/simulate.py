@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..util.errors import InputError
 from .deployment import Cluster, DeploymentOptions, server_and_cluster
 from .pdmux_yaml import PdmuxYaml
 from .policies import (
@@ -168,9 +168,9 @@ def _run(r: SimulateRequest, executor: str, workload: Any, setup: Any, cluster: 
     with contextlib.ExitStack() as stack:
         sink = None
         if r.csv is not None:  # rows stream into the temporary file; it replaces the csv at the end
-            from ..atomic import atomic_output
             from ..simulate.fold import CsvSink
             from ..simulate.report import CSV_FIELDS
+            from ..util.atomic import atomic_output
 
             tmp = stack.enter_context(atomic_output(r.csv))
             sink = CsvSink(stack.enter_context(open(tmp, "w", newline="", encoding="utf-8")))
@@ -204,7 +204,7 @@ def simulate(request: SimulateRequest, progress: ProgressFactory | None = None) 
     config SGLang refuses, outputs that cannot be written), and when every policy is refused (e.g. the
     model does not fit); a policy refused alone is a note.
     """
-    from ..sglang_support import model_support
+    from ..sglang.revisions import model_support
 
     r = request
     executor = _check_run_options(r)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..util.errors import InputError
 from .deployment import Cluster, DeploymentOptions, plan_deployment
 from .progress import ProgressFactory, entered, start
 from .server import ServerOptions, build_setup, provenance_block, server_options, without_prefix_cache
@@ -74,7 +74,7 @@ class SearchSpace:
 
 
 def config_dict(c: Any) -> dict[str, Any]:
-    """A :class:`pdmux_cli.pdmux_config.PdmuxConfig` as tune's JSON writes it."""
+    """A :class:`pdmux_cli.sglang.pdmux_config.PdmuxConfig` as tune's JSON writes it."""
     return {"sm_group_num": c.sm_group_num, "manual_divisions": [list(e) for e in c.manual_divisions],
             "split_forward_token_budget": c.split_forward_token_budget,
             "decode_bs_divisor": c.decode_bs_divisor,
@@ -124,9 +124,9 @@ def search(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, space: Se
     """:func:`pdmux_cli.simulate.tune.tune` over ``space`` under the revision ``sglang``'s rules (its
     layer cap searched, manual levels only, the group-1 fallback); the revision's notes appended. Raises
     :class:`InputError` for bad SLOs or lists."""
-    from ..policy import check_sm_group_num
-    from ..sglang_rules import revision_notes
-    from ..sglang_support import get_revision
+    from ..sglang.revision_rules import revision_notes
+    from ..sglang.revisions import get_revision
+    from ..sglang.split_levels import check_sm_group_num
     from ..simulate.engine import step_budget
     from ..simulate.executors import check_executor
     from ..simulate.tune import DEFAULT_BUDGETS, DEFAULT_DIVISORS, DEFAULT_LAYER_CAPS, tune
@@ -199,8 +199,8 @@ def tune(request: TuneRequest, progress: ProgressFactory | None = None) -> TuneO
     """Run ``request`` (module docstring) and write the winning YAML to ``request.output`` (whole or not
     at all) when one is named. Raises :class:`InputError` for bad options or inputs, a model SGLang's
     pdmux cannot serve, or ``disagg``."""
-    from .. import pdmux_config as pc
-    from ..sglang_support import require_pdmux
+    from ..sglang import pdmux_config as pc
+    from ..sglang.revisions import require_pdmux
     from .files import check_outputs, gpu_file, model_file
 
     r = request
@@ -224,7 +224,7 @@ def tune(request: TuneRequest, progress: ProgressFactory | None = None) -> TuneO
         raise InputError(f"winning config is invalid: {problems[0].where}: {problems[0].message}")
     text = pc.dump_config(best)
     if r.output is not None:
-        from ..atomic import write_text_atomic
+        from ..util.atomic import write_text_atomic
 
         write_text_atomic(r.output, text)
     dp_note = [(f"DP {cluster.dp}: --dp-size {cluster.dp} runs the replicas as one SGLang server; SGLang "
@@ -246,7 +246,7 @@ def tune_for_gen_config(gpu_profile: Any, trace: Path, slo_ttft_ms: float, slo_i
     """``pdmux gen-config --tune``'s search on ``trace`` for ``gpu_profile`` (a ``hardware.Gpu``; ``None``
     raises, since the cost model needs bandwidth and FLOP/s): ``(TuneResult, Setup)``. Raises
     :class:`InputError` for bad inputs."""
-    from ..sglang_support import require_pdmux
+    from ..sglang.revisions import require_pdmux
 
     if gpu_profile is None:
         raise InputError("--tune needs a GPU profile (--gpu), not --sms/--cc: the simulation needs "

@@ -1,6 +1,6 @@
 """Option values as the commands take them: comma-separated lists, numbers with a bound, JSON-ready data.
 
-Pure (no I/O). Every refusal is one :class:`~pdmux_cli.errors.InputError` line naming the option
+Pure (no I/O). Every refusal is one :class:`~pdmux_cli.util.errors.InputError` line naming the option
 (``what``) and the value; :mod:`pdmux_cli.cli.common` re-exports the list parsers for the CLI.
 """
 
@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import InputError, short_repr
+from ..util.errors import InputError, short_repr
 
 #: An integer as typed in a list option: ASCII digits (``int`` also reads ``'٣'`` and ``'1_000'``; the
 #: scalar options' parser does not read ``'٣'``, and neither does this).

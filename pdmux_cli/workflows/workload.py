@@ -3,7 +3,7 @@
 :func:`load_workload` reads and cuts (``--max-requests``); :func:`fit_to_model` drops the requests past
 the model's context length and only then retimes a trace file (``--qps``, ``--rate-scale``) and cuts it
 to ``--duration``, so that ``--qps`` is the rate of the requests simulated (as ``pdmux capacity``
-reports it). Both raise :class:`~pdmux_cli.errors.InputError` for bad values or combinations.
+reports it). Both raise :class:`~pdmux_cli.util.errors.InputError` for bad values or combinations.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, short_repr
+from ..util.errors import InputError, short_repr
 from .values import check_number
 
 
