@@ -63,12 +63,22 @@ def test_provenance_names_the_rule_set_and_the_cost_model() -> None:
     assert block["version"] == __version__ and block["sglang"] == "0.5.23"
     cm = block["cost_model"]
     assert (cm["name"], cm["efficiency"], cm["calibration"], cm["serving"], cm["s_sat"]) == (
-        "roofline", "h100-sxm.yaml", None, "serving.yaml", 88.0)  # H100 SXM: S_SAT 88 of 132 SMs
+        "roofline", "h100-sxm.yaml", None, "0.5", 88.0)  # H100 SXM: S_SAT 88 of 132 SMs; serving.yaml's fit
     chapter = simulate(SimulateRequest(trace=AZURE, policies="chunked", cost_model="chapter", workers=1,
                                        sglang="standard@b875545")).to_dict()["pdmux"]
     assert chapter["sglang"] == "standard@b875545"
     assert (chapter["cost_model"]["name"], chapter["cost_model"]["efficiency"],
             chapter["cost_model"]["serving"]) == ("chapter", None, None)
+
+
+def test_provenance_of_a_calibrated_model(tmp_path: Path) -> None:
+    cal = tmp_path / "calibration.yaml"
+    calibrate(CalibrateRequest(sglang_bench=(SGLANG / "model_made_one_batch_h100_qwen3_8b.jsonl",),
+                               model="qwen3-8b", gpu="h100", output=cal))
+    cm = simulate(SimulateRequest(trace=AZURE, policies="chunked", calibration=cal,
+                                  workers=1)).to_dict()["pdmux"]["cost_model"]
+    # the profile the whole-GPU terms replace, and the file that replaces them
+    assert (cm["efficiency"], cm["calibration"], cm["serving"]) == ("h100-sxm.yaml", str(cal), "0.5")
 
 
 def test_simulate_writes_the_csv_it_names(tmp_path: Path) -> None:

@@ -92,7 +92,7 @@ class CalibrateResult:
                     "median_error": {k: statistics.median(v) for k, v in s.after.items()},
                     "shipped_median_error": {k: statistics.median(v) for k, v in s.before.items()},
                     "notes": s.notes, "output": output, "yaml": self.yaml}
-            block = _shipped(self.profile, "serving.yaml")
+            block = _shipped(self.profile)
             return {**data, "pdmux": provenance(sglang=None, cost_model=block)}
         t, base = self.fit.terms, self.base
         data = {
@@ -110,18 +110,19 @@ class CalibrateResult:
             "median_error": t.median_error, "uncalibrated_median_error": t.uncalibrated_median_error,
             "rows": rows_dict(self.fit), "notes": self.notes, "output": output, "yaml": self.yaml,
         }
-        from ..provenance import cost_model_provenance
-
-        block = cost_model_provenance(base.name, efficiency=f"{base.eff.key}.yaml", source=base.source)
-        return {**data, "pdmux": provenance(sglang=None, cost_model=block)}
+        return {**data, "pdmux": provenance(sglang=None, cost_model=_shipped(profile=self.profile))}
 
 
-def _shipped(profile: Any, serving: str | None) -> dict[str, Any]:
+def _shipped(profile: Any) -> dict[str, Any]:
+    """The provenance of the shipped roofline model a fit is compared with (``"shipped"``): the GPU's
+    efficiency profile and ``serving.yaml``'s terms of
+    :data:`~pdmux_cli.workflows.server.SERVING_RELEASE_LINE`."""
     from ..costmodel.efficiency import profile_for
     from ..provenance import cost_model_provenance
+    from .server import SERVING_RELEASE_LINE
 
     eff, _ = profile_for(getattr(profile, "key", ""), tuple(profile.compute_capability))
-    return cost_model_provenance("roofline", efficiency=f"{eff.key}.yaml", serving=serving)
+    return cost_model_provenance("roofline", efficiency=f"{eff.key}.yaml", serving=SERVING_RELEASE_LINE)
 
 
 def rows_dict(fit: Any) -> list[dict[str, Any]]:

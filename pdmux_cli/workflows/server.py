@@ -144,31 +144,37 @@ def on_gpus(setup: Any) -> str:
     return f"{setup.tp} x {setup.gpu_name} (TP {setup.tp})" if setup.tp > 1 else setup.gpu_name
 
 
+#: The SGLang release line whose public serving runs fit ``serving.yaml``'s top-level terms, the ones every
+#: command charges (``benchmarks/fit_serving.py``: "0.5 is the default every command uses"; 0.4 and 0.3 are
+#: its ``older_releases``, replayed by ``pdmux accuracy --serving`` only).
+SERVING_RELEASE_LINE = "0.5"
+
+
 def cost_model_block(setup: Any, calibration: Path | None) -> dict[str, Any]:
-    """The cost model's provenance (:func:`pdmux_cli.provenance.cost_model_provenance`): its name, the
-    efficiency profile (``profiles/efficiency/<key>.yaml``; ``None`` for the chapter model), the
-    ``--calibration`` file, where the serving terms come from (``serving.yaml``, the calibration, or
-    ``None`` where none are charged), S_SAT (SMs; ``None`` where a calibration's curve stands instead)
-    and the one-line ``source`` the tables print."""
+    """The cost model's provenance (:func:`pdmux_cli.provenance.cost_model_provenance`) of ``setup``:
+    ``name``; ``efficiency``: the efficiency profile (``profiles/efficiency/<key>.yaml``; ``None`` for the
+    chapter model, which reads none); ``calibration``: the ``--calibration`` file; ``serving``: the SGLang
+    release line whose fitted serving terms are charged (:data:`SERVING_RELEASE_LINE`), ``"calibration"``
+    where the calibration file's own replace them, ``None`` where none are (the chapter model); ``s_sat``:
+    SMs (``None`` where a calibration's curve stands instead)."""
     import math
 
     from ..provenance import cost_model_provenance
 
     model = setup.step_model
     eff = getattr(model, "eff", None)
-    serving = getattr(model, "serving", None)
-    if serving is None or serving.source == "none":
-        serving_from = None
-    elif serving.source.startswith("calibrated on"):  # costmodel.calibrated_serving's source
-        serving_from = str(calibration)
-    else:
-        serving_from = "serving.yaml"
+    # a whole-GPU calibration appends ", calibrated on MODEL" to the profile's key (the file is named under
+    # "calibration")
+    efficiency = f"{str(eff.key).partition(',')[0]}.yaml" if getattr(eff, "key", None) else None
+    serving = None
+    if model.name == "roofline":
+        source = str(getattr(getattr(model, "serving", None), "source", ""))
+        serving = "calibration" if source.startswith("calibrated on") else SERVING_RELEASE_LINE
     s_sat = getattr(model, "s_sat", None)
+    s_sat = float(s_sat) if isinstance(s_sat, (int, float)) and math.isfinite(s_sat) else None
     return cost_model_provenance(
-        model.name, efficiency=f"{eff.key}.yaml" if eff is not None else None,
-        calibration=str(calibration) if calibration is not None else None, serving=serving_from,
-        s_sat=s_sat if isinstance(s_sat, (int, float)) and math.isfinite(s_sat) else None,
-        source=model.source)
+        model.name, efficiency=efficiency, calibration=str(calibration) if calibration is not None else None,
+        serving=serving, s_sat=s_sat)
 
 
 def provenance_block(sglang: str | None, setup: Any = None,
