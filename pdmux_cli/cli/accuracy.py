@@ -10,7 +10,7 @@ import math
 
 import typer
 
-from . import app
+from .app import app
 from .common import console, print_json, print_note
 
 

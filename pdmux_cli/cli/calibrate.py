@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from . import app
+from .app import app
 from .common import console, output_path, print_json, print_note
 
 #: Points shown in the table (``--json`` has them all).

@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from ..util.errors import InputError
-from . import app
+from .app import app
 from .common import console, print_note, sglang_option
 from .options import (
     ADMISSION_DELAY_OPTION,

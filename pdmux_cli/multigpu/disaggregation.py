@@ -66,7 +66,8 @@ def parse_xpyd(text: str) -> tuple[int, int]:
     unless it is ``XPYD`` with 1 to :data:`MAX_INSTANCES` each."""
     m = _XPYD.fullmatch(str(text).strip())
     if not m:
-        raise InputError(f"--disagg takes XPYD, prefill and decode instances, e.g. 1P1D or 2P6D; got {short_repr(text)}")
+        raise InputError("--disagg takes XPYD, prefill and decode instances, e.g. 1P1D or 2P6D; got "
+                         f"{short_repr(text)}")
     x, y = int(m.group(1)), int(m.group(2))
     for side, n in (("prefill", x), ("decode", y)):
         if not 1 <= n <= MAX_INSTANCES:
@@ -85,8 +86,9 @@ def check_load_balance_method(method: str) -> str:
     """``method`` lower-cased (``-`` read as ``_``) if it is one of :data:`LOAD_BALANCE_METHODS`."""
     name = str(method).strip().lower().replace("-", "_")
     if name not in LOAD_BALANCE_METHODS:
-        raise InputError(f"--load-balance-method: unknown {short_repr(method)}; use {' or '.join(LOAD_BALANCE_METHODS)} "
-                         "(SGLang's names: round robin, or the replica with the fewest outstanding requests)")
+        raise InputError(f"--load-balance-method: unknown {short_repr(method)}; use "
+                         f"{' or '.join(LOAD_BALANCE_METHODS)} (SGLang's names: round robin, or the replica "
+                         "with the fewest outstanding requests)")
     return name
 
 
@@ -127,7 +129,8 @@ class KvLink:
 
 def kv_link(gpu, gpus: int, kind: str = "auto", gb_per_s: float | None = None,
             latency_us: float | None = None) -> KvLink:
-    """The KV link of a deployment of ``gpus`` GPUs of profile ``gpu`` (:class:`pdmux_cli.catalog.hardware.Gpu`).
+    """The KV link of a deployment of ``gpus`` GPUs of profile ``gpu``
+    (:class:`pdmux_cli.catalog.hardware.Gpu`).
 
     ``kind``: ``auto`` (the profile's interconnect within a node of :data:`GPUS_PER_NODE`, RDMA
     across nodes), ``nvlink`` or ``pcie`` (the profile's figures; refused when the profile's link is
@@ -141,7 +144,8 @@ def kv_link(gpu, gpus: int, kind: str = "auto", gb_per_s: float | None = None,
         raise InputError(f"--kv-link: unknown {short_repr(kind)}; use {', '.join(KV_LINKS)}")
     for flag, value, (lo, hi), unit in (("--kv-link-gb-s", gb_per_s, KV_LINK_GB_S_RANGE, "GB/s per GPU"),
                                         ("--kv-link-latency-us", latency_us, KV_LINK_LATENCY_US_RANGE, "us")):
-        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and lo <= value <= hi
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)
+                                      and lo <= value <= hi
                                       and (value > 0 or flag == "--kv-link-latency-us")):
             bounds = f"from {lo:g}" + (f" to {hi:g}" if math.isfinite(hi) else "")
             raise InputError(f"{flag} must be a finite number {bounds} {unit}, got {value}")
@@ -165,8 +169,8 @@ def kv_link(gpu, gpus: int, kind: str = "auto", gb_per_s: float | None = None,
         bw_source = lat_source = ""
     else:
         have = gpu.interconnect or "no interconnect figures"
-        raise InputError(f"--kv-link {name}: the {gpu.name} profile has {have}; use --kv-link rdma, or give both "
-                         "--kv-link-gb-s and --kv-link-latency-us")
+        raise InputError(f"--kv-link {name}: the {gpu.name} profile has {have}; use --kv-link rdma, or give "
+                         "both --kv-link-gb-s and --kv-link-latency-us")
     if gb_per_s is not None:
         bw, bw_source = gb_per_s * 1e9, "--kv-link-gb-s"
     if latency_us is not None:

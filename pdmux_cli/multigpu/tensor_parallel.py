@@ -22,7 +22,8 @@ Pure; the rules (in our words) of SGLang 0.5.23's layers:
   and an all-gather of the logits (``srt/layers/logits_processor.py`` ``LogitsProcessor``,
   ``do_tensor_parallel_all_gather``).
 
-Norms, biases and RoPE tables are replicated and not counted (as everywhere in :mod:`pdmux_cli.catalog.model`).
+Norms, biases and RoPE tables are replicated and not counted (as everywhere in
+:mod:`pdmux_cli.catalog.model`).
 """
 
 from __future__ import annotations
@@ -79,19 +80,20 @@ def shard(model: Model, tp: int) -> Sharding:
     check_tp_value(tp)
     name = model.name
     if model.num_attention_heads % tp:
-        raise InputError(f"{name} has {model.num_attention_heads} attention heads, which {tp} GPUs cannot split "
-                         "evenly (SGLang's QKVParallelLinear divides them by --tp-size): use a --tp that divides them")
+        raise InputError(f"{name} has {model.num_attention_heads} attention heads, which {tp} GPUs cannot "
+                         "split evenly (SGLang's QKVParallelLinear divides them by --tp-size): use a --tp "
+                         "that divides them")
     kv, replicas = model.num_kv_heads, 1
     if not model.is_mla:
         if tp >= model.num_kv_heads:
             if tp % model.num_kv_heads:
-                raise InputError(f"{name} has {model.num_kv_heads} KV heads: SGLang replicates them over --tp-size "
-                                 f"only when it is a multiple of them, and {tp} is not")
+                raise InputError(f"{name} has {model.num_kv_heads} KV heads: SGLang replicates them over "
+                                 f"--tp-size only when it is a multiple of them, and {tp} is not")
             kv, replicas = 1, tp // model.num_kv_heads
         else:
             if model.num_kv_heads % tp:
-                raise InputError(f"{name} has {model.num_kv_heads} KV heads, which {tp} GPUs cannot split evenly "
-                                 "(SGLang's QKVParallelLinear): use a --tp that divides them")
+                raise InputError(f"{name} has {model.num_kv_heads} KV heads, which {tp} GPUs cannot split "
+                                 "evenly (SGLang's QKVParallelLinear): use a --tp that divides them")
             kv = model.num_kv_heads // tp
     widths = []
     if dense_ffn_layers(model):
@@ -99,11 +101,12 @@ def shard(model: Model, tp: int) -> Sharding:
     if moe_layers(model):
         widths.append(("moe_intermediate_size", model.moe_intermediate_size, "experts (SGLang's FusedMoE)"))
         if model.num_shared_experts:
-            widths.append(("shared_expert_intermediate_size", model.shared_expert_intermediate_size, "shared experts"))
+            widths.append(("shared_expert_intermediate_size", model.shared_expert_intermediate_size,
+                           "shared experts"))
     for field, width, what in widths:
         if width % tp:
-            raise InputError(f"{name}'s {what} are {width} wide ({field}), which {tp} GPUs cannot split evenly: "
-                             "use a --tp that divides it")
+            raise InputError(f"{name}'s {what} are {width} wide ({field}), which {tp} GPUs cannot split "
+                             "evenly: use a --tp that divides it")
     return Sharding(tp=tp, heads=model.num_attention_heads // tp, kv_heads=kv, kv_replicas=replicas)
 
 

@@ -13,8 +13,8 @@ SGLang users know them):
   batch plus the next piece of the prompt, ``chunk - decode_bs`` tokens (SGLang charges each decode row
   one token of the chunk; the chapter's model puts a whole chunk next to the batch);
 - ``pdmux``: decode on ``d`` SMs, prefill on ``p`` SMs, at the level SGLang picks (or ``--level``);
-- ``disagg`` (``--disagg XPYD``, SGLang's PD disaggregation; :mod:`pdmux_cli.multigpu.disaggregation`): X prefill
-  and Y decode instances of ``--tp`` GPUs each. The prompt is prefilled on a prefill instance with the
+- ``disagg`` (``--disagg XPYD``, SGLang's PD disaggregation; :mod:`pdmux_cli.multigpu.disaggregation`): X
+  prefill and Y decode instances of ``--tp`` GPUs each. The prompt is prefilled on a prefill instance with the
   whole GPU (the prefill-first row's prefill time), then its KV cache (one rank's share per GPU) crosses
   the KV link to a decode instance: its TTFT is prefill + transfer. The decode batch runs on a decode
   instance that no prefill ever touches, so every step is the undisturbed decode step.
@@ -132,16 +132,19 @@ class Scenario:
         """Raise :class:`InputError` (one line) for sizes that make no sense or that no deployment
         has (the bounds above)."""
         check_tp_value(self.tp)
-        for name, top in (("decode_bs", MAX_DECODE_BS), ("context_tokens", MAX_TOKENS), ("prompt_tokens", MAX_TOKENS)):
+        for name, top in (("decode_bs", MAX_DECODE_BS), ("context_tokens", MAX_TOKENS),
+                          ("prompt_tokens", MAX_TOKENS)):
             value = getattr(self, name)
             if not 0 < value <= top:
                 raise InputError(f"{name.replace('_', ' ')} must be from 1 to {top:,}, got {value}")
-        for name, sizes in (("chunk sizes", self.chunk_sizes or ()), ("mixed chunk sizes", self.mixed_chunk_sizes)):
+        for name, sizes in (("chunk sizes", self.chunk_sizes or ()),
+                            ("mixed chunk sizes", self.mixed_chunk_sizes)):
             if any(c <= 0 for c in sizes):
                 raise InputError(f"{name} must be > 0, got {list(sizes)}")
             if any(-(-self.prompt_tokens // c) > MAX_CHUNK_STEPS for c in sizes):
-                raise InputError(f"a chunk size below {-(-self.prompt_tokens // MAX_CHUNK_STEPS)} tokens cuts the "
-                                 f"prompt into more than {MAX_CHUNK_STEPS:,} steps: use larger chunks")
+                raise InputError(f"a chunk size below {-(-self.prompt_tokens // MAX_CHUNK_STEPS)} tokens "
+                                 f"cuts the prompt into more than {MAX_CHUNK_STEPS:,} steps: use larger "
+                                 "chunks")
         if self.s_sat_values is not None and (not self.s_sat_values or any(s < 1 for s in self.s_sat_values)):
             raise InputError(f"S_SAT values must be at least 1 SM, got {list(self.s_sat_values)}")
         for name in ("bandwidth_efficiency", "mfu"):
@@ -150,9 +153,11 @@ class Scenario:
                 raise InputError(f"{name.replace('_', ' ')} must be from {MIN_EFFICIENCY} to 1, got {value}")
         low, high = BYTES_PER_ELEMENT_RANGE
         if self.weight_bytes_per_param is not None and not low <= self.weight_bytes_per_param <= high:
-            raise InputError(f"bytes per weight must be from {low} to {high:g}, got {self.weight_bytes_per_param}")
+            raise InputError(f"bytes per weight must be from {low} to {high:g}, got "
+                             f"{self.weight_bytes_per_param}")
         if not low <= self.kv_bytes_per_element <= high:
-            raise InputError(f"bytes per KV element must be from {low} to {high:g}, got {self.kv_bytes_per_element}")
+            raise InputError(f"bytes per KV element must be from {low} to {high:g}, got "
+                             f"{self.kv_bytes_per_element}")
         if self.disagg is not None:
             disaggregation.parse_xpyd(f"{self.disagg[0]}P{self.disagg[1]}D")
             if self.disagg_tp is not None:
@@ -160,9 +165,10 @@ class Scenario:
                     check_tp_value(self.disagg_tp)
                 except InputError as exc:
                     raise for_disagg_tp(exc) from None
-        elif (self.kv_link, self.kv_link_gb_s, self.kv_link_latency_us, self.disagg_tp) != ("auto", None, None, None):
-            raise InputError("--kv-link, --kv-link-gb-s, --kv-link-latency-us and --disagg-tp describe --disagg's "
-                             "instances: give --disagg XPYD too")
+        elif (self.kv_link, self.kv_link_gb_s, self.kv_link_latency_us, self.disagg_tp) != (
+            "auto", None, None, None):
+            raise InputError("--kv-link, --kv-link-gb-s, --kv-link-latency-us and --disagg-tp describe "
+                             "--disagg's instances: give --disagg XPYD too")
 
 
 @dataclass(frozen=True)
@@ -179,7 +185,8 @@ class PolicyRow:
     is the TTFT (``prefill_alone_ms``, the whole-GPU prefill on a prefill instance, plus
     ``transfer_ms``, the KV transfer to a decode instance), ``itl_ms`` = ``decode_alone_ms``, the
     undisturbed decode step. ``gpus``: GPUs the policy runs on (the tensor-parallel degree; for disagg
-    ``(X + Y) x tp``); ``layout``: how (``"1 GPU"``, ``"TP 2"``, ``"1P1D x TP 1"``: :func:`pdmux_cli.multigpu.disaggregation.layout_text`).
+    ``(X + Y) x tp``); ``layout``: how (``"1 GPU"``, ``"TP 2"``, ``"1P1D x TP 1"``:
+    :func:`pdmux_cli.multigpu.disaggregation.layout_text`).
     """
 
     policy: str
@@ -326,7 +333,8 @@ def _round_tokens(prefill_s: float, itl_s: float) -> int:
     """Tokens a decode request gains during the prefill, rounded as the chapter prints them."""
     ratio = prefill_s / itl_s
     if not math.isfinite(ratio):
-        raise InputError("the inputs give a non-finite time (NaN or infinity): check the sizes and efficiencies")
+        raise InputError("the inputs give a non-finite time (NaN or infinity): check the sizes and "
+                         "efficiencies")
     return int(f"{ratio:.0f}")
 
 
@@ -338,13 +346,13 @@ def _check_context(model: Model, scenario: Scenario) -> None:
         return
     for what, tokens in (("prompt", scenario.prompt_tokens), ("decode context", scenario.context_tokens)):
         if tokens >= limit:
-            raise InputError(f"{what} of {tokens:,} tokens is past {model.name}'s context length of {limit:,} "
-                             f"(max_position_embeddings): SGLang rejects it; use fewer tokens")
+            raise InputError(f"{what} of {tokens:,} tokens is past {model.name}'s context length of "
+                             f"{limit:,} (max_position_embeddings): SGLang rejects it; use fewer tokens")
 
 
 def _driver_level(gpu: Gpu, total: int, split: tuple[int, int]) -> tuple[split_levels.Split, str]:
-    """``--level P/D`` as the CUDA driver makes it (:func:`pdmux_cli.sglang.split_levels.driver_split`: on H100
-    100/32 runs as 104/28), and a note when that differs from what was asked (``""`` otherwise).
+    """``--level P/D`` as the CUDA driver makes it (:func:`pdmux_cli.sglang.split_levels.driver_split`: on
+    H100 100/32 runs as 104/28), and a note when that differs from what was asked (``""`` otherwise).
 
     Raises :class:`InputError` when P or D is not > 0, P + D is not the GPU's SM count, or the
     rounded split leaves decode fewer SMs than the granularity's minimum.
@@ -361,13 +369,13 @@ def _driver_level(gpu: Gpu, total: int, split: tuple[int, int]) -> tuple[split_l
     if real.decode_sms < minimum:
         raise InputError(
             f"level {p_sm}/{d_sm} cannot be made on {gpu.name}: green contexts give prefill a multiple of "
-            f"{multiple} SMs (at least {minimum}), so it would run {real.prefill_sms}/{max(real.decode_sms, 0)}, "
-            f"leaving decode fewer than {minimum}")
+            f"{multiple} SMs (at least {minimum}), so it would run "
+            f"{real.prefill_sms}/{max(real.decode_sms, 0)}, leaving decode fewer than {minimum}")
     if real == (p_sm, d_sm):
         return real, ""
-    return real, (f"level {p_sm}/{d_sm} runs as {real.prefill_sms}/{real.decode_sms} SMs (the CUDA driver rounds "
-                  f"green-context SM counts up to multiples of {multiple} on compute capability {major}.x): "
-                  f"estimated at {real.prefill_sms}/{real.decode_sms}")
+    return real, (f"level {p_sm}/{d_sm} runs as {real.prefill_sms}/{real.decode_sms} SMs (the CUDA driver "
+                  f"rounds green-context SM counts up to multiples of {multiple} on compute capability "
+                  f"{major}.x): estimated at {real.prefill_sms}/{real.decode_sms}")
 
 
 def _models(gpu: Gpu, model: Model, scenario: Scenario, calibration) -> list[tuple[StepModel, float | None]]:
@@ -409,16 +417,17 @@ def estimate(
 ) -> Estimate:
     """Compare prefill-first, chunked, mixed-chunk prefill and PD multiplexing for one scenario.
 
-    ``calibration``: a :class:`pdmux_cli.costmodel.calibration_file.Calibration` (``--calibration``): its SM-partition
-    terms (``pdmux bench``) replace the S_SAT guesses (and, under the chapter model, the MFU) and yield one
-    PD-multiplexing row with measured co-run interference; its whole-GPU terms (``pdmux calibrate``)
+    ``calibration``: a :class:`pdmux_cli.costmodel.calibration_file.Calibration` (``--calibration``): its
+    SM-partition terms (``pdmux bench``) replace the S_SAT guesses (and, under the chapter model, the MFU) and
+    yield one PD-multiplexing row with measured co-run interference; its whole-GPU terms (``pdmux calibrate``)
     replace the roofline model's fitted efficiencies. ``all_levels``: also fill :attr:`Estimate.levels`, the
     ITL/prefill trade-off of every level. ``sglang``: the revision (``--sglang``,
     :data:`pdmux_cli.sglang.revisions.REVISIONS`; default 0.5.23) whose model support is checked: where it
     cannot run pdmux for ``model`` (:func:`pdmux_cli.sglang.revisions.model_support`), the first note says why
-    and :attr:`Estimate.pdmux_support` carries it (the pdmux rows are then not achievable). Raises :class:`InputError` for invalid scenarios, a prompt past
-    the model's context length, a level that is not a valid split of the GPU (a level off the CUDA
-    granularity is estimated as the driver rounds it, with a note), or a GPU whose SM count is unknown.
+    and :attr:`Estimate.pdmux_support` carries it (the pdmux rows are then not achievable). Raises
+    :class:`InputError` for invalid scenarios, a prompt past the model's context length, a level that is not a
+    valid split of the GPU (a level off the CUDA granularity is estimated as the driver rounds it, with a
+    note), or a GPU whose SM count is unknown.
     """
     scenario.validate()
     _check_context(model, scenario)
@@ -435,9 +444,11 @@ def estimate(
 
     from ..sglang import revision_rules
 
-    revision_rules.plan_check(sglang, scenario)  # a revision whose divide_sm was not read needs manual_divisions
+    # a revision whose divide_sm was not read needs manual_divisions
+    revision_rules.plan_check(sglang, scenario)
     cap = revision_rules.layer_cap(sglang, scenario)
-    plan = split_levels.plan_groups(total, gpu.compute_capability, scenario.sm_group_num, scenario.manual_divisions or None)
+    plan = split_levels.plan_groups(total, gpu.compute_capability, scenario.sm_group_num,
+                                    scenario.manual_divisions or None)
     if plan.note:
         notes.append(plan.note)
     groups = plan.groups
@@ -460,8 +471,9 @@ def estimate(
         level_source = plan.source
         if split_levels.older_sglang_crashes(plan.thresholds, scenario.decode_bs):
             notes.append(
-                f"{split_levels.SGLANG_RELEASE} dies with UnboundLocalError here ({split_levels.SGLANG_UNRELEASED} takes "
-                f"group 1): no manual_divisions threshold is <= {scenario.decode_bs}"
+                f"{split_levels.SGLANG_RELEASE} dies with UnboundLocalError here "
+                f"({split_levels.SGLANG_UNRELEASED} takes group 1): no manual_divisions threshold is <= "
+                f"{scenario.decode_bs}"
             )
 
     bs, ctx, prompt = scenario.decode_bs, scenario.context_tokens, scenario.prompt_tokens
@@ -481,12 +493,13 @@ def estimate(
         weights_once_s = full.decode_s(total, 1, 0.0)  # every weight read once, at the chapter's bandwidth
         if whole_prefill_s < weights_once_s:
             notes.append(
-                f"chapter model: the {prompt}-token prefill ({whole_prefill_s * 1e3:.3g} ms) is shorter than reading "
-                f"the weights once ({weights_once_s * 1e3:.3g} ms): the chapter times prefill by its FLOPs alone "
-                "(its design, for prompts long enough to be compute-bound), so short prompts are too fast here; "
-                "--cost-model roofline times both")
+                f"chapter model: the {prompt}-token prefill ({whole_prefill_s * 1e3:.3g} ms) is shorter than "
+                f"reading the weights once ({weights_once_s * 1e3:.3g} ms): the chapter times prefill by its "
+                "FLOPs alone (its design, for prompts long enough to be compute-bound), so short prompts are "
+                "too fast here; --cost-model roofline times both")
     rows.append(
-        PolicyRow("prefill-first", "prefill first", (whole_prefill_s + base_s) * 1e3, 1, whole_prefill_s * 1e3, 0)
+        PolicyRow("prefill-first", "prefill first", (whole_prefill_s + base_s) * 1e3, 1,
+                  whole_prefill_s * 1e3, 0)
     )
     chunk_sizes = scenario.chunk_sizes
     if chunk_sizes is None:
@@ -501,12 +514,13 @@ def estimate(
         # SGLang charges each decode row one token of the chunk (schedule_policy.py PrefillAdder); the
         # chapter's rows put a whole chunk of prompt next to the decode batch
         if scenario.cost_model != "chapter" and chunk <= bs:
-            notes.append(f"mixed chunk {chunk}: no row, the {bs} decode rows take the whole chunk (SGLang charges each "
-                         "one token of it), so the prompt waits until the decode batch shrinks")
+            notes.append(f"mixed chunk {chunk}: no row, the {bs} decode rows take the whole chunk (SGLang "
+                         "charges each one token of it), so the prompt waits until the decode batch shrinks")
             continue
         take = chunk if scenario.cost_model == "chapter" else chunk - bs
         steps = [
-            max(full.mixed_s([(min(take, prompt - start), start)], bs, sum_ctx, sum_win) + (bs + 1) * per_request,
+            max(full.mixed_s([(min(take, prompt - start), start)], bs, sum_ctx,
+                             sum_win) + (bs + 1) * per_request,
                 full.decode_cpu_s(bs + 1))
             for start in range(0, prompt, take)
         ]
@@ -518,7 +532,8 @@ def estimate(
         )
 
     p_sm, d_sm = level
-    per_round = split_levels.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
+    per_round = split_levels.prefill_layers_per_round(prompt, model.num_layers,
+                                                      scenario.split_forward_token_budget, cap)
 
     def pdmux_times(step_model: StepModel, p: int, d: int) -> tuple[float, float, float, float, float]:
         """(ITL, prefill, decode alone, prefill alone, decode co-run) in seconds."""
@@ -529,7 +544,8 @@ def estimate(
         # a pdmux round: the decode step, then the CPU's work (the overlap scheduler is off) and the
         # step's time per request
         round_s = decode_corun + step_model.decode_cpu_s(bs) + step_model.request_s(bs)
-        return round_s, pdmux_prefill_end_s(prefill_corun, round_s, model.num_layers, per_round), decode_alone, \
+        return round_s, pdmux_prefill_end_s(prefill_corun, round_s, model.num_layers,
+                                            per_round), decode_alone, \
             prefill_alone, decode_corun
 
     if p_sm > 0 and d_sm > 0:
@@ -540,7 +556,8 @@ def estimate(
             rows.append(
                 PolicyRow("pdmux", label, itl * 1e3, _round_tokens(pf, itl), pf * 1e3, _round_tokens(pf, itl),
                           prefill_sms=p_sm, decode_sms=d_sm, s_sat=s_sat, decode_alone_ms=d_alone * 1e3,
-                          prefill_alone_ms=p_alone * 1e3, decode_corun_ms=d_corun * 1e3, prefill_corun_ms=pf * 1e3)
+                          prefill_alone_ms=p_alone * 1e3, decode_corun_ms=d_corun * 1e3,
+                          prefill_corun_ms=pf * 1e3)
             )
     else:
         notes.append(f"group {group_index} gives one phase the whole GPU: no PD-multiplexing row")
@@ -552,8 +569,9 @@ def estimate(
             _, pf0, d_alone, p_alone, d_corun = timings[0]
             levels.append(
                 LevelRow(index, split.prefill_sms, split.decode_sms, split == level, pf0 * 1e3,
-                         tuple(t[0] * 1e3 for t in timings), tuple(_round_tokens(t[1], t[0]) for t in timings),
-                         decode_alone_ms=d_alone * 1e3, prefill_alone_ms=p_alone * 1e3, decode_corun_ms=d_corun * 1e3)
+                         tuple(t[0] * 1e3 for t in timings),
+                         tuple(_round_tokens(t[1], t[0]) for t in timings), decode_alone_ms=d_alone * 1e3,
+                         prefill_alone_ms=p_alone * 1e3, decode_corun_ms=d_corun * 1e3)
             )
 
     memory = memory_check(gpu, model, scenario)
@@ -566,22 +584,24 @@ def estimate(
         notes.insert(
             0,
             f"does not fit: {model.name} needs {memory.weight_bytes / 2**30:.1f} GiB of weights + "
-            f"{memory.kv_cache_bytes / 2**30:.1f} GiB of KV cache{per} > {memory.gpu_memory_bytes / 2**30:.1f} GiB on "
-            f"{gpu.name}; the times in the table are hypothetical ({hint})",
+            f"{memory.kv_cache_bytes / 2**30:.1f} GiB of KV cache{per} > "
+            f"{memory.gpu_memory_bytes / 2**30:.1f} GiB on {gpu.name}; the times in the table are "
+            f"hypothetical ({hint})",
         )
     elif not memory.pdmux_mem_fraction:
-        notes.append(f"SGLang's default mem_fraction_static leaves no memory with chunking off (as pdmux needs) on "
-                     f"{gpu.name}: launch with --mem-fraction-static")
+        notes.append("SGLang's default mem_fraction_static leaves no memory with chunking off (as pdmux "
+                     f"needs) on {gpu.name}: launch with --mem-fraction-static")
     elif memory.kv_tokens_needed > memory.pdmux_pool_tokens:
         usable = gpu.memory_bytes - server_defaults.CONTEXT_RESERVE_BYTES
         needed = min(1.0, (memory.weight_bytes + memory.kv_cache_bytes) / usable)
-        notes.append(f"SGLang's KV pool under pdmux (mem_fraction_static {memory.pdmux_mem_fraction:g}, chunking "
-                     f"off) holds {memory.pdmux_pool_tokens:,} tokens, fewer than the {memory.kv_tokens_needed:,} "
-                     f"this scenario holds at once: about --mem-fraction-static {math.ceil(needed * 100) / 100:.2f} "
-                     "holds them (less room for activations)")
+        notes.append(f"SGLang's KV pool under pdmux (mem_fraction_static {memory.pdmux_mem_fraction:g}, "
+                     f"chunking off) holds {memory.pdmux_pool_tokens:,} tokens, fewer than the "
+                     f"{memory.kv_tokens_needed:,} this scenario holds at once: about --mem-fraction-static "
+                     f"{math.ceil(needed * 100) / 100:.2f} holds them (less room for activations)")
     if tp > 1 and p_sm > 0 and d_sm > 0:
-        notes.append(f"TP {tp}: every GPU runs the same {p_sm}/{d_sm} split on its shard; before a prefill joins "
-                     "the decode batch the ranks agree it is done (a CPU all-reduce, SGLang's event_loop_pdmux)")
+        notes.append(f"TP {tp}: every GPU runs the same {p_sm}/{d_sm} split on its shard; before a prefill "
+                     "joins the decode batch the ranks agree it is done (a CPU all-reduce, SGLang's "
+                     "event_loop_pdmux)")
     rows = [replace(r, gpus=tp, layout=disaggregation.layout_text(tp)) for r in rows]
     transfer_bytes = 0.0
     if scenario.disagg is not None and link is not None:
@@ -597,7 +617,8 @@ def estimate(
             if not inst_memory.fits:
                 raise InputError(f"--disagg-tp {inst_tp}: {model.name} does not fit an instance of {inst_tp} "
                                  f"{gpu.name} GPU(s) with the scenario's KV cache; give a larger --disagg-tp")
-            inst = _models(gpu, model, replace(inst_scenario, s_sat_values=(None,) if scenario.cost_model != "chapter"
+            inst = _models(gpu, model,
+                           replace(inst_scenario, s_sat_values=(None,) if scenario.cost_model != "chapter"
                                                else scenario.s_sat_values), calibration)[0][0]
             inst_cpu = inst.decode_cpu_s(bs)
             inst_base_s = max(inst.decode_s(total, bs, sum_ctx, sum_win) + inst.request_s(bs), inst_cpu)
@@ -615,32 +636,39 @@ def estimate(
         same = (f"to compare at {gpus} GPUs, under load they would run as {gpus // tp} data-parallel replicas"
                 if gpus % tp == 0 and gpus != tp else "on as many GPUs" if gpus == tp
                 else f"not at equal GPU count ({gpus} against {tp})")
-        notes.append(f"disagg {name}: {gpus} GPUs ({x} prefill and {y} decode instance(s), TP {inst_tp} each); the "
-                     f"other rows are one server on {one}: {same} (this estimate is one server's view of one prompt)")
-        notes.append(f"disagg KV link: {link.text} ({link.source}); the prompt's KV, {transfer_bytes / 1e9:.3g} GB "
-                     f"per GPU, crosses it in {transfer_s * 1e3:.3g} ms, so the disagg row's prefill time is its "
-                     f"TTFT: {inst_prefill_s * 1e3:.0f} ms of prefill on a whole GPU + the transfer; its ITL is the "
-                     "undisturbed decode step (no prefill runs on a decode instance)")
+        notes.append(f"disagg {name}: {gpus} GPUs ({x} prefill and {y} decode instance(s), TP {inst_tp} "
+                     f"each); the other rows are one server on {one}: {same} (this estimate is one server's "
+                     "view of one prompt)")
+        notes.append(f"disagg KV link: {link.text} ({link.source}); the prompt's KV, "
+                     f"{transfer_bytes / 1e9:.3g} GB per GPU, crosses it in {transfer_s * 1e3:.3g} ms, so "
+                     f"the disagg row's prefill time is its TTFT: {inst_prefill_s * 1e3:.0f} ms of prefill "
+                     "on a whole GPU + the transfer; its ITL is the undisturbed decode step (no prefill runs "
+                     "on a decode instance)")
     support = revisions.model_support(model.architectures, sglang)
     if support.state != "yes":  # right after a "does not fit", which says the table is hypothetical anyway
-        notes.insert(1 if notes and notes[0].startswith("does not fit") else 0, ("PD mux cannot run: " if support.state == "no" else "PD mux: ") + support.reason
+        notes.insert(1 if notes and notes[0].startswith("does not fit") else 0,
+                     ("PD mux cannot run: " if support.state == "no" else "PD mux: ") + support.reason
                      + ("; its rows are the split's arithmetic, not a speed SGLang reaches"
                         if support.state == "no" else ""))
     serving = getattr(full, "serving", None)
-    request_delay_ms = (serving.admission_delay_s + serving.first_token_delay_s) * 1e3 if serving is not None else 0.0
+    request_delay_ms = (serving.admission_delay_s
+                        + serving.first_token_delay_s) * 1e3 if serving is not None else 0.0
     if request_delay_ms:
-        where = "the calibration's" if "calibrated on" in serving.source else "fitted to public runs, serving.yaml"
-        notes.append(f"prefill time is the server's; a request's TTFT adds SGLang's request path, {request_delay_ms:.3g} "
-                     f"ms ({where}), as simulate counts it")
-    layers = split_levels.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
+        where = ("the calibration's" if "calibrated on" in serving.source
+                 else "fitted to public runs, serving.yaml")
+        notes.append("prefill time is the server's; a request's TTFT adds SGLang's request path, "
+                     f"{request_delay_ms:.3g} ms ({where}), as simulate counts it")
+    layers = split_levels.prefill_layers_per_round(prompt, model.num_layers,
+                                                   scenario.split_forward_token_budget, cap)
     rounds = split_levels.prefill_rounds(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
     lead = next((i for i, n in enumerate(notes) if not n.startswith(("does not fit", "PD mux"))), len(notes))
     notes[lead:lead] = revision_rules.revision_notes(sglang, tp)  # the revision's start-up failure, up front
     return Estimate(
-        gpu=gpu.name, model=model.name, scenario=scenario, groups=groups, group_index=group_index, level=level,
-        level_source=level_source, layers_per_round=layers, prefill_rounds=rounds, flops_dtype=flops_dtype,
-        throughput_source=full.source if len(models) == 1 else re.sub(
-            r",? ?S_SAT=[0-9.]+( of \d+ SMs)?", "", full.source) + " (S_SAT per PD-mux row)", rows=rows, memory=memory, levels=levels, notes=notes,
+        gpu=gpu.name, model=model.name, scenario=scenario, groups=groups, group_index=group_index,
+        level=level, level_source=level_source, layers_per_round=layers, prefill_rounds=rounds,
+        flops_dtype=flops_dtype, throughput_source=full.source if len(models) == 1 else re.sub(
+            r",? ?S_SAT=[0-9.]+( of \d+ SMs)?", "", full.source) + " (S_SAT per PD-mux row)", rows=rows,
+            memory=memory, levels=levels, notes=notes,
         cost_model=scenario.cost_model, cpu_step_ms=cpu * 1e3, tp=tp, kv_link=link,
         kv_transfer_bytes=transfer_bytes, pdmux_support=support, request_delay_ms=request_delay_ms,
         per_request_ms=per_request * 1e3,

@@ -59,8 +59,8 @@ def check_kv_cache_dtype(value: str | None) -> str | None:
         raise InputError(f"--kv-cache-dtype must be one of SGLang's {', '.join(KV_CACHE_DTYPES)}, "
                          f"got {short_repr(value)}")
     if text in UNMODELLED_KV_CACHE_DTYPES:
-        raise InputError(f"--kv-cache-dtype {text} (a block-scaled KV cache of Blackwell-only kernels) is not "
-                         "modelled: give its bytes per element with --kv-bytes instead")
+        raise InputError(f"--kv-cache-dtype {text} (a block-scaled KV cache of Blackwell-only kernels) is "
+                         "not modelled: give its bytes per element with --kv-bytes instead")
     return text
 
 
@@ -68,7 +68,8 @@ def check_kv_options(kv_cache_dtype: str | None, kv_bytes: float | None) -> None
     """The checks a command runs on ``--kv-cache-dtype`` and ``--kv-bytes`` before loading anything:
     :func:`check_kv_cache_dtype`, and :class:`InputError` when both are given."""
     if check_kv_cache_dtype(kv_cache_dtype) is not None and kv_bytes is not None:
-        raise InputError("--kv-cache-dtype and --kv-bytes both set the KV cache's bytes per element: give one")
+        raise InputError("--kv-cache-dtype and --kv-bytes both set the KV cache's bytes per element: give "
+                         "one")
 
 
 def resolve_kv_cache(model: Any, kv_cache_dtype: str | None = None, kv_bytes: float | None = None) -> KvCache:
@@ -82,7 +83,8 @@ def resolve_kv_cache(model: Any, kv_cache_dtype: str | None = None, kv_bytes: fl
     check_kv_options(kv_cache_dtype, kv_bytes)
     choice = check_kv_cache_dtype(kv_cache_dtype)
     if kv_bytes is not None:
-        if isinstance(kv_bytes, bool) or not isinstance(kv_bytes, (int, float)) or not 0 < kv_bytes < float("inf"):
+        if isinstance(kv_bytes, bool) or not isinstance(kv_bytes,
+                                                        (int, float)) or not 0 < kv_bytes < float("inf"):
             raise InputError(f"--kv-bytes must be a positive number of bytes, got {short_repr(kv_bytes)}")
         return KvCache("custom", float(kv_bytes), f"--kv-bytes {kv_bytes:g}")
     if choice is None or choice == "auto":
@@ -96,5 +98,5 @@ def resolve_kv_cache(model: Any, kv_cache_dtype: str | None = None, kv_bytes: fl
 
 #: Help text of the option, shared by the commands that take it.
 KV_CACHE_DTYPE_HELP = ("SGLang's --kv-cache-dtype: auto (the model's dtype, e.g. bf16 for an fp8 checkpoint, "
-                       "fp8_e4m3 where its quantization_config says kv_cache_quant_algo FP8), fp8_e4m3, fp8_e5m2, "
-                       "bf16 (default: auto; --kv-bytes gives bytes per element instead).")
+                       "fp8_e4m3 where its quantization_config says kv_cache_quant_algo FP8), fp8_e4m3, "
+                       "fp8_e5m2, bf16 (default: auto; --kv-bytes gives bytes per element instead).")

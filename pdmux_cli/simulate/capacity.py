@@ -13,9 +13,9 @@ This is how Vidur-Search and DistServe size a deployment (the highest rate meeti
 policies are SGLang 0.5.23's schedules and PD multiplexing on one simulated server of ``setup.tp`` GPUs,
 on ``dp`` replicas of it behind a router, or PD disaggregation (a
 :class:`~pdmux_cli.simulate.cluster.DisaggPolicy`, its own X + Y instances). The rate is the whole
-deployment's (requests/s over all its GPUs); :attr:`PolicyCapacity.per_gpu_rps` divides it by them. SLO attainment need
-not fall monotonically with the rate (a burst can line up differently), so the search finds *a*
-boundary; every rate simulated is kept in :attr:`PolicyCapacity.points` (the ``--plot`` curve).
+deployment's (requests/s over all its GPUs); :attr:`PolicyCapacity.per_gpu_rps` divides it by them. SLO
+attainment need not fall monotonically with the rate (a burst can line up differently), so the search finds
+*a* boundary; every rate simulated is kept in :attr:`PolicyCapacity.points` (the ``--plot`` curve).
 
 The policies' searches run side by side on a process pool, each submitting its next rate as soon
 as its last simulation returns; each search depends only on its own results and the simulator has no
@@ -122,14 +122,15 @@ class CapacityResult:
         other = self.best(False, pd.gpus if pd is not None else None)
         if pd is None or other is None:
             only = pd or other
-            return f"{only.label} sustains {rate_text(only)} req/s{_on(only)}" if only else "no policy simulated"
+            return (f"{only.label} sustains {rate_text(only)} req/s{_on(only)}" if only
+                    else "no policy simulated")
         if pd.max_rate_rps <= 0 and other.max_rate_rps <= 0:
-            return (f"no policy meets the SLO for {self.target:.0%} of requests at any rate tried: loosen the SLO "
-                    "or use a faster GPU")
+            return (f"no policy meets the SLO for {self.target:.0%} of requests at any rate tried: loosen "
+                    "the SLO or use a faster GPU")
         unequal = ""
         if pd.gpus != other.gpus:
-            unequal = (f" (not at equal GPU count: {pd.label} on {pd.gpus} GPU(s), {other.label} on {other.gpus}; per "
-                       f"GPU {pd.per_gpu_rps:.3g} against {other.per_gpu_rps:.3g} req/s)")
+            unequal = (f" (not at equal GPU count: {pd.label} on {pd.gpus} GPU(s), {other.label} on "
+                       f"{other.gpus}; per GPU {pd.per_gpu_rps:.3g} against {other.per_gpu_rps:.3g} req/s)")
         on_pd, on_other = (_on(pd), _on(other)) if not unequal else ("", "")
         if pd.max_rate_rps > other.max_rate_rps:
             gain = (f"+{pd.max_rate_rps / other.max_rate_rps - 1:.0%}" if other.max_rate_rps > 0
@@ -140,17 +141,17 @@ class CapacityResult:
                 flags = ["--enable-pdmux", "--chunked-prefill-size", "-1", "--disable-overlap-schedule"]
                 flags += ["--tp-size", str(self.tp)] if self.tp > 1 else []
             launch = " ".join(shlex.quote(f) for f in flags) + self._dp_flags()
-            return (f"{pd.label} sustains {rate_text(pd)} req/s{on_pd} against {rate_text(other)} for {other.label}: "
-                    f"{gain}{unequal}; enable it with: {launch}")
+            return (f"{pd.label} sustains {rate_text(pd)} req/s{on_pd} against {rate_text(other)} for "
+                    f"{other.label}: {gain}{unequal}; enable it with: {launch}")
         if pd.max_rate_rps == other.max_rate_rps:
             on = f" on {pd.gpus} GPUs" if pd.gpus > 1 and not unequal else ""
-            return (f"{pd.label} and {other.label} both sustain {rate_text(pd)} req/s{on}{unequal}: --enable-pdmux buys "
-                    "nothing here")
+            return (f"{pd.label} and {other.label} both sustain {rate_text(pd)} req/s{on}{unequal}: "
+                    "--enable-pdmux buys nothing here")
         if other.xpyd is not None:
-            return (f"{other.label} serves more ({rate_text(other)} req/s{on_other} against {rate_text(pd)} for {pd.label})"
-                    f"{unequal}: deploy it as {_disagg_launch(other, self.tp)}")
-        return (f"{other.label} serves more ({rate_text(other)} req/s{on_other} against {rate_text(pd)} for {pd.label})"
-                f"{unequal}: keep it ({_launch(other)}{self._tp_flag()}{self._dp_flags()})")
+            return (f"{other.label} serves more ({rate_text(other)} req/s{on_other} against {rate_text(pd)} "
+                    f"for {pd.label}){unequal}: deploy it as {_disagg_launch(other, self.tp)}")
+        return (f"{other.label} serves more ({rate_text(other)} req/s{on_other} against {rate_text(pd)} for "
+                f"{pd.label}){unequal}: keep it ({_launch(other)}{self._tp_flag()}{self._dp_flags()})")
 
     def _tp_flag(self) -> str:
         return f" --tp-size {self.tp}" if self.tp > 1 else ""
@@ -171,8 +172,8 @@ def _disagg_launch(p: PolicyCapacity, tp: int) -> str:
     x, y = p.xpyd or (1, 1)
     tp = p.gpus // (x + y) if p.xpyd and p.gpus % (x + y) == 0 else tp
     tp_flag = f" --tp-size {tp}" if tp > 1 else ""
-    return (f"{x} prefill server(s) with --disaggregation-mode prefill --chunked-prefill-size -1{tp_flag} and {y} "
-            f"decode server(s) with --disaggregation-mode decode{tp_flag}, behind python -m "
+    return (f"{x} prefill server(s) with --disaggregation-mode prefill --chunked-prefill-size -1{tp_flag} "
+            f"and {y} decode server(s) with --disaggregation-mode decode{tp_flag}, behind python -m "
             "sglang_router.launch_router --pd-disaggregation --prefill URL ... --decode URL ...")
 
 
@@ -204,8 +205,8 @@ def _evaluate(shared: tuple, task: tuple) -> RatePoint:
                          load_balance_method=method, max_steps=max_steps)
     itl = m.columns.valid("itl_p99_ms")
     itl_p99 = select_rank(itl, math.ceil(0.99 * len(itl))) if len(itl) else math.nan
-    return RatePoint(rate, m.slo_attainment, m.goodput_rps, m.ttft_ms["p99"], itl_p99, m.requests - m.completed,
-                     m.crashed_at_s is not None)
+    return RatePoint(rate, m.slo_attainment, m.goodput_rps, m.ttft_ms["p99"], itl_p99,
+                     m.requests - m.completed, m.crashed_at_s is not None)
 
 
 def _fits(trace: Trace, rate: float) -> bool:
@@ -291,8 +292,8 @@ def capacity(
     if not (math.isfinite(tolerance) and 0 < tolerance < 1):
         raise InputError(f"--tolerance is a relative precision in (0, 1), got {tolerance:g} (e.g. 0.02)")
     if len(trace) < 2 or trace.mean_qps <= 0:
-        raise InputError("capacity scales the trace's arrival rate, but its requests all arrive at once: give a "
-                         "trace with arrival times, or --synthetic --qps N")
+        raise InputError("capacity scales the trace's arrival rate, but its requests all arrive at once: "
+                         "give a trace with arrival times, or --synthetic --qps N")
     if not policies:
         raise InputError("no policy to size")
     dp = check_dp_value(dp)
@@ -346,5 +347,5 @@ def capacity(
             policy.label, policy.kind, rate, at, tuple(sorted(points[i], key=lambda p: p.rate_rps)), bound,
             config_paths[i] if config_paths else None, cfg.sm_group_num if cfg is not None else None,
             policy.chunk_tokens, gpus, layout, router, xpyd))
-    return CapacityResult(rows, target, tolerance, trace.mean_qps, slo_ttft_ms, slo_itl_ms, workers, tp=setup.tp,
-                          dp=dp, load_balance_method=load_balance_method)
+    return CapacityResult(rows, target, tolerance, trace.mean_qps, slo_ttft_ms, slo_itl_ms, workers,
+                          tp=setup.tp, dp=dp, load_balance_method=load_balance_method)

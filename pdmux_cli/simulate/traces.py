@@ -159,7 +159,8 @@ class Trace:
 
     def arrivals_text(self) -> str:
         """How the requests arrive, for a title: ``"over 120 s (8.1 req/s)"``, ``"all arriving at
-        once"`` when every request arrives at the same instant (a rate would be infinite), ``"(one request)"`` for one."""
+        once"`` when every request arrives at the same instant (a rate would be infinite), ``"(one request)"``
+        for one."""
         if len(self) <= 1:
             return "(one request)" if len(self) == 1 else "(none)"
         if self.duration_s <= 0:
@@ -194,8 +195,8 @@ class _Rows:
         if len(self.examples) < KEEP_BAD_ROWS:
             self.examples.append((line, why))
 
-    def add(self, line: int, time_s: float, prompt: object, output: object, zero_output_is_failure: bool = False,
-            hashes: object = None) -> None:
+    def add(self, line: int, time_s: float, prompt: object, output: object,
+            zero_output_is_failure: bool = False, hashes: object = None) -> None:
         p = _tokens(prompt)
         o = _tokens(output)
         if p is None or p < 1:
@@ -223,8 +224,9 @@ class _Rows:
                 return
             blocks = hashes[:-(-p // HASH_BLOCK_TOKENS)]  # ids past the prompt's last block dropped
         if len(self.times) >= MAX_REQUESTS:
-            raise InputError(f"{self.source}: more than {MAX_REQUESTS:,} requests, the most one trace may have: cut "
-                             "it first (e.g. head -n), or simulate a part of it with --max-requests")
+            raise InputError(f"{self.source}: more than {MAX_REQUESTS:,} requests, the most one trace may "
+                             "have: cut it first (e.g. head -n), or simulate a part of it with "
+                             "--max-requests")
         try:
             self.hashes.append(blocks)
         except OverflowError:
@@ -256,13 +258,15 @@ def _tokens(value: object) -> int | None:
 
 def _finish(rows: _Rows, source: str, fmt: str) -> Trace:
     if not rows.times:
-        detail = f"; first problem: line {rows.examples[0][0]}: {rows.examples[0][1]}" if rows.examples else ""
+        detail = (f"; first problem: line {rows.examples[0][0]}: {rows.examples[0][1]}" if rows.examples
+                  else "")
         failed = f" ({rows.failed} failed request rows skipped)" if rows.failed else ""
         raise InputError(f"{source}: no valid request rows in this {fmt} trace{failed}{detail}")
     times, prompts, outputs = rows.times, rows.prompts, rows.outputs
     hashes = rows.hashes if rows.hashes.any_values() else Ragged()
     notes: list[str] = []
-    if any(map(float.__gt__, times, itertools.islice(times, 1, None))):  # a later row earlier than its predecessor
+    # a later row earlier than its predecessor
+    if any(map(float.__gt__, times, itertools.islice(times, 1, None))):
         order = sorted(range(len(times)), key=times.__getitem__)  # stable: equal times keep file order
         times = Column(FLOAT, (times[i] for i in order))
         prompts = Column(INT, (prompts[i] for i in order))
@@ -273,8 +277,8 @@ def _finish(rows: _Rows, source: str, fmt: str) -> Trace:
     start = times[0]
     if not times[-1] - start <= MAX_ARRIVAL_S:  # also inf (rows at -1e308 and 1e308)
         raise InputError(
-            f"{source}: arrivals span {times[-1] - start:.3g} s, more than {MAX_ARRIVAL_S:g} s (about 32 years): "
-            "check the timestamps and their unit"
+            f"{source}: arrivals span {times[-1] - start:.3g} s, more than {MAX_ARRIVAL_S:g} s (about 32 "
+            "years): check the timestamps and their unit"
         )
     return Trace(
         arrival_s=Column(FLOAT, (t - start for t in times)) if start else times,
@@ -313,8 +317,9 @@ def detect_format(first_line: str) -> str | None:
 
 #: Converting SGLang-style ``prompt_len``/``output_len``/``timestamp`` JSONL to the Mooncake JSONL
 #: pdmux reads (timestamps in milliseconds).
-_TO_MOONCAKE = ("jq -c '{timestamp: (.timestamp * 1000), input_length: .prompt_len, output_length: .output_len}' "
-                "IN.jsonl > trace.jsonl (timestamp in seconds; without '* 1000' if it is in milliseconds)")
+_TO_MOONCAKE = ("jq -c '{timestamp: (.timestamp * 1000), input_length: .prompt_len, output_length: "
+                ".output_len}' IN.jsonl > trace.jsonl (timestamp in seconds; without '* 1000' if it is in "
+                "milliseconds)")
 
 
 def unreadable_format(head: str, source: str) -> str | None:
@@ -336,10 +341,11 @@ def unreadable_format(head: str, source: str) -> str | None:
     if text[:1] not in ("[", "{"):
         return None
     if re.search(r'"conversations"\s*:', text):
-        return (f"{source}: a ShareGPT-style conversation file (SGLang's and vLLM's bench_serving default dataset): it "
-                "holds prompts as text, with no token counts or arrival times, and pdmux has no tokenizer; give a "
-                "trace of token counts (Azure CSV, Mooncake JSONL, BurstGPT CSV), or --synthetic --qps N with "
-                "--prompt-tokens/--output-tokens (random:L for bench_serving's random dataset)")
+        return (f"{source}: a ShareGPT-style conversation file (SGLang's and vLLM's bench_serving default "
+                "dataset): it holds prompts as text, with no token counts or arrival times, and pdmux has no "
+                "tokenizer; give a trace of token counts (Azure CSV, Mooncake JSONL, BurstGPT CSV), or "
+                "--synthetic --qps N with --prompt-tokens/--output-tokens (random:L for bench_serving's "
+                "random dataset)")
     first = text.split("\n", 1)[0] if text.startswith("{") else ""
     if first:
         try:
@@ -347,15 +353,17 @@ def unreadable_format(head: str, source: str) -> str | None:
         except (ValueError, RecursionError):
             obj = None
         if isinstance(obj, dict) and {"input_lens", "output_lens"} <= set(obj):
-            return (f"{source}: a bench_serving result (per-request input_lens and output_lens, no arrival times): "
-                    "give it to 'pdmux calibrate --bench-serving'; to replay its workload use --synthetic --qps RATE "
-                    "with --prompt-tokens/--output-tokens (random:L as its --random-input-len)")
+            return (f"{source}: a bench_serving result (per-request input_lens and output_lens, no arrival "
+                    "times): give it to 'pdmux calibrate --bench-serving'; to replay its workload use "
+                    "--synthetic --qps RATE with --prompt-tokens/--output-tokens (random:L as its "
+                    "--random-input-len)")
         if isinstance(obj, dict) and "input_length" not in obj and {"prompt_len", "output_len"} <= set(obj):
-            return (f"{source}: JSONL of prompt_len, output_len and timestamp: its timestamps' unit is not in the file; "
-                    f"convert it to Mooncake JSONL (milliseconds, input_length, output_length): {_TO_MOONCAKE}")
+            return (f"{source}: JSONL of prompt_len, output_len and timestamp: its timestamps' unit is not "
+                    "in the file; convert it to Mooncake JSONL (milliseconds, input_length, output_length): "
+                    f"{_TO_MOONCAKE}")
     if text.startswith("["):
-        return (f"{source}: a JSON array; pdmux reads Mooncake JSONL (one JSON object a line: timestamp in ms, "
-                "input_length, output_length), an Azure CSV or a BurstGPT CSV")
+        return (f"{source}: a JSON array; pdmux reads Mooncake JSONL (one JSON object a line: timestamp in "
+                "ms, input_length, output_length), an Azure CSV or a BurstGPT CSV")
     return None
 
 
@@ -461,12 +469,13 @@ class _AzureClock:
                 base = datetime.strptime(minute.replace("T", " "), "%Y-%m-%d %H:%M").replace(
                     tzinfo=timezone.utc).timestamp()
             except ValueError:  # strptime's own words ("unconverted data remains") name no column
-                raise ValueError(f"timestamp {short_repr(text)} is not a date and time YYYY-MM-DD HH:MM:SS[.fraction]") from None
+                raise ValueError(f"timestamp {short_repr(text)} is not a date and time YYYY-MM-DD "
+                                 "HH:MM:SS[.fraction]") from None
             self.minutes[minute] = base
         seconds_text = text[17:]
         if not _SECONDS.fullmatch(seconds_text):
-            raise ValueError(f"timestamp {short_repr(text)} is not YYYY-MM-DD HH:MM:SS[.fraction] (UTC digits only, no "
-                             "time-zone suffix such as Z or +00:00)")
+            raise ValueError(f"timestamp {short_repr(text)} is not YYYY-MM-DD HH:MM:SS[.fraction] (UTC "
+                             "digits only, no time-zone suffix such as Z or +00:00)")
         seconds = float(seconds_text)
         if not 0 <= seconds < 61:
             raise ValueError(f"timestamp {short_repr(text)} has seconds out of range")
@@ -488,13 +497,16 @@ def _csv_records(handle, source: str) -> Iterator[tuple[int, int, list[str] | No
         except StopIteration:
             return
         except csv.Error as exc:
-            where = f"line {last + 1}" if reader.line_num <= last + 1 else f"lines {last + 1}-{reader.line_num}"
-            raise InputError(f"{source}: {where}: {exc} (a stray or unterminated quote at line {last + 1}?)") from None
+            where = (f"line {last + 1}" if reader.line_num <= last + 1
+                     else f"lines {last + 1}-{reader.line_num}")
+            raise InputError(f"{source}: {where}: {exc} (a stray or unterminated quote at line "
+                             f"{last + 1}?)") from None
         first, last = last + 1, reader.line_num
         yield first, last, (row if last == first else None)
 
 
-def _records_after_header(handle, source: str) -> tuple[list[str], Iterator[tuple[int, int, list[str] | None]]]:
+def _records_after_header(handle, source: str) -> tuple[list[str],
+                                                        Iterator[tuple[int, int, list[str] | None]]]:
     records = _csv_records(handle, source)
     header = next(records, (1, 1, []))[2] or []
     return header, records
@@ -518,7 +530,8 @@ def _data_rows(records: Iterator[tuple[int, int, list[str] | None]], rows: _Rows
 
 def _read_azure(handle, source: str) -> Trace:
     header, records = _records_after_header(handle, source)
-    col = _header_index(header, {"t": "TIMESTAMP", "p": "ContextTokens", "o": "GeneratedTokens"}, source, "Azure")
+    col = _header_index(header, {"t": "TIMESTAMP", "p": "ContextTokens", "o": "GeneratedTokens"}, source,
+                        "Azure")
     ct, cp, co = col["t"], col["p"], col["o"]
     width = max(ct, cp, co) + 1
     clock = _AzureClock()
@@ -538,7 +551,8 @@ def _read_azure(handle, source: str) -> Trace:
 
 def _read_burstgpt(handle, source: str) -> Trace:
     header, records = _records_after_header(handle, source)
-    col = _header_index(header, {"t": "Timestamp", "p": "Request tokens", "o": "Response tokens"}, source, "BurstGPT")
+    col = _header_index(header, {"t": "Timestamp", "p": "Request tokens", "o": "Response tokens"}, source,
+                        "BurstGPT")
     ct, cp, co = col["t"], col["p"], col["o"]
     width = max(ct, cp, co) + 1
     rows = _Rows(source)
@@ -574,7 +588,8 @@ def _read_mooncake(handle, source: str) -> Trace:
         if stamp_ms is None:
             rows.reject(line, f"timestamp {short_repr(stamp)} is not a number of milliseconds")
             continue
-        rows.add(line, stamp_ms / 1000.0, obj["input_length"], obj["output_length"], hashes=obj.get("hash_ids"))
+        rows.add(line, stamp_ms / 1000.0, obj["input_length"], obj["output_length"],
+                 hashes=obj.get("hash_ids"))
     return _finish(rows, source, "mooncake")
 
 
@@ -639,11 +654,13 @@ def _random_spec(text: str, what: str) -> tuple[int, float, int] | None:
     except (ValueError, IndexError):
         raise InputError(f"{what} {text!r}: give random:L, random:L:RATIO or random:L:RATIO:LOW") from None
     if len(parts) > 3 or not 1 <= full <= MAX_SPEC_TOKENS or not 0.0 <= ratio <= 1.0 or not 0 <= low <= full:
-        raise InputError(f"{what} {text!r}: need 1 <= L <= {MAX_SPEC_TOKENS:,}, 0 <= RATIO <= 1 and 0 <= LOW <= L")
+        raise InputError(f"{what} {text!r}: need 1 <= L <= {MAX_SPEC_TOKENS:,}, 0 <= RATIO <= 1 and 0 <= LOW "
+                         "<= L")
     return full, ratio, low
 
 
-def bench_serving_lengths(prompt_spec: str, output_spec: str, count: int, seed: int) -> tuple[list[int], list[int]]:
+def bench_serving_lengths(prompt_spec: str, output_spec: str, count: int, seed: int) -> tuple[
+    list[int], list[int]]:
     """Prompt and output lengths of SGLang's bench_serving ``--dataset-name random`` for ``count``
     prompts: ``np.random.seed(seed)``, then the input lengths, then the output lengths, each
     ``randint(LOW, L + 1)`` (:func:`_random_spec`; ``sglang/benchmark/datasets/random.py``
@@ -652,7 +669,8 @@ def bench_serving_lengths(prompt_spec: str, output_spec: str, count: int, seed: 
     are not both ``random:``."""
     a, b = _random_spec(prompt_spec, "--prompt-tokens"), _random_spec(output_spec, "--output-tokens")
     if a is None or b is None:
-        raise InputError("bench_serving's random lengths need both --prompt-tokens and --output-tokens as random:L[...]")
+        raise InputError("bench_serving's random lengths need both --prompt-tokens and --output-tokens as "
+                         "random:L[...]")
     rng = _NumpyLegacyRandom(seed)
     prompts = rng.randint(max(a[2], 1), a[0] + 1, count)
     outputs = rng.randint(b[2], b[0] + 1, count)
@@ -669,13 +687,15 @@ def parse_length_spec(text: str | int, what: str) -> Callable[[random.Random], i
     """
     spec = str(text).strip().lower()
     if not spec.isascii():  # int() and float() read other scripts' digits ('٣'); no option does
-        raise InputError(f"{what} {text!r}: write the numbers in ASCII digits (e.g. 1024 or lognormal:1024:1)")
+        raise InputError(f"{what} {text!r}: write the numbers in ASCII digits (e.g. 1024 or "
+                         "lognormal:1024:1)")
     parts = spec.split(":")
     try:
         value = int(parts[0]) if len(parts) == 1 else 0
         kind, args = parts[0], [float(a) for a in parts[1:]]
     except ValueError:
-        raise InputError(f"{what} {text!r}: give N, uniform:LO:HI, exp:MEAN or lognormal:MEDIAN:SIGMA") from None
+        raise InputError(f"{what} {text!r}: give N, uniform:LO:HI, exp:MEAN or "
+                         "lognormal:MEDIAN:SIGMA") from None
     if len(parts) == 1:
         if not 1 <= value <= MAX_SPEC_TOKENS:
             raise InputError(f"{what} must be 1 to {MAX_SPEC_TOKENS:,} tokens, got {value}")
@@ -721,7 +741,8 @@ def synthetic_trace(
     bench_serving's ``--request-rate inf`` (``num_requests`` then required). Both specs ``random:L[...]``:
     bench_serving's random dataset, its lengths drawn as bench_serving draws them for ``seed``
     (:func:`bench_serving_lengths`). Deterministic for a ``seed``. Raises :class:`InputError`
-    for ``qps <= 0`` or finite above :data:`MAX_RATE_RPS`, a bad length spec, bounds that give no request, or more than
+    for ``qps <= 0`` or finite above :data:`MAX_RATE_RPS`, a bad length spec, bounds that give no request, or
+    more than
     :data:`MAX_SYNTHETIC_REQUESTS` requests (asked for, or expected from ``qps * duration_s``).
     """
     at_once = isinstance(qps, (int, float)) and qps == math.inf
@@ -733,8 +754,8 @@ def synthetic_trace(
     elif not (isinstance(qps, (int, float)) and math.isfinite(qps) and qps > 0):
         raise InputError(f"--qps must be a number > 0 (or inf: every request at once), got {qps}")
     elif qps > MAX_RATE_RPS:
-        raise InputError(f"--qps {qps:g}: more than {MAX_RATE_RPS:.0e} requests/s (arrivals less than a microsecond "
-                         "apart); --qps inf sends every request at once")
+        raise InputError(f"--qps {qps:g}: more than {MAX_RATE_RPS:.0e} requests/s (arrivals less than a "
+                         "microsecond apart); --qps inf sends every request at once")
     if num_requests is not None and num_requests < 1:
         raise InputError(f"--max-requests must be >= 1, got {num_requests}")
     if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
@@ -756,7 +777,8 @@ def synthetic_trace(
         num_requests = 1000
     if at_once:
         if bench:
-            prompts, outputs = bench_serving_lengths(str(prompt_tokens), str(output_tokens), num_requests, seed)
+            prompts, outputs = bench_serving_lengths(str(prompt_tokens), str(output_tokens), num_requests,
+                                                     seed)
         else:
             rng = random.Random(seed)
             prompts = [draw_prompt(rng) for _ in range(num_requests)]
@@ -767,7 +789,8 @@ def synthetic_trace(
                             f"{output_tokens}, seed {seed}", format="synthetic")
     if bench:  # as many as the arrivals need: draw for the cap, or for a generous expectation
         cap = num_requests if num_requests is not None else min(limit, int(qps * duration_s * 1.5) + 100)
-        bench_prompts, bench_outputs = bench_serving_lengths(str(prompt_tokens), str(output_tokens), cap, seed)
+        bench_prompts, bench_outputs = bench_serving_lengths(str(prompt_tokens), str(output_tokens), cap,
+                                                             seed)
         draw_prompt = lambda _rng, it=iter(bench_prompts): next(it)
         draw_output = lambda _rng, it=iter(bench_outputs): next(it)
     rng = random.Random(seed)
@@ -779,7 +802,8 @@ def synthetic_trace(
         if duration_s is not None and t > duration_s:
             break
         if not t <= MAX_ARRIVAL_S:  # also NaN/inf
-            raise InputError(f"--qps {qps:g} is so low that arrivals come after {MAX_ARRIVAL_S:g} s: give a higher rate")
+            raise InputError(f"--qps {qps:g} is so low that arrivals come after {MAX_ARRIVAL_S:g} s: give a "
+                             "higher rate")
         if len(times) >= limit:  # a Poisson count just past the expectation checked above
             raise InputError(f"--qps {qps:g} for --duration {duration_s:g} s gives {too_many}")
         times.append(t)
@@ -787,7 +811,8 @@ def synthetic_trace(
         outputs.append(draw_output(rng))
     return Trace(
         arrival_s=times, prompt_tokens=prompts, output_tokens=outputs,
-        source=f"synthetic Poisson {qps:g} req/s, prompt {prompt_tokens}, output {output_tokens}, seed {seed}",
+        source=f"synthetic Poisson {qps:g} req/s, prompt {prompt_tokens}, output {output_tokens}, seed "
+        f"{seed}",
         format="synthetic",
     )
 
@@ -813,8 +838,8 @@ def reshape(
     if rate_scale is not None and qps is not None:
         raise InputError("give --rate-scale or --qps, not both (both set the arrival rate)")
     if qps == math.inf:
-        raise InputError("--qps inf (every request at once) goes with --synthetic; a trace file's arrivals are retimed "
-                         "to a finite rate (or give --rate-scale)")
+        raise InputError("--qps inf (every request at once) goes with --synthetic; a trace file's arrivals "
+                         "are retimed to a finite rate (or give --rate-scale)")
     for name, value in (("--rate-scale", rate_scale), ("--qps", qps), ("--duration", duration_s)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise InputError(f"{name} must be a number > 0, got {value}")
@@ -841,14 +866,14 @@ def reshape(
         arrivals = Column(FLOAT, (t * factor for t in arrivals))
         what = f"--rate-scale {rate_scale:g}" if qps is None else f"--qps {qps:g}"
         if not (math.isfinite(factor) and factor > 0 and arrivals[-1] <= MAX_ARRIVAL_S):
-            raise InputError(f"{what} retimes the trace to arrivals after {MAX_ARRIVAL_S:g} s (or none at all): "
-                             "give a rate nearer the trace's own")
+            raise InputError(f"{what} retimes the trace to arrivals after {MAX_ARRIVAL_S:g} s (or none at "
+                             "all): give a rate nearer the trace's own")
         span = arrivals[-1] - arrivals[0]
         if len(arrivals) > 1 and (span <= 0 or (len(arrivals) - 1) / span > MAX_RATE_RPS):
             rate = (len(arrivals) - 1) / span if span > 0 else math.inf
-            raise InputError(f"{what} retimes the trace to {rate:.3g} req/s, more than {MAX_RATE_RPS:.0e} (arrivals "
-                             "less than a microsecond apart): give a rate nearer the trace's own (--synthetic --qps "
-                             "inf --max-requests N sends every request at once)")
+            raise InputError(f"{what} retimes the trace to {rate:.3g} req/s, more than {MAX_RATE_RPS:.0e} "
+                             "(arrivals less than a microsecond apart): give a rate nearer the trace's own "
+                             "(--synthetic --qps inf --max-requests N sends every request at once)")
     if duration_s is not None:
         keep = bisect.bisect_right(arrivals, duration_s)
         if keep < len(arrivals):
@@ -889,8 +914,8 @@ def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the 
     if trace.format == "synthetic":  # drawn, not read: no row of a file was bad
         prompts, outputs = trace.prompt_tokens, trace.output_tokens
         longest = max((j for j, k in enumerate(keep) if not k), key=lambda i: prompts[i] + outputs[i])
-        notes.append(f"{dropped_count} of the {len(trace)} synthetic requests drew more tokens than {model_name}'s "
-                     f"context length of {context_tokens:,} (the longest {prompts[longest]} + "
+        notes.append(f"{dropped_count} of the {len(trace)} synthetic requests drew more tokens than "
+                     f"{model_name}'s context length of {context_tokens:,} (the longest {prompts[longest]} + "
                      f"{outputs[longest]}): left out, as SGLang refuses them")
     else:
         for i in dropped[:max(0, KEEP_BAD_ROWS - len(examples))]:

@@ -10,8 +10,8 @@ The search space (every candidate is a :class:`~pdmux_cli.sglang.pdmux_config.Pd
 - one fixed split per candidate level (manual_divisions with a single ``[prefill, decode, 0]``),
   i.e. the level used whatever the decode batch;
 - each of those times each ``split_forward_token_budget``;
-- after them, SLO levels (:mod:`pdmux_cli.planning.slo_levels`, ``pdmux gen-config --slo-itl``) for the ITL SLO
-  times each of :data:`DEFAULT_SLO_MARGINS` (levels sized for ``0.9 x`` the SLO leave room for what the
+- after them, SLO levels (:mod:`pdmux_cli.planning.slo_levels`, ``pdmux gen-config --slo-itl``) for the ITL
+  SLO times each of :data:`DEFAULT_SLO_MARGINS` (levels sized for ``0.9 x`` the SLO leave room for what the
   cost model and the trace's context distribution miss), at the trace's contexts, times each budget;
 - where the SGLang revision caps layers per round (``max_split_forward_layers``, sgl-project/sglang
   a64f33f0 ``multiplexing_mixin.py``; ``layer_caps``), the winner of the above again with each cap of
@@ -33,16 +33,9 @@ then candidate order), so the result is the same for any number of workers.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..sglang import pdmux_config as pc
 from ..sglang import split_levels
@@ -50,6 +43,7 @@ from ..multigpu.disaggregation import check_dp_value, check_load_balance_method,
 from ..util.errors import InputError
 from .engine import Setup
 from .executors import Executor
+from . import pool
 from .metrics import ttft_quarters
 from .runner import simulate_metrics
 from .schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy
@@ -134,8 +128,8 @@ class TuneResult:
         if not self.schedules:
             return f"best pdmux config: {best.candidate.description}"
         rival = max(self.schedules, key=lambda r: (r.slo_attainment, _round_goodput(r.goodput_rps)))
-        text = (f"pdmux ({best.candidate.description}) meets the SLO for {best.slo_attainment:.1%} of requests "
-                f"({best.goodput_rps:.3g} req/s); {rival.label} for {rival.slo_attainment:.1%} "
+        text = (f"pdmux ({best.candidate.description}) meets the SLO for {best.slo_attainment:.1%} of "
+                f"requests ({best.goodput_rps:.3g} req/s); {rival.label} for {rival.slo_attainment:.1%} "
                 f"({rival.goodput_rps:.3g} req/s)")
         if best.slo_attainment == rival.slo_attainment and math.isclose(
                 best.goodput_rps, rival.goodput_rps, rel_tol=VERDICT_GOODPUT_TIE):
@@ -169,7 +163,8 @@ def _rank_key(row: TuneRow, baseline: int | None) -> tuple:
     return (-row.slo_attainment, -_round_goodput(row.goodput_rps), row.index != baseline, row.index)
 
 
-def _auto_description(groups: Sequence, sm_group_num: int, divisor: int | None, budget: int, manual: bool) -> str:
+def _auto_description(groups: Sequence, sm_group_num: int, divisor: int | None, budget: int,
+                      manual: bool) -> str:
     rule = f"div {divisor}" if divisor is not None else f"one level {groups[1][0]}/{groups[1][1]}"
     how = "manual" if manual else "auto"
     return f"{how}, {sm_group_num} groups, {rule}, budget {budget}"
@@ -193,8 +188,8 @@ def candidates(
     """The configs to try on a device of ``total_sms`` SMs and capability ``cc`` (module docstring).
 
     ``sm_group_nums``: ``None`` for every value with distinct levels. ``manual_only``: write SGLang's
-    automatic levels as manual_divisions (a revision whose divide_sm was not read). Returns ``(candidates, skipped)``,
-    skipped = generated configs that fail :func:`pdmux_cli.sglang.pdmux_config.validate`. Raises
+    automatic levels as manual_divisions (a revision whose divide_sm was not read). Returns ``(candidates,
+    skipped)``, skipped = generated configs that fail :func:`pdmux_cli.sglang.pdmux_config.validate`. Raises
     :class:`InputError` when no valid candidate remains or an argument is out of range.
     """
     for name, values in (("divisors", divisors), ("token budgets", budgets)):
@@ -202,10 +197,12 @@ def candidates(
             raise InputError(f"tune: {name} must be integers >= 1, got {list(values)}")
     major = cc[0]
     automatic = major in split_levels.SGLANG_SM_CONSTRAINTS
-    min_part, multiple = split_levels.SGLANG_SM_CONSTRAINTS[major] if automatic else split_levels.cuda_sm_granularity(major)
+    min_part, multiple = (split_levels.SGLANG_SM_CONSTRAINTS[major] if automatic
+                          else split_levels.cuda_sm_granularity(major))
     cands = split_levels.candidate_prefill_sms(total_sms, min_part, multiple)
     if not cands:
-        raise InputError(f"no valid SM split for {total_sms} SMs at compute capability {cc[0]}.{cc[1]}: nothing to tune")
+        raise InputError(f"no valid SM split for {total_sms} SMs at compute capability {cc[0]}.{cc[1]}: "
+                         "nothing to tune")
     if sm_group_nums is None:
         sm_group_nums = range(3, len(cands) + 3)
     elif any(g < 3 for g in sm_group_nums):
@@ -230,7 +227,8 @@ def candidates(
         for g in sorted(set(sm_group_nums)):
             plans.append((g, split_levels.plan_groups(total_sms, cc, g)))
         if split_levels.DEFAULT_SM_GROUP_NUM not in set(sm_group_nums):
-            plans.append((split_levels.DEFAULT_SM_GROUP_NUM, split_levels.plan_groups(total_sms, cc, split_levels.DEFAULT_SM_GROUP_NUM)))
+            plans.append((split_levels.DEFAULT_SM_GROUP_NUM,
+                          split_levels.plan_groups(total_sms, cc, split_levels.DEFAULT_SM_GROUP_NUM)))
         for g, plan in plans:
             groups = tuple(tuple(s) for s in plan.groups)
             levels = len(groups) - 2
@@ -244,7 +242,8 @@ def candidates(
                     continue
                 config = pc.config_from_plan(plan, g, budget, divisor, manual=manual)
                 key = (groups, divisor if levels > 1 else None, budget)
-                add(config, _auto_description(groups, g, divisor if levels > 1 else None, budget, manual), key)
+                add(config, _auto_description(groups, g, divisor if levels > 1 else None, budget, manual),
+                    key)
         if single_levels:
             for p in reversed(cands):
                 d = total_sms - p
@@ -257,11 +256,12 @@ def candidates(
     return out, skipped
 
 
-def slo_candidates(trace: Trace, setup: Setup, slo_itl_ms: float, margins: Sequence[float] = DEFAULT_SLO_MARGINS,
+def slo_candidates(trace: Trace, setup: Setup, slo_itl_ms: float,
+                   margins: Sequence[float] = DEFAULT_SLO_MARGINS,
                    budgets: Sequence[int] = DEFAULT_BUDGETS) -> tuple[list[Candidate], list[str]]:
     """SLO levels (:func:`pdmux_cli.planning.slo_levels.levels_for_setup`) for ``margin x slo_itl_ms`` at the
-    trace's decode-step contexts (:func:`pdmux_cli.planning.slo_levels.trace_context`), one candidate per margin
-    and budget, at most ``sm_group_num`` 8 (SGLang's default: 6 levels); margins giving the same levels
+    trace's decode-step contexts (:func:`pdmux_cli.planning.slo_levels.trace_context`), one candidate per
+    margin and budget, at most ``sm_group_num`` 8 (SGLang's default: 6 levels); margins giving the same levels
     are tried once. Returns ``(candidates, notes)``: a note instead of candidates where no level can be
     built (no request of the trace decodes). Raises :class:`InputError` for a margin outside
     ``(0, MAX_SLO_MARGIN]``."""
@@ -269,8 +269,8 @@ def slo_candidates(trace: Trace, setup: Setup, slo_itl_ms: float, margins: Seque
 
     for margin in margins:
         if not (isinstance(margin, (int, float)) and math.isfinite(margin) and 0 < margin <= MAX_SLO_MARGIN):
-            raise InputError(f"--slo-margins must be numbers above 0 and at most {MAX_SLO_MARGIN:g} (shares of the "
-                             f"ITL SLO), got {margin}")
+            raise InputError(f"--slo-margins must be numbers above 0 and at most {MAX_SLO_MARGIN:g} (shares "
+                             f"of the ITL SLO), got {margin}")
     if not margins:
         return [], []
     try:
@@ -293,16 +293,19 @@ def slo_candidates(trace: Trace, setup: Setup, slo_itl_ms: float, margins: Seque
 
 
 def with_layer_caps(candidate: Candidate, caps: Sequence[int]) -> list[Candidate]:
-    """``candidate`` with each ``max_split_forward_layers`` of ``caps`` (> 0, once each), described as such."""
+    """``candidate`` with each ``max_split_forward_layers`` of ``caps`` (> 0, once each), described as
+    such."""
     from dataclasses import replace
 
     if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in caps):
         raise InputError(f"tune: layer caps must be integers >= 1, got {list(caps)}")
     return [Candidate(replace(candidate.config, max_split_forward_layers=cap),
-                      f"{candidate.description}, max {cap} layer(s) per round") for cap in dict.fromkeys(caps)]
+                      f"{candidate.description}, max {cap} layer(s) per round")
+                      for cap in dict.fromkeys(caps)]
 
 
-def pdmux_policy(config: pc.PdmuxConfig, capped: bool = False, threshold_fallback: bool = False) -> PdmuxPolicy:
+def pdmux_policy(config: pc.PdmuxConfig, capped: bool = False,
+                 threshold_fallback: bool = False) -> PdmuxPolicy:
     """The simulated pdmux for a candidate: its YAML's ``max_split_forward_layers`` applied where ``capped``
     (the revision reads the key), the group-1 fallback where ``threshold_fallback``."""
     cap = (config.max_split_forward_layers or 0) if capped else 0
@@ -311,7 +314,8 @@ def pdmux_policy(config: pc.PdmuxConfig, capped: bool = False, threshold_fallbac
 
 def _evaluate(shared: tuple, policy) -> tuple[float, float, float, float, int, tuple[float, float]]:
     """One candidate or schedule (a task of :mod:`.executors`): ``shared`` is ``(trace, setup, slo_ttft_ms,
-    slo_itl_ms, dp, load-balance method, max_steps)``; its row's figures. Streamed (:func:`.runner.simulate_metrics`)."""
+    slo_itl_ms, dp, load-balance method, max_steps)``; its row's figures. Streamed
+    (:func:`.runner.simulate_metrics`)."""
     trace, setup, slo_ttft_ms, slo_itl_ms, dp, method, max_steps = shared
     m = simulate_metrics(trace, setup, policy, slo_ttft_ms, slo_itl_ms, dp=dp, load_balance_method=method,
                          max_steps=max_steps)
@@ -348,9 +352,9 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
     if not (growing or bursts):
         return None
     if len(trace) < 2 or trace.mean_qps <= 0:  # an offline batch: no rate to lower
-        return (f"the trace's {len(trace)} requests all arrive at once: TTFT p99 {row.ttft_p99_ms / 1e3:.3g} s is "
-                "mostly queueing behind them (send them over time, or size the GPU with pdmux capacity on a trace "
-                "with arrival times)")
+        return (f"the trace's {len(trace)} requests all arrive at once: TTFT p99 {row.ttft_p99_ms / 1e3:.3g} "
+                "s is mostly queueing behind them (send them over time, or size the GPU with pdmux capacity "
+                "on a trace with arrival times)")
     from .capacity import capacity
 
     sized = capacity(trace, setup, [policy or PdmuxPolicy(row.candidate.config)], slo_ttft_ms, slo_itl_ms,
@@ -358,96 +362,18 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
                      executor=executor, max_steps=max_steps).policies[0]
     where = "GPU" if dp * setup.tp == 1 else f"{dp * setup.tp} GPUs"
     if growing:
-        waits = "never get a first token" if math.isinf(last) else f"wait {last / 1e3:.3g} s for their first token"
-        head = (f"the trace overloads the {where} at its rate ({trace.mean_qps:.3g} req/s): its last requests {waits} "
-                f"(median), its first {first / 1e3:.3g} s (the queue grows)")
+        waits = ("never get a first token" if math.isinf(last)
+                 else f"wait {last / 1e3:.3g} s for their first token")
+        head = (f"the trace overloads the {where} at its rate ({trace.mean_qps:.3g} req/s): its last "
+                f"requests {waits} (median), its first {first / 1e3:.3g} s (the queue grows)")
     else:
-        head = (f"the trace's bursts overload the {where}: TTFT p99 {row.ttft_p99_ms / 1e3:.3g} s, where the longest "
-                f"prompt's prefill alone takes {longest_ms / 1e3:.2g} s (requests queue)")
+        head = (f"the trace's bursts overload the {where}: TTFT p99 {row.ttft_p99_ms / 1e3:.3g} s, where the "
+                f"longest prompt's prefill alone takes {longest_ms / 1e3:.2g} s (requests queue)")
     if sized.max_rate_rps <= 0:
         return head + f"; the winner meets the SLO for {OVERLOAD_TARGET:.0%} of requests at no rate tried"
     return (head + f"; the winner meets the SLO for {OVERLOAD_TARGET:.0%} of requests up to "
             f"{sized.max_rate_rps:.3g} req/s, {sized.max_rate_rps / trace.mean_qps:.2g}x the trace's "
             f"{trace.mean_qps:.3g} req/s (pdmux capacity sizes every policy)")
-
-
-#: How long a failed or stopped run waits for its process pool's own shutdown, s (normally instant).
-POOL_STOP_TIMEOUT_S = 5.0
-
-
-def _quiet_shutdown(pool: ProcessPoolExecutor) -> None:
-    """``pool.shutdown`` after its workers were killed: what it raises then (a pipe the dead workers
-    closed) changes nothing and would only print a thread's traceback."""
-    with contextlib.suppress(BaseException):
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _kill_pool(pool: ProcessPoolExecutor) -> None:
-    """Kill ``pool``'s workers (SIGKILL: they ignore the stop signals), reap them, and shut the pool down,
-    waiting at most :data:`POOL_STOP_TIMEOUT_S` in all. Shutting down normally returns at once; but workers
-    killed while one was sending its result leave the pool's manager thread reading the rest of the
-    message for ever (the parent holds the pipe's other end), and ``shutdown(wait=True)`` with it: the
-    shutdown then runs on in a daemon thread (the entry point leaves a stopped run without joining it,
-    :mod:`pdmux_cli.entry`). The pool's own threads (its manager, the queues' feeders) may fail on the
-    dead workers' pipes meanwhile (a cancelled future set again, a closed handle): their tracebacks are
-    dropped, this pool's only."""
-    own = {"pdmux-pool-shutdown", "QueueFeederThread"}
-    manager = getattr(pool, "_executor_manager_thread", None)
-    previous = threading.excepthook
-
-    def hook(args: Any) -> None:
-        if args.thread is not None and (args.thread is manager or args.thread.name in own):
-            return
-        previous(args)
-
-    threading.excepthook = hook
-    try:
-        deadline = time.monotonic() + POOL_STOP_TIMEOUT_S
-        processes = list((getattr(pool, "_processes", None) or {}).values())  # private: no public way
-        for process in processes:
-            process.kill()
-        for process in processes:  # reaped here: no zombie once a stopped run leaves without the pool's joins
-            with contextlib.suppress(Exception):
-                process.join(max(0.0, deadline - time.monotonic()))
-        closer = threading.Thread(target=_quiet_shutdown, args=(pool,), name="pdmux-pool-shutdown", daemon=True)
-        closer.start()
-        closer.join(max(0.1, deadline - time.monotonic()))
-    finally:
-        threading.excepthook = previous
-
-
-@contextmanager
-def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
-    """A process pool of ``workers`` that never outlives an interrupted or failed caller: on Ctrl-C,
-    SIGTERM, SIGHUP (:mod:`pdmux_cli.util.signals`) or an error the queued simulations are cancelled and the
-    workers killed at once (waiting for them could take minutes, and a worker hit by SIGINT can leave
-    the pool hanging). The workers ignore those signals (the parent handles them for the whole process
-    group: :func:`pdmux_cli.util.signals.worker_init`) and on Linux die with their parent even when it is
-    killed outright. A worker that dies (the OOM killer's SIGKILL) ends the run with
-    :class:`~pdmux_cli.util.errors.PdmuxError` (exit 1)."""
-    from concurrent.futures.process import BrokenProcessPool
-
-    from ..util.errors import PdmuxError
-    from ..util.signals import worker_init
-
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=worker_init, initargs=(os.getpid(),))
-    try:
-        yield pool
-    except BaseException as exc:
-        _kill_pool(pool)
-        if isinstance(exc, BrokenProcessPool):
-            raise PdmuxError("a worker process died before finishing its simulation (out of memory, or killed): "
-                             "run again, with fewer --workers if memory is short") from None
-        raise
-    pool.shutdown()
-
-
-def default_workers() -> int:
-    """CPU cores this process may use (``os.sched_getaffinity`` where available)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def tune(
@@ -480,9 +406,9 @@ def tune(
     in candidate order: deterministic. ``schedules``: SGLang's other schedules to compare with (default:
     chunked at SGLang's default size for the GPU and mixed-chunk 512; ``()`` for none). ``dp``: every
     config and schedule runs as that many replicas behind a router (``load_balance_method``).
-    ``slo_margins``: the SLO levels tried after the other candidates (:func:`slo_candidates`; ``()`` for none).
-    ``layer_caps``: ``max_split_forward_layers`` values tried on the winner (``()``: the revision has no
-    cap; :data:`DEFAULT_LAYER_CAPS` where it has); ``manual_only``, ``threshold_fallback``: the revision's
+    ``slo_margins``: the SLO levels tried after the other candidates (:func:`slo_candidates`; ``()`` for
+    none). ``layer_caps``: ``max_split_forward_layers`` values tried on the winner (``()``: the revision has
+    no cap; :data:`DEFAULT_LAYER_CAPS` where it has); ``manual_only``, ``threshold_fallback``: the revision's
     rules (module docstring). ``executor``: where the simulations run (:mod:`.executors`: ``local``, this
     machine's cores; ``ray``, a Ray cluster at ``ray_address``; or an executor already open); ``workers``
     is then the tasks at a time. ``max_steps``: each simulation's decode-step budget
@@ -503,8 +429,9 @@ def tune(
     from .executors import check_executor, using
 
     local = not isinstance(executor, Executor) and check_executor(executor, ray_address) == "local"
-    cores = default_workers()
-    capped_note = (f"--workers {workers}: this machine gives the process {cores} core(s), so {cores} worker(s) ran"
+    cores = pool.default_workers()
+    capped_note = (f"--workers {workers}: this machine gives the process {cores} core(s), so {cores} "
+                   "worker(s) ran"
                    if local and workers and workers > cores else None)
     if schedules is None:
         from ..sglang.server_defaults import default_chunked_prefill_size
@@ -516,7 +443,8 @@ def tune(
         return pdmux_policy(config, capped, threshold_fallback)
 
     policies = [policy_of(c.config) for c in cands] + list(schedules)
-    whats = [f"pdmux config {c.description}" for c in cands] + [f"{p.label} (SGLang, no pdmux)" for p in schedules]
+    whats = [f"pdmux config {c.description}" for c in cands] + [f"{p.label} (SGLang, no pdmux)"
+                                                                for p in schedules]
     total = len(policies) + (len(set(layer_caps)) if capped else 0)
     done = 0
 
@@ -532,7 +460,8 @@ def tune(
         outcomes = ex.run(_evaluate, shared, policies, whats, tick)
         workers = ex.workers
         rows = [TuneRow(i, c, *o) for i, (c, o) in enumerate(zip(cands, outcomes))]
-        others = [ScheduleRow(policy.label, *o[:4]) for policy, o in zip(schedules, outcomes[len(cands):], strict=True)]
+        others = [ScheduleRow(policy.label, *o[:4])
+                  for policy, o in zip(schedules, outcomes[len(cands):], strict=True)]
         if capped:  # the layer cap, on the winner so far (module docstring)
             first = min(rows, key=lambda r: _rank_key(r, None))
             extra = with_layer_caps(first.candidate, layer_caps)
@@ -542,16 +471,20 @@ def tune(
         default = pc.PdmuxConfig()
         baseline = next((r.index for r in rows if r.candidate.config == default), None)
         if baseline is None:  # Blackwell: the defaults written as manual_divisions
-            baseline = next((r.index for r in rows if r.candidate.config.sm_group_num == split_levels.DEFAULT_SM_GROUP_NUM
-                             and r.candidate.config.decode_bs_divisor == split_levels.DEFAULT_DECODE_BS_DIVISOR
-                             and r.candidate.config.split_forward_token_budget == split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
+            baseline = next((r.index for r in rows
+                             if r.candidate.config.sm_group_num == split_levels.DEFAULT_SM_GROUP_NUM
+                             and r.candidate.config.decode_bs_divisor
+                             == split_levels.DEFAULT_DECODE_BS_DIVISOR
+                             and r.candidate.config.split_forward_token_budget
+                             == split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
                              and r.candidate.description.startswith("manual")), None)
         best = min(rows, key=lambda r: _rank_key(r, baseline)).index
         notes = ([capped_note] if capped_note else []) + slo_notes
         if rows[best].older_sglang_crash_rounds:
-            notes.append("SGLang 0.5.23 crashes with the winner (no manual_divisions threshold matched a decode batch)")
-        overload = overload_note(trace, setup, rows[best], slo_ttft_ms, slo_itl_ms, workers, dp, load_balance_method,
-                                 policy_of(rows[best].candidate.config), ex, max_steps)
+            notes.append("SGLang 0.5.23 crashes with the winner (no manual_divisions threshold matched a "
+                         "decode batch)")
+        overload = overload_note(trace, setup, rows[best], slo_ttft_ms, slo_itl_ms, workers, dp,
+                                 load_balance_method, policy_of(rows[best].candidate.config), ex, max_steps)
     if overload:
         notes.append(overload)
     return TuneResult(rows, best, baseline, skipped, workers, notes, others, gpus=dp * setup.tp,

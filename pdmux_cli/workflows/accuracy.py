@@ -57,8 +57,8 @@ def accuracy(request: AccuracyRequest) -> AccuracyResult:
         from ..costmodel.accuracy import report
 
         return AccuracyResult(r, report())
+    from ..simulate.pool import default_workers
     from ..simulate.serving_accuracy import report as serving_report
-    from ..simulate.tune import default_workers
 
     if r.workers is not None and r.workers < 1:
         raise InputError(f"--workers must be >= 1, got {r.workers}")

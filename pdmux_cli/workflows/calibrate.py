@@ -3,8 +3,8 @@ logs), its serving terms to bench_serving runs, or merge two calibrations.
 
 :func:`calibrate` takes a :class:`CalibrateRequest` and returns a :class:`CalibrateResult`
 (``to_dict()``: ``pdmux calibrate --json``), writing ``output`` whole or not at all. The readers are
-:mod:`pdmux_cli.sglang.measurement_readers`; the fits :func:`pdmux_cli.costmodel.calibrate.fit_whole_gpu` and
-:func:`pdmux_cli.simulate.serving_fit.fit_terms`.
+:mod:`pdmux_cli.sglang.measurement_readers`; the fits
+:func:`pdmux_cli.costmodel.whole_gpu_fit.fit_whole_gpu` and :func:`pdmux_cli.simulate.serving_fit.fit_terms`.
 """
 
 from __future__ import annotations
@@ -57,9 +57,10 @@ class ServingFit:
 @dataclass
 class CalibrateResult:
     """What ``calibrate`` made: ``mode`` (``"merge"``, ``"whole_gpu"`` or ``"serving"``), the
-    ``calibration`` and its ``yaml``; for ``whole_gpu`` the ``fit`` (:class:`pdmux_cli.costmodel.calibrate.
-    WholeGpuFit`), the shipped model ``base``, the GPU ``profile`` and ``model`` measured and the ``points``
-    kept; ``serving``: the serving fit where bench_serving runs were given; ``notes``."""
+    ``calibration`` and its ``yaml``; for ``whole_gpu`` the ``fit``
+    (:class:`pdmux_cli.costmodel.whole_gpu_fit.CalibrationFit`), the shipped model ``base``, the GPU
+    ``profile`` and ``model`` measured and the ``points`` kept; ``serving``: the serving fit where
+    bench_serving runs were given; ``notes``."""
 
     request: CalibrateRequest
     mode: str
@@ -183,8 +184,8 @@ def _fit_serving(cal: Any, r: CalibrateRequest, kv_bytes: float) -> tuple[Any, S
     from ..costmodel.calibration_file import ServingTerms
     from ..sglang.measurement_readers import read_bench_serving
     from ..simulate import serving_fit
+    from ..simulate.pool import default_workers, process_pool
     from ..simulate.serving_accuracy import runs_from_bench_serving
-    from ..simulate.tune import default_workers, process_pool
 
     results, problems = [], []
     for path in r.bench_serving:
@@ -297,8 +298,8 @@ def _read_measurements(r: CalibrateRequest) -> tuple[list, list, list[str], list
 
 def _whole_gpu(r: CalibrateRequest) -> CalibrateResult:
     from ..costmodel import build_step_model
-    from ..costmodel.calibrate import check_points, fit_whole_gpu, points_from
     from ..costmodel.calibration_file import Calibration, dump_calibration
+    from ..costmodel.whole_gpu_fit import check_points, fit_whole_gpu, points_from
 
     if r.tp != 1:
         raise InputError(f"--tp {r.tp}: pdmux models one GPU (tensor parallelism is not modelled yet); "
