@@ -11,13 +11,12 @@ import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
-from pdmux_cli.cli import app
-from pdmux_cli.multigpu.disaggregation import KvLink, kv_link, layout_text
-from pdmux_cli.util.errors import InputError
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
-from pdmux_cli.simulate import cluster
-from pdmux_cli.simulate.cluster import DisaggPolicy, simulate_disagg, simulate_dp, transfer_ends
+from pdmux_cli.cli import app
+from pdmux_cli.multigpu.disaggregation import KvLink, kv_link, layout_text
+from pdmux_cli.simulate import servers
+from pdmux_cli.simulate.cluster import DisaggPolicy, simulate_disagg, transfer_ends
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.simulate.metrics import summarize
 from pdmux_cli.simulate.runner import simulate
@@ -26,10 +25,10 @@ from pdmux_cli.simulate.schedulers import (
     MixedChunkPolicy,
     PdmuxPolicy,
     PrefillFirstPolicy,
-    baseline_rounds,
-    pdmux_rounds,
 )
+from pdmux_cli.simulate.servers import simulate_dp
 from pdmux_cli.simulate.traces import Trace, load_trace, synthetic_trace
+from pdmux_cli.util.errors import InputError
 
 FIX = Path(__file__).parent / "fixtures"
 AZURE = str(FIX / "azure_conv_50.csv")
@@ -95,12 +94,11 @@ def test_round_robin_is_independent_servers_on_alternate_requests(setup, busy_tr
 
 def _routed(setup, trace, policy, dp, method):
     pool = setup.kv_pool(policy.chunk_tokens)
-    works = cluster._routed_works(trace, setup, pool.tokens, dp)
-    rounds = pdmux_rounds if policy.kind == "pdmux" else baseline_rounds
-    servers = [rounds(w, setup, policy) for w in works]
+    works = servers.routed_works(trace, setup, pool.tokens, dp)
+    rounds = [policy.rounds(w, setup) for w in works]
     rejected = set(works[0].rejected)
     order = [r for r in range(len(trace)) if r not in rejected]
-    extras, where, unrouted = cluster.route(servers, works, order, trace.arrival_s, method)
+    extras, where, unrouted = servers.route(rounds, works, order, trace.arrival_s, method)
     return works, extras, where, unrouted, order
 
 
