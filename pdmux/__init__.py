@@ -1,5 +1,9 @@
 """pdmux's Python API: plan PD multiplexing (SGLang ``--enable-pdmux``) from Python, as the CLI does.
 
+The planning commands (:mod:`pdmux.planning`: ``splits``, ``estimate``, ``gen_config``, ``check_config``) and
+the simulation commands (:mod:`pdmux.simulation`: ``simulate``, ``capacity``, ``tune``, ``calibrate``,
+``accuracy``).
+
 >>> import pdmux
 >>> pdmux.estimate(decode_bs=64).to_dict()["level"]
 {'group': 6, 'prefill_sms': 72, 'decode_sms': 60, 'source': 'sglang-auto'}
@@ -13,5 +17,7 @@ from pdmux_cli import __version__
 from pdmux_cli.util.errors import InputError
 
 from .planning import check_config, estimate, gen_config, splits
+from .simulation import accuracy, calibrate, capacity, simulate, tune
 
-__all__ = ["InputError", "__version__", "check_config", "estimate", "gen_config", "splits"]
+__all__ = ["InputError", "__version__", "accuracy", "calibrate", "capacity", "check_config", "estimate",
+           "gen_config", "simulate", "splits", "tune"]

@@ -16,14 +16,9 @@ from typing import Any
 from typer.core import TyperGroup
 
 from ..util.errors import InputError, PdmuxError, printable, short_repr
-
-# The list parsers and the input-file tests live with the other option-text and input-file rules (the
-# workflows read option text too); the commands import them from here.
-from ..util.input_files import gpu_file, model_file  # noqa: F401
-from ..util.numbers import list_items as _list_items
-from ..util.numbers import parse_float_list, parse_int_list  # noqa: F401
-from ..util.numbers import unique_values as _unique
 from ..util.signals import Terminated, handling_signals, interrupted, raised_stop
+from ..workflows.files import gpu_file, model_file  # noqa: F401 (the commands' inputs, from here too)
+from ..workflows.values import parse_float_list, parse_int_list, parse_names  # noqa: F401 (list options)
 
 
 def fail_line(message: str) -> None:
@@ -222,17 +217,6 @@ class OneLineErrorGroup(TyperGroup):
         if standalone_mode:
             sys.exit(code)
         return code
-
-
-def parse_names(text: str, what: str, known: Sequence[str]) -> list[str]:
-    """``"pdmux, chunked"`` -> ``["pdmux", "chunked"]`` (lower-cased, repeats kept once); :class:`InputError`
-    for an empty list or item (``pdmux,,chunked``) or a name not in ``known``, listing them."""
-    names = _unique([item.lower() for item in _list_items(text, what, ",".join(known[:2]))])
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        shown = ", ".join(n if len(n) <= 40 else short_repr(n) for n in unknown[:5])
-        raise InputError(f"{what}: unknown {shown}; use {', '.join(known)}")
-    return names
 
 
 def parse_cc(text: str) -> tuple[int, int]:

@@ -121,19 +121,3 @@ def read_input_text(path: str | Path, what: str, max_bytes: int, hint: str = "")
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise unreadable(path, what, exc, hint) from None
-
-
-def model_file(model: str) -> Path | None:
-    """``--model`` when it names an existing file or folder (an input not to overwrite), else ``None``."""
-    path = Path(model).expanduser()
-    if is_dir(path):
-        return path / "config.json"
-    return path if is_file(path) else None
-
-
-def gpu_file(gpu: str | None) -> Path | None:
-    """``--gpu`` when it names an existing profile file (an input not to overwrite), else ``None``."""
-    if gpu is None:
-        return None
-    path = Path(gpu.strip()).expanduser()
-    return path if is_file(path) else None

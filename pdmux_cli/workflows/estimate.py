@@ -197,7 +197,7 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     plot = optional_path(r.plot, "--plot")
     if plot is not None:
         from ..util.atomic import check_writable, refuse_overwriting_inputs
-        from ..util.input_files import gpu_file, model_file
+        from .files import gpu_file, model_file
 
         if plot.suffix.lower() != ".png":
             raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {plot}")

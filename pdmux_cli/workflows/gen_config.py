@@ -179,7 +179,7 @@ def gen_config(request: GenConfigRequest, simulator: SimulatorHooks | None = Non
     from ..sglang import pdmux_config as pc
     from ..sglang import split_levels
     from ..util.atomic import check_writable, refuse_overwriting_inputs
-    from ..util.input_files import gpu_file, model_file
+    from .files import gpu_file, model_file
 
     r = request
     device = resolve_device(r.gpu, r.sms, r.cc)

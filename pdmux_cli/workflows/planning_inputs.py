@@ -138,11 +138,11 @@ def optional_number(value: Any, what: str) -> float | None:
 
 
 def int_tuple(values: Any, what: str, minimum: int = 1) -> tuple[int, ...]:
-    """Option text (``"1,6,12"``, :func:`pdmux_cli.util.numbers.parse_int_list`) or a sequence of integers >=
+    """Option text (``"1,6,12"``, :func:`~.values.parse_int_list`) or a sequence of integers >=
     ``minimum`` -> a tuple, repeats kept once in order. Raises :class:`InputError` naming ``what`` for an
     empty list or item, a value that is not an integer, or one below ``minimum``."""
     if isinstance(values, str):
-        from ..util.numbers import parse_int_list
+        from .values import parse_int_list
 
         return tuple(parse_int_list(values, what, minimum=minimum, unique=True))
     if isinstance(values, bytes) or not isinstance(values, Sequence):
@@ -159,13 +159,13 @@ def int_tuple(values: Any, what: str, minimum: int = 1) -> tuple[int, ...]:
 
 
 def float_tuple(values: Any, what: str) -> tuple[float, ...]:
-    """Option text (``"44,66,88"``, :func:`pdmux_cli.util.numbers.parse_float_list`) or a sequence of finite
+    """Option text (``"44,66,88"``, :func:`~.values.parse_float_list`) or a sequence of finite
     numbers > 0 -> a tuple of floats, repeats kept once in order (``--s-sat``). Raises :class:`InputError`
     naming ``what`` for an empty list or item or a bad value."""
     import math
 
     if isinstance(values, str):
-        from ..util.numbers import parse_float_list
+        from .values import parse_float_list
 
         return tuple(parse_float_list(values, what, unique=True))
     if isinstance(values, bytes) or not isinstance(values, Sequence):
