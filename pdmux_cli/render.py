@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .messages import render_all
+
 if TYPE_CHECKING:  # type names only: rendering splits must not import the cost model
     from .estimate import Estimate, PolicyRow
     from .policy import Split
@@ -184,7 +186,7 @@ def estimate_table(est: Estimate) -> Any:
         f"cost model: {est.throughput_source}; dense math in {est.flops_dtype}",
         (f"memory{' per GPU' if est.tp > 1 else ''}: {est.memory.weight_bytes / 2**30:.1f} GiB weights + "
          f"{est.memory.kv_cache_bytes / 2**30:.1f} GiB KV of {est.memory.gpu_memory_bytes / 2**30:.1f} GiB"),
-        *est.notes,
+        *render_all(est.notes),
     ]
     table.caption = "\n".join(caption)
     table.caption_justify = "left"
@@ -299,7 +301,7 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
             for lv in est.levels
         ],
         "disagg": _disagg_dict(est),
-        "notes": est.notes,
+        "notes": render_all(est.notes),
     }
 
 

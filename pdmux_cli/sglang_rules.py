@@ -35,7 +35,7 @@ from typing import Any
 
 from . import pdmux_config as pc
 from . import policy
-from .errors import InputError
+from .errors import Finding, InputError
 from .sglang_support import Revision, get_revision
 
 
@@ -205,11 +205,11 @@ def planning_refusal(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], r
     The revision's own refusal (:func:`verdict`), or, where it accepts ``overlap_decode_full_sm: true``,
     that pdmux's cost model has no overlaid partitions (decode on every SM beside a capped prefill). A
     revision that fails to start whatever the file (``main@2260e61``) is judged by the rules it shares with
-    0.5.23, the failure being said by :func:`revision_notes`; one whose loader was not read plans only a
+    0.5.23, the failure being said by :func:`revision_findings`; one whose loader was not read plans only a
     file with manual_divisions.
     """
     rev = get_revision(revision)
-    if rev.startup_failure is not None:  # said as a note (revision_notes): judge the file as if it started
+    if rev.startup_failure is not None:  # said as a note (revision_findings): judge the file as if it started
         rev = get_revision("0.5.23")
     result = verdict(config, parse_problems, rev, total_sms, cc)
     if not result.judged and not config.manual_divisions:
@@ -237,21 +237,23 @@ def layer_cap(revision: str | Revision | None, config: pc.PdmuxConfig | None) ->
     return max(0, config.max_split_forward_layers or 0)
 
 
-def revision_notes(revision: str | Revision | None, tp: int = 1) -> list[str]:
-    """The lines every planning command says when ``revision`` is chosen (empty for 0.5.23): its known
-    start-up failure, what was not read of its code, and, with ``tp > 1``, what its code requires for pdmux
-    with tensor parallelism (:attr:`Revision.tp_launch`, :attr:`Revision.tp_requires`)."""
+def revision_findings(revision: str | Revision | None, tp: int = 1) -> list[Finding]:
+    """What every planning command says when ``revision`` is chosen (empty for 0.5.23), as findings
+    (``sglang.revision.*``; :mod:`pdmux_cli.messages` words them): its known start-up failure, what was not
+    read of its code, and, with ``tp > 1``, what its code requires for pdmux with tensor parallelism
+    (:attr:`Revision.tp_launch`, :attr:`Revision.tp_requires`)."""
     rev = get_revision(revision)
-    notes = []
+    found = []
     if rev.startup_failure:
-        notes.append(f"{rev.key}: {rev.startup_failure}")
+        found.append(Finding("sglang.revision.startup_failure", {"revision": rev.key, "failure": rev.startup_failure},
+                             "sglang"))
     if not rev.loader_read:
-        notes.append(f"{rev.key}: its pdmux_context.py was not read (not stored at {rev.commit[:8]}): the YAML's "
-                     "load and start-up checks are not judged; levels are the manual_divisions as written")
+        found.append(Finding("sglang.revision.loader_not_read", {"revision": rev.key, "commit": rev.commit[:8]},
+                             "sglang"))
     if tp > 1 and (rev.tp_launch or rev.tp_requires):
-        env = " ".join(rev.tp_launch)
-        notes.append(f"{rev.key} with TP {tp}: " + (f"launch with {env}; " if env else "") + (rev.tp_requires or ""))
-    return notes
+        found.append(Finding("sglang.revision.tp", {"revision": rev.key, "tp": tp, "launch_env": list(rev.tp_launch),
+                                                    "requires": rev.tp_requires}, "tp"))
+    return found
 
 
 def plan_check(revision: str | Revision | None, config: pc.PdmuxConfig | None) -> None:

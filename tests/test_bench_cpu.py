@@ -42,6 +42,7 @@ from pdmux_cli.calibration import dump_calibration, load_calibration
 from pdmux_cli.cli import app
 from pdmux_cli.errors import DeviceError, InputError
 from pdmux_cli.hardware import find_gpu, load_gpus
+from pdmux_cli.messages import render_all
 
 cli = CliRunner()
 
@@ -119,7 +120,7 @@ def test_blackwell_levels_from_cuda_granularity() -> None:
     plan = bplan.make_plan(bplan.PlanDevice.from_gpu(find_gpu("b200")))
     assert plan.level_source == "cuda-granularity"
     assert all(p % 8 == 0 for p, _ in plan.levels)
-    assert any("manual_divisions" in n for n in plan.notes)
+    assert any("manual_divisions" in n for n in render_all(plan.notes))
 
 
 def test_buffer_floor_and_default() -> None:

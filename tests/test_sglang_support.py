@@ -16,6 +16,7 @@ from pdmux_cli.cli import app
 from pdmux_cli.errors import InputError
 from pdmux_cli.estimate import Scenario, estimate
 from pdmux_cli.hardware import find_gpu
+from pdmux_cli.messages import render, render_all
 from pdmux_cli.model import list_models, load_model, model_from_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,9 +183,9 @@ def test_architectures_must_be_a_list_of_names() -> None:
 def test_estimate_marks_the_pdmux_rows_where_sglang_cannot_run_them() -> None:
     est = estimate(find_gpu("h100"), load_model("gpt-oss-20b"), Scenario())
     assert est.pdmux_support.state == "no"
-    assert est.notes[0].startswith("PD mux cannot run: no forward_split_prefill in SGLang 0.5.23's GptOssForCausalLM")
+    assert render(est.notes[0]).startswith("PD mux cannot run: no forward_split_prefill in SGLang 0.5.23's GptOssForCausalLM")
     ok = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario())
-    assert ok.pdmux_support.state == "yes" and not any("PD mux" in n for n in ok.notes)
+    assert ok.pdmux_support.state == "yes" and not any("PD mux" in n for n in render_all(ok.notes))
 
     r = runner.invoke(app, ["estimate", "--model", "gpt-oss-20b"], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.stderr

@@ -25,6 +25,7 @@ from pdmux_cli import slo_levels as sl
 from pdmux_cli.cli import app
 from pdmux_cli.errors import InputError
 from pdmux_cli.hardware import find_gpu
+from pdmux_cli.messages import render
 from pdmux_cli.model import load_model
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.simulate.metrics import summarize
@@ -457,7 +458,7 @@ def test_tune_tries_slo_levels_with_margins() -> None:
     with pytest.raises(InputError, match="--slo-margins"):
         tn.slo_candidates(trace, setup, 20, margins=[0.0])
     quiet = tn.slo_candidates(Trace((0.0,), (10,), (1,)), setup, 20)
-    assert quiet[0] == [] and "no SLO levels tried" in quiet[1][0]
+    assert quiet[0] == [] and quiet[1][0].code == "tune.no_slo_levels" and "no SLO levels tried" in render(quiet[1][0])
 
 
 def test_tune_cli_slo_margins() -> None:

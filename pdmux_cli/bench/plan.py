@@ -16,6 +16,7 @@ from typing import Any
 
 from .. import policy
 from ..errors import InputError, short_repr
+from ..messages import render_all
 from ..numbers import plain_int
 from . import kernels
 from .stats import S_SAT_FRACTION
@@ -494,5 +495,5 @@ def plan_dict(plan: BenchPlan) -> dict[str, Any]:
         "kernels": kernels_list,
         "steps": plan.steps,
         "estimated_seconds": estimated_seconds(plan),
-        "notes": list(plan.notes),
+        "notes": render_all(plan.notes),
     }

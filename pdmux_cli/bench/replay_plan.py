@@ -39,6 +39,7 @@ from typing import Any
 from .. import model as mdl
 from .. import policy
 from ..errors import InputError
+from ..messages import render_all
 from ..model import Model
 from .plan import BF16_BYTES, MEMORY_HEADROOM_BYTES, PlanDevice
 
@@ -555,5 +556,5 @@ def replay_plan_dict(plan: ReplayPlan) -> dict[str, Any]:
         "repeats": plan.repeats,
         "warmup": plan.warmup,
         "cuda_graph": plan.cuda_graph,
-        "notes": list(plan.notes),
+        "notes": render_all(plan.notes),
     }

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..calibration import Calibration
 from ..errors import InputError
+from ..messages import render_all
 from .replay_plan import Predicted, Predictions, ReplayPlan, predicted_dict
 from .stats import median, percentile
 
@@ -262,7 +263,7 @@ def results_dict(res: ReplayResults) -> dict[str, Any]:
             "uncalibrated_error": cal.whole_gpu.uncalibrated_median_error,
             "source": cal.whole_gpu.source,
         },
-        "notes": list(res.notes),
+        "notes": render_all(res.notes),
     }
 
 

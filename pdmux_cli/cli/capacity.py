@@ -88,7 +88,7 @@ def _table(result: Any, title: str, width: int | None = None) -> Any:
 def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_line: bool) -> Any:
     from rich.table import Table
 
-    from ..simulate.capacity import rate_text
+    from ..messages import rate_text
     from ..simulate.report import latency_cell
 
     policies = result.policies
@@ -123,7 +123,7 @@ def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_l
 
 
 def _per_gpu_text(p: Any) -> str:
-    """The capacity per GPU, with the bound of :func:`pdmux_cli.simulate.capacity.rate_text`."""
+    """The capacity per GPU, with the bound of :func:`pdmux_cli.messages.rate_text`."""
     if p.bound == "below":
         return f"<{p.points[0].rate_rps / p.gpus:.3g}" if p.points else "0"
     return (">=" if p.bound == "above" else "") + f"{p.per_gpu_rps:.3g}"
@@ -285,12 +285,13 @@ def capacity(
     paths: list[str | None] = []
     for name in dict.fromkeys(names):
         if name == "pdmux":
-            from ..sglang_rules import layer_cap, plan_check, revision_notes
+            from ..messages import render_all
+            from ..sglang_rules import layer_cap, plan_check, revision_findings
             from ..sglang_support import get_revision
 
             rev = get_revision(sglang)
             fallback = unreleased_fallback or rev.threshold_fallback
-            notes.extend(revision_notes(rev, setup.tp))
+            notes.extend(render_all(revision_findings(rev, setup.tp)))
             if rev.divide_sm != "not read" or not configs:
                 plan_check(rev, None)  # SGLang's defaults: its automatic split
                 runs.append(PdmuxPolicy(unreleased_fallback=fallback))

@@ -17,7 +17,7 @@ from typing import Any
 
 from typer.core import TyperGroup
 
-from ..errors import InputError, PdmuxError, printable, short_repr
+from ..errors import Finding, InputError, PdmuxError, printable, short_repr
 from ..signals import Terminated, handling_signals, interrupted, raised_stop
 
 
@@ -295,7 +295,9 @@ NON_FINITE = "the inputs give a non-finite result (NaN or infinity): check the s
 
 def _json_text(data: Any, problem: str) -> str:
     try:
-        return json.dumps(data, indent=2, allow_nan=False)
+        from ..messages import json_default
+
+        return json.dumps(data, indent=2, allow_nan=False, default=json_default)
     except ValueError:
         raise InputError(problem) from None
 
@@ -374,8 +376,13 @@ def styled(text: str, style: str) -> Any:
     return Text(text, style=style)
 
 
-def print_note(con: Any, note: str) -> None:
-    """``note: ...`` on ``con`` (a :func:`console`), the label in yellow, the text as written."""
+def print_note(con: Any, note: Any) -> None:
+    """``note: ...`` on ``con`` (a :func:`console`), the label in yellow, the text as written (a
+    :class:`~pdmux_cli.errors.Finding` worded by :mod:`pdmux_cli.messages`)."""
+    if isinstance(note, Finding):
+        from ..messages import render
+
+        note = render(note)
     con.print(styled("note:", "yellow"), note, soft_wrap=True)
 
 

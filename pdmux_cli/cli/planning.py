@@ -163,13 +163,14 @@ def splits(
 
     mdl = load_model(model)
     from ..estimate import MAX_DECODE_BS, MAX_TOKENS
+    from ..messages import render
 
     for what, values, top in (("--decode-bs", batch_sizes, MAX_DECODE_BS), ("--prompt-tokens", prompts, MAX_TOKENS)):
         too_big = [v for v in values if v > top]
         if too_big:  # as estimate's bounds: no server runs a batch or prompt past them
             raise InputError(f"{what} {short_repr(too_big[0])}: give 1 to {top:,}")
     plan = policy.plan_groups(device.sm_count, device.cc, group_num, manual)
-    notes = cfg_notes + ([plan.note] if plan.note else [])
+    notes = cfg_notes + ([render(plan.note)] if plan.note else [])
     if tp > 1:
         from ..tensor_parallel import shard
 
@@ -547,10 +548,11 @@ def gen_config(
     text = pc.dump_config(config)
     path_text = str(output) if output is not None else "pdmux.yaml"
     flags = pc.launch_flags(path_text, config.sm_group_num, tp)
-    from ..sglang_rules import revision_notes
+    from ..messages import render_all
+    from ..sglang_rules import revision_findings
     from ..sglang_support import get_revision
 
-    rev_notes = revision_notes(sglang, tp)
+    rev_notes = render_all(revision_findings(sglang, tp))
     launch_env = list(get_revision(sglang).tp_launch) if tp > 1 else []
     if output is not None:
         write_atomic(output, text)

@@ -421,7 +421,9 @@ def _finite(data: Any) -> Any:
 
 def print_json(data: Any) -> None:
     """Print ``data`` as indented, standard JSON: NaN and infinities become ``null``."""
-    sys.stdout.write(json.dumps(_finite(data), indent=2, allow_nan=False) + "\n")
+    from ..messages import json_default
+
+    sys.stdout.write(json.dumps(_finite(data), indent=2, allow_nan=False, default=json_default) + "\n")
 
 
 def _progress(enabled: bool, total: int, description: str) -> tuple[Any, Callable[[int], None] | None]:
@@ -586,12 +588,13 @@ def simulate(
     cfg_notes: list[str] = []
     for name in dict.fromkeys(names):
         if name == "pdmux":
-            from ..sglang_rules import layer_cap, plan_check, revision_notes
+            from ..messages import render_all
+            from ..sglang_rules import layer_cap, plan_check, revision_findings
             from ..sglang_support import get_revision
 
             cfg, cfg_notes = _pdmux_config(config, sm_group_num, decode_bs_divisor, token_budget, divisions, setup)
             plan_check(sglang, cfg)  # a revision whose divide_sm was not read needs manual_divisions
-            cfg_notes = [*revision_notes(sglang, setup.tp), *cfg_notes]
+            cfg_notes = [*render_all(revision_findings(sglang, setup.tp)), *cfg_notes]
             runs.append(PdmuxPolicy(cfg, unreleased_fallback=unreleased_fallback or get_revision(sglang).threshold_fallback,
                                     max_split_forward_layers=layer_cap(sglang, cfg)))
         elif name == "chunked":
@@ -852,9 +855,10 @@ def tuned_config(
     workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     result = _tune_run(workload, setup, slo_ttft_ms, slo_itl_ms, sm_group_nums, divisors, budgets, True, workers,
                        show and sys.stderr is not None and sys.stderr.isatty(), sglang=sglang)
-    from ..sglang_rules import revision_notes
+    from ..messages import render_all
+    from ..sglang_rules import revision_findings
 
-    result.notes.extend(revision_notes(sglang, setup.tp))
+    result.notes.extend(render_all(revision_findings(sglang, setup.tp)))
     if show:
         err = console(stderr=to_stderr)
         err.print(tune_table(result))
@@ -947,10 +951,11 @@ def tune(
     result = _tune_run(workload, setup, slo_ttft, slo_itl, sm_group_nums, divisors, budgets, not no_single_levels,
                        workers, _show_progress(as_json), cluster.dp, cluster.method, slo_margins, sglang, executor,
                        ray_address, max_steps)
-    from ..sglang_rules import revision_notes
+    from ..messages import render_all
+    from ..sglang_rules import revision_findings
     from ..sglang_support import get_revision
 
-    result.notes.extend(revision_notes(sglang, setup.tp))
+    result.notes.extend(render_all(revision_findings(sglang, setup.tp)))
     best = result.best_row.candidate.config
     problems = pc.validate(best, setup.total_sms, setup.compute_capability)
     if problems:  # cannot happen: candidates are validated

@@ -47,6 +47,10 @@ class StepModel(Protocol):
     @property
     def source(self) -> str: ...
 
+    def source_text(self, s_sat: bool = True) -> str:
+        """:attr:`source`, without the S_SAT when ``s_sat`` is false."""
+        ...
+
     def decode_s(self, sms: int, n: int, sum_context: float, sum_window: float = 0.0, corun_sms: int = 0,
                  cuda_graph: bool = True) -> float:
         """GPU time of a decode step of ``n`` requests (contexts summing to ``sum_context``) on ``sms``
@@ -303,7 +307,7 @@ def calibrated_serving(cpu: CpuProfile, serving: ServingProfile, terms: Any) -> 
     source = f"calibrated on {terms.runs} bench_serving run(s) ({terms.source})"
     cpu = replace(cpu, per_request_step_s=terms.per_request_step_s, source=f"{cpu.source}; per_request_step_s {source}")
     serving = replace(serving, admission_delay_s=terms.admission_delay_s, first_token_delay_s=terms.first_token_delay_s,
-                      admission_interval_s=terms.admission_interval_s, source=source)
+                      admission_interval_s=terms.admission_interval_s, source=source, calibrated=True)
     return cpu, serving
 
 

@@ -263,12 +263,15 @@ class ServingProfile:
     process and one event loop take every request: the tokenizer manager), so a burst enters the
     scheduler at most one request per interval: request ``i`` is seen at ``max(arrival_i +
     admission_delay_s, seen_(i-1) + admission_interval_s)``. ``source``: where each was measured or fitted.
+    ``calibrated``: whether the delays come from a calibration (``pdmux calibrate --bench-serving``) rather
+    than ``serving.yaml``'s fit to public runs.
     """
 
     admission_delay_s: float = 0.0
     first_token_delay_s: float = 0.0
     source: str = ""
     admission_interval_s: float = 0.0
+    calibrated: bool = False
 
 
 #: No serving delays (the chapter's model, and ``--cost-model roofline`` with every term set to 0).
