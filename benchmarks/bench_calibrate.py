@@ -37,8 +37,8 @@ from bench_cli import pdmux_cmd
 
 from pdmux_cli.costmodel import build_step_model
 from pdmux_cli.costmodel.calibrate import _scaled, _with
-from pdmux_cli.hardware import find_gpu
-from pdmux_cli.model import load_model
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
 
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 SECTION = "## Calibrate: a 100,000-line SGLang server log"

@@ -79,7 +79,7 @@ def bench_splits(pairs: int) -> dict:
 
 def bench_estimate() -> dict:
     sys.path.insert(0, str(ROOT))
-    from pdmux_cli.hardware import load_gpus
+    from pdmux_cli.catalog.hardware import load_gpus
 
     gpus = [g.key for g in load_gpus() if g.sm_count is not None]
     times = []

@@ -44,7 +44,7 @@ from pdmux_cli.costmodel import collectives, fit, measurements
 from pdmux_cli.costmodel import sglang_greenctx as greenctx
 from pdmux_cli.costmodel.efficiency import FORMAT, OperatorEfficiency, PartitionProfile
 from pdmux_cli.costmodel.partitions import BandwidthCurve, BandwidthFamily, Interference
-from pdmux_cli.hardware import find_gpu
+from pdmux_cli.catalog.hardware import find_gpu
 
 OUT = ROOT / "profiles" / "efficiency"
 AIC = "aiconfigurator-core 0.12.0 (NVIDIA, Apache-2.0), SGLang tables"

@@ -16,7 +16,7 @@ resolve inside ``srt/models`` (e.g. ``nn.Module``) contribute nothing, which is 
 
 Usage: ``python benchmarks/scan_sglang_models.py SGLANG_PACKAGE_DIR VERSION > profiles/sglang/models-VERSION.json``
 (``SGLANG_PACKAGE_DIR`` is the ``sglang`` package directory, e.g. ``/work/sglang/src/sglang``).
-Standard library only. The output is committed; pdmux reads it (``pdmux_cli/sglang_support.py``).
+Standard library only. The output is committed; pdmux reads it (``pdmux_cli/sglang/revisions.py``).
 """
 
 from __future__ import annotations

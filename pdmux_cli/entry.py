@@ -1,4 +1,4 @@
-"""The ``pdmux`` console script: a stop signal during start-up leaves quietly (:mod:`pdmux_cli.signals`),
+"""The ``pdmux`` console script: a stop signal during start-up leaves quietly (:mod:`pdmux_cli.util.signals`),
 then the CLI (:func:`pdmux_cli.cli.main`) runs. Importing the CLI takes a few hundred milliseconds; a
 Ctrl-C in them would otherwise print a traceback from inside an import. After a stop (exit 129, 130,
 143: everything unwound, worker processes killed, temporary files removed) the process leaves without
@@ -16,7 +16,7 @@ STOPPED = (129, 130, 143)
 
 def main() -> None:
     """``pdmux = pdmux_cli.entry:main``."""
-    from .signals import install_early
+    from .util.signals import install_early
 
     install_early()
     from .cli import main as cli_main

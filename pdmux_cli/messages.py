@@ -1,8 +1,8 @@
 """The English of pdmux: every finding's sentence and every parameter's command-line flag.
 
-The core returns what it notices as :class:`pdmux_cli.errors.Finding` (a code, its values, the
+The core returns what it notices as :class:`pdmux_cli.util.errors.Finding` (a code, its values, the
 parameter at fault) and names parameters in its errors by their Python names (``{flag.tp}`` in an
-:class:`~pdmux_cli.errors.InputError` template, ``param="tp"``); this module turns them into the lines
+:class:`~pdmux_cli.util.errors.InputError` template, ``param="tp"``); this module turns them into the lines
 the CLI prints and the JSON carries. Pure (no I/O, no rich, no typer): the CLI and the workflows import
 it, the core never does (``str()`` of a finding or an error comes here lazily).
 
@@ -22,7 +22,7 @@ import shlex
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .errors import Finding, InputError
+from .util.errors import Finding, InputError
 
 #: Parameters whose flag is not ``--`` + the name with ``-`` for ``_``.
 FLAGS: dict[str, str] = {}

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from pdmux_cli.atomic import atomic_output, write_text_atomic
-from pdmux_cli.errors import InputError
+from pdmux_cli.util.atomic import atomic_output, write_text_atomic
+from pdmux_cli.util.errors import InputError
 
 
 def test_written_whole_with_umask_permissions(tmp_path) -> None:

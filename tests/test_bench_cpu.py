@@ -18,7 +18,6 @@ from bench_fakes import FakeDriver, FakeStream, fake_workloads
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
-from pdmux_cli import policy
 from pdmux_cli.bench import greenctx, kernels, runner
 from pdmux_cli.bench import plan as bplan
 from pdmux_cli.bench.results import (
@@ -38,11 +37,12 @@ from pdmux_cli.bench.stats import (
     percentile,
     s_sat,
 )
-from pdmux_cli.calibration import dump_calibration, load_calibration
+from pdmux_cli.catalog.hardware import find_gpu, load_gpus
 from pdmux_cli.cli import app
-from pdmux_cli.errors import DeviceError, InputError
-from pdmux_cli.hardware import find_gpu, load_gpus
+from pdmux_cli.costmodel.calibration_file import dump_calibration, load_calibration
 from pdmux_cli.messages import render_all
+from pdmux_cli.sglang import split_levels
+from pdmux_cli.util.errors import DeviceError, InputError
 
 cli = CliRunner()
 
@@ -62,7 +62,7 @@ needs_no_gpu = pytest.mark.skipif(GPU_PRESENT, reason="a GPU is present: the no-
 # ---- import hygiene ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("module", ["pdmux_cli.cli", "pdmux_cli.calibration", "pdmux_cli.bench",
+@pytest.mark.parametrize("module", ["pdmux_cli.cli", "pdmux_cli.costmodel.calibration_file", "pdmux_cli.bench",
                                     "pdmux_cli.bench.plan", "pdmux_cli.bench.greenctx", "pdmux_cli.bench.runner"])
 def test_imports_stay_light(module) -> None:
     code = (
@@ -83,9 +83,9 @@ PROFILES = [g for g in load_gpus() if g.sm_count is not None]
 def test_dry_run_plan_every_profile(gpu) -> None:
     plan = bplan.make_plan(bplan.PlanDevice.from_gpu(gpu))
     total = gpu.sm_count
-    expected = policy.plan_groups(total, gpu.compute_capability).groups[1:-1]
+    expected = split_levels.plan_groups(total, gpu.compute_capability).groups[1:-1]
     assert list(plan.levels) == list(expected)
-    minimum, multiple = policy.cuda_sm_granularity(gpu.compute_capability[0])
+    minimum, multiple = split_levels.cuda_sm_granularity(gpu.compute_capability[0])
     assert plan.sweep_sms == tuple(range(minimum, total, multiple)) + (total,)
     if gpu.l2_bytes:
         assert plan.buffer_bytes >= 4 * gpu.l2_bytes
@@ -214,7 +214,7 @@ def test_levels_syntax_and_granularity() -> None:
     with pytest.raises(InputError, match="leaves no SMs for decode"):
         bplan.make_plan(h100, levels="1/1")
     plan = bplan.make_plan(h100, levels="20/20")  # 20 -> 24 prefill, 16 decode: allowed, with a note
-    assert plan.levels == (policy.Split(20, 20),) and any("rounds it up" in n for n in plan.notes)
+    assert plan.levels == (split_levels.Split(20, 20),) and any("rounds it up" in n for n in plan.notes)
 
 
 def test_skinny_and_repeats_bounded() -> None:
@@ -762,7 +762,7 @@ def _synthetic_results(levels=True) -> BenchResults:
         res.sweep.append(SweepPoint(s, s, "whole" if s == 132 else "green", _stats(4.2e12 * min(1, s / 70) * (1 - 0.01 * (s % 16 == 0))),
                                     _stats(780e12 * s / 132)))
     if levels:
-        for p, d in policy.stream_groups(132, 9)[1:-1]:
+        for p, d in split_levels.stream_groups(132, 9)[1:-1]:
             res.levels.append(LevelResult(p, d, 132, p, d, tuple(range(p)), tuple(range(p, 132)), _stats(1.0), _stats(2.0),
                                           _stats(0.9), _stats(1.5), 200.0))
     res.complete = True

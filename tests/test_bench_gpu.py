@@ -163,11 +163,11 @@ def test_smaller_partitions_are_slower(run) -> None:
 
 def test_calibration_round_trip_and_estimate(run, tmp_path) -> None:
     from pdmux_cli.bench.results import calibration_from_results
-    from pdmux_cli.calibration import dump_calibration, load_calibration
-    from pdmux_cli.errors import InputError
-    from pdmux_cli.estimate import estimate
-    from pdmux_cli.hardware import find_gpu
-    from pdmux_cli.model import load_model
+    from pdmux_cli.costmodel.calibration_file import dump_calibration, load_calibration
+    from pdmux_cli.util.errors import InputError
+    from pdmux_cli.planning.estimate import estimate
+    from pdmux_cli.catalog.hardware import find_gpu
+    from pdmux_cli.catalog.model import load_model
 
     _, res = run
     cal = calibration_from_results(res)

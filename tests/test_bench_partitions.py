@@ -12,7 +12,7 @@ import pytest
 from bench_fakes import FakeDriver, R
 
 from pdmux_cli.bench import greenctx, runner
-from pdmux_cli.errors import DeviceError, InputError
+from pdmux_cli.util.errors import DeviceError, InputError
 
 
 def _info(total=132, driver=12080, granularity=None):

@@ -20,8 +20,8 @@ import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
-from pdmux_cli import model as mdl
-from pdmux_cli import policy
+from pdmux_cli.catalog import model as mdl
+from pdmux_cli.sglang import split_levels
 from pdmux_cli.bench import model_replay
 from pdmux_cli.bench import replay_plan as rp
 from pdmux_cli.bench.plan import PlanDevice
@@ -37,11 +37,11 @@ from pdmux_cli.bench.replay_results import (
     calibration_from_replay,
     results_dict,
 )
-from pdmux_cli.calibration import dump_calibration, load_calibration
+from pdmux_cli.costmodel.calibration_file import dump_calibration, load_calibration
 from pdmux_cli.cli import app
-from pdmux_cli.errors import DeviceError, InputError
-from pdmux_cli.hardware import find_gpu
-from pdmux_cli.model import load_model, model_from_config
+from pdmux_cli.util.errors import DeviceError, InputError
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model, model_from_config
 
 cli = CliRunner()
 H100 = find_gpu("h100")
@@ -167,17 +167,17 @@ def test_distribute_keeps_each_kind() -> None:
 
 @pytest.mark.parametrize(("prompt", "per_round"), [(512, 36), (8192, 8), (32768, 2), (131072, 1)])
 def test_slices_follow_sglangs_budget(prompt, per_round) -> None:
-    slices = rp.prefill_slices(prompt, 36, policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET)
+    slices = rp.prefill_slices(prompt, 36, split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET)
     assert slices[0] == (0, per_round) and slices[-1][1] == 36
     assert all(a[1] == b[0] for a, b in itertools.pairwise(slices))
-    assert len(slices) == policy.prefill_rounds(prompt, 36)
+    assert len(slices) == split_levels.prefill_rounds(prompt, 36)
     assert rp.prefill_slices(8192, 36, 65536) == ((0, 8), (8, 16), (16, 24), (24, 32), (32, 36))
 
 
 def test_plan_levels_and_sglangs_choice() -> None:
     m = load_model("qwen3-8b")
     plan = rp.make_replay_plan(m, H100_DEVICE)
-    assert plan.levels == tuple(policy.stream_groups(132, 9)[1:-1])
+    assert plan.levels == tuple(split_levels.stream_groups(132, 9)[1:-1])
     assert plan.chosen_level == (80, 52) and plan.group_of(plan.chosen_level) == 5
     assert rp.make_replay_plan(m, H100_DEVICE, decode_bs=4).chosen_level == (112, 20)
     some = rp.make_replay_plan(m, H100_DEVICE, levels="1,5")
@@ -199,7 +199,7 @@ def test_plan_refuses_bad_scenarios(kw, message) -> None:
 def test_predictions_are_the_estimates() -> None:
     """The chapter's scenario: the same numbers ``pdmux estimate`` prints (README: 10 ms decode alone,
     203 ms prefill first, PD mux 80/52 at 13 ms ITL and 323 ms prefill)."""
-    from pdmux_cli.estimate import Scenario, estimate
+    from pdmux_cli.planning.estimate import Scenario, estimate
 
     plan = rp.make_replay_plan(load_model("qwen3-8b"), H100_DEVICE)
     preds = rp.predict(plan, H100)
@@ -671,7 +671,7 @@ def fake_cuda_model(dev, slices=((0, 2), (2, 4))):
     model = FakeModel(dev, slices)
     model.torch, model.device, model.grouped_mm = dev.torch, dev, False
     model.m = SimpleNamespace(is_moe=False)
-    split = policy.Split(80, 52)
+    split = split_levels.Split(80, 52)
     model.plan = SimpleNamespace(slices=slices, warmup=1, repeats=2, cuda_graph=True, chosen_level=split,
                                  group_of=lambda s: 5)
     model.decode_step = model.step

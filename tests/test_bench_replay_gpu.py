@@ -23,7 +23,7 @@ def replay():
     """Qwen3-0.6B, 32 x 2048 and a 8192-token prompt, at level 1 and SGLang's choice, 3 repeats."""
     from pdmux_cli.bench import model_replay, runner
     from pdmux_cli.bench.replay_plan import make_replay_plan, replay_plan_dict
-    from pdmux_cli.model import load_model
+    from pdmux_cli.catalog.model import load_model
 
     info, torch, pdev = runner.prepare(0, None)
     device = model_replay.ReplayDevice(torch, "cuda", 0)
@@ -44,7 +44,7 @@ def test_replay_completes_with_graphs(replay) -> None:
 
 
 def test_levels_granted_as_asked(replay) -> None:
-    from pdmux_cli.policy import cuda_sm_granularity
+    from pdmux_cli.sglang.split_levels import cuda_sm_granularity
 
     plan, res = replay
     _minimum, multiple = cuda_sm_granularity(plan.device.compute_capability[0])
@@ -69,7 +69,7 @@ def test_loop_rounds_hold_their_decode_step(replay) -> None:
 def test_calibration_from_the_whole_gpu(replay) -> None:
     from pdmux_cli.bench.replay_results import calibration_from_replay
     from pdmux_cli.costmodel.calibrate import FIXED_RANGE
-    from pdmux_cli.hardware import find_gpu
+    from pdmux_cli.catalog.hardware import find_gpu
 
     plan, res = replay
     if not plan.device.profile_key:
@@ -83,7 +83,7 @@ def test_calibration_from_the_whole_gpu(replay) -> None:
 
 
 def test_cli_writes_results_and_calibration(tmp_path) -> None:
-    from pdmux_cli.calibration import load_calibration
+    from pdmux_cli.costmodel.calibration_file import load_calibration
     from pdmux_cli.cli import app
 
     result = CliRunner().invoke(app, ["bench", "--model", "qwen3-0.6b", "--levels", "1", "--repeats", "2",

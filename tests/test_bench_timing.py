@@ -16,8 +16,8 @@ from pdmux_cli.bench import runner
 from pdmux_cli.bench.clocks import Clocks
 from pdmux_cli.bench.results import SERIALISED_FACTOR_SUM, LevelResult
 from pdmux_cli.bench.stats import RateStats, merge_intervals, overlap_share
-from pdmux_cli.errors import DeviceError
-from pdmux_cli.hardware import find_gpu
+from pdmux_cli.util.errors import DeviceError
+from pdmux_cli.catalog.hardware import find_gpu
 
 
 @pytest.fixture(autouse=True)

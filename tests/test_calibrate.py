@@ -16,7 +16,7 @@ import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
-from pdmux_cli.calibration import Calibration, dump_calibration, load_calibration
+from pdmux_cli.costmodel.calibration_file import Calibration, dump_calibration, load_calibration
 from pdmux_cli.cli import app
 from pdmux_cli.costmodel import build_step_model
 from pdmux_cli.costmodel.calibrate import (
@@ -28,11 +28,11 @@ from pdmux_cli.costmodel.calibrate import (
     points_from,
     predict,
 )
-from pdmux_cli.errors import InputError
-from pdmux_cli.estimate import Scenario, estimate
-from pdmux_cli.hardware import find_gpu
-from pdmux_cli.model import load_model
-from pdmux_cli.sglang_measurements import (
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.planning.estimate import Scenario, estimate
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
+from pdmux_cli.sglang.measurement_readers import (
     DecodeInterval,
     parse_one_batch,
     parse_server_log,

@@ -12,12 +12,12 @@ import statistics
 import pytest
 from typer.testing import CliRunner
 
-from pdmux_cli.calibration import load_calibration
+from pdmux_cli.costmodel.calibration_file import load_calibration
 from pdmux_cli.cli import app
-from pdmux_cli.errors import InputError
-from pdmux_cli.hardware import find_gpu
-from pdmux_cli.model import load_model
-from pdmux_cli.sglang_measurements import parse_bench_serving
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
+from pdmux_cli.sglang.measurement_readers import parse_bench_serving
 from pdmux_cli.simulate import serving_accuracy as sa
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.simulate.metrics import summarize

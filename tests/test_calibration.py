@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from pdmux_cli.calibration import (
+from pdmux_cli.costmodel.calibration_file import (
     FORMAT,
     CalibratedThroughput,
     Calibration,
@@ -21,10 +21,10 @@ from pdmux_cli.calibration import (
     load_calibration,
 )
 from pdmux_cli.cli import app
-from pdmux_cli.errors import InputError
-from pdmux_cli.estimate import Scenario, estimate
-from pdmux_cli.hardware import find_gpu
-from pdmux_cli.model import load_model
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.planning.estimate import Scenario, estimate
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
 
 H100_BW = 3.35e12
 H100_FLOPS = 989e12
@@ -118,13 +118,13 @@ def test_special_files_refused_without_reading(tmp_path) -> None:
 
 
 def test_file_over_the_size_limit(tmp_path, monkeypatch) -> None:
-    from pdmux_cli import calibration
+    from pdmux_cli.costmodel import calibration_file
 
     path = write(tmp_path, dump_calibration(make_calibration()))
     size = path.stat().st_size
-    monkeypatch.setattr(calibration, "MAX_FILE_BYTES", size - 1)
+    monkeypatch.setattr(calibration_file, "MAX_FILE_BYTES", size - 1)
     _refused(tmp_path, path, "calibration.yaml", "larger than")
-    monkeypatch.setattr(calibration, "MAX_FILE_BYTES", size)
+    monkeypatch.setattr(calibration_file, "MAX_FILE_BYTES", size)
     assert load_calibration(path) == make_calibration()
 
 

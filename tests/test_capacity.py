@@ -9,10 +9,10 @@ import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
 from pdmux_cli.cli import app
-from pdmux_cli.hardware import find_gpu
 from pdmux_cli.messages import render_all
-from pdmux_cli.model import load_model
 from pdmux_cli.simulate import capacity as cap
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.simulate.metrics import summarize

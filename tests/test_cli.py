@@ -187,7 +187,7 @@ def test_estimate_options() -> None:
 
 
 def test_estimate_model_from_path(tmp_path) -> None:
-    from pdmux_cli.profile_files import model_profiles_dir
+    from pdmux_cli.catalog.profile_files import model_profiles_dir
 
     path = tmp_path / "config.json"
     path.write_text((model_profiles_dir() / "Qwen3-8B.json").read_text())
@@ -271,7 +271,7 @@ def test_gen_config_file_passes_check_and_round_trips(tmp_path) -> None:
     assert cfg["manual_divisions"][0][2] == 0
     check = run("check-config", str(out), "--gpu", "h200")
     assert check.exit_code == 0, check.stdout + check.stderr
-    from pdmux_cli.pdmux_config import dump_config, load_config
+    from pdmux_cli.sglang.pdmux_config import dump_config, load_config
 
     assert dump_config(load_config(out)[0]) == text
 
@@ -437,7 +437,7 @@ def test_gen_config_tune_never_writes_over_its_trace(tmp_path) -> None:
 def test_non_finite_results_refused_in_tables_too() -> None:
     """A table must not print 'inf ms' where the JSON of the same result is refused."""
     from pdmux_cli.cli.common import require_finite
-    from pdmux_cli.errors import InputError
+    from pdmux_cli.util.errors import InputError
 
     require_finite({"itl_ms": 9.0, "rows": [1, 2.5]})
     for bad in (float("inf"), float("nan")):

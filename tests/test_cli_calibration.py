@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from pdmux_cli.calibration import Calibration, dump_calibration
+from pdmux_cli.costmodel.calibration_file import Calibration, dump_calibration
 from pdmux_cli.cli import app
 
 

@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdmux_cli import model as mdl
-from pdmux_cli import sglang_server as sgl
+from pdmux_cli.catalog import model as mdl
+from pdmux_cli.sglang import server_defaults as sgl
 from pdmux_cli.costmodel import build_step_model, chapter, efficiency, fit, measurements
 from pdmux_cli.costmodel.operators import step_shapes
 from pdmux_cli.costmodel.partitions import BandwidthCurve, Interference, interpolate_clamped
-from pdmux_cli.errors import InputError
-from pdmux_cli.hardware import find_gpu, load_gpus
-from pdmux_cli.model import list_models, load_model
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.catalog.hardware import find_gpu, load_gpus
+from pdmux_cli.catalog.model import list_models, load_model
 
 H100 = find_gpu("h100")
 QWEN = load_model("qwen3-8b")
@@ -250,7 +250,7 @@ def test_every_constant_names_its_measurement() -> None:
 
 
 def test_malformed_efficiency_file_is_one_clear_error(tmp_path, monkeypatch) -> None:
-    from pdmux_cli.profile_files import efficiency_profiles_dir
+    from pdmux_cli.catalog.profile_files import efficiency_profiles_dir
 
     good = (efficiency_profiles_dir() / "h100-sxm.yaml").read_text()
     for broken, fragment in ((good.replace("format: pdmux-efficiency/1", "format: x"), "not a pdmux-efficiency"),

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
+from pdmux_cli.cli.render import itl_text, ms
 from pdmux_cli.costmodel import chapter as cost
-from pdmux_cli.errors import InputError
-from pdmux_cli.estimate import Scenario, default_s_sat_values, estimate
-from pdmux_cli.hardware import find_gpu
 from pdmux_cli.messages import render, render_all
-from pdmux_cli.model import load_model
-from pdmux_cli.render import itl_text, ms
+from pdmux_cli.planning.estimate import Scenario, default_s_sat_values, estimate
+from pdmux_cli.util.errors import InputError
 
 CHAPTER = Scenario(cost_model="chapter")
 
@@ -101,8 +101,8 @@ def test_llama70b_does_not_fit_on_one_h100() -> None:
 
 
 def test_every_gpu_and_model_runs() -> None:
-    from pdmux_cli.hardware import load_gpus
-    from pdmux_cli.model import list_models
+    from pdmux_cli.catalog.hardware import load_gpus
+    from pdmux_cli.catalog.model import list_models
 
     for name in list_models():
         m = load_model(name)
@@ -221,7 +221,7 @@ def test_sglang_pool_note_when_scenario_exceeds_it() -> None:
 
 
 def test_pdmux_prefill_waits_for_rounds_longer_than_its_slices() -> None:
-    from pdmux_cli.estimate import pdmux_prefill_end_s
+    from pdmux_cli.planning.estimate import pdmux_prefill_end_s
 
     # slices shorter than the round: the stream idles; the end is 3 rounds + the last slice
     assert pdmux_prefill_end_s(1.0, 0.5, 4, 1) == pytest.approx(3 * 0.5 + 0.25)
@@ -229,9 +229,9 @@ def test_pdmux_prefill_waits_for_rounds_longer_than_its_slices() -> None:
     assert pdmux_prefill_end_s(0.324, 0.0154, 36, 8) == pytest.approx(0.324)
     assert pdmux_prefill_end_s(0.0, 0.5, 4, 1) == 0.0
     # Qwen3-0.6B on H200, 256 x 4096 decoding, a 32768-token prompt: a 43 ms round outlasts each 2-layer slice
-    from pdmux_cli.estimate import Scenario, estimate
-    from pdmux_cli.hardware import find_gpu
-    from pdmux_cli.model import load_model
+    from pdmux_cli.catalog.hardware import find_gpu
+    from pdmux_cli.catalog.model import load_model
+    from pdmux_cli.planning.estimate import Scenario, estimate
 
     e = estimate(find_gpu("h200"), load_model("qwen3-0.6b"), Scenario(decode_bs=256, context_tokens=4096,
                                                                      prompt_tokens=32768))
@@ -241,9 +241,9 @@ def test_pdmux_prefill_waits_for_rounds_longer_than_its_slices() -> None:
 
 
 def test_a_mixed_chunk_no_larger_than_the_decode_batch_gives_no_row() -> None:
-    from pdmux_cli.estimate import Scenario, estimate
-    from pdmux_cli.hardware import find_gpu
-    from pdmux_cli.model import load_model
+    from pdmux_cli.catalog.hardware import find_gpu
+    from pdmux_cli.catalog.model import load_model
+    from pdmux_cli.planning.estimate import Scenario, estimate
 
     e = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(mixed_chunk_sizes=(32, 33, 512)))
     assert [r.label for r in e.rows if r.policy == "mixed-chunk"] == ["mixed chunk 33", "mixed chunk 512"]

@@ -10,13 +10,13 @@ import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
 from pdmux_cli.cli import app
 from pdmux_cli.costmodel.operators import rank_kv_bytes_per_token
-from pdmux_cli.errors import InputError
-from pdmux_cli.estimate import Scenario, estimate
-from pdmux_cli.hardware import find_gpu
 from pdmux_cli.messages import render_all
-from pdmux_cli.model import load_model
+from pdmux_cli.planning.estimate import Scenario, estimate
+from pdmux_cli.util.errors import InputError
 
 runner = CliRunner()
 
@@ -158,7 +158,7 @@ def test_plot_draws_disagg_as_a_point(tmp_path, monkeypatch) -> None:
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure
 
-    from pdmux_cli import estimate_plot
+    from pdmux_cli.planning import plot
 
     figures = []
 
@@ -168,9 +168,9 @@ def test_plot_draws_disagg_as_a_point(tmp_path, monkeypatch) -> None:
         figures.append(fig)
         yield fig
 
-    monkeypatch.setattr(estimate_plot, "png_figure", keep_figure)
+    monkeypatch.setattr(plot, "png_figure", keep_figure)
     est = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(disagg=(1, 1)), all_levels=True)
-    estimate_plot.write_tradeoff_plot(tmp_path / "x.png", est)
+    plot.write_tradeoff_plot(tmp_path / "x.png", est)
     lines = {line.get_label(): line for line in figures[0].axes[0].get_lines()}
     dis = lines["disagg 1P1D (2 GPUs, TTFT)"]
     row = _rows(est)["disagg"]

@@ -14,11 +14,11 @@ import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
-from pdmux_cli import pdmux_config as pc
+from pdmux_cli.sglang import pdmux_config as pc
 from pdmux_cli.cli import app
-from pdmux_cli.errors import InputError
-from pdmux_cli.hardware import find_gpu
-from pdmux_cli.model import load_model
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
 from pdmux_cli.simulate import executors, tune
 from pdmux_cli.simulate.cluster import replicas_apart
 from pdmux_cli.simulate.engine import make_setup

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from pdmux_cli import messages
-from pdmux_cli.errors import Finding, InputError
-from pdmux_cli.estimate import Scenario, estimate
-from pdmux_cli.hardware import find_gpu
-from pdmux_cli.model import load_model
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
+from pdmux_cli.multigpu.tensor_parallel import check_tp_value, for_disagg_tp, shard
+from pdmux_cli.planning.estimate import Scenario, estimate
+from pdmux_cli.sglang.revision_rules import revision_findings
+from pdmux_cli.sglang.revisions import model_support
 from pdmux_cli.simulate import capacity as cap
-from pdmux_cli.sglang_rules import revision_findings
-from pdmux_cli.sglang_support import model_support
-from pdmux_cli.tensor_parallel import check_tp_value, for_disagg_tp, shard
+from pdmux_cli.util.errors import Finding, InputError
 
 CORE = Path(__file__).resolve().parent.parent / "pdmux_cli"
 
@@ -108,7 +108,7 @@ def test_disagg_tp_is_another_parameter_not_a_string_edit() -> None:
 
 
 def test_user_text_in_values_is_never_read_as_a_template() -> None:
-    from pdmux_cli.disaggregation import parse_xpyd
+    from pdmux_cli.multigpu.disaggregation import parse_xpyd
 
     with pytest.raises(InputError) as caught:
         parse_xpyd("{flag.tp}{0}")

@@ -20,11 +20,11 @@ from pdmux_cli.cli import app
 from pdmux_cli.costmodel import build_step_model, linear_gemm_kind
 from pdmux_cli.costmodel import measurements as meas
 from pdmux_cli.costmodel.efficiency import for_kv_cache, for_linear_gemms, load_profiles, profile_for
-from pdmux_cli.errors import InputError
-from pdmux_cli.hardware import find_gpu
-from pdmux_cli.kv_cache import KV_CACHE_DTYPES, resolve_kv_cache
-from pdmux_cli.model import load_model, model_from_config
-from pdmux_cli.profile_files import model_profiles_dir
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.sglang.kv_cache import KV_CACHE_DTYPES, resolve_kv_cache
+from pdmux_cli.catalog.model import load_model, model_from_config
+from pdmux_cli.catalog.profile_files import model_profiles_dir
 
 runner = CliRunner()
 AZURE = str(Path(__file__).parent / "fixtures" / "azure_conv_50.csv")

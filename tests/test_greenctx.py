@@ -115,8 +115,8 @@ def test_setups_are_the_nearest_tp_by_whole_gpu_prefill() -> None:
     import math
 
     from pdmux_cli.costmodel import build_step_model
-    from pdmux_cli.hardware import find_gpu
-    from pdmux_cli.model import load_model
+    from pdmux_cli.catalog.hardware import find_gpu
+    from pdmux_cli.catalog.model import load_model
 
     prefill = measurements.greenctx_prefill()
     for table, setup in greenctx.SETUPS.items():
@@ -250,8 +250,8 @@ def test_shipped_partition_terms_name_their_data() -> None:
 ])
 def test_default_s_sat_follows_each_gpus_bandwidth_per_sm(gpu: str, s_sat: int, stand_in: bool) -> None:
     from pdmux_cli.costmodel import build_step_model
-    from pdmux_cli.hardware import find_gpu
-    from pdmux_cli.model import load_model
+    from pdmux_cli.catalog.hardware import find_gpu
+    from pdmux_cli.catalog.model import load_model
 
     model = build_step_model(find_gpu(gpu), load_model("qwen3-8b"))
     assert model.s_sat == s_sat
@@ -269,7 +269,7 @@ def test_family_pick_and_s_sat_from_the_knee() -> None:
         pick_bandwidth_family,
         s_sat_for_knee,
     )
-    from pdmux_cli.errors import InputError
+    from pdmux_cli.util.errors import InputError
 
     ampere, hopper, ada = (BandwidthFamily("8", 2.3, 4e10, "a100"), BandwidthFamily("9", 1.6, 1e11, "h800"),
                            BandwidthFamily("8.9", 2.0, 5e10, "l40s"))
@@ -303,8 +303,8 @@ def test_a_tp_prefill_pays_its_fixed_time_per_layer_and_decode_does_not() -> Non
     from dataclasses import replace
 
     from pdmux_cli.costmodel import build_step_model
-    from pdmux_cli.hardware import find_gpu
-    from pdmux_cli.model import load_model
+    from pdmux_cli.catalog.hardware import find_gpu
+    from pdmux_cli.catalog.model import load_model
 
     for tp in (2, 8):
         base = build_step_model(find_gpu("h100"), load_model("llama-3.1-70b"), tp=tp)

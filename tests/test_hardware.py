@@ -1,4 +1,4 @@
-"""GPU profiles (profiles/gpus/*.yaml) and their loader (pdmux_cli.hardware).
+"""GPU profiles (profiles/gpus/*.yaml) and their loader (pdmux_cli.catalog.hardware).
 
 Literal figures are from shared/reference/gpu-specs.md.
 """
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from pdmux_cli import hardware
-from pdmux_cli.errors import InputError
-from pdmux_cli.hardware import Gpu, custom_gpu, find_gpu, load_gpu_file, load_gpus, normalize_gpu_name
-from pdmux_cli.profile_files import gpu_profiles_dir
+from pdmux_cli.catalog import hardware
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.catalog.hardware import Gpu, custom_gpu, find_gpu, load_gpu_file, load_gpus, normalize_gpu_name
+from pdmux_cli.catalog.profile_files import gpu_profiles_dir
 
 VALID_PROFILE = """\
 name: Test GPU

@@ -196,8 +196,8 @@ def test_one_huge_decode_batch_is_timed_alone_and_as_a_cached_one() -> None:
     path's, which a simulation growing its batch a request at a time takes."""
     from pdmux_cli.costmodel import build_step_model
     from pdmux_cli.costmodel.roofline import DENSE_CACHE_GAP
-    from pdmux_cli.hardware import find_gpu
-    from pdmux_cli.model import load_model
+    from pdmux_cli.catalog.hardware import find_gpu
+    from pdmux_cli.catalog.model import load_model
 
     far = build_step_model(find_gpu("h100"), load_model("qwen3-8b"))
     near = build_step_model(find_gpu("h100"), load_model("qwen3-8b"))
@@ -364,8 +364,8 @@ def test_a_mixed_step_is_never_faster_than_the_decode_step_of_its_rows() -> None
     decode = rows["decode only (ref.)"]["itl_ms"]
     assert rows["mixed chunk 512"]["itl_ms"] >= decode and rows["mixed chunk 2048"]["itl_ms"] >= decode
     from pdmux_cli.costmodel import build_step_model
-    from pdmux_cli.hardware import find_gpu
-    from pdmux_cli.model import load_model
+    from pdmux_cli.catalog.hardware import find_gpu
+    from pdmux_cli.catalog.model import load_model
 
     m = build_step_model(find_gpu("h100"), load_model("qwen3-8b"))
     for tokens in (1, 8, 64):

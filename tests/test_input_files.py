@@ -1,4 +1,4 @@
-"""The shared input-file checks (pdmux_cli/input_files.py): one InputError line naming the file."""
+"""The shared input-file checks (pdmux_cli/util/input_files.py): one InputError line naming the file."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pdmux_cli.errors import InputError
-from pdmux_cli.input_files import check_input_file, read_input_bytes, read_input_text
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.util.input_files import check_input_file, read_input_bytes, read_input_text
 
 SPECIAL = "is not a regular file (a device, pipe or socket)"
 

@@ -1,4 +1,4 @@
-"""pdmux_cli.model: profiles, config variants, and the chapter's cost formulas (literal values)."""
+"""pdmux_cli.catalog.model: profiles, config variants, and the chapter's cost formulas (literal values)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdmux_cli import model as M
-from pdmux_cli.errors import InputError
-from pdmux_cli.model import Model, load_model
+from pdmux_cli.catalog import model as M
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.catalog.model import Model, load_model
 
 # The chapter's "Is it worth it: an estimate" constants for Qwen3-8B (pd-multiplexing-chapter.txt).
 LINEAR = 36 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 12288) + 4096 * 151936

@@ -19,10 +19,10 @@ from pdmux_cli.costmodel import measurements as meas
 from pdmux_cli.costmodel.efficiency import OperatorEfficiency, load_profile, profile_for
 from pdmux_cli.costmodel.moe import for_moe, moe_flops_per_s, moe_kernel
 from pdmux_cli.costmodel.operators import ACTIVATION_BYTES
-from pdmux_cli.errors import InputError
-from pdmux_cli.hardware import find_gpu
-from pdmux_cli.model import load_model, model_from_config
-from pdmux_cli.profile_files import efficiency_profiles_dir, model_profiles_dir
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model, model_from_config
+from pdmux_cli.catalog.profile_files import efficiency_profiles_dir, model_profiles_dir
 
 SM100, SM90, SM80, SM89 = (10, 0), (9, 0), (8, 0), (8, 9)
 

@@ -1,4 +1,4 @@
-"""Tests for pdmux_cli.pdmux_config: SGLang's pdmux YAML, parse/dump, validation rules.
+"""Tests for pdmux_cli.sglang.pdmux_config: SGLang's pdmux YAML, parse/dump, validation rules.
 
 Expected values are written out literally from sglang-pdmux.md ("The YAML config", SGLang's H200
 docs example, sgl-kernel's green-context checks) and the CUDA granularity table.
@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdmux_cli import policy
-from pdmux_cli.errors import InputError
-from pdmux_cli.pdmux_config import (
+from pdmux_cli.sglang import split_levels
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.sglang.pdmux_config import (
     HEADER,
     RULE_LABELS,
     RULES,
@@ -191,9 +191,9 @@ def test_float_thresholds_are_compared_as_written():
     problems = validate(config, total_sms=132, cc=HOPPER)
     assert wheres(problems) == [("manual_divisions[0]", "old")]
     assert "fewer than 2 requests" in problems[0].message
-    assert policy.plan_groups(132, HOPPER, 3, config.manual_divisions).thresholds == [1.5]
-    assert policy.choose_group(3, 1, True, thresholds=[1.5]) == 1 and policy.older_sglang_crashes([1.5], 1)
-    assert not policy.older_sglang_crashes([1.5], 2)
+    assert split_levels.plan_groups(132, HOPPER, 3, config.manual_divisions).thresholds == [1.5]
+    assert split_levels.choose_group(3, 1, True, thresholds=[1.5]) == 1 and split_levels.older_sglang_crashes([1.5], 1)
+    assert not split_levels.older_sglang_crashes([1.5], 2)
 
 
 def test_integral_float_sm_group_num_runs_with_manual_divisions_only():
@@ -308,7 +308,7 @@ def test_load_config_special_files_are_refused_without_reading(tmp_path):
 
 
 def test_load_config_over_the_size_limit(tmp_path, monkeypatch):
-    from pdmux_cli import pdmux_config
+    from pdmux_cli.sglang import pdmux_config
 
     path = tmp_path / "big.yaml"
     path.write_text(H200_YAML, encoding="utf-8")
@@ -422,7 +422,7 @@ def test_driver_split_rounds_prefill_up_and_keeps_the_whole_device(prefill, sms)
     """A split of the whole device: prefill rounded up to the next multiple of 8 (at least 8), decode
     the rest; unchanged when already on the granularity."""
     prefill = min(prefill, sms - 1)
-    real = policy.driver_split(prefill, sms - prefill, sms, 9)
+    real = split_levels.driver_split(prefill, sms - prefill, sms, 9)
     assert real.prefill_sms % 8 == 0 and 0 <= real.prefill_sms - max(prefill, 8) < 8
     assert real.prefill_sms + real.decode_sms == sms
     if prefill % 8 == 0:
@@ -630,7 +630,7 @@ def test_dump_refuses_non_ints():
 
 
 def test_config_from_blackwell_plan_is_manual_and_clean():
-    plan = policy.plan_groups(148, (10, 0))
+    plan = split_levels.plan_groups(148, (10, 0))
     config = config_from_plan(plan, 8, 65536, 36, manual=False)
     assert config.manual_divisions == (
         (120, 28, 0),
@@ -645,7 +645,7 @@ def test_config_from_blackwell_plan_is_manual_and_clean():
 
 
 def test_config_from_auto_plan_stays_automatic_unless_asked():
-    plan = policy.plan_groups(132, HOPPER)
+    plan = split_levels.plan_groups(132, HOPPER)
     assert config_from_plan(plan, 8, 65536, 36, manual=False) == PdmuxConfig()
     config = config_from_plan(plan, 8, 65536, 36, manual=True)
     assert config.manual_divisions == (
@@ -660,7 +660,7 @@ def test_config_from_auto_plan_stays_automatic_unless_asked():
 
 
 def test_config_from_plan_with_fewer_levels_sets_sm_group_num():
-    plan = policy.plan_groups(78, HOPPER)  # H20: 3 levels
+    plan = split_levels.plan_groups(78, HOPPER)  # H20: 3 levels
     config = config_from_plan(plan, 8, 65536, 36, manual=True)
     assert config.sm_group_num == 5
     assert config.manual_divisions == ((56, 22, 0), (48, 30, 24), (40, 38, 36))
@@ -668,12 +668,12 @@ def test_config_from_plan_with_fewer_levels_sets_sm_group_num():
 
 
 def test_config_from_manual_plan_keeps_its_thresholds():
-    plan = policy.plan_groups(132, HOPPER, 8, [list(e) for e in H200_DIVISIONS])
+    plan = split_levels.plan_groups(132, HOPPER, 8, [list(e) for e in H200_DIVISIONS])
     assert config_from_plan(plan, 8, 65536, 36, manual=False) == H200
 
 
 def test_config_from_plan_refuses_divisor_below_levels():
-    plan = policy.plan_groups(132, HOPPER)
+    plan = split_levels.plan_groups(132, HOPPER)
     with pytest.raises(InputError, match="decode_bs_divisor"):
         config_from_plan(plan, 8, 65536, 4, manual=True)
 
@@ -685,16 +685,16 @@ def test_default_thresholds_h100():
 
 
 def test_default_thresholds_reproduce_the_linear_rule_on_h100():
-    groups = policy.stream_groups(132, 9)
+    groups = split_levels.stream_groups(132, 9)
     n = len(groups)
     thresholds = default_thresholds(n - 2, 36)
     for decode_bs in range(1, 201):
-        linear = policy.choose_group(n, decode_bs, True, 36)
-        manual = policy.choose_group(n, decode_bs, True, 36, thresholds)
+        linear = split_levels.choose_group(n, decode_bs, True, 36)
+        manual = split_levels.choose_group(n, decode_bs, True, 36, thresholds)
         assert manual == linear, decode_bs
-        assert not policy.older_sglang_crashes(thresholds, decode_bs)
+        assert not split_levels.older_sglang_crashes(thresholds, decode_bs)
     # The chapter's table.
-    assert [policy.choose_group(n, bs, True, 36, thresholds) for bs in (1, 6, 12, 18, 24, 30, 36, 64)] == [
+    assert [split_levels.choose_group(n, bs, True, 36, thresholds) for bs in (1, 6, 12, 18, 24, 30, 36, 64)] == [
         1,
         1,
         2,
@@ -711,7 +711,7 @@ def test_default_thresholds_match_linear_rule_generally(levels, divisor):
     thresholds = default_thresholds(levels, divisor)
     n = levels + 2
     for decode_bs in range(1, 2 * divisor + 2):
-        assert policy.choose_group(n, decode_bs, True, divisor, thresholds) == policy.choose_group(
+        assert split_levels.choose_group(n, decode_bs, True, divisor, thresholds) == split_levels.choose_group(
             n, decode_bs, True, divisor
         )
     strictly_increasing = all(a < b for a, b in itertools.pairwise(thresholds))

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pdmux_cli.cli import app
-from pdmux_cli.hardware import find_gpu
-from pdmux_cli.model import load_model
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
 from pdmux_cli.simulate import serving_accuracy as sa
 from pdmux_cli.simulate.traces import _NumpyLegacyRandom, bench_serving_lengths, synthetic_trace
 

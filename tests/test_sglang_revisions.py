@@ -19,13 +19,13 @@ import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
-from pdmux_cli import policy
+from pdmux_cli.sglang import split_levels
 from pdmux_cli.cli import app
-from pdmux_cli.errors import InputError
-from pdmux_cli.estimate import Scenario, estimate
-from pdmux_cli.hardware import find_gpu
-from pdmux_cli.model import load_model
-from pdmux_cli.pdmux_config import PdmuxConfig
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.planning.estimate import Scenario, estimate
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
+from pdmux_cli.sglang.pdmux_config import PdmuxConfig
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.simulate.runner import run_scenario
 from pdmux_cli.simulate.schedulers import PdmuxPolicy
@@ -51,7 +51,7 @@ def test_simulated_prefill_takes_the_capped_rounds(cap: int, rounds: int) -> Non
     out = run_scenario(setup, PdmuxPolicy(PdmuxConfig(), max_split_forward_layers=cap), prompt_tokens=1024)
     assert out.steps == rounds
     if cap:
-        assert rounds == policy.prefill_rounds(1024, 36, 65536, cap)
+        assert rounds == split_levels.prefill_rounds(1024, 36, 65536, cap)
         assert out.result.first_token_s[0] == out.result.step_end_s[rounds - 1]
 
 

@@ -27,10 +27,10 @@ import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
-from pdmux_cli import pdmux_config as pc
-from pdmux_cli import sglang_rules as sr
+from pdmux_cli.sglang import pdmux_config as pc
+from pdmux_cli.sglang import revision_rules as sr
 from pdmux_cli.cli import app
-from pdmux_cli.errors import InputError
+from pdmux_cli.util.errors import InputError
 
 RUNBOOKS = Path(__file__).parent / "fixtures" / "sglang_runbooks"
 H20, H100 = (78, (9, 0)), (132, (9, 0))

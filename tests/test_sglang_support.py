@@ -11,13 +11,13 @@ import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
-from pdmux_cli import sglang_support as ss
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import list_models, load_model, model_from_config
 from pdmux_cli.cli import app
-from pdmux_cli.errors import InputError
-from pdmux_cli.estimate import Scenario, estimate
-from pdmux_cli.hardware import find_gpu
 from pdmux_cli.messages import render, render_all
-from pdmux_cli.model import list_models, load_model, model_from_config
+from pdmux_cli.planning.estimate import Scenario, estimate
+from pdmux_cli.sglang import revisions as ss
+from pdmux_cli.util.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).parent / "fixtures"
@@ -258,7 +258,7 @@ def test_a_sliding_window_hybrid_against_hand_calculation() -> None:
     request. Decode step under the chapter model on all 132 SMs of an H100 (3.35e12 B/s x 0.85, S_SAT
     66 < 132): (the weights decode reads, 7.568e9 params x 2 B (8.19e9 less the 151936 x 4096 embedding
     table, of which it reads 32 rows) + 32 x 679,477,248 B) / 2.8475e12 B/s = 12.95 ms."""
-    from pdmux_cli import model as mdl
+    from pdmux_cli.catalog import model as mdl
     from pdmux_cli.costmodel.chapter import AnalyticThroughput, decode_step_s
 
     cfg = {**_qwen3_8b(), "sliding_window": 1024, "layer_types": ["sliding_attention", "full_attention"] * 18}

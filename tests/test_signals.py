@@ -175,8 +175,8 @@ def test_a_signal_while_the_temporary_file_is_made_still_removes_it(tmp_path, mo
     """The stop is held (signals.deferred) from creating the temporary file to recording its name."""
     import tempfile
 
-    from pdmux_cli.atomic import write_text_atomic
-    from pdmux_cli.signals import Terminated, handling_signals
+    from pdmux_cli.util.atomic import write_text_atomic
+    from pdmux_cli.util.signals import Terminated, handling_signals
 
     real = tempfile.mkstemp
 
@@ -212,7 +212,7 @@ class _SignalOnCollect:
 def test_a_stop_raised_where_python_cannot_raise_is_raised_again() -> None:
     """A signal handled inside a ``__del__`` (or an at-fork callback, as when a pool forks a worker):
     Python drops the exception there as unraisable; the signal is sent again and stops the run after."""
-    from pdmux_cli.signals import Terminated, handling_signals
+    from pdmux_cli.util.signals import Terminated, handling_signals
 
     reached = []
     started = time.monotonic()
@@ -227,7 +227,7 @@ def test_a_stop_raised_where_python_cannot_raise_is_raised_again() -> None:
 
 
 def test_a_dropped_stop_still_stops_a_command_that_finishes_first() -> None:
-    from pdmux_cli.signals import Terminated, handling_signals
+    from pdmux_cli.util.signals import Terminated, handling_signals
 
     with pytest.raises(Terminated) as stopped, handling_signals():
         obj = _SignalOnCollect()
@@ -241,7 +241,7 @@ def test_a_signal_while_the_cli_is_imported_leaves_quietly(signum) -> None:
     """The entry points install a quiet exit before importing the CLI (a Ctrl-C there printed a traceback
     from inside an import); the CLI's own handling replaces it (SIGINT included)."""
     code = ("import os, signal, sys, time\n"
-            "from pdmux_cli.signals import handling_signals, install_early\n"
+            "from pdmux_cli.util.signals import handling_signals, install_early\n"
             "install_early()\n"
             "with handling_signals():\n"
             "    assert signal.getsignal(signal.SIGINT).__name__ == '_handler'\n"

@@ -14,11 +14,11 @@ import yaml
 from cli_assertions import assert_one_line_error as _assert_one_line_error
 from typer.testing import CliRunner
 
-from pdmux_cli import pdmux_config as pc
+from pdmux_cli.sglang import pdmux_config as pc
 from pdmux_cli.cli import app
-from pdmux_cli.errors import InputError
-from pdmux_cli.hardware import find_gpu
-from pdmux_cli.model import load_model
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.simulate.traces import load_trace, reshape
 from pdmux_cli.simulate.tune import candidates, tune
@@ -238,7 +238,7 @@ def test_simulate_trace_with_only_malformed_hash_ids_is_one_line(tmp_path: Path)
 
 
 def test_simulate_with_calibration(tmp_path: Path) -> None:
-    from pdmux_cli.calibration import Calibration, dump_calibration
+    from pdmux_cli.costmodel.calibration_file import Calibration, dump_calibration
 
     cal = Calibration(
         gpu_name="NVIDIA H100 80GB HBM3", sm_count=132, compute_capability=(9, 0), driver_cuda_version="12.8",

@@ -12,10 +12,10 @@ from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
 from pdmux_cli.cli import app
-from pdmux_cli.disaggregation import KvLink, kv_link, layout_text
-from pdmux_cli.errors import InputError
-from pdmux_cli.hardware import find_gpu
-from pdmux_cli.model import load_model
+from pdmux_cli.multigpu.disaggregation import KvLink, kv_link, layout_text
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
 from pdmux_cli.simulate import cluster
 from pdmux_cli.simulate.cluster import DisaggPolicy, simulate_disagg, simulate_dp, transfer_ends
 from pdmux_cli.simulate.engine import make_setup

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from pdmux_cli import policy
-from pdmux_cli import sglang_server as sgl
+from pdmux_cli.sglang import split_levels
+from pdmux_cli.sglang import server_defaults as sgl
 from pdmux_cli.costmodel import chapter as cost
-from pdmux_cli.errors import InputError
-from pdmux_cli.estimate import Scenario, estimate
-from pdmux_cli.hardware import find_gpu
-from pdmux_cli.model import load_model
-from pdmux_cli.pdmux_config import PdmuxConfig
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.planning.estimate import Scenario, estimate
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
+from pdmux_cli.sglang.pdmux_config import PdmuxConfig
 from pdmux_cli.simulate import engine
 from pdmux_cli.simulate.engine import DecodeBatch, make_setup
 from pdmux_cli.simulate.metrics import summarize
@@ -179,8 +179,8 @@ def test_pdmux_prompt_next_to_decode_uses_the_chosen_split() -> None:
     # a long request decodes (decode batch 1 -> group 1, 112/20 on H100) when a prompt arrives
     trace = Trace(arrival_s=(0.0, 1.0), prompt_tokens=(100, 8192), output_tokens=(2000, 2))
     r = simulate(trace, CHAPTER, PdmuxPolicy())
-    groups = policy.stream_groups(132, 9)
-    p, d = groups[policy.choose_group(len(groups), 1, True)]
+    groups = split_levels.stream_groups(132, 9)
+    p, d = groups[split_levels.choose_group(len(groups), 1, True)]
     assert (p, d) == (112, 20)
     ttft = r.first_token_s[1] - 1.0
     pf = cost.prefill_s(QWEN, THR, p, 8192, concurrent_decode_sms=d)

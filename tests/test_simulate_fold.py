@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdmux_cli import pdmux_config as pc
-from pdmux_cli.disaggregation import kv_link
-from pdmux_cli.errors import InputError
-from pdmux_cli.hardware import find_gpu
-from pdmux_cli.model import load_model
+from pdmux_cli.sglang import pdmux_config as pc
+from pdmux_cli.multigpu.disaggregation import kv_link
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
 from pdmux_cli.simulate import engine, fold
 from pdmux_cli.simulate.cluster import DisaggPolicy
 from pdmux_cli.simulate.engine import make_setup

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdmux_cli import sglang_server as sgl
+from pdmux_cli.sglang import server_defaults as sgl
 from pdmux_cli.costmodel import chapter as cost
-from pdmux_cli.errors import InputError
-from pdmux_cli.hardware import find_gpu
-from pdmux_cli.model import load_model
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
 from pdmux_cli.simulate import engine, schedulers
 from pdmux_cli.simulate.engine import build_work, make_setup
 from pdmux_cli.simulate.metrics import summarize

@@ -12,9 +12,9 @@ from dataclasses import replace
 import pytest
 
 from pdmux_cli.costmodel.efficiency import load_serving
-from pdmux_cli.errors import InputError
-from pdmux_cli.hardware import find_gpu
-from pdmux_cli.model import load_model
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.simulate.metrics import summarize
 from pdmux_cli.simulate.runner import simulate

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pdmux_cli.errors import InputError
+from pdmux_cli.util.errors import InputError
 from pdmux_cli.simulate import traces
 from pdmux_cli.simulate.traces import (
     detect_format,

@@ -18,24 +18,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from pdmux_cli import model as mdl
-from pdmux_cli import pdmux_config as pc
-from pdmux_cli import policy as pol
-from pdmux_cli import slo_levels as sl
+from pdmux_cli.catalog import model as mdl
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
 from pdmux_cli.cli import app
-from pdmux_cli.errors import InputError
-from pdmux_cli.hardware import find_gpu
 from pdmux_cli.messages import render
-from pdmux_cli.model import load_model
+from pdmux_cli.planning import slo_levels as sl
+from pdmux_cli.sglang import pdmux_config as pc
+from pdmux_cli.sglang import split_levels
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.simulate.metrics import summarize
 from pdmux_cli.simulate.runner import simulate
 from pdmux_cli.simulate.schedulers import PdmuxPolicy, pdmux_round_s
 from pdmux_cli.simulate.traces import synthetic_trace
+from pdmux_cli.util.errors import InputError
 
 FIX = Path(__file__).parent / "fixtures"
 AZURE = str(FIX / "azure_conv_50.csv")
-H100_SPLITS = [pol.Split(112, 20), pol.Split(104, 28), pol.Split(96, 36)]
+H100_SPLITS = [split_levels.Split(112, 20), split_levels.Split(104, 28), split_levels.Split(96, 36)]
 runner = CliRunner()
 
 
@@ -43,7 +43,7 @@ def run(*args: str):
     return runner.invoke(app, list(args))
 
 
-def toy_round_ms(split: pol.Split, n: int) -> float:
+def toy_round_ms(split: split_levels.Split, n: int) -> float:
     """A round of 10 ms plus 100 ms per request per decode SM: 10 + 100 n / d."""
     return 10.0 + 100.0 * n / split.decode_sms
 
@@ -133,7 +133,7 @@ def cost_models(draw):
     monotone = draw(st.booleans())
     bumps = draw(st.lists(st.floats(0.0, 20.0), min_size=16, max_size=16))
 
-    def round_ms(split: pol.Split, n: int) -> float:
+    def round_ms(split: split_levels.Split, n: int) -> float:
         bump = 0.0 if monotone else bumps[split.decode_sms % 16]
         return base + bump + per_request * n / split.decode_sms ** power
 
@@ -146,7 +146,7 @@ def cost_models(draw):
 def test_levels_are_sglang_valid_and_monotone(model, prefill_steps, target, max_bs, max_levels) -> None:
     round_ms, monotone = model
     total = 132
-    cands = sorted({pol.Split(8 * k, total - 8 * k) for k in prefill_steps}, key=lambda s: s.decode_sms)
+    cands = sorted({split_levels.Split(8 * k, total - 8 * k) for k in prefill_steps}, key=lambda s: s.decode_sms)
     got = sl.compile_levels(round_ms, cands, target, max_bs, max_levels)
     thresholds = got.thresholds
     # SGLang: the first threshold matches every running batch; strictly increasing; at most max_levels.
@@ -159,8 +159,8 @@ def test_levels_are_sglang_valid_and_monotone(model, prefill_steps, target, max_
     for i, level in enumerate(got.levels):
         for n in (level.first_bs, level.last_bs):
             assert got.level_for(n) == i
-            assert pol.choose_group(len(got.levels) + 2, n, True, thresholds=thresholds) == i + 1
-            assert not pol.older_sglang_crashes(thresholds, n)
+            assert split_levels.choose_group(len(got.levels) + 2, n, True, thresholds=thresholds) == i + 1
+            assert not split_levels.older_sglang_crashes(thresholds, n)
     assert not pc.validate(got.config(), total, (9, 0))
     # Every batch meets the target unless even the largest share misses it (with the rule's monotone
     # decode SMs, a non-monotone cost model can leave a level below the target's edge).
@@ -308,7 +308,7 @@ def test_gen_config_slo_from_a_trace_and_a_calibration(tmp_path) -> None:
     shipped = json.loads(run(*args).stdout)["slo_levels"]
     calibrated = json.loads(run(*args, "--calibration", str(cal)).stdout)["slo_levels"]
     assert "calibrated on Qwen3-8B" in calibrated["cost_model"]
-    from pdmux_cli.calibration import load_calibration
+    from pdmux_cli.costmodel.calibration_file import load_calibration
 
     setup = make_setup(find_gpu("h100"), load_model("qwen3-8b"), calibration=load_calibration(cal))
     expected = sl.levels_for_setup(setup, sl.fixed_context(2048), 20)

@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from pdmux_cli import sglang_server as sgl
+from pdmux_cli.catalog.hardware import Gpu, find_gpu, load_gpu_file, load_gpus
+from pdmux_cli.catalog.model import Model, kv_bytes_per_token, list_models, load_model, weight_bytes_total
 from pdmux_cli.cli import app
 from pdmux_cli.costmodel import build_step_model
 from pdmux_cli.costmodel.collectives import (
@@ -31,13 +32,12 @@ from pdmux_cli.costmodel.collectives import (
 )
 from pdmux_cli.costmodel.measurements import AllReduce
 from pdmux_cli.costmodel.operators import rank_kv_bytes_per_token, rank_weight_bytes, step_shapes
-from pdmux_cli.errors import InputError
-from pdmux_cli.estimate import Scenario, estimate, fitting_tp, memory_check
-from pdmux_cli.hardware import Gpu, find_gpu, load_gpu_file, load_gpus
 from pdmux_cli.messages import render, render_all
-from pdmux_cli.model import Model, kv_bytes_per_token, list_models, load_model, weight_bytes_total
+from pdmux_cli.multigpu.tensor_parallel import shard
+from pdmux_cli.planning.estimate import Scenario, estimate, fitting_tp, memory_check
+from pdmux_cli.sglang import server_defaults as sgl
 from pdmux_cli.simulate.engine import make_setup
-from pdmux_cli.tensor_parallel import shard
+from pdmux_cli.util.errors import InputError
 
 runner = CliRunner()
 AZURE = str(Path(__file__).parent / "fixtures" / "azure_conv_50.csv")

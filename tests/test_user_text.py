@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pdmux_cli.errors import SHORT_REPR_CHARS, InputError, short_repr
-from pdmux_cli.numbers import MAX_DIGITS, plain_int
-from pdmux_cli.yaml_input import load_yaml
+from pdmux_cli.util.errors import SHORT_REPR_CHARS, InputError, short_repr
+from pdmux_cli.util.numbers import MAX_DIGITS, plain_int
+from pdmux_cli.util.yaml_input import load_yaml
 
 
 @pytest.mark.parametrize(("text", "value"), [("132", 132), (" 8 ", 8), ("0", 0), ("9" * MAX_DIGITS, int("9" * MAX_DIGITS))])

@@ -40,8 +40,8 @@ from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DeviceError, InputError
-from ..policy import cuda_sm_granularity
+from ..util.errors import DeviceError, InputError
+from ..sglang.split_levels import cuda_sm_granularity
 
 #: Oldest driver (CUDA version, 1000 * major + 10 * minor) with green contexts.
 MIN_DRIVER_VERSION = 12040

@@ -26,7 +26,7 @@ Imports of cuda-python happen inside the functions, so this module is importable
 
 from __future__ import annotations
 
-from ..errors import DeviceError, InputError
+from ..util.errors import DeviceError, InputError
 
 #: Threads per block of the read kernel.
 READ_BLOCK = 256

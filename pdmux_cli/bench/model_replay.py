@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DeviceError, InputError, PdmuxError
+from ..util.errors import DeviceError, InputError, PdmuxError
 from . import greenctx
 from .plan import MIN_RUN_MS
 from .replay_plan import SLIDING_QUERY_BLOCK, LayerKind, ReplayPlan, attended_tokens, layer_weights

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import policy
-from ..errors import InputError, short_repr
 from ..messages import render_all
-from ..numbers import plain_int
+from ..sglang import split_levels
+from ..util.errors import InputError, short_repr
+from ..util.numbers import plain_int
 from . import kernels
 from .stats import S_SAT_FRACTION
 
@@ -181,7 +181,7 @@ class BenchPlan:
     granularity: tuple[int, int]
     granularity_source: str
     sweep_sms: tuple[int, ...]
-    levels: tuple[policy.Split, ...]
+    levels: tuple[split_levels.Split, ...]
     level_source: str
     notes: tuple[str, ...]
     gemm: GemmShape
@@ -233,11 +233,11 @@ def sweep_sm_counts(total_sms: int, granularity: tuple[int, int]) -> tuple[int, 
     return tuple(range(minimum, total_sms, multiple)) + (total_sms,)
 
 
-def parse_level_items(text: str) -> list[tuple[str, int | policy.Split]]:
+def parse_level_items(text: str) -> list[tuple[str, int | split_levels.Split]]:
     """``--levels`` syntax, before any device is known: ``(item, level number or Split)`` per comma
     item. Raises :class:`InputError` for an item that is neither a number nor ``PREFILL/DECODE``
     (``:`` works too), for an empty item (``1,,3``), and for no item at all."""
-    items: list[tuple[str, int | policy.Split]] = []
+    items: list[tuple[str, int | split_levels.Split]] = []
     raw = [t.strip() for t in str(text).split(",")]
     for position, item in enumerate(raw, start=1):
         if not item:
@@ -253,14 +253,14 @@ def parse_level_items(text: str) -> list[tuple[str, int | policy.Split]]:
         parts = [plain_int(p) for p in item.replace(":", "/").split("/")]
         if len(parts) != 2 or None in parts:
             raise InputError(f"--levels {short_repr(item)}: give level numbers (1,3) or PREFILL/DECODE SMs (112/20)")
-        items.append((item, policy.Split(parts[0], parts[1])))
+        items.append((item, split_levels.Split(parts[0], parts[1])))
     if not items:
         raise InputError("--levels: give at least one level, e.g. 1,3 or 112/20")
     return items
 
 
-def _parse_levels(text: str, planned: Sequence[policy.Split], total_sms: int) -> list[policy.Split]:
-    chosen: list[policy.Split] = []
+def _parse_levels(text: str, planned: Sequence[split_levels.Split], total_sms: int) -> list[split_levels.Split]:
+    chosen: list[split_levels.Split] = []
     for item, value in parse_level_items(text):
         if isinstance(value, int):
             if not 1 <= value <= len(planned):
@@ -287,7 +287,7 @@ def make_plan(
     quick: bool = False,
     levels: str | None = None,
     device_index: int = 0,
-    sm_group_num: int = policy.DEFAULT_SM_GROUP_NUM,
+    sm_group_num: int = split_levels.DEFAULT_SM_GROUP_NUM,
     skinny: GemmShape | None = None,
     granularity: tuple[int, int] | None = None,
     window_ms: float | None = None,
@@ -307,9 +307,9 @@ def make_plan(
         raise InputError(f"--device must be >= 0, got {device_index}")
     total = device.sm_count
     major = device.compute_capability[0]
-    policy.check_sm_group_num(sm_group_num, total)
+    split_levels.check_sm_group_num(sm_group_num, total)
     if granularity is None:
-        granularity = policy.cuda_sm_granularity(major)
+        granularity = split_levels.cuda_sm_granularity(major)
         granularity_source = "CUDA table by compute capability"
     else:
         granularity_source = "driver (minSmPartitionSize, smCoscheduledAlignment)"
@@ -318,7 +318,7 @@ def make_plan(
     notes: list[str] = []
 
     try:
-        group_plan = policy.plan_groups(total, device.compute_capability, sm_group_num)
+        group_plan = split_levels.plan_groups(total, device.compute_capability, sm_group_num)
         planned = list(group_plan.groups[1:-1])
         level_source = group_plan.source
         if group_plan.note:
@@ -371,7 +371,7 @@ def make_plan(
     plan = BenchPlan(
         device=device, device_index=device_index, granularity=tuple(granularity),
         granularity_source=granularity_source, sweep_sms=sweep_sm_counts(total, granularity),
-        levels=tuple(policy.Split(*s) for s in planned), level_source=level_source, notes=tuple(notes),
+        levels=tuple(split_levels.Split(*s) for s in planned), level_source=level_source, notes=tuple(notes),
         gemm=gemm, skinny=skinny, skinny_copies=skinny_copies, buffer_bytes=buffer_bytes,
         repeats=repeats if repeats is not None else (QUICK_REPEATS if quick else DEFAULT_REPEATS),
         warmup=QUICK_WARMUP if quick else DEFAULT_WARMUP,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..atomic import atomic_output
+from ..util.atomic import atomic_output
 from .results import BenchResults
 
 
@@ -18,7 +18,7 @@ def write_png(res: BenchResults, path: str | Path) -> Path:
     Panels: read GB/s vs granted SMs (copy ceiling, S_SAT marked), GEMM TFLOP/s vs SMs (whole-GPU
     matmul ceiling), and GEMM/read loss in % at each co-run level.
     """
-    from ..plotting import agg_classes
+    from ..util.plotting import agg_classes
 
     canvas_class, figure_class = agg_classes()
     target = Path(path)

@@ -9,9 +9,9 @@ decides:
   head_dim`` by hidden and O, as SGLang's ``QKVParallelLinear`` / ``RowParallelLinear`` hold them; a gated
   MLP (fused gate+up, then down) or, for MoE layers, the router, every routed expert (fused gate+up and
   down per expert) and the shared experts; the lm_head. Their element counts add up to
-  :func:`pdmux_cli.model.num_params_total` (tested), so the replay holds the model's parameters layer for
+  :func:`pdmux_cli.catalog.model.num_params_total` (tested), so the replay holds the model's parameters layer for
   layer. Norm weights (``hidden`` elements, two per layer) are built too but not counted, as
-  :mod:`pdmux_cli.model` does not count them; the input embedding is not built (a decode step gathers one
+  :mod:`pdmux_cli.catalog.model` does not count them; the input embedding is not built (a decode step gathers one
   row per token; the replay starts from random hidden states instead);
 - **how many layers are built** (:func:`plan_memory`): as many as fit the device's free memory beside
   their KV caches, the lm_head and the activations, at least :data:`MIN_BUILT_LAYERS` (all of them for a
@@ -25,7 +25,7 @@ decides:
   (``policy.prefill_layers_per_round``; SGLang 0.5.23 ``srt/multiplex/multiplexing_mixin.py``
   ``event_loop_pdmux``), one slice submitted per round;
 - **what the estimate predicts** for the same scenario at each level (:func:`predict`), with and without a
-  calibration, through :func:`pdmux_cli.estimate.estimate`.
+  calibration, through :func:`pdmux_cli.planning.estimate.estimate`.
 
 Units: bytes, tokens, SMs, ms where named.
 """
@@ -36,11 +36,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import model as mdl
-from .. import policy
-from ..errors import InputError
+from ..catalog import model as mdl
+from ..catalog.model import Model
 from ..messages import render_all
-from ..model import Model
+from ..sglang import split_levels
+from ..util.errors import InputError
 from .plan import BF16_BYTES, MEMORY_HEADROOM_BYTES, PlanDevice
 
 #: Fewest layers the replay builds (the issue's floor: enough that reused weights are not in L2 for any
@@ -93,7 +93,7 @@ def check_replayable(model: Model) -> None:
 def layer_kinds(model: Model) -> tuple[LayerKind, ...]:
     """The kind of each of the model's layers, in order.
 
-    :mod:`pdmux_cli.model` keeps counts, not positions: the dense-FFN layers of a MoE model come first
+    :mod:`pdmux_cli.catalog.model` keeps counts, not positions: the dense-FFN layers of a MoE model come first
     (DeepSeek's ``first_k_dense_replace``); the sliding-window layers are spread evenly (layer ``i`` is
     sliding when ``floor((i + 1) S / L) > floor(i S / L)`` for ``S`` of ``L``), which gives Gemma's 5-of-6
     and gpt-oss's every other layer. Only the counts matter for a step's work.
@@ -109,7 +109,7 @@ def layer_kinds(model: Model) -> tuple[LayerKind, ...]:
 
 
 def layer_weights(model: Model, kind: LayerKind) -> tuple[WeightShape, ...]:
-    """The weights of one layer of ``kind`` (the linear ones :mod:`pdmux_cli.model` counts; module docstring)."""
+    """The weights of one layer of ``kind`` (the linear ones :mod:`pdmux_cli.catalog.model` counts; module docstring)."""
     check_replayable(model)
     h, heads, kv, hd = model.hidden_size, model.num_attention_heads, model.num_kv_heads, model.head_dim
     weights = [WeightShape("qkv", ((heads + 2 * kv) * hd, h)), WeightShape("o", (h, heads * hd))]
@@ -138,7 +138,7 @@ def layer_params(model: Model, kind: LayerKind) -> int:
 
 def replay_params_total(model: Model) -> int:
     """Elements the replayed model stands for: every layer's weights, the lm_head and, when untied, the
-    input embedding (not built: module docstring). Equals :func:`pdmux_cli.model.num_params_total`."""
+    input embedding (not built: module docstring). Equals :func:`pdmux_cli.catalog.model.num_params_total`."""
     total = sum(layer_params(model, kind) for kind in layer_kinds(model))
     total += sum(w.numel for w in head_weights(model))
     if not model.tie_word_embeddings:
@@ -302,7 +302,7 @@ def layer_map(kinds: tuple[LayerKind, ...], built: tuple[tuple[LayerKind, int], 
 def prefill_slices(prompt_tokens: int, num_layers: int, token_budget: int) -> tuple[tuple[int, int], ...]:
     """SGLang's split prefill as layer ranges ``[start, end)``, one per scheduler round:
     ``policy.prefill_layers_per_round`` layers each, the last one shorter when they do not divide."""
-    per_round = policy.prefill_layers_per_round(prompt_tokens, num_layers, token_budget)
+    per_round = split_levels.prefill_layers_per_round(prompt_tokens, num_layers, token_budget)
     return tuple((start, min(start + per_round, num_layers)) for start in range(0, num_layers, per_round))
 
 
@@ -329,10 +329,10 @@ class ReplayPlan:
     sm_group_num: int
     decode_bs_divisor: int
     token_budget: int
-    groups: tuple[policy.Split, ...]
-    levels: tuple[policy.Split, ...]
+    groups: tuple[split_levels.Split, ...]
+    levels: tuple[split_levels.Split, ...]
     level_source: str
-    chosen_level: policy.Split | None
+    chosen_level: split_levels.Split | None
     slices: tuple[tuple[int, int], ...]
     kinds: tuple[LayerKind, ...]
     memory: ReplayMemory
@@ -351,7 +351,7 @@ class ReplayPlan:
         """Progress steps: the whole device, then one per level."""
         return 1 + len(self.levels)
 
-    def group_of(self, split: policy.Split) -> int | None:
+    def group_of(self, split: split_levels.Split) -> int | None:
         """The stream-group index of ``split`` in SGLang's groups (``None`` when it is not one of them)."""
         return self.groups.index(split) if split in self.groups else None
 
@@ -359,7 +359,7 @@ class ReplayPlan:
 def check_scenario(model: Model, decode_bs: int, context_tokens: int, prompt_tokens: int) -> None:
     """:class:`InputError` where ``pdmux estimate`` refuses the scenario: sizes out of range
     (``Scenario.validate``), a prompt or context past the model's context length."""
-    from ..estimate import Scenario, _check_context
+    from ..planning.estimate import Scenario, _check_context
 
     scenario = Scenario(decode_bs=decode_bs, context_tokens=context_tokens, prompt_tokens=prompt_tokens)
     scenario.validate()
@@ -376,9 +376,9 @@ def make_replay_plan(
     prompt_tokens: int = 8192,
     available_bytes: int | None = None,
     levels: str | None = None,
-    sm_group_num: int = policy.DEFAULT_SM_GROUP_NUM,
-    decode_bs_divisor: int = policy.DEFAULT_DECODE_BS_DIVISOR,
-    token_budget: int = policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET,
+    sm_group_num: int = split_levels.DEFAULT_SM_GROUP_NUM,
+    decode_bs_divisor: int = split_levels.DEFAULT_DECODE_BS_DIVISOR,
+    token_budget: int = split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET,
     repeats: int | None = None,
     quick: bool = False,
     granularity: tuple[int, int] | None = None,
@@ -412,12 +412,12 @@ def make_replay_plan(
     memory = plan_memory(model, decode_bs, context_tokens, prompt_tokens, available_bytes, where)
     kinds = layer_kinds(model)
     try:
-        groups = policy.plan_groups(device.sm_count, device.compute_capability, sm_group_num).groups
+        groups = split_levels.plan_groups(device.sm_count, device.compute_capability, sm_group_num).groups
     except InputError:  # no SGLang levels on this device: make_plan said so in a note
         groups = []
     chosen = None
     if groups:
-        index = policy.choose_group(len(groups), decode_bs, True, decode_bs_divisor)
+        index = split_levels.choose_group(len(groups), decode_bs, True, decode_bs_divisor)
         chosen = groups[index] if 0 < index < len(groups) - 1 else None
     built_weight_bytes = memory.layer_weight_bytes
     if memory.built_layers < model.num_layers:
@@ -475,12 +475,12 @@ class Predictions:
 def predict(plan: ReplayPlan, gpu: Any, calibration: Any = None) -> Predictions:
     """What ``pdmux estimate`` gives the plan's scenario on ``gpu`` (a ``hardware.Gpu``) at every level
     measured, with the plan's SGLang knobs, bf16 weights and bf16 math as the replay runs them, and
-    ``calibration`` (a :class:`pdmux_cli.calibration.Calibration`, or ``None`` for the shipped model).
+    ``calibration`` (a :class:`pdmux_cli.costmodel.calibration_file.Calibration`, or ``None`` for the shipped model).
 
     A level the estimate refuses (not a split of all the SMs: a ``--levels`` pair) gets no prediction and a
     note. Raises :class:`InputError` where the estimate does for the scenario itself.
     """
-    from ..estimate import Scenario, estimate
+    from ..planning.estimate import Scenario, estimate
 
     model = plan.model
     common = {

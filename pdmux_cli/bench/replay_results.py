@@ -22,9 +22,9 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..calibration import Calibration
-from ..errors import InputError
+from ..costmodel.calibration_file import Calibration
 from ..messages import render_all
+from ..util.errors import InputError
 from .replay_plan import Predicted, Predictions, ReplayPlan, predicted_dict
 from .stats import median, percentile
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..calibration import Calibration
+from ..costmodel.calibration_file import Calibration
 from ..messages import render_all
 from .stats import S_SAT_FRACTION, RateStats, monotone_fit, s_sat
 
@@ -190,7 +190,7 @@ class BenchResults:
 
 
 def calibration_from_results(res: BenchResults) -> Calibration | None:
-    """The :class:`~pdmux_cli.calibration.Calibration` of a run, or ``None`` when it lacks the
+    """The :class:`~pdmux_cli.costmodel.calibration_file.Calibration` of a run, or ``None`` when it lacks the
     ceilings or every sweep point (an early interruption). Curves are monotone fits of the granted
     SM counts; co-run rows use the requested (policy) SM counts."""
     if res.copy is None or res.matmul is None or not res.sweep:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..errors import DeviceError, InputError, PdmuxError
+from ..util.errors import DeviceError, InputError, PdmuxError
 from . import greenctx, kernels
 from .clocks import Clocks
 from .plan import GATE_MS, MEMORY_HEADROOM_BYTES, MIN_RUN_MS, WARMUP_S, BenchPlan, PlanDevice
@@ -169,7 +169,7 @@ def plan_device(info: greenctx.DeviceInfo, device_name: str, gpu: str | None) ->
     ``gpu``: the ``--gpu`` option; on a real run it must name a profile with the device's SM count
     (:class:`InputError` otherwise). Without a matching profile the device's own numbers are used.
     """
-    from ..hardware import find_gpu, find_gpu_or_file
+    from ..catalog.hardware import find_gpu, find_gpu_or_file
 
     profile = None
     try:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ..util.errors import InputError
 
 #: S_SAT is the smallest SM count whose read rate reaches this fraction of the whole GPU's.
 S_SAT_FRACTION = 0.95

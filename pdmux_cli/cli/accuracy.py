@@ -9,7 +9,7 @@ import math
 
 import typer
 
-from ..errors import InputError
+from ..util.errors import InputError
 from . import app
 from .common import console, print_json, print_note
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from ..errors import InputError
+from ..util.errors import InputError
 from . import app
 from .common import console, fail_line, print_json, print_note, progress_bar, write_atomic
 
@@ -26,7 +26,7 @@ PNG_FILE = "curves.png"
 def _check_out(out: Path | None) -> None:
     """Refuse ``--out DIR`` before any device work when it cannot become a writable directory: it is
     a file (or device), or the nearest existing folder on its path is not a writable directory."""
-    from ..input_files import exists, is_dir
+    from ..util.input_files import exists, is_dir
 
     if out is None:
         return
@@ -46,7 +46,7 @@ def _check_out(out: Path | None) -> None:
 
 def _out_dir(out: Path | None) -> Path | None:
     """Create ``--out DIR`` up front (before any GPU work); :class:`InputError` when impossible."""
-    from ..input_files import exists, is_dir
+    from ..util.input_files import exists, is_dir
 
     if out is None:
         return None
@@ -62,7 +62,7 @@ def _out_dir(out: Path | None) -> Path | None:
 def _write_outputs(res: Any, out: Path) -> list[Path]:
     """results.json, calibration.yaml and curves.png in ``out``, each whole or not at all."""
     from ..bench.results import calibration_from_results, results_dict
-    from ..calibration import dump_calibration
+    from ..costmodel.calibration_file import dump_calibration
 
     written: list[Path] = []
     cal = calibration_from_results(res)
@@ -187,7 +187,7 @@ def bench(
     # Usage errors before the device is probed: on a machine without a driver they would
     # otherwise hide behind "no NVIDIA driver".
     if gpu is not None:
-        from ..hardware import find_gpu_or_file
+        from ..catalog.hardware import find_gpu_or_file
 
         find_gpu_or_file(gpu)
     if levels is not None:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..util.errors import InputError
 from .bench import CALIBRATION_FILE, RESULTS_FILE
 from .common import (
     console,
@@ -92,30 +92,30 @@ def run_model_replay(
     model, MLA, sizes, a model that does not fit, a calibration of another GPU, an output over an input) and
     :class:`DeviceError` for a missing GPU, driver or torch; exits 1 (130 on Ctrl-C) when a run stops.
     Sizes and SGLang knobs left ``None`` take the estimate's defaults (32 x 2048, 8192 tokens) and SGLang's."""
-    from .. import policy
+    from ..sglang import split_levels
     from ..bench.plan import PlanDevice
     from ..bench.replay_plan import check_replayable, check_scenario, make_replay_plan, replay_plan_dict
-    from ..estimate import Scenario
-    from ..hardware import find_gpu, find_gpu_or_file
-    from ..model import load_model
+    from ..planning.estimate import Scenario
+    from ..catalog.hardware import find_gpu, find_gpu_or_file
+    from ..catalog.model import load_model
     from . import bench as bench_cli
 
     defaults = Scenario()
     decode_bs = defaults.decode_bs if decode_bs is None else decode_bs
     context = defaults.context_tokens if context is None else context
     prompt_tokens = defaults.prompt_tokens if prompt_tokens is None else prompt_tokens
-    decode_bs_divisor = policy.DEFAULT_DECODE_BS_DIVISOR if decode_bs_divisor is None else decode_bs_divisor
-    token_budget = policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET if token_budget is None else token_budget
+    decode_bs_divisor = split_levels.DEFAULT_DECODE_BS_DIVISOR if decode_bs_divisor is None else decode_bs_divisor
+    token_budget = split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET if token_budget is None else token_budget
     mdl = load_model(model)
     check_replayable(mdl)
     check_scenario(mdl, decode_bs, context, prompt_tokens)
     given = None
     if calibration is not None:
-        from ..calibration import load_calibration
+        from ..costmodel.calibration_file import load_calibration
 
         given = load_calibration(calibration)
     if out is not None:
-        from ..atomic import refuse_overwriting_inputs
+        from ..util.atomic import refuse_overwriting_inputs
 
         for name in (RESULTS_FILE, CALIBRATION_FILE):
             refuse_overwriting_inputs(out / name, calibration, model_file(model), gpu_file(gpu))
@@ -199,7 +199,7 @@ def run_model_replay(
     if out_dir is not None:
         written.append(write_atomic(out_dir / RESULTS_FILE, json.dumps(results_dict(res), indent=2) + "\n"))
         if own is not None:
-            from ..calibration import dump_calibration
+            from ..costmodel.calibration_file import dump_calibration
 
             written.append(write_atomic(out_dir / CALIBRATION_FILE, dump_calibration(own)))
 

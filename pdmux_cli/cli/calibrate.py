@@ -1,6 +1,6 @@
 """``pdmux calibrate``: fit the cost model's whole-GPU terms to the user's own SGLang, or merge calibrations.
 
-Parse, call :mod:`pdmux_cli.sglang_measurements` (readers) and :mod:`pdmux_cli.costmodel.calibrate`
+Parse, call :mod:`pdmux_cli.sglang.measurement_readers` (readers) and :mod:`pdmux_cli.costmodel.calibrate`
 (the fit), render; the file is written whole or not at all.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import typer
 
-from ..atomic import check_writable, refuse_overwriting_inputs
-from ..errors import InputError
+from ..util.atomic import check_writable, refuse_overwriting_inputs
+from ..util.errors import InputError
 from . import app
 from .common import console, gpu_file, model_file, output_path, print_json, print_note, write_atomic
 
@@ -27,7 +27,7 @@ def _merge(paths: list[Path]) -> Any:
     """One calibration from a ``pdmux bench`` file and a ``pdmux calibrate`` file of the same GPU."""
     from dataclasses import replace
 
-    from ..calibration import load_calibration
+    from ..costmodel.calibration_file import load_calibration
 
     if len(paths) != 2:
         raise InputError(f"--merge takes two calibration files (a 'pdmux bench' one and a 'pdmux calibrate' one), "
@@ -115,7 +115,7 @@ def calibrate(
 
     The calibration then goes to estimate, simulate and tune with --calibration FILE; --merge joins it
     with a 'pdmux bench' calibration of the same GPU (SM-partition terms)."""
-    from ..calibration import Calibration, dump_calibration
+    from ..costmodel.calibration_file import Calibration, dump_calibration
 
     inputs = [*sglang_bench, *sglang_log, *bench_serving, *merge, model_file(model or ""), gpu_file(gpu)]
     refuse_overwriting_inputs(output, *inputs)
@@ -164,7 +164,7 @@ def calibrate(
                          "with measurements of a single-GPU server")
     from ..costmodel import build_step_model
     from ..costmodel.calibrate import check_points, fit_whole_gpu, points_from
-    from ..sglang_measurements import read_one_batch, read_server_log
+    from ..sglang.measurement_readers import read_one_batch, read_server_log
 
     profile, mdl, kv_bytes = _measured(gpu, model, kv_bytes, kv_cache_dtype)
     one_batch, problems, sources = [], [], []
@@ -246,9 +246,9 @@ def calibrate(
 def _measured(gpu: str, model: str, kv_bytes: float | None, kv_cache_dtype: str | None) -> tuple[Any, Any, float]:
     """The GPU profile, the model and the KV bytes per element the measurements were taken with (SGLang's
     ``--kv-cache-dtype`` or ``--kv-bytes``); :class:`InputError` for bad values."""
-    from ..hardware import find_gpu_or_file
-    from ..kv_cache import check_kv_options, resolve_kv_cache
-    from ..model import load_model
+    from ..catalog.hardware import find_gpu_or_file
+    from ..sglang.kv_cache import check_kv_options, resolve_kv_cache
+    from ..catalog.model import load_model
     from ..simulate.engine import check_bytes_per_element
 
     check_kv_options(kv_cache_dtype, kv_bytes)
@@ -265,8 +265,8 @@ def _fit_serving(cal: Any, files: list[Path], model: str, gpu: str, tp: int, kv_
     ``(terms, errors before, errors after, notes)``."""
     from dataclasses import replace
 
-    from ..calibration import ServingTerms
-    from ..sglang_measurements import read_bench_serving
+    from ..costmodel.calibration_file import ServingTerms
+    from ..sglang.measurement_readers import read_bench_serving
     from ..simulate import serving_fit
     from ..simulate.serving_accuracy import runs_from_bench_serving
     from ..simulate.tune import default_workers, process_pool
@@ -317,7 +317,7 @@ def _print_serving(con: Any, terms: Any, before: dict, after: dict, notes: list[
 def _calibrate_serving(files: list[Path], model: str, gpu: str, tp: int, kv_bytes: float | None,
                        kv_cache_dtype: str | None, workers: int | None, output: Path | None, as_json: bool) -> None:
     """``pdmux calibrate --bench-serving`` alone: a calibration with only the serving terms."""
-    from ..calibration import Calibration, dump_calibration
+    from ..costmodel.calibration_file import Calibration, dump_calibration
 
     profile, mdl, kv = _measured(gpu, model, kv_bytes, kv_cache_dtype)
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()

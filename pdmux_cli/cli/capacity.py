@@ -12,9 +12,9 @@ from typing import Any
 
 import typer
 
-from ..atomic import check_writable, refuse_overwriting_inputs
-from ..errors import InputError
-from ..kv_cache import KV_CACHE_DTYPE_HELP
+from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
+from ..util.atomic import check_writable, refuse_overwriting_inputs
+from ..util.errors import InputError
 from . import app
 from .common import console, gpu_file, model_file, output_file, parse_names, print_note, sglang_option
 from .simulate import (
@@ -267,10 +267,10 @@ def capacity(
         disagg_tp)
     workload = _drop_past_context(workload, setup.model, None, None, duration)
     if "chunked" in names and not chunks:
-        from ..sglang_server import default_chunked_prefill_size
+        from ..sglang.server_defaults import default_chunked_prefill_size
 
         chunks = [default_chunked_prefill_size(setup.memory_bytes)]
-    from ..sglang_support import model_support
+    from ..sglang.revisions import model_support
 
     support = model_support(setup.model.architectures, sglang)
     notes: list[str] = []
@@ -286,8 +286,8 @@ def capacity(
     for name in dict.fromkeys(names):
         if name == "pdmux":
             from ..messages import render_all
-            from ..sglang_rules import layer_cap, plan_check, revision_findings
-            from ..sglang_support import get_revision
+            from ..sglang.revision_rules import layer_cap, plan_check, revision_findings
+            from ..sglang.revisions import get_revision
 
             rev = get_revision(sglang)
             fallback = unreleased_fallback or rev.threshold_fallback

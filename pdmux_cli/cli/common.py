@@ -17,8 +17,8 @@ from typing import Any
 
 from typer.core import TyperGroup
 
-from ..errors import Finding, InputError, PdmuxError, printable, short_repr
-from ..signals import Terminated, handling_signals, interrupted, raised_stop
+from ..util.errors import Finding, InputError, PdmuxError, printable, short_repr
+from ..util.signals import Terminated, handling_signals, interrupted, raised_stop
 
 
 def fail_line(message: str) -> None:
@@ -70,7 +70,7 @@ def _flush_stdout() -> None:
 
 
 class _Stopped(Exception):
-    """A :class:`~pdmux_cli.signals.Terminated` (SIGTERM, SIGHUP) carried past click's handlers: exit
+    """A :class:`~pdmux_cli.util.signals.Terminated` (SIGTERM, SIGHUP) carried past click's handlers: exit
     ``128 + signum`` with one line."""
 
     def __init__(self, signal: Terminated) -> None:
@@ -126,9 +126,9 @@ _ABORTS = _click_classes("Abort")
 class OneLineErrorGroup(TyperGroup):
     """The typer group of ``pdmux``: every failure becomes one line on stderr, never a traceback.
 
-    Usage errors (click's, and :class:`InputError`) exit 2; :class:`~pdmux_cli.errors.DeviceError`
+    Usage errors (click's, and :class:`InputError`) exit 2; :class:`~pdmux_cli.util.errors.DeviceError`
     and other runtime failures exit 1; Ctrl-C exits 130, SIGTERM 143 and SIGHUP 129, after the same
-    cleanup (:mod:`pdmux_cli.signals`: worker processes terminated, temporary files removed). A reader of stdout that goes away (EPIPE:
+    cleanup (:mod:`pdmux_cli.util.signals`: worker processes terminated, temporary files removed). A reader of stdout that goes away (EPIPE:
     ``pdmux ... | head -1``) is no failure: exit 0, nothing on stderr. A closed or full stderr never
     changes the status (:func:`fail_line`).
     """
@@ -284,8 +284,8 @@ def parse_names(text: str, what: str, known: Sequence[str]) -> list[str]:
 
 def parse_cc(text: str) -> tuple[int, int]:
     """``--cc 9.0`` -> ``(9, 0)``; one-line :class:`InputError` for anything that is not ``MAJOR.MINOR``
-    or is not a known NVIDIA capability (:data:`pdmux_cli.policy.KNOWN_COMPUTE_CAPABILITIES`)."""
-    from ..policy import check_known_capability, parse_compute_capability
+    or is not a known NVIDIA capability (:data:`pdmux_cli.sglang.split_levels.KNOWN_COMPUTE_CAPABILITIES`)."""
+    from ..sglang.split_levels import check_known_capability, parse_compute_capability
 
     return check_known_capability(parse_compute_capability(text))
 
@@ -378,7 +378,7 @@ def styled(text: str, style: str) -> Any:
 
 def print_note(con: Any, note: Any) -> None:
     """``note: ...`` on ``con`` (a :func:`console`), the label in yellow, the text as written (a
-    :class:`~pdmux_cli.errors.Finding` worded by :mod:`pdmux_cli.messages`)."""
+    :class:`~pdmux_cli.util.errors.Finding` worded by :mod:`pdmux_cli.messages`)."""
     if isinstance(note, Finding):
         from ..messages import render
 
@@ -396,7 +396,7 @@ def progress_bar(con: Any, disable: bool = False) -> Any:
 
 def model_file(model: str) -> Path | None:
     """``--model`` when it names an existing file or folder (an input not to overwrite), else ``None``."""
-    from ..input_files import is_dir, is_file
+    from ..util.input_files import is_dir, is_file
 
     path = Path(model).expanduser()
     if is_dir(path):
@@ -408,7 +408,7 @@ def gpu_file(gpu: str | None) -> Path | None:
     """``--gpu`` when it names an existing profile file (an input not to overwrite), else ``None``."""
     if gpu is None:
         return None
-    from ..input_files import is_file
+    from ..util.input_files import is_file
 
     path = Path(gpu.strip()).expanduser()
     return path if is_file(path) else None
@@ -444,11 +444,11 @@ def output_file(text: str) -> Path:
 
 
 def write_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` whole or not at all (see :mod:`pdmux_cli.atomic`).
+    """Write ``text`` to ``path`` whole or not at all (see :mod:`pdmux_cli.util.atomic`).
 
     Raises :class:`InputError` when the folder does not exist or is not writable.
     """
-    from ..atomic import write_text_atomic
+    from ..util.atomic import write_text_atomic
 
     return write_text_atomic(path, text)
 

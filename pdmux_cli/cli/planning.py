@@ -12,9 +12,9 @@ from typing import Any
 
 import typer
 
-from ..atomic import check_writable, refuse_overwriting_inputs
-from ..errors import InputError, short_repr
-from ..kv_cache import KV_CACHE_DTYPE_HELP
+from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
+from ..util.atomic import check_writable, refuse_overwriting_inputs
+from ..util.errors import InputError, short_repr
 from . import app
 from .common import (
     NON_FINITE,
@@ -58,7 +58,7 @@ class Device:
 
 def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: str = "h100") -> Device:
     """``--gpu`` or ``--sms N --cc X.Y`` (both needed) -> :class:`Device`; :class:`InputError` otherwise."""
-    from ..hardware import MAX_SMS, find_gpu_or_file
+    from ..catalog.hardware import MAX_SMS, find_gpu_or_file
 
     if sms is not None or cc is not None:
         if gpu is not None:
@@ -83,13 +83,13 @@ def _load_pdmux_yaml(path: Path, device: Device | None = None,
     "both" and "new") are input errors; the first is reported, check-config lists all. Warnings
     (SGLang runs it as meant) become notes. With ``device``, manual_divisions entries off the CUDA
     granularity are replaced by the split the driver really makes (100/32 -> 104/28 on H100), with a
-    note saying so (:func:`pdmux_cli.pdmux_config.driver_divisions`).
+    note saying so (:func:`pdmux_cli.sglang.pdmux_config.driver_divisions`).
     """
-    from ..pdmux_config import driver_divisions, is_error, load_config, validate
+    from ..sglang.pdmux_config import driver_divisions, is_error, load_config, validate
 
     config, problems = load_config(path)
     if sglang is not None and sglang != "0.5.23" and device is not None:
-        from ..sglang_rules import planning_refusal
+        from ..sglang.revision_rules import planning_refusal
 
         refusal = planning_refusal(config, problems, sglang, device.sm_count, device.cc)
         if refusal:
@@ -128,8 +128,8 @@ def splits(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """The SM split levels (stream groups) SGLang builds, the level it picks per decode batch, and prefill layers per round."""
-    from .. import policy
-    from ..tensor_parallel import check_tp_value
+    from ..multigpu.tensor_parallel import check_tp_value
+    from ..sglang import split_levels
 
     check_tp_value(tp)
     if all_gpus and tp != 1:
@@ -140,13 +140,13 @@ def splits(
     if all_gpus and (gpu or sms or cc):
         raise InputError("--all lists every profile; drop --gpu/--sms/--cc")
     device = None if all_gpus else resolve_device(gpu, sms, cc)
-    from ..hardware import MAX_SMS
+    from ..catalog.hardware import MAX_SMS
 
-    policy.check_sm_group_num(sm_group_num, device.sm_count if device is not None else MAX_SMS)
+    split_levels.check_sm_group_num(sm_group_num, device.sm_count if device is not None else MAX_SMS)
     cfg, cfg_notes = _load_pdmux_yaml(config, device, sm_group_num) if config is not None else (None, [])
-    group_num = sm_group_num or (cfg.sm_group_num if cfg else policy.DEFAULT_SM_GROUP_NUM)
-    divisor = decode_bs_divisor or (cfg.decode_bs_divisor if cfg else policy.DEFAULT_DECODE_BS_DIVISOR)
-    budget = token_budget or (cfg.split_forward_token_budget if cfg else policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET)
+    group_num = sm_group_num or (cfg.sm_group_num if cfg else split_levels.DEFAULT_SM_GROUP_NUM)
+    divisor = decode_bs_divisor or (cfg.decode_bs_divisor if cfg else split_levels.DEFAULT_DECODE_BS_DIVISOR)
+    budget = token_budget or (cfg.split_forward_token_budget if cfg else split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET)
     for name, value in (("--sm-group-num", sm_group_num), ("--decode-bs-divisor", decode_bs_divisor),
                         ("--token-budget", token_budget)):
         if value is not None and value <= 0:
@@ -159,20 +159,20 @@ def splits(
 
     batch_sizes = parse_int_list(decode_bs, "--decode-bs", unique=True)
     prompts = parse_int_list(prompt_tokens, "--prompt-tokens", unique=True)
-    from ..model import load_model
+    from ..catalog.model import load_model
 
     mdl = load_model(model)
-    from ..estimate import MAX_DECODE_BS, MAX_TOKENS
     from ..messages import render
+    from ..planning.estimate import MAX_DECODE_BS, MAX_TOKENS
 
     for what, values, top in (("--decode-bs", batch_sizes, MAX_DECODE_BS), ("--prompt-tokens", prompts, MAX_TOKENS)):
         too_big = [v for v in values if v > top]
         if too_big:  # as estimate's bounds: no server runs a batch or prompt past them
             raise InputError(f"{what} {short_repr(too_big[0])}: give 1 to {top:,}")
-    plan = policy.plan_groups(device.sm_count, device.cc, group_num, manual)
+    plan = split_levels.plan_groups(device.sm_count, device.cc, group_num, manual)
     notes = cfg_notes + ([render(plan.note)] if plan.note else [])
     if tp > 1:
-        from ..tensor_parallel import shard
+        from ..multigpu.tensor_parallel import shard
 
         shard(mdl, tp)  # SGLang refuses a model whose heads or widths tp does not divide
         notes.append(f"TP {tp}: every GPU builds these stream groups and picks the same level for the same decode "
@@ -180,12 +180,12 @@ def splits(
                      "the decode batch the ranks agree it is done with a CPU all-reduce (SGLang 0.5.23 "
                      "srt/multiplex/multiplexing_mixin.py event_loop_pdmux)")
     choices = [
-        (bs, policy.choose_group(len(plan.groups), bs, True, divisor, plan.thresholds),
-         policy.older_sglang_crashes(plan.thresholds, bs))
+        (bs, split_levels.choose_group(len(plan.groups), bs, True, divisor, plan.thresholds),
+         split_levels.older_sglang_crashes(plan.thresholds, bs))
         for bs in batch_sizes
     ]
     layers = [
-        (t, policy.prefill_layers_per_round(t, mdl.num_layers, budget), policy.prefill_rounds(t, mdl.num_layers, budget))
+        (t, split_levels.prefill_layers_per_round(t, mdl.num_layers, budget), split_levels.prefill_rounds(t, mdl.num_layers, budget))
         for t in prompts
     ]
     info = {
@@ -194,7 +194,7 @@ def splits(
         "groups": plan.groups, "thresholds": plan.thresholds, "choices": choices, "model": mdl.name,
         "num_layers": mdl.num_layers, "layers": layers, "notes": notes, "tp": tp,
     }
-    from .. import render
+    from . import render
 
     if as_json:
         print_json(render.splits_dict(info))
@@ -207,15 +207,15 @@ def splits(
 
 
 def _splits_all(group_num: int, as_json: bool) -> None:
-    from .. import policy
-    from ..hardware import load_gpus
+    from ..catalog.hardware import load_gpus
+    from ..sglang import split_levels
 
     rows = []
     for g in load_gpus():
         entry: dict[str, Any] = {"gpu": g.name, "key": g.key, "sm_count": g.sm_count,
                                  "compute_capability": f"{g.compute_capability[0]}.{g.compute_capability[1]}"}
         try:
-            plan = policy.plan_groups(g.require_sm_count(), g.compute_capability, group_num)
+            plan = split_levels.plan_groups(g.require_sm_count(), g.compute_capability, group_num)
             entry.update(source=plan.source, error=None,
                          groups=[{"prefill_sms": p, "decode_sms": d} for p, d in plan.groups])
         except InputError as e:
@@ -246,7 +246,7 @@ def _parse_sizes(text: str | None, what: str) -> tuple[int, ...] | None:
         return None
     if text.strip().lower() in ("none", "off", "-"):
         return ()
-    from ..estimate import MAX_TOKENS
+    from ..planning.estimate import MAX_TOKENS
 
     sizes = tuple(parse_int_list(text, what, unique=True))
     too_big = [s for s in sizes if s > MAX_TOKENS]
@@ -258,7 +258,7 @@ def _parse_sizes(text: str | None, what: str) -> tuple[int, ...] | None:
 def _parse_level(text: str) -> tuple[int, int] | None:
     """``--level``: ``"80/52"`` -> ``(80, 52)``; ``"auto"`` -> ``None``; anything else (an empty value,
     digits other than ASCII) -> :class:`InputError`."""
-    from ..numbers import plain_int
+    from ..util.numbers import plain_int
 
     if text.strip().lower() in ("auto", "sglang"):
         return None
@@ -309,11 +309,12 @@ def estimate(
 
     With no options: the chapter's scenario (Qwen3-8B on H100 SXM, 32 x 2048, an 8192-token prompt);
     --cost-model chapter reproduces the chapter's table."""
-    from .. import policy, render
-    from ..estimate import Scenario
-    from ..estimate import estimate as run_estimate
-    from ..model import load_model
-    from ..sglang_support import get_revision
+    from ..catalog.model import load_model
+    from ..planning.estimate import Scenario
+    from ..planning.estimate import estimate as run_estimate
+    from ..sglang import split_levels
+    from ..sglang.revisions import get_revision
+    from . import render
 
     get_revision(sglang)  # an unknown revision is refused before any work
     if flops_dtype is not None:
@@ -329,13 +330,13 @@ def estimate(
             raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {plot}")
         refuse_overwriting_inputs(plot, config, calibration, model_file(model), gpu_file(gpu))
         check_writable(plot)
-    from ..disaggregation import parse_xpyd
-    from ..kv_cache import check_kv_options, resolve_kv_cache
+    from ..multigpu.disaggregation import parse_xpyd
+    from ..sglang.kv_cache import check_kv_options, resolve_kv_cache
 
     check_kv_options(kv_cache_dtype, kv_bytes)
     xpyd = parse_xpyd(disagg) if disagg is not None else None
     device = resolve_device(gpu, None, None)
-    policy.check_sm_group_num(sm_group_num, device.sm_count)
+    split_levels.check_sm_group_num(sm_group_num, device.sm_count)
     gpu_profile = device.gpu
     mdl = load_model(model)
     kv_cache = resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes)
@@ -349,10 +350,10 @@ def estimate(
         s_sat_values=tuple(parse_float_list(s_sat, "--s-sat", unique=True)) if s_sat is not None else None,
         bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, weight_bytes_per_param=weight_bytes,
         kv_bytes_per_element=kv_cache.bytes_per_element, level=_parse_level(level),
-        sm_group_num=sm_group_num or (cfg.sm_group_num if cfg else policy.DEFAULT_SM_GROUP_NUM),
-        decode_bs_divisor=decode_bs_divisor or (cfg.decode_bs_divisor if cfg else policy.DEFAULT_DECODE_BS_DIVISOR),
+        sm_group_num=sm_group_num or (cfg.sm_group_num if cfg else split_levels.DEFAULT_SM_GROUP_NUM),
+        decode_bs_divisor=decode_bs_divisor or (cfg.decode_bs_divisor if cfg else split_levels.DEFAULT_DECODE_BS_DIVISOR),
         split_forward_token_budget=token_budget or (
-            cfg.split_forward_token_budget if cfg else policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET),
+            cfg.split_forward_token_budget if cfg else split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET),
         manual_divisions=tuple(cfg.manual_divisions) if cfg else (),
         max_split_forward_layers=(cfg.max_split_forward_layers or 0) if cfg else 0,
         flops_dtype=flops_dtype, tp=tp, disagg=xpyd, kv_link=kv_link, kv_link_gb_s=kv_link_gb_s,
@@ -360,8 +361,8 @@ def estimate(
     )
     cal = None
     if calibration is not None:
-        from ..calibration import load_calibration
-        from ..hardware import find_gpu
+        from ..catalog.hardware import find_gpu
+        from ..costmodel.calibration_file import load_calibration
 
         cal = load_calibration(calibration)
         try:
@@ -382,7 +383,7 @@ def estimate(
     data = render.estimate_dict(result)
     problem = NON_FINITE + ("; or the calibration's curves" if cal is not None else "")
     if plot is not None:
-        from ..estimate_plot import write_tradeoff_plot
+        from ..planning.plot import write_tradeoff_plot
 
         write_tradeoff_plot(plot, result, f"{result.model} on {result.gpu}: {decode_bs} x {context} tokens decoding, "
                             f"a {prompt_tokens}-token prompt ({result.cost_model} cost model)")
@@ -438,25 +439,25 @@ def gen_config(
     decode SMs that keep its ITL within MS at the workload's context, from the cost model.
     With --tune: the sm_group_num, thresholds and token budget with the best SLO attainment on a
     trace (ties: goodput), found by simulating it."""
-    from .. import pdmux_config as pc
-    from .. import policy
+    from ..sglang import pdmux_config as pc
+    from ..sglang import split_levels
 
     device = resolve_device(gpu, sms, cc)
     for name, value in (("--sm-group-num", sm_group_num), ("--decode-bs-divisor", decode_bs_divisor),
                         ("--token-budget", token_budget)):
         if value <= 0:
             raise InputError(f"{name} must be > 0, got {value}")
-    policy.check_sm_group_num(sm_group_num, device.sm_count)
-    from ..tensor_parallel import check_tp_value
+    split_levels.check_sm_group_num(sm_group_num, device.sm_count)
+    from ..multigpu.tensor_parallel import check_tp_value
 
     check_tp_value(tp)
-    from ..model import load_model
-    from ..sglang_support import model_support
+    from ..catalog.model import load_model
+    from ..sglang.revisions import model_support
 
     served = load_model(model)
     support = model_support(served.architectures, sglang)
     if tp > 1:
-        from ..tensor_parallel import shard
+        from ..multigpu.tensor_parallel import shard
 
         shard(served, tp)  # SGLang refuses a model whose heads or widths tp does not divide
     if output is not None and str(output) == "-":
@@ -534,9 +535,9 @@ def gen_config(
             raise InputError(f"--divisions has {len(entries)} level(s), so sm_group_num is {len(entries) + 2}, "
                              f"not {sm_group_num}: drop --sm-group-num or change the divisions")
     else:
-        from ..sglang_support import get_revision
+        from ..sglang.revisions import get_revision
 
-        plan = policy.plan_groups(device.sm_count, device.cc, sm_group_num)
+        plan = split_levels.plan_groups(device.sm_count, device.cc, sm_group_num)
         # a revision whose divide_sm was not read gets the levels written out (they hold whatever its split)
         config = pc.config_from_plan(plan, sm_group_num, token_budget, decode_bs_divisor,
                                      manual=manual or plan.source == "cuda-granularity"
@@ -549,8 +550,8 @@ def gen_config(
     path_text = str(output) if output is not None else "pdmux.yaml"
     flags = pc.launch_flags(path_text, config.sm_group_num, tp)
     from ..messages import render_all
-    from ..sglang_rules import revision_findings
-    from ..sglang_support import get_revision
+    from ..sglang.revision_rules import revision_findings
+    from ..sglang.revisions import get_revision
 
     rev_notes = render_all(revision_findings(sglang, tp))
     launch_env = list(get_revision(sglang).tp_launch) if tp > 1 else []
@@ -612,9 +613,9 @@ def check_config(
 ) -> None:
     """Validate a pdmux YAML against each SGLang revision pdmux has read (--sglang decides the exit code:
     2 if it refuses the file or any problem of 0.5.23's rules or the driver's is found; warnings alone: 0)."""
-    from .. import pdmux_config as pc
-    from ..sglang_rules import verdicts
-    from ..sglang_support import REVISIONS, get_revision
+    from ..sglang import pdmux_config as pc
+    from ..sglang.revision_rules import verdicts
+    from ..sglang.revisions import REVISIONS, get_revision
 
     chosen = get_revision(sglang)
     if not chosen.loader_read:
@@ -631,8 +632,8 @@ def check_config(
     failed = bool(errors) or not mine.accepted
     support_line = None
     if model is not None:
-        from ..model import load_model
-        from ..sglang_support import model_support
+        from ..catalog.model import load_model
+        from ..sglang.revisions import model_support
 
         support = model_support(load_model(model).architectures, chosen)
         support_line = support.reason if support.state != "yes" else None

@@ -19,9 +19,9 @@ from typing import Any
 
 import typer
 
-from ..atomic import check_writable, refuse_overwriting_inputs
-from ..errors import InputError, short_repr
-from ..kv_cache import KV_CACHE_DTYPE_HELP
+from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
+from ..util.atomic import check_writable, refuse_overwriting_inputs
+from ..util.errors import InputError, short_repr
 from . import app
 from .common import (
     console,
@@ -100,10 +100,10 @@ def cluster_from_options(setup: Any, gpu: str | None, dp: int | None, method: st
     them). With ``--disagg XPYD`` and no ``--dp`` the other policies run as as many replicas as give them
     the same GPUs (``(X+Y) x disagg_tp / tp``, the nearest below when it does not divide, with a note).
     :class:`InputError` for bad values."""
-    from ..disaggregation import MAX_INSTANCES, check_dp_value, check_load_balance_method, parse_xpyd
-    from ..disaggregation import kv_link as make_link
+    from ..multigpu.disaggregation import MAX_INSTANCES, check_dp_value, check_load_balance_method, parse_xpyd
+    from ..multigpu.disaggregation import kv_link as make_link
+    from ..multigpu.tensor_parallel import check_tp_value, for_disagg_tp
     from ..simulate.cluster import DisaggPolicy
-    from ..tensor_parallel import check_tp_value, for_disagg_tp
 
     given_method = method is not None
     method = check_load_balance_method(method if given_method else "round_robin")
@@ -153,7 +153,7 @@ def cluster_from_options(setup: Any, gpu: str | None, dp: int | None, method: st
         else:
             notes.append(f"not at equal GPU count: disagg {x}P{y}D uses {gpus} GPUs (TP {own} each), the other policies "
                          f"DP {dp} x TP {tp} = {dp * tp} (give --dp, --tp or --disagg-tp so that they match)")
-    from ..hardware import find_gpu_or_file
+    from ..catalog.hardware import find_gpu_or_file
 
     link = make_link(find_gpu_or_file(gpu or "h100"), gpus, kv_link, kv_link_gb_s, kv_link_latency_us)
     return Cluster(dp, method, DisaggPolicy(x, y, link, method, instance_setup), tuple(notes),
@@ -278,9 +278,9 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
            first_token_delay_ms: float | None = None, admission_interval_ms: float | None = None) -> Any:
     """The simulated server (:func:`pdmux_cli.simulate.engine.make_setup`) from the options shared by
     simulate and tune; :class:`InputError` for bad values or combinations."""
-    from ..hardware import find_gpu_or_file
-    from ..kv_cache import check_kv_options, resolve_kv_cache
-    from ..model import load_model
+    from ..catalog.hardware import find_gpu_or_file
+    from ..catalog.model import load_model
+    from ..sglang.kv_cache import check_kv_options, resolve_kv_cache
     from ..simulate import engine
     from ..simulate.engine import make_setup
 
@@ -310,7 +310,7 @@ def _setup(gpu: str | None, model: str, *, cost_model: str = "roofline", s_sat: 
     kv_cache = resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes)
     cal = None
     if calibration is not None:
-        from ..calibration import load_calibration
+        from ..costmodel.calibration_file import load_calibration
 
         cal = load_calibration(calibration)
         if s_sat is not None and cal.has_partitions:
@@ -338,7 +338,7 @@ def _pdmux_config(config: Path | None, sm_group_num: int | None, decode_bs_divis
     """The pdmux config to simulate (a YAML, ``--divisions``, or SGLang's defaults with overrides) and
     notes on what only SGLang 0.5.23 or the driver objects to, and warnings. Refused by unreleased
     SGLang -> InputError."""
-    from .. import pdmux_config as pc
+    from ..sglang import pdmux_config as pc
 
     for name, value in (("--sm-group-num", sm_group_num), ("--decode-bs-divisor", decode_bs_divisor),
                         ("--token-budget", token_budget)):
@@ -361,9 +361,9 @@ def _pdmux_config(config: Path | None, sm_group_num: int | None, decode_bs_divis
         cfg = pc.PdmuxConfig()
     from dataclasses import replace
 
-    from .. import policy as pol
+    from ..sglang import split_levels
 
-    pol.check_sm_group_num(sm_group_num, setup.total_sms)
+    split_levels.check_sm_group_num(sm_group_num, setup.total_sms)
     if sm_group_num is not None:
         if cfg.manual_divisions and sm_group_num != cfg.sm_group_num:
             raise InputError(f"--sm-group-num {sm_group_num} does not match the {len(cfg.manual_divisions)} manual "
@@ -375,7 +375,7 @@ def _pdmux_config(config: Path | None, sm_group_num: int | None, decode_bs_divis
         cfg = replace(cfg, split_forward_token_budget=token_budget)
 
     notes = warnings
-    blackwell_auto = not cfg.manual_divisions and setup.compute_capability[0] not in pol.SGLANG_SM_CONSTRAINTS
+    blackwell_auto = not cfg.manual_divisions and setup.compute_capability[0] not in split_levels.SGLANG_SM_CONSTRAINTS
     for problem in pc.validate(cfg, setup.total_sms, setup.compute_capability):
         if blackwell_auto and problem.where == "manual_divisions":
             continue  # simulated with CUDA's levels; the plan's note says SGLang needs manual_divisions
@@ -404,7 +404,7 @@ def _drop_past_context(workload: Any, model: Any, qps: float | None = None, rate
 
 
 def _link_dict(link: Any) -> dict[str, Any]:
-    """A :class:`pdmux_cli.disaggregation.KvLink` for JSON."""
+    """A :class:`pdmux_cli.multigpu.disaggregation.KvLink` for JSON."""
     return {"kind": link.kind, "bytes_per_s": link.bytes_per_s, "latency_s": link.latency_s, "source": link.source}
 
 
@@ -574,10 +574,10 @@ def simulate(
         disagg_tp)
     workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     if not chunks and "chunked" in names:
-        from ..sglang_server import default_chunked_prefill_size
+        from ..sglang.server_defaults import default_chunked_prefill_size
 
         chunks = [default_chunked_prefill_size(setup.memory_bytes)]
-    from ..sglang_support import model_support
+    from ..sglang.revisions import model_support
 
     support = model_support(setup.model.architectures, sglang)
     if support.state == "no":
@@ -589,8 +589,8 @@ def simulate(
     for name in dict.fromkeys(names):
         if name == "pdmux":
             from ..messages import render_all
-            from ..sglang_rules import layer_cap, plan_check, revision_findings
-            from ..sglang_support import get_revision
+            from ..sglang.revision_rules import layer_cap, plan_check, revision_findings
+            from ..sglang.revisions import get_revision
 
             cfg, cfg_notes = _pdmux_config(config, sm_group_num, decode_bs_divisor, token_budget, divisions, setup)
             plan_check(sglang, cfg)  # a revision whose divide_sm was not read needs manual_divisions
@@ -624,9 +624,9 @@ def simulate(
     with contextlib.ExitStack() as stack:
         sink = None
         if csv_path is not None:  # rows stream into the temporary file; it replaces csv_path at the end
-            from ..atomic import atomic_output
             from ..simulate.fold import CsvSink
             from ..simulate.report import CSV_FIELDS
+            from ..util.atomic import atomic_output
 
             tmp = stack.enter_context(atomic_output(csv_path))
             sink = CsvSink(stack.enter_context(open(tmp, "w", newline="", encoding="utf-8")))
@@ -711,8 +711,8 @@ def _tune_run(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, sm_gro
               show_progress: bool, dp: int = 1, load_balance_method: str = "round_robin",
               slo_margins: str | None = None, sglang: str | None = None, executor: str = "local",
               ray_address: str | None = None, max_steps: int | None = None) -> Any:
-    from ..policy import check_sm_group_num
-    from ..sglang_support import get_revision
+    from ..sglang.revisions import get_revision
+    from ..sglang.split_levels import check_sm_group_num
     from ..simulate.tune import (
         DEFAULT_BUDGETS,
         DEFAULT_DIVISORS,
@@ -849,14 +849,14 @@ def tuned_config(
         raise InputError("--tune needs --trace FILE, --slo-ttft MS and --slo-itl MS")
     workload = _load_workload(trace, False, fmt, qps, rate_scale, max_requests, duration, 0, "1024", "128")
     setup = _setup(None, model, s_sat=s_sat, calibration=calibration, gpu_profile=gpu_profile, tp=tp)
-    from ..sglang_support import require_pdmux
+    from ..sglang.revisions import require_pdmux
 
     require_pdmux(setup.model.architectures, sglang, "gen-config --tune")
     workload = _drop_past_context(workload, setup.model, qps, rate_scale, duration)
     result = _tune_run(workload, setup, slo_ttft_ms, slo_itl_ms, sm_group_nums, divisors, budgets, True, workers,
                        show and sys.stderr is not None and sys.stderr.isatty(), sglang=sglang)
     from ..messages import render_all
-    from ..sglang_rules import revision_findings
+    from ..sglang.revision_rules import revision_findings
 
     result.notes.extend(render_all(revision_findings(sglang, setup.tp)))
     if show:
@@ -930,7 +930,7 @@ def tune(
     Tries sm_group_num, decode_bs_divisor or fixed splits, SLO levels for --slo-itl (and 0.9x, 0.8x
     it), and split_forward_token_budget, one simulation each, in parallel on the cores available; with
     --dp, each on that many replicas behind a router."""
-    from .. import pdmux_config as pc
+    from ..sglang import pdmux_config as pc
 
     refuse_overwriting_inputs(output, trace, calibration, model_file(model), gpu_file(gpu))
     check_writable(output)
@@ -941,7 +941,7 @@ def tune(
                    kv_bytes=kv_bytes, kv_cache_dtype=kv_cache_dtype, tp=tp,
                    per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
                    first_token_delay_ms=first_token_delay_ms, admission_interval_ms=admission_interval_ms)
-    from ..sglang_support import require_pdmux
+    from ..sglang.revisions import require_pdmux
 
     support = require_pdmux(setup.model.architectures, sglang, "tune")
     if no_prefix_cache:
@@ -952,8 +952,8 @@ def tune(
                        workers, _show_progress(as_json), cluster.dp, cluster.method, slo_margins, sglang, executor,
                        ray_address, max_steps)
     from ..messages import render_all
-    from ..sglang_rules import revision_findings
-    from ..sglang_support import get_revision
+    from ..sglang.revision_rules import revision_findings
+    from ..sglang.revisions import get_revision
 
     result.notes.extend(render_all(revision_findings(sglang, setup.tp)))
     best = result.best_row.candidate.config

@@ -1,4 +1,4 @@
-"""``pdmux gen-config --slo-itl MS``: the options' checks, the call into :mod:`pdmux_cli.slo_levels`, the
+"""``pdmux gen-config --slo-itl MS``: the options' checks, the call into :mod:`pdmux_cli.planning.slo_levels`, the
 table of levels. Imported only when ``--slo-itl`` is given without ``--tune``."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..util.errors import InputError
 
 
 def slo_levels_config(gpu_profile: Any, model: str, slo_itl_ms: float, *, context: int | None, trace: Path | None,
@@ -16,14 +16,14 @@ def slo_levels_config(gpu_profile: Any, model: str, slo_itl_ms: float, *, contex
                       max_running_requests: int | None = None) -> tuple[Any, Any, Any, list[str]]:
     """The SLO levels for gen-config: ``(PdmuxConfig, SloLevels, Setup, notes)``.
 
-    ``gpu_profile``: a :class:`pdmux_cli.hardware.Gpu` (the cost model needs bandwidth and FLOP/s).
+    ``gpu_profile``: a :class:`pdmux_cli.catalog.hardware.Gpu` (the cost model needs bandwidth and FLOP/s).
     ``context``: tokens of context of every decoding request, or ``trace``: a trace file whose decode
-    steps give the distribution (:func:`pdmux_cli.slo_levels.trace_context`; its first ``max_requests``,
+    steps give the distribution (:func:`pdmux_cli.planning.slo_levels.trace_context`; its first ``max_requests``,
     requests past the model's context length dropped). ``sm_group_num``: at most that many stream groups
     (levels + 2). ``step_overhead_ms``, ``per_request_overhead_ms``, ``max_running_requests``: as simulate
     takes them (``None``: the same defaults). Raises :class:`InputError` for bad or conflicting inputs.
     """
-    from .. import slo_levels as sl
+    from ..planning import slo_levels as sl
     from .simulate import _drop_past_context, _load_workload, _setup
 
     sl.check_target_ms(slo_itl_ms)

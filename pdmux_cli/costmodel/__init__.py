@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ..errors import InputError
+from ..util.errors import InputError
 from .efficiency import CpuProfile, ServingProfile
 
 #: ``--cost-model`` choices; the first is the default.
@@ -126,13 +126,13 @@ def build_step_model(
     admission_interval_ms: float | None = None,
     tp: int = 1,
 ) -> StepModel:
-    """The :class:`StepModel` for a GPU profile (:class:`pdmux_cli.hardware.Gpu`) and a model.
+    """The :class:`StepModel` for a GPU profile (:class:`pdmux_cli.catalog.hardware.Gpu`) and a model.
 
     ``cost_model``: ``"roofline"`` or ``"chapter"``. ``s_sat``: SMs reaching 95% of full bandwidth
     (roofline default: the fitted fraction of the SMs; chapter default: half the SMs).
     ``bandwidth_efficiency`` and ``mfu`` (fractions) are the chapter's knobs (defaults 0.85, 0.5);
     the roofline model refuses them (its efficiencies are fitted). ``calibration``: a
-    :class:`pdmux_cli.calibration.Calibration` (``--calibration FILE``): its SM-partition terms (``pdmux
+    :class:`pdmux_cli.costmodel.calibration_file.Calibration` (``--calibration FILE``): its SM-partition terms (``pdmux
     bench``) replace the chapter's throughput or the roofline's partition curves; its whole-GPU terms
     (``pdmux calibrate``) replace the roofline's fitted efficiencies. ``step_overhead_ms``:
     the engine's fixed CPU time per step (roofline only; 0 = kernels only); ``per_request_overhead_ms``:
@@ -227,7 +227,7 @@ def build_step_model(
                              f"{getattr(model, 'name', 'this model')}")
     collectives = None
     if tp != 1:
-        from ..tensor_parallel import check_tp_value
+        from ..multigpu.tensor_parallel import check_tp_value
         from .collectives import tp_collectives
 
         collectives = tp_collectives(gpu, check_tp_value(tp))
@@ -300,7 +300,7 @@ def serving_terms(cpu: CpuProfile, serving: ServingProfile, *, step_overhead_ms:
 
 
 def calibrated_serving(cpu: CpuProfile, serving: ServingProfile, terms: Any) -> tuple[CpuProfile, ServingProfile]:
-    """``cpu`` and ``serving`` with a calibration's serving terms (:class:`pdmux_cli.calibration.ServingTerms`,
+    """``cpu`` and ``serving`` with a calibration's serving terms (:class:`pdmux_cli.costmodel.calibration_file.ServingTerms`,
     fitted by ``pdmux calibrate --bench-serving``) in place of ``serving.yaml``'s."""
     from dataclasses import replace
 
@@ -313,7 +313,7 @@ def calibrated_serving(cpu: CpuProfile, serving: ServingProfile, terms: Any) -> 
 
 def apply_whole_gpu(profile: Any, terms: Any) -> Any:
     """``profile`` (:class:`~pdmux_cli.costmodel.efficiency.EfficiencyProfile`) with the efficiencies of a
-    whole-GPU calibration (:class:`pdmux_cli.calibration.WholeGpuTerms`) in place of the shipped ones; its
+    whole-GPU calibration (:class:`pdmux_cli.costmodel.calibration_file.WholeGpuTerms`) in place of the shipped ones; its
     key says so."""
     from dataclasses import replace
 

@@ -56,7 +56,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from ..hardware import find_gpu
+from ..catalog.hardware import find_gpu
 from . import fit, measurements
 from . import sglang_greenctx as greenctx
 from .collectives import CUSTOM_MAX_BYTES, load_allreduce_fits

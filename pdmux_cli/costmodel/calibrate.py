@@ -1,6 +1,6 @@
 """Fit the roofline model's whole-GPU terms to a user's own SGLang measurements (``pdmux calibrate``).
 
-Points come from :mod:`pdmux_cli.sglang_measurements`: one-batch benchmark results (a prefill of
+Points come from :mod:`pdmux_cli.sglang.measurement_readers`: one-batch benchmark results (a prefill of
 ``batch x input_len`` tokens; a median decode step of ``batch`` requests at ``context`` tokens) and the
 clean decode intervals of server logs. The fit keeps the shipped curves' shapes (latencies, the
 half-efficiency token counts, the partition terms) and scales what the data can tell apart:
@@ -27,10 +27,10 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .. import model as mdl
-from .. import sglang_server as sgl
-from ..calibration import WholeGpuTerms
-from ..errors import InputError
+from ..catalog import model as mdl
+from ..sglang import server_defaults as sgl
+from .calibration_file import WholeGpuTerms
+from ..util.errors import InputError
 from .fit import grid_search
 
 #: Largest factor between measured times and the shipped model's (at the median) before the points are
@@ -91,7 +91,7 @@ CONTEXT_BIN = 0.05
 
 def points_from(one_batch: list, intervals: list) -> list[CalPoint]:
     """:class:`CalPoint` of one-batch results (a prefill each, and a decode step where measured) and
-    server-log decode intervals (:mod:`pdmux_cli.sglang_measurements`), these grouped by batch size,
+    server-log decode intervals (:mod:`pdmux_cli.sglang.measurement_readers`), these grouped by batch size,
     context (:data:`CONTEXT_BIN` wide, logarithmic) and CUDA graph into one point each."""
     out: list[CalPoint] = []
     for p in one_batch:

@@ -7,13 +7,13 @@ compute-bound; a chunked step is ``max(chunk FLOPs / FLOP/s, decode step)``. No 
 efficiencies, no memory floor for prefill, no CPU time: see :mod:`pdmux_cli.costmodel.roofline` for
 the default model.
 
-Pure functions over a :class:`~pdmux_cli.model.Model` and a *throughput* object that says how fast
+Pure functions over a :class:`~pdmux_cli.catalog.model.Model` and a *throughput* object that says how fast
 ``s`` SMs read HBM and compute. Two throughputs exist:
 
 - :class:`AnalyticThroughput`, the chapter's model (pd-multiplexing-chapter.txt, "Is it worth it"):
   bandwidth ``HBM * efficiency * min(1, s / S_SAT)``, FLOP/s ``dense * MFU * s / total``, and no
   co-run interference (its largest unknown, which is why S_SAT takes several values);
-- the calibrated throughput built by ``pdmux bench`` (``pdmux_cli.calibration``), from measured
+- the calibrated throughput built by ``pdmux bench`` (``pdmux_cli.costmodel.calibration_file``), from measured
   bandwidth-vs-SMs and FLOP/s-vs-SMs curves and the measured co-run interference.
 
 Any object with the four methods of :class:`Throughput` works. Times are in seconds (``_s``).
@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from .. import model as mdl
-from ..errors import InputError
-from ..model import Model
+from ..catalog import model as mdl
+from ..util.errors import InputError
+from ..catalog.model import Model
 
 
 class Throughput(Protocol):

@@ -48,9 +48,9 @@ from typing import Any
 
 import yaml
 
-from ..errors import InputError
-from ..numbers import finite_float
-from ..profile_files import efficiency_profiles_dir
+from ..util.errors import InputError
+from ..util.numbers import finite_float
+from ..catalog.profile_files import efficiency_profiles_dir
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -237,7 +237,7 @@ def choose_fits(fits: tuple[AllReduceFits, ...], gpu_key: str, interconnect: str
 
 
 def tp_collectives(gpu: Any, tp: int, fits: tuple[AllReduceFits, ...] | None = None) -> TpCollectives:
-    """The :class:`TpCollectives` of ``tp`` GPUs of the profile ``gpu`` (:class:`pdmux_cli.hardware.Gpu`).
+    """The :class:`TpCollectives` of ``tp`` GPUs of the profile ``gpu`` (:class:`pdmux_cli.catalog.hardware.Gpu`).
 
     ``fits``: the fits to choose from (default: the shipped file). Raises :class:`InputError` for a
     ``tp`` outside 2..:data:`MAX_TP` or a profile without interconnect figures."""

@@ -43,9 +43,9 @@ from typing import Any
 
 import yaml
 
-from ..errors import InputError
-from ..numbers import finite_float
-from ..profile_files import efficiency_profiles_dir
+from ..util.errors import InputError
+from ..util.numbers import finite_float
+from ..catalog.profile_files import efficiency_profiles_dir
 from .partitions import BandwidthCurve, BandwidthFamily, Interference, pick_bandwidth_family
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

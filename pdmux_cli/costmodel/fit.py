@@ -174,7 +174,7 @@ def attention_kv_bytes(p: AicAttention) -> float:
 
 def prefill_attention_flops(p: AicAttention) -> float:
     """Causal attention FLOPs of the point, one layer: ``4 x batch x heads x head_dim x length**2 / 2``
-    (Q K^T and P V at 2 FLOP per multiply-add; as :func:`pdmux_cli.model.attention_flops`)."""
+    (Q K^T and P V at 2 FLOP per multiply-add; as :func:`pdmux_cli.catalog.model.attention_flops`)."""
     return 4.0 * p.batch * p.heads * p.head_dim * p.length * p.length / 2
 
 

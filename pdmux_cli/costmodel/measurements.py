@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
-from ..profile_files import measurements_dir
+from ..util.errors import InputError
+from ..catalog.profile_files import measurements_dir
 
 #: aiconfigurator's GPU names -> pdmux GPU profile keys.
 AIC_GPUS = {

@@ -110,7 +110,7 @@ def for_moe(profile: EfficiencyProfile, kind: tuple[str, str] | None) -> tuple[E
 
 
 def moe_flops_per_s(gpu: Any, kind: tuple[str, str] | None) -> float | None:
-    """The dense FLOP/s the routed experts' GEMMs run at on ``gpu`` (a :class:`pdmux_cli.hardware.Gpu`):
+    """The dense FLOP/s the routed experts' GEMMs run at on ``gpu`` (a :class:`pdmux_cli.catalog.hardware.Gpu`):
     the fp8 peak for the fp8-math dtypes (:data:`MOE_DTYPES`) where the GPU has fp8 tensor cores, else the
     16-bit peak; ``None`` for a dense model."""
     if kind is None:

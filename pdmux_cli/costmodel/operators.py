@@ -1,6 +1,6 @@
 """A model's step as operators: GEMM shapes, attention, element-wise ops, embedding and lm_head.
 
-Pure arithmetic over a :class:`~pdmux_cli.model.Model` (element counts, bytes, FLOPs); no time. The
+Pure arithmetic over a :class:`~pdmux_cli.catalog.model.Model` (element counts, bytes, FLOPs); no time. The
 roofline model (:mod:`pdmux_cli.costmodel.roofline`) turns these into seconds on ``s`` SMs.
 
 What one step runs, per layer, for ``T`` tokens (decode rows plus prefill tokens):
@@ -9,17 +9,17 @@ What one step runs, per layer, for ``T`` tokens (decode rows plus prefill tokens
   q_a/q_b or q, kv_a, kv_b, o), the dense MLP's gate+up and down (dense layers), a MoE layer's router and
   shared experts; each read once per step (weights) and run at 2 FLOP per multiply-add;
 - routed experts (:attr:`StepShapes.experts`): the experts a batch touches (uniform routing, as
-  :func:`pdmux_cli.model.expected_experts_touched`), each with its share of the ``T x top-k`` rows;
+  :func:`pdmux_cli.catalog.model.expected_experts_touched`), each with its share of the ``T x top-k`` rows;
 - attention: prefill is causal over the sequence and its cached prefix
-  (:func:`pdmux_cli.model.attention_flops`); decode reads every request's KV cache
-  (:func:`pdmux_cli.model.kv_bytes`);
+  (:func:`pdmux_cli.catalog.model.attention_flops`); decode reads every request's KV cache
+  (:func:`pdmux_cli.catalog.model.kv_bytes`);
 - element-wise ops (two RMSNorms, RoPE, the activation, two residual adds) moving
   :attr:`StepShapes.elementwise_bytes_per_token` bytes a token per layer;
 
 plus, once a step, the embedding gather (element-wise bytes) and the lm_head GEMM for the last token
 of each prefilled sequence and every decode row (``M = rows``).
 
-With tensor parallelism (``tp`` GPUs, :mod:`pdmux_cli.tensor_parallel`) the shapes are one rank's:
+With tensor parallelism (``tp`` GPUs, :mod:`pdmux_cli.multigpu.tensor_parallel`) the shapes are one rank's:
 column-parallel GEMMs keep ``n / tp`` outputs, row-parallel ones ``k / tp`` inputs, replicated ones
 (MLA's ``q_a``/``kv_a``, the router) stay whole, every expert is ``width / tp`` wide, the lm_head
 ``vocab / tp``; attention runs ``heads / tp`` heads over the rank's KV heads (replicated when ``tp``
@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import model as mdl
-from .. import tensor_parallel as tpl
-from ..model import Model
+from ..catalog import model as mdl
+from ..multigpu import tensor_parallel as tpl
+from ..catalog.model import Model
 
 #: Bytes of one activation element (bf16); activations are 16-bit whatever the weights are.
 ACTIVATION_BYTES = 2
@@ -143,8 +143,8 @@ def _attention_gemms(model: Model, wb: float, layers: int, sharding: tpl.Shardin
 def step_shapes(model: Model, weight_bytes_per_param: float | None = None, tp: int = 1) -> StepShapes:
     """The :class:`StepShapes` of one of ``tp`` ranks (the whole model for ``tp=1``) of ``model`` with its
     own weight format, or ``weight_bytes_per_param`` bytes for every weight. For ``tp=1`` the GEMMs'
-    parameters add up to :func:`pdmux_cli.model.decode_linear_params` less the routed experts (tested).
-    Raises :class:`InputError` where SGLang refuses the split (:func:`pdmux_cli.tensor_parallel.shard`)."""
+    parameters add up to :func:`pdmux_cli.catalog.model.decode_linear_params` less the routed experts (tested).
+    Raises :class:`InputError` where SGLang refuses the split (:func:`pdmux_cli.multigpu.tensor_parallel.shard`)."""
     sharding = tpl.shard(model, tp)
     linear_b = mdl.bytes_per_param(model, "linear", weight_bytes_per_param)
     h = model.hidden_size
@@ -200,7 +200,7 @@ def step_shapes(model: Model, weight_bytes_per_param: float | None = None, tp: i
 def rank_weight_bytes(model: Model, weight_bytes_per_param: float | None = None, tp: int = 1) -> float:
     """Bytes of weights one of ``tp`` ranks holds: its GEMMs, its slice of every expert, its lm_head rows
     and (untied) its embedding rows (:func:`step_shapes`). Equals
-    :func:`pdmux_cli.model.weight_bytes_total` for ``tp=1`` (tested). Raises :class:`InputError` as
+    :func:`pdmux_cli.catalog.model.weight_bytes_total` for ``tp=1`` (tested). Raises :class:`InputError` as
     :func:`step_shapes`."""
     shapes = step_shapes(model, weight_bytes_per_param, tp)
     total = sum(g.count * g.weight_bytes for g in shapes.token_gemms) + shapes.lm_head.weight_bytes
@@ -215,7 +215,7 @@ def rank_weight_bytes(model: Model, weight_bytes_per_param: float | None = None,
 
 def rank_kv_bytes_per_token(model: Model, kv_bytes_per_element: float = 2.0, tp: int = 1) -> float:
     """KV-cache bytes one of ``tp`` ranks stores per token over all layers, uncapped by windows (SGLang's
-    pool allocates a full cell): :func:`pdmux_cli.model.kv_bytes_per_token` for ``tp=1``; GQA with ``tp``
+    pool allocates a full cell): :func:`pdmux_cli.catalog.model.kv_bytes_per_token` for ``tp=1``; GQA with ``tp``
     up to the KV heads divides it by ``tp``, beyond them each rank keeps one KV head; MLA's latent is
     whole on every rank."""
     mdl.kv_bytes_per_token(model, kv_bytes_per_element)  # validates kv_bytes_per_element

@@ -29,7 +29,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ..util.errors import InputError
 
 #: Share of the whole GPU's bandwidth that defines S_SAT (``--s-sat``): SMs reaching 95% of it.
 S_SAT_SHARE = 0.95

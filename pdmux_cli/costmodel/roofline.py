@@ -45,9 +45,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import model as mdl
-from ..errors import InputError
-from ..model import Model
+from ..catalog import model as mdl
+from ..util.errors import InputError
+from ..catalog.model import Model
 from .efficiency import (
     NO_SERVING_DELAYS,
     CpuProfile,
@@ -78,7 +78,7 @@ class RooflineModel:
     ``efficiency``: its kernel efficiencies; ``partitions``, ``cpu``: ``common.yaml``'s terms.
     ``s_sat``: SMs reaching 95% of full bandwidth (``None``: the profile's default fraction of the
     SMs). ``weight_bytes_per_param`` (``None``: the model's format), ``kv_bytes_per_element`` (bytes).
-    ``calibration``: a :class:`pdmux_cli.calibration.CalibratedThroughput`; its measured curves replace
+    ``calibration``: a :class:`pdmux_cli.costmodel.calibration_file.CalibratedThroughput`; its measured curves replace
     the bandwidth-vs-SMs, FLOP/s-vs-SMs and co-run terms (the whole-GPU efficiencies stay fitted).
     ``step_overhead_s``: replaces the engine's fixed CPU time per step (0 = kernels only, no CPU term).
     ``notes``: lines for output (how the efficiencies were chosen). ``decode_fixed_s``: GPU time added to
@@ -92,7 +92,7 @@ class RooflineModel:
     ``compute_capability``: the GPU's, which picks its bandwidth-vs-SMs family
     (:meth:`~pdmux_cli.costmodel.efficiency.PartitionProfile.bandwidth_curve`; ``None``: the first family).
     Raises :class:`InputError` for an S_SAT outside 1..SMs or given together with a calibration, or a
-    split SGLang refuses (:func:`pdmux_cli.tensor_parallel.shard`).
+    split SGLang refuses (:func:`pdmux_cli.multigpu.tensor_parallel.shard`).
     """
 
     name = "roofline"

@@ -159,8 +159,8 @@ def predict(point: ShapePoint, model: Any) -> float:
 def step_model(table: str, partitions: Any = None) -> Any:
     """The roofline model of ``table``'s setup (:data:`SETUPS`), with the shipped partition terms or
     ``partitions`` (a :class:`~pdmux_cli.costmodel.efficiency.PartitionProfile`, for fits)."""
-    from ..hardware import find_gpu
-    from ..model import load_model
+    from ..catalog.hardware import find_gpu
+    from ..catalog.model import load_model
     from . import build_step_model
 
     setup = SETUPS[table]

@@ -29,9 +29,9 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import pdmux_config as pc
-from ..disaggregation import check_dp_value, check_load_balance_method, layout_text
-from ..errors import Finding, InputError
+from ..multigpu.disaggregation import check_dp_value, check_load_balance_method, layout_text
+from ..sglang import pdmux_config as pc
+from ..util.errors import Finding, InputError
 from .engine import Setup
 from .executors import Executor, using
 from .fold import select_rank

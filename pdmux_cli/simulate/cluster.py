@@ -17,7 +17,7 @@ generators (one per server, all on one clock):
   loop on the whole GPU, each request to its first token only (the KV cache is held until the prefill
   ends, then freed: the time it waits for its transfer is not charged to the pool); each request's KV
   cache (its prompt's tokens, one rank's share per GPU) then crosses the prefill instance's link, one
-  transfer after another in order of prefill end (:class:`pdmux_cli.disaggregation.KvLink`); Y decode
+  transfer after another in order of prefill end (:class:`pdmux_cli.multigpu.disaggregation.KvLink`); Y decode
   instances receive them when the transfer ends (:func:`~pdmux_cli.simulate.schedulers.decode_instance_rounds`:
   admitted by KV memory, first token streamed on admission, decode on the whole GPU; no prefix cache).
   The receiving side's link is not modelled as a bottleneck.
@@ -35,9 +35,9 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from .. import sglang_server as sgl
-from ..disaggregation import MAX_INSTANCES, KvLink, check_dp_value, check_load_balance_method, layout_text
-from ..errors import InputError
+from ..sglang import server_defaults as sgl
+from ..multigpu.disaggregation import MAX_INSTANCES, KvLink, check_dp_value, check_load_balance_method, layout_text
+from ..util.errors import InputError
 from .columns import Column
 from .engine import Progress, RunResult, Setup, Work, build_work
 from .schedulers import (
@@ -290,10 +290,10 @@ def replicas_apart(policy, setup: Setup, dp: int, method: str) -> bool:
     if dp <= 1 or check_load_balance_method(method) != "round_robin" or policy.kind == "disagg":
         return False
     if policy.kind == "pdmux" and not policy.unreleased_fallback:
-        from .. import policy as pol
+        from ..sglang import split_levels
 
         cfg = policy.config
-        thresholds = pol.plan_groups(setup.total_sms, setup.compute_capability, cfg.sm_group_num,
+        thresholds = split_levels.plan_groups(setup.total_sms, setup.compute_capability, cfg.sm_group_num,
                                      cfg.manual_divisions or None).thresholds
         if thresholds and min(thresholds) > 1:  # a decode batch of 1 at a prefill's start crashes 0.5.23
             return False

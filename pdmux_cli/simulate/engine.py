@@ -52,10 +52,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import model as mdl
-from .. import sglang_server as sgl
-from ..errors import InputError
-from ..model import Model
+from ..catalog import model as mdl
+from ..sglang import server_defaults as sgl
+from ..util.errors import InputError
+from ..catalog.model import Model
 from .columns import Ragged, fast
 from .prefix_cache import WAITING_PREFIX_REFRESH_INTERVAL, WAITING_PREFIX_REFRESH_MAX, PrefixCache, block_keys
 from .traces import HASH_BLOCK_TOKENS
@@ -265,7 +265,7 @@ class Setup:
     @property
     def weight_bytes(self) -> float:
         """Bytes of weights one GPU holds (:func:`pdmux_cli.costmodel.operators.rank_weight_bytes`; all
-        of them, :func:`pdmux_cli.model.weight_bytes_total`, on one GPU)."""
+        of them, :func:`pdmux_cli.catalog.model.weight_bytes_total`, on one GPU)."""
         if self.tp == 1:
             return mdl.weight_bytes_total(self.model, self.weight_bytes_per_param)
         from ..costmodel.operators import rank_weight_bytes
@@ -274,7 +274,7 @@ class Setup:
 
     @property
     def kv_bytes_per_token(self) -> float:
-        """KV bytes per cached token, all layers, uncapped (:func:`pdmux_cli.model.kv_bytes_per_token`):
+        """KV bytes per cached token, all layers, uncapped (:func:`pdmux_cli.catalog.model.kv_bytes_per_token`):
         SGLang's token pool allocates a full cell per token. One rank's with ``tp > 1``."""
         if self.tp == 1:
             return mdl.kv_bytes_per_token(self.model, self.kv_bytes_per_element)
@@ -337,7 +337,7 @@ def make_setup(
     prefix_cache: bool = True,
     tp: int = 1,
 ) -> Setup:
-    """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.hardware.Gpu`) and a model, with the cost
+    """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.catalog.hardware.Gpu`) and a model, with the cost
     model of :func:`pdmux_cli.costmodel.build_step_model` (its arguments: ``cost_model``, ``s_sat``,
     ``bandwidth_efficiency``, ``mfu``, ``calibration``, ``flops_dtype``, ``step_overhead_ms``,
     ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``, ``admission_interval_ms``,

@@ -19,7 +19,7 @@ policy, or per DP replica) hand their simulations to an :class:`Executor`:
 
 Results do not depend on the executor or the number of workers: every simulation is deterministic and
 the callers combine results in task order. A task's failure is reported with the task it was running
-(:class:`TaskFailed`, exit 1; an :class:`~pdmux_cli.errors.InputError` it raises keeps exit 2 and gains
+(:class:`TaskFailed`, exit 1; an :class:`~pdmux_cli.util.errors.InputError` it raises keeps exit 2 and gains
 the same prefix).
 """
 
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import InputError, PdmuxError
+from ..util.errors import InputError, PdmuxError
 
 #: ``--executor`` values.
 EXECUTORS = ("local", "ray")
@@ -381,7 +381,7 @@ def executor(kind: str | None = "local", workers: int | None = None, tasks: int 
     ``local``: ``min(workers or cores, cores, tasks)`` processes (:func:`pdmux_cli.simulate.tune.
     default_workers`), in this process when that is 1. ``ray``: ``workers`` tasks at a time (default:
     the cluster's CPUs). Raises :class:`InputError` for an unknown kind or Ray missing,
-    :class:`~pdmux_cli.errors.PdmuxError` when Ray cannot start or be reached."""
+    :class:`~pdmux_cli.util.errors.PdmuxError` when Ray cannot start or be reached."""
     name = check_executor(kind, ray_address)
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be >= 1, got {workers}")

@@ -464,7 +464,7 @@ class Fold:
 
     ``n``: trace requests (results for requests from ``n`` on, a scenario's initial decode batch, are
     not kept). ``slo_ttft_ms``, ``slo_itl_ms``: the SLOs (> 0). ``max_steps``: the most decode steps
-    one simulated server may take (0: no limit; the run raises :class:`~pdmux_cli.errors.InputError`
+    one simulated server may take (0: no limit; the run raises :class:`~pdmux_cli.util.errors.InputError`
     past it, naming ``--max-steps``). ``servers``: keep which server served each request (DP replicas,
     disaggregation). ``first_token``: keep each request's first-token time. ``csv``: a :class:`CsvRows`
     to write rows to as requests finish. ``progress_steps``: called with a server's decode steps so

@@ -1,13 +1,13 @@
 """The ``--plot FILE.png`` figures of simulate and capacity: CDFs of ITL (all tokens) and TTFT
 (requests) per policy; SLO attainment against request rate per policy. Drawn with
-:func:`pdmux_cli.plotting.png_figure` (matplotlib only when asked; whole or not at all)."""
+:func:`pdmux_cli.util.plotting.png_figure` (matplotlib only when asked; whole or not at all)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..plotting import png_figure
+from ..util.plotting import png_figure
 from .metrics import PolicyMetrics, ttft_cdf
 
 

@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..disaggregation import layout_text
-from ..errors import InputError
+from ..multigpu.disaggregation import layout_text
+from ..util.errors import InputError
 from .cluster import DisaggPolicy, merge_replicas, replica_run, replicas_apart, simulate_disagg, simulate_dp
 from .engine import Progress, RunResult, Setup, build_work, step_budget
 from .fold import Fold

@@ -24,12 +24,12 @@ on the CPU while the GPU runs round ``k``, so a round lasts ``max(GPU time, CPU 
 
 1. requests that arrived join the queue;
 2. with no prefill batch in flight and the batch not "full", one is formed (whole prompts, as
-   prefill-first); the stream group is chosen now (:func:`pdmux_cli.policy.choose_group`);
+   prefill-first); the stream group is chosen now (:func:`pdmux_cli.sglang.split_levels.choose_group`);
 3. the running batch drops the requests that finished last round (which clears "full": so after a KV
    shortage new requests are admitted one round late), then gets a free KV slot per request, retracting
    if short;
 4. one decode step runs on the decode partition (``d`` SMs, with co-run interference while the prefill
-   stream is busy) and the next slice of :func:`pdmux_cli.policy.prefill_layers_per_round` layers is
+   stream is busy) and the next slice of :func:`pdmux_cli.sglang.split_levels.prefill_layers_per_round` layers is
    submitted to the prefill stream (``p`` SMs), at most :attr:`PdmuxPolicy.max_split_forward_layers` of
    them where the revision has that cap;
 5. SGLang waits for the decode stream only and processes its results on the CPU, with the overlap
@@ -52,10 +52,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .. import policy as pol
-from ..pdmux_config import PdmuxConfig
-from ..sglang_server import MIN_NEW_TOKEN_RATIO as MIN_RATIO
-from ..sglang_server import NEW_TOKEN_RATIO_DECAY as RATIO_DECAY
+from ..sglang import split_levels
+from ..sglang.pdmux_config import PdmuxConfig
+from ..sglang.server_defaults import MIN_NEW_TOKEN_RATIO as MIN_RATIO
+from ..sglang.server_defaults import NEW_TOKEN_RATIO_DECAY as RATIO_DECAY
 from .engine import STEP_CHECK_EVERY, Progress, Setup, Work
 
 #: Decode steps between two progress callbacks and checks of the step limit.
@@ -67,7 +67,7 @@ class PdmuxPolicy:
     """SGLang's PD multiplexing with a pdmux YAML's knobs (``config``). ``unreleased_fallback``: when
     0.5.23 would crash (no manual threshold matches), use group 1 as SGLang's unreleased branches do,
     instead of stopping. ``max_split_forward_layers``: the cap on layers per round the chosen revision
-    applies (:func:`pdmux_cli.sglang_rules.layer_cap`; 0, the default, for revisions without it)."""
+    applies (:func:`pdmux_cli.sglang.revision_rules.layer_cap`; 0, the default, for revisions without it)."""
 
     config: PdmuxConfig = field(default_factory=PdmuxConfig)
     name: str = ""
@@ -353,7 +353,7 @@ def pdmux_round_s(step_model, decode_sms: int, n: int, sum_context: float, sum_w
     only, then processes the results on the CPU with the overlap scheduler off (SGLang asserts it): one
     decode step on ``decode_sms`` plus the CPU's work of the step (``StepModel.decode_cpu_s``) and its time
     per request beyond the kernels (``StepModel.request_s``). The loop
-    below (:func:`pdmux_rounds`) and ``pdmux gen-config --slo-itl`` (:mod:`pdmux_cli.slo_levels`) both time
+    below (:func:`pdmux_rounds`) and ``pdmux gen-config --slo-itl`` (:mod:`pdmux_cli.planning.slo_levels`) both time
     rounds with this function, so the ITL a YAML is sized for is the one the simulator gives.
     """
     return (step_model.decode_s(decode_sms, n, sum_context, sum_window, corun_sms, cuda_graph)
@@ -372,7 +372,7 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     step_model = setup.step_model
     cfg = policy.config
     total = setup.total_sms
-    plan = pol.plan_groups(total, setup.compute_capability, cfg.sm_group_num, cfg.manual_divisions or None)
+    plan = split_levels.plan_groups(total, setup.compute_capability, cfg.sm_group_num, cfg.manual_divisions or None)
     groups = [tuple(g) for g in plan.groups]
     n_groups = len(groups)
     last = n_groups - 1
@@ -424,7 +424,7 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
             if rids:
                 counters["prefill_batches"] += 1
                 bs = batch.n
-                if thresholds and pol.older_sglang_crashes(thresholds, bs):
+                if thresholds and split_levels.older_sglang_crashes(thresholds, bs):
                     counters["older_sglang_crash_rounds"] += 1
                     if crash_first is None:
                         crash_first = (t, bs)
@@ -432,11 +432,11 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                         crashed_at = t
                         unfinished = work.pending() | set(rids)
                         break
-                group = pol.choose_group(n_groups, bs, True, divisor, thresholds)
+                group = split_levels.choose_group(n_groups, bs, True, divisor, thresholds)
                 pf_p, pf_d = groups[group]
                 pf, pf_seqs = rids, seqs
                 layer_s = step_model.prefill_s(pf_p, seqs, pf_d if bs else 0) / layers
-                per_round = pol.prefill_layers_per_round(sum(new for new, _ in seqs), layers, budget,
+                per_round = split_levels.prefill_layers_per_round(sum(new for new, _ in seqs), layers, budget,
                                                          policy.max_split_forward_layers)
                 submitted = 0
                 stream_free = t

@@ -33,8 +33,8 @@ from typing import Any
 import yaml
 
 from ..costmodel.accuracy import Point, Term
-from ..errors import InputError
-from ..profile_files import measurements_dir
+from ..util.errors import InputError
+from ..catalog.profile_files import measurements_dir
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -230,10 +230,10 @@ def replay(run: ServingRun, serving: dict | None = None) -> dict[str, float]:
     (:func:`pdmux_cli.costmodel.efficiency.release_line_terms`). Raises :class:`InputError` where pdmux
     cannot simulate the setup (it names the run)."""
     from ..costmodel.efficiency import release_line_terms
-    from ..hardware import find_gpu_or_file
-    from ..kv_cache import resolve_kv_cache
-    from ..model import load_model
-    from ..sglang_server import default_chunked_prefill_size
+    from ..catalog.hardware import find_gpu_or_file
+    from ..sglang.kv_cache import resolve_kv_cache
+    from ..catalog.model import load_model
+    from ..sglang.server_defaults import default_chunked_prefill_size
     from .engine import make_setup
     from .metrics import summarize
     from .runner import simulate
@@ -315,7 +315,7 @@ BENCH_SERVING_SEEDS = (1, 42)
 
 def runs_from_bench_serving(results: Sequence[Any], gpu: str, model: str, tp: int | None = None) -> tuple[
         list[ServingRun], list[str]]:
-    """The user's bench_serving runs (:class:`pdmux_cli.sglang_measurements.BenchServingResult`) as
+    """The user's bench_serving runs (:class:`pdmux_cli.sglang.measurement_readers.BenchServingResult`) as
     :class:`ServingRun` to replay on ``gpu`` with ``model`` (names or files) and ``tp`` (default: the
     ``tp_size`` its ``server_info`` gives, else 1), and a note per run on how its lengths were had:
     ``--output-details`` lengths as sent; a random dataset redrawn as bench_serving draws it where a

@@ -22,7 +22,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 
-from ..errors import InputError
+from ..util.errors import InputError
 from .serving_accuracy import METRICS, ServingRun, replay
 
 #: The terms searched (``make_setup`` options, ms) and their grids.

@@ -21,7 +21,7 @@ the format and what to do (:func:`unreadable_format`).
 
 The format is detected from the header or first line (or given). Bad rows are collected with their
 line number (a count and the first few are reported), never raised; a file with no valid row raises
-:class:`~pdmux_cli.errors.InputError`. Arrivals are sorted (stably) if the file is not in time order.
+:class:`~pdmux_cli.util.errors.InputError`. Arrivals are sorted (stably) if the file is not in time order.
 
 Files are read streaming, a line at a time, and may be gzip-compressed (as Azure's and BurstGPT's are
 published; recognised by their first two bytes, whatever the name). The requests are kept as compact
@@ -46,9 +46,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..errors import InputError, short_repr
-from ..input_files import check_input_file, unreadable
-from ..numbers import finite_float, plain_int
+from ..util.errors import InputError, short_repr
+from ..util.input_files import check_input_file, unreadable
+from ..util.numbers import finite_float, plain_int
 from .columns import FLOAT, INT, Column, Ragged
 from .columns import column as make_column
 

@@ -1,7 +1,7 @@
 """``--tune``: search pdmux YAML knobs for the best SLO attainment on a trace (ties: goodput).
 
-The search space (every candidate is a :class:`~pdmux_cli.pdmux_config.PdmuxConfig` that passes
-:func:`pdmux_cli.pdmux_config.validate` for the device; the others are skipped and counted):
+The search space (every candidate is a :class:`~pdmux_cli.sglang.pdmux_config.PdmuxConfig` that passes
+:func:`pdmux_cli.sglang.pdmux_config.validate` for the device; the others are skipped and counted):
 
 - SGLang's automatic levels for each ``sm_group_num`` that gives a distinct set of levels (3 up to
   the number of candidate splits + 2), times each ``decode_bs_divisor`` (the linear level rule; one
@@ -10,7 +10,7 @@ The search space (every candidate is a :class:`~pdmux_cli.pdmux_config.PdmuxConf
 - one fixed split per candidate level (manual_divisions with a single ``[prefill, decode, 0]``),
   i.e. the level used whatever the decode batch;
 - each of those times each ``split_forward_token_budget``;
-- after them, SLO levels (:mod:`pdmux_cli.slo_levels`, ``pdmux gen-config --slo-itl``) for the ITL SLO
+- after them, SLO levels (:mod:`pdmux_cli.planning.slo_levels`, ``pdmux gen-config --slo-itl``) for the ITL SLO
   times each of :data:`DEFAULT_SLO_MARGINS` (levels sized for ``0.9 x`` the SLO leave room for what the
   cost model and the trace's context distribution miss), at the trace's contexts, times each budget;
 - where the SGLang revision caps layers per round (``max_split_forward_layers``, sgl-project/sglang
@@ -44,10 +44,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import pdmux_config as pc
-from .. import policy as pol
-from ..disaggregation import check_dp_value, check_load_balance_method, layout_text
-from ..errors import Finding, InputError
+from ..multigpu.disaggregation import check_dp_value, check_load_balance_method, layout_text
+from ..sglang import pdmux_config as pc
+from ..sglang import split_levels
+from ..util.errors import Finding, InputError
 from .engine import Setup
 from .executors import Executor
 from .metrics import ttft_quarters
@@ -184,7 +184,7 @@ def _auto_description(groups: Sequence, sm_group_num: int, divisor: int | None, 
 
 def levels_text(config: pc.PdmuxConfig, total_sms: int, cc: tuple[int, int]) -> str:
     """``"112/20 104/28 ..."``: the split levels (prefill/decode SMs) a config gives on a device."""
-    plan = pol.plan_groups(total_sms, cc, config.sm_group_num, config.manual_divisions or None)
+    plan = split_levels.plan_groups(total_sms, cc, config.sm_group_num, config.manual_divisions or None)
     return " ".join(f"{p}/{d}" for p, d in plan.groups[1:-1])
 
 
@@ -201,16 +201,16 @@ def candidates(
 
     ``sm_group_nums``: ``None`` for every value with distinct levels. ``manual_only``: write SGLang's
     automatic levels as manual_divisions (a revision whose divide_sm was not read). Returns ``(candidates, skipped)``,
-    skipped = generated configs that fail :func:`pdmux_cli.pdmux_config.validate`. Raises
+    skipped = generated configs that fail :func:`pdmux_cli.sglang.pdmux_config.validate`. Raises
     :class:`InputError` when no valid candidate remains or an argument is out of range.
     """
     for name, values in (("divisors", divisors), ("token budgets", budgets)):
         if not values or any(v < 1 for v in values):
             raise InputError(f"tune: {name} must be integers >= 1, got {list(values)}")
     major = cc[0]
-    automatic = major in pol.SGLANG_SM_CONSTRAINTS
-    min_part, multiple = pol.SGLANG_SM_CONSTRAINTS[major] if automatic else pol.cuda_sm_granularity(major)
-    cands = pol.candidate_prefill_sms(total_sms, min_part, multiple)
+    automatic = major in split_levels.SGLANG_SM_CONSTRAINTS
+    min_part, multiple = split_levels.SGLANG_SM_CONSTRAINTS[major] if automatic else split_levels.cuda_sm_granularity(major)
+    cands = split_levels.candidate_prefill_sms(total_sms, min_part, multiple)
     if not cands:
         raise InputError(f"no valid SM split for {total_sms} SMs at compute capability {cc[0]}.{cc[1]}: nothing to tune")
     if sm_group_nums is None:
@@ -233,17 +233,17 @@ def candidates(
         out.append(Candidate(config, description))
 
     for budget in budgets:
-        plans: list[tuple[int, pol.GroupPlan]] = []
+        plans: list[tuple[int, split_levels.GroupPlan]] = []
         for g in sorted(set(sm_group_nums)):
-            plans.append((g, pol.plan_groups(total_sms, cc, g)))
-        if pol.DEFAULT_SM_GROUP_NUM not in set(sm_group_nums):
-            plans.append((pol.DEFAULT_SM_GROUP_NUM, pol.plan_groups(total_sms, cc, pol.DEFAULT_SM_GROUP_NUM)))
+            plans.append((g, split_levels.plan_groups(total_sms, cc, g)))
+        if split_levels.DEFAULT_SM_GROUP_NUM not in set(sm_group_nums):
+            plans.append((split_levels.DEFAULT_SM_GROUP_NUM, split_levels.plan_groups(total_sms, cc, split_levels.DEFAULT_SM_GROUP_NUM)))
         for g, plan in plans:
             groups = tuple(tuple(s) for s in plan.groups)
             levels = len(groups) - 2
-            divs = list(divisors) if levels > 1 else [pol.DEFAULT_DECODE_BS_DIVISOR]
-            if g == pol.DEFAULT_SM_GROUP_NUM and pol.DEFAULT_DECODE_BS_DIVISOR not in divs:
-                divs.append(pol.DEFAULT_DECODE_BS_DIVISOR)
+            divs = list(divisors) if levels > 1 else [split_levels.DEFAULT_DECODE_BS_DIVISOR]
+            if g == split_levels.DEFAULT_SM_GROUP_NUM and split_levels.DEFAULT_DECODE_BS_DIVISOR not in divs:
+                divs.append(split_levels.DEFAULT_DECODE_BS_DIVISOR)
             for divisor in divs:
                 manual = manual_only or plan.source != "sglang-auto"
                 if manual and divisor < levels:
@@ -266,13 +266,13 @@ def candidates(
 
 def slo_candidates(trace: Trace, setup: Setup, slo_itl_ms: float, margins: Sequence[float] = DEFAULT_SLO_MARGINS,
                    budgets: Sequence[int] = DEFAULT_BUDGETS) -> tuple[list[Candidate], list[Finding]]:
-    """SLO levels (:func:`pdmux_cli.slo_levels.levels_for_setup`) for ``margin x slo_itl_ms`` at the
-    trace's decode-step contexts (:func:`pdmux_cli.slo_levels.trace_context`), one candidate per margin
+    """SLO levels (:func:`pdmux_cli.planning.slo_levels.levels_for_setup`) for ``margin x slo_itl_ms`` at the
+    trace's decode-step contexts (:func:`pdmux_cli.planning.slo_levels.trace_context`), one candidate per margin
     and budget, at most ``sm_group_num`` 8 (SGLang's default: 6 levels); margins giving the same levels
     are tried once. Returns ``(candidates, notes)``: a finding (``tune.no_slo_levels``) instead of candidates
     where no level can be built (no request of the trace decodes). Raises :class:`InputError` for a margin outside
     ``(0, MAX_SLO_MARGIN]``."""
-    from .. import slo_levels as sl
+    from ..planning import slo_levels as sl
 
     for margin in margins:
         if not (isinstance(margin, (int, float)) and math.isfinite(margin) and 0 < margin <= MAX_SLO_MARGIN):
@@ -419,16 +419,16 @@ def _kill_pool(pool: ProcessPoolExecutor) -> None:
 @contextmanager
 def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     """A process pool of ``workers`` that never outlives an interrupted or failed caller: on Ctrl-C,
-    SIGTERM, SIGHUP (:mod:`pdmux_cli.signals`) or an error the queued simulations are cancelled and the
+    SIGTERM, SIGHUP (:mod:`pdmux_cli.util.signals`) or an error the queued simulations are cancelled and the
     workers killed at once (waiting for them could take minutes, and a worker hit by SIGINT can leave
     the pool hanging). The workers ignore those signals (the parent handles them for the whole process
-    group: :func:`pdmux_cli.signals.worker_init`) and on Linux die with their parent even when it is
+    group: :func:`pdmux_cli.util.signals.worker_init`) and on Linux die with their parent even when it is
     killed outright. A worker that dies (the OOM killer's SIGKILL) ends the run with
-    :class:`~pdmux_cli.errors.PdmuxError` (exit 1)."""
+    :class:`~pdmux_cli.util.errors.PdmuxError` (exit 1)."""
     from concurrent.futures.process import BrokenProcessPool
 
-    from ..errors import PdmuxError
-    from ..signals import worker_init
+    from ..util.errors import PdmuxError
+    from ..util.signals import worker_init
 
     pool = ProcessPoolExecutor(max_workers=workers, initializer=worker_init, initargs=(os.getpid(),))
     try:
@@ -507,7 +507,7 @@ def tune(
     capped_note = (Finding("tune.workers_capped", {"workers": workers, "cores": cores}, "workers")
                    if local and workers and workers > cores else None)
     if schedules is None:
-        from ..sglang_server import default_chunked_prefill_size
+        from ..sglang.server_defaults import default_chunked_prefill_size
 
         schedules = (ChunkedPolicy(default_chunked_prefill_size(setup.memory_bytes)), MixedChunkPolicy(512))
     capped = bool(layer_caps)
@@ -542,9 +542,9 @@ def tune(
         default = pc.PdmuxConfig()
         baseline = next((r.index for r in rows if r.candidate.config == default), None)
         if baseline is None:  # Blackwell: the defaults written as manual_divisions
-            baseline = next((r.index for r in rows if r.candidate.config.sm_group_num == pol.DEFAULT_SM_GROUP_NUM
-                             and r.candidate.config.decode_bs_divisor == pol.DEFAULT_DECODE_BS_DIVISOR
-                             and r.candidate.config.split_forward_token_budget == pol.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
+            baseline = next((r.index for r in rows if r.candidate.config.sm_group_num == split_levels.DEFAULT_SM_GROUP_NUM
+                             and r.candidate.config.decode_bs_divisor == split_levels.DEFAULT_DECODE_BS_DIVISOR
+                             and r.candidate.config.split_forward_token_budget == split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
                              and r.candidate.description.startswith("manual")), None)
         best = min(rows, key=lambda r: _rank_key(r, baseline)).index
         notes = ([capped_note] if capped_note else []) + slo_notes

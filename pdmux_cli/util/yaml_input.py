@@ -10,7 +10,7 @@ PyYAML's safe loader is the parser; this module adds what a tool reading hand-ed
   ``[`` overflows the C stack (a segfault); Python's own recursion limit turns that into an error.
   It reads about 50 kB/s, so the loaders cap user files at 64-256 KiB (real ones are a few kB);
   the built-in GPU profiles, which we write, use libyaml;
-- messages quote values with :func:`pdmux_cli.errors.short_repr`: a file of a few hundred bytes
+- messages quote values with :func:`pdmux_cli.util.errors.short_repr`: a file of a few hundred bytes
   can expand through anchors and aliases into ``9**9`` list items ("billion laughs"), cheap to
   build as shared references but endless to print.
 """

@@ -16,19 +16,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from .errors import Finding, InputError, short_repr
-from .numbers import plain_int
+from ..util.errors import Finding, InputError, short_repr
+from ..util.numbers import plain_int
 
 #: SGLang's per-architecture constraint (minimum SMs per part, SM granularity), keyed by compute
 #: capability major. Source: ``pdmux_context.py`` (chapter's ARCH table). Anything else makes
 #: SGLang raise ``ValueError("Unsupported compute capability: X.Y")`` on the automatic path.
 SGLANG_SM_CONSTRAINTS: dict[int, tuple[int, int]] = {6: (1, 1), 7: (2, 2), 8: (4, 2), 9: (8, 8)}
 
-#: The two SGLang codes :mod:`pdmux_cli.pdmux_config`'s problem messages name. The release's rules are read
+#: The two SGLang codes :mod:`pdmux_cli.sglang.pdmux_config`'s problem messages name. The release's rules are read
 #: from SGLang 0.5.23's source (``srt/multiplex/pdmux_context.py`` ``load_pdmux_config``,
 #: ``initialize_stream_groups``, ``divide_sm``; ``multiplexing_mixin.py`` ``adjust_stream_groups``); the
 #: stricter loader and start-up checks (sglang-pdmux.md's "newer") are those of Li-brua/sglang 2126b0b7's
-#: ``pdmux_context.py``. Every revision's own verdict: :mod:`pdmux_cli.sglang_rules`.
+#: ``pdmux_context.py``. Every revision's own verdict: :mod:`pdmux_cli.sglang.revision_rules`.
 SGLANG_RELEASE = "SGLang 0.5.23 (latest release)"
 SGLANG_UNRELEASED = "the strict-loader pdmux branches (overlay@2126b0b: Li-brua/sglang 2126b0b7)"
 
@@ -64,7 +64,7 @@ class GroupPlan(NamedTuple):
     ``thresholds``: the manual_divisions decode-batch thresholds (one per level, as written: SGLang
     compares batch sizes with a float threshold as it is) or ``None`` when the linear rule chooses. ``source``: ``"sglang-auto"``, ``"manual"`` or ``"cuda-granularity"``
     (Blackwell, where SGLang's automatic path fails at start-up and manual_divisions is needed).
-    ``note``: what the user should know (a :class:`~pdmux_cli.errors.Finding`, worded by
+    ``note``: what the user should know (a :class:`~pdmux_cli.util.errors.Finding`, worded by
     :mod:`pdmux_cli.messages`), or ``None``.
     """
 
@@ -317,7 +317,7 @@ def prefill_layers_per_round(
     ``extend_tokens`` is 0. Chapter: 512 -> 36 (of 36), 8192 -> 8, 32768 -> 2, 131072 -> 1.
     ``max_layers`` > 0 caps it further (``max_split_forward_layers``, read by
     sgl-project/sglang a64f33f0 ``multiplexing_mixin.py`` ``_get_split_forward_count``; 0 = no cap, what
-    every other revision does: :func:`pdmux_cli.sglang_rules.layer_cap` gives the cap in effect).
+    every other revision does: :func:`pdmux_cli.sglang.revision_rules.layer_cap` gives the cap in effect).
     """
     _check_positive_int("number of layers", num_layers)
     _check_positive_int("split_forward_token_budget", token_budget)

@@ -35,7 +35,7 @@ class Finding:
     __hash__ = None  # type: ignore[assignment]  # values is a dict
 
     def __str__(self) -> str:
-        from .messages import render  # lazy: the core never needs the English, only str() does
+        from ..messages import render  # lazy: the core never needs the English, only str() does
 
         return render(self)
 
@@ -92,7 +92,7 @@ class InputError(PdmuxError, ValueError):
     def __str__(self) -> str:
         if self.values is None:
             return self.prefix + self.template
-        from .messages import error_text  # lazy: flag names live in the rendering module
+        from ..messages import error_text  # lazy: flag names live in the rendering module
 
         return error_text(self)
 

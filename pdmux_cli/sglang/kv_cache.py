@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InputError, short_repr
+from ..util.errors import InputError, short_repr
 
 #: SGLang 0.5.23's ``--kv-cache-dtype`` choices, in its order (``srt/arg_groups/fields/model.py``).
 KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16")
@@ -72,7 +72,7 @@ def check_kv_options(kv_cache_dtype: str | None, kv_bytes: float | None) -> None
 
 
 def resolve_kv_cache(model: Any, kv_cache_dtype: str | None = None, kv_bytes: float | None = None) -> KvCache:
-    """The KV cache SGLang stores for ``model`` (:class:`pdmux_cli.model.Model`) under
+    """The KV cache SGLang stores for ``model`` (:class:`pdmux_cli.catalog.model.Model`) under
     ``--kv-cache-dtype kv_cache_dtype`` (``None`` = SGLang's default ``auto``), or ``kv_bytes`` bytes per
     element (``--kv-bytes``) when given (module docstring for the rules).
 

@@ -26,7 +26,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from .errors import InputError, short_repr
+from ..util.errors import InputError, short_repr
 
 #: GPUs of one node: an HGX/DGX baseboard holds 8 GPUs on one NVLink fabric (NVIDIA DGX H100/H200 and
 #: HGX B200 user guides). A deployment of more GPUs than this spans nodes.
@@ -131,7 +131,7 @@ class KvLink:
 
 def kv_link(gpu, gpus: int, kind: str = "auto", gb_per_s: float | None = None,
             latency_us: float | None = None) -> KvLink:
-    """The KV link of a deployment of ``gpus`` GPUs of profile ``gpu`` (:class:`pdmux_cli.hardware.Gpu`).
+    """The KV link of a deployment of ``gpus`` GPUs of profile ``gpu`` (:class:`pdmux_cli.catalog.hardware.Gpu`).
 
     ``kind``: ``auto`` (the profile's interconnect within a node of :data:`GPUS_PER_NODE`, RDMA
     across nodes), ``nvlink`` or ``pcie`` (the profile's figures; refused when the profile's link is

@@ -22,15 +22,15 @@ Pure; the rules (in our words) of SGLang 0.5.23's layers:
   and an all-gather of the logits (``srt/layers/logits_processor.py`` ``LogitsProcessor``,
   ``do_tensor_parallel_all_gather``).
 
-Norms, biases and RoPE tables are replicated and not counted (as everywhere in :mod:`pdmux_cli.model`).
+Norms, biases and RoPE tables are replicated and not counted (as everywhere in :mod:`pdmux_cli.catalog.model`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import InputError
-from .model import Model, dense_ffn_layers, moe_layers
+from ..util.errors import InputError
+from ..catalog.model import Model, dense_ffn_layers, moe_layers
 
 #: Most GPUs of a tensor-parallel group: one server (:data:`pdmux_cli.costmodel.collectives.MAX_TP`).
 MAX_TP = 8

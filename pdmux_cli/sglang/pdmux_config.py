@@ -27,7 +27,7 @@ The 0.5.23 verdicts come from its source: ``srt/multiplex/pdmux_context.py`` (``
 ``initialize_stream_groups``, ``divide_sm``), ``multiplexing_mixin.py`` (``adjust_stream_groups``),
 ``srt/model_executor/model_runner_components/attention_backend_setup.py`` (one decode attention backend
 per ``--sm-group-num``) and ``model_runner.py`` ``update_decode_attn_backend``; the unreleased ones from
-sglang-pdmux.md. :data:`pdmux_cli.policy.SGLANG_RELEASE` and ``SGLANG_UNRELEASED`` name them in messages.
+sglang-pdmux.md. :data:`pdmux_cli.sglang.split_levels.SGLANG_RELEASE` and ``SGLANG_UNRELEASED`` name them in messages.
 
 Units: SM counts are SMs of one GPU; ``split_forward_token_budget`` is in tokens;
 ``decode_bs_threshold`` and ``decode_bs_divisor`` are decode batch sizes (requests).
@@ -42,11 +42,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import policy
-from .errors import InputError, printable, short_repr
-from .input_files import read_input_text
-from .policy import SGLANG_RELEASE, SGLANG_UNRELEASED
-from .yaml_input import load_yaml
+from . import split_levels
+from ..util.errors import InputError, printable, short_repr
+from ..util.input_files import read_input_text
+from .split_levels import SGLANG_RELEASE, SGLANG_UNRELEASED
+from ..util.yaml_input import load_yaml
 
 #: The values :attr:`Problem.rule` takes, with what each means.
 RULES: dict[str, str] = {
@@ -112,10 +112,10 @@ class PdmuxConfig:
     Values are not checked here (see :func:`validate`); lists are normalised to tuples.
     """
 
-    sm_group_num: int = policy.DEFAULT_SM_GROUP_NUM
+    sm_group_num: int = split_levels.DEFAULT_SM_GROUP_NUM
     manual_divisions: tuple[tuple[int, int, int], ...] = ()
-    split_forward_token_budget: int = policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
-    decode_bs_divisor: int = policy.DEFAULT_DECODE_BS_DIVISOR
+    split_forward_token_budget: int = split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
+    decode_bs_divisor: int = split_levels.DEFAULT_DECODE_BS_DIVISOR
     max_split_forward_layers: int | None = None
     overlap_decode_full_sm: bool | None = None
 
@@ -314,7 +314,7 @@ def parse_config(text: str, source: str = "<string>") -> tuple[PdmuxConfig, list
             Problem(
                 "sm_group_num",
                 "missing: SGLang's loader requires it ('Missing required field: sm_group_num', in "
-                f"{SGLANG_RELEASE} and {SGLANG_UNRELEASED}); add 'sm_group_num: {policy.DEFAULT_SM_GROUP_NUM}'",
+                f"{SGLANG_RELEASE} and {SGLANG_UNRELEASED}); add 'sm_group_num: {split_levels.DEFAULT_SM_GROUP_NUM}'",
                 "both",
             )
         )
@@ -345,7 +345,7 @@ def parse_config(text: str, source: str = "<string>") -> tuple[PdmuxConfig, list
             )
 
     if "manual_divisions" in data:
-        sm_group_num = fields.get("sm_group_num", policy.DEFAULT_SM_GROUP_NUM)
+        sm_group_num = fields.get("sm_group_num", split_levels.DEFAULT_SM_GROUP_NUM)
         divisions, division_problems = _read_divisions(data["manual_divisions"], sm_group_num)
         problems.extend(division_problems)
         fields["manual_divisions"] = divisions
@@ -422,14 +422,14 @@ def _granularity_problem(
     prefill, decode, _ = entry
     if prefill <= 0 or decode <= 0 or (total_sms is not None and prefill + decode > total_sms):
         return None  # reported by the "both" checks already
-    minimum, multiple = policy.cuda_sm_granularity(cc[0])
+    minimum, multiple = split_levels.cuda_sm_granularity(cc[0])
     if total_sms is None:
         real_prefill = _round_up(max(prefill, minimum), multiple)
         if real_prefill == prefill:
             return None
         real = f"prefill on {real_prefill} SMs and decode (the remainder) on {real_prefill - prefill} fewer"
     else:
-        real_prefill, real_decode = policy.driver_split(prefill, decode, total_sms, cc[0])
+        real_prefill, real_decode = split_levels.driver_split(prefill, decode, total_sms, cc[0])
         if real_prefill == prefill and real_decode == decode:
             return None
         if real_decode <= 0:
@@ -454,7 +454,7 @@ def _granularity_problem(
 
 def driver_divisions(config: PdmuxConfig, total_sms: int, cc: tuple[int, int]) -> tuple[PdmuxConfig, list[str]]:
     """``config`` with each manual_divisions entry as the CUDA driver really splits it, and a note per
-    entry it changes (:func:`pdmux_cli.policy.driver_split`): on H100 ``[100, 32, 0]`` runs as
+    entry it changes (:func:`pdmux_cli.sglang.split_levels.driver_split`): on H100 ``[100, 32, 0]`` runs as
     ``[104, 28, 0]``, so ``splits``, ``estimate`` and ``simulate`` plan and time 104/28, as the GPU would.
 
     SMs of one GPU. Entries the driver keeps, or that other checks refuse (a count <= 0, a sum past
@@ -463,12 +463,12 @@ def driver_divisions(config: PdmuxConfig, total_sms: int, cc: tuple[int, int]) -
     """
     if not config.manual_divisions:
         return config, []
-    minimum, multiple = policy.cuda_sm_granularity(cc[0])
+    minimum, multiple = split_levels.cuda_sm_granularity(cc[0])
     entries, notes = [], []
     for index, (prefill, decode, threshold) in enumerate(config.manual_divisions):
-        real = policy.Split(prefill, decode)
+        real = split_levels.Split(prefill, decode)
         if prefill > 0 and decode > 0 and prefill + decode <= total_sms:
-            real = policy.driver_split(prefill, decode, total_sms, cc[0])
+            real = split_levels.driver_split(prefill, decode, total_sms, cc[0])
         if real.decode_sms <= 0:
             raise InputError(
                 f"manual_divisions[{index}] [{prefill}, {decode}]: the CUDA driver rounds prefill up to "
@@ -507,7 +507,7 @@ def validate(
     if total_sms is not None and (isinstance(total_sms, bool) or total_sms < 1):
         raise InputError(f"SM count must be >= 1, got {total_sms}")
     if cc is not None:
-        policy.cuda_sm_granularity(cc[0])  # raises for majors without green contexts
+        split_levels.cuda_sm_granularity(cc[0])  # raises for majors without green contexts
 
     problems: list[Problem] = []
     n = config.sm_group_num
@@ -524,14 +524,14 @@ def validate(
         )
     if total_sms is not None:
         for where, value in (("sm_group_num", n), ("--sm-group-num", cli_sm_group_num)):
-            if value is not None and value > policy.sm_group_num_limit(total_sms):
+            if value is not None and value > split_levels.sm_group_num_limit(total_sms):
                 problems.append(
                     Problem(
                         where,
                         f"is {short_repr(value)}, more stream groups than the GPU has SMs ({total_sms}): SGLang builds "
                         "a decode attention backend and its CUDA graphs for every group (attention_backend_setup.py), "
                         f"and no split level can use more than one per SM; give at most "
-                        f"{policy.sm_group_num_limit(total_sms)} (default {policy.DEFAULT_SM_GROUP_NUM})",
+                        f"{split_levels.sm_group_num_limit(total_sms)} (default {split_levels.DEFAULT_SM_GROUP_NUM})",
                         "pdmux",
                     )
                 )
@@ -556,7 +556,7 @@ def validate(
             Problem(
                 "split_forward_token_budget",
                 f"is {config.split_forward_token_budget}, must be > 0 (tokens per prefill round; default "
-                f"{policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET}); {SGLANG_UNRELEASED} refuses it ({SGLANG_RELEASE} "
+                f"{split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET}); {SGLANG_UNRELEASED} refuses it ({SGLANG_RELEASE} "
                 "submits one layer per round)",
                 "new",
             )
@@ -566,7 +566,7 @@ def validate(
         problems.append(
             Problem(
                 "decode_bs_divisor",
-                f"is {config.decode_bs_divisor}, must be > 0 (default {policy.DEFAULT_DECODE_BS_DIVISOR}); "
+                f"is {config.decode_bs_divisor}, must be > 0 (default {split_levels.DEFAULT_DECODE_BS_DIVISOR}); "
                 f"{SGLANG_UNRELEASED} refuses it"
                 + (f"; {SGLANG_RELEASE} divides by it and dies with ZeroDivisionError" if crashes_old else ""),
                 "both" if crashes_old else "new",
@@ -691,7 +691,7 @@ def stream_group_count(config: PdmuxConfig, total_sms: int | None = None, cc: tu
         return len(config.manual_divisions) + 2
     if total_sms is not None and cc is not None and config.sm_group_num >= 3:
         try:
-            return len(policy.stream_groups(total_sms, cc[0], config.sm_group_num, cc[1]))
+            return len(split_levels.stream_groups(total_sms, cc[0], config.sm_group_num, cc[1]))
         except InputError:
             pass
     return config.sm_group_num
@@ -704,7 +704,7 @@ def _automatic_split_problems(
     if cc is None or config.sm_group_num < 3:
         return []
     major, minor = cc
-    if major not in policy.SGLANG_SM_CONSTRAINTS:
+    if major not in split_levels.SGLANG_SM_CONSTRAINTS:
         return [
             Problem(
                 "manual_divisions",
@@ -717,7 +717,7 @@ def _automatic_split_problems(
     if total_sms is None:
         return []
     try:
-        policy.stream_groups(total_sms, major, config.sm_group_num, minor)
+        split_levels.stream_groups(total_sms, major, config.sm_group_num, minor)
     except InputError as exc:
         return [Problem("manual_divisions", f"is empty, and SGLang's automatic split fails: {exc}", "both")]
     return []
@@ -757,7 +757,7 @@ def _int_text(value: int) -> str:
     return str(value)
 
 
-def default_thresholds(levels: int, decode_bs_divisor: int = policy.DEFAULT_DECODE_BS_DIVISOR) -> list[int]:
+def default_thresholds(levels: int, decode_bs_divisor: int = split_levels.DEFAULT_DECODE_BS_DIVISOR) -> list[int]:
     """Decode-batch thresholds that make manual_divisions reproduce SGLang's linear rule.
 
     Level ``i`` (1-based, of ``levels``) is first chosen by the linear rule
@@ -777,10 +777,10 @@ def default_thresholds(levels: int, decode_bs_divisor: int = policy.DEFAULT_DECO
 
 
 def config_from_plan(
-    plan: policy.GroupPlan,
-    sm_group_num: int = policy.DEFAULT_SM_GROUP_NUM,
-    split_forward_token_budget: int = policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET,
-    decode_bs_divisor: int = policy.DEFAULT_DECODE_BS_DIVISOR,
+    plan: split_levels.GroupPlan,
+    sm_group_num: int = split_levels.DEFAULT_SM_GROUP_NUM,
+    split_forward_token_budget: int = split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET,
+    decode_bs_divisor: int = split_levels.DEFAULT_DECODE_BS_DIVISOR,
     manual: bool = False,
 ) -> PdmuxConfig:
     """The config that deploys ``plan`` (from :func:`policy.plan_groups`).
@@ -889,7 +889,7 @@ def launch_command(config_path: str, sm_group_num: int, model: str = "MODEL", tp
     sglang.launch_server --model-path MODEL``, each argument shell-quoted (``shlex.quote``), so a
     config path with spaces or quotes pastes as one argument. ``env``: ``NAME=value`` assignments put
     before the command (what the SGLang revision needs for pdmux with TP > 1,
-    :attr:`pdmux_cli.sglang_support.Revision.tp_launch`)."""
+    :attr:`pdmux_cli.sglang.revisions.Revision.tp_launch`)."""
     import shlex
 
     line = shlex.join(["python", "-m", "sglang.launch_server", "--model-path", model,

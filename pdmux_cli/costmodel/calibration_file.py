@@ -46,11 +46,11 @@ from typing import Any
 
 import yaml
 
-from .errors import InputError, short_repr
-from .hardware import MAX_SMS
-from .input_files import read_input_text
-from .numbers import finite_float
-from .yaml_input import load_yaml
+from ..util.errors import InputError, short_repr
+from ..catalog.hardware import MAX_SMS
+from ..util.input_files import read_input_text
+from ..util.numbers import finite_float
+from ..util.yaml_input import load_yaml
 
 #: The ``format`` value written in every calibration file; files with another value are refused.
 FORMAT = "pdmux-calibration/2"
@@ -187,7 +187,7 @@ class Calibration:
         whose reported name is ``gpu_name`` (``""`` when none is: a device without a profile)."""
         if self.gpu_key:
             return self.gpu_key
-        from .hardware import find_gpu
+        from ..catalog.hardware import find_gpu
 
         try:
             return find_gpu(self.gpu_name).key
@@ -418,7 +418,7 @@ def _date(value: object, where: str) -> str:
 
 
 def _cc(value: object, where: str) -> tuple[int, int]:
-    from .policy import parse_compute_capability
+    from ..sglang.split_levels import parse_compute_capability
 
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise _bad(where, "compute_capability", "must be MAJOR.MINOR text like \"9.0\"", value)

@@ -27,7 +27,7 @@ prefill running and ``decode_bs`` requests decoding, every entry ``i`` whose thr
 decode_bs`` sets the stream group to ``i + 1``: the last match wins, ``>=`` (not strict). When no entry
 matches, the variable is never assigned and 0.5.23 dies with UnboundLocalError; a running batch has at
 least one request, so the first level's threshold is written as 0. The thresholds strictly increase
-(the unreleased loader refuses anything else, :func:`pdmux_cli.pdmux_config.validate`), so level ``i``
+(the unreleased loader refuses anything else, :func:`pdmux_cli.sglang.pdmux_config.validate`), so level ``i``
 covers batch sizes from its threshold up to the next level's threshold - 1.
 
 **Candidate splits** (:func:`candidate_splits`): the ones SGLang's own level rule chooses from
@@ -44,9 +44,9 @@ from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Any
 
-from . import pdmux_config as pc
-from . import policy as pol
-from .errors import InputError
+from ..sglang import pdmux_config as pc
+from ..sglang import split_levels
+from ..util.errors import InputError
 
 #: The share of decode batches whose KV the levels are sized for, with a trace's context distribution
 #: (:func:`trace_context`): its 99th percentile, as ITL p99 is the figure SLOs name.
@@ -163,17 +163,17 @@ def trace_context(prompt_tokens: Sequence[int], output_tokens: Sequence[int], wi
                         f"a batch's KV at its p{quantile * 100:g}, its requests taken as independent")
 
 
-def candidate_splits(total_sms: int, cc: tuple[int, int]) -> list[pol.Split]:
+def candidate_splits(total_sms: int, cc: tuple[int, int]) -> list[split_levels.Split]:
     """The splits levels are chosen from, fewest decode SMs first: every prefill count SGLang's level
-    rule considers (:func:`pdmux_cli.policy.candidate_prefill_sms`: at least half the SMs to prefill, at
-    least 16 to decode) in steps of the CUDA driver's granularity (:func:`pdmux_cli.policy.cuda_sm_granularity`),
+    rule considers (:func:`pdmux_cli.sglang.split_levels.candidate_prefill_sms`: at least half the SMs to prefill, at
+    least 16 to decode) in steps of the CUDA driver's granularity (:func:`pdmux_cli.sglang.split_levels.cuda_sm_granularity`),
     decode the rest: each runs exactly as written. Raises :class:`InputError` when there is none."""
-    minimum, multiple = pol.cuda_sm_granularity(cc[0])
-    prefills = pol.candidate_prefill_sms(total_sms, minimum, multiple)
+    minimum, multiple = split_levels.cuda_sm_granularity(cc[0])
+    prefills = split_levels.candidate_prefill_sms(total_sms, minimum, multiple)
     if not prefills:
         raise InputError(f"no SM split for {total_sms} SMs at compute capability {cc[0]}.{cc[1]}: decode needs at "
-                         f"least {pol.MIN_DECODE_SMS} SMs and prefill at least half, in steps of {multiple}")
-    return [pol.Split(p, total_sms - p) for p in reversed(prefills)]
+                         f"least {split_levels.MIN_DECODE_SMS} SMs and prefill at least half, in steps of {multiple}")
+    return [split_levels.Split(p, total_sms - p) for p in reversed(prefills)]
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,7 @@ class SloLevels:
     unmeetable_itl_ms: float | None
     itl_at_max_ms: float
     needed: int
-    candidates: tuple[pol.Split, ...]
+    candidates: tuple[split_levels.Split, ...]
     itl_ms: tuple[float, ...]
     context_source: str = ""
 
@@ -219,7 +219,7 @@ class SloLevels:
         """The decode_bs_threshold of each level (the first 0)."""
         return [0 if i == 0 else level.first_bs for i, level in enumerate(self.levels)]
 
-    def config(self, split_forward_token_budget: int = pol.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET) -> pc.PdmuxConfig:
+    def config(self, split_forward_token_budget: int = split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET) -> pc.PdmuxConfig:
         """The pdmux YAML's content: one manual_divisions entry per level, ``sm_group_num`` levels + 2
         (SGLang needs exactly ``sm_group_num - 2`` entries), the token budget given; ``decode_bs_divisor``
         is SGLang's default (the thresholds choose, it is never read)."""
@@ -229,15 +229,15 @@ class SloLevels:
 
     def level_for(self, n: int) -> int:
         """The level (index into :attr:`levels`) SGLang picks for ``n`` decoding requests: the last whose
-        threshold is <= ``n``, as ``adjust_stream_groups`` does (:func:`pdmux_cli.policy.choose_group`)."""
-        return pol.choose_group(len(self.levels) + 2, n, True, thresholds=self.thresholds) - 1
+        threshold is <= ``n``, as ``adjust_stream_groups`` does (:func:`pdmux_cli.sglang.split_levels.choose_group`)."""
+        return split_levels.choose_group(len(self.levels) + 2, n, True, thresholds=self.thresholds) - 1
 
 
-RoundMs = Callable[[pol.Split, int], float]
+RoundMs = Callable[[split_levels.Split, int], float]
 
 
-def compile_levels(round_ms: RoundMs, candidates: Sequence[pol.Split], target_ms: float, max_bs: int,
-                   max_levels: int = pol.DEFAULT_SM_GROUP_NUM - 2) -> SloLevels:
+def compile_levels(round_ms: RoundMs, candidates: Sequence[split_levels.Split], target_ms: float, max_bs: int,
+                   max_levels: int = split_levels.DEFAULT_SM_GROUP_NUM - 2) -> SloLevels:
     """The levels that meet ``target_ms`` with the fewest decode SMs per decode batch (module docstring).
 
     ``round_ms(split, n)``: the predicted ITL, ms, of ``n`` decoding requests on ``split`` with a prefill
@@ -306,7 +306,7 @@ def _runs(need: Sequence[int]) -> list[tuple[int, int, int]]:
     return runs
 
 
-def _merge(runs: list[tuple[int, int, int]], cands: Sequence[pol.Split], itl: Callable[[int, int], float],
+def _merge(runs: list[tuple[int, int, int]], cands: Sequence[split_levels.Split], itl: Callable[[int, int], float],
            target_ms: float, max_levels: int) -> list[int]:
     """The candidates to keep (at most ``max_levels``, the last run's always): each dropped run's batch
     sizes move up to the next kept run's candidate. Minimises the decode SMs given beyond the need,
@@ -352,9 +352,9 @@ def round_ms_function(step_model: Any, context: BatchContext, graph_max_bs: int)
     """``round_ms(split, n)``: the ITL, ms, of ``n`` requests at ``context``'s KV decoding on ``split``
     next to a running prefill, from :func:`pdmux_cli.simulate.schedulers.pdmux_round_s` (the simulator's
     own round time); batches above ``graph_max_bs`` run without a CUDA graph, as in the simulator."""
-    from .simulate.schedulers import pdmux_round_s
+    from ..simulate.schedulers import pdmux_round_s
 
-    def round_ms(split: pol.Split, n: int) -> float:
+    def round_ms(split: split_levels.Split, n: int) -> float:
         sum_context, sum_window = context.sums(n)
         return 1e3 * pdmux_round_s(step_model, split.decode_sms, n, sum_context, sum_window, split.prefill_sms,
                                    n <= graph_max_bs)
@@ -376,7 +376,7 @@ def largest_batch(setup: Any, context: BatchContext) -> int:
 
 
 def levels_for_setup(setup: Any, context: BatchContext, target_ms: float,
-                     max_levels: int = pol.DEFAULT_SM_GROUP_NUM - 2) -> SloLevels:
+                     max_levels: int = split_levels.DEFAULT_SM_GROUP_NUM - 2) -> SloLevels:
     """:func:`compile_levels` for a simulated server (:class:`pdmux_cli.simulate.engine.Setup`): its cost
     model and CUDA-graph limit (:func:`round_ms_function`), its GPU's candidate splits
     (:func:`candidate_splits`) and the largest batch its KV pool holds (:func:`largest_batch`). Raises

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
+#: The ``pdmux_cli`` package directory (this module lives in ``pdmux_cli/catalog/``).
+_HERE = Path(__file__).resolve().parent.parent
 
 
 def profiles_dir() -> Path:

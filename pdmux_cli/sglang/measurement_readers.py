@@ -43,9 +43,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InputError, short_repr
-from .input_files import check_input_file, read_input_text, unreadable
-from .numbers import finite_float, plain_int
+from ..util.errors import InputError, short_repr
+from ..util.input_files import check_input_file, read_input_text, unreadable
+from ..util.numbers import finite_float, plain_int
 
 #: Largest one-batch result file read, bytes (a real one is a few kB).
 MAX_ONE_BATCH_BYTES = 16 * 1024**2
@@ -174,7 +174,7 @@ def parse_one_batch(text: str, source: str) -> tuple[list[OneBatchPoint], list[s
 
 
 def read_one_batch(path: str | Path) -> tuple[list[OneBatchPoint], list[str]]:
-    """:func:`parse_one_batch` of a file (checked as every input file: :mod:`pdmux_cli.input_files`)."""
+    """:func:`parse_one_batch` of a file (checked as every input file: :mod:`pdmux_cli.util.input_files`)."""
     text = read_input_text(path, "one-batch result", MAX_ONE_BATCH_BYTES,
                            hint="give the JSONL that 'python -m sglang.benchmark.one_batch --result-filename' writes")
     return parse_one_batch(text, str(path))
@@ -307,7 +307,7 @@ def parse_bench_serving(text: str, source: str) -> tuple[list[BenchServingResult
 
 
 def read_bench_serving(path: str | Path) -> tuple[list[BenchServingResult], list[str]]:
-    """:func:`parse_bench_serving` of a file (checked as every input file: :mod:`pdmux_cli.input_files`)."""
+    """:func:`parse_bench_serving` of a file (checked as every input file: :mod:`pdmux_cli.util.input_files`)."""
     text = read_input_text(path, "bench_serving result", MAX_BENCH_SERVING_BYTES,
                            hint="give the JSONL that 'python -m sglang.bench_serving --output-file' writes")
     return parse_bench_serving(text, str(path))

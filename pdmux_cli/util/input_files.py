@@ -1,7 +1,7 @@
 """The checks every user-given input file goes through before a loader parses it.
 
 Model configs, pdmux YAMLs, calibration files, GPU profiles and traces are all refused the same way,
-with one :class:`~pdmux_cli.errors.InputError` line of the form ``"{what} {path}: {problem}"``
+with one :class:`~pdmux_cli.util.errors.InputError` line of the form ``"{what} {path}: {problem}"``
 (``what`` names the kind of file, e.g. ``"pdmux config"``), optionally followed by ``"; {hint}"``
 saying what to give instead. Special files (devices, pipes, sockets) are refused before they are
 opened, so a fifo never blocks and ``/dev/zero`` is never read. Stdlib only: the planning

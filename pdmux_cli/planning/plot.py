@@ -4,7 +4,7 @@ One point per PD-multiplexing level (prefill time against decode ITL while the p
 the first S_SAT; SGLang's chosen level circled), joined in level order, and one marker per other policy
 of the estimate (prefill-first, chunked, mixed chunk, and PD disaggregation with ``--disagg``: its TTFT,
 prefill plus the KV transfer, against its undisturbed ITL, on more GPUs), with decode alone as a line
-(:func:`pdmux_cli.plotting.png_figure`: matplotlib only when asked, whole or not at all).
+(:func:`pdmux_cli.util.plotting.png_figure`: matplotlib only when asked, whole or not at all).
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .errors import InputError
-from .plotting import png_figure
+from ..util.errors import InputError
+from ..util.plotting import png_figure
 
-#: Marker per policy kind of :class:`pdmux_cli.estimate.PolicyRow`.
+#: Marker per policy kind of :class:`pdmux_cli.planning.estimate.PolicyRow`.
 MARKERS = {"prefill-first": "s", "chunked": "D", "mixed-chunk": "^", "disagg": "*"}
 
 
 def write_tradeoff_plot(path: str | Path, result, title: str = "") -> Path:
-    """Draw ``result`` (an :class:`pdmux_cli.estimate.Estimate` computed with ``all_levels=True``) into
+    """Draw ``result`` (an :class:`pdmux_cli.planning.estimate.Estimate` computed with ``all_levels=True``) into
     ``path`` (PNG): x = prefill time (ms), y = decode ITL during the prefill (ms), both log scale.
 
     Raises :class:`InputError` when matplotlib is missing, the folder does not exist, or the estimate

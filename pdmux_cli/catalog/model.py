@@ -44,9 +44,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import input_files
-from .errors import InputError, printable, short_repr
-from .input_files import read_input_text
+from ..util import input_files
+from ..util.errors import InputError, printable, short_repr
+from ..util.input_files import read_input_text
 from .profile_files import model_profiles_dir
 
 #: Weight storage formats pdmux models (``Model.weight_dtype``).
@@ -111,11 +111,11 @@ class Model:
     checkpoints, served at 16 bits), ``"fp8"`` or ``"mxfp4"`` (from ``quantization_config``).
     ``max_position_embeddings`` is the longest sequence (prompt + output, tokens) the model takes,
     SGLang's default context length; 0 when the config does not give one. ``architectures``: the
-    config's ``architectures`` list (SGLang picks its model class by it: :mod:`pdmux_cli.sglang_support`).
+    config's ``architectures`` list (SGLang picks its model class by it: :mod:`pdmux_cli.sglang.revisions`).
     ``weight_block_size``: ``quantization_config.weight_block_size`` of an fp8 checkpoint (``(128, 128)``:
     block-scaled fp8, SGLang's w8a8 block GEMMs); ``()`` for per-tensor scales or 16-bit weights.
     ``kv_dtype``: what SGLang's ``--kv-cache-dtype auto`` stores the KV cache in (:data:`MODEL_KV_DTYPES`,
-    :func:`pdmux_cli.kv_cache.resolve_kv_cache`).
+    :func:`pdmux_cli.sglang.kv_cache.resolve_kv_cache`).
 
     Constructing one with impossible values raises :class:`InputError`.
     """
@@ -148,7 +148,7 @@ class Model:
     weight_dtype: str = "bf16"
     # longest sequence (prompt + output tokens) the model takes; 0 when the config does not say
     max_position_embeddings: int = 0
-    # config.json's ``architectures`` (the model classes SGLang resolves, pdmux_cli.sglang_support); () if none
+    # config.json's ``architectures`` (the model classes SGLang resolves, pdmux_cli.sglang.revisions); () if none
     architectures: tuple[str, ...] = ()
     # fp8 block scaling (quantization_config.weight_block_size) and the KV dtype of --kv-cache-dtype auto
     weight_block_size: tuple[int, ...] = ()
@@ -568,7 +568,7 @@ def load_model(name_or_path: str | os.PathLike[str]) -> Model:
     holding one. Raises :class:`InputError` (one line) for an unknown name (listing the closest profile
     names), a missing ``*.json`` file, a directory without ``config.json``, a special file (device,
     pipe, socket), a file over :data:`MAX_CONFIG_BYTES`, an unreadable or non-UTF-8 file (those file
-    checks: :mod:`pdmux_cli.input_files`), invalid JSON, a missing required key, a non-integer or
+    checks: :mod:`pdmux_cli.util.input_files`), invalid JSON, a missing required key, a non-integer or
     non-positive size, or an unsupported ``quantization_config``.
     """
     text = os.fspath(name_or_path).strip()

@@ -13,7 +13,7 @@ SGLang users know them):
   batch plus the next piece of the prompt, ``chunk - decode_bs`` tokens (SGLang charges each decode row
   one token of the chunk; the chapter's model puts a whole chunk next to the batch);
 - ``pdmux``: decode on ``d`` SMs, prefill on ``p`` SMs, at the level SGLang picks (or ``--level``);
-- ``disagg`` (``--disagg XPYD``, SGLang's PD disaggregation; :mod:`pdmux_cli.disaggregation`): X prefill
+- ``disagg`` (``--disagg XPYD``, SGLang's PD disaggregation; :mod:`pdmux_cli.multigpu.disaggregation`): X prefill
   and Y decode instances of ``--tp`` GPUs each. The prompt is prefilled on a prefill instance with the
   whole GPU (the prefill-first row's prefill time), then its KV cache (one rank's share per GPU) crosses
   the KV link to a decode instance: its TTFT is prefill + transfer. The decode batch runs on a decode
@@ -25,7 +25,7 @@ estimate") exactly. The engine's CPU time per step is hidden behind the GPU (SGL
 scheduler) for every policy but pdmux, whose rounds run with the overlap scheduler off and pay it.
 
 With ``--tp N`` every policy runs on ``N`` GPUs, each holding one rank's shard of the model
-(:mod:`pdmux_cli.tensor_parallel`): the step times are one rank's, collectives included, and the
+(:mod:`pdmux_cli.multigpu.tensor_parallel`): the step times are one rank's, collectives included, and the
 memory check is per GPU. Under PD multiplexing every rank builds the same stream groups and takes the
 same level (each rank's scheduler applies the same rule to the same batch), and before a finished
 prefill joins the decode batch the ranks agree on it with a CPU all-reduce of a "prefill done" flag
@@ -41,15 +41,17 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import costmodel, disaggregation, policy, sglang_server, sglang_support
-from . import model as mdl
-from .costmodel import StepModel, pick_flops_dtype
-from .costmodel.operators import rank_kv_bytes_per_token, rank_weight_bytes
-from .disaggregation import KvLink
-from .errors import Finding, InputError
-from .hardware import Gpu
-from .model import Model
-from .tensor_parallel import check_tp_value, for_disagg_tp
+from .. import costmodel
+from ..catalog import model as mdl
+from ..catalog.hardware import Gpu
+from ..catalog.model import Model
+from ..costmodel import StepModel, pick_flops_dtype
+from ..costmodel.operators import rank_kv_bytes_per_token, rank_weight_bytes
+from ..multigpu import disaggregation
+from ..multigpu.disaggregation import KvLink
+from ..multigpu.tensor_parallel import check_tp_value, for_disagg_tp
+from ..sglang import revisions, server_defaults, split_levels
+from ..util.errors import Finding, InputError
 
 __all__ = ["Estimate", "LevelRow", "MemoryCheck", "PolicyRow", "Scenario", "default_s_sat_values", "estimate",
            "pick_flops_dtype"]
@@ -89,11 +91,11 @@ class Scenario:
     serving profile's).
     ``tp``: GPUs the model is sharded over (tensor parallelism, SGLang's ``--tp-size``).
     ``max_split_forward_layers``: the YAML's cap on prefill layers per round (0: none), applied where the
-    ``--sglang`` revision reads it (:func:`pdmux_cli.sglang_rules.layer_cap`).
+    ``--sglang`` revision reads it (:func:`pdmux_cli.sglang.revision_rules.layer_cap`).
     ``disagg``: ``(X, Y)`` prefill and decode instances of PD disaggregation (``--disagg XPYD``), each
     of ``tp`` GPUs (``disagg_tp`` when given), or ``None`` for no disaggregation row. ``kv_link``,
     ``kv_link_gb_s``, ``kv_link_latency_us``: the KV link's kind and overrides
-    (:func:`pdmux_cli.disaggregation.kv_link`).
+    (:func:`pdmux_cli.multigpu.disaggregation.kv_link`).
     """
 
     decode_bs: int = 32
@@ -107,9 +109,9 @@ class Scenario:
     weight_bytes_per_param: float | None = None
     kv_bytes_per_element: float = 2
     level: tuple[int, int] | None = None
-    sm_group_num: int = policy.DEFAULT_SM_GROUP_NUM
-    decode_bs_divisor: int = policy.DEFAULT_DECODE_BS_DIVISOR
-    split_forward_token_budget: int = policy.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
+    sm_group_num: int = split_levels.DEFAULT_SM_GROUP_NUM
+    decode_bs_divisor: int = split_levels.DEFAULT_DECODE_BS_DIVISOR
+    split_forward_token_budget: int = split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
     manual_divisions: tuple[tuple[int, int, int], ...] = ()
     max_split_forward_layers: int = 0
     flops_dtype: str | None = None
@@ -175,7 +177,7 @@ class PolicyRow:
     is the TTFT (``prefill_alone_ms``, the whole-GPU prefill on a prefill instance, plus
     ``transfer_ms``, the KV transfer to a decode instance), ``itl_ms`` = ``decode_alone_ms``, the
     undisturbed decode step. ``gpus``: GPUs the policy runs on (the tensor-parallel degree; for disagg
-    ``(X + Y) x tp``); ``layout``: how (``"1 GPU"``, ``"TP 2"``, ``"1P1D x TP 1"``: :func:`pdmux_cli.disaggregation.layout_text`).
+    ``(X + Y) x tp``); ``layout``: how (``"1 GPU"``, ``"TP 2"``, ``"1P1D x TP 1"``: :func:`pdmux_cli.multigpu.disaggregation.layout_text`).
     """
 
     policy: str
@@ -241,7 +243,7 @@ class MemoryCheck:
 class Estimate:
     """The result: rows per policy, the split used, memory check, and notes for the user.
 
-    ``notes``: what the user should know, as :class:`~pdmux_cli.errors.Finding` (codes ``estimate.*``,
+    ``notes``: what the user should know, as :class:`~pdmux_cli.util.errors.Finding` (codes ``estimate.*``,
     ``levels.*``, ``sglang.*``; :mod:`pdmux_cli.messages` words them) or, for the cost model's caveats not
     yet structured, text. ``throughput_source``: the cost model's source line; with one PD-multiplexing
     row per S_SAT it leaves the S_SAT out (``s_sat_per_row``), each row saying its own.
@@ -250,9 +252,9 @@ class Estimate:
     gpu: str
     model: str
     scenario: Scenario
-    groups: list[policy.Split]
+    groups: list[split_levels.Split]
     group_index: int
-    level: policy.Split
+    level: split_levels.Split
     level_source: str
     layers_per_round: int
     prefill_rounds: int
@@ -303,7 +305,7 @@ def default_s_sat_values(total_sms: int) -> tuple[float, ...]:
 
 def memory_check(gpu: Gpu, model: Model, scenario: Scenario) -> MemoryCheck:
     """Weights (all parameters) plus the KV cache of the decode batch and the new prompt vs memory,
-    and SGLang's KV pool under pdmux (:mod:`pdmux_cli.sglang_server`, chunking off), per GPU: with
+    and SGLang's KV pool under pdmux (:mod:`pdmux_cli.sglang.server_defaults`, chunking off), per GPU: with
     ``tp > 1`` one rank's weights and KV (:func:`pdmux_cli.costmodel.operators.rank_weight_bytes`,
     :func:`~pdmux_cli.costmodel.operators.rank_kv_bytes_per_token`) against its memory and SGLang's
     per-rank reserve (``mem_fraction_static`` grows the reserve by ``tp / 8`` GiB)."""
@@ -317,8 +319,8 @@ def memory_check(gpu: Gpu, model: Model, scenario: Scenario) -> MemoryCheck:
     tokens = scenario.decode_bs * scenario.context_tokens + scenario.prompt_tokens
     fraction, pool = 0.0, 0
     try:
-        fraction = sglang_server.mem_fraction_static(gpu.memory_bytes, -1, tp)
-        pool = sglang_server.kv_pool(gpu.memory_bytes, weights, rank_kv, fraction).tokens
+        fraction = server_defaults.mem_fraction_static(gpu.memory_bytes, -1, tp)
+        pool = server_defaults.kv_pool(gpu.memory_bytes, weights, rank_kv, fraction).tokens
     except InputError:
         pass
     return MemoryCheck(weights, kv, gpu.memory_bytes, tokens, pool, fraction, tp)
@@ -344,8 +346,8 @@ def _check_context(model: Model, scenario: Scenario) -> None:
                              f"(max_position_embeddings): SGLang rejects it; use fewer tokens")
 
 
-def _driver_level(gpu: Gpu, total: int, split: tuple[int, int]) -> tuple[policy.Split, Finding | None]:
-    """``--level P/D`` as the CUDA driver makes it (:func:`pdmux_cli.policy.driver_split`: on H100
+def _driver_level(gpu: Gpu, total: int, split: tuple[int, int]) -> tuple[split_levels.Split, Finding | None]:
+    """``--level P/D`` as the CUDA driver makes it (:func:`pdmux_cli.sglang.split_levels.driver_split`: on H100
     100/32 runs as 104/28), and a finding when that differs from what was asked (``None`` otherwise).
 
     Raises :class:`InputError` when P or D is not > 0, P + D is not the GPU's SM count, or the
@@ -358,8 +360,8 @@ def _driver_level(gpu: Gpu, total: int, split: tuple[int, int]) -> tuple[policy.
             "prefill and decode SMs must both be > 0 and add up to the SM count"
         )
     major = gpu.compute_capability[0]
-    minimum, multiple = policy.cuda_sm_granularity(major)
-    real = policy.driver_split(p_sm, d_sm, total, major)
+    minimum, multiple = split_levels.cuda_sm_granularity(major)
+    real = split_levels.driver_split(p_sm, d_sm, total, major)
     if real.decode_sms < minimum:
         raise InputError(
             f"level {p_sm}/{d_sm} cannot be made on {gpu.name}: green contexts give prefill a multiple of "
@@ -411,13 +413,13 @@ def estimate(
 ) -> Estimate:
     """Compare prefill-first, chunked, mixed-chunk prefill and PD multiplexing for one scenario.
 
-    ``calibration``: a :class:`pdmux_cli.calibration.Calibration` (``--calibration``): its SM-partition
+    ``calibration``: a :class:`pdmux_cli.costmodel.calibration_file.Calibration` (``--calibration``): its SM-partition
     terms (``pdmux bench``) replace the S_SAT guesses (and, under the chapter model, the MFU) and yield one
     PD-multiplexing row with measured co-run interference; its whole-GPU terms (``pdmux calibrate``)
     replace the roofline model's fitted efficiencies. ``all_levels``: also fill :attr:`Estimate.levels`, the
     ITL/prefill trade-off of every level. ``sglang``: the revision (``--sglang``,
-    :data:`pdmux_cli.sglang_support.REVISIONS`; default 0.5.23) whose model support is checked: where it
-    cannot run pdmux for ``model`` (:func:`pdmux_cli.sglang_support.model_support`), the first note says why
+    :data:`pdmux_cli.sglang.revisions.REVISIONS`; default 0.5.23) whose model support is checked: where it
+    cannot run pdmux for ``model`` (:func:`pdmux_cli.sglang.revisions.model_support`), the first note says why
     and :attr:`Estimate.pdmux_support` carries it (the pdmux rows are then not achievable). Raises :class:`InputError` for invalid scenarios, a prompt past
     the model's context length, a level that is not a valid split of the GPU (a level off the CUDA
     granularity is estimated as the driver rounds it, with a note), or a GPU whose SM count is unknown.
@@ -435,11 +437,11 @@ def estimate(
     full = models[0][0]  # S_SAT has no effect when all SMs are used
     notes: list[Finding | str] = list(full.notes)
 
-    from . import sglang_rules
+    from ..sglang import revision_rules
 
-    sglang_rules.plan_check(sglang, scenario)  # a revision whose divide_sm was not read needs manual_divisions
-    cap = sglang_rules.layer_cap(sglang, scenario)
-    plan = policy.plan_groups(total, gpu.compute_capability, scenario.sm_group_num, scenario.manual_divisions or None)
+    revision_rules.plan_check(sglang, scenario)  # a revision whose divide_sm was not read needs manual_divisions
+    cap = revision_rules.layer_cap(sglang, scenario)
+    plan = split_levels.plan_groups(total, gpu.compute_capability, scenario.sm_group_num, scenario.manual_divisions or None)
     if plan.note:
         notes.append(plan.note)
     groups = plan.groups
@@ -455,14 +457,14 @@ def estimate(
                 "prefill_sms": p_sm, "decode_sms": d_sm,
                 "levels": [[g.prefill_sms, g.decode_sms] for g in groups[1:-1]]}, "level"))
     else:
-        group_index = policy.choose_group(
+        group_index = split_levels.choose_group(
             len(groups), scenario.decode_bs, True, scenario.decode_bs_divisor, plan.thresholds
         )
         level = groups[group_index]
         level_source = plan.source
-        if policy.older_sglang_crashes(plan.thresholds, scenario.decode_bs):
-            notes.append(Finding("levels.release_crashes", {"release": policy.SGLANG_RELEASE,
-                                                            "unreleased": policy.SGLANG_UNRELEASED,
+        if split_levels.older_sglang_crashes(plan.thresholds, scenario.decode_bs):
+            notes.append(Finding("levels.release_crashes", {"release": split_levels.SGLANG_RELEASE,
+                                                            "unreleased": split_levels.SGLANG_UNRELEASED,
                                                             "decode_bs": scenario.decode_bs}))
 
     bs, ctx, prompt = scenario.decode_bs, scenario.context_tokens, scenario.prompt_tokens
@@ -490,7 +492,7 @@ def estimate(
     chunk_sizes = scenario.chunk_sizes
     if chunk_sizes is None:
         chunk_sizes = () if scenario.cost_model == "chapter" else (
-            sglang_server.default_chunked_prefill_size(gpu.memory_bytes),)
+            server_defaults.default_chunked_prefill_size(gpu.memory_bytes),)
     for chunk in chunk_sizes:
         chunks = [(min(chunk, prompt - start), start) for start in range(0, prompt, chunk)]
         prefill = sum(hidden(full.prefill_s(total, [c]) + per_request) for c in chunks)
@@ -517,7 +519,7 @@ def estimate(
         )
 
     p_sm, d_sm = level
-    per_round = policy.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
+    per_round = split_levels.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
 
     def pdmux_times(step_model: StepModel, p: int, d: int) -> tuple[float, float, float, float, float]:
         """(ITL, prefill, decode alone, prefill alone, decode co-run) in seconds."""
@@ -565,7 +567,7 @@ def estimate(
     elif not memory.pdmux_mem_fraction:
         notes.append(Finding("estimate.no_memory_chunking_off", {"gpu": gpu.name}))
     elif memory.kv_tokens_needed > memory.pdmux_pool_tokens:
-        usable = gpu.memory_bytes - sglang_server.CONTEXT_RESERVE_BYTES
+        usable = gpu.memory_bytes - server_defaults.CONTEXT_RESERVE_BYTES
         needed = min(1.0, (memory.weight_bytes + memory.kv_cache_bytes) / usable)
         notes.append(Finding("estimate.kv_pool_short", {
             "mem_fraction": memory.pdmux_mem_fraction, "pool_tokens": memory.pdmux_pool_tokens,
@@ -607,7 +609,7 @@ def estimate(
         notes.append(Finding("estimate.disagg_kv_link", {
             "link": link.text, "link_source": link.source, "transfer_gb": transfer_bytes / 1e9,
             "transfer_ms": transfer_s * 1e3, "prefill_ms": inst_prefill_s * 1e3}, "kv_link"))
-    support = sglang_support.model_support(model.architectures, sglang)
+    support = revisions.model_support(model.architectures, sglang)
     if support.state != "yes":  # right after a "does not fit", which says the table is hypothetical anyway
         notes.insert(1 if notes and _code(notes[0]) == "estimate.does_not_fit" else 0,
                      Finding("estimate.pdmux_support", {"state": support.state, "reason": support.why}, "sglang"))
@@ -616,11 +618,11 @@ def estimate(
     if request_delay_ms:
         notes.append(Finding("estimate.request_delay", {"delay_ms": request_delay_ms,
                                                          "calibrated": bool(getattr(serving, "calibrated", False))}))
-    layers = policy.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
-    rounds = policy.prefill_rounds(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
+    layers = split_levels.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
+    rounds = split_levels.prefill_rounds(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
     lead = next((i for i, n in enumerate(notes) if _code(n) not in ("estimate.does_not_fit", "estimate.pdmux_support")),
                 len(notes))
-    notes[lead:lead] = sglang_rules.revision_findings(sglang, tp)  # the revision's start-up failure, up front
+    notes[lead:lead] = revision_rules.revision_findings(sglang, tp)  # the revision's start-up failure, up front
     return Estimate(
         gpu=gpu.name, model=model.name, scenario=scenario, groups=groups, group_index=group_index, level=level,
         level_source=level_source, layers_per_round=layers, prefill_rounds=rounds, flops_dtype=flops_dtype,

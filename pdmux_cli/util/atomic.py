@@ -121,7 +121,7 @@ def _temporary_prefix(name: str, folder: Path) -> str:
 @contextlib.contextmanager
 def atomic_output(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success it replaces ``path``, on any error
-    (Ctrl-C, SIGTERM and SIGHUP included: :mod:`pdmux_cli.signals`) it is removed and ``path`` is left
+    (Ctrl-C, SIGTERM and SIGHUP included: :mod:`pdmux_cli.util.signals`) it is removed and ``path`` is left
     as it was.
 
     Raises :class:`InputError` as :func:`check_writable` does.

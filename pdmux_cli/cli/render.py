@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .messages import render_all
+from ..messages import render_all
 
 if TYPE_CHECKING:  # type names only: rendering splits must not import the cost model
-    from .estimate import Estimate, PolicyRow
-    from .policy import Split
+    from ..planning.estimate import Estimate, PolicyRow
+    from ..sglang.split_levels import Split
 
 
 def group_kind(index: int, groups: list[Split]) -> str:
@@ -131,7 +131,7 @@ def itl_text(row: PolicyRow) -> str:
 
 
 def link_dict(link: Any) -> dict[str, Any] | None:
-    """A :class:`pdmux_cli.disaggregation.KvLink` as JSON (``None`` stays ``None``)."""
+    """A :class:`pdmux_cli.multigpu.disaggregation.KvLink` as JSON (``None`` stays ``None``)."""
     if link is None:
         return None
     return {"kind": link.kind, "bytes_per_s": link.bytes_per_s, "latency_s": link.latency_s, "source": link.source}

@@ -1,9 +1,9 @@
 """Each SGLang revision's verdict on a pdmux YAML: accepted, or refused at load / start-up / run time (pure).
 
 One function per code line, each reproducing what its files do with the YAML (the revisions and the files
-read: :mod:`pdmux_cli.sglang_support`), on a given device:
+read: :mod:`pdmux_cli.sglang.revisions`), on a given device:
 
-- SGLang 0.5.23: :func:`pdmux_cli.pdmux_config.validate`'s rules ``old`` and ``both`` (its loader,
+- SGLang 0.5.23: :func:`pdmux_cli.sglang.pdmux_config.validate`'s rules ``old`` and ``both`` (its loader,
   ``initialize_stream_groups``, ``divide_sm``, ``adjust_stream_groups``, sgl-kernel's stream checks).
 - ``standard@b875545`` (sgl-project/sglang b8755452 ``pdmux_context.py``): the loader checks only
   ``sm_group_num`` and the entry count, and that ``overlap_decode_full_sm`` comes with manual_divisions;
@@ -33,10 +33,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..util.errors import Finding, InputError
 from . import pdmux_config as pc
-from . import policy
-from .errors import Finding, InputError
-from .sglang_support import Revision, get_revision
+from . import split_levels
+from .revisions import Revision, get_revision
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def verdict(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], revision: 
             cli_sm_group_num: int | None = None) -> Verdict:
     """What SGLang ``revision`` does with ``config`` on a device of ``total_sms`` SMs at capability ``cc``.
 
-    ``parse_problems``: :func:`pdmux_cli.pdmux_config.parse_config`'s problems (those of rule ``both`` are
+    ``parse_problems``: :func:`pdmux_cli.sglang.pdmux_config.parse_config`'s problems (those of rule ``both`` are
     what no revision can read). ``raw_divisions_null``: the file wrote ``manual_divisions: null``.
     ``cli_sm_group_num``: the launch flag (0.5.23's decode attention backends; not read for the others).
     """
@@ -157,10 +157,10 @@ def verdict(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], revision: 
 
 
 def automatic_levels(revision: str | Revision | None, total_sms: int, cc: tuple[int, int],
-                     sm_group_num: int) -> list[policy.Split]:
+                     sm_group_num: int) -> list[split_levels.Split]:
     """The revision's automatic split levels (``divide_sm``), largest prefill first, SMs.
 
-    ``"release"``: :func:`pdmux_cli.policy.divide_sm` (0.5.23's, Blackwell refused). ``"rewritten"``
+    ``"release"``: :func:`pdmux_cli.sglang.split_levels.divide_sm` (0.5.23's, Blackwell refused). ``"rewritten"``
     (Li-brua/sglang 2126b0b7): candidates from the minimum to ``total - minimum`` in steps of the
     granularity with decode >= 16 (no prefill-half rule; (8, 8) for every major >= 9); one level takes
     the largest candidate; more candidates than levels are sampled at ``round(i * (len - 1) / (g - 1))``
@@ -172,12 +172,12 @@ def automatic_levels(revision: str | Revision | None, total_sms: int, cc: tuple[
         raise InputError(f"{rev.name}'s automatic split (divide_sm, in its pdmux_context.py) is not known: pdmux has "
                          "not read that file; give manual_divisions")
     if rev.divide_sm == "release":
-        return policy.divide_sm(total_sms, cc[0], levels, cc[1])
+        return split_levels.divide_sm(total_sms, cc[0], levels, cc[1])
     major, minor = cc
     if major < 6:
         raise InputError(f"Unsupported compute capability: {major}.{minor}")
-    minimum, multiple = (8, 8) if major >= 9 else policy.SGLANG_SM_CONSTRAINTS[major]
-    cand = [x for x in range(minimum, total_sms - minimum + 1, multiple) if total_sms - x >= policy.MIN_DECODE_SMS]
+    minimum, multiple = (8, 8) if major >= 9 else split_levels.SGLANG_SM_CONSTRAINTS[major]
+    cand = [x for x in range(minimum, total_sms - minimum + 1, multiple) if total_sms - x >= split_levels.MIN_DECODE_SMS]
     if not cand:
         raise InputError(f"No valid partitions found for total SMs {total_sms}")
     if levels == 1:
@@ -186,13 +186,13 @@ def automatic_levels(revision: str | Revision | None, total_sms: int, cc: tuple[
         chosen = [cand[round(i * (len(cand) - 1) / (levels - 1))] for i in range(levels)]
     else:
         chosen = cand
-    return [policy.Split(x, total_sms - x) for x in reversed(chosen)]
+    return [split_levels.Split(x, total_sms - x) for x in reversed(chosen)]
 
 
 def verdicts(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], total_sms: int, cc: tuple[int, int],
              raw_divisions_null: bool = False, cli_sm_group_num: int | None = None) -> list[Verdict]:
-    """:func:`verdict` for every revision in :data:`pdmux_cli.sglang_support.REVISIONS`, in order."""
-    from .sglang_support import REVISIONS
+    """:func:`verdict` for every revision in :data:`pdmux_cli.sglang.revisions.REVISIONS`, in order."""
+    from .revisions import REVISIONS
 
     return [verdict(config, parse_problems, key, total_sms, cc, raw_divisions_null, cli_sm_group_num)
             for key in REVISIONS]

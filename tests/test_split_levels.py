@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdmux_cli import policy
-from pdmux_cli.errors import InputError
 from pdmux_cli.messages import render
-from pdmux_cli.policy import Split
+from pdmux_cli.sglang import split_levels
+from pdmux_cli.sglang.split_levels import Split
+from pdmux_cli.util.errors import InputError
 
 H100 = [(132, 0), (112, 20), (104, 28), (96, 36), (88, 44), (80, 52), (72, 60), (0, 132)]
 A100 = [(108, 0), (84, 24), (78, 30), (72, 36), (66, 42), (60, 48), (54, 54), (0, 108)]
@@ -18,38 +18,38 @@ H20 = [(78, 0), (56, 22), (48, 30), (40, 38), (0, 78)]
 
 @pytest.mark.parametrize("sms,major,expected", [(132, 9, H100), (108, 8, A100), (78, 9, H20)])
 def test_chapter_stream_groups(sms: int, major: int, expected: list) -> None:
-    assert policy.stream_groups(sms, major) == expected
+    assert split_levels.stream_groups(sms, major) == expected
 
 
 @pytest.mark.parametrize(
     "decode_bs,group", [(1, 1), (6, 1), (12, 2), (18, 3), (24, 4), (30, 5), (36, 6), (64, 6)]
 )
 def test_chapter_level_choice_h100(decode_bs: int, group: int) -> None:
-    groups = policy.stream_groups(132, 9)
-    assert policy.choose_group(len(groups), decode_bs, has_prefill=True) == group
+    groups = split_levels.stream_groups(132, 9)
+    assert split_levels.choose_group(len(groups), decode_bs, has_prefill=True) == group
 
 
 def test_chapter_32_requests_choose_80_52() -> None:
-    groups = policy.stream_groups(132, 9)
-    assert groups[policy.choose_group(len(groups), 32, True)] == (80, 52)
+    groups = split_levels.stream_groups(132, 9)
+    assert groups[split_levels.choose_group(len(groups), 32, True)] == (80, 52)
 
 
 def test_one_phase_uses_whole_gpu() -> None:
-    groups = policy.stream_groups(132, 9)
-    assert groups[policy.choose_group(len(groups), 32, has_prefill=False)] == (0, 132)
-    assert groups[policy.choose_group(len(groups), 0, has_prefill=True)] == (132, 0)
-    assert policy.choose_group(len(groups), 0, has_prefill=False) == 0
+    groups = split_levels.stream_groups(132, 9)
+    assert groups[split_levels.choose_group(len(groups), 32, has_prefill=False)] == (0, 132)
+    assert groups[split_levels.choose_group(len(groups), 0, has_prefill=True)] == (132, 0)
+    assert split_levels.choose_group(len(groups), 0, has_prefill=False) == 0
 
 
 @pytest.mark.parametrize("tokens,layers", [(512, 36), (8192, 8), (32768, 2), (131072, 1)])
 def test_chapter_layers_per_round(tokens: int, layers: int) -> None:
-    assert policy.prefill_layers_per_round(tokens, 36) == layers
+    assert split_levels.prefill_layers_per_round(tokens, 36) == layers
 
 
 def test_rounds_and_zero_tokens() -> None:
-    assert policy.prefill_rounds(8192, 36) == 5  # 8 + 8 + 8 + 8 + 4 layers
-    assert policy.prefill_rounds(131072, 36) == 36
-    assert policy.prefill_layers_per_round(0, 36) == 36
+    assert split_levels.prefill_rounds(8192, 36) == 5  # 8 + 8 + 8 + 8 + 4 layers
+    assert split_levels.prefill_rounds(131072, 36) == 36
+    assert split_levels.prefill_layers_per_round(0, 36) == 36
 
 
 def test_max_split_forward_layers_rounds() -> None:
@@ -57,69 +57,69 @@ def test_max_split_forward_layers_rounds() -> None:
     concurrent decode, [1024-token chunks capped at two layers per slice] makes 20 slices; without the cap,
     the same 1024-token chunk fits in the 65536 budget and runs in one slice" (multiplexing_mixin.py
     _get_split_forward_count: min(max(1, budget // tokens), cap, remaining))."""
-    assert policy.prefill_layers_per_round(1024, 40, 65536) == 40
-    assert policy.prefill_rounds(1024, 40, 65536) == 1
-    assert policy.prefill_layers_per_round(1024, 40, 65536, max_layers=2) == 2
-    assert policy.prefill_rounds(1024, 40, 65536, max_layers=2) == 20
+    assert split_levels.prefill_layers_per_round(1024, 40, 65536) == 40
+    assert split_levels.prefill_rounds(1024, 40, 65536) == 1
+    assert split_levels.prefill_layers_per_round(1024, 40, 65536, max_layers=2) == 2
+    assert split_levels.prefill_rounds(1024, 40, 65536, max_layers=2) == 20
     # a cap above what the budget gives changes nothing: the chapter's 8192 tokens -> 8 layers a round
-    assert policy.prefill_layers_per_round(8192, 36, max_layers=16) == 8
-    assert policy.prefill_rounds(8192, 36, max_layers=3) == 12
-    assert policy.prefill_layers_per_round(0, 36, max_layers=2) == 36  # no prefill tokens: all layers, uncapped
+    assert split_levels.prefill_layers_per_round(8192, 36, max_layers=16) == 8
+    assert split_levels.prefill_rounds(8192, 36, max_layers=3) == 12
+    assert split_levels.prefill_layers_per_round(0, 36, max_layers=2) == 36  # no prefill tokens: all layers, uncapped
     for bad in (-1, True, 1.5):
         with pytest.raises(InputError, match="max_split_forward_layers"):
-            policy.prefill_layers_per_round(1024, 40, 65536, max_layers=bad)
+            split_levels.prefill_layers_per_round(1024, 40, 65536, max_layers=bad)
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.integers(min_value=1, max_value=1 << 20), st.integers(min_value=1, max_value=128),
        st.integers(min_value=1, max_value=1 << 20), st.integers(min_value=0, max_value=200))
 def test_layer_cap_only_shortens_rounds(tokens: int, layers: int, budget: int, cap: int) -> None:
-    free = policy.prefill_layers_per_round(tokens, layers, budget)
-    capped = policy.prefill_layers_per_round(tokens, layers, budget, cap)
+    free = split_levels.prefill_layers_per_round(tokens, layers, budget)
+    capped = split_levels.prefill_layers_per_round(tokens, layers, budget, cap)
     assert capped == (min(free, cap) if cap else free)
-    assert policy.prefill_rounds(tokens, layers, budget, cap) == -(-layers // capped)
+    assert split_levels.prefill_rounds(tokens, layers, budget, cap) == -(-layers // capped)
 
 
 def test_exercise_divisor_24_gives_last_level_at_24() -> None:
-    groups = policy.stream_groups(132, 9)
-    assert policy.choose_group(len(groups), 24, True, decode_bs_divisor=24) == 6
-    assert policy.choose_group(len(groups), 23, True, decode_bs_divisor=24) == 5
+    groups = split_levels.stream_groups(132, 9)
+    assert split_levels.choose_group(len(groups), 24, True, decode_bs_divisor=24) == 6
+    assert split_levels.choose_group(len(groups), 23, True, decode_bs_divisor=24) == 5
 
 
 def test_manual_thresholds_last_match_wins_and_newer_fallback() -> None:
     thresholds = [1, 5, 10, 15, 20, 25]  # SGLang docs' H200 example
-    assert policy.choose_group(8, 1, True, thresholds=thresholds) == 1
-    assert policy.choose_group(8, 9, True, thresholds=thresholds) == 2
-    assert policy.choose_group(8, 10, True, thresholds=thresholds) == 3
-    assert policy.choose_group(8, 400, True, thresholds=thresholds) == 6
+    assert split_levels.choose_group(8, 1, True, thresholds=thresholds) == 1
+    assert split_levels.choose_group(8, 9, True, thresholds=thresholds) == 2
+    assert split_levels.choose_group(8, 10, True, thresholds=thresholds) == 3
+    assert split_levels.choose_group(8, 400, True, thresholds=thresholds) == 6
     # No threshold <= 3: newer SGLang falls back to group 1, older main dies.
-    assert policy.choose_group(8, 3, True, thresholds=[4, 8]) == 1
-    assert policy.older_sglang_crashes([4, 8], 3)
-    assert not policy.older_sglang_crashes([1, 8], 3)
-    assert not policy.older_sglang_crashes([4, 8], 3, has_prefill=False)
+    assert split_levels.choose_group(8, 3, True, thresholds=[4, 8]) == 1
+    assert split_levels.older_sglang_crashes([4, 8], 3)
+    assert not split_levels.older_sglang_crashes([1, 8], 3)
+    assert not split_levels.older_sglang_crashes([4, 8], 3, has_prefill=False)
 
 
 @pytest.mark.parametrize("sms", [20, 24, 16, 31])
 def test_no_valid_partition_on_hopper_raises_like_sglang(sms: int) -> None:
     with pytest.raises(InputError, match="No valid partitions"):
-        policy.stream_groups(sms, 9)
+        split_levels.stream_groups(sms, 9)
 
 
 @pytest.mark.parametrize("cc", [(10, 0), (12, 0), (5, 2), (11, 0)])
 def test_unsupported_capability_raises_like_sglang(cc: tuple[int, int]) -> None:
     with pytest.raises(InputError, match=f"Unsupported compute capability: {cc[0]}.{cc[1]}"):
-        policy.stream_groups(148, cc[0], minor=cc[1])
+        split_levels.stream_groups(148, cc[0], minor=cc[1])
 
 
 def test_blackwell_plan_uses_cuda_granularity() -> None:
-    plan = policy.plan_groups(148, (10, 0))
+    plan = split_levels.plan_groups(148, (10, 0))
     assert plan.source == "cuda-granularity"
     assert plan.groups == [(148, 0), (120, 28), (112, 36), (104, 44), (96, 52), (88, 60), (80, 68), (0, 148)]
     assert "manual_divisions" in render(plan.note)
 
 
 def test_manual_plan() -> None:
-    plan = policy.plan_groups(132, (9, 0), manual_divisions=[[112, 20, 0], [96, 36, 10]])
+    plan = split_levels.plan_groups(132, (9, 0), manual_divisions=[[112, 20, 0], [96, 36, 10]])
     assert plan.groups == [(132, 0), (112, 20), (96, 36), (0, 132)]
     assert plan.thresholds == [0, 10]
     assert plan.source == "manual"
@@ -128,34 +128,34 @@ def test_manual_plan() -> None:
 @pytest.mark.parametrize("bad", [2, 1, 0, -3])
 def test_sm_group_num_below_3_refused(bad: int) -> None:
     with pytest.raises(InputError):
-        policy.stream_groups(132, 9, sm_group_num=bad)
+        split_levels.stream_groups(132, 9, sm_group_num=bad)
 
 
 def test_fewer_levels_when_few_candidates() -> None:
     # sm_group_num 3 -> one level: the first candidate (smallest prefill share).
-    assert policy.stream_groups(132, 9, sm_group_num=3) == [(132, 0), (72, 60), (0, 132)]
+    assert split_levels.stream_groups(132, 9, sm_group_num=3) == [(132, 0), (72, 60), (0, 132)]
     # 64 SMs on Hopper: only 32 and 40 and 48 qualify -> 3 levels even when 6 asked.
-    assert policy.stream_groups(64, 9) == [(64, 0), (48, 16), (40, 24), (32, 32), (0, 64)]
+    assert split_levels.stream_groups(64, 9) == [(64, 0), (48, 16), (40, 24), (32, 32), (0, 64)]
 
 
 def test_known_capabilities_only() -> None:
     """--cc takes the capabilities NVIDIA GPUs with green contexts have; 99.0 would get Blackwell's
     rules silently."""
-    for cc in policy.KNOWN_COMPUTE_CAPABILITIES:
-        assert policy.check_known_capability(cc) == cc
-    assert policy.check_known_capability((5, 2)) == (5, 2)  # refused later: no green contexts
+    for cc in split_levels.KNOWN_COMPUTE_CAPABILITIES:
+        assert split_levels.check_known_capability(cc) == cc
+    assert split_levels.check_known_capability((5, 2)) == (5, 2)  # refused later: no green contexts
     for cc in ((99, 0), (9, 5), (13, 0), (6, 5)):
         with pytest.raises(InputError, match=r"pdmux knows 6\.0, 6\.1, .* 12\.1"):
-            policy.check_known_capability(cc)
+            split_levels.check_known_capability(cc)
 
 
 def test_parse_compute_capability() -> None:
-    assert policy.parse_compute_capability("9.0") == (9, 0)
-    assert policy.parse_compute_capability("10.3") == (10, 3)
-    assert policy.parse_compute_capability("8") == (8, 0)
+    assert split_levels.parse_compute_capability("9.0") == (9, 0)
+    assert split_levels.parse_compute_capability("10.3") == (10, 3)
+    assert split_levels.parse_compute_capability("8") == (8, 0)
     for bad in ("nine", "9.0.1", "", "-1.0", "9.x"):
         with pytest.raises(InputError):
-            policy.parse_compute_capability(bad)
+            split_levels.parse_compute_capability(bad)
 
 
 # ---- properties over SM counts 16..256 and capabilities 6..12 ----------------------------------
@@ -178,10 +178,10 @@ def test_levels_respect_constraints(total: int, major: int, group_num: int) -> N
     cands = _reference_candidates(total, major)
     if major > 9:
         with pytest.raises(InputError, match="Unsupported compute capability"):
-            policy.stream_groups(total, major, group_num)
-        make = lambda: policy.plan_groups(total, (major, 0), group_num).groups
+            split_levels.stream_groups(total, major, group_num)
+        make = lambda: split_levels.plan_groups(total, (major, 0), group_num).groups
     else:
-        make = lambda: policy.stream_groups(total, major, group_num)
+        make = lambda: split_levels.stream_groups(total, major, group_num)
     if not cands:
         with pytest.raises(InputError, match="No valid partitions"):
             make()
@@ -203,9 +203,9 @@ def test_levels_respect_constraints(total: int, major: int, group_num: int) -> N
 @given(sm_counts.filter(lambda s: s >= 48), st.sampled_from([7, 8, 9]), group_nums,
        st.integers(min_value=1, max_value=128))
 def test_choice_monotone_and_in_range(total: int, major: int, group_num: int, divisor: int) -> None:
-    groups = policy.stream_groups(total, major, group_num)
+    groups = split_levels.stream_groups(total, major, group_num)
     n = len(groups)
-    picks = [policy.choose_group(n, bs, True, divisor) for bs in range(1, 300)]
+    picks = [split_levels.choose_group(n, bs, True, divisor) for bs in range(1, 300)]
     assert all(1 <= k <= n - 2 for k in picks)
     assert picks == sorted(picks)
     decode_sms = [groups[k].decode_sms for k in picks]
@@ -216,8 +216,8 @@ def test_choice_monotone_and_in_range(total: int, major: int, group_num: int, di
 @given(st.integers(min_value=1, max_value=1 << 20), st.integers(min_value=1, max_value=128),
        st.integers(min_value=1, max_value=1 << 20))
 def test_layers_per_round_bounds(tokens: int, layers: int, budget: int) -> None:
-    n = policy.prefill_layers_per_round(tokens, layers, budget)
+    n = split_levels.prefill_layers_per_round(tokens, layers, budget)
     assert 1 <= n <= layers
     assert n == min(layers, max(1, budget // tokens))
-    assert policy.prefill_layers_per_round(tokens * 2, layers, budget) <= n
-    assert policy.prefill_rounds(tokens, layers, budget) * n >= layers
+    assert split_levels.prefill_layers_per_round(tokens * 2, layers, budget) <= n
+    assert split_levels.prefill_rounds(tokens, layers, budget) * n >= layers

@@ -1,6 +1,6 @@
 """GPU profiles: SM count, compute capability, memory, bandwidth, dense FLOP/s, L2; and lookup by name.
 
-One YAML file per GPU under ``profiles/gpus/`` (located by :func:`pdmux_cli.profile_files.gpu_profiles_dir`);
+One YAML file per GPU under ``profiles/gpus/`` (located by :func:`pdmux_cli.catalog.profile_files.gpu_profiles_dir`);
 the file stem is the GPU's *key* (``h100-sxm``). The figures and their sources are collected in
 ``shared/reference/gpu-specs.md``: dense tensor-core FLOP/s (no 2:4 sparsity), device-reported memory
 where known, SM counts as enabled on the product, compute capability from NVIDIA's CUDA GPUs table.
@@ -19,15 +19,15 @@ from pathlib import Path
 
 import yaml
 
-from .errors import InputError, short_repr
-from .input_files import read_input_text
-from .numbers import finite_float
-from .policy import check_known_capability, parse_compute_capability
+from ..util.errors import InputError, short_repr
+from ..util.input_files import read_input_text
+from ..util.numbers import finite_float
+from ..sglang.split_levels import check_known_capability, parse_compute_capability
 from .profile_files import gpu_profiles_dir
-from .yaml_input import load_yaml
+from ..util.yaml_input import load_yaml
 
 #: libyaml's loader, for the built-in profiles only (files we write; user files go through
-#: :func:`pdmux_cli.yaml_input.load_yaml`, which is slower but safe on hostile input).
+#: :func:`pdmux_cli.util.yaml_input.load_yaml`, which is slower but safe on hostile input).
 _BUILTIN_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 #: Most SMs a GPU may have here (today's largest: 188). Bounds ``--sms`` and profile files, and so
@@ -414,7 +414,7 @@ def custom_gpu(sm_count: int, cc: tuple[int, int] | str) -> Gpu:
     Memory, bandwidth and FLOP/s are unknown (0 / ``None``): good for split planning, not for the
     cost model (:meth:`Gpu.dense_flops` raises). Raises :class:`InputError` for a non-positive SM
     count, a malformed capability, or one that is not a known NVIDIA GPU's
-    (:data:`pdmux_cli.policy.KNOWN_COMPUTE_CAPABILITIES`).
+    (:data:`pdmux_cli.sglang.split_levels.KNOWN_COMPUTE_CAPABILITIES`).
     """
     if isinstance(sm_count, bool) or not isinstance(sm_count, int) or not 1 <= sm_count <= MAX_SMS:
         raise InputError(f"--sms must be a number of SMs from 1 to {MAX_SMS}, got {sm_count!r}")

@@ -1,6 +1,6 @@
 """The one way pdmux draws a PNG: matplotlib's object API on the Agg canvas (no pyplot, no display),
 imported only when a plot is asked for, library warnings kept off stderr, the file written whole or
-not at all (:func:`pdmux_cli.atomic.atomic_output`)."""
+not at all (:func:`pdmux_cli.util.atomic.atomic_output`)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from .errors import Finding, InputError, short_repr
+from ..util.errors import Finding, InputError, short_repr
 
 #: The method SGLang's pdmux calls on the model class for every prefill.
 SPLIT_PREFILL_METHOD = "forward_split_prefill"
@@ -46,7 +46,7 @@ class Revision:
     ``auto_blackwell``: the automatic split accepts compute capability 10.x/12.x; ``threshold_fallback``:
     a decode batch under every threshold takes group 1 (else UnboundLocalError); ``all_layers_without_decode``:
     a prefill with no decode batch runs its remaining layers in one call; ``max_split_forward_layers``: the
-    key caps layers per round (:func:`pdmux_cli.sglang_rules.layer_cap`). ``loader_read``: False where the
+    key caps layers per round (:func:`pdmux_cli.sglang.revision_rules.layer_cap`). ``loader_read``: False where the
     revision's ``pdmux_context.py`` (loader, start-up checks, ``divide_sm``) was not read: its verdict on a
     YAML and its automatic levels are not known (``divide_sm`` is then ``"not read"``). ``tp_launch``:
     environment variables the revision sets or requires for pdmux with TP > 1 beyond ``--tp-size``, as
@@ -257,7 +257,7 @@ class Support:
     @property
     def reason(self) -> str:
         """:attr:`why` as one line (for tables, notes and warnings)."""
-        from .messages import render
+        from ..messages import render
 
         return render(self.why)
 
@@ -276,7 +276,7 @@ class Support:
 @cache
 def model_table(name: str) -> dict[str, Any]:
     """The scan ``profiles/sglang/<name>`` (see :mod:`benchmarks.scan_sglang_models`), parsed once."""
-    from .profile_files import profiles_dir
+    from ..catalog.profile_files import profiles_dir
 
     return json.loads((profiles_dir() / "sglang" / name).read_text(encoding="utf-8"))
 

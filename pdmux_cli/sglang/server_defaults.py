@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import InputError
+from ..util.errors import InputError
 
 MIB = 1024**2
 GIB = 1024**3
