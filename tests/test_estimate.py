@@ -83,7 +83,9 @@ def test_explicit_level() -> None:
     assert est.group_index == -1 and any("not one of the levels" in n for n in render_all(est.notes))
     # off the granularity: estimated as the driver rounds it (66/66 runs as 72/60), and said
     est = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(66, 66)))
-    assert (est.level, est.group_index) == ((72, 60), 7 - 1) and "level 66/66 runs as 72/60" in render(est.notes[0])
+    assert (est.level, est.group_index) == ((72, 60), 7 - 1) and "level 66/66 runs as 72/60" in render(
+        est.notes[0]
+    )
     # 4/128: prefill rounds up to the minimum of 8
     assert estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(4, 128))).level == (8, 124)
     with pytest.raises(InputError, match="multiple of 8"):

@@ -183,7 +183,9 @@ def test_architectures_must_be_a_list_of_names() -> None:
 def test_estimate_marks_the_pdmux_rows_where_sglang_cannot_run_them() -> None:
     est = estimate(find_gpu("h100"), load_model("gpt-oss-20b"), Scenario())
     assert est.pdmux_support.state == "no"
-    assert render(est.notes[0]).startswith("PD mux cannot run: no forward_split_prefill in SGLang 0.5.23's GptOssForCausalLM")
+    assert render(est.notes[0]).startswith(
+        "PD mux cannot run: no forward_split_prefill in SGLang 0.5.23's GptOssForCausalLM"
+    )
     ok = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario())
     assert ok.pdmux_support.state == "yes" and not any("PD mux" in n for n in render_all(ok.notes))
 

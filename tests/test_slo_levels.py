@@ -458,7 +458,11 @@ def test_tune_tries_slo_levels_with_margins() -> None:
     with pytest.raises(InputError, match="--slo-margins"):
         tn.slo_candidates(trace, setup, 20, margins=[0.0])
     quiet = tn.slo_candidates(Trace((0.0,), (10,), (1,)), setup, 20)
-    assert quiet[0] == [] and quiet[1][0].code == "tune.no_slo_levels" and "no SLO levels tried" in render(quiet[1][0])
+    assert (
+        quiet[0] == []
+        and quiet[1][0].code == "tune.no_slo_levels"
+        and "no SLO levels tried" in render(quiet[1][0])
+    )
 
 
 def test_tune_cli_slo_margins() -> None:

@@ -111,9 +111,12 @@ class Gpu:
         over. Raises :class:`InputError` when the profile does not give them (``tp`` is for the message)."""
         if not self.interconnect or not self.interconnect_bytes_per_s or not self.interconnect_latency_s:
             raise InputError(
-                f"{self.name} has no interconnect figures, so --tp {tp} cannot be estimated: add interconnect "
+                "{gpu} has no interconnect figures, so {flag.tp} {tp} cannot be estimated: add interconnect "
                 "(nvlink or pcie), interconnect_bytes_per_s, interconnect_latency_s and interconnect_source "
-                "to its profile (as in profiles/gpus/h100-sxm.yaml)")
+                "to its profile (as in profiles/gpus/h100-sxm.yaml)",
+                param="tp",
+                values={"gpu": self.name, "tp": tp},
+            )
         return self.interconnect, float(self.interconnect_bytes_per_s), float(self.interconnect_latency_s)
 
     def dense_flops(self, dtype: str = "bf16") -> float:
@@ -140,8 +143,11 @@ class Gpu:
         if self.sm_count is None:
             major, minor = self.compute_capability
             raise InputError(
-                f"{self.name}'s SM count is not published, so it cannot be planned for; pick another profile, "
-                f"or give the device's numbers where a command takes them (--sms N --cc {major}.{minor})"
+                "{gpu}'s SM count is not published, so it cannot be planned for; pick another profile, or "
+                "give the "
+                "device's numbers where a command takes them ({flag.sms} N {flag.cc} {major}.{minor})",
+                param="gpu",
+                values={"gpu": self.name, "major": major, "minor": minor},
             )
         return self.sm_count
 
@@ -395,7 +401,8 @@ def find_gpu(name: str) -> Gpu:
             seen.add(index[candidate].key)
             suggestions.append(shown[candidate])
     hint = f"closest: {', '.join(suggestions[:4])}" if suggestions else "no close match"
-    raise InputError(f"unknown GPU {short_repr(name)}; {hint} (pdmux splits --all lists every profile)")
+    raise InputError("unknown GPU {name}; {hint} (pdmux splits {flag.all} lists every profile)", param="gpu",
+                     values={"name": short_repr(name), "hint": hint})
 
 
 def find_gpu_or_file(name: str) -> Gpu:
@@ -417,7 +424,8 @@ def custom_gpu(sm_count: int, cc: tuple[int, int] | str) -> Gpu:
     (:data:`pdmux_cli.sglang.split_levels.KNOWN_COMPUTE_CAPABILITIES`).
     """
     if isinstance(sm_count, bool) or not isinstance(sm_count, int) or not 1 <= sm_count <= MAX_SMS:
-        raise InputError(f"--sms must be a number of SMs from 1 to {MAX_SMS}, got {sm_count!r}")
+        raise InputError("{flag.sms} must be a number of SMs from 1 to {max_sms}, got {sms!r}", param="sms",
+                         values={"max_sms": MAX_SMS, "sms": sm_count})
     major, minor = check_known_capability(parse_compute_capability(cc))
     return Gpu(
         key=f"custom-{sm_count}sm-cc{major}{minor}",

@@ -147,23 +147,37 @@ def build_step_model(
     refuses.
     """
     if cost_model not in COST_MODELS:
-        raise InputError(f"--cost-model must be one of {', '.join(COST_MODELS)}, got {cost_model!r}")
+        raise InputError("{flag.cost_model} must be one of {models}, got {value!r}", param="cost_model",
+                         values={"models": ", ".join(COST_MODELS), "value": cost_model})
     total = gpu.require_sm_count()
     if not gpu.hbm_bytes_per_s:
-        raise InputError(f"{gpu.name} has no memory bandwidth figure: the cost model needs one (use another --gpu)")
+        raise InputError(
+            "{gpu} has no memory bandwidth figure: the cost model needs one (use another {flag.gpu})",
+            param="gpu",
+            values={"gpu": gpu.name},
+        )
     math_dtype = pick_flops_dtype(gpu, model, flops_dtype)
     dense = gpu.dense_flops(math_dtype)
     if cost_model == "chapter":
         if tp != 1:
-            raise InputError("--tp needs --cost-model roofline: the chapter's model is one GPU's and has no collectives")
-        for flag, value in (("--step-overhead-ms", step_overhead_ms),
-                            ("--per-request-overhead-ms", per_request_overhead_ms),
-                            ("--admission-delay-ms", admission_delay_ms),
-                            ("--first-token-delay-ms", first_token_delay_ms),
-                            ("--admission-interval-ms", admission_interval_ms)):
+            raise InputError(
+                "{flag.tp} needs {flag.cost_model} roofline: the chapter's model is one GPU's and has no "
+                "collectives",
+                param="tp",
+                values={},
+            )
+        for param, value in (("step_overhead_ms", step_overhead_ms),
+                             ("per_request_overhead_ms", per_request_overhead_ms),
+                             ("admission_delay_ms", admission_delay_ms),
+                             ("first_token_delay_ms", first_token_delay_ms),
+                             ("admission_interval_ms", admission_interval_ms)):
             if value is not None:
-                raise InputError(f"{flag} applies to --cost-model roofline (the chapter's model has no CPU time "
-                                 "and no serving delays)")
+                raise InputError(
+                    "{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no CPU "
+                    "time and no serving delays)",
+                    param=param,
+                    values={},
+                )
         from .chapter import AnalyticThroughput, ChapterModel
 
         chapter_notes: tuple[str, ...] = ()
@@ -180,10 +194,15 @@ def build_step_model(
         chapter = ChapterModel(model, throughput, total, weight_bytes_per_param, kv_bytes_per_element)
         chapter.notes.extend(chapter_notes)
         return chapter
-    for flag, value in (("--bandwidth-efficiency", bandwidth_efficiency), ("--mfu", mfu)):
+    for param, value in (("bandwidth_efficiency", bandwidth_efficiency), ("mfu", mfu)):
         if value is not None:
-            raise InputError(f"{flag} is a knob of --cost-model chapter; the roofline model's efficiencies are "
-                             "fitted to measurements (profiles/efficiency/), and --calibration replaces them")
+            raise InputError(
+                "{param_flag} is a knob of {flag.cost_model} chapter; the roofline model's efficiencies "
+                "are fitted to measurements (profiles/efficiency/), and {flag.calibration} replaces "
+                "them",
+                param=param,
+                values={},
+            )
     from .efficiency import for_kv_cache, for_linear_gemms, load_common, load_serving, profile_for
     from .roofline import RooflineModel
 

@@ -270,7 +270,8 @@ class ChapterModel:
         return self.throughput.source
 
     def source_text(self, s_sat: bool = True) -> str:
-        """:attr:`source`; with ``s_sat=False`` without the analytic S_SAT (a calibration's source has none)."""
+        """:attr:`source`; with ``s_sat=False`` without the analytic S_SAT (a calibration's source has
+        none)."""
         text = getattr(self.throughput, "source_text", None)
         return text(s_sat) if text is not None else self.throughput.source
 

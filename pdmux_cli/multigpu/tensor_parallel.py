@@ -94,16 +94,26 @@ def shard(model: Model, tp: int) -> Sharding:
     if not model.is_mla:
         if tp >= model.num_kv_heads:
             if tp % model.num_kv_heads:
-                raise InputError("{model} has {kv_heads} KV heads: SGLang replicates them over {sglang_tp} only "
-                                 "when it is a multiple of them, and {tp} is not", param="tp",
-                                 values={"model": name, "kv_heads": model.num_kv_heads, "tp": tp,
-                                         "sglang_tp": SGLANG_TP_FLAG})
+                raise InputError(
+                    "{model} has {kv_heads} KV heads: SGLang replicates them over {sglang_tp} only "
+                    "when it is a multiple of them, and {tp} is not",
+                    param="tp",
+                    values={
+                        "model": name,
+                        "kv_heads": model.num_kv_heads,
+                        "tp": tp,
+                        "sglang_tp": SGLANG_TP_FLAG,
+                    },
+                )
             kv, replicas = 1, tp // model.num_kv_heads
         else:
             if model.num_kv_heads % tp:
-                raise InputError("{model} has {kv_heads} KV heads, which {tp} GPUs cannot split evenly (SGLang's "
-                                 "QKVParallelLinear): use a {flag.tp} that divides them", param="tp",
-                                 values={"model": name, "kv_heads": model.num_kv_heads, "tp": tp})
+                raise InputError(
+                    "{model} has {kv_heads} KV heads, which {tp} GPUs cannot split evenly (SGLang's "
+                    "QKVParallelLinear): use a {flag.tp} that divides them",
+                    param="tp",
+                    values={"model": name, "kv_heads": model.num_kv_heads, "tp": tp},
+                )
             kv = model.num_kv_heads // tp
     widths = []
     if dense_ffn_layers(model):
@@ -114,9 +124,12 @@ def shard(model: Model, tp: int) -> Sharding:
             widths.append(("shared_expert_intermediate_size", model.shared_expert_intermediate_size, "shared experts"))
     for field, width, what in widths:
         if width % tp:
-            raise InputError("{model}'s {what} are {width} wide ({field}), which {tp} GPUs cannot split evenly: "
-                             "use a {flag.tp} that divides it", param="tp",
-                             values={"model": name, "what": what, "width": width, "field": field, "tp": tp})
+            raise InputError(
+                "{model}'s {what} are {width} wide ({field}), which {tp} GPUs cannot split evenly: "
+                "use a {flag.tp} that divides it",
+                param="tp",
+                values={"model": name, "what": what, "width": width, "field": field, "tp": tp},
+            )
     return Sharding(tp=tp, heads=model.num_attention_heads // tp, kv_heads=kv, kv_replicas=replicas)
 
 

@@ -48,7 +48,7 @@ from ..catalog.model import Model
 from ..costmodel import StepModel, pick_flops_dtype
 from ..costmodel.operators import rank_kv_bytes_per_token, rank_weight_bytes
 from ..multigpu import disaggregation
-from ..multigpu.disaggregation import KvLink
+from ..multigpu.disaggregation import KvLink, Layout
 from ..multigpu.tensor_parallel import check_tp_value, for_disagg_tp
 from ..sglang import revisions, server_defaults, split_levels
 from ..util.errors import Finding, InputError
@@ -158,9 +158,12 @@ class Scenario:
                 except InputError as exc:
                     raise for_disagg_tp(exc) from None
         elif (self.kv_link, self.kv_link_gb_s, self.kv_link_latency_us, self.disagg_tp) != ("auto", None, None, None):
-            raise InputError("{flag.kv_link}, {flag.kv_link_gb_s}, {flag.kv_link_latency_us} and {flag.disagg_tp} "
-                             "describe {flag.disagg}'s instances: give {flag.disagg} XPYD too", param="disagg",
-                             values={})
+            raise InputError(
+                "{flag.kv_link}, {flag.kv_link_gb_s}, {flag.kv_link_latency_us} and {flag.disagg_tp} "
+                "describe {flag.disagg}'s instances: give {flag.disagg} XPYD too",
+                param="disagg",
+                values={},
+            )
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,7 @@ class PolicyRow:
     is the TTFT (``prefill_alone_ms``, the whole-GPU prefill on a prefill instance, plus
     ``transfer_ms``, the KV transfer to a decode instance), ``itl_ms`` = ``decode_alone_ms``, the
     undisturbed decode step. ``gpus``: GPUs the policy runs on (the tensor-parallel degree; for disagg
-    ``(X + Y) x tp``); ``layout``: how (``"1 GPU"``, ``"TP 2"``, ``"1P1D x TP 1"``: :func:`pdmux_cli.multigpu.disaggregation.layout_text`).
+    ``(X + Y) x tp``); ``layout``: how (a :class:`~pdmux_cli.multigpu.disaggregation.Layout`).
     """
 
     policy: str
@@ -195,7 +198,7 @@ class PolicyRow:
     decode_corun_ms: float | None = None
     prefill_corun_ms: float | None = None
     gpus: int = 1
-    layout: str = ""
+    layout: Layout = field(default_factory=Layout)
     transfer_ms: float | None = None
 
 
@@ -369,9 +372,18 @@ def _driver_level(gpu: Gpu, total: int, split: tuple[int, int]) -> tuple[split_l
             f"leaving decode fewer than {minimum}")
     if real == (p_sm, d_sm):
         return real, None
-    return real, Finding("estimate.level_rounded", {"asked_prefill_sms": p_sm, "asked_decode_sms": d_sm,
-                                                    "prefill_sms": real.prefill_sms, "decode_sms": real.decode_sms,
-                                                    "multiple": multiple, "major": major}, "level")
+    return real, Finding(
+        "estimate.level_rounded",
+        {
+            "asked_prefill_sms": p_sm,
+            "asked_decode_sms": d_sm,
+            "prefill_sms": real.prefill_sms,
+            "decode_sms": real.decode_sms,
+            "multiple": multiple,
+            "major": major,
+        },
+        "level",
+    )
 
 
 def _models(gpu: Gpu, model: Model, scenario: Scenario, calibration) -> list[tuple[StepModel, float | None]]:
@@ -483,9 +495,17 @@ def estimate(
     if scenario.cost_model == "chapter":
         weights_once_s = full.decode_s(total, 1, 0.0)  # every weight read once, at the chapter's bandwidth
         if whole_prefill_s < weights_once_s:
-            notes.append(Finding("estimate.chapter_short_prefill", {
-                "prompt_tokens": prompt, "prefill_ms": whole_prefill_s * 1e3, "weights_ms": weights_once_s * 1e3},
-                "cost_model"))
+            notes.append(
+                Finding(
+                    "estimate.chapter_short_prefill",
+                    {
+                        "prompt_tokens": prompt,
+                        "prefill_ms": whole_prefill_s * 1e3,
+                        "weights_ms": weights_once_s * 1e3,
+                    },
+                    "cost_model",
+                )
+            )
     rows.append(
         PolicyRow("prefill-first", "prefill first", (whole_prefill_s + base_s) * 1e3, 1, whole_prefill_s * 1e3, 0)
     )
@@ -574,7 +594,7 @@ def estimate(
             "needed_tokens": memory.kv_tokens_needed, "suggested_fraction": math.ceil(needed * 100) / 100}))
     if tp > 1 and p_sm > 0 and d_sm > 0:
         notes.append(Finding("estimate.tp_same_split", {"tp": tp, "prefill_sms": p_sm, "decode_sms": d_sm}))
-    rows = [replace(r, gpus=tp, layout=disaggregation.layout_text(tp)) for r in rows]
+    rows = [replace(r, gpus=tp, layout=Layout(tp)) for r in rows]
     transfer_bytes = 0.0
     if scenario.disagg is not None and link is not None:
         x, y = scenario.disagg
@@ -587,9 +607,12 @@ def estimate(
             except InputError as exc:
                 raise for_disagg_tp(exc) from None
             if not inst_memory.fits:
-                raise InputError("{flag.disagg_tp} {tp}: {model} does not fit an instance of {tp} {gpu} GPU(s) with "
-                                 "the scenario's KV cache; give a larger {flag.disagg_tp}", param="disagg_tp",
-                                 values={"tp": inst_tp, "model": model.name, "gpu": gpu.name})
+                raise InputError(
+                    "{flag.disagg_tp} {tp}: {model} does not fit an instance of {tp} {gpu} GPU(s) with "
+                    "the scenario's KV cache; give a larger {flag.disagg_tp}",
+                    param="disagg_tp",
+                    values={"tp": inst_tp, "model": model.name, "gpu": gpu.name},
+                )
             inst = _models(gpu, model, replace(inst_scenario, s_sat_values=(None,) if scenario.cost_model != "chapter"
                                                else scenario.s_sat_values), calibration)[0][0]
             inst_cpu = inst.decode_cpu_s(bs)
@@ -602,7 +625,7 @@ def estimate(
         gpus = (x + y) * inst_tp
         rows.append(PolicyRow("disagg", f"disagg {name}", inst_base_s * 1e3, tokens, ttft_s * 1e3, tokens,
                               decode_alone_ms=inst_base_s * 1e3, prefill_alone_ms=inst_prefill_s * 1e3,
-                              gpus=gpus, layout=disaggregation.layout_text(inst_tp, xpyd=(x, y)),
+                              gpus=gpus, layout=Layout(inst_tp, xpyd=(x, y)),
                               transfer_ms=transfer_s * 1e3))
         notes.append(Finding("estimate.disagg_gpus", {"xpyd": name, "prefill": x, "decode": y, "gpus": gpus,
                                                       "tp": tp, "instance_tp": inst_tp}, "disagg"))
@@ -611,25 +634,57 @@ def estimate(
             "transfer_ms": transfer_s * 1e3, "prefill_ms": inst_prefill_s * 1e3}, "kv_link"))
     support = revisions.model_support(model.architectures, sglang)
     if support.state != "yes":  # right after a "does not fit", which says the table is hypothetical anyway
-        notes.insert(1 if notes and _code(notes[0]) == "estimate.does_not_fit" else 0,
-                     Finding("estimate.pdmux_support", {"state": support.state, "reason": support.why}, "sglang"))
+        notes.insert(
+            1 if notes and _code(notes[0]) == "estimate.does_not_fit" else 0,
+            Finding("estimate.pdmux_support", {"state": support.state, "reason": support.why}, "sglang"),
+        )
     serving = getattr(full, "serving", None)
     request_delay_ms = (serving.admission_delay_s + serving.first_token_delay_s) * 1e3 if serving is not None else 0.0
     if request_delay_ms:
-        notes.append(Finding("estimate.request_delay", {"delay_ms": request_delay_ms,
-                                                         "calibrated": bool(getattr(serving, "calibrated", False))}))
+        notes.append(
+            Finding(
+                "estimate.request_delay",
+                {"delay_ms": request_delay_ms, "calibrated": bool(getattr(serving, "calibrated", False))},
+            )
+        )
     layers = split_levels.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
     rounds = split_levels.prefill_rounds(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
-    lead = next((i for i, n in enumerate(notes) if _code(n) not in ("estimate.does_not_fit", "estimate.pdmux_support")),
-                len(notes))
-    notes[lead:lead] = revision_rules.revision_findings(sglang, tp)  # the revision's start-up failure, up front
+    lead = next(
+        (
+            i
+            for i, n in enumerate(notes)
+            if _code(n) not in ("estimate.does_not_fit", "estimate.pdmux_support")
+        ),
+        len(notes),
+    )
+    notes[lead:lead] = revision_rules.revision_findings(
+        sglang, tp
+    )  # the revision's start-up failure, up front
     return Estimate(
-        gpu=gpu.name, model=model.name, scenario=scenario, groups=groups, group_index=group_index, level=level,
-        level_source=level_source, layers_per_round=layers, prefill_rounds=rounds, flops_dtype=flops_dtype,
-        throughput_source=full.source if len(models) == 1 else full.source_text(s_sat=False) + " (S_SAT per PD-mux row)",
-        rows=rows, memory=memory, levels=levels, notes=notes,
-        cost_model=scenario.cost_model, cpu_step_ms=cpu * 1e3, tp=tp, kv_link=link,
-        kv_transfer_bytes=transfer_bytes, pdmux_support=support, request_delay_ms=request_delay_ms,
+        gpu=gpu.name,
+        model=model.name,
+        scenario=scenario,
+        groups=groups,
+        group_index=group_index,
+        level=level,
+        level_source=level_source,
+        layers_per_round=layers,
+        prefill_rounds=rounds,
+        flops_dtype=flops_dtype,
+        throughput_source=full.source
+        if len(models) == 1
+        else full.source_text(s_sat=False) + " (S_SAT per PD-mux row)",
+        rows=rows,
+        memory=memory,
+        levels=levels,
+        notes=notes,
+        cost_model=scenario.cost_model,
+        cpu_step_ms=cpu * 1e3,
+        tp=tp,
+        kv_link=link,
+        kv_transfer_bytes=transfer_bytes,
+        pdmux_support=support,
+        request_delay_ms=request_delay_ms,
         per_request_ms=per_request * 1e3,
     )
 

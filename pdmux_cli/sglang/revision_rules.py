@@ -245,14 +245,32 @@ def revision_findings(revision: str | Revision | None, tp: int = 1) -> list[Find
     rev = get_revision(revision)
     found = []
     if rev.startup_failure:
-        found.append(Finding("sglang.revision.startup_failure", {"revision": rev.key, "failure": rev.startup_failure},
-                             "sglang"))
+        found.append(
+            Finding(
+                "sglang.revision.startup_failure",
+                {"revision": rev.key, "failure": rev.startup_failure},
+                "sglang",
+            )
+        )
     if not rev.loader_read:
-        found.append(Finding("sglang.revision.loader_not_read", {"revision": rev.key, "commit": rev.commit[:8]},
-                             "sglang"))
+        found.append(
+            Finding(
+                "sglang.revision.loader_not_read", {"revision": rev.key, "commit": rev.commit[:8]}, "sglang"
+            )
+        )
     if tp > 1 and (rev.tp_launch or rev.tp_requires):
-        found.append(Finding("sglang.revision.tp", {"revision": rev.key, "tp": tp, "launch_env": list(rev.tp_launch),
-                                                    "requires": rev.tp_requires}, "tp"))
+        found.append(
+            Finding(
+                "sglang.revision.tp",
+                {
+                    "revision": rev.key,
+                    "tp": tp,
+                    "launch_env": list(rev.tp_launch),
+                    "requires": rev.tp_requires,
+                },
+                "tp",
+            )
+        )
     return found
 
 
@@ -261,5 +279,9 @@ def plan_check(revision: str | Revision | None, config: pc.PdmuxConfig | None) -
     whose ``divide_sm`` was not read needs manual_divisions (``config`` None: SGLang's automatic split)."""
     rev = get_revision(revision)
     if rev.divide_sm == "not read" and not (config is not None and config.manual_divisions):
-        raise InputError(f"--sglang {rev.key}: its automatic split (divide_sm, in pdmux_context.py) was not read: "
-                         "give a pdmux config with manual_divisions")
+        raise InputError(
+            "{flag.sglang} {revision}: its automatic split (divide_sm, in pdmux_context.py) was not "
+            "read: give a pdmux config with manual_divisions",
+            param="sglang",
+            values={"revision": rev.key},
+        )

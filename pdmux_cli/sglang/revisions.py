@@ -232,8 +232,12 @@ def get_revision(key: str | Revision | None = None) -> Revision:
             line, _, commit = text.partition("@")
             if revision.key.split("@")[0] == line and len(commit) >= 7 and revision.commit.startswith(commit):
                 return revision
-    raise InputError(f"--sglang {short_repr(text)} is not a revision pdmux has read; use one of "
-                     f"{', '.join(REVISIONS)} (0.5.23 is the latest release)")
+    raise InputError(
+        "{flag.sglang} {text} is not a revision pdmux has read; use one of {known} (0.5.23 is the "
+        "latest release)",
+        param="sglang",
+        values={"text": short_repr(text), "known": ", ".join(REVISIONS)},
+    )
 
 
 @dataclass(frozen=True)
@@ -292,9 +296,18 @@ def model_support(architectures: tuple[str, ...] | list[str], revision: str | Re
     rev = get_revision(revision)
     archs = tuple(a for a in architectures if isinstance(a, str))
     if rev.model_table is None:
-        return Support("unknown", rev.key, archs[0] if archs else None, None, None,
-                       Finding("sglang.support.no_scan", {"revision_name": rev.name,
-                                                          "architecture": archs[0] if archs else None}, "sglang"))
+        return Support(
+            "unknown",
+            rev.key,
+            archs[0] if archs else None,
+            None,
+            None,
+            Finding(
+                "sglang.support.no_scan",
+                {"revision_name": rev.name, "architecture": archs[0] if archs else None},
+                "sglang",
+            ),
+        )
     table = model_table(rev.model_table)
     if not archs:
         return Support("unknown", rev.key, None, None, None,
@@ -303,19 +316,44 @@ def model_support(architectures: tuple[str, ...] | list[str], revision: str | Re
     chosen = next((a for a in archs if a in known), None)
     if chosen is None:
         fallback = table.get("fallback", "TransformersForCausalLM")
-        return Support("no", rev.key, fallback, None, None,
-                       Finding("sglang.support.no_class", {"sglang": table["sglang"], "architecture": archs[0],
-                                                           "fallback": fallback, "method": SPLIT_PREFILL_METHOD},
-                               "model"))
+        return Support(
+            "no",
+            rev.key,
+            fallback,
+            None,
+            None,
+            Finding(
+                "sglang.support.no_class",
+                {
+                    "sglang": table["sglang"],
+                    "architecture": archs[0],
+                    "fallback": fallback,
+                    "method": SPLIT_PREFILL_METHOD,
+                },
+                "model",
+            ),
+        )
     entry = known[chosen]
     defined = entry.get(SPLIT_PREFILL_METHOD)
     if defined:
         inherited = None if defined.endswith(":" + chosen) else defined.rsplit(":", 1)[1]
-        return Support("yes", rev.key, chosen, entry["class"], defined,
-                       Finding("sglang.support.has_method", {"sglang": table["sglang"], "architecture": chosen,
-                                                             "file": entry["class"].split(":")[0],
-                                                             "method": SPLIT_PREFILL_METHOD,
-                                                             "inherited_from": inherited}))
+        return Support(
+            "yes",
+            rev.key,
+            chosen,
+            entry["class"],
+            defined,
+            Finding(
+                "sglang.support.has_method",
+                {
+                    "sglang": table["sglang"],
+                    "architecture": chosen,
+                    "file": entry["class"].split(":")[0],
+                    "method": SPLIT_PREFILL_METHOD,
+                    "inherited_from": inherited,
+                },
+            ),
+        )
     return Support("no", rev.key, chosen, entry["class"], None,
                    Finding("sglang.support.no_method", {"sglang": table["sglang"], "architecture": chosen,
                                                         "file": entry["class"].split(":")[0],
@@ -327,6 +365,10 @@ def require_pdmux(architectures: tuple[str, ...], revision: str | Revision | Non
     ``gen-config --tune``): :class:`InputError` naming the reason where ``revision`` cannot run it."""
     support = model_support(architectures, revision)
     if support.state == "no":
-        raise InputError(f"{what}: {support.reason}; there are no pdmux knobs to tune for it "
-                         "(--sglang picks another SGLang revision)")
+        raise InputError(
+            "{what}: {reason}; there are no pdmux knobs to tune for it ({flag.sglang} picks another "
+            "SGLang revision)",
+            param="sglang",
+            values={"what": what, "reason": support.reason},
+        )
     return support

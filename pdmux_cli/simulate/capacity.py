@@ -29,7 +29,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..multigpu.disaggregation import check_dp_value, check_load_balance_method, layout_text
+from ..multigpu.disaggregation import Layout, check_dp_value, check_load_balance_method
 from ..sglang import pdmux_config as pc
 from ..util.errors import Finding, InputError
 from .engine import Setup
@@ -78,7 +78,7 @@ class PolicyCapacity:
     sm_group_num: int | None = None
     chunk_tokens: int = 0
     gpus: int = 1
-    layout: str = "1 GPU"
+    layout: Layout = field(default_factory=Layout)
     router: str = ""
     xpyd: tuple[int, int] | None = None
 
@@ -119,7 +119,8 @@ class CapacityResult:
         deployment's; pdmux is compared with the best other policy on as many GPUs, or, if none is, the best
         of all (``equal_gpus`` false, the rates per GPU given). ``launch``: SGLang's server arguments for the
         winner (a list, unquoted: SGLang 0.5.23's flags with ``--tp-size`` and the data-parallel controller's
-        ``--dp-size``/``--load-balance-method``), or for disaggregation ``disagg`` (instances and their TP)."""
+        ``--dp-size``/``--load-balance-method``), or for disaggregation ``disagg`` (instances and their
+        TP)."""
         pd = self.best(True)
         other = self.best(False, pd.gpus if pd is not None else None)
         if pd is None or other is None:
@@ -129,7 +130,11 @@ class CapacityResult:
             return Finding("capacity.verdict.only", {"policy": _policy_values(only)})
         if pd.max_rate_rps <= 0 and other.max_rate_rps <= 0:
             return Finding("capacity.verdict.no_policy_meets", {"target": self.target}, "slo_target")
-        values = {"pdmux": _policy_values(pd), "other": _policy_values(other), "equal_gpus": pd.gpus == other.gpus}
+        values = {
+            "pdmux": _policy_values(pd),
+            "other": _policy_values(other),
+            "equal_gpus": pd.gpus == other.gpus,
+        }
         if pd.max_rate_rps > other.max_rate_rps:
             if pd.config_path:
                 flags = pc.launch_flags(pd.config_path, pd.sm_group_num, self.tp)
@@ -160,14 +165,24 @@ class CapacityResult:
 
     def _dp_flags(self) -> list[str]:
         """SGLang's flags for ``dp`` replicas in one server (its data-parallel controller)."""
-        return ["--dp-size", str(self.dp), "--load-balance-method", self.load_balance_method] if self.dp > 1 else []
+        return (
+            ["--dp-size", str(self.dp), "--load-balance-method", self.load_balance_method]
+            if self.dp > 1
+            else []
+        )
 
 
 def _policy_values(p: PolicyCapacity) -> dict[str, Any]:
     """What a verdict says of a policy: label, capacity (and its bound), GPUs and layout."""
-    return {"label": p.label, "max_rate_rps": p.max_rate_rps, "bound": p.bound,
-            "lowest_rps": p.points[0].rate_rps if p.points else None, "gpus": p.gpus, "layout": p.layout,
-            "per_gpu_rps": p.per_gpu_rps}
+    return {
+        "label": p.label,
+        "max_rate_rps": p.max_rate_rps,
+        "bound": p.bound,
+        "lowest_rps": p.points[0].rate_rps if p.points else None,
+        "gpus": p.gpus,
+        "layout": {"tp": p.layout.tp, "dp": p.layout.dp, "xpyd": p.layout.xpyd},
+        "per_gpu_rps": p.per_gpu_rps,
+    }
 
 
 def _launch(p: PolicyCapacity) -> list[str]:
@@ -272,12 +287,18 @@ def capacity(
         if not (math.isfinite(value) and value > 0):
             raise InputError(f"{name} must be a number of ms > 0, got {value}")
     if not (math.isfinite(target) and 0 < target <= 1):
-        raise InputError(f"--target is a share of requests in (0, 1], got {target:g} (e.g. 0.99)")
+        raise InputError("{flag.target} is a share of requests in (0, 1], got {target:g} (e.g. 0.99)",
+                         param="target", values={"target": target})
     if not (math.isfinite(tolerance) and 0 < tolerance < 1):
-        raise InputError(f"--tolerance is a relative precision in (0, 1), got {tolerance:g} (e.g. 0.02)")
+        raise InputError("{flag.tolerance} is a relative precision in (0, 1), got {tolerance:g} (e.g. 0.02)",
+                         param="tolerance", values={"tolerance": tolerance})
     if len(trace) < 2 or trace.mean_qps <= 0:
-        raise InputError("capacity scales the trace's arrival rate, but its requests all arrive at once: give a "
-                         "trace with arrival times, or --synthetic --qps N")
+        raise InputError(
+            "capacity scales the trace's arrival rate, but its requests all arrive at once: give a "
+            "trace with arrival times, or {flag.synthetic} {flag.qps} N",
+            param="trace",
+            values={},
+        )
     if not policies:
         raise InputError("no policy to size")
     dp = check_dp_value(dp)
@@ -323,9 +344,9 @@ def capacity(
         if policy.kind == "disagg":
             xpyd = (policy.prefill, policy.decode)
             own = policy.setup_for(setup).tp
-            gpus, layout, router = sum(xpyd) * own, layout_text(own, xpyd=xpyd), policy.load_balance_method
+            gpus, layout, router = sum(xpyd) * own, Layout(own, xpyd=xpyd), policy.load_balance_method
         else:
-            xpyd, gpus, layout = None, dp * setup.tp, layout_text(setup.tp, dp)
+            xpyd, gpus, layout = None, dp * setup.tp, Layout(setup.tp, dp)
             router = load_balance_method if dp > 1 else ""
         rows.append(PolicyCapacity(
             policy.label, policy.kind, rate, at, tuple(sorted(points[i], key=lambda p: p.rate_rps)), bound,

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from ..sglang import server_defaults as sgl
-from ..multigpu.disaggregation import MAX_INSTANCES, KvLink, check_dp_value, check_load_balance_method, layout_text
+from ..multigpu.disaggregation import MAX_INSTANCES, KvLink, Layout, check_dp_value, check_load_balance_method
 from ..util.errors import InputError
 from .columns import Column
 from .engine import Progress, RunResult, Setup, Work, build_work
@@ -278,7 +278,7 @@ def simulate_dp(trace: Trace, setup: Setup, policy, dp: int, method: str = "roun
     _note_pool(fields, works, pool)
     if progress is not None:
         progress(sum(w.finished for w in works))
-    return RunResult(**fields, gpus=dp * setup.tp, layout=layout_text(setup.tp, dp), router=method)
+    return RunResult(**fields, gpus=dp * setup.tp, layout=Layout(setup.tp, dp), router=method)
 
 
 def replicas_apart(policy, setup: Setup, dp: int, method: str) -> bool:
@@ -360,7 +360,7 @@ def merge_replicas(trace: Trace, setup: Setup, policy, dp: int, parts: Sequence[
         fields["notes"].append(f"{idle_replicas} of {dp} replicas got no request ({routed} routed)")
     _note_pool(fields, works, pool)
     method = "round_robin"
-    return RunResult(**fields, gpus=dp * setup.tp, layout=layout_text(setup.tp, dp), router=method)
+    return RunResult(**fields, gpus=dp * setup.tp, layout=Layout(setup.tp, dp), router=method)
 
 
 def _note_pool(fields: dict, works: Sequence[Work], pool, what: str = "") -> None:
@@ -512,7 +512,7 @@ def simulate_disagg(trace: Trace, setup: Setup, policy: DisaggPolicy, progress: 
         progress(sum(w.finished for w in d_works))
     routed = policy.prefill > 1 or policy.decode > 1
     return RunResult(**fields, gpus=(policy.prefill + policy.decode) * setup.tp,
-                     layout=layout_text(setup.tp, xpyd=(policy.prefill, policy.decode)), router=method if routed else "")
+                     layout=Layout(setup.tp, xpyd=(policy.prefill, policy.decode)), router=method if routed else "")
 
 __all__ = ["DisaggPolicy", "merge_replicas", "replica_run", "replicas_apart", "route", "simulate_disagg",
            "simulate_dp", "transfer_ends"]

@@ -54,6 +54,7 @@ from typing import Any
 
 from ..catalog import model as mdl
 from ..sglang import server_defaults as sgl
+from ..multigpu.disaggregation import Layout
 from ..util.errors import InputError
 from ..catalog.model import Model
 from .columns import Ragged, fast
@@ -510,10 +511,10 @@ class RunResult:
     ``step_end_s``: end time of every decode step. ``end_s``: time of the last event. ``idle_s``: seconds
     the GPU had nothing to run. ``group_time_s``: pdmux only, seconds in each stream group (``groups``).
     ``counters``: prefill batches, rounds, retractions... ``kv_pool_tokens``: the pool simulated (one
-    server's). ``gpus``: GPUs the policy ran on; ``layout``: how (``"TP 2"``, ``"DP 4 x TP 2"``,
-    ``"1P1D x TP 1"``; :func:`pdmux_cli.simulate.cluster.layout_text`); ``router``: the load-balance
-    method between its servers (``""`` for one server). ``server``: per request, the server that served it
-    (a DP replica, or a disaggregation's decode instance; -1 where none did), empty for one server;
+    server's). ``gpus``: GPUs the policy ran on; ``layout``: how (a
+    :class:`~pdmux_cli.multigpu.disaggregation.Layout`: ``"TP 2"``, ``"DP 4 x TP 2"``, ``"1P1D x TP 1"``);
+    ``router``: the load-balance method between its servers (``""`` for one server). ``server``: per
+    request, the server that served it (a DP replica, or a disaggregation's decode instance; -1 where none did), empty for one server;
     ``prefill_server``: a disaggregation's prefill instance per request. ``output_delay_s``: how long a
     token takes from the end of its step to the client (times here are the server's; the metrics add it).
     ``arrival_s`` are the times the client sent each request (a closed-loop client's, as it sent them).
@@ -543,7 +544,7 @@ class RunResult:
     crashed_at_s: float | None = None
     kv_pool_tokens: int = 0
     gpus: int = 1
-    layout: str = "1 GPU"
+    layout: Layout = field(default_factory=Layout)
     router: str = ""
     server: list[int] = field(default_factory=list)
     prefill_server: list[int] = field(default_factory=list)

@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..multigpu.disaggregation import Layout
 from .engine import RunResult
 
 #: Percentiles reported for each latency.
@@ -111,7 +112,7 @@ class PolicyMetrics:
     crashed_at_s: float | None = None
     prefix_cache_hit_rate: float | None = None
     gpus: int = 1
-    layout: str = "1 GPU"
+    layout: Layout = field(default_factory=Layout)
     router: str = ""
     columns: Any = field(repr=False, default=None)
 

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ..messages import layout_text
 from .metrics import PolicyMetrics
 from .traces import Trace
 
@@ -42,7 +43,7 @@ def metrics_dict(m: PolicyMetrics) -> dict[str, Any]:
     """One policy's summary as a JSON-able dict (no per-request lists), with the GPUs it ran on and how
     (``gpus``, ``layout``, ``router``: the load-balance method between its servers, ``null`` for one)."""
     out: dict[str, Any] = {
-        "policy": m.policy, "kind": m.kind, "gpus": m.gpus, "layout": m.layout, "router": m.router or None,
+        "policy": m.policy, "kind": m.kind, "gpus": m.gpus, "layout": layout_text(m.layout), "router": m.router or None,
         "requests": m.requests, "completed": m.completed,
         "rejected": m.rejected,
     }
@@ -135,8 +136,8 @@ def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "", best: float
     if any(m.rejected for m in metrics):
         table.add_row("never fit", *(str(m.rejected) for m in metrics))
     table.add_row("GPUs", *(str(m.gpus) for m in metrics))
-    if any(m.layout != "1 GPU" for m in metrics):
-        table.add_row("layout", *(m.layout for m in metrics))
+    if any(m.layout.gpus > 1 for m in metrics):
+        table.add_row("layout", *(layout_text(m.layout) for m in metrics))
     if any(m.router for m in metrics):
         table.add_row("router", *(m.router or "-" for m in metrics))
     return table

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..multigpu.disaggregation import layout_text
+from ..multigpu.disaggregation import Layout
 from ..util.errors import InputError
 from .cluster import DisaggPolicy, merge_replicas, replica_run, replicas_apart, simulate_disagg, simulate_dp
 from .engine import Progress, RunResult, Setup, build_work, step_budget
@@ -109,7 +109,7 @@ def simulate(
         idle_s=extra["idle_s"], num_trace_requests=work.num_trace, notes=notes, groups=extra.get("groups"),
         group_time_s=extra.get("group_time_s"), counters=extra.get("counters", {}), stints=work.stints,
         unfinished=extra.get("unfinished", set()), crashed_at_s=extra.get("crashed_at_s"), kv_pool_tokens=pool.tokens,
-        gpus=setup.tp, layout=layout_text(setup.tp), output_delay_s=work.output_delay, fold=fold,
+        gpus=setup.tp, layout=Layout(setup.tp), output_delay_s=work.output_delay, fold=fold,
     )
 
 

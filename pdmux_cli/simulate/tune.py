@@ -44,7 +44,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..multigpu.disaggregation import check_dp_value, check_load_balance_method, layout_text
+from ..multigpu.disaggregation import Layout, check_dp_value, check_load_balance_method
 from ..sglang import pdmux_config as pc
 from ..sglang import split_levels
 from ..util.errors import Finding, InputError
@@ -119,7 +119,7 @@ class TuneResult:
     notes: list[Finding | str] = field(default_factory=list)
     schedules: list[ScheduleRow] = field(default_factory=list)
     gpus: int = 1
-    layout: str = "1 GPU"
+    layout: Layout = field(default_factory=Layout)
     router: str = ""
 
     @property
@@ -135,9 +135,14 @@ class TuneResult:
         if not self.schedules:
             return Finding("tune.verdict.best_only", {"config": best.candidate.description})
         rival = max(self.schedules, key=lambda r: (r.slo_attainment, _round_goodput(r.goodput_rps)))
-        values = {"config": best.candidate.description, "attainment": best.slo_attainment,
-                  "goodput_rps": best.goodput_rps, "rival": rival.label, "rival_attainment": rival.slo_attainment,
-                  "rival_goodput_rps": rival.goodput_rps}
+        values = {
+            "config": best.candidate.description,
+            "attainment": best.slo_attainment,
+            "goodput_rps": best.goodput_rps,
+            "rival": rival.label,
+            "rival_attainment": rival.slo_attainment,
+            "rival_goodput_rps": rival.goodput_rps,
+        }
         if best.slo_attainment == rival.slo_attainment and math.isclose(
                 best.goodput_rps, rival.goodput_rps, rel_tol=VERDICT_GOODPUT_TIE):
             return Finding("tune.verdict.tie", values)
@@ -269,16 +274,19 @@ def slo_candidates(trace: Trace, setup: Setup, slo_itl_ms: float, margins: Seque
     """SLO levels (:func:`pdmux_cli.planning.slo_levels.levels_for_setup`) for ``margin x slo_itl_ms`` at the
     trace's decode-step contexts (:func:`pdmux_cli.planning.slo_levels.trace_context`), one candidate per margin
     and budget, at most ``sm_group_num`` 8 (SGLang's default: 6 levels); margins giving the same levels
-    are tried once. Returns ``(candidates, notes)``: a finding (``tune.no_slo_levels``) instead of candidates
-    where no level can be built (no request of the trace decodes). Raises :class:`InputError` for a margin outside
-    ``(0, MAX_SLO_MARGIN]``."""
+    are tried once. Returns ``(candidates, notes)``: a finding (``tune.no_slo_levels``) instead of
+    candidates where no level can be built (no request of the trace decodes). Raises :class:`InputError`
+    for a margin outside ``(0, MAX_SLO_MARGIN]``."""
     from ..planning import slo_levels as sl
 
     for margin in margins:
         if not (isinstance(margin, (int, float)) and math.isfinite(margin) and 0 < margin <= MAX_SLO_MARGIN):
-            raise InputError("{flag.slo_margins} must be numbers above 0 and at most {max_margin:g} (shares of the "
-                             "ITL SLO), got {margin}", param="slo_margins",
-                             values={"max_margin": MAX_SLO_MARGIN, "margin": margin})
+            raise InputError(
+                "{flag.slo_margins} must be numbers above 0 and at most {max_margin:g} (shares of the "
+                "ITL SLO), got {margin}",
+                param="slo_margins",
+                values={"max_margin": MAX_SLO_MARGIN, "margin": margin},
+            )
     if not margins:
         return [], []
     try:
@@ -367,8 +375,12 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
     values = {"gpus": dp * setup.tp, "trace_rps": trace.mean_qps, "target": OVERLOAD_TARGET,
               "sized_rps": sized.max_rate_rps}
     if growing:  # the last quarter's median wait may be infinite: never a first token
-        return Finding("tune.overload.growing", {**values, "last_quarter_ttft_ms": last, "first_quarter_ttft_ms": first})
-    return Finding("tune.overload.bursts", {**values, "ttft_p99_ms": row.ttft_p99_ms, "longest_prefill_ms": longest_ms})
+        return Finding(
+            "tune.overload.growing", {**values, "last_quarter_ttft_ms": last, "first_quarter_ttft_ms": first}
+        )
+    return Finding(
+        "tune.overload.bursts", {**values, "ttft_p99_ms": row.ttft_p99_ms, "longest_prefill_ms": longest_ms}
+    )
 
 
 #: How long a failed or stopped run waits for its process pool's own shutdown, s (normally instant).
@@ -555,4 +567,4 @@ def tune(
     if overload:
         notes.append(overload)
     return TuneResult(rows, best, baseline, skipped, workers, notes, others, gpus=dp * setup.tp,
-                      layout=layout_text(setup.tp, dp), router=load_balance_method if dp > 1 else "")
+                      layout=Layout(setup.tp, dp), router=load_balance_method if dp > 1 else "")

@@ -76,7 +76,7 @@ class InputError(PdmuxError, ValueError):
                  prefix: str = "", aliases: dict[str, str] | None = None) -> None:
         """``message``: the one line; with ``values`` (possibly empty) a template whose ``{NAME}`` fields
         are ``values[NAME]`` and whose ``{flag.NAME}`` fields name a parameter by its Python name (the
-        request field, the API keyword: ``tp``, ``disagg_tp``); the rendering layer turns each into its
+        request field, the API keyword: ``tp``, ``disagg_tp``; ``{param_flag}``: ``param``'s); the rendering layer turns each into its
         CLI flag (:func:`pdmux_cli.messages.error_text`, which ``str()`` uses) or leaves the Python name
         (:func:`pdmux_cli.messages.api_error_text`). User text belongs in ``values``, never in a template.
         ``param``: the parameter at fault, or ``None``. ``prefix``: text before the message
@@ -101,7 +101,8 @@ class InputError(PdmuxError, ValueError):
         if self.values is None:
             return self.prefix + self.template
         flags = _Flags(names, self.aliases)
-        return self.prefix + _FORMATTER.vformat(self.template, (), {**self.values, "flag": flags})
+        own = getattr(flags, self.param) if self.param else ""
+        return self.prefix + _FORMATTER.vformat(self.template, (), {**self.values, "flag": flags, "param_flag": own})
 
     def prefixed(self, prefix: str) -> InputError:
         """This error with ``prefix`` before its message (``"task: "``), its template and parameter kept."""
@@ -118,7 +119,14 @@ class InputError(PdmuxError, ValueError):
                           values=merged, prefix=self.prefix, aliases={**self.aliases, **aliases})
 
     def __reduce__(self) -> Any:  # across a process pool or Ray: the template and parameter kept
-        return _rebuild_input_error, (type(self), self.template, self.param, self.values, self.prefix, self.aliases)
+        return _rebuild_input_error, (
+            type(self),
+            self.template,
+            self.param,
+            self.values,
+            self.prefix,
+            self.aliases,
+        )
 
 
 def _rebuild_input_error(cls: type, template: str, param: str | None, values: dict[str, Any] | None,
