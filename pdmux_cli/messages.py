@@ -307,6 +307,14 @@ def _overload(f: Finding) -> str:
     )
 
 
+def _allreduce_nearest(f: Finding) -> str:
+    v = f.values
+    more = (f", NCCL's time plus {v['hop_us']:g} us for each of {v['extra_steps']} extra ring steps"
+            if v["extra_steps"] else "")
+    return (f"all-reduce over {v['tp']} GPUs: the fit for {v['nearest']} GPUs (measured: "
+            f"{', '.join(map(str, v['measured']))}){more}")
+
+
 TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     # sglang_support.model_support: whether a revision can run pdmux for a model
     "sglang.support.no_scan": _model_support,
@@ -377,6 +385,34 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     ),
     "estimate.pdmux_support": _pdmux_support,
     "estimate.request_delay": _request_delay,
+    # costmodel: where its efficiencies come from when not measured on this GPU
+    "costmodel.efficiency.same_chip": ("kernel efficiencies measured on {fitted_on}, used for this same-chip GPU "
+                                       "as fractions of its own datasheet figures"),
+    "costmodel.efficiency.same_family": ("no kernel measurements for this GPU: efficiencies of {fitted_on} "
+                                         "(compute capability {family}) applied to its datasheet figures"),
+    "costmodel.efficiency.guess": ("no kernel measurements for compute capability {major}.x: efficiencies of "
+                                   "{fitted_on} applied to this GPU's datasheet figures (a rough guess)"),
+    "costmodel.fp8_block_gemm_stand_in": ("block-scaled fp8 GEMMs not measured on {fitted_on}: its per-tensor fp8 "
+                                          "GEMM efficiency stands in"),
+    "costmodel.no_fp8_gemm": ("no fp8 GEMM measured on {fitted_on}: its bf16 GEMM efficiencies applied to the fp8 "
+                              "dense peak (likely too fast)"),
+    "costmodel.no_fp8_kv_attention": ("decode attention over an fp8 KV cache not measured on {fitted_on}: its "
+                                      "bf16-KV efficiency applied to 1-byte elements (likely too fast)"),
+    "costmodel.bandwidth_family_stand_in": ("bandwidth vs SMs: compute capability {compute_capability} has no "
+                                            "green-context measurement; the per-SM bandwidth of {stand_in} stands in"),
+    "costmodel.moe.unknown_kernel": ("SGLang's {kernel} MoE ({dtype}) is not in any public table: the routed experts "
+                                     "are timed as two GEMMs with the GEMM efficiency"),
+    "costmodel.moe.stand_in": ("SGLang's {kernel} MoE in {dtype} not measured on {fitted_on}: its {other} MoE "
+                               "efficiency stands in for the routed experts"),
+    "costmodel.moe.none": ("no {dtype} MoE measured on {fitted_on}: the routed experts are timed as two GEMMs with "
+                           "the GEMM efficiency (likely too fast at small batches)"),
+    "costmodel.allreduce_stand_in": ("all-reduce constants measured on {gpu} ({interconnect}), used as fractions of "
+                                     "this GPU's own link bandwidth"),
+    "costmodel.allreduce_nearest_ranks": _allreduce_nearest,
+    "costmodel.fp8_weights_marlin": ("fp8 weights in {math_dtype} math ({gpu} has no fp8 tensor cores, or "
+                                     "{flag.flops_dtype}): SGLang runs them as weight-only fp8 (Marlin); modelled "
+                                     "as 16-bit GEMMs reading 1-byte weights, not measured"),
+    "costmodel.whole_gpu_other_model": "whole-GPU terms calibrated on {calibrated_on}, applied to {model}",
     # simulate/capacity.py: the verdict
     **{
         f"capacity.verdict.{k}": _verdict

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .efficiency import CpuProfile, ServingProfile
 
 #: ``--cost-model`` choices; the first is the default.
@@ -226,9 +226,8 @@ def build_step_model(
         notes.append(kv_note)
     profile, moe_flops = _with_moe(profile, gpu, model, weight_bytes_per_param, notes)
     if model.weight_dtype == "fp8" and math_dtype != "fp8" and weight_bytes_per_param is None:
-        notes.append(f"fp8 weights in {math_dtype} math ({gpu.name} has no fp8 tensor cores, or --flops-dtype): SGLang "
-                     "runs them as weight-only fp8 (Marlin); modelled as 16-bit GEMMs reading 1-byte weights, "
-                     "not measured")
+        notes.append(Finding("costmodel.fp8_weights_marlin", {"math_dtype": math_dtype, "gpu": gpu.name},
+                             "flops_dtype"))
     # attention, the lm_head and the router compute in 16 bits whatever the linear layers do
     attention_dense = dense if math_dtype != "fp8" else gpu.dense_flops("bf16" if gpu.bf16_dense_flops else "fp16")
     curves = None
@@ -240,10 +239,12 @@ def build_step_model(
             calibration.check_device(gpu)
         if calibration.whole_gpu is not None:
             profile = apply_whole_gpu(profile, calibration.whole_gpu)
-            notes = [n for n in notes if "no kernel measurements" not in n and "same-chip" not in n]
+            # the calibration replaces the efficiencies those notes are about
+            notes = [n for n in notes if getattr(n, "code", "") not in REPLACED_BY_WHOLE_GPU_TERMS]
             if calibration.whole_gpu.model != getattr(model, "name", ""):
-                notes.append(f"whole-GPU terms calibrated on {calibration.whole_gpu.model}, applied to "
-                             f"{getattr(model, 'name', 'this model')}")
+                notes.append(Finding("costmodel.whole_gpu_other_model", {
+                    "calibrated_on": calibration.whole_gpu.model, "model": getattr(model, "name", "this model")},
+                    "calibration"))
     collectives = None
     if tp != 1:
         from ..multigpu.tensor_parallel import check_tp_value
@@ -262,7 +263,7 @@ def build_step_model(
 
 
 def _with_moe(profile: Any, gpu: Any, model: Any, weight_bytes_per_param: float | None,
-              notes: list[str]) -> tuple[Any, float | None]:
+              notes: list[Any]) -> tuple[Any, float | None]:
     """``profile`` with the fused-MoE efficiency of the kernel SGLang runs for ``model``'s routed experts on
     ``gpu`` (:mod:`.moe`), and the dense FLOP/s of its math (``None`` when none applies); a note is appended
     when the kernel was not measured there."""
@@ -274,6 +275,11 @@ def _with_moe(profile: Any, gpu: Any, model: Any, weight_bytes_per_param: float 
         notes.append(note)
     return profile, moe_flops_per_s(gpu, kind) if profile.moe_routed is not None else None
 
+
+#: The notes on whose efficiencies stand in for a GPU's own (:func:`.efficiency.profile_for`): a calibration's
+#: whole-GPU terms replace those efficiencies, so the notes go.
+REPLACED_BY_WHOLE_GPU_TERMS = frozenset({"costmodel.efficiency.same_chip", "costmodel.efficiency.same_family",
+                                         "costmodel.efficiency.guess"})
 
 #: The serving terms' options: flag, the bound in ms.
 SERVING_OPTION_BOUNDS_MS = {"--step-overhead-ms": 1000.0, "--per-request-overhead-ms": 10.0,
