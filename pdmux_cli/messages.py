@@ -413,6 +413,36 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
                                      "{flag.flops_dtype}): SGLang runs them as weight-only fp8 (Marlin); modelled "
                                      "as 16-bit GEMMs reading 1-byte weights, not measured"),
     "costmodel.whole_gpu_other_model": "whole-GPU terms calibrated on {calibrated_on}, applied to {model}",
+    # simulate/traces.py: what was done to the trace
+    "trace.sorted": "{source} is not in time order: requests sorted by arrival",
+    "trace.first_requests": "first {kept} requests of {requests}",
+    "trace.rate_scaled": "arrival rate x{rate_scale:g}",
+    "trace.retimed": "retimed to {qps:g} req/s (was {was_rps:.3g})",
+    "trace.duration_cut": "arrivals within {duration_s:g} s: {kept} of {requests} requests",
+    "trace.synthetic_past_context": ("{dropped} of the {requests} synthetic requests drew more tokens than {model}'s "
+                                     "context length of {context_tokens:,} (the longest {longest_prompt} + "
+                                     "{longest_output}): left out, as SGLang refuses them"),
+    # the simulator
+    "simulate.never_fits_pool": ("{rejected} request(s) can never fit in the KV pool ({pool_tokens:,} tokens at "
+                                 "mem_fraction_static {mem_fraction:g}): first is request {first} with {prompt_tokens} "
+                                 "+ {output_tokens} tokens; counted as missing the SLO"),
+    "simulate.retractions": ("{retractions} retraction(s): requests sent back to the queue when decode ran out of KV "
+                             "slots, prefilled again with their outputs (SGLang's retract_decode)"),
+    "simulate.server_note": lambda f: f"server {f.values['server']}: {render(f.values['note'])}",
+    "simulate.never_routed": ("every server had crashed: {requests} request(s) never routed (counted as missing the "
+                              "SLO)"),
+    "simulate.itl_histogram": ("ITL percentiles over all tokens from a histogram of the {gaps:,} step gaps (more than "
+                               "{exact_limit:,} kept exactly): at most {relative_error:.1e} off, relatively; the "
+                               "maximum and every request's own p99 ITL (the SLO's) are exact"),
+    "simulate.release_crashes": ("SGLang 0.5.23 crashes here (UnboundLocalError in adjust_stream_groups) at "
+                                 "t={at_s:.2f} s: a prefill starts with {decode_bs} decode request(s) and no "
+                                 "manual_divisions threshold is <= that; the simulation stops, {unfinished} request(s) "
+                                 "unfinished (counted as missing the SLO); fix the thresholds (the first one 0), or "
+                                 "simulate the unreleased branches' fallback (group 1) with {flag.unreleased_fallback}"),
+    "simulate.release_would_crash": ("SGLang 0.5.23 would crash (UnboundLocalError) at {choices} level choice(s), "
+                                     "first at t={first_at_s:.2f} s with {decode_bs} decode request(s): no "
+                                     "manual_divisions threshold is <= the decode batch; simulated with the unreleased "
+                                     "branches' fallback (group 1), as asked"),
     # simulate/capacity.py: the verdict
     **{
         f"capacity.verdict.{k}": _verdict

@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 
 from ..sglang import server_defaults as sgl
 from ..multigpu.disaggregation import MAX_INSTANCES, KvLink, Layout, check_dp_value, check_load_balance_method
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .columns import Column
 from .engine import Progress, RunResult, Setup, Work, build_work
 from .schedulers import (
@@ -210,7 +210,8 @@ def _merge(label: str, kind: str, trace: Trace, works: Sequence[Work], extras: S
             continue
         unfinished |= set(e.get("unfinished", ()))
         for note in e.get("notes", []):
-            text = f"server {i}: {note}" if e.get("crashed_at_s") is not None else note
+            text = Finding("simulate.server_note", {"server": i, "note": note}) if e.get("crashed_at_s") is not None \
+                else note
             if text not in notes:
                 notes.append(text)
         for key, value in e.get("counters", {}).items():
@@ -221,7 +222,7 @@ def _merge(label: str, kind: str, trace: Trace, works: Sequence[Work], extras: S
     end = max([e["end_s"] for e in extras if e] + [x[1] for x in extra_idle] + [0.0])
     idles = [e["idle_s"] + (end - e["end_s"]) for e in extras if e] + [i + (end - e_) for i, e_ in extra_idle]
     if unrouted:
-        notes.append(f"every server had crashed: {len(unrouted)} request(s) never routed (counted as missing the SLO)")
+        notes.append(Finding("simulate.never_routed", {"requests": len(unrouted)}))
     streamed = fold is not None
     return {
         "policy": label, "kind": kind, "arrival_s": trace.arrival_s if streamed else list(trace.arrival_s),

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..messages import layout_text
+from ..messages import layout_text, render_all
 from .metrics import PolicyMetrics
 from .traces import Trace
 
@@ -54,7 +54,7 @@ def metrics_dict(m: PolicyMetrics) -> dict[str, Any]:
         "span_s": m.span_s, "gpu_busy_share": m.gpu_busy_share, "decode_steps": m.decode_steps,
         "kv_pool_tokens": m.kv_pool_tokens, "crashed_at_s": m.crashed_at_s,
         "prefix_cache_hit_rate": m.prefix_cache_hit_rate,
-        "counters": m.counters, "notes": m.notes,
+        "counters": m.counters, "notes": render_all(m.notes),
     })
     if m.group_time_share is not None:
         out["group_time_share"] = [
@@ -73,7 +73,7 @@ def trace_dict(trace: Trace) -> dict[str, Any]:
         "mean_output_tokens": sum(trace.output_tokens) / n if n else 0,
         "prefix_hash_ids": trace.has_hash_ids,
         "bad_rows": trace.bad_rows, "bad_row_examples": [{"line": ln, "reason": why} for ln, why in trace.bad_examples],
-        "failed_rows": trace.failed_rows, "notes": list(trace.notes),
+        "failed_rows": trace.failed_rows, "notes": render_all(trace.notes),
     }
 
 

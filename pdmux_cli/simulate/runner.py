@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..multigpu.disaggregation import Layout
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .cluster import DisaggPolicy, merge_replicas, replica_run, replicas_apart, simulate_disagg, simulate_dp
 from .engine import Progress, RunResult, Setup, build_work, step_budget
 from .fold import Fold
@@ -89,14 +89,11 @@ def simulate(
     notes = list(extra.get("notes", []))
     if work.rejected:
         first = work.rejected[0]
-        notes.insert(0, (
-            f"{len(work.rejected)} request(s) can never fit in the KV pool ({work.capacity:,} tokens at "
-            f"mem_fraction_static {pool.mem_fraction_static:g}): first is request {first} with {work.prompt[first]} "
-            f"+ {work.output[first]} tokens; counted as missing the SLO"
-        ))
+        notes.insert(0, Finding("simulate.never_fits_pool", {
+            "rejected": len(work.rejected), "pool_tokens": work.capacity, "mem_fraction": pool.mem_fraction_static,
+            "first": first, "prompt_tokens": work.prompt[first], "output_tokens": work.output[first]}))
     if work.retractions:
-        notes.append(f"{work.retractions} retraction(s): requests sent back to the queue when decode ran out of KV "
-                     "slots, prefilled again with their outputs (SGLang's retract_decode)")
+        notes.append(Finding("simulate.retractions", {"retractions": work.retractions}))
     if progress is not None:
         progress(work.finished)
     streamed = fold is not None

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..util.errors import InputError, short_repr
+from ..util.errors import Finding, InputError, short_repr
 from ..util.input_files import check_input_file, unreadable
 from ..util.numbers import finite_float, plain_int
 from .columns import FLOAT, INT, Column, Ragged
@@ -273,7 +273,7 @@ def _finish(rows: _Rows, source: str, fmt: str) -> Trace:
         outputs = Column(INT, (outputs[i] for i in order))
         hashes = Ragged(hashes[i] for i in order) if hashes else hashes
         del order
-        notes.append(f"{source} is not in time order: requests sorted by arrival")
+        notes.append(Finding("trace.sorted", {"source": str(source)}))
     start = times[0]
     if not times[-1] - start <= MAX_ARRIVAL_S:  # also inf (rows at -1e308 and 1e308)
         raise InputError(
@@ -921,11 +921,11 @@ def reshape(
     if max_requests is not None and max_requests < len(arrivals):
         arrivals, prompts, outputs = arrivals[:max_requests], prompts[:max_requests], outputs[:max_requests]
         hashes = hashes[:max_requests]
-        notes.append(f"first {max_requests} requests of {len(trace)}")
+        notes.append(Finding("trace.first_requests", {"kept": max_requests, "requests": len(trace)}, "max_requests"))
     factor = None
     if rate_scale is not None and rate_scale != 1:
         factor = 1.0 / rate_scale
-        notes.append(f"arrival rate x{rate_scale:g}")
+        notes.append(Finding("trace.rate_scaled", {"rate_scale": rate_scale}, "rate_scale"))
     if qps is not None:
         span = arrivals[-1] - arrivals[0]
         if span <= 0:
@@ -935,7 +935,7 @@ def reshape(
                 values={},
             )
         factor = (len(arrivals) - 1) / span / qps
-        notes.append(f"retimed to {qps:g} req/s (was {(len(arrivals) - 1) / span:.3g})")
+        notes.append(Finding("trace.retimed", {"qps": qps, "was_rps": (len(arrivals) - 1) / span}, "qps"))
     if factor is not None:
         arrivals = Column(FLOAT, (t * factor for t in arrivals))
         param, value = ("rate_scale", rate_scale) if qps is None else ("qps", qps)
@@ -960,7 +960,8 @@ def reshape(
     if duration_s is not None:
         keep = bisect.bisect_right(arrivals, duration_s)
         if keep < len(arrivals):
-            notes.append(f"arrivals within {duration_s:g} s: {keep} of {len(arrivals)} requests")
+            notes.append(Finding("trace.duration_cut", {"duration_s": duration_s, "kept": keep,
+                                                         "requests": len(arrivals)}, "duration"))
         arrivals, prompts, outputs, hashes = arrivals[:keep], prompts[:keep], outputs[:keep], hashes[:keep]
     if not arrivals:
         raise InputError(
@@ -999,9 +1000,9 @@ def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the 
     if trace.format == "synthetic":  # drawn, not read: no row of a file was bad
         prompts, outputs = trace.prompt_tokens, trace.output_tokens
         longest = max((j for j, k in enumerate(keep) if not k), key=lambda i: prompts[i] + outputs[i])
-        notes.append(f"{dropped_count} of the {len(trace)} synthetic requests drew more tokens than {model_name}'s "
-                     f"context length of {context_tokens:,} (the longest {prompts[longest]} + "
-                     f"{outputs[longest]}): left out, as SGLang refuses them")
+        notes.append(Finding("trace.synthetic_past_context", {
+            "dropped": dropped_count, "requests": len(trace), "model": model_name, "context_tokens": context_tokens,
+            "longest_prompt": prompts[longest], "longest_output": outputs[longest]}))
     else:
         for i in dropped[:max(0, KEEP_BAD_ROWS - len(examples))]:
             reason = (f"request {i + 1}: {trace.prompt_tokens[i]} + {trace.output_tokens[i]} tokens, past "
