@@ -29,5 +29,5 @@ gpu-check:  ## on a GPU machine: GPU tests plus a short bench of every level (< 
 	$(PYTHON) -c "$(GPU_CHECK_IMPORTS)" 2>/dev/null || $(PYTHON) -m pip install --quiet -e ".[$(or $(strip $(BENCH_EXTRA)),$$($(PYTHON) benchmarks/gpu_check.py --print-extra)),test]" || echo "gpu-check: installing the bench's packages failed; checking with what is installed" >&2
 	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(PYTHON) benchmarks/gpu_check.py
 
-lint:
+lint:  ## ruff with the rules and line length pyproject.toml sets (ruff comes with the test extra)
 	$(PYTHON) -m ruff check pdmux_cli tests benchmarks

@@ -26,17 +26,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    out = subprocess.run([sys.executable, "-m", "pdmux_cli", "accuracy", "--json"], check=True, capture_output=True,
-                         text=True, cwd=results_md.RESULTS.parent.parent)
+    out = subprocess.run([sys.executable, "-m", "pdmux_cli", "accuracy", "--json"], check=True,
+                         capture_output=True, text=True, cwd=results_md.RESULTS.parent.parent)
     terms = json.loads(out.stdout)["terms"]
-    rows = [f"| {t['term']} | {t['method']} | {t['data']} | {t['median_abs_error']:.1%} | {t['p90_abs_error']:.1%} | "
-            f"{t['median_signed_error']:+.1%} | {t['worst']['what']} ({t['worst']['error']:+.0%}) |" for t in terms]
+    rows = [f"| {t['term']} | {t['method']} | {t['data']} | {t['median_abs_error']:.1%} | "
+            f"{t['p90_abs_error']:.1%} | {t['median_signed_error']:+.1%} | {t['worst']['what']} "
+            f"({t['worst']['error']:+.0%}) |" for t in terms]
     text = "\n".join([
         SECTION, "",
-        (f"`python benchmarks/accuracy_section.py` ({datetime.date.today().isoformat()}): `pdmux accuracy --json`, the "
-        "shipped roofline model against every shipped measurement; targets (issue \"Cost model v2\"): leave-one-model-out "
-        "median <= 10% on decode and prefill steps, <= 5% on bandwidth vs SMs."), "",
-        "| term | method | data | median | p90 | bias | worst |", "|---|---|---|---|---|---|---|", *rows, "",
+        (f"`python benchmarks/accuracy_section.py` ({datetime.date.today().isoformat()}): `pdmux accuracy "
+        "--json`, the shipped roofline model against every shipped measurement; targets (issue \"Cost model "
+        "v2\"): leave-one-model-out median <= 10% on decode and prefill steps, <= 5% on bandwidth vs SMs."),
+        "", "| term | method | data | median | p90 | bias | worst |", "|---|---|---|---|---|---|---|", *rows,
+        "",
     ])
     print(text)
     if args.write:

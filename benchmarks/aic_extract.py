@@ -110,12 +110,14 @@ L2_MIB = {"h100_sxm": 50, "h200_sxm": 60, "b200_sxm": 126.5, "a100_sxm": 40, "gb
 #: SM100, else flashinfer). vLLM's table there is FlashAttention-2's paged decode (vllm_flash_attn), the
 #: measured kernel closest in kind to FlashInfer's; written as <gpu>_generation_attention_vllm.csv.
 EXTRA_GENERATION = {"a100_sxm": ("vllm", ("SGLang's A100 default decode kernel is FlashInfer, not the "
-                                          "FlashAttentionBackend its SGLang table measured; see EXTRA_GENERATION"))}
+                                          "FlashAttentionBackend its SGLang table measured; see "
+                                          "EXTRA_GENERATION"))}
 #: The MoE models whose routed-expert shapes are extracted from the fused-MoE table: name -> (hidden_size,
-#: moe_intermediate_size, routed experts, top-k, grouped routing). Shapes from the models' config.json (pdmux's
-#: profiles/models/). DeepSeek-V3 routes with grouped top-k (n_group 8, topk_group 4): the collector's
-#: SGLang path (collector/sglang/collect_moe.py, TopK with num_expert_group) passes its balanced logits through
-#: the group selection, so past 1 token the experts touched are not min(experts, tokens x top-k).
+#: moe_intermediate_size, routed experts, top-k, grouped routing). Shapes from the models' config.json
+#: (pdmux's profiles/models/). DeepSeek-V3 routes with grouped top-k (n_group 8, topk_group 4): the
+#: collector's SGLang path (collector/sglang/collect_moe.py, TopK with num_expert_group) passes its balanced
+#: logits through the group selection, so past 1 token the experts touched are not min(experts, tokens x
+#: top-k).
 MOE_MODELS = {"DeepSeek-V3": (7168, 2048, 256, 8, True), "Qwen3-235B-A22B": (4096, 1536, 128, 8, False),
               "Qwen3-30B-A3B": (2048, 768, 128, 8, False), "Mixtral-8x7B": (4096, 14336, 8, 2, False),
               "gpt-oss-120b": (2880, 2880, 128, 4, False), "gpt-oss-20b": (2880, 2880, 32, 4, False)}
@@ -262,7 +264,8 @@ def g(x: float, digits: int = 6) -> str:
 def header(db: Db, gpu: str, backend: str, version: str, path: Path, device: str,
            lines: list[str], why: str = "") -> list[str]:
     rel = path.relative_to(db.root.parent)
-    fallback = "" if backend == "sglang" else (f" ({why})" if why else " (FALLBACK: this GPU has no SGLang table)")
+    fallback = "" if backend == "sglang" else (f" ({why})" if why
+                                               else " (FALLBACK: this GPU has no SGLang table)")
     out = [
         f"source: PyPI package {DIST}=={db.pkg_version} (NVIDIA AIConfigurator performance database)",
         f"file in package: {rel.as_posix()} ({db.meta(path)})",
@@ -344,8 +347,9 @@ def extract_gemm(db: Db, gpu: str, out: Path) -> dict | None:
                 for w, p in fp8_maps[dt].items()))
         elif dt == "fp8":
             fp8_notes.append("fp8: not measured on this GPU")
-    block_note = ("; fp8_block = block-scaled fp8 (128x128 weight blocks, per-token-group activation scales of 128, "
-                  "the activation quantization timed with the GEMM)" if "fp8_block" in fp8_maps else "")
+    block_note = ("; fp8_block = block-scaled fp8 (128x128 weight blocks, per-token-group activation scales "
+                  "of 128, the activation quantization timed with the GEMM)" if "fp8_block" in fp8_maps
+                  else "")
     comments = header(db, gpu, backend, version, path, device, [
         "op: dense GEMM out[m, n] = x[m, k] @ W[n, k]^T (m = tokens); kernels: "
         + "; ".join(f"{d}={','.join(sorted(v))}" for d, v in sorted(kernels.items())),
@@ -592,7 +596,8 @@ def extract_allreduce(db: Db, gpu: str, out: Path) -> dict | None:
 
 
 def extract_moe(db: Db, gpu: str, out: Path) -> dict | None:
-    """SGLang's fused MoE (routing, the grouped expert GEMMs, activation, combine) at the MOE_MODELS shapes."""
+    """SGLang's fused MoE (routing, the grouped expert GEMMs, activation, combine) at the MOE_MODELS
+    shapes."""
     found = db.find_table(gpu, "moe", "moe_perf", ("sglang",))
     if not found:
         print(f"  {gpu}: no SGLang MoE table")
@@ -627,7 +632,8 @@ def extract_moe(db: Db, gpu: str, out: Path) -> dict | None:
         kept = {key: lat for key, lat in kept.items() if key[2] != name or key[1] == first}
     out_rows = []
     order = {n: i for i, n in enumerate(MOE_MODELS)}
-    for (kernel, dt, name, tp, t), lat in sorted(kept.items(), key=lambda kv: (order[kv[0][2]], kv[0][1], kv[0][0],
+    for (kernel, dt, name, tp, t), lat in sorted(kept.items(),
+                                                 key=lambda kv: (order[kv[0][2]], kv[0][1], kv[0][0],
                                                                               kv[0][3], kv[0][4])):
         h, inter, e, k, _ = MOE_MODELS[name]
         touched = min(e, t * k)
@@ -640,30 +646,32 @@ def extract_moe(db: Db, gpu: str, out: Path) -> dict | None:
     used = sorted({(x[0], x[1]) for x in out_rows})
     present = sorted({x[2] for x in out_rows}, key=order.get)
     comments = header(db, gpu, backend, version, path, device, [
-        ("op: one MoE layer's routed experts on one GPU as SGLang runs them (collector/sglang/collect_moe.py): "
-         "top-k routing of given router logits, the fused grouped GEMMs (gate+up, down), the gated activation and "
-         "the weighted combine; no router GEMM, no shared experts, no all-reduce; CUDA-graph replay of 5 calls"),
-        "kernel: triton = sglang_fused_moe_triton (fused_moe: moe_align_block_size + 2 Triton grouped GEMMs), "
-        "flashinfer_trtllm = sglang_flashinfer_trtllm_moe (FlashInfer's TRT-LLM-gen fused MoE, routing inside); "
-        "(kernel, dtype) here: " + ", ".join(f"{k}/{d}" for k, d in used)
+        ("op: one MoE layer's routed experts on one GPU as SGLang runs them "
+         "(collector/sglang/collect_moe.py): top-k routing of given router logits, the fused grouped GEMMs "
+         "(gate+up, down), the gated activation and the weighted combine; no router GEMM, no shared experts, "
+         "no all-reduce; CUDA-graph replay of 5 calls"),
+        "kernel: triton = sglang_fused_moe_triton (fused_moe: moe_align_block_size + 2 Triton grouped "
+        "GEMMs), flashinfer_trtllm = sglang_flashinfer_trtllm_moe (FlashInfer's TRT-LLM-gen fused MoE, "
+        "routing inside); (kernel, dtype) here: " + ", ".join(f"{k}/{d}" for k, d in used)
         + (f"; not extracted: {', '.join(sorted(skipped_kernels))}" if skipped_kernels else ""),
-        ("dtype: bf16; fp8_block (128x128 weight blocks, dynamic per-token-group activation scales, quantization "
-        "timed); w4a16_mxfp4 / w4a8_mxfp4_mxfp8 (MXFP4 weights, bf16 / MXFP8 activations)"),
+        ("dtype: bf16; fp8_block (128x128 weight blocks, dynamic per-token-group activation scales, "
+        "quantization timed); w4a16_mxfp4 / w4a8_mxfp4_mxfp8 (MXFP4 weights, bf16 / MXFP8 activations)"),
         "model: the routed-expert shape (hidden, moe_intermediate, experts, top-k): " + "; ".join(
             f"{n} {MOE_MODELS[n][0]}/{MOE_MODELS[n][1]}/{MOE_MODELS[n][2]}/{MOE_MODELS[n][3]}"
             + (" (grouped top-k, 4 of 8 groups: 1 token only)" if MOE_MODELS[n][4] else "") for n in present),
-        ("tp = moe_tp_size (each expert inter/tp wide), ep 1; tokens = num_tokens; distribution 'balanced' (the "
-        "collector's balanced_logits: every token's top-k experts distinct, min(experts, tokens x top-k) touched, "
-        "equal load; the same experts in each of the 5 calls); latency_ms rounded to 5 significant digits"),
-        (f"weights_fit_l2 = 1 if the touched experts' weights (min(experts, tokens x top-k) x 3 x hidden x inter/tp "
-         f"x bytes per weight: bf16 2, fp8 1, mxfp4 4.25/8) are smaller than L2 = {l2:.0f} bytes ({l2_src}): "
-         "repeated calls may read them from L2, so drop such points when fitting HBM speed"
+        ("tp = moe_tp_size (each expert inter/tp wide), ep 1; tokens = num_tokens; distribution 'balanced' "
+        "(the collector's balanced_logits: every token's top-k experts distinct, min(experts, tokens x "
+        "top-k) touched, equal load; the same experts in each of the 5 calls); latency_ms rounded to 5 "
+        "significant digits"),
+        ("weights_fit_l2 = 1 if the touched experts' weights (min(experts, tokens x top-k) x 3 x hidden x "
+         f"inter/tp x bytes per weight: bf16 2, fp8 1, mxfp4 4.25/8) are smaller than L2 = {l2:.0f} bytes "
+         f"({l2_src}): repeated calls may read them from L2, so drop such points when fitting HBM speed"
          if l2 is not None else "weights_fit_l2: empty, this GPU's L2 size is unknown"),
-        (f"thinning: ep 1, tp in {' '.join(map(str, MOE_TP))}, tokens at powers of two 1..4096 (grouped-routing "
-        "models: 1 token, since the collector's balanced logits pass its group selection and touch other experts "
-        "past 1 token), distribution balanced (power_law_1.01/1.2 left out), the MOE_MODELS shapes only; bf16 "
-        "models also in fp8_block; gpt-oss in w4a8_mxfp4_mxfp8 where measured, else w4a16_mxfp4; nvfp4, int4_wo "
-        "and other runners (marlin, cutlass) left out"),
+        (f"thinning: ep 1, tp in {' '.join(map(str, MOE_TP))}, tokens at powers of two 1..4096 "
+        "(grouped-routing models: 1 token, since the collector's balanced logits pass its group selection "
+        "and touch other experts past 1 token), distribution balanced (power_law_1.01/1.2 left out), the "
+        "MOE_MODELS shapes only; bf16 models also in fp8_block; gpt-oss in w4a8_mxfp4_mxfp8 where measured, "
+        "else w4a16_mxfp4; nvfp4, int4_wo and other runners (marlin, cutlass) left out"),
     ])
     size = write_csv(out / f"{gpu}_moe.csv", comments,
                      ["kernel", "dtype", "model", "tp", "tokens", "latency_ms", "weights_fit_l2"], out_rows)

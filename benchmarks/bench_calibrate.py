@@ -36,7 +36,7 @@ import results_md
 from bench_cli import pdmux_cmd
 
 from pdmux_cli.costmodel import build_step_model
-from pdmux_cli.costmodel.calibrate import _scaled, _with
+from pdmux_cli.costmodel.whole_gpu_fit import _scaled, _with
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
 
@@ -72,29 +72,33 @@ def write_one_batch(path: Path) -> None:
             total = prefill + decode * (output_len - 1)
             out.append(json.dumps({
                 "run_name": "qwen3_8b_h100_synthetic", "batch_size": batch, "input_len": input_len,
-                "output_len": output_len, "prefill_latency": prefill, "prefill_throughput": batch * input_len / prefill,
-                "median_decode_latency": decode, "median_decode_throughput": batch / decode, "total_latency": total,
+                "output_len": output_len, "prefill_latency": prefill,
+                "prefill_throughput": batch * input_len / prefill, "median_decode_latency": decode,
+                "median_decode_throughput": batch / decode, "total_latency": total,
                 "overall_throughput": batch * (input_len + output_len) / total}))
     path.write_text("\n".join(out) + "\n")
 
 
 def write_log(path: Path, lines: int, seed: int = 1) -> None:
-    """A server log of ``lines`` lines; decode steps timed by the model at :data:`KV_SCALE`, :data:`FIXED_S`."""
+    """A server log of ``lines`` lines; decode steps timed by the model at :data:`KV_SCALE`,
+    :data:`FIXED_S`."""
     truth = truth_model()
     rng = random.Random(seed)
     clock = datetime.datetime(2026, 11, 30, 9, 0, 0)
-    out = [f"[{clock:%Y-%m-%d %H:%M:%S}] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tp_size=1, ...)\n",
+    out = [f"[{clock:%Y-%m-%d %H:%M:%S}] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tp_size=1, "
+           "...)\n",
            (f"[{clock:%Y-%m-%d %H:%M:%S} TP0] max_total_num_tokens=400000, chunked_prefill_size=8192, "
-           "max_prefill_tokens=16384, max_running_requests=512, context_len=40960, available_gpu_mem=10.21 GB\n")]
+           "max_prefill_tokens=16384, max_running_requests=512, context_len=40960, available_gpu_mem=10.21 "
+           "GB\n")]
     running, context = 16, 2048.0
     while len(out) < lines:
         event = rng.random()
         if event < 0.15:  # a prefill batch joins new requests
             new = rng.choice([1, 2, 4])
             tokens = new * rng.choice([512, 1024, 2048])
-            out.append(f"[{clock:%Y-%m-%d %H:%M:%S} TP0] Prefill batch, #new-seq: {new}, #new-token: {tokens}, "
-                       f"#cached-token: 0, token usage: 0.12, #running-req: {running}, #queue-req: 0, "
-                       f"#pending-token: 0, cuda graph: False, input throughput (token/s): 31250.07\n")
+            out.append(f"[{clock:%Y-%m-%d %H:%M:%S} TP0] Prefill batch, #new-seq: {new}, #new-token: "
+                       f"{tokens}, #cached-token: 0, token usage: 0.12, #running-req: {running}, #queue-req: "
+                       f"0, #pending-token: 0, cuda graph: False, input throughput (token/s): 31250.07\n")
             running = min(256, running + new)
             context = (context * (running - new) + tokens) / running
             continue
@@ -114,8 +118,8 @@ def write_log(path: Path, lines: int, seed: int = 1) -> None:
         throughput = running / step
         clock += datetime.timedelta(seconds=40 * step)
         out.append(f"[{clock:%Y-%m-%d %H:%M:%S} TP0] Decode batch, #running-req: {running}, #token: "
-                   f"{round(running * context)}, token usage: 0.12, cuda graph: True, gen throughput (token/s): "
-                   f"{throughput:.2f}, #queue-req: 0\n")
+                   f"{round(running * context)}, token usage: 0.12, cuda graph: True, gen throughput "
+                   f"(token/s): {throughput:.2f}, #queue-req: 0\n")
     path.write_text("".join(out[:lines]))
 
 
@@ -157,10 +161,12 @@ def main() -> None:
         (f"`python benchmarks/bench_calibrate.py --lines {args.lines} --runs {args.runs}` "
         f"({datetime.date.today().isoformat()}): `pdmux calibrate --sglang-log` on a {args.lines:,}-line "
         f"({size / 1024**2:.1f} MiB) SGLang 0.5.23 server log of {MODEL} on {GPU}, whole process."), "",
-        "| runs | median s | max s | target | clean intervals (points) | KV scale made / found | fixed ms made / found |",
+        "| runs | median s | max s | target | clean intervals (points) | KV scale made / found | fixed ms "
+        "made / found |",
         "|---|---|---|---|---|---|---|",
-        (f"| {args.runs} | {statistics.median(times):.2f} | {max(times):.2f} | < 5 s | {used:,} ({result['points']:,}) | "
-        f"{KV_SCALE} / {kv_found:.3f} | {FIXED_S * 1e3:.2f} / {fixed_found * 1e3:.3f} |"), "",
+        (f"| {args.runs} | {statistics.median(times):.2f} | {max(times):.2f} | < 5 s | {used:,} "
+        f"({result['points']:,}) | {KV_SCALE} / {kv_found:.3f} | {FIXED_S * 1e3:.2f} / "
+        f"{fixed_found * 1e3:.3f} |"), "",
     ]
     text = "\n".join(lines)
     print(text)

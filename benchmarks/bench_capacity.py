@@ -38,10 +38,11 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     text = "\n".join([
         SECTION, "",
-        (f"`python benchmarks/bench_capacity.py --runs {args.runs}` ({datetime.date.today().isoformat()}, {cores} "
-        f"cores): `pdmux capacity AzureLLMInferenceTrace_conv.csv --max-requests 5000` (Qwen3-8B, H100, TTFT 1 s, "
-        f"ITL 60 ms, target 99%): median {m['wall_s']:.1f} s whole process (target < 60 s), peak RSS "
-        f"{m['peak_rss_mib']:.0f} MiB, {sum(len(p['points']) for p in data['policies'])} simulations."), "",
+        (f"`python benchmarks/bench_capacity.py --runs {args.runs}` ({datetime.date.today().isoformat()}, "
+        f"{cores} cores): `pdmux capacity AzureLLMInferenceTrace_conv.csv --max-requests 5000` (Qwen3-8B, "
+        f"H100, TTFT 1 s, ITL 60 ms, target 99%): median {m['wall_s']:.1f} s whole process (target < 60 s), "
+        f"peak RSS {m['peak_rss_mib']:.0f} MiB, {sum(len(p['points']) for p in data['policies'])} "
+        "simulations."), "",
         "| policy | max rate req/s | simulations |", "|---|---|---|", *rows, "",
         f"verdict: {data['verdict']}", "",
     ])

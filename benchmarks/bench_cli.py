@@ -73,8 +73,9 @@ def bench_splits(pairs: int) -> dict:
         ours.append(a)
         floor.append(b)
         ratios.append(a / b)
-    return {"pairs": pairs, "ours_median_s": statistics.median(ours), "floor_median_s": statistics.median(floor),
-            "ratio_median": statistics.median(ratios), "ratio_p90": sorted(ratios)[int(0.9 * (len(ratios) - 1))]}
+    return {"pairs": pairs, "ours_median_s": statistics.median(ours),
+            "floor_median_s": statistics.median(floor), "ratio_median": statistics.median(ratios),
+            "ratio_p90": sorted(ratios)[int(0.9 * (len(ratios) - 1))]}
 
 
 def bench_estimate() -> dict:
@@ -85,7 +86,8 @@ def bench_estimate() -> dict:
     times = []
     for gpu in gpus:
         for model in MODELS:
-            times.append((wall(pdmux_cmd() + ["estimate", "--all-levels", "--gpu", gpu, "--model", model]), gpu, model))
+            times.append((wall(pdmux_cmd() + ["estimate", "--all-levels", "--gpu", gpu, "--model", model]),
+                          gpu, model))
     worst = max(times)
     return {"runs": len(times), "gpus": len(gpus), "models": len(MODELS),
             "median_s": statistics.median(t for t, _, _ in times), "max_s": worst[0],
@@ -105,17 +107,17 @@ def main() -> None:
     compile_bytecode()
     s = bench_splits(args.pairs)
     e = bench_estimate()
-    machine = f"{platform.node() or 'host'}: {os.cpu_count()} cores, {platform.processor() or platform.machine()}, " \
-              f"Python {platform.python_version()}"
+    machine = (f"{platform.node() or 'host'}: {os.cpu_count()} cores, "
+               f"{platform.processor() or platform.machine()}, Python {platform.python_version()}")
     text = (
         f"{SECTION}\n\n"
-        f"Measured {datetime.date.today().isoformat()} on {machine} with `python benchmarks/bench_cli.py`.\n\n"
-        f"| what | figure | target |\n|---|---|---|\n"
+        f"Measured {datetime.date.today().isoformat()} on {machine} with `python "
+        f"benchmarks/bench_cli.py`.\n\n| what | figure | target |\n|---|---|---|\n"
         f"| `pdmux splits --gpu h100` / floor_app.py, median of {s['pairs']} paired runs | "
         f"{s['ratio_median']:.2f}x ({s['ours_median_s'] * 1e3:.0f} ms vs {s['floor_median_s'] * 1e3:.0f} ms; "
         f"p90 ratio {s['ratio_p90']:.2f}x) | <= 1.3x |\n"
-        f"| `pdmux estimate --all-levels`, {e['gpus']} GPU profiles x {e['models']} models, one process each | "
-        f"max {e['max_s']:.2f} s ({e['slowest']}), median {e['median_s']:.2f} s, {e['runs']} runs in "
+        f"| `pdmux estimate --all-levels`, {e['gpus']} GPU profiles x {e['models']} models, one process each "
+        f"| max {e['max_s']:.2f} s ({e['slowest']}), median {e['median_s']:.2f} s, {e['runs']} runs in "
         f"{e['total_s']:.0f} s | every run < 2 s |\n"
     )
     print(text)

@@ -49,8 +49,10 @@ def _ray(*args: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=5_000_000, help="requests of the long synthetic trace")
-    parser.add_argument("--csv-requests", type=int, default=1_000_000, help="requests of the run with --csv (0: none)")
+    parser.add_argument("--requests", type=int, default=5_000_000,
+                        help="requests of the long synthetic trace")
+    parser.add_argument("--csv-requests", type=int, default=1_000_000,
+                        help="requests of the run with --csv (0: none)")
     parser.add_argument("--runs", type=int, default=1, help="runs of each tune (median wall time)")
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray comparison")
     parser.add_argument("--write", action="store_true", help="write the figures into benchmarks/RESULTS.md")
@@ -59,15 +61,16 @@ def main() -> None:
     lines = [SECTION, ""]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     lines.append(f"Measured {datetime.date.today().isoformat()} by `python benchmarks/bench_scale.py` on "
-                 f"{platform.machine()}, {cores} core(s), Python {platform.python_version()} (whole process; peak "
-                 "RSS = largest single process). Load average (1/5/15 min) before each run in the table: the "
-                 "machine is shared, and a loaded one is slower.")
-    lines += ["", "| command | requests | target | wall | peak RSS | load before |", "|---|---|---|---|---|---|"]
+                 f"{platform.machine()}, {cores} core(s), Python {platform.python_version()} (whole process; "
+                 "peak RSS = largest single process). Load average (1/5/15 min) before each run in the "
+                 "table: the machine is shared, and a loaded one is slower.")
+    lines += ["", "| command | requests | target | wall | peak RSS | load before |",
+              "|---|---|---|---|---|---|"]
     ok = True
 
     load = _load()
-    big = measure(["simulate", "--synthetic", "--qps", "5", "--max-requests", str(opts.requests), "--policies",
-                   "chunked", "--json"], 1)
+    big = measure(["simulate", "--synthetic", "--qps", "5", "--max-requests", str(opts.requests),
+                   "--policies", "chunked", "--json"], 1)
     data = json.loads(big["stdout"])
     policy = data["policies"][0]
     print(f"5M run: {big['wall_s']:.1f} s, {big['peak_rss_mib']:.0f} MiB, load {load}", flush=True)
@@ -77,22 +80,24 @@ def main() -> None:
     if opts.requests == 5_000_000:
         ok &= big["wall_s"] < 600 and big["peak_rss_mib"] < 1536
     notes = [n for n in policy["notes"] if "histogram" in n]
-    detail = (f"{policy['decode_steps']:,} decode steps; SLO attainment {policy['slo_attainment']:.2%}; TTFT p99 "
-              f"{policy['ttft_ms']['p99']:.1f} ms, ITL p50/p99 {policy['itl_ms']['p50']:.2f}/{policy['itl_ms']['p99']:.2f} "
-              f"ms")
+    detail = (f"{policy['decode_steps']:,} decode steps; SLO attainment {policy['slo_attainment']:.2%}; TTFT "
+              f"p99 {policy['ttft_ms']['p99']:.1f} ms, ITL p50/p99 "
+              f"{policy['itl_ms']['p50']:.2f}/{policy['itl_ms']['p99']:.2f} ms")
     if opts.csv_requests:
         with tempfile.TemporaryDirectory() as folder:
             out = Path(folder) / "rows.csv"
             load_csv = _load()
-            with_csv = measure(["simulate", "--synthetic", "--qps", "5", "--max-requests", str(opts.csv_requests),
-                                "--policies", "chunked", "--csv", str(out), "--json"], 1)
+            with_csv = measure(["simulate", "--synthetic", "--qps", "5", "--max-requests",
+                                str(opts.csv_requests), "--policies", "chunked", "--csv", str(out), "--json"],
+                                1)
             size = out.stat().st_size
-        lines.append(f"| `... --max-requests {opts.csv_requests:,} --csv rows.csv` ({size / 2**20:.0f} MiB of rows) | "
-                     f"{opts.csv_requests:,} | - | {with_csv['wall_s']:.0f} s | {with_csv['peak_rss_mib']:.0f} MiB | "
-                     f"{load_csv} |")
+        lines.append(f"| `... --max-requests {opts.csv_requests:,} --csv rows.csv` ({size / 2**20:.0f} MiB "
+                     f"of rows) | {opts.csv_requests:,} | - | {with_csv['wall_s']:.0f} s | "
+                     f"{with_csv['peak_rss_mib']:.0f} MiB | {load_csv} |")
 
     if not opts.no_ray:
-        tune_args = ["tune", "--trace", str(CODE), "--slo-ttft", "1000", "--slo-itl", "60", "--workers", "2", "--json"]
+        tune_args = ["tune", "--trace", str(CODE), "--slo-ttft", "1000", "--slo-itl", "60", "--workers", "2",
+                     "--json"]
         load_pool = _load()
         pool = measure(tune_args, opts.runs)
         _ray("start", "--head", "--num-cpus", "2", "--include-dashboard=false", "--disable-usage-stats")
@@ -104,16 +109,18 @@ def main() -> None:
         same = on_ray["stdout"] == pool["stdout"]
         configs = len(json.loads(pool["stdout"])["rows"])
         ratio = on_ray["wall_s"] / pool["wall_s"]
-        lines.append(f"| `tune --trace code --workers 2` ({configs} configs), local process pool | 8819 | - | "
-                     f"{pool['wall_s']:.1f} s | {pool['peak_rss_mib']:.0f} MiB | {load_pool} |")
-        lines.append(f"| the same, `--executor ray --ray-address auto` (local Ray, 2 CPUs) | 8819 | <= 1.5x the pool | "
-                     f"{on_ray['wall_s']:.1f} s ({ratio:.2f}x) | {on_ray['peak_rss_mib']:.0f} MiB (driver) | "
-                     f"{load_ray} |")
+        lines.append(f"| `tune --trace code --workers 2` ({configs} configs), local process pool | 8819 | - "
+                     f"| {pool['wall_s']:.1f} s | {pool['peak_rss_mib']:.0f} MiB | {load_pool} |")
+        lines.append("| the same, `--executor ray --ray-address auto` (local Ray, 2 CPUs) | 8819 | <= 1.5x "
+                     f"the pool | {on_ray['wall_s']:.1f} s ({ratio:.2f}x) | {on_ray['peak_rss_mib']:.0f} MiB "
+                     f"(driver) | {load_ray} |")
         ok &= ratio <= 1.5 and same
         detail_ray = (f"Ray's JSON {'is' if same else 'is NOT'} byte for byte the pool's. Runs: pool "
                       f"{', '.join(f'{w:.1f}' for w in pool['walls'])} s; Ray "
                       f"{', '.join(f'{w:.1f}' for w in on_ray['walls'])} s.")
-    lines += ["", f"The {data['trace']['requests']:,}-request run: {detail}" + (f"; {notes[0]}" if notes else "") + "."]
+    lines += ["",
+              f"The {data['trace']['requests']:,}-request run: {detail}" + (
+                  f"; {notes[0]}" if notes else "") + "."]
     if not opts.no_ray:
         lines += ["", detail_ray]
     lines.append("")

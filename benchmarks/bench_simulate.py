@@ -37,8 +37,10 @@ from pathlib import Path
 import results_md
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The workplace's traces: ``../shared`` beside the checkout (or beside a folder above it: a clone in a subfolder).
-TRACES = next((p / "shared" / "data" / "traces" for p in ROOT.parents if (p / "shared" / "data" / "traces").is_dir()),
+#: The workplace's traces: ``../shared`` beside the checkout (or beside a folder above it: a clone in a
+#: subfolder).
+TRACES = next((p / "shared" / "data" / "traces" for p in ROOT.parents
+               if (p / "shared" / "data" / "traces").is_dir()),
               ROOT.parent / "shared" / "data" / "traces")
 CONV = TRACES / "AzureLLMInferenceTrace_conv.csv"
 CODE = TRACES / "AzureLLMInferenceTrace_code.csv"
@@ -88,10 +90,12 @@ def main() -> None:
         if not path.exists():
             raise SystemExit(f"missing {path}")
 
-    three = measure(["simulate", str(CONV), "--policies", "pdmux,chunked", "--chunk-sizes", "512,2048", "--json"],
+    three = measure(["simulate", str(CONV), "--policies", "pdmux,chunked", "--chunk-sizes", "512,2048",
+                     "--json"],
                     opts.runs)
     default = measure(["simulate", str(CONV), "--json"], 1)
-    four = measure(["simulate", str(CONV), "--policies", "pdmux,chunked,mixed-chunk,prefill-first", "--json"], 1)
+    four = measure(["simulate", str(CONV), "--policies", "pdmux,chunked,mixed-chunk,prefill-first", "--json"],
+                   1)
     dp8 = measure(["simulate", str(CONV), "--dp", "8", "--json"], opts.runs)
     disagg = measure(["simulate", str(CONV), "--disagg", "4P4D", "--json"], 1)
     dp_data = json.loads(dp8["stdout"])
@@ -110,30 +114,33 @@ def main() -> None:
     lines = [
         SECTION,
         "",
-        (f"Measured {datetime.date.today().isoformat()} by `python benchmarks/bench_simulate.py --runs {opts.runs}` "
-        f"on {platform.machine()}, {cores} core(s) available, Python {platform.python_version()} "
-        "(whole process: `python -m pdmux_cli ...`; peak RSS = largest single process)."),
+        (f"Measured {datetime.date.today().isoformat()} by `python benchmarks/bench_simulate.py --runs "
+        f"{opts.runs}` on {platform.machine()}, {cores} core(s) available, Python "
+        f"{platform.python_version()} (whole process: `python -m pdmux_cli ...`; peak RSS = largest single "
+        "process)."),
         "",
         "| command | requests | target | wall (median) | peak RSS |",
         "|---|---|---|---|---|",
-        (f"| `simulate conv --policies pdmux,chunked --chunk-sizes 512,2048 --json` | {sim_data['trace']['requests']} "
-        f"| < 8 s, < 1 GB | {three['wall_s']:.1f} s | {three['peak_rss_mib']:.0f} MiB |"),
-        (f"| `simulate conv --json` (defaults: pdmux, chunked 8192, mixed-chunk 512) | {sim_data['trace']['requests']} "
-        f"| - | {default['wall_s']:.1f} s | {default['peak_rss_mib']:.0f} MiB |"),
-        (f"| `simulate conv --policies pdmux,chunked,mixed-chunk,prefill-first --json` | {sim_data['trace']['requests']} "
-        f"| - | {four['wall_s']:.1f} s | {four['peak_rss_mib']:.0f} MiB |"),
-        (f"| `simulate conv --dp 8 --json` (3 default policies, 8 replicas each) | {dp_data['trace']['requests']} "
-        f"| < 20 s | {dp8['wall_s']:.1f} s | {dp8['peak_rss_mib']:.0f} MiB |"),
+        ("| `simulate conv --policies pdmux,chunked --chunk-sizes 512,2048 --json` | "
+        f"{sim_data['trace']['requests']} | < 8 s, < 1 GB | {three['wall_s']:.1f} s | "
+        f"{three['peak_rss_mib']:.0f} MiB |"),
+        ("| `simulate conv --json` (defaults: pdmux, chunked 8192, mixed-chunk 512) | "
+        f"{sim_data['trace']['requests']} | - | {default['wall_s']:.1f} s | {default['peak_rss_mib']:.0f} "
+        "MiB |"),
+        ("| `simulate conv --policies pdmux,chunked,mixed-chunk,prefill-first --json` | "
+        f"{sim_data['trace']['requests']} | - | {four['wall_s']:.1f} s | {four['peak_rss_mib']:.0f} MiB |"),
+        ("| `simulate conv --dp 8 --json` (3 default policies, 8 replicas each) | "
+        f"{dp_data['trace']['requests']} | < 20 s | {dp8['wall_s']:.1f} s | {dp8['peak_rss_mib']:.0f} MiB |"),
         (f"| `simulate conv --disagg 4P4D --json` (the 3 as DP 8, and 4P4D) | {dp_data['trace']['requests']} "
         f"| - | {disagg['wall_s']:.1f} s | {disagg['peak_rss_mib']:.0f} MiB |"),
-        (f"| `tune --trace code --slo-ttft 1000 --slo-itl 60` ({configs} configs, {tune_data['workers']} workers) "
-        f"| {tune_data.get('requests', '')} | < 120 s, >= 50 configs | {tune['wall_s']:.1f} s | "
+        (f"| `tune --trace code --slo-ttft 1000 --slo-itl 60` ({configs} configs, {tune_data['workers']} "
+        f"workers) | {tune_data.get('requests', '')} | < 120 s, >= 50 configs | {tune['wall_s']:.1f} s | "
         f"{tune['peak_rss_mib']:.0f} MiB |"),
         "",
-        (f"Runs of the 3-policy command: {', '.join(f'{w:.1f}' for w in three['walls'])} s. Tune winner on the code "
-        f"trace (Qwen3-8B, H100, roofline cost model): {best['description']}, SLO attainment "
-        f"{best['slo_attainment']:.1%}. Runs of `--dp 8`: {', '.join(f'{w:.1f}' for w in dp8['walls'])} s; SLO "
-        f"attainment on 8 GPUs: {dp_att}."),
+        (f"Runs of the 3-policy command: {', '.join(f'{w:.1f}' for w in three['walls'])} s. Tune winner on "
+        f"the code trace (Qwen3-8B, H100, roofline cost model): {best['description']}, SLO attainment "
+        f"{best['slo_attainment']:.1%}. Runs of `--dp 8`: {', '.join(f'{w:.1f}' for w in dp8['walls'])} s; "
+        f"SLO attainment on 8 GPUs: {dp_att}."),
         "",
     ]
     text = "\n".join(lines)

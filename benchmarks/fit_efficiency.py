@@ -7,10 +7,10 @@ Inputs (all shipped in ``profiles/measurements/``, see its READMEs for sources a
   ``gemm_fp8_block``, each against the fp8 dense peak, where the GPU's table has them; decode attention
   over an fp8 KV cache -> ``decode_attention_fp8_kv`` (where measured); decode attention
   (bf16 KV, points whose KV fits in L2 dropped) -> ``decode_attention`` (A100: aiconfigurator's vLLM
-  table, FA2 paged decode, see measurements.DECODE_ATTENTION_TABLE); prefill attention (bf16) -> ``prefill_attention``
-  (its KV reads at the bandwidth of the GPU's SGLang decode table); SGLang's fused MoE (one layer's routed
-  experts, per runner and expert dtype, the shipped MoE models' shapes at TP 1-8; points whose touched
-  weights fit in L2 dropped unless latency-bound, DeepSeek-V3 at 1 token only) -> ``moe``
+  table, FA2 paged decode, see measurements.DECODE_ATTENTION_TABLE); prefill attention (bf16) ->
+  ``prefill_attention`` (its KV reads at the bandwidth of the GPU's SGLang decode table); SGLang's fused MoE
+  (one layer's routed experts, per runner and expert dtype, the shipped MoE models' shapes at TP 1-8; points
+  whose touched weights fit in L2 dropped unless latency-bound, DeepSeek-V3 at 1 token only) -> ``moe``
   (:func:`fit_moe_sections`);
 - Vidur's per-layer small ops (H100, A100) -> ``elementwise`` (H100's for Hopper and Blackwell GPUs,
   A100's for Ampere and Ada, as fractions of each GPU's own datasheet bandwidth);
@@ -92,10 +92,13 @@ def _section(e: OperatorEfficiency, flops: bool, points: int) -> dict:
 
 
 #: The fp8 GEMM sections: (file section, aiconfigurator dtype, what it is).
-FP8_GEMMS = (("gemm_fp8", "fp8", ("per-tensor fp8 GEMMs (sgl-kernel fp8_scaled_mm, per-token activation quantization "
+FP8_GEMMS = (("gemm_fp8", "fp8",
+              ("per-tensor fp8 GEMMs (sgl-kernel fp8_scaled_mm, per-token activation quantization "
                                  "included), fractions of the fp8 dense peak")),
-             ("gemm_fp8_block", "fp8_block", ("block-scaled fp8 GEMMs (DeepGEMM, 128x128 weight blocks, per-token-group "
-                                             "activation quantization included), fractions of the fp8 dense peak")))
+             ("gemm_fp8_block", "fp8_block",
+              ("block-scaled fp8 GEMMs (DeepGEMM, 128x128 weight blocks, per-token-group "
+                                             "activation quantization included), fractions of the fp8 dense "
+                                             "peak")))
 
 
 def fit_gpu(gpu_key: str, elementwise: dict[str, tuple[OperatorEfficiency, int]]) -> dict:
@@ -107,20 +110,24 @@ def fit_gpu(gpu_key: str, elementwise: dict[str, tuple[OperatorEfficiency, int]]
     for section, dtype, what in FP8_GEMMS:
         pts = fit.gemm_points(measurements.aic_gemms(gpu_key, dtype))
         if pts and gpu.fp8_dense_flops:
-            fp8[section] = (fit.fit_gemm(pts, gpu.dense_flops("fp8"), hbm, f"{AIC}: {gpu_key} {what}"), len(pts))
+            fp8[section] = (fit.fit_gemm(pts, gpu.dense_flops("fp8"), hbm, f"{AIC}: {gpu_key} {what}"),
+                            len(pts))
     sglang_dec_pts = [p for p in measurements.aic_attention(gpu_key, "decode") if not p.cached_in_l2]
     sglang_dec = fit.fit_decode_attention(sglang_dec_pts, hbm,
                                           f"{AIC}: {gpu_key} decode (generation) attention, bf16 KV")
     dec, dec_pts = sglang_dec, sglang_dec_pts
     if gpu_key in measurements.DECODE_ATTENTION_TABLE:
         backend, why = measurements.DECODE_ATTENTION_TABLE[gpu_key]
-        dec_pts = [p for p in measurements.aic_attention(gpu_key, "decode", backend=backend) if not p.cached_in_l2]
-        dec = fit.fit_decode_attention(dec_pts, hbm, f"aiconfigurator-core 0.12.0 (NVIDIA, Apache-2.0), {why}: "
+        dec_pts = [p for p in measurements.aic_attention(gpu_key, "decode", backend=backend)
+                   if not p.cached_in_l2]
+        dec = fit.fit_decode_attention(dec_pts, hbm,
+                                       f"aiconfigurator-core 0.12.0 (NVIDIA, Apache-2.0), {why}: "
                                                      f"{gpu_key} decode (generation) attention, bf16 KV")
     fp8_kv_pts = [p for p in measurements.aic_attention(gpu_key, "decode", "fp8") if not p.cached_in_l2]
     if fp8_kv_pts:
         fp8["decode_attention_fp8_kv"] = (fit.fit_decode_attention(
-            fp8_kv_pts, hbm, f"{AIC}: {gpu_key} decode (generation) attention, fp8 KV, bf16 compute"), len(fp8_kv_pts))
+            fp8_kv_pts, hbm, f"{AIC}: {gpu_key} decode (generation) attention, fp8 KV, bf16 compute"),
+            len(fp8_kv_pts))
     pre_pts = measurements.aic_attention(gpu_key, "prefill")
     pre = fit.fit_prefill_attention(pre_pts, peak, hbm, sglang_dec.bandwidth_efficiency,
                                     f"{AIC}: {gpu_key} prefill (context) attention, bf16")
@@ -158,10 +165,10 @@ def moe_peak(gpu_key: str, dtype: str) -> float:
 def moe_source(gpu_key: str, kernel: str, dtype: str, models: list[str]) -> str:
     """The ``source`` line of one MoE section."""
     math = "fp8" if dtype in fit.MOE_FP8_MATH else "bf16"
-    return (f"{AIC}: {gpu_key} fused MoE, SGLang's {kernel} runner, {dtype} experts ({', '.join(models)}; TP 1-8, "
-            f"balanced routing, weights beyond L2 or latency-bound): routing + grouped GEMMs + activation + combine of one layer; "
-            f"latency per layer, bandwidth of the touched experts' weights, peak as a fraction of the {math} dense "
-            "peak, half in rows per touched expert")
+    return (f"{AIC}: {gpu_key} fused MoE, SGLang's {kernel} runner, {dtype} experts ({', '.join(models)}; TP "
+            "1-8, balanced routing, weights beyond L2 or latency-bound): routing + grouped GEMMs + "
+            "activation + combine of one layer; latency per layer, bandwidth of the touched experts' "
+            f"weights, peak as a fraction of the {math} dense peak, half in rows per touched expert")
 
 
 def fit_moe_sections(gpu_key: str) -> dict:
@@ -185,15 +192,16 @@ def fit_elementwise() -> dict[str, tuple[OperatorEfficiency, int]]:
         rows = [x for x in layers if x.gpu == gpu_key]
         hbm = find_gpu(gpu_key).hbm_bytes_per_s
         models = ", ".join(sorted({x.model for x in rows}))
-        e = fit.fit_elementwise(rows, hbm, f"Vidur (microsoft/vidur 7d47513, MIT) {gpu_key} per-layer norms, RoPE, "
+        e = fit.fit_elementwise(rows, hbm,
+                                f"Vidur (microsoft/vidur 7d47513, MIT) {gpu_key} per-layer norms, RoPE, "
                                             f"activation and add: {models}, TP 1-8")
         out[gpu_key] = (e, len(rows))
     return out
 
 
 #: SGLang's green-context tables, as every source string names them.
-GREENCTX = ("SGLang green-context tables (sgl-project/sglang 56f74d24 python/sglang/srt/multiplex/predictor.py, "
-            "Apache-2.0; profiles/measurements/sglang_greenctx/)")
+GREENCTX = ("SGLang green-context tables (sgl-project/sglang 56f74d24 "
+            "python/sglang/srt/multiplex/predictor.py, Apache-2.0; profiles/measurements/sglang_greenctx/)")
 NANOFLOW = "NanoFlow (efeslab/Nanoflow d1bbe277, Apache-2.0)"
 
 
@@ -210,36 +218,41 @@ def fit_partitions() -> dict:
     knee = nanoflow_curve.knee  # SMs
     ampere = BandwidthFamily(
         "8", round(p, 3), float(f"{a100.hbm_bytes_per_s / knee:.4g}"), "a100-sxm-80gb", round(error, 4),
-        f"{NANOFLOW} A100 SXM 108 SMs: bandwidth vs SMs of a decode-attention kernel, 3 sweeps (knee {knee:.1f} SMs, "
-        f"S_SAT {s_sat:g}); {GREENCTX}: the A100 decode steps vs SMs check it (pdmux accuracy, out-of-sample)")
+        f"{NANOFLOW} A100 SXM 108 SMs: bandwidth vs SMs of a decode-attention kernel, 3 sweeps (knee "
+        f"{knee:.1f} SMs, S_SAT {s_sat:g}); {GREENCTX}: the A100 decode steps vs SMs check it (pdmux "
+        "accuracy, out-of-sample)")
     hopper = greenctx.fit_bandwidth_family(
         "9", "H800",
-        f"{GREENCTX}: H800 decode steps vs SMs as {greenctx.SETUPS['H800'].model} TP{greenctx.SETUPS['H800'].tp}")
+        f"{GREENCTX}: H800 decode steps vs SMs as {greenctx.SETUPS['H800'].model} "
+        f"TP{greenctx.SETUPS['H800'].tp}")
     base = PartitionProfile(families=(ampere, hopper), interference=Interference(()))
     # decode's co-run factor: NanoFlow's co-run throughput over NanoFlow's own solo sweep (the same kernel
     # on the same A100)
     table = fit.interference_table(measurements.nanoflow_interference(), nanoflow_curve)
     models = {t: greenctx.step_model(t) for t in greenctx.FIT_TABLES}
-    points = [p for kind in ("prefill", "small prefill") for p in greenctx.shape_points(kind, greenctx.FIT_TABLES)]
+    points = [p for kind in ("prefill", "small prefill")
+              for p in greenctx.shape_points(kind, greenctx.FIT_TABLES)]
     layer_s, layer_error = greenctx.fit_prefill_layer_s(points, models, base)
-    families = {f.family: {"sharpness": f.sharpness, "sm_bytes_per_s": f.sm_bytes_per_s, "fitted_on": f.fitted_on,
-                           "median_error": f.median_error, "source": f.source} for f in (ampere, hopper)}
+    families = {f.family: {"sharpness": f.sharpness, "sm_bytes_per_s": f.sm_bytes_per_s,
+                           "fitted_on": f.fitted_on, "median_error": f.median_error, "source": f.source}
+                           for f in (ampere, hopper)}
     return {
         "bandwidth_families": families,
         "decode_bandwidth_interference": [[r, f] for r, f in table],
         "prefill_flops_interference": [],
         "prefill_layer_s": layer_s,
         "prefill_layer_median_error": round(layer_error, 4),
-        "source": (f"bandwidth_families: per SM architecture (compute capability), the bytes/s one SM adds below the "
-                   f"knee and the knee's sharpness; the default S_SAT (SMs reaching 95% of the whole GPU's rate) "
-                   f"follows from each GPU's datasheet bandwidth; architectures without a measurement take the "
-                   f"nearest measured one's (a note says so); 'pdmux bench' measures yours. "
-                   f"decode_bandwidth_interference: {NANOFLOW} gemv_interference.csv (decode's bandwidth next to a "
-                   f"GEMM by its SM share) over the curve fitted to NanoFlow's solo sweeps alone, made non-decreasing; "
-                   f"prefill_flops_interference: no public measurement (1.0). prefill_layer_s: {GREENCTX}, H800 and "
-                   f"A100 prefills of 512-16384 tokens vs SMs and against an 8192-token prefill on the same SMs "
-                   f"(as {greenctx.SETUPS['H800'].model} TP{greenctx.SETUPS['H800'].tp}); the A100_8B tables are "
-                   f"kept out of every fit (pdmux accuracy checks them)"),
+        "source": ("bandwidth_families: per SM architecture (compute capability), the bytes/s one SM adds "
+                   "below the knee and the knee's sharpness; the default S_SAT (SMs reaching 95% of the "
+                   "whole GPU's rate) follows from each GPU's datasheet bandwidth; architectures without a "
+                   "measurement take the nearest measured one's (a note says so); 'pdmux bench' measures "
+                   f"yours. decode_bandwidth_interference: {NANOFLOW} gemv_interference.csv (decode's "
+                   "bandwidth next to a GEMM by its SM share) over the curve fitted to NanoFlow's solo "
+                   "sweeps alone, made non-decreasing; prefill_flops_interference: no public measurement "
+                   f"(1.0). prefill_layer_s: {GREENCTX}, H800 and A100 prefills of 512-16384 tokens vs SMs "
+                   f"and against an 8192-token prefill on the same SMs (as {greenctx.SETUPS['H800'].model} "
+                   f"TP{greenctx.SETUPS['H800'].tp}); the A100_8B tables are kept out of every fit (pdmux "
+                   "accuracy checks them)"),
     }
 
 
@@ -253,7 +266,8 @@ def fit_common() -> dict:
 
 
 def _link(e, what: str) -> dict:
-    return {"latency_s": float(f"{e.latency_s:.4g}"), "bandwidth_efficiency": round(e.bandwidth_efficiency, 4),
+    return {"latency_s": float(f"{e.latency_s:.4g}"),
+            "bandwidth_efficiency": round(e.bandwidth_efficiency, 4),
             "median_error": round(e.median_error or 0.0, 4), "points": e.points, "source": what}
 
 
@@ -271,21 +285,25 @@ def fit_allreduce() -> dict:
             if not nccl_pts:
                 continue  # PCIe beyond 2 GPUs: SGLang runs NCCL there, which nobody measured
             kernel = custom_pts[0].kernel if custom_pts else ""
-            custom_src = (f"{AIC}: {gpu_key} SGLang custom all-reduce ({'CUDA graph' if kernel == 'custom-graph' else 'eager: no CUDA-graph points'}), "
+            custom_src = (f"{AIC}: {gpu_key} SGLang custom all-reduce "
+                          f"({'CUDA graph' if kernel == 'custom-graph' else 'eager: no CUDA-graph points'}), "
                           f"{n} GPUs, <= 8 MiB")
             if what == "nccl":
-                nccl_src = f"Vidur (microsoft/vidur 7d47513, MIT) {gpu_key} DGX NCCL all-reduce, {n} GPUs, > 8 MiB"
+                nccl_src = (f"Vidur (microsoft/vidur 7d47513, MIT) {gpu_key} DGX NCCL all-reduce, {n} GPUs, "
+                            "> 8 MiB")
             else:
-                nccl_src = (f"{AIC}: {gpu_key} SGLang custom all-reduce above 8 MiB, {n} GPUs, standing in for NCCL "
-                            "(no NCCL measurement of this GPU)")
-            entry = {"custom": _link(fit.fit_allreduce(custom_pts, link, custom_src), custom_src) if custom_pts else None,
+                nccl_src = (f"{AIC}: {gpu_key} SGLang custom all-reduce above 8 MiB, {n} GPUs, standing in "
+                            "for NCCL (no NCCL measurement of this GPU)")
+            entry = {"custom": _link(fit.fit_allreduce(custom_pts, link, custom_src), custom_src)
+                     if custom_pts else None,
                      "nccl": _link(fit.fit_allreduce(nccl_pts, link, nccl_src), nccl_src)}
             ranks[n] = entry
         major, minor = gpu.compute_capability
         gpus[gpu_key] = {"interconnect": gpu.interconnect, "compute_capability": f"{major}.{minor}",
                          "interconnect_bytes_per_s": link, "ranks": ranks}
     return {"format": collectives.FORMAT, "fitted_by": "benchmarks/fit_efficiency.py",
-            "formula": "latency_s + 2 (N - 1) / N x bytes / (interconnect_bytes_per_s x bandwidth_efficiency)",
+            "formula": "latency_s + 2 (N - 1) / N x bytes / (interconnect_bytes_per_s x "
+            "bandwidth_efficiency)",
             "custom_max_bytes": collectives.CUSTOM_MAX_BYTES, "gpus": gpus}
 
 
@@ -298,8 +316,9 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="compare with the files on disk; write nothing")
     args = parser.parse_args()
     today = datetime.date.today().isoformat()
-    header = (f"# pdmux efficiency profile, written by benchmarks/fit_efficiency.py ({today}); do not edit by hand.\n"
-              "# Units: seconds, fractions of the GPU profile's datasheet bandwidth and dense FLOP/s, tokens.\n")
+    header = (f"# pdmux efficiency profile, written by benchmarks/fit_efficiency.py ({today}); do not edit "
+              "by hand.\n# Units: seconds, fractions of the GPU profile's datasheet bandwidth and dense "
+              "FLOP/s, tokens.\n")
     files = {"common.yaml": dump(fit_common(), header),
              collectives.FILE_NAME: dump(fit_allreduce(), header.replace(
                  "fractions of the GPU profile's datasheet bandwidth and dense FLOP/s, tokens",

@@ -44,7 +44,8 @@ from pdmux_cli.simulate import serving_fit
 OUT = ROOT / "profiles" / "efficiency" / "serving.yaml"
 
 STEP_SOURCE = ("step_s: SGLang's per-token CPU overhead measured against a mock forward, batch 1 "
-               "(tenstorrent/tt-inference-server issue 3560, 2026-05: 2.94 ms TPOT vs a 2.632 ms forward floor)")
+               "(tenstorrent/tt-inference-server issue 3560, 2026-05: 2.94 ms TPOT vs a 2.632 ms forward "
+               "floor)")
 
 
 def fit_line(line: str, pool: ProcessPoolExecutor) -> tuple[dict[str, float], dict[str, list[float]]]:
@@ -69,8 +70,8 @@ def build(workers: int) -> dict:
         return float(f"{terms[option] / 1e3:.4g}")
 
     top, top_errors = fits["0.5"]
-    fitted = (f"fitted by benchmarks/fit_serving.py ({date.today().isoformat()}) to {lines['0.5']} public SGLang 0.5.x "
-              f"serving runs ({', '.join(sources['0.5'])}; profiles/measurements/serving/)")
+    fitted = (f"fitted by benchmarks/fit_serving.py ({date.today().isoformat()}) to {lines['0.5']} public "
+              f"SGLang 0.5.x serving runs ({', '.join(sources['0.5'])}; profiles/measurements/serving/)")
     doc = {
         "format": "pdmux-efficiency/1",
         "fitted_by": "benchmarks/fit_serving.py",
@@ -78,15 +79,16 @@ def build(workers: int) -> dict:
             "step_s": 0.00031,
             "per_request_s": 0.0,
             "per_request_step_s": seconds(top, "per_request_overhead_ms"),
-            "source": (f"{STEP_SOURCE}; per_request_s: not identifiable from the public runs (the overlap scheduler "
-                       f"they ran hides it), 0; per_request_step_s: {fitted}"),
+            "source": (f"{STEP_SOURCE}; per_request_s: not identifiable from the public runs (the overlap "
+                       f"scheduler they ran hides it), 0; per_request_step_s: {fitted}"),
         },
         "request_path": {
             "admission_delay_s": seconds(top, "admission_delay_ms"),
             "first_token_delay_s": 0.0,
             "admission_interval_s": seconds(top, "admission_interval_ms"),
-            "source": (f"{fitted}; first_token_delay_s: client-side timings cannot tell it from the admission delay "
-                       "(both add to TTFT and E2E alike), so the whole fixed delay is on the admission side"),
+            "source": (f"{fitted}; first_token_delay_s: client-side timings cannot tell it from the "
+                       "admission delay (both add to TTFT and E2E alike), so the whole fixed delay is on the "
+                       "admission side"),
         },
         "fit": serving_fit.summary(top_errors),
         "older_releases": {
@@ -104,11 +106,13 @@ def build(workers: int) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare with the file on disk instead of writing")
+    parser.add_argument("--check", action="store_true",
+                        help="compare with the file on disk instead of writing")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     doc = build(args.workers)
-    header = "# pdmux serving profile, written by benchmarks/fit_serving.py; do not edit by hand.\n# Units: seconds.\n"
+    header = ("# pdmux serving profile, written by benchmarks/fit_serving.py; do not edit by hand.\n# Units: "
+              "seconds.\n")
     text = header + yaml.safe_dump(doc, sort_keys=False, width=118)
     if args.check:
         old = yaml.safe_load(OUT.read_text())

@@ -125,7 +125,8 @@ def _source_tree_env() -> dict[str, str]:
 def _run(cmd: list[str], timeout: float) -> int:
     print(f"$ {' '.join(cmd)}", flush=True)
     try:
-        return subprocess.run(cmd, check=False, cwd=ROOT, env=_source_tree_env(), timeout=max(1.0, timeout)).returncode
+        return subprocess.run(cmd, check=False, cwd=ROOT, env=_source_tree_env(),
+                              timeout=max(1.0, timeout)).returncode
     except subprocess.TimeoutExpired:
         print(f"gpu-check: timed out after {timeout:.0f} s", file=sys.stderr)
         return 124
@@ -137,7 +138,8 @@ def _checks(results: dict) -> list[tuple[str, bool, str]]:
     copy = (results.get("ceilings") or {}).get("copy") or {}
     matmul = (results.get("ceilings") or {}).get("matmul") or {}
     read_full, gemm_full = results.get("full_read_bytes_per_s"), results.get("full_gemm_flops_per_s")
-    rows.append(("bench complete", bool(results.get("complete")), results.get("error") or "; ".join(results.get("step_errors") or []) or "all steps ran"))
+    rows.append(("bench complete", bool(results.get("complete")), results.get("error")
+                 or "; ".join(results.get("step_errors") or []) or "all steps ran"))
     if read_full and copy.get("median_bytes_per_s"):
         ratio = read_full / copy["median_bytes_per_s"]
         rows.append(("read kernel vs copy (>= 90%)", ratio >= 0.9,
@@ -146,9 +148,12 @@ def _checks(results: dict) -> list[tuple[str, bool, str]]:
         ratio = gemm_full / matmul["median_flops_per_s"]
         clock = matmul.get("sm_clock_mhz")
         rows.append(("GEMM vs default-stream matmul (+-5%)", abs(ratio - 1) <= 0.05,
-                     f"{gemm_full / 1e12:,.1f} vs {matmul['median_flops_per_s'] / 1e12:,.1f} TFLOP/s = {ratio:.1%}"
-                     + (f" (SM clock {clock:.0f} of {results.get('max_sm_clock_mhz') or 0:.0f} MHz)" if clock else "")))
-    rows.append(("S_SAT (95% of whole-GPU read)", results.get("s_sat_sms") is not None, f"{results.get('s_sat_sms')} SMs"))
+                     f"{gemm_full / 1e12:,.1f} vs {matmul['median_flops_per_s'] / 1e12:,.1f} TFLOP/s = "
+                     f"{ratio:.1%}"
+                     + (f" (SM clock {clock:.0f} of {results.get('max_sm_clock_mhz') or 0:.0f} MHz)" if clock
+                        else "")))
+    rows.append(("S_SAT (95% of whole-GPU read)", results.get("s_sat_sms") is not None,
+                 f"{results.get('s_sat_sms')} SMs"))
     for lv in results.get("levels", []):
         share = lv.get("overlap_share")
         together = share is not None and share >= MIN_OVERLAP_SHARE and not lv.get("serialised")
@@ -156,9 +161,11 @@ def _checks(results: dict) -> list[tuple[str, bool, str]]:
         both = "?" if share is None else f"{share:.0%}"
         rows.append((
             f"level {lv['prefill_sms']}/{lv['decode_sms']}", ok,
-            (f"granted {lv['granted_prefill_sms']}/{lv['granted_decode_sms']}, SM ids {lv['smid_prefill_count']}/"
-            f"{lv['smid_decode_count']} {'disjoint' if lv['disjoint'] else 'OVERLAP'}; loss GEMM "
-            f"{lv['gemm_interference_percent']:.1f}%, read {lv['read_interference_percent']:.1f}%; both ran {both}"
+            (f"granted {lv['granted_prefill_sms']}/{lv['granted_decode_sms']}, SM ids "
+            f"{lv['smid_prefill_count']}/{lv['smid_decode_count']} "
+            f"{'disjoint' if lv['disjoint'] else 'OVERLAP'}; loss GEMM "
+            f"{lv['gemm_interference_percent']:.1f}%, read {lv['read_interference_percent']:.1f}%; both ran "
+            f"{both}"
             + (" SERIALISED" if lv.get("serialised") else "")),
         ))
     return rows
@@ -166,7 +173,8 @@ def _checks(results: dict) -> list[tuple[str, bool, str]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="out/gpu-check", help="directory for the bench's results (default out/gpu-check)")
+    parser.add_argument("--out", default="out/gpu-check",
+                        help="directory for the bench's results (default out/gpu-check)")
     parser.add_argument("--print-extra", action="store_true",
                         help="print the pdmux extra for this driver (bench or bench-cu12) and exit")
     args = parser.parse_args()
@@ -186,26 +194,29 @@ def main() -> int:
     except Exception as exc:  # noqa: BLE001 - one line, whatever the reason
         print(f"gpu-check: no usable GPU: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
-    print(f"gpu-check on {info.name} ({info.sm_count} SMs, driver CUDA {info.driver_version_text})", flush=True)
+    print(f"gpu-check on {info.name} ({info.sm_count} SMs, driver CUDA {info.driver_version_text})",
+          flush=True)
 
     out = Path(args.out)
     out_abs = out if out.is_absolute() else ROOT / out
     out_abs.mkdir(parents=True, exist_ok=True)
     junit = out_abs / JUNIT_FILE
     junit.unlink(missing_ok=True)
-    rc_tests = _run([sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_bench_gpu.py", "-q", "-rs", "-p", "no:cacheprovider",
-                     f"--junitxml={junit}"], left() * 0.6)
-    rc_replay_tests = _run([sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_bench_replay_gpu.py", "-q", "-rs",
-                            "-p", "no:cacheprovider"], left() * 0.3)
+    rc_tests = _run([sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_bench_gpu.py", "-q", "-rs",
+                     "-p", "no:cacheprovider", f"--junitxml={junit}"], left() * 0.6)
+    rc_replay_tests = _run([sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_bench_replay_gpu.py",
+                            "-q", "-rs", "-p", "no:cacheprovider"], left() * 0.3)
     rc_bench = _run([sys.executable, "-m", "pdmux_cli", "bench", "--quick", "--out", str(out)], left() * 0.6)
     replay_out = out / "model"
     rc_replay = _run([sys.executable, "-m", "pdmux_cli", "bench", "--quick", "--model", "qwen3-8b", "--out",
                       str(replay_out)], left())
 
     rows: list[tuple[str, bool, str]] = [gpu_tests_row(rc_tests, junit_counts(junit)),
-                                         ("model replay GPU tests", rc_replay_tests == 0, f"exit {rc_replay_tests}"),
+                                         ("model replay GPU tests", rc_replay_tests == 0,
+                                          f"exit {rc_replay_tests}"),
                                          ("pdmux bench --quick", rc_bench == 0, f"exit {rc_bench}"),
-                                         ("pdmux bench --quick --model qwen3-8b", rc_replay == 0, f"exit {rc_replay}")]
+                                         ("pdmux bench --quick --model qwen3-8b", rc_replay == 0,
+                                          f"exit {rc_replay}")]
     results_path = out_abs / "results.json"
     if results_path.exists():
         rows += _checks(json.loads(results_path.read_text()))

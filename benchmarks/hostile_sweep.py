@@ -48,8 +48,8 @@ H100 = (ROOT / "profiles" / "gpus" / "h100-sxm.yaml").read_text()
 QWEN = json.loads((ROOT / "profiles" / "models" / "Qwen3-8B.json").read_text())
 SYN = ["--synthetic", "--qps", "2", "--max-requests", "20"]
 SLO = ["--slo-ttft", "1000", "--slo-itl", "60"]
-SMALL_TUNE = ["--sm-group-nums", "8", "--divisors", "36", "--budgets", "65536", "--no-fixed-splits", "--slo-margins",
-              "none", "--workers", "1"]
+SMALL_TUNE = ["--sm-group-nums", "8", "--divisors", "36", "--budgets", "65536", "--no-fixed-splits",
+              "--slo-margins", "none", "--workers", "1"]
 
 
 @dataclass
@@ -80,12 +80,15 @@ def cases() -> list[Case]:
 
     # --- stop signals: SIGTERM, SIGHUP, SIGINT to the process or its group, early or late -----------------
     long_runs = [
-        ("simulate", ["simulate", "--synthetic", "--qps", "40", "--duration", "600", "--workers", "2", "--csv", "o.csv",
+        ("simulate",
+         ["simulate", "--synthetic", "--qps", "40", "--duration", "600", "--workers", "2", "--csv", "o.csv",
                       "--plot", "o.png", "--max-concurrency", "64"]),
         ("tune", ["tune", "--trace", "trace.csv", *SLO, "--workers", "2", "-o", "t.yaml"]),
-        ("capacity", ["capacity", "trace.csv", *SLO, "--workers", "2", "--plot", "c.png", "--config", "c.yaml",
+        ("capacity",
+         ["capacity", "trace.csv", *SLO, "--workers", "2", "--plot", "c.png", "--config", "c.yaml",
                       "--config", "c.yaml"]),
-        ("gen-config --tune", ["gen-config", "--tune", "--gpu", "h200", "--trace", "trace.csv", *SLO, "-o", "g.yaml"]),
+        ("gen-config --tune",
+         ["gen-config", "--tune", "--gpu", "h200", "--trace", "trace.csv", *SLO, "-o", "g.yaml"]),
         ("simulate --dp 8", ["simulate", "trace.csv", "--dp", "8", "--workers", "2", "--policies",
                              "pdmux,chunked,mixed-chunk,prefill-first"]),
         ("accuracy --serving", ["accuracy", "--serving", "--workers", "2"]),
@@ -96,24 +99,30 @@ def cases() -> list[Case]:
         for delay in (0.3, 0.7, 1.1, 1.5, 2.0, 2.6):
             for group in (False, True):
                 label, args = long_runs[(len(out)) % len(long_runs)]
-                add("signals", f"{signal.Signals(signum).name} {'group' if group else 'pid'} at {delay}s: {label}",
-                    args, files=dict(trace), signal=(signum, delay, group), outputs=("o.csv", "o.png", "t.yaml",
+                add("signals",
+                    f"{signal.Signals(signum).name} {'group' if group else 'pid'} at {delay}s: {label}", args,
+                    files=dict(trace), signal=(signum, delay, group), outputs=("o.csv", "o.png", "t.yaml",
                                                                                      "c.png", "g.yaml"))
 
     # --- control characters and hostile YAML in every file option that reads YAML --------------------------
     hostile_yaml = {
-        "DEL": "sm_group_num: 8\x7f\n", "C1 control": "sm_group_num: 8\x85\x86\n", "ESC": "\x1b[31msm_group_num: 8\n",
-        "vertical tab": "sm_group_num:\x0b8\n", "form feed": "\x0csm_group_num: 8\n", "U+FFFF": "sm_group_num: 8\uffff\n",
+        "DEL": "sm_group_num: 8\x7f\n", "C1 control": "sm_group_num: 8\x85\x86\n",
+        "ESC": "\x1b[31msm_group_num: 8\n", "vertical tab": "sm_group_num:\x0b8\n",
+        "form feed": "\x0csm_group_num: 8\n", "U+FFFF": "sm_group_num: 8\uffff\n",
         "BOM": "\ufeffsm_group_num: 8\n", "CRLF": "sm_group_num: 8\r\nsplit_forward_token_budget: 4096\r\n",
-        "lone CR": "sm_group_num: 8\rdecode_bs_divisor: 36\r", "tab indent": "manual_divisions:\n\t- [112, 20, 0]\n",
+        "lone CR": "sm_group_num: 8\rdecode_bs_divisor: 36\r",
+        "tab indent": "manual_divisions:\n\t- [112, 20, 0]\n",
         "two documents": "sm_group_num: 8\n---\nsm_group_num: 6\n", "only a comment": "# nothing\n",
         "empty": "", "a list": "- 1\n- 2\n", "a string": "hello\n", "null": "~\n",
-        "binary tag": "sm_group_num: !!binary aGVsbG8=\n", "python tag": "sm_group_num: !!python/name:os.system\n",
+        "binary tag": "sm_group_num: !!binary aGVsbG8=\n",
+        "python tag": "sm_group_num: !!python/name:os.system\n",
         "anchor bomb": "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
-                       "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n",
-        "deep nesting": "a: " + "[" * 3000 + "]" * 3000 + "\n", "huge integer": "sm_group_num: " + "7" * 4400 + "\n",
-        "float inf": "sm_group_num: .inf\n", "float nan": "split_forward_token_budget: .nan\n",
-        "negative": "sm_group_num: -8\n", "bool": "sm_group_num: yes\n", "date": "decode_bs_divisor: 2025-02-30\n",
+                       "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, "
+                       "*c]\n",
+        "deep nesting": "a: " + "[" * 3000 + "]" * 3000 + "\n",
+        "huge integer": "sm_group_num: " + "7" * 4400 + "\n", "float inf": "sm_group_num: .inf\n",
+        "float nan": "split_forward_token_budget: .nan\n", "negative": "sm_group_num: -8\n",
+        "bool": "sm_group_num: yes\n", "date": "decode_bs_divisor: 2025-02-30\n",
         "repeated key": "sm_group_num: 8\nsm_group_num: 6\n", "unknown key": "sm_group_nums: 8\n",
         "manual wrong shape": "sm_group_num: 3\nmanual_divisions: [[112, 20]]\n",
         "manual strings": "sm_group_num: 3\nmanual_divisions: [['112', '20', '0']]\n",
@@ -125,9 +134,11 @@ def cases() -> list[Case]:
         ("estimate --config", lambda f: ["estimate", "--config", f]),
         ("splits --config", lambda f: ["splits", "--config", f]),
         ("simulate --config", lambda f: ["simulate", *SYN, "--config", f]),
-        ("capacity --config x2", lambda f: ["capacity", *SYN, *SLO, "--config", f, "--config", f, "--workers", "1"]),
+        ("capacity --config x2",
+         lambda f: ["capacity", *SYN, *SLO, "--config", f, "--config", f, "--workers", "1"]),
         ("estimate --calibration", lambda f: ["estimate", "--calibration", f]),
-        ("gen-config --slo-itl --calibration", lambda f: ["gen-config", "--slo-itl", "60", "--context", "2048",
+        ("gen-config --slo-itl --calibration",
+         lambda f: ["gen-config", "--slo-itl", "60", "--context", "2048",
                                                           "--calibration", f]),
         ("tune --calibration", lambda f: ["tune", "--trace", AZURE, *SLO, *SMALL_TUNE, "--calibration", f]),
         ("calibrate --merge", lambda f: ["calibrate", "--merge", f, "--merge", f]),
@@ -140,56 +151,64 @@ def cases() -> list[Case]:
             add("yaml", f"{label} via {rname}", make("x.yaml"), files={"x.yaml": text})
     gpu_fields = {"sm_count 0": ("sm_count", "0"), "sm_count huge": ("sm_count", "1e12"),
                   "cc 6.5": ("compute_capability", '"6.5"'), "cc text": ("compute_capability", "hopper"),
-                  "cc 12.1 (known)": ("compute_capability", '"12.1"'), "memory negative": ("memory_bytes", "-1"),
-                  "memory 1 byte": ("memory_bytes", "1"), "bandwidth nan": ("hbm_bytes_per_s", ".nan"),
-                  "bandwidth 1e30": ("hbm_bytes_per_s", "1e30"), "name with ESC": ("name", '"H\\e[31m100"'),
-                  "name 10k chars": ("name", "H" * 10000), "name empty": ("name", '""')}
+                  "cc 12.1 (known)": ("compute_capability", '"12.1"'),
+                  "memory negative": ("memory_bytes", "-1"), "memory 1 byte": ("memory_bytes", "1"),
+                  "bandwidth nan": ("hbm_bytes_per_s", ".nan"), "bandwidth 1e30": ("hbm_bytes_per_s", "1e30"),
+                  "name with ESC": ("name", '"H\\e[31m100"'), "name 10k chars": ("name", "H" * 10000),
+                  "name empty": ("name", '""')}
     for label, (key, value) in gpu_fields.items():
-        text = "\n".join(f"{key}: {value}" if line.startswith(key + ":") else line for line in H100.splitlines()) + "\n"
+        text = "\n".join(f"{key}: {value}" if line.startswith(key + ":") else line
+                         for line in H100.splitlines()) + "\n"
         add("yaml", f"GPU file: {label}", ["estimate", "--gpu", "g.yaml"], files={"g.yaml": text})
-        add("yaml", f"GPU file: {label} (simulate)", ["simulate", *SYN, "--gpu", "g.yaml"], files={"g.yaml": text})
+        add("yaml", f"GPU file: {label} (simulate)", ["simulate", *SYN, "--gpu", "g.yaml"],
+            files={"g.yaml": text})
 
     # --- bounded work: each must end quickly, refused or computed ------------------------------------------
     for running, tokens, tput in (("1" + "0" * 12, 36600, 1e6), ("4294967297", 5000000000, 1e9), ("0", 0, 0),
                                   ("-5", 100, 10), ("3.5", 100, 10), ("١٢", 100, 10), ("12", 10**30, 1e3),
                                   ("12", 100, "inf"), ("12", 100, "1e999"), ("12", 100, "nan")):
-        line = (f"[2026-11-30 09:00:00 TP0] Decode batch, #running-req: {running}, #token: {tokens}, token usage: "
-                f"0.12, cuda graph: True, gen throughput (token/s): {tput}, #queue-req: 0\n")
+        line = (f"[2026-11-30 09:00:00 TP0] Decode batch, #running-req: {running}, #token: {tokens}, token "
+                f"usage: 0.12, cuda graph: True, gen throughput (token/s): {tput}, #queue-req: 0\n")
         add("bounded", f"log #running-req {running} #token {tokens} tput {tput}",
-            ["calibrate", "--sglang-log", "s.log", "--model", "qwen3-8b", "--gpu", "h100"], files={"s.log": line * 5},
-            timeout=60)
+            ["calibrate", "--sglang-log", "s.log", "--model", "qwen3-8b", "--gpu", "h100"],
+            files={"s.log": line * 5}, timeout=60)
     for bs in ("1000000", "999999", "65536", "1"):
-        add("bounded", f"estimate --decode-bs {bs} --all-levels --json", ["estimate", "--decode-bs", bs, "--all-levels",
+        add("bounded", f"estimate --decode-bs {bs} --all-levels --json",
+            ["estimate", "--decode-bs", bs, "--all-levels",
                                                                          "--json"], timeout=60)
     for args in (["estimate", "--context", "10000000"], ["estimate", "--prompt-tokens", "40960"],
                  ["estimate", "--prompt-tokens", "40961"], ["estimate", "--decode-bs", "1000001"],
                  ["splits", "--decode-bs", ",".join(str(i) for i in range(1, 3000))],
                  ["splits", "--prompt-tokens", "1" + "0" * 60], ["splits", "--decode-bs", "9" * 90],
                  ["simulate", "--synthetic", "--qps", "inf", "--max-requests", "1000000", "--duration", "1"],
-                 ["simulate", "--synthetic", "--qps", "inf", "--max-requests", "3000", "--policies", "chunked"],
+                 ["simulate", "--synthetic", "--qps", "inf", "--max-requests", "3000", "--policies",
+                  "chunked"],
                  ["simulate", "--synthetic", "--qps", "0.000001", "--max-requests", "5"],
-                 ["simulate", "--synthetic", "--qps", "5", "--prompt-tokens", "random:10000000", "--output-tokens",
-                  "random:10000000", "--max-requests", "5"],
-                 ["simulate", "--synthetic", "--qps", "5", "--prompt-tokens", "random:1024:1.5", "--output-tokens",
-                  "random:128", "--max-requests", "5"],
-                 ["simulate", "--synthetic", "--qps", "5", "--prompt-tokens", "random:1024:0:2048", "--output-tokens",
-                  "random:128", "--max-requests", "5"],
-                 ["simulate", "--synthetic", "--qps", "5", "--prompt-tokens", "lognormal:1024:4", "--max-requests",
-                  "200"],
+                 ["simulate", "--synthetic", "--qps", "5", "--prompt-tokens", "random:10000000",
+                  "--output-tokens", "random:10000000", "--max-requests", "5"],
+                 ["simulate", "--synthetic", "--qps", "5", "--prompt-tokens", "random:1024:1.5",
+                  "--output-tokens", "random:128", "--max-requests", "5"],
+                 ["simulate", "--synthetic", "--qps", "5", "--prompt-tokens", "random:1024:0:2048",
+                  "--output-tokens", "random:128", "--max-requests", "5"],
+                 ["simulate", "--synthetic", "--qps", "5", "--prompt-tokens", "lognormal:1024:4",
+                  "--max-requests", "200"],
                  ["simulate", *SYN, "--max-concurrency", "1000000000"],
                  ["simulate", *SYN, "--max-concurrency", "1"],
                  ["simulate", *SYN, "--max-running-requests", "1000000000"],
                  ["simulate", *SYN, "--prefill-decode-interval", "100000"],
-                 ["capacity", *SYN, *SLO, "--tolerance", "0.0000001", "--workers", "1", "--policies", "chunked"],
+                 ["capacity", *SYN, *SLO, "--tolerance", "0.0000001", "--workers", "1", "--policies",
+                  "chunked"],
                  ["capacity", *SYN, *SLO, "--target", "0.0000001", "--workers", "1", "--policies", "chunked"],
                  ["tune", "--trace", AZURE, *SLO, "--sm-group-nums", ",".join(str(i) for i in range(3, 135)),
                   "--divisors", "36", "--budgets", "65536", "--no-fixed-splits", "--slo-margins", "none"],
                  ["gen-config", "--slo-itl", "0.001", "--context", "2048"],
                  ["gen-config", "--slo-itl", "1e9", "--context", "2048"],
-                 ["gen-config", "--slo-itl", "60", "--context", "40960", "--max-running-requests", "1000000000"],
+                 ["gen-config", "--slo-itl", "60", "--context", "40960", "--max-running-requests",
+                  "1000000000"],
                  ["calibrate", "--sglang-bench", "b.jsonl", "--model", "qwen3-8b", "--gpu", "h100"]):
-        files = {"b.jsonl": '{"run_name": "x", "batch_size": 1000000000, "input_len": 1000000000, "output_len": 2, '
-                            '"prefill_latency": 1e-9, "median_decode_latency": 1e-9}\n'} if "b.jsonl" in args else {}
+        files = {"b.jsonl": '{"run_name": "x", "batch_size": 1000000000, "input_len": 1000000000, '
+                            '"output_len": 2, "prefill_latency": 1e-9, "median_decode_latency": '
+                            '1e-9}\n'} if "b.jsonl" in args else {}
         add("bounded", " ".join(args)[:90], args, files=files, timeout=90)
 
     # --- the environment ---------------------------------------------------------------------------------
@@ -203,11 +222,13 @@ def cases() -> list[Case]:
             ({"PYTHONIOENCODING": "ascii"}, ["simulate", *SYN, "--csv", "résultats.csv"]),
             ({"PYTHONIOENCODING": "ascii:strict"}, ["check-config", "ñ.yaml"]),
             ({"LANG": "C", "LC_ALL": "C"}, ["splits", "--all"]),
-            ({"COLUMNS": "0"}, ["estimate", "--all-levels"]), ({"COLUMNS": "5"}, ["tune", "--trace", AZURE, *SLO,
+            ({"COLUMNS": "0"}, ["estimate", "--all-levels"]),
+            ({"COLUMNS": "5"}, ["tune", "--trace", AZURE, *SLO,
                                                                                   *SMALL_TUNE]),
             ({"COLUMNS": "100000"}, ["simulate", *SYN]), ({"COLUMNS": "abc"}, ["splits"]),
             ({"LINES": "-1", "TERM": "dumb"}, ["check-config", "pdmux.yaml"]),
-            ({"NO_COLOR": "1", "FORCE_COLOR": "1"}, ["estimate"]), ({"HOME": "/nonexistent"}, ["estimate", "--plot", "p.png"])]
+            ({"NO_COLOR": "1", "FORCE_COLOR": "1"}, ["estimate"]),
+            ({"HOME": "/nonexistent"}, ["estimate", "--plot", "p.png"])]
     for env, args in envs:
         files = {"gé.yaml": H100, "pdmux.yaml": "sm_group_num: 8\n", "ñ.yaml": "sm_group_num: 8\n"}
         add("environment", f"{env} {' '.join(args)[:60]}", args, env=env, files=files,
@@ -215,52 +236,69 @@ def cases() -> list[Case]:
     for stream in ("stdout", "stderr"):
         for how in ("closed", "full"):
             for args in (["estimate"], ["estimate", "--decode-bs", "0"], ["simulate", *SYN, "--json"]):
-                add("environment", f"{stream} {how}: {' '.join(args)[:50]}", args, **{stream: how}, codes=(0, 1, 2))
+                add("environment", f"{stream} {how}: {' '.join(args)[:50]}", args, **{stream: how},
+                    codes=(0, 1, 2))
 
     # --- values no launch can use ------------------------------------------------------------------------
     values = [
-        ["gen-config", "--sm-group-num", "135"], ["gen-config", "--sm-group-num", "2"], ["gen-config", "--sm-group-num",
+        ["gen-config", "--sm-group-num", "135"], ["gen-config", "--sm-group-num", "2"],
+        ["gen-config", "--sm-group-num",
                                                                                         "-3"],
-        ["splits", "--gpu", "h20", "--sm-group-num", "81"], ["estimate", "--gpu", "b200", "--sm-group-num", "150"],
-        ["simulate", *SYN, "--sm-group-num", "1000"], ["check-config", "pdmux.yaml", "--sm-group-num", "99999"],
+        ["splits", "--gpu", "h20", "--sm-group-num", "81"],
+        ["estimate", "--gpu", "b200", "--sm-group-num", "150"], ["simulate", *SYN, "--sm-group-num", "1000"],
+        ["check-config", "pdmux.yaml", "--sm-group-num", "99999"],
         ["simulate", *SYN, "--cuda-graph-max-bs", "0"], ["simulate", *SYN, "--cuda-graph-max-bs", "-1"],
-        ["simulate", *SYN, "--cuda-graph-max-bs", "40000"], ["simulate", *SYN, "--cuda-graph-max-bs", "99999999999999"],
+        ["simulate", *SYN, "--cuda-graph-max-bs", "40000"],
+        ["simulate", *SYN, "--cuda-graph-max-bs", "99999999999999"],
         ["simulate", AZURE, "--rate-scale", "1e-300"], ["simulate", AZURE, "--rate-scale", "5e5"],
-        ["simulate", AZURE, "--qps", "inf"], ["simulate", AZURE, "--qps", "-inf"], ["simulate", AZURE, "--qps", "nan"],
-        ["capacity", AZURE, *SLO, "--qps", "1e300", "--workers", "1"],
+        ["simulate", AZURE, "--qps", "inf"], ["simulate", AZURE, "--qps", "-inf"],
+        ["simulate", AZURE, "--qps", "nan"], ["capacity", AZURE, *SLO, "--qps", "1e300", "--workers", "1"],
         ["simulate", *SYN, "--mem-fraction-static", "0"], ["simulate", *SYN, "--mem-fraction-static", "1"],
-        ["simulate", *SYN, "--mem-fraction-static", "1.5"], ["simulate", *SYN, "--mem-fraction-static", "nan"],
-        ["simulate", *SYN, "--admission-delay-ms", "-1"], ["simulate", *SYN, "--admission-delay-ms", "1e308"],
-        ["simulate", *SYN, "--admission-delay-ms", "nan"], ["simulate", *SYN, "--first-token-delay-ms", "inf"],
-        ["simulate", *SYN, "--admission-interval-ms", "-0"], ["simulate", *SYN, "--per-request-overhead-ms", "1e9"],
-        ["simulate", *SYN, "--max-concurrency", "0"], ["simulate", *SYN, "--max-concurrency", "-4"],
-        ["simulate", *SYN, "--max-concurrency", "8", "--dp", "2"], ["simulate", *SYN, "--kv-cache-dtype", "fp4"],
-        ["simulate", *SYN, "--kv-cache-dtype", "FP8_E4M3"], ["simulate", *SYN, "--kv-cache-dtype", "mxfp8"],
-        ["estimate", "--kv-cache-dtype", "fp8_e5m2", "--kv-bytes", "1"], ["estimate", "--kv-cache-dtype", " "],
-        ["estimate", "--sglang", "0.5.22"], ["estimate", "--sglang", "standard@b875545"],
-        ["check-config", "pdmux.yaml", "--sglang", "overlay@"], ["check-config", "pdmux.yaml", "--sglang", "OVERLAY@2126B0B"],
+        ["simulate", *SYN, "--mem-fraction-static", "1.5"],
+        ["simulate", *SYN, "--mem-fraction-static", "nan"], ["simulate", *SYN, "--admission-delay-ms", "-1"],
+        ["simulate", *SYN, "--admission-delay-ms", "1e308"],
+        ["simulate", *SYN, "--admission-delay-ms", "nan"],
+        ["simulate", *SYN, "--first-token-delay-ms", "inf"],
+        ["simulate", *SYN, "--admission-interval-ms", "-0"],
+        ["simulate", *SYN, "--per-request-overhead-ms", "1e9"], ["simulate", *SYN, "--max-concurrency", "0"],
+        ["simulate", *SYN, "--max-concurrency", "-4"],
+        ["simulate", *SYN, "--max-concurrency", "8", "--dp", "2"],
+        ["simulate", *SYN, "--kv-cache-dtype", "fp4"], ["simulate", *SYN, "--kv-cache-dtype", "FP8_E4M3"],
+        ["simulate", *SYN, "--kv-cache-dtype", "mxfp8"],
+        ["estimate", "--kv-cache-dtype", "fp8_e5m2", "--kv-bytes", "1"],
+        ["estimate", "--kv-cache-dtype", " "], ["estimate", "--sglang", "0.5.22"],
+        ["estimate", "--sglang", "standard@b875545"], ["check-config", "pdmux.yaml", "--sglang", "overlay@"],
+        ["check-config", "pdmux.yaml", "--sglang", "OVERLAY@2126B0B"],
         ["simulate", *SYN, "--sglang", "overlay@2126b0b"], ["gen-config", "--sglang", "latest"],
-        ["estimate", "--tp", "3"], ["estimate", "--tp", "9"], ["estimate", "--tp", "0"], ["simulate", *SYN, "--tp", "16"],
-        ["simulate", *SYN, "--dp", "65"], ["simulate", *SYN, "--dp", "0"], ["simulate", *SYN, "--disagg", "0P1D"],
-        ["simulate", *SYN, "--disagg", "65P1D"], ["simulate", *SYN, "--disagg", "1P1D", "--disagg-tp", "0"],
-        ["estimate", "--disagg", "1p1d", "--kv-link-gb-s", "0"], ["estimate", "--disagg", "1P1D", "--kv-link-gb-s",
+        ["estimate", "--tp", "3"], ["estimate", "--tp", "9"], ["estimate", "--tp", "0"],
+        ["simulate", *SYN, "--tp", "16"], ["simulate", *SYN, "--dp", "65"], ["simulate", *SYN, "--dp", "0"],
+        ["simulate", *SYN, "--disagg", "0P1D"], ["simulate", *SYN, "--disagg", "65P1D"],
+        ["simulate", *SYN, "--disagg", "1P1D", "--disagg-tp", "0"],
+        ["estimate", "--disagg", "1p1d", "--kv-link-gb-s", "0"],
+        ["estimate", "--disagg", "1P1D", "--kv-link-gb-s",
                                                                    "1e308"],
         ["estimate", "--disagg", "1P1D", "--kv-link", "infiniband"], ["estimate", "--disagg", "1P1D",
                                                                       "--kv-link-latency-us", "-1"],
-        ["estimate", "--level", "132/0"], ["estimate", "--level", "0/132"], ["estimate", "--level", "200/100"],
-        ["estimate", "--level", "64/68/1"], ["estimate", "--s-sat", "0"], ["estimate", "--s-sat", "1000"],
-        ["estimate", "--mfu", "1.5", "--cost-model", "chapter"], ["estimate", "--bandwidth-efficiency", "0",
+        ["estimate", "--level", "132/0"], ["estimate", "--level", "0/132"],
+        ["estimate", "--level", "200/100"], ["estimate", "--level", "64/68/1"], ["estimate", "--s-sat", "0"],
+        ["estimate", "--s-sat", "1000"], ["estimate", "--mfu", "1.5", "--cost-model", "chapter"],
+        ["estimate", "--bandwidth-efficiency", "0",
                                                                   "--cost-model", "chapter"],
-        ["estimate", "--weight-bytes", "0"], ["estimate", "--weight-bytes", "1e308"], ["estimate", "--kv-bytes", "1e-300"],
-        ["estimate", "--flops-dtype", "int4"], ["estimate", "--cost-model", "Roofline "], ["estimate", "--model", "gpt-5"],
-        ["estimate", "--model", "cfg.json"], ["estimate", "--gpu", "h100 "], ["estimate", "--gpu", "NVIDIA H100 80GB HBM3"],
-        ["splits", "--sms", "24", "--cc", "9.0"], ["splits", "--sms", "0", "--cc", "9.0"], ["splits", "--sms", "2000",
+        ["estimate", "--weight-bytes", "0"], ["estimate", "--weight-bytes", "1e308"],
+        ["estimate", "--kv-bytes", "1e-300"], ["estimate", "--flops-dtype", "int4"],
+        ["estimate", "--cost-model", "Roofline "], ["estimate", "--model", "gpt-5"],
+        ["estimate", "--model", "cfg.json"], ["estimate", "--gpu", "h100 "],
+        ["estimate", "--gpu", "NVIDIA H100 80GB HBM3"], ["splits", "--sms", "24", "--cc", "9.0"],
+        ["splits", "--sms", "0", "--cc", "9.0"], ["splits", "--sms", "2000",
                                                                                            "--cc", "9.0"],
-        ["splits", "--sms", "132", "--cc", "10.0"], ["splits", "--sms", "132", "--cc", "5.2"], ["splits", "--cc", "9.0"],
-        ["bench", "--dry-run", "--gpu", "h100"], ["bench", "--dry-run", "--gpu", "h100", "--gemm-shape", "0x0x0"],
-        ["bench", "--dry-run", "--gpu", "h100", "--levels", "200/10"], ["bench", "--dry-run", "--model", "qwen3-8b"],
-        ["bench", "--dry-run", "--gpu", "h100", "--buffer-bytes", "1e30"], ["bench", "--dry-run", "--repeats", "0"],
-        ["bench", "--dry-run", "--model", "deepseek-v3"], ["bench", "--dry-run", "--sm-group-num", "500"],
+        ["splits", "--sms", "132", "--cc", "10.0"], ["splits", "--sms", "132", "--cc", "5.2"],
+        ["splits", "--cc", "9.0"], ["bench", "--dry-run", "--gpu", "h100"],
+        ["bench", "--dry-run", "--gpu", "h100", "--gemm-shape", "0x0x0"],
+        ["bench", "--dry-run", "--gpu", "h100", "--levels", "200/10"],
+        ["bench", "--dry-run", "--model", "qwen3-8b"],
+        ["bench", "--dry-run", "--gpu", "h100", "--buffer-bytes", "1e30"],
+        ["bench", "--dry-run", "--repeats", "0"], ["bench", "--dry-run", "--model", "deepseek-v3"],
+        ["bench", "--dry-run", "--sm-group-num", "500"],
     ]
     for args in values:
         files = {"pdmux.yaml": "sm_group_num: 8\n",
@@ -269,32 +307,37 @@ def cases() -> list[Case]:
     add("values", "bench on a machine without a GPU", ["bench", "--out", "b"], codes=(1,))
 
     # --- output paths --------------------------------------------------------------------------------------
-    names = {"240 bytes": "x" * 236 + ".csv", "255 bytes": "y" * 251 + ".csv", "256 bytes": "z" * 252 + ".csv",
-             "254 bytes of é": "é" * 125 + ".csv", "a newline": "a\nb.csv", "a leading dash": "--x.csv",
-             "spaces": "my results.csv", "an emoji": "📈.csv", "dot": ".", "dotdot": "..",
-             "nested missing": "no/such/dir/x.csv", "a trailing dot slash": "out/.", "double slash": "out//",
-             "a dash": "-", "tilde": "~nouser/x.csv", "dev shm": f"/dev/shm/pdmux-sweep-{os.getpid()}.csv",
-             "dev null": "/dev/null", "dev stderr": "/dev/stderr", "proc": "/proc/self/status",
-             "a fifo": "fifo.csv", "the trace itself": "trace.csv", "a directory": "adir", "a loop link": "loop.csv",
+    names = {"240 bytes": "x" * 236 + ".csv", "255 bytes": "y" * 251 + ".csv",
+             "256 bytes": "z" * 252 + ".csv", "254 bytes of é": "é" * 125 + ".csv", "a newline": "a\nb.csv",
+             "a leading dash": "--x.csv", "spaces": "my results.csv", "an emoji": "📈.csv", "dot": ".",
+             "dotdot": "..", "nested missing": "no/such/dir/x.csv", "a trailing dot slash": "out/.",
+             "double slash": "out//", "a dash": "-", "tilde": "~nouser/x.csv",
+             "dev shm": f"/dev/shm/pdmux-sweep-{os.getpid()}.csv", "dev null": "/dev/null",
+             "dev stderr": "/dev/stderr", "proc": "/proc/self/status", "a fifo": "fifo.csv",
+             "the trace itself": "trace.csv", "a directory": "adir", "a loop link": "loop.csv",
              "a dangling link": "dangle.csv", "a link to a folder": "dirlink", "read-only folder": "ro/x.csv"}
     for label, name in names.items():
-        files = {"trace.csv": _azure_trace(30), "fifo.csv": None, "adir/keep": "", "loop.csv": ("link", "loop.csv"),
-                 "dangle.csv": ("link", "gone/x.csv"), "dirlink": ("link", "adir"), "ro/keep": ""}
+        files = {"trace.csv": _azure_trace(30), "fifo.csv": None, "adir/keep": "",
+                 "loop.csv": ("link", "loop.csv"), "dangle.csv": ("link", "gone/x.csv"),
+                 "dirlink": ("link", "adir"), "ro/keep": ""}
         keep = tuple(files) + (name,)
-        add("paths", f"--csv {label}", ["simulate", "trace.csv", "--workers", "1", "--csv", name], files=files,
-            outputs=keep)
+        add("paths", f"--csv {label}", ["simulate", "trace.csv", "--workers", "1", "--csv", name],
+            files=files, outputs=keep)
         add("paths", f"-o {label} (gen-config)", ["gen-config", "-o", name], files=files, outputs=keep)
-        if label in ("255 bytes", "a leading dash", "a dangling link", "dev shm", "a trailing dot slash", "a dash"):
+        if label in ("255 bytes", "a leading dash", "a dangling link", "dev shm", "a trailing dot slash",
+                     "a dash"):
             add("paths", f"--plot {label}", ["estimate", "--plot", name.replace(".csv", ".png")], files=files,
                 outputs=(*keep, name.replace(".csv", ".png")))
             add("paths", f"tune -o {label}", ["tune", "--trace", "trace.csv", *SLO, *SMALL_TUNE, "-o", name],
                 files=files, outputs=keep)
-            add("paths", f"calibrate -o {label}", ["calibrate", "--sglang-log", LOG, "--model", "qwen3-8b", "--gpu",
+            add("paths", f"calibrate -o {label}",
+                ["calibrate", "--sglang-log", LOG, "--model", "qwen3-8b", "--gpu",
                                                    "h100", "-o", name], files=files, outputs=keep)
 
-    # --- refusals that should agree --------------------------------------------------------------------------
-    spellings = ["", " ", ",", "8,", ",8", "8,,6", "８", "٨", "८", "²", "8.0", "8e0", "0x8", "+8", "−8", "8_0", "1" * 25,
-                 "８,６", "nan", "inf", "8;6", "8 6"]
+    # --- refusals that should agree
+    # --------------------------------------------------------------------------
+    spellings = ["", " ", ",", "8,", ",8", "8,,6", "８", "٨", "८", "²", "8.0", "8e0", "0x8", "+8", "−8",
+                 "8_0", "1" * 25, "８,６", "nan", "inf", "8;6", "8 6"]
     int_list_options = [(["splits", "--decode-bs"], ""), (["splits", "--prompt-tokens"], ""),
                         (["estimate", "--chunk-sizes"], ""), (["estimate", "--mixed-chunk-sizes"], ""),
                         (["tune", "--trace", AZURE, *SLO, "--workers", "1", "--sm-group-nums"], ""),
@@ -306,18 +349,23 @@ def cases() -> list[Case]:
         for j in (i % len(int_list_options), (i + 4) % len(int_list_options)):
             base, _ = int_list_options[j]
             add("refusals", f"{' '.join(base[:2])} ... {base[-1]} {value!r}", [*base, value])
-    for value in ("", "pdmux,", "PDMUX", "pdmux,pdmux", "pdmux, chunked", "disagg", "mixed_chunk", "pd mux", "chunked,,",
-                  "\x1b[2J"):
+    for value in ("", "pdmux,", "PDMUX", "pdmux,pdmux", "pdmux, chunked", "disagg", "mixed_chunk", "pd mux",
+                  "chunked,,", "\x1b[2J"):
         add("refusals", f"simulate --policies {value!r}", ["simulate", *SYN, "--policies", value])
-        add("refusals", f"capacity --policies {value!r}", ["capacity", *SYN, *SLO, "--workers", "1", "--policies", value])
-    scalars = [(["estimate", "--decode-bs"], ["٣٢", "３２", "32.0", "1e2", "-1", "0", " 32", "0032", "32 ", "9" * 30]),
+        add("refusals", f"capacity --policies {value!r}",
+            ["capacity", *SYN, *SLO, "--workers", "1", "--policies", value])
+    scalars = [(["estimate", "--decode-bs"],
+                ["٣٢", "３２", "32.0", "1e2", "-1", "0", " 32", "0032", "32 ", "9" * 30]),
                (["simulate", *SYN, "--workers"], ["0", "-1", "٢", "99999999999999999999"]),
-               (["capacity", *SYN, *SLO, "--workers"], ["0", "٢"]), (["tune", "--trace", AZURE, *SLO, "--workers"],
+               (["capacity", *SYN, *SLO, "--workers"], ["0", "٢"]),
+               (["tune", "--trace", AZURE, *SLO, "--workers"],
                                                                      ["0", "٢"]),
                (["simulate", *SYN, "--seed"], ["-1", "٣", "99999999999999999999999"]),
                (["simulate", "--synthetic", "--qps"], ["", "١", "0", "-inf", "1e400"]),
-               (["estimate", "--level"], ["auto ", "AUTO", "80/", "/52", "80:52", "٨٠/٥٢", "80/52/", "sglang"]),
-               (["gen-config", "--divisions"], ["112:20:0,", "112:20:0,,96:36:10", "١١٢:20:0", "112:20", " "]),
+               (["estimate", "--level"],
+                ["auto ", "AUTO", "80/", "/52", "80:52", "٨٠/٥٢", "80/52/", "sglang"]),
+               (["gen-config", "--divisions"],
+                ["112:20:0,", "112:20:0,,96:36:10", "١١٢:20:0", "112:20", " "]),
                (["simulate", *SYN, "--disagg"], ["1P1D ", "١P١D", "1p1d", "P1D", "1P1D1"]),
                (["estimate", "--disagg"], ["2P6D", "1P0D", "0P0D"]),
                (["gen-config", "--slo-itl"], ["", "٦٠", "nan", "-60", "60ms"]),
@@ -332,8 +380,10 @@ def cases() -> list[Case]:
     add("refusals", "unknown command", ["simulat"], codes=(2,))
     add("refusals", "unknown option", ["estimate", "--gpus", "h100"], codes=(2,))
 
-    # --- numbers that look wrong: the run reports, the judge checks the JSON ---------------------------------
-    for args in (["estimate", "--prompt-tokens", "2", "--json"], ["estimate", "--prompt-tokens", "16", "--decode-bs",
+    # --- numbers that look wrong: the run reports, the judge checks the JSON
+    # ---------------------------------
+    for args in (["estimate", "--prompt-tokens", "2", "--json"],
+                 ["estimate", "--prompt-tokens", "16", "--decode-bs",
                                                                    "256", "--json"],
                  ["estimate", "--cost-model", "chapter", "--prompt-tokens", "64", "--json"],
                  ["estimate", "--context", "1", "--decode-bs", "1", "--json"],
@@ -341,14 +391,14 @@ def cases() -> list[Case]:
                  ["estimate", "--disagg", "4P4D", "--tp", "2", "--json"],
                  ["simulate", "--synthetic", "--qps", "20", "--max-requests", "200", "--prompt-tokens",
                   "lognormal:8192:3", "--json"],
-                 ["simulate", "--synthetic", "--qps", "inf", "--max-requests", "64", "--prompt-tokens", "random:1024",
-                  "--output-tokens", "random:1024", "--json"],
+                 ["simulate", "--synthetic", "--qps", "inf", "--max-requests", "64", "--prompt-tokens",
+                  "random:1024", "--output-tokens", "random:1024", "--json"],
                  ["simulate", MOON, "--json"], ["simulate", BURST, "--json", "--max-concurrency", "2"],
                  ["capacity", *SYN, *SLO, "--json", "--workers", "1", "--policies", "pdmux,chunked"],
-                 ["gen-config", "--slo-itl", "60", "--gpu", "h200", "--model", "codellama-34b-hf", "--context", "14400",
-                  "--json"],
-                 ["calibrate", "--sglang-bench", ONE_BATCH, "--sglang-log", LOG, "--model", "qwen3-8b", "--gpu", "h100",
-                  "--json"]):
+                 ["gen-config", "--slo-itl", "60", "--gpu", "h200", "--model", "codellama-34b-hf",
+                  "--context", "14400", "--json"],
+                 ["calibrate", "--sglang-bench", ONE_BATCH, "--sglang-log", LOG, "--model", "qwen3-8b",
+                  "--gpu", "h100", "--json"]):
         add("numbers", " ".join(args)[:90], args, codes=(0,))
 
     # --- trace formats users have ---------------------------------------------------------------------------
@@ -356,14 +406,16 @@ def cases() -> list[Case]:
         "ShareGPT V3 (one line)": '[{"id": "x", "conversations": [{"from": "human", "value": "hi"}]}]',
         "ShareGPT, BOM and CRLF": '\ufeff[\r\n {"id": "x",\r\n  "conversations": []}\r\n]\r\n',
         "ShareGPT as JSONL": '{"conversations": [{"from": "gpt", "value": "x"}]}\n',
-        "vLLM sonnet text": "FROM fairest creatures we desire increase,\nThat thereby beauty's rose might never die,\n",
+        "vLLM sonnet text": "FROM fairest creatures we desire increase,\nThat thereby beauty's rose might "
+        "never die,\n",
         "prompt_len JSONL": '{"timestamp": 1710000000.5, "prompt_len": 10, "output_len": 5}\n',
         "prompt_len JSONL ms": '{"timestamp": 12, "prompt_len": 10, "output_len": 5, "hash_ids": [1]}\n',
-        "bench_serving result": json.dumps({"backend": "sglang", "input_lens": [10, 20], "output_lens": [5, 5]}) + "\n",
+        "bench_serving result": json.dumps({"backend": "sglang", "input_lens": [10, 20],
+                                            "output_lens": [5, 5]}) + "\n",
         "JSON array of numbers": "[1, 2, 3]", "empty": "", "only newlines": "\n\n\n",
         "azure header only": "TIMESTAMP,ContextTokens,GeneratedTokens\n",
-        "azure CRLF + BOM": "\ufeffTIMESTAMP,ContextTokens,GeneratedTokens\r\n2023-11-16 18:15:46.6805900,374,44\r\n"
-                            "2023-11-16 18:15:47.6805900,375,45\r\n",
+        "azure CRLF + BOM": "\ufeffTIMESTAMP,ContextTokens,GeneratedTokens\r\n2023-11-16 "
+                            "18:15:46.6805900,374,44\r\n2023-11-16 18:15:47.6805900,375,45\r\n",
         "azure descending": "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:49.0,374,44\n"
                             "2023-11-16 18:15:46.0,374,44\n",
         "azure negative lengths": "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.0,-374,44\n"
@@ -381,17 +433,22 @@ def cases() -> list[Case]:
         "one huge line": "x" * 3_000_000,
     }
     for label, text in traces.items():
-        add("traces", f"simulate: {label}", ["simulate", "t.jsonl", "--workers", "1"], files={"t.jsonl": text})
-        add("traces", f"capacity: {label}", ["capacity", "t.jsonl", *SLO, "--workers", "1"], files={"t.jsonl": text})
-    for label, path in (("a directory", "."), ("a fifo", "fifo"), ("/dev/zero", "/dev/zero"), ("/dev/null", "/dev/null"),
-                        ("/proc/self/mem", "/proc/self/mem"), ("missing", "nope.csv"), ("a loop link", "loop")):
+        add("traces", f"simulate: {label}", ["simulate", "t.jsonl", "--workers", "1"],
+            files={"t.jsonl": text})
+        add("traces", f"capacity: {label}", ["capacity", "t.jsonl", *SLO, "--workers", "1"],
+            files={"t.jsonl": text})
+    for label, path in (("a directory", "."), ("a fifo", "fifo"), ("/dev/zero", "/dev/zero"),
+                        ("/dev/null", "/dev/null"), ("/proc/self/mem", "/proc/self/mem"),
+                        ("missing", "nope.csv"), ("a loop link", "loop")):
         files = {"fifo": None, "loop": ("link", "loop")}
         add("traces", f"trace is {label}", ["simulate", path], files=files)
         add("traces", f"tune trace is {label}", ["tune", "--trace", path, *SLO], files=files)
         add("traces", f"--model is {label}", ["estimate", "--model", path], files=files)
-        add("traces", f"--sglang-log is {label}", ["calibrate", "--sglang-log", path, "--model", "qwen3-8b", "--gpu",
+        add("traces", f"--sglang-log is {label}",
+            ["calibrate", "--sglang-log", path, "--model", "qwen3-8b", "--gpu",
                                                    "h100"], files=files)
-        add("traces", f"--bench-serving is {label}", ["calibrate", "--bench-serving", path, "--model", "qwen3-8b",
+        add("traces", f"--bench-serving is {label}",
+            ["calibrate", "--bench-serving", path, "--model", "qwen3-8b",
                                                       "--gpu", "h100"], files=files)
     return out
 
@@ -534,7 +591,8 @@ def _number_problems(out: str) -> list[str]:
                 walk(v, f"{path}[{i}]")
         elif isinstance(x, (int, float)) and not isinstance(x, bool):
             key = path.rsplit(".", 1)[-1]
-            if any(u in key for u in ("_ms", "_s", "rps", "bytes", "tokens")) and x < 0 and "bias" not in key \
+            if any(u in key
+                   for u in ("_ms", "_s", "rps", "bytes", "tokens")) and x < 0 and "bias" not in key \
                     and "error" not in key and "delta" not in key:
                 problems.append(f"negative {path} = {x}")
             if ("attainment" in key or key.endswith("share")) and not 0 <= x <= 1:
@@ -546,7 +604,8 @@ def _number_problems(out: str) -> list[str]:
         decode = next((r["itl_ms"] for r in rows if r.get("policy") == "decode-only"), None)
         for r in rows:
             if r.get("policy") == "mixed-chunk" and decode and r["itl_ms"] < decode:
-                problems.append(f"{r['label']} ITL {r['itl_ms']:.3g} ms below the decode step's {decode:.3g} ms")
+                problems.append(f"{r['label']} ITL {r['itl_ms']:.3g} ms below the decode step's {decode:.3g} "
+                                "ms")
     return problems[:5]
 
 
@@ -591,7 +650,8 @@ def main() -> int:
     by_family: dict[str, int] = {}
     for r in results:
         by_family[r["family"]] = by_family.get(r["family"], 0) + 1
-    print(f"{len(results)} cases in {time.monotonic() - started:.0f} s ({', '.join(f'{k} {v}' for k, v in by_family.items())})")
+    print(f"{len(results)} cases in {time.monotonic() - started:.0f} s "
+          f"({', '.join(f'{k} {v}' for k, v in by_family.items())})")
     print("problems: " + ", ".join(f"{k} {v}" for k, v in kinds.items()))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -19,7 +19,8 @@ def write_section(section: str, text: str, results: Path = RESULTS) -> None:
         new = old.rstrip("\n") + "\n\n" + text
     else:
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        new = "".join(lines[:start]) + text.rstrip("\n") + "\n" + ("\n" + "".join(lines[end:]) if end < len(lines) else "")
+        new = "".join(lines[:start]) + text.rstrip("\n") + "\n" + (
+            "\n" + "".join(lines[end:]) if end < len(lines) else "")
     tmp = results.with_suffix(".md.tmp")
     tmp.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
     os.replace(tmp, results)

@@ -14,9 +14,10 @@ through the module's own ``from sglang.srt.models.X import Y`` imports (so subcl
 the file and class that define ``forward_split_prefill`` or ``null``. Classes whose bases it cannot
 resolve inside ``srt/models`` (e.g. ``nn.Module``) contribute nothing, which is what SGLang has too.
 
-Usage: ``python benchmarks/scan_sglang_models.py SGLANG_PACKAGE_DIR VERSION > profiles/sglang/models-VERSION.json``
-(``SGLANG_PACKAGE_DIR`` is the ``sglang`` package directory, e.g. ``/work/sglang/src/sglang``).
-Standard library only. The output is committed; pdmux reads it (``pdmux_cli/sglang/revisions.py``).
+Usage: ``python benchmarks/scan_sglang_models.py SGLANG_PACKAGE_DIR VERSION >
+profiles/sglang/models-VERSION.json`` (``SGLANG_PACKAGE_DIR`` is the ``sglang`` package directory, e.g.
+``/work/sglang/src/sglang``). Standard library only. The output is committed; pdmux reads it
+(``pdmux_cli/sglang/revisions.py``).
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def _entry_names(tree: ast.Module) -> list[str] | None:
     """The names listed in ``EntryClass`` (a name, or a list/tuple of names); None if the module has none."""
     names: list[str] | None = None
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass"
+                                                for t in node.targets):
             value = node.value
             items = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
             names = [item.id if isinstance(item, ast.Name) else ast.unparse(item) for item in items]
@@ -78,7 +80,8 @@ def scan(package_dir: Path, version: str) -> dict:
     models_dir = package_dir / "srt" / "models"
     # every module under srt/models (subpackages hold base classes too), keyed by dotted name
     trees = {".".join(path.relative_to(models_dir).with_suffix("").parts):
-             ast.parse(path.read_text(encoding="utf-8-sig"), filename=str(path))  # a BOM is valid Python source
+             # a BOM is valid Python source
+             ast.parse(path.read_text(encoding="utf-8-sig"), filename=str(path))
              for path in sorted(models_dir.rglob("*.py"))}
     classes = {module: _module_classes(tree) for module, tree in trees.items()}
     imports = {module: _imports(tree) for module, tree in trees.items()}
@@ -98,7 +101,8 @@ def scan(package_dir: Path, version: str) -> dict:
         return None
 
     def defines(module: str, name: str, seen: frozenset = frozenset()) -> str | None:
-        """``"srt/models/<file>.py:<Class>"`` where the method comes from (own body first, then bases in order)."""
+        """``"srt/models/<file>.py:<Class>"`` where the method comes from (own body first, then bases in
+        order)."""
         if (module, name) in seen:
             return None
         node = classes[module][name]
@@ -134,9 +138,9 @@ def scan(package_dir: Path, version: str) -> dict:
     return {
         "sglang": version,
         "source": f"AST scan of SGLang {version}'s srt/models/*.py (EntryClass, class bases, {METHOD} "
-                  "definitions) by benchmarks/scan_sglang_models.py; registry rules from srt/models/registry.py "
-                  "(import_model_classes, resolve_model_cls), the call from srt/model_executor/model_runner.py "
-                  "ModelRunner.forward_split_prefill",
+                  "definitions) by benchmarks/scan_sglang_models.py; registry rules from "
+                  "srt/models/registry.py (import_model_classes, resolve_model_cls), the call from "
+                  "srt/model_executor/model_runner.py ModelRunner.forward_split_prefill",
         "fallback": "TransformersForCausalLM",
         "unresolved_entries": sorted(unresolved),
         "architectures": dict(sorted(architectures.items())),

@@ -10,8 +10,9 @@ each CSV's header and in the folder's README.
 
 Usage::
 
-    git -C <sglang mirror> show 56f74d2489540c89bba016991e45160b930f03d6:python/sglang/srt/multiplex/predictor.py > predictor.py
-    python benchmarks/sglang_greenctx_extract.py predictor.py [--out DIR]
+    git -C <sglang mirror> show
+    56f74d2489540c89bba016991e45160b930f03d6:python/sglang/srt/multiplex/predictor.py > predictor.py python
+    benchmarks/sglang_greenctx_extract.py predictor.py [--out DIR]
 
 Stdlib only; rewrites ``prefill.csv`` and ``decode.csv``.
 """
@@ -51,18 +52,20 @@ DECODE_PREFIX_POWER = {"H800": 2, "A100": 1, "A100_8B": 1, "RTX3090": 1}
 PREFILL_HEADER = (
     f"# SGLang's green-context prefill latency tables: {SOURCE}.\n"
     "# Offline fits by the PD-multiplexing authors; the model and TP behind each table are not stated.\n"
-    "# latency_ms = a * (n/1024)^2 + b * (n/1024) * (prefix/1024) + c * (n/1024) + d, n = new tokens of the batch\n"
-    "# (the file raises n below 512 to 512), prefix = cached tokens; the table is picked by n: tokens_above < n <= tokens_upto\n"
-    "# (tokens_upto 0 = no bound). sms = SMs of the green context (the file rounds H800/RTX 3090 counts down to 8s).\n"
-    "# role: fit (pdmux's partition fit uses it), out-of-sample (kept out of every fit), unused.\n"
+    "# latency_ms = a * (n/1024)^2 + b * (n/1024) * (prefix/1024) + c * (n/1024) + d, n = new tokens of the "
+    "batch\n# (the file raises n below 512 to 512), prefix = cached tokens; the table is picked by n: "
+    "tokens_above < n <= tokens_upto\n# (tokens_upto 0 = no bound). sms = SMs of the green context (the file "
+    "rounds H800/RTX 3090 counts down to 8s).\n# role: fit (pdmux's partition fit uses it), out-of-sample "
+    "(kept out of every fit), unused.\n"
 )
 DECODE_HEADER = (
     f"# SGLang's green-context decode latency tables: {SOURCE}.\n"
     "# Offline fits by the PD-multiplexing authors; the model and TP behind each table are not stated.\n"
-    "# latency_ms = a * (prefix/1024)^prefix_power + b * batch_size + c; prefix as the file names it (the batch's KV\n"
-    "# tokens is the likely reading; not stated); the table is picked by prefix: prefix_above < prefix <= prefix_upto\n"
-    "# (prefix_upto 0 = no bound). sms = SMs of the green context (the file rounds counts down to multiples of 8).\n"
-    "# role: fit (pdmux's partition fit uses it), out-of-sample (kept out of every fit), unused.\n"
+    "# latency_ms = a * (prefix/1024)^prefix_power + b * batch_size + c; prefix as the file names it (the "
+    "batch's KV\n# tokens is the likely reading; not stated); the table is picked by prefix: prefix_above < "
+    "prefix <= prefix_upto\n# (prefix_upto 0 = no bound). sms = SMs of the green context (the file rounds "
+    "counts down to multiples of 8).\n# role: fit (pdmux's partition fit uses it), out-of-sample (kept out "
+    "of every fit), unused.\n"
 )
 
 
@@ -100,14 +103,15 @@ def write(tables: dict[str, dict[int, list[float]]], out: Path) -> None:
                 prefill.append([gpu, key, total, role, name, above, upto, sms, *values])
             else:
                 above, upto = DECODE_RANGES[suffix]
-                decode.append([gpu, key, total, role, name, DECODE_PREFIX_POWER[gpu], above, upto, sms, *values])
+                decode.append([gpu, key, total, role, name, DECODE_PREFIX_POWER[gpu], above, upto, sms,
+                               *values])
     for path, header, columns, rows in (
         (out / "prefill.csv", PREFILL_HEADER,
          ["table", "gpu", "total_sms", "role", "source_name", "tokens_above", "tokens_upto", "sms",
           "a_ms", "b_ms", "c_ms", "d_ms"], prefill),
         (out / "decode.csv", DECODE_HEADER,
-         ["table", "gpu", "total_sms", "role", "source_name", "prefix_power", "prefix_above", "prefix_upto", "sms",
-          "a_ms", "b_ms", "c_ms"], decode),
+         ["table", "gpu", "total_sms", "role", "source_name", "prefix_power", "prefix_above", "prefix_upto",
+          "sms", "a_ms", "b_ms", "c_ms"], decode),
     ):
         with path.open("w", newline="", encoding="utf-8") as f:
             f.write(header)
@@ -119,7 +123,8 @@ def write(tables: dict[str, dict[int, list[float]]], out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("predictor", type=Path, help="SGLang's python/sglang/srt/multiplex/predictor.py at " + COMMIT)
+    parser.add_argument("predictor", type=Path,
+                        help="SGLang's python/sglang/srt/multiplex/predictor.py at " + COMMIT)
     parser.add_argument("--out", type=Path, default=OUT, help="output folder (default: %(default)s)")
     args = parser.parse_args()
     try:

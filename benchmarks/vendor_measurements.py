@@ -41,7 +41,8 @@ TOKENS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024
 NETWORK_SIZES = tuple(round(2 ** (11 + i / 4)) for i in range(61))
 
 #: Vidur all-reduce file -> pdmux GPU key.
-NETWORK_FILES = {"network_h100_dgx_all_reduce.csv": "h100-sxm", "network_a100_dgx_all_reduce.csv": "a100-sxm-80gb"}
+NETWORK_FILES = {"network_h100_dgx_all_reduce.csv": "h100-sxm",
+                 "network_a100_dgx_all_reduce.csv": "a100-sxm-80gb"}
 
 #: Vidur file -> (gpu key in pdmux, model name, layers from the model's config.json).
 VIDUR_FILES = {
@@ -49,7 +50,8 @@ VIDUR_FILES = {
     "compute_h100_meta-llama_Llama-2-70b-hf_mlp.csv": ("h100-sxm", "Llama-2-70b-hf", 80),
     "compute_h100_codellama_CodeLlama-34b-Instruct-hf_mlp.csv": ("h100-sxm", "CodeLlama-34b-Instruct-hf", 48),
     "compute_a100_meta-llama_Llama-2-70b-hf_mlp.csv": ("a100-sxm-80gb", "Llama-2-70b-hf", 80),
-    "compute_a100_codellama_CodeLlama-34b-Instruct-hf_mlp.csv": ("a100-sxm-80gb", "CodeLlama-34b-Instruct-hf", 48),
+    "compute_a100_codellama_CodeLlama-34b-Instruct-hf_mlp.csv": (
+        "a100-sxm-80gb", "CodeLlama-34b-Instruct-hf", 48),
 }
 
 
@@ -62,19 +64,21 @@ def vendor_vidur(source: Path, out: Path) -> None:
         rows.sort(key=lambda r: (int(r["num_tensor_parallel_workers"]), int(r["num_tokens"])))
         target = out / f"{gpu}_{model}.csv"
         with target.open("w", newline="") as f:
-            f.write(f"# Subset of microsoft/vidur data/profiling/compute/.../{name} (commit 7d47513, MIT licence, "
-                    "LICENSE beside this file).\n")
-            f.write(f"# GPU {gpu}; model {model} ({layers} layers); per-layer operator times measured with the "
-                    "sarathi-serve profiler: median of each op, ms; token counts {', '.join(map(str, TOKENS))} kept.\n")
-            f.write("# Shapes: attn_pre_proj = QKV GEMM, attn_post_proj = O GEMM, mlp_up_proj = gate+up GEMM, "
-                    "mlp_down_proj = down GEMM; all sharded by tp.\n")
+            f.write(f"# Subset of microsoft/vidur data/profiling/compute/.../{name} (commit 7d47513, MIT "
+                    "licence, LICENSE beside this file).\n")
+            f.write(f"# GPU {gpu}; model {model} ({layers} layers); per-layer operator times measured with "
+                    "the sarathi-serve profiler: median of each op, ms; token counts {', '.join(map(str, "
+                    "TOKENS))} kept.\n")
+            f.write("# Shapes: attn_pre_proj = QKV GEMM, attn_post_proj = O GEMM, mlp_up_proj = gate+up "
+                    "GEMM, mlp_down_proj = down GEMM; all sharded by tp.\n")
             w = csv.writer(f, lineterminator="\n")
             w.writerow(["model", "num_layers", "tp", "num_tokens", *SHAPE, *(f"{op}_ms" for op in OPS)])
             for r in rows:
                 w.writerow([model, layers, r["num_tensor_parallel_workers"], r["num_tokens"],
-                            *(r[c] for c in SHAPE), *(f"{float(r[f'time_stats.{op}.median']):.6g}" for op in OPS)])
-    shutil.copyfile(source / "vidur" / "LICENSE" if (source / "vidur" / "LICENSE").exists() else source / "LICENSE",
-                    out / "LICENSE")
+                            *(r[c] for c in SHAPE),
+                            *(f"{float(r[f'time_stats.{op}.median']):.6g}" for op in OPS)])
+    shutil.copyfile(source / "vidur" / "LICENSE" if (source / "vidur" / "LICENSE").exists()
+                    else source / "LICENSE", out / "LICENSE")
 
 
 def vendor_network(source: Path, out: Path) -> None:
@@ -90,11 +94,12 @@ def vendor_network(source: Path, out: Path) -> None:
             by_size = {int(r["size"]): r for r in mine}
             kept += [by_size[s] for s in chosen]
         with (out / f"network_{gpu}_all_reduce.csv").open("w", newline="") as f:
-            f.write(f"# Subset of microsoft/vidur data/profiling/network/.../{name} (commit 7d47513, MIT licence, "
-                    "LICENSE beside this file).\n")
-            f.write(f"# GPU {gpu}, one DGX node (rows over two nodes dropped): torch.distributed.all_reduce (NCCL, "
-                    "eager) of an fp16 buffer of size_bytes bytes on num_gpus GPUs; median time of the NCCL kernel "
-                    "(vidur/profiling/collectives: 3 runs of 11 launches, kineto), ms; sizes nearest 2**(11 + i/4).\n")
+            f.write(f"# Subset of microsoft/vidur data/profiling/network/.../{name} (commit 7d47513, MIT "
+                    "licence, LICENSE beside this file).\n")
+            f.write(f"# GPU {gpu}, one DGX node (rows over two nodes dropped): torch.distributed.all_reduce "
+                    "(NCCL, eager) of an fp16 buffer of size_bytes bytes on num_gpus GPUs; median time of "
+                    "the NCCL kernel (vidur/profiling/collectives: 3 runs of 11 launches, kineto), ms; sizes "
+                    "nearest 2**(11 + i/4).\n")
             w = csv.writer(f, lineterminator="\n")
             w.writerow(["num_gpus", "size_bytes", "median_ms", "min_ms", "max_ms"])
             for r in kept:

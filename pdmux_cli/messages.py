@@ -3,8 +3,8 @@
 The core returns what it notices as :class:`pdmux_cli.util.errors.Finding` (a code, its values, the
 parameter at fault) and names parameters in its errors by their Python names (``{flag.tp}`` in an
 :class:`~pdmux_cli.util.errors.InputError` template, ``param="tp"``); this module turns them into the lines
-the CLI prints and the JSON carries. Pure (no I/O, no rich, no typer): the CLI and the workflows import
-it, the core never does (``str()`` of a finding or an error comes here lazily).
+the CLI prints and the JSON carries. Pure (no I/O, no rich, no typer, no pdmux module): the CLI and the
+workflows import it; the core only lazily, for ``str()`` of a finding, an error or a layout.
 
 - :func:`flag`: a parameter's flag (``disagg_tp`` -> ``--disagg-tp``; :data:`FLAGS` for the irregular);
 - :func:`render` / :func:`render_all`: a finding (or a note still written as text) as its line;
@@ -20,9 +20,10 @@ from __future__ import annotations
 import math
 import shlex
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .util.errors import Finding, InputError
+if TYPE_CHECKING:  # names only: the core imports this module (lazily, for str()), never the other way
+    from .util.errors import Finding, InputError
 
 #: Parameters whose flag is not ``--`` + the name with ``-`` for ``_``.
 FLAGS: dict[str, str] = {}
@@ -487,7 +488,7 @@ def render_all(notes: Iterable[Finding | str]) -> list[str]:
 
 def as_dict(finding: Finding) -> dict[str, Any]:
     """A finding as JSON: ``{"code", "values", "param"}`` (nested findings in its values likewise)."""
-    values = {k: as_dict(v) if isinstance(v, Finding) else v for k, v in finding.values.items()}
+    values = {k: as_dict(v) if _is_finding(v) else v for k, v in finding.values.items()}
     return {"code": finding.code, "values": values, "param": finding.param}
 
 
@@ -501,10 +502,18 @@ class _FlagNames:
 def json_default(value: Any) -> Any:
     """``json.dumps``'s ``default``: a finding left in a result's notes is written as its line, a layout as
     its text."""
-    if isinstance(value, Finding):
+    if _is_finding(value):
         return render(value)
-    from .multigpu.disaggregation import Layout
-
-    if isinstance(value, Layout):
+    if _is_layout(value):
         return layout_text(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _is_finding(value: Any) -> bool:
+    """A :class:`~pdmux_cli.util.errors.Finding` (by its fields: this module imports no core module)."""
+    return hasattr(value, "code") and hasattr(value, "values") and hasattr(value, "param")
+
+
+def _is_layout(value: Any) -> bool:
+    """A :class:`~pdmux_cli.multigpu.disaggregation.Layout` (by its fields)."""
+    return all(hasattr(value, name) for name in ("tp", "dp", "xpyd"))

@@ -25,13 +25,14 @@ def cost_model_provenance(name: str, *, efficiency: str | None = None, calibrati
         efficiency: the efficiency profile its fitted constants come from (a ``profiles/efficiency/`` file
             name, e.g. ``"h100-sxm.yaml"``), or ``None`` where it reads none.
         calibration: the user's calibration file (``--calibration``), or ``None``.
-        serving: the SGLang release line whose fitted serving terms it uses (``profiles/efficiency/serving.yaml``,
+        serving: the SGLang release line whose fitted serving terms it uses
+        (``profiles/efficiency/serving.yaml``,
             e.g. ``"0.5"``), or ``None`` where none are charged.
         extra: further JSON-ready fields (e.g. ``s_sat``), kept as given.
 
     Returns:
-        ``{"name", "efficiency", "calibration", "serving", **extra}``; ``None`` values kept (the key says it was
-        looked for and absent).
+        ``{"name", "efficiency", "calibration", "serving", **extra}``; ``None`` values kept (the key says it
+        was looked for and absent).
     """
     return {"name": name, "efficiency": efficiency, "calibration": calibration, "serving": serving, **extra}
 
@@ -40,9 +41,11 @@ def provenance(*, sglang: str | None, cost_model: Mapping[str, Any] | str | None
     """The ``"pdmux"`` block of a command's JSON.
 
     Args:
-        sglang: the SGLang rule set the command followed (``--sglang``: ``"0.5.23"``, ``"standard@b875545"``, ...),
+        sglang: the SGLang rule set the command followed (``--sglang``: ``"0.5.23"``, ``"standard@b875545"``,
+        ...),
             or ``None`` for a command that applies no SGLang rule.
-        cost_model: :func:`cost_model_provenance`'s dict, a bare cost model name, or ``None`` for a command that
+        cost_model: :func:`cost_model_provenance`'s dict, a bare cost model name, or ``None`` for a command
+        that
             times nothing (``splits``, ``check-config``).
 
     Returns:

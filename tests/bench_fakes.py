@@ -17,9 +17,7 @@ class R(enum.IntEnum):
     """The CUresult codes the fakes return."""
 
     CUDA_SUCCESS = 0
-    CUDA_ERROR_INVALID_VALUE = 1
     CUDA_ERROR_LAUNCH_FAILED = 719
-    CUDA_ERROR_NOT_FOUND = 500
     CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION = 915
 
 
@@ -47,7 +45,8 @@ class FakeDriver:
     )
 
     def __init__(self, total=132, driver=12080, workqueue=False, wq_limit=32, refuse_workqueue=False,
-                 name="NVIDIA H100 80GB HBM3", launch_error=R.CUDA_SUCCESS, refuse_at=None, has_stream_create=True):
+                 name="NVIDIA H100 80GB HBM3", launch_error=R.CUDA_SUCCESS, refuse_at=None,
+                 has_stream_create=True):
         self.total, self.driver, self.wq_limit, self.refuse_at = total, driver, wq_limit, refuse_at
         if not has_stream_create:  # cuda-python before 12.5: no cuGreenCtxStreamCreate
             self.cuGreenCtxStreamCreate = None

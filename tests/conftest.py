@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-# A suite started in the background of a non-interactive shell (`pytest &`, nohup) inherits SIGINT (and SIGHUP)
-# ignored, and an ignored signal stays ignored across exec: the signal tests' pdmux subprocesses would never see
-# the Ctrl-C they are sent. A Python handler is reset to the default in an exec'd child, so installing one here
-# gives every subprocess the dispositions a terminal gives it.
+# A suite started in the background of a non-interactive shell (`pytest &`, nohup) inherits SIGINT (and
+# SIGHUP) ignored, and an ignored signal stays ignored across exec: the signal tests' pdmux subprocesses would
+# never see the Ctrl-C they are sent. A Python handler is reset to the default in an exec'd child, so
+# installing one here gives every subprocess the dispositions a terminal gives it.
 for _signum, _handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGHUP, signal.SIG_DFL)):
     if signal.getsignal(_signum) is signal.SIG_IGN:
         signal.signal(_signum, _handler)

@@ -27,9 +27,9 @@ from pdmux_cli.costmodel.accuracy import report
 #: (a kernel SGLang does not pick on an A100: the gap is the reason for the re-fit) and against NanoFlow's
 #: A100 decode kernel 2.6% / 5.4%. "decode attention" went from 1.5% / 17.7% to 1.4% / 12.7% (A100's
 #: points now from vLLM's table); its gate stays.
-#: MoE (first run): the fused MoE of aiconfigurator's SGLang tables, a model out per GPU, kernel and dtype 7.7% /
-#: 31.6%; the shipped fits in-sample 5.1% / 28.6%; the points the fits leave out (touched weights within L2,
-#: not latency-bound) 9.8% / 44.6%.
+#: MoE (first run): the fused MoE of aiconfigurator's SGLang tables, a model out per GPU, kernel and dtype
+#: 7.7% / 31.6%; the shipped fits in-sample 5.1% / 28.6%; the points the fits leave out (touched weights
+#: within L2, not latency-bound) 9.8% / 44.6%.
 GATE = {
     "decode step (<= 256 tokens)": (0.055, 0.17),
     "prefill step (>= 512 tokens)": (0.07, 0.15),
@@ -121,5 +121,6 @@ def test_moe_terms_cover_every_gpu_and_its_kernels(terms) -> None:
     assert {p.what.split()[0] for p in shipped.points} == {
         "h100-sxm", "h200-sxm", "b200", "a100-sxm-80gb", "gb200", "l40s", "rtx-pro-6000", "b300", "gb300"}
     b200 = {p.what.split()[2] for p in terms["MoE"].points if p.what.startswith("b200 ")}
-    assert b200 == {"flashinfer_trtllm/bf16", "flashinfer_trtllm/fp8_block", "flashinfer_trtllm/w4a8_mxfp4_mxfp8"}
+    assert b200 == {"flashinfer_trtllm/bf16", "flashinfer_trtllm/fp8_block",
+                    "flashinfer_trtllm/w4a8_mxfp4_mxfp8"}
     assert all(p.measured > 0 and p.predicted > 0 for p in shipped.points)

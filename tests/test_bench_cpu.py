@@ -56,21 +56,25 @@ def _gpu_present() -> bool:
 
 
 GPU_PRESENT = _gpu_present()
-needs_no_gpu = pytest.mark.skipif(GPU_PRESENT, reason="a GPU is present: the no-driver path cannot be exercised")
+needs_no_gpu = pytest.mark.skipif(GPU_PRESENT,
+                                  reason="a GPU is present: the no-driver path cannot be exercised")
 
 
 # ---- import hygiene ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("module", ["pdmux_cli.cli", "pdmux_cli.costmodel.calibration_file", "pdmux_cli.bench",
-                                    "pdmux_cli.bench.plan", "pdmux_cli.bench.greenctx", "pdmux_cli.bench.runner"])
+@pytest.mark.parametrize("module",
+                         ["pdmux_cli.cli", "pdmux_cli.costmodel.calibration_file", "pdmux_cli.bench",
+                                    "pdmux_cli.bench.plan", "pdmux_cli.bench.greenctx",
+                                    "pdmux_cli.bench.runner"])
 def test_imports_stay_light(module) -> None:
     code = (
         f"import sys, {module}\n"
         "heavy = ('torch', 'cuda', 'numpy', 'matplotlib')\n"
         "print([m for m in sys.modules if m.split('.')[0] in heavy])\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
     assert out == "[]"
 
 
@@ -97,12 +101,14 @@ def test_dry_run_plan_every_profile(gpu) -> None:
     assert plan.gemm.flops == 2 * 8192 * 4096 * 12288
     assert plan.gemm.operand_bytes == 2 * (8192 * 12288 + 12288 * 4096 + 8192 * 4096)
     blocks = plan.read_grid_blocks
-    assert (blocks - 1) * kernels.READ_BYTES_PER_BLOCK < plan.buffer_bytes <= blocks * kernels.READ_BYTES_PER_BLOCK
+    assert (blocks
+            - 1) * kernels.READ_BYTES_PER_BLOCK < plan.buffer_bytes <= blocks * kernels.READ_BYTES_PER_BLOCK
     assert plan.repeats == 10 and plan.steps == 2 + len(plan.sweep_sms) + len(plan.levels)
     data = bplan.plan_dict(plan)
     json.dumps(data)
     assert data["levels"][0]["prefill_sms"] == expected[0].prefill_sms
-    assert data["memory_needed_bytes"] == plan.gemm.operand_bytes + 2 * plan.buffer_bytes + 4 * plan.smid_blocks
+    assert (data["memory_needed_bytes"] == plan.gemm.operand_bytes + 2 * plan.buffer_bytes + 4
+            * plan.smid_blocks)
 
 
 def test_unpublished_sm_count_refused() -> None:
@@ -151,8 +157,8 @@ def test_levels_subset() -> None:
     plan = bplan.make_plan(dev, levels="2, 96/36, 64/68")
     assert [tuple(s) for s in plan.levels] == [(104, 28), (96, 36), (64, 68)]
     assert plan.level_source == "option"
-    for bad, fragment in (("7", "1-6"), ("0", "start at 1"), ("a/b", "PREFILL/DECODE"), ("120/20", "at most 132"),
-                          ("0/20", "> 0"), (",", "at least one")):
+    for bad, fragment in (("7", "1-6"), ("0", "start at 1"), ("a/b", "PREFILL/DECODE"),
+                          ("120/20", "at most 132"), ("0/20", "> 0"), (",", "at least one")):
         with pytest.raises(InputError, match=fragment):
             bplan.make_plan(dev, levels=bad)
 
@@ -206,7 +212,8 @@ def test_buffer_bytes_bounded(bad) -> None:
 
 
 def test_levels_syntax_and_granularity() -> None:
-    assert bplan.parse_level_items("1, 112/20,96:36") == [("1", 1), ("112/20", (112, 20)), ("96:36", (96, 36))]
+    assert bplan.parse_level_items("1, 112/20,96:36") == [("1", 1), ("112/20", (112, 20)),
+                                                          ("96:36", (96, 36))]
     for bad in ("²", "²/3", "1/" + "9" * 5000, "abc", ",", "1/2/3"):
         with pytest.raises(InputError, match="--levels"):
             bplan.parse_level_items(bad)
@@ -241,7 +248,8 @@ def test_percentiles() -> None:
     assert percentile(values, 0) == 1.0 and percentile(values, 100) == 5.0
     assert percentile(values, 10) == pytest.approx(1.4)
     stats = RateStats.from_times(100.0, [1.0, 2.0, 4.0, 0.5])
-    assert stats.median == pytest.approx(75.0) and stats.max == 200.0 and stats.min == 25.0 and stats.runs == 4
+    assert (stats.median == pytest.approx(75.0) and stats.max == 200.0 and stats.min == 25.0
+            and stats.runs == 4)
     assert stats.median_s == pytest.approx(1.5)
     with pytest.raises(InputError):
         RateStats.from_times(1.0, [1.0, 0.0])
@@ -265,7 +273,8 @@ def test_monotone_fit() -> None:
     assert [x for x, _ in fitted] == [8, 16, 24, 32]
     assert fitted[1][1] == pytest.approx(2.9) and fitted[2][1] == pytest.approx(2.9)
     assert all(b[1] >= a[1] for a, b in itertools.pairwise(fitted))
-    assert monotone_fit([(16, 2.0), (8, 1.0), (16, 4.0)]) == [(8, 1.0), (16, 3.0)]  # duplicates averaged, sorted
+    # duplicates averaged, sorted
+    assert monotone_fit([(16, 2.0), (8, 1.0), (16, 4.0)]) == [(8, 1.0), (16, 3.0)]
 
 
 def test_overlap_window() -> None:
@@ -286,7 +295,8 @@ def test_overlap_window() -> None:
 
 @pytest.fixture(scope="module")
 def nvrtc_archs():
-    pytest.importorskip("cuda.bindings", reason="the NVRTC kernel tests need pip install -e '.[test,test-kernels]'")
+    pytest.importorskip("cuda.bindings",
+                        reason="the NVRTC kernel tests need pip install -e '.[test,test-kernels]'")
     return kernels.supported_archs()
 
 
@@ -315,7 +325,8 @@ def test_nvrtc_compiles_every_kernel(nvrtc_archs, arch, name) -> None:
         assert "st.global" in text  # the conditional store keeps the loads alive
         # block start and end stamps: first start and last end of the launch
         assert text.count("%globaltimer") == 2
-        assert re.search(r"(atom|red)[a-z.]*\.global\.min\.[ub]64", text)  # atom.relaxed.gpu.global... on sm_100
+        # atom.relaxed.gpu.global... on sm_100
+        assert re.search(r"(atom|red)[a-z.]*\.global\.min\.[ub]64", text)
         assert re.search(r"(atom|red)[a-z.]*\.global\.max\.[ub]64", text)
         assert "bar.sync" in text  # the end stamp waits for every thread's loads
     if name == "pdmux_mark":
@@ -393,7 +404,8 @@ def test_missing_torch_is_device_error(monkeypatch) -> None:
 def test_cli_dry_run_h100() -> None:
     r = cli.invoke(app, ["bench", "--dry-run", "--gpu", "h100"])
     assert r.exit_code == 0, r.stderr
-    for text in ("co-run levels", "112", "72", "1,073,741,824", "pdmux_read_bw", "pdmux_smid", "median of 10"):
+    for text in ("co-run levels", "112", "72", "1,073,741,824", "pdmux_read_bw", "pdmux_smid",
+                 "median of 10"):
         assert text in r.stdout, text
 
 
@@ -410,7 +422,8 @@ def test_cli_dry_run_json() -> None:
 def test_cli_dry_run_custom_device() -> None:
     r = cli.invoke(app, ["bench", "--dry-run", "--sms", "78", "--cc", "9.0", "--json"])
     assert r.exit_code == 0, r.stderr
-    assert [(lv["prefill_sms"], lv["decode_sms"]) for lv in json.loads(r.stdout)["levels"]] == [(56, 22), (48, 30), (40, 38)]
+    assert [(lv["prefill_sms"], lv["decode_sms"]) for lv in json.loads(r.stdout)["levels"]] == [
+        (56, 22), (48, 30), (40, 38)]
 
 
 @pytest.mark.parametrize(
@@ -450,11 +463,13 @@ def test_cli_bad_out_refused_before_any_device_work(monkeypatch, tmp_path) -> No
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
     assert_one_line_error(cli.invoke(app, ["bench", "--out", str(a_file)]), 2, "is not a directory")
-    assert_one_line_error(cli.invoke(app, ["bench", "--out", str(a_file / "sub" / "dir")]), 2, "not a directory")
+    assert_one_line_error(cli.invoke(app, ["bench", "--out", str(a_file / "sub" / "dir")]), 2,
+                          "not a directory")
     assert_one_line_error(cli.invoke(app, ["bench", "--out", "/dev/null"]), 2, "is not a directory")
-    import pdmux_cli.cli.bench as bench_cli
+    import pdmux_cli.cli.bench_shared as bench_shared
 
-    monkeypatch.setattr(bench_cli.os, "access", lambda path, mode: False)  # a read-only folder (root ignores modes)
+    # a read-only folder (root ignores modes)
+    monkeypatch.setattr(bench_shared.os, "access", lambda path, mode: False)
     assert_one_line_error(cli.invoke(app, ["bench", "--out", str(tmp_path / "new")]), 2, "not writable")
     assert a_file.read_text() == "x" and not (tmp_path / "new").exists()
 
@@ -463,9 +478,10 @@ def test_cli_bad_out_refused_before_any_device_work(monkeypatch, tmp_path) -> No
 
 
 def _info(total=132, driver=12080):
-    return greenctx.DeviceInfo(index=0, name="NVIDIA H100 80GB HBM3", sm_count=total, compute_capability=(9, 0),
-                               l2_bytes=50 << 20, memory_bytes=80 << 30, driver_version=driver,
-                               bindings_version="12.9.0", granularity=None, resource_sm_count=total)
+    return greenctx.DeviceInfo(index=0, name="NVIDIA H100 80GB HBM3", sm_count=total,
+                               compute_capability=(9, 0), l2_bytes=50 << 20, memory_bytes=80 << 30,
+                               driver_version=driver, bindings_version="12.9.0", granularity=None,
+                               resource_sm_count=total)
 
 
 def test_level_partitions_follow_sgl_kernel(monkeypatch) -> None:
@@ -478,7 +494,8 @@ def test_level_partitions_follow_sgl_kernel(monkeypatch) -> None:
         assert len(fake.live_ctx) == 2 and len(fake.live_streams) == 2  # the intermediate is gone
         assert lv.live_handles == 4
     splits = [c for c in fake.calls if c[0] == "split"]
-    assert splits == [("split", 132, 112)]  # the pair is the whole device: ONE split for prefill, decode the rest
+    # the pair is the whole device: ONE split for prefill, decode the rest
+    assert splits == [("split", 132, 112)]
     assert not fake.live_ctx and not fake.live_streams
     destroys = [c[0] for c in fake.calls if c[0].startswith("destroy")]
     assert destroys.index("destroy-stream") < len(destroys) - destroys[::-1].index("destroy-ctx")
@@ -521,7 +538,8 @@ def test_refused_split_names_it_and_cleans_up(monkeypatch) -> None:
     with pytest.raises(DeviceError) as err, greenctx.LevelPartitions(_info(), 104, 28):
         pass
     message = str(err.value)
-    assert "104 prefill SMs" in message and "104/28" in message and "INVALID_RESOURCE_CONFIGURATION" in message
+    assert ("104 prefill SMs" in message and "104/28" in message
+            and "INVALID_RESOURCE_CONFIGURATION" in message)
     assert not fake.live_ctx and not fake.live_streams  # the intermediate context was destroyed too
 
 
@@ -550,7 +568,8 @@ def test_time_launches_rates_and_runs() -> None:
     assert stats.runs == plan.repeats
     assert stats.median == pytest.approx(plan.gemm.flops / 1.5e-3)
     assert stats.median_s == pytest.approx(1.5e-3)
-    # two gates (probe, timed runs) + warm-up + probe + repeats x ceil(2 ms / 0.25 ms) launches of the read kernel
+    # two gates (probe, timed runs) + warm-up + probe + repeats x ceil(2 ms / 0.25 ms) launches of the read
+    # kernel
     before = stream.t
     w.time_launches(w.read, stream, plan.read_bytes_per_launch)
     assert stream.t - before == pytest.approx(2 * bplan.GATE_MS + 0.25 * (plan.warmup + 1 + plan.repeats * 8))
@@ -612,19 +631,23 @@ def _install_fake_run(monkeypatch, plan_total=132, interrupt_after=None, refuse_
         if interrupt_after is not None and calls["n"] > interrupt_after:
             raise KeyboardInterrupt
         frac = min(1.0, sms / 64)
-        return SweepPoint(sms, sms, "whole" if sms == plan_total else "green", _stats(3e12 * frac), _stats(660e12 * sms / 132))
+        return SweepPoint(sms, sms, "whole" if sms == plan_total else "green", _stats(3e12 * frac),
+                          _stats(660e12 * sms / 132))
 
     def level(w, p, d):
         if (p, d) == refuse_level:
-            raise greenctx.SplitRefused(f"the driver refused the split {p} prefill SMs for level {p}/{d} [INVALID_RESOURCE]")
+            raise greenctx.SplitRefused(f"the driver refused the split {p} prefill SMs for level {p}/{d} "
+                                        "[INVALID_RESOURCE]")
         if level_errors and (p, d) in level_errors:
             raise level_errors[(p, d)]
         if (p, d) == serial_level:
-            return LevelResult(p, d, p + d, p, d, tuple(range(p)), tuple(range(p, p + d)), _stats(600e12 * p / 132),
-                               _stats(3e12 * min(1, d / 64)), _stats(0.5 * 600e12 * p / 132),
-                               _stats(0.45 * 3e12 * min(1, d / 64)), 200.0, overlap_share=0.02, overlap_share_min=0.0)
-        return LevelResult(p, d, p + d, p, d, tuple(range(p)), tuple(range(p, p + d)), _stats(600e12 * p / 132),
-                           _stats(3e12 * min(1, d / 64)), _stats(0.95 * 600e12 * p / 132), _stats(0.8 * 3e12 * min(1, d / 64)), 200.0)
+            return LevelResult(p, d, p + d, p, d, tuple(range(p)), tuple(range(p, p + d)),
+                               _stats(600e12 * p / 132), _stats(3e12 * min(1, d / 64)),
+                               _stats(0.5 * 600e12 * p / 132), _stats(0.45 * 3e12 * min(1, d / 64)), 200.0,
+                               overlap_share=0.02, overlap_share_min=0.0)
+        return LevelResult(p, d, p + d, p, d, tuple(range(p)), tuple(range(p, p + d)),
+                           _stats(600e12 * p / 132), _stats(3e12 * min(1, d / 64)),
+                           _stats(0.95 * 600e12 * p / 132), _stats(0.8 * 3e12 * min(1, d / 64)), 200.0)
 
     info = _info()
     torch = SimpleNamespace(__version__="2.13.0", version=SimpleNamespace(cuda="12.6"),
@@ -754,17 +777,19 @@ def test_unknown_device_uses_its_own_numbers() -> None:
 
 
 def _synthetic_results(levels=True) -> BenchResults:
-    run = RunInfo("NVIDIA H200", 132, (9, 0), 0, "h200-sxm", "12.8", "12.6", "2.6.0", "12.9.0", "12.8", "cubin sm_90",
-                  "2025-06-01", "2025-06-01T00:00:00+00:00")
-    res = BenchResults(run=run, plan={"repeats": 10, "gemm_shape_mnk": [8192, 4096, 12288], "buffer_bytes": 1 << 30})
+    run = RunInfo("NVIDIA H200", 132, (9, 0), 0, "h200-sxm", "12.8", "12.6", "2.6.0", "12.9.0", "12.8",
+                  "cubin sm_90", "2025-06-01", "2025-06-01T00:00:00+00:00")
+    res = BenchResults(run=run,
+                       plan={"repeats": 10, "gemm_shape_mnk": [8192, 4096, 12288], "buffer_bytes": 1 << 30})
     res.copy, res.matmul = _stats(4.3e12), _stats(780e12)
     for s in [*range(8, 132, 8), 132]:
-        res.sweep.append(SweepPoint(s, s, "whole" if s == 132 else "green", _stats(4.2e12 * min(1, s / 70) * (1 - 0.01 * (s % 16 == 0))),
+        res.sweep.append(SweepPoint(s, s, "whole" if s == 132 else "green",
+                                    _stats(4.2e12 * min(1, s / 70) * (1 - 0.01 * (s % 16 == 0))),
                                     _stats(780e12 * s / 132)))
     if levels:
         for p, d in split_levels.stream_groups(132, 9)[1:-1]:
-            res.levels.append(LevelResult(p, d, 132, p, d, tuple(range(p)), tuple(range(p, 132)), _stats(1.0), _stats(2.0),
-                                          _stats(0.9), _stats(1.5), 200.0))
+            res.levels.append(LevelResult(p, d, 132, p, d, tuple(range(p)), tuple(range(p, 132)), _stats(1.0),
+                                          _stats(2.0), _stats(0.9), _stats(1.5), 200.0))
     res.complete = True
     return res
 
@@ -778,13 +803,16 @@ def test_results_from_noisy_sweep_give_a_loadable_calibration(tmp_path) -> None:
     path.write_text(dump_calibration(cal))
     assert load_calibration(path) == cal
     lv = res.levels[0]
-    assert lv.disjoint and lv.within_grant and lv.flops_factor == pytest.approx(0.9) and lv.bandwidth_factor == pytest.approx(0.75)
+    assert (lv.disjoint and lv.within_grant and lv.flops_factor == pytest.approx(0.9)
+            and lv.bandwidth_factor == pytest.approx(0.75))
 
 
 def test_overlapping_smids_are_reported() -> None:
     res = _synthetic_results()
-    bad = LevelResult(112, 20, 132, 112, 20, (1, 2, 3), (3, 4), _stats(1), _stats(1), _stats(1), _stats(1), 1.0)
-    too_many = LevelResult(112, 20, 132, 112, 2, (1,), (5, 6, 7), _stats(1), _stats(1), _stats(1), _stats(1), 1.0)
+    bad = LevelResult(112, 20, 132, 112, 20, (1, 2, 3), (3, 4), _stats(1), _stats(1), _stats(1), _stats(1),
+                      1.0)
+    too_many = LevelResult(112, 20, 132, 112, 2, (1,), (5, 6, 7), _stats(1), _stats(1), _stats(1), _stats(1),
+                           1.0)
     assert not bad.disjoint and not too_many.within_grant
     res.levels = [bad, too_many]
     levels = results_dict(res)["levels"]
@@ -805,7 +833,8 @@ def test_summary_tables_render() -> None:
     console = Console(record=True, width=200)
     for table in summary_tables(_synthetic_results()):
         console.print(table)
-    for table in plan_tables(bplan.make_plan(bplan.PlanDevice.from_gpu(find_gpu("h200")), skinny=bplan.parse_skinny("4096x12288"))):
+    for table in plan_tables(bplan.make_plan(bplan.PlanDevice.from_gpu(find_gpu("h200")),
+                                             skinny=bplan.parse_skinny("4096x12288"))):
         console.print(table)
     text = console.export_text()
     assert "S_SAT" in text and "112/20" in text and "10.0%" in text and "skinny" in text

@@ -51,7 +51,8 @@ def test_run_completes(run) -> None:
     plan, res = run
     assert res.complete, res.step_errors
     assert len(res.levels) == len(plan.levels) > 0
-    assert [p.requested_sms for p in sorted(res.sweep, key=lambda p: p.requested_sms)] == sorted(plan.sweep_sms)
+    assert [p.requested_sms
+            for p in sorted(res.sweep, key=lambda p: p.requested_sms)] == sorted(plan.sweep_sms)
 
 
 def test_split_sizes_granted(run) -> None:
@@ -68,7 +69,8 @@ def test_split_sizes_granted(run) -> None:
     for lv in res.levels:
         assert lv.pair_granted_sms <= total
         if lv.prefill_sms + lv.decode_sms == total:  # split once for prefill, decode the remainder
-            assert lv.pair_granted_sms == total and lv.granted_prefill_sms + lv.granted_decode_sms == total, lv
+            assert lv.pair_granted_sms == total, lv
+            assert lv.granted_prefill_sms + lv.granted_decode_sms == total, lv
         assert 0 < lv.granted_decode_sms
         assert lv.granted_prefill_sms + lv.granted_decode_sms <= total, lv
         if lv.prefill_sms % multiple == 0:
@@ -81,7 +83,8 @@ def test_smids_disjoint_and_within_grant_at_every_level(run) -> None:
     _, res = run
     for lv in res.levels:
         assert lv.smid_prefill and lv.smid_decode
-        assert lv.disjoint, f"{lv.prefill_sms}/{lv.decode_sms}: SMs {sorted(set(lv.smid_prefill) & set(lv.smid_decode))} ran both"
+        both = sorted(set(lv.smid_prefill) & set(lv.smid_decode))
+        assert lv.disjoint, f"{lv.prefill_sms}/{lv.decode_sms}: SMs {both} ran both"
         assert len(lv.smid_prefill) <= lv.granted_prefill_sms, lv
         assert len(lv.smid_decode) <= lv.granted_decode_sms, lv
 
@@ -92,7 +95,8 @@ def test_levels_run_side_by_side(run) -> None:
     _, res = run
     for lv in res.levels:
         assert lv.overlap_share is not None, lv
-        assert lv.overlap_share >= 0.8, f"{lv.prefill_sms}/{lv.decode_sms}: both ran {lv.overlap_share:.0%} of the window"
+        assert lv.overlap_share >= 0.8, (f"{lv.prefill_sms}/{lv.decode_sms}: both ran {lv.overlap_share:.0%} "
+                                         "of the window")
         assert not lv.serialised, (lv.flops_factor, lv.bandwidth_factor)
 
 
@@ -101,7 +105,8 @@ def test_launch_set_up_recorded(run) -> None:
     assert res.run.cuda_device_max_connections == "32"
     assert res.run.workqueue
     if res.run.workqueue.startswith("balanced"):  # a 13.1+ driver: each level's contexts got one
-        assert all(lv.workqueue.startswith("balanced") for lv in res.levels), [lv.workqueue for lv in res.levels]
+        assert all(lv.workqueue.startswith("balanced") for lv in res.levels), [
+            lv.workqueue for lv in res.levels]
 
 
 def test_clocks_recorded_with_nvml(run) -> None:
@@ -124,7 +129,8 @@ def test_gate_measures_the_gpu_not_the_launch_rate(env) -> None:
     from pdmux_cli.bench.runner import Workloads
 
     info, torch, pdev = env
-    plan = bplan.make_plan(pdev, quick=True, gemm=bplan.GemmShape(256, 256, 256), granularity=info.granularity)
+    plan = bplan.make_plan(pdev, quick=True, gemm=bplan.GemmShape(256, 256, 256),
+                           granularity=info.granularity)
     image, _ = kernels.compile_for_device(info.compute_capability)
     w = Workloads(torch, plan, info, image)
     try:
@@ -205,7 +211,8 @@ def test_single_partition_smids(env) -> None:
     from pdmux_cli.bench.runner import Workloads
 
     info, torch, pdev = env
-    plan = bplan.make_plan(pdev, quick=True, gemm=bplan.GemmShape(256, 256, 256), granularity=info.granularity)
+    plan = bplan.make_plan(pdev, quick=True, gemm=bplan.GemmShape(256, 256, 256),
+                           granularity=info.granularity)
     image, _ = kernels.compile_for_device(info.compute_capability)
     w = Workloads(torch, plan, info, image)
     try:

@@ -101,10 +101,11 @@ def test_print_extra_runs_without_the_bench_packages() -> None:
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_make_gpu_check_installs_the_chosen_extra() -> None:
-    auto = subprocess.run(["make", "-n", "gpu-check", "PYTHON=python3"], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout
+    auto = subprocess.run(["make", "-n", "gpu-check", "PYTHON=python3"], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout
     assert '".[$(python3 benchmarks/gpu_check.py --print-extra),test]"' in auto
-    assert "import torch, cuda.bindings.driver, cuda.bindings.nvrtc, pynvml" in auto  # install skipped when importable
+    # install skipped when importable
+    assert "import torch, cuda.bindings.driver, cuda.bindings.nvrtc, pynvml" in auto
     forced = subprocess.run(["make", "-n", "gpu-check", "PYTHON=python3", "BENCH_EXTRA=bench-cu12"], cwd=ROOT,
                             capture_output=True, text=True, check=True).stdout
     assert '".[bench-cu12,test]"' in forced
@@ -112,8 +113,8 @@ def test_make_gpu_check_installs_the_chosen_extra() -> None:
 
 def _junit(tmp_path, tests, skipped, failures=0, errors=0):
     path = tmp_path / "gpu-tests.xml"
-    path.write_text(f'<?xml version="1.0"?><testsuites><testsuite name="pytest" tests="{tests}" skipped="{skipped}" '
-                    f'failures="{failures}" errors="{errors}"></testsuite></testsuites>')
+    path.write_text(f'<?xml version="1.0"?><testsuites><testsuite name="pytest" tests="{tests}" '
+                    f'skipped="{skipped}" failures="{failures}" errors="{errors}"></testsuite></testsuites>')
     return path
 
 
@@ -125,7 +126,8 @@ def test_every_gpu_test_skipped_fails_the_check(tmp_path) -> None:
 
 def test_gpu_tests_that_ran_pass_the_check(tmp_path) -> None:
     gc = _gpu_check()
-    assert gc.gpu_tests_row(0, gc.junit_counts(_junit(tmp_path, 9, 1)))[1:] == (True, "exit 0, 8 ran, 1 skipped of 9")
+    assert gc.gpu_tests_row(0, gc.junit_counts(_junit(tmp_path, 9, 1)))[1:] == (
+        True, "exit 0, 8 ran, 1 skipped of 9")
     assert not gc.gpu_tests_row(1, gc.junit_counts(_junit(tmp_path, 9, 0, failures=1)))[1]
 
 
@@ -145,8 +147,8 @@ def _level(share, serialised, disjoint=True):
 
 
 @pytest.mark.parametrize(("share", "serialised", "ok", "fragment"), [
-    (0.97, False, True, "both ran 97%"), (0.5, False, False, "both ran 50%"), (0.02, True, False, "SERIALISED"),
-    (None, False, False, "both ran ?"),
+    (0.97, False, True, "both ran 97%"), (0.5, False, False, "both ran 50%"),
+    (0.02, True, False, "SERIALISED"), (None, False, False, "both ran ?"),
 ])
 def test_level_rows_need_both_kernels_running(share, serialised, ok, fragment) -> None:
     rows = _gpu_check()._checks({"complete": True, "levels": [_level(share, serialised)]})

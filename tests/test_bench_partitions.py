@@ -16,9 +16,10 @@ from pdmux_cli.util.errors import DeviceError, InputError
 
 
 def _info(total=132, driver=12080, granularity=None):
-    return greenctx.DeviceInfo(index=0, name="NVIDIA H100 80GB HBM3", sm_count=total, compute_capability=(9, 0),
-                               l2_bytes=50 << 20, memory_bytes=80 << 30, driver_version=driver,
-                               bindings_version="12.9.0", granularity=granularity, resource_sm_count=total)
+    return greenctx.DeviceInfo(index=0, name="NVIDIA H100 80GB HBM3", sm_count=total,
+                               compute_capability=(9, 0), l2_bytes=50 << 20, memory_bytes=80 << 30,
+                               driver_version=driver, bindings_version="12.9.0", granularity=granularity,
+                               resource_sm_count=total)
 
 
 def _use(monkeypatch, fake):
@@ -74,7 +75,8 @@ def test_pair_below_the_device_still_splits_the_pair_first(monkeypatch) -> None:
     assert ("split", 88, 64) in calls and not fake.live_ctx
 
 
-@pytest.mark.parametrize(("p", "d", "whole"), [(112, 20, True), (100, 30, True), (126, 4, True), (64, 60, False),
+@pytest.mark.parametrize(("p", "d", "whole"),
+                         [(112, 20, True), (100, 30, True), (126, 4, True), (64, 60, False),
                                                 (120, 5, False)])
 def test_whole_device_rule(p, d, whole) -> None:
     lv = object.__new__(greenctx.LevelPartitions)
@@ -98,7 +100,8 @@ def test_level_contexts_get_balanced_work_queues_on_13_1(monkeypatch) -> None:
     with greenctx.LevelPartitions(_info(driver=13010), 112, 20) as lv:
         assert lv.prefill.workqueue == lv.decode.workqueue == "balanced, limit 16"
     descs = [c[1] for c in fake.calls if c[0] == "desc"]
-    assert descs == [(("sm", 112), ("wq", 1, 16)), (("sm", 20), ("wq", 1, 16))]  # half of 32 each, balanced scope
+    # half of 32 each, balanced scope
+    assert descs == [(("sm", 112), ("wq", 1, 16)), (("sm", 20), ("wq", 1, 16))]
 
 
 def test_intermediate_context_gets_no_work_queue(monkeypatch) -> None:
@@ -178,7 +181,8 @@ def test_max_connections_replaces_a_users_value_and_says_so(fresh_connections) -
 
 
 def test_max_connections_not_set_once_torch_started_cuda(fresh_connections) -> None:
-    fresh_connections.setitem(sys.modules, "torch", SimpleNamespace(cuda=SimpleNamespace(is_initialized=lambda: True)))
+    fresh_connections.setitem(sys.modules, "torch",
+                              SimpleNamespace(cuda=SimpleNamespace(is_initialized=lambda: True)))
     env: dict[str, str] = {}
     note = greenctx.set_max_connections(env)
     assert env == {} and "torch had already started CUDA" in note
@@ -238,7 +242,8 @@ def test_probe_names_the_cu12_extra_and_torch(fresh_connections, bindings, fragm
     with pytest.raises(DeviceError) as err:
         greenctx.probe_device(0)
     message = str(err.value)
-    assert fragment in message and "pdmux[bench-cu12]" in message and "torch<2.11" in message and "\n" not in message
+    assert (fragment in message and "pdmux[bench-cu12]" in message and "torch<2.11" in message
+            and "\n" not in message)
 
 
 def test_cuda_python_without_bindings_is_named(monkeypatch) -> None:
@@ -259,7 +264,8 @@ def test_torch_built_for_a_newer_cuda_than_the_driver(monkeypatch) -> None:
         runner.import_torch(13000)  # a CUDA 13 driver: the build fits, the GPU is what is missing
 
 
-@pytest.mark.parametrize(("text", "parsed"), [("12.6.2.post1", (12, 6, 2)), ("13.4.4", (13, 4, 4)), ("12.8.0rc1", (12, 8, 0)),
+@pytest.mark.parametrize(("text", "parsed"),
+                         [("12.6.2.post1", (12, 6, 2)), ("13.4.4", (13, 4, 4)), ("12.8.0rc1", (12, 8, 0)),
                                               ("?", ()), ("12", (12,))])
 def test_version_tuple(text, parsed) -> None:
     assert greenctx.version_tuple(text) == parsed

@@ -133,7 +133,8 @@ def test_layers_capped_by_memory_and_reused_in_turn() -> None:
     m = load_model("qwen3-8b")
     full = rp.plan_memory(m, 32, 2048, 8192, 10**13)
     per_layer = (rp.layer_params(m, rp.LayerKind("full", "dense")) * 2
-                 + rp.decode_kv_bytes(m, rp.LayerKind("full", "dense"), 32, 2048) + rp.prefill_kv_bytes(m, 8192))
+                 + rp.decode_kv_bytes(m, rp.LayerKind("full", "dense"), 32, 2048) + rp.prefill_kv_bytes(
+                     m, 8192))
     budget = full.needed_bytes - 26 * per_layer  # room for 10 layers exactly
     mem = rp.plan_memory(m, 32, 2048, 8192, budget)
     assert mem.built_layers == 10 and mem.needed_bytes <= budget
@@ -144,7 +145,8 @@ def test_layers_capped_by_memory_and_reused_in_turn() -> None:
 
 def test_at_least_four_layers_or_refused() -> None:
     m = load_model("qwen3-8b")
-    four = rp._memory(m, rp.layer_kinds(m), rp.distribute(rp.layer_kinds(m), 4), 32, 2048, 8192, 0).needed_bytes
+    four = rp._memory(m, rp.layer_kinds(m), rp.distribute(rp.layer_kinds(m), 4), 32, 2048, 8192,
+                      0).needed_bytes
     assert rp.plan_memory(m, 32, 2048, 8192, four).built_layers == 4
     with pytest.raises(InputError, match="does not fit the GPU: 4 layers"):
         rp.plan_memory(m, 32, 2048, 8192, four - 1, where="the GPU")
@@ -155,7 +157,8 @@ def test_at_least_four_layers_or_refused() -> None:
 def test_distribute_keeps_each_kind() -> None:
     oss = load_model("gpt-oss-120b")
     kinds = rp.layer_kinds(oss)
-    assert dict(rp.distribute(kinds, 5)) == {rp.LayerKind("full", "moe"): 3, rp.LayerKind("sliding", "moe"): 2}
+    assert dict(rp.distribute(kinds, 5)) == {rp.LayerKind("full", "moe"): 3,
+                                             rp.LayerKind("sliding", "moe"): 2}
     assert sum(n for _, n in rp.distribute(kinds, 36)) == 36
     mixed = tiny(TINY_MOE)  # one dense layer, three MoE
     assert dict(rp.distribute(rp.layer_kinds(mixed), 2)) == {rp.LayerKind("full", "dense"): 1,
@@ -312,14 +315,17 @@ def _stats(ms: float) -> TimeStats:
 
 
 def synthetic(plan, whole_decode_ms: float, device_kind: str = "cuda") -> ReplayResults:
-    run = ReplayRunInfo(device_kind, "NVIDIA H100 80GB HBM3", plan.device.name, 132, (9, 0), 0, plan.device.profile_key,
-                        "2.9.0", "12.8", "12.8", "2026-12-01", "2026-12-01T00:00:00+00:00")
+    run = ReplayRunInfo(device_kind, "NVIDIA H100 80GB HBM3", plan.device.name, 132, (9, 0), 0,
+                        plan.device.profile_key, "2.9.0", "12.8", "12.8", "2026-12-01",
+                        "2026-12-01T00:00:00+00:00")
     res = ReplayResults(run=run, plan=rp.replay_plan_dict(plan), cuda_graph=True)
-    res.whole = WholeReplay(DecodeTimes(_stats(whole_decode_ms), _stats(whole_decode_ms + 0.4)), _stats(210.0))
+    res.whole = WholeReplay(DecodeTimes(_stats(whole_decode_ms), _stats(whole_decode_ms + 0.4)),
+                            _stats(210.0))
     for s in plan.levels:
         res.levels.append(LevelReplay(s.prefill_sms, s.decode_sms, plan.group_of(s), s == plan.chosen_level,
                                       s.prefill_sms, s.decode_sms, DecodeTimes(_stats(14.0), _stats(14.5)),
-                                      _stats(330.0), CorunTimes(_stats(16.0), _stats(15.2), _stats(340.0), 22)))
+                                      _stats(330.0),
+                                      CorunTimes(_stats(16.0), _stats(15.2), _stats(340.0), 22)))
     res.complete = True
     return res
 
@@ -331,7 +337,8 @@ def test_results_json_fields_and_errors() -> None:
     data = json.loads(json.dumps(results_dict(res)))
     assert data["kind"] == "model-replay" and data["green_contexts"] is True and data["model"] == "Qwen3-8B"
     assert data["scenario"] == {"decode_bs": 32, "context_tokens": 2048, "prompt_tokens": 8192,
-                                "split_forward_token_budget": 65536, "sm_group_num": 8, "decode_bs_divisor": 36}
+                                "split_forward_token_budget": 65536, "sm_group_num": 8,
+                                "decode_bs_divisor": 36}
     lv = data["levels"][0]
     assert (lv["group"], lv["chosen"], lv["prefill_sms"], lv["decode_sms"]) == (5, True, 80, 52)
     assert lv["corun"]["tokens_during_prefill"] == 22
@@ -443,12 +450,15 @@ def test_cli_model_too_big_for_the_device(tmp_path, mode) -> None:
     assert "use a smaller --decode-bs" in result.stderr
 
 
-def test_cli_calibration_of_another_gpu_refused(tmp_path) -> None:
+def test_estimate_calibration_of_another_gpu_refused(tmp_path) -> None:
     plan = rp.make_replay_plan(load_model("qwen3-8b"), H100_DEVICE, levels="5")
-    cal, _ = calibration_from_replay(synthetic(plan, rp.predict(plan, H100).whole.decode_alone_ms * 1.1), plan, H100)
+    cal, _ = calibration_from_replay(synthetic(plan, rp.predict(plan, H100).whole.decode_alone_ms * 1.1),
+                                     plan, H100)
     path = tmp_path / "cal.yaml"
     path.write_text(dump_calibration(cal))
-    result = cli.invoke(app, ["bench", "--model", "qwen3-8b", "--dry-run", "--gpu", "a100", "--calibration", str(path)])
+    result = cli.invoke(app,
+                        ["bench", "--model", "qwen3-8b", "--dry-run", "--gpu", "a100", "--calibration",
+                         str(path)])
     assert_one_line_error(result, 2, "calibration was measured on")
     ok = cli.invoke(app, ["bench", "--model", "qwen3-8b", "--dry-run", "--calibration", str(path), "--json"])
     assert ok.exit_code == 0, ok.stderr
@@ -458,7 +468,8 @@ def test_cli_calibration_of_another_gpu_refused(tmp_path) -> None:
 
 def test_cli_output_over_the_calibration_input_refused(tmp_path) -> None:
     plan = rp.make_replay_plan(load_model("qwen3-8b"), H100_DEVICE, levels="5")
-    cal, _ = calibration_from_replay(synthetic(plan, rp.predict(plan, H100).whole.decode_alone_ms), plan, H100)
+    cal, _ = calibration_from_replay(synthetic(plan, rp.predict(plan, H100).whole.decode_alone_ms), plan,
+                                     H100)
     (tmp_path / "calibration.yaml").write_text(dump_calibration(cal))
     result = cli.invoke(app, ["bench", "--model", "qwen3-8b", "--cpu", "--out", str(tmp_path),
                               "--calibration", str(tmp_path / "calibration.yaml")])
@@ -488,8 +499,10 @@ def test_cpu_without_torch_is_device_error(monkeypatch, tmp_path) -> None:
                                     "pdmux_cli.cli.bench_model"])
 def test_imports_stay_light(module) -> None:
     code = (f"import sys, {module}\n"
-            "print([m for m in sys.modules if m.split('.')[0] in ('torch', 'cuda', 'numpy', 'matplotlib')])\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+            "print([m for m in sys.modules if m.split('.')[0] in ('torch', 'cuda', 'numpy', "
+            "'matplotlib')])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
     assert out == "[]"
 
 
@@ -497,8 +510,10 @@ def test_dry_run_imports_nothing_heavy() -> None:
     code = ("import sys\nfrom typer.testing import CliRunner\nfrom pdmux_cli.cli import app\n"
             "r = CliRunner().invoke(app, ['bench', '--model', 'qwen3-30b-a3b', '--dry-run', '--json'])\n"
             "assert r.exit_code == 0, r.stderr\n"
-            "print([m for m in sys.modules if m.split('.')[0] in ('torch', 'cuda', 'numpy', 'matplotlib')])\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+            "print([m for m in sys.modules if m.split('.')[0] in ('torch', 'cuda', 'numpy', "
+            "'matplotlib')])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
     assert out == "[]"
 
 
@@ -527,9 +542,11 @@ def test_built_tensors_have_the_models_shapes(torch, config) -> None:
     for (kind, _copy), w in model.layers.items():
         for ws in rp.layer_weights(m, kind):
             assert tuple(w[ws.name].shape) == ws.shape and w[ws.name].dtype == torch.bfloat16
-        assert tuple(w["k_cache"].shape) == (4, m.num_kv_heads, rp.attended_tokens(m, kind, 32) + 1, m.head_dim)
+        assert tuple(w["k_cache"].shape) == (4, m.num_kv_heads, rp.attended_tokens(m, kind, 32) + 1,
+                                             m.head_dim)
         assert tuple(w["k_store"].shape) == (64, m.num_kv_heads, m.head_dim)
-    per_layer = {key: sum(w[ws.name].numel() for ws in rp.layer_weights(m, key[0])) for key, w in model.layers.items()}
+    per_layer = {key: sum(w[ws.name].numel() for ws in rp.layer_weights(m, key[0]))
+                 for key, w in model.layers.items()}
     total = sum(per_layer[entry] for entry in plan.layer_map) + model.lm_head.numel()
     total += 0 if m.tie_word_embeddings else mdl.embedding_params(m)
     assert total == mdl.num_params_total(m)
@@ -543,7 +560,8 @@ def test_steps_run_every_layer_with_fewer_built(torch, monkeypatch) -> None:
     assert four.built_layers == 6 and plan.memory.built_layers == 4 and len(model.layers) == 4
     calls = []
     real = model._layer
-    monkeypatch.setattr(model, "_layer", lambda w, kind, x, decode: calls.append(decode) or real(w, kind, x, decode))
+    monkeypatch.setattr(model, "_layer", lambda w, kind, x, decode: calls.append(decode)
+                        or real(w, kind, x, decode))
     model.decode_step()
     assert calls == [True] * 6
     calls.clear()
@@ -594,15 +612,16 @@ def test_cpu_run_writes_results(torch, tmp_path) -> None:
     config.write_text(json.dumps(TINY_MOE))
     out = tmp_path / "out"
     result = cli.invoke(app, ["bench", "--model", str(config), "--cpu", "--decode-bs", "4", "--context", "32",
-                              "--prompt-tokens", "64", "--token-budget", "128", "--levels", "1,5", "--repeats", "1",
-                              "--out", str(out)])
+                              "--prompt-tokens", "64", "--token-budget", "128", "--levels", "1,5",
+                              "--repeats", "1", "--out", str(out)])
     assert result.exit_code == 0, result.stderr
     assert "device cpu: no green contexts" in result.stdout and "wrote" in result.stdout
     data = json.loads((out / "results.json").read_text())
     assert data["complete"] and data["device_kind"] == "cpu" and data["green_contexts"] is False
     assert data["moe_kernel"] == "grouped_mm" and data["cuda_graph"] is False
     assert data["plan"]["slices"] == [[0, 2], [2, 4]] and data["plan"]["built_layers"] == 4
-    assert [(lv["prefill_sms"], lv["decode_sms"], lv["group"]) for lv in data["levels"]] == [(112, 20, 1), (80, 52, 5)]
+    assert [(lv["prefill_sms"], lv["decode_sms"], lv["group"]) for lv in data["levels"]] == [
+        (112, 20, 1), (80, 52, 5)]
     for lv in data["levels"]:
         assert lv["corun"]["tokens_during_prefill"] == 2  # on the CPU the last slice is done when submitted
         assert lv["decode_alone"]["step"]["median_ms"] > 0 and lv["predicted"]["itl_ms"] > 0
@@ -656,7 +675,8 @@ def fake_cuda_torch(log, capture_fails=False):
     cuda = SimpleNamespace(
         CUDAGraph=lambda: FakeGraph(log), graph=graph, synchronize=lambda dev=None: log.append("device sync"),
         ExternalStream=FakeStream, empty_cache=lambda: log.append("empty cache"))
-    return SimpleNamespace(cuda=cuda, _C=SimpleNamespace(_cuda_clearCublasWorkspaces=lambda: log.append("clear cublas")))
+    return SimpleNamespace(cuda=cuda,
+                           _C=SimpleNamespace(_cuda_clearCublasWorkspaces=lambda: log.append("clear cublas")))
 
 
 class FakeCudaDevice(FakeDevice):
@@ -724,7 +744,8 @@ def test_level_on_green_contexts_and_teardown(monkeypatch) -> None:
     lv = model_replay.measure_level(dev, model, SimpleNamespace(), split, [])
     assert log[0] == "green contexts 80/52" and "capture on S2" in log
     assert "layers 0-2 on S1" in log and "layers 2-4 on S1" in log
-    assert log.count("decode on S2") == 2 and log.count("graph replay") > 2  # two warm-up steps, then the graph
+    # two warm-up steps, then the graph
+    assert log.count("decode on S2") == 2 and log.count("graph replay") > 2
     assert log.index("clear cublas") < log.index("empty cache") < log.index("green contexts destroyed")
     assert (lv.granted_prefill_sms, lv.granted_decode_sms, lv.group, lv.chosen) == (80, 52, 5, True)
     assert lv.corun.tokens_during_prefill == 2 and lv.prefill.runs == 2

@@ -68,7 +68,7 @@ def test_loop_rounds_hold_their_decode_step(replay) -> None:
 
 def test_calibration_from_the_whole_gpu(replay) -> None:
     from pdmux_cli.bench.replay_results import calibration_from_replay
-    from pdmux_cli.costmodel.calibrate import FIXED_RANGE
+    from pdmux_cli.costmodel.whole_gpu_fit import FIXED_RANGE
     from pdmux_cli.catalog.hardware import find_gpu
 
     plan, res = replay

@@ -48,7 +48,8 @@ def test_merge_intervals() -> None:
 def test_overlap_share_side_by_side() -> None:
     reads = [(0, 100), (102, 200), (201, 300)]  # ns; 3 launches with gaps of 2 and 1
     gemms = [(10, 150), (150, 290)]
-    # window: max(0, 10) = 10 .. min(300, 290) = 290 -> 280 ns, of which both ran all but the gaps 100-102, 200-201
+    # window: max(0, 10) = 10 .. min(300, 290) = 290 -> 280 ns, of which both ran all but the gaps 100-102,
+    # 200-201
     assert overlap_share(reads, gemms) == pytest.approx(277 / 280)
 
 
@@ -69,8 +70,9 @@ def test_overlap_share_one_after_the_other_and_partial() -> None:
 
 
 def _level(flops_factor, bandwidth_factor, share=None):
-    return LevelResult(112, 20, 132, 112, 20, (1,), (2,), _stats(100.0), _stats(10.0), _stats(100.0 * flops_factor),
-                       _stats(10.0 * bandwidth_factor), 50.0, overlap_share=share)
+    return LevelResult(112, 20, 132, 112, 20, (1,), (2,), _stats(100.0), _stats(10.0),
+                       _stats(100.0 * flops_factor), _stats(10.0 * bandwidth_factor), 50.0,
+                       overlap_share=share)
 
 
 @pytest.mark.parametrize(("f", "b", "serial"), [(0.55, 0.45, True), (0.6, 0.5, True), (0.6, 0.51, False),
@@ -87,8 +89,11 @@ def test_serial_gpu_is_flagged_from_its_own_measurements() -> None:
     default, p, d = FakeStream("default"), FakeStream("p"), FakeStream("d")
     w, _ = fake_workloads(plan, default, gemm_ms=1.2, read_ms=0.7, serial=True)
     timing = w.level_windows(p, d, 1.2e-3, 0.7e-3)
-    assert timing.overlap_share == pytest.approx(0.0, abs=1e-9) and timing.overlap_share_min == pytest.approx(0.0, abs=1e-9)
-    factors = timing.corun_gemm.median / timing.solo_gemm.median + timing.corun_read.median / timing.solo_read.median
+    assert timing.overlap_share == pytest.approx(0.0,
+                                                 abs=1e-9) and timing.overlap_share_min == pytest.approx(
+                                                     0.0, abs=1e-9)
+    factors = (timing.corun_gemm.median / timing.solo_gemm.median + timing.corun_read.median
+               / timing.solo_read.median)
     assert 0.95 < factors < 1.05  # each stream's span ends at its own last unit: a little over 1 at most
     lv = LevelResult(112, 20, 132, 112, 20, (1,), (2,), timing.solo_gemm, timing.solo_read, timing.corun_gemm,
                      timing.corun_read, timing.window_ms, timing.overlap_share, timing.overlap_share_min)
@@ -146,7 +151,8 @@ def test_gate_sized_by_launches() -> None:
 def test_gate_that_opened_early_is_retried_longer() -> None:
     plan = _plan()
     stream = FakeStream("s")
-    w, launched = fake_workloads(plan, stream, gemm_ms=0.02, read_ms=0.25)  # a 20 us kernel: the skinny GEMM's size
+    # a 20 us kernel: the skinny GEMM's size
+    w, launched = fake_workloads(plan, stream, gemm_ms=0.02, read_ms=0.25)
     FakeEvent.opened_early = 1  # the probe's gate opens before its launches are queued
     stats = w.time_launches(w.gemm, stream, 1.0)
     assert w.gate_retries == 1
@@ -258,7 +264,8 @@ def test_stamp_addresses_match_the_device_layout() -> None:
             return self
 
     fake_torch = type("T", (), {"int64": np.int64,
-                                "empty": staticmethod(lambda shape, dtype, device: np.empty(shape, dtype).view(Tensor))})
+                                "empty": staticmethod(lambda shape, dtype,
+                                                      device: np.empty(shape, dtype).view(Tensor))})
     stamps = runner.Stamps(fake_torch, None, 3)
     array = stamps.tensor
     assert array.tolist() == [[-1, 0]] * 3

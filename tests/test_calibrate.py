@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from pdmux_cli.costmodel.calibration_file import Calibration, dump_calibration, load_calibration
 from pdmux_cli.cli import app
 from pdmux_cli.costmodel import build_step_model
-from pdmux_cli.costmodel.calibrate import (
+from pdmux_cli.costmodel.whole_gpu_fit import (
     CalPoint,
     _scaled,
     _with,
@@ -67,13 +67,15 @@ def test_one_batch_without_decode_steps() -> None:
 
 
 def test_one_batch_stdout_is_not_the_result_file() -> None:
-    for name in ("synthetic_one_batch_0.5.23_stdout.txt", "public_sglang_pr_30147_one_batch_stdout_mlx_qwen3_0.6b.txt"):
+    for name in ("synthetic_one_batch_0.5.23_stdout.txt",
+                 "public_sglang_pr_30147_one_batch_stdout_mlx_qwen3_0.6b.txt"):
         with pytest.raises(InputError, match="--result-filename"):
             read_one_batch(FIXTURES / name)
 
 
 def test_one_batch_bad_lines_are_counted() -> None:
-    good = '{"batch_size": 8, "input_len": 512, "output_len": 4, "prefill_latency": 0.05, "median_decode_latency": 0.01}'
+    good = ('{"batch_size": 8, "input_len": 512, "output_len": 4, "prefill_latency": 0.05, '
+            '"median_decode_latency": 0.01}')
     text = "\n".join([good, "{not json", "[1, 2]", ('{"batch_size": 0, "input_len": 512, "output_len": 4, '
                       '"prefill_latency": 0.05}'), ('{"batch_size": 8, "input_len": 512, "output_len": 4, '
                       '"prefill_latency": "fast"}'), ('{"batch_size": 8, "input_len": 512, "output_len": 4, '
@@ -81,7 +83,8 @@ def test_one_batch_bad_lines_are_counted() -> None:
     points, problems = parse_one_batch(text, "x.jsonl")
     assert len(points) == 1 and points[0].decode_step_s == 0.01
     assert len(problems) == 6
-    assert problems[0] == "line 2: not JSON" and "batch_size" in problems[2] and "prefill_latency" in problems[3]
+    assert (problems[0] == "line 2: not JSON" and "batch_size" in problems[2]
+            and "prefill_latency" in problems[3])
     with pytest.raises(InputError, match="no one-batch result"):
         parse_one_batch("", "empty.jsonl")
 
@@ -95,7 +98,8 @@ LOGS = {
     "public_sglang_issue_3909_deepseek_r1_tp16_2nodes.log": (9, 9, 0, 0, 8, {"first of its rank": 1}),
     "public_sglang_issue_4417_h100x16_deepseek_r1_eagle.log": (2, 1, 1, 0, 0, {"speculative decoding": 1}),
     "public_sglang_issue_4759_deepseek_r1_tp8_eagle.log": (9, 1, 8, 0, 0, {"speculative decoding": 1}),
-    "public_sglang_issue_5429_h100x16_deepseek_r1_dp_attention.log": (5, 1, 0, 0, 0, {"first of its rank": 1}),
+    "public_sglang_issue_5429_h100x16_deepseek_r1_dp_attention.log": (
+        5, 1, 0, 0, 0, {"first of its rank": 1}),
     "public_sglang_issue_938_a100_llama2_13b.log": (1, 1, 0, 0, 0, {"first of its rank": 1}),
     "public_sglang_pr_11854_h20_96g_deepseek_r1_pd_decode_custom_logfmt.log": (4, 4, 0, 0, 0,
                                                                                {"speculative decoding": 4}),
@@ -140,8 +144,8 @@ def test_log_without_decode_lines_is_refused() -> None:
 
 def _decode(rank: str, running: int, tokens: int, throughput: float) -> str:
     prefix = f"[2026-10-30 10:00:00 {rank}] " if rank else "[2026-10-30 10:00:00] "
-    return (f"{prefix}Decode batch, #running-req: {running}, #token: {tokens}, token usage: 0.10, cuda graph: True, "
-            f"gen throughput (token/s): {throughput:.2f}, #queue-req: 0\n")
+    return (f"{prefix}Decode batch, #running-req: {running}, #token: {tokens}, token usage: 0.10, cuda "
+            f"graph: True, gen throughput (token/s): {throughput:.2f}, #queue-req: 0\n")
 
 
 def test_interleaved_ranks_are_read_apart() -> None:
@@ -160,8 +164,8 @@ def test_hostile_lines_are_counted_not_fatal() -> None:
              _decode("TP0", 0, 0, 0.0), "\x00\xff" * 50 + "\n", _decode("TP0", 32, 66000, 1600.0)]
     r = parse_server_log(lines, "x.log")
     assert r.decode_lines == 7 and len(r.intervals) == 2  # the two after the cut line: G spans from it
-    assert dict(r.skipped) == {"first of its rank": 1, "line too long": 1, "missing fields": 1, "empty batch": 1,
-                               "batch size changed": 1}
+    assert dict(r.skipped) == {"first of its rank": 1, "line too long": 1, "missing fields": 1,
+                               "empty batch": 1, "batch size changed": 1}
 
 
 def test_binary_and_utf16_files_are_one_error(tmp_path) -> None:
@@ -172,7 +176,8 @@ def test_binary_and_utf16_files_are_one_error(tmp_path) -> None:
     path.write_bytes(MADE_LOG.read_text().encode("utf-16"))
     with pytest.raises(InputError, match="UTF-16"):
         read_server_log(path)
-    path.write_bytes(bytes(b for b in range(1, 256) if b != 10) * 4000)  # no newline, no NUL: one long line, read in bounded pieces
+    # no newline, no NUL: one long line, read in bounded pieces
+    path.write_bytes(bytes(b for b in range(1, 256) if b != 10) * 4000)
     with pytest.raises(InputError, match="no 'Decode batch' line in 1 line"):
         read_server_log(path)
 
@@ -184,7 +189,8 @@ def test_multi_gpu_logs_are_told_apart() -> None:
     # before the server's arguments is caught by the plausibility checks instead
     assert read_server_log(FIXTURES / "public_sglang_test_log_parser_ray_prefix_2025_10.log").tp_size == 7
     assert read_server_log(FIXTURES / "public_sglang_issue_3909_deepseek_r1_tp16_2nodes.log").tp_size == 1
-    args = parse_server_log(["[2026-11-30 09:00:00] server_args=ServerArgs(model_path='x', tp_size=4, dp_size=1)\n",
+    args = parse_server_log(["[2026-11-30 09:00:00] server_args=ServerArgs(model_path='x', tp_size=4, "
+                             "dp_size=1)\n",
                              _decode("", 8, 8192, 800.0)], "x.log")
     assert args.tp_size == 4
 
@@ -218,7 +224,8 @@ def test_fit_recovers_the_terms_points_were_made_with(gpu, model, kv, fixed, gem
     base, truth = _truth(gpu, model, kv, fixed, gemm, attention)
     fit = fit_whole_gpu(base, _made_points(truth))
     t = fit.terms
-    assert t.kv_bandwidth_efficiency == pytest.approx(truth.eff.decode_attention.bandwidth_efficiency, rel=0.02)
+    assert t.kv_bandwidth_efficiency == pytest.approx(truth.eff.decode_attention.bandwidth_efficiency,
+                                                      rel=0.02)
     assert t.decode_fixed_s == pytest.approx(fixed, rel=0.02)
     assert t.gemm_peak_efficiency == pytest.approx(truth.eff.gemm.peak_efficiency, rel=0.02)
     assert t.attention_peak_efficiency == pytest.approx(truth.eff.prefill_attention.peak_efficiency, rel=0.02)
@@ -243,7 +250,8 @@ def test_points_of_one_size_fit_only_what_they_can() -> None:
 
 def test_server_log_intervals_are_grouped_by_batch_and_context() -> None:
     intervals = [DecodeInterval(32, 2000 + i, 0.02 + i * 1e-4, True, f"x.log:{i}") for i in range(5)]
-    intervals += [DecodeInterval(32, 4000, 0.03, True, "x.log:9"), DecodeInterval(16, 2000, 0.015, None, "x.log:10")]
+    intervals += [DecodeInterval(32, 4000, 0.03, True, "x.log:9"),
+                  DecodeInterval(16, 2000, 0.015, None, "x.log:10")]
     points = points_from([], intervals)
     assert [(p.batch, p.tokens, p.measured_s, p.count) for p in points] == [
         (16, 2000, 0.015, 1), (32, 2002, pytest.approx(0.0202), 5), (32, 4000, 0.03, 1)]
@@ -262,9 +270,11 @@ def test_points_that_cannot_be_this_model_and_gpu_are_refused() -> None:
         check_points(base, gpu, [CalPoint("decode", "one-batch", 8, 1024, fine * 6, "b.jsonl:1")])
     log = [CalPoint("decode", "server log", 8, 1024 + i, fine * 1.1, f"a:{i}") for i in range(10)]
     kept, notes = check_points(base, gpu, [*log, CalPoint("decode", "server log", 8, 1536, fine * 9, "a:99")])
-    assert kept == log and "1 point(s) more than 2.5x from the model left out as outliers (first: a:99)" in notes[0]
+    assert (kept == log
+            and "1 point(s) more than 2.5x from the model left out as outliers (first: a:99)" in notes[0])
     with pytest.raises(InputError, match="2 of 11 points are more than 2.5x"):  # over 10%: not outliers
-        check_points(base, gpu, [*log[:9], *(CalPoint("decode", "server log", 8, 1536, fine * 9, "a:99"),) * 2])
+        check_points(base, gpu,
+                     [*log[:9], *(CalPoint("decode", "server log", 8, 1536, fine * 9, "a:99"),) * 2])
 
 
 @pytest.mark.parametrize("gpu, text", [
@@ -286,7 +296,8 @@ def test_implausible_fits_are_refused() -> None:
               for b, c in ((1, 1024), (32, 8192), (64, 4096))]
     with pytest.raises(InputError, match="KV read efficiency of 0.3.*below what H100 SXM5 80GB reaches"):
         fit_whole_gpu(base, points)
-    same_kv = [CalPoint("decode", "one-batch", b, c, 1.0) for b, c in ((1, 2048), (2, 1024))]  # fixed time only
+    # fixed time only
+    same_kv = [CalPoint("decode", "one-batch", b, c, 1.0) for b, c in ((1, 2048), (2, 1024))]
     quick = [CalPoint("decode", "one-batch", p.batch, p.tokens, predict(base, p) - 3e-3) for p in same_kv]
     with pytest.raises(InputError, match="fixed time per decode step of -2.0 ms"):
         fit_whole_gpu(base, quick)
@@ -307,10 +318,12 @@ def _calibrate(tmp_path, *extra: str) -> tuple[dict, Path]:
 def test_cli_recovers_the_model_made_terms(tmp_path) -> None:
     result, out = _calibrate(tmp_path)
     shipped, terms = result["shipped"], result["terms"]
-    assert terms["kv_bandwidth_efficiency"] / shipped["kv_bandwidth_efficiency"] == pytest.approx(0.8, rel=0.02)
+    assert terms["kv_bandwidth_efficiency"] / shipped["kv_bandwidth_efficiency"] == pytest.approx(
+        0.8, rel=0.02)
     assert terms["decode_fixed_ms"] == pytest.approx(1.5, rel=0.02)
     assert terms["gemm_peak_efficiency"] / shipped["gemm_peak_efficiency"] == pytest.approx(0.9, rel=0.02)
-    assert terms["attention_peak_efficiency"] / shipped["attention_peak_efficiency"] == pytest.approx(1.1, rel=0.02)
+    assert terms["attention_peak_efficiency"] / shipped["attention_peak_efficiency"] == pytest.approx(
+        1.1, rel=0.02)
     assert result["median_error"] < 0.01 and result["uncalibrated_median_error"] > 0.1
     assert result["points"] == len(result["rows"]) == 11 + 11 + 78
     cal = load_calibration(out)
@@ -344,7 +357,9 @@ def test_estimate_with_the_calibration_reproduces_the_points(tmp_path) -> None:
 
 
 def test_cli_table_and_yaml_on_stdout() -> None:
-    r = runner.invoke(app, ["calibrate", "--sglang-bench", str(MADE_BENCH), "--model", "qwen3-8b", "--gpu", "h100"])
+    r = runner.invoke(app,
+                      ["calibrate", "--sglang-bench", str(MADE_BENCH), "--model", "qwen3-8b", "--gpu",
+                       "h100"])
     assert r.exit_code == 0, r.stderr
     assert r.stdout.startswith("# pdmux calibration") and "format: pdmux-calibration/2" in r.stdout
     assert "ms: measured, calibrated, shipped model" in r.stderr and "decode" in r.stderr
@@ -358,25 +373,29 @@ def test_cli_refuses_what_it_cannot_use(tmp_path) -> None:
         (["calibrate", "--sglang-bench", str(MADE_BENCH), *common, "--tp", "2"], "tensor parallelism"),
         (["calibrate", "--sglang-bench", str(FIXTURES / "synthetic_one_batch_0.5.23_stdout.txt"), *common],
          "--result-filename"),
-        (["calibrate", "--sglang-log", str(FIXTURES / "synthetic_server_0.5.23_tp2.log"), "--model", "llama-3.1-8b",
-          "--gpu", "h200"], "a server on 2 GPUs"),
+        (["calibrate", "--sglang-log", str(FIXTURES / "synthetic_server_0.5.23_tp2.log"), "--model",
+          "llama-3.1-8b", "--gpu", "h200"], "a server on 2 GPUs"),
         (["calibrate", "--sglang-bench", str(FIXTURES / "synthetic_one_batch_0.5.23.jsonl"), "--model",
           "llama-3.1-70b", "--gpu", "h100"], "do not fit"),
-        (["calibrate", "--sglang-bench", str(MADE_BENCH), "--sglang-bench", str(MADE_BENCH), *common], "given twice"),
+        (["calibrate", "--sglang-bench", str(MADE_BENCH), "--sglang-bench", str(MADE_BENCH), *common],
+         "given twice"),
         (["calibrate", "--sglang-bench", str(MADE_BENCH), *common, "--tp", "0"], "--tp must be >= 1"),
-        (["calibrate", "--merge", str(MADE_BENCH), "--merge", str(MADE_BENCH), "--gpu", "h100"], "takes no --gpu"),
+        (["calibrate", "--merge", str(MADE_BENCH), "--merge", str(MADE_BENCH), "--gpu", "h100"],
+         "takes no --gpu"),
         (["calibrate", "--sglang-bench", str(MADE_BENCH), "--model", "qwen3-8b", "--gpu", "a100"],
          "another model, GPU"),
         (["calibrate", "--sglang-bench", str(tmp_path / "missing.jsonl"), *common], "missing.jsonl"),
         (["calibrate", "--sglang-bench", str(MADE_BENCH), *common, "-o", str(MADE_BENCH)], ""),
-        (["calibrate", "--sglang-log", str(FIXTURES / "public_sglang_issue_4417_h100x16_deepseek_r1_eagle.log"),
-          *common], "nothing to calibrate"),
+        (["calibrate", "--sglang-log",
+          str(FIXTURES / "public_sglang_issue_4417_h100x16_deepseek_r1_eagle.log"), *common],
+          "nothing to calibrate"),
         (["calibrate", "--merge", str(MADE_BENCH), "--sglang-log", str(MADE_LOG)], "takes no --sglang-log"),
     ]
     for args, text in cases:
         assert_one_line_error(runner.invoke(app, args), 2, text)
     out = tmp_path / "never.yaml"
-    r = runner.invoke(app, ["calibrate", "--sglang-bench", str(MADE_BENCH), "--model", "qwen3-8b", "--gpu", "a100",
+    r = runner.invoke(app,
+                      ["calibrate", "--sglang-bench", str(MADE_BENCH), "--model", "qwen3-8b", "--gpu", "a100",
                             "-o", str(out)])
     assert r.exit_code == 2 and not out.exists()
 
@@ -406,20 +425,22 @@ def test_merge_joins_partition_and_whole_gpu_terms(tmp_path) -> None:
     assert cal.has_partitions and cal.whole_gpu == whole
     assert cal.bandwidth_curve == ((16, 1.2e12), (64, 2.9e12), (132, 3.0e12)) and cal.s_sat_sms == 64
     froms = dict(cal.terms_from)
-    assert froms["partitions"] == "pdmux bench 2026-11-20" and froms["whole_gpu"].startswith("SGLang one-batch")
+    assert froms["partitions"] == "pdmux bench 2026-11-20" and froms["whole_gpu"].startswith("SGLang "
+                                                                                             "one-batch")
     e = runner.invoke(app, ["estimate", "--gpu", "h100", "--model", "qwen3-8b", "--calibration", str(merged)])
     assert e.exit_code == 0, e.stderr
     # the same file twice, or two of one kind, is not a pair
-    assert_one_line_error(runner.invoke(app, ["calibrate", "--merge", str(sglang), "--merge", str(sglang)]), 2,
-                          "do not make that pair")
+    assert_one_line_error(runner.invoke(app, ["calibrate", "--merge", str(sglang), "--merge", str(sglang)]),
+                          2, "do not make that pair")
     other = tmp_path / "a100.yaml"
-    a100 = replace(_bench_calibration(), gpu_name="NVIDIA A100-SXM4-80GB", sm_count=108, compute_capability=(8, 0),
-                   bandwidth_curve=((16, 1.0e12), (108, 1.9e12)), flops_curve=((8, 20e12), (108, 280e12)),
-                   corun=((54, 54, 0.9, 0.95),), s_sat_sms=108)
+    a100 = replace(_bench_calibration(), gpu_name="NVIDIA A100-SXM4-80GB", sm_count=108,
+                   compute_capability=(8, 0), bandwidth_curve=((16, 1.0e12), (108, 1.9e12)),
+                   flops_curve=((8, 20e12), (108, 280e12)), corun=((54, 54, 0.9, 0.95),), s_sat_sms=108)
     other.write_text(dump_calibration(a100))
     assert_one_line_error(runner.invoke(app, ["calibrate", "--merge", str(other), "--merge", str(sglang)]), 2,
                           "different GPUs")
-    assert_one_line_error(runner.invoke(app, ["calibrate", "--merge", str(sglang)]), 2, "two calibration files")
+    assert_one_line_error(runner.invoke(app, ["calibrate", "--merge", str(sglang)]), 2,
+                          "two calibration files")
     # an H100 bench file (no gpu_key: known by its reported name) and an H200 calibration: same SMs, other GPU
     h200 = tmp_path / "h200.yaml"
     h200.write_text(sglang.read_text().replace("gpu_key: h100-sxm", "gpu_key: h200-sxm"))

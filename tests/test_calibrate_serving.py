@@ -32,27 +32,29 @@ def bench_serving_line(rate: float, concurrency: int, prompts: int, details: boo
     """One bench_serving result line for qwen3-8b on an H100 with the TRUTH terms (its keys as
     bench_serving writes them)."""
     trace = synthetic_trace(rate, "random:600", "random:120", prompts, None, seed)
-    setup = make_setup(find_gpu("h100"), load_model("qwen3-8b"), ignore_eos=True, first_token_delay_ms=0, **TRUTH)
+    setup = make_setup(find_gpu("h100"), load_model("qwen3-8b"), ignore_eos=True, first_token_delay_ms=0,
+                       **TRUTH)
     r = simulate(trace, setup, ChunkedPolicy(8192), max_concurrency=concurrency)
     m = summarize(r, 1e12, 1e12)
     fig = sa.client_metrics(m, trace)
     per = m.per_request
     line = {
-        "tag": None, "backend": "sglang", "dataset_name": "random", "request_rate": rate if rate != math.inf else "inf",
-        "max_concurrency": concurrency or None, "sharegpt_output_len": None, "random_input_len": 600,
-        "random_output_len": 120, "random_range_ratio": 0.0,
+        "tag": None, "backend": "sglang", "dataset_name": "random", "request_rate": rate if rate != math.inf
+        else "inf", "max_concurrency": concurrency or None, "sharegpt_output_len": None,
+        "random_input_len": 600, "random_output_len": 120, "random_range_ratio": 0.0,
         "server_info": {"tp_size": 1, "chunked_prefill_size": 8192, "disable_radix_cache": False,
                         "model_path": "Qwen/Qwen3-8B", "version": "0.5.23"},
         "duration": m.span_s, "completed": m.completed, "total_input_tokens": sum(trace.prompt_tokens),
         "total_input_text_tokens": sum(trace.prompt_tokens), "total_input_vision_tokens": 0,
-        "total_output_tokens": sum(trace.output_tokens), "total_output_tokens_retokenized": sum(trace.output_tokens),
-        "request_throughput": fig["request_rps"], "input_throughput": fig["input_tok_s"],
-        "output_throughput": fig["output_tok_s"], "total_throughput": fig["total_tok_s"],
-        "mean_e2e_latency_ms": statistics.mean(per["e2e_ms"]), "median_e2e_latency_ms": fig["e2e_p50_ms"],
-        "mean_ttft_ms": statistics.mean(per["ttft_ms"]), "median_ttft_ms": fig["ttft_p50_ms"],
-        "median_tpot_ms": fig["tpot_p50_ms"], "median_itl_ms": fig["itl_p50_ms"], "mean_itl_ms": fig["itl_p50_ms"],
-        "p99_ttft_ms": m.ttft_ms["p99"], "concurrency": 1.0, "accept_length": None,
-        "max_output_tokens_per_s": 0.0, "max_concurrent_requests": concurrency,
+        "total_output_tokens": sum(trace.output_tokens),
+        "total_output_tokens_retokenized": sum(trace.output_tokens), "request_throughput": fig["request_rps"],
+        "input_throughput": fig["input_tok_s"], "output_throughput": fig["output_tok_s"],
+        "total_throughput": fig["total_tok_s"], "mean_e2e_latency_ms": statistics.mean(per["e2e_ms"]),
+        "median_e2e_latency_ms": fig["e2e_p50_ms"], "mean_ttft_ms": statistics.mean(per["ttft_ms"]),
+        "median_ttft_ms": fig["ttft_p50_ms"], "median_tpot_ms": fig["tpot_p50_ms"],
+        "median_itl_ms": fig["itl_p50_ms"], "mean_itl_ms": fig["itl_p50_ms"], "p99_ttft_ms": m.ttft_ms["p99"],
+        "concurrency": 1.0, "accept_length": None, "max_output_tokens_per_s": 0.0,
+        "max_concurrent_requests": concurrency,
     }
     if details:
         line |= {"input_lens": list(trace.prompt_tokens), "output_lens": list(trace.output_tokens),
@@ -64,7 +66,8 @@ def bench_serving_line(rate: float, concurrency: int, prompts: int, details: boo
 @pytest.fixture(scope="module")
 def result_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("bench") / "sglang_0.5.23_result.jsonl"
-    lines = [bench_serving_line(math.inf, 1, 8, details=True), bench_serving_line(math.inf, 24, 60, details=False),
+    lines = [bench_serving_line(math.inf, 1, 8, details=True),
+             bench_serving_line(math.inf, 24, 60, details=False),
              bench_serving_line(math.inf, 0, 80, details=True)]
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path
@@ -74,7 +77,8 @@ def test_reader_takes_what_bench_serving_writes(result_file) -> None:
     results, problems = parse_bench_serving(result_file.read_text() + "\nnot json\n[1]\n", "r.jsonl")
     assert problems == ["line 5: not JSON", "line 6: not a JSON object"]
     first, second, third = results
-    assert (first.request_rate, first.max_concurrency, first.completed, first.dataset) == (math.inf, 1, 8, "random")
+    assert (first.request_rate, first.max_concurrency, first.completed, first.dataset) == (
+        math.inf, 1, 8, "random")
     assert len(first.input_lens) == 8 and second.input_lens == () and third.max_concurrency == 0
     assert set(first.metrics) == {"ttft_p50_ms", "itl_p50_ms", "tpot_p50_ms", "e2e_p50_ms", "output_tok_s",
                                   "total_tok_s", "input_tok_s", "request_rps"}
@@ -117,13 +121,16 @@ def test_calibrate_recovers_the_terms_and_simulate_reproduces_the_runs(result_fi
     assert got["admission_interval_ms"] == pytest.approx(TRUTH["admission_interval_ms"], abs=0.5)
     assert max(data["median_error"].values()) < 0.03
     cal = load_calibration(out)
-    assert cal.serving.runs == 3 and cal.whole_gpu is None and dict(cal.terms_from)["serving"].startswith("sglang")
+    assert (cal.serving.runs == 3 and cal.whole_gpu is None
+            and dict(cal.terms_from)["serving"].startswith("sglang"))
     # simulate with the calibration replays the first run's median TTFT
     first = bench_serving_line(math.inf, 1, 8, details=True)
-    sim = CliRunner().invoke(app, ["simulate", "--synthetic", "--qps", "inf", "--max-requests", "8", "--prompt-tokens",
-                                   "random:600", "--output-tokens", "random:120", "--seed", "42", "--gpu", "h100",
-                                   "--policies", "chunked", "--max-concurrency", "1", "--ignore-eos", "--calibration",
-                                   str(out), "--json"])
+    sim = CliRunner().invoke(app,
+                             ["simulate", "--synthetic", "--qps", "inf", "--max-requests", "8",
+                              "--prompt-tokens",
+                                   "random:600", "--output-tokens", "random:120", "--seed", "42", "--gpu",
+                                   "h100", "--policies", "chunked", "--max-concurrency", "1", "--ignore-eos",
+                                   "--calibration", str(out), "--json"])
     assert sim.exit_code == 0, sim.output
     policy = json.loads(sim.stdout)["policies"][0]
     assert policy["itl_ms"]["p50"] == pytest.approx(first["median_itl_ms"], rel=0.03)

@@ -26,7 +26,8 @@ runner = CliRunner()
 
 
 def _drive(search, attainment) -> tuple[tuple[float, str], list[float]]:
-    """Run a :func:`capacity._search` generator against ``attainment(rate)``; the result and the rates tried."""
+    """Run a :func:`capacity._search` generator against ``attainment(rate)``; the result and the rates
+    tried."""
     rates = [next(search)]
     try:
         while True:
@@ -103,11 +104,14 @@ def _result(*rows: cap.PolicyCapacity) -> cap.CapacityResult:
 def test_verdicts() -> None:
     pd = _row("pdmux (tuned.yaml)", "pdmux", 5.2, path="my dir/tuned.yaml")
     assert _result(pd, _row("chunked 512", "chunked", 3.9, chunk=512)).verdict() == (
-        "pdmux (tuned.yaml) sustains 5.2 req/s against 3.9 for chunked 512: +33%; enable it with: --enable-pdmux "
-        "--pdmux-config-path 'my dir/tuned.yaml' --sm-group-num 5 --chunked-prefill-size -1 --disable-overlap-schedule")
-    assert _result(_row("pdmux", "pdmux", 5.2), _row("chunked 512", "chunked", 3.9, chunk=512)).verdict().endswith(
+        "pdmux (tuned.yaml) sustains 5.2 req/s against 3.9 for chunked 512: +33%; enable it with: "
+        "--enable-pdmux --pdmux-config-path 'my dir/tuned.yaml' --sm-group-num 5 --chunked-prefill-size -1 "
+        "--disable-overlap-schedule")
+    assert _result(_row("pdmux", "pdmux", 5.2),
+                   _row("chunked 512", "chunked", 3.9, chunk=512)).verdict().endswith(
         "enable it with: --enable-pdmux --chunked-prefill-size -1 --disable-overlap-schedule")
-    assert _result(_row("pdmux", "pdmux", 3.0), _row("mixed-chunk 512", "mixed-chunk", 4.0, chunk=512)).verdict() == (
+    assert _result(_row("pdmux", "pdmux", 3.0),
+                   _row("mixed-chunk 512", "mixed-chunk", 4.0, chunk=512)).verdict() == (
         "mixed-chunk 512 serves more (4 req/s against 3 for pdmux): keep it (--enable-mixed-chunk "
         "--chunked-prefill-size 512)")
     assert "both sustain 4 req/s" in _result(_row("pdmux", "pdmux", 4.0), _row("chunked 8192", "chunked", 4.0,
@@ -120,7 +124,8 @@ def test_verdicts() -> None:
 
 
 def test_cli_table_json_and_plot(tmp_path) -> None:
-    r = runner.invoke(app, ["capacity", AZURE, "--policies", "pdmux,chunked", "--chunk-sizes", "2048", "--workers",
+    r = runner.invoke(app,
+                      ["capacity", AZURE, "--policies", "pdmux,chunked", "--chunk-sizes", "2048", "--workers",
                             "1", "--json"])
     assert r.exit_code == 0, r.stderr
     data = json.loads(r.stdout)
@@ -131,7 +136,9 @@ def test_cli_table_json_and_plot(tmp_path) -> None:
         assert p["at"] in p["points"]
     pytest.importorskip("matplotlib")
     png = tmp_path / "capacity.png"
-    r = runner.invoke(app, ["capacity", AZURE, "--policies", "chunked", "--chunk-sizes", "2048", "--plot", str(png)])
+    r = runner.invoke(app,
+                      ["capacity", AZURE, "--policies", "chunked", "--chunk-sizes", "2048", "--plot",
+                       str(png)])
     assert r.exit_code == 0, r.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "max rate" in r.stdout and "verdict: " in r.stdout
@@ -139,7 +146,8 @@ def test_cli_table_json_and_plot(tmp_path) -> None:
 
 def test_cli_sizes_a_given_yaml_beside_the_defaults(tmp_path) -> None:
     yaml = tmp_path / "tuned.yaml"
-    yaml.write_text("sm_group_num: 3\nmanual_divisions:\n  - [88, 44, 0]\nsplit_forward_token_budget: 16384\n")
+    yaml.write_text("sm_group_num: 3\nmanual_divisions:\n  - [88, 44, 0]\nsplit_forward_token_budget: "
+                    "16384\n")
     r = runner.invoke(app, ["capacity", AZURE, "--policies", "chunked", "--config", str(yaml), "--json"])
     assert r.exit_code == 0, r.stderr
     data = json.loads(r.stdout)
@@ -199,8 +207,9 @@ def test_ctrl_c_stops_tune_and_its_workers(tmp_path) -> None:
              f"{20 + i % 300}" for i in range(3000)]
     trace = tmp_path / "trace.csv"
     trace.write_text("\n".join(rows) + "\n")
-    proc = subprocess.Popen([sys.executable, "-m", "pdmux_cli", "tune", "--trace", str(trace), "--slo-ttft", "1000",
-                             "--slo-itl", "60", "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "pdmux_cli", "tune", "--trace", str(trace), "--slo-ttft",
+                             "1000", "--slo-itl", "60", "--workers", "2"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE,
                             start_new_session=True)
     time.sleep(3)  # past start-up, into the simulations
     assert proc.poll() is None, proc.stderr.read()
@@ -215,12 +224,14 @@ def test_ctrl_c_stops_tune_and_its_workers(tmp_path) -> None:
 
 def test_tune_and_capacity_take_no_prefix_cache() -> None:
     moon = str(FIX / "mooncake_small.jsonl")
-    r = runner.invoke(app, ["capacity", moon, "--policies", "chunked", "--no-prefix-cache", "--slo-ttft", "5000",
+    r = runner.invoke(app,
+                      ["capacity", moon, "--policies", "chunked", "--no-prefix-cache", "--slo-ttft", "5000",
                             "--json"])
     assert r.exit_code == 0, r.stderr
-    r = runner.invoke(app, ["tune", "--trace", moon, "--slo-ttft", "5000", "--slo-itl", "100", "--no-prefix-cache",
-                            "--sm-group-nums", "8", "--divisors", "36", "--budgets", "65536", "--workers", "1",
-                            "--json"])
+    r = runner.invoke(app,
+                      ["tune", "--trace", moon, "--slo-ttft", "5000", "--slo-itl", "100", "--no-prefix-cache",
+                            "--sm-group-nums", "8", "--divisors", "36", "--budgets", "65536", "--workers",
+                            "1", "--json"])
     assert r.exit_code == 0, r.stderr
 
 
@@ -230,7 +241,9 @@ def test_tune_on_an_offline_batch_still_writes_its_winner(tmp_path) -> None:
     batch.write_text("".join(f'{{"timestamp": 0, "input_length": {2000 + 10 * i}, "output_length": 64}}\n'
                              for i in range(300)))
     out = tmp_path / "tuned.yaml"
-    r = runner.invoke(app, ["tune", "--trace", str(batch), "--slo-ttft", "1000", "--slo-itl", "60", "--sm-group-nums",
+    r = runner.invoke(app,
+                      ["tune", "--trace", str(batch), "--slo-ttft", "1000", "--slo-itl", "60",
+                       "--sm-group-nums",
                             "8", "--divisors", "36", "--budgets", "65536", "--workers", "1", "-o", str(out)])
     assert r.exit_code == 0, r.stderr
     assert out.exists() and "all arrive at once" in " ".join(r.stdout.split())
@@ -257,7 +270,8 @@ def test_capacity_notes_and_refusals(tmp_path) -> None:
     assert r.exit_code == 0, r.stderr
     assert any("too few to measure a sustained rate" in n for n in json.loads(r.stdout)["notes"])
     assert_one_line_error(runner.invoke(app, ["capacity", AZURE, "--qps", "5"]), 2, "--synthetic")
-    crash = tmp_path / "crash.yaml"  # thresholds from 4 up: a decode batch of 1-3 matches none (0.5.23 crashes)
+    # thresholds from 4 up: a decode batch of 1-3 matches none (0.5.23 crashes)
+    crash = tmp_path / "crash.yaml"
     crash.write_text("sm_group_num: 4\nmanual_divisions:\n  - [112, 20, 4]\n  - [96, 36, 10]\n")
     r = runner.invoke(app, ["capacity", AZURE, "--policies", "chunked", "--config", str(crash), "--json"])
     assert r.exit_code == 0, r.stderr

@@ -20,8 +20,8 @@ runner = CliRunner()
 #: A small synthetic workload (200 requests) whose capacity one H100 reaches well inside the search.
 SYNTH = ["--synthetic", "--qps", "4", "--prompt-tokens", "lognormal:1024:1", "--output-tokens", "exp:128",
          "--max-requests", "200", "--seed", "3", "--workers", "1"]
-TUNE = ["tune", "--trace", AZURE, "--slo-ttft", "1000", "--slo-itl", "60", "--sm-group-nums", "8", "--divisors", "36",
-        "--budgets", "65536", "--no-fixed-splits", "--workers", "1"]
+TUNE = ["tune", "--trace", AZURE, "--slo-ttft", "1000", "--slo-itl", "60", "--sm-group-nums", "8",
+        "--divisors", "36", "--budgets", "65536", "--no-fixed-splits", "--workers", "1"]
 
 
 def _capacity(*args: str) -> dict:
@@ -64,7 +64,8 @@ def test_disagg_runs_every_policy_on_the_same_gpus() -> None:
     assert all(p["gpus"] == 2 for p in data["policies"])
     assert [p["layout"] for p in data["policies"]] == ["DP 2 x TP 1", "DP 2 x TP 1", "1P1D x TP 1"]
     assert all(p["router"] == "total_requests" for p in data["policies"])
-    assert (data["dp"], data["gpus"], data["disagg"], data["load_balance_method"]) == (2, 2, "1P1D", "total_requests")
+    assert (data["dp"], data["gpus"], data["disagg"], data["load_balance_method"]) == (
+        2, 2, "1P1D", "total_requests")
     assert data["kv_link"]["kind"] == "nvlink" and data["kv_link"]["bytes_per_s"] > 0
     disagg = data["policies"][2]
     assert disagg["kind"] == "disagg" and disagg["max_rate_rps"] > 0 and disagg["points"]
@@ -120,8 +121,8 @@ def test_verdicts_on_several_servers() -> None:
     pd = _row("pdmux", "pdmux", 10.0, 2, "DP 2 x TP 1")
     assert result(pd, _row("chunked 8192", "chunked", 8.0, 2, "DP 2 x TP 1")).verdict() == (
         "pdmux sustains 10 req/s on 2 GPUs (DP 2 x TP 1) against 8 for chunked 8192: +25%; enable it with: "
-        "--enable-pdmux --chunked-prefill-size -1 --disable-overlap-schedule --dp-size 2 --load-balance-method "
-        "total_requests")
+        "--enable-pdmux --chunked-prefill-size -1 --disable-overlap-schedule --dp-size 2 "
+        "--load-balance-method total_requests")
     disagg = _row("disagg 1P1D", "disagg", 12.0, 2, "1P1D x TP 1", (1, 1))
     text = result(pd, disagg).verdict()
     assert text.startswith("disagg 1P1D serves more (12 req/s on 2 GPUs (1P1D x TP 1) against 10 for pdmux)")
@@ -137,14 +138,16 @@ def test_verdicts_on_several_servers() -> None:
                   _row("chunked 8192", "chunked", 8.0, 2, "DP 2 x TP 1")).verdict()
     assert "against 8 for chunked 8192" in text and "equal GPU count" not in text  # compared on as many GPUs
     keep = result(pd, _row("chunked 8192", "chunked", 11.0, 2, "DP 2 x TP 1")).verdict()
-    assert keep.endswith("keep it (--chunked-prefill-size 8192 --dp-size 2 --load-balance-method total_requests)")
+    assert keep.endswith("keep it (--chunked-prefill-size 8192 --dp-size 2 --load-balance-method "
+                         "total_requests)")
 
 
 def test_tune_on_replicas() -> None:
     r = runner.invoke(app, [*TUNE, "--dp", "2", "--load-balance-method", "total_requests", "--json"])
     assert r.exit_code == 0, r.stderr
     data = json.loads(r.stdout)
-    assert (data["gpus"], data["dp"], data["layout"], data["router"]) == (2, 2, "DP 2 x TP 1", "total_requests")
+    assert (data["gpus"], data["dp"], data["layout"], data["router"]) == (
+        2, 2, "DP 2 x TP 1", "total_requests")
     assert all(row["gpus"] == 2 and row["layout"] == "DP 2 x TP 1" for row in data["rows"])
     assert all(s["gpus"] == 2 for s in data["schedules"])
     one = json.loads(runner.invoke(app, [*TUNE, "--json"]).stdout)
@@ -152,7 +155,8 @@ def test_tune_on_replicas() -> None:
     r = runner.invoke(app, [*TUNE, "--dp", "2"])
     assert r.exit_code == 0, r.stderr
     text = " ".join((r.stdout + r.stderr).split())
-    assert "each on 2 GPUs, DP 2 x TP 1" in text and "every policy on 2 GPU(s) (DP 2 x TP 1 behind round_robin)" in text
+    assert ("each on 2 GPUs, DP 2 x TP 1" in text
+            and "every policy on 2 GPU(s) (DP 2 x TP 1 behind round_robin)" in text)
 
 
 def test_bad_input() -> None:

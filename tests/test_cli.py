@@ -52,13 +52,16 @@ def test_splits_a100_h20_and_custom() -> None:
 
 
 def test_splits_options_change_the_answer() -> None:
-    d = json.loads(run("splits", "--gpu", "h100", "--decode-bs", "24", "--decode-bs-divisor", "24", "--json").stdout)
+    d = json.loads(run("splits", "--gpu", "h100", "--decode-bs", "24", "--decode-bs-divisor", "24",
+                       "--json").stdout)
     assert d["decode_bs_choice"][0]["group"] == 6
     d = json.loads(run("splits", "--gpu", "h100", "--sm-group-num", "5", "--json").stdout)
     assert len(d["groups"]) == 5
-    d = json.loads(run("splits", "--gpu", "h100", "--token-budget", "16384", "--prompt-tokens", "8192", "--json").stdout)
+    d = json.loads(run("splits", "--gpu", "h100", "--token-budget", "16384", "--prompt-tokens", "8192",
+                       "--json").stdout)
     assert d["prefill_layers_per_round"][0]["layers_per_round"] == 2
-    d = json.loads(run("splits", "--gpu", "h100", "--model", "llama-3.1-8b", "--prompt-tokens", "512", "--json").stdout)
+    d = json.loads(run("splits", "--gpu", "h100", "--model", "llama-3.1-8b", "--prompt-tokens", "512",
+                       "--json").stdout)
     assert d["num_layers"] == 32 and d["prefill_layers_per_round"][0]["layers_per_round"] == 32
 
 
@@ -68,8 +71,10 @@ def test_splits_with_config(tmp_path) -> None:
         "sm_group_num: 4\nmanual_divisions:\n- [112, 20, 4]\n- [96, 36, 10]\n"
         "split_forward_token_budget: 32768\ndecode_bs_divisor: 36\n"
     )
-    d = json.loads(run("splits", "--gpu", "h100", "--config", str(cfg), "--decode-bs", "2,4,12", "--json").stdout)
-    assert [(g["prefill_sms"], g["decode_sms"]) for g in d["groups"]] == [(132, 0), (112, 20), (96, 36), (0, 132)]
+    d = json.loads(run("splits", "--gpu", "h100", "--config", str(cfg), "--decode-bs", "2,4,12",
+                       "--json").stdout)
+    assert [(g["prefill_sms"], g["decode_sms"]) for g in d["groups"]] == [
+        (132, 0), (112, 20), (96, 36), (0, 132)]
     assert [g["decode_bs_threshold"] for g in d["groups"]] == [None, 4, 10, None]
     assert [(c["group"], c["older_sglang_crashes"]) for c in d["decode_bs_choice"]] == [
         (1, True), (1, False), (2, False)]
@@ -155,9 +160,9 @@ def test_estimate_json_stable_keys() -> None:
     assert [round(r["itl_ms"]) for r in d["rows"]] == [9, 299, 74, 19, 9, 11, 15]
     assert [r["tokens_during_prefill"] for r in d["rows"]] == [None, 0, 4, 16, 55, 43, 33]
     assert set(d["rows"][0]) == {"policy", "label", "itl_ms", "decode_steps_during_prefill", "prefill_ms",
-                                 "tokens_during_prefill", "chunk_tokens", "prefill_sms", "decode_sms", "s_sat_sms",
-                                 "decode_alone_ms", "prefill_alone_ms", "decode_corun_ms", "prefill_corun_ms", "gpus",
-                                 "layout", "transfer_ms", "link", "runs"}
+                                 "tokens_during_prefill", "chunk_tokens", "prefill_sms", "decode_sms",
+                                 "s_sat_sms", "decode_alone_ms", "prefill_alone_ms", "decode_corun_ms",
+                                 "prefill_corun_ms", "gpus", "layout", "transfer_ms", "link", "runs"}
     d = json.loads(run("estimate", "--json", "--all-levels").stdout)
     assert d["cost_model"] == "roofline" and d["cpu_step_ms"] == pytest.approx(0.31)
     assert [r["policy"] for r in d["rows"]] == ["decode-only", "prefill-first", "chunked", "mixed-chunk",
@@ -169,7 +174,8 @@ def test_estimate_json_stable_keys() -> None:
 
 
 def test_estimate_options() -> None:
-    d = json.loads(run("estimate", "--cost-model", "chapter", "--level", "96/36", "--s-sat", "36", "--json").stdout)
+    d = json.loads(run("estimate", "--cost-model", "chapter", "--level", "96/36", "--s-sat", "36",
+                       "--json").stdout)
     pd = [r for r in d["rows"] if r["policy"] == "pdmux"]
     assert len(pd) == 1 and pd[0]["decode_sms"] == 36
     assert pd[0]["itl_ms"] == pytest.approx(d["rows"][0]["itl_ms"])  # 36 SMs saturate at S_SAT 36
@@ -267,7 +273,8 @@ def test_gen_config_file_passes_check_and_round_trips(tmp_path) -> None:
     assert "--pdmux-config-path" in r.stdout
     text = out.read_text()
     cfg = yaml.safe_load(text)
-    assert [e[:2] for e in cfg["manual_divisions"]] == [[112, 20], [104, 28], [96, 36], [88, 44], [80, 52], [72, 60]]
+    assert [e[:2] for e in cfg["manual_divisions"]] == [[112, 20], [104, 28], [96, 36], [88, 44], [80, 52],
+                                                        [72, 60]]
     assert cfg["manual_divisions"][0][2] == 0
     check = run("check-config", str(out), "--gpu", "h200")
     assert check.exit_code == 0, check.stdout + check.stderr
@@ -286,7 +293,8 @@ def test_gen_config_blackwell_always_manual(tmp_path) -> None:
 
 
 def test_gen_config_divisions(tmp_path) -> None:
-    d = json.loads(run("gen-config", "--gpu", "h100", "--divisions", "112:20:0,96:36:10,80:52:20", "--json").stdout)
+    d = json.loads(run("gen-config", "--gpu", "h100", "--divisions", "112:20:0,96:36:10,80:52:20",
+                       "--json").stdout)
     assert d["config"]["sm_group_num"] == 5
     assert d["launch_flags"][d["launch_flags"].index("--sm-group-num") + 1] == "5"
 
@@ -297,7 +305,8 @@ def test_gen_config_bad_divisions_write_nothing(tmp_path) -> None:
     assert r.exit_code == 2 and "Traceback" not in r.stderr
     assert not out.exists()
     assert_one_line_error(run("gen-config", "--gpu", "h100", "--divisions", "112:x:0"), 2, "divisions")
-    assert_one_line_error(run("gen-config", "--gpu", "h100", "-o", str(tmp_path / "no" / "dir.yaml")), 2, "does not exist")
+    assert_one_line_error(run("gen-config", "--gpu", "h100", "-o", str(tmp_path / "no" / "dir.yaml")), 2,
+                          "does not exist")
 
 
 def test_check_config_reports_each_problem(tmp_path) -> None:
@@ -310,7 +319,8 @@ def test_check_config_reports_each_problem(tmp_path) -> None:
     assert r.exit_code == 2
     d = json.loads(r.stdout)
     wheres = {p["where"] for p in d["problems"]}
-    assert {"manual_divisions[0]", "manual_divisions[1]", "manual_divisions[2]", "split_forward_token_budget"} <= wheres
+    assert {"manual_divisions[0]", "manual_divisions[1]", "manual_divisions[2]",
+            "split_forward_token_budget"} <= wheres
     assert d["ok"] is False
     table = run("check-config", str(path), "--gpu", "h100")
     assert table.exit_code == 2 and "manual_divisions[1]" in table.stdout
@@ -357,9 +367,11 @@ def test_help_and_no_args() -> None:
 
 
 def test_module_entry_point_exit_codes() -> None:
-    ok = subprocess.run([sys.executable, "-m", "pdmux_cli", "splits", "--gpu", "h20"], capture_output=True, text=True, check=False)
+    ok = subprocess.run([sys.executable, "-m", "pdmux_cli", "splits", "--gpu", "h20"], capture_output=True,
+                        text=True, check=False)
     assert ok.returncode == 0 and "56" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "pdmux_cli", "splits", "--gpu", "zz"], capture_output=True, text=True, check=False)
+    bad = subprocess.run([sys.executable, "-m", "pdmux_cli", "splits", "--gpu", "zz"], capture_output=True,
+                         text=True, check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
 
 
@@ -428,8 +440,8 @@ def test_gen_config_tune_never_writes_over_its_trace(tmp_path) -> None:
     trace = tmp_path / "trace.csv"
     trace.write_bytes((Path(__file__).parent / "fixtures" / "azure_conv_50.csv").read_bytes())
     before = trace.read_bytes()
-    r = run("gen-config", "--gpu", "h100", "--tune", "--trace", str(trace), "--slo-ttft", "1000", "--slo-itl", "60",
-            "--json", "-o", str(trace))
+    r = run("gen-config", "--gpu", "h100", "--tune", "--trace", str(trace), "--slo-ttft", "1000", "--slo-itl",
+            "60", "--json", "-o", str(trace))
     assert r.exit_code == 2 and "is the input file" in r.stderr
     assert trace.read_bytes() == before
 
@@ -487,7 +499,8 @@ def test_names_too_long_for_a_file_are_bad_input_and_cut(tmp_path) -> None:
     out = tmp_path / (long + ".yaml")
     assert_one_line_error(run("gen-config", "--output", str(out)), 2, "cannot write")
     assert "File name too long" in run("gen-config", "--output", str(out)).stderr
-    assert_one_line_error(run("gen-config", "--output", str(tmp_path / long / "a.yaml")), 2, "File name too long")
+    assert_one_line_error(run("gen-config", "--output", str(tmp_path / long / "a.yaml")), 2,
+                          "File name too long")
 
 
 def test_config_off_the_granularity_is_computed_as_the_driver_runs_it(tmp_path) -> None:
@@ -514,7 +527,8 @@ def test_explicit_level_off_the_granularity_is_estimated_as_the_driver_runs_it()
 
 
 def test_repeated_sizes_give_one_row() -> None:
-    d = json.loads(run("estimate", "--chunk-sizes", "512,512", "--mixed-chunk-sizes", "256,256,128", "--json").stdout)
+    d = json.loads(run("estimate", "--chunk-sizes", "512,512", "--mixed-chunk-sizes", "256,256,128",
+                       "--json").stdout)
     assert [r["label"] for r in d["rows"] if r["policy"] in ("chunked", "mixed-chunk")] == [
         "chunked 512", "mixed chunk 256", "mixed chunk 128"]
     s = json.loads(run("splits", "--decode-bs", "6,6,12", "--json").stdout)
@@ -569,7 +583,8 @@ def test_bad_input_exits_2_with_stderr_closed_or_full() -> None:
     closed = _pdmux("splits", "--gpu", "nope", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     preexec_fn=lambda: __import__("os").close(2))
     assert closed.returncode == 2
-    usage = _pdmux("splits", "--bogus", stdout=subprocess.DEVNULL, preexec_fn=lambda: __import__("os").close(2))
+    usage = _pdmux("splits", "--bogus", stdout=subprocess.DEVNULL,
+                   preexec_fn=lambda: __import__("os").close(2))
     assert usage.returncode == 2
     with open("/dev/full", "w") as full:
         assert _pdmux("splits", "--gpu", "nope", stdout=subprocess.DEVNULL, stderr=full).returncode == 2

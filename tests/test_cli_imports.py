@@ -27,7 +27,8 @@ print(",".join(heavy))
     "args",
     [
         [["splits", "--gpu", "h100"], ["splits", "--all"], ["splits", "--gpu", "nope"]],
-        [["estimate"], ["estimate", "--all-levels", "--json"], ["estimate", "--model", "deepseek-v3", "--gpu", "b200"]],
+        [["estimate"], ["estimate", "--all-levels", "--json"],
+         ["estimate", "--model", "deepseek-v3", "--gpu", "b200"]],
         [["gen-config", "--gpu", "h100"], ["gen-config", "--gpu", "b200", "--json"], ["--help"]],
         [["accuracy", "--json"], ["estimate", "--cost-model", "chapter", "--gpu", "a100"]],
         [["calibrate", "--sglang-bench", "tests/fixtures/sglang/model_made_one_batch_h100_qwen3_8b.jsonl",

@@ -40,13 +40,15 @@ def test_gemm_fit_against_aiconfigurator_points() -> None:
     # 4096 tokens through 4096x12288: 412 GFLOP in 0.520 ms, 0.80 of 989 TFLOP/s (compute-bound)
     big = points[(4096, 12288, 4096)]
     assert big == pytest.approx(0.51962e-3, rel=1e-4)
-    assert fit.predict_gemm(e, fit.GemmPoint(4096, 4096, 12288, big), peak, hbm) == pytest.approx(big, rel=0.05)
+    assert fit.predict_gemm(e, fit.GemmPoint(4096, 4096, 12288, big), peak, hbm) == pytest.approx(
+        big, rel=0.05)
     # one token through 16384x4096: 134 MB of weights read in 57.1 us (0.70 of 3.35 TB/s; memory-bound)
     small = points[(1, 16384, 4096)]
     assert small == pytest.approx(0.057132e-3, rel=1e-4)
     # the fit reads weights at 0.87 of datasheet bandwidth plus 3.2 us: 14% short for this shape (one of
     # the slowest GEMVs of the table; the GEMM term's median error is 6%)
-    assert fit.predict_gemm(e, fit.GemmPoint(1, 4096, 16384, small), peak, hbm) == pytest.approx(small, rel=0.15)
+    assert fit.predict_gemm(e, fit.GemmPoint(1, 4096, 16384, small), peak, hbm) == pytest.approx(
+        small, rel=0.15)
     assert 0.8 < e.bandwidth_efficiency <= 0.95 and 0.7 < e.peak_efficiency < 0.85
 
 
@@ -58,18 +60,22 @@ def test_vidur_layer_against_the_model() -> None:
     e = PROFILES["h100-sxm"].gemm
     k, n = layer.gemm_shapes()["mlp_up_proj"]
     assert (k, n) == (4096, 22016)
-    predicted = fit.predict_gemm(e, fit.GemmPoint(1, k, n, 0.0), H100.dense_flops("bf16"), H100.hbm_bytes_per_s)
+    predicted = fit.predict_gemm(e, fit.GemmPoint(1, k, n, 0.0), H100.dense_flops("bf16"),
+                                 H100.hbm_bytes_per_s)
     assert predicted == pytest.approx(0.064e-3, rel=0.1)
 
 
 def test_attention_fits_against_aiconfigurator_points() -> None:
-    pre = {(p.heads, p.kv_heads, p.batch, p.length): p for p in measurements.aic_attention("h100-sxm", "prefill")}
-    dec = {(p.heads, p.kv_heads, p.batch, p.length): p for p in measurements.aic_attention("h100-sxm", "decode")}
+    pre = {(p.heads, p.kv_heads, p.batch, p.length): p
+           for p in measurements.aic_attention("h100-sxm", "prefill")}
+    dec = {(p.heads, p.kv_heads, p.batch, p.length): p
+           for p in measurements.aic_attention("h100-sxm", "decode")}
     peak, hbm = H100.dense_flops("bf16"), H100.hbm_bytes_per_s
     e = PROFILES["h100-sxm"]
     p = pre[(32, 8, 1, 8192)]  # fa3, 8192 tokens: 550 GFLOP in 0.950 ms, 0.59 of peak
     assert p.seconds == pytest.approx(0.95049e-3, rel=1e-4)
-    assert fit.predict_prefill_attention(e.prefill_attention, p, peak, hbm) == pytest.approx(p.seconds, rel=0.1)
+    assert fit.predict_prefill_attention(e.prefill_attention, p, peak, hbm) == pytest.approx(
+        p.seconds, rel=0.1)
     d = dec[(32, 8, 64, 4096)]  # 64 requests x 4096 tokens of KV: 1.07 GB read at ~0.9 of 3.35 TB/s
     assert fit.attention_kv_bytes(d) == 64 * 4096 * 2 * 8 * 128 * 2
     assert fit.predict_decode_attention(e.decode_attention, d, hbm) == pytest.approx(d.seconds, rel=0.05)
@@ -130,7 +136,8 @@ def test_small_chunks_cost_what_the_gemm_curve_says() -> None:
     e = PROFILES["h100-sxm"].gemm
     peak, hbm = H100.dense_flops("bf16"), H100.hbm_bytes_per_s
     for rows in (256, 2048):
-        by_hand = sum(g.count * e.time_s(g.bytes(rows), g.flops(rows), rows, hbm, peak) for g in RL.shapes.token_gemms)
+        by_hand = sum(g.count * e.time_s(g.bytes(rows), g.flops(rows), rows, hbm, peak)
+                      for g in RL.shapes.token_gemms)
         el = PROFILES["h100-sxm"].elementwise
         per_token = RL.shapes.elementwise_bytes_per_token * 36 + RL.shapes.embedding_bytes_per_token
         by_hand += 36 * el.latency_s + rows * per_token / (hbm * el.bandwidth_efficiency)
@@ -141,8 +148,12 @@ def test_decode_step_parts() -> None:
     """Qwen3-8B, 32 requests at 2048 tokens on a whole H100: weights (15.1 GB) at 0.87 of 3.35 TB/s,
     KV (9.7 GB) at 0.93, plus 36 layers of fixed kernel time: ~10 ms; the chapter said 8.7 ms."""
     step = RL.decode_s(132, 32, 32 * 2048)
-    weights = mdl.decode_weight_bytes(QWEN, 32) / (H100.hbm_bytes_per_s * PROFILES["h100-sxm"].gemm.bandwidth_efficiency)
-    kv = 32 * mdl.kv_bytes(QWEN, 2048) / (H100.hbm_bytes_per_s * PROFILES["h100-sxm"].decode_attention.bandwidth_efficiency)
+    weights = mdl.decode_weight_bytes(QWEN,
+                                      32) / (H100.hbm_bytes_per_s
+                                             * PROFILES["h100-sxm"].gemm.bandwidth_efficiency)
+    kv = 32 * mdl.kv_bytes(QWEN,
+                           2048) / (H100.hbm_bytes_per_s
+                                    * PROFILES["h100-sxm"].decode_attention.bandwidth_efficiency)
     assert weights + kv < step < weights + kv + 36 * 60e-6
     assert step > 1.1 * build_step_model(H100, QWEN, cost_model="chapter").decode_s(132, 32, 32 * 2048)
 
@@ -254,8 +265,10 @@ def test_malformed_efficiency_file_is_one_clear_error(tmp_path, monkeypatch) -> 
     from pdmux_cli.catalog.profile_files import efficiency_profiles_dir
 
     good = (efficiency_profiles_dir() / "h100-sxm.yaml").read_text()
-    for broken, fragment in ((good.replace("format: pdmux-efficiency/1", "format: x"), "not a pdmux-efficiency"),
-                             (good.replace("bandwidth_efficiency: 0.", "bandwidth_efficiency: 7"), "bandwidth_efficiency"),
+    for broken, fragment in ((good.replace("format: pdmux-efficiency/1", "format: x"),
+                              "not a pdmux-efficiency"),
+                             (good.replace("bandwidth_efficiency: 0.", "bandwidth_efficiency: 7"),
+                              "bandwidth_efficiency"),
                              (good.replace("applies_to:", "applies_to: 3\nx:"), "applies_to")):
         path = tmp_path / "h100-sxm.yaml"
         path.write_text(broken)
@@ -268,11 +281,13 @@ def test_fit_is_deterministic_and_recovers_a_known_curve() -> None:
     rng = random.Random(0)
     points = []
     for _ in range(300):
-        m, k, n = rng.choice([1, 4, 16, 64, 256, 1024, 4096]), rng.choice([2048, 4096]), rng.choice([4096, 8192])
+        m, k, n = rng.choice([1, 4, 16, 64, 256, 1024, 4096]), rng.choice([2048, 4096]), rng.choice([
+            4096, 8192])
         p = fit.GemmPoint(m, k, n, 0.0)
         points.append(replace(p, seconds=fit.predict_gemm(truth, p, 989e12, 3.35e12)))
     got = fit.fit_gemm(points, 989e12, 3.35e12, "synthetic")
-    assert got.latency_s == pytest.approx(4e-6, abs=1e-6) and got.bandwidth_efficiency == pytest.approx(0.85, abs=0.02)
+    assert got.latency_s == pytest.approx(4e-6, abs=1e-6) and got.bandwidth_efficiency == pytest.approx(
+        0.85, abs=0.02)
     assert got.median_error < 0.02
     assert fit.fit_gemm(points, 989e12, 3.35e12, "synthetic") == got
 
@@ -290,7 +305,8 @@ def test_step_overhead_and_knobs() -> None:
     assert RL.s_sat == 88 and build_step_model(H100, QWEN, s_sat=44).s_sat == 44
 
 
-# ---- SGLang 0.5.23's server defaults ------------------------------------------------------------------------
+# ---- SGLang 0.5.23's server defaults
+# ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("gpu", "off", "chunk8k", "default_chunk", "default_fraction"), [
@@ -299,7 +315,8 @@ def test_step_overhead_and_knobs() -> None:
     ("h200", 0.821, 0.903, 8192, 0.903),  # 143771 MiB
     ("b200", 0.857, 0.921, 16384, 0.854),  # 183359 MiB: 16384-token chunks, CUDA graphs to 512
 ])
-def test_mem_fraction_static_as_sglang_computes_it(gpu, off, chunk8k, default_chunk, default_fraction) -> None:
+def test_mem_fraction_static_as_sglang_computes_it(gpu, off, chunk8k, default_chunk,
+                                                   default_fraction) -> None:
     mem = find_gpu(gpu).memory_bytes
     assert sgl.mem_fraction_static(mem, -1) == off
     assert sgl.mem_fraction_static(mem, 8192) == chunk8k
@@ -322,7 +339,8 @@ def test_sglang_defaults() -> None:
 # ---- the chapter's model behind the step interface -------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["qwen3-8b", "gpt-oss-20b", "gemma-3-27b-it", "deepseek-v3", "qwen3-30b-a3b"])
+@pytest.mark.parametrize("name",
+                         ["qwen3-8b", "gpt-oss-20b", "gemma-3-27b-it", "deepseek-v3", "qwen3-30b-a3b"])
 def test_chapter_model_equals_the_chapters_functions(name: str) -> None:
     m = load_model(name)
     sm = build_step_model(find_gpu("h200"), m, cost_model="chapter", s_sat=50)
@@ -335,9 +353,11 @@ def test_chapter_model_equals_the_chapters_functions(name: str) -> None:
         attn = sum(mdl.decode_attention_flops(m, c) for c in contexts)
         sms, p = rng.choice([(132, 0), (52, 80), (20, 112)])
         want = chapter.decode_step_s_batch(m, thr, sms, len(contexts), kv, attn, concurrent_prefill_sms=p)
-        got = sm.decode_s(sms, len(contexts), sum(contexts), sum(min(c, window) for c in contexts) if window else 0, p)
+        got = sm.decode_s(sms, len(contexts), sum(contexts), sum(min(c, window) for c in contexts) if window
+                          else 0, p)
         assert got == pytest.approx(want, rel=1e-9)
-    assert sm.prefill_s(132, [(3000, 500)]) == pytest.approx(chapter.prefill_s(m, thr, 132, 3000, 500), rel=1e-12)
+    assert sm.prefill_s(132, [(3000, 500)]) == pytest.approx(chapter.prefill_s(m, thr, 132, 3000, 500),
+                                                             rel=1e-12)
     assert sm.mixed_s([(512, 1024)], 32, 32 * 2048, 32 * min(2048, window) if window else 0) == pytest.approx(
         chapter.chunked_step_s(m, thr, 132, 32, 2048, 512, 1024), rel=1e-12)
     assert sm.decode_cpu_s(50) == 0 and math.isfinite(sm.bandwidth_share(20))

@@ -89,7 +89,8 @@ def test_explicit_level() -> None:
     # 4/128: prefill rounds up to the minimum of 8
     assert estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(4, 128))).level == (8, 124)
     with pytest.raises(InputError, match="multiple of 8"):
-        estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(124, 8)))  # 128/4 leaves decode < 8
+        # 128/4 leaves decode < 8
+        estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(124, 8)))
 
 
 def test_llama70b_does_not_fit_on_one_h100() -> None:
@@ -165,7 +166,8 @@ def test_roofline_rows_name_sglang_policies(roofline) -> None:
     assert rows == [("decode-only", "decode only (ref.)"), ("prefill-first", "prefill first"),
                     ("chunked", "chunked 8192"),  # SGLang's default chunk size on an 80 GB GPU
                     ("mixed-chunk", "mixed chunk 2048"), ("mixed-chunk", "mixed chunk 512"),
-                    ("pdmux", "PD mux 80/52 S_SAT=88")]  # Hopper's fitted S_SAT on an H100's 3.35 TB/s: 88 of 132 SMs
+                    # Hopper's fitted S_SAT on an H100's 3.35 TB/s: 88 of 132 SMs
+                    ("pdmux", "PD mux 80/52 S_SAT=88")]
     assert roofline.cost_model == "roofline" and roofline.cpu_step_ms == pytest.approx(0.31)
 
 
@@ -185,7 +187,8 @@ def test_chunked_default_stalls_decode_for_the_whole_prompt(roofline) -> None:
     chunked, first = rows["chunked 8192"], rows["prefill first"]
     assert chunked.tokens_during_prefill == 0 and chunked.steps == 1
     assert chunked.itl_ms == pytest.approx(first.itl_ms, rel=1e-9)  # one 8192 chunk is the whole prompt
-    est = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(chunk_sizes=(2048,), mixed_chunk_sizes=()))
+    est = estimate(find_gpu("h100"), load_model("qwen3-8b"),
+                   Scenario(chunk_sizes=(2048,), mixed_chunk_sizes=()))
     row = next(r for r in est.rows if r.policy == "chunked")
     assert row.tokens_during_prefill == 0 and row.itl_ms > 4 * est.rows[0].itl_ms
 
@@ -194,7 +197,8 @@ def test_pdmux_json_numbers_per_partition(roofline) -> None:
     pd = next(r for r in roofline.rows if r.policy == "pdmux")
     # co-run interference slows decode; a pdmux round adds the CPU's work to the decode step
     assert pd.decode_corun_ms > pd.decode_alone_ms
-    assert pd.itl_ms == pytest.approx(pd.decode_corun_ms + roofline.cpu_step_ms + 32 * roofline.per_request_ms)
+    assert pd.itl_ms == pytest.approx(pd.decode_corun_ms + roofline.cpu_step_ms + 32
+                                      * roofline.per_request_ms)
     assert pd.prefill_ms == pd.prefill_corun_ms and pd.prefill_alone_ms <= pd.prefill_corun_ms
     chosen = next(lv for lv in roofline.levels if lv.chosen)
     assert chosen.decode_alone_ms == pytest.approx(pd.decode_alone_ms)

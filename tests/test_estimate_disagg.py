@@ -36,11 +36,13 @@ def _rows(est):
 def test_infinitely_fast_link_is_the_whole_gpu_prefill_and_the_undisturbed_decode_step() -> None:
     for cost_model in ("roofline", "chapter"):
         est = estimate(find_gpu("h100"), load_model("qwen3-8b"),
-                       Scenario(cost_model=cost_model, disagg=(1, 1), kv_link_gb_s=1e12, kv_link_latency_us=0))
+                       Scenario(cost_model=cost_model, disagg=(1, 1), kv_link_gb_s=1e12,
+                                kv_link_latency_us=0))
         rows = _rows(est)
         dis = rows["disagg"]
         assert dis.prefill_ms == pytest.approx(rows["prefill-first"].prefill_ms, rel=1e-5)
-        assert dis.prefill_alone_ms == rows["prefill-first"].prefill_ms  # the pure prefill, same as prefill-first's
+        # the pure prefill, same as prefill-first's
+        assert dis.prefill_alone_ms == rows["prefill-first"].prefill_ms
         assert dis.itl_ms == rows["decode-only"].itl_ms == dis.decode_alone_ms
         assert dis.transfer_ms == pytest.approx(0, abs=1e-3)
         # every decode step during the prefill is the undisturbed one: tokens = TTFT / ITL
@@ -113,7 +115,8 @@ def test_cli_table_and_json() -> None:
     assert row["prefill_ms"] == pytest.approx(row["prefill_alone_ms"] + row["transfer_ms"])
     assert row["link"] == {"kind": "nvlink", "bytes_per_s": 450e9, "latency_s": 6e-7,
                            "source": row["link"]["source"]} and "nvlink" in row["link"]["source"]
-    assert all(r["link"] is None and r["transfer_ms"] is None and r["layout"] == "1 GPU" for r in d["rows"][:-1])
+    assert all(r["link"] is None and r["transfer_ms"] is None and r["layout"] == "1 GPU"
+               for r in d["rows"][:-1])
     assert d["disagg"]["ttft_ms"] == row["prefill_ms"] and d["disagg"]["gpus"] == 2
     assert d["disagg"]["kv_transfer_bytes_per_gpu"] == 8192 * 147456
     d = json.loads(run("estimate", "--disagg", "2P6D", "--tp", "2", "--json").stdout)
@@ -203,7 +206,10 @@ def test_disagg_tp_instances_of_their_own_tp() -> None:
 
 
 def test_disagg_tp_too_small_for_the_model_is_refused() -> None:
-    r = runner.invoke(app, ["estimate", "--model", "llama-3.1-70b", "--tp", "4", "--disagg", "1P1D", "--disagg-tp", "1"])
+    r = runner.invoke(app,
+                      ["estimate", "--model", "llama-3.1-70b", "--tp", "4", "--disagg", "1P1D", "--disagg-tp",
+                       "1"])
     assert_one_line_error(r, 2, "--disagg-tp 1")
     assert_one_line_error(runner.invoke(app, ["estimate", "--disagg-tp", "2"]), 2, "--disagg")
-    assert_one_line_error(runner.invoke(app, ["estimate", "--disagg", "1P1D", "--disagg-tp", "9"]), 2, "--disagg-tp")
+    assert_one_line_error(runner.invoke(app, ["estimate", "--disagg", "1P1D", "--disagg-tp", "9"]), 2,
+                          "--disagg-tp")

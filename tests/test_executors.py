@@ -45,7 +45,8 @@ def _same_metrics(a, b) -> None:
             assert [repr(v) for v in x.per_request[key]] == [repr(v) for v in y.per_request[key]], key
 
 
-# ---- DP replicas simulated apart -------------------------------------------------------------------------------
+# ---- DP replicas simulated apart
+# -------------------------------------------------------------------------------
 
 
 def test_round_robin_replicas_apart_give_what_the_router_gives() -> None:
@@ -80,7 +81,8 @@ def test_replicas_stay_behind_the_router_where_routing_depends_on_them() -> None
         _same_metrics(one, two)
 
 
-# ---- failures named by their task ------------------------------------------------------------------------------
+# ---- failures named by their task
+# ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -93,17 +95,21 @@ def test_a_failed_task_names_what_it_was_simulating(workers) -> None:
         ex.run(tune._evaluate, ex.share(("not", "a", "task")), [PdmuxPolicy(), PdmuxPolicy()],
                ["pdmux config auto, 8 groups"] * 2)
     assert TaskFailed.exit_code == 1
-    with pytest.raises(InputError, match=r"^pdmux config x: the simulation passed its budget of 10 decode steps"), \
+    with pytest.raises(InputError,
+                       match=r"^pdmux config x: the simulation passed its budget of 10 decode steps"), \
             executor("local", workers, tasks=2) as ex:
         ex.run(tune._evaluate, ex.share((trace, SETUP, 1000, 60, 1, "round_robin", 10)), [PdmuxPolicy()] * 2,
                ["pdmux config x"] * 2)
 
 
 def test_tune_past_its_step_budget_names_the_config() -> None:
-    r = runner.invoke(app, ["tune", "--trace", AZURE, "--slo-ttft", "1000", "--slo-itl", "60", "--sm-group-nums", "8",
+    r = runner.invoke(app,
+                      ["tune", "--trace", AZURE, "--slo-ttft", "1000", "--slo-itl", "60", "--sm-group-nums",
+                       "8",
                             "--divisors", "36", "--budgets", "65536", "--workers", "1", "--max-steps", "20"])
-    assert_one_line_error(r, 2, "pdmux config auto, 8 groups, div 36, budget 65536: the simulation passed its budget "
-                                "of 20 decode steps")
+    assert_one_line_error(r, 2,
+                          "pdmux config auto, 8 groups, div 36, budget 65536: the simulation passed its "
+                                "budget of 20 decode steps")
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
@@ -121,14 +127,16 @@ def test_executor_options_are_checked(command, args, fragment) -> None:
 
 def test_ray_missing_is_one_line(monkeypatch) -> None:
     def missing():
-        raise InputError(f"--executor ray needs Ray: {executors.RAY_EXTRA} (or --executor local, the default)")
+        raise InputError(f"--executor ray needs Ray: {executors.RAY_EXTRA} (or --executor local, the "
+                         "default)")
 
     monkeypatch.setattr(executors, "import_ray", missing)
     r = runner.invoke(app, ["simulate", AZURE, "--policies", "chunked", "--executor", "ray"])
     assert_one_line_error(r, 2, "pip install 'pdmux[ray]'")
 
 
-# ---- on a local Ray instance -----------------------------------------------------------------------------------
+# ---- on a local Ray instance
+# -----------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -173,8 +181,9 @@ def _json(args: list[str]) -> str:
 
 @pytest.mark.ray
 def test_tune_on_ray_gives_the_local_json_byte_for_byte(ray_cluster) -> None:
-    args = ["tune", "--trace", AZURE, "--slo-ttft", "1000", "--slo-itl", "60", "--sm-group-nums", "3,8", "--divisors",
-            "24,36", "--budgets", "16384,65536", "--workers", "2", "--rate-scale", "6", "--json"]
+    args = ["tune", "--trace", AZURE, "--slo-ttft", "1000", "--slo-itl", "60", "--sm-group-nums", "3,8",
+            "--divisors", "24,36", "--budgets", "16384,65536", "--workers", "2", "--rate-scale", "6",
+            "--json"]
     local = _json(args)
     assert _json([*args, "--executor", "ray"]) == local
     assert json.loads(local)["workers"] == 2 and len(json.loads(local)["rows"]) > 10
@@ -192,8 +201,8 @@ def test_simulate_on_ray_gives_the_local_json_and_csv(ray_cluster, tmp_path) -> 
     outputs = {}
     for name, extra in (("local", []), ("ray", ["--executor", "ray"])):
         path = tmp_path / f"{name}.csv"
-        out = _json(["simulate", AZURE, "--rate-scale", "8", "--dp", "3", "--workers", "2", "--csv", str(path), "--json",
-                     *extra])
+        out = _json(["simulate", AZURE, "--rate-scale", "8", "--dp", "3", "--workers", "2", "--csv",
+                     str(path), "--json", *extra])
         outputs[name] = (out.replace(str(path), "CSV"), path.read_text())
     assert outputs["ray"] == outputs["local"]
     assert len(outputs["local"][1].splitlines()) == 1 + 3 * 50

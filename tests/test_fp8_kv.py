@@ -30,7 +30,8 @@ from pdmux_cli.util.errors import InputError
 runner = CliRunner()
 AZURE = str(Path(__file__).parent / "fixtures" / "azure_conv_50.csv")
 #: Qwen/Qwen3-8B-FP8's quantization_config (its Hugging Face config.json).
-QWEN3_FP8_QC = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
+QWEN3_FP8_QC = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                "weight_block_size": [128, 128]}
 
 
 def _profile_config(name: str, **extra) -> dict:
@@ -219,7 +220,8 @@ def test_linear_gemms_take_the_block_section_and_the_lm_head_stays_bf16(qwen3_fp
     profile = profile_for("h100-sxm", (9, 0))[0]
     assert step.eff.gemm == profile.gemm_fp8_block
     assert step.eff.lm_head_gemm == profile.gemm
-    assert step.gemm_peak == find_gpu("h100").fp8_dense_flops and step.peak == find_gpu("h100").bf16_dense_flops
+    assert (step.gemm_peak == find_gpu("h100").fp8_dense_flops
+            and step.peak == find_gpu("h100").bf16_dense_flops)
     assert not step.notes
 
 
@@ -274,7 +276,8 @@ def test_a100_vllm_table_literal():
     points = {(p.batch, p.length, p.heads, p.kv_heads): p.seconds
               for p in meas.aic_attention("a100-sxm-80gb", "decode", backend="vllm")}
     assert points[(128, 2048, 32, 8)] == pytest.approx(0.64505e-3)
-    assert meas.decode_attention_table("a100-sxm-80gb") == "vllm" and meas.decode_attention_table("h100-sxm") == "sglang"
+    assert (meas.decode_attention_table("a100-sxm-80gb") == "vllm"
+            and meas.decode_attention_table("h100-sxm") == "sglang")
 
 
 def test_a100_large_batch_decode_reads_kv_as_measured_kernels_do():

@@ -9,7 +9,7 @@ import pytest
 
 from pdmux_cli.catalog import hardware
 from pdmux_cli.util.errors import InputError
-from pdmux_cli.catalog.hardware import Gpu, custom_gpu, find_gpu, load_gpu_file, load_gpus, normalize_gpu_name
+from pdmux_cli.catalog.hardware import Gpu, find_gpu, load_gpu_file, load_gpus, normalize_gpu_name
 from pdmux_cli.catalog.profile_files import gpu_profiles_dir
 
 VALID_PROFILE = """\
@@ -335,20 +335,6 @@ def test_duplicate_alias_across_profiles_is_rejected():
         hardware._index((a, b))
 
 
-def test_custom_gpu():
-    gpu = custom_gpu(78, (9, 0))
-    assert gpu.sm_count == 78 and gpu.compute_capability == (9, 0)
-    assert gpu.require_sm_count() == 78
-    assert "78 SMs" in gpu.name and "9.0" in gpu.name
-    assert custom_gpu(20, "10.0").compute_capability == (10, 0)
-    with pytest.raises(InputError):
-        gpu.dense_flops()
-    with pytest.raises(InputError):
-        custom_gpu(0, (9, 0))
-    with pytest.raises(InputError):
-        custom_gpu(78, "nine")
-
-
 # ------------------------------------------------------------------------------------------------
 # --gpu FILE.yaml: a profile of one's own, through the CLI
 # ------------------------------------------------------------------------------------------------
@@ -391,7 +377,8 @@ def test_user_profile_through_the_cli(tmp_path):
     assert json.loads(est.stdout)["gpu"] == "Test GPU"
     # gen-config must not write its YAML over the profile it read
     before = path.read_text()
-    assert_one_line_error(runner.invoke(app, ["gen-config", "--gpu", str(path), "-o", str(path)]), 2, "input file")
+    assert_one_line_error(runner.invoke(app, ["gen-config", "--gpu", str(path), "-o", str(path)]), 2,
+                          "input file")
     assert path.read_text() == before
 
 

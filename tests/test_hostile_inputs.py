@@ -60,7 +60,8 @@ def test_a_control_character_in_a_gpu_profile_names_its_line(tmp_path) -> None:
     path.write_text(text + "# \x01 pasted\n")
     line = text.count("\n") + 1
     r = runner.invoke(app, ["estimate", "--gpu", str(path)])
-    assert_one_line_error(r, 2, f"GPU profile {path} is not valid YAML: character U+0001 at line {line}, column 3")
+    assert_one_line_error(r, 2,
+                          f"GPU profile {path} is not valid YAML: character U+0001 at line {line}, column 3")
 
 
 # --- output paths ---------------------------------------------------------------------------------------
@@ -173,8 +174,8 @@ def test_flags_show_no_bool_metavar() -> None:
 
 
 def _decode_log(path: Path, running: str, tokens: int = 36600) -> Path:
-    line = (f"[2026-11-30 09:00:00 TP0] Decode batch, #running-req: {running}, #token: {tokens}, token usage: 0.12, "
-            "cuda graph: True, gen throughput (token/s): 1825.82, #queue-req: 0\n")
+    line = (f"[2026-11-30 09:00:00 TP0] Decode batch, #running-req: {running}, #token: {tokens}, token "
+            "usage: 0.12, cuda graph: True, gen throughput (token/s): 1825.82, #queue-req: 0\n")
     path.write_text(line * 4)
     return path
 
@@ -222,8 +223,8 @@ def test_estimate_of_the_largest_decode_batch_at_every_level() -> None:
 
 
 def _pdmux(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pdmux_cli", *args], cwd=cwd, capture_output=True, check=False,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=120)
+    return subprocess.run([sys.executable, "-m", "pdmux_cli", *args], cwd=cwd, capture_output=True,
+                          check=False, env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=120)
 
 
 def test_an_unknown_mplbackend_does_not_stop_a_plot(tmp_path) -> None:
@@ -245,7 +246,8 @@ def test_an_ascii_terminal_gets_escapes_not_a_traceback(tmp_path) -> None:
     assert run.returncode == 0, run.stderr
     assert b"wrote \\xe9.yaml" in run.stdout and (tmp_path / "é.yaml").exists()
     run = _pdmux(["check-config", "nowhere-é.yaml"], tmp_path, PYTHONIOENCODING="ascii")
-    assert run.returncode == 2 and run.stderr == b"pdmux: error: pdmux config nowhere-\\xe9.yaml: no such file\n"
+    assert (run.returncode == 2
+            and run.stderr == b"pdmux: error: pdmux config nowhere-\\xe9.yaml: no such file\n")
 
 
 # --- values no launch can use ---------------------------------------------------------------------------
@@ -256,7 +258,9 @@ def test_an_ascii_terminal_gets_escapes_not_a_traceback(tmp_path) -> None:
 ])
 def test_more_stream_groups_than_sms_are_refused(args) -> None:
     r = runner.invoke(app, [*args, "--sm-group-num", "99999999999999999999"])
-    assert_one_line_error(r, 2, "--sm-group-num 99999999999999999999: more stream groups than the GPU has SMs (132)")
+    assert_one_line_error(r, 2,
+                          "--sm-group-num 99999999999999999999: more stream groups than the GPU has SMs "
+                          "(132)")
     assert "give at most 134" in r.stderr
     assert runner.invoke(app, [*args, "--sm-group-num", "134"]).exit_code == 0
 
@@ -280,7 +284,8 @@ def test_check_config_refuses_more_stream_groups_than_sms(tmp_path) -> None:
 
 
 def test_tune_refuses_more_stream_groups_than_sms() -> None:
-    r = runner.invoke(app, ["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1000", "--slo-itl",
+    r = runner.invoke(app,
+                      ["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1000", "--slo-itl",
                             "60", "--sm-group-nums", "8,500"])
     assert_one_line_error(r, 2, "--sm-group-nums 500: more stream groups")
 
@@ -293,8 +298,10 @@ def test_a_cuda_graph_batch_past_memory_names_the_flag() -> None:
 
 
 @pytest.mark.parametrize(("args", "text"), [
-    ([str(FIX / "azure_conv_50.csv"), "--rate-scale", "1e308"], "--rate-scale 1e+308 retimes the trace to inf req/s"),
-    ([str(FIX / "azure_conv_50.csv"), "--qps", "1e300"], "retimes the trace to 1e+300 req/s, more than 1e+06"),
+    ([str(FIX / "azure_conv_50.csv"), "--rate-scale", "1e308"],
+     "--rate-scale 1e+308 retimes the trace to inf req/s"),
+    ([str(FIX / "azure_conv_50.csv"), "--qps", "1e300"],
+     "retimes the trace to 1e+300 req/s, more than 1e+06"),
     (["--synthetic", "--qps", "1e9", "--max-requests", "10"], "--qps 1e+09: more than 1e+06 requests/s"),
 ])
 def test_rates_no_client_sends_are_refused(args, text) -> None:
@@ -322,11 +329,14 @@ SYNTH = ["--synthetic", "--qps", "1", "--duration", "3"]
     (["simulate", *SYNTH, "--policies", "pdmux,,chunked"], "--policies: item 2 of 'pdmux,,chunked' is empty"),
     (["simulate", *SYNTH, "--policies", ""], "--policies: give a comma-separated list"),
     (["capacity", *SYNTH, "--policies", "pdmux,"], "--policies: item 2 of 'pdmux,' is empty"),
-    (["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1", "--slo-itl", "1", "--sm-group-nums", ""],
+    (["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1", "--slo-itl", "1",
+      "--sm-group-nums", ""],
      "--sm-group-nums: give a comma-separated list"),
-    (["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1", "--slo-itl", "1", "--divisors", ""],
+    (["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1", "--slo-itl", "1", "--divisors",
+      ""],
      "--divisors: give a comma-separated list"),
-    (["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1", "--slo-itl", "1", "--budgets", ""],
+    (["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1", "--slo-itl", "1", "--budgets",
+      ""],
      "--budgets: give a comma-separated list"),
     (["estimate", "--level", ""], "--level '': write PREFILL/DECODE SMs"),
 ])
@@ -370,7 +380,8 @@ def test_a_mixed_step_is_never_faster_than_the_decode_step_of_its_rows() -> None
     m = build_step_model(find_gpu("h100"), load_model("qwen3-8b"))
     for tokens in (1, 8, 64):
         assert m.mixed_s([(tokens, 0)], 32, 32 * 2048.0) >= m.decode_s(132, 32, 32 * 2048.0)
-    assert m.mixed_s([(8192, 0)], 32, 32 * 2048.0) > 10 * m.decode_s(132, 32, 32 * 2048.0)  # a real chunk: compute
+    # a real chunk: compute
+    assert m.mixed_s([(8192, 0)], 32, 32 * 2048.0) > 10 * m.decode_s(132, 32, 32 * 2048.0)
 
 
 def test_the_chapter_model_says_when_a_prefill_beats_reading_the_weights() -> None:
@@ -390,28 +401,33 @@ def test_past_the_context_length_a_file_row_is_bad_a_drawn_request_a_note(tmp_pa
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
                      "2023-11-16 18:15:47.6805900,50000,44\n2023-11-16 18:15:48.6805900,300,20\n")
     data = json.loads(runner.invoke(app, ["simulate", str(trace), "--policies", "chunked", "--json"]).stdout)
-    assert data["trace"]["bad_rows"] == 1 and "50000 + 44 tokens" in data["trace"]["bad_row_examples"][0]["reason"]
+    assert (data["trace"]["bad_rows"] == 1
+            and "50000 + 44 tokens" in data["trace"]["bad_row_examples"][0]["reason"])
     r = runner.invoke(app, ["simulate", "--synthetic", "--qps", "8", "--prompt-tokens", "lognormal:1024:1",
                             "--duration", "120", "--policies", "chunked", "--json"])
     data = json.loads(r.stdout)
     assert data["trace"]["bad_rows"] == 0
-    assert any(n.startswith("1 of the 915 synthetic requests drew more tokens than Qwen3-8B's context length of "
-                            "40,960 (the longest 46569 + 128)") for n in data["notes"])
+    assert any(n.startswith("1 of the 915 synthetic requests drew more tokens than Qwen3-8B's context length "
+                            "of 40,960 (the longest 46569 + 128)") for n in data["notes"])
 
 
 # --- trace formats users have ---------------------------------------------------------------------------
 
-SHAREGPT = ('[\n  {\n    "id": "QWJhYvA_0",\n    "conversations": [\n      {"from": "human", "value": "Hi"},\n'
-            '      {"from": "gpt", "value": "Hello"}\n    ]\n  }\n]\n')
+SHAREGPT = ('[\n  {\n    "id": "QWJhYvA_0",\n    "conversations": [\n      {"from": "human", "value": '
+            '"Hi"},\n      {"from": "gpt", "value": "Hello"}\n    ]\n  }\n]\n')
 
 
 @pytest.mark.parametrize(("name", "text", "fragment"), [
-    ("ShareGPT_V3_unfiltered_cleaned_split.json", SHAREGPT, ("a ShareGPT-style conversation file (SGLang's and "
-     "vLLM's bench_serving default dataset): it holds prompts as text, with no token counts or arrival times")),
-    ("sharegpt.jsonl", '{"id": "a", "conversations": [{"from": "human", "value": "Hi"}]}\n', "ShareGPT-style"),
+    ("ShareGPT_V3_unfiltered_cleaned_split.json", SHAREGPT,
+     ("a ShareGPT-style conversation file (SGLang's and "
+     "vLLM's bench_serving default dataset): it holds prompts as text, with no token counts or arrival "
+     "times")),
+    ("sharegpt.jsonl", '{"id": "a", "conversations": [{"from": "human", "value": "Hi"}]}\n',
+     "ShareGPT-style"),
     ("workload.jsonl", ('{"timestamp": 0.5, "prompt_len": 100, "output_len": 20}\n'
      '{"timestamp": 1.5, "prompt_len": 200, "output_len": 30}\n'),
-     "JSONL of prompt_len, output_len and timestamp: its timestamps' unit is not in the file; convert it to Mooncake"),
+     "JSONL of prompt_len, output_len and timestamp: its timestamps' unit is not in the file; convert it to "
+     "Mooncake"),
     ("array.json", "[1, 2]", "a JSON array; pdmux reads Mooncake JSONL"),
 ])
 def test_trace_formats_pdmux_cannot_replay_are_named(tmp_path, name, text, fragment) -> None:
@@ -439,28 +455,32 @@ def test_the_conversion_given_for_a_prompt_len_workload_gives_a_mooncake_trace(t
 
 # --- what a new user trips on ------------------------------------------------------------------------------
 
-TUNE_SMALL = ["--sm-group-nums", "8", "--divisors", "36", "--budgets", "65536", "--no-fixed-splits", "--slo-margins",
-              "none", "--workers", "1"]
+TUNE_SMALL = ["--sm-group-nums", "8", "--divisors", "36", "--budgets", "65536", "--no-fixed-splits",
+              "--slo-margins", "none", "--workers", "1"]
 
 
 def test_gen_config_tune_takes_tunes_trace_options(tmp_path) -> None:
     import yaml
 
     out = tmp_path / "t.yaml"
-    r = runner.invoke(app, ["gen-config", "--gpu", "h100", "--tune", "--trace", str(FIX / "azure_conv_50.csv"),
-                            "--slo-ttft", "1000", "--slo-itl", "60", "--workers", "1", "--qps", "4", "--duration", "5",
-                            "--format", "azure", "-o", str(out), "--json"])
+    r = runner.invoke(app,
+                      ["gen-config", "--gpu", "h100", "--tune", "--trace", str(FIX / "azure_conv_50.csv"),
+                            "--slo-ttft", "1000", "--slo-itl", "60", "--workers", "1", "--qps", "4",
+                            "--duration", "5", "--format", "azure", "-o", str(out), "--json"])
     assert r.exit_code == 0, r.stderr
     import json
 
     data = json.loads(r.stdout)
     assert yaml.safe_load(out.read_text())["sm_group_num"] == data["config"]["sm_group_num"]
-    r = runner.invoke(app, ["gen-config", "--gpu", "h100", "--tune", "--trace", str(FIX / "azure_conv_50.csv"),
+    r = runner.invoke(app,
+                      ["gen-config", "--gpu", "h100", "--tune", "--trace", str(FIX / "azure_conv_50.csv"),
                             "--slo-ttft", "1000", "--slo-itl", "60", "--qps", "1e9"])
     assert_one_line_error(r, 2, "--qps 1e+09 retimes the trace")  # --qps reached the trace
-    assert_one_line_error(runner.invoke(app, ["gen-config", "--tune", "--trace", str(FIX / "azure_conv_50.csv"),
+    assert_one_line_error(runner.invoke(app,
+                                        ["gen-config", "--tune", "--trace", str(FIX / "azure_conv_50.csv"),
                                               "--slo-ttft", "1", "--slo-itl", "1", "--dp", "2"]), 2,
-                          "gen-config --tune tunes one server: for --dp replicas behind a router run 'pdmux tune --dp N")
+                          "gen-config --tune tunes one server: for --dp replicas behind a router run 'pdmux "
+                          "tune --dp N")
     assert_one_line_error(runner.invoke(app, ["gen-config", "--qps", "3"]), 2, "--qps goes with --tune")
 
 
@@ -468,8 +488,8 @@ def test_tables_go_to_stdout_unless_the_yaml_does(tmp_path) -> None:
     """gen-config --tune, tune and gen-config --slo-itl alike: the YAML to stdout -> tables to stderr;
     the YAML to a file -> tables to stdout."""
     trace = str(FIX / "azure_conv_50.csv")
-    for args in (["gen-config", "--gpu", "h100", "--tune", "--trace", trace, "--slo-ttft", "1000", "--slo-itl", "60",
-                  "--workers", "1"],
+    for args in (["gen-config", "--gpu", "h100", "--tune", "--trace", trace, "--slo-ttft", "1000",
+                  "--slo-itl", "60", "--workers", "1"],
                  ["tune", "--trace", trace, "--slo-ttft", "1000", "--slo-itl", "60", *TUNE_SMALL],
                  ["gen-config", "--gpu", "h100", "--slo-itl", "60", "--context", "2048"]):
         to_stdout = runner.invoke(app, args)
@@ -481,9 +501,12 @@ def test_tables_go_to_stdout_unless_the_yaml_does(tmp_path) -> None:
 
 
 def test_the_tune_table_ranks_its_rows() -> None:
-    r = runner.invoke(app, ["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1000", "--slo-itl", "60",
+    r = runner.invoke(app,
+                      ["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1000", "--slo-itl",
+                       "60",
                             "--workers", "1", "-o", "-"], env={"COLUMNS": "150"})
-    assert r.stdout.startswith("# SGLang PD-multiplexing config")  # '-': the YAML to stdout, no file named '-'
+    # '-': the YAML to stdout, no file named '-'
+    assert r.stdout.startswith("# SGLang PD-multiplexing config")
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("│")]
     assert "rank" in r.stderr and "best" in lines[0]
     ranks = [ln.split("│")[1].split()[0] for ln in lines if ln.split("│")[1].strip()]
@@ -499,19 +522,23 @@ def test_memory_is_in_gib_as_the_gpu_is_sold() -> None:
     assert any("GiB of weights" in n and "> 79.6 GiB on H100" in n for n in json.loads(r.stdout)["notes"])
 
 
-# --- found by the sweep (benchmarks/hostile_sweep.py) --------------------------------------------------------
+# --- found by the sweep (benchmarks/hostile_sweep.py)
+# --------------------------------------------------------
 
 
 def test_calibrate_on_a_loop_of_links_is_one_line(tmp_path) -> None:
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     for option in ("--sglang-log", "--bench-serving"):
-        r = runner.invoke(app, ["calibrate", option, str(tmp_path / "loop"), "--model", "qwen3-8b", "--gpu", "h100"])
+        r = runner.invoke(app,
+                          ["calibrate", option, str(tmp_path / "loop"), "--model", "qwen3-8b", "--gpu",
+                           "h100"])
         assert_one_line_error(r, 2, "Too many levels of symbolic links")
 
 
 def test_a_path_ending_in_a_dot_is_a_folder(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    for args in (["gen-config", "-o", "out/."], ["simulate", "--synthetic", "--qps", "1", "--duration", "2", "--csv",
+    for args in (["gen-config", "-o", "out/."],
+                 ["simulate", "--synthetic", "--qps", "1", "--duration", "2", "--csv",
                                                   "out/.."]):
         assert_one_line_error(runner.invoke(app, args), 2, "a folder: give a file name")
     assert list(tmp_path.iterdir()) == []
@@ -523,9 +550,11 @@ def test_a_path_ending_in_a_dot_is_a_folder(tmp_path, monkeypatch) -> None:
     (["estimate", "--chunk-sizes", "1" * 25], "give chunk sizes of 1 to 10,000,000 tokens"),
     (["simulate", "--synthetic", "--qps", "1", "--duration", "2", "--seed", "-1"],
      "--seed must be from 0 to 4294967295"),
-    (["simulate", str(FIX / "azure_conv_50.csv"), "--qps", "inf"], ("--qps inf (every request at once) goes with "
+    (["simulate", str(FIX / "azure_conv_50.csv"), "--qps", "inf"],
+     ("--qps inf (every request at once) goes with "
                                                                     "--synthetic")),
-    (["bench", "--dry-run", "--gpu", "h100", "--sm-group-num", "500"], "--sm-group-num 500: more stream groups"),
+    (["bench", "--dry-run", "--gpu", "h100", "--sm-group-num", "500"],
+     "--sm-group-num 500: more stream groups"),
 ])
 def test_bounds_every_command_shares(args, text) -> None:
     assert_one_line_error(runner.invoke(app, args), 2, text)
@@ -551,7 +580,8 @@ def test_a_gpu_name_past_the_limit_is_refused(tmp_path) -> None:
 
 def test_a_bench_serving_result_is_not_a_trace(tmp_path) -> None:
     path = tmp_path / "result.jsonl"
-    path.write_text('{"backend": "sglang", "request_rate": 4, "input_lens": [10, 20], "output_lens": [5, 5]}\n')
+    path.write_text('{"backend": "sglang", "request_rate": 4, "input_lens": [10, 20], "output_lens": [5, '
+                    '5]}\n')
     assert_one_line_error(runner.invoke(app, ["simulate", str(path)]), 2,
-                          "a bench_serving result (per-request input_lens and output_lens, no arrival times): give it "
-                          "to 'pdmux calibrate --bench-serving'")
+                          "a bench_serving result (per-request input_lens and output_lens, no arrival "
+                          "times): give it to 'pdmux calibrate --bench-serving'")

@@ -34,7 +34,8 @@ def test_good_file(tmp_path: Path) -> None:
 
 def test_missing_file(tmp_path: Path) -> None:
     missing = tmp_path / "nope.yaml"
-    assert message(lambda: check_input_file(missing, "pdmux config")) == f"pdmux config {missing}: no such file"
+    assert message(lambda: check_input_file(missing,
+                                            "pdmux config")) == f"pdmux config {missing}: no such file"
     assert message(lambda: read_input_text(missing, "calibration file", 100)) == \
         f"calibration file {missing}: no such file"
     inside_a_file = tmp_path / "file.txt"
@@ -44,12 +45,15 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_directory(tmp_path: Path) -> None:
-    assert message(lambda: check_input_file(tmp_path, "trace file")) == f"trace file {tmp_path}: is a directory"
-    assert message(lambda: read_input_bytes(tmp_path, "trace file", 100)) == f"trace file {tmp_path}: is a directory"
+    assert message(lambda: check_input_file(tmp_path,
+                                            "trace file")) == f"trace file {tmp_path}: is a directory"
+    assert message(lambda: read_input_bytes(tmp_path, "trace file",
+                                            100)) == f"trace file {tmp_path}: is a directory"
 
 
 def test_device_is_refused_without_reading() -> None:
-    assert message(lambda: read_input_bytes("/dev/zero", "model config", 10)) == f"model config /dev/zero: {SPECIAL}"
+    assert message(lambda: read_input_bytes("/dev/zero", "model config",
+                                            10)) == f"model config /dev/zero: {SPECIAL}"
 
 
 def test_fifo_is_refused_without_blocking(tmp_path: Path, error_from_fifo_reader) -> None:
@@ -74,7 +78,8 @@ def test_over_the_limit(tmp_path: Path) -> None:
 def test_not_utf8(tmp_path: Path) -> None:
     path = tmp_path / "latin1.yaml"
     path.write_bytes("sm_group_num: 3  # \xe9\n".encode("latin-1"))
-    assert message(lambda: read_input_text(path, "pdmux config", 100)) == f"pdmux config {path}: not UTF-8 text"
+    assert message(lambda: read_input_text(path, "pdmux config",
+                                           100)) == f"pdmux config {path}: not UTF-8 text"
     assert read_input_bytes(path, "pdmux config", 100).endswith(b"\xe9\n")  # bytes are not decoded
 
 
@@ -94,9 +99,11 @@ def test_hint_is_appended_to_every_refusal(tmp_path: Path) -> None:
     hint = "give a Hugging Face config.json"
     assert message(lambda: check_input_file(tmp_path / "x.json", "model config", hint)).endswith(
         f": no such file; {hint}")
-    assert message(lambda: check_input_file(tmp_path, "model config", hint)).endswith(f": is a directory; {hint}")
+    assert message(lambda: check_input_file(tmp_path, "model config",
+                                            hint)).endswith(f": is a directory; {hint}")
     path = tmp_path / "bad.json"
     path.write_bytes(b"\xff\xfe{}")
-    assert message(lambda: read_input_text(path, "model config", 100, hint)).endswith(f": not UTF-8 text; {hint}")
+    assert message(lambda: read_input_text(path, "model config", 100,
+                                           hint)).endswith(f": not UTF-8 text; {hint}")
     assert message(lambda: read_input_text(path, "model config", 1, hint)).endswith(
         f": larger than 1 byte, the most pdmux reads; {hint}")

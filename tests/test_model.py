@@ -103,7 +103,8 @@ def test_head_dim_from_config(name, head_dim):
 def test_profile_shapes():
     q = load_model("Qwen3-8B")
     assert (q.num_layers, q.hidden_size, q.intermediate_size, q.num_attention_heads, q.num_kv_heads,
-            q.vocab_size, q.tie_word_embeddings, q.weight_dtype) == (36, 4096, 12288, 32, 8, 151936, False, "bf16")
+            q.vocab_size, q.tie_word_embeddings, q.weight_dtype) == (
+                36, 4096, 12288, 32, 8, 151936, False, "bf16")
     assert load_model("Qwen3-0.6B").tie_word_embeddings is True
     assert load_model("Mistral-7B-v0.3").num_sliding_layers == 0  # sliding_window: null
     assert load_model("Qwen2.5-7B-Instruct").num_sliding_layers == 0  # use_sliding_window: false
@@ -297,7 +298,8 @@ def test_name_from_path(tmp_path):
     write_config(d, BASE)
     assert load_model(str(d)).name == "my-model"
     assert load_model(str(d / "config.json")).name == "my-model"
-    assert load_model(str(write_config(tmp_path, {**BASE, "_name_or_path": "org/Cool-7B"}, "x.json"))).name == (
+    assert load_model(str(write_config(tmp_path, {**BASE, "_name_or_path": "org/Cool-7B"},
+                                       "x.json"))).name == (
         "Cool-7B")
 
 
@@ -424,7 +426,8 @@ def test_bad_variant_keys(tmp_path):
     ({"torch_dtype": 16}, "torch_dtype"),
     ({"dtype": "int3"}, "dtype"),
     ({"num_local_experts": 4, "num_experts_per_tok": 5, "intermediate_size": 256}, "num_experts_per_tok"),
-    ({"n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128, "first_k_dense_replace": 5},
+    ({"n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
+      "first_k_dense_replace": 5},
      "first_k_dense_replace"),
 ])
 def test_inconsistent_config_names_file_and_key(tmp_path, cfg, key):
@@ -432,7 +435,8 @@ def test_inconsistent_config_names_file_and_key(tmp_path, cfg, key):
     one_line_error(lambda: load_model(str(path)), str(path), f"'{key}'")
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "auto", "float8_e4m3fn", "torch.bfloat16",
+@pytest.mark.parametrize("dtype",
+                         ["bfloat16", "float16", "float32", "auto", "float8_e4m3fn", "torch.bfloat16",
                                    "BFloat16"])
 def test_real_torch_dtypes_are_accepted(tmp_path, dtype):
     m = load_model(str(write_config(tmp_path, {**BASE, "torch_dtype": dtype, "num_key_value_heads": 2})))
@@ -495,8 +499,9 @@ def test_model_constructor_validates():
           "num_kv_heads": 4, "head_dim": 16, "vocab_size": 100, "tie_word_embeddings": False}
     Model(**ok)
     for bad in ({"num_layers": 0}, {"num_experts": 4, "experts_per_token": 5, "moe_intermediate_size": 8},
-                {"weight_dtype": "int4"}, {"num_sliding_layers": 1}, {"num_sliding_layers": 3, "sliding_window": 8},
-                {"intermediate_size": 0}, {"head_dim": True}, {"experts_per_token": 2}):
+                {"weight_dtype": "int4"}, {"num_sliding_layers": 1},
+                {"num_sliding_layers": 3, "sliding_window": 8}, {"intermediate_size": 0}, {"head_dim": True},
+                {"experts_per_token": 2}):
         with pytest.raises(InputError):
             Model(**{**ok, **bad})
 

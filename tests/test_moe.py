@@ -72,7 +72,8 @@ def test_mixtral_and_unknown_architectures_run_triton_dense_models_none():
 def test_shapes_are_the_models_config():
     for name, (hidden, inter, experts, top_k, grouped) in meas.AIC_MOE_MODELS.items():
         model = load_model(name)
-        assert (model.hidden_size, model.moe_intermediate_size, model.num_experts, model.experts_per_token) == (
+        assert (model.hidden_size, model.moe_intermediate_size, model.num_experts,
+                model.experts_per_token) == (
             hidden, inter, experts, top_k), name
         assert grouped == (name == "DeepSeek-V3")
 
@@ -84,7 +85,8 @@ def test_moe_points_as_shipped():
     assert qwen.seconds == pytest.approx(0.019746e-3) and qwen.weights_fit_l2
     assert (qwen.width, qwen.touched) == (192, 8)
     assert b200[("flashinfer_trtllm", "fp8_block", "DeepSeek-V3", 8, 1)].seconds == pytest.approx(0.036127e-3)
-    assert b200[("flashinfer_trtllm", "w4a8_mxfp4_mxfp8", "gpt-oss-120b", 8, 1)].seconds == pytest.approx(0.01649e-3)
+    assert b200[("flashinfer_trtllm", "w4a8_mxfp4_mxfp8", "gpt-oss-120b", 8,
+                 1)].seconds == pytest.approx(0.01649e-3)
     assert b200[("flashinfer_trtllm", "bf16", "Qwen3-235B-A22B", 8, 16)].touched == 128
     assert not any(p.model == "DeepSeek-V3" and p.tokens > 1 for p in b200.values())
     h200 = {(p.kernel, p.dtype, p.model, p.tp, p.tokens): p for p in meas.aic_moe("h200-sxm")}
@@ -104,7 +106,8 @@ def _synthetic(eff: OperatorEfficiency, peak: float, hbm: float) -> list[meas.Ai
         h, inter, experts, top_k, _ = meas.AIC_MOE_MODELS[model]
         for tp in (1, 2, 4, 8):
             for tokens in (1, 2, 4, 8, 16, 64, 256, 1024, 4096):
-                p = meas.AicMoe("h100-sxm", "triton", "bf16", model, h, inter, experts, top_k, tp, tokens, 1.0)
+                p = meas.AicMoe("h100-sxm", "triton", "bf16", model, h, inter, experts, top_k, tp, tokens,
+                                1.0)
                 out.append(replace(p, seconds=fit.predict_moe(eff, p, peak, hbm)))
     return out
 
@@ -130,7 +133,8 @@ def test_fit_points_drop_cached_reads_and_grouped_routing_past_one_token():
     # 8 experts x 4.7 MB in L2, read at 8 TB/s in 4.7 us: 24% of 19.7 us > 10%: may be cached, dropped
     assert fit.moe_fit_points([base], b200.hbm_bytes_per_s) == []
     tiny = replace(base, model="Qwen3-30B-A3B", hidden=2048, inter=768, seconds=14.8e-6)
-    assert fit.moe_fit_points([tiny], b200.hbm_bytes_per_s) == [tiny]  # 1.2 us of 14.8 us: latency-bound, kept
+    # 1.2 us of 14.8 us: latency-bound, kept
+    assert fit.moe_fit_points([tiny], b200.hbm_bytes_per_s) == [tiny]
     hbm_read = replace(base, weights_fit_l2=False)
     assert fit.moe_fit_points([hbm_read], b200.hbm_bytes_per_s) == [hbm_read]
     dh, di, de, dk, _ = meas.AIC_MOE_MODELS["DeepSeek-V3"]
@@ -209,7 +213,8 @@ def test_measured_moe_is_slower_at_one_token_than_two_gemms_were():
         legacy = build_step_model(gpu, model, tp=8)
         legacy.eff = replace(legacy.eff, moe_routed=None)
         bw, flops = step._rates(gpu.sm_count, 0, "decode")
-        assert step._experts_s(1, gpu.sm_count, bw, flops) > 1.1 * legacy._experts_s(1, gpu.sm_count, bw, flops), key
+        assert step._experts_s(1, gpu.sm_count, bw, flops) > 1.1 * legacy._experts_s(
+            1, gpu.sm_count, bw, flops), key
 
 
 def test_fp8_math_moe_runs_at_the_fp8_peak():

@@ -192,14 +192,16 @@ def test_float_thresholds_are_compared_as_written():
     assert wheres(problems) == [("manual_divisions[0]", "old")]
     assert "fewer than 2 requests" in problems[0].message
     assert split_levels.plan_groups(132, HOPPER, 3, config.manual_divisions).thresholds == [1.5]
-    assert split_levels.choose_group(3, 1, True, thresholds=[1.5]) == 1 and split_levels.older_sglang_crashes([1.5], 1)
+    assert split_levels.choose_group(3, 1, True,
+                                     thresholds=[1.5]) == 1 and split_levels.older_sglang_crashes([1.5], 1)
     assert not split_levels.older_sglang_crashes([1.5], 2)
 
 
 def test_integral_float_sm_group_num_runs_with_manual_divisions_only():
     """With manual_divisions 0.5.23 only compares the entry count with sm_group_num - 2 (6 == 6.0);
     without them divide_sm slices with 8.0 - 2 and dies with TypeError."""
-    entries = "".join(f"  - [{p}, {132 - p}, {t}]\n" for p, t in ((112, 0), (104, 5), (96, 10), (80, 15), (64, 20), (56, 25)))
+    entries = "".join(f"  - [{p}, {132 - p}, {t}]\n"
+                      for p, t in ((112, 0), (104, 5), (96, 10), (80, 15), (64, 20), (56, 25)))
     config, problems = parse_config("sm_group_num: 8.0\nmanual_divisions:\n" + entries)
     assert wheres(problems) == [("sm_group_num", "warning")]
     assert config.sm_group_num == 8 and len(config.manual_divisions) == 6
@@ -329,7 +331,8 @@ def test_duplicate_keys_are_problems():
     _, problems = parse_config("sm_group_num: 8\nx: &a {k: 1}\ny:\n  <<: *a\n  k: 2\n")
     assert [p.where for p in problems] == ["x", "y"]  # unknown keys only
     # three times: reported twice
-    _, problems = parse_config("sm_group_num: 8\ndecode_bs_divisor: 1\ndecode_bs_divisor: 2\ndecode_bs_divisor: 3\n")
+    _, problems = parse_config("sm_group_num: 8\ndecode_bs_divisor: 1\ndecode_bs_divisor: "
+                               "2\ndecode_bs_divisor: 3\n")
     assert [(p.where, "line 3" in p.message or "line 4" in p.message) for p in problems] == [
         ("decode_bs_divisor", True), ("decode_bs_divisor", True)]
 
@@ -694,7 +697,8 @@ def test_default_thresholds_reproduce_the_linear_rule_on_h100():
         assert manual == linear, decode_bs
         assert not split_levels.older_sglang_crashes(thresholds, decode_bs)
     # The chapter's table.
-    assert [split_levels.choose_group(n, bs, True, 36, thresholds) for bs in (1, 6, 12, 18, 24, 30, 36, 64)] == [
+    assert [split_levels.choose_group(n, bs, True, 36, thresholds)
+            for bs in (1, 6, 12, 18, 24, 30, 36, 64)] == [
         1,
         1,
         2,
@@ -711,7 +715,8 @@ def test_default_thresholds_match_linear_rule_generally(levels, divisor):
     thresholds = default_thresholds(levels, divisor)
     n = levels + 2
     for decode_bs in range(1, 2 * divisor + 2):
-        assert split_levels.choose_group(n, decode_bs, True, divisor, thresholds) == split_levels.choose_group(
+        assert split_levels.choose_group(n, decode_bs, True, divisor,
+                                         thresholds) == split_levels.choose_group(
             n, decode_bs, True, divisor
         )
     strictly_increasing = all(a < b for a, b in itertools.pairwise(thresholds))
@@ -764,10 +769,12 @@ def test_parse_divisions_bad(text):
 
 def test_launch_command_quotes_for_the_shell():
     line = launch_command("/tmp/my dir/pdmux's.yaml", 8)
-    assert line.startswith("python -m sglang.launch_server --model-path MODEL --enable-pdmux --pdmux-config-path ")
+    assert line.startswith("python -m sglang.launch_server --model-path MODEL --enable-pdmux "
+                           "--pdmux-config-path ")
     assert shlex.split(line)[7] == "/tmp/my dir/pdmux's.yaml"
     assert launch_command("pdmux.yaml", 3).endswith(
-        "--pdmux-config-path pdmux.yaml --sm-group-num 3 --chunked-prefill-size -1 --disable-overlap-schedule")
+        "--pdmux-config-path pdmux.yaml --sm-group-num 3 --chunked-prefill-size -1 "
+        "--disable-overlap-schedule")
 
 
 def test_launch_flags():

@@ -31,7 +31,8 @@ def test_estimate_plot(tmp_path) -> None:
 
 def test_simulate_plot_without_a_completed_request_is_a_note(tmp_path) -> None:
     png = tmp_path / "cdf.png"
-    r = runner.invoke(app, ["simulate", "--synthetic", "--qps", "1", "--duration", "5", "--prompt-tokens", "30000",
+    r = runner.invoke(app,
+                      ["simulate", "--synthetic", "--qps", "1", "--duration", "5", "--prompt-tokens", "30000",
                             "--mem-fraction-static", "0.215", "--plot", str(png)])
     assert r.exit_code == 0, r.stderr
     assert "nothing to plot" in r.stdout and not png.exists()
@@ -43,7 +44,8 @@ def test_latency_cells() -> None:
 
 
 def test_a_long_title_over_a_narrow_table_stays_one_line() -> None:
-    r = runner.invoke(app, ["simulate", "--synthetic", "--qps", "2", "--duration", "10", "--policies", "pdmux"],
+    r = runner.invoke(app,
+                      ["simulate", "--synthetic", "--qps", "2", "--duration", "10", "--policies", "pdmux"],
                       env={"COLUMNS": "100"})
     assert r.exit_code == 0, r.stderr
     first = r.stdout.splitlines()[0]

@@ -1,15 +1,15 @@
 """The README's `$ pdmux ...` examples print what pdmux prints today.
 
 Each fenced block of README.md whose first line is `$ pdmux ...` is run as a user would run it (a subprocess,
-the terminal COLUMNS the block was made at: 80 unless an `<!-- columns: N -->` line precedes the block) and its
-output compared line by line (trailing spaces dropped). A `...` line in the README stands for any lines the
-example leaves out. Paths: `../shared/...` is the workplace's copy beside the checkout (the example is skipped
-without it), checkout files (`profiles/`, `tests/`) are read from the checkout, and files the example writes
-(`pdmux.yaml`, `slo.yaml`) go to one temporary folder, where the README's later commands find them (as a
-user running the README top to bottom would).
+the terminal COLUMNS the block was made at: 80 unless an `<!-- columns: N -->` line precedes the block) and
+its output compared line by line (trailing spaces dropped). A `...` line in the README stands for any lines
+the example leaves out. Paths: `../shared/...` is the workplace's copy beside the checkout (the example is
+skipped without it), checkout files (`profiles/`, `tests/`) are read from the checkout, and files the example
+writes (`pdmux.yaml`, `slo.yaml`) go to one temporary folder, where the README's later commands find them (as
+a user running the README top to bottom would).
 
-`tune` and `capacity` examples replay 2000 requests over dozens of configs (minutes on two cores): they run only
-with PDMUX_README_SLOW=1.
+`tune` and `capacity` examples replay 2000 requests over dozens of configs (minutes on two cores): they run
+only with PDMUX_README_SLOW=1.
 """
 
 from __future__ import annotations
@@ -108,8 +108,8 @@ def test_readme_example_prints_what_pdmux_prints(example: Example, tmp_path_fact
     folder.mkdir(exist_ok=True)
     env = {**os.environ, "COLUMNS": str(example.columns), "LINES": "50", "PYTHONPATH": str(REPO)}
     env.pop("NO_COLOR", None)
-    run = subprocess.run(_argv(example.argv), cwd=folder, env=env, capture_output=True, text=True, timeout=600,
-                         check=False)
+    run = subprocess.run(_argv(example.argv), cwd=folder, env=env, capture_output=True, text=True,
+                         timeout=600, check=False)
     assert run.returncode == 0, run.stderr
     actual = [line.rstrip() for line in (run.stdout + run.stderr).splitlines()]
     assert matches(example.expected, actual), (

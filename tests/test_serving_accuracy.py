@@ -37,8 +37,8 @@ def test_random_lengths_give_the_totals_the_page_prints(run) -> None:
     prompt, output, seed = run.length_specs
     prompts, outputs = bench_serving_lengths(prompt, output, run.num_prompts, seed)
     raw_outputs = _NumpyLegacyRandom(seed)
-    raw_outputs.randint(max(1, int(run.lengths["input"] * run.lengths["range_ratio"])), run.lengths["input"] + 1,
-                        run.num_prompts)
+    raw_outputs.randint(max(1, int(run.lengths["input"] * run.lengths["range_ratio"])),
+                        run.lengths["input"] + 1, run.num_prompts)
     raw = raw_outputs.randint(int(run.lengths["output_low"]), run.lengths["output"] + 1, run.num_prompts)
     total_in, total_out = run.lengths["totals"]
     assert sum(prompts) == total_in
@@ -67,7 +67,8 @@ def test_client_metrics_are_the_clients() -> None:
     the span."""
     from types import SimpleNamespace
 
-    metrics = SimpleNamespace(per_request={"ttft_ms": [10.0, 20.0, 30.0, 40.0], "tpot_ms": [1.0, 2.0, 3.0, math.nan],
+    metrics = SimpleNamespace(per_request={"ttft_ms": [10.0, 20.0, 30.0, 40.0],
+                                           "tpot_ms": [1.0, 2.0, 3.0, math.nan],
                                            "e2e_ms": [100.0, 200.0, 300.0, 400.0]},
                               itl_ms={"p50": 5.0}, span_s=2.0)
     trace = synthetic_trace(math.inf, 10, 20, 4, None, 0)
@@ -78,13 +79,14 @@ def test_client_metrics_are_the_clients() -> None:
 
 # Thresholds: the first run of the report with the fitted serving.yaml (2026-12-01), rounded up. A change that
 # makes the simulated server further from the public runs fails here.
-# ITL median 0.11 -> 0.115 (moe branch): the routed experts became SGLang's measured fused MoE (aiconfigurator's
-# MoE tables, costmodel/moe.py) in place of two GEMMs at the dense GEMM efficiency; that run moved ITL's median
-# from 10.4% to 11.2% (B200 DeepSeek at 64-100 requests and gpt-oss at 1 now long, others closer) while ITL's
-# p90 (34.3% -> 31.7%), TTFT (28.4% -> 23.7%), TPOT (14.2% -> 10.6%) and throughput (13.1% -> 11.8%) improved;
-# serving.yaml's per-request term, fitted on the GEMM-based experts, was re-checked with benchmarks/fit_serving.py
-# (unchanged: 0.1 ms a request a step). Re-fitted then (admission 25 ms, 6 ms a request at the front end), the first
-# run gave TTFT 20.8% / 53.3%, ITL 11.2% / 31.7%, TPOT 11.2% / 33.4%, throughput 11.8% / 45.9%: the gates below.
+# ITL median 0.11 -> 0.115 (moe branch): the routed experts became SGLang's measured fused MoE
+# (aiconfigurator's MoE tables, costmodel/moe.py) in place of two GEMMs at the dense GEMM efficiency; that run
+# moved ITL's median from 10.4% to 11.2% (B200 DeepSeek at 64-100 requests and gpt-oss at 1 now long, others
+# closer) while ITL's p90 (34.3% -> 31.7%), TTFT (28.4% -> 23.7%), TPOT (14.2% -> 10.6%) and throughput (13.1%
+# -> 11.8%) improved; serving.yaml's per-request term, fitted on the GEMM-based experts, was re-checked with
+# benchmarks/fit_serving.py (unchanged: 0.1 ms a request a step). Re-fitted then (admission 25 ms, 6 ms a
+# request at the front end), the first run gave TTFT 20.8% / 53.3%, ITL 11.2% / 31.7%, TPOT 11.2% / 33.4%,
+# throughput 11.8% / 45.9%: the gates below.
 GATE = {"TTFT (median)": (0.21, 0.54), "ITL (median)": (0.115, 0.32), "TPOT (median)": (0.115, 0.34),
         "throughput": (0.12, 0.46)}
 
@@ -141,7 +143,8 @@ def test_cli_serving_json_and_refusals() -> None:
     assert {t["term"] for t in data["terms"]} >= {"TTFT (median)", "ITL (median)", "throughput"}
     assert len(data["runs"]) == len(RUNS)
     first = data["runs"][0]
-    assert first["command"].startswith("pdmux simulate --synthetic") and first["source_url"].startswith("https://")
+    assert first["command"].startswith("pdmux simulate "
+                                       "--synthetic") and first["source_url"].startswith("https://")
     bad = runner.invoke(app, ["accuracy", "--runs"])
     assert bad.exit_code == 2 and "--serving" in bad.stderr
     bad = runner.invoke(app, ["accuracy", "--serving", "--workers", "0"])

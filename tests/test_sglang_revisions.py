@@ -1,13 +1,14 @@
 """The SGLang revisions added after the release: upstream main at 2260e612 and feat/dsv41-pdmux at a64f33f0.
 
-- ``main@2260e61`` (sgl-project/sglang main at 2260e612f6092000d899dab42da92c549f015c4a): 0.5.23's pdmux rules,
-  and a start-up failure on every launch (multiplexing_mixin.py ``init_pdmux`` reads ``self.gpu_id``, which
-  managers/scheduler.py keeps in ``self.ps`` since 43797cc8; sgl-project/sglang#37714): said by every command.
+- ``main@2260e61`` (sgl-project/sglang main at 2260e612f6092000d899dab42da92c549f015c4a): 0.5.23's pdmux
+  rules, and a start-up failure on every launch (multiplexing_mixin.py ``init_pdmux`` reads ``self.gpu_id``,
+  which managers/scheduler.py keeps in ``self.ps`` since 43797cc8; sgl-project/sglang#37714): said by every
+  command.
 - ``dsv41@a64f33f`` (sgl-project/sglang a64f33f089e9863b360992950ca1436ca6cba8f8): multiplexing_mixin.py
-  ``_get_split_forward_count`` caps layers per round with ``max_split_forward_layers`` while decode work exists;
-  launch_order.py ``configure_pdmux_nccl_launch_order`` (called by distributed/bootstrap.py for NCCL and
-  TP > 1) sets ``NCCL_LAUNCH_ORDER_IMPLICIT=1`` and needs NCCL >= 2.26 and CUDA >= 12.3. Its pdmux_context.py
-  was not read: manual_divisions only.
+  ``_get_split_forward_count`` caps layers per round with ``max_split_forward_layers`` while decode work
+  exists; launch_order.py ``configure_pdmux_nccl_launch_order`` (called by distributed/bootstrap.py for NCCL
+  and TP > 1) sets ``NCCL_LAUNCH_ORDER_IMPLICIT=1`` and needs NCCL >= 2.26 and CUDA >= 12.3. Its
+  pdmux_context.py was not read: manual_divisions only.
 """
 
 from __future__ import annotations
@@ -84,11 +85,13 @@ def test_every_command_says_main_s_start_up_failure(tmp_path: Path) -> None:
     s = runner.invoke(app, ["simulate", AZURE, "--max-requests", "8", "--policies", "pdmux", "--sglang",
                             "main@2260e61", "--json", "--workers", "1"])
     assert s.exit_code == 0, s.stderr
-    assert any(n.startswith("main@2260e61: every --enable-pdmux launch fails") for n in json.loads(s.stdout)["notes"])
+    assert any(n.startswith("main@2260e61: every --enable-pdmux launch fails")
+               for n in json.loads(s.stdout)["notes"])
     g = runner.invoke(app, ["gen-config", "--sglang", "main@2260e61", "--json"])
     assert g.exit_code == 0 and json.loads(g.stdout)["sglang_notes"][0].startswith("main@2260e61: every")
     # its model support is its own scan's
-    assert json.loads(r.stdout)["sglang_support"]["reason"].startswith("SGLang main@2260e61's Qwen3ForCausalLM")
+    assert json.loads(r.stdout)["sglang_support"]["reason"].startswith("SGLang main@2260e61's "
+                                                                       "Qwen3ForCausalLM")
 
 
 def test_simulate_and_capacity_need_manual_divisions_under_dsv41(tmp_path: Path) -> None:
@@ -128,7 +131,8 @@ def test_tune_searches_the_layer_cap_where_the_revision_has_it() -> None:
 
 
 def test_tp_launch_lines_carry_what_the_revision_requires() -> None:
-    d = json.loads(runner.invoke(app, ["gen-config", "--sglang", "dsv41@a64f33f", "--tp", "2", "--json"]).stdout)
+    d = json.loads(runner.invoke(app,
+                                 ["gen-config", "--sglang", "dsv41@a64f33f", "--tp", "2", "--json"]).stdout)
     assert d["launch_env"] == ["NCCL_LAUNCH_ORDER_IMPLICIT=1"]
     assert any("NCCL >= 2.26" in n and "CUDA runtime and driver >= 12.3" in n for n in d["sglang_notes"])
     assert d["config"]["manual_divisions"]  # the levels written out: its divide_sm was not read
@@ -137,5 +141,6 @@ def test_tp_launch_lines_carry_what_the_revision_requires() -> None:
     one = json.loads(runner.invoke(app, ["gen-config", "--sglang", "dsv41@a64f33f", "--json"]).stdout)
     assert one["launch_env"] == []  # TP 1: launch_order.py is not called
     for other in ("0.5.23", "main@2260e61"):
-        plain = json.loads(runner.invoke(app, ["gen-config", "--sglang", other, "--tp", "2", "--json"]).stdout)
+        plain = json.loads(runner.invoke(app,
+                                         ["gen-config", "--sglang", other, "--tp", "2", "--json"]).stdout)
         assert plain["launch_env"] == [], other

@@ -73,8 +73,9 @@ STARTUP = (False, "start-up")
     ("layerwise_a64f33f0_h100.yaml", H100,
      {"0.5.23": (True, ""), "standard@b875545": (True, ""), "overlay@2126b0b": (True, ""),
       "main@2260e61": STARTUP, "dsv41@a64f33f": NO_VERDICT}),
-    # GLM-5.3's [104, 0, 0] overlay: 0.5.23 (and so main's loader) reads no overlay, and sgl-kernel refuses the
-    # 0-SM decode side; b8755452 and 2126b0b7 run it (104 inside (0, 132), decode_sm >= 0 with the overlay)
+    # GLM-5.3's [104, 0, 0] overlay: 0.5.23 (and so main's loader) reads no overlay, and sgl-kernel refuses
+    # the 0-SM decode side; b8755452 and 2126b0b7 run it (104 inside (0, 132), decode_sm >= 0 with the
+    # overlay)
     ("glm53_dspark_a926d916.yaml", H100,
      {"0.5.23": STARTUP, "standard@b875545": (True, ""), "overlay@2126b0b": (True, ""),
       "main@2260e61": STARTUP, "dsv41@a64f33f": NO_VERDICT}),
@@ -109,7 +110,8 @@ def test_loader_rules_differ_by_revision() -> None:
         "0.5.23": (False, "start-up"), "standard@b875545": (False, "start-up"), "overlay@2126b0b": (True, "")}
     # a four-number entry: unpacked at start-up by 0.5.23 and b8755452, refused at load by 2126b0b7
     assert three("sm_group_num: 3\nmanual_divisions: [[112, 20, 0, 7]]\n") == {
-        "0.5.23": (False, "start-up"), "standard@b875545": (False, "start-up"), "overlay@2126b0b": (False, "load")}
+        "0.5.23": (False, "start-up"), "standard@b875545": (False, "start-up"),
+        "overlay@2126b0b": (False, "load")}
     # what main@2260e61's loader (pdmux_context.py load_pdmux_config, 0.5.23's) refuses is refused at load,
     # before init_pdmux reaches self.gpu_id
     short = judge("sm_group_num: 2\n")
@@ -123,21 +125,24 @@ def test_loader_rules_differ_by_revision() -> None:
 
 def test_rewritten_divide_sm_levels() -> None:
     """Li-brua/sglang 2126b0b7 divide_sm on an H100 (132 SMs, cc 9.0), 6 levels: candidates 8..112 in
-    steps of 8 (decode >= 16, no prefill-half rule: 14 values), indices round(i * 13 / 5) = 0, 3, 5, 8, 10, 13."""
+    steps of 8 (decode >= 16, no prefill-half rule: 14 values), indices round(i * 13 / 5) = 0, 3, 5, 8, 10,
+    13."""
     levels = sr.automatic_levels("overlay@2126b0b", 132, (9, 0), 8)
     assert [(s.prefill_sms, s.decode_sms) for s in levels] == [
         (112, 20), (88, 44), (72, 60), (48, 84), (32, 100), (8, 124)]
-    assert [(s.prefill_sms, s.decode_sms) for s in sr.automatic_levels("overlay@2126b0b", 132, (9, 0), 3)] == [
+    assert [(s.prefill_sms, s.decode_sms)
+            for s in sr.automatic_levels("overlay@2126b0b", 132, (9, 0), 3)] == [
         (112, 20)]
     # the release's: prefill at least half (the chapter's H100 levels)
-    assert [s.prefill_sms for s in sr.automatic_levels("0.5.23", 132, (9, 0), 8)] == [112, 104, 96, 88, 80, 72]
+    assert [s.prefill_sms for s in sr.automatic_levels("0.5.23", 132, (9, 0), 8)] == [
+        112, 104, 96, 88, 80, 72]
 
 
 def test_main_2260e612_levels_are_its_divide_sm_by_hand() -> None:
     """sgl-project/sglang main at 2260e612, python/sglang/srt/multiplex/pdmux_context.py divide_sm (unchanged
     since 2c036f1e): candidates x from min to total - min in steps of the granularity with x >= total - x and
-    total - x >= 16; with at least g = sm_group_num - 2 of them every (len // g)-th from the smallest, the first
-    g kept; fewer: all; largest prefill first.
+    total - x >= 16; with at least g = sm_group_num - 2 of them every (len // g)-th from the smallest, the
+    first g kept; fewer: all; largest prefill first.
     - H100 (132 SMs, 9.0: (8, 8)): x in 72..112 by 8, 6 values, step 1 -> all six;
     - A100 (108 SMs, 8.0: (4, 2)): x in 54..92 by 2, 20 values, step 20 // 6 = 3 -> 54, 60, 66, 72, 78, 84;
     - H20 (78 SMs, 9.0): x in {40, 48, 56}, fewer than 6 -> all three;

@@ -33,20 +33,25 @@ SUPPORT_0_5_23 = {
     "Gemma-3-27B-it": ("no", "srt/models/gemma3_mm.py:Gemma3ForConditionalGeneration", None),
     "Llama-3.1-70B": ("yes", "srt/models/llama.py:LlamaForCausalLM", "srt/models/llama.py:LlamaForCausalLM"),
     "Llama-3.1-405B": ("yes", "srt/models/llama.py:LlamaForCausalLM", "srt/models/llama.py:LlamaForCausalLM"),
-    "CodeLlama-34b-hf": ("yes", "srt/models/llama.py:LlamaForCausalLM", "srt/models/llama.py:LlamaForCausalLM"),
+    "CodeLlama-34b-hf": ("yes", "srt/models/llama.py:LlamaForCausalLM",
+                         "srt/models/llama.py:LlamaForCausalLM"),
     "Llama-3.1-8B": ("yes", "srt/models/llama.py:LlamaForCausalLM", "srt/models/llama.py:LlamaForCausalLM"),
-    "Llama-3.3-70B-Instruct": ("yes", "srt/models/llama.py:LlamaForCausalLM", "srt/models/llama.py:LlamaForCausalLM"),
-    "Mistral-7B-v0.3": ("yes", "srt/models/mistral.py:MistralForCausalLM", "srt/models/llama.py:LlamaForCausalLM"),
+    "Llama-3.3-70B-Instruct": ("yes", "srt/models/llama.py:LlamaForCausalLM",
+                               "srt/models/llama.py:LlamaForCausalLM"),
+    "Mistral-7B-v0.3": ("yes", "srt/models/mistral.py:MistralForCausalLM",
+                        "srt/models/llama.py:LlamaForCausalLM"),
     "Mixtral-8x7B": ("no", "srt/models/mixtral.py:MixtralForCausalLM", None),
     "Phi-4": ("yes", "srt/models/llama.py:Phi3ForCausalLM", "srt/models/llama.py:LlamaForCausalLM"),
-    "Qwen2.5-7B-Instruct": ("yes", "srt/models/qwen2.py:Qwen2ForCausalLM", "srt/models/qwen2.py:Qwen2ForCausalLM"),
+    "Qwen2.5-7B-Instruct": ("yes", "srt/models/qwen2.py:Qwen2ForCausalLM",
+                            "srt/models/qwen2.py:Qwen2ForCausalLM"),
     "Qwen3-0.6B": ("yes", "srt/models/qwen3.py:Qwen3ForCausalLM", "srt/models/qwen3.py:Qwen3ForCausalLM"),
     "Qwen3-8B": ("yes", "srt/models/qwen3.py:Qwen3ForCausalLM", "srt/models/qwen3.py:Qwen3ForCausalLM"),
     "Qwen3-8B-FP8": ("yes", "srt/models/qwen3.py:Qwen3ForCausalLM", "srt/models/qwen3.py:Qwen3ForCausalLM"),
     "Qwen3-14B": ("yes", "srt/models/qwen3.py:Qwen3ForCausalLM", "srt/models/qwen3.py:Qwen3ForCausalLM"),
     "Qwen3-14B-FP8": ("yes", "srt/models/qwen3.py:Qwen3ForCausalLM", "srt/models/qwen3.py:Qwen3ForCausalLM"),
     "Qwen3-32B": ("yes", "srt/models/qwen3.py:Qwen3ForCausalLM", "srt/models/qwen3.py:Qwen3ForCausalLM"),
-    "Qwen3-30B-A3B": ("yes", "srt/models/qwen3_moe.py:Qwen3MoeForCausalLM", "srt/models/qwen3_moe.py:Qwen3MoeForCausalLM"),
+    "Qwen3-30B-A3B": ("yes", "srt/models/qwen3_moe.py:Qwen3MoeForCausalLM",
+                      "srt/models/qwen3_moe.py:Qwen3MoeForCausalLM"),
     "Qwen3-235B-A22B": ("yes", "srt/models/qwen3_moe.py:Qwen3MoeForCausalLM",
                         "srt/models/qwen3_moe.py:Qwen3MoeForCausalLM"),
     "gpt-oss-20b": ("no", "srt/models/gpt_oss.py:GptOssForCausalLM", None),
@@ -69,8 +74,8 @@ def test_every_shipped_profile_has_its_support_per_revision() -> None:
         for other in ("standard@b875545", "overlay@2126b0b", "dsv41@a64f33f"):
             assert ss.model_support(load_model(name).architectures, other).state == "unknown"
     assert ss.model_support(("DeepseekV3ForCausalLM",), "main@2260e61").reason == (
-        "no forward_split_prefill in SGLang main@2260e61's DeepseekV3ForCausalLM (srt/models/deepseek_v2.py): pdmux "
-        "fails at the first prefill")
+        "no forward_split_prefill in SGLang main@2260e61's DeepseekV3ForCausalLM "
+        "(srt/models/deepseek_v2.py): pdmux fails at the first prefill")
 
 
 def test_the_main_2260e612_scan_has_its_classes() -> None:
@@ -80,12 +85,12 @@ def test_the_main_2260e612_scan_has_its_classes() -> None:
     has = sorted(a for a, e in table.items() if e["forward_split_prefill"])
     assert has == [
         "ApertusForCausalLM", "Exaone4ForCausalLM", "ExaoneMoEForCausalLM", "ExaoneMoEForCausalLMMTP",
-        "Gemma2ForCausalLM", "Gemma3ForCausalLM", "GemmaForCausalLM", "Glm4ForCausalLM", "IQuestCoderForCausalLM",
-        "InternLM3ForCausalLM", "Llama4ForCausalLM", "LlamaForCausalLM", "LlamaForCausalLMEagle",
-        "LlamaForCausalLMEagle3", "Ministral3ForCausalLM", "MistralForCausalLM", "MistralForCausalLMEagle",
-        "Phi3ForCausalLM", "QWenLMHeadModel", "Qwen2ForCausalLM", "Qwen2ForCausalLMEagle", "Qwen2MoeForCausalLM",
-        "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3MoeForCausalLMMTP", "SarvamMLAForCausalLM",
-        "SarvamMoEForCausalLM", "TeleFLMForCausalLM"]
+        "Gemma2ForCausalLM", "Gemma3ForCausalLM", "GemmaForCausalLM", "Glm4ForCausalLM",
+        "IQuestCoderForCausalLM", "InternLM3ForCausalLM", "Llama4ForCausalLM", "LlamaForCausalLM",
+        "LlamaForCausalLMEagle", "LlamaForCausalLMEagle3", "Ministral3ForCausalLM", "MistralForCausalLM",
+        "MistralForCausalLMEagle", "Phi3ForCausalLM", "QWenLMHeadModel", "Qwen2ForCausalLM",
+        "Qwen2ForCausalLMEagle", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
+        "Qwen3MoeForCausalLMMTP", "SarvamMLAForCausalLM", "SarvamMoEForCausalLM", "TeleFLMForCausalLM"]
     assert len(table) == 222
     release = ss.model_table("models-0.5.23.json")["architectures"]
     gone = sorted(a for a, e in release.items() if e["forward_split_prefill"] and a not in table)
@@ -95,11 +100,11 @@ def test_the_main_2260e612_scan_has_its_classes() -> None:
 
 def test_reasons_name_the_class_and_file() -> None:
     assert ss.model_support(("DeepseekV3ForCausalLM",)).reason == (
-        "no forward_split_prefill in SGLang 0.5.23's DeepseekV3ForCausalLM (srt/models/deepseek_v2.py): pdmux "
-        "fails at the first prefill")
+        "no forward_split_prefill in SGLang 0.5.23's DeepseekV3ForCausalLM (srt/models/deepseek_v2.py): "
+        "pdmux fails at the first prefill")
     assert ss.model_support(("MistralForCausalLM",)).reason == (
-        "SGLang 0.5.23's MistralForCausalLM (srt/models/mistral.py) has forward_split_prefill, inherited from "
-        "LlamaForCausalLM")
+        "SGLang 0.5.23's MistralForCausalLM (srt/models/mistral.py) has forward_split_prefill, inherited "
+        "from LlamaForCausalLM")
     # not registered: SGLang falls back to TransformersForCausalLM, which has none
     fallback = ss.model_support(("MadeUpForCausalLM",))
     assert fallback.state == "no" and "TransformersForCausalLM" in fallback.reason
@@ -109,12 +114,14 @@ def test_reasons_name_the_class_and_file() -> None:
 
 
 def test_the_0_5_23_scan_has_the_issue_s_families() -> None:
-    """The families the issue names from reading srt/models, subclasses included, and those it names without."""
+    """The families the issue names from reading srt/models, subclasses included, and those it names
+    without."""
     table = ss.model_table("models-0.5.23.json")["architectures"]
     has = {a for a, e in table.items() if e["forward_split_prefill"]}
-    for arch in ("LlamaForCausalLM", "QWenLMHeadModel", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen2MoeForCausalLM",
-                 "Qwen3MoeForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM",
-                 "Glm4ForCausalLM", "Llama4ForCausalLM", "Exaone4ForCausalLM", "ExaoneMoEForCausalLM"):
+    for arch in ("LlamaForCausalLM", "QWenLMHeadModel", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                 "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM",
+                 "Gemma3ForCausalLM", "Glm4ForCausalLM", "Llama4ForCausalLM", "Exaone4ForCausalLM",
+                 "ExaoneMoEForCausalLM"):
         assert arch in has, arch
     for arch in ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "MixtralForCausalLM", "GptOssForCausalLM",
                  "Gemma3ForConditionalGeneration", "Qwen3NextForCausalLM"):
@@ -122,10 +129,11 @@ def test_the_0_5_23_scan_has_the_issue_s_families() -> None:
     assert len(has) == 33 and len(table) == 290
 
 
-@pytest.mark.skipif(not (SGLANG_0_5_23 / "srt" / "models").is_dir(), reason="SGLang 0.5.23's source is not here")
+@pytest.mark.skipif(not (SGLANG_0_5_23 / "srt" / "models").is_dir(),
+                    reason="SGLang 0.5.23's source is not here")
 def test_the_committed_scan_is_what_the_script_writes() -> None:
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scan_sglang_models.py"), str(SGLANG_0_5_23),
-                          "0.5.23"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scan_sglang_models.py"),
+                          str(SGLANG_0_5_23), "0.5.23"], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == json.loads((ROOT / "profiles" / "sglang" / "models-0.5.23.json").read_text())
 
 
@@ -144,13 +152,16 @@ def _has_main_commit() -> bool:
 
 @pytest.mark.skipif(not _has_main_commit(), reason="no git copy of sgl-project/sglang main at 2260e612 here")
 def test_the_committed_main_scan_is_what_the_script_writes(tmp_path: Path) -> None:
-    archive = subprocess.run(["git", "-C", str(MAIN_MIRROR), "archive", MAIN_COMMIT, "python/sglang/srt/models"],
+    archive = subprocess.run(["git", "-C", str(MAIN_MIRROR), "archive", MAIN_COMMIT,
+                              "python/sglang/srt/models"],
                              capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive, check=True)
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scan_sglang_models.py"),
-                          str(tmp_path / "python" / "sglang"), "main@2260e61"], capture_output=True, text=True,
+                          str(tmp_path / "python" / "sglang"), "main@2260e61"], capture_output=True,
+                          text=True,
                          check=True).stdout
-    assert json.loads(out) == json.loads((ROOT / "profiles" / "sglang" / "models-main-2260e61.json").read_text())
+    assert json.loads(out) == json.loads((ROOT / "profiles" / "sglang"
+                                          / "models-main-2260e61.json").read_text())
 
 
 def test_revisions_are_named_and_refused_when_unknown() -> None:
@@ -163,11 +174,14 @@ def test_revisions_are_named_and_refused_when_unknown() -> None:
         ss.get_revision("main")  # upstream main moves: only a commit read is a revision
     assert ss.get_revision("main@2260e612f609").commit == "2260e612f6092000d899dab42da92c549f015c4a"
     assert ss.get_revision("dsv41@a64f33f0").commit == "a64f33f089e9863b360992950ca1436ca6cba8f8"
-    assert list(ss.REVISIONS) == ["0.5.23", "standard@b875545", "overlay@2126b0b", "main@2260e61", "dsv41@a64f33f"]
-    # what each revision's code requires for pdmux with TP > 1 (a64f33f0 launch_order.py; none found elsewhere)
+    assert list(ss.REVISIONS) == ["0.5.23", "standard@b875545", "overlay@2126b0b", "main@2260e61",
+                                  "dsv41@a64f33f"]
+    # what each revision's code requires for pdmux with TP > 1 (a64f33f0 launch_order.py; none found
+    # elsewhere)
     assert ss.get_revision("dsv41@a64f33f").tp_launch == ("NCCL_LAUNCH_ORDER_IMPLICIT=1",)
     assert "NCCL >= 2.26" in ss.get_revision("dsv41@a64f33f").tp_requires
-    assert all(not r.tp_launch and r.tp_requires is None for k, r in ss.REVISIONS.items() if k != "dsv41@a64f33f")
+    assert all(not r.tp_launch and r.tp_requires is None for k, r in ss.REVISIONS.items()
+               if k != "dsv41@a64f33f")
     assert [k for k, r in ss.REVISIONS.items() if r.startup_failure] == ["main@2260e61"]
     assert [k for k, r in ss.REVISIONS.items() if r.max_split_forward_layers] == ["dsv41@a64f33f"]
 
@@ -199,7 +213,8 @@ def test_estimate_marks_the_pdmux_rows_where_sglang_cannot_run_them() -> None:
     assert [r["runs"] for r in d["rows"] if r["policy"] == "pdmux"] == [False]
     unknown = json.loads(runner.invoke(app, ["estimate", "--model", "gpt-oss-20b", "--json", "--sglang",
                                              "overlay@2126b0b"]).stdout)
-    assert unknown["sglang_support"]["state"] == "unknown" and unknown["notes"][0].startswith("PD mux: pdmux has no scan")
+    assert unknown["sglang_support"]["state"] == "unknown" and unknown["notes"][0].startswith("PD mux: pdmux "
+                                                                                              "has no scan")
     assert_one_line_error(runner.invoke(app, ["estimate", "--sglang", "0.5.22"]), 2, "--sglang '0.5.22'")
 
 
@@ -212,19 +227,23 @@ def test_capacity_never_sizes_or_recommends_pdmux_where_it_cannot_run() -> None:
     assert "pdmux" not in data["verdict"] and "--enable-pdmux" not in data["verdict"]
     assert data["sglang_support"]["state"] == "no"
     assert any(n.startswith("pdmux not sized: no forward_split_prefill") for n in data["notes"])
-    assert_one_line_error(runner.invoke(app, ["capacity", AZURE, "--model", "gpt-oss-20b", "--policies", "pdmux"]),
+    assert_one_line_error(runner.invoke(app,
+                                        ["capacity", AZURE, "--model", "gpt-oss-20b", "--policies", "pdmux"]),
                           2, "GptOssForCausalLM")
 
 
 def test_simulate_tune_gen_config_and_check_config_say_so() -> None:
-    r = runner.invoke(app, ["simulate", AZURE, "--model", "mixtral-8x7b", "--tp", "2", "--policies", "pdmux,chunked",
+    r = runner.invoke(app,
+                      ["simulate", AZURE, "--model", "mixtral-8x7b", "--tp", "2", "--policies",
+                       "pdmux,chunked",
                             "--chunk-sizes", "2048", "--workers", "1", "--json"])
     assert r.exit_code == 0, r.stderr
     data = json.loads(r.stdout)
     assert [p["policy"] for p in data["policies"]] == ["chunked 2048"]
     assert data["notes"][0].startswith("pdmux not simulated: no forward_split_prefill in SGLang 0.5.23's "
                                        "MixtralForCausalLM")
-    assert_one_line_error(runner.invoke(app, ["tune", "--trace", AZURE, "--slo-ttft", "1000", "--slo-itl", "100",
+    assert_one_line_error(runner.invoke(app,
+                                        ["tune", "--trace", AZURE, "--slo-ttft", "1000", "--slo-itl", "100",
                                               "--model", "gpt-oss-20b"]), 2, "tune: no forward_split_prefill")
     g = runner.invoke(app, ["gen-config", "--model", "deepseek-v3"])
     assert g.exit_code == 0 and g.stderr.startswith("pdmux: warning: DeepSeek-V3: no forward_split_prefill")
@@ -242,7 +261,8 @@ def _qwen3_8b() -> dict:
 
 def test_linear_attention_and_state_space_configs_are_refused_naming_the_field() -> None:
     base = _qwen3_8b()
-    gdn = {**base, "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 9}
+    gdn = {**base,
+           "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 9}
     with pytest.raises(InputError, match=r"key 'layer_types' names 27 'linear_attention' layer\(s\)"):
         model_from_config(gdn, "q3next")
     for key, value in (("full_attention_interval", 4), ("hybrid_override_pattern", "M-M*"),
@@ -270,7 +290,8 @@ def test_a_sliding_window_hybrid_against_hand_calculation() -> None:
     full = model_from_config(_qwen3_8b(), "q3-8b")
     assert mdl.kv_bytes(full, 8192) == 4096 * 36 * 8192  # the window is what bounds it
     h100 = find_gpu("h100")
-    thr = AnalyticThroughput(total_sms=132, hbm_bytes_per_s=h100.hbm_bytes_per_s, dense_flops=h100.bf16_dense_flops)
+    thr = AnalyticThroughput(total_sms=132, hbm_bytes_per_s=h100.hbm_bytes_per_s,
+                             dense_flops=h100.bf16_dense_flops)
     weights = mdl.decode_weight_bytes(hybrid, 32)
     assert weights == pytest.approx((8.19e9 - 151936 * 4096) * 2, rel=0.01)
     hand = (weights + 32 * 679_477_248) / (h100.hbm_bytes_per_s * 0.85)

@@ -73,7 +73,8 @@ def _finish(proc: subprocess.Popen) -> tuple[int, str]:
     deadline = time.monotonic() + 5
     while _session(proc.pid, zombies=True) and time.monotonic() < deadline:
         time.sleep(0.02)
-    left = _session(proc.pid, zombies=proc.returncode != -signal.SIGKILL)  # a parent killed outright reaps none
+    # a parent killed outright reaps none
+    left = _session(proc.pid, zombies=proc.returncode != -signal.SIGKILL)
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"processes left behind: {left}"
@@ -94,8 +95,8 @@ CASES = [
                   "--plot", "cap.png"], signal.SIGTERM, True, id="capacity-SIGTERM-to-the-group"),
     pytest.param(["gen-config", "--tune", "--trace", "trace.csv", "--slo-ttft", "1000", "--slo-itl", "60",
                   "--gpu", "h100", "-o", "tuned.yaml"], signal.SIGHUP, False, id="gen-config-tune-SIGHUP"),
-    pytest.param(["simulate", "trace.csv", "--dp", "8", "--workers", "2", "--csv", "out.csv"], signal.SIGINT, True,
-                 id="simulate-dp-Ctrl-C-to-the-group"),
+    pytest.param(["simulate", "trace.csv", "--dp", "8", "--workers", "2", "--csv", "out.csv"], signal.SIGINT,
+                 True, id="simulate-dp-Ctrl-C-to-the-group"),
 ]
 
 
@@ -163,8 +164,8 @@ DRIVER = textwrap.dedent("""
 def test_a_signal_during_a_write_leaves_the_old_file_and_no_temporary(tmp_path, signum, args, output) -> None:
     (tmp_path / output).write_text("the previous result\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    run = subprocess.run([sys.executable, "-c", DRIVER, str(int(signum)), *args], cwd=tmp_path, capture_output=True, check=False,
-                         text=True, timeout=60, env=env)
+    run = subprocess.run([sys.executable, "-c", DRIVER, str(int(signum)), *args], cwd=tmp_path,
+                         capture_output=True, check=False, text=True, timeout=60, env=env)
     assert run.returncode == 128 + signum, run.stderr
     assert run.stderr == f"pdmux: error: stopped by {signal.Signals(signum).name}\n"
     assert (tmp_path / output).read_text() == "the previous result\n"
@@ -248,8 +249,8 @@ def test_a_signal_while_the_cli_is_imported_leaves_quietly(signum) -> None:
             f"os.kill(os.getpid(), {int(signum)})\n"
             "time.sleep(5)\n"
             "sys.exit(3)\n")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
+                         check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert run.returncode == 128 + signum and run.stderr == "" and run.stdout == ""
 
 
@@ -259,12 +260,13 @@ def test_a_pool_whose_shutdown_never_returns_does_not_hold_the_stop(monkeypatch)
     (the sweep's one hang): the stop waits for it at most POOL_STOP_TIMEOUT_S."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from pdmux_cli.simulate import tune
+    from pdmux_cli.simulate import pool
 
-    monkeypatch.setattr(tune, "POOL_STOP_TIMEOUT_S", 0.2)
-    monkeypatch.setattr(ProcessPoolExecutor, "shutdown", lambda self, wait=True, cancel_futures=False: time.sleep(30))
+    monkeypatch.setattr(pool, "POOL_STOP_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(ProcessPoolExecutor, "shutdown", lambda self, wait=True,
+                        cancel_futures=False: time.sleep(30))
     started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt), tune.process_pool(2):
+    with pytest.raises(KeyboardInterrupt), pool.process_pool(2):
         raise KeyboardInterrupt
     assert time.monotonic() - started < 5
 
@@ -282,7 +284,7 @@ def test_a_stopped_run_leaves_without_the_exit_time_joins(tmp_path) -> None:
             "from pdmux_cli.entry import main\n"
             "main()\n")
     started = time.monotonic()
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
+                         check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert run.returncode == 143 and run.stdout == "partial line\n"
     assert time.monotonic() - started < 20

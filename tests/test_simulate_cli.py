@@ -90,8 +90,8 @@ def test_trace_name_with_markup_brackets(tmp_path: Path) -> None:
 def test_simulate_synthetic_csv_and_plot(tmp_path: Path) -> None:
     out_csv = tmp_path / "req.csv"
     out_png = tmp_path / "cdf.png"
-    args = ["simulate", "--synthetic", "--qps", "4", "--max-requests", "60", "--prompt-tokens", "uniform:100:3000",
-            "--output-tokens", "exp:60", "--seed", "3", "--csv", str(out_csv), "--json"]
+    args = ["simulate", "--synthetic", "--qps", "4", "--max-requests", "60", "--prompt-tokens",
+            "uniform:100:3000", "--output-tokens", "exp:60", "--seed", "3", "--csv", str(out_csv), "--json"]
     try:
         import matplotlib  # noqa: F401
         args += ["--plot", str(out_png)]
@@ -100,7 +100,8 @@ def test_simulate_synthetic_csv_and_plot(tmp_path: Path) -> None:
     r = run(*args)
     assert r.exit_code == 0, r.stderr
     rows = list(csv.DictReader(io.StringIO(out_csv.read_text())))
-    assert len(rows) == 60 * 3 and {row["policy"] for row in rows} == {"pdmux", "chunked 8192", "mixed-chunk 512"}
+    assert len(rows) == 60 * 3 and {row["policy"] for row in rows} == {
+        "pdmux", "chunked 8192", "mixed-chunk 512"}
     assert all(row["status"] == "done" for row in rows)
     if out_png is not None:
         assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -179,7 +180,8 @@ def test_tune_is_deterministic_across_workers() -> None:
     kwargs = {"sm_group_nums": [3, 5, 8], "divisors": [12, 36], "budgets": [4096, 65536]}
     one = tune(trace, setup, 150, 20, workers=1, **kwargs)
     two = tune(trace, setup, 150, 20, workers=2, **kwargs)
-    assert [(r.slo_attainment, r.goodput_rps) for r in one.rows] == [(r.slo_attainment, r.goodput_rps) for r in two.rows]
+    assert [(r.slo_attainment, r.goodput_rps) for r in one.rows] == [
+        (r.slo_attainment, r.goodput_rps) for r in two.rows]
     assert one.best == two.best
     ranked = one.ranked()
     assert ranked[0].index == one.best
@@ -214,7 +216,8 @@ def test_simulate_prefix_cache_hit_rate_table_and_json() -> None:
     its 13th block is a short one (258 tokens), request 0's a full one: no match. Requests 2 and 3
     carry no hashes. Hit rate = 6144 / (6755 + 6402 + 6766 + 512)."""
     moon = str(FIX / "mooncake_small.jsonl")
-    data = json.loads(run("simulate", moon, "--json", "--policies", "pdmux,chunked,mixed-chunk,prefill-first").stdout)
+    data = json.loads(run("simulate", moon, "--json", "--policies",
+                          "pdmux,chunked,mixed-chunk,prefill-first").stdout)
     assert data["trace"]["prefix_hash_ids"] is True
     for p in data["policies"]:
         assert p["prefix_cache_hit_rate"] == pytest.approx(6144 / 20435)
@@ -227,7 +230,8 @@ def test_simulate_prefix_cache_hit_rate_table_and_json() -> None:
     assert all(p["prefix_cache_hit_rate"] is None for p in json.loads(off.stdout)["policies"])
     assert "prefix cache hit" not in run("simulate", moon, "--no-prefix-cache").stdout
     azure = json.loads(run("simulate", AZURE, "--json", "--policies", "pdmux").stdout)
-    assert azure["trace"]["prefix_hash_ids"] is False and azure["policies"][0]["prefix_cache_hit_rate"] is None
+    assert (azure["trace"]["prefix_hash_ids"] is False
+            and azure["policies"][0]["prefix_cache_hit_rate"] is None)
     assert "prefix cache hit" not in run("simulate", AZURE, "--policies", "pdmux").stdout
 
 
@@ -245,8 +249,9 @@ def test_simulate_with_calibration(tmp_path: Path) -> None:
         gpu_name="NVIDIA H100 80GB HBM3", sm_count=132, compute_capability=(9, 0), driver_cuda_version="12.8",
         cuda_version="12.6", date="2025-06-01",
         bandwidth_curve=((8, 0.6e12), (16, 1.2e12), (64, 2.9e12), (132, 3.0e12)),
-        flops_curve=((8, 40e12), (64, 330e12), (132, 660e12)), copy_bytes_per_s=3.0e12, matmul_flops_per_s=670e12,
-        corun=((112, 20, 0.5, 0.9), (72, 60, 0.5, 0.9)), s_sat_sms=64, complete=True, source="test",
+        flops_curve=((8, 40e12), (64, 330e12), (132, 660e12)), copy_bytes_per_s=3.0e12,
+        matmul_flops_per_s=670e12, corun=((112, 20, 0.5, 0.9), (72, 60, 0.5, 0.9)), s_sat_sms=64,
+        complete=True, source="test",
     )
     path = tmp_path / "calibration.yaml"
     path.write_text(dump_calibration(cal))
@@ -310,20 +315,22 @@ def test_tune_refuses_writing_over_its_trace(tmp_path: Path) -> None:
     (["--qps", "1", "--max-requests", "0"], "--max-requests"),
 ])
 def test_simulate_numbers_out_of_range_are_one_line(args: list[str], contains: str) -> None:
-    assert_one_line_error(run("simulate", "--synthetic", *(["--qps", "1"] if "--qps" not in args else []), *args),
+    assert_one_line_error(run("simulate", "--synthetic", *(["--qps", "1"] if "--qps" not in args else []),
+                              *args),
                           contains)
 
 
 def test_simulate_bounds_are_inclusive_and_finite() -> None:
     h100, small = find_gpu("h100"), load_model("qwen3-0.6b")
-    base = ["simulate", "--synthetic", "--qps", "2", "--max-requests", "20", "--json", "--policies", "chunked",
-            "--chunk-sizes", "512", "--model", "qwen3-0.6b", "--cost-model", "chapter", "--mfu", "0.001",
-            "--bandwidth-efficiency", "1"]
+    base = ["simulate", "--synthetic", "--qps", "2", "--max-requests", "20", "--json", "--policies",
+            "chunked", "--chunk-sizes", "512", "--model", "qwen3-0.6b", "--cost-model", "chapter", "--mfu",
+            "0.001", "--bandwidth-efficiency", "1"]
     for extra, setup in (
         (["--kv-bytes", "0.0625", "--mem-fraction-static", "0.05"],
          make_setup(h100, small, kv_bytes_per_element=0.0625, mem_fraction_static=0.05)),
         (["--kv-bytes", "16", "--weight-bytes", "16", "--mem-fraction-static", "0.99"],
-         make_setup(h100, small, kv_bytes_per_element=16, weight_bytes_per_param=16, mem_fraction_static=0.99)),
+         make_setup(h100, small, kv_bytes_per_element=16, weight_bytes_per_param=16,
+                    mem_fraction_static=0.99)),
     ):
         r = run(*base, *extra)
         assert r.exit_code == 0, r.stderr
@@ -350,15 +357,15 @@ def test_simulate_json_turns_non_finite_numbers_into_null() -> None:
 def test_requests_past_the_context_length_are_left_out() -> None:
     """A synthetic trace's requests past the context length are left out with a note: drawn, not read,
     they are no "bad row" of a file (issue 23; a file's such rows stay bad rows: test_hostile_inputs)."""
-    r = run("simulate", "--synthetic", "--qps", "1", "--max-requests", "5", "--prompt-tokens", "uniform:100:60000",
-            "--seed", "2", "--json", "--policies", "pdmux")
+    r = run("simulate", "--synthetic", "--qps", "1", "--max-requests", "5", "--prompt-tokens",
+            "uniform:100:60000", "--seed", "2", "--json", "--policies", "pdmux")
     data = json.loads(r.stdout)
     assert r.exit_code == 0 and data["trace"]["bad_rows"] == 0 and data["trace"]["bad_row_examples"] == []
     left_out = [n for n in data["notes"] if "synthetic requests drew more tokens" in n]
     assert len(left_out) == 1 and "context length of 40,960" in left_out[0]
     assert data["trace"]["requests"] + int(left_out[0].split()[0]) == 5
-    assert_one_line_error(run("simulate", "--synthetic", "--qps", "1", "--max-requests", "2", "--prompt-tokens",
-                              "50000"), "context length")
+    assert_one_line_error(run("simulate", "--synthetic", "--qps", "1", "--max-requests", "2",
+                              "--prompt-tokens", "50000"), "context length")
 
 
 def test_simulate_json_writer_never_writes_nan(capsys: pytest.CaptureFixture[str]) -> None:
@@ -393,7 +400,8 @@ def test_help_shows_each_default_once() -> None:
             for value in re.findall(r"\[default: ([^\]]+)\]", line):
                 shown += 1
                 before = line[:line.index("[default:")].lower()
-                assert f"default: {value.lower()}" not in before and f"default {value.lower()}" not in before, line
+                assert f"default: {value.lower()}" not in before, line
+                assert f"default {value.lower()}" not in before, line
         assert shown >= 3
     r = runner.invoke(app, ["simulate", "--help"], env={"COLUMNS": "300"})
     assert "[default: qwen3-8b]" in r.stdout and "Default: qwen3-8b" not in r.stdout
@@ -419,9 +427,9 @@ def test_goodput_noise_ties_go_to_sglangs_defaults() -> None:
 
 
 def test_tune_workers_capped_at_the_cores(monkeypatch) -> None:
-    from pdmux_cli.simulate import tune as tune_module
+    from pdmux_cli.simulate import pool
 
-    monkeypatch.setattr(tune_module, "default_workers", lambda: 1)
+    monkeypatch.setattr(pool, "default_workers", lambda: 1)
     trace = reshape(load_trace(FIX / "azure_conv_50.csv"), max_requests=10)
     setup = make_setup(find_gpu("h100"), load_model("qwen3-8b"))
     result = tune(trace, setup, 1000, 60, workers=64, sm_group_nums=[8], divisors=[36], budgets=[65536])
@@ -429,7 +437,8 @@ def test_tune_workers_capped_at_the_cores(monkeypatch) -> None:
 
 
 def test_gen_config_tune_refuses_knobs_it_searches() -> None:
-    r = run("gen-config", "--tune", "--trace", AZURE, "--slo-ttft", "1000", "--slo-itl", "60", "--sm-group-num", "5")
+    r = run("gen-config", "--tune", "--trace", AZURE, "--slo-ttft", "1000", "--slo-itl", "60",
+            "--sm-group-num", "5")
     assert_one_line_error(r, "searches sm_group_num")
 
 
@@ -460,19 +469,20 @@ def test_tune_compares_with_sglangs_other_schedules() -> None:
     rival = max(result.schedules, key=lambda o: (o.slo_attainment, o.goodput_rps))
     if (best.slo_attainment, best.goodput_rps) < (rival.slo_attainment, rival.goodput_rps):
         assert verdict.endswith(f"keep {rival.label}")
-    r = run("tune", "--trace", AZURE, "--slo-ttft", "300", "--slo-itl", "30", "--rate-scale", "10", "--budgets",
-            "65536", "--divisors", "36", "--sm-group-nums", "8", "--workers", "1", "--json")
+    r = run("tune", "--trace", AZURE, "--slo-ttft", "300", "--slo-itl", "30", "--rate-scale", "10",
+            "--budgets", "65536", "--divisors", "36", "--sm-group-nums", "8", "--workers", "1", "--json")
     data = json.loads(r.stdout)
     assert [o["policy"] for o in data["schedules"]] == ["chunked 8192", "mixed-chunk 512"]
     assert data["verdict"].startswith("pdmux (")
-    assert "verdict:" in run("tune", "--trace", AZURE, "--slo-ttft", "300", "--slo-itl", "30", "--budgets", "65536",
-                             "--divisors", "36", "--sm-group-nums", "8", "--workers", "1").stderr
+    assert "verdict:" in run("tune", "--trace", AZURE, "--slo-ttft", "300", "--slo-itl", "30", "--budgets",
+                             "65536", "--divisors", "36", "--sm-group-nums", "8", "--workers", "1").stderr
 
 
 def test_a_deferral_that_ends_with_the_last_arrival_does_not_stall() -> None:
     """--prefill-decode-interval: the round that brings the deferral to 0 is still a deferred (idle) round;
     with 1000 on this trace it used to end with the last request waiting and raise."""
-    r = CliRunner().invoke(app, ["simulate", AZURE, "--policies", "chunked", "--prefill-decode-interval", "1000",
+    r = CliRunner().invoke(app,
+                           ["simulate", AZURE, "--policies", "chunked", "--prefill-decode-interval", "1000",
                                  "--json"])
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["policies"][0]["completed"] == 50
@@ -524,8 +534,8 @@ def test_a_crashed_pdmux_run_says_so_in_its_column() -> None:
 
 
 def test_the_prefill_decode_interval_applies_to_every_sglang_schedule() -> None:
-    r = run("simulate", AZURE, "--policies", "chunked,mixed-chunk,prefill-first", "--prefill-decode-interval", "4",
-            "--json")
+    r = run("simulate", AZURE, "--policies", "chunked,mixed-chunk,prefill-first", "--prefill-decode-interval",
+            "4", "--json")
     assert r.exit_code == 0, r.stderr
     assert [p["policy"] for p in json.loads(r.stdout)["policies"]] == [
         "chunked 8192 interval 4", "mixed-chunk 512 interval 4", "prefill-first interval 4"]
@@ -538,4 +548,5 @@ def test_a_policy_sglang_cannot_run_here_is_a_note_not_the_end() -> None:
     d = json.loads(r.stdout)
     assert [p["policy"] for p in d["policies"]] == ["chunked 4096", "mixed-chunk 512"]
     assert any(n.startswith("pdmux not simulated: ") and "--max-prefill-tokens" in n for n in d["notes"])
-    assert_one_line_error(run("simulate", AZURE, "--gpu", "l4", "--policies", "pdmux"), "--max-prefill-tokens")
+    assert_one_line_error(run("simulate", AZURE, "--gpu", "l4", "--policies", "pdmux"),
+                          "--max-prefill-tokens")

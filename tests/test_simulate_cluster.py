@@ -62,7 +62,8 @@ def _same_run(a, b) -> bool:
             and a.counters == b.counters)
 
 
-@pytest.mark.parametrize("policy", [PdmuxPolicy(), ChunkedPolicy(2048), MixedChunkPolicy(512), PrefillFirstPolicy()],
+@pytest.mark.parametrize("policy",
+                         [PdmuxPolicy(), ChunkedPolicy(2048), MixedChunkPolicy(512), PrefillFirstPolicy()],
                          ids=lambda p: p.label)
 @pytest.mark.parametrize("method", ["round_robin", "total_requests"])
 def test_one_replica_behind_the_router_is_the_lone_server(setup, busy_trace, policy, method) -> None:
@@ -164,11 +165,8 @@ def test_disagg_one_request_with_an_instant_link_is_prefill_then_undisturbed_dec
     split = simulate_disagg(trace, setup, DisaggPolicy(1, 1, INSTANT))
     assert split.first_token_s == alone.first_token_s
     assert list(split.step_end_s) == list(alone.step_end_s)
-    assert (split.gpus, split.layout, split.router) == (
-        2,
-        Layout(1, xpyd=(1, 1)),
-        "",
-    )  # one instance a side: no routing
+    # one instance a side: no routing
+    assert (split.gpus, split.layout, split.router) == (2, Layout(1, xpyd=(1, 1)), "")
     prefill = max(setup.step_model.prefill_s(setup.total_sms, [(8192, 0)]), setup.step_model.decode_cpu_s(1))
     assert split.first_token_s[0] == pytest.approx(prefill)
 
@@ -252,7 +250,8 @@ def test_simulate_disagg_table_and_json() -> None:
     d = json.loads(r.stdout)
     assert d["disagg"] == "2P6D" and d["kv_link"]["kind"] == "rdma" and d["kv_link"]["bytes_per_s"] == 50e9
     assert {p["policy"]: p["gpus"] for p in d["policies"]} == {"chunked 8192": 16, "disagg 2P6D": 16}
-    assert {p["policy"]: p["layout"] for p in d["policies"]} == {"chunked 8192": "DP 8 x TP 2", "disagg 2P6D": "2P6D x TP 2"}
+    assert {p["policy"]: p["layout"] for p in d["policies"]} == {
+        "chunked 8192": "DP 8 x TP 2", "disagg 2P6D": "2P6D x TP 2"}
 
 
 def test_simulate_unequal_gpus_noted() -> None:
@@ -279,7 +278,8 @@ def test_simulate_cluster_bad_input(args, contains) -> None:
 
 def test_disagg_tp_puts_every_policy_on_the_same_gpus() -> None:
     """TP 2 against 1P1D of TP 1 each: both on 2 GPUs, one server of TP 2 for the colocated policies."""
-    r = run("simulate", AZURE, "--json", "--policies", "chunked", "--tp", "2", "--disagg", "1P1D", "--disagg-tp", "1")
+    r = run("simulate", AZURE, "--json", "--policies", "chunked", "--tp", "2", "--disagg", "1P1D",
+            "--disagg-tp", "1")
     assert r.exit_code == 0, r.stderr
     d = json.loads(r.stdout)
     assert (d["dp"], d["disagg_tp"]) == (1, 1)
@@ -318,7 +318,8 @@ def test_disagg_decode_instance_retracts_and_prefills_again(h100) -> None:
 def test_a_crashed_replica_is_said_and_the_others_serve() -> None:
     """0.5.23's UnboundLocalError on one replica: the run says how many crashed, that a --dp-size server
     would go down whole, and the requests routed to the others still finish."""
-    r = run("simulate", AZURE, "--policies", "pdmux", "--divisions", "112:20:4,96:36:10", "--dp", "2", "--json")
+    r = run("simulate", AZURE, "--policies", "pdmux", "--divisions", "112:20:4,96:36:10", "--dp", "2",
+            "--json")
     assert r.exit_code == 0, r.stderr
     p = json.loads(r.stdout)["policies"][0]
     assert p["crashed_at_s"] is not None and 0 < p["completed"] < 50
@@ -347,9 +348,11 @@ def test_kv_link_overrides_and_sources(h100) -> None:
     link = kv_link(h100, 2, "pcie", gb_per_s=64, latency_us=1)
     assert (link.kind, link.bytes_per_s, link.latency_s) == ("pcie", 64e9, 1e-06)
     assert link.source == "--kv-link-gb-s; latency: --kv-link-latency-us; --kv-link pcie"
-    assert kv_link(h100, 2).source == ("the H100 SXM5 80GB profile's nvlink figure per GPU and direction; latency: "
+    assert kv_link(h100,
+                   2).source == ("the H100 SXM5 80GB profile's nvlink figure per GPU and direction; latency: "
                                        "the profile's nvlink latency; 2 GPUs fit one node of 8")
-    assert kv_link(h100, 2, gb_per_s=100).source.startswith("--kv-link-gb-s; latency: the profile's nvlink latency")
+    assert kv_link(h100, 2,
+                   gb_per_s=100).source.startswith("--kv-link-gb-s; latency: the profile's nvlink latency")
     for bad in (1e-300, 0.0, -1.0, math.nan, math.inf):
         with pytest.raises(InputError, match="--kv-link-gb-s"):
             kv_link(h100, 2, gb_per_s=bad)
@@ -393,7 +396,8 @@ def test_csv_says_which_server_served_each_request(tmp_path) -> None:
     assert len(chunked) == len(disagg) == 50
     assert [row["server"] for row in chunked] == [str(i % 3) for i in range(50)]  # round robin over DP 3
     assert {row["prefill_server"] for row in chunked} == {""}
-    assert {row["prefill_server"] for row in disagg} == {"0"} and {row["server"] for row in disagg} == {"0", "1"}
+    assert {row["prefill_server"] for row in disagg} == {"0"} and {row["server"] for row in disagg} == {
+        "0", "1"}
     out1 = tmp_path / "one.csv"
     assert run("simulate", AZURE, "--policies", "chunked", "--csv", str(out1)).exit_code == 0
     assert {row["server"] for row in csv.DictReader(out1.open())} == {""}
@@ -407,15 +411,15 @@ def test_more_replicas_than_requests_is_noted(setup) -> None:
 
 def test_rdma_source_reads_flat(h100) -> None:
     source = kv_link(h100, 16).source
-    assert source == ("RDMA 400 Gb/s per GPU, line rate: one ConnectX-7 port per GPU, NVIDIA datasheet; latency: "
-                      "NCCL tuning.cc hwLat NET; 16 GPUs span nodes of 8")
+    assert source == ("RDMA 400 Gb/s per GPU, line rate: one ConnectX-7 port per GPU, NVIDIA datasheet; "
+                      "latency: NCCL tuning.cc hwLat NET; 16 GPUs span nodes of 8")
     with pytest.raises(InputError, match="--kv-link-gb-s"):
         kv_link(h100, 2, gb_per_s=1e300)
 
 
 def test_one_instance_a_side_routes_nothing() -> None:
-    r = run("simulate", AZURE, "--policies", "disagg", "--disagg", "1P1D", "--load-balance-method", "total_requests",
-            "--json")
+    r = run("simulate", AZURE, "--policies", "disagg", "--disagg", "1P1D", "--load-balance-method",
+            "total_requests", "--json")
     d = json.loads(r.stdout)
     assert d["load_balance_method"] is None and d["policies"][0]["router"] is None
     assert any("nothing to route" in n for n in d["notes"])

@@ -39,7 +39,8 @@ THR = CHAPTER.step_model.throughput
 NO_SERVING = {"per_request_overhead_ms": 0, "admission_delay_ms": 0, "admission_interval_ms": 0,
               "first_token_delay_ms": 0}
 SETUP = make_setup(H100, QWEN, **NO_SERVING)  # the roofline model, SGLang's CPU time per step
-POLICIES = [PdmuxPolicy(), ChunkedPolicy(8192), ChunkedPolicy(512), MixedChunkPolicy(512), PrefillFirstPolicy()]
+POLICIES = [PdmuxPolicy(), ChunkedPolicy(8192), ChunkedPolicy(512), MixedChunkPolicy(512),
+            PrefillFirstPolicy()]
 
 
 def one(prompt: int, output: int, at: float = 0.0) -> Trace:
@@ -49,7 +50,8 @@ def one(prompt: int, output: int, at: float = 0.0) -> Trace:
 # ---- one request alone ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("pol", [PdmuxPolicy(), PrefillFirstPolicy(), ChunkedPolicy(8192), MixedChunkPolicy(8192)],
+@pytest.mark.parametrize("pol",
+                         [PdmuxPolicy(), PrefillFirstPolicy(), ChunkedPolicy(8192), MixedChunkPolicy(8192)],
                          ids=str)
 def test_single_request_ttft_is_whole_gpu_prefill_and_itl_is_decode_step(pol) -> None:
     prompt, output = 3000, 6
@@ -120,7 +122,8 @@ def test_mixed_chunk_gives_running_requests_a_token_every_chunk_step() -> None:
 
 
 def test_chunked_matches_the_estimates_chunked_row() -> None:
-    """One chunked prefill of the scenario (no other traffic): the estimate's stall equals the simulation's."""
+    """One chunked prefill of the scenario (no other traffic): the estimate's stall equals the
+    simulation's."""
     trace, running = _stall_trace()
     est = estimate(H100, QWEN, Scenario(chunk_sizes=(2048,), mixed_chunk_sizes=(), per_request_overhead_ms=0))
     row = next(r for r in est.rows if r.policy == "chunked")
@@ -198,7 +201,8 @@ def test_kv_pool_is_sglangs_per_policy() -> None:
     # Qwen3-8B bf16 on an H100 (81559 MiB): mem_fraction_static 0.685 with chunking off (pdmux,
     # prefill-first), 0.83 with 8192-token chunks; 144 KiB a token
     per_token = 147456
-    pool_off = int(((H100.memory_bytes - sgl.CONTEXT_RESERVE_BYTES) * 0.685 - SETUP.weight_bytes) // per_token)
+    pool_off = int(((H100.memory_bytes - sgl.CONTEXT_RESERVE_BYTES) * 0.685 - SETUP.weight_bytes)
+                   // per_token)
     pool_8k = int(((H100.memory_bytes - sgl.CONTEXT_RESERVE_BYTES) * 0.83 - SETUP.weight_bytes) // per_token)
     assert simulate(one(100, 2), SETUP, PdmuxPolicy()).kv_pool_tokens == pool_off == 281_205
     assert simulate(one(100, 2), SETUP, PrefillFirstPolicy()).kv_pool_tokens == pool_off
@@ -220,7 +224,8 @@ def test_request_that_never_fits_is_reported_not_a_hang() -> None:
 
 
 def _small_pool(tokens: int):
-    fraction = (SETUP.weight_bytes + tokens * SETUP.kv_bytes_per_token) / (H100.memory_bytes - sgl.CONTEXT_RESERVE_BYTES)
+    fraction = (SETUP.weight_bytes + tokens * SETUP.kv_bytes_per_token) / (
+        H100.memory_bytes - sgl.CONTEXT_RESERVE_BYTES)
     return replace(SETUP, mem_fraction_static=round(fraction, 6))
 
 
@@ -237,7 +242,8 @@ def test_admission_reserves_clipped_outputs_scaled_by_new_token_ratio() -> None:
     trace = Trace(arrival_s=(0.0, 0.0), prompt_tokens=(10_000, 6_384), output_tokens=(3, 3))
     r = simulate(trace, small, PrefillFirstPolicy())
     assert r.first_token_s[1] > r.first_token_s[0]  # 6384 >= 16384 - 10000: the next batch
-    long_out = Trace(arrival_s=(0.0, 0.5), prompt_tokens=(10_000, cap - 10_000 - 2_000), output_tokens=(5_000, 3))
+    long_out = Trace(arrival_s=(0.0, 0.5), prompt_tokens=(10_000, cap - 10_000 - 2_000),
+                     output_tokens=(5_000, 3))
     r = simulate(long_out, small, PrefillFirstPolicy())
     # the running request holds ~10k tokens and reserves 0.7 x 4096; the second needs the rest: waits
     assert r.first_token_s[1] >= r.finish_s(0)
@@ -256,7 +262,8 @@ def test_retraction_re_prefills_and_every_request_finishes_once() -> None:
         assert m.completed == len(trace) and m.rejected == 0
         for rid, runs in r.stints.items():
             first = r.first_token_s[rid]
-            tokens = len(runs) - 1 + sum(steps for _, _, steps in runs) + 1  # re-prefills, decode steps, first
+            # re-prefills, decode steps, first
+            tokens = len(runs) - 1 + sum(steps for _, _, steps in runs) + 1
             assert tokens == trace.output_tokens[rid]
             assert runs[0][0] == first and all(b[0] > a[0] for a, b in itertools.pairwise(runs))
             assert r.finish_s(rid) >= runs[-1][0]

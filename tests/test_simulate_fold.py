@@ -36,7 +36,8 @@ FIX = Path(__file__).parent / "fixtures"
 H100 = find_gpu("h100")
 SETUP = make_setup(H100, load_model("qwen3-8b"))
 TIGHT = replace(SETUP, mem_fraction_static=0.3)  # a small KV pool: retractions
-CRASHING = PdmuxPolicy(pc.PdmuxConfig(sm_group_num=3, manual_divisions=((96, 36, 4),)))  # 0.5.23 crashes at bs < 4
+# 0.5.23 crashes at bs < 4
+CRASHING = PdmuxPolicy(pc.PdmuxConfig(sm_group_num=3, manual_divisions=((96, 36, 4),)))
 POLICIES = [ChunkedPolicy(2048), MixedChunkPolicy(512), PrefillFirstPolicy(), PdmuxPolicy(), CRASHING]
 
 
@@ -62,14 +63,16 @@ def _same(recorded, streamed) -> None:
     """Every figure, per-request value and CDF point equal (NaN equal to NaN)."""
     assert json.dumps(metrics_dict(recorded)) == json.dumps(metrics_dict(streamed))
     for key in recorded.per_request:
-        assert [repr(v) for v in recorded.per_request[key]] == [repr(v) for v in streamed.per_request[key]], key
+        assert [repr(v) for v in recorded.per_request[key]] == [repr(v)
+                                                                for v in streamed.per_request[key]], key
     assert recorded.itl_cdf == streamed.itl_cdf
 
 
 def _both(trace, setup, policy, **kwargs):
     recorded = summarize(simulate(trace, setup, policy, **kwargs), 1000, 60)
     rows = io.StringIO()
-    streamed = simulate_metrics(trace, setup, policy, 1000, 60, csv=csv.writer(rows, lineterminator="\n"), **kwargs)
+    streamed = simulate_metrics(trace, setup, policy, 1000, 60, csv=csv.writer(rows, lineterminator="\n"),
+                                **kwargs)
     return recorded, streamed, rows.getvalue()
 
 
@@ -103,7 +106,8 @@ def test_streamed_run_cut_short_by_a_crash_gives_the_recorded_figures(monkeypatc
     _same(recorded, streamed)
     assert recorded.crashed_at_s is not None and 10 <= recorded.completed < 30
     statuses = [line.split(",")[5] for line in rows.splitlines()]
-    assert statuses.count("done") == recorded.completed and statuses.count("unfinished") == 30 - recorded.completed
+    assert (statuses.count("done") == recorded.completed
+            and statuses.count("unfinished") == 30 - recorded.completed)
 
 
 def test_streamed_disaggregation_gives_the_recorded_figures(monkeypatch) -> None:
@@ -112,7 +116,8 @@ def test_streamed_disaggregation_gives_the_recorded_figures(monkeypatch) -> None
     for setup in (SETUP, TIGHT):
         recorded, streamed, rows = _both(trace, setup, DisaggPolicy(1, 2, kv_link(H100, 3, "auto")))
         _same(recorded, streamed)
-        assert recorded.counters == streamed.counters and rows == per_request_csv(trace, [recorded]).split("\n", 1)[1]
+        assert recorded.counters == streamed.counters and rows == per_request_csv(
+            trace, [recorded]).split("\n", 1)[1]
 
 
 @settings(max_examples=20, deadline=None)
@@ -145,7 +150,8 @@ def test_the_window_of_step_ends_stays_bounded_by_what_is_in_flight(monkeypatch)
     assert max(peak) < 3 * engine.STEP_CHECK_EVERY
 
 
-# ---- the step budget ------------------------------------------------------------------------------------------
+# ---- the step budget
+# ------------------------------------------------------------------------------------------
 
 
 def test_step_budget_stops_a_streamed_run_and_can_be_raised_or_lifted() -> None:
@@ -178,15 +184,16 @@ def test_a_refused_policy_leaves_no_rows_in_the_csv(tmp_path, monkeypatch) -> No
     trace = synthetic_trace(4, 500, 100, num_requests=200, seed=0)
     path = tmp_path / "rows.csv"
     with path.open("w", newline="") as handle:
-        out = simulate_policies(trace, SETUP, [ChunkedPolicy(8192), PdmuxPolicy(), PrefillFirstPolicy()], 1000, 60,
-                                workers=1, csv=CsvSink(handle))
+        out = simulate_policies(trace, SETUP, [ChunkedPolicy(8192), PdmuxPolicy(), PrefillFirstPolicy()],
+                                1000, 60, workers=1, csv=CsvSink(handle))
     assert isinstance(out[1], InputError) and "refused half-way" in str(out[1])
     rows = list(csv.reader(path.open()))
     assert [r[0] for r in rows] == ["chunked 8192"] * 200 + ["prefill-first"] * 200
     assert [int(r[1]) for r in rows] == list(range(200)) * 2
 
 
-# ---- percentiles -----------------------------------------------------------------------------------------------
+# ---- percentiles
+# -----------------------------------------------------------------------------------------------
 
 
 @settings(max_examples=50, deadline=None)
@@ -205,7 +212,8 @@ def test_percentiles_of_a_large_column_are_exact_without_sorting_it(monkeypatch)
     values.extend([0.0, 0.0, 1e-300])
     monkeypatch.setattr(fold, "SORT_BELOW", 100)
     ordered = sorted(values)
-    assert percentiles(values) == {**{f"p{q}": nearest_rank(ordered, q) for q in (50, 90, 99)}, "max": ordered[-1]}
+    assert percentiles(values) == {**{f"p{q}": nearest_rank(ordered, q) for q in (50, 90, 99)},
+                                   "max": ordered[-1]}
     for rank in (1, 2, 11_000, len(values)):
         assert select_rank(values, rank) == ordered[rank - 1]
 
@@ -216,7 +224,8 @@ def _weighted(sample_values, weights):
     cum = [0]
     for i in order:
         cum.append(cum[-1] + weights[i])
-    return {f"p{q}": weighted_nearest_rank(values, [], q, cum[1:]) for q in (50, 90, 99)} | {"max": values[-1]}
+    return {f"p{q}": weighted_nearest_rank(values, [], q, cum[1:])
+            for q in (50, 90, 99)} | {"max": values[-1]}
 
 
 @settings(max_examples=40, deadline=None)

@@ -31,7 +31,8 @@ QWEN = load_model("qwen3-8b")
 CHAPTER = make_setup(H100, QWEN, cost_model="chapter", s_sat=66)  # no CPU time: prefill time is exact
 THR = CHAPTER.step_model.throughput
 SETUP = make_setup(H100, QWEN)
-POLICIES = [PdmuxPolicy(), ChunkedPolicy(8192), ChunkedPolicy(512), MixedChunkPolicy(512), PrefillFirstPolicy()]
+POLICIES = [PdmuxPolicy(), ChunkedPolicy(8192), ChunkedPolicy(512), MixedChunkPolicy(512),
+            PrefillFirstPolicy()]
 B = HASH_BLOCK_TOKENS
 
 
@@ -157,7 +158,8 @@ def _small_pool(setup, tokens: int):
     return replace(setup, mem_fraction_static=round(fraction, 6))
 
 
-@pytest.mark.parametrize("pol", [PdmuxPolicy(), ChunkedPolicy(8192), MixedChunkPolicy(512), PrefillFirstPolicy()],
+@pytest.mark.parametrize("pol",
+                         [PdmuxPolicy(), ChunkedPolicy(8192), MixedChunkPolicy(512), PrefillFirstPolicy()],
                          ids=lambda p: p.label)
 def test_admission_charges_only_what_the_prefix_does_not_cover(pol) -> None:
     """A 4096-token request decodes 3000 tokens in a pool of ~9000; a 5120-token request sharing its
@@ -224,8 +226,8 @@ def _check(work) -> None:
     assert all((c.time[n], n) in queued for n in leaves)  # every evictable leaf can be found
 
 
-_SESSIONS = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 12), st.integers(0, 300), st.integers(1, 1500),
-                               st.floats(0, 3)), min_size=2, max_size=14)
+_SESSIONS = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 12), st.integers(0, 300),
+                               st.integers(1, 1500), st.floats(0, 3)), min_size=2, max_size=14)
 
 
 def _sessions_trace(requests) -> Trace:
@@ -285,7 +287,8 @@ def test_bookkeeping_holds_through_retractions(pol) -> None:
     """Long outputs in a tight pool: decode retracts (the retracted requests' prefixes stay cached,
     unlocked) and re-prefills them, hitting their own prompts; the recount holds throughout."""
     rng = random.Random(5)
-    requests = [(rng.randrange(4), rng.randint(1, 3), rng.randint(0, 300), rng.randint(1500, 3000), rng.uniform(0, 0.3))
+    requests = [(rng.randrange(4), rng.randint(1, 3), rng.randint(0, 300), rng.randint(1500, 3000),
+                 rng.uniform(0, 0.3))
                 for _ in range(30)]
     work = _run_checked(_sessions_trace(requests), 20_000, pol)
     assert work.retractions > 0 and work.cache.evicted_tokens > 0 and work.cache_hit_tokens > 0

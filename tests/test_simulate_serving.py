@@ -39,7 +39,8 @@ def test_serving_profile_ships_with_every_term_sourced() -> None:
     assert serving.admission_delay_s >= 0 and serving.first_token_delay_s >= 0 and serving.source
 
 
-@pytest.mark.parametrize("pol", [PrefillFirstPolicy(), ChunkedPolicy(8192), PdmuxPolicy()], ids=lambda p: p.label)
+@pytest.mark.parametrize("pol", [PrefillFirstPolicy(), ChunkedPolicy(8192), PdmuxPolicy()],
+                         ids=lambda p: p.label)
 def test_idle_server_ttft_is_admission_delay_plus_prefill_plus_stream_back(pol) -> None:
     """An idle server sees the request 5 ms after it arrives and prefills it at once; the client gets the
     first token 7 ms after the step: TTFT = 5 + prefill + 7 ms. ITLs are the decode steps, untouched."""
@@ -111,7 +112,8 @@ def test_scheduler_cpu_per_request_is_hidden_up_to_the_gpu_step_and_paid_in_full
     cpu = sm.decode_cpu_s(16)
     assert cpu > max(gpu)
     assert gaps[:3] == pytest.approx([cpu] * 3, rel=1e-12)
-    slow = simulate(Trace((), (), ()), replace(setup, disable_overlap=True), ChunkedPolicy(8192), initial_decode=batch)
+    slow = simulate(Trace((), (), ()), replace(setup, disable_overlap=True), ChunkedPolicy(8192),
+                    initial_decode=batch)
     gaps = [b - a for a, b in itertools.pairwise(slow.step_end_s)]
     assert gaps[:3] == pytest.approx([g + cpu for g in gpu], rel=1e-12)
     mux = simulate(Trace((), (), ()), setup, PdmuxPolicy(), initial_decode=batch)
@@ -156,7 +158,8 @@ def test_front_end_admits_a_burst_one_request_per_interval() -> None:
 def test_closed_loop_client_sends_the_next_request_when_one_comes_back() -> None:
     """bench_serving --max-concurrency 1, three requests at t = 0: each is sent when the client has the
     previous one's last token (7 ms after the server's step), seen by the scheduler 5 ms later."""
-    r = simulate(trace([0.0, 0.0, 0.0], prompt=500, output=3), DELAYED, ChunkedPolicy(8192), max_concurrency=1)
+    r = simulate(trace([0.0, 0.0, 0.0], prompt=500, output=3), DELAYED, ChunkedPolicy(8192),
+                 max_concurrency=1)
     for rid in (1, 2):
         assert r.arrival_s[rid] == pytest.approx(r.finish_s(rid - 1) + 0.007, rel=1e-12)
         assert r.first_token_s[rid] > r.arrival_s[rid] + 0.005
@@ -164,7 +167,8 @@ def test_closed_loop_client_sends_the_next_request_when_one_comes_back() -> None
     ttft = m.per_request["ttft_ms"]
     assert ttft[1] == pytest.approx((r.first_token_s[1] + 0.007 - r.arrival_s[1]) * 1e3, rel=1e-9)
     # two at a time: the third waits for the first to finish
-    two = simulate(trace([0.0, 0.0, 0.0], prompt=500, output=3), DELAYED, ChunkedPolicy(8192), max_concurrency=2)
+    two = simulate(trace([0.0, 0.0, 0.0], prompt=500, output=3), DELAYED, ChunkedPolicy(8192),
+                   max_concurrency=2)
     assert two.arrival_s[:2] == [0.0, 0.0]
     assert two.arrival_s[2] == pytest.approx(min(two.finish_s(0), two.finish_s(1)) + 0.007, rel=1e-12)
 

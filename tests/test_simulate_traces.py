@@ -315,7 +315,8 @@ def test_arrivals_spanning_centuries_are_refused(tmp_path: Path) -> None:
 def test_azure_timestamp_says_what_the_column_must_hold(tmp_path: Path, stamp: str, fragment: str) -> None:
     """No 'could not convert string to float' from the seconds: the reason names the form."""
     p = tmp_path / "a.csv"
-    p.write_text(f"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,2\n{stamp},10,2\n", encoding="utf-8")
+    p.write_text(f"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,2\n{stamp},10,2\n",
+                 encoding="utf-8")
     t = load_trace(p)
     assert len(t) == 1 and t.bad_rows == 1
     reason = t.bad_examples[0][1]
@@ -336,7 +337,9 @@ def test_arrivals_text_says_all_at_once(tmp_path: Path) -> None:
 # ---- streaming, gzip, compact columns ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["azure_conv_50.csv", "mooncake_small.jsonl", "burstgpt_small.csv", "azure_bad_rows.csv"])
+@pytest.mark.parametrize("name",
+                         ["azure_conv_50.csv", "mooncake_small.jsonl", "burstgpt_small.csv",
+                          "azure_bad_rows.csv"])
 def test_gzip_traces_read_as_their_text(tmp_path: Path, name: str) -> None:
     """Azure and BurstGPT publish gzip files: read by their first two bytes, whatever the name, with the same
     requests and the same bad-row accounting."""
@@ -382,7 +385,8 @@ def test_traces_are_compact_columns_equal_to_tuples() -> None:
     assert back == t and isinstance(back.prompt_tokens, Column) and back.hash_ids == t.hash_ids
     assert len(pickle.dumps(synthetic_trace(5, num_requests=10_000))) < 10_000 * 24 + 2000
     ragged = Ragged([(1, 2), (), (3,)])
-    assert ragged == ((1, 2), (), (3,)) and ragged[1:] == ((), (3,)) and Ragged() == () and not Ragged().any_values()
+    assert ragged == ((1, 2), (), (3,)) and ragged[1:] == ((), (3,))
+    assert Ragged() == () and not Ragged().any_values()
     with pytest.raises(OverflowError):
         ragged.append((1 << 70,))
     assert ragged == ((1, 2), (), (3,))  # unchanged
@@ -391,7 +395,8 @@ def test_traces_are_compact_columns_equal_to_tuples() -> None:
 def test_hash_ids_past_64_bits_make_a_bad_row(tmp_path: Path) -> None:
     path = tmp_path / "big.jsonl"
     path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [7, 8]}\n'
-                    f'{{"timestamp": 1, "input_length": 600, "output_length": 5, "hash_ids": [7, {1 << 70}]}}\n')
+                    f'{{"timestamp": 1, "input_length": 600, "output_length": 5, '
+                    f'"hash_ids": [7, {1 << 70}]}}\n')
     t = load_trace(path)
     assert len(t) == 1 and t.bad_rows == 1 and "64-bit" in t.bad_examples[0][1]
 

@@ -63,7 +63,8 @@ def test_levels_match_a_hand_calculation() -> None:
     assert got.levels[1].itl_max_ms == pytest.approx(10 + 1100 / 28)
     assert got.unmeetable_from == 15 and got.unmeetable_itl_ms == pytest.approx(10 + 1500 / 36)
     assert got.itl_at_max_ms == pytest.approx(10 + 1600 / 36) and got.needed == 3
-    assert got.config(16384) == pc.PdmuxConfig(sm_group_num=5, manual_divisions=((112, 20, 0), (104, 28, 9), (96, 36, 12)),
+    assert got.config(16384) == pc.PdmuxConfig(sm_group_num=5,
+                                               manual_divisions=((112, 20, 0), (104, 28, 9), (96, 36, 12)),
                                                split_forward_token_budget=16384)
     assert [got.level_for(n) for n in (1, 8, 9, 11, 12, 16)] == [0, 0, 1, 1, 2, 2]
 
@@ -100,7 +101,8 @@ def test_chapter_model_thresholds_by_hand() -> None:
     got = sl.levels_for_setup(setup, sl.fixed_context(2048), 30)
     assert got.max_bs == setup.kv_pool(-1).tokens // 2048 == 137
     assert got.thresholds == [0, fits(20) + 1, fits(28) + 1, fits(36) + 1] == [0, 36, 70, 105]
-    assert [(lv.prefill_sms, lv.decode_sms) for lv in got.levels] == [(112, 20), (104, 28), (96, 36), (88, 44)]
+    assert [(lv.prefill_sms, lv.decode_sms) for lv in got.levels] == [
+        (112, 20), (104, 28), (96, 36), (88, 44)]
     assert got.unmeetable_from is None
 
 
@@ -112,7 +114,8 @@ def test_roofline_thresholds_are_where_the_simulators_round_crosses_the_target()
     assert len(got.levels) >= 3 and got.thresholds[0] == 0
 
     def round_ms(level, n: int) -> float:
-        return 1e3 * pdmux_round_s(setup.step_model, level.decode_sms, n, n * 2048.0, 0.0, level.prefill_sms, True)
+        return 1e3 * pdmux_round_s(setup.step_model, level.decode_sms, n, n * 2048.0, 0.0, level.prefill_sms,
+                                   True)
 
     for below, level in zip(got.levels, got.levels[1:]):
         assert round_ms(below, level.first_bs) > 20 >= round_ms(below, level.first_bs - 1)
@@ -146,7 +149,8 @@ def cost_models(draw):
 def test_levels_are_sglang_valid_and_monotone(model, prefill_steps, target, max_bs, max_levels) -> None:
     round_ms, monotone = model
     total = 132
-    cands = sorted({split_levels.Split(8 * k, total - 8 * k) for k in prefill_steps}, key=lambda s: s.decode_sms)
+    cands = sorted({split_levels.Split(8 * k, total - 8 * k) for k in prefill_steps},
+                   key=lambda s: s.decode_sms)
     got = sl.compile_levels(round_ms, cands, target, max_bs, max_levels)
     thresholds = got.thresholds
     # SGLang: the first threshold matches every running batch; strictly increasing; at most max_levels.
@@ -169,7 +173,8 @@ def test_levels_are_sglang_valid_and_monotone(model, prefill_steps, target, max_
         for n in range(1, max_bs + 1):
             if round_ms(top, n) <= target:
                 assert got.itl_ms[n - 1] <= target
-    assert (got.unmeetable_from is None) == all(round_ms(cands[-1], n) <= target for n in range(1, max_bs + 1))
+    assert (got.unmeetable_from is None) == all(round_ms(cands[-1], n) <= target
+                                                for n in range(1, max_bs + 1))
 
 
 @settings(max_examples=60, deadline=None)
@@ -180,7 +185,8 @@ def test_a_looser_target_never_gives_decode_more_sms(target, context) -> None:
     loose = sl.levels_for_setup(setup, sl.fixed_context(context), target * 1.25)
     for n in range(1, tight.max_bs + 1):
         if tight.unmeetable_from is None or n < tight.unmeetable_from:
-            assert (loose.levels[loose.level_for(n)].decode_sms <= tight.levels[tight.level_for(n)].decode_sms)
+            assert (loose.levels[loose.level_for(n)].decode_sms
+                    <= tight.levels[tight.level_for(n)].decode_sms)
 
 
 _SETUPS: dict = {}
@@ -224,14 +230,17 @@ def test_gen_config_slo_yaml_passes_check_config(tmp_path) -> None:
     out = tmp_path / "slo.yaml"
     r = run("gen-config", "--gpu", "h100", "--slo-itl", "20", "--context", "2048", "--output", str(out))
     assert r.exit_code == 0, r.stderr
-    for text in ("SLO levels for ITL <= 20 ms", "Qwen3-8B on H100", "prefill/decode SMs", "104/28", "decode batch",
-                 "predicted ITL", "sized for decode batches 1-", "cost model:", f"wrote {out}", "--sm-group-num"):
+    for text in ("SLO levels for ITL <= 20 ms", "Qwen3-8B on H100", "prefill/decode SMs", "104/28",
+                 "decode batch", "predicted ITL", "sized for decode batches 1-", "cost model:",
+                 f"wrote {out}", "--sm-group-num"):
         assert text in r.stdout, text
     data = yaml.safe_load(out.read_text())
     entries = data["manual_divisions"]
     assert data["sm_group_num"] == len(entries) + 2 and entries[0][2] == 0
-    assert all(b[2] > a[2] for a, b in itertools.pairwise(entries)) and all(p + d == 132 for p, d, _ in entries)
-    check = run("check-config", str(out), "--gpu", "h100", "--sm-group-num", str(data["sm_group_num"]), "--json")
+    assert all(b[2] > a[2] for a, b in itertools.pairwise(entries)) and all(
+        p + d == 132 for p, d, _ in entries)
+    check = run("check-config", str(out), "--gpu", "h100", "--sm-group-num", str(data["sm_group_num"]),
+                "--json")
     assert check.exit_code == 0, check.stdout
     verdict = json.loads(check.stdout)
     assert verdict["ok"] and verdict["problems"] == []  # no error, no warning, for 0.5.23 and after
@@ -248,7 +257,8 @@ def test_gen_config_slo_json_and_stdout() -> None:
     d = json.loads(r.stdout)
     slo = d["slo_levels"]
     assert slo["target_itl_ms"] == 20 and slo["levels"][0]["decode_bs_threshold"] == 0
-    assert [e[2] for e in d["config"]["manual_divisions"]] == [lv["decode_bs_threshold"] for lv in slo["levels"]]
+    assert [e[2] for e in d["config"]["manual_divisions"]] == [lv["decode_bs_threshold"]
+                                                               for lv in slo["levels"]]
     assert all(lv["itl_max_ms"] <= 20 for lv in slo["levels"][:-1])
     assert slo["levels"][-1]["last_decode_bs"] == slo["max_decode_bs"] and d["tune"] is None
     plain = run("gen-config", "--gpu", "h100", "--slo-itl", "20", "--context", "2048")
@@ -260,8 +270,8 @@ def test_gen_config_without_slo_itl_is_unchanged() -> None:
     """No --slo-itl: the same YAML and JSON keys as before SLO levels existed (and since SGLang revisions: the
     launch's environment, the revision's notes and the YAML's layer cap, None where not written)."""
     d = json.loads(run("gen-config", "--gpu", "h100", "--json").stdout)
-    assert sorted(d) == ["compute_capability", "config", "gpu", "gpus", "launch_env", "launch_flags", "output",
-                         "sglang_notes", "sglang_support", "sm_count", "tp", "tune", "yaml"]
+    assert sorted(d) == ["compute_capability", "config", "gpu", "gpus", "launch_env", "launch_flags",
+                         "output", "sglang_notes", "sglang_support", "sm_count", "tp", "tune", "yaml"]
     assert d["config"] == {"sm_group_num": 8, "manual_divisions": [], "split_forward_token_budget": 65536,
                            "decode_bs_divisor": 36, "max_split_forward_layers": None}
     assert d["launch_env"] == [] and d["sglang_notes"] == []
@@ -291,13 +301,14 @@ def test_the_unmeetable_case_is_said() -> None:
 
 
 def test_gen_config_slo_from_a_trace_and_a_calibration(tmp_path) -> None:
-    r = run("gen-config", "--gpu", "h100", "--slo-itl", "25", "--trace", AZURE, "--max-requests", "40", "--json")
+    r = run("gen-config", "--gpu", "h100", "--slo-itl", "25", "--trace", AZURE, "--max-requests", "40",
+            "--json")
     assert r.exit_code == 0, r.stderr
     slo = json.loads(r.stdout)["slo_levels"]
     assert slo["context"].startswith("the decode steps of azure_conv_50.csv (40 requests): mean ")
     assert "a batch's KV at its p99" in slo["context"]
-    chapter = json.loads(run("gen-config", "--gpu", "h100", "--slo-itl", "25", "--trace", AZURE, "--cost-model",
-                             "chapter", "--json").stdout)["slo_levels"]
+    chapter = json.loads(run("gen-config", "--gpu", "h100", "--slo-itl", "25", "--trace", AZURE,
+                             "--cost-model", "chapter", "--json").stdout)["slo_levels"]
     assert chapter["cost_model"] != slo["cost_model"]
     # a calibration (here of the model-made one-batch fixture: +1.5 ms a decode step) changes the cost model
     cal = tmp_path / "cal.yaml"
@@ -322,8 +333,10 @@ def test_gen_config_slo_takes_simulates_serving_options() -> None:
     args = ["gen-config", "--gpu", "h100", "--slo-itl", "20", "--context", "2048", "--json"]
     capped = json.loads(run(*args, "--max-running-requests", "20").stdout)["slo_levels"]
     assert capped["max_decode_bs"] == 20 and capped["levels"][-1]["last_decode_bs"] == 20
-    cpu = json.loads(run(*args, "--per-request-overhead-ms", "0.1", "--step-overhead-ms", "1").stdout)["slo_levels"]
-    setup = make_setup(find_gpu("h100"), load_model("qwen3-8b"), step_overhead_ms=1, per_request_overhead_ms=0.1)
+    cpu = json.loads(run(*args, "--per-request-overhead-ms", "0.1", "--step-overhead-ms",
+                         "1").stdout)["slo_levels"]
+    setup = make_setup(find_gpu("h100"), load_model("qwen3-8b"), step_overhead_ms=1,
+                       per_request_overhead_ms=0.1)
     expected = sl.levels_for_setup(setup, sl.fixed_context(2048), 20)
     assert [lv["decode_bs_threshold"] for lv in cpu["levels"]] == expected.thresholds
     default = sl.levels_for_setup(_qwen_h100(), sl.fixed_context(2048), 20)
@@ -350,8 +363,10 @@ def test_gen_config_slo_takes_simulates_serving_options() -> None:
     (["--context", "2048"], "--context goes with --slo-itl"),
     (["--cost-model", "chapter"], "--cost-model goes with --slo-itl"),
     (["--max-running-requests", "8"], "--max-running-requests goes with --slo-itl"),
-    (["--slo-itl", "20", "--context", "2048", "--max-running-requests", "0"], "--max-running-requests must be"),
-    (["--slo-itl", "20", "--context", "2048", "--cost-model", "chapter", "--step-overhead-ms", "1"], "roofline"),
+    (["--slo-itl", "20", "--context", "2048", "--max-running-requests", "0"],
+     "--max-running-requests must be"),
+    (["--slo-itl", "20", "--context", "2048", "--cost-model", "chapter", "--step-overhead-ms", "1"],
+     "roofline"),
 ])
 def test_gen_config_slo_refuses_bad_input(args, contains) -> None:
     assert_one_line_error(run("gen-config", "--gpu", "h100", *args), 2, contains)
@@ -371,7 +386,8 @@ def test_gen_config_slo_imports_no_heavy_module() -> None:
     assert out.stdout.strip() == "[]"
 
 
-# ---- the simulator meets the target where the cost model says it does -----------------------------------------
+# ---- the simulator meets the target where the cost model says it does
+# -----------------------------------------
 
 
 def _spy_rounds(monkeypatch) -> list[tuple[int, int, int, float]]:
@@ -408,7 +424,8 @@ def test_simulate_with_slo_levels_meets_the_itl_target(monkeypatch) -> None:
     m = summarize(result, 10_000, 15)
     assert m.itl_ms["max"] <= 15 and m.slo_attainment == 1.0
     fixed = summarize(simulate(trace, setup, PdmuxPolicy(pc.PdmuxConfig(sm_group_num=3,
-                                                                         manual_divisions=((112, 20, 0),)))), 10_000, 15)
+                                                                         manual_divisions=((112, 20, 0),)))),
+                                                                         10_000, 15)
     assert fixed.itl_ms["max"] > 15
 
 
@@ -426,10 +443,12 @@ def test_simulate_misses_the_target_where_the_cost_model_says_so(monkeypatch) ->
     assert max(n for _, n, _, _ in corun) > first
     assert any(ms > 15 for _, n, _, ms in corun if n >= first)
     assert all(ms <= 15 for _, n, _, ms in corun if n < first)
-    assert all(ms <= levels.itl_ms[n - 1] + 1e-9 for d, n, _, ms in corun if d == levels.levels[-1].decode_sms)
+    assert all(ms <= levels.itl_ms[n - 1] + 1e-9 for d, n, _, ms in corun
+               if d == levels.levels[-1].decode_sms)
 
 
-# ---- tune and capacity ----------------------------------------------------------------------------------------
+# ---- tune and capacity
+# ----------------------------------------------------------------------------------------
 
 
 def test_tune_tries_slo_levels_with_margins() -> None:
@@ -485,11 +504,12 @@ def test_capacity_takes_several_configs_and_names_the_slo_levels_when_they_win(t
     before the partition re-fit, when the A100 curve made those rounds 21 ms and more)."""
     slo = tmp_path / "slo.yaml"
     fixed = tmp_path / "fixed.yaml"
-    assert run("gen-config", "--gpu", "h100", "--slo-itl", "14", "--context", "8256", "-o", str(slo)).exit_code == 0
+    assert run("gen-config", "--gpu", "h100", "--slo-itl", "14", "--context", "8256", "-o",
+               str(slo)).exit_code == 0
     assert run("gen-config", "--gpu", "h100", "--divisions", "112:20:0", "-o", str(fixed)).exit_code == 0
     r = run("capacity", "--synthetic", "--qps", "1", "--prompt-tokens", "8192", "--output-tokens", "64",
-            "--max-requests", "60", "--slo-ttft", "5000", "--slo-itl", "14", "--policies", "pdmux", "--config",
-            str(slo), "--config", str(fixed), "--workers", "1", "--json")
+            "--max-requests", "60", "--slo-ttft", "5000", "--slo-itl", "14", "--policies", "pdmux",
+            "--config", str(slo), "--config", str(fixed), "--workers", "1", "--json")
     assert r.exit_code == 0, r.stderr
     d = json.loads(r.stdout)
     rates = {p["policy"]: p["max_rate_rps"] for p in d["policies"]}

@@ -64,7 +64,8 @@ def test_max_split_forward_layers_rounds() -> None:
     # a cap above what the budget gives changes nothing: the chapter's 8192 tokens -> 8 layers a round
     assert split_levels.prefill_layers_per_round(8192, 36, max_layers=16) == 8
     assert split_levels.prefill_rounds(8192, 36, max_layers=3) == 12
-    assert split_levels.prefill_layers_per_round(0, 36, max_layers=2) == 36  # no prefill tokens: all layers, uncapped
+    # no prefill tokens: all layers, uncapped
+    assert split_levels.prefill_layers_per_round(0, 36, max_layers=2) == 36
     for bad in (-1, True, 1.5):
         with pytest.raises(InputError, match="max_split_forward_layers"):
             split_levels.prefill_layers_per_round(1024, 40, 65536, max_layers=bad)
@@ -168,7 +169,8 @@ group_nums = st.integers(min_value=3, max_value=16)
 def _reference_candidates(total: int, major: int) -> list[int]:
     """An independent restatement of the candidate rule (granularity, half, decode >= 16)."""
     minimum, multiple = {6: (1, 1), 7: (2, 2), 8: (4, 2)}.get(major, (8, 8))
-    return [x for x in range(1, total) if x >= minimum and total - x >= minimum and (x - minimum) % multiple == 0
+    return [x for x in range(1, total) if x >= minimum and total - x >= minimum
+            and (x - minimum) % multiple == 0
             and 2 * x >= total and total - x >= 16]
 
 

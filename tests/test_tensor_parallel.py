@@ -95,7 +95,8 @@ def test_user_profile_without_interconnect_cannot_do_tp(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("extra, message", [
-    ("interconnect: infiniband\ninterconnect_bytes_per_s: 5.0e10\ninterconnect_latency_s: 1.0e-6\n", "nvlink, pcie"),
+    ("interconnect: infiniband\ninterconnect_bytes_per_s: 5.0e10\ninterconnect_latency_s: 1.0e-6\n",
+     "nvlink, pcie"),
     ("interconnect: nvlink\n", "go together"),
     ("interconnect: nvlink\ninterconnect_bytes_per_s: 4.5e14\ninterconnect_latency_s: 6.0e-7\n", "from"),
 ])
@@ -205,7 +206,8 @@ def test_custom_allreduce_up_to_8_mib_nccl_above() -> None:
     c = tp_collectives(find_gpu("h100"), 8)
     assert c.custom is not None and c.allreduce_s(CUSTOM_MAX_BYTES) == pytest.approx(
         c.custom.time_s(CUSTOM_MAX_BYTES, 8, 450e9))
-    assert c.allreduce_s(CUSTOM_MAX_BYTES + 16) == pytest.approx(c.nccl.time_s(CUSTOM_MAX_BYTES + 16, 8, 450e9))
+    assert c.allreduce_s(CUSTOM_MAX_BYTES + 16) == pytest.approx(c.nccl.time_s(
+        CUSTOM_MAX_BYTES + 16, 8, 450e9))
     # PCIe beyond 2 GPUs: SGLang's custom all-reduce needs full NVLink, so NCCL at every size, with
     # NCCL's 1 us per extra ring step (2 (N - 1) steps) beyond the 2-GPU fit
     l40s = tp_collectives(find_gpu("l40s"), 4)
@@ -247,9 +249,11 @@ def test_fit_recovers_its_own_constants() -> None:
     from pdmux_cli.costmodel.fit import fit_allreduce
 
     truth = LinkFit(8e-6, 0.7)
-    points = [AllReduce("x", "nccl", 8, b, truth.time_s(b, 8, 450e9)) for b in (2 ** k for k in range(12, 27))]
+    points = [AllReduce("x", "nccl", 8, b, truth.time_s(b, 8, 450e9))
+              for b in (2 ** k for k in range(12, 27))]
     got = fit_allreduce(points, 450e9, "synthetic")
-    assert got.latency_s == pytest.approx(8e-6, abs=0.6e-6) and got.bandwidth_efficiency == pytest.approx(0.7, abs=0.02)
+    assert got.latency_s == pytest.approx(8e-6, abs=0.6e-6) and got.bandwidth_efficiency == pytest.approx(
+        0.7, abs=0.02)
     assert got.median_error < 0.02 and got.points == 15
 
 
@@ -296,7 +300,8 @@ def test_models_that_need_tp_fit_with_tp8() -> None:
         assert not any(n.startswith("does not fit") for n in render_all(est.notes))
     assert fitting_tp(h100, load_model("llama-3.1-70b"), Scenario()) == 2
     # gpt-oss-120b (MXFP4 experts, 65 GB) already fits one H100; with TP 8 each GPU holds 8.2 GB
-    assert memory_check(h100, load_model("gpt-oss-120b"), Scenario(tp=8)).weight_bytes == pytest.approx(8.17e9, rel=0.01)
+    assert memory_check(h100, load_model("gpt-oss-120b"),
+                        Scenario(tp=8)).weight_bytes == pytest.approx(8.17e9, rel=0.01)
 
 
 def test_deepseek_v3_needs_h200_for_one_server() -> None:
@@ -379,7 +384,8 @@ def test_simulate_tp_reports_gpus_per_policy() -> None:
     table = run("simulate", AZURE, "--model", "llama-3.1-70b", "--tp", "8", "--max-requests", "20").stdout
     assert "8 x H100 SXM5 80GB (TP 8)" in table and "GPUs" in table
     # one GPU cannot hold it: every policy is refused with the reason
-    assert_one_line_error(run("simulate", AZURE, "--model", "llama-3.1-70b", "--max-requests", "5"), 2, "does not fit")
+    assert_one_line_error(run("simulate", AZURE, "--model", "llama-3.1-70b", "--max-requests", "5"), 2,
+                          "does not fit")
 
 
 def test_capacity_and_tune_take_tp(tmp_path: Path) -> None:
@@ -390,18 +396,18 @@ def test_capacity_and_tune_take_tp(tmp_path: Path) -> None:
     assert d["gpus"] == 8 and {p["gpus"] for p in d["policies"]} == {8}
     assert "--tp-size 8" in d["verdict"] or "sustain" in d["verdict"]
     out = tmp_path / "t.yaml"
-    r = run("tune", "--trace", AZURE, "--model", "llama-3.1-70b", "--tp", "8", "--slo-ttft", "2000", "--slo-itl", "60",
-            "--max-requests", "20", "--budgets", "65536", "--divisors", "36", "--sm-group-nums", "8", "--workers", "1",
-            "--output", str(out))
+    r = run("tune", "--trace", AZURE, "--model", "llama-3.1-70b", "--tp", "8", "--slo-ttft", "2000",
+            "--slo-itl", "60", "--max-requests", "20", "--budgets", "65536", "--divisors", "36",
+            "--sm-group-nums", "8", "--workers", "1", "--output", str(out))
     assert r.exit_code == 0, r.stderr
     text = " ".join(r.stdout.split())
     assert "every policy on 8 GPU(s) (TP 8, one rank simulated)" in text and text.endswith("--tp-size 8")
 
 
 def test_tune_json_says_gpus_per_row() -> None:
-    r = run("tune", "--trace", AZURE, "--model", "llama-3.1-70b", "--tp", "8", "--slo-ttft", "2000", "--slo-itl", "60",
-            "--max-requests", "10", "--budgets", "65536", "--divisors", "36", "--sm-group-nums", "8", "--workers", "1",
-            "--json")
+    r = run("tune", "--trace", AZURE, "--model", "llama-3.1-70b", "--tp", "8", "--slo-ttft", "2000",
+            "--slo-itl", "60", "--max-requests", "10", "--budgets", "65536", "--divisors", "36",
+            "--sm-group-nums", "8", "--workers", "1", "--json")
     assert r.exit_code == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["gpus"] == d["tp"] == 8

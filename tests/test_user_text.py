@@ -12,12 +12,14 @@ from pdmux_cli.util.numbers import MAX_DIGITS, plain_int
 from pdmux_cli.util.yaml_input import load_yaml
 
 
-@pytest.mark.parametrize(("text", "value"), [("132", 132), (" 8 ", 8), ("0", 0), ("9" * MAX_DIGITS, int("9" * MAX_DIGITS))])
+@pytest.mark.parametrize(("text", "value"),
+                         [("132", 132), (" 8 ", 8), ("0", 0), ("9" * MAX_DIGITS, int("9" * MAX_DIGITS))])
 def test_plain_int_accepts(text, value) -> None:
     assert plain_int(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "²", "٣", "1_000", "-1", "+1", "1.0", "1e3", "9" * (MAX_DIGITS + 1), "1 2"])
+@pytest.mark.parametrize("text",
+                         ["", "²", "٣", "1_000", "-1", "+1", "1.0", "1e3", "9" * (MAX_DIGITS + 1), "1 2"])
 def test_plain_int_refuses(text) -> None:
     assert plain_int(text) is None
 

@@ -43,13 +43,15 @@ class Clocks:
             handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id)
         except pynvml.NVMLError as exc:
             pynvml.nvmlShutdown()
-            return None, f"NVML has no device at PCI bus {pci_bus_id} ({exc}): no SM or memory clocks recorded"
+            return (None,
+                    f"NVML has no device at PCI bus {pci_bus_id} ({exc}): no SM or memory clocks recorded")
         return cls(pynvml, handle), None
 
     def _read(self, getter: Any) -> tuple[float, float] | None:
         nvml = self._nvml
         try:
-            return float(getter(self._handle, nvml.NVML_CLOCK_SM)), float(getter(self._handle, nvml.NVML_CLOCK_MEM))
+            return float(getter(self._handle, nvml.NVML_CLOCK_SM)), float(getter(
+                self._handle, nvml.NVML_CLOCK_MEM))
         except nvml.NVMLError:
             return None
 

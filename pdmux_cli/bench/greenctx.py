@@ -85,8 +85,8 @@ def install_hint(driver_version: int | None) -> str:
     (torch's wheels on PyPI are CUDA 13 builds from 2.11 on); newer drivers take ``bench``.
     """
     if driver_version is not None and driver_version // 1000 == 12:
-        return ("pip install 'pdmux[bench-cu12]' (cuda-python>=12.8,<13, nvidia-cuda-nvrtc-cu12 and torch<2.11: "
-                "PyPI's torch wheels are CUDA 13 builds from 2.11 on)")
+        return ("pip install 'pdmux[bench-cu12]' (cuda-python>=12.8,<13, nvidia-cuda-nvrtc-cu12 and "
+                "torch<2.11: PyPI's torch wheels are CUDA 13 builds from 2.11 on)")
     return "pip install 'pdmux[bench]' (torch, cuda-python>=12.8, nvidia-cuda-nvrtc, nvidia-ml-py)"
 
 
@@ -126,10 +126,11 @@ def driver_module() -> Any:
         installed = _installed_cuda_python()
         if installed is not None:
             raise DeviceError(
-                f"cuda-python {installed} has no cuda.bindings (12.4.0-12.6.0 lack it); the bench needs cuda-python "
-                f">= {'.'.join(map(str, MIN_BINDINGS_VERSION))}: {PIP_HINT}"
+                f"cuda-python {installed} has no cuda.bindings (12.4.0-12.6.0 lack it); the bench needs "
+                f"cuda-python >= {'.'.join(map(str, MIN_BINDINGS_VERSION))}: {PIP_HINT}"
             ) from None
-        raise DeviceError(f"cuda-python is not installed (the bench drives green contexts with it): {PIP_HINT}") from None
+        raise DeviceError("cuda-python is not installed (the bench drives green contexts with it): "
+                          f"{PIP_HINT}") from None
     return driver
 
 
@@ -235,8 +236,8 @@ def set_max_connections(environ: MutableMapping[str, str] | None = None) -> str:
                 f"(value in effect: {previous if previous is not None else 'unset, CUDA default 8'})")
     env[CONNECTIONS_VAR] = str(MAX_CONNECTIONS)
     was = "" if previous in (None, str(MAX_CONNECTIONS)) else f"; it was {previous}"
-    _connections_note = (f"{CONNECTIONS_VAR}={MAX_CONNECTIONS} set by pdmux before CUDA started (one hardware work queue "
-                         f"per stream; CUDA's default is 8, as SGLang sets{was})")
+    _connections_note = (f"{CONNECTIONS_VAR}={MAX_CONNECTIONS} set by pdmux before CUDA started (one "
+                         f"hardware work queue per stream; CUDA's default is 8, as SGLang sets{was})")
     return _connections_note
 
 
@@ -263,7 +264,8 @@ def probe_device(index: int = 0) -> DeviceInfo:
     connections = set_max_connections()
     try:
         result = drv.cuInit(0)
-    except (RuntimeError, OSError, ImportError) as exc:  # cuda.pathfinder's DynamicLibNotFoundError is a RuntimeError
+    # cuda.pathfinder's DynamicLibNotFoundError is a RuntimeError
+    except (RuntimeError, OSError, ImportError) as exc:
         raise DeviceError(_no_driver_message(exc)) from None
     err = result[0]
     if _code(err) != 0:
@@ -273,8 +275,8 @@ def probe_device(index: int = 0) -> DeviceInfo:
     version = call(drv.cuDriverGetVersion(), "cuDriverGetVersion")
     if version < MIN_DRIVER_VERSION:
         raise DeviceError(
-            f"the NVIDIA driver supports CUDA {version_text(version)}; green contexts need CUDA 12.4 or newer "
-            "(driver 550 or later)"
+            f"the NVIDIA driver supports CUDA {version_text(version)}; green contexts need CUDA 12.4 or "
+            "newer (driver 550 or later)"
         )
     try:
         from cuda import bindings
@@ -290,8 +292,8 @@ def probe_device(index: int = 0) -> DeviceInfo:
         )
     if parsed and parsed[:2] < MIN_BINDINGS_VERSION:
         raise DeviceError(
-            f"cuda-python {bindings_version} is too old for the bench (before 12.8 it lacks cuda.bindings or does not "
-            f"find pip's NVRTC): {install_hint(version)}"
+            f"cuda-python {bindings_version} is too old for the bench (before 12.8 it lacks cuda.bindings or "
+            f"does not find pip's NVRTC): {install_hint(version)}"
         )
     count = call(drv.cuDeviceGetCount(), "cuDeviceGetCount")
     if count < 1:
@@ -317,7 +319,8 @@ def probe_device(index: int = 0) -> DeviceInfo:
                     "cuDeviceGetDevResource(SM)")
     try:
         raw_bus = call(drv.cuDeviceGetPCIBusId(32, dev), "cuDeviceGetPCIBusId")
-        bus = raw_bus.split(b"\x00")[0].decode(errors="replace").strip() if isinstance(raw_bus, bytes) else str(raw_bus)
+        bus = raw_bus.split(b"\x00")[0].decode(errors="replace").strip() if isinstance(
+            raw_bus, bytes) else str(raw_bus)
     except (DeviceError, AttributeError):  # only the clocks need it
         bus = ""
     minimum = int(getattr(resource.sm, "minSmPartitionSize", 0) or 0)
@@ -413,8 +416,8 @@ class _GreenContexts(abc.ABC):
     def _split(self, resource: Any, sms: int, what: str) -> tuple[Any, Any]:
         """One group of at least ``sms`` SMs and the remainder, from ``resource`` (one split call)."""
         groups, count, remainder = call(
-            self._drv.cuDevSmResourceSplitByCount(1, resource, 0, sms), f"cuDevSmResourceSplitByCount ({what})",
-            split=True,
+            self._drv.cuDevSmResourceSplitByCount(1, resource, 0, sms),
+            f"cuDevSmResourceSplitByCount ({what})", split=True,
         )
         if int(count) < 1:
             raise SplitRefused(
@@ -433,7 +436,8 @@ class _GreenContexts(abc.ABC):
             return None
         if self._wq_limit is None:
             drv = self._drv
-            wq = call(drv.cuDeviceGetDevResource(self._dev(), drv.CUdevResourceType.CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG),
+            wq = call(drv.cuDeviceGetDevResource(self._dev(),
+                                                 drv.CUdevResourceType.CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG),
                       "cuDeviceGetDevResource(WORKQUEUE_CONFIG)")
             self._wq_limit = max(1, int(wq.wqConfig.wqConcurrencyLimit) // self._working_contexts)
         return self._wq_limit
@@ -442,7 +446,8 @@ class _GreenContexts(abc.ABC):
         """A WORKQUEUE_CONFIG resource with the balanced scope and ``limit``, as PyTorch's
         ``torch.cuda.green_contexts.GreenContext(workqueue_scope="balanced")`` builds it."""
         drv = self._drv
-        wq = call(drv.cuDeviceGetDevResource(self._dev(), drv.CUdevResourceType.CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG),
+        wq = call(drv.cuDeviceGetDevResource(self._dev(),
+                                             drv.CUdevResourceType.CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG),
                   "cuDeviceGetDevResource(WORKQUEUE_CONFIG)")
         wq.wqConfig.sharingScope = drv.CUdevWorkqueueConfigScope.CU_WORKQUEUE_SCOPE_GREEN_CTX_BALANCED
         wq.wqConfig.wqConcurrencyLimit = limit
@@ -450,8 +455,8 @@ class _GreenContexts(abc.ABC):
 
     def _create(self, resources: list[Any], what: str) -> Any:
         drv = self._drv
-        desc = call(drv.cuDevResourceGenerateDesc(resources, len(resources)), f"cuDevResourceGenerateDesc ({what})",
-                    split=True)
+        desc = call(drv.cuDevResourceGenerateDesc(resources, len(resources)),
+                    f"cuDevResourceGenerateDesc ({what})", split=True)
         flags = int(drv.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM)
         ctx = call(drv.cuGreenCtxCreate(desc, self._dev(), flags), f"cuGreenCtxCreate ({what})", split=True)
         self._contexts.append(ctx)
@@ -465,13 +470,15 @@ class _GreenContexts(abc.ABC):
         limit = self._workqueue_limit() if working else None
         if limit is not None:
             try:
-                return self._create([resource, self._balanced_workqueue(limit)], what), f"balanced, limit {limit}"
+                return self._create([resource, self._balanced_workqueue(limit)],
+                                    what), f"balanced, limit {limit}"
             except DeviceError as exc:  # keep the split; lose only the queue configuration
                 self.workqueue_problem = str(exc)
         return self._create([resource], what), "shared"
 
     def _granted(self, ctx: Any, what: str) -> int:
-        res = call(self._drv.cuGreenCtxGetDevResource(ctx, self._sm_type()), f"cuGreenCtxGetDevResource ({what})")
+        res = call(self._drv.cuGreenCtxGetDevResource(ctx, self._sm_type()),
+                   f"cuGreenCtxGetDevResource ({what})")
         return int(res.sm.smCount)
 
     def _stream(self, ctx: Any, what: str) -> Any:
@@ -578,7 +585,8 @@ class SmPartition(_GreenContexts):
         self.partition: Partition | None = None
 
     def _open(self) -> None:
-        device_res = call(self._drv.cuDeviceGetDevResource(self._dev(), self._sm_type()), "cuDeviceGetDevResource")
+        device_res = call(self._drv.cuDeviceGetDevResource(self._dev(), self._sm_type()),
+                          "cuDeviceGetDevResource")
         group, _ = self._split(device_res, self.sms, f"{self.sms} of {self.info.sm_count} SMs")
         self.partition = self._partition(group, "solo", self.sms)
 
@@ -605,7 +613,8 @@ class LevelPartitions(_GreenContexts):
         super().__init__(info)
         if prefill_sms <= 0 or decode_sms <= 0 or prefill_sms + decode_sms > info.sm_count:
             raise InputError(
-                f"level {prefill_sms}/{decode_sms}: both counts must be > 0 and add up to at most {info.sm_count} SMs"
+                f"level {prefill_sms}/{decode_sms}: both counts must be > 0 and add up to at most "
+                f"{info.sm_count} SMs"
             )
         self.prefill_sms, self.decode_sms = prefill_sms, decode_sms
         self.prefill: Partition | None = None
@@ -622,20 +631,25 @@ class LevelPartitions(_GreenContexts):
     def _open(self) -> None:
         p, d = self.prefill_sms, self.decode_sms
         level = f"level {p}/{d}"
-        device_res = call(self._drv.cuDeviceGetDevResource(self._dev(), self._sm_type()), "cuDeviceGetDevResource")
+        device_res = call(self._drv.cuDeviceGetDevResource(self._dev(), self._sm_type()),
+                          "cuDeviceGetDevResource")
         intermediate = None
         if self.whole_device:
             self.pair_granted_sms = int(device_res.sm.smCount)
-            group, remainder = self._split(device_res, p, f"{p} prefill SMs of the device's {self.pair_granted_sms} for {level}")
+            group, remainder = self._split(device_res, p,
+                                           f"{p} prefill SMs of the device's {self.pair_granted_sms} for "
+                                           f"{level}")
         else:
             pair, _ = self._split(device_res, p + d, f"{p + d} of {self.info.sm_count} SMs for {level}")
             intermediate, _ = self._context(pair, f"{level} intermediate")
             pair_res = call(self._drv.cuGreenCtxGetDevResource(intermediate, self._sm_type()),
                             f"cuGreenCtxGetDevResource ({level} intermediate)")
             self.pair_granted_sms = int(pair_res.sm.smCount)
-            group, remainder = self._split(pair_res, p, f"{p} prefill SMs of the {self.pair_granted_sms} for {level}")
+            group, remainder = self._split(pair_res, p,
+                                           f"{p} prefill SMs of the {self.pair_granted_sms} for {level}")
         if int(remainder.sm.smCount) <= 0:
-            raise SplitRefused(f"the driver refused the split {level}: no SMs left for decode after {p} for prefill")
+            raise SplitRefused(f"the driver refused the split {level}: no SMs left for decode after {p} for "
+                               "prefill")
         self.prefill = self._partition(group, "prefill", p)
         self.decode = self._partition(remainder, "decode", d)
         if intermediate is not None:

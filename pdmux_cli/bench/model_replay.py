@@ -1,4 +1,5 @@
-"""The model replay on a device (``pdmux bench --model``): build a model's layers in torch and run SGLang's loop.
+"""The model replay on a device (``pdmux bench --model``): build a model's layers in torch and run SGLang's
+loop.
 
 torch is imported by the caller and passed in (nothing here imports it at module level: the CLI and the
 CPU tests import this module without it). The plan (:mod:`.replay_plan`) fixes what is built and run;
@@ -87,7 +88,8 @@ def import_torch_cpu() -> Any:
     try:
         import torch
     except ImportError:
-        raise DeviceError(f"torch is not installed (the model replay runs torch layers): {greenctx.PIP_HINT}") from None
+        raise DeviceError("torch is not installed (the model replay runs torch layers): "
+                          f"{greenctx.PIP_HINT}") from None
     return torch
 
 
@@ -168,7 +170,8 @@ class ReplayModel:
     runs on the device). Raises :class:`DeviceError` when the device runs out of memory building it.
     """
 
-    def __init__(self, torch: Any, plan: ReplayPlan, device: ReplayDevice, grouped_mm: bool | None = None) -> None:
+    def __init__(self, torch: Any, plan: ReplayPlan, device: ReplayDevice,
+                 grouped_mm: bool | None = None) -> None:
         self.torch, self.plan, self.device = torch, plan, device
         self.F = torch.nn.functional
         m = self.m = plan.model
@@ -187,7 +190,8 @@ class ReplayModel:
             self.layers: dict[tuple[LayerKind, int], dict[str, Any]] = {}
             for kind, copies in plan.memory.built:
                 for copy in range(copies):
-                    w = {ws.name: rand(ws.shape, 1 / math.sqrt(ws.shape[-1])) for ws in layer_weights(m, kind)}
+                    w = {ws.name: rand(ws.shape, 1 / math.sqrt(ws.shape[-1]))
+                         for ws in layer_weights(m, kind)}
                     w["norm_in"] = torch.ones(m.hidden_size, device=dev, dtype=bf16)
                     w["norm_post"] = torch.ones(m.hidden_size, device=dev, dtype=bf16)
                     cached = attended_tokens(m, kind, ctx) + 1
@@ -217,8 +221,9 @@ class ReplayModel:
         if m.is_moe:
             self.grouped_mm = self._probe_grouped_mm() if grouped_mm is None else grouped_mm
             if not self.grouped_mm:
-                self.notes.append("MoE experts ran one GEMM each with the routing read on the host (this torch has no "
-                                  "usable torch._grouped_mm): no CUDA graph for decode, MoE times are not SGLang's")
+                self.notes.append("MoE experts ran one GEMM each with the routing read on the host (this "
+                                  "torch has no usable torch._grouped_mm): no CUDA graph for decode, MoE "
+                                  "times are not SGLang's")
 
     @property
     def moe_kernel(self) -> str | None:
@@ -228,7 +233,8 @@ class ReplayModel:
 
     def _rope_tables(self, positions: Any) -> tuple[Any, Any]:
         torch, hd = self.torch, self.m.head_dim
-        inv = 1.0 / (ROPE_THETA ** (torch.arange(0, hd, 2, device=positions.device, dtype=torch.float32) / hd))
+        inv = 1.0 / (ROPE_THETA ** (torch.arange(0, hd, 2, device=positions.device,
+                                                 dtype=torch.float32) / hd))
         angles = positions[:, None] * inv[None, :]
         angles = torch.cat((angles, angles), dim=-1)[:, None, :]  # tokens x 1 x head_dim
         return angles.cos().to(torch.bfloat16), angles.sin().to(torch.bfloat16)
@@ -241,8 +247,8 @@ class ReplayModel:
         try:
             self.F.scaled_dot_product_attention(q, k, k, enable_gqa=True)
         except (TypeError, RuntimeError):
-            self.notes.append("this torch's scaled_dot_product_attention has no enable_gqa: K and V are repeated per "
-                              "query head (more memory traffic than SGLang's GQA kernels)")
+            self.notes.append("this torch's scaled_dot_product_attention has no enable_gqa: K and V are "
+                              "repeated per query head (more memory traffic than SGLang's GQA kernels)")
             return False
         return True
 
@@ -262,14 +268,17 @@ class ReplayModel:
     # -- one layer ---------------------------------------------------------------------------------
     def _sdpa(self, q: Any, k: Any, v: Any, causal: bool = False, mask: Any = None) -> Any:
         if self.gqa_native:
-            return self.F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=True)
+            return self.F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                                       enable_gqa=True)
         groups = q.shape[1] // k.shape[1]
         return self.F.scaled_dot_product_attention(q, k.repeat_interleave(groups, dim=1),
-                                                   v.repeat_interleave(groups, dim=1), attn_mask=mask, is_causal=causal)
+                                                   v.repeat_interleave(groups, dim=1), attn_mask=mask,
+                                                   is_causal=causal)
 
     def _sliding_prefill(self, q: Any, k: Any, v: Any) -> Any:
         """Causal attention where each query sees its last ``sliding_window`` keys (itself included), in
-        query blocks of at least :data:`SLIDING_QUERY_BLOCK` with a band mask each. ``q``: 1 x heads x T x d."""
+        query blocks of at least :data:`SLIDING_QUERY_BLOCK` with a band mask each. ``q``: 1 x heads x T x
+        d."""
         torch = self.torch
         window, tokens = self.m.sliding_window, q.shape[2]
         block = max(SLIDING_QUERY_BLOCK, window)
@@ -280,7 +289,8 @@ class ReplayModel:
             qi = torch.arange(start, end, device=q.device)[:, None]
             kj = torch.arange(first, end, device=q.device)[None, :]
             mask = (kj <= qi) & (qi - kj < window)
-            out[:, :, start:end] = self._sdpa(q[:, :, start:end], k[:, :, first:end], v[:, :, first:end], mask=mask)
+            out[:, :, start:end] = self._sdpa(q[:, :, start:end], k[:, :, first:end], v[:, :, first:end],
+                                              mask=mask)
         return out
 
     def _mlp(self, h: Any, gate_up: Any, down: Any) -> Any:
@@ -309,7 +319,8 @@ class ReplayModel:
             for expert in sorted(set(ids)):
                 where = torch.tensor([i for i, e in enumerate(ids) if e == expert], device=h.device)
                 token = where // k
-                y = self._mlp(h.index_select(0, token), w["experts_gate_up"][expert], w["experts_down"][expert])
+                y = self._mlp(h.index_select(0, token), w["experts_gate_up"][expert],
+                              w["experts_down"][expert])
                 out.index_add_(0, token, y * top_w.index_select(0, where).unsqueeze(1))
         if m.num_shared_experts:
             out = out + self._mlp(h, w["shared_gate_up"], w["shared_down"])
@@ -356,10 +367,11 @@ class ReplayModel:
         self._logits_argmax(x, self.decode_tokens)
 
     def prefill_slice(self, start: int, end: int) -> None:
-        """Layers ``[start, end)`` of the prompt's prefill (from the prompt at 0; the lm_head on the last token
-        after the model's last layer). Raises :class:`InputError` for a range outside the layers."""
+        """Layers ``[start, end)`` of the prompt's prefill (from the prompt at 0; the lm_head on the last
+        token after the model's last layer). Raises :class:`InputError` for a range outside the layers."""
         if not 0 <= start < end <= self.m.num_layers:
-            raise InputError(f"prefill slice [{start}, {end}) is outside the model's {self.m.num_layers} layers")
+            raise InputError(f"prefill slice [{start}, {end}) is outside the model's {self.m.num_layers} "
+                             "layers")
         x = self.x_prompt if start == 0 else self._carry
         for i in range(start, end):
             kind, copy = self.plan.layer_map[i]
@@ -518,7 +530,8 @@ def time_corun(device: ReplayDevice, step: Callable[[], None], model: ReplayMode
     """``plan.repeats`` episodes after one untimed one: ITL over every round, the decode step's device time,
     the prefill's per episode, the median rounds per episode."""
     corun_episode(device, step, model, prefill_stream, decode_stream)
-    episodes = [corun_episode(device, step, model, prefill_stream, decode_stream) for _ in range(plan.repeats)]
+    episodes = [corun_episode(device, step, model, prefill_stream, decode_stream)
+                for _ in range(plan.repeats)]
     rounds = sorted(len(e.round_ms) for e in episodes)
     return CorunTimes(
         itl=TimeStats.from_ms([t for e in episodes for t in e.round_ms]),
@@ -529,7 +542,8 @@ def time_corun(device: ReplayDevice, step: Callable[[], None], model: ReplayMode
 
 
 @contextlib.contextmanager
-def level_streams(device: ReplayDevice, info: Any, prefill_sms: int, decode_sms: int) -> Iterator[tuple[Any, Any, Any, Any]]:
+def level_streams(device: ReplayDevice, info: Any, prefill_sms: int,
+                  decode_sms: int) -> Iterator[tuple[Any, Any, Any, Any]]:
     """``(prefill stream, decode stream, granted prefill SMs, granted decode SMs)`` of one level: green
     contexts on a GPU (torch ``ExternalStream``s over them), ``(None, None, None, None)`` on the CPU."""
     if not device.is_cuda:
@@ -566,7 +580,8 @@ def measure_whole(device: ReplayDevice, model: ReplayModel, notes: list[str]) ->
     return WholeReplay(decode, prefill)
 
 
-def measure_level(device: ReplayDevice, model: ReplayModel, info: Any, split: Any, notes: list[str]) -> LevelReplay:
+def measure_level(device: ReplayDevice, model: ReplayModel, info: Any, split: Any,
+                  notes: list[str]) -> LevelReplay:
     """One level: decode alone on its decode partition, the prefill alone on its prefill partition, then
     both in SGLang's loop. The decode graph is captured on the level's decode stream."""
     plan = model.plan
@@ -585,7 +600,8 @@ def measure_level(device: ReplayDevice, model: ReplayModel, info: Any, split: An
     )
 
 
-def run_info(plan: ReplayPlan, device: ReplayDevice, info: Any = None, model: ReplayModel | None = None) -> ReplayRunInfo:
+def run_info(plan: ReplayPlan, device: ReplayDevice, info: Any = None,
+             model: ReplayModel | None = None) -> ReplayRunInfo:
     """Identity of the run (device, versions, UTC date)."""
     torch = device.torch
     date, started = now_utc()
@@ -593,11 +609,11 @@ def run_info(plan: ReplayPlan, device: ReplayDevice, info: Any = None, model: Re
     name = torch.cuda.get_device_name(device.dev) if device.is_cuda else "cpu"
     return ReplayRunInfo(
         device_kind=device.kind, device_name=name, gpu_name=dev.name, sm_count=dev.sm_count,
-        compute_capability=tuple(dev.compute_capability), device_index=info.index if info is not None else None,
-        profile_key=dev.profile_key, torch_version=str(torch.__version__),
+        compute_capability=tuple(dev.compute_capability), device_index=info.index if info is not None
+        else None, profile_key=dev.profile_key, torch_version=str(torch.__version__),
         cuda_version=str(torch.version.cuda) if device.is_cuda else None,
-        driver_cuda_version=info.driver_version_text if info is not None else None, date=date, started_at=started,
-        moe_kernel=model.moe_kernel if model is not None else None,
+        driver_cuda_version=info.driver_version_text if info is not None else None, date=date,
+        started_at=started, moe_kernel=model.moe_kernel if model is not None else None,
         gqa="native" if model is None or model.gqa_native else "repeated",
     )
 

@@ -82,8 +82,9 @@ class PlanDevice:
         """From a ``hardware.Gpu``; raises :class:`InputError` when its SM count is unpublished."""
         return cls(
             name=gpu.name, sm_count=gpu.require_sm_count(), compute_capability=tuple(gpu.compute_capability),
-            l2_bytes=gpu.l2_bytes, memory_bytes=gpu.memory_bytes or None, hbm_bytes_per_s=gpu.hbm_bytes_per_s or None,
-            bf16_dense_flops=gpu.bf16_dense_flops or gpu.fp16_dense_flops, profile_key=gpu.key, source=source,
+            l2_bytes=gpu.l2_bytes, memory_bytes=gpu.memory_bytes or None, hbm_bytes_per_s=gpu.hbm_bytes_per_s
+            or None, bf16_dense_flops=gpu.bf16_dense_flops or gpu.fp16_dense_flops, profile_key=gpu.key,
+            source=source,
         )
 
     @property
@@ -123,7 +124,8 @@ def parse_gemm_shape(text: str) -> GemmShape:
     """``"8192x4096x12288"`` (M x N x K) -> :class:`GemmShape`; :class:`InputError` otherwise."""
     parts = [plain_int(p) for p in re.split(r"[x*, ]+", str(text).strip().lower())]
     if len(parts) != 3 or None in parts:
-        raise InputError(f"--gemm-shape {short_repr(text)}: write MxNxK with positive integers, e.g. 8192x4096x12288")
+        raise InputError(f"--gemm-shape {short_repr(text)}: write MxNxK with positive integers, e.g. "
+                         "8192x4096x12288")
     m, n, k = parts
     if min(m, n, k) <= 0:
         raise InputError(f"--gemm-shape {text!r}: M, N and K must all be > 0")
@@ -136,8 +138,8 @@ def parse_skinny(text: str) -> GemmShape:
     """``"4096x12288"`` (hidden x intermediate) -> the ``32 x intermediate x hidden`` decode GEMM."""
     parts = [plain_int(p) for p in re.split(r"[x*, ]+", str(text).strip().lower())]
     if len(parts) != 2 or None in parts or min(parts) <= 0 or max(parts) > MAX_GEMM_DIM:
-        raise InputError(f"--skinny-gemm {short_repr(text)}: write HIDDENxINTERMEDIATE with positive integers up to "
-                         f"{MAX_GEMM_DIM}, e.g. 4096x12288")
+        raise InputError(f"--skinny-gemm {short_repr(text)}: write HIDDENxINTERMEDIATE with positive "
+                         f"integers up to {MAX_GEMM_DIM}, e.g. 4096x12288")
     hidden, inter = parts
     return GemmShape(SKINNY_ROWS, inter, hidden)
 
@@ -252,14 +254,16 @@ def parse_level_items(text: str) -> list[tuple[str, int | split_levels.Split]]:
             continue
         parts = [plain_int(p) for p in item.replace(":", "/").split("/")]
         if len(parts) != 2 or None in parts:
-            raise InputError(f"--levels {short_repr(item)}: give level numbers (1,3) or PREFILL/DECODE SMs (112/20)")
+            raise InputError(f"--levels {short_repr(item)}: give level numbers (1,3) or PREFILL/DECODE SMs "
+                             "(112/20)")
         items.append((item, split_levels.Split(parts[0], parts[1])))
     if not items:
         raise InputError("--levels: give at least one level, e.g. 1,3 or 112/20")
     return items
 
 
-def _parse_levels(text: str, planned: Sequence[split_levels.Split], total_sms: int) -> list[split_levels.Split]:
+def _parse_levels(text: str, planned: Sequence[split_levels.Split],
+                  total_sms: int) -> list[split_levels.Split]:
     chosen: list[split_levels.Split] = []
     for item, value in parse_level_items(text):
         if isinstance(value, int):
@@ -314,7 +318,8 @@ def make_plan(
     else:
         granularity_source = "driver (minSmPartitionSize, smCoscheduledAlignment)"
     if granularity[0] >= total:
-        raise InputError(f"{device.name} has {total} SMs: too few to split (green contexts need > {granularity[0]})")
+        raise InputError(f"{device.name} has {total} SMs: too few to split (green contexts need > "
+                         f"{granularity[0]})")
     notes: list[str] = []
 
     try:
@@ -338,11 +343,12 @@ def make_plan(
             pair_granted = min(total, max(minimum, -(-(p + d) // multiple) * multiple))
             if levels is not None and pair_granted - prefill_granted <= 0:
                 raise InputError(
-                    f"--levels {p}/{d}: green contexts come in steps of {multiple} SMs (at least {minimum}), so "
-                    f"prefill {p} becomes {prefill_granted} and leaves no SMs for decode: give a prefill count that "
-                    f"is a multiple of {multiple}"
+                    f"--levels {p}/{d}: green contexts come in steps of {multiple} SMs (at least {minimum}), "
+                    f"so prefill {p} becomes {prefill_granted} and leaves no SMs for decode: give a prefill "
+                    f"count that is a multiple of {multiple}"
                 )
-            notes.append(f"level {p}/{d}: {p} prefill SMs is not a multiple of {multiple}; the driver rounds it up")
+            notes.append(f"level {p}/{d}: {p} prefill SMs is not a multiple of {multiple}; the driver rounds "
+                         "it up")
 
     l2 = device.l2_bytes
     floor = MIN_BUFFER_L2_MULTIPLE * l2 if l2 else 0
@@ -366,7 +372,8 @@ def make_plan(
         if skinny_copies > MAX_SKINNY_COPIES:
             raise InputError(
                 f"--skinny-gemm {skinny.k}x{skinny.n}: its {skinny.weight_bytes}-byte weights would need "
-                f"{skinny_copies} copies to stay out of L2; give a real layer (hidden x intermediate, e.g. 4096x12288)"
+                f"{skinny_copies} copies to stay out of L2; give a real layer (hidden x intermediate, e.g. "
+                "4096x12288)"
             )
     plan = BenchPlan(
         device=device, device_index=device_index, granularity=tuple(granularity),
@@ -380,10 +387,12 @@ def make_plan(
     )
     if device.memory_bytes and plan.memory_needed_bytes + MEMORY_HEADROOM_BYTES > device.memory_bytes:
         raise InputError(
-            f"the bench needs {plan.memory_needed_bytes / 1e9:.2f} GB (GEMM {gemm.text} {gemm.operand_bytes} bytes, "
-            f"read buffer 2 x {buffer_bytes} bytes"
-            + (f", skinny GEMM {skinny.k}x{skinny.n} weights {skinny_copies} x {skinny.weight_bytes} bytes" if skinny else "")
-            + f") but {device.name} has {device.memory_bytes / 1e9:.1f} GB: use a smaller --gemm-shape or --buffer-bytes"
+            f"the bench needs {plan.memory_needed_bytes / 1e9:.2f} GB (GEMM {gemm.text} {gemm.operand_bytes} "
+            f"bytes, read buffer 2 x {buffer_bytes} bytes"
+            + (f", skinny GEMM {skinny.k}x{skinny.n} weights {skinny_copies} x {skinny.weight_bytes} bytes"
+               if skinny else "")
+            + f") but {device.name} has {device.memory_bytes / 1e9:.1f} GB: use a smaller --gemm-shape or "
+            "--buffer-bytes"
             + (" or --skinny-gemm" if skinny else "")
         )
     return plan
@@ -427,7 +436,8 @@ def plan_dict(plan: BenchPlan) -> dict[str, Any]:
     dev = plan.device
     kernels_list: list[dict[str, Any]] = [
         {
-            "name": "pdmux_read_bw", "kind": "bandwidth", "role": "decode probe (and the solo bandwidth sweep)",
+            "name": "pdmux_read_bw", "kind": "bandwidth",
+            "role": "decode probe (and the solo bandwidth sweep)",
             "compiled": "NVRTC at run time (cubin for the device's sm_XY)",
             "bytes_per_launch": plan.read_bytes_per_launch, "grid_blocks": plan.read_grid_blocks,
             "block_threads": kernels.READ_BLOCK, "loads_in_flight_per_thread": kernels.READ_UNROLL,
@@ -439,16 +449,19 @@ def plan_dict(plan: BenchPlan) -> dict[str, Any]:
             "operand_bytes": plan.gemm.operand_bytes,
         },
         {
-            "name": "pdmux_mark", "kind": "marker", "role": "%globaltimer before and after each unit of GEMMs (co-run overlap)",
-            "grid_blocks": 1, "block_threads": 1,
+            "name": "pdmux_mark", "kind": "marker",
+            "role": "%globaltimer before and after each unit of GEMMs (co-run overlap)", "grid_blocks": 1,
+            "block_threads": 1,
         },
         {
-            "name": "pdmux_spin", "kind": "gate", "role": "launch gate: holds the GPU while a measurement is queued",
-            "grid_blocks": 1, "block_threads": 1, "min_ms": GATE_MS,
+            "name": "pdmux_spin", "kind": "gate",
+            "role": "launch gate: holds the GPU while a measurement is queued", "grid_blocks": 1,
+            "block_threads": 1, "min_ms": GATE_MS,
         },
         {
             "name": "pdmux_smid", "kind": "smid", "role": "which SMs each partition runs on",
-            "grid_blocks": plan.smid_blocks, "block_threads": kernels.SMID_BLOCK, "spin_ns": kernels.SMID_SPIN_NS,
+            "grid_blocks": plan.smid_blocks, "block_threads": kernels.SMID_BLOCK,
+            "spin_ns": kernels.SMID_SPIN_NS,
         },
         {"name": "copy_", "kind": "ceiling", "role": "device-to-device copy, default stream",
          "bytes_per_launch": plan.copy_bytes_per_launch},
@@ -475,7 +488,8 @@ def plan_dict(plan: BenchPlan) -> dict[str, Any]:
         "granularity_multiple_sms": plan.granularity[1],
         "granularity_source": plan.granularity_source,
         "sweep_sms": list(plan.sweep_sms),
-        "levels": [{"level": i, "prefill_sms": p, "decode_sms": d} for i, (p, d) in enumerate(plan.levels, start=1)],
+        "levels": [{"level": i, "prefill_sms": p, "decode_sms": d}
+                   for i, (p, d) in enumerate(plan.levels, start=1)],
         "level_source": plan.level_source,
         "gemm_shape_mnk": [plan.gemm.m, plan.gemm.n, plan.gemm.k],
         "gemm_flops_per_launch": plan.gemm.flops,

@@ -31,7 +31,8 @@ def write_png(res: BenchResults, path: str | Path) -> Path:
 
     xs = [p.granted_sms for p in res.sweep]
     ax_bw.plot(xs, [p.read.median / 1e9 for p in res.sweep], "o-", label="read kernel (median)")
-    ax_bw.fill_between(xs, [p.read.p10 / 1e9 for p in res.sweep], [p.read.p90 / 1e9 for p in res.sweep], alpha=0.25)
+    ax_bw.fill_between(xs, [p.read.p10 / 1e9 for p in res.sweep], [p.read.p90 / 1e9 for p in res.sweep],
+                       alpha=0.25)
     if res.copy:
         ax_bw.axhline(res.copy.median / 1e9, color="grey", ls="--", label="copy ceiling (read + write)")
     s_sat = res.s_sat_sms()
@@ -42,11 +43,13 @@ def write_png(res: BenchResults, path: str | Path) -> Path:
     ax_bw.set_title("HBM read bandwidth, kernel alone")
     ax_bw.legend(fontsize=8)
 
-    ax_fl.plot(xs, [p.gemm.median / 1e12 for p in res.sweep], "o-", color="tab:green", label="bf16 GEMM (median)")
+    ax_fl.plot(xs, [p.gemm.median / 1e12 for p in res.sweep], "o-", color="tab:green",
+               label="bf16 GEMM (median)")
     ax_fl.fill_between(xs, [p.gemm.p10 / 1e12 for p in res.sweep], [p.gemm.p90 / 1e12 for p in res.sweep],
                        color="tab:green", alpha=0.25)
     if res.matmul:
-        ax_fl.axhline(res.matmul.median / 1e12, color="grey", ls="--", label="whole-GPU matmul, default stream")
+        ax_fl.axhline(res.matmul.median / 1e12, color="grey", ls="--",
+                      label="whole-GPU matmul, default stream")
     ax_fl.set_xlabel("SMs")
     ax_fl.set_ylabel("TFLOP/s")
     ax_fl.set_title("GEMM throughput, kernel alone")
@@ -55,8 +58,10 @@ def write_png(res: BenchResults, path: str | Path) -> Path:
     if res.levels:
         labels = [f"{lv.prefill_sms}/{lv.decode_sms}" for lv in res.levels]
         pos = list(range(len(labels)))
-        ax_co.bar([p - 0.2 for p in pos], [(1 - lv.flops_factor) * 100 for lv in res.levels], 0.4, label="GEMM loss")
-        ax_co.bar([p + 0.2 for p in pos], [(1 - lv.bandwidth_factor) * 100 for lv in res.levels], 0.4, label="read loss")
+        ax_co.bar([p - 0.2 for p in pos], [(1 - lv.flops_factor) * 100 for lv in res.levels], 0.4,
+                  label="GEMM loss")
+        ax_co.bar([p + 0.2 for p in pos], [(1 - lv.bandwidth_factor) * 100 for lv in res.levels], 0.4,
+                  label="read loss")
         ax_co.set_xticks(pos)
         ax_co.set_xticklabels(labels, rotation=30)
         ax_co.axhline(0, color="black", lw=0.8)

@@ -9,10 +9,10 @@ decides:
   head_dim`` by hidden and O, as SGLang's ``QKVParallelLinear`` / ``RowParallelLinear`` hold them; a gated
   MLP (fused gate+up, then down) or, for MoE layers, the router, every routed expert (fused gate+up and
   down per expert) and the shared experts; the lm_head. Their element counts add up to
-  :func:`pdmux_cli.catalog.model.num_params_total` (tested), so the replay holds the model's parameters layer for
-  layer. Norm weights (``hidden`` elements, two per layer) are built too but not counted, as
-  :mod:`pdmux_cli.catalog.model` does not count them; the input embedding is not built (a decode step gathers one
-  row per token; the replay starts from random hidden states instead);
+  :func:`pdmux_cli.catalog.model.num_params_total` (tested), so the replay holds the model's parameters layer
+  for layer. Norm weights (``hidden`` elements, two per layer) are built too but not counted, as
+  :mod:`pdmux_cli.catalog.model` does not count them; the input embedding is not built (a decode step gathers
+  one row per token; the replay starts from random hidden states instead);
 - **how many layers are built** (:func:`plan_memory`): as many as fit the device's free memory beside
   their KV caches, the lm_head and the activations, at least :data:`MIN_BUILT_LAYERS` (all of them for a
   model with fewer). A step still runs every one of the model's ``num_layers`` layers: layer ``i`` runs a
@@ -86,8 +86,8 @@ def check_replayable(model: Model) -> None:
     """:class:`InputError` for an architecture the replay does not build: DeepSeek's multi-head latent
     attention (its compressed KV needs other attention kernels than ``scaled_dot_product_attention``)."""
     if model.is_mla:
-        raise InputError(f"{model.name} uses multi-head latent attention (DeepSeek MLA): the model replay builds "
-                         "grouped-query attention only ('pdmux estimate' models MLA)")
+        raise InputError(f"{model.name} uses multi-head latent attention (DeepSeek MLA): the model replay "
+                         "builds grouped-query attention only ('pdmux estimate' models MLA)")
 
 
 def layer_kinds(model: Model) -> tuple[LayerKind, ...]:
@@ -109,7 +109,8 @@ def layer_kinds(model: Model) -> tuple[LayerKind, ...]:
 
 
 def layer_weights(model: Model, kind: LayerKind) -> tuple[WeightShape, ...]:
-    """The weights of one layer of ``kind`` (the linear ones :mod:`pdmux_cli.catalog.model` counts; module docstring)."""
+    """The weights of one layer of ``kind`` (the linear ones :mod:`pdmux_cli.catalog.model` counts; module
+    docstring)."""
     check_replayable(model)
     h, heads, kv, hd = model.hidden_size, model.num_attention_heads, model.num_kv_heads, model.head_dim
     weights = [WeightShape("qkv", ((heads + 2 * kv) * hd, h)), WeightShape("o", (h, heads * hd))]
@@ -161,7 +162,8 @@ def kv_elements_per_token(model: Model) -> int:
 def decode_kv_bytes(model: Model, kind: LayerKind, decode_bs: int, context_tokens: int) -> int:
     """Bytes of one built layer's decode KV cache (bf16): ``decode_bs`` requests of the attended context
     plus the slot the step writes."""
-    return BF16_BYTES * kv_elements_per_token(model) * decode_bs * (attended_tokens(model, kind, context_tokens) + 1)
+    return BF16_BYTES * kv_elements_per_token(model) * decode_bs * (attended_tokens(
+        model, kind, context_tokens) + 1)
 
 
 def prefill_kv_bytes(model: Model, prompt_tokens: int) -> int:
@@ -202,8 +204,8 @@ class ReplayMemory:
 
     ``layer_weight_bytes`` / ``decode_kv_bytes`` / ``prefill_kv_bytes``: over the built layers;
     ``head_bytes``: the lm_head; ``activation_bytes``: the prefill's peak (:func:`activation_bytes`) plus a
-    decode step's; ``headroom_bytes``: cuBLAS workspaces and the CUDA context (``plan.MEMORY_HEADROOM_BYTES``);
-    ``available_bytes``: the device's free memory the plan was made for.
+    decode step's; ``headroom_bytes``: cuBLAS workspaces and the CUDA context
+    (``plan.MEMORY_HEADROOM_BYTES``); ``available_bytes``: the device's free memory the plan was made for.
     """
 
     built: tuple[tuple[LayerKind, int], ...]
@@ -233,7 +235,8 @@ def distribute(kinds: tuple[LayerKind, ...], built: int) -> tuple[tuple[LayerKin
         counts[k] = counts.get(k, 0) + 1
     built = max(len(counts), min(built, len(kinds)))
     share = {k: max(1, min(n, int(built * n / len(kinds)))) for k, n in counts.items()}
-    order = sorted(counts, key=lambda k: -(built * counts[k] / len(kinds) - int(built * counts[k] / len(kinds))))
+    order = sorted(counts,
+                   key=lambda k: -(built * counts[k] / len(kinds) - int(built * counts[k] / len(kinds))))
     while sum(share.values()) < built:
         for k in order:
             if sum(share.values()) < built and share[k] < counts[k]:
@@ -244,8 +247,8 @@ def distribute(kinds: tuple[LayerKind, ...], built: int) -> tuple[tuple[LayerKin
     return tuple((k, share[k]) for k in counts)
 
 
-def _memory(model: Model, kinds: tuple[LayerKind, ...], built: tuple[tuple[LayerKind, int], ...], decode_bs: int,
-            context_tokens: int, prompt_tokens: int, available: int) -> ReplayMemory:
+def _memory(model: Model, kinds: tuple[LayerKind, ...], built: tuple[tuple[LayerKind, int], ...],
+            decode_bs: int, context_tokens: int, prompt_tokens: int, available: int) -> ReplayMemory:
     weights = sum(n * layer_params(model, k) for k, n in built) * BF16_BYTES
     decode_kv = sum(n * decode_kv_bytes(model, k, decode_bs, context_tokens) for k, n in built)
     prefill_kv = sum(n for _, n in built) * prefill_kv_bytes(model, prompt_tokens)
@@ -264,15 +267,17 @@ def plan_memory(model: Model, decode_bs: int, context_tokens: int, prompt_tokens
     """
     kinds = layer_kinds(model)
     fewest = min(MIN_BUILT_LAYERS, len(kinds))
-    first = _memory(model, kinds, distribute(kinds, fewest), decode_bs, context_tokens, prompt_tokens, available_bytes)
+    first = _memory(model, kinds, distribute(kinds, fewest), decode_bs, context_tokens, prompt_tokens,
+                    available_bytes)
     if first.needed_bytes > available_bytes:
         raise InputError(
-            f"{model.name} does not fit {where}: {first.built_layers} layers ({first.layer_weight_bytes / 1e9:.2f} GB) "
-            f"+ KV cache of {decode_bs} x {context_tokens} tokens ({first.decode_kv_bytes / 1e9:.2f} GB) + the "
-            f"{prompt_tokens}-token prefill ({(first.prefill_kv_bytes + first.activation_bytes) / 1e9:.2f} GB) + "
-            f"lm_head ({first.head_bytes / 1e9:.2f} GB) + headroom need {first.needed_bytes / 1e9:.2f} GB, "
-            f"{available_bytes / 1e9:.2f} GB is free: use a smaller --decode-bs, --context or --prompt-tokens, "
-            "or a GPU with more memory")
+            f"{model.name} does not fit {where}: {first.built_layers} layers "
+            f"({first.layer_weight_bytes / 1e9:.2f} GB) + KV cache of {decode_bs} x {context_tokens} tokens "
+            f"({first.decode_kv_bytes / 1e9:.2f} GB) + the {prompt_tokens}-token prefill "
+            f"({(first.prefill_kv_bytes + first.activation_bytes) / 1e9:.2f} GB) + lm_head "
+            f"({first.head_bytes / 1e9:.2f} GB) + headroom need {first.needed_bytes / 1e9:.2f} GB, "
+            f"{available_bytes / 1e9:.2f} GB is free: use a smaller --decode-bs, --context or "
+            "--prompt-tokens, or a GPU with more memory")
     low, high = fewest, len(kinds)  # the memory grows with the layers built: bisect
     best = first
     while low < high:
@@ -286,7 +291,8 @@ def plan_memory(model: Model, decode_bs: int, context_tokens: int, prompt_tokens
     return best
 
 
-def layer_map(kinds: tuple[LayerKind, ...], built: tuple[tuple[LayerKind, int], ...]) -> tuple[tuple[LayerKind, int], ...]:
+def layer_map(kinds: tuple[LayerKind, ...],
+              built: tuple[tuple[LayerKind, int], ...]) -> tuple[tuple[LayerKind, int], ...]:
     """For each of the model's layers, ``(kind, copy)``: the built layer it runs. The ``j``-th layer of a kind
     runs copy ``j mod copies`` of that kind."""
     copies = dict(built)
@@ -421,24 +427,25 @@ def make_replay_plan(
         chosen = groups[index] if 0 < index < len(groups) - 1 else None
     built_weight_bytes = memory.layer_weight_bytes
     if memory.built_layers < model.num_layers:
-        notes.append(f"{memory.built_layers} of {model.num_layers} layers built (all that fit beside the KV cache); "
-                     "each step runs all the model's layers, reusing the built ones in turn")
+        notes.append(f"{memory.built_layers} of {model.num_layers} layers built (all that fit beside the KV "
+                     "cache); each step runs all the model's layers, reusing the built ones in turn")
         if device.l2_bytes and built_weight_bytes < L2_REUSE_MULTIPLE * device.l2_bytes:
             notes.append(f"the built layers' weights ({built_weight_bytes / 1e6:.0f} MB) are under "
-                         f"{L2_REUSE_MULTIPLE}x the L2 ({device.l2_bytes / 1e6:.0f} MB): reused layers may be read "
-                         "from L2, not HBM, and decode comes out faster than the model would")
+                         f"{L2_REUSE_MULTIPLE}x the L2 ({device.l2_bytes / 1e6:.0f} MB): reused layers may "
+                         "be read from L2, not HBM, and decode comes out faster than the model would")
     if model.weight_dtype != "bf16":
-        notes.append(f"{model.name} stores {model.weight_dtype} weights; the replay holds and multiplies them in bf16 "
-                     "(the predictions below are for bf16 weights too)")
+        notes.append(f"{model.name} stores {model.weight_dtype} weights; the replay holds and multiplies "
+                     "them in bf16 (the predictions below are for bf16 weights too)")
     if device_kind == "cpu":
-        notes.append("device cpu: no green contexts; every level ran on the whole CPU, decode and prefill one after "
-                     "the other: these times test the replay, they say nothing of SM partitions")
+        notes.append("device cpu: no green contexts; every level ran on the whole CPU, decode and prefill "
+                     "one after the other: these times test the replay, they say nothing of SM partitions")
     return ReplayPlan(
-        model=model, device=device, device_kind=device_kind, decode_bs=decode_bs, context_tokens=context_tokens,
-        prompt_tokens=prompt_tokens, sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor,
-        token_budget=token_budget, groups=tuple(groups), levels=bench.levels, level_source=bench.level_source,
-        chosen_level=chosen, slices=prefill_slices(prompt_tokens, model.num_layers, token_budget), kinds=kinds,
-        memory=memory, layer_map=layer_map(kinds, memory.built), repeats=bench.repeats, warmup=bench.warmup,
+        model=model, device=device, device_kind=device_kind, decode_bs=decode_bs,
+        context_tokens=context_tokens, prompt_tokens=prompt_tokens, sm_group_num=sm_group_num,
+        decode_bs_divisor=decode_bs_divisor, token_budget=token_budget, groups=tuple(groups),
+        levels=bench.levels, level_source=bench.level_source, chosen_level=chosen,
+        slices=prefill_slices(prompt_tokens, model.num_layers, token_budget), kinds=kinds, memory=memory,
+        layer_map=layer_map(kinds, memory.built), repeats=bench.repeats, warmup=bench.warmup,
         cuda_graph=cuda_graph and device_kind == "cuda", notes=tuple(notes),
     )
 
@@ -475,7 +482,8 @@ class Predictions:
 def predict(plan: ReplayPlan, gpu: Any, calibration: Any = None) -> Predictions:
     """What ``pdmux estimate`` gives the plan's scenario on ``gpu`` (a ``hardware.Gpu``) at every level
     measured, with the plan's SGLang knobs, bf16 weights and bf16 math as the replay runs them, and
-    ``calibration`` (a :class:`pdmux_cli.costmodel.calibration_file.Calibration`, or ``None`` for the shipped model).
+    ``calibration`` (a :class:`pdmux_cli.costmodel.calibration_file.Calibration`, or ``None`` for the shipped
+    model).
 
     A level the estimate refuses (not a split of all the SMs: a ``--levels`` pair) gets no prediction and a
     note. Raises :class:`InputError` where the estimate does for the scenario itself.
@@ -484,8 +492,9 @@ def predict(plan: ReplayPlan, gpu: Any, calibration: Any = None) -> Predictions:
 
     model = plan.model
     common = {
-        "decode_bs": plan.decode_bs, "context_tokens": plan.context_tokens, "prompt_tokens": plan.prompt_tokens,
-        "chunk_sizes": (), "mixed_chunk_sizes": (), "sm_group_num": plan.sm_group_num, "decode_bs_divisor": plan.decode_bs_divisor,
+        "decode_bs": plan.decode_bs, "context_tokens": plan.context_tokens,
+        "prompt_tokens": plan.prompt_tokens, "chunk_sizes": (), "mixed_chunk_sizes": (),
+        "sm_group_num": plan.sm_group_num, "decode_bs_divisor": plan.decode_bs_divisor,
         "split_forward_token_budget": plan.token_budget, "flops_dtype": "bf16",
         "weight_bytes_per_param": None if model.weight_dtype == "bf16" else float(BF16_BYTES),
         # the replay runs the model's layers in SGLang's loop, not SGLang's scheduler: no per-request time
@@ -493,7 +502,8 @@ def predict(plan: ReplayPlan, gpu: Any, calibration: Any = None) -> Predictions:
     }
     base = estimate(gpu, model, Scenario(**common), calibration=calibration)
     rows = {r.policy: r for r in base.rows}
-    whole = Predicted(decode_alone_ms=rows["decode-only"].itl_ms, prefill_alone_ms=rows["prefill-first"].prefill_ms)
+    whole = Predicted(decode_alone_ms=rows["decode-only"].itl_ms,
+                      prefill_alone_ms=rows["prefill-first"].prefill_ms)
     levels: dict[tuple[int, int], Predicted] = {}
     notes: list[str] = []
     for split in plan.levels:
@@ -538,19 +548,22 @@ def replay_plan_dict(plan: ReplayPlan) -> dict[str, Any]:
         "layers": plan.model.num_layers,
         "built_layers": m.built_layers,
         "built": [{"attention": k.attention, "ffn": k.ffn, "copies": n,
-                   "layers": sum(1 for x in plan.kinds if x == k), "params_per_layer": layer_params(plan.model, k)}
+                   "layers": sum(1 for x in plan.kinds if x == k),
+                   "params_per_layer": layer_params(plan.model, k)}
                   for k, n in m.built],
         "params_total": replay_params_total(plan.model),
         "memory": {
             "layer_weight_bytes": m.layer_weight_bytes, "decode_kv_bytes": m.decode_kv_bytes,
-            "prefill_kv_bytes": m.prefill_kv_bytes, "head_bytes": m.head_bytes, "activation_bytes": m.activation_bytes,
-            "headroom_bytes": m.headroom_bytes, "needed_bytes": m.needed_bytes, "available_bytes": m.available_bytes,
+            "prefill_kv_bytes": m.prefill_kv_bytes, "head_bytes": m.head_bytes,
+            "activation_bytes": m.activation_bytes, "headroom_bytes": m.headroom_bytes,
+            "needed_bytes": m.needed_bytes, "available_bytes": m.available_bytes,
         },
         "layers_per_round": plan.layers_per_round,
         "prefill_rounds": len(plan.slices),
         "slices": [list(s) for s in plan.slices],
-        "levels": [{"level": i, "group": plan.group_of(s), "prefill_sms": s.prefill_sms, "decode_sms": s.decode_sms,
-                    "chosen": s == plan.chosen_level} for i, s in enumerate(plan.levels, start=1)],
+        "levels": [{"level": i, "group": plan.group_of(s), "prefill_sms": s.prefill_sms,
+                    "decode_sms": s.decode_sms, "chosen": s == plan.chosen_level}
+                    for i, s in enumerate(plan.levels, start=1)],
         "level_source": plan.level_source,
         "chosen_level": list(plan.chosen_level) if plan.chosen_level else None,
         "repeats": plan.repeats,

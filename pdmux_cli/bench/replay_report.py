@@ -40,17 +40,23 @@ def replay_plan_tables(plan: ReplayPlan, predicted: Predictions | None = None) -
         ("model", f"{m.name}: {m.num_layers} layers, {replay_params_total(m) / 1e9:.2f} B parameters, hidden "
                   f"{m.hidden_size}, {m.num_attention_heads} heads / {m.num_kv_heads} KV heads x {m.head_dim}"
          + (f", {m.num_experts} experts top-{m.experts_per_token}" if m.is_moe else "")),
-        ("layers built", f"{mem.built_layers} of {m.num_layers} ({built}); every step runs all {m.num_layers}"),
-        ("scenario", (f"{plan.decode_bs} decode requests at {plan.context_tokens} tokens; a {plan.prompt_tokens}-token "
+        ("layers built",
+         f"{mem.built_layers} of {m.num_layers} ({built}); every step runs all {m.num_layers}"),
+        ("scenario",
+         (f"{plan.decode_bs} decode requests at {plan.context_tokens} tokens; a {plan.prompt_tokens}-token "
                      f"prompt in {len(plan.slices)} round(s) of {plan.layers_per_round} layer(s)")),
-        ("memory", (f"weights {_bytes(mem.layer_weight_bytes)}, decode KV {_bytes(mem.decode_kv_bytes)}, prefill KV "
+        ("memory",
+         (f"weights {_bytes(mem.layer_weight_bytes)}, decode KV {_bytes(mem.decode_kv_bytes)}, prefill KV "
                    f"{_bytes(mem.prefill_kv_bytes)}, lm_head {_bytes(mem.head_bytes)}, activations "
                    f"{_bytes(mem.activation_bytes)}, headroom {_bytes(mem.headroom_bytes)}")),
         ("memory needed / free", f"{_bytes(mem.needed_bytes)} / {_bytes(mem.available_bytes)}"),
-        ("levels", ", ".join(f"{s.prefill_sms}/{s.decode_sms}" + (" (SGLang's choice)" if s == plan.chosen_level else "")
+        ("levels",
+         ", ".join(f"{s.prefill_sms}/{s.decode_sms}" + (" (SGLang's choice)" if s == plan.chosen_level
+                                                        else "")
                              for s in plan.levels) + f"  ({plan.level_source})"),
-        ("runs", (f"device {plan.device_kind}; median of {plan.repeats}, {plan.warmup} warm-up; decode as a CUDA graph: "
-                 f"{'yes' if plan.cuda_graph else 'no'}")),
+        ("runs",
+         (f"device {plan.device_kind}; median of {plan.repeats}, {plan.warmup} warm-up; decode as a CUDA "
+                 f"graph: {'yes' if plan.cuda_graph else 'no'}")),
     ]
     for item, value in rows:
         head.add_row(item, value)
@@ -60,11 +66,13 @@ def replay_plan_tables(plan: ReplayPlan, predicted: Predictions | None = None) -
                       [("group", "left"), ("prefill/decode SMs", "right"), ("decode step ms", "right"),
                        ("prefill ms alone", "right"), ("ITL ms both", "right"), ("prefill ms both", "right")])
         w = predicted.whole
-        pred.add_row("whole GPU", f"{dev.sm_count}", _ms(w.decode_alone_ms), _ms(w.prefill_alone_ms), "-", "-")
+        pred.add_row("whole GPU", f"{dev.sm_count}", _ms(w.decode_alone_ms), _ms(w.prefill_alone_ms), "-",
+                     "-")
         for s in plan.levels:
             p = predicted.levels.get((s.prefill_sms, s.decode_sms)) or Predicted()
             pred.add_row(_group(plan.group_of(s), s == plan.chosen_level), f"{s.prefill_sms}/{s.decode_sms}",
-                         _ms(p.decode_alone_ms), _ms(p.prefill_alone_ms), _ms(p.itl_ms), _ms(p.prefill_corun_ms))
+                         _ms(p.decode_alone_ms), _ms(p.prefill_alone_ms), _ms(p.itl_ms),
+                         _ms(p.prefill_corun_ms))
         tables.append(pred)
     return tables
 
@@ -74,15 +82,16 @@ def replay_tables(res: ReplayResults) -> list[Any]:
     calibration, the calibrated estimate's (``cal``)."""
     plan = res.plan
     cal_label = f"; cal = with {res.calibration_label}" if res.calibration_label else ""
-    title = (f"{plan.get('model')} on {res.run.device_name} ({res.run.gpu_name} levels): {plan.get('decode_bs')} decode "
-             f"requests at {plan.get('context_tokens')} tokens, a {plan.get('prompt_tokens')}-token prompt in "
-             f"{plan.get('prefill_rounds')} round(s) of {plan.get('layers_per_round')} layer(s); ms measured, "
-             f"est = pdmux estimate{cal_label}")
+    title = (f"{plan.get('model')} on {res.run.device_name} ({res.run.gpu_name} levels): "
+             f"{plan.get('decode_bs')} decode requests at {plan.get('context_tokens')} tokens, a "
+             f"{plan.get('prompt_tokens')}-token prompt in {plan.get('prefill_rounds')} round(s) of "
+             f"{plan.get('layers_per_round')} layer(s); ms measured, est = pdmux estimate{cal_label}")
     table = _table(title, [("group", "left"), ("prefill/decode SMs", "right"), ("decode step", "right"),
                            ("prefill alone", "right"), ("ITL both", "right"), ("prefill both", "right"),
                            ("tokens during prefill", "right")])
 
-    def cells(measured: dict[str, float], pred: Predicted | None, cal: Predicted | None, keys: list[str]) -> list[str]:
+    def cells(measured: dict[str, float], pred: Predicted | None, cal: Predicted | None,
+              keys: list[str]) -> list[str]:
         out = []
         for key in keys:
             if key not in measured:
@@ -109,7 +118,8 @@ def replay_tables(res: ReplayResults) -> list[Any]:
         table.add_row(_group(lv.group, lv.chosen), sms, *cells(level_measured(lv), pred, cal, keys),
                       f"{lv.corun.tokens_during_prefill}")
     tables = [table]
-    overhead = _table("host time per pdmux round beyond the decode step (ms): the replay loop's launch and wait",
+    overhead = _table("host time per pdmux round beyond the decode step (ms): the replay loop's launch and "
+                      "wait",
                       [("where", "left"), ("decode alone", "right"), ("with the prefill", "right")])
     if res.whole is not None:
         overhead.add_row("whole device", _ms(res.whole.decode.overhead_ms), "-")

@@ -51,8 +51,8 @@ class TimeStats:
                    len(values))
 
     def to_dict(self) -> dict[str, float | int]:
-        return {"median_ms": self.median_ms, "p10_ms": self.p10_ms, "p90_ms": self.p90_ms, "min_ms": self.min_ms,
-                "max_ms": self.max_ms, "runs": self.runs}
+        return {"median_ms": self.median_ms, "p10_ms": self.p10_ms, "p90_ms": self.p90_ms,
+                "min_ms": self.min_ms, "max_ms": self.max_ms, "runs": self.runs}
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,8 @@ def results_dict(res: ReplayResults) -> dict[str, Any]:
                              "round_overhead_ms": lv.decode.overhead_ms},
             "prefill_alone": lv.prefill.to_dict(),
             "corun": {"itl": lv.corun.itl.to_dict(), "decode_step": lv.corun.decode_step.to_dict(),
-                      "prefill": lv.corun.prefill.to_dict(), "tokens_during_prefill": lv.corun.tokens_during_prefill,
+                      "prefill": lv.corun.prefill.to_dict(),
+                      "tokens_during_prefill": lv.corun.tokens_during_prefill,
                       "round_overhead_ms": lv.corun.overhead_ms},
             "measured": measured,
             "predicted": predicted_dict(_predictions_for(res.predicted, key)),
@@ -249,7 +250,8 @@ def results_dict(res: ReplayResults) -> dict[str, Any]:
         "started_at": r.started_at,
         "model": res.plan.get("model"),
         "scenario": {k: res.plan.get(k) for k in ("decode_bs", "context_tokens", "prompt_tokens",
-                                                  "split_forward_token_budget", "sm_group_num", "decode_bs_divisor")},
+                                                  "split_forward_token_budget", "sm_group_num",
+                                                  "decode_bs_divisor")},
         "cuda_graph": res.cuda_graph,
         "moe_kernel": r.moe_kernel,
         "gqa": r.gqa,
@@ -267,16 +269,18 @@ def results_dict(res: ReplayResults) -> dict[str, Any]:
     }
 
 
-def calibration_from_replay(res: ReplayResults, plan: ReplayPlan, gpu: Any) -> tuple[Calibration | None, str | None]:
+def calibration_from_replay(res: ReplayResults, plan: ReplayPlan, gpu: Any) -> tuple[
+    Calibration | None, str | None]:
     """The whole-GPU terms this replay measured, as a calibration file, or ``(None, why not)``.
 
     The measured per-step overhead is the roofline model's ``decode_fixed_s`` (``calibration.WholeGpuTerms``:
-    time per decode step its operators do not account for): fitted by :func:`costmodel.calibrate.fit_whole_gpu`
-    to the whole GPU's decode step (one point, CUDA graph), with the GPU's shipped efficiencies kept (the
-    replay's attention and small ops are torch's, not SGLang's kernels: only the fixed time is taken from it).
-    None on the CPU, for a model not stored in bf16 (the replay's bf16 weights would land in the fixed time),
-    without a GPU profile, without a whole-GPU decode measurement, or when the step is too far from the model
-    for the fit (:func:`costmodel.calibrate.check_points`).
+    time per decode step its operators do not account for): fitted by
+    :func:`costmodel.whole_gpu_fit.fit_whole_gpu` to the whole GPU's decode step (one point, CUDA graph), with
+    the GPU's shipped efficiencies kept (the replay's attention and small ops are torch's, not SGLang's
+    kernels: only the fixed time is taken from it). None on the CPU, for a model not stored in bf16 (the
+    replay's bf16 weights would land in the fixed time), without a GPU profile, without a whole-GPU decode
+    measurement, or when the step is too far from the model for the fit
+    (:func:`costmodel.whole_gpu_fit.check_points`).
     """
     if res.run.device_kind != "cuda":
         return None, "no calibration from a CPU run (its times are not a GPU's)"
@@ -286,10 +290,10 @@ def calibration_from_replay(res: ReplayResults, plan: ReplayPlan, gpu: Any) -> t
         return None, f"no calibration: no GPU profile matches {res.run.gpu_name} (pass --gpu)"
     model = plan.model
     if model.weight_dtype != "bf16":
-        return None, (f"no calibration: {model.name} stores {model.weight_dtype} weights and the replay reads bf16 "
-                      "ones, so its decode step does not measure the model's fixed time")
+        return None, (f"no calibration: {model.name} stores {model.weight_dtype} weights and the replay "
+                      "reads bf16 ones, so its decode step does not measure the model's fixed time")
     from ..costmodel import build_step_model
-    from ..costmodel.calibrate import CalPoint, check_points, fit_whole_gpu
+    from ..costmodel.whole_gpu_fit import CalPoint, check_points, fit_whole_gpu
 
     base = build_step_model(gpu, model, flops_dtype="bf16")
     where = f"pdmux bench --model {model.name} (whole GPU, {plan.decode_bs} x {plan.context_tokens})"

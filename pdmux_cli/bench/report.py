@@ -41,25 +41,31 @@ def _table(title: str, columns: list[tuple[str, str]]) -> Any:
 def plan_tables(plan: BenchPlan) -> list[Any]:
     """Tables of ``pdmux bench --dry-run``: the device and sizes, the levels, the kernels."""
     dev = plan.device
-    head = _table(f"pdmux bench plan: {dev.name} ({dev.sm_count} SMs, cc {dev.cc_text})", [("item", "left"), ("value", "left")])
+    head = _table(f"pdmux bench plan: {dev.name} ({dev.sm_count} SMs, cc {dev.cc_text})",
+                  [("item", "left"), ("value", "left")])
     est = estimated_seconds(plan)
     rows = [
         ("device", f"{dev.name} (device {plan.device_index}; numbers from {dev.source})"),
         ("L2 / memory", f"{_bytes(dev.l2_bytes)} / {_bytes(dev.memory_bytes)}"),
-        ("split granularity", f"min {plan.granularity[0]} SMs, multiple of {plan.granularity[1]} ({plan.granularity_source})"),
-        ("solo sweep (SMs)", " ".join(map(str, plan.sweep_sms)) + f"  ({len(plan.sweep_sms)} points; last = whole GPU)"),
+        ("split granularity",
+         f"min {plan.granularity[0]} SMs, multiple of {plan.granularity[1]} ({plan.granularity_source})"),
+        ("solo sweep (SMs)",
+         " ".join(map(str, plan.sweep_sms)) + f"  ({len(plan.sweep_sms)} points; last = whole GPU)"),
         ("co-run levels", f"{len(plan.levels)} ({plan.level_source})"),
-        ("GEMM (prefill probe)", (f"bf16 {plan.gemm.text} (MxNxK): {plan.gemm.flops / 1e9:,.1f} GFLOP per launch, "
+        ("GEMM (prefill probe)",
+         (f"bf16 {plan.gemm.text} (MxNxK): {plan.gemm.flops / 1e9:,.1f} GFLOP per launch, "
                                   f"operands {_bytes(plan.gemm.operand_bytes)}")),
         ("read buffer (decode probe)", f"{_bytes(plan.buffer_bytes)}"
          + (f" = {plan.buffer_bytes / dev.l2_bytes:.1f}x L2" if dev.l2_bytes else "")),
         ("bytes per launch", (f"read {plan.read_bytes_per_launch:,} (counted once); "
                               f"copy {plan.copy_bytes_per_launch:,} (read + write)")),
         ("timing", (f"~1 s warm-up on the whole GPU; every measurement queued behind a launch gate; "
-                    f"{plan.warmup} warm-up, median of {plan.repeats} runs (>= 2 ms each), p10/p90 and min/max; "
-                    f"levels: {plan.repeats} rounds of {plan.window_ms:g} ms windows (GEMM alone, read alone, both)")),
+                    f"{plan.warmup} warm-up, median of {plan.repeats} runs (>= 2 ms each), p10/p90 and "
+                    f"min/max; levels: {plan.repeats} rounds of {plan.window_ms:g} ms windows (GEMM alone, "
+                    "read alone, both)")),
         ("device memory needed", _bytes(plan.memory_needed_bytes)),
-        ("estimated time", f"~{est:.0f} s (rough, datasheet numbers)" if est else "unknown (no datasheet numbers)"),
+        ("estimated time", f"~{est:.0f} s (rough, datasheet numbers)" if est
+         else "unknown (no datasheet numbers)"),
     ]
     if plan.skinny is not None:
         rows.insert(7, ("skinny GEMM", (f"bf16 {plan.skinny.text}, {plan.skinny_copies} weight copies of "
@@ -76,14 +82,19 @@ def plan_tables(plan: BenchPlan) -> list[Any]:
     from . import kernels
 
     ks.add_row("pdmux_read_bw (NVRTC)", "bandwidth: solo sweep, decode side of the co-run",
-               f"{plan.read_bytes_per_launch:,} bytes; {plan.read_grid_blocks:,} blocks x {kernels.READ_BLOCK} threads, "
-               f"{kernels.READ_UNROLL} x 16-byte loads in flight per thread; first start / last end (%globaltimer)")
-    ks.add_row("pdmux_mark (NVRTC)", "%globaltimer around each unit of GEMMs (did both run together?)", "1 thread")
-    ks.add_row("pdmux_spin (NVRTC)", "launch gate: the GPU waits while a measurement is queued", f">= {GATE_MS:g} ms, 1 thread")
-    ks.add_row("torch.matmul bf16", "GEMM: solo sweep, prefill side of the co-run", f"{plan.gemm.flops:,} FLOPs")
+               f"{plan.read_bytes_per_launch:,} bytes; {plan.read_grid_blocks:,} blocks x "
+               f"{kernels.READ_BLOCK} threads, {kernels.READ_UNROLL} x 16-byte loads in flight per thread; "
+               "first start / last end (%globaltimer)")
+    ks.add_row("pdmux_mark (NVRTC)", "%globaltimer around each unit of GEMMs (did both run together?)",
+               "1 thread")
+    ks.add_row("pdmux_spin (NVRTC)", "launch gate: the GPU waits while a measurement is queued",
+               f">= {GATE_MS:g} ms, 1 thread")
+    ks.add_row("torch.matmul bf16", "GEMM: solo sweep, prefill side of the co-run",
+               f"{plan.gemm.flops:,} FLOPs")
     ks.add_row("pdmux_smid (NVRTC)", "SM ids per partition (disjoint, <= granted)",
                f"{plan.smid_blocks} blocks x {kernels.SMID_BLOCK} threads")
-    ks.add_row("copy_ (default stream)", "ceiling: device-to-device copy", f"{plan.copy_bytes_per_launch:,} bytes")
+    ks.add_row("copy_ (default stream)", "ceiling: device-to-device copy",
+               f"{plan.copy_bytes_per_launch:,} bytes")
     ks.add_row("torch.matmul (default stream)", "ceiling: whole-GPU matmul", f"{plan.gemm.flops:,} FLOPs")
     if plan.skinny is not None:
         ks.add_row("torch.matmul bf16 skinny", "decode-like GEMM (solo sweep)",
@@ -96,19 +107,28 @@ def summary_tables(res: BenchResults) -> list[Any]:
     full_read, full_gemm = res.full_read_rate(), res.full_gemm_rate()
     r = res.run
     status = "complete" if res.complete else ("INTERRUPTED" if res.interrupted else "INCOMPLETE")
-    head = _table(f"pdmux bench: {r.gpu_name} ({r.sm_count} SMs, cc {r.compute_capability[0]}.{r.compute_capability[1]}), "
-                  f"{status}", [("item", "left"), ("value", "left")])
-    head.add_row("driver / torch CUDA", f"CUDA {r.driver_cuda_version} / {r.cuda_version} (torch {r.torch_version})")
-    head.add_row("launch set-up", f"CUDA_DEVICE_MAX_CONNECTIONS={r.cuda_device_max_connections or 'unset (8)'}; "
+    head = _table(f"pdmux bench: {r.gpu_name} ({r.sm_count} SMs, cc "
+                  f"{r.compute_capability[0]}.{r.compute_capability[1]}), {status}",
+                  [("item", "left"), ("value", "left")])
+    head.add_row("driver / torch CUDA",
+                 f"CUDA {r.driver_cuda_version} / {r.cuda_version} (torch {r.torch_version})")
+    head.add_row("launch set-up",
+                 f"CUDA_DEVICE_MAX_CONNECTIONS={r.cuda_device_max_connections or 'unset (8)'}; "
                                   f"work queues {r.workqueue or '?'}")
     if r.max_sm_clock_mhz:
         whole = res.whole()
         now = whole.gemm.sm_clock_mhz if whole is not None else None
-        head.add_row("SM clock (NVML)", f"max {r.max_sm_clock_mhz:.0f} MHz" + (f"; whole-GPU GEMM ran at {now:.0f} MHz" if now else ""))
+        head.add_row("SM clock (NVML)",
+                     f"max {r.max_sm_clock_mhz:.0f} MHz" + (f"; whole-GPU GEMM ran at {now:.0f} MHz" if now
+                                                            else ""))
     if res.copy:
-        head.add_row("copy ceiling", f"{_gb(res.copy.median)} GB/s (read + write; p10-p90 {_gb(res.copy.p10)}-{_gb(res.copy.p90)})")
+        head.add_row("copy ceiling",
+                     f"{_gb(res.copy.median)} GB/s (read + write; p10-p90 "
+                     f"{_gb(res.copy.p10)}-{_gb(res.copy.p90)})")
     if res.matmul:
-        head.add_row("matmul ceiling", f"{_tf(res.matmul.median)} TFLOP/s (p10-p90 {_tf(res.matmul.p10)}-{_tf(res.matmul.p90)})")
+        head.add_row("matmul ceiling",
+                     f"{_tf(res.matmul.median)} TFLOP/s (p10-p90 "
+                     f"{_tf(res.matmul.p10)}-{_tf(res.matmul.p90)})")
     if full_read:
         ratio = f" = {full_read / res.copy.median:.0%} of copy" if res.copy else ""
         head.add_row("read kernel, whole GPU", f"{_gb(full_read)} GB/s{ratio}")
@@ -121,34 +141,38 @@ def summary_tables(res: BenchResults) -> list[Any]:
         head.add_row("failed step", problem)
 
     sweep = _table("solo sweep (each kernel alone; median, p10-p90)",
-                   [("SMs asked", "right"), ("granted", "right"), ("read GB/s", "right"), ("p10-p90", "right"),
-                    ("of full", "right"), ("GEMM TFLOP/s", "right"), ("p10-p90", "right"), ("of full", "right")])
+                   [("SMs asked", "right"), ("granted", "right"), ("read GB/s", "right"),
+                    ("p10-p90", "right"), ("of full", "right"), ("GEMM TFLOP/s", "right"),
+                    ("p10-p90", "right"), ("of full", "right")])
     for p in res.sweep:
         sweep.add_row(
             f"{p.requested_sms}" + (" (whole)" if p.kind == "whole" else ""), str(p.granted_sms),
-            _gb(p.read.median), f"{_gb(p.read.p10)}-{_gb(p.read.p90)}", _pct(p.read.median / full_read if full_read else None),
-            _tf(p.gemm.median), f"{_tf(p.gemm.p10)}-{_tf(p.gemm.p90)}", _pct(p.gemm.median / full_gemm if full_gemm else None),
+            _gb(p.read.median), f"{_gb(p.read.p10)}-{_gb(p.read.p90)}",
+            _pct(p.read.median / full_read if full_read else None), _tf(p.gemm.median),
+            f"{_tf(p.gemm.p10)}-{_tf(p.gemm.p90)}", _pct(p.gemm.median / full_gemm if full_gemm else None),
         )
     levels = _table("co-run at SGLang's levels (GEMM on prefill SMs + read kernel on decode SMs)",
-                    [("level P/D", "left"), ("granted", "left"), ("SM ids P/D", "left"), ("GEMM solo", "right"),
-                     ("co-run", "right"), ("loss", "right"), ("read solo GB/s", "right"), ("co-run", "right"),
-                     ("loss", "right")])
+                    [("level P/D", "left"), ("granted", "left"), ("SM ids P/D", "left"),
+                     ("GEMM solo", "right"), ("co-run", "right"), ("loss", "right"),
+                     ("read solo GB/s", "right"), ("co-run", "right"), ("loss", "right")])
     for lv in res.levels:
         ok = "ok" if lv.disjoint and lv.within_grant else ("OVERLAP" if not lv.disjoint else "TOO MANY")
         levels.add_row(
             f"{lv.prefill_sms}/{lv.decode_sms}", f"{lv.granted_prefill_sms}/{lv.granted_decode_sms}",
-            f"{len(lv.smid_prefill)}/{len(lv.smid_decode)} {ok}", _tf(lv.solo_gemm.median), _tf(lv.corun_gemm.median),
-            f"{(1 - lv.flops_factor) * 100:.1f}%", _gb(lv.solo_read.median), _gb(lv.corun_read.median),
-            f"{(1 - lv.bandwidth_factor) * 100:.1f}%",
+            f"{len(lv.smid_prefill)}/{len(lv.smid_decode)} {ok}", _tf(lv.solo_gemm.median),
+            _tf(lv.corun_gemm.median), f"{(1 - lv.flops_factor) * 100:.1f}%", _gb(lv.solo_read.median),
+            _gb(lv.corun_read.median), f"{(1 - lv.bandwidth_factor) * 100:.1f}%",
         )
     if not res.levels:
         return [head, sweep]
-    concurrency = _table("did the two kernels really run at the same time? (%globaltimer stamps; factors: co-run / solo)",
+    concurrency = _table("did the two kernels really run at the same time? (%globaltimer stamps; factors: "
+                         "co-run / solo)",
                          [("level P/D", "left"), ("both ran", "right"), ("lowest", "right"),
                           ("flop + bandwidth factor", "right"), ("verdict", "left")])
     for lv in res.levels:
         verdict = "SERIALISED (took turns)" if lv.serialised else "side by side"
-        concurrency.add_row(f"{lv.prefill_sms}/{lv.decode_sms}", _pct(lv.overlap_share), _pct(lv.overlap_share_min),
-                            f"{lv.flops_factor:.2f} + {lv.bandwidth_factor:.2f} = {lv.flops_factor + lv.bandwidth_factor:.2f}",
-                            verdict)
+        concurrency.add_row(f"{lv.prefill_sms}/{lv.decode_sms}", _pct(lv.overlap_share),
+                            _pct(lv.overlap_share_min),
+                            f"{lv.flops_factor:.2f} + {lv.bandwidth_factor:.2f} = "
+                            f"{lv.flops_factor + lv.bandwidth_factor:.2f}", verdict)
     return [head, sweep, levels, concurrency]

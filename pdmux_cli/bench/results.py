@@ -106,7 +106,8 @@ class LevelResult:
     @property
     def within_grant(self) -> bool:
         """Neither partition ran on more SMs than the driver granted it."""
-        return len(self.smid_prefill) <= self.granted_prefill_sms and len(self.smid_decode) <= self.granted_decode_sms
+        return (len(self.smid_prefill) <= self.granted_prefill_sms
+                and len(self.smid_decode) <= self.granted_decode_sms)
 
     @property
     def flops_factor(self) -> float:
@@ -214,8 +215,9 @@ def calibration_from_results(res: BenchResults) -> Calibration | None:
         s_sat_sms=res.s_sat_sms() or r.sm_count,
         complete=res.complete,
         terms_from=(("partitions", f"pdmux bench {r.date}"),),
-        source=f"pdmux bench, repeats {res.plan.get('repeats')}, GEMM {'x'.join(map(str, res.plan.get('gemm_shape_mnk', [])))}, "
-               f"read buffer {res.plan.get('buffer_bytes')} bytes, {r.kernel_image}, torch {r.torch_version}",
+        source=f"pdmux bench, repeats {res.plan.get('repeats')}, GEMM "
+               f"{'x'.join(map(str, res.plan.get('gemm_shape_mnk', [])))}, read buffer "
+               f"{res.plan.get('buffer_bytes')} bytes, {r.kernel_image}, torch {r.torch_version}",
     )
 
 
@@ -231,28 +233,30 @@ def results_dict(res: BenchResults) -> dict[str, Any]:
     for p in res.sweep:
         entry: dict[str, Any] = {
             "requested_sms": p.requested_sms, "granted_sms": p.granted_sms, "kind": p.kind,
-            "read": p.read.to_dict("bytes_per_s"), "read_fraction_of_full": _fraction(p.read.median, full_read),
-            "gemm": p.gemm.to_dict("flops_per_s"), "gemm_fraction_of_full": _fraction(p.gemm.median, full_gemm),
+            "read": p.read.to_dict("bytes_per_s"),
+            "read_fraction_of_full": _fraction(p.read.median, full_read),
+            "gemm": p.gemm.to_dict("flops_per_s"),
+            "gemm_fraction_of_full": _fraction(p.gemm.median, full_gemm),
         }
         if p.skinny is not None:
             entry["skinny_gemm"] = p.skinny.to_dict("flops_per_s")
         sweep.append(entry)
     levels = [
         {
-            "prefill_sms": lv.prefill_sms, "decode_sms": lv.decode_sms, "pair_granted_sms": lv.pair_granted_sms,
-            "granted_prefill_sms": lv.granted_prefill_sms, "granted_decode_sms": lv.granted_decode_sms,
-            "smid_prefill_count": len(lv.smid_prefill), "smid_decode_count": len(lv.smid_decode),
-            "smid_prefill": list(lv.smid_prefill), "smid_decode": list(lv.smid_decode),
-            "disjoint": lv.disjoint, "within_grant": lv.within_grant,
-            "solo_gemm": lv.solo_gemm.to_dict("flops_per_s"), "corun_gemm": lv.corun_gemm.to_dict("flops_per_s"),
-            "solo_read": lv.solo_read.to_dict("bytes_per_s"), "corun_read": lv.corun_read.to_dict("bytes_per_s"),
-            "flops_factor": lv.flops_factor, "bandwidth_factor": lv.bandwidth_factor,
-            "gemm_interference_percent": (1 - lv.flops_factor) * 100,
+            "prefill_sms": lv.prefill_sms, "decode_sms": lv.decode_sms,
+            "pair_granted_sms": lv.pair_granted_sms, "granted_prefill_sms": lv.granted_prefill_sms,
+            "granted_decode_sms": lv.granted_decode_sms, "smid_prefill_count": len(lv.smid_prefill),
+            "smid_decode_count": len(lv.smid_decode), "smid_prefill": list(lv.smid_prefill),
+            "smid_decode": list(lv.smid_decode), "disjoint": lv.disjoint, "within_grant": lv.within_grant,
+            "solo_gemm": lv.solo_gemm.to_dict("flops_per_s"),
+            "corun_gemm": lv.corun_gemm.to_dict("flops_per_s"),
+            "solo_read": lv.solo_read.to_dict("bytes_per_s"),
+            "corun_read": lv.corun_read.to_dict("bytes_per_s"), "flops_factor": lv.flops_factor,
+            "bandwidth_factor": lv.bandwidth_factor, "gemm_interference_percent": (1 - lv.flops_factor) * 100,
             "read_interference_percent": (1 - lv.bandwidth_factor) * 100,
-            "corun_window_ms": lv.corun_window_ms,
-            "overlap_share": lv.overlap_share, "overlap_share_min": lv.overlap_share_min,
-            "factor_sum": lv.flops_factor + lv.bandwidth_factor, "serialised": lv.serialised,
-            "workqueue": lv.workqueue,
+            "corun_window_ms": lv.corun_window_ms, "overlap_share": lv.overlap_share,
+            "overlap_share_min": lv.overlap_share_min, "factor_sum": lv.flops_factor + lv.bandwidth_factor,
+            "serialised": lv.serialised, "workqueue": lv.workqueue,
         }
         for lv in res.levels
     ]

@@ -157,7 +157,8 @@ def import_torch(driver_version: int | None = None) -> Any:
         )
     if not torch.cuda.is_available():
         raise DeviceError(
-            f"torch {torch.__version__} (CUDA {torch.version.cuda}) cannot use the GPU: torch.cuda.is_available() is False"
+            f"torch {torch.__version__} (CUDA {torch.version.cuda}) cannot use the GPU: "
+            "torch.cuda.is_available() is False"
         )
     return torch
 
@@ -225,7 +226,8 @@ class Workloads:
         if need > free:
             raise DeviceError(
                 f"out of device memory: the bench needs {need / 1e9:.2f} GB ({self._sizes_text()}) but "
-                f"{free / 1e9:.2f} GB is free on device {p.device_index}: use a smaller --gemm-shape or --buffer-bytes"
+                f"{free / 1e9:.2f} GB is free on device {p.device_index}: use a smaller --gemm-shape or "
+                "--buffer-bytes"
             )
         try:
             gen = torch.Generator(device=self.dev)
@@ -236,7 +238,8 @@ class Workloads:
             self.b = torch.randn(g.k, g.n, device=self.dev, dtype=bf16, generator=gen)
             self.c = torch.empty(g.m, g.n, device=self.dev, dtype=bf16)
             words = p.buffer_bytes // 4
-            self.buf = torch.randint(-(2**31), 2**31 - 1, (words,), device=self.dev, dtype=torch.int32, generator=gen)
+            self.buf = torch.randint(-(2**31), 2**31 - 1, (words,), device=self.dev, dtype=torch.int32,
+                                     generator=gen)
             self.copy_dst = torch.empty_like(self.buf)
             self.smid_out = torch.empty(p.smid_blocks, device=self.dev, dtype=torch.int32)
             self.sink = torch.zeros(4, device=self.dev, dtype=torch.int32)
@@ -258,10 +261,12 @@ class Workloads:
 
     def _load(self, image: bytes) -> None:
         drv = self.drv
-        self.library = greenctx.call(drv.cuLibraryLoadData(image, [], [], 0, [], [], 0), "cuLibraryLoadData (bench kernels)")
+        self.library = greenctx.call(drv.cuLibraryLoadData(image, [], [], 0, [], [], 0),
+                                     "cuLibraryLoadData (bench kernels)")
 
         def function(name: str) -> Any:
-            kernel = greenctx.call(drv.cuLibraryGetKernel(self.library, name.encode()), f"cuLibraryGetKernel({name})")
+            kernel = greenctx.call(drv.cuLibraryGetKernel(self.library, name.encode()),
+                                   f"cuLibraryGetKernel({name})")
             return drv.CUfunction(int(kernel))  # a CUkernel launches in the context of the stream
 
         self.read_fn = function("pdmux_read_bw")
@@ -273,9 +278,11 @@ class Workloads:
         n_vec = self.plan.buffer_bytes // kernels.READ_VECTOR_BYTES
         self._read_grid = self.plan.read_grid_blocks
         self._read_values = (self.buf.data_ptr(), n_vec, self.sink.data_ptr(), READ_MAGIC)
-        self._read_types = (ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p)
+        self._read_types = (ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_void_p, ctypes.c_uint,
+                            ctypes.c_void_p)
         self._scratch_times_ptr = self.scratch_times.data_ptr()
-        self.smid_args = ((self.smid_out.data_ptr(), kernels.SMID_SPIN_NS), (ctypes.c_void_p, ctypes.c_ulonglong))
+        self.smid_args = ((self.smid_out.data_ptr(), kernels.SMID_SPIN_NS),
+                          (ctypes.c_void_p, ctypes.c_ulonglong))
         self._ulonglong = ctypes.c_ulonglong
         self._void_p = ctypes.c_void_p
 
@@ -345,7 +352,8 @@ class Workloads:
         torch = self.torch
         self.smid_out.fill_(-1)
         torch.cuda.synchronize(self.dev)
-        self._launch(self.smid_fn, self.plan.smid_blocks, kernels.SMID_BLOCK, stream, self.smid_args, "pdmux_smid")
+        self._launch(self.smid_fn, self.plan.smid_blocks, kernels.SMID_BLOCK, stream, self.smid_args,
+                     "pdmux_smid")
         stream.synchronize()
         return tuple(sorted({int(v) for v in self.smid_out.cpu().tolist() if v >= 0}))
 
@@ -472,8 +480,10 @@ class Workloads:
         """
         plan = self.plan
         sizes = [_units(plan.window_ms, job.launch_s) for job in jobs]
-        stamps = [self.stamps(count if job.kind == "gemm" else per * count) for job, (per, count) in zip(jobs, sizes)]
-        launches = sum(count * (per + (3 if job.kind == "gemm" else 1)) + 1 for job, (per, count) in zip(jobs, sizes))
+        stamps = [self.stamps(count if job.kind == "gemm" else per * count)
+                  for job, (per, count) in zip(jobs, sizes)]
+        launches = sum(count * (per + (3 if job.kind == "gemm" else 1)) + 1
+                       for job, (per, count) in zip(jobs, sizes))
         streams = [job.stream for job in jobs]
 
         def enqueue() -> tuple[list[Any], list[list[Any]]]:
@@ -507,8 +517,8 @@ class Workloads:
             for s in stamps:
                 s.reset()
 
-        gate, (starts, ends) = self._gated(self.torch.cuda.default_stream(self.dev), streams, enqueue, launches,
-                                           prepare=reset)
+        gate, (starts, ends) = self._gated(self.torch.cuda.default_stream(self.dev), streams, enqueue,
+                                           launches, prepare=reset)
         clocks = self._clock_sample(gate)
         for stream in streams:
             stream.synchronize()
@@ -516,7 +526,8 @@ class Workloads:
         until = overlap_end_ms(*ends_ms)
         rates, spans = [], []
         for k, job in enumerate(jobs):
-            rate, _, span = overlap_rate(gate.elapsed_time(starts[k]), ends_ms[k], sizes[k][0] * job.work, until)
+            rate, _, span = overlap_rate(gate.elapsed_time(starts[k]), ends_ms[k], sizes[k][0] * job.work,
+                                         until)
             rates.append(rate)
             spans.append(span)
         return Window(tuple(rates), min(spans), tuple(s.intervals() for s in stamps), tuple(clocks))
@@ -648,10 +659,10 @@ def run_info(info: greenctx.DeviceInfo, torch: Any, plan: BenchPlan, kernel_imag
     top = clocks.maximum() if clocks is not None else None
     return RunInfo(
         gpu_name=plan.device.name, sm_count=info.sm_count, compute_capability=info.compute_capability,
-        device_index=info.index, profile_key=plan.device.profile_key, driver_cuda_version=info.driver_version_text,
-        cuda_version=str(torch.version.cuda), torch_version=str(torch.__version__),
-        cuda_python_version=info.bindings_version, nvrtc_version=nv, kernel_image=kernel_image,
-        date=now.date().isoformat(), started_at=now.isoformat(timespec="seconds"),
+        device_index=info.index, profile_key=plan.device.profile_key,
+        driver_cuda_version=info.driver_version_text, cuda_version=str(torch.version.cuda),
+        torch_version=str(torch.__version__), cuda_python_version=info.bindings_version, nvrtc_version=nv,
+        kernel_image=kernel_image, date=now.date().isoformat(), started_at=now.isoformat(timespec="seconds"),
         cuda_device_max_connections=os.environ.get(greenctx.CONNECTIONS_VAR),
         workqueue=greenctx.workqueue_text(info),
         max_sm_clock_mhz=top[0] if top else None, max_mem_clock_mhz=top[1] if top else None,
@@ -748,14 +759,15 @@ def run_bench(
     finally:
         res.sweep.sort(key=lambda p: (p.granted_sms, p.kind == "whole"))
         if w.gate_retries:
-            res.notes.append(f"{w.gate_retries} launch gate(s) opened before their work was queued and were retried "
-                             "longer (the host queues launches slowly)")
+            res.notes.append(f"{w.gate_retries} launch gate(s) opened before their work was queued and were "
+                             "retried longer (the host queues launches slowly)")
         for lv in res.levels:
             if lv.serialised:
                 res.notes.append(
-                    f"level {lv.prefill_sms}/{lv.decode_sms}: flop factor {lv.flops_factor:.2f} + bandwidth factor "
-                    f"{lv.bandwidth_factor:.2f} <= {SERIALISED_FACTOR_SUM}: the GPU took turns instead of running "
-                    "both (overlap share " + ("?" if lv.overlap_share is None else f"{lv.overlap_share:.0%}") + ")"
+                    f"level {lv.prefill_sms}/{lv.decode_sms}: flop factor {lv.flops_factor:.2f} + bandwidth "
+                    f"factor {lv.bandwidth_factor:.2f} <= {SERIALISED_FACTOR_SUM}: the GPU took turns "
+                    "instead of running both (overlap share " + (
+                        "?" if lv.overlap_share is None else f"{lv.overlap_share:.0%}") + ")"
                 )
         with contextlib.suppress(PdmuxError, RuntimeError):  # the run's outcome matters more than the unload
             w.close()

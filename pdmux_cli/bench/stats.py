@@ -73,7 +73,8 @@ class RateStats:
                    median(mem) if mem else None)
 
     @classmethod
-    def from_times(cls, work: float, seconds: Sequence[float], clocks: Sequence[tuple[float, float]] = ()) -> RateStats:
+    def from_times(cls, work: float, seconds: Sequence[float],
+                   clocks: Sequence[tuple[float, float]] = ()) -> RateStats:
         """Rates ``work / t`` for per-launch times ``seconds`` (s); ``work`` in bytes or FLOPs;
         ``clocks`` as in :meth:`from_rates`.
 
@@ -152,7 +153,8 @@ def overlap_end_ms(*stream_ends_ms: Sequence[float]) -> float:
     return min(ends[-1] for ends in stream_ends_ms)
 
 
-def overlap_rate(start_ms: float, ends_ms: Sequence[float], work_per_unit: float, until_ms: float) -> tuple[float, int, float]:
+def overlap_rate(start_ms: float, ends_ms: Sequence[float], work_per_unit: float,
+                 until_ms: float) -> tuple[float, int, float]:
     """Rate of one stream inside a co-run window.
 
     ``start_ms``: when the stream started (its own start event); ``ends_ms``: completion time of

@@ -1,9 +1,10 @@
 """GPU profiles: SM count, compute capability, memory, bandwidth, dense FLOP/s, L2; and lookup by name.
 
-One YAML file per GPU under ``profiles/gpus/`` (located by :func:`pdmux_cli.catalog.profile_files.gpu_profiles_dir`);
-the file stem is the GPU's *key* (``h100-sxm``). The figures and their sources are collected in
-``shared/reference/gpu-specs.md``: dense tensor-core FLOP/s (no 2:4 sparsity), device-reported memory
-where known, SM counts as enabled on the product, compute capability from NVIDIA's CUDA GPUs table.
+One YAML file per GPU under ``profiles/gpus/`` (located by
+:func:`pdmux_cli.catalog.profile_files.gpu_profiles_dir`); the file stem is the GPU's *key* (``h100-sxm``).
+The figures and their sources are collected in ``shared/reference/gpu-specs.md``: dense tensor-core FLOP/s (no
+2:4 sparsity), device-reported memory where known, SM counts as enabled on the product, compute capability
+from NVIDIA's CUDA GPUs table.
 
 Units everywhere: bytes, bytes/s, FLOP/s, SMs. Every failure is an :class:`InputError` with one line
 naming the file or name at fault. Start-up path of ``pdmux splits``: stdlib and ``yaml`` only.
@@ -190,10 +191,12 @@ def _number(data: dict, field: str, where: str, *, integer: bool, optional: bool
         raise InputError(f"{where}: field '{field}' must be a number, got null")
     number = finite_float(value)
     if number is None or number <= 0:
-        raise InputError(f"{where}: field '{field}' must be a finite positive number, got {short_repr(value)}")
+        raise InputError(f"{where}: field '{field}' must be a finite positive number, got "
+                         f"{short_repr(value)}")
     low, high = FIELD_BOUNDS[field]
     if not low <= number <= high:
-        raise InputError(f"{where}: field '{field}' must be from {low:g} to {high:g}, got {short_repr(value)}")
+        raise InputError(f"{where}: field '{field}' must be from {low:g} to {high:g}, got "
+                         f"{short_repr(value)}")
     if integer:
         if number != int(number):
             raise InputError(f"{where}: field '{field}' must be a whole number, got {short_repr(value)}")
@@ -220,8 +223,8 @@ MAX_NAME_CHARS = 120
 def _name(data: dict, where: str) -> str:
     name = _text(data, "name", where)
     if len(name) > MAX_NAME_CHARS:
-        raise InputError(f"{where}: field 'name' is {len(name):,} characters; give at most {MAX_NAME_CHARS} (as the "
-                         f"driver reports it, e.g. 'NVIDIA H100 80GB HBM3')")
+        raise InputError(f"{where}: field 'name' is {len(name):,} characters; give at most {MAX_NAME_CHARS} "
+                         f"(as the driver reports it, e.g. 'NVIDIA H100 80GB HBM3')")
     return name
 
 
@@ -241,7 +244,8 @@ def _gpu_from_mapping(data: object, key: str, where: str) -> Gpu:
     aliases = data.get("aliases", [])
     if aliases is None:
         aliases = []
-    if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() and a.isprintable() for a in aliases):
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() and a.isprintable()
+                                                for a in aliases):
         raise InputError(
             f"{where}: field 'aliases' must be a list of printable strings (quote numbers: \"4090\"), "
             f"got {short_repr(aliases)}"
@@ -250,7 +254,8 @@ def _gpu_from_mapping(data: object, key: str, where: str) -> Gpu:
     cc_raw = data["compute_capability"]
     if isinstance(cc_raw, bool) or not isinstance(cc_raw, (str, int, float)):
         raise InputError(
-            f"{where}: field 'compute_capability' must be MAJOR.MINOR text like \"9.0\", got {short_repr(cc_raw)}"
+            f"{where}: field 'compute_capability' must be MAJOR.MINOR text like \"9.0\", got "
+            f"{short_repr(cc_raw)}"
         )
     try:
         cc = check_known_capability(parse_compute_capability(cc_raw))  # as --cc: no invented capability
@@ -288,7 +293,8 @@ def _gpu_from_mapping(data: object, key: str, where: str) -> Gpu:
         note=note,
         memory_note=_text(data, "memory_note", where, default=""),
         interconnect=link,
-        interconnect_bytes_per_s=_number(data, "interconnect_bytes_per_s", where, integer=False, optional=True),
+        interconnect_bytes_per_s=_number(data, "interconnect_bytes_per_s", where, integer=False,
+                                         optional=True),
         interconnect_latency_s=_number(data, "interconnect_latency_s", where, integer=False, optional=True),
         interconnect_source=_text(data, "interconnect_source", where, default=""),
     )
@@ -301,10 +307,11 @@ def load_gpu_file(path: str | Path, *, builtin: bool = False) -> Gpu:
     ``note``), ``compute_capability`` (``"9.0"``), ``memory_bytes``, ``hbm_bytes_per_s``; optional
     ``aliases``, ``bf16_dense_flops``, ``fp16_dense_flops``, ``fp8_dense_flops``, ``l2_bytes``,
     ``source``, ``note``, ``memory_note``, and (all three or none) ``interconnect``,
-    ``interconnect_bytes_per_s``, ``interconnect_latency_s``, with ``interconnect_source``. Raises :class:`InputError` naming the file (and field) on a
-    missing, unreadable or non-UTF-8 file, a directory or special file (device, pipe, socket), a
-    file over :data:`MAX_PROFILE_BYTES`, bad YAML, a field written twice, an unknown, missing or
-    wrongly typed field. ``builtin``: one of our own ``profiles/gpus`` files, parsed with libyaml.
+    ``interconnect_bytes_per_s``, ``interconnect_latency_s``, with ``interconnect_source``. Raises
+    :class:`InputError` naming the file (and field) on a missing, unreadable or non-UTF-8 file, a directory or
+    special file (device, pipe, socket), a file over :data:`MAX_PROFILE_BYTES`, bad YAML, a field written
+    twice, an unknown, missing or wrongly typed field. ``builtin``: one of our own ``profiles/gpus`` files,
+    parsed with libyaml.
     """
     p = Path(path)
     where = str(p)
@@ -413,31 +420,3 @@ def find_gpu_or_file(name: str) -> Gpu:
     if name.strip().lower().endswith((".yaml", ".yml")) or "/" in name or os.sep in name:
         return load_gpu_file(name.strip())
     return find_gpu(name)
-
-
-def custom_gpu(sm_count: int, cc: tuple[int, int] | str) -> Gpu:
-    """A GPU known only by SM count and compute capability (``--sms N --cc X.Y``).
-
-    Memory, bandwidth and FLOP/s are unknown (0 / ``None``): good for split planning, not for the
-    cost model (:meth:`Gpu.dense_flops` raises). Raises :class:`InputError` for a non-positive SM
-    count, a malformed capability, or one that is not a known NVIDIA GPU's
-    (:data:`pdmux_cli.sglang.split_levels.KNOWN_COMPUTE_CAPABILITIES`).
-    """
-    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or not 1 <= sm_count <= MAX_SMS:
-        raise InputError("{flag.sms} must be a number of SMs from 1 to {max_sms}, got {sms!r}", param="sms",
-                         values={"max_sms": MAX_SMS, "sms": sm_count})
-    major, minor = check_known_capability(parse_compute_capability(cc))
-    return Gpu(
-        key=f"custom-{sm_count}sm-cc{major}{minor}",
-        name=f"custom {sm_count} SMs, cc {major}.{minor}",
-        aliases=(),
-        sm_count=sm_count,
-        compute_capability=(major, minor),
-        memory_bytes=0,
-        hbm_bytes_per_s=0.0,
-        bf16_dense_flops=None,
-        fp16_dense_flops=None,
-        fp8_dense_flops=None,
-        l2_bytes=None,
-        source="command line (--sms/--cc)",
-    )

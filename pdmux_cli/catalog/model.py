@@ -148,7 +148,8 @@ class Model:
     weight_dtype: str = "bf16"
     # longest sequence (prompt + output tokens) the model takes; 0 when the config does not say
     max_position_embeddings: int = 0
-    # config.json's ``architectures`` (the model classes SGLang resolves, pdmux_cli.sglang.revisions); () if none
+    # config.json's ``architectures`` (the model classes SGLang resolves, pdmux_cli.sglang.revisions); () if
+    # none
     architectures: tuple[str, ...] = ()
     # fp8 block scaling (quantization_config.weight_block_size) and the KV dtype of --kv-cache-dtype auto
     weight_block_size: tuple[int, ...] = ()
@@ -156,7 +157,8 @@ class Model:
 
     def __post_init__(self) -> None:
         who = f"model {self.name!r}"
-        positive = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim", "vocab_size")
+        positive = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
+                    "vocab_size")
         non_negative = ("intermediate_size", "num_experts", "experts_per_token", "moe_intermediate_size",
                         "num_shared_experts", "shared_expert_intermediate_size", "num_dense_layers",
                         "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
@@ -168,16 +170,19 @@ class Model:
                     raise InputError(f"{who}: {field} must be {kind} integer, got {short_repr(value)}")
                 if value > MAX_DIMENSION:
                     raise InputError(
-                        f"{who}: {field} {short_repr(value)} is past any real model (at most {MAX_DIMENSION:,})")
+                        f"{who}: {field} {short_repr(value)} is past any real model (at most "
+                        f"{MAX_DIMENSION:,})")
         if not isinstance(self.tie_word_embeddings, bool):
             raise InputError(f"{who}: tie_word_embeddings must be true or false")
         if self.weight_dtype not in WEIGHT_DTYPES:
-            raise InputError(f"{who}: weight_dtype {self.weight_dtype!r} is not one of {', '.join(WEIGHT_DTYPES)}")
+            raise InputError(f"{who}: weight_dtype {self.weight_dtype!r} is not one of "
+                             f"{', '.join(WEIGHT_DTYPES)}")
         if self.kv_dtype not in MODEL_KV_DTYPES:
             raise InputError(f"{who}: kv_dtype {self.kv_dtype!r} is not one of {', '.join(MODEL_KV_DTYPES)}")
         if not isinstance(self.weight_block_size, tuple) or not all(
                 _is_int(b) and 0 < b <= MAX_DIMENSION for b in self.weight_block_size):
-            raise InputError(f"{who}: weight_block_size must be positive integers, got {self.weight_block_size!r}")
+            raise InputError(f"{who}: weight_block_size must be positive integers, got "
+                             f"{self.weight_block_size!r}")
         if self.num_experts:
             if not 0 < self.experts_per_token <= self.num_experts:
                 raise InputError(f"{who}: experts_per_token must be in 1..{self.num_experts}, "
@@ -185,7 +190,8 @@ class Model:
             if self.moe_intermediate_size <= 0:
                 raise InputError(f"{who}: a MoE model needs moe_intermediate_size > 0")
             if self.num_dense_layers > self.num_layers:
-                raise InputError(f"{who}: num_dense_layers {self.num_dense_layers} > num_layers {self.num_layers}")
+                raise InputError(f"{who}: num_dense_layers {self.num_dense_layers} > num_layers "
+                                 f"{self.num_layers}")
             if self.num_shared_experts and self.shared_expert_intermediate_size <= 0:
                 raise InputError(f"{who}: shared experts need shared_expert_intermediate_size > 0")
         elif self.experts_per_token or self.num_shared_experts or self.num_dense_layers:
@@ -200,7 +206,8 @@ class Model:
                                       and self.v_head_dim > 0):
             raise InputError(f"{who}: MLA needs qk_nope_head_dim, qk_rope_head_dim and v_head_dim > 0")
         if self.num_sliding_layers > self.num_layers:
-            raise InputError(f"{who}: num_sliding_layers {self.num_sliding_layers} > num_layers {self.num_layers}")
+            raise InputError(f"{who}: num_sliding_layers {self.num_sliding_layers} > num_layers "
+                             f"{self.num_layers}")
         if self.num_sliding_layers and self.sliding_window <= 0:
             raise InputError(f"{who}: sliding-window layers need sliding_window > 0")
 
@@ -364,7 +371,8 @@ def num_params_active(model: Model) -> float:
 def _check_bytes_per(value: float | None, what: str) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value,
+                                                 (int, float)) or not math.isfinite(value) or value <= 0:
         raise InputError(f"{what} must be a positive number, got {value!r}")
 
 
@@ -450,7 +458,8 @@ def decode_weight_bytes(model: Model, decode_bs: int, weight_bytes_per_param: fl
 
 
 def _check_tokens(value: float, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if isinstance(value, bool) or not isinstance(value,
+                                                 (int, float)) or not math.isfinite(value) or value < 0:
         raise InputError(f"{what} must be a non-negative number of tokens, got {value!r}")
 
 
@@ -521,7 +530,8 @@ def attention_flops(model: Model, new_tokens: int, cached_tokens: int = 0) -> fl
     _check_tokens(new_tokens, "new tokens")
     _check_tokens(cached_tokens, "cached tokens")
     per_key = _attention_flop_per_key(model)
-    flops = (full_attention_layers(model) * per_key) * (new_tokens * cached_tokens + new_tokens * new_tokens / 2)
+    flops = (full_attention_layers(model) * per_key) * (new_tokens * cached_tokens + new_tokens * new_tokens
+                                                        / 2)
     if model.num_sliding_layers:
         flops += (model.num_sliding_layers * per_key) * _window_pairs(new_tokens, cached_tokens,
                                                                        model.sliding_window)
@@ -724,7 +734,8 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "<conf
         head_dim = hidden // heads
 
     # --- MoE -------------------------------------------------------------------------------------
-    experts_key = next((k for k in ("num_local_experts", "n_routed_experts", "num_experts") if keys.has(k)), None)
+    experts_key = next((k for k in ("num_local_experts", "n_routed_experts", "num_experts") if keys.has(k)),
+                       None)
     num_experts = keys.get_int(experts_key, minimum=0) if experts_key else 0
     moe: dict[str, int] = {}
     intermediate = 0
@@ -739,7 +750,8 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "<conf
         if keys.has("first_k_dense_replace") or experts_key == "n_routed_experts":  # DeepSeek
             first_dense = keys.get_int("first_k_dense_replace", default=0, minimum=0)
             if first_dense > layers:
-                raise keys.error("first_k_dense_replace", f"({first_dense}) exceeds num_hidden_layers ({layers})")
+                raise keys.error("first_k_dense_replace",
+                                 f"({first_dense}) exceeds num_hidden_layers ({layers})")
             freq = keys.get_int("moe_layer_freq", default=1)
             sparse = [i >= first_dense and i % freq == 0 for i in range(layers)]
         elif keys.has("decoder_sparse_step") or keys.has("mlp_only_layers"):  # Qwen2/Qwen3-MoE
@@ -810,9 +822,10 @@ def _refuse_hybrid(keys: _Keys) -> None:
     not model yet; timing them as full attention would overstate KV memory and attention time."""
     for key in HYBRID_KEYS:
         if keys.has(key):
-            raise keys.error(key, "marks linear-attention or state-space (GDN/Mamba) layers, which pdmux does not "
-                             "model yet (constant state per request, their own per-token cost); refused rather "
-                             "than timed as full attention")
+            raise keys.error(key,
+                             "marks linear-attention or state-space (GDN/Mamba) layers, which pdmux does not "
+                             "model yet (constant state per request, their own per-token cost); refused "
+                             "rather than timed as full attention")
     if keys.has("state_size") and keys.has("conv_kernel"):
         raise keys.error("state_size", "is a Mamba state-space config, which pdmux does not model yet")
 
@@ -829,14 +842,16 @@ def _sliding_layers(keys: _Keys, model_type: str, layers: int) -> tuple[int, int
         other = sorted({t for t in layer_types if t not in ATTENTION_LAYER_TYPES})
         if other:
             count = sum(t in other for t in layer_types)
-            raise keys.error("layer_types", f"names {count} {'/'.join(repr(printable(t)) for t in other)} layer(s): "
+            raise keys.error("layer_types",
+                             f"names {count} {'/'.join(repr(printable(t)) for t in other)} layer(s): "
                              "pdmux models full and sliding-window attention only (linear-attention and "
-                             "state-space layers keep a constant state per request at their own per-token cost, "
-                             "not modelled yet); refused rather than timed as full attention")
+                             "state-space layers keep a constant state per request at their own per-token "
+                             "cost, not modelled yet); refused rather than timed as full attention")
         count = sum(t == "sliding_attention" for t in layer_types)
         return (keys.get_int("sliding_window"), count) if count else (0, 0)
     if model_type.startswith("gemma3"):
-        pattern = keys.get_int("sliding_window_pattern", default=keys.get_int("_sliding_window_pattern", default=6))
+        pattern = keys.get_int("sliding_window_pattern",
+                               default=keys.get_int("_sliding_window_pattern", default=6))
         count = sum((i + 1) % pattern != 0 for i in range(layers))
         return (keys.get_int("sliding_window"), count) if count else (0, 0)
     if not keys.has("sliding_window"):
@@ -861,7 +876,9 @@ def _check_torch_dtype(keys: _Keys) -> None:
             continue
         name = value.strip().lower().removeprefix("torch.") if isinstance(value, str) else None
         if name not in TORCH_DTYPES:
-            raise keys.error(key, f"is {value!r}, not a dtype: use bfloat16, float16, float32, float8_e4m3fn or auto")
+            raise keys.error(key,
+                             f"is {value!r}, not a dtype: use bfloat16, float16, float32, float8_e4m3fn or "
+                             "auto")
 
 
 def _weight_dtype(config: Mapping[str, Any], cfg: Mapping[str, Any], source: str) -> str:
@@ -878,7 +895,8 @@ def _weight_dtype(config: Mapping[str, Any], cfg: Mapping[str, Any], source: str
                      f"(bf16, fp8 and mxfp4 are); remove quantization_config to treat it as bf16")
 
 
-def _fp8_scaling(config: Mapping[str, Any], cfg: Mapping[str, Any], source: str) -> tuple[tuple[int, ...], bool]:
+def _fp8_scaling(config: Mapping[str, Any], cfg: Mapping[str, Any], source: str) -> tuple[
+    tuple[int, ...], bool]:
     """``(weight_block_size, KV cache in fp8)`` of an fp8 ``quantization_config``, as SGLang 0.5.23's
     ``Fp8Config.from_config`` reads them (``srt/layers/quantization/fp8.py``): ``weight_block_size``
     (``[128, 128]`` on DeepSeek-V3 and Qwen3-*-FP8; absent: per-tensor scales) and

@@ -10,7 +10,7 @@ import math
 import typer
 
 from ..util.errors import InputError
-from . import app
+from .app import app
 from .common import console, print_json, print_note
 
 
@@ -75,7 +75,7 @@ def _serving(as_json: bool, show_runs: bool, workers: int | None) -> None:
     """``pdmux accuracy --serving``: parse done; replay, render."""
     from ..costmodel.accuracy import METHODS, term_dict
     from ..simulate.serving_accuracy import outcome_dict, report
-    from ..simulate.tune import default_workers
+    from ..simulate.pool import default_workers
 
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be >= 1, got {workers}")

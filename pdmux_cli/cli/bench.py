@@ -8,55 +8,18 @@ that importing ``pdmux_cli.cli`` loads none of them).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from ..util.errors import InputError
-from . import app
-from .common import console, fail_line, print_json, print_note, progress_bar, write_atomic
+from .app import app
+from .bench_shared import (CALIBRATION_FILE, RESULTS_FILE, check_out_dir, exit_for, make_out_dir,
+                           run_with_progress)
+from .common import console, print_json, print_note, write_atomic
 
-RESULTS_FILE = "results.json"
-CALIBRATION_FILE = "calibration.yaml"
 PNG_FILE = "curves.png"
-
-
-def _check_out(out: Path | None) -> None:
-    """Refuse ``--out DIR`` before any device work when it cannot become a writable directory: it is
-    a file (or device), or the nearest existing folder on its path is not a writable directory."""
-    from ..util.input_files import exists, is_dir
-
-    if out is None:
-        return
-    if exists(out) and not is_dir(out):
-        raise InputError(f"--out {out} is not a directory: give a directory")
-    existing = out
-    while not exists(existing):
-        parent = existing.parent
-        if parent == existing:
-            break
-        existing = parent
-    if not is_dir(existing):
-        raise InputError(f"--out {out}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise InputError(f"--out {out}: {existing} is not writable")
-
-
-def _out_dir(out: Path | None) -> Path | None:
-    """Create ``--out DIR`` up front (before any GPU work); :class:`InputError` when impossible."""
-    from ..util.input_files import exists, is_dir
-
-    if out is None:
-        return None
-    if exists(out) and not is_dir(out):
-        raise InputError(f"--out {out} is not a directory: give a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"--out {out}: cannot create the directory ({exc.strerror})") from None
-    return out
 
 
 def _write_outputs(res: Any, out: Path) -> list[Path]:
@@ -67,8 +30,10 @@ def _write_outputs(res: Any, out: Path) -> list[Path]:
     written: list[Path] = []
     cal = calibration_from_results(res)
     if cal is None:
-        stale = " (the calibration.yaml there is from an earlier run)" if (out / CALIBRATION_FILE).exists() else ""
-        res.notes.append(f"no calibration: the run stopped before the ceilings and a sweep point were measured{stale}")
+        stale = " (the calibration.yaml there is from an earlier run)" if (
+            out / CALIBRATION_FILE).exists() else ""
+        res.notes.append("no calibration: the run stopped before the ceilings and a sweep point were "
+                         f"measured{stale}")
     png_text = None
     if res.sweep:
         try:
@@ -101,35 +66,74 @@ def _dry_run_device(gpu: str | None, sms: int | None, cc: str | None) -> Any:
 
 @app.command()
 def bench(
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (levels, sizes, kernels, repeats, bytes); needs no GPU or torch."),
-    gpu: str | None = typer.Option(None, "--gpu", "-g", help="GPU profile of the --dry-run plan (default h100). A real run detects the device; a --gpu given then must match its SM count."),
+    dry_run: bool = typer.Option(False, "--dry-run",
+                                 help="Print the plan (levels, sizes, kernels, repeats, bytes); needs no GPU "
+                                 "or torch."),
+    gpu: str | None = typer.Option(None, "--gpu", "-g",
+                                   help="GPU profile of the --dry-run plan (default h100). A real run "
+                                   "detects the device; a --gpu given then must match its SM count."),
     sms: int | None = typer.Option(None, "--sms", help="--dry-run for any device: its SM count (with --cc)."),
-    cc: str | None = typer.Option(None, "--cc", help="--dry-run for any device: its compute capability, e.g. 9.0."),
-    repeats: int | None = typer.Option(None, "--repeats", help="Timed runs per measurement; the median is reported. Default 10 (3 with --quick)."),
-    quick: bool = typer.Option(False, "--quick", help="Few repeats and short co-run windows: a check (make gpu-check), not a calibration."),
-    gemm_shape: str = typer.Option("8192x4096x12288", "--gemm-shape", help="bf16 GEMM (prefill probe) as MxNxK."),
-    buffer_bytes: str | None = typer.Option(None, "--buffer-bytes", help="Read buffer of the bandwidth kernel: bytes, or 1GiB / 512MiB. Default max(1 GiB, 4x L2); never below 4x L2."),
-    levels: str | None = typer.Option(None, "--levels", help="Co-run only these levels: numbers (1,3) or PREFILL/DECODE SMs (112/20,72/60)."),
+    cc: str | None = typer.Option(None, "--cc",
+                                  help="--dry-run for any device: its compute capability, e.g. 9.0."),
+    repeats: int | None = typer.Option(None, "--repeats",
+                                       help="Timed runs per measurement; the median is reported. Default 10 "
+                                       "(3 with --quick)."),
+    quick: bool = typer.Option(False, "--quick",
+                               help="Few repeats and short co-run windows: a check (make gpu-check), not a "
+                               "calibration."),
+    gemm_shape: str = typer.Option("8192x4096x12288", "--gemm-shape",
+                                   help="bf16 GEMM (prefill probe) as MxNxK."),
+    buffer_bytes: str | None = typer.Option(None, "--buffer-bytes",
+                                            help="Read buffer of the bandwidth kernel: bytes, or 1GiB / "
+                                            "512MiB. Default max(1 GiB, 4x L2); never below 4x L2."),
+    levels: str | None = typer.Option(None, "--levels",
+                                      help="Co-run only these levels: numbers (1,3) or PREFILL/DECODE SMs "
+                                      "(112/20,72/60)."),
     device: int = typer.Option(0, "--device", help="CUDA device index."),
-    skinny_gemm: str | None = typer.Option(None, "--skinny-gemm", help="Also time a decode-like GEMM 32 x HIDDENxINTERMEDIATE in the sweep, e.g. 4096x12288."),
-    sm_group_num: int = typer.Option(8, "--sm-group-num", help="SGLang's sm_group_num: its levels are the co-run levels."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Write results.json, calibration.yaml and curves.png into this directory."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON (the plan with --dry-run, else the results) instead of tables."),
-    model: str | None = typer.Option(None, "--model", "-m", help="Replay this model (profile name or config.json) instead of the kernels: its layers with random bf16 weights, SGLang's pdmux loop at each level, next to 'pdmux estimate'."),
-    decode_bs: int | None = typer.Option(None, "--decode-bs", help="--model: requests in the decode batch (default 32)."),
-    context: int | None = typer.Option(None, "--context", help="--model: KV-cache tokens of each decode request (default 2048)."),
-    prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", help="--model: tokens of the prompt prefilled in layer slices (default 8192)."),
-    token_budget: int | None = typer.Option(None, "--token-budget", help="--model: SGLang's split_forward_token_budget (default 65536)."),
-    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor", help="--model: SGLang's decode_bs_divisor (default 36)."),
-    calibration: Path | None = typer.Option(None, "--calibration", help="--model: a calibration.yaml for the calibrated estimate column (default: this replay's own fixed time per decode step)."),
-    cpu: bool = typer.Option(False, "--cpu", hidden=True, help="--model: run the replay on the CPU (tiny models, tests): no green contexts."),
+    skinny_gemm: str | None = typer.Option(None, "--skinny-gemm",
+                                           help="Also time a decode-like GEMM 32 x HIDDENxINTERMEDIATE in "
+                                           "the sweep, e.g. 4096x12288."),
+    sm_group_num: int = typer.Option(8, "--sm-group-num",
+                                     help="SGLang's sm_group_num: its levels are the co-run levels."),
+    out: Path | None = typer.Option(None, "--out", "-o",
+                                    help="Write results.json, calibration.yaml and curves.png into this "
+                                    "directory."),
+    as_json: bool = typer.Option(False, "--json",
+                                 help="Print JSON (the plan with --dry-run, else the results) instead of "
+                                 "tables."),
+    model: str | None = typer.Option(None, "--model", "-m",
+                                     help="Replay this model (profile name or config.json) instead of the "
+                                     "kernels: its layers with random bf16 weights, SGLang's pdmux loop at "
+                                     "each level, next to 'pdmux estimate'."),
+    decode_bs: int | None = typer.Option(None, "--decode-bs",
+                                         help="--model: requests in the decode batch (default 32)."),
+    context: int | None = typer.Option(None, "--context",
+                                       help="--model: KV-cache tokens of each decode request (default "
+                                       "2048)."),
+    prompt_tokens: int | None = typer.Option(None, "--prompt-tokens",
+                                             help="--model: tokens of the prompt prefilled in layer slices "
+                                             "(default 8192)."),
+    token_budget: int | None = typer.Option(None, "--token-budget",
+                                            help="--model: SGLang's split_forward_token_budget (default "
+                                            "65536)."),
+    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor",
+                                                 help="--model: SGLang's decode_bs_divisor (default 36)."),
+    calibration: Path | None = typer.Option(None, "--calibration",
+                                            help="--model: a calibration.yaml for the calibrated estimate "
+                                            "column (default: this replay's own fixed time per decode "
+                                            "step)."),
+    cpu: bool = typer.Option(False, "--cpu", hidden=True,
+                             help="--model: run the replay on the CPU (tiny models, tests): no green "
+                             "contexts."),
 ) -> None:
-    """Measure a GEMM and an HBM-read kernel on green-context SM partitions: solo curves, co-run at SGLang's levels.
+    """Measure a GEMM and an HBM-read kernel on green-context SM partitions: solo curves, co-run at SGLang's
+    levels.
 
     Writes the calibration 'pdmux estimate --calibration' uses. Needs an NVIDIA GPU, driver CUDA >= 12.4,
     torch with CUDA, cuda-python and NVRTC (pdmux's 'bench' extra); --dry-run needs none of them.
 
-    With --model: replay that model's layers instead, in SGLang's pdmux loop at each level, next to the estimate."""
+    With --model: replay that model's layers instead, in SGLang's pdmux loop at each level, next to the
+    estimate."""
     from ..bench import plan as bplan
 
     gemm = bplan.parse_gemm_shape(gemm_shape)
@@ -146,10 +150,12 @@ def bench(
                    "--calibration": calibration, "--cpu": cpu or None}
     if model is not None:
         kernel_only = {"--sms": sms, "--cc": cc, "--buffer-bytes": buffer_bytes, "--skinny-gemm": skinny_gemm,
-                       "--gemm-shape": None if gemm == bplan.GemmShape(*bplan.DEFAULT_GEMM_SHAPE) else gemm_shape}
+                       "--gemm-shape": None if gemm == bplan.GemmShape(*bplan.DEFAULT_GEMM_SHAPE)
+                       else gemm_shape}
         given = [name for name, value in kernel_only.items() if value is not None]
         if given:
-            raise InputError(f"{given[0]} is an option of the kernel bench, not of --model (the model replay)")
+            raise InputError(f"{given[0]} is an option of the kernel bench, not of --model (the model "
+                             "replay)")
         from .bench_model import run_model_replay
 
         run_model_replay(
@@ -183,7 +189,7 @@ def bench(
 
     if sms is not None or cc is not None:
         raise InputError("--sms/--cc describe a device for --dry-run; a real run measures the device itself")
-    _check_out(out)
+    check_out_dir(out)
     # Usage errors before the device is probed: on a machine without a driver they would
     # otherwise hide behind "no NVIDIA driver".
     if gpu is not None:
@@ -198,7 +204,7 @@ def bench(
     plan = bplan.make_plan(pdev, granularity=info.granularity, **options)
     plan_json = bplan.plan_dict(plan)
     plan_json["dry_run"] = False
-    out_dir = _out_dir(out)  # created only once the device is known to be there
+    out_dir = make_out_dir(out)  # created only once the device is known to be there
     res = _run_with_progress(runner, plan, info, torch, plan_json, out_dir)
     written = _write_outputs(res, out_dir) if out_dir is not None else []
 
@@ -219,43 +225,13 @@ def bench(
     exit_for(res, out_dir)
 
 
-def exit_for(res: Any, out_dir: Path | None) -> None:
-    """End a run that stopped: exit 130 after Ctrl-C, 1 after an error or a failed step (one stderr line,
-    naming where the finished steps are); return for a complete run. ``res``: results with ``interrupted``,
-    ``error`` and ``step_errors`` (the kernel bench's or the model replay's)."""
-    if res.interrupted:
-        fail_line("interrupted by Ctrl-C" + (f"; the finished steps are in {out_dir}" if out_dir else ""))
-        raise typer.Exit(130)
-    if res.error or res.step_errors:
-        first = res.error or res.step_errors[0]
-        more = f" ({len(res.step_errors)} step(s) failed)" if res.step_errors else ""
-        fail_line(first + more + (f"; the finished steps are in {out_dir}" if out_dir else ""))
-        raise typer.Exit(1)
-
-
-def run_with_progress(title: str, total: int, run: Any, to_json: Any, out_dir: Path | None) -> Any:
-    """``run(on_step, on_result)`` under a rich progress bar of ``total`` steps (stderr, only on a terminal);
-    after each step the results so far (``to_json(results)``) are checkpointed to ``out_dir/results.json``."""
-    err = console(stderr=True)
-    with progress_bar(err, disable=not err.is_terminal) as progress:
-        task = progress.add_task(title, total=total)
-
-        def on_step(label: str) -> None:
-            progress.update(task, description=label)
-
-        def on_result(res: Any) -> None:
-            progress.advance(task)
-            if out_dir is not None:
-                write_atomic(out_dir / RESULTS_FILE, json.dumps(to_json(res), indent=2) + "\n")
-
-        return run(on_step, on_result)
-
-
-def _run_with_progress(runner: Any, plan: Any, info: Any, torch: Any, plan_json: dict, out_dir: Path | None) -> Any:
+def _run_with_progress(runner: Any, plan: Any, info: Any, torch: Any, plan_json: dict,
+                       out_dir: Path | None) -> Any:
     """``runner.run_bench`` under :func:`run_with_progress`."""
     from ..bench.results import results_dict
 
     return run_with_progress(
         "pdmux bench", plan.steps,
-        lambda on_step, on_result: runner.run_bench(plan, info, torch, plan_json, on_step=on_step, on_result=on_result),
+        lambda on_step,
+        on_result: runner.run_bench(plan, info, torch, plan_json, on_step=on_step, on_result=on_result),
         results_dict, out_dir)

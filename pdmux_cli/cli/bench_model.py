@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..util.errors import InputError
-from .bench import CALIBRATION_FILE, RESULTS_FILE
+from .bench_shared import (CALIBRATION_FILE, RESULTS_FILE, check_out_dir, exit_for, make_out_dir,
+                           run_with_progress)
 from .common import (
     console,
     gpu_file,
@@ -35,7 +36,8 @@ def _predictions_json(preds: Any, plan: Any) -> dict[str, Any] | None:
         "source": preds.source,
         "whole": predicted_dict(preds.whole),
         "levels": [{"prefill_sms": s.prefill_sms, "decode_sms": s.decode_sms,
-                    **(predicted_dict(preds.levels.get((s.prefill_sms, s.decode_sms))) or {})} for s in plan.levels],
+                    **(predicted_dict(preds.levels.get((s.prefill_sms, s.decode_sms))) or {})}
+                    for s in plan.levels],
     }
 
 
@@ -44,7 +46,8 @@ def _combined(given: Any, given_path: Path | None, own: Any) -> tuple[Any, str |
     whole-GPU term added when the file has none; or this replay's alone."""
     if given is not None:
         if given.whole_gpu is None and own is not None:
-            joined = dataclasses.replace(given, whole_gpu=own.whole_gpu, terms_from=given.terms_from + own.terms_from)
+            joined = dataclasses.replace(given, whole_gpu=own.whole_gpu,
+                                         terms_from=given.terms_from + own.terms_from)
             return joined, f"{given_path} + this replay's fixed time per decode step"
         return given, str(given_path)
     if own is not None:
@@ -91,20 +94,21 @@ def run_model_replay(
     """``pdmux bench --model``: see the module docstring. Raises :class:`InputError` for bad input (unknown
     model, MLA, sizes, a model that does not fit, a calibration of another GPU, an output over an input) and
     :class:`DeviceError` for a missing GPU, driver or torch; exits 1 (130 on Ctrl-C) when a run stops.
-    Sizes and SGLang knobs left ``None`` take the estimate's defaults (32 x 2048, 8192 tokens) and SGLang's."""
+    Sizes and SGLang knobs left ``None`` take the estimate's defaults (32 x 2048, 8192 tokens) and
+    SGLang's."""
     from ..sglang import split_levels
     from ..bench.plan import PlanDevice
     from ..bench.replay_plan import check_replayable, check_scenario, make_replay_plan, replay_plan_dict
     from ..planning.estimate import Scenario
     from ..catalog.hardware import find_gpu, find_gpu_or_file
     from ..catalog.model import load_model
-    from . import bench as bench_cli
 
     defaults = Scenario()
     decode_bs = defaults.decode_bs if decode_bs is None else decode_bs
     context = defaults.context_tokens if context is None else context
     prompt_tokens = defaults.prompt_tokens if prompt_tokens is None else prompt_tokens
-    decode_bs_divisor = split_levels.DEFAULT_DECODE_BS_DIVISOR if decode_bs_divisor is None else decode_bs_divisor
+    decode_bs_divisor = (split_levels.DEFAULT_DECODE_BS_DIVISOR if decode_bs_divisor is None
+                         else decode_bs_divisor)
     token_budget = split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET if token_budget is None else token_budget
     mdl = load_model(model)
     check_replayable(mdl)
@@ -148,7 +152,7 @@ def run_model_replay(
         con.print("dry run: nothing was measured" + (f"; nothing written to {out}" if out else ""))
         return
 
-    bench_cli._check_out(out)
+    check_out_dir(out)
     info = None
     if cpu:
         from ..bench.model_replay import ReplayDevice, host_available_bytes, import_torch_cpu
@@ -180,7 +184,7 @@ def run_model_replay(
     predicted = _predict(plan, profile, None, pre_notes)
     plan_json = replay_plan_dict(plan)
     plan_json["dry_run"] = False
-    out_dir = bench_cli._out_dir(out)
+    out_dir = make_out_dir(out)
     res = _run_with_progress(plan, rdev, plan_json, info, out_dir)
     res.predicted = predicted
     res.notes.extend(n for n in pre_notes if n not in res.notes)
@@ -215,19 +219,21 @@ def run_model_replay(
             print_note(con, note)
         if own is not None and own.whole_gpu is not None:
             con.print(f"measured fixed time per decode step: {own.whole_gpu.decode_fixed_s * 1e3:.3f} ms "
-                      f"(the estimate was {own.whole_gpu.uncalibrated_median_error:.0%} off on the whole GPU's step)")
+                      f"(the estimate was {own.whole_gpu.uncalibrated_median_error:.0%} off on the whole "
+                      "GPU's step)")
         for path in written:
             con.print(f"wrote {path}")
-    bench_cli.exit_for(res, out_dir)
+    exit_for(res, out_dir)
 
 
 def _run_with_progress(plan: Any, rdev: Any, plan_json: dict, info: Any, out_dir: Path | None) -> Any:
-    """``model_replay.run_replay`` under ``bench.run_with_progress`` (results.json checkpointed each step)."""
+    """``model_replay.run_replay`` under :func:`~pdmux_cli.cli.bench_shared.run_with_progress` (results.json
+    checkpointed each step)."""
     from ..bench.model_replay import run_replay
     from ..bench.replay_results import results_dict
-    from .bench import run_with_progress
 
     return run_with_progress(
         "pdmux bench --model", plan.steps,
-        lambda on_step, on_result: run_replay(plan, rdev, plan_json, info, on_step=on_step, on_result=on_result),
+        lambda on_step,
+        on_result: run_replay(plan, rdev, plan_json, info, on_step=on_step, on_result=on_result),
         results_dict, out_dir)

@@ -1,6 +1,6 @@
 """``pdmux calibrate``: fit the cost model's whole-GPU terms to the user's own SGLang, or merge calibrations.
 
-Parse, call :mod:`pdmux_cli.sglang.measurement_readers` (readers) and :mod:`pdmux_cli.costmodel.calibrate`
+Parse, call :mod:`pdmux_cli.sglang.measurement_readers` (readers) and :mod:`pdmux_cli.costmodel.whole_gpu_fit`
 (the fit), render; the file is written whole or not at all.
 """
 
@@ -16,7 +16,7 @@ import typer
 
 from ..util.atomic import check_writable, refuse_overwriting_inputs
 from ..util.errors import InputError
-from . import app
+from .app import app
 from .common import console, gpu_file, model_file, output_path, print_json, print_note, write_atomic
 
 #: Points shown in the table (``--json`` has them all).
@@ -163,7 +163,7 @@ def calibrate(
         raise InputError(f"--tp {tp}: pdmux models one GPU (tensor parallelism is not modelled yet); calibrate "
                          "with measurements of a single-GPU server")
     from ..costmodel import build_step_model
-    from ..costmodel.calibrate import check_points, fit_whole_gpu, points_from
+    from ..costmodel.whole_gpu_fit import check_points, fit_whole_gpu, points_from
     from ..sglang.measurement_readers import read_one_batch, read_server_log
 
     profile, mdl, kv_bytes = _measured(gpu, model, kv_bytes, kv_cache_dtype)
@@ -269,7 +269,7 @@ def _fit_serving(cal: Any, files: list[Path], model: str, gpu: str, tp: int, kv_
     from ..sglang.measurement_readers import read_bench_serving
     from ..simulate import serving_fit
     from ..simulate.serving_accuracy import runs_from_bench_serving
-    from ..simulate.tune import default_workers, process_pool
+    from ..simulate.pool import default_workers, process_pool
 
     results, problems = [], []
     for path in files:

@@ -13,10 +13,10 @@ from typing import Any
 import typer
 
 from ..messages import layout_text
-from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
 from ..util.atomic import check_writable, refuse_overwriting_inputs
 from ..util.errors import InputError
-from . import app
+from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
+from .app import app
 from .common import console, gpu_file, model_file, output_file, parse_names, print_note, sglang_option
 from .simulate import (
     ADMISSION_DELAY_OPTION,

@@ -55,7 +55,8 @@ def _escape_unencodable() -> None:
     Pythons), or a file name that is not UTF-8 (its bytes kept as surrogates), would otherwise raise
     ``UnicodeEncodeError`` after the work is done."""
     for stream in (sys.stdout, sys.stderr):
-        if stream is not None and getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+        if stream is not None and getattr(stream, "errors", None) == "strict" and hasattr(
+            stream, "reconfigure"):
             try:
                 stream.reconfigure(errors="backslashreplace")
             except (ValueError, OSError, TypeError):  # pragma: no cover - a stream that cannot change
@@ -128,9 +129,9 @@ class OneLineErrorGroup(TyperGroup):
 
     Usage errors (click's, and :class:`InputError`) exit 2; :class:`~pdmux_cli.util.errors.DeviceError`
     and other runtime failures exit 1; Ctrl-C exits 130, SIGTERM 143 and SIGHUP 129, after the same
-    cleanup (:mod:`pdmux_cli.util.signals`: worker processes terminated, temporary files removed). A reader of stdout that goes away (EPIPE:
-    ``pdmux ... | head -1``) is no failure: exit 0, nothing on stderr. A closed or full stderr never
-    changes the status (:func:`fail_line`).
+    cleanup (:mod:`pdmux_cli.util.signals`: worker processes terminated, temporary files removed). A reader of
+    stdout that goes away (EPIPE: ``pdmux ... | head -1``) is no failure: exit 0, nothing on stderr. A closed
+    or full stderr never changes the status (:func:`fail_line`).
     """
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
@@ -181,7 +182,8 @@ class OneLineErrorGroup(TyperGroup):
                 if code == 130 and interrupted():  # typer's Exit(130) for Ctrl-C: say so, as for SIGTERM
                     fail_line("stopped by Ctrl-C (SIGINT)")
                 _flush_stdout()
-        except (_Stopped, Terminated) as e:  # SIGTERM or SIGHUP: all unwound (workers gone, no temporary file)
+        # SIGTERM or SIGHUP: all unwound (workers gone, no temporary file)
+        except (_Stopped, Terminated) as e:
             stop = e.signal if isinstance(e, _Stopped) else e
             fail_line(f"stopped by {stop.name}")
             code = stop.exit_code
@@ -342,11 +344,13 @@ def _table_console_class() -> Any:
         words)."""
 
         def print(self, *objects: Any, **kwargs: Any) -> None:
-            if len(objects) == 1 and isinstance(objects[0], Table) and (objects[0].title or objects[0].caption):
+            if len(objects) == 1 and isinstance(objects[0], Table) and (
+                objects[0].title or objects[0].caption):
                 table = objects[0]
                 width = self.measure(table).maximum
                 wide_title = bool(table.title) and len(str(table.title)) > width
-                wide_caption = bool(table.caption) and max(map(len, str(table.caption).splitlines() or [""])) > width
+                wide_caption = bool(table.caption) and max(map(len, str(table.caption).splitlines()
+                                                               or [""])) > width
                 if wide_title or wide_caption:
                     title, caption = table.title, table.caption
                     if wide_title:
@@ -431,8 +435,8 @@ def output_file(text: str) -> Path:
 
     text = str(text)
     if os.path.basename(text) in (".", "..") and text not in (".", ".."):  # out/. is the folder out
-        raise BadParameter(f"{short_repr(text)} ends with '/{os.path.basename(text)}', a folder: give a file name "
-                           f"(e.g. {short_repr(os.path.join(text, 'out'))})")
+        raise BadParameter(f"{short_repr(text)} ends with '/{os.path.basename(text)}', a folder: give a file "
+                           f"name (e.g. {short_repr(os.path.join(text, 'out'))})")
     if text.endswith(("/", os.sep)) and text.strip("/" + os.sep):
         raise BadParameter(f"{short_repr(text)} ends with '/', a folder: give a file name "
                            f"(e.g. {short_repr(text.rstrip('/' + os.sep) + '/out')})")
@@ -454,11 +458,12 @@ def write_atomic(path: str | Path, text: str) -> Path:
 
 
 #: ``--sglang``'s help, shared by the commands whose verdicts depend on SGLang's code.
-SGLANG_HELP = ("SGLang revision whose pdmux code to follow: 0.5.23 (latest release, default), standard@b875545 "
-               "(sgl-project/sglang b8755452, the standard-prefill lane), overlay@2126b0b (Li-brua/sglang "
-               "2126b0b7, the layer-wise/overlay fork), main@2260e61 (upstream main at 2260e612, which fails to "
-               "start with --enable-pdmux: #37714) or dsv41@a64f33f (sgl-project/sglang a64f33f0, the "
-               "DeepSeek-V4.1 line with max_split_forward_layers; manual_divisions only).")
+SGLANG_HELP = ("SGLang revision whose pdmux code to follow: 0.5.23 (latest release, default), "
+               "standard@b875545 (sgl-project/sglang b8755452, the standard-prefill lane), overlay@2126b0b "
+               "(Li-brua/sglang 2126b0b7, the layer-wise/overlay fork), main@2260e61 (upstream main at "
+               "2260e612, which fails to start with --enable-pdmux: #37714) or dsv41@a64f33f "
+               "(sgl-project/sglang a64f33f0, the DeepSeek-V4.1 line with max_split_forward_layers; "
+               "manual_divisions only).")
 
 
 def sglang_option():

@@ -12,10 +12,10 @@ from typing import Any
 
 import typer
 
-from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
 from ..util.atomic import check_writable, refuse_overwriting_inputs
 from ..util.errors import InputError, short_repr
-from . import app
+from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
+from .app import app
 from .common import (
     NON_FINITE,
     console,
@@ -104,7 +104,8 @@ def _load_pdmux_yaml(path: Path, device: Device | None = None,
                                if p.rule in ("both", "new")]
     if problems:
         first = problems[0]
-        raise InputError(f"{path}: {first.where}: {first.message} (pdmux check-config {path} lists every problem)")
+        raise InputError(f"{path}: {first.where}: {first.message} (pdmux check-config {path} lists every "
+                         "problem)")
     if device is not None:
         config, rounded = driver_divisions(config, device.sm_count, device.cc)
         notes.extend(f"{path}: {note}" for note in rounded)
@@ -117,14 +118,25 @@ def splits(
     sms: int | None = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
     cc: str | None = typer.Option(None, "--cc", help="Compute capability of that device, e.g. 9.0."),
     all_gpus: bool = typer.Option(False, "--all", help="One table of every GPU profile's levels."),
-    decode_bs: str = typer.Option("1,6,12,18,24,30,36,64", "--decode-bs", help="Decode batch sizes to choose a level for."),
-    prompt_tokens: str = typer.Option("512,8192,32768,131072", "--prompt-tokens", help="Prompt lengths for layers per round."),
-    model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model profile or config.json (its layer count)."),
-    sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="Stream groups incl. the two whole-GPU ones (SGLang default 8)."),
-    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor", help="Divisor of the linear level rule (default 36)."),
-    token_budget: int | None = typer.Option(None, "--token-budget", help="split_forward_token_budget (default 65536)."),
-    config: Path | None = typer.Option(None, "--config", help="An existing pdmux YAML: its levels, thresholds and knobs are used."),
-    tp: int = typer.Option(1, "--tp", help="Tensor parallelism (GPUs, 1-8): every GPU builds the same groups and takes the same level; --model's heads and widths must split."),
+    decode_bs: str = typer.Option("1,6,12,18,24,30,36,64", "--decode-bs",
+                                  help="Decode batch sizes to choose a level for."),
+    prompt_tokens: str = typer.Option("512,8192,32768,131072", "--prompt-tokens",
+                                      help="Prompt lengths for layers per round."),
+    model: str = typer.Option("qwen3-8b", "--model", "-m",
+                              help="Model profile or config.json (its layer count)."),
+    sm_group_num: int | None = typer.Option(None, "--sm-group-num",
+                                            help="Stream groups incl. the two whole-GPU ones (SGLang default "
+                                            "8)."),
+    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor",
+                                                 help="Divisor of the linear level rule (default 36)."),
+    token_budget: int | None = typer.Option(None, "--token-budget",
+                                            help="split_forward_token_budget (default 65536)."),
+    config: Path | None = typer.Option(None, "--config",
+                                       help="An existing pdmux YAML: its levels, thresholds and knobs are "
+                                       "used."),
+    tp: int = typer.Option(1, "--tp",
+                           help="Tensor parallelism (GPUs, 1-8): every GPU builds the same groups and takes "
+                           "the same level; --model's heads and widths must split."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """The SM split levels (stream groups) SGLang builds, the level it picks per decode batch, and prefill layers per round."""
@@ -146,7 +158,8 @@ def splits(
     cfg, cfg_notes = _load_pdmux_yaml(config, device, sm_group_num) if config is not None else (None, [])
     group_num = sm_group_num or (cfg.sm_group_num if cfg else split_levels.DEFAULT_SM_GROUP_NUM)
     divisor = decode_bs_divisor or (cfg.decode_bs_divisor if cfg else split_levels.DEFAULT_DECODE_BS_DIVISOR)
-    budget = token_budget or (cfg.split_forward_token_budget if cfg else split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET)
+    budget = token_budget or (cfg.split_forward_token_budget if cfg
+                              else split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET)
     for name, value in (("--sm-group-num", sm_group_num), ("--decode-bs-divisor", decode_bs_divisor),
                         ("--token-budget", token_budget)):
         if value is not None and value <= 0:
@@ -165,7 +178,8 @@ def splits(
     from ..messages import render
     from ..planning.estimate import MAX_DECODE_BS, MAX_TOKENS
 
-    for what, values, top in (("--decode-bs", batch_sizes, MAX_DECODE_BS), ("--prompt-tokens", prompts, MAX_TOKENS)):
+    for what, values, top in (("--decode-bs", batch_sizes, MAX_DECODE_BS),
+                              ("--prompt-tokens", prompts, MAX_TOKENS)):
         too_big = [v for v in values if v > top]
         if too_big:  # as estimate's bounds: no server runs a batch or prompt past them
             raise InputError(f"{what} {short_repr(too_big[0])}: give 1 to {top:,}")
@@ -175,24 +189,25 @@ def splits(
         from ..multigpu.tensor_parallel import shard
 
         shard(mdl, tp)  # SGLang refuses a model whose heads or widths tp does not divide
-        notes.append(f"TP {tp}: every GPU builds these stream groups and picks the same level for the same decode "
-                     "batch (each rank's scheduler runs the same rule on the same batches); before a prefill joins "
-                     "the decode batch the ranks agree it is done with a CPU all-reduce (SGLang 0.5.23 "
-                     "srt/multiplex/multiplexing_mixin.py event_loop_pdmux)")
+        notes.append(f"TP {tp}: every GPU builds these stream groups and picks the same level for the same "
+                     "decode batch (each rank's scheduler runs the same rule on the same batches); before a "
+                     "prefill joins the decode batch the ranks agree it is done with a CPU all-reduce "
+                     "(SGLang 0.5.23 srt/multiplex/multiplexing_mixin.py event_loop_pdmux)")
     choices = [
         (bs, split_levels.choose_group(len(plan.groups), bs, True, divisor, plan.thresholds),
          split_levels.older_sglang_crashes(plan.thresholds, bs))
         for bs in batch_sizes
     ]
     layers = [
-        (t, split_levels.prefill_layers_per_round(t, mdl.num_layers, budget), split_levels.prefill_rounds(t, mdl.num_layers, budget))
+        (t, split_levels.prefill_layers_per_round(t, mdl.num_layers, budget),
+         split_levels.prefill_rounds(t, mdl.num_layers, budget))
         for t in prompts
     ]
     info = {
         "gpu": device.name, "sm_count": device.sm_count, "compute_capability": device.cc_text,
-        "source": plan.source, "sm_group_num": group_num, "decode_bs_divisor": divisor, "token_budget": budget,
-        "groups": plan.groups, "thresholds": plan.thresholds, "choices": choices, "model": mdl.name,
-        "num_layers": mdl.num_layers, "layers": layers, "notes": notes, "tp": tp,
+        "source": plan.source, "sm_group_num": group_num, "decode_bs_divisor": divisor,
+        "token_budget": budget, "groups": plan.groups, "thresholds": plan.thresholds, "choices": choices,
+        "model": mdl.name, "num_layers": mdl.num_layers, "layers": layers, "notes": notes, "tp": tp,
     }
     from . import render
 
@@ -226,15 +241,16 @@ def _splits_all(group_num: int, as_json: bool) -> None:
         return
     from rich.table import Table
 
-    table = Table(title=f"SGLang's split levels on every GPU profile (sm_group_num {group_num})", title_justify="left")
-    for col, just in (("GPU", "left"), ("SMs", "right"), ("cc", "right"), ("levels (prefill/decode SMs)", "left"),
-                      ("source", "left")):
+    table = Table(title=f"SGLang's split levels on every GPU profile (sm_group_num {group_num})",
+                  title_justify="left")
+    for col, just in (("GPU", "left"), ("SMs", "right"), ("cc", "right"),
+                      ("levels (prefill/decode SMs)", "left"), ("source", "left")):
         table.add_column(col, justify=just)
     for r in rows:
         levels = (" ".join(f"{g['prefill_sms']}/{g['decode_sms']}" for g in r["groups"][1:-1]) if r["groups"]
                   else styled(r["error"], "red"))
-        source = {"sglang-auto": "SGLang auto", "cuda-granularity": "needs manual_divisions", "manual": "manual",
-                  None: "-"}[r["source"]]
+        source = {"sglang-auto": "SGLang auto", "cuda-granularity": "needs manual_divisions",
+                  "manual": "manual", None: "-"}[r["source"]]
         table.add_row(r["gpu"], str(r["sm_count"] or "?"), r["compute_capability"], levels, source)
     console().print(table)
 
@@ -270,38 +286,83 @@ def _parse_level(text: str) -> tuple[int, int] | None:
 
 @app.command()
 def estimate(
-    model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model profile name or path to a Hugging Face config.json."),
+    model: str = typer.Option("qwen3-8b", "--model", "-m",
+                              help="Model profile name or path to a Hugging Face config.json."),
     gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
     decode_bs: int = typer.Option(32, "--decode-bs", help="Requests in decode when the prompt arrives."),
     context: int = typer.Option(2048, "--context", help="KV-cache tokens of each decode request."),
     prompt_tokens: int = typer.Option(8192, "--prompt-tokens", help="Tokens of the prompt that slips in."),
-    chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help="Chunk sizes of SGLang's default chunked prefill (decode waits for every chunk), tokens, or 'none' (default: SGLang's default size for the GPU; none under --cost-model chapter)."),
-    mixed_chunk_sizes: str = typer.Option("2048,512", "--mixed-chunk-sizes", help="Chunk sizes with --enable-mixed-chunk (decode runs in every chunk step; the chapter's chunked rows), or 'none'."),
-    cost_model: str = typer.Option("roofline", "--cost-model", help="roofline (fitted to measurements) or chapter (the chapter's illustrative model)."),
-    s_sat: str | None = typer.Option(None, "--s-sat", help="SMs that reach 95% of HBM bandwidth, e.g. 44,66,88 (default: roofline's fit; chapter: 1/3, 1/2, 2/3 of the SMs)."),
-    bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help="Chapter model: fraction of datasheet HBM bandwidth decode reaches (default 0.85)."),
-    mfu: float | None = typer.Option(None, "--mfu", help="Chapter model: fraction of dense FLOP/s prefill reaches (default 0.5)."),
-    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="Roofline model: the engine's CPU time per step, ms (0 = kernels only; default: SGLang's measured 0.31)."),
-    per_request_overhead_ms: float | None = typer.Option(None, "--per-request-overhead-ms", help="Roofline model: what every step spends per request in its batch beyond the kernels, ms (default: fitted to public SGLang serving runs, profiles/efficiency/serving.yaml)."),
-    weight_bytes: float | None = typer.Option(None, "--weight-bytes", help="Bytes per weight (default: the model's dtype; bf16 2, fp8 1)."),
-    kv_bytes: float | None = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (bf16 2, fp8 1; default: by --kv-cache-dtype)."),
+    chunk_sizes: str | None = typer.Option(None, "--chunk-sizes",
+                                           help="Chunk sizes of SGLang's default chunked prefill (decode "
+                                           "waits for every chunk), tokens, or 'none' (default: SGLang's "
+                                           "default size for the GPU; none under --cost-model chapter)."),
+    mixed_chunk_sizes: str = typer.Option("2048,512", "--mixed-chunk-sizes",
+                                          help="Chunk sizes with --enable-mixed-chunk (decode runs in every "
+                                          "chunk step; the chapter's chunked rows), or 'none'."),
+    cost_model: str = typer.Option("roofline", "--cost-model",
+                                   help="roofline (fitted to measurements) or chapter (the chapter's "
+                                   "illustrative model)."),
+    s_sat: str | None = typer.Option(None, "--s-sat",
+                                     help="SMs that reach 95% of HBM bandwidth, e.g. 44,66,88 (default: "
+                                     "roofline's fit; chapter: 1/3, 1/2, 2/3 of the SMs)."),
+    bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency",
+                                                      help="Chapter model: fraction of datasheet HBM "
+                                                      "bandwidth decode reaches (default 0.85)."),
+    mfu: float | None = typer.Option(None, "--mfu",
+                                     help="Chapter model: fraction of dense FLOP/s prefill reaches (default "
+                                     "0.5)."),
+    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms",
+                                                  help="Roofline model: the engine's CPU time per step, ms "
+                                                  "(0 = kernels only; default: SGLang's measured 0.31)."),
+    per_request_overhead_ms: float | None = typer.Option(None, "--per-request-overhead-ms",
+                                                         help="Roofline model: what every step spends per "
+                                                         "request in its batch beyond the kernels, ms "
+                                                         "(default: fitted to public SGLang serving runs, "
+                                                         "profiles/efficiency/serving.yaml)."),
+    weight_bytes: float | None = typer.Option(None, "--weight-bytes",
+                                              help="Bytes per weight (default: the model's dtype; bf16 2, "
+                                              "fp8 1)."),
+    kv_bytes: float | None = typer.Option(None, "--kv-bytes",
+                                          help="Bytes per KV-cache element (bf16 2, fp8 1; default: by "
+                                          "--kv-cache-dtype)."),
     kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP),
-    level: str = typer.Option("auto", "--level", help="PREFILL/DECODE SMs, e.g. 96/36, or 'auto' for SGLang's choice."),
-    all_levels: bool = typer.Option(False, "--all-levels", help="Also show ITL and prefill time at every level."),
-    sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="SGLang's sm_group_num (default 8)."),
-    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor", help="SGLang's decode_bs_divisor (default 36)."),
-    token_budget: int | None = typer.Option(None, "--token-budget", help="SGLang's split_forward_token_budget (default 65536)."),
+    level: str = typer.Option("auto", "--level",
+                              help="PREFILL/DECODE SMs, e.g. 96/36, or 'auto' for SGLang's choice."),
+    all_levels: bool = typer.Option(False, "--all-levels",
+                                    help="Also show ITL and prefill time at every level."),
+    sm_group_num: int | None = typer.Option(None, "--sm-group-num",
+                                            help="SGLang's sm_group_num (default 8)."),
+    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor",
+                                                 help="SGLang's decode_bs_divisor (default 36)."),
+    token_budget: int | None = typer.Option(None, "--token-budget",
+                                            help="SGLang's split_forward_token_budget (default 65536)."),
     config: Path | None = typer.Option(None, "--config", help="A pdmux YAML whose levels and knobs to use."),
-    flops_dtype: str | None = typer.Option(None, "--flops-dtype", help="bf16, fp16 or fp8 dense math (default: by model)."),
-    calibration: Path | None = typer.Option(None, "--calibration", help="calibration.yaml from 'pdmux bench' (measured SM-partition curves replace S_SAT) and/or 'pdmux calibrate' (whole-GPU efficiencies from your SGLang)."),
+    flops_dtype: str | None = typer.Option(None, "--flops-dtype",
+                                           help="bf16, fp16 or fp8 dense math (default: by model)."),
+    calibration: Path | None = typer.Option(None, "--calibration",
+                                            help="calibration.yaml from 'pdmux bench' (measured SM-partition "
+                                            "curves replace S_SAT) and/or 'pdmux calibrate' (whole-GPU "
+                                            "efficiencies from your SGLang)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP),
-    disagg: str | None = typer.Option(None, "--disagg", help="Also a row of PD disaggregation with X prefill and Y decode instances of --tp GPUs each, e.g. 1P1D or 2P6D: TTFT = whole-GPU prefill + the KV transfer, decode undisturbed."),
-    kv_link: str = typer.Option("auto", "--kv-link", help="--disagg's KV link: auto (the GPU's NVLink/PCIe within a node of 8 GPUs, RDMA 400 Gb/s per GPU across nodes), nvlink, pcie or rdma."),
-    kv_link_gb_s: float | None = typer.Option(None, "--kv-link-gb-s", help="--disagg's KV link bandwidth per GPU and direction, GB/s (overrides --kv-link's)."),
-    kv_link_latency_us: float | None = typer.Option(None, "--kv-link-latency-us", help="--disagg's KV link latency per transfer, us (overrides --kv-link's)."),
-    disagg_tp: int | None = typer.Option(None, "--disagg-tp", help="--disagg: each instance's TP (default --tp)."),
+    disagg: str | None = typer.Option(None, "--disagg",
+                                      help="Also a row of PD disaggregation with X prefill and Y decode "
+                                      "instances of --tp GPUs each, e.g. 1P1D or 2P6D: TTFT = whole-GPU "
+                                      "prefill + the KV transfer, decode undisturbed."),
+    kv_link: str = typer.Option("auto", "--kv-link",
+                                help="--disagg's KV link: auto (the GPU's NVLink/PCIe within a node of 8 "
+                                "GPUs, RDMA 400 Gb/s per GPU across nodes), nvlink, pcie or rdma."),
+    kv_link_gb_s: float | None = typer.Option(None, "--kv-link-gb-s",
+                                              help="--disagg's KV link bandwidth per GPU and direction, GB/s "
+                                              "(overrides --kv-link's)."),
+    kv_link_latency_us: float | None = typer.Option(None, "--kv-link-latency-us",
+                                                    help="--disagg's KV link latency per transfer, us "
+                                                    "(overrides --kv-link's)."),
+    disagg_tp: int | None = typer.Option(None, "--disagg-tp",
+                                         help="--disagg: each instance's TP (default --tp)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-    plot: Path | None = typer.Option(None, "--plot", parser=output_file, metavar="<path>", help="Write ITL against prefill time at every level, the other policies as points, to this PNG."),
+    plot: Path | None = typer.Option(None, "--plot", parser=output_file, metavar="<path>",
+                                     help="Write ITL against prefill time at every level, the other policies "
+                                     "as points, to this PNG."),
     sglang: str = sglang_option(),
 ) -> None:
     """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing
@@ -340,7 +401,8 @@ def estimate(
     gpu_profile = device.gpu
     mdl = load_model(model)
     kv_cache = resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes)
-    cfg, cfg_notes = _load_pdmux_yaml(config, device, sm_group_num, sglang) if config is not None else (None, [])
+    cfg, cfg_notes = _load_pdmux_yaml(config, device, sm_group_num, sglang) if config is not None else (
+        None, [])
     scenario = Scenario(
         decode_bs=decode_bs, context_tokens=context, prompt_tokens=prompt_tokens,
         chunk_sizes=_parse_sizes(chunk_sizes, "--chunk-sizes"),
@@ -351,7 +413,8 @@ def estimate(
         bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, weight_bytes_per_param=weight_bytes,
         kv_bytes_per_element=kv_cache.bytes_per_element, level=_parse_level(level),
         sm_group_num=sm_group_num or (cfg.sm_group_num if cfg else split_levels.DEFAULT_SM_GROUP_NUM),
-        decode_bs_divisor=decode_bs_divisor or (cfg.decode_bs_divisor if cfg else split_levels.DEFAULT_DECODE_BS_DIVISOR),
+        decode_bs_divisor=decode_bs_divisor
+        or (cfg.decode_bs_divisor if cfg else split_levels.DEFAULT_DECODE_BS_DIVISOR),
         split_forward_token_budget=token_budget or (
             cfg.split_forward_token_budget if cfg else split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET),
         manual_divisions=tuple(cfg.manual_divisions) if cfg else (),
@@ -371,13 +434,15 @@ def estimate(
             measured_on = None
         if measured_on is not None and measured_on.key != gpu_profile.key:
             raise InputError(f"{calibration} was measured on {measured_on.name}, not {gpu_profile.name}: "
-                             f"pass --gpu {measured_on.key} or calibrate this GPU ('pdmux bench', 'pdmux calibrate')")
+                             f"pass --gpu {measured_on.key} or calibrate this GPU ('pdmux bench', 'pdmux "
+                             "calibrate')")
         if s_sat is not None and cal.has_partitions:
             raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
-    result = run_estimate(gpu_profile, mdl, scenario, calibration=cal, all_levels=all_levels or plot is not None,
-                          sglang=sglang)
+    result = run_estimate(gpu_profile, mdl, scenario, calibration=cal, all_levels=all_levels
+                          or plot is not None, sglang=sglang)
     result.notes[:0] = cfg_notes
-    if cal is not None and scenario.cost_model == "chapter" and (mfu is not None or bandwidth_efficiency is not None):
+    if cal is not None and scenario.cost_model == "chapter" and (
+        mfu is not None or bandwidth_efficiency is not None):
         result.notes.append("--mfu and --bandwidth-efficiency are not used with --calibration: "
                             "the measured curves replace them")
     data = render.estimate_dict(result)
@@ -385,7 +450,8 @@ def estimate(
     if plot is not None:
         from ..planning.plot import write_tradeoff_plot
 
-        write_tradeoff_plot(plot, result, f"{result.model} on {result.gpu}: {decode_bs} x {context} tokens decoding, "
+        write_tradeoff_plot(plot, result,
+                            f"{result.model} on {result.gpu}: {decode_bs} x {context} tokens decoding, "
                             f"a {prompt_tokens}-token prompt ({result.cost_model} cost model)")
     if as_json:
         print_json(data, problem)
@@ -406,29 +472,69 @@ def gen_config(
     sms: int | None = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
     cc: str | None = typer.Option(None, "--cc", help="Compute capability of that device, e.g. 9.0."),
     sm_group_num: int = typer.Option(8, "--sm-group-num", help="Stream groups incl. the two whole-GPU ones."),
-    decode_bs_divisor: int = typer.Option(36, "--decode-bs-divisor", help="Divisor of the linear level rule."),
-    token_budget: int = typer.Option(65536, "--token-budget", help="split_forward_token_budget (tokens per round)."),
-    divisions: str | None = typer.Option(None, "--divisions", help="Manual levels PREFILL:DECODE:THRESHOLD,... e.g. 112:20:0,104:28:5"),
-    manual: bool = typer.Option(False, "--manual", help="Write SGLang's automatic levels as manual_divisions (always on Blackwell)."),
-    output: Path | None = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>", help="Write the YAML here (whole or not at all) instead of stdout."),
-    tune: bool = typer.Option(False, "--tune", help="Pick the knobs by simulating a trace (needs --trace, --slo-ttft, --slo-itl, --gpu)."),
-    trace: Path | None = typer.Option(None, "--trace", help="Trace for --tune, or whose decode steps give --slo-itl its context distribution (Azure CSV, Mooncake JSONL, BurstGPT CSV)."),
+    decode_bs_divisor: int = typer.Option(36, "--decode-bs-divisor",
+                                          help="Divisor of the linear level rule."),
+    token_budget: int = typer.Option(65536, "--token-budget",
+                                     help="split_forward_token_budget (tokens per round)."),
+    divisions: str | None = typer.Option(None, "--divisions",
+                                         help="Manual levels PREFILL:DECODE:THRESHOLD,... e.g. "
+                                         "112:20:0,104:28:5"),
+    manual: bool = typer.Option(False, "--manual",
+                                help="Write SGLang's automatic levels as manual_divisions (always on "
+                                "Blackwell)."),
+    output: Path | None = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>",
+                                       help="Write the YAML here (whole or not at all) instead of stdout."),
+    tune: bool = typer.Option(False, "--tune",
+                              help="Pick the knobs by simulating a trace (needs --trace, --slo-ttft, "
+                              "--slo-itl, --gpu)."),
+    trace: Path | None = typer.Option(None, "--trace",
+                                      help="Trace for --tune, or whose decode steps give --slo-itl its "
+                                      "context distribution (Azure CSV, Mooncake JSONL, BurstGPT CSV)."),
     slo_ttft: float | None = typer.Option(None, "--slo-ttft", help="TTFT SLO for --tune, ms."),
-    slo_itl: float | None = typer.Option(None, "--slo-itl", help="ITL target, ms: without --tune, write SLO levels (per decode batch the fewest decode SMs whose round, next to a running prefill, meets it; needs --gpu and --context or --trace); with --tune, the ITL SLO tuned for."),
-    context: int | None = typer.Option(None, "--context", help="--slo-itl: tokens of context of every decoding request (or --trace for a distribution)."),
-    max_requests: int | None = typer.Option(None, "--max-requests", help="Use the trace's first N requests (--slo-itl, --tune)."),
-    trace_format: str | None = typer.Option(None, "--format", help="--tune: the trace's format, azure, mooncake or burstgpt (default: detected), as tune's."),
-    qps: float | None = typer.Option(None, "--qps", help="--tune: retime the trace to this many requests/s, as tune's."),
-    rate_scale: float | None = typer.Option(None, "--rate-scale", help="--tune: multiply the trace's arrival rate, as tune's."),
-    duration: float | None = typer.Option(None, "--duration", help="--tune: only requests arriving in the first S seconds, as tune's."),
-    workers: int | None = typer.Option(None, "--workers", help="--tune: processes (default: the cores available), as tune's."),
-    dp: int | None = typer.Option(None, "--dp", help="Not taken: gen-config --tune tunes one server; 'pdmux tune --dp N' tunes replicas behind a router and writes the YAML too."),
-    calibration: Path | None = typer.Option(None, "--calibration", help="--slo-itl or --tune: calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate' for the cost model."),
-    cost_model: str = typer.Option("roofline", "--cost-model", help="--slo-itl: roofline (fitted to measurements) or chapter."),
-    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="--slo-itl, roofline: the scheduler's CPU time per step, ms (default: profiles/efficiency/serving.yaml's, as simulate)."),
-    per_request_overhead_ms: float | None = typer.Option(None, "--per-request-overhead-ms", help="--slo-itl, roofline: its CPU time per running request per step, ms (default: as simulate)."),
-    max_running_requests: int | None = typer.Option(None, "--max-running-requests", help="--slo-itl: SGLang's --max-running-requests, the largest decode batch sized for (default: SGLang's from the KV pool)."),
-    model: str = typer.Option("qwen3-8b", "--model", "-m", help="Model served (for --tune and --slo-itl; with --tp its heads and widths must split)."),
+    slo_itl: float | None = typer.Option(None, "--slo-itl",
+                                         help="ITL target, ms: without --tune, write SLO levels (per decode "
+                                         "batch the fewest decode SMs whose round, next to a running "
+                                         "prefill, meets it; needs --gpu and --context or --trace); with "
+                                         "--tune, the ITL SLO tuned for."),
+    context: int | None = typer.Option(None, "--context",
+                                       help="--slo-itl: tokens of context of every decoding request (or "
+                                       "--trace for a distribution)."),
+    max_requests: int | None = typer.Option(None, "--max-requests",
+                                            help="Use the trace's first N requests (--slo-itl, --tune)."),
+    trace_format: str | None = typer.Option(None, "--format",
+                                            help="--tune: the trace's format, azure, mooncake or burstgpt "
+                                            "(default: detected), as tune's."),
+    qps: float | None = typer.Option(None, "--qps",
+                                     help="--tune: retime the trace to this many requests/s, as tune's."),
+    rate_scale: float | None = typer.Option(None, "--rate-scale",
+                                            help="--tune: multiply the trace's arrival rate, as tune's."),
+    duration: float | None = typer.Option(None, "--duration",
+                                          help="--tune: only requests arriving in the first S seconds, as "
+                                          "tune's."),
+    workers: int | None = typer.Option(None, "--workers",
+                                       help="--tune: processes (default: the cores available), as tune's."),
+    dp: int | None = typer.Option(None, "--dp",
+                                  help="Not taken: gen-config --tune tunes one server; 'pdmux tune --dp N' "
+                                  "tunes replicas behind a router and writes the YAML too."),
+    calibration: Path | None = typer.Option(None, "--calibration",
+                                            help="--slo-itl or --tune: calibration.yaml from 'pdmux bench' "
+                                            "and/or 'pdmux calibrate' for the cost model."),
+    cost_model: str = typer.Option("roofline", "--cost-model",
+                                   help="--slo-itl: roofline (fitted to measurements) or chapter."),
+    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms",
+                                                  help="--slo-itl, roofline: the scheduler's CPU time per "
+                                                  "step, ms (default: profiles/efficiency/serving.yaml's, as "
+                                                  "simulate)."),
+    per_request_overhead_ms: float | None = typer.Option(None, "--per-request-overhead-ms",
+                                                         help="--slo-itl, roofline: its CPU time per running "
+                                                         "request per step, ms (default: as simulate)."),
+    max_running_requests: int | None = typer.Option(None, "--max-running-requests",
+                                                    help="--slo-itl: SGLang's --max-running-requests, the "
+                                                    "largest decode batch sized for (default: SGLang's from "
+                                                    "the KV pool)."),
+    model: str = typer.Option("qwen3-8b", "--model", "-m",
+                              help="Model served (for --tune and --slo-itl; with --tp its heads and widths "
+                              "must split)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP + " The launch line gains --tp-size N."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     sglang: str = sglang_option(),
@@ -465,14 +571,16 @@ def gen_config(
     # Before any work (a --tune search takes minutes): the output must be writable and not an input.
     check_writable(output)
     slo = slo_itl is not None and not tune
-    refuse_overwriting_inputs(output, trace, calibration, model_file(model) if tune or slo else None, gpu_file(gpu))
+    refuse_overwriting_inputs(output, trace, calibration, model_file(model) if tune or slo else None,
+                              gpu_file(gpu))
     tune_summary = slo_summary = None
     slo_view: tuple | None = None
     if max_requests is not None and trace is None:
         raise InputError("--max-requests cuts a --trace: give one, or drop --max-requests")
     if dp is not None and dp != 1:
-        raise InputError("gen-config --tune tunes one server: for --dp replicas behind a router run 'pdmux tune --dp N "
-                         "-o FILE' (same options; it writes the winning YAML and the launch line)")
+        raise InputError("gen-config --tune tunes one server: for --dp replicas behind a router run 'pdmux "
+                         "tune --dp N -o FILE' (same options; it writes the winning YAML and the launch "
+                         "line)")
     if workers is not None and workers < 1:
         raise InputError(f"--workers must be >= 1, got {workers}")
     if not tune:
@@ -496,8 +604,8 @@ def gen_config(
         if divisions is not None or manual:
             raise InputError("--slo-itl writes its own levels and thresholds: drop --divisions/--manual")
         if decode_bs_divisor != 36:
-            raise InputError("--slo-itl's thresholds replace the linear rule, which never reads decode_bs_divisor: "
-                             "drop --decode-bs-divisor")
+            raise InputError("--slo-itl's thresholds replace the linear rule, which never reads "
+                             "decode_bs_divisor: drop --decode-bs-divisor")
         if slo_ttft is not None:
             raise InputError("--slo-ttft goes with --tune (SLO levels size decode for the ITL target alone)")
         from .slo import levels_dict, levels_notes, levels_table, slo_levels_config
@@ -515,16 +623,18 @@ def gen_config(
         if divisions is not None or manual:
             raise InputError("--tune picks the levels itself: drop --divisions/--manual")
         if (sm_group_num, decode_bs_divisor, token_budget) != (8, 36, 65536):
-            raise InputError("--tune searches sm_group_num, decode_bs_divisor and the token budget itself: drop "
-                             "--sm-group-num/--decode-bs-divisor/--token-budget ('pdmux tune' can narrow the search)")
+            raise InputError("--tune searches sm_group_num, decode_bs_divisor and the token budget itself: "
+                             "drop --sm-group-num/--decode-bs-divisor/--token-budget ('pdmux tune' can "
+                             "narrow the search)")
         from .simulate import tuned_config
 
         if context is not None:
             raise InputError("--tune takes the workload from --trace: drop --context")
-        config, tune_summary = tuned_config(device.gpu, trace, slo_ttft, slo_itl, model=model, show=not as_json,
-                                            tp=tp, max_requests=max_requests, calibration=calibration,
-                                            sglang=sglang, fmt=trace_format, qps=qps, rate_scale=rate_scale,
-                                            duration=duration, workers=workers, to_stderr=output is None)
+        config, tune_summary = tuned_config(device.gpu, trace, slo_ttft, slo_itl, model=model,
+                                            show=not as_json, tp=tp, max_requests=max_requests,
+                                            calibration=calibration, sglang=sglang, fmt=trace_format, qps=qps,
+                                            rate_scale=rate_scale, duration=duration, workers=workers,
+                                            to_stderr=output is None)
     elif trace is not None or slo_ttft is not None:
         raise InputError("--trace and --slo-ttft go with --tune (or --trace with --slo-itl)")
     elif divisions is not None:
@@ -532,8 +642,9 @@ def gen_config(
         config = pc.PdmuxConfig(sm_group_num=len(entries) + 2, manual_divisions=entries,
                                 split_forward_token_budget=token_budget, decode_bs_divisor=decode_bs_divisor)
         if sm_group_num not in (8, len(entries) + 2):
-            raise InputError(f"--divisions has {len(entries)} level(s), so sm_group_num is {len(entries) + 2}, "
-                             f"not {sm_group_num}: drop --sm-group-num or change the divisions")
+            raise InputError(f"--divisions has {len(entries)} level(s), so sm_group_num is "
+                             f"{len(entries) + 2}, not {sm_group_num}: drop --sm-group-num or change the "
+                             "divisions")
     else:
         from ..sglang.revisions import get_revision
 
@@ -544,7 +655,8 @@ def gen_config(
                                      or get_revision(sglang).divide_sm == "not read")
     problems = pc.validate(config, device.sm_count, device.cc)
     if problems:
-        more = f" (and {len(problems) - 1} more problem(s): pdmux check-config lists them)" if len(problems) > 1 else ""
+        more = (f" (and {len(problems) - 1} more problem(s): pdmux check-config lists them)"
+                if len(problems) > 1 else "")
         raise InputError(f"{problems[0].where}: {problems[0].message}{more}")
     text = pc.dump_config(config)
     path_text = str(output) if output is not None else "pdmux.yaml"
@@ -606,9 +718,13 @@ def check_config(
     gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
     sms: int | None = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
     cc: str | None = typer.Option(None, "--cc", help="Compute capability of that device."),
-    sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="The --sm-group-num you launch with (must equal the YAML's)."),
+    sm_group_num: int | None = typer.Option(None, "--sm-group-num",
+                                            help="The --sm-group-num you launch with (must equal the "
+                                            "YAML's)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-    model: str | None = typer.Option(None, "--model", "-m", help="The model served: warn where the SGLang revision cannot multiplex its architecture."),
+    model: str | None = typer.Option(None, "--model", "-m",
+                                     help="The model served: warn where the SGLang revision cannot multiplex "
+                                     "its architecture."),
     sglang: str = sglang_option(),
 ) -> None:
     """Validate a pdmux YAML against each SGLang revision pdmux has read (--sglang decides the exit code:
@@ -619,9 +735,9 @@ def check_config(
 
     chosen = get_revision(sglang)
     if not chosen.loader_read:
-        raise InputError(f"--sglang {chosen.key}: pdmux has not read its pdmux_context.py (the loader and start-up "
-                         "checks), so it cannot judge a file under it; check-config without --sglang shows every "
-                         "revision it can judge")
+        raise InputError(f"--sglang {chosen.key}: pdmux has not read its pdmux_context.py (the loader and "
+                         "start-up checks), so it cannot judge a file under it; check-config without "
+                         "--sglang shows every revision it can judge")
     device = resolve_device(gpu, sms, cc)
     config, parsed = pc.load_config(path)
     problems = list(parsed) + pc.validate(config, device.sm_count, device.cc, sm_group_num)
@@ -641,8 +757,8 @@ def check_config(
         print_json({"path": str(path), "gpu": device.name, "sm_count": device.sm_count, "ok": not failed,
                     "sglang": chosen.key,
                     "revisions": [v.as_dict(REVISIONS[v.revision]) for v in per_revision],
-                    "problems": [{"where": p.where, "rule": p.rule, "severity": "error" if pc.is_error(p) else "warning",
-                                  "message": p.message} for p in problems],
+                    "problems": [{"where": p.where, "rule": p.rule, "severity": "error" if pc.is_error(p)
+                                  else "warning", "message": p.message} for p in problems],
                     "sglang_support": support.as_dict() if model is not None else None})
     else:
         from rich.table import Table
@@ -650,9 +766,11 @@ def check_config(
         con = console()
         if problems:
             warnings = len([p for p in problems if not pc.is_error(p)])
-            counts = ", ".join(([f"{len(problems) - warnings} problem(s)"] if len(problems) > warnings else []) +
+            counts = ", ".join(([f"{len(problems) - warnings} problem(s)"] if len(problems) > warnings
+                                else []) +
                                ([f"{warnings} warning(s)"] if warnings else []))
-            table = Table(title=f"{path}: {counts} for {device.name} ({device.sm_count} SMs)", title_justify="left")
+            table = Table(title=f"{path}: {counts} for {device.name} ({device.sm_count} SMs)",
+                          title_justify="left")
             table.add_column("where")
             table.add_column("refused by", justify="left")
             table.add_column("problem")
@@ -662,7 +780,8 @@ def check_config(
                 table.caption = f"first {MAX_PROBLEM_ROWS} of {len(problems)} problems; --json lists them all"
                 table.caption_justify = "left"
             con.print(table)
-        table = Table(title=f"{path} per SGLang revision ({device.name}, {device.sm_count} SMs)", title_justify="left")
+        table = Table(title=f"{path} per SGLang revision ({device.name}, {device.sm_count} SMs)",
+                      title_justify="left")
         table.add_column("SGLang")
         table.add_column("verdict")
         table.add_column("why")

@@ -49,8 +49,8 @@ def splits_dict(info: dict[str, Any]) -> dict[str, Any]:
             for i, g in enumerate(groups)
         ],
         "decode_bs_choice": [
-            {"decode_bs": bs, "group": k, "prefill_sms": groups[k].prefill_sms, "decode_sms": groups[k].decode_sms,
-             "older_sglang_crashes": crash}
+            {"decode_bs": bs, "group": k, "prefill_sms": groups[k].prefill_sms,
+             "decode_sms": groups[k].decode_sms, "older_sglang_crashes": crash}
             for bs, k, crash in info["choices"]
         ],
         "decode_only_group": len(groups) - 1,
@@ -90,7 +90,8 @@ def splits_tables(info: dict[str, Any]) -> list[Any]:
         t1.add_row(*row)
 
     how = "manual_divisions thresholds" if thresholds else (
-        f"level = decode_bs x {len(groups) - 2} // {info['decode_bs_divisor']}, clamped to 1..{len(groups) - 2}")
+        f"level = decode_bs x {len(groups) - 2} // {info['decode_bs_divisor']}, clamped to "
+        f"1..{len(groups) - 2}")
     t2 = Table(title=f"Level chosen while a prefill runs ({how})", title_justify="left")
     t2.add_column("decode batch size", justify="right")
     t2.add_column("group", justify="right")
@@ -134,7 +135,8 @@ def link_dict(link: Any) -> dict[str, Any] | None:
     """A :class:`pdmux_cli.multigpu.disaggregation.KvLink` as JSON (``None`` stays ``None``)."""
     if link is None:
         return None
-    return {"kind": link.kind, "bytes_per_s": link.bytes_per_s, "latency_s": link.latency_s, "source": link.source}
+    return {"kind": link.kind, "bytes_per_s": link.bytes_per_s, "latency_s": link.latency_s,
+            "source": link.source}
 
 
 def estimate_title(est: Estimate) -> str:
@@ -168,7 +170,8 @@ def estimate_table(est: Estimate) -> Any:
     cannot_run = est.pdmux_support is not None and not est.pdmux_support.runs
     for row in est.rows:
         if cannot_run and row.policy == "pdmux":  # the first note says why (sglang_support)
-            table.add_row(row.label, "cannot run", "cannot run", "-", *([str(row.gpus)] if gpus_column else []))
+            table.add_row(row.label, "cannot run", "cannot run", "-",
+                          *([str(row.gpus)] if gpus_column else []))
             continue
         table.add_row(
             row.label,
@@ -210,7 +213,8 @@ def levels_table(est: Estimate) -> Any:
                       *(ms(i) for i in lv.itl_ms))
     table.caption = "* the level SGLang chooses for this decode batch size"
     if est.pdmux_support is not None and not est.pdmux_support.runs:
-        table.caption += "\nPD mux cannot run: " + est.pdmux_support.reason + " (these times are not reachable)"
+        table.caption += ("\nPD mux cannot run: " + est.pdmux_support.reason
+                          + " (these times are not reachable)")
     table.caption_justify = "left"
     return table
 
@@ -279,7 +283,8 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
                 "layout": layout_text(r.layout),
                 "transfer_ms": r.transfer_ms,
                 "link": link_dict(est.kv_link) if r.policy == "disagg" else None,
-                "runs": (est.pdmux_support is None or est.pdmux_support.runs) if r.policy == "pdmux" else True,
+                "runs": (est.pdmux_support is None or est.pdmux_support.runs) if r.policy == "pdmux"
+                else True,
             }
             for r in est.rows
         ],

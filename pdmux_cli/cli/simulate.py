@@ -20,10 +20,10 @@ from typing import Any
 import typer
 
 from ..messages import layout_text
-from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
 from ..util.atomic import check_writable, refuse_overwriting_inputs
 from ..util.errors import InputError, short_repr
-from . import app
+from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
+from .app import app
 from .common import (
     console,
     gpu_file,

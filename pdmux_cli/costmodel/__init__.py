@@ -34,8 +34,8 @@ class StepModel(Protocol):
 
     ``name``: ``"roofline"`` or ``"chapter"``. ``source``: one line for output. ``total_sms``: the
     GPU's SMs. ``cpu``: the engine's CPU costs. ``serving``: the request path's delays outside the
-    scheduler (admission, the stream back to the client). ``s_sat``: SMs reaching 95% of full bandwidth (``None``
-    or NaN where a calibration's curve stands instead). ``notes``: caveats for output.
+    scheduler (admission, the stream back to the client). ``s_sat``: SMs reaching 95% of full bandwidth
+    (``None`` or NaN where a calibration's curve stands instead). ``notes``: caveats for output.
     """
 
     name: str
@@ -61,7 +61,8 @@ class StepModel(Protocol):
         """GPU time to prefill ``(new, cached)`` sequences as one batch on ``sms`` SMs."""
         ...
 
-    def mixed_s(self, seqs: Sequence[tuple[int, int]], n: int, sum_context: float, sum_window: float = 0.0) -> float:
+    def mixed_s(self, seqs: Sequence[tuple[int, int]], n: int, sum_context: float,
+                sum_window: float = 0.0) -> float:
         """GPU time of one batch mixing prefill chunks and ``n`` decode rows on the whole GPU."""
         ...
 
@@ -132,8 +133,8 @@ def build_step_model(
     (roofline default: the fitted fraction of the SMs; chapter default: half the SMs).
     ``bandwidth_efficiency`` and ``mfu`` (fractions) are the chapter's knobs (defaults 0.85, 0.5);
     the roofline model refuses them (its efficiencies are fitted). ``calibration``: a
-    :class:`pdmux_cli.costmodel.calibration_file.Calibration` (``--calibration FILE``): its SM-partition terms (``pdmux
-    bench``) replace the chapter's throughput or the roofline's partition curves; its whole-GPU terms
+    :class:`pdmux_cli.costmodel.calibration_file.Calibration` (``--calibration FILE``): its SM-partition terms
+    (``pdmux bench``) replace the chapter's throughput or the roofline's partition curves; its whole-GPU terms
     (``pdmux calibrate``) replace the roofline's fitted efficiencies. ``step_overhead_ms``:
     the engine's fixed CPU time per step (roofline only; 0 = kernels only); ``per_request_overhead_ms``:
     the time every step spends per request in its batch (``CpuProfile.per_request_step_s``);
@@ -213,7 +214,8 @@ def build_step_model(
         cpu, serving = calibrated_serving(cpu, serving, calibration.serving)
     cpu, serving = serving_terms(cpu, serving, step_overhead_ms=step_overhead_ms,
                                  per_request_overhead_ms=per_request_overhead_ms,
-                                 admission_delay_ms=admission_delay_ms, first_token_delay_ms=first_token_delay_ms,
+                                 admission_delay_ms=admission_delay_ms,
+                                 first_token_delay_ms=first_token_delay_ms,
                                  admission_interval_ms=admission_interval_ms)
     notes = [note] if note else []
     if profile.note:
@@ -229,7 +231,8 @@ def build_step_model(
         notes.append(Finding("costmodel.fp8_weights_marlin", {"math_dtype": math_dtype, "gpu": gpu.name},
                              "flops_dtype"))
     # attention, the lm_head and the router compute in 16 bits whatever the linear layers do
-    attention_dense = dense if math_dtype != "fp8" else gpu.dense_flops("bf16" if gpu.bf16_dense_flops else "fp16")
+    attention_dense = dense if math_dtype != "fp8" else gpu.dense_flops(
+        "bf16" if gpu.bf16_dense_flops else "fp16")
     curves = None
     if calibration is not None:
         if calibration.has_partitions:
@@ -252,13 +255,15 @@ def build_step_model(
 
         collectives = tp_collectives(gpu, check_tp_value(tp))
     return RooflineModel(
-        model, gpu_name=gpu.name, tp=tp, collectives=collectives, total_sms=total, hbm_bytes_per_s=gpu.hbm_bytes_per_s,
-        dense_flops=attention_dense, gemm_flops=dense, efficiency=profile, partitions=partitions, cpu=cpu, s_sat=s_sat,
+        model, gpu_name=gpu.name, tp=tp, collectives=collectives, total_sms=total,
+        hbm_bytes_per_s=gpu.hbm_bytes_per_s, dense_flops=attention_dense, gemm_flops=dense,
+        efficiency=profile, partitions=partitions, cpu=cpu, s_sat=s_sat,
         weight_bytes_per_param=weight_bytes_per_param, kv_bytes_per_element=kv_bytes_per_element,
-        calibration=curves, serving=serving, moe_flops=moe_flops,
-        notes=notes, decode_fixed_s=calibration.whole_gpu.decode_fixed_s
+        calibration=curves, serving=serving, moe_flops=moe_flops, notes=notes,
+        decode_fixed_s=calibration.whole_gpu.decode_fixed_s
         if calibration is not None and calibration.whole_gpu is not None else 0.0,
-        compute_capability=tuple(gpu.compute_capability) if getattr(gpu, "compute_capability", None) else None,
+        compute_capability=tuple(gpu.compute_capability) if getattr(gpu, "compute_capability", None)
+        else None,
     )
 
 
@@ -324,9 +329,11 @@ def serving_terms(cpu: CpuProfile, serving: ServingProfile, *, step_overhead_ms:
     return cpu, serving
 
 
-def calibrated_serving(cpu: CpuProfile, serving: ServingProfile, terms: Any) -> tuple[CpuProfile, ServingProfile]:
-    """``cpu`` and ``serving`` with a calibration's serving terms (:class:`pdmux_cli.costmodel.calibration_file.ServingTerms`,
-    fitted by ``pdmux calibrate --bench-serving``) in place of ``serving.yaml``'s."""
+def calibrated_serving(cpu: CpuProfile, serving: ServingProfile, terms: Any) -> tuple[
+    CpuProfile, ServingProfile]:
+    """``cpu`` and ``serving`` with a calibration's serving terms
+    (:class:`pdmux_cli.costmodel.calibration_file.ServingTerms`, fitted by ``pdmux calibrate
+    --bench-serving``) in place of ``serving.yaml``'s."""
     from dataclasses import replace
 
     source = f"calibrated on {terms.runs} bench_serving run(s) ({terms.source})"
@@ -338,8 +345,8 @@ def calibrated_serving(cpu: CpuProfile, serving: ServingProfile, terms: Any) -> 
 
 def apply_whole_gpu(profile: Any, terms: Any) -> Any:
     """``profile`` (:class:`~pdmux_cli.costmodel.efficiency.EfficiencyProfile`) with the efficiencies of a
-    whole-GPU calibration (:class:`pdmux_cli.costmodel.calibration_file.WholeGpuTerms`) in place of the shipped ones; its
-    key says so."""
+    whole-GPU calibration (:class:`pdmux_cli.costmodel.calibration_file.WholeGpuTerms`) in place of the
+    shipped ones; its key says so."""
     from dataclasses import replace
 
     return replace(
@@ -347,7 +354,9 @@ def apply_whole_gpu(profile: Any, terms: Any) -> Any:
         key=f"{profile.key}, calibrated on {terms.model}",
         gemm=replace(profile.gemm, bandwidth_efficiency=terms.gemm_bandwidth_efficiency,
                      peak_efficiency=terms.gemm_peak_efficiency),
-        decode_attention=replace(profile.decode_attention, bandwidth_efficiency=terms.kv_bandwidth_efficiency),
-        prefill_attention=replace(profile.prefill_attention, bandwidth_efficiency=terms.kv_bandwidth_efficiency,
+        decode_attention=replace(profile.decode_attention,
+                                 bandwidth_efficiency=terms.kv_bandwidth_efficiency),
+        prefill_attention=replace(profile.prefill_attention,
+                                  bandwidth_efficiency=terms.kv_bandwidth_efficiency,
                                   peak_efficiency=terms.attention_peak_efficiency),
     )

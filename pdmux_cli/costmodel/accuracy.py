@@ -167,7 +167,8 @@ def _chapter_steps() -> tuple[Term, Term]:
             Term(f"chapter: prefill step (>= {PREFILL_MIN_TOKENS})", data, "out-of-sample", tuple(prefill)))
 
 
-def _decode_point(gpu_key: str, p: measurements.AicAttention, eff: object, hbm: float, table: str = "") -> Point:
+def _decode_point(gpu_key: str, p: measurements.AicAttention, eff: object, hbm: float,
+                  table: str = "") -> Point:
     return Point(f"{gpu_key} decode attention{table} {p.heads}/{p.kv_heads} heads, {p.kv_dtype} KV, "
                  f"{p.batch} x {p.length} tokens", p.seconds, fit.predict_decode_attention(eff, p, hbm))
 
@@ -201,8 +202,10 @@ def _aic_terms() -> list[Term]:
                 fp8[section].append(Point(f"{gpu_key} {dtype} GEMM {p.m}x{p.k}x{p.n}", p.seconds,
                                           fit.predict_gemm(eff, p, gpu.dense_flops("fp8"), hbm)))
         for p in measurements.aic_attention(gpu_key, "prefill"):
-            pre.append(Point(f"{gpu_key} prefill attention {p.heads}/{p.kv_heads} heads, {p.batch} x {p.length} tokens",
-                             p.seconds, fit.predict_prefill_attention(profile.prefill_attention, p, peak, hbm)))
+            pre.append(Point(f"{gpu_key} prefill attention {p.heads}/{p.kv_heads} heads, {p.batch} x "
+                             f"{p.length} tokens",
+                             p.seconds,
+                             fit.predict_prefill_attention(profile.prefill_attention, p, peak, hbm)))
         table = measurements.decode_attention_table(gpu_key)
         label = "" if table == "sglang" else f" ({table} table)"
         for p in _hbm_points(measurements.aic_attention(gpu_key, "decode", backend=table), hbm):
@@ -211,16 +214,20 @@ def _aic_terms() -> list[Term]:
             for p in _hbm_points(measurements.aic_attention(gpu_key, "decode", "fp8"), hbm):
                 dec_fp8.append(_decode_point(gpu_key, p, profile.decode_attention_fp8_kv, hbm))
     data = "aiconfigurator-core 0.12.0 SGLang tables, every GPU shipped"
-    fp8_data = "aiconfigurator-core 0.12.0 SGLang tables, GPUs with fp8 tensor cores, against the fp8 dense peak"
+    fp8_data = ("aiconfigurator-core 0.12.0 SGLang tables, GPUs with fp8 tensor cores, against the fp8 dense "
+                "peak")
     return [Term("GEMM", data, "in-sample", tuple(gemm)),
             Term("GEMM, fp8 per-tensor", fp8_data + " (sgl-kernel fp8_scaled_mm)", "in-sample",
                  tuple(fp8["gemm_fp8"])),
-            Term("GEMM, fp8 block-scaled", fp8_data.replace("GPUs with fp8 tensor cores", "Hopper and Blackwell")
+            Term("GEMM, fp8 block-scaled",
+                 fp8_data.replace("GPUs with fp8 tensor cores", "Hopper and Blackwell")
                  + " (DeepGEMM, 128x128 blocks, activation quantization included)", "in-sample",
                  tuple(fp8["gemm_fp8_block"])),
             Term("prefill attention", data, "in-sample", tuple(pre)),
-            Term("decode attention", data + " (A100: vLLM's FA2 table; KV beyond L2)", "in-sample", tuple(dec)),
-            Term("decode attention, fp8 KV", "aiconfigurator-core 0.12.0 SGLang tables, GPUs that measured an fp8 KV "
+            Term("decode attention", data + " (A100: vLLM's FA2 table; KV beyond L2)", "in-sample",
+                 tuple(dec)),
+            Term("decode attention, fp8 KV",
+                 "aiconfigurator-core 0.12.0 SGLang tables, GPUs that measured an fp8 KV "
                  "cache (KV beyond L2)", "in-sample", tuple(dec_fp8))]
 
 
@@ -242,13 +249,15 @@ def _a100_decode_terms() -> list[Term]:
             continue
         point = measurements.AicAttention(key, "decode", batch, seqlen, 32, 32, 128, "fp16", 0.0)
         kv = fit.attention_kv_bytes(point)
-        nanoflow.append(Point(f"A100 NanoFlow decode kernel, batch {batch} x {seqlen} tokens, 32 KV heads, 108 SMs",
+        nanoflow.append(Point(f"A100 NanoFlow decode kernel, batch {batch} x {seqlen} tokens, 32 KV heads, "
+                              "108 SMs",
                               kv / rate, fit.predict_decode_attention(eff, point, hbm)))
-    return [Term("A100 decode attention", "aiconfigurator-core 0.12.0 A100 vLLM table (FA2 paged decode), the points "
+    return [Term("A100 decode attention",
+                 "aiconfigurator-core 0.12.0 A100 vLLM table (FA2 paged decode), the points "
                  "A100's decode attention is fitted to", "in-sample", tuple(fitted)),
             Term("A100 decode attention vs SGLang FA-backend table",
-                 "aiconfigurator-core 0.12.0 A100 SGLang table (FlashAttentionBackend, which SGLang does not pick on "
-                 "an A100) predicted by the fit to vLLM's FA2 table", "out-of-sample", tuple(sglang)),
+                 "aiconfigurator-core 0.12.0 A100 SGLang table (FlashAttentionBackend, which SGLang does not "
+                 "pick on an A100) predicted by the fit to vLLM's FA2 table", "out-of-sample", tuple(sglang)),
             Term("A100 decode attention vs NanoFlow kernel",
                  "NanoFlow's A100 decode-attention kernel on all 108 SMs (its SM sweeps' whole-GPU points)",
                  "out-of-sample", tuple(nanoflow))]
@@ -315,17 +324,18 @@ def _allreduce_terms() -> list[Term]:
             stand_in_pts = fit.allreduce_points(aic, [], n, gpu.interconnect)[1]
             if stand_in_pts:
                 stand_in = fit.fit_allreduce(stand_in_pts, link, "accuracy: custom all-reduce > 8 MiB")
-                transfer += [Point(f"{gpu_key} NCCL all-reduce, {n} GPUs, {p.nbytes} B (custom-AR fit)", p.seconds,
-                                   fit.predict_allreduce(stand_in, p, link)) for p in nccl_pts]
+                transfer += [Point(f"{gpu_key} NCCL all-reduce, {n} GPUs, {p.nbytes} B (custom-AR fit)",
+                                   p.seconds, fit.predict_allreduce(stand_in, p, link)) for p in nccl_pts]
     mib = CUSTOM_MAX_BYTES // (1024 * 1024)
     return [Term(f"all-reduce, SGLang custom (<= {mib} MiB)",
-                 "aiconfigurator-core 0.12.0: SGLang's custom all-reduce in a CUDA graph, every GPU shipped, 2-16 GPUs",
+                 "aiconfigurator-core 0.12.0: SGLang's custom all-reduce in a CUDA graph, every GPU shipped, "
+                 "2-16 GPUs",
                  "in-sample", tuple(custom)),
-            Term(f"all-reduce, NCCL (> {mib} MiB)", "Vidur: NCCL all-reduce on one DGX H100 / A100 node, 2/4/8 GPUs",
-                 "in-sample", tuple(nccl)),
+            Term(f"all-reduce, NCCL (> {mib} MiB)",
+                 "Vidur: NCCL all-reduce on one DGX H100 / A100 node, 2/4/8 GPUs", "in-sample", tuple(nccl)),
             Term(f"all-reduce > {mib} MiB from custom-AR fit",
-                 "Vidur's NCCL points predicted from aiconfigurator's custom all-reduce above 8 MiB (how GPUs "
-                 "without an NCCL measurement are modelled)", "out-of-sample", tuple(transfer))]
+                 "Vidur's NCCL points predicted from aiconfigurator's custom all-reduce above 8 MiB (how "
+                 "GPUs without an NCCL measurement are modelled)", "out-of-sample", tuple(transfer))]
 
 
 def _moe_peak(gpu_key: str, dtype: str) -> float:
@@ -369,11 +379,11 @@ def _moe_terms() -> list[Term]:
                 others = [p for p in fitted if p.model != model]
                 other_fit = fit.fit_moe(others, peak, hbm, "LOMO")
                 lomo += [_moe_point(p, other_fit, peak, hbm) for p in fitted if p.model == model]
-    data = ("aiconfigurator-core 0.12.0 SGLang fused-MoE tables: one layer's routed experts (routing, grouped GEMMs, "
-            "activation, combine), the shipped MoE models' shapes, TP 1-8, balanced routing")
+    data = ("aiconfigurator-core 0.12.0 SGLang fused-MoE tables: one layer's routed experts (routing, "
+            "grouped GEMMs, activation, combine), the shipped MoE models' shapes, TP 1-8, balanced routing")
     return [Term("MoE", data + "; a model out per GPU, kernel and expert dtype", "LOMO", tuple(lomo)),
-            Term("MoE, shipped fits", data + "; the points the shipped moe sections were fitted to", "in-sample",
-                 tuple(shipped)),
+            Term("MoE, shipped fits", data + "; the points the shipped moe sections were fitted to",
+                 "in-sample", tuple(shipped)),
             Term("MoE, weights within L2", data + "; points left out of the fits (touched weights within L2, "
                  "not latency-bound)", "out-of-sample", tuple(left_out))]
 
@@ -403,7 +413,8 @@ def _greenctx_terms() -> list[Term]:
         for tables, method in (*groups, (greenctx.CHECK_TABLES, "out-of-sample")):
             label = " + ".join(t.replace("_", " ") for t in tables)
             setups = ", ".join(f"{t} as {greenctx.SETUPS[t].model} TP{greenctx.SETUPS[t].tp}" for t in tables)
-            data = f"SGLang green-context tables (sglang 56f74d24 multiplex/predictor.py), normalised shapes: {setups}"
+            data = ("SGLang green-context tables (sglang 56f74d24 multiplex/predictor.py), normalised "
+                    f"shapes: {setups}")
             points = tuple(Point(p.what, p.measured, greenctx.predict(p, models[p.table]))
                            for p in greenctx.shape_points(kind, tables))
             out.append(Term(f"{name} (green ctx, {label})", data, method, points))
@@ -438,4 +449,5 @@ def term_dict(term: Term) -> dict:
     }
 
 
-__all__ = ["DECODE_MAX_TOKENS", "GREENCTX_TERMS", "METHODS", "PREFILL_MIN_TOKENS", "Point", "Term", "report", "term_dict"]
+__all__ = ["DECODE_MAX_TOKENS", "GREENCTX_TERMS", "METHODS", "PREFILL_MIN_TOKENS", "Point", "Term", "report",
+           "term_dict"]

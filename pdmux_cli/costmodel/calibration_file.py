@@ -6,7 +6,7 @@ One file, two kinds of terms, each optional, with ``terms_from`` saying where ea
   the co-run interference, measured on green contexts (the curves below). :meth:`Calibration.throughput`
   gives the chapter's model its measured throughput; the roofline model takes their shapes.
 - **Whole-GPU terms** (``pdmux calibrate`` fits them to the user's own SGLang: one-batch benchmark results
-  and server logs, :mod:`pdmux_cli.costmodel.calibrate`): the roofline model's efficiencies for one model
+  and server logs, :mod:`pdmux_cli.costmodel.whole_gpu_fit`): the roofline model's efficiencies for one model
   on this GPU (:class:`WholeGpuTerms`).
 
 - **Serving terms** (``pdmux calibrate --bench-serving``: the user's own ``sglang.bench_serving`` result
@@ -83,8 +83,8 @@ MIN_CORUN_FACTOR = 0.05
 
 _HEADER_FIELDS = ("format", "gpu_name", "sm_count", "compute_capability", "date")
 #: The SM-partition terms: all present or none.
-_PARTITION_FIELDS = ("driver_cuda_version", "cuda_version", "bandwidth_curve", "flops_curve", "copy_bytes_per_s",
-                     "matmul_flops_per_s", "corun", "s_sat_sms")
+_PARTITION_FIELDS = ("driver_cuda_version", "cuda_version", "bandwidth_curve", "flops_curve",
+                     "copy_bytes_per_s", "matmul_flops_per_s", "corun", "s_sat_sms")
 _OPTIONAL = ("complete", "source", "terms_from", "whole_gpu", "gpu_key", "serving")
 
 #: Plausible range of every efficiency a whole-GPU calibration gives (a fraction of the datasheet).
@@ -153,9 +153,9 @@ class Calibration:
     bench was interrupted before the end. ``source``: free text (the pdmux version and options).
     The bench's fields are ``None`` in a file with only whole-GPU terms. ``whole_gpu``: the
     :class:`WholeGpuTerms` of ``pdmux calibrate`` (``None`` if absent); ``serving``: the
-    :class:`ServingTerms` of ``pdmux calibrate --bench-serving`` (``None`` if absent). ``terms_from``: ``(("partitions",
-    "pdmux bench 2026-12-01"), ("whole_gpu", "sglang one-batch out.jsonl"))``. ``gpu_key``: the pdmux GPU
-    profile key the file was made for, where known.
+    :class:`ServingTerms` of ``pdmux calibrate --bench-serving`` (``None`` if absent). ``terms_from``:
+    ``(("partitions", "pdmux bench 2026-12-01"), ("whole_gpu", "sglang one-batch out.jsonl"))``. ``gpu_key``:
+    the pdmux GPU profile key the file was made for, where known.
     """
 
     gpu_name: str
@@ -196,7 +196,8 @@ class Calibration:
 
     def check_device(self, gpu: Any) -> None:
         """:class:`InputError` unless ``gpu`` (a ``hardware.Gpu``) has this calibration's SM count and compute
-        capability and, where the calibrated device has a GPU profile (:meth:`profile_key`), is that profile."""
+        capability and, where the calibrated device has a GPU profile (:meth:`profile_key`), is that
+        profile."""
         sms = gpu.require_sm_count()
         key = self.profile_key()
         if (sms != self.sm_count or tuple(gpu.compute_capability) != self.compute_capability
@@ -204,10 +205,10 @@ class Calibration:
             cc = ".".join(map(str, self.compute_capability))
             profile = f", profile {key}" if key else ""
             raise InputError(
-                f"calibration was measured on {self.gpu_name} ({self.sm_count} SMs, cc {cc}{profile}) but the estimate "
-                f"is for {gpu.name} ({sms} SMs, cc {'.'.join(map(str, gpu.compute_capability))}, profile "
-                f"{getattr(gpu, 'key', '?')}): pass --gpu for the calibrated GPU, or calibrate this one "
-                "('pdmux bench', 'pdmux calibrate')"
+                f"calibration was measured on {self.gpu_name} ({self.sm_count} SMs, cc {cc}{profile}) but "
+                f"the estimate is for {gpu.name} ({sms} SMs, cc "
+                f"{'.'.join(map(str, gpu.compute_capability))}, profile {getattr(gpu, 'key', '?')}): pass "
+                "--gpu for the calibrated GPU, or calibrate this one ('pdmux bench', 'pdmux calibrate')"
             )
 
     def _check_against_datasheet(self, gpu: Any) -> None:
@@ -220,7 +221,8 @@ class Calibration:
         flops = max(max(rate for _, rate in self.flops_curve), self.matmul_flops_per_s)
         _check_datasheet(gpu, "bf16 GEMM rate", flops, gpu.bf16_dense_flops, "FLOP/s")
 
-    def throughput(self, gpu: Any, bandwidth_efficiency: float = 1.0, mfu: float = 1.0) -> CalibratedThroughput:
+    def throughput(self, gpu: Any, bandwidth_efficiency: float = 1.0,
+                   mfu: float = 1.0) -> CalibratedThroughput:
         """The cost-model view of these curves for ``gpu`` (a ``hardware.Gpu``).
 
         ``bandwidth_efficiency`` and ``mfu`` are accepted for the estimate's call signature and
@@ -234,8 +236,9 @@ class Calibration:
         """
         del bandwidth_efficiency, mfu  # measured rates already include them (module docstring)
         if not self.has_partitions:
-            raise InputError("this calibration has no SM-partition terms (those come from 'pdmux bench'): the chapter "
-                             "model needs them; use --cost-model roofline, or merge a bench calibration into it")
+            raise InputError("this calibration has no SM-partition terms (those come from 'pdmux bench'): "
+                             "the chapter model needs them; use --cost-model roofline, or merge a bench "
+                             "calibration into it")
         self.check_device(gpu)
         self._check_against_datasheet(gpu)
         bandwidth, bw_from = _to_whole_gpu(self.bandwidth_curve, self.sm_count, self.copy_bytes_per_s)
@@ -249,14 +252,16 @@ class Calibration:
             if flops_from:
                 parts.append(f"GEMM FLOP/s from {flops_from} SMs toward the whole-GPU matmul "
                              f"({self.matmul_flops_per_s / 1e12:.3g} TFLOP/s)")
-            notes = ((f"calibration from an incomplete bench run: {' and '.join(parts)} up to {self.sm_count} SMs "
-                     "are interpolated, not measured (run 'pdmux bench' to the end for measured values)"),)
+            notes = ((f"calibration from an incomplete bench run: {' and '.join(parts)} up to "
+                     f"{self.sm_count} SMs are interpolated, not measured (run 'pdmux bench' to the end for "
+                     "measured values)"),)
         return CalibratedThroughput(
             total_sms=self.sm_count,
             bandwidth_curve=bandwidth,
             flops_curve=flops,
             corun=self.corun,
-            source=f"calibration {self.gpu_name}, {self.date}" + ("" if self.complete else " (incomplete run)"),
+            source=f"calibration {self.gpu_name}, {self.date}" + (
+                "" if self.complete else " (incomplete run)"),
             s_sat_sms=self.s_sat_sms,
             notes=notes,
         )
@@ -279,8 +284,9 @@ def _to_whole_gpu(curve: tuple[tuple[int, float], ...], sm_count: int,
 def _check_datasheet(gpu: Any, what: str, measured: float, datasheet: float | None, unit: str) -> None:
     if datasheet and measured > DATASHEET_TOLERANCE * datasheet:
         raise InputError(
-            f"calibration's {what} {measured / 1e12:,.3g} T{unit} is {measured / datasheet:.2g}x the datasheet's "
-            f"{datasheet / 1e12:,.3g} T{unit} for {gpu.name}: not a measurement of this GPU (re-run 'pdmux bench')"
+            f"calibration's {what} {measured / 1e12:,.3g} T{unit} is {measured / datasheet:.2g}x the "
+            f"datasheet's {datasheet / 1e12:,.3g} T{unit} for {gpu.name}: not a measurement of this GPU "
+            "(re-run 'pdmux bench')"
         )
 
 
@@ -388,7 +394,8 @@ def _rate(value: object, where: str, field: str, bounds: tuple[float, float], un
     rate = _float(value, where, field)
     low, high = bounds
     if not low <= rate <= high:
-        raise _bad(where, field, f"must be a measured rate from {low:.0e} to {high:.0e} {unit} (a unit slip?)", value)
+        raise _bad(where, field,
+                   f"must be a measured rate from {low:.0e} to {high:.0e} {unit} (a unit slip?)", value)
     return rate
 
 
@@ -413,7 +420,8 @@ def _date(value: object, where: str) -> str:
     try:
         datetime.date.fromisoformat(text[:10])
     except ValueError:
-        raise _bad(where, "date", "must be an ISO date such as 2025-06-01 (the bench writes the UTC date)", value) from None
+        raise _bad(where, "date", "must be an ISO date such as 2025-06-01 (the bench writes the UTC date)",
+                   value) from None
     return text
 
 
@@ -443,11 +451,12 @@ def _curve(value: object, where: str, field: str, sm_count: int, bounds: tuple[f
         points.append((sms, _rate(entry[1], where, f"{name}[1] (rate)", bounds, unit)))
     for (sa, ra), (sb, rb) in itertools.pairwise(points):
         if sb <= sa:
-            raise InputError(f"{where}: field '{field}' is not monotone: SMs must strictly increase ({sa} then {sb})")
+            raise InputError(f"{where}: field '{field}' is not monotone: SMs must strictly increase ({sa} "
+                             f"then {sb})")
         if rb < ra:
             raise InputError(
-                f"{where}: field '{field}' is not monotone: the rate falls from {ra:.6g} at {sa} SMs to {rb:.6g} "
-                f"at {sb} SMs (the bench writes a monotone fit)"
+                f"{where}: field '{field}' is not monotone: the rate falls from {ra:.6g} at {sa} SMs to "
+                f"{rb:.6g} at {sb} SMs (the bench writes a monotone fit)"
             )
     return tuple(points)
 
@@ -456,12 +465,14 @@ def _corun(value: object, where: str, sm_count: int) -> tuple[tuple[int, int, fl
     if value is None:
         value = []
     if not isinstance(value, list):
-        raise _bad(where, "corun", "must be a list of [prefill_sms, decode_sms, bandwidth_factor, flops_factor]", value)
+        raise _bad(where, "corun",
+                   "must be a list of [prefill_sms, decode_sms, bandwidth_factor, flops_factor]", value)
     rows: list[tuple[int, int, float, float]] = []
     for i, entry in enumerate(value):
         name = f"corun[{i}]"
         if not isinstance(entry, list) or len(entry) != 4:
-            raise _bad(where, name, "must be [prefill_sms, decode_sms, bandwidth_factor, flops_factor]", entry)
+            raise _bad(where, name, "must be [prefill_sms, decode_sms, bandwidth_factor, flops_factor]",
+                       entry)
         p = _int(entry[0], where, f"{name}[0] (prefill SMs)")
         d = _int(entry[1], where, f"{name}[1] (decode SMs)")
         if p + d > sm_count:
@@ -484,7 +495,8 @@ def _whole_gpu(value: object, where: str) -> WholeGpuTerms:
     if not isinstance(value, dict):
         raise _bad(where, "whole_gpu", "must be a mapping of the fitted terms", value)
     names = ("model", "gemm_bandwidth_efficiency", "gemm_peak_efficiency", "kv_bandwidth_efficiency",
-             "attention_peak_efficiency", "decode_fixed_s", "points", "median_error", "uncalibrated_median_error")
+             "attention_peak_efficiency", "decode_fixed_s", "points", "median_error",
+             "uncalibrated_median_error")
     for name in names:
         if name not in value:
             raise InputError(f"{where}: missing field 'whole_gpu.{name}'")
@@ -496,7 +508,8 @@ def _whole_gpu(value: object, where: str) -> WholeGpuTerms:
     for name in names[1:5]:
         number = _float(value[name], where, f"whole_gpu.{name}")
         if not low <= number <= high:
-            raise _bad(where, f"whole_gpu.{name}", f"must be a fraction of the datasheet from {low} to {high}", number)
+            raise _bad(where, f"whole_gpu.{name}",
+                       f"must be a fraction of the datasheet from {low} to {high}", number)
         efficiencies[name] = number
     fixed = _float(value["decode_fixed_s"], where, "whole_gpu.decode_fixed_s", positive=False)
     if not -0.1 <= fixed <= 1.0:
@@ -536,20 +549,22 @@ def _serving(value: object, where: str) -> ServingTerms:
     if not isinstance(errors, dict):
         raise _bad(where, "serving.median_error", "must map metric kinds to fractions", errors)
     median = tuple((_text(k, where, "serving.median_error"), _float(v, where, f"serving.median_error.{k}",
-                                                                     positive=False)) for k, v in errors.items())
+                                                                     positive=False))
+                                                                     for k, v in errors.items())
     source = value.get("source", "") or ""
     if not isinstance(source, str):
         raise _bad(where, "serving.source", "must be a string", source)
     _printable(source, where, "serving.source")
-    return ServingTerms(**terms, runs=_int(value["runs"], where, "serving.runs"), median_error=median, source=source)
+    return ServingTerms(**terms, runs=_int(value["runs"], where, "serving.runs"), median_error=median,
+                        source=source)
 
 
 def _terms_from(value: object, where: str) -> tuple[tuple[str, str], ...]:
     if value in (None, ""):
         return ()
     if not isinstance(value, dict) or not all(k in ("partitions", "whole_gpu", "serving") for k in value):
-        raise _bad(where, "terms_from", "must map 'partitions', 'whole_gpu' and/or 'serving' to where they came from",
-                   value)
+        raise _bad(where, "terms_from",
+                   "must map 'partitions', 'whole_gpu' and/or 'serving' to where they came from", value)
     return tuple((str(k), _text(v, where, f"terms_from.{k}")) for k, v in value.items())
 
 
@@ -565,26 +580,29 @@ def calibration_from_mapping(data: object, where: str = "calibration") -> Calibr
     control characters.
     """
     if not isinstance(data, dict):
-        raise InputError(f"{where}: a calibration must be a YAML mapping of fields, got {type(data).__name__}")
+        raise InputError(f"{where}: a calibration must be a YAML mapping of fields, got "
+                         f"{type(data).__name__}")
     if "format" not in data:
         raise InputError(f"{where}: missing field 'format'")
     fmt = data["format"]
     if fmt not in (FORMAT, FORMAT_V1):
-        raise _bad(where, "format", f"must be {FORMAT!r} (a file written by 'pdmux bench' or 'pdmux calibrate')", fmt)
+        raise _bad(where, "format",
+                   f"must be {FORMAT!r} (a file written by 'pdmux bench' or 'pdmux calibrate')", fmt)
     partition_present = [f for f in _PARTITION_FIELDS if f in data]
     required = _HEADER_FIELDS + (_PARTITION_FIELDS if fmt == FORMAT_V1 or partition_present else ())
     for field in required:
         if field not in data:
             raise InputError(f"{where}: missing field '{field}'"
-                             + (" (the SM-partition terms go together)" if field in _PARTITION_FIELDS else ""))
+                             + (" (the SM-partition terms go together)" if field in _PARTITION_FIELDS
+                                else ""))
     unknown = sorted(str(k) for k in data if k not in _HEADER_FIELDS + _PARTITION_FIELDS + _OPTIONAL)
     if unknown:
         raise InputError(f"{where}: unknown field '{unknown[0]}'")
     if fmt == FORMAT_V1 and ("whole_gpu" in data or "terms_from" in data or "serving" in data):
         raise InputError(f"{where}: 'whole_gpu', 'serving' and 'terms_from' need format {FORMAT!r}")
     if not partition_present and data.get("whole_gpu") is None and data.get("serving") is None:
-        raise InputError(f"{where}: no terms: neither the SM-partition curves of 'pdmux bench' nor the 'whole_gpu' "
-                         "or 'serving' terms of 'pdmux calibrate'")
+        raise InputError(f"{where}: no terms: neither the SM-partition curves of 'pdmux bench' nor the "
+                         "'whole_gpu' or 'serving' terms of 'pdmux calibrate'")
     sm_count = _int(data["sm_count"], where, "sm_count")
     if sm_count > MAX_SMS:
         raise _bad(where, "sm_count", f"must be at most {MAX_SMS}", sm_count)
@@ -611,27 +629,30 @@ def calibration_from_mapping(data: object, where: str = "calibration") -> Calibr
     }
     if not partition_present:
         return Calibration(**common)
-    bandwidth_curve = _curve(data["bandwidth_curve"], where, "bandwidth_curve", sm_count, BYTES_PER_S_RANGE, "bytes/s")
+    bandwidth_curve = _curve(data["bandwidth_curve"], where, "bandwidth_curve", sm_count, BYTES_PER_S_RANGE,
+                             "bytes/s")
     flops_curve = _curve(data["flops_curve"], where, "flops_curve", sm_count, FLOPS_RANGE, "FLOP/s")
     if complete:
         for field, curve in (("bandwidth_curve", bandwidth_curve), ("flops_curve", flops_curve)):
             if curve[-1][0] != sm_count:
                 raise InputError(
-                    f"{where}: field '{field}' ends at {curve[-1][0]} SMs, not the whole GPU's {sm_count}: a complete "
-                    "run measures the whole GPU last (mark an interrupted run 'complete: false')"
+                    f"{where}: field '{field}' ends at {curve[-1][0]} SMs, not the whole GPU's {sm_count}: a "
+                    "complete run measures the whole GPU last (mark an interrupted run 'complete: false')"
                 )
     s_sat = _int(data["s_sat_sms"], where, "s_sat_sms")
     if s_sat != sm_count and s_sat not in {s for s, _ in bandwidth_curve}:
-        raise _bad(where, "s_sat_sms", "must be one of bandwidth_curve's SM counts (the bench picks a measured point)",
-                   s_sat)
+        raise _bad(where, "s_sat_sms",
+                   "must be one of bandwidth_curve's SM counts (the bench picks a measured point)", s_sat)
     return Calibration(
         **common,
         driver_cuda_version=_text(data["driver_cuda_version"], where, "driver_cuda_version"),
         cuda_version=_text(data["cuda_version"], where, "cuda_version"),
         bandwidth_curve=bandwidth_curve,
         flops_curve=flops_curve,
-        copy_bytes_per_s=_rate(data["copy_bytes_per_s"], where, "copy_bytes_per_s", BYTES_PER_S_RANGE, "bytes/s"),
-        matmul_flops_per_s=_rate(data["matmul_flops_per_s"], where, "matmul_flops_per_s", FLOPS_RANGE, "FLOP/s"),
+        copy_bytes_per_s=_rate(data["copy_bytes_per_s"], where, "copy_bytes_per_s", BYTES_PER_S_RANGE,
+                               "bytes/s"),
+        matmul_flops_per_s=_rate(data["matmul_flops_per_s"], where, "matmul_flops_per_s", FLOPS_RANGE,
+                                 "FLOP/s"),
         corun=_corun(data["corun"], where, sm_count),
         s_sat_sms=s_sat,
     )
@@ -642,7 +663,8 @@ def load_calibration(path: str | Path) -> Calibration:
 
     Raises :class:`InputError` with one line naming the file for: a missing or unreadable file, a
     directory or other non-regular file (device, pipe), a file over :data:`MAX_FILE_BYTES`, a
-    non-UTF-8 file, invalid YAML, a field written twice, and everything :func:`calibration_from_mapping` refuses.
+    non-UTF-8 file, invalid YAML, a field written twice, and everything :func:`calibration_from_mapping`
+    refuses.
     """
     where = str(path)
     text = read_input_text(path, "calibration file", MAX_FILE_BYTES,
@@ -683,7 +705,8 @@ def calibration_to_mapping(c: Calibration) -> dict[str, Any]:
         w = c.whole_gpu
         data["whole_gpu"] = {
             "model": w.model, "gemm_bandwidth_efficiency": w.gemm_bandwidth_efficiency,
-            "gemm_peak_efficiency": w.gemm_peak_efficiency, "kv_bandwidth_efficiency": w.kv_bandwidth_efficiency,
+            "gemm_peak_efficiency": w.gemm_peak_efficiency,
+            "kv_bandwidth_efficiency": w.kv_bandwidth_efficiency,
             "attention_peak_efficiency": w.attention_peak_efficiency, "decode_fixed_s": w.decode_fixed_s,
             "points": w.points, "median_error": w.median_error,
             "uncalibrated_median_error": w.uncalibrated_median_error, "source": w.source,
@@ -707,7 +730,8 @@ def dump_calibration(c: Calibration) -> str:
     curves = {k: data.pop(k) for k in ("bandwidth_curve", "flops_curve", "corun") if k in data}
     whole = data.pop("whole_gpu", None)
     serving = data.pop("serving", None)
-    text = _HEADER + yaml.dump(data, Dumper=_DUMPER, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    text = _HEADER + yaml.dump(data, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,
+                               allow_unicode=True)
     for key, section in (("whole_gpu", whole), ("serving", serving)):
         if section is not None:
             text += yaml.dump({key: section}, Dumper=_DUMPER, sort_keys=False, default_flow_style=False,

@@ -1,4 +1,5 @@
-"""The chapter's cost model (``--cost-model chapter``): decode, prefill and chunked-step times on a share of the SMs.
+"""The chapter's cost model (``--cost-model chapter``): decode, prefill and chunked-step times on a share of
+the SMs.
 
 The model of pd-multiplexing-chapter.txt, "Is it worth it: an estimate", kept exact so that
 ``pdmux estimate --cost-model chapter`` reproduces the chapter's table. A decode step reads the weights and
@@ -266,7 +267,8 @@ class ChapterModel:
 
     @property
     def source(self) -> str:
-        """The throughput's description (``"chapter (bandwidth x0.85, MFU 0.5, S_SAT=66)"`` or the calibration's)."""
+        """The throughput's description (``"chapter (bandwidth x0.85, MFU 0.5, S_SAT=66)"`` or the
+        calibration's)."""
         return self.throughput.source
 
     def source_text(self, s_sat: bool = True) -> str:
@@ -282,7 +284,8 @@ class ChapterModel:
 
     def bandwidth_share(self, sms: int) -> float:
         """Share of whole-GPU bandwidth on ``sms`` SMs."""
-        return self.throughput.bandwidth_bytes_per_s(sms) / self.throughput.bandwidth_bytes_per_s(self.total_sms)
+        return (self.throughput.bandwidth_bytes_per_s(sms)
+                / self.throughput.bandwidth_bytes_per_s(self.total_sms))
 
     def corun_bandwidth_factor(self, prefill_sms: int, decode_sms: int) -> float:
         """The throughput's co-run factor on decode's bandwidth (1.0 for the analytic one)."""

@@ -33,8 +33,8 @@ threads (sgl-kernel ``custom_all_reduce.cuh``, ``defaultBlockLimit``), which fit
 partition SGLang builds (16 SMs on Hopper) at 4 blocks an SM; NCCL runs one block per channel, at most
 32 (NVIDIA/nccl ``src/include/device.h`` ``MAXCHANNELS``; more in releases with NVLink SHARP), and
 SGLang sends it only buffers over 8 MiB, which under pdmux are prefill's (at least half the SMs). An
-assumption, not a measurement (no public measurement of an all-reduce on a green context). Two all-reduces at once
-(prefill's and decode's, under pdmux) are taken not to slow each other: decode's are small and
+assumption, not a measurement (no public measurement of an all-reduce on a green context). Two all-reduces at
+once (prefill's and decode's, under pdmux) are taken not to slow each other: decode's are small and
 latency-bound.
 
 Pure except :func:`load_allreduce_fits` (reads the shipped file, libyaml).
@@ -91,7 +91,8 @@ class LinkFit:
     points: int = 0
     source: str = ""
 
-    def time_s(self, nbytes: float, ranks: int, link_bytes_per_s: float, factor: float | None = None) -> float:
+    def time_s(self, nbytes: float, ranks: int, link_bytes_per_s: float,
+               factor: float | None = None) -> float:
         """Seconds to all-reduce ``nbytes`` bytes over ``ranks`` GPUs on a link of ``link_bytes_per_s``
         (per direction); ``factor`` replaces the ring factor (an all-gather: ``(N - 1) / N`` of the
         gathered bytes). 0 for nothing to move."""
@@ -162,9 +163,11 @@ def _fit(value: Any, where: str) -> LinkFit:
     latency = finite_float(value.get("latency_s"))
     eff = finite_float(value.get("bandwidth_efficiency"))
     if latency is None or not 0 <= latency <= 1e-3:
-        raise InputError(f"{where}.latency_s must be a number from 0 to 0.001 s, got {value.get('latency_s')!r}")
+        raise InputError(f"{where}.latency_s must be a number from 0 to 0.001 s, got "
+                         f"{value.get('latency_s')!r}")
     if eff is None or not 0.01 <= eff <= 1.5:
-        raise InputError(f"{where}.bandwidth_efficiency must be from 0.01 to 1.5, got {value.get('bandwidth_efficiency')!r}")
+        raise InputError(f"{where}.bandwidth_efficiency must be from 0.01 to 1.5, got "
+                         f"{value.get('bandwidth_efficiency')!r}")
     source = str(value.get("source", "")).strip()
     if not source:
         raise InputError(f"{where}.source is empty: every constant names its measurement")
@@ -196,7 +199,8 @@ def parse_allreduce_fits(data: Any, where: str) -> tuple[AllReduceFits, ...]:
             raise InputError(f"{here}.ranks must map GPU counts to fits")
         table: dict[int, tuple[LinkFit | None, LinkFit]] = {}
         for n, fits in ranks.items():
-            if not isinstance(n, int) or isinstance(n, bool) or not 2 <= n <= 1024 or not isinstance(fits, dict):
+            if not isinstance(n, int) or isinstance(n, bool) or not 2 <= n <= 1024 or not isinstance(
+                fits, dict):
                 raise InputError(f"{here}.ranks: {n!r} is not a GPU count with a mapping of fits")
             custom = fits.get("custom")
             table[n] = (None if custom is None else _fit(custom, f"{here}.ranks.{n}.custom"),
@@ -230,13 +234,15 @@ def choose_fits(fits: tuple[AllReduceFits, ...], gpu_key: str, interconnect: str
             return f, None
     same = [f for f in fits if f.interconnect == interconnect]
     if not same:
-        raise InputError(f"no all-reduce measurements over {interconnect}: tensor parallelism cannot be estimated")
+        raise InputError(f"no all-reduce measurements over {interconnect}: tensor parallelism cannot be "
+                         "estimated")
     best = min(same, key=lambda f: (_cc_distance(f.compute_capability, compute_capability), f.gpu))
     return best, Finding("costmodel.allreduce_stand_in", {"gpu": best.gpu, "interconnect": interconnect})
 
 
 def tp_collectives(gpu: Any, tp: int, fits: tuple[AllReduceFits, ...] | None = None) -> TpCollectives:
-    """The :class:`TpCollectives` of ``tp`` GPUs of the profile ``gpu`` (:class:`pdmux_cli.catalog.hardware.Gpu`).
+    """The :class:`TpCollectives` of ``tp`` GPUs of the profile ``gpu``
+    (:class:`pdmux_cli.catalog.hardware.Gpu`).
 
     ``fits``: the fits to choose from (default: the shipped file). Raises :class:`InputError` for a
     ``tp`` outside 2..:data:`MAX_TP` or a profile without interconnect figures."""

@@ -78,7 +78,8 @@ class OperatorEfficiency:
         """Fraction of dense FLOP/s at ``tokens`` (GEMM rows, or attention sequence length)."""
         return self.peak_efficiency * tokens / (tokens + self.half) if tokens > 0 else 0.0
 
-    def time_s(self, nbytes: float, flops: float, size: float, bytes_per_s: float, flops_per_s: float) -> float:
+    def time_s(self, nbytes: float, flops: float, size: float, bytes_per_s: float,
+               flops_per_s: float) -> float:
         """Seconds of one operator: ``latency_s + max(nbytes / (bytes_per_s x bandwidth_efficiency),
         flops / (flops_per_s x flops_efficiency(size)))``; ``bytes_per_s`` and ``flops_per_s`` are what
         its SMs offer before efficiencies (the datasheet figures on the whole GPU). An operator with
@@ -282,7 +283,8 @@ def _where(path: Path, field: str) -> str:
 def _number(data: dict, field: str, path: Path, low: float, high: float) -> float:
     value = finite_float(data.get(field))
     if value is None or not low <= value <= high:
-        raise InputError(f"{_where(path, field)} must be a number from {low:g} to {high:g}, got {data.get(field)!r}")
+        raise InputError(f"{_where(path, field)} must be a number from {low:g} to {high:g}, got "
+                         f"{data.get(field)!r}")
     return value
 
 
@@ -322,7 +324,8 @@ def load_profile(path: Path) -> EfficiencyProfile:
     if not isinstance(applies, list) or not all(isinstance(k, str) for k in applies) or not applies:
         raise InputError(f"{_where(path, 'applies_to')} must be a non-empty list of GPU profile keys")
     if not isinstance(families, list) or not all(isinstance(f, str) for f in families):
-        raise InputError(f"{_where(path, 'families')} must be a list of compute capabilities (\"8.9\" or \"8\")")
+        raise InputError(f"{_where(path, 'families')} must be a list of compute capabilities (\"8.9\" or "
+                         "\"8\")")
     return EfficiencyProfile(
         key=path.stem,
         fitted_on=str(data.get("fitted_on", path.stem)),
@@ -334,8 +337,8 @@ def load_profile(path: Path) -> EfficiencyProfile:
         elementwise=_section(data, "elementwise", path, flops=False),
         note=str(data.get("note", "")),
         gemm_fp8=_section(data, "gemm_fp8", path, flops=True) if "gemm_fp8" in data else None,
-        gemm_fp8_block=_section(data, "gemm_fp8_block", path, flops=True) if "gemm_fp8_block" in data else None,
-        decode_attention_fp8_kv=(_section(data, "decode_attention_fp8_kv", path, flops=False)
+        gemm_fp8_block=_section(data, "gemm_fp8_block", path, flops=True) if "gemm_fp8_block" in data
+        else None, decode_attention_fp8_kv=(_section(data, "decode_attention_fp8_kv", path, flops=False)
                                  if "decode_attention_fp8_kv" in data else None),
         moe=_moe_sections(data, path),
     )
@@ -378,7 +381,8 @@ def load_serving() -> tuple[dict[str, float], ServingProfile, str]:
         raise InputError(f"efficiency profile {path.name}: needs 'scheduler' and 'request_path' mappings")
     for name, section in (("scheduler", sched), ("request_path", req)):
         if not str(section.get("source", "")).strip():
-            raise InputError(f"{_where(path, name + '.source')} is empty: every constant names its measurement")
+            raise InputError(f"{_where(path, name + '.source')} is empty: every constant names its "
+                             "measurement")
     terms = {"step_s": _number(sched, "step_s", path, 0.0, 1.0),
              "per_request_s": _number(sched, "per_request_s", path, 0.0, 1e-2),
              "per_request_step_s": _number(sched, "per_request_step_s", path, 0.0, 1e-2)}
@@ -391,9 +395,12 @@ def load_serving() -> tuple[dict[str, float], ServingProfile, str]:
     return terms, serving, str(sched["source"])
 
 
-#: The serving terms :func:`release_line_terms` gives, as ``make_setup`` options (ms) -> ``serving.yaml`` keys (s).
-RELEASE_LINE_TERMS = {"per_request_overhead_ms": "per_request_step_s", "admission_delay_ms": "admission_delay_s",
-                      "first_token_delay_ms": "first_token_delay_s", "admission_interval_ms": "admission_interval_s"}
+#: The serving terms :func:`release_line_terms` gives, as ``make_setup`` options (ms) -> ``serving.yaml`` keys
+#: (s).
+RELEASE_LINE_TERMS = {"per_request_overhead_ms": "per_request_step_s",
+                      "admission_delay_ms": "admission_delay_s",
+                      "first_token_delay_ms": "first_token_delay_s",
+                      "admission_interval_ms": "admission_interval_s"}
 
 
 @functools.lru_cache(maxsize=8)
@@ -427,7 +434,8 @@ def load_common() -> tuple[PartitionProfile, CpuProfile]:
         raise InputError(f"efficiency profile {path.name}: needs 'partitions' and 'cpu' mappings")
     try:
         interference = Interference(
-            decode_bandwidth=_pairs(part.get("decode_bandwidth_interference"), path, "decode_bandwidth_interference"),
+            decode_bandwidth=_pairs(part.get("decode_bandwidth_interference"), path,
+                                    "decode_bandwidth_interference"),
             prefill_flops=_pairs(part.get("prefill_flops_interference"), path, "prefill_flops_interference"),
         )
     except InputError as exc:
@@ -435,8 +443,8 @@ def load_common() -> tuple[PartitionProfile, CpuProfile]:
     partitions = PartitionProfile(
         families=_families(part.get("bandwidth_families"), path),
         interference=interference,
-        prefill_layer_s=_number(part, "prefill_layer_s", path, 0.0, 1e-2) if "prefill_layer_s" in part else 0.0,
-        source=str(part.get("source", "")),
+        prefill_layer_s=_number(part, "prefill_layer_s", path, 0.0, 1e-2) if "prefill_layer_s" in part
+        else 0.0, source=str(part.get("source", "")),
     )
     kernels = cpu.get("kernels_per_layer")
     if not isinstance(kernels, int) or isinstance(kernels, bool) or not 1 <= kernels <= 1000:
@@ -466,7 +474,8 @@ def _families(value: object, path: Path) -> tuple[BandwidthFamily, ...]:
             out.append(BandwidthFamily(
                 family=str(family), sharpness=_number(entry, "sharpness", path, 0.5, 20),
                 sm_bytes_per_s=_number(entry, "sm_bytes_per_s", path, 1e8, 1e13),
-                fitted_on=str(entry.get("fitted_on", "")), median_error=finite_float(entry.get("median_error")) or 0.0,
+                fitted_on=str(entry.get("fitted_on", "")),
+                median_error=finite_float(entry.get("median_error")) or 0.0,
                 source=str(entry.get("source", ""))))
         except InputError as exc:
             raise InputError(f"{_where(path, where)}: {exc}") from None
@@ -492,7 +501,8 @@ def profile_for(gpu_key: str, compute_capability: tuple[int, int]) -> tuple[Effi
     """
     profiles = load_profiles()
     if not profiles:
-        raise InputError(f"no efficiency profiles in {efficiency_profiles_dir()}: the installation is incomplete")
+        raise InputError(f"no efficiency profiles in {efficiency_profiles_dir()}: the installation is "
+                         "incomplete")
     for profile in profiles:
         if gpu_key in profile.applies_to:
             if profile.fitted_on == gpu_key:

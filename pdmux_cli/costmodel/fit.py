@@ -61,11 +61,6 @@ def balanced_error(predicted: Sequence[float], measured: Sequence[float], sizes:
     return statistics.fmean(statistics.median(errors) for errors in classes.values())
 
 
-def rel_errors(predicted: Sequence[float], measured: Sequence[float]) -> list[float]:
-    """``(predicted - measured) / measured`` per point (signed)."""
-    return [(p - m) / m for p, m in zip(predicted, measured, strict=True)]
-
-
 def grid_search(objective: Callable[..., float], grids: Sequence[Sequence[float]], rounds: int = 3,
                 shrink: float = 4.0) -> tuple[float, tuple[float, ...]]:
     """Minimise ``objective(*params)`` over the product of ``grids``, then over finer grids around the
@@ -210,8 +205,8 @@ def fit_decode_attention(points: Sequence[AicAttention], hbm: float, source: str
     return OperatorEfficiency(latency, bw, 0.0, 0.0, source, error)
 
 
-def fit_prefill_attention(points: Sequence[AicAttention], peak: float, hbm: float, bandwidth_efficiency: float,
-                          source: str) -> OperatorEfficiency:
+def fit_prefill_attention(points: Sequence[AicAttention], peak: float, hbm: float,
+                          bandwidth_efficiency: float, source: str) -> OperatorEfficiency:
     """Fit prefill attention's ``latency``, ``peak_efficiency`` and ``half`` (sequence tokens); its KV
     reads move at ``bandwidth_efficiency`` (decode attention's, fitted first)."""
     measured = [p.seconds for p in points]
@@ -282,7 +277,8 @@ def _class_error(classes: Sequence[Sequence[int]]) -> Callable[[Sequence[float],
     indices; the returned function takes ``(predicted, measured)``."""
 
     def error(predicted: Sequence[float], measured: Sequence[float]) -> float:
-        return statistics.fmean(statistics.median(abs(predicted[i] - measured[i]) / measured[i] for i in members)
+        return statistics.fmean(statistics.median(abs(predicted[i] - measured[i]) / measured[i]
+                                                  for i in members)
                                 for members in classes)
 
     return error
@@ -351,7 +347,8 @@ def vidur_elementwise_seconds(layer: VidurLayer) -> float:
 
 def predict_elementwise(eff: OperatorEfficiency, layer: VidurLayer, hbm: float) -> float:
     """Seconds the model gives one layer's small ops over the row's tokens."""
-    return eff.latency_s + layer.tokens * vidur_elementwise_bytes_per_token(layer) / (hbm * eff.bandwidth_efficiency)
+    return eff.latency_s + layer.tokens * vidur_elementwise_bytes_per_token(layer) / (
+        hbm * eff.bandwidth_efficiency)
 
 
 def fit_elementwise(layers: Sequence[VidurLayer], hbm: float, source: str) -> OperatorEfficiency:
@@ -373,7 +370,8 @@ def fit_elementwise(layers: Sequence[VidurLayer], hbm: float, source: str) -> Op
 # SM partitions (NanoFlow, A100)
 
 
-def fit_bandwidth_curve(points: Sequence[tuple[int, int, int, float]], total_sms: int) -> tuple[float, float, float]:
+def fit_bandwidth_curve(points: Sequence[tuple[int, int, int, float]], total_sms: int) -> tuple[
+    float, float, float]:
     """Fit the soft-minimum bandwidth curve to SM sweeps ``(sms, batch, seqlen, bytes/s)``, each sweep
     normalised to its own whole-GPU rate. Returns ``(sharpness, s_sat in SMs, median error)``."""
     sweeps: dict[tuple[int, int], dict[int, float]] = {}
@@ -392,7 +390,8 @@ def fit_bandwidth_curve(points: Sequence[tuple[int, int, int, float]], total_sms
     return p, s_sat, error
 
 
-def interference_table(points: Sequence[tuple[float, float]], curve: BandwidthCurve) -> list[tuple[float, float]]:
+def interference_table(points: Sequence[tuple[float, float]],
+                       curve: BandwidthCurve) -> list[tuple[float, float]]:
     """Decode's co-run bandwidth factor by its SM share: NanoFlow's ``P`` (next to a GEMM, relative to
     whole-GPU solo) divided by the solo share of ``curve`` at that share; factors above 1 (the solo
     curve's own error at few SMs) are dropped; made non-decreasing in share (pool-adjacent violators),

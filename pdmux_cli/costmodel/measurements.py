@@ -103,13 +103,15 @@ def vidur_layers() -> list[VidurLayer]:
 def nanoflow_bandwidth() -> list[tuple[int, int, int, float]]:
     """``(sms, batch, seqlen, bytes/s)`` of NanoFlow's A100 decode-attention SM sweep (108 SMs)."""
     path = measurements_dir() / "nanoflow" / "a100_decode_attention_bw_vs_sms.csv"
-    return [(int(r["sms"]), int(r["batch_size"]), int(r["seqlen"]), float(r["bytes_per_s"])) for r in _rows(path)]
+    return [(int(r["sms"]), int(r["batch_size"]), int(r["seqlen"]), float(r["bytes_per_s"]))
+            for r in _rows(path)]
 
 
 def nanoflow_gemm() -> list[tuple[int, int, int, int, float]]:
     """``(sms, m, n, k, FLOP/s)`` of NanoFlow's A100 GEMM SM sweep."""
     path = measurements_dir() / "nanoflow" / "a100_gemm_tflops_vs_sms.csv"
-    return [(int(r["sms"]), int(r["m"]), int(r["n"]), int(r["k"]), float(r["tflops"]) * 1e12) for r in _rows(path)]
+    return [(int(r["sms"]), int(r["m"]), int(r["n"]), int(r["k"]), float(r["tflops"]) * 1e12)
+            for r in _rows(path)]
 
 
 def nanoflow_interference() -> list[tuple[float, float]]:
@@ -155,8 +157,10 @@ class AicAttention:
 #: backend: fa3 on Hopper, trtllm_mha on SM100, else flashinfer). vLLM's A100 table (FlashAttention-2's
 #: paged decode) is the measured kernel closest in kind: it reads a large KV cache at about 0.82 of HBM,
 #: as NanoFlow's A100 decode kernel does (0.86), where the FlashAttentionBackend table reaches about 0.60.
-DECODE_ATTENTION_TABLE = {"a100-sxm-80gb": ("vllm", ("vLLM 0.14.0 table (FA2 paged decode; SGLang's A100 default is "
-                                                    "FlashInfer, its SGLang table times FlashAttentionBackend)"))}
+DECODE_ATTENTION_TABLE = {"a100-sxm-80gb": ("vllm",
+                                            ("vLLM 0.14.0 table (FA2 paged decode; SGLang's A100 default is "
+                                                    "FlashInfer, its SGLang table times "
+                                                    "FlashAttentionBackend)"))}
 
 
 def decode_attention_table(gpu_key: str) -> str:
@@ -191,7 +195,8 @@ def aic_gemms(gpu_key: str, dtype: str = "bf16") -> list[AicGemm]:
             for r in _rows(path) if r["dtype"] == dtype]
 
 
-def aic_attention(gpu_key: str, kind: str, kv_dtype: str = "bf16", backend: str = "sglang") -> list[AicAttention]:
+def aic_attention(gpu_key: str, kind: str, kv_dtype: str = "bf16",
+                  backend: str = "sglang") -> list[AicAttention]:
     """Prefill (``kind="prefill"``, context attention) or decode (``"decode"``, generation attention)
     points of one GPU with a ``kv_dtype`` KV cache. ``backend``: ``"sglang"`` (every GPU's table) or
     another framework's extra table where one is shipped (``"vllm"``: A100 decode, see
@@ -207,9 +212,9 @@ def aic_attention(gpu_key: str, kind: str, kv_dtype: str = "bf16", backend: str 
             continue
         length = int(r["isl"] if kind == "prefill" else r["kv_len"])
         cached = str(r.get("kv_fits_l2", "")).strip().lower() in ("true", "1")
-        out.append(AicAttention(gpu_key, kind, int(r["batch"]), length, int(r["num_heads"]), int(r["num_kv_heads"]),
-                                int(r.get("head_dim") or AIC_HEAD_DIM), r["kv_dtype"], float(r["latency_ms"]) * 1e-3,
-                                cached))
+        out.append(AicAttention(gpu_key, kind, int(r["batch"]), length, int(r["num_heads"]),
+                                int(r["num_kv_heads"]), int(r.get("head_dim") or AIC_HEAD_DIM), r["kv_dtype"],
+                                float(r["latency_ms"]) * 1e-3, cached))
     return out
 
 
@@ -241,14 +246,15 @@ def aic_allreduce(gpu_key: str) -> list[AllReduce]:
     """SGLang's custom all-reduce on one GPU kind (aiconfigurator; bf16 buffers of ``bytes`` bytes)."""
     path = measurements_dir() / "aiconfigurator" / f"{_aic_name(gpu_key)}_allreduce.csv"
     kinds = {"SGLang_CustomAllReduce_graph": "custom-graph", "SGLang_CustomAllReduce_eager": "custom-eager"}
-    return [AllReduce(gpu_key, kinds[r["kernel"]], int(r["num_gpus"]), int(r["bytes"]), float(r["latency_ms"]) * 1e-3)
+    return [AllReduce(gpu_key, kinds[r["kernel"]], int(r["num_gpus"]), int(r["bytes"]),
+                      float(r["latency_ms"]) * 1e-3)
             for r in _rows(path) if r["kernel"] in kinds]
 
 
 #: The routed-expert shapes of aiconfigurator's MoE table as extracted (``benchmarks/aic_extract.py``
 #: ``MOE_MODELS``): model -> ``(hidden_size, moe_intermediate_size, routed experts, top-k, grouped routing)``,
-#: each the model's config.json (``profiles/models/``; a test checks them). Grouped routing (DeepSeek-V3: top-4
-#: of 8 expert groups) is kept at 1 token only.
+#: each the model's config.json (``profiles/models/``; a test checks them). Grouped routing (DeepSeek-V3:
+#: top-4 of 8 expert groups) is kept at 1 token only.
 AIC_MOE_MODELS = {"DeepSeek-V3": (7168, 2048, 256, 8, True), "Qwen3-235B-A22B": (4096, 1536, 128, 8, False),
                   "Qwen3-30B-A3B": (2048, 768, 128, 8, False), "Mixtral-8x7B": (4096, 14336, 8, 2, False),
                   "gpt-oss-120b": (2880, 2880, 128, 4, False), "gpt-oss-20b": (2880, 2880, 32, 4, False)}
@@ -300,10 +306,11 @@ def aic_moe(gpu_key: str) -> list[AicMoe]:
     for r in _rows(path):
         shape = AIC_MOE_MODELS.get(r["model"])
         if shape is None or r["dtype"] not in MOE_WEIGHT_BYTES:
-            raise InputError(f"measurement file {path}: unknown MoE model {r['model']!r} or dtype {r['dtype']!r}")
+            raise InputError(f"measurement file {path}: unknown MoE model {r['model']!r} or dtype "
+                             f"{r['dtype']!r}")
         h, inter, experts, top_k, _ = shape
-        out.append(AicMoe(gpu_key, r["kernel"], r["dtype"], r["model"], h, inter, experts, top_k, int(r["tp"]),
-                          int(r["tokens"]), float(r["latency_ms"]) * 1e-3,
+        out.append(AicMoe(gpu_key, r["kernel"], r["dtype"], r["model"], h, inter, experts, top_k,
+                          int(r["tp"]), int(r["tokens"]), float(r["latency_ms"]) * 1e-3,
                           str(r.get("weights_fit_l2", "")).strip() == "1"))
     return out
 

@@ -33,19 +33,22 @@ from ..util.errors import Finding
 from .efficiency import EfficiencyProfile, OperatorEfficiency
 
 #: The runners of aiconfigurator's SGLang MoE table (``benchmarks/aic_extract.py`` ``MOE_KERNELS``); one of
-#: them stands in for the other in the same dtype. SGLang's ``triton_kernel`` (gpt-oss off SM100) is in no table.
+#: them stands in for the other in the same dtype. SGLang's ``triton_kernel`` (gpt-oss off SM100) is in no
+#: table.
 MOE_KERNELS = ("triton", "flashinfer_trtllm")
 #: The expert dtypes of the table, and whether their GEMMs run fp8 tensor-core math.
 MOE_DTYPES = {"bf16": False, "fp8_block": True, "w4a16_mxfp4": False, "w4a8_mxfp4_mxfp8": True}
 
 #: SGLang 0.5.23's Qwen3 MoE family (``srt/arg_groups/model_overrides/qwen3_moe.py`` ``_register_for``).
-QWEN3_MOE_ARCHS = frozenset({"Qwen3MoeForCausalLM", "Qwen3VLMoeForConditionalGeneration", "Qwen3NextForCausalLM",
-                             "Qwen3_5MoeForConditionalGeneration", "InternS2PreviewForConditionalGeneration",
-                             "Qwen3_5ForConditionalGeneration", "Qwen4ExpForConditionalGeneration"})
-#: SGLang 0.5.23's DeepSeek family (``srt/arg_groups/overrides.py`` ``_DEEPSEEK_FAMILY_ARCHS``) less LongCat-Flash,
-#: whose top-k spans zero-expert logits that TRT-LLM-gen's routing cannot see.
-DEEPSEEK_ARCHS = frozenset({"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "KimiK25ForConditionalGeneration",
-                            "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM",
+QWEN3_MOE_ARCHS = frozenset({"Qwen3MoeForCausalLM", "Qwen3VLMoeForConditionalGeneration",
+                             "Qwen3NextForCausalLM", "Qwen3_5MoeForConditionalGeneration",
+                             "InternS2PreviewForConditionalGeneration", "Qwen3_5ForConditionalGeneration",
+                             "Qwen4ExpForConditionalGeneration"})
+#: SGLang 0.5.23's DeepSeek family (``srt/arg_groups/overrides.py`` ``_DEEPSEEK_FAMILY_ARCHS``) less
+#: LongCat-Flash, whose top-k spans zero-expert logits that TRT-LLM-gen's routing cannot see.
+DEEPSEEK_ARCHS = frozenset({"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM",
+                            "KimiK25ForConditionalGeneration", "MistralLarge3ForCausalLM",
+                            "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM",
                             "Glm5NextForConditionalGeneration", "HYV4ForCausalLM", "HYV4ForCausalLMNextN",
                             "Dots3NoteForCausalLM"})
 GPT_OSS_ARCHS = frozenset({"GptOssForCausalLM"})
@@ -108,14 +111,14 @@ def for_moe(profile: EfficiencyProfile, kind: tuple[str, str] | None) -> tuple[E
 
 
 def moe_flops_per_s(gpu: Any, kind: tuple[str, str] | None) -> float | None:
-    """The dense FLOP/s the routed experts' GEMMs run at on ``gpu`` (a :class:`pdmux_cli.catalog.hardware.Gpu`):
-    the fp8 peak for the fp8-math dtypes (:data:`MOE_DTYPES`) where the GPU has fp8 tensor cores, else the
-    16-bit peak; ``None`` for a dense model."""
+    """The dense FLOP/s the routed experts' GEMMs run at on ``gpu`` (a
+    :class:`pdmux_cli.catalog.hardware.Gpu`): the fp8 peak for the fp8-math dtypes (:data:`MOE_DTYPES`) where
+    the GPU has fp8 tensor cores, else the 16-bit peak; ``None`` for a dense model."""
     if kind is None:
         return None
     fp8 = MOE_DTYPES.get(kind[1], False) and bool(getattr(gpu, "fp8_dense_flops", 0))
     return float(gpu.dense_flops("fp8" if fp8 else ("bf16" if gpu.bf16_dense_flops else "fp16")))
 
 
-__all__ = ["DTYPE_BYTES", "MOE_DTYPES", "MOE_KERNELS", "OperatorEfficiency", "for_moe", "is_sm100", "moe_flops_per_s",
-           "moe_kernel"]
+__all__ = ["DTYPE_BYTES", "MOE_DTYPES", "MOE_KERNELS", "OperatorEfficiency", "for_moe", "is_sm100",
+           "moe_flops_per_s", "moe_kernel"]

@@ -143,8 +143,9 @@ def _attention_gemms(model: Model, wb: float, layers: int, sharding: tpl.Shardin
 def step_shapes(model: Model, weight_bytes_per_param: float | None = None, tp: int = 1) -> StepShapes:
     """The :class:`StepShapes` of one of ``tp`` ranks (the whole model for ``tp=1``) of ``model`` with its
     own weight format, or ``weight_bytes_per_param`` bytes for every weight. For ``tp=1`` the GEMMs'
-    parameters add up to :func:`pdmux_cli.catalog.model.decode_linear_params` less the routed experts (tested).
-    Raises :class:`InputError` where SGLang refuses the split (:func:`pdmux_cli.multigpu.tensor_parallel.shard`)."""
+    parameters add up to :func:`pdmux_cli.catalog.model.decode_linear_params` less the routed experts
+    (tested). Raises :class:`InputError` where SGLang refuses the split
+    (:func:`pdmux_cli.multigpu.tensor_parallel.shard`)."""
     sharding = tpl.shard(model, tp)
     linear_b = mdl.bytes_per_param(model, "linear", weight_bytes_per_param)
     h = model.hidden_size
@@ -152,7 +153,8 @@ def step_shapes(model: Model, weight_bytes_per_param: float | None = None, tp: i
     dense = mdl.dense_ffn_layers(model)
     if dense:
         i = model.intermediate_size // tp
-        gemms += [Gemm("gate_up", h, 2 * i, h * 2 * i * linear_b, dense), Gemm("down", i, h, i * h * linear_b, dense)]
+        gemms += [Gemm("gate_up", h, 2 * i, h * 2 * i * linear_b, dense),
+                  Gemm("down", i, h, i * h * linear_b, dense)]
     experts = None
     moe_layers = mdl.moe_layers(model)
     act_width = model.intermediate_size / tp if dense else 0  # per token, for the activation's bytes
@@ -215,8 +217,8 @@ def rank_weight_bytes(model: Model, weight_bytes_per_param: float | None = None,
 
 def rank_kv_bytes_per_token(model: Model, kv_bytes_per_element: float = 2.0, tp: int = 1) -> float:
     """KV-cache bytes one of ``tp`` ranks stores per token over all layers, uncapped by windows (SGLang's
-    pool allocates a full cell): :func:`pdmux_cli.catalog.model.kv_bytes_per_token` for ``tp=1``; GQA with ``tp``
-    up to the KV heads divides it by ``tp``, beyond them each rank keeps one KV head; MLA's latent is
+    pool allocates a full cell): :func:`pdmux_cli.catalog.model.kv_bytes_per_token` for ``tp=1``; GQA with
+    ``tp`` up to the KV heads divides it by ``tp``, beyond them each rank keeps one KV head; MLA's latent is
     whole on every rank."""
     mdl.kv_bytes_per_token(model, kv_bytes_per_element)  # validates kv_bytes_per_element
     shapes_kv = step_shapes(model, None, tp).kv_elements_per_token_per_layer

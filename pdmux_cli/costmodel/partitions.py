@@ -139,7 +139,8 @@ class BandwidthFamily:
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.sharpness <= 20:
-            raise InputError(f"bandwidth family {self.family}: sharpness must be from 0.5 to 20, got {self.sharpness:g}")
+            raise InputError(f"bandwidth family {self.family}: sharpness must be from 0.5 to 20, got "
+                             f"{self.sharpness:g}")
         if not 1e8 <= self.sm_bytes_per_s <= 1e13:
             raise InputError(f"bandwidth family {self.family}: sm_bytes_per_s must be from 1e8 to 1e13, "
                              f"got {self.sm_bytes_per_s:g}")
@@ -169,15 +170,11 @@ def pick_bandwidth_family(families: Sequence[BandwidthFamily],
     if best.matches(compute_capability):
         return best, None
     major = compute_capability[0]
-    nearest = min(families, key=lambda f: (abs(int(f.family.split(".")[0]) - major), -int(f.family.split(".")[0])))
+    nearest = min(families,
+                  key=lambda f: (abs(int(f.family.split(".")[0]) - major), -int(f.family.split(".")[0])))
     major_minor = ".".join(map(str, compute_capability))
     return nearest, Finding("costmodel.bandwidth_family_stand_in", {
         "compute_capability": major_minor, "stand_in": nearest.fitted_on or "family " + nearest.family})
-
-
-def gemm_equivalent_tokens(tokens: float, sms: int, total_sms: int) -> float:
-    """Tokens a GEMM of ``tokens`` rows on ``sms`` SMs is worth on the whole GPU: ``tokens * S / s``."""
-    return tokens * total_sms / sms
 
 
 @dataclass(frozen=True)

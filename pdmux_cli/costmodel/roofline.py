@@ -19,8 +19,8 @@ On ``s`` of ``S`` SMs, with dense peak ``F`` and datasheet bandwidth ``B``:
 - prefill attention of a sequence of ``L`` tokens (cached prefix included): FLOP/s
   ``F x s/S x attention_efficiency(L)``, bytes its KV cache; decode attention: every request's KV bytes;
 - a MoE layer's routed experts: the touched experts' weights plus their rows' activations, and
-  ``2 x rows x top-k x 3 x hidden x width`` FLOPs, as one fused operator with the fused-MoE efficiency SGLang's
-  kernel was measured at (``moe_routed``: its latency once per layer, its bandwidth, its peak at
+  ``2 x rows x top-k x 3 x hidden x width`` FLOPs, as one fused operator with the fused-MoE efficiency
+  SGLang's kernel was measured at (``moe_routed``: its latency once per layer, its bandwidth, its peak at
   ``moe_flops``, by rows per touched expert; :mod:`pdmux_cli.costmodel.moe`), the gated activation inside it;
   where none was measured, two GEMMs at the linear layers' GEMM efficiency;
 - element-wise ops: bytes per token per layer, plus a fixed time per layer;
@@ -78,8 +78,8 @@ class RooflineModel:
     ``efficiency``: its kernel efficiencies; ``partitions``, ``cpu``: ``common.yaml``'s terms.
     ``s_sat``: SMs reaching 95% of full bandwidth (``None``: the profile's default fraction of the
     SMs). ``weight_bytes_per_param`` (``None``: the model's format), ``kv_bytes_per_element`` (bytes).
-    ``calibration``: a :class:`pdmux_cli.costmodel.calibration_file.CalibratedThroughput`; its measured curves replace
-    the bandwidth-vs-SMs, FLOP/s-vs-SMs and co-run terms (the whole-GPU efficiencies stay fitted).
+    ``calibration``: a :class:`pdmux_cli.costmodel.calibration_file.CalibratedThroughput`; its measured curves
+    replace the bandwidth-vs-SMs, FLOP/s-vs-SMs and co-run terms (the whole-GPU efficiencies stay fitted).
     ``step_overhead_s``: replaces the engine's fixed CPU time per step (0 = kernels only, no CPU term).
     ``notes``: lines for output (how the efficiencies were chosen). ``decode_fixed_s``: GPU time added to
     every decode step (a whole-GPU calibration's term for what the operators leave out).
@@ -134,8 +134,9 @@ class RooflineModel:
         self.eff = efficiency
         self.partitions = partitions
         if step_overhead_s is not None:
-            cpu = CpuProfile(step_overhead_s, 0.0 if step_overhead_s == 0 else cpu.per_request_s, cpu.launch_s,
-                             cpu.kernels_per_layer, f"--step-overhead-ms {step_overhead_s * 1e3:g}")
+            cpu = CpuProfile(step_overhead_s, 0.0 if step_overhead_s == 0 else cpu.per_request_s,
+                             cpu.launch_s, cpu.kernels_per_layer,
+                             f"--step-overhead-ms {step_overhead_s * 1e3:g}")
         self.cpu = cpu
         self.serving = serving
         self.calibration = calibration
@@ -145,7 +146,8 @@ class RooflineModel:
         self._init_moe(moe_flops)
         self.tp = tp
         if tp > 1 and collectives is None:
-            raise InputError("a tensor-parallel cost model needs the GPUs' collectives (costmodel.collectives)")
+            raise InputError("a tensor-parallel cost model needs the GPUs' collectives "
+                             "(costmodel.collectives)")
         self.collectives = collectives if tp > 1 else None
         if self.collectives is not None:
             self.notes.extend(n for n in self.collectives.notes if n not in self.notes)
@@ -264,8 +266,8 @@ class RooflineModel:
         default)."""
         if rows <= 0:
             return 0.0
-        return (eff or self.eff.gemm).time_s(gemm.bytes(rows), gemm.flops(rows), rows * self.total_sms / sms, bw,
-                                             flops)
+        return (eff or self.eff.gemm).time_s(gemm.bytes(rows), gemm.flops(rows), rows * self.total_sms / sms,
+                                             bw, flops)
 
     def _init_moe(self, moe_flops: float | None) -> None:
         """The routed experts' terms: ``moe_peak`` (FLOP/s of their math) and the step's element-wise bytes
@@ -293,8 +295,8 @@ class RooflineModel:
         act = ACTIVATION_BYTES * routed * (ex.hidden + 2 * ex.width + ex.width + ex.hidden)
         moe = self.eff.moe_routed
         if moe is not None:  # one fused operator a layer: its latency once
-            return ex.count * moe.time_s(weight + act, 2.0 * routed * ex.expert_params, rows * self.total_sms / sms,
-                                         bw, flops * self.moe_peak / self.peak)
+            return ex.count * moe.time_s(weight + act, 2.0 * routed * ex.expert_params,
+                                         rows * self.total_sms / sms, bw, flops * self.moe_peak / self.peak)
         e = self.eff.gemm
         memory = (weight + act) / (bw * e.bandwidth_efficiency)
         compute = 2.0 * routed * ex.expert_params / (flops * self._gemm_ratio
@@ -385,7 +387,8 @@ class RooflineModel:
             return 0.0
         entry = self._decode_cache.get((sms, corun_sms))  # (dense part per batch size, KV rates): one lookup
         if entry is None:
-            entry = self._decode_cache[(sms, corun_sms)] = (self._dense_cache.setdefault((sms, corun_sms), [0.0]),
+            entry = self._decode_cache[(sms, corun_sms)] = (self._dense_cache.setdefault(
+                (sms, corun_sms), [0.0]),
                                                             *self._kv_rates(sms, corun_sms))
         dense, full, window = entry
         if len(dense) <= n:
@@ -406,7 +409,8 @@ class RooflineModel:
 
     def _dense_s(self, rows: int, sms: int, corun_sms: int) -> float:
         """A decode step's time without KV reads for a batch of ``rows`` requests, s."""
-        return (self._linear_s(rows, sms, corun_sms, "decode") + self._lm_head_s(rows, sms, corun_sms, "decode")
+        return (self._linear_s(rows, sms, corun_sms, "decode") + self._lm_head_s(
+            rows, sms, corun_sms, "decode")
                 + self.shapes.layers * self.eff.decode_attention.latency_s + self.decode_fixed_s)
 
     def prefill_s(self, sms: int, seqs: Seqs, corun_sms: int = 0) -> float:
@@ -418,7 +422,8 @@ class RooflineModel:
         if tokens <= 0:
             return 0.0
         bw, flops = self._rates(sms, corun_sms, "prefill")
-        return (self._linear_s(tokens, sms, corun_sms, "prefill") + self._lm_head_s(len(seqs), sms, corun_sms, "prefill")
+        return (self._linear_s(tokens, sms, corun_sms, "prefill") + self._lm_head_s(
+            len(seqs), sms, corun_sms, "prefill")
                 + self._prefill_attention_s(seqs, sms, bw, flops) + self.shapes.layers * self.prefill_layer_s)
 
     def mixed_s(self, seqs: Seqs, n: int, sum_context: float, sum_window: float = 0.0) -> float:
@@ -432,7 +437,8 @@ class RooflineModel:
         if tokens <= 0:
             return 0.0
         bw, flops = self._rates(sms, 0, "prefill")
-        seconds = self._linear_s(tokens, sms, 0, "prefill") + self._lm_head_s(len(seqs) + n, sms, 0, "prefill")
+        seconds = self._linear_s(tokens, sms, 0, "prefill") + self._lm_head_s(
+            len(seqs) + n, sms, 0, "prefill")
         seconds += self._prefill_attention_s(seqs, sms, bw, flops)
         if seqs:
             seconds += self.shapes.layers * self.prefill_layer_s

@@ -149,11 +149,14 @@ def predict(point: ShapePoint, model: Any) -> float:
     """The ratio ``point`` measures, from a step model (:class:`pdmux_cli.costmodel.StepModel`) of the
     table's setup."""
     if point.kind == "decode":
-        return model.decode_s(point.sms, point.batch, point.tokens) / model.decode_s(point.total_sms, point.batch,
+        return model.decode_s(point.sms, point.batch, point.tokens) / model.decode_s(
+            point.total_sms, point.batch,
                                                                                   point.tokens)
     if point.kind == "prefill":
-        return model.prefill_s(point.sms, [(point.tokens, 0)]) / model.prefill_s(point.total_sms, [(point.tokens, 0)])
-    return model.prefill_s(point.sms, [(point.tokens, 0)]) / model.prefill_s(point.sms, [(SMALL_PREFILL_REFERENCE, 0)])
+        return model.prefill_s(point.sms, [(point.tokens, 0)]) / model.prefill_s(
+            point.total_sms, [(point.tokens, 0)])
+    return model.prefill_s(point.sms, [(point.tokens, 0)]) / model.prefill_s(
+        point.sms, [(SMALL_PREFILL_REFERENCE, 0)])
 
 
 def step_model(table: str, partitions: Any = None) -> Any:
@@ -191,7 +194,8 @@ def _fit_points_only(points: Sequence[ShapePoint]) -> None:
     """Refuse any point outside :data:`FIT_TABLES` (``A100_8B`` is kept out of every fit)."""
     bad = sorted({p.table for p in points} - set(FIT_TABLES))
     if bad:
-        raise ValueError(f"green-context tables {', '.join(bad)} are kept out of every fit (fit: {', '.join(FIT_TABLES)})")
+        raise ValueError(f"green-context tables {', '.join(bad)} are kept out of every fit (fit: "
+                         f"{', '.join(FIT_TABLES)})")
 
 
 def _median_error(points: Sequence[ShapePoint], model: Any) -> float:
@@ -199,7 +203,8 @@ def _median_error(points: Sequence[ShapePoint], model: Any) -> float:
 
 
 def _base_partitions(family: BandwidthFamily, prefill_layer_s: float = 0.0) -> PartitionProfile:
-    return PartitionProfile(families=(family,), interference=Interference(()), prefill_layer_s=prefill_layer_s)
+    return PartitionProfile(families=(family,), interference=Interference(()),
+                            prefill_layer_s=prefill_layer_s)
 
 
 def fit_bandwidth_family(family: str, table: str, source: str = "") -> BandwidthFamily:
@@ -213,14 +218,16 @@ def fit_bandwidth_family(family: str, table: str, source: str = "") -> Bandwidth
     total, hbm = model.total_sms, model.hbm
 
     def objective(p: float, knee: float) -> float:
-        return _median_error(points, with_partitions(model, _base_partitions(BandwidthFamily(family, p, hbm / knee))))
+        return _median_error(points,
+                             with_partitions(model, _base_partitions(BandwidthFamily(family, p, hbm / knee))))
 
     error, (p, knee) = grid_search(objective, [_frange(1.0, 6.0, 0.25), _frange(5.0, 2.0 * total, 2.0)])
-    return BandwidthFamily(family, round(p, 3), float(f"{hbm / knee:.4g}"), SETUPS[table].gpu, round(error, 4),
-                           source)
+    return BandwidthFamily(family, round(p, 3), float(f"{hbm / knee:.4g}"), SETUPS[table].gpu,
+                           round(error, 4), source)
 
 
-def fit_prefill_layer_s(points: Sequence[ShapePoint], models: dict[str, Any], partitions: PartitionProfile) -> tuple[float, float]:
+def fit_prefill_layer_s(points: Sequence[ShapePoint], models: dict[str, Any],
+                        partitions: PartitionProfile) -> tuple[float, float]:
     """Fit the fixed time per layer of a prefill pass (seconds, 0 to 1 ms) to prefill and small-prefill
     shape ``points`` of the fit tables, each table's predicted with ``models[table]`` under ``partitions``
     (the families already fitted). Every (table, kind) group counts the same (mean of their median
@@ -240,5 +247,6 @@ def fit_prefill_layer_s(points: Sequence[ShapePoint], models: dict[str, Any], pa
     return float(f"{layer_s:.3g}"), error
 
 
-__all__ = ["CHECK_TABLES", "DECODE_POINTS", "FITTED", "FIT_TABLES", "KINDS", "PREFILL_TOKENS", "SETUPS", "SMALL_PREFILL_REFERENCE",
-           "SMALL_PREFILL_TOKENS", "Setup", "ShapePoint", "fit_bandwidth_family", "fit_prefill_layer_s", "predict", "shape_points", "step_model", "with_partitions"]
+__all__ = ["CHECK_TABLES", "DECODE_POINTS", "FITTED", "FIT_TABLES", "KINDS", "PREFILL_TOKENS", "SETUPS",
+           "SMALL_PREFILL_REFERENCE", "SMALL_PREFILL_TOKENS", "Setup", "ShapePoint", "fit_bandwidth_family",
+           "fit_prefill_layer_s", "predict", "shape_points", "step_model", "with_partitions"]

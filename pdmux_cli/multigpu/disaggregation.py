@@ -156,7 +156,8 @@ class KvLink:
 
 def kv_link(gpu, gpus: int, kind: str = "auto", gb_per_s: float | None = None,
             latency_us: float | None = None) -> KvLink:
-    """The KV link of a deployment of ``gpus`` GPUs of profile ``gpu`` (:class:`pdmux_cli.catalog.hardware.Gpu`).
+    """The KV link of a deployment of ``gpus`` GPUs of profile ``gpu``
+    (:class:`pdmux_cli.catalog.hardware.Gpu`).
 
     ``kind``: ``auto`` (the profile's interconnect within a node of :data:`GPUS_PER_NODE`, RDMA
     across nodes), ``nvlink`` or ``pcie`` (the profile's figures; refused when the profile's link is

@@ -22,7 +22,8 @@ Pure; the rules (in our words) of SGLang 0.5.23's layers:
   and an all-gather of the logits (``srt/layers/logits_processor.py`` ``LogitsProcessor``,
   ``do_tensor_parallel_all_gather``).
 
-Norms, biases and RoPE tables are replicated and not counted (as everywhere in :mod:`pdmux_cli.catalog.model`).
+Norms, biases and RoPE tables are replicated and not counted (as everywhere in
+:mod:`pdmux_cli.catalog.model`).
 """
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ def shard(model: Model, tp: int) -> Sharding:
     if moe_layers(model):
         widths.append(("moe_intermediate_size", model.moe_intermediate_size, "experts (SGLang's FusedMoE)"))
         if model.num_shared_experts:
-            widths.append(("shared_expert_intermediate_size", model.shared_expert_intermediate_size, "shared experts"))
+            widths.append(("shared_expert_intermediate_size", model.shared_expert_intermediate_size,
+                           "shared experts"))
     for field, width, what in widths:
         if width % tp:
             raise InputError(

@@ -13,8 +13,8 @@ SGLang users know them):
   batch plus the next piece of the prompt, ``chunk - decode_bs`` tokens (SGLang charges each decode row
   one token of the chunk; the chapter's model puts a whole chunk next to the batch);
 - ``pdmux``: decode on ``d`` SMs, prefill on ``p`` SMs, at the level SGLang picks (or ``--level``);
-- ``disagg`` (``--disagg XPYD``, SGLang's PD disaggregation; :mod:`pdmux_cli.multigpu.disaggregation`): X prefill
-  and Y decode instances of ``--tp`` GPUs each. The prompt is prefilled on a prefill instance with the
+- ``disagg`` (``--disagg XPYD``, SGLang's PD disaggregation; :mod:`pdmux_cli.multigpu.disaggregation`): X
+  prefill and Y decode instances of ``--tp`` GPUs each. The prompt is prefilled on a prefill instance with the
   whole GPU (the prefill-first row's prefill time), then its KV cache (one rank's share per GPU) crosses
   the KV link to a decode instance: its TTFT is prefill + transfer. The decode batch runs on a decode
   instance that no prefill ever touches, so every step is the undisturbed decode step.
@@ -129,16 +129,19 @@ class Scenario:
         """Raise :class:`InputError` (one line) for sizes that make no sense or that no deployment
         has (the bounds above)."""
         check_tp_value(self.tp)
-        for name, top in (("decode_bs", MAX_DECODE_BS), ("context_tokens", MAX_TOKENS), ("prompt_tokens", MAX_TOKENS)):
+        for name, top in (("decode_bs", MAX_DECODE_BS), ("context_tokens", MAX_TOKENS),
+                          ("prompt_tokens", MAX_TOKENS)):
             value = getattr(self, name)
             if not 0 < value <= top:
                 raise InputError(f"{name.replace('_', ' ')} must be from 1 to {top:,}, got {value}")
-        for name, sizes in (("chunk sizes", self.chunk_sizes or ()), ("mixed chunk sizes", self.mixed_chunk_sizes)):
+        for name, sizes in (("chunk sizes", self.chunk_sizes or ()),
+                            ("mixed chunk sizes", self.mixed_chunk_sizes)):
             if any(c <= 0 for c in sizes):
                 raise InputError(f"{name} must be > 0, got {list(sizes)}")
             if any(-(-self.prompt_tokens // c) > MAX_CHUNK_STEPS for c in sizes):
-                raise InputError(f"a chunk size below {-(-self.prompt_tokens // MAX_CHUNK_STEPS)} tokens cuts the "
-                                 f"prompt into more than {MAX_CHUNK_STEPS:,} steps: use larger chunks")
+                raise InputError(f"a chunk size below {-(-self.prompt_tokens // MAX_CHUNK_STEPS)} tokens "
+                                 f"cuts the prompt into more than {MAX_CHUNK_STEPS:,} steps: use larger "
+                                 "chunks")
         if self.s_sat_values is not None and (not self.s_sat_values or any(s < 1 for s in self.s_sat_values)):
             raise InputError(f"S_SAT values must be at least 1 SM, got {list(self.s_sat_values)}")
         for name in ("bandwidth_efficiency", "mfu"):
@@ -147,9 +150,11 @@ class Scenario:
                 raise InputError(f"{name.replace('_', ' ')} must be from {MIN_EFFICIENCY} to 1, got {value}")
         low, high = BYTES_PER_ELEMENT_RANGE
         if self.weight_bytes_per_param is not None and not low <= self.weight_bytes_per_param <= high:
-            raise InputError(f"bytes per weight must be from {low} to {high:g}, got {self.weight_bytes_per_param}")
+            raise InputError(f"bytes per weight must be from {low} to {high:g}, got "
+                             f"{self.weight_bytes_per_param}")
         if not low <= self.kv_bytes_per_element <= high:
-            raise InputError(f"bytes per KV element must be from {low} to {high:g}, got {self.kv_bytes_per_element}")
+            raise InputError(f"bytes per KV element must be from {low} to {high:g}, got "
+                             f"{self.kv_bytes_per_element}")
         if self.disagg is not None:
             disaggregation.parse_xpyd(f"{self.disagg[0]}P{self.disagg[1]}D")
             if self.disagg_tp is not None:
@@ -333,7 +338,8 @@ def _round_tokens(prefill_s: float, itl_s: float) -> int:
     """Tokens a decode request gains during the prefill, rounded as the chapter prints them."""
     ratio = prefill_s / itl_s
     if not math.isfinite(ratio):
-        raise InputError("the inputs give a non-finite time (NaN or infinity): check the sizes and efficiencies")
+        raise InputError("the inputs give a non-finite time (NaN or infinity): check the sizes and "
+                         "efficiencies")
     return int(f"{ratio:.0f}")
 
 
@@ -345,8 +351,8 @@ def _check_context(model: Model, scenario: Scenario) -> None:
         return
     for what, tokens in (("prompt", scenario.prompt_tokens), ("decode context", scenario.context_tokens)):
         if tokens >= limit:
-            raise InputError(f"{what} of {tokens:,} tokens is past {model.name}'s context length of {limit:,} "
-                             f"(max_position_embeddings): SGLang rejects it; use fewer tokens")
+            raise InputError(f"{what} of {tokens:,} tokens is past {model.name}'s context length of "
+                             f"{limit:,} (max_position_embeddings): SGLang rejects it; use fewer tokens")
 
 
 def _driver_level(gpu: Gpu, total: int, split: tuple[int, int]) -> tuple[split_levels.Split, Finding | None]:
@@ -368,8 +374,8 @@ def _driver_level(gpu: Gpu, total: int, split: tuple[int, int]) -> tuple[split_l
     if real.decode_sms < minimum:
         raise InputError(
             f"level {p_sm}/{d_sm} cannot be made on {gpu.name}: green contexts give prefill a multiple of "
-            f"{multiple} SMs (at least {minimum}), so it would run {real.prefill_sms}/{max(real.decode_sms, 0)}, "
-            f"leaving decode fewer than {minimum}")
+            f"{multiple} SMs (at least {minimum}), so it would run "
+            f"{real.prefill_sms}/{max(real.decode_sms, 0)}, leaving decode fewer than {minimum}")
     if real == (p_sm, d_sm):
         return real, None
     return real, Finding(
@@ -425,16 +431,17 @@ def estimate(
 ) -> Estimate:
     """Compare prefill-first, chunked, mixed-chunk prefill and PD multiplexing for one scenario.
 
-    ``calibration``: a :class:`pdmux_cli.costmodel.calibration_file.Calibration` (``--calibration``): its SM-partition
-    terms (``pdmux bench``) replace the S_SAT guesses (and, under the chapter model, the MFU) and yield one
-    PD-multiplexing row with measured co-run interference; its whole-GPU terms (``pdmux calibrate``)
+    ``calibration``: a :class:`pdmux_cli.costmodel.calibration_file.Calibration` (``--calibration``): its
+    SM-partition terms (``pdmux bench``) replace the S_SAT guesses (and, under the chapter model, the MFU) and
+    yield one PD-multiplexing row with measured co-run interference; its whole-GPU terms (``pdmux calibrate``)
     replace the roofline model's fitted efficiencies. ``all_levels``: also fill :attr:`Estimate.levels`, the
     ITL/prefill trade-off of every level. ``sglang``: the revision (``--sglang``,
     :data:`pdmux_cli.sglang.revisions.REVISIONS`; default 0.5.23) whose model support is checked: where it
     cannot run pdmux for ``model`` (:func:`pdmux_cli.sglang.revisions.model_support`), the first note says why
-    and :attr:`Estimate.pdmux_support` carries it (the pdmux rows are then not achievable). Raises :class:`InputError` for invalid scenarios, a prompt past
-    the model's context length, a level that is not a valid split of the GPU (a level off the CUDA
-    granularity is estimated as the driver rounds it, with a note), or a GPU whose SM count is unknown.
+    and :attr:`Estimate.pdmux_support` carries it (the pdmux rows are then not achievable). Raises
+    :class:`InputError` for invalid scenarios, a prompt past the model's context length, a level that is not a
+    valid split of the GPU (a level off the CUDA granularity is estimated as the driver rounds it, with a
+    note), or a GPU whose SM count is unknown.
     """
     scenario.validate()
     _check_context(model, scenario)
@@ -451,9 +458,11 @@ def estimate(
 
     from ..sglang import revision_rules
 
-    revision_rules.plan_check(sglang, scenario)  # a revision whose divide_sm was not read needs manual_divisions
+    # a revision whose divide_sm was not read needs manual_divisions
+    revision_rules.plan_check(sglang, scenario)
     cap = revision_rules.layer_cap(sglang, scenario)
-    plan = split_levels.plan_groups(total, gpu.compute_capability, scenario.sm_group_num, scenario.manual_divisions or None)
+    plan = split_levels.plan_groups(total, gpu.compute_capability, scenario.sm_group_num,
+                                    scenario.manual_divisions or None)
     if plan.note:
         notes.append(plan.note)
     groups = plan.groups
@@ -507,7 +516,8 @@ def estimate(
                 )
             )
     rows.append(
-        PolicyRow("prefill-first", "prefill first", (whole_prefill_s + base_s) * 1e3, 1, whole_prefill_s * 1e3, 0)
+        PolicyRow("prefill-first", "prefill first", (whole_prefill_s + base_s) * 1e3, 1,
+                  whole_prefill_s * 1e3, 0)
     )
     chunk_sizes = scenario.chunk_sizes
     if chunk_sizes is None:
@@ -527,7 +537,8 @@ def estimate(
             continue
         take = chunk if scenario.cost_model == "chapter" else chunk - bs
         steps = [
-            max(full.mixed_s([(min(take, prompt - start), start)], bs, sum_ctx, sum_win) + (bs + 1) * per_request,
+            max(full.mixed_s([(min(take, prompt - start), start)], bs, sum_ctx,
+                             sum_win) + (bs + 1) * per_request,
                 full.decode_cpu_s(bs + 1))
             for start in range(0, prompt, take)
         ]
@@ -539,7 +550,8 @@ def estimate(
         )
 
     p_sm, d_sm = level
-    per_round = split_levels.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
+    per_round = split_levels.prefill_layers_per_round(prompt, model.num_layers,
+                                                      scenario.split_forward_token_budget, cap)
 
     def pdmux_times(step_model: StepModel, p: int, d: int) -> tuple[float, float, float, float, float]:
         """(ITL, prefill, decode alone, prefill alone, decode co-run) in seconds."""
@@ -550,7 +562,8 @@ def estimate(
         # a pdmux round: the decode step, then the CPU's work (the overlap scheduler is off) and the
         # step's time per request
         round_s = decode_corun + step_model.decode_cpu_s(bs) + step_model.request_s(bs)
-        return round_s, pdmux_prefill_end_s(prefill_corun, round_s, model.num_layers, per_round), decode_alone, \
+        return round_s, pdmux_prefill_end_s(prefill_corun, round_s, model.num_layers,
+                                            per_round), decode_alone, \
             prefill_alone, decode_corun
 
     if p_sm > 0 and d_sm > 0:
@@ -561,7 +574,8 @@ def estimate(
             rows.append(
                 PolicyRow("pdmux", label, itl * 1e3, _round_tokens(pf, itl), pf * 1e3, _round_tokens(pf, itl),
                           prefill_sms=p_sm, decode_sms=d_sm, s_sat=s_sat, decode_alone_ms=d_alone * 1e3,
-                          prefill_alone_ms=p_alone * 1e3, decode_corun_ms=d_corun * 1e3, prefill_corun_ms=pf * 1e3)
+                          prefill_alone_ms=p_alone * 1e3, decode_corun_ms=d_corun * 1e3,
+                          prefill_corun_ms=pf * 1e3)
             )
     else:
         notes.append(Finding("estimate.no_pdmux_row", {"group": group_index}, "level"))
@@ -573,8 +587,9 @@ def estimate(
             _, pf0, d_alone, p_alone, d_corun = timings[0]
             levels.append(
                 LevelRow(index, split.prefill_sms, split.decode_sms, split == level, pf0 * 1e3,
-                         tuple(t[0] * 1e3 for t in timings), tuple(_round_tokens(t[1], t[0]) for t in timings),
-                         decode_alone_ms=d_alone * 1e3, prefill_alone_ms=p_alone * 1e3, decode_corun_ms=d_corun * 1e3)
+                         tuple(t[0] * 1e3 for t in timings),
+                         tuple(_round_tokens(t[1], t[0]) for t in timings), decode_alone_ms=d_alone * 1e3,
+                         prefill_alone_ms=p_alone * 1e3, decode_corun_ms=d_corun * 1e3)
             )
 
     memory = memory_check(gpu, model, scenario)
@@ -639,7 +654,8 @@ def estimate(
             Finding("estimate.pdmux_support", {"state": support.state, "reason": support.why}, "sglang"),
         )
     serving = getattr(full, "serving", None)
-    request_delay_ms = (serving.admission_delay_s + serving.first_token_delay_s) * 1e3 if serving is not None else 0.0
+    request_delay_ms = (serving.admission_delay_s
+                        + serving.first_token_delay_s) * 1e3 if serving is not None else 0.0
     if request_delay_ms:
         notes.append(
             Finding(
@@ -647,7 +663,8 @@ def estimate(
                 {"delay_ms": request_delay_ms, "calibrated": bool(getattr(serving, "calibrated", False))},
             )
         )
-    layers = split_levels.prefill_layers_per_round(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
+    layers = split_levels.prefill_layers_per_round(prompt, model.num_layers,
+                                                   scenario.split_forward_token_budget, cap)
     rounds = split_levels.prefill_rounds(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
     lead = next(
         (

@@ -20,8 +20,8 @@ MARKERS = {"prefill-first": "s", "chunked": "D", "mixed-chunk": "^", "disagg": "
 
 
 def write_tradeoff_plot(path: str | Path, result, title: str = "") -> Path:
-    """Draw ``result`` (an :class:`pdmux_cli.planning.estimate.Estimate` computed with ``all_levels=True``) into
-    ``path`` (PNG): x = prefill time (ms), y = decode ITL during the prefill (ms), both log scale.
+    """Draw ``result`` (an :class:`pdmux_cli.planning.estimate.Estimate` computed with ``all_levels=True``)
+    into ``path`` (PNG): x = prefill time (ms), y = decode ITL during the prefill (ms), both log scale.
 
     Raises :class:`InputError` when matplotlib is missing, the folder does not exist, or the estimate
     has no level rows (computed without ``all_levels``)."""
@@ -43,7 +43,8 @@ def write_tradeoff_plot(path: str | Path, result, title: str = "") -> Path:
                 ax.axhline(row.itl_ms, color="grey", linestyle=":", linewidth=1, label="decode alone")
             elif row.policy in MARKERS and row.prefill_ms is not None:
                 label = row.label + (f" ({row.gpus} GPUs, TTFT)" if row.policy == "disagg" else "")
-                ax.plot([row.prefill_ms], [row.itl_ms], marker=MARKERS[row.policy], linestyle="none", label=label)
+                ax.plot([row.prefill_ms], [row.itl_ms], marker=MARKERS[row.policy], linestyle="none",
+                        label=label)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("prefill time of the prompt, ms")

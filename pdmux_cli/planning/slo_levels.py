@@ -60,7 +60,8 @@ MAX_BATCH = 4096
 def check_target_ms(value: Any, name: str = "--slo-itl") -> float:
     """``value`` as an ITL target in ms: a finite number > 0; :class:`InputError` otherwise (0, negative,
     NaN, infinite, not a number)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value,
+                                                 (int, float)) or not math.isfinite(value) or value <= 0:
         raise InputError(f"{name} must be a number of ms > 0 (the ITL target), got {value}")
     return float(value)
 
@@ -91,7 +92,8 @@ class BatchContext:
         """``(sum_context, sum_window)`` tokens of a batch of ``n`` requests at :attr:`quantile`."""
         z = NormalDist().inv_cdf(self.quantile) if self.sd_tokens or self.sd_window else 0.0
         root = math.sqrt(n)
-        context = min(n * self.max_tokens, max(n * self.min_tokens, n * self.mean_tokens + z * self.sd_tokens * root))
+        context = min(n * self.max_tokens,
+                      max(n * self.min_tokens, n * self.mean_tokens + z * self.sd_tokens * root))
         if not self.window:
             return context, 0.0
         low = min(self.min_tokens, self.window)
@@ -160,20 +162,23 @@ def trace_context(prompt_tokens: Sequence[int], output_tokens: Sequence[int], wi
     w_sd = math.sqrt(max(0.0, w_squares / steps - w_mean * w_mean)) if window else 0.0
     what = source or "the trace"
     return BatchContext(mean, sd, float(low), float(high), w_mean, w_sd, window, quantile,
-                        f"the decode steps of {what}: mean {mean:.0f} tokens of context a request, sd {sd:.0f}; "
-                        f"a batch's KV at its p{quantile * 100:g}, its requests taken as independent")
+                        f"the decode steps of {what}: mean {mean:.0f} tokens of context a request, sd "
+                        f"{sd:.0f}; a batch's KV at its p{quantile * 100:g}, its requests taken as "
+                        "independent")
 
 
 def candidate_splits(total_sms: int, cc: tuple[int, int]) -> list[split_levels.Split]:
     """The splits levels are chosen from, fewest decode SMs first: every prefill count SGLang's level
-    rule considers (:func:`pdmux_cli.sglang.split_levels.candidate_prefill_sms`: at least half the SMs to prefill, at
-    least 16 to decode) in steps of the CUDA driver's granularity (:func:`pdmux_cli.sglang.split_levels.cuda_sm_granularity`),
-    decode the rest: each runs exactly as written. Raises :class:`InputError` when there is none."""
+    rule considers (:func:`pdmux_cli.sglang.split_levels.candidate_prefill_sms`: at least half the SMs to
+    prefill, at least 16 to decode) in steps of the CUDA driver's granularity
+    (:func:`pdmux_cli.sglang.split_levels.cuda_sm_granularity`), decode the rest: each runs exactly as
+    written. Raises :class:`InputError` when there is none."""
     minimum, multiple = split_levels.cuda_sm_granularity(cc[0])
     prefills = split_levels.candidate_prefill_sms(total_sms, minimum, multiple)
     if not prefills:
-        raise InputError(f"no SM split for {total_sms} SMs at compute capability {cc[0]}.{cc[1]}: decode needs at "
-                         f"least {split_levels.MIN_DECODE_SMS} SMs and prefill at least half, in steps of {multiple}")
+        raise InputError(f"no SM split for {total_sms} SMs at compute capability {cc[0]}.{cc[1]}: decode "
+                         f"needs at least {split_levels.MIN_DECODE_SMS} SMs and prefill at least half, in "
+                         f"steps of {multiple}")
     return [split_levels.Split(p, total_sms - p) for p in reversed(prefills)]
 
 
@@ -220,7 +225,9 @@ class SloLevels:
         """The decode_bs_threshold of each level (the first 0)."""
         return [0 if i == 0 else level.first_bs for i, level in enumerate(self.levels)]
 
-    def config(self, split_forward_token_budget: int = split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET) -> pc.PdmuxConfig:
+    def config(
+        self, split_forward_token_budget: int = split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET,
+    ) -> pc.PdmuxConfig:
         """The pdmux YAML's content: one manual_divisions entry per level, ``sm_group_num`` levels + 2
         (SGLang needs exactly ``sm_group_num - 2`` entries), the token budget given; ``decode_bs_divisor``
         is SGLang's default (the thresholds choose, it is never read)."""
@@ -230,7 +237,8 @@ class SloLevels:
 
     def level_for(self, n: int) -> int:
         """The level (index into :attr:`levels`) SGLang picks for ``n`` decoding requests: the last whose
-        threshold is <= ``n``, as ``adjust_stream_groups`` does (:func:`pdmux_cli.sglang.split_levels.choose_group`)."""
+        threshold is <= ``n``, as ``adjust_stream_groups`` does
+        (:func:`pdmux_cli.sglang.split_levels.choose_group`)."""
         return split_levels.choose_group(len(self.levels) + 2, n, True, thresholds=self.thresholds) - 1
 
 
@@ -287,7 +295,8 @@ def compile_levels(round_ms: RoundMs, candidates: Sequence[split_levels.Split], 
     for k in kept:
         sizes = [n for n in range(1, max_bs + 1) if chosen[n - 1] == k]
         times = [itl(k, n) for n in sizes]
-        levels.append(Level(cands[k].prefill_sms, cands[k].decode_sms, sizes[0], sizes[-1], min(times), max(times)))
+        levels.append(Level(cands[k].prefill_sms, cands[k].decode_sms, sizes[0], sizes[-1], min(times),
+                            max(times)))
     return SloLevels(
         target_ms=target_ms, levels=tuple(levels), max_bs=max_bs, unmeetable_from=unmeetable_from,
         unmeetable_itl_ms=itl(top, unmeetable_from) if unmeetable_from is not None else None,
@@ -307,8 +316,8 @@ def _runs(need: Sequence[int]) -> list[tuple[int, int, int]]:
     return runs
 
 
-def _merge(runs: list[tuple[int, int, int]], cands: Sequence[split_levels.Split], itl: Callable[[int, int], float],
-           target_ms: float, max_levels: int) -> list[int]:
+def _merge(runs: list[tuple[int, int, int]], cands: Sequence[split_levels.Split],
+           itl: Callable[[int, int], float], target_ms: float, max_levels: int) -> list[int]:
     """The candidates to keep (at most ``max_levels``, the last run's always): each dropped run's batch
     sizes move up to the next kept run's candidate. Minimises the decode SMs given beyond the need,
     summed over batch sizes; a move that misses the target where the run met it is not allowed."""
@@ -357,8 +366,8 @@ def round_ms_function(step_model: Any, context: BatchContext, graph_max_bs: int)
 
     def round_ms(split: split_levels.Split, n: int) -> float:
         sum_context, sum_window = context.sums(n)
-        return 1e3 * pdmux_round_s(step_model, split.decode_sms, n, sum_context, sum_window, split.prefill_sms,
-                                   n <= graph_max_bs)
+        return 1e3 * pdmux_round_s(step_model, split.decode_sms, n, sum_context, sum_window,
+                                   split.prefill_sms, n <= graph_max_bs)
 
     return round_ms
 
@@ -371,8 +380,8 @@ def largest_batch(setup: Any, context: BatchContext) -> int:
     pool = setup.kv_pool(-1).tokens
     fits = int(pool // max(1.0, context.mean_tokens))
     if fits < 1:
-        raise InputError(f"a request of {context.mean_tokens:.0f} tokens of context does not fit the {pool} tokens of "
-                         f"KV pool {setup.model.name} leaves on {setup.gpu_name or 'this GPU'}")
+        raise InputError(f"a request of {context.mean_tokens:.0f} tokens of context does not fit the {pool} "
+                         f"tokens of KV pool {setup.model.name} leaves on {setup.gpu_name or 'this GPU'}")
     return max(1, min(fits, setup.running_limit(pool), MAX_BATCH))
 
 
@@ -384,8 +393,8 @@ def levels_for_setup(setup: Any, context: BatchContext, target_ms: float,
     :class:`InputError` as those do."""
     target_ms = check_target_ms(target_ms)
     cands = candidate_splits(setup.total_sms, setup.compute_capability)
-    levels = compile_levels(round_ms_function(setup.step_model, context, setup.graph_max_bs), cands, target_ms,
-                            largest_batch(setup, context), max_levels)
+    levels = compile_levels(round_ms_function(setup.step_model, context, setup.graph_max_bs), cands,
+                            target_ms, largest_batch(setup, context), max_levels)
     return replace(levels, context_source=context.source)
 
 

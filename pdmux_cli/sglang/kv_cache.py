@@ -111,5 +111,5 @@ def resolve_kv_cache(model: Any, kv_cache_dtype: str | None = None, kv_bytes: fl
 
 #: Help text of the option, shared by the commands that take it.
 KV_CACHE_DTYPE_HELP = ("SGLang's --kv-cache-dtype: auto (the model's dtype, e.g. bf16 for an fp8 checkpoint, "
-                       "fp8_e4m3 where its quantization_config says kv_cache_quant_algo FP8), fp8_e4m3, fp8_e5m2, "
-                       "bf16 (default: auto; --kv-bytes gives bytes per element instead).")
+                       "fp8_e4m3 where its quantization_config says kv_cache_quant_algo FP8), fp8_e4m3, "
+                       "fp8_e5m2, bf16 (default: auto; --kv-bytes gives bytes per element instead).")

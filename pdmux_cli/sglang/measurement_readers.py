@@ -52,8 +52,6 @@ MAX_ONE_BATCH_BYTES = 16 * 1024**2
 #: Largest server log read, bytes; lines longer than :data:`MAX_LINE_CHARS` are skipped and counted.
 MAX_LOG_BYTES = 8 * 1024**3
 MAX_LINE_CHARS = 64 * 1024
-#: Decode steps between two decode log lines by default (``--decode-log-interval``).
-DECODE_LOG_INTERVAL = 40
 
 
 @dataclass(frozen=True)
@@ -72,7 +70,8 @@ class OneBatchPoint:
 
     @property
     def decode_context(self) -> int:
-        """Tokens each request attends over at the median decode step: ``input_len + (output_len - 1) // 2 + 1``."""
+        """Tokens each request attends over at the median decode step: ``input_len + (output_len - 1) // 2 +
+        1``."""
         return self.input_len + (self.output_len - 1) // 2 + 1
 
 
@@ -161,11 +160,12 @@ def parse_one_batch(text: str, source: str) -> tuple[list[OneBatchPoint], list[s
         decode = data.get("median_decode_latency")
         decode_s = _positive_float(decode) if decode is not None else None
         if decode is not None and decode_s is None:
-            problems.append(f"line {number}: median_decode_latency {short_repr(decode)} is not a positive number")
+            problems.append(f"line {number}: median_decode_latency {short_repr(decode)} is not a positive "
+                            "number")
             continue
         run_name = data.get("run_name") if isinstance(data.get("run_name"), str) else ""
-        points.append(OneBatchPoint(sizes["batch_size"], sizes["input_len"], sizes["output_len"], prefill, decode_s,
-                                    run_name[:200], where))
+        points.append(OneBatchPoint(sizes["batch_size"], sizes["input_len"], sizes["output_len"], prefill,
+                                    decode_s, run_name[:200], where))
     if not points:
         first = f" ({problems[0]})" if problems else " (the file is empty)"
         raise InputError(f"{source}: no one-batch result in it{first}: give the --result-filename file of "
@@ -176,7 +176,8 @@ def parse_one_batch(text: str, source: str) -> tuple[list[OneBatchPoint], list[s
 def read_one_batch(path: str | Path) -> tuple[list[OneBatchPoint], list[str]]:
     """:func:`parse_one_batch` of a file (checked as every input file: :mod:`pdmux_cli.util.input_files`)."""
     text = read_input_text(path, "one-batch result", MAX_ONE_BATCH_BYTES,
-                           hint="give the JSONL that 'python -m sglang.benchmark.one_batch --result-filename' writes")
+                           hint="give the JSONL that 'python -m sglang.benchmark.one_batch "
+                           "--result-filename' writes")
     return parse_one_batch(text, str(path))
 
 
@@ -190,8 +191,8 @@ MAX_BENCH_SERVING_BYTES = 256 * 1024**2
 #: bench_serving's summary keys -> pdmux's metric names (:data:`pdmux_cli.simulate.serving_accuracy.METRICS`).
 BENCH_SERVING_METRICS = {
     "median_ttft_ms": "ttft_p50_ms", "median_itl_ms": "itl_p50_ms", "median_tpot_ms": "tpot_p50_ms",
-    "median_e2e_latency_ms": "e2e_p50_ms", "output_throughput": "output_tok_s", "total_throughput": "total_tok_s",
-    "input_throughput": "input_tok_s", "request_throughput": "request_rps",
+    "median_e2e_latency_ms": "e2e_p50_ms", "output_throughput": "output_tok_s",
+    "total_throughput": "total_tok_s", "input_throughput": "input_tok_s", "request_throughput": "request_rps",
 }
 
 
@@ -229,8 +230,8 @@ class BenchServingResult:
     where: str
 
 
-_SERVER_KEYS = ("tp_size", "chunked_prefill_size", "disable_radix_cache", "disable_overlap_schedule", "model_path",
-                "version", "enable_mixed_chunk", "enable_pdmux")
+_SERVER_KEYS = ("tp_size", "chunked_prefill_size", "disable_radix_cache", "disable_overlap_schedule",
+                "model_path", "version", "enable_mixed_chunk", "enable_pdmux")
 
 
 def _bench_serving_line(data: dict, where: str) -> BenchServingResult | str:
@@ -240,8 +241,8 @@ def _bench_serving_line(data: dict, where: str) -> BenchServingResult | str:
         rate = math.inf
     rate = finite_float(rate) if rate != math.inf else rate
     if rate is None or not rate > 0:
-        return f"request_rate {short_repr(data.get('request_rate'))} is not a rate (req/s or inf; trace replays " \
-               "are not read)"
+        return (f"request_rate {short_repr(data.get('request_rate'))} is not a rate (req/s or inf; trace "
+                "replays are not read)")
     concurrency = data.get("max_concurrency") or 0
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 0:
         return f"max_concurrency {short_repr(concurrency)} is not a whole number"
@@ -261,7 +262,8 @@ def _bench_serving_line(data: dict, where: str) -> BenchServingResult | str:
         if values is None:
             lens.append(())
             continue
-        if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 10**8
+        if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                   and 0 <= v <= 10**8
                                                    for v in values):
             return f"{key} is not a list of token counts"
         lens.append(tuple(values))
@@ -281,11 +283,11 @@ def _bench_serving_line(data: dict, where: str) -> BenchServingResult | str:
     ratio = finite_float(data.get("random_range_ratio"))
     return BenchServingResult(
         dataset=str(data.get("dataset_name") or ""), request_rate=float(rate), max_concurrency=concurrency,
-        completed=completed, random_input_len=count("random_input_len"), random_output_len=count("random_output_len"),
-        random_range_ratio=ratio if ratio is not None and 0 <= ratio <= 1 else 0.0,
-        total_input_tokens=count("total_input_tokens"), total_output_tokens=count("total_output_tokens"),
-        metrics=metrics, input_lens=lens[0], output_lens=lens[1], server=server,
-        backend=str(data.get("backend") or ""), where=where)
+        completed=completed, random_input_len=count("random_input_len"),
+        random_output_len=count("random_output_len"), random_range_ratio=ratio if ratio is not None
+        and 0 <= ratio <= 1 else 0.0, total_input_tokens=count("total_input_tokens"),
+        total_output_tokens=count("total_output_tokens"), metrics=metrics, input_lens=lens[0],
+        output_lens=lens[1], server=server, backend=str(data.get("backend") or ""), where=where)
 
 
 def parse_bench_serving(text: str, source: str) -> tuple[list[BenchServingResult], list[str]]:
@@ -307,7 +309,8 @@ def parse_bench_serving(text: str, source: str) -> tuple[list[BenchServingResult
 
 
 def read_bench_serving(path: str | Path) -> tuple[list[BenchServingResult], list[str]]:
-    """:func:`parse_bench_serving` of a file (checked as every input file: :mod:`pdmux_cli.util.input_files`)."""
+    """:func:`parse_bench_serving` of a file (checked as every input file:
+    :mod:`pdmux_cli.util.input_files`)."""
     text = read_input_text(path, "bench_serving result", MAX_BENCH_SERVING_BYTES,
                            hint="give the JSONL that 'python -m sglang.bench_serving --output-file' writes")
     return parse_bench_serving(text, str(path))
@@ -372,7 +375,8 @@ def parse_server_log(lines: Iterable[str], source: str) -> LogReading:
         if "TP" in rank:
             reading.tp_size = max(reading.tp_size, 1 + max(int(t) for t in _TP_RANK.findall(rank)))
         values = _fields(m.group(1))
-        running = plain_int(values.get("#running-req", ""))  # ASCII digits, at most 12 (str.isdigit takes '²')
+        # ASCII digits, at most 12 (str.isdigit takes '²')
+        running = plain_int(values.get("#running-req", ""))
         # hybrid models (sliding window, Mamba) print their full-attention layers' tokens as "#full token"
         tokens = plain_int(values.get("#token", values.get("#full token", "")))
         throughput = finite_float(values.get("gen throughput (token/s)", ""))
@@ -434,23 +438,19 @@ def read_server_log(path: str | Path) -> LogReading:
     except OSError as exc:
         raise unreadable(path, "server log", exc) from None
     if size > MAX_LOG_BYTES:
-        raise InputError(f"server log {path}: {size / 1024**3:.1f} GiB, more than the {MAX_LOG_BYTES / 1024**3:.0f} "
-                         "GiB read: cut it first (e.g. grep 'batch' server.log)")
+        raise InputError(f"server log {path}: {size / 1024**3:.1f} GiB, more than the "
+                         f"{MAX_LOG_BYTES / 1024**3:.0f} GiB read: cut it first (e.g. grep 'batch' "
+                         "server.log)")
     try:
         with path.open("rb") as f:
             head = f.read(4096)
         if b"\x00" in head:
-            raise InputError(f"server log {path}: not UTF-8 text (NUL bytes: UTF-16 or binary): give the log SGLang's "
-                             "server printed, as text")
+            raise InputError(f"server log {path}: not UTF-8 text (NUL bytes: UTF-16 or binary): give the log "
+                             "SGLang's server printed, as text")
         reading = parse_server_log(_stream_lines(path), str(path))
     except OSError as exc:
         raise unreadable(path, "server log", exc) from None
     if not reading.decode_lines:
-        raise InputError(f"{path}: no 'Decode batch' line in {reading.lines} line(s): give an SGLang server log "
-                         "(the scheduler's output, at the default log level)")
+        raise InputError(f"{path}: no 'Decode batch' line in {reading.lines} line(s): give an SGLang server "
+                         "log (the scheduler's output, at the default log level)")
     return reading
-
-
-def step_time_is_plausible(seconds: float) -> bool:
-    """A decode step between 10 us and 10 s (outside, the line's numbers are not a step)."""
-    return math.isfinite(seconds) and 1e-5 <= seconds <= 10.0

@@ -27,7 +27,8 @@ The 0.5.23 verdicts come from its source: ``srt/multiplex/pdmux_context.py`` (``
 ``initialize_stream_groups``, ``divide_sm``), ``multiplexing_mixin.py`` (``adjust_stream_groups``),
 ``srt/model_executor/model_runner_components/attention_backend_setup.py`` (one decode attention backend
 per ``--sm-group-num``) and ``model_runner.py`` ``update_decode_attn_backend``; the unreleased ones from
-sglang-pdmux.md. :data:`pdmux_cli.sglang.split_levels.SGLANG_RELEASE` and ``SGLANG_UNRELEASED`` name them in messages.
+sglang-pdmux.md. :data:`pdmux_cli.sglang.split_levels.SGLANG_RELEASE` and ``SGLANG_UNRELEASED`` name them in
+messages.
 
 Units: SM counts are SMs of one GPU; ``split_forward_token_budget`` is in tokens;
 ``decode_bs_threshold`` and ``decode_bs_divisor`` are decode batch sizes (requests).
@@ -186,8 +187,8 @@ def _read_threshold(value: Any, where: str) -> tuple[int | float | None, Problem
         acts = math.ceil(value)
         return value, Problem(
             where,
-            f"decode_bs_threshold is the float {short_repr(value)}; SGLang compares decode batch sizes with it as "
-            f"written, so it acts as {acts} (the smallest batch that reaches it): write {acts}",
+            f"decode_bs_threshold is the float {short_repr(value)}; SGLang compares decode batch sizes with "
+            f"it as written, so it acts as {acts} (the smallest batch that reaches it): write {acts}",
             "warning",
         )
     return _read_int(value, where, "decode_bs_threshold")
@@ -216,9 +217,9 @@ def _read_entry(raw: Any, index: int) -> tuple[tuple[int, int, int | float] | No
         problems.append(
             Problem(
                 where,
-                f"entry has {len(raw)} elements, needs exactly 3 [prefill_sm, decode_sm, decode_bs_threshold]: "
-                f"{SGLANG_RELEASE} dies at start-up unpacking it (ValueError: too many values to unpack, in "
-                f"initialize_stream_groups) and {SGLANG_UNRELEASED} refuses it at load",
+                f"entry has {len(raw)} elements, needs exactly 3 [prefill_sm, decode_sm, "
+                f"decode_bs_threshold]: {SGLANG_RELEASE} dies at start-up unpacking it (ValueError: too many "
+                f"values to unpack, in initialize_stream_groups) and {SGLANG_UNRELEASED} refuses it at load",
                 "both",
             )
         )
@@ -243,8 +244,9 @@ def _read_divisions(
         return (), [
             Problem(
                 "manual_divisions",
-                f"is empty (null): {SGLANG_RELEASE} runs it as [] (SGLang's automatic split), {SGLANG_UNRELEASED} "
-                "refuses it at load; write [] for the automatic split, or list the levels",
+                f"is empty (null): {SGLANG_RELEASE} runs it as [] (SGLang's automatic split), "
+                f"{SGLANG_UNRELEASED} refuses it at load; write [] for the automatic split, or list the "
+                "levels",
                 "new",
             )
         ]
@@ -299,14 +301,16 @@ def parse_config(text: str, source: str = "<string>") -> tuple[PdmuxConfig, list
 
     problems: list[Problem] = []
     for key, line in duplicate_keys:
-        problems.append(Problem(printable(key), f"is written twice (again at line {line}); SGLang keeps only the last "
+        problems.append(Problem(printable(key),
+                                f"is written twice (again at line {line}); SGLang keeps only the last "
                                 "value: remove one", "pdmux"))
     for key in data:
         if key not in KNOWN_KEYS:
             import difflib  # only on the error path: keeps start-up light
             close = difflib.get_close_matches(str(key), KNOWN_KEYS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; SGLang reads {', '.join(KNOWN_KEYS)}"
-            problems.append(Problem(printable(str(key)), f"unknown key {short_repr(key)}, SGLang ignores it{hint}", "pdmux"))
+            problems.append(Problem(printable(str(key)),
+                                    f"unknown key {short_repr(key)}, SGLang ignores it{hint}", "pdmux"))
 
     fields: dict[str, Any] = {}
     if "sm_group_num" not in data:
@@ -314,7 +318,8 @@ def parse_config(text: str, source: str = "<string>") -> tuple[PdmuxConfig, list
             Problem(
                 "sm_group_num",
                 "missing: SGLang's loader requires it ('Missing required field: sm_group_num', in "
-                f"{SGLANG_RELEASE} and {SGLANG_UNRELEASED}); add 'sm_group_num: {split_levels.DEFAULT_SM_GROUP_NUM}'",
+                f"{SGLANG_RELEASE} and {SGLANG_UNRELEASED}); add 'sm_group_num: "
+                f"{split_levels.DEFAULT_SM_GROUP_NUM}'",
                 "both",
             )
         )
@@ -341,7 +346,8 @@ def parse_config(text: str, source: str = "<string>") -> tuple[PdmuxConfig, list
             fields["overlap_decode_full_sm"] = flag
         else:
             problems.append(
-                Problem("overlap_decode_full_sm", f"is {short_repr(flag)}, not a boolean; write true or false", "both")
+                Problem("overlap_decode_full_sm",
+                        f"is {short_repr(flag)}, not a boolean; write true or false", "both")
             )
 
     if "manual_divisions" in data:
@@ -366,16 +372,19 @@ def _integral_float_problem(problem: Problem, key: str, value: Any, manual: bool
     if key not in ("sm_group_num", "decode_bs_divisor") or not integral:
         return problem
     if not manual:
-        crash = ("SGLang's automatic split slices its candidate splits with sm_group_num - 2 and dies at start-up "
-                 "(TypeError in divide_sm)" if key == "sm_group_num" else
-                 "SGLang's linear level rule divides by it into a float stream index and dies (TypeError) at a "
-                 "level change")
-        return Problem(key, f"{key} is the float {short_repr(value)}: {crash}; write the integer {int(value)}", "both")
-    use = "only counts the entries against it" if key == "sm_group_num" else "never reads it (the thresholds choose)"
+        crash = ("SGLang's automatic split slices its candidate splits with sm_group_num - 2 and dies at "
+                 "start-up (TypeError in divide_sm)" if key == "sm_group_num" else
+                 "SGLang's linear level rule divides by it into a float stream index and dies (TypeError) at "
+                 "a level change")
+        return Problem(key,
+                       f"{key} is the float {short_repr(value)}: {crash}; write the integer {int(value)}",
+                       "both")
+    use = ("only counts the entries against it" if key == "sm_group_num"
+           else "never reads it (the thresholds choose)")
     return Problem(
         key,
-        f"{key} is the float {short_repr(value)}; with manual_divisions SGLang {use}, so it runs; write the integer "
-        f"{int(value)}",
+        f"{key} is the float {short_repr(value)}; with manual_divisions SGLang {use}, so it runs; write the "
+        f"integer {int(value)}",
         "warning",
     )
 
@@ -452,7 +461,8 @@ def _granularity_problem(
     )
 
 
-def driver_divisions(config: PdmuxConfig, total_sms: int, cc: tuple[int, int]) -> tuple[PdmuxConfig, list[str]]:
+def driver_divisions(config: PdmuxConfig, total_sms: int, cc: tuple[int, int]) -> tuple[
+    PdmuxConfig, list[str]]:
     """``config`` with each manual_divisions entry as the CUDA driver really splits it, and a note per
     entry it changes (:func:`pdmux_cli.sglang.split_levels.driver_split`): on H100 ``[100, 32, 0]`` runs as
     ``[104, 28, 0]``, so ``splits``, ``estimate`` and ``simulate`` plan and time 104/28, as the GPU would.
@@ -472,14 +482,15 @@ def driver_divisions(config: PdmuxConfig, total_sms: int, cc: tuple[int, int]) -
         if real.decode_sms <= 0:
             raise InputError(
                 f"manual_divisions[{index}] [{prefill}, {decode}]: the CUDA driver rounds prefill up to "
-                f"{real.prefill_sms} SMs (multiples of {multiple} on compute capability {cc[0]}.x), which leaves "
-                f"decode none: use prefill_sm {max(minimum, prefill - prefill % multiple)}"
+                f"{real.prefill_sms} SMs (multiples of {multiple} on compute capability {cc[0]}.x), which "
+                f"leaves decode none: use prefill_sm {max(minimum, prefill - prefill % multiple)}"
             )
         if real != (prefill, decode):
             notes.append(
-                f"manual_divisions[{index}] [{prefill}, {decode}] runs as {real.prefill_sms}/{real.decode_sms} SMs "
-                f"(the CUDA driver rounds green-context SM counts up to multiples of {multiple} on compute "
-                f"capability {cc[0]}.x): computed with {real.prefill_sms}/{real.decode_sms}"
+                f"manual_divisions[{index}] [{prefill}, {decode}] runs as "
+                f"{real.prefill_sms}/{real.decode_sms} SMs (the CUDA driver rounds green-context SM counts "
+                f"up to multiples of {multiple} on compute capability {cc[0]}.x): computed with "
+                f"{real.prefill_sms}/{real.decode_sms}"
             )
         entries.append((real.prefill_sms, real.decode_sms, threshold))
     return replace(config, manual_divisions=tuple(entries)), notes
@@ -499,7 +510,8 @@ def validate(
     manual_divisions, the check that SGLang's automatic split supports the device).
     ``cli_sm_group_num``: the ``--sm-group-num`` launch flag: unreleased SGLang requires it to equal the
     YAML's; 0.5.23 builds that many decode attention backends and crashes when there are fewer than
-    stream groups (:func:`stream_group_count`). Returns problems in a stable order: top-level keys, then entries in order.
+    stream groups (:func:`stream_group_count`). Returns problems in a stable order: top-level keys, then
+    entries in order.
 
     Raises :class:`InputError` only for bad arguments: ``total_sms < 1`` or a capability without
     green contexts (major < 6).
@@ -528,10 +540,11 @@ def validate(
                 problems.append(
                     Problem(
                         where,
-                        f"is {short_repr(value)}, more stream groups than the GPU has SMs ({total_sms}): SGLang builds "
-                        "a decode attention backend and its CUDA graphs for every group (attention_backend_setup.py), "
-                        f"and no split level can use more than one per SM; give at most "
-                        f"{split_levels.sm_group_num_limit(total_sms)} (default {split_levels.DEFAULT_SM_GROUP_NUM})",
+                        f"is {short_repr(value)}, more stream groups than the GPU has SMs ({total_sms}): "
+                        "SGLang builds a decode attention backend and its CUDA graphs for every group "
+                        "(attention_backend_setup.py), and no split level can use more than one per SM; "
+                        f"give at most {split_levels.sm_group_num_limit(total_sms)} (default "
+                        f"{split_levels.DEFAULT_SM_GROUP_NUM})",
                         "pdmux",
                     )
                 )
@@ -541,11 +554,11 @@ def validate(
         problems.append(
             Problem(
                 "--sm-group-num",
-                f"the launch flag --sm-group-num {cli_sm_group_num} differs from the YAML's sm_group_num {n}; "
-                f"{SGLANG_UNRELEASED} refuses to start"
-                + (f", and {SGLANG_RELEASE}, building {cli_sm_group_num} decode attention backends for {groups} "
-                   "stream groups, dies with IndexError (at start-up capturing CUDA graphs, or with "
-                   f"--disable-cuda-graph at the first switch to group {cli_sm_group_num} or above)"
+                f"the launch flag --sm-group-num {cli_sm_group_num} differs from the YAML's sm_group_num "
+                f"{n}; {SGLANG_UNRELEASED} refuses to start"
+                + (f", and {SGLANG_RELEASE}, building {cli_sm_group_num} decode attention backends for "
+                   f"{groups} stream groups, dies with IndexError (at start-up capturing CUDA graphs, or "
+                   f"with --disable-cuda-graph at the first switch to group {cli_sm_group_num} or above)"
                    if crash else "")
                 + f": pass --sm-group-num {n}",
                 "both" if crash else "new",
@@ -556,8 +569,8 @@ def validate(
             Problem(
                 "split_forward_token_budget",
                 f"is {config.split_forward_token_budget}, must be > 0 (tokens per prefill round; default "
-                f"{split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET}); {SGLANG_UNRELEASED} refuses it ({SGLANG_RELEASE} "
-                "submits one layer per round)",
+                f"{split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET}); {SGLANG_UNRELEASED} refuses it "
+                f"({SGLANG_RELEASE} submits one layer per round)",
                 "new",
             )
         )
@@ -566,9 +579,10 @@ def validate(
         problems.append(
             Problem(
                 "decode_bs_divisor",
-                f"is {config.decode_bs_divisor}, must be > 0 (default {split_levels.DEFAULT_DECODE_BS_DIVISOR}); "
-                f"{SGLANG_UNRELEASED} refuses it"
-                + (f"; {SGLANG_RELEASE} divides by it and dies with ZeroDivisionError" if crashes_old else ""),
+                f"is {config.decode_bs_divisor}, must be > 0 (default "
+                f"{split_levels.DEFAULT_DECODE_BS_DIVISOR}); {SGLANG_UNRELEASED} refuses it"
+                + (f"; {SGLANG_RELEASE} divides by it and dies with ZeroDivisionError" if crashes_old
+                   else ""),
                 "both" if crashes_old else "new",
             )
         )
@@ -576,8 +590,8 @@ def validate(
         problems.append(
             Problem(
                 "max_split_forward_layers",
-                f"is {config.max_split_forward_layers}, must be >= 0 (0 = no cap); {SGLANG_UNRELEASED} refuses it "
-                f"({SGLANG_RELEASE} ignores the key)",
+                f"is {config.max_split_forward_layers}, must be >= 0 (0 = no cap); {SGLANG_UNRELEASED} "
+                f"refuses it ({SGLANG_RELEASE} ignores the key)",
                 "new",
             )
         )
@@ -585,8 +599,8 @@ def validate(
         problems.append(
             Problem(
                 "overlap_decode_full_sm",
-                f"is true but needs manual_divisions; {SGLANG_UNRELEASED} refuses it ({SGLANG_RELEASE} ignores "
-                "the key): list the levels in manual_divisions or remove the key",
+                f"is true but needs manual_divisions; {SGLANG_UNRELEASED} refuses it ({SGLANG_RELEASE} "
+                "ignores the key): list the levels in manual_divisions or remove the key",
                 "new",
             )
         )
@@ -608,8 +622,9 @@ def validate(
                 Problem(
                     f"manual_divisions[{index}]",
                     f"decode_bs_threshold {thresholds[index]} is not greater than the previous entry's "
-                    f"{thresholds[index - 1]}; {SGLANG_UNRELEASED} refuses it (thresholds must strictly increase), "
-                    f"and {SGLANG_RELEASE}, taking the last entry whose threshold fits, never picks the earlier one",
+                    f"{thresholds[index - 1]}; {SGLANG_UNRELEASED} refuses it (thresholds must strictly "
+                    f"increase), and {SGLANG_RELEASE}, taking the last entry whose threshold fits, never "
+                    "picks the earlier one",
                     "new",
                 )
             )
@@ -621,8 +636,8 @@ def validate(
                 f"manual_divisions[{index}]",
                 f"every decode_bs_threshold is above 1 (smallest {smallest}): when a prefill batch "
                 f"arrives while fewer than {math.ceil(smallest)} requests are decoding, no entry matches and "
-                f"{SGLANG_RELEASE} dies with UnboundLocalError in adjust_stream_groups ({SGLANG_UNRELEASED} falls "
-                "back to the first level); set the first threshold to 0 or 1",
+                f"{SGLANG_RELEASE} dies with UnboundLocalError in adjust_stream_groups ({SGLANG_UNRELEASED} "
+                "falls back to the first level); set the first threshold to 0 or 1",
                 "old",
             )
         )
@@ -640,9 +655,9 @@ def _entry_problems(
             problems.append(
                 Problem(
                     where,
-                    f"{name} is {value}, must be > 0; SGLang refuses it ({SGLANG_RELEASE} when sgl-kernel creates "
-                    f"the streams: 'SM counts must be positive'; {SGLANG_UNRELEASED} at load, except a decode_sm "
-                    "of 0 with overlap_decode_full_sm: true)",
+                    f"{name} is {value}, must be > 0; SGLang refuses it ({SGLANG_RELEASE} when sgl-kernel "
+                    f"creates the streams: 'SM counts must be positive'; {SGLANG_UNRELEASED} at load, except "
+                    "a decode_sm of 0 with overlap_decode_full_sm: true)",
                     "both",
                 )
             )
@@ -669,9 +684,9 @@ def _entry_problems(
             problems.append(
                 Problem(
                     where,
-                    f"prefill_sm + decode_sm = {total}, not the device's {total_sms} SMs; {SGLANG_UNRELEASED} "
-                    f"refuses it at start-up ({SGLANG_RELEASE} leaves {total_sms - total} SMs idle): make them "
-                    f"add up to {total_sms}",
+                    f"prefill_sm + decode_sm = {total}, not the device's {total_sms} SMs; "
+                    f"{SGLANG_UNRELEASED} refuses it at start-up ({SGLANG_RELEASE} leaves "
+                    f"{total_sms - total} SMs idle): make them add up to {total_sms}",
                     "new",
                 )
             )
@@ -682,7 +697,8 @@ def _entry_problems(
     return problems
 
 
-def stream_group_count(config: PdmuxConfig, total_sms: int | None = None, cc: tuple[int, int] | None = None) -> int:
+def stream_group_count(config: PdmuxConfig, total_sms: int | None = None,
+                       cc: tuple[int, int] | None = None) -> int:
     """The stream groups SGLang builds for ``config``: entries + 2 with manual_divisions; without, the
     automatic split's count where the device is known and the split works (78 SMs on Hopper: 5), else
     ``sm_group_num``. SGLang 0.5.23 indexes its ``--sm-group-num`` decode attention backends by group
@@ -757,7 +773,8 @@ def _int_text(value: int) -> str:
     return str(value)
 
 
-def default_thresholds(levels: int, decode_bs_divisor: int = split_levels.DEFAULT_DECODE_BS_DIVISOR) -> list[int]:
+def default_thresholds(levels: int,
+                       decode_bs_divisor: int = split_levels.DEFAULT_DECODE_BS_DIVISOR) -> list[int]:
     """Decode-batch thresholds that make manual_divisions reproduce SGLang's linear rule.
 
     Level ``i`` (1-based, of ``levels``) is first chosen by the linear rule

@@ -43,7 +43,8 @@ from .revisions import Revision, get_revision
 class Verdict:
     """A revision's verdict. ``accepted``: True, False, or None where pdmux has not read the code that
     decides (``stage`` then ``""`` and ``reason`` says which file); ``stage``: ``""`` when accepted, else
-    ``"load"``, ``"start-up"`` or ``"run"``; ``reason``: one line (empty when accepted); ``revision``: its key."""
+    ``"load"``, ``"start-up"`` or ``"run"``; ``reason``: one line (empty when accepted); ``revision``: its
+    key."""
 
     revision: str
     accepted: bool | None
@@ -70,8 +71,8 @@ def verdict(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], revision: 
             cli_sm_group_num: int | None = None) -> Verdict:
     """What SGLang ``revision`` does with ``config`` on a device of ``total_sms`` SMs at capability ``cc``.
 
-    ``parse_problems``: :func:`pdmux_cli.sglang.pdmux_config.parse_config`'s problems (those of rule ``both`` are
-    what no revision can read). ``raw_divisions_null``: the file wrote ``manual_divisions: null``.
+    ``parse_problems``: :func:`pdmux_cli.sglang.pdmux_config.parse_config`'s problems (those of rule ``both``
+    are what no revision can read). ``raw_divisions_null``: the file wrote ``manual_divisions: null``.
     ``cli_sm_group_num``: the launch flag (0.5.23's decode attention backends; not read for the others).
     """
     rev = get_revision(revision)
@@ -79,7 +80,8 @@ def verdict(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], revision: 
         return Verdict(rev.key, None, "", f"pdmux has not read {rev.name}'s pdmux_context.py (the "
                        "loader, start-up checks and divide_sm; not in the stored copy at that commit)")
     if rev.startup_failure is not None:  # main@2260e61: 0.5.23's loader, then init_pdmux's AttributeError
-        released = verdict(config, parse_problems, "0.5.23", total_sms, cc, raw_divisions_null, cli_sm_group_num)
+        released = verdict(config, parse_problems, "0.5.23", total_sms, cc, raw_divisions_null,
+                           cli_sm_group_num)
         if not released.accepted and released.stage == "load":
             return _refuse(rev, "load", f"its pdmux_context.py is 0.5.23's: {released.reason}")
         return _refuse(rev, "start-up", "Scheduler.init_pdmux reads self.gpu_id after loading the YAML: "
@@ -91,8 +93,10 @@ def verdict(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], revision: 
                     if p.rule in ("old", "both")]
         if problems:
             first = problems[0]
-            stage = "run" if "UnboundLocalError" in first.message or "ZeroDivisionError" in first.message else (
-                "start-up" if any(w in first.message for w in ("start-up", "sgl-kernel", "raises")) else "load")
+            crashes = "UnboundLocalError" in first.message or "ZeroDivisionError" in first.message
+            stage = "run" if crashes else (
+                "start-up" if any(w in first.message for w in ("start-up", "sgl-kernel", "raises"))
+                else "load")
             return _refuse(rev, stage, f"{first.where}: {first.message}")
         return Verdict(rev.key, True, "", "")
     structural = [p for p in parse_problems if p.rule == "both"]
@@ -105,7 +109,8 @@ def verdict(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], revision: 
     if n < 3:
         return _refuse(rev, "load", f"sm_group_num is {n}: 'sm_group_num must be >= 3'")
     if divisions and len(divisions) != n - 2:
-        return _refuse(rev, "load", f"manual_divisions has {len(divisions)} entries, sm_group_num {n} needs {n - 2}")
+        return _refuse(rev, "load",
+                       f"manual_divisions has {len(divisions)} entries, sm_group_num {n} needs {n - 2}")
     if overlap and not divisions:
         return _refuse(rev, "load", "overlap_decode_full_sm requires manual_divisions")
     if rev.strict_loader:
@@ -116,13 +121,15 @@ def verdict(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], revision: 
             if prefill <= 0:
                 return _refuse(rev, "load", f"manual_divisions[{i}] prefill_sm must be positive")
             if overlap and decode < 0:
-                return _refuse(rev, "load", f"manual_divisions[{i}] decode_sm must be non-negative with the overlay")
+                return _refuse(rev, "load",
+                               f"manual_divisions[{i}] decode_sm must be non-negative with the overlay")
             if not overlap and decode <= 0:
                 return _refuse(rev, "load", f"manual_divisions[{i}] decode_sm must be positive")
             if threshold < 0:
                 return _refuse(rev, "load", f"manual_divisions[{i}] decode_bs_threshold must be non-negative")
             if previous is not None and threshold <= previous:
-                return _refuse(rev, "load", "manual_divisions decode_bs_threshold values must be strictly increasing")
+                return _refuse(rev, "load",
+                               "manual_divisions decode_bs_threshold values must be strictly increasing")
             previous = threshold
         if config.split_forward_token_budget <= 0:
             return _refuse(rev, "load", "split_forward_token_budget must be positive")
@@ -133,17 +140,21 @@ def verdict(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], revision: 
         for i, (prefill, decode, _) in enumerate(divisions):
             if overlap:
                 if not prefill < total_sms or (rev.key.startswith("standard") and prefill <= 0):
-                    return _refuse(rev, "start-up", f"manual_divisions[{i}] prefill_sm {prefill} must lie strictly "
+                    return _refuse(rev, "start-up",
+                                   f"manual_divisions[{i}] prefill_sm {prefill} must lie strictly "
                                    f"inside (0, {total_sms}) with overlap_decode_full_sm")
                 continue
             if rev.exclusive_sum == "equal" and prefill + decode != total_sms:
-                return _refuse(rev, "start-up", f"manual_divisions[{i}] prefill_sm + decode_sm = {prefill + decode} "
+                return _refuse(rev, "start-up",
+                               f"manual_divisions[{i}] prefill_sm + decode_sm = {prefill + decode} "
                                f"must equal the device's {total_sms} SMs")
             if prefill <= 0 or decode <= 0:
-                return _refuse(rev, "start-up", f"manual_divisions[{i}] [{prefill}, {decode}]: sgl-kernel refuses "
+                return _refuse(rev, "start-up",
+                               f"manual_divisions[{i}] [{prefill}, {decode}]: sgl-kernel refuses "
                                "non-positive SM counts")
             if prefill + decode > total_sms:
-                return _refuse(rev, "start-up", f"manual_divisions[{i}] needs {prefill + decode} SMs, the device has "
+                return _refuse(rev, "start-up",
+                               f"manual_divisions[{i}] needs {prefill + decode} SMs, the device has "
                                f"{total_sms}")
     else:
         try:
@@ -160,24 +171,25 @@ def automatic_levels(revision: str | Revision | None, total_sms: int, cc: tuple[
                      sm_group_num: int) -> list[split_levels.Split]:
     """The revision's automatic split levels (``divide_sm``), largest prefill first, SMs.
 
-    ``"release"``: :func:`pdmux_cli.sglang.split_levels.divide_sm` (0.5.23's, Blackwell refused). ``"rewritten"``
-    (Li-brua/sglang 2126b0b7): candidates from the minimum to ``total - minimum`` in steps of the
-    granularity with decode >= 16 (no prefill-half rule; (8, 8) for every major >= 9); one level takes
+    ``"release"``: :func:`pdmux_cli.sglang.split_levels.divide_sm` (0.5.23's, Blackwell refused).
+    ``"rewritten"`` (Li-brua/sglang 2126b0b7): candidates from the minimum to ``total - minimum`` in steps of
+    the granularity with decode >= 16 (no prefill-half rule; (8, 8) for every major >= 9); one level takes
     the largest candidate; more candidates than levels are sampled at ``round(i * (len - 1) / (g - 1))``
     (both ends kept); fewer are all kept. Raises :class:`InputError` where the code raises.
     """
     rev = get_revision(revision)
     levels = sm_group_num - 2
     if rev.divide_sm == "not read":
-        raise InputError(f"{rev.name}'s automatic split (divide_sm, in its pdmux_context.py) is not known: pdmux has "
-                         "not read that file; give manual_divisions")
+        raise InputError(f"{rev.name}'s automatic split (divide_sm, in its pdmux_context.py) is not known: "
+                         "pdmux has not read that file; give manual_divisions")
     if rev.divide_sm == "release":
         return split_levels.divide_sm(total_sms, cc[0], levels, cc[1])
     major, minor = cc
     if major < 6:
         raise InputError(f"Unsupported compute capability: {major}.{minor}")
     minimum, multiple = (8, 8) if major >= 9 else split_levels.SGLANG_SM_CONSTRAINTS[major]
-    cand = [x for x in range(minimum, total_sms - minimum + 1, multiple) if total_sms - x >= split_levels.MIN_DECODE_SMS]
+    cand = [x for x in range(minimum, total_sms - minimum + 1, multiple)
+            if total_sms - x >= split_levels.MIN_DECODE_SMS]
     if not cand:
         raise InputError(f"No valid partitions found for total SMs {total_sms}")
     if levels == 1:
@@ -198,8 +210,8 @@ def verdicts(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], total_sms
             for key in REVISIONS]
 
 
-def planning_refusal(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], revision: str | Revision | None,
-                     total_sms: int, cc: tuple[int, int]) -> str | None:
+def planning_refusal(config: pc.PdmuxConfig, parse_problems: list[pc.Problem],
+                     revision: str | Revision | None, total_sms: int, cc: tuple[int, int]) -> str | None:
     """Why estimate/splits/simulate cannot plan ``config`` under ``revision`` (one line), or None.
 
     The revision's own refusal (:func:`verdict`), or, where it accepts ``overlap_decode_full_sm: true``,
@@ -218,8 +230,8 @@ def planning_refusal(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], r
         return f"{rev.name} refuses it ({result.stage}): {result.reason}"
     if config.overlap_decode_full_sm and rev.overlap_decode_full_sm:
         return (f"overlap_decode_full_sm: true runs decode on the whole device beside a capped prefill under "
-                f"{rev.key}, which pdmux's cost model does not time (it splits SMs); 'pdmux check-config --sglang "
-                f"{rev.key}' checks the file")
+                f"{rev.key}, which pdmux's cost model does not time (it splits SMs); 'pdmux check-config "
+                f"--sglang {rev.key}' checks the file")
     return None
 
 

@@ -1,4 +1,5 @@
-"""SGLang revisions pdmux follows, and which model architectures each can multiplex (pure; reads shipped data).
+"""SGLang revisions pdmux follows, and which model architectures each can multiplex (pure; reads shipped
+data).
 
 Every rule set pdmux applies names the SGLang code it was read from: :data:`REVISIONS` maps a ``--sglang``
 value to a :class:`Revision` (a release, or a repository at a commit) with the files read and the rules
@@ -44,16 +45,17 @@ class Revision:
     every prefill_sm strictly inside (0, device SMs); ``divide_sm``: ``"release"`` (prefill >= half,
     every ``len // g``-th) or ``"rewritten"`` (no half rule, endpoints sampled evenly);
     ``auto_blackwell``: the automatic split accepts compute capability 10.x/12.x; ``threshold_fallback``:
-    a decode batch under every threshold takes group 1 (else UnboundLocalError); ``all_layers_without_decode``:
-    a prefill with no decode batch runs its remaining layers in one call; ``max_split_forward_layers``: the
-    key caps layers per round (:func:`pdmux_cli.sglang.revision_rules.layer_cap`). ``loader_read``: False where the
-    revision's ``pdmux_context.py`` (loader, start-up checks, ``divide_sm``) was not read: its verdict on a
-    YAML and its automatic levels are not known (``divide_sm`` is then ``"not read"``). ``tp_launch``:
-    environment variables the revision sets or requires for pdmux with TP > 1 beyond ``--tp-size``, as
-    ``NAME=value`` (empty: none found in its code); ``tp_requires``: the library and driver minimums its
-    code checks for pdmux with TP > 1 (one line), or None. ``flags``: what its code or runbook says combines
-    with ``--enable-pdmux`` (one line), or None where it is 0.5.23's (pp 1, ``--chunked-prefill-size -1``,
-    no PD disaggregation, ``--disable-overlap-schedule``).
+    a decode batch under every threshold takes group 1 (else UnboundLocalError);
+    ``all_layers_without_decode``: a prefill with no decode batch runs its remaining layers in one call;
+    ``max_split_forward_layers``: the key caps layers per round
+    (:func:`pdmux_cli.sglang.revision_rules.layer_cap`). ``loader_read``: False where the revision's
+    ``pdmux_context.py`` (loader, start-up checks, ``divide_sm``) was not read: its verdict on a YAML and its
+    automatic levels are not known (``divide_sm`` is then ``"not read"``). ``tp_launch``: environment
+    variables the revision sets or requires for pdmux with TP > 1 beyond ``--tp-size``, as ``NAME=value``
+    (empty: none found in its code); ``tp_requires``: the library and driver minimums its code checks for
+    pdmux with TP > 1 (one line), or None. ``flags``: what its code or runbook says combines with
+    ``--enable-pdmux`` (one line), or None where it is 0.5.23's (pp 1, ``--chunked-prefill-size -1``, no PD
+    disaggregation, ``--disable-overlap-schedule``).
     """
 
     key: str
@@ -106,7 +108,8 @@ STANDARD_LANE = Revision(
     name="sgl-project/sglang b8755452 (PDMux standard-prefill lane)",
     repo="sgl-project/sglang",
     commit="b8755452da65eb2dd5c51eef504bfbc843a49865",
-    files=("python/sglang/srt/multiplex/pdmux_context.py", "python/sglang/srt/multiplex/multiplexing_mixin.py",
+    files=("python/sglang/srt/multiplex/pdmux_context.py",
+           "python/sglang/srt/multiplex/multiplexing_mixin.py",
            "test/manual/pdmux/standard_prefill_runbook.md"),
     model_table=None,
     overlap_decode_full_sm=True,
@@ -153,15 +156,16 @@ MAIN = Revision(
     name="sgl-project/sglang main at 2260e612 (2026-06-29)",
     repo="sgl-project/sglang",
     commit="2260e612f6092000d899dab42da92c549f015c4a",
-    files=("python/sglang/srt/multiplex/pdmux_context.py", "python/sglang/srt/multiplex/multiplexing_mixin.py",
-           "python/sglang/srt/managers/scheduler.py", "python/sglang/srt/server_args.py",
-           "python/sglang/srt/model_executor/model_runner.py", "python/sglang/srt/models/"),
+    files=("python/sglang/srt/multiplex/pdmux_context.py",
+           "python/sglang/srt/multiplex/multiplexing_mixin.py", "python/sglang/srt/managers/scheduler.py",
+           "python/sglang/srt/server_args.py", "python/sglang/srt/model_executor/model_runner.py",
+           "python/sglang/srt/models/"),
     model_table="models-main-2260e61.json",
     startup_failure=("every --enable-pdmux launch fails at start-up: Scheduler.init_pdmux reads self.gpu_id, "
                      "which the Scheduler keeps in self.ps since 43797cc8 (#25444): AttributeError in "
-                     "Scheduler.__init__ (event_loop_pdmux reads self.tp_size likewise); fixed by the open PRs "
-                     "sgl-project/sglang#37714 and #30094, reported in #30884; pdmux's numbers are what its rules "
-                     "give once that is fixed"),
+                     "Scheduler.__init__ (event_loop_pdmux reads self.tp_size likewise); fixed by the open "
+                     "PRs sgl-project/sglang#37714 and #30094, reported in #30884; pdmux's numbers are what "
+                     "its rules give once that is fixed"),
 )
 
 #: sgl-project/sglang at a64f33f0: ``feat/dsv41-pdmux`` (its test/manual/pdmux/model_adaptation_guide.md
@@ -188,11 +192,11 @@ DSV41 = Revision(
     loader_read=False,
     tp_launch=("NCCL_LAUNCH_ORDER_IMPLICIT=1",),
     tp_requires=("NCCL >= 2.26 in both PyTorch and PyNCCL, CUDA runtime and driver >= 12.3 (launch_order.py "
-                 "configure_pdmux_nccl_launch_order, run before the first NCCL communicator when TP > 1; it sets "
-                 "NCCL_LAUNCH_ORDER_IMPLICIT=1 when unset and refuses to start with any other value)"),
-    flags=("chunked prefill combines with layer slicing (its runbook launches with --chunked-prefill-size 8192); "
-           "--disable-overlap-schedule, --sm-group-num equal to the YAML's; attention DP; speculative decoding "
-           "only single-layer EAGLE/NEXTN and DSPARK (layerwise_prefill_runbook.md)"),
+                 "configure_pdmux_nccl_launch_order, run before the first NCCL communicator when TP > 1; it "
+                 "sets NCCL_LAUNCH_ORDER_IMPLICIT=1 when unset and refuses to start with any other value)"),
+    flags=("chunked prefill combines with layer slicing (its runbook launches with --chunked-prefill-size "
+           "8192); --disable-overlap-schedule, --sm-group-num equal to the YAML's; attention DP; speculative "
+           "decoding only single-layer EAGLE/NEXTN and DSPARK (layerwise_prefill_runbook.md)"),
 )
 
 #: The GLM-5.3-Flash / DeepSeek-V4 pdmux PR stack and the commits its documents name (none of its
@@ -224,7 +228,8 @@ def get_revision(key: str | Revision | None = None) -> Revision:
     if key is None or not str(key).strip():
         return REVISIONS[DEFAULT_REVISION]
     text = str(key).strip()
-    if text.lower() in REVISIONS:  # commit hashes and names are written lower-case; OVERLAY@2126B0B is the same
+    # commit hashes and names are written lower-case; OVERLAY@2126B0B is the same
+    if text.lower() in REVISIONS:
         return REVISIONS[text.lower()]
     text = text.lower() if text.isascii() else text
     for revision in REVISIONS.values():
@@ -285,7 +290,8 @@ def model_table(name: str) -> dict[str, Any]:
     return json.loads((profiles_dir() / "sglang" / name).read_text(encoding="utf-8"))
 
 
-def model_support(architectures: tuple[str, ...] | list[str], revision: str | Revision | None = None) -> Support:
+def model_support(architectures: tuple[str, ...] | list[str],
+                  revision: str | Revision | None = None) -> Support:
     """Whether SGLang ``revision`` can run pdmux for a config naming ``architectures`` (pure but for the
     shipped scan, read once).
 

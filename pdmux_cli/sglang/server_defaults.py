@@ -86,26 +86,32 @@ def prefill_graph_buckets(chunked_prefill_size: int) -> int:
 
 
 def mem_fraction_static(gpu_memory_bytes: float, chunked_prefill_size: int, tp: int = 1,
-                        max_prefill_tokens: int = MAX_PREFILL_TOKENS, cuda_graph_max_bs: int | None = None) -> float:
+                        max_prefill_tokens: int = MAX_PREFILL_TOKENS,
+                        cuda_graph_max_bs: int | None = None) -> float:
     """SGLang's default ``mem_fraction_static`` (0-1) for a GPU of ``gpu_memory_bytes`` (nvidia-smi's
     total) and a chunk size (``-1``: chunking off, as pdmux requires). H100 80GB: 0.829 at 8192, 0.684
     at -1. Raises :class:`InputError` when the reserve leaves nothing (a GPU of a few GB)."""
     mib = gpu_memory_bytes / MIB
-    activation = max(chunked_prefill_size, 2048) if chunked_prefill_size > 0 else max(max_prefill_tokens, 2048)
-    max_bs = default_cuda_graph_max_bs(gpu_memory_bytes, tp) if cuda_graph_max_bs is None else cuda_graph_max_bs
-    reserved = 512 + 1.5 * activation + tp / 8 * 1024 + 2 * max_bs + 8 * prefill_graph_buckets(chunked_prefill_size)
+    activation = max(chunked_prefill_size, 2048) if chunked_prefill_size > 0 else max(
+        max_prefill_tokens, 2048)
+    max_bs = default_cuda_graph_max_bs(gpu_memory_bytes,
+                                       tp) if cuda_graph_max_bs is None else cuda_graph_max_bs
+    reserved = (512 + 1.5 * activation + tp / 8 * 1024 + 2 * max_bs + 8
+                * prefill_graph_buckets(chunked_prefill_size))
     if mib > 60 * 1024:
         reserved = max(reserved, 10240)
     fraction = round((mib - reserved) / mib, 3)
     if fraction <= 0:
-        chunking = f"--chunked-prefill-size {chunked_prefill_size}" if chunked_prefill_size > 0 else "chunking off"
+        chunking = (f"--chunked-prefill-size {chunked_prefill_size}" if chunked_prefill_size > 0
+                    else "chunking off")
         lever = "smaller chunks" if chunked_prefill_size > 0 else "a smaller --max-prefill-tokens"
         graphs = ""
         if cuda_graph_max_bs is not None and 2 * max_bs >= mib - (reserved - 2 * max_bs):
             graphs = f", of which {2 * max_bs:.0f} MiB for --cuda-graph-max-bs {max_bs} at 2 MiB a batch size"
-            lever = f"a smaller --cuda-graph-max-bs (SGLang's default here: {default_cuda_graph_max_bs(gpu_memory_bytes, tp)})"
-        raise InputError(f"SGLang's default memory reserve with {chunking} ({reserved:.0f} MiB{graphs}) is more than "
-                         f"the GPU's {mib:.0f} MiB: give {lever}, or --mem-fraction-static")
+            lever = ("a smaller --cuda-graph-max-bs (SGLang's default here: "
+                     f"{default_cuda_graph_max_bs(gpu_memory_bytes, tp)})")
+        raise InputError(f"SGLang's default memory reserve with {chunking} ({reserved:.0f} MiB{graphs}) is "
+                         f"more than the GPU's {mib:.0f} MiB: give {lever}, or --mem-fraction-static")
     return fraction
 
 
@@ -128,8 +134,9 @@ def kv_pool(gpu_memory_bytes: float, weight_bytes: float, kv_bytes_per_token: fl
     tokens = int(free // kv_bytes_per_token) if free > 0 else 0
     if tokens < 1:
         raise InputError(
-            f"{weight_bytes / 2**30:.1f} GiB of weights leave no KV cache in {gpu_memory_bytes / 2**30:.1f} GiB at "
-            f"mem_fraction_static {mem_fraction:g} (use fewer bytes per weight, a bigger GPU, or more GPUs)")
+            f"{weight_bytes / 2**30:.1f} GiB of weights leave no KV cache in {gpu_memory_bytes / 2**30:.1f} "
+            f"GiB at mem_fraction_static {mem_fraction:g} (use fewer bytes per weight, a bigger GPU, or more "
+            "GPUs)")
     return KvPool(tokens, mem_fraction, free, weight_bytes)
 
 

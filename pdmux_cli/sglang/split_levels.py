@@ -24,8 +24,8 @@ from ..util.numbers import plain_int
 #: SGLang raise ``ValueError("Unsupported compute capability: X.Y")`` on the automatic path.
 SGLANG_SM_CONSTRAINTS: dict[int, tuple[int, int]] = {6: (1, 1), 7: (2, 2), 8: (4, 2), 9: (8, 8)}
 
-#: The two SGLang codes :mod:`pdmux_cli.sglang.pdmux_config`'s problem messages name. The release's rules are read
-#: from SGLang 0.5.23's source (``srt/multiplex/pdmux_context.py`` ``load_pdmux_config``,
+#: The two SGLang codes :mod:`pdmux_cli.sglang.pdmux_config`'s problem messages name. The release's rules are
+#: read from SGLang 0.5.23's source (``srt/multiplex/pdmux_context.py`` ``load_pdmux_config``,
 #: ``initialize_stream_groups``, ``divide_sm``; ``multiplexing_mixin.py`` ``adjust_stream_groups``); the
 #: stricter loader and start-up checks (sglang-pdmux.md's "newer") are those of Li-brua/sglang 2126b0b7's
 #: ``pdmux_context.py``. Every revision's own verdict: :mod:`pdmux_cli.sglang.revision_rules`.
@@ -84,7 +84,8 @@ def parse_compute_capability(text: str | float | tuple[int, int]) -> tuple[int, 
     else:
         parts = [plain_int(p) if p.strip() == p else None for p in str(text).strip().split(".")]
         if len(parts) not in (1, 2) or None in parts:
-            raise InputError(f"compute capability {short_repr(text)} is not of the form MAJOR.MINOR (e.g. 9.0)")
+            raise InputError(f"compute capability {short_repr(text)} is not of the form MAJOR.MINOR (e.g. "
+                             "9.0)")
         major, minor = parts[0], parts[1] if len(parts) == 2 else 0
     if not (0 < major < 100 and 0 <= minor < 10):
         raise InputError(f"compute capability {text!r} is out of range (e.g. 8.0, 9.0, 10.0)")
@@ -190,12 +191,14 @@ def check_sm_group_num(value: int | None, total_sms: int, what: str = "--sm-grou
     if value is None or value <= sm_group_num_limit(total_sms):
         return value
     raise InputError(
-        f"{what} {short_repr(value)}: more stream groups than the GPU has SMs ({total_sms}); SGLang builds a decode "
-        f"attention backend and its CUDA graphs for every group, and no split level can use more than one per SM: "
-        f"give at most {sm_group_num_limit(total_sms)} (SGLang's default: {DEFAULT_SM_GROUP_NUM})")
+        f"{what} {short_repr(value)}: more stream groups than the GPU has SMs ({total_sms}); SGLang builds a "
+        "decode attention backend and its CUDA graphs for every group, and no split level can use more than "
+        f"one per SM: give at most {sm_group_num_limit(total_sms)} (SGLang's default: "
+        f"{DEFAULT_SM_GROUP_NUM})")
 
 
-def stream_groups(total_sms: int, major: int, sm_group_num: int = DEFAULT_SM_GROUP_NUM, minor: int = 0) -> list[Split]:
+def stream_groups(total_sms: int, major: int, sm_group_num: int = DEFAULT_SM_GROUP_NUM,
+                  minor: int = 0) -> list[Split]:
     """SGLang's stream groups: ``[(total, 0)] + divide_sm(...) + [(0, total)]``.
 
     Raises :class:`InputError` for ``sm_group_num < 3`` (SGLang's loader rule) and wherever
@@ -238,7 +241,8 @@ def driver_split(prefill_sms: int, decode_sms: int, total_sms: int, major: int) 
 
 def manual_stream_groups(total_sms: int, manual_divisions: Sequence[Sequence[int]]) -> list[Split]:
     """Stream groups from a YAML's ``manual_divisions`` (``[prefill, decode, threshold]`` each)."""
-    return [Split(total_sms, 0), *(Split(int(e[0]), int(e[1])) for e in manual_divisions), Split(0, total_sms)]
+    return [Split(total_sms, 0), *(Split(int(e[0]), int(e[1])) for e in manual_divisions),
+            Split(0, total_sms)]
 
 
 def plan_groups(
@@ -331,8 +335,8 @@ def prefill_layers_per_round(
     return min(per_round, max_layers) if max_layers else per_round
 
 
-def prefill_rounds(extend_tokens: int, num_layers: int, token_budget: int = DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET,
-                   max_layers: int = 0) -> int:
+def prefill_rounds(extend_tokens: int, num_layers: int,
+                   token_budget: int = DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET, max_layers: int = 0) -> int:
     """Scheduler rounds a split prefill takes: ``ceil(num_layers / layers_per_round)``."""
     per_round = prefill_layers_per_round(extend_tokens, num_layers, token_budget, max_layers)
     return -(-num_layers // per_round)

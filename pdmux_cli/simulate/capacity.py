@@ -13,9 +13,9 @@ This is how Vidur-Search and DistServe size a deployment (the highest rate meeti
 policies are SGLang 0.5.23's schedules and PD multiplexing on one simulated server of ``setup.tp`` GPUs,
 on ``dp`` replicas of it behind a router, or PD disaggregation (a
 :class:`~pdmux_cli.simulate.cluster.DisaggPolicy`, its own X + Y instances). The rate is the whole
-deployment's (requests/s over all its GPUs); :attr:`PolicyCapacity.per_gpu_rps` divides it by them. SLO attainment need
-not fall monotonically with the rate (a burst can line up differently), so the search finds *a*
-boundary; every rate simulated is kept in :attr:`PolicyCapacity.points` (the ``--plot`` curve).
+deployment's (requests/s over all its GPUs); :attr:`PolicyCapacity.per_gpu_rps` divides it by them. SLO
+attainment need not fall monotonically with the rate (a burst can line up differently), so the search finds
+*a* boundary; every rate simulated is kept in :attr:`PolicyCapacity.points` (the ``--plot`` curve).
 
 The policies' searches run side by side on a process pool, each submitting its next rate as soon
 as its last simulation returns; each search depends only on its own results and the simulator has no
@@ -204,8 +204,8 @@ def _evaluate(shared: tuple, task: tuple) -> RatePoint:
                          load_balance_method=method, max_steps=max_steps)
     itl = m.columns.valid("itl_p99_ms")
     itl_p99 = select_rank(itl, math.ceil(0.99 * len(itl))) if len(itl) else math.nan
-    return RatePoint(rate, m.slo_attainment, m.goodput_rps, m.ttft_ms["p99"], itl_p99, m.requests - m.completed,
-                     m.crashed_at_s is not None)
+    return RatePoint(rate, m.slo_attainment, m.goodput_rps, m.ttft_ms["p99"], itl_p99,
+                     m.requests - m.completed, m.crashed_at_s is not None)
 
 
 def _fits(trace: Trace, rate: float) -> bool:
@@ -352,5 +352,5 @@ def capacity(
             policy.label, policy.kind, rate, at, tuple(sorted(points[i], key=lambda p: p.rate_rps)), bound,
             config_paths[i] if config_paths else None, cfg.sm_group_num if cfg is not None else None,
             policy.chunk_tokens, gpus, layout, router, xpyd))
-    return CapacityResult(rows, target, tolerance, trace.mean_qps, slo_ttft_ms, slo_itl_ms, workers, tp=setup.tp,
-                          dp=dp, load_balance_method=load_balance_method)
+    return CapacityResult(rows, target, tolerance, trace.mean_qps, slo_ttft_ms, slo_itl_ms, workers,
+                          tp=setup.tp, dp=dp, load_balance_method=load_balance_method)

@@ -807,7 +807,6 @@ class Work:
             else:
                 offset += take + 1
                 self.chunked_done += take
-        admitted = 0
         # SGLang stops when the batch's requests (the continuing chunked one included) reach the request
         # rows left (scheduler.py get_new_batch_prefill: len(can_run_list) >= get_num_allocatable_reqs)
         slots = self.max_running - self.batch.n
@@ -833,7 +832,6 @@ class Work:
             if chunk_tokens is None and seqs and new >= rem_input:
                 break
             waiting.popleft()
-            admitted += 1
             if cache is not None:
                 cache.lock_path(node)
                 self.cache_node[rid] = node

@@ -5,7 +5,7 @@ policy, or per DP replica) hand their simulations to an :class:`Executor`:
 
 - ``local`` (the default): this machine's cores. One worker runs the tasks here, one after another
   (:class:`InProcess`); more run them on a process pool (:class:`Processes`, on
-  :func:`pdmux_cli.simulate.tune.process_pool`: Ctrl-C kills the workers). What every task shares (the
+  :func:`pdmux_cli.simulate.pool.process_pool`: Ctrl-C kills the workers). What every task shares (the
   trace and the simulated server, :meth:`Executor.share`) reaches the workers once, inherited when the
   pool forks them, not pickled with every task.
 - ``ray``: tasks on a Ray cluster (``pip install 'pdmux[ray]'``; :class:`OnRay`): ``--ray-address`` names
@@ -183,11 +183,11 @@ class InProcess(Executor):
 
 
 class Processes(Executor):
-    """Tasks on a local process pool of ``workers`` (:func:`pdmux_cli.simulate.tune.process_pool`)."""
+    """Tasks on a local process pool of ``workers`` (:func:`pdmux_cli.simulate.pool.process_pool`)."""
 
     def __init__(self, workers: int) -> None:
         super().__init__(workers)
-        from .tune import process_pool
+        from .pool import process_pool
 
         self._fork = multiprocessing.get_start_method(allow_none=False) == "fork"
         self._keys: list[int] = []
@@ -220,8 +220,8 @@ class Processes(Executor):
         try:
             job.outcome = (True, future.result())
         except BrokenProcessPool:
-            raise TaskFailed(f"a worker process died while simulating {job.what} (out of memory, or killed): run "
-                             "again, with fewer --workers if memory is short") from None
+            raise TaskFailed(f"a worker process died while simulating {job.what} (out of memory, or killed): "
+                             "run again, with fewer --workers if memory is short") from None
         except Exception as exc:  # noqa: BLE001 - re-raised by Job.result with the task named
             job.outcome = (False, exc)
         return job
@@ -251,8 +251,8 @@ class OnRay(Executor):
         self._ray = ray
         self._owned = False
         if not ray.is_initialized():
-            options: dict[str, Any] = {"address": address, "log_to_driver": False, "logging_level": logging.ERROR,
-                                       "include_dashboard": False}
+            options: dict[str, Any] = {"address": address, "log_to_driver": False,
+                                       "logging_level": logging.ERROR, "include_dashboard": False}
             if address is None and workers:
                 options["num_cpus"] = workers
             saved = _signal_handlers()
@@ -260,7 +260,8 @@ class OnRay(Executor):
                 ray.init(**options)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-                raise PdmuxError(f"--executor ray: cannot start or reach {where}: {_first_line(exc)}") from None
+                raise PdmuxError(f"--executor ray: cannot start or reach {where}: "
+                                 f"{_first_line(exc)}") from None
             finally:
                 _restore(saved)  # ray.init installs its own SIGTERM handler: pdmux's stops the run cleanly
             self._owned = True
@@ -356,7 +357,8 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise InputError(f"--executor ray needs Ray: {RAY_EXTRA} (or --executor local, the default)") from None
+        raise InputError(f"--executor ray needs Ray: {RAY_EXTRA} (or --executor local, the "
+                         "default)") from None
     return ray
 
 
@@ -408,7 +410,7 @@ def using(given: str | Executor | None, workers: int | None = None, tasks: int =
 
 def local_workers(workers: int | None, tasks: int) -> int:
     """The processes ``--executor local`` runs ``tasks`` on: ``min(workers or cores, cores, tasks)``."""
-    from .tune import default_workers
+    from . import pool
 
-    cores = default_workers()
+    cores = pool.default_workers()
     return max(1, min(workers or cores, cores, tasks))

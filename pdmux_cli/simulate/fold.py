@@ -1,4 +1,5 @@
-"""Per-request results folded into a run's metrics as the requests finish: memory bounded by what is in flight.
+"""Per-request results folded into a run's metrics as the requests finish: memory bounded by what is in
+flight.
 
 :func:`pdmux_cli.simulate.metrics.summarize` used to take a run's whole record (every decode step's end
 time, every request's first token and step range) and compute the metrics afterwards: about 4 KB a
@@ -238,7 +239,8 @@ class WeightedSample:
         return keys, list(itertools.accumulate(weight[k] for k in keys))
 
     def summary(self, scale: float = 1.0) -> dict[str, float]:
-        """``p50``, ``p90``, ``p99`` (weighted nearest rank) and ``max``, times ``scale``; ``nan`` when empty."""
+        """``p50``, ``p90``, ``p99`` (weighted nearest rank) and ``max``, times ``scale``; ``nan`` when
+        empty."""
         if not self.total:
             return {**{f"p{q}": math.nan for q in PERCENTILES}, "max": math.nan}
         total = self.total
@@ -414,8 +416,8 @@ class CsvSink:
 class CsvRows:
     """``--csv`` rows of one policy, written in request order as soon as a request and all before it are
     final (finished, or never fit in KV memory; at the end, the rest are ``unfinished``, cut short by a
-    simulated crash). ``writer``: a ``csv.writer`` (or a :class:`CsvSink`); ``trace``: the requests' arrivals and sizes
-    (:class:`~pdmux_cli.simulate.traces.Trace`)."""
+    simulated crash). ``writer``: a ``csv.writer`` (or a :class:`CsvSink`); ``trace``: the requests' arrivals
+    and sizes (:class:`~pdmux_cli.simulate.traces.Trace`)."""
 
     def __init__(self, writer: Any, policy: str, trace: Any) -> None:
         self.writer = getattr(writer, "writer", writer)  # a CsvSink, or a csv.writer
@@ -442,7 +444,8 @@ def _cell(v: float) -> str:
     return "" if not math.isfinite(v) else f"{v:.3f}"
 
 
-def csv_rows(policy: str, trace: Any, c: RequestColumns, start: int, stop: int, crashed: bool) -> Iterator[tuple]:
+def csv_rows(policy: str, trace: Any, c: RequestColumns, start: int, stop: int,
+             crashed: bool) -> Iterator[tuple]:
     """Rows ``start`` to ``stop - 1`` of :data:`pdmux_cli.simulate.report.CSV_FIELDS` for one policy."""
     arrival, prompt, output = trace.arrival_s, trace.prompt_tokens, trace.output_tokens
     server, prefill = c.server, c.prefill_server
@@ -453,9 +456,9 @@ def csv_rows(policy: str, trace: Any, c: RequestColumns, start: int, stop: int, 
             status = "done"
         else:
             status = "unfinished" if crashed and state != REJECTED else "rejected"
-        yield (policy, i, f"{arrival[i]:.6f}", prompt[i], output[i], status, _cell(ttft), _cell(c.itl_p99_ms[i]),
-               _cell(c.itl_max_ms[i]), _cell(c.tpot_ms[i]), _cell(c.e2e_ms[i]), c.met[i],
-               str(server[i]) if i < len(server) and server[i] >= 0 else "",
+        yield (policy, i, f"{arrival[i]:.6f}", prompt[i], output[i], status, _cell(ttft),
+               _cell(c.itl_p99_ms[i]), _cell(c.itl_max_ms[i]), _cell(c.tpot_ms[i]), _cell(c.e2e_ms[i]),
+               c.met[i], str(server[i]) if i < len(server) and server[i] >= 0 else "",
                str(prefill[i]) if i < len(prefill) and prefill[i] >= 0 else "")
 
 
@@ -477,7 +480,8 @@ class Fold:
 
     def __init__(self, n: int, slo_ttft_ms: float, slo_itl_ms: float, *, max_steps: int = 0,
                  servers: bool = False, first_token: bool = False, csv: CsvRows | None = None,
-                 progress_steps: Callable[[int], None] | None = None, rows: Sequence[int] | None = None) -> None:
+                 progress_steps: Callable[[int], None] | None = None,
+                 rows: Sequence[int] | None = None) -> None:
         self.n = n
         self.slo_ttft_ms, self.slo_itl_ms = slo_ttft_ms, slo_itl_ms
         self.slo_ttft_s, self.slo_itl_s = slo_ttft_ms / 1e3, slo_itl_ms / 1e3
@@ -605,7 +609,8 @@ class Fold:
         ends.weight = weights[-1]
         del weights[0]
         gaps = ends.gaps_upto(k)[:k]
-        self.itl.extend(array("d", itertools.compress(gaps, weights)), array("q", itertools.compress(weights, weights)))
+        self.itl.extend(array("d", itertools.compress(gaps, weights)),
+                        array("q", itertools.compress(weights, weights)))
         ends.prev = ends[k - 1]
         del ends[:k]
         del cont[:k]
@@ -628,7 +633,8 @@ class Fold:
             self.last = other.last
 
 
-def _stint_gaps(runs: Sequence[tuple[float, int, int]], ends: Any, base: int) -> tuple[tuple[list[float], list[float]], float]:
+def _stint_gaps(runs: Sequence[tuple[float, int, int]], ends: Any,
+                base: int) -> tuple[tuple[list[float], list[float]], float]:
     """A retracted request's ITLs: ``((gaps inside decode runs, gaps that start a run), finish time)``.
     A run starts with a token from a (re-)prefill at ``token_s``; the gap before it is from the
     previous run's last token. Decode steps inside runs are counted in ``ends.cont`` (the all-token

@@ -68,12 +68,6 @@ def weighted_nearest_rank(values: list[float], weights: list[float], q: float,
     return values[min(i, len(values) - 1)]
 
 
-def _summary(sorted_values: list[float]) -> dict[str, float]:
-    out = {f"p{q}": nearest_rank(sorted_values, q) for q in PERCENTILES}
-    out["max"] = sorted_values[-1] if sorted_values else math.nan
-    return out
-
-
 @dataclass
 class PolicyMetrics:
     """What :func:`summarize` computes for one run. Latency dicts: ``p50``, ``p90``, ``p99``, ``max``

@@ -54,7 +54,8 @@ def write_capacity_plot(path: str | Path, result, title: str = "") -> Path:
             if p.points:
                 ax.plot([x.rate_rps for x in p.points], [x.slo_attainment for x in p.points], marker="o",
                         markersize=3, label=p.label)
-        ax.axhline(result.target, color="grey", linestyle="--", linewidth=1, label=f"target {result.target:.0%}")
+        ax.axhline(result.target, color="grey", linestyle="--", linewidth=1,
+                   label=f"target {result.target:.0%}")
         ax.set_xscale("log")
         ax.set_xlabel("request rate, req/s")
         ax.set_ylabel("SLO attainment (share of requests)")

@@ -57,10 +57,7 @@ from ..sglang.pdmux_config import PdmuxConfig
 from ..sglang.server_defaults import MIN_NEW_TOKEN_RATIO as MIN_RATIO
 from ..sglang.server_defaults import NEW_TOKEN_RATIO_DECAY as RATIO_DECAY
 from ..util.errors import Finding
-from .engine import STEP_CHECK_EVERY, Progress, Setup, Work
-
-#: Decode steps between two progress callbacks and checks of the step limit.
-PROGRESS_EVERY = STEP_CHECK_EVERY
+from .engine import Progress, Setup, Work
 
 
 @dataclass(frozen=True)

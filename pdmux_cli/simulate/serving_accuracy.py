@@ -91,7 +91,8 @@ class ServingRun:
 
     @property
     def ignore_eos(self) -> bool:
-        """SGLang's bench_serving sends ``ignore_eos`` unless ``--disable-ignore-eos``; vllm's client does not."""
+        """SGLang's bench_serving sends ``ignore_eos`` unless ``--disable-ignore-eos``; vllm's client does
+        not."""
         return self.client == "sglang"
 
     @property
@@ -169,9 +170,11 @@ def load_runs() -> tuple[ServingRun, ...]:
             id=str(entry["id"]), source_url=str(entry["source_url"]), engine=str(entry.get("engine", "")),
             release_line=str(entry.get("release_line", "0.5")),
             gpu=str(entry["gpu"]), tp=int(entry.get("tp", 1)), model=str(entry["model"]),
-            client=str(entry.get("client", "sglang")), overlap_schedule=bool(entry.get("overlap_schedule", True)),
+            client=str(entry.get("client", "sglang")),
+            overlap_schedule=bool(entry.get("overlap_schedule", True)),
             prefix_cache=bool(entry.get("prefix_cache", True)), lengths=dict(work.get("lengths") or {}),
-            request_rate=_number(work, "request_rate", where), max_concurrency=int(work.get("max_concurrency") or 0),
+            request_rate=_number(work, "request_rate", where),
+            max_concurrency=int(work.get("max_concurrency") or 0),
             num_prompts=int(_number(work, "num_prompts", where)), metrics=metrics,
             approximation=str(work.get("approximation", "")), notes=str(entry.get("notes", "")),
         ))
@@ -245,8 +248,8 @@ def replay(run: ServingRun, serving: dict | None = None) -> dict[str, float]:
         options = dict(release_line_terms(run.release_line) if serving is None else serving)
         if options.get("kv_bytes_per_element") is None:  # SGLang's --kv-cache-dtype auto
             options["kv_bytes_per_element"] = resolve_kv_cache(model, None, None).bytes_per_element
-        setup = make_setup(gpu, model, tp=run.tp, ignore_eos=run.ignore_eos, disable_overlap=not run.overlap_schedule,
-                           prefix_cache=run.prefix_cache, **options)
+        setup = make_setup(gpu, model, tp=run.tp, ignore_eos=run.ignore_eos,
+                           disable_overlap=not run.overlap_schedule, prefix_cache=run.prefix_cache, **options)
         trace = workload(run)
         policy = ChunkedPolicy(default_chunked_prefill_size(setup.memory_bytes))
         result = simulate(trace, setup, policy, max_concurrency=run.max_concurrency)
@@ -270,7 +273,7 @@ def predictions(runs: Sequence[ServingRun] | None = None, serving: dict | None =
     runs = list(load_runs() if runs is None else runs)
     tasks = [(run, serving) for run in runs]
     if workers > 1 and len(runs) > 1:
-        from .tune import process_pool
+        from .pool import process_pool
 
         with process_pool(min(workers, len(runs))) as pool:
             return list(pool.map(_replay_task, tasks))
@@ -303,7 +306,8 @@ def report(runs: Sequence[ServingRun] | None = None, serving: dict | None = None
             value = pred.get(name, math.nan)
             if math.isfinite(value):
                 points[METRICS[name][0]].append(Point(f"{run.id}: {name}", measured, value))
-    terms = [Term(term, "public SGLang serving runs (profiles/measurements/serving/)", "in-sample", tuple(pts))
+    terms = [Term(term, "public SGLang serving runs (profiles/measurements/serving/)", "in-sample",
+                  tuple(pts))
              for term, pts in points.items() if pts]
     return terms, outcomes
 
@@ -328,32 +332,36 @@ def runs_from_bench_serving(results: Sequence[Any], gpu: str, model: str, tp: in
     for k, res in enumerate(results):
         server_tp = res.server.get("tp_size")
         if tp is not None and isinstance(server_tp, int) and server_tp != tp:
-            raise InputError(f"{res.where}: the server ran --tp-size {server_tp}, not --tp {tp}: give --tp {server_tp}")
+            raise InputError(f"{res.where}: the server ran --tp-size {server_tp}, not --tp {tp}: give --tp "
+                             f"{server_tp}")
         run_tp = tp if tp is not None else server_tp if isinstance(server_tp, int) and server_tp > 0 else 1
         if res.input_lens:
-            lengths = {"kind": "explicit", "prompt_tokens": list(res.input_lens), "output_tokens": list(res.output_lens)}
+            lengths = {"kind": "explicit", "prompt_tokens": list(res.input_lens),
+                       "output_tokens": list(res.output_lens)}
             note = "lengths as sent (--output-details)"
         elif res.dataset.startswith("random") and res.random_input_len and res.random_output_len:
             spec = {"kind": "random", "input": res.random_input_len, "output": res.random_output_len,
                     "range_ratio": res.random_range_ratio, "output_low": max(int(res.random_output_len
-                                                                                 * res.random_range_ratio), 1)}
+                                                                                 * res.random_range_ratio),
+                                                                                 1)}
             prompt = f"random:{res.random_input_len}:{res.random_range_ratio:g}"
             output = f"random:{res.random_output_len}:{res.random_range_ratio:g}"
             seed = next((s for s in BENCH_SERVING_SEEDS
                          if [sum(x) for x in bench_serving_lengths(prompt, output, res.completed, s)]
                          == [res.total_input_tokens, res.total_output_tokens]), None)
             lengths = {**spec, "seed": seed if seed is not None else BENCH_SERVING_SEEDS[0]}
-            note = (f"random lengths redrawn with bench_serving's seed {seed} (the totals match)" if seed is not None
-                    else "random lengths redrawn with seed 1: the file's totals match neither default seed, so "
-                         "they approximate the run's (--output-details gives the exact lengths)")
+            note = (f"random lengths redrawn with bench_serving's seed {seed} (the totals match)"
+                    if seed is not None
+                    else "random lengths redrawn with seed 1: the file's totals match neither default seed, "
+                         "so they approximate the run's (--output-details gives the exact lengths)")
         elif res.total_input_tokens and res.total_output_tokens:
             lengths = {"kind": "sharegpt", "input_mean": res.total_input_tokens / res.completed,
                        "output_mean": res.total_output_tokens / res.completed}
             note = (f"{res.dataset or 'dataset'} lengths approximated (log-normal with the run's means; "
                     "--output-details gives the exact lengths)")
         else:
-            raise InputError(f"{res.where}: no lengths to replay (no --output-details, no random dataset settings, no "
-                             "totals)")
+            raise InputError(f"{res.where}: no lengths to replay (no --output-details, no random dataset "
+                             "settings, no totals)")
         runs.append(ServingRun(
             id=f"run {k + 1} ({res.where})", source_url=res.where, engine=str(res.server.get("version", "")),
             release_line="0.5", gpu=gpu, tp=run_tp, model=model, client="sglang",
@@ -371,8 +379,8 @@ def outcome_dict(outcome: RunOutcome) -> dict:
     run = outcome.run
     return {
         "id": run.id, "source_url": run.source_url, "engine": run.engine, "release_line": run.release_line,
-        "gpu": run.gpu, "tp": run.tp, "model": run.model, "client": run.client, "approximation": run.approximation or None,
-        "command": run.command(), "error": outcome.error or None,
+        "gpu": run.gpu, "tp": run.tp, "model": run.model, "client": run.client,
+        "approximation": run.approximation or None, "command": run.command(), "error": outcome.error or None,
         "metrics": [{"metric": name, "measured": measured, "predicted": outcome.predicted.get(name),
                      "error": (outcome.predicted[name] - measured) / measured
                      if name in outcome.predicted and math.isfinite(outcome.predicted[name]) else None}
@@ -380,5 +388,6 @@ def outcome_dict(outcome: RunOutcome) -> dict:
     }
 
 
-__all__ = ["BENCH_SERVING_SEEDS", "METRICS", "TERMS", "RunOutcome", "ServingRun", "client_metrics", "load_runs",
-           "outcome_dict", "predictions", "replay", "report", "runs_from_bench_serving", "workload"]
+__all__ = ["BENCH_SERVING_SEEDS", "METRICS", "TERMS", "RunOutcome", "ServingRun", "client_metrics",
+           "load_runs", "outcome_dict", "predictions", "replay", "report", "runs_from_bench_serving",
+           "workload"]

@@ -45,7 +45,8 @@ PASSES = 2
 Errors = dict[str, list[float]]
 
 
-def run_errors(runs: Sequence[ServingRun], terms: dict[str, float], setup_options: dict | None = None) -> Errors:
+def run_errors(runs: Sequence[ServingRun], terms: dict[str, float],
+               setup_options: dict | None = None) -> Errors:
     """Absolute relative errors per metric kind of ``runs`` replayed with ``terms`` (ms options; plus
     :data:`FIXED`); a run pdmux cannot simulate counts in no kind. ``setup_options``: more ``make_setup``
     options (a calibration, the KV dtype)."""
@@ -74,7 +75,8 @@ def objective(errors: Errors) -> float:
 
 def summary(errors: Errors) -> dict[str, dict[str, float]]:
     """Points and median error per metric kind (for the files that record a fit)."""
-    return {kind: {"points": len(v), "median_error": round(statistics.median(v), 4)} for kind, v in errors.items()}
+    return {kind: {"points": len(v), "median_error": round(statistics.median(v), 4)}
+            for kind, v in errors.items()}
 
 
 def _task(args: tuple) -> Errors:

@@ -159,7 +159,8 @@ class Trace:
 
     def arrivals_text(self) -> str:
         """How the requests arrive, for a title: ``"over 120 s (8.1 req/s)"``, ``"all arriving at
-        once"`` when every request arrives at the same instant (a rate would be infinite), ``"(one request)"`` for one."""
+        once"`` when every request arrives at the same instant (a rate would be infinite), ``"(one request)"``
+        for one."""
         if len(self) <= 1:
             return "(one request)" if len(self) == 1 else "(none)"
         if self.duration_s <= 0:
@@ -194,8 +195,8 @@ class _Rows:
         if len(self.examples) < KEEP_BAD_ROWS:
             self.examples.append((line, why))
 
-    def add(self, line: int, time_s: float, prompt: object, output: object, zero_output_is_failure: bool = False,
-            hashes: object = None) -> None:
+    def add(self, line: int, time_s: float, prompt: object, output: object,
+            zero_output_is_failure: bool = False, hashes: object = None) -> None:
         p = _tokens(prompt)
         o = _tokens(output)
         if p is None or p < 1:
@@ -260,13 +261,15 @@ def _tokens(value: object) -> int | None:
 
 def _finish(rows: _Rows, source: str, fmt: str) -> Trace:
     if not rows.times:
-        detail = f"; first problem: line {rows.examples[0][0]}: {rows.examples[0][1]}" if rows.examples else ""
+        detail = (f"; first problem: line {rows.examples[0][0]}: {rows.examples[0][1]}" if rows.examples
+                  else "")
         failed = f" ({rows.failed} failed request rows skipped)" if rows.failed else ""
         raise InputError(f"{source}: no valid request rows in this {fmt} trace{failed}{detail}")
     times, prompts, outputs = rows.times, rows.prompts, rows.outputs
     hashes = rows.hashes if rows.hashes.any_values() else Ragged()
     notes: list[str] = []
-    if any(map(float.__gt__, times, itertools.islice(times, 1, None))):  # a later row earlier than its predecessor
+    # a later row earlier than its predecessor
+    if any(map(float.__gt__, times, itertools.islice(times, 1, None))):
         order = sorted(range(len(times)), key=times.__getitem__)  # stable: equal times keep file order
         times = Column(FLOAT, (times[i] for i in order))
         prompts = Column(INT, (prompts[i] for i in order))
@@ -277,8 +280,8 @@ def _finish(rows: _Rows, source: str, fmt: str) -> Trace:
     start = times[0]
     if not times[-1] - start <= MAX_ARRIVAL_S:  # also inf (rows at -1e308 and 1e308)
         raise InputError(
-            f"{source}: arrivals span {times[-1] - start:.3g} s, more than {MAX_ARRIVAL_S:g} s (about 32 years): "
-            "check the timestamps and their unit"
+            f"{source}: arrivals span {times[-1] - start:.3g} s, more than {MAX_ARRIVAL_S:g} s (about 32 "
+            "years): check the timestamps and their unit"
         )
     return Trace(
         arrival_s=Column(FLOAT, (t - start for t in times)) if start else times,
@@ -317,8 +320,9 @@ def detect_format(first_line: str) -> str | None:
 
 #: Converting SGLang-style ``prompt_len``/``output_len``/``timestamp`` JSONL to the Mooncake JSONL
 #: pdmux reads (timestamps in milliseconds).
-_TO_MOONCAKE = ("jq -c '{timestamp: (.timestamp * 1000), input_length: .prompt_len, output_length: .output_len}' "
-                "IN.jsonl > trace.jsonl (timestamp in seconds; without '* 1000' if it is in milliseconds)")
+_TO_MOONCAKE = ("jq -c '{timestamp: (.timestamp * 1000), input_length: .prompt_len, output_length: "
+                ".output_len}' IN.jsonl > trace.jsonl (timestamp in seconds; without '* 1000' if it is in "
+                "milliseconds)")
 
 
 def unreadable_format(head: str, source: str) -> str | None:
@@ -340,10 +344,11 @@ def unreadable_format(head: str, source: str) -> str | None:
     if text[:1] not in ("[", "{"):
         return None
     if re.search(r'"conversations"\s*:', text):
-        return (f"{source}: a ShareGPT-style conversation file (SGLang's and vLLM's bench_serving default dataset): it "
-                "holds prompts as text, with no token counts or arrival times, and pdmux has no tokenizer; give a "
-                "trace of token counts (Azure CSV, Mooncake JSONL, BurstGPT CSV), or --synthetic --qps N with "
-                "--prompt-tokens/--output-tokens (random:L for bench_serving's random dataset)")
+        return (f"{source}: a ShareGPT-style conversation file (SGLang's and vLLM's bench_serving default "
+                "dataset): it holds prompts as text, with no token counts or arrival times, and pdmux has no "
+                "tokenizer; give a trace of token counts (Azure CSV, Mooncake JSONL, BurstGPT CSV), or "
+                "--synthetic --qps N with --prompt-tokens/--output-tokens (random:L for bench_serving's "
+                "random dataset)")
     first = text.split("\n", 1)[0] if text.startswith("{") else ""
     if first:
         try:
@@ -351,15 +356,17 @@ def unreadable_format(head: str, source: str) -> str | None:
         except (ValueError, RecursionError):
             obj = None
         if isinstance(obj, dict) and {"input_lens", "output_lens"} <= set(obj):
-            return (f"{source}: a bench_serving result (per-request input_lens and output_lens, no arrival times): "
-                    "give it to 'pdmux calibrate --bench-serving'; to replay its workload use --synthetic --qps RATE "
-                    "with --prompt-tokens/--output-tokens (random:L as its --random-input-len)")
+            return (f"{source}: a bench_serving result (per-request input_lens and output_lens, no arrival "
+                    "times): give it to 'pdmux calibrate --bench-serving'; to replay its workload use "
+                    "--synthetic --qps RATE with --prompt-tokens/--output-tokens (random:L as its "
+                    "--random-input-len)")
         if isinstance(obj, dict) and "input_length" not in obj and {"prompt_len", "output_len"} <= set(obj):
-            return (f"{source}: JSONL of prompt_len, output_len and timestamp: its timestamps' unit is not in the file; "
-                    f"convert it to Mooncake JSONL (milliseconds, input_length, output_length): {_TO_MOONCAKE}")
+            return (f"{source}: JSONL of prompt_len, output_len and timestamp: its timestamps' unit is not "
+                    "in the file; convert it to Mooncake JSONL (milliseconds, input_length, output_length): "
+                    f"{_TO_MOONCAKE}")
     if text.startswith("["):
-        return (f"{source}: a JSON array; pdmux reads Mooncake JSONL (one JSON object a line: timestamp in ms, "
-                "input_length, output_length), an Azure CSV or a BurstGPT CSV")
+        return (f"{source}: a JSON array; pdmux reads Mooncake JSONL (one JSON object a line: timestamp in "
+                "ms, input_length, output_length), an Azure CSV or a BurstGPT CSV")
     return None
 
 
@@ -465,12 +472,13 @@ class _AzureClock:
                 base = datetime.strptime(minute.replace("T", " "), "%Y-%m-%d %H:%M").replace(
                     tzinfo=timezone.utc).timestamp()
             except ValueError:  # strptime's own words ("unconverted data remains") name no column
-                raise ValueError(f"timestamp {short_repr(text)} is not a date and time YYYY-MM-DD HH:MM:SS[.fraction]") from None
+                raise ValueError(f"timestamp {short_repr(text)} is not a date and time YYYY-MM-DD "
+                                 "HH:MM:SS[.fraction]") from None
             self.minutes[minute] = base
         seconds_text = text[17:]
         if not _SECONDS.fullmatch(seconds_text):
-            raise ValueError(f"timestamp {short_repr(text)} is not YYYY-MM-DD HH:MM:SS[.fraction] (UTC digits only, no "
-                             "time-zone suffix such as Z or +00:00)")
+            raise ValueError(f"timestamp {short_repr(text)} is not YYYY-MM-DD HH:MM:SS[.fraction] (UTC "
+                             "digits only, no time-zone suffix such as Z or +00:00)")
         seconds = float(seconds_text)
         if not 0 <= seconds < 61:
             raise ValueError(f"timestamp {short_repr(text)} has seconds out of range")
@@ -492,13 +500,16 @@ def _csv_records(handle, source: str) -> Iterator[tuple[int, int, list[str] | No
         except StopIteration:
             return
         except csv.Error as exc:
-            where = f"line {last + 1}" if reader.line_num <= last + 1 else f"lines {last + 1}-{reader.line_num}"
-            raise InputError(f"{source}: {where}: {exc} (a stray or unterminated quote at line {last + 1}?)") from None
+            where = (f"line {last + 1}" if reader.line_num <= last + 1
+                     else f"lines {last + 1}-{reader.line_num}")
+            raise InputError(f"{source}: {where}: {exc} (a stray or unterminated quote at line "
+                             f"{last + 1}?)") from None
         first, last = last + 1, reader.line_num
         yield first, last, (row if last == first else None)
 
 
-def _records_after_header(handle, source: str) -> tuple[list[str], Iterator[tuple[int, int, list[str] | None]]]:
+def _records_after_header(handle, source: str) -> tuple[list[str],
+                                                        Iterator[tuple[int, int, list[str] | None]]]:
     records = _csv_records(handle, source)
     header = next(records, (1, 1, []))[2] or []
     return header, records
@@ -522,7 +533,8 @@ def _data_rows(records: Iterator[tuple[int, int, list[str] | None]], rows: _Rows
 
 def _read_azure(handle, source: str) -> Trace:
     header, records = _records_after_header(handle, source)
-    col = _header_index(header, {"t": "TIMESTAMP", "p": "ContextTokens", "o": "GeneratedTokens"}, source, "Azure")
+    col = _header_index(header, {"t": "TIMESTAMP", "p": "ContextTokens", "o": "GeneratedTokens"}, source,
+                        "Azure")
     ct, cp, co = col["t"], col["p"], col["o"]
     width = max(ct, cp, co) + 1
     clock = _AzureClock()
@@ -542,7 +554,8 @@ def _read_azure(handle, source: str) -> Trace:
 
 def _read_burstgpt(handle, source: str) -> Trace:
     header, records = _records_after_header(handle, source)
-    col = _header_index(header, {"t": "Timestamp", "p": "Request tokens", "o": "Response tokens"}, source, "BurstGPT")
+    col = _header_index(header, {"t": "Timestamp", "p": "Request tokens", "o": "Response tokens"}, source,
+                        "BurstGPT")
     ct, cp, co = col["t"], col["p"], col["o"]
     width = max(ct, cp, co) + 1
     rows = _Rows(source)
@@ -578,7 +591,8 @@ def _read_mooncake(handle, source: str) -> Trace:
         if stamp_ms is None:
             rows.reject(line, f"timestamp {short_repr(stamp)} is not a number of milliseconds")
             continue
-        rows.add(line, stamp_ms / 1000.0, obj["input_length"], obj["output_length"], hashes=obj.get("hash_ids"))
+        rows.add(line, stamp_ms / 1000.0, obj["input_length"], obj["output_length"],
+                 hashes=obj.get("hash_ids"))
     return _finish(rows, source, "mooncake")
 
 
@@ -659,7 +673,8 @@ def _random_spec(text: str, what: str) -> tuple[int, float, int] | None:
     return full, ratio, low
 
 
-def bench_serving_lengths(prompt_spec: str, output_spec: str, count: int, seed: int) -> tuple[list[int], list[int]]:
+def bench_serving_lengths(prompt_spec: str, output_spec: str, count: int, seed: int) -> tuple[
+    list[int], list[int]]:
     """Prompt and output lengths of SGLang's bench_serving ``--dataset-name random`` for ``count``
     prompts: ``np.random.seed(seed)``, then the input lengths, then the output lengths, each
     ``randint(LOW, L + 1)`` (:func:`_random_spec`; ``sglang/benchmark/datasets/random.py``
@@ -774,7 +789,8 @@ def synthetic_trace(
     bench_serving's ``--request-rate inf`` (``num_requests`` then required). Both specs ``random:L[...]``:
     bench_serving's random dataset, its lengths drawn as bench_serving draws them for ``seed``
     (:func:`bench_serving_lengths`). Deterministic for a ``seed``. Raises :class:`InputError`
-    for ``qps <= 0`` or finite above :data:`MAX_RATE_RPS`, a bad length spec, bounds that give no request, or more than
+    for ``qps <= 0`` or finite above :data:`MAX_RATE_RPS`, a bad length spec, bounds that give no request, or
+    more than
     :data:`MAX_SYNTHETIC_REQUESTS` requests (asked for, or expected from ``qps * duration_s``).
     """
     at_once = isinstance(qps, (int, float)) and qps == math.inf
@@ -833,7 +849,8 @@ def synthetic_trace(
         num_requests = 1000
     if at_once:
         if bench:
-            prompts, outputs = bench_serving_lengths(str(prompt_tokens), str(output_tokens), num_requests, seed)
+            prompts, outputs = bench_serving_lengths(str(prompt_tokens), str(output_tokens), num_requests,
+                                                     seed)
         else:
             rng = random.Random(seed)
             prompts = [draw_prompt(rng) for _ in range(num_requests)]
@@ -844,7 +861,8 @@ def synthetic_trace(
                             f"{output_tokens}, seed {seed}", format="synthetic")
     if bench:  # as many as the arrivals need: draw for the cap, or for a generous expectation
         cap = num_requests if num_requests is not None else min(limit, int(qps * duration_s * 1.5) + 100)
-        bench_prompts, bench_outputs = bench_serving_lengths(str(prompt_tokens), str(output_tokens), cap, seed)
+        bench_prompts, bench_outputs = bench_serving_lengths(str(prompt_tokens), str(output_tokens), cap,
+                                                             seed)
         draw_prompt = lambda _rng, it=iter(bench_prompts): next(it)
         draw_output = lambda _rng, it=iter(bench_outputs): next(it)
     rng = random.Random(seed)
@@ -873,7 +891,8 @@ def synthetic_trace(
         outputs.append(draw_output(rng))
     return Trace(
         arrival_s=times, prompt_tokens=prompts, output_tokens=outputs,
-        source=f"synthetic Poisson {qps:g} req/s, prompt {prompt_tokens}, output {output_tokens}, seed {seed}",
+        source=f"synthetic Poisson {qps:g} req/s, prompt {prompt_tokens}, output {output_tokens}, seed "
+        f"{seed}",
         format="synthetic",
     )
 

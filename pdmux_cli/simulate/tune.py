@@ -10,8 +10,8 @@ The search space (every candidate is a :class:`~pdmux_cli.sglang.pdmux_config.Pd
 - one fixed split per candidate level (manual_divisions with a single ``[prefill, decode, 0]``),
   i.e. the level used whatever the decode batch;
 - each of those times each ``split_forward_token_budget``;
-- after them, SLO levels (:mod:`pdmux_cli.planning.slo_levels`, ``pdmux gen-config --slo-itl``) for the ITL SLO
-  times each of :data:`DEFAULT_SLO_MARGINS` (levels sized for ``0.9 x`` the SLO leave room for what the
+- after them, SLO levels (:mod:`pdmux_cli.planning.slo_levels`, ``pdmux gen-config --slo-itl``) for the ITL
+  SLO times each of :data:`DEFAULT_SLO_MARGINS` (levels sized for ``0.9 x`` the SLO leave room for what the
   cost model and the trace's context distribution miss), at the trace's contexts, times each budget;
 - where the SGLang revision caps layers per round (``max_split_forward_layers``, sgl-project/sglang
   a64f33f0 ``multiplexing_mixin.py``; ``layer_caps``), the winner of the above again with each cap of
@@ -33,16 +33,9 @@ then candidate order), so the result is the same for any number of workers.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..multigpu.disaggregation import Layout, check_dp_value, check_load_balance_method
 from ..sglang import pdmux_config as pc
@@ -50,6 +43,7 @@ from ..sglang import split_levels
 from ..util.errors import Finding, InputError
 from .engine import Setup
 from .executors import Executor
+from . import pool
 from .metrics import ttft_quarters
 from .runner import simulate_metrics
 from .schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy
@@ -181,7 +175,8 @@ def _rank_key(row: TuneRow, baseline: int | None) -> tuple:
     return (-row.slo_attainment, -_round_goodput(row.goodput_rps), row.index != baseline, row.index)
 
 
-def _auto_description(groups: Sequence, sm_group_num: int, divisor: int | None, budget: int, manual: bool) -> str:
+def _auto_description(groups: Sequence, sm_group_num: int, divisor: int | None, budget: int,
+                      manual: bool) -> str:
     rule = f"div {divisor}" if divisor is not None else f"one level {groups[1][0]}/{groups[1][1]}"
     how = "manual" if manual else "auto"
     return f"{how}, {sm_group_num} groups, {rule}, budget {budget}"
@@ -205,8 +200,8 @@ def candidates(
     """The configs to try on a device of ``total_sms`` SMs and capability ``cc`` (module docstring).
 
     ``sm_group_nums``: ``None`` for every value with distinct levels. ``manual_only``: write SGLang's
-    automatic levels as manual_divisions (a revision whose divide_sm was not read). Returns ``(candidates, skipped)``,
-    skipped = generated configs that fail :func:`pdmux_cli.sglang.pdmux_config.validate`. Raises
+    automatic levels as manual_divisions (a revision whose divide_sm was not read). Returns ``(candidates,
+    skipped)``, skipped = generated configs that fail :func:`pdmux_cli.sglang.pdmux_config.validate`. Raises
     :class:`InputError` when no valid candidate remains or an argument is out of range.
     """
     for name, values in (("divisors", divisors), ("token budgets", budgets)):
@@ -214,10 +209,12 @@ def candidates(
             raise InputError(f"tune: {name} must be integers >= 1, got {list(values)}")
     major = cc[0]
     automatic = major in split_levels.SGLANG_SM_CONSTRAINTS
-    min_part, multiple = split_levels.SGLANG_SM_CONSTRAINTS[major] if automatic else split_levels.cuda_sm_granularity(major)
+    min_part, multiple = (split_levels.SGLANG_SM_CONSTRAINTS[major] if automatic
+                          else split_levels.cuda_sm_granularity(major))
     cands = split_levels.candidate_prefill_sms(total_sms, min_part, multiple)
     if not cands:
-        raise InputError(f"no valid SM split for {total_sms} SMs at compute capability {cc[0]}.{cc[1]}: nothing to tune")
+        raise InputError(f"no valid SM split for {total_sms} SMs at compute capability {cc[0]}.{cc[1]}: "
+                         "nothing to tune")
     if sm_group_nums is None:
         sm_group_nums = range(3, len(cands) + 3)
     elif any(g < 3 for g in sm_group_nums):
@@ -242,7 +239,8 @@ def candidates(
         for g in sorted(set(sm_group_nums)):
             plans.append((g, split_levels.plan_groups(total_sms, cc, g)))
         if split_levels.DEFAULT_SM_GROUP_NUM not in set(sm_group_nums):
-            plans.append((split_levels.DEFAULT_SM_GROUP_NUM, split_levels.plan_groups(total_sms, cc, split_levels.DEFAULT_SM_GROUP_NUM)))
+            plans.append((split_levels.DEFAULT_SM_GROUP_NUM,
+                          split_levels.plan_groups(total_sms, cc, split_levels.DEFAULT_SM_GROUP_NUM)))
         for g, plan in plans:
             groups = tuple(tuple(s) for s in plan.groups)
             levels = len(groups) - 2
@@ -256,7 +254,8 @@ def candidates(
                     continue
                 config = pc.config_from_plan(plan, g, budget, divisor, manual=manual)
                 key = (groups, divisor if levels > 1 else None, budget)
-                add(config, _auto_description(groups, g, divisor if levels > 1 else None, budget, manual), key)
+                add(config, _auto_description(groups, g, divisor if levels > 1 else None, budget, manual),
+                    key)
         if single_levels:
             for p in reversed(cands):
                 d = total_sms - p
@@ -309,17 +308,20 @@ def slo_candidates(trace: Trace, setup: Setup, slo_itl_ms: float, margins: Seque
 
 
 def with_layer_caps(candidate: Candidate, caps: Sequence[int]) -> list[Candidate]:
-    """``candidate`` with each ``max_split_forward_layers`` of ``caps`` (> 0, once each), described as such."""
+    """``candidate`` with each ``max_split_forward_layers`` of ``caps`` (> 0, once each), described as
+    such."""
     from dataclasses import replace
 
     if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in caps):
         raise InputError("tune: layer caps must be integers >= 1, got {caps}", param="layer_caps",
                          values={"caps": list(caps)})
     return [Candidate(replace(candidate.config, max_split_forward_layers=cap),
-                      f"{candidate.description}, max {cap} layer(s) per round") for cap in dict.fromkeys(caps)]
+                      f"{candidate.description}, max {cap} layer(s) per round")
+                      for cap in dict.fromkeys(caps)]
 
 
-def pdmux_policy(config: pc.PdmuxConfig, capped: bool = False, threshold_fallback: bool = False) -> PdmuxPolicy:
+def pdmux_policy(config: pc.PdmuxConfig, capped: bool = False,
+                 threshold_fallback: bool = False) -> PdmuxPolicy:
     """The simulated pdmux for a candidate: its YAML's ``max_split_forward_layers`` applied where ``capped``
     (the revision reads the key), the group-1 fallback where ``threshold_fallback``."""
     cap = (config.max_split_forward_layers or 0) if capped else 0
@@ -328,7 +330,8 @@ def pdmux_policy(config: pc.PdmuxConfig, capped: bool = False, threshold_fallbac
 
 def _evaluate(shared: tuple, policy) -> tuple[float, float, float, float, int, tuple[float, float]]:
     """One candidate or schedule (a task of :mod:`.executors`): ``shared`` is ``(trace, setup, slo_ttft_ms,
-    slo_itl_ms, dp, load-balance method, max_steps)``; its row's figures. Streamed (:func:`.runner.simulate_metrics`)."""
+    slo_itl_ms, dp, load-balance method, max_steps)``; its row's figures. Streamed
+    (:func:`.runner.simulate_metrics`)."""
     trace, setup, slo_ttft_ms, slo_itl_ms, dp, method, max_steps = shared
     m = simulate_metrics(trace, setup, policy, slo_ttft_ms, slo_itl_ms, dp=dp, load_balance_method=method,
                          max_steps=max_steps)
@@ -383,85 +386,6 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
     )
 
 
-#: How long a failed or stopped run waits for its process pool's own shutdown, s (normally instant).
-POOL_STOP_TIMEOUT_S = 5.0
-
-
-def _quiet_shutdown(pool: ProcessPoolExecutor) -> None:
-    """``pool.shutdown`` after its workers were killed: what it raises then (a pipe the dead workers
-    closed) changes nothing and would only print a thread's traceback."""
-    with contextlib.suppress(BaseException):
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _kill_pool(pool: ProcessPoolExecutor) -> None:
-    """Kill ``pool``'s workers (SIGKILL: they ignore the stop signals), reap them, and shut the pool down,
-    waiting at most :data:`POOL_STOP_TIMEOUT_S` in all. Shutting down normally returns at once; but workers
-    killed while one was sending its result leave the pool's manager thread reading the rest of the
-    message for ever (the parent holds the pipe's other end), and ``shutdown(wait=True)`` with it: the
-    shutdown then runs on in a daemon thread (the entry point leaves a stopped run without joining it,
-    :mod:`pdmux_cli.entry`). The pool's own threads (its manager, the queues' feeders) may fail on the
-    dead workers' pipes meanwhile (a cancelled future set again, a closed handle): their tracebacks are
-    dropped, this pool's only."""
-    own = {"pdmux-pool-shutdown", "QueueFeederThread"}
-    manager = getattr(pool, "_executor_manager_thread", None)
-    previous = threading.excepthook
-
-    def hook(args: Any) -> None:
-        if args.thread is not None and (args.thread is manager or args.thread.name in own):
-            return
-        previous(args)
-
-    threading.excepthook = hook
-    try:
-        deadline = time.monotonic() + POOL_STOP_TIMEOUT_S
-        processes = list((getattr(pool, "_processes", None) or {}).values())  # private: no public way
-        for process in processes:
-            process.kill()
-        for process in processes:  # reaped here: no zombie once a stopped run leaves without the pool's joins
-            with contextlib.suppress(Exception):
-                process.join(max(0.0, deadline - time.monotonic()))
-        closer = threading.Thread(target=_quiet_shutdown, args=(pool,), name="pdmux-pool-shutdown", daemon=True)
-        closer.start()
-        closer.join(max(0.1, deadline - time.monotonic()))
-    finally:
-        threading.excepthook = previous
-
-
-@contextmanager
-def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
-    """A process pool of ``workers`` that never outlives an interrupted or failed caller: on Ctrl-C,
-    SIGTERM, SIGHUP (:mod:`pdmux_cli.util.signals`) or an error the queued simulations are cancelled and the
-    workers killed at once (waiting for them could take minutes, and a worker hit by SIGINT can leave
-    the pool hanging). The workers ignore those signals (the parent handles them for the whole process
-    group: :func:`pdmux_cli.util.signals.worker_init`) and on Linux die with their parent even when it is
-    killed outright. A worker that dies (the OOM killer's SIGKILL) ends the run with
-    :class:`~pdmux_cli.util.errors.PdmuxError` (exit 1)."""
-    from concurrent.futures.process import BrokenProcessPool
-
-    from ..util.errors import PdmuxError
-    from ..util.signals import worker_init
-
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=worker_init, initargs=(os.getpid(),))
-    try:
-        yield pool
-    except BaseException as exc:
-        _kill_pool(pool)
-        if isinstance(exc, BrokenProcessPool):
-            raise PdmuxError("a worker process died before finishing its simulation (out of memory, or killed): "
-                             "run again, with fewer --workers if memory is short") from None
-        raise
-    pool.shutdown()
-
-
-def default_workers() -> int:
-    """CPU cores this process may use (``os.sched_getaffinity`` where available)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not on Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def tune(
     trace: Trace,
     setup: Setup,
@@ -492,9 +416,9 @@ def tune(
     in candidate order: deterministic. ``schedules``: SGLang's other schedules to compare with (default:
     chunked at SGLang's default size for the GPU and mixed-chunk 512; ``()`` for none). ``dp``: every
     config and schedule runs as that many replicas behind a router (``load_balance_method``).
-    ``slo_margins``: the SLO levels tried after the other candidates (:func:`slo_candidates`; ``()`` for none).
-    ``layer_caps``: ``max_split_forward_layers`` values tried on the winner (``()``: the revision has no
-    cap; :data:`DEFAULT_LAYER_CAPS` where it has); ``manual_only``, ``threshold_fallback``: the revision's
+    ``slo_margins``: the SLO levels tried after the other candidates (:func:`slo_candidates`; ``()`` for
+    none). ``layer_caps``: ``max_split_forward_layers`` values tried on the winner (``()``: the revision has
+    no cap; :data:`DEFAULT_LAYER_CAPS` where it has); ``manual_only``, ``threshold_fallback``: the revision's
     rules (module docstring). ``executor``: where the simulations run (:mod:`.executors`: ``local``, this
     machine's cores; ``ray``, a Ray cluster at ``ray_address``; or an executor already open); ``workers``
     is then the tasks at a time. ``max_steps``: each simulation's decode-step budget
@@ -515,7 +439,7 @@ def tune(
     from .executors import check_executor, using
 
     local = not isinstance(executor, Executor) and check_executor(executor, ray_address) == "local"
-    cores = default_workers()
+    cores = pool.default_workers()
     capped_note = (Finding("tune.workers_capped", {"workers": workers, "cores": cores}, "workers")
                    if local and workers and workers > cores else None)
     if schedules is None:
@@ -528,7 +452,8 @@ def tune(
         return pdmux_policy(config, capped, threshold_fallback)
 
     policies = [policy_of(c.config) for c in cands] + list(schedules)
-    whats = [f"pdmux config {c.description}" for c in cands] + [f"{p.label} (SGLang, no pdmux)" for p in schedules]
+    whats = [f"pdmux config {c.description}" for c in cands] + [f"{p.label} (SGLang, no pdmux)"
+                                                                for p in schedules]
     total = len(policies) + (len(set(layer_caps)) if capped else 0)
     done = 0
 
@@ -544,7 +469,8 @@ def tune(
         outcomes = ex.run(_evaluate, shared, policies, whats, tick)
         workers = ex.workers
         rows = [TuneRow(i, c, *o) for i, (c, o) in enumerate(zip(cands, outcomes))]
-        others = [ScheduleRow(policy.label, *o[:4]) for policy, o in zip(schedules, outcomes[len(cands):], strict=True)]
+        others = [ScheduleRow(policy.label, *o[:4])
+                  for policy, o in zip(schedules, outcomes[len(cands):], strict=True)]
         if capped:  # the layer cap, on the winner so far (module docstring)
             first = min(rows, key=lambda r: _rank_key(r, None))
             extra = with_layer_caps(first.candidate, layer_caps)
@@ -554,9 +480,12 @@ def tune(
         default = pc.PdmuxConfig()
         baseline = next((r.index for r in rows if r.candidate.config == default), None)
         if baseline is None:  # Blackwell: the defaults written as manual_divisions
-            baseline = next((r.index for r in rows if r.candidate.config.sm_group_num == split_levels.DEFAULT_SM_GROUP_NUM
-                             and r.candidate.config.decode_bs_divisor == split_levels.DEFAULT_DECODE_BS_DIVISOR
-                             and r.candidate.config.split_forward_token_budget == split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
+            baseline = next((r.index for r in rows
+                             if r.candidate.config.sm_group_num == split_levels.DEFAULT_SM_GROUP_NUM
+                             and r.candidate.config.decode_bs_divisor
+                             == split_levels.DEFAULT_DECODE_BS_DIVISOR
+                             and r.candidate.config.split_forward_token_budget
+                             == split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
                              and r.candidate.description.startswith("manual")), None)
         best = min(rows, key=lambda r: _rank_key(r, baseline)).index
         notes = ([capped_note] if capped_note else []) + slo_notes

@@ -77,10 +77,11 @@ def check_writable(path: str | Path | None) -> Path | None:
         return None
     shown = Path(path)
     if str(path).endswith(("/", os.sep)) and str(path).strip("/" + os.sep):
-        raise InputError(f"cannot write {short_repr(str(path))}: the name ends with '/', a folder; give a file name "
-                         f"(e.g. {short_repr(str(path).rstrip('/' + os.sep) + '/out')})")
+        raise InputError(f"cannot write {short_repr(str(path))}: the name ends with '/', a folder; give a "
+                         f"file name (e.g. {short_repr(str(path).rstrip('/' + os.sep) + '/out')})")
     if _device_path(str(shown)):
-        raise InputError(f"cannot write {shown}: it is a device or a stream, not a regular file; give a file path")
+        raise InputError(f"cannot write {shown}: it is a device or a stream, not a regular file; give a file "
+                         "path")
     target = Path(os.path.realpath(shown))  # through a symlink to the file it names
     folder = target.parent
     if not _is_dir(folder, shown):

@@ -23,8 +23,8 @@ def agg_classes() -> tuple[Any, Any]:
     ``MPLBACKEND`` is not consulted: pdmux draws on the Agg canvas and never uses a display backend,
     but matplotlib validates the variable when it is imported and raises ``ValueError`` for a name it
     does not know (``MPLBACKEND=frob``); the import runs without it, and without the warning matplotlib
-    logs when ``MPLCONFIGDIR`` cannot be written (it uses a temporary folder then). Raises :class:`InputError` when
-    matplotlib is not installed (naming the ``pdmux[plot]`` extra) and :class:`PdmuxError` (exit 1)
+    logs when ``MPLCONFIGDIR`` cannot be written (it uses a temporary folder then). Raises :class:`InputError`
+    when matplotlib is not installed (naming the ``pdmux[plot]`` extra) and :class:`PdmuxError` (exit 1)
     when it is installed but fails to import.
     """
     import logging
@@ -33,15 +33,16 @@ def agg_classes() -> tuple[Any, Any]:
     saved = os.environ.pop("MPLBACKEND", None)
     logger = logging.getLogger("matplotlib")
     level = logger.level
-    logger.setLevel(logging.ERROR)  # its import logs a warning when MPLCONFIGDIR is not writable: not ours to show
+    # its import logs a warning when MPLCONFIGDIR is not writable: not ours to show
+    logger.setLevel(logging.ERROR)
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
         raise InputError(f"--plot needs matplotlib: {PLOT_INSTALL}") from None
     except Exception as exc:  # noqa: BLE001 - a broken installation or matplotlibrc: one line, exit 1
-        raise PdmuxError(f"--plot: matplotlib failed to start ({' '.join(str(exc).split())[:200]}); check its "
-                         "installation and matplotlibrc") from None
+        raise PdmuxError(f"--plot: matplotlib failed to start ({' '.join(str(exc).split())[:200]}); check "
+                         "its installation and matplotlibrc") from None
     finally:
         logger.setLevel(level)
         if saved is not None:

@@ -3,7 +3,7 @@
 Python's default for SIGTERM (``kill PID``, what batch schedulers, systemd and Kubernetes send) and
 SIGHUP (the terminal closed) is to die on the spot: no ``finally`` runs, so a half-written output's
 temporary file stays behind and the worker processes of a process pool
-(:func:`pdmux_cli.simulate.tune.process_pool`) are re-parented and live on, blocked on a pipe to a
+(:func:`pdmux_cli.simulate.pool.process_pool`) are re-parented and live on, blocked on a pipe to a
 parent that is gone, holding the caller's stdout and stderr open (a caller waiting on them hangs).
 
 :func:`handling_signals` (installed by the CLI around every command) turns the first SIGTERM or
@@ -12,11 +12,11 @@ Ctrl-C runs: the process pool terminates its workers, an atomic write removes it
 The CLI then exits ``128 + signal number`` (143 for SIGTERM, 129 for SIGHUP; a shell's convention for a
 process its signal stopped). Later signals while it unwinds are recorded and ignored, so the cleanup
 itself is not cut short. A stop raised where Python cannot raise (an at-fork callback, a ``__del__``:
-reported as "unraisable" and dropped) is sent again, to land where it can unwind. :func:`deferred` holds the three signals over a few statements that must not
-be split (creating a temporary file and recording its name). :func:`worker_init` is the pool workers'
-initializer: the parent alone handles Ctrl-C, SIGTERM and SIGHUP, and kills its workers once it has;
-on Linux a worker is also killed when its parent dies by any means, SIGKILL included
-(``prctl(PR_SET_PDEATHSIG)``).
+reported as "unraisable" and dropped) is sent again, to land where it can unwind. :func:`deferred` holds the
+three signals over a few statements that must not be split (creating a temporary file and recording its name).
+:func:`worker_init` is the pool workers' initializer: the parent alone handles Ctrl-C, SIGTERM and SIGHUP, and
+kills its workers once it has; on Linux a worker is also killed when its parent dies by any means, SIGKILL
+included (``prctl(PR_SET_PDEATHSIG)``).
 
 Pure standard library; no output. Handlers are installed only from the main thread (``signal.signal``
 refuses other threads), and restored afterwards, so the test suite's own handlers are left alone.

@@ -57,15 +57,16 @@ def _reader_problem(text: str, exc: Any, label: str) -> str:
     LF and CR; U+FFFE, U+FFFF; lone surrogates), with its line and column (1-based)."""
     position = getattr(exc, "position", None)
     char = getattr(exc, "character", None)
-    code = f"U+{char:04X}" if isinstance(char, int) else (f"U+{ord(char):04X}" if isinstance(char, str) and len(char) == 1
+    code = f"U+{char:04X}" if isinstance(char, int) else (f"U+{ord(char):04X}" if isinstance(char, str)
+                                                          and len(char) == 1
                                                          else "a control character")
     where = ""
     if isinstance(position, int) and 0 <= position <= len(text):
         line = text.count("\n", 0, position) + 1
         column = position - (text.rfind("\n", 0, position) + 1) + 1
         where = f" at line {line}, column {column}"
-    return (f"{label} is not valid YAML: character {code}{where} is not allowed (YAML takes no control characters "
-            "but tab and newline, and no U+FFFE/U+FFFF): remove it")
+    return (f"{label} is not valid YAML: character {code}{where} is not allowed (YAML takes no control "
+            "characters but tab and newline, and no U+FFFE/U+FFFF): remove it")
 
 
 def load_yaml(text: str, label: str) -> tuple[Any, list[tuple[str, int]]]:
@@ -92,8 +93,8 @@ def load_yaml(text: str, label: str) -> tuple[Any, list[tuple[str, int]]]:
         raise InputError(f"{label} is not valid YAML ({_one_line(problem)}{where})") from None
     except (ValueError, OverflowError) as exc:  # PyYAML builds dates and ints itself
         raise InputError(
-            f"{label}: a value YAML cannot read ({_one_line(exc).split(';')[0][:120]}): an unquoted date or a number too long; "
-            "quote text, write numbers in plain or exponent form"
+            f"{label}: a value YAML cannot read ({_one_line(exc).split(';')[0][:120]}): an unquoted date or "
+            "a number too long; quote text, write numbers in plain or exponent form"
         ) from None
     except RecursionError:
         raise InputError(f"{label}: lists or mappings nested too deeply to read") from None

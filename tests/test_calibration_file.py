@@ -33,12 +33,13 @@ H100_FLOPS = 989e12
 def make_calibration(**changes) -> Calibration:
     """A calibration of an H100 SXM (132 SMs) with round numbers."""
     base = {
-        "gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "compute_capability": (9, 0), "driver_cuda_version": "12.8",
-        "cuda_version": "12.6", "date": "2025-06-01",
+        "gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "compute_capability": (9, 0),
+        "driver_cuda_version": "12.8", "cuda_version": "12.6", "date": "2025-06-01",
         "bandwidth_curve": ((8, 0.6e12), (16, 1.2e12), (64, 2.9e12), (132, 3.0e12)),
         "flops_curve": ((8, 40e12), (64, 330e12), (132, 660e12)),
         "copy_bytes_per_s": 3.0e12, "matmul_flops_per_s": 670e12,
-        "corun": ((112, 20, 0.9, 0.95), (72, 60, 0.8, 0.85)), "s_sat_sms": 64, "complete": True, "source": "test",
+        "corun": ((112, 20, 0.9, 0.95), (72, 60, 0.8, 0.85)), "s_sat_sms": 64, "complete": True,
+        "source": "test",
     }
     base.update(changes)
     return Calibration(**base)
@@ -60,8 +61,8 @@ def mapping(**changes):
 
 
 def test_round_trip_exact(tmp_path) -> None:
-    c = make_calibration(bandwidth_curve=((8, 612345678901.25), (132, 3.3e12)), flops_curve=((8, 1e-3 + 4e13), (132, 7.9e14)),
-                         s_sat_sms=132)
+    c = make_calibration(bandwidth_curve=((8, 612345678901.25), (132, 3.3e12)),
+                         flops_curve=((8, 1e-3 + 4e13), (132, 7.9e14)), s_sat_sms=132)
     text = dump_calibration(c)
     path = write(tmp_path, text)
     back = load_calibration(path)
@@ -80,8 +81,10 @@ def test_round_trip_incomplete_and_no_corun(tmp_path) -> None:
 
 def test_hand_written_numbers_accepted(tmp_path) -> None:
     """A hand-edited file: 4.3e12 (read by PyYAML as text), an unquoted date, an int rate."""
-    text = dump_calibration(make_calibration()).replace("copy_bytes_per_s: 3000000000000.0", "copy_bytes_per_s: 3e12")
-    text = text.replace("date: '2025-06-01'", "date: 2025-06-01").replace("- [132, 3000000000000.0]", "- [132, 3000000000000]")
+    text = dump_calibration(make_calibration()).replace("copy_bytes_per_s: 3000000000000.0",
+                                                        "copy_bytes_per_s: 3e12")
+    text = text.replace("date: '2025-06-01'", "date: 2025-06-01").replace(
+        "- [132, 3000000000000.0]", "- [132, 3000000000000]")
     c = load_calibration(write(tmp_path, text))
     assert c.copy_bytes_per_s == 3e12 and c.date == "2025-06-01" and c.bandwidth_curve[-1] == (132, 3e12)
 
@@ -136,7 +139,8 @@ def test_not_a_mapping(tmp_path) -> None:
     _refused(tmp_path, "- 1\n- 2\n", "mapping")
 
 
-@pytest.mark.parametrize("field", ["gpu_name", "sm_count", "bandwidth_curve", "flops_curve", "corun", "s_sat_sms",
+@pytest.mark.parametrize("field",
+                         ["gpu_name", "sm_count", "bandwidth_curve", "flops_curve", "corun", "s_sat_sms",
                                    "copy_bytes_per_s", "matmul_flops_per_s", "date", "format"])
 def test_missing_field(tmp_path, field) -> None:
     data = mapping()
@@ -199,8 +203,8 @@ def test_alias_bomb_is_refused_with_a_short_message(tmp_path, field) -> None:
     lines = [ln for ln in dump_calibration(make_calibration()).splitlines(keepends=True)
              if not ln.startswith(f"{field}:")]
     if field == "bandwidth_curve":  # its pairs follow on '- [..]' lines up to the next field
-        text = "".join(lines).replace("- [8, 600000000000.0]\n- [16, 1200000000000.0]\n- [64, 2900000000000.0]\n"
-                                      "- [132, 3000000000000.0]\n", "")
+        text = "".join(lines).replace("- [8, 600000000000.0]\n- [16, 1200000000000.0]\n- [64, "
+                                      "2900000000000.0]\n- [132, 3000000000000.0]\n", "")
     else:
         text = "".join(lines)
     path = write(tmp_path, text + f"{field}: {_bomb()}\n")
@@ -255,7 +259,8 @@ def test_implausible_values(tmp_path, changes, fragment) -> None:
 
 def test_interrupted_run_may_stop_short(tmp_path) -> None:
     """An interrupted bench writes 'complete: false' and curves that end before the whole GPU."""
-    data = mapping(bandwidth_curve=[[8, 0.6e12], [16, 1.2e12]], flops_curve=[[8, 40e12]], s_sat_sms=16, complete=False)
+    data = mapping(bandwidth_curve=[[8, 0.6e12], [16, 1.2e12]], flops_curve=[[8, 40e12]], s_sat_sms=16,
+                   complete=False)
     c = load_calibration(write(tmp_path, data))
     assert c.bandwidth_curve[-1] == (16, 1.2e12) and not c.complete
 
@@ -329,8 +334,8 @@ def test_incomplete_source() -> None:
 def test_incomplete_run_reaches_the_whole_gpu_ceilings() -> None:
     """Curves of an interrupted bench (up to 16 SMs) end at the run's whole-GPU ceilings, not at a flat
     16-SM rate; the note says from which SM count the values are interpolated."""
-    short = make_calibration(bandwidth_curve=((8, 0.6e12), (16, 1.2e12)), flops_curve=((8, 40e12), (16, 80e12)),
-                             s_sat_sms=16, complete=False)
+    short = make_calibration(bandwidth_curve=((8, 0.6e12), (16, 1.2e12)),
+                             flops_curve=((8, 40e12), (16, 80e12)), s_sat_sms=16, complete=False)
     thr = short.throughput(find_gpu("h100"))
     assert thr.bandwidth_bytes_per_s(16) == 1.2e12  # measured points kept
     assert thr.bandwidth_bytes_per_s(132) == 3.0e12  # copy_bytes_per_s
@@ -347,15 +352,18 @@ def test_incomplete_run_reaches_the_whole_gpu_ceilings() -> None:
 
 
 def test_estimate_with_an_incomplete_run_uses_the_ceilings_and_says_so(tmp_path) -> None:
-    short = mapping(bandwidth_curve=[[8, 0.6e12], [16, 1.2e12]], flops_curve=[[8, 40e12], [16, 80e12]], s_sat_sms=16,
-                    complete=False)
+    short = mapping(bandwidth_curve=[[8, 0.6e12], [16, 1.2e12]], flops_curve=[[8, 40e12], [16, 80e12]],
+                    s_sat_sms=16, complete=False)
     path = write(tmp_path, short)
-    d = json.loads(CliRunner().invoke(app, ["estimate", "--calibration", str(path), "--per-request-overhead-ms", "0",
+    d = json.loads(CliRunner().invoke(app,
+                                      ["estimate", "--calibration", str(path), "--per-request-overhead-ms",
+                                       "0",
                                             "--json"]).stdout)
     assert any("interpolated, not measured" in n for n in d["notes"])
     flat = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(per_request_overhead_ms=0),
                     calibration=make_calibration(bandwidth_curve=((8, 0.6e12), (16, 1.2e12), (132, 1.2e12)),
-                                                 flops_curve=((8, 40e12), (16, 80e12), (132, 80e12)), s_sat_sms=16))
+                                                 flops_curve=((8, 40e12), (16, 80e12), (132, 80e12)),
+                                                 s_sat_sms=16))
     pd = {r.policy: r for r in flat.rows}["pdmux"]
     # held flat, 16 SMs read as fast as the whole GPU; with the ceilings, 52 SMs read at about 45% of it
     assert next(r for r in d["rows"] if r["policy"] == "pdmux")["itl_ms"] > 1.5 * pd.itl_ms
@@ -366,7 +374,8 @@ def test_gpu_mismatch_refused() -> None:
         make_calibration().throughput(find_gpu("a100"))
 
 
-@given(st.lists(st.tuples(st.integers(1, 200), st.floats(1e9, 1e13)), min_size=1, max_size=12, unique_by=lambda t: t[0]),
+@given(st.lists(st.tuples(st.integers(1, 200), st.floats(1e9, 1e13)), min_size=1, max_size=12,
+                unique_by=lambda t: t[0]),
        st.integers(0, 250))
 def test_interpolation_stays_inside_a_monotone_curve(points, sms) -> None:
     xs = sorted(p[0] for p in points)
@@ -424,7 +433,8 @@ def test_late_saturation_makes_pdmux_itl_worse() -> None:
 
 def test_corun_factor_slows_decode() -> None:
     gpu, model = find_gpu("h100"), load_model("qwen3-8b")
-    base = {"bandwidth_curve": ((16, H100_BW), (132, H100_BW)), "flops_curve": ((8, H100_FLOPS * 8 / 132), (132, H100_FLOPS))}
+    base = {"bandwidth_curve": ((16, H100_BW), (132, H100_BW)),
+            "flops_curve": ((8, H100_FLOPS * 8 / 132), (132, H100_FLOPS))}
     for scenario in (Scenario(cost_model="chapter"), Scenario()):
         clean = estimate(gpu, model, scenario, calibration=make_calibration(corun=(), **base))
         slowed = estimate(gpu, model, scenario,

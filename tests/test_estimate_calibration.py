@@ -18,7 +18,8 @@ def test_calibration_from_another_gpu_is_refused(tmp_path) -> None:
     path = tmp_path / "calibration.yaml"
     path.write_text(dump_calibration(cal))
     runner = CliRunner()
-    ok = runner.invoke(app, ["estimate", "--gpu", "h100", "--calibration", str(path), "--cost-model", "chapter",
+    ok = runner.invoke(app,
+                       ["estimate", "--gpu", "h100", "--calibration", str(path), "--cost-model", "chapter",
                              "--mfu", "0.7"])
     assert ok.exit_code == 0 and "not used with --calibration" in ok.stdout
     # the roofline model has no --mfu at all; --s-sat is what a calibration measures

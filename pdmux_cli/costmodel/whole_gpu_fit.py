@@ -97,7 +97,8 @@ def points_from(one_batch: list, intervals: list) -> list[CalPoint]:
     for p in one_batch:
         out.append(CalPoint("prefill", "one-batch", p.batch_size, p.input_len, p.prefill_s, p.where, False))
         if p.decode_step_s is not None:
-            out.append(CalPoint("decode", "one-batch", p.batch_size, p.decode_context, p.decode_step_s, p.where, True))
+            out.append(CalPoint("decode", "one-batch", p.batch_size, p.decode_context, p.decode_step_s,
+                                p.where, True))
     groups: dict[tuple[int, int, bool], list] = {}
     for i in intervals:
         graph = True if i.cuda_graph is None else i.cuda_graph
@@ -117,9 +118,10 @@ def predict(step_model: Any, p: CalPoint) -> float:
         return step_model.prefill_s(total, [(int(p.tokens), 0)] * p.batch)
     model = step_model.model
     window = model.sliding_window if model.num_sliding_layers else 0
-    gpu = step_model.decode_s(total, p.batch, p.batch * p.tokens, p.batch * min(p.tokens, window) if window else 0.0,
-                              0, p.cuda_graph)
-    if p.source == "server log":  # a server's step: its time per request too; the overlap scheduler hides the CPU
+    gpu = step_model.decode_s(total, p.batch, p.batch * p.tokens, p.batch * min(p.tokens, window) if window
+                              else 0.0, 0, p.cuda_graph)
+    # a server's step: its time per request too; the overlap scheduler hides the CPU
+    if p.source == "server log":
         return max(gpu + step_model.request_s(p.batch), step_model.decode_cpu_s(p.batch))
     return gpu
 
@@ -147,9 +149,9 @@ def check_points(base: Any, gpu: Any, points: list[CalPoint],
     for p in points:
         held = p.batch * p.tokens
         if held > room:
-            raise InputError(f"{p.where}: {p.batch} x {p.tokens:,.0f} tokens of KV cache do not fit {model.name} on "
-                             f"{gpu.name} (at most {max(0, room):,.0f}): not measured with this model and GPU "
-                             "(--model, --gpu)")
+            raise InputError(f"{p.where}: {p.batch} x {p.tokens:,.0f} tokens of KV cache do not fit "
+                             f"{model.name} on {gpu.name} (at most {max(0, room):,.0f}): not measured with "
+                             "this model and GPU (--model, --gpu)")
         if model.max_position_embeddings and p.tokens > model.max_position_embeddings:
             raise InputError(f"{p.where}: {p.tokens:,.0f} tokens of context, past {model.name}'s "
                              f"{model.max_position_embeddings:,}: not measured with this model (--model)")
@@ -162,21 +164,21 @@ def check_points(base: Any, gpu: Any, points: list[CalPoint],
         if not 1 / MAX_MISMATCH <= typical <= MAX_MISMATCH:
             p, r = min(mine, key=lambda pr: abs(math.log(pr[1] / typical)))
             raise InputError(
-                f"{p.where}: measured {p.measured_s * 1e3:.3g} ms for a {kind} of {p.batch} x {p.tokens:,.0f} "
-                f"tokens where the model predicts {p.measured_s / r * 1e3:.3g} ms for {model.name} on {gpu.name} "
-                f"(the {kind} points are {typical:.2g}x the model at the median): measured with another model, GPU "
-                "or tensor parallelism? (--model, --gpu; pdmux models TP 1)")
+                f"{p.where}: measured {p.measured_s * 1e3:.3g} ms for a {kind} of {p.batch} x "
+                f"{p.tokens:,.0f} tokens where the model predicts {p.measured_s / r * 1e3:.3g} ms for "
+                f"{model.name} on {gpu.name} (the {kind} points are {typical:.2g}x the model at the median): "
+                "measured with another model, GPU or tensor parallelism? (--model, --gpu; pdmux models TP 1)")
     kept = [p for p, r in zip(points, ratios, strict=True) if 1 / MAX_MISMATCH <= r <= MAX_MISMATCH]
     if len(points) - len(kept) > MAX_OUTLIER_SHARE * len(points):
         p = next(p for p in points if p not in kept)
-        raise InputError(f"{len(points) - len(kept)} of {len(points)} points are more than {MAX_MISMATCH:g}x from what "
-                         f"{model.name} on {gpu.name} takes (first: {p.where}): measured with another model, GPU or "
-                         "tensor parallelism? (--model, --gpu; pdmux models TP 1)")
+        raise InputError(f"{len(points) - len(kept)} of {len(points)} points are more than {MAX_MISMATCH:g}x "
+                         f"from what {model.name} on {gpu.name} takes (first: {p.where}): measured with "
+                         "another model, GPU or tensor parallelism? (--model, --gpu; pdmux models TP 1)")
     notes = []
     if len(kept) < len(points):
         dropped = [p for p in points if p not in kept]
-        notes.append(f"{len(dropped)} point(s) more than {MAX_MISMATCH:g}x from the model left out as outliers "
-                     f"(first: {dropped[0].where})")
+        notes.append(f"{len(dropped)} point(s) more than {MAX_MISMATCH:g}x from the model left out as "
+                     f"outliers (first: {dropped[0].where})")
     return kept, notes
 
 
@@ -192,9 +194,13 @@ def _scaled(profile: Any, w: float, kv: float, f: float, a: float) -> Any:
         gemm=replace(profile.gemm, bandwidth_efficiency=min(1.0, profile.gemm.bandwidth_efficiency * w),
                      peak_efficiency=min(1.0, profile.gemm.peak_efficiency * f)),
         decode_attention=replace(profile.decode_attention,
-                                 bandwidth_efficiency=min(1.0, profile.decode_attention.bandwidth_efficiency * kv)),
+                                 bandwidth_efficiency=min(1.0,
+                                                          profile.decode_attention.bandwidth_efficiency
+                                                          * kv)),
         prefill_attention=replace(profile.prefill_attention,
-                                  bandwidth_efficiency=min(1.0, profile.prefill_attention.bandwidth_efficiency * kv),
+                                  bandwidth_efficiency=min(1.0,
+                                                           profile.prefill_attention.bandwidth_efficiency
+                                                           * kv),
                                   peak_efficiency=min(1.0, profile.prefill_attention.peak_efficiency * a)),
     )
 
@@ -204,10 +210,10 @@ def _with(base: Any, profile: Any, fixed: float = 0.0) -> Any:
     from .roofline import RooflineModel
 
     return RooflineModel(
-        base.model, gpu_name=base.gpu_name, total_sms=base.total_sms, hbm_bytes_per_s=base.hbm, dense_flops=base.peak,
-        gemm_flops=base.gemm_peak, efficiency=profile, partitions=base.partitions, cpu=base.cpu, s_sat=base.s_sat if base.curve else None,
-        weight_bytes_per_param=None, kv_bytes_per_element=base.kv_bytes_per_element, decode_fixed_s=fixed,
-        moe_flops=base.moe_peak,
+        base.model, gpu_name=base.gpu_name, total_sms=base.total_sms, hbm_bytes_per_s=base.hbm,
+        dense_flops=base.peak, gemm_flops=base.gemm_peak, efficiency=profile, partitions=base.partitions,
+        cpu=base.cpu, s_sat=base.s_sat if base.curve else None, weight_bytes_per_param=None,
+        kv_bytes_per_element=base.kv_bytes_per_element, decode_fixed_s=fixed, moe_flops=base.moe_peak,
         compute_capability=getattr(base, "compute_capability", None),
     )
 
@@ -220,13 +226,14 @@ KV_SPREAD = 2.0
 FIXED_RANGE = (-2e-3, 20e-3)
 
 
-def fit_whole_gpu(base: Any, points: list[CalPoint], source: str = "", notes: list[str] | None = None) -> CalibrationFit:
+def fit_whole_gpu(base: Any, points: list[CalPoint], source: str = "",
+                  notes: list[str] | None = None) -> CalibrationFit:
     """Fit the whole-GPU terms (module docstring) for ``base``'s model and GPU
     (a :class:`~pdmux_cli.costmodel.roofline.RooflineModel` with the shipped efficiencies).
     Raises :class:`InputError` without a single point."""
     if not points:
-        raise InputError("nothing to calibrate on: no one-batch result and no clean decode interval in the files "
-                         "that the model can be fitted to")
+        raise InputError("nothing to calibrate on: no one-batch result and no clean decode interval in the "
+                         "files that the model can be fitted to")
     profile = base.eff
     notes = list(notes or [])
     decode = [p for p in points if p.kind == "decode"]
@@ -247,9 +254,10 @@ def fit_whole_gpu(base: Any, points: list[CalPoint], source: str = "", notes: li
     calibrated_error = _median_error([r.calibrated_s for r in rows], measured_all)
     if calibrated_error > MAX_FIT_ERROR:
         worst = max(rows, key=lambda r: abs(r.calibrated_s / r.point.measured_s - 1))
-        raise InputError(f"even calibrated, the model is {calibrated_error:.0%} off at the median (e.g. {worst.point.where}: "
-                         f"measured {worst.point.measured_s * 1e3:.3g} ms, fitted {worst.calibrated_s * 1e3:.3g} ms): "
-                         f"not measured with {base.model.name} on {base.gpu_name}? (--model, --gpu; pdmux models TP 1)")
+        raise InputError(f"even calibrated, the model is {calibrated_error:.0%} off at the median (e.g. "
+                         f"{worst.point.where}: measured {worst.point.measured_s * 1e3:.3g} ms, fitted "
+                         f"{worst.calibrated_s * 1e3:.3g} ms): not measured with {base.model.name} on "
+                         f"{base.gpu_name}? (--model, --gpu; pdmux models TP 1)")
     terms = WholeGpuTerms(
         model=base.model.name,
         gemm_bandwidth_efficiency=round(fitted.gemm.bandwidth_efficiency, 4),
@@ -272,7 +280,8 @@ def _check_plausible(base: Any, scales: dict[str, float], fitted: Any, fixed: fl
     the shipped one, or a fixed time per decode step at the end of its range. Timings of another GPU
     fit one GPU's profile this way (a B200's profile "explains" H100 times with efficiencies near 0.3)."""
     who = f"not measured with {base.model.name} on {base.gpu_name}? (--model, --gpu; pdmux models TP 1)"
-    values = {"KV read": fitted.decode_attention.bandwidth_efficiency, "GEMM compute": fitted.gemm.peak_efficiency,
+    values = {"KV read": fitted.decode_attention.bandwidth_efficiency,
+              "GEMM compute": fitted.gemm.peak_efficiency,
               "attention compute": fitted.prefill_attention.peak_efficiency}
     used = {"KV read": decode, "GEMM compute": prefill, "attention compute": prefill}
     for name, scale in scales.items():
@@ -282,11 +291,12 @@ def _check_plausible(base: Any, scales: dict[str, float], fitted: Any, fixed: fl
             raise InputError(f"the measurements need a {name} efficiency above the datasheet's peak on "
                              f"{base.gpu_name} (faster than the GPU can be): {who}")
         if scale < 1 / MAX_MISMATCH:
-            raise InputError(f"the measurements need a {name} efficiency of {values[name]:.2f}, {1 / scale:.1f}x "
-                             f"below what {base.gpu_name} reaches in published measurements: {who}")
+            raise InputError(f"the measurements need a {name} efficiency of {values[name]:.2f}, "
+                             f"{1 / scale:.1f}x below what {base.gpu_name} reaches in published "
+                             f"measurements: {who}")
     if decode and not FIXED_RANGE[0] < fixed < FIXED_RANGE[1]:
-        raise InputError(f"the measurements need a fixed time per decode step of {fixed * 1e3:+.1f} ms, outside "
-                         f"{FIXED_RANGE[0] * 1e3:+.0f} to {FIXED_RANGE[1] * 1e3:+.0f} ms: {who}")
+        raise InputError(f"the measurements need a fixed time per decode step of {fixed * 1e3:+.1f} ms, "
+                         f"outside {FIXED_RANGE[0] * 1e3:+.0f} to {FIXED_RANGE[1] * 1e3:+.0f} ms: {who}")
 
 
 def _fit_decode(base: Any, profile: Any, decode: list[CalPoint], f: float, a: float,
@@ -325,16 +335,16 @@ def _fit_decode(base: Any, profile: Any, decode: list[CalPoint], f: float, a: fl
         return 0.0
 
     if not with_kv:
-        notes.append("the decode points hold about the same KV cache: only a fixed time per step fitted (batches "
-                     "or contexts 2x apart also fit the KV read efficiency)")
+        notes.append("the decode points hold about the same KV cache: only a fixed time per step fitted "
+                     "(batches or contexts 2x apart also fit the KV read efficiency)")
         return 1.0, best_fixed(1.0), "fixed time per step"
     _, (scale,) = grid_search(lambda x: _mean_error(predicted(x, best_fixed(x)), measured, weights), [SCALES],
                               rounds=8)
     return scale, best_fixed(scale), "KV read efficiency and a fixed time per step"
 
 
-def _fit_prefill(base: Any, profile: Any, prefill: list[CalPoint], w: float, kv: float, fixed: float, f: float,
-                 a: float, notes: list[str]) -> tuple[float, float, str]:
+def _fit_prefill(base: Any, profile: Any, prefill: list[CalPoint], w: float, kv: float, fixed: float,
+                 f: float, a: float, notes: list[str]) -> tuple[float, float, str]:
     """The GEMM and attention compute scales that fit the prefill points best (module docstring)."""
     if not prefill:
         return f, a, "no points"
@@ -358,19 +368,14 @@ def _fit_prefill(base: Any, profile: Any, prefill: list[CalPoint], w: float, kv:
         return cache[key]
 
     def predicted(scale_f: float, scale_a: float) -> list[float]:
-        return [g + t - c for g, t, c in zip(alone(scale_f, 1.0), alone(1.0, scale_a), alone(1.0, 1.0), strict=True)]
+        return [g + t - c
+                for g, t, c in zip(alone(scale_f, 1.0), alone(1.0, scale_a), alone(1.0, 1.0), strict=True)]
 
     if full:
-        _, (f, a) = grid_search(lambda x, y: _mean_error(predicted(x, y), measured, weights), [SCALES, SCALES],
-                                rounds=5)
+        _, (f, a) = grid_search(lambda x, y: _mean_error(predicted(x, y), measured, weights),
+                                [SCALES, SCALES], rounds=5)
         return f, a, "GEMM and attention compute"
     _, (f,) = grid_search(lambda x: _mean_error(predicted(x, x), measured, weights), [SCALES], rounds=5)
     notes.append("prefill points too alike to tell GEMMs from attention: one scale fitted on both "
                  "(prompts of very different lengths separate them)")
     return f, f, "one compute scale"
-
-
-def mean_abs_error(rows: list[FitRow]) -> float:
-    """Mean absolute relative error of the calibrated predictions."""
-    return statistics.fmean(abs(r.calibrated_s - r.point.measured_s) / r.point.measured_s for r in rows) if rows \
-        else math.nan
