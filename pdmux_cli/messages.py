@@ -326,93 +326,89 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     # sglang_rules.revision_notes
     "sglang.revision.startup_failure": "{revision}: {failure}",
     "sglang.revision.loader_not_read": (
-        "{revision}: its pdmux_context.py was not read (not stored at {commit}): "
-        "the YAML's load and start-up checks are not judged; levels are the "
-        "manual_divisions as written"
+        "{revision}: its pdmux_context.py was not read (not stored at {commit}): the YAML's load and "
+        "start-up checks are not judged; levels are the manual_divisions as written"
     ),
     "sglang.revision.tp": _revision_tp,
     # policy.plan_groups
     "levels.cuda_granularity": (
-        "SGLang's automatic split raises 'Unsupported compute capability: {major}.{minor}' "
-        "at start-up (issue #32933); these are the levels CUDA's granularity allows "
-        "(multiples of 8). Deploy them as manual_divisions: pdmux gen-config writes them."
+        "SGLang's automatic split raises 'Unsupported compute capability: {major}.{minor}' at start-up "
+        "(issue #32933); these are the levels CUDA's granularity allows (multiples of 8). Deploy them as "
+        "manual_divisions: pdmux gen-config writes them."
     ),
     "levels.release_crashes": (
-        "{release} dies with UnboundLocalError here ({unreleased} takes group 1): no "
-        "manual_divisions threshold is <= {decode_bs}"
+        "{release} dies with UnboundLocalError here ({unreleased} takes group 1): no manual_divisions "
+        "threshold is <= {decode_bs}"
     ),
     # estimate
     "estimate.level_rounded": (
-        "level {asked_prefill_sms}/{asked_decode_sms} runs as {prefill_sms}/{decode_sms} SMs "
-        "(the CUDA driver rounds green-context SM counts up to multiples of {multiple} on "
-        "compute capability {major}.x): estimated at {prefill_sms}/{decode_sms}"
+        "level {asked_prefill_sms}/{asked_decode_sms} runs as {prefill_sms}/{decode_sms} SMs (the CUDA "
+        "driver rounds green-context SM counts up to multiples of {multiple} on compute capability "
+        "{major}.x): estimated at {prefill_sms}/{decode_sms}"
     ),
     "estimate.level_not_built": _level_not_built,
     "estimate.chapter_short_prefill": (
-        "chapter model: the {prompt_tokens}-token prefill ({prefill_ms:.3g} ms) is "
-        "shorter than reading the weights once ({weights_ms:.3g} ms): the chapter "
-        "times prefill by its FLOPs alone (its design, for prompts long enough to be "
-        "compute-bound), so short prompts are too fast here; {flag.cost_model} "
+        "chapter model: the {prompt_tokens}-token prefill ({prefill_ms:.3g} ms) is shorter than reading the "
+        "weights once ({weights_ms:.3g} ms): the chapter times prefill by its FLOPs alone (its design, for "
+        "prompts long enough to be compute-bound), so short prompts are too fast here; {flag.cost_model} "
         "roofline times both"
     ),
     "estimate.mixed_chunk_no_row": (
-        "mixed chunk {chunk}: no row, the {decode_bs} decode rows take the whole chunk "
-        "(SGLang charges each one token of it), so the prompt waits until the decode "
-        "batch shrinks"
+        "mixed chunk {chunk}: no row, the {decode_bs} decode rows take the whole chunk (SGLang charges each "
+        "one token of it), so the prompt waits until the decode batch shrinks"
     ),
     "estimate.no_pdmux_row": "group {group} gives one phase the whole GPU: no PD-multiplexing row",
     "estimate.does_not_fit": _does_not_fit,
     "estimate.no_memory_chunking_off": (
-        "SGLang's default mem_fraction_static leaves no memory with chunking off (as "
-        "pdmux needs) on {gpu}: launch with --mem-fraction-static"
+        "SGLang's default mem_fraction_static leaves no memory with chunking off (as pdmux needs) on {gpu}: "
+        "launch with --mem-fraction-static"
     ),
     "estimate.kv_pool_short": (
-        "SGLang's KV pool under pdmux (mem_fraction_static {mem_fraction:g}, chunking off) "
-        "holds {pool_tokens:,} tokens, fewer than the {needed_tokens:,} this scenario holds "
-        "at once: about --mem-fraction-static {suggested_fraction:.2f} holds them (less room "
-        "for activations)"
+        "SGLang's KV pool under pdmux (mem_fraction_static {mem_fraction:g}, chunking off) holds "
+        "{pool_tokens:,} tokens, fewer than the {needed_tokens:,} this scenario holds at once: about "
+        "--mem-fraction-static {suggested_fraction:.2f} holds them (less room for activations)"
     ),
     "estimate.tp_same_split": (
-        "TP {tp}: every GPU runs the same {prefill_sms}/{decode_sms} split on its shard; "
-        "before a prefill joins the decode batch the ranks agree it is done (a CPU all-reduce, "
-        "SGLang's event_loop_pdmux)"
+        "TP {tp}: every GPU runs the same {prefill_sms}/{decode_sms} split on its shard; before a prefill "
+        "joins the decode batch the ranks agree it is done (a CPU all-reduce, SGLang's event_loop_pdmux)"
     ),
     "estimate.disagg_gpus": _disagg_gpus,
     "estimate.disagg_kv_link": (
-        "disagg KV link: {link} ({link_source}); the prompt's KV, {transfer_gb:.3g} GB per "
-        "GPU, crosses it in {transfer_ms:.3g} ms, so the disagg row's prefill time is its "
-        "TTFT: {prefill_ms:.0f} ms of prefill on a whole GPU + the transfer; its ITL is the "
-        "undisturbed decode step (no prefill runs on a decode instance)"
+        "disagg KV link: {link} ({link_source}); the prompt's KV, {transfer_gb:.3g} GB per GPU, crosses it "
+        "in {transfer_ms:.3g} ms, so the disagg row's prefill time is its TTFT: {prefill_ms:.0f} ms of "
+        "prefill on a whole GPU + the transfer; its ITL is the undisturbed decode step (no prefill runs on a "
+        "decode instance)"
     ),
     "estimate.pdmux_support": _pdmux_support,
     "estimate.request_delay": _request_delay,
     # costmodel: where its efficiencies come from when not measured on this GPU
-    "costmodel.efficiency.same_chip": ("kernel efficiencies measured on {fitted_on}, used for this same-chip GPU "
-                                       "as fractions of its own datasheet figures"),
+    "costmodel.efficiency.same_chip": ("kernel efficiencies measured on {fitted_on}, used for this same-chip "
+                                       "GPU as fractions of its own datasheet figures"),
     "costmodel.efficiency.same_family": ("no kernel measurements for this GPU: efficiencies of {fitted_on} "
                                          "(compute capability {family}) applied to its datasheet figures"),
     "costmodel.efficiency.guess": ("no kernel measurements for compute capability {major}.x: efficiencies of "
                                    "{fitted_on} applied to this GPU's datasheet figures (a rough guess)"),
-    "costmodel.fp8_block_gemm_stand_in": ("block-scaled fp8 GEMMs not measured on {fitted_on}: its per-tensor fp8 "
-                                          "GEMM efficiency stands in"),
-    "costmodel.no_fp8_gemm": ("no fp8 GEMM measured on {fitted_on}: its bf16 GEMM efficiencies applied to the fp8 "
-                              "dense peak (likely too fast)"),
-    "costmodel.no_fp8_kv_attention": ("decode attention over an fp8 KV cache not measured on {fitted_on}: its "
-                                      "bf16-KV efficiency applied to 1-byte elements (likely too fast)"),
-    "costmodel.bandwidth_family_stand_in": ("bandwidth vs SMs: compute capability {compute_capability} has no "
-                                            "green-context measurement; the per-SM bandwidth of {stand_in} stands in"),
-    "costmodel.moe.unknown_kernel": ("SGLang's {kernel} MoE ({dtype}) is not in any public table: the routed experts "
-                                     "are timed as two GEMMs with the GEMM efficiency"),
-    "costmodel.moe.stand_in": ("SGLang's {kernel} MoE in {dtype} not measured on {fitted_on}: its {other} MoE "
-                               "efficiency stands in for the routed experts"),
-    "costmodel.moe.none": ("no {dtype} MoE measured on {fitted_on}: the routed experts are timed as two GEMMs with "
-                           "the GEMM efficiency (likely too fast at small batches)"),
-    "costmodel.allreduce_stand_in": ("all-reduce constants measured on {gpu} ({interconnect}), used as fractions of "
-                                     "this GPU's own link bandwidth"),
+    "costmodel.fp8_block_gemm_stand_in": ("block-scaled fp8 GEMMs not measured on {fitted_on}: its "
+                                          "per-tensor fp8 GEMM efficiency stands in"),
+    "costmodel.no_fp8_gemm": ("no fp8 GEMM measured on {fitted_on}: its bf16 GEMM efficiencies applied to "
+                              "the fp8 dense peak (likely too fast)"),
+    "costmodel.no_fp8_kv_attention": ("decode attention over an fp8 KV cache not measured on {fitted_on}: "
+                                      "its bf16-KV efficiency applied to 1-byte elements (likely too fast)"),
+    "costmodel.bandwidth_family_stand_in": ("bandwidth vs SMs: compute capability {compute_capability} has "
+                                            "no green-context measurement; the per-SM bandwidth of "
+                                            "{stand_in} stands in"),
+    "costmodel.moe.unknown_kernel": ("SGLang's {kernel} MoE ({dtype}) is not in any public table: the routed "
+                                     "experts are timed as two GEMMs with the GEMM efficiency"),
+    "costmodel.moe.stand_in": ("SGLang's {kernel} MoE in {dtype} not measured on {fitted_on}: its {other} "
+                               "MoE efficiency stands in for the routed experts"),
+    "costmodel.moe.none": ("no {dtype} MoE measured on {fitted_on}: the routed experts are timed as two "
+                           "GEMMs with the GEMM efficiency (likely too fast at small batches)"),
+    "costmodel.allreduce_stand_in": ("all-reduce constants measured on {gpu} ({interconnect}), used as "
+                                     "fractions of this GPU's own link bandwidth"),
     "costmodel.allreduce_nearest_ranks": _allreduce_nearest,
     "costmodel.fp8_weights_marlin": ("fp8 weights in {math_dtype} math ({gpu} has no fp8 tensor cores, or "
-                                     "{flag.flops_dtype}): SGLang runs them as weight-only fp8 (Marlin); modelled "
-                                     "as 16-bit GEMMs reading 1-byte weights, not measured"),
+                                     "{flag.flops_dtype}): SGLang runs them as weight-only fp8 (Marlin); "
+                                     "modelled as 16-bit GEMMs reading 1-byte weights, not measured"),
     "costmodel.whole_gpu_other_model": "whole-GPU terms calibrated on {calibrated_on}, applied to {model}",
     # simulate/traces.py: what was done to the trace
     "trace.sorted": "{source} is not in time order: requests sorted by arrival",
@@ -420,30 +416,33 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     "trace.rate_scaled": "arrival rate x{rate_scale:g}",
     "trace.retimed": "retimed to {qps:g} req/s (was {was_rps:.3g})",
     "trace.duration_cut": "arrivals within {duration_s:g} s: {kept} of {requests} requests",
-    "trace.synthetic_past_context": ("{dropped} of the {requests} synthetic requests drew more tokens than {model}'s "
-                                     "context length of {context_tokens:,} (the longest {longest_prompt} + "
-                                     "{longest_output}): left out, as SGLang refuses them"),
+    "trace.synthetic_past_context": ("{dropped} of the {requests} synthetic requests drew more tokens than "
+                                     "{model}'s context length of {context_tokens:,} (the longest "
+                                     "{longest_prompt} + {longest_output}): left out, as SGLang refuses "
+                                     "them"),
     # the simulator
-    "simulate.never_fits_pool": ("{rejected} request(s) can never fit in the KV pool ({pool_tokens:,} tokens at "
-                                 "mem_fraction_static {mem_fraction:g}): first is request {first} with {prompt_tokens} "
-                                 "+ {output_tokens} tokens; counted as missing the SLO"),
-    "simulate.retractions": ("{retractions} retraction(s): requests sent back to the queue when decode ran out of KV "
-                             "slots, prefilled again with their outputs (SGLang's retract_decode)"),
+    "simulate.never_fits_pool": ("{rejected} request(s) can never fit in the KV pool ({pool_tokens:,} tokens "
+                                 "at mem_fraction_static {mem_fraction:g}): first is request {first} with "
+                                 "{prompt_tokens} + {output_tokens} tokens; counted as missing the SLO"),
+    "simulate.retractions": ("{retractions} retraction(s): requests sent back to the queue when decode ran "
+                             "out of KV slots, prefilled again with their outputs (SGLang's retract_decode)"),
     "simulate.server_note": lambda f: f"server {f.values['server']}: {render(f.values['note'])}",
-    "simulate.never_routed": ("every server had crashed: {requests} request(s) never routed (counted as missing the "
-                              "SLO)"),
-    "simulate.itl_histogram": ("ITL percentiles over all tokens from a histogram of the {gaps:,} step gaps (more than "
-                               "{exact_limit:,} kept exactly): at most {relative_error:.1e} off, relatively; the "
-                               "maximum and every request's own p99 ITL (the SLO's) are exact"),
+    "simulate.never_routed": ("every server had crashed: {requests} request(s) never routed (counted as "
+                              "missing the SLO)"),
+    "simulate.itl_histogram": ("ITL percentiles over all tokens from a histogram of the {gaps:,} step gaps "
+                               "(more than {exact_limit:,} kept exactly): at most {relative_error:.1e} off, "
+                               "relatively; the maximum and every request's own p99 ITL (the SLO's) are "
+                               "exact"),
     "simulate.release_crashes": ("SGLang 0.5.23 crashes here (UnboundLocalError in adjust_stream_groups) at "
                                  "t={at_s:.2f} s: a prefill starts with {decode_bs} decode request(s) and no "
-                                 "manual_divisions threshold is <= that; the simulation stops, {unfinished} request(s) "
-                                 "unfinished (counted as missing the SLO); fix the thresholds (the first one 0), or "
-                                 "simulate the unreleased branches' fallback (group 1) with {flag.unreleased_fallback}"),
-    "simulate.release_would_crash": ("SGLang 0.5.23 would crash (UnboundLocalError) at {choices} level choice(s), "
-                                     "first at t={first_at_s:.2f} s with {decode_bs} decode request(s): no "
-                                     "manual_divisions threshold is <= the decode batch; simulated with the unreleased "
-                                     "branches' fallback (group 1), as asked"),
+                                 "manual_divisions threshold is <= that; the simulation stops, {unfinished} "
+                                 "request(s) unfinished (counted as missing the SLO); fix the thresholds "
+                                 "(the first one 0), or simulate the unreleased branches' fallback (group 1) "
+                                 "with {flag.unreleased_fallback}"),
+    "simulate.release_would_crash": ("SGLang 0.5.23 would crash (UnboundLocalError) at {choices} level "
+                                     "choice(s), first at t={first_at_s:.2f} s with {decode_bs} decode "
+                                     "request(s): no manual_divisions threshold is <= the decode batch; "
+                                     "simulated with the unreleased branches' fallback (group 1), as asked"),
     # simulate/capacity.py: the verdict
     **{
         f"capacity.verdict.{k}": _verdict

@@ -180,16 +180,36 @@ def test_tune_says_when_the_trace_overloads_the_gpu(small) -> None:
 
     trace, setup = small
     heavy = reshape(trace, qps=60.0)  # far past what one H100 serves (about 20 req/s here: capacity above)
-    result = tune(heavy, setup, 1000, 60, sm_group_nums=[8], divisors=[36], budgets=[65536], single_levels=False,
-                  workers=1, schedules=())
+    result = tune(
+        heavy,
+        setup,
+        1000,
+        60,
+        sm_group_nums=[8],
+        divisors=[36],
+        budgets=[65536],
+        single_levels=False,
+        workers=1,
+        schedules=(),
+    )
     note = next(n for n in render_all(result.notes) if "overloads the GPU" in n)
     rate = float(note.split("up to ")[1].split(" req/s")[0])
     assert "the queue grows" in note and 0 < rate < 60
     winner = PdmuxPolicy(result.best_row.candidate.config)
     assert _attainment(trace, setup, winner, rate) >= 0.99
     light = reshape(trace, qps=1.0)
-    calm = tune(light, setup, 1000, 60, sm_group_nums=[8], divisors=[36], budgets=[65536], single_levels=False,
-                workers=1, schedules=())
+    calm = tune(
+        light,
+        setup,
+        1000,
+        60,
+        sm_group_nums=[8],
+        divisors=[36],
+        budgets=[65536],
+        single_levels=False,
+        workers=1,
+        schedules=(),
+    )
     assert not any("overload" in n for n in render_all(calm.notes))
 
 

@@ -109,8 +109,21 @@ LAYOUTS = {"DP 2 x TP 1": Layout(1, 2), "DP 4 x TP 2": Layout(2, 4), "1P1D x TP 
 def _row(label: str, kind: str, rate: float, gpus: int, layout: str, xpyd=None) -> cap.PolicyCapacity:
     point = cap.RatePoint(rate, 0.99, rate, 100.0, 20.0)
     assert str(LAYOUTS[layout]) == layout and LAYOUTS[layout].gpus == gpus
-    return cap.PolicyCapacity(label, kind, rate, point, (point,), "", None, None, 8192 if kind == "chunked" else -1,
-                              gpus, LAYOUTS[layout], "round_robin", xpyd)
+    return cap.PolicyCapacity(
+        label,
+        kind,
+        rate,
+        point,
+        (point,),
+        "",
+        None,
+        None,
+        8192 if kind == "chunked" else -1,
+        gpus,
+        LAYOUTS[layout],
+        "round_robin",
+        xpyd,
+    )
 
 
 def test_verdicts_on_several_servers() -> None:

@@ -99,7 +99,9 @@ def test_chapter_table_unchanged_with_a_disagg_row_added() -> None:
     plain = estimate(gpu, m, Scenario(cost_model="chapter"))
     with_row = estimate(gpu, m, Scenario(cost_model="chapter", disagg=(1, 1)))
     assert [r.label for r in plain.rows] + ["disagg 1P1D"] == [r.label for r in with_row.rows]
-    assert [(r.itl_ms, r.prefill_ms) for r in plain.rows] == [(r.itl_ms, r.prefill_ms) for r in with_row.rows[:-1]]
+    assert [(r.itl_ms, r.prefill_ms) for r in plain.rows] == [
+        (r.itl_ms, r.prefill_ms) for r in with_row.rows[:-1]
+    ]
     assert plain.kv_link is None and not any("disagg" in n for n in render_all(plain.notes))
 
 

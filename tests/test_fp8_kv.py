@@ -264,7 +264,9 @@ def test_fp8_kv_uses_its_measured_decode_attention():
     assert step.eff.decode_attention == h100.decode_attention_fp8_kv
     a100 = profile_for("a100-sxm-80gb", (8, 0))[0]
     profile, note = for_kv_cache(a100, True)
-    assert profile.decode_attention == a100.decode_attention and "not measured on a100-sxm-80gb" in render(note)
+    assert profile.decode_attention == a100.decode_attention and "not measured on a100-sxm-80gb" in render(
+        note
+    )
 
 
 # --- A100 decode attention ---------------------------------------------------------------------------

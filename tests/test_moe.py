@@ -171,7 +171,9 @@ def test_for_moe_takes_the_kernel_then_the_dtype_then_notes():
     assert chosen.moe_routed == b200.moe_section("flashinfer_trtllm", "bf16") and note is None
     h100 = profile_for("h100-sxm", SM90)[0]
     chosen, note = for_moe(h100, ("flashinfer_trtllm", "bf16"))
-    assert chosen.moe_routed == h100.moe_section("triton", "bf16") and "triton MoE efficiency stands in" in render(note)
+    assert chosen.moe_routed == h100.moe_section(
+        "triton", "bf16"
+    ) and "triton MoE efficiency stands in" in render(note)
     a100 = profile_for("a100-sxm-80gb", SM80)[0]
     chosen, note = for_moe(a100, ("triton", "fp8_block"))
     assert chosen.moe_routed is None and "timed as two GEMMs" in render(note)
@@ -179,7 +181,10 @@ def test_for_moe_takes_the_kernel_then_the_dtype_then_notes():
     # gpt-oss's triton_kernel off SM100 is not the Triton MXFP4 path the Hopper table timed: no stand-in
     chosen, note = for_moe(h100, ("triton_kernel", "w4a16_mxfp4"))
     assert h100.moe_section("triton", "w4a16_mxfp4") is not None
-    assert chosen.moe_routed is None and "triton_kernel MoE (w4a16_mxfp4) is not in any public table" in render(note)
+    assert (
+        chosen.moe_routed is None
+        and "triton_kernel MoE (w4a16_mxfp4) is not in any public table" in render(note)
+    )
 
 
 def test_routed_experts_are_one_fused_operator_a_layer():

@@ -12,7 +12,6 @@ from typing import Any
 
 import typer
 
-from ..messages import layout_text
 from ..util.atomic import check_writable, refuse_overwriting_inputs
 from ..util.errors import InputError
 from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
@@ -114,12 +113,12 @@ def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_l
         table.add_column(col.replace(" ", "\n") if two_line else col, justify=just, no_wrap=col == "layout")
     for p in policies:
         at = p.at
-        cells = {"layout": layout_text(p.layout), "GPUs": str(p.gpus), "max rate": rate_text(p),
+        cells = {"layout": str(p.layout), "GPUs": str(p.gpus), "max rate": rate_text(p),
                  "per GPU": _per_gpu_text(p),
                  "SLO met": f"{at.slo_attainment:.1%}" if at else "-", "goodput": f"{at.goodput_rps:.3g}" if at else "-",
                  "TTFT p99": latency_cell(at.ttft_p99_ms) if at else "-",
                  "ITL p99": latency_cell(at.itl_p99_ms) if at else "-", "runs": str(len(p.points))}
-        label = f"{p.label}\n{layout_text(p.layout)}" if in_cell else p.label
+        label = f"{p.label}\n{p.layout}" if in_cell else p.label
         table.add_row(label, *(cells[col] for col, _ in columns), end_section=in_cell)
     return table
 
@@ -382,7 +381,7 @@ def capacity(
             "cost_model": setup.step_model.name,
             "slo": {"ttft_ms": slo_ttft, "itl_ms": slo_itl, "itl_judged_on": "request p99 ITL (nearest rank)"},
             "target": target, "tolerance": tolerance, "workers": result.workers,
-            "policies": [{"policy": p.label, "kind": p.kind, "gpus": p.gpus, "layout": layout_text(p.layout),
+            "policies": [{"policy": p.label, "kind": p.kind, "gpus": p.gpus, "layout": str(p.layout),
                           "router": p.router or None, "max_rate_rps": p.max_rate_rps,
                           "max_rate_per_gpu_rps": p.per_gpu_rps, "bound": p.bound or None,
                           "at": _point_dict(p.at) if p.at else None, "config": p.config_path,

@@ -139,7 +139,8 @@ def splits(
                            "the same level; --model's heads and widths must split."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """The SM split levels (stream groups) SGLang builds, the level it picks per decode batch, and prefill layers per round."""
+    """The SM split levels (stream groups) SGLang builds, the level it picks per decode batch, and prefill
+    layers per round."""
     from ..multigpu.tensor_parallel import check_tp_value
     from ..sglang import split_levels
 

@@ -19,7 +19,6 @@ from typing import Any
 
 import typer
 
-from ..messages import layout_text
 from ..util.atomic import check_writable, refuse_overwriting_inputs
 from ..util.errors import InputError, short_repr
 from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
@@ -769,7 +768,7 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
     shown = ranked if top is None else ranked[:top]
     if result.baseline is not None and all(r.index != result.baseline for r in shown):
         shown = shown + [result.rows[result.baseline]]
-    on = f"; each on {result.gpus} GPUs, {layout_text(result.layout)}" if result.gpus > 1 else ""
+    on = f"; each on {result.gpus} GPUs, {result.layout}" if result.gpus > 1 else ""
     table = Table(title=f"pdmux configs compared ({len(result.rows)} simulated, best first{on})", title_justify="left",
                   caption="SLO met: share of requests; goodput: requests/s meeting the SLO; p99s in ms (from 10 s on in s)",
                   caption_justify="left")
@@ -792,7 +791,7 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
 def _tune_dict(result: Any) -> dict[str, Any]:
     """tune's JSON; ``gpus``, ``layout``, ``router``: the GPUs every config and schedule ran on (``dp x
     tp``), how, and the load-balance method between the replicas (``null`` for one server)."""
-    gpus, layout, router = result.gpus, layout_text(result.layout), result.router or None
+    gpus, layout, router = result.gpus, str(result.layout), result.router or None
 
     def cfg(c: Any) -> dict[str, Any]:
         return {"sm_group_num": c.sm_group_num, "manual_divisions": [list(e) for e in c.manual_divisions],
@@ -876,7 +875,7 @@ def _tune_layout(tp: int, cluster: Cluster) -> str:
         from ..multigpu.disaggregation import Layout
 
         rank = ", one rank of each replica simulated" if tp > 1 else ""
-        return f" ({layout_text(Layout(tp, cluster.dp))} behind {cluster.method}{rank})"
+        return f" ({Layout(tp, cluster.dp)} behind {cluster.method}{rank})"
     return f" (TP {tp}, one rank simulated)" if tp > 1 else ""
 
 

@@ -245,9 +245,16 @@ def build_step_model(
             # the calibration replaces the efficiencies those notes are about
             notes = [n for n in notes if getattr(n, "code", "") not in REPLACED_BY_WHOLE_GPU_TERMS]
             if calibration.whole_gpu.model != getattr(model, "name", ""):
-                notes.append(Finding("costmodel.whole_gpu_other_model", {
-                    "calibrated_on": calibration.whole_gpu.model, "model": getattr(model, "name", "this model")},
-                    "calibration"))
+                notes.append(
+                    Finding(
+                        "costmodel.whole_gpu_other_model",
+                        {
+                            "calibrated_on": calibration.whole_gpu.model,
+                            "model": getattr(model, "name", "this model"),
+                        },
+                        "calibration",
+                    )
+                )
     collectives = None
     if tp != 1:
         from ..multigpu.tensor_parallel import check_tp_value
@@ -337,9 +344,17 @@ def calibrated_serving(cpu: CpuProfile, serving: ServingProfile, terms: Any) -> 
     from dataclasses import replace
 
     source = f"calibrated on {terms.runs} bench_serving run(s) ({terms.source})"
-    cpu = replace(cpu, per_request_step_s=terms.per_request_step_s, source=f"{cpu.source}; per_request_step_s {source}")
-    serving = replace(serving, admission_delay_s=terms.admission_delay_s, first_token_delay_s=terms.first_token_delay_s,
-                      admission_interval_s=terms.admission_interval_s, source=source, calibrated=True)
+    cpu = replace(
+        cpu, per_request_step_s=terms.per_request_step_s, source=f"{cpu.source}; per_request_step_s {source}"
+    )
+    serving = replace(
+        serving,
+        admission_delay_s=terms.admission_delay_s,
+        first_token_delay_s=terms.first_token_delay_s,
+        admission_interval_s=terms.admission_interval_s,
+        source=source,
+        calibrated=True,
+    )
     return cpu, serving
 
 

@@ -260,8 +260,19 @@ def tp_collectives(gpu: Any, tp: int, fits: tuple[AllReduceFits, ...] | None = N
     if nearest != tp:
         steps = max(0, ring_steps(tp) - ring_steps(nearest))
         extra = steps * hop_s
-        notes.append(Finding("costmodel.allreduce_nearest_ranks", {
-            "tp": tp, "nearest": nearest, "measured": measured, "hop_us": hop_s * 1e6, "extra_steps": steps}, "tp"))
+        notes.append(
+            Finding(
+                "costmodel.allreduce_nearest_ranks",
+                {
+                    "tp": tp,
+                    "nearest": nearest,
+                    "measured": measured,
+                    "hop_us": hop_s * 1e6,
+                    "extra_steps": steps,
+                },
+                "tp",
+            )
+        )
     if custom is not None and not (kind == "nvlink" or tp == 2):
         custom = None  # SGLang's custom all-reduce needs all GPUs NVLink-connected beyond 2
     source = (f"TP {tp} over {kind} {link_bw / 1e9:g} GB/s each way, all-reduce constants of {chosen.gpu}"

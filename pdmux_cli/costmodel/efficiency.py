@@ -175,7 +175,8 @@ def for_linear_gemms(profile: EfficiencyProfile, kind: str) -> tuple[EfficiencyP
 
 
 def for_kv_cache(profile: EfficiencyProfile, fp8: bool) -> tuple[EfficiencyProfile, Finding | None]:
-    """``profile`` with ``decode_attention`` set for the KV cache's dtype, and a finding (``None`` when measured).
+    """``profile`` with ``decode_attention`` set for the KV cache's dtype, and a finding (``None`` when
+    measured).
 
     ``fp8``: an fp8 KV cache (``--kv-cache-dtype fp8_e4m3``/``fp8_e5m2``, or 1 byte per element): the
     measured ``decode_attention_fp8_kv`` (SGLang's kernels read an fp8 cache further from the HBM's
@@ -187,7 +188,9 @@ def for_kv_cache(profile: EfficiencyProfile, fp8: bool) -> tuple[EfficiencyProfi
         return profile, None
     if profile.decode_attention_fp8_kv is not None:
         return replace(profile, decode_attention=profile.decode_attention_fp8_kv), None
-    return profile, Finding("costmodel.no_fp8_kv_attention", {"fitted_on": profile.fitted_on}, "kv_cache_dtype")
+    return profile, Finding(
+        "costmodel.no_fp8_kv_attention", {"fitted_on": profile.fitted_on}, "kv_cache_dtype"
+    )
 
 
 @dataclass(frozen=True)
@@ -206,8 +209,13 @@ class PartitionProfile:
     prefill_layer_s: float = 0.0
     source: str = ""
 
-    def bandwidth_curve(self, total_sms: int, hbm_bytes_per_s: float, compute_capability: tuple[int, int] | None,
-                        s_sat: float | None = None) -> tuple[BandwidthCurve, Finding | None]:
+    def bandwidth_curve(
+        self,
+        total_sms: int,
+        hbm_bytes_per_s: float,
+        compute_capability: tuple[int, int] | None,
+        s_sat: float | None = None,
+    ) -> tuple[BandwidthCurve, Finding | None]:
         """The curve of a GPU (``total_sms`` SMs, ``hbm_bytes_per_s`` datasheet, ``compute_capability``;
         ``None``: unknown, the first family) and a finding on which family stands in (``None`` for its own).
         ``s_sat``: the user's S_SAT (SMs); ``None``: the family's default, rounded to whole SMs.
@@ -491,7 +499,9 @@ def load_profiles() -> tuple[EfficiencyProfile, ...]:
                  if p.stem not in ("common", "allreduce", "serving"))
 
 
-def profile_for(gpu_key: str, compute_capability: tuple[int, int]) -> tuple[EfficiencyProfile, Finding | None]:
+def profile_for(
+    gpu_key: str, compute_capability: tuple[int, int]
+) -> tuple[EfficiencyProfile, Finding | None]:
     """The efficiency profile for a GPU, and a note saying how it was chosen ("" when measured).
 
     Order: a file whose ``applies_to`` names ``gpu_key`` (its own measurements, or a same-chip

@@ -87,7 +87,9 @@ def moe_kernel(model: Any, compute_capability: tuple[int, int],
     return "triton", dtype
 
 
-def for_moe(profile: EfficiencyProfile, kind: tuple[str, str] | None) -> tuple[EfficiencyProfile, Finding | None]:
+def for_moe(
+    profile: EfficiencyProfile, kind: tuple[str, str] | None
+) -> tuple[EfficiencyProfile, Finding | None]:
     """``profile`` with ``moe_routed`` set to the measured efficiency of ``kind`` (``(kernel, dtype)`` from
     :func:`moe_kernel`), and a finding (``None`` when measured on this profile's GPU, or for a dense model).
 

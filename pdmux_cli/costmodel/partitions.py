@@ -157,10 +157,11 @@ class BandwidthFamily:
         return 1 if self.family == str(major) else 0
 
 
-def pick_bandwidth_family(families: Sequence[BandwidthFamily],
-                          compute_capability: tuple[int, int] | None) -> tuple[BandwidthFamily, Finding | None]:
-    """The family whose curve a GPU of ``compute_capability`` takes, and a finding (``None`` when its own): the
-    exact capability, else its major, else the measured family with the nearest major (ties: the newer).
+def pick_bandwidth_family(
+    families: Sequence[BandwidthFamily], compute_capability: tuple[int, int] | None
+) -> tuple[BandwidthFamily, Finding | None]:
+    """The family whose curve a GPU of ``compute_capability`` takes, and a finding (``None`` when its own):
+    the exact capability, else its major, else the measured family with the nearest major (ties: the newer).
     ``None`` (capability unknown): the first family. Raises :class:`InputError` for no families."""
     if not families:
         raise InputError("no bandwidth-vs-SMs family is defined (common.yaml partitions.bandwidth_families)")

@@ -162,7 +162,12 @@ class Scenario:
                     check_tp_value(self.disagg_tp)
                 except InputError as exc:
                     raise for_disagg_tp(exc) from None
-        elif (self.kv_link, self.kv_link_gb_s, self.kv_link_latency_us, self.disagg_tp) != ("auto", None, None, None):
+        elif (self.kv_link, self.kv_link_gb_s, self.kv_link_latency_us, self.disagg_tp) != (
+            "auto",
+            None,
+            None,
+            None,
+        ):
             raise InputError(
                 "{flag.kv_link}, {flag.kv_link_gb_s}, {flag.kv_link_latency_us} and {flag.disagg_tp} "
                 "describe {flag.disagg}'s instances: give {flag.disagg} XPYD too",
@@ -356,8 +361,8 @@ def _check_context(model: Model, scenario: Scenario) -> None:
 
 
 def _driver_level(gpu: Gpu, total: int, split: tuple[int, int]) -> tuple[split_levels.Split, Finding | None]:
-    """``--level P/D`` as the CUDA driver makes it (:func:`pdmux_cli.sglang.split_levels.driver_split`: on H100
-    100/32 runs as 104/28), and a finding when that differs from what was asked (``None`` otherwise).
+    """``--level P/D`` as the CUDA driver makes it (:func:`pdmux_cli.sglang.split_levels.driver_split`: on
+    H100 100/32 runs as 104/28), and a finding when that differs from what was asked (``None`` otherwise).
 
     Raises :class:`InputError` when P or D is not > 0, P + D is not the GPU's SM count, or the
     rounded split leaves decode fewer SMs than the granularity's minimum.
@@ -628,8 +633,15 @@ def estimate(
                     param="disagg_tp",
                     values={"tp": inst_tp, "model": model.name, "gpu": gpu.name},
                 )
-            inst = _models(gpu, model, replace(inst_scenario, s_sat_values=(None,) if scenario.cost_model != "chapter"
-                                               else scenario.s_sat_values), calibration)[0][0]
+            inst = _models(
+                gpu,
+                model,
+                replace(
+                    inst_scenario,
+                    s_sat_values=(None,) if scenario.cost_model != "chapter" else scenario.s_sat_values,
+                ),
+                calibration,
+            )[0][0]
             inst_cpu = inst.decode_cpu_s(bs)
             inst_base_s = max(inst.decode_s(total, bs, sum_ctx, sum_win) + inst.request_s(bs), inst_cpu)
             inst_prefill_s = max(inst.prefill_s(total, [(prompt, 0)]) + inst.request_s(1), inst_cpu)

@@ -154,8 +154,12 @@ def trace_context(prompt_tokens: Sequence[int], output_tokens: Sequence[int], wi
             w_total += s + (m - below) * window
             w_squares += q + (m - below) * window * window
     if not steps:
-        raise InputError("no request of the trace decodes (every output is one token): there is no decode batch "
-                         "to size levels for; give {flag.context}", param="context", values={})
+        raise InputError(
+            "no request of the trace decodes (every output is one token): there is no decode batch "
+            "to size levels for; give {flag.context}",
+            param="context",
+            values={},
+        )
     mean = total / steps
     sd = math.sqrt(max(0.0, squares / steps - mean * mean))
     w_mean = w_total / steps if window else 0.0

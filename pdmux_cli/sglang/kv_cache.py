@@ -93,7 +93,11 @@ def resolve_kv_cache(model: Any, kv_cache_dtype: str | None = None, kv_bytes: fl
     check_kv_options(kv_cache_dtype, kv_bytes)
     choice = check_kv_cache_dtype(kv_cache_dtype)
     if kv_bytes is not None:
-        if isinstance(kv_bytes, bool) or not isinstance(kv_bytes, (int, float)) or not 0 < kv_bytes < float("inf"):
+        if (
+            isinstance(kv_bytes, bool)
+            or not isinstance(kv_bytes, (int, float))
+            or not 0 < kv_bytes < float("inf")
+        ):
             raise InputError(
                 "{flag.kv_bytes} must be a positive number of bytes, got {value}",
                 param="kv_bytes",

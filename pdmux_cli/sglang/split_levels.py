@@ -62,7 +62,8 @@ class GroupPlan(NamedTuple):
 
     ``groups``: list of :class:`Split`, group 0 first (all prefill), last group all decode.
     ``thresholds``: the manual_divisions decode-batch thresholds (one per level, as written: SGLang
-    compares batch sizes with a float threshold as it is) or ``None`` when the linear rule chooses. ``source``: ``"sglang-auto"``, ``"manual"`` or ``"cuda-granularity"``
+    compares batch sizes with a float threshold as it is) or ``None`` when the linear rule chooses.
+    ``source``: ``"sglang-auto"``, ``"manual"`` or ``"cuda-granularity"``
     (Blackwell, where SGLang's automatic path fails at start-up and manual_divisions is needed).
     ``note``: what the user should know (a :class:`~pdmux_cli.util.errors.Finding`, worded by
     :mod:`pdmux_cli.messages`), or ``None``.

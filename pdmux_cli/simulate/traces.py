@@ -940,7 +940,9 @@ def reshape(
     if max_requests is not None and max_requests < len(arrivals):
         arrivals, prompts, outputs = arrivals[:max_requests], prompts[:max_requests], outputs[:max_requests]
         hashes = hashes[:max_requests]
-        notes.append(Finding("trace.first_requests", {"kept": max_requests, "requests": len(trace)}, "max_requests"))
+        notes.append(
+            Finding("trace.first_requests", {"kept": max_requests, "requests": len(trace)}, "max_requests")
+        )
     factor = None
     if rate_scale is not None and rate_scale != 1:
         factor = 1.0 / rate_scale
@@ -1019,9 +1021,19 @@ def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the 
     if trace.format == "synthetic":  # drawn, not read: no row of a file was bad
         prompts, outputs = trace.prompt_tokens, trace.output_tokens
         longest = max((j for j, k in enumerate(keep) if not k), key=lambda i: prompts[i] + outputs[i])
-        notes.append(Finding("trace.synthetic_past_context", {
-            "dropped": dropped_count, "requests": len(trace), "model": model_name, "context_tokens": context_tokens,
-            "longest_prompt": prompts[longest], "longest_output": outputs[longest]}))
+        notes.append(
+            Finding(
+                "trace.synthetic_past_context",
+                {
+                    "dropped": dropped_count,
+                    "requests": len(trace),
+                    "model": model_name,
+                    "context_tokens": context_tokens,
+                    "longest_prompt": prompts[longest],
+                    "longest_output": outputs[longest],
+                },
+            )
+        )
     else:
         for i in dropped[:max(0, KEEP_BAD_ROWS - len(examples))]:
             reason = (f"request {i + 1}: {trace.prompt_tokens[i]} + {trace.output_tokens[i]} tokens, past "

@@ -268,11 +268,16 @@ def candidates(
     return out, skipped
 
 
-def slo_candidates(trace: Trace, setup: Setup, slo_itl_ms: float, margins: Sequence[float] = DEFAULT_SLO_MARGINS,
-                   budgets: Sequence[int] = DEFAULT_BUDGETS) -> tuple[list[Candidate], list[Finding]]:
-    """SLO levels (:func:`pdmux_cli.planning.slo_levels.levels_for_setup`) for ``margin x slo_itl_ms`` at the
-    trace's decode-step contexts (:func:`pdmux_cli.planning.slo_levels.trace_context`), one candidate per margin
-    and budget, at most ``sm_group_num`` 8 (SGLang's default: 6 levels); margins giving the same levels
+def slo_candidates(
+    trace: Trace,
+    setup: Setup,
+    slo_itl_ms: float,
+    margins: Sequence[float] = DEFAULT_SLO_MARGINS,
+    budgets: Sequence[int] = DEFAULT_BUDGETS,
+) -> tuple[list[Candidate], list[Finding]]:
+    """SLO levels (:func:`pdmux_cli.planning.slo_levels.levels_for_setup`) for ``margin x slo_itl_ms`` at
+    the trace's decode-step contexts (:func:`pdmux_cli.planning.slo_levels.trace_context`), one candidate per
+    margin and budget, at most ``sm_group_num`` 8 (SGLang's default: 6 levels); margins giving the same levels
     are tried once. Returns ``(candidates, notes)``: a finding (``tune.no_slo_levels``) instead of
     candidates where no level can be built (no request of the trace decodes). Raises :class:`InputError`
     for a margin outside ``(0, MAX_SLO_MARGIN]``."""
@@ -491,8 +496,19 @@ def tune(
         notes = ([capped_note] if capped_note else []) + slo_notes
         if rows[best].older_sglang_crash_rounds:
             notes.append(Finding("tune.winner_crashes_release"))
-        overload = overload_note(trace, setup, rows[best], slo_ttft_ms, slo_itl_ms, workers, dp, load_balance_method,
-                                 policy_of(rows[best].candidate.config), ex, max_steps)
+        overload = overload_note(
+            trace,
+            setup,
+            rows[best],
+            slo_ttft_ms,
+            slo_itl_ms,
+            workers,
+            dp,
+            load_balance_method,
+            policy_of(rows[best].candidate.config),
+            ex,
+            max_steps,
+        )
     if overload:
         notes.append(overload)
     return TuneResult(rows, best, baseline, skipped, workers, notes, others, gpus=dp * setup.tp,

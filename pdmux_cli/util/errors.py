@@ -76,11 +76,11 @@ class InputError(PdmuxError, ValueError):
                  prefix: str = "", aliases: dict[str, str] | None = None) -> None:
         """``message``: the one line; with ``values`` (possibly empty) a template whose ``{NAME}`` fields
         are ``values[NAME]`` and whose ``{flag.NAME}`` fields name a parameter by its Python name (the
-        request field, the API keyword: ``tp``, ``disagg_tp``; ``{param_flag}``: ``param``'s); the rendering layer turns each into its
-        CLI flag (:func:`pdmux_cli.messages.error_text`, which ``str()`` uses) or leaves the Python name
-        (:func:`pdmux_cli.messages.api_error_text`). User text belongs in ``values``, never in a template.
-        ``param``: the parameter at fault, or ``None``. ``prefix``: text before the message
-        (``"what: "``), kept apart so that a wrapped error keeps its template. ``aliases``: parameter
+        request field, the API keyword: ``tp``, ``disagg_tp``; ``{param_flag}``: ``param``'s); the rendering
+        layer turns each into its CLI flag (:func:`pdmux_cli.messages.error_text`, which ``str()`` uses) or
+        leaves the Python name (:func:`pdmux_cli.messages.api_error_text`). User text belongs in ``values``,
+        never in a template. ``param``: the parameter at fault, or ``None``. ``prefix``: text before the
+        message (``"what: "``), kept apart so that a wrapped error keeps its template. ``aliases``: parameter
         renames (:meth:`retargeted`)."""
         self.template = message
         self.values = values
@@ -102,7 +102,9 @@ class InputError(PdmuxError, ValueError):
             return self.prefix + self.template
         flags = _Flags(names, self.aliases)
         own = getattr(flags, self.param) if self.param else ""
-        return self.prefix + _FORMATTER.vformat(self.template, (), {**self.values, "flag": flags, "param_flag": own})
+        return self.prefix + _FORMATTER.vformat(
+            self.template, (), {**self.values, "flag": flags, "param_flag": own}
+        )
 
     def prefixed(self, prefix: str) -> InputError:
         """This error with ``prefix`` before its message (``"task: "``), its template and parameter kept."""
