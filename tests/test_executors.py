@@ -14,19 +14,19 @@ import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
-from pdmux_cli.sglang import pdmux_config as pc
-from pdmux_cli.cli import app
-from pdmux_cli.util.errors import InputError
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
+from pdmux_cli.cli import app
+from pdmux_cli.sglang import pdmux_config as pc
 from pdmux_cli.simulate import executors, tune
-from pdmux_cli.simulate.cluster import replicas_apart
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.simulate.executors import TaskFailed, executor
 from pdmux_cli.simulate.report import metrics_dict
 from pdmux_cli.simulate.runner import simulate_policies
 from pdmux_cli.simulate.schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy, PrefillFirstPolicy
+from pdmux_cli.simulate.servers import replicas_apart
 from pdmux_cli.simulate.traces import load_trace, reshape, synthetic_trace
+from pdmux_cli.util.errors import InputError
 
 FIX = Path(__file__).parent / "fixtures"
 AZURE = str(FIX / "azure_conv_50.csv")

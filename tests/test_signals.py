@@ -288,3 +288,19 @@ def test_a_stopped_run_leaves_without_the_exit_time_joins(tmp_path) -> None:
                          check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert run.returncode == 143 and run.stdout == "partial line\n"
     assert time.monotonic() - started < 20
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_dead_unreaped_parent_counts_as_gone() -> None:
+    """A pool maker killed before its worker looked is a zombie (os.kill(pid, 0) still succeeds): the
+    worker must see it as gone, or it outlives its parent with no death signal to come."""
+    from pdmux_cli.util.signals import _is_zombie
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 10
+    while not _is_zombie(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _is_zombie(child.pid)  # exited, not yet reaped
+    os.kill(child.pid, 0)  # which os.kill does not tell
+    child.wait()
+    assert not _is_zombie(child.pid) and not _is_zombie(os.getpid())

@@ -16,8 +16,8 @@ from pdmux_cli.catalog.model import load_model
 from pdmux_cli.cli import app
 from pdmux_cli.messages import layout_text
 from pdmux_cli.multigpu.disaggregation import KvLink, Layout, kv_link
-from pdmux_cli.simulate import cluster
-from pdmux_cli.simulate.cluster import DisaggPolicy, simulate_disagg, simulate_dp, transfer_ends
+from pdmux_cli.simulate import servers
+from pdmux_cli.simulate.cluster import DisaggPolicy, simulate_disagg, transfer_ends
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.simulate.metrics import summarize
 from pdmux_cli.simulate.runner import simulate
@@ -26,9 +26,8 @@ from pdmux_cli.simulate.schedulers import (
     MixedChunkPolicy,
     PdmuxPolicy,
     PrefillFirstPolicy,
-    baseline_rounds,
-    pdmux_rounds,
 )
+from pdmux_cli.simulate.servers import simulate_dp
 from pdmux_cli.simulate.traces import Trace, load_trace, synthetic_trace
 from pdmux_cli.util.errors import InputError
 
@@ -96,12 +95,11 @@ def test_round_robin_is_independent_servers_on_alternate_requests(setup, busy_tr
 
 def _routed(setup, trace, policy, dp, method):
     pool = setup.kv_pool(policy.chunk_tokens)
-    works = cluster._routed_works(trace, setup, pool.tokens, dp)
-    rounds = pdmux_rounds if policy.kind == "pdmux" else baseline_rounds
-    servers = [rounds(w, setup, policy) for w in works]
+    works = servers.routed_works(trace, setup, pool.tokens, dp)
+    rounds = [policy.rounds(w, setup) for w in works]
     rejected = set(works[0].rejected)
     order = [r for r in range(len(trace)) if r not in rejected]
-    extras, where, unrouted = cluster.route(servers, works, order, trace.arrival_s, method)
+    extras, where, unrouted = servers.route(rounds, works, order, trace.arrival_s, method)
     return works, extras, where, unrouted, order
 
 

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from pdmux_cli.sglang import split_levels
-from pdmux_cli.sglang import server_defaults as sgl
-from pdmux_cli.costmodel import chapter as cost
-from pdmux_cli.util.errors import InputError
-from pdmux_cli.planning.estimate import Scenario, estimate
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
+from pdmux_cli.costmodel import chapter as cost
+from pdmux_cli.planning.estimate import Scenario, estimate
+from pdmux_cli.sglang import server_defaults as sgl
+from pdmux_cli.sglang import split_levels
 from pdmux_cli.sglang.pdmux_config import PdmuxConfig
 from pdmux_cli.simulate import engine
 from pdmux_cli.simulate.engine import DecodeBatch, make_setup
@@ -28,6 +27,7 @@ from pdmux_cli.simulate.runner import run_scenario, simulate
 from pdmux_cli.simulate.schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy, PrefillFirstPolicy
 from pdmux_cli.simulate.traces import Trace, load_trace, reshape, synthetic_trace
 from pdmux_cli.messages import render, render_all
+from pdmux_cli.util.errors import InputError
 
 FIX = Path(__file__).parent / "fixtures"
 H100 = find_gpu("h100")
@@ -474,7 +474,7 @@ def test_kv_pool_is_whole_again_at_the_end(pol, monkeypatch) -> None:
         captured["work"] = work = orig(*args, **kwargs)
         return work
 
-    monkeypatch.setattr("pdmux_cli.simulate.runner.build_work", build)
+    monkeypatch.setattr("pdmux_cli.simulate.servers.build_work", build)
     trace = synthetic_trace(30, "uniform:10:3000", "uniform:1:300", num_requests=200, seed=5)
     simulate(trace, SETUP, pol, initial_decode=[(2048, 40)] * 8)
     work = captured["work"]

@@ -13,18 +13,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdmux_cli.sglang import server_defaults as sgl
-from pdmux_cli.costmodel import chapter as cost
-from pdmux_cli.util.errors import InputError
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
-from pdmux_cli.simulate import engine, schedulers
+from pdmux_cli.costmodel import chapter as cost
+from pdmux_cli.sglang import server_defaults as sgl
+from pdmux_cli.simulate import engine
 from pdmux_cli.simulate.engine import build_work, make_setup
 from pdmux_cli.simulate.metrics import summarize
 from pdmux_cli.simulate.prefix_cache import ROOT, PrefixCache, block_keys
 from pdmux_cli.simulate.runner import simulate
 from pdmux_cli.simulate.schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy, PrefillFirstPolicy
+from pdmux_cli.simulate.servers import drive
 from pdmux_cli.simulate.traces import HASH_BLOCK_TOKENS, Trace
+from pdmux_cli.util.errors import InputError
 
 H100 = find_gpu("h100")
 QWEN = load_model("qwen3-8b")
@@ -264,8 +265,7 @@ def _run_checked(trace: Trace, pool: int, policy):
             return out
 
         setattr(work, name, wrapped)
-    run = schedulers.run_pdmux if policy.kind == "pdmux" else schedulers.run_baseline
-    run(work, setup, policy)
+    drive(policy.rounds(work, setup))
     assert checked and work.finished == len(trace) - len(work.rejected)
     return work
 

@@ -94,7 +94,7 @@ def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_l
     policies = result.policies
     counts = sorted({p.gpus for p in policies})
     many = counts[-1] > 1 if counts else False
-    layouts = any(p.layout != "1 GPU" for p in policies)
+    layouts = any(p.layout.gpus > 1 for p in policies)
     over = ("req/s" if not many else f"req/s over all {counts[0]} GPUs" if len(counts) == 1
             else "req/s over all of a policy's GPUs")
     table = Table(title=title, title_justify="left",

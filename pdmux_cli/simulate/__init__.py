@@ -4,8 +4,12 @@
   retiming; :mod:`.columns`: the compact columns a trace is kept in.
 - :mod:`.engine`: the simulated SGLang server (settings, KV pool, decode batch, admission, retraction,
   raw records or a streamed run's window).
+- :mod:`.policies`: the typed contracts (the :class:`~.policies.Policy` protocol every schedule meets,
+  one server's :class:`~.policies.ServerOutcome`, a policy's :class:`~.policies.Deployment`).
 - :mod:`.schedulers`: SGLang's default loop (chunked, mixed-chunk, prefill-first) and the pdmux loop
-  (modelling choices and the SGLang functions they follow in its docstring).
+  (modelling choices and the SGLang functions they follow in its docstring), and their policies.
+- :mod:`.servers`: one server or ``dp`` replicas of it behind a router, one code path;
+  :mod:`.cluster`: PD disaggregation (X prefill and Y decode instances, the KV link between them).
 - :mod:`.runner`: :func:`simulate` one policy over a trace (recorded, or streamed into a
   :class:`~.fold.Fold`), :func:`simulate_metrics` (streamed and summarized); :func:`run_scenario`, the
   chapter's case.

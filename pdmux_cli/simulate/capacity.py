@@ -35,7 +35,8 @@ from ..util.errors import Finding, InputError
 from .engine import Setup
 from .executors import Executor, using
 from .fold import select_rank
-from .runner import Policy, simulate_metrics
+from .policies import Policy
+from .runner import simulate_metrics
 from .traces import Trace, reshape
 
 #: Doublings (or halvings) from the trace's own rate before the search gives up bracketing: 2^8 = 256x.
@@ -341,16 +342,11 @@ def capacity(
         rate, bound = outcome[i]
         at = next((p for p in points[i] if p.rate_rps == rate), None) if rate > 0 else None
         cfg = getattr(policy, "config", None)
-        if policy.kind == "disagg":
-            xpyd = (policy.prefill, policy.decode)
-            own = policy.setup_for(setup).tp
-            gpus, layout, router = sum(xpyd) * own, Layout(own, xpyd=xpyd), policy.load_balance_method
-        else:
-            xpyd, gpus, layout = None, dp * setup.tp, Layout(setup.tp, dp)
-            router = load_balance_method if dp > 1 else ""
+        where = policy.deployment(setup, dp, load_balance_method)
+        router = where.method if where.servers > 1 else ""  # a disaggregation's 1P1D has its router too
         rows.append(PolicyCapacity(
             policy.label, policy.kind, rate, at, tuple(sorted(points[i], key=lambda p: p.rate_rps)), bound,
             config_paths[i] if config_paths else None, cfg.sm_group_num if cfg is not None else None,
-            policy.chunk_tokens, gpus, layout, router, xpyd))
+            policy.chunk_tokens, where.gpus, where.layout, router, where.xpyd))
     return CapacityResult(rows, target, tolerance, trace.mean_qps, slo_ttft_ms, slo_itl_ms, workers,
                           tp=setup.tp, dp=dp, load_balance_method=load_balance_method)

@@ -1,4 +1,5 @@
-"""The simulated SGLang server: its settings, KV pool, running decode batch, admission, retraction and records.
+"""The simulated SGLang server: its settings, KV pool, running decode batch, admission, retraction and
+records.
 
 Shared by the schedulers in :mod:`pdmux_cli.simulate.schedulers`. Pure Python and deterministic.
 The rules follow SGLang 0.5.23 (paths inside its wheel; docs/architecture.md lists them):
@@ -50,16 +51,19 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..catalog import model as mdl
+from ..catalog.model import Model
 from ..sglang import server_defaults as sgl
 from ..multigpu.disaggregation import Layout
 from ..util.errors import InputError
-from ..catalog.model import Model
 from .columns import Ragged, fast
 from .prefix_cache import WAITING_PREFIX_REFRESH_INTERVAL, WAITING_PREFIX_REFRESH_MAX, PrefixCache, block_keys
 from .traces import HASH_BLOCK_TOKENS
+
+if TYPE_CHECKING:
+    from ..costmodel import StepModel
 
 #: Most decode steps one simulated policy may take when its whole record is kept (:func:`pdmux_cli.
 #: simulate.runner.simulate` without a fold: the API the tests and the serving replays use). Memory grows
@@ -85,7 +89,8 @@ def step_budget(requests: int, max_steps: int | None = None) -> int:
     :data:`STEP_BUDGET_PER_REQUEST` per request. Raises :class:`InputError` for a negative ``max_steps``."""
     if max_steps is not None:
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0:
-            raise InputError(f"--max-steps must be a whole number of decode steps >= 0 (0: no limit), got {max_steps!r}")
+            raise InputError("--max-steps must be a whole number of decode steps >= 0 (0: no limit), got "
+                             f"{max_steps!r}")
         return max_steps
     return max(MIN_STEP_BUDGET, STEP_BUDGET_PER_REQUEST * requests)
 
@@ -122,8 +127,8 @@ class StepEnds(array):
         self.gaps = array("d")
 
     def gaps_upto(self, k: int) -> array:
-        """:attr:`gaps` (per step of the window, its end minus the previous step's, :attr:`prev` for the first)
-        computed through window index ``k`` (exclusive), each once."""
+        """:attr:`gaps` (per step of the window, its end minus the previous step's, :attr:`prev` for the
+        first) computed through window index ``k`` (exclusive), each once."""
         gaps = self.gaps
         done = len(gaps)
         if done < k:
@@ -157,14 +162,15 @@ class StepEnds(array):
         if self.budget is None:
             if len(self) >= MAX_DECODE_STEPS:
                 raise InputError(
-                    f"the simulation passed {MAX_DECODE_STEPS:,} decode steps (long outputs that barely overlap, or "
-                    "tiny chunks): simulate fewer requests (--max-requests, --duration) or larger --chunk-sizes"
+                    f"the simulation passed {MAX_DECODE_STEPS:,} decode steps (long outputs that barely "
+                    "overlap, or tiny chunks): simulate fewer requests (--max-requests, --duration) or "
+                    "larger --chunk-sizes"
                 )
         elif self.budget and self.base + len(self) >= self.budget:
             raise InputError(
-                f"the simulation passed its budget of {self.budget:,} decode steps on one server (long outputs that "
-                "barely overlap, or tiny chunks): raise it with --max-steps N (0: no limit), or simulate fewer "
-                "requests (--max-requests, --duration) or larger --chunk-sizes"
+                f"the simulation passed its budget of {self.budget:,} decode steps on one server (long "
+                "outputs that barely overlap, or tiny chunks): raise it with --max-steps N (0: no limit), or "
+                "simulate fewer requests (--max-requests, --duration) or larger --chunk-sizes"
             )
 
     @property
@@ -226,13 +232,13 @@ class Setup:
     ``cuda_graph_max_bs``: ``None`` for SGLang's default for the GPU; larger decode batches run
     without a CUDA graph. ``max_running_requests``: ``None`` for SGLang's default from the pool.
     ``prefix_cache``: SGLang's radix cache (on by default; off is ``--disable-radix-cache``), used for
-    traces with ``hash_ids``. ``gpu_name``: for output. ``tp``: GPUs the model is sharded over (``--tp-size``): weights, KV
-    and SGLang's memory reserve are one rank's, and every rank holds the same pool (the step model's
-    times are one rank's too).
+    traces with ``hash_ids``. ``gpu_name``: for output. ``tp``: GPUs the model is sharded over
+    (``--tp-size``): weights, KV and SGLang's memory reserve are one rank's, and every rank holds the
+    same pool (the step model's times are one rank's too).
     """
 
     model: Model
-    step_model: object
+    step_model: StepModel
     total_sms: int
     compute_capability: tuple[int, int]
     memory_bytes: float
@@ -275,8 +281,8 @@ class Setup:
 
     @property
     def kv_bytes_per_token(self) -> float:
-        """KV bytes per cached token, all layers, uncapped (:func:`pdmux_cli.catalog.model.kv_bytes_per_token`):
-        SGLang's token pool allocates a full cell per token. One rank's with ``tp > 1``."""
+        """KV bytes per cached token, all layers, uncapped: SGLang's token pool allocates a full cell per
+        token (:func:`pdmux_cli.catalog.model.kv_bytes_per_token`). One rank's with ``tp > 1``."""
         if self.tp == 1:
             return mdl.kv_bytes_per_token(self.model, self.kv_bytes_per_element)
         from ..costmodel.operators import rank_kv_bytes_per_token
@@ -302,7 +308,8 @@ class Setup:
             return sgl.kv_pool(self.memory_bytes, self.weight_bytes, self.kv_bytes_per_token, fraction)
         except InputError as exc:
             ranks = f" (each GPU of TP {self.tp} holds one rank's weights)" if self.tp > 1 else ""
-            raise InputError(f"{self.model.name} does not fit {self.gpu_name or 'this GPU'}{ranks}: {exc}") from None
+            raise InputError(f"{self.model.name} does not fit {self.gpu_name or 'this GPU'}{ranks}: "
+                             f"{exc}") from None
 
     def running_limit(self, pool_tokens: int) -> int:
         """``max_running_requests`` for a pool of ``pool_tokens``."""
@@ -350,7 +357,8 @@ def make_setup(
     check_efficiency(mfu, "MFU")
     total = gpu.require_sm_count()
     if not gpu.memory_bytes or not gpu.hbm_bytes_per_s:
-        raise InputError(f"{gpu.name} has no memory or bandwidth figures: simulate needs a full GPU profile (--gpu)")
+        raise InputError(f"{gpu.name} has no memory or bandwidth figures: simulate needs a full GPU profile "
+                         "(--gpu)")
     step_model = build_step_model(
         gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency, mfu=mfu,
         calibration=calibration, weight_bytes_per_param=weight_bytes_per_param,
@@ -379,8 +387,8 @@ class DecodeBatch:
     entries for retracted members); :meth:`remove` takes one out (retraction).
     """
 
-    __slots__ = ("_clip_cross", "_cross", "_finish", "_gen", "below_clip", "below_window", "clip", "members", "n",
-                 "sum_clip", "sum_context", "sum_max_new", "sum_remaining", "sum_window", "window")
+    __slots__ = ("_clip_cross", "_cross", "_finish", "_gen", "below_clip", "below_window", "clip", "members",
+                 "n", "sum_clip", "sum_context", "sum_max_new", "sum_remaining", "sum_window", "window")
 
     def __init__(self, window: int = 0, clip: int = sgl.CLIP_MAX_NEW_TOKENS) -> None:
         self.n = 0
@@ -400,7 +408,8 @@ class DecodeBatch:
         self._clip_cross: list[tuple[int, int, int]] = []
         self._gen = 0
 
-    def join(self, rid: int, context: int, steps: int, first_step: int, max_new: int = 0, generated: int = 1) -> None:
+    def join(self, rid: int, context: int, steps: int, first_step: int, max_new: int = 0,
+             generated: int = 1) -> None:
         """Add request ``rid`` with ``context`` tokens cached, taking ``steps`` (>= 1) decode steps from
         step index ``first_step`` on; ``max_new``: its ``max_new_tokens``; ``generated``: output tokens it
         already has (1 after its first prefill)."""
@@ -511,10 +520,10 @@ class RunResult:
     ``step_end_s``: end time of every decode step. ``end_s``: time of the last event. ``idle_s``: seconds
     the GPU had nothing to run. ``group_time_s``: pdmux only, seconds in each stream group (``groups``).
     ``counters``: prefill batches, rounds, retractions... ``kv_pool_tokens``: the pool simulated (one
-    server's). ``gpus``: GPUs the policy ran on; ``layout``: how (a
-    :class:`~pdmux_cli.multigpu.disaggregation.Layout`: ``"TP 2"``, ``"DP 4 x TP 2"``, ``"1P1D x TP 1"``);
-    ``router``: the load-balance method between its servers (``""`` for one server). ``server``: per
-    request, the server that served it (a DP replica, or a disaggregation's decode instance; -1 where none did), empty for one server;
+    server's). ``gpus``: GPUs the policy ran on; ``layout``: how (``"TP 2"``, ``"DP 4 x TP 2"``,
+    ``"1P1D x TP 1"``: a :class:`~pdmux_cli.multigpu.disaggregation.Layout`); ``router``: the load-balance
+    method between its servers (``""`` for one server). ``server``: per request, the server that served it
+    (a DP replica, or a disaggregation's decode instance; -1 where none did), empty for one server;
     ``prefill_server``: a disaggregation's prefill instance per request. ``output_delay_s``: how long a
     token takes from the end of its step to the client (times here are the server's; the metrics add it).
     ``arrival_s`` are the times the client sent each request (a closed-loop client's, as it sent them).
@@ -605,12 +614,12 @@ class Work:
         n = len(arrival)
         self.fold = fold
         stream = fold is not None
-        serving = getattr(setup.step_model, "serving", None)
+        serving = setup.step_model.serving
         #: seconds from a request's arrival until the scheduler can admit it, and from a token's step to
         #: the client (:class:`pdmux_cli.costmodel.efficiency.ServingProfile`)
-        self.admission_delay = serving.admission_delay_s if serving is not None else 0.0
-        self.output_delay = serving.first_token_delay_s if serving is not None else 0.0
-        self.admission_interval = serving.admission_interval_s if serving is not None else 0.0
+        self.admission_delay = serving.admission_delay_s
+        self.output_delay = serving.first_token_delay_s
+        self.admission_interval = serving.admission_interval_s
         self.last_seen = -math.inf  # when the scheduler saw the last request received (the front end's queue)
         self.arrival, self.prompt, self.output, self.steps = arrival, prompt, output, steps
         self.num_trace = num_trace
@@ -632,9 +641,11 @@ class Work:
         # never admitted: more than the pool holds, or too much to pass admission into an empty pool
         clip = sgl.CLIP_MAX_NEW_TOKENS
         self.rejected = [i for i in range(num_trace)
-                         if prompt[i] + output[i] > capacity_tokens or prompt[i] + min(output[i], clip) + 1 >= capacity_tokens]
+                         if prompt[i] + output[i] > capacity_tokens
+                         or prompt[i] + min(output[i], clip) + 1 >= capacity_tokens]
         rejected = set(self.rejected)
-        self.order = array("q", (i for i in range(num_trace) if i not in rejected) if rejected else range(num_trace))
+        kept = (i for i in range(num_trace) if i not in rejected) if rejected else range(num_trace)
+        self.order = array("q", kept)
         self.next = 0  # index into order of the next arrival
         # a closed-loop client (bench_serving --max-concurrency): only the first `sent` requests of `order`
         # have been sent; each finished one lets the next go, at its scheduled arrival or when the client
@@ -642,7 +653,8 @@ class Work:
         self.max_concurrency = max_concurrency
         self.sent = min(max_concurrency, len(self.order)) if max_concurrency else -1
         self.finished = 0
-        self.chunked_rid = -1  # request being prefilled in chunks, and its tokens done so far (cached included)
+        # request being prefilled in chunks, and its tokens done so far (cached included)
+        self.chunked_rid = -1
         self.chunked_done = 0
         has_hashes = hashes.any_values() if isinstance(hashes, Ragged) else any(hashes)
         self.cache = PrefixCache() if has_hashes else None
@@ -751,7 +763,8 @@ class Work:
         """Tokens a prefill of ``rid`` computes: its prompt, plus the outputs it had if it was retracted."""
         return self.prompt[rid] + self.generated.get(rid, 0)
 
-    def form_prefill_batch(self, chunk_tokens: int | None, mixed_rows: int = 0) -> tuple[list[tuple[int, int]], list[int]]:
+    def form_prefill_batch(self, chunk_tokens: int | None,
+                           mixed_rows: int = 0) -> tuple[list[tuple[int, int]], list[int]]:
         """One prefill batch as SGLang's ``PrefillAdder`` forms it (module docstring).
 
         ``chunk_tokens``: the chunk size (``None``: chunking off). ``mixed_rows``: decode rows riding in
@@ -777,9 +790,11 @@ class Work:
             if chunked >= 0:
                 # SGLang checkpoints each chunk into the tree after its step. Growing the request's own
                 # leaf (PrefixCache.extend) changes nothing but what a match can find, so it waits for the
-                # next match (below); anything else (a first node, a node shared or with children) is done now.
+                # next match (below); anything else (a first node, a node shared or with children) is done
+                # now.
                 node = self.cache_node[chunked]
-                if not (node and cache.owner[node] == chunked and cache.lock[node] == 1 and not cache.kids[node]):
+                if not (node and cache.owner[node] == chunked and cache.lock[node] == 1
+                        and not cache.kids[node]):
                     self._cache_done(chunked, done_before)
             if waiting:  # calc_priority's _touch_waiting_prefixes: every 32nd pass, the queue's head last
                 if self.prefill_passes % WAITING_PREFIX_REFRESH_INTERVAL == 0:
@@ -892,7 +907,8 @@ class Work:
                     self._done(rid)
 
     def _done(self, rid: int) -> None:
-        """A streamed run: ``rid`` produced its last token; its results go to the fold, its state here goes."""
+        """A streamed run: ``rid`` produced its last token; its results go to the fold, its state here
+        goes."""
         stints = self.stints.pop(rid, None)
         self.fold.request(rid, self.first_token.pop(rid, math.nan), self.first_step.pop(rid, -1),
                           self.output[rid] - 1, self.ends, stints)
@@ -938,7 +954,8 @@ class Work:
         if self.cache is not None:
             prompt, output = self.prompt, self.output
             for rid in rids:
-                self._cache_release(rid, prompt[rid] + output[rid] - 1)  # the last token's KV is never written
+                # the last token's KV is never written
+                self._cache_release(rid, prompt[rid] + output[rid] - 1)
         if self.fold is not None:
             for rid in rids:
                 self._done(rid)
@@ -972,7 +989,8 @@ class Work:
                 self.cache_node[rid] = 0
                 self.make_room(batch.n * sgl.RETRACT_DECODE_STEPS)  # release_req evicts for the rest
             if rid not in self.stints:
-                self.stints[rid] = [(self.first_token[rid], self.first_step[rid], step - self.first_step[rid])]
+                self.stints[rid] = [(self.first_token[rid], self.first_step[rid],
+                                     step - self.first_step[rid])]
             else:
                 t0, first, _ = self.stints[rid][-1]
                 self.stints[rid][-1] = (t0, first, step - first)
@@ -1040,7 +1058,8 @@ def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequen
     n = len(arrival)
     for context, remaining in initial_decode:
         if context < 1 or remaining < 1:
-            raise InputError(f"initial decode requests need context >= 1 and remaining steps >= 1, got {context}, {remaining}")
+            raise InputError("initial decode requests need context >= 1 and remaining steps >= 1, got "
+                             f"{context}, {remaining}")
         arrival.append(0.0)
         prompt.append(context)
         output.append(remaining + 1)
@@ -1051,11 +1070,12 @@ def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequen
     given = getattr(trace, "hash_ids", ())
     if setup.prefix_cache and (given.any_values() if isinstance(given, Ragged) else any(given)):
         hashes = trace.hash_ids if stream else list(trace.hash_ids) + [()] * (len(arrival) - n)
-    work = Work(arrival, prompt, output, steps, n, capacity_tokens, window, setup, hashes, keys, max_concurrency,
-                fold)
+    work = Work(arrival, prompt, output, steps, n, capacity_tokens, window, setup, hashes, keys,
+                max_concurrency, fold)
     held = sum(prompt[rid] for rid in range(n, len(arrival)))
     if held + len(arrival) - n > capacity_tokens:
-        raise InputError(f"the initial decode batch needs {held} KV tokens, more than the {capacity_tokens} that fit")
+        raise InputError(f"the initial decode batch needs {held} KV tokens, more than the {capacity_tokens} "
+                         "that fit")
     for rid in range(n, len(arrival)):
         work.first_token[rid] = 0.0
         work.first_step[rid] = 0

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..multigpu.disaggregation import Layout
-from ..util.errors import Finding
 from .engine import RunResult
 
 #: Percentiles reported for each latency.
@@ -135,7 +134,8 @@ def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> Polic
         fold.attach(result.arrival_s, result.output_delay_s)
         fold.reject(result.rejected)
         ends = StepEnds.window_of(result.step_end_s)
-        first_tok, first_step, steps, stints = result.first_token_s, result.first_step, result.decode_steps, result.stints
+        first_tok, first_step, steps = result.first_token_s, result.first_step, result.decode_steps
+        stints = result.stints
         unfinished = result.unfinished
         for rid in range(n):
             ft = first_tok[rid]
@@ -174,12 +174,13 @@ def _metrics(result: RunResult, fold, unfinished_status: int) -> PolicyMetrics:
     if fold.itl.approximate:
         from .fold import EXACT_LIMIT, RELATIVE_ERROR
 
-        notes.append(Finding("simulate.itl_histogram", {"gaps": fold.itl.count, "exact_limit": EXACT_LIMIT,
-                                                         "relative_error": RELATIVE_ERROR}))
+        notes.append(f"ITL percentiles over all tokens from a histogram of the {fold.itl.count:,} step gaps "
+                     f"(more than {EXACT_LIMIT:,} kept exactly): at most {RELATIVE_ERROR:.1e} off, "
+                     "relatively; the maximum and every request's own p99 ITL (the SLO's) are exact")
     met = fold.met
     return PolicyMetrics(
-        policy=result.policy, kind=result.kind, requests=n, completed=fold.completed, rejected=len(result.rejected),
-        ttft_ms=percentiles(c.valid("ttft_ms")),
+        policy=result.policy, kind=result.kind, requests=n, completed=fold.completed,
+        rejected=len(result.rejected), ttft_ms=percentiles(c.valid("ttft_ms")),
         itl_ms=fold.itl.summary(1e3),
         tpot_ms=percentiles(c.valid("tpot_ms")),
         e2e_ms=percentiles(c.valid("e2e_ms")),

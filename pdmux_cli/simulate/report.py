@@ -27,7 +27,8 @@ def _num(value: float | None) -> float | None:
 
 
 def _ms(value: float) -> str:
-    """A latency cell of a table in ms: ``"12.5"``, ``"850"``; from 10 s on in seconds, marked: ``"13.0 s"``."""
+    """A latency cell of a table in ms: ``"12.5"``, ``"850"``; from 10 s on in seconds, marked:
+    ``"13.0 s"``."""
     if not math.isfinite(value):
         return "-"
     if value >= 10_000:
@@ -43,7 +44,8 @@ def metrics_dict(m: PolicyMetrics) -> dict[str, Any]:
     """One policy's summary as a JSON-able dict (no per-request lists), with the GPUs it ran on and how
     (``gpus``, ``layout``, ``router``: the load-balance method between its servers, ``null`` for one)."""
     out: dict[str, Any] = {
-        "policy": m.policy, "kind": m.kind, "gpus": m.gpus, "layout": layout_text(m.layout), "router": m.router or None,
+        "policy": m.policy, "kind": m.kind, "gpus": m.gpus, "layout": layout_text(m.layout),
+        "router": m.router or None,
         "requests": m.requests, "completed": m.completed,
         "rejected": m.rejected,
     }
@@ -72,7 +74,8 @@ def trace_dict(trace: Trace) -> dict[str, Any]:
         "mean_prompt_tokens": sum(trace.prompt_tokens) / n if n else 0,
         "mean_output_tokens": sum(trace.output_tokens) / n if n else 0,
         "prefix_hash_ids": trace.has_hash_ids,
-        "bad_rows": trace.bad_rows, "bad_row_examples": [{"line": ln, "reason": why} for ln, why in trace.bad_examples],
+        "bad_rows": trace.bad_rows,
+        "bad_row_examples": [{"line": ln, "reason": why} for ln, why in trace.bad_examples],
         "failed_rows": trace.failed_rows, "notes": render_all(trace.notes),
     }
 
@@ -110,14 +113,15 @@ def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "", best: float
     from rich.text import Text
 
     slo = metrics[0] if metrics else None
-    caption = (f"latencies in ms (from 10 s on in s); SLO met = TTFT <= {slo.slo_ttft_ms:g} ms and the request's p99 ITL <= "
-               f"{slo.slo_itl_ms:g} ms") if slo else None
+    caption = (f"latencies in ms (from 10 s on in s); SLO met = TTFT <= {slo.slo_ttft_ms:g} ms and the "
+               f"request's p99 ITL <= {slo.slo_itl_ms:g} ms") if slo else None
     table = Table(title=title or None, title_justify="left", caption=caption, caption_justify="left")
     # the values never wrap and keep their width (min_width: a narrow terminal shrinks no figure away);
     # long policy names wrap in their header instead
     table.add_column("", justify="left", no_wrap=True, min_width=len("prefix cache hit"))
     for m in metrics:  # a run a simulated SGLang crash stopped says so in its header: its figures are partial
-        table.add_column(m.policy + (f" CRASHED at {m.crashed_at_s:.3g} s" if m.crashed_at_s is not None else ""),
+        table.add_column(m.policy + (f" CRASHED at {m.crashed_at_s:.3g} s" if m.crashed_at_s is not None
+                                     else ""),
                          justify="right", min_width=VALUE_WIDTH)
     best_att = max((m.slo_attainment for m in metrics), default=0.0) if best is None else best
     for name, key in _LATENCIES:
@@ -125,7 +129,8 @@ def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "", best: float
             table.add_row(f"{name} {stat}", *(_ms(getattr(m, key)[stat]) for m in metrics),
                           end_section=stat == "max")
     table.add_row("SLO met", *(
-        (Text(share_text(m.slo_attainment), style="bold") if m.slo_attainment == best_att else share_text(m.slo_attainment))
+        (Text(share_text(m.slo_attainment), style="bold") if m.slo_attainment == best_att
+         else share_text(m.slo_attainment))
         for m in metrics))
     table.add_row("goodput req/s", *(f"{m.goodput_rps:.3g}" for m in metrics))
     table.add_row("GPU busy", *(f"{m.gpu_busy_share:.0%}" for m in metrics))
@@ -183,8 +188,8 @@ def per_request_csv(trace: Trace, metrics: Sequence[PolicyMetrics]) -> str:
             done = math.isfinite(ttft[i])
             status = "done" if done else ("unfinished" if m.crashed_at_s is not None and not m.per_request[
                 "rejected"][i] else "rejected")
-            writer.writerow((m.policy, i, f"{trace.arrival_s[i]:.6f}", trace.prompt_tokens[i], trace.output_tokens[i],
-                             status, cell(ttft[i]), cell(p99[i]), cell(mx[i]),
+            writer.writerow((m.policy, i, f"{trace.arrival_s[i]:.6f}", trace.prompt_tokens[i],
+                             trace.output_tokens[i], status, cell(ttft[i]), cell(p99[i]), cell(mx[i]),
                              cell(tpot[i]), cell(e2e[i]), int(bool(met[i])), where(server, i),
                              where(prefill_server, i)))
     return buf.getvalue()

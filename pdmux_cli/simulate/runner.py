@@ -8,23 +8,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..multigpu.disaggregation import Layout
-from ..util.errors import Finding, InputError
-from .cluster import DisaggPolicy, merge_replicas, replica_run, replicas_apart, simulate_disagg, simulate_dp
-from .engine import Progress, RunResult, Setup, build_work, step_budget
+from ..util.errors import InputError
+from .engine import Progress, RunResult, Setup, step_budget
 from .fold import Fold
 from .metrics import PolicyMetrics, summarize
-from .schedulers import (
-    ChunkedPolicy,
-    MixedChunkPolicy,
-    PdmuxPolicy,
-    PrefillFirstPolicy,
-    run_baseline,
-    run_pdmux,
-)
+from .policies import Policy
+from .servers import merge_replicas, replica_run, replicas_apart
 from .traces import Trace
-
-Policy = PdmuxPolicy | ChunkedPolicy | MixedChunkPolicy | PrefillFirstPolicy | DisaggPolicy
 
 
 def simulate(
@@ -44,7 +34,7 @@ def simulate(
     time 0 (appended after the trace's requests in the result; one server only). ``progress``: called
     now and then with the number of finished requests. The KV pool is SGLang's for the policy's chunk
     size (:meth:`Setup.kv_pool`). ``dp``: replicas of the server behind a router
-    (``load_balance_method``; :func:`pdmux_cli.simulate.cluster.simulate_dp`); a
+    (``load_balance_method``; :func:`pdmux_cli.simulate.servers.serve`: one server is DP 1); a
     :class:`~pdmux_cli.simulate.cluster.DisaggPolicy` runs its own instances (``dp`` does not apply).
     ``max_concurrency``: a closed-loop client keeping at most that many requests in flight, as
     ``python -m sglang.bench_serving --max-concurrency`` does (each request sent at its arrival or when a
@@ -54,60 +44,22 @@ def simulate(
     records (:func:`~pdmux_cli.simulate.metrics.summarize` finishes it from the fold).
     Raises :class:`InputError` for a policy SGLang would refuse (no valid split, bad chunk size), a
     model that does not fit, or a streamed run past its step budget; requests that can never fit in KV
-    memory are listed in ``RunResult.rejected``, not raised.
+    memory are listed in ``RunResult.rejected``, not raised. The policy runs itself
+    (:meth:`~pdmux_cli.simulate.policies.Policy.run`) once the arguments are checked here.
     """
-    if (dp != 1 or policy.kind == "disagg") and initial_decode:
-        raise InputError("a running decode batch at time 0 is simulated on one server only (no --dp, no disagg)")
+    one = policy.servers(dp) == 1
+    if initial_decode and not one:
+        raise InputError("a running decode batch at time 0 is simulated on one server only (no --dp, no "
+                         "disagg)")
     if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 0:
-        raise InputError(f"max concurrency must be a whole number >= 1 (0: no limit), got {max_concurrency!r}")
-    if max_concurrency and (dp != 1 or policy.kind == "disagg"):
-        raise InputError("--max-concurrency (a closed-loop client) is simulated on one server only (no --dp, no "
-                         "--disagg)")
-    if policy.kind in ("chunked", "mixed-chunk") and policy.chunk_tokens < 1:
-        raise InputError(f"chunk size must be >= 1 token, got {policy.chunk_tokens}")
-    if isinstance(policy, PdmuxPolicy):
-        for name in ("split_forward_token_budget", "decode_bs_divisor"):
-            if getattr(policy.config, name) < 1:
-                raise InputError(f"{name} must be >= 1, got {getattr(policy.config, name)}")
-    if policy.kind == "disagg":
-        return simulate_disagg(trace, policy.setup_for(setup), policy, progress, fold=fold)
-    if dp != 1:
-        return simulate_dp(trace, setup, policy, dp, load_balance_method, progress, fold=fold)
-    pool = setup.kv_pool(policy.chunk_tokens)
-    work = build_work(trace, setup, pool.tokens, initial_decode, max_concurrency=max_concurrency, fold=fold)
-    if fold is not None:
-        fold.attach(work.arrival, work.output_delay)
-        fold.reject(work.rejected)
-    if policy.kind == "pdmux":
-        extra = run_pdmux(work, setup, policy, progress)
-    else:
-        extra = run_baseline(work, setup, policy, progress)
-    if fold is not None:
-        fold.finish_server(work.ends)
-        if fold.csv is not None:
-            fold.csv.flush(fold.columns, crashed=extra.get("crashed_at_s") is not None, final=True)
-    notes = list(extra.get("notes", []))
-    if work.rejected:
-        first = work.rejected[0]
-        notes.insert(0, Finding("simulate.never_fits_pool", {
-            "rejected": len(work.rejected), "pool_tokens": work.capacity, "mem_fraction": pool.mem_fraction_static,
-            "first": first, "prompt_tokens": work.prompt[first], "output_tokens": work.output[first]}))
-    if work.retractions:
-        notes.append(Finding("simulate.retractions", {"retractions": work.retractions}))
-    if progress is not None:
-        progress(work.finished)
-    streamed = fold is not None
-    return RunResult(
-        policy=policy.label, kind=policy.kind, arrival_s=work.arrival,
-        prompt_tokens=() if streamed else work.prompt, output_tokens=() if streamed else work.output,
-        decode_steps=work.steps, first_token_s=[] if streamed else work.first_token,
-        first_step=[] if streamed else work.first_step, rejected=work.rejected,
-        step_end_s=() if streamed else work.ends, end_s=extra["end_s"],
-        idle_s=extra["idle_s"], num_trace_requests=work.num_trace, notes=notes, groups=extra.get("groups"),
-        group_time_s=extra.get("group_time_s"), counters=extra.get("counters", {}), stints=work.stints,
-        unfinished=extra.get("unfinished", set()), crashed_at_s=extra.get("crashed_at_s"), kv_pool_tokens=pool.tokens,
-        gpus=setup.tp, layout=Layout(setup.tp), output_delay_s=work.output_delay, fold=fold,
-    )
+        raise InputError(f"max concurrency must be a whole number >= 1 (0: no limit), got "
+                         f"{max_concurrency!r}")
+    if max_concurrency and not one:
+        raise InputError("--max-concurrency (a closed-loop client) is simulated on one server only (no --dp, "
+                         "no --disagg)")
+    policy.check()
+    return policy.run(trace, setup, dp=dp, method=load_balance_method, progress=progress, fold=fold,
+                      initial_decode=initial_decode, max_concurrency=max_concurrency)
 
 
 def simulate_metrics(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: float, slo_itl_ms: float, *,
@@ -131,16 +83,16 @@ def simulate_metrics(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: fl
 
 
 def new_fold(trace: Trace, policy: Policy, slo_ttft_ms: float, slo_itl_ms: float, *, dp: int = 1,
-             max_steps: int | None = None, csv: Any = None, progress_steps: Callable[[int], None] | None = None,
-             rows: Sequence[int] | None = None) -> Fold:
+             max_steps: int | None = None, csv: Any = None,
+             progress_steps: Callable[[int], None] | None = None, rows: Sequence[int] | None = None) -> Fold:
     """The :class:`~pdmux_cli.simulate.fold.Fold` a streamed run of ``policy`` on ``trace`` fills: which
     server served each request kept for DP replicas and disaggregation, each first token for the
     latter, ``csv`` rows written under the policy's label."""
     from .fold import CsvRows
 
-    cluster = dp != 1 or policy.kind == "disagg"
-    return Fold(len(trace), slo_ttft_ms, slo_itl_ms, max_steps=step_budget(len(trace), max_steps), servers=cluster,
-                first_token=policy.kind == "disagg", csv=CsvRows(csv, policy.label, trace) if csv is not None else None,
+    return Fold(len(trace), slo_ttft_ms, slo_itl_ms, max_steps=step_budget(len(trace), max_steps),
+                servers=policy.servers(dp) > 1, first_token=policy.prefill_apart,
+                csv=CsvRows(csv, policy.label, trace) if csv is not None else None,
                 progress_steps=progress_steps, rows=rows)
 
 
@@ -150,81 +102,71 @@ def _policy_task(shared: tuple, policy: Policy) -> PolicyMetrics | InputError:
     max_concurrency, max_steps)``."""
     trace, setup, slo_ttft_ms, slo_itl_ms, dp, method, concurrency, max_steps = shared
     try:
-        return simulate_metrics(trace, setup, policy, slo_ttft_ms, slo_itl_ms, dp=dp, load_balance_method=method,
-                                max_concurrency=concurrency, max_steps=max_steps)
+        return simulate_metrics(trace, setup, policy, slo_ttft_ms, slo_itl_ms, dp=dp,
+                                load_balance_method=method, max_concurrency=concurrency, max_steps=max_steps)
     except InputError as exc:
         return exc
 
 
 def _replica_task(shared: tuple, task: tuple) -> tuple | InputError:
-    """One DP replica of one policy, simulated apart (:func:`pdmux_cli.simulate.cluster.replica_run`)."""
+    """One DP replica of one policy, simulated apart (:func:`pdmux_cli.simulate.servers.replica_run`)."""
     trace, setup, slo_ttft_ms, slo_itl_ms, dp, _method, _concurrency, max_steps = shared
     policy, index = task
     try:
         return replica_run(trace, setup, policy, index, dp,
-                           lambda: new_fold(trace, policy, slo_ttft_ms, slo_itl_ms, dp=dp, max_steps=max_steps))
+                           lambda: new_fold(trace, policy, slo_ttft_ms, slo_itl_ms, dp=dp,
+                                            max_steps=max_steps))
     except InputError as exc:
         return exc
 
 
-def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], slo_ttft_ms: float, slo_itl_ms: float,
-                      *, dp: int = 1, load_balance_method: str = "round_robin", workers: int = 1,
-                      progress: Progress | None = None, max_concurrency: int = 0, executor: Any = "local",
-                      ray_address: str | None = None, max_steps: int | None = None, csv: Any = None,
-                      progress_steps: Callable[[int], None] | None = None) -> list[PolicyMetrics | InputError]:
+def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], slo_ttft_ms: float,
+                      slo_itl_ms: float, *, dp: int = 1, load_balance_method: str = "round_robin",
+                      workers: int = 1, progress: Progress | None = None, max_concurrency: int = 0,
+                      executor: Any = "local", ray_address: str | None = None, max_steps: int | None = None,
+                      csv: Any = None, progress_steps: Callable[[int], None] | None = None,
+                      ) -> list[PolicyMetrics | InputError]:
     """:func:`simulate` and :func:`~pdmux_cli.simulate.metrics.summarize` each of ``policies``, streamed
     (:func:`simulate_metrics`), in order: its :class:`PolicyMetrics`, or the :class:`InputError` with which
     it was refused (the others still run).
 
     ``executor`` (:mod:`.executors`: ``local``, ``ray`` at ``ray_address``, or one already open) and
     ``workers``: with more than one worker, each policy is a task, and with ``dp`` round-robin replicas
-    (:func:`~pdmux_cli.simulate.cluster.replicas_apart`) each replica is (``total_requests`` needs every
+    (:func:`~pdmux_cli.simulate.servers.replicas_apart`) each replica is (``total_requests`` needs every
     replica's queue at each arrival: its replicas run in one task, behind the router). ``progress``: called
     with the requests finished over all policies (per task when they run in workers). ``csv``: a
     ``csv.writer`` or a :class:`~pdmux_cli.simulate.fold.CsvSink` for every policy's per-request rows, in
     policy order (as requests finish when the policies run here, one after another, a refused policy's
     rows cut off again from a sink; else as each policy's results come back). ``max_steps``,
-    ``progress_steps``: :func:`simulate_metrics`'s. ``max_concurrency``: a closed-loop client (:func:`simulate`).
+    ``progress_steps``: :func:`simulate_metrics`'s. ``max_concurrency``: a closed-loop client
+    (:func:`simulate`).
     """
     from .executors import check_executor, local_workers, using
 
     n = len(trace)
-    tasks: list[tuple[int, int]] = []  # (policy, replica or -1)
-    for i, policy in enumerate(policies):
-        if replicas_apart(policy, setup, dp, load_balance_method):
-            tasks += [(i, r) for r in range(dp)]
-        else:
-            tasks.append((i, -1))
+    tasks = _tasks(policies, setup, dp, load_balance_method)
     here = (isinstance(executor, str) and check_executor(executor, ray_address) == "local"
             and local_workers(workers, len(tasks)) == 1)
     if here:  # one after another in this process: rows and progress as requests finish
-        results: list[PolicyMetrics | InputError] = []
-        for i, policy in enumerate(policies):
-            callback = (lambda finished, base=i * n: progress(base + finished)) if progress is not None else None
-            if hasattr(csv, "begin"):
-                csv.begin()
-            try:
-                results.append(simulate_metrics(trace, setup, policy, slo_ttft_ms, slo_itl_ms, progress=callback, dp=dp,
-                                                load_balance_method=load_balance_method, max_concurrency=max_concurrency,
-                                                max_steps=max_steps, csv=csv, progress_steps=progress_steps))
-            except InputError as exc:
-                if hasattr(csv, "abandon"):
-                    csv.abandon()  # a refused policy has no rows
-                results.append(exc)
-        return results
+        options = {"dp": dp, "load_balance_method": load_balance_method, "max_concurrency": max_concurrency,
+                   "max_steps": max_steps, "csv": csv, "progress_steps": progress_steps}
+        return [_policy_here(trace, setup, policy, slo_ttft_ms, slo_itl_ms, _from(progress, i * n), **options)
+                for i, policy in enumerate(policies)]
     parts: dict[int, list] = {i: [None] * dp for i, r in tasks if r >= 0}
     out: list[PolicyMetrics | InputError | None] = [None] * len(policies)
     left = {i: sum(1 for j, _ in tasks if j == i) for i in range(len(policies))}
     written = 0
     finished = 0.0
     with using(executor, workers, len(tasks), ray_address) as ex:
-        shared = ex.share((trace, setup, slo_ttft_ms, slo_itl_ms, dp, load_balance_method, max_concurrency, max_steps))
+        shared = ex.share((trace, setup, slo_ttft_ms, slo_itl_ms, dp, load_balance_method, max_concurrency,
+                           max_steps))
         for i, r in tasks:
             policy = policies[i]
             if r < 0:
                 ex.submit(_policy_task, shared, policy, f"{policy.label}", tag=(i, r))
             else:
-                ex.submit(_replica_task, shared, (policy, r), f"{policy.label}, replica {r} of DP {dp}", tag=(i, r))
+                ex.submit(_replica_task, shared, (policy, r), f"{policy.label}, replica {r} of DP {dp}",
+                          tag=(i, r))
         while ex.pending():
             job = ex.next_done()
             i, r = job.tag
@@ -237,14 +179,8 @@ def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], sl
                 parts[i][r] = value
                 finished += n / dp
                 if not left[i]:
-                    refused = next((p for p in parts[i] if isinstance(p, InputError)), None)
-                    if refused is not None:
-                        out[i] = refused
-                    else:
-                        fold = new_fold(trace, policies[i], slo_ttft_ms, slo_itl_ms, dp=dp, max_steps=max_steps)
-                        result = merge_replicas(trace, setup, policies[i], dp, parts[i], fold)
-                        out[i] = summarize(result, slo_ttft_ms, slo_itl_ms)
-                    del parts[i]
+                    out[i] = _merged(trace, setup, policies[i], slo_ttft_ms, slo_itl_ms, dp, max_steps,
+                                     parts.pop(i))
             if progress is not None:
                 progress(round(finished))
             while written < len(policies) and out[written] is not None:  # rows in policy order
@@ -252,6 +188,52 @@ def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], sl
                     _write_rows(csv, policies[written].label, trace, out[written])
                 written += 1
     return out  # type: ignore[return-value]
+
+
+def _tasks(policies: Sequence[Policy], setup: Setup, dp: int, method: str) -> list[tuple[int, int]]:
+    """``(policy index, replica)`` per task: each replica of a policy whose replicas run apart
+    (:func:`~pdmux_cli.simulate.servers.replicas_apart`), else the policy whole (replica -1)."""
+    tasks: list[tuple[int, int]] = []
+    for i, policy in enumerate(policies):
+        if replicas_apart(policy, setup, dp, method):
+            tasks += [(i, r) for r in range(dp)]
+        else:
+            tasks.append((i, -1))
+    return tasks
+
+
+def _from(progress: Progress | None, base: int) -> Progress | None:
+    """``progress`` called with ``base`` more requests finished (the policies before), or ``None``."""
+    if progress is None:
+        return None
+    return lambda finished: progress(base + finished)
+
+
+def _policy_here(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: float, slo_itl_ms: float,
+                 progress: Progress | None, *, csv: Any = None, **options: Any) -> PolicyMetrics | InputError:
+    """One policy of :func:`simulate_policies` run in this process (:func:`simulate_metrics`, ``options``
+    its keywords): its metrics, or the InputError that refused it (its rows then cut off a
+    :class:`~pdmux_cli.simulate.fold.CsvSink`)."""
+    if hasattr(csv, "begin"):
+        csv.begin()
+    try:
+        return simulate_metrics(trace, setup, policy, slo_ttft_ms, slo_itl_ms, progress=progress, csv=csv,
+                                **options)
+    except InputError as exc:
+        if hasattr(csv, "abandon"):
+            csv.abandon()  # a refused policy has no rows
+        return exc
+
+
+def _merged(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: float, slo_itl_ms: float, dp: int,
+            max_steps: int | None, parts: Sequence) -> PolicyMetrics | InputError:
+    """A policy's ``dp`` replicas simulated apart (:func:`_replica_task`, in replica order) merged and
+    summarized, or the first replica's refusal."""
+    refused = next((p for p in parts if isinstance(p, InputError)), None)
+    if refused is not None:
+        return refused
+    fold = new_fold(trace, policy, slo_ttft_ms, slo_itl_ms, dp=dp, max_steps=max_steps)
+    return summarize(merge_replicas(trace, setup, policy, dp, parts, fold), slo_ttft_ms, slo_itl_ms)
 
 
 def _write_rows(csv: Any, label: str, trace: Trace, metrics: PolicyMetrics) -> None:
@@ -312,4 +294,5 @@ def run_scenario(
         prev = end
     if not gaps:  # prompt done before any decode step: the next one carries the stall
         gaps = [ends[0]]
-    return ScenarioOutcome(policy.label, sum(gaps) / len(gaps) * 1e3, max(gaps) * 1e3, len(gaps), ttft * 1e3, result)
+    return ScenarioOutcome(policy.label, sum(gaps) / len(gaps) * 1e3, max(gaps) * 1e3, len(gaps), ttft * 1e3,
+                           result)

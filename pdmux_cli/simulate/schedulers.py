@@ -29,8 +29,8 @@ on the CPU while the GPU runs round ``k``, so a round lasts ``max(GPU time, CPU 
    shortage new requests are admitted one round late), then gets a free KV slot per request, retracting
    if short;
 4. one decode step runs on the decode partition (``d`` SMs, with co-run interference while the prefill
-   stream is busy) and the next slice of :func:`pdmux_cli.sglang.split_levels.prefill_layers_per_round` layers is
-   submitted to the prefill stream (``p`` SMs), at most :attr:`PdmuxPolicy.max_split_forward_layers` of
+   stream is busy) and the next slice of :func:`pdmux_cli.sglang.split_levels.prefill_layers_per_round` layers
+   is submitted to the prefill stream (``p`` SMs), at most :attr:`PdmuxPolicy.max_split_forward_layers` of
    them where the revision has that cap;
 5. SGLang waits for the decode stream only and processes its results on the CPU, with the overlap
    scheduler off (SGLang asserts it): **a round lasts one decode step plus the CPU's work**.
@@ -50,18 +50,68 @@ is asked for by name.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..sglang import split_levels
 from ..sglang.pdmux_config import PdmuxConfig
 from ..sglang.server_defaults import MIN_NEW_TOKEN_RATIO as MIN_RATIO
 from ..sglang.server_defaults import NEW_TOKEN_RATIO_DECAY as RATIO_DECAY
-from ..util.errors import Finding
-from .engine import Progress, Setup, Work
+from ..util.errors import InputError
+from .engine import Progress, RunResult, Setup, Work
+from .policies import Deployment, Rounds, ServerOutcome
+from .servers import drive, serve
+
+if TYPE_CHECKING:
+    from ..costmodel import StepModel
+    from .traces import Trace
+
+
+class ServerPolicy:
+    """The schedules one SGLang server runs (a :class:`~pdmux_cli.simulate.policies.ServerSchedule`):
+    what they share. Run on one server, or on ``dp`` replicas of it behind a router, by one code path
+    (:func:`pdmux_cli.simulate.servers.serve`); each subclass gives its scheduler loop (:meth:`rounds`)."""
+
+    kind: ClassVar[str]
+    prefill_apart: ClassVar[bool] = False
+    chunk_tokens: int
+
+    @property
+    def label(self) -> str:
+        """The schedule as printed (each subclass names itself)."""
+        raise NotImplementedError
+
+    def check(self) -> None:
+        """Nothing to refuse (subclasses check their knobs)."""
+
+    def servers(self, dp: int = 1) -> int:
+        """``dp``: the replicas asked for."""
+        return dp
+
+    def deployment(self, setup: Setup, dp: int = 1, method: str = "round_robin",
+                   routed: bool | None = None) -> Deployment:
+        """``dp`` replicas of ``setup``'s ``setup.tp`` GPUs; routed (by default) when more than one."""
+        return Deployment(tp=setup.tp, dp=dp, method=method, routed=dp > 1 if routed is None else routed)
+
+    def routing_known(self, setup: Setup, dp: int, method: str) -> bool:
+        """Round-robin replicas stay in turn: no replica stops taking requests."""
+        return True
+
+    def rounds(self, work: Work, setup: Setup, progress: Progress | None = None) -> Rounds:
+        """Its scheduler loop over ``work`` as a generator (:data:`~pdmux_cli.simulate.policies.Rounds`)."""
+        raise NotImplementedError
+
+    def run(self, trace: Trace, setup: Setup, *, dp: int = 1, method: str = "round_robin",
+            progress: Progress | None = None, fold: Any = None,
+            initial_decode: Sequence[tuple[int, int]] = (), max_concurrency: int = 0) -> RunResult:
+        """:func:`pdmux_cli.simulate.servers.serve`: one server, or ``dp`` replicas behind a router."""
+        return serve(trace, setup, self, dp, method, progress, fold, initial_decode=initial_decode,
+                     max_concurrency=max_concurrency)
 
 
 @dataclass(frozen=True)
-class PdmuxPolicy:
+class PdmuxPolicy(ServerPolicy):
     """SGLang's PD multiplexing with a pdmux YAML's knobs (``config``). ``unreleased_fallback``: when
     0.5.23 would crash (no manual threshold matches), use group 1 as SGLang's unreleased branches do,
     instead of stopping. ``max_split_forward_layers``: the cap on layers per round the chosen revision
@@ -80,9 +130,29 @@ class PdmuxPolicy:
         """``"pdmux"`` or the given name."""
         return self.name or "pdmux"
 
+    def check(self) -> None:
+        """:class:`InputError` for a ``split_forward_token_budget`` or ``decode_bs_divisor`` below 1."""
+        for name in ("split_forward_token_budget", "decode_bs_divisor"):
+            if getattr(self.config, name) < 1:
+                raise InputError(f"{name} must be >= 1, got {getattr(self.config, name)}")
+
+    def routing_known(self, setup: Setup, dp: int, method: str) -> bool:
+        """Not when SGLang 0.5.23 can crash on the config (a server that stops takes no more requests,
+        which moves the turn): every manual threshold above 1 and no fallback asked for."""
+        if self.unreleased_fallback:
+            return True
+        cfg = self.config
+        thresholds = split_levels.plan_groups(setup.total_sms, setup.compute_capability, cfg.sm_group_num,
+                                              cfg.manual_divisions or None).thresholds
+        return not (thresholds and min(thresholds) > 1)  # a decode batch of 1 at a prefill's start crashes
+
+    def rounds(self, work: Work, setup: Setup, progress: Progress | None = None) -> Rounds:
+        """:func:`pdmux_rounds`."""
+        return pdmux_rounds(work, setup, self, progress)
+
 
 @dataclass(frozen=True)
-class ChunkedPolicy:
+class ChunkedPolicy(ServerPolicy):
     """SGLang's default scheduling with ``--chunked-prefill-size chunk_tokens`` (tokens), decode only when
     no prefill batch can be formed; ``prefill_decode_interval``: decode-only rounds after each prefill."""
 
@@ -98,9 +168,18 @@ class ChunkedPolicy:
         extra = f" interval {self.prefill_decode_interval}" if self.prefill_decode_interval else ""
         return f"chunked {self.chunk_tokens}{extra}"
 
+    def check(self) -> None:
+        """:class:`InputError` for a chunk below 1 token."""
+        if self.chunk_tokens < 1:
+            raise InputError(f"chunk size must be >= 1 token, got {self.chunk_tokens}")
+
+    def rounds(self, work: Work, setup: Setup, progress: Progress | None = None) -> Rounds:
+        """:func:`baseline_rounds`."""
+        return baseline_rounds(work, setup, self, progress)
+
 
 @dataclass(frozen=True)
-class MixedChunkPolicy:
+class MixedChunkPolicy(ServerPolicy):
     """``--enable-mixed-chunk`` with ``chunk_tokens`` per step: decode rows ride in every prefill batch."""
 
     chunk_tokens: int
@@ -115,9 +194,18 @@ class MixedChunkPolicy:
         extra = f" interval {self.prefill_decode_interval}" if self.prefill_decode_interval else ""
         return f"mixed-chunk {self.chunk_tokens}{extra}"
 
+    def check(self) -> None:
+        """:class:`InputError` for a chunk below 1 token."""
+        if self.chunk_tokens < 1:
+            raise InputError(f"chunk size must be >= 1 token, got {self.chunk_tokens}")
+
+    def rounds(self, work: Work, setup: Setup, progress: Progress | None = None) -> Rounds:
+        """:func:`baseline_rounds`."""
+        return baseline_rounds(work, setup, self, progress)
+
 
 @dataclass(frozen=True)
-class PrefillFirstPolicy:
+class PrefillFirstPolicy(ServerPolicy):
     """``--chunked-prefill-size -1``: whole prefills first, on the whole GPU; ``prefill_decode_interval``
     as for :class:`ChunkedPolicy` (SGLang's deferral is general scheduler logic: ``scheduler.py``
     ``_should_defer_prefill``)."""
@@ -131,7 +219,12 @@ class PrefillFirstPolicy:
     @property
     def label(self) -> str:
         """``"prefill-first"`` (``"prefill-first interval 4"`` with an interval)."""
-        return "prefill-first" + (f" interval {self.prefill_decode_interval}" if self.prefill_decode_interval else "")
+        return "prefill-first" + (f" interval {self.prefill_decode_interval}" if self.prefill_decode_interval
+                                  else "")
+
+    def rounds(self, work: Work, setup: Setup, progress: Progress | None = None) -> Rounds:
+        """:func:`baseline_rounds`."""
+        return baseline_rounds(work, setup, self, progress)
 
 
 Baseline = ChunkedPolicy | MixedChunkPolicy | PrefillFirstPolicy
@@ -173,25 +266,15 @@ def _wait_for_arrival(work: Work, t: float):
     return nxt
 
 
-def drive(rounds) -> dict:
-    """Run a scheduler generator (:func:`baseline_rounds`, :func:`pdmux_rounds`,
-    :func:`decode_instance_rounds`) to its end; returns its extras. A lone server (``work.horizon``
-    infinite, ``work.open`` false) never pauses, so this is one call."""
-    try:
-        while True:
-            next(rounds)
-    except StopIteration as stop:
-        return stop.value
-
-
-def run_baseline(work: Work, setup: Setup, policy: Baseline, progress: Progress | None = None) -> dict:
-    """Simulate SGLang's default loop for ``policy`` (module docstring). Returns the extras for
-    :class:`~pdmux_cli.simulate.engine.RunResult`: end time, idle seconds, counters, notes."""
+def run_baseline(work: Work, setup: Setup, policy: Baseline,
+                 progress: Progress | None = None) -> ServerOutcome:
+    """Simulate SGLang's default loop for ``policy`` (module docstring) on a lone server. Returns its
+    :class:`~pdmux_cli.simulate.policies.ServerOutcome`: end time, idle seconds, counters."""
     return drive(baseline_rounds(work, setup, policy, progress))
 
 
 def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progress | None = None,
-                    transferred: bool = False):
+                    transferred: bool = False) -> Rounds:
     """:func:`run_baseline` as a generator: before a round that starts at or past ``work.horizon`` (s)
     it yields that round's start time and waits (a router routes the arrivals up to then, see
     :mod:`pdmux_cli.simulate.cluster`); idle behind an open router it yields ``math.inf``. Its return
@@ -261,7 +344,8 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                 continue  # admitted requests that finished at once (one output token): admit more next round
         elif seqs:
             prefill_batches += 1
-            rows = n if mixed and n and work.free >= n else 0  # decode rows sit out when their KV does not fit
+            # decode rows sit out when their KV does not fit
+            rows = n if mixed and n and work.free >= n else 0
             if rows:  # (their KV slots were made room for with the batch's)
                 gpu = step_model.mixed_s(seqs, rows, batch.sum_context, batch.sum_window)
                 mixed_steps += 1
@@ -286,14 +370,16 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             while True:  # decode rounds; the next one too while it would be one (the checks above, in order)
                 if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
                     ratio = work.ratio
-                    if ratio > MIN_RATIO:  # Work.decay_ratio, inline: the hot path (max(MIN_RATIO, r), exactly)
+                    # Work.decay_ratio, inline: the hot path (max(MIN_RATIO, r), exactly)
+                    if ratio > MIN_RATIO:
                         ratio -= RATIO_DECAY
                         work.ratio = ratio if ratio > MIN_RATIO else MIN_RATIO  # noqa: FURB136 - no call
                 elif work.check_decode_memory():
                     n = batch.n
                 else:
                     work.decay_ratio()
-                gpu = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max) + n * per_request
+                gpu = (decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
+                       + n * per_request)
                 cpu = cpu_of.get(n) or cpu_of.add(n)
                 if overlap:
                     t += cpu if cpu > gpu else gpu  # noqa: FURB136 - max(gpu, cpu) exactly, no call
@@ -334,10 +420,10 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     else:
         counters = {"steps": ends.total, "prefill_batches": prefill_batches, "mixed_steps": mixed_steps,
                     "retracted_requests": work.retractions, **work.cache_counters()}
-    return {"end_s": t, "idle_s": idle, "notes": [], "counters": counters}
+    return ServerOutcome(end_s=t, idle_s=idle, counters=counters)
 
 
-def pdmux_round_s(step_model, decode_sms: int, n: int, sum_context: float, sum_window: float = 0.0,
+def pdmux_round_s(step_model: StepModel, decode_sms: int, n: int, sum_context: float, sum_window: float = 0.0,
                   corun_sms: int = 0, cuda_graph: bool = True) -> float:
     """Seconds one pdmux round with a decode step lasts: what a decoding request waits between two tokens.
 
@@ -351,26 +437,28 @@ def pdmux_round_s(step_model, decode_sms: int, n: int, sum_context: float, sum_w
     only, then processes the results on the CPU with the overlap scheduler off (SGLang asserts it): one
     decode step on ``decode_sms`` plus the CPU's work of the step (``StepModel.decode_cpu_s``) and its time
     per request beyond the kernels (``StepModel.request_s``). The loop
-    below (:func:`pdmux_rounds`) and ``pdmux gen-config --slo-itl`` (:mod:`pdmux_cli.planning.slo_levels`) both time
-    rounds with this function, so the ITL a YAML is sized for is the one the simulator gives.
+    below (:func:`pdmux_rounds`) and ``pdmux gen-config --slo-itl`` (:mod:`pdmux_cli.planning.slo_levels`)
+    both time rounds with this function, so the ITL a YAML is sized for is the one the simulator gives.
     """
     return (step_model.decode_s(decode_sms, n, sum_context, sum_window, corun_sms, cuda_graph)
             + step_model.decode_cpu_s(n) + step_model.request_s(n))
 
 
-def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None) -> dict:
-    """Simulate SGLang's pdmux loop over ``work`` (see the module docstring). Returns the extras
-    for :class:`~pdmux_cli.simulate.engine.RunResult`: end time, idle seconds, groups, time per group,
+def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy,
+              progress: Progress | None = None) -> ServerOutcome:
+    """Simulate SGLang's pdmux loop over ``work`` (see the module docstring) on a lone server. Returns
+    its :class:`~pdmux_cli.simulate.policies.ServerOutcome`: end time, idle seconds, groups, time per group,
     counters, notes and, when 0.5.23 would crash, the time and the requests cut short."""
     return drive(pdmux_rounds(work, setup, policy, progress))
 
 
-def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None):
+def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None) -> Rounds:
     """:func:`run_pdmux` as a generator, pausing as :func:`baseline_rounds` does."""
     step_model = setup.step_model
     cfg = policy.config
     total = setup.total_sms
-    plan = split_levels.plan_groups(total, setup.compute_capability, cfg.sm_group_num, cfg.manual_divisions or None)
+    plan = split_levels.plan_groups(total, setup.compute_capability, cfg.sm_group_num,
+                                    cfg.manual_divisions or None)
     groups = [tuple(g) for g in plan.groups]
     n_groups = len(groups)
     last = n_groups - 1
@@ -386,7 +474,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     fast_memory = work.cache is None
     capacity = work.capacity
     group_time = [0.0] * n_groups
-    counters = {"prefill_batches": 0, "rounds": 0, "older_sglang_crash_rounds": 0, "decode_emptied_during_prefill": 0}
+    counters = {"prefill_batches": 0, "rounds": 0, "older_sglang_crash_rounds": 0,
+                "decode_emptied_during_prefill": 0}
     notes: list[str] = []
     crash_first: tuple[float, int] | None = None
     crashed_at = None
@@ -460,7 +549,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                         t = stream_free
                     group = 0
                     layer_s = step_model.prefill_s(total, pf_seqs) / layers
-                done = max(t, stream_free) + (layers - submitted) * layer_s + cpu_s(len(pf)) + step_model.request_s(len(pf))
+                done = (max(t, stream_free) + (layers - submitted) * layer_s + cpu_s(len(pf))
+                        + step_model.request_s(len(pf)))
                 group_time[0] += done - t
                 t = done
                 work.first_tokens(pf, t)
@@ -481,8 +571,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 k = per_round if submitted + per_round <= layers else layers - submitted
                 stream_free = max(t, stream_free) + k * layer_s
                 submitted += k
-            tau = round_s(step_model, pf_d, n, batch.sum_context, batch.sum_window, pf_p if stream_free > t else 0,
-                          n <= graph_max)
+            tau = round_s(step_model, pf_d, n, batch.sum_context, batch.sum_window,
+                          pf_p if stream_free > t else 0, n <= graph_max)
             group_time[group] += tau
         else:
             tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
@@ -515,7 +605,7 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
             ratio = work.ratio
             if ratio > MIN_RATIO:  # max(MIN_RATIO, ratio - RATIO_DECAY), exactly
                 ratio -= RATIO_DECAY
-                work.ratio = ratio if ratio > MIN_RATIO else MIN_RATIO  # noqa: FURB136 - no call on the hot path
+                work.ratio = ratio if ratio > MIN_RATIO else MIN_RATIO  # noqa: FURB136 - no call (hot path)
             tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
             group_time[last] += tau
             t += tau
@@ -535,19 +625,27 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     counters["retracted_requests"] = work.retractions
     counters.update(work.cache_counters())
     if crashed_at is not None:
-        notes.append(Finding("simulate.release_crashes", {"at_s": crashed_at, "decode_bs": crash_first[1],
-                                                          "unfinished": len(unfinished)}, "unreleased_fallback"))
+        notes.append(
+            f"SGLang 0.5.23 crashes here (UnboundLocalError in adjust_stream_groups) at t={crashed_at:.2f} "
+            f"s: a prefill starts with {crash_first[1]} decode request(s) and no manual_divisions threshold "
+            f"is <= that; the simulation stops, {len(unfinished)} request(s) unfinished (counted as missing "
+            "the SLO); fix the thresholds (the first one 0), or simulate the unreleased branches' fallback "
+            "(group 1) with --unreleased-fallback"
+        )
     elif crash_first is not None:
-        notes.append(Finding("simulate.release_would_crash", {
-            "choices": counters["older_sglang_crash_rounds"], "first_at_s": crash_first[0], "decode_bs": crash_first[1]},
-            "unreleased_fallback"))
+        notes.append(
+            f"SGLang 0.5.23 would crash (UnboundLocalError) at {counters['older_sglang_crash_rounds']} level "
+            f"choice(s), first at t={crash_first[0]:.2f} s with {crash_first[1]} decode request(s): no "
+            "manual_divisions threshold is <= the decode batch; simulated with the unreleased branches' "
+            "fallback (group 1), as asked"
+        )
     if plan.note:
         notes.append(plan.note)
-    return {"end_s": t, "idle_s": idle, "groups": groups, "group_time_s": group_time, "counters": counters,
-            "notes": notes, "crashed_at_s": crashed_at, "unfinished": unfinished}
+    return ServerOutcome(end_s=t, idle_s=idle, counters=counters, notes=notes, groups=groups,
+                         group_time_s=group_time, crashed_at_s=crashed_at, unfinished=unfinished)
 
 
-def decode_instance_rounds(work: Work, setup: Setup, progress: Progress | None = None):
+def decode_instance_rounds(work: Work, setup: Setup, progress: Progress | None = None) -> Rounds:
     """A PD-disaggregation decode instance (SGLang 0.5.23 ``--disaggregation-mode decode``), as a generator
     pausing as :func:`baseline_rounds` does. Requests arrive (``work.arrival``) when their KV cache has
     been transferred; each round the waiting ones are admitted by KV memory (the same admission as a
@@ -555,6 +653,6 @@ def decode_instance_rounds(work: Work, setup: Setup, progress: Progress | None =
     pass, their first token streamed then (``srt/disaggregation/decode.py``
     ``get_next_disagg_decode_batch_to_run``: the prebuilt batch), then one decode step runs on the whole
     GPU; a round lasts ``max(GPU, CPU)`` with the overlap scheduler. A request retracted for KV memory
-    is prefilled again here (prompt and the outputs it had) when readmitted. Returns the extras of
-    :class:`~pdmux_cli.simulate.engine.RunResult`."""
+    is prefilled again here (prompt and the outputs it had) when readmitted. Returns its
+    :class:`~pdmux_cli.simulate.policies.ServerOutcome`."""
     return (yield from baseline_rounds(work, setup, PrefillFirstPolicy(), progress, transferred=True))

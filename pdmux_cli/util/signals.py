@@ -237,15 +237,27 @@ def _die_with_parent(parent: int) -> None:
         libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
     except (OSError, AttributeError):  # pragma: no cover - no libc prctl
         return
+    # The maker may have died before ``before`` was read (then it is a zombie until its own parent reaps
+    # it, and os.kill(parent, 0) still succeeds) or between that and prctl (then this process has a new
+    # parent): either way no death signal will come.
     try:
         os.kill(parent, 0)
-        gone = os.getppid() != before  # the parent died before prctl took effect
+        gone = os.getppid() != before or _is_zombie(parent)
     except ProcessLookupError:
         gone = True
     except OSError:  # pragma: no cover - another user's pid: it exists
-        gone = os.getppid() != before
+        gone = os.getppid() != before or _is_zombie(parent)
     if gone:
         os._exit(1)
+
+
+def _is_zombie(pid: int) -> bool:
+    """Whether Linux process ``pid`` has exited and waits to be reaped (state ``Z`` in /proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def worker_init(parent: int) -> None:
