@@ -421,9 +421,16 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
                                      "{longest_prompt} + {longest_output}): left out, as SGLang refuses "
                                      "them"),
     # the simulator
-    "simulate.never_fits_pool": ("{rejected} request(s) can never fit in the KV pool ({pool_tokens:,} tokens "
-                                 "at mem_fraction_static {mem_fraction:g}): first is request {first} with "
-                                 "{prompt_tokens} + {output_tokens} tokens; counted as missing the SLO"),
+    "simulate.never_fits_pool": (
+        "{rejected} request(s) can never fit in the {pool}KV pool ({pool_tokens:,} tokens at "
+        "mem_fraction_static {mem_fraction:g}): first is request {first} with {prompt_tokens} + "
+        "{output_tokens} tokens; counted as missing the SLO"),
+    "simulate.never_fits_decode_pool": (
+        "{rejected} request(s) can never fit in a decode instance's KV pool ({pool_tokens:,} tokens): first "
+        "is request {first} with {prompt_tokens} + {output_tokens} tokens; counted as missing the SLO"),
+    "simulate.decode_retractions": (
+        "{retractions} retraction(s) on the decode instances: requests sent back to their queue when decode "
+        "ran out of KV slots, prefilled again there"),
     "simulate.retractions": ("{retractions} retraction(s): requests sent back to the queue when decode ran "
                              "out of KV slots, prefilled again with their outputs (SGLang's retract_decode)"),
     "simulate.server_note": lambda f: f"server {f.values['server']}: {render(f.values['note'])}",

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
 from pdmux_cli.cli import app
-from pdmux_cli.messages import layout_text
+from pdmux_cli.messages import layout_text, render_all
 from pdmux_cli.multigpu.disaggregation import KvLink, Layout, kv_link
 from pdmux_cli.simulate import servers
 from pdmux_cli.simulate.cluster import DisaggPolicy, simulate_disagg, transfer_ends
@@ -308,7 +308,7 @@ def test_disagg_decode_instance_retracts_and_prefills_again(h100) -> None:
     result = simulate_disagg(trace, small, DisaggPolicy(1, 1, kv_link(h100, 2)))
     assert result.counters["retracted_requests"] == result.counters["re_prefills"] > 0
     assert all(math.isfinite(result.finish_s(r)) for r in range(len(trace))) and not result.rejected
-    assert any("retraction(s) on the decode instances" in n for n in result.notes)
+    assert any("retraction(s) on the decode instances" in n for n in render_all(result.notes))
     m = summarize(result, 1e9, 1e9)
     assert m.completed == len(trace) and m.met == len(trace)
 

@@ -12,6 +12,7 @@ import pytest
 
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
+from pdmux_cli.messages import render_all
 from pdmux_cli.multigpu.disaggregation import KvLink
 from pdmux_cli.simulate.capacity import capacity
 from pdmux_cli.simulate.cluster import DisaggPolicy
@@ -139,7 +140,7 @@ def test_outcomes_combine_as_documented() -> None:
     c = combine([a, None, b])
     assert (c.end_s, c.idle_s) == (10.0, 2.5)  # (1 + 0 + 2 + 2) / 2
     assert c.counters == {"steps": 12, "retracted_requests": 1}
-    assert c.notes == ["x", "server 2: crash", "server 2: x"]
+    assert render_all(c.notes) == ["x", "server 2: crash", "server 2: x"]
     assert c.group_time_s == [3.0, 4.5] and c.groups == [(66, 66), (100, 32)]
     assert (c.crashed_at_s, c.unfinished) == (4.0, {3, 9})
     assert combine([a, b], prefixed=False).notes == ["x", "crash"]
