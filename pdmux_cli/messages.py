@@ -323,7 +323,7 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     "sglang.support.no_class": _model_support,
     "sglang.support.has_method": _model_support,
     "sglang.support.no_method": _model_support,
-    # sglang_rules.revision_notes
+    # sglang/revision_rules.revision_findings
     "sglang.revision.startup_failure": "{revision}: {failure}",
     "sglang.revision.loader_not_read": (
         "{revision}: its pdmux_context.py was not read (not stored at {commit}): the YAML's load and "

@@ -1,6 +1,7 @@
 """``pdmux accuracy``: how far the roofline cost model is from the public measurements it ships with.
 
-Parse, call :mod:`pdmux_cli.costmodel.accuracy`, render. Pure Python; about a second.
+Parse, call :func:`pdmux_cli.workflows.accuracy.accuracy`, render. Pure Python; about a second (with
+``--serving``, the public serving runs replayed).
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ import math
 
 import typer
 
-from ..util.errors import InputError
 from .app import app
 from .common import console, print_json, print_note
 
@@ -38,69 +38,79 @@ def _terms_table(terms: list, title: str, first: str) -> object:
 @app.command()
 def accuracy(
     as_json: bool = typer.Option(False, "--json", help="Print JSON (errors as fractions: 0.05 = 5%)."),
-    serving: bool = typer.Option(False, "--serving", help="Whole servers instead of kernels: replay every shipped public SGLang serving run end to end (simulate with its setup) and compare TTFT, ITL, TPOT, E2E and throughput."),
-    runs: bool = typer.Option(False, "--runs", help="--serving: every run's figures and the pdmux simulate command that replays it."),
-    workers: int | None = typer.Option(None, "--workers", help="--serving: processes (default: the cores available)."),
+    serving: bool = typer.Option(False, "--serving", help=(
+        "Whole servers instead of kernels: replay every shipped public SGLang serving run end to end "
+        "(simulate with its setup) and compare TTFT, ITL, TPOT, E2E and throughput.")),
+    runs: bool = typer.Option(False, "--runs", help=(
+        "--serving: every run's figures and the pdmux simulate command that replays it.")),
+    workers: int | None = typer.Option(None, "--workers", help=(
+        "--serving: processes (default: the cores available).")),
 ) -> None:
     """Predict every shipped measurement (Vidur, NanoFlow, aiconfigurator, SGLang's green-context tables) with the roofline cost model:
     median and p90 error per term, and the worst point.
 
     Where a term was fitted to the same points, each model is predicted by a fit that left it out.
-    --serving: the whole server against public SGLang serving runs."""
-    if serving:
-        _serving(as_json, runs, workers)
-        return
-    if runs or workers is not None:
-        raise InputError("--runs and --workers go with --serving")
-    from ..costmodel.accuracy import METHODS, report, term_dict
+    --serving: the whole server against public SGLang serving runs."""  # noqa: E501 (the help's first line)
+    from ..workflows.accuracy import AccuracyRequest
+    from ..workflows.accuracy import accuracy as run
 
-    terms = report()
+    result = run(AccuracyRequest(serving=serving, runs=runs, workers=workers))
     if as_json:
-        print_json({"terms": [term_dict(t) for t in terms]})
-        return
+        print_json(result.to_dict())
+    elif serving:
+        _print_serving(result.terms, result.outcomes, runs)
+    else:
+        _print_terms(result.terms)
+
+
+def _print_terms(terms: list) -> None:
+    """The kernel-level table, the worst point of each term, and what the methods mean."""
+    from ..costmodel.accuracy import METHODS
+
     con = console()
-    con.print(_terms_table(terms, "Roofline cost model vs measurements (|predicted - measured| / measured)", "term"))
+    con.print(_terms_table(terms, "Roofline cost model vs measurements (|predicted - measured| / "
+                                  "measured)", "term"))
     for t in terms:
         if t.worst is not None:
-            con.print(f"worst {t.term}: {t.worst.what} ({t.worst.error:+.0%}); data: {t.data}", soft_wrap=True)
+            con.print(f"worst {t.term}: {t.worst.what} ({t.worst.error:+.0%}); data: "
+                      f"{t.data}", soft_wrap=True)
     for method, meaning in METHODS.items():
         print_note(con, f"{method}: {meaning}")
-    print_note(con, "Vidur has no attention times: the step terms are one layer's GEMMs and element-wise ops; "
-                    "attention is its own term. Green ctx: SGLang's tables name no model or TP, so their shapes "
-                    "(time on s SMs over the whole GPU's) are compared. Data: profiles/measurements/ (Vidur MIT, "
-                    "NanoFlow Apache-2.0, aiconfigurator-core 0.12.0 Apache-2.0, SGLang 56f74d24 Apache-2.0)")
+    print_note(con, "Vidur has no attention times: the step terms are one layer's GEMMs and element-wise "
+                    "ops; attention is its own term. Green ctx: SGLang's tables name no model or TP, so "
+                    "their shapes (time on s SMs over the whole GPU's) are compared. Data: "
+                    "profiles/measurements/ (Vidur MIT, NanoFlow Apache-2.0, aiconfigurator-core 0.12.0 "
+                    "Apache-2.0, SGLang 56f74d24 Apache-2.0)")
 
 
-def _serving(as_json: bool, show_runs: bool, workers: int | None) -> None:
-    """``pdmux accuracy --serving``: parse done; replay, render."""
-    from ..costmodel.accuracy import METHODS, term_dict
-    from ..simulate.serving_accuracy import outcome_dict, report
-    from ..simulate.pool import default_workers
-
-    if workers is not None and workers < 1:
-        raise InputError(f"--workers must be >= 1, got {workers}")
-    terms, outcomes = report(workers=workers if workers is not None else default_workers())
-    if as_json:
-        print_json({"terms": [term_dict(t) for t in terms], "runs": [outcome_dict(o) for o in outcomes]})
-        return
+def _runs_table(outcomes: list) -> object:
+    """Every replayed run's figures: measured, pdmux's, the error."""
     from rich.table import Table
+
+    table = Table(title="Public SGLang serving runs replayed (measured / pdmux)", title_justify="left")
+    for col, just in (("run", "left"), ("metric", "left"), ("measured", "right"), ("pdmux", "right"),
+                      ("error", "right")):
+        table.add_column(col, justify=just, overflow="fold")  # run ids are long: fold them, never cut
+    for o in outcomes:
+        for k, (name, measured) in enumerate(o.run.metrics):
+            pred = o.predicted.get(name, math.nan)
+            table.add_row(o.run.id if k == 0 else "", name, f"{measured:.4g}",
+                          "-" if not math.isfinite(pred) else f"{pred:.4g}",
+                          "-" if not math.isfinite(pred) else f"{(pred - measured) / measured:+.0%}")
+    return table
+
+
+def _print_serving(terms: list, outcomes: list, show_runs: bool) -> None:
+    """``pdmux accuracy --serving``'s tables and notes."""
+    from ..costmodel.accuracy import METHODS
 
     con = console()
     if show_runs:
-        table = Table(title="Public SGLang serving runs replayed (measured / pdmux)", title_justify="left")
-        for col, just in (("run", "left"), ("metric", "left"), ("measured", "right"), ("pdmux", "right"),
-                          ("error", "right")):
-            table.add_column(col, justify=just, overflow="fold")  # run ids are long: fold them, never cut
-        for o in outcomes:
-            for k, (name, measured) in enumerate(o.run.metrics):
-                pred = o.predicted.get(name, math.nan)
-                table.add_row(o.run.id if k == 0 else "", name, f"{measured:.4g}",
-                              "-" if not math.isfinite(pred) else f"{pred:.4g}",
-                              "-" if not math.isfinite(pred) else f"{(pred - measured) / measured:+.0%}")
-        con.print(table)
+        con.print(_runs_table(outcomes))
         for o in outcomes:
             con.print(f"{o.run.id}: {o.error or o.run.command()}", soft_wrap=True)
-    con.print(_terms_table(terms, "Simulated SGLang server vs public serving runs (|predicted - measured| / measured)",
+    con.print(_terms_table(terms, "Simulated SGLang server vs public serving runs (|predicted - measured| / "
+                                  "measured)",
                            "metric"))
     for t in terms:
         if t.worst is not None:
@@ -108,8 +118,10 @@ def _serving(as_json: bool, show_runs: bool, workers: int | None) -> None:
     failed = [o for o in outcomes if o.error]
     if failed:
         print_note(con, f"{len(failed)} run(s) not simulated: " + "; ".join(o.error for o in failed))
-    print_note(con, f"in-sample: {METHODS['in-sample']} (profiles/efficiency/serving.yaml, benchmarks/fit_serving.py)")
-    print_note(con, f"{len(outcomes)} runs from public pages (profiles/measurements/serving/, each with its source URL), "
-                    "replayed with SGLang's default schedule (chunked prefill, the overlap scheduler from 0.4 on) and "
-                    "the serving terms of the run's release line; ShareGPT lengths are approximations, bench_serving's "
-                    "random lengths exact; --runs lists every run and the pdmux simulate command that replays it")
+    print_note(con, f"in-sample: {METHODS['in-sample']} (profiles/efficiency/serving.yaml, "
+                    "benchmarks/fit_serving.py)")
+    print_note(con, f"{len(outcomes)} runs from public pages (profiles/measurements/serving/, each with its "
+                    "source URL), replayed with SGLang's default schedule (chunked prefill, the overlap "
+                    "scheduler from 0.4 on) and the serving terms of the run's release line; ShareGPT "
+                    "lengths are approximations, bench_serving's random lengths exact; --runs lists every "
+                    "run and the pdmux simulate command that replays it")

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +17,8 @@ from typer.core import TyperGroup
 
 from ..util.errors import Finding, InputError, PdmuxError, printable, short_repr
 from ..util.signals import Terminated, handling_signals, interrupted, raised_stop
+from ..workflows.files import gpu_file, model_file  # noqa: F401 (the commands' inputs, from here too)
+from ..workflows.values import parse_float_list, parse_int_list, parse_names  # noqa: F401 (list options)
 
 
 def fail_line(message: str) -> None:
@@ -219,71 +219,6 @@ class OneLineErrorGroup(TyperGroup):
         return code
 
 
-def _list_items(text: str, what: str, example: str) -> list[str]:
-    """The comma-separated items of an option value, stripped; :class:`InputError` for an empty value
-    or an empty item (``1,,2``, ``,512``, ``512,``), which would otherwise drop out unseen."""
-    items = [t.strip() for t in str(text).split(",")]
-    if not any(items):
-        raise InputError(f"{what}: give a comma-separated list, e.g. {example}")
-    for position, item in enumerate(items, start=1):
-        if not item:
-            raise InputError(f"{what}: item {position} of {short_repr(str(text))} is empty (e.g. {example})")
-    return items
-
-
-def _unique(values: list[Any]) -> list[Any]:
-    return list(dict.fromkeys(values))
-
-
-#: An integer as typed in a list option: ASCII digits (``int`` also reads ``'٣'`` and ``'1_000'``; the
-#: scalar options' parser does not read ``'٣'``, and neither does this).
-_ASCII_INT = re.compile(r"[+-]?[0-9]+")
-#: A decimal number as typed: ASCII digits, a point, an exponent.
-_ASCII_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
-
-
-def parse_int_list(text: str, what: str, minimum: int = 1, unique: bool = False) -> list[int]:
-    """``"1,6,12"`` -> ``[1, 6, 12]``; :class:`InputError` naming ``what`` for an empty list or item,
-    a non-integer (ASCII digits only, as every integer option), a value below ``minimum``, or one of more
-    than 18 digits. ``unique``: repeated values kept once, in order."""
-    values = []
-    for item in _list_items(text, what, "1,6,12"):
-        if not _ASCII_INT.fullmatch(item):
-            raise InputError(f"{what}: {short_repr(item)} is not an integer of ASCII digits (e.g. 1,6,12)")
-        if len(item.lstrip("+-")) > 100:  # int() refuses past 4300 digits; no size is a googol
-            raise InputError(f"{what}: {short_repr(item)} has more than 100 digits")
-        value = int(item)
-        if value < minimum:
-            raise InputError(f"{what}: {value} must be >= {minimum}")
-        values.append(value)
-    return _unique(values) if unique else values
-
-
-def parse_float_list(text: str, what: str, unique: bool = False) -> list[float]:
-    """``"44,66,88"`` -> ``[44.0, 66.0, 88.0]``; every value must be a finite number > 0 in ASCII digits;
-    an empty list or item is refused. ``unique``: repeated values kept once, in order."""
-    values = []
-    for item in _list_items(text, what, "44,66,88"):
-        if not _ASCII_FLOAT.fullmatch(item):
-            raise InputError(f"{what}: {short_repr(item)} is not a number of ASCII digits (e.g. 44,66,88)")
-        value = float(item)
-        if not (value > 0 and math.isfinite(value)):
-            raise InputError(f"{what}: {short_repr(item)} must be a finite number > 0")
-        values.append(value)
-    return _unique(values) if unique else values
-
-
-def parse_names(text: str, what: str, known: Sequence[str]) -> list[str]:
-    """``"pdmux, chunked"`` -> ``["pdmux", "chunked"]`` (lower-cased, repeats kept once); :class:`InputError`
-    for an empty list or item (``pdmux,,chunked``) or a name not in ``known``, listing them."""
-    names = _unique([item.lower() for item in _list_items(text, what, ",".join(known[:2]))])
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        shown = ", ".join(n if len(n) <= 40 else short_repr(n) for n in unknown[:5])
-        raise InputError(f"{what}: unknown {shown}; use {', '.join(known)}")
-    return names
-
-
 def parse_cc(text: str) -> tuple[int, int]:
     """``--cc 9.0`` -> ``(9, 0)``; one-line :class:`InputError` for anything that is not ``MAJOR.MINOR``
     or is not a known NVIDIA capability (:data:`pdmux_cli.sglang.split_levels.KNOWN_COMPUTE_CAPABILITIES`)."""
@@ -396,26 +331,6 @@ def progress_bar(con: Any, disable: bool = False) -> Any:
 
     return Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=con, transient=True, disable=disable)
-
-
-def model_file(model: str) -> Path | None:
-    """``--model`` when it names an existing file or folder (an input not to overwrite), else ``None``."""
-    from ..util.input_files import is_dir, is_file
-
-    path = Path(model).expanduser()
-    if is_dir(path):
-        return path / "config.json"
-    return path if is_file(path) else None
-
-
-def gpu_file(gpu: str | None) -> Path | None:
-    """``--gpu`` when it names an existing profile file (an input not to overwrite), else ``None``."""
-    if gpu is None:
-        return None
-    from ..util.input_files import is_file
-
-    path = Path(gpu.strip()).expanduser()
-    return path if is_file(path) else None
 
 
 def output_path(text: str) -> Path | None:

@@ -1,5 +1,6 @@
-"""``pdmux gen-config --slo-itl MS``: the options' checks, the call into :mod:`pdmux_cli.planning.slo_levels`, the
-table of levels. Imported only when ``--slo-itl`` is given without ``--tune``."""
+"""``pdmux gen-config --slo-itl MS``: the options' checks, the call into
+:mod:`pdmux_cli.planning.slo_levels`, the table of levels. Imported only when ``--slo-itl`` is given
+without ``--tune``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 from ..util.errors import InputError
 
 
-def slo_levels_config(gpu_profile: Any, model: str, slo_itl_ms: float, *, context: int | None, trace: Path | None,
+def slo_levels_config(gpu_profile: Any, model: str, slo_itl_ms: float, *, context: int | None,
+                      trace: Path | None,
                       max_requests: int | None, calibration: Path | None, cost_model: str, tp: int,
                       sm_group_num: int, token_budget: int, step_overhead_ms: float | None = None,
                       per_request_overhead_ms: float | None = None,
@@ -18,32 +20,36 @@ def slo_levels_config(gpu_profile: Any, model: str, slo_itl_ms: float, *, contex
 
     ``gpu_profile``: a :class:`pdmux_cli.catalog.hardware.Gpu` (the cost model needs bandwidth and FLOP/s).
     ``context``: tokens of context of every decoding request, or ``trace``: a trace file whose decode
-    steps give the distribution (:func:`pdmux_cli.planning.slo_levels.trace_context`; its first ``max_requests``,
-    requests past the model's context length dropped). ``sm_group_num``: at most that many stream groups
-    (levels + 2). ``step_overhead_ms``, ``per_request_overhead_ms``, ``max_running_requests``: as simulate
-    takes them (``None``: the same defaults). Raises :class:`InputError` for bad or conflicting inputs.
+    steps give the distribution (:func:`pdmux_cli.planning.slo_levels.trace_context`; its first
+    ``max_requests``, requests past the model's context length dropped). ``sm_group_num``: at most that
+    many stream groups (levels + 2). ``step_overhead_ms``, ``per_request_overhead_ms``,
+    ``max_running_requests``: as simulate takes them (``None``: the same defaults). Raises
+    :class:`InputError` for bad or conflicting inputs.
     """
     from ..planning import slo_levels as sl
-    from .simulate import _drop_past_context, _load_workload, _setup
+    from ..workflows.server import ServerOptions, build_setup
+    from ..workflows.workload import WorkloadOptions, fit_to_model, load_workload
 
     sl.check_target_ms(slo_itl_ms)
     if gpu_profile is None:
-        raise InputError("--slo-itl needs a GPU profile (--gpu), not --sms/--cc: the cost model needs its bandwidth "
-                         "and FLOP/s")
+        raise InputError("--slo-itl needs a GPU profile (--gpu), not --sms/--cc: the cost model needs its "
+                         "bandwidth and FLOP/s")
     if (context is None) == (trace is None):
-        raise InputError("--slo-itl sizes levels at the workload's context: give --context TOKENS (every decoding "
-                         "request's) or --trace FILE (the distribution of its decode steps), one of them"
+        raise InputError("--slo-itl sizes levels at the workload's context: give --context TOKENS (every "
+                         "decoding request's) or --trace FILE (the distribution of its decode steps), one "
+                         "of them"
                          if context is None else "give --context or --trace, not both")
     if sm_group_num < 3:
         raise InputError(f"--sm-group-num must be >= 3 (one level at least), got {sm_group_num}")
-    setup = _setup(None, model, cost_model=cost_model, calibration=calibration, gpu_profile=gpu_profile, tp=tp,
-                   step_overhead_ms=step_overhead_ms, per_request_overhead_ms=per_request_overhead_ms,
-                   max_running_requests=max_running_requests)
+    setup = build_setup(ServerOptions(model=model, cost_model=cost_model, calibration=calibration, tp=tp,
+                                      step_overhead_ms=step_overhead_ms,
+                                      per_request_overhead_ms=per_request_overhead_ms,
+                                      max_running_requests=max_running_requests), gpu_profile=gpu_profile)
     window = sl.model_window(setup.model)
     notes: list[str] = []
     if trace is not None:
-        workload = _load_workload(trace, False, None, None, None, max_requests, None, 0, "1024", "128")
-        workload = _drop_past_context(workload, setup.model)
+        workload = load_workload(WorkloadOptions(trace=trace, max_requests=max_requests))
+        workload = fit_to_model(workload, setup.model)
         if workload.bad_rows:
             notes.append(workload.bad_rows_text())
         batch = sl.trace_context(workload.prompt_tokens, workload.output_tokens, window,
@@ -81,8 +87,10 @@ def levels_table(levels: Any, setup: Any) -> Any:
     """A rich Table: one row per level, its SMs, threshold, decode batch sizes and predicted ITL."""
     from rich.table import Table
 
-    table = Table(title=f"SLO levels for ITL <= {levels.target_ms:g} ms: {setup.model.name} on {setup.gpu_name}"
-                        + (f" (TP {setup.tp})" if setup.tp > 1 else "") + ", decode next to a running prefill",
+    table = Table(title=f"SLO levels for ITL <= {levels.target_ms:g} ms: {setup.model.name} on "
+                        f"{setup.gpu_name}"
+                        + (f" (TP {setup.tp})" if setup.tp > 1 else "") + ", decode next to a running "
+                                                                          "prefill",
                   title_justify="left",
                   caption="predicted ITL: a pdmux round beside a running prefill, CPU work included",
                   caption_justify="left")
@@ -101,17 +109,19 @@ def levels_notes(levels: Any, context_source: str) -> list[str]:
     """The lines under the table: the workload's context and batch range, merged levels, and where the
     target cannot be met."""
     top = levels.candidates[-1]
-    notes = [(f"sized for decode batches 1-{levels.max_bs} (the most requests SGLang's KV pool under pdmux holds "
-              f"at this context, within max_running_requests), at {context_source}")]
+    notes = [(f"sized for decode batches 1-{levels.max_bs} (the most requests SGLang's KV pool under pdmux "
+              f"holds at this context, within max_running_requests), at {context_source}")]
     if levels.needed > len(levels.levels):
         notes.append(f"the rule asked for {levels.needed} levels; {len(levels.levels)} fit --sm-group-num "
-                     f"{len(levels.levels) + 2}: some batch sizes get the next larger level (more decode SMs than "
-                     "they need, ITL within the target)")
-    notes.append(f"levels sized for exactly {levels.target_ms:g} ms leave the rounds at its edge: a batch holding "
-                 "longer requests than assumed goes past it; pdmux tune tries these levels and ones for 0.9x and "
-                 f"0.8x {levels.target_ms:g} ms on a trace, and capacity sizes them (--config, repeatable)")
+                     f"{len(levels.levels) + 2}: some batch sizes get the next larger level (more decode SMs "
+                     "than they need, ITL within the target)")
+    notes.append(f"levels sized for exactly {levels.target_ms:g} ms leave the rounds at its edge: a batch "
+                 "holding longer requests than assumed goes past it; pdmux tune tries these levels and ones "
+                 f"for 0.9x and 0.8x {levels.target_ms:g} ms on a trace, and capacity sizes them (--config, "
+                 "repeatable)")
     if levels.unmeetable_from is not None:
-        at_max = (f" ({levels.itl_at_max_ms:.1f} ms at {levels.max_bs})" if levels.max_bs > levels.unmeetable_from
+        at_max = (f" ({levels.itl_at_max_ms:.1f} ms at "
+                  f"{levels.max_bs})" if levels.max_bs > levels.unmeetable_from
                   else "")
         notes.append(f"from decode batch {levels.unmeetable_from} on, even the largest decode share, "
                      f"{top.prefill_sms}/{top.decode_sms} SMs, misses {levels.target_ms:g} ms: "

@@ -1,0 +1,194 @@
+"""What simulate, tune and capacity share: their typer option declarations (one place for their flags and
+help), the request built from a command's parameters, JSON output, and the progress bar.
+
+typer reads the options as metadata: a command names one as a parameter's default. Each spelt once; where
+two commands word an option differently, both spellings are here, named for the command. Kept light
+(typer only; rich when a bar is shown).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import fields
+from typing import Any
+
+import typer
+
+from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
+from ..workflows.policies import DEFAULT_POLICIES
+from ..workflows.values import finite
+from .common import console, output_file, output_path, progress_bar
+
+GPU_HELP = "GPU profile: alias (h100, h200, a100, b200, ...), reported name, or my-gpu.yaml. Default: h100."
+MODEL_HELP = "Model profile name or path to a Hugging Face config.json."
+COST_MODEL_HELP = "roofline (fitted to measurements) or chapter (the chapter's illustrative model)."
+TP_HELP = ("Tensor parallelism: GPUs of one server the model is sharded over, as SGLang's --tp-size (1-8); "
+           "the server is simulated as one of its ranks (every rank runs the same batches), memory per GPU.")
+DP_HELP = ("Data-parallel replicas of the server behind a router, each --tp GPUs (SGLang's --dp-size, or "
+           "servers behind sgl-router). Default 1, or with --disagg as many as put every policy on its GPUs "
+           "((X+Y) x --disagg-tp / --tp).")
+LOAD_BALANCE_HELP = ("How the router picks a replica (and, with --disagg, an instance on each side): "
+                     "round_robin (SGLang's default) or total_requests (the fewest outstanding requests), "
+                     "SGLang's names.")
+DISAGG_HELP = ("Add PD disaggregation: XPYD prefill and decode instances (1P1D, 2P6D), each --tp GPUs; "
+               "prefill-first on the prefill instances, the KV cache moved over --kv-link, decode on the "
+               "decode instances.")
+KV_LINK_HELP = ("--disagg: the link each GPU's share of a KV cache crosses: auto (the GPU's NVLink or PCIe "
+                "when all GPUs fit one node of 8, else RDMA 400 Gb/s per GPU), nvlink, pcie or rdma.")
+CALIBRATION_HELP = "calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate'."
+SLO_ITL_HELP = "ITL SLO, ms (judged on each request's p99 ITL)."
+S_SAT_HELP = "SMs that reach 95% of HBM bandwidth (default: the cost model's)."
+
+# The workload: a trace file or synthetic arrivals.
+TRACE_ARGUMENT = typer.Argument(None, help="Trace file: Azure CSV, Mooncake JSONL or BurstGPT CSV.")
+TRACE_OPTION = typer.Option(None, "--trace", help="The trace file, spelt as tune and gen-config --tune take "
+                                                  "it.")
+SYNTHETIC_OPTION = typer.Option(False, "--synthetic", help=(
+    "Poisson arrivals at --qps instead of a trace file (--qps inf: all at once, with --max-requests)."))
+FORMAT_OPTION = typer.Option(None, "--format", help="azure, mooncake or burstgpt (default: detected).")
+MAX_REQUESTS_OPTION = typer.Option(None, "--max-requests", help="Only the first N requests.")
+DURATION_OPTION = typer.Option(None, "--duration", help="Only requests arriving in the first S seconds.")
+SEED_OPTION = typer.Option(0, "--seed", help="Seed for synthetic arrivals and lengths.")
+PROMPT_TOKENS_OPTION = typer.Option("1024", "--prompt-tokens", help=(
+    "Synthetic prompt length: N, uniform:LO:HI, exp:MEAN, lognormal:MEDIAN:SIGMA, or random:L[:RATIO] "
+    "(bench_serving's random dataset, drawn as it draws them for --seed; both lengths then)."))
+OUTPUT_TOKENS_OPTION = typer.Option("128", "--output-tokens", help="Synthetic output length (same forms).")
+
+# The server and its cost model.
+MODEL_OPTION = typer.Option("qwen3-8b", "--model", "-m", help=MODEL_HELP)
+GPU_OPTION = typer.Option(None, "--gpu", "-g", help=GPU_HELP)
+COST_MODEL_OPTION = typer.Option("roofline", "--cost-model", help=COST_MODEL_HELP)
+S_SAT_OPTION = typer.Option(None, "--s-sat", help=S_SAT_HELP)
+MFU_OPTION = typer.Option(None, "--mfu", help="Chapter model: fraction of dense FLOP/s prefill reaches "
+                                              "(0.5).")
+PER_REQUEST_OVERHEAD_OPTION = typer.Option(None, "--per-request-overhead-ms", help=(
+    "Roofline model: what every step spends per request in its batch beyond the kernels, ms, paid by every "
+    "schedule (default: fitted to public SGLang serving runs, profiles/efficiency/serving.yaml)."))
+ADMISSION_DELAY_OPTION = typer.Option(None, "--admission-delay-ms", help=(
+    "Roofline model: from a request's arrival until SGLang's scheduler can admit it (HTTP server, tokenizer, "
+    "IPC), ms (default: serving.yaml's fit)."))
+ADMISSION_INTERVAL_OPTION = typer.Option(None, "--admission-interval-ms", help=(
+    "Roofline model: the front end's time per request (one tokenizer manager takes every request), ms: a "
+    "burst enters the scheduler one request per interval (default: serving.yaml's fit)."))
+FIRST_TOKEN_DELAY_OPTION = typer.Option(None, "--first-token-delay-ms", help=(
+    "Roofline model: from the step that makes a token until the client has it (detokenizer, streaming), ms: "
+    "adds to TTFT and end-to-end latency, not to ITL (default: serving.yaml's fit)."))
+KV_BYTES_OPTION = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (default: by "
+                                                        "--kv-cache-dtype).")
+KV_CACHE_DTYPE_OPTION = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP)
+MAX_PREFILL_TOKENS_OPTION = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens.")
+NO_PREFIX_CACHE_OPTION = typer.Option(False, "--no-prefix-cache", help=(
+    "Turn SGLang's radix cache off (--disable-radix-cache). On by default: prompts of a trace with hash_ids "
+    "(Mooncake) reuse cached prefixes."))
+TP_OPTION = typer.Option(1, "--tp", help=TP_HELP)
+
+# The policies.
+MIXED_CHUNK_SIZES_OPTION = typer.Option("512", "--mixed-chunk-sizes", help="Chunk sizes of 'mixed-chunk'.")
+PREFILL_DECODE_INTERVAL_OPTION = typer.Option(0, "--prefill-decode-interval", help=(
+    "chunked, mixed-chunk and prefill-first: decode-only rounds after each prefill batch (SGLang's flag; "
+    "0 = off)."))
+SLO_TTFT_DEFAULT_OPTION = typer.Option(1000.0, "--slo-ttft", help="TTFT SLO, ms.")
+SLO_ITL_DEFAULT_OPTION = typer.Option(60.0, "--slo-itl", help=SLO_ITL_HELP)
+
+# More than one server.
+DP_OPTION = typer.Option(None, "--dp", help=DP_HELP)
+TUNE_DP_OPTION = typer.Option(None, "--dp", help=(
+    "Data-parallel replicas of the server behind a router, each --tp GPUs (SGLang's --dp-size, or servers "
+    "behind sgl-router); every config runs on them. Default 1."))
+LOAD_BALANCE_OPTION = typer.Option(None, "--load-balance-method", help=LOAD_BALANCE_HELP)
+TUNE_LOAD_BALANCE_OPTION = typer.Option(None, "--load-balance-method", help=(
+    "How the router picks one of the --dp replicas: round_robin (SGLang's default) or total_requests (the "
+    "fewest outstanding requests), SGLang's names."))
+DISAGG_OPTION = typer.Option(None, "--disagg", help=DISAGG_HELP)
+KV_LINK_OPTION = typer.Option("auto", "--kv-link", help=KV_LINK_HELP)
+DISAGG_TP_OPTION = typer.Option(None, "--disagg-tp", help=(
+    "--disagg: each instance's TP (default --tp), e.g. --tp 2 --dp 1 --disagg 1P1D --disagg-tp 1 puts every "
+    "policy on 2 GPUs."))
+KV_LINK_GB_S_OPTION = typer.Option(None, "--kv-link-gb-s", help=(
+    "--disagg: the KV link's bandwidth, GB/s per GPU and direction (overrides --kv-link's)."))
+KV_LINK_LATENCY_OPTION = typer.Option(None, "--kv-link-latency-us", help=(
+    "--disagg: the KV link's latency per transfer, us (overrides --kv-link's)."))
+
+# Where the simulations run.
+WORKERS_OPTION = typer.Option(None, "--workers", help=(
+    "Processes (default: the cores available); with --executor ray, tasks at a time (default: the cluster's "
+    "CPUs)."))
+EXECUTOR_OPTION = typer.Option("local", "--executor", help=(
+    "Where the simulations run: local (this machine's cores, --workers processes) or ray (a Ray cluster: "
+    "--ray-address, or a local Ray instance started for the run; pip install 'pdmux[ray]'). The results are "
+    "the same."))
+RAY_ADDRESS_OPTION = typer.Option(None, "--ray-address", help=(
+    "--executor ray: the cluster to run on: auto (the one 'ray start' began on this machine), host:port, or "
+    "ray://host:10001 (Ray Client). Default: a local Ray instance for this run."))
+MAX_STEPS_OPTION = typer.Option(None, "--max-steps", help=(
+    "The most decode steps one simulated server may take before the run stops (a guard against runaway runs; "
+    "shown in the progress bar). Default: 6,000,000 or 2,000 per request of the trace, whichever is more; "
+    "0: no limit."))
+
+# Output.
+JSON_OPTION = typer.Option(False, "--json", help="Print JSON instead of tables.")
+OUTPUT_YAML_OPTION = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>",
+                                  help="Write the winning YAML here (whole or not at all).")
+CSV_OPTION = typer.Option(None, "--csv", parser=output_file, metavar="<path>", help=(
+    "Write per-request results to this CSV file (row by row as requests finish; the file appears whole at "
+    "the end)."))
+SIMULATE_PLOT_OPTION = typer.Option(None, "--plot", parser=output_file, metavar="<path>",
+                                    help="Write ITL and TTFT CDFs to this PNG (needs matplotlib).")
+CAPACITY_PLOT_OPTION = typer.Option(None, "--plot", parser=output_file, metavar="<path>", help=(
+    "Write SLO attainment vs request rate, one curve per policy, to this PNG."))
+POLICIES_HELP = ("Comma-separated: pdmux, chunked (SGLang's default scheduling), mixed-chunk "
+                 "(--enable-mixed-chunk), prefill-first (--chunked-prefill-size -1), disagg (with "
+                 "--disagg).")
+SIMULATE_POLICIES_OPTION = typer.Option(DEFAULT_POLICIES, "--policies", help=POLICIES_HELP)
+CAPACITY_POLICIES_OPTION = typer.Option(DEFAULT_POLICIES, "--policies", help=(
+    "Comma-separated: pdmux, chunked, mixed-chunk, prefill-first, disagg (with --disagg)."))
+
+
+def request_of(cls: type, values: dict[str, Any], **given: Any) -> Any:
+    """``cls`` (a workflow's request dataclass) from a command's parameters: each field from ``values``
+    (the command's ``locals()``) by name, or from ``given``."""
+    return cls(**{f.name: given[f.name] if f.name in given else values[f.name] for f in fields(cls)
+                  if f.name in given or f.name in values})
+
+
+def print_json(data: Any) -> None:
+    """Print ``data`` as indented, standard JSON: NaN and infinities become ``null``."""
+    sys.stdout.write(json.dumps(finite(data), indent=2, allow_nan=False) + "\n")
+
+
+class _Bar:
+    """A rich progress bar on stderr for one task (:class:`pdmux_cli.workflows.progress.ProgressTask`)."""
+
+    def __init__(self, total: int, label: str) -> None:
+        self.bar = progress_bar(console(stderr=True))
+        self.task = self.bar.add_task(label, total=total)
+
+    def __enter__(self) -> Any:
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.stop()
+
+    def advance(self, done: int, total: int | None = None) -> None:
+        if total is None:
+            self.bar.update(self.task, completed=done)
+        else:
+            self.bar.update(self.task, completed=done, total=total)
+
+    def describe(self, label: str) -> None:
+        self.bar.update(self.task, description=label)
+
+
+def progress_factory(shown: bool) -> Any:
+    """A :data:`pdmux_cli.workflows.progress.ProgressFactory` drawing rich bars on stderr, or ``None``
+    where no bar is shown (``shown`` false, or stderr is not a terminal)."""
+    if not shown or sys.stderr is None or not sys.stderr.isatty():
+        return None
+    return _Bar
+
+
+def show_progress(as_json: bool) -> bool:
+    """Whether a command shows a progress bar: not with ``--json``, and only on a terminal."""
+    return not as_json and sys.stderr is not None and sys.stderr.isatty()

@@ -1,0 +1,66 @@
+"""``accuracy``: how far the roofline cost model is from the public measurements it ships with, per term;
+with ``serving``, whole simulated servers against public SGLang serving runs.
+
+:func:`accuracy` takes an :class:`AccuracyRequest` and returns an :class:`AccuracyResult` (``to_dict()``:
+``pdmux accuracy --json``). The comparisons are :func:`pdmux_cli.costmodel.accuracy.report` and
+:func:`pdmux_cli.simulate.serving_accuracy.report`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..util.errors import InputError
+
+
+@dataclass(frozen=True, kw_only=True)
+class AccuracyRequest:
+    """``pdmux accuracy``'s options: ``serving`` (replay the public serving runs), ``runs`` (every run's
+    figures, with ``serving``), ``workers`` (processes for ``serving``; ``None``: the cores available)."""
+
+    serving: bool = False
+    runs: bool = False
+    workers: int | None = None
+
+
+@dataclass
+class AccuracyResult:
+    """``terms``: a :class:`pdmux_cli.costmodel.accuracy.TermAccuracy` per term (or serving metric);
+    ``outcomes``: with ``serving``, each run's :class:`~pdmux_cli.simulate.serving_accuracy.RunOutcome`."""
+
+    request: AccuracyRequest
+    terms: list[Any]
+    outcomes: list[Any] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``pdmux accuracy --json`` (errors as fractions), the ``"pdmux"`` provenance last."""
+        from ..costmodel.accuracy import term_dict
+        from ..provenance import provenance
+
+        data: dict[str, Any] = {"terms": [term_dict(t) for t in self.terms]}
+        if self.request.serving:
+            from ..simulate.serving_accuracy import outcome_dict
+
+            data["runs"] = [outcome_dict(o) for o in self.outcomes]
+        data["pdmux"] = provenance(sglang=None, cost_model="roofline")
+        return data
+
+
+def accuracy(request: AccuracyRequest) -> AccuracyResult:
+    """Compare (module docstring). Raises :class:`InputError` for ``runs`` or ``workers`` without
+    ``serving``, or ``workers`` below 1."""
+    r = request
+    if not r.serving:
+        if r.runs or r.workers is not None:
+            raise InputError("--runs and --workers go with --serving")
+        from ..costmodel.accuracy import report
+
+        return AccuracyResult(r, report())
+    from ..simulate.pool import default_workers
+    from ..simulate.serving_accuracy import report as serving_report
+
+    if r.workers is not None and r.workers < 1:
+        raise InputError(f"--workers must be >= 1, got {r.workers}")
+    terms, outcomes = serving_report(workers=r.workers if r.workers is not None else default_workers())
+    return AccuracyResult(r, terms, outcomes)

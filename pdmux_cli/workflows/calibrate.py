@@ -1,0 +1,350 @@
+"""``calibrate``: fit the cost model's whole-GPU terms to the user's own SGLang (one-batch results, server
+logs), its serving terms to bench_serving runs, or merge two calibrations.
+
+:func:`calibrate` takes a :class:`CalibrateRequest` and returns a :class:`CalibrateResult`
+(``to_dict()``: ``pdmux calibrate --json``), writing ``output`` whole or not at all. The readers are
+:mod:`pdmux_cli.sglang.measurement_readers`; the fits
+:func:`pdmux_cli.costmodel.whole_gpu_fit.fit_whole_gpu` and :func:`pdmux_cli.simulate.serving_fit.fit_terms`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import statistics
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..util.errors import InputError
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrateRequest:
+    """``pdmux calibrate``'s options (snake_case, the CLI's defaults).
+
+    ``sglang_bench``: JSONL of ``sglang.benchmark.one_batch``; ``sglang_log``: SGLang server logs;
+    ``bench_serving``: ``sglang.bench_serving`` output files (the serving terms; ``workers`` processes).
+    ``model``, ``gpu``: what was measured; ``tp``: the measurements' TP; ``kv_bytes`` /
+    ``kv_cache_dtype``: the server's KV cache. ``merge``: two calibration files to join instead (a
+    ``pdmux bench`` one and a ``pdmux calibrate`` one). ``output``: where to write the calibration.
+    """
+
+    sglang_bench: tuple[Path, ...] = ()
+    sglang_log: tuple[Path, ...] = ()
+    bench_serving: tuple[Path, ...] = ()
+    workers: int | None = None
+    model: str | None = None
+    gpu: str | None = None
+    tp: int = 1
+    kv_bytes: float | None = None
+    kv_cache_dtype: str | None = None
+    merge: tuple[Path, ...] = ()
+    output: Path | None = None
+
+
+@dataclass
+class ServingFit:
+    """The serving fit: ``terms`` (:class:`pdmux_cli.costmodel.calibration_file.ServingTerms`), the relative
+    errors per metric kind with the shipped terms (``before``) and the fitted ones (``after``), and notes."""
+
+    terms: Any
+    before: dict[str, list[float]]
+    after: dict[str, list[float]]
+    notes: list[str]
+
+
+@dataclass
+class CalibrateResult:
+    """What ``calibrate`` made: ``mode`` (``"merge"``, ``"whole_gpu"`` or ``"serving"``), the
+    ``calibration`` and its ``yaml``; for ``whole_gpu`` the ``fit``
+    (:class:`pdmux_cli.costmodel.whole_gpu_fit.CalibrationFit`), the shipped model ``base``, the GPU
+    ``profile`` and ``model`` measured and the ``points`` kept; ``serving``: the serving fit where
+    bench_serving runs were given; ``notes``."""
+
+    request: CalibrateRequest
+    mode: str
+    calibration: Any
+    yaml: str
+    fit: Any = None
+    base: Any = None
+    profile: Any = None
+    model: Any = None
+    points: int = 0
+    serving: ServingFit | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``pdmux calibrate --json`` (the ``"pdmux"`` provenance last: the shipped model the fit started
+        from)."""
+        from ..provenance import provenance
+
+        output = str(self.request.output) if self.request.output else None
+        if self.mode == "merge":
+            data = {"merged": [str(p) for p in self.request.merge], "output": output, "yaml": self.yaml}
+            return {**data, "pdmux": provenance(sglang=None)}
+        if self.mode == "serving":
+            s = self.serving
+            data = {"gpu": self.profile.name, "model": self.model.name, "runs": s.terms.runs,
+                    "terms": {"admission_delay_ms": s.terms.admission_delay_s * 1e3,
+                              "admission_interval_ms": s.terms.admission_interval_s * 1e3,
+                              "first_token_delay_ms": s.terms.first_token_delay_s * 1e3,
+                              "per_request_overhead_ms": s.terms.per_request_step_s * 1e3},
+                    "median_error": {k: statistics.median(v) for k, v in s.after.items()},
+                    "shipped_median_error": {k: statistics.median(v) for k, v in s.before.items()},
+                    "notes": s.notes, "output": output, "yaml": self.yaml}
+            block = _shipped(self.profile)
+            return {**data, "pdmux": provenance(sglang=None, cost_model=block)}
+        t, base = self.fit.terms, self.base
+        data = {
+            "gpu": self.profile.name, "model": self.model.name, "points": self.points,
+            "decode_fit": self.fit.decode_mode, "prefill_fit": self.fit.prefill_mode,
+            "terms": {"gemm_bandwidth_efficiency": t.gemm_bandwidth_efficiency,
+                      "gemm_peak_efficiency": t.gemm_peak_efficiency,
+                      "kv_bandwidth_efficiency": t.kv_bandwidth_efficiency,
+                      "attention_peak_efficiency": t.attention_peak_efficiency,
+                      "decode_fixed_ms": t.decode_fixed_s * 1e3},
+            "shipped": {"gemm_bandwidth_efficiency": base.eff.gemm.bandwidth_efficiency,
+                        "gemm_peak_efficiency": base.eff.gemm.peak_efficiency,
+                        "kv_bandwidth_efficiency": base.eff.decode_attention.bandwidth_efficiency,
+                        "attention_peak_efficiency": base.eff.prefill_attention.peak_efficiency},
+            "median_error": t.median_error, "uncalibrated_median_error": t.uncalibrated_median_error,
+            "rows": rows_dict(self.fit), "notes": self.notes, "output": output, "yaml": self.yaml,
+        }
+        return {**data, "pdmux": provenance(sglang=None, cost_model=_shipped(profile=self.profile))}
+
+
+def _shipped(profile: Any) -> dict[str, Any]:
+    """The provenance of the shipped roofline model a fit is compared with (``"shipped"``): the GPU's
+    efficiency profile and ``serving.yaml``'s terms of
+    :data:`~pdmux_cli.workflows.server.SERVING_RELEASE_LINE`."""
+    from ..costmodel.efficiency import profile_for
+    from ..provenance import cost_model_provenance
+    from .server import SERVING_RELEASE_LINE
+
+    eff, _ = profile_for(getattr(profile, "key", ""), tuple(profile.compute_capability))
+    return cost_model_provenance("roofline", efficiency=f"{eff.key}.yaml", serving=SERVING_RELEASE_LINE)
+
+
+def rows_dict(fit: Any) -> list[dict[str, Any]]:
+    """Every point of a whole-GPU fit, measured and predicted (ms), for JSON."""
+    return [{"kind": r.point.kind, "source": r.point.source, "where": r.point.where, "batch": r.point.batch,
+             "tokens": r.point.tokens, "count": r.point.count, "measured_ms": r.point.measured_s * 1e3,
+             "calibrated_ms": r.calibrated_s * 1e3, "uncalibrated_ms": r.uncalibrated_s * 1e3}
+            for r in fit.rows]
+
+
+def merge_calibrations(paths: list[Path]) -> Any:
+    """One calibration from a ``pdmux bench`` file and a ``pdmux calibrate`` file of the same GPU.
+    :class:`InputError` for another count of files, files of different GPUs, or not that pair."""
+    from ..costmodel.calibration_file import load_calibration
+
+    if len(paths) != 2:
+        raise InputError("--merge takes two calibration files (a 'pdmux bench' one and a 'pdmux calibrate' "
+                         f"one), got {len(paths)}")
+    first, second = (load_calibration(p) for p in paths)
+    keys = first.profile_key(), second.profile_key()
+    if (first.sm_count, first.compute_capability) != (second.sm_count, second.compute_capability) or (
+            all(keys) and keys[0] != keys[1]):
+        raise InputError(f"{paths[0]} and {paths[1]} are of different GPUs ({first.gpu_name}, "
+                         f"{second.gpu_name}): merge calibrations of one GPU")
+    bench = [c for c in (first, second) if c.has_partitions]
+    sglang = [c for c in (first, second) if c.whole_gpu is not None]
+    if len(bench) != 1 or len(sglang) != 1 or bench[0] is sglang[0]:
+        raise InputError("--merge joins a file with SM-partition terms ('pdmux bench') and one with "
+                         "whole-GPU terms ('pdmux calibrate'): these two do not make that pair")
+    part, whole = bench[0], sglang[0]
+    terms = dict(part.terms_from)
+    terms.setdefault("partitions", f"pdmux bench {part.date}")
+    terms["whole_gpu"] = dict(whole.terms_from).get("whole_gpu", whole.whole_gpu.source or "pdmux calibrate")
+    return replace(part, whole_gpu=whole.whole_gpu, gpu_key=keys[0] or keys[1],
+                   date=max(part.date, whole.date), terms_from=tuple(terms.items()),
+                   source="; ".join(s for s in (part.source, whole.source) if s))
+
+
+def _measured(gpu: str, model: str, kv_bytes: float | None,
+              kv_cache_dtype: str | None) -> tuple[Any, Any, float]:
+    """The GPU profile, the model and the KV bytes per element the measurements were taken with (SGLang's
+    ``--kv-cache-dtype`` or ``--kv-bytes``); :class:`InputError` for bad values."""
+    from ..catalog.hardware import find_gpu_or_file
+    from ..catalog.model import load_model
+    from ..sglang.kv_cache import check_kv_options, resolve_kv_cache
+    from ..simulate.engine import check_bytes_per_element
+
+    check_kv_options(kv_cache_dtype, kv_bytes)
+    check_bytes_per_element(kv_bytes, "--kv-bytes")
+    if not gpu.strip():
+        raise InputError("--gpu is empty: give a GPU name such as h100")
+    mdl = load_model(model)
+    return find_gpu_or_file(gpu), mdl, resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes).bytes_per_element
+
+
+def _fit_serving(cal: Any, r: CalibrateRequest, kv_bytes: float) -> tuple[Any, ServingFit]:
+    """``cal`` with the serving terms fitted to ``r.bench_serving``, and the fit."""
+    from ..costmodel.calibration_file import ServingTerms
+    from ..sglang.measurement_readers import read_bench_serving
+    from ..simulate import serving_fit
+    from ..simulate.pool import default_workers, process_pool
+    from ..simulate.serving_accuracy import runs_from_bench_serving
+
+    results, problems = [], []
+    for path in r.bench_serving:
+        got, bad = read_bench_serving(path)
+        results += got
+        problems += [f"{path}: {b}" for b in bad]
+    runs, notes = runs_from_bench_serving(results, r.gpu, r.model, r.tp if r.tp != 1 else None)
+    options: dict[str, Any] = {"kv_bytes_per_element": kv_bytes}
+    if cal.whole_gpu is not None:
+        options["calibration"] = cal
+    before = serving_fit.run_errors(runs, {}, options)
+    count = r.workers if r.workers is not None else default_workers()
+    if count > 1:
+        with process_pool(count) as pool:
+            terms, errors = serving_fit.fit_terms(runs, setup_options=options, mapper=pool.map)
+    else:
+        terms, errors = serving_fit.fit_terms(runs, setup_options=options)
+    source = "; ".join(f"sglang.bench_serving {p.name}" for p in r.bench_serving) + f" ({len(runs)} runs)"
+
+    def seconds(option: str) -> float:
+        return float(f"{terms[option] / 1e3:.6g}")
+
+    fitted = ServingTerms(
+        admission_delay_s=seconds("admission_delay_ms"), first_token_delay_s=0.0,
+        admission_interval_s=seconds("admission_interval_ms"),
+        per_request_step_s=seconds("per_request_overhead_ms"), runs=len(runs),
+        median_error=tuple((k, v["median_error"]) for k, v in serving_fit.summary(errors).items()),
+        source=source)
+    cal = replace(cal, serving=fitted, terms_from=(*cal.terms_from, ("serving", source)))
+    return cal, ServingFit(fitted, before, errors, notes + problems[:5])
+
+
+def _check_fit_options(r: CalibrateRequest) -> None:
+    if not r.sglang_bench and not r.sglang_log and not r.bench_serving:
+        raise InputError("give --sglang-bench FILE.jsonl, --sglang-log server.log and/or --bench-serving "
+                         "RESULT.jsonl (or --merge A B)")
+    if r.model is None or r.gpu is None:
+        raise InputError("give --model and --gpu: the measurements are of one model on one GPU")
+    if r.tp < 1:
+        raise InputError(f"--tp must be >= 1 (GPUs the model is split over), got {r.tp}")
+    if r.workers is not None and r.workers < 1:
+        raise InputError(f"--workers must be >= 1, got {r.workers}")
+    if r.workers is not None and not r.bench_serving:
+        raise InputError("--workers goes with --bench-serving (the serving fit's processes)")
+    given = [*r.sglang_bench, *r.sglang_log, *r.bench_serving]
+    paths = [os.path.realpath(p) for p in given]  # never raises (Path.resolve does on a loop of links)
+    twice = next((p for p in given if paths.count(os.path.realpath(p)) > 1), None)
+    if twice is not None:
+        raise InputError(f"{twice} is given twice: its points would count double")
+
+
+def _merge(r: CalibrateRequest) -> CalibrateResult:
+    from ..costmodel.calibration_file import dump_calibration
+
+    extra = [name for name, given in (("--sglang-bench", r.sglang_bench), ("--sglang-log", r.sglang_log),
+                                      ("--bench-serving", r.bench_serving),
+                                      ("--model", r.model), ("--gpu", r.gpu), ("--tp", r.tp != 1),
+                                      ("--kv-bytes", r.kv_bytes is not None),
+                                      ("--kv-cache-dtype", r.kv_cache_dtype is not None)) if given]
+    if extra:
+        raise InputError(f"--merge joins two calibration files and takes no {', '.join(extra)}: give those "
+                         "to the 'pdmux calibrate' run that wrote the file")
+    merged = merge_calibrations(list(r.merge))
+    return CalibrateResult(r, "merge", merged, dump_calibration(merged))
+
+
+def _today() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+
+
+def _serving_only(r: CalibrateRequest) -> CalibrateResult:
+    """``--bench-serving`` alone: a calibration with only the serving terms."""
+    from ..costmodel.calibration_file import Calibration, dump_calibration
+
+    profile, mdl, kv = _measured(r.gpu, r.model, r.kv_bytes, r.kv_cache_dtype)
+    cal = Calibration(gpu_name=profile.name, sm_count=profile.require_sm_count(),
+                      compute_capability=tuple(profile.compute_capability), date=_today(),
+                      source=f"pdmux calibrate --bench-serving --model {mdl.name}",
+                      gpu_key=getattr(profile, "key", ""))
+    cal, fit = _fit_serving(cal, r, kv)
+    return CalibrateResult(r, "serving", cal, dump_calibration(cal), profile=profile, model=mdl, serving=fit)
+
+
+def _read_measurements(r: CalibrateRequest) -> tuple[list, list, list[str], list[str], list]:
+    """``(one-batch points, clean decode intervals, problems, sources, (path, log reading) pairs)``."""
+    from ..sglang.measurement_readers import read_one_batch, read_server_log
+
+    one_batch, problems, sources = [], [], []
+    for path in r.sglang_bench:
+        points, bad = read_one_batch(path)
+        one_batch += points
+        problems += [f"{path}: {b}" for b in bad]
+        sources.append(f"SGLang one-batch {path.name} ({len(points)} results)")
+    intervals, readings = [], []
+    for path in r.sglang_log:
+        reading = read_server_log(path)
+        if reading.tp_size > 1:
+            raise InputError(f"{path}: a server on {reading.tp_size} GPUs (tensor parallelism: TP ranks or "
+                             "tp_size in the log): pdmux models one GPU; calibrate with the log of a "
+                             "single-GPU server")
+        intervals += reading.intervals
+        readings.append((path, reading))
+        sources.append(f"SGLang server log {path.name} ({len(reading.intervals)} clean decode intervals)")
+    if not one_batch and not intervals:
+        why = "; ".join(f"{p}: {rd.summary()}" for p, rd in readings) or "; ".join(problems[:3])
+        raise InputError("nothing to calibrate on: no one-batch result and no clean decode interval"
+                         + (f" ({why})" if why else ""))
+    return one_batch, intervals, problems, sources, readings
+
+
+def _whole_gpu(r: CalibrateRequest) -> CalibrateResult:
+    from ..costmodel import build_step_model
+    from ..costmodel.calibration_file import Calibration, dump_calibration
+    from ..costmodel.whole_gpu_fit import check_points, fit_whole_gpu, points_from
+
+    if r.tp != 1:
+        raise InputError(f"--tp {r.tp}: pdmux models one GPU (tensor parallelism is not modelled yet); "
+                         "calibrate with measurements of a single-GPU server")
+    profile, mdl, kv_bytes = _measured(r.gpu, r.model, r.kv_bytes, r.kv_cache_dtype)
+    one_batch, intervals, problems, sources, readings = _read_measurements(r)
+    base = build_step_model(profile, mdl, kv_bytes_per_element=kv_bytes)
+    points = points_from(one_batch, intervals)
+    points, dropped = check_points(base, profile, points, kv_bytes)
+    fit = fit_whole_gpu(base, points, "; ".join(sources), dropped)
+    cal = Calibration(
+        gpu_name=profile.name, sm_count=profile.require_sm_count(),
+        compute_capability=tuple(profile.compute_capability),
+        date=_today(), source=f"pdmux calibrate --model {mdl.name}", whole_gpu=fit.terms,
+        terms_from=(("whole_gpu", "; ".join(sources)),), gpu_key=getattr(profile, "key", ""),
+    )
+    serving = None
+    if r.bench_serving:  # the serving terms on top of the whole-GPU ones just fitted
+        cal, serving = _fit_serving(cal, r, kv_bytes)
+    notes = list(fit.notes) + problems[:5] + [f"{p}: {rd.summary()}" for p, rd in readings]
+    if len(problems) > 5:
+        notes.append(f"{len(problems) - 5} more unreadable one-batch line(s)")
+    return CalibrateResult(r, "whole_gpu", cal, dump_calibration(cal), fit=fit, base=base, profile=profile,
+                           model=mdl, points=len(points), serving=serving, notes=notes)
+
+
+def calibrate(request: CalibrateRequest) -> CalibrateResult:
+    """Run ``request`` (module docstring) and write ``request.output`` when named. Raises
+    :class:`InputError` for bad options or inputs (nothing to calibrate on, a log of a TP server, a file
+    given twice, an output that is one of the inputs)."""
+    from ..util.atomic import check_writable, refuse_overwriting_inputs
+    from .files import gpu_file, model_file
+
+    r = request
+    inputs = [*r.sglang_bench, *r.sglang_log, *r.bench_serving, *r.merge, model_file(r.model or ""),
+              gpu_file(r.gpu)]
+    refuse_overwriting_inputs(r.output, *inputs)
+    check_writable(r.output)
+    if r.merge:
+        result = _merge(r)
+    else:
+        _check_fit_options(r)
+        result = _serving_only(r) if not r.sglang_bench and not r.sglang_log else _whole_gpu(r)
+    if r.output is not None:
+        from ..util.atomic import write_text_atomic
+
+        write_text_atomic(r.output, result.yaml)
+    return result

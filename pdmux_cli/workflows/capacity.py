@@ -1,0 +1,289 @@
+"""``capacity``: the highest request rate each policy sustains within the SLO, and whether to turn pdmux on.
+
+:func:`capacity` takes a :class:`CapacityRequest` and returns a :class:`CapacityOutcome` (``to_dict()``:
+``pdmux capacity --json``); the search is :func:`pdmux_cli.simulate.capacity.capacity` (bracket and
+bisect the arrival rate per policy). Here: the policies (one factory, pdmux with SGLang's defaults and
+each ``--config`` beside them), the deployment, and the notes on what the rates mean (a burst that
+several replicas drain is not a sustained rate; launch flags on more than one server).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..util.errors import InputError
+from .deployment import Cluster, DeploymentOptions, server_and_cluster
+from .policies import (
+    DEFAULT_POLICIES,
+    PolicyChoice,
+    build_policies,
+    check_prefill_decode_interval,
+    chunk_lists,
+    policy_names,
+)
+from .progress import ProgressFactory, entered, start
+from .server import ServerOptions, on_gpus, provenance_block, server_options
+from .values import check_at_least_one, finite
+from .workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
+
+#: Fewer requests than this cannot show a sustained rate: the whole trace is one burst.
+MIN_REQUESTS = 50
+#: A policy's capacity is noted as a burst's when, at that rate, each of its servers gets fewer requests
+#: than this or the trace lasts less than :data:`SHORT_SPAN_S`: several replicas drain a short burst
+#: that one server queues, and the rate per GPU comes out higher than any sustained one.
+MIN_REQUESTS_PER_SERVER = 200
+SHORT_SPAN_S = 30.0
+#: The progress bar's first guess: about this many simulations a policy (corrected as searches end).
+SIMULATIONS_PER_POLICY = 10
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityRequest(ServerOptions, DeploymentOptions):
+    """``pdmux capacity``'s options (snake_case, the CLI's defaults; the server and deployment fields are
+    :class:`ServerOptions`' and :class:`DeploymentOptions`').
+
+    ``trace`` (``trace_format``), or ``synthetic`` arrivals drawn at ``qps`` requests/s (the search scales
+    them) with ``seed``, ``prompt_tokens``, ``output_tokens``; ``max_requests``, ``duration``: cut it.
+    ``policies``, ``chunk_sizes``, ``mixed_chunk_sizes``, ``prefill_decode_interval``,
+    ``unreleased_fallback``: as simulate's. ``config``: pdmux YAMLs sized beside SGLang's defaults
+    (``None``: none given). ``slo_ttft``, ``slo_itl``: ms; ``target``: the share of requests that must
+    meet them; ``tolerance``: the rate's relative precision. ``plot``: a PNG to write.
+    """
+
+    trace: Path | None = None
+    synthetic: bool = False
+    trace_format: str | None = None
+    qps: float | None = None
+    max_requests: int | None = None
+    duration: float | None = None
+    seed: int = 0
+    prompt_tokens: str = "1024"
+    output_tokens: str = "128"
+    policies: str = DEFAULT_POLICIES
+    chunk_sizes: str | None = None
+    mixed_chunk_sizes: str = "512"
+    config: tuple[Path, ...] | None = None
+    unreleased_fallback: bool = False
+    prefill_decode_interval: int = 0
+    slo_ttft: float = 1000.0
+    slo_itl: float = 60.0
+    target: float = 0.99
+    tolerance: float = 0.02
+    workers: int | None = None
+    executor: str = "local"
+    ray_address: str | None = None
+    max_steps: int | None = None
+    plot: Path | None = None
+    sglang: str = "0.5.23"
+
+    def workload_options(self) -> WorkloadOptions:
+        """The workload to load (never retimed: the search sets the rate)."""
+        return WorkloadOptions(trace=self.trace, synthetic=self.synthetic, trace_format=self.trace_format,
+                               qps=self.qps, max_requests=self.max_requests, duration=self.duration,
+                               seed=self.seed, prompt_tokens=self.prompt_tokens,
+                               output_tokens=self.output_tokens)
+
+
+def point_dict(p: Any) -> dict[str, Any]:
+    """One rate tried (:class:`pdmux_cli.simulate.capacity.CapacityPoint`) for JSON."""
+    return {"rate_rps": p.rate_rps, "slo_attainment": p.slo_attainment, "goodput_rps": p.goodput_rps,
+            "ttft_p99_ms": p.ttft_p99_ms, "itl_p99_ms": p.itl_p99_ms, "unfinished": p.unfinished}
+
+
+@dataclass
+class CapacityOutcome:
+    """What ``capacity`` found: ``result`` (:class:`pdmux_cli.simulate.capacity.CapacityResult`), the run's
+    ``workload``, ``setup`` and ``cluster``, ``support`` (the model's pdmux support), ``title`` (the table's
+    and the plot's), ``notes`` and the ``plot`` written."""
+
+    request: CapacityRequest
+    result: Any
+    workload: Any
+    setup: Any
+    cluster: Cluster
+    support: Any
+    title: str
+    notes: list[str] = field(default_factory=list)
+    plot: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``pdmux capacity --json``: NaN and infinities as ``None``; the ``"pdmux"`` provenance last."""
+        r, setup, cluster, result = self.request, self.setup, self.cluster, self.result
+        return finite({
+            "trace": self.workload.source, "requests": len(self.workload),
+            "trace_rate_rps": result.trace_rate_rps,
+            "model": setup.model.name, "gpu": setup.gpu_name, "tp": setup.tp, "dp": cluster.dp,
+            "gpus": cluster.gpus, "load_balance_method": cluster.router,
+            **cluster.disagg_dict(setup),
+            "rate_rps_is": "requests/s over all of a policy's GPUs (max_rate_per_gpu_rps: divided by them)",
+            "cost_model": setup.step_model.name,
+            "slo": {"ttft_ms": r.slo_ttft, "itl_ms": r.slo_itl, "itl_judged_on": "request p99 ITL (nearest "
+                                                                                 "rank)"},
+            "target": r.target, "tolerance": r.tolerance, "workers": result.workers,
+            "policies": [{"policy": p.label, "kind": p.kind, "gpus": p.gpus, "layout": str(p.layout),
+                          "router": p.router or None, "max_rate_rps": p.max_rate_rps,
+                          "max_rate_per_gpu_rps": p.per_gpu_rps, "bound": p.bound or None,
+                          "at": point_dict(p.at) if p.at else None, "config": p.config_path,
+                          "points": [point_dict(x) for x in p.points]} for p in result.policies],
+            "verdict": result.verdict(), "plot": str(self.plot) if self.plot else None,
+            "notes": [str(n) for n in self.notes],
+            "sglang_support": self.support.as_dict(),
+            "pdmux": provenance_block(r.sglang, setup, r.calibration),
+        })
+
+
+def _names(r: CapacityRequest, configs: list[Path]) -> list[str]:
+    names = policy_names(r.policies, r.disagg)
+    if configs and "pdmux" not in names:
+        names.append("pdmux")
+    return names
+
+
+def _check_options(r: CapacityRequest, configs: list[Path]) -> str:
+    """The executor's name; :class:`InputError` for bad options or outputs."""
+    from ..simulate.engine import step_budget
+    from ..simulate.executors import check_executor
+    from .files import check_outputs, gpu_file, model_file
+
+    if r.qps is not None and not r.synthetic:
+        raise InputError("--qps draws --synthetic arrivals; capacity searches a trace file's rate itself")
+    check_prefill_decode_interval(r.prefill_decode_interval)
+    check_at_least_one("--workers", r.workers)
+    executor = check_executor(r.executor, r.ray_address)
+    if r.max_steps is not None:
+        step_budget(0, r.max_steps)
+    if r.plot is not None and r.plot.suffix.lower() != ".png":
+        raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {r.plot}")
+    check_outputs((r.plot,), (r.trace, *configs, r.calibration, model_file(r.model), gpu_file(r.gpu)))
+    return executor
+
+
+def _support_notes(r: CapacityRequest, support: Any, names: list[str]) -> tuple[list[str], list[str]]:
+    """The policies kept and the notes on the model's pdmux support (never sized, so never recommended)."""
+    if support.state == "no":
+        if r.config is not None or names == ["pdmux"]:
+            raise InputError(f"pdmux: {support.reason} (--sglang picks another SGLang revision)")
+        return [n for n in names if n != "pdmux"], [f"pdmux not sized: {support.reason}"]
+    if support.state == "unknown":
+        return names, [f"pdmux: {support.reason}"]
+    return names, []
+
+
+def launch_notes(cluster: Cluster, tp: int, colocated: bool = True) -> list[str]:
+    """What the verdict's flags mean on more than one server (SGLang 0.5.23); ``colocated``: policies other
+    than disagg ran (the DP flags are theirs)."""
+    notes = []
+    if cluster.dp > 1 and colocated:
+        notes.append(
+            f"DP {cluster.dp}: the verdict's --dp-size {cluster.dp} --load-balance-method {cluster.method} "
+            f"runs the replicas as one SGLang server (its data-parallel controller, {cluster.dp * tp} GPUs); "
+            f"{cluster.dp} servers with the other flags behind sgl-router are the same replicas. SGLang "
+            "0.5.23's checks do not refuse --dp-size with --enable-pdmux "
+            "(srt/arg_groups/validation_hook.py), but pdmux under DP is untried here")
+    if cluster.disagg is not None:
+        d = cluster.disagg
+        notes.append(
+            f"{d.label}: {d.prefill} prefill server(s) (--disaggregation-mode prefill --chunked-prefill-size "
+            f"-1: whole prompts, as simulated) and {d.decode} decode server(s) (--disaggregation-mode "
+            f"decode), each TP {d.instance_setup.tp if d.instance_setup else tp}, fronted by a router: "
+            "python -m sglang_router.launch_router --pd-disaggregation --prefill URL ... --decode URL ... "
+            "(SGLang 0.5.23 refuses --enable-pdmux with either mode: srt/arg_groups/validation_hook.py)")
+    return notes
+
+
+def _burst_note(p: Any, requests: int, servers: int) -> str | None:
+    """A note where ``p``'s capacity is a burst's, not a sustained rate (:data:`SHORT_SPAN_S`,
+    :data:`MIN_REQUESTS_PER_SERVER`)."""
+    if not (p.max_rate_rps > 0 and requests >= MIN_REQUESTS):
+        return None
+    span = requests / p.max_rate_rps
+    few = servers > 1 and requests / servers < MIN_REQUESTS_PER_SERVER
+    if not (span < SHORT_SPAN_S or few):
+        return None
+    where = (f", {requests / servers:.0f} a server: a burst its {servers} servers drain" if servers > 1
+             else ": a burst")
+    return (f"{p.label}: at {p.max_rate_rps:.3g} req/s the {requests} requests arrive within {span:.3g} "
+            f"s{where}, not a sustained rate (the rate is optimistic); give more requests (--max-requests, "
+            "--duration)")
+
+
+def policy_notes(p: Any, requests: int, dp: int) -> list[str]:
+    """The notes on one policy's capacity (:class:`pdmux_cli.simulate.capacity.PolicyCapacity`): a burst's
+    rate, a target met at every rate or missed at every rate, SGLang 0.5.23 crashing at some rates."""
+    # a disaggregated request visits one instance a side: the side with more instances sees fewer each
+    servers = max(p.xpyd) if p.xpyd else (dp if p.kind != "disagg" else 1)
+    burst = _burst_note(p, requests, servers)
+    notes = [burst] if burst else []
+    if p.bound == "above":
+        notes.append(f"{p.label}: met the target at every rate tried, up to {p.max_rate_rps:.3g} req/s")
+    if any(x.crashed for x in p.points):
+        notes.append(f"{p.label}: SGLang 0.5.23 crashes with this config at some rates (no manual_divisions "
+                     "threshold matches a decode batch; 'pdmux check-config' says which): those runs count "
+                     "as missing the SLO; --unreleased-fallback sizes the unreleased branches' behaviour "
+                     "instead")
+    elif p.bound == "below":
+        notes.append(f"{p.label}: missed the target at every rate tried, down to {p.points[0].rate_rps:.3g} "
+                     "req/s (a single request may already miss the SLO: see pdmux estimate)")
+    return notes
+
+
+def _search(r: CapacityRequest, executor: str, workload: Any, setup: Any, cluster: Cluster, built: Any,
+            progress: ProgressFactory | None) -> Any:
+    from ..simulate.capacity import capacity as search
+    from ..simulate.engine import step_budget
+
+    budget = step_budget(len(workload), r.max_steps)
+    label = "sizing" + (" on Ray" if executor == "ray" else "") + (f" (budget {budget:,} "
+                                                                   "steps)" if budget else "")
+    task = start(progress, SIMULATIONS_PER_POLICY * len(built.policies), label)
+    with entered(task):
+        return search(workload, setup, built.policies, r.slo_ttft, r.slo_itl, r.target, r.tolerance,
+                      r.workers,
+                      task.advance if task is not None else None, built.config_paths, dp=cluster.dp,
+                      load_balance_method=cluster.method, executor=executor, ray_address=r.ray_address,
+                      max_steps=r.max_steps)
+
+
+def capacity(request: CapacityRequest, progress: ProgressFactory | None = None) -> CapacityOutcome:
+    """Run ``request`` (module docstring) and write its ``plot``. Raises :class:`InputError` for bad
+    options or inputs (as simulate's, and ``--qps`` on a trace file, a ``--target`` or ``--tolerance``
+    outside its range)."""
+    from ..sglang.revisions import model_support
+
+    r = request
+    configs = list(dict.fromkeys(r.config or []))
+    names = _names(r, configs)
+    executor = _check_options(r, configs)
+    chunks, mixed = chunk_lists(r.chunk_sizes, r.mixed_chunk_sizes, names)
+    workload = load_workload(r.workload_options())
+    setup, cluster = server_and_cluster(server_options(r), r, names)
+    workload = fit_to_model(workload, setup.model, None, None, r.duration)
+    support = model_support(setup.model.architectures, r.sglang)
+    names, notes = _support_notes(r, support, names)
+    choice = PolicyChoice(names=tuple(names), chunk_sizes=chunks, mixed_chunk_sizes=mixed,
+                          prefill_decode_interval=r.prefill_decode_interval, sglang=r.sglang,
+                          unreleased_fallback=r.unreleased_fallback, pdmux_files=tuple(configs))
+    built = build_policies(choice, setup, cluster.disagg)
+    notes += built.notes
+    result = _search(r, executor, workload, setup, cluster, built, progress)
+    title = (f"{workload.source}: {len(workload)} requests, {workload.mean_qps:.3g} req/s as recorded; "
+             f"{setup.model.name} on {on_gpus(setup)}, {setup.step_model.source}")
+    if r.plot is not None:
+        from ..simulate.plot import write_capacity_plot
+
+        write_capacity_plot(r.plot, result, title)
+    notes += workload_notes(workload)
+    notes += list(cluster.notes)
+    notes += launch_notes(cluster, setup.tp, any(name != "disagg" for name in names))
+    notes += list(workload.notes)
+    if len(workload) < MIN_REQUESTS:
+        notes.append(f"only {len(workload)} requests: too few to measure a sustained rate (their burst "
+                     f"drains at any rate); give a trace of at least {MIN_REQUESTS}")
+    for p in result.policies:
+        notes += policy_notes(p, len(workload), cluster.dp)
+    return CapacityOutcome(r, result, workload, setup, cluster, support, title, notes, r.plot)
+
+
+__all__ = ["CapacityOutcome", "CapacityRequest", "capacity", "launch_notes", "policy_notes"]

@@ -1,0 +1,104 @@
+"""The pdmux config a simulation runs: a YAML file, ``--divisions``, or SGLang's defaults, with overrides.
+
+One place resolves it for simulate and capacity (:func:`resolve_config`): loaded, overridden
+(``--sm-group-num``, ``--decode-bs-divisor``, ``--token-budget``), validated against the GPU
+(:func:`pdmux_cli.sglang.pdmux_config.validate`: a rule of released or unreleased SGLang stops the run; CUDA
+granularity rounds the levels as the driver does, :func:`pdmux_cli.sglang.pdmux_config.driver_divisions`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..util.errors import InputError
+
+
+@dataclass(frozen=True, kw_only=True)
+class PdmuxYaml:
+    """Where a pdmux config comes from: ``config`` (a pdmux YAML) or ``divisions`` (manual levels,
+    ``"PREFILL:DECODE:THRESHOLD,..."``), neither for SGLang's defaults; ``sm_group_num``,
+    ``decode_bs_divisor``, ``token_budget`` (``split_forward_token_budget``) override the result."""
+
+    config: Path | None = None
+    divisions: str | None = None
+    sm_group_num: int | None = None
+    decode_bs_divisor: int | None = None
+    token_budget: int | None = None
+
+
+def _load(source: PdmuxYaml) -> tuple[Any, list[str]]:
+    """The config as written (or SGLang's defaults) and its warnings."""
+    from ..sglang import pdmux_config as pc
+
+    if source.config is None:
+        if source.divisions is None:
+            return pc.PdmuxConfig(), []
+        entries = pc.parse_divisions(source.divisions)
+        return pc.PdmuxConfig(sm_group_num=len(entries) + 2, manual_divisions=entries), []
+    if source.divisions is not None:
+        raise InputError("give --config or --divisions, not both")
+    cfg, problems = pc.load_config(source.config)
+    warnings = [f"config: {p}" for p in problems if not pc.is_error(p)]
+    errors = [p for p in problems if pc.is_error(p)]
+    if errors:
+        first = errors[0]
+        raise InputError(f"{source.config}: {first.where}: {first.message} "
+                         f"(pdmux check-config {source.config} lists every problem)")
+    return cfg, warnings
+
+
+def _overridden(cfg: Any, source: PdmuxYaml, total_sms: int) -> Any:
+    from ..sglang import split_levels as pol
+
+    pol.check_sm_group_num(source.sm_group_num, total_sms)
+    if source.sm_group_num is not None:
+        if cfg.manual_divisions and source.sm_group_num != cfg.sm_group_num:
+            raise InputError(f"--sm-group-num {source.sm_group_num} does not match the "
+                             f"{len(cfg.manual_divisions)} manual divisions (sm_group_num = divisions + 2)")
+        cfg = replace(cfg, sm_group_num=source.sm_group_num)
+    if source.decode_bs_divisor is not None:
+        cfg = replace(cfg, decode_bs_divisor=source.decode_bs_divisor)
+    if source.token_budget is not None:
+        cfg = replace(cfg, split_forward_token_budget=source.token_budget)
+    return cfg
+
+
+def resolve_config(source: PdmuxYaml, setup: Any) -> tuple[Any, list[str]]:
+    """The pdmux config to simulate on ``setup``'s GPU (a :class:`pdmux_cli.sglang.pdmux_config.PdmuxConfig`,
+    levels as the driver runs them) and notes (``"config: ..."``: warnings, rules only SGLang 0.5.23 or
+    the driver objects to, levels rounded).
+
+    Raises :class:`InputError` for an override below 1, ``--config`` with ``--divisions``, a file or
+    levels that SGLang refuses (naming ``pdmux check-config FILE``, which lists every problem).
+    """
+    from ..sglang import pdmux_config as pc
+    from ..sglang import split_levels as pol
+
+    for name, value in (("--sm-group-num", source.sm_group_num),
+                        ("--decode-bs-divisor", source.decode_bs_divisor),
+                        ("--token-budget", source.token_budget)):
+        if value is not None and value < 1:
+            raise InputError(f"{name} must be > 0, got {value}")
+    cfg, notes = _load(source)
+    cfg = _overridden(cfg, source, setup.total_sms)
+    blackwell_auto = not cfg.manual_divisions and setup.compute_capability[0] not in pol.SGLANG_SM_CONSTRAINTS
+    for problem in pc.validate(cfg, setup.total_sms, setup.compute_capability):
+        if blackwell_auto and problem.where == "manual_divisions":
+            continue  # simulated with CUDA's levels; the plan's note says SGLang needs manual_divisions
+        if problem.rule in ("both", "new"):
+            raise InputError(f"{_named(source)}: {problem.where}: {problem.message}"
+                             + (f" (pdmux check-config {source.config} lists every problem)"
+                                if source.config is not None else ""))
+        if problem.rule != "cuda":  # said by driver_divisions' notes, which also says what is simulated
+            notes.append(f"config: {problem}")
+    cfg, rounded = pc.driver_divisions(cfg, setup.total_sms, setup.compute_capability)
+    notes.extend(f"config: {note}" for note in rounded)
+    return cfg, notes
+
+
+def _named(source: PdmuxYaml) -> str:
+    if source.config is not None:
+        return str(source.config)
+    return "--divisions" if source.divisions is not None else "pdmux config"

@@ -1,0 +1,187 @@
+"""The simulated server: one SGLang server on a GPU (or one rank of TP GPUs), its cost model and limits.
+
+:class:`ServerOptions` holds the server and cost-model options simulate, capacity and tune share (the
+CLI's names and defaults); :func:`build_setup` checks them and builds
+:class:`pdmux_cli.simulate.engine.Setup` (:func:`pdmux_cli.simulate.engine.make_setup`), merging a
+``--calibration`` file's terms into the cost model. :func:`cost_model_block` is the cost model's part
+of the JSON's provenance (:mod:`pdmux_cli.provenance`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ..util.errors import InputError
+from .values import check_number
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerOptions:
+    """The server options (every one ``None``/default: SGLang's and the shipped cost model's defaults).
+
+    ``gpu``: a GPU alias, reported name or profile file (``None``: h100). ``model``: a model profile name
+    or a Hugging Face ``config.json``. ``cost_model``: ``roofline`` or ``chapter``. ``s_sat``: SMs that
+    reach 95% of HBM bandwidth. ``bandwidth_efficiency``, ``mfu``: the chapter model's fractions (0-1].
+    ``calibration``: a ``calibration.yaml`` (``pdmux bench`` / ``pdmux calibrate``). ``weight_bytes``,
+    ``kv_bytes``: bytes per weight and per KV-cache element; ``kv_cache_dtype``: SGLang's
+    ``--kv-cache-dtype``. ``flops_dtype``: ``bf16``, ``fp16`` or ``fp8``. ``mem_fraction_static``,
+    ``max_prefill_tokens``, ``max_running_requests``, ``cuda_graph_max_bs``: SGLang's flags.
+    ``step_overhead_ms``, ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``,
+    ``admission_interval_ms``: the roofline model's serving terms, ms (``None``: ``serving.yaml``'s fit).
+    ``ignore_eos``: requests run to their max_new_tokens. ``disable_overlap_schedule``: CPU time adds to
+    every baseline step. ``no_prefix_cache``: SGLang's radix cache off. ``tp``: GPUs of one server (1-8).
+    """
+
+    model: str = "qwen3-8b"
+    gpu: str | None = None
+    cost_model: str = "roofline"
+    s_sat: float | None = None
+    bandwidth_efficiency: float | None = None
+    mfu: float | None = None
+    step_overhead_ms: float | None = None
+    per_request_overhead_ms: float | None = None
+    admission_delay_ms: float | None = None
+    first_token_delay_ms: float | None = None
+    admission_interval_ms: float | None = None
+    calibration: Path | None = None
+    weight_bytes: float | None = None
+    kv_bytes: float | None = None
+    kv_cache_dtype: str | None = None
+    flops_dtype: str | None = None
+    mem_fraction_static: float | None = None
+    max_prefill_tokens: int = 16384
+    max_running_requests: int | None = None
+    cuda_graph_max_bs: int | None = None
+    ignore_eos: bool = False
+    disable_overlap_schedule: bool = False
+    no_prefix_cache: bool = False
+    tp: int = 1
+
+
+def server_options(request: Any) -> ServerOptions:
+    """The :class:`ServerOptions` fields of ``request`` (a command's request, which holds them)."""
+    return ServerOptions(**{f.name: getattr(request, f.name) for f in fields(ServerOptions)})
+
+
+def _check_values(o: ServerOptions) -> None:
+    from ..sglang.kv_cache import check_kv_options
+    from ..simulate import engine
+
+    check_number("--s-sat", o.s_sat, minimum=1.0, strict=False)  # SMs: fewer than one saturates nothing
+    check_kv_options(o.kv_cache_dtype, o.kv_bytes)
+    engine.check_bytes_per_element(o.weight_bytes, "--weight-bytes")
+    engine.check_bytes_per_element(o.kv_bytes, "--kv-bytes")
+    engine.check_mem_fraction(o.mem_fraction_static)
+    engine.check_efficiency(o.bandwidth_efficiency, "--bandwidth-efficiency")
+    engine.check_efficiency(o.mfu, "--mfu")
+    for flag, value in (("--step-overhead-ms", o.step_overhead_ms),
+                        ("--per-request-overhead-ms", o.per_request_overhead_ms),
+                        ("--admission-delay-ms", o.admission_delay_ms),
+                        ("--first-token-delay-ms", o.first_token_delay_ms),
+                        ("--admission-interval-ms", o.admission_interval_ms)):
+        check_number(flag, value, strict=False)
+    if o.max_prefill_tokens < 1:
+        raise InputError(f"--max-prefill-tokens must be >= 1, got {o.max_prefill_tokens}")
+    for name, value in (("--cuda-graph-max-bs", o.cuda_graph_max_bs),
+                        ("--max-running-requests", o.max_running_requests)):
+        if value is not None and value < 1:
+            raise InputError(f"{name} must be >= 1, got {value}")
+    if o.flops_dtype is not None and o.flops_dtype not in ("bf16", "fp16", "fp8"):
+        raise InputError(f"--flops-dtype must be bf16, fp16 or fp8, got {o.flops_dtype!r}")
+
+
+def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None,
+                prefix_cache: bool = False) -> Any:
+    """The simulated server (:class:`pdmux_cli.simulate.engine.Setup`) of ``o`` with ``tp`` GPUs
+    (``None``: ``o.tp``). ``gpu_profile``: a :class:`pdmux_cli.catalog.hardware.Gpu` to use instead of
+    ``o.gpu`` (``gen-config --tune``). ``prefix_cache``: apply ``o.no_prefix_cache`` (SGLang's radix cache
+    off); otherwise the setup keeps the radix cache on and the caller decides.
+
+    Raises :class:`InputError` for bad values or combinations (an S_SAT past the GPU's SMs, ``--s-sat``
+    beside a calibration with SM-partition terms), an unknown GPU or model, an unreadable calibration.
+    """
+    from ..catalog.hardware import find_gpu_or_file
+    from ..catalog.model import load_model
+    from ..sglang.kv_cache import resolve_kv_cache
+    from ..simulate.engine import make_setup
+
+    _check_values(o)
+    profile = gpu_profile if gpu_profile is not None else find_gpu_or_file(o.gpu or "h100")
+    if o.s_sat is not None and profile.sm_count and o.s_sat > profile.sm_count:
+        raise InputError(f"--s-sat {o.s_sat:g} is more than the {profile.sm_count} SMs of {profile.name}: "
+                         "give the SMs that saturate HBM bandwidth, at most all of them")
+    mdl = load_model(o.model)
+    kv_cache = resolve_kv_cache(mdl, o.kv_cache_dtype, o.kv_bytes)
+    cal = None
+    if o.calibration is not None:
+        from ..costmodel.calibration_file import load_calibration
+
+        cal = load_calibration(o.calibration)
+        if o.s_sat is not None and cal.has_partitions:
+            raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
+    setup = make_setup(profile, mdl, cost_model=o.cost_model.strip().lower(), s_sat=o.s_sat,
+                       bandwidth_efficiency=o.bandwidth_efficiency, mfu=o.mfu, calibration=cal,
+                       weight_bytes_per_param=o.weight_bytes, kv_bytes_per_element=kv_cache.bytes_per_element,
+                       mem_fraction_static=o.mem_fraction_static, max_prefill_tokens=o.max_prefill_tokens,
+                       flops_dtype=o.flops_dtype, step_overhead_ms=o.step_overhead_ms,
+                       per_request_overhead_ms=o.per_request_overhead_ms,
+                       admission_delay_ms=o.admission_delay_ms, first_token_delay_ms=o.first_token_delay_ms,
+                       admission_interval_ms=o.admission_interval_ms, ignore_eos=o.ignore_eos,
+                       disable_overlap=o.disable_overlap_schedule, cuda_graph_max_bs=o.cuda_graph_max_bs,
+                       max_running_requests=o.max_running_requests, tp=o.tp if tp is None else tp)
+    return without_prefix_cache(setup) if prefix_cache and o.no_prefix_cache else setup
+
+
+def without_prefix_cache(setup: Any) -> Any:
+    """``setup`` with SGLang's radix cache off (``--no-prefix-cache``)."""
+    return replace(setup, prefix_cache=False)
+
+
+def on_gpus(setup: Any) -> str:
+    """``"H100 SXM5 80GB"``, or ``"8 x H100 SXM5 80GB (TP 8)"`` for a tensor-parallel server."""
+    return f"{setup.tp} x {setup.gpu_name} (TP {setup.tp})" if setup.tp > 1 else setup.gpu_name
+
+
+#: The SGLang release line whose public serving runs fit ``serving.yaml``'s top-level terms, the ones every
+#: command charges (``benchmarks/fit_serving.py``: "0.5 is the default every command uses"; 0.4 and 0.3 are
+#: its ``older_releases``, replayed by ``pdmux accuracy --serving`` only).
+SERVING_RELEASE_LINE = "0.5"
+
+
+def cost_model_block(setup: Any, calibration: Path | None) -> dict[str, Any]:
+    """The cost model's provenance (:func:`pdmux_cli.provenance.cost_model_provenance`) of ``setup``:
+    ``name``; ``efficiency``: the efficiency profile (``profiles/efficiency/<key>.yaml``; ``None`` for the
+    chapter model, which reads none); ``calibration``: the ``--calibration`` file; ``serving``: the SGLang
+    release line whose fitted serving terms are charged (:data:`SERVING_RELEASE_LINE`), ``"calibration"``
+    where the calibration file's own replace them, ``None`` where none are (the chapter model); ``s_sat``:
+    SMs (``None`` where a calibration's curve stands instead)."""
+    import math
+
+    from ..provenance import cost_model_provenance
+
+    model = setup.step_model
+    eff = getattr(model, "eff", None)
+    # a whole-GPU calibration appends ", calibrated on MODEL" to the profile's key (the file is named under
+    # "calibration")
+    efficiency = f"{str(eff.key).partition(',')[0]}.yaml" if getattr(eff, "key", None) else None
+    serving = None
+    if model.name == "roofline":
+        source = str(getattr(getattr(model, "serving", None), "source", ""))
+        serving = "calibration" if source.startswith("calibrated on") else SERVING_RELEASE_LINE
+    s_sat = getattr(model, "s_sat", None)
+    s_sat = float(s_sat) if isinstance(s_sat, (int, float)) and math.isfinite(s_sat) else None
+    return cost_model_provenance(
+        model.name, efficiency=efficiency, calibration=str(calibration) if calibration is not None else None,
+        serving=serving, s_sat=s_sat)
+
+
+def provenance_block(sglang: str | None, setup: Any = None,
+                     calibration: Path | None = None) -> dict[str, Any]:
+    """The JSON's ``"pdmux"`` block (:func:`pdmux_cli.provenance.provenance`): pdmux's version, the
+    ``--sglang`` rule set, and ``setup``'s cost model (``None``: a command that simulates nothing)."""
+    from ..provenance import provenance
+
+    cost_model = cost_model_block(setup, calibration) if setup is not None else None
+    return provenance(sglang=sglang, cost_model=cost_model)

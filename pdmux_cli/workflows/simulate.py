@@ -1,0 +1,252 @@
+"""``simulate``: replay a trace through pdmux, chunked prefill, mixed chunks, prefill-first and PD
+disaggregation on one server, DP replicas or XPYD instances; per policy the latency percentiles, SLO
+attainment, goodput.
+
+:func:`simulate` takes a :class:`SimulateRequest` (the command's options) and returns a
+:class:`SimulateResult` whose :meth:`~SimulateResult.to_dict` is ``pdmux simulate --json``. It writes
+the ``csv`` (rows as requests finish, the file whole at the end) and ``plot`` files the request names.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..util.errors import InputError
+from .deployment import Cluster, DeploymentOptions, server_and_cluster
+from .pdmux_yaml import PdmuxYaml
+from .policies import (
+    DEFAULT_POLICIES,
+    PolicyChoice,
+    build_policies,
+    check_prefill_decode_interval,
+    chunk_lists,
+    policy_names,
+)
+from .progress import ProgressFactory, entered, start
+from .server import ServerOptions, on_gpus, provenance_block, server_options
+from .values import check_at_least_one, check_number, finite
+from .workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
+
+#: A progress bar only for runs long enough to watch: requests x policies.
+PROGRESS_MIN_WORK = 2000
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimulateRequest(WorkloadOptions, ServerOptions, DeploymentOptions):
+    """``pdmux simulate``'s options (snake_case, the CLI's defaults; the workload, server and deployment
+    fields are :class:`WorkloadOptions`', :class:`ServerOptions`' and :class:`DeploymentOptions`').
+
+    ``policies``: comma-separated names (:data:`pdmux_cli.workflows.policies.POLICIES`); ``chunk_sizes``
+    (tokens; ``None``: SGLang's default for the GPU) and ``mixed_chunk_sizes``: comma-separated or a list.
+    ``config`` / ``divisions`` / ``sm_group_num`` / ``decode_bs_divisor`` / ``token_budget``: the pdmux
+    config (:class:`~pdmux_cli.workflows.pdmux_yaml.PdmuxYaml`). ``slo_ttft``, ``slo_itl``: ms (ITL judged
+    on each request's p99). ``max_concurrency``: a closed-loop client (one server only). ``workers``,
+    ``executor`` (``local`` or ``ray``), ``ray_address``: where the policies run. ``max_steps``: the decode
+    step budget per server (0: none). ``csv``, ``plot``: files to write. ``sglang``: the revision followed.
+    """
+
+    policies: str = DEFAULT_POLICIES
+    chunk_sizes: str | None = None
+    mixed_chunk_sizes: str = "512"
+    prefill_decode_interval: int = 0
+    config: Path | None = None
+    sm_group_num: int | None = None
+    decode_bs_divisor: int | None = None
+    token_budget: int | None = None
+    divisions: str | None = None
+    unreleased_fallback: bool = False
+    slo_ttft: float = 1000.0
+    slo_itl: float = 60.0
+    max_concurrency: int | None = None
+    workers: int | None = None
+    executor: str = "local"
+    ray_address: str | None = None
+    max_steps: int | None = None
+    csv: Path | None = None
+    plot: Path | None = None
+    sglang: str = "0.5.23"
+
+
+@dataclass
+class SimulateResult:
+    """What ``simulate`` found. ``metrics``: a :class:`pdmux_cli.simulate.metrics.PolicyMetrics` per
+    policy that ran, in order; ``notes``: the run's notes (the JSON's); ``title``: the tables' title;
+    ``csv``, ``plot``: the files written (``plot`` ``None`` when nothing completed to plot)."""
+
+    request: SimulateRequest
+    workload: Any
+    setup: Any
+    cluster: Cluster
+    support: Any
+    metrics: list[Any]
+    title: str
+    notes: list[str] = field(default_factory=list)
+    csv: Path | None = None
+    plot: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``pdmux simulate --json``: NaN and infinities as ``None``; the ``"pdmux"`` provenance last."""
+        from ..simulate import report
+
+        setup, cluster, r = self.setup, self.cluster, self.request
+        return finite({
+            "trace": report.trace_dict(self.workload),
+            "model": setup.model.name, "gpu": setup.gpu_name, "sm_count": setup.total_sms,
+            "tp": setup.tp, "dp": cluster.dp, "gpus": cluster.gpus, "load_balance_method": cluster.router,
+            **cluster.disagg_dict(setup),
+            "cost_model": setup.step_model.name, "throughput": setup.step_model.source,
+            "slo": {"ttft_ms": r.slo_ttft, "itl_ms": r.slo_itl, "itl_judged_on": "request p99 ITL (nearest "
+                                                                                 "rank)"},
+            "policies": [report.metrics_dict(m) for m in self.metrics],
+            "csv": str(self.csv) if self.csv else None, "plot": str(self.plot) if self.plot else None,
+            "sglang_support": self.support.as_dict(), "notes": [str(n) for n in self.notes],
+            "pdmux": provenance_block(r.sglang, setup, r.calibration),
+        })
+
+    def table_notes(self) -> list[str]:
+        """The notes under the tables: the run's, then each policy's own (``"policy: note"``)."""
+        return [*self.notes, *(f"{m.policy}: {note}" for m in self.metrics for note in m.notes)]
+
+
+def _check_run_options(r: SimulateRequest) -> str:
+    """The executor's name; :class:`InputError` for bad run options."""
+    from ..simulate.engine import step_budget
+    from ..simulate.executors import check_executor
+
+    check_at_least_one("--workers", r.workers)
+    executor = check_executor(r.executor, r.ray_address)
+    if r.max_steps is not None:
+        step_budget(0, r.max_steps)
+    check_at_least_one("--max-concurrency", r.max_concurrency, " requests in flight")
+    if r.max_concurrency is not None and (r.disagg is not None or (r.dp or 1) > 1):
+        raise InputError("--max-concurrency (a closed-loop client) is simulated on one server: drop --dp "
+                         "and --disagg")
+    return executor
+
+
+def _check_outputs(r: SimulateRequest) -> None:
+    from .files import check_outputs, gpu_file, model_file
+
+    if r.plot is not None and r.plot.suffix.lower() != ".png":
+        raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {r.plot}")
+    check_outputs((r.csv, r.plot), (r.trace, r.config, r.calibration, model_file(r.model), gpu_file(r.gpu)))
+    if r.csv is not None and r.plot is not None and os.path.realpath(r.csv) == os.path.realpath(r.plot):
+        raise InputError(f"--csv and --plot name the same file {r.plot}: give two paths")
+
+
+def _choice(r: SimulateRequest, names: list[str]) -> PolicyChoice:
+    chunks, mixed = chunk_lists(r.chunk_sizes, r.mixed_chunk_sizes, names)
+    check_prefill_decode_interval(r.prefill_decode_interval)
+    return PolicyChoice(names=tuple(names), chunk_sizes=chunks, mixed_chunk_sizes=mixed,
+                        prefill_decode_interval=r.prefill_decode_interval, sglang=r.sglang,
+                        unreleased_fallback=r.unreleased_fallback,
+                        pdmux=PdmuxYaml(config=r.config, divisions=r.divisions, sm_group_num=r.sm_group_num,
+                                        decode_bs_divisor=r.decode_bs_divisor, token_budget=r.token_budget))
+
+
+def _run(r: SimulateRequest, executor: str, workload: Any, setup: Any, cluster: Cluster, runs: list[Any],
+         progress: ProgressFactory | None) -> list[Any]:
+    """Every policy's :class:`PolicyMetrics` or the :class:`InputError` that refused it, in order; the
+    per-request CSV streamed into its temporary file, which replaces ``r.csv`` at the end."""
+    import contextlib
+
+    from ..simulate.engine import step_budget
+    from ..simulate.runner import simulate_policies
+
+    n = len(workload)
+    budget = step_budget(n, r.max_steps)
+    label = "simulating" + (f" (budget {budget:,} steps)" if budget else "")
+    task = start(progress, n * len(runs), label) if n * len(runs) >= PROGRESS_MIN_WORK else None
+    steps_shown = None
+    if task is not None and budget:
+        def steps_shown(steps: int) -> None:
+            task.describe(f"simulating ({steps:,}/{budget:,} steps)")
+
+    with contextlib.ExitStack() as stack:
+        sink = None
+        if r.csv is not None:  # rows stream into the temporary file; it replaces the csv at the end
+            from ..simulate.fold import CsvSink
+            from ..simulate.report import CSV_FIELDS
+            from ..util.atomic import atomic_output
+
+            tmp = stack.enter_context(atomic_output(r.csv))
+            sink = CsvSink(stack.enter_context(open(tmp, "w", newline="", encoding="utf-8")))
+            sink.writer.writerow(CSV_FIELDS)
+        stack.enter_context(entered(task))
+        outcomes = simulate_policies(workload, setup, runs, r.slo_ttft, r.slo_itl, dp=cluster.dp,
+                                     load_balance_method=cluster.method, workers=r.workers,
+                                     progress=task.advance if task is not None else None,
+                                     max_concurrency=r.max_concurrency or 0, executor=executor,
+                                     ray_address=r.ray_address, max_steps=r.max_steps, csv=sink,
+                                     progress_steps=steps_shown)
+        if not any(not isinstance(o, InputError) for o in outcomes):
+            raise next(o for o in outcomes if isinstance(o, InputError))
+    return outcomes
+
+
+def _title(workload: Any, setup: Any, cluster: Cluster, runs: list[Any]) -> str:
+    colocated = any(p is not cluster.disagg for p in runs)
+    servers = (f", DP {cluster.dp}" if cluster.dp > 1 and colocated else "") + (
+        f", {cluster.disagg.label} on {cluster.disagg.gpus(setup)} "
+        "GPUs" if cluster.disagg is not None else "")
+    return (f"{workload.source}: {len(workload)} requests {workload.arrivals_text()}; "
+            f"{setup.model.name} on {on_gpus(setup)}{servers}, {setup.step_model.source}")
+
+
+def simulate(request: SimulateRequest, progress: ProgressFactory | None = None) -> SimulateResult:
+    """Run ``request`` (module docstring); ``progress``: a bar for long runs
+    (:mod:`pdmux_cli.workflows.progress`).
+
+    Raises :class:`InputError` for bad options or inputs (unreadable trace, unknown GPU or model, a pdmux
+    config SGLang refuses, outputs that cannot be written), and when every policy is refused (e.g. the
+    model does not fit); a policy refused alone is a note.
+    """
+    from ..sglang.revisions import model_support
+
+    r = request
+    executor = _check_run_options(r)
+    check_number("--slo-ttft", r.slo_ttft)
+    check_number("--slo-itl", r.slo_itl)
+    names = policy_names(r.policies, r.disagg)
+    choice = _choice(r, names)
+    _check_outputs(r)
+    workload = load_workload(r)
+    setup, cluster = server_and_cluster(server_options(r), r, names)
+    workload = fit_to_model(workload, setup.model, r.qps, r.rate_scale, r.duration)
+    support = model_support(setup.model.architectures, r.sglang)
+    if support.state == "no":
+        names = [n for n in names if n != "pdmux"]
+        if not names:
+            raise InputError(f"--policies pdmux: {support.reason} (--sglang picks another SGLang revision)")
+        choice = replace(choice, names=tuple(names))
+    built = build_policies(choice, setup, cluster.disagg)
+    outcomes = _run(r, executor, workload, setup, cluster, built.policies, progress)
+    metrics = [o for o in outcomes if not isinstance(o, InputError)]
+    refused = [(p.label, o) for p, o in zip(built.policies, outcomes) if isinstance(o, InputError)]
+    title = _title(workload, setup, cluster, built.policies)
+    notes = [*workload_notes(workload), *cluster.notes, *(f"{label} not simulated: "
+                                                          f"{exc}" for label, exc in refused)]
+    if support.state != "yes":
+        notes.insert(0, ("pdmux not simulated: " if support.state == "no" else "pdmux: ") + support.reason)
+    if r.prefill_decode_interval and "pdmux" in names:
+        notes.append("pdmux: --prefill-decode-interval does not apply (SGLang's pdmux loop runs a decode "
+                     "step every round whatever it prefills)")
+    plot = r.plot
+    if plot is not None and not any(m.completed for m in metrics):
+        notes.append(f"no request completed under any policy: nothing to plot, {plot} not written")
+        plot = None
+    if plot is not None:
+        from ..simulate.plot import write_cdf_plot
+
+        write_cdf_plot(plot, metrics, title)
+    notes.extend(built.notes)
+    if workload.failed_rows:
+        notes.append(f"{workload.failed_rows} failed request row(s) (0 response tokens) skipped")
+    notes.extend(workload.notes)
+    return SimulateResult(r, workload, setup, cluster, support, metrics, title, notes, r.csv, plot)
+
+
+__all__ = ["SimulateRequest", "SimulateResult", "simulate"]
