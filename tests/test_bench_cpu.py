@@ -18,7 +18,6 @@ from bench_fakes import FakeDriver, FakeStream, fake_workloads
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
-from pdmux_cli.sglang import split_levels
 from pdmux_cli.bench import greenctx, kernels, runner
 from pdmux_cli.bench import plan as bplan
 from pdmux_cli.bench.results import (
@@ -38,10 +37,12 @@ from pdmux_cli.bench.stats import (
     percentile,
     s_sat,
 )
-from pdmux_cli.costmodel.calibration_file import dump_calibration, load_calibration
-from pdmux_cli.cli import app
-from pdmux_cli.util.errors import DeviceError, InputError
 from pdmux_cli.catalog.hardware import find_gpu, load_gpus
+from pdmux_cli.cli import app
+from pdmux_cli.costmodel.calibration_file import dump_calibration, load_calibration
+from pdmux_cli.messages import render_all
+from pdmux_cli.sglang import split_levels
+from pdmux_cli.util.errors import DeviceError, InputError
 
 cli = CliRunner()
 
@@ -125,7 +126,7 @@ def test_blackwell_levels_from_cuda_granularity() -> None:
     plan = bplan.make_plan(bplan.PlanDevice.from_gpu(find_gpu("b200")))
     assert plan.level_source == "cuda-granularity"
     assert all(p % 8 == 0 for p, _ in plan.levels)
-    assert any("manual_divisions" in n for n in plan.notes)
+    assert any("manual_divisions" in n for n in render_all(plan.notes))
 
 
 def test_buffer_floor_and_default() -> None:

@@ -9,9 +9,10 @@ import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
-from pdmux_cli.cli import app
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
+from pdmux_cli.cli import app
+from pdmux_cli.messages import render_all
 from pdmux_cli.simulate import capacity as cap
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.simulate.metrics import summarize
@@ -179,17 +180,37 @@ def test_tune_says_when_the_trace_overloads_the_gpu(small) -> None:
 
     trace, setup = small
     heavy = reshape(trace, qps=60.0)  # far past what one H100 serves (about 20 req/s here: capacity above)
-    result = tune(heavy, setup, 1000, 60, sm_group_nums=[8], divisors=[36], budgets=[65536],
-                  single_levels=False, workers=1, schedules=())
-    note = next(n for n in result.notes if "overloads the GPU" in n)
+    result = tune(
+        heavy,
+        setup,
+        1000,
+        60,
+        sm_group_nums=[8],
+        divisors=[36],
+        budgets=[65536],
+        single_levels=False,
+        workers=1,
+        schedules=(),
+    )
+    note = next(n for n in render_all(result.notes) if "overloads the GPU" in n)
     rate = float(note.split("up to ")[1].split(" req/s")[0])
     assert "the queue grows" in note and 0 < rate < 60
     winner = PdmuxPolicy(result.best_row.candidate.config)
     assert _attainment(trace, setup, winner, rate) >= 0.99
     light = reshape(trace, qps=1.0)
-    calm = tune(light, setup, 1000, 60, sm_group_nums=[8], divisors=[36], budgets=[65536],
-                single_levels=False, workers=1, schedules=())
-    assert not any("overload" in n for n in calm.notes)
+    calm = tune(
+        light,
+        setup,
+        1000,
+        60,
+        sm_group_nums=[8],
+        divisors=[36],
+        budgets=[65536],
+        single_levels=False,
+        workers=1,
+        schedules=(),
+    )
+    assert not any("overload" in n for n in render_all(calm.notes))
 
 
 def test_ctrl_c_stops_tune_and_its_workers(tmp_path) -> None:

@@ -10,6 +10,7 @@ from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
 from pdmux_cli.cli import app
+from pdmux_cli.multigpu.disaggregation import Layout
 from pdmux_cli.simulate import capacity as cap
 
 FIX = Path(__file__).parent / "fixtures"
@@ -100,10 +101,29 @@ def test_table_fits_80_columns_and_says_gpus_and_layout() -> None:
     assert all(col in header for col in ("layout", "GPUs", "max rate", "per GPU", "runs"))
 
 
+#: The layouts these rows are written with, as data (a layout's text is pdmux_cli.messages.layout_text's).
+LAYOUTS = {"DP 2 x TP 1": Layout(1, 2), "DP 4 x TP 2": Layout(2, 4), "1P1D x TP 1": Layout(1, xpyd=(1, 1)),
+           "2P2D x TP 1": Layout(1, xpyd=(2, 2)), "2P2D x TP 2": Layout(2, xpyd=(2, 2))}
+
+
 def _row(label: str, kind: str, rate: float, gpus: int, layout: str, xpyd=None) -> cap.PolicyCapacity:
     point = cap.RatePoint(rate, 0.99, rate, 100.0, 20.0)
-    return cap.PolicyCapacity(label, kind, rate, point, (point,), "", None, None, 8192 if kind == "chunked"
-                              else -1, gpus, layout, "round_robin", xpyd)
+    assert str(LAYOUTS[layout]) == layout and LAYOUTS[layout].gpus == gpus
+    return cap.PolicyCapacity(
+        label,
+        kind,
+        rate,
+        point,
+        (point,),
+        "",
+        None,
+        None,
+        8192 if kind == "chunked" else -1,
+        gpus,
+        LAYOUTS[layout],
+        "round_robin",
+        xpyd,
+    )
 
 
 def test_verdicts_on_several_servers() -> None:

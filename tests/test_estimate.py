@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from pdmux_cli.costmodel import chapter as cost
-from pdmux_cli.util.errors import InputError
-from pdmux_cli.planning.estimate import Scenario, default_s_sat_values, estimate
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
 from pdmux_cli.cli.render import itl_text, ms
+from pdmux_cli.costmodel import chapter as cost
+from pdmux_cli.messages import render, render_all
+from pdmux_cli.planning.estimate import Scenario, default_s_sat_values, estimate
+from pdmux_cli.util.errors import InputError
 
 CHAPTER = Scenario(cost_model="chapter")
 
@@ -79,10 +80,12 @@ def test_explicit_level() -> None:
         estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(80, 50)))
     # any split the granularity allows: prefill a multiple of 8 SMs on Hopper, decode the rest
     est = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(64, 68)))
-    assert est.group_index == -1 and any("not one of the levels" in n for n in est.notes)
+    assert est.group_index == -1 and any("not one of the levels" in n for n in render_all(est.notes))
     # off the granularity: estimated as the driver rounds it (66/66 runs as 72/60), and said
     est = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(66, 66)))
-    assert (est.level, est.group_index) == ((72, 60), 7 - 1) and "level 66/66 runs as 72/60" in est.notes[0]
+    assert (est.level, est.group_index) == ((72, 60), 7 - 1) and "level 66/66 runs as 72/60" in render(
+        est.notes[0]
+    )
     # 4/128: prefill rounds up to the minimum of 8
     assert estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(4, 128))).level == (8, 124)
     with pytest.raises(InputError, match="multiple of 8"):
@@ -94,7 +97,7 @@ def test_llama70b_does_not_fit_on_one_h100() -> None:
     est = estimate(find_gpu("h100"), load_model("llama-3.1-70b"))
     assert not est.memory.fits
     assert est.memory.weight_bytes > 140e9
-    assert est.notes[0].startswith("does not fit")
+    assert est.notes[0].code == "estimate.does_not_fit" and render(est.notes[0]).startswith("does not fit")
     # fp8 weights on an H200 fit.
     est = estimate(find_gpu("h200"), load_model("llama-3.1-70b"), Scenario(weight_bytes_per_param=1))
     assert est.memory.fits
@@ -220,7 +223,7 @@ def test_sglang_pool_note_when_scenario_exceeds_it() -> None:
     est = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(decode_bs=128, context_tokens=2200))
     assert est.memory.fits
     assert est.memory.pdmux_pool_tokens == 281_205 < est.memory.kv_tokens_needed == 128 * 2200 + 8192
-    assert any("KV pool under pdmux" in n for n in est.notes)
+    assert any("KV pool under pdmux" in n for n in render_all(est.notes))
 
 
 def test_pdmux_prefill_waits_for_rounds_longer_than_its_slices() -> None:
@@ -232,9 +235,9 @@ def test_pdmux_prefill_waits_for_rounds_longer_than_its_slices() -> None:
     assert pdmux_prefill_end_s(0.324, 0.0154, 36, 8) == pytest.approx(0.324)
     assert pdmux_prefill_end_s(0.0, 0.5, 4, 1) == 0.0
     # Qwen3-0.6B on H200, 256 x 4096 decoding, a 32768-token prompt: a 43 ms round outlasts each 2-layer slice
-    from pdmux_cli.planning.estimate import Scenario, estimate
     from pdmux_cli.catalog.hardware import find_gpu
     from pdmux_cli.catalog.model import load_model
+    from pdmux_cli.planning.estimate import Scenario, estimate
 
     e = estimate(find_gpu("h200"), load_model("qwen3-0.6b"), Scenario(decode_bs=256, context_tokens=4096,
                                                                      prompt_tokens=32768))
@@ -244,12 +247,12 @@ def test_pdmux_prefill_waits_for_rounds_longer_than_its_slices() -> None:
 
 
 def test_a_mixed_chunk_no_larger_than_the_decode_batch_gives_no_row() -> None:
-    from pdmux_cli.planning.estimate import Scenario, estimate
     from pdmux_cli.catalog.hardware import find_gpu
     from pdmux_cli.catalog.model import load_model
+    from pdmux_cli.planning.estimate import Scenario, estimate
 
     e = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(mixed_chunk_sizes=(32, 33, 512)))
     assert [r.label for r in e.rows if r.policy == "mixed-chunk"] == ["mixed chunk 33", "mixed chunk 512"]
-    assert any(n.startswith("mixed chunk 32: no row") for n in e.notes)
+    assert any(n.startswith("mixed chunk 32: no row") for n in render_all(e.notes))
     one = next(r for r in e.rows if r.label == "mixed chunk 33")
     assert one.steps == 8192  # one prompt token a step next to the 32 decode rows

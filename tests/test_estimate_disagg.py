@@ -10,12 +10,14 @@ import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
-from pdmux_cli.cli import app
-from pdmux_cli.costmodel.operators import rank_kv_bytes_per_token
-from pdmux_cli.util.errors import InputError
-from pdmux_cli.planning.estimate import Scenario, estimate
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
+from pdmux_cli.cli import app
+from pdmux_cli.costmodel.operators import rank_kv_bytes_per_token
+from pdmux_cli.messages import render_all
+from pdmux_cli.multigpu.disaggregation import Layout
+from pdmux_cli.planning.estimate import Scenario, estimate
+from pdmux_cli.util.errors import InputError
 
 runner = CliRunner()
 
@@ -57,14 +59,14 @@ def test_1p1d_h100_qwen3_8b_transfer_over_nvlink() -> None:
     assert dis.transfer_ms == pytest.approx(2.6850, abs=1e-4)
     assert est.kv_transfer_bytes == 8192 * 147456
     assert dis.prefill_ms == pytest.approx(_rows(est)["prefill-first"].prefill_ms + dis.transfer_ms)
-    assert (dis.gpus, dis.layout, dis.label) == (2, "1P1D x TP 1", "disagg 1P1D")
+    assert (dis.gpus, dis.layout, dis.label) == (2, Layout(1, xpyd=(1, 1)), "disagg 1P1D")
     assert est.kv_link.kind == "nvlink" and est.kv_link.bytes_per_s == 450e9
-    assert {(r.gpus, r.layout) for r in est.rows if r.policy != "disagg"} == {(1, "1 GPU")}
+    assert {(r.gpus, r.layout) for r in est.rows if r.policy != "disagg"} == {(1, Layout(1))}
     assert est.rows[-1] is dis  # the last row
-    link_note = next(n for n in est.notes if n.startswith("disagg KV link"))
+    link_note = next(n for n in render_all(est.notes) if n.startswith("disagg KV link"))
     assert "NVLink 450 GB/s per GPU, 0.6 us" in link_note and "2.68 ms" in link_note
     assert "H100 SXM5 80GB profile's nvlink" in link_note  # the source
-    gpus_note = next(n for n in est.notes if n.startswith("disagg 1P1D: 2 GPUs"))
+    gpus_note = next(n for n in render_all(est.notes) if n.startswith("disagg 1P1D: 2 GPUs"))
     assert "2 data-parallel replicas" in gpus_note and "one server" in gpus_note
 
 
@@ -72,12 +74,12 @@ def test_2p6d_tp2_spans_nodes_over_rdma() -> None:
     m = load_model("qwen3-8b")
     est = estimate(find_gpu("h100"), m, Scenario(disagg=(2, 6), tp=2))
     dis = _rows(est)["disagg"]
-    assert (dis.gpus, dis.layout) == (16, "2P6D x TP 2")
+    assert (dis.gpus, str(dis.layout)) == (16, "2P6D x TP 2")
     assert est.kv_link.kind == "rdma" and est.kv_link.bytes_per_s == 50e9
     assert dis.transfer_ms == pytest.approx((2.7e-6 + 8192 * rank_kv_bytes_per_token(m, 2, 2) / 50e9) * 1e3)
-    assert {(r.gpus, r.layout) for r in est.rows if r.policy != "disagg"} == {(2, "TP 2")}
-    assert any("16 GPUs span nodes of 8" in n for n in est.notes)
-    assert any("8 data-parallel replicas" in n for n in est.notes)
+    assert {(r.gpus, r.layout) for r in est.rows if r.policy != "disagg"} == {(2, Layout(2))}
+    assert any("16 GPUs span nodes of 8" in n for n in render_all(est.notes))
+    assert any("8 data-parallel replicas" in n for n in render_all(est.notes))
 
 
 def test_link_auto_on_a_pcie_gpu_and_kinds_asked() -> None:
@@ -97,9 +99,10 @@ def test_chapter_table_unchanged_with_a_disagg_row_added() -> None:
     plain = estimate(gpu, m, Scenario(cost_model="chapter"))
     with_row = estimate(gpu, m, Scenario(cost_model="chapter", disagg=(1, 1)))
     assert [r.label for r in plain.rows] + ["disagg 1P1D"] == [r.label for r in with_row.rows]
-    assert [(r.itl_ms, r.prefill_ms) for r in plain.rows] == [(r.itl_ms, r.prefill_ms)
-                                                              for r in with_row.rows[:-1]]
-    assert plain.kv_link is None and not any("disagg" in n for n in plain.notes)
+    assert [(r.itl_ms, r.prefill_ms) for r in plain.rows] == [
+        (r.itl_ms, r.prefill_ms) for r in with_row.rows[:-1]
+    ]
+    assert plain.kv_link is None and not any("disagg" in n for n in render_all(plain.notes))
 
 
 def test_cli_table_and_json() -> None:

@@ -16,15 +16,16 @@ import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model, model_from_config
+from pdmux_cli.catalog.profile_files import model_profiles_dir
 from pdmux_cli.cli import app
 from pdmux_cli.costmodel import build_step_model, linear_gemm_kind
 from pdmux_cli.costmodel import measurements as meas
 from pdmux_cli.costmodel.efficiency import for_kv_cache, for_linear_gemms, load_profiles, profile_for
-from pdmux_cli.util.errors import InputError
-from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.messages import render, render_all
 from pdmux_cli.sglang.kv_cache import KV_CACHE_DTYPES, resolve_kv_cache
-from pdmux_cli.catalog.model import load_model, model_from_config
-from pdmux_cli.catalog.profile_files import model_profiles_dir
+from pdmux_cli.util.errors import InputError
 
 runner = CliRunner()
 AZURE = str(Path(__file__).parent / "fixtures" / "azure_conv_50.csv")
@@ -228,18 +229,18 @@ def test_missing_block_section_falls_back_to_per_tensor_with_a_note(qwen3_fp8):
     step = build_step_model(find_gpu("l40s"), qwen3_fp8)
     l40s = profile_for("l40s", (8, 9))[0]
     assert step.eff.gemm == l40s.gemm_fp8
-    assert any("block-scaled fp8 GEMMs not measured on l40s" in n for n in step.notes)
+    assert any("block-scaled fp8 GEMMs not measured on l40s" in n for n in render_all(step.notes))
 
 
 def test_fp8_weights_without_fp8_tensor_cores_note_marlin(qwen3_fp8):
     step = build_step_model(find_gpu("a100-sxm-80gb"), qwen3_fp8)
     assert step.gemm_peak == step.peak == find_gpu("a100-sxm-80gb").bf16_dense_flops
-    assert any("Marlin" in n for n in step.notes)
+    assert any("Marlin" in n for n in render_all(step.notes))
 
 
 def test_gemm_kind_refusal_and_bf16_is_unchanged():
     profile = profile_for("h100-sxm", (9, 0))[0]
-    assert for_linear_gemms(profile, "bf16") == (profile, "")
+    assert for_linear_gemms(profile, "bf16") == (profile, None)
     with pytest.raises(InputError):
         for_linear_gemms(profile, "int4")
 
@@ -263,7 +264,9 @@ def test_fp8_kv_uses_its_measured_decode_attention():
     assert step.eff.decode_attention == h100.decode_attention_fp8_kv
     a100 = profile_for("a100-sxm-80gb", (8, 0))[0]
     profile, note = for_kv_cache(a100, True)
-    assert profile.decode_attention == a100.decode_attention and "not measured on a100-sxm-80gb" in note
+    assert profile.decode_attention == a100.decode_attention and "not measured on a100-sxm-80gb" in render(
+        note
+    )
 
 
 # --- A100 decode attention ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 
 from pdmux_cli.costmodel import measurements
 from pdmux_cli.costmodel import sglang_greenctx as greenctx
+from pdmux_cli.messages import render, render_all
 
 
 def _prefill(source_name: str, sms: int) -> measurements.GreenCtxPrefill:
@@ -118,9 +119,9 @@ def test_setups_are_the_nearest_tp_by_whole_gpu_prefill() -> None:
     prefill comes nearest the table's (the module docstring's reason for TP 8)."""
     import math
 
-    from pdmux_cli.costmodel import build_step_model
     from pdmux_cli.catalog.hardware import find_gpu
     from pdmux_cli.catalog.model import load_model
+    from pdmux_cli.costmodel import build_step_model
 
     prefill = measurements.greenctx_prefill()
     for table, setup in greenctx.SETUPS.items():
@@ -253,13 +254,13 @@ def test_shipped_partition_terms_name_their_data() -> None:
     ("b200", 124, True),  # Blackwell: Hopper's per-SM bandwidth stands in, with a note
 ])
 def test_default_s_sat_follows_each_gpus_bandwidth_per_sm(gpu: str, s_sat: int, stand_in: bool) -> None:
-    from pdmux_cli.costmodel import build_step_model
     from pdmux_cli.catalog.hardware import find_gpu
     from pdmux_cli.catalog.model import load_model
+    from pdmux_cli.costmodel import build_step_model
 
     model = build_step_model(find_gpu(gpu), load_model("qwen3-8b"))
     assert model.s_sat == s_sat
-    assert any("no green-context measurement" in n for n in model.notes) == stand_in
+    assert any("no green-context measurement" in n for n in render_all(model.notes)) == stand_in
     assert model.bandwidth_share(s_sat) == pytest.approx(0.95, abs=1e-3)
 
 
@@ -278,13 +279,13 @@ def test_family_pick_and_s_sat_from_the_knee() -> None:
     ampere, hopper, ada = (BandwidthFamily("8", 2.3, 4e10, "a100"), BandwidthFamily("9", 1.6, 1e11, "h800"),
                            BandwidthFamily("8.9", 2.0, 5e10, "l40s"))
     families = (ampere, hopper, ada)
-    assert pick_bandwidth_family(families, (8, 9)) == (ada, "")
-    assert pick_bandwidth_family(families, (8, 6)) == (ampere, "")
-    assert pick_bandwidth_family(families, (9, 0)) == (hopper, "")
+    assert pick_bandwidth_family(families, (8, 9)) == (ada, None)
+    assert pick_bandwidth_family(families, (8, 6)) == (ampere, None)
+    assert pick_bandwidth_family(families, (9, 0)) == (hopper, None)
     for cc, nearest in (((10, 0), hopper), ((12, 0), hopper), ((7, 5), ampere)):
         family, note = pick_bandwidth_family(families, cc)
-        assert family is nearest and f"{cc[0]}.{cc[1]} has no green-context measurement" in note
-    assert pick_bandwidth_family(families, None) == (ampere, "")
+        assert family is nearest and f"{cc[0]}.{cc[1]} has no green-context measurement" in render(note)
+    assert pick_bandwidth_family(families, None) == (ampere, None)
     with pytest.raises(InputError):
         pick_bandwidth_family((), (9, 0))
     with pytest.raises(InputError):
@@ -306,9 +307,9 @@ def test_a_tp_prefill_pays_its_fixed_time_per_layer_and_decode_does_not() -> Non
     on any SMs; decode steps do not, nor does a single GPU's prefill (not measured)."""
     from dataclasses import replace
 
-    from pdmux_cli.costmodel import build_step_model
     from pdmux_cli.catalog.hardware import find_gpu
     from pdmux_cli.catalog.model import load_model
+    from pdmux_cli.costmodel import build_step_model
 
     for tp in (2, 8):
         base = build_step_model(find_gpu("h100"), load_model("llama-3.1-70b"), tp=tp)

@@ -14,15 +14,16 @@ from dataclasses import replace
 
 import pytest
 
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model, model_from_config
+from pdmux_cli.catalog.profile_files import efficiency_profiles_dir, model_profiles_dir
 from pdmux_cli.costmodel import build_step_model, fit
 from pdmux_cli.costmodel import measurements as meas
 from pdmux_cli.costmodel.efficiency import OperatorEfficiency, load_profile, profile_for
 from pdmux_cli.costmodel.moe import for_moe, moe_flops_per_s, moe_kernel
 from pdmux_cli.costmodel.operators import ACTIVATION_BYTES
+from pdmux_cli.messages import render, render_all
 from pdmux_cli.util.errors import InputError
-from pdmux_cli.catalog.hardware import find_gpu
-from pdmux_cli.catalog.model import load_model, model_from_config
-from pdmux_cli.catalog.profile_files import efficiency_profiles_dir, model_profiles_dir
 
 SM100, SM90, SM80, SM89 = (10, 0), (9, 0), (8, 0), (8, 9)
 
@@ -167,19 +168,23 @@ def test_malformed_moe_section_is_one_clear_error(tmp_path):
 def test_for_moe_takes_the_kernel_then_the_dtype_then_notes():
     b200 = profile_for("b200", SM100)[0]
     chosen, note = for_moe(b200, ("flashinfer_trtllm", "bf16"))
-    assert chosen.moe_routed == b200.moe_section("flashinfer_trtllm", "bf16") and note == ""
+    assert chosen.moe_routed == b200.moe_section("flashinfer_trtllm", "bf16") and note is None
     h100 = profile_for("h100-sxm", SM90)[0]
     chosen, note = for_moe(h100, ("flashinfer_trtllm", "bf16"))
-    assert chosen.moe_routed == h100.moe_section("triton",
-                                                 "bf16") and "triton MoE efficiency stands in" in note
+    assert chosen.moe_routed == h100.moe_section(
+        "triton", "bf16"
+    ) and "triton MoE efficiency stands in" in render(note)
     a100 = profile_for("a100-sxm-80gb", SM80)[0]
     chosen, note = for_moe(a100, ("triton", "fp8_block"))
-    assert chosen.moe_routed is None and "timed as two GEMMs" in note
-    assert for_moe(a100, None) == (a100, "")
+    assert chosen.moe_routed is None and "timed as two GEMMs" in render(note)
+    assert for_moe(a100, None) == (a100, None)
     # gpt-oss's triton_kernel off SM100 is not the Triton MXFP4 path the Hopper table timed: no stand-in
     chosen, note = for_moe(h100, ("triton_kernel", "w4a16_mxfp4"))
     assert h100.moe_section("triton", "w4a16_mxfp4") is not None
-    assert chosen.moe_routed is None and "triton_kernel MoE (w4a16_mxfp4) is not in any public table" in note
+    assert (
+        chosen.moe_routed is None
+        and "triton_kernel MoE (w4a16_mxfp4) is not in any public table" in render(note)
+    )
 
 
 def test_routed_experts_are_one_fused_operator_a_layer():
@@ -229,4 +234,4 @@ def test_fp8_math_moe_runs_at_the_fp8_peak():
 def test_no_moe_measurement_keeps_the_gemm_experts_with_a_note():
     step = build_step_model(find_gpu("a100"), load_model("deepseek-v3"), tp=8, weight_bytes_per_param=1.0)
     assert step.eff.moe_routed is None
-    assert any("no fp8_block MoE measured on a100-sxm-80gb" in n for n in step.notes)
+    assert any("no fp8_block MoE measured on a100-sxm-80gb" in n for n in render_all(step.notes))

@@ -20,16 +20,17 @@ import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
-from pdmux_cli.sglang import split_levels
-from pdmux_cli.cli import app
-from pdmux_cli.util.errors import InputError
-from pdmux_cli.planning.estimate import Scenario, estimate
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
+from pdmux_cli.cli import app
+from pdmux_cli.messages import render_all
+from pdmux_cli.planning.estimate import Scenario, estimate
+from pdmux_cli.sglang import split_levels
 from pdmux_cli.sglang.pdmux_config import PdmuxConfig
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.simulate.runner import run_scenario
 from pdmux_cli.simulate.schedulers import PdmuxPolicy
+from pdmux_cli.util.errors import InputError
 
 FIX = Path(__file__).parent / "fixtures"
 AZURE = str(FIX / "azure_conv_50.csv")
@@ -61,7 +62,9 @@ def test_estimate_applies_the_cap_only_where_the_revision_reads_it() -> None:
                         max_split_forward_layers=2)
     capped = estimate(H100, QWEN, scenario, sglang="dsv41@a64f33f")
     assert (capped.layers_per_round, capped.prefill_rounds) == (2, 18)
-    assert any(n.startswith("dsv41@a64f33f: its pdmux_context.py was not read") for n in capped.notes)
+    assert any(
+        n.startswith("dsv41@a64f33f: its pdmux_context.py was not read") for n in render_all(capped.notes)
+    )
     for revision in (None, "0.5.23", "overlay@2126b0b", "main@2260e61"):
         plain = estimate(H100, QWEN, scenario, sglang=revision)
         assert (plain.layers_per_round, plain.prefill_rounds) == (36, 1), revision

@@ -11,12 +11,13 @@ import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
-from pdmux_cli.sglang import revisions as ss
-from pdmux_cli.cli import app
-from pdmux_cli.util.errors import InputError
-from pdmux_cli.planning.estimate import Scenario, estimate
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import list_models, load_model, model_from_config
+from pdmux_cli.cli import app
+from pdmux_cli.messages import render, render_all
+from pdmux_cli.planning.estimate import Scenario, estimate
+from pdmux_cli.sglang import revisions as ss
+from pdmux_cli.util.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).parent / "fixtures"
@@ -196,10 +197,11 @@ def test_architectures_must_be_a_list_of_names() -> None:
 def test_estimate_marks_the_pdmux_rows_where_sglang_cannot_run_them() -> None:
     est = estimate(find_gpu("h100"), load_model("gpt-oss-20b"), Scenario())
     assert est.pdmux_support.state == "no"
-    assert est.notes[0].startswith("PD mux cannot run: no forward_split_prefill in SGLang 0.5.23's "
-                                   "GptOssForCausalLM")
+    assert render(est.notes[0]).startswith(
+        "PD mux cannot run: no forward_split_prefill in SGLang 0.5.23's GptOssForCausalLM"
+    )
     ok = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario())
-    assert ok.pdmux_support.state == "yes" and not any("PD mux" in n for n in ok.notes)
+    assert ok.pdmux_support.state == "yes" and not any("PD mux" in n for n in render_all(ok.notes))
 
     r = runner.invoke(app, ["estimate", "--model", "gpt-oss-20b"], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.stderr

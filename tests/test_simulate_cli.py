@@ -14,14 +14,15 @@ import yaml
 from cli_assertions import assert_one_line_error as _assert_one_line_error
 from typer.testing import CliRunner
 
-from pdmux_cli.sglang import pdmux_config as pc
-from pdmux_cli.cli import app
-from pdmux_cli.util.errors import InputError
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
+from pdmux_cli.cli import app
+from pdmux_cli.messages import render_all
+from pdmux_cli.sglang import pdmux_config as pc
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.simulate.traces import load_trace, reshape
 from pdmux_cli.simulate.tune import candidates, tune
+from pdmux_cli.util.errors import InputError
 
 FIX = Path(__file__).parent / "fixtures"
 AZURE = str(FIX / "azure_conv_50.csv")
@@ -432,7 +433,7 @@ def test_tune_workers_capped_at_the_cores(monkeypatch) -> None:
     trace = reshape(load_trace(FIX / "azure_conv_50.csv"), max_requests=10)
     setup = make_setup(find_gpu("h100"), load_model("qwen3-8b"))
     result = tune(trace, setup, 1000, 60, workers=64, sm_group_nums=[8], divisors=[36], budgets=[65536])
-    assert result.workers == 1 and any("--workers 64" in n for n in result.notes)
+    assert result.workers == 1 and any("--workers 64" in n for n in render_all(result.notes))
 
 
 def test_gen_config_tune_refuses_knobs_it_searches() -> None:

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
 from pdmux_cli.cli import app
-from pdmux_cli.multigpu.disaggregation import KvLink, kv_link, layout_text
+from pdmux_cli.messages import layout_text, render_all
+from pdmux_cli.multigpu.disaggregation import KvLink, Layout, kv_link
 from pdmux_cli.simulate import servers
 from pdmux_cli.simulate.cluster import DisaggPolicy, simulate_disagg, transfer_ends
 from pdmux_cli.simulate.engine import make_setup
@@ -69,8 +70,8 @@ def test_one_replica_behind_the_router_is_the_lone_server(setup, busy_trace, pol
     alone = simulate(busy_trace, setup, policy)
     routed = simulate_dp(busy_trace, setup, policy, 1, method)
     assert _same_run(alone, routed)
-    assert (routed.gpus, routed.layout, routed.router) == (1, "1 GPU", method)
-    assert (alone.gpus, alone.layout, alone.router) == (1, "1 GPU", "")
+    assert (routed.gpus, routed.layout, routed.router) == (1, Layout(1), method)
+    assert (alone.gpus, alone.layout, alone.router) == (1, Layout(1), "")
 
 
 def _sub_trace(trace: Trace, rids: list[int]) -> Trace:
@@ -83,7 +84,7 @@ def test_round_robin_is_independent_servers_on_alternate_requests(setup, busy_tr
     """Round robin does not look at the servers: DP 2 is two lone servers, one on the even requests
     and one on the odd ones, request for request."""
     both = simulate_dp(busy_trace, setup, policy, 2, "round_robin")
-    assert both.gpus == 2 and both.layout == "DP 2 x TP 1"
+    assert both.gpus == 2 and both.layout == Layout(1, 2) and str(both.layout) == "DP 2 x TP 1"
     for parity in (0, 1):
         rids = list(range(parity, len(busy_trace), 2))
         alone = simulate(_sub_trace(busy_trace, rids), setup, policy)
@@ -163,7 +164,7 @@ def test_disagg_one_request_with_an_instant_link_is_prefill_then_undisturbed_dec
     assert split.first_token_s == alone.first_token_s
     assert list(split.step_end_s) == list(alone.step_end_s)
     # one instance a side: no routing
-    assert (split.gpus, split.layout, split.router) == (2, "1P1D x TP 1", "")
+    assert (split.gpus, split.layout, split.router) == (2, Layout(1, xpyd=(1, 1)), "")
     prefill = max(setup.step_model.prefill_s(setup.total_sms, [(8192, 0)]), setup.step_model.decode_cpu_s(1))
     assert split.first_token_s[0] == pytest.approx(prefill)
 
@@ -200,14 +201,14 @@ def test_every_request_finishes_exactly_once_under_disagg(setup, busy_trace, xy)
     steps = sum(result.decode_steps)
     # every decode step of every request is one token: the merged records hold each request's steps once
     assert sum(max(0, o - 1) for o in busy_trace.output_tokens) == steps
-    assert result.gpus == sum(xy) and result.layout == f"{xy[0]}P{xy[1]}D x TP 1"
+    assert result.gpus == sum(xy) and str(result.layout) == f"{xy[0]}P{xy[1]}D x TP 1"
 
 
 def test_layout_text() -> None:
-    assert layout_text(1) == "1 GPU"
-    assert layout_text(4) == "TP 4"
-    assert layout_text(2, 4) == "DP 4 x TP 2"
-    assert layout_text(1, xpyd=(2, 6)) == "2P6D x TP 1"
+    assert layout_text(Layout(1)) == "1 GPU" and Layout(1).gpus == 1
+    assert layout_text(Layout(4)) == "TP 4" and Layout(4).gpus == 4
+    assert layout_text(Layout(2, 4)) == "DP 4 x TP 2" and Layout(2, 4).gpus == 8
+    assert layout_text(Layout(1, xpyd=(2, 6))) == str(Layout(1, xpyd=(2, 6))) == "2P6D x TP 1"
 
 
 def test_mooncake_prefix_cache_per_replica(setup) -> None:
@@ -307,7 +308,7 @@ def test_disagg_decode_instance_retracts_and_prefills_again(h100) -> None:
     result = simulate_disagg(trace, small, DisaggPolicy(1, 1, kv_link(h100, 2)))
     assert result.counters["retracted_requests"] == result.counters["re_prefills"] > 0
     assert all(math.isfinite(result.finish_s(r)) for r in range(len(trace))) and not result.rejected
-    assert any("retraction(s) on the decode instances" in n for n in result.notes)
+    assert any("retraction(s) on the decode instances" in n for n in render_all(result.notes))
     m = summarize(result, 1e9, 1e9)
     assert m.completed == len(trace) and m.met == len(trace)
 

@@ -12,6 +12,7 @@ import pytest
 
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
+from pdmux_cli.messages import render_all
 from pdmux_cli.multigpu.disaggregation import KvLink
 from pdmux_cli.simulate.capacity import capacity
 from pdmux_cli.simulate.cluster import DisaggPolicy
@@ -106,8 +107,8 @@ def test_one_server_is_dp_1_on_the_same_path(setup, trace) -> None:
     for other in (same, routed):
         assert other.first_token_s == alone.first_token_s and list(other.step_end_s) == list(alone.step_end_s)
         assert (other.idle_s, other.end_s, other.counters) == (alone.idle_s, alone.end_s, alone.counters)
-    assert (alone.gpus, alone.layout, alone.router, alone.server) == (1, "1 GPU", "", [])
-    assert (routed.gpus, routed.layout, routed.router) == (1, "1 GPU", "total_requests")
+    assert (alone.gpus, str(alone.layout), alone.router, alone.server) == (1, "1 GPU", "", [])
+    assert (routed.gpus, str(routed.layout), routed.router) == (1, "1 GPU", "total_requests")
     assert routed.server == [0] * len(trace)
     with pytest.raises(ValueError, match="behind a router"):
         serve(trace, setup, policy, dp=2, routed=False)
@@ -139,7 +140,7 @@ def test_outcomes_combine_as_documented() -> None:
     c = combine([a, None, b])
     assert (c.end_s, c.idle_s) == (10.0, 2.5)  # (1 + 0 + 2 + 2) / 2
     assert c.counters == {"steps": 12, "retracted_requests": 1}
-    assert c.notes == ["x", "server 2: crash", "server 2: x"]
+    assert render_all(c.notes) == ["x", "server 2: crash", "server 2: x"]
     assert c.group_time_s == [3.0, 4.5] and c.groups == [(66, 66), (100, 32)]
     assert (c.crashed_at_s, c.unfinished) == (4.0, {3, 9})
     assert combine([a, b], prefixed=False).notes == ["x", "crash"]
@@ -157,7 +158,7 @@ def test_deployments_name_gpus_layout_and_router(setup) -> None:
          (10, "2P3D x TP 2", 5, "total_requests", (2, 3))),
     ]
     for d, (gpus, layout, servers, router, xpyd) in cases:
-        assert (d.gpus, d.layout, d.servers, d.router, d.xpyd) == (gpus, layout, servers, router, xpyd)
+        assert (d.gpus, str(d.layout), d.servers, d.router, d.xpyd) == (gpus, layout, servers, router, xpyd)
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.label)

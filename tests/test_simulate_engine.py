@@ -26,6 +26,7 @@ from pdmux_cli.simulate.metrics import summarize
 from pdmux_cli.simulate.runner import run_scenario, simulate
 from pdmux_cli.simulate.schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy, PrefillFirstPolicy
 from pdmux_cli.simulate.traces import Trace, load_trace, reshape, synthetic_trace
+from pdmux_cli.messages import render, render_all
 from pdmux_cli.util.errors import InputError
 
 FIX = Path(__file__).parent / "fixtures"
@@ -219,7 +220,7 @@ def test_request_that_never_fits_is_reported_not_a_hang() -> None:
         assert r.rejected == [1] and math.isnan(r.first_token_s[1])
         m = summarize(r, 1e9, 1e9)
         assert m.completed == 2 and m.rejected == 1 and m.slo_attainment == pytest.approx(2 / 3)
-        assert "never fit" in r.notes[0]
+        assert "never fit" in render(r.notes[0])
 
 
 def _small_pool(tokens: int):
@@ -326,7 +327,7 @@ def test_sglang_0_5_23_crash_stops_the_simulation() -> None:
     trace = Trace(arrival_s=(0.0, 0.5, 0.6), prompt_tokens=(100, 4000, 100), output_tokens=(500, 2, 2))
     r = simulate(trace, SETUP, PdmuxPolicy(cfg))
     assert r.crashed_at_s == pytest.approx(0.5, abs=0.02) and r.unfinished == {0, 1, 2}
-    assert any("crashes here (UnboundLocalError" in n for n in r.notes)
+    assert any("crashes here (UnboundLocalError" in n for n in render_all(r.notes))
     m = summarize(r, 1e9, 1e9)
     assert m.completed == 0 and m.slo_attainment == 0
     # asked for by name: the unreleased branches' fallback, group 1 (prefill on 80 SMs)

@@ -20,6 +20,7 @@ from pdmux_cli.simulate.traces import (
     reshape,
     synthetic_trace,
 )
+from pdmux_cli.messages import render_all
 
 FIX = Path(__file__).parent / "fixtures"
 CONV = Path("/work/shared/data/traces/AzureLLMInferenceTrace_conv.csv")
@@ -138,7 +139,7 @@ def test_unsorted_file_is_sorted(tmp_path: Path) -> None:
                  '{"timestamp": 1000, "input_length": 7, "output_length": 2}\n')
     t = load_trace(p)
     assert t.prompt_tokens == (7, 5) and t.arrival_s == (0.0, 1.0)
-    assert any("sorted" in n for n in t.notes)
+    assert any("sorted" in n for n in render_all(t.notes))
 
 
 def test_reshape_rate_scale_qps_cut() -> None:

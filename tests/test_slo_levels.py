@@ -19,18 +19,19 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from pdmux_cli.catalog import model as mdl
-from pdmux_cli.sglang import pdmux_config as pc
-from pdmux_cli.sglang import split_levels
-from pdmux_cli.planning import slo_levels as sl
-from pdmux_cli.cli import app
-from pdmux_cli.util.errors import InputError
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
+from pdmux_cli.cli import app
+from pdmux_cli.messages import render
+from pdmux_cli.planning import slo_levels as sl
+from pdmux_cli.sglang import pdmux_config as pc
+from pdmux_cli.sglang import split_levels
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.simulate.metrics import summarize
 from pdmux_cli.simulate.runner import simulate
 from pdmux_cli.simulate.schedulers import PdmuxPolicy, pdmux_round_s
 from pdmux_cli.simulate.traces import synthetic_trace
+from pdmux_cli.util.errors import InputError
 
 FIX = Path(__file__).parent / "fixtures"
 AZURE = str(FIX / "azure_conv_50.csv")
@@ -477,7 +478,11 @@ def test_tune_tries_slo_levels_with_margins() -> None:
     with pytest.raises(InputError, match="--slo-margins"):
         tn.slo_candidates(trace, setup, 20, margins=[0.0])
     quiet = tn.slo_candidates(Trace((0.0,), (10,), (1,)), setup, 20)
-    assert quiet[0] == [] and "no SLO levels tried" in quiet[1][0]
+    assert (
+        quiet[0] == []
+        and quiet[1][0].code == "tune.no_slo_levels"
+        and "no SLO levels tried" in render(quiet[1][0])
+    )
 
 
 def test_tune_cli_slo_margins() -> None:

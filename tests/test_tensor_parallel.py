@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from pdmux_cli.sglang import server_defaults as sgl
+from pdmux_cli.catalog.hardware import Gpu, find_gpu, load_gpu_file, load_gpus
+from pdmux_cli.catalog.model import Model, kv_bytes_per_token, list_models, load_model, weight_bytes_total
 from pdmux_cli.cli import app
 from pdmux_cli.costmodel import build_step_model
 from pdmux_cli.costmodel.collectives import (
@@ -31,12 +32,12 @@ from pdmux_cli.costmodel.collectives import (
 )
 from pdmux_cli.costmodel.measurements import AllReduce
 from pdmux_cli.costmodel.operators import rank_kv_bytes_per_token, rank_weight_bytes, step_shapes
-from pdmux_cli.util.errors import InputError
-from pdmux_cli.planning.estimate import Scenario, estimate, fitting_tp, memory_check
-from pdmux_cli.catalog.hardware import Gpu, find_gpu, load_gpu_file, load_gpus
-from pdmux_cli.catalog.model import Model, kv_bytes_per_token, list_models, load_model, weight_bytes_total
-from pdmux_cli.simulate.engine import make_setup
+from pdmux_cli.messages import render, render_all
 from pdmux_cli.multigpu.tensor_parallel import shard
+from pdmux_cli.planning.estimate import Scenario, estimate, fitting_tp, memory_check
+from pdmux_cli.sglang import server_defaults as sgl
+from pdmux_cli.simulate.engine import make_setup
+from pdmux_cli.util.errors import InputError
 
 runner = CliRunner()
 AZURE = str(Path(__file__).parent / "fixtures" / "azure_conv_50.csv")
@@ -211,7 +212,7 @@ def test_custom_allreduce_up_to_8_mib_nccl_above() -> None:
     # NCCL's 1 us per extra ring step (2 (N - 1) steps) beyond the 2-GPU fit
     l40s = tp_collectives(find_gpu("l40s"), 4)
     assert l40s.custom is None and l40s.extra_nccl_latency_s == pytest.approx(4 * 1.0e-6)
-    assert any("2 GPUs" in n for n in l40s.notes)
+    assert any("2 GPUs" in n for n in render_all(l40s.notes))
 
 
 def test_link_fit_formula() -> None:
@@ -229,8 +230,8 @@ def test_unmeasured_gpus_take_the_closest_measured_link() -> None:
     assert choose_fits(fits, "rtx-5090", "pcie", (12, 0))[0].gpu == "rtx-pro-6000"
     assert choose_fits(fits, "v100-sxm2-32gb", "nvlink", (7, 0))[0].gpu == "a100-sxm-80gb"
     own, note = choose_fits(fits, "b200", "nvlink", (10, 0))
-    assert own.gpu == "b200" and note == ""
-    assert "h100-sxm" in tp_collectives(find_gpu("h800"), 8).notes[0]
+    assert own.gpu == "b200" and note is None
+    assert "h100-sxm" in render(tp_collectives(find_gpu("h800"), 8).notes[0])
 
 
 @settings(max_examples=60, deadline=None)
@@ -296,7 +297,7 @@ def test_models_that_need_tp_fit_with_tp8() -> None:
         assert not memory_check(h100, model, Scenario()).fits
         est = estimate(h100, model, Scenario(tp=8))
         assert est.memory.fits and est.tp == 8 and all(r.gpus == 8 for r in est.rows)
-        assert not any(n.startswith("does not fit") for n in est.notes)
+        assert not any(n.startswith("does not fit") for n in render_all(est.notes))
     assert fitting_tp(h100, load_model("llama-3.1-70b"), Scenario()) == 2
     # gpt-oss-120b (MXFP4 experts, 65 GB) already fits one H100; with TP 8 each GPU holds 8.2 GB
     assert memory_check(h100, load_model("gpt-oss-120b"),
@@ -309,7 +310,7 @@ def test_deepseek_v3_needs_h200_for_one_server() -> None:
     model = load_model("deepseek-v3")
     est = estimate(find_gpu("h100"), model, Scenario(tp=8))
     assert not est.memory.fits and est.memory.weight_bytes == pytest.approx(85.1e9, rel=0.01)
-    assert "per GPU (one of 8 ranks)" in est.notes[0]
+    assert "per GPU (one of 8 ranks)" in render(est.notes[0])
     assert estimate(find_gpu("h200"), model, Scenario(tp=8)).memory.fits
 
 

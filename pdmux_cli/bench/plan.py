@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..messages import render_all
 from ..sglang import split_levels
 from ..util.errors import InputError, short_repr
 from ..util.numbers import plain_int
@@ -508,5 +509,5 @@ def plan_dict(plan: BenchPlan) -> dict[str, Any]:
         "kernels": kernels_list,
         "steps": plan.steps,
         "estimated_seconds": estimated_seconds(plan),
-        "notes": list(plan.notes),
+        "notes": render_all(plan.notes),
     }

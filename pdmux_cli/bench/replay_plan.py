@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..catalog import model as mdl
+from ..catalog.model import Model
+from ..messages import render_all
 from ..sglang import split_levels
 from ..util.errors import InputError
-from ..catalog.model import Model
 from .plan import BF16_BYTES, MEMORY_HEADROOM_BYTES, PlanDevice
 
 #: Fewest layers the replay builds (the issue's floor: enough that reused weights are not in L2 for any
@@ -568,5 +569,5 @@ def replay_plan_dict(plan: ReplayPlan) -> dict[str, Any]:
         "repeats": plan.repeats,
         "warmup": plan.warmup,
         "cuda_graph": plan.cuda_graph,
-        "notes": list(plan.notes),
+        "notes": render_all(plan.notes),
     }

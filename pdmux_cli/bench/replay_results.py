@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..costmodel.calibration_file import Calibration
+from ..messages import render_all
 from ..util.errors import InputError
 from .replay_plan import Predicted, Predictions, ReplayPlan, predicted_dict
 from .stats import median, percentile
@@ -264,7 +265,7 @@ def results_dict(res: ReplayResults) -> dict[str, Any]:
             "uncalibrated_error": cal.whole_gpu.uncalibrated_median_error,
             "source": cal.whole_gpu.source,
         },
-        "notes": list(res.notes),
+        "notes": render_all(res.notes),
     }
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..costmodel.calibration_file import Calibration
+from ..messages import render_all
 from .stats import S_SAT_FRACTION, RateStats, monotone_fit, s_sat
 
 #: A level whose flop factor + bandwidth factor is at most this ran its two kernels in turns, not side
@@ -295,5 +296,5 @@ def results_dict(res: BenchResults) -> dict[str, Any]:
         "bandwidth_curve": [list(p) for p in res.bandwidth_curve()],
         "flops_curve": [list(p) for p in res.flops_curve()],
         "levels": levels,
-        "notes": list(res.notes),
+        "notes": render_all(res.notes),
     }

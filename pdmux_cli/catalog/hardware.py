@@ -112,9 +112,12 @@ class Gpu:
         over. Raises :class:`InputError` when the profile does not give them (``tp`` is for the message)."""
         if not self.interconnect or not self.interconnect_bytes_per_s or not self.interconnect_latency_s:
             raise InputError(
-                f"{self.name} has no interconnect figures, so --tp {tp} cannot be estimated: add "
-                "interconnect (nvlink or pcie), interconnect_bytes_per_s, interconnect_latency_s and "
-                "interconnect_source to its profile (as in profiles/gpus/h100-sxm.yaml)")
+                "{gpu} has no interconnect figures, so {flag.tp} {tp} cannot be estimated: add interconnect "
+                "(nvlink or pcie), interconnect_bytes_per_s, interconnect_latency_s and interconnect_source "
+                "to its profile (as in profiles/gpus/h100-sxm.yaml)",
+                param="tp",
+                values={"gpu": self.name, "tp": tp},
+            )
         return self.interconnect, float(self.interconnect_bytes_per_s), float(self.interconnect_latency_s)
 
     def dense_flops(self, dtype: str = "bf16") -> float:
@@ -141,9 +144,11 @@ class Gpu:
         if self.sm_count is None:
             major, minor = self.compute_capability
             raise InputError(
-                f"{self.name}'s SM count is not published, so it cannot be planned for; pick another "
-                "profile, or give the device's numbers where a command takes them (--sms N --cc "
-                f"{major}.{minor})"
+                "{gpu}'s SM count is not published, so it cannot be planned for; pick another profile, or "
+                "give the "
+                "device's numbers where a command takes them ({flag.sms} N {flag.cc} {major}.{minor})",
+                param="gpu",
+                values={"gpu": self.name, "major": major, "minor": minor},
             )
         return self.sm_count
 
@@ -403,7 +408,8 @@ def find_gpu(name: str) -> Gpu:
             seen.add(index[candidate].key)
             suggestions.append(shown[candidate])
     hint = f"closest: {', '.join(suggestions[:4])}" if suggestions else "no close match"
-    raise InputError(f"unknown GPU {short_repr(name)}; {hint} (pdmux splits --all lists every profile)")
+    raise InputError("unknown GPU {name}; {hint} (pdmux splits {flag.all} lists every profile)", param="gpu",
+                     values={"name": short_repr(name), "hint": hint})
 
 
 def find_gpu_or_file(name: str) -> Gpu:

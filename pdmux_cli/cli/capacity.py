@@ -70,7 +70,7 @@ def _table(result: Any, title: str, width: int | None = None) -> Any:
     headers take two lines, until the table fits (as simulate's tables fit a terminal of 80)."""
     from rich.console import Console
 
-    if not any(p.layout != "1 GPU" for p in result.policies):
+    if not any(p.layout.gpus > 1 for p in result.policies):
         return _build_table(result, title, True, True, False)
     shapes = [(True, True, False), (False, True, False), (False, False, False), (False, False, True)]
     if width is None:
@@ -86,13 +86,13 @@ def _table(result: Any, title: str, width: int | None = None) -> Any:
 def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_line: bool) -> Any:
     from rich.table import Table
 
-    from ..simulate.capacity import rate_text
+    from ..messages import rate_text
     from ..simulate.report import latency_cell
 
     policies = result.policies
     counts = sorted({p.gpus for p in policies})
     many = counts[-1] > 1 if counts else False
-    layouts = any(p.layout != "1 GPU" for p in policies)
+    layouts = any(p.layout.gpus > 1 for p in policies)
     over = ("req/s" if not many else f"req/s over all {counts[0]} GPUs" if len(counts) == 1
             else "req/s over all of a policy's GPUs")
     table = Table(title=title, title_justify="left",
@@ -112,7 +112,7 @@ def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_l
         table.add_column(col.replace(" ", "\n") if two_line else col, justify=just, no_wrap=col == "layout")
     for p in policies:
         at = p.at
-        cells = {"layout": p.layout, "GPUs": str(p.gpus), "max rate": rate_text(p), "per "
+        cells = {"layout": str(p.layout), "GPUs": str(p.gpus), "max rate": rate_text(p), "per "
                                                                                     "GPU": _per_gpu_text(p),
                  "SLO met": f"{at.slo_attainment:.1%}" if at else "-",
                  "goodput": f"{at.goodput_rps:.3g}" if at else "-",

@@ -15,7 +15,7 @@ from typing import Any
 
 from typer.core import TyperGroup
 
-from ..util.errors import InputError, PdmuxError, printable, short_repr
+from ..util.errors import Finding, InputError, PdmuxError, printable, short_repr
 from ..util.signals import Terminated, handling_signals, interrupted, raised_stop
 from ..workflows.files import gpu_file, model_file  # noqa: F401 (the commands' inputs, from here too)
 from ..workflows.values import parse_float_list, parse_int_list, parse_names  # noqa: F401 (list options)
@@ -232,7 +232,9 @@ NON_FINITE = "the inputs give a non-finite result (NaN or infinity): check the s
 
 def _json_text(data: Any, problem: str) -> str:
     try:
-        return json.dumps(data, indent=2, allow_nan=False)
+        from ..messages import json_default
+
+        return json.dumps(data, indent=2, allow_nan=False, default=json_default)
     except ValueError:
         raise InputError(problem) from None
 
@@ -313,8 +315,13 @@ def styled(text: str, style: str) -> Any:
     return Text(text, style=style)
 
 
-def print_note(con: Any, note: str) -> None:
-    """``note: ...`` on ``con`` (a :func:`console`), the label in yellow, the text as written."""
+def print_note(con: Any, note: Any) -> None:
+    """``note: ...`` on ``con`` (a :func:`console`), the label in yellow, the text as written (a
+    :class:`~pdmux_cli.util.errors.Finding` worded by :mod:`pdmux_cli.messages`)."""
+    if isinstance(note, Finding):
+        from ..messages import render
+
+        note = render(note)
     con.print(styled("note:", "yellow"), note, soft_wrap=True)
 
 

@@ -12,6 +12,7 @@ if TYPE_CHECKING:  # type names only: rendering splits must not import the cost 
     from ..planning.estimate import Estimate, PolicyRow
     from ..sglang.split_levels import Split
 
+from ..messages import render_all
 from ..workflows.planning_json import group_kind
 
 
@@ -132,7 +133,7 @@ def estimate_table(est: Estimate) -> Any:
         f"cost model: {est.throughput_source}; dense math in {est.flops_dtype}",
         (f"memory{' per GPU' if est.tp > 1 else ''}: {est.memory.weight_bytes / 2**30:.1f} GiB weights + "
          f"{est.memory.kv_cache_bytes / 2**30:.1f} GiB KV of {est.memory.gpu_memory_bytes / 2**30:.1f} GiB"),
-        *est.notes,
+        *render_all(est.notes),
     ]
     table.caption = "\n".join(caption)
     table.caption_justify = "left"

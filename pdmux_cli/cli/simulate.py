@@ -287,10 +287,10 @@ def _tune_layout(tp: int, cluster: Any) -> str:
     """How tune's winner line says the GPUs were used: ``" (TP 2, one rank simulated)"``, ``" (DP 2 x TP 1,
     round_robin)"``."""
     if cluster.dp > 1:
-        from ..multigpu.disaggregation import layout_text
+        from ..multigpu.disaggregation import Layout
 
         rank = ", one rank of each replica simulated" if tp > 1 else ""
-        return f" ({layout_text(tp, cluster.dp)} behind {cluster.method}{rank})"
+        return f" ({Layout(tp, cluster.dp)} behind {cluster.method}{rank})"
     return f" (TP {tp}, one rank simulated)" if tp > 1 else ""
 
 

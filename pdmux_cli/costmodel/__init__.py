@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .efficiency import CpuProfile, ServingProfile
 
 #: ``--cost-model`` choices; the first is the default.
@@ -46,6 +46,10 @@ class StepModel(Protocol):
 
     @property
     def source(self) -> str: ...
+
+    def source_text(self, s_sat: bool = True) -> str:
+        """:attr:`source`, without the S_SAT when ``s_sat`` is false."""
+        ...
 
     def decode_s(self, sms: int, n: int, sum_context: float, sum_window: float = 0.0, corun_sms: int = 0,
                  cuda_graph: bool = True) -> float:
@@ -144,25 +148,37 @@ def build_step_model(
     refuses.
     """
     if cost_model not in COST_MODELS:
-        raise InputError(f"--cost-model must be one of {', '.join(COST_MODELS)}, got {cost_model!r}")
+        raise InputError("{flag.cost_model} must be one of {models}, got {value!r}", param="cost_model",
+                         values={"models": ", ".join(COST_MODELS), "value": cost_model})
     total = gpu.require_sm_count()
     if not gpu.hbm_bytes_per_s:
-        raise InputError(f"{gpu.name} has no memory bandwidth figure: the cost model needs one (use another "
-                         "--gpu)")
+        raise InputError(
+            "{gpu} has no memory bandwidth figure: the cost model needs one (use another {flag.gpu})",
+            param="gpu",
+            values={"gpu": gpu.name},
+        )
     math_dtype = pick_flops_dtype(gpu, model, flops_dtype)
     dense = gpu.dense_flops(math_dtype)
     if cost_model == "chapter":
         if tp != 1:
-            raise InputError("--tp needs --cost-model roofline: the chapter's model is one GPU's and has no "
-                             "collectives")
-        for flag, value in (("--step-overhead-ms", step_overhead_ms),
-                            ("--per-request-overhead-ms", per_request_overhead_ms),
-                            ("--admission-delay-ms", admission_delay_ms),
-                            ("--first-token-delay-ms", first_token_delay_ms),
-                            ("--admission-interval-ms", admission_interval_ms)):
+            raise InputError(
+                "{flag.tp} needs {flag.cost_model} roofline: the chapter's model is one GPU's and has no "
+                "collectives",
+                param="tp",
+                values={},
+            )
+        for param, value in (("step_overhead_ms", step_overhead_ms),
+                             ("per_request_overhead_ms", per_request_overhead_ms),
+                             ("admission_delay_ms", admission_delay_ms),
+                             ("first_token_delay_ms", first_token_delay_ms),
+                             ("admission_interval_ms", admission_interval_ms)):
             if value is not None:
-                raise InputError(f"{flag} applies to --cost-model roofline (the chapter's model has no CPU "
-                                 "time and no serving delays)")
+                raise InputError(
+                    "{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no CPU "
+                    "time and no serving delays)",
+                    param=param,
+                    values={},
+                )
         from .chapter import AnalyticThroughput, ChapterModel
 
         chapter_notes: tuple[str, ...] = ()
@@ -179,11 +195,15 @@ def build_step_model(
         chapter = ChapterModel(model, throughput, total, weight_bytes_per_param, kv_bytes_per_element)
         chapter.notes.extend(chapter_notes)
         return chapter
-    for flag, value in (("--bandwidth-efficiency", bandwidth_efficiency), ("--mfu", mfu)):
+    for param, value in (("bandwidth_efficiency", bandwidth_efficiency), ("mfu", mfu)):
         if value is not None:
-            raise InputError(f"{flag} is a knob of --cost-model chapter; the roofline model's efficiencies "
-                             "are fitted to measurements (profiles/efficiency/), and --calibration replaces "
-                             "them")
+            raise InputError(
+                "{param_flag} is a knob of {flag.cost_model} chapter; the roofline model's efficiencies "
+                "are fitted to measurements (profiles/efficiency/), and {flag.calibration} replaces "
+                "them",
+                param=param,
+                values={},
+            )
     from .efficiency import for_kv_cache, for_linear_gemms, load_common, load_serving, profile_for
     from .roofline import RooflineModel
 
@@ -208,9 +228,8 @@ def build_step_model(
         notes.append(kv_note)
     profile, moe_flops = _with_moe(profile, gpu, model, weight_bytes_per_param, notes)
     if model.weight_dtype == "fp8" and math_dtype != "fp8" and weight_bytes_per_param is None:
-        notes.append(f"fp8 weights in {math_dtype} math ({gpu.name} has no fp8 tensor cores, or "
-                     "--flops-dtype): SGLang runs them as weight-only fp8 (Marlin); modelled as 16-bit GEMMs "
-                     "reading 1-byte weights, not measured")
+        notes.append(Finding("costmodel.fp8_weights_marlin", {"math_dtype": math_dtype, "gpu": gpu.name},
+                             "flops_dtype"))
     # attention, the lm_head and the router compute in 16 bits whatever the linear layers do
     attention_dense = dense if math_dtype != "fp8" else gpu.dense_flops(
         "bf16" if gpu.bf16_dense_flops else "fp16")
@@ -223,10 +242,19 @@ def build_step_model(
             calibration.check_device(gpu)
         if calibration.whole_gpu is not None:
             profile = apply_whole_gpu(profile, calibration.whole_gpu)
-            notes = [n for n in notes if "no kernel measurements" not in n and "same-chip" not in n]
+            # the calibration replaces the efficiencies those notes are about
+            notes = [n for n in notes if getattr(n, "code", "") not in REPLACED_BY_WHOLE_GPU_TERMS]
             if calibration.whole_gpu.model != getattr(model, "name", ""):
-                notes.append(f"whole-GPU terms calibrated on {calibration.whole_gpu.model}, applied to "
-                             f"{getattr(model, 'name', 'this model')}")
+                notes.append(
+                    Finding(
+                        "costmodel.whole_gpu_other_model",
+                        {
+                            "calibrated_on": calibration.whole_gpu.model,
+                            "model": getattr(model, "name", "this model"),
+                        },
+                        "calibration",
+                    )
+                )
     collectives = None
     if tp != 1:
         from ..multigpu.tensor_parallel import check_tp_value
@@ -247,7 +275,7 @@ def build_step_model(
 
 
 def _with_moe(profile: Any, gpu: Any, model: Any, weight_bytes_per_param: float | None,
-              notes: list[str]) -> tuple[Any, float | None]:
+              notes: list[Any]) -> tuple[Any, float | None]:
     """``profile`` with the fused-MoE efficiency of the kernel SGLang runs for ``model``'s routed experts on
     ``gpu`` (:mod:`.moe`), and the dense FLOP/s of its math (``None`` when none applies); a note is appended
     when the kernel was not measured there."""
@@ -259,6 +287,11 @@ def _with_moe(profile: Any, gpu: Any, model: Any, weight_bytes_per_param: float 
         notes.append(note)
     return profile, moe_flops_per_s(gpu, kind) if profile.moe_routed is not None else None
 
+
+#: The notes on whose efficiencies stand in for a GPU's own (:func:`.efficiency.profile_for`): a calibration's
+#: whole-GPU terms replace those efficiencies, so the notes go.
+REPLACED_BY_WHOLE_GPU_TERMS = frozenset({"costmodel.efficiency.same_chip", "costmodel.efficiency.same_family",
+                                         "costmodel.efficiency.guess"})
 
 #: The serving terms' options: flag, the bound in ms.
 SERVING_OPTION_BOUNDS_MS = {"--step-overhead-ms": 1000.0, "--per-request-overhead-ms": 10.0,
@@ -311,11 +344,17 @@ def calibrated_serving(cpu: CpuProfile, serving: ServingProfile, terms: Any) -> 
     from dataclasses import replace
 
     source = f"calibrated on {terms.runs} bench_serving run(s) ({terms.source})"
-    cpu = replace(cpu, per_request_step_s=terms.per_request_step_s,
-                  source=f"{cpu.source}; per_request_step_s {source}")
-    serving = replace(serving, admission_delay_s=terms.admission_delay_s,
-                      first_token_delay_s=terms.first_token_delay_s,
-                      admission_interval_s=terms.admission_interval_s, source=source)
+    cpu = replace(
+        cpu, per_request_step_s=terms.per_request_step_s, source=f"{cpu.source}; per_request_step_s {source}"
+    )
+    serving = replace(
+        serving,
+        admission_delay_s=terms.admission_delay_s,
+        first_token_delay_s=terms.first_token_delay_s,
+        admission_interval_s=terms.admission_interval_s,
+        source=source,
+        calibrated=True,
+    )
     return cpu, serving
 
 

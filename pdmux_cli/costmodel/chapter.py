@@ -84,7 +84,12 @@ class AnalyticThroughput:
 
     @property
     def source(self) -> str:
-        return f"chapter (bandwidth x{self.bandwidth_efficiency:g}, MFU {self.mfu:g}, S_SAT={self.s_sat:g})"
+        return self.source_text()
+
+    def source_text(self, s_sat: bool = True) -> str:
+        """:attr:`source`; with ``s_sat=False`` without the S_SAT."""
+        return f"chapter (bandwidth x{self.bandwidth_efficiency:g}, MFU {self.mfu:g}" + (
+            f", S_SAT={self.s_sat:g})" if s_sat else ")")
 
     def bandwidth_bytes_per_s(self, sms: int) -> float:
         """``hbm * efficiency * min(1, sms / s_sat)`` (B/s)."""
@@ -265,6 +270,12 @@ class ChapterModel:
         """The throughput's description (``"chapter (bandwidth x0.85, MFU 0.5, S_SAT=66)"`` or the
         calibration's)."""
         return self.throughput.source
+
+    def source_text(self, s_sat: bool = True) -> str:
+        """:attr:`source`; with ``s_sat=False`` without the analytic S_SAT (a calibration's source has
+        none)."""
+        text = getattr(self.throughput, "source_text", None)
+        return text(s_sat) if text is not None else self.throughput.source
 
     @property
     def s_sat(self) -> float | None:

@@ -48,7 +48,7 @@ from typing import Any
 
 import yaml
 
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from ..util.numbers import finite_float
 from ..catalog.profile_files import efficiency_profiles_dir
 
@@ -225,20 +225,19 @@ def _cc_distance(a: tuple[int, int], b: tuple[int, int]) -> float:
 
 
 def choose_fits(fits: tuple[AllReduceFits, ...], gpu_key: str, interconnect: str,
-                compute_capability: tuple[int, int]) -> tuple[AllReduceFits, str]:
-    """The fits a GPU uses and a note ("" when its own): its own, else the measured GPU with the same
+                compute_capability: tuple[int, int]) -> tuple[AllReduceFits, Finding | None]:
+    """The fits a GPU uses and a finding (``None`` when its own): its own, else the measured GPU with the same
     interconnect kind and the closest compute capability (ties: the first key). Raises
     :class:`InputError` when no measured GPU has that interconnect kind."""
     for f in fits:
         if f.gpu == gpu_key:
-            return f, ""
+            return f, None
     same = [f for f in fits if f.interconnect == interconnect]
     if not same:
         raise InputError(f"no all-reduce measurements over {interconnect}: tensor parallelism cannot be "
                          "estimated")
     best = min(same, key=lambda f: (_cc_distance(f.compute_capability, compute_capability), f.gpu))
-    return best, (f"all-reduce constants measured on {best.gpu} ({interconnect}), used as fractions of this "
-                  "GPU's own link bandwidth")
+    return best, Finding("costmodel.allreduce_stand_in", {"gpu": best.gpu, "interconnect": interconnect})
 
 
 def tp_collectives(gpu: Any, tp: int, fits: tuple[AllReduceFits, ...] | None = None) -> TpCollectives:
@@ -261,9 +260,19 @@ def tp_collectives(gpu: Any, tp: int, fits: tuple[AllReduceFits, ...] | None = N
     if nearest != tp:
         steps = max(0, ring_steps(tp) - ring_steps(nearest))
         extra = steps * hop_s
-        more = f", NCCL's time plus {hop_s * 1e6:g} us for each of {steps} extra ring steps" if steps else ""
-        notes.append(f"all-reduce over {tp} GPUs: the fit for {nearest} GPUs (measured: "
-                     f"{', '.join(map(str, measured))}){more}")
+        notes.append(
+            Finding(
+                "costmodel.allreduce_nearest_ranks",
+                {
+                    "tp": tp,
+                    "nearest": nearest,
+                    "measured": measured,
+                    "hop_us": hop_s * 1e6,
+                    "extra_steps": steps,
+                },
+                "tp",
+            )
+        )
     if custom is not None and not (kind == "nvlink" or tp == 2):
         custom = None  # SGLang's custom all-reduce needs all GPUs NVLink-connected beyond 2
     source = (f"TP {tp} over {kind} {link_bw / 1e9:g} GB/s each way, all-reduce constants of {chosen.gpu}"

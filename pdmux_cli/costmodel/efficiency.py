@@ -43,7 +43,7 @@ from typing import Any
 
 import yaml
 
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from ..util.numbers import finite_float
 from ..catalog.profile_files import efficiency_profiles_dir
 from .partitions import BandwidthCurve, BandwidthFamily, Interference, pick_bandwidth_family
@@ -142,7 +142,7 @@ class EfficiencyProfile:
 GEMM_KINDS = ("bf16", "fp8", "fp8_block")
 
 
-def for_linear_gemms(profile: EfficiencyProfile, kind: str) -> tuple[EfficiencyProfile, str]:
+def for_linear_gemms(profile: EfficiencyProfile, kind: str) -> tuple[EfficiencyProfile, Finding | None]:
     """``profile`` with ``gemm`` set to the efficiency the model's linear layers run at, and a note
     ("" when measured on this profile's GPU for that kind).
 
@@ -161,23 +161,22 @@ def for_linear_gemms(profile: EfficiencyProfile, kind: str) -> tuple[EfficiencyP
     if kind not in GEMM_KINDS:
         raise InputError(f"GEMM kind must be one of {', '.join(GEMM_KINDS)}, got {kind!r}")
     if kind == "bf16":
-        return profile, ""
-    note = ""
+        return profile, None
+    note = None
     chosen = profile.gemm_fp8_block if kind == "fp8_block" else None
     if chosen is None:
         chosen = profile.gemm_fp8
-        if kind == "fp8_block":
-            note = (f"block-scaled fp8 GEMMs not measured on {profile.fitted_on}: its per-tensor fp8 GEMM "
-                    "efficiency stands in" if chosen is not None else "")
+        if kind == "fp8_block" and chosen is not None:
+            note = Finding("costmodel.fp8_block_gemm_stand_in", {"fitted_on": profile.fitted_on})
     if chosen is None:
         chosen = profile.gemm
-        note = (f"no fp8 GEMM measured on {profile.fitted_on}: its bf16 GEMM efficiencies applied to the fp8 "
-                "dense peak (likely too fast)")
+        note = Finding("costmodel.no_fp8_gemm", {"fitted_on": profile.fitted_on})
     return replace(profile, gemm=chosen, lm_head=profile.lm_head_gemm), note
 
 
-def for_kv_cache(profile: EfficiencyProfile, fp8: bool) -> tuple[EfficiencyProfile, str]:
-    """``profile`` with ``decode_attention`` set for the KV cache's dtype, and a note ("" when measured).
+def for_kv_cache(profile: EfficiencyProfile, fp8: bool) -> tuple[EfficiencyProfile, Finding | None]:
+    """``profile`` with ``decode_attention`` set for the KV cache's dtype, and a finding (``None`` when
+    measured).
 
     ``fp8``: an fp8 KV cache (``--kv-cache-dtype fp8_e4m3``/``fp8_e5m2``, or 1 byte per element): the
     measured ``decode_attention_fp8_kv`` (SGLang's kernels read an fp8 cache further from the HBM's
@@ -186,11 +185,12 @@ def for_kv_cache(profile: EfficiencyProfile, fp8: bool) -> tuple[EfficiencyProfi
     from dataclasses import replace
 
     if not fp8:
-        return profile, ""
+        return profile, None
     if profile.decode_attention_fp8_kv is not None:
-        return replace(profile, decode_attention=profile.decode_attention_fp8_kv), ""
-    return profile, (f"decode attention over an fp8 KV cache not measured on {profile.fitted_on}: its "
-                     "bf16-KV efficiency applied to 1-byte elements (likely too fast)")
+        return replace(profile, decode_attention=profile.decode_attention_fp8_kv), None
+    return profile, Finding(
+        "costmodel.no_fp8_kv_attention", {"fitted_on": profile.fitted_on}, "kv_cache_dtype"
+    )
 
 
 @dataclass(frozen=True)
@@ -209,11 +209,15 @@ class PartitionProfile:
     prefill_layer_s: float = 0.0
     source: str = ""
 
-    def bandwidth_curve(self, total_sms: int, hbm_bytes_per_s: float,
-                        compute_capability: tuple[int, int] | None,
-                        s_sat: float | None = None) -> tuple[BandwidthCurve, str]:
+    def bandwidth_curve(
+        self,
+        total_sms: int,
+        hbm_bytes_per_s: float,
+        compute_capability: tuple[int, int] | None,
+        s_sat: float | None = None,
+    ) -> tuple[BandwidthCurve, Finding | None]:
         """The curve of a GPU (``total_sms`` SMs, ``hbm_bytes_per_s`` datasheet, ``compute_capability``;
-        ``None``: unknown, the first family) and a note on which family stands in ("" for its own).
+        ``None``: unknown, the first family) and a finding on which family stands in (``None`` for its own).
         ``s_sat``: the user's S_SAT (SMs); ``None``: the family's default, rounded to whole SMs.
         Raises :class:`InputError` for an S_SAT outside 1..SMs."""
         family, note = pick_bandwidth_family(self.families, compute_capability)
@@ -265,12 +269,15 @@ class ServingProfile:
     process and one event loop take every request: the tokenizer manager), so a burst enters the
     scheduler at most one request per interval: request ``i`` is seen at ``max(arrival_i +
     admission_delay_s, seen_(i-1) + admission_interval_s)``. ``source``: where each was measured or fitted.
+    ``calibrated``: whether the delays come from a calibration (``pdmux calibrate --bench-serving``) rather
+    than ``serving.yaml``'s fit to public runs.
     """
 
     admission_delay_s: float = 0.0
     first_token_delay_s: float = 0.0
     source: str = ""
     admission_interval_s: float = 0.0
+    calibrated: bool = False
 
 
 #: No serving delays (the chapter's model, and ``--cost-model roofline`` with every term set to 0).
@@ -497,7 +504,9 @@ def load_profiles() -> tuple[EfficiencyProfile, ...]:
                  if p.stem not in ("common", "allreduce", "serving"))
 
 
-def profile_for(gpu_key: str, compute_capability: tuple[int, int]) -> tuple[EfficiencyProfile, str]:
+def profile_for(
+    gpu_key: str, compute_capability: tuple[int, int]
+) -> tuple[EfficiencyProfile, Finding | None]:
     """The efficiency profile for a GPU, and a note saying how it was chosen ("" when measured).
 
     Order: a file whose ``applies_to`` names ``gpu_key`` (its own measurements, or a same-chip
@@ -512,15 +521,13 @@ def profile_for(gpu_key: str, compute_capability: tuple[int, int]) -> tuple[Effi
     for profile in profiles:
         if gpu_key in profile.applies_to:
             if profile.fitted_on == gpu_key:
-                return profile, ""
-            return profile, (f"kernel efficiencies measured on {profile.fitted_on}, used for this same-chip "
-                             "GPU as fractions of its own datasheet figures")
+                return profile, None
+            return profile, Finding("costmodel.efficiency.same_chip", {"fitted_on": profile.fitted_on})
     major, minor = compute_capability
     for family in (f"{major}.{minor}", str(major)):
         for profile in profiles:
             if family in profile.families:
-                return profile, (f"no kernel measurements for this GPU: efficiencies of {profile.fitted_on} "
-                                 f"(compute capability {family}) applied to its datasheet figures")
+                return profile, Finding("costmodel.efficiency.same_family", {"fitted_on": profile.fitted_on,
+                                                                              "family": family})
     profile = profiles[0]
-    return profile, (f"no kernel measurements for compute capability {major}.x: efficiencies of "
-                     f"{profile.fitted_on} applied to this GPU's datasheet figures (a rough guess)")
+    return profile, Finding("costmodel.efficiency.guess", {"fitted_on": profile.fitted_on, "major": major})

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ..util.errors import Finding
 from .efficiency import EfficiencyProfile, OperatorEfficiency
 
 #: The runners of aiconfigurator's SGLang MoE table (``benchmarks/aic_extract.py`` ``MOE_KERNELS``); one of
@@ -86,30 +87,29 @@ def moe_kernel(model: Any, compute_capability: tuple[int, int],
     return "triton", dtype
 
 
-def for_moe(profile: EfficiencyProfile, kind: tuple[str, str] | None) -> tuple[EfficiencyProfile, str]:
+def for_moe(
+    profile: EfficiencyProfile, kind: tuple[str, str] | None
+) -> tuple[EfficiencyProfile, Finding | None]:
     """``profile`` with ``moe_routed`` set to the measured efficiency of ``kind`` (``(kernel, dtype)`` from
-    :func:`moe_kernel`), and a note ("" when measured on this profile's GPU, or for a dense model).
+    :func:`moe_kernel`), and a finding (``None`` when measured on this profile's GPU, or for a dense model).
 
     A kernel not measured in that dtype on this GPU takes the other kernel's fit of the same dtype (with a
     note); none at all leaves ``moe_routed`` ``None``: the routed experts are then timed as two GEMMs with
     the linear layers' GEMM efficiency (the model before MoE measurements), and the note says so."""
     if kind is None:
-        return profile, ""
+        return profile, None
     kernel, dtype = kind
     found = profile.moe_section(kernel, dtype)
     if found is not None:
-        return replace(profile, moe_routed=found), ""
+        return replace(profile, moe_routed=found), None
     if kernel not in MOE_KERNELS:
-        return profile, (f"SGLang's {kernel} MoE ({dtype}) is not in any public table: the routed experts "
-                         "are timed as two GEMMs with the GEMM efficiency")
+        return profile, Finding("costmodel.moe.unknown_kernel", {"kernel": kernel, "dtype": dtype})
     for other in MOE_KERNELS:
         found = profile.moe_section(other, dtype)
         if found is not None:
-            return replace(profile, moe_routed=found), (
-                f"SGLang's {kernel} MoE in {dtype} not measured on {profile.fitted_on}: its {other} MoE "
-                "efficiency stands in for the routed experts")
-    return profile, (f"no {dtype} MoE measured on {profile.fitted_on}: the routed experts are timed as two "
-                     "GEMMs with the GEMM efficiency (likely too fast at small batches)")
+            return replace(profile, moe_routed=found), Finding("costmodel.moe.stand_in", {
+                "kernel": kernel, "dtype": dtype, "fitted_on": profile.fitted_on, "other": other})
+    return profile, Finding("costmodel.moe.none", {"dtype": dtype, "fitted_on": profile.fitted_on})
 
 
 def moe_flops_per_s(gpu: Any, kind: tuple[str, str] | None) -> float | None:

@@ -29,7 +29,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 
 #: Share of the whole GPU's bandwidth that defines S_SAT (``--s-sat``): SMs reaching 95% of it.
 S_SAT_SHARE = 0.95
@@ -157,24 +157,25 @@ class BandwidthFamily:
         return 1 if self.family == str(major) else 0
 
 
-def pick_bandwidth_family(families: Sequence[BandwidthFamily],
-                          compute_capability: tuple[int, int] | None) -> tuple[BandwidthFamily, str]:
-    """The family whose curve a GPU of ``compute_capability`` takes, and a note ("" when its own): the
-    exact capability, else its major, else the measured family with the nearest major (ties: the newer).
+def pick_bandwidth_family(
+    families: Sequence[BandwidthFamily], compute_capability: tuple[int, int] | None
+) -> tuple[BandwidthFamily, Finding | None]:
+    """The family whose curve a GPU of ``compute_capability`` takes, and a finding (``None`` when its own):
+    the exact capability, else its major, else the measured family with the nearest major (ties: the newer).
     ``None`` (capability unknown): the first family. Raises :class:`InputError` for no families."""
     if not families:
         raise InputError("no bandwidth-vs-SMs family is defined (common.yaml partitions.bandwidth_families)")
     if compute_capability is None:
-        return families[0], ""
+        return families[0], None
     best = max(families, key=lambda f: f.matches(compute_capability))
     if best.matches(compute_capability):
-        return best, ""
+        return best, None
     major = compute_capability[0]
     nearest = min(families,
                   key=lambda f: (abs(int(f.family.split(".")[0]) - major), -int(f.family.split(".")[0])))
     major_minor = ".".join(map(str, compute_capability))
-    return nearest, (f"bandwidth vs SMs: compute capability {major_minor} has no green-context measurement; "
-                     f"the per-SM bandwidth of {nearest.fitted_on or 'family ' + nearest.family} stands in")
+    return nearest, Finding("costmodel.bandwidth_family_stand_in", {
+        "compute_capability": major_minor, "stand_in": nearest.fitted_on or "family " + nearest.family})
 
 
 @dataclass(frozen=True)

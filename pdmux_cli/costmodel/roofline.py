@@ -188,15 +188,20 @@ class RooflineModel:
     @property
     def source(self) -> str:
         """One line for output: the model, where its efficiencies and partition terms come from."""
+        return self.source_text()
+
+    def source_text(self, s_sat: bool = True) -> str:
+        """:attr:`source`; with ``s_sat=False`` without the S_SAT (a comparison of several S_SATs says each
+        in its own row)."""
         if self.calibration is not None:
             part = getattr(self.calibration, "source", "calibration")
         else:
-            part = f"S_SAT={self.s_sat:g} of {self.total_sms} SMs"
+            part = f"S_SAT={self.s_sat:g} of {self.total_sms} SMs" if s_sat else ""
         cpu = f"CPU {self.cpu.step_s * 1e3:.2g} ms/step" if self.cpu.step_s else "no CPU time"
         if self.cpu.per_request_step_s:
             cpu += f" + {self.cpu.per_request_step_s * 1e3:.2g} ms/request"
         tp = f"; per rank of {self.collectives.source}" if self.collectives is not None else ""
-        return f"roofline ({self.eff.key} efficiencies, {part}, {cpu}{tp})"
+        return f"roofline ({self.eff.key} efficiencies, {part + ', ' if part else ''}{cpu}{tp})"
 
     def collectives_s(self, tokens: int) -> float:
         """Seconds of a step's all-reduces over ``tokens`` tokens (0 on one GPU): ``2 x layers + 1`` of

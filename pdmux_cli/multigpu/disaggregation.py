@@ -66,19 +66,30 @@ def parse_xpyd(text: str) -> tuple[int, int]:
     unless it is ``XPYD`` with 1 to :data:`MAX_INSTANCES` each."""
     m = _XPYD.fullmatch(str(text).strip())
     if not m:
-        raise InputError("--disagg takes XPYD, prefill and decode instances, e.g. 1P1D or 2P6D; got "
-                         f"{short_repr(text)}")
+        raise InputError(
+            "{flag.disagg} takes XPYD, prefill and decode instances, e.g. 1P1D or 2P6D; got {text}",
+            param="disagg",
+            values={"text": short_repr(text)},
+        )
     x, y = int(m.group(1)), int(m.group(2))
     for side, n in (("prefill", x), ("decode", y)):
         if not 1 <= n <= MAX_INSTANCES:
-            raise InputError(f"--disagg {text}: {side} instances must be 1 to {MAX_INSTANCES}, got {n}")
+            raise InputError(
+                "{flag.disagg} {text}: {side} instances must be 1 to {max_instances}, got {n}",
+                param="disagg",
+                values={"text": text, "side": side, "max_instances": MAX_INSTANCES, "n": n},
+            )
     return x, y
 
 
 def check_dp_value(dp: object) -> int:
     """``dp`` as an int from 1 to :data:`MAX_INSTANCES`; :class:`InputError` otherwise."""
     if isinstance(dp, bool) or not isinstance(dp, int) or not 1 <= dp <= MAX_INSTANCES:
-        raise InputError(f"--dp must be a number of replicas from 1 to {MAX_INSTANCES}, got {dp!r}")
+        raise InputError(
+            "{flag.dp} must be a number of replicas from 1 to {max_instances}, got {dp!r}",
+            param="dp",
+            values={"max_instances": MAX_INSTANCES, "dp": dp},
+        )
     return dp
 
 
@@ -86,20 +97,36 @@ def check_load_balance_method(method: str) -> str:
     """``method`` lower-cased (``-`` read as ``_``) if it is one of :data:`LOAD_BALANCE_METHODS`."""
     name = str(method).strip().lower().replace("-", "_")
     if name not in LOAD_BALANCE_METHODS:
-        raise InputError(f"--load-balance-method: unknown {short_repr(method)}; use "
-                         f"{' or '.join(LOAD_BALANCE_METHODS)} (SGLang's names: round robin, or the replica "
-                         "with the fewest outstanding requests)")
+        raise InputError(
+            "{flag.load_balance_method}: unknown {method}; use {methods} (SGLang's names: round robin, "
+            "or the replica with the fewest outstanding requests)",
+            param="load_balance_method",
+            values={"method": short_repr(method), "methods": " or ".join(LOAD_BALANCE_METHODS)},
+        )
     return name
 
 
-def layout_text(tp: int, dp: int = 1, xpyd: tuple[int, int] | None = None) -> str:
-    """How a policy used its GPUs: ``"1 GPU"``, ``"TP 2"``, ``"DP 4 x TP 2"``, ``"1P1D x TP 1"`` (each of
-    the X + Y instances ``tp`` GPUs)."""
-    if xpyd is not None:
-        return f"{xpyd[0]}P{xpyd[1]}D x TP {tp}"
-    if dp > 1:
-        return f"DP {dp} x TP {tp}"
-    return f"TP {tp}" if tp > 1 else "1 GPU"
+@dataclass(frozen=True)
+class Layout:
+    """How a policy uses its GPUs: ``dp`` replicas (behind a router) of a server of ``tp`` GPUs, or, with
+    ``xpyd``, PD disaggregation's X prefill and Y decode instances of ``tp`` GPUs each. Data; its text
+    (``"1 GPU"``, ``"TP 2"``, ``"DP 4 x TP 2"``, ``"1P1D x TP 1"``) is
+    :func:`pdmux_cli.messages.layout_text`'s.
+    """
+
+    tp: int = 1
+    dp: int = 1
+    xpyd: tuple[int, int] | None = None
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the layout takes: ``(X + Y) x tp`` or ``dp x tp``."""
+        return (sum(self.xpyd) if self.xpyd is not None else self.dp) * self.tp
+
+    def __str__(self) -> str:
+        from ..messages import layout_text  # lazy: the words live in the rendering module
+
+        return layout_text(self)
 
 
 @dataclass(frozen=True)
@@ -141,14 +168,22 @@ def kv_link(gpu, gpus: int, kind: str = "auto", gb_per_s: float | None = None,
     """
     name = str(kind).strip().lower()
     if name not in KV_LINKS:
-        raise InputError(f"--kv-link: unknown {short_repr(kind)}; use {', '.join(KV_LINKS)}")
-    for flag, value, (lo, hi), unit in (("--kv-link-gb-s", gb_per_s, KV_LINK_GB_S_RANGE, "GB/s per GPU"),
-                                        ("--kv-link-latency-us", latency_us, KV_LINK_LATENCY_US_RANGE, "us")):
-        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)
-                                      and lo <= value <= hi
-                                      and (value > 0 or flag == "--kv-link-latency-us")):
+        raise InputError("{flag.kv_link}: unknown {kind}; use {kinds}", param="kv_link",
+                         values={"kind": short_repr(kind), "kinds": ", ".join(KV_LINKS)})
+    for param, value, (lo, hi), unit in (("kv_link_gb_s", gb_per_s, KV_LINK_GB_S_RANGE, "GB/s per GPU"),
+                                         ("kv_link_latency_us", latency_us, KV_LINK_LATENCY_US_RANGE, "us")):
+        if value is not None and not (
+            isinstance(value, (int, float))
+            and math.isfinite(value)
+            and lo <= value <= hi
+            and (value > 0 or param == "kv_link_latency_us")
+        ):
             bounds = f"from {lo:g}" + (f" to {hi:g}" if math.isfinite(hi) else "")
-            raise InputError(f"{flag} must be a finite number {bounds} {unit}, got {value}")
+            raise InputError(
+                "{param_flag} must be a finite number {bounds} {unit}, got {value}",
+                param=param,
+                values={"bounds": bounds, "unit": unit, "value": value},
+            )
     if name == "auto":
         name = "rdma" if gpus > GPUS_PER_NODE else (gpu.interconnect or "rdma")
         why = (f"{gpus} GPUs span nodes of {GPUS_PER_NODE}" if gpus > GPUS_PER_NODE
@@ -169,8 +204,12 @@ def kv_link(gpu, gpus: int, kind: str = "auto", gb_per_s: float | None = None,
         bw_source = lat_source = ""
     else:
         have = gpu.interconnect or "no interconnect figures"
-        raise InputError(f"--kv-link {name}: the {gpu.name} profile has {have}; use --kv-link rdma, or give "
-                         "both --kv-link-gb-s and --kv-link-latency-us")
+        raise InputError(
+            "{flag.kv_link} {name}: the {gpu} profile has {have}; use {flag.kv_link} rdma, or give "
+            "both {flag.kv_link_gb_s} and {flag.kv_link_latency_us}",
+            param="kv_link",
+            values={"name": name, "gpu": gpu.name, "have": have},
+        )
     if gb_per_s is not None:
         bw, bw_source = gb_per_s * 1e9, "--kv-link-gb-s"
     if latency_us is not None:

@@ -56,17 +56,24 @@ class Sharding:
         return 1.0 / self.tp
 
 
+#: SGLang's server flag for the tensor-parallel degree (``srt/server_args.py``), named where a refusal is
+#: SGLang's own.
+SGLANG_TP_FLAG = "--tp-size"
+
+
 def for_disagg_tp(exc: InputError) -> InputError:
-    """``exc`` (a refusal of a TP value, worded for ``--tp``) reworded for ``--disagg-tp``, the TP of
-    disaggregation's instances: the same rules, another option at fault."""
-    return InputError(str(exc).replace("--tp-size", "TP").replace("--tp", "--disagg-tp"))
+    """``exc`` (a refusal of a TP value, about parameter ``tp``) about ``disagg_tp``, the TP of
+    disaggregation's instances: the same rules, another parameter at fault (SGLang's ``--tp-size`` said as
+    the instances' ``TP``)."""
+    return exc.retargeted({"tp": "disagg_tp"}, sglang_tp="TP")
 
 
 def check_tp_value(tp: object) -> int:
     """``tp`` as an int from 1 to :data:`MAX_TP`; :class:`InputError` otherwise."""
     if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= MAX_TP:
-        raise InputError(f"--tp must be a number of GPUs from 1 to {MAX_TP} (one server: the all-reduce "
-                         f"measurements are 2 to 8 GPUs of one node), got {tp!r}")
+        raise InputError("{flag.tp} must be a number of GPUs from 1 to {max_tp} (one server: the all-reduce "
+                         "measurements are 2 to 8 GPUs of one node), got {tp!r}", param="tp",
+                         values={"max_tp": MAX_TP, "tp": tp})
     return tp
 
 
@@ -80,20 +87,34 @@ def shard(model: Model, tp: int) -> Sharding:
     check_tp_value(tp)
     name = model.name
     if model.num_attention_heads % tp:
-        raise InputError(f"{name} has {model.num_attention_heads} attention heads, which {tp} GPUs cannot "
-                         "split evenly (SGLang's QKVParallelLinear divides them by --tp-size): use a --tp "
-                         "that divides them")
+        raise InputError("{model} has {heads} attention heads, which {tp} GPUs cannot split evenly (SGLang's "
+                         "QKVParallelLinear divides them by {sglang_tp}): use a {flag.tp} that divides them",
+                         param="tp", values={"model": name, "heads": model.num_attention_heads, "tp": tp,
+                                             "sglang_tp": SGLANG_TP_FLAG})
     kv, replicas = model.num_kv_heads, 1
     if not model.is_mla:
         if tp >= model.num_kv_heads:
             if tp % model.num_kv_heads:
-                raise InputError(f"{name} has {model.num_kv_heads} KV heads: SGLang replicates them over "
-                                 f"--tp-size only when it is a multiple of them, and {tp} is not")
+                raise InputError(
+                    "{model} has {kv_heads} KV heads: SGLang replicates them over {sglang_tp} only "
+                    "when it is a multiple of them, and {tp} is not",
+                    param="tp",
+                    values={
+                        "model": name,
+                        "kv_heads": model.num_kv_heads,
+                        "tp": tp,
+                        "sglang_tp": SGLANG_TP_FLAG,
+                    },
+                )
             kv, replicas = 1, tp // model.num_kv_heads
         else:
             if model.num_kv_heads % tp:
-                raise InputError(f"{name} has {model.num_kv_heads} KV heads, which {tp} GPUs cannot split "
-                                 "evenly (SGLang's QKVParallelLinear): use a --tp that divides them")
+                raise InputError(
+                    "{model} has {kv_heads} KV heads, which {tp} GPUs cannot split evenly (SGLang's "
+                    "QKVParallelLinear): use a {flag.tp} that divides them",
+                    param="tp",
+                    values={"model": name, "kv_heads": model.num_kv_heads, "tp": tp},
+                )
             kv = model.num_kv_heads // tp
     widths = []
     if dense_ffn_layers(model):
@@ -105,8 +126,12 @@ def shard(model: Model, tp: int) -> Sharding:
                            "shared experts"))
     for field, width, what in widths:
         if width % tp:
-            raise InputError(f"{name}'s {what} are {width} wide ({field}), which {tp} GPUs cannot split "
-                             "evenly: use a --tp that divides it")
+            raise InputError(
+                "{model}'s {what} are {width} wide ({field}), which {tp} GPUs cannot split evenly: "
+                "use a {flag.tp} that divides it",
+                param="tp",
+                values={"model": name, "what": what, "width": width, "field": field, "tp": tp},
+            )
     return Sharding(tp=tp, heads=model.num_attention_heads // tp, kv_heads=kv, kv_replicas=replicas)
 
 

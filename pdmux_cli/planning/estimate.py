@@ -38,23 +38,20 @@ Pure: no I/O. The CLI renders :class:`Estimate` as a table or JSON.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import costmodel
-from ..multigpu import disaggregation
-from ..sglang import split_levels
-from ..sglang import server_defaults
-from ..sglang import revisions
 from ..catalog import model as mdl
-from ..costmodel import StepModel, pick_flops_dtype
-from ..costmodel.operators import rank_kv_bytes_per_token, rank_weight_bytes
-from ..multigpu.disaggregation import KvLink
-from ..util.errors import InputError
 from ..catalog.hardware import Gpu
 from ..catalog.model import Model
+from ..costmodel import StepModel, pick_flops_dtype
+from ..costmodel.operators import rank_kv_bytes_per_token, rank_weight_bytes
+from ..multigpu import disaggregation
+from ..multigpu.disaggregation import KvLink, Layout
 from ..multigpu.tensor_parallel import check_tp_value, for_disagg_tp
+from ..sglang import revisions, server_defaults, split_levels
+from ..util.errors import Finding, InputError
 
 __all__ = ["Estimate", "LevelRow", "MemoryCheck", "PolicyRow", "Scenario", "default_s_sat_values", "estimate",
            "pick_flops_dtype"]
@@ -166,9 +163,17 @@ class Scenario:
                 except InputError as exc:
                     raise for_disagg_tp(exc) from None
         elif (self.kv_link, self.kv_link_gb_s, self.kv_link_latency_us, self.disagg_tp) != (
-            "auto", None, None, None):
-            raise InputError("--kv-link, --kv-link-gb-s, --kv-link-latency-us and --disagg-tp describe "
-                             "--disagg's instances: give --disagg XPYD too")
+            "auto",
+            None,
+            None,
+            None,
+        ):
+            raise InputError(
+                "{flag.kv_link}, {flag.kv_link_gb_s}, {flag.kv_link_latency_us} and {flag.disagg_tp} "
+                "describe {flag.disagg}'s instances: give {flag.disagg} XPYD too",
+                param="disagg",
+                values={},
+            )
 
 
 @dataclass(frozen=True)
@@ -185,8 +190,7 @@ class PolicyRow:
     is the TTFT (``prefill_alone_ms``, the whole-GPU prefill on a prefill instance, plus
     ``transfer_ms``, the KV transfer to a decode instance), ``itl_ms`` = ``decode_alone_ms``, the
     undisturbed decode step. ``gpus``: GPUs the policy runs on (the tensor-parallel degree; for disagg
-    ``(X + Y) x tp``); ``layout``: how (``"1 GPU"``, ``"TP 2"``, ``"1P1D x TP 1"``:
-    :func:`pdmux_cli.multigpu.disaggregation.layout_text`).
+    ``(X + Y) x tp``); ``layout``: how (a :class:`~pdmux_cli.multigpu.disaggregation.Layout`).
     """
 
     policy: str
@@ -204,7 +208,7 @@ class PolicyRow:
     decode_corun_ms: float | None = None
     prefill_corun_ms: float | None = None
     gpus: int = 1
-    layout: str = ""
+    layout: Layout = field(default_factory=Layout)
     transfer_ms: float | None = None
 
 
@@ -250,7 +254,13 @@ class MemoryCheck:
 
 @dataclass(frozen=True)
 class Estimate:
-    """The result: rows per policy, the split used, memory check, and notes for the user."""
+    """The result: rows per policy, the split used, memory check, and notes for the user.
+
+    ``notes``: what the user should know, as :class:`~pdmux_cli.util.errors.Finding` (codes ``estimate.*``,
+    ``levels.*``, ``sglang.*``; :mod:`pdmux_cli.messages` words them) or, for the cost model's caveats not
+    yet structured, text. ``throughput_source``: the cost model's source line; with one PD-multiplexing
+    row per S_SAT it leaves the S_SAT out (``s_sat_per_row``), each row saying its own.
+    """
 
     gpu: str
     model: str
@@ -266,7 +276,7 @@ class Estimate:
     rows: list[PolicyRow]
     memory: MemoryCheck
     levels: list[LevelRow] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding | str] = field(default_factory=list)
     cost_model: str = "roofline"
     cpu_step_ms: float = 0.0
     tp: int = 1
@@ -350,9 +360,9 @@ def _check_context(model: Model, scenario: Scenario) -> None:
                              f"{limit:,} (max_position_embeddings): SGLang rejects it; use fewer tokens")
 
 
-def _driver_level(gpu: Gpu, total: int, split: tuple[int, int]) -> tuple[split_levels.Split, str]:
+def _driver_level(gpu: Gpu, total: int, split: tuple[int, int]) -> tuple[split_levels.Split, Finding | None]:
     """``--level P/D`` as the CUDA driver makes it (:func:`pdmux_cli.sglang.split_levels.driver_split`: on
-    H100 100/32 runs as 104/28), and a note when that differs from what was asked (``""`` otherwise).
+    H100 100/32 runs as 104/28), and a finding when that differs from what was asked (``None`` otherwise).
 
     Raises :class:`InputError` when P or D is not > 0, P + D is not the GPU's SM count, or the
     rounded split leaves decode fewer SMs than the granularity's minimum.
@@ -372,10 +382,19 @@ def _driver_level(gpu: Gpu, total: int, split: tuple[int, int]) -> tuple[split_l
             f"{multiple} SMs (at least {minimum}), so it would run "
             f"{real.prefill_sms}/{max(real.decode_sms, 0)}, leaving decode fewer than {minimum}")
     if real == (p_sm, d_sm):
-        return real, ""
-    return real, (f"level {p_sm}/{d_sm} runs as {real.prefill_sms}/{real.decode_sms} SMs (the CUDA driver "
-                  f"rounds green-context SM counts up to multiples of {multiple} on compute capability "
-                  f"{major}.x): estimated at {real.prefill_sms}/{real.decode_sms}")
+        return real, None
+    return real, Finding(
+        "estimate.level_rounded",
+        {
+            "asked_prefill_sms": p_sm,
+            "asked_decode_sms": d_sm,
+            "prefill_sms": real.prefill_sms,
+            "decode_sms": real.decode_sms,
+            "multiple": multiple,
+            "major": major,
+        },
+        "level",
+    )
 
 
 def _models(gpu: Gpu, model: Model, scenario: Scenario, calibration) -> list[tuple[StepModel, float | None]]:
@@ -440,7 +459,7 @@ def estimate(
     flops_dtype = pick_flops_dtype(gpu, model, scenario.flops_dtype)
     models = _models(gpu, model, scenario, calibration)
     full = models[0][0]  # S_SAT has no effect when all SMs are used
-    notes: list[str] = list(full.notes)
+    notes: list[Finding | str] = list(full.notes)
 
     from ..sglang import revision_rules
 
@@ -460,9 +479,9 @@ def estimate(
         group_index = groups.index(level) if level in groups else -1
         level_source = "explicit"
         if group_index < 0:
-            notes.append(f"{p_sm}/{d_sm} is not one of the levels SGLang builds here "
-                         f"({', '.join(f'{g.prefill_sms}/{g.decode_sms}' for g in groups[1:-1])}); "
-                         "a manual_divisions entry gives it")
+            notes.append(Finding("estimate.level_not_built", {
+                "prefill_sms": p_sm, "decode_sms": d_sm,
+                "levels": [[g.prefill_sms, g.decode_sms] for g in groups[1:-1]]}, "level"))
     else:
         group_index = split_levels.choose_group(
             len(groups), scenario.decode_bs, True, scenario.decode_bs_divisor, plan.thresholds
@@ -470,11 +489,9 @@ def estimate(
         level = groups[group_index]
         level_source = plan.source
         if split_levels.older_sglang_crashes(plan.thresholds, scenario.decode_bs):
-            notes.append(
-                f"{split_levels.SGLANG_RELEASE} dies with UnboundLocalError here "
-                f"({split_levels.SGLANG_UNRELEASED} takes group 1): no manual_divisions threshold is <= "
-                f"{scenario.decode_bs}"
-            )
+            notes.append(Finding("levels.release_crashes", {"release": split_levels.SGLANG_RELEASE,
+                                                            "unreleased": split_levels.SGLANG_UNRELEASED,
+                                                            "decode_bs": scenario.decode_bs}))
 
     bs, ctx, prompt = scenario.decode_bs, scenario.context_tokens, scenario.prompt_tokens
     window = model.sliding_window if model.num_sliding_layers else 0
@@ -493,10 +510,16 @@ def estimate(
         weights_once_s = full.decode_s(total, 1, 0.0)  # every weight read once, at the chapter's bandwidth
         if whole_prefill_s < weights_once_s:
             notes.append(
-                f"chapter model: the {prompt}-token prefill ({whole_prefill_s * 1e3:.3g} ms) is shorter than "
-                f"reading the weights once ({weights_once_s * 1e3:.3g} ms): the chapter times prefill by its "
-                "FLOPs alone (its design, for prompts long enough to be compute-bound), so short prompts are "
-                "too fast here; --cost-model roofline times both")
+                Finding(
+                    "estimate.chapter_short_prefill",
+                    {
+                        "prompt_tokens": prompt,
+                        "prefill_ms": whole_prefill_s * 1e3,
+                        "weights_ms": weights_once_s * 1e3,
+                    },
+                    "cost_model",
+                )
+            )
     rows.append(
         PolicyRow("prefill-first", "prefill first", (whole_prefill_s + base_s) * 1e3, 1,
                   whole_prefill_s * 1e3, 0)
@@ -514,8 +537,8 @@ def estimate(
         # SGLang charges each decode row one token of the chunk (schedule_policy.py PrefillAdder); the
         # chapter's rows put a whole chunk of prompt next to the decode batch
         if scenario.cost_model != "chapter" and chunk <= bs:
-            notes.append(f"mixed chunk {chunk}: no row, the {bs} decode rows take the whole chunk (SGLang "
-                         "charges each one token of it), so the prompt waits until the decode batch shrinks")
+            notes.append(Finding("estimate.mixed_chunk_no_row", {"chunk": chunk, "decode_bs": bs},
+                                 "mixed_chunk_sizes"))
             continue
         take = chunk if scenario.cost_model == "chapter" else chunk - bs
         steps = [
@@ -560,7 +583,7 @@ def estimate(
                           prefill_corun_ms=pf * 1e3)
             )
     else:
-        notes.append(f"group {group_index} gives one phase the whole GPU: no PD-multiplexing row")
+        notes.append(Finding("estimate.no_pdmux_row", {"group": group_index}, "level"))
 
     levels: list[LevelRow] = []
     if all_levels:
@@ -577,32 +600,21 @@ def estimate(
     memory = memory_check(gpu, model, scenario)
     tp = scenario.tp
     if not memory.fits:
-        per = f" per GPU (one of {tp} ranks)" if tp > 1 else ""
-        larger = fitting_tp(gpu, model, scenario)
-        hint = (f"--tp {larger} fits" if larger else "more GPUs than one server's 8 would be needed") + \
-            ", or fewer bytes per weight"
-        notes.insert(
-            0,
-            f"does not fit: {model.name} needs {memory.weight_bytes / 2**30:.1f} GiB of weights + "
-            f"{memory.kv_cache_bytes / 2**30:.1f} GiB of KV cache{per} > "
-            f"{memory.gpu_memory_bytes / 2**30:.1f} GiB on {gpu.name}; the times in the table are "
-            f"hypothetical ({hint})",
-        )
+        notes.insert(0, Finding("estimate.does_not_fit", {
+            "model": model.name, "gpu": gpu.name, "tp": tp, "weight_bytes": memory.weight_bytes,
+            "kv_cache_bytes": memory.kv_cache_bytes, "gpu_memory_bytes": memory.gpu_memory_bytes,
+            "fitting_tp": fitting_tp(gpu, model, scenario)}, "tp"))
     elif not memory.pdmux_mem_fraction:
-        notes.append("SGLang's default mem_fraction_static leaves no memory with chunking off (as pdmux "
-                     f"needs) on {gpu.name}: launch with --mem-fraction-static")
+        notes.append(Finding("estimate.no_memory_chunking_off", {"gpu": gpu.name}))
     elif memory.kv_tokens_needed > memory.pdmux_pool_tokens:
         usable = gpu.memory_bytes - server_defaults.CONTEXT_RESERVE_BYTES
         needed = min(1.0, (memory.weight_bytes + memory.kv_cache_bytes) / usable)
-        notes.append(f"SGLang's KV pool under pdmux (mem_fraction_static {memory.pdmux_mem_fraction:g}, "
-                     f"chunking off) holds {memory.pdmux_pool_tokens:,} tokens, fewer than the "
-                     f"{memory.kv_tokens_needed:,} this scenario holds at once: about --mem-fraction-static "
-                     f"{math.ceil(needed * 100) / 100:.2f} holds them (less room for activations)")
+        notes.append(Finding("estimate.kv_pool_short", {
+            "mem_fraction": memory.pdmux_mem_fraction, "pool_tokens": memory.pdmux_pool_tokens,
+            "needed_tokens": memory.kv_tokens_needed, "suggested_fraction": math.ceil(needed * 100) / 100}))
     if tp > 1 and p_sm > 0 and d_sm > 0:
-        notes.append(f"TP {tp}: every GPU runs the same {p_sm}/{d_sm} split on its shard; before a prefill "
-                     "joins the decode batch the ranks agree it is done (a CPU all-reduce, SGLang's "
-                     "event_loop_pdmux)")
-    rows = [replace(r, gpus=tp, layout=disaggregation.layout_text(tp)) for r in rows]
+        notes.append(Finding("estimate.tp_same_split", {"tp": tp, "prefill_sms": p_sm, "decode_sms": d_sm}))
+    rows = [replace(r, gpus=tp, layout=Layout(tp)) for r in rows]
     transfer_bytes = 0.0
     if scenario.disagg is not None and link is not None:
         x, y = scenario.disagg
@@ -615,11 +627,21 @@ def estimate(
             except InputError as exc:
                 raise for_disagg_tp(exc) from None
             if not inst_memory.fits:
-                raise InputError(f"--disagg-tp {inst_tp}: {model.name} does not fit an instance of {inst_tp} "
-                                 f"{gpu.name} GPU(s) with the scenario's KV cache; give a larger --disagg-tp")
-            inst = _models(gpu, model,
-                           replace(inst_scenario, s_sat_values=(None,) if scenario.cost_model != "chapter"
-                                               else scenario.s_sat_values), calibration)[0][0]
+                raise InputError(
+                    "{flag.disagg_tp} {tp}: {model} does not fit an instance of {tp} {gpu} GPU(s) with "
+                    "the scenario's KV cache; give a larger {flag.disagg_tp}",
+                    param="disagg_tp",
+                    values={"tp": inst_tp, "model": model.name, "gpu": gpu.name},
+                )
+            inst = _models(
+                gpu,
+                model,
+                replace(
+                    inst_scenario,
+                    s_sat_values=(None,) if scenario.cost_model != "chapter" else scenario.s_sat_values,
+                ),
+                calibration,
+            )[0][0]
             inst_cpu = inst.decode_cpu_s(bs)
             inst_base_s = max(inst.decode_s(total, bs, sum_ctx, sum_win) + inst.request_s(bs), inst_cpu)
             inst_prefill_s = max(inst.prefill_s(total, [(prompt, 0)]) + inst.request_s(1), inst_cpu)
@@ -630,49 +652,75 @@ def estimate(
         gpus = (x + y) * inst_tp
         rows.append(PolicyRow("disagg", f"disagg {name}", inst_base_s * 1e3, tokens, ttft_s * 1e3, tokens,
                               decode_alone_ms=inst_base_s * 1e3, prefill_alone_ms=inst_prefill_s * 1e3,
-                              gpus=gpus, layout=disaggregation.layout_text(inst_tp, xpyd=(x, y)),
+                              gpus=gpus, layout=Layout(inst_tp, xpyd=(x, y)),
                               transfer_ms=transfer_s * 1e3))
-        one = "1 GPU" if tp == 1 else f"{tp} GPUs (TP {tp})"
-        same = (f"to compare at {gpus} GPUs, under load they would run as {gpus // tp} data-parallel replicas"
-                if gpus % tp == 0 and gpus != tp else "on as many GPUs" if gpus == tp
-                else f"not at equal GPU count ({gpus} against {tp})")
-        notes.append(f"disagg {name}: {gpus} GPUs ({x} prefill and {y} decode instance(s), TP {inst_tp} "
-                     f"each); the other rows are one server on {one}: {same} (this estimate is one server's "
-                     "view of one prompt)")
-        notes.append(f"disagg KV link: {link.text} ({link.source}); the prompt's KV, "
-                     f"{transfer_bytes / 1e9:.3g} GB per GPU, crosses it in {transfer_s * 1e3:.3g} ms, so "
-                     f"the disagg row's prefill time is its TTFT: {inst_prefill_s * 1e3:.0f} ms of prefill "
-                     "on a whole GPU + the transfer; its ITL is the undisturbed decode step (no prefill runs "
-                     "on a decode instance)")
+        notes.append(Finding("estimate.disagg_gpus", {"xpyd": name, "prefill": x, "decode": y, "gpus": gpus,
+                                                      "tp": tp, "instance_tp": inst_tp}, "disagg"))
+        notes.append(Finding("estimate.disagg_kv_link", {
+            "link": link.text, "link_source": link.source, "transfer_gb": transfer_bytes / 1e9,
+            "transfer_ms": transfer_s * 1e3, "prefill_ms": inst_prefill_s * 1e3}, "kv_link"))
     support = revisions.model_support(model.architectures, sglang)
     if support.state != "yes":  # right after a "does not fit", which says the table is hypothetical anyway
-        notes.insert(1 if notes and notes[0].startswith("does not fit") else 0,
-                     ("PD mux cannot run: " if support.state == "no" else "PD mux: ") + support.reason
-                     + ("; its rows are the split's arithmetic, not a speed SGLang reaches"
-                        if support.state == "no" else ""))
+        notes.insert(
+            1 if notes and _code(notes[0]) == "estimate.does_not_fit" else 0,
+            Finding("estimate.pdmux_support", {"state": support.state, "reason": support.why}, "sglang"),
+        )
     serving = getattr(full, "serving", None)
     request_delay_ms = (serving.admission_delay_s
                         + serving.first_token_delay_s) * 1e3 if serving is not None else 0.0
     if request_delay_ms:
-        where = ("the calibration's" if "calibrated on" in serving.source
-                 else "fitted to public runs, serving.yaml")
-        notes.append("prefill time is the server's; a request's TTFT adds SGLang's request path, "
-                     f"{request_delay_ms:.3g} ms ({where}), as simulate counts it")
+        notes.append(
+            Finding(
+                "estimate.request_delay",
+                {"delay_ms": request_delay_ms, "calibrated": bool(getattr(serving, "calibrated", False))},
+            )
+        )
     layers = split_levels.prefill_layers_per_round(prompt, model.num_layers,
                                                    scenario.split_forward_token_budget, cap)
     rounds = split_levels.prefill_rounds(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
-    lead = next((i for i, n in enumerate(notes) if not n.startswith(("does not fit", "PD mux"))), len(notes))
-    notes[lead:lead] = revision_rules.revision_notes(sglang, tp)  # the revision's start-up failure, up front
+    lead = next(
+        (
+            i
+            for i, n in enumerate(notes)
+            if _code(n) not in ("estimate.does_not_fit", "estimate.pdmux_support")
+        ),
+        len(notes),
+    )
+    notes[lead:lead] = revision_rules.revision_findings(
+        sglang, tp
+    )  # the revision's start-up failure, up front
     return Estimate(
-        gpu=gpu.name, model=model.name, scenario=scenario, groups=groups, group_index=group_index,
-        level=level, level_source=level_source, layers_per_round=layers, prefill_rounds=rounds,
-        flops_dtype=flops_dtype, throughput_source=full.source if len(models) == 1 else re.sub(
-            r",? ?S_SAT=[0-9.]+( of \d+ SMs)?", "", full.source) + " (S_SAT per PD-mux row)", rows=rows,
-            memory=memory, levels=levels, notes=notes,
-        cost_model=scenario.cost_model, cpu_step_ms=cpu * 1e3, tp=tp, kv_link=link,
-        kv_transfer_bytes=transfer_bytes, pdmux_support=support, request_delay_ms=request_delay_ms,
+        gpu=gpu.name,
+        model=model.name,
+        scenario=scenario,
+        groups=groups,
+        group_index=group_index,
+        level=level,
+        level_source=level_source,
+        layers_per_round=layers,
+        prefill_rounds=rounds,
+        flops_dtype=flops_dtype,
+        throughput_source=full.source
+        if len(models) == 1
+        else full.source_text(s_sat=False) + " (S_SAT per PD-mux row)",
+        rows=rows,
+        memory=memory,
+        levels=levels,
+        notes=notes,
+        cost_model=scenario.cost_model,
+        cpu_step_ms=cpu * 1e3,
+        tp=tp,
+        kv_link=link,
+        kv_transfer_bytes=transfer_bytes,
+        pdmux_support=support,
+        request_delay_ms=request_delay_ms,
         per_request_ms=per_request * 1e3,
     )
+
+
+def _code(note: Finding | str) -> str | None:
+    """A note's finding code (``None`` for a note still written as text)."""
+    return note.code if isinstance(note, Finding) else None
 
 
 def fitting_tp(gpu: Gpu, model: Model, scenario: Scenario) -> int | None:

@@ -106,7 +106,8 @@ def fixed_context(tokens: int, window: int = 0) -> BatchContext:
     """Every decoding request holds ``tokens`` cached tokens (``--context``); ``window``: the model's
     sliding window (0: none). Raises :class:`InputError` for ``tokens < 1``."""
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise InputError(f"--context must be a number of tokens >= 1, got {tokens}")
+        raise InputError("{flag.context} must be a number of tokens >= 1, got {tokens}", param="context",
+                         values={"tokens": tokens})
     capped = min(tokens, window) if window else 0
     return BatchContext(float(tokens), 0.0, float(tokens), float(tokens), float(capped), 0.0, window,
                         source=f"{tokens} tokens of context a request")
@@ -153,8 +154,12 @@ def trace_context(prompt_tokens: Sequence[int], output_tokens: Sequence[int], wi
             w_total += s + (m - below) * window
             w_squares += q + (m - below) * window * window
     if not steps:
-        raise InputError("no request of the trace decodes (every output is one token): there is no decode "
-                         "batch to size levels for; give --context")
+        raise InputError(
+            "no request of the trace decodes (every output is one token): there is no decode batch "
+            "to size levels for; give {flag.context}",
+            param="context",
+            values={},
+        )
     mean = total / steps
     sd = math.sqrt(max(0.0, squares / steps - mean * mean))
     w_mean = w_total / steps if window else 0.0

@@ -56,11 +56,18 @@ def check_kv_cache_dtype(value: str | None) -> str | None:
         return None
     text = value.strip().lower() if isinstance(value, str) else ""
     if text not in KV_CACHE_DTYPES:
-        raise InputError(f"--kv-cache-dtype must be one of SGLang's {', '.join(KV_CACHE_DTYPES)}, "
-                         f"got {short_repr(value)}")
+        raise InputError(
+            "{flag.kv_cache_dtype} must be one of SGLang's {dtypes}, got {value}",
+            param="kv_cache_dtype",
+            values={"dtypes": ", ".join(KV_CACHE_DTYPES), "value": short_repr(value)},
+        )
     if text in UNMODELLED_KV_CACHE_DTYPES:
-        raise InputError(f"--kv-cache-dtype {text} (a block-scaled KV cache of Blackwell-only kernels) is "
-                         "not modelled: give its bytes per element with --kv-bytes instead")
+        raise InputError(
+            "{flag.kv_cache_dtype} {dtype} (a block-scaled KV cache of Blackwell-only kernels) is not "
+            "modelled: give its bytes per element with {flag.kv_bytes} instead",
+            param="kv_cache_dtype",
+            values={"dtype": text},
+        )
     return text
 
 
@@ -68,8 +75,11 @@ def check_kv_options(kv_cache_dtype: str | None, kv_bytes: float | None) -> None
     """The checks a command runs on ``--kv-cache-dtype`` and ``--kv-bytes`` before loading anything:
     :func:`check_kv_cache_dtype`, and :class:`InputError` when both are given."""
     if check_kv_cache_dtype(kv_cache_dtype) is not None and kv_bytes is not None:
-        raise InputError("--kv-cache-dtype and --kv-bytes both set the KV cache's bytes per element: give "
-                         "one")
+        raise InputError(
+            "{flag.kv_cache_dtype} and {flag.kv_bytes} both set the KV cache's bytes per element: give one",
+            param="kv_bytes",
+            values={},
+        )
 
 
 def resolve_kv_cache(model: Any, kv_cache_dtype: str | None = None, kv_bytes: float | None = None) -> KvCache:
@@ -83,9 +93,16 @@ def resolve_kv_cache(model: Any, kv_cache_dtype: str | None = None, kv_bytes: fl
     check_kv_options(kv_cache_dtype, kv_bytes)
     choice = check_kv_cache_dtype(kv_cache_dtype)
     if kv_bytes is not None:
-        if isinstance(kv_bytes, bool) or not isinstance(kv_bytes,
-                                                        (int, float)) or not 0 < kv_bytes < float("inf"):
-            raise InputError(f"--kv-bytes must be a positive number of bytes, got {short_repr(kv_bytes)}")
+        if (
+            isinstance(kv_bytes, bool)
+            or not isinstance(kv_bytes, (int, float))
+            or not 0 < kv_bytes < float("inf")
+        ):
+            raise InputError(
+                "{flag.kv_bytes} must be a positive number of bytes, got {value}",
+                param="kv_bytes",
+                values={"value": short_repr(kv_bytes)},
+            )
         return KvCache("custom", float(kv_bytes), f"--kv-bytes {kv_bytes:g}")
     if choice is None or choice == "auto":
         dtype = model.kv_dtype

@@ -33,9 +33,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..util.errors import Finding, InputError
 from . import pdmux_config as pc
 from . import split_levels
-from ..util.errors import InputError
 from .revisions import Revision, get_revision
 
 
@@ -217,11 +217,11 @@ def planning_refusal(config: pc.PdmuxConfig, parse_problems: list[pc.Problem],
     The revision's own refusal (:func:`verdict`), or, where it accepts ``overlap_decode_full_sm: true``,
     that pdmux's cost model has no overlaid partitions (decode on every SM beside a capped prefill). A
     revision that fails to start whatever the file (``main@2260e61``) is judged by the rules it shares with
-    0.5.23, the failure being said by :func:`revision_notes`; one whose loader was not read plans only a
+    0.5.23, the failure being said by :func:`revision_findings`; one whose loader was not read plans only a
     file with manual_divisions.
     """
     rev = get_revision(revision)
-    if rev.startup_failure is not None:  # said as a note (revision_notes): judge the file as if it started
+    if rev.startup_failure is not None:  # said as a note (revision_findings): judge the file as if it started
         rev = get_revision("0.5.23")
     result = verdict(config, parse_problems, rev, total_sms, cc)
     if not result.judged and not config.manual_divisions:
@@ -249,23 +249,41 @@ def layer_cap(revision: str | Revision | None, config: pc.PdmuxConfig | None) ->
     return max(0, config.max_split_forward_layers or 0)
 
 
-def revision_notes(revision: str | Revision | None, tp: int = 1) -> list[str]:
-    """The lines every planning command says when ``revision`` is chosen (empty for 0.5.23): its known
-    start-up failure, what was not read of its code, and, with ``tp > 1``, what its code requires for pdmux
-    with tensor parallelism (:attr:`Revision.tp_launch`, :attr:`Revision.tp_requires`)."""
+def revision_findings(revision: str | Revision | None, tp: int = 1) -> list[Finding]:
+    """What every planning command says when ``revision`` is chosen (empty for 0.5.23), as findings
+    (``sglang.revision.*``; :mod:`pdmux_cli.messages` words them): its known start-up failure, what was not
+    read of its code, and, with ``tp > 1``, what its code requires for pdmux with tensor parallelism
+    (:attr:`Revision.tp_launch`, :attr:`Revision.tp_requires`)."""
     rev = get_revision(revision)
-    notes = []
+    found = []
     if rev.startup_failure:
-        notes.append(f"{rev.key}: {rev.startup_failure}")
+        found.append(
+            Finding(
+                "sglang.revision.startup_failure",
+                {"revision": rev.key, "failure": rev.startup_failure},
+                "sglang",
+            )
+        )
     if not rev.loader_read:
-        notes.append(f"{rev.key}: its pdmux_context.py was not read (not stored at {rev.commit[:8]}): the "
-                     "YAML's load and start-up checks are not judged; levels are the manual_divisions as "
-                     "written")
+        found.append(
+            Finding(
+                "sglang.revision.loader_not_read", {"revision": rev.key, "commit": rev.commit[:8]}, "sglang"
+            )
+        )
     if tp > 1 and (rev.tp_launch or rev.tp_requires):
-        env = " ".join(rev.tp_launch)
-        notes.append(f"{rev.key} with TP {tp}: " + (f"launch with {env}; " if env else "") + (
-            rev.tp_requires or ""))
-    return notes
+        found.append(
+            Finding(
+                "sglang.revision.tp",
+                {
+                    "revision": rev.key,
+                    "tp": tp,
+                    "launch_env": list(rev.tp_launch),
+                    "requires": rev.tp_requires,
+                },
+                "tp",
+            )
+        )
+    return found
 
 
 def plan_check(revision: str | Revision | None, config: pc.PdmuxConfig | None) -> None:
@@ -273,5 +291,9 @@ def plan_check(revision: str | Revision | None, config: pc.PdmuxConfig | None) -
     whose ``divide_sm`` was not read needs manual_divisions (``config`` None: SGLang's automatic split)."""
     rev = get_revision(revision)
     if rev.divide_sm == "not read" and not (config is not None and config.manual_divisions):
-        raise InputError(f"--sglang {rev.key}: its automatic split (divide_sm, in pdmux_context.py) was not "
-                         "read: give a pdmux config with manual_divisions")
+        raise InputError(
+            "{flag.sglang} {revision}: its automatic split (divide_sm, in pdmux_context.py) was not "
+            "read: give a pdmux config with manual_divisions",
+            param="sglang",
+            values={"revision": rev.key},
+        )

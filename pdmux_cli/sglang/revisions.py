@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from ..util.errors import InputError, short_repr
+from ..util.errors import Finding, InputError, short_repr
 
 #: The method SGLang's pdmux calls on the model class for every prefill.
 SPLIT_PREFILL_METHOD = "forward_split_prefill"
@@ -237,8 +237,12 @@ def get_revision(key: str | Revision | None = None) -> Revision:
             line, _, commit = text.partition("@")
             if revision.key.split("@")[0] == line and len(commit) >= 7 and revision.commit.startswith(commit):
                 return revision
-    raise InputError(f"--sglang {short_repr(text)} is not a revision pdmux has read; use one of "
-                     f"{', '.join(REVISIONS)} (0.5.23 is the latest release)")
+    raise InputError(
+        "{flag.sglang} {text} is not a revision pdmux has read; use one of {known} (0.5.23 is the "
+        "latest release)",
+        param="sglang",
+        values={"text": short_repr(text), "known": ", ".join(REVISIONS)},
+    )
 
 
 @dataclass(frozen=True)
@@ -247,8 +251,9 @@ class Support:
 
     ``state``: ``"yes"``, ``"no"`` or ``"unknown"``. ``architecture``: the architecture SGLang resolves
     (``None`` when the config names none). ``sglang_class``: ``"srt/models/<file>.py:<Class>"``;
-    ``defined_in``: where ``forward_split_prefill`` comes from (a base class for subclasses). ``reason``:
-    one line saying why, for tables, notes and warnings. ``revision``: :attr:`Revision.key`.
+    ``defined_in``: where ``forward_split_prefill`` comes from (a base class for subclasses). ``why``: the
+    finding that says why (codes ``sglang.support.*``; :attr:`reason` is its line, rendered by
+    :mod:`pdmux_cli.messages`). ``revision``: :attr:`Revision.key`.
     """
 
     state: str
@@ -256,7 +261,14 @@ class Support:
     architecture: str | None
     sglang_class: str | None
     defined_in: str | None
-    reason: str
+    why: Finding
+
+    @property
+    def reason(self) -> str:
+        """:attr:`why` as one line (for tables, notes and warnings)."""
+        from ..messages import render
+
+        return render(self.why)
 
     @property
     def runs(self) -> bool:
@@ -290,31 +302,68 @@ def model_support(architectures: tuple[str, ...] | list[str],
     rev = get_revision(revision)
     archs = tuple(a for a in architectures if isinstance(a, str))
     if rev.model_table is None:
-        return Support("unknown", rev.key, archs[0] if archs else None, None, None,
-                       f"pdmux has no scan of {rev.name}'s model classes: whether it can multiplex "
-                       f"{archs[0] if archs else 'this model'} is not known")
+        return Support(
+            "unknown",
+            rev.key,
+            archs[0] if archs else None,
+            None,
+            None,
+            Finding(
+                "sglang.support.no_scan",
+                {"revision_name": rev.name, "architecture": archs[0] if archs else None},
+                "sglang",
+            ),
+        )
     table = model_table(rev.model_table)
     if not archs:
         return Support("unknown", rev.key, None, None, None,
-                       "config.json names no architectures: which SGLang class runs it, and so whether "
-                       f"{rev.name} can multiplex it, is not known")
+                       Finding("sglang.support.no_architectures", {"revision_name": rev.name}, "model"))
     known = table["architectures"]
     chosen = next((a for a in archs if a in known), None)
     if chosen is None:
         fallback = table.get("fallback", "TransformersForCausalLM")
-        return Support("no", rev.key, fallback, None, None,
-                       f"SGLang {table['sglang']} has no model class for {archs[0]} (it would fall back to "
-                       f"{fallback}, which has no {SPLIT_PREFILL_METHOD}): pdmux cannot run it")
+        return Support(
+            "no",
+            rev.key,
+            fallback,
+            None,
+            None,
+            Finding(
+                "sglang.support.no_class",
+                {
+                    "sglang": table["sglang"],
+                    "architecture": archs[0],
+                    "fallback": fallback,
+                    "method": SPLIT_PREFILL_METHOD,
+                },
+                "model",
+            ),
+        )
     entry = known[chosen]
     defined = entry.get(SPLIT_PREFILL_METHOD)
     if defined:
-        via = "" if defined.endswith(":" + chosen) else f", inherited from {defined.rsplit(':', 1)[1]}"
-        return Support("yes", rev.key, chosen, entry["class"], defined,
-                       f"SGLang {table['sglang']}'s {chosen} ({entry['class'].split(':')[0]}) has "
-                       f"{SPLIT_PREFILL_METHOD}{via}")
+        inherited = None if defined.endswith(":" + chosen) else defined.rsplit(":", 1)[1]
+        return Support(
+            "yes",
+            rev.key,
+            chosen,
+            entry["class"],
+            defined,
+            Finding(
+                "sglang.support.has_method",
+                {
+                    "sglang": table["sglang"],
+                    "architecture": chosen,
+                    "file": entry["class"].split(":")[0],
+                    "method": SPLIT_PREFILL_METHOD,
+                    "inherited_from": inherited,
+                },
+            ),
+        )
     return Support("no", rev.key, chosen, entry["class"], None,
-                   f"no {SPLIT_PREFILL_METHOD} in SGLang {table['sglang']}'s {chosen} "
-                   f"({entry['class'].split(':')[0]}): pdmux fails at the first prefill")
+                   Finding("sglang.support.no_method", {"sglang": table["sglang"], "architecture": chosen,
+                                                        "file": entry["class"].split(":")[0],
+                                                        "method": SPLIT_PREFILL_METHOD}, "model"))
 
 
 def require_pdmux(architectures: tuple[str, ...], revision: str | Revision | None, what: str) -> Support:
@@ -322,6 +371,10 @@ def require_pdmux(architectures: tuple[str, ...], revision: str | Revision | Non
     ``gen-config --tune``): :class:`InputError` naming the reason where ``revision`` cannot run it."""
     support = model_support(architectures, revision)
     if support.state == "no":
-        raise InputError(f"{what}: {support.reason}; there are no pdmux knobs to tune for it "
-                         "(--sglang picks another SGLang revision)")
+        raise InputError(
+            "{what}: {reason}; there are no pdmux knobs to tune for it ({flag.sglang} picks another "
+            "SGLang revision)",
+            param="sglang",
+            values={"what": what, "reason": support.reason},
+        )
     return support

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ..util.errors import InputError, short_repr
+from ..util.errors import Finding, InputError, short_repr
 from ..util.numbers import plain_int
 
 #: SGLang's per-architecture constraint (minimum SMs per part, SM granularity), keyed by compute
@@ -63,14 +63,16 @@ class GroupPlan(NamedTuple):
     ``groups``: list of :class:`Split`, group 0 first (all prefill), last group all decode.
     ``thresholds``: the manual_divisions decode-batch thresholds (one per level, as written: SGLang
     compares batch sizes with a float threshold as it is) or ``None`` when the linear rule chooses.
-    ``source``: ``"sglang-auto"``, ``"manual"`` or ``"cuda-granularity"`` (Blackwell, where SGLang's automatic
-    path fails at start-up and manual_divisions is needed). ``note``: a sentence for the user, or ``""``.
+    ``source``: ``"sglang-auto"``, ``"manual"`` or ``"cuda-granularity"``
+    (Blackwell, where SGLang's automatic path fails at start-up and manual_divisions is needed).
+    ``note``: what the user should know (a :class:`~pdmux_cli.util.errors.Finding`, worded by
+    :mod:`pdmux_cli.messages`), or ``None``.
     """
 
     groups: list[Split]
     thresholds: list[int | float] | None
     source: str
-    note: str
+    note: Finding | None
 
 
 def parse_compute_capability(text: str | float | tuple[int, int]) -> tuple[int, int]:
@@ -262,16 +264,13 @@ def plan_groups(
     major, minor = cc
     if manual_divisions:
         groups = manual_stream_groups(total_sms, manual_divisions)
-        return GroupPlan(groups, [e[2] for e in manual_divisions], "manual", "")
+        return GroupPlan(groups, [e[2] for e in manual_divisions], "manual", None)
     if major in SGLANG_SM_CONSTRAINTS:
-        return GroupPlan(stream_groups(total_sms, major, sm_group_num, minor), None, "sglang-auto", "")
+        return GroupPlan(stream_groups(total_sms, major, sm_group_num, minor), None, "sglang-auto", None)
     groups = granularity_levels(total_sms, major, sm_group_num)
-    note = (
-        f"SGLang's automatic split raises 'Unsupported compute capability: {major}.{minor}' at start-up "
-        "(issue #32933); these are the levels CUDA's granularity allows (multiples of 8). "
-        "Deploy them as manual_divisions: pdmux gen-config writes them."
-    )
-    return GroupPlan(groups, None, "cuda-granularity", note)
+    # SGLang raises 'Unsupported compute capability' at start-up (issue #32933): manual_divisions needed
+    return GroupPlan(groups, None, "cuda-granularity", Finding("levels.cuda_granularity", {"major": major,
+                                                                                          "minor": minor}))
 
 
 def choose_group(

@@ -25,13 +25,13 @@ randomness, so the result does not depend on the number of workers.
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..multigpu.disaggregation import check_dp_value, check_load_balance_method
+from ..multigpu.disaggregation import Layout, check_dp_value, check_load_balance_method
 from ..sglang import pdmux_config as pc
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .engine import Setup
 from .executors import Executor, using
 from .fold import select_rank
@@ -79,7 +79,7 @@ class PolicyCapacity:
     sm_group_num: int | None = None
     chunk_tokens: int = 0
     gpus: int = 1
-    layout: str = "1 GPU"
+    layout: Layout = field(default_factory=Layout)
     router: str = ""
     xpyd: tuple[int, int] | None = None
 
@@ -114,86 +114,85 @@ class CapacityResult:
             mine = [p for p in mine if p.gpus == gpus] or mine
         return max(mine, key=lambda p: p.max_rate_rps) if mine else None
 
-    def verdict(self) -> str:
-        """One line: which policy serves more requests within the SLO, by how much, and what to run (with
-        ``--dp-size``, or disaggregation's per-instance flags). Rates are the whole deployment's; pdmux is
-        compared with the best other policy on as many GPUs, or, if none is, the best of all with the
-        line saying so (and giving the rates per GPU)."""
+    def verdict_finding(self) -> Finding:
+        """The verdict as data (codes ``capacity.verdict.*``; :func:`pdmux_cli.messages.render` words it):
+        which policy serves more requests within the SLO, by how much, and what to run. Rates are the whole
+        deployment's; pdmux is compared with the best other policy on as many GPUs, or, if none is, the best
+        of all (``equal_gpus`` false, the rates per GPU given). ``launch``: SGLang's server arguments for the
+        winner (a list, unquoted: SGLang 0.5.23's flags with ``--tp-size`` and the data-parallel controller's
+        ``--dp-size``/``--load-balance-method``), or for disaggregation ``disagg`` (instances and their
+        TP)."""
         pd = self.best(True)
         other = self.best(False, pd.gpus if pd is not None else None)
         if pd is None or other is None:
             only = pd or other
-            return (f"{only.label} sustains {rate_text(only)} req/s{_on(only)}" if only
-                    else "no policy simulated")
+            if only is None:
+                return Finding("capacity.verdict.none_simulated")
+            return Finding("capacity.verdict.only", {"policy": _policy_values(only)})
         if pd.max_rate_rps <= 0 and other.max_rate_rps <= 0:
-            return (f"no policy meets the SLO for {self.target:.0%} of requests at any rate tried: loosen "
-                    "the SLO or use a faster GPU")
-        unequal = ""
-        if pd.gpus != other.gpus:
-            unequal = (f" (not at equal GPU count: {pd.label} on {pd.gpus} GPU(s), {other.label} on "
-                       f"{other.gpus}; per GPU {pd.per_gpu_rps:.3g} against {other.per_gpu_rps:.3g} req/s)")
-        on_pd, on_other = (_on(pd), _on(other)) if not unequal else ("", "")
+            return Finding("capacity.verdict.no_policy_meets", {"target": self.target}, "slo_target")
+        values = {
+            "pdmux": _policy_values(pd),
+            "other": _policy_values(other),
+            "equal_gpus": pd.gpus == other.gpus,
+        }
         if pd.max_rate_rps > other.max_rate_rps:
-            gain = (f"+{pd.max_rate_rps / other.max_rate_rps - 1:.0%}" if other.max_rate_rps > 0
-                    else "where it meets the SLO at no rate")
             if pd.config_path:
                 flags = pc.launch_flags(pd.config_path, pd.sm_group_num, self.tp)
             else:  # SGLang's default pdmux config: no YAML, the flags 0.5.23 needs with it
                 flags = ["--enable-pdmux", "--chunked-prefill-size", "-1", "--disable-overlap-schedule"]
                 flags += ["--tp-size", str(self.tp)] if self.tp > 1 else []
-            launch = " ".join(shlex.quote(f) for f in flags) + self._dp_flags()
-            return (f"{pd.label} sustains {rate_text(pd)} req/s{on_pd} against {rate_text(other)} for "
-                    f"{other.label}: {gain}{unequal}; enable it with: {launch}")
+            gain = pd.max_rate_rps / other.max_rate_rps - 1 if other.max_rate_rps > 0 else None
+            return Finding("capacity.verdict.pdmux_serves_more",
+                           {**values, "gain": gain, "launch": flags + self._dp_flags()})
         if pd.max_rate_rps == other.max_rate_rps:
-            on = f" on {pd.gpus} GPUs" if pd.gpus > 1 and not unequal else ""
-            return (f"{pd.label} and {other.label} both sustain {rate_text(pd)} req/s{on}{unequal}: "
-                    "--enable-pdmux buys nothing here")
+            return Finding("capacity.verdict.tie", values)
         if other.xpyd is not None:
-            return (f"{other.label} serves more ({rate_text(other)} req/s{on_other} against {rate_text(pd)} "
-                    f"for {pd.label}){unequal}: deploy it as {_disagg_launch(other, self.tp)}")
-        return (f"{other.label} serves more ({rate_text(other)} req/s{on_other} against {rate_text(pd)} for "
-                f"{pd.label}){unequal}: keep it ({_launch(other)}{self._tp_flag()}{self._dp_flags()})")
+            x, y = other.xpyd
+            tp = other.gpus // (x + y) if other.gpus % (x + y) == 0 else self.tp
+            return Finding("capacity.verdict.disagg_serves_more",
+                           {**values, "disagg": {"prefill": x, "decode": y, "tp": tp}})
+        return Finding("capacity.verdict.other_serves_more",
+                       {**values, "launch": _launch(other) + self._tp_flag() + self._dp_flags()})
 
-    def _tp_flag(self) -> str:
-        return f" --tp-size {self.tp}" if self.tp > 1 else ""
+    def verdict(self) -> str:
+        """:meth:`verdict_finding` as its line (:mod:`pdmux_cli.messages`)."""
+        from ..messages import render
 
-    def _dp_flags(self) -> str:
+        return render(self.verdict_finding())
+
+    def _tp_flag(self) -> list[str]:
+        return ["--tp-size", str(self.tp)] if self.tp > 1 else []
+
+    def _dp_flags(self) -> list[str]:
         """SGLang's flags for ``dp`` replicas in one server (its data-parallel controller)."""
-        return f" --dp-size {self.dp} --load-balance-method {self.load_balance_method}" if self.dp > 1 else ""
+        return (
+            ["--dp-size", str(self.dp), "--load-balance-method", self.load_balance_method]
+            if self.dp > 1
+            else []
+        )
 
 
-def _on(p: PolicyCapacity) -> str:
-    """``" on 4 GPUs (DP 4 x TP 1)"`` for a policy on more than one GPU, else ``""``."""
-    return f" on {p.gpus} GPUs ({p.layout})" if p.gpus > 1 else ""
+def _policy_values(p: PolicyCapacity) -> dict[str, Any]:
+    """What a verdict says of a policy: label, capacity (and its bound), GPUs and layout."""
+    return {
+        "label": p.label,
+        "max_rate_rps": p.max_rate_rps,
+        "bound": p.bound,
+        "lowest_rps": p.points[0].rate_rps if p.points else None,
+        "gpus": p.gpus,
+        "layout": {"tp": p.layout.tp, "dp": p.layout.dp, "xpyd": p.layout.xpyd},
+        "per_gpu_rps": p.per_gpu_rps,
+    }
 
 
-def _disagg_launch(p: PolicyCapacity, tp: int) -> str:
-    """SGLang 0.5.23's flags per instance of PD disaggregation, and the router in front of them (each
-    instance's TP is its GPUs over the instances; ``tp`` when that is unknown)."""
-    x, y = p.xpyd or (1, 1)
-    tp = p.gpus // (x + y) if p.xpyd and p.gpus % (x + y) == 0 else tp
-    tp_flag = f" --tp-size {tp}" if tp > 1 else ""
-    return (f"{x} prefill server(s) with --disaggregation-mode prefill --chunked-prefill-size -1{tp_flag} "
-            f"and {y} decode server(s) with --disaggregation-mode decode{tp_flag}, behind python -m "
-            "sglang_router.launch_router --pd-disaggregation --prefill URL ... --decode URL ...")
-
-
-def _launch(p: PolicyCapacity) -> str:
+def _launch(p: PolicyCapacity) -> list[str]:
     """SGLang's flags for a schedule other than pdmux."""
     if p.kind == "chunked":
-        return f"--chunked-prefill-size {p.chunk_tokens}"
+        return ["--chunked-prefill-size", str(p.chunk_tokens)]
     if p.kind == "mixed-chunk":
-        return f"--enable-mixed-chunk --chunked-prefill-size {p.chunk_tokens}"
-    return "--chunked-prefill-size -1"
-
-
-def rate_text(p: PolicyCapacity) -> str:
-    """The capacity as text: ``"5.2"``, ``">=41"`` (held at every rate tried), ``"<0.1"`` (at none)."""
-    if p.bound == "above":
-        return f">={p.max_rate_rps:.3g}"
-    if p.bound == "below":
-        return f"<{p.points[0].rate_rps:.3g}" if p.points else "0"
-    return f"{p.max_rate_rps:.3g}"
+        return ["--enable-mixed-chunk", "--chunked-prefill-size", str(p.chunk_tokens)]
+    return ["--chunked-prefill-size", "-1"]
 
 
 def _evaluate(shared: tuple, task: tuple) -> RatePoint:
@@ -289,12 +288,18 @@ def capacity(
         if not (math.isfinite(value) and value > 0):
             raise InputError(f"{name} must be a number of ms > 0, got {value}")
     if not (math.isfinite(target) and 0 < target <= 1):
-        raise InputError(f"--target is a share of requests in (0, 1], got {target:g} (e.g. 0.99)")
+        raise InputError("{flag.target} is a share of requests in (0, 1], got {target:g} (e.g. 0.99)",
+                         param="target", values={"target": target})
     if not (math.isfinite(tolerance) and 0 < tolerance < 1):
-        raise InputError(f"--tolerance is a relative precision in (0, 1), got {tolerance:g} (e.g. 0.02)")
+        raise InputError("{flag.tolerance} is a relative precision in (0, 1), got {tolerance:g} (e.g. 0.02)",
+                         param="tolerance", values={"tolerance": tolerance})
     if len(trace) < 2 or trace.mean_qps <= 0:
-        raise InputError("capacity scales the trace's arrival rate, but its requests all arrive at once: "
-                         "give a trace with arrival times, or --synthetic --qps N")
+        raise InputError(
+            "capacity scales the trace's arrival rate, but its requests all arrive at once: give a "
+            "trace with arrival times, or {flag.synthetic} {flag.qps} N",
+            param="trace",
+            values={},
+        )
     if not policies:
         raise InputError("no policy to size")
     dp = check_dp_value(dp)

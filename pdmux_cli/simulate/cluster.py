@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 from ..multigpu.disaggregation import MAX_INSTANCES, KvLink, check_load_balance_method
 from ..sglang import server_defaults as sgl
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .columns import Column
 from .engine import Progress, RunResult, Setup
 from .policies import Deployment, ServerOutcome
@@ -218,15 +218,13 @@ def _note_pools(notes: list[str], trace: Trace, never: set[int], decode_pool_tok
     admits, retractions on the decode instances."""
     if never:
         first = min(never)
-        notes.insert(0, (
-            f"{len(never)} request(s) can never fit in a decode instance's KV pool ({decode_pool_tokens:,} "
-            f"tokens): first is request {first} with {trace.prompt_tokens[first]} + "
-            f"{trace.output_tokens[first]} tokens; counted as missing the SLO"))
+        notes.insert(0, Finding("simulate.never_fits_decode_pool", {
+            "rejected": len(never), "pool_tokens": decode_pool_tokens, "first": first,
+            "prompt_tokens": trace.prompt_tokens[first], "output_tokens": trace.output_tokens[first]}))
     if p_works[0].rejected:
         note_pool(notes, p_works, pool, "prefill instance's ")
     if retracted:
-        notes.append(f"{retracted} retraction(s) on the decode instances: requests sent back to their queue "
-                     "when decode ran out of KV slots, prefilled again there")
+        notes.append(Finding("simulate.decode_retractions", {"retractions": retracted}))
 
 
 def _deployment(xpyd: tuple[int, int], tp: int, method: str) -> Deployment:

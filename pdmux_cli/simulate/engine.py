@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 from ..catalog import model as mdl
 from ..catalog.model import Model
 from ..sglang import server_defaults as sgl
+from ..multigpu.disaggregation import Layout
 from ..util.errors import InputError
 from .columns import Ragged, fast
 from .prefix_cache import WAITING_PREFIX_REFRESH_INTERVAL, WAITING_PREFIX_REFRESH_MAX, PrefixCache, block_keys
@@ -520,7 +521,7 @@ class RunResult:
     the GPU had nothing to run. ``group_time_s``: pdmux only, seconds in each stream group (``groups``).
     ``counters``: prefill batches, rounds, retractions... ``kv_pool_tokens``: the pool simulated (one
     server's). ``gpus``: GPUs the policy ran on; ``layout``: how (``"TP 2"``, ``"DP 4 x TP 2"``,
-    ``"1P1D x TP 1"``; :func:`pdmux_cli.multigpu.disaggregation.layout_text`); ``router``: the load-balance
+    ``"1P1D x TP 1"``: a :class:`~pdmux_cli.multigpu.disaggregation.Layout`); ``router``: the load-balance
     method between its servers (``""`` for one server). ``server``: per request, the server that served it
     (a DP replica, or a disaggregation's decode instance; -1 where none did), empty for one server;
     ``prefill_server``: a disaggregation's prefill instance per request. ``output_delay_s``: how long a
@@ -552,7 +553,7 @@ class RunResult:
     crashed_at_s: float | None = None
     kv_pool_tokens: int = 0
     gpus: int = 1
-    layout: str = "1 GPU"
+    layout: Layout = field(default_factory=Layout)
     router: str = ""
     server: list[int] = field(default_factory=list)
     prefill_server: list[int] = field(default_factory=list)

@@ -40,6 +40,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..multigpu.disaggregation import Layout
+from ..util.errors import Finding
 from .engine import RunResult
 
 #: Percentiles reported for each latency.
@@ -105,7 +107,7 @@ class PolicyMetrics:
     crashed_at_s: float | None = None
     prefix_cache_hit_rate: float | None = None
     gpus: int = 1
-    layout: str = "1 GPU"
+    layout: Layout = field(default_factory=Layout)
     router: str = ""
     columns: Any = field(repr=False, default=None)
 
@@ -173,9 +175,8 @@ def _metrics(result: RunResult, fold, unfinished_status: int) -> PolicyMetrics:
     if fold.itl.approximate:
         from .fold import EXACT_LIMIT, RELATIVE_ERROR
 
-        notes.append(f"ITL percentiles over all tokens from a histogram of the {fold.itl.count:,} step gaps "
-                     f"(more than {EXACT_LIMIT:,} kept exactly): at most {RELATIVE_ERROR:.1e} off, "
-                     "relatively; the maximum and every request's own p99 ITL (the SLO's) are exact")
+        notes.append(Finding("simulate.itl_histogram", {"gaps": fold.itl.count, "exact_limit": EXACT_LIMIT,
+                                                         "relative_error": RELATIVE_ERROR}))
     met = fold.met
     return PolicyMetrics(
         policy=result.policy, kind=result.kind, requests=n, completed=fold.completed,

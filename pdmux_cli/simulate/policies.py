@@ -23,7 +23,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from ..multigpu.disaggregation import layout_text
+from ..multigpu.disaggregation import Layout
 
 if TYPE_CHECKING:
     from .engine import Progress, RunResult, Setup, Work
@@ -86,10 +86,11 @@ class Deployment:
         return self.servers * self.tp
 
     @property
-    def layout(self) -> str:
-        """How, as printed: ``"1 GPU"``, ``"TP 2"``, ``"DP 4 x TP 2"``, ``"1P1D x TP 1"``
-        (:func:`pdmux_cli.multigpu.disaggregation.layout_text`)."""
-        return layout_text(self.tp, self.dp, self.xpyd)
+    def layout(self) -> Layout:
+        """How, as data (:class:`~pdmux_cli.multigpu.disaggregation.Layout`; printed by
+        :func:`pdmux_cli.messages.layout_text`: ``"1 GPU"``, ``"TP 2"``, ``"DP 4 x TP 2"``,
+        ``"1P1D x TP 1"``)."""
+        return Layout(self.tp, self.dp, self.xpyd)
 
     @property
     def router(self) -> str:

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ..messages import layout_text, render_all
 from .metrics import PolicyMetrics
 from .traces import Trace
 
@@ -43,7 +44,8 @@ def metrics_dict(m: PolicyMetrics) -> dict[str, Any]:
     """One policy's summary as a JSON-able dict (no per-request lists), with the GPUs it ran on and how
     (``gpus``, ``layout``, ``router``: the load-balance method between its servers, ``null`` for one)."""
     out: dict[str, Any] = {
-        "policy": m.policy, "kind": m.kind, "gpus": m.gpus, "layout": m.layout, "router": m.router or None,
+        "policy": m.policy, "kind": m.kind, "gpus": m.gpus, "layout": layout_text(m.layout),
+        "router": m.router or None,
         "requests": m.requests, "completed": m.completed,
         "rejected": m.rejected,
     }
@@ -54,7 +56,7 @@ def metrics_dict(m: PolicyMetrics) -> dict[str, Any]:
         "span_s": m.span_s, "gpu_busy_share": m.gpu_busy_share, "decode_steps": m.decode_steps,
         "kv_pool_tokens": m.kv_pool_tokens, "crashed_at_s": m.crashed_at_s,
         "prefix_cache_hit_rate": m.prefix_cache_hit_rate,
-        "counters": m.counters, "notes": m.notes,
+        "counters": m.counters, "notes": render_all(m.notes),
     })
     if m.group_time_share is not None:
         out["group_time_share"] = [
@@ -74,7 +76,7 @@ def trace_dict(trace: Trace) -> dict[str, Any]:
         "prefix_hash_ids": trace.has_hash_ids,
         "bad_rows": trace.bad_rows,
         "bad_row_examples": [{"line": ln, "reason": why} for ln, why in trace.bad_examples],
-        "failed_rows": trace.failed_rows, "notes": list(trace.notes),
+        "failed_rows": trace.failed_rows, "notes": render_all(trace.notes),
     }
 
 
@@ -139,8 +141,8 @@ def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "", best: float
     if any(m.rejected for m in metrics):
         table.add_row("never fit", *(str(m.rejected) for m in metrics))
     table.add_row("GPUs", *(str(m.gpus) for m in metrics))
-    if any(m.layout != "1 GPU" for m in metrics):
-        table.add_row("layout", *(m.layout for m in metrics))
+    if any(m.layout.gpus > 1 for m in metrics):
+        table.add_row("layout", *(layout_text(m.layout) for m in metrics))
     if any(m.router for m in metrics):
         table.add_row("router", *(m.router or "-" for m in metrics))
     return table

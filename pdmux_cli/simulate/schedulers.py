@@ -58,7 +58,7 @@ from ..sglang import split_levels
 from ..sglang.pdmux_config import PdmuxConfig
 from ..sglang.server_defaults import MIN_NEW_TOKEN_RATIO as MIN_RATIO
 from ..sglang.server_defaults import NEW_TOKEN_RATIO_DECAY as RATIO_DECAY
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .engine import Progress, RunResult, Setup, Work
 from .policies import Deployment, Rounds, ServerOutcome
 from .servers import drive, serve
@@ -625,20 +625,12 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     counters["retracted_requests"] = work.retractions
     counters.update(work.cache_counters())
     if crashed_at is not None:
-        notes.append(
-            f"SGLang 0.5.23 crashes here (UnboundLocalError in adjust_stream_groups) at t={crashed_at:.2f} "
-            f"s: a prefill starts with {crash_first[1]} decode request(s) and no manual_divisions threshold "
-            f"is <= that; the simulation stops, {len(unfinished)} request(s) unfinished (counted as missing "
-            "the SLO); fix the thresholds (the first one 0), or simulate the unreleased branches' fallback "
-            "(group 1) with --unreleased-fallback"
-        )
+        values = {"at_s": crashed_at, "decode_bs": crash_first[1], "unfinished": len(unfinished)}
+        notes.append(Finding("simulate.release_crashes", values, "unreleased_fallback"))
     elif crash_first is not None:
-        notes.append(
-            f"SGLang 0.5.23 would crash (UnboundLocalError) at {counters['older_sglang_crash_rounds']} level "
-            f"choice(s), first at t={crash_first[0]:.2f} s with {crash_first[1]} decode request(s): no "
-            "manual_divisions threshold is <= the decode batch; simulated with the unreleased branches' "
-            "fallback (group 1), as asked"
-        )
+        notes.append(Finding("simulate.release_would_crash", {
+            "choices": counters["older_sglang_crash_rounds"], "first_at_s": crash_first[0],
+            "decode_bs": crash_first[1]}, "unreleased_fallback"))
     if plan.note:
         notes.append(plan.note)
     return ServerOutcome(end_s=t, idle_s=idle, counters=counters, notes=notes, groups=groups,

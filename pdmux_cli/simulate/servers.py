@@ -35,6 +35,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from ..multigpu.disaggregation import check_dp_value, check_load_balance_method
+from ..util.errors import Finding
 from .columns import Column
 from .engine import Progress, RunResult, Setup, StepEnds, Work, build_work
 from .policies import Deployment, Policy, Rounds, ServerOutcome, ServerSchedule
@@ -164,7 +165,8 @@ def combine(outcomes: Sequence[ServerOutcome | None], *, prefixed: bool = True,
     for i, e in ran:
         unfinished |= e.unfinished
         for note in e.notes:
-            text = f"server {i}: {note}" if prefixed and e.crashed else note
+            crashed = prefixed and e.crashed
+            text = Finding("simulate.server_note", {"server": i, "note": note}) if crashed else note
             if text not in notes:
                 notes.append(text)
         for key, value in e.counters.items():
@@ -207,8 +209,7 @@ def run_result(policy: Policy, trace: Trace, works: Sequence[Work], outcome: Ser
         first_token, first_step, stints, ends = _gathered(works, where, n)
     notes = outcome.notes
     if unrouted:
-        notes.append(f"every server had crashed: {len(unrouted)} request(s) never routed (counted as missing "
-                     "the SLO)")
+        notes.append(Finding("simulate.never_routed", {"requests": len(unrouted)}))
     if where is None:  # a closed-loop client's send times
         arrival = lead.arrival
     else:  # the router's: the trace's
@@ -409,15 +410,13 @@ def note_pool(notes: list[str], works: Sequence[Work], pool, what: str = "") -> 
     retractions (last). ``what``: which pool (``"prefill instance's "``), ``""`` for a server's."""
     if works[0].rejected:
         first = works[0].rejected[0]
-        notes.insert(0, (
-            f"{len(works[0].rejected)} request(s) can never fit in the {what}KV pool ({works[0].capacity:,} "
-            "tokens at "
-            f"mem_fraction_static {pool.mem_fraction_static:g}): first is request {first} with "
-            f"{works[0].prompt[first]} + {works[0].output[first]} tokens; counted as missing the SLO"))
+        notes.insert(0, Finding("simulate.never_fits_pool", {
+            "rejected": len(works[0].rejected), "pool": what, "pool_tokens": works[0].capacity,
+            "mem_fraction": pool.mem_fraction_static, "first": first, "prompt_tokens": works[0].prompt[first],
+            "output_tokens": works[0].output[first]}))
     retracted = sum(w.retractions for w in works)
     if retracted:
-        notes.append(f"{retracted} retraction(s): requests sent back to the queue when decode ran out of KV "
-                     "slots, prefilled again with their outputs (SGLang's retract_decode)")
+        notes.append(Finding("simulate.retractions", {"retractions": retracted}))
 
 
 __all__ = ["combine", "drive", "merge_replicas", "replica_run", "replicas_apart", "route", "run_result",

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..util.errors import InputError, short_repr
+from ..util.errors import Finding, InputError, short_repr
 from ..util.input_files import check_input_file, unreadable
 from ..util.numbers import finite_float, plain_int
 from .columns import FLOAT, INT, Column, Ragged
@@ -224,9 +224,12 @@ class _Rows:
                 return
             blocks = hashes[:-(-p // HASH_BLOCK_TOKENS)]  # ids past the prompt's last block dropped
         if len(self.times) >= MAX_REQUESTS:
-            raise InputError(f"{self.source}: more than {MAX_REQUESTS:,} requests, the most one trace may "
-                             "have: cut it first (e.g. head -n), or simulate a part of it with "
-                             "--max-requests")
+            raise InputError(
+                "{source}: more than {max_requests:,} requests, the most one trace may have: cut it "
+                "first (e.g. head -n), or simulate a part of it with {flag.max_requests}",
+                param="max_requests",
+                values={"source": self.source, "max_requests": MAX_REQUESTS},
+            )
         try:
             self.hashes.append(blocks)
         except OverflowError:
@@ -273,7 +276,7 @@ def _finish(rows: _Rows, source: str, fmt: str) -> Trace:
         outputs = Column(INT, (outputs[i] for i in order))
         hashes = Ragged(hashes[i] for i in order) if hashes else hashes
         del order
-        notes.append(f"{source} is not in time order: requests sorted by arrival")
+        notes.append(Finding("trace.sorted", {"source": str(source)}))
     start = times[0]
     if not times[-1] - start <= MAX_ARRIVAL_S:  # also inf (rows at -1e308 and 1e308)
         raise InputError(
@@ -408,9 +411,9 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
                 if detected is None:
                     shown = first.strip()[:60]
                     raise InputError(
-                        f"{p}: unknown trace format (first line {shown!r}); expected an Azure CSV, a "
-                        "Mooncake JSONL or a BurstGPT CSV, or pass --format"
-                    )
+                        "{path}: unknown trace format (first line {shown!r}); expected an Azure CSV, a "
+                        "Mooncake JSONL or a BurstGPT CSV, or pass {flag.format}", param="format",
+                        values={"path": str(p), "shown": shown})
                 fmt = detected
             reader: Callable[..., Trace] = {"azure": _read_azure, "mooncake": _read_mooncake,
                                             "burstgpt": _read_burstgpt}[fmt]
@@ -645,17 +648,28 @@ def _random_spec(text: str, what: str) -> tuple[int, float, int] | None:
     if not spec.startswith("random:"):
         return None
     if not spec.isascii():
-        raise InputError(f"{what} {text!r}: write the numbers in ASCII digits (e.g. random:1024)")
+        raise InputError(
+            "{param_flag} {text!r}: write the numbers in ASCII digits (e.g. random:1024)",
+            param=what,
+            values={"text": text},
+        )
     parts = spec.split(":")[1:]
     try:
         full = int(parts[0])
         ratio = float(parts[1]) if len(parts) > 1 else 0.0
         low = int(parts[2]) if len(parts) > 2 else max(int(full * ratio), 1)
     except (ValueError, IndexError):
-        raise InputError(f"{what} {text!r}: give random:L, random:L:RATIO or random:L:RATIO:LOW") from None
+        raise InputError(
+            "{param_flag} {text!r}: give random:L, random:L:RATIO or random:L:RATIO:LOW",
+            param=what,
+            values={"text": text},
+        ) from None
     if len(parts) > 3 or not 1 <= full <= MAX_SPEC_TOKENS or not 0.0 <= ratio <= 1.0 or not 0 <= low <= full:
-        raise InputError(f"{what} {text!r}: need 1 <= L <= {MAX_SPEC_TOKENS:,}, 0 <= RATIO <= 1 and 0 <= LOW "
-                         "<= L")
+        raise InputError(
+            "{param_flag} {text!r}: need 1 <= L <= {max_tokens:,}, 0 <= RATIO <= 1 and 0 <= LOW <= L",
+            param=what,
+            values={"text": text, "max_tokens": MAX_SPEC_TOKENS},
+        )
     return full, ratio, low
 
 
@@ -667,10 +681,14 @@ def bench_serving_lengths(prompt_spec: str, output_spec: str, count: int, seed: 
     ``sample_random_requests``, ``common.py`` ``compute_random_lens``). An output length of 0 (LOW 0, as
     bench_serving drew them before 0.5) is served as 1 token. Raises :class:`InputError` for specs that
     are not both ``random:``."""
-    a, b = _random_spec(prompt_spec, "--prompt-tokens"), _random_spec(output_spec, "--output-tokens")
+    a, b = _random_spec(prompt_spec, "prompt_tokens"), _random_spec(output_spec, "output_tokens")
     if a is None or b is None:
-        raise InputError("bench_serving's random lengths need both --prompt-tokens and --output-tokens as "
-                         "random:L[...]")
+        raise InputError(
+            "bench_serving's random lengths need both {flag.prompt_tokens} and {flag.output_tokens} as "
+            "random:L[...]",
+            param="prompt_tokens",
+            values={},
+        )
     rng = _NumpyLegacyRandom(seed)
     prompts = rng.randint(max(a[2], 1), a[0] + 1, count)
     outputs = rng.randint(b[2], b[0] + 1, count)
@@ -687,43 +705,73 @@ def parse_length_spec(text: str | int, what: str) -> Callable[[random.Random], i
     """
     spec = str(text).strip().lower()
     if not spec.isascii():  # int() and float() read other scripts' digits ('٣'); no option does
-        raise InputError(f"{what} {text!r}: write the numbers in ASCII digits (e.g. 1024 or "
-                         "lognormal:1024:1)")
+        raise InputError(
+            "{param_flag} {text!r}: write the numbers in ASCII digits (e.g. 1024 or lognormal:1024:1)",
+            param=what,
+            values={"text": text},
+        )
     parts = spec.split(":")
     try:
         value = int(parts[0]) if len(parts) == 1 else 0
         kind, args = parts[0], [float(a) for a in parts[1:]]
     except ValueError:
-        raise InputError(f"{what} {text!r}: give N, uniform:LO:HI, exp:MEAN or "
-                         "lognormal:MEDIAN:SIGMA") from None
+        raise InputError(
+            "{param_flag} {text!r}: give N, uniform:LO:HI, exp:MEAN or lognormal:MEDIAN:SIGMA",
+            param=what,
+            values={"text": text},
+        ) from None
     if len(parts) == 1:
         if not 1 <= value <= MAX_SPEC_TOKENS:
-            raise InputError(f"{what} must be 1 to {MAX_SPEC_TOKENS:,} tokens, got {value}")
+            raise InputError(
+                "{param_flag} must be 1 to {max_tokens:,} tokens, got {value}",
+                param=what,
+                values={"text": text, "value": value, "max_tokens": MAX_SPEC_TOKENS},
+            )
         return lambda rng: value
     if not all(math.isfinite(a) for a in args):
-        raise InputError(f"{what} {text!r}: values must be finite")
+        raise InputError(
+            "{param_flag} {text!r}: values must be finite", param=what, values={"text": text}
+        )
     lengths = args[:1] if kind == "lognormal" else args
     if any(a > MAX_SPEC_TOKENS for a in lengths):
-        raise InputError(f"{what} {text!r}: token lengths must be at most {MAX_SPEC_TOKENS:,}")
+        raise InputError(
+            "{param_flag} {text!r}: token lengths must be at most {max_tokens:,}",
+            param=what,
+            values={"text": text, "max_tokens": MAX_SPEC_TOKENS},
+        )
     if kind == "lognormal" and len(args) == 2 and args[1] > MAX_LOGNORMAL_SIGMA:
-        raise InputError(f"{what} {text!r}: SIGMA must be at most {MAX_LOGNORMAL_SIGMA:g}")
+        raise InputError(
+            "{param_flag} {text!r}: SIGMA must be at most {max_sigma:g}",
+            param=what,
+            values={"text": text, "max_sigma": MAX_LOGNORMAL_SIGMA},
+        )
     if kind == "uniform" and len(args) == 2:
         lo, hi = int(args[0]), int(args[1])
         if not 1 <= lo <= hi:
-            raise InputError(f"{what} {text!r}: need 1 <= LO <= HI")
+            raise InputError(
+                "{param_flag} {text!r}: need 1 <= LO <= HI", param=what, values={"text": text}
+            )
         return lambda rng: rng.randint(lo, hi)
     if kind == "exp" and len(args) == 1:
         mean = args[0]
         if mean <= 0:
-            raise InputError(f"{what} {text!r}: the mean must be > 0")
+            raise InputError(
+                "{param_flag} {text!r}: the mean must be > 0", param=what, values={"text": text}
+            )
         return lambda rng: max(1, round(rng.expovariate(1.0 / mean)))
     if kind == "lognormal" and len(args) == 2:
         median, sigma = args
         if median <= 0 or sigma < 0:
-            raise InputError(f"{what} {text!r}: need MEDIAN > 0 and SIGMA >= 0")
+            raise InputError(
+                "{param_flag} {text!r}: need MEDIAN > 0 and SIGMA >= 0", param=what, values={"text": text}
+            )
         mu = math.log(median)
         return lambda rng: max(1, round(rng.lognormvariate(mu, sigma)))
-    raise InputError(f"{what} {text!r}: give N, uniform:LO:HI, exp:MEAN or lognormal:MEDIAN:SIGMA")
+    raise InputError(
+        "{param_flag} {text!r}: give N, uniform:LO:HI, exp:MEAN or lognormal:MEDIAN:SIGMA",
+        param=what,
+        values={"text": text},
+    )
 
 
 def synthetic_trace(
@@ -748,31 +796,55 @@ def synthetic_trace(
     at_once = isinstance(qps, (int, float)) and qps == math.inf
     if at_once:
         if num_requests is None:
-            raise InputError("--qps inf (every request at once) needs --max-requests N")
+            raise InputError("{flag.qps} inf (every request at once) needs {flag.max_requests} N",
+                             param="max_requests", values={})
         if duration_s is not None:
-            raise InputError("--duration does not apply to --qps inf (every request arrives at 0 s)")
+            raise InputError(
+                "{flag.duration} does not apply to {flag.qps} inf (every request arrives at 0 s)",
+                param="duration",
+                values={},
+            )
     elif not (isinstance(qps, (int, float)) and math.isfinite(qps) and qps > 0):
-        raise InputError(f"--qps must be a number > 0 (or inf: every request at once), got {qps}")
+        raise InputError(
+            "{flag.qps} must be a number > 0 (or inf: every request at once), got {qps}",
+            param="qps",
+            values={"qps": qps},
+        )
     elif qps > MAX_RATE_RPS:
-        raise InputError(f"--qps {qps:g}: more than {MAX_RATE_RPS:.0e} requests/s (arrivals less than a "
-                         "microsecond apart); --qps inf sends every request at once")
+        raise InputError(
+            "{flag.qps} {qps:g}: more than {max_rate:.0e} requests/s (arrivals less than a microsecond "
+            "apart); {flag.qps} inf sends every request at once",
+            param="qps",
+            values={"qps": qps, "max_rate": MAX_RATE_RPS},
+        )
     if num_requests is not None and num_requests < 1:
-        raise InputError(f"--max-requests must be >= 1, got {num_requests}")
+        raise InputError(
+            "{flag.max_requests} must be >= 1, got {n}", param="max_requests", values={"n": num_requests}
+        )
     if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
-        raise InputError(f"--duration must be a number > 0 s, got {duration_s}")
+        raise InputError("{flag.duration} must be a number > 0 s, got {duration}", param="duration",
+                         values={"duration": duration_s})
     limit = MAX_SYNTHETIC_REQUESTS
-    too_many = (f"more than {limit:,} synthetic requests: lower --qps or --duration, or cap them with "
-                f"--max-requests (at most {limit:,})")
+    #: the end of the refusals below: a template (its flags rendered with the rest)
+    too_many = (
+        "more than {limit:,} synthetic requests: lower {flag.qps} or {flag.duration}, or cap them with "
+        "{flag.max_requests} (at most {limit:,})"
+    )
     if num_requests is not None and num_requests > limit:
-        raise InputError(f"--max-requests {num_requests:,} asks for {too_many}")
+        raise InputError("{flag.max_requests} {n:,} asks for " + too_many, param="max_requests",
+                         values={"n": num_requests, "limit": limit})
     if num_requests is None and duration_s is not None and qps * duration_s > limit:
-        raise InputError(f"--qps {qps:g} for --duration {duration_s:g} s gives about {qps * duration_s:,.0f} "
-                         f"requests, {too_many}")
-    bench = _random_spec(str(prompt_tokens), "--prompt-tokens") is not None or \
-        _random_spec(str(output_tokens), "--output-tokens") is not None
+        raise InputError(
+            "{flag.qps} {qps:g} for {flag.duration} {duration:g} s gives about {count:,.0f} requests, "
+            + too_many,
+            param="qps",
+            values={"qps": qps, "duration": duration_s, "count": qps * duration_s, "limit": limit},
+        )
+    bench = _random_spec(str(prompt_tokens), "prompt_tokens") is not None or \
+        _random_spec(str(output_tokens), "output_tokens") is not None
     if not bench:
-        draw_prompt = parse_length_spec(prompt_tokens, "--prompt-tokens")
-        draw_output = parse_length_spec(output_tokens, "--output-tokens")
+        draw_prompt = parse_length_spec(prompt_tokens, "prompt_tokens")
+        draw_output = parse_length_spec(output_tokens, "output_tokens")
     if num_requests is None and duration_s is None:
         num_requests = 1000
     if at_once:
@@ -802,10 +874,18 @@ def synthetic_trace(
         if duration_s is not None and t > duration_s:
             break
         if not t <= MAX_ARRIVAL_S:  # also NaN/inf
-            raise InputError(f"--qps {qps:g} is so low that arrivals come after {MAX_ARRIVAL_S:g} s: give a "
-                             "higher rate")
+            raise InputError(
+                "{flag.qps} {qps:g} is so low that arrivals come after {max_arrival_s:g} s: give a higher "
+                "rate",
+                param="qps",
+                values={"qps": qps, "max_arrival_s": MAX_ARRIVAL_S},
+            )
         if len(times) >= limit:  # a Poisson count just past the expectation checked above
-            raise InputError(f"--qps {qps:g} for --duration {duration_s:g} s gives {too_many}")
+            raise InputError(
+                "{flag.qps} {qps:g} for {flag.duration} {duration:g} s gives " + too_many,
+                param="qps",
+                values={"qps": qps, "duration": duration_s, "limit": limit},
+            )
         times.append(t)
         prompts.append(draw_prompt(rng))
         outputs.append(draw_output(rng))
@@ -836,51 +916,78 @@ def reshape(
     trace whose requests all arrive at once, or a cut that leaves no request.
     """
     if rate_scale is not None and qps is not None:
-        raise InputError("give --rate-scale or --qps, not both (both set the arrival rate)")
+        raise InputError("give {flag.rate_scale} or {flag.qps}, not both (both set the arrival rate)",
+                         param="rate_scale", values={})
     if qps == math.inf:
-        raise InputError("--qps inf (every request at once) goes with --synthetic; a trace file's arrivals "
-                         "are retimed to a finite rate (or give --rate-scale)")
-    for name, value in (("--rate-scale", rate_scale), ("--qps", qps), ("--duration", duration_s)):
+        raise InputError(
+            "{flag.qps} inf (every request at once) goes with {flag.synthetic}; a trace file's arrivals "
+            "are retimed to a finite rate (or give {flag.rate_scale})",
+            param="qps",
+            values={},
+        )
+    for name, value in (("rate_scale", rate_scale), ("qps", qps), ("duration", duration_s)):
         if value is not None and not (math.isfinite(value) and value > 0):
-            raise InputError(f"{name} must be a number > 0, got {value}")
+            raise InputError(
+                "{param_flag} must be a number > 0, got {value}", param=name, values={"value": value}
+            )
     if max_requests is not None and max_requests < 1:
-        raise InputError(f"--max-requests must be >= 1, got {max_requests}")
+        raise InputError(
+            "{flag.max_requests} must be >= 1, got {n}", param="max_requests", values={"n": max_requests}
+        )
     notes = list(trace.notes)
     arrivals, prompts, outputs = trace.arrival_s, trace.prompt_tokens, trace.output_tokens
     hashes = trace.hash_ids
     if max_requests is not None and max_requests < len(arrivals):
         arrivals, prompts, outputs = arrivals[:max_requests], prompts[:max_requests], outputs[:max_requests]
         hashes = hashes[:max_requests]
-        notes.append(f"first {max_requests} requests of {len(trace)}")
+        notes.append(
+            Finding("trace.first_requests", {"kept": max_requests, "requests": len(trace)}, "max_requests")
+        )
     factor = None
     if rate_scale is not None and rate_scale != 1:
         factor = 1.0 / rate_scale
-        notes.append(f"arrival rate x{rate_scale:g}")
+        notes.append(Finding("trace.rate_scaled", {"rate_scale": rate_scale}, "rate_scale"))
     if qps is not None:
         span = arrivals[-1] - arrivals[0]
         if span <= 0:
-            raise InputError("cannot retime to --qps: every request of the trace arrives at the same time")
+            raise InputError(
+                "cannot retime to {flag.qps}: every request of the trace arrives at the same time",
+                param="qps",
+                values={},
+            )
         factor = (len(arrivals) - 1) / span / qps
-        notes.append(f"retimed to {qps:g} req/s (was {(len(arrivals) - 1) / span:.3g})")
+        notes.append(Finding("trace.retimed", {"qps": qps, "was_rps": (len(arrivals) - 1) / span}, "qps"))
     if factor is not None:
         arrivals = Column(FLOAT, (t * factor for t in arrivals))
-        what = f"--rate-scale {rate_scale:g}" if qps is None else f"--qps {qps:g}"
+        param, value = ("rate_scale", rate_scale) if qps is None else ("qps", qps)
+        what = "{param_flag} {value:g}"
         if not (math.isfinite(factor) and factor > 0 and arrivals[-1] <= MAX_ARRIVAL_S):
-            raise InputError(f"{what} retimes the trace to arrivals after {MAX_ARRIVAL_S:g} s (or none at "
-                             "all): give a rate nearer the trace's own")
+            raise InputError(
+                what + " retimes the trace to arrivals after {max_arrival_s:g} s (or none at all): give a "
+                "rate nearer the trace's own",
+                param=param,
+                values={"value": value, "max_arrival_s": MAX_ARRIVAL_S},
+            )
         span = arrivals[-1] - arrivals[0]
         if len(arrivals) > 1 and (span <= 0 or (len(arrivals) - 1) / span > MAX_RATE_RPS):
             rate = (len(arrivals) - 1) / span if span > 0 else math.inf
-            raise InputError(f"{what} retimes the trace to {rate:.3g} req/s, more than {MAX_RATE_RPS:.0e} "
-                             "(arrivals less than a microsecond apart): give a rate nearer the trace's own "
-                             "(--synthetic --qps inf --max-requests N sends every request at once)")
+            raise InputError(
+                what + " retimes the trace to {rate:.3g} req/s, more than {max_rate:.0e} (arrivals less "
+                "than a microsecond apart): give a rate nearer the trace's own ({flag.synthetic} "
+                "{flag.qps} inf {flag.max_requests} N sends every request at once)",
+                param=param,
+                values={"value": value, "rate": rate, "max_rate": MAX_RATE_RPS},
+            )
     if duration_s is not None:
         keep = bisect.bisect_right(arrivals, duration_s)
         if keep < len(arrivals):
-            notes.append(f"arrivals within {duration_s:g} s: {keep} of {len(arrivals)} requests")
+            notes.append(Finding("trace.duration_cut", {"duration_s": duration_s, "kept": keep,
+                                                         "requests": len(arrivals)}, "duration"))
         arrivals, prompts, outputs, hashes = arrivals[:keep], prompts[:keep], outputs[:keep], hashes[:keep]
     if not arrivals:
-        raise InputError("no request left after --max-requests/--duration")
+        raise InputError(
+            "no request left after {flag.max_requests}/{flag.duration}", param="max_requests", values={}
+        )
     return replace(trace, arrival_s=arrivals, prompt_tokens=prompts, output_tokens=outputs, hash_ids=hashes,
                    notes=tuple(notes))
 
@@ -914,9 +1021,19 @@ def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the 
     if trace.format == "synthetic":  # drawn, not read: no row of a file was bad
         prompts, outputs = trace.prompt_tokens, trace.output_tokens
         longest = max((j for j, k in enumerate(keep) if not k), key=lambda i: prompts[i] + outputs[i])
-        notes.append(f"{dropped_count} of the {len(trace)} synthetic requests drew more tokens than "
-                     f"{model_name}'s context length of {context_tokens:,} (the longest {prompts[longest]} + "
-                     f"{outputs[longest]}): left out, as SGLang refuses them")
+        notes.append(
+            Finding(
+                "trace.synthetic_past_context",
+                {
+                    "dropped": dropped_count,
+                    "requests": len(trace),
+                    "model": model_name,
+                    "context_tokens": context_tokens,
+                    "longest_prompt": prompts[longest],
+                    "longest_output": outputs[longest],
+                },
+            )
+        )
     else:
         for i in dropped[:max(0, KEEP_BAD_ROWS - len(examples))]:
             reason = (f"request {i + 1}: {trace.prompt_tokens[i]} + {trace.output_tokens[i]} tokens, past "

@@ -37,10 +37,10 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..multigpu.disaggregation import Layout, check_dp_value, check_load_balance_method
 from ..sglang import pdmux_config as pc
 from ..sglang import split_levels
-from ..multigpu.disaggregation import check_dp_value, check_load_balance_method, layout_text
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .engine import Setup
 from .executors import Executor
 from . import pool
@@ -110,10 +110,10 @@ class TuneResult:
     baseline: int | None
     skipped: int
     workers: int
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding | str] = field(default_factory=list)
     schedules: list[ScheduleRow] = field(default_factory=list)
     gpus: int = 1
-    layout: str = "1 GPU"
+    layout: Layout = field(default_factory=Layout)
     router: str = ""
 
     @property
@@ -121,22 +121,34 @@ class TuneResult:
         """The winning row."""
         return self.rows[self.best]
 
-    def verdict(self) -> str:
-        """One line: does the best pdmux config serve more requests within the SLO than SGLang's other
-        schedules (attainment, then goodput; within :data:`VERDICT_GOODPUT_TIE` of each other, a tie)?"""
+    def verdict_finding(self) -> Finding:
+        """Does the best pdmux config serve more requests within the SLO than SGLang's other schedules
+        (attainment, then goodput; within :data:`VERDICT_GOODPUT_TIE` of each other, a tie)? As data (codes
+        ``tune.verdict.*``: ``best_only`` without schedules, else ``tie``, ``pdmux`` or ``keep``)."""
         best = self.best_row
         if not self.schedules:
-            return f"best pdmux config: {best.candidate.description}"
+            return Finding("tune.verdict.best_only", {"config": best.candidate.description})
         rival = max(self.schedules, key=lambda r: (r.slo_attainment, _round_goodput(r.goodput_rps)))
-        text = (f"pdmux ({best.candidate.description}) meets the SLO for {best.slo_attainment:.1%} of "
-                f"requests ({best.goodput_rps:.3g} req/s); {rival.label} for {rival.slo_attainment:.1%} "
-                f"({rival.goodput_rps:.3g} req/s)")
+        values = {
+            "config": best.candidate.description,
+            "attainment": best.slo_attainment,
+            "goodput_rps": best.goodput_rps,
+            "rival": rival.label,
+            "rival_attainment": rival.slo_attainment,
+            "rival_goodput_rps": rival.goodput_rps,
+        }
         if best.slo_attainment == rival.slo_attainment and math.isclose(
                 best.goodput_rps, rival.goodput_rps, rel_tol=VERDICT_GOODPUT_TIE):
-            return text + ": a tie on this trace; --enable-pdmux buys nothing here"
+            return Finding("tune.verdict.tie", values)
         if (best.slo_attainment, best.goodput_rps) > (rival.slo_attainment, rival.goodput_rps):
-            return text + ": turn on --enable-pdmux"
-        return text + f": keep {rival.label}"
+            return Finding("tune.verdict.pdmux", values)
+        return Finding("tune.verdict.keep", values)
+
+    def verdict(self) -> str:
+        """:meth:`verdict_finding` as its line (:mod:`pdmux_cli.messages`)."""
+        from ..messages import render
+
+        return render(self.verdict_finding())
 
     def ranked(self) -> list[TuneRow]:
         """Rows best first: attainment, then goodput, then SGLang's defaults, then candidate order."""
@@ -256,27 +268,35 @@ def candidates(
     return out, skipped
 
 
-def slo_candidates(trace: Trace, setup: Setup, slo_itl_ms: float,
-                   margins: Sequence[float] = DEFAULT_SLO_MARGINS,
-                   budgets: Sequence[int] = DEFAULT_BUDGETS) -> tuple[list[Candidate], list[str]]:
-    """SLO levels (:func:`pdmux_cli.planning.slo_levels.levels_for_setup`) for ``margin x slo_itl_ms`` at the
-    trace's decode-step contexts (:func:`pdmux_cli.planning.slo_levels.trace_context`), one candidate per
+def slo_candidates(
+    trace: Trace,
+    setup: Setup,
+    slo_itl_ms: float,
+    margins: Sequence[float] = DEFAULT_SLO_MARGINS,
+    budgets: Sequence[int] = DEFAULT_BUDGETS,
+) -> tuple[list[Candidate], list[Finding]]:
+    """SLO levels (:func:`pdmux_cli.planning.slo_levels.levels_for_setup`) for ``margin x slo_itl_ms`` at
+    the trace's decode-step contexts (:func:`pdmux_cli.planning.slo_levels.trace_context`), one candidate per
     margin and budget, at most ``sm_group_num`` 8 (SGLang's default: 6 levels); margins giving the same levels
-    are tried once. Returns ``(candidates, notes)``: a note instead of candidates where no level can be
-    built (no request of the trace decodes). Raises :class:`InputError` for a margin outside
-    ``(0, MAX_SLO_MARGIN]``."""
+    are tried once. Returns ``(candidates, notes)``: a finding (``tune.no_slo_levels``) instead of
+    candidates where no level can be built (no request of the trace decodes). Raises :class:`InputError`
+    for a margin outside ``(0, MAX_SLO_MARGIN]``."""
     from ..planning import slo_levels as sl
 
     for margin in margins:
         if not (isinstance(margin, (int, float)) and math.isfinite(margin) and 0 < margin <= MAX_SLO_MARGIN):
-            raise InputError(f"--slo-margins must be numbers above 0 and at most {MAX_SLO_MARGIN:g} (shares "
-                             f"of the ITL SLO), got {margin}")
+            raise InputError(
+                "{flag.slo_margins} must be numbers above 0 and at most {max_margin:g} (shares of the "
+                "ITL SLO), got {margin}",
+                param="slo_margins",
+                values={"max_margin": MAX_SLO_MARGIN, "margin": margin},
+            )
     if not margins:
         return [], []
     try:
         context = sl.trace_context(trace.prompt_tokens, trace.output_tokens, sl.model_window(setup.model))
     except InputError as exc:
-        return [], [f"no SLO levels tried: {exc}"]
+        return [], [Finding("tune.no_slo_levels", {"reason": str(exc)}, "slo_margins")]
     out: list[Candidate] = []
     seen: set = set()
     for margin in margins:
@@ -298,7 +318,8 @@ def with_layer_caps(candidate: Candidate, caps: Sequence[int]) -> list[Candidate
     from dataclasses import replace
 
     if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in caps):
-        raise InputError(f"tune: layer caps must be integers >= 1, got {list(caps)}")
+        raise InputError("tune: layer caps must be integers >= 1, got {caps}", param="layer_caps",
+                         values={"caps": list(caps)})
     return [Candidate(replace(candidate.config, max_split_forward_layers=cap),
                       f"{candidate.description}, max {cap} layer(s) per round")
                       for cap in dict.fromkeys(caps)]
@@ -332,9 +353,10 @@ QUEUE_GROWTH = 2.0
 def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, slo_itl_ms: float,
                   workers: int | None = None, dp: int = 1, load_balance_method: str = "round_robin",
                   policy: PdmuxPolicy | None = None, executor: str | Executor = "local",
-                  max_steps: int | None = None) -> str | None:
-    """When ``row`` misses :data:`OVERLOAD_TARGET` because requests queue, one line saying so and the
-    rate at which this config would meet the target (:func:`.capacity.capacity`); else ``None``.
+                  max_steps: int | None = None) -> Finding | None:
+    """When ``row`` misses :data:`OVERLOAD_TARGET` because requests queue, a finding saying so and the
+    rate at which this config would meet the target (:func:`.capacity.capacity`; codes ``tune.overload.*``:
+    ``offline``, ``growing``, ``bursts``); else ``None``.
 
     Requests queue when the last quarter of them waits :data:`QUEUE_GROWTH` times longer for its first
     token than the first quarter, and longer than the SLO (the queue grows: the trace's mean rate is
@@ -352,28 +374,21 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
     if not (growing or bursts):
         return None
     if len(trace) < 2 or trace.mean_qps <= 0:  # an offline batch: no rate to lower
-        return (f"the trace's {len(trace)} requests all arrive at once: TTFT p99 {row.ttft_p99_ms / 1e3:.3g} "
-                "s is mostly queueing behind them (send them over time, or size the GPU with pdmux capacity "
-                "on a trace with arrival times)")
+        return Finding("tune.overload.offline", {"requests": len(trace), "ttft_p99_ms": row.ttft_p99_ms})
     from .capacity import capacity
 
     sized = capacity(trace, setup, [policy or PdmuxPolicy(row.candidate.config)], slo_ttft_ms, slo_itl_ms,
                      target=OVERLOAD_TARGET, workers=workers, dp=dp, load_balance_method=load_balance_method,
                      executor=executor, max_steps=max_steps).policies[0]
-    where = "GPU" if dp * setup.tp == 1 else f"{dp * setup.tp} GPUs"
-    if growing:
-        waits = ("never get a first token" if math.isinf(last)
-                 else f"wait {last / 1e3:.3g} s for their first token")
-        head = (f"the trace overloads the {where} at its rate ({trace.mean_qps:.3g} req/s): its last "
-                f"requests {waits} (median), its first {first / 1e3:.3g} s (the queue grows)")
-    else:
-        head = (f"the trace's bursts overload the {where}: TTFT p99 {row.ttft_p99_ms / 1e3:.3g} s, where the "
-                f"longest prompt's prefill alone takes {longest_ms / 1e3:.2g} s (requests queue)")
-    if sized.max_rate_rps <= 0:
-        return head + f"; the winner meets the SLO for {OVERLOAD_TARGET:.0%} of requests at no rate tried"
-    return (head + f"; the winner meets the SLO for {OVERLOAD_TARGET:.0%} of requests up to "
-            f"{sized.max_rate_rps:.3g} req/s, {sized.max_rate_rps / trace.mean_qps:.2g}x the trace's "
-            f"{trace.mean_qps:.3g} req/s (pdmux capacity sizes every policy)")
+    values = {"gpus": dp * setup.tp, "trace_rps": trace.mean_qps, "target": OVERLOAD_TARGET,
+              "sized_rps": sized.max_rate_rps}
+    if growing:  # the last quarter's median wait may be infinite: never a first token
+        return Finding(
+            "tune.overload.growing", {**values, "last_quarter_ttft_ms": last, "first_quarter_ttft_ms": first}
+        )
+    return Finding(
+        "tune.overload.bursts", {**values, "ttft_p99_ms": row.ttft_p99_ms, "longest_prefill_ms": longest_ms}
+    )
 
 
 def tune(
@@ -430,8 +445,7 @@ def tune(
 
     local = not isinstance(executor, Executor) and check_executor(executor, ray_address) == "local"
     cores = pool.default_workers()
-    capped_note = (f"--workers {workers}: this machine gives the process {cores} core(s), so {cores} "
-                   "worker(s) ran"
+    capped_note = (Finding("tune.workers_capped", {"workers": workers, "cores": cores}, "workers")
                    if local and workers and workers > cores else None)
     if schedules is None:
         from ..sglang.server_defaults import default_chunked_prefill_size
@@ -481,11 +495,21 @@ def tune(
         best = min(rows, key=lambda r: _rank_key(r, baseline)).index
         notes = ([capped_note] if capped_note else []) + slo_notes
         if rows[best].older_sglang_crash_rounds:
-            notes.append("SGLang 0.5.23 crashes with the winner (no manual_divisions threshold matched a "
-                         "decode batch)")
-        overload = overload_note(trace, setup, rows[best], slo_ttft_ms, slo_itl_ms, workers, dp,
-                                 load_balance_method, policy_of(rows[best].candidate.config), ex, max_steps)
+            notes.append(Finding("tune.winner_crashes_release"))
+        overload = overload_note(
+            trace,
+            setup,
+            rows[best],
+            slo_ttft_ms,
+            slo_itl_ms,
+            workers,
+            dp,
+            load_balance_method,
+            policy_of(rows[best].candidate.config),
+            ex,
+            max_steps,
+        )
     if overload:
         notes.append(overload)
     return TuneResult(rows, best, baseline, skipped, workers, notes, others, gpus=dp * setup.tp,
-                      layout=layout_text(setup.tp, dp), router=load_balance_method if dp > 1 else "")
+                      layout=Layout(setup.tp, dp), router=load_balance_method if dp > 1 else "")

@@ -2,11 +2,56 @@
 
 The core raises these; the CLI catches them once (``pdmux_cli.cli``) and turns each into a single
 line on stderr with the exit code the class carries. Nothing below the CLI prints or exits.
+
+The core also returns what it notices as data, :class:`Finding` (a code, its values, the parameter at
+fault), and names parameters in its errors by their Python names (``InputError(..., param="tp")``):
+the English of a finding and the command-line flag of a parameter live in one rendering module,
+:mod:`pdmux_cli.messages`.
 """
 
 from __future__ import annotations
 
 import reprlib
+import string
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, eq=True)
+class Finding:
+    """Something the core noticed and the user should read: a note, a refusal's reason, a hint.
+
+    ``code``: what was found (``"estimate.kv_pool_short"``; :mod:`pdmux_cli.messages` maps each code to
+    its sentence). ``values``: the numbers and names the sentence quotes (units in the keys: ``_ms``,
+    ``_bytes``, ``_gib``), JSON-like. ``param``: the parameter at fault or to change, by its Python name
+    (``"tp"``, ``"disagg_tp"``: a request field and keyword of the API), or ``None``; the CLI renders it
+    as its flag. No English here: the rendering layer owns it.
+    """
+
+    code: str
+    values: dict[str, Any] = field(default_factory=dict)
+    param: str | None = None
+
+    __hash__ = None  # type: ignore[assignment]  # values is a dict
+
+    def __str__(self) -> str:
+        from ..messages import render  # lazy: the core never needs the English, only str() does
+
+        return render(self)
+
+
+class _Flags:
+    """``{flag.NAME}`` in an error's template: ``names(NAME)`` after the error's aliases
+    (:meth:`InputError.retargeted`)."""
+
+    def __init__(self, names: Any, aliases: dict[str, str]) -> None:
+        self._names, self._aliases = names, aliases
+
+    def __getattr__(self, name: str) -> str:
+        return self._names(self._aliases.get(name, name))
+
+
+_FORMATTER = string.Formatter()
 
 
 class PdmuxError(Exception):
@@ -26,6 +71,71 @@ class InputError(PdmuxError, ValueError):
     """
 
     exit_code = 2
+
+    def __init__(self, message: str = "", *, param: str | None = None, values: dict[str, Any] | None = None,
+                 prefix: str = "", aliases: dict[str, str] | None = None) -> None:
+        """``message``: the one line; with ``values`` (possibly empty) a template whose ``{NAME}`` fields
+        are ``values[NAME]`` and whose ``{flag.NAME}`` fields name a parameter by its Python name (the
+        request field, the API keyword: ``tp``, ``disagg_tp``; ``{param_flag}``: ``param``'s); the rendering
+        layer turns each into its CLI flag (:func:`pdmux_cli.messages.error_text`, which ``str()`` uses) or
+        leaves the Python name (:func:`pdmux_cli.messages.api_error_text`). User text belongs in ``values``,
+        never in a template. ``param``: the parameter at fault, or ``None``. ``prefix``: text before the
+        message (``"what: "``), kept apart so that a wrapped error keeps its template. ``aliases``: parameter
+        renames (:meth:`retargeted`)."""
+        self.template = message
+        self.values = values
+        self.param = param
+        self.prefix = prefix
+        self.aliases = dict(aliases or {})
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        if self.values is None:
+            return self.prefix + self.template
+        from ..messages import error_text  # lazy: flag names live in the rendering module
+
+        return error_text(self)
+
+    def text(self, names: Any) -> str:
+        """The message with each ``{flag.NAME}`` as ``names(NAME)`` (after :attr:`aliases`)."""
+        if self.values is None:
+            return self.prefix + self.template
+        flags = _Flags(names, self.aliases)
+        own = getattr(flags, self.param) if self.param else ""
+        return self.prefix + _FORMATTER.vformat(
+            self.template, (), {**self.values, "flag": flags, "param_flag": own}
+        )
+
+    def prefixed(self, prefix: str) -> InputError:
+        """This error with ``prefix`` before its message (``"task: "``), its template and parameter kept."""
+        return type(self)(self.template, param=self.param, values=self.values, prefix=prefix + self.prefix,
+                          aliases=self.aliases)
+
+    def retargeted(self, aliases: dict[str, str], **values: Any) -> InputError:
+        """This error about another parameter with the same rules: each ``{flag.OLD}`` read as ``NEW``
+        (``{"tp": "disagg_tp"}``: a TP value refused for disaggregation's instances), ``param`` likewise,
+        and ``values`` replacing those of the same name that the template has (``sglang_tp="TP"``)."""
+        merged = None if self.values is None else {**self.values,
+                                                     **{k: v for k, v in values.items() if k in self.values}}
+        return type(self)(self.template, param=aliases.get(self.param, self.param) if self.param else None,
+                          values=merged, prefix=self.prefix, aliases={**self.aliases, **aliases})
+
+    def __reduce__(self) -> Any:  # across a process pool or Ray: the template and parameter kept
+        return _rebuild_input_error, (
+            type(self),
+            self.template,
+            self.param,
+            self.values,
+            self.prefix,
+            self.aliases,
+        )
+
+
+def _rebuild_input_error(cls: type, template: str, param: str | None, values: dict[str, Any] | None,
+                         prefix: str, aliases: dict[str, str]) -> InputError:
+    exc = cls.__new__(cls)
+    InputError.__init__(exc, template, param=param, values=values, prefix=prefix, aliases=aliases)
+    return exc
 
 
 class DeviceError(PdmuxError, RuntimeError):

@@ -122,12 +122,13 @@ class CapacityOutcome:
             "slo": {"ttft_ms": r.slo_ttft, "itl_ms": r.slo_itl, "itl_judged_on": "request p99 ITL (nearest "
                                                                                  "rank)"},
             "target": r.target, "tolerance": r.tolerance, "workers": result.workers,
-            "policies": [{"policy": p.label, "kind": p.kind, "gpus": p.gpus, "layout": p.layout,
+            "policies": [{"policy": p.label, "kind": p.kind, "gpus": p.gpus, "layout": str(p.layout),
                           "router": p.router or None, "max_rate_rps": p.max_rate_rps,
                           "max_rate_per_gpu_rps": p.per_gpu_rps, "bound": p.bound or None,
                           "at": point_dict(p.at) if p.at else None, "config": p.config_path,
                           "points": [point_dict(x) for x in p.points]} for p in result.policies],
-            "verdict": result.verdict(), "plot": str(self.plot) if self.plot else None, "notes": self.notes,
+            "verdict": result.verdict(), "plot": str(self.plot) if self.plot else None,
+            "notes": [str(n) for n in self.notes],
             "sglang_support": self.support.as_dict(),
             "pdmux": provenance_block(r.sglang, setup, r.calibration),
         })

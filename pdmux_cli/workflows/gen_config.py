@@ -256,9 +256,10 @@ def gen_config(request: GenConfigRequest, simulator: SimulatorHooks | None = Non
     text = pc.dump_config(config)
     path_text = str(output) if output is not None else "pdmux.yaml"
     flags = pc.launch_flags(path_text, config.sm_group_num, tp)
-    from ..sglang.revision_rules import revision_notes
+    from ..messages import render_all
+    from ..sglang.revision_rules import revision_findings
 
-    rev_notes = revision_notes(r.sglang, tp)
+    rev_notes = render_all(revision_findings(r.sglang, tp))
     launch_env = list(get_revision(r.sglang).tp_launch) if tp > 1 else []
     if output is not None:
         from ..util.atomic import write_text_atomic

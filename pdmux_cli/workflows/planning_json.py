@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..messages import layout_text, render_all
+
 if TYPE_CHECKING:  # type names only: rendering splits must not import the cost model
     from ..planning.estimate import Estimate
     from ..sglang.split_levels import Split
@@ -144,7 +146,7 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
                 "decode_corun_ms": r.decode_corun_ms,
                 "prefill_corun_ms": r.prefill_corun_ms,
                 "gpus": r.gpus,
-                "layout": r.layout,
+                "layout": layout_text(r.layout),
                 "transfer_ms": r.transfer_ms,
                 "link": link_dict(est.kv_link) if r.policy == "disagg" else None,
                 "runs": (est.pdmux_support is None or est.pdmux_support.runs)
@@ -171,7 +173,7 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
             for lv in est.levels
         ],
         "disagg": _disagg_dict(est),
-        "notes": est.notes,
+        "notes": render_all(est.notes),
     }
 
 
@@ -186,7 +188,7 @@ def _disagg_dict(est: Estimate) -> dict[str, Any] | None:
         "decode_instances": y,
         "tp": est.scenario.disagg_tp or est.tp,
         "gpus": row.gpus,
-        "layout": row.layout,
+        "layout": layout_text(row.layout),
         "link": link_dict(est.kv_link),
         "kv_transfer_bytes_per_gpu": est.kv_transfer_bytes,
         "prefill_ms": row.prefill_alone_ms,

@@ -108,13 +108,14 @@ class PolicySet:
 
 def _one_pdmux(choice: PolicyChoice, setup: Any, out: PolicySet) -> None:
     """simulate: the one config of ``choice.pdmux``."""
-    from ..sglang.revision_rules import layer_cap, plan_check, revision_notes
+    from ..messages import render_all
+    from ..sglang.revision_rules import layer_cap, plan_check, revision_findings
     from ..sglang.revisions import get_revision
     from ..simulate.schedulers import PdmuxPolicy
 
     cfg, notes = resolve_config(choice.pdmux, setup)
     plan_check(choice.sglang, cfg)  # a revision whose divide_sm was not read needs manual_divisions
-    out.notes.extend([*revision_notes(choice.sglang, setup.tp), *notes])
+    out.notes.extend([*render_all(revision_findings(choice.sglang, setup.tp)), *notes])
     fallback = choice.unreleased_fallback or get_revision(choice.sglang).threshold_fallback
     out.add(PdmuxPolicy(cfg, unreleased_fallback=fallback,
                         max_split_forward_layers=layer_cap(choice.sglang, cfg)))
@@ -123,13 +124,14 @@ def _one_pdmux(choice: PolicyChoice, setup: Any, out: PolicySet) -> None:
 def _pdmux_beside_defaults(choice: PolicyChoice, setup: Any, out: PolicySet) -> None:
     """capacity: SGLang's defaults (unless the revision needs manual levels and files are given), then
     each file, named by its file name (its path where two share a name)."""
-    from ..sglang.revision_rules import layer_cap, plan_check, revision_notes
+    from ..messages import render_all
+    from ..sglang.revision_rules import layer_cap, plan_check, revision_findings
     from ..sglang.revisions import get_revision
     from ..simulate.schedulers import PdmuxPolicy
 
     rev = get_revision(choice.sglang)
     fallback = choice.unreleased_fallback or rev.threshold_fallback
-    out.notes.extend(revision_notes(rev, setup.tp))
+    out.notes.extend(render_all(revision_findings(rev, setup.tp)))
     files = choice.pdmux_files or ()
     if rev.divide_sm != "not read" or not files:
         plan_check(rev, None)  # SGLang's defaults: its automatic split

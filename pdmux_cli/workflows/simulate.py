@@ -102,7 +102,7 @@ class SimulateResult:
                                                                                  "rank)"},
             "policies": [report.metrics_dict(m) for m in self.metrics],
             "csv": str(self.csv) if self.csv else None, "plot": str(self.plot) if self.plot else None,
-            "sglang_support": self.support.as_dict(), "notes": self.notes,
+            "sglang_support": self.support.as_dict(), "notes": [str(n) for n in self.notes],
             "pdmux": provenance_block(r.sglang, setup, r.calibration),
         })
 

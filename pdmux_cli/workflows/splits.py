@@ -189,8 +189,10 @@ def splits(request: SplitsRequest) -> SplitsResult | AllGpusSplits:
         too_big = [v for v in values if v > top]
         if too_big:  # as estimate's bounds: no server runs a batch or prompt past them
             raise InputError(f"{what} {short_repr(too_big[0])}: give 1 to {top:,}")
+    from ..messages import render
+
     plan = split_levels.plan_groups(device.sm_count, device.cc, group_num, manual)
-    notes = cfg_notes + ([plan.note] if plan.note else [])
+    notes = cfg_notes + ([render(plan.note)] if plan.note else [])
     if tp > 1:
         from ..multigpu.tensor_parallel import shard
 

@@ -85,7 +85,7 @@ def search_dict(result: Any) -> dict[str, Any]:
     """The JSON of a :class:`pdmux_cli.simulate.tune.TuneResult` (tune's, and gen-config --tune's
     ``tune``); ``gpus``, ``layout``, ``router``: the GPUs every config and schedule ran on (``dp x tp``),
     how, and the load-balance method between the replicas (``None`` for one server); NaN p99s as ``None``."""
-    gpus, layout, router = result.gpus, result.layout, result.router or None
+    gpus, layout, router = result.gpus, str(result.layout), result.router or None
 
     def num(x: float) -> float | None:
         return x if math.isfinite(x) else None
@@ -105,7 +105,7 @@ def search_dict(result: Any) -> dict[str, Any]:
                        "itl_p99_ms": num(o.itl_p99_ms)}
                       for o in result.schedules],
         "verdict": result.verdict(),
-        "notes": result.notes,
+        "notes": [str(n) for n in result.notes],
     }
 
 
@@ -124,7 +124,8 @@ def search(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, space: Se
     """:func:`pdmux_cli.simulate.tune.tune` over ``space`` under the revision ``sglang``'s rules (its
     layer cap searched, manual levels only, the group-1 fallback); the revision's notes appended. Raises
     :class:`InputError` for bad SLOs or lists."""
-    from ..sglang.revision_rules import revision_notes
+    from ..messages import render_all
+    from ..sglang.revision_rules import revision_findings
     from ..sglang.revisions import get_revision
     from ..sglang.split_levels import check_sm_group_num
     from ..simulate.engine import step_budget
@@ -155,7 +156,7 @@ def search(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, space: Se
         result = tune(workload, setup, slo_ttft, slo_itl, groups, divs, buds, space.single_levels,
                       space.workers,
                       progress=task.advance if task is not None else None, **options)
-    result.notes.extend(revision_notes(sglang, setup.tp))
+    result.notes.extend(render_all(revision_findings(sglang, setup.tp)))
     return result
 
 

@@ -1,0 +1,525 @@
+"""The English of pdmux: every finding's sentence and every parameter's command-line flag.
+
+The core returns what it notices as :class:`pdmux_cli.util.errors.Finding` (a code, its values, the
+parameter at fault) and names parameters in its errors by their Python names (``{flag.tp}`` in an
+:class:`~pdmux_cli.util.errors.InputError` template, ``param="tp"``); this module turns them into the lines
+the CLI prints and the JSON carries. Pure (no I/O, no rich, no typer, no pdmux module): the CLI and the
+workflows import it; the core only lazily, for ``str()`` of a finding, an error or a layout.
+
+- :func:`flag`: a parameter's flag (``disagg_tp`` -> ``--disagg-tp``; :data:`FLAGS` for the irregular);
+- :func:`render` / :func:`render_all`: a finding (or a note still written as text) as its line;
+- :func:`error_text` / :func:`api_error_text`: an error with flags, or with the API's parameter names;
+- :func:`layout_text`, :func:`launch_line`: how a policy uses its GPUs, and a shell launch line, from data.
+
+Codes are ``area.what``; :data:`TEMPLATES` holds a ``str.format`` template (fields: the finding's values,
+``{flag.NAME}`` for a flag) or a function of the finding for sentences with parts that come and go.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # names only: the core imports this module (lazily, for str()), never the other way
+    from .util.errors import Finding, InputError
+
+#: Parameters whose flag is not ``--`` + the name with ``-`` for ``_``.
+FLAGS: dict[str, str] = {}
+
+
+def flag(param: str) -> str:
+    """The CLI flag of a parameter (its Python name: a request field, an API keyword)."""
+    return FLAGS.get(param) or "--" + param.replace("_", "-")
+
+
+def error_text(exc: InputError) -> str:
+    """``exc``'s message as the CLI prints it: each parameter named by its flag."""
+    return exc.text(flag)
+
+
+def api_error_text(exc: InputError) -> str:
+    """``exc``'s message for a caller of the Python API: each parameter by its keyword (``tp``)."""
+    return exc.text(lambda name: name)
+
+
+# --- layouts and launch lines -------------------------------------------------------------------------
+
+
+def layout_text(layout: Any) -> str:
+    """How a policy used its GPUs (a :class:`pdmux_cli.multigpu.disaggregation.Layout`): ``"1 GPU"``,
+    ``"TP 2"``, ``"DP 4 x TP 2"``, ``"1P1D x TP 1"`` (each of the X + Y instances ``tp`` GPUs)."""
+    if isinstance(layout, dict):  # a finding's values
+        tp, dp, xpyd = layout["tp"], layout["dp"], layout["xpyd"]
+    else:
+        tp, dp, xpyd = layout.tp, layout.dp, layout.xpyd
+    if xpyd is not None:
+        return f"{xpyd[0]}P{xpyd[1]}D x TP {tp}"
+    if dp > 1:
+        return f"DP {dp} x TP {tp}"
+    return f"TP {tp}" if tp > 1 else "1 GPU"
+
+
+def launch_line(command: Sequence[str], env: Sequence[str] = ()) -> str:
+    """``NAME=value ... command args``, each argument shell-quoted (an environment entry's value too)."""
+    quoted_env = []
+    for entry in env:
+        name, _, value = entry.partition("=")
+        quoted_env.append(f"{name}={shlex.quote(value)}")
+    return " ".join([*quoted_env, *(shlex.quote(str(a)) for a in command)])
+
+
+# --- findings -----------------------------------------------------------------------------------------
+
+
+def _gib(value: float) -> str:
+    return f"{value / 2**30:.1f}"
+
+
+def _does_not_fit(f: Finding) -> str:
+    v = f.values
+    per = f" per GPU (one of {v['tp']} ranks)" if v["tp"] > 1 else ""
+    hint = (
+        f"{flag('tp')} {v['fitting_tp']} fits"
+        if v["fitting_tp"]
+        else "more GPUs than one server's 8 would be needed"
+    ) + ", or fewer bytes per weight"
+    return (
+        f"does not fit: {v['model']} needs {_gib(v['weight_bytes'])} GiB of weights + "
+        f"{_gib(v['kv_cache_bytes'])} GiB of KV cache{per} > {_gib(v['gpu_memory_bytes'])} GiB on "
+        f"{v['gpu']}; the times in the table are hypothetical ({hint})"
+    )
+
+
+def _disagg_gpus(f: Finding) -> str:
+    v = f.values
+    gpus, tp = v["gpus"], v["tp"]
+    one = "1 GPU" if tp == 1 else f"{tp} GPUs (TP {tp})"
+    same = (
+        f"to compare at {gpus} GPUs, under load they would run as {gpus // tp} data-parallel replicas"
+        if gpus % tp == 0 and gpus != tp
+        else "on as many GPUs"
+        if gpus == tp
+        else f"not at equal GPU count ({gpus} against {tp})"
+    )
+    return (
+        f"disagg {v['xpyd']}: {gpus} GPUs ({v['prefill']} prefill and {v['decode']} decode instance(s), "
+        f"TP {v['instance_tp']} each); the other rows are one server on {one}: {same} (this estimate is one "
+        "server's view of one prompt)"
+    )
+
+
+def _pdmux_support(f: Finding) -> str:
+    """A model-support finding as the estimate's note: the reason, with what it means for the rows."""
+    reason = render(f.values["reason"])
+    if f.values["state"] == "no":
+        return f"PD mux cannot run: {reason}; its rows are the split's arithmetic, not a speed SGLang reaches"
+    return f"PD mux: {reason}"
+
+
+def _revision_tp(f: Finding) -> str:
+    v = f.values
+    env = " ".join(v["launch_env"])
+    return (
+        f"{v['revision']} with TP {v['tp']}: "
+        + (f"launch with {env}; " if env else "")
+        + (v["requires"] or "")
+    )
+
+
+def _request_delay(f: Finding) -> str:
+    where = "the calibration's" if f.values["calibrated"] else "fitted to public runs, serving.yaml"
+    return (
+        "prefill time is the server's; a request's TTFT adds SGLang's request path, "
+        f"{f.values['delay_ms']:.3g} "
+        f"ms ({where}), as simulate counts it"
+    )
+
+
+def _level_not_built(f: Finding) -> str:
+    levels = ", ".join(f"{p}/{d}" for p, d in f.values["levels"])
+    return (
+        f"{f.values['prefill_sms']}/{f.values['decode_sms']} is not one of the levels SGLang builds here "
+        f"({levels}); a manual_divisions entry gives it"
+    )
+
+
+def _model_support(f: Finding) -> str:
+    v = f.values
+    kind = f.code.rsplit(".", 1)[1]
+    if kind == "no_scan":
+        return (
+            f"pdmux has no scan of {v['revision_name']}'s model classes: whether it can multiplex "
+            f"{v['architecture'] or 'this model'} is not known"
+        )
+    if kind == "no_architectures":
+        return (
+            "config.json names no architectures: which SGLang class runs it, and so whether "
+            f"{v['revision_name']} can multiplex it, is not known"
+        )
+    if kind == "no_class":
+        return (
+            f"SGLang {v['sglang']} has no model class for {v['architecture']} (it would fall back to "
+            f"{v['fallback']}, which has no {v['method']}): pdmux cannot run it"
+        )
+    if kind == "has_method":
+        via = "" if v["inherited_from"] is None else f", inherited from {v['inherited_from']}"
+        return f"SGLang {v['sglang']}'s {v['architecture']} ({v['file']}) has {v['method']}{via}"
+    return (
+        f"no {v['method']} in SGLang {v['sglang']}'s {v['architecture']} ({v['file']}): pdmux fails at the "
+        "first prefill"
+    )
+
+
+def rate_text(policy: Any) -> str:
+    """A policy's capacity as text: ``"5.2"``, ``">=41"`` (held at every rate tried), ``"<0.1"`` (at none).
+    ``policy``: a :class:`pdmux_cli.simulate.capacity.PolicyCapacity` or a verdict's policy values."""
+    if not isinstance(policy, dict):
+        policy = {
+            "max_rate_rps": policy.max_rate_rps,
+            "bound": policy.bound,
+            "lowest_rps": policy.points[0].rate_rps if policy.points else None,
+        }
+    if policy["bound"] == "above":
+        return f">={policy['max_rate_rps']:.3g}"
+    if policy["bound"] == "below":
+        return f"<{policy['lowest_rps']:.3g}" if policy["lowest_rps"] is not None else "0"
+    return f"{policy['max_rate_rps']:.3g}"
+
+
+def _on(p: dict[str, Any]) -> str:
+    """``" on 4 GPUs (DP 4 x TP 1)"`` for a policy on more than one GPU, else ``""``."""
+    return f" on {p['gpus']} GPUs ({layout_text(p['layout'])})" if p["gpus"] > 1 else ""
+
+
+def _sglang_args(args: Sequence[str]) -> str:
+    return " ".join(shlex.quote(str(a)) for a in args)
+
+
+def _verdict(f: Finding) -> str:
+    """``pdmux capacity``'s verdict (:meth:`pdmux_cli.simulate.capacity.CapacityResult.verdict_finding`)."""
+    kind, v = f.code.rsplit(".", 1)[1], f.values
+    if kind == "none_simulated":
+        return "no policy simulated"
+    if kind == "only":
+        return f"{v['policy']['label']} sustains {rate_text(v['policy'])} req/s{_on(v['policy'])}"
+    if kind == "no_policy_meets":
+        return (
+            f"no policy meets the SLO for {v['target']:.0%} of requests at any rate tried: loosen the SLO "
+            "or use a faster GPU"
+        )
+    pd, other = v["pdmux"], v["other"]
+    unequal = (
+        ""
+        if v["equal_gpus"]
+        else (
+            f" (not at equal GPU count: {pd['label']} on {pd['gpus']} GPU(s), {other['label']} on "
+            f"{other['gpus']}; per "
+            f"GPU {pd['per_gpu_rps']:.3g} against {other['per_gpu_rps']:.3g} req/s)"
+        )
+    )
+    on_pd, on_other = (_on(pd), _on(other)) if not unequal else ("", "")
+    if kind == "pdmux_serves_more":
+        gain = f"+{v['gain']:.0%}" if v["gain"] is not None else "where it meets the SLO at no rate"
+        return (
+            f"{pd['label']} sustains {rate_text(pd)} req/s{on_pd} against {rate_text(other)} for "
+            f"{other['label']}: {gain}{unequal}; enable it with: {_sglang_args(v['launch'])}"
+        )
+    if kind == "tie":
+        on = f" on {pd['gpus']} GPUs" if pd["gpus"] > 1 and not unequal else ""
+        return (
+            f"{pd['label']} and {other['label']} both sustain {rate_text(pd)} req/s{on}{unequal}: "
+            "--enable-pdmux "
+            "buys nothing here"
+        )
+    more = (
+        f"{other['label']} serves more ({rate_text(other)} req/s{on_other} against {rate_text(pd)} for "
+        f"{pd['label']}){unequal}"
+    )
+    if kind == "disagg_serves_more":
+        d = v["disagg"]
+        tp_flag = f" --tp-size {d['tp']}" if d["tp"] > 1 else ""
+        return (
+            f"{more}: deploy it as {d['prefill']} prefill server(s) with --disaggregation-mode prefill "
+            f"--chunked-prefill-size -1{tp_flag} and {d['decode']} decode server(s) with "
+            "--disaggregation-mode "
+            f"decode{tp_flag}, behind python -m sglang_router.launch_router --pd-disaggregation --prefill "
+            "URL ... "
+            "--decode URL ..."
+        )
+    return f"{more}: keep it ({' '.join(v['launch'])})"
+
+
+def _tune_verdict(f: Finding) -> str:
+    """``pdmux tune``'s verdict (:meth:`pdmux_cli.simulate.tune.TuneResult.verdict_finding`)."""
+    kind, v = f.code.rsplit(".", 1)[1], f.values
+    if kind == "best_only":
+        return f"best pdmux config: {v['config']}"
+    text = (
+        f"pdmux ({v['config']}) meets the SLO for {v['attainment']:.1%} of requests ({v['goodput_rps']:.3g} "
+        f"req/s); {v['rival']} for {v['rival_attainment']:.1%} ({v['rival_goodput_rps']:.3g} req/s)"
+    )
+    if kind == "tie":
+        return text + ": a tie on this trace; --enable-pdmux buys nothing here"
+    if kind == "pdmux":
+        return text + ": turn on --enable-pdmux"
+    return text + f": keep {v['rival']}"
+
+
+def _overload(f: Finding) -> str:
+    """Tune's note on a winner that misses the target because requests queue (``tune.overload_note``)."""
+    kind, v = f.code.rsplit(".", 1)[1], f.values
+    if kind == "offline":
+        return (
+            f"the trace's {v['requests']} requests all arrive at once: TTFT p99 {v['ttft_p99_ms'] / 1e3:.3g} "
+            "s is "
+            "mostly queueing behind them (send them over time, or size the GPU with pdmux capacity on a "
+            "trace "
+            "with arrival times)"
+        )
+    where = "GPU" if v["gpus"] == 1 else f"{v['gpus']} GPUs"
+    if kind == "growing":
+        last, first = v["last_quarter_ttft_ms"], v["first_quarter_ttft_ms"]
+        waits = (
+            "never get a first token"
+            if math.isinf(last)
+            else f"wait {last / 1e3:.3g} s for their first token"
+        )
+        head = (
+            f"the trace overloads the {where} at its rate ({v['trace_rps']:.3g} req/s): its last requests "
+            f"{waits} "
+            f"(median), its first {first / 1e3:.3g} s (the queue grows)"
+        )
+    else:
+        head = (
+            f"the trace's bursts overload the {where}: TTFT p99 {v['ttft_p99_ms'] / 1e3:.3g} s, where the "
+            "longest "
+            f"prompt's prefill alone takes {v['longest_prefill_ms'] / 1e3:.2g} s (requests queue)"
+        )
+    if v["sized_rps"] <= 0:
+        return head + f"; the winner meets the SLO for {v['target']:.0%} of requests at no rate tried"
+    return (
+        head
+        + f"; the winner meets the SLO for {v['target']:.0%} of requests up to {v['sized_rps']:.3g} req/s, "
+        f"{v['sized_rps'] / v['trace_rps']:.2g}x the trace's {v['trace_rps']:.3g} req/s (pdmux capacity "
+        "sizes "
+        "every policy)"
+    )
+
+
+def _allreduce_nearest(f: Finding) -> str:
+    v = f.values
+    more = (f", NCCL's time plus {v['hop_us']:g} us for each of {v['extra_steps']} extra ring steps"
+            if v["extra_steps"] else "")
+    return (f"all-reduce over {v['tp']} GPUs: the fit for {v['nearest']} GPUs (measured: "
+            f"{', '.join(map(str, v['measured']))}){more}")
+
+
+TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
+    # sglang_support.model_support: whether a revision can run pdmux for a model
+    "sglang.support.no_scan": _model_support,
+    "sglang.support.no_architectures": _model_support,
+    "sglang.support.no_class": _model_support,
+    "sglang.support.has_method": _model_support,
+    "sglang.support.no_method": _model_support,
+    # sglang/revision_rules.revision_findings
+    "sglang.revision.startup_failure": "{revision}: {failure}",
+    "sglang.revision.loader_not_read": (
+        "{revision}: its pdmux_context.py was not read (not stored at {commit}): the YAML's load and "
+        "start-up checks are not judged; levels are the manual_divisions as written"
+    ),
+    "sglang.revision.tp": _revision_tp,
+    # policy.plan_groups
+    "levels.cuda_granularity": (
+        "SGLang's automatic split raises 'Unsupported compute capability: {major}.{minor}' at start-up "
+        "(issue #32933); these are the levels CUDA's granularity allows (multiples of 8). Deploy them as "
+        "manual_divisions: pdmux gen-config writes them."
+    ),
+    "levels.release_crashes": (
+        "{release} dies with UnboundLocalError here ({unreleased} takes group 1): no manual_divisions "
+        "threshold is <= {decode_bs}"
+    ),
+    # estimate
+    "estimate.level_rounded": (
+        "level {asked_prefill_sms}/{asked_decode_sms} runs as {prefill_sms}/{decode_sms} SMs (the CUDA "
+        "driver rounds green-context SM counts up to multiples of {multiple} on compute capability "
+        "{major}.x): estimated at {prefill_sms}/{decode_sms}"
+    ),
+    "estimate.level_not_built": _level_not_built,
+    "estimate.chapter_short_prefill": (
+        "chapter model: the {prompt_tokens}-token prefill ({prefill_ms:.3g} ms) is shorter than reading the "
+        "weights once ({weights_ms:.3g} ms): the chapter times prefill by its FLOPs alone (its design, for "
+        "prompts long enough to be compute-bound), so short prompts are too fast here; {flag.cost_model} "
+        "roofline times both"
+    ),
+    "estimate.mixed_chunk_no_row": (
+        "mixed chunk {chunk}: no row, the {decode_bs} decode rows take the whole chunk (SGLang charges each "
+        "one token of it), so the prompt waits until the decode batch shrinks"
+    ),
+    "estimate.no_pdmux_row": "group {group} gives one phase the whole GPU: no PD-multiplexing row",
+    "estimate.does_not_fit": _does_not_fit,
+    "estimate.no_memory_chunking_off": (
+        "SGLang's default mem_fraction_static leaves no memory with chunking off (as pdmux needs) on {gpu}: "
+        "launch with --mem-fraction-static"
+    ),
+    "estimate.kv_pool_short": (
+        "SGLang's KV pool under pdmux (mem_fraction_static {mem_fraction:g}, chunking off) holds "
+        "{pool_tokens:,} tokens, fewer than the {needed_tokens:,} this scenario holds at once: about "
+        "--mem-fraction-static {suggested_fraction:.2f} holds them (less room for activations)"
+    ),
+    "estimate.tp_same_split": (
+        "TP {tp}: every GPU runs the same {prefill_sms}/{decode_sms} split on its shard; before a prefill "
+        "joins the decode batch the ranks agree it is done (a CPU all-reduce, SGLang's event_loop_pdmux)"
+    ),
+    "estimate.disagg_gpus": _disagg_gpus,
+    "estimate.disagg_kv_link": (
+        "disagg KV link: {link} ({link_source}); the prompt's KV, {transfer_gb:.3g} GB per GPU, crosses it "
+        "in {transfer_ms:.3g} ms, so the disagg row's prefill time is its TTFT: {prefill_ms:.0f} ms of "
+        "prefill on a whole GPU + the transfer; its ITL is the undisturbed decode step (no prefill runs on a "
+        "decode instance)"
+    ),
+    "estimate.pdmux_support": _pdmux_support,
+    "estimate.request_delay": _request_delay,
+    # costmodel: where its efficiencies come from when not measured on this GPU
+    "costmodel.efficiency.same_chip": ("kernel efficiencies measured on {fitted_on}, used for this same-chip "
+                                       "GPU as fractions of its own datasheet figures"),
+    "costmodel.efficiency.same_family": ("no kernel measurements for this GPU: efficiencies of {fitted_on} "
+                                         "(compute capability {family}) applied to its datasheet figures"),
+    "costmodel.efficiency.guess": ("no kernel measurements for compute capability {major}.x: efficiencies of "
+                                   "{fitted_on} applied to this GPU's datasheet figures (a rough guess)"),
+    "costmodel.fp8_block_gemm_stand_in": ("block-scaled fp8 GEMMs not measured on {fitted_on}: its "
+                                          "per-tensor fp8 GEMM efficiency stands in"),
+    "costmodel.no_fp8_gemm": ("no fp8 GEMM measured on {fitted_on}: its bf16 GEMM efficiencies applied to "
+                              "the fp8 dense peak (likely too fast)"),
+    "costmodel.no_fp8_kv_attention": ("decode attention over an fp8 KV cache not measured on {fitted_on}: "
+                                      "its bf16-KV efficiency applied to 1-byte elements (likely too fast)"),
+    "costmodel.bandwidth_family_stand_in": ("bandwidth vs SMs: compute capability {compute_capability} has "
+                                            "no green-context measurement; the per-SM bandwidth of "
+                                            "{stand_in} stands in"),
+    "costmodel.moe.unknown_kernel": ("SGLang's {kernel} MoE ({dtype}) is not in any public table: the routed "
+                                     "experts are timed as two GEMMs with the GEMM efficiency"),
+    "costmodel.moe.stand_in": ("SGLang's {kernel} MoE in {dtype} not measured on {fitted_on}: its {other} "
+                               "MoE efficiency stands in for the routed experts"),
+    "costmodel.moe.none": ("no {dtype} MoE measured on {fitted_on}: the routed experts are timed as two "
+                           "GEMMs with the GEMM efficiency (likely too fast at small batches)"),
+    "costmodel.allreduce_stand_in": ("all-reduce constants measured on {gpu} ({interconnect}), used as "
+                                     "fractions of this GPU's own link bandwidth"),
+    "costmodel.allreduce_nearest_ranks": _allreduce_nearest,
+    "costmodel.fp8_weights_marlin": ("fp8 weights in {math_dtype} math ({gpu} has no fp8 tensor cores, or "
+                                     "{flag.flops_dtype}): SGLang runs them as weight-only fp8 (Marlin); "
+                                     "modelled as 16-bit GEMMs reading 1-byte weights, not measured"),
+    "costmodel.whole_gpu_other_model": "whole-GPU terms calibrated on {calibrated_on}, applied to {model}",
+    # simulate/traces.py: what was done to the trace
+    "trace.sorted": "{source} is not in time order: requests sorted by arrival",
+    "trace.first_requests": "first {kept} requests of {requests}",
+    "trace.rate_scaled": "arrival rate x{rate_scale:g}",
+    "trace.retimed": "retimed to {qps:g} req/s (was {was_rps:.3g})",
+    "trace.duration_cut": "arrivals within {duration_s:g} s: {kept} of {requests} requests",
+    "trace.synthetic_past_context": ("{dropped} of the {requests} synthetic requests drew more tokens than "
+                                     "{model}'s context length of {context_tokens:,} (the longest "
+                                     "{longest_prompt} + {longest_output}): left out, as SGLang refuses "
+                                     "them"),
+    # the simulator
+    "simulate.never_fits_pool": (
+        "{rejected} request(s) can never fit in the {pool}KV pool ({pool_tokens:,} tokens at "
+        "mem_fraction_static {mem_fraction:g}): first is request {first} with {prompt_tokens} + "
+        "{output_tokens} tokens; counted as missing the SLO"),
+    "simulate.never_fits_decode_pool": (
+        "{rejected} request(s) can never fit in a decode instance's KV pool ({pool_tokens:,} tokens): first "
+        "is request {first} with {prompt_tokens} + {output_tokens} tokens; counted as missing the SLO"),
+    "simulate.decode_retractions": (
+        "{retractions} retraction(s) on the decode instances: requests sent back to their queue when decode "
+        "ran out of KV slots, prefilled again there"),
+    "simulate.retractions": ("{retractions} retraction(s): requests sent back to the queue when decode ran "
+                             "out of KV slots, prefilled again with their outputs (SGLang's retract_decode)"),
+    "simulate.server_note": lambda f: f"server {f.values['server']}: {render(f.values['note'])}",
+    "simulate.never_routed": ("every server had crashed: {requests} request(s) never routed (counted as "
+                              "missing the SLO)"),
+    "simulate.itl_histogram": ("ITL percentiles over all tokens from a histogram of the {gaps:,} step gaps "
+                               "(more than {exact_limit:,} kept exactly): at most {relative_error:.1e} off, "
+                               "relatively; the maximum and every request's own p99 ITL (the SLO's) are "
+                               "exact"),
+    "simulate.release_crashes": ("SGLang 0.5.23 crashes here (UnboundLocalError in adjust_stream_groups) at "
+                                 "t={at_s:.2f} s: a prefill starts with {decode_bs} decode request(s) and no "
+                                 "manual_divisions threshold is <= that; the simulation stops, {unfinished} "
+                                 "request(s) unfinished (counted as missing the SLO); fix the thresholds "
+                                 "(the first one 0), or simulate the unreleased branches' fallback (group 1) "
+                                 "with {flag.unreleased_fallback}"),
+    "simulate.release_would_crash": ("SGLang 0.5.23 would crash (UnboundLocalError) at {choices} level "
+                                     "choice(s), first at t={first_at_s:.2f} s with {decode_bs} decode "
+                                     "request(s): no manual_divisions threshold is <= the decode batch; "
+                                     "simulated with the unreleased branches' fallback (group 1), as asked"),
+    # simulate/capacity.py: the verdict
+    **{
+        f"capacity.verdict.{k}": _verdict
+        for k in (
+            "none_simulated",
+            "only",
+            "no_policy_meets",
+            "pdmux_serves_more",
+            "tie",
+            "disagg_serves_more",
+            "other_serves_more",
+        )
+    },
+    # simulate/tune.py
+    **{f"tune.verdict.{k}": _tune_verdict for k in ("best_only", "tie", "pdmux", "keep")},
+    **{f"tune.overload.{k}": _overload for k in ("offline", "growing", "bursts")},
+    "tune.no_slo_levels": "no SLO levels tried: {reason}",
+    "tune.workers_capped": "{flag.workers} {workers}: this machine gives the process {cores} core(s), so "
+                           "{cores} worker(s) ran",
+    "tune.winner_crashes_release": (
+        "SGLang 0.5.23 crashes with the winner (no manual_divisions threshold matched a decode batch)"
+    ),
+}
+
+
+def render(note: Finding | str) -> str:
+    """One finding as its line (a note the core still writes as text passes through)."""
+    if isinstance(note, str):
+        return note
+    template = TEMPLATES.get(note.code)
+    if template is None:
+        raise KeyError(f"no sentence for finding {note.code!r}")
+    if callable(template):
+        return template(note)
+    return template.format(**note.values, flag=_FlagNames())
+
+
+def render_all(notes: Iterable[Finding | str]) -> list[str]:
+    """:func:`render` of each, in order."""
+    return [render(n) for n in notes]
+
+
+def as_dict(finding: Finding) -> dict[str, Any]:
+    """A finding as JSON: ``{"code", "values", "param"}`` (nested findings in its values likewise)."""
+    values = {k: as_dict(v) if _is_finding(v) else v for k, v in finding.values.items()}
+    return {"code": finding.code, "values": values, "param": finding.param}
+
+
+class _FlagNames:
+    """``{flag.NAME}`` in a template: the flag of parameter NAME."""
+
+    def __getattr__(self, name: str) -> str:
+        return flag(name)
+
+
+def json_default(value: Any) -> Any:
+    """``json.dumps``'s ``default``: a finding left in a result's notes is written as its line, a layout as
+    its text."""
+    if _is_finding(value):
+        return render(value)
+    if _is_layout(value):
+        return layout_text(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _is_finding(value: Any) -> bool:
+    """A :class:`~pdmux_cli.util.errors.Finding` (by its fields: this module imports no core module)."""
+    return hasattr(value, "code") and hasattr(value, "values") and hasattr(value, "param")
+
+
+def _is_layout(value: Any) -> bool:
+    """A :class:`~pdmux_cli.multigpu.disaggregation.Layout` (by its fields)."""
+    return all(hasattr(value, name) for name in ("tp", "dp", "xpyd"))

@@ -1,0 +1,234 @@
+"""Structured findings: the core returns codes, values and parameters; pdmux_cli.messages words them.
+
+The printed text is pinned by the command tests; these pin the data: which code and values a situation
+gives, that every code the core uses has a sentence, that errors name parameters (the CLI's flags, or
+the API's keywords), and that nothing in the core spells a finding's English.
+"""
+
+from __future__ import annotations
+
+import ast
+import pickle
+from pathlib import Path
+
+import pytest
+
+from pdmux_cli import messages
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
+from pdmux_cli.multigpu.disaggregation import Layout
+from pdmux_cli.multigpu.tensor_parallel import check_tp_value, for_disagg_tp, shard
+from pdmux_cli.planning.estimate import Scenario, estimate
+from pdmux_cli.sglang.revision_rules import revision_findings
+from pdmux_cli.sglang.revisions import model_support
+from pdmux_cli.simulate import capacity as cap
+from pdmux_cli.util.errors import Finding, InputError
+
+CORE = Path(__file__).resolve().parent.parent / "pdmux_cli"
+
+
+def _finding_codes() -> set[str]:
+    """Every ``Finding("code", ...)`` literal in pdmux_cli/ (outside the rendering module)."""
+    codes = set()
+    for path in CORE.rglob("*.py"):
+        if path.name == "messages.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "Finding"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                codes.add(node.args[0].value)
+    return codes
+
+
+def test_every_code_the_core_uses_has_a_sentence() -> None:
+    codes = _finding_codes()
+    assert (
+        len(codes) >= 30
+    )  # estimate, levels, sglang support/revisions, capacity and tune verdicts, tune notes
+    assert codes <= set(messages.TEMPLATES), sorted(codes - set(messages.TEMPLATES))
+
+
+def test_a_code_without_a_sentence_is_refused() -> None:
+    with pytest.raises(KeyError, match="no sentence"):
+        messages.render(Finding("made.up"))
+
+
+def test_estimate_notes_are_findings_with_values() -> None:
+    est = estimate(find_gpu("h100"), load_model("llama-3.1-70b"), Scenario())
+    first = est.notes[0]
+    assert first.code == "estimate.does_not_fit" and first.param == "tp"
+    assert (
+        first.values["fitting_tp"] == 2
+        and first.values["tp"] == 1
+        and first.values["gpu"] == "H100 SXM5 80GB"
+    )
+    assert messages.render(first).endswith("(--tp 2 fits, or fewer bytes per weight)")
+    explicit = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(level=(66, 66)))
+    rounded = next(n for n in explicit.notes if n.code == "estimate.level_rounded")
+    assert (
+        rounded.values["asked_prefill_sms"],
+        rounded.values["prefill_sms"],
+        rounded.values["multiple"],
+    ) == (66, 72, 8)
+    assert rounded.param == "level"
+
+
+def test_estimate_source_names_no_s_sat_when_each_row_has_its_own() -> None:
+    est = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(s_sat_values=(44.0, 88.0)))
+    assert est.throughput_source.startswith("roofline (h100-sxm efficiencies, CPU ")
+    assert "S_SAT=" not in est.throughput_source and est.throughput_source.endswith(" (S_SAT per PD-mux row)")
+    one = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario())
+    assert "S_SAT=88 of 132 SMs" in one.throughput_source
+    chapter = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(cost_model="chapter"))
+    assert chapter.throughput_source == "chapter (bandwidth x0.85, MFU 0.5) (S_SAT per PD-mux row)"
+
+
+def test_model_support_says_why_as_data() -> None:
+    no = model_support(("GptOssForCausalLM",))
+    assert no.why.code == "sglang.support.no_method" and no.why.values["architecture"] == "GptOssForCausalLM"
+    assert no.reason.startswith("no forward_split_prefill in SGLang 0.5.23's GptOssForCausalLM")
+    unknown = model_support(())
+    assert unknown.why.code == "sglang.support.no_architectures" and unknown.state == "unknown"
+
+
+def test_revision_findings() -> None:
+    assert revision_findings("0.5.23") == []
+    codes = [f.code for f in revision_findings("dsv41@a64f33f", tp=2)]
+    assert codes == ["sglang.revision.loader_not_read", "sglang.revision.tp"]
+    tp_line = messages.render(revision_findings("dsv41@a64f33f", tp=2)[1])
+    assert tp_line.startswith(
+        "dsv41@a64f33f with TP 2: launch with NCCL_LAUNCH_ORDER_IMPLICIT=1; NCCL >= 2.26"
+    )
+
+
+def test_errors_name_the_parameter_flag_for_the_cli_keyword_for_the_api() -> None:
+    with pytest.raises(InputError) as caught:
+        check_tp_value(9)
+    exc = caught.value
+    assert exc.param == "tp"
+    assert str(exc) == messages.error_text(exc) and str(exc).startswith(
+        "--tp must be a number of GPUs from 1 to 8"
+    )
+    assert messages.api_error_text(exc).startswith("tp must be a number of GPUs from 1 to 8")
+
+
+def test_disagg_tp_is_another_parameter_not_a_string_edit() -> None:
+    with pytest.raises(InputError) as caught:
+        shard(load_model("qwen3-8b"), 3)
+    moved = for_disagg_tp(caught.value)
+    assert moved.param == "disagg_tp" and caught.value.param == "tp"
+    assert str(caught.value).endswith(
+        "(SGLang's QKVParallelLinear divides them by --tp-size): use a --tp that divides them"
+    )
+    assert str(moved).endswith(
+        "(SGLang's QKVParallelLinear divides them by TP): use a --disagg-tp that divides them"
+    )
+    assert messages.api_error_text(moved).endswith("use a disagg_tp that divides them")
+
+
+def test_user_text_in_values_is_never_read_as_a_template() -> None:
+    from pdmux_cli.multigpu.disaggregation import parse_xpyd
+
+    with pytest.raises(InputError) as caught:
+        parse_xpyd("{flag.tp}{0}")
+    assert str(caught.value).endswith("got '{flag.tp}{0}'") and caught.value.param == "disagg"
+
+
+def test_an_error_keeps_its_parameter_across_a_process_and_a_prefix() -> None:
+    with pytest.raises(InputError) as caught:
+        check_tp_value(0)
+    back = pickle.loads(pickle.dumps(caught.value.prefixed("pdmux: ")))
+    assert type(back) is InputError and back.param == "tp"
+    assert str(back).startswith("pdmux: --tp must be") and messages.api_error_text(back).startswith(
+        "pdmux: tp must"
+    )
+
+
+def _row(label: str, kind: str, rate: float, gpus: int = 1, layout=Layout(), xpyd=None, chunk: int = 0):
+    return cap.PolicyCapacity(
+        label,
+        kind,
+        rate,
+        cap.RatePoint(rate, 0.99, rate, 100, 10),
+        (cap.RatePoint(rate, 0.99, rate, 100, 10),),
+        chunk_tokens=chunk,
+        gpus=gpus,
+        layout=layout,
+        xpyd=xpyd,
+    )
+
+
+def test_capacity_verdict_carries_the_launch_as_arguments() -> None:
+    result = cap.CapacityResult(
+        [
+            _row("pdmux", "pdmux", 10.0, 2, Layout(1, 2)),
+            _row("chunked 8192", "chunked", 8.0, 2, Layout(1, 2), chunk=8192),
+        ],
+        0.99,
+        0.02,
+        4.0,
+        1000,
+        60,
+        1,
+        dp=2,
+    )
+    found = result.verdict_finding()
+    assert found.code == "capacity.verdict.pdmux_serves_more" and found.values["gain"] == pytest.approx(0.25)
+    assert found.values["launch"] == [
+        "--enable-pdmux",
+        "--chunked-prefill-size",
+        "-1",
+        "--disable-overlap-schedule",
+        "--dp-size",
+        "2",
+        "--load-balance-method",
+        "round_robin",
+    ]
+    assert result.verdict() == messages.render(found)
+    disagg = cap.CapacityResult(
+        [
+            _row("pdmux", "pdmux", 4.0, 2, Layout(1, 2)),
+            _row("disagg 1P1D", "disagg", 8.0, 2, Layout(1, xpyd=(1, 1)), (1, 1)),
+        ],
+        0.99,
+        0.02,
+        4.0,
+        1000,
+        60,
+        1,
+    )
+    d = disagg.verdict_finding()
+    assert d.code == "capacity.verdict.disagg_serves_more" and d.values["disagg"] == {
+        "prefill": 1,
+        "decode": 1,
+        "tp": 1,
+    }
+
+
+def test_layout_and_launch_line_are_rendered() -> None:
+    from pdmux_cli.multigpu.disaggregation import Layout
+
+    assert [
+        messages.layout_text(Layout(1)),
+        messages.layout_text(Layout(2)),
+        messages.layout_text(Layout(2, 4)),
+        messages.layout_text({"tp": 1, "dp": 1, "xpyd": (1, 3)}),
+    ] == ["1 GPU", "TP 2", "DP 4 x TP 2", "1P3D x TP 1"]
+    assert messages.launch_line(["python", "-m", "x", "--path", "my dir/a.yaml"], ("A=b c",)) == (
+        "A='b c' python -m x --path 'my dir/a.yaml'"
+    )
+
+
+def test_findings_as_json() -> None:
+    support = model_support(("GptOssForCausalLM",))
+    note = Finding("estimate.pdmux_support", {"state": "no", "reason": support.why}, "sglang")
+    data = messages.as_dict(note)
+    assert (
+        data["code"] == "estimate.pdmux_support"
+        and data["values"]["reason"]["code"] == "sglang.support.no_method"
+    )
+    assert messages.json_default(note) == messages.render(note)
