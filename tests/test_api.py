@@ -218,7 +218,7 @@ def test_provenance_names_a_calibration_file(tmp_path) -> None:
     [
         (lambda: pdmux.estimate(decode_bs="32"), "--decode-bs must be an integer, got '32'"),
         (lambda: pdmux.estimate(decode_bs=True), "--decode-bs must be an integer"),
-        (lambda: pdmux.estimate(decode_bs=0), "decode bs must be from 1"),
+        (lambda: pdmux.estimate(decode_bs=0), "--decode-bs must be from 1"),
         (lambda: pdmux.estimate(level=(80,)), "--level (80,)"),
         (lambda: pdmux.estimate(level="80/"), "--level '80/'"),
         (lambda: pdmux.estimate(chunk_sizes=[0]), "--chunk-sizes: 0 must be >= 1"),

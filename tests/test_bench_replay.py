@@ -189,7 +189,7 @@ def test_plan_levels_and_sglangs_choice() -> None:
 
 
 @pytest.mark.parametrize(("kw", "message"), [
-    ({"decode_bs": 0}, "decode bs must be from 1"),
+    ({"decode_bs": 0}, "--decode-bs must be from 1"),
     ({"prompt_tokens": 50000}, "past Qwen3-8B's context length"),
     ({"token_budget": 0}, "--token-budget must be > 0"),
     ({"levels": "9"}, "--levels 9"),
@@ -429,8 +429,8 @@ def _big_config(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--model", "no-such-model", "--dry-run"], "unknown model"),
-    (["--model", "qwen3-8b", "--decode-bs", "0", "--cpu"], "decode bs must be from 1"),
-    (["--model", "qwen3-8b", "--decode-bs", "0"], "decode bs must be from 1"),
+    (["--model", "qwen3-8b", "--decode-bs", "0", "--cpu"], "--decode-bs must be from 1"),
+    (["--model", "qwen3-8b", "--decode-bs", "0"], "--decode-bs must be from 1"),
     (["--model", "deepseek-v3", "--dry-run"], "multi-head latent attention"),
     (["--model", "qwen3-8b", "--buffer-bytes", "1GiB"], "--buffer-bytes is an option of the kernel bench"),
     (["--model", "qwen3-8b", "--gemm-shape", "1024x1024x1024"], "--gemm-shape is an option"),

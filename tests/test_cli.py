@@ -213,7 +213,7 @@ def test_estimate_does_not_fit() -> None:
     [
         (["estimate", "--model", "qwen9"], "model"),
         (["estimate", "--gpu", "h999"], "unknown GPU"),
-        (["estimate", "--decode-bs", "0"], "decode bs"),
+        (["estimate", "--decode-bs", "0"], "--decode-bs must be from 1"),
         (["estimate", "--context", "-5"], "context"),
         (["estimate", "--prompt-tokens", "abc"], "--prompt-tokens"),
         (["estimate", "--chunk-sizes", "512,0"], "--chunk-sizes"),
@@ -237,7 +237,7 @@ def test_estimate_does_not_fit() -> None:
         (["estimate", "--weight-bytes", "1e308"], "bytes per weight"),
         (["estimate", "--mfu", "5e-324", "--cost-model", "chapter"], "mfu"),
         (["estimate", "--bandwidth-efficiency", "5e-324", "--cost-model", "chapter"], "bandwidth efficiency"),
-        (["estimate", "--prompt-tokens", "99999999999999"], "prompt tokens"),
+        (["estimate", "--prompt-tokens", "99999999999999"], "--prompt-tokens must be from 1"),
         (["estimate", "--prompt-tokens", "1000000", "--chunk-sizes", "1"], "chunk"),
         (["estimate", "--s-sat", "1000"], "S_SAT"),
         (["estimate", "--gpu", "b100"], "not published"),

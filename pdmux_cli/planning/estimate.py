@@ -129,11 +129,14 @@ class Scenario:
         """Raise :class:`InputError` (one line) for sizes that make no sense or that no deployment
         has (the bounds above)."""
         check_tp_value(self.tp)
-        for name, top in (("decode_bs", MAX_DECODE_BS), ("context_tokens", MAX_TOKENS),
-                          ("prompt_tokens", MAX_TOKENS)):
+        # (field, parameter: the API keyword, whose CLI flag the error names)
+        for name, param, top in (("decode_bs", "decode_bs", MAX_DECODE_BS),
+                                 ("context_tokens", "context", MAX_TOKENS),
+                                 ("prompt_tokens", "prompt_tokens", MAX_TOKENS)):
             value = getattr(self, name)
             if not 0 < value <= top:
-                raise InputError(f"{name.replace('_', ' ')} must be from 1 to {top:,}, got {value}")
+                raise InputError("{param_flag} must be from 1 to {top:,}, got {value}", param=param,
+                                 values={"top": top, "value": value})
         for name, sizes in (("chunk sizes", self.chunk_sizes or ()),
                             ("mixed chunk sizes", self.mixed_chunk_sizes)):
             if any(c <= 0 for c in sizes):
