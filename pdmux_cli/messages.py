@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # names only: the core imports this module (lazily, for str()
     from .util.errors import Finding, InputError
 
 #: Parameters whose flag is not ``--`` + the name with ``-`` for ``_``.
-FLAGS: dict[str, str] = {}
+FLAGS: dict[str, str] = {"all_gpus": "--all", "trace_format": "--format"}
 
 
 def flag(param: str) -> str:

@@ -53,7 +53,10 @@ def accuracy(request: AccuracyRequest) -> AccuracyResult:
     r = request
     if not r.serving:
         if r.runs or r.workers is not None:
-            raise InputError("--runs and --workers go with --serving")
+            raise InputError(
+                "{flag.runs} and {flag.workers} go with {flag.serving}",
+                values={},
+            )
         from ..costmodel.accuracy import report
 
         return AccuracyResult(r, report())
@@ -61,6 +64,9 @@ def accuracy(request: AccuracyRequest) -> AccuracyResult:
     from ..simulate.serving_accuracy import report as serving_report
 
     if r.workers is not None and r.workers < 1:
-        raise InputError(f"--workers must be >= 1, got {r.workers}")
+        raise InputError(
+            "{flag.workers} must be >= 1, got {workers}",
+            values={"workers": r.workers},
+        )
     terms, outcomes = serving_report(workers=r.workers if r.workers is not None else default_workers())
     return AccuracyResult(r, terms, outcomes)

@@ -140,8 +140,11 @@ def merge_calibrations(paths: list[Path]) -> Any:
     from ..costmodel.calibration_file import load_calibration
 
     if len(paths) != 2:
-        raise InputError("--merge takes two calibration files (a 'pdmux bench' one and a 'pdmux calibrate' "
-                         f"one), got {len(paths)}")
+        raise InputError(
+            "{flag.merge} takes two calibration files (a 'pdmux bench' one and a 'pdmux calibrate' one), "
+            "got {count}",
+            values={"count": len(paths)},
+        )
     first, second = (load_calibration(p) for p in paths)
     keys = first.profile_key(), second.profile_key()
     if (first.sm_count, first.compute_capability) != (second.sm_count, second.compute_capability) or (
@@ -151,8 +154,11 @@ def merge_calibrations(paths: list[Path]) -> Any:
     bench = [c for c in (first, second) if c.has_partitions]
     sglang = [c for c in (first, second) if c.whole_gpu is not None]
     if len(bench) != 1 or len(sglang) != 1 or bench[0] is sglang[0]:
-        raise InputError("--merge joins a file with SM-partition terms ('pdmux bench') and one with "
-                         "whole-GPU terms ('pdmux calibrate'): these two do not make that pair")
+        raise InputError(
+            "{flag.merge} joins a file with SM-partition terms ('pdmux bench') and one with whole-GPU "
+            "terms ('pdmux calibrate'): these two do not make that pair",
+            values={},
+        )
     part, whole = bench[0], sglang[0]
     terms = dict(part.terms_from)
     terms.setdefault("partitions", f"pdmux bench {part.date}")
@@ -174,7 +180,10 @@ def _measured(gpu: str, model: str, kv_bytes: float | None,
     check_kv_options(kv_cache_dtype, kv_bytes)
     check_bytes_per_element(kv_bytes, "--kv-bytes")
     if not gpu.strip():
-        raise InputError("--gpu is empty: give a GPU name such as h100")
+        raise InputError(
+            "{flag.gpu} is empty: give a GPU name such as h100",
+            values={},
+        )
     mdl = load_model(model)
     return find_gpu_or_file(gpu), mdl, resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes).bytes_per_element
 
@@ -220,16 +229,31 @@ def _fit_serving(cal: Any, r: CalibrateRequest, kv_bytes: float) -> tuple[Any, S
 
 def _check_fit_options(r: CalibrateRequest) -> None:
     if not r.sglang_bench and not r.sglang_log and not r.bench_serving:
-        raise InputError("give --sglang-bench FILE.jsonl, --sglang-log server.log and/or --bench-serving "
-                         "RESULT.jsonl (or --merge A B)")
+        raise InputError(
+            "give {flag.sglang_bench} FILE.jsonl, {flag.sglang_log} server.log and/or "
+            "{flag.bench_serving} RESULT.jsonl (or {flag.merge} A B)",
+            values={},
+        )
     if r.model is None or r.gpu is None:
-        raise InputError("give --model and --gpu: the measurements are of one model on one GPU")
+        raise InputError(
+            "give {flag.model} and {flag.gpu}: the measurements are of one model on one GPU",
+            values={},
+        )
     if r.tp < 1:
-        raise InputError(f"--tp must be >= 1 (GPUs the model is split over), got {r.tp}")
+        raise InputError(
+            "{flag.tp} must be >= 1 (GPUs the model is split over), got {tp}",
+            values={"tp": r.tp},
+        )
     if r.workers is not None and r.workers < 1:
-        raise InputError(f"--workers must be >= 1, got {r.workers}")
+        raise InputError(
+            "{flag.workers} must be >= 1, got {workers}",
+            values={"workers": r.workers},
+        )
     if r.workers is not None and not r.bench_serving:
-        raise InputError("--workers goes with --bench-serving (the serving fit's processes)")
+        raise InputError(
+            "{flag.workers} goes with {flag.bench_serving} (the serving fit's processes)",
+            values={},
+        )
     given = [*r.sglang_bench, *r.sglang_log, *r.bench_serving]
     paths = [os.path.realpath(p) for p in given]  # never raises (Path.resolve does on a loop of links)
     twice = next((p for p in given if paths.count(os.path.realpath(p)) > 1), None)
@@ -246,8 +270,11 @@ def _merge(r: CalibrateRequest) -> CalibrateResult:
                                       ("--kv-bytes", r.kv_bytes is not None),
                                       ("--kv-cache-dtype", r.kv_cache_dtype is not None)) if given]
     if extra:
-        raise InputError(f"--merge joins two calibration files and takes no {', '.join(extra)}: give those "
-                         "to the 'pdmux calibrate' run that wrote the file")
+        raise InputError(
+            "{flag.merge} joins two calibration files and takes no {extra}: give those to the 'pdmux "
+            "calibrate' run that wrote the file",
+            values={"extra": ", ".join(extra)},
+        )
     merged = merge_calibrations(list(r.merge))
     return CalibrateResult(r, "merge", merged, dump_calibration(merged))
 
@@ -302,8 +329,11 @@ def _whole_gpu(r: CalibrateRequest) -> CalibrateResult:
     from ..costmodel.whole_gpu_fit import check_points, fit_whole_gpu, points_from
 
     if r.tp != 1:
-        raise InputError(f"--tp {r.tp}: pdmux models one GPU (tensor parallelism is not modelled yet); "
-                         "calibrate with measurements of a single-GPU server")
+        raise InputError(
+            "{flag.tp} {tp}: pdmux models one GPU (tensor parallelism is not modelled yet); calibrate "
+            "with measurements of a single-GPU server",
+            values={"tp": r.tp},
+        )
     profile, mdl, kv_bytes = _measured(r.gpu, r.model, r.kv_bytes, r.kv_cache_dtype)
     one_batch, intervals, problems, sources, readings = _read_measurements(r)
     base = build_step_model(profile, mdl, kv_bytes_per_element=kv_bytes)

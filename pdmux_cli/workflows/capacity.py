@@ -148,14 +148,20 @@ def _check_options(r: CapacityRequest, configs: list[Path]) -> str:
     from .files import check_outputs, gpu_file, model_file
 
     if r.qps is not None and not r.synthetic:
-        raise InputError("--qps draws --synthetic arrivals; capacity searches a trace file's rate itself")
+        raise InputError(
+            "{flag.qps} draws {flag.synthetic} arrivals; capacity searches a trace file's rate itself",
+            values={},
+        )
     check_prefill_decode_interval(r.prefill_decode_interval)
     check_at_least_one("--workers", r.workers)
     executor = check_executor(r.executor, r.ray_address)
     if r.max_steps is not None:
         step_budget(0, r.max_steps)
     if r.plot is not None and r.plot.suffix.lower() != ".png":
-        raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {r.plot}")
+        raise InputError(
+            "{flag.plot} writes a PNG: give a file name ending in .png, got {plot}",
+            values={"plot": r.plot},
+        )
     check_outputs((r.plot,), (r.trace, *configs, r.calibration, model_file(r.model), gpu_file(r.gpu)))
     return executor
 
@@ -164,7 +170,10 @@ def _support_notes(r: CapacityRequest, support: Any, names: list[str]) -> tuple[
     """The policies kept and the notes on the model's pdmux support (never sized, so never recommended)."""
     if support.state == "no":
         if r.config is not None or names == ["pdmux"]:
-            raise InputError(f"pdmux: {support.reason} (--sglang picks another SGLang revision)")
+            raise InputError(
+                "pdmux: {reason} ({flag.sglang} picks another SGLang revision)",
+                values={"reason": support.reason},
+            )
         return [n for n in names if n != "pdmux"], [f"pdmux not sized: {support.reason}"]
     if support.state == "unknown":
         return names, [f"pdmux: {support.reason}"]

@@ -111,9 +111,10 @@ def check_config(request: CheckConfigRequest) -> CheckConfigResult:
     chosen = get_revision(r.sglang)
     if not chosen.loader_read:
         raise InputError(
-            f"--sglang {chosen.key}: pdmux has not read its pdmux_context.py (the loader and start-up "
-            "checks), so it cannot judge a file under it; check-config without --sglang shows every "
-            "revision it can judge"
+            "{flag.sglang} {key}: pdmux has not read its pdmux_context.py (the loader and start-up "
+            "checks), so it cannot judge a file under it; check-config without {flag.sglang} shows every "
+            "revision it can judge",
+            values={"key": chosen.key},
         )
     sm_group_num = optional_int(r.sm_group_num, "--sm-group-num")
     device = resolve_device(r.gpu, r.sms, r.cc)

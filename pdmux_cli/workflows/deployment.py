@@ -74,8 +74,11 @@ def _without_disagg(setup: Any, d: DeploymentOptions, method: str, given_method:
     link_options = (d.kv_link.strip().lower() != "auto" or d.kv_link_gb_s is not None
                     or d.kv_link_latency_us is not None)
     if link_options or d.disagg_tp is not None:
-        raise InputError("--kv-link, --kv-link-gb-s, --kv-link-latency-us and --disagg-tp apply to "
-                         "--disagg XPYD")
+        raise InputError(
+            "{flag.kv_link}, {flag.kv_link_gb_s}, {flag.kv_link_latency_us} and {flag.disagg_tp} apply "
+            "to {flag.disagg} XPYD",
+            values={},
+        )
     dp = d.dp if d.dp is not None else 1
     lone = given_method and dp == 1
     notes = ("one server: --load-balance-method has nothing to route (give --dp N)",) if lone else ()
@@ -94,7 +97,10 @@ def _instance_tp(setup: Any, disagg_tp: int | None,
         if own == setup.tp:
             return own, None
         if setup_with_tp is None:
-            raise InputError("--disagg-tp other than --tp is not available here")
+            raise InputError(
+                "{flag.disagg_tp} other than {flag.tp} is not available here",
+                values={},
+            )
         return own, setup_with_tp(own)
     except InputError as exc:
         raise for_disagg_tp(exc) from None
@@ -108,9 +114,12 @@ def _colocated_dp(dp: int | None, tp: int, gpus: int, x: int, y: int) -> int:
         return dp
     dp = max(1, gpus // tp)
     if dp > MAX_INSTANCES:
-        raise InputError(f"--disagg {x}P{y}D: the other policies would need {dp} replicas of TP {tp} to be "
-                         f"on the same {gpus} GPUs, more than {MAX_INSTANCES}; give --dp N (or a larger "
-                         "--tp), or --policies disagg alone")
+        raise InputError(
+            "{flag.disagg} {x}P{y}D: the other policies would need {dp} replicas of TP {tp} to be on the "
+            "same {gpus} GPUs, more than {MAX_INSTANCES}; give {flag.dp} N (or a larger {flag.tp}), or "
+            "{flag.policies} disagg alone",
+            values={"x": x, "y": y, "dp": dp, "tp": tp, "gpus": gpus, "MAX_INSTANCES": MAX_INSTANCES},
+        )
     return dp
 
 
@@ -144,8 +153,10 @@ def plan_deployment(setup: Any, gpu: str | None, d: DeploymentOptions, *, allow_
     if d.disagg is None:
         return _without_disagg(setup, d, method, given_method)
     if not allow_disagg:
-        raise InputError("--disagg is compared by pdmux simulate and pdmux capacity; tune searches pdmux "
-                         "knobs")
+        raise InputError(
+            "{flag.disagg} is compared by pdmux simulate and pdmux capacity; tune searches pdmux knobs",
+            values={},
+        )
     x, y = parse_xpyd(d.disagg)
     own, instance_setup = _instance_tp(setup, d.disagg_tp, setup_with_tp)
     gpus = (x + y) * own

@@ -134,7 +134,8 @@ def parse_level(level: Any) -> tuple[int, int] | None:
     if isinstance(level, (tuple, list)):
         if len(level) != 2:
             raise InputError(
-                f"--level {short_repr(level)}: give (PREFILL, DECODE) SMs, e.g. (80, 52), or 'auto'"
+                "{flag.level} {level}: give (PREFILL, DECODE) SMs, e.g. (80, 52), or 'auto'",
+                values={"level": short_repr(level)},
             )
         return check_int(level[0], "--level"), check_int(level[1], "--level")
     text = str(level)
@@ -142,7 +143,10 @@ def parse_level(level: Any) -> tuple[int, int] | None:
         return None
     parts = [plain_int(x) for x in text.replace(":", "/").split("/")]
     if len(parts) != 2 or None in parts:
-        raise InputError(f"--level {short_repr(text)}: write PREFILL/DECODE SMs, e.g. 80/52, or 'auto'")
+        raise InputError(
+            "{flag.level} {text}: write PREFILL/DECODE SMs, e.g. 80/52, or 'auto'",
+            values={"text": short_repr(text)},
+        )
     return parts[0], parts[1]
 
 
@@ -185,7 +189,10 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     if flops_dtype is not None:
         flops_dtype = str(flops_dtype).strip().lower()
         if flops_dtype not in ("bf16", "fp16", "fp8"):
-            raise InputError(f"--flops-dtype must be bf16, fp16 or fp8, got {flops_dtype!r}")
+            raise InputError(
+                "{flag.flops_dtype} must be bf16, fp16 or fp8, got {flops_dtype!r}",
+                values={"flops_dtype": flops_dtype},
+            )
     sm_group_num = optional_int(r.sm_group_num, "--sm-group-num")
     decode_bs_divisor = optional_int(r.decode_bs_divisor, "--decode-bs-divisor")
     token_budget = optional_int(r.token_budget, "--token-budget")
@@ -200,7 +207,10 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         from .files import gpu_file, model_file
 
         if plot.suffix.lower() != ".png":
-            raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {plot}")
+            raise InputError(
+                "{flag.plot} writes a PNG: give a file name ending in .png, got {plot}",
+                values={"plot": plot},
+            )
         refuse_overwriting_inputs(plot, config, calibration, model_file(r.model), gpu_file(r.gpu))
         check_writable(plot)
     from ..multigpu.disaggregation import parse_xpyd
@@ -260,11 +270,16 @@ def estimate(request: EstimateRequest) -> EstimateResult:
             measured_on = None
         if measured_on is not None and measured_on.key != gpu_profile.key:
             raise InputError(
-                f"{calibration} was measured on {measured_on.name}, not {gpu_profile.name}: "
-                f"pass --gpu {measured_on.key} or calibrate this GPU ('pdmux bench', 'pdmux calibrate')"
+                "{calibration} was measured on {name}, not {gpu}: pass {flag.gpu} {key} or calibrate "
+                "this GPU ('pdmux bench', 'pdmux calibrate')",
+                values={"calibration": calibration, "name": measured_on.name, "gpu": gpu_profile.name,
+                        "key": measured_on.key},
             )
         if r.s_sat is not None and cal.has_partitions:
-            raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
+            raise InputError(
+                "{flag.s_sat} is a guess that a {flag.calibration} file replaces: give one or the other",
+                values={},
+            )
     est = run_estimate(
         gpu_profile,
         mdl,

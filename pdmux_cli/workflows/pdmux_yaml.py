@@ -38,7 +38,10 @@ def _load(source: PdmuxYaml) -> tuple[Any, list[str]]:
         entries = pc.parse_divisions(source.divisions)
         return pc.PdmuxConfig(sm_group_num=len(entries) + 2, manual_divisions=entries), []
     if source.divisions is not None:
-        raise InputError("give --config or --divisions, not both")
+        raise InputError(
+            "give {flag.config} or {flag.divisions}, not both",
+            values={},
+        )
     cfg, problems = pc.load_config(source.config)
     warnings = [f"config: {p}" for p in problems if not pc.is_error(p)]
     errors = [p for p in problems if pc.is_error(p)]
@@ -55,8 +58,11 @@ def _overridden(cfg: Any, source: PdmuxYaml, total_sms: int) -> Any:
     pol.check_sm_group_num(source.sm_group_num, total_sms)
     if source.sm_group_num is not None:
         if cfg.manual_divisions and source.sm_group_num != cfg.sm_group_num:
-            raise InputError(f"--sm-group-num {source.sm_group_num} does not match the "
-                             f"{len(cfg.manual_divisions)} manual divisions (sm_group_num = divisions + 2)")
+            raise InputError(
+                "{flag.sm_group_num} {sm_group_num} does not match the {divisions} manual divisions "
+                "(sm_group_num = divisions + 2)",
+                values={"sm_group_num": source.sm_group_num, "divisions": len(cfg.manual_divisions)},
+            )
         cfg = replace(cfg, sm_group_num=source.sm_group_num)
     if source.decode_bs_divisor is not None:
         cfg = replace(cfg, decode_bs_divisor=source.decode_bs_divisor)

@@ -53,17 +53,29 @@ def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: st
 
     if sms is not None or cc is not None:
         if gpu is not None:
-            raise InputError("give either --gpu or --sms with --cc, not both")
+            raise InputError(
+                "give either {flag.gpu} or {flag.sms} with {flag.cc}, not both",
+                values={},
+            )
         if sms is None or cc is None:
-            raise InputError("--sms and --cc go together, e.g. --sms 132 --cc 9.0")
+            raise InputError(
+                "{flag.sms} and {flag.cc} go together, e.g. {flag.sms} 132 {flag.cc} 9.0",
+                values={},
+            )
         sms = check_int(sms, "--sms")
         if not 0 < sms <= MAX_SMS:
-            raise InputError(f"--sms must be a number of SMs from 1 to {MAX_SMS}, got {sms}")
+            raise InputError(
+                "{flag.sms} must be a number of SMs from 1 to {MAX_SMS}, got {sms}",
+                values={"MAX_SMS": MAX_SMS, "sms": sms},
+            )
         from ..sglang.split_levels import check_known_capability, parse_compute_capability
 
         return Device("custom GPU", sms, check_known_capability(parse_compute_capability(cc)))
     if gpu is not None and not str(gpu).strip():
-        raise InputError("--gpu is empty: give a GPU name such as h100 (pdmux splits --all lists them)")
+        raise InputError(
+            "{flag.gpu} is empty: give a GPU name such as h100 (pdmux splits {flag.all_gpus} lists them)",
+            values={},
+        )
     profile = find_gpu_or_file(str(gpu) if gpu is not None else default)
     return Device(profile.name, profile.require_sm_count(), profile.compute_capability, profile)
 

@@ -37,8 +37,11 @@ def parse_chunk_sizes(text: str, what: str) -> list[int]:
     sizes = parse_int_list(text, what)
     big = next((c for c in sizes if c > MAX_CHUNK_TOKENS), None)
     if big is not None:
-        raise InputError(f"{what}: {big} tokens is past the largest chunk simulated ({MAX_CHUNK_TOKENS:,}); "
-                         "for whole prompts use --policies prefill-first")
+        raise InputError(
+            "{what}: {big} tokens is past the largest chunk simulated ({MAX_CHUNK_TOKENS:,}); for whole "
+            "prompts use {flag.policies} prefill-first",
+            values={"what": what, "big": big, "MAX_CHUNK_TOKENS": MAX_CHUNK_TOKENS},
+        )
     return sizes
 
 
@@ -56,8 +59,11 @@ def check_prefill_decode_interval(interval: int) -> None:
     """:class:`InputError` for a ``--prefill-decode-interval`` outside 0 to
     :data:`MAX_PREFILL_DECODE_INTERVAL` decode-only rounds."""
     if not 0 <= interval <= MAX_PREFILL_DECODE_INTERVAL:
-        raise InputError(f"--prefill-decode-interval must be 0 to {MAX_PREFILL_DECODE_INTERVAL:,} "
-                         f"decode-only rounds after each prefill batch, got {interval}")
+        raise InputError(
+            "{flag.prefill_decode_interval} must be 0 to {MAX_PREFILL_DECODE_INTERVAL:,} decode-only "
+            "rounds after each prefill batch, got {interval}",
+            values={"MAX_PREFILL_DECODE_INTERVAL": MAX_PREFILL_DECODE_INTERVAL, "interval": interval},
+        )
 
 
 def policy_names(policies: str, disagg: str | None) -> list[str]:
@@ -67,7 +73,10 @@ def policy_names(policies: str, disagg: str | None) -> list[str]:
 
     names = parse_names(policies, "--policies", POLICIES)
     if "disagg" in names and disagg is None:
-        raise InputError("--policies disagg needs --disagg XPYD (prefill and decode instances, e.g. 1P1D)")
+        raise InputError(
+            "{flag.policies} disagg needs {flag.disagg} XPYD (prefill and decode instances, e.g. 1P1D)",
+            values={},
+        )
     if disagg is not None and "disagg" not in names:
         names.append("disagg")
     return names

@@ -83,13 +83,19 @@ def _check_values(o: ServerOptions) -> None:
                         ("--admission-interval-ms", o.admission_interval_ms)):
         check_number(flag, value, strict=False)
     if o.max_prefill_tokens < 1:
-        raise InputError(f"--max-prefill-tokens must be >= 1, got {o.max_prefill_tokens}")
+        raise InputError(
+            "{flag.max_prefill_tokens} must be >= 1, got {max_prefill_tokens}",
+            values={"max_prefill_tokens": o.max_prefill_tokens},
+        )
     for name, value in (("--cuda-graph-max-bs", o.cuda_graph_max_bs),
                         ("--max-running-requests", o.max_running_requests)):
         if value is not None and value < 1:
             raise InputError(f"{name} must be >= 1, got {value}")
     if o.flops_dtype is not None and o.flops_dtype not in ("bf16", "fp16", "fp8"):
-        raise InputError(f"--flops-dtype must be bf16, fp16 or fp8, got {o.flops_dtype!r}")
+        raise InputError(
+            "{flag.flops_dtype} must be bf16, fp16 or fp8, got {flops_dtype!r}",
+            values={"flops_dtype": o.flops_dtype},
+        )
 
 
 def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None,
@@ -110,8 +116,11 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
     _check_values(o)
     profile = gpu_profile if gpu_profile is not None else find_gpu_or_file(o.gpu or "h100")
     if o.s_sat is not None and profile.sm_count and o.s_sat > profile.sm_count:
-        raise InputError(f"--s-sat {o.s_sat:g} is more than the {profile.sm_count} SMs of {profile.name}: "
-                         "give the SMs that saturate HBM bandwidth, at most all of them")
+        raise InputError(
+            "{flag.s_sat} {s_sat:g} is more than the {sm_count} SMs of {name}: give the SMs that "
+            "saturate HBM bandwidth, at most all of them",
+            values={"s_sat": o.s_sat, "sm_count": profile.sm_count, "name": profile.name},
+        )
     mdl = load_model(o.model)
     kv_cache = resolve_kv_cache(mdl, o.kv_cache_dtype, o.kv_bytes)
     cal = None
@@ -120,7 +129,10 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
 
         cal = load_calibration(o.calibration)
         if o.s_sat is not None and cal.has_partitions:
-            raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
+            raise InputError(
+                "{flag.s_sat} is a guess that a {flag.calibration} file replaces: give one or the other",
+                values={},
+            )
     setup = make_setup(profile, mdl, cost_model=o.cost_model.strip().lower(), s_sat=o.s_sat,
                        bandwidth_efficiency=o.bandwidth_efficiency, mfu=o.mfu, calibration=cal,
                        weight_bytes_per_param=o.weight_bytes, kv_bytes_per_element=kv_cache.bytes_per_element,

@@ -122,8 +122,11 @@ def _check_run_options(r: SimulateRequest) -> str:
         step_budget(0, r.max_steps)
     check_at_least_one("--max-concurrency", r.max_concurrency, " requests in flight")
     if r.max_concurrency is not None and (r.disagg is not None or (r.dp or 1) > 1):
-        raise InputError("--max-concurrency (a closed-loop client) is simulated on one server: drop --dp "
-                         "and --disagg")
+        raise InputError(
+            "{flag.max_concurrency} (a closed-loop client) is simulated on one server: drop {flag.dp} "
+            "and {flag.disagg}",
+            values={},
+        )
     return executor
 
 
@@ -131,10 +134,16 @@ def _check_outputs(r: SimulateRequest) -> None:
     from .files import check_outputs, gpu_file, model_file
 
     if r.plot is not None and r.plot.suffix.lower() != ".png":
-        raise InputError(f"--plot writes a PNG: give a file name ending in .png, got {r.plot}")
+        raise InputError(
+            "{flag.plot} writes a PNG: give a file name ending in .png, got {plot}",
+            values={"plot": r.plot},
+        )
     check_outputs((r.csv, r.plot), (r.trace, r.config, r.calibration, model_file(r.model), gpu_file(r.gpu)))
     if r.csv is not None and r.plot is not None and os.path.realpath(r.csv) == os.path.realpath(r.plot):
-        raise InputError(f"--csv and --plot name the same file {r.plot}: give two paths")
+        raise InputError(
+            "{flag.csv} and {flag.plot} name the same file {plot}: give two paths",
+            values={"plot": r.plot},
+        )
 
 
 def _choice(r: SimulateRequest, names: list[str]) -> PolicyChoice:
@@ -220,7 +229,10 @@ def simulate(request: SimulateRequest, progress: ProgressFactory | None = None) 
     if support.state == "no":
         names = [n for n in names if n != "pdmux"]
         if not names:
-            raise InputError(f"--policies pdmux: {support.reason} (--sglang picks another SGLang revision)")
+            raise InputError(
+                "{flag.policies} pdmux: {reason} ({flag.sglang} picks another SGLang revision)",
+                values={"reason": support.reason},
+            )
         choice = replace(choice, names=tuple(names))
     built = build_policies(choice, setup, cluster.disagg)
     outcomes = _run(r, executor, workload, setup, cluster, built.policies, progress)

@@ -147,11 +147,22 @@ def splits(request: SplitsRequest) -> SplitsResult | AllGpusSplits:
     decode_bs_divisor = optional_int(r.decode_bs_divisor, "--decode-bs-divisor")
     token_budget = optional_int(r.token_budget, "--token-budget")
     if r.all_gpus and tp != 1:
-        raise InputError("--tp describes one deployment: use it with --gpu or --sms/--cc, not --all")
+        raise InputError(
+            "{flag.tp} describes one deployment: use it with {flag.gpu} or {flag.sms}/{flag.cc}, not "
+            "{flag.all_gpus}",
+            values={},
+        )
     if r.all_gpus and config is not None:
-        raise InputError("--config describes one GPU's levels: use it with --gpu or --sms/--cc, not --all")
+        raise InputError(
+            "{flag.config} describes one GPU's levels: use it with {flag.gpu} or {flag.sms}/{flag.cc}, "
+            "not {flag.all_gpus}",
+            values={},
+        )
     if r.all_gpus and (r.gpu or r.sms or r.cc):
-        raise InputError("--all lists every profile; drop --gpu/--sms/--cc")
+        raise InputError(
+            "{flag.all_gpus} lists every profile; drop {flag.gpu}/{flag.sms}/{flag.cc}",
+            values={},
+        )
     device = None if r.all_gpus else resolve_device(r.gpu, r.sms, r.cc)
     from ..catalog.hardware import MAX_SMS
 

@@ -250,10 +250,16 @@ def tune_for_gen_config(gpu_profile: Any, trace: Path, slo_ttft_ms: float, slo_i
     from ..sglang.revisions import require_pdmux
 
     if gpu_profile is None:
-        raise InputError("--tune needs a GPU profile (--gpu), not --sms/--cc: the simulation needs "
-                         "bandwidth and FLOP/s")
+        raise InputError(
+            "{flag.tune} needs a GPU profile ({flag.gpu}), not {flag.sms}/{flag.cc}: the simulation "
+            "needs bandwidth and FLOP/s",
+            values={},
+        )
     if trace is None or slo_ttft_ms is None or slo_itl_ms is None:
-        raise InputError("--tune needs --trace FILE, --slo-ttft MS and --slo-itl MS")
+        raise InputError(
+            "{flag.tune} needs {flag.trace} FILE, {flag.slo_ttft} MS and {flag.slo_itl} MS",
+            values={},
+        )
     workload = load_workload(WorkloadOptions(trace=trace, trace_format=trace_format, qps=qps,
                                              rate_scale=rate_scale, max_requests=max_requests,
                                              duration=duration))

@@ -42,16 +42,30 @@ class WorkloadOptions:
 
 def _check_synthetic(w: WorkloadOptions) -> None:
     if w.trace is not None:
-        raise InputError("give a trace file or --synthetic, not both")
+        raise InputError(
+            "give a trace file or {flag.synthetic}, not both",
+            values={},
+        )
     if w.qps is None:
-        raise InputError("--synthetic needs --qps (requests/s)")
+        raise InputError(
+            "{flag.synthetic} needs {flag.qps} (requests/s)",
+            values={},
+        )
     if w.rate_scale is not None:
-        raise InputError("--rate-scale applies to trace files; with --synthetic set --qps")
+        raise InputError(
+            "{flag.rate_scale} applies to trace files; with {flag.synthetic} set {flag.qps}",
+            values={},
+        )
     if w.trace_format is not None:
-        raise InputError("--format applies to trace files, not --synthetic")
+        raise InputError(
+            "{flag.trace_format} applies to trace files, not {flag.synthetic}",
+            values={},
+        )
     if not 0 <= w.seed < 2**32:  # numpy's (and bench_serving's --seed) range: random:L draws as it does
-        raise InputError(f"--seed must be from 0 to {2**32 - 1}, as bench_serving's (numpy's), "
-                         f"got {short_repr(w.seed)}")
+        raise InputError(
+            "{flag.seed} must be from 0 to {max_seed}, as bench_serving's (numpy's), got {seed}",
+            values={"max_seed": 2**32 - 1, "seed": short_repr(w.seed)},
+        )
 
 
 def load_workload(w: WorkloadOptions) -> Any:
@@ -61,19 +75,28 @@ def load_workload(w: WorkloadOptions) -> Any:
     from ..simulate.traces import load_trace, reshape, synthetic_trace
 
     if w.qps == math.inf and not w.synthetic:
-        raise InputError("--qps inf (every request at once) goes with --synthetic; a trace file's arrivals "
-                         "are retimed to a finite rate (or give --rate-scale)")
+        raise InputError(
+            "{flag.qps} inf (every request at once) goes with {flag.synthetic}; a trace file's arrivals "
+            "are retimed to a finite rate (or give {flag.rate_scale})",
+            values={},
+        )
     if not (w.synthetic and w.qps == math.inf):  # --synthetic --qps inf: bench_serving's --request-rate inf
         check_number("--qps", w.qps)
     check_number("--rate-scale", w.rate_scale)
     check_number("--duration", w.duration)
     if w.max_requests is not None and w.max_requests < 1:
-        raise InputError(f"--max-requests must be >= 1, got {w.max_requests}")
+        raise InputError(
+            "{flag.max_requests} must be >= 1, got {max_requests}",
+            values={"max_requests": w.max_requests},
+        )
     if w.synthetic:
         _check_synthetic(w)
         return synthetic_trace(w.qps, w.prompt_tokens, w.output_tokens, w.max_requests, w.duration, w.seed)
     if w.trace is None:
-        raise InputError("give a trace file (Azure CSV, Mooncake JSONL, BurstGPT CSV) or --synthetic --qps N")
+        raise InputError(
+            "give a trace file (Azure CSV, Mooncake JSONL, BurstGPT CSV) or {flag.synthetic} {flag.qps} N",
+            values={},
+        )
     trace = load_trace(w.trace, w.trace_format)
     return reshape(trace, max_requests=w.max_requests)
 
