@@ -232,3 +232,74 @@ def test_findings_as_json() -> None:
         and data["values"]["reason"]["code"] == "sglang.support.no_method"
     )
     assert messages.json_default(note) == messages.render(note)
+
+
+# --- the workflows' and the simulator's errors name parameters, not flags ------------------------------
+
+#: SGLang's own server and bench_serving arguments, quoted as SGLang's in a sentence about SGLang: text.
+_SGLANG_FLAGS = {"--tp-size", "--output-details", "--enable-pdmux", "--mem-fraction-static"}
+#: gen_config.py is converted separately (issue 21 item 2, another step).
+_TEMPLATED = [*sorted(p for p in (CORE / "workflows").glob("*.py") if p.name != "gen_config.py"),
+              *sorted((CORE / "simulate").glob("*.py")), CORE / "sglang" / "pdmux_config.py"]
+
+
+def test_no_workflow_or_simulator_error_writes_a_pdmux_flag() -> None:
+    import re
+
+    written = []
+    for path in _TEMPLATED:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            is_error = isinstance(node, ast.Call) and getattr(node.func, "id", None) == "InputError"
+            if not (is_error and node.args):
+                continue
+            text = "".join(s.value for s in ast.walk(node.args[0])
+                           if isinstance(s, ast.Constant) and isinstance(s.value, str))
+            flags = set(re.findall(r"--[a-z][a-z0-9-]*", text)) - _SGLANG_FLAGS
+            if flags:
+                written.append(f"{path.name}:{node.lineno} {sorted(flags)}")
+    assert not written, written
+
+
+def _raised(call, *args, **kwargs) -> InputError:
+    with pytest.raises(InputError) as caught:
+        call(*args, **kwargs)
+    return caught.value
+
+
+def test_splits_errors_name_all_gpus_for_the_api_and_all_for_the_cli() -> None:
+    import pdmux
+
+    exc = _raised(pdmux.splits, gpu="h100", all_gpus=True)
+    assert str(exc) == messages.error_text(exc) == "--all lists every profile; drop --gpu/--sms/--cc"
+    assert messages.api_error_text(exc) == "all_gpus lists every profile; drop gpu/sms/cc"
+
+
+def test_the_executor_errors_name_keywords_for_the_api() -> None:
+    from pdmux_cli.simulate.executors import check_executor
+
+    exc = _raised(check_executor, "local", "auto")
+    assert str(exc) == "--ray-address applies to --executor ray"
+    assert messages.api_error_text(exc) == "ray_address applies to executor ray"
+    exc = _raised(check_executor, "dask", None)
+    assert str(exc) == "--executor must be one of local, ray, got 'dask'"
+    assert messages.api_error_text(exc) == "executor must be one of local, ray, got 'dask'"
+
+
+def test_divisions_errors_quote_user_text_as_values() -> None:
+    from pdmux_cli.sglang.pdmux_config import parse_divisions
+
+    exc = _raised(parse_divisions, "112:20:0,{flag.tp}")
+    assert str(exc) == "--divisions entry 2 '{flag.tp}' has 1 number(s), needs 3: " \
+        "PREFILL_SMS:DECODE_SMS:DECODE_BS_THRESHOLD"
+    assert messages.api_error_text(exc).startswith("divisions entry 2 '{flag.tp}' has 1 number(s)")
+
+
+def test_the_cli_prints_a_workflow_error_as_before() -> None:
+    from typer.testing import CliRunner
+
+    from pdmux_cli.cli import app
+
+    r = CliRunner().invoke(app, ["splits", "--all", "--gpu", "h100"])
+    assert r.exit_code == 2 and "--all lists every profile; drop --gpu/--sms/--cc" in r.stderr
+    r = CliRunner().invoke(app, ["simulate", "--synthetic", "--model", "qwen3-8b", "--gpu", "h100"])
+    assert r.exit_code == 2 and "--synthetic needs --qps (requests/s)" in r.stderr

@@ -854,21 +854,29 @@ def parse_divisions(text: str) -> tuple[tuple[int, int, int], ...]:
     """
     if not text or not text.strip():
         raise InputError(
-            "--divisions is empty; give PREFILL:DECODE:THRESHOLD entries, e.g. 112:20:0,104:28:5"
+            "{flag.divisions} is empty; give PREFILL:DECODE:THRESHOLD entries, e.g. 112:20:0,104:28:5",
+            values={},
         )
     entries: list[tuple[int, int, int]] = []
     for position, item in enumerate(text.split(","), start=1):
         item = item.strip()
         if not item:
-            raise InputError(f"--divisions entry {position} is empty in {text!r}")
+            raise InputError(
+                "{flag.divisions} entry {position} is empty in {text!r}",
+                values={"position": position, "text": text},
+            )
         parts = [part.strip() for part in re.split(r"[:/]", item)]
         if len(parts) != 3:
             raise InputError(
-                f"--divisions entry {position} {item!r} has {len(parts)} number(s), needs 3: "
-                "PREFILL_SMS:DECODE_SMS:DECODE_BS_THRESHOLD"
+                "{flag.divisions} entry {position} {item!r} has {count} number(s), needs 3: "
+                "PREFILL_SMS:DECODE_SMS:DECODE_BS_THRESHOLD",
+                values={"position": position, "item": item, "count": len(parts)},
             )
         if not all(re.fullmatch(r"[+-]?[0-9]+", part) for part in parts):  # ASCII: \d also takes '٣'
-            raise InputError(f"--divisions entry {position} {item!r} is not three integers (e.g. 112:20:0)")
+            raise InputError(
+                "{flag.divisions} entry {position} {item!r} is not three integers (e.g. 112:20:0)",
+                values={"position": position, "item": item},
+            )
         entries.append((int(parts[0]), int(parts[1]), int(parts[2])))
     return tuple(entries)
 

@@ -125,7 +125,10 @@ def simulate_disagg(trace: Trace, setup: Setup, policy: DisaggPolicy, progress: 
     method = check_load_balance_method(policy.load_balance_method)
     for side, count in (("prefill", policy.prefill), ("decode", policy.decode)):
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_INSTANCES:
-            raise InputError(f"--disagg: {side} instances must be 1 to {MAX_INSTANCES}, got {count!r}")
+            raise InputError(
+                "{flag.disagg}: {side} instances must be 1 to {MAX_INSTANCES}, got {count!r}",
+                values={"side": side, "MAX_INSTANCES": MAX_INSTANCES, "count": count},
+            )
     n = len(trace)
     kv_token = setup.kv_bytes_per_token if rank_kv_bytes_per_token is None else rank_kv_bytes_per_token
     # prefill side: every request to its first token

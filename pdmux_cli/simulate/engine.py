@@ -89,8 +89,11 @@ def step_budget(requests: int, max_steps: int | None = None) -> int:
     :data:`STEP_BUDGET_PER_REQUEST` per request. Raises :class:`InputError` for a negative ``max_steps``."""
     if max_steps is not None:
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0:
-            raise InputError("--max-steps must be a whole number of decode steps >= 0 (0: no limit), got "
-                             f"{max_steps!r}")
+            raise InputError(
+                "{flag.max_steps} must be a whole number of decode steps >= 0 (0: no limit), got "
+                "{max_steps!r}",
+                values={"max_steps": max_steps},
+            )
         return max_steps
     return max(MIN_STEP_BUDGET, STEP_BUDGET_PER_REQUEST * requests)
 
@@ -162,15 +165,18 @@ class StepEnds(array):
         if self.budget is None:
             if len(self) >= MAX_DECODE_STEPS:
                 raise InputError(
-                    f"the simulation passed {MAX_DECODE_STEPS:,} decode steps (long outputs that barely "
-                    "overlap, or tiny chunks): simulate fewer requests (--max-requests, --duration) or "
-                    "larger --chunk-sizes"
+                    "the simulation passed {MAX_DECODE_STEPS:,} decode steps (long outputs that barely "
+                    "overlap, or tiny chunks): simulate fewer requests ({flag.max_requests}, "
+                    "{flag.duration}) or larger {flag.chunk_sizes}",
+                    values={"MAX_DECODE_STEPS": MAX_DECODE_STEPS},
                 )
         elif self.budget and self.base + len(self) >= self.budget:
             raise InputError(
-                f"the simulation passed its budget of {self.budget:,} decode steps on one server (long "
-                "outputs that barely overlap, or tiny chunks): raise it with --max-steps N (0: no limit), or "
-                "simulate fewer requests (--max-requests, --duration) or larger --chunk-sizes"
+                "the simulation passed its budget of {budget:,} decode steps on one server (long outputs "
+                "that barely overlap, or tiny chunks): raise it with {flag.max_steps} N (0: no limit), "
+                "or simulate fewer requests ({flag.max_requests}, {flag.duration}) or larger "
+                "{flag.chunk_sizes}",
+                values={"budget": self.budget},
             )
 
     @property
@@ -357,8 +363,10 @@ def make_setup(
     check_efficiency(mfu, "MFU")
     total = gpu.require_sm_count()
     if not gpu.memory_bytes or not gpu.hbm_bytes_per_s:
-        raise InputError(f"{gpu.name} has no memory or bandwidth figures: simulate needs a full GPU profile "
-                         "(--gpu)")
+        raise InputError(
+            "{name} has no memory or bandwidth figures: simulate needs a full GPU profile ({flag.gpu})",
+            values={"name": gpu.name},
+        )
     step_model = build_step_model(
         gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency, mfu=mfu,
         calibration=calibration, weight_bytes_per_param=weight_bytes_per_param,

@@ -357,8 +357,10 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise InputError(f"--executor ray needs Ray: {RAY_EXTRA} (or --executor local, the "
-                         "default)") from None
+        raise InputError(
+            "{flag.executor} ray needs Ray: {RAY_EXTRA} (or {flag.executor} local, the default)",
+            values={"RAY_EXTRA": RAY_EXTRA},
+        ) from None
     return ray
 
 
@@ -367,11 +369,20 @@ def check_executor(kind: str | None, ray_address: str | None) -> str:
     unknown one, or ``--ray-address`` without ``--executor ray``."""
     name = (kind or "local").strip().lower()
     if name not in EXECUTORS:
-        raise InputError(f"--executor must be one of {', '.join(EXECUTORS)}, got {kind!r}")
+        raise InputError(
+            "{flag.executor} must be one of {executors}, got {kind!r}",
+            values={"executors": ", ".join(EXECUTORS), "kind": kind},
+        )
     if ray_address is not None and name != "ray":
-        raise InputError("--ray-address applies to --executor ray")
+        raise InputError(
+            "{flag.ray_address} applies to {flag.executor} ray",
+            values={},
+        )
     if ray_address is not None and not ray_address.strip():
-        raise InputError("--ray-address: give a Ray address (auto, host:port or ray://host:10001)")
+        raise InputError(
+            "{flag.ray_address}: give a Ray address (auto, host:port or ray://host:10001)",
+            values={},
+        )
     return name
 
 
@@ -386,7 +397,10 @@ def executor(kind: str | None = "local", workers: int | None = None, tasks: int 
     :class:`~pdmux_cli.util.errors.PdmuxError` when Ray cannot start or be reached."""
     name = check_executor(kind, ray_address)
     if workers is not None and workers < 1:
-        raise InputError(f"--workers must be >= 1, got {workers}")
+        raise InputError(
+            "{flag.workers} must be >= 1, got {workers}",
+            values={"workers": workers},
+        )
     if name == "ray":
         made: Executor = OnRay(workers, ray_address.strip() if ray_address else None, tasks)
     else:

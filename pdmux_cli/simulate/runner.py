@@ -49,14 +49,19 @@ def simulate(
     """
     one = policy.servers(dp) == 1
     if initial_decode and not one:
-        raise InputError("a running decode batch at time 0 is simulated on one server only (no --dp, no "
-                         "disagg)")
+        raise InputError(
+            "a running decode batch at time 0 is simulated on one server only (no {flag.dp}, no disagg)",
+            values={},
+        )
     if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 0:
         raise InputError(f"max concurrency must be a whole number >= 1 (0: no limit), got "
                          f"{max_concurrency!r}")
     if max_concurrency and not one:
-        raise InputError("--max-concurrency (a closed-loop client) is simulated on one server only (no --dp, "
-                         "no --disagg)")
+        raise InputError(
+            "{flag.max_concurrency} (a closed-loop client) is simulated on one server only (no "
+            "{flag.dp}, no {flag.disagg})",
+            values={},
+        )
     policy.check()
     return policy.run(trace, setup, dp=dp, method=load_balance_method, progress=progress, fold=fold,
                       initial_decode=initial_decode, max_concurrency=max_concurrency)

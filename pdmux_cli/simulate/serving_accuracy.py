@@ -332,8 +332,11 @@ def runs_from_bench_serving(results: Sequence[Any], gpu: str, model: str, tp: in
     for k, res in enumerate(results):
         server_tp = res.server.get("tp_size")
         if tp is not None and isinstance(server_tp, int) and server_tp != tp:
-            raise InputError(f"{res.where}: the server ran --tp-size {server_tp}, not --tp {tp}: give --tp "
-                             f"{server_tp}")
+            raise InputError(
+                "{where}: the server ran --tp-size {server_tp}, not {flag.tp} {tp}: give {flag.tp} "
+                "{server_tp}",
+                values={"where": res.where, "server_tp": server_tp, "tp": tp},
+            )
         run_tp = tp if tp is not None else server_tp if isinstance(server_tp, int) and server_tp > 0 else 1
         if res.input_lens:
             lengths = {"kind": "explicit", "prompt_tokens": list(res.input_lens),

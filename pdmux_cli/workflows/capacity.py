@@ -153,7 +153,7 @@ def _check_options(r: CapacityRequest, configs: list[Path]) -> str:
             values={},
         )
     check_prefill_decode_interval(r.prefill_decode_interval)
-    check_at_least_one("--workers", r.workers)
+    check_at_least_one("workers", r.workers)
     executor = check_executor(r.executor, r.ray_address)
     if r.max_steps is not None:
         step_budget(0, r.max_steps)

@@ -69,19 +69,19 @@ def _check_values(o: ServerOptions) -> None:
     from ..sglang.kv_cache import check_kv_options
     from ..simulate import engine
 
-    check_number("--s-sat", o.s_sat, minimum=1.0, strict=False)  # SMs: fewer than one saturates nothing
+    check_number("s_sat", o.s_sat, minimum=1.0, strict=False)  # SMs: fewer than one saturates nothing
     check_kv_options(o.kv_cache_dtype, o.kv_bytes)
     engine.check_bytes_per_element(o.weight_bytes, "--weight-bytes")
     engine.check_bytes_per_element(o.kv_bytes, "--kv-bytes")
     engine.check_mem_fraction(o.mem_fraction_static)
     engine.check_efficiency(o.bandwidth_efficiency, "--bandwidth-efficiency")
     engine.check_efficiency(o.mfu, "--mfu")
-    for flag, value in (("--step-overhead-ms", o.step_overhead_ms),
-                        ("--per-request-overhead-ms", o.per_request_overhead_ms),
-                        ("--admission-delay-ms", o.admission_delay_ms),
-                        ("--first-token-delay-ms", o.first_token_delay_ms),
-                        ("--admission-interval-ms", o.admission_interval_ms)):
-        check_number(flag, value, strict=False)
+    for name, value in (("step_overhead_ms", o.step_overhead_ms),
+                        ("per_request_overhead_ms", o.per_request_overhead_ms),
+                        ("admission_delay_ms", o.admission_delay_ms),
+                        ("first_token_delay_ms", o.first_token_delay_ms),
+                        ("admission_interval_ms", o.admission_interval_ms)):
+        check_number(name, value, strict=False)
     if o.max_prefill_tokens < 1:
         raise InputError(
             "{flag.max_prefill_tokens} must be >= 1, got {max_prefill_tokens}",

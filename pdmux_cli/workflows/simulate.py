@@ -116,11 +116,11 @@ def _check_run_options(r: SimulateRequest) -> str:
     from ..simulate.engine import step_budget
     from ..simulate.executors import check_executor
 
-    check_at_least_one("--workers", r.workers)
+    check_at_least_one("workers", r.workers)
     executor = check_executor(r.executor, r.ray_address)
     if r.max_steps is not None:
         step_budget(0, r.max_steps)
-    check_at_least_one("--max-concurrency", r.max_concurrency, " requests in flight")
+    check_at_least_one("max_concurrency", r.max_concurrency, " requests in flight")
     if r.max_concurrency is not None and (r.disagg is not None or (r.dp or 1) > 1):
         raise InputError(
             "{flag.max_concurrency} (a closed-loop client) is simulated on one server: drop {flag.dp} "
@@ -217,8 +217,8 @@ def simulate(request: SimulateRequest, progress: ProgressFactory | None = None) 
 
     r = request
     executor = _check_run_options(r)
-    check_number("--slo-ttft", r.slo_ttft)
-    check_number("--slo-itl", r.slo_itl)
+    check_number("slo_ttft", r.slo_ttft)
+    check_number("slo_itl", r.slo_itl)
     names = policy_names(r.policies, r.disagg)
     choice = _choice(r, names)
     _check_outputs(r)

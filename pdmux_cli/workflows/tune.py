@@ -132,9 +132,9 @@ def search(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, space: Se
     from ..simulate.executors import check_executor
     from ..simulate.tune import DEFAULT_BUDGETS, DEFAULT_DIVISORS, DEFAULT_LAYER_CAPS, tune
 
-    check_number("--slo-ttft", slo_ttft)
-    check_number("--slo-itl", slo_itl)
-    check_at_least_one("--workers", space.workers)
+    check_number("slo_ttft", slo_ttft)
+    check_number("slo_itl", slo_itl)
+    check_at_least_one("workers", space.workers)
     groups_text = as_text_list(space.sm_group_nums)
     groups = parse_int_list(groups_text, "--sm-group-nums", minimum=3) if groups_text is not None else None
     for value in groups or ():

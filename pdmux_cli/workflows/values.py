@@ -88,18 +88,27 @@ def as_text_list(value: str | Sequence[Any] | None) -> str | None:
 
 def check_number(name: str, value: float | None, minimum: float = 0.0, strict: bool = True) -> None:
     """:class:`InputError` unless ``value`` (``None``: not given) is finite and ``> minimum`` (``>=`` when
-    not ``strict``); ``name``: the option, as the message names it."""
+    not ``strict``); ``name``: the parameter by its Python name (``"slo_ttft"``; a flag, ``"--slo-ttft"``,
+    is read as its parameter), the error's ``param``, which the CLI names by its flag."""
     if value is None:
         return
     bad = not math.isfinite(value) or (value <= minimum if strict else value < minimum)
     if bad:
-        raise InputError(f"{name} must be a number {'>' if strict else '>='} {minimum:g}, got {value}")
+        raise InputError("{param_flag} must be a number {op} {minimum:g}, got {value}", param=_param(name),
+                         values={"op": ">" if strict else ">=", "minimum": minimum, "value": value})
 
 
 def check_at_least_one(name: str, value: int | None, what: str = "") -> None:
-    """:class:`InputError` ``"{name} must be >= 1{what}, got {value}"`` for a whole number below 1."""
+    """:class:`InputError` ``"{name} must be >= 1{what}, got {value}"`` for a whole number below 1; ``name``:
+    the parameter by its Python name (``"workers"``, or its flag), the error's ``param``."""
     if value is not None and value < 1:
-        raise InputError(f"{name} must be >= 1{what}, got {value}")
+        raise InputError("{param_flag} must be >= 1{what}, got {value}", param=_param(name),
+                         values={"what": what, "value": value})
+
+
+def _param(name: str) -> str:
+    """A parameter's Python name from itself or its flag (``"--max-concurrency"``: ``"max_concurrency"``)."""
+    return name[2:].replace("-", "_") if name.startswith("--") else name
 
 
 def finite(data: Any) -> Any:

@@ -81,9 +81,9 @@ def load_workload(w: WorkloadOptions) -> Any:
             values={},
         )
     if not (w.synthetic and w.qps == math.inf):  # --synthetic --qps inf: bench_serving's --request-rate inf
-        check_number("--qps", w.qps)
-    check_number("--rate-scale", w.rate_scale)
-    check_number("--duration", w.duration)
+        check_number("qps", w.qps)
+    check_number("rate_scale", w.rate_scale)
+    check_number("duration", w.duration)
     if w.max_requests is not None and w.max_requests < 1:
         raise InputError(
             "{flag.max_requests} must be >= 1, got {max_requests}",
