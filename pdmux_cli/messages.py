@@ -316,7 +316,57 @@ def _allreduce_nearest(f: Finding) -> str:
             f"{', '.join(map(str, v['measured']))}){more}")
 
 
+def _equal_gpus(f: Finding) -> str:
+    v = f.values
+    x, y, own, dp, tp, gpus = v["x"], v["y"], v["instance_tp"], v["dp"], v["tp"], v["gpus"]
+    if f.code == "deploy.equal_gpus":
+        others = (f"DP {dp} replicas behind the router ({v['method']}) of TP {tp}" if dp > 1
+                  else f"one server of TP {tp}")
+        return (f"every policy on {gpus} GPUs: disagg {x}P{y}D as {x + y} instances of TP {own}, the "
+                f"others as {others}")
+    return (
+        f"not at equal GPU count: disagg {x}P{y}D uses {gpus} GPUs (TP {own} each), the other policies "
+        f"DP {dp} x TP {tp} = {dp * tp} (give {flag('dp')}, {flag('tp')} or {flag('disagg_tp')} so that "
+        "they match)"
+    )
+
+
+def _disagg_alone(f: Finding) -> str:
+    v = f.values
+    return (f"disagg {v['x']}P{v['y']}D on {v['gpus']} GPUs: {v['x'] + v['y']} instances of TP "
+            f"{v['instance_tp']}")
+
+
 TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
+    # workflows/deployment.plan_deployment: how the policies use the GPUs
+    "deploy.nothing_to_route": (
+        "one instance a side and one server: {flag.load_balance_method} has nothing to route"
+    ),
+    "deploy.disagg_alone": _disagg_alone,
+    "deploy.equal_gpus": _equal_gpus,
+    "deploy.unequal_gpus": _equal_gpus,
+    # workflows/capacity.policy_notes and capacity's run notes
+    "capacity.met_every_rate": "{policy}: met the target at every rate tried, up to {rate_rps:.3g} req/s",
+    "capacity.crashes_at_some_rates": (
+        "{policy}: SGLang 0.5.23 crashes with this config at some rates (no manual_divisions threshold "
+        "matches a decode batch; 'pdmux check-config' says which): those runs count as missing the SLO; "
+        "{flag.unreleased_fallback} sizes the unreleased branches' behaviour instead"
+    ),
+    "capacity.missed_every_rate": (
+        "{policy}: missed the target at every rate tried, down to {rate_rps:.3g} req/s (a single request "
+        "may already miss the SLO: see pdmux estimate)"
+    ),
+    "capacity.too_few_requests": (
+        "only {requests} requests: too few to measure a sustained rate (their burst drains at any rate); "
+        "give a trace of at least {minimum}"
+    ),
+    # workflows/simulate.simulate's run notes
+    "simulate.interval_not_pdmux": (
+        "pdmux: {flag.prefill_decode_interval} does not apply (SGLang's pdmux loop runs a decode step every "
+        "round whatever it prefills)"
+    ),
+    "simulate.nothing_to_plot": "no request completed under any policy: nothing to plot, {plot} not written",
+    "simulate.failed_rows": "{rows} failed request row(s) (0 response tokens) skipped",
     # sglang_support.model_support: whether a revision can run pdmux for a model
     "sglang.support.no_scan": _model_support,
     "sglang.support.no_architectures": _model_support,

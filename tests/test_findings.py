@@ -303,3 +303,20 @@ def test_the_cli_prints_a_workflow_error_as_before() -> None:
     assert r.exit_code == 2 and "--all lists every profile; drop --gpu/--sms/--cc" in r.stderr
     r = CliRunner().invoke(app, ["simulate", "--synthetic", "--model", "qwen3-8b", "--gpu", "h100"])
     assert r.exit_code == 2 and "--synthetic needs --qps (requests/s)" in r.stderr
+
+
+def test_workflow_notes_are_findings_worded_as_before() -> None:
+    from pdmux_cli.workflows import capacity as capacity_wf
+
+    crashed = cap.RatePoint(2.0, 0.5, 2.0, 100, 10, crashed=True)
+    row = cap.PolicyCapacity("pdmux", "pdmux", 0.0, None, (crashed,), bound="below")
+    notes = capacity_wf.policy_notes(row, 1000, 1)
+    assert [(n.code, n.param) for n in notes if isinstance(n, Finding)] == [
+        ("capacity.crashes_at_some_rates", "unreleased_fallback")]
+    assert messages.render(notes[-1]).endswith(
+        "those runs count as missing the SLO; --unreleased-fallback sizes the unreleased branches' behaviour "
+        "instead")
+    assert messages.render(Finding("simulate.failed_rows", {"rows": 3})) == (
+        "3 failed request row(s) (0 response tokens) skipped")
+    assert messages.render(Finding("deploy.nothing_to_route", param="load_balance_method")) == (
+        "one instance a side and one server: --load-balance-method has nothing to route")

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from pdmux_cli import __version__
 from pdmux_cli.cli import app
+from pdmux_cli.messages import render, render_all
 from pdmux_cli.util.errors import InputError
 from pdmux_cli.workflows import capacity as capacity_wf
 from pdmux_cli.workflows.accuracy import AccuracyRequest, accuracy
@@ -139,18 +140,21 @@ def test_dp_default_puts_every_policy_on_the_disaggregation_gpus(h100: object) -
     # 2P2D of TP 1 is 4 GPUs: the colocated policies become 4 replicas of TP 1 behind the router
     cluster = plan_deployment(h100, None, DeploymentOptions(disagg="2P2D"))
     assert (cluster.dp, cluster.gpus, cluster.router) == (4, 4, "round_robin")
-    assert cluster.notes == (("every policy on 4 GPUs: disagg 2P2D as 4 instances of TP 1, the others as DP "
-                              "4 replicas behind the router (round_robin) of TP 1"),)
+    assert render_all(cluster.notes) == [("every policy on 4 GPUs: disagg 2P2D as 4 instances of TP 1, the "
+                                          "others as DP 4 replicas behind the router (round_robin) of TP 1")]
     # a --dp that does not match is run as given and said
     cluster = plan_deployment(h100, None, DeploymentOptions(disagg="1P1D", dp=3))
-    assert cluster.dp == 3 and cluster.notes[0].startswith("not at equal GPU count: disagg 1P1D uses 2 GPUs")
+    assert cluster.dp == 3 and render(cluster.notes[0]) == (
+        "not at equal GPU count: disagg 1P1D uses 2 GPUs (TP 1 each), the other policies DP 3 x TP 1 = 3 "
+        "(give --dp, --tp or --disagg-tp so that they match)")
+    assert cluster.notes[0].code == "deploy.unequal_gpus" and cluster.notes[0].values["dp"] == 3
     # disagg alone: no replicas of the others
     cluster = plan_deployment(h100, None, DeploymentOptions(disagg="3P1D"), colocated=False)
     assert (cluster.dp, cluster.gpus) == (1, 4)
     with pytest.raises(InputError, match="apply to --disagg XPYD"):
         plan_deployment(h100, None, DeploymentOptions(kv_link="rdma"))
     lone = plan_deployment(h100, None, DeploymentOptions(load_balance_method="total_requests"))
-    assert lone.router is None and "nothing to route" in lone.notes[0]
+    assert lone.router is None and "nothing to route" in render(lone.notes[0])
 
 
 def test_policy_factory_builds_each_policy_once(h100: object) -> None:
@@ -231,5 +235,5 @@ def test_burst_notes() -> None:
     # a disaggregated policy: the side with more instances
     assert "3 servers drain" in capacity_wf.policy_notes(
         _capacity_of("disagg 1P3D", 5.0, xpyd=(1, 3), kind="disagg"), 500, 8)[0]
-    assert capacity_wf.policy_notes(_capacity_of("pdmux", 50.0, bound="above"), 20, 1) == [
+    assert render_all(capacity_wf.policy_notes(_capacity_of("pdmux", 50.0, bound="above"), 20, 1)) == [
         "pdmux: met the target at every rate tried, up to 50 req/s"]

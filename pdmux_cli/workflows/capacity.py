@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, server_and_cluster
 from .policies import (
     DEFAULT_POLICIES,
@@ -105,7 +105,7 @@ class CapacityOutcome:
     cluster: Cluster
     support: Any
     title: str
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding | str] = field(default_factory=list)
     plot: Path | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -218,7 +218,7 @@ def _burst_note(p: Any, requests: int, servers: int) -> str | None:
             "--duration)")
 
 
-def policy_notes(p: Any, requests: int, dp: int) -> list[str]:
+def policy_notes(p: Any, requests: int, dp: int) -> list[Finding | str]:
     """The notes on one policy's capacity (:class:`pdmux_cli.simulate.capacity.PolicyCapacity`): a burst's
     rate, a target met at every rate or missed at every rate, SGLang 0.5.23 crashing at some rates."""
     # a disaggregated request visits one instance a side: the side with more instances sees fewer each
@@ -226,15 +226,12 @@ def policy_notes(p: Any, requests: int, dp: int) -> list[str]:
     burst = _burst_note(p, requests, servers)
     notes = [burst] if burst else []
     if p.bound == "above":
-        notes.append(f"{p.label}: met the target at every rate tried, up to {p.max_rate_rps:.3g} req/s")
+        notes.append(Finding("capacity.met_every_rate", {"policy": p.label, "rate_rps": p.max_rate_rps}))
     if any(x.crashed for x in p.points):
-        notes.append(f"{p.label}: SGLang 0.5.23 crashes with this config at some rates (no manual_divisions "
-                     "threshold matches a decode batch; 'pdmux check-config' says which): those runs count "
-                     "as missing the SLO; --unreleased-fallback sizes the unreleased branches' behaviour "
-                     "instead")
+        notes.append(Finding("capacity.crashes_at_some_rates", {"policy": p.label}, "unreleased_fallback"))
     elif p.bound == "below":
-        notes.append(f"{p.label}: missed the target at every rate tried, down to {p.points[0].rate_rps:.3g} "
-                     "req/s (a single request may already miss the SLO: see pdmux estimate)")
+        notes.append(Finding("capacity.missed_every_rate",
+                             {"policy": p.label, "rate_rps": p.points[0].rate_rps}))
     return notes
 
 
@@ -288,8 +285,8 @@ def capacity(request: CapacityRequest, progress: ProgressFactory | None = None) 
     notes += launch_notes(cluster, setup.tp, any(name != "disagg" for name in names))
     notes += list(workload.notes)
     if len(workload) < MIN_REQUESTS:
-        notes.append(f"only {len(workload)} requests: too few to measure a sustained rate (their burst "
-                     f"drains at any rate); give a trace of at least {MIN_REQUESTS}")
+        notes.append(Finding("capacity.too_few_requests",
+                             {"requests": len(workload), "minimum": MIN_REQUESTS}))
     for p in result.policies:
         notes += policy_notes(p, len(workload), cluster.dp)
     return CapacityOutcome(r, result, workload, setup, cluster, support, title, notes, r.plot)

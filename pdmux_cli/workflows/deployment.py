@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .server import ServerOptions, build_setup
 
 
@@ -46,7 +46,7 @@ class Cluster:
     dp: int = 1
     method: str = "round_robin"
     disagg: Any = None
-    notes: tuple[str, ...] = ()
+    notes: tuple[Finding | str, ...] = ()
     gpus: int = 1
 
     @property
@@ -123,14 +123,11 @@ def _colocated_dp(dp: int | None, tp: int, gpus: int, x: int, y: int) -> int:
     return dp
 
 
-def _equal_gpus_note(x: int, y: int, own: int, dp: int, tp: int, gpus: int, method: str) -> str:
-    if dp * tp == gpus:
-        others = (f"DP {dp} replicas behind the router ({method}) of TP {tp}" if dp > 1
-                  else f"one server of TP {tp}")
-        return (f"every policy on {gpus} GPUs: disagg {x}P{y}D as {x + y} instances of TP {own}, the "
-                f"others as {others}")
-    return (f"not at equal GPU count: disagg {x}P{y}D uses {gpus} GPUs (TP {own} each), the other policies "
-            f"DP {dp} x TP {tp} = {dp * tp} (give --dp, --tp or --disagg-tp so that they match)")
+def _equal_gpus_note(x: int, y: int, own: int, dp: int, tp: int, gpus: int, method: str) -> Finding:
+    """Whether disaggregation's ``x`` + ``y`` instances of TP ``own`` (``gpus`` GPUs) and the other policies'
+    ``dp`` replicas of TP ``tp`` are on as many GPUs (``deploy.equal_gpus``, ``deploy.unequal_gpus``)."""
+    values = {"x": x, "y": y, "instance_tp": own, "dp": dp, "tp": tp, "gpus": gpus, "method": method}
+    return Finding("deploy.equal_gpus" if dp * tp == gpus else "deploy.unequal_gpus", values)
 
 
 def plan_deployment(setup: Any, gpu: str | None, d: DeploymentOptions, *, allow_disagg: bool = True,
@@ -163,10 +160,10 @@ def plan_deployment(setup: Any, gpu: str | None, d: DeploymentOptions, *, allow_
     dp = d.dp
     notes = []
     if given_method and x == 1 and y == 1 and (not colocated or dp == 1):
-        notes.append("one instance a side and one server: --load-balance-method has nothing to route")
+        notes.append(Finding("deploy.nothing_to_route", param="load_balance_method"))
     if not colocated:
         dp = dp if dp is not None else 1
-        notes.append(f"disagg {x}P{y}D on {gpus} GPUs: {x + y} instances of TP {own}")
+        notes.append(Finding("deploy.disagg_alone", {"x": x, "y": y, "gpus": gpus, "instance_tp": own}))
     else:
         dp = _colocated_dp(dp, setup.tp, gpus, x, y)
         notes.append(_equal_gpus_note(x, y, own, dp, setup.tp, gpus, method))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, server_and_cluster
 from .pdmux_yaml import PdmuxYaml
 from .policies import (
@@ -83,7 +83,7 @@ class SimulateResult:
     support: Any
     metrics: list[Any]
     title: str
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding | str] = field(default_factory=list)
     csv: Path | None = None
     plot: Path | None = None
 
@@ -106,7 +106,7 @@ class SimulateResult:
             "pdmux": provenance_block(r.sglang, setup, r.calibration),
         })
 
-    def table_notes(self) -> list[str]:
+    def table_notes(self) -> list[Finding | str]:
         """The notes under the tables: the run's, then each policy's own (``"policy: note"``)."""
         return [*self.notes, *(f"{m.policy}: {note}" for m in self.metrics for note in m.notes)]
 
@@ -244,11 +244,10 @@ def simulate(request: SimulateRequest, progress: ProgressFactory | None = None) 
     if support.state != "yes":
         notes.insert(0, ("pdmux not simulated: " if support.state == "no" else "pdmux: ") + support.reason)
     if r.prefill_decode_interval and "pdmux" in names:
-        notes.append("pdmux: --prefill-decode-interval does not apply (SGLang's pdmux loop runs a decode "
-                     "step every round whatever it prefills)")
+        notes.append(Finding("simulate.interval_not_pdmux", param="prefill_decode_interval"))
     plot = r.plot
     if plot is not None and not any(m.completed for m in metrics):
-        notes.append(f"no request completed under any policy: nothing to plot, {plot} not written")
+        notes.append(Finding("simulate.nothing_to_plot", {"plot": str(plot)}))
         plot = None
     if plot is not None:
         from ..simulate.plot import write_cdf_plot
@@ -256,7 +255,7 @@ def simulate(request: SimulateRequest, progress: ProgressFactory | None = None) 
         write_cdf_plot(plot, metrics, title)
     notes.extend(built.notes)
     if workload.failed_rows:
-        notes.append(f"{workload.failed_rows} failed request row(s) (0 response tokens) skipped")
+        notes.append(Finding("simulate.failed_rows", {"rows": workload.failed_rows}))
     notes.extend(workload.notes)
     return SimulateResult(r, workload, setup, cluster, support, metrics, title, notes, r.csv, plot)
 

@@ -186,7 +186,7 @@ class TuneOutcome:
                      "cost_model": setup.step_model.name, "throughput": setup.step_model.source,
                      "slo": {"ttft_ms": r.slo_ttft, "itl_ms": r.slo_itl}, "yaml": self.yaml,
                      "output": str(r.output) if r.output else None, "sglang_support": self.support.as_dict()})
-        data["notes"] = [*data.get("notes", []), *self.notes]
+        data["notes"] = [*data.get("notes", []), *(str(n) for n in self.notes)]
         data["pdmux"] = provenance_block(r.sglang, setup, r.calibration)
         return finite(data)
 
