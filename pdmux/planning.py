@@ -271,12 +271,6 @@ def gen_config(
     """
     from pdmux_cli.workflows.gen_config import gen_config as run
 
-    simulator = None
-    if tune or slo_itl is not None:  # SLO levels and the tune use the simulator's set-up (in the CLI package)
-        from pdmux_cli.cli.planning import simulator_hooks
-
-        simulator = simulator_hooks()
-
     return run(
         GenConfigRequest(
             gpu=gpu,
@@ -308,8 +302,7 @@ def gen_config(
             model=model,
             tp=tp,
             sglang=sglang,
-        ),
-        simulator,
+        )
     )
 
 

@@ -32,7 +32,7 @@ runner = CliRunner()
 COMMANDS = [
     (pdmux.splits, SplitsRequest, cli_planning.splits, set()),
     (pdmux.estimate, EstimateRequest, cli_planning.estimate, set()),
-    (pdmux.gen_config, GenConfigRequest, cli_planning.gen_config, {"show_tune"}),
+    (pdmux.gen_config, GenConfigRequest, cli_planning.gen_config, set()),
     (pdmux.check_config, CheckConfigRequest, cli_planning.check_config, set()),
 ]
 
@@ -135,11 +135,18 @@ def test_gen_config_tune_is_the_cli_json(tmp_path) -> None:
     assert as_json(tuned.to_dict()) == cli
     assert tuned.tune["best"] == cli["tune"]["best"]
     assert tuned.to_dict()["pdmux"]["cost_model"]["s_sat"] == 88.0
-    # the workflow itself asks for the simulator's set-up rather than importing the CLI package
-    from pdmux_cli.workflows.gen_config import gen_config as workflow
+    assert tuned.tune_search.best == cli["tune"]["best"]  # the search itself, for a caller's own table
 
-    with pytest.raises(TypeError, match="simulator"):
-        workflow(GenConfigRequest(slo_itl=20, context=2048))
+
+def test_gen_config_workflow_needs_no_cli_package() -> None:
+    """SLO levels and the tune are workflows: gen-config's runs them without importing pdmux_cli.cli."""
+    code = ("import sys; from pdmux_cli.workflows.gen_config import GenConfigRequest, gen_config\n"
+            "r = gen_config(GenConfigRequest(gpu='h100', slo_itl=20, context=2048))\n"
+            "assert r.slo_levels['target_itl_ms'] == 20 and r.tune_search is None, r.slo_levels\n"
+            "bad = sorted(m for m in sys.modules if m.startswith('pdmux_cli.cli'))\n"
+            "assert not bad, bad\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
 
 
 def test_provenance_block() -> None:

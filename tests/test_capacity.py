@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from cli_assertions import assert_one_line_error
+from policy_rows import policy_fields
 from typer.testing import CliRunner
 
 from pdmux_cli.catalog.hardware import find_gpu
@@ -94,7 +95,8 @@ def _row(label: str, kind: str, rate: float, bound: str = "", path: str | None =
          chunk: int = 0) -> cap.PolicyCapacity:
     point = cap.RatePoint(rate or 0.5, 0.99 if rate else 0.5, rate, 100.0, 20.0)
     return cap.PolicyCapacity(label, kind, rate, point if rate else None, (point,), bound, path,
-                              5 if path else None, chunk)
+                              5 if path else None, chunk,
+                              **policy_fields(kind, path, chunk, sm_group_num=5))
 
 
 def _result(*rows: cap.PolicyCapacity) -> cap.CapacityResult:

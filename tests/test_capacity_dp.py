@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from cli_assertions import assert_one_line_error
+from policy_rows import policy_fields
 from typer.testing import CliRunner
 
 from pdmux_cli.cli import app
@@ -123,6 +124,7 @@ def _row(label: str, kind: str, rate: float, gpus: int, layout: str, xpyd=None) 
         LAYOUTS[layout],
         "round_robin",
         xpyd,
+        **policy_fields(kind),
     )
 
 

@@ -12,6 +12,7 @@ import pickle
 from pathlib import Path
 
 import pytest
+from policy_rows import policy_fields
 
 from pdmux_cli import messages
 from pdmux_cli.catalog.hardware import find_gpu
@@ -159,6 +160,7 @@ def _row(label: str, kind: str, rate: float, gpus: int = 1, layout=Layout(), xpy
         gpus=gpus,
         layout=layout,
         xpyd=xpyd,
+        **policy_fields(kind, chunk=chunk),
     )
 
 

@@ -191,15 +191,17 @@ def test_tune_is_deterministic_across_workers() -> None:
         tune(trace, setup, 0, 20)
 
 
-def test_gen_config_hook() -> None:
-    from pdmux_cli.cli.simulate import tuned_config
+def test_gen_config_tune_search() -> None:
+    """gen-config --tune's search (a workflow, no CLI hook): the winner is valid and its JSON row names it."""
+    from pdmux_cli.workflows.tune import search_dict, tune_for_gen_config
 
-    config, summary = tuned_config(find_gpu("h100"), FIX / "azure_conv_50.csv", 200, 25, rate_scale=10,
-                                   budgets="65536", divisors="36", sm_group_nums="3,8", workers=1, show=False)
+    result, _ = tune_for_gen_config(find_gpu("h100"), FIX / "azure_conv_50.csv", 200, 25, rate_scale=10,
+                                    budgets="65536", divisors="36", sm_group_nums="3,8", workers=1)
+    config, summary = result.best_row.candidate.config, search_dict(result)
     assert not pc.validate(config, 132, (9, 0))
     assert summary["rows"][summary["best"]]["config"]["sm_group_num"] == config.sm_group_num
     with pytest.raises(InputError, match="--gpu"):
-        tuned_config(None, FIX / "azure_conv_50.csv", 200, 25)
+        tune_for_gen_config(None, FIX / "azure_conv_50.csv", 200, 25)
 
 
 @pytest.mark.parametrize("name", ["mooncake_small.jsonl", "burstgpt_small.csv"])

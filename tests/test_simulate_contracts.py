@@ -51,14 +51,34 @@ def trace():
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.label)
 def test_every_policy_meets_the_protocol(policy, setup) -> None:
     members = set(Policy.__annotations__) | {name for name in vars(Policy) if not name.startswith("_")}
-    assert members == {"kind", "label", "chunk_tokens", "prefill_apart", "check", "servers", "deployment",
-                       "routing_known", "run"}
+    assert members == {"kind", "label", "chunk_tokens", "prefill_apart", "multiplexes", "check", "servers",
+                       "launch_args", "deployment", "routing_known", "run"}
     for name in members:
         assert hasattr(policy, name), name
     assert isinstance(policy.kind, str) and isinstance(policy.label, str)
     assert isinstance(policy.chunk_tokens, int)
     deployment = policy.deployment(setup, 2, "total_requests")
     assert isinstance(deployment, Deployment) and deployment.servers == policy.servers(2)
+    assert isinstance(policy.multiplexes, bool) and all(isinstance(x, str) for x in policy.launch_args())
+
+
+def test_policies_give_their_sglang_launch_arguments() -> None:
+    """The data capacity's verdict reads in place of kind checks: SGLang 0.5.23's server arguments of each
+    schedule (no --tp-size/--dp-size: the verdict adds them) and which one is pdmux."""
+    assert [p.multiplexes for p in POLICIES] == [True, False, False, False, False]
+    assert [p.launch_args() for p in POLICIES] == [
+        ["--enable-pdmux", "--chunked-prefill-size", "-1", "--disable-overlap-schedule"],
+        ["--chunked-prefill-size", "2048"],
+        ["--enable-mixed-chunk", "--chunked-prefill-size", "512"],
+        ["--chunked-prefill-size", "-1"],
+        [],
+    ]
+    assert PdmuxPolicy().launch_args("-my.yaml") == [
+        "--enable-pdmux", "--pdmux-config-path", "./-my.yaml", "--sm-group-num", "8",
+        "--chunked-prefill-size", "-1", "--disable-overlap-schedule"]
+    assert ChunkedPolicy(2048).launch_args("ignored.yaml") == ["--chunked-prefill-size", "2048"]
+    # a schedule no module knows by its kind launches as the class it extends
+    assert SplitwiseChunked(1024).launch_args() == ["--chunked-prefill-size", "1024"]
 
 
 @dataclass(frozen=True)

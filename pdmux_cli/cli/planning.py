@@ -303,6 +303,11 @@ def gen_config(
     from ..workflows.gen_config import GenConfigRequest
     from ..workflows.gen_config import gen_config as run_gen_config
 
+    progress = None
+    if tune:
+        from .options import progress_factory
+
+        progress = progress_factory(not as_json)
     result = run_gen_config(GenConfigRequest(
         gpu=gpu, sms=sms, cc=cc, sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor,
         token_budget=token_budget, divisions=divisions, manual=manual, output=output, tune=tune, trace=trace,
@@ -311,11 +316,16 @@ def gen_config(
         qps=qps, rate_scale=rate_scale, duration=duration, workers=workers, dp=dp, calibration=calibration,
         cost_model=cost_model, step_overhead_ms=step_overhead_ms,
         per_request_overhead_ms=per_request_overhead_ms,
-        max_running_requests=max_running_requests, model=model, tp=tp, sglang=sglang, show_tune=not as_json),
-        simulator=simulator_hooks() if tune or slo_itl is not None else None)
+        max_running_requests=max_running_requests, model=model, tp=tp, sglang=sglang),
+        progress=progress)
     if as_json:
         print_json(result.to_dict())
         return
+    if result.tune_search is not None:
+        # tune's comparison table: to stderr while stdout carries the YAML, else to stdout (as 'pdmux tune')
+        from .simulate import print_tune_search
+
+        print_tune_search(console(stderr=result.output is None), result.tune_search)
     if result.support.state == "no":
         warn_line(f"{result.model_name}: {result.support.reason}: this config cannot serve it")
     if result.output is None:
@@ -335,18 +345,6 @@ def gen_config(
         con.print(result.launch_command, soft_wrap=True, markup=False)
         for note in result.sglang_notes:
             print_note(con, note)
-
-
-def simulator_hooks() -> Any:
-    """The simulator's set-up for gen-config's ``--slo-itl`` and ``--tune``
-    (:class:`pdmux_cli.workflows.gen_config.SimulatorHooks`): :func:`pdmux_cli.cli.slo.slo_levels_config`,
-    :func:`~pdmux_cli.cli.slo.levels_dict` and :func:`pdmux_cli.cli.simulate.tuned_config`."""
-    from ..workflows.gen_config import SimulatorHooks
-    from .simulate import tuned_config
-    from .slo import levels_dict, slo_levels_config
-
-    return SimulatorHooks(slo_levels_config=slo_levels_config, levels_dict=levels_dict,
-                          tuned_config=tuned_config)
 
 
 def _print_slo_view(con: Any, view: tuple) -> None:

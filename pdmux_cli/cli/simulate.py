@@ -3,7 +3,7 @@
 Parse the options into a request, call the workflow (:mod:`pdmux_cli.workflows.simulate`,
 :mod:`pdmux_cli.workflows.tune`), render its result. The simulator and rich tables are imported inside
 the commands (start-up of the other commands stays light); matplotlib only for ``--plot``.
-:func:`tuned_config` is the hook ``pdmux gen-config --tune`` calls.
+:func:`print_tune_search` renders ``pdmux gen-config --tune``'s search.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ from .options import (
     show_progress,
 )
 
-__all__ = ["print_json", "simulate", "tune", "tune_table", "tuned_config"]
+__all__ = ["print_json", "print_tune_search", "simulate", "tune", "tune_table"]
 
 
 @app.command()
@@ -240,47 +240,13 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
     return table
 
 
-def tuned_config(
-    gpu_profile: Any,
-    trace: Path,
-    slo_ttft_ms: float,
-    slo_itl_ms: float,
-    model: str = "qwen3-8b",
-    fmt: str | None = None,
-    rate_scale: float | None = None,
-    qps: float | None = None,
-    max_requests: int | None = None,
-    duration: float | None = None,
-    budgets: str | None = None,
-    divisors: str | None = None,
-    sm_group_nums: str | None = None,
-    calibration: Path | None = None,
-    s_sat: float | None = None,
-    workers: int | None = None,
-    show: bool = True,
-    tp: int = 1,
-    sglang: str | None = None,
-    to_stderr: bool = True,
-) -> tuple[Any, dict[str, Any]]:
-    """The hook for ``pdmux gen-config --tune``: tune on ``trace`` for ``gpu_profile`` (a
-    ``hardware.Gpu``; ``None`` raises, since the cost model needs bandwidth and FLOP/s) and return
-    ``(winning PdmuxConfig, JSON-able summary)``. With ``show``, the comparison table goes to stderr
-    when ``to_stderr`` (stdout stays free for the YAML), else to stdout (the YAML goes to a file), as
-    ``pdmux tune`` does. Raises :class:`InputError` for bad inputs."""
-    from ..workflows.tune import search_dict, tune_for_gen_config
-
-    result, _ = tune_for_gen_config(
-        gpu_profile, trace, slo_ttft_ms, slo_itl_ms, model=model, trace_format=fmt, rate_scale=rate_scale,
-        qps=qps, max_requests=max_requests, duration=duration, budgets=budgets, divisors=divisors,
-        sm_group_nums=sm_group_nums, calibration=calibration, s_sat=s_sat, workers=workers, tp=tp,
-        sglang=sglang,        progress=progress_factory(show))
-    if show:
-        err = console(stderr=to_stderr)
-        err.print(tune_table(result))
-        err.print("verdict: " + result.verdict(), soft_wrap=True)
-        for note in result.notes:
-            print_note(err, note)
-    return result.best_row.candidate.config, search_dict(result)
+def print_tune_search(con: Any, result: Any) -> None:
+    """Tune's comparison table (:func:`tune_table`), its verdict and its notes on ``con``, as ``pdmux
+    gen-config --tune`` prints them for ``result`` (a :class:`pdmux_cli.simulate.tune.TuneResult`)."""
+    con.print(tune_table(result))
+    con.print("verdict: " + result.verdict(), soft_wrap=True)
+    for note in result.notes:
+        print_note(con, note)
 
 
 def _tune_layout(tp: int, cluster: Any) -> str:

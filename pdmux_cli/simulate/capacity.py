@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..multigpu.disaggregation import Layout, check_dp_value, check_load_balance_method
-from ..sglang import pdmux_config as pc
 from ..util.errors import Finding, InputError
 from .engine import Setup
 from .executors import Executor, using
@@ -67,7 +66,10 @@ class PolicyCapacity:
     ``sm_group_num``: the pdmux YAML sized and its groups (for the launch line); ``chunk_tokens``: the
     schedule's chunk size (tokens; -1 for prefill-first). ``gpus``, ``layout``, ``router``: the GPUs the
     policy ran on, how (``"DP 2 x TP 1"``, ``"1P1D x TP 1"``) and the load-balance method between its
-    servers (``""`` for one server); ``xpyd``: disaggregation's prefill and decode instances."""
+    servers (``""`` for one server); ``xpyd``: disaggregation's prefill and decode instances.
+    ``multiplexes``: the policy is pdmux (:attr:`pdmux_cli.simulate.policies.Policy.multiplexes`);
+    ``launch``: SGLang's arguments for one of its servers without ``--tp-size``/``--dp-size``
+    (:meth:`pdmux_cli.simulate.policies.Policy.launch_args`; empty for a disaggregation)."""
 
     label: str
     kind: str
@@ -82,6 +84,8 @@ class PolicyCapacity:
     layout: Layout = field(default_factory=Layout)
     router: str = ""
     xpyd: tuple[int, int] | None = None
+    multiplexes: bool = False
+    launch: tuple[str, ...] = ()
 
     @property
     def per_gpu_rps(self) -> float:
@@ -109,7 +113,7 @@ class CapacityResult:
     def best(self, pdmux: bool, gpus: int | None = None) -> PolicyCapacity | None:
         """The pdmux policy (``pdmux=True``) or other schedule with the highest capacity (first on a tie);
         with ``gpus``, among those on that many GPUs if any is (else among all)."""
-        mine = [p for p in self.policies if (p.kind == "pdmux") == pdmux]
+        mine = [p for p in self.policies if p.multiplexes == pdmux]
         if gpus is not None:
             mine = [p for p in mine if p.gpus == gpus] or mine
         return max(mine, key=lambda p: p.max_rate_rps) if mine else None
@@ -137,14 +141,9 @@ class CapacityResult:
             "equal_gpus": pd.gpus == other.gpus,
         }
         if pd.max_rate_rps > other.max_rate_rps:
-            if pd.config_path:
-                flags = pc.launch_flags(pd.config_path, pd.sm_group_num, self.tp)
-            else:  # SGLang's default pdmux config: no YAML, the flags 0.5.23 needs with it
-                flags = ["--enable-pdmux", "--chunked-prefill-size", "-1", "--disable-overlap-schedule"]
-                flags += ["--tp-size", str(self.tp)] if self.tp > 1 else []
             gain = pd.max_rate_rps / other.max_rate_rps - 1 if other.max_rate_rps > 0 else None
             return Finding("capacity.verdict.pdmux_serves_more",
-                           {**values, "gain": gain, "launch": flags + self._dp_flags()})
+                           {**values, "gain": gain, "launch": self._launch(pd)})
         if pd.max_rate_rps == other.max_rate_rps:
             return Finding("capacity.verdict.tie", values)
         if other.xpyd is not None:
@@ -153,7 +152,7 @@ class CapacityResult:
             return Finding("capacity.verdict.disagg_serves_more",
                            {**values, "disagg": {"prefill": x, "decode": y, "tp": tp}})
         return Finding("capacity.verdict.other_serves_more",
-                       {**values, "launch": _launch(other) + self._tp_flag() + self._dp_flags()})
+                       {**values, "launch": self._launch(other)})
 
     def verdict(self) -> str:
         """:meth:`verdict_finding` as its line (:mod:`pdmux_cli.messages`)."""
@@ -161,8 +160,9 @@ class CapacityResult:
 
         return render(self.verdict_finding())
 
-    def _tp_flag(self) -> list[str]:
-        return ["--tp-size", str(self.tp)] if self.tp > 1 else []
+    def _launch(self, p: PolicyCapacity) -> list[str]:
+        """``p``'s server arguments with ``--tp-size`` and the data-parallel controller's flags."""
+        return [*p.launch, *(["--tp-size", str(self.tp)] if self.tp > 1 else []), *self._dp_flags()]
 
     def _dp_flags(self) -> list[str]:
         """SGLang's flags for ``dp`` replicas in one server (its data-parallel controller)."""
@@ -184,15 +184,6 @@ def _policy_values(p: PolicyCapacity) -> dict[str, Any]:
         "layout": {"tp": p.layout.tp, "dp": p.layout.dp, "xpyd": p.layout.xpyd},
         "per_gpu_rps": p.per_gpu_rps,
     }
-
-
-def _launch(p: PolicyCapacity) -> list[str]:
-    """SGLang's flags for a schedule other than pdmux."""
-    if p.kind == "chunked":
-        return ["--chunked-prefill-size", str(p.chunk_tokens)]
-    if p.kind == "mixed-chunk":
-        return ["--enable-mixed-chunk", "--chunked-prefill-size", str(p.chunk_tokens)]
-    return ["--chunked-prefill-size", "-1"]
 
 
 def _evaluate(shared: tuple, task: tuple) -> RatePoint:
@@ -344,9 +335,11 @@ def capacity(
         cfg = getattr(policy, "config", None)
         where = policy.deployment(setup, dp, load_balance_method)
         router = where.method if where.servers > 1 else ""  # a disaggregation's 1P1D has its router too
+        path = config_paths[i] if config_paths else None
         rows.append(PolicyCapacity(
             policy.label, policy.kind, rate, at, tuple(sorted(points[i], key=lambda p: p.rate_rps)), bound,
-            config_paths[i] if config_paths else None, cfg.sm_group_num if cfg is not None else None,
-            policy.chunk_tokens, where.gpus, where.layout, router, where.xpyd))
+            path, cfg.sm_group_num if cfg is not None else None,
+            policy.chunk_tokens, where.gpus, where.layout, router, where.xpyd, policy.multiplexes,
+            tuple(policy.launch_args(path))))
     return CapacityResult(rows, target, tolerance, trace.mean_qps, slo_ttft_ms, slo_itl_ms, workers,
                           tp=setup.tp, dp=dp, load_balance_method=load_balance_method)

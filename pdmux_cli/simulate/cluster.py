@@ -55,6 +55,7 @@ class DisaggPolicy:
 
     kind: ClassVar[str] = "disagg"
     prefill_apart: ClassVar[bool] = True
+    multiplexes: ClassVar[bool] = False
     chunk_tokens: ClassVar[int] = -1
 
     def setup_for(self, setup: Setup) -> Setup:
@@ -76,6 +77,11 @@ class DisaggPolicy:
     def servers(self, dp: int = 1) -> int:
         """X + Y instances, whatever ``dp``."""
         return self.prefill + self.decode
+
+    def launch_args(self, config_path: str | None = None) -> list[str]:
+        """Empty: no one server runs a disaggregation; its X prefill and Y decode instances are launched
+        apart (capacity's verdict names them from :meth:`deployment`'s ``xpyd``)."""
+        return []
 
     def deployment(self, setup: Setup, dp: int = 1, method: str = "round_robin") -> Deployment:
         """X + Y instances of :meth:`setup_for` each, behind :attr:`load_balance_method` (``dp`` and

@@ -107,10 +107,13 @@ class Policy(Protocol):
     ``--chunked-prefill-size`` of its servers (tokens; -1: chunking off), which sizes the KV pool
     (:meth:`pdmux_cli.simulate.engine.Setup.kv_pool`). ``prefill_apart``: a request's first token comes
     from another server than its decode steps (disaggregation): a streamed run keeps each first token.
+    ``multiplexes``: it is SGLang's PD multiplexing (``--enable-pdmux``), which capacity's verdict weighs
+    against the best of the others.
     """
 
     kind: ClassVar[str]
     prefill_apart: ClassVar[bool]
+    multiplexes: ClassVar[bool]
     chunk_tokens: int
 
     @property
@@ -125,6 +128,13 @@ class Policy(Protocol):
 
     def servers(self, dp: int = 1) -> int:
         """SGLang servers it runs on with ``dp`` replicas asked for (a disaggregation has its own)."""
+        ...
+
+    def launch_args(self, config_path: str | None = None) -> list[str]:
+        """SGLang 0.5.23's server arguments that run this schedule on one server, one argument each
+        (unquoted; ``--tp-size`` and ``--dp-size`` not included): pdmux's with the YAML at
+        ``config_path`` (``None``: SGLang's default config), the chunk size of the others; empty for a
+        disaggregation, whose instances are launched apart (:attr:`Deployment.xpyd` names them)."""
         ...
 
     def deployment(self, setup: Setup, dp: int = 1, method: str = "round_robin") -> Deployment:

@@ -75,11 +75,16 @@ class ServerPolicy:
 
     kind: ClassVar[str]
     prefill_apart: ClassVar[bool] = False
+    multiplexes: ClassVar[bool] = False
     chunk_tokens: int
 
     @property
     def label(self) -> str:
         """The schedule as printed (each subclass names itself)."""
+        raise NotImplementedError
+
+    def launch_args(self, config_path: str | None = None) -> list[str]:
+        """SGLang's arguments for the schedule (each subclass gives its own; ``config_path``: pdmux's)."""
         raise NotImplementedError
 
     def check(self) -> None:
@@ -123,12 +128,23 @@ class PdmuxPolicy(ServerPolicy):
     max_split_forward_layers: int = 0
 
     kind = "pdmux"
+    multiplexes = True
     chunk_tokens = -1  # chunked prefill is off under pdmux (SGLang asserts it)
 
     @property
     def label(self) -> str:
         """``"pdmux"`` or the given name."""
         return self.name or "pdmux"
+
+    def launch_args(self, config_path: str | None = None) -> list[str]:
+        """:func:`pdmux_cli.sglang.pdmux_config.launch_flags` for the YAML at ``config_path`` with its
+        ``sm_group_num``; ``None``: SGLang's default pdmux config, no YAML, with the flags 0.5.23 needs
+        beside ``--enable-pdmux`` (``--chunked-prefill-size -1``, ``--disable-overlap-schedule``)."""
+        if config_path:
+            from ..sglang.pdmux_config import launch_flags
+
+            return launch_flags(config_path, self.config.sm_group_num)
+        return ["--enable-pdmux", "--chunked-prefill-size", "-1", "--disable-overlap-schedule"]
 
     def check(self) -> None:
         """:class:`InputError` for a ``split_forward_token_budget`` or ``decode_bs_divisor`` below 1."""
@@ -168,6 +184,10 @@ class ChunkedPolicy(ServerPolicy):
         extra = f" interval {self.prefill_decode_interval}" if self.prefill_decode_interval else ""
         return f"chunked {self.chunk_tokens}{extra}"
 
+    def launch_args(self, config_path: str | None = None) -> list[str]:
+        """``--chunked-prefill-size N`` (SGLang's default schedule; ``config_path`` does not apply)."""
+        return ["--chunked-prefill-size", str(self.chunk_tokens)]
+
     def check(self) -> None:
         """:class:`InputError` for a chunk below 1 token."""
         if self.chunk_tokens < 1:
@@ -193,6 +213,10 @@ class MixedChunkPolicy(ServerPolicy):
         """``"mixed-chunk 512"`` (``"mixed-chunk 512 interval 4"`` with an interval)."""
         extra = f" interval {self.prefill_decode_interval}" if self.prefill_decode_interval else ""
         return f"mixed-chunk {self.chunk_tokens}{extra}"
+
+    def launch_args(self, config_path: str | None = None) -> list[str]:
+        """``--enable-mixed-chunk --chunked-prefill-size N`` (``config_path`` does not apply)."""
+        return ["--enable-mixed-chunk", "--chunked-prefill-size", str(self.chunk_tokens)]
 
     def check(self) -> None:
         """:class:`InputError` for a chunk below 1 token."""
@@ -221,6 +245,10 @@ class PrefillFirstPolicy(ServerPolicy):
         """``"prefill-first"`` (``"prefill-first interval 4"`` with an interval)."""
         return "prefill-first" + (f" interval {self.prefill_decode_interval}" if self.prefill_decode_interval
                                   else "")
+
+    def launch_args(self, config_path: str | None = None) -> list[str]:
+        """``--chunked-prefill-size -1`` (chunking off; ``config_path`` does not apply)."""
+        return ["--chunked-prefill-size", "-1"]
 
     def rounds(self, work: Work, setup: Setup, progress: Progress | None = None) -> Rounds:
         """:func:`baseline_rounds`."""

@@ -222,7 +222,7 @@ def policy_notes(p: Any, requests: int, dp: int) -> list[Finding | str]:
     """The notes on one policy's capacity (:class:`pdmux_cli.simulate.capacity.PolicyCapacity`): a burst's
     rate, a target met at every rate or missed at every rate, SGLang 0.5.23 crashing at some rates."""
     # a disaggregated request visits one instance a side: the side with more instances sees fewer each
-    servers = max(p.xpyd) if p.xpyd else (dp if p.kind != "disagg" else 1)
+    servers = max(p.xpyd) if p.xpyd else dp  # a disaggregation's row always has its xpyd
     burst = _burst_note(p, requests, servers)
     notes = [burst] if burst else []
     if p.bound == "above":

@@ -7,12 +7,12 @@ Four ways to the levels: SGLang's automatic ones (``divide_sm``,
 checked by
 SGLang 0.5.23's rules (:func:`pdmux_cli.sglang.pdmux_config.validate`) before it is returned; with ``output``
 the
-YAML is written there, whole or not at all. Prints nothing unless ``show_tune`` asks for tune's table.
+YAML is written there, whole or not at all. Prints nothing: tune's search comes back in the result
+(``tune_search``) for the CLI to render its table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from .planning_inputs import (
     optional_path,
     resolve_device,
 )
+from .progress import ProgressFactory
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,7 @@ class GenConfigRequest:
     ``tune``: SLO levels at ``context`` tokens (or ``trace``'s distribution), from ``cost_model`` with
     ``step_overhead_ms``, ``per_request_overhead_ms``, ``max_running_requests``. ``dp``: refused (``pdmux
     tune --dp``). ``calibration``: a calibration.yaml for the cost model. ``model``: the model served;
-    ``tp``: tensor parallelism. ``sglang``: the SGLang revision (``--sglang``). ``show_tune`` (no option):
-    print tune's comparison table while tuning, as the CLI does without ``--json`` (to stderr when
-    ``output`` is ``None``, else stdout).
+    ``tp``: tensor parallelism. ``sglang``: the SGLang revision (``--sglang``).
     """
 
     gpu: str | None = None
@@ -76,7 +75,6 @@ class GenConfigRequest:
     model: str = "qwen3-8b"
     tp: int = 1
     sglang: str = "0.5.23"
-    show_tune: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,6 +105,7 @@ class GenConfigResult:
     model_name: str
     tune: dict[str, Any] | None = None
     slo_levels: dict[str, Any] | None = None
+    tune_search: Any = None
     slo: tuple[Any, Any, list[str]] | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
 
@@ -149,27 +148,12 @@ class GenConfigResult:
         )
 
 
-@dataclass(frozen=True)
-class SimulatorHooks:
-    """What ``slo_itl`` and ``tune`` need of the simulator: its server set-up and trace loading, which still
-    live in the CLI package (``pdmux_cli/cli/slo.py``, ``pdmux_cli/cli/simulate.py``). Passed in, not
-    imported, so that no workflow imports the CLI package that imports the workflows
-    (tests/test_import_graph.py); :func:`pdmux_cli.cli.planning.simulator_hooks` builds it.
-
-    ``slo_levels_config``: ``(gpu, model, slo_itl_ms, **options) -> (PdmuxConfig, SloLevels, Setup, notes)``;
-    ``levels_dict``: ``(SloLevels, Setup, context_source) -> dict`` (the JSON's ``slo_levels``);
-    ``tuned_config``: ``(gpu, trace, slo_ttft_ms, slo_itl_ms, **options) -> (PdmuxConfig, tune's JSON)``.
-    """
-
-    slo_levels_config: Callable[..., Any]
-    levels_dict: Callable[..., Any]
-    tuned_config: Callable[..., Any]
-
-
-def gen_config(request: GenConfigRequest, simulator: SimulatorHooks | None = None) -> GenConfigResult:
+def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = None) -> GenConfigResult:
     """The pdmux YAML for :class:`GenConfigRequest`, validated, written to ``request.output`` when given.
 
-    ``simulator``: :class:`SimulatorHooks`, needed for ``slo_itl`` (without ``tune``) and ``tune`` only.
+    ``progress``: a :data:`pdmux_cli.workflows.progress.ProgressFactory` for the ``tune`` search's bar
+    (``None``: none). ``slo_itl`` sizes SLO levels with :func:`slo_levels_config`; ``tune`` searches with
+    :func:`pdmux_cli.workflows.tune.tune_for_gen_config` (the simulator: numpy is imported only then).
 
     Raises :class:`InputError` for options that do not go together (``tune``-only options without it, SLO
     levels with ``divisions``, ...), knobs <= 0 or past SGLang's limit, an unknown GPU, model or revision, a
@@ -222,26 +206,28 @@ def gen_config(request: GenConfigRequest, simulator: SimulatorHooks | None = Non
     )
     _refuse_mixed_options(r, tune, slo, trace, calibration, context, max_requests, workers, dp, slo_ttft,
                           (sm_group_num, decode_bs_divisor, token_budget))
-    tune_summary = slo_summary = slo_view = cost_block = None
+    tune_summary = tune_search = slo_summary = slo_view = cost_block = None
     if slo:
         # SLO levels are sized by the simulator's server set-up
-        config, levels, setup, slo_notes = _hooks(simulator).slo_levels_config(
+        config, levels, setup, slo_notes = slo_levels_config(
             device.gpu, r.model, slo_itl, context=context, trace=trace, max_requests=max_requests,
             calibration=calibration, cost_model=str(r.cost_model).strip().lower(), tp=tp,
             sm_group_num=sm_group_num, token_budget=token_budget,
             step_overhead_ms=optional_number(r.step_overhead_ms, "--step-overhead-ms"),
             per_request_overhead_ms=optional_number(r.per_request_overhead_ms, "--per-request-overhead-ms"),
             max_running_requests=optional_int(r.max_running_requests, "--max-running-requests"))
-        slo_summary = _hooks(simulator).levels_dict(levels, setup, levels.context_source)
+        slo_summary = levels_dict(levels, setup, levels.context_source)
         slo_view = (levels, setup, slo_notes)
         cost_block = step_model_provenance(setup.step_model, calibration=calibration)
     elif tune:
         # the tune is the simulator's
-        config, tune_summary = _hooks(simulator).tuned_config(
-            device.gpu, trace, slo_ttft, slo_itl, model=r.model, show=r.show_tune, tp=tp,
-            max_requests=max_requests, calibration=calibration, sglang=r.sglang, fmt=r.trace_format,
-            qps=r.qps, rate_scale=r.rate_scale, duration=r.duration, workers=workers,
-            to_stderr=output is None)
+        from .tune import search_dict, tune_for_gen_config
+
+        tune_search, _ = tune_for_gen_config(
+            device.gpu, trace, slo_ttft, slo_itl, model=r.model, tp=tp, max_requests=max_requests,
+            calibration=calibration, sglang=r.sglang, trace_format=r.trace_format, qps=r.qps,
+            rate_scale=r.rate_scale, duration=r.duration, workers=workers, progress=progress)
+        config, tune_summary = tune_search.best_row.candidate.config, search_dict(tune_search)
         cost_block = _tune_cost_model(device.gpu, served, tp, calibration)
     else:
         config = _levels_config(r, device, sm_group_num, decode_bs_divisor, token_budget)
@@ -281,17 +267,10 @@ def gen_config(request: GenConfigRequest, simulator: SimulatorHooks | None = Non
         model_name=served.name,
         tune=tune_summary,
         slo_levels=slo_summary,
+        tune_search=tune_search,
         slo=slo_view,
         provenance=provenance(sglang=get_revision(r.sglang).key, cost_model=cost_block),
     )
-
-
-def _hooks(simulator: SimulatorHooks | None) -> SimulatorHooks:
-    """``simulator``, or a :class:`TypeError` saying it is needed (a caller's mistake, not bad input)."""
-    if simulator is None:
-        raise TypeError("gen_config with slo_itl or tune needs simulator=SimulatorHooks(...) "
-                        "(pdmux_cli.cli.planning.simulator_hooks())")
-    return simulator
 
 
 def _refuse_mixed_options(r: GenConfigRequest, tune: bool, slo: bool, trace: Path | None,
@@ -383,3 +362,76 @@ def _tune_cost_model(gpu: Any, model: Any, tp: int, calibration: Path | None) ->
     return step_model_provenance(
         build_step_model(gpu, model, calibration=cal, tp=tp), calibration=calibration
     )
+
+
+def slo_levels_config(gpu_profile: Any, model: str, slo_itl_ms: float, *, context: int | None,
+                      trace: Path | None,
+                      max_requests: int | None, calibration: Path | None, cost_model: str, tp: int,
+                      sm_group_num: int, token_budget: int, step_overhead_ms: float | None = None,
+                      per_request_overhead_ms: float | None = None,
+                      max_running_requests: int | None = None) -> tuple[Any, Any, Any, list[str]]:
+    """The SLO levels for gen-config: ``(PdmuxConfig, SloLevels, Setup, notes)``.
+
+    ``gpu_profile``: a :class:`pdmux_cli.catalog.hardware.Gpu` (the cost model needs bandwidth and FLOP/s).
+    ``context``: tokens of context of every decoding request, or ``trace``: a trace file whose decode
+    steps give the distribution (:func:`pdmux_cli.planning.slo_levels.trace_context`; its first
+    ``max_requests``, requests past the model's context length dropped). ``sm_group_num``: at most that
+    many stream groups (levels + 2). ``step_overhead_ms``, ``per_request_overhead_ms``,
+    ``max_running_requests``: as simulate takes them (``None``: the same defaults). Raises
+    :class:`InputError` for bad or conflicting inputs.
+    """
+    from ..planning import slo_levels as sl
+    from .server import ServerOptions, build_setup
+    from .workload import WorkloadOptions, fit_to_model, load_workload
+
+    sl.check_target_ms(slo_itl_ms)
+    if gpu_profile is None:
+        raise InputError("--slo-itl needs a GPU profile (--gpu), not --sms/--cc: the cost model needs its "
+                         "bandwidth and FLOP/s")
+    if (context is None) == (trace is None):
+        raise InputError("--slo-itl sizes levels at the workload's context: give --context TOKENS (every "
+                         "decoding request's) or --trace FILE (the distribution of its decode steps), one "
+                         "of them"
+                         if context is None else "give --context or --trace, not both")
+    if sm_group_num < 3:
+        raise InputError(f"--sm-group-num must be >= 3 (one level at least), got {sm_group_num}")
+    setup = build_setup(ServerOptions(model=model, cost_model=cost_model, calibration=calibration, tp=tp,
+                                      step_overhead_ms=step_overhead_ms,
+                                      per_request_overhead_ms=per_request_overhead_ms,
+                                      max_running_requests=max_running_requests), gpu_profile=gpu_profile)
+    window = sl.model_window(setup.model)
+    notes: list[str] = []
+    if trace is not None:
+        workload = load_workload(WorkloadOptions(trace=trace, max_requests=max_requests))
+        workload = fit_to_model(workload, setup.model)
+        if workload.bad_rows:
+            notes.append(workload.bad_rows_text())
+        batch = sl.trace_context(workload.prompt_tokens, workload.output_tokens, window,
+                                 source=f"{trace.name} ({len(workload)} requests)")
+    else:
+        if context > (setup.model.max_position_embeddings or context):
+            raise InputError(f"--context {context} is past {setup.model.name}'s context length of "
+                             f"{setup.model.max_position_embeddings} tokens")
+        batch = sl.fixed_context(context, window)
+    levels = sl.levels_for_setup(setup, batch, slo_itl_ms, sm_group_num - 2)
+    return levels.config(token_budget), levels, setup, notes
+
+
+def levels_dict(levels: Any, setup: Any, context_source: str) -> dict[str, Any]:
+    """gen-config --json's ``slo_levels``: the target, the levels with their batch ranges and predicted ITL
+    (ms), where the target cannot be met, and the cost model."""
+    return {
+        "target_itl_ms": levels.target_ms,
+        "context": context_source,
+        "max_decode_bs": levels.max_bs,
+        "levels": [{"prefill_sms": lv.prefill_sms, "decode_sms": lv.decode_sms, "decode_bs_threshold": t,
+                    "first_decode_bs": lv.first_bs, "last_decode_bs": lv.last_bs, "itl_min_ms": lv.itl_min_ms,
+                    "itl_max_ms": lv.itl_max_ms} for lv, t in zip(levels.levels, levels.thresholds)],
+        "unmeetable_from_decode_bs": levels.unmeetable_from,
+        "unmeetable_itl_ms": levels.unmeetable_itl_ms,
+        "largest_share": {"prefill_sms": levels.candidates[-1].prefill_sms,
+                          "decode_sms": levels.candidates[-1].decode_sms,
+                          "itl_at_max_decode_bs_ms": levels.itl_at_max_ms},
+        "levels_needed": levels.needed,
+        "cost_model": setup.step_model.source,
+    }
