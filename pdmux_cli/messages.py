@@ -331,6 +331,16 @@ def _equal_gpus(f: Finding) -> str:
     )
 
 
+def _burst(f: Finding) -> str:
+    v = f.values
+    requests, servers = v["requests"], v["servers"]
+    where = (f", {requests / servers:.0f} a server: a burst its {servers} servers drain" if servers > 1
+             else ": a burst")
+    return (f"{v['policy']}: at {v['rate_rps']:.3g} req/s the {requests} requests arrive within "
+            f"{v['span_s']:.3g} s{where}, not a sustained rate (the rate is optimistic); give more requests "
+            f"({flag('max_requests')}, {flag('duration')})")
+
+
 def _disagg_alone(f: Finding) -> str:
     v = f.values
     return (f"disagg {v['x']}P{v['y']}D on {v['gpus']} GPUs: {v['x'] + v['y']} instances of TP "
@@ -346,6 +356,7 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     "deploy.equal_gpus": _equal_gpus,
     "deploy.unequal_gpus": _equal_gpus,
     # workflows/capacity.policy_notes and capacity's run notes
+    "capacity.burst": _burst,
     "capacity.met_every_rate": "{policy}: met the target at every rate tried, up to {rate_rps:.3g} req/s",
     "capacity.crashes_at_some_rates": (
         "{policy}: SGLang 0.5.23 crashes with this config at some rates (no manual_divisions threshold "

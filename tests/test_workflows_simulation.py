@@ -223,17 +223,17 @@ def _capacity_of(label: str, rate: float, bound: str = "", xpyd: tuple = (), kin
 
 def test_burst_notes() -> None:
     # 100 requests at 10 req/s arrive within 10 s: shorter than 30 s, a burst's rate
-    notes = capacity_wf.policy_notes(_capacity_of("chunked 8192", 10.0), 100, 1)
+    notes = render_all(capacity_wf.policy_notes(_capacity_of("chunked 8192", 10.0), 100, 1))
     assert notes == [("chunked 8192: at 10 req/s the 100 requests arrive within 10 s: a burst, not a "
                       "sustained rate (the rate is optimistic); give more requests (--max-requests, "
                       "--duration)")]
     # 1000 requests over 4 replicas at 5 req/s: 200 s, 250 a server: sustained
     assert capacity_wf.policy_notes(_capacity_of("chunked 8192", 5.0), 1000, 4) == []
     # 1000 over 8 replicas: 125 a server, fewer than 200
-    assert "125 a server: a burst its 8 servers drain" in capacity_wf.policy_notes(
-        _capacity_of("chunked 8192", 5.0), 1000, 8)[0]
+    assert "125 a server: a burst its 8 servers drain" in render(capacity_wf.policy_notes(
+        _capacity_of("chunked 8192", 5.0), 1000, 8)[0])
     # a disaggregated policy: the side with more instances
-    assert "3 servers drain" in capacity_wf.policy_notes(
-        _capacity_of("disagg 1P3D", 5.0, xpyd=(1, 3), kind="disagg"), 500, 8)[0]
+    assert "3 servers drain" in render(capacity_wf.policy_notes(
+        _capacity_of("disagg 1P3D", 5.0, xpyd=(1, 3), kind="disagg"), 500, 8)[0])
     assert render_all(capacity_wf.policy_notes(_capacity_of("pdmux", 50.0, bound="above"), 20, 1)) == [
         "pdmux: met the target at every rate tried, up to 50 req/s"]

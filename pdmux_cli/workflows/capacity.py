@@ -202,20 +202,17 @@ def launch_notes(cluster: Cluster, tp: int, colocated: bool = True) -> list[str]
     return notes
 
 
-def _burst_note(p: Any, requests: int, servers: int) -> str | None:
-    """A note where ``p``'s capacity is a burst's, not a sustained rate (:data:`SHORT_SPAN_S`,
-    :data:`MIN_REQUESTS_PER_SERVER`)."""
+def _burst_note(p: Any, requests: int, servers: int) -> Finding | None:
+    """``capacity.burst`` where ``p``'s capacity is a burst's, not a sustained rate (:data:`SHORT_SPAN_S`,
+    :data:`MIN_REQUESTS_PER_SERVER`); ``span_s``: the seconds the requests arrive within."""
     if not (p.max_rate_rps > 0 and requests >= MIN_REQUESTS):
         return None
     span = requests / p.max_rate_rps
     few = servers > 1 and requests / servers < MIN_REQUESTS_PER_SERVER
     if not (span < SHORT_SPAN_S or few):
         return None
-    where = (f", {requests / servers:.0f} a server: a burst its {servers} servers drain" if servers > 1
-             else ": a burst")
-    return (f"{p.label}: at {p.max_rate_rps:.3g} req/s the {requests} requests arrive within {span:.3g} "
-            f"s{where}, not a sustained rate (the rate is optimistic); give more requests (--max-requests, "
-            "--duration)")
+    return Finding("capacity.burst", {"policy": p.label, "rate_rps": p.max_rate_rps, "requests": requests,
+                                      "span_s": span, "servers": servers})
 
 
 def policy_notes(p: Any, requests: int, dp: int) -> list[Finding | str]:
