@@ -117,13 +117,12 @@ class CalibrateResult:
 def _shipped(profile: Any) -> dict[str, Any]:
     """The provenance of the shipped roofline model a fit is compared with (``"shipped"``): the GPU's
     efficiency profile and ``serving.yaml``'s terms of
-    :data:`~pdmux_cli.workflows.server.SERVING_RELEASE_LINE`."""
-    from ..costmodel.efficiency import profile_for
+    :data:`~pdmux_cli.costmodel.efficiency.DEFAULT_RELEASE_LINE`."""
+    from ..costmodel.efficiency import DEFAULT_RELEASE_LINE, profile_for
     from ..provenance import cost_model_provenance
-    from .server import SERVING_RELEASE_LINE
 
     eff, _ = profile_for(getattr(profile, "key", ""), tuple(profile.compute_capability))
-    return cost_model_provenance("roofline", efficiency=f"{eff.key}.yaml", serving=SERVING_RELEASE_LINE)
+    return cost_model_provenance("roofline", efficiency=f"{eff.key}.yaml", serving=DEFAULT_RELEASE_LINE)
 
 
 def rows_dict(fit: Any) -> list[dict[str, Any]]:

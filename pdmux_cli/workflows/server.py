@@ -156,37 +156,13 @@ def on_gpus(setup: Any) -> str:
     return f"{setup.tp} x {setup.gpu_name} (TP {setup.tp})" if setup.tp > 1 else setup.gpu_name
 
 
-#: The SGLang release line whose public serving runs fit ``serving.yaml``'s top-level terms, the ones every
-#: command charges (``benchmarks/fit_serving.py``: "0.5 is the default every command uses"; 0.4 and 0.3 are
-#: its ``older_releases``, replayed by ``pdmux accuracy --serving`` only).
-SERVING_RELEASE_LINE = "0.5"
-
-
 def cost_model_block(setup: Any, calibration: Path | None) -> dict[str, Any]:
-    """The cost model's provenance (:func:`pdmux_cli.provenance.cost_model_provenance`) of ``setup``:
-    ``name``; ``efficiency``: the efficiency profile (``profiles/efficiency/<key>.yaml``; ``None`` for the
-    chapter model, which reads none); ``calibration``: the ``--calibration`` file; ``serving``: the SGLang
-    release line whose fitted serving terms are charged (:data:`SERVING_RELEASE_LINE`), ``"calibration"``
-    where the calibration file's own replace them, ``None`` where none are (the chapter model); ``s_sat``:
-    SMs (``None`` where a calibration's curve stands instead)."""
-    import math
+    """The cost model's provenance of ``setup``'s step model
+    (:func:`pdmux_cli.provenance.step_model_provenance`: efficiency profile, the ``--calibration`` file, the
+    serving terms' release line or ``"calibration"``, S_SAT in SMs)."""
+    from ..provenance import step_model_provenance
 
-    from ..provenance import cost_model_provenance
-
-    model = setup.step_model
-    eff = getattr(model, "eff", None)
-    # a whole-GPU calibration appends ", calibrated on MODEL" to the profile's key (the file is named under
-    # "calibration")
-    efficiency = f"{str(eff.key).partition(',')[0]}.yaml" if getattr(eff, "key", None) else None
-    serving = None
-    if model.name == "roofline":
-        source = str(getattr(getattr(model, "serving", None), "source", ""))
-        serving = "calibration" if source.startswith("calibrated on") else SERVING_RELEASE_LINE
-    s_sat = getattr(model, "s_sat", None)
-    s_sat = float(s_sat) if isinstance(s_sat, (int, float)) and math.isfinite(s_sat) else None
-    return cost_model_provenance(
-        model.name, efficiency=efficiency, calibration=str(calibration) if calibration is not None else None,
-        serving=serving, s_sat=s_sat)
+    return step_model_provenance(setup.step_model, calibration=calibration)
 
 
 def provenance_block(sglang: str | None, setup: Any = None,
