@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -101,7 +102,7 @@ def _failure(what: str, exc: BaseException) -> BaseException:
                       + (f": {detail[-1]}" if detail else ""))
 
 
-class Executor:
+class Executor(ABC):
     """Runs tasks ``fn(shared, arg)``; subclasses say where. Use as a context manager: leaving it on an
     error or Ctrl-C stops every task still running. ``workers``: tasks at a time; ``name``: ``local`` or
     ``ray`` (for output)."""
@@ -123,10 +124,12 @@ class Executor:
         self._start(job, fn, shared, arg)
         return job
 
+    @abstractmethod
     def next_done(self) -> Job:
         """Block until a submitted task is done and return it (the earliest submitted of those done)."""
         raise NotImplementedError
 
+    @abstractmethod
     def pending(self) -> int:
         """Tasks submitted and not yet returned by :meth:`next_done`."""
         raise NotImplementedError
@@ -146,6 +149,7 @@ class Executor:
         return out
 
     # ---- for subclasses ------------------------------------------------------------------------
+    @abstractmethod
     def _start(self, job: Job, fn: Callable, shared: Any, arg: Any) -> None:
         raise NotImplementedError
 

@@ -50,6 +50,7 @@ is asked for by name.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -68,7 +69,7 @@ if TYPE_CHECKING:
     from .traces import Trace
 
 
-class ServerPolicy:
+class ServerPolicy(ABC):
     """The schedules one SGLang server runs (a :class:`~pdmux_cli.simulate.policies.ServerSchedule`):
     what they share. Run on one server, or on ``dp`` replicas of it behind a router, by one code path
     (:func:`pdmux_cli.simulate.servers.serve`); each subclass gives its scheduler loop (:meth:`rounds`)."""
@@ -79,10 +80,12 @@ class ServerPolicy:
     chunk_tokens: int
 
     @property
+    @abstractmethod
     def label(self) -> str:
         """The schedule as printed (each subclass names itself)."""
         raise NotImplementedError
 
+    @abstractmethod
     def launch_args(self, config_path: str | None = None) -> list[str]:
         """SGLang's arguments for the schedule (each subclass gives its own; ``config_path``: pdmux's)."""
         raise NotImplementedError
@@ -103,6 +106,7 @@ class ServerPolicy:
         """Round-robin replicas stay in turn: no replica stops taking requests."""
         return True
 
+    @abstractmethod
     def rounds(self, work: Work, setup: Setup, progress: Progress | None = None) -> Rounds:
         """Its scheduler loop over ``work`` as a generator (:data:`~pdmux_cli.simulate.policies.Rounds`)."""
         raise NotImplementedError
