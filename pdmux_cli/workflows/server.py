@@ -31,7 +31,8 @@ class ServerOptions:
     ``step_overhead_ms``, ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``,
     ``admission_interval_ms``: the roofline model's serving terms, ms (``None``: ``serving.yaml``'s fit).
     ``ignore_eos``: requests run to their max_new_tokens. ``disable_overlap_schedule``: CPU time adds to
-    every baseline step. ``no_prefix_cache``: SGLang's radix cache off. ``tp``: GPUs of one server (1-8).
+    every baseline step. ``disable_prefill_cuda_graph``: SGLang's flag: every prefill batch launches its
+    kernels eagerly (as SGLang before its prefill CUDA graph did). ``no_prefix_cache``: SGLang's radix cache off. ``tp``: GPUs of one server (1-8).
     """
 
     model: str = "qwen3-8b"
@@ -56,6 +57,7 @@ class ServerOptions:
     cuda_graph_max_bs: int | None = None
     ignore_eos: bool = False
     disable_overlap_schedule: bool = False
+    disable_prefill_cuda_graph: bool = False
     no_prefix_cache: bool = False
     tp: int = 1
 
@@ -142,6 +144,7 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
                        admission_delay_ms=o.admission_delay_ms, first_token_delay_ms=o.first_token_delay_ms,
                        admission_interval_ms=o.admission_interval_ms, ignore_eos=o.ignore_eos,
                        disable_overlap=o.disable_overlap_schedule, cuda_graph_max_bs=o.cuda_graph_max_bs,
+                       prefill_cuda_graph=False if o.disable_prefill_cuda_graph else None,
                        max_running_requests=o.max_running_requests, tp=o.tp if tp is None else tp)
     return without_prefix_cache(setup) if prefix_cache and o.no_prefix_cache else setup
 
