@@ -341,6 +341,8 @@ _TOO_MANY_GROUPS = (" 500: more stream groups than the GPU has SMs (132); SGLang
         (lambda: pdmux.simulate(synthetic=True, qps=1.0, policies="pdmux,fifo"), "policies",
          "--policies: unknown fifo; use pdmux, chunked, mixed-chunk, prefill-first, disagg",
          "policies: unknown fifo; use pdmux, chunked, mixed-chunk, prefill-first, disagg"),
+        (lambda: pdmux.simulate(synthetic=True, qps=1.0, sm_group_num="8"), "sm_group_num",  # was a TypeError
+         "--sm-group-num must be an integer, got '8'", "sm_group_num must be an integer, got '8'"),
         (lambda: pdmux.simulate(synthetic=True, qps=1.0, mfu=1.5), "mfu",
          "--mfu must be a fraction in [0.001, 1], got 1.5", "mfu must be a fraction in [0.001, 1], got 1.5"),
         (lambda: pdmux.simulate(synthetic=True, qps=1.0, weight_bytes=64), "weight_bytes",
