@@ -201,27 +201,43 @@ def _real(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_bytes_per_element(value: float | None, name: str) -> None:
-    """:class:`InputError` unless ``value`` (bytes per weight or KV element) is ``None`` or within
-    :data:`BYTES_PER_ELEMENT_RANGE`."""
+def _value_error(template: str, param: str | None, where: str | None, **values: object) -> InputError:
+    """An :class:`InputError` whose ``{param_flag}`` names ``param`` (a Python name: the CLI prints its flag,
+    the API its keyword) or, for ``where`` (a text that is no parameter: ``"KV bytes per element"``), that
+    text as written (as :func:`pdmux_cli.workflows.values.param_error`, which the core does not import)."""
+    if where is not None:
+        return InputError(template.replace("{param_flag}", "{where}"), param=param,
+                          values={**values, "where": where})
+    return InputError(template, param=param, values=values)
+
+
+def check_bytes_per_element(value: float | None, param: str | None = None, *,
+                            where: str | None = None) -> None:
+    """:class:`InputError` about ``param`` (the parameter by its Python name, ``"kv_bytes"``; ``where``: a
+    text that is no parameter, named instead) unless ``value`` (bytes per weight or KV element) is ``None`` or
+    within :data:`BYTES_PER_ELEMENT_RANGE`."""
     lo, hi = BYTES_PER_ELEMENT_RANGE
     if value is not None and not (_real(value) and lo <= value <= hi):
-        raise InputError(f"{name} must be between {lo:g} and {hi:g} bytes per element (a few bits to fp128), "
-                         f"got {value}")
+        raise _value_error("{param_flag} must be between {lo:g} and {hi:g} bytes per element (a few bits to "
+                           "fp128), got {value}", param, where, lo=lo, hi=hi, value=value)
 
 
-def check_efficiency(value: float | None, name: str) -> None:
-    """:class:`InputError` unless ``value`` is ``None`` or a fraction within :data:`EFFICIENCY_RANGE`."""
+def check_efficiency(value: float | None, param: str | None = None, *, where: str | None = None) -> None:
+    """:class:`InputError` about ``param`` (or ``where``: as :func:`check_bytes_per_element`) unless ``value``
+    is ``None`` or a fraction within :data:`EFFICIENCY_RANGE`."""
     lo, hi = EFFICIENCY_RANGE
     if value is not None and not (_real(value) and lo <= value <= hi):
-        raise InputError(f"{name} must be a fraction in [{lo:g}, {hi:g}], got {value}")
+        raise _value_error("{param_flag} must be a fraction in [{lo:g}, {hi:g}], got {value}", param, where,
+                           lo=lo, hi=hi, value=value)
 
 
-def check_mem_fraction(value: float | None, name: str = "--mem-fraction-static") -> None:
-    """:class:`InputError` unless ``value`` is ``None`` or within :data:`MEM_FRACTION_RANGE`."""
+def check_mem_fraction(value: float | None, param: str = "mem_fraction_static") -> None:
+    """:class:`InputError` about ``param`` (its Python name; SGLang's and pdmux's flag
+    ``--mem-fraction-static``) unless ``value`` is ``None`` or within :data:`MEM_FRACTION_RANGE`."""
     lo, hi = MEM_FRACTION_RANGE
     if value is not None and not (_real(value) and lo <= value <= hi):
-        raise InputError(f"{name} must be a fraction from {lo:g} to {hi:g} of the GPU's memory, got {value}")
+        raise InputError("{param_flag} must be a fraction from {lo:g} to {hi:g} of the GPU's memory, got "
+                         "{value}", param=param, values={"lo": lo, "hi": hi, "value": value})
 
 
 @dataclass(frozen=True)
@@ -265,8 +281,8 @@ class Setup:
 
     def __post_init__(self) -> None:
         check_mem_fraction(self.mem_fraction_static)
-        check_bytes_per_element(self.kv_bytes_per_element, "KV bytes per element")
-        check_bytes_per_element(self.weight_bytes_per_param, "weight bytes per parameter")
+        check_bytes_per_element(self.kv_bytes_per_element, where="KV bytes per element")
+        check_bytes_per_element(self.weight_bytes_per_param, where="weight bytes per parameter")
         if not (_real(self.memory_bytes) and self.memory_bytes > 0):
             raise InputError(f"device memory must be a positive number of bytes, got {self.memory_bytes}")
         if self.max_prefill_tokens < 1:
@@ -376,8 +392,8 @@ def make_setup(
     :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values."""
     from ..costmodel import build_step_model
 
-    check_efficiency(bandwidth_efficiency, "bandwidth efficiency")
-    check_efficiency(mfu, "MFU")
+    check_efficiency(bandwidth_efficiency, "bandwidth_efficiency", where="bandwidth efficiency")
+    check_efficiency(mfu, "mfu", where="MFU")
     total = gpu.require_sm_count()
     if not gpu.memory_bytes or not gpu.hbm_bytes_per_s:
         raise InputError(

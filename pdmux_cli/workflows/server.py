@@ -73,11 +73,11 @@ def _check_values(o: ServerOptions) -> None:
 
     check_number("s_sat", o.s_sat, minimum=1.0, strict=False)  # SMs: fewer than one saturates nothing
     check_kv_options(o.kv_cache_dtype, o.kv_bytes)
-    engine.check_bytes_per_element(o.weight_bytes, "--weight-bytes")
-    engine.check_bytes_per_element(o.kv_bytes, "--kv-bytes")
+    engine.check_bytes_per_element(o.weight_bytes, "weight_bytes")
+    engine.check_bytes_per_element(o.kv_bytes, "kv_bytes")
     engine.check_mem_fraction(o.mem_fraction_static)
-    engine.check_efficiency(o.bandwidth_efficiency, "--bandwidth-efficiency")
-    engine.check_efficiency(o.mfu, "--mfu")
+    engine.check_efficiency(o.bandwidth_efficiency, "bandwidth_efficiency")
+    engine.check_efficiency(o.mfu, "mfu")
     for name, value in (("step_overhead_ms", o.step_overhead_ms),
                         ("per_request_overhead_ms", o.per_request_overhead_ms),
                         ("admission_delay_ms", o.admission_delay_ms),
