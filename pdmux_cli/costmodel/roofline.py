@@ -151,7 +151,8 @@ class RooflineModel:
         if step_overhead_s is not None:
             cpu = CpuProfile(step_overhead_s, 0.0 if step_overhead_s == 0 else cpu.per_request_s,
                              cpu.launch_s, cpu.kernels_per_layer,
-                             f"--step-overhead-ms {step_overhead_s * 1e3:g}", eager_launch_s=cpu.eager_launch_s)
+                             f"--step-overhead-ms {step_overhead_s * 1e3:g}",
+                             eager_launch_s=cpu.eager_launch_s)
         self.cpu = cpu
         self.serving = serving
         self.calibration = calibration
