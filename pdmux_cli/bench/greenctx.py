@@ -40,7 +40,7 @@ from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..util.errors import DeviceError, InputError
+from ..util.errors import DeviceError, Finding, InputError
 from ..sglang.split_levels import cuda_sm_granularity
 
 #: Oldest driver (CUDA version, 1000 * major + 10 * minor) with green contexts.
@@ -61,7 +61,7 @@ CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
 MAX_CONNECTIONS = 32
 
 #: What :func:`set_max_connections` did in this process (``None`` before its first call).
-_connections_note: str | None = None
+_connections_note: Finding | None = None
 
 
 class SplitRefused(DeviceError):
@@ -195,7 +195,7 @@ class DeviceInfo:
     bindings_version: str
     granularity: tuple[int, int] | None
     resource_sm_count: int
-    connections_note: str = ""
+    connections_note: Finding | None = None
     pci_bus_id: str = ""
 
     @property
@@ -218,13 +218,13 @@ def _torch_cuda_started() -> bool:
         return False
 
 
-def set_max_connections(environ: MutableMapping[str, str] | None = None) -> str:
+def set_max_connections(environ: MutableMapping[str, str] | None = None) -> Finding:
     """Set ``CUDA_DEVICE_MAX_CONNECTIONS=32`` (:data:`MAX_CONNECTIONS`) in ``environ`` (``os.environ``)
     before CUDA starts in this process, so the two co-run streams and the default stream each get a
-    hardware work queue of their own. Returns the sentence the results' notes carry (what was set,
-    and the value it replaced). Once done, later calls return the first call's sentence (CUDA has
-    started by then, so the value cannot change); when torch already initialised CUDA, nothing is
-    set and the sentence says so.
+    hardware work queue of their own. Returns the finding the results' notes carry (what was set,
+    and the value it replaced: ``bench.connections_set``). Once done, later calls return the first
+    call's (CUDA has started by then, so the value cannot change); when torch already initialised CUDA,
+    nothing is set and the finding says so (``bench.connections_not_set``).
     """
     global _connections_note
     if _connections_note is not None:
@@ -232,12 +232,10 @@ def set_max_connections(environ: MutableMapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     previous = env.get(CONNECTIONS_VAR)
     if _torch_cuda_started():
-        return (f"{CONNECTIONS_VAR} not set: torch had already started CUDA in this process "
-                f"(value in effect: {previous if previous is not None else 'unset, CUDA default 8'})")
+        return Finding("bench.connections_not_set", {"var": CONNECTIONS_VAR, "previous": previous})
     env[CONNECTIONS_VAR] = str(MAX_CONNECTIONS)
-    was = "" if previous in (None, str(MAX_CONNECTIONS)) else f"; it was {previous}"
-    _connections_note = (f"{CONNECTIONS_VAR}={MAX_CONNECTIONS} set by pdmux before CUDA started (one "
-                         f"hardware work queue per stream; CUDA's default is 8, as SGLang sets{was})")
+    _connections_note = Finding("bench.connections_set", {"var": CONNECTIONS_VAR, "value": MAX_CONNECTIONS,
+                                                          "previous": previous})
     return _connections_note
 
 
@@ -299,7 +297,8 @@ def probe_device(index: int = 0) -> DeviceInfo:
     if count < 1:
         raise DeviceError("the NVIDIA driver found no CUDA device")
     if not 0 <= index < count:
-        raise InputError(f"--device {index}: this machine has {count} CUDA device(s), numbered 0-{count - 1}")
+        raise InputError("{param_flag} {index}: this machine has {count} CUDA device(s), numbered 0-{last}",
+                         param="device", values={"index": index, "count": count, "last": count - 1})
     dev = call(drv.cuDeviceGet(index), f"cuDeviceGet({index})")
     raw = call(drv.cuDeviceGetName(256, dev), "cuDeviceGetName")
     name = raw.split(b"\x00")[0].decode(errors="replace").strip() if isinstance(raw, bytes) else str(raw)

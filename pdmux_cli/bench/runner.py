@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..util.errors import DeviceError, InputError, PdmuxError
+from ..util.errors import DeviceError, Finding, InputError, PdmuxError
 from . import greenctx, kernels
 from .clocks import Clocks
 from .plan import GATE_MS, MEMORY_HEADROOM_BYTES, MIN_RUN_MS, WARMUP_S, BenchPlan, PlanDevice
@@ -181,8 +181,10 @@ def plan_device(info: greenctx.DeviceInfo, device_name: str, gpu: str | None) ->
     if profile is not None and profile.sm_count != info.sm_count:
         if gpu:
             raise InputError(
-                f"--gpu {gpu}: profile {profile.name} has {profile.sm_count} SMs but device {info.index} "
-                f"({device_name}) has {info.sm_count}; drop --gpu to use the device's own numbers"
+                "{param_flag} {gpu}: profile {profile} has {profile_sms} SMs but device {index} ({device}) "
+                "has {device_sms}; drop {param_flag} to use the device's own numbers", param="gpu",
+                values={"gpu": gpu, "profile": profile.name, "profile_sms": profile.sm_count,
+                        "index": info.index, "device": device_name, "device_sms": info.sm_count},
             )
         profile = None
     return PlanDevice(
@@ -748,27 +750,25 @@ def run_bench(
         res.complete = not res.step_errors
     except KeyboardInterrupt:
         res.interrupted = True
-        res.notes.append("interrupted by Ctrl-C: the results hold the steps that finished")
+        res.notes.append(Finding("bench.interrupted"))
     except (PdmuxError, RuntimeError) as exc:  # torch reports CUDA failures as RuntimeError
         error = exc if isinstance(exc, PdmuxError) else _device_error(exc, w)
         if res.copy is None:
             w.close()
             raise error from None
         res.error = str(error)
-        res.notes.append(f"stopped by an error: {error}")
+        res.notes.append(Finding("bench.stopped", {"error": res.error}))
     finally:
         res.sweep.sort(key=lambda p: (p.granted_sms, p.kind == "whole"))
         if w.gate_retries:
-            res.notes.append(f"{w.gate_retries} launch gate(s) opened before their work was queued and were "
-                             "retried longer (the host queues launches slowly)")
+            res.notes.append(Finding("bench.gate_retries", {"retries": w.gate_retries}))
         for lv in res.levels:
             if lv.serialised:
-                res.notes.append(
-                    f"level {lv.prefill_sms}/{lv.decode_sms}: flop factor {lv.flops_factor:.2f} + bandwidth "
-                    f"factor {lv.bandwidth_factor:.2f} <= {SERIALISED_FACTOR_SUM}: the GPU took turns "
-                    "instead of running both (overlap share " + (
-                        "?" if lv.overlap_share is None else f"{lv.overlap_share:.0%}") + ")"
-                )
+                res.notes.append(Finding("bench.serialised", {
+                    "prefill_sms": lv.prefill_sms, "decode_sms": lv.decode_sms,
+                    "flops_factor": lv.flops_factor, "bandwidth_factor": lv.bandwidth_factor,
+                    "limit": SERIALISED_FACTOR_SUM,
+                    "overlap_share": lv.overlap_share}))
         with contextlib.suppress(PdmuxError, RuntimeError):  # the run's outcome matters more than the unload
             w.close()
         if clocks is not None:

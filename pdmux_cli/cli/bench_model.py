@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..util.errors import InputError
+from ..messages import render_all
+from ..util.errors import Finding, InputError
 from .bench_shared import (CALIBRATION_FILE, RESULTS_FILE, check_out_dir, exit_for, make_out_dir,
                            run_with_progress)
 from .common import (
@@ -55,7 +56,7 @@ def _combined(given: Any, given_path: Path | None, own: Any) -> tuple[Any, str |
     return None, None
 
 
-def _predict(plan: Any, gpu: Any, calibration: Any, notes: list[str]) -> Any:
+def _predict(plan: Any, gpu: Any, calibration: Any, notes: list[Finding | str]) -> Any:
     """The estimate for the plan, or ``None`` with a note when it cannot be made."""
     from ..bench.replay_plan import predict
 
@@ -138,7 +139,7 @@ def run_model_replay(
         preds = _predict(plan, profile, None, notes)
         preds_cal = _predict(plan, profile, given, notes) if given is not None else None
         if as_json:
-            print_json({"dry_run": True, **replay_plan_dict(plan), "notes": notes,
+            print_json({"dry_run": True, **replay_plan_dict(plan), "notes": render_all(notes),
                         "predicted": _predictions_json(preds, plan),
                         "predicted_calibrated": _predictions_json(preds_cal, plan)})
             return
@@ -180,7 +181,7 @@ def run_model_replay(
             profile = find_gpu_or_file(gpu) if gpu else find_gpu(device.profile_key)
     if given is not None and profile is not None:
         given.check_device(profile)
-    pre_notes: list[str] = []
+    pre_notes: list[Finding | str] = []
     predicted = _predict(plan, profile, None, pre_notes)
     plan_json = replay_plan_dict(plan)
     plan_json["dry_run"] = False
