@@ -239,6 +239,17 @@ def test_install_hint_by_driver() -> None:
     assert "pdmux[bench]" in cu13 and "torch" in cu13 and "cuda-python>=12.8" in cu13
 
 
+def test_a_device_index_past_the_machines_names_the_device_option(fresh_connections) -> None:
+    from pdmux_cli.messages import api_error_text
+
+    _use(fresh_connections, FakeDriver())
+    with pytest.raises(InputError) as caught:
+        greenctx.probe_device(3)
+    assert caught.value.param == "device"
+    assert str(caught.value) == "--device 3: this machine has 1 CUDA device(s), numbered 0-0"
+    assert api_error_text(caught.value) == "device 3: this machine has 1 CUDA device(s), numbered 0-0"
+
+
 @pytest.mark.parametrize(("bindings", "fragment"), [("13.0.1", "needs a CUDA 13 driver"),
                                                     ("12.6.2.post1", "too old for the bench")])
 def test_probe_names_the_cu12_extra_and_torch(fresh_connections, bindings, fragment) -> None:
