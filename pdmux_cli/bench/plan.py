@@ -324,18 +324,49 @@ def make_plan(
         raise InputError("{param_flag} must be >= 0, got {index}", param="device",
                          values={"index": device_index})
     total = device.sm_count
-    major = device.compute_capability[0]
     split_levels.check_sm_group_num(sm_group_num, total)
-    if granularity is None:
-        granularity = split_levels.cuda_sm_granularity(major)
-        granularity_source = "CUDA table by compute capability"
-    else:
-        granularity_source = "driver (minSmPartitionSize, smCoscheduledAlignment)"
-    if granularity[0] >= total:
-        raise InputError(f"{device.name} has {total} SMs: too few to split (green contexts need > "
-                         f"{granularity[0]})")
-    notes: list[Finding] = []
+    granularity, granularity_source = _granularity(device, granularity)
+    planned, level_source, notes = _levels(device, levels, granularity, sm_group_num)
+    buffer_bytes, floor = _buffer(device, buffer_bytes)
+    if not device.l2_bytes:
+        notes.append(Finding("bench.l2_unknown", {"gpu": device.name, "multiple": MIN_BUFFER_L2_MULTIPLE}))
+    gemm = gemm or GemmShape(*DEFAULT_GEMM_SHAPE)
+    plan = BenchPlan(
+        device=device, device_index=device_index, granularity=tuple(granularity),
+        granularity_source=granularity_source, sweep_sms=sweep_sm_counts(total, granularity),
+        levels=tuple(split_levels.Split(*s) for s in planned), level_source=level_source, notes=tuple(notes),
+        gemm=gemm, skinny=skinny, skinny_copies=_skinny_copies(skinny, floor), buffer_bytes=buffer_bytes,
+        repeats=repeats if repeats is not None else (QUICK_REPEATS if quick else DEFAULT_REPEATS),
+        warmup=QUICK_WARMUP if quick else DEFAULT_WARMUP,
+        window_ms=window_ms if window_ms is not None else (QUICK_WINDOW_MS if quick else DEFAULT_WINDOW_MS),
+        quick=quick,
+    )
+    if device.memory_bytes and plan.memory_needed_bytes + MEMORY_HEADROOM_BYTES > device.memory_bytes:
+        _refuse_memory(plan)
+    return plan
 
+
+def _granularity(device: PlanDevice, granularity: tuple[int, int] | None) -> tuple[tuple[int, int], str]:
+    """The split granularity ``(minimum SMs, multiple)`` and where it came from (the driver's, else CUDA's
+    table by capability); :class:`InputError` when the device has too few SMs to split."""
+    if granularity is None:
+        granularity = split_levels.cuda_sm_granularity(device.compute_capability[0])
+        source = "CUDA table by compute capability"
+    else:
+        source = "driver (minSmPartitionSize, smCoscheduledAlignment)"
+    if granularity[0] >= device.sm_count:
+        raise InputError(f"{device.name} has {device.sm_count} SMs: too few to split (green contexts need > "
+                         f"{granularity[0]})")
+    return granularity, source
+
+
+def _levels(device: PlanDevice, levels: str | None, granularity: tuple[int, int],
+            sm_group_num: int) -> tuple[list[split_levels.Split], str, list[Finding]]:
+    """The co-run levels (SGLang's, or the ``levels`` option's), where they came from, and the notes: the
+    levels plan's own (:func:`split_levels.plan_groups`), no SGLang levels, a prefill count the driver
+    rounds up. :class:`InputError` for an option's level that rounding leaves without decode SMs."""
+    total = device.sm_count
+    notes: list[Finding] = []
     try:
         group_plan = split_levels.plan_groups(total, device.compute_capability, sm_group_num)
         planned = list(group_plan.groups[1:-1])
@@ -365,9 +396,13 @@ def make_plan(
                 )
             notes.append(Finding("bench.level_rounded_up", {"prefill_sms": p, "decode_sms": d,
                                                            "multiple": multiple}))
+    return planned, level_source, notes
 
-    l2 = device.l2_bytes
-    floor = MIN_BUFFER_L2_MULTIPLE * l2 if l2 else 0
+
+def _buffer(device: PlanDevice, buffer_bytes: int | None) -> tuple[int, int]:
+    """The read buffer (bytes, a multiple of the 16-byte load) and its floor, 4x the L2 (0 when the L2 is
+    unknown); :class:`InputError` for a buffer below the floor or below one block's reads."""
+    floor = MIN_BUFFER_L2_MULTIPLE * device.l2_bytes if device.l2_bytes else 0
     if buffer_bytes is None:
         buffer_bytes = max(DEFAULT_BUFFER_BYTES, floor)
     elif buffer_bytes < floor:
@@ -381,34 +416,24 @@ def make_plan(
     if buffer_bytes < kernels.READ_BYTES_PER_BLOCK:
         raise InputError("{param_flag} must be at least {least} bytes", param="buffer_bytes",
                          values={"least": kernels.READ_BYTES_PER_BLOCK})
-    if not l2:
-        notes.append(Finding("bench.l2_unknown", {"gpu": device.name, "multiple": MIN_BUFFER_L2_MULTIPLE}))
+    return buffer_bytes, floor
 
-    gemm = gemm or GemmShape(*DEFAULT_GEMM_SHAPE)
-    skinny_copies = 0
-    if skinny is not None:
-        skinny_copies = max(1, math.ceil(floor / skinny.weight_bytes)) if floor else 4
-        if skinny_copies > MAX_SKINNY_COPIES:
-            raise InputError(
-                "{param_flag} {hidden}x{inter}: its {weight_bytes}-byte weights would need {copies} copies "
-                "to stay out of L2; give a real layer (hidden x intermediate, e.g. 4096x12288)",
-                param="skinny_gemm",
-                values={"hidden": skinny.k, "inter": skinny.n, "weight_bytes": skinny.weight_bytes,
-                        "copies": skinny_copies},
-            )
-    plan = BenchPlan(
-        device=device, device_index=device_index, granularity=tuple(granularity),
-        granularity_source=granularity_source, sweep_sms=sweep_sm_counts(total, granularity),
-        levels=tuple(split_levels.Split(*s) for s in planned), level_source=level_source, notes=tuple(notes),
-        gemm=gemm, skinny=skinny, skinny_copies=skinny_copies, buffer_bytes=buffer_bytes,
-        repeats=repeats if repeats is not None else (QUICK_REPEATS if quick else DEFAULT_REPEATS),
-        warmup=QUICK_WARMUP if quick else DEFAULT_WARMUP,
-        window_ms=window_ms if window_ms is not None else (QUICK_WINDOW_MS if quick else DEFAULT_WINDOW_MS),
-        quick=quick,
-    )
-    if device.memory_bytes and plan.memory_needed_bytes + MEMORY_HEADROOM_BYTES > device.memory_bytes:
-        _refuse_memory(plan)
-    return plan
+
+def _skinny_copies(skinny: GemmShape | None, floor: int) -> int:
+    """How many copies of the skinny GEMM's weights together reach ``floor`` bytes (4 when it is 0: the L2
+    unknown; 0 without a skinny GEMM); :class:`InputError` past :data:`MAX_SKINNY_COPIES`."""
+    if skinny is None:
+        return 0
+    copies = max(1, math.ceil(floor / skinny.weight_bytes)) if floor else 4
+    if copies > MAX_SKINNY_COPIES:
+        raise InputError(
+            "{param_flag} {hidden}x{inter}: its {weight_bytes}-byte weights would need {copies} copies "
+            "to stay out of L2; give a real layer (hidden x intermediate, e.g. 4096x12288)",
+            param="skinny_gemm",
+            values={"hidden": skinny.k, "inter": skinny.n, "weight_bytes": skinny.weight_bytes,
+                    "copies": copies},
+        )
+    return copies
 
 
 def _refuse_memory(plan: BenchPlan) -> None:
