@@ -431,18 +431,7 @@ def make_replay_plan(
     if groups:
         index = split_levels.choose_group(len(groups), decode_bs, True, decode_bs_divisor)
         chosen = groups[index] if 0 < index < len(groups) - 1 else None
-    built_weight_bytes = memory.layer_weight_bytes
-    if memory.built_layers < model.num_layers:
-        notes.append(Finding("bench.replay.layers_reused", {"built": memory.built_layers,
-                                                            "layers": model.num_layers}))
-        if device.l2_bytes and built_weight_bytes < L2_REUSE_MULTIPLE * device.l2_bytes:
-            notes.append(Finding("bench.replay.weights_in_l2", {"weight_bytes": built_weight_bytes,
-                                                                "multiple": L2_REUSE_MULTIPLE,
-                                                                "l2_bytes": device.l2_bytes}))
-    if model.weight_dtype != "bf16":
-        notes.append(Finding("bench.replay.bf16_weights", {"model": model.name, "dtype": model.weight_dtype}))
-    if device_kind == "cpu":
-        notes.append(Finding("bench.replay.cpu"))
+    notes.extend(_replay_notes(model, device, device_kind, memory))
     return ReplayPlan(
         model=model, device=device, device_kind=device_kind, decode_bs=decode_bs,
         context_tokens=context_tokens, prompt_tokens=prompt_tokens, sm_group_num=sm_group_num,
@@ -452,6 +441,24 @@ def make_replay_plan(
         layer_map=layer_map(kinds, memory.built), repeats=bench.repeats, warmup=bench.warmup,
         cuda_graph=cuda_graph and device_kind == "cuda", notes=tuple(notes),
     )
+
+
+def _replay_notes(model: Model, device: PlanDevice, device_kind: str, memory: ReplayMemory) -> list[Finding]:
+    """What the replay's user should know of what is built (``bench.replay.*``): layers reused, their weights
+    small enough for the L2, weights held in bf16, a CPU run."""
+    notes = []
+    if memory.built_layers < model.num_layers:
+        notes.append(Finding("bench.replay.layers_reused", {"built": memory.built_layers,
+                                                            "layers": model.num_layers}))
+        if device.l2_bytes and memory.layer_weight_bytes < L2_REUSE_MULTIPLE * device.l2_bytes:
+            notes.append(Finding("bench.replay.weights_in_l2", {"weight_bytes": memory.layer_weight_bytes,
+                                                                "multiple": L2_REUSE_MULTIPLE,
+                                                                "l2_bytes": device.l2_bytes}))
+    if model.weight_dtype != "bf16":
+        notes.append(Finding("bench.replay.bf16_weights", {"model": model.name, "dtype": model.weight_dtype}))
+    if device_kind == "cpu":
+        notes.append(Finding("bench.replay.cpu"))
+    return notes
 
 
 # --------------------------------------------------------------------------------------------------
