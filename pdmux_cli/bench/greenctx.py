@@ -248,18 +248,9 @@ def _no_driver_message(exc: BaseException) -> str:
     )
 
 
-def probe_device(index: int = 0) -> DeviceInfo:
-    """Initialise the CUDA driver through cuda-python and describe device ``index``.
-
-    Raises :class:`DeviceError` (exit 1, one line) when cuda-python is not installed, no NVIDIA
-    driver can be loaded (cuda-python raises ``cuda.pathfinder.DynamicLibNotFoundError`` at the first
-    driver call) or ``cuInit`` fails, the driver is older than CUDA 12.4 (no green contexts),
-    cuda-python is newer than the driver's CUDA major, or the device's compute capability has no
-    green contexts, or cuda-python is older than 12.8; :class:`InputError` (exit 2) when ``index`` is
-    not a device. The pip hints name the extra for the driver's CUDA major (:func:`install_hint`).
-    """
-    drv = driver_module()
-    connections = set_max_connections()
+def _init_driver(drv: Any) -> int:
+    """``cuInit`` and the driver's CUDA version (``1000*major + 10*minor``); :class:`DeviceError` when no
+    driver loads, ``cuInit`` fails, or the driver is older than CUDA 12.4 (no green contexts)."""
     try:
         result = drv.cuInit(0)
     # cuda.pathfinder's DynamicLibNotFoundError is a RuntimeError
@@ -276,6 +267,12 @@ def probe_device(index: int = 0) -> DeviceInfo:
             f"the NVIDIA driver supports CUDA {version_text(version)}; green contexts need CUDA 12.4 or "
             "newer (driver 550 or later)"
         )
+    return int(version)
+
+
+def _check_bindings(version: int) -> str:
+    """cuda-python's version (``"?"`` when it does not say); :class:`DeviceError` when it is newer than the
+    driver's CUDA major (``version``) or older than 12.8."""
     try:
         from cuda import bindings
 
@@ -293,6 +290,23 @@ def probe_device(index: int = 0) -> DeviceInfo:
             f"cuda-python {bindings_version} is too old for the bench (before 12.8 it lacks cuda.bindings or "
             f"does not find pip's NVRTC): {install_hint(version)}"
         )
+    return bindings_version
+
+
+def probe_device(index: int = 0) -> DeviceInfo:
+    """Initialise the CUDA driver through cuda-python and describe device ``index``.
+
+    Raises :class:`DeviceError` (exit 1, one line) when cuda-python is not installed, no NVIDIA
+    driver can be loaded (cuda-python raises ``cuda.pathfinder.DynamicLibNotFoundError`` at the first
+    driver call) or ``cuInit`` fails, the driver is older than CUDA 12.4 (no green contexts),
+    cuda-python is newer than the driver's CUDA major, or the device's compute capability has no
+    green contexts, or cuda-python is older than 12.8; :class:`InputError` (exit 2) when ``index`` is
+    not a device. The pip hints name the extra for the driver's CUDA major (:func:`install_hint`).
+    """
+    drv = driver_module()
+    connections = set_max_connections()
+    version = _init_driver(drv)
+    bindings_version = _check_bindings(version)
     count = call(drv.cuDeviceGetCount(), "cuDeviceGetCount")
     if count < 1:
         raise DeviceError("the NVIDIA driver found no CUDA device")
