@@ -243,6 +243,8 @@ _SGLANG_FLAGS = {"--tp-size", "--output-details", "--enable-pdmux", "--mem-fract
 #: gen_config.py is converted separately (issue 21 item 2, another step).
 _TEMPLATED = [*sorted(p for p in (CORE / "workflows").glob("*.py") if p.name != "gen_config.py"),
               *sorted((CORE / "simulate").glob("*.py")), CORE / "sglang" / "pdmux_config.py"]
+#: The bench and the whole-GPU fit (tests/test_bench_findings.py also scans their notes and DeviceErrors).
+_TEMPLATED += [*sorted((CORE / "bench").glob("*.py")), CORE / "costmodel" / "whole_gpu_fit.py"]
 
 
 def test_no_workflow_or_simulator_error_writes_a_pdmux_flag() -> None:
