@@ -77,6 +77,7 @@ class CalibrateResult:
     def to_dict(self) -> dict[str, Any]:
         """``pdmux calibrate --json`` (the ``"pdmux"`` provenance last: the shipped model the fit started
         from)."""
+        from ..messages import render_all  # the whole-GPU fit's notes are findings (fit.*)
         from ..provenance import provenance
 
         output = str(self.request.output) if self.request.output else None
@@ -109,7 +110,7 @@ class CalibrateResult:
                         "kv_bandwidth_efficiency": base.eff.decode_attention.bandwidth_efficiency,
                         "attention_peak_efficiency": base.eff.prefill_attention.peak_efficiency},
             "median_error": t.median_error, "uncalibrated_median_error": t.uncalibrated_median_error,
-            "rows": rows_dict(self.fit), "notes": self.notes, "output": output, "yaml": self.yaml,
+            "rows": rows_dict(self.fit), "notes": render_all(self.notes), "output": output, "yaml": self.yaml,
         }
         return {**data, "pdmux": provenance(sglang=None, cost_model=_shipped(profile=self.profile))}
 
