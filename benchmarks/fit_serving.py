@@ -12,8 +12,9 @@ search over four terms, each on a grid, replaying every run of that line end to 
   growth with the running requests);
 - ``admission_interval_s``: the front end's time per request (a burst enters the scheduler one request
   per interval);
-- ``eager_launch_s`` (searched first): the host time per kernel of an eager forward; every run
-  prefilled eagerly (SGLang <= 0.5.6), so a short prefill takes at least its kernels' launches.
+- ``eager_launch_moe_s`` (searched first, and last: the better fit is kept): the host time per kernel of
+  a MoE model's eager forward (a dense model's is measured: ``common.yaml``); every run prefilled eagerly
+  (SGLang <= 0.5.6), so a short prefill takes at least its kernels' launches.
 
 The scheduler's fixed CPU time per step stays the published 0.31 ms (tenstorrent/tt-inference-server issue
 3560), and its CPU time per running request (``per_request_s``, hidden by the overlap scheduler) stays 0:
@@ -81,11 +82,11 @@ def build(workers: int) -> dict:
             "step_s": 0.00031,
             "per_request_s": 0.0,
             "per_request_step_s": seconds(top, "per_request_overhead_ms"),
-            "eager_launch_s": seconds(top, "eager_launch_ms"),
+            "eager_launch_moe_s": seconds(top, "eager_launch_moe_ms"),
             "source": (f"{STEP_SOURCE}; per_request_s: not identifiable from the public runs (the overlap "
-                       f"scheduler they ran hides it), 0; per_request_step_s and eager_launch_s (host time "
-                       f"per kernel of an eager prefill, with the kernels SGLang's layers launch counted "
-                       f"from "
+                       f"scheduler they ran hides it), 0; per_request_step_s and eager_launch_moe_s (host "
+                       f"time per kernel of a MoE model's eager prefill, with the kernels SGLang's layers "
+                       f"launch counted from "
                        f"its code: costmodel.operators.eager_kernels_per_layer; every run prefilled eagerly, "
                        f"SGLang <= 0.5.6): {fitted}"),
         },
@@ -100,7 +101,7 @@ def build(workers: int) -> dict:
         "fit": serving_fit.summary(top_errors),
         "older_releases": {
             line: {"per_request_step_s": seconds(terms, "per_request_overhead_ms"),
-                   "eager_launch_s": seconds(terms, "eager_launch_ms"),
+                   "eager_launch_moe_s": seconds(terms, "eager_launch_moe_ms"),
                    "admission_delay_s": seconds(terms, "admission_delay_ms"),
                    "first_token_delay_s": 0.0,
                    "admission_interval_s": seconds(terms, "admission_interval_ms"),

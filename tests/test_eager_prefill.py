@@ -56,10 +56,20 @@ def test_step_model_launch_time_is_layers_times_kernels_times_the_fitted_cost() 
         build_step_model(H100, QWEN, cost_model="chapter", eager_launch_ms=0.01)
 
 
-def test_serving_yaml_fits_the_eager_launch_cost_with_its_source() -> None:
+def test_eager_launch_costs_are_sourced() -> None:
+    """A dense model's host time per kernel is measured (common.yaml: SGLang PR 1401, Llama-3-8B's eager
+    decode 8.23 ms over 32 x 10 kernels); a MoE model's is fitted (serving.yaml)."""
+    cpu = load_common()[1]
+    assert cpu.eager_launch_s == pytest.approx(8.23e-3 / 320, rel=0.01) and "PR 1401" in cpu.source
     sched, _, source = load_serving()
-    assert 0 <= sched["eager_launch_s"] <= 1e-3 and "eager_launch_s" in source
-    assert load_common()[1].eager_launch_s == sched["eager_launch_s"]
+    assert 0 <= sched["eager_launch_moe_s"] <= 1e-3 and "eager_launch_moe_s" in source
+    assert cpu.eager_launch_moe_s == sched["eager_launch_moe_s"]
+    dense = build_step_model(H100, QWEN)
+    assert dense.prefill_launch_s() == pytest.approx(36 * 10 * cpu.eager_launch_s, rel=1e-12)
+    moe = build_step_model(B200, load_model("Qwen3-235B-A22B"), tp=8)
+    assert moe.prefill_launch_s() == pytest.approx(94 * 13 * cpu.eager_launch_moe_s, rel=1e-12)
+    only_moe = build_step_model(H100, QWEN, eager_launch_moe_ms=0.5)  # the fit's term leaves dense models
+    assert only_moe.prefill_launch_s() == dense.prefill_launch_s()
 
 
 def test_sglang_0523_replays_prefill_from_its_graph_but_deepseek_on_sm100() -> None:
@@ -188,4 +198,5 @@ def test_cli_options_move_a_short_prefill() -> None:
     assert mixed_itl("--eager-launch-ms", "0") < 30
 
     bad = CliRunner().invoke(app, [*base, "--eager-launch-ms", "5"])
-    assert bad.exit_code == 2 and "--eager-launch-ms" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert bad.exit_code == 2 and "--eager-launch-ms" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1

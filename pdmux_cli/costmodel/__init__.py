@@ -132,6 +132,7 @@ def build_step_model(
     admission_interval_ms: float | None = None,
     tp: int = 1,
     eager_launch_ms: float | None = None,
+    eager_launch_moe_ms: float | None = None,
 ) -> StepModel:
     """The :class:`StepModel` for a GPU profile (:class:`pdmux_cli.catalog.hardware.Gpu`) and a model.
 
@@ -146,7 +147,8 @@ def build_step_model(
     the time every step spends per request in its batch (``CpuProfile.per_request_step_s``);
     ``admission_delay_ms``, ``first_token_delay_ms`` and ``admission_interval_ms``: the request path's
     terms (:class:`~pdmux_cli.costmodel.efficiency.ServingProfile`); ``eager_launch_ms``: host time per
-    kernel of an eager forward (``CpuProfile.eager_launch_s``, 0 to 1 ms); each ``None`` for
+    kernel of an eager forward, dense or MoE (``CpuProfile.eager_launch_s`` and ``eager_launch_moe_s``, 0
+    to 1 ms); ``eager_launch_moe_ms``: the MoE one alone (the serving fit's term); each ``None`` for
     ``serving.yaml``'s fitted value (roofline only; :func:`serving_terms`). ``tp``: GPUs the model is
     sharded over (roofline only): the step times are one rank's, collectives included
     (:mod:`.collectives`).
@@ -179,7 +181,8 @@ def build_step_model(
                              ("admission_delay_ms", admission_delay_ms),
                              ("first_token_delay_ms", first_token_delay_ms),
                              ("admission_interval_ms", admission_interval_ms),
-                             ("eager_launch_ms", eager_launch_ms)):
+                             ("eager_launch_ms", eager_launch_ms),
+                             ("eager_launch_moe_ms", eager_launch_moe_ms)):
             if value is not None:
                 raise InputError(
                     "{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no CPU "
@@ -225,6 +228,8 @@ def build_step_model(
                                  admission_delay_ms=admission_delay_ms,
                                  first_token_delay_ms=first_token_delay_ms,
                                  admission_interval_ms=admission_interval_ms)
+    if eager_launch_moe_ms is not None:
+        cpu = with_eager_launch(cpu, eager_launch_moe_ms, "eager_launch_moe_ms")
     if eager_launch_ms is not None:
         cpu = with_eager_launch(cpu, eager_launch_ms)
     notes = [note] if note else []
@@ -351,16 +356,19 @@ def serving_terms(cpu: CpuProfile, serving: ServingProfile, *, step_overhead_ms:
 EAGER_LAUNCH_BOUND_MS = 1.0
 
 
-def with_eager_launch(cpu: CpuProfile, eager_launch_ms: float) -> CpuProfile:
-    """``cpu`` with ``eager_launch_s`` = ``eager_launch_ms`` / 1000. Raises :class:`InputError` (parameter
-    ``eager_launch_ms``) for a value outside 0..:data:`EAGER_LAUNCH_BOUND_MS`."""
+def with_eager_launch(cpu: CpuProfile, eager_launch_ms: float, param: str = "eager_launch_ms") -> CpuProfile:
+    """``cpu`` with the host time per eagerly launched kernel ``eager_launch_ms`` / 1000: dense and MoE
+    models' (``param`` ``"eager_launch_ms"``), or the MoE one alone (``"eager_launch_moe_ms"``). Raises
+    :class:`InputError` (that parameter) for a value outside 0..:data:`EAGER_LAUNCH_BOUND_MS`."""
     from dataclasses import replace
 
     if not (isinstance(eager_launch_ms, (int, float)) and not isinstance(eager_launch_ms, bool)
             and 0 <= eager_launch_ms <= EAGER_LAUNCH_BOUND_MS):
-        raise InputError("{param_flag} must be from 0 to {high:g} ms, got {value}", param="eager_launch_ms",
+        raise InputError("{param_flag} must be from 0 to {high:g} ms, got {value}", param=param,
                          values={"high": EAGER_LAUNCH_BOUND_MS, "value": eager_launch_ms})
-    return replace(cpu, eager_launch_s=eager_launch_ms / 1e3)
+    if param == "eager_launch_moe_ms":
+        return replace(cpu, eager_launch_moe_s=eager_launch_ms / 1e3)
+    return replace(cpu, eager_launch_s=eager_launch_ms / 1e3, eager_launch_moe_s=eager_launch_ms / 1e3)
 
 
 def calibrated_serving(cpu: CpuProfile, serving: ServingProfile, terms: Any) -> tuple[

@@ -240,10 +240,12 @@ class CpuProfile:
     kernels the roofline counts, on the step's critical path whatever the scheduler (measured ITL grows
     with the running requests faster than the kernels' roofline: per-request work around the forward
     pass that the overlap scheduler does not hide); the step model adds it to its GPU times.
-    ``eager_launch_s``: host seconds SGLang spends per kernel of an eager forward (the Python of its
-    layers, PyTorch's dispatch and the launch): a prefill or mixed batch outside a CUDA graph is not done
-    before ``layers x`` :func:`~pdmux_cli.costmodel.operators.eager_kernels_per_layer` ``x eager_launch_s``
-    (``serving.yaml``, fitted to the public serving runs; 0 where a file predates it).
+    ``eager_launch_s``: host seconds SGLang spends per kernel of a dense model's eager forward (the Python
+    of its layers, PyTorch's dispatch and the launch): a prefill or mixed batch outside a CUDA graph is not
+    done before ``layers x`` :func:`~pdmux_cli.costmodel.operators.eager_kernels_per_layer` ``x
+    eager_launch_s`` (``common.yaml``, measured); ``eager_launch_moe_s``: the same in a MoE model's forward
+    (``serving.yaml``, fitted to the public serving runs: more of its kernels are Triton's, launched from
+    Python). 0 where a file predates them.
     """
 
     step_s: float
@@ -253,6 +255,7 @@ class CpuProfile:
     source: str = ""
     per_request_step_s: float = 0.0
     eager_launch_s: float = 0.0
+    eager_launch_moe_s: float = 0.0
 
     def step_cpu_s(self, requests: int) -> float:
         """CPU seconds of one scheduler step with ``requests`` requests in the batch."""
@@ -399,8 +402,8 @@ def load_serving() -> tuple[dict[str, float], ServingProfile, str]:
     terms = {"step_s": _number(sched, "step_s", path, 0.0, 1.0),
              "per_request_s": _number(sched, "per_request_s", path, 0.0, 1e-2),
              "per_request_step_s": _number(sched, "per_request_step_s", path, 0.0, 1e-2),
-             "eager_launch_s": (_number(sched, "eager_launch_s", path, 0.0, 1e-3) if "eager_launch_s" in sched
-                                else 0.0)}
+             "eager_launch_moe_s": (_number(sched, "eager_launch_moe_s", path, 0.0, 1e-3)
+                                    if "eager_launch_moe_s" in sched else 0.0)}
     serving = ServingProfile(
         admission_delay_s=_number(req, "admission_delay_s", path, 0.0, 10.0),
         first_token_delay_s=_number(req, "first_token_delay_s", path, 0.0, 10.0),
@@ -418,7 +421,7 @@ DEFAULT_RELEASE_LINE = "0.5"
 #: The serving terms :func:`release_line_terms` gives, as ``make_setup`` options (ms) -> ``serving.yaml`` keys
 #: (s).
 RELEASE_LINE_TERMS = {"per_request_overhead_ms": "per_request_step_s",
-                      "eager_launch_ms": "eager_launch_s",
+                      "eager_launch_moe_ms": "eager_launch_moe_s",
                       "admission_delay_ms": "admission_delay_s",
                       "first_token_delay_ms": "first_token_delay_s",
                       "admission_interval_ms": "admission_interval_s"}
@@ -475,7 +478,8 @@ def load_common() -> tuple[PartitionProfile, CpuProfile]:
         step_s=scheduler["step_s"],
         per_request_s=scheduler["per_request_s"],
         per_request_step_s=scheduler["per_request_step_s"],
-        eager_launch_s=scheduler["eager_launch_s"],
+        eager_launch_s=_number(cpu, "eager_launch_s", path, 0.0, 1e-3) if "eager_launch_s" in cpu else 0.0,
+        eager_launch_moe_s=scheduler["eager_launch_moe_s"],
         launch_s=_number(cpu, "launch_s", path, 0.0, 1e-3),
         kernels_per_layer=kernels,
         source=f"{scheduler_source}; {cpu.get('source', '')}",

@@ -152,7 +152,7 @@ class RooflineModel:
             cpu = CpuProfile(step_overhead_s, 0.0 if step_overhead_s == 0 else cpu.per_request_s,
                              cpu.launch_s, cpu.kernels_per_layer,
                              f"--step-overhead-ms {step_overhead_s * 1e3:g}",
-                             eager_launch_s=cpu.eager_launch_s)
+                             eager_launch_s=cpu.eager_launch_s, eager_launch_moe_s=cpu.eager_launch_moe_s)
         self.cpu = cpu
         self.serving = serving
         self.calibration = calibration
@@ -479,13 +479,15 @@ class RooflineModel:
 
     def prefill_launch_s(self, layers: float | None = None, graphed: bool = False) -> float:
         """Host seconds SGLang takes to launch a prefill (or mixed) forward over ``layers`` layers (``None``:
-        all of them): ``layers x eager_kernels_per_layer x CpuProfile.eager_launch_s`` eagerly;
+        all of them): ``layers x eager_kernels_per_layer x CpuProfile.eager_launch_s`` eagerly
+        (``eager_launch_moe_s`` for a MoE model);
         ``graphed`` (SGLang's prefill CUDA graph replays the batch) :data:`GRAPHED_PREFILL_LAUNCHES_PER_LAYER`
         launches a layer instead. The step is not done before its last kernel is queued: a scheduler
         takes the larger of this and the GPU time (:mod:`pdmux_cli.simulate.schedulers`)."""
         count = self.shapes.layers if layers is None else layers
         per_layer = GRAPHED_PREFILL_LAUNCHES_PER_LAYER if graphed else self.eager_kernels_per_layer
-        return count * per_layer * self.cpu.eager_launch_s
+        per_kernel = self.cpu.eager_launch_moe_s if self.shapes.experts is not None else self.cpu.eager_launch_s
+        return count * per_layer * per_kernel
 
     def decode_cpu_s(self, n: int) -> float:
         """CPU seconds of one scheduler step with ``n`` requests (:meth:`CpuProfile.step_cpu_s`)."""

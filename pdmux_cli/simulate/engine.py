@@ -380,13 +380,14 @@ def make_setup(
     prefix_cache: bool = True,
     tp: int = 1,
     eager_launch_ms: float | None = None,
+    eager_launch_moe_ms: float | None = None,
     prefill_cuda_graph: bool | None = None,
 ) -> Setup:
     """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.catalog.hardware.Gpu`) and a model, with the cost
     model of :func:`pdmux_cli.costmodel.build_step_model` (its arguments: ``cost_model``, ``s_sat``,
     ``bandwidth_efficiency``, ``mfu``, ``calibration``, ``flops_dtype``, ``step_overhead_ms``,
     ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``, ``admission_interval_ms``,
-    ``tp``, ``eager_launch_ms``). ``prefill_cuda_graph``: ``None`` for SGLang 0.5.23's default
+    ``tp``, ``eager_launch_ms``, ``eager_launch_moe_ms``). ``prefill_cuda_graph``: ``None`` for SGLang 0.5.23's default
     (:func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`), ``False`` for a server that
     prefills eagerly (an older release, ``--disable-prefill-cuda-graph``). Raises
     :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values."""
@@ -406,7 +407,7 @@ def make_setup(
         kv_bytes_per_element=kv_bytes_per_element, flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms,
         per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
         first_token_delay_ms=first_token_delay_ms, admission_interval_ms=admission_interval_ms, tp=tp,
-        eager_launch_ms=eager_launch_ms)
+        eager_launch_ms=eager_launch_ms, eager_launch_moe_ms=eager_launch_moe_ms)
     if prefill_cuda_graph is None:
         prefill_cuda_graph = sgl.prefill_cuda_graph_default(tuple(getattr(model, "architectures", ())),
                                                             tuple(gpu.compute_capability))
