@@ -185,7 +185,7 @@ def test_pdmux_yaml_is_resolved_in_one_place(h100: object) -> None:
     # the CUDA driver rounds green-context SM counts up to multiples of 8 on compute capability 9.x: 66 -> 72
     cfg, notes = resolve_config(PdmuxYaml(divisions="66:66:0,88:44:32"), h100)
     assert cfg.sm_group_num == 4 and [tuple(e) for e in cfg.manual_divisions] == [(72, 60, 0), (88, 44, 32)]
-    assert notes == [("config: manual_divisions[0] [66, 66] runs as 72/60 SMs (the CUDA driver rounds "
+    assert render_all(notes) == [("config: manual_divisions[0] [66, 66] runs as 72/60 SMs (the CUDA driver rounds "
                       "green-context SM counts up to multiples of 8 on compute capability 9.x): computed "
                       "with 72/60")]
     assert resolve_config(PdmuxYaml(divisions="72:60:0,88:44:32"), h100)[1] == []

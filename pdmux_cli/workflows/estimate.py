@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..provenance import cost_model_provenance, provenance, with_provenance
-from ..util.errors import InputError, short_repr
+from ..util.errors import Finding, InputError, short_repr
 from .planning_inputs import (
     check_int,
     check_positive_knobs,
@@ -110,7 +110,7 @@ class EstimateResult:
         return self.estimate.rows
 
     @property
-    def notes(self) -> list[str]:
+    def notes(self) -> list[Finding | str]:
         """The lines printed under the table (``note: ...``)."""
         return self.estimate.notes
 
@@ -294,10 +294,7 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         and scenario.cost_model == "chapter"
         and (r.mfu is not None or r.bandwidth_efficiency is not None)
     ):
-        est.notes.append(
-            "--mfu and --bandwidth-efficiency are not used with --calibration: "
-            "the measured curves replace them"
-        )
+        est.notes.append(Finding("estimate.calibration_replaces_knobs", param="calibration"))
     block = provenance(
         sglang=get_revision(r.sglang).key, cost_model=_cost_model_sources(gpu_profile, est, cal, calibration)
     )
