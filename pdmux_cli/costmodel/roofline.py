@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..catalog import model as mdl
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from ..catalog.model import Model
 from .efficiency import (
     NO_SERVING_DELAYS,
@@ -136,7 +136,8 @@ class RooflineModel:
         if step_overhead_s is not None:
             cpu = CpuProfile(step_overhead_s, 0.0 if step_overhead_s == 0 else cpu.per_request_s,
                              cpu.launch_s, cpu.kernels_per_layer,
-                             f"--step-overhead-ms {step_overhead_s * 1e3:g}")
+                             Finding("costmodel.step_overhead", {"step_overhead_ms": step_overhead_s * 1e3},
+                                     "step_overhead_ms"))
         self.cpu = cpu
         self.serving = serving
         self.calibration = calibration

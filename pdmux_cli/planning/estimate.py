@@ -660,7 +660,7 @@ def estimate(
         notes.append(Finding("estimate.disagg_gpus", {"xpyd": name, "prefill": x, "decode": y, "gpus": gpus,
                                                       "tp": tp, "instance_tp": inst_tp}, "disagg"))
         notes.append(Finding("estimate.disagg_kv_link", {
-            "link": link.text, "link_source": link.source, "transfer_gb": transfer_bytes / 1e9,
+            "link": link.text, "link_source": link.origin, "transfer_gb": transfer_bytes / 1e9,
             "transfer_ms": transfer_s * 1e3, "prefill_ms": inst_prefill_s * 1e3}, "kv_link"))
     support = revisions.model_support(model.architectures, sglang)
     if support.state != "yes":  # right after a "does not fit", which says the table is hypothetical anyway

@@ -67,7 +67,7 @@ class Cluster:
 def link_dict(link: Any) -> dict[str, Any]:
     """A :class:`pdmux_cli.multigpu.disaggregation.KvLink` for JSON (bytes/s, seconds)."""
     return {"kind": link.kind, "bytes_per_s": link.bytes_per_s, "latency_s": link.latency_s,
-            "source": str(link.source)}
+            "source": link.source}
 
 
 def _without_disagg(setup: Any, d: DeploymentOptions, method: str, given_method: bool) -> Cluster:

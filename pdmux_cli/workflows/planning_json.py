@@ -80,7 +80,7 @@ def link_dict(link: Any) -> dict[str, Any] | None:
         "kind": link.kind,
         "bytes_per_s": link.bytes_per_s,
         "latency_s": link.latency_s,
-        "source": str(link.source),
+        "source": link.source,
     }
 
 
