@@ -291,6 +291,9 @@ class Estimate:
     #: step's time per request beyond the kernels (ms; in the rows' step times), from the serving profile
     request_delay_ms: float = 0.0
     per_request_ms: float = 0.0
+    #: the step model of the whole-GPU rows (:class:`pdmux_cli.costmodel.StepModel`; the PD-mux rows of
+    #: several S_SATs each have their own): what :func:`pdmux_cli.provenance.step_model_provenance` reads
+    step_model: Any = None
 
 
 def pdmux_prefill_end_s(prefill_s: float, round_s: float, layers: int, per_round: int) -> float:
@@ -718,6 +721,7 @@ def estimate(
         pdmux_support=support,
         request_delay_ms=request_delay_ms,
         per_request_ms=per_request * 1e3,
+        step_model=full,
     )
 
 
