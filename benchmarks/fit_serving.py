@@ -2,7 +2,7 @@
 
 For each SGLang release line of ``profiles/measurements/serving/sglang_serving_runs.yaml`` (0.5 is the
 default every command uses; 0.4 and 0.3 replay older runs in ``pdmux accuracy --serving``), a coordinate
-search over three terms, each on a grid, replaying every run of that line end to end
+search over four terms, each on a grid, replaying every run of that line end to end
 (:mod:`pdmux_cli.simulate.serving_accuracy`):
 
 - ``admission_delay_s``: TTFT's fixed part, from a request's arrival until the scheduler can admit it
@@ -11,7 +11,9 @@ search over three terms, each on a grid, replaying every run of that line end to
 - ``per_request_step_s``: what every step spends per request in its batch beyond the kernels (ITL's
   growth with the running requests);
 - ``admission_interval_s``: the front end's time per request (a burst enters the scheduler one request
-  per interval).
+  per interval);
+- ``eager_launch_s`` (searched first): the host time per kernel of an eager forward; every run
+  prefilled eagerly (SGLang <= 0.5.6), so a short prefill takes at least its kernels' launches.
 
 The scheduler's fixed CPU time per step stays the published 0.31 ms (tenstorrent/tt-inference-server issue
 3560), and its CPU time per running request (``per_request_s``, hidden by the overlap scheduler) stays 0:
@@ -51,7 +53,7 @@ STEP_SOURCE = ("step_s: SGLang's per-token CPU overhead measured against a mock 
 def fit_line(line: str, pool: ProcessPoolExecutor) -> tuple[dict[str, float], dict[str, list[float]]]:
     """The coordinate search (pdmux_cli.simulate.serving_fit) over one release line's runs."""
     runs = [r for r in sa.load_runs() if r.release_line == line]
-    return serving_fit.fit_terms(runs, mapper=pool.map)
+    return serving_fit.fit_public(runs, mapper=pool.map)
 
 
 def build(workers: int) -> dict:
@@ -79,8 +81,12 @@ def build(workers: int) -> dict:
             "step_s": 0.00031,
             "per_request_s": 0.0,
             "per_request_step_s": seconds(top, "per_request_overhead_ms"),
+            "eager_launch_s": seconds(top, "eager_launch_ms"),
             "source": (f"{STEP_SOURCE}; per_request_s: not identifiable from the public runs (the overlap "
-                       f"scheduler they ran hides it), 0; per_request_step_s: {fitted}"),
+                       f"scheduler they ran hides it), 0; per_request_step_s and eager_launch_s (host time "
+                       f"per kernel of an eager prefill, with the kernels SGLang's layers launch counted from "
+                       f"its code: costmodel.operators.eager_kernels_per_layer; every run prefilled eagerly, "
+                       f"SGLang <= 0.5.6): {fitted}"),
         },
         "request_path": {
             "admission_delay_s": seconds(top, "admission_delay_ms"),
@@ -93,6 +99,7 @@ def build(workers: int) -> dict:
         "fit": serving_fit.summary(top_errors),
         "older_releases": {
             line: {"per_request_step_s": seconds(terms, "per_request_overhead_ms"),
+                   "eager_launch_s": seconds(terms, "eager_launch_ms"),
                    "admission_delay_s": seconds(terms, "admission_delay_ms"),
                    "first_token_delay_s": 0.0,
                    "admission_interval_s": seconds(terms, "admission_interval_ms"),

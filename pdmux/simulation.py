@@ -112,6 +112,7 @@ def simulate(
     cuda_graph_max_bs: int | None = None,
     ignore_eos: bool = False,
     disable_overlap_schedule: bool = False,
+    disable_prefill_cuda_graph: bool = False,
     no_prefix_cache: bool = False,
     slo_ttft: float = 1000.0,
     slo_itl: float = 60.0,

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from policy_rows import policy_fields
 
+import pdmux
+
 from pdmux_cli import messages
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
@@ -26,6 +28,7 @@ from pdmux_cli.simulate import capacity as cap
 from pdmux_cli.util.errors import Finding, InputError
 
 CORE = Path(__file__).resolve().parent.parent / "pdmux_cli"
+FIX = Path(__file__).resolve().parent / "fixtures"
 
 
 def _finding_codes() -> set[str]:
@@ -242,7 +245,10 @@ def test_findings_as_json() -> None:
 _SGLANG_FLAGS = {"--tp-size", "--output-details", "--enable-pdmux", "--mem-fraction-static"}
 #: gen_config.py is converted separately (issue 21 item 2, another step).
 _TEMPLATED = [*sorted(p for p in (CORE / "workflows").glob("*.py") if p.name != "gen_config.py"),
-              *sorted((CORE / "simulate").glob("*.py")), CORE / "sglang" / "pdmux_config.py"]
+              *sorted((CORE / "simulate").glob("*.py")), CORE / "sglang" / "pdmux_config.py",
+              CORE / "sglang" / "split_levels.py"]
+#: What builds an error from a template besides ``InputError(...)`` itself (its first argument the template).
+_ERROR_BUILDERS = {"InputError", "param_error", "_value_error"}
 
 
 def test_no_workflow_or_simulator_error_writes_a_pdmux_flag() -> None:
@@ -251,7 +257,7 @@ def test_no_workflow_or_simulator_error_writes_a_pdmux_flag() -> None:
     written = []
     for path in _TEMPLATED:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            is_error = isinstance(node, ast.Call) and getattr(node.func, "id", None) == "InputError"
+            is_error = isinstance(node, ast.Call) and getattr(node.func, "id", None) in _ERROR_BUILDERS
             if not (is_error and node.args):
                 continue
             text = "".join(s.value for s in ast.walk(node.args[0])
@@ -363,6 +369,150 @@ def test_the_stored_text_scan_finds_a_flag() -> None:
                      'y = KvLink("nvlink", 1.0, 0.0, "--kv-link-gb-s")\n')
     assert sorted(_stored_flags(tree)) == [(1, "--step-overhead-ms"), (2, "--kv-bytes"),
                                            (3, "--kv-link-gb-s")]
+
+
+#: The value checks that take the parameter at fault by its Python name (``"decode_bs"``), never its flag.
+_VALUE_CHECKS = {"check_int", "optional_int", "check_number", "optional_number", "int_tuple", "float_tuple",
+                 "optional_path", "check_positive_knobs", "parse_int_list", "parse_float_list", "parse_names",
+                 "check_bytes_per_element", "check_efficiency", "check_mem_fraction", "check_sm_group_num",
+                 "check_at_least_one", "parse_sizes", "parse_chunk_sizes", "param_error"}
+
+
+def _flags_given_to_value_checks(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, text)`` of every ``--flag`` string literal given to a :data:`_VALUE_CHECKS` call (as an
+    argument or a keyword's value, ``where=`` too) or written as such a function's default."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = getattr(func, "id", None) or getattr(func, "attr", "")
+            given = [*node.args, *(k.value for k in node.keywords)] if name in _VALUE_CHECKS else []
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in _VALUE_CHECKS:
+            given = [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]
+        else:
+            continue
+        found.extend((node.lineno, g.value) for g in given
+                     if isinstance(g, ast.Constant) and isinstance(g.value, str) and g.value.startswith("--"))
+    return sorted(found)
+
+
+def test_the_scan_for_flags_given_to_value_checks_finds_them() -> None:
+    tree = ast.parse(
+        'check_int(r.tp, "--tp")\nvalues.parse_int_list(t, "decode_bs", where="--x")\n'
+        'def check_sm_group_num(v, n, what="--sm-group-num"): pass\nparse_names(t, "policies", K)\n'
+        'check_positive_knobs(token_budget=b)\n')
+    assert _flags_given_to_value_checks(tree) == [(1, "--tp"), (2, "--x"), (3, "--sm-group-num")]
+
+
+def test_no_value_check_is_given_a_flag() -> None:
+    """The workflows (and the core below them) name a parameter by its Python name; the rendering layer
+    turns it into the flag (the CLI under pdmux_cli/cli/ may still pass flags: the checks read them)."""
+    given = []
+    for path in [*sorted(CORE.rglob("*.py")), *sorted((CORE.parent / "pdmux").rglob("*.py"))]:
+        if path.name == "messages.py" or "cli" in path.relative_to(CORE.parent).parts[1:-1]:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        where = path.relative_to(CORE.parent)
+        given += [f"{where}:{line} {text}" for line, text in _flags_given_to_value_checks(tree)]
+    assert not given, given
+
+
+#: check_sm_group_num's line after the flag or keyword, for 500 groups on an H100 (132 SMs, limit 134).
+_TOO_MANY_GROUPS = (" 500: more stream groups than the GPU has SMs (132); SGLang builds a decode attention "
+                    "backend and its CUDA graphs for every group, and no split level can use more than one "
+                    "per SM: give at most 134 (SGLang's default: 8)")
+
+
+@pytest.mark.parametrize(
+    "call, param, cli_line, api_line",
+    [
+        (lambda: pdmux.estimate(decode_bs="8"), "decode_bs",
+         "--decode-bs must be an integer, got '8'", "decode_bs must be an integer, got '8'"),
+        (lambda: pdmux.estimate(kv_link_gb_s="fast"), "kv_link_gb_s",
+         "--kv-link-gb-s must be a number, got 'fast'", "kv_link_gb_s must be a number, got 'fast'"),
+        (lambda: pdmux.splits(prompt_tokens=[512, 0]), "prompt_tokens",
+         "--prompt-tokens: 0 must be >= 1", "prompt_tokens: 0 must be >= 1"),
+        (lambda: pdmux.estimate(s_sat="44,,88"), "s_sat",
+         "--s-sat: item 2 of '44,,88' is empty (e.g. 44,66,88)",
+         "s_sat: item 2 of '44,,88' is empty (e.g. 44,66,88)"),
+        (lambda: pdmux.estimate(plot=3), "plot",
+         "--plot takes a file path, got 3", "plot takes a file path, got 3"),
+        (lambda: pdmux.splits(token_budget=0), "token_budget",
+         "--token-budget must be > 0, got 0", "token_budget must be > 0, got 0"),
+        (lambda: pdmux.estimate(sm_group_num=500), "sm_group_num", "--sm-group-num" + _TOO_MANY_GROUPS,
+         "sm_group_num" + _TOO_MANY_GROUPS),
+        (lambda: pdmux.simulate(synthetic=True, qps=1.0, policies="pdmux,fifo"), "policies",
+         "--policies: unknown fifo; use pdmux, chunked, mixed-chunk, prefill-first, disagg",
+         "policies: unknown fifo; use pdmux, chunked, mixed-chunk, prefill-first, disagg"),
+        (lambda: pdmux.simulate(synthetic=True, qps=1.0, sm_group_num="8"), "sm_group_num",  # was a TypeError
+         "--sm-group-num must be an integer, got '8'", "sm_group_num must be an integer, got '8'"),
+        (lambda: pdmux.simulate(synthetic=True, qps=1.0, mfu=1.5), "mfu",
+         "--mfu must be a fraction in [0.001, 1], got 1.5", "mfu must be a fraction in [0.001, 1], got 1.5"),
+        (lambda: pdmux.simulate(synthetic=True, qps=1.0, weight_bytes=64), "weight_bytes",
+         "--weight-bytes must be between 0.0625 and 16 bytes per element (a few bits to fp128), got 64",
+         "weight_bytes must be between 0.0625 and 16 bytes per element (a few bits to fp128), got 64"),
+        (lambda: pdmux.tune(FIX / "azure_conv_50.csv", slo_ttft=1000, slo_itl=50,
+                                          sm_group_nums="8,2"), "sm_group_nums",
+         "--sm-group-nums: 2 must be >= 3", "sm_group_nums: 2 must be >= 3"),
+    ],
+)
+def test_value_checks_name_the_flag_for_the_cli_and_the_keyword_for_the_api(call, param, cli_line,
+                                                                             api_line) -> None:
+    exc = _raised(call)
+    assert exc.param == param
+    assert str(exc) == messages.error_text(exc) == cli_line
+    assert messages.api_error_text(exc) == api_line
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["splits", "--decode-bs", "1,,2"], "--decode-bs: item 2 of '1,,2' is empty (e.g. 1,6,12)"),
+        (["splits", "--token-budget", "0"], "--token-budget must be > 0, got 0"),
+        (["estimate", "--s-sat", "44,x"], "--s-sat: 'x' is not a number of ASCII digits (e.g. 44,66,88)"),
+        (["estimate", "--chunk-sizes", "2048,999999999"],
+         "--chunk-sizes 999999999: give chunk sizes of 1 to 10,000,000 tokens"),
+        (["simulate", "--synthetic", "--qps", "1", "--policies", "fifo"],
+         "--policies: unknown fifo; use pdmux, chunked, mixed-chunk, prefill-first, disagg"),
+        (["simulate", "--synthetic", "--qps", "1", "--kv-bytes", "0"],
+         "--kv-bytes must be between 0.0625 and 16 bytes per element (a few bits to fp128), got 0.0"),
+        (["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1000", "--slo-itl", "50",
+          "--divisors", "4,0"], "--divisors: 0 must be >= 1"),
+        (["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1000", "--slo-itl", "50",
+          "--sm-group-nums", "8,500"], "--sm-group-nums" + _TOO_MANY_GROUPS),
+    ],
+)
+def test_the_cli_prints_a_value_check_as_one_line(args, line) -> None:
+    from typer.testing import CliRunner
+
+    from pdmux_cli.cli import app
+
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, (r.stdout, r.stderr)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert lines == [f"pdmux: error: {line}"]
+
+
+def test_a_value_check_names_a_text_that_is_no_parameter_as_written() -> None:
+    from pdmux_cli.simulate.engine import check_bytes_per_element
+    from pdmux_cli.workflows.planning_inputs import check_int
+    from pdmux_cli.workflows.values import parse_int_list
+
+    exc = _raised(parse_int_list, "1,{flag.tp}", where="trace.yaml:3: sizes")
+    assert exc.param is None
+    assert str(exc) == messages.api_error_text(exc) == (
+        "trace.yaml:3: sizes: '{flag.tp}' is not an integer of ASCII digits (e.g. 1,6,12)")
+    exc = _raised(check_bytes_per_element, 99.0, where="KV bytes per element")
+    assert str(exc) == messages.api_error_text(exc) == ("KV bytes per element must be between 0.0625 and 16 "
+                                                        "bytes per element (a few bits to fp128), got 99.0")
+    exc = _raised(check_int, "8", "path", where="path")  # check-config's positional argument: no flag
+    assert exc.param == "path"
+    assert str(exc) == messages.api_error_text(exc) == "path must be an integer, got '8'"
+    exc = _raised(check_int, 8.0, "--max-requests")  # a flag (the CLI's spelling) is read as its parameter
+    assert exc.param == "max_requests" and str(exc) == "--max-requests must be an integer, got 8.0"
+    assert messages.api_error_text(exc) == "max_requests must be an integer, got 8.0"
+    with pytest.raises(TypeError, match="needs the parameter"):
+        check_int("8")
 
 
 def _raised(call, *args, **kwargs) -> InputError:

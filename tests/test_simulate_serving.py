@@ -24,8 +24,10 @@ from pdmux_cli.simulate.traces import Trace
 H100 = find_gpu("h100")
 QWEN = load_model("qwen3-8b")
 # explicit serving terms, so that the hand calculations do not depend on serving.yaml's fitted values
-PLAIN = make_setup(H100, QWEN, per_request_overhead_ms=0, admission_delay_ms=0, first_token_delay_ms=0)
-DELAYED = make_setup(H100, QWEN, per_request_overhead_ms=0, admission_delay_ms=5, first_token_delay_ms=7)
+PLAIN = make_setup(H100, QWEN, per_request_overhead_ms=0, admission_delay_ms=0, first_token_delay_ms=0,
+                   eager_launch_ms=0)
+DELAYED = make_setup(H100, QWEN, per_request_overhead_ms=0, admission_delay_ms=5, first_token_delay_ms=7,
+                     eager_launch_ms=0)
 
 
 def trace(arrivals, prompt=1000, output=4) -> Trace:
@@ -35,7 +37,7 @@ def trace(arrivals, prompt=1000, output=4) -> Trace:
 
 def test_serving_profile_ships_with_every_term_sourced() -> None:
     sched, serving, source = load_serving()
-    assert set(sched) == {"step_s", "per_request_s", "per_request_step_s"} and source
+    assert set(sched) == {"step_s", "per_request_s", "per_request_step_s", "eager_launch_s"} and source
     assert serving.admission_delay_s >= 0 and serving.first_token_delay_s >= 0 and serving.source
 
 

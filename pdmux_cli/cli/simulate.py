@@ -141,6 +141,9 @@ def simulate(
         "Requests run to their max_new_tokens (benchmark traffic): admission reserves all of it.")),
     disable_overlap_schedule: bool = typer.Option(False, "--disable-overlap-schedule", help=(
         "Baselines without SGLang's overlap scheduler (as pdmux runs): CPU time adds to every step.")),
+    disable_prefill_cuda_graph: bool = typer.Option(False, "--disable-prefill-cuda-graph", help=(
+        "SGLang's flag: prefill batches launch their kernels eagerly (SGLang before 0.5.23's prefill "
+        "CUDA graph did): a short prefill takes at least its kernels' launch time.")),
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     slo_ttft: float = SLO_TTFT_DEFAULT_OPTION,
     slo_itl: float = SLO_ITL_DEFAULT_OPTION,

@@ -78,6 +78,11 @@ class StepModel(Protocol):
         """CPU time to launch one step's kernels without a CUDA graph."""
         ...
 
+    def prefill_launch_s(self, layers: float | None = None, graphed: bool = False) -> float:
+        """Host time to launch a prefill (or mixed) forward over ``layers`` layers (``None``: all), eagerly
+        or (``graphed``) replayed from SGLang's prefill CUDA graph."""
+        ...
+
     def bandwidth_share(self, sms: int) -> float:
         """Share of whole-GPU bandwidth on ``sms`` SMs."""
         ...
@@ -126,6 +131,7 @@ def build_step_model(
     first_token_delay_ms: float | None = None,
     admission_interval_ms: float | None = None,
     tp: int = 1,
+    eager_launch_ms: float | None = None,
 ) -> StepModel:
     """The :class:`StepModel` for a GPU profile (:class:`pdmux_cli.catalog.hardware.Gpu`) and a model.
 
@@ -139,8 +145,9 @@ def build_step_model(
     the engine's fixed CPU time per step (roofline only; 0 = kernels only); ``per_request_overhead_ms``:
     the time every step spends per request in its batch (``CpuProfile.per_request_step_s``);
     ``admission_delay_ms``, ``first_token_delay_ms`` and ``admission_interval_ms``: the request path's
-    terms (:class:`~pdmux_cli.costmodel.efficiency.ServingProfile`); each ``None`` for ``serving.yaml``'s
-    fitted value (roofline only; :func:`serving_terms`). ``tp``: GPUs the model is
+    terms (:class:`~pdmux_cli.costmodel.efficiency.ServingProfile`); ``eager_launch_ms``: host time per
+    kernel of an eager forward (``CpuProfile.eager_launch_s``, 0 to 1 ms); each ``None`` for
+    ``serving.yaml``'s fitted value (roofline only; :func:`serving_terms`). ``tp``: GPUs the model is
     sharded over (roofline only): the step times are one rank's, collectives included
     (:mod:`.collectives`).
     Raises :class:`InputError` for an unknown cost model, knobs the chosen model does not take, or a
@@ -171,7 +178,8 @@ def build_step_model(
                              ("per_request_overhead_ms", per_request_overhead_ms),
                              ("admission_delay_ms", admission_delay_ms),
                              ("first_token_delay_ms", first_token_delay_ms),
-                             ("admission_interval_ms", admission_interval_ms)):
+                             ("admission_interval_ms", admission_interval_ms),
+                             ("eager_launch_ms", eager_launch_ms)):
             if value is not None:
                 raise InputError(
                     "{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no CPU "
@@ -217,6 +225,8 @@ def build_step_model(
                                  admission_delay_ms=admission_delay_ms,
                                  first_token_delay_ms=first_token_delay_ms,
                                  admission_interval_ms=admission_interval_ms)
+    if eager_launch_ms is not None:
+        cpu = with_eager_launch(cpu, eager_launch_ms)
     notes = [note] if note else []
     if profile.note:
         notes.append(profile.note)
@@ -341,6 +351,23 @@ def serving_terms(cpu: CpuProfile, serving: ServingProfile, *, step_overhead_ms:
         source = Finding("costmodel.serving_options", {"base": serving.source, "given": named})
         serving = replace(serving, **{k: v / 1e3 for k, v in path.items() if v is not None}, source=source)
     return cpu, serving
+
+
+#: The largest host time per eagerly launched kernel ``eager_launch_ms`` takes, ms (a millisecond a launch
+#: is a unit slip: PyTorch's dispatch takes microseconds).
+EAGER_LAUNCH_BOUND_MS = 1.0
+
+
+def with_eager_launch(cpu: CpuProfile, eager_launch_ms: float) -> CpuProfile:
+    """``cpu`` with ``eager_launch_s`` = ``eager_launch_ms`` / 1000. Raises :class:`InputError` (parameter
+    ``eager_launch_ms``) for a value outside 0..:data:`EAGER_LAUNCH_BOUND_MS`."""
+    from dataclasses import replace
+
+    if not (isinstance(eager_launch_ms, (int, float)) and not isinstance(eager_launch_ms, bool)
+            and 0 <= eager_launch_ms <= EAGER_LAUNCH_BOUND_MS):
+        raise InputError("{param_flag} must be from 0 to {high:g} ms, got {value}", param="eager_launch_ms",
+                         values={"high": EAGER_LAUNCH_BOUND_MS, "value": eager_launch_ms})
+    return replace(cpu, eager_launch_s=eager_launch_ms / 1e3)
 
 
 def calibrated_serving(cpu: CpuProfile, serving: ServingProfile, terms: Any) -> tuple[

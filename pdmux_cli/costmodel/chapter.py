@@ -362,6 +362,10 @@ class ChapterModel:
         """0: the chapter counts no CPU time."""
         return 0.0
 
+    def prefill_launch_s(self, layers: float | None = None, graphed: bool = False) -> float:
+        """0: the chapter counts no kernel launches."""
+        return 0.0
+
     def request_s(self, n: int) -> float:
         """0: the chapter counts no per-request time."""
         return 0.0

@@ -239,10 +239,13 @@ class CpuProfile:
     launch time). ``per_request_step_s``: what every step spends per request in its batch beyond the
     kernels the roofline counts, on the step's critical path whatever the scheduler (measured ITL grows
     with the running requests faster than the kernels' roofline: per-request work around the forward
-    pass that the overlap scheduler does not hide); the step model adds it to its GPU times. ``source``:
-    where the terms come from: the profile's text, or a :class:`~pdmux_cli.util.errors.Finding` where
-    options replaced them (``costmodel.step_overhead``, ``costmodel.per_request_overhead``; ``str()``
-    words it).
+    pass that the overlap scheduler does not hide); the step model adds it to its GPU times.
+    ``eager_launch_s``: host seconds SGLang spends per kernel of an eager forward (the Python of its
+    layers, PyTorch's dispatch and the launch): a prefill or mixed batch outside a CUDA graph is not done
+    before ``layers x`` :func:`~pdmux_cli.costmodel.operators.eager_kernels_per_layer` ``x eager_launch_s``
+    (``serving.yaml``, fitted to the public serving runs; 0 where a file predates it). ``source``: where
+    the terms come from: the profile's text, or a :class:`~pdmux_cli.util.errors.Finding` where options
+    replaced them (``costmodel.step_overhead``, ``costmodel.per_request_overhead``; ``str()`` words it).
     """
 
     step_s: float
@@ -251,6 +254,7 @@ class CpuProfile:
     kernels_per_layer: int
     source: Finding | str = ""
     per_request_step_s: float = 0.0
+    eager_launch_s: float = 0.0
 
     def step_cpu_s(self, requests: int) -> float:
         """CPU seconds of one scheduler step with ``requests`` requests in the batch."""
@@ -397,7 +401,9 @@ def load_serving() -> tuple[dict[str, float], ServingProfile, str]:
                              "measurement")
     terms = {"step_s": _number(sched, "step_s", path, 0.0, 1.0),
              "per_request_s": _number(sched, "per_request_s", path, 0.0, 1e-2),
-             "per_request_step_s": _number(sched, "per_request_step_s", path, 0.0, 1e-2)}
+             "per_request_step_s": _number(sched, "per_request_step_s", path, 0.0, 1e-2),
+             "eager_launch_s": (_number(sched, "eager_launch_s", path, 0.0, 1e-3) if "eager_launch_s" in sched
+                                else 0.0)}
     serving = ServingProfile(
         admission_delay_s=_number(req, "admission_delay_s", path, 0.0, 10.0),
         first_token_delay_s=_number(req, "first_token_delay_s", path, 0.0, 10.0),
@@ -415,6 +421,7 @@ DEFAULT_RELEASE_LINE = "0.5"
 #: The serving terms :func:`release_line_terms` gives, as ``make_setup`` options (ms) -> ``serving.yaml`` keys
 #: (s).
 RELEASE_LINE_TERMS = {"per_request_overhead_ms": "per_request_step_s",
+                      "eager_launch_ms": "eager_launch_s",
                       "admission_delay_ms": "admission_delay_s",
                       "first_token_delay_ms": "first_token_delay_s",
                       "admission_interval_ms": "admission_interval_s"}
@@ -471,6 +478,7 @@ def load_common() -> tuple[PartitionProfile, CpuProfile]:
         step_s=scheduler["step_s"],
         per_request_s=scheduler["per_request_s"],
         per_request_step_s=scheduler["per_request_step_s"],
+        eager_launch_s=scheduler["eager_launch_s"],
         launch_s=_number(cpu, "launch_s", path, 0.0, 1e-3),
         kernels_per_layer=kernels,
         source=f"{scheduler_source}; {cpu.get('source', '')}",

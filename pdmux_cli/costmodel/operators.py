@@ -199,6 +199,49 @@ def step_shapes(model: Model, weight_bytes_per_param: float | None = None, tp: i
     )
 
 
+#: Kernels every decoder layer of an SGLang forward launches whatever its shapes: the two fused
+#: add-RMSNorms (``srt/layers/layernorm.py`` ``RMSNorm.forward_cuda``), RoPE, the KV-cache store and the
+#: attention kernel (the attention backend's ``forward_extend``). With one launch per GEMM and the gated
+#: activation (``srt/layers/activation.py`` ``SiluAndMul``), a dense layer launches 10, ``common.yaml``
+#: ``cpu.kernels_per_layer``.
+LAYER_KERNELS = 5
+#: More kernels of an MLA layer (``srt/models/deepseek_v2.py``): the q_a and kv_a RMSNorms and the split
+#: and concatenation of the latent's rope part into the keys.
+MLA_KERNELS = 3
+#: Kernels of one MoE layer's routed experts besides the router GEMM: the top-k selection
+#: (``srt/layers/moe/topk.py``) and the fused MoE, by runner (:func:`pdmux_cli.costmodel.moe.moe_kernel`):
+#: Triton's ``fused_experts_impl`` (``moe_align_block_size``, two grouped GEMMs, the activation, the sum
+#: over top-k) and FlashInfer's TRT-LLM-gen fused MoE (routing, the two GEMMs with the activation and
+#: the combine fused into them).
+MOE_KERNELS_BY_RUNNER = {"triton": 6, "triton_kernel": 6, "flashinfer_trtllm": 3}
+
+
+def eager_kernels_per_layer(shapes: StepShapes, *, mla: bool = False, fp8_linear: bool = False,
+                            moe_runner: str | None = None) -> float:
+    """Kernels a decoder layer of ``shapes`` launches in an eager forward (a prefill or mixed batch outside
+    a CUDA graph), averaged over the layers (MoE and dense layers mixed): :data:`LAYER_KERNELS`, one per
+    GEMM matrix (:attr:`StepShapes.token_gemms`), one more per linear GEMM with ``fp8_linear`` (SGLang's
+    block-wise fp8 linear quantizes its input per token group first:
+    ``srt/layers/quantization/fp8_utils.py`` ``per_token_group_quant_fp8``; the router stays 16-bit), one
+    gated activation per gate+up GEMM, :data:`MLA_KERNELS` with ``mla``, the routed experts' kernels of
+    ``moe_runner`` (:data:`MOE_KERNELS_BY_RUNNER`; Triton's where not listed) and, with ``tp > 1``, the
+    layer's two all-reduces. A count read from SGLang's code, not measured: ``serving.yaml``'s
+    ``eager_launch_s`` (host seconds per kernel) is fitted with it."""
+    layers = shapes.layers
+    kernels = float(LAYER_KERNELS + (MLA_KERNELS if mla else 0))
+    for gemm in shapes.token_gemms:
+        per_layer = gemm.count / layers
+        kernels += per_layer * (2 if fp8_linear and gemm.name != "router" else 1)
+        if gemm.name in ("gate_up", "shared_gate_up"):
+            kernels += per_layer  # SiluAndMul
+    if shapes.experts is not None:
+        runner = MOE_KERNELS_BY_RUNNER.get(moe_runner or "triton", MOE_KERNELS_BY_RUNNER["triton"])
+        kernels += shapes.experts.count / layers * runner
+    if shapes.tp > 1:
+        kernels += 2
+    return kernels
+
+
 def rank_weight_bytes(model: Model, weight_bytes_per_param: float | None = None, tp: int = 1) -> float:
     """Bytes of weights one of ``tp`` ranks holds: its GEMMs, its slice of every expert, its lm_head rows
     and (untied) its embedding rows (:func:`step_shapes`). Equals

@@ -56,7 +56,7 @@ from .efficiency import (
     PartitionProfile,
     ServingProfile,
 )
-from .operators import ACTIVATION_BYTES, Gemm, StepShapes, step_shapes
+from .operators import ACTIVATION_BYTES, Gemm, StepShapes, eager_kernels_per_layer, step_shapes
 from .partitions import BandwidthCurve
 
 #: Decode batches further than this past the largest cached batch size are timed alone, not cached with
@@ -66,6 +66,21 @@ DENSE_CACHE_GAP = 4096
 
 #: A prefill batch: ``(new_tokens, cached_tokens)`` per sequence.
 Seqs = Sequence[tuple[int, int]]
+
+#: Host launches per layer of a prefill batch SGLang replays in its prefill CUDA graph (0.5.23's default
+#: ``breakable`` backend, ``srt/model_executor/runner/prefill_cuda_graph_runner.py``: the captured
+#: transformer body is replayed in segments, the attention metadata run outside them): a segment and
+#: the attention between two, per layer.
+GRAPHED_PREFILL_LAUNCHES_PER_LAYER = 2
+
+
+def _moe_runner(model: Model, compute_capability: tuple[int, int] | None) -> str | None:
+    """The fused-MoE runner SGLang picks (:func:`pdmux_cli.costmodel.moe.moe_kernel`), for the kernel
+    count of an eager layer."""
+    from .moe import moe_kernel
+
+    kind = moe_kernel(model, compute_capability or (0, 0))
+    return kind[0] if kind else None
 
 
 class RooflineModel:
@@ -137,7 +152,7 @@ class RooflineModel:
             cpu = CpuProfile(step_overhead_s, 0.0 if step_overhead_s == 0 else cpu.per_request_s,
                              cpu.launch_s, cpu.kernels_per_layer,
                              Finding("costmodel.step_overhead", {"step_overhead_ms": step_overhead_s * 1e3},
-                                     "step_overhead_ms"))
+                                     "step_overhead_ms"), eager_launch_s=cpu.eager_launch_s)
         self.cpu = cpu
         self.serving = serving
         self.calibration = calibration
@@ -146,6 +161,10 @@ class RooflineModel:
         self.shapes: StepShapes = step_shapes(model, weight_bytes_per_param, tp)
         self._init_moe(moe_flops)
         self.tp = tp
+        moe = self.eff.moe_routed
+        self.eager_kernels_per_layer = eager_kernels_per_layer(
+            self.shapes, mla=bool(model.is_mla), fp8_linear=self._gemm_ratio > 1.0,
+            moe_runner=_moe_runner(model, compute_capability) if moe is not None else None)
         if tp > 1 and collectives is None:
             raise InputError("a tensor-parallel cost model needs the GPUs' collectives "
                              "(costmodel.collectives)")
@@ -457,6 +476,16 @@ class RooflineModel:
     def launch_cpu_s(self) -> float:
         """CPU seconds to launch one step's kernels outside a CUDA graph."""
         return self.shapes.layers * self.cpu.kernels_per_layer * self.cpu.launch_s
+
+    def prefill_launch_s(self, layers: float | None = None, graphed: bool = False) -> float:
+        """Host seconds SGLang takes to launch a prefill (or mixed) forward over ``layers`` layers (``None``:
+        all of them): ``layers x eager_kernels_per_layer x CpuProfile.eager_launch_s`` eagerly;
+        ``graphed`` (SGLang's prefill CUDA graph replays the batch) :data:`GRAPHED_PREFILL_LAUNCHES_PER_LAYER`
+        launches a layer instead. The step is not done before its last kernel is queued: a scheduler
+        takes the larger of this and the GPU time (:mod:`pdmux_cli.simulate.schedulers`)."""
+        count = self.shapes.layers if layers is None else layers
+        per_layer = GRAPHED_PREFILL_LAUNCHES_PER_LAYER if graphed else self.eager_kernels_per_layer
+        return count * per_layer * self.cpu.eager_launch_s
 
     def decode_cpu_s(self, n: int) -> float:
         """CPU seconds of one scheduler step with ``n`` requests (:meth:`CpuProfile.step_cpu_s`)."""

@@ -504,14 +504,23 @@ def estimate(
     sum_ctx, sum_win = bs * ctx, bs * min(ctx, window) if window else 0
     cpu = full.decode_cpu_s(bs)
 
-    def hidden(gpu_s: float) -> float:  # a baseline step: the overlap scheduler hides the CPU's work
-        return max(gpu_s, cpu)
+    def hidden(gpu_s: float, launch_s: float = 0.0) -> float:
+        # a baseline step: the overlap scheduler hides the CPU's work (and a prefill's kernel launches)
+        return max(gpu_s, cpu + launch_s)
+
+    prefill_graph = server_defaults.prefill_cuda_graph_default(model.architectures, gpu.compute_capability)
+
+    def launch(tokens: int, chunk: int, mixed: bool = False) -> float:
+        """Host seconds to launch a prefill batch (engine.Setup.prefill_launch_s's rule)."""
+        graphed = prefill_graph and not mixed and tokens <= server_defaults.prefill_graph_max_tokens(
+            chunk, bool(model.is_mla))
+        return full.prefill_launch_s(None, graphed)
 
     per_request = full.request_s(1)  # a server step's time per request beyond the kernels (serving.yaml)
     base_s = hidden(full.decode_s(total, bs, sum_ctx, sum_win) + bs * per_request)
     rows = [PolicyRow("decode-only", "decode only (ref.)", base_s * 1e3, None, None, None)]
 
-    whole_prefill_s = hidden(full.prefill_s(total, [(prompt, 0)]) + per_request)
+    whole_prefill_s = hidden(full.prefill_s(total, [(prompt, 0)]) + per_request, launch(prompt, -1))
     if scenario.cost_model == "chapter":
         weights_once_s = full.decode_s(total, 1, 0.0)  # every weight read once, at the chapter's bandwidth
         if whole_prefill_s < weights_once_s:
@@ -536,7 +545,7 @@ def estimate(
             server_defaults.default_chunked_prefill_size(gpu.memory_bytes),)
     for chunk in chunk_sizes:
         chunks = [(min(chunk, prompt - start), start) for start in range(0, prompt, chunk)]
-        prefill = sum(hidden(full.prefill_s(total, [c]) + per_request) for c in chunks)
+        prefill = sum(hidden(full.prefill_s(total, [c]) + per_request, launch(c[0], chunk)) for c in chunks)
         rows.append(PolicyRow("chunked", f"chunked {chunk}", (prefill + base_s) * 1e3, 1, prefill * 1e3, 0,
                               chunk_tokens=chunk))
     for chunk in scenario.mixed_chunk_sizes:
@@ -550,7 +559,7 @@ def estimate(
         steps = [
             max(full.mixed_s([(min(take, prompt - start), start)], bs, sum_ctx,
                              sum_win) + (bs + 1) * per_request,
-                full.decode_cpu_s(bs + 1))
+                full.decode_cpu_s(bs + 1) + launch(take, chunk, mixed=True))
             for start in range(0, prompt, take)
         ]
         rows.append(
@@ -570,9 +579,10 @@ def estimate(
         prefill_alone = step_model.prefill_s(p, [(prompt, 0)])
         decode_corun = step_model.decode_s(d, bs, sum_ctx, sum_win, corun_sms=p)
         prefill_corun = step_model.prefill_s(p, [(prompt, 0)], corun_sms=d)
-        # a pdmux round: the decode step, then the CPU's work (the overlap scheduler is off) and the
-        # step's time per request
-        round_s = decode_corun + step_model.decode_cpu_s(bs) + step_model.request_s(bs)
+        # a pdmux round: the decode step (or the launches of the round's split-prefill layers, eager,
+        # when longer), then the CPU's work (the overlap scheduler is off) and the step's time per request
+        round_s = (max(decode_corun, step_model.prefill_launch_s(per_round)) + step_model.decode_cpu_s(bs)
+                   + step_model.request_s(bs))
         return round_s, pdmux_prefill_end_s(prefill_corun, round_s, model.num_layers,
                                             per_round), decode_alone, \
             prefill_alone, decode_corun

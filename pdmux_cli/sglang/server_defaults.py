@@ -8,7 +8,8 @@ Pure functions; the rules (in our words) of SGLang 0.5.23's own code, read from 
   ``reserved = 512 + 1.5 x activation tokens + 128 x TP/8 x 8 + 2 x max_bs + 8 x prefill-graph buckets`` MiB,
   at least 10240 MiB on GPUs over 60 GiB (``M``: ``nvidia-smi`` memory.total, MiB);
 - ``srt/arg_groups/cuda_graph_hook.py`` ``generate_prefill_cuda_graph_batch_sizes``: the prefill
-  graph's token buckets (none when chunked prefill is off);
+  graph's token buckets (none when chunked prefill is off); which prefill batches the graph replays
+  (:func:`prefill_cuda_graph_default`, :func:`prefill_graph_max_tokens`);
 - ``srt/mem_cache/kv_cache_configurator.py`` ``_profile_available_bytes`` and
   ``srt/model_executor/pool_configurator.py`` ``calculate_pool_sizes``: KV pool bytes
   ``= free before weights x mem_fraction_static - weights - other allocations``, tokens ``= bytes // cell``
@@ -83,6 +84,37 @@ def prefill_graph_buckets(chunked_prefill_size: int) -> int:
     sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
              *range(1280, 4097, 256), *range(4608, chunked_prefill_size + 1, 512)]
     return sum(1 for s in sizes if s <= chunked_prefill_size)
+
+
+#: The largest prefill batch SGLang's prefill CUDA graph takes with an MLA attention backend, tokens
+#: (``srt/arg_groups/memory_hook.py``: ``max_bs = min(8192, chunked_prefill_size)``; other models take up to
+#: the chunk size).
+MLA_PREFILL_GRAPH_MAX_TOKENS = 8192
+#: The architecture whose prefill CUDA graph SGLang 0.5.23 turns off on SM100, where it picks the
+#: ``trtllm_mla`` attention backend (``srt/arg_groups/model_overrides/deepseek_v2.py``; a captured prefill
+#: would fall back to FlashAttention: ``cuda_graph_hook.py``
+#: ``disable_prefill_cuda_graph_for_deepseek_trtllm_mla``).
+EAGER_PREFILL_ON_SM100 = frozenset({"DeepseekV3ForCausalLM"})
+
+
+def prefill_cuda_graph_default(architectures: tuple[str, ...], compute_capability: tuple[int, int]) -> bool:
+    """Whether SGLang 0.5.23 replays prefill batches from its prefill CUDA graph by default: yes on CUDA
+    (``srt/model_executor/cuda_graph_config.py`` ``default_prefill_backend``: the ``breakable`` backend),
+    except for :data:`EAGER_PREFILL_ON_SM100` on compute capability 10.x. Earlier releases ran prefill
+    eagerly unless ``--enable-piecewise-cuda-graph`` was given (0.5.6.post1 ``server_args.py``: default
+    off). Which batches it takes: :func:`prefill_graph_max_tokens`; pdmux's split prefill and
+    ``--enable-mixed-chunk``'s mixed batches never (``srt/model_executor/model_runner.py``: split prefill
+    stays on the model runner's own path, the runner refuses mixed batches)."""
+    arch = architectures[0] if architectures else ""
+    return not (compute_capability[0] == 10 and arch in EAGER_PREFILL_ON_SM100)
+
+
+def prefill_graph_max_tokens(chunked_prefill_size: int, mla: bool) -> int:
+    """The largest prefill batch (tokens) SGLang's prefill CUDA graph replays: the chunk size, at most
+    :data:`MLA_PREFILL_GRAPH_MAX_TOKENS` for an MLA model; 0 (none) with chunking off."""
+    if chunked_prefill_size <= 0:
+        return 0
+    return min(chunked_prefill_size, MLA_PREFILL_GRAPH_MAX_TOKENS) if mla else chunked_prefill_size
 
 
 def mem_fraction_static(gpu_memory_bytes: float, chunked_prefill_size: int, tp: int = 1,

@@ -186,16 +186,19 @@ def sm_group_num_limit(total_sms: int) -> int:
     return total_sms + 2
 
 
-def check_sm_group_num(value: int | None, total_sms: int, what: str = "--sm-group-num") -> int | None:
-    """``value`` (``None`` passes) when at most :func:`sm_group_num_limit`; else :class:`InputError`
-    naming ``what`` and the limit."""
+def check_sm_group_num(value: int | None, total_sms: int, param: str = "sm_group_num") -> int | None:
+    """``value`` (``None`` passes) when at most :func:`sm_group_num_limit`; else :class:`InputError` about
+    ``param`` (the parameter by its Python name: ``"sm_group_num"``, tune's ``"sm_group_nums"``; the CLI
+    names its flag) quoting the limit."""
     if value is None or value <= sm_group_num_limit(total_sms):
         return value
     raise InputError(
-        f"{what} {short_repr(value)}: more stream groups than the GPU has SMs ({total_sms}); SGLang builds a "
+        "{param_flag} {value}: more stream groups than the GPU has SMs ({total_sms}); SGLang builds a "
         "decode attention backend and its CUDA graphs for every group, and no split level can use more than "
-        f"one per SM: give at most {sm_group_num_limit(total_sms)} (SGLang's default: "
-        f"{DEFAULT_SM_GROUP_NUM})")
+        "one per SM: give at most {limit} (SGLang's default: {default})",
+        param=param,
+        values={"value": short_repr(value), "total_sms": total_sms, "limit": sm_group_num_limit(total_sms),
+                "default": DEFAULT_SM_GROUP_NUM})
 
 
 def stream_groups(total_sms: int, major: int, sm_group_num: int = DEFAULT_SM_GROUP_NUM,

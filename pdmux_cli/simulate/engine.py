@@ -201,27 +201,43 @@ def _real(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_bytes_per_element(value: float | None, name: str) -> None:
-    """:class:`InputError` unless ``value`` (bytes per weight or KV element) is ``None`` or within
-    :data:`BYTES_PER_ELEMENT_RANGE`."""
+def _value_error(template: str, param: str | None, where: str | None, **values: object) -> InputError:
+    """An :class:`InputError` whose ``{param_flag}`` names ``param`` (a Python name: the CLI prints its flag,
+    the API its keyword) or, for ``where`` (a text that is no parameter: ``"KV bytes per element"``), that
+    text as written (as :func:`pdmux_cli.workflows.values.param_error`, which the core does not import)."""
+    if where is not None:
+        return InputError(template.replace("{param_flag}", "{where}"), param=param,
+                          values={**values, "where": where})
+    return InputError(template, param=param, values=values)
+
+
+def check_bytes_per_element(value: float | None, param: str | None = None, *,
+                            where: str | None = None) -> None:
+    """:class:`InputError` about ``param`` (the parameter by its Python name, ``"kv_bytes"``; ``where``: a
+    text that is no parameter, named instead) unless ``value`` (bytes per weight or KV element) is ``None`` or
+    within :data:`BYTES_PER_ELEMENT_RANGE`."""
     lo, hi = BYTES_PER_ELEMENT_RANGE
     if value is not None and not (_real(value) and lo <= value <= hi):
-        raise InputError(f"{name} must be between {lo:g} and {hi:g} bytes per element (a few bits to fp128), "
-                         f"got {value}")
+        raise _value_error("{param_flag} must be between {lo:g} and {hi:g} bytes per element (a few bits to "
+                           "fp128), got {value}", param, where, lo=lo, hi=hi, value=value)
 
 
-def check_efficiency(value: float | None, name: str) -> None:
-    """:class:`InputError` unless ``value`` is ``None`` or a fraction within :data:`EFFICIENCY_RANGE`."""
+def check_efficiency(value: float | None, param: str | None = None, *, where: str | None = None) -> None:
+    """:class:`InputError` about ``param`` (or ``where``: as :func:`check_bytes_per_element`) unless ``value``
+    is ``None`` or a fraction within :data:`EFFICIENCY_RANGE`."""
     lo, hi = EFFICIENCY_RANGE
     if value is not None and not (_real(value) and lo <= value <= hi):
-        raise InputError(f"{name} must be a fraction in [{lo:g}, {hi:g}], got {value}")
+        raise _value_error("{param_flag} must be a fraction in [{lo:g}, {hi:g}], got {value}", param, where,
+                           lo=lo, hi=hi, value=value)
 
 
-def check_mem_fraction(value: float | None, name: str = "--mem-fraction-static") -> None:
-    """:class:`InputError` unless ``value`` is ``None`` or within :data:`MEM_FRACTION_RANGE`."""
+def check_mem_fraction(value: float | None, param: str = "mem_fraction_static") -> None:
+    """:class:`InputError` about ``param`` (its Python name; SGLang's and pdmux's flag
+    ``--mem-fraction-static``) unless ``value`` is ``None`` or within :data:`MEM_FRACTION_RANGE`."""
     lo, hi = MEM_FRACTION_RANGE
     if value is not None and not (_real(value) and lo <= value <= hi):
-        raise InputError(f"{name} must be a fraction from {lo:g} to {hi:g} of the GPU's memory, got {value}")
+        raise InputError("{param_flag} must be a fraction from {lo:g} to {hi:g} of the GPU's memory, got "
+                         "{value}", param=param, values={"lo": lo, "hi": hi, "value": value})
 
 
 @dataclass(frozen=True)
@@ -240,7 +256,9 @@ class Setup:
     ``prefix_cache``: SGLang's radix cache (on by default; off is ``--disable-radix-cache``), used for
     traces with ``hash_ids``. ``gpu_name``: for output. ``tp``: GPUs the model is sharded over
     (``--tp-size``): weights, KV and SGLang's memory reserve are one rank's, and every rank holds the
-    same pool (the step model's times are one rank's too).
+    same pool (the step model's times are one rank's too). ``prefill_cuda_graph``: SGLang replays prefill
+    batches from its prefill CUDA graph (:func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`;
+    off, every prefill batch pays its eager launches: :meth:`prefill_launch_s`).
     """
 
     model: Model
@@ -259,11 +277,12 @@ class Setup:
     gpu_name: str = ""
     prefix_cache: bool = True
     tp: int = 1
+    prefill_cuda_graph: bool = True
 
     def __post_init__(self) -> None:
         check_mem_fraction(self.mem_fraction_static)
-        check_bytes_per_element(self.kv_bytes_per_element, "KV bytes per element")
-        check_bytes_per_element(self.weight_bytes_per_param, "weight bytes per parameter")
+        check_bytes_per_element(self.kv_bytes_per_element, where="KV bytes per element")
+        check_bytes_per_element(self.weight_bytes_per_param, where="weight bytes per parameter")
         if not (_real(self.memory_bytes) and self.memory_bytes > 0):
             raise InputError(f"device memory must be a positive number of bytes, got {self.memory_bytes}")
         if self.max_prefill_tokens < 1:
@@ -301,6 +320,16 @@ class Setup:
         if self.cuda_graph_max_bs is not None:
             return self.cuda_graph_max_bs
         return sgl.default_cuda_graph_max_bs(self.memory_bytes, self.tp)
+
+    def prefill_launch_s(self, tokens: int, chunk_tokens: int, mixed: bool = False) -> float:
+        """Host seconds to launch a prefill batch of ``tokens`` new tokens under ``--chunked-prefill-size
+        chunk_tokens`` (``<= 0``: off), ``mixed`` with decode rows (``--enable-mixed-chunk``): from SGLang's
+        prefill CUDA graph where it takes the batch (:attr:`prefill_cuda_graph`, not mixed, at most
+        :func:`~pdmux_cli.sglang.server_defaults.prefill_graph_max_tokens`), eagerly otherwise
+        (``StepModel.prefill_launch_s``)."""
+        graphed = (self.prefill_cuda_graph and not mixed
+                   and tokens <= sgl.prefill_graph_max_tokens(chunk_tokens, bool(self.model.is_mla)))
+        return self.step_model.prefill_launch_s(None, graphed)
 
     def kv_pool(self, chunk_tokens: int) -> sgl.KvPool:
         """SGLang's KV pool with ``--chunked-prefill-size chunk_tokens`` (``-1``: chunking off).
@@ -350,17 +379,21 @@ def make_setup(
     max_running_requests: int | None = None,
     prefix_cache: bool = True,
     tp: int = 1,
+    eager_launch_ms: float | None = None,
+    prefill_cuda_graph: bool | None = None,
 ) -> Setup:
     """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.catalog.hardware.Gpu`) and a model, with the cost
     model of :func:`pdmux_cli.costmodel.build_step_model` (its arguments: ``cost_model``, ``s_sat``,
     ``bandwidth_efficiency``, ``mfu``, ``calibration``, ``flops_dtype``, ``step_overhead_ms``,
     ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``, ``admission_interval_ms``,
-    ``tp``). Raises
+    ``tp``, ``eager_launch_ms``). ``prefill_cuda_graph``: ``None`` for SGLang 0.5.23's default
+    (:func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`), ``False`` for a server that
+    prefills eagerly (an older release, ``--disable-prefill-cuda-graph``). Raises
     :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values."""
     from ..costmodel import build_step_model
 
-    check_efficiency(bandwidth_efficiency, "bandwidth efficiency")
-    check_efficiency(mfu, "MFU")
+    check_efficiency(bandwidth_efficiency, "bandwidth_efficiency", where="bandwidth efficiency")
+    check_efficiency(mfu, "mfu", where="MFU")
     total = gpu.require_sm_count()
     if not gpu.memory_bytes or not gpu.hbm_bytes_per_s:
         raise InputError(
@@ -372,14 +405,18 @@ def make_setup(
         calibration=calibration, weight_bytes_per_param=weight_bytes_per_param,
         kv_bytes_per_element=kv_bytes_per_element, flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms,
         per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
-        first_token_delay_ms=first_token_delay_ms, admission_interval_ms=admission_interval_ms, tp=tp)
+        first_token_delay_ms=first_token_delay_ms, admission_interval_ms=admission_interval_ms, tp=tp,
+        eager_launch_ms=eager_launch_ms)
+    if prefill_cuda_graph is None:
+        prefill_cuda_graph = sgl.prefill_cuda_graph_default(tuple(getattr(model, "architectures", ())),
+                                                            tuple(gpu.compute_capability))
     return Setup(
         model=model, step_model=step_model, total_sms=total, compute_capability=tuple(gpu.compute_capability),
         memory_bytes=float(gpu.memory_bytes), weight_bytes_per_param=weight_bytes_per_param,
         kv_bytes_per_element=kv_bytes_per_element, mem_fraction_static=mem_fraction_static,
         max_prefill_tokens=max_prefill_tokens, ignore_eos=ignore_eos, disable_overlap=disable_overlap,
         cuda_graph_max_bs=cuda_graph_max_bs, max_running_requests=max_running_requests, gpu_name=gpu.name,
-        prefix_cache=prefix_cache, tp=tp,
+        prefix_cache=prefix_cache, tp=tp, prefill_cuda_graph=prefill_cuda_graph,
     )
 
 

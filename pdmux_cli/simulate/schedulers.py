@@ -368,7 +368,8 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                 mixed_steps += len(again)
                 gpu = step_model.prefill_s(total, again) + len(again) * per_request
                 cpu = cpu_s(len(again))
-                t += max(gpu, cpu) if overlap else gpu + cpu
+                launch = setup.prefill_launch_s(sum(new for new, _ in again), policy.chunk_tokens)
+                t += max(gpu, cpu + launch) if overlap else max(gpu, launch) + cpu
             work.first_tokens(completing, t)
             next_t = work.next_arrival_time()
             n = batch.n
@@ -385,7 +386,11 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                 gpu = step_model.prefill_s(total, seqs)
             gpu += (len(seqs) + rows) * per_request
             cpu = cpu_s(len(seqs) + rows)
-            t += max(gpu, cpu) if overlap else gpu + cpu
+            # the batch is not done before its kernels are launched: eagerly, or replayed from SGLang's
+            # prefill CUDA graph (Setup.prefill_launch_s); with the overlap scheduler on the CPU's thread
+            # after the step's own work
+            launch = setup.prefill_launch_s(sum(new for new, _ in seqs), policy.chunk_tokens, bool(rows))
+            t += max(gpu, cpu + launch) if overlap else max(gpu, launch) + cpu
             if rows:
                 step = ends.base + len(ends)
                 append(t)
@@ -503,6 +508,9 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     append = ends.fast_append
     round_s = pdmux_round_s
     cpu_s = step_model.decode_cpu_s
+    # SGLang launches the split prefill's layers eagerly (model_runner.forward_split_prefill), on the CPU
+    # thread that launches the decode step: host seconds a layer
+    launch_layer_s = step_model.prefill_launch_s(1)
     fast_memory = work.cache is None
     capacity = work.capacity
     group_time = [0.0] * n_groups
@@ -581,7 +589,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                         t = stream_free
                     group = 0
                     layer_s = step_model.prefill_s(total, pf_seqs) / layers
-                done = (max(t, stream_free) + (layers - submitted) * layer_s + cpu_s(len(pf))
+                left = layers - submitted
+                done = (max(t, stream_free) + max(left * layer_s, left * launch_layer_s) + cpu_s(len(pf))
                         + step_model.request_s(len(pf)))
                 group_time[0] += done - t
                 t = done
@@ -599,12 +608,16 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
             continue
         # a round with a decode step
         if pf is not None:
+            launch = 0.0
             if submitted < layers:
                 k = per_round if submitted + per_round <= layers else layers - submitted
-                stream_free = max(t, stream_free) + k * layer_s
+                launch = k * launch_layer_s
+                stream_free = max(t + launch, max(t, stream_free) + k * layer_s)
                 submitted += k
             tau = round_s(step_model, pf_d, n, batch.sum_context, batch.sum_window,
                           pf_p if stream_free > t else 0, n <= graph_max)
+            if launch:  # the round's CPU launches the prefill layers too: not done before they are
+                tau = max(tau, launch + cpu_s(n) + step_model.request_s(n))
             group_time[group] += tau
         else:
             tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)

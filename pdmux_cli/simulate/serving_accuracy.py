@@ -69,7 +69,10 @@ class ServingRun:
     :data:`METRICS`). ``release_line``: the SGLang release line it ran (``"0.3"``: before the overlap
     scheduler; ``"0.4"``; ``"0.5"``), whose serving terms replay it. ``lengths``: the workload's length spec
     as written in the file. ``request_rate``: req/s, ``math.inf`` for all at once. ``max_concurrency``: the
-    client's limit (0: none)."""
+    client's limit (0: none). ``prefill_cuda_graph``: whether the server replayed prefill batches from
+    its prefill CUDA graph: ``False`` for every shipped run (SGLang 0.3 to 0.5.6, which prefilled eagerly
+    unless ``--enable-piecewise-cuda-graph`` was given; none of the pages gives it), ``None`` for a user's run
+    (SGLang 0.5.23's default, :func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`)."""
 
     id: str
     source_url: str
@@ -88,6 +91,7 @@ class ServingRun:
     metrics: tuple[tuple[str, float], ...]
     approximation: str = ""
     notes: str = ""
+    prefill_cuda_graph: bool | None = False
 
     @property
     def ignore_eos(self) -> bool:
@@ -135,6 +139,8 @@ class ServingRun:
             args.append("--no-prefix-cache")
         if not self.overlap_schedule:
             args.append("--disable-overlap-schedule")
+        if self.prefill_cuda_graph is False:
+            args.append("--disable-prefill-cuda-graph")
         return shlex.join(args)
 
 
@@ -249,7 +255,8 @@ def replay(run: ServingRun, serving: dict | None = None) -> dict[str, float]:
         if options.get("kv_bytes_per_element") is None:  # SGLang's --kv-cache-dtype auto
             options["kv_bytes_per_element"] = resolve_kv_cache(model, None, None).bytes_per_element
         setup = make_setup(gpu, model, tp=run.tp, ignore_eos=run.ignore_eos,
-                           disable_overlap=not run.overlap_schedule, prefix_cache=run.prefix_cache, **options)
+                           disable_overlap=not run.overlap_schedule, prefix_cache=run.prefix_cache,
+                           prefill_cuda_graph=run.prefill_cuda_graph, **options)
         trace = workload(run)
         policy = ChunkedPolicy(default_chunked_prefill_size(setup.memory_bytes))
         result = simulate(trace, setup, policy, max_concurrency=run.max_concurrency)
@@ -372,7 +379,7 @@ def runs_from_bench_serving(results: Sequence[Any], gpu: str, model: str, tp: in
             prefix_cache=not bool(res.server.get("disable_radix_cache", False)), lengths=lengths,
             request_rate=res.request_rate, max_concurrency=res.max_concurrency,
             num_prompts=len(res.input_lens) or res.completed, metrics=tuple(res.metrics.items()),
-            approximation="" if res.input_lens else note))
+            approximation="" if res.input_lens else note, prefill_cuda_graph=None))
         notes.append(f"{res.where}: {note}")
     return runs, notes
 

@@ -178,7 +178,7 @@ def _measured(gpu: str, model: str, kv_bytes: float | None,
     from ..simulate.engine import check_bytes_per_element
 
     check_kv_options(kv_cache_dtype, kv_bytes)
-    check_bytes_per_element(kv_bytes, "--kv-bytes")
+    check_bytes_per_element(kv_bytes, "kv_bytes")
     if not gpu.strip():
         raise InputError(
             "{flag.gpu} is empty: give a GPU name such as h100",

@@ -105,7 +105,7 @@ def check_config(request: CheckConfigRequest) -> CheckConfigResult:
     from ..sglang.revisions import get_revision
 
     r = request
-    path = optional_path(r.path, "path")
+    path = optional_path(r.path, "path", where="path")  # the positional argument: no flag
     if path is None:
         raise InputError("check-config needs the path of a pdmux YAML")
     chosen = get_revision(r.sglang)
@@ -116,7 +116,7 @@ def check_config(request: CheckConfigRequest) -> CheckConfigResult:
             "revision it can judge",
             values={"key": chosen.key},
         )
-    sm_group_num = optional_int(r.sm_group_num, "--sm-group-num")
+    sm_group_num = optional_int(r.sm_group_num, "sm_group_num")
     device = resolve_device(r.gpu, r.sms, r.cc)
     config, parsed = pc.load_config(path)
     problems = list(parsed) + pc.validate(config, device.sm_count, device.cc, sm_group_num)

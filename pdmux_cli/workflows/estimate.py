@@ -137,7 +137,7 @@ def parse_level(level: Any) -> tuple[int, int] | None:
                 "{flag.level} {level}: give (PREFILL, DECODE) SMs, e.g. (80, 52), or 'auto'",
                 values={"level": short_repr(level)},
             )
-        return check_int(level[0], "--level"), check_int(level[1], "--level")
+        return check_int(level[0], "level"), check_int(level[1], "level")
     text = str(level)
     if text.strip().lower() in ("auto", "sglang"):
         return None
@@ -150,10 +150,10 @@ def parse_level(level: Any) -> tuple[int, int] | None:
     return parts[0], parts[1]
 
 
-def parse_sizes(sizes: Any, what: str) -> tuple[int, ...] | None:
+def parse_sizes(sizes: Any, param: str) -> tuple[int, ...] | None:
     """Chunk sizes: ``"2048,512"`` or ``(2048, 512)`` -> ``(2048, 512)`` (a size given twice kept once);
-    ``"none"`` or ``()`` -> ``()``; ``None`` (not given) -> ``None``. :class:`InputError` for a size past
-    :data:`pdmux_cli.planning.estimate.MAX_TOKENS`."""
+    ``"none"`` or ``()`` -> ``()``; ``None`` (not given) -> ``None``. :class:`InputError` about ``param``
+    (``"chunk_sizes"``) for a size past :data:`pdmux_cli.planning.estimate.MAX_TOKENS`."""
     if sizes is None:
         return None
     if isinstance(sizes, str) and sizes.strip().lower() in ("none", "off", "-"):
@@ -162,10 +162,11 @@ def parse_sizes(sizes: Any, what: str) -> tuple[int, ...] | None:
         return ()
     from ..planning.estimate import MAX_TOKENS
 
-    out = int_tuple(sizes, what)
+    out = int_tuple(sizes, param)
     too_big = [s for s in out if s > MAX_TOKENS]
     if too_big:  # as the prompt and context: no chunk of a prompt is longer
-        raise InputError(f"{what} {short_repr(too_big[0])}: give chunk sizes of 1 to {MAX_TOKENS:,} tokens")
+        raise InputError("{param_flag} {size}: give chunk sizes of 1 to {MAX_TOKENS:,} tokens", param=param,
+                         values={"size": short_repr(too_big[0]), "MAX_TOKENS": MAX_TOKENS})
     return out
 
 
@@ -193,15 +194,15 @@ def estimate(request: EstimateRequest) -> EstimateResult:
                 "{flag.flops_dtype} must be bf16, fp16 or fp8, got {flops_dtype!r}",
                 values={"flops_dtype": flops_dtype},
             )
-    sm_group_num = optional_int(r.sm_group_num, "--sm-group-num")
-    decode_bs_divisor = optional_int(r.decode_bs_divisor, "--decode-bs-divisor")
-    token_budget = optional_int(r.token_budget, "--token-budget")
+    sm_group_num = optional_int(r.sm_group_num, "sm_group_num")
+    decode_bs_divisor = optional_int(r.decode_bs_divisor, "decode_bs_divisor")
+    token_budget = optional_int(r.token_budget, "token_budget")
     check_positive_knobs(
         sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget
     )
-    config = optional_path(r.config, "--config")
-    calibration = optional_path(r.calibration, "--calibration")
-    plot = optional_path(r.plot, "--plot")
+    config = optional_path(r.config, "config")
+    calibration = optional_path(r.calibration, "calibration")
+    plot = optional_path(r.plot, "plot")
     if plot is not None:
         from ..util.atomic import check_writable, refuse_overwriting_inputs
         from .files import gpu_file, model_file
@@ -216,7 +217,7 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     from ..multigpu.disaggregation import parse_xpyd
     from ..sglang.kv_cache import check_kv_options, resolve_kv_cache
 
-    kv_bytes = optional_number(r.kv_bytes, "--kv-bytes")
+    kv_bytes = optional_number(r.kv_bytes, "kv_bytes")
     check_kv_options(r.kv_cache_dtype, kv_bytes)
     xpyd = parse_xpyd(r.disagg) if r.disagg is not None else None
     device = resolve_device(r.gpu, None, None)
@@ -229,18 +230,18 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     )
     cost_model = str(r.cost_model).strip().lower()
     scenario = Scenario(
-        decode_bs=check_int(r.decode_bs, "--decode-bs"),
-        context_tokens=check_int(r.context, "--context"),
-        prompt_tokens=check_int(r.prompt_tokens, "--prompt-tokens"),
-        chunk_sizes=parse_sizes(r.chunk_sizes, "--chunk-sizes"),
-        mixed_chunk_sizes=parse_sizes(r.mixed_chunk_sizes, "--mixed-chunk-sizes") or (),
+        decode_bs=check_int(r.decode_bs, "decode_bs"),
+        context_tokens=check_int(r.context, "context"),
+        prompt_tokens=check_int(r.prompt_tokens, "prompt_tokens"),
+        chunk_sizes=parse_sizes(r.chunk_sizes, "chunk_sizes"),
+        mixed_chunk_sizes=parse_sizes(r.mixed_chunk_sizes, "mixed_chunk_sizes") or (),
         cost_model=cost_model,
-        step_overhead_ms=optional_number(r.step_overhead_ms, "--step-overhead-ms"),
-        per_request_overhead_ms=optional_number(r.per_request_overhead_ms, "--per-request-overhead-ms"),
-        s_sat_values=float_tuple(r.s_sat, "--s-sat") if r.s_sat is not None else None,
-        bandwidth_efficiency=optional_number(r.bandwidth_efficiency, "--bandwidth-efficiency"),
-        mfu=optional_number(r.mfu, "--mfu"),
-        weight_bytes_per_param=optional_number(r.weight_bytes, "--weight-bytes"),
+        step_overhead_ms=optional_number(r.step_overhead_ms, "step_overhead_ms"),
+        per_request_overhead_ms=optional_number(r.per_request_overhead_ms, "per_request_overhead_ms"),
+        s_sat_values=float_tuple(r.s_sat, "s_sat") if r.s_sat is not None else None,
+        bandwidth_efficiency=optional_number(r.bandwidth_efficiency, "bandwidth_efficiency"),
+        mfu=optional_number(r.mfu, "mfu"),
+        weight_bytes_per_param=optional_number(r.weight_bytes, "weight_bytes"),
         kv_bytes_per_element=kv_cache.bytes_per_element,
         level=parse_level(r.level),
         sm_group_num=sm_group_num or (cfg.sm_group_num if cfg else split_levels.DEFAULT_SM_GROUP_NUM),
@@ -251,12 +252,12 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         manual_divisions=tuple(cfg.manual_divisions) if cfg else (),
         max_split_forward_layers=(cfg.max_split_forward_layers or 0) if cfg else 0,
         flops_dtype=flops_dtype,
-        tp=check_int(r.tp, "--tp"),
+        tp=check_int(r.tp, "tp"),
         disagg=xpyd,
         kv_link=r.kv_link,
-        kv_link_gb_s=optional_number(r.kv_link_gb_s, "--kv-link-gb-s"),
-        kv_link_latency_us=optional_number(r.kv_link_latency_us, "--kv-link-latency-us"),
-        disagg_tp=optional_int(r.disagg_tp, "--disagg-tp"),
+        kv_link_gb_s=optional_number(r.kv_link_gb_s, "kv_link_gb_s"),
+        kv_link_latency_us=optional_number(r.kv_link_latency_us, "kv_link_latency_us"),
+        disagg_tp=optional_int(r.disagg_tp, "disagg_tp"),
     )
     cal = _calibration(calibration, gpu_profile, r.s_sat is not None)
     est = run_estimate(

@@ -167,16 +167,16 @@ def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = Non
 
     r = request
     device = resolve_device(r.gpu, r.sms, r.cc)
-    sm_group_num = check_int(r.sm_group_num, "--sm-group-num")
-    decode_bs_divisor = check_int(r.decode_bs_divisor, "--decode-bs-divisor")
-    token_budget = check_int(r.token_budget, "--token-budget")
+    sm_group_num = check_int(r.sm_group_num, "sm_group_num")
+    decode_bs_divisor = check_int(r.decode_bs_divisor, "decode_bs_divisor")
+    token_budget = check_int(r.token_budget, "token_budget")
     check_positive_knobs(
         sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget
     )
     split_levels.check_sm_group_num(sm_group_num, device.sm_count)
     from ..multigpu.tensor_parallel import check_tp_value
 
-    tp = check_tp_value(check_int(r.tp, "--tp"))
+    tp = check_tp_value(check_int(r.tp, "tp"))
     from ..catalog.model import load_model
     from ..sglang.revisions import get_revision, model_support
 
@@ -186,18 +186,18 @@ def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = Non
         from ..multigpu.tensor_parallel import shard
 
         shard(served, tp)  # SGLang refuses a model whose heads or widths tp does not divide
-    output = optional_path(r.output, "--output")
-    trace = optional_path(r.trace, "--trace")
-    calibration = optional_path(r.calibration, "--calibration")
+    output = optional_path(r.output, "output")
+    trace = optional_path(r.trace, "trace")
+    calibration = optional_path(r.calibration, "calibration")
     if output is not None and str(output) == "-":
         output = None  # the usual spelling of standard output
     tune = bool(r.tune)
-    slo_itl, slo_ttft = optional_number(r.slo_itl, "--slo-itl"), optional_number(r.slo_ttft, "--slo-ttft")
+    slo_itl, slo_ttft = optional_number(r.slo_itl, "slo_itl"), optional_number(r.slo_ttft, "slo_ttft")
     context, max_requests = (
-        optional_int(r.context, "--context"),
-        optional_int(r.max_requests, "--max-requests"),
+        optional_int(r.context, "context"),
+        optional_int(r.max_requests, "max_requests"),
     )
-    workers, dp = optional_int(r.workers, "--workers"), optional_int(r.dp, "--dp")
+    workers, dp = optional_int(r.workers, "workers"), optional_int(r.dp, "dp")
     # Before any work (a --tune search takes minutes): the output must be writable and not an input.
     check_writable(output)
     slo = slo_itl is not None and not tune
@@ -213,9 +213,9 @@ def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = Non
             device.gpu, r.model, slo_itl, context=context, trace=trace, max_requests=max_requests,
             calibration=calibration, cost_model=str(r.cost_model).strip().lower(), tp=tp,
             sm_group_num=sm_group_num, token_budget=token_budget,
-            step_overhead_ms=optional_number(r.step_overhead_ms, "--step-overhead-ms"),
-            per_request_overhead_ms=optional_number(r.per_request_overhead_ms, "--per-request-overhead-ms"),
-            max_running_requests=optional_int(r.max_running_requests, "--max-running-requests"))
+            step_overhead_ms=optional_number(r.step_overhead_ms, "step_overhead_ms"),
+            per_request_overhead_ms=optional_number(r.per_request_overhead_ms, "per_request_overhead_ms"),
+            max_running_requests=optional_int(r.max_running_requests, "max_running_requests"))
         slo_summary = levels_dict(levels, setup, levels.context_source)
         slo_view = (levels, setup, slo_notes)
         cost_block = step_model_provenance(setup.step_model, calibration=calibration)

@@ -87,12 +87,10 @@ def resolve_config(source: PdmuxYaml, setup: Any) -> tuple[Any, list[Finding]]:
     """
     from ..sglang import pdmux_config as pc
     from ..sglang import split_levels as pol
+    from .planning_inputs import check_positive_knobs
 
-    for name, value in (("--sm-group-num", source.sm_group_num),
-                        ("--decode-bs-divisor", source.decode_bs_divisor),
-                        ("--token-budget", source.token_budget)):
-        if value is not None and value < 1:
-            raise InputError(f"{name} must be > 0, got {value}")
+    check_positive_knobs(sm_group_num=source.sm_group_num, decode_bs_divisor=source.decode_bs_divisor,
+                         token_budget=source.token_budget)  # an API caller's "8" too: an InputError
     cfg, notes = _load(source)
     cfg = _overridden(cfg, source, setup.total_sms)
     blackwell_auto = not cfg.manual_divisions and setup.compute_capability[0] not in pol.SGLANG_SM_CONSTRAINTS

@@ -3,8 +3,9 @@
 A request holds what the CLI's option gives (text for list options, ``"1,6,12"``) or typed values
 (``(1, 6, 12)``) from the Python API; both are read here by the CLI's rules. Either way the checks here
 stand between the caller and the core, so a value of the wrong type or out of range is one
-:class:`~pdmux_cli.util.errors.InputError`, never a traceback. Messages name the CLI option
-(``--decode-bs``), which the API's keyword of the same name follows.
+:class:`~pdmux_cli.util.errors.InputError`, never a traceback. The checks take the parameter by its Python
+name (``decode_bs``, the request field and API keyword); the CLI's message names its flag (``--decode-bs``),
+the API's the keyword (:func:`pdmux_cli.messages.api_error_text`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..util.errors import Finding, InputError, short_repr
+from .values import param_error
 
 
 class Device:
@@ -62,7 +64,7 @@ def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: st
                 "{flag.sms} and {flag.cc} go together, e.g. {flag.sms} 132 {flag.cc} 9.0",
                 values={},
             )
-        sms = check_int(sms, "--sms")
+        sms = check_int(sms, "sms")
         if not 0 < sms <= MAX_SMS:
             raise InputError(
                 "{flag.sms} must be a number of SMs from 1 to {MAX_SMS}, got {sms}",
@@ -140,78 +142,88 @@ def _rounded(path: Path, rounded: list[str]) -> list[Finding]:
             for note in rounded]
 
 
-def check_int(value: Any, what: str) -> int:
-    """``value`` when it is an ``int`` (not a ``bool``); :class:`InputError` naming ``what`` otherwise (a
-    caller of the Python API passing ``"8"`` or ``8.0``)."""
+def check_int(value: Any, param: str | None = None, *, where: str | None = None) -> int:
+    """``value`` when it is an ``int`` (not a ``bool``); :class:`InputError` about ``param`` otherwise (a
+    caller of the Python API passing ``"8"`` or ``8.0``). ``param``: the parameter by its Python name
+    (``"decode_bs"``), which the CLI names by its flag and the API by its keyword; ``where``: a text that is
+    no parameter, named instead (:func:`~.values.param_error`)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"{what} must be an integer, got {short_repr(value)}")
+        raise param_error("{param_flag} must be an integer, got {value}", param, where,
+                          value=short_repr(value))
     return value
 
 
-def optional_int(value: Any, what: str) -> int | None:
+def optional_int(value: Any, param: str | None = None, *, where: str | None = None) -> int | None:
     """``None``, or :func:`check_int`."""
-    return None if value is None else check_int(value, what)
+    return None if value is None else check_int(value, param, where=where)
 
 
-def check_number(value: Any, what: str) -> float:
-    """``value`` when it is an ``int`` or ``float`` (not a ``bool``); :class:`InputError` naming ``what``."""
+def check_number(value: Any, param: str | None = None, *, where: str | None = None) -> float:
+    """``value`` when it is an ``int`` or ``float`` (not a ``bool``); :class:`InputError` about ``param``
+    (or ``where``: as :func:`check_int`)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"{what} must be a number, got {short_repr(value)}")
+        raise param_error("{param_flag} must be a number, got {value}", param, where, value=short_repr(value))
     return value
 
 
-def optional_number(value: Any, what: str) -> float | None:
+def optional_number(value: Any, param: str | None = None, *, where: str | None = None) -> float | None:
     """``None``, or :func:`check_number`."""
-    return None if value is None else check_number(value, what)
+    return None if value is None else check_number(value, param, where=where)
 
 
-def int_tuple(values: Any, what: str, minimum: int = 1) -> tuple[int, ...]:
+def int_tuple(values: Any, param: str | None = None, minimum: int = 1, *,
+              where: str | None = None) -> tuple[int, ...]:
     """Option text (``"1,6,12"``, :func:`~.values.parse_int_list`) or a sequence of integers >=
-    ``minimum`` -> a tuple, repeats kept once in order. Raises :class:`InputError` naming ``what`` for an
-    empty list or item, a value that is not an integer, or one below ``minimum``."""
+    ``minimum`` -> a tuple, repeats kept once in order. Raises :class:`InputError` about ``param`` (or
+    ``where``: as :func:`check_int`) for an empty list or item, a value that is not an integer, or one below
+    ``minimum``."""
     if isinstance(values, str):
         from .values import parse_int_list
 
-        return tuple(parse_int_list(values, what, minimum=minimum, unique=True))
+        return tuple(parse_int_list(values, param, minimum=minimum, unique=True, where=where))
     if isinstance(values, bytes) or not isinstance(values, Sequence):
-        raise InputError(f"{what} takes a list of integers, e.g. (1, 6, 12), got {short_repr(values)}")
+        raise param_error("{param_flag} takes a list of integers, e.g. (1, 6, 12), got {got}", param,
+                          where, got=short_repr(values))
     if not values:
-        raise InputError(f"{what}: give at least one value, e.g. (1, 6, 12)")
+        raise param_error("{param_flag}: give at least one value, e.g. (1, 6, 12)", param, where)
     out = []
     for value in values:
-        value = check_int(value, what)
+        value = check_int(value, param, where=where)
         if value < minimum:
-            raise InputError(f"{what}: {value} must be >= {minimum}")
+            raise param_error("{param_flag}: {value} must be >= {minimum}", param, where, value=value,
+                              minimum=minimum)
         out.append(value)
     return tuple(dict.fromkeys(out))
 
 
-def float_tuple(values: Any, what: str) -> tuple[float, ...]:
+def float_tuple(values: Any, param: str | None = None, *, where: str | None = None) -> tuple[float, ...]:
     """Option text (``"44,66,88"``, :func:`~.values.parse_float_list`) or a sequence of finite
-    numbers > 0 -> a tuple of floats, repeats kept once in order (``--s-sat``). Raises :class:`InputError`
-    naming ``what`` for an empty list or item or a bad value."""
+    numbers > 0 -> a tuple of floats, repeats kept once in order (``s_sat``). Raises :class:`InputError`
+    about ``param`` (or ``where``: as :func:`check_int`) for an empty list or item or a bad value."""
     import math
 
     if isinstance(values, str):
         from .values import parse_float_list
 
-        return tuple(parse_float_list(values, what, unique=True))
+        return tuple(parse_float_list(values, param, unique=True, where=where))
     if isinstance(values, bytes) or not isinstance(values, Sequence):
-        raise InputError(f"{what} takes a list of numbers, e.g. (44, 66, 88), got {short_repr(values)}")
+        raise param_error("{param_flag} takes a list of numbers, e.g. (44, 66, 88), got {got}", param,
+                          where, got=short_repr(values))
     if not values:
-        raise InputError(f"{what}: give at least one value, e.g. (44, 66, 88)")
+        raise param_error("{param_flag}: give at least one value, e.g. (44, 66, 88)", param, where)
     out = []
     for value in values:
-        value = check_number(value, what)
+        value = check_number(value, param, where=where)
         if not (value > 0 and math.isfinite(value)):
-            raise InputError(f"{what}: {short_repr(value)} must be a finite number > 0")
+            raise param_error("{param_flag}: {value} must be a finite number > 0", param, where,
+                              value=short_repr(value))
         out.append(float(value))
     return tuple(dict.fromkeys(out))
 
 
-def optional_path(value: Any, what: str) -> Path | None:
+def optional_path(value: Any, param: str | None = None, *, where: str | None = None) -> Path | None:
     """``None``, or ``value`` (a ``str`` or ``os.PathLike``) as a :class:`~pathlib.Path`; :class:`InputError`
-    for anything else."""
+    about ``param`` (or ``where``: as :func:`check_int`) for anything else."""
     if value is None or isinstance(value, Path):
         return value
     if isinstance(value, str):
@@ -221,14 +233,14 @@ def optional_path(value: Any, what: str) -> Path | None:
 
         return Path(os.fspath(value))
     except TypeError:
-        raise InputError(f"{what} takes a file path, got {short_repr(value)}") from None
+        raise param_error("{param_flag} takes a file path, got {value}", param, where,
+                          value=short_repr(value)) from None
 
 
 def check_positive_knobs(**knobs: int | None) -> None:
-    """SGLang's knobs ``sm_group_num``, ``decode_bs_divisor``, ``token_budget`` (given as keyword = value,
-    ``None`` for not given) must be integers > 0; :class:`InputError` names the first that is not, by its
-    CLI option (``--sm-group-num``)."""
+    """SGLang's knobs ``sm_group_num``, ``decode_bs_divisor``, ``token_budget`` (given as parameter = value,
+    ``None`` for not given) must be integers > 0; :class:`InputError` about the first that is not, by its
+    parameter (the CLI prints its flag, ``--sm-group-num``)."""
     for name, value in knobs.items():
-        flag = "--" + name.replace("_", "-")
-        if value is not None and check_int(value, flag) <= 0:
-            raise InputError(f"{flag} must be > 0, got {value}")
+        if value is not None and check_int(value, name) <= 0:
+            raise param_error("{param_flag} must be > 0, got {value}", name, value=value)

@@ -31,16 +31,16 @@ MAX_CHUNK_TOKENS = 1 << 20
 MAX_PREFILL_DECODE_INTERVAL = 100_000
 
 
-def parse_chunk_sizes(text: str, what: str) -> list[int]:
+def parse_chunk_sizes(text: str, param: str) -> list[int]:
     """Chunk sizes (tokens) of a comma-separated option, each 1 to :data:`MAX_CHUNK_TOKENS`;
-    :class:`InputError` naming ``what`` otherwise."""
-    sizes = parse_int_list(text, what)
+    :class:`InputError` about ``param`` (``"chunk_sizes"``) otherwise."""
+    sizes = parse_int_list(text, param)
     big = next((c for c in sizes if c > MAX_CHUNK_TOKENS), None)
     if big is not None:
         raise InputError(
-            "{what}: {big} tokens is past the largest chunk simulated ({MAX_CHUNK_TOKENS:,}); for whole "
-            "prompts use {flag.policies} prefill-first",
-            values={"what": what, "big": big, "MAX_CHUNK_TOKENS": MAX_CHUNK_TOKENS},
+            "{param_flag}: {big} tokens is past the largest chunk simulated ({MAX_CHUNK_TOKENS:,}); for "
+            "whole prompts use {flag.policies} prefill-first",
+            param=param, values={"big": big, "MAX_CHUNK_TOKENS": MAX_CHUNK_TOKENS},
         )
     return sizes
 
@@ -50,8 +50,8 @@ def chunk_lists(chunk_sizes: Any, mixed_chunk_sizes: Any, names: list[str]) -> t
     where its policy runs (``()`` otherwise, and for chunked without ``--chunk-sizes``: SGLang's default)."""
     chunk_text, mixed_text = as_text_list(chunk_sizes), as_text_list(mixed_chunk_sizes)
     chunked = chunk_text is not None and "chunked" in names
-    chunks = parse_chunk_sizes(chunk_text, "--chunk-sizes") if chunked else []
-    mixed = parse_chunk_sizes(mixed_text, "--mixed-chunk-sizes") if "mixed-chunk" in names else []
+    chunks = parse_chunk_sizes(chunk_text, "chunk_sizes") if chunked else []
+    mixed = parse_chunk_sizes(mixed_text, "mixed_chunk_sizes") if "mixed-chunk" in names else []
     return tuple(chunks), tuple(mixed)
 
 
@@ -71,7 +71,7 @@ def policy_names(policies: str, disagg: str | None) -> list[str]:
     name or disagg without ``--disagg``."""
     from .values import parse_names
 
-    names = parse_names(policies, "--policies", POLICIES)
+    names = parse_names(policies, "policies", POLICIES)
     if "disagg" in names and disagg is None:
         raise InputError(
             "{flag.policies} disagg needs {flag.disagg} XPYD (prefill and decode instances, e.g. 1P1D)",

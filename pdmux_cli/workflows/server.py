@@ -31,7 +31,8 @@ class ServerOptions:
     ``step_overhead_ms``, ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``,
     ``admission_interval_ms``: the roofline model's serving terms, ms (``None``: ``serving.yaml``'s fit).
     ``ignore_eos``: requests run to their max_new_tokens. ``disable_overlap_schedule``: CPU time adds to
-    every baseline step. ``no_prefix_cache``: SGLang's radix cache off. ``tp``: GPUs of one server (1-8).
+    every baseline step. ``disable_prefill_cuda_graph``: SGLang's flag: every prefill batch launches its
+    kernels eagerly (as SGLang before its prefill CUDA graph did). ``no_prefix_cache``: SGLang's radix cache off. ``tp``: GPUs of one server (1-8).
     """
 
     model: str = "qwen3-8b"
@@ -56,6 +57,7 @@ class ServerOptions:
     cuda_graph_max_bs: int | None = None
     ignore_eos: bool = False
     disable_overlap_schedule: bool = False
+    disable_prefill_cuda_graph: bool = False
     no_prefix_cache: bool = False
     tp: int = 1
 
@@ -71,11 +73,11 @@ def _check_values(o: ServerOptions) -> None:
 
     check_number("s_sat", o.s_sat, minimum=1.0, strict=False)  # SMs: fewer than one saturates nothing
     check_kv_options(o.kv_cache_dtype, o.kv_bytes)
-    engine.check_bytes_per_element(o.weight_bytes, "--weight-bytes")
-    engine.check_bytes_per_element(o.kv_bytes, "--kv-bytes")
+    engine.check_bytes_per_element(o.weight_bytes, "weight_bytes")
+    engine.check_bytes_per_element(o.kv_bytes, "kv_bytes")
     engine.check_mem_fraction(o.mem_fraction_static)
-    engine.check_efficiency(o.bandwidth_efficiency, "--bandwidth-efficiency")
-    engine.check_efficiency(o.mfu, "--mfu")
+    engine.check_efficiency(o.bandwidth_efficiency, "bandwidth_efficiency")
+    engine.check_efficiency(o.mfu, "mfu")
     for name, value in (("step_overhead_ms", o.step_overhead_ms),
                         ("per_request_overhead_ms", o.per_request_overhead_ms),
                         ("admission_delay_ms", o.admission_delay_ms),
@@ -142,6 +144,7 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
                        admission_delay_ms=o.admission_delay_ms, first_token_delay_ms=o.first_token_delay_ms,
                        admission_interval_ms=o.admission_interval_ms, ignore_eos=o.ignore_eos,
                        disable_overlap=o.disable_overlap_schedule, cuda_graph_max_bs=o.cuda_graph_max_bs,
+                       prefill_cuda_graph=False if o.disable_prefill_cuda_graph else None,
                        max_running_requests=o.max_running_requests, tp=o.tp if tp is None else tp)
     return without_prefix_cache(setup) if prefix_cache and o.no_prefix_cache else setup
 

@@ -16,6 +16,7 @@ from ..provenance import provenance, with_provenance
 from ..util.errors import Finding, InputError, short_repr
 from .planning_inputs import (
     check_int,
+    check_positive_knobs,
     int_tuple,
     load_pdmux_yaml,
     optional_int,
@@ -141,11 +142,11 @@ def splits(request: SplitsRequest) -> SplitsResult | AllGpusSplits:
     from ..sglang import split_levels
 
     r = request
-    tp = check_tp_value(check_int(r.tp, "--tp"))
-    config = optional_path(r.config, "--config")
-    sm_group_num = optional_int(r.sm_group_num, "--sm-group-num")
-    decode_bs_divisor = optional_int(r.decode_bs_divisor, "--decode-bs-divisor")
-    token_budget = optional_int(r.token_budget, "--token-budget")
+    tp = check_tp_value(check_int(r.tp, "tp"))
+    config = optional_path(r.config, "config")
+    sm_group_num = optional_int(r.sm_group_num, "sm_group_num")
+    decode_bs_divisor = optional_int(r.decode_bs_divisor, "decode_bs_divisor")
+    token_budget = optional_int(r.token_budget, "token_budget")
     if r.all_gpus and tp != 1:
         raise InputError(
             "{flag.tp} describes one deployment: use it with {flag.gpu} or {flag.sms}/{flag.cc}, not "
@@ -173,21 +174,17 @@ def splits(request: SplitsRequest) -> SplitsResult | AllGpusSplits:
     budget = token_budget or (
         cfg.split_forward_token_budget if cfg else split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
     )
-    for name, value in (
-        ("--sm-group-num", sm_group_num),
-        ("--decode-bs-divisor", decode_bs_divisor),
-        ("--token-budget", token_budget),
-    ):
-        if value is not None and value <= 0:
-            raise InputError(f"{name} must be > 0, got {value}")
+    check_positive_knobs(
+        sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget
+    )
     manual = list(cfg.manual_divisions) if cfg and cfg.manual_divisions else None
     block = provenance(sglang=SPLITS_RULE_SET)
 
     if device is None:
         return AllGpusSplits(group_num, _every_gpu(group_num), block)
 
-    batch_sizes = list(int_tuple(r.decode_bs, "--decode-bs"))
-    prompts = list(int_tuple(r.prompt_tokens, "--prompt-tokens"))
+    batch_sizes = list(int_tuple(r.decode_bs, "decode_bs"))
+    prompts = list(int_tuple(r.prompt_tokens, "prompt_tokens"))
     from ..catalog.model import load_model
 
     mdl = load_model(r.model)

@@ -116,7 +116,7 @@ def _margins(text: str | None) -> Any:
         return DEFAULT_SLO_MARGINS
     if text.strip().lower() in ("none", "off", "-"):
         return ()
-    return parse_float_list(text, "--slo-margins", unique=True)
+    return parse_float_list(text, "slo_margins", unique=True)
 
 
 def search(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, space: SearchSpace, sglang: str | None,
@@ -136,12 +136,12 @@ def search(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, space: Se
     check_number("slo_itl", slo_itl)
     check_at_least_one("workers", space.workers)
     groups_text = as_text_list(space.sm_group_nums)
-    groups = parse_int_list(groups_text, "--sm-group-nums", minimum=3) if groups_text is not None else None
+    groups = parse_int_list(groups_text, "sm_group_nums", minimum=3) if groups_text is not None else None
     for value in groups or ():
-        check_sm_group_num(value, setup.total_sms, "--sm-group-nums")
+        check_sm_group_num(value, setup.total_sms, "sm_group_nums")
     divisors, budgets = as_text_list(space.divisors), as_text_list(space.budgets)
-    divs = parse_int_list(divisors, "--divisors") if divisors is not None else DEFAULT_DIVISORS
-    buds = parse_int_list(budgets, "--budgets") if budgets is not None else DEFAULT_BUDGETS
+    divs = parse_int_list(divisors, "divisors") if divisors is not None else DEFAULT_DIVISORS
+    buds = parse_int_list(budgets, "budgets") if budgets is not None else DEFAULT_BUDGETS
     margins = _margins(as_text_list(space.slo_margins))
     executor = check_executor(space.executor, space.ray_address)
     budget = step_budget(len(workload), space.max_steps)  # also checks --max-steps

@@ -1,0 +1,140 @@
+"""A prefill batch SGLang launches kernel by kernel: the kernels a layer launches (counted from SGLang's
+code), when SGLang replays prefills from its CUDA graph instead (0.5.23's rules), and what the host time
+does to a step in the simulator and the estimate (a step is not done before its last kernel is queued)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
+from pdmux_cli.costmodel import build_step_model
+from pdmux_cli.costmodel.efficiency import load_common, load_serving
+from pdmux_cli.costmodel.operators import eager_kernels_per_layer, step_shapes
+from pdmux_cli.sglang import server_defaults as sgl
+from pdmux_cli.simulate.engine import make_setup
+from pdmux_cli.simulate.runner import simulate
+from pdmux_cli.simulate.schedulers import ChunkedPolicy, PdmuxPolicy, PrefillFirstPolicy
+from pdmux_cli.simulate.traces import Trace
+from pdmux_cli.util.errors import InputError
+
+H100, B200 = find_gpu("h100"), find_gpu("b200")
+QWEN = load_model("qwen3-8b")
+
+
+def test_a_dense_layer_launches_the_ten_kernels_common_yaml_counts() -> None:
+    """2 add-RMSNorms, RoPE, KV store, attention, QKV, O, gate+up, SiLU-and-mul, down: 10; the two
+    all-reduces of a TP layer make 12."""
+    assert eager_kernels_per_layer(step_shapes(QWEN)) == load_common()[1].kernels_per_layer == 10
+    assert eager_kernels_per_layer(step_shapes(load_model("Llama-3.1-70B"), tp=8)) == 12
+
+
+def test_deepseek_v3_layer_kernels_by_hand() -> None:
+    """DeepSeek-V3 (61 layers, 3 dense, 58 MoE) at TP 8 with block-fp8 linear layers and FlashInfer's fused
+    MoE: 5 + 3 (MLA) + 2 x (5 attention GEMMs + 2 x 3/61 dense + 2 x 58/61 shared) + 58/61 (router)
+    + (3 + 58)/61 gated activations + 3 x 58/61 (top-k, fused MoE) + 2 all-reduces."""
+    shapes = step_shapes(load_model("DeepSeek-V3"), tp=8)
+    by_hand = 5 + 3 + 2 * (5 + 6 / 61 + 116 / 61) + 58 / 61 + 61 / 61 + 3 * 58 / 61 + 2
+    got = eager_kernels_per_layer(shapes, mla=True, fp8_linear=True, moe_runner="flashinfer_trtllm")
+    assert got == pytest.approx(by_hand, rel=1e-12) == pytest.approx(28.80, abs=0.01)
+    # Triton's fused MoE launches 6 a layer, not 3; bf16 linear layers no quantization kernels
+    triton = eager_kernels_per_layer(shapes, mla=True, fp8_linear=False, moe_runner="triton")
+    assert triton == pytest.approx(by_hand - (5 + 6 / 61 + 116 / 61) + 3 * 58 / 61, rel=1e-12)
+
+
+def test_step_model_launch_time_is_layers_times_kernels_times_the_fitted_cost() -> None:
+    sm = build_step_model(B200, load_model("DeepSeek-V3"), tp=8, eager_launch_ms=0.05)
+    assert sm.eager_kernels_per_layer == pytest.approx(28.80, abs=0.01)
+    assert sm.prefill_launch_s() == pytest.approx(61 * sm.eager_kernels_per_layer * 50e-6, rel=1e-12)
+    assert sm.prefill_launch_s(8) == pytest.approx(8 * sm.eager_kernels_per_layer * 50e-6, rel=1e-12)
+    assert sm.prefill_launch_s(None, graphed=True) == pytest.approx(61 * 2 * 50e-6, rel=1e-12)
+    chapter = build_step_model(H100, QWEN, cost_model="chapter")
+    assert chapter.prefill_launch_s() == 0.0
+    with pytest.raises(InputError, match="eager_launch_ms|eager-launch-ms"):
+        build_step_model(H100, QWEN, eager_launch_ms=2.0)
+    with pytest.raises(InputError):
+        build_step_model(H100, QWEN, cost_model="chapter", eager_launch_ms=0.01)
+
+
+def test_serving_yaml_fits_the_eager_launch_cost_with_its_source() -> None:
+    sched, _, source = load_serving()
+    assert 0 <= sched["eager_launch_s"] <= 1e-3 and "eager_launch_s" in source
+    assert load_common()[1].eager_launch_s == sched["eager_launch_s"]
+
+
+def test_sglang_0523_replays_prefill_from_its_graph_but_deepseek_on_sm100() -> None:
+    """cuda_graph_config.default_prefill_backend (breakable on CUDA); DeepSeek-V3 on SM100 takes trtllm_mla
+    and cuda_graph_hook turns the prefill graph off; the graph takes up to the chunk (8192 for MLA)."""
+    assert sgl.prefill_cuda_graph_default(("Qwen3ForCausalLM",), (9, 0))
+    assert sgl.prefill_cuda_graph_default(("DeepseekV3ForCausalLM",), (9, 0))
+    assert not sgl.prefill_cuda_graph_default(("DeepseekV3ForCausalLM",), (10, 0))
+    assert sgl.prefill_cuda_graph_default(("Qwen3MoeForCausalLM",), (10, 0))
+    assert sgl.prefill_graph_max_tokens(16384, mla=False) == 16384
+    assert sgl.prefill_graph_max_tokens(16384, mla=True) == 8192
+    assert sgl.prefill_graph_max_tokens(-1, mla=False) == 0
+    assert not make_setup(B200, load_model("DeepSeek-V3"), tp=8).prefill_cuda_graph
+    assert make_setup(H100, QWEN).prefill_cuda_graph
+
+
+def test_setup_launch_by_batch() -> None:
+    setup = make_setup(H100, QWEN, eager_launch_ms=0.05)
+    sm = setup.step_model
+    eager, graphed = sm.prefill_launch_s(), sm.prefill_launch_s(None, True)
+    assert eager == pytest.approx(36 * 10 * 50e-6) and graphed == pytest.approx(36 * 2 * 50e-6)
+    assert setup.prefill_launch_s(8192, 8192) == graphed
+    assert setup.prefill_launch_s(8193, 8192) == eager  # past the graph's largest batch
+    assert setup.prefill_launch_s(512, -1) == eager  # chunking off: no graph
+    assert setup.prefill_launch_s(512, 8192, mixed=True) == eager  # mixed batches run eagerly
+    off = make_setup(H100, QWEN, eager_launch_ms=0.05, prefill_cuda_graph=False)
+    assert off.prefill_launch_s(512, 8192) == eager
+
+
+def one_request(prompt: int = 64) -> Trace:
+    return Trace(arrival_s=(0.1,), prompt_tokens=(prompt,), output_tokens=(4,))
+
+
+@pytest.mark.parametrize("pol", [ChunkedPolicy(8192), PrefillFirstPolicy()], ids=lambda p: p.label)
+def test_a_short_eager_prefill_takes_its_launches(pol) -> None:
+    """64 tokens of Qwen3-8B on an H100 take ~7 ms of GPU (the weights' read); launched eagerly at 0.1 ms a kernel, the
+    step takes 36 x 10 x 0.1 = 36 ms plus the scheduler's step (overlap scheduler: on the same thread)."""
+    kw = dict(per_request_overhead_ms=0, admission_delay_ms=0, first_token_delay_ms=0, eager_launch_ms=0.1)
+    setup = make_setup(H100, QWEN, prefill_cuda_graph=False, **kw)
+    sm = setup.step_model
+    gpu = sm.prefill_s(132, [(64, 0)])
+    assert gpu < 0.01
+    r = simulate(one_request(), setup, pol)
+    assert r.first_token_s[0] == pytest.approx(0.1 + sm.decode_cpu_s(1) + 0.036, rel=1e-9)
+    graphed = simulate(one_request(), make_setup(H100, QWEN, **kw), pol)
+    if pol.chunk_tokens > 0:  # replayed from the graph: 36 x 2 launches
+        assert graphed.first_token_s[0] == pytest.approx(0.1 + max(gpu, sm.decode_cpu_s(1) + 0.0072), rel=1e-9)
+    else:  # chunking off: SGLang captures no prefill graph
+        assert graphed.first_token_s[0] == r.first_token_s[0]
+    # without the overlap scheduler the launches overlap the GPU; the scheduler's CPU time adds after
+    no_overlap = simulate(one_request(), make_setup(H100, QWEN, prefill_cuda_graph=False, disable_overlap=True,
+                                                    **kw), pol)
+    assert no_overlap.first_token_s[0] == pytest.approx(0.1 + 0.036 + sm.decode_cpu_s(1), rel=1e-9)
+
+
+def test_pdmux_rounds_wait_for_the_split_prefill_launches() -> None:
+    """A pdmux round launches its split prefill's layers eagerly after the decode step's graph: at 0.5 ms a
+    kernel, a round's layers (8192 tokens under the 65536-token budget: 8) of 10 kernels take 40 ms, past
+    the decode step, so each round during the prefill lasts at least that."""
+    from pdmux_cli.sglang.split_levels import prefill_layers_per_round
+
+    kw = dict(per_request_overhead_ms=0, admission_delay_ms=0, first_token_delay_ms=0)
+    fast = make_setup(H100, QWEN, eager_launch_ms=0, **kw)
+    slow = make_setup(H100, QWEN, eager_launch_ms=0.5, **kw)
+    trace = Trace(arrival_s=(0.0,) * 8 + (1.5,), prompt_tokens=(2048,) * 8 + (8192,),
+                  output_tokens=(400,) * 8 + (4,))
+    a, b = simulate(trace, fast, PdmuxPolicy()), simulate(trace, slow, PdmuxPolicy())
+    per_round = prefill_layers_per_round(8192, 36, 65536, 0)
+    assert per_round == 8
+    launch = per_round * 10 * 0.5e-3
+    during = [y - x for x, y in zip(b.step_end_s, b.step_end_s[1:]) if 1.5 < x and y < b.first_token_s[8]]
+    # 36 layers: rounds of 8, 8, 8, 8 and 4 launched layers; then the prefill's GPU work runs out
+    assert during[:5] == pytest.approx([launch + b_cpu for b_cpu in [slow.step_model.decode_cpu_s(8)] * 4]
+                                       + [launch / 2 + slow.step_model.decode_cpu_s(8)], rel=1e-9)
+    assert max(during[5:]) < launch / 2
+    before = [y - x for x, y in zip(a.step_end_s, a.step_end_s[1:]) if 1.5 < x and y < a.first_token_s[8]]
+    assert before and max(before) < launch  # without the launches the rounds are the decode steps
+    assert b.first_token_s[8] > a.first_token_s[8]
