@@ -84,7 +84,8 @@ def build(workers: int) -> dict:
             "eager_launch_s": seconds(top, "eager_launch_ms"),
             "source": (f"{STEP_SOURCE}; per_request_s: not identifiable from the public runs (the overlap "
                        f"scheduler they ran hides it), 0; per_request_step_s and eager_launch_s (host time "
-                       f"per kernel of an eager prefill, with the kernels SGLang's layers launch counted from "
+                       f"per kernel of an eager prefill, with the kernels SGLang's layers launch counted "
+                       f"from "
                        f"its code: costmodel.operators.eager_kernels_per_layer; every run prefilled eagerly, "
                        f"SGLang <= 0.5.6): {fitted}"),
         },

@@ -674,6 +674,73 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     "tune.winner_crashes_release": (
         "SGLang 0.5.23 crashes with the winner (no manual_divisions threshold matched a decode batch)"
     ),
+    # bench/: the kernel bench's plan and run (plan.py, runner.py, greenctx.py, clocks.py)
+    "bench.no_levels": "no SGLang levels: {reason}",
+    "bench.level_rounded_up": ("level {prefill_sms}/{decode_sms}: {prefill_sms} prefill SMs is not a "
+                               "multiple of {multiple}; the driver rounds it up"),
+    "bench.l2_unknown": "L2 size of {gpu} unknown: cannot check the read buffer is >= {multiple}x L2",
+    "bench.interrupted": "interrupted by Ctrl-C: the results hold the steps that finished",
+    "bench.stopped": "stopped by an error: {error}",
+    "bench.gate_retries": ("{retries} launch gate(s) opened before their work was queued and were retried "
+                           "longer (the host queues launches slowly)"),
+    "bench.serialised": lambda f: (
+        "level {prefill_sms}/{decode_sms}: flop factor {flops_factor:.2f} + bandwidth factor "
+        "{bandwidth_factor:.2f} <= {limit}: the GPU took turns instead of running both (overlap share "
+        .format(**f.values)
+        + ("?" if f.values["overlap_share"] is None else f"{f.values['overlap_share']:.0%}") + ")"),
+    "bench.connections_set": lambda f: (
+        "{var}={value} set by pdmux before CUDA started (one hardware work queue per stream; CUDA's default "
+        "is 8, as SGLang sets".format(**f.values)
+        + ("" if f.values["previous"] in (None, str(f.values["value"]))
+           else f"; it was {f.values['previous']}")
+        + ")"),
+    "bench.connections_not_set": lambda f: (
+        f"{f.values['var']} not set: torch had already started CUDA in this process (value in effect: "
+        + (f.values["previous"] if f.values["previous"] is not None else "unset, CUDA default 8") + ")"),
+    "bench.clocks.no_nvml": ("nvidia-ml-py is not installed: no SM or memory clocks recorded (pip install "
+                             "nvidia-ml-py (in pdmux's bench extras))"),
+    "bench.clocks.no_bus_id": "the driver gave no PCI bus id for the device: no SM or memory clocks recorded",
+    "bench.clocks.nvml_failed": "NVML cannot be used ({error}): no SM or memory clocks recorded",
+    "bench.clocks.no_device": ("NVML has no device at PCI bus {pci_bus_id} ({error}): no SM or memory clocks "
+                               "recorded"),
+    # bench/: the model replay (replay_plan.py, model_replay.py, replay_results.py)
+    "bench.replay.layers_reused": ("{built} of {layers} layers built (all that fit beside the KV cache); "
+                                   "each step runs all the model's layers, reusing the built ones in turn"),
+    "bench.replay.weights_in_l2": lambda f: (
+        f"the built layers' weights ({f.values['weight_bytes'] / 1e6:.0f} MB) are under "
+        f"{f.values['multiple']}x the L2 ({f.values['l2_bytes'] / 1e6:.0f} MB): reused layers may be read "
+        "from L2, not HBM, and decode comes out faster than the model would"),
+    "bench.replay.bf16_weights": ("{model} stores {dtype} weights; the replay holds and multiplies them in "
+                                  "bf16 (the predictions below are for bf16 weights too)"),
+    "bench.replay.cpu": ("device cpu: no green contexts; every level ran on the whole CPU, decode and "
+                         "prefill one after the other: these times test the replay, they say nothing of SM "
+                         "partitions"),
+    "bench.replay.no_prediction": "no prediction for level {prefill_sms}/{decode_sms}: {reason}",
+    "bench.replay.moe_per_expert": ("MoE experts ran one GEMM each with the routing read on the host (this "
+                                    "torch has no usable torch._grouped_mm): no CUDA graph for decode, MoE "
+                                    "times are not SGLang's"),
+    "bench.replay.gqa_repeated": ("this torch's scaled_dot_product_attention has no enable_gqa: K and V are "
+                                  "repeated per query head (more memory traffic than SGLang's GQA kernels)"),
+    "bench.replay.graph_capture_failed": "CUDA graph capture failed ({error}): decode steps ran eagerly",
+    "bench.replay.no_calibration.cpu": "no calibration from a CPU run (its times are not a GPU's)",
+    "bench.replay.no_calibration.not_measured": ("no calibration: the whole GPU's decode step was not "
+                                                 "measured"),
+    "bench.replay.no_calibration.no_profile": ("no calibration: no GPU profile matches {gpu} (pass "
+                                               "{flag.gpu})"),
+    "bench.replay.no_calibration.weights": ("no calibration: {model} stores {dtype} weights and the replay "
+                                            "reads bf16 ones, so its decode step does not measure the "
+                                            "model's fixed time"),
+    "bench.replay.no_calibration.too_far": ("no calibration: the whole GPU's decode step is too far from the "
+                                            "model to fit"),
+    "bench.replay.no_calibration.refused": "no calibration: {reason}",
+    # costmodel/whole_gpu_fit: what the whole-GPU fit could not tell apart, and the points it left out
+    "fit.outliers_left_out": ("{dropped} point(s) more than {mismatch:g}x from the model left out as "
+                              "outliers (first: {first})"),
+    "fit.decode_fixed_time_only": ("the decode points hold about the same KV cache: only a fixed time per "
+                                   "step fitted (batches or contexts {kv_spread:g}x apart also fit the KV "
+                                   "read efficiency)"),
+    "fit.prefill_one_scale": ("prefill points too alike to tell GEMMs from attention: one scale fitted on "
+                              "both (prompts of very different lengths separate them)"),
 }
 
 

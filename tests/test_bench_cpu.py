@@ -94,7 +94,8 @@ def test_dry_run_plan_every_profile(gpu) -> None:
     if gpu.l2_bytes:
         assert plan.buffer_bytes >= 4 * gpu.l2_bytes
     else:
-        assert any("L2 size" in n for n in plan.notes)
+        assert any("L2 size" in n for n in render_all(plan.notes))
+        assert [n.code for n in plan.notes if n.code == "bench.l2_unknown"] == ["bench.l2_unknown"]
     assert plan.buffer_bytes % 16 == 0
     assert plan.read_bytes_per_launch == plan.buffer_bytes
     assert plan.copy_bytes_per_launch == 2 * plan.buffer_bytes
@@ -221,7 +222,8 @@ def test_levels_syntax_and_granularity() -> None:
     with pytest.raises(InputError, match="leaves no SMs for decode"):
         bplan.make_plan(h100, levels="1/1")
     plan = bplan.make_plan(h100, levels="20/20")  # 20 -> 24 prefill, 16 decode: allowed, with a note
-    assert plan.levels == (split_levels.Split(20, 20),) and any("rounds it up" in n for n in plan.notes)
+    assert plan.levels == (split_levels.Split(20, 20),) and any(
+        "rounds it up" in n for n in render_all(plan.notes))
 
 
 def test_skinny_and_repeats_bounded() -> None:

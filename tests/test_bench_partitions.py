@@ -12,6 +12,7 @@ import pytest
 from bench_fakes import FakeDriver, R
 
 from pdmux_cli.bench import greenctx, runner
+from pdmux_cli.messages import render
 from pdmux_cli.util.errors import DeviceError, InputError
 
 
@@ -167,7 +168,9 @@ def test_max_connections_set_before_cuinit(fresh_connections) -> None:
     fake = _use(fresh_connections, FakeDriver())
     info = greenctx.probe_device(0)
     assert fake.calls[0] == ("cuInit", "32")  # the first driver call already saw it
-    assert "CUDA_DEVICE_MAX_CONNECTIONS=32 set by pdmux before CUDA started" in info.connections_note
+    assert render(info.connections_note) == (
+        "CUDA_DEVICE_MAX_CONNECTIONS=32 set by pdmux before CUDA started (one hardware work queue per "
+        "stream; CUDA's default is 8, as SGLang sets)")
     assert (info.sm_count, info.driver_version, info.pci_bus_id) == (132, 12080, "0000:3B:00.0")
 
 
@@ -176,7 +179,8 @@ def test_max_connections_replaces_a_users_value_and_says_so(fresh_connections) -
     fake = _use(fresh_connections, FakeDriver())
     info = greenctx.probe_device(0)
     assert fake.calls[0] == ("cuInit", "32")
-    assert "it was 1" in info.connections_note
+    assert render(info.connections_note).endswith("as SGLang sets; it was 1)")
+    assert info.connections_note.values["previous"] == "1"
     assert greenctx.set_max_connections() == info.connections_note  # later calls: the first call's note
 
 
@@ -185,7 +189,9 @@ def test_max_connections_not_set_once_torch_started_cuda(fresh_connections) -> N
                               SimpleNamespace(cuda=SimpleNamespace(is_initialized=lambda: True)))
     env: dict[str, str] = {}
     note = greenctx.set_max_connections(env)
-    assert env == {} and "torch had already started CUDA" in note
+    assert env == {} and note.code == "bench.connections_not_set"
+    assert render(note) == ("CUDA_DEVICE_MAX_CONNECTIONS not set: torch had already started CUDA in this "
+                            "process (value in effect: unset, CUDA default 8)")
 
 
 # ---- refused splits vs failed launches -------------------------------------------------------------
@@ -231,6 +237,17 @@ def test_install_hint_by_driver() -> None:
     assert "pdmux[bench-cu12]" in cu12 and "torch<2.11" in cu12 and "cuda-python>=12.8,<13" in cu12
     cu13 = greenctx.install_hint(13010)
     assert "pdmux[bench]" in cu13 and "torch" in cu13 and "cuda-python>=12.8" in cu13
+
+
+def test_a_device_index_past_the_machines_names_the_device_option(fresh_connections) -> None:
+    from pdmux_cli.messages import api_error_text
+
+    _use(fresh_connections, FakeDriver())
+    with pytest.raises(InputError) as caught:
+        greenctx.probe_device(3)
+    assert caught.value.param == "device"
+    assert str(caught.value) == "--device 3: this machine has 1 CUDA device(s), numbered 0-0"
+    assert api_error_text(caught.value) == "device 3: this machine has 1 CUDA device(s), numbered 0-0"
 
 
 @pytest.mark.parametrize(("bindings", "fragment"), [("13.0.1", "needs a CUDA 13 driver"),

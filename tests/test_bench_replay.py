@@ -39,6 +39,7 @@ from pdmux_cli.bench.replay_results import (
 )
 from pdmux_cli.costmodel.calibration_file import dump_calibration, load_calibration
 from pdmux_cli.cli import app
+from pdmux_cli.messages import render
 from pdmux_cli.util.errors import DeviceError, InputError
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model, model_from_config
@@ -217,7 +218,8 @@ def test_predictions_are_the_estimates() -> None:
 def test_prediction_of_a_level_that_is_not_a_full_split_is_a_note() -> None:
     plan = rp.make_replay_plan(load_model("qwen3-8b"), H100_DEVICE, levels="64/60")
     preds = rp.predict(plan, H100)
-    assert preds.levels == {} and "no prediction for level 64/60" in preds.notes[0]
+    assert preds.levels == {} and "no prediction for level 64/60" in render(preds.notes[0])
+    assert preds.notes[0].code == "bench.replay.no_prediction" and preds.notes[0].values["prefill_sms"] == 64
 
 
 # ---- the pdmux loop and timing, against fakes -----------------------------------------------------
@@ -374,15 +376,17 @@ def test_calibration_from_replay_is_the_fixed_time_per_step(tmp_path) -> None:
 
 def test_no_calibration_where_the_replay_cannot_give_one() -> None:
     plan = rp.make_replay_plan(load_model("qwen3-8b"), H100_DEVICE, levels="5")
-    assert calibration_from_replay(synthetic(plan, 12.0, "cpu"), plan, H100) == (
-        None, "no calibration from a CPU run (its times are not a GPU's)")
+    cal, why = calibration_from_replay(synthetic(plan, 12.0, "cpu"), plan, H100)
+    assert cal is None and render(why) == "no calibration from a CPU run (its times are not a GPU's)"
     cal, why = calibration_from_replay(synthetic(plan, 100.0), plan, H100)  # 10x the model: another GPU
-    assert cal is None and why.startswith("no calibration: ")
+    assert cal is None and render(why).startswith("no calibration: ")
+    assert why.code == "bench.replay.no_calibration.refused"
     oss = rp.make_replay_plan(load_model("gpt-oss-20b"), H100_DEVICE, levels="5")
     cal, why = calibration_from_replay(synthetic(oss, 12.0), oss, H100)
-    assert cal is None and "mxfp4" in why
+    assert cal is None and "mxfp4" in render(why) and why.values["dtype"] == "mxfp4"
     cal, why = calibration_from_replay(synthetic(plan, 12.0), plan, None)
-    assert cal is None and "no GPU profile" in why
+    assert cal is None and why.param == "gpu"
+    assert render(why) == "no calibration: no GPU profile matches H100 SXM5 80GB (pass --gpu)"
 
 
 def test_tables_render() -> None:
@@ -715,9 +719,10 @@ def test_failed_capture_falls_back_to_eager_steps() -> None:
     log: list[str] = []
     dev = FakeCudaDevice(fake_cuda_torch(log, capture_fails=True), log)
     model, _ = fake_cuda_model(dev)
-    notes: list[str] = []
+    notes: list = []
     step = model_replay.DecodeStep(model, "D", notes)
-    assert step.graph is None and notes[0].startswith("CUDA graph capture failed (operation not permitted")
+    assert step.graph is None and notes[0].code == "bench.replay.graph_capture_failed"
+    assert render(notes[0]).startswith("CUDA graph capture failed (operation not permitted")
     log.clear()
     step()
     assert log == ["decode on None"]

@@ -14,6 +14,7 @@ from bench_fakes import FakeEvent, FakeNvml, FakeStream, fake_workloads
 from pdmux_cli.bench import plan as bplan
 from pdmux_cli.bench import runner
 from pdmux_cli.bench.clocks import Clocks
+from pdmux_cli.messages import render
 from pdmux_cli.bench.results import SERIALISED_FACTOR_SUM, LevelResult
 from pdmux_cli.bench.stats import RateStats, merge_intervals, overlap_share
 from pdmux_cli.util.errors import DeviceError
@@ -243,10 +244,12 @@ def test_clocks_sampled_at_every_measurement(monkeypatch) -> None:
 def test_no_nvml_means_no_clocks_and_a_note(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)
     clocks, why = Clocks.open("0000:3B:00.0")
-    assert clocks is None and "nvidia-ml-py is not installed" in why
+    assert clocks is None and render(why) == (
+        "nvidia-ml-py is not installed: no SM or memory clocks recorded (pip install nvidia-ml-py (in "
+        "pdmux's bench extras))")
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(fail=True))
     clocks, why = Clocks.open("0000:3B:00.0")
-    assert clocks is None and "NVML cannot be used (NVML Shared Library Not Found)" in why
+    assert clocks is None and "NVML cannot be used (NVML Shared Library Not Found)" in render(why)
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
     assert Clocks.open("")[0] is None
 

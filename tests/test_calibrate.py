@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from pdmux_cli.costmodel.calibration_file import Calibration, dump_calibration, load_calibration
 from pdmux_cli.cli import app
+from pdmux_cli.messages import render_all
 from pdmux_cli.costmodel import build_step_model
 from pdmux_cli.costmodel.whole_gpu_fit import (
     CalPoint,
@@ -244,7 +245,9 @@ def test_points_of_one_size_fit_only_what_they_can() -> None:
     fit = fit_whole_gpu(base, points)
     assert fit.decode_mode == "fixed time per step" and fit.prefill_mode == "one compute scale"
     assert fit.terms.kv_bandwidth_efficiency == base.eff.decode_attention.bandwidth_efficiency
-    assert any("same KV cache" in n for n in fit.notes) and any("too alike" in n for n in fit.notes)
+    assert [n.code for n in fit.notes] == ["fit.decode_fixed_time_only", "fit.prefill_one_scale"]
+    assert any("same KV cache" in n for n in render_all(fit.notes))
+    assert any("too alike" in n for n in render_all(fit.notes))
     assert [r.calibrated_s for r in fit.rows] == pytest.approx([p.measured_s for p in points], rel=0.01)
 
 
@@ -271,7 +274,8 @@ def test_points_that_cannot_be_this_model_and_gpu_are_refused() -> None:
     log = [CalPoint("decode", "server log", 8, 1024 + i, fine * 1.1, f"a:{i}") for i in range(10)]
     kept, notes = check_points(base, gpu, [*log, CalPoint("decode", "server log", 8, 1536, fine * 9, "a:99")])
     assert (kept == log
-            and "1 point(s) more than 2.5x from the model left out as outliers (first: a:99)" in notes[0])
+            and render_all(notes) == [
+                "1 point(s) more than 2.5x from the model left out as outliers (first: a:99)"])
     with pytest.raises(InputError, match="2 of 11 points are more than 2.5x"):  # over 10%: not outliers
         check_points(base, gpu,
                      [*log[:9], *(CalPoint("decode", "server log", 8, 1536, fine * 9, "a:99"),) * 2])

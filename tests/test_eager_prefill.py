@@ -95,8 +95,9 @@ def one_request(prompt: int = 64) -> Trace:
 
 @pytest.mark.parametrize("pol", [ChunkedPolicy(8192), PrefillFirstPolicy()], ids=lambda p: p.label)
 def test_a_short_eager_prefill_takes_its_launches(pol) -> None:
-    """64 tokens of Qwen3-8B on an H100 take ~7 ms of GPU (the weights' read); launched eagerly at 0.1 ms a kernel, the
-    step takes 36 x 10 x 0.1 = 36 ms plus the scheduler's step (overlap scheduler: on the same thread)."""
+    """64 tokens of Qwen3-8B on an H100 take ~7 ms of GPU (the weights' read); launched eagerly at 0.1 ms a
+    kernel, the step takes 36 x 10 x 0.1 = 36 ms plus the scheduler's step (overlap scheduler: on the same
+    thread)."""
     kw = dict(per_request_overhead_ms=0, admission_delay_ms=0, first_token_delay_ms=0, eager_launch_ms=0.1)
     setup = make_setup(H100, QWEN, prefill_cuda_graph=False, **kw)
     sm = setup.step_model
@@ -106,12 +107,13 @@ def test_a_short_eager_prefill_takes_its_launches(pol) -> None:
     assert r.first_token_s[0] == pytest.approx(0.1 + sm.decode_cpu_s(1) + 0.036, rel=1e-9)
     graphed = simulate(one_request(), make_setup(H100, QWEN, **kw), pol)
     if pol.chunk_tokens > 0:  # replayed from the graph: 36 x 2 launches
-        assert graphed.first_token_s[0] == pytest.approx(0.1 + max(gpu, sm.decode_cpu_s(1) + 0.0072), rel=1e-9)
+        expected = 0.1 + max(gpu, sm.decode_cpu_s(1) + 0.0072)
+        assert graphed.first_token_s[0] == pytest.approx(expected, rel=1e-9)
     else:  # chunking off: SGLang captures no prefill graph
         assert graphed.first_token_s[0] == r.first_token_s[0]
     # without the overlap scheduler the launches overlap the GPU; the scheduler's CPU time adds after
-    no_overlap = simulate(one_request(), make_setup(H100, QWEN, prefill_cuda_graph=False, disable_overlap=True,
-                                                    **kw), pol)
+    eager_no_overlap = make_setup(H100, QWEN, prefill_cuda_graph=False, disable_overlap=True, **kw)
+    no_overlap = simulate(one_request(), eager_no_overlap, pol)
     assert no_overlap.first_token_s[0] == pytest.approx(0.1 + 0.036 + sm.decode_cpu_s(1), rel=1e-9)
 
 
@@ -138,3 +140,52 @@ def test_pdmux_rounds_wait_for_the_split_prefill_launches() -> None:
     before = [y - x for x, y in zip(a.step_end_s, a.step_end_s[1:]) if 1.5 < x and y < a.first_token_s[8]]
     assert before and max(before) < launch  # without the launches the rounds are the decode steps
     assert b.first_token_s[8] > a.first_token_s[8]
+
+
+def _cli(*args: str) -> dict:
+    import json
+
+    from typer.testing import CliRunner
+
+    from pdmux_cli.cli import app
+
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_cli_options_move_a_short_prefill() -> None:
+    """simulate: --eager-launch-ms and --disable-prefill-cuda-graph; estimate: --eager-launch-ms (mixed chunks
+    run eagerly); a bad value is one line, exit 2."""
+    from typer.testing import CliRunner
+
+    from pdmux_cli.cli import app
+
+    base = ["simulate", "--synthetic", "--qps", "1", "--max-requests", "4", "--prompt-tokens", "64",
+            "--output-tokens", "8", "--policies", "chunked", "--admission-delay-ms", "0",
+            "--per-request-overhead-ms", "0.1"]
+
+    def ttft(*extra: str) -> float:
+        return _cli(*base, *extra)["policies"][0]["ttft_ms"]["p50"]
+
+    graphed, eager = ttft("--eager-launch-ms", "0.1"), ttft("--eager-launch-ms", "0.1",
+                                                            "--disable-prefill-cuda-graph")
+    gpu_ms = build_step_model(H100, QWEN).prefill_s(132, [(64, 0)]) * 1e3 + 0.1  # + one request's step time
+    cpu_ms = 0.31
+    # one request at a time: TTFT = the prefill step (+ the same stream back); the step is the larger of
+    # the GPU's work and the CPU's step plus the launches (36 x 10 x 0.1 ms eager, 36 x 2 x 0.1 replayed)
+    assert eager - graphed == pytest.approx(max(gpu_ms, cpu_ms + 36.0) - max(gpu_ms, cpu_ms + 7.2), abs=1e-6)
+    assert ttft("--eager-launch-ms", "0", "--disable-prefill-cuda-graph") == pytest.approx(
+        graphed - max(gpu_ms, cpu_ms + 7.2) + max(gpu_ms, cpu_ms), abs=1e-6)
+
+    est = ["estimate", "--decode-bs", "32", "--mixed-chunk-sizes", "512"]
+    def mixed_itl(*extra: str) -> float:
+        rows = _cli(*est, *extra)["rows"]
+        return next(r["itl_ms"] for r in rows if r["policy"] == "mixed-chunk")
+
+    # a mixed step launches eagerly: 36 x 10 x 0.2 = 72 ms after the CPU's 0.31 ms, far past its GPU work
+    assert mixed_itl("--eager-launch-ms", "0.2") == pytest.approx(72.0 + 0.31, abs=1e-6)
+    assert mixed_itl("--eager-launch-ms", "0") < 30
+
+    bad = CliRunner().invoke(app, [*base, "--eager-launch-ms", "5"])
+    assert bad.exit_code == 2 and "--eager-launch-ms" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -247,6 +247,8 @@ _SGLANG_FLAGS = {"--tp-size", "--output-details", "--enable-pdmux", "--mem-fract
 _TEMPLATED = [*sorted(p for p in (CORE / "workflows").glob("*.py") if p.name != "gen_config.py"),
               *sorted((CORE / "simulate").glob("*.py")), CORE / "sglang" / "pdmux_config.py",
               CORE / "sglang" / "split_levels.py"]
+#: The bench and the whole-GPU fit (tests/test_bench_findings.py also scans their notes and DeviceErrors).
+_TEMPLATED += [*sorted((CORE / "bench").glob("*.py")), CORE / "costmodel" / "whole_gpu_fit.py"]
 #: What builds an error from a template besides ``InputError(...)`` itself (its first argument the template).
 _ERROR_BUILDERS = {"InputError", "param_error", "_value_error"}
 

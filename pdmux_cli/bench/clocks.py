@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-NO_NVML_HINT = "pip install nvidia-ml-py (in pdmux's bench extras)"
+from ..util.errors import Finding
 
 
 class Clocks:
@@ -23,28 +23,28 @@ class Clocks:
         self._open = True
 
     @classmethod
-    def open(cls, pci_bus_id: str) -> tuple[Clocks | None, str | None]:
+    def open(cls, pci_bus_id: str) -> tuple[Clocks | None, Finding | None]:
         """NVML's handle of the device at ``pci_bus_id`` (``"0000:3B:00.0"``).
 
-        Returns ``(clocks, None)``, or ``(None, why)`` when nvidia-ml-py is not installed, the bus id
-        is unknown, or NVML fails (no library, no permission, no such device): never raises.
+        Returns ``(clocks, None)``, or ``(None, why)`` (a finding, ``bench.clocks.*``) when nvidia-ml-py is
+        not installed, the bus id is unknown, or NVML fails (no library, no permission, no such device):
+        never raises.
         """
         try:
             import pynvml
         except ImportError:
-            return None, f"nvidia-ml-py is not installed: no SM or memory clocks recorded ({NO_NVML_HINT})"
+            return None, Finding("bench.clocks.no_nvml")
         if not pci_bus_id:
-            return None, "the driver gave no PCI bus id for the device: no SM or memory clocks recorded"
+            return None, Finding("bench.clocks.no_bus_id")
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
-            return None, f"NVML cannot be used ({exc}): no SM or memory clocks recorded"
+            return None, Finding("bench.clocks.nvml_failed", {"error": str(exc)})
         try:
             handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id)
         except pynvml.NVMLError as exc:
             pynvml.nvmlShutdown()
-            return (None,
-                    f"NVML has no device at PCI bus {pci_bus_id} ({exc}): no SM or memory clocks recorded")
+            return None, Finding("bench.clocks.no_device", {"pci_bus_id": pci_bus_id, "error": str(exc)})
         return cls(pynvml, handle), None
 
     def _read(self, getter: Any) -> tuple[float, float] | None:

@@ -40,7 +40,7 @@ from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..util.errors import DeviceError, InputError
+from ..util.errors import DeviceError, Finding, InputError
 from ..sglang.split_levels import cuda_sm_granularity
 
 #: Oldest driver (CUDA version, 1000 * major + 10 * minor) with green contexts.
@@ -61,7 +61,7 @@ CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
 MAX_CONNECTIONS = 32
 
 #: What :func:`set_max_connections` did in this process (``None`` before its first call).
-_connections_note: str | None = None
+_connections_note: Finding | None = None
 
 
 class SplitRefused(DeviceError):
@@ -195,7 +195,7 @@ class DeviceInfo:
     bindings_version: str
     granularity: tuple[int, int] | None
     resource_sm_count: int
-    connections_note: str = ""
+    connections_note: Finding | None = None
     pci_bus_id: str = ""
 
     @property
@@ -218,13 +218,13 @@ def _torch_cuda_started() -> bool:
         return False
 
 
-def set_max_connections(environ: MutableMapping[str, str] | None = None) -> str:
+def set_max_connections(environ: MutableMapping[str, str] | None = None) -> Finding:
     """Set ``CUDA_DEVICE_MAX_CONNECTIONS=32`` (:data:`MAX_CONNECTIONS`) in ``environ`` (``os.environ``)
     before CUDA starts in this process, so the two co-run streams and the default stream each get a
-    hardware work queue of their own. Returns the sentence the results' notes carry (what was set,
-    and the value it replaced). Once done, later calls return the first call's sentence (CUDA has
-    started by then, so the value cannot change); when torch already initialised CUDA, nothing is
-    set and the sentence says so.
+    hardware work queue of their own. Returns the finding the results' notes carry (what was set,
+    and the value it replaced: ``bench.connections_set``). Once done, later calls return the first
+    call's (CUDA has started by then, so the value cannot change); when torch already initialised CUDA,
+    nothing is set and the finding says so (``bench.connections_not_set``).
     """
     global _connections_note
     if _connections_note is not None:
@@ -232,12 +232,10 @@ def set_max_connections(environ: MutableMapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     previous = env.get(CONNECTIONS_VAR)
     if _torch_cuda_started():
-        return (f"{CONNECTIONS_VAR} not set: torch had already started CUDA in this process "
-                f"(value in effect: {previous if previous is not None else 'unset, CUDA default 8'})")
+        return Finding("bench.connections_not_set", {"var": CONNECTIONS_VAR, "previous": previous})
     env[CONNECTIONS_VAR] = str(MAX_CONNECTIONS)
-    was = "" if previous in (None, str(MAX_CONNECTIONS)) else f"; it was {previous}"
-    _connections_note = (f"{CONNECTIONS_VAR}={MAX_CONNECTIONS} set by pdmux before CUDA started (one "
-                         f"hardware work queue per stream; CUDA's default is 8, as SGLang sets{was})")
+    _connections_note = Finding("bench.connections_set", {"var": CONNECTIONS_VAR, "value": MAX_CONNECTIONS,
+                                                          "previous": previous})
     return _connections_note
 
 
@@ -250,18 +248,9 @@ def _no_driver_message(exc: BaseException) -> str:
     )
 
 
-def probe_device(index: int = 0) -> DeviceInfo:
-    """Initialise the CUDA driver through cuda-python and describe device ``index``.
-
-    Raises :class:`DeviceError` (exit 1, one line) when cuda-python is not installed, no NVIDIA
-    driver can be loaded (cuda-python raises ``cuda.pathfinder.DynamicLibNotFoundError`` at the first
-    driver call) or ``cuInit`` fails, the driver is older than CUDA 12.4 (no green contexts),
-    cuda-python is newer than the driver's CUDA major, or the device's compute capability has no
-    green contexts, or cuda-python is older than 12.8; :class:`InputError` (exit 2) when ``index`` is
-    not a device. The pip hints name the extra for the driver's CUDA major (:func:`install_hint`).
-    """
-    drv = driver_module()
-    connections = set_max_connections()
+def _init_driver(drv: Any) -> int:
+    """``cuInit`` and the driver's CUDA version (``1000*major + 10*minor``); :class:`DeviceError` when no
+    driver loads, ``cuInit`` fails, or the driver is older than CUDA 12.4 (no green contexts)."""
     try:
         result = drv.cuInit(0)
     # cuda.pathfinder's DynamicLibNotFoundError is a RuntimeError
@@ -278,6 +267,12 @@ def probe_device(index: int = 0) -> DeviceInfo:
             f"the NVIDIA driver supports CUDA {version_text(version)}; green contexts need CUDA 12.4 or "
             "newer (driver 550 or later)"
         )
+    return int(version)
+
+
+def _check_bindings(version: int) -> str:
+    """cuda-python's version (``"?"`` when it does not say); :class:`DeviceError` when it is newer than the
+    driver's CUDA major (``version``) or older than 12.8."""
     try:
         from cuda import bindings
 
@@ -295,11 +290,29 @@ def probe_device(index: int = 0) -> DeviceInfo:
             f"cuda-python {bindings_version} is too old for the bench (before 12.8 it lacks cuda.bindings or "
             f"does not find pip's NVRTC): {install_hint(version)}"
         )
+    return bindings_version
+
+
+def probe_device(index: int = 0) -> DeviceInfo:
+    """Initialise the CUDA driver through cuda-python and describe device ``index``.
+
+    Raises :class:`DeviceError` (exit 1, one line) when cuda-python is not installed, no NVIDIA
+    driver can be loaded (cuda-python raises ``cuda.pathfinder.DynamicLibNotFoundError`` at the first
+    driver call) or ``cuInit`` fails, the driver is older than CUDA 12.4 (no green contexts),
+    cuda-python is newer than the driver's CUDA major, or the device's compute capability has no
+    green contexts, or cuda-python is older than 12.8; :class:`InputError` (exit 2) when ``index`` is
+    not a device. The pip hints name the extra for the driver's CUDA major (:func:`install_hint`).
+    """
+    drv = driver_module()
+    connections = set_max_connections()
+    version = _init_driver(drv)
+    bindings_version = _check_bindings(version)
     count = call(drv.cuDeviceGetCount(), "cuDeviceGetCount")
     if count < 1:
         raise DeviceError("the NVIDIA driver found no CUDA device")
     if not 0 <= index < count:
-        raise InputError(f"--device {index}: this machine has {count} CUDA device(s), numbered 0-{count - 1}")
+        raise InputError("{param_flag} {index}: this machine has {count} CUDA device(s), numbered 0-{last}",
+                         param="device", values={"index": index, "count": count, "last": count - 1})
     dev = call(drv.cuDeviceGet(index), f"cuDeviceGet({index})")
     raw = call(drv.cuDeviceGetName(256, dev), "cuDeviceGetName")
     name = raw.split(b"\x00")[0].decode(errors="replace").strip() if isinstance(raw, bytes) else str(raw)

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..util.errors import DeviceError, InputError, PdmuxError
+from ..util.errors import DeviceError, Finding, InputError, PdmuxError
 from . import greenctx
 from .plan import MIN_RUN_MS
 from .replay_plan import SLIDING_QUERY_BLOCK, LayerKind, ReplayPlan, attended_tokens, layer_weights
@@ -175,7 +175,7 @@ class ReplayModel:
         self.torch, self.plan, self.device = torch, plan, device
         self.F = torch.nn.functional
         m = self.m = plan.model
-        self.notes: list[str] = []
+        self.notes: list[Finding] = []
         dev, bf16 = device.dev, torch.bfloat16
         gen = torch.Generator(device=dev)
         gen.manual_seed(SEED)
@@ -221,9 +221,7 @@ class ReplayModel:
         if m.is_moe:
             self.grouped_mm = self._probe_grouped_mm() if grouped_mm is None else grouped_mm
             if not self.grouped_mm:
-                self.notes.append("MoE experts ran one GEMM each with the routing read on the host (this "
-                                  "torch has no usable torch._grouped_mm): no CUDA graph for decode, MoE "
-                                  "times are not SGLang's")
+                self.notes.append(Finding("bench.replay.moe_per_expert"))
 
     @property
     def moe_kernel(self) -> str | None:
@@ -247,8 +245,7 @@ class ReplayModel:
         try:
             self.F.scaled_dot_product_attention(q, k, k, enable_gqa=True)
         except (TypeError, RuntimeError):
-            self.notes.append("this torch's scaled_dot_product_attention has no enable_gqa: K and V are "
-                              "repeated per query head (more memory traffic than SGLang's GQA kernels)")
+            self.notes.append(Finding("bench.replay.gqa_repeated"))
             return False
         return True
 
@@ -393,7 +390,7 @@ class DecodeStep:
     says so), else :meth:`ReplayModel.decode_step`. A capture that fails falls back to eager steps, with a
     note in ``notes``."""
 
-    def __init__(self, model: ReplayModel, stream: Any, notes: list[str]) -> None:
+    def __init__(self, model: ReplayModel, stream: Any, notes: list[Finding]) -> None:
         self.model, self.stream, self.graph = model, stream, None
         device = model.device
         if not (device.is_cuda and model.plan.cuda_graph) or (model.m.is_moe and not model.grouped_mm):
@@ -411,7 +408,7 @@ class DecodeStep:
             self.graph = graph
         except RuntimeError as exc:
             first = " ".join(str(exc).split())[:160]
-            notes.append(f"CUDA graph capture failed ({first}): decode steps ran eagerly")
+            notes.append(Finding("bench.replay.graph_capture_failed", {"error": first}))
             with contextlib.suppress(RuntimeError):
                 torch.cuda.synchronize(device.dev)
 
@@ -565,7 +562,7 @@ def level_streams(device: ReplayDevice, info: Any, prefill_sms: int,
             torch.cuda.empty_cache()  # blocks cached for these streams, and the decode graph's pool
 
 
-def measure_whole(device: ReplayDevice, model: ReplayModel, notes: list[str]) -> WholeReplay:
+def measure_whole(device: ReplayDevice, model: ReplayModel, notes: list[Finding]) -> WholeReplay:
     """Decode step and prefill on the whole device (a plain stream)."""
     stream = device.whole_stream()
     step = DecodeStep(model, stream, notes)
@@ -581,7 +578,7 @@ def measure_whole(device: ReplayDevice, model: ReplayModel, notes: list[str]) ->
 
 
 def measure_level(device: ReplayDevice, model: ReplayModel, info: Any, split: Any,
-                  notes: list[str]) -> LevelReplay:
+                  notes: list[Finding]) -> LevelReplay:
     """One level: decode alone on its decode partition, the prefill alone on its prefill partition, then
     both in SGLang's loop. The decode graph is captured on the level's decode stream."""
     plan = model.plan
@@ -646,7 +643,7 @@ def run_replay(
     res = ReplayResults(run=run_info(plan, device, info, model), plan=plan_json)
     res.notes.extend(plan.notes)
     res.notes.extend(model.notes)
-    notes: list[str] = []
+    notes: list[Finding] = []
 
     def step(label: str) -> None:
         if on_step is not None:
@@ -671,14 +668,14 @@ def run_replay(
         res.complete = not res.step_errors
     except KeyboardInterrupt:
         res.interrupted = True
-        res.notes.append("interrupted by Ctrl-C: the results hold the steps that finished")
+        res.notes.append(Finding("bench.interrupted"))
     except (PdmuxError, RuntimeError) as exc:  # torch reports device failures as RuntimeError
         error = exc if isinstance(exc, PdmuxError) else _device_error(exc)
         if res.whole is None:
             raise error from None
         res.error = str(error)
-        res.notes.append(f"stopped by an error: {error}")
-    res.cuda_graph = plan.cuda_graph and not any("CUDA graph capture failed" in n for n in notes) and not (
-        plan.model.is_moe and not model.grouped_mm)
+        res.notes.append(Finding("bench.stopped", {"error": res.error}))
+    captured = not any(n.code == "bench.replay.graph_capture_failed" for n in notes)
+    res.cuda_graph = plan.cuda_graph and captured and not (plan.model.is_moe and not model.grouped_mm)
     res.notes.extend(n for n in notes if n not in res.notes)
     return res

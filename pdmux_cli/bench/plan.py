@@ -16,7 +16,7 @@ from typing import Any
 
 from ..messages import render_all
 from ..sglang import split_levels
-from ..util.errors import InputError, short_repr
+from ..util.errors import Finding, InputError, short_repr
 from ..util.numbers import plain_int
 from . import kernels
 from .stats import S_SAT_FRACTION
@@ -124,13 +124,15 @@ def parse_gemm_shape(text: str) -> GemmShape:
     """``"8192x4096x12288"`` (M x N x K) -> :class:`GemmShape`; :class:`InputError` otherwise."""
     parts = [plain_int(p) for p in re.split(r"[x*, ]+", str(text).strip().lower())]
     if len(parts) != 3 or None in parts:
-        raise InputError(f"--gemm-shape {short_repr(text)}: write MxNxK with positive integers, e.g. "
-                         "8192x4096x12288")
+        raise InputError("{param_flag} {text}: write MxNxK with positive integers, e.g. 8192x4096x12288",
+                         param="gemm_shape", values={"text": short_repr(text)})
     m, n, k = parts
     if min(m, n, k) <= 0:
-        raise InputError(f"--gemm-shape {text!r}: M, N and K must all be > 0")
+        raise InputError("{param_flag} {text!r}: M, N and K must all be > 0", param="gemm_shape",
+                         values={"text": text})
     if max(m, n, k) > MAX_GEMM_DIM:
-        raise InputError(f"--gemm-shape {text!r}: each of M, N and K must be at most {MAX_GEMM_DIM}")
+        raise InputError("{param_flag} {text!r}: each of M, N and K must be at most {most}",
+                         param="gemm_shape", values={"text": text, "most": MAX_GEMM_DIM})
     return GemmShape(m, n, k)
 
 
@@ -138,8 +140,9 @@ def parse_skinny(text: str) -> GemmShape:
     """``"4096x12288"`` (hidden x intermediate) -> the ``32 x intermediate x hidden`` decode GEMM."""
     parts = [plain_int(p) for p in re.split(r"[x*, ]+", str(text).strip().lower())]
     if len(parts) != 2 or None in parts or min(parts) <= 0 or max(parts) > MAX_GEMM_DIM:
-        raise InputError(f"--skinny-gemm {short_repr(text)}: write HIDDENxINTERMEDIATE with positive "
-                         f"integers up to {MAX_GEMM_DIM}, e.g. 4096x12288")
+        raise InputError("{param_flag} {text}: write HIDDENxINTERMEDIATE with positive integers up to "
+                         "{most}, e.g. 4096x12288", param="skinny_gemm",
+                         values={"text": short_repr(text), "most": MAX_GEMM_DIM})
     hidden, inter = parts
     return GemmShape(SKINNY_ROWS, inter, hidden)
 
@@ -155,13 +158,15 @@ def parse_bytes(text: str) -> int:
     """
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?(?:e[0-9]+)?)\s*([a-z]*)\s*", str(text).lower())
     if not m or m.group(2) not in _BYTE_UNITS:
-        raise InputError(f"--buffer-bytes {text!r}: give bytes, e.g. 1073741824, 1GiB or 512MiB")
+        raise InputError("{param_flag} {text!r}: give bytes, e.g. 1073741824, 1GiB or 512MiB",
+                         param="buffer_bytes", values={"text": text})
     number = float(m.group(1)) * _BYTE_UNITS[m.group(2)]
     if not number <= MAX_BUFFER_BYTES:  # also inf (1e400)
-        raise InputError(f"--buffer-bytes {short_repr(text)}: at most {MAX_BUFFER_BYTES} bytes (1 TiB)")
+        raise InputError("{param_flag} {text}: at most {most} bytes (1 TiB)", param="buffer_bytes",
+                         values={"text": short_repr(text), "most": MAX_BUFFER_BYTES})
     value = int(number)
     if value <= 0:
-        raise InputError(f"--buffer-bytes {text!r} must be > 0")
+        raise InputError("{param_flag} {text!r} must be > 0", param="buffer_bytes", values={"text": text})
     return value
 
 
@@ -185,7 +190,7 @@ class BenchPlan:
     sweep_sms: tuple[int, ...]
     levels: tuple[split_levels.Split, ...]
     level_source: str
-    notes: tuple[str, ...]
+    notes: tuple[Finding, ...]
     gemm: GemmShape
     skinny: GemmShape | None
     skinny_copies: int
@@ -244,21 +249,24 @@ def parse_level_items(text: str) -> list[tuple[str, int | split_levels.Split]]:
     for position, item in enumerate(raw, start=1):
         if not item:
             if any(raw):  # "1,,3": an empty item would drop out unseen
-                raise InputError(f"--levels: item {position} of {short_repr(str(text))} is empty (e.g. 1,3)")
+                raise InputError("{param_flag}: item {position} of {text} is empty (e.g. 1,3)",
+                                 param="levels", values={"position": position, "text": short_repr(str(text))})
             continue
         index = plain_int(item)
         if index is not None:
             if index < 1:
-                raise InputError(f"--levels {item}: level numbers start at 1 (the first green-context level)")
+                raise InputError("{param_flag} {item}: level numbers start at 1 (the first green-context "
+                                 "level)", param="levels", values={"item": item})
             items.append((item, index))
             continue
         parts = [plain_int(p) for p in item.replace(":", "/").split("/")]
         if len(parts) != 2 or None in parts:
-            raise InputError(f"--levels {short_repr(item)}: give level numbers (1,3) or PREFILL/DECODE SMs "
-                             "(112/20)")
+            raise InputError("{param_flag} {item}: give level numbers (1,3) or PREFILL/DECODE SMs (112/20)",
+                             param="levels", values={"item": short_repr(item)})
         items.append((item, split_levels.Split(parts[0], parts[1])))
     if not items:
-        raise InputError("--levels: give at least one level, e.g. 1,3 or 112/20")
+        raise InputError("{param_flag}: give at least one level, e.g. 1,3 or 112/20", param="levels",
+                         values={})
     return items
 
 
@@ -269,13 +277,17 @@ def _parse_levels(text: str, planned: Sequence[split_levels.Split],
         if isinstance(value, int):
             if not 1 <= value <= len(planned):
                 listing = ", ".join(f"{i}={p}/{d}" for i, (p, d) in enumerate(planned, start=1)) or "none"
-                raise InputError(f"--levels {item}: level numbers run 1-{len(planned)} ({listing})")
+                raise InputError("{param_flag} {item}: level numbers run 1-{count} ({listing})",
+                                 param="levels",
+                                 values={"item": item, "count": len(planned), "listing": listing})
             split = planned[value - 1]
         else:
             split = value
             if split.prefill_sms <= 0 or split.decode_sms <= 0 or sum(split) > total_sms:
                 raise InputError(
-                    f"--levels {item}: prefill and decode SMs must be > 0 and add up to at most {total_sms}"
+                    "{param_flag} {item}: prefill and decode SMs must be > 0 and add up to at most "
+                    "{total_sms}",
+                    param="levels", values={"item": item, "total_sms": total_sms},
                 )
         if split not in chosen:
             chosen.append(split)
@@ -306,22 +318,55 @@ def make_plan(
     capability without green contexts.
     """
     if isinstance(repeats, bool) or (repeats is not None and not 1 <= repeats <= MAX_REPEATS):
-        raise InputError(f"--repeats must be from 1 to {MAX_REPEATS}, got {repeats}")
+        raise InputError("{param_flag} must be from 1 to {most}, got {repeats}", param="repeats",
+                         values={"most": MAX_REPEATS, "repeats": repeats})
     if device_index < 0:
-        raise InputError(f"--device must be >= 0, got {device_index}")
+        raise InputError("{param_flag} must be >= 0, got {index}", param="device",
+                         values={"index": device_index})
     total = device.sm_count
-    major = device.compute_capability[0]
     split_levels.check_sm_group_num(sm_group_num, total)
-    if granularity is None:
-        granularity = split_levels.cuda_sm_granularity(major)
-        granularity_source = "CUDA table by compute capability"
-    else:
-        granularity_source = "driver (minSmPartitionSize, smCoscheduledAlignment)"
-    if granularity[0] >= total:
-        raise InputError(f"{device.name} has {total} SMs: too few to split (green contexts need > "
-                         f"{granularity[0]})")
-    notes: list[str] = []
+    granularity, granularity_source = _granularity(device, granularity)
+    planned, level_source, notes = _levels(device, levels, granularity, sm_group_num)
+    buffer_bytes, floor = _buffer(device, buffer_bytes)
+    if not device.l2_bytes:
+        notes.append(Finding("bench.l2_unknown", {"gpu": device.name, "multiple": MIN_BUFFER_L2_MULTIPLE}))
+    gemm = gemm or GemmShape(*DEFAULT_GEMM_SHAPE)
+    plan = BenchPlan(
+        device=device, device_index=device_index, granularity=tuple(granularity),
+        granularity_source=granularity_source, sweep_sms=sweep_sm_counts(total, granularity),
+        levels=tuple(split_levels.Split(*s) for s in planned), level_source=level_source, notes=tuple(notes),
+        gemm=gemm, skinny=skinny, skinny_copies=_skinny_copies(skinny, floor), buffer_bytes=buffer_bytes,
+        repeats=repeats if repeats is not None else (QUICK_REPEATS if quick else DEFAULT_REPEATS),
+        warmup=QUICK_WARMUP if quick else DEFAULT_WARMUP,
+        window_ms=window_ms if window_ms is not None else (QUICK_WINDOW_MS if quick else DEFAULT_WINDOW_MS),
+        quick=quick,
+    )
+    if device.memory_bytes and plan.memory_needed_bytes + MEMORY_HEADROOM_BYTES > device.memory_bytes:
+        _refuse_memory(plan)
+    return plan
 
+
+def _granularity(device: PlanDevice, granularity: tuple[int, int] | None) -> tuple[tuple[int, int], str]:
+    """The split granularity ``(minimum SMs, multiple)`` and where it came from (the driver's, else CUDA's
+    table by capability); :class:`InputError` when the device has too few SMs to split."""
+    if granularity is None:
+        granularity = split_levels.cuda_sm_granularity(device.compute_capability[0])
+        source = "CUDA table by compute capability"
+    else:
+        source = "driver (minSmPartitionSize, smCoscheduledAlignment)"
+    if granularity[0] >= device.sm_count:
+        raise InputError(f"{device.name} has {device.sm_count} SMs: too few to split (green contexts need > "
+                         f"{granularity[0]})")
+    return granularity, source
+
+
+def _levels(device: PlanDevice, levels: str | None, granularity: tuple[int, int],
+            sm_group_num: int) -> tuple[list[split_levels.Split], str, list[Finding]]:
+    """The co-run levels (SGLang's, or the ``levels`` option's), where they came from, and the notes: the
+    levels plan's own (:func:`split_levels.plan_groups`), no SGLang levels, a prefill count the driver
+    rounds up. :class:`InputError` for an option's level that rounding leaves without decode SMs."""
+    total = device.sm_count
+    notes: list[Finding] = []
     try:
         group_plan = split_levels.plan_groups(total, device.compute_capability, sm_group_num)
         planned = list(group_plan.groups[1:-1])
@@ -330,7 +375,7 @@ def make_plan(
             notes.append(group_plan.note)
     except InputError as exc:
         planned, level_source = [], "none"
-        notes.append(f"no SGLang levels: {exc}")
+        notes.append(Finding("bench.no_levels", {"reason": str(exc)}))
     if levels is not None:
         chosen = _parse_levels(levels, planned, total)
         if any(s not in planned for s in chosen):
@@ -343,59 +388,72 @@ def make_plan(
             pair_granted = min(total, max(minimum, -(-(p + d) // multiple) * multiple))
             if levels is not None and pair_granted - prefill_granted <= 0:
                 raise InputError(
-                    f"--levels {p}/{d}: green contexts come in steps of {multiple} SMs (at least {minimum}), "
-                    f"so prefill {p} becomes {prefill_granted} and leaves no SMs for decode: give a prefill "
-                    f"count that is a multiple of {multiple}"
+                    "{param_flag} {p}/{d}: green contexts come in steps of {multiple} SMs (at least "
+                    "{minimum}), so prefill {p} becomes {granted} and leaves no SMs for decode: give a "
+                    "prefill count that is a multiple of {multiple}", param="levels",
+                    values={"p": p, "d": d, "multiple": multiple, "minimum": minimum,
+                            "granted": prefill_granted},
                 )
-            notes.append(f"level {p}/{d}: {p} prefill SMs is not a multiple of {multiple}; the driver rounds "
-                         "it up")
+            notes.append(Finding("bench.level_rounded_up", {"prefill_sms": p, "decode_sms": d,
+                                                           "multiple": multiple}))
+    return planned, level_source, notes
 
-    l2 = device.l2_bytes
-    floor = MIN_BUFFER_L2_MULTIPLE * l2 if l2 else 0
+
+def _buffer(device: PlanDevice, buffer_bytes: int | None) -> tuple[int, int]:
+    """The read buffer (bytes, a multiple of the 16-byte load) and its floor, 4x the L2 (0 when the L2 is
+    unknown); :class:`InputError` for a buffer below the floor or below one block's reads."""
+    floor = MIN_BUFFER_L2_MULTIPLE * device.l2_bytes if device.l2_bytes else 0
     if buffer_bytes is None:
         buffer_bytes = max(DEFAULT_BUFFER_BYTES, floor)
     elif buffer_bytes < floor:
         raise InputError(
-            f"--buffer-bytes {buffer_bytes} is below {MIN_BUFFER_L2_MULTIPLE}x the L2 of {device.name} "
-            f"({floor} bytes): reads would hit L2, not HBM"
+            "{param_flag} {buffer_bytes} is below {multiple}x the L2 of {gpu} ({floor} bytes): reads would "
+            "hit L2, not HBM", param="buffer_bytes",
+            values={"buffer_bytes": buffer_bytes, "multiple": MIN_BUFFER_L2_MULTIPLE, "gpu": device.name,
+                    "floor": floor},
         )
     buffer_bytes -= buffer_bytes % kernels.READ_VECTOR_BYTES
     if buffer_bytes < kernels.READ_BYTES_PER_BLOCK:
-        raise InputError(f"--buffer-bytes must be at least {kernels.READ_BYTES_PER_BLOCK} bytes")
-    if not l2:
-        notes.append(f"L2 size of {device.name} unknown: cannot check the read buffer is >= 4x L2")
+        raise InputError("{param_flag} must be at least {least} bytes", param="buffer_bytes",
+                         values={"least": kernels.READ_BYTES_PER_BLOCK})
+    return buffer_bytes, floor
 
-    gemm = gemm or GemmShape(*DEFAULT_GEMM_SHAPE)
-    skinny_copies = 0
-    if skinny is not None:
-        skinny_copies = max(1, math.ceil(floor / skinny.weight_bytes)) if floor else 4
-        if skinny_copies > MAX_SKINNY_COPIES:
-            raise InputError(
-                f"--skinny-gemm {skinny.k}x{skinny.n}: its {skinny.weight_bytes}-byte weights would need "
-                f"{skinny_copies} copies to stay out of L2; give a real layer (hidden x intermediate, e.g. "
-                "4096x12288)"
-            )
-    plan = BenchPlan(
-        device=device, device_index=device_index, granularity=tuple(granularity),
-        granularity_source=granularity_source, sweep_sms=sweep_sm_counts(total, granularity),
-        levels=tuple(split_levels.Split(*s) for s in planned), level_source=level_source, notes=tuple(notes),
-        gemm=gemm, skinny=skinny, skinny_copies=skinny_copies, buffer_bytes=buffer_bytes,
-        repeats=repeats if repeats is not None else (QUICK_REPEATS if quick else DEFAULT_REPEATS),
-        warmup=QUICK_WARMUP if quick else DEFAULT_WARMUP,
-        window_ms=window_ms if window_ms is not None else (QUICK_WINDOW_MS if quick else DEFAULT_WINDOW_MS),
-        quick=quick,
-    )
-    if device.memory_bytes and plan.memory_needed_bytes + MEMORY_HEADROOM_BYTES > device.memory_bytes:
+
+def _skinny_copies(skinny: GemmShape | None, floor: int) -> int:
+    """How many copies of the skinny GEMM's weights together reach ``floor`` bytes (4 when it is 0: the L2
+    unknown; 0 without a skinny GEMM); :class:`InputError` past :data:`MAX_SKINNY_COPIES`."""
+    if skinny is None:
+        return 0
+    copies = max(1, math.ceil(floor / skinny.weight_bytes)) if floor else 4
+    if copies > MAX_SKINNY_COPIES:
         raise InputError(
-            f"the bench needs {plan.memory_needed_bytes / 1e9:.2f} GB (GEMM {gemm.text} {gemm.operand_bytes} "
-            f"bytes, read buffer 2 x {buffer_bytes} bytes"
-            + (f", skinny GEMM {skinny.k}x{skinny.n} weights {skinny_copies} x {skinny.weight_bytes} bytes"
-               if skinny else "")
-            + f") but {device.name} has {device.memory_bytes / 1e9:.1f} GB: use a smaller --gemm-shape or "
-            "--buffer-bytes"
-            + (" or --skinny-gemm" if skinny else "")
+            "{param_flag} {hidden}x{inter}: its {weight_bytes}-byte weights would need {copies} copies "
+            "to stay out of L2; give a real layer (hidden x intermediate, e.g. 4096x12288)",
+            param="skinny_gemm",
+            values={"hidden": skinny.k, "inter": skinny.n, "weight_bytes": skinny.weight_bytes,
+                    "copies": copies},
         )
-    return plan
+    return copies
+
+
+def _refuse_memory(plan: BenchPlan) -> None:
+    """:class:`InputError`: ``plan`` needs more device memory than its device has (the sizes that use it, and
+    the options that set them; the skinny GEMM's only when there is one)."""
+    gemm, skinny, dev = plan.gemm, plan.skinny, plan.device
+    skinny_part = (", skinny GEMM {hidden}x{inter} weights {copies} x {skinny_weight_bytes} bytes" if skinny
+                   else "")
+    skinny_values = ({"hidden": skinny.k, "inter": skinny.n, "copies": plan.skinny_copies,
+                      "skinny_weight_bytes": skinny.weight_bytes} if skinny else {})
+    raise InputError(
+        "the bench needs {needed_gb:.2f} GB (GEMM {gemm} {operand_bytes} bytes, read buffer 2 x "
+        "{buffer_bytes} bytes" + skinny_part + ") but {gpu} has {memory_gb:.1f} GB: use a smaller "
+        "{flag.gemm_shape} or {flag.buffer_bytes}" + (" or {flag.skinny_gemm}" if skinny else ""),
+        param="gemm_shape",
+        values={"needed_gb": plan.memory_needed_bytes / 1e9, "gemm": gemm.text,
+                "operand_bytes": gemm.operand_bytes,
+                "buffer_bytes": plan.buffer_bytes, **skinny_values, "gpu": dev.name,
+                "memory_gb": dev.memory_bytes / 1e9},
+    )
 
 
 def estimated_seconds(plan: BenchPlan) -> float | None:

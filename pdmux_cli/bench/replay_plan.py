@@ -40,7 +40,7 @@ from ..catalog import model as mdl
 from ..catalog.model import Model
 from ..messages import render_all
 from ..sglang import split_levels
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .plan import BF16_BYTES, MEMORY_HEADROOM_BYTES, PlanDevice
 
 #: Fewest layers the replay builds (the issue's floor: enough that reused weights are not in L2 for any
@@ -271,13 +271,19 @@ def plan_memory(model: Model, decode_bs: int, context_tokens: int, prompt_tokens
                     available_bytes)
     if first.needed_bytes > available_bytes:
         raise InputError(
-            f"{model.name} does not fit {where}: {first.built_layers} layers "
-            f"({first.layer_weight_bytes / 1e9:.2f} GB) + KV cache of {decode_bs} x {context_tokens} tokens "
-            f"({first.decode_kv_bytes / 1e9:.2f} GB) + the {prompt_tokens}-token prefill "
-            f"({(first.prefill_kv_bytes + first.activation_bytes) / 1e9:.2f} GB) + lm_head "
-            f"({first.head_bytes / 1e9:.2f} GB) + headroom need {first.needed_bytes / 1e9:.2f} GB, "
-            f"{available_bytes / 1e9:.2f} GB is free: use a smaller --decode-bs, --context or "
-            "--prompt-tokens, or a GPU with more memory")
+            "{model} does not fit {where}: {layers} layers ({weights_gb:.2f} GB) + KV cache of {decode_bs} x "
+            "{context_tokens} tokens ({kv_gb:.2f} GB) + the {prompt_tokens}-token prefill "
+            "({prefill_gb:.2f} GB) + lm_head ({head_gb:.2f} GB) + headroom need {needed_gb:.2f} GB, "
+            "{free_gb:.2f} GB is free: use a smaller {flag.decode_bs}, {flag.context} or "
+            "{flag.prompt_tokens}, or a GPU with more memory",
+            param="decode_bs",
+            values={"model": model.name, "where": where, "layers": first.built_layers,
+                    "weights_gb": first.layer_weight_bytes / 1e9, "decode_bs": decode_bs,
+                    "context_tokens": context_tokens, "kv_gb": first.decode_kv_bytes / 1e9,
+                    "prompt_tokens": prompt_tokens,
+                    "prefill_gb": (first.prefill_kv_bytes + first.activation_bytes) / 1e9,
+                    "head_gb": first.head_bytes / 1e9, "needed_gb": first.needed_bytes / 1e9,
+                    "free_gb": available_bytes / 1e9})
     low, high = fewest, len(kinds)  # the memory grows with the layers built: bisect
     best = first
     while low < high:
@@ -346,7 +352,7 @@ class ReplayPlan:
     repeats: int
     warmup: int
     cuda_graph: bool
-    notes: tuple[str, ...] = ()
+    notes: tuple[Finding, ...] = ()
 
     @property
     def layers_per_round(self) -> int:
@@ -402,14 +408,14 @@ def make_replay_plan(
 
     check_replayable(model)
     check_scenario(model, decode_bs, context_tokens, prompt_tokens)
-    for name, value in (("--decode-bs-divisor", decode_bs_divisor), ("--token-budget", token_budget)):
+    for name, value in (("decode_bs_divisor", decode_bs_divisor), ("token_budget", token_budget)):
         if value <= 0:
-            raise InputError(f"{name} must be > 0, got {value}")
+            raise InputError("{param_flag} must be > 0, got {value}", param=name, values={"value": value})
     if device_kind not in ("cuda", "cpu"):
         raise InputError(f"replay device must be cuda or cpu, got {device_kind!r}")
     bench = make_plan(device, levels=levels, sm_group_num=sm_group_num, repeats=repeats, quick=quick,
                       granularity=granularity)
-    notes = [n for n in bench.notes if not n.startswith("L2 size")]
+    notes = [n for n in bench.notes if n.code != "bench.l2_unknown"]
     if available_bytes is None:
         if not device.memory_bytes:
             raise InputError(f"{device.name}: memory size unknown, cannot plan the replay's layers")
@@ -425,20 +431,7 @@ def make_replay_plan(
     if groups:
         index = split_levels.choose_group(len(groups), decode_bs, True, decode_bs_divisor)
         chosen = groups[index] if 0 < index < len(groups) - 1 else None
-    built_weight_bytes = memory.layer_weight_bytes
-    if memory.built_layers < model.num_layers:
-        notes.append(f"{memory.built_layers} of {model.num_layers} layers built (all that fit beside the KV "
-                     "cache); each step runs all the model's layers, reusing the built ones in turn")
-        if device.l2_bytes and built_weight_bytes < L2_REUSE_MULTIPLE * device.l2_bytes:
-            notes.append(f"the built layers' weights ({built_weight_bytes / 1e6:.0f} MB) are under "
-                         f"{L2_REUSE_MULTIPLE}x the L2 ({device.l2_bytes / 1e6:.0f} MB): reused layers may "
-                         "be read from L2, not HBM, and decode comes out faster than the model would")
-    if model.weight_dtype != "bf16":
-        notes.append(f"{model.name} stores {model.weight_dtype} weights; the replay holds and multiplies "
-                     "them in bf16 (the predictions below are for bf16 weights too)")
-    if device_kind == "cpu":
-        notes.append("device cpu: no green contexts; every level ran on the whole CPU, decode and prefill "
-                     "one after the other: these times test the replay, they say nothing of SM partitions")
+    notes.extend(_replay_notes(model, device, device_kind, memory))
     return ReplayPlan(
         model=model, device=device, device_kind=device_kind, decode_bs=decode_bs,
         context_tokens=context_tokens, prompt_tokens=prompt_tokens, sm_group_num=sm_group_num,
@@ -448,6 +441,24 @@ def make_replay_plan(
         layer_map=layer_map(kinds, memory.built), repeats=bench.repeats, warmup=bench.warmup,
         cuda_graph=cuda_graph and device_kind == "cuda", notes=tuple(notes),
     )
+
+
+def _replay_notes(model: Model, device: PlanDevice, device_kind: str, memory: ReplayMemory) -> list[Finding]:
+    """What the replay's user should know of what is built (``bench.replay.*``): layers reused, their weights
+    small enough for the L2, weights held in bf16, a CPU run."""
+    notes = []
+    if memory.built_layers < model.num_layers:
+        notes.append(Finding("bench.replay.layers_reused", {"built": memory.built_layers,
+                                                            "layers": model.num_layers}))
+        if device.l2_bytes and memory.layer_weight_bytes < L2_REUSE_MULTIPLE * device.l2_bytes:
+            notes.append(Finding("bench.replay.weights_in_l2", {"weight_bytes": memory.layer_weight_bytes,
+                                                                "multiple": L2_REUSE_MULTIPLE,
+                                                                "l2_bytes": device.l2_bytes}))
+    if model.weight_dtype != "bf16":
+        notes.append(Finding("bench.replay.bf16_weights", {"model": model.name, "dtype": model.weight_dtype}))
+    if device_kind == "cpu":
+        notes.append(Finding("bench.replay.cpu"))
+    return notes
 
 
 # --------------------------------------------------------------------------------------------------
@@ -476,7 +487,7 @@ class Predictions:
     whole: Predicted
     levels: dict[tuple[int, int], Predicted]
     source: str
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
 
 
 def predict(plan: ReplayPlan, gpu: Any, calibration: Any = None) -> Predictions:
@@ -505,13 +516,15 @@ def predict(plan: ReplayPlan, gpu: Any, calibration: Any = None) -> Predictions:
     whole = Predicted(decode_alone_ms=rows["decode-only"].itl_ms,
                       prefill_alone_ms=rows["prefill-first"].prefill_ms)
     levels: dict[tuple[int, int], Predicted] = {}
-    notes: list[str] = []
+    notes: list[Finding] = []
     for split in plan.levels:
         try:
             est = estimate(gpu, model, Scenario(level=(split.prefill_sms, split.decode_sms), **common),
                            calibration=calibration)
         except InputError as exc:
-            notes.append(f"no prediction for level {split.prefill_sms}/{split.decode_sms}: {exc}")
+            notes.append(Finding("bench.replay.no_prediction", {"prefill_sms": split.prefill_sms,
+                                                                "decode_sms": split.decode_sms,
+                                                                "reason": str(exc)}))
             continue
         row = next(r for r in est.rows if r.policy == "pdmux")
         levels[(split.prefill_sms, split.decode_sms)] = Predicted(

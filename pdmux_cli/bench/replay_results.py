@@ -24,7 +24,7 @@ from typing import Any
 
 from ..costmodel.calibration_file import Calibration
 from ..messages import render_all
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .replay_plan import Predicted, Predictions, ReplayPlan, predicted_dict
 from .stats import median, percentile
 
@@ -152,7 +152,7 @@ class ReplayResults:
     interrupted: bool = False
     error: str | None = None
     step_errors: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding | str] = field(default_factory=list)
     cuda_graph: bool = False
 
 
@@ -270,8 +270,9 @@ def results_dict(res: ReplayResults) -> dict[str, Any]:
 
 
 def calibration_from_replay(res: ReplayResults, plan: ReplayPlan, gpu: Any) -> tuple[
-    Calibration | None, str | None]:
-    """The whole-GPU terms this replay measured, as a calibration file, or ``(None, why not)``.
+    Calibration | None, Finding | None]:
+    """The whole-GPU terms this replay measured, as a calibration file, or ``(None, why not)`` (a finding,
+    ``bench.replay.no_calibration.*``).
 
     The measured per-step overhead is the roofline model's ``decode_fixed_s`` (``calibration.WholeGpuTerms``:
     time per decode step its operators do not account for): fitted by
@@ -283,15 +284,15 @@ def calibration_from_replay(res: ReplayResults, plan: ReplayPlan, gpu: Any) -> t
     (:func:`costmodel.whole_gpu_fit.check_points`).
     """
     if res.run.device_kind != "cuda":
-        return None, "no calibration from a CPU run (its times are not a GPU's)"
+        return None, Finding("bench.replay.no_calibration.cpu")
     if res.whole is None:
-        return None, "no calibration: the whole GPU's decode step was not measured"
+        return None, Finding("bench.replay.no_calibration.not_measured")
     if gpu is None:
-        return None, f"no calibration: no GPU profile matches {res.run.gpu_name} (pass --gpu)"
+        return None, Finding("bench.replay.no_calibration.no_profile", {"gpu": res.run.gpu_name}, "gpu")
     model = plan.model
     if model.weight_dtype != "bf16":
-        return None, (f"no calibration: {model.name} stores {model.weight_dtype} weights and the replay "
-                      "reads bf16 ones, so its decode step does not measure the model's fixed time")
+        return None, Finding("bench.replay.no_calibration.weights", {"model": model.name,
+                                                                     "dtype": model.weight_dtype})
     from ..costmodel import build_step_model
     from ..costmodel.whole_gpu_fit import CalPoint, check_points, fit_whole_gpu
 
@@ -302,10 +303,10 @@ def calibration_from_replay(res: ReplayResults, plan: ReplayPlan, gpu: Any) -> t
     try:
         points, _ = check_points(base, gpu, [point])
         if not points:
-            return None, "no calibration: the whole GPU's decode step is too far from the model to fit"
+            return None, Finding("bench.replay.no_calibration.too_far")
         fit = fit_whole_gpu(base, points, source=f"{where}, {res.run.date}, torch {res.run.torch_version}")
     except InputError as exc:
-        return None, f"no calibration: {exc}"
+        return None, Finding("bench.replay.no_calibration.refused", {"reason": str(exc)})
     cal = Calibration(
         gpu_name=res.run.gpu_name, sm_count=res.run.sm_count, compute_capability=res.run.compute_capability,
         date=res.run.date, whole_gpu=fit.terms, gpu_key=getattr(gpu, "key", "") or "",

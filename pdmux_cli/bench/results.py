@@ -11,6 +11,7 @@ from typing import Any
 
 from ..costmodel.calibration_file import Calibration
 from ..messages import render_all
+from ..util.errors import Finding
 from .stats import S_SAT_FRACTION, RateStats, monotone_fit, s_sat
 
 #: A level whose flop factor + bandwidth factor is at most this ran its two kernels in turns, not side
@@ -146,7 +147,7 @@ class BenchResults:
     interrupted: bool = False
     error: str | None = None
     step_errors: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding | str] = field(default_factory=list)
 
     # -- derived -------------------------------------------------------------------------------------
     def whole(self) -> SweepPoint | None:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..util.errors import DeviceError, InputError, PdmuxError
+from ..util.errors import DeviceError, Finding, InputError, PdmuxError
 from . import greenctx, kernels
 from .clocks import Clocks
 from .plan import GATE_MS, MEMORY_HEADROOM_BYTES, MIN_RUN_MS, WARMUP_S, BenchPlan, PlanDevice
@@ -181,8 +181,10 @@ def plan_device(info: greenctx.DeviceInfo, device_name: str, gpu: str | None) ->
     if profile is not None and profile.sm_count != info.sm_count:
         if gpu:
             raise InputError(
-                f"--gpu {gpu}: profile {profile.name} has {profile.sm_count} SMs but device {info.index} "
-                f"({device_name}) has {info.sm_count}; drop --gpu to use the device's own numbers"
+                "{param_flag} {gpu}: profile {profile} has {profile_sms} SMs but device {index} ({device}) "
+                "has {device_sms}; drop {param_flag} to use the device's own numbers", param="gpu",
+                values={"gpu": gpu, "profile": profile.name, "profile_sms": profile.sm_count,
+                        "index": info.index, "device": device_name, "device_sms": info.sm_count},
             )
         profile = None
     return PlanDevice(
@@ -699,10 +701,7 @@ def run_bench(
     clocks, no_clocks = Clocks.open(info.pci_bus_id)
     res = BenchResults(run=run_info(info, torch, plan, image_text, clocks), plan=plan_json)
     res.notes.extend(plan.notes)
-    if info.connections_note:
-        res.notes.append(info.connections_note)
-    if no_clocks:
-        res.notes.append(no_clocks)
+    res.notes.extend(n for n in (info.connections_note, no_clocks) if n)
     try:
         w = Workloads(torch, plan, info, image)
     except BaseException:
@@ -710,67 +709,71 @@ def run_bench(
             clocks.close()
         raise
     w.clocks = clocks
-
-    def step(label: str) -> None:
-        if on_step is not None:
-            on_step(label)
-
-    def done() -> None:
-        if on_result is not None:
-            on_result(res)
-
     try:
-        default = torch.cuda.default_stream(w.dev)
-        step("warm-up: GEMM and copy on the whole GPU")
-        w.warm_up(WARMUP_S)
-        step("ceiling: device-to-device copy")
-        res.copy = w.time_launches(w.copy, default, plan.copy_bytes_per_launch)
-        done()
-        step("ceiling: matmul on the whole GPU")
-        res.matmul = w.time_launches(w.gemm, default, plan.gemm.flops)
-        done()
-        order = [plan.sweep_sms[-1], *plan.sweep_sms[:-1]]  # whole GPU first: the reference
-        for sms in order:
-            step(f"solo sweep: {sms} SMs")
-            try:
-                res.sweep.append(_sweep_point(w, sms))
-            except (greenctx.SplitRefused, InputError) as exc:  # record it, measure the rest
-                res.step_errors.append(f"solo sweep {sms} SMs: {exc}")
-            done()
-        res.sweep.sort(key=lambda p: (p.granted_sms, p.kind == "whole"))
-        for p, d in plan.levels:
-            step(f"co-run level {p}/{d}")
-            try:
-                res.levels.append(_level(w, p, d))
-            except (greenctx.SplitRefused, InputError) as exc:  # this level only; the others still run
-                res.step_errors.append(f"level {p}/{d}: {exc}")
-            done()
+        _measure(w, torch, res, on_step or (lambda label: None),
+                 (lambda: on_result(res)) if on_result is not None else (lambda: None))
         res.complete = not res.step_errors
     except KeyboardInterrupt:
         res.interrupted = True
-        res.notes.append("interrupted by Ctrl-C: the results hold the steps that finished")
+        res.notes.append(Finding("bench.interrupted"))
     except (PdmuxError, RuntimeError) as exc:  # torch reports CUDA failures as RuntimeError
         error = exc if isinstance(exc, PdmuxError) else _device_error(exc, w)
         if res.copy is None:
             w.close()
             raise error from None
         res.error = str(error)
-        res.notes.append(f"stopped by an error: {error}")
+        res.notes.append(Finding("bench.stopped", {"error": res.error}))
     finally:
         res.sweep.sort(key=lambda p: (p.granted_sms, p.kind == "whole"))
-        if w.gate_retries:
-            res.notes.append(f"{w.gate_retries} launch gate(s) opened before their work was queued and were "
-                             "retried longer (the host queues launches slowly)")
-        for lv in res.levels:
-            if lv.serialised:
-                res.notes.append(
-                    f"level {lv.prefill_sms}/{lv.decode_sms}: flop factor {lv.flops_factor:.2f} + bandwidth "
-                    f"factor {lv.bandwidth_factor:.2f} <= {SERIALISED_FACTOR_SUM}: the GPU took turns "
-                    "instead of running both (overlap share " + (
-                        "?" if lv.overlap_share is None else f"{lv.overlap_share:.0%}") + ")"
-                )
+        res.notes.extend(_closing_notes(w, res))
         with contextlib.suppress(PdmuxError, RuntimeError):  # the run's outcome matters more than the unload
             w.close()
         if clocks is not None:
             clocks.close()
     return res
+
+
+def _measure(w: Workloads, torch: Any, res: BenchResults, step: StepCallback,
+             done: Callable[[], None]) -> None:
+    """:func:`run_bench`'s steps into ``res``: warm-up, the two ceilings, the solo sweep (the whole GPU
+    first), the co-run levels; ``step(label)`` before each, ``done()`` after each; a sweep point or level
+    that fails is a step error and the others still run."""
+    plan = w.plan
+    default = torch.cuda.default_stream(w.dev)
+    step("warm-up: GEMM and copy on the whole GPU")
+    w.warm_up(WARMUP_S)
+    step("ceiling: device-to-device copy")
+    res.copy = w.time_launches(w.copy, default, plan.copy_bytes_per_launch)
+    done()
+    step("ceiling: matmul on the whole GPU")
+    res.matmul = w.time_launches(w.gemm, default, plan.gemm.flops)
+    done()
+    order = [plan.sweep_sms[-1], *plan.sweep_sms[:-1]]  # whole GPU first: the reference
+    for sms in order:
+        step(f"solo sweep: {sms} SMs")
+        try:
+            res.sweep.append(_sweep_point(w, sms))
+        except (greenctx.SplitRefused, InputError) as exc:  # record it, measure the rest
+            res.step_errors.append(f"solo sweep {sms} SMs: {exc}")
+        done()
+    res.sweep.sort(key=lambda p: (p.granted_sms, p.kind == "whole"))
+    for p, d in plan.levels:
+        step(f"co-run level {p}/{d}")
+        try:
+            res.levels.append(_level(w, p, d))
+        except (greenctx.SplitRefused, InputError) as exc:  # this level only; the others still run
+            res.step_errors.append(f"level {p}/{d}: {exc}")
+        done()
+
+
+def _closing_notes(w: Workloads, res: BenchResults) -> list[Finding]:
+    """The notes of a run once it ended: launch gates retried (``bench.gate_retries``), each level where the
+    GPU took turns instead of running both (``bench.serialised``)."""
+    notes = [Finding("bench.gate_retries", {"retries": w.gate_retries})] if w.gate_retries else []
+    for lv in res.levels:
+        if lv.serialised:
+            notes.append(Finding("bench.serialised", {
+                "prefill_sms": lv.prefill_sms, "decode_sms": lv.decode_sms, "flops_factor": lv.flops_factor,
+                "bandwidth_factor": lv.bandwidth_factor, "limit": SERIALISED_FACTOR_SUM,
+                "overlap_share": lv.overlap_share}))
+    return notes

@@ -44,6 +44,7 @@ from .options import (
     MODEL_OPTION,
     NO_PREFIX_CACHE_OPTION,
     OUTPUT_TOKENS_OPTION,
+    EAGER_LAUNCH_OPTION,
     PER_REQUEST_OVERHEAD_OPTION,
     PREFILL_DECODE_INTERVAL_OPTION,
     PROMPT_TOKENS_OPTION,
@@ -166,6 +167,7 @@ def capacity(
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help=(
         "Roofline model: the engine's CPU time per step, ms (0 = kernels only).")),
     per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
+    eager_launch_ms: float | None = EAGER_LAUNCH_OPTION,
     admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
     first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
     admission_interval_ms: float | None = ADMISSION_INTERVAL_OPTION,

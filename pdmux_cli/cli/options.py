@@ -65,6 +65,10 @@ MFU_OPTION = typer.Option(None, "--mfu", help="Chapter model: fraction of dense 
 PER_REQUEST_OVERHEAD_OPTION = typer.Option(None, "--per-request-overhead-ms", help=(
     "Roofline model: what every step spends per request in its batch beyond the kernels, ms, paid by every "
     "schedule (default: fitted to public SGLang serving runs, profiles/efficiency/serving.yaml)."))
+EAGER_LAUNCH_OPTION = typer.Option(None, "--eager-launch-ms", help=(
+    "Roofline model: SGLang's host time per kernel of a prefill launched outside its CUDA graph (mixed "
+    "batches, pdmux's split prefill, DeepSeek-V3 on B200, --disable-prefill-cuda-graph), ms: such a batch "
+    "takes at least its layers' kernels times this (default: serving.yaml's fit)."))
 ADMISSION_DELAY_OPTION = typer.Option(None, "--admission-delay-ms", help=(
     "Roofline model: from a request's arrival until SGLang's scheduler can admit it (HTTP server, tokenizer, "
     "IPC), ms (default: serving.yaml's fit)."))

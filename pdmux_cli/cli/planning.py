@@ -140,6 +140,10 @@ def estimate(
                                                          "request in its batch beyond the kernels, ms "
                                                          "(default: fitted to public SGLang serving runs, "
                                                          "profiles/efficiency/serving.yaml)."),
+    eager_launch_ms: float | None = typer.Option(None, "--eager-launch-ms",
+                                                 help="Roofline model: SGLang's host time per kernel of a "
+                                                 "prefill launched outside its CUDA graph (mixed chunks, "
+                                                 "pdmux's split prefill), ms (default: serving.yaml's fit)."),
     weight_bytes: float | None = typer.Option(None, "--weight-bytes",
                                               help="Bytes per weight (default: the model's dtype; bf16 2, "
                                               "fp8 1)."),
@@ -199,8 +203,9 @@ def estimate(
         model=model, gpu=gpu, decode_bs=decode_bs, context=context, prompt_tokens=prompt_tokens,
         chunk_sizes=chunk_sizes, mixed_chunk_sizes=mixed_chunk_sizes, cost_model=cost_model, s_sat=s_sat,
         bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, step_overhead_ms=step_overhead_ms,
-        per_request_overhead_ms=per_request_overhead_ms, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
-        kv_cache_dtype=kv_cache_dtype, level=level, all_levels=all_levels, sm_group_num=sm_group_num,
+        per_request_overhead_ms=per_request_overhead_ms, eager_launch_ms=eager_launch_ms,
+        weight_bytes=weight_bytes, kv_bytes=kv_bytes, kv_cache_dtype=kv_cache_dtype, level=level,
+        all_levels=all_levels, sm_group_num=sm_group_num,
         decode_bs_divisor=decode_bs_divisor, token_budget=token_budget, config=config,
         flops_dtype=flops_dtype,
         calibration=calibration, tp=tp, disagg=disagg, kv_link=kv_link, kv_link_gb_s=kv_link_gb_s,

@@ -47,6 +47,7 @@ from .options import (
     NO_PREFIX_CACHE_OPTION,
     OUTPUT_TOKENS_OPTION,
     OUTPUT_YAML_OPTION,
+    EAGER_LAUNCH_OPTION,
     PER_REQUEST_OVERHEAD_OPTION,
     PREFILL_DECODE_INTERVAL_OPTION,
     PROMPT_TOKENS_OPTION,
@@ -116,6 +117,7 @@ def simulate(
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help=(
         "Roofline model: the engine's CPU time per step, ms (0 = kernels only).")),
     per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
+    eager_launch_ms: float | None = EAGER_LAUNCH_OPTION,
     admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
     first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
     admission_interval_ms: float | None = ADMISSION_INTERVAL_OPTION,
@@ -294,6 +296,7 @@ def tune(
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help=(
         "Roofline model: the engine's CPU time per step, ms.")),
     per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
+    eager_launch_ms: float | None = EAGER_LAUNCH_OPTION,
     admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
     first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
     admission_interval_ms: float | None = ADMISSION_INTERVAL_OPTION,

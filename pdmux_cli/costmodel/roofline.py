@@ -152,7 +152,8 @@ class RooflineModel:
             cpu = CpuProfile(step_overhead_s, 0.0 if step_overhead_s == 0 else cpu.per_request_s,
                              cpu.launch_s, cpu.kernels_per_layer,
                              Finding("costmodel.step_overhead", {"step_overhead_ms": step_overhead_s * 1e3},
-                                     "step_overhead_ms"), eager_launch_s=cpu.eager_launch_s)
+                                     "step_overhead_ms"),
+                             eager_launch_s=cpu.eager_launch_s)
         self.cpu = cpu
         self.serving = serving
         self.calibration = calibration

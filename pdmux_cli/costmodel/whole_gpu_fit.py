@@ -30,7 +30,7 @@ from typing import Any
 from ..catalog import model as mdl
 from ..sglang import server_defaults as sgl
 from .calibration_file import WholeGpuTerms
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .fit import grid_search
 
 #: Largest factor between measured times and the shipped model's (at the median) before the points are
@@ -42,6 +42,9 @@ MAX_MISMATCH = 2.5
 MAX_FIT_ERROR = 0.25
 #: Largest share of points that may be that far off and be left out as outliers (stalls, clock changes).
 MAX_OUTLIER_SHARE = 0.1
+#: The end of a refusal of points that are not of the model and GPU given (an InputError template: the
+#: values ``model`` and ``gpu``; the parameters at fault, ``model`` and ``gpu``, by their flags).
+_NOT_THIS_MODEL = "({flag.model}, {flag.gpu}; pdmux models TP 1)"
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ class CalibrationFit:
     rows: list[FitRow]
     decode_mode: str
     prefill_mode: str
-    notes: list[str]
+    notes: list[Finding]
 
 
 #: Width of the context bins server-log intervals are grouped in (5%: a step's KV read time moves by
@@ -135,12 +138,12 @@ def _median_error(predicted: list[float], measured: list[float]) -> float:
 
 
 def check_points(base: Any, gpu: Any, points: list[CalPoint],
-                 kv_bytes_per_element: float = 2.0) -> tuple[list[CalPoint], list[str]]:
-    """The points fit to use, and a note for those dropped. Refuses (:class:`InputError`, one line)
-    points that cannot come from this model on this GPU: more KV than its memory holds, a context past
-    the model's length, or times the shipped model is off for by more than :data:`MAX_MISMATCH` times
-    at the median or for more than :data:`MAX_OUTLIER_SHARE` of them (fewer are dropped as outliers: a
-    stall, a clock change)."""
+                 kv_bytes_per_element: float = 2.0) -> tuple[list[CalPoint], list[Finding]]:
+    """The points fit to use, and a note for those dropped (``fit.outliers_left_out``). Refuses
+    (:class:`InputError`, one line, ``param`` ``"model"``) points that cannot come from this model on this
+    GPU: more KV than its memory holds, a context past the model's length, or times the shipped model is
+    off for by more than :data:`MAX_MISMATCH` times at the median or for more than
+    :data:`MAX_OUTLIER_SHARE` of them (fewer are dropped as outliers: a stall, a clock change)."""
     model = base.model
     weights = mdl.weight_bytes_total(model)
     per_token = mdl.kv_bytes_per_token(model, kv_bytes_per_element)
@@ -149,12 +152,16 @@ def check_points(base: Any, gpu: Any, points: list[CalPoint],
     for p in points:
         held = p.batch * p.tokens
         if held > room:
-            raise InputError(f"{p.where}: {p.batch} x {p.tokens:,.0f} tokens of KV cache do not fit "
-                             f"{model.name} on {gpu.name} (at most {max(0, room):,.0f}): not measured with "
-                             "this model and GPU (--model, --gpu)")
+            raise InputError("{where}: {batch} x {tokens:,.0f} tokens of KV cache do not fit {model} on "
+                             "{gpu} (at most {room:,.0f}): not measured with this model and GPU "
+                             "({flag.model}, {flag.gpu})", param="model",
+                             values={"where": p.where, "batch": p.batch, "tokens": p.tokens,
+                                     "model": model.name, "gpu": gpu.name, "room": max(0, room)})
         if model.max_position_embeddings and p.tokens > model.max_position_embeddings:
-            raise InputError(f"{p.where}: {p.tokens:,.0f} tokens of context, past {model.name}'s "
-                             f"{model.max_position_embeddings:,}: not measured with this model (--model)")
+            raise InputError("{where}: {tokens:,.0f} tokens of context, past {model}'s {context:,}: not "
+                             "measured with this model ({param_flag})", param="model",
+                             values={"where": p.where, "tokens": p.tokens, "model": model.name,
+                                     "context": model.max_position_embeddings})
         ratios.append(p.measured_s / predict(base, p))
     for kind in ("prefill", "decode"):
         mine = [(p, r) for p, r in zip(points, ratios, strict=True) if p.kind == kind]
@@ -164,21 +171,27 @@ def check_points(base: Any, gpu: Any, points: list[CalPoint],
         if not 1 / MAX_MISMATCH <= typical <= MAX_MISMATCH:
             p, r = min(mine, key=lambda pr: abs(math.log(pr[1] / typical)))
             raise InputError(
-                f"{p.where}: measured {p.measured_s * 1e3:.3g} ms for a {kind} of {p.batch} x "
-                f"{p.tokens:,.0f} tokens where the model predicts {p.measured_s / r * 1e3:.3g} ms for "
-                f"{model.name} on {gpu.name} (the {kind} points are {typical:.2g}x the model at the median): "
-                "measured with another model, GPU or tensor parallelism? (--model, --gpu; pdmux models TP 1)")
+                "{where}: measured {measured_ms:.3g} ms for a {kind} of {batch} x {tokens:,.0f} tokens where "
+                "the model predicts {predicted_ms:.3g} ms for {model} on {gpu} (the {kind} points are "
+                "{typical:.2g}x the model at the median): measured with another model, GPU or tensor "
+                "parallelism? " + _NOT_THIS_MODEL, param="model",
+                values={"where": p.where, "measured_ms": p.measured_s * 1e3, "kind": kind, "batch": p.batch,
+                        "tokens": p.tokens, "predicted_ms": p.measured_s / r * 1e3, "model": model.name,
+                        "gpu": gpu.name, "typical": typical})
     kept = [p for p, r in zip(points, ratios, strict=True) if 1 / MAX_MISMATCH <= r <= MAX_MISMATCH]
     if len(points) - len(kept) > MAX_OUTLIER_SHARE * len(points):
         p = next(p for p in points if p not in kept)
-        raise InputError(f"{len(points) - len(kept)} of {len(points)} points are more than {MAX_MISMATCH:g}x "
-                         f"from what {model.name} on {gpu.name} takes (first: {p.where}): measured with "
-                         "another model, GPU or tensor parallelism? (--model, --gpu; pdmux models TP 1)")
+        raise InputError("{off} of {points} points are more than {mismatch:g}x from what {model} on {gpu} "
+                         "takes (first: {where}): measured with another model, GPU or tensor parallelism? "
+                         + _NOT_THIS_MODEL, param="model",
+                         values={"off": len(points) - len(kept), "points": len(points),
+                                 "mismatch": MAX_MISMATCH, "model": model.name, "gpu": gpu.name,
+                                 "where": p.where})
     notes = []
     if len(kept) < len(points):
         dropped = [p for p in points if p not in kept]
-        notes.append(f"{len(dropped)} point(s) more than {MAX_MISMATCH:g}x from the model left out as "
-                     f"outliers (first: {dropped[0].where})")
+        notes.append(Finding("fit.outliers_left_out", {"dropped": len(dropped), "mismatch": MAX_MISMATCH,
+                                                       "first": dropped[0].where}))
     return kept, notes
 
 
@@ -227,7 +240,7 @@ FIXED_RANGE = (-2e-3, 20e-3)
 
 
 def fit_whole_gpu(base: Any, points: list[CalPoint], source: str = "",
-                  notes: list[str] | None = None) -> CalibrationFit:
+                  notes: list[Finding] | None = None) -> CalibrationFit:
     """Fit the whole-GPU terms (module docstring) for ``base``'s model and GPU
     (a :class:`~pdmux_cli.costmodel.roofline.RooflineModel` with the shipped efficiencies).
     Raises :class:`InputError` without a single point."""
@@ -244,7 +257,7 @@ def fit_whole_gpu(base: Any, points: list[CalPoint], source: str = "",
     for _ in range(2):  # decode steps at large batches compute; prefills read KV: alternate twice
         kv, fixed, decode_mode = _fit_decode(base, profile, decode, f, a, notes)
         f, a, prefill_mode = _fit_prefill(base, profile, prefill, w, kv, fixed, f, a, notes)
-    notes = list(dict.fromkeys(notes))
+    notes = [n for i, n in enumerate(notes) if n not in notes[:i]]  # each once, in order (unhashable)
     fitted = _scaled(profile, w, kv, f, a)
     calibrated = _with(base, fitted, fixed)
     rows = [FitRow(p, predict(calibrated, p), predict(base, p)) for p in points]
@@ -254,10 +267,13 @@ def fit_whole_gpu(base: Any, points: list[CalPoint], source: str = "",
     calibrated_error = _median_error([r.calibrated_s for r in rows], measured_all)
     if calibrated_error > MAX_FIT_ERROR:
         worst = max(rows, key=lambda r: abs(r.calibrated_s / r.point.measured_s - 1))
-        raise InputError(f"even calibrated, the model is {calibrated_error:.0%} off at the median (e.g. "
-                         f"{worst.point.where}: measured {worst.point.measured_s * 1e3:.3g} ms, fitted "
-                         f"{worst.calibrated_s * 1e3:.3g} ms): not measured with {base.model.name} on "
-                         f"{base.gpu_name}? (--model, --gpu; pdmux models TP 1)")
+        raise InputError("even calibrated, the model is {error:.0%} off at the median (e.g. {where}: "
+                         "measured {measured_ms:.3g} ms, fitted {fitted_ms:.3g} ms): not measured with "
+                         "{model} on {gpu}? " + _NOT_THIS_MODEL, param="model",
+                         values={"error": calibrated_error, "where": worst.point.where,
+                                 "measured_ms": worst.point.measured_s * 1e3,
+                                 "fitted_ms": worst.calibrated_s * 1e3, "model": base.model.name,
+                                 "gpu": base.gpu_name})
     terms = WholeGpuTerms(
         model=base.model.name,
         gemm_bandwidth_efficiency=round(fitted.gemm.bandwidth_efficiency, 4),
@@ -279,7 +295,8 @@ def _check_plausible(base: Any, scales: dict[str, float], fitted: Any, fixed: fl
     datasheet's peak (1.0: faster than the GPU can be), a term :data:`MAX_MISMATCH` times slower than
     the shipped one, or a fixed time per decode step at the end of its range. Timings of another GPU
     fit one GPU's profile this way (a B200's profile "explains" H100 times with efficiencies near 0.3)."""
-    who = f"not measured with {base.model.name} on {base.gpu_name}? (--model, --gpu; pdmux models TP 1)"
+    who = "not measured with {model} on {gpu}? " + _NOT_THIS_MODEL
+    names = {"model": base.model.name, "gpu": base.gpu_name}
     values = {"KV read": fitted.decode_attention.bandwidth_efficiency,
               "GEMM compute": fitted.gemm.peak_efficiency,
               "attention compute": fitted.prefill_attention.peak_efficiency}
@@ -288,19 +305,22 @@ def _check_plausible(base: Any, scales: dict[str, float], fitted: Any, fixed: fl
         if not used[name]:
             continue
         if values[name] >= 1.0:
-            raise InputError(f"the measurements need a {name} efficiency above the datasheet's peak on "
-                             f"{base.gpu_name} (faster than the GPU can be): {who}")
+            raise InputError("the measurements need a {term} efficiency above the datasheet's peak on {gpu} "
+                             "(faster than the GPU can be): " + who, param="model",
+                             values={"term": name, **names})
         if scale < 1 / MAX_MISMATCH:
-            raise InputError(f"the measurements need a {name} efficiency of {values[name]:.2f}, "
-                             f"{1 / scale:.1f}x below what {base.gpu_name} reaches in published "
-                             f"measurements: {who}")
+            raise InputError("the measurements need a {term} efficiency of {efficiency:.2f}, {below:.1f}x "
+                             "below what {gpu} reaches in published measurements: " + who, param="model",
+                             values={"term": name, "efficiency": values[name], "below": 1 / scale, **names})
     if decode and not FIXED_RANGE[0] < fixed < FIXED_RANGE[1]:
-        raise InputError(f"the measurements need a fixed time per decode step of {fixed * 1e3:+.1f} ms, "
-                         f"outside {FIXED_RANGE[0] * 1e3:+.0f} to {FIXED_RANGE[1] * 1e3:+.0f} ms: {who}")
+        raise InputError("the measurements need a fixed time per decode step of {fixed_ms:+.1f} ms, outside "
+                         "{low_ms:+.0f} to {high_ms:+.0f} ms: " + who, param="model",
+                         values={"fixed_ms": fixed * 1e3, "low_ms": FIXED_RANGE[0] * 1e3,
+                                 "high_ms": FIXED_RANGE[1] * 1e3, **names})
 
 
 def _fit_decode(base: Any, profile: Any, decode: list[CalPoint], f: float, a: float,
-                notes: list[str]) -> tuple[float, float, str]:
+                notes: list[Finding]) -> tuple[float, float, str]:
     """The KV read scale and fixed time per step that fit the decode points best (module docstring);
     ``f``, ``a``: the compute scales so far (large batches compute). Returns ``(kv_scale, fixed_s, mode)``."""
     if not decode:
@@ -335,8 +355,7 @@ def _fit_decode(base: Any, profile: Any, decode: list[CalPoint], f: float, a: fl
         return 0.0
 
     if not with_kv:
-        notes.append("the decode points hold about the same KV cache: only a fixed time per step fitted "
-                     "(batches or contexts 2x apart also fit the KV read efficiency)")
+        notes.append(Finding("fit.decode_fixed_time_only", {"kv_spread": KV_SPREAD}))
         return 1.0, best_fixed(1.0), "fixed time per step"
     _, (scale,) = grid_search(lambda x: _mean_error(predicted(x, best_fixed(x)), measured, weights), [SCALES],
                               rounds=8)
@@ -344,7 +363,7 @@ def _fit_decode(base: Any, profile: Any, decode: list[CalPoint], f: float, a: fl
 
 
 def _fit_prefill(base: Any, profile: Any, prefill: list[CalPoint], w: float, kv: float, fixed: float,
-                 f: float, a: float, notes: list[str]) -> tuple[float, float, str]:
+                 f: float, a: float, notes: list[Finding]) -> tuple[float, float, str]:
     """The GEMM and attention compute scales that fit the prefill points best (module docstring)."""
     if not prefill:
         return f, a, "no points"
@@ -376,6 +395,5 @@ def _fit_prefill(base: Any, profile: Any, prefill: list[CalPoint], w: float, kv:
                                 [SCALES, SCALES], rounds=5)
         return f, a, "GEMM and attention compute"
     _, (f,) = grid_search(lambda x: _mean_error(predicted(x, x), measured, weights), [SCALES], rounds=5)
-    notes.append("prefill points too alike to tell GEMMs from attention: one scale fitted on both "
-                 "(prompts of very different lengths separate them)")
+    notes.append(Finding("fit.prefill_one_scale"))
     return f, f, "one compute scale"

@@ -120,6 +120,7 @@ class Scenario:
     tp: int = 1
     disagg: tuple[int, int] | None = None
     per_request_overhead_ms: float | None = None
+    eager_launch_ms: float | None = None
     kv_link: str = "auto"
     kv_link_gb_s: float | None = None
     kv_link_latency_us: float | None = None
@@ -412,6 +413,8 @@ def _models(gpu: Gpu, model: Model, scenario: Scenario, calibration) -> list[tup
               "step_overhead_ms": scenario.step_overhead_ms, "tp": scenario.tp}
     if scenario.per_request_overhead_ms is not None:
         common["per_request_overhead_ms"] = scenario.per_request_overhead_ms
+    if scenario.eager_launch_ms is not None:
+        common["eager_launch_ms"] = scenario.eager_launch_ms
     if calibration is not None:
         step_model = costmodel.build_step_model(gpu, model, calibration=calibration, **common)
         if not calibration.has_partitions:  # whole-GPU terms only: the S_SAT guesses still apply

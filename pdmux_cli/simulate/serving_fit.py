@@ -45,7 +45,8 @@ PUBLIC_GRIDS: dict[str, tuple[float, ...]] = {"eager_launch_ms": EAGER_GRID, **G
 PUBLIC_START = {"eager_launch_ms": 0.0, **START}
 #: The public fit's searches, kept best: the eager term searched first, and last (a coordinate search
 #: can stop in a worse minimum depending on the order: 0.4's runs did with the eager term first).
-PUBLIC_SEARCHES: tuple[dict[str, tuple[float, ...]], ...] = (PUBLIC_GRIDS, {**GRIDS, "eager_launch_ms": EAGER_GRID})
+PUBLIC_SEARCHES: tuple[dict[str, tuple[float, ...]], ...] = (PUBLIC_GRIDS,
+                                                              {**GRIDS, "eager_launch_ms": EAGER_GRID})
 
 
 def fit_public(runs: Sequence[ServingRun], mapper: Callable | None = None) -> tuple[dict[str, float], Errors]:
@@ -125,5 +126,5 @@ def fit_terms(runs: Sequence[ServingRun], *, setup_options: dict | None = None,
     return best, best_errors
 
 
-__all__ = ["EAGER_GRID", "FIXED", "GRIDS", "PASSES", "PUBLIC_GRIDS", "PUBLIC_SEARCHES", "PUBLIC_START", "START",
-           "fit_public", "fit_terms", "objective", "run_errors", "summary"]
+__all__ = ["EAGER_GRID", "FIXED", "GRIDS", "PASSES", "PUBLIC_GRIDS", "PUBLIC_SEARCHES", "PUBLIC_START",
+           "START", "fit_public", "fit_terms", "objective", "run_errors", "summary"]

@@ -78,6 +78,7 @@ class CalibrateResult:
     def to_dict(self) -> dict[str, Any]:
         """``pdmux calibrate --json`` (the ``"pdmux"`` provenance last: the shipped model the fit started
         from)."""
+        from ..messages import render_all  # the whole-GPU fit's notes are findings (fit.*)
         from ..provenance import provenance
 
         output = str(self.request.output) if self.request.output else None

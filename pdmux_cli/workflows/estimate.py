@@ -69,6 +69,7 @@ class EstimateRequest:
     mfu: float | None = None
     step_overhead_ms: float | None = None
     per_request_overhead_ms: float | None = None
+    eager_launch_ms: float | None = None
     weight_bytes: float | None = None
     kv_bytes: float | None = None
     kv_cache_dtype: str | None = None
@@ -238,6 +239,7 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         cost_model=cost_model,
         step_overhead_ms=optional_number(r.step_overhead_ms, "step_overhead_ms"),
         per_request_overhead_ms=optional_number(r.per_request_overhead_ms, "per_request_overhead_ms"),
+        eager_launch_ms=optional_number(r.eager_launch_ms, "eager_launch_ms"),
         s_sat_values=float_tuple(r.s_sat, "s_sat") if r.s_sat is not None else None,
         bandwidth_efficiency=optional_number(r.bandwidth_efficiency, "bandwidth_efficiency"),
         mfu=optional_number(r.mfu, "mfu"),

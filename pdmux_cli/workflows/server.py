@@ -29,10 +29,12 @@ class ServerOptions:
     ``--kv-cache-dtype``. ``flops_dtype``: ``bf16``, ``fp16`` or ``fp8``. ``mem_fraction_static``,
     ``max_prefill_tokens``, ``max_running_requests``, ``cuda_graph_max_bs``: SGLang's flags.
     ``step_overhead_ms``, ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``,
-    ``admission_interval_ms``: the roofline model's serving terms, ms (``None``: ``serving.yaml``'s fit).
+    ``admission_interval_ms``, ``eager_launch_ms``: the roofline model's serving terms, ms (``None``:
+    ``serving.yaml``'s fit).
     ``ignore_eos``: requests run to their max_new_tokens. ``disable_overlap_schedule``: CPU time adds to
     every baseline step. ``disable_prefill_cuda_graph``: SGLang's flag: every prefill batch launches its
-    kernels eagerly (as SGLang before its prefill CUDA graph did). ``no_prefix_cache``: SGLang's radix cache off. ``tp``: GPUs of one server (1-8).
+    kernels eagerly (as SGLang before its prefill CUDA graph did). ``no_prefix_cache``: SGLang's radix cache
+    off. ``tp``: GPUs of one server (1-8).
     """
 
     model: str = "qwen3-8b"
@@ -43,6 +45,7 @@ class ServerOptions:
     mfu: float | None = None
     step_overhead_ms: float | None = None
     per_request_overhead_ms: float | None = None
+    eager_launch_ms: float | None = None
     admission_delay_ms: float | None = None
     first_token_delay_ms: float | None = None
     admission_interval_ms: float | None = None
@@ -82,7 +85,8 @@ def _check_values(o: ServerOptions) -> None:
                         ("per_request_overhead_ms", o.per_request_overhead_ms),
                         ("admission_delay_ms", o.admission_delay_ms),
                         ("first_token_delay_ms", o.first_token_delay_ms),
-                        ("admission_interval_ms", o.admission_interval_ms)):
+                        ("admission_interval_ms", o.admission_interval_ms),
+                        ("eager_launch_ms", o.eager_launch_ms)):
         check_number(name, value, strict=False)
     if o.max_prefill_tokens < 1:
         raise InputError(
@@ -140,7 +144,7 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
                        weight_bytes_per_param=o.weight_bytes, kv_bytes_per_element=kv_cache.bytes_per_element,
                        mem_fraction_static=o.mem_fraction_static, max_prefill_tokens=o.max_prefill_tokens,
                        flops_dtype=o.flops_dtype, step_overhead_ms=o.step_overhead_ms,
-                       per_request_overhead_ms=o.per_request_overhead_ms,
+                       per_request_overhead_ms=o.per_request_overhead_ms, eager_launch_ms=o.eager_launch_ms,
                        admission_delay_ms=o.admission_delay_ms, first_token_delay_ms=o.first_token_delay_ms,
                        admission_interval_ms=o.admission_interval_ms, ignore_eos=o.ignore_eos,
                        disable_overlap=o.disable_overlap_schedule, cuda_graph_max_bs=o.cuda_graph_max_bs,
