@@ -77,10 +77,10 @@ CPU = {
         "(turboderp-org/exllamav3 PR 380); kernels_per_layer: a dense layer's kernels in SGLang "
         "(2 fused add-RMSNorms, QKV, RoPE, KV-cache store, attention, O, gate+up, SiLU-and-mul, down); "
         "eager_launch_s: SGLang's host time per kernel of a dense model's eager forward, Llama-3-8B on an "
-        "H100 at batch 1 decoding in 8.23 ms without a CUDA graph against 7.35 ms with one (sgl-project/sglang "
-        "PR 1401, bench_latency, flashinfer; the eager step outlasts the GPU's work, so its 32 x 10 launches "
-        "take it: 8.23 ms / 320); a MoE model's: serving.yaml; the scheduler's time per step and per request: "
-        "serving.yaml"
+        "H100 at batch 1 decoding in 8.23 ms without a CUDA graph against 7.35 ms with one "
+        "(sgl-project/sglang PR 1401, bench_latency, flashinfer; the eager step outlasts the GPU's work, so "
+        "its 32 x 10 launches take it: 8.23 ms / 320); a MoE model's: serving.yaml; the scheduler's time per "
+        "step and per request: serving.yaml"
     ),
 }
 

@@ -308,6 +308,94 @@ def _overload(f: Finding) -> str:
     )
 
 
+# --- the workflows' notes and the core's stored sources (capacity, simulate, tune, calibrate, workload,
+# --- pdmux YAML, planning inputs, splits, estimate; KV link, CPU and serving terms, KV cache) -----------
+
+
+def _dp_launch(f: Finding) -> str:
+    """capacity's note on its verdict's DP flags (``capacity.dp_launch``)."""
+    v = f.values
+    return (
+        f"DP {v['dp']}: the verdict's --dp-size {v['dp']} --load-balance-method {v['method']} runs the "
+        f"replicas as one SGLang server (its data-parallel controller, {v['gpus']} GPUs); {v['dp']} "
+        "servers with the other flags behind sgl-router are the same replicas. SGLang 0.5.23's checks do "
+        "not refuse --dp-size with --enable-pdmux (srt/arg_groups/validation_hook.py), but pdmux under DP "
+        "is untried here"
+    )
+
+
+def _disagg_launch(f: Finding) -> str:
+    """capacity's note on how a disaggregation's instances are launched (``capacity.disagg_launch``)."""
+    v = f.values
+    return (
+        f"{v['label']}: {v['prefill']} prefill server(s) (--disaggregation-mode prefill "
+        f"--chunked-prefill-size -1: whole prompts, as simulated) and {v['decode']} decode server(s) "
+        f"(--disaggregation-mode decode), each TP {v['tp']}, fronted by a router: python -m "
+        "sglang_router.launch_router --pd-disaggregation "
+        "--prefill URL ... --decode URL ... (SGLang 0.5.23 refuses --enable-pdmux with either mode: "
+        "srt/arg_groups/validation_hook.py)"
+    )
+
+
+def _bad_rows(f: Finding) -> str:
+    """A trace's unreadable rows (``workload.bad_rows``): the count, the file, the first few."""
+    v = f.values
+    shown = "; ".join(f"line {line}: {why}" if line > 0 else why for line, why in v["examples"])
+    more = ", first: " if v["rows"] > len(v["examples"]) else ": "
+    return f"{v['rows']} bad row(s) skipped in {v['source']}{more}{shown}"
+
+
+def _bench_serving_source(f: Finding) -> str:
+    """The serving terms' source in a calibration file (``calibrate.source.bench_serving``)."""
+    files = "; ".join(f"sglang.bench_serving {name}" for name in f.values["files"])
+    return f"{files} ({f.values['runs']} runs)"
+
+
+#: Where a KV link's bandwidth and latency come from (``disagg.kv_link_source``'s ``bandwidth`` and
+#: ``latency``): :data:`pdmux_cli.multigpu.disaggregation.RDMA_BYTES_PER_S` and ``RDMA_LATENCY_S`` cite
+#: theirs.
+_KV_LINK_FIGURES = {
+    "bandwidth": {"rdma": "RDMA 400 Gb/s per GPU, line rate: one ConnectX-7 port per GPU, NVIDIA datasheet",
+                  "profile": "the {gpu} profile's {link} figure per GPU and direction",
+                  "given": "{flag.kv_link_gb_s}", "none": ""},
+    "latency": {"rdma": "NCCL tuning.cc hwLat NET", "profile": "the profile's {link} latency",
+                "given": "{flag.kv_link_latency_us}", "none": ""},
+}
+
+
+def _kv_link_source(f: Finding) -> str:
+    """Where a KV link's figures come from and why that link (``disagg.kv_link_source``)."""
+    v = f.values
+    names = {"gpu": v["gpu"], "link": v["link"], "flag": _FlagNames()}
+    bandwidth = _KV_LINK_FIGURES["bandwidth"][v["bandwidth"]].format(**names)
+    latency = _KV_LINK_FIGURES["latency"][v["latency"]].format(**names)
+    if v["given"]:
+        why = f"{flag('kv_link')} {v['link']}"
+    elif v["gpus"] > v["per_node"]:
+        why = f"{v['gpus']} GPUs span nodes of {v['per_node']}"
+    else:
+        why = f"{v['gpus']} GPUs fit one node of {v['per_node']}"
+    return f"{bandwidth}; latency: {latency}; {why}"
+
+
+def _serving_options(f: Finding) -> str:
+    """A serving profile with request-path terms given as options (``costmodel.serving_options``)."""
+    given = ", ".join(f"{flag(name)} {value:g}" for name, value in f.values["given"].items())
+    return f"{f.values['base']}; {given}"
+
+
+def _kv_cache_source(f: Finding) -> str:
+    """Which option or rule chose a KV cache's bytes per element (``kv_cache.*``)."""
+    v, kind = f.values, f.code.rsplit(".", 1)[1]
+    if kind == "bytes_given":
+        return f"{flag('kv_bytes')} {v['kv_bytes']:g}"
+    if kind == "dtype_given":
+        return f"{flag('kv_cache_dtype')} {v['dtype']}"
+    why = ("the checkpoint's kv_cache_quant_algo FP8" if v["dtype"].startswith("fp8")
+           else f"the model's dtype ({v['dtype']})")
+    return f"{flag('kv_cache_dtype')} auto: {why}"
+
+
 def _allreduce_nearest(f: Finding) -> str:
     v = f.values
     more = (f", NCCL's time plus {v['hop_us']:g} us for each of {v['extra_steps']} extra ring steps"
@@ -378,6 +466,59 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     ),
     "simulate.nothing_to_plot": "no request completed under any policy: nothing to plot, {plot} not written",
     "simulate.failed_rows": "{rows} failed request row(s) (0 response tokens) skipped",
+    # workflows/simulate.simulate: policies refused, the model's pdmux support, each policy's own notes
+    "simulate.not_simulated": "{policy} not simulated: {error}",
+    "simulate.pdmux_not_simulated": "pdmux not simulated: {reason}",
+    "simulate.pdmux_support_unknown": "pdmux: {reason}",
+    "simulate.policy_note": "{policy}: {note}",
+    # workflows/capacity: the model's pdmux support, the launch flags on more than one server
+    "capacity.pdmux_not_sized": "pdmux not sized: {reason}",
+    "capacity.pdmux_support_unknown": "pdmux: {reason}",
+    "capacity.dp_launch": _dp_launch,
+    "capacity.disagg_launch": _disagg_launch,
+    # workflows/tune: DP replicas as one SGLang server
+    "tune.dp_launch": ("DP {dp}: --dp-size {dp} runs the replicas as one SGLang server; SGLang 0.5.23's "
+                       "checks do not refuse it with --enable-pdmux, but pdmux under DP is untried here "
+                       "(servers behind sgl-router are the replicas simulated)"),
+    # workflows/deployment: a router with nothing to route
+    "deploy.one_server": "one server: {flag.load_balance_method} has nothing to route (give {flag.dp} N)",
+    # workflows/workload.workload_notes
+    "workload.bad_rows": _bad_rows,
+    # workflows/calibrate: unreadable inputs, and the sources a calibration file records
+    "calibrate.unreadable": "{path}: {problem}",
+    "calibrate.log_reading": "{path}: {summary}",
+    "calibrate.more_unreadable": "{count} more unreadable one-batch line(s)",
+    "calibrate.source.one_batch": "SGLang one-batch {file} ({results} results)",
+    "calibrate.source.server_log": "SGLang server log {file} ({intervals} clean decode intervals)",
+    "calibrate.source.bench_serving": _bench_serving_source,
+    "calibrate.source.whole_gpu": "pdmux calibrate {flag.model} {model}",
+    "calibrate.source.serving": "pdmux calibrate {flag.bench_serving} {flag.model} {model}",
+    # workflows/pdmux_yaml.resolve_config: a config's warnings and the levels the driver rounds
+    "pdmux_yaml.problem": "config: {where}: {message} [{rule}]",
+    "pdmux_yaml.rounded": "config: {message}",
+    # workflows/planning_inputs.load_pdmux_yaml: likewise, named by the file
+    "planning.config_warning": "{path}: {where}: {message}",
+    "planning.config_rounded": "{path}: {message}",
+    # workflows/splits
+    "splits.tp_same_levels": (
+        "TP {tp}: every GPU builds these stream groups and picks the same level for the same decode batch "
+        "(each rank's scheduler runs the same rule on the same batches); before a prefill joins the decode "
+        "batch the ranks agree it is done with a CPU all-reduce (SGLang 0.5.23 "
+        "srt/multiplex/multiplexing_mixin.py event_loop_pdmux)"
+    ),
+    # workflows/estimate
+    "estimate.calibration_replaces_knobs": ("{flag.mfu} and {flag.bandwidth_efficiency} are not used with "
+                                            "{flag.calibration}: the measured curves replace them"),
+    # multigpu/disaggregation.kv_link: where a KV link's figures come from (KvLink.source)
+    "disagg.kv_link_source": _kv_link_source,
+    # costmodel.serving_terms and RooflineModel: CPU and serving terms given as options (their source)
+    "costmodel.step_overhead": "{flag.step_overhead_ms} {step_overhead_ms:g}",
+    "costmodel.per_request_overhead": "{base}; {flag.per_request_overhead_ms} {per_request_overhead_ms:g}",
+    "costmodel.serving_options": _serving_options,
+    # sglang/kv_cache.resolve_kv_cache: what chose the KV cache's bytes per element (KvCache.source)
+    "kv_cache.bytes_given": _kv_cache_source,
+    "kv_cache.dtype_given": _kv_cache_source,
+    "kv_cache.auto": _kv_cache_source,
     # sglang_support.model_support: whether a revision can run pdmux for a model
     "sglang.support.no_scan": _model_support,
     "sglang.support.no_architectures": _model_support,

@@ -270,6 +270,109 @@ def test_no_workflow_or_simulator_error_writes_a_pdmux_flag() -> None:
     assert not written, written
 
 
+# --- the workflows' notes and the core's stored sources are data, worded in messages.py ------------------
+
+#: The workflows whose notes are findings (gen_config.py: issue 21 item 2, another step).
+_NOTE_FILES = sorted(p for p in (CORE / "workflows").glob("*.py") if p.name != "gen_config.py")
+
+
+def _literal_texts(node: ast.AST) -> list[str]:
+    """The string literals and f-strings under ``node``, outside ``Finding(...)`` and ``InputError(...)``
+    (a finding's code and value names; an error's template, scanned above) and comparisons (``n != "pdmux"``:
+    no text written)."""
+    if isinstance(node, ast.Compare) or (isinstance(node, ast.Call)
+                                         and getattr(node.func, "id", None) in ("Finding", "InputError")):
+        return []
+    if isinstance(node, ast.JoinedStr):
+        return [ast.unparse(node)]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    return [text for child in ast.iter_child_nodes(node) for text in _literal_texts(child)]
+
+
+def _named_note(node: ast.AST, words: tuple[str, ...] = ("note", "warning", "problem")) -> bool:
+    name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")
+    return any(word in name for word in words)
+
+
+def _note_texts(tree: ast.AST) -> list[tuple[int, str]]:
+    """Text written into a note: an argument of ``notes.append/extend/insert``, a value assigned to or
+    returned as notes (``*_notes`` functions), a ``notes=`` argument (warnings and problems likewise)."""
+    found: list[tuple[int, list[str]]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "append", "extend", "insert") and _named_note(node.func.value):
+            found.append((node.lineno, [t for a in node.args for t in _literal_texts(a)]))
+        if isinstance(node, ast.Call):
+            found += [(node.lineno, _literal_texts(k.value)) for k in node.keywords if k.arg == "notes"]
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [t for target in targets for t in ast.walk(target)
+                     if isinstance(t, (ast.Name, ast.Attribute))]
+            if any(_named_note(t) for t in names):
+                found.append((node.lineno, _literal_texts(node.value)))
+        if isinstance(node, ast.FunctionDef) and "note" in node.name:
+            found += [(r.lineno, _literal_texts(r.value)) for r in ast.walk(node)
+                      if isinstance(r, ast.Return) and r.value is not None]
+    return [(line, text) for line, texts in found for text in texts]
+
+
+def test_no_workflow_writes_a_note_as_text() -> None:
+    written = [f"{path.name}:{line} {text[:60]!r}" for path in _NOTE_FILES
+               for line, text in _note_texts(ast.parse(path.read_text(encoding="utf-8")))]
+    assert not written, written
+
+
+def test_the_note_scan_finds_a_note_written_as_text() -> None:
+    tree = ast.parse('def f(x):\n    notes = [Finding("a.b", {"x": x})]\n    notes.append(f"{x} --tp")\n'
+                     '    return notes\n\ndef launch_notes():\n    return ["DP 2: --dp-size 2"]\n')
+    assert sorted(line for line, _ in _note_texts(tree)) == [3, 7]
+
+
+#: Files whose stored text (a source, a description, a constant's keys) named flags: data now.
+_STORED = [CORE / "multigpu" / "disaggregation.py", CORE / "costmodel" / "__init__.py",
+           CORE / "costmodel" / "roofline.py", CORE / "costmodel" / "efficiency.py",
+           CORE / "sglang" / "kv_cache.py", CORE / "simulate" / "tune.py",
+           CORE / "workflows" / "calibrate.py"]
+#: What stores text: these keywords, and the arguments of these constructors.
+_STORING_KEYWORDS = {"source", "origin", "chosen_by", "description"}
+_STORING_CLASSES = {"KvLink", "KvCache", "CpuProfile", "ServingProfile", "Candidate", "Calibration"}
+
+
+def _stored_flags(tree: ast.AST) -> list[tuple[int, str]]:
+    import re
+
+    def flags(node: ast.AST) -> list[str]:
+        return [f for text in _literal_texts(node) for f in re.findall(r"--[a-z][a-z0-9-]*", text)]
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            stored = [k.value for k in node.keywords if k.arg in _STORING_KEYWORDS]
+            if getattr(node.func, "id", None) in _STORING_CLASSES:
+                stored += node.args
+            found += [(node.lineno, f) for value in stored for f in flags(value)]
+        if isinstance(node, ast.Assign) and any(  # a source's parts: bw_source = "--kv-link-gb-s"
+                _named_note(t, ("source", "why")) for target in node.targets for t in ast.walk(target)):
+            found += [(node.lineno, f) for f in flags(node.value)]
+        if isinstance(node, ast.Dict):  # keyed by flag
+            found += [(node.lineno, f) for key in node.keys if key is not None for f in flags(key)]
+    return found
+
+
+def test_no_stored_source_or_key_names_a_flag() -> None:
+    written = [f"{path.relative_to(CORE)}:{line} {flag}" for path in _STORED
+               for line, flag in _stored_flags(ast.parse(path.read_text(encoding="utf-8")))]
+    assert not written, written
+
+
+def test_the_stored_text_scan_finds_a_flag() -> None:
+    tree = ast.parse('BOUNDS = {"--step-overhead-ms": 1.0}\nx = replace(cpu, source=f"--kv-bytes {b:g}")\n'
+                     'y = KvLink("nvlink", 1.0, 0.0, "--kv-link-gb-s")\n')
+    assert sorted(_stored_flags(tree)) == [(1, "--step-overhead-ms"), (2, "--kv-bytes"),
+                                           (3, "--kv-link-gb-s")]
+
+
 #: The value checks that take the parameter at fault by its Python name (``"decode_bs"``), never its flag.
 _VALUE_CHECKS = {"check_int", "optional_int", "check_number", "optional_number", "int_tuple", "float_tuple",
                  "optional_path", "check_positive_knobs", "parse_int_list", "parse_float_list", "parse_names",

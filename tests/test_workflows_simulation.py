@@ -185,9 +185,9 @@ def test_pdmux_yaml_is_resolved_in_one_place(h100: object) -> None:
     # the CUDA driver rounds green-context SM counts up to multiples of 8 on compute capability 9.x: 66 -> 72
     cfg, notes = resolve_config(PdmuxYaml(divisions="66:66:0,88:44:32"), h100)
     assert cfg.sm_group_num == 4 and [tuple(e) for e in cfg.manual_divisions] == [(72, 60, 0), (88, 44, 32)]
-    assert notes == [("config: manual_divisions[0] [66, 66] runs as 72/60 SMs (the CUDA driver rounds "
-                      "green-context SM counts up to multiples of 8 on compute capability 9.x): computed "
-                      "with 72/60")]
+    assert render_all(notes) == [("config: manual_divisions[0] [66, 66] runs as 72/60 SMs (the CUDA driver "
+                                  "rounds green-context SM counts up to multiples of 8 on compute capability "
+                                  "9.x): computed with 72/60")]
     assert resolve_config(PdmuxYaml(divisions="72:60:0,88:44:32"), h100)[1] == []
     cfg, _ = resolve_config(PdmuxYaml(decode_bs_divisor=24, token_budget=4096), h100)
     assert (cfg.sm_group_num, cfg.decode_bs_divisor, cfg.split_forward_token_budget) == (8, 24, 4096)

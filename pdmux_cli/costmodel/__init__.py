@@ -308,10 +308,11 @@ def _with_moe(profile: Any, gpu: Any, model: Any, weight_bytes_per_param: float 
 REPLACED_BY_WHOLE_GPU_TERMS = frozenset({"costmodel.efficiency.same_chip", "costmodel.efficiency.same_family",
                                          "costmodel.efficiency.guess"})
 
-#: The serving terms' options: flag, the bound in ms.
-SERVING_OPTION_BOUNDS_MS = {"--step-overhead-ms": 1000.0, "--per-request-overhead-ms": 10.0,
-                            "--admission-delay-ms": 10_000.0, "--first-token-delay-ms": 10_000.0,
-                            "--admission-interval-ms": 1000.0}
+#: The serving terms' options: the parameter (:func:`serving_terms`' keyword; the CLI's flag is
+#: :func:`pdmux_cli.messages.flag` of it), the bound in ms.
+SERVING_OPTION_BOUNDS_MS = {"step_overhead_ms": 1000.0, "per_request_overhead_ms": 10.0,
+                            "admission_delay_ms": 10_000.0, "first_token_delay_ms": 10_000.0,
+                            "admission_interval_ms": 1000.0}
 
 
 def serving_terms(cpu: CpuProfile, serving: ServingProfile, *, step_overhead_ms: float | None = None,
@@ -319,35 +320,41 @@ def serving_terms(cpu: CpuProfile, serving: ServingProfile, *, step_overhead_ms:
                   first_token_delay_ms: float | None = None,
                   admission_interval_ms: float | None = None) -> tuple[CpuProfile, ServingProfile]:
     """``cpu`` and ``serving`` with the given overrides (ms; ``None`` keeps the profile's), each named in
-    the source. ``step_overhead_ms`` 0 means kernels only: no CPU time and no per-request time per step,
-    unless ``per_request_overhead_ms`` is given too. Raises :class:`InputError` for a value outside
-    ``0..`` :data:`SERVING_OPTION_BOUNDS_MS`."""
+    the source (as data: ``costmodel.step_overhead``, ``costmodel.per_request_overhead`` with the profile's
+    source as ``base``, ``costmodel.serving_options`` with ``base`` and the ``given`` ones by parameter).
+    ``step_overhead_ms`` 0 means kernels only: no CPU time and no per-request time per step, unless
+    ``per_request_overhead_ms`` is given too. Raises :class:`InputError` for a value outside ``0..``
+    :data:`SERVING_OPTION_BOUNDS_MS` (naming the parameter)."""
     from dataclasses import replace
 
-    given = {"--step-overhead-ms": step_overhead_ms, "--per-request-overhead-ms": per_request_overhead_ms,
-             "--admission-delay-ms": admission_delay_ms, "--first-token-delay-ms": first_token_delay_ms,
-             "--admission-interval-ms": admission_interval_ms}
-    for flag, value in given.items():
-        high = SERVING_OPTION_BOUNDS_MS[flag]
+    given = {"step_overhead_ms": step_overhead_ms, "per_request_overhead_ms": per_request_overhead_ms,
+             "admission_delay_ms": admission_delay_ms, "first_token_delay_ms": first_token_delay_ms,
+             "admission_interval_ms": admission_interval_ms}
+    for name, value in given.items():
+        high = SERVING_OPTION_BOUNDS_MS[name]
         if value is not None and not (isinstance(value, (int, float)) and 0 <= value <= high):
-            raise InputError(f"{flag} must be from 0 to {high:g} ms, got {value}")
+            raise InputError("{param_flag} must be from 0 to {high:g} ms, got {value}", param=name,
+                             values={"high": high, "value": value})
     if step_overhead_ms is not None:
         kernels_only = step_overhead_ms == 0
         cpu = replace(cpu, step_s=step_overhead_ms / 1e3,
                       per_request_s=0.0 if kernels_only else cpu.per_request_s,
                       per_request_step_s=0.0 if kernels_only else cpu.per_request_step_s,
-                      source=f"--step-overhead-ms {step_overhead_ms:g}")
+                      source=Finding("costmodel.step_overhead", {"step_overhead_ms": step_overhead_ms},
+                                     "step_overhead_ms"))
     if per_request_overhead_ms is not None:
         cpu = replace(cpu, per_request_step_s=per_request_overhead_ms / 1e3,
-                      source=f"{cpu.source}; --per-request-overhead-ms {per_request_overhead_ms:g}")
+                      source=Finding("costmodel.per_request_overhead",
+                                     {"base": cpu.source, "per_request_overhead_ms": per_request_overhead_ms},
+                                     "per_request_overhead_ms"))
     path = {"admission_delay_s": admission_delay_ms, "first_token_delay_s": first_token_delay_ms,
             "admission_interval_s": admission_interval_ms}
     if any(v is not None for v in path.values()):
-        named = [f"{flag} {value:g}" for flag, value in given.items()
-                 if value is not None and flag in ("--admission-delay-ms", "--first-token-delay-ms",
-                                                   "--admission-interval-ms")]
-        serving = replace(serving, **{k: v / 1e3 for k, v in path.items() if v is not None},
-                          source=f"{serving.source}; {', '.join(named)}")
+        named = {name: value for name, value in given.items()
+                 if value is not None and name in ("admission_delay_ms", "first_token_delay_ms",
+                                                   "admission_interval_ms")}
+        source = Finding("costmodel.serving_options", {"base": serving.source, "given": named})
+        serving = replace(serving, **{k: v / 1e3 for k, v in path.items() if v is not None}, source=source)
     return cpu, serving
 
 

@@ -245,14 +245,16 @@ class CpuProfile:
     done before ``layers x`` :func:`~pdmux_cli.costmodel.operators.eager_kernels_per_layer` ``x
     eager_launch_s`` (``common.yaml``, measured); ``eager_launch_moe_s``: the same in a MoE model's forward
     (``serving.yaml``, fitted to the public serving runs: more of its kernels are Triton's, launched from
-    Python). 0 where a file predates them.
+    Python). 0 where a file predates them. ``source``: where the terms come from: the profile's text, or a
+    :class:`~pdmux_cli.util.errors.Finding` where options replaced them (``costmodel.step_overhead``,
+    ``costmodel.per_request_overhead``; ``str()`` words it).
     """
 
     step_s: float
     per_request_s: float
     launch_s: float
     kernels_per_layer: int
-    source: str = ""
+    source: Finding | str = ""
     per_request_step_s: float = 0.0
     eager_launch_s: float = 0.0
     eager_launch_moe_s: float = 0.0
@@ -276,14 +278,15 @@ class ServingProfile:
     and end-to-end latency, not ITL. ``admission_interval_s``: the front end's time per request (one
     process and one event loop take every request: the tokenizer manager), so a burst enters the
     scheduler at most one request per interval: request ``i`` is seen at ``max(arrival_i +
-    admission_delay_s, seen_(i-1) + admission_interval_s)``. ``source``: where each was measured or fitted.
+    admission_delay_s, seen_(i-1) + admission_interval_s)``. ``source``: where each was measured or fitted
+    (text, or the finding ``costmodel.serving_options`` where options replaced some).
     ``calibrated``: whether the delays come from a calibration (``pdmux calibrate --bench-serving``) rather
     than ``serving.yaml``'s fit to public runs.
     """
 
     admission_delay_s: float = 0.0
     first_token_delay_s: float = 0.0
-    source: str = ""
+    source: Finding | str = ""
     admission_interval_s: float = 0.0
     calibrated: bool = False
 

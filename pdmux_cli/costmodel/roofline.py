@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..catalog import model as mdl
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from ..catalog.model import Model
 from .efficiency import (
     NO_SERVING_DELAYS,
@@ -151,7 +151,8 @@ class RooflineModel:
         if step_overhead_s is not None:
             cpu = CpuProfile(step_overhead_s, 0.0 if step_overhead_s == 0 else cpu.per_request_s,
                              cpu.launch_s, cpu.kernels_per_layer,
-                             f"--step-overhead-ms {step_overhead_s * 1e3:g}",
+                             Finding("costmodel.step_overhead", {"step_overhead_ms": step_overhead_s * 1e3},
+                                     "step_overhead_ms"),
                              eager_launch_s=cpu.eager_launch_s, eager_launch_moe_s=cpu.eager_launch_moe_s)
         self.cpu = cpu
         self.serving = serving
@@ -486,7 +487,8 @@ class RooflineModel:
         takes the larger of this and the GPU time (:mod:`pdmux_cli.simulate.schedulers`)."""
         count = self.shapes.layers if layers is None else layers
         per_layer = GRAPHED_PREFILL_LAUNCHES_PER_LAYER if graphed else self.eager_kernels_per_layer
-        per_kernel = self.cpu.eager_launch_moe_s if self.shapes.experts is not None else self.cpu.eager_launch_s
+        cpu = self.cpu
+        per_kernel = cpu.eager_launch_moe_s if self.shapes.experts is not None else cpu.eager_launch_s
         return count * per_layer * per_kernel
 
     def decode_cpu_s(self, n: int) -> float:

@@ -26,7 +26,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from ..util.errors import InputError, short_repr
+from ..util.errors import Finding, InputError, short_repr
 
 #: GPUs of one node: an HGX/DGX baseboard holds 8 GPUs on one NVLink fabric (NVIDIA DGX H100/H200 and
 #: HGX B200 user guides). A deployment of more GPUs than this spans nodes.
@@ -135,13 +135,20 @@ class KvLink:
 
     ``kind``: ``"nvlink"``, ``"pcie"`` or ``"rdma"``. ``bytes_per_s``: bandwidth per GPU and direction
     (each rank of a TP group sends its shard over its own link). ``latency_s``: per transfer.
-    ``source``: where the figures come from (printed with the results).
+    ``origin``: where the figures come from, as data: a :class:`~pdmux_cli.util.errors.Finding`
+    (``disagg.kv_link_source``) for a link :func:`kv_link` built, or text; :attr:`source` is its line.
     """
 
     kind: str
     bytes_per_s: float
     latency_s: float
-    source: str
+    origin: Finding | str
+
+    @property
+    def source(self) -> str:
+        """Where the figures come from, one line (printed with the results; worded by
+        :mod:`pdmux_cli.messages`)."""
+        return str(self.origin)
 
     def transfer_s(self, rank_bytes: float) -> float:
         """Seconds to move ``rank_bytes`` (one rank's share of a request's KV cache, bytes)."""
@@ -164,7 +171,10 @@ def kv_link(gpu, gpus: int, kind: str = "auto", gb_per_s: float | None = None,
     the other kind, unless both overrides are given), or ``rdma`` (:data:`RDMA_BYTES_PER_S`,
     :data:`RDMA_LATENCY_S`). ``gb_per_s`` (GB/s per GPU and direction, :data:`KV_LINK_GB_S_RANGE`) and
     ``latency_us`` (:data:`KV_LINK_LATENCY_US_RANGE`) override the figures. Raises :class:`InputError`
-    for an unknown kind, an override out of range, or a profile without the figures needed.
+    for an unknown kind, an override out of range, or a profile without the figures needed. The link's
+    ``source`` is ``disagg.kv_link_source``: ``bandwidth`` and ``latency`` each ``"rdma"`` (the constants
+    above), ``"profile"`` (``gpu``'s figures), ``"given"`` (the override) or ``"none"``; ``link``; ``given``:
+    whether ``kind`` named the link (else ``gpus`` against ``per_node`` chose it).
     """
     name = str(kind).strip().lower()
     if name not in KV_LINKS:
@@ -184,24 +194,19 @@ def kv_link(gpu, gpus: int, kind: str = "auto", gb_per_s: float | None = None,
                 param=param,
                 values={"bounds": bounds, "unit": unit, "value": value},
             )
-    if name == "auto":
+    given = name != "auto"
+    if not given:
         name = "rdma" if gpus > GPUS_PER_NODE else (gpu.interconnect or "rdma")
-        why = (f"{gpus} GPUs span nodes of {GPUS_PER_NODE}" if gpus > GPUS_PER_NODE
-               else f"{gpus} GPUs fit one node of {GPUS_PER_NODE}")
-    else:
-        why = f"--kv-link {name}"
     both = gb_per_s is not None and latency_us is not None
     if name == "rdma":
         bw, lat = RDMA_BYTES_PER_S, RDMA_LATENCY_S
-        bw_source = "RDMA 400 Gb/s per GPU, line rate: one ConnectX-7 port per GPU, NVIDIA datasheet"
-        lat_source = "NCCL tuning.cc hwLat NET"
+        bw_source = lat_source = "rdma"
     elif gpu.interconnect == name and gpu.interconnect_bytes_per_s and gpu.interconnect_latency_s:
         bw, lat = float(gpu.interconnect_bytes_per_s), float(gpu.interconnect_latency_s)
-        bw_source = f"the {gpu.name} profile's {name} figure per GPU and direction"
-        lat_source = f"the profile's {name} latency"
+        bw_source = lat_source = "profile"
     elif both:
         bw = lat = 0.0
-        bw_source = lat_source = ""
+        bw_source = lat_source = "none"
     else:
         have = gpu.interconnect or "no interconnect figures"
         raise InputError(
@@ -211,7 +216,10 @@ def kv_link(gpu, gpus: int, kind: str = "auto", gb_per_s: float | None = None,
             values={"name": name, "gpu": gpu.name, "have": have},
         )
     if gb_per_s is not None:
-        bw, bw_source = gb_per_s * 1e9, "--kv-link-gb-s"
+        bw, bw_source = gb_per_s * 1e9, "given"
     if latency_us is not None:
-        lat, lat_source = latency_us * 1e-6, "--kv-link-latency-us"
-    return KvLink(name, bw, lat, f"{bw_source}; latency: {lat_source}; {why}")
+        lat, lat_source = latency_us * 1e-6, "given"
+    source = Finding("disagg.kv_link_source", {
+        "bandwidth": bw_source, "latency": lat_source, "gpu": gpu.name, "link": name, "given": given,
+        "gpus": gpus, "per_node": GPUS_PER_NODE})
+    return KvLink(name, bw, lat, source)

@@ -292,6 +292,9 @@ class Estimate:
     #: step's time per request beyond the kernels (ms; in the rows' step times), from the serving profile
     request_delay_ms: float = 0.0
     per_request_ms: float = 0.0
+    #: the step model of the whole-GPU rows (:class:`pdmux_cli.costmodel.StepModel`; the PD-mux rows of
+    #: several S_SATs each have their own): what :func:`pdmux_cli.provenance.step_model_provenance` reads
+    step_model: Any = None
 
 
 def pdmux_prefill_end_s(prefill_s: float, round_s: float, layers: int, per_round: int) -> float:
@@ -673,7 +676,7 @@ def estimate(
         notes.append(Finding("estimate.disagg_gpus", {"xpyd": name, "prefill": x, "decode": y, "gpus": gpus,
                                                       "tp": tp, "instance_tp": inst_tp}, "disagg"))
         notes.append(Finding("estimate.disagg_kv_link", {
-            "link": link.text, "link_source": link.source, "transfer_gb": transfer_bytes / 1e9,
+            "link": link.text, "link_source": link.origin, "transfer_gb": transfer_bytes / 1e9,
             "transfer_ms": transfer_s * 1e3, "prefill_ms": inst_prefill_s * 1e3}, "kv_link"))
     support = revisions.model_support(model.architectures, sglang)
     if support.state != "yes":  # right after a "does not fit", which says the table is hypothetical anyway
@@ -731,6 +734,7 @@ def estimate(
         pdmux_support=support,
         request_delay_ms=request_delay_ms,
         per_request_ms=per_request * 1e3,
+        step_model=full,
     )
 
 

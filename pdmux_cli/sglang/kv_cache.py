@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..util.errors import InputError, short_repr
+from ..util.errors import Finding, InputError, short_repr
 
 #: SGLang 0.5.23's ``--kv-cache-dtype`` choices, in its order (``srt/arg_groups/fields/model.py``).
 KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16")
@@ -40,12 +40,19 @@ _EXPLICIT = {"fp8_e5m2": "fp8_e5m2", "fp8_e4m3": "fp8_e4m3", "bf16": "bf16", "bf
 @dataclass(frozen=True)
 class KvCache:
     """The KV cache one server stores: ``dtype`` (``"bf16"``, ``"fp16"``, ``"fp8_e4m3"``, ``"fp8_e5m2"``,
-    or ``"custom"`` for ``--kv-bytes``), ``bytes_per_element`` (bytes) and ``source`` (one line for output:
-    which rule or option chose it)."""
+    or ``"custom"`` for ``--kv-bytes``), ``bytes_per_element`` (bytes) and ``chosen_by``: which rule or
+    option chose it, as data (a :class:`~pdmux_cli.util.errors.Finding`: ``kv_cache.bytes_given`` with
+    ``kv_bytes``, ``kv_cache.dtype_given`` with ``dtype``, ``kv_cache.auto`` with the model's ``dtype``);
+    :attr:`source` is its line."""
 
     dtype: str
     bytes_per_element: float
-    source: str
+    chosen_by: Finding
+
+    @property
+    def source(self) -> str:
+        """Which rule or option chose the cache, one line for output (worded by :mod:`pdmux_cli.messages`)."""
+        return str(self.chosen_by)
 
 
 def check_kv_cache_dtype(value: str | None) -> str | None:
@@ -103,14 +110,15 @@ def resolve_kv_cache(model: Any, kv_cache_dtype: str | None = None, kv_bytes: fl
                 param="kv_bytes",
                 values={"value": short_repr(kv_bytes)},
             )
-        return KvCache("custom", float(kv_bytes), f"--kv-bytes {kv_bytes:g}")
+        return KvCache("custom", float(kv_bytes), Finding("kv_cache.bytes_given", {"kv_bytes": kv_bytes},
+                                                          "kv_bytes"))
     if choice is None or choice == "auto":
         dtype = model.kv_dtype
-        why = ("the checkpoint's kv_cache_quant_algo FP8" if dtype.startswith("fp8")
-               else f"the model's dtype ({dtype})")
-        return KvCache(dtype, KV_DTYPE_BYTES[dtype], f"--kv-cache-dtype auto: {why}")
+        return KvCache(dtype, KV_DTYPE_BYTES[dtype], Finding("kv_cache.auto", {"dtype": dtype},
+                                                             "kv_cache_dtype"))
     dtype = _EXPLICIT[choice]
-    return KvCache(dtype, KV_DTYPE_BYTES[dtype], f"--kv-cache-dtype {choice}")
+    return KvCache(dtype, KV_DTYPE_BYTES[dtype], Finding("kv_cache.dtype_given", {"dtype": choice},
+                                                         "kv_cache_dtype"))
 
 
 #: Help text of the option, shared by the commands that take it.

@@ -387,7 +387,8 @@ def make_setup(
     model of :func:`pdmux_cli.costmodel.build_step_model` (its arguments: ``cost_model``, ``s_sat``,
     ``bandwidth_efficiency``, ``mfu``, ``calibration``, ``flops_dtype``, ``step_overhead_ms``,
     ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``, ``admission_interval_ms``,
-    ``tp``, ``eager_launch_ms``, ``eager_launch_moe_ms``). ``prefill_cuda_graph``: ``None`` for SGLang 0.5.23's default
+    ``tp``, ``eager_launch_ms``, ``eager_launch_moe_ms``). ``prefill_cuda_graph``: ``None`` for SGLang
+    0.5.23's default
     (:func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`), ``False`` for a server that
     prefills eagerly (an older release, ``--disable-prefill-cuda-graph``). Raises
     :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values."""

@@ -168,13 +168,15 @@ class Trace:
         span = f"{self.duration_s:.0f}" if self.duration_s >= 10 else f"{self.duration_s:.3g}"
         return f"over {span} s ({self.mean_qps:.3g} req/s)"
 
+    def bad_rows_finding(self) -> Finding:
+        """``workload.bad_rows``: ``rows`` (:attr:`bad_rows`), the trace's ``source``, and the first few
+        ``examples`` as ``[line, reason]`` (worded by :mod:`pdmux_cli.messages`)."""
+        return Finding("workload.bad_rows", {"rows": self.bad_rows, "source": self.source,
+                                             "examples": [list(e) for e in self.bad_examples]})
+
     def bad_rows_text(self) -> str:
-        """One line: ``"3 bad rows skipped (line 4: ..., line 9: ...)"``, or ``""`` when none."""
-        if not self.bad_rows:
-            return ""
-        shown = "; ".join(f"line {line}: {why}" if line > 0 else why for line, why in self.bad_examples)
-        more = ", first: " if self.bad_rows > len(self.bad_examples) else ": "
-        return f"{self.bad_rows} bad row(s) skipped in {self.source}{more}{shown}"
+        """One line: ``"3 bad row(s) skipped in FILE: line 4: ...; line 9: ..."``, or ``""`` when none."""
+        return str(self.bad_rows_finding()) if self.bad_rows else ""
 
 
 class _Rows:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..util.errors import InputError
+from ..messages import render, render_all
+from ..util.errors import Finding, InputError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +52,7 @@ class ServingFit:
     terms: Any
     before: dict[str, list[float]]
     after: dict[str, list[float]]
-    notes: list[str]
+    notes: list[Finding | str]
 
 
 @dataclass
@@ -72,7 +73,7 @@ class CalibrateResult:
     model: Any = None
     points: int = 0
     serving: ServingFit | None = None
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding | str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """``pdmux calibrate --json`` (the ``"pdmux"`` provenance last: the shipped model the fit started
@@ -93,7 +94,7 @@ class CalibrateResult:
                               "per_request_overhead_ms": s.terms.per_request_step_s * 1e3},
                     "median_error": {k: statistics.median(v) for k, v in s.after.items()},
                     "shipped_median_error": {k: statistics.median(v) for k, v in s.before.items()},
-                    "notes": s.notes, "output": output, "yaml": self.yaml}
+                    "notes": render_all(s.notes), "output": output, "yaml": self.yaml}
             block = _shipped(self.profile)
             return {**data, "pdmux": provenance(sglang=None, cost_model=block)}
         t, base = self.fit.terms, self.base
@@ -188,6 +189,12 @@ def _measured(gpu: str, model: str, kv_bytes: float | None,
     return find_gpu_or_file(gpu), mdl, resolve_kv_cache(mdl, kv_cache_dtype, kv_bytes).bytes_per_element
 
 
+def _unreadable(path: Path, problem: str) -> Finding:
+    """``calibrate.unreadable``: a line of ``path`` a reader could not use (``problem``: the reader's
+    reason, :mod:`pdmux_cli.sglang.measurement_readers`)."""
+    return Finding("calibrate.unreadable", {"path": str(path), "problem": problem})
+
+
 def _fit_serving(cal: Any, r: CalibrateRequest, kv_bytes: float) -> tuple[Any, ServingFit]:
     """``cal`` with the serving terms fitted to ``r.bench_serving``, and the fit."""
     from ..costmodel.calibration_file import ServingTerms
@@ -200,7 +207,7 @@ def _fit_serving(cal: Any, r: CalibrateRequest, kv_bytes: float) -> tuple[Any, S
     for path in r.bench_serving:
         got, bad = read_bench_serving(path)
         results += got
-        problems += [f"{path}: {b}" for b in bad]
+        problems += [_unreadable(path, b) for b in bad]
     runs, notes = runs_from_bench_serving(results, r.gpu, r.model, r.tp if r.tp != 1 else None)
     options: dict[str, Any] = {"kv_bytes_per_element": kv_bytes}
     if cal.whole_gpu is not None:
@@ -212,7 +219,8 @@ def _fit_serving(cal: Any, r: CalibrateRequest, kv_bytes: float) -> tuple[Any, S
             terms, errors = serving_fit.fit_terms(runs, setup_options=options, mapper=pool.map)
     else:
         terms, errors = serving_fit.fit_terms(runs, setup_options=options)
-    source = "; ".join(f"sglang.bench_serving {p.name}" for p in r.bench_serving) + f" ({len(runs)} runs)"
+    source = render(Finding("calibrate.source.bench_serving",
+                            {"files": [p.name for p in r.bench_serving], "runs": len(runs)}))
 
     def seconds(option: str) -> float:
         return float(f"{terms[option] / 1e3:.6g}")
@@ -290,22 +298,24 @@ def _serving_only(r: CalibrateRequest) -> CalibrateResult:
     profile, mdl, kv = _measured(r.gpu, r.model, r.kv_bytes, r.kv_cache_dtype)
     cal = Calibration(gpu_name=profile.name, sm_count=profile.require_sm_count(),
                       compute_capability=tuple(profile.compute_capability), date=_today(),
-                      source=f"pdmux calibrate --bench-serving --model {mdl.name}",
+                      source=render(Finding("calibrate.source.serving", {"model": mdl.name})),
                       gpu_key=getattr(profile, "key", ""))
     cal, fit = _fit_serving(cal, r, kv)
     return CalibrateResult(r, "serving", cal, dump_calibration(cal), profile=profile, model=mdl, serving=fit)
 
 
-def _read_measurements(r: CalibrateRequest) -> tuple[list, list, list[str], list[str], list]:
-    """``(one-batch points, clean decode intervals, problems, sources, (path, log reading) pairs)``."""
+def _read_measurements(r: CalibrateRequest) -> tuple[list, list, list[Finding], list[str], list]:
+    """``(one-batch points, clean decode intervals, problems (``calibrate.unreadable``), sources (the lines a
+    calibration file records), (path, log reading) pairs)``."""
     from ..sglang.measurement_readers import read_one_batch, read_server_log
 
     one_batch, problems, sources = [], [], []
     for path in r.sglang_bench:
         points, bad = read_one_batch(path)
         one_batch += points
-        problems += [f"{path}: {b}" for b in bad]
-        sources.append(f"SGLang one-batch {path.name} ({len(points)} results)")
+        problems += [_unreadable(path, b) for b in bad]
+        sources.append(render(Finding("calibrate.source.one_batch",
+                                      {"file": path.name, "results": len(points)})))
     intervals, readings = [], []
     for path in r.sglang_log:
         reading = read_server_log(path)
@@ -315,9 +325,10 @@ def _read_measurements(r: CalibrateRequest) -> tuple[list, list, list[str], list
                              "single-GPU server")
         intervals += reading.intervals
         readings.append((path, reading))
-        sources.append(f"SGLang server log {path.name} ({len(reading.intervals)} clean decode intervals)")
+        sources.append(render(Finding("calibrate.source.server_log",
+                                      {"file": path.name, "intervals": len(reading.intervals)})))
     if not one_batch and not intervals:
-        why = "; ".join(f"{p}: {rd.summary()}" for p, rd in readings) or "; ".join(problems[:3])
+        why = "; ".join(f"{p}: {rd.summary()}" for p, rd in readings) or "; ".join(render_all(problems[:3]))
         raise InputError("nothing to calibrate on: no one-batch result and no clean decode interval"
                          + (f" ({why})" if why else ""))
     return one_batch, intervals, problems, sources, readings
@@ -343,15 +354,17 @@ def _whole_gpu(r: CalibrateRequest) -> CalibrateResult:
     cal = Calibration(
         gpu_name=profile.name, sm_count=profile.require_sm_count(),
         compute_capability=tuple(profile.compute_capability),
-        date=_today(), source=f"pdmux calibrate --model {mdl.name}", whole_gpu=fit.terms,
+        date=_today(), source=render(Finding("calibrate.source.whole_gpu", {"model": mdl.name})),
+        whole_gpu=fit.terms,
         terms_from=(("whole_gpu", "; ".join(sources)),), gpu_key=getattr(profile, "key", ""),
     )
     serving = None
     if r.bench_serving:  # the serving terms on top of the whole-GPU ones just fitted
         cal, serving = _fit_serving(cal, r, kv_bytes)
-    notes = list(fit.notes) + problems[:5] + [f"{p}: {rd.summary()}" for p, rd in readings]
+    logs = [Finding("calibrate.log_reading", {"path": str(p), "summary": rd.summary()}) for p, rd in readings]
+    notes = [*fit.notes, *problems[:5], *logs]
     if len(problems) > 5:
-        notes.append(f"{len(problems) - 5} more unreadable one-batch line(s)")
+        notes.append(Finding("calibrate.more_unreadable", {"count": len(problems) - 5}))
     return CalibrateResult(r, "whole_gpu", cal, dump_calibration(cal), fit=fit, base=base, profile=profile,
                            model=mdl, points=len(points), serving=serving, notes=notes)
 

@@ -166,39 +166,36 @@ def _check_options(r: CapacityRequest, configs: list[Path]) -> str:
     return executor
 
 
-def _support_notes(r: CapacityRequest, support: Any, names: list[str]) -> tuple[list[str], list[str]]:
-    """The policies kept and the notes on the model's pdmux support (never sized, so never recommended)."""
+def _support_notes(r: CapacityRequest, support: Any, names: list[str]) -> tuple[list[str], list[Finding]]:
+    """The policies kept and the notes on the model's pdmux support (never sized, so never recommended):
+    ``capacity.pdmux_not_sized``, ``capacity.pdmux_support_unknown`` (``reason``: the support's finding)."""
     if support.state == "no":
         if r.config is not None or names == ["pdmux"]:
             raise InputError(
                 "pdmux: {reason} ({flag.sglang} picks another SGLang revision)",
                 values={"reason": support.reason},
             )
-        return [n for n in names if n != "pdmux"], [f"pdmux not sized: {support.reason}"]
+        return [n for n in names if n != "pdmux"], [Finding("capacity.pdmux_not_sized",
+                                                            {"reason": support.why}, "sglang")]
     if support.state == "unknown":
-        return names, [f"pdmux: {support.reason}"]
+        return names, [Finding("capacity.pdmux_support_unknown", {"reason": support.why}, "sglang")]
     return names, []
 
 
-def launch_notes(cluster: Cluster, tp: int, colocated: bool = True) -> list[str]:
+def launch_notes(cluster: Cluster, tp: int, colocated: bool = True) -> list[Finding]:
     """What the verdict's flags mean on more than one server (SGLang 0.5.23); ``colocated``: policies other
-    than disagg ran (the DP flags are theirs)."""
+    than disagg ran (the DP flags are theirs). ``capacity.dp_launch`` (``dp``, ``method``, ``gpus``: the
+    replicas' GPUs) and ``capacity.disagg_launch`` (``label``, ``prefill``, ``decode``: instances, ``tp``:
+    each one's)."""
     notes = []
     if cluster.dp > 1 and colocated:
-        notes.append(
-            f"DP {cluster.dp}: the verdict's --dp-size {cluster.dp} --load-balance-method {cluster.method} "
-            f"runs the replicas as one SGLang server (its data-parallel controller, {cluster.dp * tp} GPUs); "
-            f"{cluster.dp} servers with the other flags behind sgl-router are the same replicas. SGLang "
-            "0.5.23's checks do not refuse --dp-size with --enable-pdmux "
-            "(srt/arg_groups/validation_hook.py), but pdmux under DP is untried here")
+        notes.append(Finding("capacity.dp_launch", {"dp": cluster.dp, "method": cluster.method,
+                                                    "gpus": cluster.dp * tp}))
     if cluster.disagg is not None:
         d = cluster.disagg
-        notes.append(
-            f"{d.label}: {d.prefill} prefill server(s) (--disaggregation-mode prefill --chunked-prefill-size "
-            f"-1: whole prompts, as simulated) and {d.decode} decode server(s) (--disaggregation-mode "
-            f"decode), each TP {d.instance_setup.tp if d.instance_setup else tp}, fronted by a router: "
-            "python -m sglang_router.launch_router --pd-disaggregation --prefill URL ... --decode URL ... "
-            "(SGLang 0.5.23 refuses --enable-pdmux with either mode: srt/arg_groups/validation_hook.py)")
+        notes.append(Finding("capacity.disagg_launch", {
+            "label": d.label, "prefill": d.prefill, "decode": d.decode,
+            "tp": d.instance_setup.tp if d.instance_setup else tp}))
     return notes
 
 

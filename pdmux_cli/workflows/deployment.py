@@ -81,7 +81,7 @@ def _without_disagg(setup: Any, d: DeploymentOptions, method: str, given_method:
         )
     dp = d.dp if d.dp is not None else 1
     lone = given_method and dp == 1
-    notes = ("one server: --load-balance-method has nothing to route (give --dp N)",) if lone else ()
+    notes = (Finding("deploy.one_server", param="load_balance_method"),) if lone else ()
     return Cluster(dp, method, None, notes, dp * setup.tp)
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..provenance import cost_model_provenance, provenance, with_provenance
-from ..util.errors import InputError, short_repr
+from ..provenance import provenance, with_provenance
+from ..util.errors import Finding, InputError, short_repr
 from .planning_inputs import (
     check_int,
     check_positive_knobs,
@@ -111,7 +111,7 @@ class EstimateResult:
         return self.estimate.rows
 
     @property
-    def notes(self) -> list[str]:
+    def notes(self) -> list[Finding | str]:
         """The lines printed under the table (``note: ...``)."""
         return self.estimate.notes
 
@@ -261,28 +261,7 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         kv_link_latency_us=optional_number(r.kv_link_latency_us, "kv_link_latency_us"),
         disagg_tp=optional_int(r.disagg_tp, "disagg_tp"),
     )
-    cal = None
-    if calibration is not None:
-        from ..catalog.hardware import find_gpu
-        from ..costmodel.calibration_file import load_calibration
-
-        cal = load_calibration(calibration)
-        try:
-            measured_on = find_gpu(cal.gpu_key or cal.gpu_name)
-        except InputError:  # a device without a profile: only the SM count can be compared
-            measured_on = None
-        if measured_on is not None and measured_on.key != gpu_profile.key:
-            raise InputError(
-                "{calibration} was measured on {name}, not {gpu}: pass {flag.gpu} {key} or calibrate "
-                "this GPU ('pdmux bench', 'pdmux calibrate')",
-                values={"calibration": calibration, "name": measured_on.name, "gpu": gpu_profile.name,
-                        "key": measured_on.key},
-            )
-        if r.s_sat is not None and cal.has_partitions:
-            raise InputError(
-                "{flag.s_sat} is a guess that a {flag.calibration} file replaces: give one or the other",
-                values={},
-            )
+    cal = _calibration(calibration, gpu_profile, r.s_sat is not None)
     est = run_estimate(
         gpu_profile,
         mdl,
@@ -292,55 +271,73 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         sglang=r.sglang,
     )
     est.notes[:0] = cfg_notes
-    if (
-        cal is not None
-        and scenario.cost_model == "chapter"
-        and (r.mfu is not None or r.bandwidth_efficiency is not None)
-    ):
-        est.notes.append(
-            "--mfu and --bandwidth-efficiency are not used with --calibration: "
-            "the measured curves replace them"
-        )
-    block = provenance(
-        sglang=get_revision(r.sglang).key, cost_model=_cost_model_sources(gpu_profile, est, cal, calibration)
-    )
+    if cal is not None and scenario.cost_model == "chapter" and (
+            r.mfu is not None or r.bandwidth_efficiency is not None):
+        est.notes.append(Finding("estimate.calibration_replaces_knobs", param="calibration"))
+    block = provenance(sglang=get_revision(r.sglang).key, cost_model=cost_model_block(est, calibration))
     if plot is not None:
-        from ..planning.plot import write_tradeoff_plot
-
-        write_tradeoff_plot(
-            plot,
-            est,
-            f"{est.model} on {est.gpu}: {scenario.decode_bs} x {scenario.context_tokens} "
-            f"tokens decoding, a {scenario.prompt_tokens}-token prompt ({est.cost_model} cost model)",
-        )
+        _write_plot(plot, est)
     return EstimateResult(est, calibrated=cal is not None, plot=plot, provenance=block)
 
 
-def _cost_model_sources(gpu: Any, est: Any, cal: Any, calibration: Path | None) -> dict[str, Any]:
-    """:func:`~pdmux_cli.provenance.cost_model_provenance` of an estimate: the cost model, the efficiency
-    profile the roofline model read (:func:`pdmux_cli.costmodel.efficiency.profile_for`, as
-    ``build_step_model`` picks it), the calibration file, the serving terms' release line (or
-    ``"calibration"`` where the file's own replace them), and the S_SAT of the PD-mux rows (SMs; a list
-    where there are several, ``None`` where a measured curve stands instead)."""
+def _calibration(calibration: Path | None, gpu: Any, s_sat_given: bool) -> Any:
+    """The calibration file's :class:`~pdmux_cli.costmodel.calibration_file.Calibration` (``None`` without
+    one). Raises :class:`InputError` for one measured on another GPU than ``gpu`` (a profile), or with
+    partition terms where an S_SAT was given too (``s_sat_given``)."""
+    if calibration is None:
+        return None
+    from ..catalog.hardware import find_gpu
+    from ..costmodel.calibration_file import load_calibration
+
+    cal = load_calibration(calibration)
+    try:
+        measured_on = find_gpu(cal.gpu_key or cal.gpu_name)
+    except InputError:  # a device without a profile: only the SM count can be compared
+        measured_on = None
+    if measured_on is not None and measured_on.key != gpu.key:
+        raise InputError(
+            "{calibration} was measured on {name}, not {gpu}: pass {flag.gpu} {key} or calibrate "
+            "this GPU ('pdmux bench', 'pdmux calibrate')",
+            values={"calibration": calibration, "name": measured_on.name, "gpu": gpu.name,
+                    "key": measured_on.key},
+        )
+    if s_sat_given and cal.has_partitions:
+        raise InputError(
+            "{flag.s_sat} is a guess that a {flag.calibration} file replaces: give one or the other",
+            values={},
+        )
+    return cal
+
+
+def _write_plot(plot: Path, est: Any) -> None:
+    """The PNG of ITL against prefill time at every level (whole or not at all)."""
+    from ..planning.plot import write_tradeoff_plot
+
+    sc = est.scenario
+    write_tradeoff_plot(
+        plot,
+        est,
+        f"{est.model} on {est.gpu}: {sc.decode_bs} x {sc.context_tokens} "
+        f"tokens decoding, a {sc.prompt_tokens}-token prompt ({est.cost_model} cost model)",
+    )
+
+
+def row_s_sat(est: Any) -> float | list[float | None] | None:
+    """The S_SAT of an estimate's PD-mux rows, SMs: one number, a list where each row took its own
+    (``s_sat=(44, 66, 88)``), ``None`` where there is no such row; a row's ``None`` where a measured curve
+    (a calibration's) stands instead of an S_SAT."""
     import math
 
-    roofline = est.cost_model == "roofline"
-    efficiency = serving = None
-    if roofline:
-        from ..costmodel.efficiency import DEFAULT_RELEASE_LINE, profile_for
+    values = [None if r.s_sat is None or not math.isfinite(r.s_sat) else float(r.s_sat)
+              for r in est.rows if r.policy == "pdmux"]
+    return values[0] if len(values) == 1 else values or None
 
-        efficiency = profile_for(getattr(gpu, "key", ""), tuple(gpu.compute_capability))[0].key + ".yaml"
-        serving = "calibration" if cal is not None and cal.serving is not None else DEFAULT_RELEASE_LINE
-    values = [
-        None if r.s_sat is None or not math.isfinite(r.s_sat) else float(r.s_sat)
-        for r in est.rows
-        if r.policy == "pdmux"
-    ]
-    s_sat = values[0] if len(values) == 1 else values or None
-    return cost_model_provenance(
-        est.cost_model,
-        efficiency=efficiency,
-        calibration=str(calibration) if calibration is not None else None,
-        serving=serving,
-        s_sat=s_sat,
-    )
+
+def cost_model_block(est: Any, calibration: Path | None) -> dict[str, Any]:
+    """The JSON's ``"cost_model"`` provenance of an estimate: what the simulation commands give
+    (:func:`pdmux_cli.provenance.step_model_provenance` of its step model: the cost model, its efficiency
+    profile, the ``calibration`` file, the serving terms' release line or ``"calibration"``), with the S_SAT
+    of its PD-mux rows (:func:`row_s_sat`) in place of the model's own."""
+    from ..provenance import step_model_provenance
+
+    return {**step_model_provenance(est.step_model, calibration=calibration), "s_sat": row_s_sat(est)}

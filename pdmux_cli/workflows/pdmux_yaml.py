@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,7 +28,13 @@ class PdmuxYaml:
     token_budget: int | None = None
 
 
-def _load(source: PdmuxYaml) -> tuple[Any, list[str]]:
+def _problem(p: Any) -> Finding:
+    """``pdmux_yaml.problem``: a config's warning or a rule only SGLang 0.5.23 or the driver objects to
+    (:class:`pdmux_cli.sglang.pdmux_config.Problem`: ``where``, ``message``, ``rule``)."""
+    return Finding("pdmux_yaml.problem", {"where": p.where, "message": p.message, "rule": p.rule}, "config")
+
+
+def _load(source: PdmuxYaml) -> tuple[Any, list[Finding]]:
     """The config as written (or SGLang's defaults) and its warnings."""
     from ..sglang import pdmux_config as pc
 
@@ -43,7 +49,7 @@ def _load(source: PdmuxYaml) -> tuple[Any, list[str]]:
             values={},
         )
     cfg, problems = pc.load_config(source.config)
-    warnings = [f"config: {p}" for p in problems if not pc.is_error(p)]
+    warnings = [_problem(p) for p in problems if not pc.is_error(p)]
     errors = [p for p in problems if pc.is_error(p)]
     if errors:
         first = errors[0]
@@ -71,7 +77,7 @@ def _overridden(cfg: Any, source: PdmuxYaml, total_sms: int) -> Any:
     return cfg
 
 
-def resolve_config(source: PdmuxYaml, setup: Any) -> tuple[Any, list[str]]:
+def resolve_config(source: PdmuxYaml, setup: Any) -> tuple[Any, list[Finding]]:
     """The pdmux config to simulate on ``setup``'s GPU (a :class:`pdmux_cli.sglang.pdmux_config.PdmuxConfig`,
     levels as the driver runs them) and notes (``"config: ..."``: warnings, rules only SGLang 0.5.23 or
     the driver objects to, levels rounded).
@@ -96,9 +102,9 @@ def resolve_config(source: PdmuxYaml, setup: Any) -> tuple[Any, list[str]]:
                              + (f" (pdmux check-config {source.config} lists every problem)"
                                 if source.config is not None else ""))
         if problem.rule != "cuda":  # said by driver_divisions' notes, which also says what is simulated
-            notes.append(f"config: {problem}")
+            notes.append(_problem(problem))
     cfg, rounded = pc.driver_divisions(cfg, setup.total_sms, setup.compute_capability)
-    notes.extend(f"config: {note}" for note in rounded)
+    notes.extend(Finding("pdmux_yaml.rounded", {"message": note}, "config") for note in rounded)
     return cfg, notes
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..util.errors import InputError, short_repr
+from ..util.errors import Finding, InputError, short_repr
 from .values import param_error
 
 
@@ -84,7 +84,7 @@ def resolve_device(gpu: str | None, sms: int | None, cc: str | None, default: st
 
 def load_pdmux_yaml(
     path: Path, device: Device | None = None, cli_sm_group_num: int | None = None, sglang: str | None = None
-) -> tuple[Any, list[str]]:
+) -> tuple[Any, list[Finding]]:
     """A pdmux YAML for ``--config`` -> ``(PdmuxConfig, notes)``.
 
     Structural problems, and (with ``device``) anything SGLang refuses at load or start-up (rules "both" and
@@ -104,10 +104,10 @@ def load_pdmux_yaml(
         refusal = planning_refusal(config, problems, sglang, device.sm_count, device.cc)
         if refusal:
             raise InputError(f"{path}: {refusal}")
-        notes = [f"{path}: {p.where}: {p.message}" for p in problems if not is_error(p)]
+        notes = _warnings(path, problems)
         config, rounded = driver_divisions(config, device.sm_count, device.cc)
-        return config, notes + [f"{path}: {note}" for note in rounded]
-    notes = [f"{path}: {p.where}: {p.message}" for p in problems if not is_error(p)]
+        return config, notes + _rounded(path, rounded)
+    notes = _warnings(path, problems)
     problems = [p for p in problems if is_error(p)]
     if device is not None:
         problems = problems + [
@@ -122,8 +122,24 @@ def load_pdmux_yaml(
         )
     if device is not None:
         config, rounded = driver_divisions(config, device.sm_count, device.cc)
-        notes.extend(f"{path}: {note}" for note in rounded)
+        notes.extend(_rounded(path, rounded))
     return config, notes
+
+
+def _warnings(path: Path, problems: Any) -> list[Finding]:
+    """``planning.config_warning`` for each problem of a pdmux YAML SGLang runs as meant anyway (``path``,
+    the problem's ``where`` and ``message``)."""
+    from ..sglang.pdmux_config import is_error
+
+    return [Finding("planning.config_warning", {"path": str(path), "where": p.where, "message": p.message},
+                    "config") for p in problems if not is_error(p)]
+
+
+def _rounded(path: Path, rounded: list[str]) -> list[Finding]:
+    """``planning.config_rounded`` for each manual_divisions entry the CUDA driver rounds (``path``, and the
+    rounding's note as ``message``)."""
+    return [Finding("planning.config_rounded", {"path": str(path), "message": note}, "config")
+            for note in rounded]
 
 
 def check_int(value: Any, param: str | None = None, *, where: str | None = None) -> int:

@@ -68,7 +68,7 @@ def splits_dict(info: dict[str, Any]) -> dict[str, Any]:
         "prefill_layers_per_round": [
             {"prompt_tokens": t, "layers_per_round": n, "rounds": r} for t, n, r in info["layers"]
         ],
-        "notes": info["notes"],
+        "notes": render_all(info["notes"]),
     }
 
 

@@ -108,7 +108,8 @@ class SimulateResult:
 
     def table_notes(self) -> list[Finding | str]:
         """The notes under the tables: the run's, then each policy's own (``"policy: note"``)."""
-        return [*self.notes, *(f"{m.policy}: {note}" for m in self.metrics for note in m.notes)]
+        return [*self.notes, *(Finding("simulate.policy_note", {"policy": m.policy, "note": note})
+                               for m in self.metrics for note in m.notes)]
 
 
 def _check_run_options(r: SimulateRequest) -> str:
@@ -239,10 +240,12 @@ def simulate(request: SimulateRequest, progress: ProgressFactory | None = None) 
     metrics = [o for o in outcomes if not isinstance(o, InputError)]
     refused = [(p.label, o) for p, o in zip(built.policies, outcomes) if isinstance(o, InputError)]
     title = _title(workload, setup, cluster, built.policies)
-    notes = [*workload_notes(workload), *cluster.notes, *(f"{label} not simulated: "
-                                                          f"{exc}" for label, exc in refused)]
+    notes = [*workload_notes(workload), *cluster.notes,
+             *(Finding("simulate.not_simulated", {"policy": label, "error": str(exc)}, exc.param)
+               for label, exc in refused)]
     if support.state != "yes":
-        notes.insert(0, ("pdmux not simulated: " if support.state == "no" else "pdmux: ") + support.reason)
+        code = "simulate.pdmux_not_simulated" if support.state == "no" else "simulate.pdmux_support_unknown"
+        notes.insert(0, Finding(code, {"reason": support.why}, "sglang"))
     if r.prefill_decode_interval and "pdmux" in names:
         notes.append(Finding("simulate.interval_not_pdmux", param="prefill_decode_interval"))
     plot = r.plot

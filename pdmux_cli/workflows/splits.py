@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..provenance import provenance, with_provenance
-from ..util.errors import InputError, short_repr
+from ..util.errors import Finding, InputError, short_repr
 from .planning_inputs import (
     check_int,
     check_positive_knobs,
@@ -80,7 +80,7 @@ class SplitsResult:
     model: str
     num_layers: int
     layers: list[tuple[int, int, int]]
-    notes: list[str]
+    notes: list[Finding | str]
     tp: int
     provenance: dict[str, Any] = field(default_factory=dict)
 
@@ -197,20 +197,13 @@ def splits(request: SplitsRequest) -> SplitsResult | AllGpusSplits:
         too_big = [v for v in values if v > top]
         if too_big:  # as estimate's bounds: no server runs a batch or prompt past them
             raise InputError(f"{what} {short_repr(too_big[0])}: give 1 to {top:,}")
-    from ..messages import render
-
     plan = split_levels.plan_groups(device.sm_count, device.cc, group_num, manual)
-    notes = cfg_notes + ([render(plan.note)] if plan.note else [])
+    notes = cfg_notes + ([plan.note] if plan.note else [])
     if tp > 1:
         from ..multigpu.tensor_parallel import shard
 
         shard(mdl, tp)  # SGLang refuses a model whose heads or widths tp does not divide
-        notes.append(
-            f"TP {tp}: every GPU builds these stream groups and picks the same level for the same decode "
-            "batch (each rank's scheduler runs the same rule on the same batches); before a prefill joins "
-            "the decode batch the ranks agree it is done with a CPU all-reduce (SGLang 0.5.23 "
-            "srt/multiplex/multiplexing_mixin.py event_loop_pdmux)"
-        )
+        notes.append(Finding("splits.tp_same_levels", {"tp": tp}, "tp"))
     choices = [
         (
             bs,

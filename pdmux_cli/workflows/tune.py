@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, plan_deployment
 from .progress import ProgressFactory, entered, start
 from .server import ServerOptions, build_setup, provenance_block, server_options, without_prefix_cache
@@ -174,7 +174,7 @@ class TuneOutcome:
     cluster: Cluster
     workload: Any
     support: Any
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding | str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """``pdmux tune --json``: NaN and infinities as ``None``; the ``"pdmux"`` provenance last."""
@@ -190,9 +190,9 @@ class TuneOutcome:
         data["pdmux"] = provenance_block(r.sglang, setup, r.calibration)
         return finite(data)
 
-    def table_notes(self) -> list[str]:
+    def table_notes(self) -> list[Finding | str]:
         """The notes under the table: the search's, the deployment's, and an unknown model support."""
-        unknown = [self.support.reason] if self.support.state == "unknown" else []
+        unknown = [self.support.why] if self.support.state == "unknown" else []
         return [*self.search.notes, *self.notes, *unknown]
 
 
@@ -228,9 +228,7 @@ def tune(request: TuneRequest, progress: ProgressFactory | None = None) -> TuneO
         from ..util.atomic import write_text_atomic
 
         write_text_atomic(r.output, text)
-    dp_note = [(f"DP {cluster.dp}: --dp-size {cluster.dp} runs the replicas as one SGLang server; SGLang "
-                "0.5.23's checks do not refuse it with --enable-pdmux, but pdmux under DP is untried here "
-                "(servers behind sgl-router are the replicas simulated)")] if cluster.dp > 1 else []
+    dp_note = [Finding("tune.dp_launch", {"dp": cluster.dp})] if cluster.dp > 1 else []
     return TuneOutcome(r, result, best, text, setup, cluster, workload, support, [*cluster.notes, *dp_note])
 
 

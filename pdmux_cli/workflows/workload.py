@@ -114,6 +114,7 @@ def fit_to_model(workload: Any, model: Any, qps: float | None = None, rate_scale
     return reshape(workload, rate_scale=rate_scale, qps=qps, duration_s=duration)
 
 
-def workload_notes(workload: Any) -> list[str]:
-    """The notes every command gives about its trace: bad rows (one line), when there are any."""
-    return [workload.bad_rows_text()] if workload.bad_rows else []
+def workload_notes(workload: Any) -> list[Any]:
+    """The notes every command gives about its trace: ``workload.bad_rows`` (one line: ``rows``, the
+    trace's ``source``, the first few ``examples`` as ``(line, reason)``), when there are any."""
+    return [workload.bad_rows_finding()] if workload.bad_rows else []
