@@ -86,9 +86,16 @@ def test_client_metrics_are_the_clients() -> None:
 # -> 11.8%) improved; serving.yaml's per-request term, fitted on the GEMM-based experts, was re-checked with
 # benchmarks/fit_serving.py (unchanged: 0.1 ms a request a step). Re-fitted then (admission 25 ms, 6 ms a
 # request at the front end), the first run gave TTFT 20.8% / 53.3%, ITL 11.2% / 31.7%, TPOT 11.2% / 33.4%,
-# throughput 11.8% / 45.9%: the gates below.
-GATE = {"TTFT (median)": (0.21, 0.54), "ITL (median)": (0.115, 0.32), "TPOT (median)": (0.115, 0.34),
-        "throughput": (0.12, 0.46)}
+# throughput 11.8% / 45.9%: the gates then.
+# 2026-12-02 (issue 18, eager prefill launches): a prefill outside SGLang's CUDA graph (every public run:
+# SGLang <= 0.5.6) takes at least its kernels' host time (a dense model's measured, a MoE model's fitted), and
+# the serving terms were re-fitted with it: TTFT 20.8% -> 13.5% (p90 53.3% -> 51.2%; B200 DeepSeek/Qwen3-235B
+# at concurrency 1-16 within 2-17% where they were 16-52% short), ITL 11.2% / 31.7% the same, TPOT 11.2% ->
+# 11.8% and throughput's p90 45.9% -> 47.1% (gpt-oss-120b at 100 requests, already the worst, longer: its
+# prefills now stall the decode steps for their launches); the TTFT gate tightened, TPOT's median and
+# throughput's p90 moved by what that run gave.
+GATE = {"TTFT (median)": (0.14, 0.52), "ITL (median)": (0.115, 0.32), "TPOT (median)": (0.12, 0.34),
+        "throughput": (0.12, 0.48)}
 
 
 def test_accuracy_stays_under_its_first_run() -> None:

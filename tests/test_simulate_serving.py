@@ -37,7 +37,7 @@ def trace(arrivals, prompt=1000, output=4) -> Trace:
 
 def test_serving_profile_ships_with_every_term_sourced() -> None:
     sched, serving, source = load_serving()
-    assert set(sched) == {"step_s", "per_request_s", "per_request_step_s", "eager_launch_s"} and source
+    assert set(sched) == {"step_s", "per_request_s", "per_request_step_s", "eager_launch_moe_s"} and source
     assert serving.admission_delay_s >= 0 and serving.first_token_delay_s >= 0 and serving.source
 
 
