@@ -88,7 +88,8 @@ class GenConfigResult:
     ``launch_env``: environment settings a TP launch needs; ``sglang_notes``: the revision's notes.
     ``support``: :class:`pdmux_cli.sglang.revisions.ModelSupport` of ``model_name`` under the revision.
     ``tune``: tune's JSON summary (``tune``), ``slo_levels``: the SLO levels' (``slo_itl``), else ``None``;
-    ``slo``: ``(SloLevels, Setup, notes)`` for rendering them. ``provenance``: the JSON's ``"pdmux"`` block.
+    ``slo``: ``(SloLevels, Setup, notes)`` for rendering them (``notes``: findings, :func:`levels_findings`'s
+    after the trace's bad rows). ``provenance``: the JSON's ``"pdmux"`` block.
     """
 
     gpu: str
@@ -159,7 +160,8 @@ def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = Non
     Raises :class:`InputError` for options that do not go together (``tune``-only options without it, SLO
     levels with ``divisions``, ...), knobs <= 0 or past SGLang's limit, an unknown GPU, model or revision, a
     ``tp`` the model does not split into, an output that is not writable or is an input, a config SGLang
-    0.5.23 refuses, and the refusals of the tune and of SLO levels.
+    0.5.23 refuses, and the refusals of the tune and of SLO levels; each names the parameter at fault by its
+    Python name (``param``; the CLI prints its flag, :mod:`pdmux_cli.messages`).
     """
     from ..sglang import pdmux_config as pc
     from ..sglang import split_levels
