@@ -57,12 +57,14 @@ DEFAULT_QUANTILE = 0.99
 MAX_BATCH = 4096
 
 
-def check_target_ms(value: Any, name: str = "--slo-itl") -> float:
-    """``value`` as an ITL target in ms: a finite number > 0; :class:`InputError` otherwise (0, negative,
-    NaN, infinite, not a number)."""
+def check_target_ms(value: Any, param: str = "slo_itl") -> float:
+    """``value`` as an ITL target in ms: a finite number > 0; :class:`InputError` about ``param`` (the
+    parameter's Python name: the CLI prints its flag, ``--slo-itl``, the Python API its keyword) otherwise
+    (0, negative, NaN, infinite, not a number)."""
     if isinstance(value, bool) or not isinstance(value,
                                                  (int, float)) or not math.isfinite(value) or value <= 0:
-        raise InputError(f"{name} must be a number of ms > 0 (the ITL target), got {value}")
+        raise InputError("{param_flag} must be a number of ms > 0 (the ITL target), got {value}", param=param,
+                         values={"value": value})
     return float(value)
 
 

@@ -49,6 +49,13 @@ from ..util.input_files import read_input_text
 from .split_levels import SGLANG_RELEASE, SGLANG_UNRELEASED
 from ..util.yaml_input import load_yaml
 
+#: SGLang's server argument for the stream groups (``ServerArgs.sm_group_num``, SGLang 0.5.23
+#: ``srt/arg_groups/fields/disagg.py``), which must match the YAML's: the key of a :class:`Problem` about
+#: it (``pdmux check-config --sm-group-num`` passes the value launched with; :func:`launch_flags`).
+SGLANG_SM_GROUP_NUM_FLAG = "--sm-group-num"
+#: SGLang's server argument that turns CUDA graphs off (SGLang 0.5.23 ``srt/server_args.py``).
+SGLANG_DISABLE_CUDA_GRAPH_FLAG = "--disable-cuda-graph"
+
 #: The values :attr:`Problem.rule` takes, with what each means.
 RULES: dict[str, str] = {
     "old": f"{SGLANG_RELEASE} refuses it or crashes on it ({SGLANG_UNRELEASED} accepts it)",
@@ -129,8 +136,9 @@ class PdmuxConfig:
 class Problem:
     """One thing wrong with a pdmux config.
 
-    ``where``: the key or entry, e.g. ``"sm_group_num"``, ``"manual_divisions[2]"``,
-    ``"--sm-group-num"``. ``message``: one sentence, what is wrong and how to fix it.
+    ``where``: the key or entry, e.g. ``"sm_group_num"``, ``"manual_divisions[2]"``, or SGLang's launch
+    argument :data:`SGLANG_SM_GROUP_NUM_FLAG` (``"--sm-group-num"``: SGLang's flag, not pdmux's).
+    ``message``: one sentence, what is wrong and how to fix it.
     ``rule``: who objects, one of :data:`RULES` (``"old"``, ``"new"``, ``"both"``, ``"cuda"``,
     ``"pdmux"``).
     """
@@ -535,7 +543,7 @@ def validate(
             )
         )
     if total_sms is not None:
-        for where, value in (("sm_group_num", n), ("--sm-group-num", cli_sm_group_num)):
+        for where, value in (("sm_group_num", n), (SGLANG_SM_GROUP_NUM_FLAG, cli_sm_group_num)):
             if value is not None and value > split_levels.sm_group_num_limit(total_sms):
                 problems.append(
                     Problem(
@@ -553,14 +561,15 @@ def validate(
         crash = cli_sm_group_num < groups
         problems.append(
             Problem(
-                "--sm-group-num",
-                f"the launch flag --sm-group-num {cli_sm_group_num} differs from the YAML's sm_group_num "
-                f"{n}; {SGLANG_UNRELEASED} refuses to start"
+                SGLANG_SM_GROUP_NUM_FLAG,
+                f"the launch flag {SGLANG_SM_GROUP_NUM_FLAG} {cli_sm_group_num} differs from the YAML's "
+                f"sm_group_num {n}; {SGLANG_UNRELEASED} refuses to start"
                 + (f", and {SGLANG_RELEASE}, building {cli_sm_group_num} decode attention backends for "
                    f"{groups} stream groups, dies with IndexError (at start-up capturing CUDA graphs, or "
-                   f"with --disable-cuda-graph at the first switch to group {cli_sm_group_num} or above)"
+                   f"with {SGLANG_DISABLE_CUDA_GRAPH_FLAG} at the first switch to group {cli_sm_group_num} "
+                   "or above)"
                    if crash else "")
-                + f": pass --sm-group-num {n}",
+                + f": pass {SGLANG_SM_GROUP_NUM_FLAG} {n}",
                 "both" if crash else "new",
             )
         )
@@ -897,7 +906,7 @@ def launch_flags(config_path: str, sm_group_num: int, tp: int = 1) -> list[str]:
         "--enable-pdmux",
         "--pdmux-config-path",
         path,
-        "--sm-group-num",
+        SGLANG_SM_GROUP_NUM_FLAG,
         str(sm_group_num),
         "--chunked-prefill-size",
         "-1",

@@ -366,14 +366,18 @@ def model_support(architectures: tuple[str, ...] | list[str],
                                                         "method": SPLIT_PREFILL_METHOD}, "model"))
 
 
-def require_pdmux(architectures: tuple[str, ...], revision: str | Revision | None, what: str) -> Support:
-    """The :class:`Support` of a model for a command that only makes sense if pdmux runs (``tune``,
-    ``gen-config --tune``): :class:`InputError` naming the reason where ``revision`` cannot run it."""
+def require_pdmux(architectures: tuple[str, ...], revision: str | Revision | None, what: str,
+                  option: str | None = None) -> Support:
+    """The :class:`Support` of a model for a command that only makes sense if pdmux runs (``what``:
+    ``"tune"``; ``"gen-config"`` with ``option="tune"``, the parameter that asked for it, which the CLI
+    names as its flag, ``gen-config --tune``, and the Python API as its keyword): :class:`InputError`
+    naming the reason where ``revision`` cannot run it."""
     support = model_support(architectures, revision)
     if support.state == "no":
+        asked = f" {{flag.{option}}}" if option else ""  # a parameter's name from the caller, no user text
         raise InputError(
-            "{what}: {reason}; there are no pdmux knobs to tune for it ({flag.sglang} picks another "
-            "SGLang revision)",
+            "{what}" + asked + ": {reason}; there are no pdmux knobs to tune for it ({flag.sglang} picks "
+            "another SGLang revision)",
             param="sglang",
             values={"what": what, "reason": support.reason},
         )

@@ -244,6 +244,36 @@ def _search(trace: Trace, target: float, tolerance: float) -> Search:
     return lo, ""
 
 
+def check_slos(slo_ttft_ms: float, slo_itl_ms: float) -> None:
+    """:class:`InputError` naming ``slo_ttft`` or ``slo_itl`` (the CLI prints their flags, ``--slo-ttft``,
+    the Python API their keywords) unless each SLO is a finite number of ms > 0 (capacity's and tune's
+    check)."""
+    for name, value in (("slo_ttft", slo_ttft_ms), ("slo_itl", slo_itl_ms)):
+        if not (math.isfinite(value) and value > 0):
+            raise InputError("{param_flag} must be a number of ms > 0, got {value}", param=name,
+                             values={"value": value})
+
+
+def _check_search(trace: Trace, policies: Sequence[Policy], target: float, tolerance: float) -> None:
+    """:class:`InputError` naming ``target`` unless it is a share in (0, 1], ``tolerance`` unless it is a
+    relative precision in (0, 1), ``trace`` unless its requests arrive over time, or for no policy."""
+    if not (math.isfinite(target) and 0 < target <= 1):
+        raise InputError("{flag.target} is a share of requests in (0, 1], got {target:g} (e.g. 0.99)",
+                         param="target", values={"target": target})
+    if not (math.isfinite(tolerance) and 0 < tolerance < 1):
+        raise InputError("{flag.tolerance} is a relative precision in (0, 1), got {tolerance:g} (e.g. 0.02)",
+                         param="tolerance", values={"tolerance": tolerance})
+    if len(trace) < 2 or trace.mean_qps <= 0:
+        raise InputError(
+            "capacity scales the trace's arrival rate, but its requests all arrive at once: give a "
+            "trace with arrival times, or {flag.synthetic} {flag.qps} N",
+            param="trace",
+            values={},
+        )
+    if not policies:
+        raise InputError("no policy to size")
+
+
 def capacity(
     trace: Trace,
     setup: Setup,
@@ -275,24 +305,8 @@ def capacity(
     method, a trace whose requests all arrive at once (no rate to scale), or a simulation past its
     budget (naming the policy and rate).
     """
-    for name, value in (("--slo-ttft", slo_ttft_ms), ("--slo-itl", slo_itl_ms)):
-        if not (math.isfinite(value) and value > 0):
-            raise InputError(f"{name} must be a number of ms > 0, got {value}")
-    if not (math.isfinite(target) and 0 < target <= 1):
-        raise InputError("{flag.target} is a share of requests in (0, 1], got {target:g} (e.g. 0.99)",
-                         param="target", values={"target": target})
-    if not (math.isfinite(tolerance) and 0 < tolerance < 1):
-        raise InputError("{flag.tolerance} is a relative precision in (0, 1), got {tolerance:g} (e.g. 0.02)",
-                         param="tolerance", values={"tolerance": tolerance})
-    if len(trace) < 2 or trace.mean_qps <= 0:
-        raise InputError(
-            "capacity scales the trace's arrival rate, but its requests all arrive at once: give a "
-            "trace with arrival times, or {flag.synthetic} {flag.qps} N",
-            param="trace",
-            values={},
-        )
-    if not policies:
-        raise InputError("no policy to size")
+    check_slos(slo_ttft_ms, slo_itl_ms)
+    _check_search(trace, policies, target, tolerance)
     dp = check_dp_value(dp)
     load_balance_method = check_load_balance_method(load_balance_method)
     searches = [_search(trace, target, tolerance) for _ in policies]

@@ -327,9 +327,15 @@ _TO_MOONCAKE = ("jq -c '{timestamp: (.timestamp * 1000), input_length: .prompt_l
                 "milliseconds)")
 
 
-def unreadable_format(head: str, source: str) -> str | None:
-    """The message refusing a file of a format users have but pdmux cannot replay, from its first 64 KiB
-    ``head``, or ``None``:
+#: bench_serving's own argument for a random dataset's prompt length (SGLang 0.5.23
+#: ``benchmark/serving.py``), quoted as SGLang's in the refusal of a bench_serving result.
+BENCH_SERVING_INPUT_LEN = "--random-input-len"
+
+
+def unreadable_format(head: str, source: str) -> InputError | None:
+    """The :class:`InputError` refusing a file (``source``: its name) of a format users have but pdmux cannot
+    replay, from its first 64 KiB ``head``, or ``None``; it names the parameter at fault, ``trace``, and
+    the ones to give instead by their Python names (the CLI prints their flags):
 
     - ShareGPT-style conversations (``[{"id": ..., "conversations": [{"from": "human", "value": ...}]}]``,
       also one object a line), the default dataset of SGLang's and vLLM's bench_serving: prompts as
@@ -346,11 +352,12 @@ def unreadable_format(head: str, source: str) -> str | None:
     if text[:1] not in ("[", "{"):
         return None
     if re.search(r'"conversations"\s*:', text):
-        return (f"{source}: a ShareGPT-style conversation file (SGLang's and vLLM's bench_serving default "
-                "dataset): it holds prompts as text, with no token counts or arrival times, and pdmux has no "
-                "tokenizer; give a trace of token counts (Azure CSV, Mooncake JSONL, BurstGPT CSV), or "
-                "--synthetic --qps N with --prompt-tokens/--output-tokens (random:L for bench_serving's "
-                "random dataset)")
+        return _unreadable(
+            "{source}: a ShareGPT-style conversation file (SGLang's and vLLM's bench_serving default "
+            "dataset): it holds prompts as text, with no token counts or arrival times, and pdmux has no "
+            "tokenizer; give a trace of token counts (Azure CSV, Mooncake JSONL, BurstGPT CSV), or "
+            "{flag.synthetic} {flag.qps} N with {flag.prompt_tokens}/{flag.output_tokens} (random:L for "
+            "bench_serving's random dataset)", source)
     first = text.split("\n", 1)[0] if text.startswith("{") else ""
     if first:
         try:
@@ -358,18 +365,25 @@ def unreadable_format(head: str, source: str) -> str | None:
         except (ValueError, RecursionError):
             obj = None
         if isinstance(obj, dict) and {"input_lens", "output_lens"} <= set(obj):
-            return (f"{source}: a bench_serving result (per-request input_lens and output_lens, no arrival "
-                    "times): give it to 'pdmux calibrate --bench-serving'; to replay its workload use "
-                    "--synthetic --qps RATE with --prompt-tokens/--output-tokens (random:L as its "
-                    "--random-input-len)")
+            return _unreadable(
+                "{source}: a bench_serving result (per-request input_lens and output_lens, no arrival "
+                "times): give it to 'pdmux calibrate --bench-serving'; to replay its workload use "
+                "{flag.synthetic} {flag.qps} RATE with {flag.prompt_tokens}/{flag.output_tokens} (random:L "
+                "as its {bench_serving_input_len})", source, bench_serving_input_len=BENCH_SERVING_INPUT_LEN)
         if isinstance(obj, dict) and "input_length" not in obj and {"prompt_len", "output_len"} <= set(obj):
-            return (f"{source}: JSONL of prompt_len, output_len and timestamp: its timestamps' unit is not "
-                    "in the file; convert it to Mooncake JSONL (milliseconds, input_length, output_length): "
-                    f"{_TO_MOONCAKE}")
+            return _unreadable(
+                "{source}: JSONL of prompt_len, output_len and timestamp: its timestamps' unit is not in the "
+                "file; convert it to Mooncake JSONL (milliseconds, input_length, output_length): {convert}",
+                source, convert=_TO_MOONCAKE)
     if text.startswith("["):
-        return (f"{source}: a JSON array; pdmux reads Mooncake JSONL (one JSON object a line: timestamp in "
-                "ms, input_length, output_length), an Azure CSV or a BurstGPT CSV")
+        return _unreadable(
+            "{source}: a JSON array; pdmux reads Mooncake JSONL (one JSON object a line: timestamp in ms, "
+            "input_length, output_length), an Azure CSV or a BurstGPT CSV", source)
     return None
+
+
+def _unreadable(template: str, source: str, **values: str) -> InputError:
+    return InputError(template, param="trace", values={"source": source, **values})
 
 
 def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
@@ -407,7 +421,7 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
             handle.seek(0)
             refusal = unreadable_format(head, p.name)
             if refusal is not None:
-                raise InputError(refusal)
+                raise refusal
             detected = detect_format(first)
             if fmt is None:
                 if detected is None:

@@ -53,8 +53,9 @@ def _load(source: PdmuxYaml) -> tuple[Any, list[Finding]]:
     errors = [p for p in problems if pc.is_error(p)]
     if errors:
         first = errors[0]
-        raise InputError(f"{source.config}: {first.where}: {first.message} "
-                         f"(pdmux check-config {source.config} lists every problem)")
+        raise InputError("{path}: {where}: {message} (pdmux check-config {path} lists every problem)",
+                         param="config", values={"path": str(source.config), "where": first.where,
+                                                 "message": first.message})
     return cfg, warnings
 
 
@@ -98,9 +99,7 @@ def resolve_config(source: PdmuxYaml, setup: Any) -> tuple[Any, list[Finding]]:
         if blackwell_auto and problem.where == "manual_divisions":
             continue  # simulated with CUDA's levels; the plan's note says SGLang needs manual_divisions
         if problem.rule in ("both", "new"):
-            raise InputError(f"{_named(source)}: {problem.where}: {problem.message}"
-                             + (f" (pdmux check-config {source.config} lists every problem)"
-                                if source.config is not None else ""))
+            raise _refused(source, problem)
         if problem.rule != "cuda":  # said by driver_divisions' notes, which also says what is simulated
             notes.append(_problem(problem))
     cfg, rounded = pc.driver_divisions(cfg, setup.total_sms, setup.compute_capability)
@@ -108,7 +107,14 @@ def resolve_config(source: PdmuxYaml, setup: Any) -> tuple[Any, list[Finding]]:
     return cfg, notes
 
 
-def _named(source: PdmuxYaml) -> str:
+def _refused(source: PdmuxYaml, problem: Any) -> InputError:
+    """The :class:`InputError` for a rule of SGLang that ``source``'s config breaks: it names the file
+    (``param="config"``), the divisions (``{flag.divisions}``: the CLI's ``--divisions``, the API's
+    ``divisions``) or SGLang's defaults, then the problem's key and sentence."""
+    values = {"where": problem.where, "message": problem.message}
     if source.config is not None:
-        return str(source.config)
-    return "--divisions" if source.divisions is not None else "pdmux config"
+        return InputError("{path}: {where}: {message} (pdmux check-config {path} lists every problem)",
+                          param="config", values={**values, "path": str(source.config)})
+    if source.divisions is not None:
+        return InputError("{flag.divisions}: {where}: {message}", param="divisions", values=values)
+    return InputError("pdmux config: {where}: {message}", values=values)

@@ -263,7 +263,7 @@ def tune_for_gen_config(gpu_profile: Any, trace: Path, slo_ttft_ms: float, slo_i
                                              duration=duration))
     setup = build_setup(ServerOptions(model=model, s_sat=s_sat, calibration=calibration, tp=tp),
                         gpu_profile=gpu_profile)
-    require_pdmux(setup.model.architectures, sglang, "gen-config --tune")
+    require_pdmux(setup.model.architectures, sglang, "gen-config", option="tune")
     workload = fit_to_model(workload, setup.model, qps, rate_scale, duration)
     space = SearchSpace(sm_group_nums, divisors, budgets, True, None, workers)
     return search(workload, setup, slo_ttft_ms, slo_itl_ms, space, sglang, progress), setup
