@@ -246,11 +246,12 @@ def test_findings_as_json() -> None:
 _SGLANG_FLAGS = {"--tp-size", "--output-details", "--enable-pdmux", "--mem-fraction-static"}
 _TEMPLATED = [*sorted((CORE / "workflows").glob("*.py")),
               *sorted((CORE / "simulate").glob("*.py")), CORE / "sglang" / "pdmux_config.py",
-              CORE / "sglang" / "split_levels.py"]
+              CORE / "sglang" / "split_levels.py", CORE / "sglang" / "revisions.py",
+              CORE / "planning" / "slo_levels.py"]
 #: The bench and the whole-GPU fit (tests/test_bench_findings.py also scans their notes and DeviceErrors).
 _TEMPLATED += [*sorted((CORE / "bench").glob("*.py")), CORE / "costmodel" / "whole_gpu_fit.py"]
 #: What builds an error from a template besides ``InputError(...)`` itself (its first argument the template).
-_ERROR_BUILDERS = {"InputError", "param_error", "_value_error"}
+_ERROR_BUILDERS = {"InputError", "param_error", "_value_error", "_unreadable"}
 #: A pdmux command line quoted for the shell ('pdmux tune --dp N -o FILE'): the CLI's text for every caller.
 _QUOTED_PDMUX_COMMAND = re.compile(r"'pdmux [a-z][a-z-]*( [^']*)?'")
 
@@ -388,7 +389,7 @@ def test_the_stored_text_scan_finds_a_flag() -> None:
 _VALUE_CHECKS = {"check_int", "optional_int", "check_number", "optional_number", "int_tuple", "float_tuple",
                  "optional_path", "check_positive_knobs", "parse_int_list", "parse_float_list", "parse_names",
                  "check_bytes_per_element", "check_efficiency", "check_mem_fraction", "check_sm_group_num",
-                 "check_at_least_one", "parse_sizes", "parse_chunk_sizes", "param_error"}
+                 "check_at_least_one", "parse_sizes", "parse_chunk_sizes", "param_error", "check_target_ms"}
 
 
 def _flags_given_to_value_checks(tree: ast.AST) -> list[tuple[int, str]]:

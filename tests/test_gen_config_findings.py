@@ -290,7 +290,8 @@ def test_the_cli_prints_the_slo_levels_notes_as_before() -> None:
 #: The files whose errors and notes were converted: no string in them (docstrings aside) names a pdmux flag.
 _CONVERTED = [CORE / "workflows" / name
               for name in ("gen_config.py", "splits.py", "server.py", "calibrate.py")]
-_CONVERTED += [CORE / "simulate" / "tune.py"]
+_CONVERTED += [CORE / "simulate" / "tune.py", CORE / "workflows" / "tune.py",
+               CORE / "workflows" / "pdmux_yaml.py", CORE / "planning" / "slo_levels.py"]
 #: SGLang's own arguments (a sentence about SGLang quotes them) and a quoted pdmux command line for the shell.
 _SGLANG_FLAGS = {"--tp-size", "--enable-pdmux"}
 _QUOTED_PDMUX_COMMAND = re.compile(r"'pdmux [a-z][a-z-]*( [^']*)?'")
