@@ -166,6 +166,38 @@ def test_check_config_keeps_sglangs_own_sm_group_num_flag(tmp_path) -> None:
     assert api == json.loads(r.stdout)["problems"]  # SGLang's launch argument, for every caller
 
 
+def test_the_plot_and_calibration_errors_name_their_parameter(tmp_path, monkeypatch) -> None:
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from pdmux_cli.catalog.hardware import find_gpu
+    from pdmux_cli.costmodel.calibration_file import Calibration
+    from pdmux_cli.planning.plot import write_tradeoff_plot
+
+    no_levels = _raised(write_tradeoff_plot, tmp_path / "p.png", SimpleNamespace(levels=()))
+    assert no_levels.param == "plot"
+    assert str(no_levels) == "--plot needs every level's figures: the estimate has none"
+    assert messages.api_error_text(no_levels).startswith("plot needs every level's figures")
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib.backends.backend_agg", None)
+    assert _one_error_line(["estimate", "--plot", str(tmp_path / "p.png")]) == (
+        "--plot needs matplotlib: pip install 'pdmux[plot]' (or pip install matplotlib)")
+    cal = Calibration(
+        gpu_name="NVIDIA H100 80GB HBM3", sm_count=132, compute_capability=(9, 0), driver_cuda_version="12.8",
+        cuda_version="12.6", date="2025-06-01", bandwidth_curve=((16, 1.2e12), (64, 2.9e12), (132, 3.0e12)),
+        flops_curve=((8, 40e12), (132, 660e12)), copy_bytes_per_s=3.0e12, matmul_flops_per_s=670e12,
+        corun=(), s_sat_sms=64, complete=True, source="test")
+    other = _raised(cal.check_device, find_gpu("a100"))
+    assert other.param == "gpu" and str(other) == (
+        "calibration was measured on NVIDIA H100 80GB HBM3 (132 SMs, cc 9.0, profile h100-sxm) but the "
+        "estimate is for A100 SXM4 80GB (108 SMs, cc 8.0, profile a100-sxm-80gb): pass --gpu for the "
+        "calibrated GPU, or calibrate this one ('pdmux bench', 'pdmux calibrate')")
+    assert "pass gpu for the calibrated GPU" in messages.api_error_text(other)
+    chapter = _raised(replace(cal, bandwidth_curve=None).throughput, find_gpu("h100"))
+    assert chapter.param == "cost_model" and str(chapter).endswith(
+        "the chapter model needs them; use --cost-model roofline, or merge a bench calibration into it")
+    assert "use cost_model roofline" in messages.api_error_text(chapter)
+
+
 # --- the scans ------------------------------------------------------------------------------------------
 
 #: pdmux's flags (the CLI's options) that a string literal in a Problem(...) must not write: every flag

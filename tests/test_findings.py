@@ -247,7 +247,8 @@ _SGLANG_FLAGS = {"--tp-size", "--output-details", "--enable-pdmux", "--mem-fract
 _TEMPLATED = [*sorted((CORE / "workflows").glob("*.py")),
               *sorted((CORE / "simulate").glob("*.py")), CORE / "sglang" / "pdmux_config.py",
               CORE / "sglang" / "split_levels.py", CORE / "sglang" / "revisions.py",
-              CORE / "planning" / "slo_levels.py"]
+              CORE / "planning" / "slo_levels.py", CORE / "planning" / "plot.py",
+              CORE / "util" / "plotting.py", CORE / "costmodel" / "calibration_file.py"]
 #: The bench and the whole-GPU fit (tests/test_bench_findings.py also scans their notes and DeviceErrors).
 _TEMPLATED += [*sorted((CORE / "bench").glob("*.py")), CORE / "costmodel" / "whole_gpu_fit.py"]
 #: What builds an error from a template besides ``InputError(...)`` itself (its first argument the template).

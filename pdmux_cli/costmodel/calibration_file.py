@@ -205,10 +205,14 @@ class Calibration:
             cc = ".".join(map(str, self.compute_capability))
             profile = f", profile {key}" if key else ""
             raise InputError(
-                f"calibration was measured on {self.gpu_name} ({self.sm_count} SMs, cc {cc}{profile}) but "
-                f"the estimate is for {gpu.name} ({sms} SMs, cc "
-                f"{'.'.join(map(str, gpu.compute_capability))}, profile {getattr(gpu, 'key', '?')}): pass "
-                "--gpu for the calibrated GPU, or calibrate this one ('pdmux bench', 'pdmux calibrate')"
+                "calibration was measured on {measured} ({measured_sms} SMs, cc {cc}{profile}) but the "
+                "estimate is for {gpu} ({sms} SMs, cc {gpu_cc}, profile {gpu_key}): pass {flag.gpu} for the "
+                "calibrated GPU, or calibrate this one ('pdmux bench', 'pdmux calibrate')",
+                param="gpu",
+                values={"measured": self.gpu_name, "measured_sms": self.sm_count, "cc": cc,
+                        "profile": profile, "gpu": gpu.name, "sms": sms,
+                        "gpu_cc": ".".join(map(str, gpu.compute_capability)),
+                        "gpu_key": getattr(gpu, "key", "?")},
             )
 
     def _check_against_datasheet(self, gpu: Any) -> None:
@@ -237,8 +241,8 @@ class Calibration:
         del bandwidth_efficiency, mfu  # measured rates already include them (module docstring)
         if not self.has_partitions:
             raise InputError("this calibration has no SM-partition terms (those come from 'pdmux bench'): "
-                             "the chapter model needs them; use --cost-model roofline, or merge a bench "
-                             "calibration into it")
+                             "the chapter model needs them; use {flag.cost_model} roofline, or merge a bench "
+                             "calibration into it", param="cost_model", values={})
         self.check_device(gpu)
         self._check_against_datasheet(gpu)
         bandwidth, bw_from = _to_whole_gpu(self.bandwidth_curve, self.sm_count, self.copy_bytes_per_s)

@@ -26,7 +26,8 @@ def write_tradeoff_plot(path: str | Path, result, title: str = "") -> Path:
     Raises :class:`InputError` when matplotlib is missing, the folder does not exist, or the estimate
     has no level rows (computed without ``all_levels``)."""
     if not result.levels:
-        raise InputError("--plot needs every level's figures: the estimate has none")
+        raise InputError("{flag.plot} needs every level's figures: the estimate has none", param="plot",
+                         values={})
     with png_figure(path, (7.5, 4.8), title) as fig:
         ax = fig.subplots()
         levels = [lv for lv in result.levels if math.isfinite(lv.prefill_ms) and math.isfinite(lv.itl_ms[0])]

@@ -39,7 +39,8 @@ def agg_classes() -> tuple[Any, Any]:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        raise InputError(f"--plot needs matplotlib: {PLOT_INSTALL}") from None
+        raise InputError("{flag.plot} needs matplotlib: {install}", param="plot",
+                         values={"install": PLOT_INSTALL}) from None
     except Exception as exc:  # noqa: BLE001 - a broken installation or matplotlibrc: one line, exit 1
         raise PdmuxError(f"--plot: matplotlib failed to start ({' '.join(str(exc).split())[:200]}); check "
                          "its installation and matplotlibrc") from None
