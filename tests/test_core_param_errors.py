@@ -198,6 +198,30 @@ def test_the_plot_and_calibration_errors_name_their_parameter(tmp_path, monkeypa
     assert "use cost_model roofline" in messages.api_error_text(chapter)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_error_from_a_worker_keeps_its_parameter(workers) -> None:
+    """The executor prefixes an InputError a task raised with the task's name, its template kept: the CLI
+    reads ``--max-steps``, the API ``max_steps`` (it was flattened to the CLI's text)."""
+    from pdmux_cli.catalog.hardware import find_gpu
+    from pdmux_cli.catalog.model import load_model
+    from pdmux_cli.simulate import tune
+    from pdmux_cli.simulate.engine import make_setup
+    from pdmux_cli.simulate.executors import executor
+    from pdmux_cli.simulate.schedulers import PdmuxPolicy
+    from pdmux_cli.simulate.traces import load_trace, reshape
+
+    setup = make_setup(find_gpu("h100"), load_model("qwen3-8b"))
+    trace = reshape(load_trace(TRACE), max_requests=10)
+    with pytest.raises(InputError) as caught, executor("local", workers, tasks=2) as ex:
+        ex.run(tune._evaluate, ex.share((trace, setup, 1000, 60, 1, "round_robin", 10)), [PdmuxPolicy()] * 2,
+               ["pdmux config {flag.x}"] * 2)
+    exc = caught.value
+    assert exc.prefix == "pdmux config {flag.x}: " and exc.values == {"budget": 10}
+    assert str(exc).startswith("pdmux config {flag.x}: the simulation passed its budget of 10 decode steps")
+    assert "raise it with --max-steps N (0: no limit)" in str(exc)
+    assert "raise it with max_steps N (0: no limit)" in messages.api_error_text(exc)
+
+
 # --- the scans ------------------------------------------------------------------------------------------
 
 #: pdmux's flags (the CLI's options) that a string literal in a Problem(...) must not write: every flag

@@ -19,8 +19,8 @@ policy, or per DP replica) hand their simulations to an :class:`Executor`:
 
 Results do not depend on the executor or the number of workers: every simulation is deterministic and
 the callers combine results in task order. A task's failure is reported with the task it was running
-(:class:`TaskFailed`, exit 1; an :class:`~pdmux_cli.util.errors.InputError` it raises keeps exit 2 and gains
-the same prefix).
+(:class:`TaskFailed`, exit 1; an :class:`~pdmux_cli.util.errors.InputError` it raises keeps exit 2, its
+template and parameter, and gains the same prefix).
 """
 
 from __future__ import annotations
@@ -91,8 +91,8 @@ class Job:
 def _failure(what: str, exc: BaseException) -> BaseException:
     if isinstance(exc, (KeyboardInterrupt, SystemExit)):
         return exc
-    if isinstance(exc, InputError):
-        return InputError(f"{what}: {exc}")
+    if isinstance(exc, InputError):  # its template and parameter kept: the API's text names the keyword
+        return exc.prefixed(f"{what}: ")
     if isinstance(exc, PdmuxError) and not isinstance(exc, TaskFailed):
         return type(exc)(f"{what}: {exc}")
     if isinstance(exc, TaskFailed):
