@@ -249,8 +249,11 @@ _TEMPLATED = [*sorted(p for p in (CORE / "workflows").glob("*.py") if p.name != 
               CORE / "sglang" / "split_levels.py"]
 #: The bench and the whole-GPU fit (tests/test_bench_findings.py also scans their notes and DeviceErrors).
 _TEMPLATED += [*sorted((CORE / "bench").glob("*.py")), CORE / "costmodel" / "whole_gpu_fit.py"]
-#: What builds an error from a template besides ``InputError(...)`` itself (its first argument the template).
-_ERROR_BUILDERS = {"InputError", "param_error", "_value_error"}
+#: The cost model's S_SAT-with-a-calibration and TP-bound errors (tests/test_costmodel_errors.py).
+_TEMPLATED += [CORE / "costmodel" / "roofline.py", CORE / "costmodel" / "collectives.py"]
+#: What builds an error from a template besides ``InputError(...)`` itself (its first argument the template);
+#: a DeviceError takes templates too (PdmuxError's).
+_ERROR_BUILDERS = {"InputError", "DeviceError", "param_error", "_value_error"}
 
 
 def test_no_workflow_or_simulator_error_writes_a_pdmux_flag() -> None:
