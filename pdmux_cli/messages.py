@@ -459,6 +459,26 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
         "only {requests} requests: too few to measure a sustained rate (their burst drains at any rate); "
         "give a trace of at least {minimum}"
     ),
+    # workflows/gen_config.levels_findings: the notes under gen-config --slo-itl's table of levels
+    "gen_config.slo_batch_range": (
+        "sized for decode batches 1-{max_bs} (the most requests SGLang's KV pool under pdmux holds at this "
+        "context, within max_running_requests), at {context}"
+    ),
+    "gen_config.slo_levels_merged": (
+        "the rule asked for {needed} levels; {levels} fit {flag.sm_group_num} {sm_group_num}: some batch "
+        "sizes get the next larger level (more decode SMs than they need, ITL within the target)"
+    ),
+    "gen_config.slo_at_the_edge": (
+        "levels sized for exactly {target_ms:g} ms leave the rounds at its edge: a batch holding longer "
+        "requests than assumed goes past it; pdmux tune tries these levels and ones for 0.9x and 0.8x "
+        "{target_ms:g} ms on a trace, and capacity sizes them ({flag.config}, repeatable)"
+    ),
+    "gen_config.slo_unmeetable": lambda f: (  # the ITL at the largest batch when it is past from_bs
+        "from decode batch {from_bs} on, even the largest decode share, {prefill_sms}/{decode_sms} SMs, "
+        "misses {target_ms:g} ms: {itl_ms:.1f} ms there"
+        + (" ({itl_at_max_ms:.1f} ms at {max_bs})" if f.values["max_bs"] > f.values["from_bs"] else "")
+        + "; fewer decoding requests (SGLang's --max-running-requests) or more GPUs ({flag.tp}) meet it"
+    ).format(**f.values, flag=_FlagNames()),
     # workflows/simulate.simulate's run notes
     "simulate.interval_not_pdmux": (
         "pdmux: {flag.prefill_decode_interval} does not apply (SGLang's pdmux loop runs a decode step every "

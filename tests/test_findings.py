@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -243,8 +244,7 @@ def test_findings_as_json() -> None:
 
 #: SGLang's own server and bench_serving arguments, quoted as SGLang's in a sentence about SGLang: text.
 _SGLANG_FLAGS = {"--tp-size", "--output-details", "--enable-pdmux", "--mem-fraction-static"}
-#: gen_config.py is converted separately (issue 21 item 2, another step).
-_TEMPLATED = [*sorted(p for p in (CORE / "workflows").glob("*.py") if p.name != "gen_config.py"),
+_TEMPLATED = [*sorted((CORE / "workflows").glob("*.py")),
               *sorted((CORE / "simulate").glob("*.py")), CORE / "sglang" / "pdmux_config.py",
               CORE / "sglang" / "split_levels.py"]
 #: The bench and the whole-GPU fit (tests/test_bench_findings.py also scans their notes and DeviceErrors).
@@ -254,11 +254,22 @@ _TEMPLATED += [CORE / "costmodel" / "roofline.py", CORE / "costmodel" / "collect
 #: What builds an error from a template besides ``InputError(...)`` itself (its first argument the template);
 #: a DeviceError takes templates too (PdmuxError's).
 _ERROR_BUILDERS = {"InputError", "DeviceError", "param_error", "_value_error"}
+#: A pdmux command line quoted for the shell ('pdmux tune --dp N -o FILE'): the CLI's text for every caller.
+_QUOTED_PDMUX_COMMAND = re.compile(r"'pdmux [a-z][a-z-]*( [^']*)?'")
+
+
+def _template_flags(text: str) -> set[str]:
+    """The pdmux flags an error's template writes itself (outside a quoted pdmux command line)."""
+    return set(re.findall(r"--[a-z][a-z0-9-]*", _QUOTED_PDMUX_COMMAND.sub("", text))) - _SGLANG_FLAGS
+
+
+def test_the_template_scan_skips_only_a_quoted_pdmux_command() -> None:
+    assert _template_flags("for {flag.dp} replicas run 'pdmux tune --dp N -o FILE' (same options)") == set()
+    assert _template_flags("--dp replicas: run 'pdmux tune --dp N' or '--workers 2'") == {"--dp", "--workers"}
+    assert _template_flags("SGLang's --tp-size and --enable-pdmux, pdmux's --tp") == {"--tp"}
 
 
 def test_no_workflow_or_simulator_error_writes_a_pdmux_flag() -> None:
-    import re
-
     written = []
     for path in _TEMPLATED:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -267,7 +278,7 @@ def test_no_workflow_or_simulator_error_writes_a_pdmux_flag() -> None:
                 continue
             text = "".join(s.value for s in ast.walk(node.args[0])
                            if isinstance(s, ast.Constant) and isinstance(s.value, str))
-            flags = set(re.findall(r"--[a-z][a-z0-9-]*", text)) - _SGLANG_FLAGS
+            flags = _template_flags(text)
             if flags:
                 written.append(f"{path.name}:{node.lineno} {sorted(flags)}")
     assert not written, written
@@ -275,8 +286,8 @@ def test_no_workflow_or_simulator_error_writes_a_pdmux_flag() -> None:
 
 # --- the workflows' notes and the core's stored sources are data, worded in messages.py ------------------
 
-#: The workflows whose notes are findings (gen_config.py: issue 21 item 2, another step).
-_NOTE_FILES = sorted(p for p in (CORE / "workflows").glob("*.py") if p.name != "gen_config.py")
+#: The workflows whose notes are findings.
+_NOTE_FILES = sorted((CORE / "workflows").glob("*.py"))
 
 
 def _literal_texts(node: ast.AST) -> list[str]:

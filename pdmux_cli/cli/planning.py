@@ -354,11 +354,11 @@ def gen_config(
 
 def _print_slo_view(con: Any, view: tuple) -> None:
     """gen-config --slo-itl's table of levels and its notes."""
-    from .slo import levels_notes, levels_table
+    from .slo import levels_table
 
     levels, setup, notes = view
     con.print(levels_table(levels, setup))
-    for note in [*notes, *levels_notes(levels, levels.context_source)]:
+    for note in notes:
         print_note(con, note)
     con.print(f"cost model: {setup.step_model.source}", soft_wrap=True)
 

@@ -391,6 +391,15 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
     )
 
 
+def _check_slos(slo_ttft_ms: float, slo_itl_ms: float) -> None:
+    """:class:`InputError` naming ``slo_ttft`` or ``slo_itl`` (their flags for the CLI) unless each SLO is a
+    finite number of ms > 0."""
+    for name, value in (("slo_ttft", slo_ttft_ms), ("slo_itl", slo_itl_ms)):
+        if not (value > 0 and value != float("inf")):
+            raise InputError("{param_flag} must be a number of ms > 0, got {value}", param=name,
+                             values={"value": value})
+
+
 def tune(
     trace: Trace,
     setup: Setup,
@@ -430,9 +439,7 @@ def tune(
     (:func:`.engine.step_budget`). Raises :class:`InputError` for non-positive SLOs, a bad ``dp`` or
     method, a bad margin or cap, no valid candidate, or a simulation past its budget (naming the config).
     """
-    for name, value in (("--slo-ttft", slo_ttft_ms), ("--slo-itl", slo_itl_ms)):
-        if not (value > 0 and value != float("inf")):
-            raise InputError(f"{name} must be a number of ms > 0, got {value}")
+    _check_slos(slo_ttft_ms, slo_itl_ms)
     dp = check_dp_value(dp)
     load_balance_method = check_load_balance_method(load_balance_method)
     cands, skipped = candidates(setup.total_sms, setup.compute_capability, sm_group_nums, divisors, budgets,

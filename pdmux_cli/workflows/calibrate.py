@@ -266,22 +266,26 @@ def _check_fit_options(r: CalibrateRequest) -> None:
     paths = [os.path.realpath(p) for p in given]  # never raises (Path.resolve does on a loop of links)
     twice = next((p for p in given if paths.count(os.path.realpath(p)) > 1), None)
     if twice is not None:
-        raise InputError(f"{twice} is given twice: its points would count double")
+        given_as = next(name for name in ("sglang_bench", "sglang_log", "bench_serving")
+                        if os.path.realpath(twice) in map(os.path.realpath, getattr(r, name)))
+        raise InputError("{path} is given twice: its points would count double", param=given_as,
+                         values={"path": twice})
 
 
 def _merge(r: CalibrateRequest) -> CalibrateResult:
     from ..costmodel.calibration_file import dump_calibration
 
-    extra = [name for name, given in (("--sglang-bench", r.sglang_bench), ("--sglang-log", r.sglang_log),
-                                      ("--bench-serving", r.bench_serving),
-                                      ("--model", r.model), ("--gpu", r.gpu), ("--tp", r.tp != 1),
-                                      ("--kv-bytes", r.kv_bytes is not None),
-                                      ("--kv-cache-dtype", r.kv_cache_dtype is not None)) if given]
-    if extra:
+    extra = [name for name, given in (("sglang_bench", r.sglang_bench), ("sglang_log", r.sglang_log),
+                                      ("bench_serving", r.bench_serving),
+                                      ("model", r.model), ("gpu", r.gpu), ("tp", r.tp != 1),
+                                      ("kv_bytes", r.kv_bytes is not None),
+                                      ("kv_cache_dtype", r.kv_cache_dtype is not None)) if given]
+    if extra:  # each parameter given is named, as its flag for the CLI
         raise InputError(
-            "{flag.merge} joins two calibration files and takes no {extra}: give those to the 'pdmux "
-            "calibrate' run that wrote the file",
-            values={"extra": ", ".join(extra)},
+            "{flag.merge} joins two calibration files and takes no "
+            + ", ".join("{flag.%s}" % name for name in extra)
+            + ": give those to the 'pdmux calibrate' run that wrote the file",
+            param=extra[0], values={},
         )
     merged = merge_calibrations(list(r.merge))
     return CalibrateResult(r, "merge", merged, dump_calibration(merged))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..provenance import provenance, step_model_provenance, with_provenance
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .planning_inputs import (
     check_int,
     check_positive_knobs,
@@ -27,6 +27,7 @@ from .planning_inputs import (
     optional_path,
     resolve_device,
 )
+from .values import check_at_least_one
 from .progress import ProgressFactory
 
 
@@ -87,7 +88,8 @@ class GenConfigResult:
     ``launch_env``: environment settings a TP launch needs; ``sglang_notes``: the revision's notes.
     ``support``: :class:`pdmux_cli.sglang.revisions.ModelSupport` of ``model_name`` under the revision.
     ``tune``: tune's JSON summary (``tune``), ``slo_levels``: the SLO levels' (``slo_itl``), else ``None``;
-    ``slo``: ``(SloLevels, Setup, notes)`` for rendering them. ``provenance``: the JSON's ``"pdmux"`` block.
+    ``slo``: ``(SloLevels, Setup, notes)`` for rendering them (``notes``: findings, :func:`levels_findings`'s
+    after the trace's bad rows). ``provenance``: the JSON's ``"pdmux"`` block.
     """
 
     gpu: str
@@ -106,7 +108,7 @@ class GenConfigResult:
     tune: dict[str, Any] | None = None
     slo_levels: dict[str, Any] | None = None
     tune_search: Any = None
-    slo: tuple[Any, Any, list[str]] | None = None
+    slo: tuple[Any, Any, list[Finding]] | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -158,7 +160,8 @@ def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = Non
     Raises :class:`InputError` for options that do not go together (``tune``-only options without it, SLO
     levels with ``divisions``, ...), knobs <= 0 or past SGLang's limit, an unknown GPU, model or revision, a
     ``tp`` the model does not split into, an output that is not writable or is an input, a config SGLang
-    0.5.23 refuses, and the refusals of the tune and of SLO levels.
+    0.5.23 refuses, and the refusals of the tune and of SLO levels; each names the parameter at fault by its
+    Python name (``param``; the CLI prints its flag, :mod:`pdmux_cli.messages`).
     """
     from ..sglang import pdmux_config as pc
     from ..sglang import split_levels
@@ -209,13 +212,14 @@ def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = Non
     tune_summary = tune_search = slo_summary = slo_view = cost_block = None
     if slo:
         # SLO levels are sized by the simulator's server set-up
+        server_terms = {"step_overhead_ms": optional_number(r.step_overhead_ms, "step_overhead_ms"),
+                        "per_request_overhead_ms": optional_number(r.per_request_overhead_ms,
+                                                                   "per_request_overhead_ms"),
+                        "max_running_requests": optional_int(r.max_running_requests, "max_running_requests")}
         config, levels, setup, slo_notes = slo_levels_config(
             device.gpu, r.model, slo_itl, context=context, trace=trace, max_requests=max_requests,
             calibration=calibration, cost_model=str(r.cost_model).strip().lower(), tp=tp,
-            sm_group_num=sm_group_num, token_budget=token_budget,
-            step_overhead_ms=optional_number(r.step_overhead_ms, "step_overhead_ms"),
-            per_request_overhead_ms=optional_number(r.per_request_overhead_ms, "per_request_overhead_ms"),
-            max_running_requests=optional_int(r.max_running_requests, "max_running_requests"))
+            sm_group_num=sm_group_num, token_budget=token_budget, **server_terms)
         slo_summary = levels_dict(levels, setup, levels.context_source)
         slo_view = (levels, setup, slo_notes)
         cost_block = step_model_provenance(setup.step_model, calibration=calibration)
@@ -233,12 +237,10 @@ def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = Non
         config = _levels_config(r, device, sm_group_num, decode_bs_divisor, token_budget)
     problems = pc.validate(config, device.sm_count, device.cc)
     if problems:
-        more = (
-            f" (and {len(problems) - 1} more problem(s): pdmux check-config lists them)"
-            if len(problems) > 1
-            else ""
-        )
-        raise InputError(f"{problems[0].where}: {problems[0].message}{more}")
+        more = " (and {more} more problem(s): pdmux check-config lists them)" if len(problems) > 1 else ""
+        raise InputError("{where}: {message}" + more, values={"where": problems[0].where,
+                                                               "message": problems[0].message,
+                                                               "more": len(problems) - 1})
     text = pc.dump_config(config)
     path_text = str(output) if output is not None else "pdmux.yaml"
     flags = pc.launch_flags(path_text, config.sm_group_num, tp)
@@ -278,51 +280,87 @@ def _refuse_mixed_options(r: GenConfigRequest, tune: bool, slo: bool, trace: Pat
                           workers: int | None, dp: int | None, slo_ttft: float | None,
                           knobs: tuple[int, int, int]) -> None:
     """:class:`InputError` for options that do not go together: tune's trace shaping without ``tune``, SLO
-    levels' cost-model options without ``slo_itl``, hand-written levels or knobs with either, ``dp`` != 1."""
+    levels' cost-model options without ``slo_itl``, hand-written levels or knobs with either, ``dp`` != 1.
+    Each error names the parameter at fault (``param``) by its Python name."""
     if max_requests is not None and trace is None:
-        raise InputError("--max-requests cuts a --trace: give one, or drop --max-requests")
+        raise InputError("{flag.max_requests} cuts a {flag.trace}: give one, or drop {flag.max_requests}",
+                         param="max_requests", values={})
     if dp is not None and dp != 1:
+        # the quoted line is a shell command ('pdmux tune'), the same for every caller
         raise InputError(
-            "gen-config --tune tunes one server: for --dp replicas behind a router run 'pdmux tune --dp N "
-            "-o FILE' (same options; it writes the winning YAML and the launch line)")
-    if workers is not None and workers < 1:
-        raise InputError(f"--workers must be >= 1, got {workers}")
+            "gen-config {flag.tune} tunes one server: for {flag.dp} replicas behind a router run 'pdmux tune "
+            "--dp N -o FILE' (same options; it writes the winning YAML and the launch line)",
+            param="dp", values={})
+    check_at_least_one("workers", workers)
     if not tune:
-        for name, value in (("--format", r.trace_format), ("--qps", r.qps), ("--rate-scale", r.rate_scale),
-                            ("--duration", r.duration), ("--workers", workers)):
-            if value is not None:
-                raise InputError(f"{name} goes with --tune (it shapes the trace tune simulates)")
+        _refuse_tune_only(r, workers)
     if not slo:
-        if context is not None and not tune:
-            raise InputError("--context goes with --slo-itl (SLO levels)")
-        if calibration is not None and not tune:
-            raise InputError("--calibration goes with --slo-itl (SLO levels) or --tune")
-        if r.cost_model != "roofline":
-            raise InputError("--cost-model goes with --slo-itl (SLO levels), without --tune")
-        for name, value in (("--step-overhead-ms", r.step_overhead_ms),
-                            ("--per-request-overhead-ms", r.per_request_overhead_ms),
-                            ("--max-running-requests", r.max_running_requests)):
-            if value is not None:
-                raise InputError(f"{name} goes with --slo-itl (SLO levels), without --tune")
+        _refuse_slo_only(r, tune, context, calibration)
     if slo:
-        if r.divisions is not None or r.manual:
-            raise InputError("--slo-itl writes its own levels and thresholds: drop --divisions/--manual")
-        if knobs[1] != 36:
-            raise InputError("--slo-itl's thresholds replace the linear rule, which never reads "
-                             "decode_bs_divisor: drop --decode-bs-divisor")
-        if slo_ttft is not None:
-            raise InputError("--slo-ttft goes with --tune (SLO levels size decode for the ITL target alone)")
+        _refuse_with_slo(r, knobs, slo_ttft)
     elif tune:
-        if r.divisions is not None or r.manual:
-            raise InputError("--tune picks the levels itself: drop --divisions/--manual")
-        if knobs != (8, 36, 65536):
-            raise InputError(
-                "--tune searches sm_group_num, decode_bs_divisor and the token budget itself: drop "
-                "--sm-group-num/--decode-bs-divisor/--token-budget ('pdmux tune' can narrow the search)")
-        if context is not None:
-            raise InputError("--tune takes the workload from --trace: drop --context")
+        _refuse_with_tune(r, knobs, context)
     elif trace is not None or slo_ttft is not None:
-        raise InputError("--trace and --slo-ttft go with --tune (or --trace with --slo-itl)")
+        raise InputError("{flag.trace} and {flag.slo_ttft} go with {flag.tune} (or {flag.trace} with "
+                         "{flag.slo_itl})", param="trace" if trace is not None else "slo_ttft", values={})
+
+
+def _refuse_tune_only(r: GenConfigRequest, workers: int | None) -> None:
+    """:class:`InputError` for the first of tune's trace-shaping options given without ``tune``."""
+    for name, value in (("trace_format", r.trace_format), ("qps", r.qps), ("rate_scale", r.rate_scale),
+                        ("duration", r.duration), ("workers", workers)):
+        if value is not None:
+            raise InputError("{param_flag} goes with {flag.tune} (it shapes the trace tune simulates)",
+                             param=name, values={})
+
+
+def _refuse_slo_only(r: GenConfigRequest, tune: bool, context: int | None, calibration: Path | None) -> None:
+    """:class:`InputError` for SLO levels' options given without them (``context``, ``calibration`` unless
+    ``tune``; the cost model and its terms)."""
+    if context is not None and not tune:
+        raise InputError("{flag.context} goes with {flag.slo_itl} (SLO levels)", param="context", values={})
+    if calibration is not None and not tune:
+        raise InputError("{flag.calibration} goes with {flag.slo_itl} (SLO levels) or {flag.tune}",
+                         param="calibration", values={})
+    for name, given in (("cost_model", r.cost_model != "roofline"),
+                        ("step_overhead_ms", r.step_overhead_ms is not None),
+                        ("per_request_overhead_ms", r.per_request_overhead_ms is not None),
+                        ("max_running_requests", r.max_running_requests is not None)):
+        if given:
+            raise InputError("{param_flag} goes with {flag.slo_itl} (SLO levels), without {flag.tune}",
+                             param=name, values={})
+
+
+def _refuse_with_slo(r: GenConfigRequest, knobs: tuple[int, int, int], slo_ttft: float | None) -> None:
+    """:class:`InputError` for what SLO levels replace (hand-written levels, the divisor) or never read."""
+    if r.divisions is not None or r.manual:
+        raise InputError("{flag.slo_itl} writes its own levels and thresholds: drop {flag.divisions}/"
+                         "{flag.manual}", param="divisions" if r.divisions is not None else "manual",
+                         values={})
+    if knobs[1] != 36:
+        raise InputError("{flag.slo_itl}'s thresholds replace the linear rule, which never reads "
+                         "decode_bs_divisor: drop {flag.decode_bs_divisor}", param="decode_bs_divisor",
+                         values={})
+    if slo_ttft is not None:
+        raise InputError("{flag.slo_ttft} goes with {flag.tune} (SLO levels size decode for the ITL target "
+                         "alone)", param="slo_ttft", values={})
+
+
+def _refuse_with_tune(r: GenConfigRequest, knobs: tuple[int, int, int], context: int | None) -> None:
+    """:class:`InputError` for what a tune picks itself (levels, knobs) or takes from its trace."""
+    if r.divisions is not None or r.manual:
+        raise InputError("{flag.tune} picks the levels itself: drop {flag.divisions}/{flag.manual}",
+                         param="divisions" if r.divisions is not None else "manual", values={})
+    if knobs != (8, 36, 65536):
+        at_fault = next(n for n, v, d in zip(("sm_group_num", "decode_bs_divisor", "token_budget"), knobs,
+                                             (8, 36, 65536)) if v != d)
+        raise InputError(
+            "{flag.tune} searches sm_group_num, decode_bs_divisor and the token budget itself: drop "
+            "{flag.sm_group_num}/{flag.decode_bs_divisor}/{flag.token_budget} ('pdmux tune' can narrow the "
+            "search)", param=at_fault, values={})
+    if context is not None:
+        raise InputError("{flag.tune} takes the workload from {flag.trace}: drop {flag.context}",
+                         param="context", values={})
 
 
 def _levels_config(r: GenConfigRequest, device: Any, sm_group_num: int, decode_bs_divisor: int,
@@ -338,9 +376,11 @@ def _levels_config(r: GenConfigRequest, device: Any, sm_group_num: int, decode_b
         config = pc.PdmuxConfig(sm_group_num=len(entries) + 2, manual_divisions=entries,
                                 split_forward_token_budget=token_budget, decode_bs_divisor=decode_bs_divisor)
         if sm_group_num not in (8, len(entries) + 2):
-            raise InputError(f"--divisions has {len(entries)} level(s), so sm_group_num is "
-                             f"{len(entries) + 2}, not {sm_group_num}: drop --sm-group-num or change the "
-                             "divisions")
+            raise InputError("{flag.divisions} has {levels} level(s), so sm_group_num is {implied}, not "
+                             "{sm_group_num}: drop {flag.sm_group_num} or change the divisions",
+                             param="sm_group_num",
+                             values={"levels": len(entries), "implied": len(entries) + 2,
+                                     "sm_group_num": sm_group_num})
         return config
     plan = split_levels.plan_groups(device.sm_count, device.cc, sm_group_num)
     # a revision whose divide_sm was not read gets the levels written out (they hold whatever its split)
@@ -369,7 +409,7 @@ def slo_levels_config(gpu_profile: Any, model: str, slo_itl_ms: float, *, contex
                       max_requests: int | None, calibration: Path | None, cost_model: str, tp: int,
                       sm_group_num: int, token_budget: int, step_overhead_ms: float | None = None,
                       per_request_overhead_ms: float | None = None,
-                      max_running_requests: int | None = None) -> tuple[Any, Any, Any, list[str]]:
+                      max_running_requests: int | None = None) -> tuple[Any, Any, Any, list[Finding]]:
     """The SLO levels for gen-config: ``(PdmuxConfig, SloLevels, Setup, notes)``.
 
     ``gpu_profile``: a :class:`pdmux_cli.catalog.hardware.Gpu` (the cost model needs bandwidth and FLOP/s).
@@ -377,44 +417,71 @@ def slo_levels_config(gpu_profile: Any, model: str, slo_itl_ms: float, *, contex
     steps give the distribution (:func:`pdmux_cli.planning.slo_levels.trace_context`; its first
     ``max_requests``, requests past the model's context length dropped). ``sm_group_num``: at most that
     many stream groups (levels + 2). ``step_overhead_ms``, ``per_request_overhead_ms``,
-    ``max_running_requests``: as simulate takes them (``None``: the same defaults). Raises
+    ``max_running_requests``: as simulate takes them (``None``: the same defaults). ``notes``: findings,
+    the trace's unreadable rows (``workload.bad_rows``) then :func:`levels_findings`. Raises
     :class:`InputError` for bad or conflicting inputs.
     """
     from ..planning import slo_levels as sl
     from .server import ServerOptions, build_setup
-    from .workload import WorkloadOptions, fit_to_model, load_workload
+    from .workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
 
     sl.check_target_ms(slo_itl_ms)
     if gpu_profile is None:
-        raise InputError("--slo-itl needs a GPU profile (--gpu), not --sms/--cc: the cost model needs its "
-                         "bandwidth and FLOP/s")
-    if (context is None) == (trace is None):
-        raise InputError("--slo-itl sizes levels at the workload's context: give --context TOKENS (every "
-                         "decoding request's) or --trace FILE (the distribution of its decode steps), one "
-                         "of them"
-                         if context is None else "give --context or --trace, not both")
+        raise InputError("{flag.slo_itl} needs a GPU profile ({flag.gpu}), not {flag.sms}/{flag.cc}: the "
+                         "cost model needs its bandwidth and FLOP/s", param="gpu", values={})
+    if context is None and trace is None:
+        raise InputError("{flag.slo_itl} sizes levels at the workload's context: give {flag.context} TOKENS "
+                         "(every decoding request's) or {flag.trace} FILE (the distribution of its decode "
+                         "steps), one of them", param="context", values={})
+    if context is not None and trace is not None:
+        raise InputError("give {flag.context} or {flag.trace}, not both", param="context", values={})
     if sm_group_num < 3:
-        raise InputError(f"--sm-group-num must be >= 3 (one level at least), got {sm_group_num}")
+        raise InputError("{flag.sm_group_num} must be >= 3 (one level at least), got {sm_group_num}",
+                         param="sm_group_num", values={"sm_group_num": sm_group_num})
     setup = build_setup(ServerOptions(model=model, cost_model=cost_model, calibration=calibration, tp=tp,
                                       step_overhead_ms=step_overhead_ms,
                                       per_request_overhead_ms=per_request_overhead_ms,
                                       max_running_requests=max_running_requests), gpu_profile=gpu_profile)
     window = sl.model_window(setup.model)
-    notes: list[str] = []
+    notes: list[Finding] = []
     if trace is not None:
         workload = load_workload(WorkloadOptions(trace=trace, max_requests=max_requests))
         workload = fit_to_model(workload, setup.model)
-        if workload.bad_rows:
-            notes.append(workload.bad_rows_text())
+        notes.extend(workload_notes(workload))
         batch = sl.trace_context(workload.prompt_tokens, workload.output_tokens, window,
                                  source=f"{trace.name} ({len(workload)} requests)")
     else:
         if context > (setup.model.max_position_embeddings or context):
-            raise InputError(f"--context {context} is past {setup.model.name}'s context length of "
-                             f"{setup.model.max_position_embeddings} tokens")
+            raise InputError("{flag.context} {context} is past {model}'s context length of {window} tokens",
+                             param="context", values={"context": context, "model": setup.model.name,
+                                                      "window": setup.model.max_position_embeddings})
         batch = sl.fixed_context(context, window)
     levels = sl.levels_for_setup(setup, batch, slo_itl_ms, sm_group_num - 2)
-    return levels.config(token_budget), levels, setup, notes
+    return levels.config(token_budget), levels, setup, [*notes, *levels_findings(levels)]
+
+
+def levels_findings(levels: Any) -> list[Finding]:
+    """The notes under gen-config's table of SLO levels (``levels``: a
+    :class:`pdmux_cli.planning.slo_levels.SloLevels`), as findings: ``gen_config.slo_batch_range`` (the
+    decode batches sized, ``max_bs``, at the workload's ``context``), ``gen_config.slo_levels_merged`` (the
+    rule asked for more levels than ``sm_group_num`` holds), ``gen_config.slo_at_the_edge`` (levels sized
+    for exactly ``target_ms``), ``gen_config.slo_unmeetable`` (the decode batch ``from_bs`` from which even
+    the largest decode share misses the target: its ITL ``itl_ms``, ``itl_at_max_ms`` at ``max_bs``)."""
+    top = levels.candidates[-1]
+    found = [Finding("gen_config.slo_batch_range",
+                     {"max_bs": levels.max_bs, "context": levels.context_source})]
+    if levels.needed > len(levels.levels):
+        found.append(Finding("gen_config.slo_levels_merged",
+                             {"needed": levels.needed, "levels": len(levels.levels),
+                              "sm_group_num": len(levels.levels) + 2}, "sm_group_num"))
+    found.append(Finding("gen_config.slo_at_the_edge", {"target_ms": levels.target_ms}, "config"))
+    if levels.unmeetable_from is not None:
+        found.append(Finding("gen_config.slo_unmeetable",
+                             {"from_bs": levels.unmeetable_from, "prefill_sms": top.prefill_sms,
+                              "decode_sms": top.decode_sms, "target_ms": levels.target_ms,
+                              "itl_ms": levels.unmeetable_itl_ms, "itl_at_max_ms": levels.itl_at_max_ms,
+                              "max_bs": levels.max_bs}, "tp"))
+    return found
 
 
 def levels_dict(levels: Any, setup: Any, context_source: str) -> dict[str, Any]:

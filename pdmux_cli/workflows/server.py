@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..util.errors import InputError
-from .values import check_number
+from .values import check_at_least_one, check_number
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,10 +93,8 @@ def _check_values(o: ServerOptions) -> None:
             "{flag.max_prefill_tokens} must be >= 1, got {max_prefill_tokens}",
             values={"max_prefill_tokens": o.max_prefill_tokens},
         )
-    for name, value in (("--cuda-graph-max-bs", o.cuda_graph_max_bs),
-                        ("--max-running-requests", o.max_running_requests)):
-        if value is not None and value < 1:
-            raise InputError(f"{name} must be >= 1, got {value}")
+    check_at_least_one("cuda_graph_max_bs", o.cuda_graph_max_bs)
+    check_at_least_one("max_running_requests", o.max_running_requests)
     if o.flops_dtype is not None and o.flops_dtype not in ("bf16", "fp16", "fp8"):
         raise InputError(
             "{flag.flops_dtype} must be bf16, fp16 or fp8, got {flops_dtype!r}",

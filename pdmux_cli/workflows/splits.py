@@ -190,13 +190,14 @@ def splits(request: SplitsRequest) -> SplitsResult | AllGpusSplits:
     mdl = load_model(r.model)
     from ..planning.estimate import MAX_DECODE_BS, MAX_TOKENS
 
-    for what, values, top in (
-        ("--decode-bs", batch_sizes, MAX_DECODE_BS),
-        ("--prompt-tokens", prompts, MAX_TOKENS),
+    for name, values, top in (
+        ("decode_bs", batch_sizes, MAX_DECODE_BS),
+        ("prompt_tokens", prompts, MAX_TOKENS),
     ):
         too_big = [v for v in values if v > top]
         if too_big:  # as estimate's bounds: no server runs a batch or prompt past them
-            raise InputError(f"{what} {short_repr(too_big[0])}: give 1 to {top:,}")
+            raise InputError("{param_flag} {value}: give 1 to {top:,}", param=name,
+                             values={"value": short_repr(too_big[0]), "top": top})
     plan = split_levels.plan_groups(device.sm_count, device.cc, group_num, manual)
     notes = cfg_notes + ([plan.note] if plan.note else [])
     if tp > 1:
