@@ -87,7 +87,7 @@ class PdmuxError(Exception):
             return self.prefix + self.template
         from ..messages import error_text  # lazy: flag names live in the rendering module
 
-        return error_text(self)  # type: ignore[arg-type]  # any PdmuxError: it reads only text()
+        return error_text(self)
 
     def text(self, names: Any) -> str:
         """The message with each ``{flag.NAME}`` as ``names(NAME)`` (after :attr:`aliases`)."""
