@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # names only: the core imports this module (lazily, for str()), never the other way
-    from .util.errors import Finding, InputError
+    from .util.errors import Finding, PdmuxError
 
 #: Parameters whose flag is not ``--`` + the name with ``-`` for ``_``.
 FLAGS: dict[str, str] = {"all_gpus": "--all", "trace_format": "--format"}
@@ -34,12 +34,12 @@ def flag(param: str) -> str:
     return FLAGS.get(param) or "--" + param.replace("_", "-")
 
 
-def error_text(exc: InputError) -> str:
+def error_text(exc: PdmuxError) -> str:
     """``exc``'s message as the CLI prints it: each parameter named by its flag."""
     return exc.text(flag)
 
 
-def api_error_text(exc: InputError) -> str:
+def api_error_text(exc: PdmuxError) -> str:
     """``exc``'s message for a caller of the Python API: each parameter by its keyword (``tp``)."""
     return exc.text(lambda name: name)
 

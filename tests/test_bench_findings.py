@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import ast
 import json
+import pickle
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
 from pdmux_cli import messages
+from pdmux_cli.bench import greenctx, model_replay, runner
 from pdmux_cli.bench import plan as bplan
 from pdmux_cli.bench import replay_plan as rp
 from pdmux_cli.catalog.hardware import find_gpu
@@ -26,7 +29,7 @@ from pdmux_cli.catalog.model import load_model
 from pdmux_cli.cli import app
 from pdmux_cli.costmodel import build_step_model
 from pdmux_cli.costmodel.whole_gpu_fit import CalPoint, check_points, fit_whole_gpu, predict
-from pdmux_cli.util.errors import Finding, InputError
+from pdmux_cli.util.errors import DeviceError, Finding, InputError
 
 CORE = Path(__file__).resolve().parent.parent / "pdmux_cli"
 H100 = bplan.PlanDevice.from_gpu(find_gpu("h100"))
@@ -37,14 +40,6 @@ H100 = bplan.PlanDevice.from_gpu(find_gpu("h100"))
 _SGLANG_FLAGS = {"--tp-size", "--enable-pdmux", "--mem-fraction-static"}
 #: Calls whose string arguments are an error's or a note's text.
 _MESSAGE_CALLS = {"InputError", "Finding", "DeviceError", "append", "extend", "insert"}
-#: DeviceError has no templates (pdmux_cli/util/errors.py: only InputError takes ``param``/``{flag.NAME}``):
-#: these runtime failures still write the flags to change, as text. Each entry is (file, function, flags);
-#: the scan fails on any other, and on an entry that is gone (keep this list true).
-_DEVICE_ERROR_FLAGS = {
-    ("greenctx.py", "_no_driver_message", ("--dry-run",)),
-    ("model_replay.py", "__init__", ("--context", "--decode-bs", "--prompt-tokens")),
-    ("runner.py", "_allocate", ("--buffer-bytes", "--gemm-shape")),
-}
 _SCANNED = [*sorted((CORE / "bench").glob("*.py")), CORE / "costmodel" / "whole_gpu_fit.py"]
 
 
@@ -76,10 +71,10 @@ def _messages_with_flags(path: Path) -> set[tuple[str, str, tuple[str, ...], int
 
 
 def test_no_bench_or_fit_error_or_note_writes_a_pdmux_flag() -> None:
+    """InputErrors, DeviceErrors (templates since PdmuxError took them: the out-of-memory and no-driver
+    errors name ``gemm_shape``, ``decode_bs``, ``dry_run``) and notes alike: no exceptions."""
     found = set().union(*(_messages_with_flags(p) for p in _SCANNED))
-    written = {(f, fn, flags) for f, fn, flags, _ in found}
-    assert written - _DEVICE_ERROR_FLAGS == set(), sorted(found)
-    assert _DEVICE_ERROR_FLAGS <= written, sorted(_DEVICE_ERROR_FLAGS - written)  # an entry that is gone
+    assert not found, sorted(found)
 
 
 def test_the_scan_sees_a_note_or_an_error_that_writes_a_flag(tmp_path: Path) -> None:
@@ -87,9 +82,10 @@ def test_the_scan_sees_a_note_or_an_error_that_writes_a_flag(tmp_path: Path) -> 
     bad.write_text('def plan(notes):\n    notes.append(f"give --gpu {1}")\n'
                    'def check(x):\n    raise InputError("--levels " + x)\n'
                    'def why():\n    return None, "pass --gpu"\n'
+                   'def oom(s):\n    raise DeviceError("no memory (" + s + "): use a smaller --gemm-shape")\n'
                    'def fine(notes):\n    notes.append(Finding("bench.l2_unknown", {"gpu": "x"}))\n')
     assert sorted((fn, flags) for _, fn, flags, _ in _messages_with_flags(bad)) == [
-        ("check", ("--levels",)), ("plan", ("--gpu",)), ("why", ("--gpu",))]
+        ("check", ("--levels",)), ("oom", ("--gemm-shape",)), ("plan", ("--gpu",)), ("why", ("--gpu",))]
 
 
 def test_every_bench_and_fit_code_has_a_sentence() -> None:
@@ -189,6 +185,124 @@ def test_the_core_names_the_parameter_and_the_api_its_keyword() -> None:
     replay = cases[9][0]
     assert messages.api_error_text(replay).endswith(
         "use a smaller decode_bs, context or prompt_tokens, or a GPU with more memory")
+
+
+# --- the DeviceErrors (runtime failures, exit 1) name parameters too: the CLI's flags, the API's keywords --
+
+_SIZES = "GEMM 8192x4096x12288 bf16 (369098752 bytes), read buffer and its copy 2 x 1073741824 bytes"
+_SKINNY_SIZES = _SIZES + ", skinny GEMM weights 3 x 100663296 bytes"
+
+
+class _FakeOom(Exception):
+    """torch.cuda.OutOfMemoryError's stand-in."""
+
+
+def _fake_torch(free_bytes: int, oom: bool = False) -> SimpleNamespace:
+    """torch as Workloads._allocate sees it: ``free_bytes`` free on the device; every allocation out of
+    memory when ``oom``."""
+    def generator(device=None):
+        if oom:
+            raise _FakeOom("CUDA out of memory")
+        return SimpleNamespace(manual_seed=lambda seed: None)
+
+    return SimpleNamespace(cuda=SimpleNamespace(mem_get_info=lambda dev: (free_bytes, 80 << 30),
+                                                OutOfMemoryError=_FakeOom),
+                           Generator=generator, bfloat16="bf16")
+
+
+def _allocate_error(free_bytes: int, oom: bool, **plan_options) -> DeviceError:
+    work = runner.Workloads.__new__(runner.Workloads)  # the buffers only: no driver, no NVRTC library
+    work.torch, work.dev = _fake_torch(free_bytes, oom), "cuda:1"
+    work.plan = bplan.make_plan(H100, **plan_options)
+    with pytest.raises(DeviceError) as caught:
+        work._allocate()
+    return caught.value
+
+
+@pytest.mark.parametrize(("free_bytes", "oom", "skinny", "cli_line"), [
+    (10**9, False, None,
+     f"out of device memory: the bench needs 3.05 GB ({_SIZES}) but 1.00 GB is free on device 1: use a "
+     "smaller --gemm-shape or --buffer-bytes"),
+    (10**9, False, "4096x12288",
+     f"out of device memory: the bench needs 3.36 GB ({_SKINNY_SIZES}) but 1.00 GB is free on device 1: "
+     "use a smaller --gemm-shape or --buffer-bytes"),
+    (80 << 30, True, None,
+     f"out of device memory allocating {_SIZES} on device 1: use a smaller --gemm-shape or --buffer-bytes"),
+    (80 << 30, True, "4096x12288",
+     f"out of device memory allocating {_SKINNY_SIZES} on device 1: use a smaller --gemm-shape or "
+     "--buffer-bytes"),
+], ids=["short", "short-skinny", "oom", "oom-skinny"])
+def test_bench_out_of_memory_names_gemm_shape_and_buffer_bytes(free_bytes, oom, skinny, cli_line) -> None:
+    options = {"skinny": bplan.parse_skinny(skinny)} if skinny else {}
+    exc = _allocate_error(free_bytes, oom, device_index=1, **options)
+    assert exc.exit_code == 1 and exc.param == "gemm_shape"
+    assert str(exc) == messages.error_text(exc) == cli_line
+    assert messages.api_error_text(exc) == cli_line.replace("--gemm-shape or --buffer-bytes",
+                                                            "gemm_shape or buffer_bytes")
+    assert "{" not in exc.text(lambda name: name)  # every field filled: a template, not text with braces
+
+
+def test_bench_out_of_memory_during_the_run_quotes_torch_as_a_value() -> None:
+    work = runner.Workloads.__new__(runner.Workloads)
+    work.plan = bplan.make_plan(H100)
+    exc = runner._device_error(RuntimeError("CUDA out of memory. Tried to allocate {flag.tp} 2 GiB"), work)
+    assert str(exc) == (f"out of device memory during the run ({_SIZES}): CUDA out of memory. Tried to "
+                        "allocate {flag.tp} 2 GiB")  # torch's text is a value: never read as a template
+
+
+def test_model_replay_out_of_memory_names_decode_bs_context_and_prompt_tokens() -> None:
+    plan = rp.make_replay_plan(load_model("qwen3-8b"), H100)
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+
+    torch = SimpleNamespace(nn=SimpleNamespace(functional=None), bfloat16="bf16", randn=no_memory,
+                            Generator=lambda device=None: SimpleNamespace(manual_seed=lambda seed: None))
+    with pytest.raises(DeviceError) as caught:
+        model_replay.ReplayModel(torch, plan, SimpleNamespace(dev="cpu", is_cuda=False))
+    exc = caught.value
+    assert exc.exit_code == 1 and exc.param == "decode_bs"
+    assert str(exc) == ("out of memory building Qwen3-8B's 36 layers (planned 27.57 GB of 85.52 GB free): "
+                        "use a smaller --decode-bs, --context or --prompt-tokens")
+    assert messages.api_error_text(exc).endswith("use a smaller decode_bs, context or prompt_tokens")
+
+
+class _NoLibcuda:
+    """cuda.bindings.driver where libcuda cannot be loaded (cuda.pathfinder raises at the first call)."""
+
+    def cuInit(self, flags):
+        raise RuntimeError("Failure finding libcuda.so.1: not found. Searched /usr/lib64")
+
+
+_NO_DRIVER = ("no NVIDIA driver: the CUDA driver library (libcuda) could not be loaded (Failure finding "
+              "libcuda.so.1: not found); pdmux bench needs an NVIDIA GPU and driver (pdmux bench --dry-run "
+              "shows the plan on any machine)")
+
+
+def test_no_driver_names_dry_run(monkeypatch) -> None:
+    with pytest.raises(DeviceError) as caught:
+        greenctx._init_driver(_NoLibcuda())
+    exc = caught.value
+    assert exc.param == "dry_run" and str(exc) == _NO_DRIVER
+    assert messages.api_error_text(exc) == _NO_DRIVER.replace("pdmux bench --dry-run", "pdmux bench dry_run")
+    back = pickle.loads(pickle.dumps(exc.prefixed("task 1: ")))  # across a process pool: still a template
+    assert type(back) is DeviceError and back.param == "dry_run" and str(back) == "task 1: " + _NO_DRIVER
+
+
+def test_cli_prints_a_templated_device_error_with_its_flag(monkeypatch) -> None:
+    """The CLI's handler (pdmux_cli/cli/common.py, every PdmuxError) prints a DeviceError's template as
+    error_text does: flags, exit 1, one line."""
+    monkeypatch.setattr(greenctx, "driver_module", lambda: _NoLibcuda())
+    monkeypatch.setattr(greenctx, "set_max_connections", lambda: None)
+    r = CliRunner().invoke(app, ["bench"])
+    assert_one_line_error(r, 1)
+    assert r.stderr.strip() == f"pdmux: error: {_NO_DRIVER}"
+
+
+def test_untemplated_device_errors_print_as_written() -> None:
+    exc = DeviceError("cuda-python is not installed: pip install 'pdmux[bench]' {x}")
+    assert exc.values is None and str(exc) == exc.args[0] == messages.api_error_text(exc)
+    assert str(pickle.loads(pickle.dumps(exc))) == str(exc)
 
 
 # --- notes as findings: codes and values; the CLI's and the JSON's text -------------------------------

@@ -251,8 +251,11 @@ _TEMPLATED = [*sorted((CORE / "workflows").glob("*.py")),
               CORE / "util" / "plotting.py", CORE / "costmodel" / "calibration_file.py"]
 #: The bench and the whole-GPU fit (tests/test_bench_findings.py also scans their notes and DeviceErrors).
 _TEMPLATED += [*sorted((CORE / "bench").glob("*.py")), CORE / "costmodel" / "whole_gpu_fit.py"]
-#: What builds an error from a template besides ``InputError(...)`` itself (its first argument the template).
-_ERROR_BUILDERS = {"InputError", "param_error", "_value_error", "_unreadable"}
+#: The cost model's S_SAT-with-a-calibration and TP-bound errors (tests/test_costmodel_errors.py).
+_TEMPLATED += [CORE / "costmodel" / "roofline.py", CORE / "costmodel" / "collectives.py"]
+#: What builds an error from a template besides ``InputError(...)`` itself (its first argument the template);
+#: a DeviceError takes templates too (PdmuxError's).
+_ERROR_BUILDERS = {"InputError", "DeviceError", "param_error", "_value_error", "_unreadable"}
 #: A pdmux command line quoted for the shell ('pdmux tune --dp N -o FILE'): the CLI's text for every caller.
 _QUOTED_PDMUX_COMMAND = re.compile(r"'pdmux [a-z][a-z-]*( [^']*)?'")
 

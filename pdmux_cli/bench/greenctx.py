@@ -239,12 +239,15 @@ def set_max_connections(environ: MutableMapping[str, str] | None = None) -> Find
     return _connections_note
 
 
-def _no_driver_message(exc: BaseException) -> str:
+def _no_driver_error(exc: BaseException) -> DeviceError:
+    """"no NVIDIA driver" with the first sentence of why the driver library did not load; its ``param``
+    ``dry_run``: the option that needs no driver."""
     detail = " ".join(str(exc).split())
     first = detail.split(". ")[0][:160]
-    return (
-        f"no NVIDIA driver: the CUDA driver library (libcuda) could not be loaded ({first}); "
-        "pdmux bench needs an NVIDIA GPU and driver (pdmux bench --dry-run shows the plan on any machine)"
+    return DeviceError(
+        "no NVIDIA driver: the CUDA driver library (libcuda) could not be loaded ({detail}); pdmux bench "
+        "needs an NVIDIA GPU and driver (pdmux bench {param_flag} shows the plan on any machine)",
+        param="dry_run", values={"detail": first},
     )
 
 
@@ -255,7 +258,7 @@ def _init_driver(drv: Any) -> int:
         result = drv.cuInit(0)
     # cuda.pathfinder's DynamicLibNotFoundError is a RuntimeError
     except (RuntimeError, OSError, ImportError) as exc:
-        raise DeviceError(_no_driver_message(exc)) from None
+        raise _no_driver_error(exc) from None
     err = result[0]
     if _code(err) != 0:
         if _code(err) == 100:  # CUDA_ERROR_NO_DEVICE

@@ -167,7 +167,8 @@ class ReplayModel:
     (layers ``[start, end)`` on the prompt; the lm_head on its last token after the last layer).
 
     ``grouped_mm``: run MoE experts through ``torch._grouped_mm`` (``None``: when this torch has it and it
-    runs on the device). Raises :class:`DeviceError` when the device runs out of memory building it.
+    runs on the device). Raises :class:`DeviceError` when the device runs out of memory building it (its
+    ``param`` ``decode_bs``: the sizes to make smaller).
     """
 
     def __init__(self, torch: Any, plan: ReplayPlan, device: ReplayDevice,
@@ -212,10 +213,12 @@ class ReplayModel:
             if device.is_cuda:
                 torch.cuda.synchronize(dev)
         except (RuntimeError, MemoryError) as exc:  # torch.cuda.OutOfMemoryError is a RuntimeError
-            raise DeviceError(f"out of memory building {m.name}'s {plan.memory.built_layers} layers "
-                              f"(planned {plan.memory.needed_bytes / 1e9:.2f} GB of "
-                              f"{plan.memory.available_bytes / 1e9:.2f} GB free): "
-                              "use a smaller --decode-bs, --context or --prompt-tokens") from exc
+            raise DeviceError("out of memory building {model}'s {layers} layers (planned {needed_gb:.2f} GB "
+                              "of {free_gb:.2f} GB free): use a smaller {param_flag}, {flag.context} or "
+                              "{flag.prompt_tokens}", param="decode_bs",
+                              values={"model": m.name, "layers": plan.memory.built_layers,
+                                      "needed_gb": plan.memory.needed_bytes / 1e9,
+                                      "free_gb": plan.memory.available_bytes / 1e9}) from exc
         self.gqa_native = self._probe_gqa()
         self.grouped_mm = False
         if m.is_moe:

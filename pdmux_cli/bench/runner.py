@@ -213,23 +213,27 @@ class Workloads:
         self._allocate()
         self._load(image)
 
-    def _sizes_text(self) -> str:
+    def _sizes(self) -> tuple[str, dict[str, Any]]:
+        """The part of an out-of-memory message that lists the buffers (a template) and its values."""
         p = self.plan
-        text = (f"GEMM {p.gemm.text} bf16 ({p.gemm.operand_bytes} bytes), read buffer and its copy "
-                f"2 x {p.buffer_bytes} bytes")
+        text = "GEMM {gemm} bf16 ({operand_bytes} bytes), read buffer and its copy 2 x {buffer_bytes} bytes"
+        values: dict[str, Any] = {"gemm": p.gemm.text, "operand_bytes": p.gemm.operand_bytes,
+                                  "buffer_bytes": p.buffer_bytes, "device": p.device_index}
         if p.skinny is not None:
-            text += f", skinny GEMM weights {p.skinny_copies} x {p.skinny.weight_bytes} bytes"
-        return text
+            text += ", skinny GEMM weights {copies} x {skinny_weight_bytes} bytes"
+            values.update(copies=p.skinny_copies, skinny_weight_bytes=p.skinny.weight_bytes)
+        return text, values
 
     def _allocate(self) -> None:
         torch, p = self.torch, self.plan
+        sizes, size_values = self._sizes()
         free, _total = torch.cuda.mem_get_info(self.dev)
         need = p.memory_needed_bytes + MEMORY_HEADROOM_BYTES
         if need > free:
             raise DeviceError(
-                f"out of device memory: the bench needs {need / 1e9:.2f} GB ({self._sizes_text()}) but "
-                f"{free / 1e9:.2f} GB is free on device {p.device_index}: use a smaller --gemm-shape or "
-                "--buffer-bytes"
+                "out of device memory: the bench needs {needed_gb:.2f} GB (" + sizes + ") but {free_gb:.2f} "
+                "GB is free on device {device}: use a smaller {param_flag} or {flag.buffer_bytes}",
+                param="gemm_shape", values={**size_values, "needed_gb": need / 1e9, "free_gb": free / 1e9},
             )
         try:
             gen = torch.Generator(device=self.dev)
@@ -257,8 +261,8 @@ class Workloads:
             torch.cuda.synchronize(self.dev)
         except torch.cuda.OutOfMemoryError:
             raise DeviceError(
-                f"out of device memory allocating {self._sizes_text()} on device {p.device_index}: "
-                "use a smaller --gemm-shape or --buffer-bytes"
+                "out of device memory allocating " + sizes + " on device {device}: use a smaller "
+                "{param_flag} or {flag.buffer_bytes}", param="gemm_shape", values=size_values,
             ) from None
 
     def _load(self, image: bytes) -> None:
@@ -581,7 +585,9 @@ def _device_error(exc: BaseException, w: Workloads) -> DeviceError:
     """A torch/CUDA ``RuntimeError`` as a one-line :class:`DeviceError` (out of memory: with the sizes)."""
     first = " ".join(str(exc).split())[:300]
     if "out of memory" in first.lower():
-        return DeviceError(f"out of device memory during the run ({w._sizes_text()}): {first}")
+        sizes, values = w._sizes()
+        return DeviceError("out of device memory during the run (" + sizes + "): {detail}",
+                           values={**values, "detail": first})
     return DeviceError(f"CUDA failure during the run: {first}")
 
 

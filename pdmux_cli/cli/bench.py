@@ -136,6 +136,39 @@ def bench(
     estimate."""
     from ..bench import plan as bplan
 
+    gemm, buffer, skinny = _kernel_sizes(gemm_shape, buffer_bytes, skinny_gemm, repeats, device, sm_group_num)
+    if model is not None:
+        _refuse_kernel_options(sms=sms, cc=cc, buffer_bytes=buffer_bytes, skinny_gemm=skinny_gemm,
+                               gemm_shape=gemm_shape, gemm=gemm)
+        from .bench_model import run_model_replay
+
+        run_model_replay(
+            model=model, gpu=gpu, dry_run=dry_run, cpu=cpu, decode_bs=decode_bs, context=context,
+            prompt_tokens=prompt_tokens, levels=levels, repeats=repeats, quick=quick, device_index=device,
+            sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget,
+            calibration=calibration, out=out, as_json=as_json)
+        return
+    _refuse_replay_options({"--decode-bs": decode_bs, "--context": context, "--prompt-tokens": prompt_tokens,
+                            "--token-budget": token_budget, "--decode-bs-divisor": decode_bs_divisor,
+                            "--calibration": calibration, "--cpu": cpu or None})
+    options: dict[str, Any] = {
+        "gemm": gemm, "buffer_bytes": buffer, "repeats": repeats, "quick": quick, "levels": levels,
+        "device_index": device, "sm_group_num": sm_group_num, "skinny": skinny,
+    }
+    if dry_run:
+        _print_dry_run(bplan.make_plan(_dry_run_device(gpu, sms, cc), **options), as_json, out)
+        return
+    _run_kernel_bench(gpu=gpu, sms=sms, cc=cc, levels=levels, device=device, out=out, as_json=as_json,
+                      options=options)
+
+
+def _kernel_sizes(gemm_shape: str, buffer_bytes: str | None, skinny_gemm: str | None, repeats: int | None,
+                  device: int, sm_group_num: int) -> tuple[Any, int | None, Any]:
+    """The kernel bench's GEMM, read buffer (bytes, ``None``: the default) and skinny GEMM (``None``: none)
+    from their options; :class:`InputError` for those and for ``--repeats``, ``--device`` and
+    ``--sm-group-num`` out of range (checked for the model replay too)."""
+    from ..bench import plan as bplan
+
     gemm = bplan.parse_gemm_shape(gemm_shape)
     buffer = bplan.parse_bytes(buffer_bytes) if buffer_bytes is not None else None
     skinny = bplan.parse_skinny(skinny_gemm) if skinny_gemm is not None else None
@@ -145,47 +178,52 @@ def bench(
         raise InputError(f"--device must be >= 0, got {device}")
     if sm_group_num < 3:
         raise InputError(f"--sm-group-num must be >= 3 (SGLang's rule), got {sm_group_num}")
-    replay_only = {"--decode-bs": decode_bs, "--context": context, "--prompt-tokens": prompt_tokens,
-                   "--token-budget": token_budget, "--decode-bs-divisor": decode_bs_divisor,
-                   "--calibration": calibration, "--cpu": cpu or None}
-    if model is not None:
-        kernel_only = {"--sms": sms, "--cc": cc, "--buffer-bytes": buffer_bytes, "--skinny-gemm": skinny_gemm,
-                       "--gemm-shape": None if gemm == bplan.GemmShape(*bplan.DEFAULT_GEMM_SHAPE)
-                       else gemm_shape}
-        given = [name for name, value in kernel_only.items() if value is not None]
-        if given:
-            raise InputError(f"{given[0]} is an option of the kernel bench, not of --model (the model "
-                             "replay)")
-        from .bench_model import run_model_replay
+    return gemm, buffer, skinny
 
-        run_model_replay(
-            model=model, gpu=gpu, dry_run=dry_run, cpu=cpu, decode_bs=decode_bs, context=context,
-            prompt_tokens=prompt_tokens, levels=levels, repeats=repeats, quick=quick, device_index=device,
-            sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget,
-            calibration=calibration, out=out, as_json=as_json)
-        return
+
+def _refuse_kernel_options(*, sms: int | None, cc: str | None, buffer_bytes: str | None,
+                           skinny_gemm: str | None, gemm_shape: str, gemm: Any) -> None:
+    """:class:`InputError` naming the first kernel-bench option given with ``--model`` (``--gemm-shape``
+    only when it is not the default shape)."""
+    from ..bench import plan as bplan
+
+    kernel_only = {"--sms": sms, "--cc": cc, "--buffer-bytes": buffer_bytes, "--skinny-gemm": skinny_gemm,
+                   "--gemm-shape": None if gemm == bplan.GemmShape(*bplan.DEFAULT_GEMM_SHAPE) else gemm_shape}
+    given = [name for name, value in kernel_only.items() if value is not None]
+    if given:
+        raise InputError(f"{given[0]} is an option of the kernel bench, not of --model (the model replay)")
+
+
+def _refuse_replay_options(replay_only: dict[str, Any]) -> None:
+    """:class:`InputError` naming the first model-replay option (flag -> value, ``None``: not given) given
+    without ``--model``."""
     given = [name for name, value in replay_only.items() if value is not None]
     if given:
         raise InputError(f"{given[0]} goes with --model (the model replay)")
-    options: dict[str, Any] = {
-        "gemm": gemm, "buffer_bytes": buffer, "repeats": repeats, "quick": quick, "levels": levels,
-        "device_index": device, "sm_group_num": sm_group_num, "skinny": skinny,
-    }
 
-    if dry_run:
-        plan = bplan.make_plan(_dry_run_device(gpu, sms, cc), **options)
-        if as_json:
-            print_json(bplan.plan_dict(plan))
-            return
-        from ..bench.report import plan_tables
 
-        con = console()
-        for table in plan_tables(plan):
-            con.print(table)
-        for note in plan.notes:
-            print_note(con, note)
-        con.print("dry run: nothing was measured" + (f"; nothing written to {out}" if out else ""))
+def _print_dry_run(plan: Any, as_json: bool, out: Path | None) -> None:
+    """The ``--dry-run`` plan: its JSON, or its tables, notes and the line saying nothing was measured."""
+    from ..bench import plan as bplan
+
+    if as_json:
+        print_json(bplan.plan_dict(plan))
         return
+    from ..bench.report import plan_tables
+
+    con = console()
+    for table in plan_tables(plan):
+        con.print(table)
+    for note in plan.notes:
+        print_note(con, note)
+    con.print("dry run: nothing was measured" + (f"; nothing written to {out}" if out else ""))
+
+
+def _run_kernel_bench(*, gpu: str | None, sms: int | None, cc: str | None, levels: str | None, device: int,
+                      out: Path | None, as_json: bool, options: dict[str, Any]) -> None:
+    """The kernel bench on the device: usage errors first (before the device is probed), then the run, its
+    files in ``out``, its JSON or tables; exits as :func:`exit_for` says."""
+    from ..bench import plan as bplan
 
     if sms is not None or cc is not None:
         raise InputError("--sms/--cc describe a device for --dry-run; a real run measures the device itself")
@@ -207,22 +245,26 @@ def bench(
     out_dir = make_out_dir(out)  # created only once the device is known to be there
     res = _run_with_progress(runner, plan, info, torch, plan_json, out_dir)
     written = _write_outputs(res, out_dir) if out_dir is not None else []
+    _print_results(res, written, as_json)
+    exit_for(res, out_dir)
 
+
+def _print_results(res: Any, written: list[Path], as_json: bool) -> None:
+    """A run's results: their JSON, or the summary tables, notes and the files written."""
     from ..bench.results import results_dict
 
     if as_json:
         print_json(results_dict(res))
-    else:
-        from ..bench.report import summary_tables
+        return
+    from ..bench.report import summary_tables
 
-        con = console()
-        for table in summary_tables(res):
-            con.print(table)
-        for note in res.notes:
-            print_note(con, note)
-        for path in written:
-            con.print(f"wrote {path}")
-    exit_for(res, out_dir)
+    con = console()
+    for table in summary_tables(res):
+        con.print(table)
+    for note in res.notes:
+        print_note(con, note)
+    for path in written:
+        con.print(f"wrote {path}")
 
 
 def _run_with_progress(runner: Any, plan: Any, info: Any, torch: Any, plan_json: dict,

@@ -247,8 +247,8 @@ def tp_collectives(gpu: Any, tp: int, fits: tuple[AllReduceFits, ...] | None = N
     ``fits``: the fits to choose from (default: the shipped file). Raises :class:`InputError` for a
     ``tp`` outside 2..:data:`MAX_TP` or a profile without interconnect figures."""
     if not 2 <= tp <= MAX_TP:
-        raise InputError(f"--tp must be from 1 to {MAX_TP} (GPUs of one server, where the all-reduce was "
-                         f"measured), got {tp}")
+        raise InputError("{param_flag} must be from 1 to {max_tp} (GPUs of one server, where the all-reduce "
+                         "was measured), got {tp}", param="tp", values={"max_tp": MAX_TP, "tp": tp})
     kind, link_bw, hop_s = gpu.require_interconnect(tp)
     fits = load_allreduce_fits() if fits is None else fits
     chosen, note = choose_fits(fits, getattr(gpu, "key", ""), kind, tuple(gpu.compute_capability))

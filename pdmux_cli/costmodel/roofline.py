@@ -138,7 +138,8 @@ class RooflineModel:
         compute_capability: tuple[int, int] | None = None,
     ) -> None:
         if calibration is not None and s_sat is not None:
-            raise InputError("--s-sat is a guess that a --calibration file replaces: give one or the other")
+            raise InputError("{param_flag} is a guess that a {flag.calibration} file replaces: give one or "
+                             "the other", param="s_sat", values={})
         self.model = model
         self.gpu_name = gpu_name
         self.total_sms = total_sms

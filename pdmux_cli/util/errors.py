@@ -14,7 +14,7 @@ from __future__ import annotations
 import reprlib
 import string
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 
 @dataclass(frozen=True, eq=True)
@@ -42,7 +42,7 @@ class Finding:
 
 class _Flags:
     """``{flag.NAME}`` in an error's template: ``names(NAME)`` after the error's aliases
-    (:meth:`InputError.retargeted`)."""
+    (:meth:`PdmuxError.retargeted`)."""
 
     def __init__(self, names: Any, aliases: dict[str, str]) -> None:
         self._names, self._aliases = names, aliases
@@ -52,25 +52,18 @@ class _Flags:
 
 
 _FORMATTER = string.Formatter()
+_E = TypeVar("_E", bound="PdmuxError")
 
 
 class PdmuxError(Exception):
     """Base class: a failure with a one-line, user-facing message.
 
-    ``exit_code`` is what the CLI exits with (1 for runtime failures).
+    ``exit_code`` is what the CLI exits with (1 for runtime failures). The message may be a template that
+    names parameters by their Python names (:meth:`__init__`), for every kind of failure: bad input
+    (:class:`InputError`) and runtime failures (:class:`DeviceError`) alike.
     """
 
     exit_code = 1
-
-
-class InputError(PdmuxError, ValueError):
-    """Bad user input: unknown GPU or model, malformed file, impossible sizes. The CLI exits 2.
-
-    Also used where SGLang itself refuses a configuration at start-up (no valid SM partition,
-    unsupported compute capability): for pdmux's user that is an input problem to fix.
-    """
-
-    exit_code = 2
 
     def __init__(self, message: str = "", *, param: str | None = None, values: dict[str, Any] | None = None,
                  prefix: str = "", aliases: dict[str, str] | None = None) -> None:
@@ -79,9 +72,9 @@ class InputError(PdmuxError, ValueError):
         request field, the API keyword: ``tp``, ``disagg_tp``; ``{param_flag}``: ``param``'s); the rendering
         layer turns each into its CLI flag (:func:`pdmux_cli.messages.error_text`, which ``str()`` uses) or
         leaves the Python name (:func:`pdmux_cli.messages.api_error_text`). User text belongs in ``values``,
-        never in a template. ``param``: the parameter at fault, or ``None``. ``prefix``: text before the
-        message (``"what: "``), kept apart so that a wrapped error keeps its template. ``aliases``: parameter
-        renames (:meth:`retargeted`)."""
+        never in a template. ``param``: the parameter at fault (or, for a runtime failure, the one to
+        change), or ``None``. ``prefix``: text before the message (``"what: "``), kept apart so that a
+        wrapped error keeps its template. ``aliases``: parameter renames (:meth:`retargeted`)."""
         self.template = message
         self.values = values
         self.param = param
@@ -106,12 +99,12 @@ class InputError(PdmuxError, ValueError):
             self.template, (), {**self.values, "flag": flags, "param_flag": own}
         )
 
-    def prefixed(self, prefix: str) -> InputError:
+    def prefixed(self: _E, prefix: str) -> _E:
         """This error with ``prefix`` before its message (``"task: "``), its template and parameter kept."""
         return type(self)(self.template, param=self.param, values=self.values, prefix=prefix + self.prefix,
                           aliases=self.aliases)
 
-    def retargeted(self, aliases: dict[str, str], **values: Any) -> InputError:
+    def retargeted(self: _E, aliases: dict[str, str], **values: Any) -> _E:
         """This error about another parameter with the same rules: each ``{flag.OLD}`` read as ``NEW``
         (``{"tp": "disagg_tp"}``: a TP value refused for disaggregation's instances), ``param`` likewise,
         and ``values`` replacing those of the same name that the template has (``sglang_tp="TP"``)."""
@@ -121,7 +114,7 @@ class InputError(PdmuxError, ValueError):
                           values=merged, prefix=self.prefix, aliases={**self.aliases, **aliases})
 
     def __reduce__(self) -> Any:  # across a process pool or Ray: the template and parameter kept
-        return _rebuild_input_error, (
+        return _rebuild_error, (
             type(self),
             self.template,
             self.param,
@@ -131,15 +124,30 @@ class InputError(PdmuxError, ValueError):
         )
 
 
-def _rebuild_input_error(cls: type, template: str, param: str | None, values: dict[str, Any] | None,
-                         prefix: str, aliases: dict[str, str]) -> InputError:
+def _rebuild_error(cls: type, template: str, param: str | None, values: dict[str, Any] | None,
+                   prefix: str, aliases: dict[str, str]) -> PdmuxError:
     exc = cls.__new__(cls)
-    InputError.__init__(exc, template, param=param, values=values, prefix=prefix, aliases=aliases)
+    PdmuxError.__init__(exc, template, param=param, values=values, prefix=prefix, aliases=aliases)
     return exc
 
 
+class InputError(PdmuxError, ValueError):
+    """Bad user input: unknown GPU or model, malformed file, impossible sizes. The CLI exits 2.
+
+    Also used where SGLang itself refuses a configuration at start-up (no valid SM partition,
+    unsupported compute capability): for pdmux's user that is an input problem to fix. Its message is a
+    template like any :class:`PdmuxError`'s (``InputError("{flag.tp} must be ...", param="tp", values=...)``).
+    """
+
+    exit_code = 2
+
+
 class DeviceError(PdmuxError, RuntimeError):
-    """A runtime failure outside the user's input: no GPU, driver too old, out of memory. Exit 1."""
+    """A runtime failure outside the user's input: no GPU, driver too old, out of memory. Exit 1.
+
+    Its message may be a template (:class:`PdmuxError`): an out-of-memory error names the parameters to
+    make smaller (``param="gemm_shape"``, ``{flag.buffer_bytes}``), the CLI as flags, the API as keywords.
+    """
 
     exit_code = 1
 
