@@ -262,3 +262,84 @@ def test_no_problem_writes_a_pdmux_flag() -> None:
     written = [f"{path.relative_to(CORE)}:{line} {flag}" for path in sorted(CORE.rglob("*.py"))
                for line, flag in _problem_literal_flags(ast.parse(path.read_text(encoding="utf-8")), flags)]
     assert not written, written
+
+
+# --- runtime failures (exit 1) name the parameter to change: PdmuxError takes templates (devicerr) ---------
+
+def _die(shared, arg):  # a task whose worker dies (the OOM killer's SIGKILL, in effect)
+    import os
+
+    os._exit(1)
+
+
+def test_a_dead_worker_names_workers_for_the_cli_and_the_api() -> None:
+    from pdmux_cli.simulate.executors import TaskFailed, executor
+
+    with pytest.raises(TaskFailed) as caught, executor("local", 2, tasks=2) as ex:
+        ex.run(_die, ex.share(None), [1, 2], ["pdmux {flag.x}"] * 2)
+    exc = caught.value
+    assert exc.param == "workers" and exc.exit_code == 1
+    assert str(exc) == ("a worker process died while simulating pdmux {flag.x} (out of memory, or killed): "
+                        "run again, with fewer --workers if memory is short")
+    assert messages.api_error_text(exc).endswith("run again, with fewer workers if memory is short")
+
+
+def test_a_broken_pool_names_workers() -> None:
+    from concurrent.futures.process import BrokenProcessPool
+
+    from pdmux_cli.simulate import pool
+    from pdmux_cli.util.errors import PdmuxError
+
+    with pytest.raises(PdmuxError) as caught, pool.process_pool(1):
+        raise BrokenProcessPool("gone")
+    exc = caught.value
+    assert exc.param == "workers" and str(exc) == (
+        "a worker process died before finishing its simulation (out of memory, or killed): run again, with "
+        "fewer --workers if memory is short")
+    assert messages.api_error_text(exc).endswith("with fewer workers if memory is short")
+
+
+def test_ray_unreachable_names_executor(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from pdmux_cli.simulate import executors
+
+    def init(**options):
+        raise ConnectionError("no cluster at {flag.x}\nsecond line")
+
+    fake = SimpleNamespace(is_initialized=lambda: False, init=init)
+    monkeypatch.setattr(executors, "import_ray", lambda: fake)
+    with pytest.raises(executors.PdmuxError) as caught:
+        executors.OnRay(2, "ray://head:10001")
+    exc = caught.value
+    assert exc.param == "executor" and exc.exit_code == 1
+    assert str(exc) == ("--executor ray: cannot start or reach the Ray cluster at ray://head:10001: no "
+                        "cluster at {flag.x}")
+    assert messages.api_error_text(exc).startswith("executor ray: cannot start or reach the Ray cluster")
+    r = CliRunner().invoke(app, ["simulate", TRACE, "--policies", "chunked", "--executor", "ray",
+                                 "--ray-address", "ray://head:10001"])
+    assert r.exit_code == 1 and r.stderr == (
+        "pdmux: error: --executor ray: cannot start or reach the Ray cluster at ray://head:10001: no cluster "
+        "at {flag.x}\n")
+
+
+def test_a_broken_matplotlib_names_plot(tmp_path, monkeypatch) -> None:
+    import sys
+    import types
+
+    class Broken(types.ModuleType):
+        def __getattr__(self, name):
+            raise RuntimeError("bad matplotlibrc line 3:\n  backend: frob")
+
+    monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", Broken("backend_agg"))
+    r = CliRunner().invoke(app, ["estimate", "--plot", str(tmp_path / "p.png")])
+    assert r.exit_code == 1 and r.stderr == (
+        "pdmux: error: --plot: matplotlib failed to start (bad matplotlibrc line 3: backend: frob); check "
+        "its installation and matplotlibrc\n")
+    from pdmux_cli.util.errors import PdmuxError
+    from pdmux_cli.util.plotting import png_figure
+
+    with pytest.raises(PdmuxError) as caught, png_figure(tmp_path / "q.png", (1, 1), ""):
+        pass
+    assert caught.value.param == "plot"
+    assert messages.api_error_text(caught.value).startswith("plot: matplotlib failed to start (bad")

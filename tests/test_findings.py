@@ -255,7 +255,8 @@ _TEMPLATED += [*sorted((CORE / "bench").glob("*.py")), CORE / "costmodel" / "who
 _TEMPLATED += [CORE / "costmodel" / "roofline.py", CORE / "costmodel" / "collectives.py"]
 #: What builds an error from a template besides ``InputError(...)`` itself (its first argument the template);
 #: a DeviceError takes templates too (PdmuxError's).
-_ERROR_BUILDERS = {"InputError", "DeviceError", "param_error", "_value_error", "_unreadable"}
+_ERROR_BUILDERS = {"InputError", "DeviceError", "PdmuxError", "TaskFailed", "param_error", "_value_error",
+                   "_unreadable"}
 #: A pdmux command line quoted for the shell ('pdmux tune --dp N -o FILE'): the CLI's text for every caller.
 _QUOTED_PDMUX_COMMAND = re.compile(r"'pdmux [a-z][a-z-]*( [^']*)?'")
 

@@ -93,8 +93,8 @@ def _failure(what: str, exc: BaseException) -> BaseException:
         return exc
     if isinstance(exc, InputError):  # its template and parameter kept: the API's text names the keyword
         return exc.prefixed(f"{what}: ")
-    if isinstance(exc, PdmuxError) and not isinstance(exc, TaskFailed):
-        return type(exc)(f"{what}: {exc}")
+    if isinstance(exc, PdmuxError) and not isinstance(exc, TaskFailed):  # a DeviceError: template kept
+        return exc.prefixed(f"{what}: ")
     if isinstance(exc, TaskFailed):
         return exc
     detail = str(exc).strip().splitlines()
@@ -224,8 +224,9 @@ class Processes(Executor):
         try:
             job.outcome = (True, future.result())
         except BrokenProcessPool:
-            raise TaskFailed(f"a worker process died while simulating {job.what} (out of memory, or killed): "
-                             "run again, with fewer --workers if memory is short") from None
+            raise TaskFailed("a worker process died while simulating {what} (out of memory, or killed): run "
+                             "again, with fewer {flag.workers} if memory is short", param="workers",
+                             values={"what": job.what}) from None
         except Exception as exc:  # noqa: BLE001 - re-raised by Job.result with the task named
             job.outcome = (False, exc)
         return job
@@ -264,8 +265,9 @@ class OnRay(Executor):
                 ray.init(**options)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-                raise PdmuxError(f"--executor ray: cannot start or reach {where}: "
-                                 f"{_first_line(exc)}") from None
+                raise PdmuxError("{flag.executor} ray: cannot start or reach {where}: {reason}",
+                                 param="executor",
+                                 values={"where": where, "reason": _first_line(exc)}) from None
             finally:
                 _restore(saved)  # ray.init installs its own SIGTERM handler: pdmux's stops the run cleanly
             self._owned = True

@@ -85,7 +85,8 @@ def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
         _kill_pool(pool)
         if isinstance(exc, BrokenProcessPool):
             raise PdmuxError("a worker process died before finishing its simulation (out of memory, or "
-                             "killed): run again, with fewer --workers if memory is short") from None
+                             "killed): run again, with fewer {flag.workers} if memory is short",
+                             param="workers", values={}) from None
         raise
     pool.shutdown()
 

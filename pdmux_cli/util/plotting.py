@@ -42,8 +42,9 @@ def agg_classes() -> tuple[Any, Any]:
         raise InputError("{flag.plot} needs matplotlib: {install}", param="plot",
                          values={"install": PLOT_INSTALL}) from None
     except Exception as exc:  # noqa: BLE001 - a broken installation or matplotlibrc: one line, exit 1
-        raise PdmuxError(f"--plot: matplotlib failed to start ({' '.join(str(exc).split())[:200]}); check "
-                         "its installation and matplotlibrc") from None
+        raise PdmuxError("{flag.plot}: matplotlib failed to start ({detail}); check its installation and "
+                         "matplotlibrc", param="plot",
+                         values={"detail": " ".join(str(exc).split())[:200]}) from None
     finally:
         logger.setLevel(level)
         if saved is not None:
