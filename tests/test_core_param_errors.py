@@ -23,6 +23,7 @@ from pdmux_cli.planning.slo_levels import check_target_ms
 from pdmux_cli.simulate.capacity import check_slos
 from pdmux_cli.simulate.traces import unreadable_format
 from pdmux_cli.util.errors import InputError
+from cli_assertions import one_error_line, raised_input_error
 
 CORE = Path(__file__).resolve().parent.parent / "pdmux_cli"
 FIX = Path(__file__).resolve().parent / "fixtures"
@@ -46,18 +47,8 @@ _API = {"what": "gen-config tune", "sglang": "sglang", "synthetic": "synthetic",
         "prompt": "prompt_tokens", "output": "output_tokens", "divisions": "divisions"}
 
 
-def _raised(call, *args, **kwargs) -> InputError:
-    with pytest.raises(InputError) as caught:
-        call(*args, **kwargs)
-    return caught.value
-
-
-def _one_error_line(args: list[str]) -> str:
-    r = CliRunner().invoke(app, args)
-    assert r.exit_code == 2, (r.stdout, r.stderr)
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("pdmux: error: "), lines
-    return lines[0].removeprefix("pdmux: error: ")
+_raised = raised_input_error
+_one_error_line = one_error_line
 
 
 def _traces(tmp_path: Path) -> dict[str, Path]:

@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 import pdmux
 from pdmux_cli import messages
 from pdmux_cli.cli import app
-from pdmux_cli.util.errors import Finding, InputError
+from pdmux_cli.util.errors import Finding
+from cli_assertions import one_error_line, raised_input_error
 
 CORE = Path(__file__).resolve().parent.parent / "pdmux_cli"
 FIX = Path(__file__).resolve().parent / "fixtures"
@@ -130,18 +131,8 @@ GEN_CONFIG_ERRORS = [
 ]
 
 
-def _raised(call, *args, **kwargs) -> InputError:
-    with pytest.raises(InputError) as caught:
-        call(*args, **kwargs)
-    return caught.value
-
-
-def _one_error_line(args: list[str]) -> str:
-    r = CliRunner().invoke(app, args)
-    assert r.exit_code == 2, (r.stdout, r.stderr)
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("pdmux: error: "), lines
-    return lines[0].removeprefix("pdmux: error: ")
+_raised = raised_input_error
+_one_error_line = one_error_line
 
 
 @pytest.mark.parametrize("kwargs, args, param, cli_line, api_line", GEN_CONFIG_ERRORS)

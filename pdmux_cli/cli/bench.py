@@ -16,8 +16,8 @@ import typer
 from ..util.errors import InputError
 from .app import app
 from .bench_shared import (CALIBRATION_FILE, RESULTS_FILE, check_out_dir, exit_for, make_out_dir,
-                           run_with_progress)
-from .common import console, print_json, print_note, write_atomic
+                           print_tables_and_notes, run_with_progress)
+from .common import print_json, write_atomic
 
 PNG_FILE = "curves.png"
 
@@ -211,11 +211,7 @@ def _print_dry_run(plan: Any, as_json: bool, out: Path | None) -> None:
         return
     from ..bench.report import plan_tables
 
-    con = console()
-    for table in plan_tables(plan):
-        con.print(table)
-    for note in plan.notes:
-        print_note(con, note)
+    con = print_tables_and_notes(plan_tables(plan), plan.notes)
     con.print("dry run: nothing was measured" + (f"; nothing written to {out}" if out else ""))
 
 
@@ -258,11 +254,7 @@ def _print_results(res: Any, written: list[Path], as_json: bool) -> None:
         return
     from ..bench.report import summary_tables
 
-    con = console()
-    for table in summary_tables(res):
-        con.print(table)
-    for note in res.notes:
-        print_note(con, note)
+    con = print_tables_and_notes(summary_tables(res), res.notes)
     for path in written:
         con.print(f"wrote {path}")
 

@@ -17,13 +17,11 @@ from typing import Any
 from ..messages import render_all
 from ..util.errors import Finding, InputError
 from .bench_shared import (CALIBRATION_FILE, RESULTS_FILE, check_out_dir, exit_for, make_out_dir,
-                           run_with_progress)
+                           print_tables_and_notes, run_with_progress)
 from .common import (
-    console,
     gpu_file,
     model_file,
     print_json,
-    print_note,
     write_atomic,
 )
 
@@ -180,11 +178,7 @@ def _dry_run(mdl: Any, gpu: str | None, given: Any, options: dict[str, Any], out
         return
     from ..bench.replay_report import replay_plan_tables
 
-    con = console()
-    for table in replay_plan_tables(plan, preds):
-        con.print(table)
-    for note in notes:
-        print_note(con, note)
+    con = print_tables_and_notes(replay_plan_tables(plan, preds), notes)
     con.print("dry run: nothing was measured" + (f"; nothing written to {out}" if out else ""))
 
 
@@ -258,11 +252,7 @@ def _show(res: Any, own: Any, written: list[Path], as_json: bool) -> None:
         return
     from ..bench.replay_report import replay_tables
 
-    con = console()
-    for table in replay_tables(res):
-        con.print(table)
-    for note in res.notes:
-        print_note(con, note)
+    con = print_tables_and_notes(replay_tables(res), res.notes)
     if own is not None and own.whole_gpu is not None:
         con.print(f"measured fixed time per decode step: {own.whole_gpu.decode_fixed_s * 1e3:.3f} ms "
                   f"(the estimate was {own.whole_gpu.uncalibrated_median_error:.0%} off on the whole "

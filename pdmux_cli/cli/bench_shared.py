@@ -23,6 +23,19 @@ RESULTS_FILE = "results.json"
 CALIBRATION_FILE = "calibration.yaml"
 
 
+def print_tables_and_notes(tables: Any, notes: Any) -> Any:
+    """Print ``tables`` (rich tables) then ``notes`` (findings or lines) on the console; returns the
+    console for what the caller prints after them."""
+    from .common import print_note
+
+    con = console()
+    for table in tables:
+        con.print(table)
+    for note in notes:
+        print_note(con, note)
+    return con
+
+
 def check_out_dir(out: Path | None) -> None:
     """Refuse ``--out DIR`` before any device work when it cannot become a writable directory: it is
     a file (or device), or the nearest existing folder on its path is not a writable directory."""
