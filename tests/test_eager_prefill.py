@@ -200,3 +200,25 @@ def test_cli_options_move_a_short_prefill() -> None:
     bad = CliRunner().invoke(app, [*base, "--eager-launch-ms", "5"])
     assert bad.exit_code == 2 and "--eager-launch-ms" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_new_user_bad_inputs_are_one_line() -> None:
+    """Found by a new-user try: an empty --gpu on simulate ran on the H100 default;
+    --disable-prefill-cuda-graph beside the chapter's model did nothing; the API's model=None raised a
+    TypeError."""
+    import pdmux
+    from cli_assertions import assert_one_line_error
+    from typer.testing import CliRunner
+
+    from pdmux_cli.cli import app
+
+    base = ["--synthetic", "--qps", "2", "--max-requests", "5"]
+    for command in ("simulate", "capacity"):
+        result = CliRunner().invoke(app, [command, *base, "--gpu", ""])
+        assert_one_line_error(result, contains="--gpu is empty")
+    assert_one_line_error(CliRunner().invoke(app, ["simulate", *base, "--cost-model", "chapter",
+                                                   "--disable-prefill-cuda-graph"]),
+                          contains="--disable-prefill-cuda-graph applies to --cost-model roofline")
+    with pytest.raises(InputError) as caught:
+        pdmux.estimate(model=None)
+    assert caught.value.param == "model"

@@ -581,6 +581,9 @@ def load_model(name_or_path: str | os.PathLike[str]) -> Model:
     checks: :mod:`pdmux_cli.util.input_files`), invalid JSON, a missing required key, a non-integer or
     non-positive size, or an unsupported ``quantization_config``.
     """
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise InputError("{flag.model} takes a model profile name or a config.json path, got {value}",
+                         param="model", values={"value": short_repr(name_or_path)})
     text = os.fspath(name_or_path).strip()
     if not text:
         raise InputError(f"empty model name: give a profile name ({', '.join(list_models())}) "

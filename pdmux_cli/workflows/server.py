@@ -75,6 +75,12 @@ def _check_values(o: ServerOptions) -> None:
     from ..simulate import engine
 
     check_number("s_sat", o.s_sat, minimum=1.0, strict=False)  # SMs: fewer than one saturates nothing
+    if o.gpu is not None and not str(o.gpu).strip():
+        raise InputError("{flag.gpu} is empty: give a GPU name such as h100 (pdmux splits {flag.all_gpus} "
+                         "lists them)", param="gpu", values={})
+    if o.disable_prefill_cuda_graph and str(o.cost_model).strip().lower() == "chapter":
+        raise InputError("{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no CPU "
+                         "time)", param="disable_prefill_cuda_graph", values={})
     check_kv_options(o.kv_cache_dtype, o.kv_bytes)
     engine.check_bytes_per_element(o.weight_bytes, "weight_bytes")
     engine.check_bytes_per_element(o.kv_bytes, "kv_bytes")
