@@ -74,12 +74,13 @@ Seqs = Sequence[tuple[int, int]]
 GRAPHED_PREFILL_LAUNCHES_PER_LAYER = 2
 
 
-def _moe_runner(model: Model, compute_capability: tuple[int, int] | None) -> str | None:
-    """The fused-MoE runner SGLang picks (:func:`pdmux_cli.costmodel.moe.moe_kernel`), for the kernel
-    count of an eager layer."""
+def _moe_runner(model: Model, compute_capability: tuple[int, int] | None,
+                weight_bytes_per_param: float | None) -> str | None:
+    """The fused-MoE runner SGLang picks for the experts' format (:func:`pdmux_cli.costmodel.moe.moe_kernel`,
+    as ``build_step_model`` asks it), for the kernel count of an eager layer."""
     from .moe import moe_kernel
 
-    kind = moe_kernel(model, compute_capability or (0, 0))
+    kind = moe_kernel(model, compute_capability or (0, 0), weight_bytes_per_param)
     return kind[0] if kind else None
 
 
@@ -163,10 +164,9 @@ class RooflineModel:
         self.shapes: StepShapes = step_shapes(model, weight_bytes_per_param, tp)
         self._init_moe(moe_flops)
         self.tp = tp
-        moe = self.eff.moe_routed
         self.eager_kernels_per_layer = eager_kernels_per_layer(
             self.shapes, mla=bool(model.is_mla), fp8_linear=self._gemm_ratio > 1.0,
-            moe_runner=_moe_runner(model, compute_capability) if moe is not None else None)
+            moe_runner=_moe_runner(model, compute_capability, weight_bytes_per_param))
         if tp > 1 and collectives is None:
             raise InputError("a tensor-parallel cost model needs the GPUs' collectives "
                              "(costmodel.collectives)")

@@ -514,9 +514,9 @@ def estimate(
     prefill_graph = server_defaults.prefill_cuda_graph_default(model.architectures, gpu.compute_capability)
 
     def launch(tokens: int, chunk: int, mixed: bool = False) -> float:
-        """Host seconds to launch a prefill batch (engine.Setup.prefill_launch_s's rule)."""
-        graphed = prefill_graph and not mixed and tokens <= server_defaults.prefill_graph_max_tokens(
-            chunk, bool(model.is_mla))
+        """Host seconds to launch a prefill batch (as engine.Setup.prefill_launch_s)."""
+        graphed = server_defaults.prefill_replays_from_graph(prefill_graph, tokens, chunk, bool(model.is_mla),
+                                                             mixed)
         return full.prefill_launch_s(None, graphed)
 
     per_request = full.request_s(1)  # a server step's time per request beyond the kernels (serving.yaml)

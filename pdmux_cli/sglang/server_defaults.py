@@ -9,7 +9,7 @@ Pure functions; the rules (in our words) of SGLang 0.5.23's own code, read from 
   at least 10240 MiB on GPUs over 60 GiB (``M``: ``nvidia-smi`` memory.total, MiB);
 - ``srt/arg_groups/cuda_graph_hook.py`` ``generate_prefill_cuda_graph_batch_sizes``: the prefill
   graph's token buckets (none when chunked prefill is off); which prefill batches the graph replays
-  (:func:`prefill_cuda_graph_default`, :func:`prefill_graph_max_tokens`);
+  (:func:`prefill_cuda_graph_default`, :func:`prefill_graph_max_tokens`, :func:`prefill_replays_from_graph`);
 - ``srt/mem_cache/kv_cache_configurator.py`` ``_profile_available_bytes`` and
   ``srt/model_executor/pool_configurator.py`` ``calculate_pool_sizes``: KV pool bytes
   ``= free before weights x mem_fraction_static - weights - other allocations``, tokens ``= bytes // cell``
@@ -115,6 +115,14 @@ def prefill_graph_max_tokens(chunked_prefill_size: int, mla: bool) -> int:
     if chunked_prefill_size <= 0:
         return 0
     return min(chunked_prefill_size, MLA_PREFILL_GRAPH_MAX_TOKENS) if mla else chunked_prefill_size
+
+
+def prefill_replays_from_graph(graph_on: bool, tokens: int, chunked_prefill_size: int, mla: bool,
+                               mixed: bool = False) -> bool:
+    """Whether SGLang replays a prefill batch of ``tokens`` new tokens from its prefill CUDA graph:
+    the graph is on (``graph_on``: :func:`prefill_cuda_graph_default` or the server's flag), the batch is
+    not mixed with decode rows, and it fits :func:`prefill_graph_max_tokens`."""
+    return graph_on and not mixed and tokens <= prefill_graph_max_tokens(chunked_prefill_size, mla)
 
 
 def mem_fraction_static(gpu_memory_bytes: float, chunked_prefill_size: int, tp: int = 1,

@@ -327,8 +327,8 @@ class Setup:
         prefill CUDA graph where it takes the batch (:attr:`prefill_cuda_graph`, not mixed, at most
         :func:`~pdmux_cli.sglang.server_defaults.prefill_graph_max_tokens`), eagerly otherwise
         (``StepModel.prefill_launch_s``)."""
-        graphed = (self.prefill_cuda_graph and not mixed
-                   and tokens <= sgl.prefill_graph_max_tokens(chunk_tokens, bool(self.model.is_mla)))
+        graphed = sgl.prefill_replays_from_graph(self.prefill_cuda_graph, tokens, chunk_tokens,
+                                                 bool(self.model.is_mla), mixed)
         return self.step_model.prefill_launch_s(None, graphed)
 
     def kv_pool(self, chunk_tokens: int) -> sgl.KvPool:
