@@ -153,11 +153,19 @@ def _number(entry: dict, key: str, where: str) -> float:
     return float(value)
 
 
-@functools.lru_cache(maxsize=1)
-def load_runs() -> tuple[ServingRun, ...]:
-    """Every run of the shipped runs file (cached). Raises :class:`InputError` for a malformed file (a
+#: The shipped runs the serving terms are fitted to (``benchmarks/fit_serving.py``).
+FIT_RUNS = "sglang_serving_runs.yaml"
+#: The shipped runs kept out of every fit: reported apart (``pdmux accuracy --serving``), and the check of
+#: the intervals' coverage.
+HELDOUT_RUNS = "sglang_serving_heldout.yaml"
+
+
+@functools.lru_cache(maxsize=4)
+def load_runs(name: str = FIT_RUNS) -> tuple[ServingRun, ...]:
+    """Every run of a shipped runs file under ``profiles/measurements/serving/`` (cached): ``name``
+    :data:`FIT_RUNS` (default) or :data:`HELDOUT_RUNS`. Raises :class:`InputError` for a malformed file (a
     broken installation)."""
-    path = measurements_dir() / "serving" / "sglang_serving_runs.yaml"
+    path = measurements_dir() / "serving" / name
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
     except (OSError, yaml.YAMLError) as exc:
@@ -398,6 +406,6 @@ def outcome_dict(outcome: RunOutcome) -> dict:
     }
 
 
-__all__ = ["BENCH_SERVING_SEEDS", "METRICS", "TERMS", "RunOutcome", "ServingRun", "client_metrics",
+__all__ = ["BENCH_SERVING_SEEDS", "FIT_RUNS", "HELDOUT_RUNS", "METRICS", "TERMS", "RunOutcome", "ServingRun", "client_metrics",
            "load_runs", "outcome_dict", "predictions", "replay", "report", "runs_from_bench_serving",
            "workload"]
