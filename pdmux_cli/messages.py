@@ -130,11 +130,17 @@ def _revision_tp(f: Finding) -> str:
 
 def _request_delay(f: Finding) -> str:
     where = "the calibration's" if f.values["calibrated"] else "fitted to public runs, serving.yaml"
-    return (
+    text = (
         "prefill time is the server's; a request's TTFT adds SGLang's request path, "
         f"{f.values['delay_ms']:.3g} "
         f"ms ({where}), as simulate counts it"
     )
+    rows = f.values.get("ttft") or []
+    if rows:
+        text += ("; TTFT with pdmux's measured error (80% interval): " + ", ".join(
+            f"{r['label']} {r['ttft_ms']:.0f} ms ({r['interval_ms'][0]:.0f}-{r['interval_ms'][1]:.0f})"
+            for r in rows))
+    return text
 
 
 def _level_not_built(f: Finding) -> str:
@@ -197,6 +203,16 @@ def _sglang_args(args: Sequence[str]) -> str:
     return " ".join(shlex.quote(str(a)) for a in args)
 
 
+def _sureness(comparison: dict | None) -> str:
+    """How sure a verdict is (``uncertainty.Comparison.to_dict``): ``" (92% sure: ...)"``, or nothing."""
+    if not comparison:
+        return ""
+    low, high = comparison["interval"] or (None, None)
+    spread = f"; the ratio {low:.2f}-{high:.2f}x at 80%" if low is not None else ""
+    return (f" ({comparison['confidence']:.0%} sure, from pdmux's error on {comparison['pairs']} same-server "
+            f"pairs of public runs{spread})")
+
+
 def _verdict(f: Finding) -> str:
     """``pdmux capacity``'s verdict (:meth:`pdmux_cli.simulate.capacity.CapacityResult.verdict_finding`)."""
     kind, v = f.code.rsplit(".", 1)[1], f.values
@@ -220,11 +236,23 @@ def _verdict(f: Finding) -> str:
         )
     )
     on_pd, on_other = (_on(pd), _on(other)) if not unequal else ("", "")
+    sure = _sureness(v.get("comparison"))
+    if kind == "too_close":
+        c = v["comparison"]
+        return (
+            f"too close to call: {pd['label']} sustains {rate_text(pd)} req/s{on_pd} against {rate_text(other)} "
+            f"for {other['label']} ({c['ratio']:.2f}x), but pdmux's error on that ratio spans "
+            f"{c['interval'][0]:.2f}-{c['interval'][1]:.2f}x (80%, from same-server public runs): measure "
+            "both (pdmux bench, bench_serving) before choosing"
+            if c["interval"] else
+            f"too close to call: {pd['label']} {rate_text(pd)} against {rate_text(other)} req/s for "
+            f"{other['label']}, and too few measured pairs to bound the error"
+        )
     if kind == "pdmux_serves_more":
         gain = f"+{v['gain']:.0%}" if v["gain"] is not None else "where it meets the SLO at no rate"
         return (
             f"{pd['label']} sustains {rate_text(pd)} req/s{on_pd} against {rate_text(other)} for "
-            f"{other['label']}: {gain}{unequal}; enable it with: {_sglang_args(v['launch'])}"
+            f"{other['label']}: {gain}{unequal}{sure}; enable it with: {_sglang_args(v['launch'])}"
         )
     if kind == "tie":
         on = f" on {pd['gpus']} GPUs" if pd["gpus"] > 1 and not unequal else ""
@@ -235,7 +263,7 @@ def _verdict(f: Finding) -> str:
         )
     more = (
         f"{other['label']} serves more ({rate_text(other)} req/s{on_other} against {rate_text(pd)} for "
-        f"{pd['label']}){unequal}"
+        f"{pd['label']}){unequal}{sure}"
     )
     if kind == "disagg_serves_more":
         d = v["disagg"]
@@ -679,6 +707,7 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
             "none_simulated",
             "only",
             "no_policy_meets",
+            "too_close",
             "pdmux_serves_more",
             "tie",
             "disagg_serves_more",

@@ -84,19 +84,27 @@ def _print_terms(terms: list) -> None:
 
 
 def _runs_table(outcomes: list) -> object:
-    """Every replayed run's figures: measured, pdmux's, the error."""
+    """Every replayed run's figures: measured, pdmux's with the shipped terms and out of sample, the errors."""
     from rich.table import Table
 
     table = Table(title="Public SGLang serving runs replayed (measured / pdmux)", title_justify="left")
     for col, just in (("run", "left"), ("metric", "left"), ("measured", "right"), ("pdmux", "right"),
-                      ("error", "right")):
+                      ("error", "right"), ("out of sample", "right")):
         table.add_column(col, justify=just, overflow="fold")  # run ids are long: fold them, never cut
+
+    def err(pred: float, measured: float) -> str:
+        return "-" if not math.isfinite(pred) else f"{(pred - measured) / measured:+.0%}"
+
     for o in outcomes:
         for k, (name, measured) in enumerate(o.run.metrics):
             pred = o.predicted.get(name, math.nan)
-            table.add_row(o.run.id if k == 0 else "", name, f"{measured:.4g}",
-                          "-" if not math.isfinite(pred) else f"{pred:.4g}",
-                          "-" if not math.isfinite(pred) else f"{(pred - measured) / measured:+.0%}")
+            oos = "held out" if o.heldout else err(o.predicted_oos.get(name, math.nan), measured)
+            table.add_row((o.run.id + (" (held out)" if o.heldout else "")) if k == 0 else "", name,
+                          f"{measured:.4g}", "-" if not math.isfinite(pred) else f"{pred:.4g}",
+                          err(pred, measured), oos)
+    table.caption = ("out of sample: the error with serving terms fitted without the run's source; held out: "
+                     "a run no fit saw, its error is already out of sample")
+    table.caption_justify = "left"
     return table
 
 
@@ -114,14 +122,17 @@ def _print_serving(terms: list, outcomes: list, show_runs: bool) -> None:
                            "metric"))
     for t in terms:
         if t.worst is not None:
-            con.print(f"worst {t.term}: {t.worst.what} ({t.worst.error:+.0%})", soft_wrap=True)
+            con.print(f"worst {t.term} ({t.method}): {t.worst.what} ({t.worst.error:+.0%})", soft_wrap=True)
     failed = [o for o in outcomes if o.error]
     if failed:
         print_note(con, f"{len(failed)} run(s) not simulated: " + "; ".join(o.error for o in failed))
-    print_note(con, f"in-sample: {METHODS['in-sample']} (profiles/efficiency/serving.yaml, "
-                    "benchmarks/fit_serving.py)")
-    print_note(con, f"{len(outcomes)} runs from public pages (profiles/measurements/serving/, each with its "
-                    "source URL), replayed with SGLang's default schedule (chunked prefill, the overlap "
-                    "scheduler from 0.4 on) and the serving terms of the run's release line; ShareGPT "
-                    "lengths are approximations, bench_serving's random lengths exact; --runs lists every "
-                    "run and the pdmux simulate command that replays it")
+    for method in dict.fromkeys(t.method for t in terms):
+        print_note(con, f"{method}: {METHODS[method]}" + (
+            " (profiles/efficiency/serving.yaml, benchmarks/fit_serving.py)" if method != "held-out" else ""))
+    fitted = sum(not o.heldout for o in outcomes)
+    held = len(outcomes) - fitted
+    print_note(con, f"{fitted} fitted runs and {held} held-out runs from public pages "
+                    "(profiles/measurements/serving/, each with its source URL), replayed with SGLang's default "
+                    "schedule (chunked prefill, the overlap scheduler from 0.4 on) and the serving terms of the "
+                    "run's release line; ShareGPT lengths are approximations, bench_serving's random lengths "
+                    "exact; --runs lists every run and the pdmux simulate command that replays it")

@@ -396,6 +396,7 @@ def calibrated_serving(cpu: CpuProfile, serving: ServingProfile, terms: Any) -> 
         admission_interval_s=terms.admission_interval_s,
         source=source,
         calibrated=True,
+        residuals=tuple(getattr(terms, "residuals", ())),
     )
     return cpu, serving
 

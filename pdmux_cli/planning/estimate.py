@@ -292,6 +292,9 @@ class Estimate:
     #: step's time per request beyond the kernels (ms; in the rows' step times), from the serving profile
     request_delay_ms: float = 0.0
     per_request_ms: float = 0.0
+    #: per row, a request's whole-server TTFT (prefill time + the request path, ms) and its 80% interval
+    #: (:mod:`pdmux_cli.costmodel.uncertainty`; ``None`` under the chapter's model or with no request path)
+    ttft: tuple[tuple[float, tuple[float, float] | None], ...] = ()
     #: the step model of the whole-GPU rows (:class:`pdmux_cli.costmodel.StepModel`; the PD-mux rows of
     #: several S_SATs each have their own): what :func:`pdmux_cli.provenance.step_model_provenance` reads
     step_model: Any = None
@@ -687,11 +690,14 @@ def estimate(
     serving = getattr(full, "serving", None)
     request_delay_ms = (serving.admission_delay_s
                         + serving.first_token_delay_s) * 1e3 if serving is not None else 0.0
+    ttft = _whole_server_ttft(rows, request_delay_ms, serving, scenario, gpu) if request_delay_ms else ()
     if request_delay_ms:
         notes.append(
             Finding(
                 "estimate.request_delay",
-                {"delay_ms": request_delay_ms, "calibrated": bool(getattr(serving, "calibrated", False))},
+                {"delay_ms": request_delay_ms, "calibrated": bool(getattr(serving, "calibrated", False)),
+                 "ttft": [{"label": r.label, "ttft_ms": t, "interval_ms": list(b) if b else None}
+                          for r, (t, b) in zip(rows, ttft) if b is not None]},
             )
         )
     layers = split_levels.prefill_layers_per_round(prompt, model.num_layers,
@@ -734,8 +740,30 @@ def estimate(
         pdmux_support=support,
         request_delay_ms=request_delay_ms,
         per_request_ms=per_request * 1e3,
+        ttft=ttft,
         step_model=full,
     )
+
+
+def _whole_server_ttft(rows: list, request_delay_ms: float, serving: Any, scenario: Scenario, gpu: Gpu) -> tuple[
+        tuple[float, tuple[float, float] | None], ...]:
+    """Per row, the arriving prompt's TTFT as a server gives it (the row's prefill time plus the request path)
+    and its 80% interval from pdmux's measured error on public servers' median TTFT
+    (:func:`pdmux_cli.costmodel.uncertainty.figure_interval`; the regime: ``decode_bs + 1`` requests in
+    flight, the GPU's family; a calibration's own residuals where its serving terms were calibrated). No
+    interval under the chapter's model (no measured error) or for a row without a prefill time."""
+    from ..costmodel.uncertainty import Regime, figure_interval, gpu_family
+
+    regime = Regime("", float(scenario.decode_bs + 1), gpu_family(gpu.compute_capability))
+    calibration = dict(serving.residuals) if getattr(serving, "calibrated", False) else None
+    out = []
+    for r in rows:
+        ttft = r.prefill_ms + request_delay_ms if r.prefill_ms is not None else math.nan
+        bounds = None
+        if scenario.cost_model == "roofline" and math.isfinite(ttft):
+            bounds = figure_interval("ttft_ms_p50", ttft, regime, calibration=calibration)[0]
+        out.append((ttft, bounds))
+    return tuple(out)
 
 
 def _code(note: Finding | str) -> str | None:

@@ -27,7 +27,7 @@ import math
 import shlex
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -92,6 +92,14 @@ class ServingRun:
     approximation: str = ""
     notes: str = ""
     prefill_cuda_graph: bool | None = False
+    endpoint: str = "unknown"
+    source: str = ""
+
+    @property
+    def campaign(self) -> str:
+        """The source this run belongs to for leave-one-source-out (:func:`source_of`): one publisher's
+        benchmark campaign, whose runs share a client, a machine and a method."""
+        return self.source or source_of(self.source_url)
 
     @property
     def ignore_eos(self) -> bool:
@@ -144,6 +152,24 @@ class ServingRun:
         return shlex.join(args)
 
 
+def source_of(url: str) -> str:
+    """The campaign a run's page belongs to: ``owner/repo`` of a GitHub page (SGLang's own tree by its
+    folder, ``sgl-project/sglang/benchmark/attention_backend``: each folder is another author's
+    campaign), ``owner/repo#N`` of an issue or pull request, else the page's host and folder."""
+    from urllib.parse import urlparse
+
+    parts = urlparse(url)
+    path = [p for p in parts.path.split("/") if p]
+    if parts.netloc == "github.com" and len(path) >= 2:
+        repo = f"{path[0]}/{path[1]}"
+        if len(path) >= 4 and path[2] in ("pull", "issues", "discussions"):
+            return f"{repo}#{path[3]}"
+        if len(path) >= 5 and path[2] in ("blob", "tree") and repo == "sgl-project/sglang":
+            return "/".join([repo, *path[4:-1]]) if len(path) > 5 else repo
+        return repo
+    return "/".join([parts.netloc, *path[:-1]]) if len(path) > 1 else parts.netloc or url
+
+
 def _number(entry: dict, key: str, where: str) -> float:
     value = entry.get(key)
     if isinstance(value, str) and value.strip().lower() == "inf":
@@ -166,6 +192,8 @@ def load_runs(name: str = FIT_RUNS) -> tuple[ServingRun, ...]:
     :data:`FIT_RUNS` (default) or :data:`HELDOUT_RUNS`. Raises :class:`InputError` for a malformed file (a
     broken installation)."""
     path = measurements_dir() / "serving" / name
+    if name == HELDOUT_RUNS and not path.exists():
+        return ()
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
     except (OSError, yaml.YAMLError) as exc:
@@ -191,6 +219,7 @@ def load_runs(name: str = FIT_RUNS) -> tuple[ServingRun, ...]:
             max_concurrency=int(work.get("max_concurrency") or 0),
             num_prompts=int(_number(work, "num_prompts", where)), metrics=metrics,
             approximation=str(work.get("approximation", "")), notes=str(entry.get("notes", "")),
+            endpoint=str(entry.get("endpoint", "unknown")), source=str(entry.get("source", "")),
         ))
     return tuple(runs)
 
@@ -236,6 +265,8 @@ def client_metrics(metrics: Any, trace: Any) -> dict[str, float]:
     out["input_tok_s"] = prompt / span if span > 0 else math.nan
     out["total_tok_s"] = (prompt + output) / span if span > 0 else math.nan
     out["request_rps"] = len(done) / span if span > 0 else math.nan
+    # not a client figure: the requests in flight on average (Little's law), the load an interval's regime
+    out["in_flight"] = sum(per["e2e_ms"][i] for i in done) / 1e3 / span if span > 0 else math.nan
     return out
 
 
@@ -281,12 +312,24 @@ def _replay_task(args: tuple) -> dict[str, float] | InputError:
         return exc
 
 
-def predictions(runs: Sequence[ServingRun] | None = None, serving: dict | None = None,
+#: ``serving`` of :func:`predictions` for the out-of-sample replay: each run with the terms its release line
+#: got from a fit without the run's source (:func:`pdmux_cli.costmodel.efficiency.release_line_terms`
+#: ``without=``).
+LEAVE_SOURCE_OUT = "leave-one-source-out"
+
+
+def predictions(runs: Sequence[ServingRun] | None = None, serving: dict | str | None = None,
                 workers: int = 1) -> list[dict[str, float] | InputError]:
     """:func:`replay` of every run (default: all shipped), on ``workers`` processes; an
-    :class:`InputError` in place of a run pdmux could not simulate."""
+    :class:`InputError` in place of a run pdmux could not simulate. ``serving``: the terms (:func:`replay`),
+    or :data:`LEAVE_SOURCE_OUT` for each run's leave-one-source-out terms."""
     runs = list(load_runs() if runs is None else runs)
-    tasks = [(run, serving) for run in runs]
+    if serving == LEAVE_SOURCE_OUT:
+        from ..costmodel.efficiency import release_line_terms
+
+        tasks = [(run, release_line_terms(run.release_line, without=run.campaign)) for run in runs]
+    else:
+        tasks = [(run, serving) for run in runs]
     if workers > 1 and len(runs) > 1:
         from .pool import process_pool
 
@@ -297,33 +340,71 @@ def predictions(runs: Sequence[ServingRun] | None = None, serving: dict | None =
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """One run's replay: ``predicted`` figures (empty and ``error`` set when it could not be simulated)."""
+    """One run's replay: ``predicted`` figures with the shipped terms (empty and ``error`` set when it could
+    not be simulated); ``predicted_oos``: with the terms fitted without the run's source (empty for a
+    held-out run, whose shipped terms saw none of it, or a user's run); ``heldout``: a run of
+    :data:`HELDOUT_RUNS`."""
 
     run: ServingRun
     predicted: dict[str, float]
     error: str = ""
+    predicted_oos: dict[str, float] = field(default_factory=dict)
+    heldout: bool = False
+
+
+#: The report's methods (keys of :data:`pdmux_cli.costmodel.accuracy.METHODS`) and the data each row names.
+OUT_OF_SAMPLE, HELD_OUT, IN_SAMPLE = "LOSO", "held-out", "in-sample"
+_DATA = {
+    OUT_OF_SAMPLE: "public SGLang serving runs, each source predicted by terms fitted to the others "
+                   "(profiles/measurements/serving/sglang_serving_runs.yaml)",
+    HELD_OUT: "public SGLang serving runs kept out of every fit "
+              "(profiles/measurements/serving/sglang_serving_heldout.yaml)",
+    IN_SAMPLE: "public SGLang serving runs (profiles/measurements/serving/sglang_serving_runs.yaml)",
+}
+
+
+def _points(outcomes: Sequence[RunOutcome], which: str) -> dict[str, list[Point]]:
+    points: dict[str, list[Point]] = {t: [] for t in TERMS}
+    for o in outcomes:
+        pred = o.predicted_oos if which == "oos" else o.predicted
+        for name, measured in o.run.metrics:
+            value = pred.get(name, math.nan)
+            if math.isfinite(value):
+                points[METRICS[name][0]].append(Point(f"{o.run.id}: {name}", measured, value))
+    return points
 
 
 def report(runs: Sequence[ServingRun] | None = None, serving: dict | None = None,
-           workers: int = 1) -> tuple[list[Term], list[RunOutcome]]:
-    """The terms of ``pdmux accuracy --serving`` (one per metric kind of :data:`TERMS`, points ``"<run
-    id>: <metric>"``; method ``in-sample``: ``serving.yaml``'s terms were fitted to these runs) and every
-    run's outcome."""
+           workers: int = 1, heldout: Sequence[ServingRun] | None = None) -> tuple[list[Term], list[RunOutcome]]:
+    """The terms of ``pdmux accuracy --serving`` and every run's outcome. With the shipped runs (``runs``,
+    ``serving`` and ``heldout`` all ``None``), three rows a metric kind of :data:`TERMS` (points ``"<run id>:
+    <metric>"``), in this order: :data:`OUT_OF_SAMPLE` (each source's runs replayed with the terms its release
+    line got from a fit to the other sources: the headline), :data:`HELD_OUT` (the runs of
+    :data:`HELDOUT_RUNS`, fitted to nothing, with the shipped terms) and :data:`IN_SAMPLE` (the fitted runs
+    with the shipped terms). Otherwise the in-sample rows of ``runs`` with ``serving`` (or the shipped terms),
+    and the held-out rows of ``heldout``."""
+    shipped = runs is None and serving is None and heldout is None
     runs = list(load_runs() if runs is None else runs)
+    held = list(load_runs(HELDOUT_RUNS) if shipped else heldout or ())
+    pred = predictions([*runs, *held], serving, workers)
+    oos = predictions(runs, LEAVE_SOURCE_OUT, workers) if shipped else [{}] * len(runs)
     outcomes = []
-    points: dict[str, list[Point]] = {t: [] for t in TERMS}
-    for run, pred in zip(runs, predictions(runs, serving, workers)):
-        if isinstance(pred, InputError):
-            outcomes.append(RunOutcome(run, {}, str(pred)))
+    for k, run in enumerate([*runs, *held]):
+        got = pred[k]
+        if isinstance(got, InputError):
+            outcomes.append(RunOutcome(run, {}, str(got), heldout=k >= len(runs)))
             continue
-        outcomes.append(RunOutcome(run, pred))
-        for name, measured in run.metrics:
-            value = pred.get(name, math.nan)
-            if math.isfinite(value):
-                points[METRICS[name][0]].append(Point(f"{run.id}: {name}", measured, value))
-    terms = [Term(term, "public SGLang serving runs (profiles/measurements/serving/)", "in-sample",
-                  tuple(pts))
-             for term, pts in points.items() if pts]
+        out = oos[k] if k < len(runs) else {}
+        outcomes.append(RunOutcome(run, got, predicted_oos=out if isinstance(out, dict) else {},
+                                   heldout=k >= len(runs)))
+    fitted = [o for o in outcomes if not o.heldout]
+    rows = []
+    if shipped:
+        rows.append((OUT_OF_SAMPLE, _points(fitted, "oos")))
+    rows.append((HELD_OUT, _points([o for o in outcomes if o.heldout], "shipped")))
+    rows.append((IN_SAMPLE, _points(fitted, "shipped")))
+    terms = [Term(term, _DATA[method], method, tuple(pts))
+             for method, points in rows for term, pts in points.items() if pts]
     return terms, outcomes
 
 
@@ -399,13 +480,26 @@ def outcome_dict(outcome: RunOutcome) -> dict:
         "id": run.id, "source_url": run.source_url, "engine": run.engine, "release_line": run.release_line,
         "gpu": run.gpu, "tp": run.tp, "model": run.model, "client": run.client,
         "approximation": run.approximation or None, "command": run.command(), "error": outcome.error or None,
-        "metrics": [{"metric": name, "measured": measured, "predicted": outcome.predicted.get(name),
-                     "error": (outcome.predicted[name] - measured) / measured
-                     if name in outcome.predicted and math.isfinite(outcome.predicted[name]) else None}
+        "source": run.campaign, "heldout": outcome.heldout,
+        "metrics": [{"metric": name, "measured": measured, "predicted": _finite(outcome.predicted, name),
+                     "error": _error(outcome.predicted, name, measured),
+                     "predicted_out_of_sample": _finite(outcome.predicted_oos, name),
+                     "error_out_of_sample": _error(outcome.predicted_oos, name, measured)}
                     for name, measured in run.metrics],
     }
 
 
-__all__ = ["BENCH_SERVING_SEEDS", "FIT_RUNS", "HELDOUT_RUNS", "METRICS", "TERMS", "RunOutcome", "ServingRun", "client_metrics",
+def _finite(pred: dict[str, float], name: str) -> float | None:
+    value = pred.get(name)
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _error(pred: dict[str, float], name: str, measured: float) -> float | None:
+    value = _finite(pred, name)
+    return None if value is None else (value - measured) / measured
+
+
+__all__ = ["BENCH_SERVING_SEEDS", "FIT_RUNS", "HELDOUT_RUNS", "HELD_OUT", "IN_SAMPLE", "LEAVE_SOURCE_OUT",
+           "METRICS", "OUT_OF_SAMPLE", "TERMS", "source_of", "RunOutcome", "ServingRun", "client_metrics",
            "load_runs", "outcome_dict", "predictions", "replay", "report", "runs_from_bench_serving",
            "workload"]

@@ -380,7 +380,7 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
 
     sized = capacity(trace, setup, [policy or PdmuxPolicy(row.candidate.config)], slo_ttft_ms, slo_itl_ms,
                      target=OVERLOAD_TARGET, workers=workers, dp=dp, load_balance_method=load_balance_method,
-                     executor=executor, max_steps=max_steps).policies[0]
+                     executor=executor, max_steps=max_steps, intervals=False).policies[0]
     values = {"gpus": dp * setup.tp, "trace_rps": trace.mean_qps, "target": OVERLOAD_TARGET,
               "sized_rps": sized.max_rate_rps}
     if growing:  # the last quarter's median wait may be infinite: never a first token
