@@ -223,9 +223,40 @@ def residual_records(workers: int) -> list[dict]:
 MIN_CELL = 12
 
 
+#: A split is kept when it narrows a figure's intervals by at least this share on average.
+SPLIT_GAIN = 0.2
+
+
+def _width(values: list[float]) -> float | None:
+    bounds = unc.conformal_bounds(values)
+    return None if bounds is None else bounds[1] - bounds[0]
+
+
 def choose_splits(records: list[dict], edges: tuple[float, ...]) -> dict[str, list[str]]:
-    """The regime features each figure's residuals are split by (none yet: see the module docstring)."""
-    return {}
+    """The regime feature each figure's residuals are split by: per figure, the feature of
+    :data:`pdmux_cli.costmodel.uncertainty.FEATURES` whose cells (those with at least :data:`MIN_CELL`
+    runs; the others take the whole sample) give the narrowest intervals on average (log width weighted by
+    the cell's runs), kept only where that is :data:`SPLIT_GAIN` narrower than the whole sample's. Chosen on
+    the same residuals the intervals come from, so the held-out runs' coverage is the check."""
+    out: dict[str, list[str]] = {}
+    for figure in unc.FIGURES:
+        mine = [r for r in records if r["figure"] == figure]
+        pooled = _width([r["log_ratio"] for r in mine])
+        if pooled is None or len(mine) < 2 * MIN_CELL:
+            continue
+        best, best_width = None, pooled * (1 - SPLIT_GAIN)
+        for feature in unc.FEATURES:
+            cells: dict[str, list[float]] = {}
+            for r in mine:
+                key = unc.load_bin(r["in_flight"], edges) if feature == "load" else r[feature]
+                cells.setdefault(key, []).append(r["log_ratio"])
+            width = sum(len(v) * ((_width(v) if len(v) >= MIN_CELL else None) or pooled)
+                        for v in cells.values()) / len(mine)
+            if width < best_width:
+                best, best_width = feature, width
+        if best is not None:
+            out[figure] = [best]
+    return out
 
 
 def residuals_doc(workers: int) -> dict:

@@ -290,9 +290,15 @@ def _tune_verdict(f: Finding) -> str:
     )
     if kind == "tie":
         return text + ": a tie on this trace; --enable-pdmux buys nothing here"
+    if kind == "too_close":
+        c = v["comparison"]
+        spread = (f"{c['interval'][0]:.2f}-{c['interval'][1]:.2f}x" if c["interval"] else "unbounded")
+        return (text + f": too close to call (goodput {c['ratio']:.2f}x, and pdmux's error on that ratio spans "
+                f"{spread} at 80%, from same-server public runs); measure both before choosing")
+    sure = _sureness(v.get("comparison"))
     if kind == "pdmux":
-        return text + ": turn on --enable-pdmux"
-    return text + f": keep {v['rival']}"
+        return text + f"{sure}: turn on --enable-pdmux"
+    return text + f"{sure}: keep {v['rival']}"
 
 
 def _overload(f: Finding) -> str:
@@ -715,7 +721,7 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
         )
     },
     # simulate/tune.py
-    **{f"tune.verdict.{k}": _tune_verdict for k in ("best_only", "tie", "pdmux", "keep")},
+    **{f"tune.verdict.{k}": _tune_verdict for k in ("best_only", "tie", "pdmux", "keep", "too_close")},
     **{f"tune.overload.{k}": _overload for k in ("offline", "growing", "bursts")},
     "tune.no_slo_levels": "no SLO levels tried: {reason}",
     "tune.workers_capped": "{flag.workers} {workers}: this machine gives the process {cores} core(s), so "
