@@ -59,6 +59,14 @@ def fit_line(line: str, pool: ProcessPoolExecutor) -> tuple[dict[str, float], di
     return serving_fit.fit_public(runs, mapper=pool.map)
 
 
+#: The front end's time per prompt token, measured (not fitted): ``benchmarks/measure_frontend.py``.
+FRONTEND_TOKEN_S = 1.6e-06
+FRONTEND_SOURCE = ("frontend_token_s: measured by benchmarks/measure_frontend.py (2026-12-04, AMD EPYC VM, 2 "
+                   "shared cores, transformers 5.25 fast tokenizer, Meta's Llama-3.2 tokenizer): "
+                   "apply_chat_template(tokenize=True) 65 us + 1.58 us a token over 51-8001-token prompts (the "
+                   "tokenizer call alone 2.1 us a token in the same run); a server's CPU may be faster")
+
+
 def seconds(terms: dict, option: str) -> float:
     """A fitted term (ms) as serving.yaml writes it (s, 4 significant digits)."""
     return float(f"{terms[option] / 1e3:.4g}")
@@ -170,9 +178,10 @@ def build(workers: int, loso_only: bool = False) -> dict:
             "admission_delay_s": seconds(top, "admission_delay_ms"),
             "first_token_delay_s": 0.0,
             "admission_interval_s": seconds(top, "admission_interval_ms"),
+            "frontend_token_s": FRONTEND_TOKEN_S,
             "source": (f"{fitted}; first_token_delay_s: client-side timings cannot tell it from the "
                        "admission delay (both add to TTFT and E2E alike), so the whole fixed delay is on the "
-                       "admission side"),
+                       f"admission side; {FRONTEND_SOURCE}"),
         },
         "fit": serving_fit.summary(top_errors),
         "older_releases": {

@@ -58,7 +58,7 @@ def accuracy(
     if as_json:
         print_json(result.to_dict())
     elif serving:
-        _print_serving(result.terms, result.outcomes, runs)
+        _print_serving(result.terms, result.outcomes, runs, result.heldout_coverage())
     else:
         _print_terms(result.terms)
 
@@ -108,7 +108,7 @@ def _runs_table(outcomes: list) -> object:
     return table
 
 
-def _print_serving(terms: list, outcomes: list, show_runs: bool) -> None:
+def _print_serving(terms: list, outcomes: list, show_runs: bool, heldout_coverage: tuple[int, int]) -> None:
     """``pdmux accuracy --serving``'s tables and notes."""
     from ..costmodel.accuracy import METHODS
 
@@ -131,6 +131,10 @@ def _print_serving(terms: list, outcomes: list, show_runs: bool) -> None:
             " (profiles/efficiency/serving.yaml, benchmarks/fit_serving.py)" if method != "held-out" else ""))
     fitted = sum(not o.heldout for o in outcomes)
     held = len(outcomes) - fitted
+    inside, total = heldout_coverage
+    if total:
+        print_note(con, f"80% intervals (simulate's, from the LOSO residuals) hold {inside} of the {total} "
+                        f"held-out figures ({inside / total:.0%})")
     print_note(con, f"{fitted} fitted runs and {held} held-out runs from public pages "
                     "(profiles/measurements/serving/, each with its source URL), replayed with SGLang's default "
                     "schedule (chunked prefill, the overlap scheduler from 0.4 on) and the serving terms of the "

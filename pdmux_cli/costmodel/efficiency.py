@@ -283,7 +283,10 @@ class ServingProfile:
     ``calibrated``: whether the delays come from a calibration (``pdmux calibrate --bench-serving``) rather
     than ``serving.yaml``'s fit to public runs; ``residuals``: that calibration fit's own residuals per
     figure (:class:`pdmux_cli.costmodel.calibration_file.ServingTerms`), which narrow the intervals
-    (:mod:`pdmux_cli.costmodel.uncertainty`).
+    (:mod:`pdmux_cli.costmodel.uncertainty`). ``frontend_token_s``: the front end's time per prompt token
+    of a request (the chat template and the tokenizer, measured: ``benchmarks/measure_frontend.py``), on the
+    request's path before the scheduler sees it; in SGLang up to 0.5.21 on the one event loop that takes
+    every request, so requests pass it one at a time (``Setup.serial_frontend``).
     """
 
     admission_delay_s: float = 0.0
@@ -291,6 +294,7 @@ class ServingProfile:
     source: Finding | str = ""
     admission_interval_s: float = 0.0
     calibrated: bool = False
+    frontend_token_s: float = 0.0
     residuals: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
 
@@ -415,6 +419,8 @@ def load_serving() -> tuple[dict[str, float], ServingProfile, str]:
         first_token_delay_s=_number(req, "first_token_delay_s", path, 0.0, 10.0),
         admission_interval_s=_number(req, "admission_interval_s", path, 0.0, 1.0),
         source=str(req["source"]),
+        frontend_token_s=(_number(req, "frontend_token_s", path, 0.0, 1e-3) if "frontend_token_s" in req
+                          else 0.0),
     )
     return terms, serving, str(sched["source"])
 

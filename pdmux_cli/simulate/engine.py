@@ -258,7 +258,10 @@ class Setup:
     (``--tp-size``): weights, KV and SGLang's memory reserve are one rank's, and every rank holds the
     same pool (the step model's times are one rank's too). ``prefill_cuda_graph``: SGLang replays prefill
     batches from its prefill CUDA graph (:func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`;
-    off, every prefill batch pays its eager launches: :meth:`prefill_launch_s`).
+    off, every prefill batch pays its eager launches: :meth:`prefill_launch_s`). ``serial_frontend``: the
+    front end tokenizes one request at a time (SGLang up to 0.5.21, the public runs' releases: the event
+    loop of ``tokenizer_manager.py``); ``False`` for 0.5.22 on (``serving_base.py`` tokenizes in an
+    executor), so a request's tokenization delays only itself.
     """
 
     model: Model
@@ -278,6 +281,7 @@ class Setup:
     prefix_cache: bool = True
     tp: int = 1
     prefill_cuda_graph: bool = True
+    serial_frontend: bool = False
 
     def __post_init__(self) -> None:
         check_mem_fraction(self.mem_fraction_static)
@@ -382,12 +386,15 @@ def make_setup(
     eager_launch_ms: float | None = None,
     eager_launch_moe_ms: float | None = None,
     prefill_cuda_graph: bool | None = None,
+    serial_frontend: bool = False,
+    frontend_token_ms: float | None = None,
 ) -> Setup:
     """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.catalog.hardware.Gpu`) and a model, with the cost
     model of :func:`pdmux_cli.costmodel.build_step_model` (its arguments: ``cost_model``, ``s_sat``,
     ``bandwidth_efficiency``, ``mfu``, ``calibration``, ``flops_dtype``, ``step_overhead_ms``,
     ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``, ``admission_interval_ms``,
-    ``tp``, ``eager_launch_ms``, ``eager_launch_moe_ms``). ``prefill_cuda_graph``: ``None`` for SGLang
+    ``tp``, ``eager_launch_ms``, ``eager_launch_moe_ms``, ``frontend_token_ms``: the front end's ms per
+    prompt token). ``serial_frontend``: :attr:`Setup.serial_frontend`. ``prefill_cuda_graph``: ``None`` for SGLang
     0.5.23's default
     (:func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`), ``False`` for a server that
     prefills eagerly (an older release, ``--disable-prefill-cuda-graph``). Raises
@@ -408,7 +415,8 @@ def make_setup(
         kv_bytes_per_element=kv_bytes_per_element, flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms,
         per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
         first_token_delay_ms=first_token_delay_ms, admission_interval_ms=admission_interval_ms, tp=tp,
-        eager_launch_ms=eager_launch_ms, eager_launch_moe_ms=eager_launch_moe_ms)
+        eager_launch_ms=eager_launch_ms, eager_launch_moe_ms=eager_launch_moe_ms,
+        frontend_token_ms=frontend_token_ms)
     if prefill_cuda_graph is None:
         prefill_cuda_graph = sgl.prefill_cuda_graph_default(tuple(getattr(model, "architectures", ())),
                                                             tuple(gpu.compute_capability))
@@ -418,7 +426,7 @@ def make_setup(
         kv_bytes_per_element=kv_bytes_per_element, mem_fraction_static=mem_fraction_static,
         max_prefill_tokens=max_prefill_tokens, ignore_eos=ignore_eos, disable_overlap=disable_overlap,
         cuda_graph_max_bs=cuda_graph_max_bs, max_running_requests=max_running_requests, gpu_name=gpu.name,
-        prefix_cache=prefix_cache, tp=tp, prefill_cuda_graph=prefill_cuda_graph,
+        prefix_cache=prefix_cache, tp=tp, prefill_cuda_graph=prefill_cuda_graph, serial_frontend=serial_frontend,
     )
 
 
@@ -667,6 +675,10 @@ class Work:
         self.admission_delay = serving.admission_delay_s
         self.output_delay = serving.first_token_delay_s
         self.admission_interval = serving.admission_interval_s
+        #: the front end's seconds per prompt token (template and tokenizer), and whether requests pass it one
+        #: at a time (SGLang <= 0.5.21: on the event loop) or side by side (0.5.22 on: in an executor)
+        self.frontend_token = serving.frontend_token_s
+        self.serial_frontend = setup.serial_frontend
         self.last_seen = -math.inf  # when the scheduler saw the last request received (the front end's queue)
         self.arrival, self.prompt, self.output, self.steps = arrival, prompt, output, steps
         self.num_trace = num_trace
@@ -729,15 +741,15 @@ class Work:
     # ---------------------------------------------------------------------------------------------
     def receive(self, t: float) -> None:
         """Move every request the scheduler can see by ``t`` (s) to the waiting queue: arrived by
-        ``t - admission delay``, through the front end one per admission interval, and sent by a
-        closed-loop client."""
+        ``t - admission delay``, through the front end one per admission interval (plus its prompt's
+        tokenization: :meth:`_seen`), and sent by a closed-loop client."""
         order, arrival, i = self.order, self.arrival, self.next
         n = len(order) if self.sent < 0 else self.sent
         delay, interval = self.admission_delay, self.admission_interval
-        if interval:
+        if interval or self.frontend_token:
             last = self.last_seen
             while i < n:
-                seen = max(arrival[order[i]] + delay, last + interval)
+                seen = self._seen(order[i], last)
                 if seen > t:
                     break
                 self.waiting.append(order[i])
@@ -750,13 +762,24 @@ class Work:
                 i += 1
         self.next = i
 
+    def _seen(self, rid: int, last: float) -> float:
+        """When the scheduler sees ``rid``, the previous request having been seen at ``last``: its arrival plus
+        the admission delay, at least one admission interval after the previous one, plus its own
+        tokenization (``frontend_token`` x prompt tokens), after the previous request's where the front end
+        takes one request at a time (``serial_frontend``)."""
+        tokenize = self.frontend_token * self.prompt[rid]
+        if self.serial_frontend:
+            return max(self.arrival[rid] + self.admission_delay, last + self.admission_interval) + tokenize
+        return max(self.arrival[rid] + self.admission_delay + tokenize, last + self.admission_interval)
+
     def next_arrival_time(self) -> float:
         """When the scheduler sees the next request not yet received (its arrival plus the admission
         delay, s); ``math.inf`` when none is (yet): none left, or a closed-loop client waiting."""
         i = self.next
         if i < (len(self.order) if self.sent < 0 else self.sent):
-            seen = self.arrival[self.order[i]] + self.admission_delay
-            return max(seen, self.last_seen + self.admission_interval) if self.admission_interval else seen
+            if self.admission_interval or self.frontend_token:
+                return self._seen(self.order[i], self.last_seen)
+            return self.arrival[self.order[i]] + self.admission_delay
         return math.inf
 
     def next_arrival(self) -> float | None:

@@ -72,7 +72,9 @@ class ServingRun:
     client's limit (0: none). ``prefill_cuda_graph``: whether the server replayed prefill batches from
     its prefill CUDA graph: ``False`` for every shipped run (SGLang 0.3 to 0.5.6, which prefilled eagerly
     unless ``--enable-piecewise-cuda-graph`` was given; none of the pages gives it), ``None`` for a user's run
-    (SGLang 0.5.23's default, :func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`)."""
+    (SGLang 0.5.23's default, :func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`).
+    ``serial_frontend``: the server's front end tokenized one request at a time (SGLang up to 0.5.21: every
+    shipped run; ``False`` for a user's run, 0.5.23 tokenizing in an executor: ``Setup.serial_frontend``)."""
 
     id: str
     source_url: str
@@ -94,6 +96,7 @@ class ServingRun:
     prefill_cuda_graph: bool | None = False
     endpoint: str = "unknown"
     source: str = ""
+    serial_frontend: bool = True
 
     @property
     def campaign(self) -> str:
@@ -295,7 +298,8 @@ def replay(run: ServingRun, serving: dict | None = None) -> dict[str, float]:
             options["kv_bytes_per_element"] = resolve_kv_cache(model, None, None).bytes_per_element
         setup = make_setup(gpu, model, tp=run.tp, ignore_eos=run.ignore_eos,
                            disable_overlap=not run.overlap_schedule, prefix_cache=run.prefix_cache,
-                           prefill_cuda_graph=run.prefill_cuda_graph, **options)
+                           prefill_cuda_graph=run.prefill_cuda_graph, serial_frontend=run.serial_frontend,
+                           **options)
         trace = workload(run)
         policy = ChunkedPolicy(default_chunked_prefill_size(setup.memory_bytes))
         result = simulate(trace, setup, policy, max_concurrency=run.max_concurrency)
@@ -350,6 +354,35 @@ class RunOutcome:
     error: str = ""
     predicted_oos: dict[str, float] = field(default_factory=dict)
     heldout: bool = False
+
+    def intervals(self) -> dict[str, tuple[float, float] | None]:
+        """Each measured metric's 80% interval around the prediction with the shipped terms
+        (:func:`pdmux_cli.costmodel.uncertainty.figure_interval` in the run's regime: its client's loop, the
+        replay's requests in flight, its GPU's family), as ``simulate`` gives it."""
+        from ..catalog.hardware import find_gpu_or_file
+        from ..costmodel.uncertainty import RUN_FIGURE, Regime, client_loop, figure_interval, gpu_family
+
+        if not self.predicted:
+            return {}
+        run = self.run
+        regime = Regime(client_loop(run.request_rate, run.max_concurrency),
+                        self.predicted.get("in_flight", math.nan),
+                        gpu_family(find_gpu_or_file(run.gpu).compute_capability))
+        return {name: figure_interval(RUN_FIGURE[name], self.predicted.get(name, math.nan), regime)[0]
+                for name, _ in run.metrics}
+
+
+def coverage(outcomes: Sequence[RunOutcome]) -> tuple[int, int]:
+    """``(inside, figures)``: how many measured figures of ``outcomes`` fall inside their 80% interval
+    (:meth:`RunOutcome.intervals`), of those that have one."""
+    inside = total = 0
+    for o in outcomes:
+        measured = dict(o.run.metrics)
+        for name, bounds in o.intervals().items():
+            if bounds is not None:
+                total += 1
+                inside += bounds[0] <= measured[name] <= bounds[1]
+    return inside, total
 
 
 #: The report's methods (keys of :data:`pdmux_cli.costmodel.accuracy.METHODS`) and the data each row names.
@@ -468,7 +501,7 @@ def runs_from_bench_serving(results: Sequence[Any], gpu: str, model: str, tp: in
             prefix_cache=not bool(res.server.get("disable_radix_cache", False)), lengths=lengths,
             request_rate=res.request_rate, max_concurrency=res.max_concurrency,
             num_prompts=len(res.input_lens) or res.completed, metrics=tuple(res.metrics.items()),
-            approximation="" if res.input_lens else note, prefill_cuda_graph=None))
+            approximation="" if res.input_lens else note, prefill_cuda_graph=None, serial_frontend=False))
         notes.append(f"{res.where}: {note}")
     return runs, notes
 
@@ -499,7 +532,7 @@ def _error(pred: dict[str, float], name: str, measured: float) -> float | None:
     return None if value is None else (value - measured) / measured
 
 
-__all__ = ["BENCH_SERVING_SEEDS", "FIT_RUNS", "HELDOUT_RUNS", "HELD_OUT", "IN_SAMPLE", "LEAVE_SOURCE_OUT",
+__all__ = ["BENCH_SERVING_SEEDS", "coverage", "FIT_RUNS", "HELDOUT_RUNS", "HELD_OUT", "IN_SAMPLE", "LEAVE_SOURCE_OUT",
            "METRICS", "OUT_OF_SAMPLE", "TERMS", "source_of", "RunOutcome", "ServingRun", "client_metrics",
            "load_runs", "outcome_dict", "predictions", "replay", "report", "runs_from_bench_serving",
            "workload"]
