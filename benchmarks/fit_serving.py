@@ -63,7 +63,8 @@ def fit_line(line: str, pool: ProcessPoolExecutor) -> tuple[dict[str, float], di
 FRONTEND_TOKEN_S = 1.6e-06
 FRONTEND_SOURCE = ("frontend_token_s: measured by benchmarks/measure_frontend.py (2026-12-04, AMD EPYC VM, 2 "
                    "shared cores, transformers 5.25 fast tokenizer, Meta's Llama-3.2 tokenizer): "
-                   "apply_chat_template(tokenize=True) 65 us + 1.58 us a token over 51-8001-token prompts (the "
+                   "apply_chat_template(tokenize=True) 65 us + 1.58 us a token over 51-8001-token prompts "
+                   "(the "
                    "tokenizer call alone 2.1 us a token in the same run); a server's CPU may be faster")
 
 
@@ -82,8 +83,8 @@ def terms_entry(terms: dict) -> dict[str, float]:
 
 
 #: The metric kinds that identify each searched term: a leave-one-source-out fit whose remaining runs measure
-#: none of them (e.g. SGLang's H200 attention-backend page: throughput only) cannot place the term, and holds it
-#: at the default line's fitted value (a fit that never saw the source either).
+#: none of them (e.g. SGLang's H200 attention-backend page: throughput only) cannot place the term, and
+#: holds it at the default line's fitted value (a fit that never saw the source either).
 IDENTIFIED_BY = {
     "admission_delay_ms": {"TTFT (median)", "E2E latency (median)"},
     "admission_interval_ms": {"TTFT (median)", "E2E latency (median)"},
@@ -216,7 +217,8 @@ def residual_records(workers: int) -> list[dict]:
         for name, measured in run.metrics:
             figure = unc.RUN_FIGURE[name]
             p_in, p_out = ins.get(name, math.nan), oos.get(name, math.nan)
-            if figure in seen or not (math.isfinite(p_in) and math.isfinite(p_out) and p_in > 0 and p_out > 0):
+            usable = math.isfinite(p_in) and math.isfinite(p_out) and p_in > 0 and p_out > 0
+            if figure in seen or not usable:
                 continue  # one residual per figure a run (its throughputs are one figure)
             seen.add(figure)
             out.append({"run": run.id, "figure": figure,
@@ -275,7 +277,8 @@ def residuals_doc(workers: int) -> dict:
     return {
         "format": unc.FORMAT,
         "written_by": "benchmarks/fit_serving.py",
-        "source": (f"{len(records)} residuals of {len({r['run'] for r in records})} public SGLang serving runs "
+        "source": (f"{len(records)} residuals of {len({r['run'] for r in records})} public SGLang serving "
+                   "runs "
                    f"(profiles/measurements/serving/sglang_serving_runs.yaml), ln(measured / predicted): "
                    f"log_ratio with the serving terms fitted without the run's source (serving.yaml "
                    f"leave_one_source_out), in_sample with the shipped terms ({date.today().isoformat()})"),

@@ -66,8 +66,8 @@ def main() -> int:
     tok = AutoTokenizer.from_pretrained(args.tokenizer)
     tok.chat_template = LLAMA3_TEMPLATE
     rng = random.Random(0)
-    print(f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, fast tokenizer: "
-          f"{tok.is_fast}")
+    print(f"{platform.processor() or platform.machine()}, Python {platform.python_version()}, "
+          f"fast tokenizer: {tok.is_fast}")
     rows = {"chat (apply_chat_template, tokenize=True)": [], "generate (tokenizer call)": []}
     lengths = []
     for words in (50, 200, 500, 1000, 2000, 4000, 8000):

@@ -129,7 +129,8 @@ def _revision_tp(f: Finding) -> str:
 
 
 def _request_delay(f: Finding) -> str:
-    where = "the calibration's" if f.values["calibrated"] else "fitted to public runs, serving.yaml"
+    where = ("the calibration's, with the prompt's tokenization" if f.values["calibrated"]
+             else "admission fitted to public runs, the prompt's tokenization measured: serving.yaml")
     text = (
         "prefill time is the server's; a request's TTFT adds SGLang's request path, "
         f"{f.values['delay_ms']:.3g} "
@@ -240,9 +241,9 @@ def _verdict(f: Finding) -> str:
     if kind == "too_close":
         c = v["comparison"]
         return (
-            f"too close to call: {pd['label']} sustains {rate_text(pd)} req/s{on_pd} against {rate_text(other)} "
-            f"for {other['label']} ({c['ratio']:.2f}x), but pdmux's error on that ratio spans "
-            f"{c['interval'][0]:.2f}-{c['interval'][1]:.2f}x (80%, from same-server public runs): measure "
+            f"too close to call: {pd['label']} sustains {rate_text(pd)} req/s{on_pd} against "
+            f"{rate_text(other)} for {other['label']} ({c['ratio']:.2f}x), but pdmux's error on that ratio "
+            f"spans {c['interval'][0]:.2f}-{c['interval'][1]:.2f}x (80%, from same-server public runs): measure "
             "both (pdmux bench, bench_serving) before choosing"
             if c["interval"] else
             f"too close to call: {pd['label']} {rate_text(pd)} against {rate_text(other)} req/s for "
@@ -293,8 +294,8 @@ def _tune_verdict(f: Finding) -> str:
     if kind == "too_close":
         c = v["comparison"]
         spread = (f"{c['interval'][0]:.2f}-{c['interval'][1]:.2f}x" if c["interval"] else "unbounded")
-        return (text + f": too close to call (goodput {c['ratio']:.2f}x, and pdmux's error on that ratio spans "
-                f"{spread} at 80%, from same-server public runs); measure both before choosing")
+        return (text + f": too close to call (goodput {c['ratio']:.2f}x, and pdmux's error on that ratio "
+                f"spans {spread} at 80%, from same-server public runs); measure both before choosing")
     sure = _sureness(v.get("comparison"))
     if kind == "pdmux":
         return text + f"{sure}: turn on --enable-pdmux"

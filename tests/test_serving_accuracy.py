@@ -112,7 +112,8 @@ def test_the_serving_terms_cut_the_error() -> None:
     the median TTFT, ITL and TPOT errors of the 0.4 and 0.5 runs by 30% or more (2026-12-01: TTFT 57% -> 29%,
     ITL 20% -> 9.5%, TPOT 22% -> 14%)."""
     runs = [r for r in RUNS if r.release_line in ("0.4", "0.5")]
-    zero = {"admission_delay_ms": 0, "per_request_overhead_ms": 0, "admission_interval_ms": 0, "frontend_token_ms": 0,
+    zero = {"admission_delay_ms": 0, "per_request_overhead_ms": 0, "admission_interval_ms": 0,
+            "frontend_token_ms": 0,
             "first_token_delay_ms": 0, "eager_launch_ms": 0}
     from pdmux_cli.costmodel.efficiency import release_line_terms
     from pdmux_cli.simulate.serving_fit import run_errors

@@ -84,7 +84,8 @@ def _print_terms(terms: list) -> None:
 
 
 def _runs_table(outcomes: list) -> object:
-    """Every replayed run's figures: measured, pdmux's with the shipped terms and out of sample, the errors."""
+    """Every replayed run's figures: measured, pdmux's with the shipped terms and out of sample, the
+    errors."""
     from rich.table import Table
 
     table = Table(title="Public SGLang serving runs replayed (measured / pdmux)", title_justify="left")
@@ -136,7 +137,8 @@ def _print_serving(terms: list, outcomes: list, show_runs: bool, heldout_coverag
         print_note(con, f"80% intervals (simulate's, from the LOSO residuals) hold {inside} of the {total} "
                         f"held-out figures ({inside / total:.0%})")
     print_note(con, f"{fitted} fitted runs and {held} held-out runs from public pages "
-                    "(profiles/measurements/serving/, each with its source URL), replayed with SGLang's default "
-                    "schedule (chunked prefill, the overlap scheduler from 0.4 on) and the serving terms of the "
+                    "(profiles/measurements/serving/, each with its source URL), replayed with SGLang's "
+                    "default schedule (chunked prefill, the overlap scheduler from 0.4 on) and the serving "
+                    "terms of the "
                     "run's release line; ShareGPT lengths are approximations, bench_serving's random lengths "
                     "exact; --runs lists every run and the pdmux simulate command that replays it")

@@ -87,7 +87,6 @@ def _table(result: Any, title: str, width: int | None = None) -> Any:
 def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_line: bool) -> Any:
     from rich.table import Table
 
-    from ..messages import rate_text
     from ..simulate.report import latency_cell
 
     policies = result.policies
@@ -102,8 +101,8 @@ def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_l
                           f"{result.slo_itl_ms:g} ms"
                           + ("; per GPU: max rate / GPUs" if many else "")
                           + "; goodput and p99s (ms; from 10 s on in s) at that rate"
-                          + ("; (lo-hi): the rate's 80% interval, the TTFT and ITL scaled by pdmux's measured "
-                             "error" if any(p.rate_interval for p in policies) else ""),
+                          + ("; (lo-hi): the rate's 80% interval, the TTFT and ITL scaled by pdmux's "
+                             "measured error" if any(p.rate_interval for p in policies) else ""),
                   caption_justify="left")
     in_cell = layouts and not layout_column
     table.add_column("policy" + (("\n" if two_line else " / ") + "layout" if in_cell else ""), justify="left")

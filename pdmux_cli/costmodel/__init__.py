@@ -232,7 +232,8 @@ def build_step_model(
                                  admission_interval_ms=admission_interval_ms)
     if frontend_token_ms is not None:  # ms per prompt token (serving.yaml's is measured)
         if not (isinstance(frontend_token_ms, (int, float)) and 0 <= frontend_token_ms <= 1):
-            raise InputError("{param_flag} must be from 0 to 1 ms a token, got {value}", param="frontend_token_ms",
+            raise InputError("{param_flag} must be from 0 to 1 ms a token, got {value}",
+                             param="frontend_token_ms",
                              values={"value": frontend_token_ms})
         from dataclasses import replace as _replace
 

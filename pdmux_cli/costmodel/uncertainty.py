@@ -9,9 +9,10 @@ one, the run's server, and its regime: the client's loop, the load, the GPU fami
 metrics (output, total, input tokens/s, requests/s) are all ``tokens / duration`` over the same requests, so
 they give one figure, ``output_tok_s``.
 
-**An interval** for a predicted figure ``p`` is ``[p e^q_lo, p e^q_hi]`` with ``q_lo, q_hi`` the split-conformal
-bounds of the residuals of that figure (:func:`conformal_bounds`: the ``floor((n + 1) a)``-th and
-``ceil((n + 1)(1 - a))``-th of the ``n`` sorted residuals, ``a = (1 - coverage) / 2``; Vovk et al.,
+**An interval** for a predicted figure ``p`` is ``[p e^q_lo, p e^q_hi]`` with ``q_lo, q_hi`` the
+split-conformal bounds of the residuals of that figure (:func:`conformal_bounds`: the
+``floor((n + 1) a)``-th and ``ceil((n + 1)(1 - a))``-th of the ``n`` sorted residuals,
+``a = (1 - coverage) / 2``; Vovk et al.,
 *Algorithmic Learning in a Random World*, 2005; Lei et al., JASA 2018): about ``coverage`` of unseen runs
 fall inside when they are like the ones measured. Residuals are taken from the figure's *cell*: the runs of
 the same regime on the features the file chose for that figure (``splits``: the fit script keeps a split
@@ -86,7 +87,8 @@ METHOD_IN_SAMPLE = "conformal, in-sample residuals of public runs (a calibrated 
 def gpu_family(compute_capability: Sequence[int]) -> str:
     """The GPU's architecture family from its compute capability: ``ampere`` (8.0, 8.6, 8.7), ``ada`` (8.9),
     ``hopper`` (9.0), ``blackwell`` (10.x, 12.x), ``older`` below 8.0."""
-    major, minor = int(compute_capability[0]), int(compute_capability[1]) if len(compute_capability) > 1 else 0
+    major = int(compute_capability[0])
+    minor = int(compute_capability[1]) if len(compute_capability) > 1 else 0
     if major >= 10:
         return "blackwell"
     if major == 9:
@@ -185,7 +187,8 @@ class ResidualSet:
         split = self.splits.get(figure, ())
         if regime is not None and split:
             want = {k: v for k, v in regime.features(self.load_edges).items() if k in split and v is not None}
-            inside = [r for r in mine if all(r.regime.features(self.load_edges)[k] == v for k, v in want.items())]
+            inside = [r for r in mine
+                      if all(r.regime.features(self.load_edges)[k] == v for k, v in want.items())]
             if len(inside) >= self.min_cell:
                 return [pick(r) for r in inside], want
         return [pick(r) for r in mine], {}
@@ -220,7 +223,8 @@ def load_residuals() -> ResidualSet:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
     except (OSError, yaml.YAMLError) as exc:
         raise InputError(f"serving residuals {path}: cannot be read ({exc})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("residuals"), list):
+    if (not isinstance(data, dict) or data.get("format") != FORMAT
+            or not isinstance(data.get("residuals"), list)):
         raise InputError(f"serving residuals {path}: not a {FORMAT} file (the installation is damaged)")
     out = []
     for entry in data["residuals"]:
@@ -347,7 +351,8 @@ def compare(a: float, b: float, figures: Sequence[str], *, residuals: ResidualSe
     return Comparison(a / b, interval, too_close, confidence, len(diffs))
 
 
-__all__ = ["BORROWED", "COVERAGE", "FEATURES", "FIGURES", "FORMAT", "LOOPS", "METHOD_CALIBRATION", "METHOD_IN_SAMPLE",
+__all__ = ["BORROWED", "COVERAGE", "FEATURES", "FIGURES", "FORMAT", "LOOPS", "METHOD_CALIBRATION",
+           "METHOD_IN_SAMPLE",
            "METHOD_OUT_OF_SAMPLE", "RESIDUALS_FILE", "RUN_FIGURE", "Comparison", "Regime", "Residual",
            "ResidualSet", "Uncertainty", "client_loop", "compare", "conformal_bounds", "figure_interval",
            "gpu_family", "load_bin", "load_residuals", "uncertainty"]

@@ -688,8 +688,9 @@ def estimate(
             Finding("estimate.pdmux_support", {"state": support.state, "reason": support.why}, "sglang"),
         )
     serving = getattr(full, "serving", None)
-    request_delay_ms = (serving.admission_delay_s
-                        + serving.first_token_delay_s) * 1e3 if serving is not None else 0.0
+    # the request path: admission, the stream back, and the front end's tokenization of this prompt
+    request_delay_ms = (serving.admission_delay_s + serving.first_token_delay_s
+                        + serving.frontend_token_s * prompt) * 1e3 if serving is not None else 0.0
     ttft = _whole_server_ttft(rows, request_delay_ms, serving, scenario, gpu) if request_delay_ms else ()
     if request_delay_ms:
         notes.append(
@@ -745,7 +746,8 @@ def estimate(
     )
 
 
-def _whole_server_ttft(rows: list, request_delay_ms: float, serving: Any, scenario: Scenario, gpu: Gpu) -> tuple[
+def _whole_server_ttft(rows: list, request_delay_ms: float, serving: Any, scenario: Scenario, gpu: Gpu
+                       ) -> tuple[
         tuple[float, tuple[float, float] | None], ...]:
     """Per row, the arriving prompt's TTFT as a server gives it (the row's prefill time plus the request path)
     and its 80% interval from pdmux's measured error on public servers' median TTFT

@@ -83,7 +83,8 @@ class SloScaling:
     itl_high: float
 
     def slos(self, which: str, slo_ttft_ms: float, slo_itl_ms: float) -> tuple[float, float]:
-        """The SLOs that test the scaled latencies against the real ones: ``which`` ``"low"`` or ``"high"``."""
+        """The SLOs that test the scaled latencies against the real ones: ``which`` ``"low"`` or
+        ``"high"``."""
         if which == "low":
             return slo_ttft_ms / self.ttft_high, slo_itl_ms / self.itl_high
         return slo_ttft_ms / self.ttft_low, slo_itl_ms / self.itl_low
@@ -405,7 +406,8 @@ def capacity(
     kinds = ("rate", "low", "high") if scaling is not None else ("rate",)
     # one search per policy and kind (the capacity, the ends of its interval); they share simulations:
     # a rate simulated once for a policy answers every search of that policy that asks for it
-    searches = {(i, k): _search(trace, target, tolerance if k == "rate" else max(tolerance, INTERVAL_TOLERANCE),
+    ends = max(tolerance, INTERVAL_TOLERANCE)
+    searches = {(i, k): _search(trace, target, tolerance if k == "rate" else ends,
                                 k)
                 for i in range(len(policies)) for k in kinds}
     points: list[dict[float, RatePoint]] = [{} for _ in policies]
@@ -438,7 +440,8 @@ def capacity(
 
     with using(executor, workers, len(policies), ray_address) as ex:
         workers = ex.workers
-        shared = ex.share((trace, setup, slo_ttft_ms, slo_itl_ms, dp, load_balance_method, max_steps, scaling))
+        shared = ex.share((trace, setup, slo_ttft_ms, slo_itl_ms, dp, load_balance_method, max_steps,
+                           scaling))
 
         def submit(i: int, rate: float) -> None:
             ex.submit(_evaluate, shared, (policies[i], rate), what(i, rate), tag=(i, rate))

@@ -394,8 +394,8 @@ def make_setup(
     ``bandwidth_efficiency``, ``mfu``, ``calibration``, ``flops_dtype``, ``step_overhead_ms``,
     ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``, ``admission_interval_ms``,
     ``tp``, ``eager_launch_ms``, ``eager_launch_moe_ms``, ``frontend_token_ms``: the front end's ms per
-    prompt token). ``serial_frontend``: :attr:`Setup.serial_frontend`. ``prefill_cuda_graph``: ``None`` for SGLang
-    0.5.23's default
+    prompt token). ``serial_frontend``: :attr:`Setup.serial_frontend`. ``prefill_cuda_graph``: ``None`` for
+    SGLang 0.5.23's default
     (:func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`), ``False`` for a server that
     prefills eagerly (an older release, ``--disable-prefill-cuda-graph``). Raises
     :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values."""
@@ -426,7 +426,8 @@ def make_setup(
         kv_bytes_per_element=kv_bytes_per_element, mem_fraction_static=mem_fraction_static,
         max_prefill_tokens=max_prefill_tokens, ignore_eos=ignore_eos, disable_overlap=disable_overlap,
         cuda_graph_max_bs=cuda_graph_max_bs, max_running_requests=max_running_requests, gpu_name=gpu.name,
-        prefix_cache=prefix_cache, tp=tp, prefill_cuda_graph=prefill_cuda_graph, serial_frontend=serial_frontend,
+        prefix_cache=prefix_cache, tp=tp, prefill_cuda_graph=prefill_cuda_graph,
+        serial_frontend=serial_frontend,
     )
 
 
@@ -763,8 +764,8 @@ class Work:
         self.next = i
 
     def _seen(self, rid: int, last: float) -> float:
-        """When the scheduler sees ``rid``, the previous request having been seen at ``last``: its arrival plus
-        the admission delay, at least one admission interval after the previous one, plus its own
+        """When the scheduler sees ``rid``, the previous request having been seen at ``last``: its arrival
+        plus the admission delay, at least one admission interval after the previous one, plus its own
         tokenization (``frontend_token`` x prompt tokens), after the previous request's where the front end
         takes one request at a time (``serial_frontend``)."""
         tokenize = self.frontend_token * self.prompt[rid]

@@ -59,7 +59,8 @@ def interval_cell(value: float, bounds: tuple[float, float] | None, latency: boo
 
 
 #: The interval figure of each latency row's p50 (:data:`pdmux_cli.costmodel.uncertainty.FIGURES`).
-_P50_FIGURE = {"ttft_ms": "ttft_ms_p50", "itl_ms": "itl_ms_p50", "tpot_ms": "tpot_ms_p50", "e2e_ms": "e2e_ms_p50"}
+_P50_FIGURE = {"ttft_ms": "ttft_ms_p50", "itl_ms": "itl_ms_p50", "tpot_ms": "tpot_ms_p50",
+               "e2e_ms": "e2e_ms_p50"}
 
 
 def _bounds(m: PolicyMetrics, figure: str) -> tuple[float, float] | None:
@@ -115,8 +116,9 @@ def share_text(share: float) -> str:
 
 
 #: What a table's intervals are (the caption's words).
-INTERVAL_CAPTION = ("(lo-hi): where 80% of real SGLang servers' medians and throughputs fell around pdmux's "
-                    "prediction, from its out-of-sample error on public serving runs (pdmux accuracy --serving)")
+INTERVAL_CAPTION = ("(lo-hi): where 80% of real SGLang servers' medians and throughputs fell around "
+                    "pdmux's prediction, from its out-of-sample error on public serving runs (pdmux "
+                    "accuracy --serving)")
 
 #: Width of the widest value cell of :func:`metrics_table` (``"12345.6 s"``, ``">99.9%"``).
 VALUE_WIDTH = 8
@@ -164,7 +166,7 @@ def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "", best: float
                 interval_cell(getattr(m, key)[stat], _bounds(m, _P50_FIGURE[key])) if stat == "p50"
                 else _ms(getattr(m, key)[stat]) for m in metrics), end_section=stat == "max")
     if any(math.isfinite(m.output_tok_s) for m in metrics):
-        table.add_row("output tok/s", *(interval_cell(m.output_tok_s, _bounds(m, "output_tok_s"), latency=False)
+        table.add_row("output tok/s", *(interval_cell(m.output_tok_s, _bounds(m, "output_tok_s"), False)
                                         for m in metrics))
     table.add_row("SLO met", *(
         (Text(share_text(m.slo_attainment), style="bold") if m.slo_attainment == best_att

@@ -408,7 +408,8 @@ def _points(outcomes: Sequence[RunOutcome], which: str) -> dict[str, list[Point]
 
 
 def report(runs: Sequence[ServingRun] | None = None, serving: dict | None = None,
-           workers: int = 1, heldout: Sequence[ServingRun] | None = None) -> tuple[list[Term], list[RunOutcome]]:
+           workers: int = 1, heldout: Sequence[ServingRun] | None = None
+           ) -> tuple[list[Term], list[RunOutcome]]:
     """The terms of ``pdmux accuracy --serving`` and every run's outcome. With the shipped runs (``runs``,
     ``serving`` and ``heldout`` all ``None``), three rows a metric kind of :data:`TERMS` (points ``"<run id>:
     <metric>"``), in this order: :data:`OUT_OF_SAMPLE` (each source's runs replayed with the terms its release
@@ -532,7 +533,8 @@ def _error(pred: dict[str, float], name: str, measured: float) -> float | None:
     return None if value is None else (value - measured) / measured
 
 
-__all__ = ["BENCH_SERVING_SEEDS", "coverage", "FIT_RUNS", "HELDOUT_RUNS", "HELD_OUT", "IN_SAMPLE", "LEAVE_SOURCE_OUT",
+__all__ = ["BENCH_SERVING_SEEDS", "coverage", "FIT_RUNS", "HELDOUT_RUNS", "HELD_OUT", "IN_SAMPLE",
+           "LEAVE_SOURCE_OUT",
            "METRICS", "OUT_OF_SAMPLE", "TERMS", "source_of", "RunOutcome", "ServingRun", "client_metrics",
            "load_runs", "outcome_dict", "predictions", "replay", "report", "runs_from_bench_serving",
            "workload"]
