@@ -243,8 +243,8 @@ def _verdict(f: Finding) -> str:
         return (
             f"too close to call: {pd['label']} sustains {rate_text(pd)} req/s{on_pd} against "
             f"{rate_text(other)} for {other['label']} ({c['ratio']:.2f}x), but pdmux's error on that ratio "
-            f"spans {c['interval'][0]:.2f}-{c['interval'][1]:.2f}x (80%, from same-server public runs): measure "
-            "both (pdmux bench, bench_serving) before choosing"
+            f"spans {c['interval'][0]:.2f}-{c['interval'][1]:.2f}x (80%, from same-server public runs): "
+            "measure both (pdmux bench, bench_serving) before choosing"
             if c["interval"] else
             f"too close to call: {pd['label']} {rate_text(pd)} against {rate_text(other)} req/s for "
             f"{other['label']}, and too few measured pairs to bound the error"
