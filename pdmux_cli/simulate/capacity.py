@@ -299,7 +299,7 @@ Search = Generator[float, RatePoint, tuple[float, str]]
 
 #: The relative precision of the searches for an interval's ends (looser than the capacity's own: the
 #: interval is tens of percent wide).
-INTERVAL_TOLERANCE = 0.05
+INTERVAL_TOLERANCE = 0.1
 
 
 def _search(trace: Trace, target: float, tolerance: float, which: str = "rate") -> Search:
