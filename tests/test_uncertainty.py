@@ -157,3 +157,31 @@ def test_estimate_gives_the_whole_server_ttft_with_its_interval() -> None:
         assert row["ttft_ms"] == pytest.approx(row["prefill_ms"] + data["request_delay_ms"])
         lo, hi = row["ttft_interval_ms"]
         assert lo < row["ttft_ms"] < hi
+
+
+def test_the_python_api_returns_the_same_intervals() -> None:
+    import pdmux
+
+    result = pdmux.simulate(trace="tests/fixtures/azure_conv_50.csv", policies="chunked")
+    policy = result.to_dict()["policies"][0]
+    assert result.metrics[0].uncertainty.to_dict() == policy["uncertainty"]
+    lo, hi = policy["uncertainty"]["itl_ms_p50"]
+    assert lo < result.metrics[0].itl_ms["p50"] < hi
+
+
+def test_capacity_interval_brackets_the_rate_and_the_verdict_says_how_sure() -> None:
+    """The interval's ends are the capacities with the TTFT and ITL scaled by their error's 80% bounds: the
+    capacity lies between them; the verdict carries the comparison (or says too close to call)."""
+    r = CliRunner().invoke(app, ["capacity", "--synthetic", "--qps", "2", "--max-requests", "300",
+                                 "--prompt-tokens", "1000", "--output-tokens", "200", "--policies",
+                                 "pdmux,mixed-chunk", "--json", "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    for p in data["policies"]:
+        if p["bound"] is None and p["max_rate_interval_rps"] is not None:
+            lo, hi = p["max_rate_interval_rps"]
+            assert lo <= p["max_rate_rps"] <= hi and p["interval_coverage"] == 0.8
+    comparison = data["verdict_comparison"]  # both bracketed on one GPU: compared
+    assert comparison is not None and comparison["pairs"] > 100
+    assert ("too close to call" in data["verdict"]) == comparison["too_close_to_call"]
+    assert 0.5 <= comparison["confidence"] <= 1 or comparison["too_close_to_call"]
