@@ -43,6 +43,7 @@ from .options import (
     MIXED_CHUNK_SIZES_OPTION,
     MODEL_OPTION,
     NO_PREFIX_CACHE_OPTION,
+    DISABLE_CUDA_GRAPH_OPTION,
     OUTPUT_TOKENS_OPTION,
     EAGER_LAUNCH_OPTION,
     PER_REQUEST_OVERHEAD_OPTION,
@@ -197,6 +198,7 @@ def capacity(
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help=(
         "Requests run to their max_new_tokens (benchmark traffic).")),
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
+    disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
     workers: int | None = WORKERS_OPTION,
     executor: str = EXECUTOR_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,

@@ -86,6 +86,9 @@ NO_PREFIX_CACHE_OPTION = typer.Option(False, "--no-prefix-cache", help=(
     "Turn SGLang's radix cache off (--disable-radix-cache). On by default: prompts of a trace with hash_ids "
     "(Mooncake) reuse cached prefixes."))
 TP_OPTION = typer.Option(1, "--tp", help=TP_HELP)
+DISABLE_CUDA_GRAPH_OPTION = typer.Option(False, "--disable-cuda-graph", help=(
+    "SGLang's flag: no CUDA graphs, decode and prefill launched kernel by kernel (a step takes at least its "
+    "kernels' host launch time; the graphs' memory reserve is not taken)."))
 
 # The policies.
 MIXED_CHUNK_SIZES_OPTION = typer.Option("512", "--mixed-chunk-sizes", help="Chunk sizes of 'mixed-chunk'.")

@@ -45,6 +45,7 @@ from .options import (
     MIXED_CHUNK_SIZES_OPTION,
     MODEL_OPTION,
     NO_PREFIX_CACHE_OPTION,
+    DISABLE_CUDA_GRAPH_OPTION,
     OUTPUT_TOKENS_OPTION,
     OUTPUT_YAML_OPTION,
     EAGER_LAUNCH_OPTION,
@@ -147,6 +148,7 @@ def simulate(
         "SGLang's flag: prefill batches launch their kernels eagerly (SGLang before 0.5.23's prefill "
         "CUDA graph did): a short prefill takes at least its kernels' launch time.")),
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
+    disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
     slo_ttft: float = SLO_TTFT_DEFAULT_OPTION,
     slo_itl: float = SLO_ITL_DEFAULT_OPTION,
     tp: int = TP_OPTION,
@@ -309,6 +311,7 @@ def tune(
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help=(
         "Requests run to their max_new_tokens (benchmark traffic).")),
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
+    disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
     workers: int | None = WORKERS_OPTION,
     executor: str = EXECUTOR_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,

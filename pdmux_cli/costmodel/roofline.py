@@ -476,8 +476,12 @@ class RooflineModel:
     # ---------------------------------------------------------------------------------------------
     # CPU
     def launch_cpu_s(self) -> float:
-        """CPU seconds to launch one step's kernels outside a CUDA graph."""
-        return self.shapes.layers * self.cpu.kernels_per_layer * self.cpu.launch_s
+        """Host seconds SGLang takes to launch a decode step's kernels outside a CUDA graph: the same as an
+        eager prefill's (:meth:`prefill_launch_s`: SGLang's per-kernel host time was measured on an eager
+        decode step, PR 1401), or ``layers x kernels_per_layer x launch_s`` (a bare launch gap) where a
+        profile has no eager per-kernel time."""
+        eager = self.prefill_launch_s()
+        return eager if eager > 0 else self.shapes.layers * self.cpu.kernels_per_layer * self.cpu.launch_s
 
     def prefill_launch_s(self, layers: float | None = None, graphed: bool = False) -> float:
         """Host seconds SGLang takes to launch a prefill (or mixed) forward over ``layers`` layers (``None``:

@@ -121,6 +121,7 @@ class Scenario:
     disagg: tuple[int, int] | None = None
     per_request_overhead_ms: float | None = None
     eager_launch_ms: float | None = None
+    disable_cuda_graph: bool = False
     kv_link: str = "auto"
     kv_link_gb_s: float | None = None
     kv_link_latency_us: float | None = None
@@ -130,6 +131,9 @@ class Scenario:
         """Raise :class:`InputError` (one line) for sizes that make no sense or that no deployment
         has (the bounds above)."""
         check_tp_value(self.tp)
+        if self.disable_cuda_graph and self.cost_model == "chapter":
+            raise InputError("{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no "
+                             "CPU time)", param="disable_cuda_graph", values={})
         # (field, parameter: the API keyword, whose CLI flag the error names)
         for name, param, top in (("decode_bs", "decode_bs", MAX_DECODE_BS),
                                  ("context_tokens", "context", MAX_TOKENS),
@@ -514,7 +518,9 @@ def estimate(
         # a baseline step: the overlap scheduler hides the CPU's work (and a prefill's kernel launches)
         return max(gpu_s, cpu + launch_s)
 
-    prefill_graph = server_defaults.prefill_cuda_graph_default(model.architectures, gpu.compute_capability)
+    graphs = not scenario.disable_cuda_graph  # SGLang's --disable-cuda-graph: decode and prefill eager
+    prefill_graph = graphs and server_defaults.prefill_cuda_graph_default(model.architectures,
+                                                                          gpu.compute_capability)
 
     def launch(tokens: int, chunk: int, mixed: bool = False) -> float:
         """Host seconds to launch a prefill batch (as engine.Setup.prefill_launch_s)."""
@@ -523,7 +529,7 @@ def estimate(
         return full.prefill_launch_s(None, graphed)
 
     per_request = full.request_s(1)  # a server step's time per request beyond the kernels (serving.yaml)
-    base_s = hidden(full.decode_s(total, bs, sum_ctx, sum_win) + bs * per_request)
+    base_s = hidden(full.decode_s(total, bs, sum_ctx, sum_win, cuda_graph=graphs) + bs * per_request)
     rows = [PolicyRow("decode-only", "decode only (ref.)", base_s * 1e3, None, None, None)]
 
     whole_prefill_s = hidden(full.prefill_s(total, [(prompt, 0)]) + per_request, launch(prompt, -1))
@@ -581,9 +587,9 @@ def estimate(
 
     def pdmux_times(step_model: StepModel, p: int, d: int) -> tuple[float, float, float, float, float]:
         """(ITL, prefill, decode alone, prefill alone, decode co-run) in seconds."""
-        decode_alone = step_model.decode_s(d, bs, sum_ctx, sum_win)
+        decode_alone = step_model.decode_s(d, bs, sum_ctx, sum_win, cuda_graph=graphs)
         prefill_alone = step_model.prefill_s(p, [(prompt, 0)])
-        decode_corun = step_model.decode_s(d, bs, sum_ctx, sum_win, corun_sms=p)
+        decode_corun = step_model.decode_s(d, bs, sum_ctx, sum_win, corun_sms=p, cuda_graph=graphs)
         prefill_corun = step_model.prefill_s(p, [(prompt, 0)], corun_sms=d)
         # a pdmux round: the decode step (or the launches of the round's split-prefill layers, eager,
         # when longer), then the CPU's work (the overlap scheduler is off) and the step's time per request
@@ -665,7 +671,8 @@ def estimate(
                 calibration,
             )[0][0]
             inst_cpu = inst.decode_cpu_s(bs)
-            inst_base_s = max(inst.decode_s(total, bs, sum_ctx, sum_win) + inst.request_s(bs), inst_cpu)
+            inst_base_s = max(inst.decode_s(total, bs, sum_ctx, sum_win, cuda_graph=graphs) + inst.request_s(bs),
+                              inst_cpu)
             inst_prefill_s = max(inst.prefill_s(total, [(prompt, 0)]) + inst.request_s(1), inst_cpu)
         transfer_bytes = prompt * rank_kv_bytes_per_token(model, scenario.kv_bytes_per_element, inst_tp)
         transfer_s = link.transfer_s(transfer_bytes)

@@ -261,7 +261,10 @@ class Setup:
     off, every prefill batch pays its eager launches: :meth:`prefill_launch_s`). ``serial_frontend``: the
     front end tokenizes one request at a time (SGLang up to 0.5.21, the public runs' releases: the event
     loop of ``tokenizer_manager.py``); ``False`` for 0.5.22 on (``serving_base.py`` tokenizes in an
-    executor), so a request's tokenization delays only itself.
+    executor), so a request's tokenization delays only itself. ``disable_cuda_graph``: SGLang's
+    ``--disable-cuda-graph`` (0.5.23 ``srt/arg_groups/cuda_graph_hook.py`` ``parse_cuda_graph_config``:
+    decode and prefill graphs both off): every decode step is launched kernel by kernel
+    (:attr:`graph_max_bs` 0), every prefill eagerly, and the graphs' memory reserve is not taken.
     """
 
     model: Model
@@ -282,6 +285,7 @@ class Setup:
     tp: int = 1
     prefill_cuda_graph: bool = True
     serial_frontend: bool = False
+    disable_cuda_graph: bool = False
 
     def __post_init__(self) -> None:
         check_mem_fraction(self.mem_fraction_static)
@@ -320,7 +324,9 @@ class Setup:
 
     @property
     def graph_max_bs(self) -> int:
-        """The largest decode batch run as a CUDA graph."""
+        """The largest decode batch run as a CUDA graph (0 with ``disable_cuda_graph``)."""
+        if self.disable_cuda_graph:
+            return 0
         if self.cuda_graph_max_bs is not None:
             return self.cuda_graph_max_bs
         return sgl.default_cuda_graph_max_bs(self.memory_bytes, self.tp)
@@ -342,7 +348,8 @@ class Setup:
         if fraction is None:
             fraction = sgl.mem_fraction_static(self.memory_bytes, chunk_tokens, self.tp,
                                                max_prefill_tokens=self.max_prefill_tokens,
-                                               cuda_graph_max_bs=self.cuda_graph_max_bs)
+                                               cuda_graph_max_bs=self.cuda_graph_max_bs,
+                                               graphs=not self.disable_cuda_graph)
         try:
             return sgl.kv_pool(self.memory_bytes, self.weight_bytes, self.kv_bytes_per_token, fraction)
         except InputError as exc:
@@ -388,13 +395,14 @@ def make_setup(
     prefill_cuda_graph: bool | None = None,
     serial_frontend: bool = False,
     frontend_token_ms: float | None = None,
+    disable_cuda_graph: bool = False,
 ) -> Setup:
     """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.catalog.hardware.Gpu`) and a model, with the cost
     model of :func:`pdmux_cli.costmodel.build_step_model` (its arguments: ``cost_model``, ``s_sat``,
     ``bandwidth_efficiency``, ``mfu``, ``calibration``, ``flops_dtype``, ``step_overhead_ms``,
     ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``, ``admission_interval_ms``,
     ``tp``, ``eager_launch_ms``, ``eager_launch_moe_ms``, ``frontend_token_ms``: the front end's ms per
-    prompt token). ``serial_frontend``: :attr:`Setup.serial_frontend`. ``prefill_cuda_graph``: ``None`` for
+    prompt token). ``serial_frontend``, ``disable_cuda_graph``: :class:`Setup`'s. ``prefill_cuda_graph``: ``None`` for
     SGLang 0.5.23's default
     (:func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`), ``False`` for a server that
     prefills eagerly (an older release, ``--disable-prefill-cuda-graph``). Raises
@@ -417,6 +425,8 @@ def make_setup(
         first_token_delay_ms=first_token_delay_ms, admission_interval_ms=admission_interval_ms, tp=tp,
         eager_launch_ms=eager_launch_ms, eager_launch_moe_ms=eager_launch_moe_ms,
         frontend_token_ms=frontend_token_ms)
+    if disable_cuda_graph:
+        prefill_cuda_graph = False
     if prefill_cuda_graph is None:
         prefill_cuda_graph = sgl.prefill_cuda_graph_default(tuple(getattr(model, "architectures", ())),
                                                             tuple(gpu.compute_capability))
@@ -427,7 +437,7 @@ def make_setup(
         max_prefill_tokens=max_prefill_tokens, ignore_eos=ignore_eos, disable_overlap=disable_overlap,
         cuda_graph_max_bs=cuda_graph_max_bs, max_running_requests=max_running_requests, gpu_name=gpu.name,
         prefix_cache=prefix_cache, tp=tp, prefill_cuda_graph=prefill_cuda_graph,
-        serial_frontend=serial_frontend,
+        serial_frontend=serial_frontend, disable_cuda_graph=disable_cuda_graph,
     )
 
 

@@ -70,6 +70,7 @@ class EstimateRequest:
     step_overhead_ms: float | None = None
     per_request_overhead_ms: float | None = None
     eager_launch_ms: float | None = None
+    disable_cuda_graph: bool = False
     weight_bytes: float | None = None
     kv_bytes: float | None = None
     kv_cache_dtype: str | None = None
@@ -240,6 +241,7 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         step_overhead_ms=optional_number(r.step_overhead_ms, "step_overhead_ms"),
         per_request_overhead_ms=optional_number(r.per_request_overhead_ms, "per_request_overhead_ms"),
         eager_launch_ms=optional_number(r.eager_launch_ms, "eager_launch_ms"),
+        disable_cuda_graph=bool(r.disable_cuda_graph),
         s_sat_values=float_tuple(r.s_sat, "s_sat") if r.s_sat is not None else None,
         bandwidth_efficiency=optional_number(r.bandwidth_efficiency, "bandwidth_efficiency"),
         mfu=optional_number(r.mfu, "mfu"),

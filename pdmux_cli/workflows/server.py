@@ -33,7 +33,8 @@ class ServerOptions:
     ``serving.yaml``'s fit).
     ``ignore_eos``: requests run to their max_new_tokens. ``disable_overlap_schedule``: CPU time adds to
     every baseline step. ``disable_prefill_cuda_graph``: SGLang's flag: every prefill batch launches its
-    kernels eagerly (as SGLang before its prefill CUDA graph did). ``no_prefix_cache``: SGLang's radix cache
+    kernels eagerly (as SGLang before its prefill CUDA graph did). ``disable_cuda_graph``: SGLang's flag:
+    decode steps too (:attr:`pdmux_cli.simulate.engine.Setup.disable_cuda_graph`). ``no_prefix_cache``: SGLang's radix cache
     off. ``tp``: GPUs of one server (1-8).
     """
 
@@ -61,6 +62,7 @@ class ServerOptions:
     ignore_eos: bool = False
     disable_overlap_schedule: bool = False
     disable_prefill_cuda_graph: bool = False
+    disable_cuda_graph: bool = False
     no_prefix_cache: bool = False
     tp: int = 1
 
@@ -78,9 +80,10 @@ def _check_values(o: ServerOptions) -> None:
     if o.gpu is not None and not str(o.gpu).strip():
         raise InputError("{flag.gpu} is empty: give a GPU name such as h100 (pdmux splits {flag.all_gpus} "
                          "lists them)", param="gpu", values={})
-    if o.disable_prefill_cuda_graph and str(o.cost_model).strip().lower() == "chapter":
-        raise InputError("{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no CPU "
-                         "time)", param="disable_prefill_cuda_graph", values={})
+    for name in ("disable_prefill_cuda_graph", "disable_cuda_graph"):
+        if getattr(o, name) and str(o.cost_model).strip().lower() == "chapter":
+            raise InputError("{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no "
+                             "CPU time)", param=name, values={})
     check_kv_options(o.kv_cache_dtype, o.kv_bytes)
     engine.check_bytes_per_element(o.weight_bytes, "weight_bytes")
     engine.check_bytes_per_element(o.kv_bytes, "kv_bytes")
@@ -153,6 +156,7 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
                        admission_interval_ms=o.admission_interval_ms, ignore_eos=o.ignore_eos,
                        disable_overlap=o.disable_overlap_schedule, cuda_graph_max_bs=o.cuda_graph_max_bs,
                        prefill_cuda_graph=False if o.disable_prefill_cuda_graph else None,
+                       disable_cuda_graph=o.disable_cuda_graph,
                        max_running_requests=o.max_running_requests, tp=o.tp if tp is None else tp)
     return without_prefix_cache(setup) if prefix_cache and o.no_prefix_cache else setup
 
