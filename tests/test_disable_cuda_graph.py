@@ -53,10 +53,12 @@ def test_the_flag_on_simulate_capacity_and_estimate() -> None:
     off = json.loads(run.invoke(app, ["simulate", *base, "--disable-cuda-graph"]).stdout)["policies"][0]
     assert off["itl_ms"]["p50"] > on["itl_ms"]["p50"]  # launch-bound without a graph
     assert off["itl_ms"]["p50"] >= 28 * 10 * 25.7e-3
-    est = json.loads(run.invoke(app, ["estimate", "--model", "qwen3-0.6b", "--disable-cuda-graph", "--json"]).stdout)
+    est = json.loads(run.invoke(app, ["estimate", "--model", "qwen3-0.6b", "--disable-cuda-graph",
+                                      "--json"]).stdout)
     assert est["rows"][0]["itl_ms"] >= 28 * 10 * 25.7e-3
     r = run.invoke(app, ["capacity", "--synthetic", "--qps", "4", "--max-requests", "40", "--model",
-                         "qwen3-0.6b", "--policies", "chunked", "--disable-cuda-graph", "--workers", "1", "--json"])
+                         "qwen3-0.6b", "--policies", "chunked", "--disable-cuda-graph", "--workers", "1",
+                         "--json"])
     assert r.exit_code == 0, r.output
 
 

@@ -671,7 +671,8 @@ def estimate(
                 calibration,
             )[0][0]
             inst_cpu = inst.decode_cpu_s(bs)
-            inst_base_s = max(inst.decode_s(total, bs, sum_ctx, sum_win, cuda_graph=graphs) + inst.request_s(bs),
+            inst_decode_s = inst.decode_s(total, bs, sum_ctx, sum_win, cuda_graph=graphs)
+            inst_base_s = max(inst_decode_s + inst.request_s(bs),
                               inst_cpu)
             inst_prefill_s = max(inst.prefill_s(total, [(prompt, 0)]) + inst.request_s(1), inst_cpu)
         transfer_bytes = prompt * rank_kv_bytes_per_token(model, scenario.kv_bytes_per_element, inst_tp)

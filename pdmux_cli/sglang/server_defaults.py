@@ -131,7 +131,8 @@ def mem_fraction_static(gpu_memory_bytes: float, chunked_prefill_size: int, tp: 
     """SGLang's default ``mem_fraction_static`` (0-1) for a GPU of ``gpu_memory_bytes`` (nvidia-smi's
     total) and a chunk size (``-1``: chunking off, as pdmux requires). H100 80GB: 0.829 at 8192, 0.684
     at -1. ``graphs`` False (``--disable-cuda-graph``): no reserve for the decode and prefill graphs
-    (``arg_groups/memory_hook.py`` counts them only when captured). Raises :class:`InputError` when the reserve leaves nothing (a GPU of a few GB)."""
+    (``arg_groups/memory_hook.py`` counts them only when captured). Raises :class:`InputError` when the
+    reserve leaves nothing (a GPU of a few GB)."""
     mib = gpu_memory_bytes / MIB
     activation = max(chunked_prefill_size, 2048) if chunked_prefill_size > 0 else max(
         max_prefill_tokens, 2048)

@@ -402,8 +402,8 @@ def make_setup(
     ``bandwidth_efficiency``, ``mfu``, ``calibration``, ``flops_dtype``, ``step_overhead_ms``,
     ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``, ``admission_interval_ms``,
     ``tp``, ``eager_launch_ms``, ``eager_launch_moe_ms``, ``frontend_token_ms``: the front end's ms per
-    prompt token). ``serial_frontend``, ``disable_cuda_graph``: :class:`Setup`'s. ``prefill_cuda_graph``: ``None`` for
-    SGLang 0.5.23's default
+    prompt token). ``serial_frontend``, ``disable_cuda_graph``: :class:`Setup`'s. ``prefill_cuda_graph``:
+    ``None`` for SGLang 0.5.23's default
     (:func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`), ``False`` for a server that
     prefills eagerly (an older release, ``--disable-prefill-cuda-graph``). Raises
     :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values."""

@@ -34,8 +34,8 @@ class ServerOptions:
     ``ignore_eos``: requests run to their max_new_tokens. ``disable_overlap_schedule``: CPU time adds to
     every baseline step. ``disable_prefill_cuda_graph``: SGLang's flag: every prefill batch launches its
     kernels eagerly (as SGLang before its prefill CUDA graph did). ``disable_cuda_graph``: SGLang's flag:
-    decode steps too (:attr:`pdmux_cli.simulate.engine.Setup.disable_cuda_graph`). ``no_prefix_cache``: SGLang's radix cache
-    off. ``tp``: GPUs of one server (1-8).
+    decode steps too (:attr:`pdmux_cli.simulate.engine.Setup.disable_cuda_graph`). ``no_prefix_cache``:
+    SGLang's radix cache off. ``tp``: GPUs of one server (1-8).
     """
 
     model: str = "qwen3-8b"
