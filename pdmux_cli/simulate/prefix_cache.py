@@ -62,23 +62,23 @@ ROOT = 0
 Block = int | tuple[int, int]
 
 
-def block_keys(hash_ids: Sequence[int], prompt_tokens: int) -> tuple[Block, ...]:
-    """A prompt's blocks as the tree keys them (:data:`Block`): ``hash_ids`` (at most one per
-    :data:`HASH_BLOCK_TOKENS` tokens of the prompt), the last one paired with its tokens when the prompt
-    ends inside it."""
-    keys = tuple(hash_ids[:-(-prompt_tokens // HASH_BLOCK_TOKENS)])
-    tail = prompt_tokens - HASH_BLOCK_TOKENS * (len(keys) - 1)
-    if keys and tail < HASH_BLOCK_TOKENS:
+def block_keys(hash_ids: Sequence[int], prompt_tokens: int, block: int = HASH_BLOCK_TOKENS) -> tuple[Block, ...]:
+    """A prompt's blocks as the tree keys them (:data:`Block`): ``hash_ids`` (at most one per ``block``
+    tokens of the prompt: :data:`HASH_BLOCK_TOKENS`, or the trace's own ``block_tokens``), the last one
+    paired with its tokens when the prompt ends inside it."""
+    keys = tuple(hash_ids[:-(-prompt_tokens // block)])
+    tail = prompt_tokens - block * (len(keys) - 1)
+    if keys and tail < block:
         keys = (*keys[:-1], (keys[-1], tail))
     return keys
 
 
-def _tokens(run: Sequence[Block]) -> int:
-    """Tokens of a run of blocks (only its last may be short)."""
+def _tokens(run: Sequence[Block], block: int = HASH_BLOCK_TOKENS) -> int:
+    """Tokens of a run of blocks of ``block`` tokens (only its last may be short)."""
     if not run:
         return 0
     last = run[-1]
-    return HASH_BLOCK_TOKENS * len(run) - (HASH_BLOCK_TOKENS - last[1] if type(last) is tuple else 0)
+    return block * len(run) - (block - last[1] if type(last) is tuple else 0)
 
 
 class PrefixCache:
@@ -93,10 +93,11 @@ class PrefixCache:
     place in the tree is the id of its deepest node (:data:`ROOT` for none).
     """
 
-    __slots__ = ("_children", "_heap", "clock", "cum", "depth", "evictable", "evicted_tokens", "kids", "lock",
+    __slots__ = ("_children", "_heap", "block", "clock", "cum", "depth", "evictable", "evicted_tokens", "kids", "lock",
                  "owner", "parent", "run", "shared", "time", "tokens")
 
-    def __init__(self) -> None:
+    def __init__(self, block: int = HASH_BLOCK_TOKENS) -> None:
+        self.block = block  # tokens a block (a hash id) stands for
         self.parent = [-1]
         self.run: list[tuple[Block, ...]] = [()]
         self.tokens = [0]
@@ -136,7 +137,7 @@ class PrefixCache:
         run = self.run[node]
         parent = self.parent[node]
         head = run[:k]
-        tokens = _tokens(head)
+        tokens = _tokens(head, self.block)
         upper = len(self.tokens)
         self.parent.append(parent)
         self.run.append(head)
@@ -260,7 +261,7 @@ class PrefixCache:
         j = self.depth[node]
         if j < end:
             rest = keys[j:end]
-            tokens = _tokens(rest)
+            tokens = _tokens(rest, self.block)
             if node and self.owner[node] == owner and self.lock[node] == 1 and not self.kids[node]:
                 self.run[node] += rest  # a full block ends the run: token counts add up
                 self.tokens[node] += tokens

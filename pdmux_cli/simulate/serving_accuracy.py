@@ -73,7 +73,9 @@ class ServingRun:
     its prefill CUDA graph: ``False`` for every shipped run (SGLang 0.3 to 0.5.6, which prefilled eagerly
     unless ``--enable-piecewise-cuda-graph`` was given; none of the pages gives it), ``None`` for a user's run
     (SGLang 0.5.23's default, :func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`).
-    ``serial_frontend``: the server's front end tokenized one request at a time (SGLang up to 0.5.21: every
+    ``server_args``: SGLang flags the page's server ran with, as ``make_setup`` options
+    (:data:`SERVER_ARGS`: ``mem_fraction_static``, ``max_running_requests``, ``disable_cuda_graph``,
+    ``cuda_graph_max_bs``). ``serial_frontend``: the server's front end tokenized one request at a time (SGLang up to 0.5.21: every
     shipped run; ``False`` for a user's run, 0.5.23 tokenizing in an executor: ``Setup.serial_frontend``)."""
 
     id: str
@@ -97,6 +99,7 @@ class ServingRun:
     endpoint: str = "unknown"
     source: str = ""
     serial_frontend: bool = True
+    server_args: tuple[tuple[str, object], ...] = ()
 
     @property
     def campaign(self) -> str:
@@ -150,9 +153,28 @@ class ServingRun:
             args.append("--no-prefix-cache")
         if not self.overlap_schedule:
             args.append("--disable-overlap-schedule")
-        if self.prefill_cuda_graph is False:
+        if self.prefill_cuda_graph is False and not dict(self.server_args).get("disable_cuda_graph"):
             args.append("--disable-prefill-cuda-graph")
+        for name, value in self.server_args:
+            flag = "--" + name.replace("_", "-")
+            if value is True:
+                args.append(flag)
+            elif value is not False:
+                args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
         return shlex.join(args)
+
+
+#: The SGLang flags a run's ``server_args`` may give (``make_setup``'s keywords and their types).
+SERVER_ARGS = {"mem_fraction_static": float, "max_running_requests": int, "disable_cuda_graph": bool,
+               "cuda_graph_max_bs": int}
+
+
+def _server_args(value: object, where: str) -> tuple[tuple[str, object], ...]:
+    if value in (None, {}):
+        return ()
+    if not isinstance(value, dict) or not set(value) <= set(SERVER_ARGS):
+        raise InputError(f"{where}: server_args must map some of {', '.join(SERVER_ARGS)} to values")
+    return tuple((k, SERVER_ARGS[k](v)) for k, v in sorted(value.items()))
 
 
 def source_of(url: str) -> str:
@@ -223,24 +245,29 @@ def load_runs(name: str = FIT_RUNS) -> tuple[ServingRun, ...]:
             num_prompts=int(_number(work, "num_prompts", where)), metrics=metrics,
             approximation=str(work.get("approximation", "")), notes=str(entry.get("notes", "")),
             endpoint=str(entry.get("endpoint", "unknown")), source=str(entry.get("source", "")),
+            server_args=_server_args(entry.get("server_args"), where),
         ))
     return tuple(runs)
 
 
 def workload(run: ServingRun):
     """The :class:`~pdmux_cli.simulate.traces.Trace` a run's client sends (module docstring). Lengths of
-    kind ``explicit`` (``prompt_tokens``, ``output_tokens``: bench_serving's ``--output-details``) are
-    sent as they are, at the run's rate."""
+    kind ``explicit`` (``prompt_tokens``, ``output_tokens``: bench_serving's ``--output-details``, or a
+    page's own prompts counted) are sent as they are, at the run's rate; with ``hash_ids`` (per request, one
+    id per ``block_tokens`` (default 512) of its prompt, equal for equal prefixes, as Mooncake's traces) the
+    radix cache's hits are replayed too."""
     from dataclasses import replace
 
-    from .traces import synthetic_trace
+    from .traces import HASH_BLOCK_TOKENS, synthetic_trace
 
     if run.lengths.get("kind") == "explicit":
         prompts = tuple(int(x) for x in run.lengths["prompt_tokens"])
         outputs = tuple(max(1, int(x)) for x in run.lengths["output_tokens"])
+        hashes = tuple(tuple(int(h) for h in ids) for ids in run.lengths.get("hash_ids") or ())
         trace = synthetic_trace(run.request_rate, 1, 1, len(prompts), None, 0)
-        return replace(trace, prompt_tokens=prompts, output_tokens=outputs,
-                       source=f"{len(prompts)} requests as bench_serving sent them")
+        block = int(run.lengths.get("block_tokens", HASH_BLOCK_TOKENS))
+        return replace(trace, prompt_tokens=prompts, output_tokens=outputs, hash_ids=hashes, block_tokens=block,
+                       source=f"{len(prompts)} requests as the client sent them")
     prompt, output, seed = run.length_specs
     return synthetic_trace(run.request_rate, prompt, output, run.num_prompts, None, seed)
 
@@ -299,7 +326,7 @@ def replay(run: ServingRun, serving: dict | None = None) -> dict[str, float]:
         setup = make_setup(gpu, model, tp=run.tp, ignore_eos=run.ignore_eos,
                            disable_overlap=not run.overlap_schedule, prefix_cache=run.prefix_cache,
                            prefill_cuda_graph=run.prefill_cuda_graph, serial_frontend=run.serial_frontend,
-                           **options)
+                           **dict(run.server_args), **options)
         trace = workload(run)
         policy = ChunkedPolicy(default_chunked_prefill_size(setup.memory_bytes))
         result = simulate(trace, setup, policy, max_concurrency=run.max_concurrency)

@@ -112,6 +112,9 @@ class Trace:
     ``bad_examples``: the first few as ``(line number, reason)`` (line 0: a request dropped after
     reading, the reason names it). ``failed_rows``: BurstGPT failures
     (0 response tokens), skipped. ``notes``: sentences for the user (re-sorted, retimed, cut).
+    ``block_tokens``: the prompt tokens one hash id stands for (:data:`HASH_BLOCK_TOKENS`, the
+    Mooncake format's; finer for a trace built from token sequences, so that the radix cache's hits, per token
+    in SGLang, are replayed to within a block).
     """
 
     arrival_s: tuple[float, ...]
@@ -124,6 +127,7 @@ class Trace:
     failed_rows: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
     hash_ids: tuple[tuple[int, ...], ...] = ()
+    block_tokens: int = HASH_BLOCK_TOKENS
 
     def __post_init__(self) -> None:
         for name, code in (("arrival_s", FLOAT), ("prompt_tokens", INT), ("output_tokens", INT)):
