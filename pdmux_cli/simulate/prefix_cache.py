@@ -62,7 +62,8 @@ ROOT = 0
 Block = int | tuple[int, int]
 
 
-def block_keys(hash_ids: Sequence[int], prompt_tokens: int, block: int = HASH_BLOCK_TOKENS) -> tuple[Block, ...]:
+def block_keys(hash_ids: Sequence[int], prompt_tokens: int, block: int = HASH_BLOCK_TOKENS
+               ) -> tuple[Block, ...]:
     """A prompt's blocks as the tree keys them (:data:`Block`): ``hash_ids`` (at most one per ``block``
     tokens of the prompt: :data:`HASH_BLOCK_TOKENS`, or the trace's own ``block_tokens``), the last one
     paired with its tokens when the prompt ends inside it."""
@@ -93,8 +94,8 @@ class PrefixCache:
     place in the tree is the id of its deepest node (:data:`ROOT` for none).
     """
 
-    __slots__ = ("_children", "_heap", "block", "clock", "cum", "depth", "evictable", "evicted_tokens", "kids", "lock",
-                 "owner", "parent", "run", "shared", "time", "tokens")
+    __slots__ = ("_children", "_heap", "block", "clock", "cum", "depth", "evictable", "evicted_tokens",
+                 "kids", "lock", "owner", "parent", "run", "shared", "time", "tokens")
 
     def __init__(self, block: int = HASH_BLOCK_TOKENS) -> None:
         self.block = block  # tokens a block (a hash id) stands for

@@ -75,8 +75,9 @@ class ServingRun:
     (SGLang 0.5.23's default, :func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`).
     ``server_args``: SGLang flags the page's server ran with, as ``make_setup`` options
     (:data:`SERVER_ARGS`: ``mem_fraction_static``, ``max_running_requests``, ``disable_cuda_graph``,
-    ``cuda_graph_max_bs``). ``serial_frontend``: the server's front end tokenized one request at a time (SGLang up to 0.5.21: every
-    shipped run; ``False`` for a user's run, 0.5.23 tokenizing in an executor: ``Setup.serial_frontend``)."""
+    ``cuda_graph_max_bs``). ``serial_frontend``: the server's front end tokenized one request at a time
+    (SGLang up to 0.5.21: every shipped run; ``False`` for a user's run, 0.5.23 tokenizing in an executor:
+    ``Setup.serial_frontend``)."""
 
     id: str
     source_url: str
@@ -266,7 +267,8 @@ def workload(run: ServingRun):
         hashes = tuple(tuple(int(h) for h in ids) for ids in run.lengths.get("hash_ids") or ())
         trace = synthetic_trace(run.request_rate, 1, 1, len(prompts), None, 0)
         block = int(run.lengths.get("block_tokens", HASH_BLOCK_TOKENS))
-        return replace(trace, prompt_tokens=prompts, output_tokens=outputs, hash_ids=hashes, block_tokens=block,
+        return replace(trace, prompt_tokens=prompts, output_tokens=outputs, hash_ids=hashes,
+                       block_tokens=block,
                        source=f"{len(prompts)} requests as the client sent them")
     prompt, output, seed = run.length_specs
     return synthetic_trace(run.request_rate, prompt, output, run.num_prompts, None, seed)
