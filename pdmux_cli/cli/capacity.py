@@ -138,7 +138,8 @@ def _rate_cell(p: Any) -> str:
     def g(x: float) -> str:
         return f"{x:.0f}" if x >= 100 else f"{x:.2g}"
 
-    lo = ("<" if low_bound == "below" else "") + g(low)
+    lowest = p.points[0].rate_rps if p.points else low
+    lo = f"<{g(lowest)}" if low_bound == "below" else g(low)
     hi = (">=" if high_bound == "above" else "") + g(high)
     return f"{text}\n({lo}-{hi})"
 
