@@ -105,8 +105,15 @@ GATE = {"TTFT (median)": (0.14, 0.52), "ITL (median)": (0.115, 0.32), "TPOT (med
 # that run).
 OUT_OF_SAMPLE_GATE = {"TTFT (median)": (0.195, 1.10), "ITL (median)": (0.12, 0.325),
                       "TPOT (median)": (0.125, 0.34), "throughput": (0.155, 0.47)}
-HELDOUT_GATE = {"TTFT (median)": (0.34, 0.69), "TPOT (median)": (0.025, 0.115),
-                "E2E latency (median)": (0.02, 0.105), "throughput": (0.125, 0.22)}
+# 2026-12-04, later (issue 29, more held-out sources): FreedomIntelligence/AccelMark Suite D
+# (Llama-3.1-8B, ~28.6K-token prompts on an A100 40GB, SGLang 0.5.6: one at a time, 50 at once, Poisson
+# 0.5-2 req/s) and sgl-project/sglang#6681 (Qwen2.5-32B-Instruct, H20 TP2, SGLang 0.4.3.post4, 1024/128 at
+# 128 req/s) joined the held-out runs, no term refitted: held-out TTFT 33.5% / 68.8% -> 48.7% / 119.4% (the
+# Poisson long-context runs queue 1.8-2.2x longer in the replay), TPOT 2.2% / 11.4% -> 2.2% / 21.7%, E2E
+# 1.7% / 10.4% (unchanged), throughput 12.2% / 21.5% -> 14.1% / 21.5%; the 80% intervals hold 51 of 57
+# held-out figures (89%). The gate records that run, as the first one's did.
+HELDOUT_GATE = {"TTFT (median)": (0.49, 1.20), "TPOT (median)": (0.025, 0.22),
+                "E2E latency (median)": (0.02, 0.105), "throughput": (0.145, 0.22)}
 
 
 def test_accuracy_stays_under_its_first_run() -> None:

@@ -44,6 +44,8 @@ SUPPORT_0_5_23 = {
     "Phi-4": ("yes", "srt/models/llama.py:Phi3ForCausalLM", "srt/models/llama.py:LlamaForCausalLM"),
     "Qwen2.5-7B-Instruct": ("yes", "srt/models/qwen2.py:Qwen2ForCausalLM",
                             "srt/models/qwen2.py:Qwen2ForCausalLM"),
+    "Qwen2.5-32B-Instruct": ("yes", "srt/models/qwen2.py:Qwen2ForCausalLM",
+                             "srt/models/qwen2.py:Qwen2ForCausalLM"),
     "Qwen3-0.6B": ("yes", "srt/models/qwen3.py:Qwen3ForCausalLM", "srt/models/qwen3.py:Qwen3ForCausalLM"),
     "Qwen3-8B": ("yes", "srt/models/qwen3.py:Qwen3ForCausalLM", "srt/models/qwen3.py:Qwen3ForCausalLM"),
     "Qwen3-8B-FP8": ("yes", "srt/models/qwen3.py:Qwen3ForCausalLM", "srt/models/qwen3.py:Qwen3ForCausalLM"),
