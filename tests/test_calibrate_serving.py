@@ -168,7 +168,8 @@ def test_a_calibration_keeps_its_residuals_and_narrows_the_intervals(result_file
     u = cal["uncertainty"]
     assert u["method"].startswith(unc.METHOD_CALIBRATION) or u["method"] == unc.METHOD_IN_SAMPLE
     # three runs a figure: the public runs' in-sample residuals, where TTFT's spread is half the
-    # out-of-sample one (0.76 against 1.53 in log); ITL's and TPOT's are as wide either way (0.61 against 0.56)
+    # out-of-sample one (0.76 against 1.53 in log); ITL's and TPOT's are as wide either way (0.61
+    # against 0.56)
     lo, hi = u["ttft_ms_p50"]
     plo, phi = plain["ttft_ms_p50"]
     assert hi / lo < 0.7 * phi / plo
