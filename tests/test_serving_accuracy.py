@@ -112,14 +112,14 @@ OUT_OF_SAMPLE_GATE = {"TTFT (median)": (0.195, 1.10), "ITL (median)": (0.12, 0.3
 # Poisson long-context runs queue 1.8-2.2x longer in the replay), TPOT 2.2% / 11.4% -> 2.2% / 21.7%, E2E
 # 1.7% / 10.4% (unchanged), throughput 12.2% / 21.5% -> 14.1% / 21.5%; the 80% intervals hold 51 of 57
 # held-out figures (89%). The gate records that run, as the first one's did.
-# 2026-12-04, later still (issue 29): Livinfly/MLsys-Learning-Record-2 (A100-PCIE-40GB on the A100 SXM4 40GB
-# profile, SGLang 0.4.7.post1, bench_serving random 1024/1024 at 1-16 req/s and all at once; Mistral-7B-Instruct
-# and DeepSeek-R1-0528-Qwen3-8B) and QwenLM/Qwen3's speed benchmark (H20, SGLang 0.4.6.post1, one request of
-# 1-129K prompt tokens and 2048 output tokens; Qwen3-8B/32B/30B-A3B/235B-A22B) joined, no term refitted:
-# held-out TTFT 48.7% / 119.4% -> 26.0% / 111.6%, ITL (first held-out figures) 22.6% / 32.1%, TPOT 2.2% / 21.7%
-# -> 5.6% / 29.3%, E2E 1.7% / 10.4% -> 10.4% / 30.5%, throughput 14.1% / 21.5% -> 10.5% / 79.9% (the Qwen
-# speed runs: pdmux 1.1-2.3x the page's dense-model speed, 0.6-0.9x the MoE's); the 80% intervals hold 105 of
-# 127 held-out figures (83%). The gate records that run.
+# 2026-12-04, later still (issue 29): Livinfly/MLsys-Learning-Record-2 (A100-PCIE-40GB on the A100 SXM4
+# 40GB profile, SGLang 0.4.7.post1, bench_serving random 1024/1024 at 1-16 req/s and all at once;
+# Mistral-7B-Instruct and DeepSeek-R1-0528-Qwen3-8B) and QwenLM/Qwen3's speed benchmark (H20, SGLang
+# 0.4.6.post1, one request of 1-129K prompt tokens and 2048 output tokens; Qwen3-8B/32B/30B-A3B/235B-A22B)
+# joined, no term refitted: held-out TTFT 48.7% / 119.4% -> 26.0% / 111.6%, ITL (first held-out figures)
+# 22.6% / 32.1%, TPOT 2.2% / 21.7% -> 5.6% / 29.3%, E2E 1.7% / 10.4% -> 10.4% / 30.5%, throughput
+# 14.1% / 21.5% -> 10.5% / 79.9% (the Qwen speed runs: pdmux 1.1-2.3x the page's dense-model speed,
+# 0.6-0.9x the MoE's); the 80% intervals hold 105 of 127 held-out figures (83%). The gate records that run.
 HELDOUT_GATE = {"TTFT (median)": (0.265, 1.12), "ITL (median)": (0.23, 0.325), "TPOT (median)": (0.06, 0.295),
                 "E2E latency (median)": (0.105, 0.31), "throughput": (0.11, 0.80)}
 
