@@ -22,6 +22,8 @@ from pdmux_cli.workflows.estimate import EstimateRequest
 from pdmux_cli.workflows.gen_config import GenConfigRequest
 from pdmux_cli.workflows.splits import SplitsRequest
 
+from ._calls import api_function
+
 if TYPE_CHECKING:
     from pdmux_cli.workflows.check_config import CheckConfigResult
     from pdmux_cli.workflows.estimate import EstimateResult
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["check_config", "estimate", "gen_config", "splits"]
 
 
+@api_function
 def splits(
     *,
     gpu: str | None = None,
@@ -92,6 +95,7 @@ def splits(
     )
 
 
+@api_function
 def estimate(
     *,
     model: str = "qwen3-8b",
@@ -212,6 +216,7 @@ def estimate(
     )
 
 
+@api_function
 def gen_config(
     *,
     gpu: str | None = None,
@@ -310,6 +315,7 @@ def gen_config(
     )
 
 
+@api_function
 def check_config(
     path: str | Path,
     *,

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._calls import api_function, check_progress
 from pdmux_cli.workflows.accuracy import AccuracyRequest
 from pdmux_cli.workflows.calibrate import CalibrateRequest
 from pdmux_cli.workflows.capacity import CapacityRequest
@@ -42,32 +43,17 @@ if TYPE_CHECKING:
 __all__ = ["accuracy", "calibrate", "capacity", "simulate", "tune"]
 
 PathLike = str | Path
-#: The options that are comma-separated lists on the command line (a sequence here is joined).
-_LISTS = ("policies", "chunk_sizes", "mixed_chunk_sizes", "sm_group_nums", "divisors", "budgets",
-          "slo_margins")
-
-
-def _value(name: str, value: Any, kind: Any) -> Any:
-    """``value`` as the request's field ``name`` takes it: paths as :class:`Path`, list options as text."""
-    if value is None:
-        return None
-    if name in _LISTS and not isinstance(value, str):
-        return ",".join(str(v) for v in value)
-    text = str(kind)
-    if "Path" in text and "tuple" in text:
-        return tuple(Path(v) for v in ([value] if isinstance(value, (str, Path)) else value))
-    if "Path" in text:
-        return Path(value)
-    return value
 
 
 def request(cls: type, values: dict[str, Any]) -> Any:
-    """``cls`` (a workflow request) from keyword ``values`` (a function's ``locals()``), each converted by
-    :func:`_value`; names that are not fields (``progress``) are left out."""
-    kinds = {f.name: f.type for f in dataclasses.fields(cls)}
-    return cls(**{name: _value(name, value, kinds[name]) for name, value in values.items() if name in kinds})
+    """``cls`` (a workflow request) from keyword ``values`` (a function's ``locals()``); names that are not
+    fields (``progress``) are left out. The request checks and normalises every value
+    (:mod:`pdmux_cli.workflows.fields`: paths as :class:`Path`, list options as the CLI's text)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{name: value for name, value in values.items() if name in names})
 
 
+@api_function
 def simulate(
     trace: PathLike | None = None,
     *,
@@ -78,8 +64,8 @@ def simulate(
     max_requests: int | None = None,
     duration: float | None = None,
     seed: int = 0,
-    prompt_tokens: str = "1024",
-    output_tokens: str = "128",
+    prompt_tokens: str | int = "1024",
+    output_tokens: str | int = "128",
     model: str = "qwen3-8b",
     gpu: str | None = None,
     policies: str | Sequence[str] = "pdmux,chunked,mixed-chunk",
@@ -147,9 +133,10 @@ def simulate(
     """
     from pdmux_cli.workflows.simulate import simulate as run
 
-    return run(request(SimulateRequest, locals()), progress)
+    return run(request(SimulateRequest, locals()), check_progress(progress))
 
 
+@api_function
 def capacity(
     trace: PathLike | None = None,
     *,
@@ -159,8 +146,8 @@ def capacity(
     max_requests: int | None = None,
     duration: float | None = None,
     seed: int = 0,
-    prompt_tokens: str = "1024",
-    output_tokens: str = "128",
+    prompt_tokens: str | int = "1024",
+    output_tokens: str | int = "128",
     model: str = "qwen3-8b",
     gpu: str | None = None,
     policies: str | Sequence[str] = "pdmux,chunked,mixed-chunk",
@@ -216,9 +203,10 @@ def capacity(
     """
     from pdmux_cli.workflows.capacity import capacity as run
 
-    return run(request(CapacityRequest, locals()), progress)
+    return run(request(CapacityRequest, locals()), check_progress(progress))
 
 
+@api_function
 def tune(
     trace: PathLike,
     *,
@@ -276,9 +264,10 @@ def tune(
     """
     from pdmux_cli.workflows.tune import tune as run
 
-    return run(request(TuneRequest, locals()), progress)
+    return run(request(TuneRequest, locals()), check_progress(progress))
 
 
+@api_function
 def calibrate(
     *,
     sglang_bench: Sequence[PathLike] = (),
@@ -307,6 +296,7 @@ def calibrate(
     return run(request(CalibrateRequest, locals()))
 
 
+@api_function
 def accuracy(*, serving: bool = False, runs: bool = False, workers: int | None = None) -> AccuracyResult:
     """How far the roofline cost model is from the shipped public measurements, per term (median, p90 and
     signed median error, fractions), or with ``serving`` whole simulated servers against public SGLang

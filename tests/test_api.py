@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 import pdmux
-from pdmux_cli import __version__
+from pdmux_cli import __version__, messages
 from pdmux_cli.cli import app
 from pdmux_cli.cli import planning as cli_planning
 from pdmux_cli.workflows.check_config import CheckConfigRequest
@@ -223,29 +223,41 @@ def test_provenance_names_a_calibration_file(tmp_path) -> None:
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: pdmux.estimate(decode_bs="32"), "--decode-bs must be an integer, got '32'"),
-        (lambda: pdmux.estimate(decode_bs=True), "--decode-bs must be an integer"),
-        (lambda: pdmux.estimate(decode_bs=0), "--decode-bs must be from 1"),
-        (lambda: pdmux.estimate(level=(80,)), "--level (80,)"),
-        (lambda: pdmux.estimate(level="80/"), "--level '80/'"),
-        (lambda: pdmux.estimate(chunk_sizes=[0]), "--chunk-sizes: 0 must be >= 1"),
-        (lambda: pdmux.estimate(s_sat=[float("nan")]), "--s-sat"),
+        (lambda: pdmux.estimate(decode_bs="32"), "decode_bs must be an integer, got '32'"),
+        (lambda: pdmux.estimate(decode_bs=True), "decode_bs must be an integer"),
+        (lambda: pdmux.estimate(decode_bs=0), "decode_bs must be from 1"),
+        (lambda: pdmux.estimate(level=(80,)), "level takes two integers, e.g. (80, 52), got (80,)"),
+        (lambda: pdmux.estimate(level="80/"), "level '80/'"),
+        (lambda: pdmux.estimate(chunk_sizes=[0]), "chunk_sizes: 0 must be >= 1"),
+        (lambda: pdmux.estimate(s_sat=[float("nan")]), "s_sat takes a list of finite numbers"),
         (lambda: pdmux.estimate(gpu="h1000"), "unknown GPU 'h1000'"),
-        (lambda: pdmux.splits(decode_bs=[]), "--decode-bs: give at least one value"),
-        (lambda: pdmux.splits(decode_bs=7), "--decode-bs takes a list of integers"),
-        (lambda: pdmux.splits(decode_bs="1,,2"), "--decode-bs: item 2 of '1,,2' is empty"),
-        (lambda: pdmux.splits(all_gpus=True, tp=2), "--tp describes one deployment"),
-        (lambda: pdmux.splits(sms=132), "--sms and --cc go together"),
-        (lambda: pdmux.gen_config(sm_group_num=0), "--sm-group-num must be > 0, got 0"),
-        (lambda: pdmux.gen_config(qps=3), "--qps goes with --tune"),
+        (lambda: pdmux.splits(decode_bs=[]), "decode_bs: give at least one value"),
+        (lambda: pdmux.splits(decode_bs=7), "decode_bs takes a list of integers"),
+        (lambda: pdmux.splits(decode_bs="1,,2"), "decode_bs: item 2 of '1,,2' is empty"),
+        (lambda: pdmux.splits(all_gpus=True, tp=2), "tp describes one deployment"),
+        (lambda: pdmux.splits(sms=132), "sms and cc go together"),
+        (lambda: pdmux.gen_config(sm_group_num=0), "sm_group_num must be > 0, got 0"),
+        (lambda: pdmux.gen_config(qps=3), "qps goes with tune"),
         (lambda: pdmux.check_config("x.yaml", sglang="nope"), "nope"),
+        (lambda: pdmux.simulate(1), "trace takes a file path (str or os.PathLike), got 1"),
+        (lambda: pdmux.simulate(policies=1), "policies takes a list of names or comma-separated text, got 1"),
+        (lambda: pdmux.capacity(cost_model=3), "cost_model must be text (a str), got 3"),
+        (lambda: pdmux.calibrate(sglang_bench=[b"x.jsonl"]), "sglang_bench takes a file path"),
+        (lambda: pdmux.tune("t.csv", slo_ttft="1000", slo_itl=60), "slo_ttft must be a number, got '1000'"),
+        (lambda: pdmux.simulate(synthetic=True, qps=1, progress=3), "progress takes a callable"),
     ],
 )
 def test_bad_input_raises_input_error(call, message) -> None:
+    """The API's errors name keywords (``decode_bs``), the CLI's rendering of the same error flags
+    (``--decode-bs``); an ``InputError`` is a ``ValueError`` and a ``TypeError``."""
     with pytest.raises(pdmux.InputError) as info:
         call()
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, TypeError)
+    assert str(info.value) == messages.api_error_text(info.value)
+    if info.value.param and str(info.value).startswith(info.value.param):  # the CLI's line: its flag
+        assert messages.error_text(info.value).startswith(messages.flag(info.value.param))
 
 
 def test_gen_config_writes_nothing_on_bad_input_and_never_over_an_input(tmp_path) -> None:

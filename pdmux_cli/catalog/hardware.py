@@ -408,8 +408,8 @@ def find_gpu(name: str) -> Gpu:
             seen.add(index[candidate].key)
             suggestions.append(shown[candidate])
     hint = f"closest: {', '.join(suggestions[:4])}" if suggestions else "no close match"
-    raise InputError("unknown GPU {name}; {hint} (pdmux splits {flag.all} lists every profile)", param="gpu",
-                     values={"name": short_repr(name), "hint": hint})
+    raise InputError("unknown GPU {name}; {hint} (pdmux splits {flag.all_gpus} lists every profile)",
+                     param="gpu", values={"name": short_repr(name), "hint": hint})
 
 
 def find_gpu_or_file(name: str) -> Gpu:

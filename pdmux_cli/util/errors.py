@@ -64,6 +64,9 @@ class PdmuxError(Exception):
     """
 
     exit_code = 1
+    #: Who reads the message: ``"cli"`` (parameters named by their flags, ``--tp``) or ``"api"`` (by their
+    #: keywords, ``tp``); the Python API sets ``"api"`` on what it raises (:meth:`for_api`).
+    audience = "cli"
 
     def __init__(self, message: str = "", *, param: str | None = None, values: dict[str, Any] | None = None,
                  prefix: str = "", aliases: dict[str, str] | None = None) -> None:
@@ -85,9 +88,15 @@ class PdmuxError(Exception):
     def __str__(self) -> str:
         if self.values is None:
             return self.prefix + self.template
-        from ..messages import error_text  # lazy: flag names live in the rendering module
+        from ..messages import api_error_text, error_text  # lazy: flag names live in the rendering module
 
-        return error_text(self)
+        return api_error_text(self) if self.audience == "api" else error_text(self)
+
+    def for_api(self: _E) -> _E:
+        """This error, its message naming parameters by their keywords (``str()``; :attr:`audience`): what
+        the Python API raises."""
+        self.audience = "api"
+        return self
 
     def text(self, names: Any) -> str:
         """The message with each ``{flag.NAME}`` as ``names(NAME)`` (after :attr:`aliases`)."""
@@ -101,8 +110,12 @@ class PdmuxError(Exception):
 
     def prefixed(self: _E, prefix: str) -> _E:
         """This error with ``prefix`` before its message (``"task: "``), its template and parameter kept."""
-        return type(self)(self.template, param=self.param, values=self.values, prefix=prefix + self.prefix,
-                          aliases=self.aliases)
+        return self._same(type(self)(self.template, param=self.param, values=self.values,
+                                     prefix=prefix + self.prefix, aliases=self.aliases))
+
+    def _same(self: _E, other: _E) -> _E:
+        other.audience = self.audience
+        return other
 
     def retargeted(self: _E, aliases: dict[str, str], **values: Any) -> _E:
         """This error about another parameter with the same rules: each ``{flag.OLD}`` read as ``NEW``
@@ -110,8 +123,9 @@ class PdmuxError(Exception):
         and ``values`` replacing those of the same name that the template has (``sglang_tp="TP"``)."""
         merged = None if self.values is None else {**self.values,
                                                      **{k: v for k, v in values.items() if k in self.values}}
-        return type(self)(self.template, param=aliases.get(self.param, self.param) if self.param else None,
-                          values=merged, prefix=self.prefix, aliases={**self.aliases, **aliases})
+        return self._same(type(self)(self.template,
+                                     param=aliases.get(self.param, self.param) if self.param else None,
+                                     values=merged, prefix=self.prefix, aliases={**self.aliases, **aliases}))
 
     def __reduce__(self) -> Any:  # across a process pool or Ray: the template and parameter kept
         return _rebuild_error, (
@@ -121,18 +135,23 @@ class PdmuxError(Exception):
             self.values,
             self.prefix,
             self.aliases,
+            self.audience,
         )
 
 
 def _rebuild_error(cls: type, template: str, param: str | None, values: dict[str, Any] | None,
-                   prefix: str, aliases: dict[str, str]) -> PdmuxError:
+                   prefix: str, aliases: dict[str, str], audience: str = "cli") -> PdmuxError:
     exc = cls.__new__(cls)
     PdmuxError.__init__(exc, template, param=param, values=values, prefix=prefix, aliases=aliases)
+    exc.audience = audience
     return exc
 
 
-class InputError(PdmuxError, ValueError):
+class InputError(PdmuxError, ValueError, TypeError):
     """Bad user input: unknown GPU or model, malformed file, impossible sizes. The CLI exits 2.
+
+    A :class:`ValueError` and a :class:`TypeError` both: a caller of the Python API catching either (a wrong
+    value, a value of the wrong type: ``tp=True``, ``trace=1``) catches it.
 
     Also used where SGLang itself refuses a configuration at start-up (no valid SM partition,
     unsupported compute capability): for pdmux's user that is an input problem to fix. Its message is a

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..util.errors import InputError
+from .fields import Checked
 
 
 @dataclass(frozen=True, kw_only=True)
-class AccuracyRequest:
+class AccuracyRequest(Checked):
     """``pdmux accuracy``'s options: ``serving`` (replay the public serving runs), ``runs`` (every run's
     figures, with ``serving``), ``workers`` (processes for ``serving``; ``None``: the cores available)."""
 
@@ -73,10 +74,5 @@ def accuracy(request: AccuracyRequest) -> AccuracyResult:
     from ..simulate.pool import default_workers
     from ..simulate.serving_accuracy import report as serving_report
 
-    if r.workers is not None and r.workers < 1:
-        raise InputError(
-            "{flag.workers} must be >= 1, got {workers}",
-            values={"workers": r.workers},
-        )
     terms, outcomes = serving_report(workers=r.workers if r.workers is not None else default_workers())
     return AccuracyResult(r, terms, outcomes)

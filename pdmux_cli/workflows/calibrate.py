@@ -18,10 +18,11 @@ from typing import Any
 
 from ..messages import render, render_all
 from ..util.errors import Finding, InputError
+from .fields import Checked
 
 
 @dataclass(frozen=True, kw_only=True)
-class CalibrateRequest:
+class CalibrateRequest(Checked):
     """``pdmux calibrate``'s options (snake_case, the CLI's defaults).
 
     ``sglang_bench``: JSONL of ``sglang.benchmark.one_batch``; ``sglang_log``: SGLang server logs;
@@ -248,16 +249,6 @@ def _check_fit_options(r: CalibrateRequest) -> None:
         raise InputError(
             "give {flag.model} and {flag.gpu}: the measurements are of one model on one GPU",
             values={},
-        )
-    if r.tp < 1:
-        raise InputError(
-            "{flag.tp} must be >= 1 (GPUs the model is split over), got {tp}",
-            values={"tp": r.tp},
-        )
-    if r.workers is not None and r.workers < 1:
-        raise InputError(
-            "{flag.workers} must be >= 1, got {workers}",
-            values={"workers": r.workers},
         )
     if r.workers is not None and not r.bench_serving:
         raise InputError(

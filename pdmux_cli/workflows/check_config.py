@@ -16,11 +16,12 @@ from typing import Any
 
 from ..provenance import provenance, with_provenance
 from ..util.errors import InputError
+from .fields import Checked
 from .planning_inputs import optional_int, optional_path, resolve_device
 
 
 @dataclass(frozen=True)
-class CheckConfigRequest:
+class CheckConfigRequest(Checked):
     """``pdmux check-config``'s argument and options: ``path`` (the pdmux YAML), ``gpu`` (default h100) or
     ``sms`` with ``cc`` (``"9.0"``), ``sm_group_num`` (the ``--sm-group-num`` launched with), ``model`` (warn
     where the revision cannot multiplex its architecture), ``sglang`` (the revision deciding ``ok``)."""

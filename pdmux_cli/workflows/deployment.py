@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..util.errors import Finding, InputError
+from .fields import Checked
 from .server import ServerOptions, build_setup
 
 
 @dataclass(frozen=True, kw_only=True)
-class DeploymentOptions:
+class DeploymentOptions(Checked):
     """The multi-server options (the CLI's names and defaults).
 
     ``dp``: data-parallel replicas of the server behind a router (``None``: 1, or with ``disagg`` as many

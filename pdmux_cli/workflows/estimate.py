@@ -17,6 +17,7 @@ from typing import Any
 
 from ..provenance import provenance, with_provenance
 from ..util.errors import Finding, InputError, short_repr
+from .fields import Checked
 from .planning_inputs import (
     check_int,
     check_positive_knobs,
@@ -31,7 +32,7 @@ from .planning_inputs import (
 
 
 @dataclass(frozen=True)
-class EstimateRequest:
+class EstimateRequest(Checked):
     """``pdmux estimate``'s options (units in the names: tokens, ms, bytes, GB/s, us).
 
     ``model``: a model profile or config.json; ``gpu``: a GPU alias, reported name or profile file (default

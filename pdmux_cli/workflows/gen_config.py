@@ -19,6 +19,7 @@ from typing import Any
 
 from ..provenance import provenance, step_model_provenance, with_provenance
 from ..util.errors import Finding, InputError
+from .fields import Checked
 from .planning_inputs import (
     check_int,
     check_positive_knobs,
@@ -32,7 +33,7 @@ from .progress import ProgressFactory
 
 
 @dataclass(frozen=True)
-class GenConfigRequest:
+class GenConfigRequest(Checked):
     """``pdmux gen-config``'s options (units: tokens, ms, requests/s, s).
 
     ``gpu`` (default h100), or ``sms`` with ``cc`` (``"9.0"``). ``sm_group_num``, ``decode_bs_divisor``,

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from ..util.errors import InputError
+from .fields import Checked
 from .values import check_at_least_one, check_number
 
 
 @dataclass(frozen=True, kw_only=True)
-class ServerOptions:
+class ServerOptions(Checked):
     """The server options (every one ``None``/default: SGLang's and the shipped cost model's defaults).
 
     ``gpu``: a GPU alias, reported name or profile file (``None``: h100). ``model``: a model profile name

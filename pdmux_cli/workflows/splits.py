@@ -14,6 +14,7 @@ from typing import Any
 
 from ..provenance import provenance, with_provenance
 from ..util.errors import Finding, InputError, short_repr
+from .fields import Checked
 from .planning_inputs import (
     check_int,
     check_positive_knobs,
@@ -29,7 +30,7 @@ SPLITS_RULE_SET = "0.5.23"
 
 
 @dataclass(frozen=True)
-class SplitsRequest:
+class SplitsRequest(Checked):
     """``pdmux splits``'s options.
 
     ``gpu``: a GPU alias, reported name or profile file (default h100), or ``sms`` with ``cc`` (``"9.0"``)
@@ -44,8 +45,8 @@ class SplitsRequest:
     sms: int | None = None
     cc: str | None = None
     all_gpus: bool = False
-    decode_bs: tuple[int, ...] = (1, 6, 12, 18, 24, 30, 36, 64)
-    prompt_tokens: tuple[int, ...] = (512, 8192, 32768, 131072)
+    decode_bs: tuple[int, ...] | str = (1, 6, 12, 18, 24, 30, 36, 64)
+    prompt_tokens: tuple[int, ...] | str = (512, 8192, 32768, 131072)
     model: str = "qwen3-8b"
     sm_group_num: int | None = None
     decode_bs_divisor: int | None = None

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from ..util.errors import InputError, short_repr
+from .fields import Checked
 from .values import check_number
 
 
 @dataclass(frozen=True, kw_only=True)
-class WorkloadOptions:
+class WorkloadOptions(Checked):
     """The workload options of simulate, capacity and tune (the CLI's names and defaults).
 
     ``trace``: an Azure CSV, Mooncake JSONL or BurstGPT CSV (``trace_format``: ``azure``, ``mooncake``,
