@@ -9,6 +9,7 @@ API's promise (``api_surface.judge``):
 - ``raised <Type>``: anything but ``pdmux.InputError``;
 - ``flag_named``: an ``InputError`` naming the CLI's flag (``--tp``) instead of the keyword (``tp``);
 - ``non_finite``: a ``to_dict()`` holding a NaN, an infinity or a negative time;
+- ``accepted``: a call that ran on a value of a type its keyword does not admit, or a NaN;
 - ``slow``: over ``api_surface.SLOW_S`` seconds more than the function's valid call; ``hang``: killed after
   ``--timeout`` seconds;
 - ``left_processes``: processes of the try still running after it returned (killed then).
@@ -53,7 +54,7 @@ def _try(name: str, keyword: str, value: object, base: dict, folder: Path) -> di
     except BaseException as exc:  # noqa: BLE001 - judged: anything but InputError is a deviation
         outcome = exc
     elapsed = time.monotonic() - start
-    cls, detail = api_surface.judge(function, outcome)
+    cls, detail = api_surface.judge(function, outcome, keyword, value)
     return {"class": cls, "detail": detail, "elapsed_s": elapsed}
 
 

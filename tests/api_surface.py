@@ -148,11 +148,40 @@ def bad_numbers(data: Any, path: str = "") -> list[str]:
     return out
 
 
-def judge(function: Any, outcome: Any) -> tuple[str, str]:
+def admits(function: Any, keyword: str, value: Any) -> bool:
+    """Whether ``function``'s annotation of ``keyword`` admits ``value``'s type (``int | None``: an int, not a
+    bool, or None; ``Sequence[int] | str``: a list or text; ``PathLike``: a str or os.PathLike): a value it
+    does not admit, or a NaN, must be refused, not run."""
+    import numbers
+    import os
+
+    if isinstance(value, float) and math.isnan(value):
+        return False
+    kinds = {k.strip() for k in str(inspect.signature(function).parameters[keyword].annotation).split("|")}
+    if value is None:
+        return "None" in kinds
+    if isinstance(value, bool):
+        return "bool" in kinds
+    if isinstance(value, numbers.Integral) and ({"int", "float"} & kinds):
+        return True
+    if isinstance(value, numbers.Real) and "float" in kinds:
+        return True
+    if isinstance(value, str):
+        return bool({"str", "PathLike", "Path"} & kinds)
+    if isinstance(value, os.PathLike):
+        return bool({"PathLike", "Path"} & kinds)
+    if isinstance(value, (list, tuple)):
+        return any(k.startswith(("Sequence", "tuple")) for k in kinds)
+    return False
+
+
+def judge(function: Any, outcome: Any, keyword: str | None = None, value: Any = None) -> tuple[str, str]:
     """``(class, detail)`` of one call's ``outcome`` (its result, or what it raised): ``ran`` and
     ``input_error`` as promised; the deviations ``flag_named`` (an InputError naming a CLI flag),
     ``several_lines`` (an InputError of more than one line), ``raised <Type>`` (anything but InputError),
-    ``non_finite`` (a NaN, an infinity or a negative time in ``to_dict()``)."""
+    ``non_finite`` (a NaN, an infinity or a negative time in ``to_dict()``), and, given the ``keyword`` and
+    the ``value`` tried, ``accepted`` (a call that ran on a value of a type the keyword does not admit, or a
+    NaN: :func:`admits`)."""
     import pdmux
 
     if isinstance(outcome, pdmux.InputError):
@@ -167,4 +196,12 @@ def judge(function: Any, outcome: Any) -> tuple[str, str]:
     problems = bad_numbers(outcome.to_dict())
     if problems:
         return "non_finite", "; ".join(problems[:3])
+    if keyword is not None and not admits(function, keyword, value):
+        return "accepted", f"{keyword}={short(value)} ran"
     return "ran", ""
+
+
+def short(value: Any) -> str:
+    """``repr(value)`` cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -455,7 +455,8 @@ _TOO_MANY_GROUPS = (" 500: more stream groups than the GPU has SMs (132); SGLang
          "--s-sat: item 2 of '44,,88' is empty (e.g. 44,66,88)",
          "s_sat: item 2 of '44,,88' is empty (e.g. 44,66,88)"),
         (lambda: pdmux.estimate(plot=3), "plot",
-         "--plot takes a file path, got 3", "plot takes a file path, got 3"),
+         "--plot takes a file path (str or os.PathLike), got 3",
+         "plot takes a file path (str or os.PathLike), got 3"),
         (lambda: pdmux.splits(token_budget=0), "token_budget",
          "--token-budget must be > 0, got 0", "token_budget must be > 0, got 0"),
         (lambda: pdmux.estimate(sm_group_num=500), "sm_group_num", "--sm-group-num" + _TOO_MANY_GROUPS,
@@ -477,10 +478,10 @@ _TOO_MANY_GROUPS = (" 500: more stream groups than the GPU has SMs (132); SGLang
 )
 def test_value_checks_name_the_flag_for_the_cli_and_the_keyword_for_the_api(call, param, cli_line,
                                                                              api_line) -> None:
-    exc = _raised(call)
+    exc = _raised(call)  # raised by the API: str() names the keyword
     assert exc.param == param
-    assert str(exc) == messages.error_text(exc) == cli_line
-    assert messages.api_error_text(exc) == api_line
+    assert messages.error_text(exc) == cli_line
+    assert str(exc) == messages.api_error_text(exc) == api_line
 
 
 @pytest.mark.parametrize(
@@ -544,8 +545,8 @@ def test_splits_errors_name_all_gpus_for_the_api_and_all_for_the_cli() -> None:
     import pdmux
 
     exc = _raised(pdmux.splits, gpu="h100", all_gpus=True)
-    assert str(exc) == messages.error_text(exc) == "--all lists every profile; drop --gpu/--sms/--cc"
-    assert messages.api_error_text(exc) == "all_gpus lists every profile; drop gpu/sms/cc"
+    assert messages.error_text(exc) == "--all lists every profile; drop --gpu/--sms/--cc"
+    assert str(exc) == messages.api_error_text(exc) == "all_gpus lists every profile; drop gpu/sms/cc"
 
 
 def test_the_executor_errors_name_keywords_for_the_api() -> None:

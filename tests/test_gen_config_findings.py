@@ -142,10 +142,10 @@ def test_gen_config_errors_name_the_flag_for_the_cli(kwargs, args, param, cli_li
 
 @pytest.mark.parametrize("kwargs, args, param, cli_line, api_line", GEN_CONFIG_ERRORS)
 def test_gen_config_errors_name_the_keyword_for_the_api(kwargs, args, param, cli_line, api_line) -> None:
-    exc = _raised(pdmux.gen_config, **kwargs)
+    exc = _raised(pdmux.gen_config, **kwargs)  # raised by the API: str() names the keyword
     assert exc.param == param
-    assert str(exc) == messages.error_text(exc) == cli_line
-    assert messages.api_error_text(exc) == api_line
+    assert messages.error_text(exc) == cli_line
+    assert str(exc) == messages.api_error_text(exc) == api_line
 
 
 def test_a_config_sglang_refuses_is_one_line_with_the_count_of_the_rest() -> None:
@@ -197,8 +197,8 @@ def test_a_config_sglang_refuses_is_one_line_with_the_count_of_the_rest() -> Non
 def test_the_other_converted_errors(args, param, cli_line, api_line, call) -> None:
     assert _one_error_line(args) == cli_line
     exc = _raised(call)
-    assert exc.param == param and str(exc) == cli_line
-    assert messages.api_error_text(exc) == api_line
+    assert exc.param == param and messages.error_text(exc) == cli_line
+    assert str(exc) == messages.api_error_text(exc) == api_line
 
 
 @pytest.mark.parametrize(

@@ -161,6 +161,26 @@ class KvLink:
         return f"{name} {self.bytes_per_s / 1e9:g} GB/s per GPU, {self.latency_s * 1e6:.3g} us"
 
 
+def check_kv_link_figure(param: str, value: float | None) -> None:
+    """:class:`InputError` about ``param`` (``"kv_link_gb_s"``: GB/s per GPU and direction within
+    :data:`KV_LINK_GB_S_RANGE`, above 0; ``"kv_link_latency_us"``: us within :data:`KV_LINK_LATENCY_US_RANGE`)
+    unless ``value`` is ``None`` or a finite number in its range."""
+    (lo, hi), unit = ((KV_LINK_GB_S_RANGE, "GB/s per GPU") if param == "kv_link_gb_s"
+                      else (KV_LINK_LATENCY_US_RANGE, "us"))
+    if value is not None and not (
+        isinstance(value, (int, float))
+        and math.isfinite(value)
+        and lo <= value <= hi
+        and (value > 0 or param == "kv_link_latency_us")
+    ):
+        bounds = f"from {lo:g}" + (f" to {hi:g}" if math.isfinite(hi) else "")
+        raise InputError(
+            "{param_flag} must be a finite number {bounds} {unit}, got {value}",
+            param=param,
+            values={"bounds": bounds, "unit": unit, "value": value},
+        )
+
+
 def kv_link(gpu, gpus: int, kind: str = "auto", gb_per_s: float | None = None,
             latency_us: float | None = None) -> KvLink:
     """The KV link of a deployment of ``gpus`` GPUs of profile ``gpu``
@@ -180,20 +200,8 @@ def kv_link(gpu, gpus: int, kind: str = "auto", gb_per_s: float | None = None,
     if name not in KV_LINKS:
         raise InputError("{flag.kv_link}: unknown {kind}; use {kinds}", param="kv_link",
                          values={"kind": short_repr(kind), "kinds": ", ".join(KV_LINKS)})
-    for param, value, (lo, hi), unit in (("kv_link_gb_s", gb_per_s, KV_LINK_GB_S_RANGE, "GB/s per GPU"),
-                                         ("kv_link_latency_us", latency_us, KV_LINK_LATENCY_US_RANGE, "us")):
-        if value is not None and not (
-            isinstance(value, (int, float))
-            and math.isfinite(value)
-            and lo <= value <= hi
-            and (value > 0 or param == "kv_link_latency_us")
-        ):
-            bounds = f"from {lo:g}" + (f" to {hi:g}" if math.isfinite(hi) else "")
-            raise InputError(
-                "{param_flag} must be a finite number {bounds} {unit}, got {value}",
-                param=param,
-                values={"bounds": bounds, "unit": unit, "value": value},
-            )
+    check_kv_link_figure("kv_link_gb_s", gb_per_s)
+    check_kv_link_figure("kv_link_latency_us", latency_us)
     given = name != "auto"
     if not given:
         name = "rdma" if gpus > GPUS_PER_NODE else (gpu.interconnect or "rdma")

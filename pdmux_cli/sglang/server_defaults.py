@@ -146,16 +146,22 @@ def mem_fraction_static(gpu_memory_bytes: float, chunked_prefill_size: int, tp: 
         reserved = max(reserved, 10240)
     fraction = round((mib - reserved) / mib, 3)
     if fraction <= 0:
+        # SGLang's --chunked-prefill-size is written as SGLang's flag; pdmux's options as parameters
         chunking = (f"--chunked-prefill-size {chunked_prefill_size}" if chunked_prefill_size > 0
                     else "chunking off")
-        lever = "smaller chunks" if chunked_prefill_size > 0 else "a smaller --max-prefill-tokens"
+        lever, param = (("smaller chunks", "chunk_sizes") if chunked_prefill_size > 0
+                        else ("a smaller {flag.max_prefill_tokens}", "max_prefill_tokens"))
         graphs = ""
         if cuda_graph_max_bs is not None and 2 * max_bs >= mib - (reserved - 2 * max_bs):
-            graphs = f", of which {2 * max_bs:.0f} MiB for --cuda-graph-max-bs {max_bs} at 2 MiB a batch size"
-            lever = ("a smaller --cuda-graph-max-bs (SGLang's default here: "
-                     f"{default_cuda_graph_max_bs(gpu_memory_bytes, tp)})")
-        raise InputError(f"SGLang's default memory reserve with {chunking} ({reserved:.0f} MiB{graphs}) is "
-                         f"more than the GPU's {mib:.0f} MiB: give {lever}, or --mem-fraction-static")
+            graphs = (f", of which {2 * max_bs:.0f} MiB for {{flag.cuda_graph_max_bs}} {max_bs} at 2 MiB a "
+                      "batch size")
+            lever, param = ("a smaller {flag.cuda_graph_max_bs} (SGLang's default here: {default_bs})",
+                            "cuda_graph_max_bs")
+        raise InputError("SGLang's default memory reserve with {chunking} ({reserved:.0f} MiB" + graphs
+                         + ") is more than the GPU's {mib:.0f} MiB: give " + lever
+                         + ", or {flag.mem_fraction_static}", param=param,
+                         values={"chunking": chunking, "reserved": reserved, "mib": mib,
+                                 "default_bs": default_cuda_graph_max_bs(gpu_memory_bytes, tp)})
     return fraction
 
 

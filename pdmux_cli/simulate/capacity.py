@@ -344,15 +344,25 @@ def check_slos(slo_ttft_ms: float, slo_itl_ms: float) -> None:
                              values={"value": value})
 
 
-def _check_search(trace: Trace, policies: Sequence[Policy], target: float, tolerance: float) -> None:
-    """:class:`InputError` naming ``target`` unless it is a share in (0, 1], ``tolerance`` unless it is a
-    relative precision in (0, 1), ``trace`` unless its requests arrive over time, or for no policy."""
+def check_target(target: float) -> None:
+    """:class:`InputError` naming ``target`` unless it is a share of requests in (0, 1]."""
     if not (math.isfinite(target) and 0 < target <= 1):
         raise InputError("{flag.target} is a share of requests in (0, 1], got {target:g} (e.g. 0.99)",
                          param="target", values={"target": target})
+
+
+def check_tolerance(tolerance: float) -> None:
+    """:class:`InputError` naming ``tolerance`` unless it is a relative precision in (0, 1)."""
     if not (math.isfinite(tolerance) and 0 < tolerance < 1):
         raise InputError("{flag.tolerance} is a relative precision in (0, 1), got {tolerance:g} (e.g. 0.02)",
                          param="tolerance", values={"tolerance": tolerance})
+
+
+def _check_search(trace: Trace, policies: Sequence[Policy], target: float, tolerance: float) -> None:
+    """:class:`InputError` naming ``target`` unless it is a share in (0, 1], ``tolerance`` unless it is a
+    relative precision in (0, 1), ``trace`` unless its requests arrive over time, or for no policy."""
+    check_target(target)
+    check_tolerance(tolerance)
     if len(trace) < 2 or trace.mean_qps <= 0:
         raise InputError(
             "capacity scales the trace's arrival rate, but its requests all arrive at once: give a "

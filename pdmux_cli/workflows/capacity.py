@@ -19,13 +19,12 @@ from .policies import (
     DEFAULT_POLICIES,
     PolicyChoice,
     build_policies,
-    check_prefill_decode_interval,
     chunk_lists,
     policy_names,
 )
 from .progress import ProgressFactory, entered, start
 from .server import ServerOptions, on_gpus, provenance_block, server_options
-from .values import check_at_least_one, finite
+from .values import finite
 from .workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
 
 #: Fewer requests than this cannot show a sustained rate: the whole trace is one burst.
@@ -147,7 +146,6 @@ def _names(r: CapacityRequest, configs: list[Path]) -> list[str]:
 
 def _check_options(r: CapacityRequest, configs: list[Path]) -> str:
     """The executor's name; :class:`InputError` for bad options or outputs."""
-    from ..simulate.engine import step_budget
     from ..simulate.executors import check_executor
     from .files import check_outputs, gpu_file, model_file
 
@@ -156,11 +154,7 @@ def _check_options(r: CapacityRequest, configs: list[Path]) -> str:
             "{flag.qps} draws {flag.synthetic} arrivals; capacity searches a trace file's rate itself",
             values={},
         )
-    check_prefill_decode_interval(r.prefill_decode_interval)
-    check_at_least_one("workers", r.workers)
     executor = check_executor(r.executor, r.ray_address)
-    if r.max_steps is not None:
-        step_budget(0, r.max_steps)
     if r.plot is not None and r.plot.suffix.lower() != ".png":
         raise InputError(
             "{flag.plot} writes a PNG: give a file name ending in .png, got {plot}",

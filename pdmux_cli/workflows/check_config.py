@@ -17,7 +17,7 @@ from typing import Any
 from ..provenance import provenance, with_provenance
 from ..util.errors import InputError
 from .fields import Checked
-from .planning_inputs import optional_int, optional_path, resolve_device
+from .planning_inputs import resolve_device
 
 
 @dataclass(frozen=True)
@@ -106,9 +106,7 @@ def check_config(request: CheckConfigRequest) -> CheckConfigResult:
     from ..sglang.revisions import get_revision
 
     r = request
-    path = optional_path(r.path, "path", where="path")  # the positional argument: no flag
-    if path is None:
-        raise InputError("check-config needs the path of a pdmux YAML")
+    path = r.path
     chosen = get_revision(r.sglang)
     if not chosen.loader_read:
         raise InputError(
@@ -117,7 +115,7 @@ def check_config(request: CheckConfigRequest) -> CheckConfigResult:
             "revision it can judge",
             values={"key": chosen.key},
         )
-    sm_group_num = optional_int(r.sm_group_num, "sm_group_num")
+    sm_group_num = r.sm_group_num
     device = resolve_device(r.gpu, r.sms, r.cc)
     config, parsed = pc.load_config(path)
     problems = list(parsed) + pc.validate(config, device.sm_count, device.cc, sm_group_num)

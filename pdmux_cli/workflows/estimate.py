@@ -24,9 +24,6 @@ from .planning_inputs import (
     float_tuple,
     int_tuple,
     load_pdmux_yaml,
-    optional_int,
-    optional_number,
-    optional_path,
     resolve_device,
 )
 
@@ -197,15 +194,15 @@ def estimate(request: EstimateRequest) -> EstimateResult:
                 "{flag.flops_dtype} must be bf16, fp16 or fp8, got {flops_dtype!r}",
                 values={"flops_dtype": flops_dtype},
             )
-    sm_group_num = optional_int(r.sm_group_num, "sm_group_num")
-    decode_bs_divisor = optional_int(r.decode_bs_divisor, "decode_bs_divisor")
-    token_budget = optional_int(r.token_budget, "token_budget")
+    sm_group_num = r.sm_group_num
+    decode_bs_divisor = r.decode_bs_divisor
+    token_budget = r.token_budget
     check_positive_knobs(
         sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget
     )
-    config = optional_path(r.config, "config")
-    calibration = optional_path(r.calibration, "calibration")
-    plot = optional_path(r.plot, "plot")
+    config = r.config
+    calibration = r.calibration
+    plot = r.plot
     if plot is not None:
         from ..util.atomic import check_writable, refuse_overwriting_inputs
         from .files import gpu_file, model_file
@@ -220,7 +217,7 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     from ..multigpu.disaggregation import parse_xpyd
     from ..sglang.kv_cache import check_kv_options, resolve_kv_cache
 
-    kv_bytes = optional_number(r.kv_bytes, "kv_bytes")
+    kv_bytes = r.kv_bytes
     check_kv_options(r.kv_cache_dtype, kv_bytes)
     xpyd = parse_xpyd(r.disagg) if r.disagg is not None else None
     device = resolve_device(r.gpu, None, None)
@@ -233,20 +230,20 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     )
     cost_model = str(r.cost_model).strip().lower()
     scenario = Scenario(
-        decode_bs=check_int(r.decode_bs, "decode_bs"),
-        context_tokens=check_int(r.context, "context"),
-        prompt_tokens=check_int(r.prompt_tokens, "prompt_tokens"),
+        decode_bs=r.decode_bs,
+        context_tokens=r.context,
+        prompt_tokens=r.prompt_tokens,
         chunk_sizes=parse_sizes(r.chunk_sizes, "chunk_sizes"),
         mixed_chunk_sizes=parse_sizes(r.mixed_chunk_sizes, "mixed_chunk_sizes") or (),
         cost_model=cost_model,
-        step_overhead_ms=optional_number(r.step_overhead_ms, "step_overhead_ms"),
-        per_request_overhead_ms=optional_number(r.per_request_overhead_ms, "per_request_overhead_ms"),
-        eager_launch_ms=optional_number(r.eager_launch_ms, "eager_launch_ms"),
+        step_overhead_ms=r.step_overhead_ms,
+        per_request_overhead_ms=r.per_request_overhead_ms,
+        eager_launch_ms=r.eager_launch_ms,
         disable_cuda_graph=bool(r.disable_cuda_graph),
         s_sat_values=float_tuple(r.s_sat, "s_sat") if r.s_sat is not None else None,
-        bandwidth_efficiency=optional_number(r.bandwidth_efficiency, "bandwidth_efficiency"),
-        mfu=optional_number(r.mfu, "mfu"),
-        weight_bytes_per_param=optional_number(r.weight_bytes, "weight_bytes"),
+        bandwidth_efficiency=r.bandwidth_efficiency,
+        mfu=r.mfu,
+        weight_bytes_per_param=r.weight_bytes,
         kv_bytes_per_element=kv_cache.bytes_per_element,
         level=parse_level(r.level),
         sm_group_num=sm_group_num or (cfg.sm_group_num if cfg else split_levels.DEFAULT_SM_GROUP_NUM),
@@ -257,12 +254,12 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         manual_divisions=tuple(cfg.manual_divisions) if cfg else (),
         max_split_forward_layers=(cfg.max_split_forward_layers or 0) if cfg else 0,
         flops_dtype=flops_dtype,
-        tp=check_int(r.tp, "tp"),
+        tp=r.tp,
         disagg=xpyd,
         kv_link=r.kv_link,
-        kv_link_gb_s=optional_number(r.kv_link_gb_s, "kv_link_gb_s"),
-        kv_link_latency_us=optional_number(r.kv_link_latency_us, "kv_link_latency_us"),
-        disagg_tp=optional_int(r.disagg_tp, "disagg_tp"),
+        kv_link_gb_s=r.kv_link_gb_s,
+        kv_link_latency_us=r.kv_link_latency_us,
+        disagg_tp=r.disagg_tp,
     )
     cal = _calibration(calibration, gpu_profile, r.s_sat is not None)
     est = run_estimate(

@@ -1,24 +1,31 @@
-"""Every request field's type and range, checked once, when a request is made (issue 34).
+"""Each request field's type and range, declared once and checked when a request is made.
 
-The one validation point of the workflows' requests (:class:`Checked`, the base of every request
-dataclass: ``SplitsRequest`` ... ``AccuracyRequest``, and the option groups ``WorkloadOptions``,
-``ServerOptions``, ``DeploymentOptions`` they are made of): its ``__post_init__`` checks each field
-before any work, for the CLI (whose options typer has already parsed) and the Python API (whose keywords
-come as the caller wrote them) alike. A refusal is one :class:`~pdmux_cli.util.errors.InputError` naming
-the field by its Python name (the CLI prints its flag, the API its keyword).
+The one validation point of the workflows' requests: :class:`Checked` is the base of every request
+dataclass (``SplitsRequest`` ... ``AccuracyRequest``) and of the option groups they are made of
+(``WorkloadOptions``, ``ServerOptions``, ``DeploymentOptions``); its ``__post_init__`` checks every field
+before any work, for the CLI (whose options typer has parsed already) and the Python API (whose keywords
+arrive as the caller wrote them) alike. A refusal is one :class:`~pdmux_cli.util.errors.InputError` naming
+the field by its Python name: the CLI prints its flag (``--tp``), the API its keyword (``tp``).
 
-- **Type**: the field's annotation on its request is the declaration (``int | None``, ``Path | None``,
-  ``tuple[int, ...] | str``): a ``bool`` is no integer, a ``str`` no number, ``b"x"`` no path. Values are
-  normalised as the workflows read them: a path given as ``str`` or ``os.PathLike`` becomes a
-  :class:`~pathlib.Path`, a sequence for a list option the CLI writes as text (:data:`LISTS`) becomes that
-  text, a number a ``float`` where the field is one.
-- **Range**: :data:`RANGES`, keyed by field name (a name means one thing in every request): the bounds every
-  command holds a value to (:class:`Range`), or the core's own check of it where one exists (tp's 1-8).
-  Floats are finite unless the range takes an infinity (``qps``: every request at once). Bounds that
-  depend on the GPU, the model or the SGLang revision (SMs per level, the context length, a TP the heads
-  divide into) stay with the rules that know them, which run before any simulation.
+- **Type**: the field's annotation is its declaration (``int | None``, ``Path | None``,
+  ``tuple[int, ...] | str``). A ``bool`` is no integer, an integer no ``bool``, a ``str`` no number,
+  ``b"x"`` no path, ``None`` only where the annotation has it. Values are normalised as the workflows read
+  them: an integral number where an ``int`` goes becomes an ``int``, a real number where a ``float`` goes a
+  ``float``; a path (``str`` or ``os.PathLike``) a :class:`~pathlib.Path`; a list option the request holds
+  as the CLI's comma-separated text (:data:`LIST_ITEMS`) takes a sequence too, joined; a length spec
+  (:data:`LENGTH_SPECS`) an integer too.
+- **Range**: :data:`RANGES`, one entry per field name (a name means one thing in every request): a
+  :class:`Range`, or the core's own check of that value where one exists (``tp``'s 1 to 8 GPUs,
+  ``kv_bytes``' bytes per element), imported when a value is given. A float not in the table must be
+  finite. Bounds that depend on the GPU, the model, the SGLang revision or another option (SMs per level,
+  the context length, a TP the heads divide, ``qps`` inf only with ``synthetic``) stay with the rules that
+  know them; the items of list options are checked by their parsers (:mod:`.values`), for text and
+  sequences alike.
 
-Pure: no import beyond the standard library until a check needs its rule.
+Issue 32 ("one declaration per option") builds on this table: a field's type, default and range here, its
+flag and help beside them.
+
+Pure: the standard library only, until a check needs its rule.
 """
 
 from __future__ import annotations
@@ -38,53 +45,73 @@ from ..util.errors import InputError, short_repr
 
 @dataclasses.dataclass(frozen=True)
 class Range:
-    """The values a numeric field takes: ``>= minimum``, ``> above``, ``<= maximum`` (each ``None``: no
-    bound); ``infinite``: ``math.inf`` too. ``what``: words after the bound in the message (``" ms"``,
-    ``" requests in flight"``); ``unit``: words after "a number" (``" of ms"``)."""
+    """The values a number field takes: at least ``low`` (more than it, with ``open_low``), at most
+    ``high``; ``None``: no bound. ``infinite``: ``math.inf`` too (``qps``: every request at once).
+    ``template``: the refusal (``{param_flag}``, ``{value}``, ``{low}``, ``{high}``); ``None``: the usual
+    wording (``"must be >= 1, got 0"``, ``"must be a number > 0, got nan"``)."""
 
-    minimum: float | None = None
-    above: float | None = None
-    maximum: float | None = None
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
     infinite: bool = False
-    what: str = ""
-    unit: str = ""
+    template: str | None = None
 
-    def holds(self, value: float) -> bool:
-        """Whether ``value`` is in the range."""
+    def check(self, value: float, param: str, integer: bool | None = None) -> None:
+        """:class:`InputError` about ``param`` unless ``value`` is in range; ``integer``: the field takes
+        whole numbers (``None``: whether ``value`` is an ``int``), for the refusal's wording."""
         if value == math.inf and self.infinite:
-            return True
-        if not math.isfinite(value):
-            return False
-        return ((self.minimum is None or value >= self.minimum) and (self.above is None or value > self.above)
-                and (self.maximum is None or value <= self.maximum))
-
-    def refusal(self, param: str, value: Any, integer: bool) -> InputError:
-        """The :class:`InputError` for ``value`` of ``param`` out of the range."""
-        def num(x: float) -> str:
-            return f"{int(x):,}" if integer else f"{x:g}"
-
-        low = self.minimum if self.minimum is not None else self.above
-        number = "" if integer else f"a number{self.unit} "
-        if self.maximum is not None and low is not None:
-            bound = f"from {num(low)} to {num(self.maximum)}"
-        elif self.above is not None:
-            bound = f"{number}> {num(self.above)}"
-        elif self.minimum is not None:
-            bound = f"{number}>= {num(self.minimum)}"
-        else:
-            bound = f"{number}<= {num(self.maximum)}"
-        return InputError("{param_flag} must be {bound}{what}, got {value}", param=param,
-                          values={"bound": bound, "what": self.what, "value": short_repr(value)})
+            return
+        ok = math.isfinite(value) and (
+            self.low is None or (value > self.low if self.open_low else value >= self.low)) and (
+            self.high is None or value <= self.high)
+        if ok:
+            return
+        template = self.template
+        if template is None:
+            if isinstance(value, int) if integer is None else integer:
+                template = ("{param_flag} must be from {low} to {high:,}, got {value}"
+                            if self.high is not None else "{param_flag} must be > {low}, got {value}"
+                            if self.open_low else "{param_flag} must be >= {low}, got {value}")
+            else:
+                template = "{param_flag} must be a number {op} {low:g}, got {value}"
+        raise InputError(template, param=param,
+                         values={"value": value if isinstance(value, (int, float)) else short_repr(value),
+                                 "low": self.low, "high": self.high, "op": ">" if self.open_low else ">="})
 
 
 def _tp(value: int, param: str) -> None:
-    """SGLang's TP of one server, 1-8 (:func:`pdmux_cli.multigpu.tensor_parallel.check_tp_value`)."""
-    from ..multigpu.tensor_parallel import check_tp_value
+    """SGLang's TP of one server or instance (:func:`pdmux_cli.multigpu.tensor_parallel.check_tp_value`)."""
+    from ..multigpu.tensor_parallel import check_tp_value, for_disagg_tp
 
     try:
         check_tp_value(value)
     except InputError as exc:
-        raise (exc if param == "tp" else exc.retargeted({"tp": param}, sglang_tp="TP")) from None
+        raise (exc if param == "tp" else for_disagg_tp(exc)) from None
+
+
+def _dp(value: int, param: str) -> None:
+    from ..multigpu.disaggregation import check_dp_value
+
+    check_dp_value(value)
+
+
+def _sms(value: int, param: str) -> None:
+    from ..catalog.hardware import MAX_SMS
+
+    Range(1, MAX_SMS, template="{param_flag} must be a number of SMs from 1 to {high}, got {value}").check(
+        value, param)
+
+
+def _tokens(kind: str) -> Callable[[int, str], None]:
+    """A decode batch (``"decode_bs"``) or a token count's bounds (:mod:`pdmux_cli.planning.estimate`)."""
+
+    def check(value: int, param: str) -> None:
+        from ..planning import estimate
+
+        top = estimate.MAX_DECODE_BS if kind == "decode_bs" else estimate.MAX_TOKENS
+        Range(1, top).check(value, param)
+
+    return check
 
 
 def _bytes_per_element(value: float, param: str) -> None:
@@ -105,93 +132,123 @@ def _mem_fraction(value: float, param: str) -> None:
     check_mem_fraction(value, param)
 
 
-#: Largest token count of a prompt, a context or a chunk (:data:`pdmux_cli.planning.estimate.MAX_TOKENS`),
-#: and largest decode batch (``MAX_DECODE_BS``); ``tests/test_api_hostile.py`` holds them equal.
-MAX_TOKENS, MAX_DECODE_BS = 10_000_000, 1_000_000
-#: Upper bounds of the serving terms, ms (:data:`pdmux_cli.costmodel.SERVING_OPTION_BOUNDS_MS`,
-#: ``EAGER_LAUNCH_BOUND_MS``); ``tests/test_api_hostile.py`` holds them equal.
-SERVING_BOUNDS_MS = {"step_overhead_ms": 1000.0, "per_request_overhead_ms": 10.0,
-                     "admission_delay_ms": 10_000.0, "first_token_delay_ms": 10_000.0,
-                     "admission_interval_ms": 1000.0, "eager_launch_ms": 1.0}
-#: numpy's (and bench_serving's ``--seed``) range.
+def _serving_term(value: float, param: str) -> None:
+    """The serving terms' options, ms (:data:`pdmux_cli.costmodel.SERVING_OPTION_BOUNDS_MS`,
+    :data:`~pdmux_cli.costmodel.EAGER_LAUNCH_BOUND_MS`)."""
+    from .. import costmodel
+
+    high = costmodel.SERVING_OPTION_BOUNDS_MS.get(param, costmodel.EAGER_LAUNCH_BOUND_MS)
+    Range(0, high, template="{param_flag} must be from 0 to {high:g} ms, got {value}").check(value, param)
+
+
+def _kv_link(value: float, param: str) -> None:
+    from ..multigpu.disaggregation import check_kv_link_figure
+
+    check_kv_link_figure(param, value)
+
+
+def _max_steps(value: int, param: str) -> None:
+    from ..simulate.engine import step_budget
+
+    step_budget(0, value)
+
+
+def _interval(value: int, param: str) -> None:
+    from .policies import check_prefill_decode_interval
+
+    check_prefill_decode_interval(value)
+
+
+def _target(value: float, param: str) -> None:
+    from ..simulate.capacity import check_target
+
+    check_target(value)
+
+
+def _tolerance(value: float, param: str) -> None:
+    from ..simulate.capacity import check_tolerance
+
+    check_tolerance(value)
+
+
+#: numpy's (and bench_serving's ``--seed``) range: ``random:L`` lengths are drawn as bench_serving draws them.
 MAX_SEED = 2**32 - 1
+_AT_LEAST_1 = Range(1)
+_KNOB = Range(0, open_low=True)
+_POSITIVE = Range(0, open_low=True)
+_MS = Range(0, open_low=True, template="{param_flag} must be a number of ms > 0, got {value}")
 
-_AT_LEAST_1 = Range(minimum=1)
-_POSITIVE_INT = Range(above=0)
-_POSITIVE = Range(above=0)
-
-#: Each field's range, by name: a :class:`Range`, or a check ``(value, param)`` raising
-#: :class:`InputError` (the core's rule, imported when a value is given). A field not named here is
-#: checked for its type (and a float for being finite) only; its bounds, if any, are the rules'
-#: (module docstring).
+#: Each number field's range, by field name: a :class:`Range`, or the core's check ``(value, param)``
+#: raising :class:`InputError`. A float field not named here must be finite; an int field takes any value.
 RANGES: dict[str, Range | Callable[[Any, str], None]] = {
     # devices, servers, processes
-    "sms": _AT_LEAST_1,
+    "sms": _sms,
     "tp": _tp,
     "disagg_tp": _tp,
-    "dp": _AT_LEAST_1,
+    "dp": _dp,
     "workers": _AT_LEAST_1,
-    # SGLang's pdmux knobs
-    "sm_group_num": _POSITIVE_INT,
-    "decode_bs_divisor": _POSITIVE_INT,
-    "token_budget": _POSITIVE_INT,
-    # tokens and requests
-    "decode_bs": Range(minimum=1, maximum=MAX_DECODE_BS),
-    "context": Range(minimum=1, maximum=MAX_TOKENS),
-    "prompt_tokens": Range(minimum=1, maximum=MAX_TOKENS),
-    "output_tokens": Range(minimum=1, maximum=MAX_TOKENS),
+    # SGLang's pdmux knobs (their limits on the device: sglang/split_levels.py)
+    "sm_group_num": _KNOB,
+    "decode_bs_divisor": _KNOB,
+    "token_budget": _KNOB,
+    # requests and tokens
+    "decode_bs": _tokens("decode_bs"),
+    "context": Range(1, template="{param_flag} must be a number of tokens >= 1, got {value}"),
+    "prompt_tokens": _tokens("tokens"),
     "max_requests": _AT_LEAST_1,
     "max_running_requests": _AT_LEAST_1,
     "cuda_graph_max_bs": _AT_LEAST_1,
     "max_prefill_tokens": _AT_LEAST_1,
-    "max_concurrency": Range(minimum=1, what=" requests in flight"),
-    "max_steps": Range(minimum=0),
-    "prefill_decode_interval": Range(minimum=0),
-    "seed": Range(minimum=0, maximum=MAX_SEED, what=", as bench_serving's (numpy's)"),
-    # rates, times, SLOs
-    "qps": Range(above=0, infinite=True),
+    "max_concurrency": Range(1, template="{param_flag} must be >= 1 requests in flight, got {value}"),
+    "max_steps": _max_steps,
+    "prefill_decode_interval": _interval,
+    "seed": Range(0, MAX_SEED, template="{param_flag} must be from 0 to {high}, as bench_serving's "
+                                        "(numpy's), got {value}"),
+    # rates, times, targets
+    "qps": Range(0, open_low=True, infinite=True),
     "rate_scale": _POSITIVE,
     "duration": _POSITIVE,
-    "slo_ttft": Range(above=0, unit=" of ms"),
-    "slo_itl": Range(above=0, unit=" of ms"),
-    "target": Range(above=0, maximum=1),
-    "tolerance": _POSITIVE,
-    # the cost model
-    "s_sat": Range(minimum=1),
+    "slo_ttft": _MS,
+    "slo_itl": _MS,
+    "target": _target,
+    "tolerance": _tolerance,
+    # the cost model and the server
+    "s_sat": Range(1),
     "bandwidth_efficiency": _efficiency,
     "mfu": _efficiency,
     "weight_bytes": _bytes_per_element,
     "kv_bytes": _bytes_per_element,
     "mem_fraction_static": _mem_fraction,
-    **{name: Range(minimum=0, maximum=high, what=" ms") for name, high in SERVING_BOUNDS_MS.items()},
+    "step_overhead_ms": _serving_term,
+    "per_request_overhead_ms": _serving_term,
+    "admission_delay_ms": _serving_term,
+    "first_token_delay_ms": _serving_term,
+    "admission_interval_ms": _serving_term,
+    "eager_launch_ms": _serving_term,
+    "kv_link_gb_s": _kv_link,
+    "kv_link_latency_us": _kv_link,
 }
 
-#: The list options the CLI takes as comma-separated text and the request holds as that text (the API
-#: also takes a sequence, joined here), with the kind of their items.
-LISTS: dict[str, type] = {"policies": str, "chunk_sizes": int, "mixed_chunk_sizes": int, "sm_group_nums": int,
-                          "divisors": int, "budgets": int, "slo_margins": float}
-#: Text fields that also take a whole number (a length spec: ``prompt_tokens=1024`` is ``"1024"``).
-INT_TEXT = ("prompt_tokens", "output_tokens")
-
-_WORDS = {"none": "None", "bool": "True or False", "int": "an integer", "float": "a number",
-          "str": "text (a str)", "path": "a file path (str or os.PathLike)",
-          "paths": "file paths (a str, an os.PathLike or a list)",
-          "ints": "a list of integers", "floats": "a list of numbers", "pair": "a pair of integers"}
-_ITEMS = {int: "integers", float: "numbers", str: "names"}
+#: The list options a request holds as the CLI's comma-separated text (``"512,2048"``), with the kind of
+#: their items: a sequence of such items is joined into that text (the parsers then check each item).
+LIST_ITEMS: dict[str, type] = {"policies": str, "chunk_sizes": int, "mixed_chunk_sizes": int,
+                               "sm_group_nums": int, "divisors": int, "budgets": int, "slo_margins": float}
+#: Text fields that take an integer too: length specs (``prompt_tokens=1024`` is ``"1024"``).
+LENGTH_SPECS = ("prompt_tokens", "output_tokens")
 
 
 class Checked:
     """The base of every request dataclass: its fields checked and normalised when it is made
-    (:func:`check_fields`; module docstring)."""
+    (:func:`check_fields`; the module docstring)."""
 
     def __post_init__(self) -> None:
         check_fields(self)
 
 
 def check_fields(request: Any) -> None:
-    """Check every field of ``request`` (a dataclass) by its annotation and :data:`RANGES`, setting the
-    normalised value in place (frozen dataclasses too). Raises :class:`InputError` about the first field at
-    fault, by its Python name."""
+    """Check every field of ``request`` (a dataclass) by its annotation and :data:`RANGES`, the normalised
+    value set in place (a frozen dataclass's too). Raises :class:`InputError` about the first field at
+    fault, in the fields' order, by its Python name."""
     for name, kinds in _kinds(type(request)):
         value = getattr(request, name)
         checked = check_value(name, value, kinds)
@@ -200,12 +257,15 @@ def check_fields(request: Any) -> None:
 
 
 def check_value(name: str, value: Any, kinds: frozenset[str]) -> Any:
-    """``value`` of field ``name`` checked against ``kinds`` (:func:`_kinds`) and its range, normalised."""
-    if value is None and "none" in kinds:
-        return None
-    if "bool" in kinds and isinstance(value, bool):
-        return value
+    """``value`` of field ``name`` checked against ``kinds`` (the annotation's, :func:`_kinds`) and its
+    range; the normalised value."""
+    if value is None:
+        if "none" in kinds:
+            return None
+        raise _wrong(name, value, kinds)
     if isinstance(value, bool):
+        if "bool" in kinds:
+            return value
         raise _wrong(name, value, kinds)
     if "int" in kinds and isinstance(value, numbers.Integral):
         value = int(value)
@@ -214,25 +274,26 @@ def check_value(name: str, value: Any, kinds: frozenset[str]) -> Any:
     if "float" in kinds and isinstance(value, numbers.Real):
         try:
             number = float(value)
-        except OverflowError:  # an int past float's range
+        except OverflowError:  # an int past a float's range is no finite number
             number = math.inf if value > 0 else -math.inf
-        _check_range(name, number, integer=False)
+        # the range judges (and the refusal quotes) the value as given: 64, not 64.0
+        _check_range(name, value if isinstance(value, int) and number == value else number, integer=False)
         return number
+    if "path" in kinds and _path_like(value):  # ``Path | str``: the text is a path too
+        return _path(name, value)
     if "str" in kinds:
         if isinstance(value, str):
             return value
-        if name in INT_TEXT and isinstance(value, numbers.Integral):
-            _check_range(name, int(value), integer=True)
+        if name in LENGTH_SPECS and isinstance(value, numbers.Integral):
             return str(int(value))
-        if name in LISTS and _sequence(value):
-            return ",".join(str(_item(name, v, LISTS[name])) for v in value)
-    if "path" in kinds and _path_like(value):
-        return _path(name, value)
+        if name in LIST_ITEMS and _sequence(value):
+            return ",".join(str(_item(name, v, LIST_ITEMS[name])) for v in value)
     if "paths" in kinds:
         if _path_like(value):
             return (_path(name, value),)
         if _sequence(value):
-            return tuple(_one_path(name, v) for v in value)
+            return tuple(_path(name, v) if _path_like(v) else _raise(_wrong(name, v, frozenset({"path"})))
+                         for v in value)
     if "ints" in kinds and _sequence(value):
         return tuple(_item(name, v, int) for v in value)
     if "floats" in kinds and _sequence(value):
@@ -245,6 +306,10 @@ def check_value(name: str, value: Any, kinds: frozenset[str]) -> Any:
     raise _wrong(name, value, kinds)
 
 
+def _raise(exc: Exception) -> Any:
+    raise exc
+
+
 def _sequence(value: Any) -> bool:
     return isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray))
 
@@ -253,68 +318,76 @@ def _path_like(value: Any) -> bool:
     return isinstance(value, (str, os.PathLike))
 
 
-def _one_path(name: str, value: Any) -> Path:
-    if not _path_like(value):
-        raise _wrong(name, value, frozenset({"path"}))
-    return _path(name, value)
-
-
 def _path(name: str, value: Any) -> Path:
-    """``value`` (a ``str`` or ``os.PathLike``) as a :class:`Path`; refused when it is empty, holds a NUL
-    character (no file system takes one) or is a ``bytes`` path."""
+    """``value`` (a ``str`` or ``os.PathLike``) as a :class:`Path`; refused when it is empty, a ``bytes``
+    path, or holds a NUL character (no file system takes one)."""
     text = os.fspath(value)
     if not isinstance(text, str):
         raise _wrong(name, value, frozenset({"path"}))
     if not text:
         raise InputError("{param_flag} is empty: give a file path", param=name, values={})
     if "\0" in text:
-        raise InputError("{param_flag} {value} holds a NUL character, which no file name can",
-                         param=name, values={"value": short_repr(text)})
+        raise InputError("{param_flag} {value} holds a NUL character, which no file name can", param=name,
+                         values={"value": short_repr(text)})
     return value if isinstance(value, Path) else Path(text)
 
 
+_ITEM_WORDS = {int: "integers", float: "finite numbers", str: "names (str)"}
+
+
 def _item(name: str, value: Any, kind: type) -> Any:
-    """One item of a list option: ``kind`` (``int``, ``float``, ``str``), no bool; a number finite."""
-    ok = (not isinstance(value, bool)
-          and (isinstance(value, numbers.Integral) if kind is int
-               else isinstance(value, numbers.Real) if kind is float else isinstance(value, str)))
-    if ok and kind is float and not math.isfinite(value):
-        ok = False
+    """One item of a list option: an ``int`` (an integral number), a finite ``float`` (a real number) or a
+    ``str``; never a ``bool``."""
+    if kind is str:
+        ok = isinstance(value, str)
+    elif kind is int:
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    else:
+        ok = (isinstance(value, numbers.Real) and not isinstance(value, bool)
+              and math.isfinite(float(value)))
     if not ok:
-        words = {int: "integers", float: "finite numbers", str: "names (str)"}[kind]
         raise InputError("{param_flag} takes a list of {words} (or the CLI's comma-separated text), got "
-                         "{value} in it", param=name, values={"words": words, "value": short_repr(value)})
+                         "{value} in it", param=name,
+                         values={"words": _ITEM_WORDS[kind], "value": short_repr(value)})
     return kind(value)
 
 
 def _check_range(name: str, value: float, integer: bool) -> None:
     rule = RANGES.get(name)
     if rule is None:
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):
             raise InputError("{param_flag} must be a finite number, got {value}", param=name,
-                             values={"value": short_repr(value)})
+                             values={"value": value})
     elif isinstance(rule, Range):
-        if not rule.holds(value):
-            raise rule.refusal(name, value, integer)
+        rule.check(value, name, integer)
     else:
         rule(value, name)
 
 
+_WORDS = {"bool": "True or False", "int": "an integer", "float": "a number",
+          "path": "a file path (str or os.PathLike)", "paths": "file paths (a str, an os.PathLike or a list)",
+          "ints": "a list of integers", "floats": "a list of numbers", "pair": "a pair of integers",
+          "str": "text (a str)"}
+_LIST_WORDS = {int: "integers", float: "numbers", str: "names"}
+
+
 def _wrong(name: str, value: Any, kinds: frozenset[str]) -> InputError:
-    words = [_WORDS[k] for k in ("bool", "int", "float", "path", "paths", "ints", "floats", "pair", "str")
-             if k in kinds]
-    if name in LISTS:
-        words = [f"a list of {_ITEMS[LISTS[name]]}", "comma-separated text"]
-    elif name in INT_TEXT and "str" in kinds:
+    """The refusal of a value of the wrong type: what the field takes, in words (``None``, where it takes
+    that too, goes unsaid: it is the default)."""
+    if name in LIST_ITEMS:
+        words = [f"a list of {_LIST_WORDS[LIST_ITEMS[name]]}", "comma-separated text"]
+    elif name in LENGTH_SPECS and "str" in kinds:
         words = ["an integer", "a length spec (text)"]
-    verb = "takes" if {"path", "paths", "ints", "floats"} & kinds or name in LISTS else "must be"
+    else:  # a field of a path or its text takes a path (the text is one)
+        words = [_WORDS[k] for k in _WORDS if k in kinds and not (k == "str" and "path" in kinds)]
+    verb = "takes" if {"path", "paths", "ints", "floats"} & kinds or name in LIST_ITEMS else "must be"
     return InputError("{param_flag} {verb} {words}, got {value}", param=name,
                       values={"verb": verb, "words": " or ".join(words), "value": short_repr(value)})
 
 
 @functools.cache
 def _kinds(cls: type) -> tuple[tuple[str, frozenset[str]], ...]:
-    """``(field, kinds)`` of each field of ``cls``: its annotation as the kinds :func:`check_value` knows
+    """``(field, kinds)`` for each field of ``cls``: its annotation as the kinds :func:`check_value` knows
     (``none``, ``bool``, ``int``, ``float``, ``str``, ``path``, ``paths``, ``ints``, ``floats``, ``pair``);
     an annotation of another kind is a programming error (``TypeError``)."""
     hints = typing.get_type_hints(cls)
@@ -322,26 +395,25 @@ def _kinds(cls: type) -> tuple[tuple[str, frozenset[str]], ...]:
 
 
 def _kind_set(hint: Any, cls: type, name: str) -> frozenset[str]:
-    union = isinstance(hint, _UNION_TYPES) or typing.get_origin(hint) is typing.Union
-    members = typing.get_args(hint) if union else (hint,)
+    union = isinstance(hint, type(int | None)) or typing.get_origin(hint) is typing.Union
     out = set()
-    for m in members:
-        args = typing.get_args(m)
-        if m is type(None):
+    for member in typing.get_args(hint) if union else (hint,):
+        args = typing.get_args(member)
+        if member is type(None):
             out.add("none")
-        elif m in (bool, int, float, str):
-            out.add(m.__name__)
-        elif m is Path:
+        elif member in (bool, int, float, str):
+            out.add(member.__name__)
+        elif member is Path:
             out.add("path")
-        elif typing.get_origin(m) is tuple and args[-1:] == (Ellipsis,) and args[0] in (Path, int, float):
+        elif typing.get_origin(member) is tuple and args[-1:] == (Ellipsis,) and args[0] in (Path, int,
+                                                                                             float):
             out.add({Path: "paths", int: "ints", float: "floats"}[args[0]])
-        elif typing.get_origin(m) is tuple and args == (int, int):
+        elif typing.get_origin(member) is tuple and args == (int, int):
             out.add("pair")
         else:
-            raise TypeError(f"{cls.__name__}.{name}: no check for a field of type {m!r}")
+            raise TypeError(f"{cls.__name__}.{name}: no check for a field of type {member!r}")
     return frozenset(out)
 
 
-_UNION_TYPES: tuple[type, ...] = (type(int | None),)
-
-__all__ = ["INT_TEXT", "LISTS", "RANGES", "Checked", "Range", "check_fields", "check_value"]
+__all__ = ["LENGTH_SPECS", "LIST_ITEMS", "MAX_SEED", "RANGES", "Checked", "Range", "check_fields",
+           "check_value"]

@@ -21,14 +21,9 @@ from ..provenance import provenance, step_model_provenance, with_provenance
 from ..util.errors import Finding, InputError
 from .fields import Checked
 from .planning_inputs import (
-    check_int,
     check_positive_knobs,
-    optional_int,
-    optional_number,
-    optional_path,
     resolve_device,
 )
-from .values import check_at_least_one
 from .progress import ProgressFactory
 
 
@@ -171,16 +166,16 @@ def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = Non
 
     r = request
     device = resolve_device(r.gpu, r.sms, r.cc)
-    sm_group_num = check_int(r.sm_group_num, "sm_group_num")
-    decode_bs_divisor = check_int(r.decode_bs_divisor, "decode_bs_divisor")
-    token_budget = check_int(r.token_budget, "token_budget")
+    sm_group_num = r.sm_group_num
+    decode_bs_divisor = r.decode_bs_divisor
+    token_budget = r.token_budget
     check_positive_knobs(
         sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget
     )
     split_levels.check_sm_group_num(sm_group_num, device.sm_count)
     from ..multigpu.tensor_parallel import check_tp_value
 
-    tp = check_tp_value(check_int(r.tp, "tp"))
+    tp = check_tp_value(r.tp)
     from ..catalog.model import load_model
     from ..sglang.revisions import get_revision, model_support
 
@@ -190,18 +185,18 @@ def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = Non
         from ..multigpu.tensor_parallel import shard
 
         shard(served, tp)  # SGLang refuses a model whose heads or widths tp does not divide
-    output = optional_path(r.output, "output")
-    trace = optional_path(r.trace, "trace")
-    calibration = optional_path(r.calibration, "calibration")
+    output = r.output
+    trace = r.trace
+    calibration = r.calibration
     if output is not None and str(output) == "-":
         output = None  # the usual spelling of standard output
     tune = bool(r.tune)
-    slo_itl, slo_ttft = optional_number(r.slo_itl, "slo_itl"), optional_number(r.slo_ttft, "slo_ttft")
+    slo_itl, slo_ttft = r.slo_itl, r.slo_ttft
     context, max_requests = (
-        optional_int(r.context, "context"),
-        optional_int(r.max_requests, "max_requests"),
+        r.context,
+        r.max_requests,
     )
-    workers, dp = optional_int(r.workers, "workers"), optional_int(r.dp, "dp")
+    workers, dp = r.workers, r.dp
     # Before any work (a --tune search takes minutes): the output must be writable and not an input.
     check_writable(output)
     slo = slo_itl is not None and not tune
@@ -213,10 +208,9 @@ def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = Non
     tune_summary = tune_search = slo_summary = slo_view = cost_block = None
     if slo:
         # SLO levels are sized by the simulator's server set-up
-        server_terms = {"step_overhead_ms": optional_number(r.step_overhead_ms, "step_overhead_ms"),
-                        "per_request_overhead_ms": optional_number(r.per_request_overhead_ms,
-                                                                   "per_request_overhead_ms"),
-                        "max_running_requests": optional_int(r.max_running_requests, "max_running_requests")}
+        server_terms = {"step_overhead_ms": r.step_overhead_ms,
+                        "per_request_overhead_ms": r.per_request_overhead_ms,
+                        "max_running_requests": r.max_running_requests}
         config, levels, setup, slo_notes = slo_levels_config(
             device.gpu, r.model, slo_itl, context=context, trace=trace, max_requests=max_requests,
             calibration=calibration, cost_model=str(r.cost_model).strip().lower(), tp=tp,
@@ -292,7 +286,6 @@ def _refuse_mixed_options(r: GenConfigRequest, tune: bool, slo: bool, trace: Pat
             "gen-config {flag.tune} tunes one server: for {flag.dp} replicas behind a router run 'pdmux tune "
             "--dp N -o FILE' (same options; it writes the winning YAML and the launch line)",
             param="dp", values={})
-    check_at_least_one("workers", workers)
     if not tune:
         _refuse_tune_only(r, workers)
     if not slo:

@@ -153,22 +153,12 @@ def check_int(value: Any, param: str | None = None, *, where: str | None = None)
     return value
 
 
-def optional_int(value: Any, param: str | None = None, *, where: str | None = None) -> int | None:
-    """``None``, or :func:`check_int`."""
-    return None if value is None else check_int(value, param, where=where)
-
-
 def check_number(value: Any, param: str | None = None, *, where: str | None = None) -> float:
     """``value`` when it is an ``int`` or ``float`` (not a ``bool``); :class:`InputError` about ``param``
     (or ``where``: as :func:`check_int`)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise param_error("{param_flag} must be a number, got {value}", param, where, value=short_repr(value))
     return value
-
-
-def optional_number(value: Any, param: str | None = None, *, where: str | None = None) -> float | None:
-    """``None``, or :func:`check_number`."""
-    return None if value is None else check_number(value, param, where=where)
 
 
 def int_tuple(values: Any, param: str | None = None, minimum: int = 1, *,
@@ -219,22 +209,6 @@ def float_tuple(values: Any, param: str | None = None, *, where: str | None = No
                               value=short_repr(value))
         out.append(float(value))
     return tuple(dict.fromkeys(out))
-
-
-def optional_path(value: Any, param: str | None = None, *, where: str | None = None) -> Path | None:
-    """``None``, or ``value`` (a ``str`` or ``os.PathLike``) as a :class:`~pathlib.Path`; :class:`InputError`
-    about ``param`` (or ``where``: as :func:`check_int`) for anything else."""
-    if value is None or isinstance(value, Path):
-        return value
-    if isinstance(value, str):
-        return Path(value)
-    try:
-        import os
-
-        return Path(os.fspath(value))
-    except TypeError:
-        raise param_error("{param_flag} takes a file path, got {value}", param, where,
-                          value=short_repr(value)) from None
 
 
 def check_positive_knobs(**knobs: int | None) -> None:

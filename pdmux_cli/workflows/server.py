@@ -15,7 +15,6 @@ from typing import Any
 
 from ..util.errors import InputError
 from .fields import Checked
-from .values import check_at_least_one, check_number
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,9 +74,7 @@ def server_options(request: Any) -> ServerOptions:
 
 def _check_values(o: ServerOptions) -> None:
     from ..sglang.kv_cache import check_kv_options
-    from ..simulate import engine
 
-    check_number("s_sat", o.s_sat, minimum=1.0, strict=False)  # SMs: fewer than one saturates nothing
     if o.gpu is not None and not str(o.gpu).strip():
         raise InputError("{flag.gpu} is empty: give a GPU name such as h100 (pdmux splits {flag.all_gpus} "
                          "lists them)", param="gpu", values={})
@@ -86,25 +83,6 @@ def _check_values(o: ServerOptions) -> None:
             raise InputError("{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no "
                              "CPU time)", param=name, values={})
     check_kv_options(o.kv_cache_dtype, o.kv_bytes)
-    engine.check_bytes_per_element(o.weight_bytes, "weight_bytes")
-    engine.check_bytes_per_element(o.kv_bytes, "kv_bytes")
-    engine.check_mem_fraction(o.mem_fraction_static)
-    engine.check_efficiency(o.bandwidth_efficiency, "bandwidth_efficiency")
-    engine.check_efficiency(o.mfu, "mfu")
-    for name, value in (("step_overhead_ms", o.step_overhead_ms),
-                        ("per_request_overhead_ms", o.per_request_overhead_ms),
-                        ("admission_delay_ms", o.admission_delay_ms),
-                        ("first_token_delay_ms", o.first_token_delay_ms),
-                        ("admission_interval_ms", o.admission_interval_ms),
-                        ("eager_launch_ms", o.eager_launch_ms)):
-        check_number(name, value, strict=False)
-    if o.max_prefill_tokens < 1:
-        raise InputError(
-            "{flag.max_prefill_tokens} must be >= 1, got {max_prefill_tokens}",
-            values={"max_prefill_tokens": o.max_prefill_tokens},
-        )
-    check_at_least_one("cuda_graph_max_bs", o.cuda_graph_max_bs)
-    check_at_least_one("max_running_requests", o.max_running_requests)
     if o.flops_dtype is not None and o.flops_dtype not in ("bf16", "fp16", "fp8"):
         raise InputError(
             "{flag.flops_dtype} must be bf16, fp16 or fp8, got {flops_dtype!r}",

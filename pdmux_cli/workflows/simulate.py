@@ -27,7 +27,7 @@ from .policies import (
 )
 from .progress import ProgressFactory, entered, start
 from .server import ServerOptions, on_gpus, provenance_block, server_options
-from .values import check_at_least_one, check_number, finite
+from .values import finite
 from .workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
 
 #: A progress bar only for runs long enough to watch: requests x policies.
@@ -113,15 +113,11 @@ class SimulateResult:
 
 
 def _check_run_options(r: SimulateRequest) -> str:
-    """The executor's name; :class:`InputError` for bad run options."""
-    from ..simulate.engine import step_budget
+    """The executor's name; :class:`InputError` for options that do not go together (each value's own range:
+    the request's, :mod:`.fields`)."""
     from ..simulate.executors import check_executor
 
-    check_at_least_one("workers", r.workers)
     executor = check_executor(r.executor, r.ray_address)
-    if r.max_steps is not None:
-        step_budget(0, r.max_steps)
-    check_at_least_one("max_concurrency", r.max_concurrency, " requests in flight")
     if r.max_concurrency is not None and (r.disagg is not None or (r.dp or 1) > 1):
         raise InputError(
             "{flag.max_concurrency} (a closed-loop client) is simulated on one server: drop {flag.dp} "
@@ -251,8 +247,6 @@ def simulate(request: SimulateRequest, progress: ProgressFactory | None = None) 
 
     r = request
     executor = _check_run_options(r)
-    check_number("slo_ttft", r.slo_ttft)
-    check_number("slo_itl", r.slo_itl)
     names = policy_names(r.policies, r.disagg)
     choice = _choice(r, names)
     _check_outputs(r)

@@ -16,12 +16,9 @@ from ..provenance import provenance, with_provenance
 from ..util.errors import Finding, InputError, short_repr
 from .fields import Checked
 from .planning_inputs import (
-    check_int,
     check_positive_knobs,
     int_tuple,
     load_pdmux_yaml,
-    optional_int,
-    optional_path,
     resolve_device,
 )
 
@@ -143,11 +140,11 @@ def splits(request: SplitsRequest) -> SplitsResult | AllGpusSplits:
     from ..sglang import split_levels
 
     r = request
-    tp = check_tp_value(check_int(r.tp, "tp"))
-    config = optional_path(r.config, "config")
-    sm_group_num = optional_int(r.sm_group_num, "sm_group_num")
-    decode_bs_divisor = optional_int(r.decode_bs_divisor, "decode_bs_divisor")
-    token_budget = optional_int(r.token_budget, "token_budget")
+    tp = check_tp_value(r.tp)
+    config = r.config
+    sm_group_num = r.sm_group_num
+    decode_bs_divisor = r.decode_bs_divisor
+    token_budget = r.token_budget
     if r.all_gpus and tp != 1:
         raise InputError(
             "{flag.tp} describes one deployment: use it with {flag.gpu} or {flag.sms}/{flag.cc}, not "

@@ -16,7 +16,7 @@ from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, plan_deployment
 from .progress import ProgressFactory, entered, start
 from .server import ServerOptions, build_setup, provenance_block, server_options, without_prefix_cache
-from .values import as_text_list, check_at_least_one, check_number, finite, parse_float_list, parse_int_list
+from .values import as_text_list, finite, parse_float_list, parse_int_list
 from .workload import WorkloadOptions, fit_to_model, load_workload
 
 
@@ -123,7 +123,7 @@ def search(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, space: Se
            progress: ProgressFactory | None = None) -> Any:
     """:func:`pdmux_cli.simulate.tune.tune` over ``space`` under the revision ``sglang``'s rules (its
     layer cap searched, manual levels only, the group-1 fallback); the revision's notes appended. Raises
-    :class:`InputError` for bad SLOs or lists."""
+    :class:`InputError` for bad lists."""
     from ..messages import render_all
     from ..sglang.revision_rules import revision_findings
     from ..sglang.revisions import get_revision
@@ -132,9 +132,6 @@ def search(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, space: Se
     from ..simulate.executors import check_executor
     from ..simulate.tune import DEFAULT_BUDGETS, DEFAULT_DIVISORS, DEFAULT_LAYER_CAPS, tune
 
-    check_number("slo_ttft", slo_ttft)
-    check_number("slo_itl", slo_itl)
-    check_at_least_one("workers", space.workers)
     groups_text = as_text_list(space.sm_group_nums)
     groups = parse_int_list(groups_text, "sm_group_nums", minimum=3) if groups_text is not None else None
     for value in groups or ():

@@ -1,4 +1,5 @@
-"""Option values as the commands take them: comma-separated lists, numbers with a bound, JSON-ready data.
+"""Option values as the commands take them: comma-separated lists, JSON-ready data (each field's type and
+range: :mod:`.fields`).
 
 Pure (no I/O). Every refusal is one :class:`~pdmux_cli.util.errors.InputError` line naming the parameter
 (its Python name, ``decode_bs``: the CLI prints its flag, ``--decode-bs``, the Python API its keyword) and the
@@ -114,26 +115,6 @@ def as_text_list(value: str | Sequence[Any] | None) -> str | None:
     if value is None or isinstance(value, str):
         return value
     return ",".join(str(v) for v in value)
-
-
-def check_number(name: str, value: float | None, minimum: float = 0.0, strict: bool = True) -> None:
-    """:class:`InputError` unless ``value`` (``None``: not given) is finite and ``> minimum`` (``>=`` when
-    not ``strict``); ``name``: the parameter by its Python name (``"slo_ttft"``; a flag, ``"--slo-ttft"``,
-    is read as its parameter), the error's ``param``, which the CLI names by its flag."""
-    if value is None:
-        return
-    bad = not math.isfinite(value) or (value <= minimum if strict else value < minimum)
-    if bad:
-        raise InputError("{param_flag} must be a number {op} {minimum:g}, got {value}", param=_param(name),
-                         values={"op": ">" if strict else ">=", "minimum": minimum, "value": value})
-
-
-def check_at_least_one(name: str, value: int | None, what: str = "") -> None:
-    """:class:`InputError` ``"{name} must be >= 1{what}, got {value}"`` for a whole number below 1; ``name``:
-    the parameter by its Python name (``"workers"``, or its flag), the error's ``param``."""
-    if value is not None and value < 1:
-        raise InputError("{param_flag} must be >= 1{what}, got {value}", param=_param(name),
-                         values={"what": what, "value": value})
 
 
 def _param(name: str) -> str:

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..util.errors import InputError, short_repr
+from ..util.errors import InputError
 from .fields import Checked
-from .values import check_number
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,11 +61,6 @@ def _check_synthetic(w: WorkloadOptions) -> None:
             "{flag.trace_format} applies to trace files, not {flag.synthetic}",
             values={},
         )
-    if not 0 <= w.seed < 2**32:  # numpy's (and bench_serving's --seed) range: random:L draws as it does
-        raise InputError(
-            "{flag.seed} must be from 0 to {max_seed}, as bench_serving's (numpy's), got {seed}",
-            values={"max_seed": 2**32 - 1, "seed": short_repr(w.seed)},
-        )
 
 
 def load_workload(w: WorkloadOptions) -> Any:
@@ -80,15 +74,6 @@ def load_workload(w: WorkloadOptions) -> Any:
             "{flag.qps} inf (every request at once) goes with {flag.synthetic}; a trace file's arrivals "
             "are retimed to a finite rate (or give {flag.rate_scale})",
             values={},
-        )
-    if not (w.synthetic and w.qps == math.inf):  # --synthetic --qps inf: bench_serving's --request-rate inf
-        check_number("qps", w.qps)
-    check_number("rate_scale", w.rate_scale)
-    check_number("duration", w.duration)
-    if w.max_requests is not None and w.max_requests < 1:
-        raise InputError(
-            "{flag.max_requests} must be >= 1, got {max_requests}",
-            values={"max_requests": w.max_requests},
         )
     if w.synthetic:
         _check_synthetic(w)
