@@ -166,6 +166,7 @@ def test_cli_bad_input(tmp_path) -> None:
         (["capacity", AZURE, "--target", "nan"], "--target"),
         (["capacity", AZURE, "--tolerance", "0"], "--tolerance"),
         (["capacity", AZURE, "--tolerance", "1"], "--tolerance"),
+        (["capacity", AZURE, "--tolerance", "1e-300"], "--tolerance is a relative precision from 0.0001"),
         (["capacity", AZURE, "--slo-itl", "-5"], "--slo-itl"),
         (["capacity", AZURE, "--workers", "0"], "--workers"),
         (["capacity", AZURE, "--plot", "x.jpg"], ".png"),

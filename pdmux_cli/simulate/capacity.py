@@ -326,6 +326,8 @@ def _search(trace: Trace, target: float, tolerance: float, which: str = "rate") 
         return lo, "above"
     while hi / lo > 1 + tolerance:
         mid = math.sqrt(lo * hi)
+        if not lo < mid < hi:  # the floats between them are spent
+            break
         point = yield mid
         if point.attainment(which) >= target:
             lo = mid
@@ -351,16 +353,25 @@ def check_target(target: float) -> None:
                          param="target", values={"target": target})
 
 
+#: The finest ``tolerance``: each halving of the bracket is a simulation, ``log2(ln 2 / tolerance)`` of them
+#: (13 at 1e-4), and no simulated rate is that exact; below about 2e-16 ``1 + tolerance`` is 1 in floating
+#: point and the bisection would never end.
+MIN_TOLERANCE = 1e-4
+
+
 def check_tolerance(tolerance: float) -> None:
-    """:class:`InputError` naming ``tolerance`` unless it is a relative precision in (0, 1)."""
-    if not (math.isfinite(tolerance) and 0 < tolerance < 1):
-        raise InputError("{flag.tolerance} is a relative precision in (0, 1), got {tolerance:g} (e.g. 0.02)",
-                         param="tolerance", values={"tolerance": tolerance})
+    """:class:`InputError` naming ``tolerance`` unless it is a relative precision from
+    :data:`MIN_TOLERANCE` to below 1."""
+    if not (math.isfinite(tolerance) and MIN_TOLERANCE <= tolerance < 1):
+        raise InputError("{flag.tolerance} is a relative precision from {low:g} to below 1, got "
+                         "{tolerance:g} (e.g. 0.02)", param="tolerance",
+                         values={"tolerance": tolerance, "low": MIN_TOLERANCE})
 
 
 def _check_search(trace: Trace, policies: Sequence[Policy], target: float, tolerance: float) -> None:
     """:class:`InputError` naming ``target`` unless it is a share in (0, 1], ``tolerance`` unless it is a
-    relative precision in (0, 1), ``trace`` unless its requests arrive over time, or for no policy."""
+    relative precision from :data:`MIN_TOLERANCE` to below 1, ``trace`` unless its requests arrive over time,
+    or for no policy."""
     check_target(target)
     check_tolerance(tolerance)
     if len(trace) < 2 or trace.mean_qps <= 0:
@@ -395,10 +406,10 @@ def capacity(
     """The highest rate each of ``policies`` sustains on ``trace`` (module docstring).
 
     ``slo_ttft_ms``, ``slo_itl_ms``: SLOs in ms (> 0). ``target``: SLO attainment to hold, a share in
-    (0, 1]. ``tolerance``: relative width of the final bracket (> 0, < 1). ``workers``: processes
-    (default: the cores available). ``progress(simulations done)``. ``config_paths``: per policy, the
-    pdmux YAML it came from (for the verdict's launch line), or ``None``. ``dp``: replicas of the server
-    behind a router (``load_balance_method``) for every policy but a
+    (0, 1]. ``tolerance``: relative width of the final bracket (:data:`MIN_TOLERANCE` to below 1).
+    ``workers``: processes (default: the cores available). ``progress(simulations done)``.
+    ``config_paths``: per policy, the pdmux YAML it came from (for the verdict's launch line), or
+    ``None``. ``dp``: replicas of the server behind a router (``load_balance_method``) for every policy but a
     :class:`~pdmux_cli.simulate.cluster.DisaggPolicy` (its own instances). ``executor``: where the
     simulations run (:mod:`.executors`: ``local``, ``ray`` at ``ray_address``, or an executor already
     open); ``workers``: tasks at a time. ``max_steps``: each simulation's decode-step budget
