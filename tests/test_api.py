@@ -231,6 +231,8 @@ def test_provenance_names_a_calibration_file(tmp_path) -> None:
         (lambda: pdmux.estimate(chunk_sizes=[0]), "chunk_sizes: 0 must be >= 1"),
         (lambda: pdmux.estimate(s_sat=[float("nan")]), "s_sat takes a list of finite numbers"),
         (lambda: pdmux.estimate(gpu="h1000"), "unknown GPU 'h1000'"),
+        # "~user" with no such user: a name, not a home to expand (Path.expanduser raised RuntimeError)
+        (lambda: pdmux.estimate(model="~no-such-user-pdmux"), "unknown model '~no-such-user-pdmux'"),
         (lambda: pdmux.splits(decode_bs=[]), "decode_bs: give at least one value"),
         (lambda: pdmux.splits(decode_bs=7), "decode_bs takes a list of integers"),
         (lambda: pdmux.splits(decode_bs="1,,2"), "decode_bs: item 2 of '1,,2' is empty"),

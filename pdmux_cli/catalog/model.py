@@ -588,7 +588,7 @@ def load_model(name_or_path: str | os.PathLike[str]) -> Model:
     if not text:
         raise InputError(f"empty model name: give a profile name ({', '.join(list_models())}) "
                          "or a path to a config.json")
-    path = Path(text).expanduser()
+    path = input_files.expand_user(text)
     if input_files.is_dir(path):
         config_path = path / "config.json"
         if not input_files.exists(config_path):

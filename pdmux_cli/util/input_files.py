@@ -29,6 +29,15 @@ def stat_mode(path: str | Path) -> int | None:
         return None
 
 
+def expand_user(path: str | Path) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` expanded, as the shell does; as written where there is no
+    such user or home (``Path.expanduser`` raises ``RuntimeError`` for ``~0``: a name, not a path, then)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        return Path(path)
+
+
 def is_dir(path: str | Path) -> bool:
     """True when ``path`` is a directory (:func:`stat_mode`; never raises)."""
     mode = stat_mode(path)

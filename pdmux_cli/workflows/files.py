@@ -13,9 +13,9 @@ from pathlib import Path
 
 def model_file(model: str) -> Path | None:
     """``--model`` when it names an existing file or folder (an input not to overwrite), else ``None``."""
-    from ..util.input_files import is_dir, is_file
+    from ..util.input_files import expand_user, is_dir, is_file
 
-    path = Path(model).expanduser()
+    path = expand_user(model)
     if is_dir(path):
         return path / "config.json"
     return path if is_file(path) else None
@@ -25,9 +25,9 @@ def gpu_file(gpu: str | None) -> Path | None:
     """``--gpu`` when it names an existing profile file (an input not to overwrite), else ``None``."""
     if gpu is None:
         return None
-    from ..util.input_files import is_file
+    from ..util.input_files import expand_user, is_file
 
-    path = Path(gpu.strip()).expanduser()
+    path = expand_user(gpu.strip())
     return path if is_file(path) else None
 
 
