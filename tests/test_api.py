@@ -19,6 +19,7 @@ import pdmux
 from pdmux_cli import __version__, messages
 from pdmux_cli.cli import app
 from pdmux_cli.cli import planning as cli_planning
+from pdmux_cli.util.errors import printable
 from pdmux_cli.workflows.check_config import CheckConfigRequest
 from pdmux_cli.workflows.estimate import EstimateRequest
 from pdmux_cli.workflows.gen_config import GenConfigRequest
@@ -247,6 +248,8 @@ def test_provenance_names_a_calibration_file(tmp_path) -> None:
         (lambda: pdmux.calibrate(sglang_bench=[b"x.jsonl"]), "sglang_bench takes a file path"),
         (lambda: pdmux.tune("t.csv", slo_ttft="1000", slo_itl=60), "slo_ttft must be a number, got '1000'"),
         (lambda: pdmux.simulate(synthetic=True, qps=1, progress=3), "progress takes a callable"),
+        # user text quoted in the message with its control characters escaped: still one line
+        (lambda: pdmux.simulate("no\nfile.csv"), "trace file no\\nfile.csv: no such file"),
     ],
 )
 def test_bad_input_raises_input_error(call, message) -> None:
@@ -257,7 +260,7 @@ def test_bad_input_raises_input_error(call, message) -> None:
     assert message in str(info.value)
     assert "\n" not in str(info.value)
     assert isinstance(info.value, ValueError) and isinstance(info.value, TypeError)
-    assert str(info.value) == messages.api_error_text(info.value)
+    assert str(info.value) == printable(messages.api_error_text(info.value))  # escaped as the CLI prints
     if info.value.param and str(info.value).startswith(info.value.param):  # the CLI's line: its flag
         assert messages.error_text(info.value).startswith(messages.flag(info.value.param))
 

@@ -87,14 +87,19 @@ class PdmuxError(Exception):
 
     def __str__(self) -> str:
         if self.values is None:
-            return self.prefix + self.template
-        from ..messages import api_error_text, error_text  # lazy: flag names live in the rendering module
+            text = self.prefix + self.template
+        else:
+            from ..messages import api_error_text, error_text  # lazy: flag names live in the rendering module
 
-        return api_error_text(self) if self.audience == "api" else error_text(self)
+            text = api_error_text(self) if self.audience == "api" else error_text(self)
+        # the CLI escapes what it prints (cli/common.py); the API's line is escaped here: one line even
+        # where it quotes a path or name holding a newline
+        return printable(text) if self.audience == "api" else text
 
     def for_api(self: _E) -> _E:
-        """This error, its message naming parameters by their keywords (``str()``; :attr:`audience`): what
-        the Python API raises."""
+        """This error, its message naming parameters by their keywords (``str()``; :attr:`audience`) and
+        user text holding control characters escaped (:func:`printable`, as the CLI prints it): what the
+        Python API raises."""
         self.audience = "api"
         return self
 
