@@ -236,6 +236,8 @@ def test_provenance_names_a_calibration_file(tmp_path) -> None:
         (lambda: pdmux.estimate(model="~no-such-user-pdmux"), "unknown model '~no-such-user-pdmux'"),
         (lambda: pdmux.splits(decode_bs=[]), "decode_bs: give at least one value"),
         (lambda: pdmux.splits(decode_bs=7), "decode_bs takes a list of integers"),
+        # splits' prompt_tokens is a list, not simulate's length spec (which takes an integer)
+        (lambda: pdmux.splits(prompt_tokens=1024), "prompt_tokens takes a list of integers or text (a str)"),
         (lambda: pdmux.splits(decode_bs="1,,2"), "decode_bs: item 2 of '1,,2' is empty"),
         (lambda: pdmux.splits(all_gpus=True, tp=2), "tp describes one deployment"),
         (lambda: pdmux.splits(sms=132), "sms and cc go together"),

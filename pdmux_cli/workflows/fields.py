@@ -233,7 +233,8 @@ RANGES: dict[str, Range | Callable[[Any, str], None]] = {
 #: their items: a sequence of such items is joined into that text (the parsers then check each item).
 LIST_ITEMS: dict[str, type] = {"policies": str, "chunk_sizes": int, "mixed_chunk_sizes": int,
                                "sm_group_nums": int, "divisors": int, "budgets": int, "slo_margins": float}
-#: Text fields that take an integer too: length specs (``prompt_tokens=1024`` is ``"1024"``).
+#: Text fields that take an integer too: length specs (simulate's ``prompt_tokens=1024`` is ``"1024"``;
+#: splits' ``prompt_tokens``, a list, does not).
 LENGTH_SPECS = ("prompt_tokens", "output_tokens")
 
 
@@ -284,7 +285,7 @@ def check_value(name: str, value: Any, kinds: frozenset[str]) -> Any:
     if "str" in kinds:
         if isinstance(value, str):
             return value
-        if name in LENGTH_SPECS and isinstance(value, numbers.Integral):
+        if name in LENGTH_SPECS and "ints" not in kinds and isinstance(value, numbers.Integral):
             return str(int(value))
         if name in LIST_ITEMS and _sequence(value):
             return ",".join(str(_item(name, v, LIST_ITEMS[name])) for v in value)
@@ -376,7 +377,7 @@ def _wrong(name: str, value: Any, kinds: frozenset[str]) -> InputError:
     that too, goes unsaid: it is the default)."""
     if name in LIST_ITEMS:
         words = [f"a list of {_LIST_WORDS[LIST_ITEMS[name]]}", "comma-separated text"]
-    elif name in LENGTH_SPECS and "str" in kinds:
+    elif name in LENGTH_SPECS and "ints" not in kinds:
         words = ["an integer", "a length spec (text)"]
     else:  # a field of a path or its text takes a path (the text is one)
         words = [_WORDS[k] for k in _WORDS if k in kinds and not (k == "str" and "path" in kinds)]
