@@ -39,8 +39,8 @@ class Opaque:
 
 
 #: ``(label, value)``: one bad value at a time in a keyword; the kinds a hostile caller passes: None, NaN,
-#: infinities, negatives, 0, a fraction, 10^18, booleans, text (empty, unicode with a bidi override and a
-#: NUL, a number as text), lists, bytes, objects.
+#: infinities, negatives, 0, a fraction, 10^18, the largest and smallest floats, booleans, text (empty,
+#: unicode with a bidi override, a NUL, a number as text), lists, bytes, objects.
 HOSTILE: tuple[tuple[str, Any], ...] = (
     ("None", None),
     ("nan", math.nan),
@@ -52,6 +52,7 @@ HOSTILE: tuple[tuple[str, Any], ...] = (
     ("2.5", 2.5),
     ("1e18", 10**18),
     ("1e300", 1e300),
+    ("5e-324", 5e-324),
     ("True", True),
     ("''", ""),
     ("unicode", "\u00fc\u202e\u2603"),
@@ -115,11 +116,13 @@ def hostile_call(function: Any, base: tuple[tuple[Any, ...], dict[str, Any]], ke
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 
 
-def cli_flags_named(message: str, function: Any) -> list[str]:
+def cli_flags_named(message: str, function: Any, value: Any = None) -> list[str]:
     """The CLI flags of ``function``'s own keywords that ``message`` names (an API message names the
-    keyword, ``tp``, not ``--tp``)."""
+    keyword, ``tp``, not ``--tp``), outside the quoted ``value`` (``gpu='--tp'`` is quoted as given)."""
     from pdmux_cli.messages import flag
 
+    for quoted in (repr(value), str(value)):
+        message = message.replace(quoted, "")
     own = {flag(name) for name in keywords(function)}
     return [f for f in _FLAG.findall(message) if f in own]
 
@@ -186,7 +189,7 @@ def judge(function: Any, outcome: Any, keyword: str | None = None, value: Any = 
 
     if isinstance(outcome, pdmux.InputError):
         text = str(outcome)
-        if cli_flags_named(text, function):
+        if cli_flags_named(text, function, value):
             return "flag_named", text
         if "\n" in text:
             return "several_lines", text
