@@ -625,13 +625,14 @@ class _LazyKeys(dict):
     """A streamed run's prefix-cache block keys: computed for a request when first asked for
     (:func:`~pdmux_cli.simulate.prefix_cache.block_keys`), dropped when it finishes."""
 
-    def __init__(self, hashes: Sequence[Sequence[int]], prompt: Sequence[int]) -> None:
+    def __init__(self, hashes: Sequence[Sequence[int]], prompt: Sequence[int],
+                 block_tokens: int = HASH_BLOCK_TOKENS) -> None:
         super().__init__()
-        self.hashes, self.prompt = hashes, prompt
+        self.hashes, self.prompt, self.block = hashes, prompt, block_tokens
 
     def __missing__(self, rid: int) -> tuple:
         hashes = self.hashes[rid] if rid < len(self.hashes) else ()
-        keys = self[rid] = block_keys(hashes, self.prompt[rid])
+        keys = self[rid] = block_keys(hashes, self.prompt[rid], self.block)
         return keys
 
 
@@ -657,7 +658,7 @@ class Work:
     def __init__(self, arrival: Sequence[float], prompt: Sequence[int], output: Sequence[int],
                  steps: Sequence[int], num_trace: int, capacity_tokens: int, window: int, setup: Setup,
                  hashes: Sequence[Sequence[int]] = (), keys: list | None = None, max_concurrency: int = 0,
-                 fold=None) -> None:
+                 fold=None, block_tokens: int = HASH_BLOCK_TOKENS) -> None:
         n = len(arrival)
         self.fold = fold
         stream = fold is not None
@@ -704,14 +705,17 @@ class Work:
         self.chunked_rid = -1
         self.chunked_done = 0
         has_hashes = hashes.any_values() if isinstance(hashes, Ragged) else any(hashes)
-        self.cache = PrefixCache() if has_hashes else None
+        #: tokens of a full hash block (the trace's)
+        self.block = block_tokens
+        self.cache = PrefixCache(block_tokens) if has_hashes else None
         #: per request, its prompt's blocks as the prefix cache keys them
         if self.cache is None:
             self.keys = []
         elif stream:
-            self.keys = _LazyKeys(hashes, prompt)
+            self.keys = _LazyKeys(hashes, prompt, block_tokens)
         else:
-            self.keys = keys if keys is not None else [block_keys(h, p) for h, p in zip(hashes, prompt)]
+            self.keys = keys if keys is not None else [block_keys(h, p, block_tokens)
+                                                       for h, p in zip(hashes, prompt)]
         if self.cache is None:
             self.cache_node = []
         else:
@@ -800,7 +804,7 @@ class Work:
         """``rid`` has ``done`` tokens prefilled: its complete prompt blocks among them enter the cache
         under its lock (SGLang's ``checkpoint_kv_cache`` after a chunk or a prefill)."""
         keys = self.keys[rid]
-        blocks = len(keys) if done >= self.prompt[rid] else min(done // HASH_BLOCK_TOKENS, len(keys))
+        blocks = len(keys) if done >= self.prompt[rid] else min(done // self.block, len(keys))
         cache = self.cache
         node = self.cache_node[rid]
         if blocks > cache.depth[node]:
@@ -1118,7 +1122,7 @@ def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequen
     if setup.prefix_cache and (given.any_values() if isinstance(given, Ragged) else any(given)):
         hashes = trace.hash_ids if stream else list(trace.hash_ids) + [()] * (len(arrival) - n)
     work = Work(arrival, prompt, output, steps, n, capacity_tokens, window, setup, hashes, keys,
-                max_concurrency, fold)
+                max_concurrency, fold, getattr(trace, "block_tokens", HASH_BLOCK_TOKENS))
     held = sum(prompt[rid] for rid in range(n, len(arrival)))
     if held + len(arrival) - n > capacity_tokens:
         raise InputError(f"the initial decode batch needs {held} KV tokens, more than the {capacity_tokens} "

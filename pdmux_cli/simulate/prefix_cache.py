@@ -62,27 +62,29 @@ ROOT = 0
 Block = int | tuple[int, int]
 
 
-def block_keys(hash_ids: Sequence[int], prompt_tokens: int) -> tuple[Block, ...]:
+def block_keys(hash_ids: Sequence[int], prompt_tokens: int, block_tokens: int = HASH_BLOCK_TOKENS
+               ) -> tuple[Block, ...]:
     """A prompt's blocks as the tree keys them (:data:`Block`): ``hash_ids`` (at most one per
-    :data:`HASH_BLOCK_TOKENS` tokens of the prompt), the last one paired with its tokens when the prompt
-    ends inside it."""
-    keys = tuple(hash_ids[:-(-prompt_tokens // HASH_BLOCK_TOKENS)])
-    tail = prompt_tokens - HASH_BLOCK_TOKENS * (len(keys) - 1)
-    if keys and tail < HASH_BLOCK_TOKENS:
+    ``block_tokens`` tokens of the prompt: the trace's block, :data:`HASH_BLOCK_TOKENS` for Mooncake), the
+    last one paired with its tokens when the prompt ends inside it."""
+    keys = tuple(hash_ids[:-(-prompt_tokens // block_tokens)])
+    tail = prompt_tokens - block_tokens * (len(keys) - 1)
+    if keys and tail < block_tokens:
         keys = (*keys[:-1], (keys[-1], tail))
     return keys
 
 
-def _tokens(run: Sequence[Block]) -> int:
-    """Tokens of a run of blocks (only its last may be short)."""
+def _tokens(run: Sequence[Block], block_tokens: int) -> int:
+    """Tokens of a run of blocks of ``block_tokens`` (only its last may be short)."""
     if not run:
         return 0
     last = run[-1]
-    return HASH_BLOCK_TOKENS * len(run) - (HASH_BLOCK_TOKENS - last[1] if type(last) is tuple else 0)
+    return block_tokens * len(run) - (block_tokens - last[1] if type(last) is tuple else 0)
 
 
 class PrefixCache:
-    """The radix tree of cached prompt blocks (module docstring), as parallel lists indexed by node id.
+    """The radix tree of cached prompt blocks (module docstring), as parallel lists indexed by node id;
+    ``block_tokens``: tokens a full block holds (the trace's, :attr:`~pdmux_cli.simulate.traces.Trace.block_tokens`).
 
     Per node: ``run`` (its blocks; ``()`` for a finished request's output leaf), ``tokens``, ``cum``
     (tokens from the root through it), ``depth`` (blocks from the root through it), ``lock`` (requests
@@ -93,10 +95,11 @@ class PrefixCache:
     place in the tree is the id of its deepest node (:data:`ROOT` for none).
     """
 
-    __slots__ = ("_children", "_heap", "clock", "cum", "depth", "evictable", "evicted_tokens", "kids", "lock",
-                 "owner", "parent", "run", "shared", "time", "tokens")
+    __slots__ = ("_children", "_heap", "block", "clock", "cum", "depth", "evictable", "evicted_tokens", "kids",
+                 "lock", "owner", "parent", "run", "shared", "time", "tokens")
 
-    def __init__(self) -> None:
+    def __init__(self, block_tokens: int = HASH_BLOCK_TOKENS) -> None:
+        self.block = block_tokens
         self.parent = [-1]
         self.run: list[tuple[Block, ...]] = [()]
         self.tokens = [0]
@@ -136,7 +139,7 @@ class PrefixCache:
         run = self.run[node]
         parent = self.parent[node]
         head = run[:k]
-        tokens = _tokens(head)
+        tokens = _tokens(head, self.block)
         upper = len(self.tokens)
         self.parent.append(parent)
         self.run.append(head)
@@ -260,7 +263,7 @@ class PrefixCache:
         j = self.depth[node]
         if j < end:
             rest = keys[j:end]
-            tokens = _tokens(rest)
+            tokens = _tokens(rest, self.block)
             if node and self.owner[node] == owner and self.lock[node] == 1 and not self.kids[node]:
                 self.run[node] += rest  # a full block ends the run: token counts add up
                 self.tokens[node] += tokens
