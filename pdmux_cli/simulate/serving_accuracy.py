@@ -406,6 +406,6 @@ def outcome_dict(outcome: RunOutcome) -> dict:
     }
 
 
-__all__ = ["BENCH_SERVING_SEEDS", "FIT_RUNS", "HELDOUT_RUNS", "METRICS", "TERMS", "RunOutcome", "ServingRun", "client_metrics",
-           "load_runs", "outcome_dict", "predictions", "replay", "report", "runs_from_bench_serving",
-           "workload"]
+__all__ = ["BENCH_SERVING_SEEDS", "FIT_RUNS", "HELDOUT_RUNS", "METRICS", "TERMS", "RunOutcome", "ServingRun",
+           "client_metrics", "load_runs", "outcome_dict", "predictions", "replay", "report",
+           "runs_from_bench_serving", "workload"]
