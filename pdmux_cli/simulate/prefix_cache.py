@@ -84,7 +84,8 @@ def _tokens(run: Sequence[Block], block_tokens: int) -> int:
 
 class PrefixCache:
     """The radix tree of cached prompt blocks (module docstring), as parallel lists indexed by node id;
-    ``block_tokens``: tokens a full block holds (the trace's, :attr:`~pdmux_cli.simulate.traces.Trace.block_tokens`).
+    ``block_tokens``: tokens a full block holds (the trace's,
+    :attr:`~pdmux_cli.simulate.traces.Trace.block_tokens`).
 
     Per node: ``run`` (its blocks; ``()`` for a finished request's output leaf), ``tokens``, ``cum``
     (tokens from the root through it), ``depth`` (blocks from the root through it), ``lock`` (requests
@@ -95,8 +96,8 @@ class PrefixCache:
     place in the tree is the id of its deepest node (:data:`ROOT` for none).
     """
 
-    __slots__ = ("_children", "_heap", "block", "clock", "cum", "depth", "evictable", "evicted_tokens", "kids",
-                 "lock", "owner", "parent", "run", "shared", "time", "tokens")
+    __slots__ = ("_children", "_heap", "block", "clock", "cum", "depth", "evictable", "evicted_tokens",
+                 "kids", "lock", "owner", "parent", "run", "shared", "time", "tokens")
 
     def __init__(self, block_tokens: int = HASH_BLOCK_TOKENS) -> None:
         self.block = block_tokens
