@@ -23,6 +23,7 @@ from .options import (
     CAPACITY_POLICIES_OPTION,
     COST_MODEL_OPTION,
     DATASET_NAME_OPTION,
+    DISABLE_CUDA_GRAPH_OPTION,
     DISAGG_OPTION,
     DISAGG_TP_OPTION,
     DP_OPTION,
@@ -194,6 +195,7 @@ def capacity(
     max_prefill_tokens: int = MAX_PREFILL_TOKENS_OPTION,
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help=(
         "Requests run to their max_new_tokens (benchmark traffic).")),
+    disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     workers: int | None = WORKERS_OPTION,
     executor: str = EXECUTOR_OPTION,

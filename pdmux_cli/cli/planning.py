@@ -144,6 +144,10 @@ def estimate(
                                                  help="Roofline model: SGLang's host time per kernel of a "
                                                  "prefill launched outside its CUDA graph (mixed chunks, "
                                                  "pdmux's split prefill), ms (default: serving.yaml's fit)."),
+    disable_cuda_graph: bool = typer.Option(False, "--disable-cuda-graph",
+                                            help="SGLang's flag: no CUDA graph; every decode step (the "
+                                            "reference's, each pdmux round's) and prefill launched kernel by "
+                                            "kernel at --eager-launch-ms a kernel."),
     weight_bytes: float | None = typer.Option(None, "--weight-bytes",
                                               help="Bytes per weight (default: the model's dtype; bf16 2, "
                                               "fp8 1)."),
@@ -204,7 +208,8 @@ def estimate(
         chunk_sizes=chunk_sizes, mixed_chunk_sizes=mixed_chunk_sizes, cost_model=cost_model, s_sat=s_sat,
         bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, step_overhead_ms=step_overhead_ms,
         per_request_overhead_ms=per_request_overhead_ms, eager_launch_ms=eager_launch_ms,
-        weight_bytes=weight_bytes, kv_bytes=kv_bytes, kv_cache_dtype=kv_cache_dtype, level=level,
+        disable_cuda_graph=disable_cuda_graph, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
+        kv_cache_dtype=kv_cache_dtype, level=level,
         all_levels=all_levels, sm_group_num=sm_group_num,
         decode_bs_divisor=decode_bs_divisor, token_budget=token_budget, config=config,
         flops_dtype=flops_dtype,

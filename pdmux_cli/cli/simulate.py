@@ -24,6 +24,7 @@ from .options import (
     COST_MODEL_OPTION,
     DATASET_NAME_OPTION,
     CSV_OPTION,
+    DISABLE_CUDA_GRAPH_OPTION,
     DISAGG_OPTION,
     DISAGG_TP_OPTION,
     DP_OPTION,
@@ -162,6 +163,7 @@ def simulate(
     disable_prefill_cuda_graph: bool = typer.Option(False, "--disable-prefill-cuda-graph", help=(
         "SGLang's flag: prefill batches launch their kernels eagerly (SGLang before 0.5.23's prefill "
         "CUDA graph did): a short prefill takes at least its kernels' launch time.")),
+    disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     slo_ttft: float = SLO_TTFT_DEFAULT_OPTION,
     slo_itl: float = SLO_ITL_DEFAULT_OPTION,
@@ -324,6 +326,7 @@ def tune(
     kv_cache_dtype: str | None = KV_CACHE_DTYPE_OPTION,
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help=(
         "Requests run to their max_new_tokens (benchmark traffic).")),
+    disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     workers: int | None = WORKERS_OPTION,
     executor: str = EXECUTOR_OPTION,

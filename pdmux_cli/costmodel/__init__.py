@@ -83,6 +83,10 @@ class StepModel(Protocol):
         or (``graphed``) replayed from SGLang's prefill CUDA graph."""
         ...
 
+    def decode_launch_s(self) -> float:
+        """Host time to launch a decode step kernel by kernel (SGLang's ``--disable-cuda-graph``)."""
+        ...
+
     def bandwidth_share(self, sms: int) -> float:
         """Share of whole-GPU bandwidth on ``sms`` SMs."""
         ...

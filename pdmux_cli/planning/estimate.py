@@ -95,7 +95,10 @@ class Scenario:
     ``disagg``: ``(X, Y)`` prefill and decode instances of PD disaggregation (``--disagg XPYD``), each
     of ``tp`` GPUs (``disagg_tp`` when given), or ``None`` for no disaggregation row. ``kv_link``,
     ``kv_link_gb_s``, ``kv_link_latency_us``: the KV link's kind and overrides
-    (:func:`pdmux_cli.multigpu.disaggregation.kv_link`).
+    (:func:`pdmux_cli.multigpu.disaggregation.kv_link`). ``disable_cuda_graph``: SGLang's
+    ``--disable-cuda-graph`` (roofline): every decode step (the reference's, each pdmux round's, a
+    disaggregation decode instance's) and prefill batch launched kernel by kernel
+    (``StepModel.decode_launch_s``, ``prefill_launch_s``), and no memory reserved for graphs.
     """
 
     decode_bs: int = 32
@@ -125,6 +128,7 @@ class Scenario:
     kv_link_gb_s: float | None = None
     kv_link_latency_us: float | None = None
     disagg_tp: int | None = None
+    disable_cuda_graph: bool = False
 
     def validate(self) -> None:
         """Raise :class:`InputError` (one line) for sizes that make no sense or that no deployment
@@ -339,7 +343,8 @@ def memory_check(gpu: Gpu, model: Model, scenario: Scenario) -> MemoryCheck:
     tokens = scenario.decode_bs * scenario.context_tokens + scenario.prompt_tokens
     fraction, pool = 0.0, 0
     try:
-        fraction = server_defaults.mem_fraction_static(gpu.memory_bytes, -1, tp)
+        fraction = server_defaults.mem_fraction_static(gpu.memory_bytes, -1, tp,
+                                                       cuda_graphs=not scenario.disable_cuda_graph)
         pool = server_defaults.kv_pool(gpu.memory_bytes, weights, rank_kv, fraction).tokens
     except InputError:
         pass
@@ -512,6 +517,9 @@ def estimate(
         return max(gpu_s, cpu + launch_s)
 
     prefill_graph = server_defaults.prefill_cuda_graph_default(model.architectures, gpu.compute_capability)
+    eager = scenario.disable_cuda_graph  # --disable-cuda-graph: no graph, decode and prefill launched eagerly
+    if eager:
+        prefill_graph = False
 
     def launch(tokens: int, chunk: int, mixed: bool = False) -> float:
         """Host seconds to launch a prefill batch (as engine.Setup.prefill_launch_s)."""
@@ -520,7 +528,10 @@ def estimate(
         return full.prefill_launch_s(None, graphed)
 
     per_request = full.request_s(1)  # a server step's time per request beyond the kernels (serving.yaml)
-    base_s = hidden(full.decode_s(total, bs, sum_ctx, sum_win) + bs * per_request)
+    # a decode step launched kernel by kernel is not done before its launches, on the CPU's thread before the
+    # step's own work (as a prefill's; Setup.decode_launch_s in the simulator); 0 from a CUDA graph
+    decode_launch = full.decode_launch_s() if eager else 0.0
+    base_s = hidden(full.decode_s(total, bs, sum_ctx, sum_win) + bs * per_request, decode_launch)
     rows = [PolicyRow("decode-only", "decode only (ref.)", base_s * 1e3, None, None, None)]
 
     whole_prefill_s = hidden(full.prefill_s(total, [(prompt, 0)]) + per_request, launch(prompt, -1))
@@ -582,10 +593,11 @@ def estimate(
         prefill_alone = step_model.prefill_s(p, [(prompt, 0)])
         decode_corun = step_model.decode_s(d, bs, sum_ctx, sum_win, corun_sms=p)
         prefill_corun = step_model.prefill_s(p, [(prompt, 0)], corun_sms=d)
-        # a pdmux round: the decode step (or the launches of the round's split-prefill layers, eager,
-        # when longer), then the CPU's work (the overlap scheduler is off) and the step's time per request
-        round_s = (max(decode_corun, step_model.prefill_launch_s(per_round)) + step_model.decode_cpu_s(bs)
-                   + step_model.request_s(bs))
+        # a pdmux round: the decode step (or the launches of the round's split-prefill layers, eager, after
+        # the decode step's own with --disable-cuda-graph, when longer), then the CPU's work (the overlap
+        # scheduler is off) and the step's time per request
+        launches = step_model.prefill_launch_s(per_round) + (step_model.decode_launch_s() if eager else 0.0)
+        round_s = (max(decode_corun, launches) + step_model.decode_cpu_s(bs) + step_model.request_s(bs))
         return round_s, pdmux_prefill_end_s(prefill_corun, round_s, model.num_layers,
                                             per_round), decode_alone, \
             prefill_alone, decode_corun
@@ -662,7 +674,9 @@ def estimate(
                 calibration,
             )[0][0]
             inst_cpu = inst.decode_cpu_s(bs)
-            inst_base_s = max(inst.decode_s(total, bs, sum_ctx, sum_win) + inst.request_s(bs), inst_cpu)
+            inst_launch = inst.decode_launch_s() if eager else 0.0
+            inst_base_s = max(inst.decode_s(total, bs, sum_ctx, sum_win) + inst.request_s(bs),
+                              inst_cpu + inst_launch)
             inst_prefill_s = max(inst.prefill_s(total, [(prompt, 0)]) + inst.request_s(1), inst_cpu)
         transfer_bytes = prompt * rank_kv_bytes_per_token(model, scenario.kv_bytes_per_element, inst_tp)
         transfer_s = link.transfer_s(transfer_bytes)

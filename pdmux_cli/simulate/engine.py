@@ -258,7 +258,12 @@ class Setup:
     (``--tp-size``): weights, KV and SGLang's memory reserve are one rank's, and every rank holds the
     same pool (the step model's times are one rank's too). ``prefill_cuda_graph``: SGLang replays prefill
     batches from its prefill CUDA graph (:func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`;
-    off, every prefill batch pays its eager launches: :meth:`prefill_launch_s`).
+    off, every prefill batch pays its eager launches: :meth:`prefill_launch_s`). ``decode_cuda_graph``:
+    SGLang replays decode batches up to :attr:`graph_max_bs` from its decode CUDA graphs; off
+    (``--disable-cuda-graph``, which turns both graph backends off: ``srt/arg_groups/cuda_graph_hook.py``
+    ``parse_cuda_graph_config``),
+    every decode step, pdmux's too (``eager_runner.py`` ``_resolve_decode_pdmux``), pays its eager launches
+    (:meth:`decode_launch_s`) and SGLang reserves no memory for graphs (:meth:`kv_pool`).
     """
 
     model: Model
@@ -278,6 +283,7 @@ class Setup:
     prefix_cache: bool = True
     tp: int = 1
     prefill_cuda_graph: bool = True
+    decode_cuda_graph: bool = True
 
     def __post_init__(self) -> None:
         check_mem_fraction(self.mem_fraction_static)
@@ -321,6 +327,19 @@ class Setup:
             return self.cuda_graph_max_bs
         return sgl.default_cuda_graph_max_bs(self.memory_bytes, self.tp)
 
+    @property
+    def graph_limit(self) -> float:
+        """The largest decode batch :meth:`StepModel.decode_s` is to time as replayed from a CUDA graph:
+        :attr:`graph_max_bs`; with :attr:`decode_cuda_graph` off every batch's launches are
+        :meth:`decode_launch_s` instead, so none is timed as a larger batch (``math.inf``)."""
+        return self.graph_max_bs if self.decode_cuda_graph else math.inf
+
+    def decode_launch_s(self) -> float:
+        """Host seconds to launch one decode step: 0 from a CUDA graph; with :attr:`decode_cuda_graph` off,
+        its kernels one by one (``StepModel.decode_launch_s``), on the scheduler's thread before its own
+        work (:mod:`pdmux_cli.simulate.schedulers`)."""
+        return 0.0 if self.decode_cuda_graph else self.step_model.decode_launch_s()
+
     def prefill_launch_s(self, tokens: int, chunk_tokens: int, mixed: bool = False) -> float:
         """Host seconds to launch a prefill batch of ``tokens`` new tokens under ``--chunked-prefill-size
         chunk_tokens`` (``<= 0``: off), ``mixed`` with decode rows (``--enable-mixed-chunk``): from SGLang's
@@ -338,7 +357,8 @@ class Setup:
         if fraction is None:
             fraction = sgl.mem_fraction_static(self.memory_bytes, chunk_tokens, self.tp,
                                                max_prefill_tokens=self.max_prefill_tokens,
-                                               cuda_graph_max_bs=self.cuda_graph_max_bs)
+                                               cuda_graph_max_bs=self.cuda_graph_max_bs,
+                                               cuda_graphs=self.decode_cuda_graph)
         try:
             return sgl.kv_pool(self.memory_bytes, self.weight_bytes, self.kv_bytes_per_token, fraction)
         except InputError as exc:
@@ -382,6 +402,7 @@ def make_setup(
     eager_launch_ms: float | None = None,
     eager_launch_moe_ms: float | None = None,
     prefill_cuda_graph: bool | None = None,
+    decode_cuda_graph: bool = True,
 ) -> Setup:
     """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.catalog.hardware.Gpu`) and a model, with the cost
     model of :func:`pdmux_cli.costmodel.build_step_model` (its arguments: ``cost_model``, ``s_sat``,
@@ -390,7 +411,9 @@ def make_setup(
     ``tp``, ``eager_launch_ms``, ``eager_launch_moe_ms``). ``prefill_cuda_graph``: ``None`` for SGLang
     0.5.23's default
     (:func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`), ``False`` for a server that
-    prefills eagerly (an older release, ``--disable-prefill-cuda-graph``). Raises
+    prefills eagerly (an older release, ``--disable-prefill-cuda-graph``). ``decode_cuda_graph``: ``False``
+    for a server that decodes eagerly too (``--disable-cuda-graph``, with ``prefill_cuda_graph`` ``False``).
+    Raises
     :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values."""
     from ..costmodel import build_step_model
 
@@ -419,6 +442,7 @@ def make_setup(
         max_prefill_tokens=max_prefill_tokens, ignore_eos=ignore_eos, disable_overlap=disable_overlap,
         cuda_graph_max_bs=cuda_graph_max_bs, max_running_requests=max_running_requests, gpu_name=gpu.name,
         prefix_cache=prefix_cache, tp=tp, prefill_cuda_graph=prefill_cuda_graph,
+        decode_cuda_graph=decode_cuda_graph,
     )
 
 

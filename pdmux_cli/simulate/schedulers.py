@@ -18,7 +18,10 @@ and ``event_loop_overlap``) for three policies, named by the server arguments th
 A round is one prefill or decode step on the whole GPU. The overlap scheduler prepares round ``k + 1``
 on the CPU while the GPU runs round ``k``, so a round lasts ``max(GPU time, CPU time)``
 (``--disable-overlap-schedule``: the sum). Decode batches larger than SGLang's largest CUDA graph
-(``cuda_graph_max_bs``, 256 on 60-160 GB GPUs) are launched kernel by kernel.
+(``cuda_graph_max_bs``, 256 on 60-160 GB GPUs) are launched kernel by kernel. With ``--disable-cuda-graph``
+every decode step is (``Setup.decode_launch_s``): its launches on the CPU's thread before the step's own
+work, as an eager prefill's, so a round lasts ``max(GPU, CPU + launches)`` (without the overlap scheduler
+``max(GPU, launches) + CPU``).
 
 **pdmux** (:func:`run_pdmux`; ``srt/multiplex/multiplexing_mixin.py`` ``event_loop_pdmux``): a round is
 
@@ -318,7 +321,8 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     mixed = policy.mixed
     interval = policy.prefill_decode_interval
     total = setup.total_sms
-    graph_max = setup.graph_max_bs
+    graph_max = setup.graph_limit
+    decode_launch = setup.decode_launch_s()  # 0 from a CUDA graph
     overlap = not setup.disable_overlap
     cpu_s = step_model.decode_cpu_s
     decode_s = step_model.decode_s
@@ -418,10 +422,13 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                 gpu = (decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
                        + n * per_request)
                 cpu = cpu_of.get(n) or cpu_of.add(n)
+                # an eager step's launches come first on the CPU's thread (as an eager prefill's); from a
+                # graph they are 0 and this is max(gpu, cpu) (overlap) or gpu + cpu, exactly
                 if overlap:
+                    cpu += decode_launch
                     t += cpu if cpu > gpu else gpu  # noqa: FURB136 - max(gpu, cpu) exactly, no call
                 else:
-                    t += gpu + cpu
+                    t += (gpu if gpu > decode_launch else decode_launch) + cpu
                 step = ends.base + len(ends)
                 append(t)
                 finished = batch.complete(step)
@@ -461,14 +468,16 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
 
 
 def pdmux_round_s(step_model: StepModel, decode_sms: int, n: int, sum_context: float, sum_window: float = 0.0,
-                  corun_sms: int = 0, cuda_graph: bool = True) -> float:
+                  corun_sms: int = 0, cuda_graph: bool = True, launch_s: float = 0.0) -> float:
     """Seconds one pdmux round with a decode step lasts: what a decoding request waits between two tokens.
 
     ``step_model``: a :class:`pdmux_cli.costmodel.StepModel`. ``decode_sms``: the decode partition's SMs
     (all of them with no prefill in flight). ``n``: requests in the decode batch; ``sum_context``,
     ``sum_window``: their cached tokens (and ``min(context, window)``), summed. ``corun_sms``: the prefill
     partition's SMs while its stream is still busy (the decode step's co-run interference), else 0.
-    ``cuda_graph``: ``n`` is within SGLang's largest decode CUDA graph.
+    ``cuda_graph``: ``n`` is within SGLang's largest decode CUDA graph. ``launch_s``: host seconds the round's
+    CPU spends launching before it waits for the decode stream (the split prefill's layers; an eager decode
+    step's kernels, ``--disable-cuda-graph``): the decode step is not done before them.
 
     SGLang 0.5.23 ``srt/multiplex/multiplexing_mixin.py`` ``event_loop_pdmux`` waits for the decode stream
     only, then processes the results on the CPU with the overlap scheduler off (SGLang asserts it): one
@@ -477,8 +486,8 @@ def pdmux_round_s(step_model: StepModel, decode_sms: int, n: int, sum_context: f
     below (:func:`pdmux_rounds`) and ``pdmux gen-config --slo-itl`` (:mod:`pdmux_cli.planning.slo_levels`)
     both time rounds with this function, so the ITL a YAML is sized for is the one the simulator gives.
     """
-    return (step_model.decode_s(decode_sms, n, sum_context, sum_window, corun_sms, cuda_graph)
-            + step_model.decode_cpu_s(n) + step_model.request_s(n))
+    decode = step_model.decode_s(decode_sms, n, sum_context, sum_window, corun_sms, cuda_graph)
+    return (decode if decode > launch_s else launch_s) + step_model.decode_cpu_s(n) + step_model.request_s(n)
 
 
 def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy,
@@ -502,7 +511,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     thresholds = plan.thresholds
     divisor, budget = cfg.decode_bs_divisor, cfg.split_forward_token_budget
     layers = setup.model.num_layers
-    graph_max = setup.graph_max_bs
+    graph_max = setup.graph_limit
+    decode_launch = setup.decode_launch_s()  # 0 from a CUDA graph
     batch = work.batch
     ends = work.ends
     append = ends.fast_append
@@ -614,13 +624,14 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 launch = k * launch_layer_s
                 stream_free = max(t + launch, max(t, stream_free) + k * layer_s)
                 submitted += k
+            # the round's CPU launches the decode step (eagerly: --disable-cuda-graph) and the prefill layers
+            # before it waits for the decode stream: not done before they are
             tau = round_s(step_model, pf_d, n, batch.sum_context, batch.sum_window,
-                          pf_p if stream_free > t else 0, n <= graph_max)
-            if launch:  # the round's CPU launches the prefill layers too: not done before they are
-                tau = max(tau, launch + cpu_s(n) + step_model.request_s(n))
+                          pf_p if stream_free > t else 0, n <= graph_max, decode_launch + launch)
             group_time[group] += tau
         else:
-            tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
+            tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max,
+                          decode_launch)
             group_time[last] += tau
         t += tau
         step = ends.base + len(ends)
@@ -651,7 +662,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
             if ratio > MIN_RATIO:  # max(MIN_RATIO, ratio - RATIO_DECAY), exactly
                 ratio -= RATIO_DECAY
                 work.ratio = ratio if ratio > MIN_RATIO else MIN_RATIO  # noqa: FURB136 - no call (hot path)
-            tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
+            tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max,
+                          decode_launch)
             group_time[last] += tau
             t += tau
             step = ends.base + len(ends)

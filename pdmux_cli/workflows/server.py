@@ -33,8 +33,10 @@ class ServerOptions:
     ``serving.yaml``'s fit).
     ``ignore_eos``: requests run to their max_new_tokens. ``disable_overlap_schedule``: CPU time adds to
     every baseline step. ``disable_prefill_cuda_graph``: SGLang's flag: every prefill batch launches its
-    kernels eagerly (as SGLang before its prefill CUDA graph did). ``no_prefix_cache``: SGLang's radix cache
-    off. ``tp``: GPUs of one server (1-8).
+    kernels eagerly (as SGLang before its prefill CUDA graph did). ``disable_cuda_graph``: SGLang's flag
+    (0.5.23: deprecated for ``--cuda-graph-backend-{decode,prefill}=disabled``, the same): no CUDA graph,
+    every decode step and prefill batch launched kernel by kernel, no memory reserved for graphs.
+    ``no_prefix_cache``: SGLang's radix cache off. ``tp``: GPUs of one server (1-8).
     """
 
     model: str = "qwen3-8b"
@@ -61,6 +63,7 @@ class ServerOptions:
     ignore_eos: bool = False
     disable_overlap_schedule: bool = False
     disable_prefill_cuda_graph: bool = False
+    disable_cuda_graph: bool = False
     no_prefix_cache: bool = False
     tp: int = 1
 
@@ -78,9 +81,14 @@ def _check_values(o: ServerOptions) -> None:
     if o.gpu is not None and not str(o.gpu).strip():
         raise InputError("{flag.gpu} is empty: give a GPU name such as h100 (pdmux splits {flag.all_gpus} "
                          "lists them)", param="gpu", values={})
-    if o.disable_prefill_cuda_graph and str(o.cost_model).strip().lower() == "chapter":
-        raise InputError("{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no CPU "
-                         "time)", param="disable_prefill_cuda_graph", values={})
+    for param in ("disable_prefill_cuda_graph", "disable_cuda_graph"):
+        if getattr(o, param) and str(o.cost_model).strip().lower() == "chapter":
+            raise InputError("{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no "
+                             "CPU time)", param=param, values={})
+    if o.disable_cuda_graph and o.cuda_graph_max_bs is not None:
+        raise InputError("{flag.cuda_graph_max_bs} sizes SGLang's decode CUDA graphs, which "
+                         "{flag.disable_cuda_graph} turns off: give one or the other",
+                         param="cuda_graph_max_bs", values={})
     check_kv_options(o.kv_cache_dtype, o.kv_bytes)
     engine.check_bytes_per_element(o.weight_bytes, "weight_bytes")
     engine.check_bytes_per_element(o.kv_bytes, "kv_bytes")
@@ -152,7 +160,9 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
                        admission_delay_ms=o.admission_delay_ms, first_token_delay_ms=o.first_token_delay_ms,
                        admission_interval_ms=o.admission_interval_ms, ignore_eos=o.ignore_eos,
                        disable_overlap=o.disable_overlap_schedule, cuda_graph_max_bs=o.cuda_graph_max_bs,
-                       prefill_cuda_graph=False if o.disable_prefill_cuda_graph else None,
+                       prefill_cuda_graph=(False if o.disable_prefill_cuda_graph or o.disable_cuda_graph
+                                           else None),
+                       decode_cuda_graph=not o.disable_cuda_graph,
                        max_running_requests=o.max_running_requests, tp=o.tp if tp is None else tp)
     return without_prefix_cache(setup) if prefix_cache and o.no_prefix_cache else setup
 
