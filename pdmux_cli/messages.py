@@ -642,6 +642,11 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
                                      "{model}'s context length of {context_tokens:,} (the longest "
                                      "{longest_prompt} + {longest_output}): left out, as SGLang refuses "
                                      "them"),
+    "costmodel.no_cuda_graph": (
+        "{flag.disable_cuda_graph}: no CUDA graph, so every decode step launches its {kernels:.0f} kernels "
+        "one by one, {launch_ms:.2f} ms at {kernel_us:.1f} us each (SGLang's host time per kernel of an "
+        "eager forward, {flag.eager_launch_ms}) before the scheduler's own work; prefills launch eagerly "
+        "too, and no memory is reserved for graphs"),
     "trace.gsp_block_system": (
         "more prompt tokens than {max_blocks:,} hash ids: the prompts are hashed in blocks of "
         "{block_tokens:,} tokens (every system prompt whole blocks), not token by token: a cached system "

@@ -142,6 +142,10 @@ def test_estimate_rows_decode_eagerly() -> None:
     launches_ms = (28 * 10 * 25.7e-3) + per_round * 10 * 25.7e-3
     assert row["decode_corun_ms"] < launches_ms
     assert row["itl_ms"] == pytest.approx(launches_ms + 0.31 + 4 * 0.1, rel=1e-9)
+    assert [n for n in small.to_dict()["notes"] if "no CUDA graph" in n] == [
+        "--disable-cuda-graph: no CUDA graph, so every decode step launches its 280 kernels one by one, "
+        "7.20 ms at 25.7 us each (SGLang's host time per kernel of an eager forward, --eager-launch-ms) "
+        "before the scheduler's own work; prefills launch eagerly too, and no memory is reserved for graphs"]
     # the pool SGLang sizes without graphs: more KV
     assert json.loads(runner.invoke(app, ["estimate", "--disable-cuda-graph", "--json"]).stdout)["memory"][
         "sglang_pdmux_kv_pool_tokens"] > json.loads(runner.invoke(app, ["estimate", "--json"]).stdout)[
@@ -166,6 +170,22 @@ def test_simulate_capacity_and_tune_take_it() -> None:
     tune = runner.invoke(app, ["tune", "--trace", F, "--slo-ttft", "2000", "--slo-itl", "60", "--workers",
                                "1", "--disable-cuda-graph", "--sm-group-nums", "4", "--json", "-o", "-"])
     assert tune.exit_code == 0, tune.stderr
+    note = ("--disable-cuda-graph: no CUDA graph, so every decode step launches its 360 kernels one by one, "
+            "9.25 ms at 25.7 us each")
+    assert any(n.startswith(note) for n in b["notes"]) and not any("CUDA graph" in n for n in a["notes"])
+    assert any(n.startswith(note) for n in cap["notes"])
+    assert any(n.startswith(note) for n in json.loads(tune.stdout)["notes"])
+
+
+def test_tune_launches_the_server_it_tuned_for(tmp_path) -> None:
+    args = ["tune", "--trace", F, "--slo-ttft", "2000", "--slo-itl", "60", "--workers", "1",
+            "--sm-group-nums", "4", "--no-fixed-splits", "--slo-margins", "none", "-o",
+            str(tmp_path / "t.yaml")]
+    eager = runner.invoke(app, [*args, "--disable-cuda-graph"])
+    assert eager.exit_code == 0 and eager.stdout.rstrip().endswith("--disable-cuda-graph")
+    graphs = runner.invoke(app, args)
+    assert graphs.exit_code == 0 and "launch with" in graphs.stdout
+    assert "--disable-cuda-graph" not in graphs.stdout
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -385,7 +385,9 @@ def _print_tune(outcome: Any, show_all: bool) -> None:
         return
     cluster = outcome.cluster
     dp_flags = f" --dp-size {cluster.dp} --load-balance-method {cluster.method}" if cluster.dp > 1 else ""
+    # the server tuned for: without CUDA graphs, SGLang's own flag
+    graph_flag = "" if setup.decode_cuda_graph else " --disable-cuda-graph"
     env = get_revision(r.sglang).tp_launch if setup.tp > 1 else ()
     con.print(f"wrote {r.output}; launch with: "
-              + pc.launch_command(str(r.output), best.sm_group_num, tp=setup.tp, env=env) + dp_flags,
-              soft_wrap=True)
+              + pc.launch_command(str(r.output), best.sm_group_num, tp=setup.tp, env=env) + dp_flags
+              + graph_flag, soft_wrap=True)

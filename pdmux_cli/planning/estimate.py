@@ -643,6 +643,11 @@ def estimate(
         notes.append(Finding("estimate.kv_pool_short", {
             "mem_fraction": memory.pdmux_mem_fraction, "pool_tokens": memory.pdmux_pool_tokens,
             "needed_tokens": memory.kv_tokens_needed, "suggested_fraction": math.ceil(needed * 100) / 100}))
+    if eager:  # what the launches cost (the simulator's note, costmodel.no_cuda_graph)
+        kernels = full.shapes.layers * full.eager_kernels_per_layer
+        notes.append(Finding("costmodel.no_cuda_graph", {
+            "kernels": kernels, "launch_ms": decode_launch * 1e3,
+            "kernel_us": decode_launch / kernels * 1e6 if kernels else 0.0}, "disable_cuda_graph"))
     if tp > 1 and p_sm > 0 and d_sm > 0:
         notes.append(Finding("estimate.tp_same_split", {"tp": tp, "prefill_sms": p_sm, "decode_sms": d_sm}))
     rows = [replace(r, gpus=tp, layout=Layout(tp)) for r in rows]

@@ -24,7 +24,7 @@ from .policies import (
     policy_names,
 )
 from .progress import ProgressFactory, entered, start
-from .server import ServerOptions, on_gpus, provenance_block, server_options
+from .server import ServerOptions, on_gpus, provenance_block, server_notes, server_options
 from .values import check_at_least_one, finite
 from .workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
 
@@ -283,6 +283,7 @@ def capacity(request: CapacityRequest, progress: ProgressFactory | None = None) 
 
         write_capacity_plot(r.plot, result, title)
     notes += workload_notes(workload)
+    notes += server_notes(setup)
     notes += list(cluster.notes)
     notes += launch_notes(cluster, setup.tp, any(name != "disagg" for name in names))
     notes += list(workload.notes)

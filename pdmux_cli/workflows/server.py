@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .values import check_at_least_one, check_number
 
 
@@ -165,6 +165,22 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
                        decode_cuda_graph=not o.disable_cuda_graph,
                        max_running_requests=o.max_running_requests, tp=o.tp if tp is None else tp)
     return without_prefix_cache(setup) if prefix_cache and o.no_prefix_cache else setup
+
+
+def no_cuda_graph_finding(step_model: Any) -> Finding:
+    """``costmodel.no_cuda_graph``: what ``--disable-cuda-graph`` costs a decode step of ``step_model`` (the
+    roofline model's): its ``kernels`` (layers x eager kernels a layer), ``launch_ms`` and ``kernel_us``."""
+    kernels = step_model.shapes.layers * step_model.eager_kernels_per_layer
+    launch = step_model.decode_launch_s()
+    return Finding("costmodel.no_cuda_graph", {"kernels": kernels, "launch_ms": launch * 1e3,
+                                               "kernel_us": launch / kernels * 1e6 if kernels else 0.0},
+                   "disable_cuda_graph")
+
+
+def server_notes(setup: Any) -> list[Finding]:
+    """The notes every simulation command gives about its server: ``costmodel.no_cuda_graph`` without CUDA
+    graphs (:func:`no_cuda_graph_finding`)."""
+    return [] if setup.decode_cuda_graph else [no_cuda_graph_finding(setup.step_model)]
 
 
 def without_prefix_cache(setup: Any) -> Any:

@@ -26,7 +26,7 @@ from .policies import (
     policy_names,
 )
 from .progress import ProgressFactory, entered, start
-from .server import ServerOptions, on_gpus, provenance_block, server_options
+from .server import ServerOptions, on_gpus, provenance_block, server_notes, server_options
 from .values import check_at_least_one, check_number, finite
 from .workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
 
@@ -240,7 +240,7 @@ def simulate(request: SimulateRequest, progress: ProgressFactory | None = None) 
     metrics = [o for o in outcomes if not isinstance(o, InputError)]
     refused = [(p.label, o) for p, o in zip(built.policies, outcomes) if isinstance(o, InputError)]
     title = _title(workload, setup, cluster, built.policies)
-    notes = [*workload_notes(workload), *cluster.notes,
+    notes = [*workload_notes(workload), *server_notes(setup), *cluster.notes,
              *(Finding("simulate.not_simulated", {"policy": label, "error": str(exc)}, exc.param)
                for label, exc in refused)]
     if support.state != "yes":
