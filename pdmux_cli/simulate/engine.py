@@ -262,9 +262,9 @@ class Setup:
     off, every prefill batch pays its eager launches: :meth:`prefill_launch_s`). ``decode_cuda_graph``:
     SGLang replays decode batches up to :attr:`graph_max_bs` from its decode CUDA graphs; off
     (``--disable-cuda-graph``, which turns both graph backends off: ``srt/arg_groups/cuda_graph_hook.py``
-    ``parse_cuda_graph_config``),
-    every decode step, pdmux's too (``eager_runner.py`` ``_resolve_decode_pdmux``), pays its eager launches
-    (:meth:`decode_launch_s`) and SGLang reserves no memory for graphs (:meth:`kv_pool`).
+    ``parse_cuda_graph_config``), every decode step, pdmux's too (``eager_runner.py``
+    ``_resolve_decode_pdmux``), pays its eager launches (:meth:`decode_launch_s`) and SGLang reserves no
+    memory for graphs (:meth:`kv_pool`).
     """
 
     model: Model
@@ -414,8 +414,7 @@ def make_setup(
     (:func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`), ``False`` for a server that
     prefills eagerly (an older release, ``--disable-prefill-cuda-graph``). ``decode_cuda_graph``: ``False``
     for a server that decodes eagerly too (``--disable-cuda-graph``, with ``prefill_cuda_graph`` ``False``).
-    Raises
-    :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values."""
+    Raises :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values."""
     from ..costmodel import build_step_model
 
     check_efficiency(bandwidth_efficiency, "bandwidth_efficiency", where="bandwidth efficiency")
