@@ -155,7 +155,8 @@ _MEMORY = (("0.2.10", "0.2.10"), ("0.2.13", "0.2.13"), ("0.2.14", "0.2.14"), ("0
 _FULL_RESERVE_FOR_IGNORE_EOS = (("0.2.10", False), ("0.5.22", True))
 _RETRACT_STEPS = (("0.2.10", sgl.RETRACT_DECODE_STEPS), ("0.5.2", 1))
 _RETRACT_RATIO_PLUS_ONE = (("0.2.10", False), ("0.5.4", True))
-_RATIO_FLOOR_DECAY = (("0.2.10", (0.1, 0.001)), ("0.3.5", (sgl.MIN_NEW_TOKEN_RATIO, sgl.NEW_TOKEN_RATIO_DECAY)))
+_RATIO_FLOOR_DECAY = (("0.2.10", (0.1, 0.001)),
+                      ("0.3.5", (sgl.MIN_NEW_TOKEN_RATIO, sgl.NEW_TOKEN_RATIO_DECAY)))
 _RUNNING_CAP = (("0.2.10", (5120, 1)), ("0.3.5", (4096, 0)))
 _TP8_MEM_FRACTION = (("0.2.10", 0.83), ("0.3.6", 0.82), ("0.4.0", 0.81))
 _SERIAL_FRONTEND = (("0.2.10", True), ("0.5.22", False))
@@ -174,8 +175,8 @@ class ReleaseDefaults:
     retraction divides by ``sum max_new + 1`` (0.5.4 on). ``min_new_token_ratio``, ``new_token_ratio_decay``:
     the ratio's floor and decay per decode step. ``max_running_cap``: the request pool's upper clamp;
     ``running_slots_spare``: pool slots left unused (1 up to 0.3.0). ``tp8_mem_fraction``: the default
-    ``mem_fraction_static`` at TP 8-15 where it goes by TP alone (up to 0.4.7). ``serial_frontend``: the front end
-    tokenizes one request at a time (up to 0.5.21). ``prefill_cuda_graph``: ``False`` when prefill batches
+    ``mem_fraction_static`` at TP 8-15 where it goes by TP alone (up to 0.4.7). ``serial_frontend``: the front
+    end tokenizes one request at a time (up to 0.5.21). ``prefill_cuda_graph``: ``False`` when prefill batches
     run eagerly by default (up to 0.5.8), ``None`` for 0.5.23's default rule.
     """
 
@@ -268,13 +269,13 @@ class ReleaseDefaults:
         share). Raises :class:`InputError` when the reserve leaves nothing."""
         family = self.memory
         if family in ("0.5.10", "0.5.23"):
-            bs = self.cuda_graph_max_bs(gpu_memory_bytes, tp) if cuda_graph_max_bs is None else cuda_graph_max_bs
+            bs = cuda_graph_max_bs or self.cuda_graph_max_bs(gpu_memory_bytes, tp)
             return sgl.mem_fraction_static(gpu_memory_bytes, chunked_prefill_size, tp,
                                            max_prefill_tokens=max_prefill_tokens, cuda_graph_max_bs=bs,
                                            graphs=graphs)
         mib = gpu_memory_bytes / MIB
         if family in ("0.5.3", "0.5.4.post2"):
-            bs = self.cuda_graph_max_bs(gpu_memory_bytes, tp) if cuda_graph_max_bs is None else cuda_graph_max_bs
+            bs = cuda_graph_max_bs or self.cuda_graph_max_bs(gpu_memory_bytes, tp)
             activation = max(chunked_prefill_size if chunked_prefill_size > 0 else max_prefill_tokens, 2048)
             reserved = 512 + 1.5 * activation + 2 * bs + tp / 8 * 1024
             if mib > 60 * 1024:
@@ -340,8 +341,9 @@ def release_defaults(version: str = LATEST_RELEASE) -> ReleaseDefaults:
     return ReleaseDefaults(
         release=version_text(key), memory=_since(_MEMORY, key),
         full_reserve_for_ignore_eos=_since(_FULL_RESERVE_FOR_IGNORE_EOS, key),
-        retract_steps=_since(_RETRACT_STEPS, key), retract_ratio_plus_one=_since(_RETRACT_RATIO_PLUS_ONE, key),
-        min_new_token_ratio=floor, new_token_ratio_decay=decay, max_running_cap=cap, running_slots_spare=spare,
+        retract_steps=_since(_RETRACT_STEPS, key),
+        retract_ratio_plus_one=_since(_RETRACT_RATIO_PLUS_ONE, key), min_new_token_ratio=floor,
+        new_token_ratio_decay=decay, max_running_cap=cap, running_slots_spare=spare,
         tp8_mem_fraction=_since(_TP8_MEM_FRACTION, key),
         serial_frontend=_since(_SERIAL_FRONTEND, key), prefill_cuda_graph=_since(_PREFILL_CUDA_GRAPH, key))
 
@@ -349,5 +351,5 @@ def release_defaults(version: str = LATEST_RELEASE) -> ReleaseDefaults:
 #: SGLang 0.5.23's rules: what every command simulates.
 LATEST = release_defaults(LATEST_RELEASE)
 
-__all__ = ["LATEST", "LATEST_RELEASE", "OLDEST_RELEASE", "ReleaseDefaults", "parse_version", "release_defaults",
-           "version_text"]
+__all__ = ["LATEST", "LATEST_RELEASE", "OLDEST_RELEASE", "ReleaseDefaults", "parse_version",
+           "release_defaults", "version_text"]
