@@ -268,8 +268,10 @@ class ReleaseDefaults:
         ``--disable-cuda-graph``; only releases whose reserve depends on it, 0.5.10 on, drop the graphs'
         share). Raises :class:`InputError` when the reserve leaves nothing."""
         family = self.memory
-        if family in ("0.5.10", "0.5.23"):
-            bs = cuda_graph_max_bs or self.cuda_graph_max_bs(gpu_memory_bytes, tp)
+        if family in ("0.5.10", "0.5.23"):  # 0.5.23's reserve (0.5.10: with the release's graph default)
+            bs = cuda_graph_max_bs
+            if bs is None and family != "0.5.23":
+                bs = self.cuda_graph_max_bs(gpu_memory_bytes, tp)
             return sgl.mem_fraction_static(gpu_memory_bytes, chunked_prefill_size, tp,
                                            max_prefill_tokens=max_prefill_tokens, cuda_graph_max_bs=bs,
                                            graphs=graphs)
