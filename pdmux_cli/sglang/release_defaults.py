@@ -16,8 +16,9 @@ two read ones (0.3.1-0.3.4, 0.4.1, 0.4.2, 0.4.4, 0.5.7, 0.5.9, ...) takes the ru
 release before it: where a rule changed in such a gap, which release changed it is not pinned. A release
 after 0.5.23 takes 0.5.23's.
 
-GPU memory is ``nvidia-smi``'s memory.total in MiB (``get_nvgpu_memory_capacity`` in every release);
-``M`` below. The rules, per release range (the first release of each range is the one read first):
+GPU memory is ``nvidia-smi``'s memory.total in MiB (``get_nvgpu_memory_capacity``, in every release whose
+defaults depend on it: 0.3.6 on); ``M`` below. The rules, per release range (the first release of each
+range is the one read first):
 
 - **Chunk size and decode graph** (``--chunked-prefill-size``; the largest decode batch captured):
 
