@@ -23,7 +23,7 @@ range is the one read first):
 - **Chunk size and decode graph** (``--chunked-prefill-size``; the largest decode batch captured):
 
   - 0.2.10-0.2.12: chunking off (``srt/server_args.py`` ``ServerArgs``: ``chunked_prefill_size`` -1 in
-    0.2.12, no such argument in 0.2.10); graphs to 128 (``model_executor/model_runner.py``
+    0.2.12, ``None`` in 0.2.10); graphs to 128 (``model_executor/model_runner.py``
     ``init_cuda_graphs``: 1, 2, 4, 8..128 by 8);
   - 0.2.13: chunk 8192 (``server_args.py``); graphs to 128;
   - 0.2.14-0.3.5: chunk 8192; graphs to 160 (``model_runner.py`` ``init_cuda_graphs``: 8..160 by 8;
@@ -57,20 +57,28 @@ range is the one read first):
   - 0.5.3-0.5.8 (``_handle_gpu_memory_settings``): reserved ``512 + 1.5 x max(chunk, 2048) + 2 x graph
     max batch + TP/8 x 1024`` MiB (``max_prefill_tokens`` for the chunk when chunking is off), at least
     10240 where ``M > 60 GiB``; the decode graph's share counts with ``--disable-cuda-graph`` too;
-  - 0.5.10 on: plus the prefill CUDA graph's buckets, on by default from 0.5.10
-    (``disable_piecewise_cuda_graph``): 0.5.23's :func:`~pdmux_cli.sglang.server_defaults.mem_fraction_static`
-    with the release's chunk and graph defaults (the MLA models' 1.5 GiB prefill-graph reserve, and the
-    reserve under ``--disable-cuda-graph``, as pdmux takes them for 0.5.23).
+  - 0.5.10 on: plus 8 MiB a prefill CUDA graph bucket, the graph on by default from 0.5.10
+    (``disable_piecewise_cuda_graph``; ``_generate_piecewise_cuda_graph_tokens``, the buckets of 0.5.23's
+    :func:`~pdmux_cli.sglang.server_defaults.prefill_graph_buckets`): 0.5.23's
+    :func:`~pdmux_cli.sglang.server_defaults.mem_fraction_static` with the release's chunk and graph defaults
+    (the MLA models' 1.5 GiB prefill-graph reserve as pdmux takes it for 0.5.23: not counted). Under
+    ``--disable-cuda-graph`` 0.5.10-0.5.12 still count both graphs' shares (the flag turns off neither the
+    decode reserve nor ``disable_piecewise_cuda_graph``), 0.5.14 the decode graph's only (the prefill share
+    under ``prefill_cuda_graph_config.backend != Backend.DISABLED``), 0.5.16 on neither
+    (``reserve_for_graph_mb``).
 
 - **max_running_requests** (``model_runner.py`` ``init_memory_pool``, ``managers/tp_worker.py``): up to
   0.3.0 ``min(pool // 2, clamp(int(pool / context x 512), 2048, 5120) - 1)``; from 0.3.5
   ``min(clamp(..., 2048, 4096), pool // 2)``
   (:func:`~pdmux_cli.sglang.server_defaults.max_running_requests`).
 
-- **Admission reserve for running requests** (``managers/schedule_policy.py`` ``PrefillAdder``; 0.2-0.3.0
+- **Admission reserve for running requests** (``managers/schedule_policy.py`` ``PrefillAdder``; 0.2.12-0.3.0
   ``managers/policy_scheduler.py`` ``remove_running_tokens``): up to 0.5.21 ``new_token_ratio x
   min(max_new - generated, 4096)`` for every running request, ``ignore_eos`` ones included; from 0.5.22
-  (``_get_running_request_total_token_offset``) ratio 1.0 for ``ignore_eos`` requests.
+  (``_get_running_request_total_token_offset``) ratio 1.0 for ``ignore_eos`` requests. Not modelled: 0.2.10
+  reserves the remaining outputs unclipped (``managers/tp_worker.py`` ``get_new_prefill_batch``, no
+  ``CLIP_MAX_NEW_TOKENS`` yet); pdmux clips at 4096 in every release (the shipped 0.2.10 runs ask for at
+  most 128 output tokens).
 
 - **Retraction** (``managers/schedule_batch.py`` ``retract_decode``; fewest outputs first, then the
   longest prompt, in every release): up to 0.5.1 until ``free >= 20 x kept requests``
