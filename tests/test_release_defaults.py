@@ -80,11 +80,32 @@ def test_memory_defaults_per_release(version, memory, tp, chunk, graphs, fractio
 
 
 def test_chunking_is_off_by_default_up_to_0_2_12() -> None:
-    """0.2.12 server_args.py: chunked_prefill_size -1 (0.2.10 has no such argument); 0.2.13: 8192."""
+    """0.2.12 server_args.py: chunked_prefill_size -1 (0.2.10: None); 0.2.13: 8192."""
     assert rd.release_defaults("0.2.10").chunked_prefill_size(H100) == -1
     assert rd.release_defaults("0.2.12").cuda_graph_max_bs(H100) == 128
     assert rd.release_defaults("0.2.13").chunked_prefill_size(H100) == 8192
     assert rd.release_defaults("0.2.14").cuda_graph_max_bs(H100) == 160
+
+
+# --disable-cuda-graph: (release, GPU memory) -> mem_fraction_static, by hand from the release's reserve
+WITHOUT_GRAPHS = [
+    # up to 0.5.8 (_handle_gpu_memory_settings): the decode graph's 2 x max_bs counts all the same;
+    # L4 0.5.6: 512 + 1.5 x 2048 + 2 x 24 + 128 = 3760 MiB
+    ("0.5.6", L4, 0.837),
+    # 0.5.10-0.5.12: both shares count (the flag turns off neither): 3760 + 8 x 42 buckets = 4096 MiB
+    ("0.5.10", L4, 0.822), ("0.5.12", L4, 0.822),
+    # 0.5.14: the prefill share only under prefill_cuda_graph_config.backend != DISABLED: 3760 MiB
+    ("0.5.14", L4, 0.837), ("0.5.14", A100_40, 0.833),
+    # 0.5.16 on (reserve_for_graph_mb): neither: 512 + 3072 + 128 = 3712 MiB; A100-40: 6784 MiB
+    ("0.5.16", L4, 0.839), ("0.5.18", A100_40, 0.834),
+]
+
+
+@pytest.mark.parametrize("version, memory, fraction", WITHOUT_GRAPHS)
+def test_mem_fraction_without_cuda_graphs_per_release(version, memory, fraction) -> None:
+    rules = rd.release_defaults(version)
+    chunk = rules.chunked_prefill_size(memory)
+    assert rules.mem_fraction_static(memory, chunk, graphs=False) == pytest.approx(fraction, abs=1e-12)
 
 
 def _outcome(function, *args, **kw) -> object:

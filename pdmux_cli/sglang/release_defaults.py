@@ -170,6 +170,8 @@ _RUNNING_CAP = (("0.2.10", (5120, 1)), ("0.3.5", (4096, 0)))
 _TP8_MEM_FRACTION = (("0.2.10", 0.83), ("0.3.6", 0.82), ("0.4.0", 0.81))
 _SERIAL_FRONTEND = (("0.2.10", True), ("0.5.22", False))
 _PREFILL_CUDA_GRAPH = (("0.2.10", False), ("0.5.10", None))
+# (decode, prefill) graph shares of the reserve that still count under --disable-cuda-graph (0.5.10 on)
+_RESERVE_WITHOUT_GRAPHS = (("0.2.10", (True, True)), ("0.5.14", (True, False)), ("0.5.16", (False, False)))
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,10 @@ class ReleaseDefaults:
     ``running_slots_spare``: pool slots left unused (1 up to 0.3.0). ``tp8_mem_fraction``: the default
     ``mem_fraction_static`` at TP 8-15 where it goes by TP alone (up to 0.4.7). ``serial_frontend``: the front
     end tokenizes one request at a time (up to 0.5.21). ``prefill_cuda_graph``: ``False`` when prefill batches
-    run eagerly by default (up to 0.5.8), ``None`` for 0.5.23's default rule.
+    run eagerly by default (up to 0.5.8), ``None`` for 0.5.23's default rule. ``reserve_without_graphs``:
+    which of the decode and prefill graphs' shares of the memory reserve still count under
+    ``--disable-cuda-graph`` where the reserve has a prefill share (0.5.10 on: both up to 0.5.12, the
+    decode graph's in 0.5.14, neither from 0.5.16).
     """
 
     release: str
@@ -201,6 +206,7 @@ class ReleaseDefaults:
     tp8_mem_fraction: float
     serial_frontend: bool
     prefill_cuda_graph: bool | None
+    reserve_without_graphs: tuple[bool, bool] = (False, False)
 
     @property
     def init_new_token_ratio(self) -> float:
@@ -274,18 +280,24 @@ class ReleaseDefaults:
                             cuda_graph_max_bs: int | None = None, graphs: bool = True) -> float:
         """The default ``mem_fraction_static`` (0-1) with ``--chunked-prefill-size chunked_prefill_size``
         (-1: off), ``cuda_graph_max_bs`` (``None``: the release's default) and ``graphs`` (False:
-        ``--disable-cuda-graph``; only releases whose reserve depends on it, 0.5.10 on, drop the graphs'
-        share). Raises :class:`InputError` when the reserve leaves nothing."""
+        ``--disable-cuda-graph``: the graphs' shares the release drops, :attr:`reserve_without_graphs`; up
+        to 0.5.8 the reserve does not depend on it). Raises :class:`InputError` when the reserve leaves nothing."""
         family = self.memory
-        if family in ("0.5.10", "0.5.23"):  # 0.5.23's reserve (0.5.10: with the release's graph default)
-            bs = cuda_graph_max_bs
-            if bs is None and family != "0.5.23":
-                bs = self.cuda_graph_max_bs(gpu_memory_bytes, tp)
+        if family == "0.5.23":
             return sgl.mem_fraction_static(gpu_memory_bytes, chunked_prefill_size, tp,
-                                           max_prefill_tokens=max_prefill_tokens, cuda_graph_max_bs=bs,
-                                           graphs=graphs)
+                                           max_prefill_tokens=max_prefill_tokens,
+                                           cuda_graph_max_bs=cuda_graph_max_bs, graphs=graphs)
         mib = gpu_memory_bytes / MIB
-        if family in ("0.5.3", "0.5.4.post2"):
+        if family == "0.5.10":  # 0.5.23's reserve with the release's graph default
+            bs = cuda_graph_max_bs or self.cuda_graph_max_bs(gpu_memory_bytes, tp)
+            decode, prefill = (True, True) if graphs else self.reserve_without_graphs
+            activation = max(chunked_prefill_size if chunked_prefill_size > 0 else max_prefill_tokens, 2048)
+            reserved = (512 + 1.5 * activation + tp / 8 * 1024 + (2 * bs if decode else 0)
+                        + (8 * sgl.prefill_graph_buckets(chunked_prefill_size) if prefill else 0))
+            if mib > 60 * 1024:
+                reserved = max(reserved, 10 * 1024)
+            fraction = round((mib - reserved) / mib, 3)
+        elif family in ("0.5.3", "0.5.4.post2"):
             bs = cuda_graph_max_bs or self.cuda_graph_max_bs(gpu_memory_bytes, tp)
             activation = max(chunked_prefill_size if chunked_prefill_size > 0 else max_prefill_tokens, 2048)
             reserved = 512 + 1.5 * activation + 2 * bs + tp / 8 * 1024
@@ -356,7 +368,8 @@ def release_defaults(version: str = LATEST_RELEASE) -> ReleaseDefaults:
         retract_ratio_plus_one=_since(_RETRACT_RATIO_PLUS_ONE, key), min_new_token_ratio=floor,
         new_token_ratio_decay=decay, max_running_cap=cap, running_slots_spare=spare,
         tp8_mem_fraction=_since(_TP8_MEM_FRACTION, key),
-        serial_frontend=_since(_SERIAL_FRONTEND, key), prefill_cuda_graph=_since(_PREFILL_CUDA_GRAPH, key))
+        serial_frontend=_since(_SERIAL_FRONTEND, key), prefill_cuda_graph=_since(_PREFILL_CUDA_GRAPH, key),
+        reserve_without_graphs=_since(_RESERVE_WITHOUT_GRAPHS, key))
 
 
 #: SGLang 0.5.23's rules: what every command simulates.
