@@ -281,7 +281,8 @@ class ReleaseDefaults:
         """The default ``mem_fraction_static`` (0-1) with ``--chunked-prefill-size chunked_prefill_size``
         (-1: off), ``cuda_graph_max_bs`` (``None``: the release's default) and ``graphs`` (False:
         ``--disable-cuda-graph``: the graphs' shares the release drops, :attr:`reserve_without_graphs`; up
-        to 0.5.8 the reserve does not depend on it). Raises :class:`InputError` when the reserve leaves nothing."""
+        to 0.5.8 the reserve does not depend on it). Raises :class:`InputError` when the reserve leaves
+        nothing."""
         family = self.memory
         if family == "0.5.23":
             return sgl.mem_fraction_static(gpu_memory_bytes, chunked_prefill_size, tp,
