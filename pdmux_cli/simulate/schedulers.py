@@ -57,8 +57,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..sglang import split_levels
 from ..sglang.pdmux_config import PdmuxConfig
-from ..sglang.server_defaults import MIN_NEW_TOKEN_RATIO as MIN_RATIO
-from ..sglang.server_defaults import NEW_TOKEN_RATIO_DECAY as RATIO_DECAY
 from ..util.errors import Finding, InputError
 from .engine import Progress, RunResult, Setup, Work
 from .policies import Deployment, Rounds, ServerOutcome
@@ -328,6 +326,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     append = ends.fast_append
     cpu_of = _CpuCache(cpu_s)
     fast_memory = work.cache is None
+    min_ratio, ratio_decay = work.ratio_floor, work.ratio_decay  # the release's (Work.decay_ratio)
     capacity = work.capacity
     t = 0.0
     idle = 0.0
@@ -407,10 +406,10 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             while True:  # decode rounds; the next one too while it would be one (the checks above, in order)
                 if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
                     ratio = work.ratio
-                    # Work.decay_ratio, inline: the hot path (max(MIN_RATIO, r), exactly)
-                    if ratio > MIN_RATIO:
-                        ratio -= RATIO_DECAY
-                        work.ratio = ratio if ratio > MIN_RATIO else MIN_RATIO  # noqa: FURB136 - no call
+                    # Work.decay_ratio, inline: the hot path (max(min_ratio, r), exactly)
+                    if ratio > min_ratio:
+                        ratio -= ratio_decay
+                        work.ratio = ratio if ratio > min_ratio else min_ratio  # noqa: FURB136 - no call
                 elif work.check_decode_memory():
                     n = batch.n
                 else:
@@ -512,6 +511,7 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     # thread that launches the decode step: host seconds a layer
     launch_layer_s = step_model.prefill_launch_s(1)
     fast_memory = work.cache is None
+    min_ratio, ratio_decay = work.ratio_floor, work.ratio_decay  # the release's (Work.decay_ratio)
     capacity = work.capacity
     group_time = [0.0] * n_groups
     counters = {"prefill_batches": 0, "rounds": 0, "older_sglang_crash_rounds": 0,
@@ -574,8 +574,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
         if n:
             if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
                 ratio = work.ratio
-                if ratio > MIN_RATIO:  # Work.decay_ratio, inline: the hot path
-                    work.ratio = max(MIN_RATIO, ratio - RATIO_DECAY)
+                if ratio > min_ratio:  # Work.decay_ratio, inline: the hot path
+                    work.ratio = max(min_ratio, ratio - ratio_decay)
             elif not work.check_decode_memory():
                 work.decay_ratio()
             n = batch.n
@@ -648,9 +648,9 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 break  # an idle server, or a memory check that may retract
             work.finished_mark = work.finished
             ratio = work.ratio
-            if ratio > MIN_RATIO:  # max(MIN_RATIO, ratio - RATIO_DECAY), exactly
-                ratio -= RATIO_DECAY
-                work.ratio = ratio if ratio > MIN_RATIO else MIN_RATIO  # noqa: FURB136 - no call (hot path)
+            if ratio > min_ratio:  # max(min_ratio, ratio - ratio_decay), exactly
+                ratio -= ratio_decay
+                work.ratio = ratio if ratio > min_ratio else min_ratio  # noqa: FURB136 - no call (hot path)
             tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
             group_time[last] += tau
             t += tau
