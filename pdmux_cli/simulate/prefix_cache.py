@@ -84,7 +84,8 @@ def _tokens(run: Sequence[Block], block: int = HASH_BLOCK_TOKENS) -> int:
 
 class PrefixCache:
     """The radix tree of cached prompt blocks (module docstring), as parallel lists indexed by node id;
-    ``block_tokens``: tokens a full block holds (the trace's, :attr:`~pdmux_cli.simulate.traces.Trace.block_tokens`).
+    ``block_tokens``: tokens a full block holds (the trace's,
+    :attr:`~pdmux_cli.simulate.traces.Trace.block_tokens`).
 
     Per node: ``run`` (its blocks; ``()`` for a finished request's output leaf), ``tokens``, ``cum``
     (tokens from the root through it), ``depth`` (blocks from the root through it), ``lock`` (requests

@@ -732,10 +732,11 @@ GSP_DATASET = "generated-shared-prefix"
 GSP_DEFAULTS = {"num_groups": 64, "prompts_per_group": 16, "system_prompt_len": 2048, "question_len": 128,
                 "output_len": 256, "range_ratio": 1.0}
 
-#: Most hash blocks a generated-shared-prefix trace carries (8 bytes each: 128 MiB). Its block is the
-#: largest that ends every system prompt on a block boundary (their greatest common divisor); when system
-#: prompts of many lengths (``--gsp-range-ratio`` < 1) would need more blocks, the block is widened and a
-#: system prompt shares only its whole blocks (a note says by how much).
+#: Most hash ids a generated-shared-prefix trace carries (8 bytes each: 128 MiB). Its prompts are hashed
+#: token by token, SGLang's radix cache exactly (page size 1), while their tokens are at most this many
+#: (7,710 requests of bench_serving's default lengths); past it, in blocks of the system prompts' greatest
+#: common divisor (the whole system prompt with the default range ratio), and past it again in blocks
+#: wider still (a note says what each costs).
 MAX_GSP_BLOCKS = 1 << 24
 
 #: Python's ``random.random()`` takes two 32-bit words of the Mersenne Twister; :func:`_skip_random`
@@ -778,10 +779,11 @@ def generated_shared_prefix_trace(
     num_requests: int | None = None,
     duration_s: float | None = None,
 ) -> Trace:
-    """bench_serving's ``--dataset-name generated-shared-prefix`` for ``--seed seed``, replayed at ``--request-rate
-    qps`` (``math.inf``: every request at once, bench_serving's default), as SGLang 0.5.23 builds and sends
-    it (``benchmark/datasets/generated_shared_prefix.py`` ``sample_generated_shared_prefix_requests``,
-    ``benchmark/serving.py`` ``get_request``; one turn, uniform groups):
+    """bench_serving's ``--dataset-name generated-shared-prefix`` for ``--seed seed``, replayed at
+    ``--request-rate qps`` (``math.inf``: every request at once, bench_serving's default), as SGLang 0.5.23
+    builds and sends it (``benchmark/datasets/generated_shared_prefix.py``
+    ``sample_generated_shared_prefix_requests``, ``benchmark/serving.py`` ``get_request``; one turn,
+    uniform groups):
 
     - **lengths**: after ``np.random.seed(seed)``, ``compute_random_lens`` draws the ``num_groups`` system
       prompts' lengths, then the questions' (group by group), then the outputs', each from ``[max(int(L x
@@ -796,12 +798,14 @@ def generated_shared_prefix_trace(
       bench_serving's own arrival times; ``--max-concurrency`` is the simulation's closed-loop client.
       ``num_requests``, ``duration_s``: the first requests, the requests arriving within it (bench_serving
       sends every one: ``--num-prompts`` does not apply to this dataset);
-    - **shared prefix**: ``hash_ids`` in blocks of ``block_tokens`` = the greatest common divisor of the
-      system prompts' lengths (the whole system prompt with the default range ratio 1), so that a system
-      prompt is whole blocks named by its group and a question starts a block of its own: a request whose
-      group's system prompt is cached matches exactly its tokens, as SGLang's radix cache (page size 1:
-      token by token) does; questions never match (bench_serving draws every one's tokens). Past
-      :data:`MAX_GSP_BLOCKS` blocks the block is widened (a note says so).
+    - **shared prefix**: ``hash_ids`` token by token (``block_tokens`` 1), the system prompt's named by its
+      group, every question's its own (bench_serving draws every one's tokens): the prefix cache then matches
+      what SGLang's radix cache (page size 1) matches, also a system prompt whose prefill in chunks is under
+      way. A trace of more than :data:`MAX_GSP_BLOCKS` prompt tokens is hashed in blocks of the system
+      prompts' greatest common divisor (whole system prompts with the default range ratio 1: a cached one
+      is matched exactly, one still being prefilled in chunks only once whole; 0.1 percentage point of hit
+      rate at most on the default dataset), and past that many blocks in wider blocks, a system prompt
+      sharing only its whole blocks (a note says each).
 
     Raises :class:`InputError` naming the parameter (``gsp_num_groups``, ``gsp_prompts_per_group``,
     ``gsp_system_prompt_len``, ``gsp_question_len``, ``gsp_output_len``, ``gsp_range_ratio``, ``qps``,
@@ -825,7 +829,8 @@ def generated_shared_prefix_trace(
             "{flag.gsp_num_groups} {groups:,} x {flag.gsp_prompts_per_group} {per_group:,} is {count:,} "
             "requests, more than the {limit:,} a trace may have",
             param="gsp_num_groups",
-            values={"groups": groups, "per_group": per_group, "count": count, "limit": MAX_SYNTHETIC_REQUESTS})
+            values={"groups": groups, "per_group": per_group, "count": count,
+                    "limit": MAX_SYNTHETIC_REQUESTS})
     at_once = isinstance(qps, (int, float)) and qps == math.inf
     if at_once:
         if duration_s is not None:
@@ -883,17 +888,22 @@ def generated_shared_prefix_trace(
     else:
         slots = slots[:keep]
 
-    # the block: every system prompt whole blocks (their gcd), unless that takes too many blocks
+    # the block: a token (SGLang's radix cache, page size 1), else whole system prompts (their gcd), else
+    # wider, each while the trace's blocks stay within MAX_GSP_BLOCKS
     prompt_tokens = [system_lens[s // per_group] + question_lens[s] for s in slots]
-    block = math.gcd(*system_lens)
-    blocks = sum(-(-p // block) for p in prompt_tokens)
     notes: list[Finding] = []
-    if blocks > MAX_GSP_BLOCKS:
-        block = -(-sum(prompt_tokens) // max(1, MAX_GSP_BLOCKS - len(prompt_tokens)))
-        lost = [s % block for s in system_lens]
-        notes.append(Finding("trace.gsp_block_widened", {
-            "block_tokens": block, "max_blocks": MAX_GSP_BLOCKS, "mean_lost": sum(lost) / len(lost),
-            "mean_system": sum(system_lens) / len(system_lens)}, "gsp_range_ratio"))
+    block = 1
+    if sum(prompt_tokens) > MAX_GSP_BLOCKS:
+        block = math.gcd(*system_lens)
+        if sum(-(-p // block) for p in prompt_tokens) <= MAX_GSP_BLOCKS:
+            notes.append(Finding("trace.gsp_block_system", {
+                "block_tokens": block, "max_blocks": MAX_GSP_BLOCKS}))
+        else:
+            block = -(-sum(prompt_tokens) // max(1, MAX_GSP_BLOCKS - len(prompt_tokens)))
+            lost = [s % block for s in system_lens]
+            notes.append(Finding("trace.gsp_block_widened", {
+                "block_tokens": block, "max_blocks": MAX_GSP_BLOCKS, "mean_lost": sum(lost) / len(lost),
+                "mean_system": sum(system_lens) / len(system_lens)}, "gsp_range_ratio"))
     shared = [s // block for s in system_lens]  # blocks of each group's system prompt named by the group
     first_id = [0] * groups
     for g in range(1, groups):
@@ -903,7 +913,8 @@ def generated_shared_prefix_trace(
     for s, tokens in zip(slots, prompt_tokens):
         g = s // per_group
         own = -(-(tokens - shared[g] * block) // block)
-        hashes.append(itertools.chain(range(first_id[g], first_id[g] + shared[g]), range(next_id, next_id + own)))
+        hashes.append(itertools.chain(range(first_id[g], first_id[g] + shared[g]),
+                                      range(next_id, next_id + own)))
         next_id += own
     arrival = "all at once" if at_once else f"Poisson {qps:g} req/s"
     spread = f", range ratio {ratio:g}" if ratio != 1 else ""
@@ -911,8 +922,8 @@ def generated_shared_prefix_trace(
               f"question {question} tokens, output {output}{spread}{', ordered' if ordered else ''}, seed "
               f"{seed}), {arrival}")
     return Trace(arrival_s=times, prompt_tokens=Column(INT, prompt_tokens),
-                 output_tokens=Column(INT, (output_lens[s] for s in slots)), source=source, format="synthetic",
-                 hash_ids=hashes, block_tokens=block, notes=tuple(notes))
+                 output_tokens=Column(INT, (output_lens[s] for s in slots)), source=source,
+                 format="synthetic", hash_ids=hashes, block_tokens=block, notes=tuple(notes))
 
 
 def parse_length_spec(text: str | int, what: str) -> Callable[[random.Random], int]:
