@@ -252,6 +252,8 @@ BAD = [
     ([*GSP, "--output-tokens", "64"], "--gsp-output-len"),
     (["--dataset-name", "generated-shared-prefix", "--qps", "inf", "--duration", "5"], "--duration"),
     ([*GSP, "--gsp-num-groups", "100000", "--gsp-prompts-per-group", "100000"], "more than the 100,000,000"),
+    ([*GSP, "--gsp-system-prompt-len", "10000000", "--gsp-question-len", "10000000"],
+     "up to 10,880,000,000 prompt tokens to draw, more than 2,000,000,000"),
 ]
 
 

@@ -739,6 +739,11 @@ GSP_DEFAULTS = {"num_groups": 64, "prompts_per_group": 16, "system_prompt_len": 
 #: wider still (a note says what each costs).
 MAX_GSP_BLOCKS = 1 << 24
 
+#: Most prompt tokens a generated-shared-prefix dataset may draw (its system prompts once, its questions):
+#: bench_serving draws a random token for each (``random.choices``), and pdmux steps Python's random stream
+#: past them to shuffle as it does, about 100 million tokens a second (20 s at this bound).
+MAX_GSP_PROMPT_TOKENS = 2_000_000_000
+
 #: Python's ``random.random()`` takes two 32-bit words of the Mersenne Twister; :func:`_skip_random`
 #: draws them this many words at a time.
 _SKIP_WORDS = 1 << 20
@@ -810,8 +815,8 @@ def generated_shared_prefix_trace(
     Raises :class:`InputError` naming the parameter (``gsp_num_groups``, ``gsp_prompts_per_group``,
     ``gsp_system_prompt_len``, ``gsp_question_len``, ``gsp_output_len``, ``gsp_range_ratio``, ``qps``,
     ``max_requests``, ``duration``) for values bench_serving cannot draw or pdmux does not take: counts
-    below 1, more than :data:`MAX_SYNTHETIC_REQUESTS` requests, lengths past :data:`MAX_SPEC_TOKENS`, a
-    ratio outside 0-1.
+    below 1, more than :data:`MAX_SYNTHETIC_REQUESTS` requests, lengths past :data:`MAX_SPEC_TOKENS`, more
+    than :data:`MAX_GSP_PROMPT_TOKENS` prompt tokens to draw, a ratio outside 0-1.
     """
     groups = _check_gsp_int(num_groups, "gsp_num_groups", 1, MAX_SYNTHETIC_REQUESTS)
     per_group = _check_gsp_int(prompts_per_group, "gsp_prompts_per_group", 1, MAX_SYNTHETIC_REQUESTS)
@@ -831,6 +836,16 @@ def generated_shared_prefix_trace(
             param="gsp_num_groups",
             values={"groups": groups, "per_group": per_group, "count": count,
                     "limit": MAX_SYNTHETIC_REQUESTS})
+    drawn = groups * system + count * question  # at most: lengths are drawn up to these
+    if drawn > MAX_GSP_PROMPT_TOKENS:
+        raise InputError(
+            "{flag.gsp_num_groups} {groups:,} system prompts of {flag.gsp_system_prompt_len} {system:,} "
+            "tokens and {count:,} questions of {flag.gsp_question_len} {question:,}: up to {drawn:,} prompt "
+            "tokens to draw, more than {limit:,} (bench_serving draws a random token for each, as pdmux "
+            "steps past them): give fewer or shorter prompts",
+            param="gsp_num_groups",
+            values={"groups": groups, "system": system, "count": count, "question": question, "drawn": drawn,
+                    "limit": MAX_GSP_PROMPT_TOKENS})
     at_once = isinstance(qps, (int, float)) and qps == math.inf
     if at_once:
         if duration_s is not None:
@@ -865,7 +880,7 @@ def generated_shared_prefix_trace(
     system_lens = numpy_rng.randint(_gsp_low(system, ratio), system + 1, groups)
     question_lens = numpy_rng.randint(_gsp_low(question, ratio), question + 1, count)
     output_lens = numpy_rng.randint(_gsp_low(output, ratio), output + 1, count)
-    slots = list(range(count))  # slot s: group s // per_group, its question and output s
+    slots = Column(INT, range(count))  # slot s: group s // per_group, its question and output s
     if not ordered:
         shuffler = random.Random(seed)
         _skip_random(shuffler, sum(system_lens) + sum(question_lens))
@@ -890,7 +905,7 @@ def generated_shared_prefix_trace(
 
     # the block: a token (SGLang's radix cache, page size 1), else whole system prompts (their gcd), else
     # wider, each while the trace's blocks stay within MAX_GSP_BLOCKS
-    prompt_tokens = [system_lens[s // per_group] + question_lens[s] for s in slots]
+    prompt_tokens = Column(INT, (system_lens[s // per_group] + question_lens[s] for s in slots))
     notes: list[Finding] = []
     block = 1
     if sum(prompt_tokens) > MAX_GSP_BLOCKS:
@@ -921,7 +936,7 @@ def generated_shared_prefix_trace(
     source = (f"bench_serving {GSP_DATASET} ({groups} groups x {per_group} prompts, system prompt {system} + "
               f"question {question} tokens, output {output}{spread}{', ordered' if ordered else ''}, seed "
               f"{seed}), {arrival}")
-    return Trace(arrival_s=times, prompt_tokens=Column(INT, prompt_tokens),
+    return Trace(arrival_s=times, prompt_tokens=prompt_tokens,
                  output_tokens=Column(INT, (output_lens[s] for s in slots)), source=source,
                  format="synthetic", hash_ids=hashes, block_tokens=block, notes=tuple(notes))
 
