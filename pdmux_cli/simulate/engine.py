@@ -29,7 +29,8 @@ the retraction target, ``new_token_ratio``'s floor, decay and value after a retr
   (max_new + 1)`` over the kept requests after a retraction (no ``+ 1`` up to 0.5.3), and resets when
   the server is idle.
 - **Prefix cache** (SGLang's radix cache, on by default; :mod:`pdmux_cli.simulate.prefix_cache`), for
-  traces with ``hash_ids``: each candidate's prompt is matched against the cached blocks (at most its
+  traces with ``hash_ids`` (blocks of the trace's ``block_tokens``; a chunked prompt's whole blocks done
+  enter the cache after each chunk): each candidate's prompt is matched against the cached blocks (at most its
   tokens - 1: ``Req._compute_max_prefix_len``); the match is locked, the request computes only the rest
   (the cost model's ``(new, cached)`` pairs: cached tokens are attended over, not computed), and
   admission charges the uncached tokens plus the matched tokens no one else locked (they leave the

@@ -15,6 +15,11 @@ arrival, ascending), a prompt length and an output length (tokens). Formats (``t
 - ``burstgpt``: BurstGPT CSV, ``Timestamp`` (s), ``Model``, ``Request tokens``, ``Response tokens``,
   ``Total tokens``, ``Log Type``; rows with 0 response tokens are failed requests: skipped and counted.
 
+Synthetic traces: Poisson arrivals with length specs (:func:`synthetic_trace`; ``random:L`` redraws
+bench_serving's random dataset), and bench_serving's generated-shared-prefix dataset
+(:func:`generated_shared_prefix_trace`: groups of prompts sharing a system prompt, their ``hash_ids`` token by
+token, :attr:`Trace.block_tokens` 1).
+
 Formats users have that give no token counts (ShareGPT-style conversations, bench_serving's default)
 or no unit for their timestamps (``prompt_len``/``output_len``/``timestamp`` JSONL) are refused naming
 the format and what to do (:func:`unreadable_format`).
