@@ -145,8 +145,6 @@ def estimate(
         s_sat: SMs reaching 95% of HBM bandwidth, one PD-mux row each (default: the roofline's fit).
         bandwidth_efficiency, mfu: the chapter model's fractions (0.85, 0.5).
         step_overhead_ms, per_request_overhead_ms: the roofline model's CPU time per step / per request (ms).
-        eager_launch_ms: its host time per eagerly launched kernel (ms). disable_cuda_graph: SGLang's
-            ``--disable-cuda-graph`` (decode and prefill launched kernel by kernel; roofline only).
         weight_bytes: bytes per weight; kv_bytes: bytes per KV element, or kv_cache_dtype (SGLang's).
         level: ``"auto"`` (SGLang's pick), ``"P/D"`` or ``(P, D)`` prefill/decode SMs.
         all_levels: also every level's ITL and prefill time (``result.estimate.levels``).

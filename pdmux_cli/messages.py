@@ -129,12 +129,19 @@ def _revision_tp(f: Finding) -> str:
 
 
 def _request_delay(f: Finding) -> str:
-    where = "the calibration's" if f.values["calibrated"] else "fitted to public runs, serving.yaml"
-    return (
+    where = ("the calibration's, with the prompt's tokenization" if f.values["calibrated"]
+             else "admission fitted to public runs, the prompt's tokenization measured: serving.yaml")
+    text = (
         "prefill time is the server's; a request's TTFT adds SGLang's request path, "
         f"{f.values['delay_ms']:.3g} "
         f"ms ({where}), as simulate counts it"
     )
+    rows = f.values.get("ttft") or []
+    if rows:
+        text += ("; TTFT with pdmux's measured error (80% interval): " + ", ".join(
+            f"{r['label']} {r['ttft_ms']:.0f} ms ({r['interval_ms'][0]:.0f}-{r['interval_ms'][1]:.0f})"
+            for r in rows))
+    return text
 
 
 def _level_not_built(f: Finding) -> str:
@@ -197,6 +204,16 @@ def _sglang_args(args: Sequence[str]) -> str:
     return " ".join(shlex.quote(str(a)) for a in args)
 
 
+def _sureness(comparison: dict | None) -> str:
+    """How sure a verdict is (``uncertainty.Comparison.to_dict``): ``" (92% sure: ...)"``, or nothing."""
+    if not comparison:
+        return ""
+    low, high = comparison["interval"] or (None, None)
+    spread = f"; the ratio {low:.2f}-{high:.2f}x at 80%" if low is not None else ""
+    return (f" ({comparison['confidence']:.0%} sure, from pdmux's error on {comparison['pairs']} same-server "
+            f"pairs of public runs{spread})")
+
+
 def _verdict(f: Finding) -> str:
     """``pdmux capacity``'s verdict (:meth:`pdmux_cli.simulate.capacity.CapacityResult.verdict_finding`)."""
     kind, v = f.code.rsplit(".", 1)[1], f.values
@@ -220,11 +237,23 @@ def _verdict(f: Finding) -> str:
         )
     )
     on_pd, on_other = (_on(pd), _on(other)) if not unequal else ("", "")
+    sure = _sureness(v.get("comparison"))
+    if kind == "too_close":
+        c = v["comparison"]
+        return (
+            f"too close to call: {pd['label']} sustains {rate_text(pd)} req/s{on_pd} against "
+            f"{rate_text(other)} for {other['label']} ({c['ratio']:.2f}x), but pdmux's error on that ratio "
+            f"spans {c['interval'][0]:.2f}-{c['interval'][1]:.2f}x (80%, from same-server public runs): "
+            "measure both (pdmux bench, bench_serving) before choosing"
+            if c["interval"] else
+            f"too close to call: {pd['label']} {rate_text(pd)} against {rate_text(other)} req/s for "
+            f"{other['label']}, and too few measured pairs to bound the error"
+        )
     if kind == "pdmux_serves_more":
         gain = f"+{v['gain']:.0%}" if v["gain"] is not None else "where it meets the SLO at no rate"
         return (
             f"{pd['label']} sustains {rate_text(pd)} req/s{on_pd} against {rate_text(other)} for "
-            f"{other['label']}: {gain}{unequal}; enable it with: {_sglang_args(v['launch'])}"
+            f"{other['label']}: {gain}{unequal}{sure}; enable it with: {_sglang_args(v['launch'])}"
         )
     if kind == "tie":
         on = f" on {pd['gpus']} GPUs" if pd["gpus"] > 1 and not unequal else ""
@@ -235,7 +264,7 @@ def _verdict(f: Finding) -> str:
         )
     more = (
         f"{other['label']} serves more ({rate_text(other)} req/s{on_other} against {rate_text(pd)} for "
-        f"{pd['label']}){unequal}"
+        f"{pd['label']}){unequal}{sure}"
     )
     if kind == "disagg_serves_more":
         d = v["disagg"]
@@ -262,9 +291,15 @@ def _tune_verdict(f: Finding) -> str:
     )
     if kind == "tie":
         return text + ": a tie on this trace; --enable-pdmux buys nothing here"
+    if kind == "too_close":
+        c = v["comparison"]
+        spread = (f"{c['interval'][0]:.2f}-{c['interval'][1]:.2f}x" if c["interval"] else "unbounded")
+        return (text + f": too close to call (goodput {c['ratio']:.2f}x, and pdmux's error on that ratio "
+                f"spans {spread} at 80%, from same-server public runs); measure both before choosing")
+    sure = _sureness(v.get("comparison"))
     if kind == "pdmux":
-        return text + ": turn on --enable-pdmux"
-    return text + f": keep {v['rival']}"
+        return text + f"{sure}: turn on --enable-pdmux"
+    return text + f"{sure}: keep {v['rival']}"
 
 
 def _overload(f: Finding) -> str:
@@ -642,11 +677,6 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
                                      "{model}'s context length of {context_tokens:,} (the longest "
                                      "{longest_prompt} + {longest_output}): left out, as SGLang refuses "
                                      "them"),
-    "costmodel.no_cuda_graph": (
-        "{flag.disable_cuda_graph}: no CUDA graph, so every decode step launches its {kernels:.0f} kernels "
-        "one by one, {launch_ms:.2f} ms at {kernel_us:.1f} us each (SGLang's host time per kernel of an "
-        "eager forward, {flag.eager_launch_ms}) before the scheduler's own work; prefills launch eagerly "
-        "too, and no memory is reserved for graphs"),
     "trace.gsp_block_system": (
         "more prompt tokens than {max_blocks:,} hash ids: the prompts are hashed in blocks of "
         "{block_tokens:,} tokens (every system prompt whole blocks), not token by token: a cached system "
@@ -693,6 +723,7 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
             "none_simulated",
             "only",
             "no_policy_meets",
+            "too_close",
             "pdmux_serves_more",
             "tie",
             "disagg_serves_more",
@@ -700,7 +731,7 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
         )
     },
     # simulate/tune.py
-    **{f"tune.verdict.{k}": _tune_verdict for k in ("best_only", "tie", "pdmux", "keep")},
+    **{f"tune.verdict.{k}": _tune_verdict for k in ("best_only", "tie", "pdmux", "keep", "too_close")},
     **{f"tune.overload.{k}": _overload for k in ("offline", "growing", "bursts")},
     "tune.no_slo_levels": "no SLO levels tried: {reason}",
     "tune.workers_capped": "{flag.workers} {workers}: this machine gives the process {cores} core(s), so "

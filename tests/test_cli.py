@@ -160,6 +160,7 @@ def test_estimate_json_stable_keys() -> None:
     assert [round(r["itl_ms"]) for r in d["rows"]] == [9, 299, 74, 19, 9, 11, 15]
     assert [r["tokens_during_prefill"] for r in d["rows"]] == [None, 0, 4, 16, 55, 43, 33]
     assert set(d["rows"][0]) == {"policy", "label", "itl_ms", "decode_steps_during_prefill", "prefill_ms",
+                                 "ttft_ms", "ttft_interval_ms",
                                  "tokens_during_prefill", "chunk_tokens", "prefill_sms", "decode_sms",
                                  "s_sat_sms", "decode_alone_ms", "prefill_alone_ms", "decode_corun_ms",
                                  "prefill_corun_ms", "gpus", "layout", "transfer_ms", "link", "runs"}

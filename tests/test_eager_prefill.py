@@ -108,7 +108,8 @@ def test_a_short_eager_prefill_takes_its_launches(pol) -> None:
     """64 tokens of Qwen3-8B on an H100 take ~7 ms of GPU (the weights' read); launched eagerly at 0.1 ms a
     kernel, the step takes 36 x 10 x 0.1 = 36 ms plus the scheduler's step (overlap scheduler: on the same
     thread)."""
-    kw = dict(per_request_overhead_ms=0, admission_delay_ms=0, first_token_delay_ms=0, eager_launch_ms=0.1)
+    kw = dict(per_request_overhead_ms=0, admission_delay_ms=0, first_token_delay_ms=0, eager_launch_ms=0.1,
+              frontend_token_ms=0)
     setup = make_setup(H100, QWEN, prefill_cuda_graph=False, **kw)
     sm = setup.step_model
     gpu = sm.prefill_s(132, [(64, 0)])
@@ -133,7 +134,7 @@ def test_pdmux_rounds_wait_for_the_split_prefill_launches() -> None:
     the decode step, so each round during the prefill lasts at least that."""
     from pdmux_cli.sglang.split_levels import prefill_layers_per_round
 
-    kw = dict(per_request_overhead_ms=0, admission_delay_ms=0, first_token_delay_ms=0)
+    kw = dict(per_request_overhead_ms=0, admission_delay_ms=0, first_token_delay_ms=0, frontend_token_ms=0)
     fast = make_setup(H100, QWEN, eager_launch_ms=0, **kw)
     slow = make_setup(H100, QWEN, eager_launch_ms=0.5, **kw)
     trace = Trace(arrival_s=(0.0,) * 8 + (1.5,), prompt_tokens=(2048,) * 8 + (8192,),

@@ -32,6 +32,7 @@ KV_BYTES_PER_TOKEN = {
     "Qwen3-14B-FP8": 163840,
     "Qwen3-32B": 262144,
     "Qwen2.5-7B-Instruct": 57344,
+    "Qwen2.5-32B-Instruct": 262144,  # 64 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes
     "Llama-3.1-8B": 131072,
     "Llama-3.1-70B": 327680,
     "Llama-3.1-405B": 516096,  # 126 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes

@@ -44,6 +44,8 @@ SUPPORT_0_5_23 = {
     "Phi-4": ("yes", "srt/models/llama.py:Phi3ForCausalLM", "srt/models/llama.py:LlamaForCausalLM"),
     "Qwen2.5-7B-Instruct": ("yes", "srt/models/qwen2.py:Qwen2ForCausalLM",
                             "srt/models/qwen2.py:Qwen2ForCausalLM"),
+    "Qwen2.5-32B-Instruct": ("yes", "srt/models/qwen2.py:Qwen2ForCausalLM",
+                             "srt/models/qwen2.py:Qwen2ForCausalLM"),
     "Qwen3-0.6B": ("yes", "srt/models/qwen3.py:Qwen3ForCausalLM", "srt/models/qwen3.py:Qwen3ForCausalLM"),
     "Qwen3-8B": ("yes", "srt/models/qwen3.py:Qwen3ForCausalLM", "srt/models/qwen3.py:Qwen3ForCausalLM"),
     "Qwen3-8B-FP8": ("yes", "srt/models/qwen3.py:Qwen3ForCausalLM", "srt/models/qwen3.py:Qwen3ForCausalLM"),
@@ -201,7 +203,7 @@ def test_estimate_marks_the_pdmux_rows_where_sglang_cannot_run_them() -> None:
         "PD mux cannot run: no forward_split_prefill in SGLang 0.5.23's GptOssForCausalLM"
     )
     ok = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario())
-    assert ok.pdmux_support.state == "yes" and not any("PD mux" in n for n in render_all(ok.notes))
+    assert ok.pdmux_support.state == "yes" and not any(n.startswith("PD mux") for n in render_all(ok.notes))
 
     r = runner.invoke(app, ["estimate", "--model", "gpt-oss-20b"], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.stderr

@@ -466,11 +466,16 @@ def test_tune_compares_with_sglangs_other_schedules() -> None:
     assert [o.label for o in result.schedules] == ["chunked 8192", "mixed-chunk 512"]
     verdict = result.verdict()
     assert verdict.startswith("pdmux (") and ("turn on --enable-pdmux" in verdict or "keep " in verdict
-                                              or "a tie" in verdict)
+                                              or "a tie" in verdict or "too close to call" in verdict)
+    # 8.42 against 8.41 req/s of goodput: inside pdmux's error on that ratio (same-server pairs)
+    finding = result.verdict_finding()
+    if finding.code == "tune.verdict.too_close":
+        c = finding.values["comparison"]
+        assert c["too_close_to_call"] and c["interval"][0] <= 1 <= c["interval"][1]
     best = result.best_row
     rival = max(result.schedules, key=lambda o: (o.slo_attainment, o.goodput_rps))
     if (best.slo_attainment, best.goodput_rps) < (rival.slo_attainment, rival.goodput_rps):
-        assert verdict.endswith(f"keep {rival.label}")
+        assert verdict.endswith(f"keep {rival.label}") or finding.code == "tune.verdict.too_close"
     r = run("tune", "--trace", AZURE, "--slo-ttft", "300", "--slo-itl", "30", "--rate-scale", "10",
             "--budgets", "65536", "--divisors", "36", "--sm-group-nums", "8", "--workers", "1", "--json")
     data = json.loads(r.stdout)

@@ -46,7 +46,7 @@ def h100():
 def setup(h100):
     # the serving terms at 0: these hand calculations are the kernels and the scheduler alone
     return make_setup(h100, load_model("qwen3-8b"), per_request_overhead_ms=0, admission_delay_ms=0,
-                      admission_interval_ms=0, first_token_delay_ms=0)
+                      admission_interval_ms=0, first_token_delay_ms=0, frontend_token_ms=0)
 
 
 @pytest.fixture(scope="module")

@@ -93,7 +93,8 @@ class SplitwiseChunked(ChunkedPolicy):
 
 
 def _same_figures(a, b) -> bool:
-    skip = {"policy", "kind", "per_request", "itl_cdf", "columns"}
+    # output_tok_s and uncertainty: the workflow's, not the runner's
+    skip = {"policy", "kind", "per_request", "itl_cdf", "columns", "output_tok_s", "uncertainty"}
     return all(getattr(a, f.name) == getattr(b, f.name) for f in fields(a) if f.name not in skip)
 
 

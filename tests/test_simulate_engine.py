@@ -37,7 +37,7 @@ THR = CHAPTER.step_model.throughput
 # the serving terms at 0 (tests/test_simulate_serving.py tests them): these hand calculations are the
 # kernels and SGLang's scheduler alone
 NO_SERVING = {"per_request_overhead_ms": 0, "admission_delay_ms": 0, "admission_interval_ms": 0,
-              "first_token_delay_ms": 0, "eager_launch_ms": 0}
+              "first_token_delay_ms": 0, "eager_launch_ms": 0, "frontend_token_ms": 0}
 SETUP = make_setup(H100, QWEN, **NO_SERVING)  # the roofline model, SGLang's CPU time per step
 POLICIES = [PdmuxPolicy(), ChunkedPolicy(8192), ChunkedPolicy(512), MixedChunkPolicy(512),
             PrefillFirstPolicy()]

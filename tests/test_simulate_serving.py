@@ -25,9 +25,10 @@ H100 = find_gpu("h100")
 QWEN = load_model("qwen3-8b")
 # explicit serving terms, so that the hand calculations do not depend on serving.yaml's fitted values
 PLAIN = make_setup(H100, QWEN, per_request_overhead_ms=0, admission_delay_ms=0, first_token_delay_ms=0,
+                   frontend_token_ms=0,
                    eager_launch_ms=0)
 DELAYED = make_setup(H100, QWEN, per_request_overhead_ms=0, admission_delay_ms=5, first_token_delay_ms=7,
-                     eager_launch_ms=0)
+                     eager_launch_ms=0, frontend_token_ms=0)
 
 
 def trace(arrivals, prompt=1000, output=4) -> Trace:
@@ -103,7 +104,8 @@ def test_scheduler_cpu_per_request_is_hidden_up_to_the_gpu_step_and_paid_in_full
     """1 ms of scheduler CPU per running request (CpuProfile.per_request_s): 16 requests cost over 16 ms of
     CPU a step, more than the ~8 ms decode step, so the overlap scheduler's round is the CPU's; without it
     (and under pdmux) the round is GPU + CPU."""
-    setup = make_setup(H100, QWEN, per_request_overhead_ms=0, admission_delay_ms=0, first_token_delay_ms=0)
+    setup = make_setup(H100, QWEN, per_request_overhead_ms=0, admission_delay_ms=0, first_token_delay_ms=0,
+                       frontend_token_ms=0)
     sm = setup.step_model
     sm.cpu = replace(sm.cpu, per_request_s=0.001)
     assert sm.decode_cpu_s(16) == pytest.approx(sm.cpu.step_s + 16 * 0.001, rel=1e-12)
@@ -129,8 +131,10 @@ def test_per_request_step_time_adds_to_every_step(pol) -> None:
     the overlap scheduler and under pdmux (time on the step's critical path, CpuProfile.per_request_step_s);
     the kernels' times (StepModel.decode_s, what a benchmark of the model alone measures) do not move."""
     batch = [(2048, 40)] * 16
-    base = make_setup(H100, QWEN, per_request_overhead_ms=0, admission_delay_ms=0, first_token_delay_ms=0)
-    more = make_setup(H100, QWEN, per_request_overhead_ms=0.05, admission_delay_ms=0, first_token_delay_ms=0)
+    base = make_setup(H100, QWEN, per_request_overhead_ms=0, admission_delay_ms=0, first_token_delay_ms=0,
+                      frontend_token_ms=0)
+    more = make_setup(H100, QWEN, per_request_overhead_ms=0.05, admission_delay_ms=0, first_token_delay_ms=0,
+                      frontend_token_ms=0)
     assert more.step_model.decode_s(132, 16, 16 * 2048) == base.step_model.decode_s(132, 16, 16 * 2048)
     assert more.step_model.request_s(16) == pytest.approx(16 * 0.05e-3, rel=1e-12)
     for overlap_off in (False, True):
@@ -145,16 +149,45 @@ def test_front_end_admits_a_burst_one_request_per_interval() -> None:
     """--admission-interval-ms 2 with 5 ms of admission delay: four requests arriving together are seen at
     5, 7, 9 and 11 ms (the tokenizer manager takes them one after another)."""
     setup = make_setup(H100, QWEN, per_request_overhead_ms=0, admission_delay_ms=5, first_token_delay_ms=0,
-                       admission_interval_ms=2)
+                       admission_interval_ms=2, frontend_token_ms=0)
+    assert _seen(setup, 100) == [5.0, 7.0, 9.0, 11.0]
+
+
+def _seen(setup, prompt: int) -> list[float]:
+    """When the scheduler sees each of four requests that all arrive at t = 0 (ms)."""
     from pdmux_cli.simulate.engine import build_work
 
-    work = build_work(trace([0.0] * 4, prompt=100, output=2), setup, 10**6)
+    work = build_work(trace([0.0] * 4, prompt=prompt, output=2), setup, 10**6)
     seen = []
     while (t := work.next_arrival_time()) != math.inf:
         work.receive(t)
         seen.append(round(t * 1e3, 9))
-    assert seen == [5.0, 7.0, 9.0, 11.0]
     assert list(work.waiting) == [0, 1, 2, 3]
+    return seen
+
+
+def test_front_end_tokenizes_each_prompt_one_at_a_time_up_to_0_5_21() -> None:
+    """1 us a prompt token (serving.yaml's is measured: benchmarks/measure_frontend.py), 1000-token prompts:
+    SGLang up to 0.5.21 tokenizes on its one event loop, so four requests arriving together are seen at
+    5 + 1, then 2 ms (the interval) + 1 ms apart: 6, 9, 12, 15 ms; 0.5.22 on tokenizes in an executor: each
+    request pays its own 1 ms, the interval alone keeps them apart: 6, 8, 10, 12 ms."""
+    kw = dict(per_request_overhead_ms=0, admission_delay_ms=5, first_token_delay_ms=0,
+              admission_interval_ms=2,
+              frontend_token_ms=0.001)
+    assert _seen(make_setup(H100, QWEN, serial_frontend=True, **kw), 1000) == [6.0, 9.0, 12.0, 15.0]
+    assert _seen(make_setup(H100, QWEN, **kw), 1000) == [6.0, 8.0, 10.0, 12.0]
+    # no interval: the serial front end alone spaces them by their tokenization
+    kw["admission_interval_ms"] = 0
+    assert _seen(make_setup(H100, QWEN, serial_frontend=True, **kw), 1000) == [6.0, 7.0, 8.0, 9.0]
+    assert _seen(make_setup(H100, QWEN, **kw), 1000) == [6.0]  # all four at 6 ms, in one receive
+
+
+def test_shipped_frontend_term_is_the_measured_one() -> None:
+    from pdmux_cli.costmodel.efficiency import load_serving
+
+    serving = load_serving()[1]
+    assert serving.frontend_token_s == 1.6e-6
+    assert "measure_frontend.py" in str(serving.source)
 
 
 def test_closed_loop_client_sends_the_next_request_when_one_comes_back() -> None:

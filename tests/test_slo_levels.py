@@ -397,10 +397,8 @@ def _spy_rounds(monkeypatch) -> list[tuple[int, int, int, float]]:
 
     rounds: list[tuple[int, int, int, float]] = []
 
-    def spy(step_model, decode_sms, n, sum_context, sum_window=0.0, corun_sms=0, cuda_graph=True,
-            launch_s=0.0):
-        seconds = pdmux_round_s(step_model, decode_sms, n, sum_context, sum_window, corun_sms, cuda_graph,
-                                launch_s)
+    def spy(step_model, decode_sms, n, sum_context, sum_window=0.0, corun_sms=0, cuda_graph=True):
+        seconds = pdmux_round_s(step_model, decode_sms, n, sum_context, sum_window, corun_sms, cuda_graph)
         rounds.append((decode_sms, n, corun_sms, seconds * 1e3))
         return seconds
 

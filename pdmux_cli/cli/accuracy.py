@@ -42,7 +42,8 @@ def accuracy(
         "Whole servers instead of kernels: replay every shipped public SGLang serving run end to end "
         "(simulate with its setup) and compare TTFT, ITL, TPOT, E2E and throughput.")),
     runs: bool = typer.Option(False, "--runs", help=(
-        "--serving: every run's figures and the pdmux simulate command that replays it.")),
+        "--serving: every run's figures, its SGLang release and the pdmux simulate command closest to it "
+        "(the release's memory defaults as flags; 0.5.23's scheduler rules).")),
     workers: int | None = typer.Option(None, "--workers", help=(
         "--serving: processes (default: the cores available).")),
 ) -> None:
@@ -58,7 +59,7 @@ def accuracy(
     if as_json:
         print_json(result.to_dict())
     elif serving:
-        _print_serving(result.terms, result.outcomes, runs)
+        _print_serving(result.terms, result.outcomes, runs, result.heldout_coverage())
     else:
         _print_terms(result.terms)
 
@@ -84,23 +85,32 @@ def _print_terms(terms: list) -> None:
 
 
 def _runs_table(outcomes: list) -> object:
-    """Every replayed run's figures: measured, pdmux's, the error."""
+    """Every replayed run's figures: measured, pdmux's with the shipped terms and out of sample, the
+    errors."""
     from rich.table import Table
 
     table = Table(title="Public SGLang serving runs replayed (measured / pdmux)", title_justify="left")
     for col, just in (("run", "left"), ("metric", "left"), ("measured", "right"), ("pdmux", "right"),
-                      ("error", "right")):
+                      ("error", "right"), ("out of sample", "right")):
         table.add_column(col, justify=just, overflow="fold")  # run ids are long: fold them, never cut
+
+    def err(pred: float, measured: float) -> str:
+        return "-" if not math.isfinite(pred) else f"{(pred - measured) / measured:+.0%}"
+
     for o in outcomes:
         for k, (name, measured) in enumerate(o.run.metrics):
             pred = o.predicted.get(name, math.nan)
-            table.add_row(o.run.id if k == 0 else "", name, f"{measured:.4g}",
-                          "-" if not math.isfinite(pred) else f"{pred:.4g}",
-                          "-" if not math.isfinite(pred) else f"{(pred - measured) / measured:+.0%}")
+            oos = "held out" if o.heldout else err(o.predicted_oos.get(name, math.nan), measured)
+            table.add_row((o.run.id + (" (held out)" if o.heldout else "")) if k == 0 else "", name,
+                          f"{measured:.4g}", "-" if not math.isfinite(pred) else f"{pred:.4g}",
+                          err(pred, measured), oos)
+    table.caption = ("out of sample: the error with serving terms fitted without the run's source; held out: "
+                     "a run no fit saw, its error is already out of sample")
+    table.caption_justify = "left"
     return table
 
 
-def _print_serving(terms: list, outcomes: list, show_runs: bool) -> None:
+def _print_serving(terms: list, outcomes: list, show_runs: bool, heldout_coverage: tuple[int, int]) -> None:
     """``pdmux accuracy --serving``'s tables and notes."""
     from ..costmodel.accuracy import METHODS
 
@@ -108,20 +118,30 @@ def _print_serving(terms: list, outcomes: list, show_runs: bool) -> None:
     if show_runs:
         con.print(_runs_table(outcomes))
         for o in outcomes:
-            con.print(f"{o.run.id}: {o.error or o.run.command()}", soft_wrap=True)
+            con.print(f"{o.run.id} (SGLang {o.run.sglang_version}): {o.error or o.run.command()}",
+                      soft_wrap=True)
     con.print(_terms_table(terms, "Simulated SGLang server vs public serving runs (|predicted - measured| / "
                                   "measured)",
                            "metric"))
     for t in terms:
         if t.worst is not None:
-            con.print(f"worst {t.term}: {t.worst.what} ({t.worst.error:+.0%})", soft_wrap=True)
+            con.print(f"worst {t.term} ({t.method}): {t.worst.what} ({t.worst.error:+.0%})", soft_wrap=True)
     failed = [o for o in outcomes if o.error]
     if failed:
         print_note(con, f"{len(failed)} run(s) not simulated: " + "; ".join(o.error for o in failed))
-    print_note(con, f"in-sample: {METHODS['in-sample']} (profiles/efficiency/serving.yaml, "
-                    "benchmarks/fit_serving.py)")
-    print_note(con, f"{len(outcomes)} runs from public pages (profiles/measurements/serving/, each with its "
-                    "source URL), replayed with SGLang's default schedule (chunked prefill, the overlap "
-                    "scheduler from 0.4 on) and the serving terms of the run's release line; ShareGPT "
-                    "lengths are approximations, bench_serving's random lengths exact; --runs lists every "
-                    "run and the pdmux simulate command that replays it")
+    for method in dict.fromkeys(t.method for t in terms):
+        print_note(con, f"{method}: {METHODS[method]}" + (
+            " (profiles/efficiency/serving.yaml, benchmarks/fit_serving.py)" if method != "held-out" else ""))
+    fitted = sum(not o.heldout for o in outcomes)
+    held = len(outcomes) - fitted
+    inside, total = heldout_coverage
+    if total:
+        print_note(con, f"80% intervals (simulate's, from the LOSO residuals) hold {inside} of the {total} "
+                        f"held-out figures ({inside / total:.0%})")
+    print_note(con, f"{fitted} fitted runs and {held} held-out runs from public pages "
+                    "(profiles/measurements/serving/, each with its source URL), replayed with the defaults "
+                    "and scheduler rules of the SGLang release each used (sglang_version), SGLang's default "
+                    "schedule (chunked prefill, the overlap scheduler from 0.4 on) and the serving terms of "
+                    "the run's release line; ShareGPT lengths are approximations, bench_serving's random "
+                    "lengths exact; --runs lists every run and the pdmux simulate command closest to it "
+                    "(its release's memory defaults; 0.5.23's scheduler rules)")

@@ -23,7 +23,6 @@ from .options import (
     CAPACITY_POLICIES_OPTION,
     COST_MODEL_OPTION,
     DATASET_NAME_OPTION,
-    DISABLE_CUDA_GRAPH_OPTION,
     DISAGG_OPTION,
     DISAGG_TP_OPTION,
     DP_OPTION,
@@ -52,6 +51,7 @@ from .options import (
     MIXED_CHUNK_SIZES_OPTION,
     MODEL_OPTION,
     NO_PREFIX_CACHE_OPTION,
+    DISABLE_CUDA_GRAPH_OPTION,
     OUTPUT_TOKENS_OPTION,
     EAGER_LAUNCH_OPTION,
     PER_REQUEST_OVERHEAD_OPTION,
@@ -96,7 +96,6 @@ def _table(result: Any, title: str, width: int | None = None) -> Any:
 def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_line: bool) -> Any:
     from rich.table import Table
 
-    from ..messages import rate_text
     from ..simulate.report import latency_cell
 
     policies = result.policies
@@ -110,7 +109,9 @@ def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_l
                           f"requests meet TTFT <= {result.slo_ttft_ms:g} ms and their p99 ITL <= "
                           f"{result.slo_itl_ms:g} ms"
                           + ("; per GPU: max rate / GPUs" if many else "")
-                          + "; goodput and p99s (ms; from 10 s on in s) at that rate",
+                          + "; goodput and p99s (ms; from 10 s on in s) at that rate"
+                          + ("; (lo-hi): the rate's 80% interval, the TTFT and ITL scaled by pdmux's "
+                             "measured error" if any(p.rate_interval for p in policies) else ""),
                   caption_justify="left")
     in_cell = layouts and not layout_column
     table.add_column("policy" + (("\n" if two_line else " / ") + "layout" if in_cell else ""), justify="left")
@@ -122,7 +123,7 @@ def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_l
         table.add_column(col.replace(" ", "\n") if two_line else col, justify=just, no_wrap=col == "layout")
     for p in policies:
         at = p.at
-        cells = {"layout": str(p.layout), "GPUs": str(p.gpus), "max rate": rate_text(p), "per "
+        cells = {"layout": str(p.layout), "GPUs": str(p.gpus), "max rate": _rate_cell(p), "per "
                                                                                     "GPU": _per_gpu_text(p),
                  "SLO met": f"{at.slo_attainment:.1%}" if at else "-",
                  "goodput": f"{at.goodput_rps:.3g}" if at else "-",
@@ -131,6 +132,24 @@ def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_l
         label = f"{p.label}\n{p.layout}" if in_cell else p.label
         table.add_row(label, *(cells[col] for col, _ in columns), end_section=in_cell)
     return table
+
+
+def _rate_cell(p: Any) -> str:
+    """The capacity with its 80% interval under it: ``"4.23\\n(3.1-5.0)"`` (an end that is only a bound:
+    ``>=``)."""
+    from ..messages import rate_text
+
+    text = rate_text(p)
+    if p.rate_interval is None or p.bound:
+        return text
+    (low, high), (low_bound, high_bound) = p.rate_interval, p.interval_bounds
+    def g(x: float) -> str:
+        return f"{x:.0f}" if x >= 100 else f"{x:.2g}"
+
+    lowest = p.points[0].rate_rps if p.points else low
+    lo = f"<{g(lowest)}" if low_bound == "below" else g(low)
+    hi = (">=" if high_bound == "above" else "") + g(high)
+    return f"{text}\n({lo}-{hi})"
 
 
 def _per_gpu_text(p: Any) -> str:
@@ -195,8 +214,8 @@ def capacity(
     max_prefill_tokens: int = MAX_PREFILL_TOKENS_OPTION,
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help=(
         "Requests run to their max_new_tokens (benchmark traffic).")),
-    disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
+    disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
     workers: int | None = WORKERS_OPTION,
     executor: str = EXECUTOR_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,

@@ -106,9 +106,8 @@ NO_PREFIX_CACHE_OPTION = typer.Option(False, "--no-prefix-cache", help=(
     "(Mooncake) reuse cached prefixes."))
 TP_OPTION = typer.Option(1, "--tp", help=TP_HELP)
 DISABLE_CUDA_GRAPH_OPTION = typer.Option(False, "--disable-cuda-graph", help=(
-    "SGLang's flag (0.5.23: the same as --cuda-graph-backend-{decode,prefill}=disabled): no CUDA graph, "
-    "every decode step (pdmux's too) and prefill batch launched kernel by kernel (SGLang's measured host "
-    "time per kernel, --eager-launch-ms), and no memory reserved for graphs."))
+    "SGLang's flag: no CUDA graphs, decode and prefill launched kernel by kernel (a step takes at least its "
+    "kernels' host launch time; the graphs' memory reserve is not taken)."))
 
 # The policies.
 MIXED_CHUNK_SIZES_OPTION = typer.Option("512", "--mixed-chunk-sizes", help="Chunk sizes of 'mixed-chunk'.")

@@ -144,10 +144,8 @@ def estimate(
                                                  help="Roofline model: SGLang's host time per kernel of a "
                                                  "prefill launched outside its CUDA graph (mixed chunks, "
                                                  "pdmux's split prefill), ms (default: serving.yaml's fit)."),
-    disable_cuda_graph: bool = typer.Option(False, "--disable-cuda-graph",
-                                            help="SGLang's flag: no CUDA graph; every decode step (the "
-                                            "reference's, each pdmux round's) and prefill launched kernel by "
-                                            "kernel at --eager-launch-ms a kernel."),
+    disable_cuda_graph: bool = typer.Option(False, "--disable-cuda-graph", help=(
+        "SGLang's flag: no CUDA graphs, decode and prefill launched kernel by kernel.")),
     weight_bytes: float | None = typer.Option(None, "--weight-bytes",
                                               help="Bytes per weight (default: the model's dtype; bf16 2, "
                                               "fp8 1)."),

@@ -24,7 +24,6 @@ from .options import (
     COST_MODEL_OPTION,
     DATASET_NAME_OPTION,
     CSV_OPTION,
-    DISABLE_CUDA_GRAPH_OPTION,
     DISAGG_OPTION,
     DISAGG_TP_OPTION,
     DP_OPTION,
@@ -54,6 +53,7 @@ from .options import (
     MIXED_CHUNK_SIZES_OPTION,
     MODEL_OPTION,
     NO_PREFIX_CACHE_OPTION,
+    DISABLE_CUDA_GRAPH_OPTION,
     OUTPUT_TOKENS_OPTION,
     OUTPUT_YAML_OPTION,
     EAGER_LAUNCH_OPTION,
@@ -163,8 +163,8 @@ def simulate(
     disable_prefill_cuda_graph: bool = typer.Option(False, "--disable-prefill-cuda-graph", help=(
         "SGLang's flag: prefill batches launch their kernels eagerly (SGLang before 0.5.23's prefill "
         "CUDA graph did): a short prefill takes at least its kernels' launch time.")),
-    disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
+    disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
     slo_ttft: float = SLO_TTFT_DEFAULT_OPTION,
     slo_itl: float = SLO_ITL_DEFAULT_OPTION,
     tp: int = TP_OPTION,
@@ -326,8 +326,8 @@ def tune(
     kv_cache_dtype: str | None = KV_CACHE_DTYPE_OPTION,
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help=(
         "Requests run to their max_new_tokens (benchmark traffic).")),
-    disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
+    disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
     workers: int | None = WORKERS_OPTION,
     executor: str = EXECUTOR_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,
@@ -385,9 +385,7 @@ def _print_tune(outcome: Any, show_all: bool) -> None:
         return
     cluster = outcome.cluster
     dp_flags = f" --dp-size {cluster.dp} --load-balance-method {cluster.method}" if cluster.dp > 1 else ""
-    # the server tuned for: without CUDA graphs, SGLang's own flag
-    graph_flag = "" if setup.decode_cuda_graph else " --disable-cuda-graph"
     env = get_revision(r.sglang).tp_launch if setup.tp > 1 else ()
     con.print(f"wrote {r.output}; launch with: "
-              + pc.launch_command(str(r.output), best.sm_group_num, tp=setup.tp, env=env) + dp_flags
-              + graph_flag, soft_wrap=True)
+              + pc.launch_command(str(r.output), best.sm_group_num, tp=setup.tp, env=env) + dp_flags,
+              soft_wrap=True)

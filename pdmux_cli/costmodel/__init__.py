@@ -83,10 +83,6 @@ class StepModel(Protocol):
         or (``graphed``) replayed from SGLang's prefill CUDA graph."""
         ...
 
-    def decode_launch_s(self) -> float:
-        """Host time to launch a decode step kernel by kernel (SGLang's ``--disable-cuda-graph``)."""
-        ...
-
     def bandwidth_share(self, sms: int) -> float:
         """Share of whole-GPU bandwidth on ``sms`` SMs."""
         ...
@@ -137,6 +133,7 @@ def build_step_model(
     tp: int = 1,
     eager_launch_ms: float | None = None,
     eager_launch_moe_ms: float | None = None,
+    frontend_token_ms: float | None = None,
 ) -> StepModel:
     """The :class:`StepModel` for a GPU profile (:class:`pdmux_cli.catalog.hardware.Gpu`) and a model.
 
@@ -186,7 +183,8 @@ def build_step_model(
                              ("first_token_delay_ms", first_token_delay_ms),
                              ("admission_interval_ms", admission_interval_ms),
                              ("eager_launch_ms", eager_launch_ms),
-                             ("eager_launch_moe_ms", eager_launch_moe_ms)):
+                             ("eager_launch_moe_ms", eager_launch_moe_ms),
+                             ("frontend_token_ms", frontend_token_ms)):
             if value is not None:
                 raise InputError(
                     "{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no CPU "
@@ -232,6 +230,14 @@ def build_step_model(
                                  admission_delay_ms=admission_delay_ms,
                                  first_token_delay_ms=first_token_delay_ms,
                                  admission_interval_ms=admission_interval_ms)
+    if frontend_token_ms is not None:  # ms per prompt token (serving.yaml's is measured)
+        if not (isinstance(frontend_token_ms, (int, float)) and 0 <= frontend_token_ms <= 1):
+            raise InputError("{param_flag} must be from 0 to 1 ms a token, got {value}",
+                             param="frontend_token_ms",
+                             values={"value": frontend_token_ms})
+        from dataclasses import replace as _replace
+
+        serving = _replace(serving, frontend_token_s=frontend_token_ms / 1e3)
     if eager_launch_moe_ms is not None:
         cpu = with_eager_launch(cpu, eager_launch_moe_ms, "eager_launch_moe_ms")
     if eager_launch_ms is not None:
@@ -400,6 +406,7 @@ def calibrated_serving(cpu: CpuProfile, serving: ServingProfile, terms: Any) -> 
         admission_interval_s=terms.admission_interval_s,
         source=source,
         calibrated=True,
+        residuals=tuple(getattr(terms, "residuals", ())),
     )
     return cpu, serving
 

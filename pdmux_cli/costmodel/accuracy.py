@@ -427,6 +427,10 @@ METHODS = {
              "constants come from aiconfigurator's tables, so they are out-of-sample"),
     "out-of-sample": "no constant was fitted to these points",
     "in-sample": "the constants were fitted to these points: how well the curve's shape fits",
+    "LOSO": ("leave-one-source-out: each source's runs predicted by serving terms fitted to the other "
+             "sources' runs of its SGLang release line (a source: one publisher's campaign, its client and "
+             "machines)"),
+    "held-out": "runs from sources kept out of every fit: predicted with the shipped terms",
 }
 
 

@@ -128,7 +128,10 @@ class ServingTerms:
     the request path's delays and the per-request step time (seconds; their meaning is
     :class:`pdmux_cli.costmodel.efficiency.ServingProfile`'s and ``CpuProfile.per_request_step_s``'s).
     They replace ``serving.yaml``'s for any model on this GPU. ``runs``: bench_serving runs fitted;
-    ``median_error``: the fit's median absolute relative error per metric kind; ``source``: the files."""
+    ``median_error``: the fit's median absolute relative error per metric kind; ``source``: the files.
+    ``residuals``: the fit's own residuals on those runs, ``(figure, (ln(measured / predicted), ...))`` per
+    figure of :data:`pdmux_cli.costmodel.uncertainty.FIGURES`: what narrows the intervals of a calibrated
+    server (empty in a file written before them)."""
 
     admission_delay_s: float
     first_token_delay_s: float
@@ -137,6 +140,7 @@ class ServingTerms:
     runs: int
     median_error: tuple[tuple[str, float], ...] = ()
     source: str = ""
+    residuals: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -540,7 +544,7 @@ def _serving(value: object, where: str) -> ServingTerms:
     for name in names:
         if name not in value:
             raise InputError(f"{where}: missing field 'serving.{name}'")
-    unknown = sorted(str(k) for k in value if k not in (*names, "median_error", "source"))
+    unknown = sorted(str(k) for k in value if k not in (*names, "median_error", "source", "residuals"))
     if unknown:
         raise InputError(f"{where}: unknown field 'serving.{unknown[0]}'")
     terms = {}
@@ -560,7 +564,33 @@ def _serving(value: object, where: str) -> ServingTerms:
         raise _bad(where, "serving.source", "must be a string", source)
     _printable(source, where, "serving.source")
     return ServingTerms(**terms, runs=_int(value["runs"], where, "serving.runs"), median_error=median,
-                        source=source)
+                        source=source, residuals=_residuals(value.get("residuals"), where))
+
+
+#: The most residuals a calibration may carry per figure (a file's work is bounded).
+MAX_RESIDUALS = 10_000
+
+
+def _residuals(value: object, where: str) -> tuple[tuple[str, tuple[float, ...]], ...]:
+    """``serving.residuals``: figure -> a list of finite log ratios (at most :data:`MAX_RESIDUALS`)."""
+    from .uncertainty import FIGURES
+
+    if value in (None, {}):
+        return ()
+    if not isinstance(value, dict):
+        raise _bad(where, "serving.residuals", "must map figures to lists of ln(measured / predicted)", value)
+    out = []
+    for figure, values in value.items():
+        if figure not in FIGURES:
+            raise _bad(where, "serving.residuals", f"has {figure!r}, not one of {', '.join(FIGURES)}", figure)
+        if not isinstance(values, list) or len(values) > MAX_RESIDUALS:
+            raise _bad(where, f"serving.residuals.{figure}", f"must be a list of at most {MAX_RESIDUALS} "
+                       "numbers", values)
+        numbers = tuple(_float(v, where, f"serving.residuals.{figure}", positive=False) for v in values)
+        if any(abs(x) > 50 for x in numbers):
+            raise _bad(where, f"serving.residuals.{figure}", "holds a log ratio beyond +-50", values)
+        out.append((figure, numbers))
+    return tuple(out)
 
 
 def _terms_from(value: object, where: str) -> tuple[tuple[str, str], ...]:
@@ -722,6 +752,8 @@ def calibration_to_mapping(c: Calibration) -> dict[str, Any]:
             "admission_interval_s": v.admission_interval_s, "per_request_step_s": v.per_request_step_s,
             "runs": v.runs, "median_error": dict(v.median_error), "source": v.source,
         }
+        if v.residuals:
+            data["serving"]["residuals"] = {k: list(vals) for k, vals in v.residuals}
     return data
 
 

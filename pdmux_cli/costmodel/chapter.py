@@ -366,10 +366,6 @@ class ChapterModel:
         """0: the chapter counts no kernel launches."""
         return 0.0
 
-    def decode_launch_s(self) -> float:
-        """0: the chapter counts no kernel launches."""
-        return 0.0
-
     def request_s(self, n: int) -> float:
         """0: the chapter counts no per-request time."""
         return 0.0

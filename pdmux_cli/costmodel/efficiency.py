@@ -281,7 +281,12 @@ class ServingProfile:
     admission_delay_s, seen_(i-1) + admission_interval_s)``. ``source``: where each was measured or fitted
     (text, or the finding ``costmodel.serving_options`` where options replaced some).
     ``calibrated``: whether the delays come from a calibration (``pdmux calibrate --bench-serving``) rather
-    than ``serving.yaml``'s fit to public runs.
+    than ``serving.yaml``'s fit to public runs; ``residuals``: that calibration fit's own residuals per
+    figure (:class:`pdmux_cli.costmodel.calibration_file.ServingTerms`), which narrow the intervals
+    (:mod:`pdmux_cli.costmodel.uncertainty`). ``frontend_token_s``: the front end's time per prompt token
+    of a request (the chat template and the tokenizer, measured: ``benchmarks/measure_frontend.py``), on the
+    request's path before the scheduler sees it; in SGLang up to 0.5.21 on the one event loop that takes
+    every request, so requests pass it one at a time (``Setup.serial_frontend``).
     """
 
     admission_delay_s: float = 0.0
@@ -289,6 +294,8 @@ class ServingProfile:
     source: Finding | str = ""
     admission_interval_s: float = 0.0
     calibrated: bool = False
+    frontend_token_s: float = 0.0
+    residuals: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
 
 #: No serving delays (the chapter's model, and ``--cost-model roofline`` with every term set to 0).
@@ -412,6 +419,8 @@ def load_serving() -> tuple[dict[str, float], ServingProfile, str]:
         first_token_delay_s=_number(req, "first_token_delay_s", path, 0.0, 10.0),
         admission_interval_s=_number(req, "admission_interval_s", path, 0.0, 1.0),
         source=str(req["source"]),
+        frontend_token_s=(_number(req, "frontend_token_s", path, 0.0, 1e-3) if "frontend_token_s" in req
+                          else 0.0),
     )
     return terms, serving, str(sched["source"])
 
@@ -430,15 +439,26 @@ RELEASE_LINE_TERMS = {"per_request_overhead_ms": "per_request_step_s",
                       "admission_interval_ms": "admission_interval_s"}
 
 
-@functools.lru_cache(maxsize=8)
-def release_line_terms(line: str) -> dict[str, float]:
+@functools.lru_cache(maxsize=64)
+def release_line_terms(line: str, without: str | None = None) -> dict[str, float]:
     """The serving terms fitted to the public runs of SGLang release line ``line`` (``"0.3"``, ``"0.4"``)
     as ``make_setup`` overrides in ms (``serving.yaml`` ``older_releases``); ``{}`` for the default line
     (its terms are the file's top-level ones) or a line the file does not hold. Older lines replay old
-    runs in ``pdmux accuracy --serving``; everything else uses the default."""
+    runs in ``pdmux accuracy --serving``; everything else uses the default.
+
+    ``without``: a source (:func:`pdmux_cli.simulate.serving_accuracy.source_of`): the terms fitted to the
+    line's runs of every other source (``serving.yaml`` ``leave_one_source_out``, any line), what the
+    out-of-sample replay of that source's runs uses. Raises :class:`InputError` where the file holds no
+    such fit (a broken installation, or ``benchmarks/fit_serving.py`` not run since a source was added)."""
     path = efficiency_profiles_dir() / "serving.yaml"
-    older = _read(path).get("older_releases") or {}
-    entry = older.get(line)
+    data = _read(path)
+    if without is not None:
+        entry = ((data.get("leave_one_source_out") or {}).get(line) or {}).get(without)
+        if not isinstance(entry, dict):
+            raise InputError(f"efficiency profile {path.name}: no leave-one-source-out fit of line {line} "
+                             f"without {without} (run benchmarks/fit_serving.py)")
+    else:
+        entry = (data.get("older_releases") or {}).get(line)
     if not isinstance(entry, dict):
         return {}
     out = {}
@@ -513,11 +533,14 @@ def _families(value: object, path: Path) -> tuple[BandwidthFamily, ...]:
 
 @functools.lru_cache(maxsize=1)
 def load_profiles() -> tuple[EfficiencyProfile, ...]:
-    """Every ``profiles/efficiency/<gpu-key>.yaml`` (not ``common``, ``allreduce`` or ``serving``), sorted by
-    key (cached)."""
+    """Every ``profiles/efficiency/<gpu-key>.yaml`` (not :data:`SHARED_FILES`), sorted by key (cached)."""
     directory = efficiency_profiles_dir()
-    return tuple(load_profile(p) for p in sorted(directory.glob("*.yaml"))
-                 if p.stem not in ("common", "allreduce", "serving"))
+    return tuple(load_profile(p) for p in sorted(directory.glob("*.yaml")) if p.stem not in SHARED_FILES)
+
+
+#: The files of ``profiles/efficiency/`` that are no GPU's profile: the terms measured once for all GPUs,
+#: the all-reduce constants, the serving terms and their residuals (:mod:`pdmux_cli.costmodel.uncertainty`).
+SHARED_FILES = ("common", "allreduce", "serving", "serving_residuals")
 
 
 def profile_for(

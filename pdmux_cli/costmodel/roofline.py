@@ -476,8 +476,12 @@ class RooflineModel:
     # ---------------------------------------------------------------------------------------------
     # CPU
     def launch_cpu_s(self) -> float:
-        """CPU seconds to launch one step's kernels outside a CUDA graph."""
-        return self.shapes.layers * self.cpu.kernels_per_layer * self.cpu.launch_s
+        """Host seconds SGLang takes to launch a decode step's kernels outside a CUDA graph: the same as an
+        eager prefill's (:meth:`prefill_launch_s`: SGLang's per-kernel host time was measured on an eager
+        decode step, PR 1401), or ``layers x kernels_per_layer x launch_s`` (a bare launch gap) where a
+        profile has no eager per-kernel time."""
+        eager = self.prefill_launch_s()
+        return eager if eager > 0 else self.shapes.layers * self.cpu.kernels_per_layer * self.cpu.launch_s
 
     def prefill_launch_s(self, layers: float | None = None, graphed: bool = False) -> float:
         """Host seconds SGLang takes to launch a prefill (or mixed) forward over ``layers`` layers (``None``:
@@ -491,18 +495,6 @@ class RooflineModel:
         cpu = self.cpu
         per_kernel = cpu.eager_launch_moe_s if self.shapes.experts is not None else cpu.eager_launch_s
         return count * per_layer * per_kernel
-
-    def decode_launch_s(self) -> float:
-        """Host seconds SGLang takes to launch a decode step kernel by kernel (``--disable-cuda-graph``:
-        ``srt/model_executor/runner/eager_runner.py`` runs the model's forward in Python, as for an eager
-        prefill): its layers' kernels, :attr:`eager_kernels_per_layer` each, at ``CpuProfile.eager_launch_s``
-        (``eager_launch_moe_s`` for a MoE model), the same as :meth:`prefill_launch_s` of all layers, not
-        graphed. That term was measured on a decode step: Llama-3-8B on an H100 at batch 1, 8.23 ms without
-        a CUDA graph against 7.35 ms with one, its 32 x 10 kernels taking 25.7 us each (sgl-project/sglang
-        PR 1401). The step is not done before its last kernel is queued; the scheduler adds the CPU's own
-        work (:mod:`pdmux_cli.simulate.schedulers`). (Decode batches above ``cuda_graph_max_bs``, also eager
-        in SGLang, are still timed with :meth:`launch_cpu_s` inside :meth:`decode_s`.)"""
-        return self.prefill_launch_s(None, graphed=False)
 
     def decode_cpu_s(self, n: int) -> float:
         """CPU seconds of one scheduler step with ``n`` requests (:meth:`CpuProfile.step_cpu_s`)."""

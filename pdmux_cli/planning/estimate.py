@@ -95,10 +95,7 @@ class Scenario:
     ``disagg``: ``(X, Y)`` prefill and decode instances of PD disaggregation (``--disagg XPYD``), each
     of ``tp`` GPUs (``disagg_tp`` when given), or ``None`` for no disaggregation row. ``kv_link``,
     ``kv_link_gb_s``, ``kv_link_latency_us``: the KV link's kind and overrides
-    (:func:`pdmux_cli.multigpu.disaggregation.kv_link`). ``disable_cuda_graph``: SGLang's
-    ``--disable-cuda-graph`` (roofline): every decode step (the reference's, each pdmux round's, a
-    disaggregation decode instance's) and prefill batch launched kernel by kernel
-    (``StepModel.decode_launch_s``, ``prefill_launch_s``), and no memory reserved for graphs.
+    (:func:`pdmux_cli.multigpu.disaggregation.kv_link`).
     """
 
     decode_bs: int = 32
@@ -124,16 +121,19 @@ class Scenario:
     disagg: tuple[int, int] | None = None
     per_request_overhead_ms: float | None = None
     eager_launch_ms: float | None = None
+    disable_cuda_graph: bool = False
     kv_link: str = "auto"
     kv_link_gb_s: float | None = None
     kv_link_latency_us: float | None = None
     disagg_tp: int | None = None
-    disable_cuda_graph: bool = False
 
     def validate(self) -> None:
         """Raise :class:`InputError` (one line) for sizes that make no sense or that no deployment
         has (the bounds above)."""
         check_tp_value(self.tp)
+        if self.disable_cuda_graph and self.cost_model == "chapter":
+            raise InputError("{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no "
+                             "CPU time)", param="disable_cuda_graph", values={})
         # (field, parameter: the API keyword, whose CLI flag the error names)
         for name, param, top in (("decode_bs", "decode_bs", MAX_DECODE_BS),
                                  ("context_tokens", "context", MAX_TOKENS),
@@ -296,6 +296,9 @@ class Estimate:
     #: step's time per request beyond the kernels (ms; in the rows' step times), from the serving profile
     request_delay_ms: float = 0.0
     per_request_ms: float = 0.0
+    #: per row, a request's whole-server TTFT (prefill time + the request path, ms) and its 80% interval
+    #: (:mod:`pdmux_cli.costmodel.uncertainty`; ``None`` under the chapter's model or with no request path)
+    ttft: tuple[tuple[float, tuple[float, float] | None], ...] = ()
     #: the step model of the whole-GPU rows (:class:`pdmux_cli.costmodel.StepModel`; the PD-mux rows of
     #: several S_SATs each have their own): what :func:`pdmux_cli.provenance.step_model_provenance` reads
     step_model: Any = None
@@ -343,8 +346,7 @@ def memory_check(gpu: Gpu, model: Model, scenario: Scenario) -> MemoryCheck:
     tokens = scenario.decode_bs * scenario.context_tokens + scenario.prompt_tokens
     fraction, pool = 0.0, 0
     try:
-        fraction = server_defaults.mem_fraction_static(gpu.memory_bytes, -1, tp,
-                                                       cuda_graphs=not scenario.disable_cuda_graph)
+        fraction = server_defaults.mem_fraction_static(gpu.memory_bytes, -1, tp)
         pool = server_defaults.kv_pool(gpu.memory_bytes, weights, rank_kv, fraction).tokens
     except InputError:
         pass
@@ -516,10 +518,9 @@ def estimate(
         # a baseline step: the overlap scheduler hides the CPU's work (and a prefill's kernel launches)
         return max(gpu_s, cpu + launch_s)
 
-    prefill_graph = server_defaults.prefill_cuda_graph_default(model.architectures, gpu.compute_capability)
-    eager = scenario.disable_cuda_graph  # --disable-cuda-graph: no graph, decode and prefill launched eagerly
-    if eager:
-        prefill_graph = False
+    graphs = not scenario.disable_cuda_graph  # SGLang's --disable-cuda-graph: decode and prefill eager
+    prefill_graph = graphs and server_defaults.prefill_cuda_graph_default(model.architectures,
+                                                                          gpu.compute_capability)
 
     def launch(tokens: int, chunk: int, mixed: bool = False) -> float:
         """Host seconds to launch a prefill batch (as engine.Setup.prefill_launch_s)."""
@@ -528,10 +529,7 @@ def estimate(
         return full.prefill_launch_s(None, graphed)
 
     per_request = full.request_s(1)  # a server step's time per request beyond the kernels (serving.yaml)
-    # a decode step launched kernel by kernel is not done before its launches, on the CPU's thread before the
-    # step's own work (as a prefill's; Setup.decode_launch_s in the simulator); 0 from a CUDA graph
-    decode_launch = full.decode_launch_s() if eager else 0.0
-    base_s = hidden(full.decode_s(total, bs, sum_ctx, sum_win) + bs * per_request, decode_launch)
+    base_s = hidden(full.decode_s(total, bs, sum_ctx, sum_win, cuda_graph=graphs) + bs * per_request)
     rows = [PolicyRow("decode-only", "decode only (ref.)", base_s * 1e3, None, None, None)]
 
     whole_prefill_s = hidden(full.prefill_s(total, [(prompt, 0)]) + per_request, launch(prompt, -1))
@@ -589,15 +587,14 @@ def estimate(
 
     def pdmux_times(step_model: StepModel, p: int, d: int) -> tuple[float, float, float, float, float]:
         """(ITL, prefill, decode alone, prefill alone, decode co-run) in seconds."""
-        decode_alone = step_model.decode_s(d, bs, sum_ctx, sum_win)
+        decode_alone = step_model.decode_s(d, bs, sum_ctx, sum_win, cuda_graph=graphs)
         prefill_alone = step_model.prefill_s(p, [(prompt, 0)])
-        decode_corun = step_model.decode_s(d, bs, sum_ctx, sum_win, corun_sms=p)
+        decode_corun = step_model.decode_s(d, bs, sum_ctx, sum_win, corun_sms=p, cuda_graph=graphs)
         prefill_corun = step_model.prefill_s(p, [(prompt, 0)], corun_sms=d)
-        # a pdmux round: the decode step (or the launches of the round's split-prefill layers, eager, after
-        # the decode step's own with --disable-cuda-graph, when longer), then the CPU's work (the overlap
-        # scheduler is off) and the step's time per request
-        launches = step_model.prefill_launch_s(per_round) + (step_model.decode_launch_s() if eager else 0.0)
-        round_s = (max(decode_corun, launches) + step_model.decode_cpu_s(bs) + step_model.request_s(bs))
+        # a pdmux round: the decode step (or the launches of the round's split-prefill layers, eager,
+        # when longer), then the CPU's work (the overlap scheduler is off) and the step's time per request
+        round_s = (max(decode_corun, step_model.prefill_launch_s(per_round)) + step_model.decode_cpu_s(bs)
+                   + step_model.request_s(bs))
         return round_s, pdmux_prefill_end_s(prefill_corun, round_s, model.num_layers,
                                             per_round), decode_alone, \
             prefill_alone, decode_corun
@@ -643,11 +640,6 @@ def estimate(
         notes.append(Finding("estimate.kv_pool_short", {
             "mem_fraction": memory.pdmux_mem_fraction, "pool_tokens": memory.pdmux_pool_tokens,
             "needed_tokens": memory.kv_tokens_needed, "suggested_fraction": math.ceil(needed * 100) / 100}))
-    if eager:  # what the launches cost (the simulator's note, costmodel.no_cuda_graph)
-        kernels = full.shapes.layers * full.eager_kernels_per_layer
-        notes.append(Finding("costmodel.no_cuda_graph", {
-            "kernels": kernels, "launch_ms": decode_launch * 1e3,
-            "kernel_us": decode_launch / kernels * 1e6 if kernels else 0.0}, "disable_cuda_graph"))
     if tp > 1 and p_sm > 0 and d_sm > 0:
         notes.append(Finding("estimate.tp_same_split", {"tp": tp, "prefill_sms": p_sm, "decode_sms": d_sm}))
     rows = [replace(r, gpus=tp, layout=Layout(tp)) for r in rows]
@@ -679,9 +671,9 @@ def estimate(
                 calibration,
             )[0][0]
             inst_cpu = inst.decode_cpu_s(bs)
-            inst_launch = inst.decode_launch_s() if eager else 0.0
-            inst_base_s = max(inst.decode_s(total, bs, sum_ctx, sum_win) + inst.request_s(bs),
-                              inst_cpu + inst_launch)
+            inst_decode_s = inst.decode_s(total, bs, sum_ctx, sum_win, cuda_graph=graphs)
+            inst_base_s = max(inst_decode_s + inst.request_s(bs),
+                              inst_cpu)
             inst_prefill_s = max(inst.prefill_s(total, [(prompt, 0)]) + inst.request_s(1), inst_cpu)
         transfer_bytes = prompt * rank_kv_bytes_per_token(model, scenario.kv_bytes_per_element, inst_tp)
         transfer_s = link.transfer_s(transfer_bytes)
@@ -704,13 +696,17 @@ def estimate(
             Finding("estimate.pdmux_support", {"state": support.state, "reason": support.why}, "sglang"),
         )
     serving = getattr(full, "serving", None)
-    request_delay_ms = (serving.admission_delay_s
-                        + serving.first_token_delay_s) * 1e3 if serving is not None else 0.0
+    # the request path: admission, the stream back, and the front end's tokenization of this prompt
+    request_delay_ms = (serving.admission_delay_s + serving.first_token_delay_s
+                        + serving.frontend_token_s * prompt) * 1e3 if serving is not None else 0.0
+    ttft = _whole_server_ttft(rows, request_delay_ms, serving, scenario, gpu) if request_delay_ms else ()
     if request_delay_ms:
         notes.append(
             Finding(
                 "estimate.request_delay",
-                {"delay_ms": request_delay_ms, "calibrated": bool(getattr(serving, "calibrated", False))},
+                {"delay_ms": request_delay_ms, "calibrated": bool(getattr(serving, "calibrated", False)),
+                 "ttft": [{"label": r.label, "ttft_ms": t, "interval_ms": list(b) if b else None}
+                          for r, (t, b) in zip(rows, ttft) if b is not None]},
             )
         )
     layers = split_levels.prefill_layers_per_round(prompt, model.num_layers,
@@ -753,8 +749,31 @@ def estimate(
         pdmux_support=support,
         request_delay_ms=request_delay_ms,
         per_request_ms=per_request * 1e3,
+        ttft=ttft,
         step_model=full,
     )
+
+
+def _whole_server_ttft(rows: list, request_delay_ms: float, serving: Any, scenario: Scenario, gpu: Gpu
+                       ) -> tuple[
+        tuple[float, tuple[float, float] | None], ...]:
+    """Per row, the arriving prompt's TTFT as a server gives it (the row's prefill time plus the request path)
+    and its 80% interval from pdmux's measured error on public servers' median TTFT
+    (:func:`pdmux_cli.costmodel.uncertainty.figure_interval`; the regime: ``decode_bs + 1`` requests in
+    flight, the GPU's family; a calibration's own residuals where its serving terms were calibrated). No
+    interval under the chapter's model (no measured error) or for a row without a prefill time."""
+    from ..costmodel.uncertainty import Regime, figure_interval, gpu_family
+
+    regime = Regime("", float(scenario.decode_bs + 1), gpu_family(gpu.compute_capability))
+    calibration = dict(serving.residuals) if getattr(serving, "calibrated", False) else None
+    out = []
+    for r in rows:
+        ttft = r.prefill_ms + request_delay_ms if r.prefill_ms is not None else math.nan
+        bounds = None
+        if scenario.cost_model == "roofline" and math.isfinite(ttft):
+            bounds = figure_interval("ttft_ms_p50", ttft, regime, calibration=calibration)[0]
+        out.append((ttft, bounds))
+    return tuple(out)
 
 
 def _code(note: Finding | str) -> str | None:

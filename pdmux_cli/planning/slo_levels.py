@@ -364,18 +364,16 @@ def _merge(runs: list[tuple[int, int, int]], cands: Sequence[split_levels.Split]
     return sorted(kept)
 
 
-def round_ms_function(step_model: Any, context: BatchContext, graph_max_bs: float,
-                      decode_launch_s: float = 0.0) -> RoundMs:
+def round_ms_function(step_model: Any, context: BatchContext, graph_max_bs: int) -> RoundMs:
     """``round_ms(split, n)``: the ITL, ms, of ``n`` requests at ``context``'s KV decoding on ``split``
     next to a running prefill, from :func:`pdmux_cli.simulate.schedulers.pdmux_round_s` (the simulator's
-    own round time); batches above ``graph_max_bs`` run without a CUDA graph, as in the simulator, and
-    ``decode_launch_s`` (``--disable-cuda-graph``: every decode step launched eagerly) bounds every round."""
+    own round time); batches above ``graph_max_bs`` run without a CUDA graph, as in the simulator."""
     from ..simulate.schedulers import pdmux_round_s
 
     def round_ms(split: split_levels.Split, n: int) -> float:
         sum_context, sum_window = context.sums(n)
         return 1e3 * pdmux_round_s(step_model, split.decode_sms, n, sum_context, sum_window,
-                                   split.prefill_sms, n <= graph_max_bs, decode_launch_s)
+                                   split.prefill_sms, n <= graph_max_bs)
 
     return round_ms
 
@@ -396,13 +394,13 @@ def largest_batch(setup: Any, context: BatchContext) -> int:
 def levels_for_setup(setup: Any, context: BatchContext, target_ms: float,
                      max_levels: int = split_levels.DEFAULT_SM_GROUP_NUM - 2) -> SloLevels:
     """:func:`compile_levels` for a simulated server (:class:`pdmux_cli.simulate.engine.Setup`): its cost
-    model and CUDA graphs (:func:`round_ms_function`), its GPU's candidate splits
+    model and CUDA-graph limit (:func:`round_ms_function`), its GPU's candidate splits
     (:func:`candidate_splits`) and the largest batch its KV pool holds (:func:`largest_batch`). Raises
     :class:`InputError` as those do."""
     target_ms = check_target_ms(target_ms)
     cands = candidate_splits(setup.total_sms, setup.compute_capability)
-    round_ms = round_ms_function(setup.step_model, context, setup.graph_limit, setup.decode_launch_s())
-    levels = compile_levels(round_ms, cands, target_ms, largest_batch(setup, context), max_levels)
+    levels = compile_levels(round_ms_function(setup.step_model, context, setup.graph_max_bs), cands,
+                            target_ms, largest_batch(setup, context), max_levels)
     return replace(levels, context_source=context.source)
 
 

@@ -127,23 +127,21 @@ def prefill_replays_from_graph(graph_on: bool, tokens: int, chunked_prefill_size
 
 def mem_fraction_static(gpu_memory_bytes: float, chunked_prefill_size: int, tp: int = 1,
                         max_prefill_tokens: int = MAX_PREFILL_TOKENS,
-                        cuda_graph_max_bs: int | None = None, cuda_graphs: bool = True) -> float:
+                        cuda_graph_max_bs: int | None = None, graphs: bool = True) -> float:
     """SGLang's default ``mem_fraction_static`` (0-1) for a GPU of ``gpu_memory_bytes`` (nvidia-smi's
-    total) and a chunk size (``-1``: chunking off, as pdmux requires). H100 80GB: 0.83 at 8192, 0.685
-    at -1. ``cuda_graphs`` false (``--disable-cuda-graph``: both graph backends disabled): no reserve for
-    the decode graphs (``2 x max_bs``) nor the prefill graph's buckets (``memory_hook.py``
-    ``reserve_for_graph_mb``), 0.841 and 0.691 then. Raises :class:`InputError` when the reserve leaves
-    nothing (a GPU of a few GB)."""
+    total) and a chunk size (``-1``: chunking off, as pdmux requires). H100 80GB: 0.829 at 8192, 0.684
+    at -1. ``graphs`` False (``--disable-cuda-graph``): no reserve for the decode and prefill graphs
+    (``arg_groups/memory_hook.py`` counts them only when captured). Raises :class:`InputError` when the
+    reserve leaves nothing (a GPU of a few GB)."""
     mib = gpu_memory_bytes / MIB
     activation = max(chunked_prefill_size, 2048) if chunked_prefill_size > 0 else max(
         max_prefill_tokens, 2048)
     max_bs = default_cuda_graph_max_bs(gpu_memory_bytes,
                                        tp) if cuda_graph_max_bs is None else cuda_graph_max_bs
-    if cuda_graphs:
-        reserved = (512 + 1.5 * activation + tp / 8 * 1024 + 2 * max_bs + 8
-                    * prefill_graph_buckets(chunked_prefill_size))
-    else:
-        reserved = 512 + 1.5 * activation + tp / 8 * 1024
+    if not graphs:
+        max_bs = 0
+    reserved = (512 + 1.5 * activation + tp / 8 * 1024 + 2 * max_bs + 8
+                * (prefill_graph_buckets(chunked_prefill_size) if graphs else 0))
     if mib > 60 * 1024:
         reserved = max(reserved, 10240)
     fraction = round((mib - reserved) / mib, 3)
@@ -152,7 +150,7 @@ def mem_fraction_static(gpu_memory_bytes: float, chunked_prefill_size: int, tp: 
                     else "chunking off")
         lever = "smaller chunks" if chunked_prefill_size > 0 else "a smaller --max-prefill-tokens"
         graphs = ""
-        if cuda_graphs and cuda_graph_max_bs is not None and 2 * max_bs >= mib - (reserved - 2 * max_bs):
+        if cuda_graph_max_bs is not None and 2 * max_bs >= mib - (reserved - 2 * max_bs):
             graphs = f", of which {2 * max_bs:.0f} MiB for --cuda-graph-max-bs {max_bs} at 2 MiB a batch size"
             lever = ("a smaller --cuda-graph-max-bs (SGLang's default here: "
                      f"{default_cuda_graph_max_bs(gpu_memory_bytes, tp)})")

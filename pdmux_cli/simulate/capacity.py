@@ -38,6 +38,10 @@ from .policies import Policy
 from .runner import simulate_metrics
 from .traces import Trace, reshape
 
+#: The figures whose same-server residual pairs give the error of a ratio of two capacities
+#: (:meth:`CapacityResult.comparison`).
+COMPARED_FIGURES = ("ttft_ms_p50", "itl_ms_p50", "output_tok_s")
+
 #: Doublings (or halvings) from the trace's own rate before the search gives up bracketing: 2^8 = 256x.
 MAX_BRACKET_STEPS = 8
 
@@ -55,6 +59,53 @@ class RatePoint:
     itl_p99_ms: float
     unfinished: int = 0
     crashed: bool = False
+    attainment_low: float = math.nan
+    attainment_high: float = math.nan
+
+    def attainment(self, which: str) -> float:
+        """SLO attainment as simulated (``which`` ``"rate"``), or with every request's TTFT and ITL scaled by
+        the upper (``"low"``: the pessimistic end of the interval) or lower (``"high"``) bound of their error
+        (:class:`SloScaling`)."""
+        return {"rate": self.slo_attainment, "low": self.attainment_low, "high": self.attainment_high}[which]
+
+
+@dataclass(frozen=True)
+class SloScaling:
+    """The factors the interval of a capacity scales the simulated TTFT and ITL by (:mod:`pdmux_cli.costmodel.
+    uncertainty`'s 80% bounds of ``measured / predicted`` for the TTFT and ITL medians, open loop): a real
+    server as slow as the upper bounds (``ttft_high``, ``itl_high``) sustains the ``low`` end of the rate's
+    interval, as fast as the lower bounds the ``high`` end. The medians' errors are applied to every request
+    (the tails' errors are not measured)."""
+
+    ttft_low: float
+    ttft_high: float
+    itl_low: float
+    itl_high: float
+
+    def slos(self, which: str, slo_ttft_ms: float, slo_itl_ms: float) -> tuple[float, float]:
+        """The SLOs that test the scaled latencies against the real ones: ``which`` ``"low"`` or
+        ``"high"``."""
+        if which == "low":
+            return slo_ttft_ms / self.ttft_high, slo_itl_ms / self.itl_high
+        return slo_ttft_ms / self.ttft_low, slo_itl_ms / self.itl_low
+
+
+def slo_scaling(setup: Setup, residuals: Any = None) -> SloScaling | None:
+    """The :class:`SloScaling` of ``setup`` (its GPU family, open-loop cells; a calibration's own residuals
+    where its serving terms were calibrated); ``None`` for the chapter's cost model or without an interval."""
+    from ..costmodel.uncertainty import Regime, figure_interval, gpu_family
+
+    if setup.step_model.name != "roofline":
+        return None
+    serving = setup.step_model.serving
+    calibration = dict(serving.residuals) if serving.calibrated else None
+    regime = Regime("open", math.nan, gpu_family(setup.compute_capability))
+    got = [figure_interval(f, 1.0, regime, residuals=residuals, calibration=calibration)[0]
+           for f in ("ttft_ms_p50", "itl_ms_p50")]
+    if any(b is None for b in got):
+        return None
+    (t_lo, t_hi), (i_lo, i_hi) = got  # type: ignore[misc]
+    return SloScaling(t_lo, t_hi, i_lo, i_hi)
 
 
 @dataclass(frozen=True)
@@ -86,6 +137,8 @@ class PolicyCapacity:
     xpyd: tuple[int, int] | None = None
     multiplexes: bool = False
     launch: tuple[str, ...] = ()
+    rate_interval: tuple[float, float] | None = None
+    interval_bounds: tuple[str, str] = ("", "")
 
     @property
     def per_gpu_rps(self) -> float:
@@ -140,6 +193,11 @@ class CapacityResult:
             "other": _policy_values(other),
             "equal_gpus": pd.gpus == other.gpus,
         }
+        sure = self.comparison(pd, other)
+        if sure is not None:
+            values["comparison"] = sure.to_dict()
+            if sure.too_close:
+                return Finding("capacity.verdict.too_close", values)
         if pd.max_rate_rps > other.max_rate_rps:
             gain = pd.max_rate_rps / other.max_rate_rps - 1 if other.max_rate_rps > 0 else None
             return Finding("capacity.verdict.pdmux_serves_more",
@@ -153,6 +211,18 @@ class CapacityResult:
                            {**values, "disagg": {"prefill": x, "decode": y, "tp": tp}})
         return Finding("capacity.verdict.other_serves_more",
                        {**values, "launch": self._launch(other)})
+
+    def comparison(self, a: PolicyCapacity, b: PolicyCapacity) -> Any:
+        """How sure ``a``'s capacity against ``b``'s is (:func:`pdmux_cli.costmodel.uncertainty.compare` of
+        their rates per GPU, the error of the ratio from same-server pairs of the TTFT, ITL and throughput
+        residuals: a capacity is set by those); ``None`` without intervals (the chapter's cost model), where
+        either capacity is 0 or only a bound, or they ran on different GPUs (the pairs are one server's)."""
+        from ..costmodel.uncertainty import compare
+
+        if (a.rate_interval is None or b.rate_interval is None or a.bound or b.bound or a.gpus != b.gpus
+                or a.max_rate_rps <= 0 or b.max_rate_rps <= 0):
+            return None
+        return compare(a.max_rate_rps, b.max_rate_rps, COMPARED_FIGURES)
 
     def verdict(self) -> str:
         """:meth:`verdict_finding` as its line (:mod:`pdmux_cli.messages`)."""
@@ -190,14 +260,29 @@ def _evaluate(shared: tuple, task: tuple) -> RatePoint:
     """One policy at one rate (a task of :mod:`.executors`): ``shared`` is ``(trace, setup, slo_ttft_ms,
     slo_itl_ms, dp, load-balance method, max_steps)``, ``task`` ``(policy, rate)``. Streamed
     (:func:`.runner.simulate_metrics`)."""
-    trace, setup, slo_ttft_ms, slo_itl_ms, dp, method, max_steps = shared
+    trace, setup, slo_ttft_ms, slo_itl_ms, dp, method, max_steps, scaling = shared
     policy, rate = task
     m = simulate_metrics(reshape(trace, qps=rate), setup, policy, slo_ttft_ms, slo_itl_ms, dp=dp,
                          load_balance_method=method, max_steps=max_steps)
     itl = m.columns.valid("itl_p99_ms")
     itl_p99 = select_rank(itl, math.ceil(0.99 * len(itl))) if len(itl) else math.nan
+    low = high = math.nan
+    if scaling is not None:
+        low = _attainment(m, *scaling.slos("low", slo_ttft_ms, slo_itl_ms))
+        high = _attainment(m, *scaling.slos("high", slo_ttft_ms, slo_itl_ms))
     return RatePoint(rate, m.slo_attainment, m.goodput_rps, m.ttft_ms["p99"], itl_p99,
-                     m.requests - m.completed, m.crashed_at_s is not None)
+                     m.requests - m.completed, m.crashed_at_s is not None, low, high)
+
+
+def _attainment(m: Any, slo_ttft_ms: float, slo_itl_ms: float) -> float:
+    """The share of ``m``'s requests that completed with TTFT <= ``slo_ttft_ms`` and a p99 ITL <=
+    ``slo_itl_ms`` (none for a one-token output), as :mod:`.fold` judges the SLO."""
+    from .fold import DONE
+
+    c = m.columns
+    met = sum(1 for st, t, i in zip(c.status, c.ttft_ms, c.itl_p99_ms)
+              if st == DONE and t <= slo_ttft_ms and (i != i or i <= slo_itl_ms))
+    return met / m.requests if m.requests else 0.0
 
 
 def _fits(trace: Trace, rate: float) -> bool:
@@ -212,12 +297,17 @@ def _fits(trace: Trace, rate: float) -> bool:
 Search = Generator[float, RatePoint, tuple[float, str]]
 
 
-def _search(trace: Trace, target: float, tolerance: float) -> Search:
+#: The relative precision of the searches for an interval's ends (looser than the capacity's own: the
+#: interval is tens of percent wide).
+INTERVAL_TOLERANCE = 0.1
+
+
+def _search(trace: Trace, target: float, tolerance: float, which: str = "rate") -> Search:
     """Yields the rates to simulate, is sent each one's :class:`RatePoint`, returns ``(rate, bound)``
-    (module docstring)."""
+    (module docstring); ``which``: the attainment judged (:meth:`RatePoint.attainment`)."""
     rate = trace.mean_qps
     point = yield rate
-    meets = point.slo_attainment >= target
+    meets = point.attainment(which) >= target
     lo, hi = (rate, None) if meets else (None, rate)
     for _ in range(MAX_BRACKET_STEPS):
         if lo is not None and hi is not None:
@@ -226,7 +316,7 @@ def _search(trace: Trace, target: float, tolerance: float) -> Search:
         if not _fits(trace, rate):
             break
         point = yield rate
-        if point.slo_attainment >= target:
+        if point.attainment(which) >= target:
             lo = rate
         else:
             hi = rate
@@ -237,7 +327,7 @@ def _search(trace: Trace, target: float, tolerance: float) -> Search:
     while hi / lo > 1 + tolerance:
         mid = math.sqrt(lo * hi)
         point = yield mid
-        if point.slo_attainment >= target:
+        if point.attainment(which) >= target:
             lo = mid
         else:
             hi = mid
@@ -290,6 +380,7 @@ def capacity(
     executor: str | Executor = "local",
     ray_address: str | None = None,
     max_steps: int | None = None,
+    intervals: bool = True,
 ) -> CapacityResult:
     """The highest rate each of ``policies`` sustains on ``trace`` (module docstring).
 
@@ -301,7 +392,9 @@ def capacity(
     :class:`~pdmux_cli.simulate.cluster.DisaggPolicy` (its own instances). ``executor``: where the
     simulations run (:mod:`.executors`: ``local``, ``ray`` at ``ray_address``, or an executor already
     open); ``workers``: tasks at a time. ``max_steps``: each simulation's decode-step budget
-    (:func:`.engine.step_budget`). Raises :class:`InputError` for bad SLOs, target, tolerance, ``dp`` or
+    (:func:`.engine.step_budget`). ``intervals``: also search the ends of each capacity's 80% interval
+    (:class:`SloScaling`: the TTFT and ITL scaled by their measured error; more simulations, the same
+    capacity). Raises :class:`InputError` for bad SLOs, target, tolerance, ``dp`` or
     method, a trace whose requests all arrive at once (no rate to scale), or a simulation past its
     budget (naming the policy and rate).
     """
@@ -309,51 +402,78 @@ def capacity(
     _check_search(trace, policies, target, tolerance)
     dp = check_dp_value(dp)
     load_balance_method = check_load_balance_method(load_balance_method)
-    searches = [_search(trace, target, tolerance) for _ in policies]
-    points: list[list[RatePoint]] = [[] for _ in policies]
-    outcome: dict[int, tuple[float, str]] = {}
+    scaling = slo_scaling(setup) if intervals else None
+    kinds = ("rate", "low", "high") if scaling is not None else ("rate",)
+    # one search per policy and kind (the capacity, the ends of its interval); they share simulations:
+    # a rate simulated once for a policy answers every search of that policy that asks for it
+    ends = max(tolerance, INTERVAL_TOLERANCE)
+    searches = {(i, k): _search(trace, target, tolerance if k == "rate" else ends,
+                                k)
+                for i in range(len(policies)) for k in kinds}
+    points: list[dict[float, RatePoint]] = [{} for _ in policies]
+    outcome: dict[tuple[int, str], tuple[float, str]] = {}
+    waiting: dict[tuple[int, float], list[str]] = {}
     done = 0
 
     def what(i: int, rate: float) -> str:
         return f"{policies[i].label} at {rate:.4g} req/s"
 
-    def advance(i: int, point: RatePoint) -> float | None:
-        """Record ``point`` for policy ``i``; its next rate, or ``None`` when its search is over."""
-        nonlocal done
-        points[i].append(point)
-        done += 1
-        if progress:
-            progress(done)
+    def ask(i: int, kind: str, rate: float | None, submit: Callable[[int, float], None]) -> None:
+        """Search ``(i, kind)`` asks for ``rate``: answered from the policy's points, or queued on its
+        simulation (submitted once)."""
+        while rate is not None:
+            if rate in points[i]:
+                rate = send(i, kind, points[i][rate])
+                continue
+            if (i, rate) not in waiting:
+                waiting[(i, rate)] = []
+                submit(i, rate)
+            waiting[(i, rate)].append(kind)
+            return
+
+    def send(i: int, kind: str, point: RatePoint) -> float | None:
         try:
-            return searches[i].send(point)
+            return searches[(i, kind)].send(point)
         except StopIteration as stop:
-            outcome[i] = stop.value
+            outcome[(i, kind)] = stop.value
             return None
 
-    first = {i: next(s) for i, s in enumerate(searches)}
-    # each search moves on as soon as its simulation returns: no policy waits for another
     with using(executor, workers, len(policies), ray_address) as ex:
         workers = ex.workers
-        shared = ex.share((trace, setup, slo_ttft_ms, slo_itl_ms, dp, load_balance_method, max_steps))
-        for i, rate in first.items():
-            ex.submit(_evaluate, shared, (policies[i], rate), what(i, rate), tag=i)
+        shared = ex.share((trace, setup, slo_ttft_ms, slo_itl_ms, dp, load_balance_method, max_steps,
+                           scaling))
+
+        def submit(i: int, rate: float) -> None:
+            ex.submit(_evaluate, shared, (policies[i], rate), what(i, rate), tag=(i, rate))
+
+        for (i, kind), search in searches.items():
+            ask(i, kind, next(search), submit)
         while ex.pending():
             job = ex.next_done()
-            rate = advance(job.tag, job.result())
-            if rate is not None:
-                ex.submit(_evaluate, shared, (policies[job.tag], rate), what(job.tag, rate), tag=job.tag)
+            i, rate = job.tag
+            point = job.result()
+            points[i][rate] = point
+            done += 1
+            if progress:
+                progress(done)
+            for kind in waiting.pop((i, rate)):
+                ask(i, kind, send(i, kind, point), submit)
     rows = []
     for i, policy in enumerate(policies):
-        rate, bound = outcome[i]
-        at = next((p for p in points[i] if p.rate_rps == rate), None) if rate > 0 else None
+        rate, bound = outcome[(i, "rate")]
+        at = points[i].get(rate) if rate > 0 else None
+        interval, ends = None, ("", "")
+        if scaling is not None:
+            (low, low_bound), (high, high_bound) = outcome[(i, "low")], outcome[(i, "high")]
+            interval, ends = (min(low, rate), max(high, rate)), (low_bound, high_bound)
         cfg = getattr(policy, "config", None)
         where = policy.deployment(setup, dp, load_balance_method)
         router = where.method if where.servers > 1 else ""  # a disaggregation's 1P1D has its router too
         path = config_paths[i] if config_paths else None
         rows.append(PolicyCapacity(
-            policy.label, policy.kind, rate, at, tuple(sorted(points[i], key=lambda p: p.rate_rps)), bound,
-            path, cfg.sm_group_num if cfg is not None else None,
+            policy.label, policy.kind, rate, at, tuple(sorted(points[i].values(), key=lambda p: p.rate_rps)),
+            bound, path, cfg.sm_group_num if cfg is not None else None,
             policy.chunk_tokens, where.gpus, where.layout, router, where.xpyd, policy.multiplexes,
-            tuple(policy.launch_args(path))))
+            tuple(policy.launch_args(path)), interval, ends))
     return CapacityResult(rows, target, tolerance, trace.mean_qps, slo_ttft_ms, slo_itl_ms, workers,
                           tp=setup.tp, dp=dp, load_balance_method=load_balance_method)

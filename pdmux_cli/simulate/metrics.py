@@ -36,7 +36,7 @@ import bisect
 import itertools
 import math
 from array import array
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +110,26 @@ class PolicyMetrics:
     layout: Layout = field(default_factory=Layout)
     router: str = ""
     columns: Any = field(repr=False, default=None)
+    output_tok_s: float = math.nan
+    uncertainty: Any = None
+
+
+def client_figures(m: PolicyMetrics, output_tokens: Sequence[int]) -> dict[str, float]:
+    """The figures a bench_serving client reports of a run, as :mod:`pdmux_cli.costmodel.uncertainty` names
+    them: ``ttft_ms_p50``, ``itl_ms_p50``, ``tpot_ms_p50``, ``e2e_ms_p50`` (ms), ``output_tok_s`` (output
+    tokens of the completed requests over the span, tokens/s; ``output_tokens``: the trace's, per request),
+    and ``in_flight`` (requests in flight on average: the sum of completed requests' end-to-end latencies
+    over the span, Little's law). NaN where there is nothing to measure."""
+    from .fold import DONE
+
+    status = m.columns.status if m.columns is not None else b""
+    done_tokens = sum(o for o, st in zip(output_tokens, status) if st == DONE)
+    e2e_s = math.fsum(m.columns.valid("e2e_ms")) / 1e3 if m.columns is not None else math.nan
+    span = m.span_s
+    return {"ttft_ms_p50": m.ttft_ms["p50"], "itl_ms_p50": m.itl_ms["p50"], "tpot_ms_p50": m.tpot_ms["p50"],
+            "e2e_ms_p50": m.e2e_ms["p50"],
+            "output_tok_s": done_tokens / span if span > 0 and m.completed else math.nan,
+            "in_flight": e2e_s / span if span > 0 else math.nan}
 
 
 def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> PolicyMetrics:

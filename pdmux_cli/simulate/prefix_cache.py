@@ -64,24 +64,24 @@ ROOT = 0
 Block = int | tuple[int, int]
 
 
-def block_keys(hash_ids: Sequence[int], prompt_tokens: int, block_tokens: int = HASH_BLOCK_TOKENS
+def block_keys(hash_ids: Sequence[int], prompt_tokens: int, block: int = HASH_BLOCK_TOKENS
                ) -> tuple[Block, ...]:
-    """A prompt's blocks as the tree keys them (:data:`Block`): ``hash_ids`` (at most one per
-    ``block_tokens`` tokens of the prompt: the trace's block, :data:`HASH_BLOCK_TOKENS` for Mooncake), the
-    last one paired with its tokens when the prompt ends inside it."""
-    keys = tuple(hash_ids[:-(-prompt_tokens // block_tokens)])
-    tail = prompt_tokens - block_tokens * (len(keys) - 1)
-    if keys and tail < block_tokens:
+    """A prompt's blocks as the tree keys them (:data:`Block`): ``hash_ids`` (at most one per ``block``
+    tokens of the prompt: :data:`HASH_BLOCK_TOKENS`, or the trace's own ``block_tokens``), the last one
+    paired with its tokens when the prompt ends inside it."""
+    keys = tuple(hash_ids[:-(-prompt_tokens // block)])
+    tail = prompt_tokens - block * (len(keys) - 1)
+    if keys and tail < block:
         keys = (*keys[:-1], (keys[-1], tail))
     return keys
 
 
-def _tokens(run: Sequence[Block], block_tokens: int) -> int:
-    """Tokens of a run of blocks of ``block_tokens`` (only its last may be short)."""
+def _tokens(run: Sequence[Block], block: int = HASH_BLOCK_TOKENS) -> int:
+    """Tokens of a run of blocks of ``block`` tokens (only its last may be short)."""
     if not run:
         return 0
     last = run[-1]
-    return block_tokens * len(run) - (block_tokens - last[1] if type(last) is tuple else 0)
+    return block * len(run) - (block - last[1] if type(last) is tuple else 0)
 
 
 class PrefixCache:
@@ -101,8 +101,8 @@ class PrefixCache:
     __slots__ = ("_children", "_heap", "block", "clock", "cum", "depth", "evictable", "evicted_tokens",
                  "kids", "lock", "owner", "parent", "run", "shared", "time", "tokens")
 
-    def __init__(self, block_tokens: int = HASH_BLOCK_TOKENS) -> None:
-        self.block = block_tokens
+    def __init__(self, block: int = HASH_BLOCK_TOKENS) -> None:
+        self.block = block  # tokens a block (a hash id) stands for
         self.parent = [-1]
         self.run: list[tuple[Block, ...]] = [()]
         self.tokens = [0]

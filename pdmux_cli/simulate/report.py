@@ -40,6 +40,33 @@ def _ms(value: float) -> str:
 latency_cell = _ms
 
 
+def _bound(value: float, seconds: bool) -> str:
+    """One end of an interval, 2-3 significant figures, in the cell's unit (ms, or s from 10 s on)."""
+    if seconds:
+        value /= 1e3
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
+
+
+def interval_cell(value: float, bounds: tuple[float, float] | None, latency: bool = True) -> str:
+    """A figure with its interval: ``"22.4 (15-35)"``, ``"13.0 s (9.1-18)"`` (latencies, ms); a rate with
+    ``latency=False``: ``"5120 (4100-6300)"``. Without bounds the figure alone."""
+    text = _ms(value) if latency else ("-" if not math.isfinite(value) else f"{value:.3g}" if value < 100
+                                       else f"{value:.0f}")
+    if bounds is None or not math.isfinite(value):
+        return text
+    seconds = latency and value >= 10_000
+    return f"{text} ({_bound(bounds[0], seconds)}-{_bound(bounds[1], seconds)})"
+
+
+#: The interval figure of each latency row's p50 (:data:`pdmux_cli.costmodel.uncertainty.FIGURES`).
+_P50_FIGURE = {"ttft_ms": "ttft_ms_p50", "itl_ms": "itl_ms_p50", "tpot_ms": "tpot_ms_p50",
+               "e2e_ms": "e2e_ms_p50"}
+
+
+def _bounds(m: PolicyMetrics, figure: str) -> tuple[float, float] | None:
+    return m.uncertainty.bounds.get(figure) if m.uncertainty is not None else None
+
+
 def metrics_dict(m: PolicyMetrics) -> dict[str, Any]:
     """One policy's summary as a JSON-able dict (no per-request lists), with the GPUs it ran on and how
     (``gpus``, ``layout``, ``router``: the load-balance method between its servers, ``null`` for one)."""
@@ -57,6 +84,8 @@ def metrics_dict(m: PolicyMetrics) -> dict[str, Any]:
         "kv_pool_tokens": m.kv_pool_tokens, "crashed_at_s": m.crashed_at_s,
         "prefix_cache_hit_rate": m.prefix_cache_hit_rate,
         "counters": m.counters, "notes": render_all(m.notes),
+        "output_tok_s": _num(m.output_tok_s),
+        "uncertainty": m.uncertainty.to_dict() if m.uncertainty is not None else None,
     })
     if m.group_time_share is not None:
         out["group_time_share"] = [
@@ -91,6 +120,11 @@ def share_text(share: float) -> str:
     return ">99.9%" if text == "100.0%" and share < 1 else text
 
 
+#: What a table's intervals are (the caption's words).
+INTERVAL_CAPTION = ("(lo-hi): where 80% of real SGLang servers' medians and throughputs fell around "
+                    "pdmux's prediction, from its out-of-sample error on public serving runs (pdmux "
+                    "accuracy --serving)")
+
 #: Width of the widest value cell of :func:`metrics_table` (``"12345.6 s"``, ``">99.9%"``).
 VALUE_WIDTH = 8
 
@@ -120,6 +154,8 @@ def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "", best: float
     slo = metrics[0] if metrics else None
     caption = (f"latencies in ms (from 10 s on in s); SLO met = TTFT <= {slo.slo_ttft_ms:g} ms and the "
                f"request's p99 ITL <= {slo.slo_itl_ms:g} ms") if slo else None
+    if any(m.uncertainty is not None for m in metrics):
+        caption += f"; {INTERVAL_CAPTION}"
     table = Table(title=title or None, title_justify="left", caption=caption, caption_justify="left")
     # the values never wrap and keep their width (min_width: a narrow terminal shrinks no figure away);
     # long policy names wrap in their header instead
@@ -131,8 +167,12 @@ def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "", best: float
     best_att = max((m.slo_attainment for m in metrics), default=0.0) if best is None else best
     for name, key in _LATENCIES:
         for stat in _STATS:
-            table.add_row(f"{name} {stat}", *(_ms(getattr(m, key)[stat]) for m in metrics),
-                          end_section=stat == "max")
+            table.add_row(f"{name} {stat}", *(
+                interval_cell(getattr(m, key)[stat], _bounds(m, _P50_FIGURE[key])) if stat == "p50"
+                else _ms(getattr(m, key)[stat]) for m in metrics), end_section=stat == "max")
+    if any(math.isfinite(m.output_tok_s) for m in metrics):
+        table.add_row("output tok/s", *(interval_cell(m.output_tok_s, _bounds(m, "output_tok_s"), False)
+                                        for m in metrics))
     table.add_row("SLO met", *(
         (Text(share_text(m.slo_attainment), style="bold") if m.slo_attainment == best_att
          else share_text(m.slo_attainment))

@@ -18,10 +18,7 @@ and ``event_loop_overlap``) for three policies, named by the server arguments th
 A round is one prefill or decode step on the whole GPU. The overlap scheduler prepares round ``k + 1``
 on the CPU while the GPU runs round ``k``, so a round lasts ``max(GPU time, CPU time)``
 (``--disable-overlap-schedule``: the sum). Decode batches larger than SGLang's largest CUDA graph
-(``cuda_graph_max_bs``, 256 on 60-160 GB GPUs) are launched kernel by kernel. With ``--disable-cuda-graph``
-every decode step is (``Setup.decode_launch_s``): its launches on the CPU's thread before the step's own
-work, as an eager prefill's, so a round lasts ``max(GPU, CPU + launches)`` (without the overlap scheduler
-``max(GPU, launches) + CPU``).
+(``cuda_graph_max_bs``, 256 on 60-160 GB GPUs) are launched kernel by kernel.
 
 **pdmux** (:func:`run_pdmux`; ``srt/multiplex/multiplexing_mixin.py`` ``event_loop_pdmux``): a round is
 
@@ -60,8 +57,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..sglang import split_levels
 from ..sglang.pdmux_config import PdmuxConfig
-from ..sglang.server_defaults import MIN_NEW_TOKEN_RATIO as MIN_RATIO
-from ..sglang.server_defaults import NEW_TOKEN_RATIO_DECAY as RATIO_DECAY
 from ..util.errors import Finding, InputError
 from .engine import Progress, RunResult, Setup, Work
 from .policies import Deployment, Rounds, ServerOutcome
@@ -321,8 +316,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     mixed = policy.mixed
     interval = policy.prefill_decode_interval
     total = setup.total_sms
-    graph_max = setup.graph_limit
-    decode_launch = setup.decode_launch_s()  # 0 from a CUDA graph
+    graph_max = setup.graph_max_bs
     overlap = not setup.disable_overlap
     cpu_s = step_model.decode_cpu_s
     decode_s = step_model.decode_s
@@ -332,6 +326,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     append = ends.fast_append
     cpu_of = _CpuCache(cpu_s)
     fast_memory = work.cache is None
+    min_ratio, ratio_decay = work.ratio_floor, work.ratio_decay  # the release's (Work.decay_ratio)
     capacity = work.capacity
     t = 0.0
     idle = 0.0
@@ -411,10 +406,10 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             while True:  # decode rounds; the next one too while it would be one (the checks above, in order)
                 if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
                     ratio = work.ratio
-                    # Work.decay_ratio, inline: the hot path (max(MIN_RATIO, r), exactly)
-                    if ratio > MIN_RATIO:
-                        ratio -= RATIO_DECAY
-                        work.ratio = ratio if ratio > MIN_RATIO else MIN_RATIO  # noqa: FURB136 - no call
+                    # Work.decay_ratio, inline: the hot path (max(min_ratio, r), exactly)
+                    if ratio > min_ratio:
+                        ratio -= ratio_decay
+                        work.ratio = ratio if ratio > min_ratio else min_ratio  # noqa: FURB136 - no call
                 elif work.check_decode_memory():
                     n = batch.n
                 else:
@@ -422,13 +417,10 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                 gpu = (decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
                        + n * per_request)
                 cpu = cpu_of.get(n) or cpu_of.add(n)
-                # an eager step's launches come first on the CPU's thread (as an eager prefill's); from a
-                # graph they are 0 and this is max(gpu, cpu) (overlap) or gpu + cpu, exactly
                 if overlap:
-                    cpu += decode_launch
                     t += cpu if cpu > gpu else gpu  # noqa: FURB136 - max(gpu, cpu) exactly, no call
                 else:
-                    t += (gpu if gpu > decode_launch else decode_launch) + cpu
+                    t += gpu + cpu
                 step = ends.base + len(ends)
                 append(t)
                 finished = batch.complete(step)
@@ -468,16 +460,14 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
 
 
 def pdmux_round_s(step_model: StepModel, decode_sms: int, n: int, sum_context: float, sum_window: float = 0.0,
-                  corun_sms: int = 0, cuda_graph: bool = True, launch_s: float = 0.0) -> float:
+                  corun_sms: int = 0, cuda_graph: bool = True) -> float:
     """Seconds one pdmux round with a decode step lasts: what a decoding request waits between two tokens.
 
     ``step_model``: a :class:`pdmux_cli.costmodel.StepModel`. ``decode_sms``: the decode partition's SMs
     (all of them with no prefill in flight). ``n``: requests in the decode batch; ``sum_context``,
     ``sum_window``: their cached tokens (and ``min(context, window)``), summed. ``corun_sms``: the prefill
     partition's SMs while its stream is still busy (the decode step's co-run interference), else 0.
-    ``cuda_graph``: ``n`` is within SGLang's largest decode CUDA graph. ``launch_s``: host seconds the round's
-    CPU spends launching before it waits for the decode stream (the split prefill's layers; an eager decode
-    step's kernels, ``--disable-cuda-graph``): the decode step is not done before them.
+    ``cuda_graph``: ``n`` is within SGLang's largest decode CUDA graph.
 
     SGLang 0.5.23 ``srt/multiplex/multiplexing_mixin.py`` ``event_loop_pdmux`` waits for the decode stream
     only, then processes the results on the CPU with the overlap scheduler off (SGLang asserts it): one
@@ -486,8 +476,8 @@ def pdmux_round_s(step_model: StepModel, decode_sms: int, n: int, sum_context: f
     below (:func:`pdmux_rounds`) and ``pdmux gen-config --slo-itl`` (:mod:`pdmux_cli.planning.slo_levels`)
     both time rounds with this function, so the ITL a YAML is sized for is the one the simulator gives.
     """
-    decode = step_model.decode_s(decode_sms, n, sum_context, sum_window, corun_sms, cuda_graph)
-    return (decode if decode > launch_s else launch_s) + step_model.decode_cpu_s(n) + step_model.request_s(n)
+    return (step_model.decode_s(decode_sms, n, sum_context, sum_window, corun_sms, cuda_graph)
+            + step_model.decode_cpu_s(n) + step_model.request_s(n))
 
 
 def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy,
@@ -511,8 +501,7 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     thresholds = plan.thresholds
     divisor, budget = cfg.decode_bs_divisor, cfg.split_forward_token_budget
     layers = setup.model.num_layers
-    graph_max = setup.graph_limit
-    decode_launch = setup.decode_launch_s()  # 0 from a CUDA graph
+    graph_max = setup.graph_max_bs
     batch = work.batch
     ends = work.ends
     append = ends.fast_append
@@ -522,6 +511,7 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     # thread that launches the decode step: host seconds a layer
     launch_layer_s = step_model.prefill_launch_s(1)
     fast_memory = work.cache is None
+    min_ratio, ratio_decay = work.ratio_floor, work.ratio_decay  # the release's (Work.decay_ratio)
     capacity = work.capacity
     group_time = [0.0] * n_groups
     counters = {"prefill_batches": 0, "rounds": 0, "older_sglang_crash_rounds": 0,
@@ -584,8 +574,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
         if n:
             if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
                 ratio = work.ratio
-                if ratio > MIN_RATIO:  # Work.decay_ratio, inline: the hot path
-                    work.ratio = max(MIN_RATIO, ratio - RATIO_DECAY)
+                if ratio > min_ratio:  # Work.decay_ratio, inline: the hot path
+                    work.ratio = max(min_ratio, ratio - ratio_decay)
             elif not work.check_decode_memory():
                 work.decay_ratio()
             n = batch.n
@@ -624,14 +614,13 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 launch = k * launch_layer_s
                 stream_free = max(t + launch, max(t, stream_free) + k * layer_s)
                 submitted += k
-            # the round's CPU launches the decode step (eagerly: --disable-cuda-graph) and the prefill layers
-            # before it waits for the decode stream: not done before they are
             tau = round_s(step_model, pf_d, n, batch.sum_context, batch.sum_window,
-                          pf_p if stream_free > t else 0, n <= graph_max, decode_launch + launch)
+                          pf_p if stream_free > t else 0, n <= graph_max)
+            if launch:  # the round's CPU launches the prefill layers too: not done before they are
+                tau = max(tau, launch + cpu_s(n) + step_model.request_s(n))
             group_time[group] += tau
         else:
-            tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max,
-                          decode_launch)
+            tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
             group_time[last] += tau
         t += tau
         step = ends.base + len(ends)
@@ -659,11 +648,10 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 break  # an idle server, or a memory check that may retract
             work.finished_mark = work.finished
             ratio = work.ratio
-            if ratio > MIN_RATIO:  # max(MIN_RATIO, ratio - RATIO_DECAY), exactly
-                ratio -= RATIO_DECAY
-                work.ratio = ratio if ratio > MIN_RATIO else MIN_RATIO  # noqa: FURB136 - no call (hot path)
-            tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max,
-                          decode_launch)
+            if ratio > min_ratio:  # max(min_ratio, ratio - ratio_decay), exactly
+                ratio -= ratio_decay
+                work.ratio = ratio if ratio > min_ratio else min_ratio  # noqa: FURB136 - no call (hot path)
+            tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
             group_time[last] += tau
             t += tau
             step = ends.base + len(ends)

@@ -84,6 +84,28 @@ def run_errors(runs: Sequence[ServingRun], terms: dict[str, float],
     return out
 
 
+def run_residuals(runs: Sequence[ServingRun], terms: dict[str, float],
+                  setup_options: dict | None = None) -> dict[str, list[float]]:
+    """Signed residuals ``ln(measured / predicted)`` of ``runs`` replayed with ``terms`` (as
+    :func:`run_errors`), per figure of :data:`pdmux_cli.costmodel.uncertainty.FIGURES` (a run's throughputs
+    are one figure: the first measured counts): what a calibration keeps to narrow its intervals."""
+    from ..costmodel.uncertainty import RUN_FIGURE
+
+    out: dict[str, list[float]] = {}
+    for run in runs:
+        try:
+            pred = replay(run, {**FIXED, **terms, **(setup_options or {})})
+        except InputError:
+            continue
+        seen = set()
+        for name, measured in run.metrics:
+            figure, value = RUN_FIGURE[name], pred.get(name, math.nan)
+            if figure not in seen and math.isfinite(value) and value > 0 and measured > 0:
+                seen.add(figure)
+                out.setdefault(figure, []).append(math.log(measured / value))
+    return out
+
+
 def objective(errors: Errors) -> float:
     """Mean over metric kinds of ``median + p90 / 2`` (nearest rank) of the errors; ``inf`` when none."""
     scores = []
@@ -128,4 +150,4 @@ def fit_terms(runs: Sequence[ServingRun], *, setup_options: dict | None = None,
 
 
 __all__ = ["EAGER_GRID", "FIXED", "GRIDS", "PASSES", "PUBLIC_GRIDS", "PUBLIC_SEARCHES", "PUBLIC_START",
-           "START", "fit_public", "fit_terms", "objective", "run_errors", "summary"]
+           "START", "fit_public", "fit_terms", "objective", "run_errors", "run_residuals", "summary"]

@@ -119,6 +119,9 @@ class Trace:
     ``bad_examples``: the first few as ``(line number, reason)`` (line 0: a request dropped after
     reading, the reason names it). ``failed_rows``: BurstGPT failures
     (0 response tokens), skipped. ``notes``: sentences for the user (re-sorted, retimed, cut).
+    ``block_tokens``: the prompt tokens one hash id stands for (:data:`HASH_BLOCK_TOKENS`, the
+    Mooncake format's; finer for a trace built from token sequences, so that the radix cache's hits, per token
+    in SGLang, are replayed to within a block).
     """
 
     arrival_s: tuple[float, ...]
@@ -810,8 +813,8 @@ def generated_shared_prefix_trace(
       what SGLang's radix cache (page size 1) matches, also a system prompt whose prefill in chunks is under
       way. A trace of more than :data:`MAX_GSP_BLOCKS` prompt tokens is hashed in blocks of the system
       prompts' greatest common divisor (whole system prompts with the default range ratio 1: a cached one
-      is matched exactly, one still being prefilled in chunks only once whole: up to 0.13 percentage point of
-      hit rate in the runs measured), and past that many blocks in wider blocks, a system prompt
+      is matched exactly, one still being prefilled in chunks only once whole; 0.1 percentage point of hit
+      rate at most on the default dataset), and past that many blocks in wider blocks, a system prompt
       sharing only its whole blocks (a note says each).
 
     Raises :class:`InputError` naming the parameter (``gsp_num_groups``, ``gsp_prompts_per_group``,

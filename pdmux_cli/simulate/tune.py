@@ -116,6 +116,7 @@ class TuneResult:
     gpus: int = 1
     layout: Layout = field(default_factory=Layout)
     router: str = ""
+    intervals: bool = False
 
     @property
     def best_row(self) -> TuneRow:
@@ -125,7 +126,10 @@ class TuneResult:
     def verdict_finding(self) -> Finding:
         """Does the best pdmux config serve more requests within the SLO than SGLang's other schedules
         (attainment, then goodput; within :data:`VERDICT_GOODPUT_TIE` of each other, a tie)? As data (codes
-        ``tune.verdict.*``: ``best_only`` without schedules, else ``tie``, ``pdmux`` or ``keep``)."""
+        ``tune.verdict.*``: ``best_only`` without schedules, else ``tie``, ``pdmux`` or ``keep``; with
+        ``intervals`` (the roofline model's measured error), ``too_close`` where the goodputs' ratio is inside
+        the error of that ratio, :func:`pdmux_cli.costmodel.uncertainty.compare`, and the comparison in the
+        values otherwise)."""
         best = self.best_row
         if not self.schedules:
             return Finding("tune.verdict.best_only", {"config": best.candidate.description})
@@ -141,6 +145,15 @@ class TuneResult:
         if best.slo_attainment == rival.slo_attainment and math.isclose(
                 best.goodput_rps, rival.goodput_rps, rel_tol=VERDICT_GOODPUT_TIE):
             return Finding("tune.verdict.tie", values)
+        if self.intervals and best.goodput_rps > 0 and rival.goodput_rps > 0:
+            # how sure: the goodputs' ratio against pdmux's error on same-server pairs of public runs
+            from ..costmodel.uncertainty import compare
+            from .capacity import COMPARED_FIGURES
+
+            sure = compare(best.goodput_rps, rival.goodput_rps, COMPARED_FIGURES)
+            values["comparison"] = sure.to_dict()
+            if sure.too_close:
+                return Finding("tune.verdict.too_close", values)
         if (best.slo_attainment, best.goodput_rps) > (rival.slo_attainment, rival.goodput_rps):
             return Finding("tune.verdict.pdmux", values)
         return Finding("tune.verdict.keep", values)
@@ -380,7 +393,7 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
 
     sized = capacity(trace, setup, [policy or PdmuxPolicy(row.candidate.config)], slo_ttft_ms, slo_itl_ms,
                      target=OVERLOAD_TARGET, workers=workers, dp=dp, load_balance_method=load_balance_method,
-                     executor=executor, max_steps=max_steps).policies[0]
+                     executor=executor, max_steps=max_steps, intervals=False).policies[0]
     values = {"gpus": dp * setup.tp, "trace_rps": trace.mean_qps, "target": OVERLOAD_TARGET,
               "sized_rps": sized.max_rate_rps}
     if growing:  # the last quarter's median wait may be infinite: never a first token
@@ -511,4 +524,5 @@ def tune(
     if overload:
         notes.append(overload)
     return TuneResult(rows, best, baseline, skipped, workers, notes, others, gpus=dp * setup.tp,
-                      layout=Layout(setup.tp, dp), router=load_balance_method if dp > 1 else "")
+                      layout=Layout(setup.tp, dp), router=load_balance_method if dp > 1 else "",
+                      intervals=setup.step_model.name == "roofline")

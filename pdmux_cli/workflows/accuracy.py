@@ -33,6 +33,13 @@ class AccuracyResult:
     terms: list[Any]
     outcomes: list[Any] = field(default_factory=list)
 
+    def heldout_coverage(self) -> tuple[int, int]:
+        """``(inside, figures)``: the held-out runs' measured figures inside the 80% intervals ``simulate``
+        gives their predictions (:func:`pdmux_cli.simulate.serving_accuracy.coverage`)."""
+        from ..simulate.serving_accuracy import coverage
+
+        return coverage([o for o in self.outcomes if o.heldout])
+
     def to_dict(self) -> dict[str, Any]:
         """``pdmux accuracy --json`` (errors as fractions), the ``"pdmux"`` provenance last."""
         from ..costmodel.accuracy import term_dict
@@ -43,6 +50,9 @@ class AccuracyResult:
             from ..simulate.serving_accuracy import outcome_dict
 
             data["runs"] = [outcome_dict(o) for o in self.outcomes]
+            inside, total = self.heldout_coverage()
+            data["interval_coverage"] = {"coverage": 0.8, "heldout_figures": total, "heldout_inside": inside,
+                                         "heldout_share": inside / total if total else None}
         data["pdmux"] = provenance(sglang=None, cost_model="roofline")
         return data
 

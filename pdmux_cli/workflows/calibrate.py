@@ -230,7 +230,9 @@ def _fit_serving(cal: Any, r: CalibrateRequest, kv_bytes: float) -> tuple[Any, S
         admission_interval_s=seconds("admission_interval_ms"),
         per_request_step_s=seconds("per_request_overhead_ms"), runs=len(runs),
         median_error=tuple((k, v["median_error"]) for k, v in serving_fit.summary(errors).items()),
-        source=source)
+        source=source,
+        residuals=tuple((k, tuple(round(x, 6) for x in v))
+                        for k, v in serving_fit.run_residuals(runs, terms, options).items()))
     cal = replace(cal, serving=fitted, terms_from=(*cal.terms_from, ("serving", source)))
     return cal, ServingFit(fitted, before, errors, notes + problems[:5])
 

@@ -24,7 +24,7 @@ from .policies import (
     policy_names,
 )
 from .progress import ProgressFactory, entered, start
-from .server import ServerOptions, on_gpus, provenance_block, server_notes, server_options
+from .server import ServerOptions, on_gpus, provenance_block, server_options
 from .values import check_at_least_one, finite
 from .workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
 
@@ -133,9 +133,13 @@ class CapacityOutcome:
             "policies": [{"policy": p.label, "kind": p.kind, "gpus": p.gpus, "layout": str(p.layout),
                           "router": p.router or None, "max_rate_rps": p.max_rate_rps,
                           "max_rate_per_gpu_rps": p.per_gpu_rps, "bound": p.bound or None,
+                          "max_rate_interval_rps": list(p.rate_interval) if p.rate_interval else None,
+                          "interval_coverage": 0.8 if p.rate_interval else None,
                           "at": point_dict(p.at) if p.at else None, "config": p.config_path,
                           "points": [point_dict(x) for x in p.points]} for p in result.policies],
-            "verdict": result.verdict(), "plot": str(self.plot) if self.plot else None,
+            "verdict": result.verdict(),
+            "verdict_comparison": result.verdict_finding().values.get("comparison"),
+            "plot": str(self.plot) if self.plot else None,
             "notes": [str(n) for n in self.notes],
             "sglang_support": self.support.as_dict(),
             "pdmux": provenance_block(r.sglang, setup, r.calibration),
@@ -283,7 +287,6 @@ def capacity(request: CapacityRequest, progress: ProgressFactory | None = None) 
 
         write_capacity_plot(r.plot, result, title)
     notes += workload_notes(workload)
-    notes += server_notes(setup)
     notes += list(cluster.notes)
     notes += launch_notes(cluster, setup.tp, any(name != "disagg" for name in names))
     notes += list(workload.notes)

@@ -44,9 +44,7 @@ class EstimateRequest:
     ``bandwidth_efficiency``
     and ``mfu``: the chapter model's fractions. ``step_overhead_ms``, ``per_request_overhead_ms``: the
     roofline
-    model's CPU time per step and per request; ``eager_launch_ms``: its host time per eagerly launched kernel;
-    ``disable_cuda_graph``: SGLang's flag (no CUDA graph: decode and prefill launched kernel by kernel).
-    ``weight_bytes`` (per weight), ``kv_bytes`` (per KV element) or
+    model's CPU time per step and per request. ``weight_bytes`` (per weight), ``kv_bytes`` (per KV element) or
     ``kv_cache_dtype`` (SGLang's ``--kv-cache-dtype``). ``level``: ``"auto"``, ``"P/D"`` SMs or ``(P, D)``.
     ``all_levels``: every level's ITL and prefill time too. ``sm_group_num``, ``decode_bs_divisor``,
     ``token_budget``: SGLang's knobs (``None``: ``config``'s, else 8, 36, 65536). ``config``: a pdmux YAML.
@@ -233,12 +231,6 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         load_pdmux_yaml(config, device, sm_group_num, r.sglang) if config is not None else (None, [])
     )
     cost_model = str(r.cost_model).strip().lower()
-    if not isinstance(r.disable_cuda_graph, bool):
-        raise InputError("{param_flag} is true or false, got {value}", param="disable_cuda_graph",
-                         values={"value": short_repr(r.disable_cuda_graph)})
-    if r.disable_cuda_graph and cost_model == "chapter":
-        raise InputError("{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no CPU "
-                         "time)", param="disable_cuda_graph", values={})
     scenario = Scenario(
         decode_bs=check_int(r.decode_bs, "decode_bs"),
         context_tokens=check_int(r.context, "context"),
@@ -249,6 +241,7 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         step_overhead_ms=optional_number(r.step_overhead_ms, "step_overhead_ms"),
         per_request_overhead_ms=optional_number(r.per_request_overhead_ms, "per_request_overhead_ms"),
         eager_launch_ms=optional_number(r.eager_launch_ms, "eager_launch_ms"),
+        disable_cuda_graph=bool(r.disable_cuda_graph),
         s_sat_values=float_tuple(r.s_sat, "s_sat") if r.s_sat is not None else None,
         bandwidth_efficiency=optional_number(r.bandwidth_efficiency, "bandwidth_efficiency"),
         mfu=optional_number(r.mfu, "mfu"),
@@ -269,7 +262,6 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         kv_link_gb_s=optional_number(r.kv_link_gb_s, "kv_link_gb_s"),
         kv_link_latency_us=optional_number(r.kv_link_latency_us, "kv_link_latency_us"),
         disagg_tp=optional_int(r.disagg_tp, "disagg_tp"),
-        disable_cuda_graph=r.disable_cuda_graph,
     )
     cal = _calibration(calibration, gpu_profile, r.s_sat is not None)
     est = run_estimate(

@@ -8,6 +8,8 @@ light: no typer, no rich).
 
 from __future__ import annotations
 
+import math
+
 from typing import TYPE_CHECKING, Any
 
 from ..messages import layout_text, render_all
@@ -136,6 +138,9 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
                 "itl_ms": r.itl_ms,
                 "decode_steps_during_prefill": r.steps,
                 "prefill_ms": r.prefill_ms,
+                "ttft_ms": est.ttft[k][0] if k < len(est.ttft) and math.isfinite(est.ttft[k][0]) else None,
+                "ttft_interval_ms": (list(est.ttft[k][1]) if k < len(est.ttft) and est.ttft[k][1] is not None
+                                     else None),
                 "tokens_during_prefill": r.tokens_during_prefill,
                 "chunk_tokens": r.chunk_tokens,
                 "prefill_sms": r.prefill_sms,
@@ -153,7 +158,7 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
                 if r.policy == "pdmux"
                 else True,
             }
-            for r in est.rows
+            for k, r in enumerate(est.rows)
         ],
         "sglang_support": est.pdmux_support.as_dict() if est.pdmux_support is not None else None,
         "levels": [

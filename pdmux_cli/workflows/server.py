@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..util.errors import Finding, InputError
+from ..util.errors import InputError
 from .values import check_at_least_one, check_number
 
 
@@ -33,10 +33,9 @@ class ServerOptions:
     ``serving.yaml``'s fit).
     ``ignore_eos``: requests run to their max_new_tokens. ``disable_overlap_schedule``: CPU time adds to
     every baseline step. ``disable_prefill_cuda_graph``: SGLang's flag: every prefill batch launches its
-    kernels eagerly (as SGLang before its prefill CUDA graph did). ``disable_cuda_graph``: SGLang's flag
-    (0.5.23: deprecated for ``--cuda-graph-backend-{decode,prefill}=disabled``, the same): no CUDA graph,
-    every decode step and prefill batch launched kernel by kernel, no memory reserved for graphs.
-    ``no_prefix_cache``: SGLang's radix cache off. ``tp``: GPUs of one server (1-8).
+    kernels eagerly (as SGLang before its prefill CUDA graph did). ``disable_cuda_graph``: SGLang's flag:
+    decode steps too (:attr:`pdmux_cli.simulate.engine.Setup.disable_cuda_graph`). ``no_prefix_cache``:
+    SGLang's radix cache off. ``tp``: GPUs of one server (1-8).
     """
 
     model: str = "qwen3-8b"
@@ -81,14 +80,10 @@ def _check_values(o: ServerOptions) -> None:
     if o.gpu is not None and not str(o.gpu).strip():
         raise InputError("{flag.gpu} is empty: give a GPU name such as h100 (pdmux splits {flag.all_gpus} "
                          "lists them)", param="gpu", values={})
-    for param in ("disable_prefill_cuda_graph", "disable_cuda_graph"):
-        if getattr(o, param) and str(o.cost_model).strip().lower() == "chapter":
+    for name in ("disable_prefill_cuda_graph", "disable_cuda_graph"):
+        if getattr(o, name) and str(o.cost_model).strip().lower() == "chapter":
             raise InputError("{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no "
-                             "CPU time)", param=param, values={})
-    if o.disable_cuda_graph and o.cuda_graph_max_bs is not None:
-        raise InputError("{flag.cuda_graph_max_bs} sizes SGLang's decode CUDA graphs, which "
-                         "{flag.disable_cuda_graph} turns off: give one or the other",
-                         param="cuda_graph_max_bs", values={})
+                             "CPU time)", param=name, values={})
     check_kv_options(o.kv_cache_dtype, o.kv_bytes)
     engine.check_bytes_per_element(o.weight_bytes, "weight_bytes")
     engine.check_bytes_per_element(o.kv_bytes, "kv_bytes")
@@ -160,27 +155,10 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
                        admission_delay_ms=o.admission_delay_ms, first_token_delay_ms=o.first_token_delay_ms,
                        admission_interval_ms=o.admission_interval_ms, ignore_eos=o.ignore_eos,
                        disable_overlap=o.disable_overlap_schedule, cuda_graph_max_bs=o.cuda_graph_max_bs,
-                       prefill_cuda_graph=(False if o.disable_prefill_cuda_graph or o.disable_cuda_graph
-                                           else None),
-                       decode_cuda_graph=not o.disable_cuda_graph,
+                       prefill_cuda_graph=False if o.disable_prefill_cuda_graph else None,
+                       disable_cuda_graph=o.disable_cuda_graph,
                        max_running_requests=o.max_running_requests, tp=o.tp if tp is None else tp)
     return without_prefix_cache(setup) if prefix_cache and o.no_prefix_cache else setup
-
-
-def no_cuda_graph_finding(step_model: Any) -> Finding:
-    """``costmodel.no_cuda_graph``: what ``--disable-cuda-graph`` costs a decode step of ``step_model`` (the
-    roofline model's): its ``kernels`` (layers x eager kernels a layer), ``launch_ms`` and ``kernel_us``."""
-    kernels = step_model.shapes.layers * step_model.eager_kernels_per_layer
-    launch = step_model.decode_launch_s()
-    return Finding("costmodel.no_cuda_graph", {"kernels": kernels, "launch_ms": launch * 1e3,
-                                               "kernel_us": launch / kernels * 1e6 if kernels else 0.0},
-                   "disable_cuda_graph")
-
-
-def server_notes(setup: Any) -> list[Finding]:
-    """The notes every simulation command gives about its server: ``costmodel.no_cuda_graph`` without CUDA
-    graphs (:func:`no_cuda_graph_finding`)."""
-    return [] if setup.decode_cuda_graph else [no_cuda_graph_finding(setup.step_model)]
 
 
 def without_prefix_cache(setup: Any) -> Any:

@@ -26,7 +26,7 @@ from .policies import (
     policy_names,
 )
 from .progress import ProgressFactory, entered, start
-from .server import ServerOptions, on_gpus, provenance_block, server_notes, server_options
+from .server import ServerOptions, on_gpus, provenance_block, server_options
 from .values import check_at_least_one, check_number, finite
 from .workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
 
@@ -206,6 +206,39 @@ def _title(workload: Any, setup: Any, cluster: Cluster, runs: list[Any]) -> str:
             f"{setup.model.name} on {on_gpus(setup)}{servers}, {setup.step_model.source}")
 
 
+def client_loop_of(r: Any) -> str:
+    """The regime's client loop (:func:`pdmux_cli.costmodel.uncertainty.client_loop`) of a request's workload:
+    a trace file's arrivals are open; synthetic arrivals at ``--qps inf`` a burst; ``--max-concurrency``
+    closed."""
+    import math
+
+    from ..costmodel.uncertainty import client_loop
+
+    rate = r.qps if r.synthetic and r.qps is not None else 1.0
+    return client_loop(rate if not math.isnan(rate) else 1.0, getattr(r, "max_concurrency", None))
+
+
+def with_uncertainty(metrics: list[Any], workload: Any, setup: Any, loop: str) -> list[Any]:
+    """Each policy's :class:`~pdmux_cli.simulate.metrics.PolicyMetrics` with its output tokens/s and the 80%
+    intervals of its figures (:mod:`pdmux_cli.costmodel.uncertainty`): from the public runs' out-of-sample
+    residuals, or a calibration's own (``setup``'s serving terms calibrated). The chapter's cost model has no
+    serving terms and no measured error: no interval."""
+    from ..costmodel.uncertainty import Regime, gpu_family, uncertainty
+    from ..simulate.metrics import client_figures
+
+    serving = setup.step_model.serving
+    calibration = dict(serving.residuals) if serving.calibrated else None
+    family = gpu_family(setup.compute_capability)
+    out = []
+    for m in metrics:
+        figures = client_figures(m, workload.output_tokens)
+        unc = None
+        if setup.step_model.name == "roofline":
+            unc = uncertainty(figures, Regime(loop, figures["in_flight"], family), calibration=calibration)
+        out.append(replace(m, output_tok_s=figures["output_tok_s"], uncertainty=unc))
+    return out
+
+
 def simulate(request: SimulateRequest, progress: ProgressFactory | None = None) -> SimulateResult:
     """Run ``request`` (module docstring); ``progress``: a bar for long runs
     (:mod:`pdmux_cli.workflows.progress`).
@@ -237,10 +270,11 @@ def simulate(request: SimulateRequest, progress: ProgressFactory | None = None) 
         choice = replace(choice, names=tuple(names))
     built = build_policies(choice, setup, cluster.disagg)
     outcomes = _run(r, executor, workload, setup, cluster, built.policies, progress)
-    metrics = [o for o in outcomes if not isinstance(o, InputError)]
+    metrics = with_uncertainty([o for o in outcomes if not isinstance(o, InputError)], workload, setup,
+                               client_loop_of(r))
     refused = [(p.label, o) for p, o in zip(built.policies, outcomes) if isinstance(o, InputError)]
     title = _title(workload, setup, cluster, built.policies)
-    notes = [*workload_notes(workload), *server_notes(setup), *cluster.notes,
+    notes = [*workload_notes(workload), *cluster.notes,
              *(Finding("simulate.not_simulated", {"policy": label, "error": str(exc)}, exc.param)
                for label, exc in refused)]
     if support.state != "yes":

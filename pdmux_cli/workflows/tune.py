@@ -15,14 +15,7 @@ from typing import Any
 from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, plan_deployment
 from .progress import ProgressFactory, entered, start
-from .server import (
-    ServerOptions,
-    build_setup,
-    provenance_block,
-    server_notes,
-    server_options,
-    without_prefix_cache,
-)
+from .server import ServerOptions, build_setup, provenance_block, server_options, without_prefix_cache
 from .values import as_text_list, check_at_least_one, check_number, finite, parse_float_list, parse_int_list
 from .workload import WorkloadOptions, fit_to_model, load_workload
 
@@ -163,7 +156,7 @@ def search(workload: Any, setup: Any, slo_ttft: float, slo_itl: float, space: Se
         result = tune(workload, setup, slo_ttft, slo_itl, groups, divs, buds, space.single_levels,
                       space.workers,
                       progress=task.advance if task is not None else None, **options)
-    result.notes.extend(render_all([*revision_findings(sglang, setup.tp), *server_notes(setup)]))
+    result.notes.extend(render_all(revision_findings(sglang, setup.tp)))
     return result
 
 

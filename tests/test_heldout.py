@@ -1,0 +1,55 @@
+"""The held-out serving runs (profiles/measurements/serving/sglang_serving_heldout.yaml): kept out of every
+fit, replayed as published, reported apart, and the check of the intervals' coverage (issue 29)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
+from pdmux_cli.simulate import serving_accuracy as sa
+
+ROOT = Path(__file__).resolve().parents[1]
+HELD = sa.load_runs(sa.HELDOUT_RUNS)
+
+
+def test_held_out_runs_are_shipped_whole_and_as_published() -> None:
+    assert len(HELD) >= 10 and {r.campaign for r in HELD}
+    fitted = {r.id for r in sa.load_runs()}
+    fitted_sources = {r.campaign for r in sa.load_runs()}
+    for run in HELD:
+        assert run.id not in fitted and run.campaign not in fitted_sources
+        assert find_gpu(run.gpu) and load_model(run.model) and run.source_url.startswith("https://")
+        assert run.endpoint in ("generate", "completions", "chat")
+    # ree2raz/inference-bench results/summary.csv, sglang,short,64: throughput 913.9 tok/s, TTFT p50 0.3135 s,
+    # TPOT p50 0.069 s, latency p50 9.0802 s; the server's flags from bench_lib.SGLANG_SERVER_ARGS
+    run = next(r for r in HELD if r.id == "inference-bench-l4-qwen2.5-7b-short-c64")
+    assert dict(run.metrics) == {"ttft_p50_ms": 313.5, "tpot_p50_ms": 69.0, "e2e_p50_ms": 9080.2,
+                                 "output_tok_s": 913.9}
+    assert dict(run.server_args) == {"disable_cuda_graph": True, "max_running_requests": 64,
+                                     "mem_fraction_static": 0.85}
+    assert (run.max_concurrency, run.request_rate, run.num_prompts) == (64, math.inf, 100)
+    trace = sa.workload(run)
+    assert trace.block_tokens == 16 and len(trace.hash_ids) == 100
+    assert 37 <= min(trace.prompt_tokens) and max(trace.prompt_tokens) <= 46  # the chat template's ~42 tokens
+
+
+def test_no_fit_reads_the_held_out_runs() -> None:
+    for path in (ROOT / "benchmarks" / "fit_serving.py", ROOT / "pdmux_cli" / "simulate" / "serving_fit.py"):
+        text = path.read_text(encoding="utf-8")
+        assert "HELDOUT" not in text and "heldout" not in text, path
+
+
+def test_the_shared_system_prompt_is_found_in_the_radix_cache() -> None:
+    """Qwen2.5's chat template puts the same system prompt before every prompt: 100 closed-loop requests
+    find most of each short prompt cached (SGLang's radix cache matches per token; pdmux per 16 tokens)."""
+    from pdmux_cli.simulate.metrics import summarize
+    from pdmux_cli.simulate.runner import simulate
+    from pdmux_cli.simulate.schedulers import ChunkedPolicy
+    from pdmux_cli.simulate.engine import make_setup
+
+    run = next(r for r in HELD if r.id == "inference-bench-l4-qwen2.5-7b-short-c16")
+    setup = make_setup(find_gpu("l4"), load_model(run.model), **dict(run.server_args))
+    m = summarize(simulate(sa.workload(run), setup, ChunkedPolicy(4096), max_concurrency=16), 1e9, 1e9)
+    assert 0.5 < m.prefix_cache_hit_rate < 0.9
