@@ -168,7 +168,8 @@ def test_accuracy_stays_under_its_first_run() -> None:
 def test_intervals_hold_70_to_90_percent_of_the_held_out_figures() -> None:
     """The issue's target for the 80% intervals on runs no fit saw (first run: 39 of 44, 89%; 51 of 57;
     105 of 127, 83% before the llm-benchmaq runs; 123 of 190, 65% with them; 114 of 190, 60% on each run's
-    release; 116 of 190, 61% after the refit: missed, hence the strict xfail, which fails as soon as the target holds again)."""
+    release; 116 of 190, 61% after the refit: missed, hence the strict xfail, which fails as soon as the
+    target holds again)."""
     from pdmux_cli.workflows.accuracy import AccuracyRequest, accuracy
 
     inside, total = accuracy(AccuracyRequest(serving=True, workers=1)).heldout_coverage()
@@ -177,7 +178,8 @@ def test_intervals_hold_70_to_90_percent_of_the_held_out_figures() -> None:
 
 def test_held_out_coverage_stays_at_its_last_run() -> None:
     """The 80% intervals' coverage of the held-out figures does not fall below its last run (116 of 190 with
-    each run on its SGLang release and the terms refitted so; 114 before the refit, 123 before the releases)."""
+    each run on its SGLang release and the terms refitted so; 114 before the refit, 123 before the
+    releases)."""
     from pdmux_cli.workflows.accuracy import AccuracyRequest, accuracy
 
     inside, total = accuracy(AccuracyRequest(serving=True, workers=1)).heldout_coverage()
