@@ -112,7 +112,9 @@ GATE = {"TTFT (median)": (0.14, 0.52), "ITL (median)": (0.12, 0.375), "TPOT (med
 # req/s, +8269% under 0.5.23's full reserve for ignore_eos requests, is -29% under 0.4's), ITL 11.7% / 32.0%
 # -> 12.5% / 37.2%, TPOT's p90 33.5% -> 35.8%: the TTFT p90 gate tightened, the others moved by that run. The
 # held-out rows did not move past their gate (L4 long prompts at 64 streams: TTFT +373% -> +269%).
-OUT_OF_SAMPLE_GATE = {"TTFT (median)": (0.205, 0.70), "ITL (median)": (0.13, 0.375),
+# 2026-12-04, the refit (benchmarks/fit_serving.py) with every run on its SGLang release's rules: LOSO TTFT
+# 15.1% / 72.1%, ITL 11.8% / 37.2%, TPOT 12.4% / 35.8%, throughput 15.1% / 46.8%; the gate records it.
+OUT_OF_SAMPLE_GATE = {"TTFT (median)": (0.155, 0.725), "ITL (median)": (0.12, 0.375),
                       "TPOT (median)": (0.125, 0.36), "throughput": (0.155, 0.47)}
 # 2026-12-04, later (issue 29, more held-out sources): FreedomIntelligence/AccelMark Suite D
 # (Llama-3.1-8B, ~28.6K-token prompts on an A100 40GB, SGLang 0.5.6: one at a time, 50 at once, Poisson
@@ -160,13 +162,14 @@ def test_accuracy_stays_under_its_first_run() -> None:
             assert term.p90_abs_error <= p90, (method, kind, term.p90_abs_error)
 
 
-@pytest.mark.xfail(strict=True, reason="the held-out set's coverage is 114 of 190 (60%) since the "
+@pytest.mark.xfail(strict=True, reason="the held-out set's coverage is 116 of 190 (61%) since the "
                    "llm-benchmaq TP8 runs joined and the runs were replayed on their releases (2026-12-04): "
                    "below the issue's 70% floor")
 def test_intervals_hold_70_to_90_percent_of_the_held_out_figures() -> None:
     """The issue's target for the 80% intervals on runs no fit saw (first run: 39 of 44, 89%; 51 of 57;
     105 of 127, 83% before the llm-benchmaq runs; 123 of 190, 65% with them; 114 of 190, 60% on each run's
-    release: missed, hence the strict xfail, which fails as soon as the target holds again)."""
+    release; 116 of 190, 61% after the refit: missed, hence the strict xfail, which fails as soon as the
+    target holds again)."""
     from pdmux_cli.workflows.accuracy import AccuracyRequest, accuracy
 
     inside, total = accuracy(AccuracyRequest(serving=True, workers=1)).heldout_coverage()
@@ -174,12 +177,13 @@ def test_intervals_hold_70_to_90_percent_of_the_held_out_figures() -> None:
 
 
 def test_held_out_coverage_stays_at_its_last_run() -> None:
-    """The 80% intervals' coverage of the held-out figures does not fall below its last run (114 of 190 with
-    each run on its SGLang release and the terms fitted under 0.5.23's rules; 123 before)."""
+    """The 80% intervals' coverage of the held-out figures does not fall below its last run (116 of 190 with
+    each run on its SGLang release and the terms refitted so; 114 before the refit, 123 before the
+    releases)."""
     from pdmux_cli.workflows.accuracy import AccuracyRequest, accuracy
 
     inside, total = accuracy(AccuracyRequest(serving=True, workers=1)).heldout_coverage()
-    assert total >= 190 and inside / total >= 0.595, (inside, total)
+    assert total >= 190 and inside / total >= 0.61, (inside, total)
 
 
 def test_the_serving_terms_cut_the_error() -> None:
