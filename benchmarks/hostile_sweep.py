@@ -385,8 +385,8 @@ def cases() -> list[Case]:
             add("refusals", f"{' '.join(base[:3])}... {value!r}", [*base, value])
     add("refusals", "estimate --cost-model chapter --disable-cuda-graph",
         ["estimate", "--cost-model", "chapter", "--disable-cuda-graph"])
-    add("refusals", "simulate --disable-cuda-graph --cuda-graph-max-bs 8",
-        ["simulate", *SYN, "--disable-cuda-graph", "--cuda-graph-max-bs", "8"])
+    add("values", "simulate --disable-cuda-graph --cuda-graph-max-bs 8 (taken, as SGLang: sizes nothing)",
+        ["simulate", *SYN, "--disable-cuda-graph", "--cuda-graph-max-bs", "8"], codes=(0,))
     add("refusals", "pdmux --help | head", ["--help"], stdout="head")
     add("refusals", "pdmux tune --help | head", ["tune", "--help"], stdout="head")
     add("refusals", "pdmux (no command) | head", [], stdout="head")

@@ -18,7 +18,8 @@ and ``event_loop_overlap``) for three policies, named by the server arguments th
 A round is one prefill or decode step on the whole GPU. The overlap scheduler prepares round ``k + 1``
 on the CPU while the GPU runs round ``k``, so a round lasts ``max(GPU time, CPU time)``
 (``--disable-overlap-schedule``: the sum). Decode batches larger than SGLang's largest CUDA graph
-(``cuda_graph_max_bs``, 256 on 60-160 GB GPUs) are launched kernel by kernel.
+(``cuda_graph_max_bs``, 256 on 60-160 GB GPUs) are launched kernel by kernel, every one with
+``--disable-cuda-graph`` (:attr:`~pdmux_cli.simulate.engine.Setup.graph_max_bs` 0).
 
 **pdmux** (:func:`run_pdmux`; ``srt/multiplex/multiplexing_mixin.py`` ``event_loop_pdmux``): a round is
 
@@ -35,7 +36,12 @@ on the CPU while the GPU runs round ``k``, so a round lasts ``max(GPU time, CPU 
 5. SGLang waits for the decode stream only and processes its results on the CPU, with the overlap
    scheduler off (SGLang asserts it): **a round lasts one decode step plus the CPU's work**.
    The prefill stream runs asynchronously: a slice starts when submitted or when the previous slice
-   ends, and lasts ``layers / num_layers`` of the batch's prefill time on ``p`` SMs;
+   ends, and lasts ``layers / num_layers`` of the batch's prefill time on ``p`` SMs. Its layers are
+   launched eagerly on the round's thread after the decode step (``run_batch`` on the decode stream
+   first): a round is not done before both launches, one after the other without CUDA graphs
+   (``--disable-cuda-graph``), which also holds the slice back by the decode step's launches (a batch
+   above the largest graph, eager too, keeps the longer of the two: runs without the flag are as they
+   were);
 6. the prefill batch is merged into the decode batch at the end of the first round ending after its
    last slice finished (their first-token time); the group is chosen again then.
 
@@ -510,6 +516,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     # SGLang launches the split prefill's layers eagerly (model_runner.forward_split_prefill), on the CPU
     # thread that launches the decode step: host seconds a layer
     launch_layer_s = step_model.prefill_launch_s(1)
+    decode_launch_s = step_model.launch_cpu_s()  # a decode step's launches outside a CUDA graph
+    eager_decode = setup.disable_cuda_graph  # --disable-cuda-graph: every decode step outside a graph
     fast_memory = work.cache is None
     min_ratio, ratio_decay = work.ratio_floor, work.ratio_decay  # the release's (Work.decay_ratio)
     capacity = work.capacity
@@ -611,8 +619,15 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
             launch = 0.0
             if submitted < layers:
                 k = per_round if submitted + per_round <= layers else layers - submitted
-                launch = k * launch_layer_s
-                stream_free = max(t + launch, max(t, stream_free) + k * layer_s)
+                # the round's thread launches the decode step first (run_batch on the decode stream), then
+                # the prefill layers: without CUDA graphs the decode step's kernels go one by one ahead of
+                # them (0 from a graph). A batch above cuda_graph_max_bs is eager too and its launches come
+                # first as well, but keeps the longer of the two as before --disable-cuda-graph, so that
+                # runs without the flag stay as they were
+                ahead = decode_launch_s if eager_decode else 0.0
+                start = t + ahead
+                stream_free = max(start + k * launch_layer_s, max(start, stream_free) + k * layer_s)
+                launch = ahead + k * launch_layer_s
                 submitted += k
             tau = round_s(step_model, pf_d, n, batch.sum_context, batch.sum_window,
                           pf_p if stream_free > t else 0, n <= graph_max)
