@@ -859,19 +859,8 @@ def generated_shared_prefix_trace(
                 param="duration",
                 values={},
             )
-    elif not (isinstance(qps, (int, float)) and not isinstance(qps, bool) and math.isfinite(qps) and qps > 0):
-        raise InputError(
-            "{flag.qps} must be a number > 0 (or inf: every request at once), got {qps}",
-            param="qps",
-            values={"qps": short_repr(qps)},
-        )
-    elif qps > MAX_RATE_RPS:
-        raise InputError(
-            "{flag.qps} {qps:g}: more than {max_rate:.0e} requests/s (arrivals less than a microsecond "
-            "apart); {flag.qps} inf sends every request at once",
-            param="qps",
-            values={"qps": qps, "max_rate": MAX_RATE_RPS},
-        )
+    else:
+        check_rate(qps)
     if num_requests is not None and not (not isinstance(num_requests, bool) and isinstance(num_requests, int)
                                          and num_requests >= 1):
         raise InputError("{flag.max_requests} must be >= 1, got {n}", param="max_requests",
@@ -1025,6 +1014,24 @@ def parse_length_spec(text: str | int, what: str) -> Callable[[random.Random], i
     )
 
 
+def check_rate(qps: object) -> None:
+    """:class:`InputError` naming ``qps`` unless it is a finite rate > 0 (requests/s) and at most
+    :data:`MAX_RATE_RPS` (``inf``, every request at once, is checked by the callers)."""
+    if not (isinstance(qps, (int, float)) and not isinstance(qps, bool) and math.isfinite(qps) and qps > 0):
+        raise InputError(
+            "{flag.qps} must be a number > 0 (or inf: every request at once), got {qps}",
+            param="qps",
+            values={"qps": short_repr(qps)},
+        )
+    if qps > MAX_RATE_RPS:
+        raise InputError(
+            "{flag.qps} {qps:g}: more than {max_rate:.0e} requests/s (arrivals less than a microsecond "
+            "apart); {flag.qps} inf sends every request at once",
+            param="qps",
+            values={"qps": qps, "max_rate": MAX_RATE_RPS},
+        )
+
+
 def synthetic_trace(
     qps: float,
     prompt_tokens: str | int = 1024,
@@ -1055,19 +1062,8 @@ def synthetic_trace(
                 param="duration",
                 values={},
             )
-    elif not (isinstance(qps, (int, float)) and math.isfinite(qps) and qps > 0):
-        raise InputError(
-            "{flag.qps} must be a number > 0 (or inf: every request at once), got {qps}",
-            param="qps",
-            values={"qps": qps},
-        )
-    elif qps > MAX_RATE_RPS:
-        raise InputError(
-            "{flag.qps} {qps:g}: more than {max_rate:.0e} requests/s (arrivals less than a microsecond "
-            "apart); {flag.qps} inf sends every request at once",
-            param="qps",
-            values={"qps": qps, "max_rate": MAX_RATE_RPS},
-        )
+    else:
+        check_rate(qps)
     if num_requests is not None and num_requests < 1:
         raise InputError(
             "{flag.max_requests} must be >= 1, got {n}", param="max_requests", values={"n": num_requests}
