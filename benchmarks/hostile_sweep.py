@@ -47,6 +47,7 @@ ONE_BATCH = str(FIX / "sglang" / "model_made_one_batch_h100_qwen3_8b.jsonl")
 H100 = (ROOT / "profiles" / "gpus" / "h100-sxm.yaml").read_text()
 QWEN = json.loads((ROOT / "profiles" / "models" / "Qwen3-8B.json").read_text())
 SYN = ["--synthetic", "--qps", "2", "--max-requests", "20"]
+GSP = ["--dataset-name", "generated-shared-prefix", "--qps", "2", "--max-requests", "20"]
 SLO = ["--slo-ttft", "1000", "--slo-itl", "60"]
 SMALL_TUNE = ["--sm-group-nums", "8", "--divisors", "36", "--budgets", "65536", "--no-fixed-splits",
               "--slo-margins", "none", "--workers", "1"]
@@ -192,6 +193,11 @@ def cases() -> list[Case]:
                   "--output-tokens", "random:128", "--max-requests", "5"],
                  ["simulate", "--synthetic", "--qps", "5", "--prompt-tokens", "lognormal:1024:4",
                   "--max-requests", "200"],
+                 ["simulate", "--dataset-name", "generated-shared-prefix", "--qps", "inf",
+                  "--gsp-num-groups", "1000", "--gsp-prompts-per-group", "1000", "--gsp-range-ratio", "0.5",
+                  "--max-requests", "20", "--policies", "chunked"],
+                 ["simulate", *GSP, "--gsp-num-groups", "100000", "--gsp-prompts-per-group", "100000"],
+                 ["simulate", *GSP, "--gsp-system-prompt-len", "10000000", "--gsp-question-len", "10000000"],
                  ["simulate", *SYN, "--max-concurrency", "1000000000"],
                  ["simulate", *SYN, "--max-concurrency", "1"],
                  ["simulate", *SYN, "--max-running-requests", "1000000000"],
@@ -362,6 +368,10 @@ def cases() -> list[Case]:
                                                                      ["0", "٢"]),
                (["simulate", *SYN, "--seed"], ["-1", "٣", "99999999999999999999999"]),
                (["simulate", "--synthetic", "--qps"], ["", "١", "0", "-inf", "1e400"]),
+               (["simulate", *GSP, "--gsp-num-groups"], ["0", "-1", "٣", "1.5", "9" * 30]),
+               (["capacity", *GSP, *SLO, "--workers", "1", "--gsp-range-ratio"], ["nan", "-0.1", "2", "inf"]),
+               (["simulate", "--qps", "2", "--dataset-name"], ["", "random", "sharegpt", "gsp", "\x1b[2J"]),
+               (["simulate", *SYN, "--gsp-output-len"], ["64"]),
                (["estimate", "--level"],
                 ["auto ", "AUTO", "80/", "/52", "80:52", "٨٠/٥٢", "80/52/", "sglang"]),
                (["gen-config", "--divisions"],
@@ -373,6 +383,10 @@ def cases() -> list[Case]:
     for base, vals in scalars:
         for value in vals:
             add("refusals", f"{' '.join(base[:3])}... {value!r}", [*base, value])
+    add("refusals", "estimate --cost-model chapter --disable-cuda-graph",
+        ["estimate", "--cost-model", "chapter", "--disable-cuda-graph"])
+    add("values", "simulate --disable-cuda-graph --cuda-graph-max-bs 8 (taken, as SGLang: sizes nothing)",
+        ["simulate", *SYN, "--disable-cuda-graph", "--cuda-graph-max-bs", "8"], codes=(0,))
     add("refusals", "pdmux --help | head", ["--help"], stdout="head")
     add("refusals", "pdmux tune --help | head", ["tune", "--help"], stdout="head")
     add("refusals", "pdmux (no command) | head", [], stdout="head")
@@ -394,6 +408,9 @@ def cases() -> list[Case]:
                  ["simulate", "--synthetic", "--qps", "inf", "--max-requests", "64", "--prompt-tokens",
                   "random:1024", "--output-tokens", "random:1024", "--json"],
                  ["simulate", MOON, "--json"], ["simulate", BURST, "--json", "--max-concurrency", "2"],
+                 ["simulate", *GSP, "--json", "--workers", "1"],
+                 ["simulate", AZURE, "--disable-cuda-graph", "--json", "--workers", "1"],
+                 ["estimate", "--decode-bs", "1", "--context", "1", "--disable-cuda-graph", "--json"],
                  ["capacity", *SYN, *SLO, "--json", "--workers", "1", "--policies", "pdmux,chunked"],
                  ["gen-config", "--slo-itl", "60", "--gpu", "h200", "--model", "codellama-34b-hf",
                   "--context", "14400", "--json"],

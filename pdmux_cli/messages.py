@@ -677,6 +677,15 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
                                      "{model}'s context length of {context_tokens:,} (the longest "
                                      "{longest_prompt} + {longest_output}): left out, as SGLang refuses "
                                      "them"),
+    "trace.gsp_block_system": (
+        "more prompt tokens than {max_blocks:,} hash ids: the prompts are hashed in blocks of "
+        "{block_tokens:,} tokens (every system prompt whole blocks), not token by token: a cached system "
+        "prompt is found as SGLang finds it, one still being prefilled in chunks only once whole"),
+    "trace.gsp_block_widened": (
+        "more prompt tokens than {max_blocks:,} hash ids, and system prompts of many lengths: blocks of "
+        "{block_tokens:,} tokens instead, so a system prompt shares only its whole blocks "
+        "({mean_lost:.0f} of its {mean_system:.0f} tokens on average go uncached where SGLang's radix cache "
+        "matches them)"),
     # the simulator
     "simulate.never_fits_pool": (
         "{rejected} request(s) can never fit in the {pool}KV pool ({pool_tokens:,} tokens at "

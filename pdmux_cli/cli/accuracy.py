@@ -42,7 +42,8 @@ def accuracy(
         "Whole servers instead of kernels: replay every shipped public SGLang serving run end to end "
         "(simulate with its setup) and compare TTFT, ITL, TPOT, E2E and throughput.")),
     runs: bool = typer.Option(False, "--runs", help=(
-        "--serving: every run's figures and the pdmux simulate command that replays it.")),
+        "--serving: every run's figures, its SGLang release and the pdmux simulate command closest to it "
+        "(the release's memory defaults as flags; 0.5.23's scheduler rules).")),
     workers: int | None = typer.Option(None, "--workers", help=(
         "--serving: processes (default: the cores available).")),
 ) -> None:
@@ -117,7 +118,8 @@ def _print_serving(terms: list, outcomes: list, show_runs: bool, heldout_coverag
     if show_runs:
         con.print(_runs_table(outcomes))
         for o in outcomes:
-            con.print(f"{o.run.id}: {o.error or o.run.command()}", soft_wrap=True)
+            con.print(f"{o.run.id} (SGLang {o.run.sglang_version}): {o.error or o.run.command()}",
+                      soft_wrap=True)
     con.print(_terms_table(terms, "Simulated SGLang server vs public serving runs (|predicted - measured| / "
                                   "measured)",
                            "metric"))
@@ -137,8 +139,9 @@ def _print_serving(terms: list, outcomes: list, show_runs: bool, heldout_coverag
         print_note(con, f"80% intervals (simulate's, from the LOSO residuals) hold {inside} of the {total} "
                         f"held-out figures ({inside / total:.0%})")
     print_note(con, f"{fitted} fitted runs and {held} held-out runs from public pages "
-                    "(profiles/measurements/serving/, each with its source URL), replayed with SGLang's "
-                    "default schedule (chunked prefill, the overlap scheduler from 0.4 on) and the serving "
-                    "terms of the "
-                    "run's release line; ShareGPT lengths are approximations, bench_serving's random lengths "
-                    "exact; --runs lists every run and the pdmux simulate command that replays it")
+                    "(profiles/measurements/serving/, each with its source URL), replayed with the defaults "
+                    "and scheduler rules of the SGLang release each used (sglang_version), SGLang's default "
+                    "schedule (chunked prefill, the overlap scheduler from 0.4 on) and the serving terms of "
+                    "the run's release line; ShareGPT lengths are approximations, bench_serving's random "
+                    "lengths exact; --runs lists every run and the pdmux simulate command closest to it "
+                    "(its release's memory defaults; 0.5.23's scheduler rules)")

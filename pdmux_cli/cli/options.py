@@ -54,6 +54,25 @@ PROMPT_TOKENS_OPTION = typer.Option("1024", "--prompt-tokens", help=(
     "Synthetic prompt length: N, uniform:LO:HI, exp:MEAN, lognormal:MEDIAN:SIGMA, or random:L[:RATIO] "
     "(bench_serving's random dataset, drawn as it draws them for --seed; both lengths then)."))
 OUTPUT_TOKENS_OPTION = typer.Option("128", "--output-tokens", help="Synthetic output length (same forms).")
+# bench_serving's generated-shared-prefix dataset, with SGLang's own flags and defaults (0.5.23).
+DATASET_NAME_OPTION = typer.Option(None, "--dataset-name", help=(
+    "generated-shared-prefix: bench_serving's dataset of groups of prompts sharing a system prompt, drawn as "
+    "it draws them for --seed (order, lengths, arrivals at --qps; inf: all at once, its default) with the "
+    "--gsp-* options below, instead of --prompt-tokens/--output-tokens; the radix cache finds each group's "
+    "system prompt."))
+GSP_NUM_GROUPS_OPTION = typer.Option(64, "--gsp-num-groups", help="generated-shared-prefix: system prompts "
+                                                                  "(groups).")
+GSP_PROMPTS_PER_GROUP_OPTION = typer.Option(16, "--gsp-prompts-per-group", help=(
+    "generated-shared-prefix: prompts (requests) per group."))
+GSP_SYSTEM_PROMPT_LEN_OPTION = typer.Option(2048, "--gsp-system-prompt-len", help=(
+    "generated-shared-prefix: tokens of each system prompt."))
+GSP_QUESTION_LEN_OPTION = typer.Option(128, "--gsp-question-len", help=(
+    "generated-shared-prefix: tokens of each question (after its group's system prompt)."))
+GSP_OUTPUT_LEN_OPTION = typer.Option(256, "--gsp-output-len", help="generated-shared-prefix: output tokens.")
+GSP_RANGE_RATIO_OPTION = typer.Option(1.0, "--gsp-range-ratio", help=(
+    "generated-shared-prefix: lengths drawn from [L x RATIO, L] (1: as given)."))
+GSP_ORDERED_OPTION = typer.Option(False, "--gsp-ordered", help=(
+    "generated-shared-prefix: send the requests group by group, not shuffled."))
 
 # The server and its cost model.
 MODEL_OPTION = typer.Option("qwen3-8b", "--model", "-m", help=MODEL_HELP)

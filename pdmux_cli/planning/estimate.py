@@ -592,9 +592,12 @@ def estimate(
         decode_corun = step_model.decode_s(d, bs, sum_ctx, sum_win, corun_sms=p, cuda_graph=graphs)
         prefill_corun = step_model.prefill_s(p, [(prompt, 0)], corun_sms=d)
         # a pdmux round: the decode step (or the launches of the round's split-prefill layers, eager,
-        # when longer), then the CPU's work (the overlap scheduler is off) and the step's time per request
-        round_s = (max(decode_corun, step_model.prefill_launch_s(per_round)) + step_model.decode_cpu_s(bs)
-                   + step_model.request_s(bs))
+        # when longer: after the decode step's own without a CUDA graph, as the simulator's
+        # schedulers.pdmux_rounds), then the CPU's work (the overlap scheduler is off) and the step's time
+        # per request
+        ahead = 0.0 if graphs else step_model.launch_cpu_s()
+        round_s = (max(decode_corun, ahead + step_model.prefill_launch_s(per_round))
+                   + step_model.decode_cpu_s(bs) + step_model.request_s(bs))
         return round_s, pdmux_prefill_end_s(prefill_corun, round_s, model.num_layers,
                                             per_round), decode_alone, \
             prefill_alone, decode_corun

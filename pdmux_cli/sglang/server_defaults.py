@@ -129,10 +129,10 @@ def mem_fraction_static(gpu_memory_bytes: float, chunked_prefill_size: int, tp: 
                         max_prefill_tokens: int = MAX_PREFILL_TOKENS,
                         cuda_graph_max_bs: int | None = None, graphs: bool = True) -> float:
     """SGLang's default ``mem_fraction_static`` (0-1) for a GPU of ``gpu_memory_bytes`` (nvidia-smi's
-    total) and a chunk size (``-1``: chunking off, as pdmux requires). H100 80GB: 0.829 at 8192, 0.684
+    total) and a chunk size (``-1``: chunking off, as pdmux requires). H100 80GB: 0.83 at 8192, 0.685
     at -1. ``graphs`` False (``--disable-cuda-graph``): no reserve for the decode and prefill graphs
-    (``arg_groups/memory_hook.py`` counts them only when captured). Raises :class:`InputError` when the
-    reserve leaves nothing (a GPU of a few GB)."""
+    (``arg_groups/memory_hook.py`` counts them only when captured): 0.841 and 0.691 there. Raises
+    :class:`InputError` when the reserve leaves nothing (a GPU of a few GB)."""
     mib = gpu_memory_bytes / MIB
     activation = max(chunked_prefill_size, 2048) if chunked_prefill_size > 0 else max(
         max_prefill_tokens, 2048)

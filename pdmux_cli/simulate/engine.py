@@ -2,7 +2,10 @@
 records.
 
 Shared by the schedulers in :mod:`pdmux_cli.simulate.schedulers`. Pure Python and deterministic.
-The rules follow SGLang 0.5.23 (paths inside its wheel; docs/architecture.md lists them):
+The rules follow SGLang 0.5.23 (paths inside its wheel; docs/architecture.md lists them), or where
+``Setup.release`` names another release, that release's defaults and scheduler rules
+(:mod:`pdmux_cli.sglang.release_defaults`: the memory defaults, the reserve for ``ignore_eos`` requests,
+the retraction target, ``new_token_ratio``'s floor, decay and value after a retraction, the front end):
 
 - **Step times** come from a cost model (:mod:`pdmux_cli.costmodel`, ``Setup.step_model``); the engine's
   CPU time per step (``StepModel.decode_cpu_s``) is charged by the scheduler.
@@ -12,20 +15,22 @@ The rules follow SGLang 0.5.23 (paths inside its wheel; docs/architecture.md lis
 - **Admission** (:meth:`Work.form_prefill_batch`, ``srt/managers/schedule_policy.py`` ``PrefillAdder``):
   FCFS with head-of-line blocking; a request is admitted when ``extend + clip(max_new) + 1 < free -
   ratio x sum(clip(remaining) of running requests) - charges of this batch`` (strict), ``clip`` at
-  4096 tokens, ``ratio`` = ``new_token_ratio`` (1.0 with ``--ignore-eos``); at most
+  4096 tokens, ``ratio`` = ``new_token_ratio`` (1.0 with ``--ignore-eos`` from 0.5.22); at most
   ``max_running_requests`` running; without chunking a request other than the first is refused when its
   tokens are ``>=`` what is left of ``max_prefill_tokens``; with chunking a prompt longer than what is
   left of the chunk (``>``) is cut, and the cut request goes first in the next prefill batch. After a
   failed admission the batch is "full" until a running request leaves.
 - **Decode memory** (:meth:`Work.check_decode_memory`, ``schedule_batch.py`` ``check_decode_mem`` and
   ``retract_decode``): a decode step needs one free KV slot per request; when short, requests are
-  retracted (fewest generated tokens first, then longest prompt; at least one kept) to the back of
-  the queue, their KV freed; they are prefilled again with prompt + generated tokens later.
-  ``new_token_ratio`` starts at 0.7, decays by 0.001 per decode step to 0.098, is set to
-  ``(generated + 20 x kept) / (max_new + 1)`` over the kept requests after a retraction, and resets
-  when the server is idle.
+  retracted (fewest generated tokens first, then longest prompt; at least one kept) until one decode
+  step fits (0.5.2 on; up to 0.5.1 until 20 tokens a kept request are free) to the back of the queue,
+  their KV freed; they are prefilled again with prompt + generated tokens later. ``new_token_ratio``
+  starts at 0.7, decays by 0.001 per decode step to 0.098, is set to ``(generated + 20 x kept) /
+  (max_new + 1)`` over the kept requests after a retraction (no ``+ 1`` up to 0.5.3), and resets when
+  the server is idle.
 - **Prefix cache** (SGLang's radix cache, on by default; :mod:`pdmux_cli.simulate.prefix_cache`), for
-  traces with ``hash_ids``: each candidate's prompt is matched against the cached blocks (at most its
+  traces with ``hash_ids`` (blocks of the trace's ``block_tokens``; a chunked prompt's whole blocks done
+  enter the cache after each chunk): each candidate's prompt is matched against the cached blocks (at most its
   tokens - 1: ``Req._compute_max_prefix_len``); the match is locked, the request computes only the rest
   (the cost model's ``(new, cached)`` pairs: cached tokens are attended over, not computed), and
   admission charges the uncached tokens plus the matched tokens no one else locked (they leave the
@@ -56,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 from ..catalog import model as mdl
 from ..catalog.model import Model
 from ..sglang import server_defaults as sgl
+from ..sglang.release_defaults import LATEST, ReleaseDefaults, release_defaults
 from ..multigpu.disaggregation import Layout
 from ..util.errors import InputError
 from .columns import Ragged, fast
@@ -265,6 +271,10 @@ class Setup:
     ``--disable-cuda-graph`` (0.5.23 ``srt/arg_groups/cuda_graph_hook.py`` ``parse_cuda_graph_config``:
     decode and prefill graphs both off): every decode step is launched kernel by kernel
     (:attr:`graph_max_bs` 0), every prefill eagerly, and the graphs' memory reserve is not taken.
+    ``release``: the SGLang release whose defaults (chunk size, decode graph, ``mem_fraction_static``,
+    ``max_running_requests``) and scheduler rules (the admission reserve for ``ignore_eos`` requests,
+    retraction, ``new_token_ratio``) the server follows
+    (:func:`pdmux_cli.sglang.release_defaults.release_defaults`; default 0.5.23's).
     """
 
     model: Model
@@ -286,6 +296,7 @@ class Setup:
     prefill_cuda_graph: bool = True
     serial_frontend: bool = False
     disable_cuda_graph: bool = False
+    release: ReleaseDefaults = LATEST
 
     def __post_init__(self) -> None:
         check_mem_fraction(self.mem_fraction_static)
@@ -329,7 +340,13 @@ class Setup:
             return 0
         if self.cuda_graph_max_bs is not None:
             return self.cuda_graph_max_bs
-        return sgl.default_cuda_graph_max_bs(self.memory_bytes, self.tp)
+        return self.release.cuda_graph_max_bs(self.memory_bytes, self.tp)
+
+    @property
+    def default_chunk_tokens(self) -> int:
+        """The release's default ``--chunked-prefill-size`` on this GPU (tokens; -1: chunking off, SGLang up
+        to 0.2.12)."""
+        return self.release.chunked_prefill_size(self.memory_bytes, self.tp)
 
     def prefill_launch_s(self, tokens: int, chunk_tokens: int, mixed: bool = False) -> float:
         """Host seconds to launch a prefill batch of ``tokens`` new tokens under ``--chunked-prefill-size
@@ -346,10 +363,10 @@ class Setup:
         Raises :class:`InputError` when the weights leave no room (naming the model and GPU)."""
         fraction = self.mem_fraction_static
         if fraction is None:
-            fraction = sgl.mem_fraction_static(self.memory_bytes, chunk_tokens, self.tp,
-                                               max_prefill_tokens=self.max_prefill_tokens,
-                                               cuda_graph_max_bs=self.cuda_graph_max_bs,
-                                               graphs=not self.disable_cuda_graph)
+            fraction = self.release.mem_fraction_static(self.memory_bytes, chunk_tokens, self.tp,
+                                                        max_prefill_tokens=self.max_prefill_tokens,
+                                                        cuda_graph_max_bs=self.cuda_graph_max_bs,
+                                                        graphs=not self.disable_cuda_graph)
         try:
             return sgl.kv_pool(self.memory_bytes, self.weight_bytes, self.kv_bytes_per_token, fraction)
         except InputError as exc:
@@ -362,7 +379,7 @@ class Setup:
         if self.max_running_requests is not None:
             return min(self.max_running_requests, max(1, pool_tokens // 2))
         context = self.model.max_position_embeddings or pool_tokens
-        return sgl.max_running_requests(pool_tokens, context)
+        return self.release.max_running_requests(pool_tokens, context)
 
 
 def make_setup(
@@ -393,20 +410,24 @@ def make_setup(
     eager_launch_ms: float | None = None,
     eager_launch_moe_ms: float | None = None,
     prefill_cuda_graph: bool | None = None,
-    serial_frontend: bool = False,
+    serial_frontend: bool | None = None,
     frontend_token_ms: float | None = None,
     disable_cuda_graph: bool = False,
+    release: ReleaseDefaults | str | None = None,
 ) -> Setup:
     """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.catalog.hardware.Gpu`) and a model, with the cost
     model of :func:`pdmux_cli.costmodel.build_step_model` (its arguments: ``cost_model``, ``s_sat``,
     ``bandwidth_efficiency``, ``mfu``, ``calibration``, ``flops_dtype``, ``step_overhead_ms``,
     ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``, ``admission_interval_ms``,
     ``tp``, ``eager_launch_ms``, ``eager_launch_moe_ms``, ``frontend_token_ms``: the front end's ms per
-    prompt token). ``serial_frontend``, ``disable_cuda_graph``: :class:`Setup`'s. ``prefill_cuda_graph``:
-    ``None`` for SGLang 0.5.23's default
-    (:func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`), ``False`` for a server that
+    prompt token). ``disable_cuda_graph``: :class:`Setup`'s. ``release``: the SGLang release simulated (its
+    version text or :class:`~pdmux_cli.sglang.release_defaults.ReleaseDefaults`; ``None``: 0.5.23), whose
+    rules ``serial_frontend`` (``None``: the release's front end) and ``prefill_cuda_graph`` default to.
+    ``prefill_cuda_graph``: ``None`` for the release's default (up to 0.5.8 eager; later SGLang 0.5.23's,
+    :func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`), ``False`` for a server that
     prefills eagerly (an older release, ``--disable-prefill-cuda-graph``). Raises
-    :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values."""
+    :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values, or a
+    release pdmux has not read."""
     from ..costmodel import build_step_model
 
     check_efficiency(bandwidth_efficiency, "bandwidth_efficiency", where="bandwidth efficiency")
@@ -425,8 +446,16 @@ def make_setup(
         first_token_delay_ms=first_token_delay_ms, admission_interval_ms=admission_interval_ms, tp=tp,
         eager_launch_ms=eager_launch_ms, eager_launch_moe_ms=eager_launch_moe_ms,
         frontend_token_ms=frontend_token_ms)
+    if release is None:
+        release = LATEST
+    elif not isinstance(release, ReleaseDefaults):
+        release = release_defaults(release)
+    if serial_frontend is None:
+        serial_frontend = release.serial_frontend
     if disable_cuda_graph:
         prefill_cuda_graph = False
+    if prefill_cuda_graph is None:
+        prefill_cuda_graph = release.prefill_cuda_graph
     if prefill_cuda_graph is None:
         prefill_cuda_graph = sgl.prefill_cuda_graph_default(tuple(getattr(model, "architectures", ())),
                                                             tuple(gpu.compute_capability))
@@ -437,7 +466,7 @@ def make_setup(
         max_prefill_tokens=max_prefill_tokens, ignore_eos=ignore_eos, disable_overlap=disable_overlap,
         cuda_graph_max_bs=cuda_graph_max_bs, max_running_requests=max_running_requests, gpu_name=gpu.name,
         prefix_cache=prefix_cache, tp=tp, prefill_cuda_graph=prefill_cuda_graph,
-        serial_frontend=serial_frontend, disable_cuda_graph=disable_cuda_graph,
+        serial_frontend=serial_frontend, disable_cuda_graph=disable_cuda_graph, release=release,
     )
 
 
@@ -698,6 +727,16 @@ class Work:
         self.max_running = setup.running_limit(capacity_tokens)
         self.max_prefill_tokens = setup.max_prefill_tokens
         self.ignore_eos = setup.ignore_eos
+        release = setup.release
+        #: the admission reserve's ratio for running requests is 1.0 when they ignore EOS (SGLang 0.5.22 on)
+        self.full_reserve = setup.ignore_eos and release.full_reserve_for_ignore_eos
+        #: retraction stops once this many free tokens per kept request are there (20 up to 0.5.1)
+        self.retract_steps = release.retract_steps
+        #: the ratio after a retraction divides by max_new + 1 (0.5.4 on) or max_new
+        self.retract_plus_one = 1 if release.retract_ratio_plus_one else 0
+        self.ratio_init = release.init_new_token_ratio
+        self.ratio_floor = release.min_new_token_ratio
+        self.ratio_decay = release.new_token_ratio_decay
         self.first_token: list[float] | dict[int, float] = {} if stream else [math.nan] * n
         self.first_step: list[int] | dict[int, int] = {} if stream else [-1] * n
         self.generated: dict[int, int] = {}  # output tokens a request had when it was last retracted (else 0)
@@ -706,7 +745,7 @@ class Work:
         self.batch = DecodeBatch(window)
         self.waiting: deque[int] = deque()
         self.extra_held = 0
-        self.ratio = sgl.INIT_NEW_TOKEN_RATIO
+        self.ratio = self.ratio_init
         self.batch_full = False
         self.retractions = 0
         # never admitted: more than the pool holds, or too much to pass admission into an empty pool
@@ -863,7 +902,7 @@ class Work:
         completing: list[int] = []
         rem_input = self.max_prefill_tokens - mixed_rows
         rem_chunk = None if chunk_tokens is None else chunk_tokens - mixed_rows
-        ratio = 1.0 if self.ignore_eos else self.ratio
+        ratio = 1.0 if self.full_reserve else self.ratio
         offset = ratio * self.batch.sum_clip + mixed_rows
         clip = self.batch.clip
         allocated = 0
@@ -1045,9 +1084,10 @@ class Work:
                 self._done(rid)
 
     def check_decode_memory(self) -> list[int]:
-        """Before a decode step: retract requests until every running one has a free KV slot (SGLang's
-        ``check_decode_mem`` / ``retract_decode``; cached tokens no one locks count as free and are evicted
-        first); returns the retracted ones (appended to the queue)."""
+        """Before a decode step: when a running request has no free KV slot, retract requests until every
+        kept one has ``retract_steps`` (SGLang's ``check_decode_mem`` / ``retract_decode``: one slot from
+        0.5.2, 20 up to 0.5.1; cached tokens no one locks count as free and are evicted first); returns the
+        retracted ones (appended to the queue)."""
         batch = self.batch
         cache = self.cache
         if cache is None:
@@ -1063,8 +1103,9 @@ class Work:
         # fewest generated tokens first, ties to the longest prompt
         order = sorted(batch.members, key=lambda r: (batch.state(r, step)[2], -self.prompt[r]))
         retracted = []
+        steps = self.retract_steps
         for rid in order:
-            if self.free >= batch.n or batch.n <= 1:
+            if self.free >= batch.n * steps or batch.n <= 1:
                 break
             _, generated = batch.remove(rid, step)
             self.generated[rid] = generated
@@ -1084,18 +1125,19 @@ class Work:
         self.make_room(batch.n)
         if batch.n:
             generated = batch.sum_max_new - batch.sum_remaining
-            self.ratio = min(1.0, (generated + sgl.RETRACT_DECODE_STEPS * batch.n) / (batch.sum_max_new + 1))
+            self.ratio = min(1.0, (generated + sgl.RETRACT_DECODE_STEPS * batch.n)
+                             / (batch.sum_max_new + self.retract_plus_one))
         self.batch_full = False
         return retracted
 
     def decay_ratio(self) -> None:
         """One decode step without retraction: ``new_token_ratio`` decays toward its floor."""
-        if self.ratio > sgl.MIN_NEW_TOKEN_RATIO:
-            self.ratio = max(sgl.MIN_NEW_TOKEN_RATIO, self.ratio - sgl.NEW_TOKEN_RATIO_DECAY)
+        if self.ratio > self.ratio_floor:
+            self.ratio = max(self.ratio_floor, self.ratio - self.ratio_decay)
 
     def idle(self) -> None:
         """The server is fully idle: SGLang resets ``new_token_ratio``."""
-        self.ratio = sgl.INIT_NEW_TOKEN_RATIO
+        self.ratio = self.ratio_init
         self.batch_full = False
 
     def cache_counters(self) -> dict[str, int]:

@@ -7,7 +7,9 @@ radix tree (``srt/mem_cache/unified_radix_cache.py`` ``UnifiedRadixCache``, the 
 computes only the rest. Mooncake traces name a prompt's blocks of
 :data:`~pdmux_cli.simulate.traces.HASH_BLOCK_TOKENS` tokens by hash ids (equal ids at the start of two
 prompts: a shared prefix), so this tree's keys are blocks (:func:`block_keys`) where SGLang's are
-tokens. As in SGLang, a node holds a run of blocks inserted together and is split where a match or an
+tokens; a trace sets its own block (:attr:`~pdmux_cli.simulate.traces.Trace.block_tokens`): bench_serving's
+generated-shared-prefix dataset names every token (one token a block: SGLang's tree with page size 1).
+As in SGLang, a node holds a run of blocks inserted together and is split where a match or an
 insert ends inside it. What it follows from SGLang:
 
 - **match** (``match_prefix``, called for each candidate by ``Req.init_next_round_input``): the longest
@@ -35,7 +37,7 @@ insert ends inside it. What it follows from SGLang:
 The tree holds no more than the KV pool leaves after the running requests: the engine
 (:mod:`pdmux_cli.simulate.engine`) asks it to evict when an allocation needs room. A match that SGLang
 would continue into the first differing block (tokens, not blocks) ends at the block boundary here: the
-trace cannot tell. Pure Python, deterministic; no I/O.
+trace cannot tell (with one token a block, nothing is lost). Pure Python, deterministic; no I/O.
 """
 
 from __future__ import annotations
@@ -83,7 +85,9 @@ def _tokens(run: Sequence[Block], block: int = HASH_BLOCK_TOKENS) -> int:
 
 
 class PrefixCache:
-    """The radix tree of cached prompt blocks (module docstring), as parallel lists indexed by node id.
+    """The radix tree of cached prompt blocks (module docstring), as parallel lists indexed by node id;
+    ``block_tokens``: tokens a full block holds (the trace's,
+    :attr:`~pdmux_cli.simulate.traces.Trace.block_tokens`).
 
     Per node: ``run`` (its blocks; ``()`` for a finished request's output leaf), ``tokens``, ``cum``
     (tokens from the root through it), ``depth`` (blocks from the root through it), ``lock`` (requests

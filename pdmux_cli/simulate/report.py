@@ -14,7 +14,7 @@ from typing import Any
 
 from ..messages import layout_text, render_all
 from .metrics import PolicyMetrics
-from .traces import Trace
+from .traces import HASH_BLOCK_TOKENS, Trace
 
 _LATENCIES = (("TTFT", "ttft_ms"), ("ITL", "itl_ms"), ("TPOT", "tpot_ms"), ("E2E", "e2e_ms"))
 _STATS = ("p50", "p90", "p99", "max")
@@ -95,9 +95,11 @@ def metrics_dict(m: PolicyMetrics) -> dict[str, Any]:
 
 
 def trace_dict(trace: Trace) -> dict[str, Any]:
-    """What was replayed: source, format, size, duration (s), mean rate (req/s), skipped rows."""
+    """What was replayed: source, format, size, duration (s), mean rate (req/s), skipped rows; for a trace
+    hashed in blocks other than Mooncake's 512 tokens (bench_serving's generated-shared-prefix: 1),
+    ``prefix_block_tokens``."""
     n = len(trace)
-    return {
+    out = {
         "source": trace.source, "format": trace.format, "requests": n,
         "duration_s": trace.duration_s, "mean_qps": trace.mean_qps,
         "mean_prompt_tokens": sum(trace.prompt_tokens) / n if n else 0,
@@ -107,6 +109,9 @@ def trace_dict(trace: Trace) -> dict[str, Any]:
         "bad_row_examples": [{"line": ln, "reason": why} for ln, why in trace.bad_examples],
         "failed_rows": trace.failed_rows, "notes": render_all(trace.notes),
     }
+    if trace.block_tokens != HASH_BLOCK_TOKENS:  # bench_serving's generated-shared-prefix: tokens a hash id
+        out["prefix_block_tokens"] = trace.block_tokens
+    return out
 
 
 def share_text(share: float) -> str:

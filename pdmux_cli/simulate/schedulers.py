@@ -18,7 +18,8 @@ and ``event_loop_overlap``) for three policies, named by the server arguments th
 A round is one prefill or decode step on the whole GPU. The overlap scheduler prepares round ``k + 1``
 on the CPU while the GPU runs round ``k``, so a round lasts ``max(GPU time, CPU time)``
 (``--disable-overlap-schedule``: the sum). Decode batches larger than SGLang's largest CUDA graph
-(``cuda_graph_max_bs``, 256 on 60-160 GB GPUs) are launched kernel by kernel.
+(``cuda_graph_max_bs``, 256 on 60-160 GB GPUs) are launched kernel by kernel, every one with
+``--disable-cuda-graph`` (:attr:`~pdmux_cli.simulate.engine.Setup.graph_max_bs` 0).
 
 **pdmux** (:func:`run_pdmux`; ``srt/multiplex/multiplexing_mixin.py`` ``event_loop_pdmux``): a round is
 
@@ -35,7 +36,12 @@ on the CPU while the GPU runs round ``k``, so a round lasts ``max(GPU time, CPU 
 5. SGLang waits for the decode stream only and processes its results on the CPU, with the overlap
    scheduler off (SGLang asserts it): **a round lasts one decode step plus the CPU's work**.
    The prefill stream runs asynchronously: a slice starts when submitted or when the previous slice
-   ends, and lasts ``layers / num_layers`` of the batch's prefill time on ``p`` SMs;
+   ends, and lasts ``layers / num_layers`` of the batch's prefill time on ``p`` SMs. Its layers are
+   launched eagerly on the round's thread after the decode step (``run_batch`` on the decode stream
+   first): a round is not done before both launches, one after the other without CUDA graphs
+   (``--disable-cuda-graph``), which also holds the slice back by the decode step's launches (a batch
+   above the largest graph, eager too, keeps the longer of the two: runs without the flag are as they
+   were);
 6. the prefill batch is merged into the decode batch at the end of the first round ending after its
    last slice finished (their first-token time); the group is chosen again then.
 
@@ -57,8 +63,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..sglang import split_levels
 from ..sglang.pdmux_config import PdmuxConfig
-from ..sglang.server_defaults import MIN_NEW_TOKEN_RATIO as MIN_RATIO
-from ..sglang.server_defaults import NEW_TOKEN_RATIO_DECAY as RATIO_DECAY
 from ..util.errors import Finding, InputError
 from .engine import Progress, RunResult, Setup, Work
 from .policies import Deployment, Rounds, ServerOutcome
@@ -328,6 +332,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     append = ends.fast_append
     cpu_of = _CpuCache(cpu_s)
     fast_memory = work.cache is None
+    min_ratio, ratio_decay = work.ratio_floor, work.ratio_decay  # the release's (Work.decay_ratio)
     capacity = work.capacity
     t = 0.0
     idle = 0.0
@@ -407,10 +412,10 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             while True:  # decode rounds; the next one too while it would be one (the checks above, in order)
                 if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
                     ratio = work.ratio
-                    # Work.decay_ratio, inline: the hot path (max(MIN_RATIO, r), exactly)
-                    if ratio > MIN_RATIO:
-                        ratio -= RATIO_DECAY
-                        work.ratio = ratio if ratio > MIN_RATIO else MIN_RATIO  # noqa: FURB136 - no call
+                    # Work.decay_ratio, inline: the hot path (max(min_ratio, r), exactly)
+                    if ratio > min_ratio:
+                        ratio -= ratio_decay
+                        work.ratio = ratio if ratio > min_ratio else min_ratio  # noqa: FURB136 - no call
                 elif work.check_decode_memory():
                     n = batch.n
                 else:
@@ -511,7 +516,10 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     # SGLang launches the split prefill's layers eagerly (model_runner.forward_split_prefill), on the CPU
     # thread that launches the decode step: host seconds a layer
     launch_layer_s = step_model.prefill_launch_s(1)
+    decode_launch_s = step_model.launch_cpu_s()  # a decode step's launches outside a CUDA graph
+    eager_decode = setup.disable_cuda_graph  # --disable-cuda-graph: every decode step outside a graph
     fast_memory = work.cache is None
+    min_ratio, ratio_decay = work.ratio_floor, work.ratio_decay  # the release's (Work.decay_ratio)
     capacity = work.capacity
     group_time = [0.0] * n_groups
     counters = {"prefill_batches": 0, "rounds": 0, "older_sglang_crash_rounds": 0,
@@ -574,8 +582,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
         if n:
             if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
                 ratio = work.ratio
-                if ratio > MIN_RATIO:  # Work.decay_ratio, inline: the hot path
-                    work.ratio = max(MIN_RATIO, ratio - RATIO_DECAY)
+                if ratio > min_ratio:  # Work.decay_ratio, inline: the hot path
+                    work.ratio = max(min_ratio, ratio - ratio_decay)
             elif not work.check_decode_memory():
                 work.decay_ratio()
             n = batch.n
@@ -611,8 +619,15 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
             launch = 0.0
             if submitted < layers:
                 k = per_round if submitted + per_round <= layers else layers - submitted
-                launch = k * launch_layer_s
-                stream_free = max(t + launch, max(t, stream_free) + k * layer_s)
+                # the round's thread launches the decode step first (run_batch on the decode stream), then
+                # the prefill layers: without CUDA graphs the decode step's kernels go one by one ahead of
+                # them (0 from a graph). A batch above cuda_graph_max_bs is eager too and its launches come
+                # first as well, but keeps the longer of the two as before --disable-cuda-graph, so that
+                # runs without the flag stay as they were
+                ahead = decode_launch_s if eager_decode else 0.0
+                start = t + ahead
+                stream_free = max(start + k * launch_layer_s, max(start, stream_free) + k * layer_s)
+                launch = ahead + k * launch_layer_s
                 submitted += k
             tau = round_s(step_model, pf_d, n, batch.sum_context, batch.sum_window,
                           pf_p if stream_free > t else 0, n <= graph_max)
@@ -648,9 +663,9 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 break  # an idle server, or a memory check that may retract
             work.finished_mark = work.finished
             ratio = work.ratio
-            if ratio > MIN_RATIO:  # max(MIN_RATIO, ratio - RATIO_DECAY), exactly
-                ratio -= RATIO_DECAY
-                work.ratio = ratio if ratio > MIN_RATIO else MIN_RATIO  # noqa: FURB136 - no call (hot path)
+            if ratio > min_ratio:  # max(min_ratio, ratio - ratio_decay), exactly
+                ratio -= ratio_decay
+                work.ratio = ratio if ratio > min_ratio else min_ratio  # noqa: FURB136 - no call (hot path)
             tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
             group_time[last] += tau
             t += tau

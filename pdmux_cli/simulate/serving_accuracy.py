@@ -2,9 +2,13 @@
 
 Every public serving run shipped in ``profiles/measurements/serving/sglang_serving_runs.yaml`` (a
 bench_serving or ``vllm bench serve`` client against an SGLang server, with the setup its page states) is
-replayed end to end: the same GPU profile, model profile and TP, SGLang's default schedule (``chunked``
-with the GPU's default chunk, the overlap scheduler on from SGLang v0.4.0, the radix cache unless the run
-disabled it), the client's lengths, rate and ``--max-concurrency``, and the serving terms of
+replayed end to end: the same GPU profile, model profile and TP, the defaults and scheduler rules of the
+SGLang release the run used (its ``sglang_version``, :mod:`pdmux_cli.sglang.release_defaults`: the
+default chunk size, decode CUDA graph, ``mem_fraction_static`` and ``max_running_requests`` on that GPU,
+the admission reserve, retraction and ``new_token_ratio`` rules, the front end), SGLang's default
+schedule (``chunked`` with the release's default chunk, ``prefill-first`` where chunking was off by
+default; the overlap scheduler on from SGLang v0.4.0, the radix cache unless the run disabled it), the
+client's lengths, rate and ``--max-concurrency``, and the serving terms of
 ``profiles/efficiency/serving.yaml`` (or the ones passed in). Each run's metrics are computed as the client
 computes them (``sglang/benchmark/serving.py`` ``calculate_metrics``: medians over requests, ITL over every
 token, throughput over the run's duration) and compared with the page's.
@@ -14,7 +18,9 @@ Lengths: bench_serving's random dataset is redrawn exactly (its numpy stream, se
 them); fixed lengths are fixed; ShareGPT is an approximation (log-normal lengths with the page's means).
 Poisson arrivals are drawn with pdmux's own generator (bench_serving's arrival draws follow its prompt
 generation in the same numpy stream, which depends on the tokenizer). Each run's ``command`` is the
-``pdmux simulate`` command line that replays it.
+``pdmux simulate`` command line that replays it with its release's memory defaults as flags; ``pdmux
+simulate`` has no option for a release's scheduler rules (admission reserve, retraction, front end) and
+runs SGLang 0.5.23's, which give the same figures wherever admission and retraction never bind.
 
 Pure Python; the simulations take a few seconds to a minute on one core (:func:`report` runs them on
 ``workers`` processes).
@@ -33,6 +39,7 @@ from typing import Any
 import yaml
 
 from ..costmodel.accuracy import Point, Term
+from ..sglang.release_defaults import LATEST_RELEASE, ReleaseDefaults, release_defaults
 from ..util.errors import InputError
 from ..catalog.profile_files import measurements_dir
 
@@ -72,12 +79,13 @@ class ServingRun:
     client's limit (0: none). ``prefill_cuda_graph``: whether the server replayed prefill batches from
     its prefill CUDA graph: ``False`` for every shipped run (SGLang 0.3 to 0.5.6, which prefilled eagerly
     unless ``--enable-piecewise-cuda-graph`` was given; none of the pages gives it), ``None`` for a user's run
-    (SGLang 0.5.23's default, :func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`).
+    (its release's default: eager up to 0.5.8, then
+    :func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`).
     ``server_args``: SGLang flags the page's server ran with, as ``make_setup`` options
     (:data:`SERVER_ARGS`: ``mem_fraction_static``, ``max_running_requests``, ``disable_cuda_graph``,
-    ``cuda_graph_max_bs``). ``serial_frontend``: the server's front end tokenized one request at a time
-    (SGLang up to 0.5.21: every shipped run; ``False`` for a user's run, 0.5.23 tokenizing in an executor:
-    ``Setup.serial_frontend``)."""
+    ``cuda_graph_max_bs``). ``sglang_version``: the SGLang release the run used (the runs files'
+    ``sglang_version``; a user's run: its ``server_info`` ``version``, else 0.5.23), whose defaults and
+    scheduler rules replay it (:attr:`release`)."""
 
     id: str
     source_url: str
@@ -99,8 +107,20 @@ class ServingRun:
     prefill_cuda_graph: bool | None = False
     endpoint: str = "unknown"
     source: str = ""
-    serial_frontend: bool = True
     server_args: tuple[tuple[str, object], ...] = ()
+    sglang_version: str = LATEST_RELEASE
+
+    @property
+    def release(self) -> ReleaseDefaults:
+        """The rules of the run's SGLang release
+        (:func:`pdmux_cli.sglang.release_defaults.release_defaults`)."""
+        return release_defaults(self.sglang_version)
+
+    @property
+    def serial_frontend(self) -> bool:
+        """Whether the server's front end tokenized one request at a time (SGLang up to 0.5.21:
+        ``Setup.serial_frontend``)."""
+        return self.release.serial_frontend
 
     @property
     def campaign(self) -> str:
@@ -137,13 +157,48 @@ class ServingRun:
                     f"lognormal:{float(spec['output_mean']) / shrink:.1f}:{SHAREGPT_SIGMA:g}", 0)
         raise InputError(f"serving run {self.id}: unknown lengths kind {kind!r}")
 
+    def release_flags(self) -> list[str]:
+        """``pdmux simulate`` flags for the run's release's memory defaults where they are not 0.5.23's on
+        its GPU (``--policies prefill-first`` for chunking off, ``--chunk-sizes``, ``--cuda-graph-max-bs``,
+        ``--mem-fraction-static`` at full precision); none where the GPU is unknown."""
+        from ..catalog.hardware import find_gpu_or_file
+        from ..sglang.release_defaults import LATEST
+
+        release, given = self.release, dict(self.server_args)
+        if release.memory == LATEST.memory:
+            return []
+        try:
+            memory = float(find_gpu_or_file(self.gpu).memory_bytes or 0)
+        except InputError:
+            return []
+        if not memory:
+            return []
+        chunk = release.chunked_prefill_size(memory, self.tp)
+        flags = ["--policies", "prefill-first"] if chunk <= 0 else []
+        if 0 < chunk != LATEST.chunked_prefill_size(memory, self.tp):
+            flags += ["--chunk-sizes", str(chunk)]
+        graphs = not given.get("disable_cuda_graph")
+        if given.get("cuda_graph_max_bs") is None and graphs:
+            max_bs = release.cuda_graph_max_bs(memory, self.tp)
+            if max_bs != LATEST.cuda_graph_max_bs(memory, self.tp):
+                flags += ["--cuda-graph-max-bs", str(max_bs)]
+        if given.get("mem_fraction_static") is None:
+            fraction = release.mem_fraction_static(memory, chunk, self.tp, graphs=graphs,
+                                                   cuda_graph_max_bs=given.get("cuda_graph_max_bs"))
+            flags += ["--mem-fraction-static", repr(fraction)]
+        return flags
+
     def command(self) -> str:
-        """The ``pdmux simulate`` command line that replays this run (with the shipped serving terms)."""
+        """The ``pdmux simulate`` command line that replays this run (with the shipped serving terms), its
+        release's memory defaults as flags (:meth:`release_flags`; module docstring: the scheduler rules
+        are 0.5.23's there)."""
         prompt, output, seed = self.length_specs
         rate = "inf" if self.request_rate == math.inf else f"{self.request_rate:g}"
+        release = self.release_flags()
+        policy = [] if release[:1] == ["--policies"] else ["--policies", "chunked"]
         args = ["pdmux", "simulate", "--synthetic", "--qps", rate, "--max-requests", str(self.num_prompts),
                 "--prompt-tokens", prompt, "--output-tokens", output, "--seed", str(seed), "--gpu", self.gpu,
-                "--model", self.model, "--policies", "chunked"]
+                "--model", self.model, *policy, *release]
         if self.tp != 1:
             args += ["--tp", str(self.tp)]
         if self.max_concurrency:
@@ -229,6 +284,13 @@ def load_runs(name: str = FIT_RUNS) -> tuple[ServingRun, ...]:
     runs = []
     for entry in data["runs"]:
         where = f"serving measurements {path.name}: run {entry.get('id')!r}"
+        version = entry.get("sglang_version")
+        if version is None:
+            raise InputError(f"{where}: no sglang_version (the SGLang release the run used)")
+        try:
+            version = release_defaults(str(version)).release
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
         work = entry.get("workload") or {}
         metrics = tuple((m["metric"], float(m["measured"])) for m in entry.get("metrics", []))
         unknown = [name for name, _ in metrics if name not in METRICS]
@@ -246,7 +308,7 @@ def load_runs(name: str = FIT_RUNS) -> tuple[ServingRun, ...]:
             num_prompts=int(_number(work, "num_prompts", where)), metrics=metrics,
             approximation=str(work.get("approximation", "")), notes=str(entry.get("notes", "")),
             endpoint=str(entry.get("endpoint", "unknown")), source=str(entry.get("source", "")),
-            server_args=_server_args(entry.get("server_args"), where),
+            server_args=_server_args(entry.get("server_args"), where), sglang_version=version,
         ))
     return tuple(runs)
 
@@ -303,7 +365,8 @@ def client_metrics(metrics: Any, trace: Any) -> dict[str, float]:
 
 
 def replay(run: ServingRun, serving: dict | None = None) -> dict[str, float]:
-    """Replay ``run`` (module docstring) and return its figures (:func:`client_metrics`). ``serving``:
+    """Replay ``run`` (module docstring) with the defaults and scheduler rules of its SGLang release
+    (:attr:`ServingRun.release`) and return its figures (:func:`client_metrics`). ``serving``:
     the serving terms as :func:`pdmux_cli.simulate.engine.make_setup` takes them (``step_overhead_ms``,
     ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``,
     ``admission_interval_ms``); ``None`` for ``serving.yaml``'s terms of the run's release line
@@ -313,11 +376,10 @@ def replay(run: ServingRun, serving: dict | None = None) -> dict[str, float]:
     from ..catalog.hardware import find_gpu_or_file
     from ..sglang.kv_cache import resolve_kv_cache
     from ..catalog.model import load_model
-    from ..sglang.server_defaults import default_chunked_prefill_size
     from .engine import make_setup
     from .metrics import summarize
     from .runner import simulate
-    from .schedulers import ChunkedPolicy
+    from .schedulers import ChunkedPolicy, PrefillFirstPolicy
 
     try:
         gpu = find_gpu_or_file(run.gpu)
@@ -327,10 +389,11 @@ def replay(run: ServingRun, serving: dict | None = None) -> dict[str, float]:
             options["kv_bytes_per_element"] = resolve_kv_cache(model, None, None).bytes_per_element
         setup = make_setup(gpu, model, tp=run.tp, ignore_eos=run.ignore_eos,
                            disable_overlap=not run.overlap_schedule, prefix_cache=run.prefix_cache,
-                           prefill_cuda_graph=run.prefill_cuda_graph, serial_frontend=run.serial_frontend,
+                           prefill_cuda_graph=run.prefill_cuda_graph, release=run.release,
                            **dict(run.server_args), **options)
         trace = workload(run)
-        policy = ChunkedPolicy(default_chunked_prefill_size(setup.memory_bytes))
+        chunk = setup.default_chunk_tokens  # the release's default (-1: chunking off, SGLang up to 0.2.12)
+        policy = ChunkedPolicy(chunk) if chunk > 0 else PrefillFirstPolicy()
         result = simulate(trace, setup, policy, max_concurrency=run.max_concurrency)
     except InputError as exc:
         raise InputError(f"serving run {run.id}: {exc}") from None
@@ -484,11 +547,13 @@ def runs_from_bench_serving(results: Sequence[Any], gpu: str, model: str, tp: in
     ``--output-details`` lengths as sent; a random dataset redrawn as bench_serving draws it where a
     seed of :data:`BENCH_SERVING_SEEDS` gives the file's totals; otherwise an approximation, said.
     The client is SGLang's (``ignore_eos`` on), the radix cache and overlap scheduler as ``server_info``
-    says. Raises :class:`InputError` for a TP that does not agree with the server's."""
+    says, and the SGLang release its ``version`` names (:func:`run_release`; 0.5.23 without one), said in
+    the note. Raises :class:`InputError` for a TP that does not agree with the server's."""
     from .traces import bench_serving_lengths
 
     runs, notes = [], []
     for k, res in enumerate(results):
+        version, release_note = run_release(res.server.get("version"))
         server_tp = res.server.get("tp_size")
         if tp is not None and isinstance(server_tp, int) and server_tp != tp:
             raise InputError(
@@ -531,9 +596,23 @@ def runs_from_bench_serving(results: Sequence[Any], gpu: str, model: str, tp: in
             prefix_cache=not bool(res.server.get("disable_radix_cache", False)), lengths=lengths,
             request_rate=res.request_rate, max_concurrency=res.max_concurrency,
             num_prompts=len(res.input_lens) or res.completed, metrics=tuple(res.metrics.items()),
-            approximation="" if res.input_lens else note, prefill_cuda_graph=None, serial_frontend=False))
-        notes.append(f"{res.where}: {note}")
+            approximation="" if res.input_lens else note, prefill_cuda_graph=None, sglang_version=version))
+        notes.append(f"{res.where}: {note}; {release_note}")
     return runs, notes
+
+
+def run_release(version: object) -> tuple[str, str]:
+    """The SGLang release a user's bench_serving run is replayed with, from its ``server_info``'s
+    ``version`` (``None``: not given), and a note saying which: the release's version text, or
+    :data:`~pdmux_cli.sglang.release_defaults.LATEST_RELEASE` where none is given or pdmux cannot use it."""
+    latest = f"SGLang {LATEST_RELEASE}'s defaults and rules"
+    if version in (None, ""):
+        return LATEST_RELEASE, f"no SGLang version in server_info: {latest}"
+    try:
+        release = release_defaults(str(version)).release
+    except InputError as exc:
+        return LATEST_RELEASE, f"{exc}: {latest}"
+    return release, f"SGLang {release}'s defaults and rules (server_info)"
 
 
 def outcome_dict(outcome: RunOutcome) -> dict:
@@ -541,6 +620,7 @@ def outcome_dict(outcome: RunOutcome) -> dict:
     run = outcome.run
     return {
         "id": run.id, "source_url": run.source_url, "engine": run.engine, "release_line": run.release_line,
+        "sglang_version": run.sglang_version,
         "gpu": run.gpu, "tp": run.tp, "model": run.model, "client": run.client,
         "approximation": run.approximation or None, "command": run.command(), "error": outcome.error or None,
         "source": run.campaign, "heldout": outcome.heldout,
@@ -565,5 +645,5 @@ def _error(pred: dict[str, float], name: str, measured: float) -> float | None:
 __all__ = ["BENCH_SERVING_SEEDS", "coverage", "FIT_RUNS", "HELDOUT_RUNS", "HELD_OUT", "IN_SAMPLE",
            "LEAVE_SOURCE_OUT",
            "METRICS", "OUT_OF_SAMPLE", "TERMS", "source_of", "RunOutcome", "ServingRun", "client_metrics",
-           "load_runs", "outcome_dict", "predictions", "replay", "report", "runs_from_bench_serving",
-           "workload"]
+           "load_runs", "outcome_dict", "predictions", "replay", "report", "run_release",
+           "runs_from_bench_serving", "workload"]

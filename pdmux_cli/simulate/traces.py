@@ -15,6 +15,11 @@ arrival, ascending), a prompt length and an output length (tokens). Formats (``t
 - ``burstgpt``: BurstGPT CSV, ``Timestamp`` (s), ``Model``, ``Request tokens``, ``Response tokens``,
   ``Total tokens``, ``Log Type``; rows with 0 response tokens are failed requests: skipped and counted.
 
+Synthetic traces: Poisson arrivals with length specs (:func:`synthetic_trace`; ``random:L`` redraws
+bench_serving's random dataset), and bench_serving's generated-shared-prefix dataset
+(:func:`generated_shared_prefix_trace`: groups of prompts sharing a system prompt, their ``hash_ids`` token by
+token, :attr:`Trace.block_tokens` 1).
+
 Formats users have that give no token counts (ShareGPT-style conversations, bench_serving's default)
 or no unit for their timestamps (``prompt_len``/``output_len``/``timestamp`` JSONL) are refused naming
 the format and what to do (:func:`unreadable_format`).
@@ -107,6 +112,8 @@ class Trace:
     that carries none (Azure, BurstGPT, synthetic). Any sequences may be given; they are kept as
     compact columns (:class:`~pdmux_cli.simulate.columns.Column`, float64 and int64;
     :class:`~pdmux_cli.simulate.columns.Ragged` for ``hash_ids``), which compare equal to tuples.
+    ``block_tokens``: prompt tokens per ``hash_ids`` block (:data:`HASH_BLOCK_TOKENS` for Mooncake; a
+    generated-shared-prefix trace's own, :func:`generated_shared_prefix_trace`).
     ``source``: file name or ``"synthetic ..."``. ``format``:
     one of :data:`FORMATS` or ``"synthetic"``. ``bad_rows``: number of rows that could not be read;
     ``bad_examples``: the first few as ``(line number, reason)`` (line 0: a request dropped after
@@ -653,6 +660,12 @@ class _NumpyLegacyRandom:
             out.append(low + v)
         return out
 
+    def random(self) -> float:
+        """The next double in [0, 1), as numpy's legacy ``random_sample`` (``legacy_double``: two 32-bit
+        words, 53 bits), which is Python's ``random()`` on the same state; numpy's legacy
+        ``exponential(scale)`` is ``scale x -log(1 - it)``."""
+        return self._rng.random()
+
 
 def _zeros(count: int) -> Column:
     """``count`` arrivals at 0.0 s."""
@@ -713,6 +726,213 @@ def bench_serving_lengths(prompt_spec: str, output_spec: str, count: int, seed: 
     prompts = rng.randint(max(a[2], 1), a[0] + 1, count)
     outputs = rng.randint(b[2], b[0] + 1, count)
     return prompts, Column(INT, (max(1, o) for o in outputs))
+
+
+#: SGLang's name of bench_serving's shared-prefix dataset (``--dataset-name``), the one
+#: :func:`generated_shared_prefix_trace` draws.
+GSP_DATASET = "generated-shared-prefix"
+
+#: bench_serving's ``--gsp-*`` defaults in SGLang 0.5.23 (``benchmark/serving.py``): groups, prompts per
+#: group, system prompt, question and output tokens, and the range ratio (1.0: every length as given).
+GSP_DEFAULTS = {"num_groups": 64, "prompts_per_group": 16, "system_prompt_len": 2048, "question_len": 128,
+                "output_len": 256, "range_ratio": 1.0}
+
+#: Most hash ids a generated-shared-prefix trace carries (8 bytes each: 128 MiB). Its prompts are hashed
+#: token by token, SGLang's radix cache exactly (page size 1), while their tokens are at most this many
+#: (7,710 requests of bench_serving's default lengths); past it, in blocks of the system prompts' greatest
+#: common divisor (the whole system prompt with the default range ratio), and past it again in blocks
+#: wider still (a note says what each costs).
+MAX_GSP_BLOCKS = 1 << 24
+
+#: Most prompt tokens a generated-shared-prefix dataset may draw (its system prompts once, its questions):
+#: bench_serving draws a random token for each (``random.choices``), and pdmux steps Python's random stream
+#: past them to shuffle as it does, about 100 million tokens a second (20 s at this bound).
+MAX_GSP_PROMPT_TOKENS = 2_000_000_000
+
+#: Python's ``random.random()`` takes two 32-bit words of the Mersenne Twister; :func:`_skip_random`
+#: draws them this many words at a time.
+_SKIP_WORDS = 1 << 20
+
+
+def _skip_random(rng: random.Random, calls: int) -> None:
+    """Advance ``rng`` past ``calls`` calls of ``random()`` (two 32-bit words each, as ``getrandbits(32 x
+    words)`` draws them), without making the floats."""
+    words = 2 * calls
+    while words > 0:
+        take = min(words, _SKIP_WORDS)
+        rng.getrandbits(32 * take)
+        words -= take
+
+
+def _check_gsp_int(value: object, param: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InputError("{param_flag} must be a whole number from {low:,} to {high:,}, got {value}",
+                         param=param, values={"low": low, "high": high, "value": short_repr(value)})
+    return value
+
+
+def _gsp_low(full: int, ratio: float) -> int:
+    """The least length bench_serving draws for ``full`` at ``ratio`` (``compute_random_lens``)."""
+    return max(int(full * ratio), 1)
+
+
+def generated_shared_prefix_trace(
+    qps: float,
+    num_groups: int = GSP_DEFAULTS["num_groups"],
+    prompts_per_group: int = GSP_DEFAULTS["prompts_per_group"],
+    system_prompt_len: int = GSP_DEFAULTS["system_prompt_len"],
+    question_len: int = GSP_DEFAULTS["question_len"],
+    output_len: int = GSP_DEFAULTS["output_len"],
+    range_ratio: float = GSP_DEFAULTS["range_ratio"],
+    ordered: bool = False,
+    seed: int = 0,
+    num_requests: int | None = None,
+    duration_s: float | None = None,
+) -> Trace:
+    """bench_serving's ``--dataset-name generated-shared-prefix`` for ``--seed seed``, replayed at
+    ``--request-rate qps`` (``math.inf``: every request at once, bench_serving's default), as SGLang 0.5.23
+    builds and sends it (``benchmark/datasets/generated_shared_prefix.py``
+    ``sample_generated_shared_prefix_requests``, ``benchmark/serving.py`` ``get_request``; one turn,
+    uniform groups):
+
+    - **lengths**: after ``np.random.seed(seed)``, ``compute_random_lens`` draws the ``num_groups`` system
+      prompts' lengths, then the questions' (group by group), then the outputs', each from ``[max(int(L x
+      range_ratio), 1), L]`` (:class:`_NumpyLegacyRandom`); prompt ``i`` of group ``g`` is group ``g``'s
+      system prompt followed by its own question: ``system + question`` tokens, exactly what bench_serving
+      sends with ``--tokenize-prompt`` (text prompts are decoded and re-encoded, a few tokens apart);
+    - **order**: slots group by group, then, unless ``ordered`` (``--gsp-ordered``), ``random.shuffle`` after
+      ``random.seed(seed)`` and one ``random()`` per prompt token drawn (``gen_prompt``'s
+      ``random.choices``): the same permutation bench_serving sends, for any tokenizer;
+    - **arrivals**: the first at 0 s, then ``np.random.exponential(1 / qps)`` apart, drawn from the numpy
+      stream after the lengths (legacy ``standard_exponential``: ``-log(1 - random_double)``), i.e.
+      bench_serving's own arrival times; ``--max-concurrency`` is the simulation's closed-loop client.
+      ``num_requests``, ``duration_s``: the first requests, the requests arriving within it (bench_serving
+      sends every one: ``--num-prompts`` does not apply to this dataset);
+    - **shared prefix**: ``hash_ids`` token by token (``block_tokens`` 1), the system prompt's named by its
+      group, every question's its own (bench_serving draws every one's tokens): the prefix cache then matches
+      what SGLang's radix cache (page size 1) matches, also a system prompt whose prefill in chunks is under
+      way. A trace of more than :data:`MAX_GSP_BLOCKS` prompt tokens is hashed in blocks of the system
+      prompts' greatest common divisor (whole system prompts with the default range ratio 1: a cached one
+      is matched exactly, one still being prefilled in chunks only once whole; 0.1 percentage point of hit
+      rate at most on the default dataset), and past that many blocks in wider blocks, a system prompt
+      sharing only its whole blocks (a note says each).
+
+    Raises :class:`InputError` naming the parameter (``gsp_num_groups``, ``gsp_prompts_per_group``,
+    ``gsp_system_prompt_len``, ``gsp_question_len``, ``gsp_output_len``, ``gsp_range_ratio``, ``qps``,
+    ``max_requests``, ``duration``) for values bench_serving cannot draw or pdmux does not take: counts
+    below 1, more than :data:`MAX_SYNTHETIC_REQUESTS` requests, lengths past :data:`MAX_SPEC_TOKENS`, more
+    than :data:`MAX_GSP_PROMPT_TOKENS` prompt tokens to draw, a ratio outside 0-1.
+    """
+    groups = _check_gsp_int(num_groups, "gsp_num_groups", 1, MAX_SYNTHETIC_REQUESTS)
+    per_group = _check_gsp_int(prompts_per_group, "gsp_prompts_per_group", 1, MAX_SYNTHETIC_REQUESTS)
+    system = _check_gsp_int(system_prompt_len, "gsp_system_prompt_len", 1, MAX_SPEC_TOKENS)
+    question = _check_gsp_int(question_len, "gsp_question_len", 1, MAX_SPEC_TOKENS)
+    output = _check_gsp_int(output_len, "gsp_output_len", 1, MAX_SPEC_TOKENS)
+    if isinstance(range_ratio, bool) or not isinstance(range_ratio, (int, float)) or not (
+            math.isfinite(range_ratio) and 0 <= range_ratio <= 1):
+        raise InputError("{param_flag} must be a number from 0 to 1 (bench_serving draws lengths from "
+                         "[L x RATIO, L]), got {value}", param="gsp_range_ratio",
+                         values={"value": short_repr(range_ratio)})
+    count = groups * per_group
+    if count > MAX_SYNTHETIC_REQUESTS:
+        raise InputError(
+            "{flag.gsp_num_groups} {groups:,} x {flag.gsp_prompts_per_group} {per_group:,} is {count:,} "
+            "requests, more than the {limit:,} a trace may have",
+            param="gsp_num_groups",
+            values={"groups": groups, "per_group": per_group, "count": count,
+                    "limit": MAX_SYNTHETIC_REQUESTS})
+    drawn = groups * system + count * question  # at most: lengths are drawn up to these
+    if drawn > MAX_GSP_PROMPT_TOKENS:
+        raise InputError(
+            "{flag.gsp_num_groups} {groups:,} system prompts of {flag.gsp_system_prompt_len} {system:,} "
+            "tokens and {count:,} questions of {flag.gsp_question_len} {question:,}: up to {drawn:,} prompt "
+            "tokens to draw, more than {limit:,} (bench_serving draws a random token for each, as pdmux "
+            "steps past them): give fewer or shorter prompts",
+            param="gsp_num_groups",
+            values={"groups": groups, "system": system, "count": count, "question": question, "drawn": drawn,
+                    "limit": MAX_GSP_PROMPT_TOKENS})
+    at_once = isinstance(qps, (int, float)) and qps == math.inf
+    if at_once:
+        if duration_s is not None:
+            raise InputError(
+                "{flag.duration} does not apply to {flag.qps} inf (every request arrives at 0 s)",
+                param="duration",
+                values={},
+            )
+    else:
+        check_rate(qps)
+    if num_requests is not None and not (not isinstance(num_requests, bool) and isinstance(num_requests, int)
+                                         and num_requests >= 1):
+        raise InputError("{flag.max_requests} must be >= 1, got {n}", param="max_requests",
+                         values={"n": short_repr(num_requests)})
+    if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
+        raise InputError("{flag.duration} must be a number > 0 s, got {duration}", param="duration",
+                         values={"duration": duration_s})
+
+    ratio = float(range_ratio)
+    numpy_rng = _NumpyLegacyRandom(seed)
+    system_lens = numpy_rng.randint(_gsp_low(system, ratio), system + 1, groups)
+    question_lens = numpy_rng.randint(_gsp_low(question, ratio), question + 1, count)
+    output_lens = numpy_rng.randint(_gsp_low(output, ratio), output + 1, count)
+    slots = Column(INT, range(count))  # slot s: group s // per_group, its question and output s
+    if not ordered:
+        shuffler = random.Random(seed)
+        _skip_random(shuffler, sum(system_lens) + sum(question_lens))
+        shuffler.shuffle(slots)
+    keep = count if num_requests is None else min(num_requests, count)
+    times = _zeros(keep) if at_once else Column(FLOAT)
+    if not at_once:
+        draw, scale, t = numpy_rng.random, 1.0 / qps, 0.0
+        for _ in range(keep):
+            if times:
+                t += scale * -math.log(1.0 - draw())
+                if duration_s is not None and t > duration_s:
+                    break
+                if not t <= MAX_ARRIVAL_S:
+                    raise InputError(
+                        "{flag.qps} {qps:g} is so low that arrivals come after {max_arrival_s:g} s: give a "
+                        "higher rate", param="qps", values={"qps": qps, "max_arrival_s": MAX_ARRIVAL_S})
+            times.append(t)
+        slots = slots[:len(times)]
+    else:
+        slots = slots[:keep]
+
+    # the block: a token (SGLang's radix cache, page size 1), else whole system prompts (their gcd), else
+    # wider, each while the trace's blocks stay within MAX_GSP_BLOCKS
+    prompt_tokens = Column(INT, (system_lens[s // per_group] + question_lens[s] for s in slots))
+    notes: list[Finding] = []
+    block = 1
+    if sum(prompt_tokens) > MAX_GSP_BLOCKS:
+        block = math.gcd(*system_lens)
+        if sum(-(-p // block) for p in prompt_tokens) <= MAX_GSP_BLOCKS:
+            notes.append(Finding("trace.gsp_block_system", {
+                "block_tokens": block, "max_blocks": MAX_GSP_BLOCKS}))
+        else:
+            block = -(-sum(prompt_tokens) // max(1, MAX_GSP_BLOCKS - len(prompt_tokens)))
+            lost = [s % block for s in system_lens]
+            notes.append(Finding("trace.gsp_block_widened", {
+                "block_tokens": block, "max_blocks": MAX_GSP_BLOCKS, "mean_lost": sum(lost) / len(lost),
+                "mean_system": sum(system_lens) / len(system_lens)}, "gsp_range_ratio"))
+    shared = [s // block for s in system_lens]  # blocks of each group's system prompt named by the group
+    first_id = [0] * groups
+    for g in range(1, groups):
+        first_id[g] = first_id[g - 1] + shared[g - 1]
+    next_id = first_id[-1] + shared[-1]
+    hashes = Ragged()
+    for s, tokens in zip(slots, prompt_tokens):
+        g = s // per_group
+        own = -(-(tokens - shared[g] * block) // block)
+        hashes.append(itertools.chain(range(first_id[g], first_id[g] + shared[g]),
+                                      range(next_id, next_id + own)))
+        next_id += own
+    arrival = "all at once" if at_once else f"Poisson {qps:g} req/s"
+    spread = f", range ratio {ratio:g}" if ratio != 1 else ""
+    source = (f"bench_serving {GSP_DATASET} ({groups} groups x {per_group} prompts, system prompt {system} + "
+              f"question {question} tokens, output {output}{spread}{', ordered' if ordered else ''}, seed "
+              f"{seed}), {arrival}")
+    return Trace(arrival_s=times, prompt_tokens=prompt_tokens,
+                 output_tokens=Column(INT, (output_lens[s] for s in slots)), source=source,
+                 format="synthetic", hash_ids=hashes, block_tokens=block, notes=tuple(notes))
 
 
 def parse_length_spec(text: str | int, what: str) -> Callable[[random.Random], int]:
@@ -794,6 +1014,24 @@ def parse_length_spec(text: str | int, what: str) -> Callable[[random.Random], i
     )
 
 
+def check_rate(qps: object) -> None:
+    """:class:`InputError` naming ``qps`` unless it is a finite rate > 0 (requests/s) and at most
+    :data:`MAX_RATE_RPS` (``inf``, every request at once, is checked by the callers)."""
+    if not (isinstance(qps, (int, float)) and not isinstance(qps, bool) and math.isfinite(qps) and qps > 0):
+        raise InputError(
+            "{flag.qps} must be a number > 0 (or inf: every request at once), got {qps}",
+            param="qps",
+            values={"qps": short_repr(qps)},
+        )
+    if qps > MAX_RATE_RPS:
+        raise InputError(
+            "{flag.qps} {qps:g}: more than {max_rate:.0e} requests/s (arrivals less than a microsecond "
+            "apart); {flag.qps} inf sends every request at once",
+            param="qps",
+            values={"qps": qps, "max_rate": MAX_RATE_RPS},
+        )
+
+
 def synthetic_trace(
     qps: float,
     prompt_tokens: str | int = 1024,
@@ -824,19 +1062,8 @@ def synthetic_trace(
                 param="duration",
                 values={},
             )
-    elif not (isinstance(qps, (int, float)) and math.isfinite(qps) and qps > 0):
-        raise InputError(
-            "{flag.qps} must be a number > 0 (or inf: every request at once), got {qps}",
-            param="qps",
-            values={"qps": qps},
-        )
-    elif qps > MAX_RATE_RPS:
-        raise InputError(
-            "{flag.qps} {qps:g}: more than {max_rate:.0e} requests/s (arrivals less than a microsecond "
-            "apart); {flag.qps} inf sends every request at once",
-            param="qps",
-            values={"qps": qps, "max_rate": MAX_RATE_RPS},
-        )
+    else:
+        check_rate(qps)
     if num_requests is not None and num_requests < 1:
         raise InputError(
             "{flag.max_requests} must be >= 1, got {n}", param="max_requests", values={"n": num_requests}

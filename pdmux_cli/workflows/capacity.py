@@ -9,7 +9,7 @@ several replicas drain is not a sustained rate; launch flags on more than one se
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,9 @@ class CapacityRequest(ServerOptions, DeploymentOptions):
     :class:`ServerOptions`' and :class:`DeploymentOptions`').
 
     ``trace`` (``trace_format``), or ``synthetic`` arrivals drawn at ``qps`` requests/s (the search scales
-    them) with ``seed``, ``prompt_tokens``, ``output_tokens``; ``max_requests``, ``duration``: cut it.
+    them) with ``seed``, ``prompt_tokens``, ``output_tokens``, or bench_serving's ``dataset_name`` with its
+    ``gsp_*`` options (:class:`~pdmux_cli.workflows.workload.WorkloadOptions`); ``max_requests``,
+    ``duration``: cut it.
     ``policies``, ``chunk_sizes``, ``mixed_chunk_sizes``, ``prefill_decode_interval``,
     ``unreleased_fallback``: as simulate's. ``config``: pdmux YAMLs sized beside SGLang's defaults
     (``None``: none given). ``slo_ttft``, ``slo_itl``: ms; ``target``: the share of requests that must
@@ -60,6 +62,14 @@ class CapacityRequest(ServerOptions, DeploymentOptions):
     seed: int = 0
     prompt_tokens: str = "1024"
     output_tokens: str = "128"
+    dataset_name: str | None = None
+    gsp_num_groups: int = 64
+    gsp_prompts_per_group: int = 16
+    gsp_system_prompt_len: int = 2048
+    gsp_question_len: int = 128
+    gsp_output_len: int = 256
+    gsp_range_ratio: float = 1.0
+    gsp_ordered: bool = False
     policies: str = DEFAULT_POLICIES
     chunk_sizes: str | None = None
     mixed_chunk_sizes: str = "512"
@@ -79,10 +89,8 @@ class CapacityRequest(ServerOptions, DeploymentOptions):
 
     def workload_options(self) -> WorkloadOptions:
         """The workload to load (never retimed: the search sets the rate)."""
-        return WorkloadOptions(trace=self.trace, synthetic=self.synthetic, trace_format=self.trace_format,
-                               qps=self.qps, max_requests=self.max_requests, duration=self.duration,
-                               seed=self.seed, prompt_tokens=self.prompt_tokens,
-                               output_tokens=self.output_tokens)
+        return WorkloadOptions(**{f.name: getattr(self, f.name) for f in fields(WorkloadOptions)
+                                  if f.name != "rate_scale"})
 
 
 def point_dict(p: Any) -> dict[str, Any]:
@@ -149,7 +157,7 @@ def _check_options(r: CapacityRequest, configs: list[Path]) -> str:
     from ..simulate.executors import check_executor
     from .files import check_outputs, gpu_file, model_file
 
-    if r.qps is not None and not r.synthetic:
+    if r.qps is not None and not (r.synthetic or r.dataset_name is not None):
         raise InputError(
             "{flag.qps} draws {flag.synthetic} arrivals; capacity searches a trace file's rate itself",
             values={},

@@ -9,11 +9,11 @@ reports it). Both raise :class:`~pdmux_cli.util.errors.InputError` for bad value
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ..util.errors import InputError
+from ..util.errors import InputError, short_repr
 from .fields import Checked
 
 
@@ -25,7 +25,10 @@ class WorkloadOptions(Checked):
     ``burstgpt``; ``None``: detected), or ``synthetic`` Poisson arrivals at ``qps`` requests/s
     (``math.inf``: all at once) with ``prompt_tokens`` / ``output_tokens`` length specs and ``seed``.
     ``qps``, ``rate_scale``: retime a trace file (requests/s; a factor). ``max_requests``: the first N;
-    ``duration``: the requests arriving in the first S seconds.
+    ``duration``: the requests arriving in the first S seconds. ``dataset_name``: bench_serving's dataset the
+    synthetic requests replay (``generated-shared-prefix``, :data:`~pdmux_cli.simulate.traces.GSP_DATASET`;
+    ``None``: pdmux's own length specs); its ``gsp_*`` options are bench_serving's ``--gsp-*``
+    (:func:`pdmux_cli.simulate.traces.generated_shared_prefix_trace`), with its defaults.
     """
 
     trace: Path | None = None
@@ -38,15 +41,79 @@ class WorkloadOptions(Checked):
     seed: int = 0
     prompt_tokens: str = "1024"
     output_tokens: str = "128"
+    dataset_name: str | None = None
+    gsp_num_groups: int = 64
+    gsp_prompts_per_group: int = 16
+    gsp_system_prompt_len: int = 2048
+    gsp_question_len: int = 128
+    gsp_output_len: int = 256
+    gsp_range_ratio: float = 1.0
+    gsp_ordered: bool = False
+
+
+#: The ``gsp_*`` options (bench_serving's ``--gsp-*``) with their defaults (bench_serving's).
+GSP_OPTIONS = ("gsp_num_groups", "gsp_prompts_per_group", "gsp_system_prompt_len", "gsp_question_len",
+               "gsp_output_len", "gsp_range_ratio", "gsp_ordered")
+
+#: bench_serving datasets pdmux does not draw, and what to give instead (``--dataset-name`` refused).
+OTHER_DATASETS = {
+    "random": "{flag.synthetic} {flag.prompt_tokens} random:L {flag.output_tokens} random:L draws "
+              "bench_serving's random dataset",
+    "sharegpt": "ShareGPT holds prompts as text and pdmux has no tokenizer; give a trace of token counts",
+}
+
+
+def _check_dataset(w: WorkloadOptions) -> None:
+    """:class:`InputError` for a dataset pdmux does not draw, ``gsp_*`` options without it, or pdmux's own
+    length specs beside it."""
+    from ..simulate.traces import GSP_DATASET
+
+    defaults = {f.name: f.default for f in fields(WorkloadOptions)}
+    if w.dataset_name is None:
+        given = [name for name in GSP_OPTIONS if getattr(w, name) != defaults[name]]
+        if given:
+            raise InputError(
+                "{param_flag} shapes bench_serving's {dataset} dataset: add {flag.dataset_name} {dataset}",
+                param=given[0],
+                values={"dataset": GSP_DATASET},
+            )
+        return
+    name = str(w.dataset_name).strip().lower()
+    if name != GSP_DATASET:
+        hint = OTHER_DATASETS.get(name, "")
+        raise InputError(
+            "{flag.dataset_name} {name}: pdmux draws bench_serving's {dataset} only" + ("; " + hint if hint
+                                                                                       else ""),
+            param="dataset_name",
+            values={"name": short_repr(w.dataset_name), "dataset": GSP_DATASET},
+        )
+    for param in ("prompt_tokens", "output_tokens"):
+        if getattr(w, param) != defaults[param]:
+            raise InputError(
+                "{param_flag} is a length of pdmux's own synthetic requests; {flag.dataset_name} {dataset} "
+                "takes {flag.gsp_system_prompt_len}, {flag.gsp_question_len} and {flag.gsp_output_len}",
+                param=param,
+                values={"dataset": GSP_DATASET},
+            )
 
 
 def _check_synthetic(w: WorkloadOptions) -> None:
     if w.trace is not None:
+        if w.dataset_name is not None:
+            raise InputError("give a trace file or {flag.dataset_name}, not both", param="dataset_name",
+                             values={})
         raise InputError(
             "give a trace file or {flag.synthetic}, not both",
             values={},
         )
     if w.qps is None:
+        if w.dataset_name is not None:
+            raise InputError(
+                "{flag.dataset_name} needs {flag.qps}: bench_serving's request rate (requests/s; inf, its "
+                "default: every request at once)",
+                param="qps",
+                values={},
+            )
         raise InputError(
             "{flag.synthetic} needs {flag.qps} (requests/s)",
             values={},
@@ -67,14 +134,20 @@ def load_workload(w: WorkloadOptions) -> Any:
     """The trace to replay (:class:`pdmux_cli.simulate.traces.Trace`): synthetic (drawn at ``qps``), or a
     file cut to ``max_requests`` (retimed later, by :func:`fit_to_model`). :class:`InputError` for bad
     values or combinations, or an unreadable trace."""
-    from ..simulate.traces import load_trace, reshape, synthetic_trace
+    from ..simulate.traces import generated_shared_prefix_trace, load_trace, reshape, synthetic_trace
 
-    if w.qps == math.inf and not w.synthetic:
+    if w.qps == math.inf and not (w.synthetic or w.dataset_name is not None):
         raise InputError(
             "{flag.qps} inf (every request at once) goes with {flag.synthetic}; a trace file's arrivals "
             "are retimed to a finite rate (or give {flag.rate_scale})",
             values={},
         )
+    _check_dataset(w)
+    if w.dataset_name is not None:  # bench_serving's dataset: synthetic requests, --synthetic or not
+        _check_synthetic(w)
+        return generated_shared_prefix_trace(
+            w.qps, w.gsp_num_groups, w.gsp_prompts_per_group, w.gsp_system_prompt_len, w.gsp_question_len,
+            w.gsp_output_len, w.gsp_range_ratio, bool(w.gsp_ordered), w.seed, w.max_requests, w.duration)
     if w.synthetic:
         _check_synthetic(w)
         return synthetic_trace(w.qps, w.prompt_tokens, w.output_tokens, w.max_requests, w.duration, w.seed)
