@@ -271,3 +271,17 @@ def test_api_raises_the_line_naming_the_keyword() -> None:
     assert caught.value.param == "gsp_num_groups"
     with pytest.raises(InputError, match="^gsp_range_ratio must be a number from 0 to 1"):
         pdmux.capacity(dataset_name="generated-shared-prefix", qps=2.0, gsp_range_ratio=-0.1)
+
+
+def test_the_request_checks_each_gsp_option_before_any_work() -> None:
+    """The ``gsp_*`` ranges are the request's (``workflows/fields.py``, one rule with the trace's): a value
+    out of range is refused as such, beside a trace file too, before any file is read."""
+    from pdmux_cli.workflows.workload import WorkloadOptions
+
+    with pytest.raises(InputError, match="^gsp_num_groups must be a whole number from 1 to 100,000,000, "
+                                         "got 0"):
+        pdmux.simulate("no-such-trace.csv", gsp_num_groups=0)
+    with pytest.raises(InputError, match="^--gsp-range-ratio must be a number from 0 to 1") as caught:
+        WorkloadOptions(gsp_range_ratio=float("nan"))  # the CLI's request: its flag
+    assert caught.value.param == "gsp_range_ratio"
+    assert WorkloadOptions(gsp_range_ratio=0).gsp_range_ratio == 0.0

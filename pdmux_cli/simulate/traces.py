@@ -764,11 +764,29 @@ def _skip_random(rng: random.Random, calls: int) -> None:
         words -= take
 
 
-def _check_gsp_int(value: object, param: str, low: int, high: int) -> int:
+#: The ``gsp_*`` counts and lengths pdmux takes, ``(least, most)`` (bench_serving draws at least 1 of each;
+#: a trace holds at most :data:`MAX_SYNTHETIC_REQUESTS` requests, a length at most :data:`MAX_SPEC_TOKENS`).
+GSP_INT_BOUNDS = {"gsp_num_groups": (1, MAX_SYNTHETIC_REQUESTS),
+                  "gsp_prompts_per_group": (1, MAX_SYNTHETIC_REQUESTS),
+                  "gsp_system_prompt_len": (1, MAX_SPEC_TOKENS), "gsp_question_len": (1, MAX_SPEC_TOKENS),
+                  "gsp_output_len": (1, MAX_SPEC_TOKENS)}
+
+
+def check_gsp_option(param: str, value: object) -> None:
+    """:class:`InputError` naming ``param``, a ``gsp_*`` option, unless ``value`` is one pdmux draws: a
+    whole number within :data:`GSP_INT_BOUNDS`, or for ``gsp_range_ratio`` a number from 0 to 1. The one
+    rule of each (the request's check, :mod:`pdmux_cli.workflows.fields`, and
+    :func:`generated_shared_prefix_trace`'s)."""
+    if param == "gsp_range_ratio":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                math.isfinite(value) and 0 <= value <= 1):
+            raise InputError("{param_flag} must be a number from 0 to 1 (bench_serving draws lengths from "
+                             "[L x RATIO, L]), got {value}", param=param, values={"value": short_repr(value)})
+        return
+    low, high = GSP_INT_BOUNDS[param]
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InputError("{param_flag} must be a whole number from {low:,} to {high:,}, got {value}",
                          param=param, values={"low": low, "high": high, "value": short_repr(value)})
-    return value
 
 
 def _gsp_low(full: int, ratio: float) -> int:
@@ -823,16 +841,12 @@ def generated_shared_prefix_trace(
     below 1, more than :data:`MAX_SYNTHETIC_REQUESTS` requests, lengths past :data:`MAX_SPEC_TOKENS`, more
     than :data:`MAX_GSP_PROMPT_TOKENS` prompt tokens to draw, a ratio outside 0-1.
     """
-    groups = _check_gsp_int(num_groups, "gsp_num_groups", 1, MAX_SYNTHETIC_REQUESTS)
-    per_group = _check_gsp_int(prompts_per_group, "gsp_prompts_per_group", 1, MAX_SYNTHETIC_REQUESTS)
-    system = _check_gsp_int(system_prompt_len, "gsp_system_prompt_len", 1, MAX_SPEC_TOKENS)
-    question = _check_gsp_int(question_len, "gsp_question_len", 1, MAX_SPEC_TOKENS)
-    output = _check_gsp_int(output_len, "gsp_output_len", 1, MAX_SPEC_TOKENS)
-    if isinstance(range_ratio, bool) or not isinstance(range_ratio, (int, float)) or not (
-            math.isfinite(range_ratio) and 0 <= range_ratio <= 1):
-        raise InputError("{param_flag} must be a number from 0 to 1 (bench_serving draws lengths from "
-                         "[L x RATIO, L]), got {value}", param="gsp_range_ratio",
-                         values={"value": short_repr(range_ratio)})
+    for param, value in (("gsp_num_groups", num_groups), ("gsp_prompts_per_group", prompts_per_group),
+                         ("gsp_system_prompt_len", system_prompt_len), ("gsp_question_len", question_len),
+                         ("gsp_output_len", output_len), ("gsp_range_ratio", range_ratio)):
+        check_gsp_option(param, value)
+    groups, per_group, system, question, output = (num_groups, prompts_per_group, system_prompt_len,
+                                                   question_len, output_len)
     count = groups * per_group
     if count > MAX_SYNTHETIC_REQUESTS:
         raise InputError(

@@ -171,6 +171,14 @@ def _tolerance(value: float, param: str) -> None:
     check_tolerance(value)
 
 
+def _gsp(value: float, param: str) -> None:
+    """bench_serving's ``--gsp-*`` counts, lengths and range ratio
+    (:func:`pdmux_cli.simulate.traces.check_gsp_option`)."""
+    from ..simulate.traces import check_gsp_option
+
+    check_gsp_option(param, value)
+
+
 #: numpy's (and bench_serving's ``--seed``) range: ``random:L`` lengths are drawn as bench_serving draws them.
 MAX_SEED = 2**32 - 1
 _AT_LEAST_1 = Range(1)
@@ -202,6 +210,12 @@ RANGES: dict[str, Range | Callable[[Any, str], None]] = {
     "max_concurrency": Range(1, template="{param_flag} must be >= 1 requests in flight, got {value}"),
     "max_steps": _max_steps,
     "prefill_decode_interval": _interval,
+    "gsp_num_groups": _gsp,
+    "gsp_prompts_per_group": _gsp,
+    "gsp_system_prompt_len": _gsp,
+    "gsp_question_len": _gsp,
+    "gsp_output_len": _gsp,
+    "gsp_range_ratio": _gsp,
     "seed": Range(0, MAX_SEED, template="{param_flag} must be from 0 to {high}, as bench_serving's "
                                         "(numpy's), got {value}"),
     # rates, times, targets
