@@ -700,6 +700,24 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     "simulate.retractions": ("{retractions} retraction(s): requests sent back to the queue when decode ran "
                              "out of KV slots, prefilled again with their outputs (SGLang's retract_decode)"),
     "simulate.server_note": lambda f: f"server {f.values['server']}: {render(f.values['note'])}",
+    "calibrate.accept_length": ("{file}: speculative decoding, {lines} decode line(s) with a median accept "
+                                "len of {accept_length:g} (simulate, capacity, tune and estimate take it as "
+                                "{flag.speculative_accept_length} {accept_length:g}; those lines' steps are "
+                                "not fitted)"),
+    "estimate.speculative_round": ("{algorithm} ({num_steps} steps, topk {eagle_topk}, {num_draft_tokens} "
+                                   "draft tokens; draft: {draft}): a decode ITL is one round, "
+                                   "{accept_length:g} tokens a request: decode only {round_ms:.3g} ms a "
+                                   "round = draft tree {draft_ms:.3g} + verify {verify_ms:.3g} + draft "
+                                   "extend {extend_ms:.3g} ms of GPU work, plus CPU and per-request time; "
+                                   "TPOT {tpot_ms:.3g} ms against {plain_ms:.3g} ms without speculation "
+                                   "({speedup:.2f}x)"),
+    "estimate.pdmux_speculation": "the PD mux rows cannot run: {error}",
+    "speculative.auto_params": ("{algorithm}: SGLang chooses {num_steps} steps, topk {eagle_topk}, "
+                                "{num_draft_tokens} draft tokens for this model ({source}, "
+                                "_auto_choose_speculative_params)"),
+    "speculative.draft_tokens_adjusted": ("{flag.speculative_num_draft_tokens} {given} becomes "
+                                          "{num_draft_tokens}: "
+                                          "with topk 1 SGLang verifies num-steps + 1 tokens ({source})"),
     "simulate.never_routed": ("every server had crashed: {requests} request(s) never routed (counted as "
                               "missing the SLO)"),
     "simulate.itl_histogram": ("ITL percentiles over all tokens from a histogram of the {gaps:,} step gaps "

@@ -109,6 +109,24 @@ DISABLE_CUDA_GRAPH_OPTION = typer.Option(False, "--disable-cuda-graph", help=(
     "SGLang's flag: no CUDA graphs, decode and prefill launched kernel by kernel (a step takes at least its "
     "kernels' host launch time; the graphs' memory reserve is not taken)."))
 
+# Speculative decoding (SGLang's flags; the acceptance length is pdmux's).
+SPECULATIVE_ALGORITHM_OPTION = typer.Option(None, "--speculative-algorithm", help=(
+    "SGLang's flag: EAGLE, EAGLE3, NEXTN (MTP) or STANDALONE speculative decoding on every policy; needs "
+    "--speculative-accept-length."))
+SPECULATIVE_NUM_STEPS_OPTION = typer.Option(None, "--speculative-num-steps", help=(
+    "SGLang's flag: draft depth (default: SGLang's choice by model, 3 or 5; with it give "
+    "--speculative-eagle-topk)."))
+SPECULATIVE_EAGLE_TOPK_OPTION = typer.Option(None, "--speculative-eagle-topk", help=(
+    "SGLang's flag: branches a draft step keeps (1: a chain)."))
+SPECULATIVE_NUM_DRAFT_TOKENS_OPTION = typer.Option(None, "--speculative-num-draft-tokens", help=(
+    "SGLang's flag: tokens verified per request and round (topk 1: num-steps + 1, as SGLang sets it)."))
+SPECULATIVE_DRAFT_MODEL_PATH_OPTION = typer.Option(None, "--speculative-draft-model-path", help=(
+    "The draft's Hugging Face config.json (default: one decoder layer of the target, EAGLE's and MTP's usual "
+    "draft; STANDALONE needs one)."))
+SPECULATIVE_ACCEPT_LENGTH_OPTION = typer.Option(None, "--speculative-accept-length", help=(
+    "Mean tokens a request gets per verify round, bonus token included (SGLang's log: 'accept len'; pdmux "
+    "calibrate --sglang-log reads it). 1 to num-steps + 1."))
+
 # The policies.
 MIXED_CHUNK_SIZES_OPTION = typer.Option("512", "--mixed-chunk-sizes", help="Chunk sizes of 'mixed-chunk'.")
 PREFILL_DECODE_INTERVAL_OPTION = typer.Option(0, "--prefill-decode-interval", help=(

@@ -134,6 +134,7 @@ def build_step_model(
     eager_launch_ms: float | None = None,
     eager_launch_moe_ms: float | None = None,
     frontend_token_ms: float | None = None,
+    speculation: Any = None,
 ) -> StepModel:
     """The :class:`StepModel` for a GPU profile (:class:`pdmux_cli.catalog.hardware.Gpu`) and a model.
 
@@ -152,11 +153,24 @@ def build_step_model(
     to 1 ms); ``eager_launch_moe_ms``: the MoE one alone (the serving fit's term); each ``None`` for
     ``serving.yaml``'s fitted value (roofline only; :func:`serving_terms`). ``tp``: GPUs the model is
     sharded over (roofline only): the step times are one rank's, collectives included
-    (:mod:`.collectives`).
+    (:mod:`.collectives`). ``speculation``: a :class:`.speculative.Speculation` (SGLang's
+    ``--speculative-algorithm`` and its settings): the decode step becomes a speculative round of the target
+    and its draft, each built with these same arguments (:class:`.speculative.SpeculativeStepModel`).
     Raises :class:`InputError` for an unknown cost model, knobs the chosen model does not take, or a
     GPU without SM count, bandwidth, FLOP/s or (``tp > 1``) interconnect figures, and a split SGLang
     refuses.
     """
+    if speculation is not None:
+        # the target and its draft on the same GPU with the same terms: every argument but these three
+        options = {key: value for key, value in locals().items()
+                   if key not in ("gpu", "model", "speculation")}
+        from .speculative import SpeculativeStepModel
+
+        base = build_step_model(gpu, model, **options)
+        if not hasattr(base, "verify_s"):
+            raise InputError("speculative decoding needs {flag.cost_model} roofline: the chapter's model has "
+                             "no verify pass", param="cost_model", values={})
+        return SpeculativeStepModel(base, build_step_model(gpu, speculation.draft, **options), speculation)
     if cost_model not in COST_MODELS:
         raise InputError("{flag.cost_model} must be one of {models}, got {value!r}", param="cost_model",
                          values={"models": ", ".join(COST_MODELS), "value": cost_model})

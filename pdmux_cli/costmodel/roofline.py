@@ -424,6 +424,32 @@ class RooflineModel:
             seconds = max(seconds, self.launch_cpu_s())
         return seconds
 
+    def verify_s(self, sms: int, n: int, tokens: int, sum_context: float, sum_window: float = 0.0,
+                 corun_sms: int = 0, cuda_graph: bool = True) -> float:
+        """GPU seconds of one forward over ``tokens`` new tokens for each of ``n`` requests (``n x tokens``
+        rows) on ``sms`` SMs: speculative decoding's target verify pass over the draft tree, or a draft
+        model's extend over it (SGLang 0.5.23 ``speculative/eagle_worker_v2.py`` ``verify``,
+        ``_draft_extend_for_decode``; ``ForwardMode.TARGET_VERIFY`` / ``DRAFT_EXTEND``). The GEMMs and the
+        lm_head run over every row at the decode step's efficiencies (a decode step of ``n x tokens``
+        rows); attention reads each request's cached KV once (``sum_context``, ``sum_window`` as in
+        :meth:`decode_s`) for its ``tokens`` queries: per cached token the longer of the KV read and
+        ``tokens`` queries' math. ``cuda_graph=False``: never faster than the CPU's launches. Raises
+        :class:`InputError` for ``sms`` outside 1..SMs."""
+        if n <= 0 or tokens <= 0:
+            return 0.0
+        dense = self.decode_s(sms, n * tokens, 0.0, 0.0, corun_sms)
+        key = (sms, corun_sms, tokens)  # three items: apart from _kv_rates' own (sms, corun_sms) keys
+        rates = self._kv_rate_cache.get(key)
+        if rates is None:
+            bw, flops = self._rates(sms, corun_sms, "decode")
+            kv_bw = bw * self.eff.decode_attention.bandwidth_efficiency
+            math = flops * self.eff.prefill_attention.peak_efficiency / tokens
+            rates = (max(self.kv_full / kv_bw, self.attn_flops_full / math),
+                     max(self.kv_window / kv_bw, self.attn_flops_window / math))
+            self._kv_rate_cache[key] = rates
+        seconds = dense + rates[0] * sum_context + rates[1] * sum_window
+        return seconds if cuda_graph else max(seconds, self.launch_cpu_s())
+
     def _grow_dense(self, dense: list[float], n: int, sms: int, corun_sms: int) -> None:
         """Extend ``dense`` (a decode step's time without KV reads, per batch size) to batch ``n``."""
         while len(dense) <= n:

@@ -95,7 +95,9 @@ class Scenario:
     ``disagg``: ``(X, Y)`` prefill and decode instances of PD disaggregation (``--disagg XPYD``), each
     of ``tp`` GPUs (``disagg_tp`` when given), or ``None`` for no disaggregation row. ``kv_link``,
     ``kv_link_gb_s``, ``kv_link_latency_us``: the KV link's kind and overrides
-    (:func:`pdmux_cli.multigpu.disaggregation.kv_link`).
+    (:func:`pdmux_cli.multigpu.disaggregation.kv_link`). ``speculation``: SGLang's speculative decoding
+    (:class:`pdmux_cli.sglang.speculative_args.Speculation`) on every policy: a decode step is a round, its
+    ITL the round's (one streamed chunk) and each request gets the acceptance length in tokens a round.
     """
 
     decode_bs: int = 32
@@ -126,6 +128,7 @@ class Scenario:
     kv_link_gb_s: float | None = None
     kv_link_latency_us: float | None = None
     disagg_tp: int | None = None
+    speculation: Any = None
 
     def validate(self) -> None:
         """Raise :class:`InputError` (one line) for sizes that make no sense or that no deployment
@@ -422,6 +425,8 @@ def _models(gpu: Gpu, model: Model, scenario: Scenario, calibration) -> list[tup
         common["per_request_overhead_ms"] = scenario.per_request_overhead_ms
     if scenario.eager_launch_ms is not None:
         common["eager_launch_ms"] = scenario.eager_launch_ms
+    if scenario.speculation is not None:
+        common["speculation"] = scenario.speculation
     if calibration is not None:
         step_model = costmodel.build_step_model(gpu, model, calibration=calibration, **common)
         if not calibration.has_partitions:  # whole-GPU terms only: the S_SAT guesses still apply
@@ -440,6 +445,36 @@ def _models(gpu: Gpu, model: Model, scenario: Scenario, calibration) -> list[tup
         step_model = costmodel.build_step_model(gpu, model, s_sat=value, **common)
         out.append((step_model, getattr(step_model, "s_sat", value)))
     return out
+
+
+def _speculative_rows(rows: list[PolicyRow], speculation: Any) -> list[PolicyRow]:
+    """``rows`` with each decode request's tokens during the prefill counted in tokens, not rounds
+    (``tokens_during_prefill`` x the acceptance length, rounded; ``steps`` stay rounds)."""
+    accept = speculation.accept_length
+    return [replace(r, tokens_during_prefill=round(r.tokens_during_prefill * accept))
+            if r.tokens_during_prefill is not None else r for r in rows]
+
+
+def _speculative_round(full: Any, scenario: Scenario, round_s: float, graphs: bool) -> Finding:
+    """The decode-only round of ``full`` (a :class:`~pdmux_cli.costmodel.speculative.SpeculativeStepModel`)
+    taken apart: the draft tree, the verify pass and the draft extend (ms), the round with the CPU's and the
+    per-request terms (``round_s``: the decode-only row's ITL, s), TPOT (the round over the acceptance length)
+    and the same batch's decode step without speculation, as a finding (``estimate.speculative_round``)."""
+    spec = scenario.speculation
+    total = full.total_sms
+    bs, ctx = scenario.decode_bs, scenario.context_tokens
+    draft, verify, extend = full.round_parts(total, bs, bs * ctx, cuda_graph=graphs)
+    base = full.base
+    plain_s = max(base.decode_s(total, bs, bs * ctx, cuda_graph=graphs) + base.request_s(bs),
+                  base.decode_cpu_s(bs))
+    tpot_s = round_s / spec.accept_length
+    return Finding("estimate.speculative_round", {
+        "algorithm": spec.algorithm, "num_steps": spec.num_steps, "eagle_topk": spec.eagle_topk,
+        "num_draft_tokens": spec.num_draft_tokens, "accept_length": spec.accept_length,
+        "draft": spec.draft.name, "draft_ms": draft * 1e3, "verify_ms": verify * 1e3,
+        "extend_ms": extend * 1e3,
+        "round_ms": round_s * 1e3, "tpot_ms": tpot_s * 1e3, "plain_ms": plain_s * 1e3,
+        "speedup": plain_s / tpot_s}, "speculative_accept_length")
 
 
 def estimate(
@@ -726,6 +761,15 @@ def estimate(
     notes[lead:lead] = revision_rules.revision_findings(
         sglang, tp
     )  # the revision's start-up failure, up front
+    if scenario.speculation is not None:
+        rows = _speculative_rows(rows, scenario.speculation)
+        notes.append(_speculative_round(full, scenario, base_s, graphs))
+        from ..sglang.speculative_args import check_pdmux_speculation
+
+        try:
+            check_pdmux_speculation(sglang, scenario.speculation)
+        except InputError as exc:  # the PD-mux rows are what pdmux would do, had the revision run it
+            notes.insert(lead, Finding("estimate.pdmux_speculation", {"error": str(exc)}, exc.param))
     return Estimate(
         gpu=gpu.name,
         model=model.name,

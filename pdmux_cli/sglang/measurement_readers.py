@@ -93,15 +93,28 @@ class LogReading:
     """What a server log gave: the clean ``intervals`` and, by reason, the decode lines not used
     (``skipped``); ``decode_lines``, ``prefill_lines`` and ``retractions`` seen; ``lines`` read;
     ``tp_size``: GPUs a rank's model is split over, from ``tp_size=N`` in the server's arguments or the
-    highest ``TP`` rank seen (1 on one GPU)."""
+    highest ``TP`` rank seen (1 on one GPU). ``accept_lengths``: the ``accept len`` of every speculative
+    decode line (mean tokens a request got per verify round since the rank's previous line; SGLang 0.5.23
+    ``srt/managers/scheduler_components/metrics_reporter.py`` writes ``accept len: {:.2f}``), in order."""
 
     intervals: list[DecodeInterval] = field(default_factory=list)
+    accept_lengths: list[float] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)
     decode_lines: int = 0
     prefill_lines: int = 0
     retractions: int = 0
     lines: int = 0
     tp_size: int = 1
+
+    @property
+    def accept_length(self) -> float | None:
+        """The median ``accept len`` of the log's speculative decode lines (``None`` without any): what
+        ``--speculative-accept-length`` takes."""
+        if not self.accept_lengths:
+            return None
+        values = sorted(self.accept_lengths)
+        middle = len(values) // 2
+        return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
     def summary(self) -> str:
         """One line: used intervals and the skipped ones by reason."""
@@ -390,6 +403,9 @@ def parse_server_log(lines: Iterable[str], source: str) -> LogReading:
             continue
         if "accept len" in values:
             reading.skipped["speculative decoding"] += 1
+            accept = finite_float(values["accept len"])
+            if accept is not None and accept >= 1:
+                reading.accept_lengths.append(accept)
             continue
         if previous is None:
             reading.skipped["first of its rank"] += 1

@@ -53,7 +53,11 @@ class Revision:
     automatic levels are not known (``divide_sm`` is then ``"not read"``). ``tp_launch``: environment
     variables the revision sets or requires for pdmux with TP > 1 beyond ``--tp-size``, as ``NAME=value``
     (empty: none found in its code); ``tp_requires``: the library and driver minimums its code checks for
-    pdmux with TP > 1 (one line), or None. ``flags``: what its code or runbook says combines with
+    pdmux with TP > 1 (one line), or None. ``speculation``: what ``--enable-pdmux`` does beside
+    ``--speculative-algorithm`` (:func:`pdmux_cli.sglang.speculative_args.check_pdmux_speculation`):
+    ``"crashes"`` (accepted at start-up, fails at the first decode after a split prefill: 0.5.23),
+    ``"refused"`` (at start-up) or ``"single-layer"`` (single-layer EAGLE/NEXTN drafts only). ``flags``:
+    what its code or runbook says combines with
     ``--enable-pdmux`` (one line), or None where it is 0.5.23's (pp 1, ``--chunked-prefill-size -1``, no PD
     disaggregation, ``--disable-overlap-schedule``).
     """
@@ -78,6 +82,7 @@ class Revision:
     tp_launch: tuple[str, ...] = ()
     tp_requires: str | None = None
     flags: str | None = None
+    speculation: str = "refused"
 
     @property
     def short(self) -> str:
@@ -93,6 +98,7 @@ class Revision:
 
 RELEASE = Revision(
     key="0.5.23",
+    speculation="crashes",
     name="SGLang 0.5.23 (latest release)",
     repo="sglang 0.5.23 wheel (PyPI)",
     commit=None,
@@ -177,6 +183,7 @@ MAIN = Revision(
 #: read there), so its loader, start-up checks and divide_sm are not known here.
 DSV41 = Revision(
     key="dsv41@a64f33f",
+    speculation="single-layer",
     name="sgl-project/sglang a64f33f0 (feat/dsv41-pdmux, DeepSeek-V4.1 layer-wise PDMux)",
     repo="sgl-project/sglang",
     commit="a64f33f089e9863b360992950ca1436ca6cba8f8",

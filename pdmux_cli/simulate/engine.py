@@ -246,6 +246,11 @@ def check_mem_fraction(value: float | None, param: str = "mem_fraction_static") 
                          "{value}", param=param, values={"lo": lo, "hi": hi, "value": value})
 
 
+#: ``--max-running-requests`` SGLang 0.5.23 sets when it is unset and speculative decoding is on
+#: (``srt/arg_groups/speculative_hook.py`` ``_handle_eagle_family``: "Max running requests is reset to 48").
+SPECULATIVE_MAX_RUNNING_REQUESTS = 48
+
+
 @dataclass(frozen=True)
 class Setup:
     """The simulated server: model, cost model, GPU and SGLang's settings.
@@ -274,7 +279,9 @@ class Setup:
     ``release``: the SGLang release whose defaults (chunk size, decode graph, ``mem_fraction_static``,
     ``max_running_requests``) and scheduler rules (the admission reserve for ``ignore_eos`` requests,
     retraction, ``new_token_ratio``) the server follows
-    (:func:`pdmux_cli.sglang.release_defaults.release_defaults`; default 0.5.23's).
+    (:func:`pdmux_cli.sglang.release_defaults.release_defaults`; default 0.5.23's). ``speculation``: SGLang's
+    speculative decoding (:class:`pdmux_cli.costmodel.speculative.Speculation`, ``None`` without): the
+    step model's decode step is a round, and a request takes :meth:`decode_steps` rounds.
     """
 
     model: Model
@@ -297,6 +304,7 @@ class Setup:
     serial_frontend: bool = False
     disable_cuda_graph: bool = False
     release: ReleaseDefaults = LATEST
+    speculation: Any = None
 
     def __post_init__(self) -> None:
         check_mem_fraction(self.mem_fraction_static)
@@ -313,6 +321,16 @@ class Setup:
             if value is not None and value < 1:
                 raise InputError(f"{name.replace('_', ' ')} must be >= 1, got {value}")
 
+    def decode_steps(self, tokens: int) -> int:
+        """Decode steps a request takes for ``tokens`` more output tokens: one a token, or under speculative
+        decoding the rounds (:meth:`pdmux_cli.costmodel.speculative.Speculation.rounds`)."""
+        return tokens if self.speculation is None else self.speculation.rounds(tokens)
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Output tokens a request gets per decode step on average: 1, or the acceptance length."""
+        return 1 if self.speculation is None else self.speculation.accept_length
+
     @property
     def weight_bytes(self) -> float:
         """Bytes of weights one GPU holds (:func:`pdmux_cli.costmodel.operators.rank_weight_bytes`; all
@@ -326,12 +344,18 @@ class Setup:
     @property
     def kv_bytes_per_token(self) -> float:
         """KV bytes per cached token, all layers, uncapped: SGLang's token pool allocates a full cell per
-        token (:func:`pdmux_cli.catalog.model.kv_bytes_per_token`). One rank's with ``tp > 1``."""
+        token (:func:`pdmux_cli.catalog.model.kv_bytes_per_token`). One rank's with ``tp > 1``; with
+        :attr:`speculation` the draft's layers too."""
         if self.tp == 1:
-            return mdl.kv_bytes_per_token(self.model, self.kv_bytes_per_element)
-        from ..costmodel.operators import rank_kv_bytes_per_token
+            cell = mdl.kv_bytes_per_token(self.model, self.kv_bytes_per_element)
+        else:
+            from ..costmodel.operators import rank_kv_bytes_per_token
 
-        return rank_kv_bytes_per_token(self.model, self.kv_bytes_per_element, self.tp)
+            cell = rank_kv_bytes_per_token(self.model, self.kv_bytes_per_element, self.tp)
+        if self.speculation is not None:  # the draft's KV layers share each token's cell (SGLang 0.5.23
+            # model_executor/pool_configurator.py: cell += cell x draft layers / target layers)
+            cell *= 1 + self.speculation.draft.num_layers / self.model.num_layers
+        return cell
 
     @property
     def graph_max_bs(self) -> int:
@@ -375,9 +399,12 @@ class Setup:
                              f"{exc}") from None
 
     def running_limit(self, pool_tokens: int) -> int:
-        """``max_running_requests`` for a pool of ``pool_tokens``."""
+        """``max_running_requests`` for a pool of ``pool_tokens`` (the flag; under speculative decoding
+        SGLang's 48 when it is unset; else the release's rule)."""
         if self.max_running_requests is not None:
             return min(self.max_running_requests, max(1, pool_tokens // 2))
+        if self.speculation is not None:  # SGLang 0.5.23 speculative_hook.py _handle_eagle_family
+            return min(SPECULATIVE_MAX_RUNNING_REQUESTS, max(1, pool_tokens // 2))
         context = self.model.max_position_embeddings or pool_tokens
         return self.release.max_running_requests(pool_tokens, context)
 
@@ -414,6 +441,7 @@ def make_setup(
     frontend_token_ms: float | None = None,
     disable_cuda_graph: bool = False,
     release: ReleaseDefaults | str | None = None,
+    speculation: Any = None,
 ) -> Setup:
     """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.catalog.hardware.Gpu`) and a model, with the cost
     model of :func:`pdmux_cli.costmodel.build_step_model` (its arguments: ``cost_model``, ``s_sat``,
@@ -425,7 +453,8 @@ def make_setup(
     rules ``serial_frontend`` (``None``: the release's front end) and ``prefill_cuda_graph`` default to.
     ``prefill_cuda_graph``: ``None`` for the release's default (up to 0.5.8 eager; later SGLang 0.5.23's,
     :func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`), ``False`` for a server that
-    prefills eagerly (an older release, ``--disable-prefill-cuda-graph``). Raises
+    prefills eagerly (an older release, ``--disable-prefill-cuda-graph``). ``speculation``: :class:`Setup`'s
+    (the step model's decode step becomes its round: :func:`pdmux_cli.costmodel.build_step_model`). Raises
     :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values, or a
     release pdmux has not read."""
     from ..costmodel import build_step_model
@@ -445,7 +474,7 @@ def make_setup(
         per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
         first_token_delay_ms=first_token_delay_ms, admission_interval_ms=admission_interval_ms, tp=tp,
         eager_launch_ms=eager_launch_ms, eager_launch_moe_ms=eager_launch_moe_ms,
-        frontend_token_ms=frontend_token_ms)
+        frontend_token_ms=frontend_token_ms, speculation=speculation)
     if release is None:
         release = LATEST
     elif not isinstance(release, ReleaseDefaults):
@@ -467,6 +496,7 @@ def make_setup(
         cuda_graph_max_bs=cuda_graph_max_bs, max_running_requests=max_running_requests, gpu_name=gpu.name,
         prefix_cache=prefix_cache, tp=tp, prefill_cuda_graph=prefill_cuda_graph,
         serial_frontend=serial_frontend, disable_cuda_graph=disable_cuda_graph, release=release,
+        speculation=speculation,
     )
 
 
@@ -479,13 +509,18 @@ class DecodeBatch:
     ``sum_remaining``. A member joins with its context, the decode steps it still takes, and the step
     index of its first one; :meth:`complete` advances every member by one token in O(1) plus the
     members that finish or cross the window or clip boundary (heaps keyed by step, with lazily skipped
-    entries for retracted members); :meth:`remove` takes one out (retraction).
+    entries for retracted members); :meth:`remove` takes one out (retraction). ``growth``: tokens a member's
+    KV gains per step (1; under speculative decoding a step is a round and its KV gains the acceptance
+    length on average, a float: then contexts are floats, and the window and clip boundaries still count
+    steps).
     """
 
-    __slots__ = ("_clip_cross", "_cross", "_finish", "_gen", "below_clip", "below_window", "clip", "members",
-                 "n", "sum_clip", "sum_context", "sum_max_new", "sum_remaining", "sum_window", "window")
+    __slots__ = ("_clip_cross", "_cross", "_finish", "_gen", "below_clip", "below_window", "clip", "growth",
+                 "members", "n", "sum_clip", "sum_context", "sum_max_new", "sum_remaining", "sum_window",
+                 "window")
 
-    def __init__(self, window: int = 0, clip: int = sgl.CLIP_MAX_NEW_TOKENS) -> None:
+    def __init__(self, window: int = 0, clip: int = sgl.CLIP_MAX_NEW_TOKENS, growth: float = 1) -> None:
+        self.growth = growth
         self.n = 0
         self.sum_context = 0
         self.sum_window = 0
@@ -538,8 +573,10 @@ class DecodeBatch:
         return record is not None and record[3] == gen
 
     def complete(self, step: int) -> list[int]:
-        """Step ``step`` is done: every member gained a token. Returns the requests that finished."""
-        self.sum_context += self.n
+        """Step ``step`` is done: every member gained a token (:attr:`growth`). Returns the requests that
+        finished."""
+        growth = self.growth
+        self.sum_context += self.n if growth == 1 else self.n * growth
         self.sum_remaining -= self.n
         self.sum_clip -= self.below_clip
         if self.window:
@@ -569,8 +606,12 @@ class DecodeBatch:
 
     def state(self, rid: int, step: int) -> tuple[int, int, int]:
         """``(context, remaining steps, output tokens generated)`` of member ``rid`` before step ``step``."""
-        context, first, steps, _, _, generated = self.members[rid]
+        context, first, steps, _, max_new, generated = self.members[rid]
         done = step - first
+        growth = self.growth
+        if growth != 1:  # KV grows by the mean tokens a round; output tokens are whole, short of the last
+            return (context + done * growth, steps - done,
+                    min(generated + round(done * growth), max(generated, max_new - 1)))
         return context + done, steps - done, generated + done
 
     def _drop(self, rid: int, step: int) -> int:
@@ -623,7 +664,9 @@ class RunResult:
     token takes from the end of its step to the client (times here are the server's; the metrics add it).
     ``arrival_s`` are the times the client sent each request (a closed-loop client's, as it sent them).
     ``fold``: a streamed run's :class:`~pdmux_cli.simulate.fold.Fold`, holding the per-request results;
-    its per-request lists here are then empty, and ``step_end_s`` too.
+    its per-request lists here are then empty, and ``step_end_s`` too. ``tokens_per_step``: output tokens a
+    request gets per decode step on average (1; the acceptance length under speculative decoding, where a
+    step is a round and ``decode_steps`` are rounds).
     """
 
     policy: str
@@ -654,6 +697,7 @@ class RunResult:
     prefill_server: list[int] = field(default_factory=list)
     output_delay_s: float = 0.0
     fold: Any = field(default=None, repr=False)
+    tokens_per_step: float = 1
 
     def finish_s(self, rid: int) -> float:
         """When request ``rid`` produced its last token (s); ``nan`` if it never finished."""
@@ -720,6 +764,11 @@ class Work:
         #: at a time (SGLang <= 0.5.21: on the event loop) or side by side (0.5.22 on: in an executor)
         self.frontend_token = serving.frontend_token_s
         self.serial_frontend = setup.serial_frontend
+        #: decode steps for a number of output tokens (rounds under speculative decoding), and whether a step
+        #: gives more than one token
+        self.decode_steps = setup.decode_steps
+        self.multi_token = setup.speculation is not None
+        self.tokens_per_step = setup.tokens_per_step
         self.last_seen = -math.inf  # when the scheduler saw the last request received (the front end's queue)
         self.arrival, self.prompt, self.output, self.steps = arrival, prompt, output, steps
         self.num_trace = num_trace
@@ -742,7 +791,7 @@ class Work:
         self.generated: dict[int, int] = {}  # output tokens a request had when it was last retracted (else 0)
         self.stints: dict[int, list[tuple[float, int, int]]] = {}
         self.ends = StepEnds(fold.max_steps if stream else None)
-        self.batch = DecodeBatch(window)
+        self.batch = DecodeBatch(window, growth=setup.tokens_per_step)
         self.waiting: deque[int] = deque()
         self.extra_held = 0
         self.ratio = self.ratio_init
@@ -1013,6 +1062,8 @@ class Work:
                 self._cache_done(rid, context)
             generated = self.generated.get(rid, 0) + 1
             steps = output[rid] - generated
+            if self.multi_token:
+                steps = self.decode_steps(steps)
             if rid in self.stints or self.generated.get(rid, 0):  # a re-prefill after a retraction
                 self.stints.setdefault(rid, []).append((t, step, max(steps, 0)))
             else:
@@ -1033,8 +1084,11 @@ class Work:
         """A streamed run: ``rid`` produced its last token; its results go to the fold, its state here
         goes."""
         stints = self.stints.pop(rid, None)
+        tokens = self.output[rid] - 1
+        multi = self.multi_token
         self.fold.request(rid, self.first_token.pop(rid, math.nan), self.first_step.pop(rid, -1),
-                          self.output[rid] - 1, self.ends, stints)
+                          self.decode_steps(tokens) if multi else tokens, self.ends, stints,
+                          tokens if multi else None)
         self.generated.pop(rid, None)
         if self.cache is not None:
             self.cache_node.pop(rid, None)
@@ -1180,7 +1234,7 @@ def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequen
         arrival = list(trace.arrival_s)
         prompt = list(trace.prompt_tokens)
         output = list(trace.output_tokens)
-        steps = [o - 1 for o in output]
+        steps = [setup.decode_steps(o - 1) for o in output]
     n = len(arrival)
     for context, remaining in initial_decode:
         if context < 1 or remaining < 1:
@@ -1190,7 +1244,7 @@ def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequen
         prompt.append(context)
         output.append(remaining + 1)
         if not stream:
-            steps.append(remaining)
+            steps.append(setup.decode_steps(remaining))
     window = setup.model.sliding_window if setup.model.num_sliding_layers else 0
     hashes: Sequence = ()
     given = getattr(trace, "hash_ids", ())
@@ -1205,5 +1259,5 @@ def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequen
     for rid in range(n, len(arrival)):
         work.first_token[rid] = 0.0
         work.first_step[rid] = 0
-        work.batch.join(rid, prompt[rid], output[rid] - 1, 0, output[rid], 1)
+        work.batch.join(rid, prompt[rid], setup.decode_steps(output[rid] - 1), 0, output[rid], 1)
     return work

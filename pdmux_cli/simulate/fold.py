@@ -525,11 +525,13 @@ class Fold:
                 status[self.row(rid)] = REJECTED
 
     def request(self, rid: int, ft: float, s0: int, r: int, ends: Any,
-                stints: Sequence[tuple[float, int, int]] | None = None) -> None:
+                stints: Sequence[tuple[float, int, int]] | None = None, tokens: int | None = None) -> None:
         """Request ``rid`` finished: its first token at ``ft`` (s), then ``r`` decode steps from global
         step ``s0`` on (``stints``: the runs of a retracted request instead, as
         :attr:`~pdmux_cli.simulate.engine.RunResult.stints` holds them); ``ends``: the server's
-        :class:`~pdmux_cli.simulate.engine.StepEnds` window, still holding those steps."""
+        :class:`~pdmux_cli.simulate.engine.StepEnds` window, still holding those steps. ``tokens``: its
+        output tokens after the first when a step gives more than one (speculative decoding: a step is a
+        round, one streamed chunk, so ITL is per step and TPOT per token); ``None``: one a step."""
         if rid >= self.n:
             return
         c = self.columns
@@ -550,7 +552,7 @@ class Fold:
             if values:
                 p99 = values[math.ceil(0.99 * len(values) - 1e-9) - 1]
                 c.itl_p99_ms[rid], c.itl_max_ms[rid] = p99 * 1e3, values[-1] * 1e3
-                c.tpot_ms[rid] = (finish - ft) / len(values) * 1e3
+                c.tpot_ms[rid] = (finish - ft) / (tokens or len(values)) * 1e3
                 ok = ok and p99 <= self.slo_itl_s
         elif r:
             s = s0 - base
@@ -580,7 +582,7 @@ class Fold:
                 p99 = values[rank - 1]
             c.itl_p99_ms[rid] = p99 * 1e3
             c.itl_max_ms[rid] = mx * 1e3
-            c.tpot_ms[rid] = (finish - ft) / r * 1e3
+            c.tpot_ms[rid] = (finish - ft) / (tokens or r) * 1e3
             ok = ok and p99 <= self.slo_itl_s
         else:
             finish = ft

@@ -156,13 +156,16 @@ def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> Polic
         fold.reject(result.rejected)
         ends = StepEnds.window_of(result.step_end_s)
         first_tok, first_step, steps = result.first_token_s, result.first_step, result.decode_steps
+        # one token a decode step unless a step is a speculative round (its steps are fewer than tokens)
+        tokens = result.output_tokens if result.tokens_per_step != 1 else None
         stints = result.stints
         unfinished = result.unfinished
         for rid in range(n):
             ft = first_tok[rid]
             if math.isnan(ft) or rid in unfinished:  # rejected, or cut short by a crash
                 continue
-            fold.request(rid, ft, first_step[rid], steps[rid], ends, stints.get(rid))
+            fold.request(rid, ft, first_step[rid], steps[rid], ends, stints.get(rid),
+                         tokens[rid] - 1 if tokens is not None else None)
         fold.finish_server(ends)
         if result.server:
             fold.columns.server = array("i", result.server[:n])

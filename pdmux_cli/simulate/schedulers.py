@@ -128,12 +128,15 @@ class PdmuxPolicy(ServerPolicy):
     """SGLang's PD multiplexing with a pdmux YAML's knobs (``config``). ``unreleased_fallback``: when
     0.5.23 would crash (no manual threshold matches), use group 1 as SGLang's unreleased branches do,
     instead of stopping. ``max_split_forward_layers``: the cap on layers per round the chosen revision
-    applies (:func:`pdmux_cli.sglang.revision_rules.layer_cap`; 0, the default, for revisions without it)."""
+    applies (:func:`pdmux_cli.sglang.revision_rules.layer_cap`; 0, the default, for revisions without it).
+    ``sglang``: the revision whose rule on speculative decoding beside pdmux a run checks
+    (:func:`pdmux_cli.sglang.speculative_args.check_pdmux_speculation`; ``None``: checked by the caller)."""
 
     config: PdmuxConfig = field(default_factory=PdmuxConfig)
     name: str = ""
     unreleased_fallback: bool = False
     max_split_forward_layers: int = 0
+    sglang: str | None = None
 
     kind = "pdmux"
     multiplexes = True
@@ -495,7 +498,12 @@ def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy,
 
 
 def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None) -> Rounds:
-    """:func:`run_pdmux` as a generator, pausing as :func:`baseline_rounds` does."""
+    """:func:`run_pdmux` as a generator, pausing as :func:`baseline_rounds` does. Raises
+    :class:`InputError` where the policy's revision cannot run pdmux beside ``setup.speculation``."""
+    if setup.speculation is not None and policy.sglang is not None:
+        from ..sglang.speculative_args import check_pdmux_speculation
+
+        check_pdmux_speculation(policy.sglang, setup.speculation)
     step_model = setup.step_model
     cfg = policy.config
     total = setup.total_sms

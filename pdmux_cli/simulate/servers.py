@@ -225,7 +225,7 @@ def run_result(policy: Policy, trace: Trace, works: Sequence[Work], outcome: Ser
         kv_pool_tokens=lead.capacity, gpus=deployment.gpus, layout=deployment.layout,
         router=deployment.router,
         server=list(where) if where is not None and not streamed else [], output_delay_s=lead.output_delay,
-        fold=fold,
+        fold=fold, tokens_per_step=lead.tokens_per_step,
     )
 
 

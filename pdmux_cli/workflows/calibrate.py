@@ -324,8 +324,15 @@ def _read_measurements(r: CalibrateRequest) -> tuple[list, list, list[Finding], 
         readings.append((path, reading))
         sources.append(render(Finding("calibrate.source.server_log",
                                       {"file": path.name, "intervals": len(reading.intervals)})))
+    problems[:0] = [Finding("calibrate.accept_length", {"file": path.name, "lines": len(rd.accept_lengths),
+                                                        "accept_length": round(rd.accept_length, 2)},
+                            "speculative_accept_length")
+                    for path, rd in readings if rd.accept_length is not None]  # first: kept in the notes
     if not one_batch and not intervals:
         why = "; ".join(f"{p}: {rd.summary()}" for p, rd in readings) or "; ".join(render_all(problems[:3]))
+        accept = [render(f) for f in problems if f.code == "calibrate.accept_length"]
+        if accept:
+            why += "; " + "; ".join(accept)
         raise InputError("nothing to calibrate on: no one-batch result and no clean decode interval"
                          + (f" ({why})" if why else ""))
     return one_batch, intervals, problems, sources, readings

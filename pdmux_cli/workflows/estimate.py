@@ -69,6 +69,12 @@ class EstimateRequest(Checked):
     per_request_overhead_ms: float | None = None
     eager_launch_ms: float | None = None
     disable_cuda_graph: bool = False
+    speculative_algorithm: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    speculative_draft_model_path: Path | str | None = None
+    speculative_accept_length: float | None = None
     weight_bytes: float | None = None
     kv_bytes: float | None = None
     kv_cache_dtype: str | None = None
@@ -216,6 +222,7 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         check_writable(plot)
     from ..multigpu.disaggregation import parse_xpyd
     from ..sglang.kv_cache import check_kv_options, resolve_kv_cache
+    from .server import speculation_of
 
     kv_bytes = r.kv_bytes
     check_kv_options(r.kv_cache_dtype, kv_bytes)
@@ -229,7 +236,12 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         load_pdmux_yaml(config, device, sm_group_num, r.sglang) if config is not None else (None, [])
     )
     cost_model = str(r.cost_model).strip().lower()
+    speculation, spec_notes = speculation_of(r, mdl)
+    if speculation is not None and cost_model == "chapter":
+        raise InputError("{flag.speculative_algorithm} needs {flag.cost_model} roofline: the chapter's model "
+                         "has no verify pass", param="cost_model", values={})
     scenario = Scenario(
+        speculation=speculation,
         decode_bs=r.decode_bs,
         context_tokens=r.context,
         prompt_tokens=r.prompt_tokens,
@@ -271,6 +283,7 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         sglang=r.sglang,
     )
     est.notes[:0] = cfg_notes
+    est.notes.extend(spec_notes)
     if cal is not None and scenario.cost_model == "chapter" and (
             r.mfu is not None or r.bandwidth_efficiency is not None):
         est.notes.append(Finding("estimate.calibration_replaces_knobs", param="calibration"))

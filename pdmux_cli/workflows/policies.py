@@ -127,7 +127,8 @@ def _one_pdmux(choice: PolicyChoice, setup: Any, out: PolicySet) -> None:
     out.notes.extend([*render_all(revision_findings(choice.sglang, setup.tp)), *notes])
     fallback = choice.unreleased_fallback or get_revision(choice.sglang).threshold_fallback
     out.add(PdmuxPolicy(cfg, unreleased_fallback=fallback,
-                        max_split_forward_layers=layer_cap(choice.sglang, cfg)))
+                        max_split_forward_layers=layer_cap(choice.sglang, cfg),
+                        sglang=get_revision(choice.sglang).key))
 
 
 def _pdmux_beside_defaults(choice: PolicyChoice, setup: Any, out: PolicySet) -> None:
@@ -144,14 +145,14 @@ def _pdmux_beside_defaults(choice: PolicyChoice, setup: Any, out: PolicySet) -> 
     files = choice.pdmux_files or ()
     if rev.divide_sm != "not read" or not files:
         plan_check(rev, None)  # SGLang's defaults: its automatic split
-        out.add(PdmuxPolicy(unreleased_fallback=fallback))
+        out.add(PdmuxPolicy(unreleased_fallback=fallback, sglang=rev.key))
     names_seen = [p.name for p in files]
     for path in files:
         cfg, notes = resolve_config(PdmuxYaml(config=path), setup)
         plan_check(rev, cfg)
         shown = path.name if names_seen.count(path.name) == 1 else str(path)
         out.add(PdmuxPolicy(cfg, name=f"pdmux ({shown})", unreleased_fallback=fallback,
-                            max_split_forward_layers=layer_cap(rev, cfg)), str(path))
+                            max_split_forward_layers=layer_cap(rev, cfg), sglang=rev.key), str(path))
         out.notes.extend(notes)
 
 

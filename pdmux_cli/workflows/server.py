@@ -35,7 +35,11 @@ class ServerOptions(Checked):
     every baseline step. ``disable_prefill_cuda_graph``: SGLang's flag: every prefill batch launches its
     kernels eagerly (as SGLang before its prefill CUDA graph did). ``disable_cuda_graph``: SGLang's flag:
     decode steps too (:attr:`pdmux_cli.simulate.engine.Setup.disable_cuda_graph`). ``no_prefix_cache``:
-    SGLang's radix cache off. ``tp``: GPUs of one server (1-8).
+    SGLang's radix cache off. ``tp``: GPUs of one server (1-8). ``speculative_algorithm``,
+    ``speculative_num_steps``, ``speculative_eagle_topk``, ``speculative_num_draft_tokens``,
+    ``speculative_draft_model_path``: SGLang's speculative decoding flags (``None``: SGLang's defaults,
+    :mod:`pdmux_cli.sglang.speculative_args`); ``speculative_accept_length``: the mean tokens a request
+    gets per verify round (required with an algorithm).
     """
 
     model: str = "qwen3-8b"
@@ -65,6 +69,42 @@ class ServerOptions(Checked):
     disable_cuda_graph: bool = False
     no_prefix_cache: bool = False
     tp: int = 1
+    speculative_algorithm: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    speculative_draft_model_path: Path | None = None
+    speculative_accept_length: float | None = None
+
+
+#: The speculative decoding options: given without ``speculative_algorithm`` they are refused.
+SPECULATIVE_OPTIONS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+                       "speculative_draft_model_path", "speculative_accept_length")
+
+
+def speculation_of(options: Any, target: Any) -> tuple[Any, list[Any]]:
+    """The :class:`pdmux_cli.sglang.speculative_args.Speculation` a request's speculative options ask for
+    (``options``: anything with the ``speculative_*`` fields) on the model ``target``, with the findings of
+    SGLang's start-up rules; ``(None, [])`` without ``--speculative-algorithm``. Reads the draft's
+    ``config.json`` (``speculative_draft_model_path``). Raises :class:`InputError` naming the option for an
+    option given without an algorithm, a value out of range, a draft whose vocabulary differs, and the
+    combinations SGLang refuses."""
+    algorithm = getattr(options, "speculative_algorithm", None)
+    if algorithm is None or not str(algorithm).strip():
+        given = [name for name in SPECULATIVE_OPTIONS if getattr(options, name, None) is not None]
+        if given:
+            raise InputError("{param_flag} needs {flag.speculative_algorithm} (EAGLE, EAGLE3, NEXTN or "
+                             "STANDALONE)", param=given[0], values={})
+        return None, []
+    from ..catalog.model import load_model
+    from ..sglang.speculative_args import resolve_speculation
+
+    path = options.speculative_draft_model_path
+    draft = load_model(path) if path is not None else None
+    return resolve_speculation(target, str(algorithm), options.speculative_num_steps,
+                               options.speculative_eagle_topk, options.speculative_num_draft_tokens,
+                               options.speculative_accept_length, draft,
+                               str(path) if path is not None else "")
 
 
 def server_options(request: Any) -> ServerOptions:
@@ -114,6 +154,10 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
             values={"s_sat": o.s_sat, "sm_count": profile.sm_count, "name": profile.name},
         )
     mdl = load_model(o.model)
+    speculation, spec_notes = speculation_of(o, mdl)
+    if speculation is not None and str(o.cost_model).strip().lower() == "chapter":
+        raise InputError("{flag.speculative_algorithm} needs {flag.cost_model} roofline: the chapter's model "
+                         "has no verify pass", param="cost_model", values={})
     kv_cache = resolve_kv_cache(mdl, o.kv_cache_dtype, o.kv_bytes)
     cal = None
     if o.calibration is not None:
@@ -136,7 +180,9 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
                        disable_overlap=o.disable_overlap_schedule, cuda_graph_max_bs=o.cuda_graph_max_bs,
                        prefill_cuda_graph=False if o.disable_prefill_cuda_graph else None,
                        disable_cuda_graph=o.disable_cuda_graph,
-                       max_running_requests=o.max_running_requests, tp=o.tp if tp is None else tp)
+                       max_running_requests=o.max_running_requests, tp=o.tp if tp is None else tp,
+                       speculation=speculation)
+    setup.step_model.notes.extend(spec_notes)
     return without_prefix_cache(setup) if prefix_cache and o.no_prefix_cache else setup
 
 

@@ -208,6 +208,10 @@ def tune(request: TuneRequest, progress: ProgressFactory | None = None) -> TuneO
                                              duration=r.duration))
     setup = build_setup(server_options(r))
     support = require_pdmux(setup.model.architectures, r.sglang, "tune")
+    if setup.speculation is not None:  # every candidate is pdmux: refused up front where it cannot run
+        from ..sglang.speculative_args import check_pdmux_speculation
+
+        check_pdmux_speculation(r.sglang, setup.speculation)
     if r.no_prefix_cache:
         setup = without_prefix_cache(setup)
     cluster = plan_deployment(setup, r.gpu, r, allow_disagg=False)

@@ -1,0 +1,93 @@
+"""Speculative decoding in the cost model: one decode round of EAGLE, EAGLE3, NEXTN/MTP or STANDALONE.
+
+SGLang 0.5.23 runs speculation with its v2 workers (``srt/speculative/eagle_worker_v2.py``,
+``EAGLEWorkerV2.forward_batch_generation``): a decode round of ``n`` requests is
+
+1. the draft's tree: ``num_steps - 1`` draft forwards of ``n x topk`` rows (``draft_forward``: the first
+   step's candidates come from the previous round's draft extend; the loop breaks before a forward on its
+   last step), each row attending to its request's cached tokens in the draft's KV cache;
+2. one target verify forward over ``num_draft_tokens`` tokens a request (``verify``,
+   ``ForwardMode.TARGET_VERIFY``): the GEMMs and the lm_head over ``n x num_draft_tokens`` rows, attention
+   over each request's KV and the tree (:meth:`~pdmux_cli.costmodel.roofline.RooflineModel.verify_s`);
+3. one draft extend over the same tokens (``_draft_extend_for_decode``), which gives the next round's
+   first draft candidates.
+
+A round gives each request its accepted tokens plus the target's bonus token: on average the acceptance
+length (SGLang's decode log line ``accept len``), which pdmux takes as an input
+(:attr:`~pdmux_cli.sglang.speculative_args.Speculation.accept_length`): the acceptance rate depends on the
+draft, the data and the sampling, which no cost model knows. The round streams as one chunk, so
+bench_serving's ITL (per chunk) is the
+round's time and its TPOT (per token) the round's time over the acceptance length.
+
+Pure: no I/O, no printing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..util.errors import InputError
+
+if TYPE_CHECKING:
+    from ..sglang.speculative_args import Speculation
+
+class SpeculativeStepModel:
+    """A :class:`~pdmux_cli.costmodel.StepModel` whose decode step is a speculative round.
+
+    ``base``: the target's step model (it must have ``verify_s``: the roofline model); ``draft``: the
+    draft's step model on the same GPU and TP; ``speculation``: the settings
+    (:class:`~pdmux_cli.sglang.speculative_args.Speculation`). :meth:`decode_s` is a whole round (draft
+    tree, verify, draft extend: the module's text), so a scheduler's decode step is a
+    round and every request in it gets its acceptance length in tokens on average. Everything
+    else (prefill, mixed steps, CPU terms, partitions) is the base model's: a prefill also runs the draft
+    over the prompt (``_forward_prefill_batch``), one layer against the target's, left out.
+    """
+
+    def __init__(self, base: Any, draft: Any, speculation: Speculation) -> None:
+        if not hasattr(base, "verify_s"):
+            raise InputError("speculative decoding needs {flag.cost_model} roofline: the chapter's model has "
+                             "no verify pass", param="cost_model", values={})
+        self.base = base
+        self.draft = draft
+        self.speculation = speculation
+
+    def __getattr__(self, name: str) -> Any:
+        # everything but a decode step is the target's (self.base is set first in __init__)
+        if name == "base":
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def __getstate__(self) -> dict:
+        return self.__dict__
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    def round_parts(self, sms: int, n: int, sum_context: float, sum_window: float = 0.0, corun_sms: int = 0,
+                    cuda_graph: bool = True) -> tuple[float, float, float]:
+        """``(draft tree, verify, draft extend)`` GPU seconds of one round of ``n`` requests whose contexts
+        sum to ``sum_context`` tokens, on ``sms`` SMs (next to a prefill on ``corun_sms``)."""
+        if n <= 0:
+            return 0.0, 0.0, 0.0
+        spec = self.speculation
+        topk = spec.eagle_topk
+        tree = (spec.num_steps - 1) * self.draft.decode_s(sms, n * topk, sum_context * topk, 0.0, corun_sms,
+                                                          cuda_graph)
+        verify = self.base.verify_s(sms, n, spec.num_draft_tokens, sum_context, sum_window, corun_sms,
+                                    cuda_graph)
+        extend = self.draft.verify_s(sms, n, spec.num_draft_tokens, sum_context, 0.0, corun_sms, cuda_graph)
+        return tree, verify, extend
+
+    def decode_s(self, sms: int, n: int, sum_context: float, sum_window: float = 0.0, corun_sms: int = 0,
+                 cuda_graph: bool = True) -> float:
+        """GPU seconds of one speculative round (:meth:`round_parts` summed); the StepModel contract's
+        decode step."""
+        return sum(self.round_parts(sms, n, sum_context, sum_window, corun_sms, cuda_graph))
+
+    def mixed_s(self, seqs: Sequence[tuple[int, int]], n: int, sum_context: float,
+                sum_window: float = 0.0) -> float:
+        """A batch of prefill chunks beside ``n`` decoding requests: the chunks' prefill and then the
+        requests' round (SGLang runs an extend batch and the decode round apart under speculation)."""
+        prefill = self.base.prefill_s(self.base.total_sms, list(seqs)) if seqs else 0.0
+        return prefill + self.decode_s(self.base.total_sms, n, sum_context, sum_window)

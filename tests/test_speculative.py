@@ -1,0 +1,189 @@
+"""Speculative decoding (issue 30): SGLang 0.5.23's flags and start-up rules, the round's cost, the
+simulator's rounds, the per-revision verdict beside pdmux, and the accept length read from a server log."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import pdmux
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
+from pdmux_cli.cli import app
+from pdmux_cli.costmodel import build_step_model
+from pdmux_cli.sglang.measurement_readers import parse_server_log
+from pdmux_cli.sglang.speculative_args import (
+    Speculation,
+    auto_params,
+    check_pdmux_speculation,
+    default_draft,
+    resolve_speculation,
+)
+from pdmux_cli.util.errors import InputError
+
+runner = CliRunner()
+EAGLE = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+         "--speculative-num-draft-tokens", "4", "--speculative-accept-length", "2.5"]
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return load_model("Qwen3-8B")
+
+
+def test_auto_params_follow_sglang(qwen):
+    # SGLang 0.5.23 _auto_choose_speculative_params: Llama (5, 4, 8); Qwen and the rest (3, 1, 4)
+    assert auto_params("EAGLE", load_model("Llama-3.1-8B")) == (5, 4, 8)
+    assert auto_params("EAGLE", qwen) == (3, 1, 4)
+    assert auto_params("STANDALONE", load_model("Llama-3.1-8B")) == (3, 1, 4)
+    spec, notes = resolve_speculation(qwen, "mtp", None, None, None, 2.0)
+    assert (spec.algorithm, spec.num_steps, spec.eagle_topk, spec.num_draft_tokens) == ("NEXTN", 3, 1, 4)
+    assert spec.sglang_algorithm == "EAGLE"
+    assert [n.code for n in notes] == ["speculative.auto_params"]
+
+
+def test_topk_one_draft_tokens_adjusted_as_sglang_does(qwen):
+    spec, notes = resolve_speculation(qwen, "EAGLE", 3, 1, 8, 2.5)
+    assert spec.num_draft_tokens == 4
+    assert notes[0].code == "speculative.draft_tokens_adjusted"
+    assert notes[0].values["given"] == 8
+
+
+@pytest.mark.parametrize(("args", "param"), [
+    (("EAGLE", 3, 4, 3, 2.0), "speculative_num_draft_tokens"),     # a tree too small for its depth
+    (("EAGLE", 3, 4, 14, 2.0), "speculative_num_draft_tokens"),    # more than topk x steps + 1 nodes
+    (("EAGLE", 3, 1, 4, 4.5), "speculative_accept_length"),        # above num-steps + 1
+    (("EAGLE", 3, 1, 4, 0.9), "speculative_accept_length"),
+    (("EAGLE", 3, 1, 4, float("nan")), "speculative_accept_length"),
+    (("EAGLE", 3, 1, 4, None), "speculative_accept_length"),
+    (("EAGLE", 3, None, None, 2.0), "speculative_eagle_topk"),     # SGLang fails on None > 1
+    (("EAGLE", None, 1, None, 2.0), "speculative_eagle_topk"),     # SGLang asserts
+    (("EAGLE", 0, 1, 1, 1.0), "speculative_num_steps"),
+    (("NGRAM", 3, 1, 4, 2.0), "speculative_algorithm"),
+    (("STANDALONE", 3, 1, 4, 2.0), "speculative_draft_model_path"),  # its draft is a whole model
+])
+def test_bad_combinations_name_the_parameter(qwen, args, param):
+    with pytest.raises(InputError) as err:
+        resolve_speculation(qwen, *args)
+    assert err.value.param == param
+
+
+def test_draft_vocabulary_must_match(qwen):
+    with pytest.raises(InputError) as err:
+        resolve_speculation(qwen, "EAGLE", 3, 1, 4, 2.5, load_model("Llama-3.1-8B"), "llama.json")
+    assert err.value.param == "speculative_draft_model_path"
+    assert "128256" in str(err.value) and "151936" in str(err.value)
+
+
+def test_default_draft_is_one_layer(qwen):
+    draft = default_draft(qwen, "EAGLE")
+    assert (draft.num_layers, draft.hidden_size, draft.vocab_size) == (1, 4096, 151936)
+    moe = default_draft(load_model("Qwen3-30B-A3B"), "NEXTN")
+    assert moe.num_layers == 1 and moe.num_experts == 128
+
+
+def test_round_costs_and_gain_shrinking_with_batch(qwen):
+    gpu = find_gpu("h100")
+    spec = Speculation("EAGLE", 3, 1, 4, 2.5, default_draft(qwen, "EAGLE"))
+    plain = build_step_model(gpu, qwen)
+    model = build_step_model(gpu, qwen, speculation=spec)
+    draft, verify, extend = model.round_parts(132, 1, 1500)
+    # the verify pass reads the weights once for 4 tokens: about one decode step; the draft a fraction
+    assert verify == pytest.approx(plain.decode_s(132, 4, 1500), rel=0.05)
+    assert 0 < extend < draft < 0.3 * verify
+    assert model.decode_s(132, 1, 1500) == pytest.approx(draft + verify + extend)
+    gains = [plain.decode_s(132, n, n * 1500) / (model.decode_s(132, n, n * 1500) / 2.5) for n in (1, 64,
+    256)]
+    assert 1.4 <= gains[0] <= 3.5
+    assert gains[0] > gains[2] and gains[1] > gains[2]  # speculation's gain shrinks at large batches
+
+
+def test_chapter_model_refused(qwen):
+    spec = Speculation("EAGLE", 3, 1, 4, 2.5, default_draft(qwen, "EAGLE"))
+    with pytest.raises(InputError) as err:
+        build_step_model(find_gpu("h100"), qwen, cost_model="chapter", speculation=spec)
+    assert err.value.param == "cost_model"
+
+
+def test_pdmux_per_revision(qwen):
+    eagle = Speculation("EAGLE", 3, 1, 4, 2.5, default_draft(qwen, "EAGLE"))
+    eagle3 = Speculation("EAGLE3", 3, 1, 4, 2.5, default_draft(qwen, "EAGLE3"))
+    for revision in ("0.5.23", "main@2260e61"):
+        with pytest.raises(InputError) as err:
+            check_pdmux_speculation(revision, eagle)
+        assert err.value.param == "speculative_algorithm"
+    check_pdmux_speculation("dsv41@a64f33f", eagle)  # single-layer EAGLE/MTP: runs
+    with pytest.raises(InputError):
+        check_pdmux_speculation("dsv41@a64f33f", eagle3)
+
+
+def _policy(out: str) -> dict:
+    return json.loads(out)["policies"][0]
+
+
+def test_simulate_low_load_tpot_and_itl():
+    base = ["simulate", "--model", "Qwen3-8B", "--gpu", "h100", "--synthetic", "--qps", "0.5",
+            "--max-requests", "60", "--prompt-tokens", "1000", "--output-tokens", "300", "--policies",
+            "chunked", "--json"]
+    plain = runner.invoke(app, base)
+    spec = runner.invoke(app, base + EAGLE)
+    assert plain.exit_code == 0 and spec.exit_code == 0, spec.output
+    p, s = _policy(plain.stdout), _policy(spec.stdout)
+    ratio = p["tpot_ms"]["p50"] / s["tpot_ms"]["p50"]
+    assert 1.4 <= ratio <= 3.5
+    # ITL is per streamed chunk (a round), TPOT per token: a round is longer than a plain step
+    assert s["itl_ms"]["p50"] > p["itl_ms"]["p50"]
+    assert s["tpot_ms"]["p50"] == pytest.approx(s["itl_ms"]["p50"] / 2.5, rel=0.1)
+    assert s["completed"] == 60
+    assert s["kv_pool_tokens"] < p["kv_pool_tokens"]  # the draft's KV layer shares each token's cell
+
+
+def test_simulate_pdmux_refused_on_release():
+    out = runner.invoke(app, ["simulate", "--synthetic", "--qps", "1", "--max-requests", "20", "--policies",
+                              "pdmux", *EAGLE])
+    assert out.exit_code == 2
+    assert "forward_batch_split_prefill" in out.output
+
+
+@pytest.mark.parametrize("extra", [
+    ["--speculative-accept-length", "2"],                                    # no algorithm
+    ["--speculative-algorithm", "EAGLE"],                                    # no accept length
+    ["--speculative-algorithm", "EAGLE", "--speculative-accept-length", "2", "--cost-model", "chapter"],
+])
+def test_estimate_bad_input_one_line(extra):
+    out = runner.invoke(app, ["estimate", *extra])
+    assert out.exit_code == 2
+    assert "Traceback" not in out.output
+
+
+def test_estimate_worked_example_note():
+    est = pdmux.estimate(decode_bs=1, speculative_algorithm="EAGLE", speculative_num_steps=3,
+                         speculative_eagle_topk=1, speculative_num_draft_tokens=4,
+                         speculative_accept_length=2.5)
+    notes = [n for n in est.estimate.notes if getattr(n, "code", "") == "estimate.speculative_round"]
+    assert len(notes) == 1
+    v = notes[0].values
+    assert v["round_ms"] / 2.5 == pytest.approx(v["tpot_ms"])
+    assert 1.4 <= v["speedup"] <= 3.5
+    assert v["draft_ms"] + v["verify_ms"] + v["extend_ms"] < v["round_ms"]
+    codes = [getattr(n, "code", "") for n in est.estimate.notes]
+    assert "estimate.pdmux_speculation" in codes  # 0.5.23 cannot run pdmux beside it
+
+
+def test_api_error_names_keyword():
+    with pytest.raises(pdmux.InputError) as err:
+        pdmux.estimate(speculative_algorithm="EAGLE", speculative_accept_length=9.0)
+    assert err.value.param == "speculative_accept_length"
+
+
+def test_server_log_accept_length():
+    lines = [f"[2026-01-01 10:00:0{i}] Decode batch, #running-req: 4, #token: 5000, token usage: 0.01, "
+             f"accept len: {a}, accept rate: 0.6, cuda graph: True, gen throughput (token/s): 600.0, "
+             "#queue-req: 0" for i, a in enumerate(("2.61", "2.45", "2.70"))]
+    reading = parse_server_log(lines, "spec.log")
+    assert reading.accept_lengths == [2.61, 2.45, 2.70]
+    assert reading.accept_length == 2.61
+    assert reading.intervals == []
+    assert reading.skipped["speculative decoding"] == 3
