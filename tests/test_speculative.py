@@ -187,3 +187,21 @@ def test_server_log_accept_length():
     assert reading.accept_length == 2.61
     assert reading.intervals == []
     assert reading.skipped["speculative decoding"] == 3
+
+
+@pytest.mark.parametrize("keyword, value, message", [
+    ("speculative_num_steps", 0, "speculative_num_steps must be an integer >= 1, got 0"),
+    ("speculative_eagle_topk", -1, "speculative_eagle_topk must be an integer >= 1, got -1"),
+    ("speculative_num_draft_tokens", 1, "speculative_num_draft_tokens must be an integer >= 2, got 1"),
+    ("speculative_accept_length", float("nan"), "speculative_accept_length must be a number >= 1"),
+    ("speculative_num_steps", 2.5, "speculative_num_steps must be an integer, got 2.5"),
+])
+def test_each_option_is_in_range_when_the_request_is_made(keyword, value, message):
+    """The request's one check (workflows/fields.py, the rule of speculative_args): a value out of range is
+    refused as such, with or without an algorithm, naming the keyword for the API and the flag for the CLI."""
+    with pytest.raises(pdmux.InputError, match="^" + message):
+        pdmux.estimate(**{keyword: value})
+    flag = "--" + keyword.replace("_", "-")
+    out = runner.invoke(app, ["estimate", flag, str(value)])
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    assert flag in out.stderr

@@ -87,6 +87,29 @@ def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+#: The least of each speculative count: a draft step, a branch, and a verify of a draft token and the bonus
+#: one.
+SPECULATIVE_LOWS = {"speculative_num_steps": 1, "speculative_eagle_topk": 1,
+                    "speculative_num_draft_tokens": 2}
+
+
+def check_speculative_value(param: str, value: object) -> None:
+    """:class:`InputError` naming ``param`` unless ``value`` is in the range the option takes alone: a count
+    of :data:`SPECULATIVE_LOWS` an integer at least its least, ``speculative_accept_length`` a finite number
+    >= 1 (its top, num-steps + 1, depends on the steps: :func:`check_speculation`). The one rule of each:
+    the request's check (:mod:`pdmux_cli.workflows.fields`) and this module's."""
+    if param == "speculative_accept_length":
+        if not _number(value) or value < 1:
+            raise InputError("{param_flag} must be a number >= 1 (mean tokens a request gets per verify "
+                             "round, the bonus token included), got {value}", param=param,
+                             values={"value": repr(value)})
+        return
+    low = SPECULATIVE_LOWS[param]
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise InputError("{param_flag} must be an integer >= {low}, got {value}", param=param,
+                         values={"low": low, "value": repr(value)})
+
+
 def check_speculation(algorithm: str, num_steps: int, eagle_topk: int, num_draft_tokens: int,
                       accept_length: float) -> None:
     """Refuse settings SGLang refuses or a round cannot give. Raises :class:`InputError` naming the
@@ -106,12 +129,9 @@ def check_speculation(algorithm: str, num_steps: int, eagle_topk: int, num_draft
         raise InputError("{flag.speculative_algorithm} must be one of {known}, got {value}",
                          param="speculative_algorithm",
                          values={"known": ", ".join(ALGORITHMS) + " (MTP: NEXTN)", "value": repr(algorithm)})
-    for param, value, low in (("speculative_num_steps", num_steps, 1),
-                              ("speculative_eagle_topk", eagle_topk, 1),
-                              ("speculative_num_draft_tokens", num_draft_tokens, 2)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise InputError("{param_flag} must be an integer >= {low}, got {value}", param=param,
-                             values={"low": low, "value": repr(value)})
+    for param, value in (("speculative_num_steps", num_steps), ("speculative_eagle_topk", eagle_topk),
+                         ("speculative_num_draft_tokens", num_draft_tokens)):
+        check_speculative_value(param, value)
     if eagle_topk == 1 and num_draft_tokens != num_steps + 1:
         raise InputError(
             "{flag.speculative_num_draft_tokens} {value} with {flag.speculative_eagle_topk} 1 and "
@@ -242,11 +262,8 @@ def resolve_speculation(target: Model, algorithm: str, num_steps: int | None, ea
         raise InputError("{flag.speculative_num_steps} needs {flag.speculative_eagle_topk} too (SGLang "
                          "0.5.23 "
                          "fails at start-up without it)", param="speculative_eagle_topk", values={})
-    for param, value, low in (("speculative_num_steps", num_steps, 1),
-                              ("speculative_eagle_topk", eagle_topk, 1)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise InputError("{param_flag} must be an integer >= {low}, got {value}", param=param,
-                             values={"low": low, "value": repr(value)})
+    for param, value in (("speculative_num_steps", num_steps), ("speculative_eagle_topk", eagle_topk)):
+        check_speculative_value(param, value)
     if eagle_topk == 1 and num_draft_tokens != num_steps + 1:
         if num_draft_tokens is not None:
             findings.append(Finding("speculative.draft_tokens_adjusted", {

@@ -179,6 +179,14 @@ def _gsp(value: float, param: str) -> None:
     check_gsp_option(param, value)
 
 
+def _speculative(value: float, param: str) -> None:
+    """SGLang's ``--speculative-*`` counts and the acceptance length, each alone
+    (:func:`pdmux_cli.sglang.speculative_args.check_speculative_value`)."""
+    from ..sglang.speculative_args import check_speculative_value
+
+    check_speculative_value(param, value)
+
+
 #: numpy's (and bench_serving's ``--seed``) range: ``random:L`` lengths are drawn as bench_serving draws them.
 MAX_SEED = 2**32 - 1
 _AT_LEAST_1 = Range(1)
@@ -239,6 +247,10 @@ RANGES: dict[str, Range | Callable[[Any, str], None]] = {
     "first_token_delay_ms": _serving_term,
     "admission_interval_ms": _serving_term,
     "eager_launch_ms": _serving_term,
+    "speculative_num_steps": _speculative,
+    "speculative_eagle_topk": _speculative,
+    "speculative_num_draft_tokens": _speculative,
+    "speculative_accept_length": _speculative,
     "kv_link_gb_s": _kv_link,
     "kv_link_latency_us": _kv_link,
 }
