@@ -81,7 +81,10 @@ def base_calls(folder: Path) -> dict[str, tuple[tuple[Any, ...], dict[str, Any]]
     small = {"max_requests": 20, "policies": "chunked"}
     return {
         "splits": ((), {}),
-        "estimate": ((), {}),
+        # speculation on: its keywords then reach SGLang's rules, not only "needs speculative_algorithm"
+        "estimate": ((), {"speculative_algorithm": "EAGLE", "speculative_num_steps": 3,
+                          "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
+                          "speculative_accept_length": 2.5}),
         "gen_config": ((), {}),
         "check_config": ((str(config),), {}),
         "simulate": ((str(trace),), dict(small)),
