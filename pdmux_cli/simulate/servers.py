@@ -351,6 +351,7 @@ class _Replica:
     def __init__(self, work: Work) -> None:
         self.capacity, self.output_delay, self.rejected = work.capacity, work.output_delay, work.rejected
         self.retractions, self.finished = work.retractions, work.finished
+        self.tokens_per_step = work.tokens_per_step
         self.first = {rid: (work.prompt[rid], work.output[rid]) for rid in work.rejected[:1]}
         self.ends = StepEnds(0)  # folded already
 
