@@ -260,6 +260,8 @@ def gen_config(
     model: str = "qwen3-8b",
     tp: int = 1,
     sglang: str = "0.5.23",
+    speculative_algorithm: str | None = None,
+    speculative_draft_model_path: str | Path | None = None,
 ) -> GenConfigResult:
     """SGLang's pdmux YAML for a GPU, validated by SGLang 0.5.23's rules, plus the launch flags
     (``pdmux gen-config``).
@@ -278,6 +280,8 @@ def gen_config(
             max_running_requests.
         dp: refused unless 1 (``pdmux tune --dp N`` tunes replicas). calibration: a calibration.yaml.
         model: the model served (its heads must split over ``tp``). sglang: the SGLang revision.
+        speculative_algorithm, speculative_draft_model_path: speculative decoding beside pdmux (refused where
+            the revision cannot run the pair; the launch flags gain it).
 
     Returns:
         :class:`~pdmux_cli.workflows.gen_config.GenConfigResult`: ``yaml`` (the text), ``config``,
@@ -323,6 +327,8 @@ def gen_config(
             model=model,
             tp=tp,
             sglang=sglang,
+            speculative_algorithm=speculative_algorithm,
+            speculative_draft_model_path=speculative_draft_model_path,
         )
     )
 
@@ -337,6 +343,8 @@ def check_config(
     sm_group_num: int | None = None,
     model: str | None = None,
     sglang: str = "0.5.23",
+    speculative_algorithm: str | None = None,
+    speculative_draft_model_path: str | Path | None = None,
 ) -> CheckConfigResult:
     """A pdmux YAML judged by each SGLang revision pdmux has read (``pdmux check-config``).
 
@@ -344,7 +352,9 @@ def check_config(
         path: the pdmux YAML. gpu: GPU alias, reported name or profile file (h100); or ``sms`` with ``cc``.
         sm_group_num: the ``--sm-group-num`` the server is launched with (must equal the YAML's).
         model: the model served: ``support_line`` says where the revision cannot multiplex it.
-        sglang: the revision whose verdict decides ``ok``.
+        sglang: the revision whose verdict decides ``ok``. speculative_algorithm,
+            speculative_draft_model_path: the server's speculative decoding (``speculation_line`` says where
+            the revision cannot run it beside pdmux; ``ok`` is then false).
 
     Returns:
         :class:`~pdmux_cli.workflows.check_config.CheckConfigResult`: ``ok`` (the CLI's exit code 0 or 2),
@@ -360,6 +370,8 @@ def check_config(
 
     return run(
         CheckConfigRequest(
-            path=path, gpu=gpu, sms=sms, cc=cc, sm_group_num=sm_group_num, model=model, sglang=sglang
+            path=path, gpu=gpu, sms=sms, cc=cc, sm_group_num=sm_group_num, model=model, sglang=sglang,
+            speculative_algorithm=speculative_algorithm,
+            speculative_draft_model_path=speculative_draft_model_path,
         )
     )

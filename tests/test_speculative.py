@@ -205,3 +205,30 @@ def test_each_option_is_in_range_when_the_request_is_made(keyword, value, messag
     out = runner.invoke(app, ["estimate", flag, str(value)])
     assert out.exit_code == 2 and "Traceback" not in out.output
     assert flag in out.stderr
+
+
+def test_gen_config_refuses_on_release_and_launches_on_dsv41(tmp_path):
+    out = runner.invoke(app, ["gen-config", "--speculative-algorithm", "EAGLE"])
+    assert out.exit_code == 2
+    assert "forward_batch_split_prefill" in out.output
+    result = pdmux.gen_config(manual=True, sglang="dsv41@a64f33f", speculative_algorithm="mtp")
+    assert result.launch_flags[-2:] == ["--speculative-algorithm", "NEXTN"]
+    assert result.launch_command.endswith("--speculative-algorithm NEXTN")
+    with pytest.raises(pdmux.InputError) as err:
+        pdmux.gen_config(manual=True, sglang="dsv41@a64f33f", speculative_algorithm="EAGLE3")
+    assert err.value.param == "speculative_algorithm"
+    with pytest.raises(pdmux.InputError) as err:
+        pdmux.gen_config(speculative_draft_model_path="profiles/models/Qwen3-0.6B.json")
+    assert err.value.param == "speculative_draft_model_path"
+
+
+def test_check_config_fails_the_file_with_speculation_on_release(tmp_path):
+    yaml_path = tmp_path / "pdmux.yaml"
+    pdmux.gen_config(output=yaml_path)
+    assert pdmux.check_config(yaml_path).ok
+    result = pdmux.check_config(yaml_path, speculative_algorithm="EAGLE")
+    assert not result.ok
+    assert "forward_batch_split_prefill" in result.speculation_line
+    assert result.to_dict()["speculation"] == result.speculation_line
+    out = runner.invoke(app, ["check-config", str(yaml_path), "--speculative-algorithm", "EAGLE"])
+    assert out.exit_code == 2

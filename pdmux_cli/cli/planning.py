@@ -318,6 +318,11 @@ def gen_config(
                               help="Model served (for --tune and --slo-itl; with --tp its heads and widths "
                               "must split)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP + " The launch line gains --tp-size N."),
+    speculative_algorithm: str | None = typer.Option(None, "--speculative-algorithm", help=(
+        "SGLang's flag: speculative decoding beside pdmux (refused where the --sglang revision cannot run "
+        "the pair; 0.5.23 cannot); the launch line gains it.")),
+    speculative_draft_model_path: Path | None = typer.Option(None, "--speculative-draft-model-path", help=(
+        "The draft's Hugging Face config.json (its decoder layers decide what a revision accepts).")),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     sglang: str = sglang_option(),
 ) -> None:
@@ -343,7 +348,9 @@ def gen_config(
         qps=qps, rate_scale=rate_scale, duration=duration, workers=workers, dp=dp, calibration=calibration,
         cost_model=cost_model, step_overhead_ms=step_overhead_ms,
         per_request_overhead_ms=per_request_overhead_ms,
-        max_running_requests=max_running_requests, model=model, tp=tp, sglang=sglang),
+        max_running_requests=max_running_requests, model=model, tp=tp, sglang=sglang,
+        speculative_algorithm=speculative_algorithm,
+        speculative_draft_model_path=speculative_draft_model_path),
         progress=progress)
     if as_json:
         print_json(result.to_dict())
@@ -398,6 +405,11 @@ def check_config(
     model: str | None = typer.Option(None, "--model", "-m",
                                      help="The model served: warn where the SGLang revision cannot multiplex "
                                      "its architecture."),
+    speculative_algorithm: str | None = typer.Option(None, "--speculative-algorithm", help=(
+        "The server's speculative decoding: the file fails where the --sglang revision cannot run it beside "
+        "pdmux (0.5.23 cannot).")),
+    speculative_draft_model_path: Path | None = typer.Option(None, "--speculative-draft-model-path", help=(
+        "The draft's Hugging Face config.json (its decoder layers decide what a revision accepts).")),
     sglang: str = sglang_option(),
 ) -> None:
     """Validate a pdmux YAML against each SGLang revision pdmux has read (--sglang decides the exit code:
@@ -406,14 +418,21 @@ def check_config(
     from ..workflows.check_config import check_config as run_check_config
 
     result = run_check_config(CheckConfigRequest(path=path, gpu=gpu, sms=sms, cc=cc,
-                                                 sm_group_num=sm_group_num, model=model, sglang=sglang))
+                                                 sm_group_num=sm_group_num, model=model, sglang=sglang,
+                                                 speculative_algorithm=speculative_algorithm,
+                                                 speculative_draft_model_path=speculative_draft_model_path))
     if as_json:
         print_json(result.to_dict())
     else:
         _print_check(result, model)
     if not result.ok:
-        what = (f"{len(result.errors)} problem(s)" if result.errors
-                else f"{result.chosen.name} refuses it ({result.chosen_verdict.stage})")
+        refused = f"{result.chosen.name} refuses it ({result.chosen_verdict.stage})"
+        if result.errors:
+            what = f"{len(result.errors)} problem(s)"
+        elif result.chosen_verdict.accepted and result.speculation_line is not None:
+            what = result.speculation_line
+        else:
+            what = refused
         fail_line(f"{result.path}: {what}")
         raise typer.Exit(2)
 

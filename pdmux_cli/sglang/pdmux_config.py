@@ -918,14 +918,15 @@ def launch_flags(config_path: str, sm_group_num: int, tp: int = 1) -> list[str]:
 
 
 def launch_command(config_path: str, sm_group_num: int, model: str = "MODEL", tp: int = 1,
-                   env: tuple[str, ...] = ()) -> str:
+                   env: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> str:
     """The whole SGLang launch line for a shell: :func:`launch_flags` after ``python -m
     sglang.launch_server --model-path MODEL``, each argument shell-quoted (``shlex.quote``), so a
     config path with spaces or quotes pastes as one argument. ``env``: ``NAME=value`` assignments put
     before the command (what the SGLang revision needs for pdmux with TP > 1,
-    :attr:`pdmux_cli.sglang.revisions.Revision.tp_launch`)."""
+    :attr:`pdmux_cli.sglang.revisions.Revision.tp_launch`). ``extra``: more server arguments after them
+    (speculative decoding's)."""
     import shlex
 
     line = shlex.join(["python", "-m", "sglang.launch_server", "--model-path", model,
-                       *launch_flags(config_path, sm_group_num, tp)])
+                       *launch_flags(config_path, sm_group_num, tp), *extra])
     return " ".join([*(shlex.quote(e) for e in env), line])

@@ -292,9 +292,11 @@ def resolve_speculation(target: Model, algorithm: str, num_steps: int | None, ea
                        draft_source or "default"), findings
 
 
-def check_pdmux_speculation(revision: object, speculation: Speculation) -> None:
-    """Refuse ``--enable-pdmux`` beside ``speculation`` where the revision (a ``--sglang`` key or
-    :class:`~pdmux_cli.sglang.revisions.Revision`) cannot run them together (its ``speculation`` rule):
+def pdmux_speculation_error(revision: object, algorithm: str, draft_layers: int = 1) -> InputError | None:
+    """Why the revision (a ``--sglang`` key or :class:`~pdmux_cli.sglang.revisions.Revision`) cannot run
+    ``--enable-pdmux`` beside ``--speculative-algorithm algorithm`` with a draft of ``draft_layers`` decoder
+    layers, as an :class:`InputError` naming ``speculative_algorithm``; ``None`` where it can. Its
+    ``speculation`` rule:
 
     - ``"crashes"`` (SGLang 0.5.23): nothing refuses the pair at start-up, but ``event_loop_pdmux``
       (``srt/multiplex/multiplexing_mixin.py``) runs every prefill as ``SPLIT_PREFILL`` through
@@ -305,16 +307,14 @@ def check_pdmux_speculation(revision: object, speculation: Speculation) -> None:
       (sglang-pdmux.md);
     - ``"single-layer"`` (the DeepSeek-V4.1 line, and the GLM line's #42414): single-layer EAGLE/NEXTN (MTP)
       drafts only; EAGLE3, STANDALONE and multi-layer drafts refused (layerwise_prefill_runbook.md).
-
-    Raises :class:`InputError` naming ``speculative_algorithm``.
     """
     from .revisions import get_revision
 
     rev = get_revision(revision)  # type: ignore[arg-type]
     rule = rev.speculation
-    single = speculation.sglang_algorithm == "EAGLE" and speculation.draft.num_layers == 1
-    if rule == "single-layer" and single:
-        return
+    name = canonical_algorithm(algorithm)
+    if rule == "single-layer" and name in ("EAGLE", "NEXTN") and draft_layers == 1:
+        return None
     if rule == "crashes":
         why = ("accepts it at start-up, but its split prefill bypasses the draft worker "
                "(forward_batch_split_prefill), so the first decode after a prefill fails "
@@ -324,8 +324,34 @@ def check_pdmux_speculation(revision: object, speculation: Speculation) -> None:
                "multi-layer draft)")
     else:
         why = "refuses speculative decoding with --enable-pdmux at start-up"
-    raise InputError("{flag.speculative_algorithm} {algorithm} with pdmux: SGLang {revision} {why}; "
-                     "compare the "
-                     "baselines with speculation, or pdmux without it",
-                     param="speculative_algorithm",
-                     values={"algorithm": speculation.algorithm, "revision": rev.key, "why": why})
+    return InputError("{flag.speculative_algorithm} {algorithm} with pdmux: SGLang {revision} {why}; "
+                      "compare the baselines with speculation, or pdmux without it",
+                      param="speculative_algorithm",
+                      values={"algorithm": name, "revision": rev.key, "why": why})
+
+
+def check_pdmux_speculation(revision: object, speculation: Speculation) -> None:
+    """Raise :func:`pdmux_speculation_error`'s :class:`InputError` for ``speculation`` (its algorithm and
+    draft) where the revision cannot run it beside ``--enable-pdmux``."""
+    error = pdmux_speculation_error(revision, speculation.algorithm, speculation.draft.num_layers)
+    if error is not None:
+        raise error
+
+
+def pdmux_speculation_flags(revision: object, algorithm: str | None, draft_layers: int | None,
+                            draft_path: str | None = None) -> list[str]:
+    """SGLang's speculative arguments for a pdmux launch (gen-config): ``[]`` without ``algorithm``; else
+    ``--speculative-algorithm`` (and ``--speculative-draft-model-path draft_path``) where the revision runs
+    the pair. ``draft_layers``: the draft's decoder layers (``None``: the algorithm's usual one-layer draft).
+    Raises :func:`pdmux_speculation_error`'s :class:`InputError` where it cannot, and for an unknown
+    algorithm."""
+    if algorithm is None or not str(algorithm).strip():
+        if draft_path is not None:
+            raise InputError("{flag.speculative_draft_model_path} needs {flag.speculative_algorithm}",
+                             param="speculative_draft_model_path", values={})
+        return []
+    error = pdmux_speculation_error(revision, algorithm, 1 if draft_layers is None else draft_layers)
+    if error is not None:
+        raise error
+    flags = ["--speculative-algorithm", canonical_algorithm(algorithm)]
+    return flags + (["--speculative-draft-model-path", draft_path] if draft_path else [])

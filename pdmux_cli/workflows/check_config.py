@@ -24,7 +24,9 @@ from .planning_inputs import resolve_device
 class CheckConfigRequest(Checked):
     """``pdmux check-config``'s argument and options: ``path`` (the pdmux YAML), ``gpu`` (default h100) or
     ``sms`` with ``cc`` (``"9.0"``), ``sm_group_num`` (the ``--sm-group-num`` launched with), ``model`` (warn
-    where the revision cannot multiplex its architecture), ``sglang`` (the revision deciding ``ok``)."""
+    where the revision cannot multiplex its architecture), ``sglang`` (the revision deciding ``ok``),
+    ``speculative_algorithm`` and ``speculative_draft_model_path`` (the server's speculative decoding: the
+    file fails where the revision cannot run it beside pdmux)."""
 
     path: Path | str
     gpu: str | None = None
@@ -33,6 +35,8 @@ class CheckConfigRequest(Checked):
     sm_group_num: int | None = None
     model: str | None = None
     sglang: str = "0.5.23"
+    speculative_algorithm: str | None = None
+    speculative_draft_model_path: Path | str | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,8 @@ class CheckConfigResult:
     the :class:`~pdmux_cli.sglang.revisions.Revision` of ``--sglang``. ``errors``: the problems that fail the
     file whatever the revision (the driver's, pdmux's). ``ok``: no such error and the chosen revision runs
     the file. ``support_line``: why the revision cannot (fully) multiplex ``model``, or ``None``.
+    ``speculation_line``: why the revision cannot run pdmux beside the speculative decoding asked for (the
+    file then fails), or ``None``.
     ``support``: its :class:`~pdmux_cli.sglang.revisions.ModelSupport` (``None`` without ``model``).
     """
 
@@ -60,6 +66,7 @@ class CheckConfigResult:
     support: Any = None
     support_line: str | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    speculation_line: str | None = None
 
     @property
     def chosen_verdict(self) -> Any:
@@ -89,9 +96,32 @@ class CheckConfigResult:
                     for p in self.problems
                 ],
                 "sglang_support": self.support.as_dict() if self.support is not None else None,
+                "speculation": self.speculation_line,
             },
             self.provenance,
         )
+
+
+def _speculation_line(r: CheckConfigRequest, revision: Any) -> str | None:
+    """Why ``revision`` cannot run pdmux beside ``r``'s speculative decoding
+    (:func:`pdmux_cli.sglang.speculative_args.pdmux_speculation_error`, the draft's layers read from its
+    ``config.json``), or ``None``. Raises :class:`InputError` for an unknown algorithm, a draft path without
+    one, an unreadable draft config."""
+    from ..sglang.speculative_args import pdmux_speculation_error
+
+    path = r.speculative_draft_model_path
+    if r.speculative_algorithm is None:
+        if path is not None:
+            raise InputError("{flag.speculative_draft_model_path} needs {flag.speculative_algorithm}",
+                             param="speculative_draft_model_path", values={})
+        return None
+    layers = 1
+    if path is not None:
+        from ..catalog.model import load_model
+
+        layers = load_model(path).num_layers
+    error = pdmux_speculation_error(revision, r.speculative_algorithm, layers)
+    return None if error is None else str(error)
 
 
 def check_config(request: CheckConfigRequest) -> CheckConfigResult:
@@ -123,7 +153,8 @@ def check_config(request: CheckConfigRequest) -> CheckConfigResult:
     mine = next(v for v in per_revision if v.revision == chosen.key)
     # the exit code: the chosen revision's verdict, plus what the driver or a typo does to any revision
     errors = [p for p in problems if p.rule in ("cuda", "pdmux")]
-    failed = bool(errors) or not mine.accepted
+    speculation_line = _speculation_line(r, chosen)
+    failed = bool(errors) or not mine.accepted or speculation_line is not None
     support = support_line = None
     if r.model is not None:
         from ..catalog.model import load_model
@@ -142,5 +173,6 @@ def check_config(request: CheckConfigRequest) -> CheckConfigResult:
         ok=not failed,
         support=support,
         support_line=support_line,
+        speculation_line=speculation_line,
         provenance=provenance(sglang=chosen.key),
     )

@@ -40,7 +40,10 @@ class GenConfigRequest(Checked):
     ``tune``: SLO levels at ``context`` tokens (or ``trace``'s distribution), from ``cost_model`` with
     ``step_overhead_ms``, ``per_request_overhead_ms``, ``max_running_requests``. ``dp``: refused (``pdmux
     tune --dp``). ``calibration``: a calibration.yaml for the cost model. ``model``: the model served;
-    ``tp``: tensor parallelism. ``sglang``: the SGLang revision (``--sglang``).
+    ``tp``: tensor parallelism. ``sglang``: the SGLang revision (``--sglang``). ``speculative_algorithm``,
+    ``speculative_draft_model_path``: SGLang's speculative decoding beside pdmux: refused where the revision
+    cannot run the pair (:func:`pdmux_cli.sglang.speculative_args.pdmux_speculation_flags`), else its flags
+    join the launch line.
     """
 
     gpu: str | None = None
@@ -72,6 +75,8 @@ class GenConfigRequest(Checked):
     model: str = "qwen3-8b"
     tp: int = 1
     sglang: str = "0.5.23"
+    speculative_algorithm: str | None = None
+    speculative_draft_model_path: Path | str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,7 @@ class GenConfigResult:
     ``output``).
     ``path_text``: the path the launch line names. ``launch_flags``: SGLang's server flags, one argument each;
     ``launch_env``: environment settings a TP launch needs; ``sglang_notes``: the revision's notes.
+    ``speculative_flags``: the speculative decoding arguments among ``launch_flags`` (the launch line's end).
     ``support``: :class:`pdmux_cli.sglang.revisions.ModelSupport` of ``model_name`` under the revision.
     ``tune``: tune's JSON summary (``tune``), ``slo_levels``: the SLO levels' (``slo_itl``), else ``None``;
     ``slo``: ``(SloLevels, Setup, notes)`` for rendering them (``notes``: findings, :func:`levels_findings`'s
@@ -106,6 +112,7 @@ class GenConfigResult:
     tune_search: Any = None
     slo: tuple[Any, Any, list[Finding]] | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    speculative_flags: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """What ``pdmux gen-config --json`` prints."""
@@ -142,8 +149,29 @@ class GenConfigResult:
         from ..sglang.pdmux_config import launch_command
 
         return launch_command(
-            self.path_text, self.config.sm_group_num, tp=self.tp, env=tuple(self.launch_env)
-        )
+            self.path_text, self.config.sm_group_num, tp=self.tp, env=tuple(self.launch_env),
+            extra=tuple(self.speculative_flags))
+
+
+def _speculation_flags(r: GenConfigRequest) -> list[str]:
+    """The speculative flags of the launch line
+    (:func:`pdmux_cli.sglang.speculative_args.pdmux_speculation_flags`), the draft's layers read from its
+    ``config.json``; refused beside ``tune`` (tune simulates; ``pdmux tune`` takes the speculative options
+    with an acceptance length)."""
+    from ..sglang.speculative_args import pdmux_speculation_flags
+
+    path = r.speculative_draft_model_path
+    if r.speculative_algorithm is not None and r.tune:
+        raise InputError("{flag.speculative_algorithm} with {flag.tune}: tune pdmux with speculation through "
+                         "pdmux tune and its speculative options (they need an acceptance length)",
+                         param="speculative_algorithm", values={})
+    layers = None
+    if path is not None and r.speculative_algorithm is not None:
+        from ..catalog.model import load_model
+
+        layers = load_model(path).num_layers
+    return pdmux_speculation_flags(r.sglang, r.speculative_algorithm, layers,
+                                   str(path) if path is not None else None)
 
 
 def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = None) -> GenConfigResult:
@@ -165,6 +193,7 @@ def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = Non
     from .files import gpu_file, model_file
 
     r = request
+    spec_flags = _speculation_flags(r)
     device = resolve_device(r.gpu, r.sms, r.cc)
     sm_group_num = r.sm_group_num
     decode_bs_divisor = r.decode_bs_divisor
@@ -238,7 +267,7 @@ def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = Non
                                                                "more": len(problems) - 1})
     text = pc.dump_config(config)
     path_text = str(output) if output is not None else "pdmux.yaml"
-    flags = pc.launch_flags(path_text, config.sm_group_num, tp)
+    flags = pc.launch_flags(path_text, config.sm_group_num, tp) + spec_flags
     from ..messages import render_all
     from ..sglang.revision_rules import revision_findings
 
@@ -258,6 +287,7 @@ def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = Non
         config=config,
         path_text=path_text,
         launch_flags=flags,
+        speculative_flags=spec_flags,
         launch_env=launch_env,
         sglang_notes=rev_notes,
         support=support,
