@@ -23,7 +23,7 @@ import yaml
 from ..util.errors import InputError, short_repr
 from ..util.input_files import read_input_text
 from ..util.numbers import finite_float
-from ..sglang.split_levels import check_known_capability, parse_compute_capability
+from .compute_capability import check_known_capability, parse_compute_capability
 from .profile_files import gpu_profiles_dir
 from ..util.yaml_input import load_yaml
 

@@ -8,7 +8,7 @@ level) can express the published policy. This module computes them. Pure: no I/O
 
 **The ITL of a level.** A pdmux round with a prefill in flight lasts one decode step on the decode
 partition, next to the prefill on the other SMs, plus the CPU's work
-(:func:`pdmux_cli.simulate.schedulers.pdmux_round_s`, the function the simulator times rounds with), so
+(:func:`pdmux_cli.costmodel.pdmux_round.pdmux_round_s`, the function the simulator times rounds with), so
 the predicted ITL of ``n`` decoding requests on a level is that round at the batch's KV
 (:class:`BatchContext`): what ``pdmux simulate`` shows for the same YAML.
 
@@ -366,9 +366,9 @@ def _merge(runs: list[tuple[int, int, int]], cands: Sequence[split_levels.Split]
 
 def round_ms_function(step_model: Any, context: BatchContext, graph_max_bs: int) -> RoundMs:
     """``round_ms(split, n)``: the ITL, ms, of ``n`` requests at ``context``'s KV decoding on ``split``
-    next to a running prefill, from :func:`pdmux_cli.simulate.schedulers.pdmux_round_s` (the simulator's
+    next to a running prefill, from :func:`pdmux_cli.costmodel.pdmux_round.pdmux_round_s` (the simulator's
     own round time); batches above ``graph_max_bs`` run without a CUDA graph, as in the simulator."""
-    from ..simulate.schedulers import pdmux_round_s
+    from ..costmodel.pdmux_round import pdmux_round_s
 
     def round_ms(split: split_levels.Split, n: int) -> float:
         sum_context, sum_window = context.sums(n)

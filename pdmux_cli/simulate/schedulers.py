@@ -61,6 +61,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..costmodel.pdmux_round import pdmux_round_s
 from ..sglang import split_levels
 from ..sglang.pdmux_config import PdmuxConfig
 from ..util.errors import Finding, InputError
@@ -69,7 +70,6 @@ from .policies import Deployment, Rounds, ServerOutcome
 from .servers import drive, serve
 
 if TYPE_CHECKING:
-    from ..costmodel import StepModel
     from .traces import Trace
 
 
@@ -466,27 +466,6 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
         counters = {"steps": ends.total, "prefill_batches": prefill_batches, "mixed_steps": mixed_steps,
                     "retracted_requests": work.retractions, **work.cache_counters()}
     return ServerOutcome(end_s=t, idle_s=idle, counters=counters)
-
-
-def pdmux_round_s(step_model: StepModel, decode_sms: int, n: int, sum_context: float, sum_window: float = 0.0,
-                  corun_sms: int = 0, cuda_graph: bool = True) -> float:
-    """Seconds one pdmux round with a decode step lasts: what a decoding request waits between two tokens.
-
-    ``step_model``: a :class:`pdmux_cli.costmodel.StepModel`. ``decode_sms``: the decode partition's SMs
-    (all of them with no prefill in flight). ``n``: requests in the decode batch; ``sum_context``,
-    ``sum_window``: their cached tokens (and ``min(context, window)``), summed. ``corun_sms``: the prefill
-    partition's SMs while its stream is still busy (the decode step's co-run interference), else 0.
-    ``cuda_graph``: ``n`` is within SGLang's largest decode CUDA graph.
-
-    SGLang 0.5.23 ``srt/multiplex/multiplexing_mixin.py`` ``event_loop_pdmux`` waits for the decode stream
-    only, then processes the results on the CPU with the overlap scheduler off (SGLang asserts it): one
-    decode step on ``decode_sms`` plus the CPU's work of the step (``StepModel.decode_cpu_s``) and its time
-    per request beyond the kernels (``StepModel.request_s``). The loop
-    below (:func:`pdmux_rounds`) and ``pdmux gen-config --slo-itl`` (:mod:`pdmux_cli.planning.slo_levels`)
-    both time rounds with this function, so the ITL a YAML is sized for is the one the simulator gives.
-    """
-    return (step_model.decode_s(decode_sms, n, sum_context, sum_window, corun_sms, cuda_graph)
-            + step_model.decode_cpu_s(n) + step_model.request_s(n))
 
 
 def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy,
