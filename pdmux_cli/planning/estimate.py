@@ -477,6 +477,287 @@ def _speculative_round(full: Any, scenario: Scenario, round_s: float, graphs: bo
         "speedup": plain_s / tpot_s}, "speculative_accept_length")
 
 
+#: The order of estimate's leading notes (:func:`estimate`): the table is hypothetical first, then why the
+#: revision cannot run pdmux for this model or beside this speculation, then the revision's start-up
+#: failures; every other note follows in the order the estimate finds it (cost model, levels, rows,
+#: memory, deployment, request path).
+NOTE_ORDER = ("does_not_fit", "pdmux_support", "pdmux_speculation", "revision", "body")
+
+
+@dataclass
+class _Notes:
+    """estimate's findings by the groups of :data:`NOTE_ORDER`."""
+
+    groups: dict[str, list[Finding | str]] = field(default_factory=lambda: {g: [] for g in NOTE_ORDER})
+
+    def add(self, note: Finding | str, group: str = "body") -> None:
+        self.groups[group].append(note)
+
+    def ordered(self) -> list[Finding | str]:
+        return [n for g in NOTE_ORDER for n in self.groups[g]]
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """The scenario's decode batch and prompt on one GPU, with the whole-GPU step model ``full``: how a
+    baseline step is hidden behind the CPU (the overlap scheduler) and how a prefill is launched."""
+
+    full: Any
+    model: Model
+    gpu: Gpu
+    total: int
+    bs: int
+    prompt: int
+    sum_ctx: float
+    sum_win: float
+    graphs: bool
+    prefill_graph: bool
+
+    @classmethod
+    def of(cls, full: Any, gpu: Gpu, model: Model, scenario: Scenario) -> _Batch:
+        bs, ctx = scenario.decode_bs, scenario.context_tokens
+        window = model.sliding_window if model.num_sliding_layers else 0
+        graphs = not scenario.disable_cuda_graph  # SGLang's --disable-cuda-graph: decode and prefill eager
+        prefill_graph = graphs and server_defaults.prefill_cuda_graph_default(model.architectures,
+                                                                              gpu.compute_capability)
+        return cls(full, model, gpu, gpu.require_sm_count(), bs, scenario.prompt_tokens, bs * ctx,
+                   bs * min(ctx, window) if window else 0, graphs, prefill_graph)
+
+    @property
+    def cpu(self) -> float:
+        return self.full.decode_cpu_s(self.bs)
+
+    @property
+    def per_request(self) -> float:
+        return self.full.request_s(1)  # a server step's time per request beyond the kernels (serving.yaml)
+
+    def hidden(self, gpu_s: float, launch_s: float = 0.0) -> float:
+        # a baseline step: the overlap scheduler hides the CPU's work (and a prefill's kernel launches)
+        return max(gpu_s, self.cpu + launch_s)
+
+    def launch(self, tokens: int, chunk: int, mixed: bool = False) -> float:
+        """Host seconds to launch a prefill batch (as engine.Setup.prefill_launch_s)."""
+        graphed = server_defaults.prefill_replays_from_graph(self.prefill_graph, tokens, chunk,
+                                                             bool(self.model.is_mla), mixed)
+        return self.full.prefill_launch_s(None, graphed)
+
+    def decode_step_s(self) -> float:
+        """The decode-only step (the reference row), s."""
+        full = self.full
+        gpu_s = full.decode_s(self.total, self.bs, self.sum_ctx, self.sum_win, cuda_graph=self.graphs)
+        return self.hidden(gpu_s + self.bs * self.per_request)
+
+    def whole_prefill_s(self) -> float:
+        """The prompt prefilled in one batch on the whole GPU, s."""
+        return self.hidden(self.full.prefill_s(self.total, [(self.prompt, 0)]) + self.per_request,
+                           self.launch(self.prompt, -1))
+
+
+def _choose_level(gpu: Gpu, total: int, scenario: Scenario, plan: Any,
+                  notes: _Notes) -> tuple[split_levels.Split, int, str]:
+    """``(level, its group index (-1: not one SGLang builds), where it came from)``: the explicit
+    ``--level`` as the driver rounds it, or the group SGLang chooses for the decode batch."""
+    groups = plan.groups
+    if scenario.level is not None:
+        level, rounded = _driver_level(gpu, total, scenario.level)
+        if rounded:
+            notes.add(rounded)
+        p_sm, d_sm = level
+        group_index = groups.index(level) if level in groups else -1
+        if group_index < 0:
+            notes.add(Finding("estimate.level_not_built", {
+                "prefill_sms": p_sm, "decode_sms": d_sm,
+                "levels": [[g.prefill_sms, g.decode_sms] for g in groups[1:-1]]}, "level"))
+        return level, group_index, "explicit"
+    group_index = split_levels.choose_group(
+        len(groups), scenario.decode_bs, True, scenario.decode_bs_divisor, plan.thresholds
+    )
+    if split_levels.older_sglang_crashes(plan.thresholds, scenario.decode_bs):
+        notes.add(Finding("levels.release_crashes", {"release": split_levels.SGLANG_RELEASE,
+                                                     "unreleased": split_levels.SGLANG_UNRELEASED,
+                                                     "decode_bs": scenario.decode_bs}))
+    return groups[group_index], group_index, plan.source
+
+
+def _baseline_rows(b: _Batch, scenario: Scenario, notes: _Notes) -> list[PolicyRow]:
+    """The decode-only reference, prefill-first, each chunked size and each mixed-chunk size."""
+    full, total, bs, prompt = b.full, b.total, b.bs, b.prompt
+    per_request = b.per_request
+    base_s = b.decode_step_s()
+    rows = [PolicyRow("decode-only", "decode only (ref.)", base_s * 1e3, None, None, None)]
+    whole_prefill_s = b.whole_prefill_s()
+    if scenario.cost_model == "chapter":
+        weights_once_s = full.decode_s(total, 1, 0.0)  # every weight read once, at the chapter's bandwidth
+        if whole_prefill_s < weights_once_s:
+            notes.add(Finding("estimate.chapter_short_prefill", {
+                "prompt_tokens": prompt, "prefill_ms": whole_prefill_s * 1e3,
+                "weights_ms": weights_once_s * 1e3},
+                "cost_model"))
+    rows.append(PolicyRow("prefill-first", "prefill first", (whole_prefill_s + base_s) * 1e3, 1,
+                          whole_prefill_s * 1e3, 0))
+    chunk_sizes = scenario.chunk_sizes
+    if chunk_sizes is None:
+        chunk_sizes = () if scenario.cost_model == "chapter" else (
+            server_defaults.default_chunked_prefill_size(b.gpu.memory_bytes),)
+    for chunk in chunk_sizes:
+        chunks = [(min(chunk, prompt - start), start) for start in range(0, prompt, chunk)]
+        prefill = sum(b.hidden(full.prefill_s(total, [c]) + per_request, b.launch(c[0], chunk))
+                      for c in chunks)
+        rows.append(PolicyRow("chunked", f"chunked {chunk}", (prefill + base_s) * 1e3, 1, prefill * 1e3, 0,
+                              chunk_tokens=chunk))
+    for chunk in scenario.mixed_chunk_sizes:
+        # SGLang charges each decode row one token of the chunk (schedule_policy.py PrefillAdder); the
+        # chapter's rows put a whole chunk of prompt next to the decode batch
+        if scenario.cost_model != "chapter" and chunk <= bs:
+            notes.add(Finding("estimate.mixed_chunk_no_row", {"chunk": chunk, "decode_bs": bs},
+                              "mixed_chunk_sizes"))
+            continue
+        take = chunk if scenario.cost_model == "chapter" else chunk - bs
+        steps = [
+            max(full.mixed_s([(min(take, prompt - start), start)], bs, b.sum_ctx,
+                             b.sum_win) + (bs + 1) * per_request,
+                full.decode_cpu_s(bs + 1) + b.launch(take, chunk, mixed=True))
+            for start in range(0, prompt, take)
+        ]
+        rows.append(PolicyRow("mixed-chunk", f"mixed chunk {chunk}", sum(steps) / len(steps) * 1e3,
+                              len(steps), sum(steps) * 1e3, len(steps), chunk_tokens=chunk))
+    return rows
+
+
+def _pdmux_times(b: _Batch, step_model: StepModel, p: int, d: int,
+                 per_round: int) -> tuple[float, float, float, float, float]:
+    """(ITL, prefill, decode alone, prefill alone, decode co-run) in seconds on a ``p``/``d`` split, the
+    prompt split into ``per_round`` layers a round."""
+    bs, prompt, graphs = b.bs, b.prompt, b.graphs
+    decode_alone = step_model.decode_s(d, bs, b.sum_ctx, b.sum_win, cuda_graph=graphs)
+    prefill_alone = step_model.prefill_s(p, [(prompt, 0)])
+    decode_corun = step_model.decode_s(d, bs, b.sum_ctx, b.sum_win, corun_sms=p, cuda_graph=graphs)
+    prefill_corun = step_model.prefill_s(p, [(prompt, 0)], corun_sms=d)
+    # a pdmux round: the decode step (or the launches of the round's split-prefill layers, eager,
+    # when longer: after the decode step's own without a CUDA graph, as the simulator's
+    # schedulers.pdmux_rounds), then the CPU's work (the overlap scheduler is off) and the step's time
+    # per request
+    ahead = 0.0 if graphs else step_model.launch_cpu_s()
+    round_s = (max(decode_corun, ahead + step_model.prefill_launch_s(per_round))
+               + step_model.decode_cpu_s(bs) + step_model.request_s(bs))
+    return (round_s, pdmux_prefill_end_s(prefill_corun, round_s, b.model.num_layers, per_round), decode_alone,
+            prefill_alone, decode_corun)
+
+
+def _pdmux_rows(b: _Batch, models: list, level: split_levels.Split, per_round: int,
+                measured: bool) -> list[PolicyRow]:
+    """One PD-mux row per S_SAT (one ``calibrated`` row where ``measured``) on ``level``."""
+    p_sm, d_sm = level
+    rows = []
+    for step_model, s_sat in models:
+        itl, pf, d_alone, p_alone, d_corun = _pdmux_times(b, step_model, p_sm, d_sm, per_round)
+        label = f"PD mux {p_sm}/{d_sm}" + (" calibrated" if measured else f" S_SAT={s_sat:g}")
+        tokens = _round_tokens(pf, itl)
+        rows.append(PolicyRow("pdmux", label, itl * 1e3, tokens, pf * 1e3, tokens,
+                              prefill_sms=p_sm, decode_sms=d_sm, s_sat=s_sat, decode_alone_ms=d_alone * 1e3,
+                              prefill_alone_ms=p_alone * 1e3, decode_corun_ms=d_corun * 1e3,
+                              prefill_corun_ms=pf * 1e3))
+    return rows
+
+
+def _level_rows(b: _Batch, models: list, groups: list, level: split_levels.Split,
+                per_round: int) -> list[LevelRow]:
+    """``--all-levels``: every level's ITL per S_SAT and prefill time, each phase alone at the first."""
+    levels = []
+    for index, split in enumerate(groups[1:-1], start=1):
+        timings = [_pdmux_times(b, m, split.prefill_sms, split.decode_sms, per_round) for m, _ in models]
+        _, pf0, d_alone, p_alone, d_corun = timings[0]
+        levels.append(
+            LevelRow(index, split.prefill_sms, split.decode_sms, split == level, pf0 * 1e3,
+                     tuple(t[0] * 1e3 for t in timings),
+                     tuple(_round_tokens(t[1], t[0]) for t in timings), decode_alone_ms=d_alone * 1e3,
+                     prefill_alone_ms=p_alone * 1e3, decode_corun_ms=d_corun * 1e3)
+        )
+    return levels
+
+
+def _memory_notes(gpu: Gpu, model: Model, scenario: Scenario, memory: Any, notes: _Notes) -> None:
+    """Whether the weights and the scenario's KV fit, and pdmux's pool (chunking off) beside them."""
+    if not memory.fits:
+        notes.add(Finding("estimate.does_not_fit", {
+            "model": model.name, "gpu": gpu.name, "tp": scenario.tp, "weight_bytes": memory.weight_bytes,
+            "kv_cache_bytes": memory.kv_cache_bytes, "gpu_memory_bytes": memory.gpu_memory_bytes,
+            "fitting_tp": fitting_tp(gpu, model, scenario)}, "tp"), "does_not_fit")
+    elif not memory.pdmux_mem_fraction:
+        notes.add(Finding("estimate.no_memory_chunking_off", {"gpu": gpu.name}))
+    elif memory.kv_tokens_needed > memory.pdmux_pool_tokens:
+        usable = gpu.memory_bytes - server_defaults.CONTEXT_RESERVE_BYTES
+        needed = min(1.0, (memory.weight_bytes + memory.kv_cache_bytes) / usable)
+        notes.add(Finding("estimate.kv_pool_short", {
+            "mem_fraction": memory.pdmux_mem_fraction, "pool_tokens": memory.pdmux_pool_tokens,
+            "needed_tokens": memory.kv_tokens_needed, "suggested_fraction": math.ceil(needed * 100) / 100}))
+
+
+def _disagg_row(b: _Batch, scenario: Scenario, link: KvLink, calibration: Any,
+                notes: _Notes) -> tuple[PolicyRow, float]:
+    """PD disaggregation's row (``--disagg XPYD``: whole-GPU prefill plus the KV transfer, then undisturbed
+    decode on instances of ``disagg_tp`` GPUs) and the bytes transferred per prompt."""
+    gpu, model, total, bs, prompt = b.gpu, b.model, b.total, b.bs, b.prompt
+    tp, inst_tp = scenario.tp, scenario.disagg_tp or scenario.tp
+    x, y = scenario.disagg
+    name = f"{x}P{y}D"
+    inst_prefill_s, inst_base_s = b.whole_prefill_s(), b.decode_step_s()
+    if inst_tp != tp:  # the instances are servers of their own TP
+        inst_scenario = replace(scenario, tp=inst_tp)
+        try:
+            inst_memory = memory_check(gpu, model, inst_scenario)
+        except InputError as exc:
+            raise for_disagg_tp(exc) from None
+        if not inst_memory.fits:
+            raise InputError(
+                "{flag.disagg_tp} {tp}: {model} does not fit an instance of {tp} {gpu} GPU(s) with "
+                "the scenario's KV cache; give a larger {flag.disagg_tp}",
+                param="disagg_tp",
+                values={"tp": inst_tp, "model": model.name, "gpu": gpu.name},
+            )
+        inst = _models(gpu, model, replace(
+            inst_scenario,
+            s_sat_values=(None,) if scenario.cost_model != "chapter" else scenario.s_sat_values),
+            calibration)[0][0]
+        inst_cpu = inst.decode_cpu_s(bs)
+        inst_decode_s = inst.decode_s(total, bs, b.sum_ctx, b.sum_win, cuda_graph=b.graphs)
+        inst_base_s = max(inst_decode_s + inst.request_s(bs), inst_cpu)
+        inst_prefill_s = max(inst.prefill_s(total, [(prompt, 0)]) + inst.request_s(1), inst_cpu)
+    transfer_bytes = prompt * rank_kv_bytes_per_token(model, scenario.kv_bytes_per_element, inst_tp)
+    transfer_s = link.transfer_s(transfer_bytes)
+    ttft_s = inst_prefill_s + transfer_s
+    tokens = _round_tokens(ttft_s, inst_base_s)
+    gpus = (x + y) * inst_tp
+    notes.add(Finding("estimate.disagg_gpus", {"xpyd": name, "prefill": x, "decode": y, "gpus": gpus,
+                                               "tp": tp, "instance_tp": inst_tp}, "disagg"))
+    notes.add(Finding("estimate.disagg_kv_link", {
+        "link": link.text, "link_source": link.origin, "transfer_gb": transfer_bytes / 1e9,
+        "transfer_ms": transfer_s * 1e3, "prefill_ms": inst_prefill_s * 1e3}, "kv_link"))
+    row = PolicyRow("disagg", f"disagg {name}", inst_base_s * 1e3, tokens, ttft_s * 1e3, tokens,
+                    decode_alone_ms=inst_base_s * 1e3, prefill_alone_ms=inst_prefill_s * 1e3,
+                    gpus=gpus, layout=Layout(inst_tp, xpyd=(x, y)), transfer_ms=transfer_s * 1e3)
+    return row, transfer_bytes
+
+
+def _request_delay(full: Any, rows: list[PolicyRow], scenario: Scenario, gpu: Gpu,
+                   notes: _Notes) -> tuple[float, Any]:
+    """``(ms of SGLang's request path for this prompt, each row's whole-server TTFT and interval)``: the
+    admission, the stream back and the front end's tokenization (``serving.yaml``)."""
+    serving = getattr(full, "serving", None)
+    request_delay_ms = 0.0
+    if serving is not None:
+        request_delay_ms = (serving.admission_delay_s + serving.first_token_delay_s
+                            + serving.frontend_token_s * scenario.prompt_tokens) * 1e3
+    if not request_delay_ms:
+        return request_delay_ms, ()
+    ttft = _whole_server_ttft(rows, request_delay_ms, serving, scenario, gpu)
+    notes.add(Finding("estimate.request_delay", {
+        "delay_ms": request_delay_ms, "calibrated": bool(getattr(serving, "calibrated", False)),
+        "ttft": [{"label": r.label, "ttft_ms": t, "interval_ms": list(i) if i else None}
+                 for r, (t, i) in zip(rows, ttft) if i is not None]}))
+    return request_delay_ms, ttft
+
+
 def estimate(
     gpu: Gpu,
     model: Model,
@@ -494,292 +775,83 @@ def estimate(
     ITL/prefill trade-off of every level. ``sglang``: the revision (``--sglang``,
     :data:`pdmux_cli.sglang.revisions.REVISIONS`; default 0.5.23) whose model support is checked: where it
     cannot run pdmux for ``model`` (:func:`pdmux_cli.sglang.revisions.model_support`), the first note says why
-    and :attr:`Estimate.pdmux_support` carries it (the pdmux rows are then not achievable). Raises
-    :class:`InputError` for invalid scenarios, a prompt past the model's context length, a level that is not a
-    valid split of the GPU (a level off the CUDA granularity is estimated as the driver rounds it, with a
-    note), or a GPU whose SM count is unknown.
+    and :attr:`Estimate.pdmux_support` carries it (the pdmux rows are then not achievable). The notes come in
+    :data:`NOTE_ORDER`. Raises :class:`InputError` for invalid scenarios, a prompt past the model's context
+    length, a level that is not a valid split of the GPU (a level off the CUDA granularity is estimated as
+    the driver rounds it, with a note), or a GPU whose SM count is unknown.
     """
+    from ..sglang import revision_rules
+
     scenario.validate()
     _check_context(model, scenario)
     total = gpu.require_sm_count()
+    tp = scenario.tp
     link = None
-    inst_tp = scenario.disagg_tp or scenario.tp
     if scenario.disagg is not None:
-        link = disaggregation.kv_link(gpu, sum(scenario.disagg) * inst_tp, scenario.kv_link,
-                                      scenario.kv_link_gb_s, scenario.kv_link_latency_us)
+        link = disaggregation.kv_link(gpu, sum(scenario.disagg) * (scenario.disagg_tp or tp),
+                                      scenario.kv_link, scenario.kv_link_gb_s, scenario.kv_link_latency_us)
     flops_dtype = pick_flops_dtype(gpu, model, scenario.flops_dtype)
     models = _models(gpu, model, scenario, calibration)
     full = models[0][0]  # S_SAT has no effect when all SMs are used
-    notes: list[Finding | str] = list(full.notes)
-
-    from ..sglang import revision_rules
-
+    notes = _Notes()
+    for note in full.notes:
+        notes.add(note)
     # a revision whose divide_sm was not read needs manual_divisions
     revision_rules.plan_check(sglang, scenario)
     cap = revision_rules.layer_cap(sglang, scenario)
     plan = split_levels.plan_groups(total, gpu.compute_capability, scenario.sm_group_num,
                                     scenario.manual_divisions or None)
     if plan.note:
-        notes.append(plan.note)
-    groups = plan.groups
-    if scenario.level is not None:
-        level, rounded = _driver_level(gpu, total, scenario.level)
-        if rounded:
-            notes.append(rounded)
-        p_sm, d_sm = level
-        group_index = groups.index(level) if level in groups else -1
-        level_source = "explicit"
-        if group_index < 0:
-            notes.append(Finding("estimate.level_not_built", {
-                "prefill_sms": p_sm, "decode_sms": d_sm,
-                "levels": [[g.prefill_sms, g.decode_sms] for g in groups[1:-1]]}, "level"))
-    else:
-        group_index = split_levels.choose_group(
-            len(groups), scenario.decode_bs, True, scenario.decode_bs_divisor, plan.thresholds
-        )
-        level = groups[group_index]
-        level_source = plan.source
-        if split_levels.older_sglang_crashes(plan.thresholds, scenario.decode_bs):
-            notes.append(Finding("levels.release_crashes", {"release": split_levels.SGLANG_RELEASE,
-                                                            "unreleased": split_levels.SGLANG_UNRELEASED,
-                                                            "decode_bs": scenario.decode_bs}))
-
-    bs, ctx, prompt = scenario.decode_bs, scenario.context_tokens, scenario.prompt_tokens
-    window = model.sliding_window if model.num_sliding_layers else 0
-    sum_ctx, sum_win = bs * ctx, bs * min(ctx, window) if window else 0
-    cpu = full.decode_cpu_s(bs)
-
-    def hidden(gpu_s: float, launch_s: float = 0.0) -> float:
-        # a baseline step: the overlap scheduler hides the CPU's work (and a prefill's kernel launches)
-        return max(gpu_s, cpu + launch_s)
-
-    graphs = not scenario.disable_cuda_graph  # SGLang's --disable-cuda-graph: decode and prefill eager
-    prefill_graph = graphs and server_defaults.prefill_cuda_graph_default(model.architectures,
-                                                                          gpu.compute_capability)
-
-    def launch(tokens: int, chunk: int, mixed: bool = False) -> float:
-        """Host seconds to launch a prefill batch (as engine.Setup.prefill_launch_s)."""
-        graphed = server_defaults.prefill_replays_from_graph(prefill_graph, tokens, chunk, bool(model.is_mla),
-                                                             mixed)
-        return full.prefill_launch_s(None, graphed)
-
-    per_request = full.request_s(1)  # a server step's time per request beyond the kernels (serving.yaml)
-    base_s = hidden(full.decode_s(total, bs, sum_ctx, sum_win, cuda_graph=graphs) + bs * per_request)
-    rows = [PolicyRow("decode-only", "decode only (ref.)", base_s * 1e3, None, None, None)]
-
-    whole_prefill_s = hidden(full.prefill_s(total, [(prompt, 0)]) + per_request, launch(prompt, -1))
-    if scenario.cost_model == "chapter":
-        weights_once_s = full.decode_s(total, 1, 0.0)  # every weight read once, at the chapter's bandwidth
-        if whole_prefill_s < weights_once_s:
-            notes.append(
-                Finding(
-                    "estimate.chapter_short_prefill",
-                    {
-                        "prompt_tokens": prompt,
-                        "prefill_ms": whole_prefill_s * 1e3,
-                        "weights_ms": weights_once_s * 1e3,
-                    },
-                    "cost_model",
-                )
-            )
-    rows.append(
-        PolicyRow("prefill-first", "prefill first", (whole_prefill_s + base_s) * 1e3, 1,
-                  whole_prefill_s * 1e3, 0)
-    )
-    chunk_sizes = scenario.chunk_sizes
-    if chunk_sizes is None:
-        chunk_sizes = () if scenario.cost_model == "chapter" else (
-            server_defaults.default_chunked_prefill_size(gpu.memory_bytes),)
-    for chunk in chunk_sizes:
-        chunks = [(min(chunk, prompt - start), start) for start in range(0, prompt, chunk)]
-        prefill = sum(hidden(full.prefill_s(total, [c]) + per_request, launch(c[0], chunk)) for c in chunks)
-        rows.append(PolicyRow("chunked", f"chunked {chunk}", (prefill + base_s) * 1e3, 1, prefill * 1e3, 0,
-                              chunk_tokens=chunk))
-    for chunk in scenario.mixed_chunk_sizes:
-        # SGLang charges each decode row one token of the chunk (schedule_policy.py PrefillAdder); the
-        # chapter's rows put a whole chunk of prompt next to the decode batch
-        if scenario.cost_model != "chapter" and chunk <= bs:
-            notes.append(Finding("estimate.mixed_chunk_no_row", {"chunk": chunk, "decode_bs": bs},
-                                 "mixed_chunk_sizes"))
-            continue
-        take = chunk if scenario.cost_model == "chapter" else chunk - bs
-        steps = [
-            max(full.mixed_s([(min(take, prompt - start), start)], bs, sum_ctx,
-                             sum_win) + (bs + 1) * per_request,
-                full.decode_cpu_s(bs + 1) + launch(take, chunk, mixed=True))
-            for start in range(0, prompt, take)
-        ]
-        rows.append(
-            PolicyRow(
-                "mixed-chunk", f"mixed chunk {chunk}", sum(steps) / len(steps) * 1e3, len(steps),
-                sum(steps) * 1e3, len(steps), chunk_tokens=chunk,
-            )
-        )
-
-    p_sm, d_sm = level
-    per_round = split_levels.prefill_layers_per_round(prompt, model.num_layers,
+        notes.add(plan.note)
+    level, group_index, level_source = _choose_level(gpu, total, scenario, plan, notes)
+    batch = _Batch.of(full, gpu, model, scenario)
+    rows = _baseline_rows(batch, scenario, notes)
+    per_round = split_levels.prefill_layers_per_round(scenario.prompt_tokens, model.num_layers,
                                                       scenario.split_forward_token_budget, cap)
-
-    def pdmux_times(step_model: StepModel, p: int, d: int) -> tuple[float, float, float, float, float]:
-        """(ITL, prefill, decode alone, prefill alone, decode co-run) in seconds."""
-        decode_alone = step_model.decode_s(d, bs, sum_ctx, sum_win, cuda_graph=graphs)
-        prefill_alone = step_model.prefill_s(p, [(prompt, 0)])
-        decode_corun = step_model.decode_s(d, bs, sum_ctx, sum_win, corun_sms=p, cuda_graph=graphs)
-        prefill_corun = step_model.prefill_s(p, [(prompt, 0)], corun_sms=d)
-        # a pdmux round: the decode step (or the launches of the round's split-prefill layers, eager,
-        # when longer: after the decode step's own without a CUDA graph, as the simulator's
-        # schedulers.pdmux_rounds), then the CPU's work (the overlap scheduler is off) and the step's time
-        # per request
-        ahead = 0.0 if graphs else step_model.launch_cpu_s()
-        round_s = (max(decode_corun, ahead + step_model.prefill_launch_s(per_round))
-                   + step_model.decode_cpu_s(bs) + step_model.request_s(bs))
-        return round_s, pdmux_prefill_end_s(prefill_corun, round_s, model.num_layers,
-                                            per_round), decode_alone, \
-            prefill_alone, decode_corun
-
-    if p_sm > 0 and d_sm > 0:
-        for step_model, s_sat in models:
-            itl, pf, d_alone, p_alone, d_corun = pdmux_times(step_model, p_sm, d_sm)
-            measured = calibration is not None and calibration.has_partitions
-            label = f"PD mux {p_sm}/{d_sm}" + (" calibrated" if measured else f" S_SAT={s_sat:g}")
-            rows.append(
-                PolicyRow("pdmux", label, itl * 1e3, _round_tokens(pf, itl), pf * 1e3, _round_tokens(pf, itl),
-                          prefill_sms=p_sm, decode_sms=d_sm, s_sat=s_sat, decode_alone_ms=d_alone * 1e3,
-                          prefill_alone_ms=p_alone * 1e3, decode_corun_ms=d_corun * 1e3,
-                          prefill_corun_ms=pf * 1e3)
-            )
+    if level.prefill_sms > 0 and level.decode_sms > 0:
+        measured = calibration is not None and calibration.has_partitions
+        rows += _pdmux_rows(batch, models, level, per_round, measured)
     else:
-        notes.append(Finding("estimate.no_pdmux_row", {"group": group_index}, "level"))
-
-    levels: list[LevelRow] = []
-    if all_levels:
-        for index, split in enumerate(groups[1:-1], start=1):
-            timings = [pdmux_times(m, split.prefill_sms, split.decode_sms) for m, _ in models]
-            _, pf0, d_alone, p_alone, d_corun = timings[0]
-            levels.append(
-                LevelRow(index, split.prefill_sms, split.decode_sms, split == level, pf0 * 1e3,
-                         tuple(t[0] * 1e3 for t in timings),
-                         tuple(_round_tokens(t[1], t[0]) for t in timings), decode_alone_ms=d_alone * 1e3,
-                         prefill_alone_ms=p_alone * 1e3, decode_corun_ms=d_corun * 1e3)
-            )
-
+        notes.add(Finding("estimate.no_pdmux_row", {"group": group_index}, "level"))
+    levels = _level_rows(batch, models, plan.groups, level, per_round) if all_levels else []
     memory = memory_check(gpu, model, scenario)
-    tp = scenario.tp
-    if not memory.fits:
-        notes.insert(0, Finding("estimate.does_not_fit", {
-            "model": model.name, "gpu": gpu.name, "tp": tp, "weight_bytes": memory.weight_bytes,
-            "kv_cache_bytes": memory.kv_cache_bytes, "gpu_memory_bytes": memory.gpu_memory_bytes,
-            "fitting_tp": fitting_tp(gpu, model, scenario)}, "tp"))
-    elif not memory.pdmux_mem_fraction:
-        notes.append(Finding("estimate.no_memory_chunking_off", {"gpu": gpu.name}))
-    elif memory.kv_tokens_needed > memory.pdmux_pool_tokens:
-        usable = gpu.memory_bytes - server_defaults.CONTEXT_RESERVE_BYTES
-        needed = min(1.0, (memory.weight_bytes + memory.kv_cache_bytes) / usable)
-        notes.append(Finding("estimate.kv_pool_short", {
-            "mem_fraction": memory.pdmux_mem_fraction, "pool_tokens": memory.pdmux_pool_tokens,
-            "needed_tokens": memory.kv_tokens_needed, "suggested_fraction": math.ceil(needed * 100) / 100}))
-    if tp > 1 and p_sm > 0 and d_sm > 0:
-        notes.append(Finding("estimate.tp_same_split", {"tp": tp, "prefill_sms": p_sm, "decode_sms": d_sm}))
+    _memory_notes(gpu, model, scenario, memory, notes)
+    if tp > 1 and level.prefill_sms > 0 and level.decode_sms > 0:
+        notes.add(Finding("estimate.tp_same_split", {"tp": tp, "prefill_sms": level.prefill_sms,
+                                                     "decode_sms": level.decode_sms}))
     rows = [replace(r, gpus=tp, layout=Layout(tp)) for r in rows]
     transfer_bytes = 0.0
     if scenario.disagg is not None and link is not None:
-        x, y = scenario.disagg
-        name = f"{x}P{y}D"
-        inst_prefill_s, inst_base_s = whole_prefill_s, base_s
-        if inst_tp != tp:  # the instances are servers of their own TP
-            inst_scenario = replace(scenario, tp=inst_tp)
-            try:
-                inst_memory = memory_check(gpu, model, inst_scenario)
-            except InputError as exc:
-                raise for_disagg_tp(exc) from None
-            if not inst_memory.fits:
-                raise InputError(
-                    "{flag.disagg_tp} {tp}: {model} does not fit an instance of {tp} {gpu} GPU(s) with "
-                    "the scenario's KV cache; give a larger {flag.disagg_tp}",
-                    param="disagg_tp",
-                    values={"tp": inst_tp, "model": model.name, "gpu": gpu.name},
-                )
-            inst = _models(
-                gpu,
-                model,
-                replace(
-                    inst_scenario,
-                    s_sat_values=(None,) if scenario.cost_model != "chapter" else scenario.s_sat_values,
-                ),
-                calibration,
-            )[0][0]
-            inst_cpu = inst.decode_cpu_s(bs)
-            inst_decode_s = inst.decode_s(total, bs, sum_ctx, sum_win, cuda_graph=graphs)
-            inst_base_s = max(inst_decode_s + inst.request_s(bs),
-                              inst_cpu)
-            inst_prefill_s = max(inst.prefill_s(total, [(prompt, 0)]) + inst.request_s(1), inst_cpu)
-        transfer_bytes = prompt * rank_kv_bytes_per_token(model, scenario.kv_bytes_per_element, inst_tp)
-        transfer_s = link.transfer_s(transfer_bytes)
-        ttft_s = inst_prefill_s + transfer_s
-        tokens = _round_tokens(ttft_s, inst_base_s)
-        gpus = (x + y) * inst_tp
-        rows.append(PolicyRow("disagg", f"disagg {name}", inst_base_s * 1e3, tokens, ttft_s * 1e3, tokens,
-                              decode_alone_ms=inst_base_s * 1e3, prefill_alone_ms=inst_prefill_s * 1e3,
-                              gpus=gpus, layout=Layout(inst_tp, xpyd=(x, y)),
-                              transfer_ms=transfer_s * 1e3))
-        notes.append(Finding("estimate.disagg_gpus", {"xpyd": name, "prefill": x, "decode": y, "gpus": gpus,
-                                                      "tp": tp, "instance_tp": inst_tp}, "disagg"))
-        notes.append(Finding("estimate.disagg_kv_link", {
-            "link": link.text, "link_source": link.origin, "transfer_gb": transfer_bytes / 1e9,
-            "transfer_ms": transfer_s * 1e3, "prefill_ms": inst_prefill_s * 1e3}, "kv_link"))
+        row, transfer_bytes = _disagg_row(batch, scenario, link, calibration, notes)
+        rows.append(row)
     support = revisions.model_support(model.architectures, sglang)
-    if support.state != "yes":  # right after a "does not fit", which says the table is hypothetical anyway
-        notes.insert(
-            1 if notes and _code(notes[0]) == "estimate.does_not_fit" else 0,
-            Finding("estimate.pdmux_support", {"state": support.state, "reason": support.why}, "sglang"),
-        )
-    serving = getattr(full, "serving", None)
-    # the request path: admission, the stream back, and the front end's tokenization of this prompt
-    request_delay_ms = (serving.admission_delay_s + serving.first_token_delay_s
-                        + serving.frontend_token_s * prompt) * 1e3 if serving is not None else 0.0
-    ttft = _whole_server_ttft(rows, request_delay_ms, serving, scenario, gpu) if request_delay_ms else ()
-    if request_delay_ms:
-        notes.append(
-            Finding(
-                "estimate.request_delay",
-                {"delay_ms": request_delay_ms, "calibrated": bool(getattr(serving, "calibrated", False)),
-                 "ttft": [{"label": r.label, "ttft_ms": t, "interval_ms": list(b) if b else None}
-                          for r, (t, b) in zip(rows, ttft) if b is not None]},
-            )
-        )
-    layers = split_levels.prefill_layers_per_round(prompt, model.num_layers,
-                                                   scenario.split_forward_token_budget, cap)
-    rounds = split_levels.prefill_rounds(prompt, model.num_layers, scenario.split_forward_token_budget, cap)
-    lead = next(
-        (
-            i
-            for i, n in enumerate(notes)
-            if _code(n) not in ("estimate.does_not_fit", "estimate.pdmux_support")
-        ),
-        len(notes),
-    )
-    notes[lead:lead] = revision_rules.revision_findings(
-        sglang, tp
-    )  # the revision's start-up failure, up front
+    if support.state != "yes":
+        why = Finding("estimate.pdmux_support", {"state": support.state, "reason": support.why}, "sglang")
+        notes.add(why, "pdmux_support")
+    request_delay_ms, ttft = _request_delay(full, rows, scenario, gpu, notes)
+    for finding in revision_rules.revision_findings(sglang, tp):  # the revision's start-up failure, up front
+        notes.add(finding, "revision")
     if scenario.speculation is not None:
         rows = _speculative_rows(rows, scenario.speculation)
-        notes.append(_speculative_round(full, scenario, base_s, graphs))
+        notes.add(_speculative_round(full, scenario, rows[0].itl_ms / 1e3, batch.graphs))
         from ..sglang.speculative_args import check_pdmux_speculation
 
         try:
             check_pdmux_speculation(sglang, scenario.speculation)
         except InputError as exc:  # the PD-mux rows are what pdmux would do, had the revision run it
-            notes.insert(lead, Finding("estimate.pdmux_speculation", {"error": str(exc)}, exc.param))
+            refusal = Finding("estimate.pdmux_speculation", {"error": str(exc)}, exc.param)
+            notes.add(refusal, "pdmux_speculation")
+    prompt, budget = scenario.prompt_tokens, scenario.split_forward_token_budget
     return Estimate(
         gpu=gpu.name,
         model=model.name,
         scenario=scenario,
-        groups=groups,
+        groups=plan.groups,
         group_index=group_index,
         level=level,
         level_source=level_source,
-        layers_per_round=layers,
-        prefill_rounds=rounds,
+        layers_per_round=per_round,
+        prefill_rounds=split_levels.prefill_rounds(prompt, model.num_layers, budget, cap),
         flops_dtype=flops_dtype,
         throughput_source=full.source
         if len(models) == 1
@@ -787,15 +859,15 @@ def estimate(
         rows=rows,
         memory=memory,
         levels=levels,
-        notes=notes,
+        notes=notes.ordered(),
         cost_model=scenario.cost_model,
-        cpu_step_ms=cpu * 1e3,
+        cpu_step_ms=batch.cpu * 1e3,
         tp=tp,
         kv_link=link,
         kv_transfer_bytes=transfer_bytes,
         pdmux_support=support,
         request_delay_ms=request_delay_ms,
-        per_request_ms=per_request * 1e3,
+        per_request_ms=batch.per_request * 1e3,
         ttft=ttft,
         step_model=full,
     )
@@ -821,11 +893,6 @@ def _whole_server_ttft(rows: list, request_delay_ms: float, serving: Any, scenar
             bounds = figure_interval("ttft_ms_p50", ttft, regime, calibration=calibration)[0]
         out.append((ttft, bounds))
     return tuple(out)
-
-
-def _code(note: Finding | str) -> str | None:
-    """A note's finding code (``None`` for a note still written as text)."""
-    return note.code if isinstance(note, Finding) else None
 
 
 def fitting_tp(gpu: Gpu, model: Model, scenario: Scenario) -> int | None:
