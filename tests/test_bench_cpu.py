@@ -830,7 +830,7 @@ def test_no_calibration_before_ceilings() -> None:
 def test_summary_tables_render() -> None:
     from rich.console import Console
 
-    from pdmux_cli.bench.report import plan_tables, summary_tables
+    from pdmux_cli.cli.bench_tables import plan_tables, summary_tables
 
     console = Console(record=True, width=200)
     for table in summary_tables(_synthetic_results()):

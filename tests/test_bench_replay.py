@@ -25,7 +25,7 @@ from pdmux_cli.sglang import split_levels
 from pdmux_cli.bench import model_replay
 from pdmux_cli.bench import replay_plan as rp
 from pdmux_cli.bench.plan import PlanDevice
-from pdmux_cli.bench.replay_report import replay_plan_tables, replay_tables
+from pdmux_cli.cli.bench_tables import replay_plan_tables, replay_tables
 from pdmux_cli.bench.replay_results import (
     CorunTimes,
     DecodeTimes,
@@ -499,7 +499,7 @@ def test_cpu_without_torch_is_device_error(monkeypatch, tmp_path) -> None:
 
 
 @pytest.mark.parametrize("module", ["pdmux_cli.bench.replay_plan", "pdmux_cli.bench.replay_results",
-                                    "pdmux_cli.bench.replay_report", "pdmux_cli.bench.model_replay",
+                                    "pdmux_cli.cli.bench_tables", "pdmux_cli.bench.model_replay",
                                     "pdmux_cli.cli.bench_model"])
 def test_imports_stay_light(module) -> None:
     code = (f"import sys, {module}\n"

@@ -10,7 +10,7 @@ from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
 from pdmux_cli.cli import app
-from pdmux_cli.simulate.report import latency_cell
+from pdmux_cli.cli.simulate_tables import latency_cell
 
 runner = CliRunner()
 PNG = b"\x89PNG\r\n\x1a\n"

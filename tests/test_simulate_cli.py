@@ -371,9 +371,10 @@ def test_requests_past_the_context_length_are_left_out() -> None:
 
 
 def test_simulate_json_writer_never_writes_nan(capsys: pytest.CaptureFixture[str]) -> None:
-    from pdmux_cli.cli.simulate import print_json
+    from pdmux_cli.cli.common import print_json
 
-    print_json({"a": float("nan"), "b": [1.5, float("inf"), {"c": -float("inf")}], "d": (2, "x")})
+    print_json({"a": float("nan"), "b": [1.5, float("inf"), {"c": -float("inf")}], "d": (2, "x")},
+               nan_as_null=True)
     out = capsys.readouterr().out
     assert json.loads(out) == {"a": None, "b": [1.5, None, {"c": None}], "d": [2, "x"]}
     assert "NaN" not in out and "Infinity" not in out
@@ -445,7 +446,7 @@ def test_gen_config_tune_refuses_knobs_it_searches() -> None:
 
 
 def test_share_text_never_rounds_up_to_everything() -> None:
-    from pdmux_cli.simulate.report import share_text
+    from pdmux_cli.cli.simulate_tables import share_text
 
     assert share_text(0.5643) == "56.4%" and share_text(1.0) == "100.0%"
     assert share_text(0.99996) == ">99.9%" and share_text(0.0) == "0.0%"

@@ -12,9 +12,10 @@ Modules:
 - ``clocks``: SM and memory clocks through NVML (nvidia-ml-py, optional);
 - ``runner``: the measurements behind a launch gate, the co-run overlap from ``%globaltimer``
   stamps (torch + cuda-python, needs a GPU);
-- ``results``, ``report``, ``plot``: the results as values, tables, JSON, calibration and PNG;
-- ``replay_plan`` (pure), ``model_replay`` (torch), ``replay_results``, ``replay_report``: ``--model``, a
-  model's layers replayed in SGLang's pdmux loop at each level, next to the estimate.
+- ``results``, ``plot``: the results as values, JSON, calibration and PNG (their tables are the CLI's,
+  :mod:`pdmux_cli.cli.bench_tables`);
+- ``replay_plan`` (pure), ``model_replay`` (torch), ``replay_results``: ``--model``, a model's layers replayed
+  in SGLang's pdmux loop at each level, next to the estimate.
 
 Nothing here imports torch, cuda-python, pynvml, numpy or matplotlib at module level.
 """

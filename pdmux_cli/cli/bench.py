@@ -209,7 +209,7 @@ def _print_dry_run(plan: Any, as_json: bool, out: Path | None) -> None:
     if as_json:
         print_json(bplan.plan_dict(plan))
         return
-    from ..bench.report import plan_tables
+    from .bench_tables import plan_tables
 
     con = print_tables_and_notes(plan_tables(plan), plan.notes)
     con.print("dry run: nothing was measured" + (f"; nothing written to {out}" if out else ""))
@@ -252,7 +252,7 @@ def _print_results(res: Any, written: list[Path], as_json: bool) -> None:
     if as_json:
         print_json(results_dict(res))
         return
-    from ..bench.report import summary_tables
+    from .bench_tables import summary_tables
 
     con = print_tables_and_notes(summary_tables(res), res.notes)
     for path in written:

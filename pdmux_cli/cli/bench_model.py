@@ -176,7 +176,7 @@ def _dry_run(mdl: Any, gpu: str | None, given: Any, options: dict[str, Any], out
                     "predicted": _predictions_json(preds, plan),
                     "predicted_calibrated": _predictions_json(preds_cal, plan)})
         return
-    from ..bench.replay_report import replay_plan_tables
+    from .bench_tables import replay_plan_tables
 
     con = print_tables_and_notes(replay_plan_tables(plan, preds), notes)
     con.print("dry run: nothing was measured" + (f"; nothing written to {out}" if out else ""))
@@ -250,7 +250,7 @@ def _show(res: Any, own: Any, written: list[Path], as_json: bool) -> None:
     if as_json:
         print_json(results_dict(res))
         return
-    from ..bench.replay_report import replay_tables
+    from .bench_tables import replay_tables
 
     con = print_tables_and_notes(replay_tables(res), res.notes)
     if own is not None and own.whole_gpu is not None:

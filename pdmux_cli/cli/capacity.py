@@ -14,7 +14,7 @@ import typer
 
 from ..util.errors import InputError
 from .app import app
-from .common import console, print_note, sglang_option
+from .common import console, print_json, print_note, sglang_option
 from .options import (
     ADMISSION_DELAY_OPTION,
     ADMISSION_INTERVAL_OPTION,
@@ -73,7 +73,6 @@ from .options import (
     TRACE_ARGUMENT,
     TRACE_OPTION,
     WORKERS_OPTION,
-    print_json,
     progress_factory,
     request_of,
     show_progress,
@@ -102,7 +101,7 @@ def _table(result: Any, title: str, width: int | None = None) -> Any:
 def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_line: bool) -> Any:
     from rich.table import Table
 
-    from ..simulate.report import latency_cell
+    from .simulate_tables import latency_cell
 
     policies = result.policies
     counts = sorted({p.gpus for p in policies})
@@ -259,7 +258,7 @@ def capacity(
                          config=tuple(config) if config is not None else None)
     outcome = run(request, progress_factory(show_progress(as_json)))
     if as_json:
-        print_json(outcome.to_dict())
+        print_json(outcome.to_dict(), nan_as_null=True)
         return
     con = console()
     con.print(_table(outcome.result, outcome.title, con.width))

@@ -245,12 +245,18 @@ def require_finite(data: Any, problem: str = NON_FINITE) -> None:
     _json_text(data, problem)
 
 
-def print_json(data: Any, problem: str = NON_FINITE) -> None:
-    """Print ``data`` as indented JSON on stdout (stable key order as built).
+def print_json(data: Any, problem: str = NON_FINITE, *, nan_as_null: bool = False) -> None:
+    """Print ``data`` as indented, standard JSON on stdout (stable key order as built): every command's
+    ``--json``.
 
-    Raises :class:`InputError` (``problem``) when a number is NaN or infinite (not valid JSON):
-    inputs that extreme give no meaningful result.
+    ``nan_as_null``: NaN and infinities become ``null`` (a simulation's figures where nothing was measured:
+    no request finished, no decode step); otherwise :class:`InputError` (``problem``) when a number is NaN
+    or infinite (not valid JSON): planning inputs that extreme give no meaningful result.
     """
+    if nan_as_null:
+        from ..workflows.values import finite
+
+        data = finite(data)
     sys.stdout.write(_json_text(data, problem) + "\n")
 
 

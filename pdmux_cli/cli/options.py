@@ -8,7 +8,6 @@ two commands word an option differently, both spellings are here, named for the 
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import fields
 from typing import Any
@@ -17,7 +16,6 @@ import typer
 
 from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
 from ..workflows.policies import DEFAULT_POLICIES
-from ..workflows.values import finite
 from .common import console, output_file, output_path, progress_bar
 
 GPU_HELP = "GPU profile: alias (h100, h200, a100, b200, ...), reported name, or my-gpu.yaml. Default: h100."
@@ -194,11 +192,6 @@ def request_of(cls: type, values: dict[str, Any], **given: Any) -> Any:
     (the command's ``locals()``) by name, or from ``given``."""
     return cls(**{f.name: given[f.name] if f.name in given else values[f.name] for f in fields(cls)
                   if f.name in given or f.name in values})
-
-
-def print_json(data: Any) -> None:
-    """Print ``data`` as indented, standard JSON: NaN and infinities become ``null``."""
-    sys.stdout.write(json.dumps(finite(data), indent=2, allow_nan=False) + "\n")
 
 
 class _Bar:

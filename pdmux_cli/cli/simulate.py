@@ -16,7 +16,7 @@ import typer
 
 from ..util.errors import InputError
 from .app import app
-from .common import console, print_note, sglang_option
+from .common import console, print_json, print_note, sglang_option
 from .options import (
     ADMISSION_DELAY_OPTION,
     ADMISSION_INTERVAL_OPTION,
@@ -81,7 +81,6 @@ from .options import (
     TUNE_DP_OPTION,
     TUNE_LOAD_BALANCE_OPTION,
     WORKERS_OPTION,
-    print_json,
     progress_factory,
     request_of,
     show_progress,
@@ -216,14 +215,14 @@ def simulate(
     request = request_of(SimulateRequest, locals(), trace=trace if trace is not None else trace_option)
     result = run(request, progress_factory(not as_json))
     if as_json:
-        print_json(result.to_dict())
+        print_json(result.to_dict(), nan_as_null=True)
         return
     _print_simulation(result)
 
 
 def _print_simulation(result: Any) -> None:
     """simulate's tables, group lines, notes and the files written."""
-    from ..simulate import report
+    from . import simulate_tables as report
 
     con = console()
     for table in report.metrics_tables(result.metrics, con.width, result.title):
@@ -246,7 +245,7 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
     among all configs (1: the winner; the JSON's ``index`` is the candidate's place in the search order)."""
     from rich.table import Table
 
-    from ..simulate.report import latency_cell, share_text
+    from .simulate_tables import latency_cell, share_text
 
     ranked = result.ranked()
     shown = ranked if top is None else ranked[:top]
@@ -371,7 +370,7 @@ def tune(
 
     outcome = run(request_of(TuneRequest, locals()), progress_factory(show_progress(as_json)))
     if as_json:
-        print_json(outcome.to_dict())
+        print_json(outcome.to_dict(), nan_as_null=True)
         return
     _print_tune(outcome, show_all)
 
@@ -381,7 +380,7 @@ def _print_tune(outcome: Any, show_all: bool) -> None:
     or the launch line of the file written."""
     from ..sglang import pdmux_config as pc
     from ..sglang.revisions import get_revision
-    from ..simulate.report import share_text
+    from .simulate_tables import share_text
     from ..simulate.tune import levels_text
 
     r, result, setup, best = outcome.request, outcome.search, outcome.setup, outcome.config
