@@ -712,6 +712,7 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
                                    "TPOT {tpot_ms:.3g} ms against {plain_ms:.3g} ms without speculation "
                                    "({speedup:.2f}x)"),
     "estimate.pdmux_speculation": "the PD mux rows cannot run: {error}",
+    "capacity.pdmux_speculation": "pdmux not sized: {error}",
     "speculative.auto_params": ("{algorithm}: SGLang chooses {num_steps} steps, topk {eagle_topk}, "
                                 "{num_draft_tokens} draft tokens for this model ({source}, "
                                 "_auto_choose_speculative_params)"),

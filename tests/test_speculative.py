@@ -232,3 +232,15 @@ def test_check_config_fails_the_file_with_speculation_on_release(tmp_path):
     assert result.to_dict()["speculation"] == result.speculation_line
     out = runner.invoke(app, ["check-config", str(yaml_path), "--speculative-algorithm", "EAGLE"])
     assert out.exit_code == 2
+
+
+def test_capacity_sizes_the_baselines_and_says_pdmux_cannot_run():
+    out = runner.invoke(app, ["capacity", "--trace", "tests/fixtures/azure_conv_50.csv", "--policies",
+                              "pdmux,chunked", "--json", *EAGLE])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert [p["policy"] for p in data["policies"]] == ["chunked 8192"]
+    assert any("forward_batch_split_prefill" in n for n in data["notes"])
+    only = runner.invoke(app, ["capacity", "--trace", "tests/fixtures/azure_conv_50.csv", "--policies",
+                               "pdmux", *EAGLE])
+    assert only.exit_code == 2

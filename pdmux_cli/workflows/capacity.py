@@ -188,6 +188,27 @@ def _support_notes(r: CapacityRequest, support: Any, names: list[str]) -> tuple[
     return names, []
 
 
+def _speculation_notes(r: CapacityRequest, setup: Any,
+                       names: list[str]) -> tuple[list[str], list[Finding]]:
+    """The policies kept beside speculative decoding: pdmux dropped with a note
+    (``capacity.pdmux_speculation``) where the ``--sglang`` revision cannot run it beside
+    ``setup.speculation`` (:func:`pdmux_cli.sglang.speculative_args.pdmux_speculation_error`), the baselines
+    compared with the same speculation; refused (:class:`InputError`) where pdmux was all that was asked
+    for."""
+    if setup.speculation is None or "pdmux" not in names:
+        return names, []
+    from ..sglang.speculative_args import pdmux_speculation_error
+
+    spec = setup.speculation
+    error = pdmux_speculation_error(r.sglang, spec.algorithm, spec.draft.num_layers)
+    if error is None:
+        return names, []
+    if r.config is not None or names == ["pdmux"]:
+        raise error
+    note = Finding("capacity.pdmux_speculation", {"error": str(error)}, "speculative_algorithm")
+    return [n for n in names if n != "pdmux"], [note]
+
+
 def launch_notes(cluster: Cluster, tp: int, colocated: bool = True) -> list[Finding]:
     """What the verdict's flags mean on more than one server (SGLang 0.5.23); ``colocated``: policies other
     than disagg ran (the DP flags are theirs). ``capacity.dp_launch`` (``dp``, ``method``, ``gpus``: the
@@ -268,6 +289,8 @@ def capacity(request: CapacityRequest, progress: ProgressFactory | None = None) 
     workload = fit_to_model(workload, setup.model, None, None, r.duration)
     support = model_support(setup.model.architectures, r.sglang)
     names, notes = _support_notes(r, support, names)
+    names, spec_notes = _speculation_notes(r, setup, names)
+    notes += spec_notes
     choice = PolicyChoice(names=tuple(names), chunk_sizes=chunks, mixed_chunk_sizes=mixed,
                           prefill_decode_interval=r.prefill_decode_interval, sglang=r.sglang,
                           unreleased_fallback=r.unreleased_fallback, pdmux_files=tuple(configs))
