@@ -8,11 +8,15 @@ gate holds pdmux's error at its first-run figure plus a margin and must never be
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 import pdmux
 from pdmux_cli.catalog.profile_files import measurements_dir
+from pdmux_cli.cli import app
 from pdmux_cli.costmodel.speculative_accuracy import load_points, predict_speedup, report
 
 S339 = "specforge_issue339_qwen3_30b_a3b_h100_tp2"
@@ -109,3 +113,17 @@ def test_round_parts_and_ratios_are_consistent(block) -> None:
         assert sum(p.parts_s) <= p.round_s
         assert p.measured_round_over_step == pytest.approx(p.point.accept_length / p.point.speedup)
 
+
+def test_accuracy_cli_shows_the_block_and_json_has_it() -> None:
+    runner = CliRunner()
+    r = runner.invoke(app, ["accuracy"])
+    assert r.exit_code == 0, r.stderr
+    for text in ("Speculative decoding", "nothing fitted", "out of sample", "SpecForge", "median |error|"):
+        assert text in r.stdout, text
+    r = runner.invoke(app, ["accuracy", "--json"])
+    data = json.loads(r.stdout)["speculative"]
+    assert data["method"] == "out-of-sample" and data["fitted"].startswith("nothing fitted")
+    assert len(data["points"]) == len(MEASURED)
+    assert [p["measured_speedup"] for p in data["points"]] == [round(m[6] / m[7], 4) for m in MEASURED]
+    assert data["median_abs_error"] <= GATE_MEDIAN and data["max_abs_error"] <= GATE_WORST
+    assert {e["source"] for e in data["not_comparable"]} >= {"gpustack_qwen3_8b_h100_eagle3"}
