@@ -1,6 +1,7 @@
 """Write the cost model's accuracy (``pdmux accuracy --json``) into benchmarks/RESULTS.md.
 
-Not a speed benchmark: the issue "Cost model v2" asks for the accuracy figures beside the speed ones.
+Not a speed benchmark: the issue "Cost model v2" asks for the accuracy figures beside the speed ones; the
+last row is speculative decoding's speedup against public SGLang runs (issue 30; nothing fitted).
 The gate that keeps them from getting worse is tests/test_accuracy.py; docs/accuracy.md explains them.
 
 With ``--serving``, the whole-server section instead (``pdmux accuracy --serving --json``): the
@@ -69,7 +70,9 @@ def main() -> None:
         return
     out = subprocess.run([sys.executable, "-m", "pdmux_cli", "accuracy", "--json"], check=True,
                          capture_output=True, text=True, cwd=results_md.RESULTS.parent.parent)
-    terms = json.loads(out.stdout)["terms"]
+    data = json.loads(out.stdout)
+    # the speculative-decoding block (issue 30: public SGLang runs, nothing fitted) as the table's last row
+    terms = data["terms"] + ([data["speculative"]] if "speculative" in data else [])
     rows = [f"| {t['term']} | {t['method']} | {t['data']} | {t['median_abs_error']:.1%} | "
             f"{t['p90_abs_error']:.1%} | {t['median_signed_error']:+.1%} | {t['worst']['what']} "
             f"({t['worst']['error']:+.0%}) |" for t in terms]

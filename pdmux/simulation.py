@@ -336,7 +336,8 @@ def accuracy(*, serving: bool = False, runs: bool = False, workers: int | None =
     signed median error, fractions), or with ``serving`` whole simulated servers against public SGLang
     serving runs (``pdmux accuracy``).
 
-    Returns :class:`pdmux_cli.workflows.accuracy.AccuracyResult` (``to_dict()``: the ``--json``). Raises
+    Returns :class:`pdmux_cli.workflows.accuracy.AccuracyResult` (``to_dict()``: the ``--json``; without
+    ``serving``, ``speculative``: speculative decoding's speedup against public SGLang runs). Raises
     :class:`~pdmux_cli.util.errors.InputError` for ``runs`` or ``workers`` without ``serving``.
     """
     from pdmux_cli.workflows.accuracy import accuracy as run

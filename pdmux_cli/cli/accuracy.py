@@ -1,4 +1,5 @@
-"""``pdmux accuracy``: how far the roofline cost model is from the public measurements it ships with.
+"""``pdmux accuracy``: how far the roofline cost model is from the public measurements it ships with
+(kernel terms, speculative decoding's speedup; with ``--serving``, whole servers).
 
 Parse, call :func:`pdmux_cli.workflows.accuracy.accuracy`, render. Pure Python; about a second (with
 ``--serving``, the public serving runs replayed).
@@ -7,6 +8,7 @@ Parse, call :func:`pdmux_cli.workflows.accuracy.accuracy`, render. Pure Python; 
 from __future__ import annotations
 
 import math
+import statistics
 
 import typer
 
@@ -48,7 +50,8 @@ def accuracy(
         "--serving: processes (default: the cores available).")),
 ) -> None:
     """Predict every shipped measurement (Vidur, NanoFlow, aiconfigurator, SGLang's green-context tables) with the roofline cost model:
-    median and p90 error per term, and the worst point.
+    median and p90 error per term, and the worst point; then speculative decoding's speedup at the published
+    accept length against public SGLang runs (nothing fitted).
 
     Where a term was fitted to the same points, each model is predicted by a fit that left it out.
     --serving: the whole server against public SGLang serving runs."""  # noqa: E501 (the help's first line)
@@ -62,6 +65,8 @@ def accuracy(
         _print_serving(result.terms, result.outcomes, runs, result.heldout_coverage())
     else:
         _print_terms(result.terms)
+        if result.speculative is not None:
+            _print_speculative(result.speculative)
 
 
 def _print_terms(terms: list) -> None:
@@ -82,6 +87,53 @@ def _print_terms(terms: list) -> None:
                     "their shapes (time on s SMs over the whole GPU's) are compared. Data: "
                     "profiles/measurements/ (Vidur MIT, NanoFlow Apache-2.0, aiconfigurator-core 0.12.0 "
                     "Apache-2.0, SGLang 56f74d24 Apache-2.0)")
+
+
+def _print_speculative(block: object) -> None:
+    """The speculative-decoding block: per point the measured and predicted speedup, the error and the
+    round's cost in plain steps (measured: accept length / speedup); the summary; what was left out."""
+    from rich.table import Table
+
+    from ..costmodel.speculative_accuracy import FITTED_NOTE
+
+    term = block.term  # type: ignore[attr-defined]
+    table = Table(title="Speculative decoding: pdmux's speedup at the published accept length vs public "
+                        "SGLang runs (nothing fitted: out of sample)", title_justify="left")
+    for col, just in (("source", "left"), ("setup", "left"), ("accept", "right"), ("measured", "right"),
+                      ("pdmux", "right"), ("error", "right"), ("round/step", "right")):
+        table.add_column(col, justify=just, overflow="fold")  # fold, never cut, in a narrow terminal
+    for p in block.predictions:  # type: ignore[attr-defined]
+        x = p.point
+        setup = f"{x.model} {x.gpu} TP{x.tp} {x.num_steps}-{x.eagle_topk}-{x.num_draft_tokens} bs {x.batch}"
+        table.add_row(x.name + (f" {x.label}" if x.label else ""), setup,
+                      f"{x.accept_length:g}", f"{x.speedup:.2f}x", f"{p.speedup:.2f}x", f"{p.error:+.0%}",
+                      f"{p.measured_round_over_step:.2f} / {p.round_s / p.plain_s:.2f}")
+    table.caption = ("measured: throughput with speculation / without at the same batch (EAGLE3 in every "
+                     "source); setup: steps-topk-draft tokens, batch; round/step: one speculative round in "
+                     "plain decode steps, measured (accept length / speedup) / pdmux")
+    table.caption_justify = "left"
+    con = console()
+    con.print(table)
+    worst = term.worst
+    preds = block.predictions  # type: ignore[attr-defined]
+    over = sum(p.error > 0 for p in preds)
+    if worst is not None:
+        con.print(f"speculative decoding ({len(term.points)} points, {term.method}): median |error| "
+                  f"{_pct(term.median_abs_error)}, p90 {_pct(term.p90_abs_error)}, bias "
+                  f"{term.median_error:+.1%}, worst {worst.error:+.0%} ({worst.what}); pdmux's speedup is "
+                  f"above the measured one at {over} of {len(term.points)} points; a round costs "
+                  f"{statistics.median(p.measured_round_over_step for p in preds):.2f} plain steps measured, "
+                  f"{statistics.median(p.round_s / p.plain_s for p in preds):.2f} in pdmux (medians)",
+                  soft_wrap=True)
+    print_note(con, FITTED_NOTE)
+    print_note(con, "pdmux's figures: estimate's decode-only round (draft tree, verify, draft extend, the "
+                    "per-request term; the CPU hidden by the overlap scheduler) over its plain decode step, "
+                    "with pdmux's default one-layer draft and the published accept length; data: "
+                    "profiles/measurements/speculative/sglang_speculative_points.yaml (each source's URL, "
+                    "the assumed context and GPU variant)")
+    left = block.not_comparable  # type: ignore[attr-defined]
+    print_note(con, f"{len(left)} collected figures not comparable (no accept length, no run without "
+                    "speculation, GPU, model or settings unknown): --json lists each with why")
 
 
 def _runs_table(outcomes: list) -> object:

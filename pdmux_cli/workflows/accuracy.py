@@ -2,8 +2,9 @@
 with ``serving``, whole simulated servers against public SGLang serving runs.
 
 :func:`accuracy` takes an :class:`AccuracyRequest` and returns an :class:`AccuracyResult` (``to_dict()``:
-``pdmux accuracy --json``). The comparisons are :func:`pdmux_cli.costmodel.accuracy.report` and
-:func:`pdmux_cli.simulate.serving_accuracy.report`.
+``pdmux accuracy --json``). The comparisons are :func:`pdmux_cli.costmodel.accuracy.report` (with
+:func:`pdmux_cli.costmodel.speculative_accuracy.report`, speculative decoding against public SGLang runs)
+and :func:`pdmux_cli.simulate.serving_accuracy.report`.
 """
 
 from __future__ import annotations
@@ -27,12 +28,15 @@ class AccuracyRequest(Checked):
 
 @dataclass
 class AccuracyResult:
-    """``terms``: a :class:`pdmux_cli.costmodel.accuracy.TermAccuracy` per term (or serving metric);
-    ``outcomes``: with ``serving``, each run's :class:`~pdmux_cli.simulate.serving_accuracy.RunOutcome`."""
+    """``terms``: a :class:`pdmux_cli.costmodel.accuracy.Term` per term (or serving metric);
+    ``outcomes``: with ``serving``, each run's :class:`~pdmux_cli.simulate.serving_accuracy.RunOutcome`;
+    ``speculative``: without ``serving``, the speculative-decoding block
+    (:class:`~pdmux_cli.costmodel.speculative_accuracy.SpeculativeAccuracy`), else ``None``."""
 
     request: AccuracyRequest
     terms: list[Any]
     outcomes: list[Any] = field(default_factory=list)
+    speculative: Any = None
 
     def heldout_coverage(self) -> tuple[int, int]:
         """``(inside, figures)``: the held-out runs' measured figures inside the 80% intervals ``simulate``
@@ -47,6 +51,10 @@ class AccuracyResult:
         from ..provenance import provenance
 
         data: dict[str, Any] = {"terms": [term_dict(t) for t in self.terms]}
+        if self.speculative is not None:
+            from ..costmodel.speculative_accuracy import speculative_dict
+
+            data["speculative"] = speculative_dict(self.speculative)
         if self.request.serving:
             from ..simulate.serving_accuracy import outcome_dict
 
@@ -69,8 +77,9 @@ def accuracy(request: AccuracyRequest) -> AccuracyResult:
                 values={},
             )
         from ..costmodel.accuracy import report
+        from ..costmodel.speculative_accuracy import report as speculative_report
 
-        return AccuracyResult(r, report())
+        return AccuracyResult(r, report(), speculative=speculative_report())
     from ..simulate.pool import default_workers
     from ..simulate.serving_accuracy import report as serving_report
 
