@@ -547,12 +547,27 @@ def _rank(prefix: str) -> str:
     return " ".join(_RANK.findall(prefix))
 
 
-def parse_server_log(lines: Iterable[str], source: str) -> LogReading:
+def _too_many_lines(source: str, read: int, max_lines: int) -> InputError:
+    return InputError(
+        "{source}: more than the {max_lines:,} server-log lines calibrate reads at most ({read:,} read, "
+        "with the logs before it; about 90,000 lines a second, 250 bytes of memory a clean interval): keep "
+        "the part you need (e.g. tail -n 1000000 server.log) or raise the bound with {flag.max_log_lines} N "
+        "(0: no limit)",
+        param="max_log_lines", values={"source": source, "max_lines": max_lines, "read": read})
+
+
+def parse_server_log(lines: Iterable[str], source: str, max_lines: int | None = None,
+                     read_before: int = 0) -> LogReading:
     """Read SGLang scheduler log lines (module docstring): the clean decode intervals, and the decode
-    lines skipped by reason. Never raises on content: unreadable lines are counted."""
+    lines skipped by reason. Never raises on content: unreadable lines are counted. ``max_lines``: the
+    most lines to read, counting ``read_before`` lines of logs read before this one (``None``: no bound);
+    :class:`InputError` (``param`` ``max_log_lines``) on the line past it, before reading on."""
     reading = LogReading()
     last: dict[str, tuple[int, bool]] = {}  # rank -> (running at its last decode line, clean since)
+    room = None if max_lines is None else max_lines - read_before
     for number, line in enumerate(lines, start=1):
+        if room is not None and number > room:
+            raise _too_many_lines(source, read_before + number - 1, max_lines)
         reading.lines = number
         if len(line) > MAX_LINE_CHARS:
             if "Decode batch" in line[:MAX_LINE_CHARS]:
@@ -632,10 +647,12 @@ def _stream_lines(path: Path) -> Iterator[str]:
             yield raw.decode("utf-8", errors="replace")
 
 
-def read_server_log(path: str | Path) -> LogReading:
-    """:func:`parse_server_log` of a file, streamed (bytes that are not UTF-8 are replaced). Raises
-    :class:`InputError` for a missing, special or unreadable file, one with NUL bytes in its first 4 KiB
-    (UTF-16 or binary), or one with no decode line at all."""
+def read_server_log(path: str | Path, max_lines: int | None = None, read_before: int = 0) -> LogReading:
+    """:func:`parse_server_log` of a file, streamed (bytes that are not UTF-8 are replaced), at most
+    ``max_lines`` lines counting ``read_before`` of logs read before it (``None``: no bound). Raises
+    :class:`InputError` for a missing, special or unreadable file, one over :data:`MAX_LOG_BYTES`, one with
+    NUL bytes in its first 4 KiB (UTF-16 or binary), one with no decode line at all, or past ``max_lines``
+    (naming ``max_log_lines``, ``pdmux calibrate``'s bound)."""
     path = check_input_file(path, "server log", hint="give the log SGLang's server printed")
     try:
         size = path.stat().st_size
@@ -651,7 +668,7 @@ def read_server_log(path: str | Path) -> LogReading:
         if b"\x00" in head:
             raise InputError(f"server log {path}: not UTF-8 text (NUL bytes: UTF-16 or binary): give the log "
                              "SGLang's server printed, as text")
-        reading = parse_server_log(_stream_lines(path), str(path))
+        reading = parse_server_log(_stream_lines(path), str(path), max_lines, read_before)
     except OSError as exc:
         raise unreadable(path, "server log", exc) from None
     if not reading.decode_lines:
