@@ -31,7 +31,7 @@ prefill batch or retraction in between, no speculative decoding (``accept len``)
 decode step lasted ``N / G`` seconds and the requests held ``T / N`` tokens of context on average.
 Every other interval is skipped and counted by reason.
 
-Pure Python; the file readers stream (a 100,000-line log takes well under a second).
+Pure Python; the file readers stream (a 100,000-line log takes about a second on one core).
 """
 
 from __future__ import annotations
