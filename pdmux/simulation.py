@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from ._calls import api_function, check_progress
 from pdmux_cli.workflows.accuracy import AccuracyRequest
-from pdmux_cli.workflows.calibrate import CalibrateRequest
+from pdmux_cli.workflows.calibrate import (
+    DEFAULT_MAX_LOG_LINES,
+    DEFAULT_MAX_POINTS,
+    DEFAULT_MAX_REPLAY_REQUESTS,
+    CalibrateRequest,
+)
 from pdmux_cli.workflows.capacity import CapacityRequest
 from pdmux_cli.workflows.simulate import SimulateRequest
 from pdmux_cli.workflows.tune import TuneRequest
@@ -315,15 +320,21 @@ def calibrate(
     kv_cache_dtype: str | None = None,
     merge: Sequence[PathLike] = (),
     output: PathLike | None = None,
+    max_replay_requests: int = DEFAULT_MAX_REPLAY_REQUESTS,
+    max_points: int = DEFAULT_MAX_POINTS,
+    max_log_lines: int = DEFAULT_MAX_LOG_LINES,
 ) -> CalibrateResult:
     """Fit the cost model's whole-GPU terms to SGLang one-batch results (``sglang_bench``) and server logs
     (``sglang_log``), its serving terms to bench_serving runs (``bench_serving``), or ``merge`` a
     ``pdmux bench`` and a ``pdmux calibrate`` file (``pdmux calibrate``). Every option is
-    :class:`pdmux_cli.workflows.calibrate.CalibrateRequest`'s.
+    :class:`pdmux_cli.workflows.calibrate.CalibrateRequest`'s; ``max_replay_requests`` (requests replayed
+    over all bench_serving runs), ``max_points`` (whole-GPU fit points) and ``max_log_lines`` (server-log
+    lines read) bound the work the files may ask for (0: no limit).
 
     Returns :class:`pdmux_cli.workflows.calibrate.CalibrateResult` (``calibration``, ``yaml``; ``to_dict()``:
     the ``--json``); writes ``output`` when given. Raises :class:`~pdmux_cli.util.errors.InputError` for bad
-    input.
+    input (also a bench_serving run whose own figures disagree) and for files asking for more work than
+    the bounds, before the work starts.
     """
     from pdmux_cli.workflows.calibrate import calibrate as run
 

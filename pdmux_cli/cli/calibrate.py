@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 
+from ..workflows.calibrate import DEFAULT_MAX_LOG_LINES, DEFAULT_MAX_POINTS, DEFAULT_MAX_REPLAY_REQUESTS
 from .app import app
 from .common import console, output_path, print_json, print_note
 
@@ -84,6 +85,14 @@ def calibrate(
     output: Path | None = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>", help=(
         "Write calibration.yaml here (whole or not at all); default: print it.")),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (the fit, every point, the YAML)."),
+    max_replay_requests: int = typer.Option(DEFAULT_MAX_REPLAY_REQUESTS, "--max-replay-requests", help=(
+        "--bench-serving: the most requests replayed over all runs, a run counting at least 100 (the fit "
+        "replays each run about 70 times; 100,000: about 2 minutes a core). 0: no limit.")),
+    max_points: int = typer.Option(DEFAULT_MAX_POINTS, "--max-points", help=(
+        "The most points the whole-GPU fit takes (one-batch prefills and decode steps, server-log groups; "
+        "about 6 ms each). 0: no limit.")),
+    max_log_lines: int = typer.Option(DEFAULT_MAX_LOG_LINES, "--max-log-lines", help=(
+        "The most server-log lines read over all --sglang-log files (about 90,000 a second). 0: no limit.")),
 ) -> None:
     """Fit the cost model's whole-GPU terms to your own SGLang's one-batch results and server logs, and
     its serving terms to your bench_serving runs.
@@ -97,7 +106,8 @@ def calibrate(
                                   bench_serving=tuple(bench_serving), workers=workers, model=model, gpu=gpu,
                                   tp=tp,
                                   kv_bytes=kv_bytes, kv_cache_dtype=kv_cache_dtype, merge=tuple(merge),
-                                  output=output))
+                                  output=output, max_replay_requests=max_replay_requests,
+                                  max_points=max_points, max_log_lines=max_log_lines))
     if as_json:
         print_json(result.to_dict())
     elif result.mode == "merge":

@@ -13,7 +13,8 @@ Formats (SGLang 0.4 to 0.5.23; docs/architecture.md cites the files):
   ``sglang/benchmark/serving.py`` ``benchmark``): one JSON object per run with its settings
   (``dataset_name``, ``request_rate``, ``max_concurrency``, ``random_*``), ``server_info``, the totals and
   the summary (``median_ttft_ms``, ``median_itl_ms``, ``output_throughput``...); with ``--output-details``
-  also per request ``input_lens``, ``output_lens``, ``ttfts``, ``itls``, ``errors``.
+  also per request ``input_lens``, ``output_lens``, ``ttfts``, ``itls``, ``errors``. A run's own figures
+  must agree as bench_serving computes them (:func:`bench_serving_disagreements`) or the file is refused.
 - **Server log** (``srt/managers/scheduler_components/metrics_reporter.py``): a line every 40 decode
   steps (``--decode-log-interval``), ``Decode batch, #running-req: N, #token: T, token usage: U, cuda
   graph: B, gen throughput (token/s): G, #queue-req: Q`` (``Decode batch.`` and a trailing ``", "`` in
@@ -30,14 +31,16 @@ prefill batch or retraction in between, no speculative decoding (``accept len``)
 decode step lasted ``N / G`` seconds and the requests held ``T / N`` tokens of context on average.
 Every other interval is skipped and counted by reason.
 
-Pure Python; the file readers stream (a 100,000-line log takes well under a second).
+Pure Python; the file readers stream (a 100,000-line log takes about a second on one core).
 """
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 import re
+import statistics
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -209,6 +212,183 @@ BENCH_SERVING_METRICS = {
 }
 
 
+#: Two of a run's figures agree when they differ by no more than float arithmetic (this share of the
+#: larger) plus the rounding of the figures as written (:func:`written_half_unit`). bench_serving writes
+#: them unrounded (``json.dumps`` of Python floats: ``sglang/benchmark/serving.py`` ``benchmark``), so its
+#: own files agree to the last bit; the rounding allowance keeps a file rounded by hand or by another tool.
+AGREE_REL = 1e-9
+
+#: Each throughput bench_serving writes and the counts it divides by the run's ``duration``
+#: (``sglang/benchmark/serving.py`` ``calculate_metrics``: ``request_throughput=completed / dur_s``,
+#: ``input_throughput=total_input / dur_s``, ``output_throughput=sum(output_lens) / dur_s``,
+#: ``total_throughput=(total_input + sum(output_lens)) / dur_s``), with its unit.
+BENCH_SERVING_THROUGHPUTS = (
+    ("request_throughput", ("completed",), "req/s"),
+    ("input_throughput", ("total_input_tokens",), "tok/s"),
+    ("output_throughput", ("total_output_tokens",), "tok/s"),
+    ("total_throughput", ("total_input_tokens", "total_output_tokens"), "tok/s"),
+)
+
+#: The per-request lists of ``--output-details`` (``sglang/benchmark/serving.py`` ``benchmark``,
+#: ``result_details``): one entry per request sent, failed ones included.
+BENCH_SERVING_DETAILS = ("input_lens", "output_lens", "ttfts", "itls", "errors")
+
+#: The backends whose ITLs bench_serving re-tokenises when the server reports speculative decoding's
+#: ``accept_length`` (``calculate_metrics``: ``use_retokenized_itl``): ``median_itl_ms`` is then not the
+#: median of ``itls``.
+RETOKENIZED_ITL_BACKENDS = ("sglang-oai", "sglang-oai-chat")
+
+
+def written_half_unit(value: float) -> float:
+    """Half a unit in the last decimal place of ``value`` as JSON writes it (``repr``: ``8.74`` -> 0.005,
+    ``2`` -> 0.5, ``1.2345678901234567`` -> 5e-17): how far the written figure may be from the one it
+    rounds. ``value``: a finite int or float."""
+    exponent = decimal.Decimal(repr(value)).as_tuple().exponent
+    return 0.5 * 10.0 ** exponent if isinstance(exponent, int) else math.inf
+
+
+def _agree(stated: float, expected: float, slack: float = 0.0) -> bool:
+    """``stated`` is ``expected`` within :data:`AGREE_REL`, ``stated``'s own rounding and ``slack`` (the
+    rounding ``expected`` inherits from the figures it was computed from)."""
+    allowed = written_half_unit(stated) + slack + AGREE_REL * max(abs(stated), abs(expected))
+    return abs(stated - expected) <= allowed
+
+
+def _figure(value: object) -> float | int | None:
+    """A finite number >= 0 written as a JSON number (not text, not a boolean), as written (an int stays
+    one: its rounding is a unit), else ``None``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = finite_float(value)
+    return value if number is not None and number >= 0 else None
+
+
+def _token_count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _middle(values: list[float]) -> tuple[float, float]:
+    """``(median, half unit of its middle value(s) as written)`` of a non-empty list (numpy's median, which
+    bench_serving takes: the mean of the two middle values of an even count)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    middle = ordered[(n - 1) // 2: n // 2 + 1]
+    return statistics.fmean(middle), max(written_half_unit(v) for v in middle)
+
+
+def _throughput_disagreements(data: dict) -> list[str]:
+    """The throughputs that are not their counts over the run's ``duration`` (or, with no ``duration``,
+    over the one the first throughput implies)."""
+    counts = {k: _token_count(data.get(k))
+              for k in ("completed", "total_input_tokens", "total_output_tokens")}
+
+    def count(keys: tuple[str, ...]) -> int | None:
+        values = [counts[k] for k in keys]
+        return None if None in values else sum(values)
+
+    out: list[str] = []
+    duration, slack_rel, named, implied_by = _figure(data.get("duration")), 0.0, "duration", None
+    if duration is not None and duration > 0:
+        half = written_half_unit(duration)
+        if half >= duration:  # a duration written as "0": nothing to divide by
+            return out
+        slack_rel = half / (duration - half)
+    else:  # an older or hand-made file without duration: the first throughput implies it
+        duration = None
+        for rate_key, keys, _ in BENCH_SERVING_THROUGHPUTS:
+            rate, n = _figure(data.get(rate_key)), count(keys)
+            if rate and n:
+                duration, slack_rel = n / rate, written_half_unit(rate) / rate
+                named, implied_by = f"duration (none written: {_sum_text(keys)} / {rate_key})", rate_key
+                break
+        if duration is None:
+            return out
+    for rate_key, keys, unit in BENCH_SERVING_THROUGHPUTS:
+        rate, n = _figure(data.get(rate_key)), count(keys)
+        if rate is None or n is None or rate_key == implied_by:
+            continue
+        expected = n / duration
+        if not _agree(rate, expected, expected * slack_rel):
+            out.append(f"{rate_key} {rate:.6g} {unit} is not {_sum_text(keys)} / {named} = {n:,} / "
+                       f"{duration:.6g} s = {expected:.6g}")
+    return out
+
+
+def _sum_text(keys: tuple[str, ...]) -> str:
+    return keys[0] if len(keys) == 1 else f"({' + '.join(keys)})"
+
+
+def _detail_disagreements(data: dict) -> list[str]:
+    """What the ``--output-details`` lists (already checked to be lists of the right kind) say against the
+    totals and medians."""
+    lists = {k: data[k] for k in BENCH_SERVING_DETAILS if isinstance(data.get(k), list)}
+    if not lists:
+        return []
+    sizes = {k: len(v) for k, v in lists.items()}
+    if len(set(sizes.values())) > 1:
+        return [", ".join(f"{k} ({n:,})" for k, n in sizes.items())
+                + " differ in length (one entry per request sent, each)"]
+    out: list[str] = []
+    sent = next(iter(sizes.values()))
+    errors = lists.get("errors")
+    ok = [i for i in range(sent) if not errors[i]] if errors is not None else list(range(sent))
+    completed = _token_count(data.get("completed"))
+    if completed is not None and completed != len(ok):
+        basis = ("requests with no error in errors" if errors is not None
+                 else f"requests of {next(iter(lists))}")
+        out.append(f"completed {completed:,} is not the {len(ok):,} {basis}")
+    total_out = _token_count(data.get("total_output_tokens"))
+    total_in = _token_count(data.get("total_input_tokens"))
+    if "output_lens" in lists and total_out is not None and sum(lists["output_lens"]) != total_out:
+        # calculate_metrics: total_output = sum(output_lens), a failed request's entry 0
+        out.append(f"total_output_tokens {total_out:,} is not the sum of output_lens "
+                   f"{sum(lists['output_lens']):,}")
+    if "input_lens" in lists and total_in:  # 0: a multi-turn run (calculate_metrics gets no input requests)
+        sent_in = sum(lists["input_lens"][i] for i in ok)
+        if sent_in != total_in:
+            out.append(f"total_input_tokens {total_in:,} is not the sum of input_lens over the completed "
+                       f"requests {sent_in:,}")
+    ttft_ms = _figure(data.get("median_ttft_ms"))
+    if "ttfts" in lists and ok and ttft_ms is not None:
+        median, half = _middle([lists["ttfts"][i] for i in ok])
+        if not _agree(ttft_ms, median * 1e3, half * 1e3):
+            out.append(f"median_ttft_ms {ttft_ms:.6g} is not the median of ttfts over the completed requests "
+                       f"{median * 1e3:.6g} ms")
+    itl_ms = _figure(data.get("median_itl_ms"))
+    accept = _figure(data.get("accept_length"))
+    retokenized = bool(accept) and data.get("backend") in RETOKENIZED_ITL_BACKENDS
+    if "itls" in lists and itl_ms is not None and not retokenized:
+        itls = [x for i in ok for x in lists["itls"][i]]
+        if itls:  # a backend that streams nothing back records none
+            median, half = _middle(itls)
+            if not _agree(itl_ms, median * 1e3, half * 1e3):
+                out.append(f"median_itl_ms {itl_ms:.6g} is not the median of itls over the completed "
+                           f"requests {median * 1e3:.6g} ms")
+    return out
+
+
+def bench_serving_disagreements(data: dict) -> list[str]:
+    """Where a bench_serving result line's own figures disagree, one description each naming the fields
+    (empty: they agree). bench_serving computes them from one another (``sglang/benchmark/serving.py``
+    ``calculate_metrics``; written unrounded by ``benchmark``), so a run whose figures disagree was edited
+    or made by another tool, and a replay of it (its ``completed`` requests) would be of a run that never
+    happened. Checked where the fields are present:
+
+    - each throughput is its count over ``duration`` (:data:`BENCH_SERVING_THROUGHPUTS`; without
+      ``duration``, over the one ``request_throughput`` implies);
+    - with ``--output-details`` (:data:`BENCH_SERVING_DETAILS`): the lists hold one entry per request sent;
+      ``completed`` is the requests with no error (all of them without ``errors``); ``total_output_tokens``
+      is ``sum(output_lens)`` (a failed request's entry is 0); ``total_input_tokens`` the sum of
+      ``input_lens`` over the completed requests (unless 0: a multi-turn run); ``median_ttft_ms`` and
+      ``median_itl_ms`` 1000 x the median of ``ttfts`` and of every ``itls`` entry over the completed requests
+      (ITLs unless re-tokenised: :data:`RETOKENIZED_ITL_BACKENDS`; or none were recorded).
+
+    Agreement allows float arithmetic and the rounding of the figures as written (:data:`AGREE_REL`,
+    :func:`written_half_unit`). Counts are exact. ``data``: one parsed line whose lists, where present, are
+    lists of the right kind (token counts, seconds, lists of seconds). Never raises."""
+    return _throughput_disagreements(data) + _detail_disagreements(data)
+
+
 @dataclass(frozen=True)
 class BenchServingResult:
     """One run of ``python -m sglang.bench_serving ... --output-file F`` (one JSON object per line;
@@ -242,13 +422,21 @@ class BenchServingResult:
     backend: str
     where: str
 
+    @property
+    def requests(self) -> int:
+        """Requests a replay of the run simulates: those of ``input_lens``, else ``completed``
+        (:func:`pdmux_cli.simulate.serving_accuracy.runs_from_bench_serving`)."""
+        return len(self.input_lens) or self.completed
+
 
 _SERVER_KEYS = ("tp_size", "chunked_prefill_size", "disable_radix_cache", "disable_overlap_schedule",
                 "model_path", "version", "enable_mixed_chunk", "enable_pdmux")
 
 
-def _bench_serving_line(data: dict, where: str) -> BenchServingResult | str:
-    """One parsed line, or why it is not a usable run."""
+def _bench_serving_line(data: dict, source: str, line: int) -> BenchServingResult | str:
+    """One parsed line (line ``line`` of ``source``), or why it is not a usable run. Raises
+    :class:`InputError` where its figures disagree (:func:`bench_serving_disagreements`)."""
+    where = f"{source}:{line}"
     rate = data.get("request_rate")
     if isinstance(rate, str) and rate.strip().lower() == "inf":
         rate = math.inf
@@ -280,9 +468,24 @@ def _bench_serving_line(data: dict, where: str) -> BenchServingResult | str:
                                                    for v in values):
             return f"{key} is not a list of token counts"
         lens.append(tuple(values))
-    if len(lens[0]) != len(lens[1]):
-        return "input_lens and output_lens differ in length"
-    errors = data.get("errors")
+    if (data.get("input_lens") is None) != (data.get("output_lens") is None):
+        return "input_lens and output_lens go together (--output-details writes both)"
+    ttfts, itls, errors = data.get("ttfts"), data.get("itls"), data.get("errors")
+    if ttfts is not None and (not isinstance(ttfts, list) or not all(_figure(t) is not None for t in ttfts)):
+        return "ttfts is not a list of times (s)"
+    if itls is not None and (not isinstance(itls, list) or not all(
+            isinstance(gaps, list) and all(_figure(t) is not None for t in gaps) for gaps in itls)):
+        return "itls is not a list of lists of times (s)"
+    if errors is not None and not isinstance(errors, list):
+        return "errors is not a list"
+    disagree = bench_serving_disagreements(data)
+    if disagree:
+        shown = "; ".join(disagree[:4]) + (f"; and {len(disagree) - 4} more" if len(disagree) > 4 else "")
+        raise InputError(
+            "{source}, line {line}: bench_serving's own figures disagree ({details}): pdmux replays a run "
+            "only when they agree as bench_serving computes them (sglang/benchmark/serving.py, "
+            "calculate_metrics); give the file bench_serving wrote, unedited",
+            param="bench_serving", values={"source": source, "line": line, "details": shown})
     if lens[0] and isinstance(errors, list) and len(errors) == len(lens[0]):  # keep the successful requests
         keep = [i for i, e in enumerate(errors) if not e]
         lens = [tuple(v[i] for i in keep) for v in lens]
@@ -305,11 +508,12 @@ def _bench_serving_line(data: dict, where: str) -> BenchServingResult | str:
 
 def parse_bench_serving(text: str, source: str) -> tuple[list[BenchServingResult], list[str]]:
     """The runs of a bench_serving result text (one JSON object per line; blank lines ignored), and a
-    description of each line not used. Raises :class:`InputError` when no line is a run."""
+    description of each line not used. Raises :class:`InputError` when no line is a run, or naming the
+    line and the fields where a run's own figures disagree (:func:`bench_serving_disagreements`)."""
     results: list[BenchServingResult] = []
     problems: list[str] = []
     for number, data in _json_objects(text, problems):
-        got = _bench_serving_line(data, f"{source}:{number}")
+        got = _bench_serving_line(data, source, number)
         if isinstance(got, str):
             problems.append(f"line {number}: {got}")
         else:
@@ -356,12 +560,27 @@ def _rank(prefix: str) -> str:
     return " ".join(_RANK.findall(prefix))
 
 
-def parse_server_log(lines: Iterable[str], source: str) -> LogReading:
+def _too_many_lines(source: str, read: int, max_lines: int) -> InputError:
+    return InputError(
+        "{source}: more than the {max_lines:,} server-log lines calibrate reads at most ({read:,} read, "
+        "with the logs before it; about 90,000 lines a second, 250 bytes of memory a clean interval): keep "
+        "the part you need (e.g. tail -n 1000000 server.log) or raise the bound with {flag.max_log_lines} N "
+        "(0: no limit)",
+        param="max_log_lines", values={"source": source, "max_lines": max_lines, "read": read})
+
+
+def parse_server_log(lines: Iterable[str], source: str, max_lines: int | None = None,
+                     read_before: int = 0) -> LogReading:
     """Read SGLang scheduler log lines (module docstring): the clean decode intervals, and the decode
-    lines skipped by reason. Never raises on content: unreadable lines are counted."""
+    lines skipped by reason. Never raises on content: unreadable lines are counted. ``max_lines``: the
+    most lines to read, counting ``read_before`` lines of logs read before this one (``None``: no bound);
+    :class:`InputError` (``param`` ``max_log_lines``) on the line past it, before reading on."""
     reading = LogReading()
     last: dict[str, tuple[int, bool]] = {}  # rank -> (running at its last decode line, clean since)
+    room = None if max_lines is None else max_lines - read_before
     for number, line in enumerate(lines, start=1):
+        if room is not None and number > room:
+            raise _too_many_lines(source, read_before + number - 1, max_lines)
         reading.lines = number
         if len(line) > MAX_LINE_CHARS:
             if "Decode batch" in line[:MAX_LINE_CHARS]:
@@ -444,10 +663,12 @@ def _stream_lines(path: Path) -> Iterator[str]:
             yield raw.decode("utf-8", errors="replace")
 
 
-def read_server_log(path: str | Path) -> LogReading:
-    """:func:`parse_server_log` of a file, streamed (bytes that are not UTF-8 are replaced). Raises
-    :class:`InputError` for a missing, special or unreadable file, one with NUL bytes in its first 4 KiB
-    (UTF-16 or binary), or one with no decode line at all."""
+def read_server_log(path: str | Path, max_lines: int | None = None, read_before: int = 0) -> LogReading:
+    """:func:`parse_server_log` of a file, streamed (bytes that are not UTF-8 are replaced), at most
+    ``max_lines`` lines counting ``read_before`` of logs read before it (``None``: no bound). Raises
+    :class:`InputError` for a missing, special or unreadable file, one over :data:`MAX_LOG_BYTES`, one with
+    NUL bytes in its first 4 KiB (UTF-16 or binary), one with no decode line at all, or past ``max_lines``
+    (naming ``max_log_lines``, ``pdmux calibrate``'s bound)."""
     path = check_input_file(path, "server log", hint="give the log SGLang's server printed")
     try:
         size = path.stat().st_size
@@ -463,7 +684,7 @@ def read_server_log(path: str | Path) -> LogReading:
         if b"\x00" in head:
             raise InputError(f"server log {path}: not UTF-8 text (NUL bytes: UTF-16 or binary): give the log "
                              "SGLang's server printed, as text")
-        reading = parse_server_log(_stream_lines(path), str(path))
+        reading = parse_server_log(_stream_lines(path), str(path), max_lines, read_before)
     except OSError as exc:
         raise unreadable(path, "server log", exc) from None
     if not reading.decode_lines:

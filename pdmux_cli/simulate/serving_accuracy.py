@@ -595,7 +595,7 @@ def runs_from_bench_serving(results: Sequence[Any], gpu: str, model: str, tp: in
             overlap_schedule=not bool(res.server.get("disable_overlap_schedule", False)),
             prefix_cache=not bool(res.server.get("disable_radix_cache", False)), lengths=lengths,
             request_rate=res.request_rate, max_concurrency=res.max_concurrency,
-            num_prompts=len(res.input_lens) or res.completed, metrics=tuple(res.metrics.items()),
+            num_prompts=res.requests, metrics=tuple(res.metrics.items()),
             approximation="" if res.input_lens else note, prefill_cuda_graph=None, sglang_version=version))
         notes.append(f"{res.where}: {note}; {release_note}")
     return runs, notes

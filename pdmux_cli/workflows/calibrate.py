@@ -20,6 +20,40 @@ from ..messages import render, render_all
 from ..util.errors import Finding, InputError
 from .fields import Checked
 
+# Bounds on the work the input files may ask for (``CalibrateRequest``'s ``max_replay_requests``,
+# ``max_points``, ``max_log_lines``; 0 lifts one). Times measured on one core of the 2-core CI machine
+# (this commit, Qwen3-8B on an H100): a serving replay simulates about 60,000 requests a second and spends
+# about 1.7 ms setting a run up; the whole-GPU fit takes about 6 ms a point (10,000 points: 57 s); the
+# server-log reader about 90,000 lines a second, holding about 250 bytes a clean interval.
+
+#: Requests calibrate replays over all its bench_serving runs by default. The serving fit replays every
+#: run :func:`replays_per_run` times (71), so 100,000 requests are about 2 minutes of fitting on one core
+#: (``--workers`` share it).
+DEFAULT_MAX_REPLAY_REQUESTS = 100_000
+#: A run counts as at least this many requests against ``max_replay_requests``: setting a replay up costs
+#: about as much as replaying 100 requests (1.7 ms against 16 us a request), so many tiny runs are
+#: bounded too (the default bounds them to 1,000).
+RUN_SETUP_REQUESTS = 100
+#: Points the whole-GPU fit takes by default (one-batch results' prefills and decode steps, server-log
+#: groups): about 2 minutes.
+DEFAULT_MAX_POINTS = 20_000
+#: Server-log lines calibrate reads over all its logs by default: under a minute and under 1 GB (a
+#: month of a busy server's decode lines, one every 40 steps).
+DEFAULT_MAX_LOG_LINES = 4_000_000
+
+
+#: The bounds' request fields and defaults.
+_BOUNDS = (("max_replay_requests", DEFAULT_MAX_REPLAY_REQUESTS), ("max_points", DEFAULT_MAX_POINTS),
+           ("max_log_lines", DEFAULT_MAX_LOG_LINES))
+
+
+def replays_per_run() -> int:
+    """Times the serving fit replays every run: the shipped terms, the search's start, each trial
+    (:data:`pdmux_cli.simulate.serving_fit.PASSES` x the grids' values) and the residuals."""
+    from ..simulate import serving_fit
+
+    return 3 + serving_fit.PASSES * sum(len(grid) for grid in serving_fit.GRIDS.values())
+
 
 @dataclass(frozen=True, kw_only=True)
 class CalibrateRequest(Checked):
@@ -30,6 +64,11 @@ class CalibrateRequest(Checked):
     ``model``, ``gpu``: what was measured; ``tp``: the measurements' TP; ``kv_bytes`` /
     ``kv_cache_dtype``: the server's KV cache. ``merge``: two calibration files to join instead (a
     ``pdmux bench`` one and a ``pdmux calibrate`` one). ``output``: where to write the calibration.
+
+    Bounds on the work the files may ask for (0: no limit; module constants for the defaults and what
+    they cost): ``max_replay_requests``, requests replayed over all bench_serving runs (a run counts at
+    least :data:`RUN_SETUP_REQUESTS`); ``max_points``, points the whole-GPU fit takes; ``max_log_lines``,
+    server-log lines read over all logs.
     """
 
     sglang_bench: tuple[Path, ...] = ()
@@ -43,6 +82,9 @@ class CalibrateRequest(Checked):
     kv_cache_dtype: str | None = None
     merge: tuple[Path, ...] = ()
     output: Path | None = None
+    max_replay_requests: int = DEFAULT_MAX_REPLAY_REQUESTS
+    max_points: int = DEFAULT_MAX_POINTS
+    max_log_lines: int = DEFAULT_MAX_LOG_LINES
 
 
 @dataclass
@@ -196,19 +238,58 @@ def _unreadable(path: Path, problem: str) -> Finding:
     return Finding("calibrate.unreadable", {"path": str(path), "problem": problem})
 
 
-def _fit_serving(cal: Any, r: CalibrateRequest, kv_bytes: float) -> tuple[Any, ServingFit]:
-    """``cal`` with the serving terms fitted to ``r.bench_serving``, and the fit."""
-    from ..costmodel.calibration_file import ServingTerms
+def _read_bench_serving(r: CalibrateRequest) -> tuple[list, list[Finding]]:
+    """The runs of ``r.bench_serving`` (:func:`pdmux_cli.sglang.measurement_readers.read_bench_serving`,
+    which refuses a run whose own figures disagree) and a ``calibrate.unreadable`` finding per line not
+    used. Raises :class:`InputError` where the runs ask for more replay work than
+    ``r.max_replay_requests`` (:func:`check_replay_work`)."""
     from ..sglang.measurement_readers import read_bench_serving
-    from ..simulate import serving_fit
-    from ..simulate.pool import default_workers, process_pool
-    from ..simulate.serving_accuracy import runs_from_bench_serving
 
     results, problems = [], []
     for path in r.bench_serving:
         got, bad = read_bench_serving(path)
         results += got
         problems += [_unreadable(path, b) for b in bad]
+    check_replay_work(results, r.max_replay_requests)
+    return results, problems
+
+
+def check_replay_work(results: list, limit: int) -> None:
+    """Refuse bench_serving runs (:class:`~pdmux_cli.sglang.measurement_readers.BenchServingResult`) whose
+    replays would cost more than ``limit`` requests (0: no limit): the sum of each run's requests
+    (``requests``: its ``input_lens``, else ``completed``), a run counting at least
+    :data:`RUN_SETUP_REQUESTS`. The serving fit replays each run :func:`replays_per_run` times. Raises
+    :class:`InputError` (``param`` ``max_replay_requests``) naming the total, the largest run and how to
+    lift the bound; checked before anything is drawn or simulated."""
+    if not limit:
+        return
+    work = sum(max(res.requests, RUN_SETUP_REQUESTS) for res in results)
+    if work <= limit:
+        return
+    largest = max(results, key=lambda res: res.requests)
+    requests = sum(res.requests for res in results)
+    raise InputError(
+        "the bench_serving runs ask for {work:,} requests of replay ({runs:,} run(s) of {requests:,} "
+        "requests, each run counted as at least {setup}; the largest, {where}, {largest:,}), more than the "
+        "{limit:,} calibrate replays at most (the serving fit replays every run {replays} times: about "
+        "2 minutes a core for 100,000): calibrate on fewer or smaller runs, or raise the bound with "
+        "{flag.max_replay_requests} N (0: no limit)",
+        param="max_replay_requests",
+        values={"work": work, "runs": len(results), "requests": requests, "setup": RUN_SETUP_REQUESTS,
+                "where": largest.where, "largest": largest.requests, "limit": limit,
+                "replays": replays_per_run()},
+    )
+
+
+def _fit_serving(cal: Any, r: CalibrateRequest, kv_bytes: float, results: list,
+                 problems: list[Finding]) -> tuple[Any, ServingFit]:
+    """``cal`` with the serving terms fitted to the runs of ``r.bench_serving`` (``results``, read by
+    :func:`_read_bench_serving`; ``problems``: its lines not used), and the fit."""
+    from ..costmodel.calibration_file import ServingTerms
+    from ..simulate import serving_fit
+    from ..simulate.pool import default_workers, process_pool
+    from ..simulate.serving_accuracy import runs_from_bench_serving
+
     runs, notes = runs_from_bench_serving(results, r.gpu, r.model, r.tp if r.tp != 1 else None)
     options: dict[str, Any] = {"kv_bytes_per_element": kv_bytes}
     if cal.whole_gpu is not None:
@@ -250,6 +331,11 @@ def _check_fit_options(r: CalibrateRequest) -> None:
             "give {flag.model} and {flag.gpu}: the measurements are of one model on one GPU",
             values={},
         )
+    for name, _ in _BOUNDS:
+        value = getattr(r, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError("{param_flag} must be a whole number >= 0 (0: no limit), got {value}",
+                             param=name, values={"value": value})
     if r.workers is not None and not r.bench_serving:
         raise InputError(
             "{flag.workers} goes with {flag.bench_serving} (the serving fit's processes)",
@@ -272,7 +358,9 @@ def _merge(r: CalibrateRequest) -> CalibrateResult:
                                       ("bench_serving", r.bench_serving),
                                       ("model", r.model), ("gpu", r.gpu), ("tp", r.tp != 1),
                                       ("kv_bytes", r.kv_bytes is not None),
-                                      ("kv_cache_dtype", r.kv_cache_dtype is not None)) if given]
+                                      ("kv_cache_dtype", r.kv_cache_dtype is not None),
+                                      *((name, getattr(r, name) != default) for name, default in _BOUNDS))
+             if given]
     if extra:  # each parameter given is named, as its flag for the CLI
         raise InputError(
             "{flag.merge} joins two calibration files and takes no "
@@ -293,17 +381,19 @@ def _serving_only(r: CalibrateRequest) -> CalibrateResult:
     from ..costmodel.calibration_file import Calibration, dump_calibration
 
     profile, mdl, kv = _measured(r.gpu, r.model, r.kv_bytes, r.kv_cache_dtype)
+    results, problems = _read_bench_serving(r)
     cal = Calibration(gpu_name=profile.name, sm_count=profile.require_sm_count(),
                       compute_capability=tuple(profile.compute_capability), date=_today(),
                       source=render(Finding("calibrate.source.serving", {"model": mdl.name})),
                       gpu_key=getattr(profile, "key", ""))
-    cal, fit = _fit_serving(cal, r, kv)
+    cal, fit = _fit_serving(cal, r, kv, results, problems)
     return CalibrateResult(r, "serving", cal, dump_calibration(cal), profile=profile, model=mdl, serving=fit)
 
 
 def _read_measurements(r: CalibrateRequest) -> tuple[list, list, list[Finding], list[str], list]:
     """``(one-batch points, clean decode intervals, problems (``calibrate.unreadable``), sources (the lines a
-    calibration file records), (path, log reading) pairs)``."""
+    calibration file records), (path, log reading) pairs)``. The logs are read ``r.max_log_lines`` lines
+    in all at most (:func:`pdmux_cli.sglang.measurement_readers.read_server_log` raises past it)."""
     from ..sglang.measurement_readers import read_one_batch, read_server_log
 
     one_batch, problems, sources = [], [], []
@@ -314,8 +404,10 @@ def _read_measurements(r: CalibrateRequest) -> tuple[list, list, list[Finding], 
         sources.append(render(Finding("calibrate.source.one_batch",
                                       {"file": path.name, "results": len(points)})))
     intervals, readings = [], []
+    lines = 0
     for path in r.sglang_log:
-        reading = read_server_log(path)
+        reading = read_server_log(path, max_lines=r.max_log_lines or None, read_before=lines)
+        lines += reading.lines
         if reading.tp_size > 1:
             raise InputError(f"{path}: a server on {reading.tp_size} GPUs (tensor parallelism: TP ranks or "
                              "tp_size in the log): pdmux models one GPU; calibrate with the log of a "
@@ -338,6 +430,29 @@ def _read_measurements(r: CalibrateRequest) -> tuple[list, list, list[Finding], 
     return one_batch, intervals, problems, sources, readings
 
 
+def check_fit_work(points: list, limit: int) -> None:
+    """Refuse more than ``limit`` whole-GPU fit points (0: no limit;
+    :class:`~pdmux_cli.costmodel.whole_gpu_fit.CalPoint`: a one-batch result's prefill and decode step, a
+    server-log group), each costing the fit about 6 ms. Raises :class:`InputError` (``param``
+    ``max_points``) counting them by file and naming how to lift the bound; checked before the fit."""
+    if not limit or len(points) <= limit:
+        return
+    by_file: dict[str, int] = {}
+    for p in points:
+        name = "server logs" if p.source == "server log" else p.where.rsplit(":", 1)[0]
+        by_file[name] = by_file.get(name, 0) + 1
+    biggest = sorted(by_file.items(), key=lambda kv: -kv[1])
+    detail = ", ".join(f"{n:,} from {name}" for name, n in biggest[:3]) + (
+        f" and {len(biggest) - 3} more file(s)" if len(biggest) > 3 else "")
+    raise InputError(
+        "{count:,} points to fit ({detail}), more than the {limit:,} calibrate fits at most (about 6 ms "
+        "each: 2 minutes for 20,000): give fewer one-batch results (a sweep of batch sizes and prompt "
+        "lengths, tens of lines, is plenty) or less of a log, or raise the bound with {flag.max_points} N "
+        "(0: no limit)",
+        param="max_points", values={"count": len(points), "detail": detail, "limit": limit},
+    )
+
+
 def _whole_gpu(r: CalibrateRequest) -> CalibrateResult:
     from ..costmodel import build_step_model
     from ..costmodel.calibration_file import Calibration, dump_calibration
@@ -350,9 +465,11 @@ def _whole_gpu(r: CalibrateRequest) -> CalibrateResult:
             values={"tp": r.tp},
         )
     profile, mdl, kv_bytes = _measured(r.gpu, r.model, r.kv_bytes, r.kv_cache_dtype)
+    serving_runs = _read_bench_serving(r) if r.bench_serving else None  # its refusals before any fit
     one_batch, intervals, problems, sources, readings = _read_measurements(r)
     base = build_step_model(profile, mdl, kv_bytes_per_element=kv_bytes)
     points = points_from(one_batch, intervals)
+    check_fit_work(points, r.max_points)
     points, dropped = check_points(base, profile, points, kv_bytes)
     fit = fit_whole_gpu(base, points, "; ".join(sources), dropped)
     cal = Calibration(
@@ -363,8 +480,8 @@ def _whole_gpu(r: CalibrateRequest) -> CalibrateResult:
         terms_from=(("whole_gpu", "; ".join(sources)),), gpu_key=getattr(profile, "key", ""),
     )
     serving = None
-    if r.bench_serving:  # the serving terms on top of the whole-GPU ones just fitted
-        cal, serving = _fit_serving(cal, r, kv_bytes)
+    if serving_runs is not None:  # the serving terms on top of the whole-GPU ones just fitted
+        cal, serving = _fit_serving(cal, r, kv_bytes, *serving_runs)
     logs = [Finding("calibrate.log_reading", {"path": str(p), "summary": rd.summary()}) for p, rd in readings]
     notes = [*fit.notes, *problems[:5], *logs]
     if len(problems) > 5:
@@ -376,7 +493,9 @@ def _whole_gpu(r: CalibrateRequest) -> CalibrateResult:
 def calibrate(request: CalibrateRequest) -> CalibrateResult:
     """Run ``request`` (module docstring) and write ``request.output`` when named. Raises
     :class:`InputError` for bad options or inputs (nothing to calibrate on, a log of a TP server, a file
-    given twice, an output that is one of the inputs)."""
+    given twice, an output that is one of the inputs, a bench_serving run whose own figures disagree), and
+    for files asking for more work than the request's bounds (``max_replay_requests``, ``max_points``,
+    ``max_log_lines``), before the work starts."""
     from ..util.atomic import check_writable, refuse_overwriting_inputs
     from .files import gpu_file, model_file
 
