@@ -323,7 +323,8 @@ def _own_method(step_model: Any, name: str) -> Any:
 
 
 def _decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, overlap: bool, cpu: float,
-                per_request: float, cuda_graph: bool, next_t: float, horizon: float) -> tuple[int, float]:
+                per_request: float, cuda_graph: bool, next_t: float, horizon: float,
+                lines: dict | None = None) -> tuple[int, float]:
     """Up to ``limit`` decode steps of the fixed batch of ``n`` requests at once, from ``t`` (s): the
     event-speed path of :func:`baseline_rounds`. ``limit``: steps in which nothing can happen (the batch's
     :meth:`~pdmux_cli.simulate.engine.DecodeBatch.quiet_steps`, the progress tick, the deferred rounds, the
@@ -334,7 +335,8 @@ def _decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, overlap:
     the bit: the step model's ``decode_s`` with the same totals, each over its CPU time (overlap) or plus
     it, the end times summed in order. The first :data:`TIGHT_DECODE_STEPS` one by one; the rest, when
     :data:`MIN_ARRAY_STEPS` or more may follow, as numpy arrays (:func:`_decode_array`). Appends the end
-    times, moves the batch's totals; returns ``(steps, end time)``."""
+    times, moves the batch's totals; returns ``(steps, end time)``. ``lines``: the step model's
+    ``decode_line`` per ``(n, cuda_graph)``, kept by the caller across runs."""
     batch = work.batch
     decode_s = setup.step_model.decode_s
     total = setup.total_sms
@@ -350,7 +352,13 @@ def _decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, overlap:
     tight = min(limit, TIGHT_DECODE_STEPS)
     line = _own_method(setup.step_model, "decode_line")
     if line is not None:  # decode_s inlined: base + full x sum_context + window x sum_window, at least floor
-        base, full, wrate, floor = line(total, n, 0, cuda_graph)
+        key = (n, cuda_graph)
+        terms = lines.get(key) if lines is not None else None
+        if terms is None:
+            terms = line(total, n, 0, cuda_graph)
+            if lines is not None:
+                lines[key] = terms
+        base, full, wrate, floor = terms
     while done < tight:
         if check_memory and not capacity - sc - extra >= n:  # the step loop's test, in its order
             break
@@ -468,6 +476,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     # event speed: quiet decode steps advanced at once (_decode_run); the step loop with --step-by-step,
     # and with a prefix cache (its eviction check runs before every step)
     runs = fast_memory and not setup.step_by_step
+    lines: dict = {}  # the step model's decode_line per (batch, CUDA graph), for _decode_run
     t = 0.0
     idle = 0.0
     defer = 0
@@ -555,7 +564,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                     if limit > 1:
                         cpu = cpu_of.get(n) or cpu_of.add(n)
                         done, t = _decode_run(work, setup, n, t, limit, overlap, cpu, per_request,
-                                              n <= graph_max, next_t, horizon)
+                                              n <= graph_max, next_t, horizon, lines)
                         if done:
                             last_start = t
                             defer = defer - done if defer > done else 0
