@@ -139,12 +139,14 @@ def simulate(
     csv: PathLike | None = None,
     plot: PathLike | None = None,
     sglang: str = "0.5.23",
+    step_by_step: bool = False,
     progress: ProgressFactory | None = None,
 ) -> SimulateResult:
     """Replay a trace (``pdmux simulate``): per policy TTFT, ITL, TPOT and end-to-end latency percentiles
     (ms), SLO attainment (share of requests meeting TTFT <= ``slo_ttft`` ms and p99 ITL <= ``slo_itl`` ms),
     goodput (requests/s) and GPU busy share, on one server of ``tp`` GPUs, ``dp`` replicas, or ``disagg``
-    (``"XPYD"``) instances. Every option is :class:`pdmux_cli.workflows.simulate.SimulateRequest`'s.
+    (``"XPYD"``) instances. Every option is :class:`pdmux_cli.workflows.simulate.SimulateRequest`'s
+    (``step_by_step``: the reference loop, one decode step at a time: a check of the default event speed).
 
     Returns :class:`pdmux_cli.workflows.simulate.SimulateResult` (``metrics``: one
     :class:`~pdmux_cli.simulate.metrics.PolicyMetrics` per policy; ``to_dict()``: the ``--json``). Writes

@@ -521,6 +521,18 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     ),
     "simulate.nothing_to_plot": "no request completed under any policy: nothing to plot, {plot} not written",
     "simulate.failed_rows": "{rows} failed request row(s) (0 response tokens) skipped",
+    # workflows/simulate.speed_notes: what ran one decode step at a time instead of at event speed
+    "simulate.step_by_step": (
+        "every decode step simulated one at a time ({flag.step_by_step}: the reference loop the event-speed "
+        "runs are checked against; the same figures, slower)"
+    ),
+    "simulate.step_by_step_policies": (
+        "{policies}: simulated one round at a time (pdmux's rounds are not on the event-speed path yet)"
+    ),
+    "simulate.step_by_step_prefix_cache": (
+        "the prefix cache (the trace's hash_ids) keeps SGLang's default loop at one decode step at a time "
+        "(each step checks the cache's eviction; not on the event-speed path)"
+    ),
     # workflows/simulate.simulate: policies refused, the model's pdmux support, each policy's own notes
     "simulate.not_simulated": "{policy} not simulated: {error}",
     "simulate.pdmux_not_simulated": "pdmux not simulated: {reason}",

@@ -40,3 +40,54 @@ def test_planning_commands_import_nothing_heavy(args) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"heavy modules imported: {out.stdout.strip()}"
+
+
+STARTUP = """
+import sys
+sys.argv = {argv!r}
+from pdmux_cli.entry import main
+try:
+    main()
+except SystemExit as e:
+    code = e.code
+from pdmux_cli.cli import app
+sys.stdout.flush()
+print("\\nMODULES", ",".join(sorted(m for m in sys.modules if m.split(".")[0] in ("click", "pdmux_cli")
+                                   and (m == "click" or m.startswith(("pdmux_cli.planning.",
+                                                                      "pdmux_cli.costmodel"))))))
+print("COMMANDS", len(app.registered_commands))
+"""
+
+
+def _startup(argv: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", STARTUP.format(argv=["pdmux", *argv])],
+                          capture_output=True, text=True, check=False)
+
+
+def test_splits_start_up_skips_the_cost_model_click_and_other_commands() -> None:
+    """`pdmux splits` (issue 31's start-up target): no cost model (its bounds live in
+    pdmux_cli.planning), no click package beside typer's own, and only its own command built; the
+    output is the full app's and every command is registered again afterwards."""
+    from typer.testing import CliRunner
+
+    from pdmux_cli.cli import app
+
+    out = _startup(["splits", "--gpu", "h100", "--json"])
+    assert out.returncode == 0, out.stderr
+    body, _, tail = out.stdout.rpartition("\nMODULES")
+    assert tail.split("\n")[0].strip() == "", f"imported: {tail}"
+    assert f"COMMANDS {len(app.registered_commands)}" in tail
+    full = CliRunner().invoke(app, ["splits", "--gpu", "h100", "--json"])
+    assert full.exit_code == 0
+    assert body.strip() == full.stdout.strip()
+
+
+@pytest.mark.parametrize("argv,expect", [
+    (["splts"], "Did you mean 'splits'"),
+    (["--version"], "pdmux "),
+    (["--help"], "check-config"),
+    (["gen-config", "--gpu", "h100"], "manual_divisions"),
+])
+def test_one_command_build_leaves_the_rest_alone(argv, expect) -> None:
+    out = _startup(argv)
+    assert expect in out.stdout + out.stderr

@@ -201,6 +201,9 @@ def simulate(
     csv: Path | None = CSV_OPTION,
     plot: Path | None = SIMULATE_PLOT_OPTION,
     sglang: str = sglang_option(),
+    step_by_step: bool = typer.Option(False, "--step-by-step", help=(
+        "A check: simulate every decode step one at a time, the reference loop (by default the quiet "
+        "steps between two events are advanced at once, to the same figures).")),
 ) -> None:
     """Replay a request trace through PD multiplexing, chunked prefill, prefill-first and PD disaggregation.
 

@@ -23,7 +23,7 @@ Any object with the four methods of :class:`Throughput` works. Times are in seco
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..catalog import model as mdl
 from ..util.errors import InputError
@@ -327,6 +327,22 @@ class ChapterModel:
         memory_s = (weights + kv) * inv_bw
         compute_s = (n * self.linear_flops + attn) * inv_flops
         return max(memory_s, compute_s)
+
+    def decode_run_s(self, sms: int, n: int, sum_context: Any, sum_window: Any = 0.0, corun_sms: int = 0,
+                     cuda_graph: bool = True) -> Any:
+        """:meth:`decode_s` over a run of steps (``sum_context``, ``sum_window``: numpy arrays of the steps'
+        totals, or numbers): the same operations in the same order element by element, equal to the bit."""
+        import numpy as np
+
+        if n <= 0:
+            return 0.0 * sum_context
+        inv_bw, inv_flops = self._decode_rate(sms, corun_sms)
+        kv = self.kv_a * sum_context + self.kv_b * sum_window
+        attn = self.attn_a * sum_context + self.attn_b * sum_window
+        weights = self._weight_bytes[n] if n < len(self._weight_bytes) else self._weight_bytes_at(n)
+        memory_s = (weights + kv) * inv_bw
+        compute_s = (n * self.linear_flops + attn) * inv_flops
+        return np.maximum(memory_s, compute_s)
 
     def flops_rate(self, sms: int, corun_sms: int = 0) -> float:
         """Prefill FLOP/s on ``sms`` SMs, with the co-run factor when decode runs on ``corun_sms``."""

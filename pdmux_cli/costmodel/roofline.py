@@ -424,6 +424,34 @@ class RooflineModel:
             seconds = max(seconds, self.launch_cpu_s())
         return seconds
 
+    def decode_line(self, sms: int, n: int, corun_sms: int = 0, cuda_graph: bool = True
+                    ) -> tuple[float, float, float, float]:
+        """:meth:`decode_s` of ``n`` requests as ``(base, per cached token, per window token, floor)``: the
+        step takes ``max(base + full * sum_context + window * sum_window, floor)`` seconds, the same
+        operations in the same order (``floor`` 0.0 with a CUDA graph), for a loop that inlines it."""
+        self.decode_s(sms, n, 0, 0.0, corun_sms, cuda_graph)  # fills the caches for (sms, corun_sms, n)
+        dense, full, window = self._decode_cache[(sms, corun_sms)]
+        base = dense[n] if len(dense) > n else self._dense_s(n, sms, corun_sms)
+        return base, full, window, (0.0 if cuda_graph else self.launch_cpu_s())
+
+    def decode_run_s(self, sms: int, n: int, sum_context: Any, sum_window: Any = 0.0, corun_sms: int = 0,
+                     cuda_graph: bool = True) -> Any:
+        """:meth:`decode_s` of one batch of ``n`` requests over a run of steps: ``sum_context`` (and
+        ``sum_window``) a numpy array of the steps' totals (or a number). The same operations in the same
+        order, element by element, so each time equals :meth:`decode_s`'s to the bit (the simulator's
+        event-speed decode runs rely on it; tests check it)."""
+        if n <= 0:
+            return 0.0 * sum_context
+        self.decode_s(sms, n, 0, 0.0, corun_sms, cuda_graph)  # fills the caches for (sms, corun_sms, n)
+        dense, full, window = self._decode_cache[(sms, corun_sms)]
+        base = dense[n] if len(dense) > n else self._dense_s(n, sms, corun_sms)
+        seconds = base + full * sum_context + window * sum_window
+        if not cuda_graph:
+            import numpy as np
+
+            seconds = np.maximum(seconds, self.launch_cpu_s())
+        return seconds
+
     def verify_s(self, sms: int, n: int, tokens: int, sum_context: float, sum_window: float = 0.0,
                  corun_sms: int = 0, cuda_graph: bool = True) -> float:
         """GPU seconds of one forward over ``tokens`` new tokens for each of ``n`` requests (``n x tokens``

@@ -56,10 +56,9 @@ from ..util.errors import Finding, InputError
 __all__ = ["Estimate", "LevelRow", "MemoryCheck", "PolicyRow", "Scenario", "default_s_sat_values", "estimate",
            "pick_flops_dtype"]
 
-#: Upper bounds on scenario sizes: far beyond any deployment, low enough that a typo cannot make
-#: the estimate run for minutes (tokens; chunked steps per prompt).
-MAX_TOKENS = 10_000_000
-MAX_DECODE_BS = 1_000_000
+#: Upper bounds on scenario sizes (tokens, decode batch: in the package, see there; chunked steps per
+#: prompt here).
+from . import MAX_DECODE_BS, MAX_TOKENS  # noqa: E402  (re-exported: estimate.MAX_TOKENS is public)
 MAX_CHUNK_STEPS = 100_000
 #: Bytes per weight or KV element: 4-bit (0.5) down to 1-bit packing, up to fp64 and a margin.
 BYTES_PER_ELEMENT_RANGE = (0.0625, 16.0)

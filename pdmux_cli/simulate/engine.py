@@ -82,6 +82,9 @@ MAX_DECODE_STEPS = 6_000_000
 #: streamed run's window of step end times) in the schedulers.
 STEP_CHECK_EVERY = 4096
 
+#: :meth:`DecodeBatch.quiet_steps`'s "no event ahead" (past any step count a run can reach).
+QUIET_FOREVER = 1 << 62
+
 #: A streamed run's default budget: at least this many decode steps per simulated server...
 MIN_STEP_BUDGET = 6_000_000
 #: ... or this many per request of the trace, whichever is more (a trace of any length runs; a run that
@@ -282,6 +285,9 @@ class Setup:
     (:func:`pdmux_cli.sglang.release_defaults.release_defaults`; default 0.5.23's). ``speculation``: SGLang's
     speculative decoding (:class:`pdmux_cli.costmodel.speculative.Speculation`, ``None`` without): the
     step model's decode step is a round, and a request takes :meth:`decode_steps` rounds.
+    ``step_by_step``: how the simulator runs, not the server: every decode step one at a time, the
+    reference the event-speed runs (decode steps between two events advanced at once:
+    :func:`pdmux_cli.simulate.schedulers.baseline_rounds`) are checked against (``--step-by-step``).
     """
 
     model: Model
@@ -305,6 +311,7 @@ class Setup:
     disable_cuda_graph: bool = False
     release: ReleaseDefaults = LATEST
     speculation: Any = None
+    step_by_step: bool = False
 
     def __post_init__(self) -> None:
         check_mem_fraction(self.mem_fraction_static)
@@ -442,6 +449,7 @@ def make_setup(
     disable_cuda_graph: bool = False,
     release: ReleaseDefaults | str | None = None,
     speculation: Any = None,
+    step_by_step: bool = False,
 ) -> Setup:
     """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.catalog.hardware.Gpu`) and a model, with the cost
     model of :func:`pdmux_cli.costmodel.build_step_model` (its arguments: ``cost_model``, ``s_sat``,
@@ -454,7 +462,8 @@ def make_setup(
     ``prefill_cuda_graph``: ``None`` for the release's default (up to 0.5.8 eager; later SGLang 0.5.23's,
     :func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`), ``False`` for a server that
     prefills eagerly (an older release, ``--disable-prefill-cuda-graph``). ``speculation``: :class:`Setup`'s
-    (the step model's decode step becomes its round: :func:`pdmux_cli.costmodel.build_step_model`). Raises
+    (the step model's decode step becomes its round: :func:`pdmux_cli.costmodel.build_step_model`).
+    ``step_by_step``: :class:`Setup`'s (the reference step loop). Raises
     :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values, or a
     release pdmux has not read."""
     from ..costmodel import build_step_model
@@ -496,7 +505,7 @@ def make_setup(
         cuda_graph_max_bs=cuda_graph_max_bs, max_running_requests=max_running_requests, gpu_name=gpu.name,
         prefix_cache=prefix_cache, tp=tp, prefill_cuda_graph=prefill_cuda_graph,
         serial_frontend=serial_frontend, disable_cuda_graph=disable_cuda_graph, release=release,
-        speculation=speculation,
+        speculation=speculation, step_by_step=step_by_step,
     )
 
 
@@ -603,6 +612,27 @@ class DecodeBatch:
             done.append(rid)
             self._drop(rid, step + 1)
         return done
+
+    def quiet_steps(self, step: int) -> int:
+        """Steps from ``step`` on that :meth:`complete` would pass without an event: no member finishing or
+        crossing its window or clip boundary (the heaps' earliest entries, retracted members' stale ones
+        included: a bound, never too long); about :data:`QUIET_FOREVER` with none ahead."""
+        top = self._finish[0][0] if self._finish else QUIET_FOREVER
+        if self._cross and self._cross[0][0] < top:
+            top = self._cross[0][0]
+        if self._clip_cross and self._clip_cross[0][0] < top:
+            top = self._clip_cross[0][0]
+        return top - step if top > step else 0
+
+    def advance(self, steps: int, sum_context: float) -> None:
+        """``steps`` :meth:`complete` calls at once, none of them an event (within :meth:`quiet_steps`):
+        the totals move as they would one step at a time; ``sum_context``: the KV total after them, as
+        the scheduler computed it step by step (a float under speculative decoding, summed in order)."""
+        self.sum_context = sum_context
+        self.sum_remaining -= self.n * steps
+        self.sum_clip -= self.below_clip * steps
+        if self.window:
+            self.sum_window += self.below_window * steps
 
     def state(self, rid: int, step: int) -> tuple[int, int, int]:
         """``(context, remaining steps, output tokens generated)`` of member ``rid`` before step ``step``."""

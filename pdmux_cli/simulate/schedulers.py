@@ -305,6 +305,142 @@ def _wait_for_arrival(work: Work, t: float):
     return nxt
 
 
+#: Steps of a quiet run taken one by one (a tight loop) before the rest are computed as arrays
+#: (:func:`_decode_run`): most runs between two events are shorter, and arrays cost more than such steps.
+TIGHT_DECODE_STEPS = 24
+#: Fewest steps left worth arrays (below: the tight loop goes on).
+MIN_ARRAY_STEPS = 48
+#: Most steps one array computes (bounds its memory; a longer quiet stretch takes several).
+MAX_ARRAY_STEPS = 1 << 16
+
+
+def _own_method(step_model: Any, name: str) -> Any:
+    """``step_model``'s method ``name`` where its class defines it, else ``None``: never one a wrapper hands
+    on from the model it wraps (a speculative model's ``__getattr__`` gives the target's, whose decode step
+    is not the round's)."""
+    method = getattr(type(step_model), name, None)
+    return None if method is None else method.__get__(step_model)
+
+
+def _decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, overlap: bool, cpu: float,
+                per_request: float, cuda_graph: bool, next_t: float, horizon: float,
+                lines: dict | None = None) -> tuple[int, float]:
+    """Up to ``limit`` decode steps of the fixed batch of ``n`` requests at once, from ``t`` (s): the
+    event-speed path of :func:`baseline_rounds`. ``limit``: steps in which nothing can happen (the batch's
+    :meth:`~pdmux_cli.simulate.engine.DecodeBatch.quiet_steps`, the progress tick, the deferred rounds, the
+    KV pool for whole-token growth). The run stops before the first step after which the step loop would
+    leave its decode rounds (its end at or past ``horizon``; the scheduler seeing the next arrival
+    ``next_t``: at the step's start with the overlap scheduler, else at its end) or whose KV does not fit
+    (checked here under speculative decoding's fractional growth). The step times are the step loop's to
+    the bit: the step model's ``decode_s`` with the same totals, each over its CPU time (overlap) or plus
+    it, the end times summed in order. The first :data:`TIGHT_DECODE_STEPS` one by one; the rest, when
+    :data:`MIN_ARRAY_STEPS` or more may follow, as numpy arrays (:func:`_decode_array`). Appends the end
+    times, moves the batch's totals; returns ``(steps, end time)``. ``lines``: the step model's
+    ``decode_line`` per ``(n, cuda_graph)``, kept by the caller across runs."""
+    batch = work.batch
+    decode_s = setup.step_model.decode_s
+    total = setup.total_sms
+    sc, sw = batch.sum_context, batch.sum_window
+    growth = batch.growth
+    inc = n if growth == 1 else n * growth
+    winc = batch.below_window if batch.window else 0
+    check_memory = growth != 1  # whole tokens: `limit` holds the pool's bound already
+    capacity, extra = work.capacity, work.extra_held
+    append = work.ends.fast_append
+    nreq = n * per_request
+    done = 0
+    tight = min(limit, TIGHT_DECODE_STEPS)
+    line = _own_method(setup.step_model, "decode_line")
+    if line is not None:  # decode_s inlined: base + full x sum_context + window x sum_window, at least floor
+        key = (n, cuda_graph)
+        terms = lines.get(key) if lines is not None else None
+        if terms is None:
+            terms = line(total, n, 0, cuda_graph)
+            if lines is not None:
+                lines[key] = terms
+        base, full, wrate, floor = terms
+    while done < tight:
+        if check_memory and not capacity - sc - extra >= n:  # the step loop's test, in its order
+            break
+        if line is not None:
+            gpu = base + full * sc + wrate * sw
+            if floor > gpu:
+                gpu = floor
+            gpu += nreq
+        else:
+            gpu = decode_s(total, n, sc, sw, 0, cuda_graph) + nreq
+        if overlap:
+            end = t + (cpu if cpu > gpu else gpu)
+            if end >= horizon or t >= next_t:
+                break
+        else:
+            end = t + (gpu + cpu)
+            if end >= horizon or end >= next_t:
+                break
+        append(end)
+        t = end
+        sc += inc
+        sw += winc
+        done += 1
+    if done == tight and limit - done >= MIN_ARRAY_STEPS:
+        until = horizon if horizon < next_t else next_t
+        left = limit - done
+        if until < math.inf:  # the steps grow no shorter: at most this many start before `until`
+            left = min(left, int((until - t) / (gpu + cpu if not overlap else max(gpu, cpu))) + 2)
+        if left >= MIN_ARRAY_STEPS:
+            more, t, sc = _decode_array(work, setup, n, t, min(left, MAX_ARRAY_STEPS), overlap, cpu,
+                                        nreq, cuda_graph, next_t, horizon, sc, sw, inc, winc)
+            done += more
+    if done:
+        batch.advance(done, sc)
+    return done, t
+
+
+def _decode_array(work: Work, setup: Setup, n: int, t: float, limit: int, overlap: bool, cpu: float,
+                  nreq: float, cuda_graph: bool, next_t: float, horizon: float, sc: float, sw: float,
+                  inc: float, winc: int) -> tuple[int, float, float]:
+    """:func:`_decode_run`'s long runs as numpy arrays: up to ``limit`` steps from ``t`` with the totals
+    ``sc``, ``sw`` growing by ``inc``, ``winc`` a step. The step model's ``decode_run_s`` (``decode_s``'s
+    arithmetic over arrays, equal to the bit; ``decode_s`` step by step where it has none); whole-token
+    totals in int64 (exact), fractional ones summed in order (``numpy.add.accumulate``, sequential, as the
+    end times). Returns ``(steps, end time, KV total after them)``."""
+    import numpy as np
+
+    step_model = setup.step_model
+    total = setup.total_sms
+    offsets = np.arange(limit)
+    if isinstance(inc, int) and isinstance(sc, int):
+        contexts = sc + inc * offsets
+        sums = None
+    else:
+        sums = np.full(limit + 1, float(inc))
+        sums[0] = sc
+        sums = np.add.accumulate(sums)
+        contexts = sums[:limit]
+    windows = sw + winc * offsets if winc else sw
+    run_s = _own_method(step_model, "decode_run_s")
+    if run_s is not None:
+        gpu = run_s(total, n, contexts, windows, 0, cuda_graph)
+    else:
+        decode_s = step_model.decode_s
+        w_list = windows.tolist() if winc else [sw] * limit
+        gpu = np.array([decode_s(total, n, c, w, 0, cuda_graph) for c, w in zip(contexts.tolist(), w_list)])
+    gpu = gpu + nreq
+    ends = np.empty(limit + 1)
+    ends[0] = t
+    ends[1:] = np.maximum(gpu, cpu) if overlap else gpu + cpu
+    ends = np.add.accumulate(ends)
+    ok = ends[1:] < horizon
+    ok &= (ends[:-1] if overlap else ends[1:]) < next_t
+    if sums is not None:  # the memory check before each step, on the fractional totals
+        ok &= work.capacity - contexts - work.extra_held >= n
+    steps = limit if ok.all() else int(ok.argmin())
+    if steps < 1:
+        return 0, t, sc
+    work.ends.frombytes(ends[1:steps + 1].tobytes())
+    return steps, float(ends[steps]), (sc + inc * steps if sums is None else float(sums[steps]))
+
+
 def run_baseline(work: Work, setup: Setup, policy: Baseline,
                  progress: Progress | None = None) -> ServerOutcome:
     """Simulate SGLang's default loop for ``policy`` (module docstring) on a lone server. Returns its
@@ -337,6 +473,10 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     fast_memory = work.cache is None
     min_ratio, ratio_decay = work.ratio_floor, work.ratio_decay  # the release's (Work.decay_ratio)
     capacity = work.capacity
+    # event speed: quiet decode steps advanced at once (_decode_run); the step loop with --step-by-step,
+    # and with a prefix cache (its eviction check runs before every step)
+    runs = fast_memory and not setup.step_by_step
+    lines: dict = {}  # the step model's decode_line per (batch, CUDA graph), for _decode_run
     t = 0.0
     idle = 0.0
     defer = 0
@@ -413,6 +553,29 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
             continue
         if n:
             while True:  # decode rounds; the next one too while it would be one (the checks above, in order)
+                if runs and (defer > 1
+                             or not (work.chunked_rid >= 0 or (work.waiting and not work.batch_full))):
+                    step = ends.base + len(ends)
+                    limit = min(batch.quiet_steps(step), next_progress - step)
+                    if defer and (work.chunked_rid >= 0 or (work.waiting and not work.batch_full)):
+                        limit = min(limit, defer)  # a prefill batch may be formed once they are over
+                    if batch.growth == 1:
+                        limit = min(limit, (capacity - work.extra_held - n - batch.sum_context) // n + 1)
+                    if limit > 1:
+                        cpu = cpu_of.get(n) or cpu_of.add(n)
+                        done, t = _decode_run(work, setup, n, t, limit, overlap, cpu, per_request,
+                                              n <= graph_max, next_t, horizon, lines)
+                        if done:
+                            last_start = t
+                            defer = defer - done if defer > done else 0
+                            ratio = work.ratio
+                            if ratio > min_ratio:  # the steps' decays, one by one (as below)
+                                for _ in range(done):
+                                    ratio -= ratio_decay
+                                    if not ratio > min_ratio:
+                                        ratio = min_ratio
+                                        break
+                                work.ratio = ratio
                 if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
                     ratio = work.ratio
                     # Work.decay_ratio, inline: the hot path (max(min_ratio, r), exactly)

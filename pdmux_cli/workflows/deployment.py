@@ -10,7 +10,7 @@ same GPUs (``(X + Y) x disagg_tp / tp``; the nearest below when it does not divi
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..util.errors import Finding, InputError
@@ -175,12 +175,16 @@ def plan_deployment(setup: Any, gpu: str | None, d: DeploymentOptions, *, allow_
                    dp * setup.tp if colocated else gpus)
 
 
-def server_and_cluster(server: ServerOptions, d: DeploymentOptions, names: list[str]) -> tuple[Any, Cluster]:
+def server_and_cluster(server: ServerOptions, d: DeploymentOptions, names: list[str],
+                       step_by_step: bool = False) -> tuple[Any, Cluster]:
     """The simulated server of ``server`` (the radix cache off with ``no_prefix_cache``) and the
     :class:`Cluster` of ``d`` (``names``: the policies asked for; ``--disagg-tp`` instances built with
-    the same options). :class:`InputError` as :func:`build_setup` and :func:`plan_deployment`."""
+    the same options). ``step_by_step``: every server simulated one decode step at a time
+    (:attr:`pdmux_cli.simulate.engine.Setup.step_by_step`). :class:`InputError` as :func:`build_setup` and
+    :func:`plan_deployment`."""
     def of_tp(n: int) -> Any:
-        return build_setup(server, tp=n, prefix_cache=True)
+        setup = build_setup(server, tp=n, prefix_cache=True)
+        return replace(setup, step_by_step=True) if step_by_step else setup
 
     setup = of_tp(server.tp)
     return setup, plan_deployment(setup, server.gpu, d, setup_with_tp=of_tp,

@@ -103,12 +103,12 @@ def _sms(value: int, param: str) -> None:
 
 
 def _tokens(kind: str) -> Callable[[int, str], None]:
-    """A decode batch (``"decode_bs"``) or a token count's bounds (:mod:`pdmux_cli.planning.estimate`)."""
+    """A decode batch (``"decode_bs"``) or a token count's bounds (:mod:`pdmux_cli.planning`)."""
 
     def check(value: int, param: str) -> None:
-        from ..planning import estimate
+        from .. import planning
 
-        top = estimate.MAX_DECODE_BS if kind == "decode_bs" else estimate.MAX_TOKENS
+        top = planning.MAX_DECODE_BS if kind == "decode_bs" else planning.MAX_TOKENS
         Range(1, top).check(value, param)
 
     return check

@@ -46,6 +46,8 @@ class SimulateRequest(WorkloadOptions, ServerOptions, DeploymentOptions):
     on each request's p99). ``max_concurrency``: a closed-loop client (one server only). ``workers``,
     ``executor`` (``local`` or ``ray``), ``ray_address``: where the policies run. ``max_steps``: the decode
     step budget per server (0: none). ``csv``, ``plot``: files to write. ``sglang``: the revision followed.
+    ``step_by_step``: simulate every decode step one at a time (the reference loop; by default the quiet
+    decode steps between two events are advanced at once, to the same figures: a check, not a setting).
     """
 
     policies: str = DEFAULT_POLICIES
@@ -68,6 +70,7 @@ class SimulateRequest(WorkloadOptions, ServerOptions, DeploymentOptions):
     csv: Path | None = None
     plot: Path | None = None
     sglang: str = "0.5.23"
+    step_by_step: bool = False
 
 
 @dataclass
@@ -202,6 +205,25 @@ def _title(workload: Any, setup: Any, cluster: Cluster, runs: list[Any]) -> str:
             f"{setup.model.name} on {on_gpus(setup)}{servers}, {setup.step_model.source}")
 
 
+def speed_notes(step_by_step: bool, setup: Any, workload: Any, policies: list[Any]) -> list[Finding]:
+    """What ran step by step rather than at event speed (quiet decode steps advanced at once: SGLang's
+    default loop and the disaggregation decode instances,
+    :func:`pdmux_cli.simulate.schedulers.baseline_rounds`), said in the notes: ``--step-by-step`` (all
+    of it), pdmux's rounds (not on the fast path yet), and a prefix cache (a trace's ``hash_ids``: every
+    decode step checks its eviction)."""
+    if step_by_step:
+        return [Finding("simulate.step_by_step", param="step_by_step")]
+    notes = []
+    slow = [p.label for p in policies if getattr(p, "multiplexes", False)]
+    if slow:
+        notes.append(Finding("simulate.step_by_step_policies", {"policies": ", ".join(slow)}))
+    hashes = getattr(workload, "hash_ids", ())
+    cached = hashes.any_values() if hasattr(hashes, "any_values") else any(hashes)
+    if setup.prefix_cache and cached and any(not getattr(p, "multiplexes", False) for p in policies):
+        notes.append(Finding("simulate.step_by_step_prefix_cache"))
+    return notes
+
+
 def client_loop_of(r: Any) -> str:
     """The regime's client loop (:func:`pdmux_cli.costmodel.uncertainty.client_loop`) of a request's workload:
     a trace file's arrivals are open; synthetic arrivals at ``--qps inf`` a burst; ``--max-concurrency``
@@ -251,7 +273,7 @@ def simulate(request: SimulateRequest, progress: ProgressFactory | None = None) 
     choice = _choice(r, names)
     _check_outputs(r)
     workload = load_workload(r)
-    setup, cluster = server_and_cluster(server_options(r), r, names)
+    setup, cluster = server_and_cluster(server_options(r), r, names, step_by_step=r.step_by_step)
     workload = fit_to_model(workload, setup.model, r.qps, r.rate_scale, r.duration)
     support = model_support(setup.model.architectures, r.sglang)
     if support.state == "no":
@@ -285,6 +307,7 @@ def simulate(request: SimulateRequest, progress: ProgressFactory | None = None) 
 
         write_cdf_plot(plot, metrics, title)
     notes.extend(built.notes)
+    notes.extend(speed_notes(r.step_by_step, setup, workload, built.policies))
     if workload.failed_rows:
         notes.append(Finding("simulate.failed_rows", {"rows": workload.failed_rows}))
     notes.extend(workload.notes)

@@ -186,7 +186,7 @@ def splits(request: SplitsRequest) -> SplitsResult | AllGpusSplits:
     from ..catalog.model import load_model
 
     mdl = load_model(r.model)
-    from ..planning.estimate import MAX_DECODE_BS, MAX_TOKENS
+    from ..planning import MAX_DECODE_BS, MAX_TOKENS
 
     for name, values, top in (
         ("decode_bs", batch_sizes, MAX_DECODE_BS),
