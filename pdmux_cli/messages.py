@@ -526,12 +526,9 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
         "every decode step simulated one at a time ({flag.step_by_step}: the reference loop the event-speed "
         "runs are checked against; the same figures, slower)"
     ),
-    "simulate.step_by_step_policies": (
-        "{policies}: simulated one round at a time (pdmux's rounds are not on the event-speed path yet)"
-    ),
     "simulate.step_by_step_prefix_cache": (
-        "the prefix cache (the trace's hash_ids) keeps SGLang's default loop at one decode step at a time "
-        "(each step checks the cache's eviction; not on the event-speed path)"
+        "the prefix cache (the trace's hash_ids) keeps every schedule at one decode step (pdmux: one round) "
+        "at a time (each checks the cache's eviction; not on the event-speed path)"
     ),
     # workflows/simulate.simulate: policies refused, the model's pdmux support, each policy's own notes
     "simulate.not_simulated": "{policy} not simulated: {error}",

@@ -1,11 +1,14 @@
 """Event speed (issue 31): the decode steps between two events advanced at once
-(:func:`pdmux_cli.simulate.schedulers._decode_run`) against the step loop they replace
-(``Setup.step_by_step``, ``--step-by-step``): the same admissions, batches and step end times, to the bit,
-for every policy on the shipped fixtures and on synthetic traces that reach each part of the fast path
-(long quiet runs as arrays, speculative rounds' fractional KV growth, sliding windows, eager decode above
-the largest CUDA graph, a KV pool short enough to retract, intervals, the overlap scheduler off, a router's
-horizons, a closed-loop client, disaggregation's decode instances). Speed is measured by
-benchmarks/bench_simulate.py, never here."""
+(:func:`pdmux_cli.simulate.schedulers._decode_run` in SGLang's default loop; pdmux's rounds with
+:func:`~pdmux_cli.simulate.schedulers._pdmux_decode_run` and, with a prefill in flight,
+:func:`~pdmux_cli.simulate.schedulers._pdmux_split_run`) against the step loop they replace
+(``Setup.step_by_step``, ``--step-by-step``): the same admissions, batches, step end times and pdmux's
+group seconds, to the bit, for every policy on the shipped fixtures and on synthetic traces that reach
+each part of the fast path (long quiet runs as arrays, speculative rounds' fractional KV growth, sliding
+windows, eager decode above the largest CUDA graph, a KV pool short enough to retract, intervals, the
+overlap scheduler off, a router's horizons, a closed-loop client, disaggregation's decode instances;
+pdmux's levels, token budgets, layer caps, manual divisions, long prompts split over many rounds).
+Speed is measured by benchmarks/bench_simulate.py, never here."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import pdmux
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
 from pdmux_cli.sglang import server_defaults as sgl
+from pdmux_cli.sglang.pdmux_config import PdmuxConfig
 from pdmux_cli.sglang.speculative_args import resolve_speculation
 from pdmux_cli.simulate import schedulers
 from pdmux_cli.simulate.engine import make_setup
@@ -47,6 +51,8 @@ def _same_run(fast, ref) -> None:
     assert fast.counters == ref.counters
     assert (fast.end_s, fast.idle_s, fast.rejected, fast.unfinished) == (
         ref.end_s, ref.idle_s, ref.rejected, ref.unfinished)
+    assert (fast.groups, fast.group_time_s, fast.crashed_at_s) == (
+        ref.groups, ref.group_time_s, ref.crashed_at_s)
 
 
 def _both(trace, setup, policy, **kw):
@@ -59,7 +65,10 @@ class _Count:
 
     def __init__(self, monkeypatch) -> None:
         self.runs = self.steps = self.arrays = 0
+        self.pdmux_steps = self.split_steps = self.merges = self.pdmux_arrays = 0
         run, array = schedulers._decode_run, schedulers._decode_array
+        pdmux_run, split_run = schedulers._pdmux_decode_run, schedulers._pdmux_split_run
+        pdmux_array = schedulers._pdmux_array
 
         def counted_run(*args, **kw):
             done, t = run(*args, **kw)
@@ -71,8 +80,27 @@ class _Count:
             self.arrays += 1
             return array(*args, **kw)
 
+        def counted_pdmux_run(*args, **kw):
+            out = pdmux_run(*args, **kw)
+            self.pdmux_steps += out[0]
+            return out
+
+        def counted_split_run(*args, **kw):
+            out = split_run(*args, **kw)
+            self.split_steps += out[0]
+            layers = args[11][2]
+            self.merges += out[0] > 0 and out[4] >= layers and out[3] <= out[1]
+            return out
+
+        def counted_pdmux_array(*args, **kw):
+            self.pdmux_arrays += 1
+            return pdmux_array(*args, **kw)
+
         monkeypatch.setattr(schedulers, "_decode_run", counted_run)
         monkeypatch.setattr(schedulers, "_decode_array", counted_array)
+        monkeypatch.setattr(schedulers, "_pdmux_decode_run", counted_pdmux_run)
+        monkeypatch.setattr(schedulers, "_pdmux_split_run", counted_split_run)
+        monkeypatch.setattr(schedulers, "_pdmux_array", counted_pdmux_array)
 
 
 @pytest.mark.parametrize("fixture", ["azure_conv_50.csv", "burstgpt_small.csv", "mooncake_small.jsonl"])
@@ -107,6 +135,50 @@ def test_long_runs_use_arrays(monkeypatch) -> None:
     assert len(ticks[False]) >= 3 and ticks[True] == ticks[False]
 
 
+PROMPTS = synthetic_trace(2.0, "lognormal:6000:0.8", "lognormal:400:1", 300, seed=7)  # long split prefills
+PDMUX = [
+    PdmuxPolicy(),
+    PdmuxPolicy(PdmuxConfig(split_forward_token_budget=4096, decode_bs_divisor=12), name="budget 4096"),
+    PdmuxPolicy(PdmuxConfig(sm_group_num=4, split_forward_token_budget=16384), name="capped",
+                max_split_forward_layers=2),
+    PdmuxPolicy(PdmuxConfig(sm_group_num=4, manual_divisions=((112, 20, 1), (96, 36, 16))), name="manual"),
+    PdmuxPolicy(PdmuxConfig(sm_group_num=3, manual_divisions=((96, 36, 4),)), name="crashes"),  # 0.5.23 dies
+    PdmuxPolicy(PdmuxConfig(sm_group_num=3, manual_divisions=((96, 36, 4),)), name="fallback",
+                unreleased_fallback=True),
+]
+
+
+@pytest.mark.parametrize("trace", [LONG, BUSY, PROMPTS], ids=["long", "busy", "prompts"])
+@pytest.mark.parametrize("policy", PDMUX, ids=lambda p: p.label)
+def test_pdmux_as_the_round_loop(trace, policy, monkeypatch) -> None:
+    """pdmux's rounds at event speed: with and without a prefill in flight, every level rule, budget,
+    cap and a 0.5.23 crash, the same rounds, first tokens and group seconds as round by round."""
+    count = _Count(monkeypatch)
+    fast, ref = _both(trace, SETUP, policy)
+    _same_run(fast, ref)
+    assert count.pdmux_steps > 0
+    if policy.label != "crashes":
+        assert count.split_steps > 0
+
+
+def test_pdmux_runs_arrays_splits_and_ticks(monkeypatch) -> None:
+    """Long quiet stretches go as arrays; split prefills are merged at the end of a run's last round; most
+    rounds are advanced at once; the progress ticks come at the same rounds with the same counts."""
+    count = _Count(monkeypatch)
+    ticks: dict[bool, list[int]] = {True: [], False: []}
+    fast = simulate(LONG, SETUP, PdmuxPolicy(), progress=ticks[True].append)
+    ref = simulate(LONG, replace(SETUP, step_by_step=True), PdmuxPolicy(), progress=ticks[False].append)
+    _same_run(fast, ref)
+    assert count.pdmux_arrays > 0
+    assert count.pdmux_steps + count.split_steps > 0.8 * len(ref.step_end_s)
+    assert len(ticks[False]) >= 3 and ticks[True] == ticks[False]
+    count = _Count(monkeypatch)
+    policy = PDMUX[1]
+    fast, ref = _both(PROMPTS, SETUP, policy)
+    _same_run(fast, ref)
+    assert count.merges > 0 and count.split_steps > 0.3 * len(ref.step_end_s)
+
+
 def _speculative_setup():
     spec, _ = resolve_speculation(QWEN, "EAGLE", 3, 1, 4, 2.5)
     return make_setup(H100, QWEN, speculation=spec)
@@ -128,9 +200,9 @@ def _speculative_setup():
 def test_setups_as_the_step_loop(setup_of, trace, monkeypatch) -> None:
     count = _Count(monkeypatch)
     setup = setup_of()
-    for policy in (ChunkedPolicy(8192), MixedChunkPolicy(512)):
+    for policy in (ChunkedPolicy(8192), MixedChunkPolicy(512), PdmuxPolicy(), PDMUX[1]):
         _same_run(*_both(trace, setup, policy))
-    assert count.steps > 0
+    assert count.steps > 0 and count.pdmux_steps > 0
 
 
 def _small_pool(tokens: int):
@@ -152,13 +224,19 @@ def test_retraction_as_the_step_loop(monkeypatch) -> None:
     fast, ref = _both(trace, spec, ChunkedPolicy(8192))
     _same_run(fast, ref)
     assert ref.counters["retracted_requests"] > 0
+    for on in (setup, spec):
+        fast, ref = _both(trace, on, PdmuxPolicy())
+        _same_run(fast, ref)
+        assert ref.counters["retracted_requests"] > 0
 
 
 def test_router_closed_loop_and_disaggregation_as_the_step_loop(monkeypatch) -> None:
     count = _Count(monkeypatch)
     for method in ("round_robin", "total_requests"):  # a router's horizons pause the replicas
         _same_run(*_both(BUSY, SETUP, ChunkedPolicy(8192), dp=3, load_balance_method=method))
+        _same_run(*_both(BUSY, SETUP, PdmuxPolicy(), dp=3, load_balance_method=method))
     _same_run(*_both(LONG, SETUP, MixedChunkPolicy(512), max_concurrency=8))
+    _same_run(*_both(LONG, SETUP, PdmuxPolicy(), max_concurrency=8))
     from pdmux_cli.workflows.deployment import DeploymentOptions, plan_deployment
 
     cluster = plan_deployment(SETUP, "h100", DeploymentOptions(disagg="1P2D"), colocated=False)
@@ -186,10 +264,13 @@ def test_api_figures_as_the_step_loop(kwargs) -> None:
 
 def test_notes_name_what_is_not_on_the_fast_path() -> None:
     out = pdmux.simulate(str(FIX / "mooncake_small.jsonl"), workers=1).to_dict()
-    assert any("pdmux's rounds are not on the event-speed path" in n for n in out["notes"])
+    assert not any("rounds are not on" in n for n in out["notes"])  # pdmux's rounds are on it now
     assert any("prefix cache" in n and "not on the event-speed path" in n for n in out["notes"])
-    plain = pdmux.simulate(str(FIX / "azure_conv_50.csv"), policies="chunked", workers=1).to_dict()
-    assert not any("event-speed" in n or "step by step" in n for n in plain["notes"])
+    cached = pdmux.simulate(str(FIX / "mooncake_small.jsonl"), policies="pdmux", workers=1).to_dict()
+    assert any("prefix cache" in n and "pdmux: one round" in n for n in cached["notes"])
+    for policies in ("chunked", "pdmux"):
+        plain = pdmux.simulate(str(FIX / "azure_conv_50.csv"), policies=policies, workers=1).to_dict()
+        assert not any("event-speed" in n or "step by step" in n for n in plain["notes"])
 
 
 def _totals(rng, n, size, fractional):

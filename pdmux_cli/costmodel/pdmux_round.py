@@ -29,7 +29,10 @@ def pdmux_round_s(step_model: StepModel, decode_sms: int, n: int, sum_context: f
     per request beyond the kernels (``StepModel.request_s``). The simulator
     (:func:`pdmux_cli.simulate.schedulers.pdmux_rounds`) and ``pdmux gen-config --slo-itl``
     (:mod:`pdmux_cli.planning.slo_levels`) both time rounds with this function, so the ITL a YAML is sized
-    for is the one the simulator gives.
+    for is the one the simulator gives. The simulator's event-speed runs of quiet rounds
+    (:func:`pdmux_cli.simulate.schedulers._pdmux_decode_run`, ``_pdmux_split_run``) compute the same sum in
+    the same order (``decode_s`` from the step model's ``decode_line``, then the CPU's, then the per-request
+    seconds), equal to the bit.
     """
     return (step_model.decode_s(decode_sms, n, sum_context, sum_window, corun_sms, cuda_graph)
             + step_model.decode_cpu_s(n) + step_model.request_s(n))

@@ -441,6 +441,185 @@ def _decode_array(work: Work, setup: Setup, n: int, t: float, limit: int, overla
     return steps, float(ends[steps]), (sc + inc * steps if sums is None else float(sums[steps]))
 
 
+def _line_terms(step_model: Any, lines: dict, sms: int, n: int, corun: int, cuda_graph: bool) -> tuple | None:
+    """The step model's ``decode_line`` of ``n`` requests on ``sms`` SMs beside a prefill on ``corun``
+    (``None`` where its class defines none: a speculative round, timed by ``decode_s`` itself), kept in
+    ``lines`` per ``(sms, n, corun, cuda_graph)``."""
+    key = (sms, n, corun, cuda_graph)
+    terms = lines.get(key)
+    if terms is None and key not in lines:
+        line = _own_method(step_model, "decode_line")
+        terms = lines[key] = None if line is None else line(sms, n, corun, cuda_graph)
+    return terms
+
+
+def _pdmux_decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, cpu: float, req: float,
+                      cuda_graph: bool, until: float, gtime: float, lines: dict) -> tuple[int, float, float]:
+    """Up to ``limit`` pdmux rounds with no prefill in flight at once, from ``t`` (s): the decode step of
+    the fixed batch of ``n`` requests on the whole GPU, each round lasting :func:`pdmux_round_s`'s
+    ``(decode_s + CPU) + per request`` (``cpu``, ``req``: the step model's ``decode_cpu_s(n)`` and
+    ``request_s(n)``), as :func:`pdmux_rounds` times them one by one, to the bit. ``limit``: rounds in
+    which nothing can happen (the batch's quiet steps, the progress tick, the KV pool for whole-token
+    growth); the run stops before a round starting at or past ``until`` (a horizon, or the next arrival
+    the scheduler sees: the checks at a round's top) or whose KV does not fit (fractional growth,
+    speculative rounds). ``gtime``: the whole-GPU group's seconds so far, the rounds' times added in order.
+    The first :data:`TIGHT_DECODE_STEPS` one by one, the rest as numpy arrays (:func:`_pdmux_array`)
+    when :data:`MIN_ARRAY_STEPS` or more may follow. Appends the end times, moves the batch's totals;
+    returns ``(rounds, end time, group seconds)``."""
+    batch = work.batch
+    step_model = setup.step_model
+    total = setup.total_sms
+    sc, sw = batch.sum_context, batch.sum_window
+    growth = batch.growth
+    inc = n if growth == 1 else n * growth
+    winc = batch.below_window if batch.window else 0
+    check_memory = growth != 1
+    capacity, extra = work.capacity, work.extra_held
+    append = work.ends.fast_append
+    terms = _line_terms(step_model, lines, total, n, 0, cuda_graph)
+    decode_s = step_model.decode_s
+    if terms is not None:
+        base, full, wrate, floor = terms
+    done = 0
+    tight = min(limit, TIGHT_DECODE_STEPS)
+    tau = 0.0
+    while done < tight:
+        if t >= until or (check_memory and not capacity - sc - extra >= n):  # the round-top checks
+            break
+        if terms is not None:
+            gpu = base + full * sc + wrate * sw
+            if floor > gpu:
+                gpu = floor
+        else:
+            gpu = decode_s(total, n, sc, sw, 0, cuda_graph)
+        tau = gpu + cpu + req
+        gtime += tau
+        t += tau
+        append(t)
+        sc += inc
+        sw += winc
+        done += 1
+    if done == tight and limit - done >= MIN_ARRAY_STEPS:
+        left = limit - done
+        if until < math.inf:  # rounds grow no shorter: at most this many start before `until`
+            left = min(left, int((until - t) / tau) + 2)
+        if left >= MIN_ARRAY_STEPS:
+            more, t, sc, gtime = _pdmux_array(work, setup, n, t, min(left, MAX_ARRAY_STEPS), cpu, req,
+                                              cuda_graph, until, sc, sw, inc, winc, gtime)
+            done += more
+    if done:
+        batch.advance(done, sc)
+    return done, t, gtime
+
+
+def _pdmux_array(work: Work, setup: Setup, n: int, t: float, limit: int, cpu: float, req: float,
+                 cuda_graph: bool, until: float, sc: float, sw: float, inc: float, winc: int,
+                 gtime: float) -> tuple[int, float, float, float]:
+    """:func:`_pdmux_decode_run`'s long runs as numpy arrays (as :func:`_decode_array` for the default
+    loop): the step model's ``decode_run_s`` (or ``decode_s`` round by round where its class has none),
+    each round ``(gpu + cpu) + req``, end times and group seconds summed in order
+    (``numpy.add.accumulate``, sequential). Returns ``(rounds, end time, KV total, group seconds)``."""
+    import numpy as np
+
+    step_model = setup.step_model
+    total = setup.total_sms
+    offsets = np.arange(limit)
+    if isinstance(inc, int) and isinstance(sc, int):
+        contexts = sc + inc * offsets
+        sums = None
+    else:
+        sums = np.full(limit + 1, float(inc))
+        sums[0] = sc
+        sums = np.add.accumulate(sums)
+        contexts = sums[:limit]
+    windows = sw + winc * offsets if winc else sw
+    run_s = _own_method(step_model, "decode_run_s")
+    if run_s is not None:
+        gpu = run_s(total, n, contexts, windows, 0, cuda_graph)
+    else:
+        decode_s = step_model.decode_s
+        w_list = windows.tolist() if winc else [sw] * limit
+        gpu = np.array([decode_s(total, n, c, w, 0, cuda_graph) for c, w in zip(contexts.tolist(), w_list)])
+    taus = np.empty(limit + 1)
+    taus[1:] = gpu + cpu
+    taus[1:] += req
+    taus[0] = t
+    ends = np.add.accumulate(taus)
+    ok = ends[:-1] < until  # each round starts before a horizon or the next arrival
+    if sums is not None:  # the memory check before each round, on the fractional totals
+        ok &= work.capacity - contexts - work.extra_held >= n
+    steps = limit if ok.all() else int(ok.argmin())
+    if steps < 1:
+        return 0, t, sc, gtime
+    work.ends.frombytes(ends[1:steps + 1].tobytes())
+    taus[0] = gtime
+    gtime = float(np.add.accumulate(taus[:steps + 1])[steps])
+    return steps, float(ends[steps]), (sc + inc * steps if sums is None else float(sums[steps])), gtime
+
+
+def _pdmux_split_run(work: Work, setup: Setup, n: int, t: float, limit: int, cpu: float, req: float,
+                     cuda_graph: bool, until: float, gtime: float, lines: dict, split: tuple,
+                     stream_free: float, submitted: int) -> tuple[int, float, float, float, int]:
+    """Up to ``limit`` pdmux rounds with a prefill in flight at once, from ``t`` (s): as
+    :func:`_pdmux_decode_run`, the decode step on the group's decode SMs, with co-run interference while
+    the prefill stream is busy, and each round submitting the next slice of layers while some are left, as
+    :func:`pdmux_rounds` does one by one, to the bit. ``split``: ``(decode SMs, prefill SMs, layers,
+    layers a round, seconds a layer on the stream, host seconds a layer's launches, the decode step's
+    launches ahead of them)``; ``stream_free``, ``submitted``: the prefill stream's state. The run stops
+    as :func:`_pdmux_decode_run` does, and after the round at whose end the last slice is done (the
+    caller merges the prefill). Returns ``(rounds, end time, group seconds, stream_free, submitted)``."""
+    batch = work.batch
+    step_model = setup.step_model
+    decode_sms, prefill_sms, layers, per_round, layer_s, launch_layer_s, ahead = split
+    sc, sw = batch.sum_context, batch.sum_window
+    growth = batch.growth
+    inc = n if growth == 1 else n * growth
+    winc = batch.below_window if batch.window else 0
+    check_memory = growth != 1
+    capacity, extra = work.capacity, work.extra_held
+    append = work.ends.fast_append
+    busy = _line_terms(step_model, lines, decode_sms, n, prefill_sms, cuda_graph)
+    alone = _line_terms(step_model, lines, decode_sms, n, 0, cuda_graph)
+    decode_s = step_model.decode_s
+    done = 0
+    while done < limit:
+        if t >= until or (check_memory and not capacity - sc - extra >= n):  # the round-top checks
+            break
+        launch = 0.0
+        if submitted < layers:
+            k = per_round if submitted + per_round <= layers else layers - submitted
+            start = t + ahead
+            free = (stream_free if stream_free > start else start) + k * layer_s  # max(start, stream_free)
+            stream_free = start + k * launch_layer_s
+            if free > stream_free:
+                stream_free = free
+            launch = ahead + k * launch_layer_s
+            submitted += k
+        terms = busy if stream_free > t else alone
+        if terms is not None:
+            gpu = terms[0] + terms[1] * sc + terms[2] * sw
+            if terms[3] > gpu:
+                gpu = terms[3]
+        else:
+            gpu = decode_s(decode_sms, n, sc, sw, prefill_sms if stream_free > t else 0, cuda_graph)
+        tau = gpu + cpu + req
+        if launch:  # the round's CPU launches the prefill layers too (max(tau, ...), exactly)
+            floor = launch + cpu + req
+            if floor > tau:
+                tau = floor
+        gtime += tau
+        t += tau
+        append(t)
+        sc += inc
+        sw += winc
+        done += 1
+        if submitted >= layers and stream_free <= t:
+            break  # the prefill's last slice is done: merged at this round's end
+    if done:
+        batch.advance(done, sc)
+    return done, t, gtime, stream_free, submitted
+
+
 def run_baseline(work: Work, setup: Setup, policy: Baseline,
                  progress: Progress | None = None) -> ServerOutcome:
     """Simulate SGLang's default loop for ``policy`` (module docstring) on a lone server. Returns its
@@ -640,7 +819,11 @@ def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy,
 
 
 def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None) -> Rounds:
-    """:func:`run_pdmux` as a generator, pausing as :func:`baseline_rounds` does. Raises
+    """:func:`run_pdmux` as a generator, pausing as :func:`baseline_rounds` does. The quiet rounds between
+    two events (a finish or window/clip crossing, an arrival the scheduler sees, a horizon, a prefill batch
+    that can be formed, the KV pool, the progress tick, a prefill's merge) are advanced at once
+    (:func:`_pdmux_decode_run`, :func:`_pdmux_split_run`), equal to the round loop to the bit; round by
+    round with ``setup.step_by_step`` (the reference) and with a prefix cache. Raises
     :class:`InputError` where the policy's revision cannot run pdmux beside ``setup.speculation``."""
     if setup.speculation is not None and policy.sglang is not None:
         from ..sglang.speculative_args import check_pdmux_speculation
@@ -671,6 +854,14 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     fast_memory = work.cache is None
     min_ratio, ratio_decay = work.ratio_floor, work.ratio_decay  # the release's (Work.decay_ratio)
     capacity = work.capacity
+    # event speed: the quiet rounds between two events advanced at once (_pdmux_decode_run without a
+    # prefill in flight, _pdmux_split_run with one); round by round with --step-by-step and with a prefix
+    # cache (its eviction check runs before every round)
+    runs = fast_memory and not setup.step_by_step
+    lines: dict = {}  # the step model's decode_line per (SMs, batch, co-run SMs, CUDA graph)
+    cpu_of = _CpuCache(cpu_s)
+    request_s = step_model.request_s
+    ahead = decode_launch_s if eager_decode else 0.0
     group_time = [0.0] * n_groups
     counters = {"prefill_batches": 0, "rounds": 0, "older_sglang_crash_rounds": 0,
                 "decode_emptied_during_prefill": 0}
@@ -805,7 +996,45 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
             work.tick()
             if progress is not None:
                 progress(work.finished)
-        while pf is None and not finished:  # the next rounds too while each is a decode step on the whole GPU
+        while runs and not finished:  # the next rounds at once while the round-top checks say nothing happens
+            if t >= horizon or t >= next_t or (pf is None and work.waiting and not work.batch_full):
+                break  # (a pause, arrivals, a prefill batch: the top of the next round)
+            n = batch.n
+            if not n or not capacity - batch.sum_context - work.extra_held >= n:
+                break  # an idle server, or a memory check that may retract
+            step = ends.base + len(ends)
+            limit = min(batch.quiet_steps(step), next_progress - step)  # the event round goes one by one
+            if batch.growth == 1:
+                limit = min(limit, (capacity - work.extra_held - n - batch.sum_context) // n + 1)
+            if limit < 1:
+                break
+            work.finished_mark = work.finished
+            until = horizon if horizon < next_t else next_t
+            cpu = cpu_of.get(n) or cpu_of.add(n)
+            if pf is None:
+                done, t, group_time[last] = _pdmux_decode_run(work, setup, n, t, limit, cpu, request_s(n),
+                                                              n <= graph_max, until, group_time[last], lines)
+            else:
+                done, t, group_time[group], stream_free, submitted = _pdmux_split_run(
+                    work, setup, n, t, limit, cpu, request_s(n), n <= graph_max, until, group_time[group],
+                    lines, (pf_d, pf_p, layers, per_round, layer_s, launch_layer_s, ahead), stream_free,
+                    submitted)
+            if not done:
+                break
+            ratio = work.ratio
+            if ratio > min_ratio:  # the rounds' decays, one by one (as the round loop)
+                for _ in range(done):
+                    ratio -= ratio_decay
+                    if not ratio > min_ratio:
+                        ratio = min_ratio
+                        break
+                work.ratio = ratio
+            if pf is not None and submitted >= layers and stream_free <= t:
+                work.first_tokens(pf, t)  # merged at the end of the run's last round
+                next_t = work.next_arrival_time()
+                pf = None
+                group = last if batch.n else 0
+        while not runs and pf is None and not finished:  # the step loop: each next round on the whole GPU
             if t >= horizon or t >= next_t or (work.waiting and not work.batch_full):
                 break  # (the checks at the top of a round, in order: a pause, arrivals, a prefill batch)
             n = batch.n  # (a prefill merged at the end of the round changes it)

@@ -206,22 +206,17 @@ def _title(workload: Any, setup: Any, cluster: Cluster, runs: list[Any]) -> str:
 
 
 def speed_notes(step_by_step: bool, setup: Any, workload: Any, policies: list[Any]) -> list[Finding]:
-    """What ran step by step rather than at event speed (quiet decode steps advanced at once: SGLang's
-    default loop and the disaggregation decode instances,
-    :func:`pdmux_cli.simulate.schedulers.baseline_rounds`), said in the notes: ``--step-by-step`` (all
-    of it), pdmux's rounds (not on the fast path yet), and a prefix cache (a trace's ``hash_ids``: every
-    decode step checks its eviction)."""
+    """What ran step by step rather than at event speed (the quiet rounds between two events advanced at
+    once: SGLang's default loop, pdmux's rounds and the disaggregation decode instances,
+    :mod:`pdmux_cli.simulate.schedulers`), said in the notes: ``--step-by-step`` (all of it), and a prefix
+    cache (a trace's ``hash_ids``: every round checks its eviction)."""
     if step_by_step:
         return [Finding("simulate.step_by_step", param="step_by_step")]
-    notes = []
-    slow = [p.label for p in policies if getattr(p, "multiplexes", False)]
-    if slow:
-        notes.append(Finding("simulate.step_by_step_policies", {"policies": ", ".join(slow)}))
     hashes = getattr(workload, "hash_ids", ())
     cached = hashes.any_values() if hasattr(hashes, "any_values") else any(hashes)
-    if setup.prefix_cache and cached and any(not getattr(p, "multiplexes", False) for p in policies):
-        notes.append(Finding("simulate.step_by_step_prefix_cache"))
-    return notes
+    if setup.prefix_cache and cached and policies:
+        return [Finding("simulate.step_by_step_prefix_cache")]
+    return []
 
 
 def client_loop_of(r: Any) -> str:
