@@ -302,3 +302,29 @@ def test_ctrl_c_leaves_no_half_written_csv(tmp_path) -> None:
     assert proc.returncode == 130, err
     assert b"Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from([0.001, 0.002, 0.0025, 0.04]) | st.floats(1e-4, 0.1), min_size=1,
+                max_size=700),
+       st.integers(0, 50))
+def test_a_requests_p99_and_max_itl_are_the_nearest_rank_of_its_gaps(gaps, offset) -> None:
+    """Fold.request's p99 ITL (a sort under 100 ITLs, numpy's partition of the largest above) and maximum
+    are the nearest rank and the largest of the request's own gaps, ties included, to the float."""
+    ft = 3.0
+    ends = engine.StepEnds(0)
+    t = ft - 1.0
+    for _ in range(offset):  # steps of other requests before its first
+        t += 0.5
+        ends.append(t)
+    t = ft
+    for gap in gaps:
+        t += gap
+        ends.append(t)
+    r = len(gaps)
+    f = fold.Fold(1, 1000.0, 50.0)
+    f.attach([0.0], 0.0)
+    f.request(0, ft, offset, r, ends)
+    own = sorted([ends[offset] - ft] + [ends[offset + j] - ends[offset + j - 1] for j in range(1, r)])
+    assert f.columns.itl_p99_ms[0] == nearest_rank(own, 99) * 1e3
+    assert f.columns.itl_max_ms[0] == own[-1] * 1e3

@@ -25,7 +25,7 @@ float:
 - ``--csv`` rows are written as their requests finish (:class:`CsvRows`, in request order: a row waits
   only for the requests before it).
 
-Pure Python, no I/O but the CSV writer handed in.
+Pure Python (numpy's partition for a request's p99 ITL), no I/O but the CSV writer handed in.
 """
 
 from __future__ import annotations
@@ -61,6 +61,16 @@ PERCENTILES = (50, 90, 99)
 PENDING, DONE, REJECTED, UNFINISHED = 0, 1, 2, 3
 
 _SIGN = 0x7FFF_FFFF_FFFF_FFFF
+
+
+def _largest(values: array, count: int) -> list[float]:
+    """The ``count`` (1 to ``len(values)``) largest of ``values`` (an ``array('d')`` of its own, no NaN),
+    in no set order: numpy's partition, the same floats a sort would give, without sorting them all (a
+    request's p99 ITL among hundreds of gaps)."""
+    import numpy as np
+
+    cut = len(values) - count
+    return np.partition(np.frombuffer(values), cut)[cut:].tolist()
 _NAN = array("d", [math.nan])
 
 
@@ -565,21 +575,19 @@ class Fold:
                     cont.frombytes(bytes(8 * need))
                 cont[s + 1] += 1
                 cont[s + r] -= 1
-                seg = ends.gaps_upto(s + r)[s + 1:s + r]
-                mx = max(seg)
+                seg = ends.gaps_upto(s + r)[s + 1:s + r]  # a copy: the r - 1 gaps after the first
+            rank = math.ceil(0.99 * r - 1e-9)  # nearest rank of the p99 among r ITLs
+            if rank >= r:  # under 100 ITLs: the p99 is the largest
+                mx = max(seg) if r > 1 else g0
                 if g0 > mx:  # noqa: PLR1730 - max(mx, g0) exactly, no call
                     mx = g0
-            else:
-                seg = None
-                mx = g0
-            rank = math.ceil(0.99 * r - 1e-9)  # nearest rank of the p99 among r ITLs
-            if rank >= r:
                 p99 = mx
-            else:
-                values = seg.tolist()
+            else:  # the p99 is the top-th largest: among seg's `top` largest (numpy's partition) and g0
+                top = r - rank + 1
+                values = _largest(seg, top)
                 values.append(g0)
                 values.sort()
-                p99 = values[rank - 1]
+                p99, mx = values[-top], values[-1]
             c.itl_p99_ms[rid] = p99 * 1e3
             c.itl_max_ms[rid] = mx * 1e3
             c.tpot_ms[rid] = (finish - ft) / (tokens or r) * 1e3
