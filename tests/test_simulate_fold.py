@@ -239,6 +239,28 @@ def test_weighted_sample_is_exact_below_its_limit(pairs) -> None:
 
 
 @settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 1e-300, 0.002, 0.0025, 3.0]) | st.floats(1e-6, 10.0),
+                          st.integers(1, 50)), min_size=1, max_size=300))
+def test_weighted_sample_of_many_entries_counts_buckets_with_numpy_exactly(pairs) -> None:
+    """Past SORT_BELOW entries the buckets are counted with numpy's bincount (a narrow span of keys) or a
+    dict (a wide one): the same percentiles as a sort, the same CDF either way."""
+    sample = WeightedSample()
+    for value, weight in pairs:
+        sample.add(value, weight)
+    exact = _weighted([v for v, _ in pairs], [w for _, w in pairs])
+    old = fold.SORT_BELOW, fold.BINCOUNT_SPAN
+    try:
+        fold.SORT_BELOW = 1
+        got, cdf = sample.summary(), sample.cdf(points=50)
+        fold.BINCOUNT_SPAN = -1  # every span too wide: the dict
+        sample._cached = None
+        assert (sample.summary(), sample.cdf(points=50)) == (got, cdf)
+    finally:
+        fold.SORT_BELOW, fold.BINCOUNT_SPAN = old
+    assert got == exact
+
+
+@settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.floats(1e-6, 10.0), st.integers(1, 50)), min_size=1, max_size=200))
 def test_weighted_sample_past_its_limit_is_within_the_stated_error(pairs) -> None:
     """A histogram (limit 0: from the first entry): every percentile within RELATIVE_ERROR (2^-14) of the

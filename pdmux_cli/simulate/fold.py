@@ -83,6 +83,33 @@ def _keys(values: array) -> Iterator[int]:
     return ((b if b >= 0 else -(b & _SIGN)) >> SHIFT for b in bits)
 
 
+#: Widest range of bucket keys counted with numpy's ``bincount`` (one slot a key in the range: 64 MiB of
+#: float64); wider ones (gaps spanning many binades) are counted in a dict.
+BINCOUNT_SPAN = 1 << 23
+
+
+def _key_array(values: array) -> Any:
+    """:func:`_keys` of ``values`` (not empty) as a numpy int64 array: the same keys."""
+    import numpy as np
+
+    bits = np.frombuffer(values, dtype=np.int64)
+    if np.frombuffer(values).min() < 0:  # negatives mirrored, as _keys does
+        bits = np.where(bits >= 0, bits, -(bits & _SIGN))
+    return bits >> SHIFT
+
+
+def _entries_in(values: array, weights: array, wanted: set[int]) -> Iterator[tuple[float, int, int]]:
+    """``(value, key, weight)`` of the entries whose bucket key is in ``wanted``, in entry order."""
+    if len(values) < SORT_BELOW:
+        return ((v, k, w) for v, k, w in zip(values, _keys(values), weights) if k in wanted)
+    import numpy as np
+
+    keys_of = _key_array(values)
+    chosen = np.flatnonzero(np.isin(keys_of, np.array(sorted(wanted), dtype=np.int64)))
+    return zip(np.frombuffer(values)[chosen].tolist(), keys_of[chosen].tolist(),
+               np.frombuffer(weights, dtype=np.int64)[chosen].tolist())
+
+
 def _key(value: float) -> int:
     return next(_keys(array("d", [value])))
 
@@ -241,6 +268,16 @@ class WeightedSample:
         if self.hist is not None:
             keys = sorted(self.hist)
             return keys, list(itertools.accumulate(self.hist[k] for k in keys))
+        if len(self.values) >= SORT_BELOW and self.total < 1 << 53:
+            import numpy as np
+
+            keys_of = _key_array(self.values)
+            low = int(keys_of.min())
+            if int(keys_of.max()) - low <= BINCOUNT_SPAN:
+                # each bucket's weights summed as float64: whole numbers below 2**53, so exact
+                sums = np.bincount(keys_of - low, weights=np.frombuffer(self.weights, dtype=np.int64))
+                present = np.flatnonzero(sums)  # every weight is > 0: a bucket with entries sums above 0
+                return (present + low).tolist(), np.cumsum(sums[present].astype(np.int64)).tolist()
         weight: dict[int, int] = {}
         get = weight.get
         for key, w in zip(_keys(self.values), self.weights):
@@ -271,9 +308,8 @@ class WeightedSample:
             else:
                 wanted = {keys[i] for i in where.values()}
                 inside: dict[int, list[tuple[float, int]]] = {k: [] for k in wanted}
-                for value, key, w in zip(self.values, _keys(self.values), self.weights):
-                    if key in inside:
-                        inside[key].append((value, w))
+                for value, key, w in _entries_in(self.values, self.weights, wanted):
+                    inside[key].append((value, w))
                 for q, i in where.items():
                     running = cum[i - 1] if i else 0
                     pairs = sorted(inside[keys[i]], key=operator.itemgetter(0))
