@@ -214,13 +214,16 @@ class WeightedSample:
             key = _key(value)
             self.hist[key] = self.hist.get(key, 0) + weight
 
-    def extend(self, values: array, weights: array) -> None:
-        """Values (an ``array('d')``) with their weights (``array('q')``, each > 0)."""
+    def extend(self, values: array, weights: array, total: int | None = None,
+               top: float | None = None) -> None:
+        """Values (an ``array('d')``) with their weights (``array('q')``, each > 0); ``total``, ``top``: their
+        weights' sum and their largest value where the caller has them."""
         if not len(values):
             return
         self.count += len(values)
-        self.total += sum(weights)
-        top = max(values)
+        self.total += sum(weights) if total is None else total
+        if top is None:
+            top = max(values)
         self.max = max(self.max, top)
         if self.hist is None:
             self.values.extend(values)
@@ -648,15 +651,24 @@ class Fold:
         k = upto - ends.base
         if k <= 0:
             return
+        import numpy as np
+
         cont = ends.cont
         if len(cont) < k:
             cont.frombytes(bytes(8 * (k - len(cont))))
-        weights = array("q", itertools.accumulate(cont[:k], initial=ends.weight))
-        ends.weight = weights[-1]
-        del weights[0]
-        gaps = ends.gaps_upto(k)[:k]
-        self.itl.extend(array("d", itertools.compress(gaps, weights)),
-                        array("q", itertools.compress(weights, weights)))
+        # per step, the requests taking part in it and the step before: the running sum of the difference
+        # array (int64, exact); steps with none leave nothing (numpy on copies of the window's slices, which
+        # stay resizable)
+        weights = np.cumsum(np.frombuffer(cont[:k], dtype=np.int64)) + ends.weight
+        ends.weight = int(weights[-1])
+        taken = weights != 0
+        gaps = np.frombuffer(ends.gaps_upto(k)[:k])[taken]
+        weights = weights[taken]
+        if len(gaps):
+            values, counts = array("d"), array("q")
+            values.frombytes(gaps.tobytes())
+            counts.frombytes(weights.tobytes())
+            self.itl.extend(values, counts, int(weights.sum()), float(gaps.max()))
         ends.prev = ends[k - 1]
         del ends[:k]
         del cont[:k]
