@@ -656,6 +656,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     # and with a prefix cache (its eviction check runs before every step)
     runs = fast_memory and not setup.step_by_step
     lines: dict = {}  # the step model's decode_line per (batch, CUDA graph), for _decode_run
+    closed = work.sent >= 0  # a closed-loop client: a finish may send the next request
     t = 0.0
     idle = 0.0
     defer = 0
@@ -698,7 +699,8 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                 launch = setup.prefill_launch_s(sum(new for new, _ in again), policy.chunk_tokens)
                 t += max(gpu, cpu + launch) if overlap else max(gpu, launch) + cpu
             work.first_tokens(completing, t)
-            next_t = work.next_arrival_time()
+            if closed:
+                next_t = work.next_arrival_time()
             n = batch.n
             if not n and work.waiting:
                 continue  # admitted requests that finished at once (one output token): admit more next round
@@ -724,10 +726,12 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                 finished = batch.complete(step)
                 if finished:
                     work.release(finished, t)
-                    next_t = work.next_arrival_time()  # a closed-loop client sends on a finish
+                    if closed:  # a closed-loop client sends on a finish (else the next arrival stays)
+                        next_t = work.next_arrival_time()
                     work.batch_full = False
             work.first_tokens(completing, t)
-            next_t = work.next_arrival_time()
+            if closed:
+                next_t = work.next_arrival_time()
             defer = interval
             continue
         if n:
@@ -777,7 +781,8 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                 finished = batch.complete(step)
                 if finished:
                     work.release(finished, t)
-                    next_t = work.next_arrival_time()  # a closed-loop client sends on a finish
+                    if closed:  # a closed-loop client sends on a finish (else the next arrival stays)
+                        next_t = work.next_arrival_time()
                     work.batch_full = False
                 if step >= next_progress:
                     next_progress += every
@@ -859,6 +864,9 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     # cache (its eviction check runs before every round)
     runs = fast_memory and not setup.step_by_step
     lines: dict = {}  # the step model's decode_line per (SMs, batch, co-run SMs, CUDA graph)
+    closed = work.sent >= 0  # a closed-loop client: a finish may send the next request
+    group_of: dict[int, int] = {}  # choose_group per decode batch at a prefill's start
+    layers_of: dict[int, int] = {}  # prefill_layers_per_round per prefill batch's tokens
     cpu_of = _CpuCache(cpu_s)
     request_s = step_model.request_s
     ahead = decode_launch_s if eager_decode else 0.0
@@ -908,12 +916,17 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                         crashed_at = t
                         unfinished = work.pending() | set(rids)
                         break
-                group = split_levels.choose_group(n_groups, bs, True, divisor, thresholds)
+                group = group_of.get(bs)
+                if group is None:
+                    group = group_of[bs] = split_levels.choose_group(n_groups, bs, True, divisor, thresholds)
                 pf_p, pf_d = groups[group]
                 pf, pf_seqs = rids, seqs
                 layer_s = step_model.prefill_s(pf_p, seqs, pf_d if bs else 0) / layers
-                per_round = split_levels.prefill_layers_per_round(sum(new for new, _ in seqs), layers, budget,
-                                                         policy.max_split_forward_layers)
+                tokens = sum(new for new, _ in seqs)
+                per_round = layers_of.get(tokens)
+                if per_round is None:
+                    per_round = layers_of[tokens] = split_levels.prefill_layers_per_round(
+                        tokens, layers, budget, policy.max_split_forward_layers)
                 submitted = 0
                 stream_free = t
         if finished_last_round:  # update_running_batch drops them: "full" clears one round late
@@ -944,7 +957,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 group_time[0] += done - t
                 t = done
                 work.first_tokens(pf, t)
-                next_t = work.next_arrival_time()
+                if closed:
+                    next_t = work.next_arrival_time()
                 pf = None
                 group = last if batch.n else 0
                 continue
@@ -984,11 +998,13 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
         finished = batch.complete(step)
         if finished:
             work.release(finished, t)
-            next_t = work.next_arrival_time()  # a closed-loop client sends on a finish
+            if closed:  # a closed-loop client sends on a finish (else the next arrival stays)
+                next_t = work.next_arrival_time()
             finished_last_round = True
         if pf is not None and submitted >= layers and stream_free <= t:
             work.first_tokens(pf, t)
-            next_t = work.next_arrival_time()
+            if closed:
+                next_t = work.next_arrival_time()
             pf = None
             group = last if batch.n else 0
         if step >= next_progress:
@@ -1031,7 +1047,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 work.ratio = ratio
             if pf is not None and submitted >= layers and stream_free <= t:
                 work.first_tokens(pf, t)  # merged at the end of the run's last round
-                next_t = work.next_arrival_time()
+                if closed:
+                    next_t = work.next_arrival_time()
                 pf = None
                 group = last if batch.n else 0
         while not runs and pf is None and not finished:  # the step loop: each next round on the whole GPU
