@@ -361,3 +361,30 @@ def test_chapter_model_equals_the_chapters_functions(name: str) -> None:
     assert sm.mixed_s([(512, 1024)], 32, 32 * 2048, 32 * min(2048, window) if window else 0) == pytest.approx(
         chapter.chunked_step_s(m, thr, 132, 32, 2048, 512, 1024), rel=1e-12)
     assert sm.decode_cpu_s(50) == 0 and math.isfinite(sm.bandwidth_share(20))
+
+
+@pytest.mark.parametrize("name", ["qwen3-8b", "gpt-oss-20b", "deepseek-v3", "gemma-3-27b-it"])
+def test_prefill_attention_inlined_equals_attention_flops(name) -> None:
+    """RooflineModel._prefill_attention_s computes mdl.attention_flops inline for whole-token sequences:
+    the same seconds to the bit as the function itself (what other token types still call)."""
+    model = build_step_model(H100, load_model(name))
+    rng = random.Random(11)
+    bw, flops = model._rates(132, 0, "prefill")
+    for _ in range(200):
+        seqs = [(rng.randint(0, 20_000), rng.choice([0, rng.randint(1, 300_000)]))
+                for _ in range(rng.randint(1, 6))]
+        inline = model._prefill_attention_s(seqs, 132, bw, flops)
+        called = model._prefill_attention_s([(float(n), float(c)) for n, c in seqs], 132, bw, flops)
+        e = model.eff.prefill_attention
+        want = model.shapes.layers * e.latency_s
+        for new, cached in seqs:
+            if new <= 0:
+                continue
+            length = new + cached
+            if model.window:
+                kv = model.kv_full * length + model.kv_window * min(length, model.window)
+            else:
+                kv = (model.kv_full + model.kv_window) * length
+            attn = mdl.attention_flops(model.model, new, cached) * model.shapes.attention_share
+            want += max(attn / (flops * e.flops_efficiency(length)), kv / (bw * e.bandwidth_efficiency))
+        assert inline == want == called

@@ -4,6 +4,7 @@ flight; the all-token ITL distribution exact, then a histogram within its stated
 from __future__ import annotations
 
 import csv
+import itertools
 import io
 import json
 import math
@@ -350,3 +351,18 @@ def test_a_requests_p99_and_max_itl_are_the_nearest_rank_of_its_gaps(gaps, offse
     own = sorted([ends[offset] - ft] + [ends[offset + j] - ends[offset + j - 1] for j in range(1, r)])
     assert f.columns.itl_p99_ms[0] == nearest_rank(own, 99) * 1e3
     assert f.columns.itl_max_ms[0] == own[-1] * 1e3
+
+
+def test_step_gaps_are_the_same_by_numpy_or_one_by_one(monkeypatch) -> None:
+    """StepEnds.gaps_upto: long stretches subtracted with numpy, short ones one by one: the same floats."""
+    rng = random.Random(5)
+    times = list(itertools.accumulate(rng.lognormvariate(-4, 1) for _ in range(3000)))
+    got = {}
+    for cut in (1, 10**9):
+        monkeypatch.setattr(engine, "GAPS_BY_NUMPY", cut)
+        ends = engine.StepEnds.window_of(times)
+        ends.prev = 0.25
+        for k in (1, 2, 700, 701, 2999, 3000):
+            ends.gaps_upto(k)
+        got[cut] = list(ends.gaps)
+    assert got[1] == got[10**9] == [times[0] - 0.25] + [b - a for a, b in zip(times, times[1:])]

@@ -198,6 +198,9 @@ class RooflineModel:
         self.attn_flops_full = per_key * mdl.full_attention_layers(model)
         self.attn_flops_window = per_key * model.num_sliding_layers
         self.window = model.sliding_window if model.num_sliding_layers else 0
+        # attention_flops' factors per (query, key) pair: full-attention layers, sliding-window layers
+        per_pair = mdl._attention_flop_per_key(model)
+        self._pair_flops = (mdl.full_attention_layers(model) * per_pair, model.num_sliding_layers * per_pair)
         self.kv_bytes_per_element = kvb
         self._dense_cache: dict[tuple[int, int], list[float]] = {}
         self._kv_rate_cache: dict[tuple[int, int], tuple[float, float]] = {}
@@ -365,6 +368,7 @@ class RooflineModel:
         model = self.model
         total = self.shapes.layers * e.latency_s
         kv_per_token = self.kv_full + self.kv_window  # upper bound with windows; refined below
+        full_pairs, window_pairs = self._pair_flops
         for new, cached in seqs:
             if new <= 0:
                 continue
@@ -373,7 +377,14 @@ class RooflineModel:
                 kv = self.kv_full * length + self.kv_window * min(length, self.window)
             else:
                 kv = kv_per_token * length
-            attn = mdl.attention_flops(model, new, cached) * self.shapes.attention_share
+            if type(new) is int and type(cached) is int and cached >= 0:  # noqa: E721 - exact types
+                # mdl.attention_flops inlined (its checks passed): the same operations in the same order
+                attn = full_pairs * (new * cached + new * new / 2)
+                if window_pairs:
+                    attn += window_pairs * mdl._window_pairs(new, cached, model.sliding_window)
+                attn = float(attn) * self.shapes.attention_share
+            else:
+                attn = mdl.attention_flops(model, new, cached) * self.shapes.attention_share
             memory = kv / (bw * e.bandwidth_efficiency)
             compute = attn / (flops * e.flops_efficiency(length))
             total += max(compute, memory)

@@ -82,6 +82,9 @@ MAX_DECODE_STEPS = 6_000_000
 #: streamed run's window of step end times) in the schedulers.
 STEP_CHECK_EVERY = 4096
 
+#: Steps from which :meth:`StepEnds.gaps_upto` subtracts with numpy rather than one by one.
+GAPS_BY_NUMPY = 256
+
 #: :meth:`DecodeBatch.quiet_steps`'s "no event ahead" (past any step count a run can reach).
 QUIET_FOREVER = 1 << 62
 
@@ -147,7 +150,12 @@ class StepEnds(array):
             if not done:
                 gaps.append(self[0] - self.prev)
                 done = 1
-            if done < k:
+            if k - done >= GAPS_BY_NUMPY:  # a long stretch (quiet runs): numpy's subtraction, the same floats
+                import numpy as np
+
+                ends = np.frombuffer(array.__getitem__(self, slice(done - 1, k)))  # a copy's view
+                gaps.frombytes(np.subtract(ends[1:], ends[:-1]).tobytes())
+            elif done < k:
                 gaps.extend(map(operator.sub, array.__getitem__(self, slice(done, k)),
                                 array.__getitem__(self, slice(done - 1, k - 1))))
         return gaps

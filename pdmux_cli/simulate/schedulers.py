@@ -350,19 +350,19 @@ def _decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, overlap:
     nreq = n * per_request
     done = 0
     tight = min(limit, TIGHT_DECODE_STEPS)
-    line = _own_method(setup.step_model, "decode_line")
-    if line is not None:  # decode_s inlined: base + full x sum_context + window x sum_window, at least floor
-        key = (n, cuda_graph)
-        terms = lines.get(key) if lines is not None else None
-        if terms is None:
-            terms = line(total, n, 0, cuda_graph)
-            if lines is not None:
-                lines[key] = terms
+    key = (n, cuda_graph)
+    terms = lines.get(key) if lines is not None else None
+    if terms is None:  # False: the step model's class defines no decode_line
+        line = _own_method(setup.step_model, "decode_line")
+        terms = False if line is None else line(total, n, 0, cuda_graph)
+        if lines is not None:
+            lines[key] = terms
+    if terms:  # decode_s inlined: base + full x sum_context + window x sum_window, at least floor
         base, full, wrate, floor = terms
     while done < tight:
         if check_memory and not capacity - sc - extra >= n:  # the step loop's test, in its order
             break
-        if line is not None:
+        if terms:
             gpu = base + full * sc + wrate * sw
             if floor > gpu:
                 gpu = floor
