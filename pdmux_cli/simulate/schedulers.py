@@ -1012,9 +1012,15 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
             work.tick()
             if progress is not None:
                 progress(work.finished)
-        while runs and not finished:  # the next rounds at once while the round-top checks say nothing happens
-            if t >= horizon or t >= next_t or (pf is None and work.waiting and not work.batch_full):
-                break  # (a pause, arrivals, a prefill batch: the top of the next round)
+        while runs:  # the next rounds at once while the round-top checks say nothing else happens
+            if t >= horizon:
+                break  # a pause: the top of the next round
+            if t >= next_t:  # the next round's top: arrivals join the queue (as there, once at this time)
+                work.finished_mark = work.finished
+                work.receive(t)
+                next_t = work.next_arrival_time()
+            if pf is None and work.waiting and not work.batch_full:
+                break  # a prefill batch is formed at the next round's top
             n = batch.n
             if not n or not capacity - batch.sum_context - work.extra_held >= n:
                 break  # an idle server, or a memory check that may retract
@@ -1024,6 +1030,12 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 limit = min(limit, (capacity - work.extra_held - n - batch.sum_context) // n + 1)
             if limit < 1:
                 break
+            if finished:  # the round after a finish: its top clears "full", after the check for a prefill
+                work.batch_full = False
+                finished_last_round = False
+                finished = None
+                if pf is None and work.waiting:
+                    limit = 1  # the round after it may form a prefill batch
             work.finished_mark = work.finished
             until = horizon if horizon < next_t else next_t
             cpu = cpu_of.get(n) or cpu_of.add(n)
