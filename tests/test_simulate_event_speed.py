@@ -88,7 +88,7 @@ class _Count:
         def counted_split_run(*args, **kw):
             out = split_run(*args, **kw)
             self.split_steps += out[0]
-            layers = args[11][2]
+            layers = args[12][2]
             self.merges += out[0] > 0 and out[4] >= layers and out[3] <= out[1]
             return out
 

@@ -453,19 +453,22 @@ def _line_terms(step_model: Any, lines: dict, sms: int, n: int, corun: int, cuda
     return terms
 
 
-def _pdmux_decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, cpu: float, req: float,
-                      cuda_graph: bool, until: float, gtime: float, lines: dict) -> tuple[int, float, float]:
+def _pdmux_decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, quiet: int, cpu: float,
+                      req: float, cuda_graph: bool, until: float, gtime: float,
+                      lines: dict) -> tuple[int, float, float]:
     """Up to ``limit`` pdmux rounds with no prefill in flight at once, from ``t`` (s): the decode step of
     the fixed batch of ``n`` requests on the whole GPU, each round lasting :func:`pdmux_round_s`'s
     ``(decode_s + CPU) + per request`` (``cpu``, ``req``: the step model's ``decode_cpu_s(n)`` and
-    ``request_s(n)``), as :func:`pdmux_rounds` times them one by one, to the bit. ``limit``: rounds in
+    ``request_s(n)``), as :func:`pdmux_rounds` times them one by one, to the bit. ``quiet``: rounds in
     which nothing can happen (the batch's quiet steps, the progress tick, the KV pool for whole-token
-    growth); the run stops before a round starting at or past ``until`` (a horizon, or the next arrival
-    the scheduler sees: the checks at a round's top) or whose KV does not fit (fractional growth,
-    speculative rounds). ``gtime``: the whole-GPU group's seconds so far, the rounds' times added in order.
-    The first :data:`TIGHT_DECODE_STEPS` one by one, the rest as numpy arrays (:func:`_pdmux_array`)
-    when :data:`MIN_ARRAY_STEPS` or more may follow. Appends the end times, moves the batch's totals;
-    returns ``(rounds, end time, group seconds)``."""
+    growth), advanced here; ``limit`` (at most ``quiet + 1``): with the event round after them, whose time
+    is the same but whose records (finishes, crossings, the tick) the caller makes (``DecodeBatch.complete``).
+    The run stops before a round starting at or past ``until`` (a horizon, or the next arrival the
+    scheduler sees: the checks at a round's top) or whose KV does not fit (fractional growth, speculative
+    rounds). ``gtime``: the whole-GPU group's seconds so far, the rounds' times added in order. The first
+    :data:`TIGHT_DECODE_STEPS` one by one, then as numpy arrays (:func:`_pdmux_array`) when
+    :data:`MIN_ARRAY_STEPS` or more quiet ones may follow, the event round one by one. Appends the end
+    times, moves the batch's totals over the quiet rounds; returns ``(rounds, end time, group seconds)``."""
     batch = work.batch
     step_model = setup.step_model
     total = setup.total_sms
@@ -481,34 +484,51 @@ def _pdmux_decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, cp
     if terms is not None:
         base, full, wrate, floor = terms
     done = 0
-    tight = min(limit, TIGHT_DECODE_STEPS)
     tau = 0.0
-    while done < tight:
-        if t >= until or (check_memory and not capacity - sc - extra >= n):  # the round-top checks
+    prev = sc  # the KV total before the last round's growth
+    stop = min(limit, TIGHT_DECODE_STEPS)
+    arrays = True
+    while True:
+        halted = False
+        while done < stop:
+            if t >= until or (check_memory and not capacity - sc - extra >= n):  # the round-top checks
+                halted = True
+                break
+            if terms is not None:
+                gpu = base + full * sc + wrate * sw
+                if floor > gpu:
+                    gpu = floor
+            else:
+                gpu = decode_s(total, n, sc, sw, 0, cuda_graph)
+            tau = gpu + cpu + req
+            gtime += tau
+            t += tau
+            append(t)
+            prev = sc
+            sc += inc
+            sw += winc
+            done += 1
+        if halted or done >= limit:
             break
-        if terms is not None:
-            gpu = base + full * sc + wrate * sw
-            if floor > gpu:
-                gpu = floor
-        else:
-            gpu = decode_s(total, n, sc, sw, 0, cuda_graph)
-        tau = gpu + cpu + req
-        gtime += tau
-        t += tau
-        append(t)
-        sc += inc
-        sw += winc
-        done += 1
-    if done == tight and limit - done >= MIN_ARRAY_STEPS:
-        left = limit - done
-        if until < math.inf:  # rounds grow no shorter: at most this many start before `until`
-            left = min(left, int((until - t) / tau) + 2)
-        if left >= MIN_ARRAY_STEPS:
-            more, t, sc, gtime = _pdmux_array(work, setup, n, t, min(left, MAX_ARRAY_STEPS), cpu, req,
-                                              cuda_graph, until, sc, sw, inc, winc, gtime)
-            done += more
+        if arrays and quiet - done >= MIN_ARRAY_STEPS:
+            arrays = False
+            left = quiet - done
+            if until < math.inf:  # rounds grow no shorter: at most this many start before `until`
+                left = min(left, int((until - t) / tau) + 2)
+            if left >= MIN_ARRAY_STEPS:
+                asked = min(left, MAX_ARRAY_STEPS)
+                more, t, sc, gtime = _pdmux_array(work, setup, n, t, asked, cpu, req, cuda_graph, until, sc,
+                                                  sw, inc, winc, gtime)
+                done += more
+                sw += winc * more
+                if more < asked:
+                    break  # a round starting at `until`, or KV that does not fit
+        stop = limit
     if done:
-        batch.advance(done, sc)
+        if done > quiet:  # the event round: its records are the caller's (DecodeBatch.complete)
+            batch.advance(quiet, prev)
+        else:
+            batch.advance(done, sc)
     return done, t, gtime
 
 
@@ -557,12 +577,13 @@ def _pdmux_array(work: Work, setup: Setup, n: int, t: float, limit: int, cpu: fl
     return steps, float(ends[steps]), (sc + inc * steps if sums is None else float(sums[steps])), gtime
 
 
-def _pdmux_split_run(work: Work, setup: Setup, n: int, t: float, limit: int, cpu: float, req: float,
-                     cuda_graph: bool, until: float, gtime: float, lines: dict, split: tuple,
+def _pdmux_split_run(work: Work, setup: Setup, n: int, t: float, limit: int, quiet: int, cpu: float,
+                     req: float, cuda_graph: bool, until: float, gtime: float, lines: dict, split: tuple,
                      stream_free: float, submitted: int) -> tuple[int, float, float, float, int]:
     """Up to ``limit`` pdmux rounds with a prefill in flight at once, from ``t`` (s): as
-    :func:`_pdmux_decode_run`, the decode step on the group's decode SMs, with co-run interference while
-    the prefill stream is busy, and each round submitting the next slice of layers while some are left, as
+    :func:`_pdmux_decode_run` (``quiet`` rounds advanced here, the event round after them left to the
+    caller's records), the decode step on the group's decode SMs, with co-run interference while the
+    prefill stream is busy, and each round submitting the next slice of layers while some are left, as
     :func:`pdmux_rounds` does one by one, to the bit. ``split``: ``(decode SMs, prefill SMs, layers,
     layers a round, seconds a layer on the stream, host seconds a layer's launches, the decode step's
     launches ahead of them)``; ``stream_free``, ``submitted``: the prefill stream's state. The run stops
@@ -582,6 +603,7 @@ def _pdmux_split_run(work: Work, setup: Setup, n: int, t: float, limit: int, cpu
     alone = _line_terms(step_model, lines, decode_sms, n, 0, cuda_graph)
     decode_s = step_model.decode_s
     done = 0
+    prev = sc  # the KV total before the last round's growth
     while done < limit:
         if t >= until or (check_memory and not capacity - sc - extra >= n):  # the round-top checks
             break
@@ -610,13 +632,17 @@ def _pdmux_split_run(work: Work, setup: Setup, n: int, t: float, limit: int, cpu
         gtime += tau
         t += tau
         append(t)
+        prev = sc
         sc += inc
         sw += winc
         done += 1
         if submitted >= layers and stream_free <= t:
             break  # the prefill's last slice is done: merged at this round's end
     if done:
-        batch.advance(done, sc)
+        if done > quiet:  # the event round: its records are the caller's (DecodeBatch.complete)
+            batch.advance(quiet, prev)
+        else:
+            batch.advance(done, sc)
     return done, t, gtime, stream_free, submitted
 
 
@@ -1025,9 +1051,13 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
             if not n or not capacity - batch.sum_context - work.extra_held >= n:
                 break  # an idle server, or a memory check that may retract
             step = ends.base + len(ends)
-            limit = min(batch.quiet_steps(step), next_progress - step)  # the event round goes one by one
+            # the quiet rounds, then the event round (a finish, a window or clip crossing, the progress tick)
+            quiet = min(batch.quiet_steps(step), next_progress - step)
+            limit = quiet + 1
             if batch.growth == 1:
-                limit = min(limit, (capacity - work.extra_held - n - batch.sum_context) // n + 1)
+                room = (capacity - work.extra_held - n - batch.sum_context) // n + 1  # rounds whose KV fits
+                if room < limit:
+                    limit = quiet = room
             if limit < 1:
                 break
             if finished:  # the round after a finish: its top clears "full", after the check for a prefill
@@ -1036,17 +1066,19 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 finished = None
                 if pf is None and work.waiting:
                     limit = 1  # the round after it may form a prefill batch
+                    quiet = min(quiet, 1)
             work.finished_mark = work.finished
             until = horizon if horizon < next_t else next_t
             cpu = cpu_of.get(n) or cpu_of.add(n)
             if pf is None:
-                done, t, group_time[last] = _pdmux_decode_run(work, setup, n, t, limit, cpu, request_s(n),
-                                                              n <= graph_max, until, group_time[last], lines)
+                done, t, group_time[last] = _pdmux_decode_run(
+                    work, setup, n, t, limit, quiet, cpu, request_s(n), n <= graph_max, until,
+                    group_time[last], lines)
             else:
                 done, t, group_time[group], stream_free, submitted = _pdmux_split_run(
-                    work, setup, n, t, limit, cpu, request_s(n), n <= graph_max, until, group_time[group],
-                    lines, (pf_d, pf_p, layers, per_round, layer_s, launch_layer_s, ahead), stream_free,
-                    submitted)
+                    work, setup, n, t, limit, quiet, cpu, request_s(n), n <= graph_max, until,
+                    group_time[group], lines, (pf_d, pf_p, layers, per_round, layer_s, launch_layer_s, ahead),
+                    stream_free, submitted)
             if not done:
                 break
             ratio = work.ratio
@@ -1057,12 +1089,25 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                         ratio = min_ratio
                         break
                 work.ratio = ratio
+            if done > quiet:  # the run's last round was the event round: its records, as the round loop's
+                step = ends.base + len(ends) - 1
+                finished = batch.complete(step)
+                if finished:
+                    work.release(finished, t)
+                    if closed:  # a closed-loop client sends on a finish (else the next arrival stays)
+                        next_t = work.next_arrival_time()
+                    finished_last_round = True
             if pf is not None and submitted >= layers and stream_free <= t:
                 work.first_tokens(pf, t)  # merged at the end of the run's last round
                 if closed:
                     next_t = work.next_arrival_time()
                 pf = None
                 group = last if batch.n else 0
+            if done > quiet and step >= next_progress:
+                next_progress += every
+                work.tick()
+                if progress is not None:
+                    progress(work.finished)
         while not runs and pf is None and not finished:  # the step loop: each next round on the whole GPU
             if t >= horizon or t >= next_t or (work.waiting and not work.batch_full):
                 break  # (the checks at the top of a round, in order: a pause, arrivals, a prefill batch)
