@@ -808,6 +808,7 @@ class Work:
         self.multi_token = setup.speculation is not None
         self.tokens_per_step = setup.tokens_per_step
         self.last_seen = -math.inf  # when the scheduler saw the last request received (the front end's queue)
+        self._peek: tuple[int, float, float] = (-1, 0.0, 0.0)  # (next, last_seen, when the scheduler sees it)
         self.arrival, self.prompt, self.output, self.steps = arrival, prompt, output, steps
         self.num_trace = num_trace
         self.capacity = capacity_tokens
@@ -891,6 +892,7 @@ class Work:
             while i < n:
                 seen = self._seen(order[i], last)
                 if seen > t:
+                    self._peek = (i, last, seen)  # next_arrival_time's answer, until one is received
                     break
                 self.waiting.append(order[i])
                 last = seen
@@ -918,6 +920,9 @@ class Work:
         i = self.next
         if i < (len(self.order) if self.sent < 0 else self.sent):
             if self.admission_interval or self.frontend_token:
+                peek = self._peek  # receive's last look at request i, after the same one (a sent one's
+                if peek[0] == i and peek[1] == self.last_seen:  # arrival is never rewritten)
+                    return peek[2]
                 return self._seen(self.order[i], self.last_seen)
             return self.arrival[self.order[i]] + self.admission_delay
         return math.inf
