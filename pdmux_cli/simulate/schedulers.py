@@ -434,7 +434,8 @@ def _decode_array(work: Work, setup: Setup, n: int, t: float, limit: int, overla
     ok &= (ends[:-1] if overlap else ends[1:]) < next_t
     if sums is not None:  # the memory check before each step, on the fractional totals
         ok &= work.capacity - contexts - work.extra_held >= n
-    steps = limit if ok.all() else int(ok.argmin())
+    first_bad = int(ok.argmin())  # the first False; 0 when every one is True
+    steps = limit if ok[first_bad] else first_bad
     if steps < 1:
         return 0, t, sc
     work.ends.frombytes(ends[1:steps + 1].tobytes())
@@ -568,7 +569,8 @@ def _pdmux_array(work: Work, setup: Setup, n: int, t: float, limit: int, cpu: fl
     ok = ends[:-1] < until  # each round starts before a horizon or the next arrival
     if sums is not None:  # the memory check before each round, on the fractional totals
         ok &= work.capacity - contexts - work.extra_held >= n
-    steps = limit if ok.all() else int(ok.argmin())
+    first_bad = int(ok.argmin())  # the first False; 0 when every one is True
+    steps = limit if ok[first_bad] else first_bad
     if steps < 1:
         return 0, t, sc, gtime
     work.ends.frombytes(ends[1:steps + 1].tobytes())
