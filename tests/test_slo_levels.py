@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -392,7 +393,9 @@ def test_gen_config_slo_imports_no_heavy_module() -> None:
 
 
 def _spy_rounds(monkeypatch) -> list[tuple[int, int, int, float]]:
-    """Record every pdmux round the simulator times: (decode SMs, requests, co-run prefill SMs, ms)."""
+    """Record every pdmux round the simulator times: (decode SMs, requests, co-run prefill SMs, ms). Seen in
+    the round loop (run with ``Setup.step_by_step``: the event-speed runs inline the same sum, equal to the
+    bit, without calling it)."""
     from pdmux_cli.simulate import schedulers
 
     rounds: list[tuple[int, int, int, float]] = []
@@ -417,7 +420,7 @@ def test_simulate_with_slo_levels_meets_the_itl_target(monkeypatch) -> None:
     assert len(levels.levels) >= 3
     rounds = _spy_rounds(monkeypatch)
     trace = synthetic_trace(12.0, 2048, 64, num_requests=400, seed=1)
-    result = simulate(trace, setup, PdmuxPolicy(levels.config()))
+    result = simulate(trace, replace(setup, step_by_step=True), PdmuxPolicy(levels.config()))
     corun = [r for r in rounds if r[2]]
     assert len({d for d, *_ in corun}) >= 2 and len(corun) > 500
     assert max(n for _, n, _, _ in corun) < (levels.unmeetable_from or math.inf)
@@ -439,7 +442,8 @@ def test_simulate_misses_the_target_where_the_cost_model_says_so(monkeypatch) ->
     first = levels.unmeetable_from
     assert first is not None and first < levels.max_bs
     rounds = _spy_rounds(monkeypatch)
-    simulate(synthetic_trace(10.0, 8192, 512, num_requests=300, seed=1), setup, PdmuxPolicy(levels.config()))
+    simulate(synthetic_trace(10.0, 8192, 512, num_requests=300, seed=1), replace(setup, step_by_step=True),
+             PdmuxPolicy(levels.config()))
     corun = [r for r in rounds if r[2]]
     assert max(n for _, n, _, _ in corun) > first
     assert any(ms > 15 for _, n, _, ms in corun if n >= first)
