@@ -177,6 +177,8 @@ def test_pdmux_runs_arrays_splits_and_ticks(monkeypatch) -> None:
     fast, ref = _both(PROMPTS, SETUP, policy)
     _same_run(fast, ref)
     assert count.merges > 0 and count.split_steps > 0.3 * len(ref.step_end_s)
+    # the runs go on past arrivals and take the event rounds: one round in ten or fewer left to the loop
+    assert count.pdmux_steps + count.split_steps > 0.9 * len(ref.step_end_s)
 
 
 def _speculative_setup():

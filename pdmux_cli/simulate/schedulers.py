@@ -853,10 +853,12 @@ def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy,
 
 def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None) -> Rounds:
     """:func:`run_pdmux` as a generator, pausing as :func:`baseline_rounds` does. The quiet rounds between
-    two events (a finish or window/clip crossing, an arrival the scheduler sees, a horizon, a prefill batch
-    that can be formed, the KV pool, the progress tick, a prefill's merge) are advanced at once
-    (:func:`_pdmux_decode_run`, :func:`_pdmux_split_run`), equal to the round loop to the bit; round by
-    round with ``setup.step_by_step`` (the reference) and with a prefix cache. Raises
+    two events (a finish or window/clip crossing, a horizon, a prefill batch that can be formed, the KV pool,
+    the progress tick, a prefill's merge) are advanced at once (:func:`_pdmux_decode_run`,
+    :func:`_pdmux_split_run`), the event round with them (its records made here as the round loop makes
+    them), going on past the arrivals the scheduler sees (received at the round's top, as there); equal to
+    the round loop to the bit; round by round with ``setup.step_by_step`` (the reference) and with a prefix
+    cache. Raises
     :class:`InputError` where the policy's revision cannot run pdmux beside ``setup.speculation``."""
     if setup.speculation is not None and policy.sglang is not None:
         from ..sglang.speculative_args import check_pdmux_speculation
