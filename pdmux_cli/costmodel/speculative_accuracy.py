@@ -219,7 +219,8 @@ def report(path: Any = None) -> SpeculativeAccuracy:
     predictions = tuple(predict_speedup(p) for p in points)
     sources = sorted({p.source for p in points})
     data = (f"public SGLang runs with and without speculation ({len(sources)} sources: "
-            f"{', '.join(sources)}); measured: throughput with / without at the same batch")
+            f"{', '.join(sources)}); measured: throughput with / without at the same batch; each point with "
+            "its SGLang release's overlap-scheduler rule")
     term = Term(TERM, data, "out-of-sample",
                 tuple(Point(p.point.what, p.point.speedup, p.speedup) for p in predictions))
     return SpeculativeAccuracy(term, predictions, tuple(excluded))
