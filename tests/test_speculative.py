@@ -140,6 +140,43 @@ def test_simulate_low_load_tpot_and_itl():
     assert s["kv_pool_tokens"] < p["kv_pool_tokens"]  # the draft's KV layer shares each token's cell
 
 
+def test_simulated_round_pays_the_cpu_where_the_release_turns_overlap_off(qwen):
+    """SGLang up to 0.5.10 turns the overlap scheduler off under speculation, 0.5.11-0.5.12 at topk > 1
+    (release_defaults): a baseline round is then its GPU time plus the scheduler's CPU time, as under
+    --disable-overlap-schedule. 0.5.12 and 0.5.13 share every other rule pdmux models."""
+    from itertools import pairwise
+
+    from pdmux_cli.simulate.engine import make_setup
+    from pdmux_cli.simulate.runner import simulate
+    from pdmux_cli.simulate.schedulers import ChunkedPolicy
+    from pdmux_cli.simulate.traces import Trace
+
+    gpu = find_gpu("h100")
+    trace = Trace(arrival_s=(0.0,), prompt_tokens=(1000,), output_tokens=(40,))
+    no_serving = {"per_request_overhead_ms": 0, "admission_delay_ms": 0, "admission_interval_ms": 0,
+                  "first_token_delay_ms": 0, "eager_launch_ms": 0, "frontend_token_ms": 0}
+
+    def gaps(release, topk, draft_tokens, disable_overlap=False):
+        spec = Speculation("EAGLE", 3, topk, draft_tokens, 2.5, default_draft(qwen, "EAGLE"))
+        setup = make_setup(gpu, qwen, release=release, speculation=spec, disable_overlap=disable_overlap,
+                           **no_serving)
+        r = simulate(trace, setup, ChunkedPolicy(8192))
+        return setup, [b - a for a, b in pairwise(r.step_end_s)]
+
+    on, on_gaps = gaps("0.5.13", 4, 8)
+    off, off_gaps = gaps("0.5.12", 4, 8)
+    assert (on.overlap, off.overlap) == (True, False)
+    cpu = on.step_model.decode_cpu_s(1)
+    assert len(on_gaps) == len(off_gaps) >= 10
+    assert all(g > cpu for g in on_gaps)  # a round's GPU work is longer than the CPU's: hidden on 0.5.13
+    assert [b - a for a, b in zip(on_gaps, off_gaps)] == pytest.approx([cpu] * len(on_gaps), rel=1e-9)
+    assert gaps("0.5.23", 4, 8, disable_overlap=True)[1] == pytest.approx(off_gaps, rel=1e-12)
+    # topk 1: 0.5.12 keeps the overlap scheduler on; 0.5.6 (SGLANG_ENABLE_SPEC_V2 off) does not
+    assert gaps("0.5.12", 1, 4)[1] == pytest.approx(gaps("0.5.13", 1, 4)[1], rel=1e-12)
+    old, _ = gaps("0.5.6", 1, 4)
+    assert old.overlap is False and make_setup(gpu, qwen, release="0.5.6").overlap is True
+
+
 def test_simulate_pdmux_refused_on_release():
     out = runner.invoke(app, ["simulate", "--synthetic", "--qps", "1", "--max-requests", "20", "--policies",
                               "pdmux", *EAGLE])
