@@ -281,3 +281,22 @@ def test_capacity_sizes_the_baselines_and_says_pdmux_cannot_run():
     only = runner.invoke(app, ["capacity", "--trace", "tests/fixtures/azure_conv_50.csv", "--policies",
                                "pdmux", *EAGLE])
     assert only.exit_code == 2
+
+
+def test_eagle3_draft_vocab_sizes_its_lm_head(tmp_path, qwen):
+    config = json.loads(open("profiles/models/Qwen3-8B.json").read())
+    config.update({"num_hidden_layers": 1, "draft_vocab_size": 32000,
+                   "architectures": ["LlamaForCausalLMEagle3"]})
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    draft = load_model(path)
+    assert (draft.draft_vocab_size, draft.vocab_size) == (32000, 151936)
+    spec, notes = resolve_speculation(qwen, "EAGLE3", 3, 1, 4, 2.5, draft, str(path))
+    assert spec.draft.vocab_size == 32000
+    assert "speculative.draft_vocab" in [n.code for n in notes]
+    same, _ = resolve_speculation(qwen, "EAGLE", 3, 1, 4, 2.5, draft, str(path))
+    assert same.draft.vocab_size == 151936  # EAGLE shares the target's lm_head
+    gpu = find_gpu("h100")
+    small = build_step_model(gpu, qwen, speculation=spec).round_parts(132, 1, 1500)
+    full = build_step_model(gpu, qwen, speculation=same).round_parts(132, 1, 1500)
+    assert small[0] < full[0] and small[1] == full[1]  # a cheaper draft tree, the same verify pass
