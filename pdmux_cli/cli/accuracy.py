@@ -195,8 +195,8 @@ def _print_serving(terms: list, outcomes: list, show_runs: bool, heldout_coverag
     held = len(outcomes) - fitted
     inside, total = heldout_coverage
     if total:
-        print_note(con, f"80% intervals (simulate's, from the LOSO residuals) hold {inside} of the {total} "
-                        f"held-out figures ({inside / total:.0%})")
+        print_note(con, f"80% intervals (simulate's, each held-out source's drawn without its own residuals) "
+                        f"hold {inside} of the {total} held-out figures ({inside / total:.0%})")
     print_note(con, f"{fitted} fitted runs and {held} held-out runs from public pages "
                     "(profiles/measurements/serving/, each with its source URL), replayed with the defaults "
                     "and scheduler rules of the SGLang release each used (sglang_version), SGLang's default "
