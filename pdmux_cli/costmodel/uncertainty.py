@@ -191,8 +191,10 @@ class ResidualSet:
         """The residuals an interval of ``figure`` in ``regime`` is drawn from, and the cell (the features
         matched, ``{}`` for all of the figure's runs). A cell with fewer than ``min_cell`` runs falls back
         to the figure's whole sample. ``exclude_source``: leave that source's runs out (checking a run's
-        interval as if its source were unseen)."""
-        mine = [r for r in self.residuals if r.figure == figure and r.source != exclude_source]
+        interval as if its source were unseen). ``in_sample``: the fitted runs' in-sample residuals (the
+        error left where the terms saw the server; a held-out run has none)."""
+        mine = [r for r in self.residuals if r.figure == figure and r.source != exclude_source
+                and not (in_sample and r.heldout)]
         pick = (lambda r: r.in_sample) if in_sample else (lambda r: r.log_ratio)
         split = self.splits.get(figure, ())
         if regime is not None and split:
