@@ -52,8 +52,8 @@ def serving_text() -> str:
          "TTFT 43%."),
         "", "| metric | method | points | median | p90 | bias | worst |", "|---|---|---|---|---|---|---|",
         *rows,
-        "", (f"80% intervals (simulate's, from the LOSO residuals) hold {cov['heldout_inside']} of the "
-             f"{cov['heldout_figures']} held-out figures ({share})."), "",
+        "", ("80% intervals (simulate's, each held-out source's drawn without its own residuals) hold "
+             f"{cov['heldout_inside']} of the {cov['heldout_figures']} held-out figures ({share})."), "",
     ])
 
 

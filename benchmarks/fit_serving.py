@@ -200,16 +200,20 @@ RESIDUALS = ROOT / "profiles" / "efficiency" / unc.RESIDUALS_FILE
 
 
 def residual_records(workers: int) -> list[dict]:
-    """Every fitted run's residuals (``ln(measured / predicted)``) per figure, out of sample (the terms of
-    ``leave_one_source_out``) and in-sample (the shipped terms), with the run's server key and regime
-    (:mod:`pdmux_cli.costmodel.uncertainty`)."""
+    """Every public run's residuals (``ln(measured / predicted)``) per figure, with the run's source (its
+    campaign), server key and regime (:mod:`pdmux_cli.costmodel.uncertainty`): the fitted runs out of sample
+    (the terms of ``leave_one_source_out``) and in-sample (the shipped terms); the held-out runs (read by no
+    fit) with the shipped terms, out of sample by construction (``heldout: true``)."""
     from pdmux_cli.catalog.hardware import find_gpu_or_file
 
     runs = list(sa.load_runs())
     inside = sa.predictions(runs, None, workers)
     outside = sa.predictions(runs, sa.LEAVE_SOURCE_OUT, workers)
+    held = list(sa.load_runs(sa.HELDOUT_RUNS))
+    held_pred = sa.predictions(held, None, workers)
     out = []
-    for run, ins, oos in zip(runs, inside, outside):
+    for run, ins, oos, heldout in [*zip(runs, inside, outside, [False] * len(runs)),
+                                   *zip(held, held_pred, held_pred, [True] * len(held))]:
         if not isinstance(ins, dict) or not isinstance(oos, dict):
             continue
         family = unc.gpu_family(find_gpu_or_file(run.gpu).compute_capability)
@@ -224,6 +228,7 @@ def residual_records(workers: int) -> list[dict]:
             out.append({"run": run.id, "figure": figure,
                         "log_ratio": round(math.log(measured / p_out), 5),
                         "in_sample": round(math.log(measured / p_in), 5),
+                        "source": run.campaign, "heldout": heldout,
                         "server": f"{run.campaign}|{run.gpu}|{run.model}|tp{run.tp}|{run.release_line}",
                         "loop": unc.client_loop(run.request_rate, run.max_concurrency),
                         "in_flight": round(oos["in_flight"], 3), "family": family})
@@ -278,10 +283,11 @@ def residuals_doc(workers: int) -> dict:
         "format": unc.FORMAT,
         "written_by": "benchmarks/fit_serving.py",
         "source": (f"{len(records)} residuals of {len({r['run'] for r in records})} public SGLang serving "
-                   "runs "
-                   f"(profiles/measurements/serving/sglang_serving_runs.yaml), ln(measured / predicted): "
-                   f"log_ratio with the serving terms fitted without the run's source (serving.yaml "
-                   f"leave_one_source_out), in_sample with the shipped terms ({date.today().isoformat()})"),
+                   "runs (profiles/measurements/serving/sglang_serving_runs.yaml and, heldout: true, "
+                   "sglang_serving_heldout.yaml), ln(measured / predicted): log_ratio with the serving terms "
+                   "fitted without the run's source (serving.yaml leave_one_source_out; the held-out runs "
+                   "with the shipped terms, which no held-out run fitted), in_sample with the shipped terms "
+                   f"({date.today().isoformat()})"),
         "load_edges": list(edges),
         "min_cell": MIN_CELL,
         "splits": choose_splits(records, edges),

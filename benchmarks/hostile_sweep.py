@@ -1,7 +1,7 @@
 """A sweep of hostile inputs across every command (issue 23, item 2): not a test, a tool to re-run.
 
 Each case runs ``python -m pdmux_cli ...`` in a fresh folder of its own, in a session of its own, and
-is judged on what the project promises (README "Output and errors"):
+is judged on what the project promises (docs/output-and-errors.md):
 
 - no traceback (``Traceback`` on stdout or stderr);
 - no hang (the run ends within its time limit);

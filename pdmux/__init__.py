@@ -10,7 +10,7 @@ the simulation commands (:mod:`pdmux.simulation`: ``simulate``, ``capacity``, ``
 
 Every function takes the command's options as keywords (the CLI's names and defaults) and returns a
 dataclass whose ``to_dict()`` is the command's ``--json``; bad input raises :class:`InputError`. Importing
-pdmux loads none of torch, numpy, matplotlib or cuda-python. See README "Python API".
+pdmux loads none of torch, numpy, matplotlib or cuda-python. See docs/python-api.md.
 """
 
 from pdmux_cli import __version__

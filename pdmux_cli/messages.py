@@ -722,6 +722,8 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
                                    "({speedup:.2f}x)"),
     "estimate.pdmux_speculation": "the PD mux rows cannot run: {error}",
     "capacity.pdmux_speculation": "pdmux not sized: {error}",
+    "speculative.draft_vocab": ("the EAGLE3 draft scores {draft_vocab_size} hot tokens of the {vocab_size} "
+                                "(its draft_vocab_size): its lm_head is that size"),
     "speculative.auto_params": ("{algorithm}: SGLang chooses {num_steps} steps, topk {eagle_topk}, "
                                 "{num_draft_tokens} draft tokens for this model ({source}, "
                                 "_auto_choose_speculative_params)"),

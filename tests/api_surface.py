@@ -6,7 +6,7 @@ Shared by ``tests/test_api_hostile.py`` (hypothesis, a bounded number of tries i
 ``benchmarks/api_sweep.py`` (every keyword with every value of :data:`HOSTILE`, each try in a process of
 its own).
 
-The promise (README "Python API"): bad input raises :class:`pdmux.InputError` whose message names the
+The promise (docs/python-api.md): bad input raises :class:`pdmux.InputError` whose message names the
 keyword, never the CLI's flag; anything else raised is a deviation; a call that returns has a
 ``to_dict()`` with no NaN, no infinity and no negative time; no call for a bad value takes more than a few
 seconds.

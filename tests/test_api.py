@@ -280,12 +280,12 @@ def test_gen_config_writes_nothing_on_bad_input_and_never_over_an_input(tmp_path
 
 
 def test_readme_python_api_examples_run(tmp_path, monkeypatch) -> None:
-    """README "Python API": every ``>>>`` example gives the output written under it (real figures of the
-    shipped profiles: a change of the cost model that moves them must update the README)."""
-    text = (ROOT / "README.md").read_text()
-    section = re.search(r"^## Python API.*?(?=^## )", text, re.MULTILINE | re.DOTALL).group(0)
+    """The manual's "Python API" (docs/python-api.md): every ``>>>`` example gives the output written under
+    it (real figures of the shipped profiles: a change of the cost model that moves them must update it)."""
+    text = (ROOT / "docs" / "python-api.md").read_text()
+    section = re.search(r"^## Python API.*?(?=^## |\Z)", text, re.MULTILINE | re.DOTALL).group(0)
     section = re.sub(r"^```.*$", "", section, flags=re.MULTILINE)  # a fence ends an example's output
-    test = doctest.DocTestParser().get_doctest(section, {}, "README Python API", "README.md", 0)
+    test = doctest.DocTestParser().get_doctest(section, {}, "Python API", "docs/python-api.md", 0)
     assert len(test.examples) >= 15
     monkeypatch.chdir(tmp_path)  # gen_config writes pdmux-b200.yaml here
     out: list[str] = []

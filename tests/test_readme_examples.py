@@ -1,6 +1,7 @@
-"""The README's `$ pdmux ...` examples print what pdmux prints today.
+"""The README's and the manual's `$ pdmux ...` examples print what pdmux prints today.
 
-Each fenced block of README.md whose first line is `$ pdmux ...` is run as a user would run it (a subprocess,
+Each fenced block of README.md and of the manual's pages (:data:`MANUAL`, in this order) whose first line
+is `$ pdmux ...` is run as a user would run it (a subprocess,
 the terminal COLUMNS the block was made at: 80 unless an `<!-- columns: N -->` line precedes the block) and
 its output compared line by line (trailing spaces dropped). A `...` line in the README stands for any lines
 the example leaves out. Paths: `../shared/...` is the workplace's copy beside the checkout (the example is
@@ -33,15 +34,16 @@ SLOW_COMMANDS = {"tune", "capacity"}
 class Example:
     """One `$ pdmux ...` command of a README block and the output lines shown under it."""
 
-    line: int  # README line of the `$` prompt (1-based)
+    line: int  # the page's line of the `$` prompt (1-based)
     argv: tuple[str, ...]
     expected: tuple[str, ...]
     columns: int
-    block: int  # README line of the block's opening fence
+    block: int  # the page's line of the block's opening fence
+    page: str = "README.md"  # the file, from the checkout's root
 
 
-def readme_examples(text: str) -> list[Example]:
-    """Every `$ pdmux` command in ``text``'s fenced blocks, in order."""
+def readme_examples(text: str, page: str = "README.md") -> list[Example]:
+    """Every `$ pdmux` command in ``text``'s fenced blocks (of the file ``page``), in order."""
     examples: list[Example] = []
     lines = text.splitlines()
     i = 0
@@ -66,7 +68,8 @@ def readme_examples(text: str) -> list[Example]:
                     j += 1
                 while out and not out[-1]:
                     out.pop()  # the blank line between two commands of a block
-                examples.append(Example(start + 1, tuple(shlex.split(command)), tuple(out), columns, fence))
+                examples.append(Example(start + 1, tuple(shlex.split(command)), tuple(out), columns, fence,
+                                        page))
             columns = 80
             i = j
         i += 1
@@ -79,7 +82,18 @@ def matches(expected: tuple[str, ...], actual: list[str]) -> bool:
     return re.fullmatch(pattern, "".join(a + "\n" for a in actual)) is not None
 
 
-EXAMPLES = readme_examples((REPO / "README.md").read_text())
+#: The front door, then the manual's pages in reading order: files one page writes (``pdmux.yaml``,
+#: ``slo.yaml``) are read by its later examples, in one temporary folder.
+MANUAL = ("README.md", "docs/estimate.md", "docs/fidelity.md", "docs/calibrate.md",
+          "docs/splits-and-configs.md", "docs/simulate.md", "docs/speculative.md", "docs/capacity.md",
+          "docs/python-api.md", "docs/output-and-errors.md")
+EXAMPLES = [e for page in MANUAL for e in readme_examples((REPO / page).read_text(), page)]
+
+
+def test_every_manual_page_is_listed() -> None:
+    pages = {f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")} - {"docs/architecture.md",
+                                                                         "docs/accuracy.md"}
+    assert pages <= set(MANUAL), sorted(pages - set(MANUAL))
 
 
 def test_the_readme_has_examples() -> None:
@@ -98,7 +112,8 @@ def _argv(argv: tuple[str, ...]) -> list[str]:
     return [sys.executable, "-m", "pdmux_cli", *out]
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=[f"line{e.line}-{e.argv[1]}" for e in EXAMPLES])
+@pytest.mark.parametrize("example", EXAMPLES,
+                         ids=[f"{e.page.removeprefix('docs/')}:line{e.line}-{e.argv[1]}" for e in EXAMPLES])
 def test_readme_example_prints_what_pdmux_prints(example: Example, tmp_path_factory) -> None:
     if example.argv[1] in SLOW_COMMANDS and not os.environ.get("PDMUX_README_SLOW"):
         pytest.skip("tune/capacity examples take minutes: PDMUX_README_SLOW=1 runs them")
@@ -113,7 +128,7 @@ def test_readme_example_prints_what_pdmux_prints(example: Example, tmp_path_fact
     assert run.returncode == 0, run.stderr
     actual = [line.rstrip() for line in (run.stdout + run.stderr).splitlines()]
     assert matches(example.expected, actual), (
-        f"README.md line {example.line} shows\n" + "\n".join(example.expected)
+        f"{example.page} line {example.line} shows\n" + "\n".join(example.expected)
         + "\n\nbut pdmux prints\n" + "\n".join(actual))
 
 

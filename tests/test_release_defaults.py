@@ -167,6 +167,22 @@ def test_scheduler_rules_per_release(version, rules) -> None:
     assert got[3:5] == pytest.approx(rules[3:5], rel=1e-12)
 
 
+@pytest.mark.parametrize("version, topk1, topk4", [
+    # server_args.py __post_init__: speculation sets disable_overlap_schedule = True
+    ("0.4.3", False, False), ("0.4.6", False, False), ("0.4.9", False, False), ("0.5.2", False, False),
+    # --enable-beta-spec (default False), then SGLANG_ENABLE_SPEC_V2 = EnvBool(False) in environ.py
+    ("0.5.4", False, False), ("0.5.5.post3", False, False), ("0.5.6", False, False), ("0.5.10", False, False),
+    # EnvBool(True); topk > 1: "spec v2 currently only supports topk = 1", overlap off
+    ("0.5.11", True, False), ("0.5.12.post1", True, False),
+    # arg_groups/speculative_hook.py _handle_eagle_family: no topk condition; the variable gone in 0.5.14
+    ("0.5.13", True, True), ("0.5.14", True, True), ("0.5.20", True, True), ("0.5.23", True, True),
+])
+def test_overlap_scheduler_under_speculation_per_release(version, topk1, topk4) -> None:
+    """Whether SGLang's overlap scheduler runs beside speculative decoding by default (module docstring)."""
+    r = rd.release_defaults(version)
+    assert (r.speculation_overlaps(1), r.speculation_overlaps(4)) == (topk1, topk4)
+
+
 @pytest.mark.parametrize("text, key", [
     ("0.5.6", (0, 5, 6, 2, 0)), ("v0.5.6.post1", (0, 5, 6, 2, 1)), ("0.5.0rc2", (0, 5, 0, 1, 2)),
     ("0.5.24.dev3+g1234", (0, 5, 24, 0, 3)), ("0.4.6-cu124", (0, 4, 6, 2, 0)), ("0.5", (0, 5, 0, 2, 0)),

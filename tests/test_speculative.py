@@ -140,6 +140,43 @@ def test_simulate_low_load_tpot_and_itl():
     assert s["kv_pool_tokens"] < p["kv_pool_tokens"]  # the draft's KV layer shares each token's cell
 
 
+def test_simulated_round_pays_the_cpu_where_the_release_turns_overlap_off(qwen):
+    """SGLang up to 0.5.10 turns the overlap scheduler off under speculation, 0.5.11-0.5.12 at topk > 1
+    (release_defaults): a baseline round is then its GPU time plus the scheduler's CPU time, as under
+    --disable-overlap-schedule. 0.5.12 and 0.5.13 share every other rule pdmux models."""
+    from itertools import pairwise
+
+    from pdmux_cli.simulate.engine import make_setup
+    from pdmux_cli.simulate.runner import simulate
+    from pdmux_cli.simulate.schedulers import ChunkedPolicy
+    from pdmux_cli.simulate.traces import Trace
+
+    gpu = find_gpu("h100")
+    trace = Trace(arrival_s=(0.0,), prompt_tokens=(1000,), output_tokens=(40,))
+    no_serving = {"per_request_overhead_ms": 0, "admission_delay_ms": 0, "admission_interval_ms": 0,
+                  "first_token_delay_ms": 0, "eager_launch_ms": 0, "frontend_token_ms": 0}
+
+    def gaps(release, topk, draft_tokens, disable_overlap=False):
+        spec = Speculation("EAGLE", 3, topk, draft_tokens, 2.5, default_draft(qwen, "EAGLE"))
+        setup = make_setup(gpu, qwen, release=release, speculation=spec, disable_overlap=disable_overlap,
+                           **no_serving)
+        r = simulate(trace, setup, ChunkedPolicy(8192))
+        return setup, [b - a for a, b in pairwise(r.step_end_s)]
+
+    on, on_gaps = gaps("0.5.13", 4, 8)
+    off, off_gaps = gaps("0.5.12", 4, 8)
+    assert (on.overlap, off.overlap) == (True, False)
+    cpu = on.step_model.decode_cpu_s(1)
+    assert len(on_gaps) == len(off_gaps) >= 10
+    assert all(g > cpu for g in on_gaps)  # a round's GPU work is longer than the CPU's: hidden on 0.5.13
+    assert [b - a for a, b in zip(on_gaps, off_gaps)] == pytest.approx([cpu] * len(on_gaps), rel=1e-9)
+    assert gaps("0.5.23", 4, 8, disable_overlap=True)[1] == pytest.approx(off_gaps, rel=1e-12)
+    # topk 1: 0.5.12 keeps the overlap scheduler on; 0.5.6 (SGLANG_ENABLE_SPEC_V2 off) does not
+    assert gaps("0.5.12", 1, 4)[1] == pytest.approx(gaps("0.5.13", 1, 4)[1], rel=1e-12)
+    old, _ = gaps("0.5.6", 1, 4)
+    assert old.overlap is False and make_setup(gpu, qwen, release="0.5.6").overlap is True
+
+
 def test_simulate_pdmux_refused_on_release():
     out = runner.invoke(app, ["simulate", "--synthetic", "--qps", "1", "--max-requests", "20", "--policies",
                               "pdmux", *EAGLE])
@@ -244,3 +281,22 @@ def test_capacity_sizes_the_baselines_and_says_pdmux_cannot_run():
     only = runner.invoke(app, ["capacity", "--trace", "tests/fixtures/azure_conv_50.csv", "--policies",
                                "pdmux", *EAGLE])
     assert only.exit_code == 2
+
+
+def test_eagle3_draft_vocab_sizes_its_lm_head(tmp_path, qwen):
+    config = json.loads(open("profiles/models/Qwen3-8B.json").read())
+    config.update({"num_hidden_layers": 1, "draft_vocab_size": 32000,
+                   "architectures": ["LlamaForCausalLMEagle3"]})
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    draft = load_model(path)
+    assert (draft.draft_vocab_size, draft.vocab_size) == (32000, 151936)
+    spec, notes = resolve_speculation(qwen, "EAGLE3", 3, 1, 4, 2.5, draft, str(path))
+    assert spec.draft.vocab_size == 32000
+    assert "speculative.draft_vocab" in [n.code for n in notes]
+    same, _ = resolve_speculation(qwen, "EAGLE", 3, 1, 4, 2.5, draft, str(path))
+    assert same.draft.vocab_size == 151936  # EAGLE shares the target's lm_head
+    gpu = find_gpu("h100")
+    small = build_step_model(gpu, qwen, speculation=spec).round_parts(132, 1, 1500)
+    full = build_step_model(gpu, qwen, speculation=same).round_parts(132, 1, 1500)
+    assert small[0] < full[0] and small[1] == full[1]  # a cheaper draft tree, the same verify pass

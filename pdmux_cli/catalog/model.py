@@ -115,7 +115,8 @@ class Model:
     ``weight_block_size``: ``quantization_config.weight_block_size`` of an fp8 checkpoint (``(128, 128)``:
     block-scaled fp8, SGLang's w8a8 block GEMMs); ``()`` for per-tensor scales or 16-bit weights.
     ``kv_dtype``: what SGLang's ``--kv-cache-dtype auto`` stores the KV cache in (:data:`MODEL_KV_DTYPES`,
-    :func:`pdmux_cli.sglang.kv_cache.resolve_kv_cache`).
+    :func:`pdmux_cli.sglang.kv_cache.resolve_kv_cache`). ``draft_vocab_size``: an EAGLE3 draft's reduced
+    vocabulary (``draft_vocab_size`` of its config; 0 otherwise).
 
     Constructing one with impossible values raises :class:`InputError`.
     """
@@ -154,6 +155,9 @@ class Model:
     # fp8 block scaling (quantization_config.weight_block_size) and the KV dtype of --kv-cache-dtype auto
     weight_block_size: tuple[int, ...] = ()
     kv_dtype: str = "bf16"
+    # an EAGLE3 draft's reduced vocabulary (config.json ``draft_vocab_size``, the hot tokens its lm_head
+    # scores); 0 for every other model
+    draft_vocab_size: int = 0
 
     def __post_init__(self) -> None:
         who = f"model {self.name!r}"
@@ -785,6 +789,7 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "<conf
 
     window, num_sliding = _sliding_layers(keys, model_type, layers)
     max_positions = keys.get_int("max_position_embeddings", default=0, minimum=0)
+    draft_vocab = keys.get_int("draft_vocab_size", default=0, minimum=0)
     _check_torch_dtype(top)
     if prefix:
         _check_torch_dtype(keys)
@@ -803,7 +808,8 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "<conf
             num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=vocab,
             tie_word_embeddings=tie, sliding_window=window, num_sliding_layers=num_sliding,
             weight_dtype=weight_dtype, max_position_embeddings=max_positions, weight_block_size=block,
-            kv_dtype=kv_dtype, architectures=tuple(printable(a) for a in architectures), **moe, **mla,
+            kv_dtype=kv_dtype, architectures=tuple(printable(a) for a in architectures),
+            draft_vocab_size=draft_vocab, **moe, **mla,
         )
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None

@@ -127,10 +127,17 @@ def _print_speculative(block: object) -> None:
                   soft_wrap=True)
     print_note(con, FITTED_NOTE)
     print_note(con, "pdmux's figures: estimate's decode-only round (draft tree, verify, draft extend, the "
-                    "per-request term; the CPU hidden by the overlap scheduler) over its plain decode step, "
+                    "per-request term; the CPU's time added to it where the point's SGLang release runs "
+                    "speculation without the overlap scheduler (up to 0.5.10; 0.5.12 at topk > 1), hidden "
+                    "behind it otherwise) "
+                    "over its plain decode step (the CPU hidden), "
                     "with pdmux's default one-layer draft and the published accept length; data: "
                     "profiles/measurements/speculative/sglang_speculative_points.yaml (each source's URL, "
                     "the assumed context and GPU variant)")
+    releases = {p.point.name: p.release + ("" if p.overlap else " (no overlap scheduler)") for p in preds}
+    print_note(con, "the SGLang release whose rule each source is predicted with (none states one: the "
+                    "newest out by its date, or the one it names): "
+                    + "; ".join(f"{name} {rel}" for name, rel in releases.items()))
     left = block.not_comparable  # type: ignore[attr-defined]
     print_note(con, f"{len(left)} collected figures not comparable (no accept length, no run without "
                     "speculation, GPU, model or settings unknown): --json lists each with why")
@@ -188,8 +195,8 @@ def _print_serving(terms: list, outcomes: list, show_runs: bool, heldout_coverag
     held = len(outcomes) - fitted
     inside, total = heldout_coverage
     if total:
-        print_note(con, f"80% intervals (simulate's, from the LOSO residuals) hold {inside} of the {total} "
-                        f"held-out figures ({inside / total:.0%})")
+        print_note(con, f"80% intervals (simulate's, each held-out source's drawn without its own residuals) "
+                        f"hold {inside} of the {total} held-out figures ({inside / total:.0%})")
     print_note(con, f"{fitted} fitted runs and {held} held-out runs from public pages "
                     "(profiles/measurements/serving/, each with its source URL), replayed with the defaults "
                     "and scheduler rules of the SGLang release each used (sglang_version), SGLang's default "

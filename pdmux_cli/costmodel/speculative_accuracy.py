@@ -12,8 +12,12 @@ shows (``planning/estimate.py`` ``_speculative_round``): a speculative round of 
 (:meth:`~pdmux_cli.costmodel.speculative.SpeculativeStepModel.decode_s`: the draft tree, the verify pass,
 the draft extend) plus the per-request term, or the scheduler's CPU time if longer, gives each request
 ``accept_length`` tokens; the plain decode step of the same batch, composed the same way, gives one. The
-speedup is ``plain_s / (round_s / accept_length)``. The draft is pdmux's default (one decoder layer of the
-target, :func:`~pdmux_cli.sglang.speculative_args.default_draft`), as for a user who names no draft file.
+speedup is ``plain_s / (round_s / accept_length)``. Each point is predicted with the rule of its SGLang
+release (the data file's ``sglang_release``; :meth:`~pdmux_cli.sglang.release_defaults.ReleaseDefaults.\
+speculation_overlaps`): up to 0.5.10 SGLang runs speculation without the overlap scheduler, so the round is
+its GPU and per-request time plus the CPU's (every point here), where 0.5.23 takes the longer. The draft is
+pdmux's default (one decoder layer of the target, :func:`~pdmux_cli.sglang.speculative_args.default_draft`),
+as for a user who names no draft file.
 
 Nothing here is fitted: the speculative round has no constant of its own (the step model's are fitted to
 kernel tables and to serving runs without speculation), so every point is out of sample by construction.
@@ -38,7 +42,8 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 #: The report's name for the term.
 TERM = "speculative decoding: speedup at the published accept length"
 #: Fields every point carries in the data file (its own or its source's).
-SOURCE_FIELDS = ("source", "name", "url", "gpu", "model", "tp", "algorithm", "context_tokens", "unit")
+SOURCE_FIELDS = ("source", "name", "url", "gpu", "model", "tp", "algorithm", "context_tokens", "unit",
+                 "sglang_release")
 POINT_FIELDS = ("batch", "num_steps", "eagle_topk", "num_draft_tokens", "accept_length", "spec", "plain",
                 "speedup")
 
@@ -57,7 +62,9 @@ class SpeculativePoint:
     ``batch`` (requests decoding together), ``context_tokens`` (mean cached tokens a decode step reads per
     request, assumed or derived: the file says which); ``spec`` and ``plain``: the published throughputs
     with and without speculation (``unit``); ``speedup``: ``spec / plain`` as the file states it (4
-    decimals, dimensionless); ``label``: the dataset, where a source gives one figure per dataset."""
+    decimals, dimensionless); ``sglang_release``: the SGLang release whose rules the point is predicted with
+    (no source states it: the data file's ``sglang_release_note`` says how it was chosen); ``label``: the
+    dataset, where a source gives one figure per dataset."""
 
     source: str
     name: str
@@ -76,6 +83,7 @@ class SpeculativePoint:
     plain: float
     speedup: float
     unit: str
+    sglang_release: str
     label: str = ""
 
     @property
@@ -100,13 +108,16 @@ class NotComparable:
 class SpeculativePrediction:
     """A point and pdmux's figures for it: ``speedup`` (dimensionless), ``round_s`` (one speculative round
     of the batch, s), ``plain_s`` (the same batch's decode step without speculation, s), ``parts_s`` (the
-    round's draft tree, verify pass and draft extend, GPU seconds)."""
+    round's draft tree, verify pass and draft extend, GPU seconds), ``release`` (the SGLang release whose
+    rule it follows) and ``overlap`` (whether that release runs the round with the overlap scheduler)."""
 
     point: SpeculativePoint
     speedup: float
     round_s: float
     plain_s: float
     parts_s: tuple[float, float, float]
+    release: str = ""
+    overlap: bool = True
 
     @property
     def error(self) -> float:
@@ -145,21 +156,26 @@ def load_points(path: Any = None) -> tuple[list[SpeculativePoint], list[NotCompa
 
 
 def speedup_of(step_model: Any, batch: int, context_tokens: float, window: int = 0,
-               cuda_graph: bool = True) -> tuple[float, float, float, tuple[float, float, float]]:
+               cuda_graph: bool = True,
+               overlap: bool = True) -> tuple[float, float, float, tuple[float, float, float]]:
     """``(speedup, round_s, plain_s, parts_s)`` of a :class:`~pdmux_cli.costmodel.speculative.\
 SpeculativeStepModel` for ``batch`` requests of ``context_tokens`` cached tokens each on the whole GPU.
 
     A round is ``max(round GPU time + per-request time, CPU time of the step)`` and the plain step the same
     with the target's decode step (``planning/estimate.py``: ``hidden`` and ``_speculative_round``; the
-    overlap scheduler hides the CPU's work behind the GPU's). Sliding-window layers (``window`` tokens)
-    read at most ``window`` tokens in both. Speedup: ``plain_s / (round_s / accept_length)``."""
+    overlap scheduler hides the CPU's work behind the GPU's). ``overlap`` False (a release that turns the
+    overlap scheduler off under speculation: up to 0.5.10): the round is their sum, as estimate's and the
+    simulator's steps under ``--disable-overlap-schedule``; the plain step, without speculation, keeps it on.
+    Sliding-window layers (``window`` tokens) read at most ``window`` tokens in both. Speedup:
+    ``plain_s / (round_s / accept_length)``."""
     total = step_model.total_sms
     base = step_model.base
     sum_context = batch * context_tokens
     sum_window = batch * min(context_tokens, window) if window else 0.0
     cpu = step_model.decode_cpu_s(batch)
-    round_s = max(step_model.decode_s(total, batch, sum_context, sum_window, cuda_graph=cuda_graph)
-                  + step_model.request_s(batch), cpu)
+    round_gpu = (step_model.decode_s(total, batch, sum_context, sum_window, cuda_graph=cuda_graph)
+                 + step_model.request_s(batch))
+    round_s = max(round_gpu, cpu) if overlap else round_gpu + cpu
     plain_s = max(base.decode_s(total, batch, sum_context, sum_window, cuda_graph=cuda_graph)
                   + base.request_s(batch), base.decode_cpu_s(batch))
     parts = step_model.round_parts(total, batch, sum_context, sum_window, cuda_graph=cuda_graph)
@@ -175,11 +191,14 @@ def _target(gpu: str, model: str) -> tuple[Any, Any]:
     return find_gpu(gpu), load_model(model)
 
 
-def predict_speedup(point: SpeculativePoint) -> SpeculativePrediction:
+def predict_speedup(point: SpeculativePoint, release: str | None = None) -> SpeculativePrediction:
     """pdmux's figures for ``point``: the roofline step model of its GPU, model and TP with SGLang's
     defaults (CUDA graphs, the shipped serving terms), its speculative settings at the published accept
-    length and pdmux's default draft (:func:`speedup_of`). Raises
+    length and pdmux's default draft (:func:`speedup_of`), the round with or without the overlap scheduler
+    as SGLang ``release`` runs it (``None``: the point's ``sglang_release``;
+    :meth:`~pdmux_cli.sglang.release_defaults.ReleaseDefaults.speculation_overlaps`). Raises
     :class:`~pdmux_cli.util.errors.InputError` for settings pdmux refuses."""
+    from ..sglang.release_defaults import release_defaults
     from ..sglang.speculative_args import Speculation, default_draft
     from . import build_step_model
 
@@ -187,9 +206,11 @@ def predict_speedup(point: SpeculativePoint) -> SpeculativePrediction:
     speculation = Speculation(point.algorithm, point.num_steps, point.eagle_topk, point.num_draft_tokens,
                               point.accept_length, default_draft(model, point.algorithm))
     step_model = build_step_model(gpu, model, tp=point.tp, speculation=speculation)
+    rules = release_defaults(release or point.sglang_release)
+    overlap = rules.speculation_overlaps(point.eagle_topk)
     speedup, round_s, plain_s, parts = speedup_of(step_model, point.batch, point.context_tokens,
-                                                  model.sliding_window)
-    return SpeculativePrediction(point, speedup, round_s, plain_s, parts)
+                                                  model.sliding_window, overlap=overlap)
+    return SpeculativePrediction(point, speedup, round_s, plain_s, parts, rules.release, overlap)
 
 
 def report(path: Any = None) -> SpeculativeAccuracy:
@@ -198,7 +219,8 @@ def report(path: Any = None) -> SpeculativeAccuracy:
     predictions = tuple(predict_speedup(p) for p in points)
     sources = sorted({p.source for p in points})
     data = (f"public SGLang runs with and without speculation ({len(sources)} sources: "
-            f"{', '.join(sources)}); measured: throughput with / without at the same batch")
+            f"{', '.join(sources)}); measured: throughput with / without at the same batch; each point with "
+            "its SGLang release's overlap-scheduler rule")
     term = Term(TERM, data, "out-of-sample",
                 tuple(Point(p.point.what, p.point.speedup, p.speedup) for p in predictions))
     return SpeculativeAccuracy(term, predictions, tuple(excluded))
@@ -224,6 +246,7 @@ def speculative_dict(block: SpeculativeAccuracy) -> dict:
         "num_steps": p.point.num_steps, "eagle_topk": p.point.eagle_topk,
         "num_draft_tokens": p.point.num_draft_tokens, "accept_length": p.point.accept_length,
         "batch": p.point.batch, "context_tokens": p.point.context_tokens, "label": p.point.label,
+        "sglang_release": p.release, "overlap_schedule": p.overlap,
         "measured_spec": p.point.spec, "measured_plain": p.point.plain, "unit": p.point.unit,
         "measured_speedup": p.point.speedup, "predicted_speedup": p.speedup, "error": p.error,
         "pdmux_round_ms": p.round_s * 1e3, "pdmux_plain_step_ms": p.plain_s * 1e3,

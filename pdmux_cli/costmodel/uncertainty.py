@@ -5,7 +5,10 @@ that say "too close to call" when two policies' difference is inside the error o
 ``profiles/measurements/serving/sglang_serving_runs.yaml`` with the serving terms fitted *without* the run's
 source (leave-one-source-out, :func:`pdmux_cli.simulate.serving_accuracy.report`) and writes, per run and
 figure, ``r = ln(measured / predicted)`` to ``profiles/efficiency/serving_residuals.yaml`` (with the in-sample
-one, the run's server, and its regime: the client's loop, the load, the GPU family). A run's throughput
+one, the run's source and server, and its regime: the client's loop, the load, the GPU family), and the runs
+of ``sglang_serving_heldout.yaml`` (read by no fit, ``heldout``) with the shipped terms: their residuals are
+out of sample by construction, and sources other than the fitted ones widen the sample to the spread of
+servers pdmux has not seen. A run's throughput
 metrics (output, total, input tokens/s, requests/s) are all ``tokens / duration`` over the same requests, so
 they give one figure, ``output_tok_s``.
 
@@ -16,7 +19,9 @@ split-conformal bounds of the residuals of that figure (:func:`conformal_bounds`
 *Algorithmic Learning in a Random World*, 2005; Lei et al., JASA 2018): about ``coverage`` of unseen runs
 fall inside when they are like the ones measured. Residuals are taken from the figure's *cell*: the runs of
 the same regime on the features the file chose for that figure (``splits``: the fit script keeps a split
-where its cells' spreads differ and each holds at least ``min_cell`` runs), else all of the figure's.
+where its cells' spreads differ and each holds at least ``min_cell`` runs), else all of the figure's. How
+honest that is gets checked source by source: each held-out run's figures against intervals drawn without
+its own source's residuals (``exclude_source``; :func:`pdmux_cli.simulate.serving_accuracy.coverage`).
 
 **With a calibration** (``pdmux calibrate --bench-serving``: the serving terms fitted to the user's own
 server) the server is no longer unknown: the residuals are the calibration fit's own on the user's runs
@@ -144,7 +149,8 @@ def load_bin(in_flight: float, edges: Sequence[float]) -> str:
 class Residual:
     """One public run's error on one figure: ``log_ratio`` = ``ln(measured / predicted)`` out of sample
     (terms fitted without the run's source), ``in_sample`` with the shipped terms; ``server``: the key runs
-    on the same server share (source, GPU, model, TP, release line); ``regime``: the run's."""
+    on the same server share (source, GPU, model, TP, release line); ``regime``: the run's; ``source``: its
+    campaign; ``heldout``: a run of the held-out set (no fit read it)."""
 
     run: str
     figure: str
@@ -152,6 +158,8 @@ class Residual:
     in_sample: float
     server: str
     regime: Regime
+    source: str = ""
+    heldout: bool = False
 
 
 def conformal_bounds(sample: Sequence[float], coverage: float = COVERAGE) -> tuple[float, float] | None:
@@ -178,11 +186,15 @@ class ResidualSet:
     min_cell: int
     source: str
 
-    def cell(self, figure: str, regime: Regime | None, in_sample: bool = False) -> tuple[list[float], dict]:
+    def cell(self, figure: str, regime: Regime | None, in_sample: bool = False,
+             exclude_source: str | None = None) -> tuple[list[float], dict]:
         """The residuals an interval of ``figure`` in ``regime`` is drawn from, and the cell (the features
         matched, ``{}`` for all of the figure's runs). A cell with fewer than ``min_cell`` runs falls back
-        to the figure's whole sample."""
-        mine = [r for r in self.residuals if r.figure == figure]
+        to the figure's whole sample. ``exclude_source``: leave that source's runs out (checking a run's
+        interval as if its source were unseen). ``in_sample``: the fitted runs' in-sample residuals (the
+        error left where the terms saw the server; a held-out run has none)."""
+        mine = [r for r in self.residuals if r.figure == figure and r.source != exclude_source
+                and not (in_sample and r.heldout)]
         pick = (lambda r: r.in_sample) if in_sample else (lambda r: r.log_ratio)
         split = self.splits.get(figure, ())
         if regime is not None and split:
@@ -232,7 +244,8 @@ def load_residuals() -> ResidualSet:
         if entry.get("figure") not in FIGURES:
             raise InputError(f"{where}: figure must be one of {', '.join(FIGURES)}")
         out.append(Residual(str(entry["run"]), entry["figure"], float(entry["log_ratio"]),
-                            float(entry["in_sample"]), str(entry["server"]), _regime(entry, where)))
+                            float(entry["in_sample"]), str(entry["server"]), _regime(entry, where),
+                            str(entry.get("source", "")), bool(entry.get("heldout", False))))
     splits = {k: tuple(v) for k, v in (data.get("splits") or {}).items()}
     if any(f not in FIGURES or not set(v) <= set(FEATURES) for f, v in splits.items()):
         raise InputError(f"serving residuals {path.name}: splits map figures to features of {FEATURES}")
@@ -259,32 +272,35 @@ class Uncertainty:
 
 
 def _residual_sample(figure: str, regime: Regime | None, residuals: ResidualSet,
-                     calibration: Mapping[str, Sequence[float]] | None, coverage: float) -> tuple[
-                         list[float], dict, str]:
+                     calibration: Mapping[str, Sequence[float]] | None, coverage: float,
+                     exclude_source: str | None = None) -> tuple[list[float], dict, str]:
     if calibration is not None:
         own = list(calibration.get(figure, ()))
         if conformal_bounds(own, coverage) is not None:
             return own, {"calibration_runs": len(own)}, METHOD_CALIBRATION
-        sample, cell = residuals.cell(figure, regime, in_sample=True)
+        sample, cell = residuals.cell(figure, regime, in_sample=True, exclude_source=exclude_source)
         return sample, cell, METHOD_IN_SAMPLE
-    sample, cell = residuals.cell(figure, regime)
+    sample, cell = residuals.cell(figure, regime, exclude_source=exclude_source)
     return sample, cell, METHOD_OUT_OF_SAMPLE
 
 
 def figure_interval(figure: str, predicted: float, regime: Regime | None = None, *,
                     residuals: ResidualSet | None = None,
                     calibration: Mapping[str, Sequence[float]] | None = None,
-                    coverage: float = COVERAGE) -> tuple[tuple[float, float] | None, dict, str]:
+                    coverage: float = COVERAGE,
+                    exclude_source: str | None = None) -> tuple[tuple[float, float] | None, dict, str]:
     """``((lo, hi), cell, method)``: the interval of one predicted figure (module docstring), in its units;
     ``None`` for a figure that is not a positive finite number or a sample too small. ``calibration``: the
-    calibration fit's residuals per figure (``ln(measured / predicted)``), when the server was calibrated."""
+    calibration fit's residuals per figure (``ln(measured / predicted)``), when the server was calibrated.
+    ``exclude_source``: drawn without that source's residuals (:meth:`ResidualSet.cell`)."""
     residuals = residuals or load_residuals()
-    sample, cell, method = _residual_sample(figure, regime, residuals, calibration, coverage)
+    sample, cell, method = _residual_sample(figure, regime, residuals, calibration, coverage, exclude_source)
     cell = {**cell, "runs": len(sample)}
     bounds = conformal_bounds(sample, coverage)
     if bounds is None and figure in BORROWED:
         other = BORROWED[figure]
-        sample, cell, method = _residual_sample(other, regime, residuals, calibration, coverage)
+        sample, cell, method = _residual_sample(other, regime, residuals, calibration, coverage,
+                                                exclude_source)
         cell = {**cell, "runs": len(sample), "borrowed_from": other}
         bounds = conformal_bounds(sample, coverage)
     if not (math.isfinite(predicted) and predicted > 0) or bounds is None:

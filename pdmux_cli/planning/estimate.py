@@ -22,7 +22,10 @@ SGLang users know them):
 The step times come from a cost model (:mod:`pdmux_cli.costmodel`): ``roofline`` by default, or
 ``chapter``, whose defaults reproduce the table of pd-multiplexing-chapter.txt ("Is it worth it: an
 estimate") exactly. The engine's CPU time per step is hidden behind the GPU (SGLang's overlap
-scheduler) for every policy but pdmux, whose rounds run with the overlap scheduler off and pay it.
+scheduler) for every policy but pdmux, whose rounds run with the overlap scheduler off and pay it. Under
+speculative decoding the baselines follow the release's rule
+(:meth:`pdmux_cli.sglang.release_defaults.ReleaseDefaults.speculation_overlaps`): estimate simulates 0.5.23,
+which keeps the overlap scheduler on; a release up to 0.5.10 would add the CPU time to every step.
 
 With ``--tp N`` every policy runs on ``N`` GPUs, each holding one rank's shard of the model
 (:mod:`pdmux_cli.multigpu.tensor_parallel`): the step times are one rank's, collectives included, and the
@@ -51,6 +54,7 @@ from ..multigpu import disaggregation
 from ..multigpu.disaggregation import KvLink, Layout
 from ..multigpu.tensor_parallel import check_tp_value, for_disagg_tp
 from ..sglang import revisions, server_defaults, split_levels
+from ..sglang.release_defaults import LATEST
 from ..util.errors import Finding, InputError
 
 __all__ = ["Estimate", "LevelRow", "MemoryCheck", "PolicyRow", "Scenario", "default_s_sat_values", "estimate",
@@ -499,7 +503,8 @@ class _Notes:
 @dataclass(frozen=True)
 class _Batch:
     """The scenario's decode batch and prompt on one GPU, with the whole-GPU step model ``full``: how a
-    baseline step is hidden behind the CPU (the overlap scheduler) and how a prefill is launched."""
+    baseline step is hidden behind the CPU (the overlap scheduler; ``overlap`` False: it is not, under
+    speculation on a release that turns it off) and how a prefill is launched."""
 
     full: Any
     model: Model
@@ -511,6 +516,7 @@ class _Batch:
     sum_win: float
     graphs: bool
     prefill_graph: bool
+    overlap: bool = True
 
     @classmethod
     def of(cls, full: Any, gpu: Gpu, model: Model, scenario: Scenario) -> _Batch:
@@ -519,8 +525,10 @@ class _Batch:
         graphs = not scenario.disable_cuda_graph  # SGLang's --disable-cuda-graph: decode and prefill eager
         prefill_graph = graphs and server_defaults.prefill_cuda_graph_default(model.architectures,
                                                                               gpu.compute_capability)
+        spec = scenario.speculation
+        overlap = spec is None or LATEST.speculation_overlaps(spec.eagle_topk)  # estimate is 0.5.23
         return cls(full, model, gpu, gpu.require_sm_count(), bs, scenario.prompt_tokens, bs * ctx,
-                   bs * min(ctx, window) if window else 0, graphs, prefill_graph)
+                   bs * min(ctx, window) if window else 0, graphs, prefill_graph, overlap)
 
     @property
     def cpu(self) -> float:
@@ -530,9 +538,11 @@ class _Batch:
     def per_request(self) -> float:
         return self.full.request_s(1)  # a server step's time per request beyond the kernels (serving.yaml)
 
-    def hidden(self, gpu_s: float, launch_s: float = 0.0) -> float:
-        # a baseline step: the overlap scheduler hides the CPU's work (and a prefill's kernel launches)
-        return max(gpu_s, self.cpu + launch_s)
+    def hidden(self, gpu_s: float, launch_s: float = 0.0, cpu_s: float | None = None) -> float:
+        # a baseline step: the overlap scheduler hides the CPU's work (and a prefill's kernel launches);
+        # without it the CPU's work follows the step (as the simulator's schedulers.baseline_rounds)
+        cpu = self.cpu if cpu_s is None else cpu_s
+        return max(gpu_s, cpu + launch_s) if self.overlap else max(gpu_s, launch_s) + cpu
 
     def launch(self, tokens: int, chunk: int, mixed: bool = False) -> float:
         """Host seconds to launch a prefill batch (as engine.Setup.prefill_launch_s)."""
@@ -613,9 +623,9 @@ def _baseline_rows(b: _Batch, scenario: Scenario, notes: _Notes) -> list[PolicyR
             continue
         take = chunk if scenario.cost_model == "chapter" else chunk - bs
         steps = [
-            max(full.mixed_s([(min(take, prompt - start), start)], bs, b.sum_ctx,
-                             b.sum_win) + (bs + 1) * per_request,
-                full.decode_cpu_s(bs + 1) + b.launch(take, chunk, mixed=True))
+            b.hidden(full.mixed_s([(min(take, prompt - start), start)], bs, b.sum_ctx,
+                                  b.sum_win) + (bs + 1) * per_request,
+                     b.launch(take, chunk, mixed=True), full.decode_cpu_s(bs + 1))
             for start in range(0, prompt, take)
         ]
         rows.append(PolicyRow("mixed-chunk", f"mixed chunk {chunk}", sum(steps) / len(steps) * 1e3,

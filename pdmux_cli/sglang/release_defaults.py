@@ -98,6 +98,27 @@ range is the one read first):
 - **Prefill CUDA graph**: off by default up to 0.5.8 (``server_args.py``: ``enable_piecewise_cuda_graph``
   False), on from 0.5.10 (``disable_piecewise_cuda_graph`` False): 0.5.23's default there
   (:func:`~pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`).
+
+- **The overlap scheduler under speculative decoding** (EAGLE, EAGLE3, NEXTN, STANDALONE; SGLang picks
+  ``event_loop_overlap`` or ``event_loop_normal`` by ``disable_overlap_schedule``, ``managers/scheduler.py``
+  ``run_scheduler_process``): 0.4.1's ``ServerArgs`` has no ``speculative_algorithm``; from 0.4.3 (0.4.2
+  not read) to 0.5.10 speculation turns the overlap scheduler off by default (``server_args.py``
+  ``__post_init__``, from 0.5.4 ``_handle_speculative_decoding``: ``disable_overlap_schedule = True``,
+  "Overlap scheduler is disabled because of using eagle speculative decoding"); its overlapped path is an
+  opt-in, ``--enable-beta-spec`` in 0.5.3.post3-0.5.4 (EAGLE only, default False) and
+  ``SGLANG_ENABLE_SPEC_V2`` from 0.5.5 (``environ.py`` ``EnvBool(False)`` up to 0.5.10; EAGLE3 too and
+  topk 1 only from 0.5.7). 0.5.11 and 0.5.12
+  default ``SGLANG_ENABLE_SPEC_V2`` to True (``EnvBool(True)``): the overlap scheduler stays on, except at
+  ``--speculative-eagle-topk`` > 1, which still turns it off ("spec v2 currently only supports topk = 1").
+  From 0.5.13 (``srt/arg_groups/speculative_hook.py`` ``_handle_eagle_family``) it stays on at any topk
+  (0.5.14 removes the variable: "speculative decoding always runs the V2 worker"), as in 0.5.23. Without the
+  overlap scheduler a baseline round pays its CPU time on top of the GPU's, as under
+  ``--disable-overlap-schedule`` (:meth:`ReleaseDefaults.speculation_overlaps`). Not modelled: the extra CPU
+  work of the v1 worker's round over a plain step (three forwards prepared, ``eagle_info.py``
+  ``EagleVerifyInput.verify``'s ``tolist()`` and its loop over every accepted token; 0.5.6), and the other
+  start-up changes old releases made under speculation (0.4.3: radix cache and chunked prefill off). Read
+  for this rule: 0.4.0, 0.4.1, 0.4.3, 0.4.6, 0.4.9, 0.5.0rc2, 0.5.2, 0.5.3, 0.5.3.post3, 0.5.4, 0.5.5,
+  0.5.5.post3, 0.5.6, 0.5.6.post2, 0.5.7-0.5.14 (with 0.5.12.post1), 0.5.20, 0.5.23.
 """
 
 from __future__ import annotations
@@ -172,6 +193,8 @@ _SERIAL_FRONTEND = (("0.2.10", True), ("0.5.22", False))
 _PREFILL_CUDA_GRAPH = (("0.2.10", False), ("0.5.10", None))
 # (decode, prefill) graph shares of the reserve that still count under --disable-cuda-graph (0.5.10 on)
 _RESERVE_WITHOUT_GRAPHS = (("0.2.10", (True, True)), ("0.5.14", (True, False)), ("0.5.16", (False, False)))
+# (the overlap scheduler stays on under speculation, only at --speculative-eagle-topk 1)
+_SPECULATION_OVERLAP = (("0.2.10", (False, False)), ("0.5.11", (True, True)), ("0.5.13", (True, False)))
 
 
 @dataclass(frozen=True)
@@ -191,7 +214,10 @@ class ReleaseDefaults:
     run eagerly by default (up to 0.5.8), ``None`` for 0.5.23's default rule. ``reserve_without_graphs``:
     which of the decode and prefill graphs' shares of the memory reserve still count under
     ``--disable-cuda-graph`` where the reserve has a prefill share (0.5.10 on: both up to 0.5.12, the
-    decode graph's in 0.5.14, neither from 0.5.16).
+    decode graph's in 0.5.14, neither from 0.5.16). ``speculation_overlap``: under speculative decoding the
+    overlap scheduler stays on by default (0.5.11 on; up to 0.5.10 speculation turns it off);
+    ``speculation_overlap_topk1``: only at ``--speculative-eagle-topk`` 1 (0.5.11-0.5.12)
+    (:meth:`speculation_overlaps`).
     """
 
     release: str
@@ -207,6 +233,14 @@ class ReleaseDefaults:
     serial_frontend: bool
     prefill_cuda_graph: bool | None
     reserve_without_graphs: tuple[bool, bool] = (False, False)
+    speculation_overlap: bool = True
+    speculation_overlap_topk1: bool = False
+
+    def speculation_overlaps(self, eagle_topk: int = 1) -> bool:
+        """Whether the overlap scheduler runs under speculative decoding with ``--speculative-eagle-topk``
+        ``eagle_topk`` by default (module docstring): ``False`` up to 0.5.10, and at topk > 1 in
+        0.5.11-0.5.12; then a round pays its CPU time on top of the GPU's."""
+        return self.speculation_overlap and (eagle_topk <= 1 or not self.speculation_overlap_topk1)
 
     @property
     def init_new_token_ratio(self) -> float:
@@ -362,6 +396,7 @@ def release_defaults(version: str = LATEST_RELEASE) -> ReleaseDefaults:
                          f"({OLDEST_RELEASE} to {LATEST_RELEASE})")
     floor, decay = _since(_RATIO_FLOOR_DECAY, key)
     cap, spare = _since(_RUNNING_CAP, key)
+    overlap, topk1 = _since(_SPECULATION_OVERLAP, key)
     return ReleaseDefaults(
         release=version_text(key), memory=_since(_MEMORY, key),
         full_reserve_for_ignore_eos=_since(_FULL_RESERVE_FOR_IGNORE_EOS, key),
@@ -370,7 +405,8 @@ def release_defaults(version: str = LATEST_RELEASE) -> ReleaseDefaults:
         new_token_ratio_decay=decay, max_running_cap=cap, running_slots_spare=spare,
         tp8_mem_fraction=_since(_TP8_MEM_FRACTION, key),
         serial_frontend=_since(_SERIAL_FRONTEND, key), prefill_cuda_graph=_since(_PREFILL_CUDA_GRAPH, key),
-        reserve_without_graphs=_since(_RESERVE_WITHOUT_GRAPHS, key))
+        reserve_without_graphs=_since(_RESERVE_WITHOUT_GRAPHS, key), speculation_overlap=overlap,
+        speculation_overlap_topk1=topk1)
 
 
 #: SGLang 0.5.23's rules: what every command simulates.

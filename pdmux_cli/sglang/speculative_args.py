@@ -240,8 +240,9 @@ def resolve_speculation(target: Model, algorithm: str, num_steps: int | None, ea
     - ``eagle_topk`` > 1 without ``num_draft_tokens``: refused (SGLang has no value to run);
     - ``accept_length``: required (pdmux cannot know a draft's acceptance);
     - ``draft``: the user's draft (``--speculative-draft-model-path``: a ``config.json``), checked against
-      the target (:func:`check_draft`), else the algorithm's usual one
-      (:func:`default_draft`).
+      the target (:func:`check_draft`; an EAGLE3 draft's ``draft_vocab_size`` then sizes its lm_head, SGLang
+      0.5.23 ``speculative/eagle_worker_v2.py`` ``init_token_map``/``init_lm_head``), else the algorithm's
+      usual one (:func:`default_draft`).
 
     Raises :class:`InputError` naming the parameter for every refusal and for values out of range.
     """
@@ -288,6 +289,12 @@ def resolve_speculation(target: Model, algorithm: str, num_steps: int | None, ea
         draft_source = "default"
     else:
         check_draft(target, draft, draft_source or draft.name)
+        if name == "EAGLE3" and 0 < draft.draft_vocab_size < draft.vocab_size:
+            # its lm_head scores the hot tokens only, mapped back to the target's ids (d2t)
+            findings.append(Finding("speculative.draft_vocab", {
+                "draft_vocab_size": draft.draft_vocab_size, "vocab_size": draft.vocab_size},
+                "speculative_draft_model_path"))
+            draft = dataclasses.replace(draft, vocab_size=draft.draft_vocab_size)
     return Speculation(name, num_steps, eagle_topk, num_draft_tokens, accept_length, draft,
                        draft_source or "default"), findings
 

@@ -272,7 +272,8 @@ class Setup:
     ``mem_fraction_static``: ``None`` for SGLang's default per policy. ``max_prefill_tokens``: SGLang's
     ``--max-prefill-tokens``. ``ignore_eos``: requests run to their ``max_new_tokens`` (benchmark
     traffic): admission reserves their whole remaining output. ``disable_overlap``: the baselines run
-    without the overlap scheduler (their CPU time adds to every step, as under pdmux).
+    without the overlap scheduler (their CPU time adds to every step, as under pdmux); :attr:`overlap` also
+    turns it off where the release does under ``speculation``.
     ``cuda_graph_max_bs``: ``None`` for SGLang's default for the GPU; larger decode batches run
     without a CUDA graph. ``max_running_requests``: ``None`` for SGLang's default from the pool.
     ``prefix_cache``: SGLang's radix cache (on by default; off is ``--disable-radix-cache``), used for
@@ -340,6 +341,16 @@ class Setup:
         """Decode steps a request takes for ``tokens`` more output tokens: one a token, or under speculative
         decoding the rounds (:meth:`pdmux_cli.costmodel.speculative.Speculation.rounds`)."""
         return tokens if self.speculation is None else self.speculation.rounds(tokens)
+
+    @property
+    def overlap(self) -> bool:
+        """Whether the baselines run with the overlap scheduler: not under ``disable_overlap``, nor under
+        ``speculation`` on a release that turns it off there
+        (:meth:`~pdmux_cli.sglang.release_defaults.ReleaseDefaults.speculation_overlaps`: up to 0.5.10, and
+        at topk > 1 in 0.5.11-0.5.12), where a round pays its CPU time on top of the GPU's."""
+        if self.disable_overlap:
+            return False
+        return self.speculation is None or self.release.speculation_overlaps(self.speculation.eagle_topk)
 
     @property
     def tokens_per_step(self) -> float:

@@ -17,7 +17,9 @@ and ``event_loop_overlap``) for three policies, named by the server arguments th
 
 A round is one prefill or decode step on the whole GPU. The overlap scheduler prepares round ``k + 1``
 on the CPU while the GPU runs round ``k``, so a round lasts ``max(GPU time, CPU time)``
-(``--disable-overlap-schedule``: the sum). Decode batches larger than SGLang's largest CUDA graph
+(``--disable-overlap-schedule``: the sum; the sum too under speculative decoding on a release that turns
+the overlap scheduler off there, up to 0.5.10: :attr:`~pdmux_cli.simulate.engine.Setup.overlap`). Decode
+batches larger than SGLang's largest CUDA graph
 (``cuda_graph_max_bs``, 256 on 60-160 GB GPUs) are launched kernel by kernel, every one with
 ``--disable-cuda-graph`` (:attr:`~pdmux_cli.simulate.engine.Setup.graph_max_bs` 0).
 
@@ -669,7 +671,7 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     interval = policy.prefill_decode_interval
     total = setup.total_sms
     graph_max = setup.graph_max_bs
-    overlap = not setup.disable_overlap
+    overlap = setup.overlap  # off under --disable-overlap-schedule, or speculation on a release before 0.5.11
     cpu_s = step_model.decode_cpu_s
     decode_s = step_model.decode_s
     per_request = step_model.request_s(1)  # a step's time per request beyond the kernels (linear in them)

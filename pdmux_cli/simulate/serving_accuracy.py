@@ -450,7 +450,8 @@ class RunOutcome:
     def intervals(self) -> dict[str, tuple[float, float] | None]:
         """Each measured metric's 80% interval around the prediction with the shipped terms
         (:func:`pdmux_cli.costmodel.uncertainty.figure_interval` in the run's regime: its client's loop, the
-        replay's requests in flight, its GPU's family), as ``simulate`` gives it."""
+        replay's requests in flight, its GPU's family), as ``simulate`` gives it, but drawn without the
+        residuals of the run's own source: the interval a server of an unseen source gets."""
         from ..catalog.hardware import find_gpu_or_file
         from ..costmodel.uncertainty import RUN_FIGURE, Regime, client_loop, figure_interval, gpu_family
 
@@ -460,7 +461,8 @@ class RunOutcome:
         regime = Regime(client_loop(run.request_rate, run.max_concurrency),
                         self.predicted.get("in_flight", math.nan),
                         gpu_family(find_gpu_or_file(run.gpu).compute_capability))
-        return {name: figure_interval(RUN_FIGURE[name], self.predicted.get(name, math.nan), regime)[0]
+        return {name: figure_interval(RUN_FIGURE[name], self.predicted.get(name, math.nan), regime,
+                                      exclude_source=run.campaign)[0]
                 for name, _ in run.metrics}
 
 
