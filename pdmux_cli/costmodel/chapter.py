@@ -320,13 +320,16 @@ class ChapterModel:
         the co-run bandwidth factor. ``cuda_graph`` is accepted and has no effect (no launch costs)."""
         if n <= 0:
             return 0.0
+        return max(*self._decode_terms(sms, n, sum_context, sum_window, corun_sms))
+
+    def _decode_terms(self, sms: int, n: int, sum_context: Any, sum_window: Any,
+                      corun_sms: int) -> tuple[Any, Any]:
+        """``(memory seconds, compute seconds)`` of a decode step (numbers or numpy arrays of totals)."""
         inv_bw, inv_flops = self._decode_rate(sms, corun_sms)
         kv = self.kv_a * sum_context + self.kv_b * sum_window
         attn = self.attn_a * sum_context + self.attn_b * sum_window
         weights = self._weight_bytes[n] if n < len(self._weight_bytes) else self._weight_bytes_at(n)
-        memory_s = (weights + kv) * inv_bw
-        compute_s = (n * self.linear_flops + attn) * inv_flops
-        return max(memory_s, compute_s)
+        return (weights + kv) * inv_bw, (n * self.linear_flops + attn) * inv_flops
 
     def decode_run_s(self, sms: int, n: int, sum_context: Any, sum_window: Any = 0.0, corun_sms: int = 0,
                      cuda_graph: bool = True) -> Any:
@@ -336,13 +339,7 @@ class ChapterModel:
 
         if n <= 0:
             return 0.0 * sum_context
-        inv_bw, inv_flops = self._decode_rate(sms, corun_sms)
-        kv = self.kv_a * sum_context + self.kv_b * sum_window
-        attn = self.attn_a * sum_context + self.attn_b * sum_window
-        weights = self._weight_bytes[n] if n < len(self._weight_bytes) else self._weight_bytes_at(n)
-        memory_s = (weights + kv) * inv_bw
-        compute_s = (n * self.linear_flops + attn) * inv_flops
-        return np.maximum(memory_s, compute_s)
+        return np.maximum(*self._decode_terms(sms, n, sum_context, sum_window, corun_sms))
 
     def flops_rate(self, sms: int, corun_sms: int = 0) -> float:
         """Prefill FLOP/s on ``sms`` SMs, with the co-run factor when decode runs on ``corun_sms``."""

@@ -398,14 +398,13 @@ def _decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, overlap:
     return done, t
 
 
-def _decode_array(work: Work, setup: Setup, n: int, t: float, limit: int, overlap: bool, cpu: float,
-                  nreq: float, cuda_graph: bool, next_t: float, horizon: float, sc: float, sw: float,
-                  inc: float, winc: int) -> tuple[int, float, float]:
-    """:func:`_decode_run`'s long runs as numpy arrays: up to ``limit`` steps from ``t`` with the totals
-    ``sc``, ``sw`` growing by ``inc``, ``winc`` a step. The step model's ``decode_run_s`` (``decode_s``'s
-    arithmetic over arrays, equal to the bit; ``decode_s`` step by step where it has none); whole-token
-    totals in int64 (exact), fractional ones summed in order (``numpy.add.accumulate``, sequential, as the
-    end times). Returns ``(steps, end time, KV total after them)``."""
+def _run_gpu_s(setup: Setup, n: int, limit: int, cuda_graph: bool, sc: float, sw: float, inc: float,
+               winc: int) -> tuple[Any, Any]:
+    """The GPU seconds of ``limit`` decode steps (or whole-GPU rounds) of ``n`` requests whose KV totals start
+    at ``sc``, ``sw`` and grow by ``inc``, ``winc`` a step, as an array: the step model's ``decode_run_s``
+    (``decode_s``'s arithmetic over arrays, equal to the bit), or ``decode_s`` step by step where its class
+    has none; and the fractional KV totals summed in order (``numpy.add.accumulate``; ``None`` for whole
+    tokens, exact in int64). Shared by :func:`_decode_array` and :func:`_pdmux_array`."""
     import numpy as np
 
     step_model = setup.step_model
@@ -422,11 +421,24 @@ def _decode_array(work: Work, setup: Setup, n: int, t: float, limit: int, overla
     windows = sw + winc * offsets if winc else sw
     run_s = _own_method(step_model, "decode_run_s")
     if run_s is not None:
-        gpu = run_s(total, n, contexts, windows, 0, cuda_graph)
-    else:
-        decode_s = step_model.decode_s
-        w_list = windows.tolist() if winc else [sw] * limit
-        gpu = np.array([decode_s(total, n, c, w, 0, cuda_graph) for c, w in zip(contexts.tolist(), w_list)])
+        return run_s(total, n, contexts, windows, 0, cuda_graph), sums
+    decode_s = step_model.decode_s
+    w_list = windows.tolist() if winc else [sw] * limit
+    gpu = [decode_s(total, n, c, w, 0, cuda_graph) for c, w in zip(contexts.tolist(), w_list)]
+    return np.array(gpu), sums
+
+
+def _decode_array(work: Work, setup: Setup, n: int, t: float, limit: int, overlap: bool, cpu: float,
+                  nreq: float, cuda_graph: bool, next_t: float, horizon: float, sc: float, sw: float,
+                  inc: float, winc: int) -> tuple[int, float, float]:
+    """:func:`_decode_run`'s long runs as numpy arrays: up to ``limit`` steps from ``t`` with the totals
+    ``sc``, ``sw`` growing by ``inc``, ``winc`` a step. The step model's ``decode_run_s`` (``decode_s``'s
+    arithmetic over arrays, equal to the bit; ``decode_s`` step by step where it has none); whole-token
+    totals in int64 (exact), fractional ones summed in order (``numpy.add.accumulate``, sequential, as the
+    end times). Returns ``(steps, end time, KV total after them)``."""
+    import numpy as np
+
+    gpu, sums = _run_gpu_s(setup, n, limit, cuda_graph, sc, sw, inc, winc)
     gpu = gpu + nreq
     ends = np.empty(limit + 1)
     ends[0] = t
@@ -435,7 +447,7 @@ def _decode_array(work: Work, setup: Setup, n: int, t: float, limit: int, overla
     ok = ends[1:] < horizon
     ok &= (ends[:-1] if overlap else ends[1:]) < next_t
     if sums is not None:  # the memory check before each step, on the fractional totals
-        ok &= work.capacity - contexts - work.extra_held >= n
+        ok &= work.capacity - sums[:limit] - work.extra_held >= n
     first_bad = int(ok.argmin())  # the first False; 0 when every one is True
     steps = limit if ok[first_bad] else first_bad
     if steps < 1:
@@ -544,25 +556,7 @@ def _pdmux_array(work: Work, setup: Setup, n: int, t: float, limit: int, cpu: fl
     (``numpy.add.accumulate``, sequential). Returns ``(rounds, end time, KV total, group seconds)``."""
     import numpy as np
 
-    step_model = setup.step_model
-    total = setup.total_sms
-    offsets = np.arange(limit)
-    if isinstance(inc, int) and isinstance(sc, int):
-        contexts = sc + inc * offsets
-        sums = None
-    else:
-        sums = np.full(limit + 1, float(inc))
-        sums[0] = sc
-        sums = np.add.accumulate(sums)
-        contexts = sums[:limit]
-    windows = sw + winc * offsets if winc else sw
-    run_s = _own_method(step_model, "decode_run_s")
-    if run_s is not None:
-        gpu = run_s(total, n, contexts, windows, 0, cuda_graph)
-    else:
-        decode_s = step_model.decode_s
-        w_list = windows.tolist() if winc else [sw] * limit
-        gpu = np.array([decode_s(total, n, c, w, 0, cuda_graph) for c, w in zip(contexts.tolist(), w_list)])
+    gpu, sums = _run_gpu_s(setup, n, limit, cuda_graph, sc, sw, inc, winc)
     taus = np.empty(limit + 1)
     taus[1:] = gpu + cpu
     taus[1:] += req
@@ -570,7 +564,7 @@ def _pdmux_array(work: Work, setup: Setup, n: int, t: float, limit: int, cpu: fl
     ends = np.add.accumulate(taus)
     ok = ends[:-1] < until  # each round starts before a horizon or the next arrival
     if sums is not None:  # the memory check before each round, on the fractional totals
-        ok &= work.capacity - contexts - work.extra_held >= n
+        ok &= work.capacity - sums[:limit] - work.extra_held >= n
     first_bad = int(ok.argmin())  # the first False; 0 when every one is True
     steps = limit if ok[first_bad] else first_bad
     if steps < 1:
