@@ -26,6 +26,7 @@ when every case passes. About 5 minutes on 2 cores.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -467,6 +468,364 @@ def cases() -> list[Case]:
         add("traces", f"--bench-serving is {label}",
             ["calibrate", "--bench-serving", path, "--model", "qwen3-8b",
                                                       "--gpu", "h100"], files=files)
+    out += _cases_34()
+    return out
+
+
+#: Where a fake ``ray`` package that fails to import lives (``--executor ray`` with Ray missing, whether or
+#: not this machine has it); made by :func:`_no_ray_dir`.
+NO_RAY = Path(tempfile.gettempdir()) / f"pdmux-sweep-no-ray-{os.getpid()}"
+
+
+def _no_ray_dir() -> str:
+    (NO_RAY / "ray").mkdir(parents=True, exist_ok=True)
+    (NO_RAY / "ray" / "__init__.py").write_text("raise ImportError(\"No module named 'ray'\")\n")
+    return str(NO_RAY)
+
+
+def _gz(data: bytes | str, members: int = 1) -> bytes:
+    one = gzip.compress(data.encode() if isinstance(data, str) else data, compresslevel=9, mtime=0)
+    return one * members
+
+
+def _bomb(chunk: bytes, gib: int) -> bytes:
+    """A gzip file of ``gib`` GiB of ``chunk`` repeated, a few MB as stored (64 MiB members)."""
+    member = gzip.compress(chunk * (64 * 1024 * 1024 // len(chunk)), compresslevel=9, mtime=0)
+    return member * (16 * gib)
+
+
+_CACHE: dict[str, bytes | str] = {}
+
+
+def _lazy(key: str, make):
+    """Content made the first time a case is prepared (``--list`` stays quick)."""
+    def get():
+        if key not in _CACHE:
+            _CACHE[key] = make()
+        return _CACHE[key]
+    return get
+
+
+def _bench_serving_text() -> str:
+    """A bench_serving result file of four runs (the tests' own maker: pdmux's simulator with known
+    serving terms), about 6 s to fit on 2 cores."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import math
+
+    from test_calibrate_serving import bench_serving_line
+    lines = [bench_serving_line(math.inf, 1, 8, True), bench_serving_line(math.inf, 24, 60, False),
+             bench_serving_line(math.inf, 0, 80, True), bench_serving_line(4, 0, 200, False)]
+    return "".join(json.dumps(x) + "\n" for x in lines)
+
+
+def _ray_site() -> str | None:
+    """``--ray-site``'s folder, or ``""`` when Ray imports as installed, ``None`` when there is none."""
+    site = os.environ.get("PDMUX_SWEEP_RAY_SITE", "")
+    env = {**os.environ, "PYTHONPATH": site}
+    ok = subprocess.run([sys.executable, "-c", "import ray"], env=env, capture_output=True).returncode == 0
+    return site if ok else None
+
+
+def _cases_34() -> list[Case]:
+    """Issue 34, item 4: the surfaces added since the last pass."""
+    out: list[Case] = []
+
+    def add(family: str, name: str, args: list[str], **kw) -> None:
+        out.append(Case(family, name, args, **kw))
+
+    azure = Path(AZURE).read_text()
+    moon = Path(MOON).read_text()
+    burst = Path(BURST).read_text()
+
+    # --- gzip traces -------------------------------------------------------------------------------------
+    good = _gz(azure)
+    gz = {
+        "azure .gz": (good, 0), "mooncake .gz": (_gz(moon), 0), "burstgpt .gz": (_gz(burst), 0),
+        "two members": (_gz(azure.split("\n", 20)[0] + "\n") + _gz("\n".join(azure.split("\n")[1:])), 0),
+        "truncated": (good[: len(good) // 2], 2), "only the header 10 bytes": (good[:10], 2),
+        "only the magic": (b"\x1f\x8b", 2), "magic then garbage": (b"\x1f\x8b" + bytes(range(256)) * 8, 2),
+        "corrupt middle": (good[:40] + bytes(b ^ 0x55 for b in good[40:60]) + good[60:], 2),
+        "bad CRC": (good[:-8] + b"\0\0\0\0" + good[-4:], 2),
+        "trailing garbage": (good + b"garbage after the member", (0, 2)),
+        "trailing zeros": (good + b"\0" * 1024, 0),
+        "gz of nothing": (_gz(b""), 2), "gz of binary": (_gz(bytes(range(256)) * 64), 2),
+        "gz of a gz": (_gz(good), 2), "gz of ShareGPT": (_gz('[{"id": "x", "conversations": []}]'), 2),
+        "gz of utf-16": (_gz(azure.encode("utf-16")), 2), "gz of latin-1": (_gz("TIMESTAMP,é\n".encode(
+            "latin-1")), 2),
+        "gz of a bench_serving result": (_gz(json.dumps({"backend": "sglang", "input_lens": [1]}) + "\n"), 2),
+        "bomb: 4 GiB of one line": (_lazy("bomb-x", lambda: _bomb(b"x" * 4096, 4)), 2),
+        "bomb: 4 GiB of newlines": (_lazy("bomb-nl", lambda: _bomb(b"\n" * 4096, 4)), 2),
+        "bomb: a header then 4 GiB of one row": (
+            _lazy("bomb-row", lambda: _gz("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.0,")
+                  + _bomb(b"9" * 4096, 4)), 2),
+        "bomb: mooncake 4 GiB of one JSON line": (
+            _lazy("bomb-json", lambda: _gz('{"timestamp": 0, "input_length": 5, "output_length": 5, "x": "')
+                  + _bomb(b"a" * 4096, 4)), 2),
+    }
+    commands = [
+        ("simulate", lambda f: ["simulate", f, "--workers", "1", "--policies", "chunked"]),
+        ("simulate --json", lambda f: ["simulate", f, "--workers", "1", "--json", "--policies", "pdmux"]),
+        ("capacity", lambda f: ["capacity", f, *SLO, "--workers", "1", "--policies", "chunked"]),
+        ("tune", lambda f: ["tune", "--trace", f, *SLO, *SMALL_TUNE, "--json"]),
+        ("gen-config --slo-itl --trace", lambda f: ["gen-config", "--slo-itl", "60", "--trace", f]),
+        ("gen-config --tune", lambda f: ["gen-config", "--tune", "--trace", f, *SLO, "--workers", "1"]),
+    ]
+    for i, (label, (data, code)) in enumerate(gz.items()):
+        codes = code if isinstance(code, tuple) else (code,)
+        name = "t.csv.gz" if i % 2 else "trace"
+        picks = range(len(commands)) if label.startswith("bomb") or label == "truncated" else \
+            (i % len(commands), (i + 3) % len(commands))
+        for j in picks:
+            cname, make = commands[j]
+            add("gzip", f"{label} via {cname}", make(name), files={name: data}, codes=codes, timeout=90)
+    add("gzip", "plain text named .gz", ["simulate", "t.gz", "--workers", "1"], files={"t.gz": azure},
+        codes=(0,))
+    add("gzip", "--format mooncake on an azure .gz", ["simulate", "t.gz", "--format", "mooncake"],
+        files={"t.gz": good}, codes=(2,))
+    for opt in ("--bench-serving", "--sglang-log", "--sglang-bench"):
+        add("gzip", f"calibrate {opt} given a .gz",
+            ["calibrate", opt, "x.gz", "--model", "qwen3-8b", "--gpu", "h100"],
+            files={"x.gz": _gz(Path(LOG).read_text() if opt == "--sglang-log" else
+                               Path(ONE_BATCH).read_text())}, codes=(0, 2))
+    for label, data in (("truncated", good[: len(good) // 2]),
+                        ("corrupt", good[:40] + b"\xff" * 30 + good[70:])):
+        add("gzip", f"{label} .gz: capacity --workers 2 --json",
+            ["capacity", "t.gz", *SLO, "--workers", "2", "--json"], files={"t.gz": data}, codes=(2,))
+
+    # --- --executor ray ------------------------------------------------------------------------------------
+    no_ray = {"PYTHONPATH": f"{ROOT}{os.pathsep}{NO_RAY}"}
+    runs = [["simulate", AZURE, "--workers", "2"], ["simulate", AZURE, "--json"],
+            ["capacity", AZURE, *SLO, "--workers", "2"], ["capacity", AZURE, *SLO, "--json"],
+            ["tune", "--trace", AZURE, *SLO, *SMALL_TUNE[:-2], "-o", "t.yaml"],
+            ["gen-config", "--tune", "--trace", AZURE, *SLO], ["simulate", *SYN, "--dp", "2"]]
+    for args in runs:
+        add("ray", f"Ray missing: {' '.join(args[:2])} ... --executor ray", [*args, "--executor", "ray"],
+            env=no_ray, codes=(2,))
+        add("ray", f"Ray missing, --ray-address auto: {' '.join(args[:1])}",
+            [*args, "--executor", "ray", "--ray-address", "auto"], env=no_ray, codes=(2,))
+    for value in ("RAY", " ray ", "dask", "", "local,ray", "\x1b[2J"):
+        add("ray", f"--executor {value!r}", ["simulate", AZURE, "--executor", value], env=no_ray,
+            codes=(0, 2))
+    for value in ("", " ", "auto"):
+        add("ray", f"--ray-address {value!r} without --executor ray", ["simulate", AZURE, "--ray-address",
+                                                                         value], codes=(2,))
+    add("ray", "--executor ray --workers 0", ["simulate", AZURE, "--executor", "ray", "--workers", "0"],
+        env=no_ray, codes=(2,))
+    add("ray", "estimate --executor ray (not an option)", ["estimate", "--executor", "ray"], codes=(2,))
+    site = _ray_site()
+    if site is not None:
+        with_ray = {"PYTHONPATH": os.pathsep.join(x for x in (str(ROOT), site) if x)}
+        for address in ("127.0.0.1:1", "ray://127.0.0.1:1", "auto", "nowhere.invalid:6379",
+                        "ray://nowhere.invalid:10001", "http://127.0.0.1:1", "256.1.1.1:6379", "::::",
+                        "127.0.0.1:99999", "ray://"):
+            add("ray", f"Ray installed, --ray-address {address!r} unreachable",
+                ["simulate", AZURE, "--executor", "ray", "--ray-address", address, "--json"], env=with_ray,
+                codes=(1, 2), timeout=120)
+        add("ray", "Ray installed, a local instance: capacity --json",
+            ["capacity", AZURE, *SLO, "--executor", "ray", "--workers", "2", "--json", "--policies",
+             "chunked"],
+            env=with_ray, codes=(0,), timeout=240)
+        for signum, delay in ((signal.SIGTERM, 6.0), (signal.SIGINT, 12.0)):
+            add("ray", f"Ray installed: {signal.Signals(signum).name} at {delay}s, tune -o",
+                ["tune", "--trace", "trace.csv", *SLO, "--executor", "ray", "--workers", "2", "-o", "t.yaml"],
+                files={"trace.csv": _azure_trace(3000)}, env=with_ray, signal=(signum, delay, False),
+                outputs=("t.yaml",), timeout=240)
+
+    # --- stop signals with workers: calibrate --bench-serving, tune, capacity -----------------------------
+    bench = _lazy("bench-serving", _bench_serving_text)
+    big = {"trace.csv": _azure_trace(3000),
+           "trace.csv.gz": _lazy("big-gz", lambda: _gz(_azure_trace(20000)))}
+    long_runs = [
+        ("calibrate --bench-serving", ["calibrate", "--bench-serving", "bs.jsonl", "--model", "qwen3-8b",
+                                       "--gpu", "h100", "--workers", "2", "-o", "cal.yaml"]),
+        ("calibrate --bench-serving --json", ["calibrate", "--bench-serving", "bs.jsonl", "--bench-serving",
+                                              "bs.jsonl", "--model", "qwen3-8b", "--gpu", "h100",
+                                              "--workers", "2", "--json"]),
+        ("tune -o --json", ["tune", "--trace", "trace.csv", *SLO, "--workers", "2", "-o", "t.yaml",
+                            "--json"]),
+        ("tune .gz to stdout", ["tune", "--trace", "trace.csv.gz", *SLO, "--workers", "2"]),
+        ("capacity --plot --json", ["capacity", "trace.csv", *SLO, "--workers", "2", "--plot", "c.png",
+                                    "--json"]),
+        ("capacity .gz", ["capacity", "trace.csv.gz", *SLO, "--workers", "2"]),
+        ("simulate spec --csv", ["simulate", "trace.csv", "--workers", "2", "--speculative-algorithm",
+                                 "EAGLE", "--speculative-accept-length", "2.5", "--csv", "o.csv"]),
+    ]
+    k = 0
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for delay in (0.5, 1.5, 3.0):
+            for group in (False, True):
+                label, args = long_runs[k % len(long_runs)]
+                k += 1
+                add("signals34", f"{signal.Signals(signum).name} {'group' if group else 'pid'} at {delay}s: "
+                    f"{label}", args, files={"bs.jsonl": bench, **big}, signal=(signum, delay, group),
+                    outputs=("cal.yaml", "t.yaml", "c.png", "o.csv"), timeout=180)
+
+    # --- --json on error paths: one stderr line, nothing on stdout ----------------------------------------
+    json_errors = [
+        ["estimate", "--decode-bs", "0"], ["estimate", "--gpu", "nope"], ["estimate", "--model", "x.json"],
+        ["estimate", "--level", "200/100"], ["estimate", "--config", "bad.yaml"],
+        ["splits", "--sms", "0", "--cc", "9.0"], ["splits", "--decode-bs", "x"],
+        ["simulate", "nope.csv"], ["simulate", "bad.csv"], ["simulate", *SYN, "--policies", "nope"],
+        ["simulate", *SYN, "--csv", "bad.csv/x.csv"], ["simulate", *SYN, "--csv", "adir/"],
+        ["simulate", *SYN, "--plot", "bad.csv/x.png"], ["simulate", *SYN, "--max-steps", "3"],
+        ["simulate", *SYN, "--calibration", "bad.yaml", "--workers", "2"],
+        ["capacity", *SYN, *SLO, "--workers", "2", "--calibration", "bad.yaml"],
+        ["capacity", *SYN, *SLO, "--workers", "2", "--plot", "bad.csv/c.png"],
+        ["capacity", *SYN, *SLO, "--workers", "2", "--max-steps", "3"],
+        ["tune", "--trace", AZURE, *SLO, *SMALL_TUNE, "-o", "bad.csv/t.yaml"],
+        ["tune", "--trace", AZURE, *SLO, *SMALL_TUNE[:-2], "--workers", "2", "--max-steps", "3"],
+        ["tune", "--trace", "bad.csv", *SLO], ["gen-config", "--sm-group-num", "2"],
+        ["gen-config", "-o", "bad.csv/g.yaml"], ["gen-config", "--tune", "--trace", AZURE],
+        ["gen-config", "--slo-itl", "-1", "--context", "2048"], ["check-config", "bad.yaml"],
+        ["check-config", "nope.yaml"], ["calibrate", "--sglang-log", "bad.csv", "--model", "qwen3-8b"],
+        ["calibrate", "--bench-serving", "bad.csv", "--model", "qwen3-8b", "--gpu", "h100"],
+        ["calibrate", "--merge", "bad.yaml", "--merge", "bad.yaml"],
+        ["calibrate", "--sglang-log", LOG, "--model", "qwen3-8b", "--gpu", "h100", "-o", "bad.csv/c.yaml"],
+        ["accuracy", "--serving", "--workers", "0"], ["bench", "--out", "b"], ["bench", "--dry-run",
+                                                                             "--repeats", "0"],
+        ["simulate", *SYN, "--executor", "ray"], ["simulate", *SYN, "--speculative-accept-length", "2"],
+        ["estimate", "--speculative-algorithm", "EAGLE", "--speculative-accept-length", "nan"],
+        ["gen-config", "--speculative-algorithm", "EAGLE"], ["simulate", "t.gz"],
+    ]
+    files = {"x.json": "{", "bad.yaml": "sm_group_num: [\n", "bad.csv": "hello\n", "ro/keep": "",
+             "adir/keep": "", "t.gz": good[:100]}
+    for args in json_errors:
+        add("json", f"{' '.join(a[:25] for a in args)[:80]} --json", [*args, "--json"], files=files,
+            env=no_ray, codes=(1, 2))
+        if args[0] in ("gen-config", "tune") and "-o" not in args:
+            add("json", f"{' '.join(a[:25] for a in args)[:80]} (YAML to stdout)", args, files=files,
+                env=no_ray, codes=(1, 2))
+    for how in ("closed", "full"):
+        for args in (["estimate", "--decode-bs", "0", "--json"], ["simulate", *SYN, "--json"],
+                     ["capacity", *SYN, *SLO, "--json", "--workers", "2", "--policies", "chunked"],
+                     ["calibrate", "--sglang-log", LOG, "--model", "qwen3-8b", "--gpu", "h100", "--json"]):
+            add("json", f"stdout {how}: {' '.join(args)[:60]}", args, stdout=how, codes=(0, 1, 2))
+
+    # --- speculative decoding options ----------------------------------------------------------------------
+    spec = ["--speculative-algorithm", "EAGLE", "--speculative-accept-length"]
+    per_command = {
+        "estimate": ["estimate"], "simulate": ["simulate", *SYN, "--workers", "1"],
+        "capacity": ["capacity", *SYN, *SLO, "--workers", "1", "--policies", "chunked"],
+        "tune": ["tune", "--trace", AZURE, *SLO, *SMALL_TUNE],
+    }
+    for cname, base in per_command.items():
+        for value in ("nan", "inf", "-inf", "0", "-1", "1e308", "x", "", "0.999", "1", "4", "4.0001",
+                      "1e-320", "٢"):
+            add("spec", f"{cname} --speculative-accept-length {value!r}", [*base, *spec, value])
+    algos = ["eagle", "EAGLE3", "NEXTN", "STANDALONE", "MEDUSA", "NGRAM", "", "EAGLE ", "none", "\x1b[2J",
+             "lookahead"]
+    for i, algo in enumerate(algos):
+        cname = list(per_command)[i % len(per_command)]
+        add("spec", f"{cname} --speculative-algorithm {algo!r}",
+            [*per_command[cname], "--speculative-algorithm", algo, "--speculative-accept-length", "2"])
+        add("spec", f"gen-config --speculative-algorithm {algo!r}",
+            ["gen-config", "--sglang", "dsv41@a64f33f", "--speculative-algorithm", algo])
+        add("spec", f"check-config --speculative-algorithm {algo!r}",
+            ["check-config", "pdmux.yaml", "--speculative-algorithm", algo], files={"pdmux.yaml":
+                                                                                     "sm_group_num: 8\n"})
+    numbers = [("--speculative-num-steps", ["0", "-1", "1", "64", "1000000", "9" * 25, "2.5"]),
+               ("--speculative-eagle-topk", ["0", "-1", "1", "8", "1000000", "9" * 25]),
+               ("--speculative-num-draft-tokens", ["0", "1", "2", "4", "1000000", "9" * 25])]
+    for i, (opt, vals) in enumerate(numbers):
+        for j, value in enumerate(vals):
+            cname = list(per_command)[(i + j) % len(per_command)]
+            add("spec", f"{cname} {opt} {value}", [*per_command[cname], *spec, "2", opt, value], timeout=90)
+    for cname, base in per_command.items():
+        add("spec", f"{cname} --speculative-num-steps without --speculative-algorithm",
+            [*base, "--speculative-num-steps", "3"], codes=(2,))
+        add("spec", f"{cname} --speculative-accept-length without --speculative-algorithm",
+            [*base, "--speculative-accept-length", "2"], codes=(2,))
+        add("spec", f"{cname} EAGLE without --speculative-accept-length",
+            [*base, "--speculative-algorithm", "EAGLE"], codes=(2,))
+        add("spec", f"{cname} topk 4 steps 3 draft tokens 4 (tree)",
+            [*base, *spec, "2", "--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
+             "--speculative-num-draft-tokens", "4"], codes=(0, 2))
+        add("spec", f"{cname} topk 1 steps 3 draft tokens 9 (chain, inconsistent)",
+            [*base, *spec, "2", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+             "--speculative-num-draft-tokens", "9"], codes=(0, 2))
+    draft = {**QWEN, "num_hidden_layers": 1}
+    drafts = {
+        "a directory": ("adir", {"adir/keep": ""}), "/dev/zero": ("/dev/zero", {}),
+        "/dev/null": ("/dev/null", {}), "a fifo": ("fifo", {"fifo": None}), "missing": ("nope.json", {}),
+        "not JSON": ("d.json", {"d.json": "hello: yes\n"}), "empty": ("d.json", {"d.json": ""}),
+        "a JSON list": ("d.json", {"d.json": "[1, 2]"}), "binary": ("d.json", {"d.json": bytes(range(256))}),
+        "huge JSON (40 MB)": ("d.json", {"d.json": _lazy("huge-json", lambda: json.dumps(
+            {**draft, "pad": ["x" * 1000] * 40000}))}),
+        "deep JSON": ("d.json", {"d.json": '{"a": ' + "[" * 100000 + "]" * 100000 + "}"}),
+        "another vocab": ("d.json", {"d.json": json.dumps({**draft, "vocab_size": 32000})}),
+        "another hidden size": ("d.json", {"d.json": json.dumps({**draft, "hidden_size": 1024})}),
+        "0 layers": ("d.json", {"d.json": json.dumps({**draft, "num_hidden_layers": 0})}),
+        "1e308 hidden size": ("d.json", {"d.json": json.dumps({**draft, "hidden_size": 1e308})}),
+        "4400-digit layers": ("d.json", {"d.json": json.dumps(draft).replace(
+            '"num_hidden_layers": 1', '"num_hidden_layers": ' + "9" * 4400)}),
+        "no architectures": ("d.json", {"d.json": json.dumps({"hidden_size": 4096})}),
+        "the target itself": ("d.json", {"d.json": json.dumps(QWEN)}),
+        "a gzip": ("d.json", {"d.json": _gz(json.dumps(draft))}),
+        "a loop link": ("loop", {"loop": ("link", "loop")}),
+        "a YAML GPU profile": ("g.yaml", {"g.yaml": H100}),
+    }
+    draft_commands = [
+        ("estimate", ["estimate", "--speculative-algorithm", "STANDALONE", "--speculative-accept-length",
+                      "2"]),
+        ("simulate", ["simulate", *SYN, "--workers", "1", "--speculative-algorithm", "EAGLE",
+                      "--speculative-accept-length", "2"]),
+        ("capacity", [*per_command["capacity"], "--speculative-algorithm", "STANDALONE",
+                      "--speculative-accept-length", "2"]),
+        ("tune", [*per_command["tune"], "--speculative-algorithm", "EAGLE", "--speculative-accept-length",
+                  "2"]),
+        ("gen-config", ["gen-config", "--sglang", "dsv41@a64f33f", "--speculative-algorithm", "EAGLE"]),
+        ("check-config", ["check-config", "pdmux.yaml", "--sglang", "dsv41@a64f33f",
+                          "--speculative-algorithm", "EAGLE"]),
+    ]
+    for i, (label, (path, dfiles)) in enumerate(drafts.items()):
+        for j in (i % len(draft_commands), (i + 2) % len(draft_commands), (i + 4) % len(draft_commands)):
+            cname, base = draft_commands[j]
+            add("spec", f"draft {label} via {cname}", [*base, "--speculative-draft-model-path", path],
+                files={**dfiles, "pdmux.yaml": "sm_group_num: 8\n"}, timeout=90)
+    add("spec", "gen-config EAGLE on 0.5.23 (refused)", ["gen-config", "--speculative-algorithm", "EAGLE"],
+        codes=(2,))
+    add("spec", "check-config --speculative-draft-model-path without the algorithm",
+        ["check-config", "pdmux.yaml", "--speculative-draft-model-path", "d.json"],
+        files={"pdmux.yaml": "sm_group_num: 8\n", "d.json": json.dumps(draft)}, codes=(0, 2))
+    add("spec", "simulate EAGLE --disagg", ["simulate", *SYN, *spec, "2", "--disagg", "1P1D"])
+    add("spec", "simulate EAGLE --dp 2", ["simulate", *SYN, *spec, "2", "--dp", "2"])
+    add("spec", "estimate EAGLE --cost-model chapter", ["estimate", *spec, "2", "--cost-model", "chapter"])
+    add("spec", "estimate EAGLE --disable-cuda-graph", ["estimate", *spec, "2", "--disable-cuda-graph"])
+
+    # --- generated-shared-prefix and --disable-cuda-graph -------------------------------------------------
+    gsp_values = [("--gsp-num-groups", ["1", "-0", "1e3"]), ("--gsp-prompts-per-group", ["0", "-3", "x"]),
+                  ("--gsp-system-prompt-len", ["0", "-1", "1", "10000001"]),
+                  ("--gsp-question-len", ["0", "-1", "99999999999999999999"]),
+                  ("--gsp-output-len", ["0", "-1", "1", "10000001"]),
+                  ("--gsp-range-ratio", ["0", "1", "1e-320", "-0", "0.5"])]
+    for cname in ("simulate", "capacity"):
+        base = ["simulate", *GSP, "--workers", "1"] if cname == "simulate" else \
+            ["capacity", *GSP, *SLO, "--workers", "1", "--policies", "chunked"]
+        for opt, vals in gsp_values:
+            for value in vals:
+                add("gsp", f"{cname} {opt} {value}", [*base, opt, value], timeout=90)
+    add("gsp", "--gsp-ordered without the dataset", ["simulate", *SYN, "--gsp-ordered"], codes=(2,))
+    add("gsp", "a trace and --dataset-name generated-shared-prefix",
+        ["simulate", AZURE, "--dataset-name", "generated-shared-prefix"], codes=(2,))
+    add("gsp", "--synthetic and generated-shared-prefix", ["simulate", "--synthetic", *GSP], codes=(0, 2))
+    add("gsp", "gsp --prompt-tokens random:10", ["simulate", *GSP, "--prompt-tokens", "random:10"],
+        codes=(0, 2))
+    add("gsp", "gsp --no-prefix-cache --json", ["simulate", *GSP, "--no-prefix-cache", "--json"], codes=(0,))
+    add("gsp", "gsp --duration 0", ["simulate", *GSP, "--duration", "0"], codes=(2,))
+    add("gsp", "gsp --qps inf --max-requests 1", ["simulate", "--dataset-name", "generated-shared-prefix",
+                                                 "--qps", "inf", "--max-requests", "1"], codes=(0, 2))
+    add("gsp", "gsp on tune (not an option)", ["tune", "--dataset-name", "generated-shared-prefix", *SLO],
+        codes=(2,))
+    for args in (["tune", "--trace", AZURE, *SLO, *SMALL_TUNE, "--disable-cuda-graph", "--json"],
+                 ["capacity", *SYN, *SLO, "--workers", "1", "--disable-cuda-graph", "--policies", "chunked"],
+                 ["simulate", *SYN, "--disable-cuda-graph", "--eager-launch-ms", "-1"],
+                 ["simulate", *SYN, "--disable-cuda-graph", "--eager-launch-ms", "nan"],
+                 ["simulate", *SYN, "--disable-cuda-graph", "--eager-launch-ms", "1e308"],
+                 ["simulate", *SYN, "--disable-cuda-graph", "--disable-prefill-cuda-graph"],
+                 ["estimate", "--disable-cuda-graph", "--all-levels", "--json"],
+                 ["gen-config", "--disable-cuda-graph"],
+                 ["estimate", "--disable-cuda-graph", "--calibration", "cal.yaml"]):
+        add("gsp", " ".join(args)[:90], args, files={"cal.yaml": "nothing: 1\n"})
     return out
 
 
@@ -492,6 +851,8 @@ def _session(sid: int) -> list[int]:
 
 def _prepare(folder: Path, files: dict) -> None:
     for name, content in files.items():
+        if callable(content):
+            content = content()
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
         if content is None:
@@ -528,6 +889,7 @@ def run(case: Case, base: Path) -> dict:
     if case.stdout == "closed" or case.stderr == "closed":
         which = 1 if case.stdout == "closed" else 2
         cmd = ["bash", "-c", f'exec "$@" {which}>&-', "bash", *cmd]
+    ray_before = _ray_processes() if case.family == "ray" else set()
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=folder, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, env=env,
                             start_new_session=True)
@@ -564,6 +926,18 @@ def run(case: Case, base: Path) -> dict:
         result["problems"].append(f"processes left: {left}")
         for pid in left:
             os.kill(pid, signal.SIGKILL)
+    if case.family == "ray":
+        deadline = time.monotonic() + 10
+        while _ray_processes() - ray_before and time.monotonic() < deadline:
+            time.sleep(0.2)
+        stray = _ray_processes() - ray_before
+        if stray:
+            result["problems"].append(f"processes left: Ray's {sorted(stray)[:5]}")
+            for pid in stray:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
     if "Traceback" in out or "Traceback" in err:
         result["problems"].append("traceback")
     expected = set(case.codes)
@@ -575,10 +949,16 @@ def run(case: Case, base: Path) -> dict:
         lines = [ln for ln in err.splitlines() if ln.strip()]
         if len(lines) != 1 or not lines[0].startswith("pdmux: error: "):
             result["problems"].append(f"not one error line: {err[-300:]!r}")
+    if code not in (0, None) and out.strip() and _result_on_stdout(case.args) and case.stdout == "":
+        result["problems"].append(f"stdout on error: {out[:120]!r}")
     if case.family == "numbers" and code == 0:
         result["problems"] += _number_problems(out)
     if (folder / "ro").is_dir():
         (folder / "ro").chmod(0o755)
+    for name in case.outputs:
+        broken = _not_whole(folder / name)
+        if broken:
+            result["problems"].append(f"output not whole: {name}: {broken}")
     made = sorted({str(p.relative_to(folder)) for p in folder.rglob("*")} - before - set(case.outputs))
     made = [m for m in made if not any(m.startswith(o + "/") for o in case.outputs)]
     tmp = [m for m in made if m.endswith(".tmp") or "/." in "/" + m]
@@ -588,6 +968,50 @@ def run(case: Case, base: Path) -> dict:
     shutil.rmtree(folder, ignore_errors=True)
     Path(f"/dev/shm/pdmux-sweep-{os.getpid()}.csv").unlink(missing_ok=True)
     return result
+
+
+def _result_on_stdout(args: list[str]) -> bool:
+    """Whether stdout carries the result itself (``--json``, or gen-config's and tune's YAML without
+    ``-o``): then an error leaves it empty."""
+    if "--json" in args:
+        return True
+    return bool(args) and args[0] in ("gen-config", "tune") and "-o" not in args and "--output" not in args \
+        and "--help" not in args
+
+
+def _not_whole(path: Path) -> str:
+    """Why an output file left behind is not whole ("" when it is, or is not there)."""
+    if not path.is_file() or path.is_symlink():
+        return ""
+    data = path.read_bytes()
+    if not data:
+        return "empty"
+    if path.suffix == ".png":
+        return "" if data.startswith(b"\x89PNG") and data.rstrip(b"\0").endswith(b"IEND\xaeB`\x82") else "cut"
+    if path.suffix in (".yaml", ".csv") and not data.endswith(b"\n"):
+        return "no final newline"
+    if path.suffix == ".yaml":
+        import yaml
+
+        try:
+            yaml.safe_load(data)
+        except yaml.YAMLError:
+            return "not YAML"
+    return ""
+
+
+def _ray_processes() -> set[int]:
+    """Ray's own processes on this machine (raylet, gcs_server, ray:: workers)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"raylet" in cmd or b"gcs_server" in cmd or cmd.startswith(b"ray::") or b"ray/_private" in cmd:
+                found.add(int(entry))
+    return found
 
 
 def _number_problems(out: str) -> list[str]:
@@ -632,8 +1056,15 @@ def main() -> int:
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--json")
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--ray-site", default="", help=(
+        "a folder where Ray is installed (pip install --target), for the ray family's cases that need it; "
+        "without it, those run only where Ray imports"))
+    parser.add_argument("--match", help="only cases whose name has this text")
     args = parser.parse_args()
-    todo = [c for c in cases() if args.family in (None, c.family)]
+    if args.ray_site:
+        os.environ["PDMUX_SWEEP_RAY_SITE"] = str(Path(args.ray_site).resolve())
+    _no_ray_dir()
+    todo = [c for c in cases() if args.family in (None, c.family) and (args.match or "") in c.name]
     if args.list:
         for c in todo:
             print(f"{c.family:12} {c.name}")
@@ -649,7 +1080,9 @@ def main() -> int:
             print(f"[{i}/{len(todo)}] {case.family}: {case.name}: {'; '.join(r['problems']) or 'ok'} "
                   f"(exit {r['code']}, {r['seconds']} s) {r['stderr'][-200:]!r}", flush=True)
     shutil.rmtree(base, ignore_errors=True)
-    kinds = {"traceback": 0, "hang": 0, "left": 0, "exit code": 0, "not one error line": 0, "numbers": 0}
+    shutil.rmtree(NO_RAY, ignore_errors=True)
+    kinds = {"traceback": 0, "hang": 0, "left": 0, "exit code": 0, "not one error line": 0, "half-written": 0,
+             "numbers": 0}
     for r in results:
         for p in r["problems"]:
             if p == "traceback":
@@ -662,6 +1095,8 @@ def main() -> int:
                 kinds["exit code"] += 1
             elif p.startswith("not one error line"):
                 kinds["not one error line"] += 1
+            elif p.startswith(("stdout on error", "output not whole")):
+                kinds["half-written"] += 1
             else:
                 kinds["numbers"] += 1
     by_family: dict[str, int] = {}

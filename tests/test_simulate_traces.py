@@ -6,6 +6,7 @@ Fixtures in tests/fixtures/ (README there: the Azure excerpt's CC-BY attribution
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -367,6 +368,52 @@ def test_broken_gzip_is_one_line(tmp_path: Path) -> None:
     junk.write_bytes(b"\x1f\x8b" + b"\x00" * 40)
     with pytest.raises(InputError, match="junk.csv.gz"):
         load_trace(junk)
+
+
+def _bomb(path: Path, head: bytes, chunk: bytes, count: int) -> Path:
+    """A gzip file of ``head`` then ``chunk`` ``count`` times (multi-member, as a bomb is: tiny as stored)."""
+    import gzip
+
+    member = gzip.compress(chunk * 4096, mtime=0)
+    path.write_bytes(gzip.compress(head, mtime=0) + member * max(1, count // 4096))
+    return path
+
+
+@pytest.mark.parametrize(("head", "chunk", "message"), [
+    (b"", b"x", "unknown trace format (first line 'xxxx"),
+    (b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.0,", b"9",
+     "line 2 is longer than 4,096 characters"),
+    (b'{"timestamp": 0, "input_length": 5, "output_length": 5, "x": "', b"a",
+     "line 1 is longer than 4,096 characters"),
+    (b"", b"\n", "its first 64 KiB are blank lines"),
+    (b"TIMESTAMP,ContextTokens,GeneratedTokens\n", b"\n",
+     "more than 1,000 blank lines in a row (from line 2)"),
+    (b"TIMESTAMP,ContextTokens,GeneratedTokens\n", b"x\n", "1,000 bad rows and 0 valid request(s) by line"),
+    (b'{"timestamp": 0, "input_length": 5, "output_length": 5}\n', b"{}\n",
+     "1,000 bad rows and 1 valid request(s) by line 1,001"),
+])
+def test_gzip_bombs_are_refused_early(tmp_path: Path, monkeypatch, head: bytes, chunk: bytes,
+                                      message: str) -> None:
+    """Issue 34: a few KB of gzip that expand to one endless line, or to millions of blank or bad lines, are
+    refused with one line before they fill memory or take minutes (here with the bounds made small; the
+    sweep's bombs are 4 GiB)."""
+    monkeypatch.setattr(traces, "MAX_LINE_CHARS", 4096)
+    monkeypatch.setattr(traces, "MAX_JUNK_LINES", 1000)
+    path = _bomb(tmp_path / "bomb.gz", head, chunk, 200_000)
+    with pytest.raises(InputError, match=re.escape(message)) as caught:
+        load_trace(path)
+    assert caught.value.param in ("trace", "format") and "bomb.gz" in str(caught.value)
+
+
+def test_trace_line_cap_counts_blank_and_bad_lines(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(traces, "MAX_TRACE_LINES", 50)
+    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"] + ["2023-11-16 18:15:46.0,10,5", ""] * 30
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match="more than 50 lines, the most one trace file may have"):
+        load_trace(path)
+    path.write_text("\n".join(lines[:50]) + "\n")
+    assert len(load_trace(path).arrival_s) == 25
 
 
 def test_traces_are_compact_columns_equal_to_tuples() -> None:

@@ -75,6 +75,19 @@ MAX_TRACE_BYTES = 64 * 1024**3
 #: columns (24 bytes each), and a simulation's per-request results about 5 GB more (50 bytes each).
 MAX_REQUESTS = 100_000_000
 
+#: Longest line a trace file may have, characters: a Mooncake line of a million-token prompt's hash ids
+#: is about 25 K; a line past it (a gzip bomb of one line, a binary file) is refused before it fills memory.
+MAX_LINE_CHARS = 1024 * 1024
+
+#: Most lines a trace file may have, blank and bad ones included (twice :data:`MAX_REQUESTS`): a gzip file
+#: of billions of blank lines, a few MB as stored, is refused in seconds instead of read for minutes.
+MAX_TRACE_LINES = 2 * MAX_REQUESTS
+
+#: Most blank lines in a row a trace file may have, and most bad rows it may have while they outnumber the
+#: valid ones: past either it is not a trace (a gzip bomb of blank lines or of garbage is refused in
+#: seconds, not read for minutes).
+MAX_JUNK_LINES = 1_000_000
+
 #: Largest token length a synthetic length spec may name (N, LO, HI, MEAN, MEDIAN): 10 M tokens.
 MAX_SPEC_TOKENS = 10_000_000
 
@@ -207,6 +220,13 @@ class _Rows:
         self.bad += 1
         if len(self.examples) < KEEP_BAD_ROWS:
             self.examples.append((line, why))
+        if self.bad >= MAX_JUNK_LINES and self.bad > len(self.times):
+            first, reason = self.examples[0]
+            raise InputError(
+                "{source}: {count:,} bad rows and {good:,} valid request(s) by line {at:,} (first problem: "
+                "line {line}: {reason}): not a trace of this format", param="trace",
+                values={"source": self.source, "count": self.bad, "good": len(self.times), "at": line,
+                        "line": first, "reason": reason})
 
     def add(self, line: int, time_s: float, prompt: object, output: object,
             zero_output_is_failure: bool = False, hashes: object = None) -> None:
@@ -423,13 +443,13 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
         raise unreadable(p, "trace file", e) from None
     with handle:
         try:
-            first = ""
-            for first in handle:
-                if first.strip():
-                    break
+            head = handle.read(HEAD_CHARS)
             handle.seek(0)
-            head = handle.read(64 * 1024)
-            handle.seek(0)
+            first = next((line for line in io.StringIO(head, newline="") if line.strip()), "")
+            if not first and len(head) == HEAD_CHARS:
+                raise InputError("{path}: its first {head_kib} KiB are blank lines: not a trace (an Azure "
+                                 "CSV, a Mooncake JSONL or a BurstGPT CSV)", param="trace",
+                                 values={"path": str(p), "head_kib": HEAD_CHARS // 1024})
             refusal = unreadable_format(head, p.name)
             if refusal is not None:
                 raise refusal
@@ -444,11 +464,47 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
                 fmt = detected
             reader: Callable[..., Trace] = {"azure": _read_azure, "mooncake": _read_mooncake,
                                             "burstgpt": _read_burstgpt}[fmt]
-            return reader(handle, p.name)
+            return reader(_bounded_lines(handle, p.name), p.name)
         except (EOFError, zlib.error) as e:  # a truncated or corrupt gzip stream
             raise InputError(f"trace file {p}: a broken gzip file ({e}): download it again") from None
         except (OSError, UnicodeDecodeError) as e:
             raise unreadable(p, "trace file", e) from None
+
+
+#: Characters of a trace file's start that its format is told from.
+HEAD_CHARS = 64 * 1024
+
+
+def _bounded_lines(handle: io.TextIOBase, source: str) -> Iterator[str]:
+    """The lines of ``handle``, each read with a bound (:data:`MAX_LINE_CHARS`), at most
+    :data:`MAX_TRACE_LINES` of them; :class:`InputError` past either, so a file of one endless line or
+    of billions of blank ones (a gzip bomb: gigabytes from a few MB) costs neither memory nor minutes."""
+    readline = handle.readline
+    blank = 0
+    for number in range(1, MAX_TRACE_LINES + 1):
+        line = readline(MAX_LINE_CHARS + 1)
+        if not line:
+            return
+        if line.strip():
+            blank = 0
+        else:
+            blank += 1
+            if blank > MAX_JUNK_LINES:
+                raise InputError("{source}: more than {count:,} blank lines in a row (from line {line:,}): "
+                                 "not a trace", param="trace",
+                                 values={"source": source, "count": MAX_JUNK_LINES,
+                                         "line": number - blank + 1})
+        if len(line) > MAX_LINE_CHARS:
+            raise InputError(
+                "{source}: line {line:,} is longer than {max_chars:,} characters: not a trace of token "
+                "counts (a binary file, or a gzip file that expands to one endless line?)", param="trace",
+                values={"source": source, "line": number, "max_chars": MAX_LINE_CHARS})
+        yield line
+    if readline(1):
+        raise InputError(
+            "{source}: more than {max_lines:,} lines, the most one trace file may have (blank and bad ones "
+            "counted): cut it first (e.g. head -n)", param="trace",
+            values={"source": source, "max_lines": MAX_TRACE_LINES})
 
 
 #: The first two bytes of a gzip file (RFC 1952).
