@@ -164,13 +164,13 @@ def build_step_model(
         # the target and its draft on the same GPU with the same terms: every argument but these three
         options = {key: value for key, value in locals().items()
                    if key not in ("gpu", "model", "speculation")}
+        if str(cost_model).strip().lower() == "chapter":  # the one check, for every command and the API
+            raise InputError("{flag.speculative_algorithm} needs {flag.cost_model} roofline: the chapter's "
+                             "model has no verify pass", param="cost_model", values={})
         from .speculative import SpeculativeStepModel
 
-        base = build_step_model(gpu, model, **options)
-        if not hasattr(base, "verify_s"):
-            raise InputError("speculative decoding needs {flag.cost_model} roofline: the chapter's model has "
-                             "no verify pass", param="cost_model", values={})
-        return SpeculativeStepModel(base, build_step_model(gpu, speculation.draft, **options), speculation)
+        return SpeculativeStepModel(build_step_model(gpu, model, **options),
+                                    build_step_model(gpu, speculation.draft, **options), speculation)
     if cost_model not in COST_MODELS:
         raise InputError("{flag.cost_model} must be one of {models}, got {value!r}", param="cost_model",
                          values={"models": ", ".join(COST_MODELS), "value": cost_model})

@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..util.errors import InputError
 
 if TYPE_CHECKING:
     from ..sglang.speculative_args import Speculation
@@ -45,9 +44,6 @@ class SpeculativeStepModel:
     """
 
     def __init__(self, base: Any, draft: Any, speculation: Speculation) -> None:
-        if not hasattr(base, "verify_s"):
-            raise InputError("speculative decoding needs {flag.cost_model} roofline: the chapter's model has "
-                             "no verify pass", param="cost_model", values={})
         self.base = base
         self.draft = draft
         self.speculation = speculation

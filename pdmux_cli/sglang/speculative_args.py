@@ -110,6 +110,13 @@ def check_speculative_value(param: str, value: object) -> None:
                          values={"low": low, "value": repr(value)})
 
 
+def unknown_algorithm(value: object) -> InputError:
+    """The refusal of an algorithm pdmux does not model, naming ``speculative_algorithm`` and the choices."""
+    return InputError("{flag.speculative_algorithm} must be one of {known}, got {value}",
+                      param="speculative_algorithm",
+                      values={"known": ", ".join(ALGORITHMS) + " (MTP is NEXTN)", "value": repr(value)})
+
+
 def check_speculation(algorithm: str, num_steps: int, eagle_topk: int, num_draft_tokens: int,
                       accept_length: float) -> None:
     """Refuse settings SGLang refuses or a round cannot give. Raises :class:`InputError` naming the
@@ -126,9 +133,7 @@ def check_speculation(algorithm: str, num_steps: int, eagle_topk: int, num_draft
       plus the bonus token.
     """
     if algorithm not in ALGORITHMS:
-        raise InputError("{flag.speculative_algorithm} must be one of {known}, got {value}",
-                         param="speculative_algorithm",
-                         values={"known": ", ".join(ALGORITHMS) + " (MTP: NEXTN)", "value": repr(algorithm)})
+        raise unknown_algorithm(algorithm)
     for param, value in (("speculative_num_steps", num_steps), ("speculative_eagle_topk", eagle_topk),
                          ("speculative_num_draft_tokens", num_draft_tokens)):
         check_speculative_value(param, value)
@@ -211,9 +216,7 @@ def canonical_algorithm(text: str) -> str:
     name = str(text).strip().upper()
     name = ALIASES.get(name, name)
     if name not in ALGORITHMS:
-        raise InputError("{flag.speculative_algorithm} must be one of {known}, got {value}",
-                         param="speculative_algorithm",
-                         values={"known": ", ".join(ALGORITHMS) + " (MTP is NEXTN)", "value": repr(text)})
+        raise unknown_algorithm(text)
     return name
 
 

@@ -324,6 +324,19 @@ def _own_method(step_model: Any, name: str) -> Any:
     return None if method is None else method.__get__(step_model)
 
 
+def _run_state(work: Work, n: int) -> tuple[Any, Any, Any, int, bool, int, Any, Any]:
+    """What a run of quiet steps (or rounds) of ``n`` requests starts from: the batch's KV totals
+    ``(sc, sw)``, their growth a step ``(inc, winc)`` (``n`` x the tokens a step gives; the members below
+    the window), whether each step must check the pool (fractional growth, speculative rounds: whole tokens
+    have the pool's bound in ``limit`` already), the pool and the KV held outside the batch, and the end
+    times' append."""
+    batch = work.batch
+    growth = batch.growth
+    return (batch.sum_context, batch.sum_window, n if growth == 1 else n * growth,
+            batch.below_window if batch.window else 0, growth != 1, work.capacity, work.extra_held,
+            work.ends.fast_append)
+
+
 def _decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, overlap: bool, cpu: float,
                 per_request: float, cuda_graph: bool, next_t: float, horizon: float,
                 lines: dict | None = None) -> tuple[int, float]:
@@ -342,13 +355,7 @@ def _decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, overlap:
     batch = work.batch
     decode_s = setup.step_model.decode_s
     total = setup.total_sms
-    sc, sw = batch.sum_context, batch.sum_window
-    growth = batch.growth
-    inc = n if growth == 1 else n * growth
-    winc = batch.below_window if batch.window else 0
-    check_memory = growth != 1  # whole tokens: `limit` holds the pool's bound already
-    capacity, extra = work.capacity, work.extra_held
-    append = work.ends.fast_append
+    sc, sw, inc, winc, check_memory, capacity, extra, append = _run_state(work, n)
     nreq = n * per_request
     done = 0
     tight = min(limit, TIGHT_DECODE_STEPS)
@@ -487,13 +494,7 @@ def _pdmux_decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, qu
     batch = work.batch
     step_model = setup.step_model
     total = setup.total_sms
-    sc, sw = batch.sum_context, batch.sum_window
-    growth = batch.growth
-    inc = n if growth == 1 else n * growth
-    winc = batch.below_window if batch.window else 0
-    check_memory = growth != 1
-    capacity, extra = work.capacity, work.extra_held
-    append = work.ends.fast_append
+    sc, sw, inc, winc, check_memory, capacity, extra, append = _run_state(work, n)
     terms = _line_terms(step_model, lines, total, n, 0, cuda_graph)
     decode_s = step_model.decode_s
     if terms is not None:
@@ -590,13 +591,7 @@ def _pdmux_split_run(work: Work, setup: Setup, n: int, t: float, limit: int, qui
     batch = work.batch
     step_model = setup.step_model
     decode_sms, prefill_sms, layers, per_round, layer_s, launch_layer_s, ahead = split
-    sc, sw = batch.sum_context, batch.sum_window
-    growth = batch.growth
-    inc = n if growth == 1 else n * growth
-    winc = batch.below_window if batch.window else 0
-    check_memory = growth != 1
-    capacity, extra = work.capacity, work.extra_held
-    append = work.ends.fast_append
+    sc, sw, inc, winc, check_memory, capacity, extra, append = _run_state(work, n)
     busy = _line_terms(step_model, lines, decode_sms, n, prefill_sms, cuda_graph)
     alone = _line_terms(step_model, lines, decode_sms, n, 0, cuda_graph)
     decode_s = step_model.decode_s

@@ -237,9 +237,6 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     )
     cost_model = str(r.cost_model).strip().lower()
     speculation, spec_notes = speculation_of(r, mdl)
-    if speculation is not None and cost_model == "chapter":
-        raise InputError("{flag.speculative_algorithm} needs {flag.cost_model} roofline: the chapter's model "
-                         "has no verify pass", param="cost_model", values={})
     scenario = Scenario(
         speculation=speculation,
         decode_bs=r.decode_bs,

@@ -155,9 +155,6 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
         )
     mdl = load_model(o.model)
     speculation, spec_notes = speculation_of(o, mdl)
-    if speculation is not None and str(o.cost_model).strip().lower() == "chapter":
-        raise InputError("{flag.speculative_algorithm} needs {flag.cost_model} roofline: the chapter's model "
-                         "has no verify pass", param="cost_model", values={})
     kv_cache = resolve_kv_cache(mdl, o.kv_cache_dtype, o.kv_bytes)
     cal = None
     if o.calibration is not None:
