@@ -526,6 +526,35 @@ def _ray_site() -> str | None:
     return site if ok else None
 
 
+def _listeners() -> tuple[int, int]:
+    """Two local ports that are no Ray cluster: one answers as an HTTP/1 server does, one accepts and says
+    nothing (threads of this sweep, for its length)."""
+    import socket
+    import threading
+
+    def serve(sock: socket.socket, reply: bytes) -> None:
+        while True:
+            conn, _ = sock.accept()
+            if reply:
+                conn.sendall(reply)
+                conn.close()
+
+    ports = []
+    for reply in (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", b""):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        ports.append(sock.getsockname()[1])
+        if reply:
+            threading.Thread(target=serve, args=(sock, reply), daemon=True).start()
+        else:
+            _KEEP.append(sock)  # in the backlog, never accepted: connects, never answers
+    return ports[0], ports[1]
+
+
+_KEEP: list = []
+
+
 def _cases_34() -> list[Case]:
     """Issue 34, item 4: the surfaces added since the last pass."""
     out: list[Case] = []
@@ -621,11 +650,19 @@ def _cases_34() -> list[Case]:
             add("ray", f"Ray installed, --ray-address {address!r} unreachable",
                 ["simulate", AZURE, "--executor", "ray", "--ray-address", address, "--json"], env=with_ray,
                 codes=(1, 2), timeout=120)
+        http_port, mute_port = _listeners()
+        for label, port in (("answers HTTP", http_port), ("accepts, says nothing", mute_port)):
+            add("ray", f"Ray installed, --ray-address of a port that {label}",
+                ["capacity", AZURE, *SLO, "--executor", "ray", "--ray-address", f"127.0.0.1:{port}",
+                 "--json"],
+                env=with_ray, codes=(1,), timeout=120)
         add("ray", "Ray installed, a local instance: capacity --json",
             ["capacity", AZURE, *SLO, "--executor", "ray", "--workers", "2", "--json", "--policies",
              "chunked"],
             env=with_ray, codes=(0,), timeout=240)
-        for signum, delay in ((signal.SIGTERM, 6.0), (signal.SIGINT, 12.0)):
+        for signum, delay in ((signal.SIGTERM, 1.0), (signal.SIGTERM, 3.0), (signal.SIGTERM, 6.0),
+                              (signal.SIGHUP, 1.0), (signal.SIGHUP, 2.5), (signal.SIGINT, 2.0),
+                              (signal.SIGINT, 12.0)):
             add("ray", f"Ray installed: {signal.Signals(signum).name} at {delay}s, tune -o",
                 ["tune", "--trace", "trace.csv", *SLO, "--executor", "ray", "--workers", "2", "-o", "t.yaml"],
                 files={"trace.csv": _azure_trace(3000)}, env=with_ray, signal=(signum, delay, False),
