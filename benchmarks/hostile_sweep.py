@@ -59,7 +59,8 @@ class Case:
     """One run: ``args`` after ``pdmux``; ``files``: name -> text or bytes written first (``None``: a fifo,
     a ``("link", target)`` tuple: a symlink); ``codes``: exit codes that are right; ``outputs``: files the
     run may leave; ``env``: extra environment; ``stdin``/``stdout``/``stderr``: ``"closed"``, ``"full"``;
-    ``signal``: ``(signum, delay_s, to_group)``; ``timeout``: seconds."""
+    ``signal``: ``(signum, delay_s, to_group)``; ``timeout``: seconds; ``after_workers``: the delay counts
+    from when this many processes (pdmux and its workers) run in the case's session."""
 
     family: str
     name: str
@@ -72,6 +73,7 @@ class Case:
     stderr: str = ""
     signal: tuple | None = None
     timeout: float = 120
+    after_workers: int = 0
 
 
 def cases() -> list[Case]:
@@ -581,7 +583,8 @@ def _cases_34() -> list[Case]:
         "gz of a gz": (_gz(good), 2), "gz of ShareGPT": (_gz('[{"id": "x", "conversations": []}]'), 2),
         "gz of utf-16": (_gz(azure.encode("utf-16")), 2), "gz of latin-1": (_gz("TIMESTAMP,é\n".encode(
             "latin-1")), 2),
-        "gz of a bench_serving result": (_gz(json.dumps({"backend": "sglang", "input_lens": [1]}) + "\n"), 2),
+        "gz of a bench_serving result": (_gz(json.dumps({"backend": "sglang", "input_lens": [1],
+                                                        "output_lens": [1]}) + "\n"), 2),
         "bomb: 4 GiB of one line": (_lazy("bomb-x", lambda: _bomb(b"x" * 4096, 4)), 2),
         "bomb: 4 GiB of newlines": (_lazy("bomb-nl", lambda: _bomb(b"\n" * 4096, 4)), 2),
         "bomb: a header then 4 GiB of one row": (
@@ -676,7 +679,7 @@ def _cases_34() -> list[Case]:
         ("calibrate --bench-serving", ["calibrate", "--bench-serving", "bs.jsonl", "--model", "qwen3-8b",
                                        "--gpu", "h100", "--workers", "2", "-o", "cal.yaml"]),
         ("calibrate --bench-serving --json", ["calibrate", "--bench-serving", "bs.jsonl", "--bench-serving",
-                                              "bs.jsonl", "--model", "qwen3-8b", "--gpu", "h100",
+                                              "bs2.jsonl", "--model", "qwen3-8b", "--gpu", "h100",
                                               "--workers", "2", "--json"]),
         ("tune -o --json", ["tune", "--trace", "trace.csv", *SLO, "--workers", "2", "-o", "t.yaml",
                             "--json"]),
@@ -689,12 +692,13 @@ def _cases_34() -> list[Case]:
     ]
     k = 0
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        for delay in (0.5, 1.5, 3.0):
+        for delay in (0.0, 0.2, 0.6, 1.2):
             for group in (False, True):
                 label, args = long_runs[k % len(long_runs)]
                 k += 1
                 add("signals34", f"{signal.Signals(signum).name} {'group' if group else 'pid'} at {delay}s: "
-                    f"{label}", args, files={"bs.jsonl": bench, **big}, signal=(signum, delay, group),
+                    f"{label}", args, files={"bs.jsonl": bench, "bs2.jsonl": bench, **big},
+                    signal=(signum, delay, group), after_workers=3,
                     outputs=("cal.yaml", "t.yaml", "c.png", "o.csv"), timeout=180)
 
     # --- --json on error paths: one stderr line, nothing on stdout ----------------------------------------
@@ -933,6 +937,12 @@ def run(case: Case, base: Path) -> dict:
     result = {"family": case.family, "name": case.name, "args": case.args, "problems": []}
     if case.signal is not None:
         signum, delay, group = case.signal
+        deadline = time.monotonic() + 60
+        while case.after_workers and len(_session(proc.pid)) < case.after_workers and proc.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if case.after_workers and proc.poll() is not None:
+            result["problems"].append("ended before its workers started: the signal came too late")
         time.sleep(delay)
         if proc.poll() is None:
             (os.killpg if group else os.kill)(proc.pid, signum)
