@@ -832,6 +832,12 @@ def _cases_34() -> list[Case]:
     add("spec", "simulate EAGLE --dp 2", ["simulate", *SYN, *spec, "2", "--dp", "2"])
     add("spec", "estimate EAGLE --cost-model chapter", ["estimate", *spec, "2", "--cost-model", "chapter"])
     add("spec", "estimate EAGLE --disable-cuda-graph", ["estimate", *spec, "2", "--disable-cuda-graph"])
+    for args in (["estimate", *spec, "4", "--json", "--all-levels"], ["estimate", *spec, "1", "--json"],
+                 ["simulate", *SYN, *spec, "1", "--json", "--workers", "1"],
+                 ["simulate", AZURE, *spec, "3.9", "--speculative-num-steps", "3", "--speculative-eagle-topk",
+                  "4", "--speculative-num-draft-tokens", "8", "--json", "--workers", "1"],
+                 ["capacity", *SYN, *SLO, *spec, "2", "--json", "--workers", "1", "--policies", "chunked"]):
+        add("numbers", " ".join(args)[:90], args, codes=(0,))
 
     # --- generated-shared-prefix and --disable-cuda-graph -------------------------------------------------
     gsp_values = [("--gsp-num-groups", ["1", "-0", "1e3"]), ("--gsp-prompts-per-group", ["0", "-3", "x"]),

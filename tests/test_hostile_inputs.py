@@ -641,3 +641,27 @@ def test_a_gzip_bomb_trace_is_refused_through_the_cli(tmp_path) -> None:
     path.write_bytes(head + member * 4)
     r = runner.invoke(app, ["capacity", str(path), "--workers", "1", "--json"])
     assert_one_line_error(r, 2, "bomb.csv.gz: line 2 is longer than 1,048,576 characters")
+
+
+# --- --speculative-algorithm given blank: one refusal everywhere (issue 34) ------------------------------
+
+
+@pytest.mark.parametrize("value", ["", " "])
+@pytest.mark.parametrize("args", [
+    ["estimate"], ["simulate", "--synthetic", "--qps", "2", "--max-requests", "5"],
+    ["capacity", "--synthetic", "--qps", "2", "--max-requests", "5", "--slo-ttft", "1000", "--slo-itl", "60"],
+    ["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1000", "--slo-itl", "60"],
+    ["gen-config"], ["gen-config", "--sglang", "dsv41@a64f33f"], ["check-config", "CONFIG"],
+], ids=["estimate", "simulate", "capacity", "tune", "gen-config", "gen-config-dsv41", "check-config"])
+def test_a_blank_speculative_algorithm_is_refused_alike(tmp_path, args, value) -> None:
+    """Blank was no speculation for gen-config (exit 0, silently), 'needs --speculative-algorithm' for the
+    simulating commands' other options, and refused by check-config: now refused by all, as SGLang's choices
+    refuse it."""
+    config = tmp_path / "pdmux.yaml"
+    config.write_text("sm_group_num: 8\n")
+    args = [str(config) if a == "CONFIG" else a for a in args]
+    r = runner.invoke(app, [*args, "--speculative-algorithm", value, "--speculative-accept-length", "2"]
+                      if args[0] in ("estimate", "simulate", "capacity", "tune") else
+                      [*args, "--speculative-algorithm", value, "--json"])
+    assert_one_line_error(r, 2, f"--speculative-algorithm must be one of EAGLE, EAGLE3, NEXTN, STANDALONE "
+                                f"(MTP is NEXTN), got {value!r}")
