@@ -114,6 +114,7 @@ def test_tune_past_its_step_budget_names_the_config() -> None:
 
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--executor", "dask"], "--executor must be one of local, ray"),
+    (["--executor", ""], "--executor must be one of local, ray, got ''"),
     (["--ray-address", "auto"], "--ray-address applies to --executor ray"),
     (["--executor", "ray", "--ray-address", " "], "give a Ray address"),
     (["--max-steps", "-1"], "--max-steps"),

@@ -495,8 +495,8 @@ def import_ray() -> Any:
 def check_executor(kind: str | None, ray_address: str | None) -> str:
     """``--executor`` (``None``: ``local``) checked against :data:`EXECUTORS`; :class:`InputError` for an
     unknown one, or ``--ray-address`` without ``--executor ray``."""
-    name = (kind or "local").strip().lower()
-    if name not in EXECUTORS:
+    name = ("local" if kind is None else str(kind)).strip().lower()
+    if name not in EXECUTORS:  # given blank too, as --speculative-algorithm and --gpu are
         raise InputError(
             "{flag.executor} must be one of {executors}, got {kind!r}",
             values={"executors": ", ".join(EXECUTORS), "kind": kind},
