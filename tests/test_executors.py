@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import time
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -212,6 +213,27 @@ def test_a_grpc_server_passes_the_probe() -> None:
         executors._probe(f"127.0.0.1:{sock.getsockname()[1]}", "there")
     finally:
         sock.close()
+
+
+def test_a_failed_run_on_its_own_ray_shuts_it_down_without_cancelling() -> None:
+    """Cancelling a task races its reply, and Ray's driver can abort on one (a stack dump, exit 1, Ray's
+    processes left: 1 Ctrl-C in about 8 in the sweep): a run's own local Ray is shut down, tasks and all,
+    while a cluster's tasks are still cancelled."""
+    calls = []
+
+    class FakeRay:
+        def cancel(self, ref, force):
+            calls.append(("cancel", ref))
+
+        def shutdown(self):
+            calls.append(("shutdown",))
+
+    for owned, expected in ((True, [("shutdown",)]), (False, [("cancel", "task")])):
+        calls.clear()
+        ex = executors.OnRay.__new__(executors.OnRay)
+        ex._ray, ex._owned, ex._queue, ex._running = FakeRay(), owned, deque(), {"task": None}
+        ex.close(True)
+        assert calls == expected and not ex._running
 
 
 # ---- on a local Ray instance

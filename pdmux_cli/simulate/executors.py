@@ -326,7 +326,10 @@ class OnRay(Executor):
         ray = self._ray
         if failed:
             self._queue.clear()
-            for ref in list(self._running):
+            # a Ray of this run's own: shutdown ends its workers, tasks and all. Cancelling them first races
+            # their replies, and Ray 2.x's driver can abort on one (task_manager.cc CompletePendingTask: a
+            # stack dump, exit 1, its processes left behind)
+            for ref in [] if self._owned else list(self._running):
                 try:
                     ray.cancel(ref, force=True)
                 except Exception:  # noqa: BLE001,S110 - a task that already ended cannot be cancelled
