@@ -17,10 +17,17 @@ encodings, terminal width, closed streams), values no launch can use, output pat
 should agree, numbers that look wrong, and trace formats; and the options main gained since
 (``--max-concurrency``, ``--admission-delay-ms``, ``--qps inf``, ``random:L``, ``--kv-cache-dtype``,
 ``--sglang``, ``gen-config --slo-itl``, ``capacity --config`` repeated, ``calibrate --bench-serving``).
+Issue 34 added the families ``gzip`` (damaged gzip traces, 4 GiB bombs of a few MB, a .gz of a
+non-trace, .gz where text is read), ``ray`` (Ray missing, addresses malformed, unreachable or not Ray,
+stop signals while a local Ray starts and runs), ``signals34`` (stop signals once calibrate
+--bench-serving's, tune's and capacity's workers run), ``json`` (error paths with ``--json``: nothing
+on stdout), ``spec`` (the speculative options, draft configs) and ``gsp`` (``--gsp-*``,
+``--disable-cuda-graph``); and two judgements: stdout left on an error where it carries the result
+(``--json``, gen-config's and tune's YAML), and an output file left that is not whole.
 Every value is chosen from the README's description of the option, as a new user would.
 
-Usage: ``python benchmarks/hostile_sweep.py [--family NAME] [--list] [--json FILE] [-v]``; exit 0
-when every case passes. About 5 minutes on 2 cores.
+Usage: ``python benchmarks/hostile_sweep.py [--family NAME] [--match TEXT] [--list] [--json FILE] [-v]``;
+exit 0 when every case passes. About 10 minutes on 2 cores.
 """
 
 from __future__ import annotations
