@@ -410,9 +410,10 @@ def _probe(address: str, where: str) -> None:
         if len(head) == 9 and head[3] == 4:
             return
         reason = "it answers, but not as a Ray cluster (no gRPC there)"
-    raise PdmuxError("{flag.executor} ray: cannot reach {where}: {reason} (is Ray running there? 'ray start "
-                     "--head' starts one; {flag.ray_address} auto finds one on this machine)",
-                     param="ray_address", values={"where": where, "reason": reason})
+    raise PdmuxError("{flag.executor} ray: cannot reach {where}: {reason} (is Ray running there? {start} "
+                     "starts one; {flag.ray_address} auto finds one on this machine)",
+                     param="ray_address", values={"where": where, "reason": reason,
+                                                  "start": "'ray start --head'"})
 
 
 @contextmanager
