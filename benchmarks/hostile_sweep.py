@@ -1128,24 +1128,26 @@ def main() -> int:
     args = parser.parse_args()
     if args.ray_site:
         os.environ["PDMUX_SWEEP_RAY_SITE"] = str(Path(args.ray_site).resolve())
-    _no_ray_dir()
     todo = [c for c in cases() if args.family in (None, c.family) and (args.match or "") in c.name]
     if args.list:
         for c in todo:
             print(f"{c.family:12} {c.name}")
         print(len(todo), "cases")
         return 0
+    _no_ray_dir()
     base = Path(tempfile.mkdtemp(prefix="pdmux-sweep-"))
     results = []
     started = time.monotonic()
-    for i, case in enumerate(todo, 1):
-        r = run(case, base)
-        results.append(r)
-        if r["problems"] or args.verbose:
-            print(f"[{i}/{len(todo)}] {case.family}: {case.name}: {'; '.join(r['problems']) or 'ok'} "
-                  f"(exit {r['code']}, {r['seconds']} s) {r['stderr'][-200:]!r}", flush=True)
-    shutil.rmtree(base, ignore_errors=True)
-    shutil.rmtree(NO_RAY, ignore_errors=True)
+    try:
+        for i, case in enumerate(todo, 1):
+            r = run(case, base)
+            results.append(r)
+            if r["problems"] or args.verbose:
+                print(f"[{i}/{len(todo)}] {case.family}: {case.name}: {'; '.join(r['problems']) or 'ok'} "
+                      f"(exit {r['code']}, {r['seconds']} s) {r['stderr'][-200:]!r}", flush=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(NO_RAY, ignore_errors=True)
     kinds = {"traceback": 0, "hang": 0, "left": 0, "exit code": 0, "not one error line": 0, "half-written": 0,
              "numbers": 0}
     for r in results:
