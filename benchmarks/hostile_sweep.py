@@ -17,10 +17,17 @@ encodings, terminal width, closed streams), values no launch can use, output pat
 should agree, numbers that look wrong, and trace formats; and the options main gained since
 (``--max-concurrency``, ``--admission-delay-ms``, ``--qps inf``, ``random:L``, ``--kv-cache-dtype``,
 ``--sglang``, ``gen-config --slo-itl``, ``capacity --config`` repeated, ``calibrate --bench-serving``).
+Issue 34 added the families ``gzip`` (damaged gzip traces, 4 GiB bombs of a few MB, a .gz of a
+non-trace, .gz where text is read), ``ray`` (Ray missing, addresses malformed, unreachable or not Ray,
+stop signals while a local Ray starts and runs), ``signals34`` (stop signals once calibrate
+--bench-serving's, tune's and capacity's workers run), ``json`` (error paths with ``--json``: nothing
+on stdout), ``spec`` (the speculative options, draft configs) and ``gsp`` (``--gsp-*``,
+``--disable-cuda-graph``); and two judgements: stdout left on an error where it carries the result
+(``--json``, gen-config's and tune's YAML), and an output file left that is not whole.
 Every value is chosen from the README's description of the option, as a new user would.
 
-Usage: ``python benchmarks/hostile_sweep.py [--family NAME] [--list] [--json FILE] [-v]``; exit 0
-when every case passes. About 5 minutes on 2 cores.
+Usage: ``python benchmarks/hostile_sweep.py [--family NAME] [--match TEXT] [--list] [--json FILE] [-v]``;
+exit 0 when every case passes. About 10 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -59,7 +66,8 @@ class Case:
     """One run: ``args`` after ``pdmux``; ``files``: name -> text or bytes written first (``None``: a fifo,
     a ``("link", target)`` tuple: a symlink); ``codes``: exit codes that are right; ``outputs``: files the
     run may leave; ``env``: extra environment; ``stdin``/``stdout``/``stderr``: ``"closed"``, ``"full"``;
-    ``signal``: ``(signum, delay_s, to_group)``; ``timeout``: seconds."""
+    ``signal``: ``(signum, delay_s, to_group)``; ``timeout``: seconds; ``after_workers``: the delay counts
+    from when this many processes (pdmux and its workers) run in the case's session."""
 
     family: str
     name: str
@@ -72,6 +80,7 @@ class Case:
     stderr: str = ""
     signal: tuple | None = None
     timeout: float = 120
+    after_workers: int = 0
 
 
 def cases() -> list[Case]:
@@ -526,6 +535,35 @@ def _ray_site() -> str | None:
     return site if ok else None
 
 
+def _listeners() -> tuple[int, int]:
+    """Two local ports that are no Ray cluster: one answers as an HTTP/1 server does, one accepts and says
+    nothing (threads of this sweep, for its length)."""
+    import socket
+    import threading
+
+    def serve(sock: socket.socket, reply: bytes) -> None:
+        while True:
+            conn, _ = sock.accept()
+            if reply:
+                conn.sendall(reply)
+                conn.close()
+
+    ports = []
+    for reply in (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", b""):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        ports.append(sock.getsockname()[1])
+        if reply:
+            threading.Thread(target=serve, args=(sock, reply), daemon=True).start()
+        else:
+            _KEEP.append(sock)  # in the backlog, never accepted: connects, never answers
+    return ports[0], ports[1]
+
+
+_KEEP: list = []
+
+
 def _cases_34() -> list[Case]:
     """Issue 34, item 4: the surfaces added since the last pass."""
     out: list[Case] = []
@@ -552,7 +590,8 @@ def _cases_34() -> list[Case]:
         "gz of a gz": (_gz(good), 2), "gz of ShareGPT": (_gz('[{"id": "x", "conversations": []}]'), 2),
         "gz of utf-16": (_gz(azure.encode("utf-16")), 2), "gz of latin-1": (_gz("TIMESTAMP,é\n".encode(
             "latin-1")), 2),
-        "gz of a bench_serving result": (_gz(json.dumps({"backend": "sglang", "input_lens": [1]}) + "\n"), 2),
+        "gz of a bench_serving result": (_gz(json.dumps({"backend": "sglang", "input_lens": [1],
+                                                        "output_lens": [1]}) + "\n"), 2),
         "bomb: 4 GiB of one line": (_lazy("bomb-x", lambda: _bomb(b"x" * 4096, 4)), 2),
         "bomb: 4 GiB of newlines": (_lazy("bomb-nl", lambda: _bomb(b"\n" * 4096, 4)), 2),
         "bomb: a header then 4 GiB of one row": (
@@ -605,7 +644,7 @@ def _cases_34() -> list[Case]:
             [*args, "--executor", "ray", "--ray-address", "auto"], env=no_ray, codes=(2,))
     for value in ("RAY", " ray ", "dask", "", "local,ray", "\x1b[2J"):
         add("ray", f"--executor {value!r}", ["simulate", AZURE, "--executor", value], env=no_ray,
-            codes=(0, 2))
+            codes=(2,))
     for value in ("", " ", "auto"):
         add("ray", f"--ray-address {value!r} without --executor ray", ["simulate", AZURE, "--ray-address",
                                                                          value], codes=(2,))
@@ -621,11 +660,19 @@ def _cases_34() -> list[Case]:
             add("ray", f"Ray installed, --ray-address {address!r} unreachable",
                 ["simulate", AZURE, "--executor", "ray", "--ray-address", address, "--json"], env=with_ray,
                 codes=(1, 2), timeout=120)
+        http_port, mute_port = _listeners()
+        for label, port in (("answers HTTP", http_port), ("accepts, says nothing", mute_port)):
+            add("ray", f"Ray installed, --ray-address of a port that {label}",
+                ["capacity", AZURE, *SLO, "--executor", "ray", "--ray-address", f"127.0.0.1:{port}",
+                 "--json"],
+                env=with_ray, codes=(1,), timeout=120)
         add("ray", "Ray installed, a local instance: capacity --json",
             ["capacity", AZURE, *SLO, "--executor", "ray", "--workers", "2", "--json", "--policies",
              "chunked"],
             env=with_ray, codes=(0,), timeout=240)
-        for signum, delay in ((signal.SIGTERM, 6.0), (signal.SIGINT, 12.0)):
+        for signum, delay in ((signal.SIGTERM, 1.0), (signal.SIGTERM, 3.0), (signal.SIGTERM, 6.0),
+                              (signal.SIGHUP, 1.0), (signal.SIGHUP, 2.5), (signal.SIGINT, 2.0),
+                              (signal.SIGINT, 12.0)):
             add("ray", f"Ray installed: {signal.Signals(signum).name} at {delay}s, tune -o",
                 ["tune", "--trace", "trace.csv", *SLO, "--executor", "ray", "--workers", "2", "-o", "t.yaml"],
                 files={"trace.csv": _azure_trace(3000)}, env=with_ray, signal=(signum, delay, False),
@@ -639,7 +686,7 @@ def _cases_34() -> list[Case]:
         ("calibrate --bench-serving", ["calibrate", "--bench-serving", "bs.jsonl", "--model", "qwen3-8b",
                                        "--gpu", "h100", "--workers", "2", "-o", "cal.yaml"]),
         ("calibrate --bench-serving --json", ["calibrate", "--bench-serving", "bs.jsonl", "--bench-serving",
-                                              "bs.jsonl", "--model", "qwen3-8b", "--gpu", "h100",
+                                              "bs2.jsonl", "--model", "qwen3-8b", "--gpu", "h100",
                                               "--workers", "2", "--json"]),
         ("tune -o --json", ["tune", "--trace", "trace.csv", *SLO, "--workers", "2", "-o", "t.yaml",
                             "--json"]),
@@ -652,12 +699,13 @@ def _cases_34() -> list[Case]:
     ]
     k = 0
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        for delay in (0.5, 1.5, 3.0):
+        for delay in (0.0, 0.2, 0.6, 1.2):
             for group in (False, True):
                 label, args = long_runs[k % len(long_runs)]
                 k += 1
                 add("signals34", f"{signal.Signals(signum).name} {'group' if group else 'pid'} at {delay}s: "
-                    f"{label}", args, files={"bs.jsonl": bench, **big}, signal=(signum, delay, group),
+                    f"{label}", args, files={"bs.jsonl": bench, "bs2.jsonl": bench, **big},
+                    signal=(signum, delay, group), after_workers=3,
                     outputs=("cal.yaml", "t.yaml", "c.png", "o.csv"), timeout=180)
 
     # --- --json on error paths: one stderr line, nothing on stdout ----------------------------------------
@@ -791,6 +839,12 @@ def _cases_34() -> list[Case]:
     add("spec", "simulate EAGLE --dp 2", ["simulate", *SYN, *spec, "2", "--dp", "2"])
     add("spec", "estimate EAGLE --cost-model chapter", ["estimate", *spec, "2", "--cost-model", "chapter"])
     add("spec", "estimate EAGLE --disable-cuda-graph", ["estimate", *spec, "2", "--disable-cuda-graph"])
+    for args in (["estimate", *spec, "4", "--json", "--all-levels"], ["estimate", *spec, "1", "--json"],
+                 ["simulate", *SYN, *spec, "1", "--json", "--workers", "1"],
+                 ["simulate", AZURE, *spec, "3.9", "--speculative-num-steps", "3", "--speculative-eagle-topk",
+                  "4", "--speculative-num-draft-tokens", "8", "--json", "--workers", "1"],
+                 ["capacity", *SYN, *SLO, *spec, "2", "--json", "--workers", "1", "--policies", "chunked"]):
+        add("numbers", " ".join(args)[:90], args, codes=(0,))
 
     # --- generated-shared-prefix and --disable-cuda-graph -------------------------------------------------
     gsp_values = [("--gsp-num-groups", ["1", "-0", "1e3"]), ("--gsp-prompts-per-group", ["0", "-3", "x"]),
@@ -896,6 +950,12 @@ def run(case: Case, base: Path) -> dict:
     result = {"family": case.family, "name": case.name, "args": case.args, "problems": []}
     if case.signal is not None:
         signum, delay, group = case.signal
+        deadline = time.monotonic() + 60
+        while case.after_workers and len(_session(proc.pid)) < case.after_workers and proc.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if case.after_workers and proc.poll() is not None:
+            result["problems"].append("ended before its workers started: the signal came too late")
         time.sleep(delay)
         if proc.poll() is None:
             (os.killpg if group else os.kill)(proc.pid, signum)
@@ -956,6 +1016,8 @@ def run(case: Case, base: Path) -> dict:
     if (folder / "ro").is_dir():
         (folder / "ro").chmod(0o755)
     for name in case.outputs:
+        if name in case.files:
+            continue
         broken = _not_whole(folder / name)
         if broken:
             result["problems"].append(f"output not whole: {name}: {broken}")
@@ -981,9 +1043,12 @@ def _result_on_stdout(args: list[str]) -> bool:
 
 def _not_whole(path: Path) -> str:
     """Why an output file left behind is not whole ("" when it is, or is not there)."""
-    if not path.is_file() or path.is_symlink():
+    try:
+        if not path.is_file() or path.is_symlink():
+            return ""
+        data = path.read_bytes()
+    except OSError:  # a name too long to be made, a folder without permission: nothing was written
         return ""
-    data = path.read_bytes()
     if not data:
         return "empty"
     if path.suffix == ".png":
@@ -1063,24 +1128,26 @@ def main() -> int:
     args = parser.parse_args()
     if args.ray_site:
         os.environ["PDMUX_SWEEP_RAY_SITE"] = str(Path(args.ray_site).resolve())
-    _no_ray_dir()
     todo = [c for c in cases() if args.family in (None, c.family) and (args.match or "") in c.name]
     if args.list:
         for c in todo:
             print(f"{c.family:12} {c.name}")
         print(len(todo), "cases")
         return 0
+    _no_ray_dir()
     base = Path(tempfile.mkdtemp(prefix="pdmux-sweep-"))
     results = []
     started = time.monotonic()
-    for i, case in enumerate(todo, 1):
-        r = run(case, base)
-        results.append(r)
-        if r["problems"] or args.verbose:
-            print(f"[{i}/{len(todo)}] {case.family}: {case.name}: {'; '.join(r['problems']) or 'ok'} "
-                  f"(exit {r['code']}, {r['seconds']} s) {r['stderr'][-200:]!r}", flush=True)
-    shutil.rmtree(base, ignore_errors=True)
-    shutil.rmtree(NO_RAY, ignore_errors=True)
+    try:
+        for i, case in enumerate(todo, 1):
+            r = run(case, base)
+            results.append(r)
+            if r["problems"] or args.verbose:
+                print(f"[{i}/{len(todo)}] {case.family}: {case.name}: {'; '.join(r['problems']) or 'ok'} "
+                      f"(exit {r['code']}, {r['seconds']} s) {r['stderr'][-200:]!r}", flush=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(NO_RAY, ignore_errors=True)
     kinds = {"traceback": 0, "hang": 0, "left": 0, "exit code": 0, "not one error line": 0, "half-written": 0,
              "numbers": 0}
     for r in results:

@@ -300,6 +300,7 @@ def test_ray_unreachable_names_executor(monkeypatch) -> None:
 
     fake = SimpleNamespace(is_initialized=lambda: False, init=init)
     monkeypatch.setattr(executors, "import_ray", lambda: fake)
+    monkeypatch.setattr(executors, "_probe", lambda address, where: None)  # it answers; ray.init fails
     with pytest.raises(executors.PdmuxError) as caught:
         executors.OnRay(2, "ray://head:10001")
     exc = caught.value

@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import time
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,7 @@ def test_tune_past_its_step_budget_names_the_config() -> None:
 
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--executor", "dask"], "--executor must be one of local, ray"),
+    (["--executor", ""], "--executor must be one of local, ray, got ''"),
     (["--ray-address", "auto"], "--ray-address applies to --executor ray"),
     (["--executor", "ray", "--ray-address", " "], "give a Ray address"),
     (["--max-steps", "-1"], "--max-steps"),
@@ -133,6 +135,105 @@ def test_ray_missing_is_one_line(monkeypatch) -> None:
     monkeypatch.setattr(executors, "import_ray", missing)
     r = runner.invoke(app, ["simulate", AZURE, "--policies", "chunked", "--executor", "ray"])
     assert_one_line_error(r, 2, "pip install 'pdmux[ray]'")
+
+
+# ---- --ray-address: checked, and probed before ray.init (issue 34) ----------------------------------------
+
+
+@pytest.mark.parametrize(("address", "expected"), [
+    ("auto", None), ("10.0.0.5:6379", ("10.0.0.5", 6379)), ("head:1", ("head", 1)),
+    ("ray://head", ("head", 10001)), ("ray://head:10002", ("head", 10002)), ("[::1]:6379", ("::1", 6379)),
+])
+def test_ray_addresses_taken(address, expected) -> None:
+    assert executors.ray_host_port(address) == expected
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:99999", "127.0.0.1:0", "::::", "ray://", "http://h:1",
+                                     "head", "head:", "head:x", "head:٦٣٧٩", "::1:6379"])
+def test_a_ray_address_that_is_none_is_refused_before_anything_runs(address) -> None:
+    r = runner.invoke(app, ["simulate", AZURE, "--executor", "ray", "--ray-address", address])
+    assert_one_line_error(r, 2, "--ray-address must be auto, host:port")
+
+
+class _NoRay:
+    """Stands for the ray module where ray.init must not be reached."""
+
+    def is_initialized(self) -> bool:
+        return False
+
+    def init(self, **kwargs) -> None:
+        raise AssertionError("ray.init reached")
+
+
+def _listener(reply: bytes | None):
+    import socket
+    import threading
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(4)
+
+    def serve() -> None:
+        conn, _ = sock.accept()
+        conn.recv(64)
+        conn.sendall(reply)
+        conn.close()
+
+    if reply is not None:
+        threading.Thread(target=serve, daemon=True).start()
+    return sock
+
+
+@pytest.mark.parametrize(("reply", "fragment"), [
+    ("closed", "Connection refused"),
+    (b"HTTP/1.1 400 Bad Request\r\n\r\n", "it answers, but not as a Ray cluster (no gRPC there)"),
+    (None, "timed out"),
+])
+def test_a_ray_address_that_is_no_cluster_fails_in_seconds(monkeypatch, reply, fragment) -> None:
+    """ray.init retries such an address for minutes (and prints Ray's own warnings meanwhile): refused by a
+    probe first, one line, exit 1."""
+    monkeypatch.setattr(executors, "import_ray", _NoRay)
+    monkeypatch.setattr(executors, "RAY_CONNECT_TIMEOUT_S", 0.5)
+    sock = _listener(None if reply == "closed" else reply)
+    port = sock.getsockname()[1]
+    if reply == "closed":
+        sock.close()
+    try:
+        r = runner.invoke(app, ["simulate", AZURE, "--policies", "chunked", "--executor", "ray",
+                                "--ray-address", f"127.0.0.1:{port}"])
+    finally:
+        sock.close()
+    assert_one_line_error(r, 1,
+                          f"--executor ray: cannot reach the Ray cluster at 127.0.0.1:{port}: {fragment}")
+
+
+def test_a_grpc_server_passes_the_probe() -> None:
+    sock = _listener(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")  # an empty SETTINGS frame, as gRPC's
+    try:
+        executors._probe(f"127.0.0.1:{sock.getsockname()[1]}", "there")
+    finally:
+        sock.close()
+
+
+def test_a_failed_run_on_its_own_ray_shuts_it_down_without_cancelling() -> None:
+    """Cancelling a task races its reply, and Ray's driver can abort on one (a stack dump, exit 1, Ray's
+    processes left: 1 Ctrl-C in about 8 in the sweep): a run's own local Ray is shut down, tasks and all,
+    while a cluster's tasks are still cancelled."""
+    calls = []
+
+    class FakeRay:
+        def cancel(self, ref, force):
+            calls.append(("cancel", ref))
+
+        def shutdown(self):
+            calls.append(("shutdown",))
+
+    for owned, expected in ((True, [("shutdown",)]), (False, [("cancel", "task")])):
+        calls.clear()
+        ex = executors.OnRay.__new__(executors.OnRay)
+        ex._ray, ex._owned, ex._queue, ex._running = FakeRay(), owned, deque(), {"task": None}
+        ex.close(True)
+        assert calls == expected and not ex._running
 
 
 # ---- on a local Ray instance

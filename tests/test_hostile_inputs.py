@@ -585,3 +585,83 @@ def test_a_bench_serving_result_is_not_a_trace(tmp_path) -> None:
     assert_one_line_error(runner.invoke(app, ["simulate", str(path)]), 2,
                           "a bench_serving result (per-request input_lens and output_lens, no arrival "
                           "times): give it to 'pdmux calibrate --bench-serving'")
+
+
+# --- gzip where pdmux reads text (issue 34) --------------------------------------------------------------
+
+
+def _gzip_readers(path: str) -> list[tuple[list[str], str]]:
+    return [
+        (["check-config", path], "pdmux config"),
+        (["estimate", "--config", path], "pdmux config"),
+        (["estimate", "--model", path], "model config"),
+        (["estimate", "--speculative-algorithm", "STANDALONE", "--speculative-accept-length", "2",
+          "--speculative-draft-model-path", path], "model config"),
+        (["calibrate", "--sglang-log", path, "--model", "qwen3-8b", "--gpu", "h100"], "server log"),
+        (["calibrate", "--bench-serving", path, "--model", "qwen3-8b", "--gpu", "h100"],
+         "bench_serving result"),
+        (["calibrate", "--sglang-bench", path, "--model", "qwen3-8b", "--gpu", "h100"], "one-batch result"),
+        (["calibrate", "--merge", path, "--merge", path], "calibration file"),
+    ]
+
+
+def test_a_gzip_file_where_text_is_read_says_so(tmp_path) -> None:
+    """Traces are read through gzip; every other file pdmux reads is text: a gzip one was 'not UTF-8 text'
+    (or, for a server log, 'NUL bytes: UTF-16 or binary'), now it says what it is and what to do."""
+    import gzip
+
+    path = tmp_path / "x.gz"
+    path.write_bytes(gzip.compress(b"sm_group_num: 8\n"))
+    for args, what in _gzip_readers(str(path)):
+        r = runner.invoke(app, [*args, "--json"])
+        assert_one_line_error(r, 2, f"{what} {path}: gzip-compressed, and pdmux reads this file as text: "
+                                    "gunzip it first")
+        assert r.stdout == ""
+
+
+@pytest.mark.parametrize("damage", ["trailing junk", "bad CRC"])
+def test_a_gzip_trace_damaged_at_its_end_is_a_broken_gzip_file(tmp_path, damage) -> None:
+    import gzip
+
+    whole = gzip.compress((FIX / "azure_conv_50.csv").read_bytes())
+    data = whole + b"junk" if damage == "trailing junk" else whole[:-8] + b"\0\0\0\0" + whole[-4:]
+    (tmp_path / "t.csv.gz").write_bytes(data)
+    r = runner.invoke(app, ["simulate", str(tmp_path / "t.csv.gz"), "--workers", "1", "--json"])
+    assert_one_line_error(r, 2, "t.csv.gz: a broken gzip file (")
+    assert r.stdout == ""
+
+
+def test_a_gzip_bomb_trace_is_refused_through_the_cli(tmp_path) -> None:
+    """A few KB expanding to 256 MiB of one line: refused at the line bound, memory untouched."""
+    import gzip
+
+    member = gzip.compress(b"9" * (64 * 1024 * 1024), mtime=0)
+    path = tmp_path / "bomb.csv.gz"
+    head = gzip.compress(b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.0,")
+    path.write_bytes(head + member * 4)
+    r = runner.invoke(app, ["capacity", str(path), "--workers", "1", "--json"])
+    assert_one_line_error(r, 2, "bomb.csv.gz: line 2 is longer than 1,048,576 characters")
+
+
+# --- --speculative-algorithm given blank: one refusal everywhere (issue 34) ------------------------------
+
+
+@pytest.mark.parametrize("value", ["", " "])
+@pytest.mark.parametrize("args", [
+    ["estimate"], ["simulate", "--synthetic", "--qps", "2", "--max-requests", "5"],
+    ["capacity", "--synthetic", "--qps", "2", "--max-requests", "5", "--slo-ttft", "1000", "--slo-itl", "60"],
+    ["tune", "--trace", str(FIX / "azure_conv_50.csv"), "--slo-ttft", "1000", "--slo-itl", "60"],
+    ["gen-config"], ["gen-config", "--sglang", "dsv41@a64f33f"], ["check-config", "CONFIG"],
+], ids=["estimate", "simulate", "capacity", "tune", "gen-config", "gen-config-dsv41", "check-config"])
+def test_a_blank_speculative_algorithm_is_refused_alike(tmp_path, args, value) -> None:
+    """Blank was no speculation for gen-config (exit 0, silently), 'needs --speculative-algorithm' for the
+    simulating commands' other options, and refused by check-config: now refused by all, as SGLang's choices
+    refuse it."""
+    config = tmp_path / "pdmux.yaml"
+    config.write_text("sm_group_num: 8\n")
+    args = [str(config) if a == "CONFIG" else a for a in args]
+    r = runner.invoke(app, [*args, "--speculative-algorithm", value, "--speculative-accept-length", "2"]
+                      if args[0] in ("estimate", "simulate", "capacity", "tune") else
+                      [*args, "--speculative-algorithm", value, "--json"])
+    assert_one_line_error(r, 2, f"--speculative-algorithm must be one of EAGLE, EAGLE3, NEXTN, STANDALONE "
+                                f"(MTP is NEXTN), got {value!r}")

@@ -304,3 +304,72 @@ def test_a_dead_unreaped_parent_counts_as_gone() -> None:
     os.kill(child.pid, 0)  # which os.kill does not tell
     child.wait()
     assert not _is_zombie(child.pid) and not _is_zombie(os.getpid())
+
+
+# ---- a stop while ray.init starts Ray (issue 34) -------------------------------------------------------
+
+FAKE_RAY = '''
+"""A stand-in for ray: init sets a SIGTERM handler through ray._private.utils as Ray's does (sys.exit), says
+it has started, and takes a while; shutdown is recorded."""
+import os, sys, time
+from types import SimpleNamespace
+
+def _set_sigterm_handler(handler):
+    import signal
+    signal.signal(signal.SIGTERM, handler)
+
+_private = SimpleNamespace(utils=SimpleNamespace(set_sigterm_handler=_set_sigterm_handler))
+_up = False
+
+def is_initialized():
+    return _up
+
+def init(**kwargs):
+    global _up
+    _private.utils.set_sigterm_handler(lambda signum, frame: sys.exit(signum))
+    open("started", "w").close()
+    for _ in range(40):
+        time.sleep(0.05)
+    _up = True
+
+def shutdown():
+    global _up
+    _up = False
+    open("shut-down", "w").close()
+'''
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_stop_while_ray_starts_waits_for_it_then_stops_it(tmp_path, signum) -> None:
+    """ray.init's own SIGTERM handler exited 15 with no line, and a stop that cut it short left its processes:
+    the stop now waits for ray.init, then shuts Ray down and exits 128 + signal with one line."""
+    (tmp_path / "fake" / "ray").mkdir(parents=True)
+    (tmp_path / "fake" / "ray" / "__init__.py").write_text(FAKE_RAY)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'fake'}{os.pathsep}{ROOT}"}
+    trace = str(ROOT / "tests" / "fixtures" / "azure_conv_50.csv")
+    proc = subprocess.Popen([sys.executable, "-m", "pdmux_cli", "simulate", trace, "--executor", "ray",
+                             "--policies", "chunked"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
+    os.kill(proc.pid, signum)
+    code, err = _finish(proc)
+    name = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+    assert (code, err) == (128 + signum, f"pdmux: error: stopped by {name}\n")
+    assert (tmp_path / "shut-down").exists()
+
+
+@pytest.mark.ray
+def test_sigterm_while_a_real_ray_starts_leaves_nothing(tmp_path) -> None:
+    """The same on a real local Ray: SIGTERM once its first process runs (ray.init under way; before, Ray's
+    handler exited 15, or its C++ crash handler printed a stack dump)."""
+    pytest.importorskip("ray")
+    _trace(tmp_path / "trace.csv", 300)
+    proc = _start(["tune", "--trace", "trace.csv", "--slo-ttft", "1000", "--slo-itl", "60", "--executor",
+                   "ray", "--workers", "1", "-o", "tuned.yaml"], tmp_path, processes=2)
+    os.kill(proc.pid, signal.SIGTERM)
+    code, err = _finish(proc)
+    assert (code, err) == (143, "pdmux: error: stopped by SIGTERM\n")
+    _only_inputs(tmp_path, {"trace.csv"})

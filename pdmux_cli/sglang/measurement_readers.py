@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..util.errors import InputError, short_repr
-from ..util.input_files import check_input_file, read_input_text, unreadable
+from ..util.input_files import GZIP_MAGIC, GZIPPED, check_input_file, read_input_text, unreadable
 from ..util.numbers import finite_float, plain_int
 
 #: Largest one-batch result file read, bytes (a real one is a few kB).
@@ -681,6 +681,8 @@ def read_server_log(path: str | Path, max_lines: int | None = None, read_before:
     try:
         with path.open("rb") as f:
             head = f.read(4096)
+        if head.startswith(GZIP_MAGIC):
+            raise InputError(f"server log {path}: {GZIPPED}")
         if b"\x00" in head:
             raise InputError(f"server log {path}: not UTF-8 text (NUL bytes: UTF-16 or binary): give the log "
                              "SGLang's server printed, as text")

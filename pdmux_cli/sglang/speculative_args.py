@@ -355,11 +355,12 @@ def pdmux_speculation_flags(revision: object, algorithm: str | None, draft_layer
     the pair. ``draft_layers``: the draft's decoder layers (``None``: the algorithm's usual one-layer draft).
     Raises :func:`pdmux_speculation_error`'s :class:`InputError` where it cannot, and for an unknown
     algorithm."""
-    if algorithm is None or not str(algorithm).strip():
+    if algorithm is None:
         if draft_path is not None:
             raise InputError("{flag.speculative_draft_model_path} needs {flag.speculative_algorithm}",
                              param="speculative_draft_model_path", values={})
         return []
+    canonical_algorithm(algorithm)  # blank or unknown: refused before the revision is asked
     error = pdmux_speculation_error(revision, algorithm, 1 if draft_layers is None else draft_layers)
     if error is not None:
         raise error

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+import signal
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -34,6 +35,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..util.errors import InputError, PdmuxError
+from ..util.signals import deferred
 
 #: ``--executor`` values.
 EXECUTORS = ("local", "ray")
@@ -260,16 +262,26 @@ class OnRay(Executor):
                                        "logging_level": logging.ERROR, "include_dashboard": False}
             if address is None and workers:
                 options["num_cpus"] = workers
+            where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+            if address is not None:
+                _probe(address, where)
             saved = _signal_handlers()
             try:
-                ray.init(**options)
+                # a stop while Ray starts waits for it to have started (then all it started is stopped):
+                # cut short, ray.init leaves its processes behind
+                with deferred(), _ray_keeps_off_sigterm(ray):
+                    ray.init(**options)
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+                _shutdown_quietly(ray)
                 raise PdmuxError("{flag.executor} ray: cannot start or reach {where}: {reason}",
                                  param="executor",
                                  values={"where": where, "reason": _first_line(exc)}) from None
+            except BaseException:  # Ctrl-C, SIGTERM, SIGHUP while it started
+                _restore(saved)
+                _shutdown_quietly(ray)
+                raise
             finally:
-                _restore(saved)  # ray.init installs its own SIGTERM handler: pdmux's stops the run cleanly
+                _restore(saved)  # should ray.init have set a SIGTERM handler after all: pdmux's again
             self._owned = True
         cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
         super().__init__(max(1, min(workers or cpus, cpus, tasks)))
@@ -314,7 +326,10 @@ class OnRay(Executor):
         ray = self._ray
         if failed:
             self._queue.clear()
-            for ref in list(self._running):
+            # a Ray of this run's own: shutdown ends its workers, tasks and all. Cancelling them first races
+            # their replies, and Ray 2.x's driver can abort on one (task_manager.cc CompletePendingTask: a
+            # stack dump, exit 1, its processes left behind)
+            for ref in [] if self._owned else list(self._running):
                 try:
                     ray.cancel(ref, force=True)
                 except Exception:  # noqa: BLE001,S110 - a task that already ended cannot be cancelled
@@ -324,9 +339,110 @@ class OnRay(Executor):
             ray.shutdown()
 
 
+#: Seconds :func:`_probe` waits for a Ray address to answer (ray.init itself retries for minutes).
+RAY_CONNECT_TIMEOUT_S = 10.0
+
+#: Ray Client's port where a ``ray://`` address names none.
+RAY_CLIENT_PORT = 10001
+
+
+def ray_host_port(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a ``--ray-address`` (``host:port``, ``[v6]:port``, ``ray://host[:port]``);
+    ``None`` for ``auto`` (Ray finds it); :class:`InputError` for anything else (a port that is no port)."""
+    if address == "auto":
+        return None
+    rest = address
+    default_port = None
+    if "://" in address:
+        scheme, rest = address.split("://", 1)
+        if scheme != "ray":
+            raise InputError("{flag.ray_address} must be auto, host:port or ray://host:10001, got "
+                             "{address!r}", values={"address": address})
+        default_port = RAY_CLIENT_PORT
+        rest = rest.split("/", 1)[0]
+    host, port_text = rest, ""
+    if rest.startswith("["):
+        host, _, tail = rest[1:].partition("]")
+        port_text = tail[1:] if tail.startswith(":") else tail
+    elif rest.count(":") == 1:
+        host, port_text = rest.split(":")
+    elif ":" in rest:
+        host = ""  # an IPv6 address needs its brackets before a port
+    port = default_port if not port_text and default_port else None
+    if port_text.isascii() and port_text.isdigit() and 1 <= int(port_text) <= 65535:
+        port = int(port_text)
+    if not host or port is None:
+        raise InputError("{flag.ray_address} must be auto, host:port (a port from 1 to 65535) or "
+                         "ray://host:10001, got {address!r}", values={"address": address})
+    return host, port
+
+
+#: What an HTTP/2 client sends first (RFC 9113 3.4): the preface, then an empty SETTINGS frame.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _probe(address: str, where: str) -> None:
+    """Fail in seconds where ``address`` does not answer, or answers but not as gRPC (Ray's GCS and Ray
+    Client both are): ray.init retries either for minutes. :class:`PdmuxError` (exit 1) naming it;
+    :class:`InputError` where it is not an address. A cluster with TLS (``RAY_USE_TLS``) is only connected
+    to."""
+    import os
+    import socket
+
+    target = ray_host_port(address)
+    if target is None:
+        return
+    tls = os.environ.get("RAY_USE_TLS", "0").strip().lower() not in ("", "0", "false", "no")
+    try:
+        with socket.create_connection(target, timeout=RAY_CONNECT_TIMEOUT_S) as sock:
+            if tls:
+                return
+            sock.sendall(_H2_PREFACE)
+            head = b""
+            while len(head) < 9:  # the server's first frame header: a SETTINGS frame (type 4)
+                chunk = sock.recv(9 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+    else:
+        if len(head) == 9 and head[3] == 4:
+            return
+        reason = "it answers, but not as a Ray cluster (no gRPC there)"
+    raise PdmuxError("{flag.executor} ray: cannot reach {where}: {reason} (is Ray running there? {start} "
+                     "starts one; {flag.ray_address} auto finds one on this machine)",
+                     param="ray_address", values={"where": where, "reason": reason,
+                                                  "start": "'ray start --head'"})
+
+
+@contextmanager
+def _ray_keeps_off_sigterm(ray: Any) -> Iterator[None]:
+    """ray.init sets SIGTERM handlers of its own as it starts (``sys.exit(15)``: exit 15, no line; a
+    local head's, exit 1), through ``ray._private.utils.set_sigterm_handler``: made a no-op for its length,
+    so pdmux's handler (held by :func:`~pdmux_cli.util.signals.deferred`) keeps SIGTERM."""
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    original = getattr(utils, "set_sigterm_handler", None)
+    if original is None:
+        yield
+        return
+    utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        utils.set_sigterm_handler = original
+
+
+def _shutdown_quietly(ray: Any) -> None:
+    """Stop what a ray.init cut short had started (its local instance's processes)."""
+    try:
+        ray.shutdown()
+    except Exception:  # noqa: BLE001,S110 - stopping anyway; nothing more to free
+        pass
+
+
 def _signal_handlers() -> dict[int, Any]:
     """The handlers of the stop signals (SIGINT, SIGTERM, SIGHUP), where this is the main thread."""
-    import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -336,8 +452,6 @@ def _signal_handlers() -> dict[int, Any]:
 
 
 def _restore(handlers: dict[int, Any]) -> None:
-    import signal
-
     for sig, handler in handlers.items():
         if handler is not None:
             signal.signal(sig, handler)
@@ -360,6 +474,13 @@ def _ray_cause(exc: BaseException) -> BaseException:
 
 def import_ray() -> Any:
     """The ``ray`` module; :class:`InputError` saying how to install it when it is not there."""
+    import os
+
+    # Ray's C++ core reads this as it loads: without it the driver's SIGTERM, until pdmux's handler is
+    # back, is a crash report (a stack dump on stderr) instead of a stop
+    name = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
+    before = os.environ.get(name)
+    os.environ[name] = "1"
     try:
         import ray
     except ImportError:
@@ -367,14 +488,19 @@ def import_ray() -> Any:
             "{flag.executor} ray needs Ray: {RAY_EXTRA} (or {flag.executor} local, the default)",
             values={"RAY_EXTRA": RAY_EXTRA},
         ) from None
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
     return ray
 
 
 def check_executor(kind: str | None, ray_address: str | None) -> str:
     """``--executor`` (``None``: ``local``) checked against :data:`EXECUTORS`; :class:`InputError` for an
     unknown one, or ``--ray-address`` without ``--executor ray``."""
-    name = (kind or "local").strip().lower()
-    if name not in EXECUTORS:
+    name = ("local" if kind is None else str(kind)).strip().lower()
+    if name not in EXECUTORS:  # given blank too, as --speculative-algorithm and --gpu are
         raise InputError(
             "{flag.executor} must be one of {executors}, got {kind!r}",
             values={"executors": ", ".join(EXECUTORS), "kind": kind},
@@ -389,6 +515,8 @@ def check_executor(kind: str | None, ray_address: str | None) -> str:
             "{flag.ray_address}: give a Ray address (auto, host:port or ray://host:10001)",
             values={},
         )
+    if ray_address is not None:
+        ray_host_port(ray_address.strip())
     return name
 
 

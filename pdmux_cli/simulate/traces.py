@@ -52,7 +52,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..util.errors import Finding, InputError, short_repr
-from ..util.input_files import check_input_file, unreadable
+from ..util.input_files import GZIP_MAGIC, check_input_file, unreadable
 from ..util.numbers import finite_float, plain_int
 from .columns import FLOAT, INT, Column, Ragged
 from .columns import column as make_column
@@ -465,7 +465,7 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
             reader: Callable[..., Trace] = {"azure": _read_azure, "mooncake": _read_mooncake,
                                             "burstgpt": _read_burstgpt}[fmt]
             return reader(_bounded_lines(handle, p.name), p.name)
-        except (EOFError, zlib.error) as e:  # a truncated or corrupt gzip stream
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:  # a truncated, corrupt or trailing-junk gzip
             raise InputError(f"trace file {p}: a broken gzip file ({e}): download it again") from None
         except (OSError, UnicodeDecodeError) as e:
             raise unreadable(p, "trace file", e) from None
@@ -507,8 +507,6 @@ def _bounded_lines(handle: io.TextIOBase, source: str) -> Iterator[str]:
             values={"source": source, "max_lines": MAX_TRACE_LINES})
 
 
-#: The first two bytes of a gzip file (RFC 1952).
-GZIP_MAGIC = b"\x1f\x8b"
 
 
 def open_text(path: Path) -> io.TextIOBase:

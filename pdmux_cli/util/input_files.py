@@ -55,6 +55,13 @@ def exists(path: str | Path) -> bool:
     return stat_mode(path) is not None
 
 
+#: The first two bytes of a gzip file (RFC 1952).
+GZIP_MAGIC = b"\x1f\x8b"
+
+#: What is wrong with a gzip file where pdmux reads text (traces alone are read through gzip).
+GZIPPED = "gzip-compressed, and pdmux reads this file as text: gunzip it first"
+
+
 def _refusal(path: str | Path, what: str, problem: str, hint: str) -> InputError:
     return InputError(f"{what} {path}: {problem}" + (f"; {hint}" if hint else ""))
 
@@ -123,10 +130,12 @@ def read_input_text(path: str | Path, what: str, max_bytes: int, hint: str = "")
 
     ``max_bytes`` limits the encoded size, in bytes. Raises :class:`InputError` (one line naming
     ``path``) for everything :func:`read_input_bytes` refuses, and ``not UTF-8 text`` for bytes
-    that are not valid UTF-8.
+    that are not valid UTF-8 (:data:`GZIPPED` for a gzip file).
     """
     data = read_input_bytes(path, what, max_bytes, hint)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
+        if data.startswith(GZIP_MAGIC):
+            raise _refusal(path, what, GZIPPED, hint) from None
         raise unreadable(path, what, exc, hint) from None

@@ -90,7 +90,7 @@ def speculation_of(options: Any, target: Any) -> tuple[Any, list[Any]]:
     option given without an algorithm, a value out of range, a draft whose vocabulary differs, and the
     combinations SGLang refuses."""
     algorithm = getattr(options, "speculative_algorithm", None)
-    if algorithm is None or not str(algorithm).strip():
+    if algorithm is None:  # given blank it is refused, as SGLang's choices refuse it (check-config's too)
         given = [name for name in SPECULATIVE_OPTIONS if getattr(options, name, None) is not None]
         if given:
             raise InputError("{param_flag} needs {flag.speculative_algorithm} (EAGLE, EAGLE3, NEXTN or "
