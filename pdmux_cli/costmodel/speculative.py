@@ -48,6 +48,19 @@ class SpeculativeStepModel:
         self.draft = draft
         self.speculation = speculation
 
+    def round_request_s(self, n: int, worker_v1: bool = False) -> float:
+        """Seconds a round spends on ``n`` requests beyond the kernels: the target's per-request term
+        (:meth:`~pdmux_cli.costmodel.roofline.RooflineModel.request_s`) once a round, as SGLang's V2 worker
+        extends each request's output once (0.5.23 ``batch_result_processor.py``
+        ``process_batch_result_decode``); ``worker_v1`` (SGLang's v1 worker:
+        :meth:`~pdmux_cli.sglang.release_defaults.ReleaseDefaults.speculation_worker_v1`, releases up to
+        0.5.12 without the overlap scheduler) once per accepted token, the acceptance length times: its
+        verify appends and checks each accepted token in Python as a plain step does its one (0.5.6
+        ``eagle_info.py`` ``EagleVerifyInput.verify``). A prefill's requests pay :meth:`request_s` as
+        without speculation."""
+        once = self.base.request_s(n)
+        return once * self.speculation.accept_length if worker_v1 else once
+
     def __getattr__(self, name: str) -> Any:
         # everything but a decode step is the target's (self.base is set first in __init__)
         if name == "base":

@@ -156,8 +156,8 @@ def load_points(path: Any = None) -> tuple[list[SpeculativePoint], list[NotCompa
 
 
 def speedup_of(step_model: Any, batch: int, context_tokens: float, window: int = 0,
-               cuda_graph: bool = True,
-               overlap: bool = True) -> tuple[float, float, float, tuple[float, float, float]]:
+               cuda_graph: bool = True, overlap: bool = True,
+               worker_v1: bool = False) -> tuple[float, float, float, tuple[float, float, float]]:
     """``(speedup, round_s, plain_s, parts_s)`` of a :class:`~pdmux_cli.costmodel.speculative.\
 SpeculativeStepModel` for ``batch`` requests of ``context_tokens`` cached tokens each on the whole GPU.
 
@@ -174,7 +174,7 @@ SpeculativeStepModel` for ``batch`` requests of ``context_tokens`` cached tokens
     sum_window = batch * min(context_tokens, window) if window else 0.0
     cpu = step_model.decode_cpu_s(batch)
     round_gpu = (step_model.decode_s(total, batch, sum_context, sum_window, cuda_graph=cuda_graph)
-                 + step_model.request_s(batch))
+                 + step_model.round_request_s(batch, worker_v1))
     round_s = max(round_gpu, cpu) if overlap else round_gpu + cpu
     plain_s = max(base.decode_s(total, batch, sum_context, sum_window, cuda_graph=cuda_graph)
                   + base.request_s(batch), base.decode_cpu_s(batch))
@@ -209,7 +209,8 @@ def predict_speedup(point: SpeculativePoint, release: str | None = None) -> Spec
     rules = release_defaults(release or point.sglang_release)
     overlap = rules.speculation_overlaps(point.eagle_topk)
     speedup, round_s, plain_s, parts = speedup_of(step_model, point.batch, point.context_tokens,
-                                                  model.sliding_window, overlap=overlap)
+                                                  model.sliding_window, overlap=overlap,
+                                                  worker_v1=rules.speculation_worker_v1(point.eagle_topk))
     return SpeculativePrediction(point, speedup, round_s, plain_s, parts, rules.release, overlap)
 
 

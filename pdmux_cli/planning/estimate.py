@@ -517,6 +517,7 @@ class _Batch:
     graphs: bool
     prefill_graph: bool
     overlap: bool = True
+    worker_v1: bool = False
 
     @classmethod
     def of(cls, full: Any, gpu: Gpu, model: Model, scenario: Scenario) -> _Batch:
@@ -527,8 +528,9 @@ class _Batch:
                                                                               gpu.compute_capability)
         spec = scenario.speculation
         overlap = spec is None or LATEST.speculation_overlaps(spec.eagle_topk)  # estimate is 0.5.23
+        worker_v1 = spec is not None and LATEST.speculation_worker_v1(spec.eagle_topk)  # never in 0.5.23
         return cls(full, model, gpu, gpu.require_sm_count(), bs, scenario.prompt_tokens, bs * ctx,
-                   bs * min(ctx, window) if window else 0, graphs, prefill_graph, overlap)
+                   bs * min(ctx, window) if window else 0, graphs, prefill_graph, overlap, worker_v1)
 
     @property
     def cpu(self) -> float:
@@ -554,6 +556,8 @@ class _Batch:
         """The decode-only step (the reference row), s."""
         full = self.full
         gpu_s = full.decode_s(self.total, self.bs, self.sum_ctx, self.sum_win, cuda_graph=self.graphs)
+        if self.worker_v1:  # a speculative round of SGLang's v1 worker: the term per accepted token
+            return self.hidden(gpu_s + full.round_request_s(self.bs, True))
         return self.hidden(gpu_s + self.bs * self.per_request)
 
     def whole_prefill_s(self) -> float:

@@ -113,9 +113,17 @@ range is the one read first):
   From 0.5.13 (``srt/arg_groups/speculative_hook.py`` ``_handle_eagle_family``) it stays on at any topk
   (0.5.14 removes the variable: "speculative decoding always runs the V2 worker"), as in 0.5.23. Without the
   overlap scheduler a baseline round pays its CPU time on top of the GPU's, as under
-  ``--disable-overlap-schedule`` (:meth:`ReleaseDefaults.speculation_overlaps`). Not modelled: the extra CPU
-  work of the v1 worker's round over a plain step (three forwards prepared, ``eagle_info.py``
-  ``EagleVerifyInput.verify``'s ``tolist()`` and its loop over every accepted token; 0.5.6), and the other
+  ``--disable-overlap-schedule`` (:meth:`ReleaseDefaults.speculation_overlaps`).
+- **The speculative worker** (:meth:`ReleaseDefaults.speculation_worker_v1`): up to 0.5.12 SGLang picks the
+  worker by the overlap scheduler (0.5.6 ``speculative/spec_info.py`` ``_create_eagle_worker``, 0.5.11
+  ``create_worker``: ``EAGLEWorkerV2`` with it, ``EAGLEWorker`` without); from 0.5.13 the EAGLE family
+  always runs the V2 worker (0.5.13-0.5.23 ``spec_info.py`` ``create_worker``: "EAGLE / EAGLE3 / STANDALONE
+  / MULTI_LAYER always use the V2 worker", synchronously when the overlap scheduler is off). The v1 worker's
+  verify appends and checks every accepted token of every request in Python (0.5.6 ``eagle_info.py``
+  ``EagleVerifyInput.verify``: ``req.output_ids.append`` and ``req.check_finished()`` per token), the work
+  a plain step does once per request; V2 extends each request's output once a round (0.5.23
+  ``batch_result_processor.py`` ``process_batch_result_decode``). Not modelled: the v1 worker's other
+  extra CPU work over a plain step (three forwards prepared, the accept index's ``tolist()``), and the other
   start-up changes old releases made under speculation (0.4.3: radix cache and chunked prefill off). Read
   for this rule: 0.4.0, 0.4.1, 0.4.3, 0.4.6, 0.4.9, 0.5.0rc2, 0.5.2, 0.5.3, 0.5.3.post3, 0.5.4, 0.5.5,
   0.5.5.post3, 0.5.6, 0.5.6.post2, 0.5.7-0.5.14 (with 0.5.12.post1), 0.5.20, 0.5.23.
@@ -195,6 +203,7 @@ _PREFILL_CUDA_GRAPH = (("0.2.10", False), ("0.5.10", None))
 _RESERVE_WITHOUT_GRAPHS = (("0.2.10", (True, True)), ("0.5.14", (True, False)), ("0.5.16", (False, False)))
 # (the overlap scheduler stays on under speculation, only at --speculative-eagle-topk 1)
 _SPECULATION_OVERLAP = (("0.2.10", (False, False)), ("0.5.11", (True, True)), ("0.5.13", (True, False)))
+_SPECULATION_V2_ALWAYS = (("0.2.10", False), ("0.5.13", True))
 
 
 @dataclass(frozen=True)
@@ -217,7 +226,8 @@ class ReleaseDefaults:
     decode graph's in 0.5.14, neither from 0.5.16). ``speculation_overlap``: under speculative decoding the
     overlap scheduler stays on by default (0.5.11 on; up to 0.5.10 speculation turns it off);
     ``speculation_overlap_topk1``: only at ``--speculative-eagle-topk`` 1 (0.5.11-0.5.12)
-    (:meth:`speculation_overlaps`).
+    (:meth:`speculation_overlaps`). ``speculation_v2_always``: the EAGLE family runs the V2 worker with or
+    without the overlap scheduler (0.5.13 on; :meth:`speculation_worker_v1`).
     """
 
     release: str
@@ -235,12 +245,23 @@ class ReleaseDefaults:
     reserve_without_graphs: tuple[bool, bool] = (False, False)
     speculation_overlap: bool = True
     speculation_overlap_topk1: bool = False
+    speculation_v2_always: bool = True
 
     def speculation_overlaps(self, eagle_topk: int = 1) -> bool:
         """Whether the overlap scheduler runs under speculative decoding with ``--speculative-eagle-topk``
         ``eagle_topk`` by default (module docstring): ``False`` up to 0.5.10, and at topk > 1 in
         0.5.11-0.5.12; then a round pays its CPU time on top of the GPU's."""
         return self.speculation_overlap and (eagle_topk <= 1 or not self.speculation_overlap_topk1)
+
+    def speculation_worker_v1(self, eagle_topk: int = 1, disable_overlap: bool = False) -> bool:
+        """Whether speculative decoding runs SGLang's v1 worker (module docstring: up to 0.5.12 whenever the
+        overlap scheduler is off, by default or by ``--disable-overlap-schedule``; never from 0.5.13), whose
+        verify handles every accepted token of a request as a plain step handles its one token: the
+        per-request term is then paid per accepted token
+        (:class:`~pdmux_cli.costmodel.speculative.SpeculativeStepModel` ``worker_v1``)."""
+        if self.speculation_v2_always:
+            return False
+        return disable_overlap or not self.speculation_overlaps(eagle_topk)
 
     @property
     def init_new_token_ratio(self) -> float:
@@ -406,7 +427,7 @@ def release_defaults(version: str = LATEST_RELEASE) -> ReleaseDefaults:
         tp8_mem_fraction=_since(_TP8_MEM_FRACTION, key),
         serial_frontend=_since(_SERIAL_FRONTEND, key), prefill_cuda_graph=_since(_PREFILL_CUDA_GRAPH, key),
         reserve_without_graphs=_since(_RESERVE_WITHOUT_GRAPHS, key), speculation_overlap=overlap,
-        speculation_overlap_topk1=topk1)
+        speculation_overlap_topk1=topk1, speculation_v2_always=_since(_SPECULATION_V2_ALWAYS, key))
 
 
 #: SGLang 0.5.23's rules: what every command simulates.
