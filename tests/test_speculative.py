@@ -100,6 +100,20 @@ def test_round_costs_and_gain_shrinking_with_batch(qwen):
     assert gains[0] > gains[2] and gains[1] > gains[2]  # speculation's gain shrinks at large batches
 
 
+def test_prefill_runs_the_draft_over_the_prompt(qwen):
+    """A prefill under speculation is the target's and then the draft's extend over the same tokens
+    (0.5.23 EAGLEWorkerV2._forward_prefill_batch -> _draft_extend_for_prefill): Qwen3-8B on an H100, 2048
+    tokens: 46.1 ms + the one-layer draft's 1.7 ms (its lm_head on the last token only)."""
+    gpu = find_gpu("h100")
+    spec = Speculation("EAGLE", 3, 1, 4, 2.5, default_draft(qwen, "EAGLE"))
+    model = build_step_model(gpu, qwen, speculation=spec)
+    seqs = [(2048, 0)]
+    target, draft = model.base.prefill_s(132, seqs), model.draft.prefill_s(132, seqs)
+    assert target * 1e3 == pytest.approx(46.15, abs=0.05) and draft * 1e3 == pytest.approx(1.71, abs=0.05)
+    assert model.prefill_s(132, seqs) == pytest.approx(target + draft, rel=1e-12)
+    assert model.mixed_s(seqs, 0, 0.0) == pytest.approx(target + draft, rel=1e-12)
+
+
 def test_chapter_model_refused(qwen):
     spec = Speculation("EAGLE", 3, 1, 4, 2.5, default_draft(qwen, "EAGLE"))
     with pytest.raises(InputError) as err:

@@ -38,9 +38,9 @@ class SpeculativeStepModel:
     draft's step model on the same GPU and TP; ``speculation``: the settings
     (:class:`~pdmux_cli.sglang.speculative_args.Speculation`). :meth:`decode_s` is a whole round (draft
     tree, verify, draft extend: the module's text), so a scheduler's decode step is a
-    round and every request in it gets its acceptance length in tokens on average. Everything
-    else (prefill, mixed steps, CPU terms, partitions) is the base model's: a prefill also runs the draft
-    over the prompt (``_forward_prefill_batch``), one layer against the target's, left out.
+    round and every request in it gets its acceptance length in tokens on average. A prefill
+    (:meth:`prefill_s`) is the target's and the draft's over the same tokens. Everything else (CPU terms,
+    launches, partitions) is the base model's.
     """
 
     def __init__(self, base: Any, draft: Any, speculation: Speculation) -> None:
@@ -94,9 +94,19 @@ class SpeculativeStepModel:
         decode step."""
         return sum(self.round_parts(sms, n, sum_context, sum_window, corun_sms, cuda_graph))
 
+    def prefill_s(self, sms: int, seqs: Sequence[tuple[int, int]], corun_sms: int = 0) -> float:
+        """GPU seconds to prefill ``seqs`` (``(new, cached)`` tokens each) on ``sms`` SMs: the target's
+        prefill and then the draft's extend over the same tokens, which fills the draft's KV cache and
+        gives the first draft candidates (SGLang 0.5.23 ``eagle_worker_v2.py``
+        ``EAGLEWorkerV2._forward_prefill_batch`` -> ``_draft_extend_for_prefill``: the draft forward over
+        every extend token, the lm_head on each request's last). The draft's kernel launches are left out
+        (one layer's against the target's)."""
+        return self.base.prefill_s(sms, seqs, corun_sms) + self.draft.prefill_s(sms, seqs, corun_sms)
+
     def mixed_s(self, seqs: Sequence[tuple[int, int]], n: int, sum_context: float,
                 sum_window: float = 0.0) -> float:
-        """A batch of prefill chunks beside ``n`` decoding requests: the chunks' prefill and then the
-        requests' round (SGLang runs an extend batch and the decode round apart under speculation)."""
-        prefill = self.base.prefill_s(self.base.total_sms, list(seqs)) if seqs else 0.0
+        """A batch of prefill chunks beside ``n`` decoding requests: the chunks' prefill (:meth:`prefill_s`)
+        and then the requests' round (SGLang runs an extend batch and the decode round apart under
+        speculation)."""
+        prefill = self.prefill_s(self.base.total_sms, list(seqs)) if seqs else 0.0
         return prefill + self.decode_s(self.base.total_sms, n, sum_context, sum_window)
