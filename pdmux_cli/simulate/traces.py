@@ -902,6 +902,40 @@ def generated_shared_prefix_trace(
     groups, per_group, system, question, output = (num_groups, prompts_per_group, system_prompt_len,
                                                    question_len, output_len)
     count = groups * per_group
+    at_once = isinstance(qps, (int, float)) and qps == math.inf
+    _check_gsp_request(groups, per_group, system, question, qps, at_once, num_requests, duration_s)
+
+    ratio = float(range_ratio)
+    numpy_rng = _NumpyLegacyRandom(seed)
+    system_lens = numpy_rng.randint(_gsp_low(system, ratio), system + 1, groups)
+    question_lens = numpy_rng.randint(_gsp_low(question, ratio), question + 1, count)
+    output_lens = numpy_rng.randint(_gsp_low(output, ratio), output + 1, count)
+    slots = Column(INT, range(count))  # slot s: group s // per_group, its question and output s
+    if not ordered:
+        shuffler = random.Random(seed)
+        _skip_random(shuffler, sum(system_lens) + sum(question_lens))
+        shuffler.shuffle(slots)
+    keep = count if num_requests is None else min(num_requests, count)
+    times = _zeros(keep) if at_once else _gsp_arrivals(numpy_rng, qps, keep, duration_s)
+    slots = slots[:len(times)]
+
+    prompt_tokens = Column(INT, (system_lens[s // per_group] + question_lens[s] for s in slots))
+    hashes, block, notes = _gsp_hashes(slots, prompt_tokens, system_lens, per_group)
+    arrival = "all at once" if at_once else f"Poisson {qps:g} req/s"
+    spread = f", range ratio {ratio:g}" if ratio != 1 else ""
+    source = (f"bench_serving {GSP_DATASET} ({groups} groups x {per_group} prompts, system prompt {system} + "
+              f"question {question} tokens, output {output}{spread}{', ordered' if ordered else ''}, seed "
+              f"{seed}), {arrival}")
+    return Trace(arrival_s=times, prompt_tokens=prompt_tokens,
+                 output_tokens=Column(INT, (output_lens[s] for s in slots)), source=source,
+                 format="synthetic", hash_ids=hashes, block_tokens=block, notes=tuple(notes))
+
+
+def _check_gsp_request(groups: int, per_group: int, system: int, question: int, qps: float, at_once: bool,
+                       num_requests: int | None, duration_s: float | None) -> None:
+    """:func:`generated_shared_prefix_trace`'s checks of the whole request (its docstring): the requests
+    and prompt tokens to draw, the rate, ``num_requests`` and ``duration_s``. Raises :class:`InputError`."""
+    count = groups * per_group
     if count > MAX_SYNTHETIC_REQUESTS:
         raise InputError(
             "{flag.gsp_num_groups} {groups:,} x {flag.gsp_prompts_per_group} {per_group:,} is {count:,} "
@@ -919,7 +953,6 @@ def generated_shared_prefix_trace(
             param="gsp_num_groups",
             values={"groups": groups, "system": system, "count": count, "question": question, "drawn": drawn,
                     "limit": MAX_GSP_PROMPT_TOKENS})
-    at_once = isinstance(qps, (int, float)) and qps == math.inf
     if at_once:
         if duration_s is not None:
             raise InputError(
@@ -937,37 +970,33 @@ def generated_shared_prefix_trace(
         raise InputError("{flag.duration} must be a number > 0 s, got {duration}", param="duration",
                          values={"duration": duration_s})
 
-    ratio = float(range_ratio)
-    numpy_rng = _NumpyLegacyRandom(seed)
-    system_lens = numpy_rng.randint(_gsp_low(system, ratio), system + 1, groups)
-    question_lens = numpy_rng.randint(_gsp_low(question, ratio), question + 1, count)
-    output_lens = numpy_rng.randint(_gsp_low(output, ratio), output + 1, count)
-    slots = Column(INT, range(count))  # slot s: group s // per_group, its question and output s
-    if not ordered:
-        shuffler = random.Random(seed)
-        _skip_random(shuffler, sum(system_lens) + sum(question_lens))
-        shuffler.shuffle(slots)
-    keep = count if num_requests is None else min(num_requests, count)
-    times = _zeros(keep) if at_once else Column(FLOAT)
-    if not at_once:
-        draw, scale, t = numpy_rng.random, 1.0 / qps, 0.0
-        for _ in range(keep):
-            if times:
-                t += scale * -math.log(1.0 - draw())
-                if duration_s is not None and t > duration_s:
-                    break
-                if not t <= MAX_ARRIVAL_S:
-                    raise InputError(
-                        "{flag.qps} {qps:g} is so low that arrivals come after {max_arrival_s:g} s: give a "
-                        "higher rate", param="qps", values={"qps": qps, "max_arrival_s": MAX_ARRIVAL_S})
-            times.append(t)
-        slots = slots[:len(times)]
-    else:
-        slots = slots[:keep]
 
-    # the block: a token (SGLang's radix cache, page size 1), else whole system prompts (their gcd), else
-    # wider, each while the trace's blocks stay within MAX_GSP_BLOCKS
-    prompt_tokens = Column(INT, (system_lens[s // per_group] + question_lens[s] for s in slots))
+def _gsp_arrivals(numpy_rng: _NumpyLegacyRandom, qps: float, keep: int, duration_s: float | None) -> Column:
+    """Arrival times (s) of at most ``keep`` requests at Poisson ``qps`` req/s, the first at 0 s, the rest
+    ``np.random.exponential(1 / qps)`` apart from ``numpy_rng`` (bench_serving's ``get_request``), cut at
+    ``duration_s``. Raises :class:`InputError` when arrivals pass :data:`MAX_ARRIVAL_S`."""
+    times = Column(FLOAT)
+    draw, scale, t = numpy_rng.random, 1.0 / qps, 0.0
+    for _ in range(keep):
+        if times:
+            t += scale * -math.log(1.0 - draw())
+            if duration_s is not None and t > duration_s:
+                break
+            if not t <= MAX_ARRIVAL_S:
+                raise InputError(
+                    "{flag.qps} {qps:g} is so low that arrivals come after {max_arrival_s:g} s: give a "
+                    "higher rate", param="qps", values={"qps": qps, "max_arrival_s": MAX_ARRIVAL_S})
+        times.append(t)
+    return times
+
+
+def _gsp_hashes(slots: Column, prompt_tokens: Column, system_lens: list[int],
+                per_group: int) -> tuple[Ragged, int, list[Finding]]:
+    """``(hash_ids, block_tokens, notes)`` of the prompts in ``slots``
+    (:func:`generated_shared_prefix_trace`'s docstring, "shared prefix"): the block a token (SGLang's radix cache, page size 1), else whole system
+    prompts (their gcd), else wider, each while the trace's blocks stay within :data:`MAX_GSP_BLOCKS`; a
+    system prompt's blocks named by its group, every question's its own."""
+    groups = len(system_lens)
     notes: list[Finding] = []
     block = 1
     if sum(prompt_tokens) > MAX_GSP_BLOCKS:
@@ -993,14 +1022,7 @@ def generated_shared_prefix_trace(
         hashes.append(itertools.chain(range(first_id[g], first_id[g] + shared[g]),
                                       range(next_id, next_id + own)))
         next_id += own
-    arrival = "all at once" if at_once else f"Poisson {qps:g} req/s"
-    spread = f", range ratio {ratio:g}" if ratio != 1 else ""
-    source = (f"bench_serving {GSP_DATASET} ({groups} groups x {per_group} prompts, system prompt {system} + "
-              f"question {question} tokens, output {output}{spread}{', ordered' if ordered else ''}, seed "
-              f"{seed}), {arrival}")
-    return Trace(arrival_s=times, prompt_tokens=prompt_tokens,
-                 output_tokens=Column(INT, (output_lens[s] for s in slots)), source=source,
-                 format="synthetic", hash_ids=hashes, block_tokens=block, notes=tuple(notes))
+    return hashes, block, notes
 
 
 def parse_length_spec(text: str | int, what: str) -> Callable[[random.Random], int]:
