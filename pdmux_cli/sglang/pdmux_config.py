@@ -529,6 +529,26 @@ def validate(
     if cc is not None:
         split_levels.cuda_sm_granularity(cc[0])  # raises for majors without green contexts
 
+    problems = _top_level_problems(config, total_sms, cc, cli_sm_group_num)
+    divisions = config.manual_divisions
+    if not divisions:
+        problems.extend(_automatic_split_problems(config, total_sms, cc))
+        return problems
+
+    n = config.sm_group_num
+    if n >= 3 and len(divisions) != n - 2:
+        problems.append(_count_problem(len(divisions), n))
+
+    for index, entry in enumerate(divisions):
+        problems.extend(_entry_problems(index, entry, total_sms, cc))
+    problems.extend(_threshold_problems([entry[2] for entry in divisions]))
+    return problems
+
+
+def _top_level_problems(config: PdmuxConfig, total_sms: int | None, cc: tuple[int, int] | None,
+                        cli_sm_group_num: int | None) -> list[Problem]:
+    """:func:`validate`'s problems with the top-level keys (and the ``--sm-group-num`` launch flag), in
+    order."""
     problems: list[Problem] = []
     n = config.sm_group_num
     divisions = config.manual_divisions
@@ -613,18 +633,13 @@ def validate(
                 "new",
             )
         )
+    return problems
 
-    if not divisions:
-        problems.extend(_automatic_split_problems(config, total_sms, cc))
-        return problems
 
-    if n >= 3 and len(divisions) != n - 2:
-        problems.append(_count_problem(len(divisions), n))
-
-    for index, entry in enumerate(divisions):
-        problems.extend(_entry_problems(index, entry, total_sms, cc))
-
-    thresholds = [entry[2] for entry in divisions]
+def _threshold_problems(thresholds: list[float]) -> list[Problem]:
+    """:func:`validate`'s problems with manual_divisions' ``decode_bs_threshold`` column as a whole: not
+    strictly increasing, or none at or below 1."""
+    problems: list[Problem] = []
     for index in range(1, len(thresholds)):
         if thresholds[index] <= thresholds[index - 1]:
             problems.append(
