@@ -684,44 +684,10 @@ class _Keys:
         return value
 
 
-def model_from_config(config: Mapping[str, Any], name: str, source: str = "<config>") -> Model:
-    """The :class:`Model` of an already-parsed Hugging Face ``config.json`` (pure).
-
-    Handles the variants of model-specs.md: Llama/Mistral/Qwen2/Qwen3/Phi-3 (dense); Mixtral and gpt-oss
-    (``num_local_experts``, expert width in ``intermediate_size``, ``num_experts_per_tok`` or
-    ``experts_per_token``); Qwen2/Qwen3-MoE (``num_experts``, ``moe_intermediate_size``,
-    ``decoder_sparse_step``, ``mlp_only_layers``, Qwen2-MoE's ``shared_expert_intermediate_size``);
-    DeepSeek-V2/V3 (``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``,
-    ``moe_layer_freq``, MLA ranks; the MTP layer is ignored); sliding windows from ``layer_types``,
-    Gemma-2/3 patterns, Mistral-v0.1/Phi-3 (all layers) and Qwen (``use_sliding_window``,
-    ``max_window_layers``); multimodal configs through ``text_config`` (vision towers ignored), with
-    ``Gemma3TextConfig`` defaults for Gemma-3. ``num_key_value_heads`` defaults to the head count,
-    ``head_dim`` to ``hidden_size / num_attention_heads``, ``tie_word_embeddings`` to true (the
-    transformers default). ``source`` names the file in error messages.
-    Raises :class:`InputError` (one line, naming ``source`` and the key) for missing or bad keys.
-    """
-    top = _Keys(config, source)
-    cfg = config
-    prefix = ""
-    if isinstance(config.get("text_config"), Mapping):
-        cfg, prefix = config["text_config"], "text_config."
-    model_type = str(cfg.get("model_type") or config.get("model_type") or "").lower()
-    if model_type.startswith("gemma3"):
-        cfg = {**GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
-    keys = _Keys(cfg, source, prefix)
-    _refuse_hybrid(keys)
-
-    hidden = keys.get_int("hidden_size")
-    layers = keys.get_int("num_hidden_layers")
-    heads = keys.get_int("num_attention_heads")
-    vocab = keys.get_int("vocab_size")
-    kv_heads = keys.get_int("num_key_value_heads", default=heads)
-    if not keys.has("kv_lora_rank") and (kv_heads > heads or heads % kv_heads):
-        raise keys.error("num_key_value_heads", f"({kv_heads}) must divide num_attention_heads ({heads}): "
-                         "grouped-query attention shares each KV head among a whole number of query heads")
-    tie = keys.get_bool("tie_word_embeddings", default=top.get_bool("tie_word_embeddings", default=True))
-
-    # --- MLA -------------------------------------------------------------------------------------
+def _attention_shapes(keys: _Keys, source: str, prefix: str, hidden: int,
+                      heads: int) -> tuple[dict[str, int], int]:
+    """``(MLA ranks, head_dim)`` of a config (:func:`model_from_config`): DeepSeek's MLA ranks (empty
+    without ``kv_lora_rank``) and the attention head's width. Raises :class:`InputError`."""
     mla: dict[str, int] = {}
     if keys.has("kv_lora_rank"):
         mla = {
@@ -739,8 +705,12 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "<conf
             raise InputError(f"{source}: missing key '{prefix}head_dim' and {prefix}hidden_size {hidden} "
                              f"is not a multiple of num_attention_heads {heads}")
         head_dim = hidden // heads
+    return mla, head_dim
 
-    # --- MoE -------------------------------------------------------------------------------------
+
+def _moe_shapes(keys: _Keys, layers: int) -> tuple[dict[str, int], int]:
+    """``(MoE fields of Model, dense intermediate_size)`` of a config (:func:`model_from_config`'s
+    variants; empty and the dense width without experts). Raises :class:`InputError`."""
     experts_key = next((k for k in ("num_local_experts", "n_routed_experts", "num_experts") if keys.has(k)),
                        None)
     num_experts = keys.get_int(experts_key, minimum=0) if experts_key else 0
@@ -786,6 +756,48 @@ def model_from_config(config: Mapping[str, Any], name: str, source: str = "<conf
         }
     else:
         intermediate = keys.get_int("intermediate_size")
+    return moe, intermediate
+
+
+def model_from_config(config: Mapping[str, Any], name: str, source: str = "<config>") -> Model:
+    """The :class:`Model` of an already-parsed Hugging Face ``config.json`` (pure).
+
+    Handles the variants of model-specs.md: Llama/Mistral/Qwen2/Qwen3/Phi-3 (dense); Mixtral and gpt-oss
+    (``num_local_experts``, expert width in ``intermediate_size``, ``num_experts_per_tok`` or
+    ``experts_per_token``); Qwen2/Qwen3-MoE (``num_experts``, ``moe_intermediate_size``,
+    ``decoder_sparse_step``, ``mlp_only_layers``, Qwen2-MoE's ``shared_expert_intermediate_size``);
+    DeepSeek-V2/V3 (``n_routed_experts``, ``n_shared_experts``, ``first_k_dense_replace``,
+    ``moe_layer_freq``, MLA ranks; the MTP layer is ignored); sliding windows from ``layer_types``,
+    Gemma-2/3 patterns, Mistral-v0.1/Phi-3 (all layers) and Qwen (``use_sliding_window``,
+    ``max_window_layers``); multimodal configs through ``text_config`` (vision towers ignored), with
+    ``Gemma3TextConfig`` defaults for Gemma-3. ``num_key_value_heads`` defaults to the head count,
+    ``head_dim`` to ``hidden_size / num_attention_heads``, ``tie_word_embeddings`` to true (the
+    transformers default). ``source`` names the file in error messages.
+    Raises :class:`InputError` (one line, naming ``source`` and the key) for missing or bad keys.
+    """
+    top = _Keys(config, source)
+    cfg = config
+    prefix = ""
+    if isinstance(config.get("text_config"), Mapping):
+        cfg, prefix = config["text_config"], "text_config."
+    model_type = str(cfg.get("model_type") or config.get("model_type") or "").lower()
+    if model_type.startswith("gemma3"):
+        cfg = {**GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
+    keys = _Keys(cfg, source, prefix)
+    _refuse_hybrid(keys)
+
+    hidden = keys.get_int("hidden_size")
+    layers = keys.get_int("num_hidden_layers")
+    heads = keys.get_int("num_attention_heads")
+    vocab = keys.get_int("vocab_size")
+    kv_heads = keys.get_int("num_key_value_heads", default=heads)
+    if not keys.has("kv_lora_rank") and (kv_heads > heads or heads % kv_heads):
+        raise keys.error("num_key_value_heads", f"({kv_heads}) must divide num_attention_heads ({heads}): "
+                         "grouped-query attention shares each KV head among a whole number of query heads")
+    tie = keys.get_bool("tie_word_embeddings", default=top.get_bool("tie_word_embeddings", default=True))
+
+    mla, head_dim = _attention_shapes(keys, source, prefix, hidden, heads)
+    moe, intermediate = _moe_shapes(keys, layers)
 
     window, num_sliding = _sliding_layers(keys, model_type, layers)
     max_positions = keys.get_int("max_position_embeddings", default=0, minimum=0)
