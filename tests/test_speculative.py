@@ -314,3 +314,49 @@ def test_eagle3_draft_vocab_sizes_its_lm_head(tmp_path, qwen):
     small = build_step_model(gpu, qwen, speculation=spec).round_parts(132, 1, 1500)
     full = build_step_model(gpu, qwen, speculation=same).round_parts(132, 1, 1500)
     assert small[0] < full[0] and small[1] == full[1]  # a cheaper draft tree, the same verify pass
+
+
+def test_draft_weights_are_charged_to_memory(qwen, tmp_path):
+    """SGLang 0.5.23 loads the draft's weights before it sizes the KV pool (kv_cache_configurator.py
+    _profile_available_bytes: "Loaded weights (target + draft)"): a one-layer EAGLE draft of Qwen3-8B adds
+    its layer, 192,937,984 bf16 parameters (the embedding and lm_head are the target's); a STANDALONE draft
+    all of its weights; an EAGLE3 draft with its own hot-token lm_head that too."""
+    from pdmux_cli.catalog.model import weight_bytes_total
+    from pdmux_cli.costmodel.speculative import draft_weight_bytes
+
+    eagle = Speculation("EAGLE", 3, 1, 4, 2.5, default_draft(qwen, "EAGLE"))
+    assert draft_weight_bytes(eagle) == 385_875_968
+    assert draft_weight_bytes(eagle, tp=2) == 385_875_968 / 2
+    small = load_model("qwen3-14b")
+    standalone = Speculation("STANDALONE", 3, 1, 4, 2.0, small)
+    assert draft_weight_bytes(standalone) == weight_bytes_total(small) == 29_535_764_480
+    config = json.loads(open("profiles/models/Qwen3-8B.json").read())
+    config.update({"num_hidden_layers": 1, "draft_vocab_size": 32000})
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    spec, _ = resolve_speculation(qwen, "EAGLE3", 3, 1, 4, 2.5, load_model(path), str(path))
+    assert draft_weight_bytes(spec) == 385_875_968 + 32000 * 4096 * 2  # its own lm_head over 32,000 tokens
+    plain = pdmux.estimate(model="Qwen3-8B", gpu="h100").estimate.memory
+    with_draft = pdmux.estimate(model="Qwen3-8B", gpu="h100", speculative_algorithm="EAGLE",
+                                speculative_accept_length=2.5).estimate.memory
+    assert with_draft.weight_bytes == plain.weight_bytes + 385_875_968
+    assert with_draft.kv_cache_bytes == pytest.approx(plain.kv_cache_bytes * 37 / 36)  # the draft's layer
+
+
+def test_a_draft_that_does_not_fit_is_refused_naming_it():
+    out = runner.invoke(app, ["simulate", "tests/fixtures/azure_conv_50.csv", "--model", "qwen3-32b",
+                              "--policies", "chunked", "--speculative-algorithm", "STANDALONE",
+                              "--speculative-accept-length", "2", "--speculative-draft-model-path",
+                              "qwen3-14b"])
+    assert out.exit_code == 2
+    assert "Qwen3-32B with its draft Qwen3-14B does not fit" in out.stderr
+    assert "88.5 GiB of weights" in out.stderr
+
+
+def test_draft_vocab_above_the_vocabulary_is_refused(qwen, tmp_path):
+    config = json.loads(open("profiles/models/Qwen3-8B.json").read())
+    config.update({"num_hidden_layers": 1, "draft_vocab_size": 1_000_000_000})
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(InputError, match="draft_vocab_size of 1,000,000,000, more than its vocabulary"):
+        resolve_speculation(qwen, "EAGLE3", 3, 1, 4, 2.5, load_model(path), str(path))

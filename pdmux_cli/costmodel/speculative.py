@@ -110,3 +110,31 @@ class SpeculativeStepModel:
         speculation)."""
         prefill = self.prefill_s(self.base.total_sms, list(seqs)) if seqs else 0.0
         return prefill + self.decode_s(self.base.total_sms, n, sum_context, sum_window)
+
+
+def draft_weight_bytes(speculation: Speculation, weight_bytes_per_param: float | None = None,
+                       tp: int = 1) -> float:
+    """Bytes of the draft's weights one of ``tp`` ranks holds beside the target's: SGLang loads them
+    before it sizes the KV pool (0.5.23 ``mem_cache/kv_cache_configurator.py`` ``_profile_available_bytes``:
+    "Loaded weights (target + draft)"), so they come out of the pool. Its decoder layers always; its
+    lm_head only where it has its own (an EAGLE3 draft with a ``draft_vocab_size``, the hot tokens:
+    ``eagle_worker_v2.py`` ``init_lm_head``) and its embedding only for STANDALONE (a whole model): EAGLE and
+    NEXTN/MTP drafts share the target's (:func:`~pdmux_cli.sglang.speculative_args.default_draft`). The
+    EAGLE fusion layer (``fc``) is left out. Raises :class:`InputError` as
+    :func:`~pdmux_cli.costmodel.operators.rank_weight_bytes`."""
+    from ..catalog import model as mdl
+    from .operators import rank_weight_bytes, step_shapes
+
+    draft = speculation.draft
+    total = rank_weight_bytes(draft, weight_bytes_per_param, tp)
+    if speculation.algorithm == "STANDALONE":
+        return total
+    shapes = step_shapes(draft, weight_bytes_per_param, tp)
+    own_head = speculation.algorithm == "EAGLE3" and 0 < draft.draft_vocab_size == draft.vocab_size
+    if not own_head:
+        total -= shapes.lm_head.weight_bytes
+    if not draft.tie_word_embeddings:  # the embedding is the target's
+        total -= shapes.embedding_rows * draft.hidden_size * mdl.bytes_per_param(draft, "embedding",
+                                                                                 weight_bytes_per_param)
+    return max(0.0, total)
+

@@ -341,11 +341,19 @@ def memory_check(gpu: Gpu, model: Model, scenario: Scenario) -> MemoryCheck:
     and SGLang's KV pool under pdmux (:mod:`pdmux_cli.sglang.server_defaults`, chunking off), per GPU: with
     ``tp > 1`` one rank's weights and KV (:func:`pdmux_cli.costmodel.operators.rank_weight_bytes`,
     :func:`~pdmux_cli.costmodel.operators.rank_kv_bytes_per_token`) against its memory and SGLang's
-    per-rank reserve (``mem_fraction_static`` grows the reserve by ``tp / 8`` GiB)."""
+    per-rank reserve (``mem_fraction_static`` grows the reserve by ``tp / 8`` GiB). Under speculation the
+    draft's weights (:func:`pdmux_cli.costmodel.speculative.draft_weight_bytes`) and its KV layers in
+    each token's cell count too, as in the simulator (``engine.Setup``)."""
     tp = scenario.tp
     weights = rank_weight_bytes(model, scenario.weight_bytes_per_param, tp)
     whole_kv = mdl.kv_bytes_per_token(model, scenario.kv_bytes_per_element)
     rank_kv = rank_kv_bytes_per_token(model, scenario.kv_bytes_per_element, tp)
+    spec = scenario.speculation
+    if spec is not None:
+        from ..costmodel.speculative import draft_weight_bytes
+
+        weights += draft_weight_bytes(spec, scenario.weight_bytes_per_param, tp)
+        rank_kv *= 1 + spec.draft.num_layers / model.num_layers  # the draft's layers share the cell
     kv = scenario.decode_bs * mdl.kv_bytes(model, scenario.context_tokens, scenario.kv_bytes_per_element)
     kv += mdl.kv_bytes(model, scenario.prompt_tokens, scenario.kv_bytes_per_element)
     kv *= rank_kv / whole_kv

@@ -292,6 +292,14 @@ def resolve_speculation(target: Model, algorithm: str, num_steps: int | None, ea
         draft_source = "default"
     else:
         check_draft(target, draft, draft_source or draft.name)
+        if draft.draft_vocab_size > draft.vocab_size:
+            raise InputError(
+                "the draft {source} has a draft_vocab_size of {draft_vocab:,}, more than its vocabulary of "
+                "{vocab:,} tokens: an EAGLE3 draft's hot tokens are a subset of the vocabulary "
+                "({flag.speculative_draft_model_path})",
+                param="speculative_draft_model_path",
+                values={"source": draft_source or draft.name, "draft_vocab": draft.draft_vocab_size,
+                        "vocab": draft.vocab_size})
         if name == "EAGLE3" and 0 < draft.draft_vocab_size < draft.vocab_size:
             # its lm_head scores the hot tokens only, mapped back to the target's ids (d2t)
             findings.append(Finding("speculative.draft_vocab", {

@@ -360,12 +360,19 @@ class Setup:
     @property
     def weight_bytes(self) -> float:
         """Bytes of weights one GPU holds (:func:`pdmux_cli.costmodel.operators.rank_weight_bytes`; all
-        of them, :func:`pdmux_cli.catalog.model.weight_bytes_total`, on one GPU)."""
+        of them, :func:`pdmux_cli.catalog.model.weight_bytes_total`, on one GPU); with :attr:`speculation`
+        the draft's too (:func:`pdmux_cli.costmodel.speculative.draft_weight_bytes`)."""
         if self.tp == 1:
-            return mdl.weight_bytes_total(self.model, self.weight_bytes_per_param)
-        from ..costmodel.operators import rank_weight_bytes
+            weights = mdl.weight_bytes_total(self.model, self.weight_bytes_per_param)
+        else:
+            from ..costmodel.operators import rank_weight_bytes
 
-        return rank_weight_bytes(self.model, self.weight_bytes_per_param, self.tp)
+            weights = rank_weight_bytes(self.model, self.weight_bytes_per_param, self.tp)
+        if self.speculation is not None:
+            from ..costmodel.speculative import draft_weight_bytes
+
+            weights += draft_weight_bytes(self.speculation, self.weight_bytes_per_param, self.tp)
+        return weights
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -421,7 +428,8 @@ class Setup:
             return sgl.kv_pool(self.memory_bytes, self.weight_bytes, self.kv_bytes_per_token, fraction)
         except InputError as exc:
             ranks = f" (each GPU of TP {self.tp} holds one rank's weights)" if self.tp > 1 else ""
-            raise InputError(f"{self.model.name} does not fit {self.gpu_name or 'this GPU'}{ranks}: "
+            draft = f" with its draft {self.speculation.draft.name}" if self.speculation is not None else ""
+            raise InputError(f"{self.model.name}{draft} does not fit {self.gpu_name or 'this GPU'}{ranks}: "
                              f"{exc}") from None
 
     def running_limit(self, pool_tokens: int) -> int:
