@@ -355,3 +355,16 @@ def test_package_docstring_example_runs() -> None:
     """``pdmux/__init__.py``'s example gives what it says (the level SGLang picks for 64 decode requests)."""
     result = doctest.testmod(pdmux, verbose=False)
     assert result.attempted >= 2 and result.failed == 0
+
+
+def test_runtime_failures_raise_the_exported_pdmux_error() -> None:
+    """A runtime failure (here: a Ray address nothing listens on) raises ``pdmux.PdmuxError`` with the
+    CLI's line, not an input error; ``InputError`` is a ``PdmuxError`` too."""
+    pytest.importorskip("ray")
+    assert issubclass(pdmux.InputError, pdmux.PdmuxError) and issubclass(pdmux.DeviceError, pdmux.PdmuxError)
+    with pytest.raises(pdmux.PdmuxError) as info:
+        pdmux.simulate(trace=str(ROOT / "tests" / "fixtures" / "azure_conv_50.csv"), executor="ray",
+                       ray_address="127.0.0.1:1", max_requests=5)
+    assert not isinstance(info.value, pdmux.InputError)
+    assert str(info.value).startswith("executor ray: cannot reach the Ray cluster at 127.0.0.1:1")
+    assert "\n" not in str(info.value)
