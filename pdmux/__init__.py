@@ -22,5 +22,5 @@ from pdmux_cli.util.errors import DeviceError, InputError, PdmuxError
 from .planning import check_config, estimate, gen_config, splits
 from .simulation import accuracy, calibrate, capacity, simulate, tune
 
-__all__ = ["DeviceError", "InputError", "PdmuxError", "__version__", "accuracy", "calibrate", "capacity", "check_config", "estimate",
-           "gen_config", "simulate", "splits", "tune"]
+__all__ = ["DeviceError", "InputError", "PdmuxError", "__version__", "accuracy", "calibrate", "capacity",
+           "check_config", "estimate", "gen_config", "simulate", "splits", "tune"]
