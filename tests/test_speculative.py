@@ -246,6 +246,9 @@ def test_server_log_accept_length():
     ("speculative_num_draft_tokens", 1, "speculative_num_draft_tokens must be an integer >= 2, got 1"),
     ("speculative_accept_length", float("nan"), "speculative_accept_length must be a number >= 1"),
     ("speculative_num_steps", 2.5, "speculative_num_steps must be an integer, got 2.5"),
+    ("speculative_num_steps", 10**20, "speculative_num_steps must be at most 32"),
+    ("speculative_eagle_topk", 100000, "speculative_eagle_topk must be at most 64"),
+    ("speculative_num_draft_tokens", 200001, "speculative_num_draft_tokens must be at most 1024"),
 ])
 def test_each_option_is_in_range_when_the_request_is_made(keyword, value, message):
     """The request's one check (workflows/fields.py, the rule of speculative_args): a value out of range is

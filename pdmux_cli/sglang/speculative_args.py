@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from ..catalog.model import Model
-from ..util.errors import Finding, InputError
+from ..util.errors import Finding, InputError, short_repr
 
 #: ``--speculative-algorithm`` choices pdmux models (SGLang 0.5.23 ``srt/speculative/spec_info.py``
 #: ``SpeculativeAlgorithm``; NEXTN is an alias SGLang resolves to EAGLE,
@@ -91,11 +91,17 @@ def _number(value: object) -> bool:
 #: one.
 SPECULATIVE_LOWS = {"speculative_num_steps": 1, "speculative_eagle_topk": 1,
                     "speculative_num_draft_tokens": 2}
+#: The most of each: pdmux's bound, not SGLang's (which takes any), far past every published setting (the
+#: largest in profiles/measurements/speculative/: 8 steps, topk 10, 64 draft tokens), so that a typo cannot
+#: ask for a round of 10^20 draft forwards.
+SPECULATIVE_HIGHS = {"speculative_num_steps": 32, "speculative_eagle_topk": 64,
+                     "speculative_num_draft_tokens": 1024}
 
 
 def check_speculative_value(param: str, value: object) -> None:
     """:class:`InputError` naming ``param`` unless ``value`` is in the range the option takes alone: a count
-    of :data:`SPECULATIVE_LOWS` an integer at least its least, ``speculative_accept_length`` a finite number
+    of :data:`SPECULATIVE_LOWS` an integer from its least to its :data:`SPECULATIVE_HIGHS`,
+    ``speculative_accept_length`` a finite number
     >= 1 (its top, num-steps + 1, depends on the steps: :func:`check_speculation`). The one rule of each:
     the request's check (:mod:`pdmux_cli.workflows.fields`) and this module's."""
     if param == "speculative_accept_length":
@@ -104,10 +110,13 @@ def check_speculative_value(param: str, value: object) -> None:
                              "round, the bonus token included), got {value}", param=param,
                              values={"value": repr(value)})
         return
-    low = SPECULATIVE_LOWS[param]
+    low, high = SPECULATIVE_LOWS[param], SPECULATIVE_HIGHS[param]
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise InputError("{param_flag} must be an integer >= {low}, got {value}", param=param,
                          values={"low": low, "value": repr(value)})
+    if value > high:
+        raise InputError("{param_flag} must be at most {high} (pdmux's bound, past every published setting), "
+                         "got {value}", param=param, values={"high": high, "value": short_repr(value)})
 
 
 def unknown_algorithm(value: object) -> InputError:
