@@ -363,3 +363,21 @@ def test_draft_vocab_above_the_vocabulary_is_refused(qwen, tmp_path):
     path.write_text(json.dumps(config))
     with pytest.raises(InputError, match="draft_vocab_size of 1,000,000,000, more than its vocabulary"):
         resolve_speculation(qwen, "EAGLE3", 3, 1, 4, 2.5, load_model(path), str(path))
+
+
+def test_estimate_json_says_the_pdmux_rows_cannot_run_beside_speculation():
+    """On 0.5.23 pdmux cannot run beside speculation: the table says "cannot run", --json's pdmux row
+    ``runs`` false, and the round comes as data (``speculation``), with the refusal."""
+    out = runner.invoke(app, ["estimate", "--json", *EAGLE])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert [(r["policy"], r["runs"]) for r in data["rows"] if r["policy"] == "pdmux"] == [("pdmux", False)]
+    spec = data["speculation"]
+    assert (spec["algorithm"], spec["num_steps"], spec["accept_length"]) == ("EAGLE", 3, 2.5)
+    assert spec["tpot_ms"] == pytest.approx(spec["round_ms"] / 2.5)
+    assert spec["speedup"] == pytest.approx(spec["plain_ms"] / spec["tpot_ms"])
+    assert "forward_batch_split_prefill" in spec["pdmux_refusal"]
+    table = runner.invoke(app, ["estimate", *EAGLE])
+    assert "cannot run" in table.stdout
+    plain = json.loads(runner.invoke(app, ["estimate", "--json"]).stdout)
+    assert plain["speculation"] is None and all(r["runs"] for r in plain["rows"])

@@ -111,9 +111,9 @@ def estimate_table(est: Estimate) -> Any:
     gpus_column = est.tp > 1 or any(r.policy == "disagg" for r in est.rows)
     if gpus_column:
         table.add_column("GPUs", justify="right")
-    cannot_run = est.pdmux_support is not None and not est.pdmux_support.runs
+    cannot_run = not est.pdmux_runs
     for row in est.rows:
-        if cannot_run and row.policy == "pdmux":  # the first note says why (sglang_support)
+        if cannot_run and row.policy == "pdmux":  # the first notes say why (sglang_support, speculation)
             table.add_row(row.label, "cannot run", "cannot run", "-",
                           *([str(row.gpus)] if gpus_column else []))
             continue
@@ -156,8 +156,9 @@ def levels_table(est: Estimate) -> Any:
         table.add_row(str(lv.group) + mark, f"{lv.prefill_sms} : {lv.decode_sms}", ms(lv.prefill_ms),
                       *(ms(i) for i in lv.itl_ms))
     table.caption = "* the level SGLang chooses for this decode batch size"
-    if est.pdmux_support is not None and not est.pdmux_support.runs:
-        table.caption += ("\nPD mux cannot run: " + est.pdmux_support.reason
-                          + " (these times are not reachable)")
+    if not est.pdmux_runs:
+        reason = (est.pdmux_support.reason if est.pdmux_support is not None and not est.pdmux_support.runs
+                  else est.speculation_refusal)
+        table.caption += "\nPD mux cannot run: " + reason + " (these times are not reachable)"
     table.caption_justify = "left"
     return table

@@ -308,6 +308,19 @@ class Estimate:
     #: the step model of the whole-GPU rows (:class:`pdmux_cli.costmodel.StepModel`; the PD-mux rows of
     #: several S_SATs each have their own): what :func:`pdmux_cli.provenance.step_model_provenance` reads
     step_model: Any = None
+    #: under speculative decoding: the round taken apart (``estimate.speculative_round``'s values: draft,
+    #: verify and extend ms, round and TPOT ms, the plain step and the speedup) and, where the revision
+    #: cannot run pdmux beside it, why (``estimate.pdmux_speculation``'s error; the PD-mux rows are then
+    #: not reachable)
+    speculation: dict | None = None
+    speculation_refusal: str | None = None
+
+    @property
+    def pdmux_runs(self) -> bool:
+        """Whether the revision can run the PD-mux rows: the model supported (:attr:`pdmux_support`) and no
+        refusal beside the speculation (:attr:`speculation_refusal`)."""
+        supported = self.pdmux_support is None or self.pdmux_support.runs
+        return supported and self.speculation_refusal is None
 
 
 def pdmux_prefill_end_s(prefill_s: float, round_s: float, layers: int, per_round: int) -> float:
@@ -852,9 +865,12 @@ def estimate(
     request_delay_ms, ttft = _request_delay(full, rows, scenario, gpu, notes)
     for finding in revision_rules.revision_findings(sglang, tp):  # the revision's start-up failure, up front
         notes.add(finding, "revision")
+    speculation, speculation_refusal = None, None
     if scenario.speculation is not None:
         rows = _speculative_rows(rows, scenario.speculation)
-        notes.add(_speculative_round(full, scenario, rows[0].itl_ms / 1e3, batch.graphs))
+        round_finding = _speculative_round(full, scenario, rows[0].itl_ms / 1e3, batch.graphs)
+        notes.add(round_finding)
+        speculation = dict(round_finding.values)
         from ..sglang.speculative_args import check_pdmux_speculation
 
         try:
@@ -862,6 +878,7 @@ def estimate(
         except InputError as exc:  # the PD-mux rows are what pdmux would do, had the revision run it
             refusal = Finding("estimate.pdmux_speculation", {"error": str(exc)}, exc.param)
             notes.add(refusal, "pdmux_speculation")
+            speculation_refusal = str(exc)
     prompt, budget = scenario.prompt_tokens, scenario.split_forward_token_budget
     return Estimate(
         gpu=gpu.name,
@@ -891,6 +908,8 @@ def estimate(
         per_request_ms=batch.per_request * 1e3,
         ttft=ttft,
         step_model=full,
+        speculation=speculation,
+        speculation_refusal=speculation_refusal,
     )
 
 

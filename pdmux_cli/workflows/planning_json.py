@@ -154,13 +154,13 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
                 "layout": layout_text(r.layout),
                 "transfer_ms": r.transfer_ms,
                 "link": link_dict(est.kv_link) if r.policy == "disagg" else None,
-                "runs": (est.pdmux_support is None or est.pdmux_support.runs)
-                if r.policy == "pdmux"
-                else True,
+                "runs": est.pdmux_runs if r.policy == "pdmux" else True,
             }
             for k, r in enumerate(est.rows)
         ],
         "sglang_support": est.pdmux_support.as_dict() if est.pdmux_support is not None else None,
+        "speculation": ({**est.speculation, "pdmux_refusal": est.speculation_refusal}
+                        if est.speculation is not None else None),
         "levels": [
             {
                 "group": lv.group,
