@@ -722,6 +722,13 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
                                    "({speedup:.2f}x)"),
     "estimate.pdmux_speculation": "the PD mux rows cannot run: {error}",
     "capacity.pdmux_speculation": "pdmux not sized: {error}",
+    "server.speculation": ("speculative decoding: {algorithm}, {num_steps} steps, topk {eagle_topk}, "
+                           "{num_draft_tokens} draft tokens, accept length {accept_length:g} (pdmux's "
+                           "input), draft {draft}; max running requests {max_running_requests}"),
+    "server.speculation_intervals": ("the intervals come from public serving runs without speculation; "
+                                     "against public runs with it pdmux's speedup is about 1.3-1.5x the "
+                                     "measured one (pdmux accuracy), so TPOT and ITL may be longer and "
+                                     "throughput lower than the intervals say"),
     "speculative.draft_vocab": ("the EAGLE3 draft scores {draft_vocab_size} hot tokens of the {vocab_size} "
                                 "(its draft_vocab_size): its lm_head is that size"),
     "speculative.auto_params": ("{algorithm}: SGLang chooses {num_steps} steps, topk {eagle_topk}, "

@@ -381,3 +381,27 @@ def test_estimate_json_says_the_pdmux_rows_cannot_run_beside_speculation():
     assert "cannot run" in table.stdout
     plain = json.loads(runner.invoke(app, ["estimate", "--json"]).stdout)
     assert plain["speculation"] is None and all(r["runs"] for r in plain["rows"])
+
+
+def test_simulate_and_capacity_say_what_speculation_they_ran():
+    """simulate and capacity name the speculative settings SGLang runs (the auto-chosen ones, the 48-request
+    limit) in their notes and as --json's ``speculation``, and say the intervals come from runs without
+    speculation; without speculation neither appears."""
+    base = ["--synthetic", "--qps", "0.5", "--max-requests", "40", "--policies", "chunked", "--json"]
+    out = runner.invoke(app, ["simulate", *base, "--speculative-algorithm", "EAGLE",
+                              "--speculative-accept-length", "2.5"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["speculation"] == {"algorithm": "EAGLE", "num_steps": 3, "eagle_topk": 1,
+                                   "num_draft_tokens": 4, "accept_length": 2.5,
+                                   "draft": "Qwen3-8B draft (1 layer)", "draft_source": "default",
+                                   "draft_layers": 1, "overlap_schedule": True, "max_running_requests": 48}
+    notes = " | ".join(data["notes"])
+    assert "speculative decoding: EAGLE, 3 steps, topk 1, 4 draft tokens, accept length 2.5" in notes
+    assert "SGLang chooses 3 steps" in notes and "runs without speculation" in notes
+    plain = json.loads(runner.invoke(app, ["simulate", *base]).stdout)
+    assert plain["speculation"] is None and not any("speculati" in n for n in plain["notes"])
+    cap = runner.invoke(app, ["capacity", "--trace", "tests/fixtures/azure_conv_50.csv", "--policies",
+                              "chunked", "--json", *EAGLE])
+    assert cap.exit_code == 0, cap.output
+    assert json.loads(cap.stdout)["speculation"]["algorithm"] == "EAGLE"

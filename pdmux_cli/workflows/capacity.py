@@ -23,7 +23,8 @@ from .policies import (
     policy_names,
 )
 from .progress import ProgressFactory, entered, start
-from .server import ServerOptions, on_gpus, provenance_block, server_options
+from .server import (ServerOptions, on_gpus, provenance_block, server_options, speculation_dict,
+                     speculation_notes)
 from .values import finite
 from .workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
 
@@ -141,6 +142,7 @@ class CapacityOutcome:
             "plot": str(self.plot) if self.plot else None,
             "notes": [str(n) for n in self.notes],
             "sglang_support": self.support.as_dict(),
+            "speculation": speculation_dict(setup),
             "pdmux": provenance_block(r.sglang, setup, r.calibration),
         })
 
@@ -304,6 +306,7 @@ def capacity(request: CapacityRequest, progress: ProgressFactory | None = None) 
 
         write_capacity_plot(r.plot, result, title)
     notes += workload_notes(workload)
+    notes += speculation_notes(setup)
     notes += list(cluster.notes)
     notes += launch_notes(cluster, setup.tp, any(name != "disagg" for name in names))
     notes += list(workload.notes)

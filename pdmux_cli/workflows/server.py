@@ -16,6 +16,11 @@ from typing import Any
 from ..util.errors import InputError
 from .fields import Checked
 
+#: SGLang 0.5.23's ``--max-running-requests`` under speculative decoding when not given
+#: (``arg_groups/speculative_hook.py`` ``_handle_eagle_family``; the simulator's rule:
+#: :meth:`pdmux_cli.simulate.engine.Setup.running_limit`).
+SPECULATIVE_MAX_RUNNING_REQUESTS = 48
+
 
 @dataclass(frozen=True, kw_only=True)
 class ServerOptions(Checked):
@@ -105,6 +110,50 @@ def speculation_of(options: Any, target: Any) -> tuple[Any, list[Any]]:
                                options.speculative_eagle_topk, options.speculative_num_draft_tokens,
                                options.speculative_accept_length, draft,
                                str(path) if path is not None else "")
+
+
+def speculation_dict(setup: Any) -> dict[str, Any] | None:
+    """The JSON of a server's speculative decoding (``None`` without): SGLang's settings, pdmux's accept
+    length, the draft and where its shapes come from, whether the round pays the CPU's time (no overlap
+    scheduler) and the request limit."""
+    spec = getattr(setup, "speculation", None)
+    if spec is None:
+        return None
+    return {"algorithm": spec.algorithm, "num_steps": spec.num_steps, "eagle_topk": spec.eagle_topk,
+            "num_draft_tokens": spec.num_draft_tokens, "accept_length": spec.accept_length,
+            "draft": spec.draft.name, "draft_source": spec.draft_source,
+            "draft_layers": spec.draft.num_layers,
+            "overlap_schedule": setup.overlap,
+            "max_running_requests": setup.max_running_requests or SPECULATIVE_MAX_RUNNING_REQUESTS}
+
+
+def speculation_notes(setup: Any) -> list[Any]:
+    """What simulate and capacity say of a server with speculative decoding (none without): its settings
+    and what SGLang's start-up rules chose (``server.speculation``: the algorithm, steps, topk, draft tokens,
+    accept length, the draft, ``--max-running-requests`` 48 when not given, SGLang 0.5.23
+    ``speculative_hook.py``), those rules' own findings (:func:`speculation_of`), and that the intervals come
+    from public runs without speculation, whose gain pdmux overstates (``server.speculation_intervals``;
+    ``pdmux accuracy``'s speculative block)."""
+    from ..util.errors import Finding
+
+    spec = getattr(setup, "speculation", None)
+    if spec is None:
+        return []
+    running = (f"{SPECULATIVE_MAX_RUNNING_REQUESTS} (SGLang's default under speculation)"
+               if setup.max_running_requests is None else str(setup.max_running_requests))
+    start_up = [n for n in getattr(setup.step_model, "notes", ()) if _is_speculative_finding(n)]
+    return [Finding("server.speculation", {
+        "algorithm": spec.algorithm, "num_steps": spec.num_steps, "eagle_topk": spec.eagle_topk,
+        "num_draft_tokens": spec.num_draft_tokens, "accept_length": spec.accept_length,
+        "draft": spec.draft.name, "max_running_requests": running}, "speculative_algorithm"),
+        *start_up,
+        Finding("server.speculation_intervals", param="speculative_accept_length")]
+
+
+def _is_speculative_finding(note: Any) -> bool:
+    """Whether ``note`` is one of SGLang's speculative start-up rules' findings
+    (:func:`pdmux_cli.sglang.speculative_args.resolve_speculation`: codes ``speculative.*``)."""
+    return str(getattr(note, "code", "")).startswith("speculative.")
 
 
 def server_options(request: Any) -> ServerOptions:

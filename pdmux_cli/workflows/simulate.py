@@ -26,7 +26,8 @@ from .policies import (
     policy_names,
 )
 from .progress import ProgressFactory, entered, start
-from .server import ServerOptions, on_gpus, provenance_block, server_options
+from .server import (ServerOptions, on_gpus, provenance_block, server_options, speculation_dict,
+                     speculation_notes)
 from .values import finite
 from .workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
 
@@ -106,6 +107,7 @@ class SimulateResult:
             "policies": [report.metrics_dict(m) for m in self.metrics],
             "csv": str(self.csv) if self.csv else None, "plot": str(self.plot) if self.plot else None,
             "sglang_support": self.support.as_dict(), "notes": [str(n) for n in self.notes],
+            "speculation": speculation_dict(setup),
             "pdmux": provenance_block(r.sglang, setup, r.calibration),
         })
 
@@ -291,6 +293,7 @@ def simulate(request: SimulateRequest, progress: ProgressFactory | None = None) 
     if support.state != "yes":
         code = "simulate.pdmux_not_simulated" if support.state == "no" else "simulate.pdmux_support_unknown"
         notes.insert(0, Finding(code, {"reason": support.why}, "sglang"))
+    notes.extend(speculation_notes(setup))
     if r.prefill_decode_interval and "pdmux" in names:
         notes.append(Finding("simulate.interval_not_pdmux", param="prefill_decode_interval"))
     plot = r.plot
