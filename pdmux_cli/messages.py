@@ -722,6 +722,13 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
                                    "({speedup:.2f}x)"),
     "estimate.pdmux_speculation": "the PD mux rows cannot run: {error}",
     "capacity.pdmux_speculation": "pdmux not sized: {error}",
+    "policies.mixed_chunk_off": ("mixed-chunk {sizes}: SGLang turns mixed chunked prefill off beside "
+                                 "{algorithm} (0.5.23 speculative_hook.py, supports_mixed_chunk), so each "
+                                 "runs as chunked prefill of its size"),
+    "policies.mixed_chunk_rounds": ("mixed-chunk beside {algorithm}: SGLang gives the running requests a "
+                                    "plain one-token decode in a mixed step (0.5.23 speculative_hook.py); "
+                                    "pdmux gives them a round of the accept length, so its mixed-chunk "
+                                    "figures are optimistic where prefills are frequent"),
     "server.speculation": ("speculative decoding: {algorithm}, {num_steps} steps, topk {eagle_topk}, "
                            "{num_draft_tokens} draft tokens, accept length {accept_length:g} (pdmux's "
                            "input), draft {draft}; max running requests {max_running_requests}"),

@@ -405,3 +405,22 @@ def test_simulate_and_capacity_say_what_speculation_they_ran():
                               "chunked", "--json", *EAGLE])
     assert cap.exit_code == 0, cap.output
     assert json.loads(cap.stdout)["speculation"]["algorithm"] == "EAGLE"
+
+
+def test_mixed_chunk_beside_speculation_follows_sglang():
+    """SGLang 0.5.23 turns mixed chunk off beside STANDALONE (speculative_hook.py, supports_mixed_chunk:
+    EAGLE and EAGLE3 only): the mixed-chunk policy runs as chunked prefill of its size, with a note;
+    beside EAGLE it runs, with a note on the one-token decode SGLang gives in a mixed step."""
+    standalone = ["--speculative-algorithm", "STANDALONE", "--speculative-accept-length", "2",
+                  "--speculative-draft-model-path", "qwen3-0.6b"]
+    out = runner.invoke(app, ["simulate", "tests/fixtures/azure_conv_50.csv", "--policies", "mixed-chunk",
+                              "--mixed-chunk-sizes", "2048", "--json", *standalone])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert [p["policy"] for p in data["policies"]] == ["chunked 2048"]
+    assert any("SGLang turns mixed chunked prefill off beside STANDALONE" in n for n in data["notes"])
+    eagle = json.loads(runner.invoke(app, ["simulate", "tests/fixtures/azure_conv_50.csv", "--policies",
+                                           "mixed-chunk", "--mixed-chunk-sizes", "2048", "--json",
+                                           *EAGLE]).stdout)
+    assert [p["policy"] for p in eagle["policies"]] == ["mixed-chunk 2048"]
+    assert any("one-token decode in a mixed step" in n for n in eagle["notes"])

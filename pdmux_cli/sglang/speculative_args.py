@@ -65,6 +65,14 @@ class Speculation:
         """The algorithm SGLang runs: NEXTN is EAGLE (``_resolve_speculative_algorithm_alias``)."""
         return "EAGLE" if self.algorithm == "NEXTN" else self.algorithm
 
+    @property
+    def keeps_mixed_chunk(self) -> bool:
+        """Whether SGLang keeps ``--enable-mixed-chunk`` beside this algorithm: EAGLE (NEXTN) and EAGLE3 do,
+        their mixed steps giving the running requests a plain one-token decode; STANDALONE turns it off
+        (0.5.23 ``arg_groups/speculative_hook.py`` ``_handle_eagle_family``,
+        ``speculative/spec_info.py`` ``SpeculativeAlgorithm.supports_mixed_chunk``)."""
+        return self.sglang_algorithm in ("EAGLE", "EAGLE3")
+
     def rounds(self, tokens: int) -> int:
         """Decode rounds a request needs for ``tokens`` more output tokens (ceil of tokens / acceptance
         length: the mean; SGLang's per-round count varies around it)."""

@@ -156,6 +156,30 @@ def _pdmux_beside_defaults(choice: PolicyChoice, setup: Any, out: PolicySet) -> 
         out.notes.extend(notes)
 
 
+def _mixed_chunk(choice: PolicyChoice, setup: Any, out: PolicySet, mixed: Any, chunked: Any) -> None:
+    """The mixed-chunk policies of ``choice``: as SGLang runs ``--enable-mixed-chunk`` beside the setup's
+    speculative decoding (:attr:`pdmux_cli.sglang.speculative_args.Speculation.keeps_mixed_chunk`):
+    STANDALONE turns it off, so each runs as chunked prefill of its size (a note says so); under EAGLE and
+    EAGLE3 a note says what pdmux leaves out (SGLang gives the running requests one token in a mixed step,
+    pdmux a round)."""
+    from ..messages import render_all
+    from ..util.errors import Finding
+
+    spec = getattr(setup, "speculation", None)
+    sizes = list(dict.fromkeys(choice.mixed_chunk_sizes))
+    if spec is not None and not spec.keeps_mixed_chunk:
+        out.notes.extend(render_all([Finding("policies.mixed_chunk_off", {
+            "algorithm": spec.algorithm, "sizes": ", ".join(str(c) for c in sizes)}, "policies")]))
+        for c in sizes:
+            out.add(chunked(c, choice.prefill_decode_interval))
+        return
+    if spec is not None:
+        out.notes.extend(render_all([Finding("policies.mixed_chunk_rounds", {"algorithm": spec.algorithm},
+                                             "policies")]))
+    for c in sizes:
+        out.add(mixed(c, choice.prefill_decode_interval))
+
+
 def build_policies(choice: PolicyChoice, setup: Any, disagg: Any = None) -> PolicySet:
     """The policies of ``choice`` on ``setup`` (``disagg``: the deployment's disaggregation policy, for
     the name ``disagg``), in the order of ``choice.names``, each chunk size once.
@@ -178,8 +202,7 @@ def build_policies(choice: PolicyChoice, setup: Any, disagg: Any = None) -> Poli
             for c in dict.fromkeys(chunks):
                 out.add(ChunkedPolicy(c, interval))
         elif name == "mixed-chunk":
-            for c in dict.fromkeys(choice.mixed_chunk_sizes):
-                out.add(MixedChunkPolicy(c, interval))
+            _mixed_chunk(choice, setup, out, MixedChunkPolicy, ChunkedPolicy)
         elif name == "disagg":
             out.add(disagg)
         else:
