@@ -274,6 +274,13 @@ def test_gen_config_refuses_on_release_and_launches_on_dsv41(tmp_path):
     with pytest.raises(pdmux.InputError) as err:
         pdmux.gen_config(speculative_draft_model_path="profiles/models/Qwen3-0.6B.json")
     assert err.value.param == "speculative_draft_model_path"
+    # the launch line names the draft's folder (SGLang loads its config.json and weights from it)
+    config = json.loads(open("profiles/models/Qwen3-8B.json").read())
+    config["num_hidden_layers"] = 1
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    result = pdmux.gen_config(manual=True, sglang="dsv41@a64f33f", speculative_algorithm="EAGLE",
+                              speculative_draft_model_path=str(tmp_path / "config.json"))
+    assert result.launch_flags[-2:] == ["--speculative-draft-model-path", str(tmp_path)]
 
 
 def test_check_config_fails_the_file_with_speculation_on_release(tmp_path):

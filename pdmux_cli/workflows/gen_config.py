@@ -168,8 +168,11 @@ def _speculation_flags(r: GenConfigRequest) -> list[str]:
     layers = None
     if path is not None and r.speculative_algorithm is not None:
         from ..catalog.model import load_model
+        from ..util import input_files
 
         layers = load_model(path).num_layers
+        if not input_files.is_dir(Path(path)) and Path(path).exists():
+            path = Path(path).parent  # SGLang loads a draft from its folder (its config.json and weights)
     return pdmux_speculation_flags(r.sglang, r.speculative_algorithm, layers,
                                    str(path) if path is not None else None)
 
