@@ -431,3 +431,21 @@ def test_mixed_chunk_beside_speculation_follows_sglang():
                                            *EAGLE]).stdout)
     assert [p["policy"] for p in eagle["policies"]] == ["mixed-chunk 2048"]
     assert any("one-token decode in a mixed step" in n for n in eagle["notes"])
+
+
+def test_calibrate_on_a_speculative_log_gives_the_accept_length(tmp_path):
+    """A log of only speculative decode lines: calibrate says their median accept len (values outside 1 to
+    pdmux's 33 left out and counted) and that there is nothing to fit, one line, exit 2."""
+    lines = [f"[2026-01-01 10:00:0{i} TP0] Decode batch. #running-req: 8, #token: 4000, token usage: 0.02, "
+             f"accept len: {a}, accept rate: 0.5, cuda graph: True, gen throughput (token/s): 500.0, "
+             "#queue-req: 0, "
+             for i, a in enumerate(["2.61", "0.5", "nan", "99", "-1", "inf", "2.45", "2.70"])]
+    reading = parse_server_log(lines, "spec.log")
+    assert reading.accept_lengths == [2.61, 2.45, 2.70]
+    assert reading.skipped["accept len out of range"] == 5
+    log = tmp_path / "spec.log"
+    log.write_text("\n".join(lines) + "\n")
+    out = runner.invoke(app, ["calibrate", "--sglang-log", str(log), "--gpu", "h100", "--model", "Qwen3-8B"])
+    assert out.exit_code == 2
+    assert "median accept len 2.61 over 3 line(s)" in out.stderr
+    assert "--speculative-accept-length 2.61" in out.stderr and len(out.stderr.strip().splitlines()) == 1

@@ -49,6 +49,11 @@ from pathlib import Path
 from ..util.errors import InputError, short_repr
 from ..util.input_files import GZIP_MAGIC, GZIPPED, check_input_file, read_input_text, unreadable
 from ..util.numbers import finite_float, plain_int
+from .speculative_args import SPECULATIVE_HIGHS
+
+#: The largest ``accept len`` a log line may carry: one token per draft step at pdmux's most steps, plus the
+#: bonus token (:data:`~pdmux_cli.sglang.speculative_args.SPECULATIVE_HIGHS`).
+MAX_ACCEPT_LENGTH = SPECULATIVE_HIGHS["speculative_num_steps"] + 1
 
 #: Largest one-batch result file read, bytes (a real one is a few kB).
 MAX_ONE_BATCH_BYTES = 16 * 1024**2
@@ -623,8 +628,10 @@ def parse_server_log(lines: Iterable[str], source: str, max_lines: int | None = 
         if "accept len" in values:
             reading.skipped["speculative decoding"] += 1
             accept = finite_float(values["accept len"])
-            if accept is not None and accept >= 1:
+            if accept is not None and 1 <= accept <= MAX_ACCEPT_LENGTH:
                 reading.accept_lengths.append(accept)
+            else:  # no round accepts fewer than its bonus token, nor more than pdmux's steps + 1
+                reading.skipped["accept len out of range"] += 1
             continue
         if previous is None:
             reading.skipped["first of its rank"] += 1

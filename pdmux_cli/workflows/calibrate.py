@@ -421,6 +421,17 @@ def _read_measurements(r: CalibrateRequest) -> tuple[list, list, list[Finding], 
                             "speculative_accept_length")
                     for path, rd in readings if rd.accept_length is not None]  # first: kept in the notes
     if not one_batch and not intervals:
+        speculative = [rd for _, rd in readings if rd.accept_length is not None]
+        if speculative and all(set(rd.skipped) <= {"speculative decoding", "accept len out of range"}
+                               for _, rd in readings):
+            values = sorted(a for rd in speculative for a in rd.accept_lengths)
+            raise InputError(
+                "the server log(s) hold only speculative decode lines: median accept len {accept:g} over "
+                "{lines} line(s) (give {flag.speculative_accept_length} {accept:g} to simulate, capacity, "
+                "tune or estimate); a speculative round is no plain decode step, so there is nothing to "
+                "calibrate on: give a log of the server without speculation, or a one-batch result",
+                param="speculative_accept_length",
+                values={"accept": round(statistics.median(values), 2), "lines": len(values)})
         why = "; ".join(f"{p}: {rd.summary()}" for p, rd in readings) or "; ".join(render_all(problems[:3]))
         accept = [render(f) for f in problems if f.code == "calibrate.accept_length"]
         if accept:
