@@ -27,7 +27,7 @@ from pdmux_cli.simulate.runner import simulate_policies
 from pdmux_cli.simulate.schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy, PrefillFirstPolicy
 from pdmux_cli.simulate.servers import replicas_apart
 from pdmux_cli.simulate.traces import load_trace, reshape, synthetic_trace
-from pdmux_cli.util.errors import InputError
+from pdmux_cli.util.errors import InputError, PdmuxError
 
 FIX = Path(__file__).parent / "fixtures"
 AZURE = str(FIX / "azure_conv_50.csv")
@@ -207,12 +207,58 @@ def test_a_ray_address_that_is_no_cluster_fails_in_seconds(monkeypatch, reply, f
                           f"--executor ray: cannot reach the Ray cluster at 127.0.0.1:{port}: {fragment}")
 
 
+def _h2_server(answer: bool):
+    """A listener that speaks HTTP/2 as a gRPC server starts (an empty SETTINGS frame), then, where
+    ``answer``, replies to the call on stream 1 with a trailers-only HEADERS frame (as a server that does
+    not know the method, or refuses it unauthenticated, does), else stays silent with the connection open
+    (an HTTP/2 server that is no gRPC service: ray.init waited on one for good)."""
+    import socket
+    import threading
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(4)
+    done = threading.Event()
+
+    def serve() -> None:
+        conn, _ = sock.accept()
+        conn.recv(64)
+        conn.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        if answer:
+            conn.recv(4096)  # the SETTINGS ACK, HEADERS and DATA (one send)
+            block = b"\x88"  # ':status: 200', HPACK's static entry 8
+            conn.sendall(len(block).to_bytes(3, "big") + b"\x01\x05" + (1).to_bytes(4, "big") + block)
+        done.wait(10)
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return sock, done
+
+
 def test_a_grpc_server_passes_the_probe() -> None:
-    sock = _listener(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")  # an empty SETTINGS frame, as gRPC's
+    sock, done = _h2_server(answer=True)
     try:
         executors._probe(f"127.0.0.1:{sock.getsockname()[1]}", "there")
     finally:
+        done.set()
         sock.close()
+
+
+def test_a_silent_http2_server_fails_the_probe_in_seconds(monkeypatch) -> None:
+    """An address that speaks HTTP/2 but answers no gRPC call (fresh-user report: ray.init then waited for
+    good, deaf to SIGTERM): refused when the probe's call goes unanswered."""
+    import time
+
+    monkeypatch.setattr(executors, "RAY_CONNECT_TIMEOUT_S", 0.5)
+    sock, done = _h2_server(answer=False)
+    start = time.monotonic()
+    try:
+        with pytest.raises(PdmuxError, match="it answers HTTP/2, but not a gRPC call"):
+            executors._probe(f"127.0.0.1:{sock.getsockname()[1]}", "there")
+    finally:
+        done.set()
+        sock.close()
+    assert time.monotonic() - start < 3
 
 
 def test_a_failed_run_on_its_own_ray_shuts_it_down_without_cancelling() -> None:

@@ -379,37 +379,109 @@ def ray_host_port(address: str) -> tuple[str, int] | None:
 
 #: What an HTTP/2 client sends first (RFC 9113 3.4): the preface, then an empty SETTINGS frame.
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+#: The GCS method the probe calls (an empty request; every Ray 2.x GCS has it), and Ray Client's.
+_GCS_PROBE_PATH = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+_CLIENT_PROBE_PATH = "/ray.rpc.RayletDriver/ClusterInfo"
+
+
+def _h2_frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    """One HTTP/2 frame (RFC 9113 4.1): length, type, flags, stream id, payload."""
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
+
+
+def _hpack_literal(name: str, value: str) -> bytes:
+    """A header as an HPACK literal without indexing, new name, no Huffman (RFC 7541 6.2.2); names and
+    values under 127 bytes."""
+    raw_name, raw_value = name.encode(), value.encode()
+    return b"\x00" + bytes((len(raw_name),)) + raw_name + bytes((len(raw_value),)) + raw_value
+
+
+def _grpc_call(host: str, port: int, path: str) -> bytes:
+    """A gRPC call of ``path`` with an empty message on stream 1, after the client's preface: a SETTINGS
+    ACK, the request's HEADERS (RFC 9113 8.3.1; gRPC over HTTP/2: POST, ``application/grpc``,
+    ``te: trailers``) and its DATA (a 5-byte gRPC frame of an empty message), the stream ended."""
+    headers = b"".join(_hpack_literal(k, v) for k, v in (
+        (":method", "POST"), (":scheme", "http"), (":path", path), (":authority", f"{host}:{port}"),
+        ("content-type", "application/grpc"), ("te", "trailers")))
+    return (_h2_frame(4, 1, 0, b"") + _h2_frame(1, 4, 1, headers)
+            + _h2_frame(0, 1, 1, b"\x00\x00\x00\x00\x00"))
+
+
+def _answers_grpc(sock: Any, host: str, port: int, path: str, deadline: float) -> str | None:
+    """``None`` where the server on ``sock`` answers a gRPC call (:func:`_grpc_call`) with response HEADERS
+    on its stream before ``deadline`` (``time.monotonic()``), whatever the status (a cluster with token
+    authentication refuses the call, and is still a cluster); else why not: it speaks no HTTP/2, closes,
+    sends GOAWAY, or stays silent (an HTTP/2 server that is no gRPC service: ray.init waits on it for good,
+    deaf to SIGTERM)."""
+    import time
+
+    head = _recv_exactly(sock, 9, deadline)
+    if not head and time.monotonic() >= deadline:
+        return "timed out"
+    if len(head) < 9 or head[3] != 4:  # the server's first frame: a SETTINGS frame (type 4)
+        return "it answers, but not as a Ray cluster (no gRPC there)"
+    _recv_exactly(sock, int.from_bytes(head[:3], "big"), deadline)
+    sock.sendall(_grpc_call(host, port, path))
+    while time.monotonic() < deadline:
+        head = _recv_exactly(sock, 9, deadline)
+        if len(head) < 9:
+            break
+        kind, stream = head[3], int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
+        _recv_exactly(sock, int.from_bytes(head[:3], "big"), deadline)
+        if kind == 1 and stream == 1:
+            return None
+        if kind == 7:  # GOAWAY
+            return "it answers HTTP/2, but refuses a gRPC call (no Ray cluster there)"
+    return "it answers HTTP/2, but not a gRPC call (no Ray cluster there)"
+
+
+def _recv_exactly(sock: Any, n: int, deadline: float) -> bytes:
+    """Up to ``n`` bytes from ``sock`` before ``deadline`` (fewer where it closes or time runs out)."""
+    import socket
+    import time
+
+    data = b""
+    while len(data) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(n - len(data))
+        except socket.timeout:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def _probe(address: str, where: str) -> None:
-    """Fail in seconds where ``address`` does not answer, or answers but not as gRPC (Ray's GCS and Ray
-    Client both are): ray.init retries either for minutes. :class:`PdmuxError` (exit 1) naming it;
-    :class:`InputError` where it is not an address. A cluster with TLS (``RAY_USE_TLS``) is only connected
-    to."""
+    """Fail in seconds where ``address`` does not answer, or answers but not a gRPC call (Ray's GCS and Ray
+    Client both are gRPC services; the call: ``NodeInfoGcsService/GetClusterId``, Ray Client's
+    ``RayletDriver/ClusterInfo``): ray.init retries the first for minutes and waits on the second for good.
+    :class:`PdmuxError` (exit 1) naming it, within :data:`RAY_CONNECT_TIMEOUT_S`; :class:`InputError`
+    where it is not an address. A cluster with TLS (``RAY_USE_TLS``) is only connected to."""
     import os
     import socket
+    import time
 
     target = ray_host_port(address)
     if target is None:
         return
     tls = os.environ.get("RAY_USE_TLS", "0").strip().lower() not in ("", "0", "false", "no")
+    path = _CLIENT_PROBE_PATH if address.startswith("ray://") else _GCS_PROBE_PATH
+    deadline = time.monotonic() + RAY_CONNECT_TIMEOUT_S
     try:
         with socket.create_connection(target, timeout=RAY_CONNECT_TIMEOUT_S) as sock:
             if tls:
                 return
             sock.sendall(_H2_PREFACE)
-            head = b""
-            while len(head) < 9:  # the server's first frame header: a SETTINGS frame (type 4)
-                chunk = sock.recv(9 - len(head))
-                if not chunk:
-                    break
-                head += chunk
+            reason = _answers_grpc(sock, target[0], target[1], path, deadline)
     except OSError as exc:
         reason = exc.strerror or str(exc) or type(exc).__name__
-    else:
-        if len(head) == 9 and head[3] == 4:
-            return
-        reason = "it answers, but not as a Ray cluster (no gRPC there)"
+    if reason is None:
+        return
     raise PdmuxError("{flag.executor} ray: cannot reach {where}: {reason} (is Ray running there? {start} "
                      "starts one; {flag.ray_address} auto finds one on this machine)",
                      param="ray_address", values={"where": where, "reason": reason,
