@@ -185,6 +185,7 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     refusal of :func:`pdmux_cli.planning.estimate.estimate`.
     """
     from ..catalog.model import load_model
+    from ..costmodel.options import CostModelOptions
     from ..planning.estimate import Scenario
     from ..planning.estimate import estimate as run_estimate
     from ..sglang import split_levels
@@ -244,14 +245,10 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         prompt_tokens=r.prompt_tokens,
         chunk_sizes=parse_sizes(r.chunk_sizes, "chunk_sizes"),
         mixed_chunk_sizes=parse_sizes(r.mixed_chunk_sizes, "mixed_chunk_sizes") or (),
-        cost_model=cost_model,
-        step_overhead_ms=r.step_overhead_ms,
-        per_request_overhead_ms=r.per_request_overhead_ms,
-        eager_launch_ms=r.eager_launch_ms,
+        # the request's cost-model knobs; S_SAT a tuple here (one PD-mux row each): the scenario's
+        cost=CostModelOptions.of(r, cost_model=cost_model, flops_dtype=flops_dtype, s_sat=None),
         disable_cuda_graph=bool(r.disable_cuda_graph),
         s_sat_values=float_tuple(r.s_sat, "s_sat") if r.s_sat is not None else None,
-        bandwidth_efficiency=r.bandwidth_efficiency,
-        mfu=r.mfu,
         weight_bytes_per_param=r.weight_bytes,
         kv_bytes_per_element=kv_cache.bytes_per_element,
         level=parse_level(r.level),
@@ -262,7 +259,6 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         or (cfg.split_forward_token_budget if cfg else split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET),
         manual_divisions=tuple(cfg.manual_divisions) if cfg else (),
         max_split_forward_layers=(cfg.max_split_forward_layers or 0) if cfg else 0,
-        flops_dtype=flops_dtype,
         tp=r.tp,
         disagg=xpyd,
         kv_link=r.kv_link,

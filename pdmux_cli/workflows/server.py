@@ -142,6 +142,7 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
     """
     from ..catalog.hardware import find_gpu_or_file
     from ..catalog.model import load_model
+    from ..costmodel.options import CostModelOptions
     from ..sglang.kv_cache import resolve_kv_cache
     from ..simulate.engine import make_setup
 
@@ -166,15 +167,12 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
                 "{flag.s_sat} is a guess that a {flag.calibration} file replaces: give one or the other",
                 values={},
             )
-    setup = make_setup(profile, mdl, cost_model=o.cost_model.strip().lower(), s_sat=o.s_sat,
-                       bandwidth_efficiency=o.bandwidth_efficiency, mfu=o.mfu, calibration=cal,
-                       weight_bytes_per_param=o.weight_bytes, kv_bytes_per_element=kv_cache.bytes_per_element,
+    cost = CostModelOptions.of(o, cost_model=o.cost_model.strip().lower())
+    setup = make_setup(profile, mdl, cost, calibration=cal, weight_bytes_per_param=o.weight_bytes,
+                       kv_bytes_per_element=kv_cache.bytes_per_element,
                        mem_fraction_static=o.mem_fraction_static, max_prefill_tokens=o.max_prefill_tokens,
-                       flops_dtype=o.flops_dtype, step_overhead_ms=o.step_overhead_ms,
-                       per_request_overhead_ms=o.per_request_overhead_ms, eager_launch_ms=o.eager_launch_ms,
-                       admission_delay_ms=o.admission_delay_ms, first_token_delay_ms=o.first_token_delay_ms,
-                       admission_interval_ms=o.admission_interval_ms, ignore_eos=o.ignore_eos,
-                       disable_overlap=o.disable_overlap_schedule, cuda_graph_max_bs=o.cuda_graph_max_bs,
+                       ignore_eos=o.ignore_eos, disable_overlap=o.disable_overlap_schedule,
+                       cuda_graph_max_bs=o.cuda_graph_max_bs,
                        prefill_cuda_graph=False if o.disable_prefill_cuda_graph else None,
                        disable_cuda_graph=o.disable_cuda_graph,
                        max_running_requests=o.max_running_requests, tp=o.tp if tp is None else tp,
