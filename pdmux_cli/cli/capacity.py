@@ -13,11 +13,11 @@ from typing import Any
 import typer
 
 from ..util.errors import InputError
+from ..workflows.fields import SERVING_TERMS
+from ..workflows.server import ServerOptions
 from .app import app
 from .common import console, print_json, print_note, sglang_option
 from .options import (
-    ADMISSION_DELAY_OPTION,
-    ADMISSION_INTERVAL_OPTION,
     CALIBRATION_HELP,
     CAPACITY_PLOT_OPTION,
     CAPACITY_POLICIES_OPTION,
@@ -28,7 +28,6 @@ from .options import (
     DP_OPTION,
     DURATION_OPTION,
     EXECUTOR_OPTION,
-    FIRST_TOKEN_DELAY_OPTION,
     FORMAT_OPTION,
     GPU_OPTION,
     GSP_NUM_GROUPS_OPTION,
@@ -59,8 +58,6 @@ from .options import (
     SPECULATIVE_NUM_DRAFT_TOKENS_OPTION,
     SPECULATIVE_NUM_STEPS_OPTION,
     OUTPUT_TOKENS_OPTION,
-    EAGER_LAUNCH_OPTION,
-    PER_REQUEST_OVERHEAD_OPTION,
     PREFILL_DECODE_INTERVAL_OPTION,
     PROMPT_TOKENS_OPTION,
     RAY_ADDRESS_OPTION,
@@ -75,6 +72,7 @@ from .options import (
     WORKERS_OPTION,
     progress_factory,
     request_of,
+    with_group,
     show_progress,
 )
 
@@ -165,6 +163,7 @@ def _per_gpu_text(p: Any) -> str:
 
 
 @app.command()
+@with_group(ServerOptions, SERVING_TERMS, after="step_overhead_ms")
 def capacity(
     trace: Path | None = TRACE_ARGUMENT,
     trace_option: Path | None = TRACE_OPTION,
@@ -208,11 +207,6 @@ def capacity(
     calibration: Path | None = typer.Option(None, "--calibration", help=CALIBRATION_HELP),
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help=(
         "Roofline model: the engine's CPU time per step, ms (0 = kernels only).")),
-    per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
-    eager_launch_ms: float | None = EAGER_LAUNCH_OPTION,
-    admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
-    first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
-    admission_interval_ms: float | None = ADMISSION_INTERVAL_OPTION,
     kv_bytes: float | None = KV_BYTES_OPTION,
     kv_cache_dtype: str | None = KV_CACHE_DTYPE_OPTION,
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help=(
@@ -243,6 +237,7 @@ def capacity(
     as_json: bool = JSON_OPTION,
     plot: Path | None = CAPACITY_PLOT_OPTION,
     sglang: str = sglang_option(),
+    **serving_terms: Any,
 ) -> None:
     """The highest request rate each policy sustains within the SLO, and whether to turn pdmux on.
 
@@ -254,7 +249,8 @@ def capacity(
 
     if trace is not None and trace_option is not None:
         raise InputError("give the trace once: as the TRACE argument or as --trace, not both")
-    request = request_of(CapacityRequest, locals(), trace=trace if trace is not None else trace_option,
+    request = request_of(CapacityRequest, {**locals(), **serving_terms},
+                         trace=trace if trace is not None else trace_option,
                          config=tuple(config) if config is not None else None)
     outcome = run(request, progress_factory(show_progress(as_json)))
     if as_json:

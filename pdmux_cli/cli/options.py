@@ -1,5 +1,6 @@
 """What simulate, tune and capacity share: their typer option declarations (one place for their flags and
-help), the request built from a command's parameters, JSON output, and the progress bar.
+help; a shared group's options built from its request fields' declarations, :func:`with_group`), the
+request built from a command's parameters, JSON output, and the progress bar.
 
 typer reads the options as metadata: a command names one as a parameter's default. Each spelt once; where
 two commands word an option differently, both spellings are here, named for the command. Kept light
@@ -8,7 +9,11 @@ two commands word an option differently, both spellings are here, named for the 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
+import typing
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
@@ -79,22 +84,6 @@ COST_MODEL_OPTION = typer.Option("roofline", "--cost-model", help=COST_MODEL_HEL
 S_SAT_OPTION = typer.Option(None, "--s-sat", help=S_SAT_HELP)
 MFU_OPTION = typer.Option(None, "--mfu", help="Chapter model: fraction of dense FLOP/s prefill reaches "
                                               "(0.5).")
-PER_REQUEST_OVERHEAD_OPTION = typer.Option(None, "--per-request-overhead-ms", help=(
-    "Roofline model: what every step spends per request in its batch beyond the kernels, ms, paid by every "
-    "schedule (default: fitted to public SGLang serving runs, profiles/efficiency/serving.yaml)."))
-EAGER_LAUNCH_OPTION = typer.Option(None, "--eager-launch-ms", help=(
-    "Roofline model: SGLang's host time per kernel of a prefill launched outside its CUDA graph (mixed "
-    "batches, pdmux's split prefill, DeepSeek-V3 on B200, --disable-prefill-cuda-graph), ms: such a batch "
-    "takes at least its layers' kernels times this (default: serving.yaml's fit)."))
-ADMISSION_DELAY_OPTION = typer.Option(None, "--admission-delay-ms", help=(
-    "Roofline model: from a request's arrival until SGLang's scheduler can admit it (HTTP server, tokenizer, "
-    "IPC), ms (default: serving.yaml's fit)."))
-ADMISSION_INTERVAL_OPTION = typer.Option(None, "--admission-interval-ms", help=(
-    "Roofline model: the front end's time per request (one tokenizer manager takes every request), ms: a "
-    "burst enters the scheduler one request per interval (default: serving.yaml's fit)."))
-FIRST_TOKEN_DELAY_OPTION = typer.Option(None, "--first-token-delay-ms", help=(
-    "Roofline model: from the step that makes a token until the client has it (detokenizer, streaming), ms: "
-    "adds to TTFT and end-to-end latency, not to ITL (default: serving.yaml's fit)."))
 KV_BYTES_OPTION = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (default: by "
                                                         "--kv-cache-dtype).")
 KV_CACHE_DTYPE_OPTION = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP)
@@ -185,6 +174,40 @@ POLICIES_HELP = ("Comma-separated: pdmux, chunked (SGLang's default scheduling),
 SIMULATE_POLICIES_OPTION = typer.Option(DEFAULT_POLICIES, "--policies", help=POLICIES_HELP)
 CAPACITY_POLICIES_OPTION = typer.Option(DEFAULT_POLICIES, "--policies", help=(
     "Comma-separated: pdmux, chunked, mixed-chunk, prefill-first, disagg (with --disagg)."))
+
+
+def group_parameters(cls: type, group: str) -> list[inspect.Parameter]:
+    """The typer parameters of the fields of ``cls`` (a request dataclass) declared in ``group``
+    (:func:`pdmux_cli.workflows.fields.option`): each field's name, type, default, flag and help (the
+    parameters it names as their flags: :func:`pdmux_cli.messages.flags_in`)."""
+    from ..messages import flag, flags_in
+    from ..workflows.fields import HELP, group_fields
+
+    hints = typing.get_type_hints(cls)
+    return [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=hints[f.name],
+                              default=typer.Option(f.default, flag(f.name), help=flags_in(f.metadata[HELP])))
+            for f in group_fields(cls, group)]
+
+
+def with_group(cls: type, group: str, after: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A command taking, after its parameter ``after``, the options of ``group`` as ``cls`` declares them
+    (:func:`group_parameters`): the command function ends in ``**options``, which receives them (issue 32,
+    item 1: an option of the group is declared once, on its request field)."""
+
+    def build(function: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(function)
+        own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        at = [p.name for p in own].index(after) + 1
+
+        @functools.wraps(function)
+        def command(**values: Any) -> Any:
+            return function(**values)
+
+        command.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[*own[:at], *group_parameters(cls, group), *own[at:]])
+        return command
+
+    return build
 
 
 def request_of(cls: type, values: dict[str, Any], **given: Any) -> Any:

@@ -15,11 +15,11 @@ from typing import Any
 import typer
 
 from ..util.errors import InputError
+from ..workflows.fields import SERVING_TERMS
+from ..workflows.server import ServerOptions
 from .app import app
 from .common import console, print_json, print_note, sglang_option
 from .options import (
-    ADMISSION_DELAY_OPTION,
-    ADMISSION_INTERVAL_OPTION,
     CALIBRATION_HELP,
     COST_MODEL_OPTION,
     DATASET_NAME_OPTION,
@@ -29,7 +29,6 @@ from .options import (
     DP_OPTION,
     DURATION_OPTION,
     EXECUTOR_OPTION,
-    FIRST_TOKEN_DELAY_OPTION,
     FORMAT_OPTION,
     GPU_OPTION,
     GSP_NUM_GROUPS_OPTION,
@@ -62,8 +61,6 @@ from .options import (
     SPECULATIVE_NUM_STEPS_OPTION,
     OUTPUT_TOKENS_OPTION,
     OUTPUT_YAML_OPTION,
-    EAGER_LAUNCH_OPTION,
-    PER_REQUEST_OVERHEAD_OPTION,
     PREFILL_DECODE_INTERVAL_OPTION,
     PROMPT_TOKENS_OPTION,
     RAY_ADDRESS_OPTION,
@@ -83,6 +80,7 @@ from .options import (
     WORKERS_OPTION,
     progress_factory,
     request_of,
+    with_group,
     show_progress,
 )
 
@@ -90,6 +88,7 @@ __all__ = ["print_json", "print_tune_search", "simulate", "tune", "tune_table"]
 
 
 @app.command()
+@with_group(ServerOptions, SERVING_TERMS, after="step_overhead_ms")
 def simulate(
     trace: Path | None = TRACE_ARGUMENT,
     trace_option: Path | None = TRACE_OPTION,
@@ -138,11 +137,6 @@ def simulate(
     mfu: float | None = MFU_OPTION,
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help=(
         "Roofline model: the engine's CPU time per step, ms (0 = kernels only).")),
-    per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
-    eager_launch_ms: float | None = EAGER_LAUNCH_OPTION,
-    admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
-    first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
-    admission_interval_ms: float | None = ADMISSION_INTERVAL_OPTION,
     calibration: Path | None = typer.Option(None, "--calibration", help=(
         "calibration.yaml from 'pdmux bench' (SM-partition curves, co-run interference) and/or 'pdmux "
         "calibrate' (whole-GPU efficiencies from your SGLang).")),
@@ -204,6 +198,7 @@ def simulate(
     step_by_step: bool = typer.Option(False, "--step-by-step", help=(
         "A check: simulate every decode step one at a time, the reference loop (by default the quiet "
         "steps between two events are advanced at once, to the same figures).")),
+    **serving_terms: Any,
 ) -> None:
     """Replay a request trace through PD multiplexing, chunked prefill, prefill-first and PD disaggregation.
 
@@ -215,7 +210,8 @@ def simulate(
 
     if trace is not None and trace_option is not None:
         raise InputError("give the trace once: as the TRACE argument or as --trace, not both")
-    request = request_of(SimulateRequest, locals(), trace=trace if trace is not None else trace_option)
+    request = request_of(SimulateRequest, {**locals(), **serving_terms},
+                         trace=trace if trace is not None else trace_option)
     result = run(request, progress_factory(not as_json))
     if as_json:
         print_json(result.to_dict(), nan_as_null=True)
@@ -298,6 +294,7 @@ def _tune_layout(tp: int, cluster: Any) -> str:
 
 
 @app.command()
+@with_group(ServerOptions, SERVING_TERMS, after="step_overhead_ms")
 def tune(
     trace: Path = typer.Option(..., "--trace", help=(
         "Trace file to tune on (Azure CSV, Mooncake JSONL, BurstGPT CSV).")),
@@ -327,11 +324,6 @@ def tune(
     mfu: float | None = MFU_OPTION,
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help=(
         "Roofline model: the engine's CPU time per step, ms.")),
-    per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
-    eager_launch_ms: float | None = EAGER_LAUNCH_OPTION,
-    admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
-    first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
-    admission_interval_ms: float | None = ADMISSION_INTERVAL_OPTION,
     calibration: Path | None = typer.Option(None, "--calibration", help=CALIBRATION_HELP),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help=(
         "SGLang's flag (default: SGLang's own with chunking off).")),
@@ -362,6 +354,7 @@ def tune(
     show_all: bool = typer.Option(False, "--all", help="Show every config compared, not just the best."),
     as_json: bool = JSON_OPTION,
     sglang: str = sglang_option(),
+    **serving_terms: Any,
 ) -> None:
     """Search pdmux YAML knobs for the best SLO attainment on a trace; write the winning YAML.
 
@@ -371,7 +364,8 @@ def tune(
     from ..workflows.tune import TuneRequest
     from ..workflows.tune import tune as run
 
-    outcome = run(request_of(TuneRequest, locals()), progress_factory(show_progress(as_json)))
+    outcome = run(request_of(TuneRequest, {**locals(), **serving_terms}),
+                  progress_factory(show_progress(as_json)))
     if as_json:
         print_json(outcome.to_dict(), nan_as_null=True)
         return

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..util.errors import InputError
-from .fields import Checked
+from .fields import SERVING_TERMS, Checked, option
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,7 +30,9 @@ class ServerOptions(Checked):
     ``max_prefill_tokens``, ``max_running_requests``, ``cuda_graph_max_bs``: SGLang's flags.
     ``step_overhead_ms``, ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``,
     ``admission_interval_ms``, ``eager_launch_ms``: the roofline model's serving terms, ms (``None``:
-    ``serving.yaml``'s fit).
+    ``serving.yaml``'s fit); all but the first declared once with their help, the shared option group
+    :data:`~pdmux_cli.workflows.fields.SERVING_TERMS` the CLI builds simulate's, tune's and capacity's options
+    from.
     ``ignore_eos``: requests run to their max_new_tokens. ``disable_overlap_schedule``: CPU time adds to
     every baseline step. ``disable_prefill_cuda_graph``: SGLang's flag: every prefill batch launches its
     kernels eagerly (as SGLang before its prefill CUDA graph did). ``disable_cuda_graph``: SGLang's flag:
@@ -49,11 +51,22 @@ class ServerOptions(Checked):
     bandwidth_efficiency: float | None = None
     mfu: float | None = None
     step_overhead_ms: float | None = None
-    per_request_overhead_ms: float | None = None
-    eager_launch_ms: float | None = None
-    admission_delay_ms: float | None = None
-    first_token_delay_ms: float | None = None
-    admission_interval_ms: float | None = None
+    per_request_overhead_ms: float | None = option(group=SERVING_TERMS, help=(
+        "Roofline model: what every step spends per request in its batch beyond the kernels, ms, paid by "
+        "every schedule (default: fitted to public SGLang serving runs, profiles/efficiency/serving.yaml)."))
+    eager_launch_ms: float | None = option(group=SERVING_TERMS, help=(
+        "Roofline model: SGLang's host time per kernel of a prefill launched outside its CUDA graph (mixed "
+        "batches, pdmux's split prefill, DeepSeek-V3 on B200, {flag.disable_prefill_cuda_graph}), ms: such "
+        "a batch takes at least its layers' kernels times this (default: serving.yaml's fit)."))
+    admission_delay_ms: float | None = option(group=SERVING_TERMS, help=(
+        "Roofline model: from a request's arrival until SGLang's scheduler can admit it (HTTP server, "
+        "tokenizer, IPC), ms (default: serving.yaml's fit)."))
+    first_token_delay_ms: float | None = option(group=SERVING_TERMS, help=(
+        "Roofline model: from the step that makes a token until the client has it (detokenizer, streaming), "
+        "ms: adds to TTFT and end-to-end latency, not to ITL (default: serving.yaml's fit)."))
+    admission_interval_ms: float | None = option(group=SERVING_TERMS, help=(
+        "Roofline model: the front end's time per request (one tokenizer manager takes every request), ms: "
+        "a burst enters the scheduler one request per interval (default: serving.yaml's fit)."))
     calibration: Path | None = None
     weight_bytes: float | None = None
     kv_bytes: float | None = None

@@ -1,0 +1,106 @@
+"""One declaration per option (issue 32, items 1 and 2): the cost model's knobs travel as one
+:class:`CostModelOptions` to ``build_step_model``, and the serving terms simulate, tune and capacity share are
+declared once, on ``ServerOptions``' fields, the commands' options built from them."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+
+from pdmux_cli.catalog.hardware import find_gpu
+from pdmux_cli.catalog.model import load_model
+from pdmux_cli.cli import capacity as cli_capacity
+from pdmux_cli.cli import simulate as cli_simulate
+from pdmux_cli.costmodel import build_step_model
+from pdmux_cli.costmodel.options import CostModelOptions
+from pdmux_cli.messages import flags_in
+from pdmux_cli.planning.estimate import Scenario, estimate
+from pdmux_cli.simulate.engine import make_setup
+from pdmux_cli.util.errors import InputError
+from pdmux_cli.workflows.fields import HELP, SERVING_TERMS, group_fields
+from pdmux_cli.workflows.server import ServerOptions
+
+H100 = find_gpu("h100")
+QWEN = load_model("qwen3-8b")
+KNOBS = {"step_overhead_ms": 0.5, "per_request_overhead_ms": 0.2, "admission_delay_ms": 3.0,
+         "first_token_delay_ms": 1.0, "admission_interval_ms": 0.5, "eager_launch_ms": 0.05,
+         "frontend_token_ms": 0.01}
+
+
+def _times(step_model) -> tuple:
+    return (step_model.decode_s(132, 32, 32 * 2048), step_model.prefill_s(132, [(4096, 0)]),
+            step_model.decode_cpu_s(32), step_model.request_s(32), step_model.launch_cpu_s(),
+            step_model.serving, step_model.source)
+
+
+def test_options_and_loose_knobs_build_the_same_model() -> None:
+    assert _times(build_step_model(H100, QWEN, CostModelOptions(**KNOBS))) == _times(
+        build_step_model(H100, QWEN, **KNOBS))
+    # loose knobs go on top of the options
+    on_top = build_step_model(H100, QWEN, CostModelOptions(step_overhead_ms=9.0), step_overhead_ms=0.5)
+    assert _times(on_top) == _times(build_step_model(H100, QWEN, step_overhead_ms=0.5))
+    chapter = CostModelOptions(cost_model="chapter", mfu=0.6, s_sat=60)
+    assert _times(build_step_model(H100, QWEN, chapter)) == _times(
+        build_step_model(H100, QWEN, cost_model="chapter", mfu=0.6, s_sat=60))
+
+
+def test_make_setup_takes_the_options() -> None:
+    by_options = make_setup(H100, QWEN, CostModelOptions(**KNOBS))
+    by_keywords = make_setup(H100, QWEN, **KNOBS)
+    assert _times(by_options.step_model) == _times(by_keywords.step_model)
+
+
+def test_a_keyword_that_is_no_knob_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="build_step_model.*'step_overhead'"):
+        build_step_model(H100, QWEN, step_overhead=1.0)
+    with pytest.raises(TypeError, match="make_setup.*'nonsense'"):
+        make_setup(H100, QWEN, nonsense=1)
+
+
+def test_each_model_refuses_the_others_knobs_in_declaration_order() -> None:
+    both = CostModelOptions(cost_model="chapter", step_overhead_ms=1.0, eager_launch_ms=0.1)
+    assert both.given_outside("chapter") == ["step_overhead_ms", "eager_launch_ms"]
+    with pytest.raises(InputError) as exc:
+        build_step_model(H100, QWEN, both)
+    assert exc.value.param == "step_overhead_ms"
+    assert CostModelOptions(mfu=0.5, bandwidth_efficiency=0.8).given_outside("roofline") == [
+        "bandwidth_efficiency", "mfu"]
+
+
+def test_of_reads_a_requests_fields() -> None:
+    request = ServerOptions(cost_model="roofline", s_sat=80, eager_launch_ms=0.02, admission_delay_ms=4)
+    options = CostModelOptions.of(request)
+    assert (options.s_sat, options.eager_launch_ms, options.admission_delay_ms) == (80, 0.02, 4)
+    assert options.frontend_token_ms is None  # not a request field: the default
+    assert CostModelOptions.of(request, s_sat=None).s_sat is None
+
+
+def test_the_request_fields_default_as_the_options_do() -> None:
+    defaults = {f.name: f.default for f in dataclasses.fields(CostModelOptions)}
+    shared = [f for f in dataclasses.fields(ServerOptions) if f.name in defaults]
+    assert len(shared) >= 10
+    for f in shared:
+        assert f.default == defaults[f.name], f.name
+
+
+def test_the_scenario_carries_the_options() -> None:
+    chapter = Scenario(cost=CostModelOptions(cost_model="chapter"))
+    assert chapter.cost_model == "chapter"
+    assert estimate(H100, QWEN, chapter).cost_model == "chapter"
+
+
+@pytest.mark.parametrize("command", [cli_simulate.simulate, cli_simulate.tune, cli_capacity.capacity])
+def test_the_serving_terms_are_built_from_their_declarations(command) -> None:
+    declared = group_fields(ServerOptions, SERVING_TERMS)
+    assert [f.name for f in declared] == ["per_request_overhead_ms", "eager_launch_ms", "admission_delay_ms",
+                                          "first_token_delay_ms", "admission_interval_ms"]
+    params = inspect.signature(command).parameters
+    names = list(params)
+    at = names.index("step_overhead_ms")
+    assert names[at + 1:at + 1 + len(declared)] == [f.name for f in declared]
+    for f in declared:
+        option = params[f.name].default
+        assert option.default == f.default and option.help == flags_in(f.metadata[HELP]), f.name
+        assert option.param_decls[0] == "--" + f.name.replace("_", "-")
