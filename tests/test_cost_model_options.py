@@ -1,6 +1,7 @@
 """One declaration per option (issue 32, items 1 and 2): the cost model's knobs travel as one
-:class:`CostModelOptions` to ``build_step_model``, and the serving terms simulate, tune and capacity share are
-declared once, on ``ServerOptions``' fields, the commands' options built from them."""
+:class:`CostModelOptions` to ``build_step_model``; the serving terms simulate, tune and capacity share,
+and the speculative decoding options estimate takes too, are declared once, on ``ServerOptions``'
+fields, the commands' options built from them."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
 from pdmux_cli.cli import capacity as cli_capacity
+from pdmux_cli.cli import planning as cli_planning
 from pdmux_cli.cli import simulate as cli_simulate
 from pdmux_cli.costmodel import build_step_model
 from pdmux_cli.costmodel.options import CostModelOptions
@@ -19,8 +21,9 @@ from pdmux_cli.messages import flags_in
 from pdmux_cli.planning.estimate import Scenario, estimate
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.util.errors import InputError
-from pdmux_cli.workflows.fields import HELP, SERVING_TERMS, group_fields
+from pdmux_cli.workflows.fields import GENERATED_SHARED_PREFIX, HELP, SERVING_TERMS, SPECULATIVE, group_fields
 from pdmux_cli.workflows.server import ServerOptions
+from pdmux_cli.workflows.workload import GSP_OPTIONS, WorkloadOptions
 
 H100 = find_gpu("h100")
 QWEN = load_model("qwen3-8b")
@@ -91,14 +94,30 @@ def test_the_scenario_carries_the_options() -> None:
     assert estimate(H100, QWEN, chapter).cost_model == "chapter"
 
 
-@pytest.mark.parametrize("command", [cli_simulate.simulate, cli_simulate.tune, cli_capacity.capacity])
-def test_the_serving_terms_are_built_from_their_declarations(command) -> None:
-    declared = group_fields(ServerOptions, SERVING_TERMS)
-    assert [f.name for f in declared] == ["per_request_overhead_ms", "eager_launch_ms", "admission_delay_ms",
-                                          "first_token_delay_ms", "admission_interval_ms"]
+GROUPS = [(GENERATED_SHARED_PREFIX, "output_tokens", ("dataset_name", *GSP_OPTIONS)),
+          (SERVING_TERMS, "step_overhead_ms", ("per_request_overhead_ms", "eager_launch_ms",
+                                               "admission_delay_ms", "first_token_delay_ms",
+                                               "admission_interval_ms")),
+          (SPECULATIVE, "disable_cuda_graph", ("speculative_algorithm", "speculative_num_steps",
+                                               "speculative_eagle_topk", "speculative_num_draft_tokens",
+                                               "speculative_draft_model_path", "speculative_accept_length"))]
+SHARED = (cli_simulate.simulate, cli_simulate.tune, cli_capacity.capacity)
+COMMANDS = {SERVING_TERMS: SHARED, SPECULATIVE: (*SHARED, cli_planning.estimate),
+            GENERATED_SHARED_PREFIX: (cli_simulate.simulate, cli_capacity.capacity)}
+DECLARED_ON = {SERVING_TERMS: ServerOptions, SPECULATIVE: ServerOptions,
+               GENERATED_SHARED_PREFIX: WorkloadOptions}
+
+
+@pytest.mark.parametrize("group, after, names, command",
+                         [(*g, c) for g in GROUPS for c in COMMANDS[g[0]]])
+def test_a_groups_options_are_built_from_their_declarations(group, after, names, command) -> None:
+    declared = group_fields(DECLARED_ON[group], group)
+    assert tuple(f.name for f in declared) == names
+    assert GSP_OPTIONS == ("gsp_num_groups", "gsp_prompts_per_group", "gsp_system_prompt_len",
+                           "gsp_question_len", "gsp_output_len", "gsp_range_ratio", "gsp_ordered")
     params = inspect.signature(command).parameters
     names = list(params)
-    at = names.index("step_overhead_ms")
+    at = names.index(after)
     assert names[at + 1:at + 1 + len(declared)] == [f.name for f in declared]
     for f in declared:
         option = params[f.name].default

@@ -13,8 +13,9 @@ from typing import Any
 import typer
 
 from ..util.errors import InputError
-from ..workflows.fields import SERVING_TERMS
+from ..workflows.fields import GENERATED_SHARED_PREFIX, SERVING_TERMS, SPECULATIVE
 from ..workflows.server import ServerOptions
+from ..workflows.workload import WorkloadOptions
 from .app import app
 from .common import console, print_json, print_note, sglang_option
 from .options import (
@@ -22,7 +23,6 @@ from .options import (
     CAPACITY_PLOT_OPTION,
     CAPACITY_POLICIES_OPTION,
     COST_MODEL_OPTION,
-    DATASET_NAME_OPTION,
     DISAGG_OPTION,
     DISAGG_TP_OPTION,
     DP_OPTION,
@@ -30,13 +30,6 @@ from .options import (
     EXECUTOR_OPTION,
     FORMAT_OPTION,
     GPU_OPTION,
-    GSP_NUM_GROUPS_OPTION,
-    GSP_ORDERED_OPTION,
-    GSP_OUTPUT_LEN_OPTION,
-    GSP_PROMPTS_PER_GROUP_OPTION,
-    GSP_QUESTION_LEN_OPTION,
-    GSP_RANGE_RATIO_OPTION,
-    GSP_SYSTEM_PROMPT_LEN_OPTION,
     JSON_OPTION,
     KV_BYTES_OPTION,
     KV_CACHE_DTYPE_OPTION,
@@ -51,12 +44,6 @@ from .options import (
     MODEL_OPTION,
     NO_PREFIX_CACHE_OPTION,
     DISABLE_CUDA_GRAPH_OPTION,
-    SPECULATIVE_ACCEPT_LENGTH_OPTION,
-    SPECULATIVE_ALGORITHM_OPTION,
-    SPECULATIVE_DRAFT_MODEL_PATH_OPTION,
-    SPECULATIVE_EAGLE_TOPK_OPTION,
-    SPECULATIVE_NUM_DRAFT_TOKENS_OPTION,
-    SPECULATIVE_NUM_STEPS_OPTION,
     OUTPUT_TOKENS_OPTION,
     PREFILL_DECODE_INTERVAL_OPTION,
     PROMPT_TOKENS_OPTION,
@@ -164,6 +151,8 @@ def _per_gpu_text(p: Any) -> str:
 
 @app.command()
 @with_group(ServerOptions, SERVING_TERMS, after="step_overhead_ms")
+@with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
+@with_group(WorkloadOptions, GENERATED_SHARED_PREFIX, after="output_tokens")
 def capacity(
     trace: Path | None = TRACE_ARGUMENT,
     trace_option: Path | None = TRACE_OPTION,
@@ -176,14 +165,6 @@ def capacity(
     seed: int = SEED_OPTION,
     prompt_tokens: str = PROMPT_TOKENS_OPTION,
     output_tokens: str = OUTPUT_TOKENS_OPTION,
-    dataset_name: str | None = DATASET_NAME_OPTION,
-    gsp_num_groups: int = GSP_NUM_GROUPS_OPTION,
-    gsp_prompts_per_group: int = GSP_PROMPTS_PER_GROUP_OPTION,
-    gsp_system_prompt_len: int = GSP_SYSTEM_PROMPT_LEN_OPTION,
-    gsp_question_len: int = GSP_QUESTION_LEN_OPTION,
-    gsp_output_len: int = GSP_OUTPUT_LEN_OPTION,
-    gsp_range_ratio: float = GSP_RANGE_RATIO_OPTION,
-    gsp_ordered: bool = GSP_ORDERED_OPTION,
     model: str = MODEL_OPTION,
     gpu: str | None = GPU_OPTION,
     policies: str = CAPACITY_POLICIES_OPTION,
@@ -216,12 +197,6 @@ def capacity(
         "Requests run to their max_new_tokens (benchmark traffic).")),
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
-    speculative_algorithm: str | None = SPECULATIVE_ALGORITHM_OPTION,
-    speculative_num_steps: int | None = SPECULATIVE_NUM_STEPS_OPTION,
-    speculative_eagle_topk: int | None = SPECULATIVE_EAGLE_TOPK_OPTION,
-    speculative_num_draft_tokens: int | None = SPECULATIVE_NUM_DRAFT_TOKENS_OPTION,
-    speculative_draft_model_path: Path | None = SPECULATIVE_DRAFT_MODEL_PATH_OPTION,
-    speculative_accept_length: float | None = SPECULATIVE_ACCEPT_LENGTH_OPTION,
     workers: int | None = WORKERS_OPTION,
     executor: str = EXECUTOR_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,
@@ -237,7 +212,7 @@ def capacity(
     as_json: bool = JSON_OPTION,
     plot: Path | None = CAPACITY_PLOT_OPTION,
     sglang: str = sglang_option(),
-    **serving_terms: Any,
+    **groups: Any,
 ) -> None:
     """The highest request rate each policy sustains within the SLO, and whether to turn pdmux on.
 
@@ -249,7 +224,7 @@ def capacity(
 
     if trace is not None and trace_option is not None:
         raise InputError("give the trace once: as the TRACE argument or as --trace, not both")
-    request = request_of(CapacityRequest, {**locals(), **serving_terms},
+    request = request_of(CapacityRequest, {**locals(), **groups},
                          trace=trace if trace is not None else trace_option,
                          config=tuple(config) if config is not None else None)
     outcome = run(request, progress_factory(show_progress(as_json)))

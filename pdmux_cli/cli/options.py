@@ -57,25 +57,8 @@ PROMPT_TOKENS_OPTION = typer.Option("1024", "--prompt-tokens", help=(
     "Synthetic prompt length: N, uniform:LO:HI, exp:MEAN, lognormal:MEDIAN:SIGMA, or random:L[:RATIO] "
     "(bench_serving's random dataset, drawn as it draws them for --seed; both lengths then)."))
 OUTPUT_TOKENS_OPTION = typer.Option("128", "--output-tokens", help="Synthetic output length (same forms).")
-# bench_serving's generated-shared-prefix dataset, with SGLang's own flags and defaults (0.5.23).
-DATASET_NAME_OPTION = typer.Option(None, "--dataset-name", help=(
-    "generated-shared-prefix: bench_serving's dataset of groups of prompts sharing a system prompt, drawn as "
-    "it draws them for --seed (order, lengths, arrivals at --qps; inf: all at once, its default) with the "
-    "--gsp-* options below, instead of --prompt-tokens/--output-tokens; the radix cache finds each group's "
-    "system prompt."))
-GSP_NUM_GROUPS_OPTION = typer.Option(64, "--gsp-num-groups", help="generated-shared-prefix: system prompts "
-                                                                  "(groups).")
-GSP_PROMPTS_PER_GROUP_OPTION = typer.Option(16, "--gsp-prompts-per-group", help=(
-    "generated-shared-prefix: prompts (requests) per group."))
-GSP_SYSTEM_PROMPT_LEN_OPTION = typer.Option(2048, "--gsp-system-prompt-len", help=(
-    "generated-shared-prefix: tokens of each system prompt."))
-GSP_QUESTION_LEN_OPTION = typer.Option(128, "--gsp-question-len", help=(
-    "generated-shared-prefix: tokens of each question (after its group's system prompt)."))
-GSP_OUTPUT_LEN_OPTION = typer.Option(256, "--gsp-output-len", help="generated-shared-prefix: output tokens.")
-GSP_RANGE_RATIO_OPTION = typer.Option(1.0, "--gsp-range-ratio", help=(
-    "generated-shared-prefix: lengths drawn from [L x RATIO, L] (1: as given)."))
-GSP_ORDERED_OPTION = typer.Option(False, "--gsp-ordered", help=(
-    "generated-shared-prefix: send the requests group by group, not shuffled."))
+# bench_serving's generated-shared-prefix dataset (--dataset-name, --gsp-*): declared on
+# workflows.workload.WorkloadOptions' fields, with SGLang's own flags and defaults (0.5.23).
 
 # The server and its cost model.
 MODEL_OPTION = typer.Option("qwen3-8b", "--model", "-m", help=MODEL_HELP)
@@ -97,22 +80,6 @@ DISABLE_CUDA_GRAPH_OPTION = typer.Option(False, "--disable-cuda-graph", help=(
     "kernels' host launch time; the graphs' memory reserve is not taken)."))
 
 # Speculative decoding (SGLang's flags; the acceptance length is pdmux's).
-SPECULATIVE_ALGORITHM_OPTION = typer.Option(None, "--speculative-algorithm", help=(
-    "SGLang's flag: EAGLE, EAGLE3, NEXTN (MTP) or STANDALONE speculative decoding on every policy; needs "
-    "--speculative-accept-length."))
-SPECULATIVE_NUM_STEPS_OPTION = typer.Option(None, "--speculative-num-steps", help=(
-    "SGLang's flag: draft depth (default: SGLang's choice by model, 3 or 5; with it give "
-    "--speculative-eagle-topk)."))
-SPECULATIVE_EAGLE_TOPK_OPTION = typer.Option(None, "--speculative-eagle-topk", help=(
-    "SGLang's flag: branches a draft step keeps (1: a chain)."))
-SPECULATIVE_NUM_DRAFT_TOKENS_OPTION = typer.Option(None, "--speculative-num-draft-tokens", help=(
-    "SGLang's flag: tokens verified per request and round (topk 1: num-steps + 1, as SGLang sets it)."))
-SPECULATIVE_DRAFT_MODEL_PATH_OPTION = typer.Option(None, "--speculative-draft-model-path", help=(
-    "The draft's Hugging Face config.json (default: one decoder layer of the target, EAGLE's and MTP's usual "
-    "draft; STANDALONE needs one)."))
-SPECULATIVE_ACCEPT_LENGTH_OPTION = typer.Option(None, "--speculative-accept-length", help=(
-    "Mean tokens a request gets per verify round, bonus token included (SGLang's log: 'accept len'; pdmux "
-    "calibrate --sglang-log reads it). 1 to num-steps + 1."))
 
 # The policies.
 MIXED_CHUNK_SIZES_OPTION = typer.Option("512", "--mixed-chunk-sizes", help="Chunk sizes of 'mixed-chunk'.")

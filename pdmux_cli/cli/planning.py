@@ -13,15 +13,10 @@ from typing import Any
 import typer
 
 from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
+from ..workflows.fields import SPECULATIVE
+from ..workflows.server import ServerOptions
 from .app import app
-from .options import (
-    SPECULATIVE_ACCEPT_LENGTH_OPTION,
-    SPECULATIVE_ALGORITHM_OPTION,
-    SPECULATIVE_DRAFT_MODEL_PATH_OPTION,
-    SPECULATIVE_EAGLE_TOPK_OPTION,
-    SPECULATIVE_NUM_DRAFT_TOKENS_OPTION,
-    SPECULATIVE_NUM_STEPS_OPTION,
-)
+from .options import with_group
 from .common import (
     NON_FINITE,
     console,
@@ -114,6 +109,7 @@ def _print_all_gpus(result: Any) -> None:
 
 
 @app.command()
+@with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
 def estimate(
     model: str = typer.Option("qwen3-8b", "--model", "-m",
                               help="Model profile name or path to a Hugging Face config.json."),
@@ -154,12 +150,6 @@ def estimate(
                                                  "pdmux's split prefill), ms (default: serving.yaml's fit)."),
     disable_cuda_graph: bool = typer.Option(False, "--disable-cuda-graph", help=(
         "SGLang's flag: no CUDA graphs, decode and prefill launched kernel by kernel.")),
-    speculative_algorithm: str | None = SPECULATIVE_ALGORITHM_OPTION,
-    speculative_num_steps: int | None = SPECULATIVE_NUM_STEPS_OPTION,
-    speculative_eagle_topk: int | None = SPECULATIVE_EAGLE_TOPK_OPTION,
-    speculative_num_draft_tokens: int | None = SPECULATIVE_NUM_DRAFT_TOKENS_OPTION,
-    speculative_draft_model_path: Path | None = SPECULATIVE_DRAFT_MODEL_PATH_OPTION,
-    speculative_accept_length: float | None = SPECULATIVE_ACCEPT_LENGTH_OPTION,
     weight_bytes: float | None = typer.Option(None, "--weight-bytes",
                                               help="Bytes per weight (default: the model's dtype; bf16 2, "
                                               "fp8 1)."),
@@ -205,6 +195,7 @@ def estimate(
                                      help="Write ITL against prefill time at every level, the other policies "
                                      "as points, to this PNG."),
     sglang: str = sglang_option(),
+    **groups: Any,
 ) -> None:
     """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing
     (and PD disaggregation with --disagg).
@@ -221,17 +212,12 @@ def estimate(
         bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, step_overhead_ms=step_overhead_ms,
         per_request_overhead_ms=per_request_overhead_ms, eager_launch_ms=eager_launch_ms,
         disable_cuda_graph=disable_cuda_graph, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
-        speculative_algorithm=speculative_algorithm, speculative_num_steps=speculative_num_steps,
-        speculative_eagle_topk=speculative_eagle_topk,
-        speculative_num_draft_tokens=speculative_num_draft_tokens,
-        speculative_draft_model_path=speculative_draft_model_path,
-        speculative_accept_length=speculative_accept_length,
         kv_cache_dtype=kv_cache_dtype, level=level,
         all_levels=all_levels, sm_group_num=sm_group_num,
         decode_bs_divisor=decode_bs_divisor, token_budget=token_budget, config=config,
         flops_dtype=flops_dtype,
         calibration=calibration, tp=tp, disagg=disagg, kv_link=kv_link, kv_link_gb_s=kv_link_gb_s,
-        kv_link_latency_us=kv_link_latency_us, disagg_tp=disagg_tp, plot=plot, sglang=sglang))
+        kv_link_latency_us=kv_link_latency_us, disagg_tp=disagg_tp, plot=plot, sglang=sglang, **groups))
     problem = NON_FINITE + ("; or the calibration's curves" if result.calibrated else "")
     if as_json:
         print_json(result.to_dict(), problem)

@@ -15,14 +15,14 @@ from typing import Any
 import typer
 
 from ..util.errors import InputError
-from ..workflows.fields import SERVING_TERMS
+from ..workflows.fields import GENERATED_SHARED_PREFIX, SERVING_TERMS, SPECULATIVE
 from ..workflows.server import ServerOptions
+from ..workflows.workload import WorkloadOptions
 from .app import app
 from .common import console, print_json, print_note, sglang_option
 from .options import (
     CALIBRATION_HELP,
     COST_MODEL_OPTION,
-    DATASET_NAME_OPTION,
     CSV_OPTION,
     DISAGG_OPTION,
     DISAGG_TP_OPTION,
@@ -31,13 +31,6 @@ from .options import (
     EXECUTOR_OPTION,
     FORMAT_OPTION,
     GPU_OPTION,
-    GSP_NUM_GROUPS_OPTION,
-    GSP_ORDERED_OPTION,
-    GSP_OUTPUT_LEN_OPTION,
-    GSP_PROMPTS_PER_GROUP_OPTION,
-    GSP_QUESTION_LEN_OPTION,
-    GSP_RANGE_RATIO_OPTION,
-    GSP_SYSTEM_PROMPT_LEN_OPTION,
     JSON_OPTION,
     KV_BYTES_OPTION,
     KV_CACHE_DTYPE_OPTION,
@@ -53,12 +46,6 @@ from .options import (
     MODEL_OPTION,
     NO_PREFIX_CACHE_OPTION,
     DISABLE_CUDA_GRAPH_OPTION,
-    SPECULATIVE_ACCEPT_LENGTH_OPTION,
-    SPECULATIVE_ALGORITHM_OPTION,
-    SPECULATIVE_DRAFT_MODEL_PATH_OPTION,
-    SPECULATIVE_EAGLE_TOPK_OPTION,
-    SPECULATIVE_NUM_DRAFT_TOKENS_OPTION,
-    SPECULATIVE_NUM_STEPS_OPTION,
     OUTPUT_TOKENS_OPTION,
     OUTPUT_YAML_OPTION,
     PREFILL_DECODE_INTERVAL_OPTION,
@@ -89,6 +76,8 @@ __all__ = ["print_json", "print_tune_search", "simulate", "tune", "tune_table"]
 
 @app.command()
 @with_group(ServerOptions, SERVING_TERMS, after="step_overhead_ms")
+@with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
+@with_group(WorkloadOptions, GENERATED_SHARED_PREFIX, after="output_tokens")
 def simulate(
     trace: Path | None = TRACE_ARGUMENT,
     trace_option: Path | None = TRACE_OPTION,
@@ -103,14 +92,6 @@ def simulate(
     seed: int = SEED_OPTION,
     prompt_tokens: str = PROMPT_TOKENS_OPTION,
     output_tokens: str = OUTPUT_TOKENS_OPTION,
-    dataset_name: str | None = DATASET_NAME_OPTION,
-    gsp_num_groups: int = GSP_NUM_GROUPS_OPTION,
-    gsp_prompts_per_group: int = GSP_PROMPTS_PER_GROUP_OPTION,
-    gsp_system_prompt_len: int = GSP_SYSTEM_PROMPT_LEN_OPTION,
-    gsp_question_len: int = GSP_QUESTION_LEN_OPTION,
-    gsp_output_len: int = GSP_OUTPUT_LEN_OPTION,
-    gsp_range_ratio: float = GSP_RANGE_RATIO_OPTION,
-    gsp_ordered: bool = GSP_ORDERED_OPTION,
     model: str = MODEL_OPTION,
     gpu: str | None = GPU_OPTION,
     policies: str = SIMULATE_POLICIES_OPTION,
@@ -164,12 +145,6 @@ def simulate(
         "CUDA graph did): a short prefill takes at least its kernels' launch time.")),
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
-    speculative_algorithm: str | None = SPECULATIVE_ALGORITHM_OPTION,
-    speculative_num_steps: int | None = SPECULATIVE_NUM_STEPS_OPTION,
-    speculative_eagle_topk: int | None = SPECULATIVE_EAGLE_TOPK_OPTION,
-    speculative_num_draft_tokens: int | None = SPECULATIVE_NUM_DRAFT_TOKENS_OPTION,
-    speculative_draft_model_path: Path | None = SPECULATIVE_DRAFT_MODEL_PATH_OPTION,
-    speculative_accept_length: float | None = SPECULATIVE_ACCEPT_LENGTH_OPTION,
     slo_ttft: float = SLO_TTFT_DEFAULT_OPTION,
     slo_itl: float = SLO_ITL_DEFAULT_OPTION,
     tp: int = TP_OPTION,
@@ -198,7 +173,7 @@ def simulate(
     step_by_step: bool = typer.Option(False, "--step-by-step", help=(
         "A check: simulate every decode step one at a time, the reference loop (by default the quiet "
         "steps between two events are advanced at once, to the same figures).")),
-    **serving_terms: Any,
+    **groups: Any,
 ) -> None:
     """Replay a request trace through PD multiplexing, chunked prefill, prefill-first and PD disaggregation.
 
@@ -210,7 +185,7 @@ def simulate(
 
     if trace is not None and trace_option is not None:
         raise InputError("give the trace once: as the TRACE argument or as --trace, not both")
-    request = request_of(SimulateRequest, {**locals(), **serving_terms},
+    request = request_of(SimulateRequest, {**locals(), **groups},
                          trace=trace if trace is not None else trace_option)
     result = run(request, progress_factory(not as_json))
     if as_json:
@@ -295,6 +270,7 @@ def _tune_layout(tp: int, cluster: Any) -> str:
 
 @app.command()
 @with_group(ServerOptions, SERVING_TERMS, after="step_overhead_ms")
+@with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
 def tune(
     trace: Path = typer.Option(..., "--trace", help=(
         "Trace file to tune on (Azure CSV, Mooncake JSONL, BurstGPT CSV).")),
@@ -334,12 +310,6 @@ def tune(
         "Requests run to their max_new_tokens (benchmark traffic).")),
     no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
     disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
-    speculative_algorithm: str | None = SPECULATIVE_ALGORITHM_OPTION,
-    speculative_num_steps: int | None = SPECULATIVE_NUM_STEPS_OPTION,
-    speculative_eagle_topk: int | None = SPECULATIVE_EAGLE_TOPK_OPTION,
-    speculative_num_draft_tokens: int | None = SPECULATIVE_NUM_DRAFT_TOKENS_OPTION,
-    speculative_draft_model_path: Path | None = SPECULATIVE_DRAFT_MODEL_PATH_OPTION,
-    speculative_accept_length: float | None = SPECULATIVE_ACCEPT_LENGTH_OPTION,
     workers: int | None = WORKERS_OPTION,
     executor: str = EXECUTOR_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,
@@ -354,7 +324,7 @@ def tune(
     show_all: bool = typer.Option(False, "--all", help="Show every config compared, not just the best."),
     as_json: bool = JSON_OPTION,
     sglang: str = sglang_option(),
-    **serving_terms: Any,
+    **groups: Any,
 ) -> None:
     """Search pdmux YAML knobs for the best SLO attainment on a trace; write the winning YAML.
 
@@ -364,7 +334,7 @@ def tune(
     from ..workflows.tune import TuneRequest
     from ..workflows.tune import tune as run
 
-    outcome = run(request_of(TuneRequest, {**locals(), **serving_terms}),
+    outcome = run(request_of(TuneRequest, {**locals(), **groups}),
                   progress_factory(show_progress(as_json)))
     if as_json:
         print_json(outcome.to_dict(), nan_as_null=True)

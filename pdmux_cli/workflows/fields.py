@@ -280,13 +280,20 @@ GROUP = "group"
 
 #: The roofline model's serving terms that simulate, tune and capacity share (``ServerOptions``), ms.
 SERVING_TERMS = "serving terms"
+#: SGLang's speculative decoding flags and the acceptance length (``ServerOptions``): simulate, tune, capacity
+#: and estimate.
+SPECULATIVE = "speculative decoding"
+#: bench_serving's generated-shared-prefix dataset, ``--dataset-name`` and its ``--gsp-*`` options
+#: (``WorkloadOptions``): simulate and capacity.
+GENERATED_SHARED_PREFIX = "generated-shared-prefix"
 
 
 def option(default: Any = None, *, help: str, group: str | None = None) -> Any:
     """A request field declared once (issue 32, item 1): its default and the help the CLI shows (other
     parameters named as ``{flag.NAME}``, as errors name them: the CLI writes their flags); its flag is
     :func:`pdmux_cli.messages.flag` of the field's name, its type the annotation, its range :data:`RANGES`.
-    ``group``: the shared option group (:data:`SERVING_TERMS`) whose commands take it."""
+    ``group``: the shared option group (:data:`SERVING_TERMS`, :data:`SPECULATIVE`,
+    :data:`GENERATED_SHARED_PREFIX`) whose commands take it."""
     return dataclasses.field(default=default, metadata={HELP: help, GROUP: group})
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..util.errors import InputError
-from .fields import SERVING_TERMS, Checked, option
+from .fields import SERVING_TERMS, SPECULATIVE, Checked, option
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,12 +82,22 @@ class ServerOptions(Checked):
     disable_cuda_graph: bool = False
     no_prefix_cache: bool = False
     tp: int = 1
-    speculative_algorithm: str | None = None
-    speculative_num_steps: int | None = None
-    speculative_eagle_topk: int | None = None
-    speculative_num_draft_tokens: int | None = None
-    speculative_draft_model_path: Path | None = None
-    speculative_accept_length: float | None = None
+    speculative_algorithm: str | None = option(group=SPECULATIVE, help=(
+        "SGLang's flag: EAGLE, EAGLE3, NEXTN (MTP) or STANDALONE speculative decoding on every policy; "
+        "needs {flag.speculative_accept_length}."))
+    speculative_num_steps: int | None = option(group=SPECULATIVE, help=(
+        "SGLang's flag: draft depth (default: SGLang's choice by model, 3 or 5; with it give "
+        "{flag.speculative_eagle_topk})."))
+    speculative_eagle_topk: int | None = option(group=SPECULATIVE, help=(
+        "SGLang's flag: branches a draft step keeps (1: a chain)."))
+    speculative_num_draft_tokens: int | None = option(group=SPECULATIVE, help=(
+        "SGLang's flag: tokens verified per request and round (topk 1: num-steps + 1, as SGLang sets it)."))
+    speculative_draft_model_path: Path | None = option(group=SPECULATIVE, help=(
+        "The draft's Hugging Face config.json (default: one decoder layer of the target, EAGLE's and MTP's "
+        "usual draft; STANDALONE needs one)."))
+    speculative_accept_length: float | None = option(group=SPECULATIVE, help=(
+        "Mean tokens a request gets per verify round, bonus token included (SGLang's log: 'accept len'; "
+        "pdmux calibrate {flag.sglang_log} reads it). 1 to num-steps + 1."))
 
 
 #: The speculative decoding options: given without ``speculative_algorithm`` they are refused.

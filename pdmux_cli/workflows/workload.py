@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..util.errors import InputError, short_repr
-from .fields import Checked
+from .fields import GENERATED_SHARED_PREFIX, Checked, group_fields, option
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,19 +41,31 @@ class WorkloadOptions(Checked):
     seed: int = 0
     prompt_tokens: str = "1024"
     output_tokens: str = "128"
-    dataset_name: str | None = None
-    gsp_num_groups: int = 64
-    gsp_prompts_per_group: int = 16
-    gsp_system_prompt_len: int = 2048
-    gsp_question_len: int = 128
-    gsp_output_len: int = 256
-    gsp_range_ratio: float = 1.0
-    gsp_ordered: bool = False
+    dataset_name: str | None = option(None, group=GENERATED_SHARED_PREFIX, help=(
+        "generated-shared-prefix: bench_serving's dataset of groups of prompts sharing a system prompt, "
+        "drawn as it draws them for --seed (order, lengths, arrivals at --qps; inf: all at once, its "
+        "default) with the --gsp-* options below, instead of --prompt-tokens/--output-tokens; the radix "
+        "cache finds each group's system prompt."))
+    gsp_num_groups: int = option(64, group=GENERATED_SHARED_PREFIX, help=(
+        "generated-shared-prefix: system prompts (groups)."))
+    gsp_prompts_per_group: int = option(16, group=GENERATED_SHARED_PREFIX, help=(
+        "generated-shared-prefix: prompts (requests) per group."))
+    gsp_system_prompt_len: int = option(2048, group=GENERATED_SHARED_PREFIX, help=(
+        "generated-shared-prefix: tokens of each system prompt."))
+    gsp_question_len: int = option(128, group=GENERATED_SHARED_PREFIX, help=(
+        "generated-shared-prefix: tokens of each question (after its group's system prompt)."))
+    gsp_output_len: int = option(256, group=GENERATED_SHARED_PREFIX, help=(
+        "generated-shared-prefix: output tokens."))
+    gsp_range_ratio: float = option(1.0, group=GENERATED_SHARED_PREFIX, help=(
+        "generated-shared-prefix: lengths drawn from [L x RATIO, L] (1: as given)."))
+    gsp_ordered: bool = option(False, group=GENERATED_SHARED_PREFIX, help=(
+        "generated-shared-prefix: send the requests group by group, not shuffled."))
 
 
-#: The ``gsp_*`` options (bench_serving's ``--gsp-*``) with their defaults (bench_serving's).
-GSP_OPTIONS = ("gsp_num_groups", "gsp_prompts_per_group", "gsp_system_prompt_len", "gsp_question_len",
-               "gsp_output_len", "gsp_range_ratio", "gsp_ordered")
+#: The ``gsp_*`` options (bench_serving's ``--gsp-*``) with their defaults (bench_serving's): the
+#: generated-shared-prefix group but ``dataset_name``.
+GSP_OPTIONS = tuple(f.name for f in group_fields(WorkloadOptions, GENERATED_SHARED_PREFIX)
+                    if f.name != "dataset_name")
 
 #: bench_serving datasets pdmux does not draw, and what to give instead (``--dataset-name`` refused).
 OTHER_DATASETS = {
