@@ -19,6 +19,7 @@ from typing import Any
 
 import typer
 
+from ..catalog.model import DEFAULT_MODEL
 from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
 from ..workflows.policies import DEFAULT_POLICIES
 from .common import console, output_file, output_path, progress_bar
@@ -61,7 +62,7 @@ OUTPUT_TOKENS_OPTION = typer.Option("128", "--output-tokens", help="Synthetic ou
 # workflows.workload.WorkloadOptions' fields, with SGLang's own flags and defaults (0.5.23).
 
 # The server and its cost model.
-MODEL_OPTION = typer.Option("qwen3-8b", "--model", "-m", help=MODEL_HELP)
+MODEL_OPTION = typer.Option(DEFAULT_MODEL, "--model", "-m", help=MODEL_HELP)
 GPU_OPTION = typer.Option(None, "--gpu", "-g", help=GPU_HELP)
 COST_MODEL_OPTION = typer.Option("roofline", "--cost-model", help=COST_MODEL_HELP)
 S_SAT_OPTION = typer.Option(None, "--s-sat", help=S_SAT_HELP)

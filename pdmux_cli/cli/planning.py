@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 
+from ..catalog.model import DEFAULT_MODEL
 from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
 from ..workflows.fields import SPECULATIVE
 from ..workflows.server import ServerOptions
@@ -50,7 +51,7 @@ def splits(
                                   help="Decode batch sizes to choose a level for."),
     prompt_tokens: str = typer.Option("512,8192,32768,131072", "--prompt-tokens",
                                       help="Prompt lengths for layers per round."),
-    model: str = typer.Option("qwen3-8b", "--model", "-m",
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
                               help="Model profile or config.json (its layer count)."),
     sm_group_num: int | None = typer.Option(None, "--sm-group-num",
                                             help="Stream groups incl. the two whole-GPU ones (SGLang default "
@@ -111,7 +112,7 @@ def _print_all_gpus(result: Any) -> None:
 @app.command()
 @with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
 def estimate(
-    model: str = typer.Option("qwen3-8b", "--model", "-m",
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
                               help="Model profile name or path to a Hugging Face config.json."),
     gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
     decode_bs: int = typer.Option(32, "--decode-bs", help="Requests in decode when the prompt arrives."),
@@ -300,7 +301,7 @@ def gen_config(
                                                     help="--slo-itl: SGLang's --max-running-requests, the "
                                                     "largest decode batch sized for (default: SGLang's from "
                                                     "the KV pool)."),
-    model: str = typer.Option("qwen3-8b", "--model", "-m",
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
                               help="Model served (for --tune and --slo-itl; with --tp its heads and widths "
                               "must split)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP + " The launch line gains --tp-size N."),

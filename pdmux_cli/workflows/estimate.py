@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..catalog.model import DEFAULT_MODEL
+from ..sglang.revisions import DEFAULT_REVISION
 from ..provenance import provenance, with_provenance
 from ..util.errors import Finding, InputError, short_repr
 from .fields import Checked
@@ -54,7 +56,7 @@ class EstimateRequest(Checked):
     revision whose rules apply (``--sglang``).
     """
 
-    model: str = "qwen3-8b"
+    model: str = DEFAULT_MODEL
     gpu: str | None = None
     decode_bs: int = 32
     context: int = 2048
@@ -93,7 +95,7 @@ class EstimateRequest(Checked):
     kv_link_latency_us: float | None = None
     disagg_tp: int | None = None
     plot: Path | str | None = None
-    sglang: str = "0.5.23"
+    sglang: str = DEFAULT_REVISION
 
 
 @dataclass(frozen=True)

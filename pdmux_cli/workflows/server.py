@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ..catalog.model import DEFAULT_MODEL
 from ..util.errors import InputError
 from .fields import SERVING_TERMS, SPECULATIVE, Checked, option
 
@@ -44,7 +45,7 @@ class ServerOptions(Checked):
     gets per verify round (required with an algorithm).
     """
 
-    model: str = "qwen3-8b"
+    model: str = DEFAULT_MODEL
     gpu: str | None = None
     cost_model: str = "roofline"
     s_sat: float | None = None
