@@ -21,7 +21,15 @@ from pdmux_cli.messages import flags_in
 from pdmux_cli.planning.estimate import Scenario, estimate
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.util.errors import InputError
-from pdmux_cli.workflows.fields import GENERATED_SHARED_PREFIX, HELP, SERVING_TERMS, SPECULATIVE, group_fields
+from pdmux_cli.workflows.deployment import DeploymentOptions
+from pdmux_cli.workflows.fields import (
+    DEPLOYMENT,
+    GENERATED_SHARED_PREFIX,
+    HELP,
+    SERVING_TERMS,
+    SPECULATIVE,
+    group_fields,
+)
 from pdmux_cli.workflows.server import ServerOptions
 from pdmux_cli.workflows.workload import GSP_OPTIONS, WorkloadOptions
 
@@ -95,6 +103,8 @@ def test_the_scenario_carries_the_options() -> None:
 
 
 GROUPS = [(GENERATED_SHARED_PREFIX, "output_tokens", ("dataset_name", *GSP_OPTIONS)),
+          (DEPLOYMENT, "tp", ("dp", "load_balance_method", "disagg", "disagg_tp", "kv_link", "kv_link_gb_s",
+                              "kv_link_latency_us")),
           (SERVING_TERMS, "step_overhead_ms", ("per_request_overhead_ms", "eager_launch_ms",
                                                "admission_delay_ms", "first_token_delay_ms",
                                                "admission_interval_ms")),
@@ -103,9 +113,10 @@ GROUPS = [(GENERATED_SHARED_PREFIX, "output_tokens", ("dataset_name", *GSP_OPTIO
                                                "speculative_draft_model_path", "speculative_accept_length"))]
 SHARED = (cli_simulate.simulate, cli_simulate.tune, cli_capacity.capacity)
 COMMANDS = {SERVING_TERMS: SHARED, SPECULATIVE: (*SHARED, cli_planning.estimate),
-            GENERATED_SHARED_PREFIX: (cli_simulate.simulate, cli_capacity.capacity)}
+            GENERATED_SHARED_PREFIX: (cli_simulate.simulate, cli_capacity.capacity),
+            DEPLOYMENT: (cli_simulate.simulate, cli_capacity.capacity)}
 DECLARED_ON = {SERVING_TERMS: ServerOptions, SPECULATIVE: ServerOptions,
-               GENERATED_SHARED_PREFIX: WorkloadOptions}
+               GENERATED_SHARED_PREFIX: WorkloadOptions, DEPLOYMENT: DeploymentOptions}
 
 
 @pytest.mark.parametrize("group, after, names, command",

@@ -13,7 +13,8 @@ from typing import Any
 import typer
 
 from ..util.errors import InputError
-from ..workflows.fields import GENERATED_SHARED_PREFIX, SERVING_TERMS, SPECULATIVE
+from ..workflows.deployment import DeploymentOptions
+from ..workflows.fields import DEPLOYMENT, GENERATED_SHARED_PREFIX, SERVING_TERMS, SPECULATIVE
 from ..workflows.server import ServerOptions
 from ..workflows.workload import WorkloadOptions
 from .app import app
@@ -23,9 +24,6 @@ from .options import (
     CAPACITY_PLOT_OPTION,
     CAPACITY_POLICIES_OPTION,
     COST_MODEL_OPTION,
-    DISAGG_OPTION,
-    DISAGG_TP_OPTION,
-    DP_OPTION,
     DURATION_OPTION,
     EXECUTOR_OPTION,
     FORMAT_OPTION,
@@ -33,10 +31,6 @@ from .options import (
     JSON_OPTION,
     KV_BYTES_OPTION,
     KV_CACHE_DTYPE_OPTION,
-    KV_LINK_GB_S_OPTION,
-    KV_LINK_LATENCY_OPTION,
-    KV_LINK_OPTION,
-    LOAD_BALANCE_OPTION,
     MAX_PREFILL_TOKENS_OPTION,
     MAX_REQUESTS_OPTION,
     MAX_STEPS_OPTION,
@@ -153,6 +147,7 @@ def _per_gpu_text(p: Any) -> str:
 @with_group(ServerOptions, SERVING_TERMS, after="step_overhead_ms")
 @with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
 @with_group(WorkloadOptions, GENERATED_SHARED_PREFIX, after="output_tokens")
+@with_group(DeploymentOptions, DEPLOYMENT, after="tp")
 def capacity(
     trace: Path | None = TRACE_ARGUMENT,
     trace_option: Path | None = TRACE_OPTION,
@@ -202,13 +197,6 @@ def capacity(
     ray_address: str | None = RAY_ADDRESS_OPTION,
     max_steps: int | None = MAX_STEPS_OPTION,
     tp: int = TP_OPTION,
-    dp: int | None = DP_OPTION,
-    load_balance_method: str | None = LOAD_BALANCE_OPTION,
-    disagg: str | None = DISAGG_OPTION,
-    disagg_tp: int | None = DISAGG_TP_OPTION,
-    kv_link: str = KV_LINK_OPTION,
-    kv_link_gb_s: float | None = KV_LINK_GB_S_OPTION,
-    kv_link_latency_us: float | None = KV_LINK_LATENCY_OPTION,
     as_json: bool = JSON_OPTION,
     plot: Path | None = CAPACITY_PLOT_OPTION,
     sglang: str = sglang_option(),

@@ -29,17 +29,6 @@ MODEL_HELP = "Model profile name or path to a Hugging Face config.json."
 COST_MODEL_HELP = "roofline (fitted to measurements) or chapter (the chapter's illustrative model)."
 TP_HELP = ("Tensor parallelism: GPUs of one server the model is sharded over, as SGLang's --tp-size (1-8); "
            "the server is simulated as one of its ranks (every rank runs the same batches), memory per GPU.")
-DP_HELP = ("Data-parallel replicas of the server behind a router, each --tp GPUs (SGLang's --dp-size, or "
-           "servers behind sgl-router). Default 1, or with --disagg as many as put every policy on its GPUs "
-           "((X+Y) x --disagg-tp / --tp).")
-LOAD_BALANCE_HELP = ("How the router picks a replica (and, with --disagg, an instance on each side): "
-                     "round_robin (SGLang's default) or total_requests (the fewest outstanding requests), "
-                     "SGLang's names.")
-DISAGG_HELP = ("Add PD disaggregation: XPYD prefill and decode instances (1P1D, 2P6D), each --tp GPUs; "
-               "prefill-first on the prefill instances, the KV cache moved over --kv-link, decode on the "
-               "decode instances.")
-KV_LINK_HELP = ("--disagg: the link each GPU's share of a KV cache crosses: auto (the GPU's NVLink or PCIe "
-                "when all GPUs fit one node of 8, else RDMA 400 Gb/s per GPU), nvlink, pcie or rdma.")
 CALIBRATION_HELP = "calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate'."
 SLO_ITL_HELP = "ITL SLO, ms (judged on each request's p99 ITL)."
 S_SAT_HELP = "SMs that reach 95% of HBM bandwidth (default: the cost model's)."
@@ -90,24 +79,14 @@ PREFILL_DECODE_INTERVAL_OPTION = typer.Option(0, "--prefill-decode-interval", he
 SLO_TTFT_DEFAULT_OPTION = typer.Option(1000.0, "--slo-ttft", help="TTFT SLO, ms.")
 SLO_ITL_DEFAULT_OPTION = typer.Option(60.0, "--slo-itl", help=SLO_ITL_HELP)
 
-# More than one server.
-DP_OPTION = typer.Option(None, "--dp", help=DP_HELP)
+# More than one server: simulate's and capacity's declared on workflows.deployment.DeploymentOptions' fields;
+# tune words --dp and --load-balance-method for its search.
 TUNE_DP_OPTION = typer.Option(None, "--dp", help=(
     "Data-parallel replicas of the server behind a router, each --tp GPUs (SGLang's --dp-size, or servers "
     "behind sgl-router); every config runs on them. Default 1."))
-LOAD_BALANCE_OPTION = typer.Option(None, "--load-balance-method", help=LOAD_BALANCE_HELP)
 TUNE_LOAD_BALANCE_OPTION = typer.Option(None, "--load-balance-method", help=(
     "How the router picks one of the --dp replicas: round_robin (SGLang's default) or total_requests (the "
     "fewest outstanding requests), SGLang's names."))
-DISAGG_OPTION = typer.Option(None, "--disagg", help=DISAGG_HELP)
-KV_LINK_OPTION = typer.Option("auto", "--kv-link", help=KV_LINK_HELP)
-DISAGG_TP_OPTION = typer.Option(None, "--disagg-tp", help=(
-    "--disagg: each instance's TP (default --tp), e.g. --tp 2 --dp 1 --disagg 1P1D --disagg-tp 1 puts every "
-    "policy on 2 GPUs."))
-KV_LINK_GB_S_OPTION = typer.Option(None, "--kv-link-gb-s", help=(
-    "--disagg: the KV link's bandwidth, GB/s per GPU and direction (overrides --kv-link's)."))
-KV_LINK_LATENCY_OPTION = typer.Option(None, "--kv-link-latency-us", help=(
-    "--disagg: the KV link's latency per transfer, us (overrides --kv-link's)."))
 
 # Where the simulations run.
 WORKERS_OPTION = typer.Option(None, "--workers", help=(

@@ -15,7 +15,8 @@ from typing import Any
 import typer
 
 from ..util.errors import InputError
-from ..workflows.fields import GENERATED_SHARED_PREFIX, SERVING_TERMS, SPECULATIVE
+from ..workflows.deployment import DeploymentOptions
+from ..workflows.fields import DEPLOYMENT, GENERATED_SHARED_PREFIX, SERVING_TERMS, SPECULATIVE
 from ..workflows.server import ServerOptions
 from ..workflows.workload import WorkloadOptions
 from .app import app
@@ -24,9 +25,6 @@ from .options import (
     CALIBRATION_HELP,
     COST_MODEL_OPTION,
     CSV_OPTION,
-    DISAGG_OPTION,
-    DISAGG_TP_OPTION,
-    DP_OPTION,
     DURATION_OPTION,
     EXECUTOR_OPTION,
     FORMAT_OPTION,
@@ -34,10 +32,6 @@ from .options import (
     JSON_OPTION,
     KV_BYTES_OPTION,
     KV_CACHE_DTYPE_OPTION,
-    KV_LINK_GB_S_OPTION,
-    KV_LINK_LATENCY_OPTION,
-    KV_LINK_OPTION,
-    LOAD_BALANCE_OPTION,
     MAX_PREFILL_TOKENS_OPTION,
     MAX_REQUESTS_OPTION,
     MAX_STEPS_OPTION,
@@ -78,6 +72,7 @@ __all__ = ["print_json", "print_tune_search", "simulate", "tune", "tune_table"]
 @with_group(ServerOptions, SERVING_TERMS, after="step_overhead_ms")
 @with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
 @with_group(WorkloadOptions, GENERATED_SHARED_PREFIX, after="output_tokens")
+@with_group(DeploymentOptions, DEPLOYMENT, after="tp")
 def simulate(
     trace: Path | None = TRACE_ARGUMENT,
     trace_option: Path | None = TRACE_OPTION,
@@ -148,13 +143,6 @@ def simulate(
     slo_ttft: float = SLO_TTFT_DEFAULT_OPTION,
     slo_itl: float = SLO_ITL_DEFAULT_OPTION,
     tp: int = TP_OPTION,
-    dp: int | None = DP_OPTION,
-    load_balance_method: str | None = LOAD_BALANCE_OPTION,
-    disagg: str | None = DISAGG_OPTION,
-    disagg_tp: int | None = DISAGG_TP_OPTION,
-    kv_link: str = KV_LINK_OPTION,
-    kv_link_gb_s: float | None = KV_LINK_GB_S_OPTION,
-    kv_link_latency_us: float | None = KV_LINK_LATENCY_OPTION,
     max_concurrency: int | None = typer.Option(None, "--max-concurrency", help=(
         "A closed-loop client with at most N requests in flight, as SGLang's bench_serving "
         "--max-concurrency: each request is sent at its arrival or when one finishes, whichever is later; "

@@ -286,6 +286,9 @@ SPECULATIVE = "speculative decoding"
 #: bench_serving's generated-shared-prefix dataset, ``--dataset-name`` and its ``--gsp-*`` options
 #: (``WorkloadOptions``): simulate and capacity.
 GENERATED_SHARED_PREFIX = "generated-shared-prefix"
+#: More than one server: DP replicas behind a router, PD disaggregation and its KV link
+#: (``DeploymentOptions``): simulate and capacity.
+DEPLOYMENT = "deployment"
 
 
 def option(default: Any = None, *, help: str, group: str | None = None) -> Any:
@@ -293,7 +296,7 @@ def option(default: Any = None, *, help: str, group: str | None = None) -> Any:
     parameters named as ``{flag.NAME}``, as errors name them: the CLI writes their flags); its flag is
     :func:`pdmux_cli.messages.flag` of the field's name, its type the annotation, its range :data:`RANGES`.
     ``group``: the shared option group (:data:`SERVING_TERMS`, :data:`SPECULATIVE`,
-    :data:`GENERATED_SHARED_PREFIX`) whose commands take it."""
+    :data:`GENERATED_SHARED_PREFIX`, :data:`DEPLOYMENT`) whose commands take it."""
     return dataclasses.field(default=default, metadata={HELP: help, GROUP: group})
 
 
