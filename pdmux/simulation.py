@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pdmux_cli.catalog.model import DEFAULT_MODEL
 from pdmux_cli.sglang.revisions import DEFAULT_REVISION
+from pdmux_cli.sglang.server_defaults import MAX_PREFILL_TOKENS
 from ._calls import api_function, check_progress
 from pdmux_cli.workflows.accuracy import AccuracyRequest
 from pdmux_cli.workflows.calibrate import (
@@ -109,7 +110,7 @@ def simulate(
     kv_cache_dtype: str | None = None,
     flops_dtype: str | None = None,
     mem_fraction_static: float | None = None,
-    max_prefill_tokens: int = 16384,
+    max_prefill_tokens: int = MAX_PREFILL_TOKENS,
     max_running_requests: int | None = None,
     cuda_graph_max_bs: int | None = None,
     ignore_eos: bool = False,
@@ -203,7 +204,7 @@ def capacity(
     kv_bytes: float | None = None,
     kv_cache_dtype: str | None = None,
     mem_fraction_static: float | None = None,
-    max_prefill_tokens: int = 16384,
+    max_prefill_tokens: int = MAX_PREFILL_TOKENS,
     ignore_eos: bool = False,
     no_prefix_cache: bool = False,
     disable_cuda_graph: bool = False,
@@ -273,7 +274,7 @@ def tune(
     admission_interval_ms: float | None = None,
     calibration: PathLike | None = None,
     mem_fraction_static: float | None = None,
-    max_prefill_tokens: int = 16384,
+    max_prefill_tokens: int = MAX_PREFILL_TOKENS,
     kv_bytes: float | None = None,
     kv_cache_dtype: str | None = None,
     ignore_eos: bool = False,

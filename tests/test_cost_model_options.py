@@ -134,3 +134,23 @@ def test_a_groups_options_are_built_from_their_declarations(group, after, names,
         option = params[f.name].default
         assert option.default == f.default and option.help == flags_in(f.metadata[HELP]), f.name
         assert option.param_decls[0] == "--" + f.name.replace("_", "-")
+
+
+#: Options tune words for its own search (its --dp, --load-balance-method and --disagg).
+TUNE_OWN = {"dp", "load_balance_method", "disagg"}
+
+
+@pytest.mark.parametrize("command, own", [(cli_simulate.simulate, set()), (cli_capacity.capacity, set()),
+                                          (cli_simulate.tune, TUNE_OWN)])
+def test_every_declared_option_a_command_takes_is_its_declaration(command, own) -> None:
+    """An option declared on a request group's field (help, default, flag) is the command's option as is."""
+    params = inspect.signature(command).parameters
+    checked = 0
+    for cls in (WorkloadOptions, ServerOptions, DeploymentOptions):
+        for f in dataclasses.fields(cls):
+            if HELP not in f.metadata or f.name not in params or f.name in own:
+                continue
+            option = params[f.name].default
+            assert (option.default, option.help) == (f.default, flags_in(f.metadata[HELP])), f.name
+            checked += 1
+    assert checked >= 20

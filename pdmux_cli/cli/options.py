@@ -1,6 +1,7 @@
-"""What simulate, tune and capacity share: their typer option declarations (one place for their flags and
-help; a shared group's options built from its request fields' declarations, :func:`with_group`), the
-request built from a command's parameters, JSON output, and the progress bar.
+"""What simulate, tune and capacity share: their typer options (an option declared on its request field,
+:func:`pdmux_cli.workflows.fields.option`, built from there: :func:`declared`, and a shared group's:
+:func:`with_group`; the few worded here once for the commands that share them), the request built from a
+command's parameters, JSON output, and the progress bar.
 
 typer reads the options as metadata: a command names one as a parameter's default. Each spelt once; where
 two commands word an option differently, both spellings are here, named for the command. Kept light
@@ -19,57 +20,23 @@ from typing import Any
 
 import typer
 
-from ..catalog.model import DEFAULT_MODEL
-from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
 from ..workflows.policies import DEFAULT_POLICIES
 from .common import console, output_file, output_path, progress_bar
 
-GPU_HELP = "GPU profile: alias (h100, h200, a100, b200, ...), reported name, or my-gpu.yaml. Default: h100."
-MODEL_HELP = "Model profile name or path to a Hugging Face config.json."
-COST_MODEL_HELP = "roofline (fitted to measurements) or chapter (the chapter's illustrative model)."
-TP_HELP = ("Tensor parallelism: GPUs of one server the model is sharded over, as SGLang's --tp-size (1-8); "
-           "the server is simulated as one of its ranks (every rank runs the same batches), memory per GPU.")
 CALIBRATION_HELP = "calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate'."
 SLO_ITL_HELP = "ITL SLO, ms (judged on each request's p99 ITL)."
-S_SAT_HELP = "SMs that reach 95% of HBM bandwidth (default: the cost model's)."
 
-# The workload: a trace file or synthetic arrivals.
+# The options declared on the request groups' fields (workflows.fields.option: help, default, flag) are built
+# from there (declared, with_group): the workload's (workflows.workload.WorkloadOptions, with bench_serving's
+# generated-shared-prefix dataset under SGLang's own flags and defaults, 0.5.23), the server's and its cost
+# model's (workflows.server.ServerOptions: the serving terms, speculative decoding) and the deployment's
+# (workflows.deployment.DeploymentOptions). What follows is worded here: the trace argument, the policies,
+# the SLOs, tune's deployment, where the simulations run, the output.
+
+# The workload: a trace file.
 TRACE_ARGUMENT = typer.Argument(None, help="Trace file: Azure CSV, Mooncake JSONL or BurstGPT CSV.")
 TRACE_OPTION = typer.Option(None, "--trace", help="The trace file, spelt as tune and gen-config --tune take "
                                                   "it.")
-SYNTHETIC_OPTION = typer.Option(False, "--synthetic", help=(
-    "Poisson arrivals at --qps instead of a trace file (--qps inf: all at once, with --max-requests)."))
-FORMAT_OPTION = typer.Option(None, "--format", help="azure, mooncake or burstgpt (default: detected).")
-MAX_REQUESTS_OPTION = typer.Option(None, "--max-requests", help="Only the first N requests.")
-DURATION_OPTION = typer.Option(None, "--duration", help="Only requests arriving in the first S seconds.")
-SEED_OPTION = typer.Option(0, "--seed", help="Seed for synthetic arrivals and lengths.")
-PROMPT_TOKENS_OPTION = typer.Option("1024", "--prompt-tokens", help=(
-    "Synthetic prompt length: N, uniform:LO:HI, exp:MEAN, lognormal:MEDIAN:SIGMA, or random:L[:RATIO] "
-    "(bench_serving's random dataset, drawn as it draws them for --seed; both lengths then)."))
-OUTPUT_TOKENS_OPTION = typer.Option("128", "--output-tokens", help="Synthetic output length (same forms).")
-# bench_serving's generated-shared-prefix dataset (--dataset-name, --gsp-*): declared on
-# workflows.workload.WorkloadOptions' fields, with SGLang's own flags and defaults (0.5.23).
-
-# The server and its cost model.
-MODEL_OPTION = typer.Option(DEFAULT_MODEL, "--model", "-m", help=MODEL_HELP)
-GPU_OPTION = typer.Option(None, "--gpu", "-g", help=GPU_HELP)
-COST_MODEL_OPTION = typer.Option("roofline", "--cost-model", help=COST_MODEL_HELP)
-S_SAT_OPTION = typer.Option(None, "--s-sat", help=S_SAT_HELP)
-MFU_OPTION = typer.Option(None, "--mfu", help="Chapter model: fraction of dense FLOP/s prefill reaches "
-                                              "(0.5).")
-KV_BYTES_OPTION = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (default: by "
-                                                        "--kv-cache-dtype).")
-KV_CACHE_DTYPE_OPTION = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP)
-MAX_PREFILL_TOKENS_OPTION = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens.")
-NO_PREFIX_CACHE_OPTION = typer.Option(False, "--no-prefix-cache", help=(
-    "Turn SGLang's radix cache off (--disable-radix-cache). On by default: prompts of a trace with hash_ids "
-    "(Mooncake) reuse cached prefixes."))
-TP_OPTION = typer.Option(1, "--tp", help=TP_HELP)
-DISABLE_CUDA_GRAPH_OPTION = typer.Option(False, "--disable-cuda-graph", help=(
-    "SGLang's flag: no CUDA graphs, decode and prefill launched kernel by kernel (a step takes at least its "
-    "kernels' host launch time; the graphs' memory reserve is not taken)."))
-
-# Speculative decoding (SGLang's flags; the acceptance length is pdmux's).
 
 # The policies.
 MIXED_CHUNK_SIZES_OPTION = typer.Option("512", "--mixed-chunk-sizes", help="Chunk sizes of 'mixed-chunk'.")
@@ -79,8 +46,7 @@ PREFILL_DECODE_INTERVAL_OPTION = typer.Option(0, "--prefill-decode-interval", he
 SLO_TTFT_DEFAULT_OPTION = typer.Option(1000.0, "--slo-ttft", help="TTFT SLO, ms.")
 SLO_ITL_DEFAULT_OPTION = typer.Option(60.0, "--slo-itl", help=SLO_ITL_HELP)
 
-# More than one server: simulate's and capacity's declared on workflows.deployment.DeploymentOptions' fields;
-# tune words --dp and --load-balance-method for its search.
+# More than one server: tune words --dp and --load-balance-method for its search.
 TUNE_DP_OPTION = typer.Option(None, "--dp", help=(
     "Data-parallel replicas of the server behind a router, each --tp GPUs (SGLang's --dp-size, or servers "
     "behind sgl-router); every config runs on them. Default 1."))
@@ -123,16 +89,27 @@ CAPACITY_POLICIES_OPTION = typer.Option(DEFAULT_POLICIES, "--policies", help=(
     "Comma-separated: pdmux, chunked, mixed-chunk, prefill-first, disagg (with --disagg)."))
 
 
+def declared(cls: type, name: str) -> Any:
+    """The typer option of field ``name`` of ``cls`` (a request dataclass), as declared there
+    (:func:`pdmux_cli.workflows.fields.option`): its default, flag (and short flag) and help (the parameters
+    it names as their flags: :func:`pdmux_cli.messages.flags_in`)."""
+    from ..messages import flag, flags_in
+    from ..workflows.fields import HELP, SHORT
+
+    f = next(f for f in fields(cls) if f.name == name)
+    short = f.metadata.get(SHORT)
+    return typer.Option(f.default, flag(f.name), *((short,) if short else ()),
+                        help=flags_in(f.metadata[HELP]))
+
+
 def group_parameters(cls: type, group: str) -> list[inspect.Parameter]:
     """The typer parameters of the fields of ``cls`` (a request dataclass) declared in ``group``
-    (:func:`pdmux_cli.workflows.fields.option`): each field's name, type, default, flag and help (the
-    parameters it names as their flags: :func:`pdmux_cli.messages.flags_in`)."""
-    from ..messages import flag, flags_in
-    from ..workflows.fields import HELP, group_fields
+    (:func:`pdmux_cli.workflows.fields.option`): each field's name, type and :func:`declared` option."""
+    from ..workflows.fields import group_fields
 
     hints = typing.get_type_hints(cls)
     return [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=hints[f.name],
-                              default=typer.Option(f.default, flag(f.name), help=flags_in(f.metadata[HELP])))
+                              default=declared(cls, f.name))
             for f in group_fields(cls, group)]
 
 

@@ -23,43 +23,26 @@ from .app import app
 from .common import console, print_json, print_note, sglang_option
 from .options import (
     CALIBRATION_HELP,
-    COST_MODEL_OPTION,
     CSV_OPTION,
-    DURATION_OPTION,
     EXECUTOR_OPTION,
-    FORMAT_OPTION,
-    GPU_OPTION,
     JSON_OPTION,
-    KV_BYTES_OPTION,
-    KV_CACHE_DTYPE_OPTION,
-    MAX_PREFILL_TOKENS_OPTION,
-    MAX_REQUESTS_OPTION,
     MAX_STEPS_OPTION,
-    MFU_OPTION,
     MIXED_CHUNK_SIZES_OPTION,
-    MODEL_OPTION,
-    NO_PREFIX_CACHE_OPTION,
-    DISABLE_CUDA_GRAPH_OPTION,
-    OUTPUT_TOKENS_OPTION,
     OUTPUT_YAML_OPTION,
     PREFILL_DECODE_INTERVAL_OPTION,
-    PROMPT_TOKENS_OPTION,
     RAY_ADDRESS_OPTION,
-    S_SAT_OPTION,
-    SEED_OPTION,
     SIMULATE_PLOT_OPTION,
     SIMULATE_POLICIES_OPTION,
     SLO_ITL_DEFAULT_OPTION,
     SLO_ITL_HELP,
     SLO_TTFT_DEFAULT_OPTION,
-    SYNTHETIC_OPTION,
-    TP_OPTION,
     TRACE_ARGUMENT,
     TRACE_OPTION,
     TUNE_DP_OPTION,
     TUNE_LOAD_BALANCE_OPTION,
     WORKERS_OPTION,
     progress_factory,
+    declared,
     request_of,
     with_group,
     show_progress,
@@ -76,19 +59,19 @@ __all__ = ["print_json", "print_tune_search", "simulate", "tune", "tune_table"]
 def simulate(
     trace: Path | None = TRACE_ARGUMENT,
     trace_option: Path | None = TRACE_OPTION,
-    synthetic: bool = SYNTHETIC_OPTION,
-    trace_format: str | None = FORMAT_OPTION,
+    synthetic: bool = declared(WorkloadOptions, "synthetic"),
+    trace_format: str | None = declared(WorkloadOptions, "trace_format"),
     qps: float | None = typer.Option(None, "--qps", help="Requests/s: the synthetic rate, or retime a trace "
                                                          "to it."),
     rate_scale: float | None = typer.Option(None, "--rate-scale", help=(
         "Multiply a trace's arrival rate (2 = twice the load).")),
-    max_requests: int | None = MAX_REQUESTS_OPTION,
-    duration: float | None = DURATION_OPTION,
-    seed: int = SEED_OPTION,
-    prompt_tokens: str = PROMPT_TOKENS_OPTION,
-    output_tokens: str = OUTPUT_TOKENS_OPTION,
-    model: str = MODEL_OPTION,
-    gpu: str | None = GPU_OPTION,
+    max_requests: int | None = declared(WorkloadOptions, "max_requests"),
+    duration: float | None = declared(WorkloadOptions, "duration"),
+    seed: int = declared(WorkloadOptions, "seed"),
+    prompt_tokens: str = declared(WorkloadOptions, "prompt_tokens"),
+    output_tokens: str = declared(WorkloadOptions, "output_tokens"),
+    model: str = declared(ServerOptions, "model"),
+    gpu: str | None = declared(ServerOptions, "gpu"),
     policies: str = SIMULATE_POLICIES_OPTION,
     chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help=(
         "Chunk sizes of 'chunked' (default: SGLang's default for the GPU, 8192 on H100/H200).")),
@@ -106,11 +89,11 @@ def simulate(
     unreleased_fallback: bool = typer.Option(False, "--unreleased-fallback", help=(
         "pdmux: where SGLang 0.5.23 crashes (no manual threshold matches), use group 1 as its unreleased "
         "branches do, instead of stopping.")),
-    cost_model: str = COST_MODEL_OPTION,
-    s_sat: float | None = S_SAT_OPTION,
+    cost_model: str = declared(ServerOptions, "cost_model"),
+    s_sat: float | None = declared(ServerOptions, "s_sat"),
     bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help=(
         "Chapter model: fraction of datasheet bandwidth decode reaches (0.85).")),
-    mfu: float | None = MFU_OPTION,
+    mfu: float | None = declared(ServerOptions, "mfu"),
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help=(
         "Roofline model: the engine's CPU time per step, ms (0 = kernels only).")),
     calibration: Path | None = typer.Option(None, "--calibration", help=(
@@ -118,13 +101,13 @@ def simulate(
         "calibrate' (whole-GPU efficiencies from your SGLang).")),
     weight_bytes: float | None = typer.Option(None, "--weight-bytes", help=(
         "Bytes per weight (default: the model's dtype).")),
-    kv_bytes: float | None = KV_BYTES_OPTION,
-    kv_cache_dtype: str | None = KV_CACHE_DTYPE_OPTION,
+    kv_bytes: float | None = declared(ServerOptions, "kv_bytes"),
+    kv_cache_dtype: str | None = declared(ServerOptions, "kv_cache_dtype"),
     flops_dtype: str | None = typer.Option(None, "--flops-dtype", help=(
         "bf16, fp16 or fp8 dense math (default: by model).")),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help=(
         "SGLang's flag: share of GPU memory for weights and KV pool (default: SGLang's own, per policy).")),
-    max_prefill_tokens: int = MAX_PREFILL_TOKENS_OPTION,
+    max_prefill_tokens: int = declared(ServerOptions, "max_prefill_tokens"),
     max_running_requests: int | None = typer.Option(None, "--max-running-requests", help=(
         "SGLang's flag (default: SGLang's, from the KV pool).")),
     cuda_graph_max_bs: int | None = typer.Option(None, "--cuda-graph-max-bs", help=(
@@ -138,11 +121,11 @@ def simulate(
     disable_prefill_cuda_graph: bool = typer.Option(False, "--disable-prefill-cuda-graph", help=(
         "SGLang's flag: prefill batches launch their kernels eagerly (SGLang before 0.5.23's prefill "
         "CUDA graph did): a short prefill takes at least its kernels' launch time.")),
-    no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
-    disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
+    no_prefix_cache: bool = declared(ServerOptions, "no_prefix_cache"),
+    disable_cuda_graph: bool = declared(ServerOptions, "disable_cuda_graph"),
     slo_ttft: float = SLO_TTFT_DEFAULT_OPTION,
     slo_itl: float = SLO_ITL_DEFAULT_OPTION,
-    tp: int = TP_OPTION,
+    tp: int = declared(ServerOptions, "tp"),
     max_concurrency: int | None = typer.Option(None, "--max-concurrency", help=(
         "A closed-loop client with at most N requests in flight, as SGLang's bench_serving "
         "--max-concurrency: each request is sent at its arrival or when one finishes, whichever is later; "
@@ -264,13 +247,13 @@ def tune(
         "Trace file to tune on (Azure CSV, Mooncake JSONL, BurstGPT CSV).")),
     slo_ttft: float = typer.Option(..., "--slo-ttft", help="TTFT SLO, ms."),
     slo_itl: float = typer.Option(..., "--slo-itl", help=SLO_ITL_HELP),
-    model: str = MODEL_OPTION,
-    gpu: str | None = GPU_OPTION,
-    trace_format: str | None = FORMAT_OPTION,
+    model: str = declared(ServerOptions, "model"),
+    gpu: str | None = declared(ServerOptions, "gpu"),
+    trace_format: str | None = declared(WorkloadOptions, "trace_format"),
     qps: float | None = typer.Option(None, "--qps", help="Retime the trace to this many requests/s."),
     rate_scale: float | None = typer.Option(None, "--rate-scale", help="Multiply the trace's arrival rate."),
-    max_requests: int | None = MAX_REQUESTS_OPTION,
-    duration: float | None = DURATION_OPTION,
+    max_requests: int | None = declared(WorkloadOptions, "max_requests"),
+    duration: float | None = declared(WorkloadOptions, "duration"),
     sm_group_nums: str | None = typer.Option(None, "--sm-group-nums", help=(
         "sm_group_num values to try (default: every distinct one).")),
     divisors: str | None = typer.Option(None, "--divisors", help=(
@@ -281,28 +264,28 @@ def tune(
     slo_margins: str | None = typer.Option(None, "--slo-margins", help=(
         "Also try SLO levels (gen-config --slo-itl) sized for these shares of --slo-itl (default "
         "1,0.9,0.8), or 'none'.")),
-    cost_model: str = COST_MODEL_OPTION,
-    s_sat: float | None = S_SAT_OPTION,
+    cost_model: str = declared(ServerOptions, "cost_model"),
+    s_sat: float | None = declared(ServerOptions, "s_sat"),
     bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help=(
         "Chapter model: fraction of datasheet bandwidth (0.85).")),
-    mfu: float | None = MFU_OPTION,
+    mfu: float | None = declared(ServerOptions, "mfu"),
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help=(
         "Roofline model: the engine's CPU time per step, ms.")),
     calibration: Path | None = typer.Option(None, "--calibration", help=CALIBRATION_HELP),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help=(
         "SGLang's flag (default: SGLang's own with chunking off).")),
-    max_prefill_tokens: int = MAX_PREFILL_TOKENS_OPTION,
-    kv_bytes: float | None = KV_BYTES_OPTION,
-    kv_cache_dtype: str | None = KV_CACHE_DTYPE_OPTION,
+    max_prefill_tokens: int = declared(ServerOptions, "max_prefill_tokens"),
+    kv_bytes: float | None = declared(ServerOptions, "kv_bytes"),
+    kv_cache_dtype: str | None = declared(ServerOptions, "kv_cache_dtype"),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help=(
         "Requests run to their max_new_tokens (benchmark traffic).")),
-    no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
-    disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
+    no_prefix_cache: bool = declared(ServerOptions, "no_prefix_cache"),
+    disable_cuda_graph: bool = declared(ServerOptions, "disable_cuda_graph"),
     workers: int | None = WORKERS_OPTION,
     executor: str = EXECUTOR_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,
     max_steps: int | None = MAX_STEPS_OPTION,
-    tp: int = TP_OPTION,
+    tp: int = declared(ServerOptions, "tp"),
     dp: int | None = TUNE_DP_OPTION,
     load_balance_method: str | None = TUNE_LOAD_BALANCE_OPTION,
     disagg: str | None = typer.Option(None, "--disagg", help=(

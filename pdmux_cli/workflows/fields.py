@@ -277,6 +277,7 @@ class Checked:
 #: :func:`pdmux_cli.cli.options.with_group`).
 HELP = "help"
 GROUP = "group"
+SHORT = "short"
 
 #: The roofline model's serving terms that simulate, tune and capacity share (``ServerOptions``), ms.
 SERVING_TERMS = "serving terms"
@@ -291,13 +292,15 @@ GENERATED_SHARED_PREFIX = "generated-shared-prefix"
 DEPLOYMENT = "deployment"
 
 
-def option(default: Any = None, *, help: str, group: str | None = None) -> Any:
+def option(default: Any = None, *, help: str, group: str | None = None, short: str | None = None) -> Any:
     """A request field declared once (issue 32, item 1): its default and the help the CLI shows (other
     parameters named as ``{flag.NAME}``, as errors name them: the CLI writes their flags); its flag is
-    :func:`pdmux_cli.messages.flag` of the field's name, its type the annotation, its range :data:`RANGES`.
-    ``group``: the shared option group (:data:`SERVING_TERMS`, :data:`SPECULATIVE`,
-    :data:`GENERATED_SHARED_PREFIX`, :data:`DEPLOYMENT`) whose commands take it."""
-    return dataclasses.field(default=default, metadata={HELP: help, GROUP: group})
+    :func:`pdmux_cli.messages.flag` of the field's name (``short``: a one-letter flag beside it, ``"-m"``),
+    its type the annotation, its range :data:`RANGES`. ``group``: the shared option group
+    (:data:`SERVING_TERMS`, :data:`SPECULATIVE`, :data:`GENERATED_SHARED_PREFIX`, :data:`DEPLOYMENT`) whose
+    commands take it, if any (the CLI: :func:`pdmux_cli.cli.options.with_group`; one option alone:
+    :func:`pdmux_cli.cli.options.declared`)."""
+    return dataclasses.field(default=default, metadata={HELP: help, GROUP: group, SHORT: short})
 
 
 def group_fields(cls: type, group: str) -> tuple[dataclasses.Field, ...]:

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog.model import DEFAULT_MODEL
+from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
+from ..sglang.server_defaults import MAX_PREFILL_TOKENS
 from ..util.errors import InputError
 from .fields import SERVING_TERMS, SPECULATIVE, Checked, option
 
@@ -45,12 +47,17 @@ class ServerOptions(Checked):
     gets per verify round (required with an algorithm).
     """
 
-    model: str = DEFAULT_MODEL
-    gpu: str | None = None
-    cost_model: str = "roofline"
-    s_sat: float | None = None
+    model: str = option(DEFAULT_MODEL, short="-m", help=(
+        "Model profile name or path to a Hugging Face config.json."))
+    gpu: str | None = option(None, short="-g", help=(
+        "GPU profile: alias (h100, h200, a100, b200, ...), reported name, or my-gpu.yaml. Default: h100."))
+    cost_model: str = option("roofline", help=(
+        "roofline (fitted to measurements) or chapter (the chapter's illustrative model)."))
+    s_sat: float | None = option(None, help=(
+        "SMs that reach 95% of HBM bandwidth (default: the cost model's)."))
     bandwidth_efficiency: float | None = None
-    mfu: float | None = None
+    mfu: float | None = option(None, help=(
+        "Chapter model: fraction of dense FLOP/s prefill reaches (0.5)."))
     step_overhead_ms: float | None = None
     per_request_overhead_ms: float | None = option(group=SERVING_TERMS, help=(
         "Roofline model: what every step spends per request in its batch beyond the kernels, ms, paid by "
@@ -70,19 +77,27 @@ class ServerOptions(Checked):
         "a burst enters the scheduler one request per interval (default: serving.yaml's fit)."))
     calibration: Path | None = None
     weight_bytes: float | None = None
-    kv_bytes: float | None = None
-    kv_cache_dtype: str | None = None
+    kv_bytes: float | None = option(None, help=(
+        "Bytes per KV-cache element (default: by {flag.kv_cache_dtype})."))
+    kv_cache_dtype: str | None = option(None, help=KV_CACHE_DTYPE_HELP)
     flops_dtype: str | None = None
     mem_fraction_static: float | None = None
-    max_prefill_tokens: int = 16384
+    max_prefill_tokens: int = option(MAX_PREFILL_TOKENS, help=(
+        "SGLang's {flag.max_prefill_tokens}."))
     max_running_requests: int | None = None
     cuda_graph_max_bs: int | None = None
     ignore_eos: bool = False
     disable_overlap_schedule: bool = False
     disable_prefill_cuda_graph: bool = False
-    disable_cuda_graph: bool = False
-    no_prefix_cache: bool = False
-    tp: int = 1
+    disable_cuda_graph: bool = option(False, help=(
+        "SGLang's flag: no CUDA graphs, decode and prefill launched kernel by kernel (a step takes at least "
+        "its kernels' host launch time; the graphs' memory reserve is not taken)."))
+    no_prefix_cache: bool = option(False, help=(
+        "Turn SGLang's radix cache off (--disable-radix-cache). On by default: prompts of a trace with "
+        "hash_ids (Mooncake) reuse cached prefixes."))
+    tp: int = option(1, help=(
+        "Tensor parallelism: GPUs of one server the model is sharded over, as SGLang's --tp-size (1-8); the "
+        "server is simulated as one of its ranks (every rank runs the same batches), memory per GPU."))
     speculative_algorithm: str | None = option(group=SPECULATIVE, help=(
         "SGLang's flag: EAGLE, EAGLE3, NEXTN (MTP) or STANDALONE speculative decoding on every policy; "
         "needs {flag.speculative_accept_length}."))

@@ -32,20 +32,29 @@ class WorkloadOptions(Checked):
     """
 
     trace: Path | None = None
-    synthetic: bool = False
-    trace_format: str | None = None
+    synthetic: bool = option(False, help=(
+        "Poisson arrivals at {flag.qps} instead of a trace file ({flag.qps} inf: all at once, with "
+        "{flag.max_requests})."))
+    trace_format: str | None = option(None, help=(
+        "azure, mooncake or burstgpt (default: detected)."))
     qps: float | None = None
     rate_scale: float | None = None
-    max_requests: int | None = None
-    duration: float | None = None
-    seed: int = 0
-    prompt_tokens: str = "1024"
-    output_tokens: str = "128"
+    max_requests: int | None = option(None, help=(
+        "Only the first N requests."))
+    duration: float | None = option(None, help=(
+        "Only requests arriving in the first S seconds."))
+    seed: int = option(0, help=(
+        "Seed for synthetic arrivals and lengths."))
+    prompt_tokens: str = option("1024", help=(
+        "Synthetic prompt length: N, uniform:LO:HI, exp:MEAN, lognormal:MEDIAN:SIGMA, or random:L[:RATIO] "
+        "(bench_serving's random dataset, drawn as it draws them for {flag.seed}; both lengths then)."))
+    output_tokens: str = option("128", help=(
+        "Synthetic output length (same forms)."))
     dataset_name: str | None = option(None, group=GENERATED_SHARED_PREFIX, help=(
         "generated-shared-prefix: bench_serving's dataset of groups of prompts sharing a system prompt, "
-        "drawn as it draws them for --seed (order, lengths, arrivals at --qps; inf: all at once, its "
-        "default) with the --gsp-* options below, instead of --prompt-tokens/--output-tokens; the radix "
-        "cache finds each group's system prompt."))
+        "drawn as it draws them for {flag.seed} (order, lengths, arrivals at {flag.qps}; inf: all at once, "
+        "its default) with the --gsp-* options below, instead of {flag.prompt_tokens}/{flag.output_tokens}; "
+        "the radix cache finds each group's system prompt."))
     gsp_num_groups: int = option(64, group=GENERATED_SHARED_PREFIX, help=(
         "generated-shared-prefix: system prompts (groups)."))
     gsp_prompts_per_group: int = option(16, group=GENERATED_SHARED_PREFIX, help=(
