@@ -22,6 +22,7 @@ from pdmux_cli.planning.estimate import Scenario, estimate
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.util.errors import InputError
 from pdmux_cli.workflows.deployment import DeploymentOptions
+from pdmux_cli.workflows.estimate import EstimateRequest
 from pdmux_cli.workflows.fields import (
     DEPLOYMENT,
     GENERATED_SHARED_PREFIX,
@@ -102,27 +103,29 @@ def test_the_scenario_carries_the_options() -> None:
     assert estimate(H100, QWEN, chapter).cost_model == "chapter"
 
 
-GROUPS = [(GENERATED_SHARED_PREFIX, "output_tokens", ("dataset_name", *GSP_OPTIONS)),
-          (DEPLOYMENT, "tp", ("dp", "load_balance_method", "disagg", "disagg_tp", "kv_link", "kv_link_gb_s",
-                              "kv_link_latency_us")),
-          (SERVING_TERMS, "step_overhead_ms", ("per_request_overhead_ms", "eager_launch_ms",
-                                               "admission_delay_ms", "first_token_delay_ms",
-                                               "admission_interval_ms")),
-          (SPECULATIVE, "disable_cuda_graph", ("speculative_algorithm", "speculative_num_steps",
-                                               "speculative_eagle_topk", "speculative_num_draft_tokens",
-                                               "speculative_draft_model_path", "speculative_accept_length"))]
 SHARED = (cli_simulate.simulate, cli_simulate.tune, cli_capacity.capacity)
-COMMANDS = {SERVING_TERMS: SHARED, SPECULATIVE: (*SHARED, cli_planning.estimate),
-            GENERATED_SHARED_PREFIX: (cli_simulate.simulate, cli_capacity.capacity),
-            DEPLOYMENT: (cli_simulate.simulate, cli_capacity.capacity)}
-DECLARED_ON = {SERVING_TERMS: ServerOptions, SPECULATIVE: ServerOptions,
-               GENERATED_SHARED_PREFIX: WorkloadOptions, DEPLOYMENT: DeploymentOptions}
+SIM_CAP = (cli_simulate.simulate, cli_capacity.capacity)
+#: (request class, group, the parameter the group follows, its fields, the commands taking it)
+GROUPS = [
+    (WorkloadOptions, GENERATED_SHARED_PREFIX, "output_tokens", ("dataset_name", *GSP_OPTIONS), SIM_CAP),
+    (DeploymentOptions, DEPLOYMENT, "tp", ("dp", "load_balance_method", "disagg", "disagg_tp", "kv_link",
+                                           "kv_link_gb_s", "kv_link_latency_us"), SIM_CAP),
+    (ServerOptions, SERVING_TERMS, "step_overhead_ms", ("per_request_overhead_ms", "eager_launch_ms",
+                                                        "admission_delay_ms", "first_token_delay_ms",
+                                                        "admission_interval_ms"), SHARED),
+    (EstimateRequest, SERVING_TERMS, "step_overhead_ms", ("per_request_overhead_ms", "eager_launch_ms"),
+     (cli_planning.estimate,)),
+    (ServerOptions, SPECULATIVE, "disable_cuda_graph",
+     ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+      "speculative_num_draft_tokens", "speculative_draft_model_path", "speculative_accept_length"),
+     (*SHARED, cli_planning.estimate)),
+]
 
 
-@pytest.mark.parametrize("group, after, names, command",
-                         [(*g, c) for g in GROUPS for c in COMMANDS[g[0]]])
-def test_a_groups_options_are_built_from_their_declarations(group, after, names, command) -> None:
-    declared = group_fields(DECLARED_ON[group], group)
+@pytest.mark.parametrize("cls, group, after, names, command",
+                         [(*g[:4], c) for g in GROUPS for c in g[4]])
+def test_a_groups_options_are_built_from_their_declarations(cls, group, after, names, command) -> None:
+    declared = group_fields(cls, group)
     assert tuple(f.name for f in declared) == names
     assert GSP_OPTIONS == ("gsp_num_groups", "gsp_prompts_per_group", "gsp_system_prompt_len",
                            "gsp_question_len", "gsp_output_len", "gsp_range_ratio", "gsp_ordered")

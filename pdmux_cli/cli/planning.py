@@ -14,7 +14,8 @@ import typer
 
 from ..catalog.model import DEFAULT_MODEL
 from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
-from ..workflows.fields import SPECULATIVE
+from ..workflows.estimate import EstimateRequest
+from ..workflows.fields import SERVING_TERMS, SPECULATIVE
 from ..workflows.server import ServerOptions
 from .app import app
 from .options import with_group
@@ -110,6 +111,7 @@ def _print_all_gpus(result: Any) -> None:
 
 
 @app.command()
+@with_group(EstimateRequest, SERVING_TERMS, after="step_overhead_ms")
 @with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
 def estimate(
     model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
@@ -140,15 +142,6 @@ def estimate(
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms",
                                                   help="Roofline model: the engine's CPU time per step, ms "
                                                   "(0 = kernels only; default: SGLang's measured 0.31)."),
-    per_request_overhead_ms: float | None = typer.Option(None, "--per-request-overhead-ms",
-                                                         help="Roofline model: what every step spends per "
-                                                         "request in its batch beyond the kernels, ms "
-                                                         "(default: fitted to public SGLang serving runs, "
-                                                         "profiles/efficiency/serving.yaml)."),
-    eager_launch_ms: float | None = typer.Option(None, "--eager-launch-ms",
-                                                 help="Roofline model: SGLang's host time per kernel of a "
-                                                 "prefill launched outside its CUDA graph (mixed chunks, "
-                                                 "pdmux's split prefill), ms (default: serving.yaml's fit)."),
     disable_cuda_graph: bool = typer.Option(False, "--disable-cuda-graph", help=(
         "SGLang's flag: no CUDA graphs, decode and prefill launched kernel by kernel.")),
     weight_bytes: float | None = typer.Option(None, "--weight-bytes",
@@ -203,7 +196,6 @@ def estimate(
 
     With no options: the chapter's scenario (Qwen3-8B on H100 SXM, 32 x 2048, an 8192-token prompt);
     --cost-model chapter reproduces the chapter's table."""
-    from ..workflows.estimate import EstimateRequest
     from ..workflows.estimate import estimate as run_estimate
     from . import render
 
@@ -211,7 +203,6 @@ def estimate(
         model=model, gpu=gpu, decode_bs=decode_bs, context=context, prompt_tokens=prompt_tokens,
         chunk_sizes=chunk_sizes, mixed_chunk_sizes=mixed_chunk_sizes, cost_model=cost_model, s_sat=s_sat,
         bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, step_overhead_ms=step_overhead_ms,
-        per_request_overhead_ms=per_request_overhead_ms, eager_launch_ms=eager_launch_ms,
         disable_cuda_graph=disable_cuda_graph, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
         kv_cache_dtype=kv_cache_dtype, level=level,
         all_levels=all_levels, sm_group_num=sm_group_num,

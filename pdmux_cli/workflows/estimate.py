@@ -19,7 +19,7 @@ from ..catalog.model import DEFAULT_MODEL
 from ..sglang.revisions import DEFAULT_REVISION
 from ..provenance import provenance, with_provenance
 from ..util.errors import Finding, InputError, short_repr
-from .fields import Checked
+from .fields import SERVING_TERMS, Checked, option
 from .planning_inputs import (
     check_int,
     check_positive_knobs,
@@ -68,8 +68,12 @@ class EstimateRequest(Checked):
     bandwidth_efficiency: float | None = None
     mfu: float | None = None
     step_overhead_ms: float | None = None
-    per_request_overhead_ms: float | None = None
-    eager_launch_ms: float | None = None
+    per_request_overhead_ms: float | None = option(group=SERVING_TERMS, help=(
+        "Roofline model: what every step spends per request in its batch beyond the kernels, ms (default: "
+        "fitted to public SGLang serving runs, profiles/efficiency/serving.yaml)."))
+    eager_launch_ms: float | None = option(group=SERVING_TERMS, help=(
+        "Roofline model: SGLang's host time per kernel of a prefill launched outside its CUDA graph (mixed "
+        "chunks, pdmux's split prefill), ms (default: serving.yaml's fit)."))
     disable_cuda_graph: bool = False
     speculative_algorithm: str | None = None
     speculative_num_steps: int | None = None
