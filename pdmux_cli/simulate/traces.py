@@ -993,9 +993,10 @@ def _gsp_arrivals(numpy_rng: _NumpyLegacyRandom, qps: float, keep: int, duration
 def _gsp_hashes(slots: Column, prompt_tokens: Column, system_lens: list[int],
                 per_group: int) -> tuple[Ragged, int, list[Finding]]:
     """``(hash_ids, block_tokens, notes)`` of the prompts in ``slots``
-    (:func:`generated_shared_prefix_trace`'s docstring, "shared prefix"): the block a token (SGLang's radix cache, page size 1), else whole system
-    prompts (their gcd), else wider, each while the trace's blocks stay within :data:`MAX_GSP_BLOCKS`; a
-    system prompt's blocks named by its group, every question's its own."""
+    (:func:`generated_shared_prefix_trace`'s docstring, "shared prefix"): the block a token (SGLang's radix
+    cache, page size 1), else whole system prompts (their gcd), else wider, each while the trace's blocks
+    stay within :data:`MAX_GSP_BLOCKS`; a system prompt's blocks named by its group, every question's its
+    own."""
     groups = len(system_lens)
     notes: list[Finding] = []
     block = 1
