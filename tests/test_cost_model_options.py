@@ -146,7 +146,8 @@ TUNE_OWN = {"dp", "load_balance_method", "disagg"}
 @pytest.mark.parametrize("command, own", [(cli_simulate.simulate, set()), (cli_capacity.capacity, set()),
                                           (cli_simulate.tune, TUNE_OWN)])
 def test_every_declared_option_a_command_takes_is_its_declaration(command, own) -> None:
-    """An option declared on a request group's field (help, default, flag) is the command's option as is."""
+    """An option declared on a request group's field (help, default, flag) is the command's option, the
+    parameters its help names written as their flags."""
     params = inspect.signature(command).parameters
     checked = 0
     for cls in (WorkloadOptions, ServerOptions, DeploymentOptions):

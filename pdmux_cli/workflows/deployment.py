@@ -30,26 +30,26 @@ class DeploymentOptions(Checked):
     """
 
     dp: int | None = option(None, group=DEPLOYMENT, help=(
-        "Data-parallel replicas of the server behind a router, each --tp GPUs (SGLang's --dp-size, or "
-        "servers behind sgl-router). Default 1, or with --disagg as many as put every policy on its GPUs "
-        "((X+Y) x --disagg-tp / --tp)."))
+        "Data-parallel replicas of the server behind a router, each {flag.tp} GPUs (SGLang's --dp-size, or "
+        "servers behind sgl-router). Default 1, or with {flag.disagg} as many as put every policy on its "
+        "GPUs ((X+Y) x {flag.disagg_tp} / {flag.tp})."))
     load_balance_method: str | None = option(None, group=DEPLOYMENT, help=(
-        "How the router picks a replica (and, with --disagg, an instance on each side): round_robin "
+        "How the router picks a replica (and, with {flag.disagg}, an instance on each side): round_robin "
         "(SGLang's default) or total_requests (the fewest outstanding requests), SGLang's names."))
     disagg: str | None = option(None, group=DEPLOYMENT, help=(
-        "Add PD disaggregation: XPYD prefill and decode instances (1P1D, 2P6D), each --tp GPUs; "
-        "prefill-first on the prefill instances, the KV cache moved over --kv-link, decode on the decode "
-        "instances."))
+        "Add PD disaggregation: XPYD prefill and decode instances (1P1D, 2P6D), each {flag.tp} GPUs; "
+        "prefill-first on the prefill instances, the KV cache moved over {flag.kv_link}, decode on the "
+        "decode instances."))
     disagg_tp: int | None = option(None, group=DEPLOYMENT, help=(
-        "--disagg: each instance's TP (default --tp), e.g. --tp 2 --dp 1 --disagg 1P1D --disagg-tp 1 puts "
-        "every policy on 2 GPUs."))
+        "{flag.disagg}: each instance's TP (default {flag.tp}), e.g. {flag.tp} 2 {flag.dp} 1 {flag.disagg} "
+        "1P1D {flag.disagg_tp} 1 puts every policy on 2 GPUs."))
     kv_link: str = option("auto", group=DEPLOYMENT, help=(
-        "--disagg: the link each GPU's share of a KV cache crosses: auto (the GPU's NVLink or PCIe when all "
-        "GPUs fit one node of 8, else RDMA 400 Gb/s per GPU), nvlink, pcie or rdma."))
+        "{flag.disagg}: the link each GPU's share of a KV cache crosses: auto (the GPU's NVLink or PCIe "
+        "when all GPUs fit one node of 8, else RDMA 400 Gb/s per GPU), nvlink, pcie or rdma."))
     kv_link_gb_s: float | None = option(None, group=DEPLOYMENT, help=(
-        "--disagg: the KV link's bandwidth, GB/s per GPU and direction (overrides --kv-link's)."))
+        "{flag.disagg}: the KV link's bandwidth, GB/s per GPU and direction (overrides {flag.kv_link}'s)."))
     kv_link_latency_us: float | None = option(None, group=DEPLOYMENT, help=(
-        "--disagg: the KV link's latency per transfer, us (overrides --kv-link's)."))
+        "{flag.disagg}: the KV link's latency per transfer, us (overrides {flag.kv_link}'s)."))
 
 
 @dataclass(frozen=True)
