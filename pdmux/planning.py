@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pdmux_cli.catalog.model import DEFAULT_MODEL
+from pdmux_cli.sglang.revisions import DEFAULT_REVISION
 from pdmux_cli.workflows.check_config import CheckConfigRequest
 from pdmux_cli.workflows.estimate import EstimateRequest
 from pdmux_cli.workflows.gen_config import GenConfigRequest
@@ -42,7 +44,7 @@ def splits(
     all_gpus: bool = False,
     decode_bs: Sequence[int] | str = (1, 6, 12, 18, 24, 30, 36, 64),
     prompt_tokens: Sequence[int] | str = (512, 8192, 32768, 131072),
-    model: str = "qwen3-8b",
+    model: str = DEFAULT_MODEL,
     sm_group_num: int | None = None,
     decode_bs_divisor: int | None = None,
     token_budget: int | None = None,
@@ -98,7 +100,7 @@ def splits(
 @api_function
 def estimate(
     *,
-    model: str = "qwen3-8b",
+    model: str = DEFAULT_MODEL,
     gpu: str | None = None,
     decode_bs: int = 32,
     context: int = 2048,
@@ -137,7 +139,7 @@ def estimate(
     kv_link_latency_us: float | None = None,
     disagg_tp: int | None = None,
     plot: str | Path | None = None,
-    sglang: str = "0.5.23",
+    sglang: str = DEFAULT_REVISION,
 ) -> EstimateResult:
     """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing
     (and PD disaggregation with ``disagg``) in one scenario (``pdmux estimate``).
@@ -257,9 +259,9 @@ def gen_config(
     step_overhead_ms: float | None = None,
     per_request_overhead_ms: float | None = None,
     max_running_requests: int | None = None,
-    model: str = "qwen3-8b",
+    model: str = DEFAULT_MODEL,
     tp: int = 1,
-    sglang: str = "0.5.23",
+    sglang: str = DEFAULT_REVISION,
     speculative_algorithm: str | None = None,
     speculative_draft_model_path: str | Path | None = None,
 ) -> GenConfigResult:
@@ -342,7 +344,7 @@ def check_config(
     cc: str | None = None,
     sm_group_num: int | None = None,
     model: str | None = None,
-    sglang: str = "0.5.23",
+    sglang: str = DEFAULT_REVISION,
     speculative_algorithm: str | None = None,
     speculative_draft_model_path: str | Path | None = None,
 ) -> CheckConfigResult:

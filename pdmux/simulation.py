@@ -25,6 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pdmux_cli.catalog.model import DEFAULT_MODEL
+from pdmux_cli.sglang.revisions import DEFAULT_REVISION
+from pdmux_cli.sglang.server_defaults import MAX_PREFILL_TOKENS
 from ._calls import api_function, check_progress
 from pdmux_cli.workflows.accuracy import AccuracyRequest
 from pdmux_cli.workflows.calibrate import (
@@ -79,7 +82,7 @@ def simulate(
     gsp_output_len: int = 256,
     gsp_range_ratio: float = 1.0,
     gsp_ordered: bool = False,
-    model: str = "qwen3-8b",
+    model: str = DEFAULT_MODEL,
     gpu: str | None = None,
     policies: str | Sequence[str] = "pdmux,chunked,mixed-chunk",
     chunk_sizes: str | Sequence[int] | None = None,
@@ -107,7 +110,7 @@ def simulate(
     kv_cache_dtype: str | None = None,
     flops_dtype: str | None = None,
     mem_fraction_static: float | None = None,
-    max_prefill_tokens: int = 16384,
+    max_prefill_tokens: int = MAX_PREFILL_TOKENS,
     max_running_requests: int | None = None,
     cuda_graph_max_bs: int | None = None,
     ignore_eos: bool = False,
@@ -138,7 +141,7 @@ def simulate(
     max_steps: int | None = None,
     csv: PathLike | None = None,
     plot: PathLike | None = None,
-    sglang: str = "0.5.23",
+    sglang: str = DEFAULT_REVISION,
     step_by_step: bool = False,
     progress: ProgressFactory | None = None,
 ) -> SimulateResult:
@@ -177,7 +180,7 @@ def capacity(
     gsp_output_len: int = 256,
     gsp_range_ratio: float = 1.0,
     gsp_ordered: bool = False,
-    model: str = "qwen3-8b",
+    model: str = DEFAULT_MODEL,
     gpu: str | None = None,
     policies: str | Sequence[str] = "pdmux,chunked,mixed-chunk",
     chunk_sizes: str | Sequence[int] | None = None,
@@ -201,7 +204,7 @@ def capacity(
     kv_bytes: float | None = None,
     kv_cache_dtype: str | None = None,
     mem_fraction_static: float | None = None,
-    max_prefill_tokens: int = 16384,
+    max_prefill_tokens: int = MAX_PREFILL_TOKENS,
     ignore_eos: bool = False,
     no_prefix_cache: bool = False,
     disable_cuda_graph: bool = False,
@@ -224,7 +227,7 @@ def capacity(
     kv_link_gb_s: float | None = None,
     kv_link_latency_us: float | None = None,
     plot: PathLike | None = None,
-    sglang: str = "0.5.23",
+    sglang: str = DEFAULT_REVISION,
     progress: ProgressFactory | None = None,
 ) -> CapacityOutcome:
     """The highest request rate (requests/s over all of a policy's GPUs, and per GPU) each policy sustains
@@ -247,7 +250,7 @@ def tune(
     *,
     slo_ttft: float,
     slo_itl: float,
-    model: str = "qwen3-8b",
+    model: str = DEFAULT_MODEL,
     gpu: str | None = None,
     trace_format: str | None = None,
     qps: float | None = None,
@@ -271,7 +274,7 @@ def tune(
     admission_interval_ms: float | None = None,
     calibration: PathLike | None = None,
     mem_fraction_static: float | None = None,
-    max_prefill_tokens: int = 16384,
+    max_prefill_tokens: int = MAX_PREFILL_TOKENS,
     kv_bytes: float | None = None,
     kv_cache_dtype: str | None = None,
     ignore_eos: bool = False,
@@ -291,7 +294,7 @@ def tune(
     dp: int | None = None,
     load_balance_method: str | None = None,
     output: PathLike | None = None,
-    sglang: str = "0.5.23",
+    sglang: str = DEFAULT_REVISION,
     progress: ProgressFactory | None = None,
 ) -> TuneOutcome:
     """Search pdmux YAML knobs (sm_group_num, decode_bs_divisor or fixed splits, SLO levels, the token

@@ -34,6 +34,13 @@ def flag(param: str) -> str:
     return FLAGS.get(param) or "--" + param.replace("_", "-")
 
 
+def flags_in(text: str) -> str:
+    """``text`` with each ``{flag.NAME}`` as the flag of parameter NAME (:func:`flag`): the help of an option
+    declared on its request field (:func:`pdmux_cli.workflows.fields.option`), which names other parameters
+    by their Python names, as errors do."""
+    return text.format(flag=_FlagNames())
+
+
 def error_text(exc: PdmuxError) -> str:
     """``exc``'s message as the CLI prints it: each parameter named by its flag."""
     return exc.text(flag)

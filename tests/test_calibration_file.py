@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from pdmux_cli.costmodel.options import CostModelOptions
 from pdmux_cli.costmodel.calibration_file import (
     FORMAT,
     CalibratedThroughput,
@@ -360,7 +361,8 @@ def test_estimate_with_an_incomplete_run_uses_the_ceilings_and_says_so(tmp_path)
                                        "0",
                                             "--json"]).stdout)
     assert any("interpolated, not measured" in n for n in d["notes"])
-    flat = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(per_request_overhead_ms=0),
+    flat = estimate(find_gpu("h100"), load_model("qwen3-8b"),
+                    Scenario(cost=CostModelOptions(per_request_overhead_ms=0)),
                     calibration=make_calibration(bandwidth_curve=((8, 0.6e12), (16, 1.2e12), (132, 1.2e12)),
                                                  flops_curve=((8, 40e12), (16, 80e12), (132, 80e12)),
                                                  s_sat_sms=16))
@@ -402,7 +404,7 @@ def test_bandwidth_full_at_16_sms_gives_full_gpu_itl() -> None:
         bandwidth_curve=((8, 0.5 * H100_BW), (16, H100_BW), (132, H100_BW)),
         flops_curve=((8, H100_FLOPS * 8 / 132), (132, H100_FLOPS)), corun=(),
     )
-    result = estimate(gpu, model, Scenario(cost_model="chapter"), calibration=cal)
+    result = estimate(gpu, model, Scenario(cost=CostModelOptions(cost_model="chapter")), calibration=cal)
     pdmux, decode_only = _pdmux_and_decode_only(result)
     assert pdmux.decode_sms is not None and pdmux.decode_sms >= 16
     assert pdmux.itl_ms == pytest.approx(decode_only.itl_ms, rel=1e-12)
@@ -410,7 +412,7 @@ def test_bandwidth_full_at_16_sms_gives_full_gpu_itl() -> None:
     assert "calibrated" in pdmux.label
     # the roofline model takes the curve's shape: decode alone on 52 SMs as fast as on the whole GPU;
     # its ITL adds the CPU work of a pdmux round (the overlap scheduler hides it for decode-only)
-    result = estimate(gpu, model, Scenario(per_request_overhead_ms=0), calibration=cal)
+    result = estimate(gpu, model, Scenario(cost=CostModelOptions(per_request_overhead_ms=0)), calibration=cal)
     pdmux, decode_only = _pdmux_and_decode_only(result)
     assert pdmux.decode_alone_ms == pytest.approx(decode_only.itl_ms, rel=1e-12)
     assert pdmux.itl_ms == pytest.approx(decode_only.itl_ms + result.cpu_step_ms, rel=1e-12)
@@ -421,11 +423,12 @@ def test_late_saturation_makes_pdmux_itl_worse() -> None:
     gpu, model = find_gpu("h100"), load_model("qwen3-8b")
     cal = make_calibration(bandwidth_curve=((8, H100_BW * 8 / 132), (132, H100_BW)),
                            flops_curve=((8, H100_FLOPS * 8 / 132), (132, H100_FLOPS)), corun=())
-    chapter = Scenario(cost_model="chapter")
+    chapter = Scenario(cost=CostModelOptions(cost_model="chapter"))
     pdmux, decode_only = _pdmux_and_decode_only(estimate(gpu, model, chapter, calibration=cal))
     assert pdmux.itl_ms == pytest.approx(decode_only.itl_ms * 132 / pdmux.decode_sms, rel=1e-9)
     # roofline: the memory-bound parts of the step scale by 132/52, the fixed kernel latencies do not
-    pdmux, decode_only = _pdmux_and_decode_only(estimate(gpu, model, Scenario(per_request_overhead_ms=0),
+    pdmux, decode_only = _pdmux_and_decode_only(estimate(gpu, model,
+                                                         Scenario(cost=CostModelOptions(per_request_overhead_ms=0)),
                                                          calibration=cal))
     ratio = pdmux.decode_alone_ms / decode_only.itl_ms
     assert 0.85 * 132 / 52 < ratio < 132 / 52
@@ -435,7 +438,7 @@ def test_corun_factor_slows_decode() -> None:
     gpu, model = find_gpu("h100"), load_model("qwen3-8b")
     base = {"bandwidth_curve": ((16, H100_BW), (132, H100_BW)),
             "flops_curve": ((8, H100_FLOPS * 8 / 132), (132, H100_FLOPS))}
-    for scenario in (Scenario(cost_model="chapter"), Scenario()):
+    for scenario in (Scenario(cost=CostModelOptions(cost_model="chapter")), Scenario()):
         clean = estimate(gpu, model, scenario, calibration=make_calibration(corun=(), **base))
         slowed = estimate(gpu, model, scenario,
                           calibration=make_calibration(corun=((80, 52, 0.5, 1.0),), **base))

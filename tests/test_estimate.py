@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from pdmux_cli.costmodel.options import CostModelOptions
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
 from pdmux_cli.cli.render import itl_text, ms
@@ -13,7 +14,7 @@ from pdmux_cli.messages import render, render_all
 from pdmux_cli.planning.estimate import Scenario, default_s_sat_values, estimate
 from pdmux_cli.util.errors import InputError
 
-CHAPTER = Scenario(cost_model="chapter")
+CHAPTER = Scenario(cost=CostModelOptions(cost_model="chapter"))
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,7 @@ def test_all_levels_tradeoff(chapter) -> None:
 
 
 def test_explicit_level() -> None:
-    est = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(cost_model="chapter", level=(96, 36)))
+    est = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(cost=CHAPTER.cost, level=(96, 36)))
     pd = [r for r in est.rows if r.policy == "pdmux"]
     assert {(r.prefill_sms, r.decode_sms) for r in pd} == {(96, 36)}
     assert pd[0].prefill_ms == pytest.approx(290.772 * 132 / 96, rel=1e-4)
@@ -123,10 +124,11 @@ def test_bad_scenarios() -> None:
     gpu, m = find_gpu("h100"), load_model("qwen3-8b")
     for bad in (Scenario(decode_bs=0), Scenario(context_tokens=-1), Scenario(prompt_tokens=0),
                 Scenario(chunk_sizes=(0,)), Scenario(mixed_chunk_sizes=(0,)), Scenario(s_sat_values=(0.0,)),
-                Scenario(mfu=1.5), Scenario(bandwidth_efficiency=0), Scenario(weight_bytes_per_param=-1),
-                Scenario(kv_bytes_per_element=0), Scenario(cost_model="magic"),
-                Scenario(mfu=0.6),  # a chapter knob: the roofline model refuses it
-                Scenario(cost_model="chapter", step_overhead_ms=1.0)):
+                Scenario(cost=CostModelOptions(mfu=1.5)),
+                Scenario(cost=CostModelOptions(bandwidth_efficiency=0)), Scenario(weight_bytes_per_param=-1),
+                Scenario(kv_bytes_per_element=0), Scenario(cost=CostModelOptions(cost_model="magic")),
+                Scenario(cost=CostModelOptions(mfu=0.6)),  # a chapter knob: the roofline model refuses it
+                Scenario(cost=CostModelOptions(cost_model="chapter", step_overhead_ms=1.0))):
         with pytest.raises(InputError):
             estimate(gpu, m, bad)
     with pytest.raises(InputError, match="SM count"):

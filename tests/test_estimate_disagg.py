@@ -10,6 +10,7 @@ import pytest
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
+from pdmux_cli.costmodel.options import CostModelOptions
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
 from pdmux_cli.cli import app
@@ -36,8 +37,8 @@ def _rows(est):
 def test_infinitely_fast_link_is_the_whole_gpu_prefill_and_the_undisturbed_decode_step() -> None:
     for cost_model in ("roofline", "chapter"):
         est = estimate(find_gpu("h100"), load_model("qwen3-8b"),
-                       Scenario(cost_model=cost_model, disagg=(1, 1), kv_link_gb_s=1e12,
-                                kv_link_latency_us=0))
+                       Scenario(cost=CostModelOptions(cost_model=cost_model), disagg=(1, 1),
+                                kv_link_gb_s=1e12, kv_link_latency_us=0))
         rows = _rows(est)
         dis = rows["disagg"]
         assert dis.prefill_ms == pytest.approx(rows["prefill-first"].prefill_ms, rel=1e-5)
@@ -96,8 +97,8 @@ def test_link_auto_on_a_pcie_gpu_and_kinds_asked() -> None:
 
 def test_chapter_table_unchanged_with_a_disagg_row_added() -> None:
     gpu, m = find_gpu("h100"), load_model("qwen3-8b")
-    plain = estimate(gpu, m, Scenario(cost_model="chapter"))
-    with_row = estimate(gpu, m, Scenario(cost_model="chapter", disagg=(1, 1)))
+    plain = estimate(gpu, m, Scenario(cost=CostModelOptions(cost_model="chapter")))
+    with_row = estimate(gpu, m, Scenario(cost=CostModelOptions(cost_model="chapter"), disagg=(1, 1)))
     assert [r.label for r in plain.rows] + ["disagg 1P1D"] == [r.label for r in with_row.rows]
     assert [(r.itl_ms, r.prefill_ms) for r in plain.rows] == [
         (r.itl_ms, r.prefill_ms) for r in with_row.rows[:-1]

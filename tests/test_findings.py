@@ -17,6 +17,7 @@ from policy_rows import policy_fields
 
 import pdmux
 
+from pdmux_cli.costmodel.options import CostModelOptions
 from pdmux_cli import messages
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
@@ -88,7 +89,8 @@ def test_estimate_source_names_no_s_sat_when_each_row_has_its_own() -> None:
     assert "S_SAT=" not in est.throughput_source and est.throughput_source.endswith(" (S_SAT per PD-mux row)")
     one = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario())
     assert "S_SAT=88 of 132 SMs" in one.throughput_source
-    chapter = estimate(find_gpu("h100"), load_model("qwen3-8b"), Scenario(cost_model="chapter"))
+    chapter = estimate(find_gpu("h100"), load_model("qwen3-8b"),
+                       Scenario(cost=CostModelOptions(cost_model="chapter")))
     assert chapter.throughput_source == "chapter (bandwidth x0.85, MFU 0.5) (S_SAT per PD-mux row)"
 
 

@@ -284,7 +284,7 @@ _CONVERTED = [CORE / "workflows" / name
 _CONVERTED += [CORE / "simulate" / "tune.py", CORE / "workflows" / "tune.py",
                CORE / "workflows" / "pdmux_yaml.py", CORE / "planning" / "slo_levels.py"]
 #: SGLang's own arguments (a sentence about SGLang quotes them) and a quoted pdmux command line for the shell.
-_SGLANG_FLAGS = {"--tp-size", "--enable-pdmux"}
+_SGLANG_FLAGS = {"--tp-size", "--enable-pdmux", "--disable-radix-cache"}
 _QUOTED_PDMUX_COMMAND = re.compile(r"'pdmux [a-z][a-z-]*( [^']*)?'")
 
 

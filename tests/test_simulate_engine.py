@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pdmux_cli.costmodel.options import CostModelOptions
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
 from pdmux_cli.costmodel import chapter as cost
@@ -125,7 +126,8 @@ def test_chunked_matches_the_estimates_chunked_row() -> None:
     """One chunked prefill of the scenario (no other traffic): the estimate's stall equals the
     simulation's."""
     trace, running = _stall_trace()
-    est = estimate(H100, QWEN, Scenario(chunk_sizes=(2048,), mixed_chunk_sizes=(), per_request_overhead_ms=0))
+    est = estimate(H100, QWEN, Scenario(cost=CostModelOptions(per_request_overhead_ms=0), chunk_sizes=(2048,),
+                                        mixed_chunk_sizes=()))
     row = next(r for r in est.rows if r.policy == "chunked")
     r = simulate(trace, SETUP, ChunkedPolicy(2048), initial_decode=running)
     assert r.first_token_s[0] * 1e3 == pytest.approx(row.prefill_ms, rel=1e-9)
@@ -144,7 +146,8 @@ def test_prefill_decode_interval_lets_decode_run_between_chunks() -> None:
 
 
 def test_chapter_scenario_matches_the_estimate() -> None:
-    est = {row.label: row for row in estimate(H100, QWEN, Scenario(cost_model="chapter")).rows}
+    chapter = Scenario(cost=CostModelOptions(cost_model="chapter"))
+    est = {row.label: row for row in estimate(H100, QWEN, chapter).rows}
     chunk512 = run_scenario(CHAPTER, MixedChunkPolicy(512))
     first = run_scenario(CHAPTER, PrefillFirstPolicy())
     mux = run_scenario(CHAPTER, PdmuxPolicy())

@@ -499,6 +499,7 @@ def predict(plan: ReplayPlan, gpu: Any, calibration: Any = None) -> Predictions:
     A level the estimate refuses (not a split of all the SMs: a ``--levels`` pair) gets no prediction and a
     note. Raises :class:`InputError` where the estimate does for the scenario itself.
     """
+    from ..costmodel.options import CostModelOptions
     from ..planning.estimate import Scenario, estimate
 
     model = plan.model
@@ -506,10 +507,10 @@ def predict(plan: ReplayPlan, gpu: Any, calibration: Any = None) -> Predictions:
         "decode_bs": plan.decode_bs, "context_tokens": plan.context_tokens,
         "prompt_tokens": plan.prompt_tokens, "chunk_sizes": (), "mixed_chunk_sizes": (),
         "sm_group_num": plan.sm_group_num, "decode_bs_divisor": plan.decode_bs_divisor,
-        "split_forward_token_budget": plan.token_budget, "flops_dtype": "bf16",
+        "split_forward_token_budget": plan.token_budget,
         "weight_bytes_per_param": None if model.weight_dtype == "bf16" else float(BF16_BYTES),
         # the replay runs the model's layers in SGLang's loop, not SGLang's scheduler: no per-request time
-        "per_request_overhead_ms": 0.0,
+        "cost": CostModelOptions(flops_dtype="bf16", per_request_overhead_ms=0.0),
     }
     base = estimate(gpu, model, Scenario(**common), calibration=calibration)
     rows = {r.policy: r for r in base.rows}

@@ -61,6 +61,9 @@ MXFP4_BYTES_PER_PARAM = 4.25 / 8
 
 #: ``Gemma3TextConfig`` defaults (huggingface/transformers ``configuration_gemma3.py``): Gemma-3
 #: ``config.json`` files omit these keys (model-specs.md, "Checks and disagreements").
+#: The model every command and API function plans for when none is named (the PD-multiplexing chapter's).
+DEFAULT_MODEL = "qwen3-8b"
+
 GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
     "vocab_size": 262208,
     "hidden_size": 2304,

@@ -13,68 +13,31 @@ from typing import Any
 import typer
 
 from ..util.errors import InputError
+from ..workflows.deployment import DeploymentOptions
+from ..workflows.fields import DEPLOYMENT, GENERATED_SHARED_PREFIX, SERVING_TERMS, SPECULATIVE
+from ..workflows.server import ServerOptions
+from ..workflows.workload import WorkloadOptions
 from .app import app
 from .common import console, print_json, print_note, sglang_option
 from .options import (
-    ADMISSION_DELAY_OPTION,
-    ADMISSION_INTERVAL_OPTION,
     CALIBRATION_HELP,
     CAPACITY_PLOT_OPTION,
     CAPACITY_POLICIES_OPTION,
-    COST_MODEL_OPTION,
-    DATASET_NAME_OPTION,
-    DISAGG_OPTION,
-    DISAGG_TP_OPTION,
-    DP_OPTION,
-    DURATION_OPTION,
     EXECUTOR_OPTION,
-    FIRST_TOKEN_DELAY_OPTION,
-    FORMAT_OPTION,
-    GPU_OPTION,
-    GSP_NUM_GROUPS_OPTION,
-    GSP_ORDERED_OPTION,
-    GSP_OUTPUT_LEN_OPTION,
-    GSP_PROMPTS_PER_GROUP_OPTION,
-    GSP_QUESTION_LEN_OPTION,
-    GSP_RANGE_RATIO_OPTION,
-    GSP_SYSTEM_PROMPT_LEN_OPTION,
     JSON_OPTION,
-    KV_BYTES_OPTION,
-    KV_CACHE_DTYPE_OPTION,
-    KV_LINK_GB_S_OPTION,
-    KV_LINK_LATENCY_OPTION,
-    KV_LINK_OPTION,
-    LOAD_BALANCE_OPTION,
-    MAX_PREFILL_TOKENS_OPTION,
-    MAX_REQUESTS_OPTION,
     MAX_STEPS_OPTION,
     MIXED_CHUNK_SIZES_OPTION,
-    MODEL_OPTION,
-    NO_PREFIX_CACHE_OPTION,
-    DISABLE_CUDA_GRAPH_OPTION,
-    SPECULATIVE_ACCEPT_LENGTH_OPTION,
-    SPECULATIVE_ALGORITHM_OPTION,
-    SPECULATIVE_DRAFT_MODEL_PATH_OPTION,
-    SPECULATIVE_EAGLE_TOPK_OPTION,
-    SPECULATIVE_NUM_DRAFT_TOKENS_OPTION,
-    SPECULATIVE_NUM_STEPS_OPTION,
-    OUTPUT_TOKENS_OPTION,
-    EAGER_LAUNCH_OPTION,
-    PER_REQUEST_OVERHEAD_OPTION,
     PREFILL_DECODE_INTERVAL_OPTION,
-    PROMPT_TOKENS_OPTION,
     RAY_ADDRESS_OPTION,
-    S_SAT_OPTION,
-    SEED_OPTION,
     SLO_ITL_DEFAULT_OPTION,
     SLO_TTFT_DEFAULT_OPTION,
-    SYNTHETIC_OPTION,
-    TP_OPTION,
     TRACE_ARGUMENT,
     TRACE_OPTION,
     WORKERS_OPTION,
     progress_factory,
+    declared,
     request_of,
+    with_group,
     show_progress,
 )
 
@@ -165,28 +128,24 @@ def _per_gpu_text(p: Any) -> str:
 
 
 @app.command()
+@with_group(ServerOptions, SERVING_TERMS, after="step_overhead_ms")
+@with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
+@with_group(WorkloadOptions, GENERATED_SHARED_PREFIX, after="output_tokens")
+@with_group(DeploymentOptions, DEPLOYMENT, after="tp")
 def capacity(
     trace: Path | None = TRACE_ARGUMENT,
     trace_option: Path | None = TRACE_OPTION,
-    synthetic: bool = SYNTHETIC_OPTION,
-    trace_format: str | None = FORMAT_OPTION,
+    synthetic: bool = declared(WorkloadOptions, "synthetic"),
+    trace_format: str | None = declared(WorkloadOptions, "trace_format"),
     qps: float | None = typer.Option(None, "--qps", help=(
         "Synthetic: the rate the arrivals are drawn at (the search scales it).")),
-    max_requests: int | None = MAX_REQUESTS_OPTION,
-    duration: float | None = DURATION_OPTION,
-    seed: int = SEED_OPTION,
-    prompt_tokens: str = PROMPT_TOKENS_OPTION,
-    output_tokens: str = OUTPUT_TOKENS_OPTION,
-    dataset_name: str | None = DATASET_NAME_OPTION,
-    gsp_num_groups: int = GSP_NUM_GROUPS_OPTION,
-    gsp_prompts_per_group: int = GSP_PROMPTS_PER_GROUP_OPTION,
-    gsp_system_prompt_len: int = GSP_SYSTEM_PROMPT_LEN_OPTION,
-    gsp_question_len: int = GSP_QUESTION_LEN_OPTION,
-    gsp_output_len: int = GSP_OUTPUT_LEN_OPTION,
-    gsp_range_ratio: float = GSP_RANGE_RATIO_OPTION,
-    gsp_ordered: bool = GSP_ORDERED_OPTION,
-    model: str = MODEL_OPTION,
-    gpu: str | None = GPU_OPTION,
+    max_requests: int | None = declared(WorkloadOptions, "max_requests"),
+    duration: float | None = declared(WorkloadOptions, "duration"),
+    seed: int = declared(WorkloadOptions, "seed"),
+    prompt_tokens: str = declared(WorkloadOptions, "prompt_tokens"),
+    output_tokens: str = declared(WorkloadOptions, "output_tokens"),
+    model: str = declared(ServerOptions, "model"),
+    gpu: str | None = declared(ServerOptions, "gpu"),
     policies: str = CAPACITY_POLICIES_OPTION,
     chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help=(
         "Chunk sizes of 'chunked' (default: SGLang's default for the GPU).")),
@@ -203,46 +162,29 @@ def capacity(
     target: float = typer.Option(0.99, "--target", help="Share of requests that must meet the SLO."),
     tolerance: float = typer.Option(0.02, "--tolerance",
                                     help="Relative precision of the rate found (0.0001 to below 1)."),
-    cost_model: str = COST_MODEL_OPTION,
-    s_sat: float | None = S_SAT_OPTION,
+    cost_model: str = declared(ServerOptions, "cost_model"),
+    s_sat: float | None = declared(ServerOptions, "s_sat"),
     calibration: Path | None = typer.Option(None, "--calibration", help=CALIBRATION_HELP),
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help=(
         "Roofline model: the engine's CPU time per step, ms (0 = kernels only).")),
-    per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
-    eager_launch_ms: float | None = EAGER_LAUNCH_OPTION,
-    admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
-    first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
-    admission_interval_ms: float | None = ADMISSION_INTERVAL_OPTION,
-    kv_bytes: float | None = KV_BYTES_OPTION,
-    kv_cache_dtype: str | None = KV_CACHE_DTYPE_OPTION,
+    kv_bytes: float | None = declared(ServerOptions, "kv_bytes"),
+    kv_cache_dtype: str | None = declared(ServerOptions, "kv_cache_dtype"),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help=(
         "SGLang's flag (default: SGLang's own, per policy).")),
-    max_prefill_tokens: int = MAX_PREFILL_TOKENS_OPTION,
+    max_prefill_tokens: int = declared(ServerOptions, "max_prefill_tokens"),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help=(
         "Requests run to their max_new_tokens (benchmark traffic).")),
-    no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
-    disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
-    speculative_algorithm: str | None = SPECULATIVE_ALGORITHM_OPTION,
-    speculative_num_steps: int | None = SPECULATIVE_NUM_STEPS_OPTION,
-    speculative_eagle_topk: int | None = SPECULATIVE_EAGLE_TOPK_OPTION,
-    speculative_num_draft_tokens: int | None = SPECULATIVE_NUM_DRAFT_TOKENS_OPTION,
-    speculative_draft_model_path: Path | None = SPECULATIVE_DRAFT_MODEL_PATH_OPTION,
-    speculative_accept_length: float | None = SPECULATIVE_ACCEPT_LENGTH_OPTION,
+    no_prefix_cache: bool = declared(ServerOptions, "no_prefix_cache"),
+    disable_cuda_graph: bool = declared(ServerOptions, "disable_cuda_graph"),
     workers: int | None = WORKERS_OPTION,
     executor: str = EXECUTOR_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,
     max_steps: int | None = MAX_STEPS_OPTION,
-    tp: int = TP_OPTION,
-    dp: int | None = DP_OPTION,
-    load_balance_method: str | None = LOAD_BALANCE_OPTION,
-    disagg: str | None = DISAGG_OPTION,
-    disagg_tp: int | None = DISAGG_TP_OPTION,
-    kv_link: str = KV_LINK_OPTION,
-    kv_link_gb_s: float | None = KV_LINK_GB_S_OPTION,
-    kv_link_latency_us: float | None = KV_LINK_LATENCY_OPTION,
+    tp: int = declared(ServerOptions, "tp"),
     as_json: bool = JSON_OPTION,
     plot: Path | None = CAPACITY_PLOT_OPTION,
     sglang: str = sglang_option(),
+    **groups: Any,
 ) -> None:
     """The highest request rate each policy sustains within the SLO, and whether to turn pdmux on.
 
@@ -254,7 +196,8 @@ def capacity(
 
     if trace is not None and trace_option is not None:
         raise InputError("give the trace once: as the TRACE argument or as --trace, not both")
-    request = request_of(CapacityRequest, locals(), trace=trace if trace is not None else trace_option,
+    request = request_of(CapacityRequest, {**locals(), **groups},
+                         trace=trace if trace is not None else trace_option,
                          config=tuple(config) if config is not None else None)
     outcome = run(request, progress_factory(show_progress(as_json)))
     if as_json:

@@ -15,6 +15,7 @@ from typing import Any
 
 from typer.core import TyperGroup
 
+from ..sglang.revisions import DEFAULT_REVISION
 from ..util.errors import Finding, InputError, PdmuxError, printable, short_repr
 from ..util.signals import Terminated, handling_signals, interrupted, raised_stop
 from ..workflows.files import gpu_file, model_file  # noqa: F401 (the commands' inputs, from here too)
@@ -395,7 +396,7 @@ def sglang_option():
     """The ``--sglang`` typer option (default 0.5.23)."""
     import typer
 
-    return typer.Option("0.5.23", "--sglang", help=SGLANG_HELP)
+    return typer.Option(DEFAULT_REVISION, "--sglang", help=SGLANG_HELP)
 
 
 def warn_line(message: str) -> None:

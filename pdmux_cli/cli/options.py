@@ -1,5 +1,7 @@
-"""What simulate, tune and capacity share: their typer option declarations (one place for their flags and
-help), the request built from a command's parameters, JSON output, and the progress bar.
+"""What simulate, tune and capacity share: their typer options (an option declared on its request field,
+:func:`pdmux_cli.workflows.fields.option`, built from there: :func:`declared`, and a shared group's:
+:func:`with_group`; the few worded here once for the commands that share them), the request built from a
+command's parameters, JSON output, and the progress bar.
 
 typer reads the options as metadata: a command names one as a parameter's default. Each spelt once; where
 two commands word an option differently, both spellings are here, named for the command. Kept light
@@ -8,122 +10,33 @@ two commands word an option differently, both spellings are here, named for the 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
+import typing
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
 import typer
 
-from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
 from ..workflows.policies import DEFAULT_POLICIES
 from .common import console, output_file, output_path, progress_bar
 
-GPU_HELP = "GPU profile: alias (h100, h200, a100, b200, ...), reported name, or my-gpu.yaml. Default: h100."
-MODEL_HELP = "Model profile name or path to a Hugging Face config.json."
-COST_MODEL_HELP = "roofline (fitted to measurements) or chapter (the chapter's illustrative model)."
-TP_HELP = ("Tensor parallelism: GPUs of one server the model is sharded over, as SGLang's --tp-size (1-8); "
-           "the server is simulated as one of its ranks (every rank runs the same batches), memory per GPU.")
-DP_HELP = ("Data-parallel replicas of the server behind a router, each --tp GPUs (SGLang's --dp-size, or "
-           "servers behind sgl-router). Default 1, or with --disagg as many as put every policy on its GPUs "
-           "((X+Y) x --disagg-tp / --tp).")
-LOAD_BALANCE_HELP = ("How the router picks a replica (and, with --disagg, an instance on each side): "
-                     "round_robin (SGLang's default) or total_requests (the fewest outstanding requests), "
-                     "SGLang's names.")
-DISAGG_HELP = ("Add PD disaggregation: XPYD prefill and decode instances (1P1D, 2P6D), each --tp GPUs; "
-               "prefill-first on the prefill instances, the KV cache moved over --kv-link, decode on the "
-               "decode instances.")
-KV_LINK_HELP = ("--disagg: the link each GPU's share of a KV cache crosses: auto (the GPU's NVLink or PCIe "
-                "when all GPUs fit one node of 8, else RDMA 400 Gb/s per GPU), nvlink, pcie or rdma.")
 CALIBRATION_HELP = "calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate'."
 SLO_ITL_HELP = "ITL SLO, ms (judged on each request's p99 ITL)."
-S_SAT_HELP = "SMs that reach 95% of HBM bandwidth (default: the cost model's)."
 
-# The workload: a trace file or synthetic arrivals.
+# The options declared on the request groups' fields (workflows.fields.option: help, default, flag) are built
+# from there (declared, with_group): the workload's (workflows.workload.WorkloadOptions, with bench_serving's
+# generated-shared-prefix dataset under SGLang's own flags and defaults, 0.5.23), the server's and its cost
+# model's (workflows.server.ServerOptions: the serving terms, speculative decoding) and the deployment's
+# (workflows.deployment.DeploymentOptions). What follows is worded here: the trace argument, the policies,
+# the SLOs, tune's deployment, where the simulations run, the output.
+
+# The workload: a trace file.
 TRACE_ARGUMENT = typer.Argument(None, help="Trace file: Azure CSV, Mooncake JSONL or BurstGPT CSV.")
 TRACE_OPTION = typer.Option(None, "--trace", help="The trace file, spelt as tune and gen-config --tune take "
                                                   "it.")
-SYNTHETIC_OPTION = typer.Option(False, "--synthetic", help=(
-    "Poisson arrivals at --qps instead of a trace file (--qps inf: all at once, with --max-requests)."))
-FORMAT_OPTION = typer.Option(None, "--format", help="azure, mooncake or burstgpt (default: detected).")
-MAX_REQUESTS_OPTION = typer.Option(None, "--max-requests", help="Only the first N requests.")
-DURATION_OPTION = typer.Option(None, "--duration", help="Only requests arriving in the first S seconds.")
-SEED_OPTION = typer.Option(0, "--seed", help="Seed for synthetic arrivals and lengths.")
-PROMPT_TOKENS_OPTION = typer.Option("1024", "--prompt-tokens", help=(
-    "Synthetic prompt length: N, uniform:LO:HI, exp:MEAN, lognormal:MEDIAN:SIGMA, or random:L[:RATIO] "
-    "(bench_serving's random dataset, drawn as it draws them for --seed; both lengths then)."))
-OUTPUT_TOKENS_OPTION = typer.Option("128", "--output-tokens", help="Synthetic output length (same forms).")
-# bench_serving's generated-shared-prefix dataset, with SGLang's own flags and defaults (0.5.23).
-DATASET_NAME_OPTION = typer.Option(None, "--dataset-name", help=(
-    "generated-shared-prefix: bench_serving's dataset of groups of prompts sharing a system prompt, drawn as "
-    "it draws them for --seed (order, lengths, arrivals at --qps; inf: all at once, its default) with the "
-    "--gsp-* options below, instead of --prompt-tokens/--output-tokens; the radix cache finds each group's "
-    "system prompt."))
-GSP_NUM_GROUPS_OPTION = typer.Option(64, "--gsp-num-groups", help="generated-shared-prefix: system prompts "
-                                                                  "(groups).")
-GSP_PROMPTS_PER_GROUP_OPTION = typer.Option(16, "--gsp-prompts-per-group", help=(
-    "generated-shared-prefix: prompts (requests) per group."))
-GSP_SYSTEM_PROMPT_LEN_OPTION = typer.Option(2048, "--gsp-system-prompt-len", help=(
-    "generated-shared-prefix: tokens of each system prompt."))
-GSP_QUESTION_LEN_OPTION = typer.Option(128, "--gsp-question-len", help=(
-    "generated-shared-prefix: tokens of each question (after its group's system prompt)."))
-GSP_OUTPUT_LEN_OPTION = typer.Option(256, "--gsp-output-len", help="generated-shared-prefix: output tokens.")
-GSP_RANGE_RATIO_OPTION = typer.Option(1.0, "--gsp-range-ratio", help=(
-    "generated-shared-prefix: lengths drawn from [L x RATIO, L] (1: as given)."))
-GSP_ORDERED_OPTION = typer.Option(False, "--gsp-ordered", help=(
-    "generated-shared-prefix: send the requests group by group, not shuffled."))
-
-# The server and its cost model.
-MODEL_OPTION = typer.Option("qwen3-8b", "--model", "-m", help=MODEL_HELP)
-GPU_OPTION = typer.Option(None, "--gpu", "-g", help=GPU_HELP)
-COST_MODEL_OPTION = typer.Option("roofline", "--cost-model", help=COST_MODEL_HELP)
-S_SAT_OPTION = typer.Option(None, "--s-sat", help=S_SAT_HELP)
-MFU_OPTION = typer.Option(None, "--mfu", help="Chapter model: fraction of dense FLOP/s prefill reaches "
-                                              "(0.5).")
-PER_REQUEST_OVERHEAD_OPTION = typer.Option(None, "--per-request-overhead-ms", help=(
-    "Roofline model: what every step spends per request in its batch beyond the kernels, ms, paid by every "
-    "schedule (default: fitted to public SGLang serving runs, profiles/efficiency/serving.yaml)."))
-EAGER_LAUNCH_OPTION = typer.Option(None, "--eager-launch-ms", help=(
-    "Roofline model: SGLang's host time per kernel of a prefill launched outside its CUDA graph (mixed "
-    "batches, pdmux's split prefill, DeepSeek-V3 on B200, --disable-prefill-cuda-graph), ms: such a batch "
-    "takes at least its layers' kernels times this (default: serving.yaml's fit)."))
-ADMISSION_DELAY_OPTION = typer.Option(None, "--admission-delay-ms", help=(
-    "Roofline model: from a request's arrival until SGLang's scheduler can admit it (HTTP server, tokenizer, "
-    "IPC), ms (default: serving.yaml's fit)."))
-ADMISSION_INTERVAL_OPTION = typer.Option(None, "--admission-interval-ms", help=(
-    "Roofline model: the front end's time per request (one tokenizer manager takes every request), ms: a "
-    "burst enters the scheduler one request per interval (default: serving.yaml's fit)."))
-FIRST_TOKEN_DELAY_OPTION = typer.Option(None, "--first-token-delay-ms", help=(
-    "Roofline model: from the step that makes a token until the client has it (detokenizer, streaming), ms: "
-    "adds to TTFT and end-to-end latency, not to ITL (default: serving.yaml's fit)."))
-KV_BYTES_OPTION = typer.Option(None, "--kv-bytes", help="Bytes per KV-cache element (default: by "
-                                                        "--kv-cache-dtype).")
-KV_CACHE_DTYPE_OPTION = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP)
-MAX_PREFILL_TOKENS_OPTION = typer.Option(16384, "--max-prefill-tokens", help="SGLang's --max-prefill-tokens.")
-NO_PREFIX_CACHE_OPTION = typer.Option(False, "--no-prefix-cache", help=(
-    "Turn SGLang's radix cache off (--disable-radix-cache). On by default: prompts of a trace with hash_ids "
-    "(Mooncake) reuse cached prefixes."))
-TP_OPTION = typer.Option(1, "--tp", help=TP_HELP)
-DISABLE_CUDA_GRAPH_OPTION = typer.Option(False, "--disable-cuda-graph", help=(
-    "SGLang's flag: no CUDA graphs, decode and prefill launched kernel by kernel (a step takes at least its "
-    "kernels' host launch time; the graphs' memory reserve is not taken)."))
-
-# Speculative decoding (SGLang's flags; the acceptance length is pdmux's).
-SPECULATIVE_ALGORITHM_OPTION = typer.Option(None, "--speculative-algorithm", help=(
-    "SGLang's flag: EAGLE, EAGLE3, NEXTN (MTP) or STANDALONE speculative decoding on every policy; needs "
-    "--speculative-accept-length."))
-SPECULATIVE_NUM_STEPS_OPTION = typer.Option(None, "--speculative-num-steps", help=(
-    "SGLang's flag: draft depth (default: SGLang's choice by model, 3 or 5; with it give "
-    "--speculative-eagle-topk)."))
-SPECULATIVE_EAGLE_TOPK_OPTION = typer.Option(None, "--speculative-eagle-topk", help=(
-    "SGLang's flag: branches a draft step keeps (1: a chain)."))
-SPECULATIVE_NUM_DRAFT_TOKENS_OPTION = typer.Option(None, "--speculative-num-draft-tokens", help=(
-    "SGLang's flag: tokens verified per request and round (topk 1: num-steps + 1, as SGLang sets it)."))
-SPECULATIVE_DRAFT_MODEL_PATH_OPTION = typer.Option(None, "--speculative-draft-model-path", help=(
-    "The draft's Hugging Face config.json (default: one decoder layer of the target, EAGLE's and MTP's usual "
-    "draft; STANDALONE needs one)."))
-SPECULATIVE_ACCEPT_LENGTH_OPTION = typer.Option(None, "--speculative-accept-length", help=(
-    "Mean tokens a request gets per verify round, bonus token included (SGLang's log: 'accept len'; pdmux "
-    "calibrate --sglang-log reads it). 1 to num-steps + 1."))
 
 # The policies.
 MIXED_CHUNK_SIZES_OPTION = typer.Option("512", "--mixed-chunk-sizes", help="Chunk sizes of 'mixed-chunk'.")
@@ -133,24 +46,13 @@ PREFILL_DECODE_INTERVAL_OPTION = typer.Option(0, "--prefill-decode-interval", he
 SLO_TTFT_DEFAULT_OPTION = typer.Option(1000.0, "--slo-ttft", help="TTFT SLO, ms.")
 SLO_ITL_DEFAULT_OPTION = typer.Option(60.0, "--slo-itl", help=SLO_ITL_HELP)
 
-# More than one server.
-DP_OPTION = typer.Option(None, "--dp", help=DP_HELP)
+# More than one server: tune words --dp and --load-balance-method for its search.
 TUNE_DP_OPTION = typer.Option(None, "--dp", help=(
     "Data-parallel replicas of the server behind a router, each --tp GPUs (SGLang's --dp-size, or servers "
     "behind sgl-router); every config runs on them. Default 1."))
-LOAD_BALANCE_OPTION = typer.Option(None, "--load-balance-method", help=LOAD_BALANCE_HELP)
 TUNE_LOAD_BALANCE_OPTION = typer.Option(None, "--load-balance-method", help=(
     "How the router picks one of the --dp replicas: round_robin (SGLang's default) or total_requests (the "
     "fewest outstanding requests), SGLang's names."))
-DISAGG_OPTION = typer.Option(None, "--disagg", help=DISAGG_HELP)
-KV_LINK_OPTION = typer.Option("auto", "--kv-link", help=KV_LINK_HELP)
-DISAGG_TP_OPTION = typer.Option(None, "--disagg-tp", help=(
-    "--disagg: each instance's TP (default --tp), e.g. --tp 2 --dp 1 --disagg 1P1D --disagg-tp 1 puts every "
-    "policy on 2 GPUs."))
-KV_LINK_GB_S_OPTION = typer.Option(None, "--kv-link-gb-s", help=(
-    "--disagg: the KV link's bandwidth, GB/s per GPU and direction (overrides --kv-link's)."))
-KV_LINK_LATENCY_OPTION = typer.Option(None, "--kv-link-latency-us", help=(
-    "--disagg: the KV link's latency per transfer, us (overrides --kv-link's)."))
 
 # Where the simulations run.
 WORKERS_OPTION = typer.Option(None, "--workers", help=(
@@ -185,6 +87,51 @@ POLICIES_HELP = ("Comma-separated: pdmux, chunked (SGLang's default scheduling),
 SIMULATE_POLICIES_OPTION = typer.Option(DEFAULT_POLICIES, "--policies", help=POLICIES_HELP)
 CAPACITY_POLICIES_OPTION = typer.Option(DEFAULT_POLICIES, "--policies", help=(
     "Comma-separated: pdmux, chunked, mixed-chunk, prefill-first, disagg (with --disagg)."))
+
+
+def declared(cls: type, name: str) -> Any:
+    """The typer option of field ``name`` of ``cls`` (a request dataclass), as declared there
+    (:func:`pdmux_cli.workflows.fields.option`): its default, flag (and short flag) and help (the parameters
+    it names as their flags: :func:`pdmux_cli.messages.flags_in`)."""
+    from ..messages import flag, flags_in
+    from ..workflows.fields import HELP, SHORT
+
+    f = next(f for f in fields(cls) if f.name == name)
+    short = f.metadata.get(SHORT)
+    return typer.Option(f.default, flag(f.name), *((short,) if short else ()),
+                        help=flags_in(f.metadata[HELP]))
+
+
+def group_parameters(cls: type, group: str) -> list[inspect.Parameter]:
+    """The typer parameters of the fields of ``cls`` (a request dataclass) declared in ``group``
+    (:func:`pdmux_cli.workflows.fields.option`): each field's name, type and :func:`declared` option."""
+    from ..workflows.fields import group_fields
+
+    hints = typing.get_type_hints(cls)
+    return [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=hints[f.name],
+                              default=declared(cls, f.name))
+            for f in group_fields(cls, group)]
+
+
+def with_group(cls: type, group: str, after: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A command taking, after its parameter ``after``, the options of ``group`` as ``cls`` declares them
+    (:func:`group_parameters`): the command function ends in ``**options``, which receives them (issue 32,
+    item 1: an option of the group is declared once, on its request field)."""
+
+    def build(function: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(function)
+        own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        at = [p.name for p in own].index(after) + 1
+
+        @functools.wraps(function)
+        def command(**values: Any) -> Any:
+            return function(**values)
+
+        command.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[*own[:at], *group_parameters(cls, group), *own[at:]])
+        return command
+
+    return build
 
 
 def request_of(cls: type, values: dict[str, Any], **given: Any) -> Any:

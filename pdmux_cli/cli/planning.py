@@ -12,16 +12,13 @@ from typing import Any
 
 import typer
 
+from ..catalog.model import DEFAULT_MODEL
 from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
+from ..workflows.estimate import EstimateRequest
+from ..workflows.fields import SERVING_TERMS, SPECULATIVE
+from ..workflows.server import ServerOptions
 from .app import app
-from .options import (
-    SPECULATIVE_ACCEPT_LENGTH_OPTION,
-    SPECULATIVE_ALGORITHM_OPTION,
-    SPECULATIVE_DRAFT_MODEL_PATH_OPTION,
-    SPECULATIVE_EAGLE_TOPK_OPTION,
-    SPECULATIVE_NUM_DRAFT_TOKENS_OPTION,
-    SPECULATIVE_NUM_STEPS_OPTION,
-)
+from .options import with_group
 from .common import (
     NON_FINITE,
     console,
@@ -55,7 +52,7 @@ def splits(
                                   help="Decode batch sizes to choose a level for."),
     prompt_tokens: str = typer.Option("512,8192,32768,131072", "--prompt-tokens",
                                       help="Prompt lengths for layers per round."),
-    model: str = typer.Option("qwen3-8b", "--model", "-m",
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
                               help="Model profile or config.json (its layer count)."),
     sm_group_num: int | None = typer.Option(None, "--sm-group-num",
                                             help="Stream groups incl. the two whole-GPU ones (SGLang default "
@@ -114,8 +111,10 @@ def _print_all_gpus(result: Any) -> None:
 
 
 @app.command()
+@with_group(EstimateRequest, SERVING_TERMS, after="step_overhead_ms")
+@with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
 def estimate(
-    model: str = typer.Option("qwen3-8b", "--model", "-m",
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
                               help="Model profile name or path to a Hugging Face config.json."),
     gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
     decode_bs: int = typer.Option(32, "--decode-bs", help="Requests in decode when the prompt arrives."),
@@ -143,23 +142,8 @@ def estimate(
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms",
                                                   help="Roofline model: the engine's CPU time per step, ms "
                                                   "(0 = kernels only; default: SGLang's measured 0.31)."),
-    per_request_overhead_ms: float | None = typer.Option(None, "--per-request-overhead-ms",
-                                                         help="Roofline model: what every step spends per "
-                                                         "request in its batch beyond the kernels, ms "
-                                                         "(default: fitted to public SGLang serving runs, "
-                                                         "profiles/efficiency/serving.yaml)."),
-    eager_launch_ms: float | None = typer.Option(None, "--eager-launch-ms",
-                                                 help="Roofline model: SGLang's host time per kernel of a "
-                                                 "prefill launched outside its CUDA graph (mixed chunks, "
-                                                 "pdmux's split prefill), ms (default: serving.yaml's fit)."),
     disable_cuda_graph: bool = typer.Option(False, "--disable-cuda-graph", help=(
         "SGLang's flag: no CUDA graphs, decode and prefill launched kernel by kernel.")),
-    speculative_algorithm: str | None = SPECULATIVE_ALGORITHM_OPTION,
-    speculative_num_steps: int | None = SPECULATIVE_NUM_STEPS_OPTION,
-    speculative_eagle_topk: int | None = SPECULATIVE_EAGLE_TOPK_OPTION,
-    speculative_num_draft_tokens: int | None = SPECULATIVE_NUM_DRAFT_TOKENS_OPTION,
-    speculative_draft_model_path: Path | None = SPECULATIVE_DRAFT_MODEL_PATH_OPTION,
-    speculative_accept_length: float | None = SPECULATIVE_ACCEPT_LENGTH_OPTION,
     weight_bytes: float | None = typer.Option(None, "--weight-bytes",
                                               help="Bytes per weight (default: the model's dtype; bf16 2, "
                                               "fp8 1)."),
@@ -205,13 +189,13 @@ def estimate(
                                      help="Write ITL against prefill time at every level, the other policies "
                                      "as points, to this PNG."),
     sglang: str = sglang_option(),
+    **groups: Any,
 ) -> None:
     """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing
     (and PD disaggregation with --disagg).
 
     With no options: the chapter's scenario (Qwen3-8B on H100 SXM, 32 x 2048, an 8192-token prompt);
     --cost-model chapter reproduces the chapter's table."""
-    from ..workflows.estimate import EstimateRequest
     from ..workflows.estimate import estimate as run_estimate
     from . import render
 
@@ -219,19 +203,13 @@ def estimate(
         model=model, gpu=gpu, decode_bs=decode_bs, context=context, prompt_tokens=prompt_tokens,
         chunk_sizes=chunk_sizes, mixed_chunk_sizes=mixed_chunk_sizes, cost_model=cost_model, s_sat=s_sat,
         bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, step_overhead_ms=step_overhead_ms,
-        per_request_overhead_ms=per_request_overhead_ms, eager_launch_ms=eager_launch_ms,
         disable_cuda_graph=disable_cuda_graph, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
-        speculative_algorithm=speculative_algorithm, speculative_num_steps=speculative_num_steps,
-        speculative_eagle_topk=speculative_eagle_topk,
-        speculative_num_draft_tokens=speculative_num_draft_tokens,
-        speculative_draft_model_path=speculative_draft_model_path,
-        speculative_accept_length=speculative_accept_length,
         kv_cache_dtype=kv_cache_dtype, level=level,
         all_levels=all_levels, sm_group_num=sm_group_num,
         decode_bs_divisor=decode_bs_divisor, token_budget=token_budget, config=config,
         flops_dtype=flops_dtype,
         calibration=calibration, tp=tp, disagg=disagg, kv_link=kv_link, kv_link_gb_s=kv_link_gb_s,
-        kv_link_latency_us=kv_link_latency_us, disagg_tp=disagg_tp, plot=plot, sglang=sglang))
+        kv_link_latency_us=kv_link_latency_us, disagg_tp=disagg_tp, plot=plot, sglang=sglang, **groups))
     problem = NON_FINITE + ("; or the calibration's curves" if result.calibrated else "")
     if as_json:
         print_json(result.to_dict(), problem)
@@ -314,7 +292,7 @@ def gen_config(
                                                     help="--slo-itl: SGLang's --max-running-requests, the "
                                                     "largest decode batch sized for (default: SGLang's from "
                                                     "the KV pool)."),
-    model: str = typer.Option("qwen3-8b", "--model", "-m",
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
                               help="Model served (for --tune and --slo-itl; with --tp its heads and widths "
                               "must split)."),
     tp: int = typer.Option(1, "--tp", help=TP_HELP + " The launch line gains --tp-size N."),

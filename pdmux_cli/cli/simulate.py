@@ -15,74 +15,36 @@ from typing import Any
 import typer
 
 from ..util.errors import InputError
+from ..workflows.deployment import DeploymentOptions
+from ..workflows.fields import DEPLOYMENT, GENERATED_SHARED_PREFIX, SERVING_TERMS, SPECULATIVE
+from ..workflows.server import ServerOptions
+from ..workflows.workload import WorkloadOptions
 from .app import app
 from .common import console, print_json, print_note, sglang_option
 from .options import (
-    ADMISSION_DELAY_OPTION,
-    ADMISSION_INTERVAL_OPTION,
     CALIBRATION_HELP,
-    COST_MODEL_OPTION,
-    DATASET_NAME_OPTION,
     CSV_OPTION,
-    DISAGG_OPTION,
-    DISAGG_TP_OPTION,
-    DP_OPTION,
-    DURATION_OPTION,
     EXECUTOR_OPTION,
-    FIRST_TOKEN_DELAY_OPTION,
-    FORMAT_OPTION,
-    GPU_OPTION,
-    GSP_NUM_GROUPS_OPTION,
-    GSP_ORDERED_OPTION,
-    GSP_OUTPUT_LEN_OPTION,
-    GSP_PROMPTS_PER_GROUP_OPTION,
-    GSP_QUESTION_LEN_OPTION,
-    GSP_RANGE_RATIO_OPTION,
-    GSP_SYSTEM_PROMPT_LEN_OPTION,
     JSON_OPTION,
-    KV_BYTES_OPTION,
-    KV_CACHE_DTYPE_OPTION,
-    KV_LINK_GB_S_OPTION,
-    KV_LINK_LATENCY_OPTION,
-    KV_LINK_OPTION,
-    LOAD_BALANCE_OPTION,
-    MAX_PREFILL_TOKENS_OPTION,
-    MAX_REQUESTS_OPTION,
     MAX_STEPS_OPTION,
-    MFU_OPTION,
     MIXED_CHUNK_SIZES_OPTION,
-    MODEL_OPTION,
-    NO_PREFIX_CACHE_OPTION,
-    DISABLE_CUDA_GRAPH_OPTION,
-    SPECULATIVE_ACCEPT_LENGTH_OPTION,
-    SPECULATIVE_ALGORITHM_OPTION,
-    SPECULATIVE_DRAFT_MODEL_PATH_OPTION,
-    SPECULATIVE_EAGLE_TOPK_OPTION,
-    SPECULATIVE_NUM_DRAFT_TOKENS_OPTION,
-    SPECULATIVE_NUM_STEPS_OPTION,
-    OUTPUT_TOKENS_OPTION,
     OUTPUT_YAML_OPTION,
-    EAGER_LAUNCH_OPTION,
-    PER_REQUEST_OVERHEAD_OPTION,
     PREFILL_DECODE_INTERVAL_OPTION,
-    PROMPT_TOKENS_OPTION,
     RAY_ADDRESS_OPTION,
-    S_SAT_OPTION,
-    SEED_OPTION,
     SIMULATE_PLOT_OPTION,
     SIMULATE_POLICIES_OPTION,
     SLO_ITL_DEFAULT_OPTION,
     SLO_ITL_HELP,
     SLO_TTFT_DEFAULT_OPTION,
-    SYNTHETIC_OPTION,
-    TP_OPTION,
     TRACE_ARGUMENT,
     TRACE_OPTION,
     TUNE_DP_OPTION,
     TUNE_LOAD_BALANCE_OPTION,
     WORKERS_OPTION,
     progress_factory,
+    declared,
     request_of,
+    with_group,
     show_progress,
 )
 
@@ -90,30 +52,26 @@ __all__ = ["print_json", "print_tune_search", "simulate", "tune", "tune_table"]
 
 
 @app.command()
+@with_group(ServerOptions, SERVING_TERMS, after="step_overhead_ms")
+@with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
+@with_group(WorkloadOptions, GENERATED_SHARED_PREFIX, after="output_tokens")
+@with_group(DeploymentOptions, DEPLOYMENT, after="tp")
 def simulate(
     trace: Path | None = TRACE_ARGUMENT,
     trace_option: Path | None = TRACE_OPTION,
-    synthetic: bool = SYNTHETIC_OPTION,
-    trace_format: str | None = FORMAT_OPTION,
+    synthetic: bool = declared(WorkloadOptions, "synthetic"),
+    trace_format: str | None = declared(WorkloadOptions, "trace_format"),
     qps: float | None = typer.Option(None, "--qps", help="Requests/s: the synthetic rate, or retime a trace "
                                                          "to it."),
     rate_scale: float | None = typer.Option(None, "--rate-scale", help=(
         "Multiply a trace's arrival rate (2 = twice the load).")),
-    max_requests: int | None = MAX_REQUESTS_OPTION,
-    duration: float | None = DURATION_OPTION,
-    seed: int = SEED_OPTION,
-    prompt_tokens: str = PROMPT_TOKENS_OPTION,
-    output_tokens: str = OUTPUT_TOKENS_OPTION,
-    dataset_name: str | None = DATASET_NAME_OPTION,
-    gsp_num_groups: int = GSP_NUM_GROUPS_OPTION,
-    gsp_prompts_per_group: int = GSP_PROMPTS_PER_GROUP_OPTION,
-    gsp_system_prompt_len: int = GSP_SYSTEM_PROMPT_LEN_OPTION,
-    gsp_question_len: int = GSP_QUESTION_LEN_OPTION,
-    gsp_output_len: int = GSP_OUTPUT_LEN_OPTION,
-    gsp_range_ratio: float = GSP_RANGE_RATIO_OPTION,
-    gsp_ordered: bool = GSP_ORDERED_OPTION,
-    model: str = MODEL_OPTION,
-    gpu: str | None = GPU_OPTION,
+    max_requests: int | None = declared(WorkloadOptions, "max_requests"),
+    duration: float | None = declared(WorkloadOptions, "duration"),
+    seed: int = declared(WorkloadOptions, "seed"),
+    prompt_tokens: str = declared(WorkloadOptions, "prompt_tokens"),
+    output_tokens: str = declared(WorkloadOptions, "output_tokens"),
+    model: str = declared(ServerOptions, "model"),
+    gpu: str | None = declared(ServerOptions, "gpu"),
     policies: str = SIMULATE_POLICIES_OPTION,
     chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help=(
         "Chunk sizes of 'chunked' (default: SGLang's default for the GPU, 8192 on H100/H200).")),
@@ -131,30 +89,25 @@ def simulate(
     unreleased_fallback: bool = typer.Option(False, "--unreleased-fallback", help=(
         "pdmux: where SGLang 0.5.23 crashes (no manual threshold matches), use group 1 as its unreleased "
         "branches do, instead of stopping.")),
-    cost_model: str = COST_MODEL_OPTION,
-    s_sat: float | None = S_SAT_OPTION,
+    cost_model: str = declared(ServerOptions, "cost_model"),
+    s_sat: float | None = declared(ServerOptions, "s_sat"),
     bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help=(
         "Chapter model: fraction of datasheet bandwidth decode reaches (0.85).")),
-    mfu: float | None = MFU_OPTION,
+    mfu: float | None = declared(ServerOptions, "mfu"),
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help=(
         "Roofline model: the engine's CPU time per step, ms (0 = kernels only).")),
-    per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
-    eager_launch_ms: float | None = EAGER_LAUNCH_OPTION,
-    admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
-    first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
-    admission_interval_ms: float | None = ADMISSION_INTERVAL_OPTION,
     calibration: Path | None = typer.Option(None, "--calibration", help=(
         "calibration.yaml from 'pdmux bench' (SM-partition curves, co-run interference) and/or 'pdmux "
         "calibrate' (whole-GPU efficiencies from your SGLang).")),
     weight_bytes: float | None = typer.Option(None, "--weight-bytes", help=(
         "Bytes per weight (default: the model's dtype).")),
-    kv_bytes: float | None = KV_BYTES_OPTION,
-    kv_cache_dtype: str | None = KV_CACHE_DTYPE_OPTION,
+    kv_bytes: float | None = declared(ServerOptions, "kv_bytes"),
+    kv_cache_dtype: str | None = declared(ServerOptions, "kv_cache_dtype"),
     flops_dtype: str | None = typer.Option(None, "--flops-dtype", help=(
         "bf16, fp16 or fp8 dense math (default: by model).")),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help=(
         "SGLang's flag: share of GPU memory for weights and KV pool (default: SGLang's own, per policy).")),
-    max_prefill_tokens: int = MAX_PREFILL_TOKENS_OPTION,
+    max_prefill_tokens: int = declared(ServerOptions, "max_prefill_tokens"),
     max_running_requests: int | None = typer.Option(None, "--max-running-requests", help=(
         "SGLang's flag (default: SGLang's, from the KV pool).")),
     cuda_graph_max_bs: int | None = typer.Option(None, "--cuda-graph-max-bs", help=(
@@ -168,24 +121,11 @@ def simulate(
     disable_prefill_cuda_graph: bool = typer.Option(False, "--disable-prefill-cuda-graph", help=(
         "SGLang's flag: prefill batches launch their kernels eagerly (SGLang before 0.5.23's prefill "
         "CUDA graph did): a short prefill takes at least its kernels' launch time.")),
-    no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
-    disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
-    speculative_algorithm: str | None = SPECULATIVE_ALGORITHM_OPTION,
-    speculative_num_steps: int | None = SPECULATIVE_NUM_STEPS_OPTION,
-    speculative_eagle_topk: int | None = SPECULATIVE_EAGLE_TOPK_OPTION,
-    speculative_num_draft_tokens: int | None = SPECULATIVE_NUM_DRAFT_TOKENS_OPTION,
-    speculative_draft_model_path: Path | None = SPECULATIVE_DRAFT_MODEL_PATH_OPTION,
-    speculative_accept_length: float | None = SPECULATIVE_ACCEPT_LENGTH_OPTION,
+    no_prefix_cache: bool = declared(ServerOptions, "no_prefix_cache"),
+    disable_cuda_graph: bool = declared(ServerOptions, "disable_cuda_graph"),
     slo_ttft: float = SLO_TTFT_DEFAULT_OPTION,
     slo_itl: float = SLO_ITL_DEFAULT_OPTION,
-    tp: int = TP_OPTION,
-    dp: int | None = DP_OPTION,
-    load_balance_method: str | None = LOAD_BALANCE_OPTION,
-    disagg: str | None = DISAGG_OPTION,
-    disagg_tp: int | None = DISAGG_TP_OPTION,
-    kv_link: str = KV_LINK_OPTION,
-    kv_link_gb_s: float | None = KV_LINK_GB_S_OPTION,
-    kv_link_latency_us: float | None = KV_LINK_LATENCY_OPTION,
+    tp: int = declared(ServerOptions, "tp"),
     max_concurrency: int | None = typer.Option(None, "--max-concurrency", help=(
         "A closed-loop client with at most N requests in flight, as SGLang's bench_serving "
         "--max-concurrency: each request is sent at its arrival or when one finishes, whichever is later; "
@@ -204,6 +144,7 @@ def simulate(
     step_by_step: bool = typer.Option(False, "--step-by-step", help=(
         "A check: simulate every decode step one at a time, the reference loop (by default the quiet "
         "steps between two events are advanced at once, to the same figures).")),
+    **groups: Any,
 ) -> None:
     """Replay a request trace through PD multiplexing, chunked prefill, prefill-first and PD disaggregation.
 
@@ -215,7 +156,8 @@ def simulate(
 
     if trace is not None and trace_option is not None:
         raise InputError("give the trace once: as the TRACE argument or as --trace, not both")
-    request = request_of(SimulateRequest, locals(), trace=trace if trace is not None else trace_option)
+    request = request_of(SimulateRequest, {**locals(), **groups},
+                         trace=trace if trace is not None else trace_option)
     result = run(request, progress_factory(not as_json))
     if as_json:
         print_json(result.to_dict(), nan_as_null=True)
@@ -298,18 +240,20 @@ def _tune_layout(tp: int, cluster: Any) -> str:
 
 
 @app.command()
+@with_group(ServerOptions, SERVING_TERMS, after="step_overhead_ms")
+@with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
 def tune(
     trace: Path = typer.Option(..., "--trace", help=(
         "Trace file to tune on (Azure CSV, Mooncake JSONL, BurstGPT CSV).")),
     slo_ttft: float = typer.Option(..., "--slo-ttft", help="TTFT SLO, ms."),
     slo_itl: float = typer.Option(..., "--slo-itl", help=SLO_ITL_HELP),
-    model: str = MODEL_OPTION,
-    gpu: str | None = GPU_OPTION,
-    trace_format: str | None = FORMAT_OPTION,
+    model: str = declared(ServerOptions, "model"),
+    gpu: str | None = declared(ServerOptions, "gpu"),
+    trace_format: str | None = declared(WorkloadOptions, "trace_format"),
     qps: float | None = typer.Option(None, "--qps", help="Retime the trace to this many requests/s."),
     rate_scale: float | None = typer.Option(None, "--rate-scale", help="Multiply the trace's arrival rate."),
-    max_requests: int | None = MAX_REQUESTS_OPTION,
-    duration: float | None = DURATION_OPTION,
+    max_requests: int | None = declared(WorkloadOptions, "max_requests"),
+    duration: float | None = declared(WorkloadOptions, "duration"),
     sm_group_nums: str | None = typer.Option(None, "--sm-group-nums", help=(
         "sm_group_num values to try (default: every distinct one).")),
     divisors: str | None = typer.Option(None, "--divisors", help=(
@@ -320,39 +264,28 @@ def tune(
     slo_margins: str | None = typer.Option(None, "--slo-margins", help=(
         "Also try SLO levels (gen-config --slo-itl) sized for these shares of --slo-itl (default "
         "1,0.9,0.8), or 'none'.")),
-    cost_model: str = COST_MODEL_OPTION,
-    s_sat: float | None = S_SAT_OPTION,
+    cost_model: str = declared(ServerOptions, "cost_model"),
+    s_sat: float | None = declared(ServerOptions, "s_sat"),
     bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help=(
         "Chapter model: fraction of datasheet bandwidth (0.85).")),
-    mfu: float | None = MFU_OPTION,
+    mfu: float | None = declared(ServerOptions, "mfu"),
     step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help=(
         "Roofline model: the engine's CPU time per step, ms.")),
-    per_request_overhead_ms: float | None = PER_REQUEST_OVERHEAD_OPTION,
-    eager_launch_ms: float | None = EAGER_LAUNCH_OPTION,
-    admission_delay_ms: float | None = ADMISSION_DELAY_OPTION,
-    first_token_delay_ms: float | None = FIRST_TOKEN_DELAY_OPTION,
-    admission_interval_ms: float | None = ADMISSION_INTERVAL_OPTION,
     calibration: Path | None = typer.Option(None, "--calibration", help=CALIBRATION_HELP),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help=(
         "SGLang's flag (default: SGLang's own with chunking off).")),
-    max_prefill_tokens: int = MAX_PREFILL_TOKENS_OPTION,
-    kv_bytes: float | None = KV_BYTES_OPTION,
-    kv_cache_dtype: str | None = KV_CACHE_DTYPE_OPTION,
+    max_prefill_tokens: int = declared(ServerOptions, "max_prefill_tokens"),
+    kv_bytes: float | None = declared(ServerOptions, "kv_bytes"),
+    kv_cache_dtype: str | None = declared(ServerOptions, "kv_cache_dtype"),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help=(
         "Requests run to their max_new_tokens (benchmark traffic).")),
-    no_prefix_cache: bool = NO_PREFIX_CACHE_OPTION,
-    disable_cuda_graph: bool = DISABLE_CUDA_GRAPH_OPTION,
-    speculative_algorithm: str | None = SPECULATIVE_ALGORITHM_OPTION,
-    speculative_num_steps: int | None = SPECULATIVE_NUM_STEPS_OPTION,
-    speculative_eagle_topk: int | None = SPECULATIVE_EAGLE_TOPK_OPTION,
-    speculative_num_draft_tokens: int | None = SPECULATIVE_NUM_DRAFT_TOKENS_OPTION,
-    speculative_draft_model_path: Path | None = SPECULATIVE_DRAFT_MODEL_PATH_OPTION,
-    speculative_accept_length: float | None = SPECULATIVE_ACCEPT_LENGTH_OPTION,
+    no_prefix_cache: bool = declared(ServerOptions, "no_prefix_cache"),
+    disable_cuda_graph: bool = declared(ServerOptions, "disable_cuda_graph"),
     workers: int | None = WORKERS_OPTION,
     executor: str = EXECUTOR_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,
     max_steps: int | None = MAX_STEPS_OPTION,
-    tp: int = TP_OPTION,
+    tp: int = declared(ServerOptions, "tp"),
     dp: int | None = TUNE_DP_OPTION,
     load_balance_method: str | None = TUNE_LOAD_BALANCE_OPTION,
     disagg: str | None = typer.Option(None, "--disagg", help=(
@@ -362,6 +295,7 @@ def tune(
     show_all: bool = typer.Option(False, "--all", help="Show every config compared, not just the best."),
     as_json: bool = JSON_OPTION,
     sglang: str = sglang_option(),
+    **groups: Any,
 ) -> None:
     """Search pdmux YAML knobs for the best SLO attainment on a trace; write the winning YAML.
 
@@ -371,7 +305,8 @@ def tune(
     from ..workflows.tune import TuneRequest
     from ..workflows.tune import tune as run
 
-    outcome = run(request_of(TuneRequest, locals()), progress_factory(show_progress(as_json)))
+    outcome = run(request_of(TuneRequest, {**locals(), **groups}),
+                  progress_factory(show_progress(as_json)))
     if as_json:
         print_json(outcome.to_dict(), nan_as_null=True)
         return

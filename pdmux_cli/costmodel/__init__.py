@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from ..util.errors import Finding, InputError
 from .efficiency import CpuProfile, ServingProfile
+from .options import CostModelOptions
 
 #: ``--cost-model`` choices; the first is the default.
 COST_MODELS = ("roofline", "chapter")
@@ -116,61 +117,46 @@ def linear_gemm_kind(model: Any, flops_dtype: str) -> str:
 def build_step_model(
     gpu: Any,
     model: Any,
+    options: CostModelOptions | None = None,
     *,
-    cost_model: str = "roofline",
-    s_sat: float | None = None,
-    bandwidth_efficiency: float | None = None,
-    mfu: float | None = None,
     calibration: Any = None,
     weight_bytes_per_param: float | None = None,
     kv_bytes_per_element: float = 2.0,
-    flops_dtype: str | None = None,
-    step_overhead_ms: float | None = None,
-    per_request_overhead_ms: float | None = None,
-    admission_delay_ms: float | None = None,
-    first_token_delay_ms: float | None = None,
-    admission_interval_ms: float | None = None,
     tp: int = 1,
-    eager_launch_ms: float | None = None,
-    eager_launch_moe_ms: float | None = None,
-    frontend_token_ms: float | None = None,
     speculation: Any = None,
+    **knobs: Any,
 ) -> StepModel:
     """The :class:`StepModel` for a GPU profile (:class:`pdmux_cli.catalog.hardware.Gpu`) and a model.
 
-    ``cost_model``: ``"roofline"`` or ``"chapter"``. ``s_sat``: SMs reaching 95% of full bandwidth
-    (roofline default: the fitted fraction of the SMs; chapter default: half the SMs).
-    ``bandwidth_efficiency`` and ``mfu`` (fractions) are the chapter's knobs (defaults 0.85, 0.5);
-    the roofline model refuses them (its efficiencies are fitted). ``calibration``: a
-    :class:`pdmux_cli.costmodel.calibration_file.Calibration` (``--calibration FILE``): its SM-partition terms
-    (``pdmux bench``) replace the chapter's throughput or the roofline's partition curves; its whole-GPU terms
-    (``pdmux calibrate``) replace the roofline's fitted efficiencies. ``step_overhead_ms``:
-    the engine's fixed CPU time per step (roofline only; 0 = kernels only); ``per_request_overhead_ms``:
-    the time every step spends per request in its batch (``CpuProfile.per_request_step_s``);
-    ``admission_delay_ms``, ``first_token_delay_ms`` and ``admission_interval_ms``: the request path's
-    terms (:class:`~pdmux_cli.costmodel.efficiency.ServingProfile`); ``eager_launch_ms``: host time per
-    kernel of an eager forward, dense or MoE (``CpuProfile.eager_launch_s`` and ``eager_launch_moe_s``, 0
-    to 1 ms); ``eager_launch_moe_ms``: the MoE one alone (the serving fit's term); each ``None`` for
-    ``serving.yaml``'s fitted value (roofline only; :func:`serving_terms`). ``tp``: GPUs the model is
-    sharded over (roofline only): the step times are one rank's, collectives included
+    ``options``: the cost model's knobs (:class:`~pdmux_cli.costmodel.options.CostModelOptions`: which model,
+    S_SAT, the math's dtype, the chapter's efficiencies, the roofline's serving terms in ms; ``None`` for its
+    defaults); ``knobs``: the same knobs as keywords (``step_overhead_ms=0``), on top of ``options``.
+    ``calibration``: a :class:`pdmux_cli.costmodel.calibration_file.Calibration` (``--calibration FILE``): its
+    SM-partition terms (``pdmux bench``) replace the chapter's throughput or the roofline's partition curves;
+    its whole-GPU terms (``pdmux calibrate``) replace the roofline's fitted efficiencies; its serving terms
+    (``pdmux calibrate --bench-serving``) replace ``serving.yaml``'s, under the knobs given.
+    ``weight_bytes_per_param`` (``None``: the model's dtype) and ``kv_bytes_per_element``: bytes. ``tp``: GPUs
+    the model is sharded over (roofline only): the step times are one rank's, collectives included
     (:mod:`.collectives`). ``speculation``: a :class:`.speculative.Speculation` (SGLang's
     ``--speculative-algorithm`` and its settings): the decode step becomes a speculative round of the target
     and its draft, each built with these same arguments (:class:`.speculative.SpeculativeStepModel`).
     Raises :class:`InputError` for an unknown cost model, knobs the chosen model does not take, or a
     GPU without SM count, bandwidth, FLOP/s or (``tp > 1``) interconnect figures, and a split SGLang
-    refuses.
+    refuses; :class:`TypeError` for a keyword that is no knob.
     """
+    options = (options or CostModelOptions()).with_knobs(knobs, "build_step_model")
+    cost_model = options.cost_model
     if speculation is not None:
-        # the target and its draft on the same GPU with the same terms: every argument but these three
-        options = {key: value for key, value in locals().items()
-                   if key not in ("gpu", "model", "speculation")}
+        # the target and its draft on the same GPU with the same terms
+        same = {"calibration": calibration, "weight_bytes_per_param": weight_bytes_per_param,
+                "kv_bytes_per_element": kv_bytes_per_element, "tp": tp}
         if str(cost_model).strip().lower() == "chapter":  # the one check, for every command and the API
             raise InputError("{flag.speculative_algorithm} needs {flag.cost_model} roofline: the chapter's "
                              "model has no verify pass", param="cost_model", values={})
         from .speculative import SpeculativeStepModel
 
-        return SpeculativeStepModel(build_step_model(gpu, model, **options),
-                                    build_step_model(gpu, speculation.draft, **options), speculation)
+        return SpeculativeStepModel(build_step_model(gpu, model, options, **same),
+                                    build_step_model(gpu, speculation.draft, options, **same), speculation)
     if cost_model not in COST_MODELS:
         raise InputError("{flag.cost_model} must be one of {models}, got {value!r}", param="cost_model",
                          values={"models": ", ".join(COST_MODELS), "value": cost_model})
@@ -181,81 +167,24 @@ def build_step_model(
             param="gpu",
             values={"gpu": gpu.name},
         )
-    math_dtype = pick_flops_dtype(gpu, model, flops_dtype)
+    math_dtype = pick_flops_dtype(gpu, model, options.flops_dtype)
     dense = gpu.dense_flops(math_dtype)
     if cost_model == "chapter":
-        if tp != 1:
-            raise InputError(
-                "{flag.tp} needs {flag.cost_model} roofline: the chapter's model is one GPU's and has no "
-                "collectives",
-                param="tp",
-                values={},
-            )
-        for param, value in (("step_overhead_ms", step_overhead_ms),
-                             ("per_request_overhead_ms", per_request_overhead_ms),
-                             ("admission_delay_ms", admission_delay_ms),
-                             ("first_token_delay_ms", first_token_delay_ms),
-                             ("admission_interval_ms", admission_interval_ms),
-                             ("eager_launch_ms", eager_launch_ms),
-                             ("eager_launch_moe_ms", eager_launch_moe_ms),
-                             ("frontend_token_ms", frontend_token_ms)):
-            if value is not None:
-                raise InputError(
-                    "{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no CPU "
-                    "time and no serving delays)",
-                    param=param,
-                    values={},
-                )
-        from .chapter import AnalyticThroughput, ChapterModel
-
-        chapter_notes: tuple[str, ...] = ()
-        if calibration is not None:
-            throughput = calibration.throughput(gpu)
-            chapter_notes = throughput.notes
-        else:
-            throughput = AnalyticThroughput(
-                total, gpu.hbm_bytes_per_s, dense,
-                CHAPTER_BANDWIDTH_EFFICIENCY if bandwidth_efficiency is None else bandwidth_efficiency,
-                CHAPTER_MFU if mfu is None else mfu,
-                float(s_sat if s_sat is not None else total / 2),
-            )
-        chapter = ChapterModel(model, throughput, total, weight_bytes_per_param, kv_bytes_per_element)
-        chapter.notes.extend(chapter_notes)
-        return chapter
-    for param, value in (("bandwidth_efficiency", bandwidth_efficiency), ("mfu", mfu)):
-        if value is not None:
-            raise InputError(
-                "{param_flag} is a knob of {flag.cost_model} chapter; the roofline model's efficiencies "
-                "are fitted to measurements (profiles/efficiency/), and {flag.calibration} replaces "
-                "them",
-                param=param,
-                values={},
-            )
-    from .efficiency import for_kv_cache, for_linear_gemms, load_common, load_serving, profile_for
+        return _chapter_model(gpu, model, options, calibration, weight_bytes_per_param, kv_bytes_per_element,
+                              tp, dense)
+    for param in options.given_outside("roofline"):
+        raise InputError(
+            "{param_flag} is a knob of {flag.cost_model} chapter; the roofline model's efficiencies "
+            "are fitted to measurements (profiles/efficiency/), and {flag.calibration} replaces "
+            "them",
+            param=param,
+            values={},
+        )
+    from .efficiency import for_kv_cache, for_linear_gemms, profile_for
     from .roofline import RooflineModel
 
     profile, note = profile_for(getattr(gpu, "key", ""), tuple(gpu.compute_capability))
-    partitions, cpu = load_common()
-    serving = load_serving()[1]
-    if calibration is not None and calibration.serving is not None:  # the user's own server's terms
-        cpu, serving = calibrated_serving(cpu, serving, calibration.serving)
-    cpu, serving = serving_terms(cpu, serving, step_overhead_ms=step_overhead_ms,
-                                 per_request_overhead_ms=per_request_overhead_ms,
-                                 admission_delay_ms=admission_delay_ms,
-                                 first_token_delay_ms=first_token_delay_ms,
-                                 admission_interval_ms=admission_interval_ms)
-    if frontend_token_ms is not None:  # ms per prompt token (serving.yaml's is measured)
-        if not (isinstance(frontend_token_ms, (int, float)) and 0 <= frontend_token_ms <= 1):
-            raise InputError("{param_flag} must be from 0 to 1 ms a token, got {value}",
-                             param="frontend_token_ms",
-                             values={"value": frontend_token_ms})
-        from dataclasses import replace as _replace
-
-        serving = _replace(serving, frontend_token_s=frontend_token_ms / 1e3)
-    if eager_launch_moe_ms is not None:
-        cpu = with_eager_launch(cpu, eager_launch_moe_ms, "eager_launch_moe_ms")
-    if eager_launch_ms is not None:
-        cpu = with_eager_launch(cpu, eager_launch_ms)
+    partitions, cpu, serving = _cpu_and_serving(options, calibration)
     notes = [note] if note else []
     if profile.note:
         notes.append(profile.note)
@@ -272,28 +201,7 @@ def build_step_model(
     # attention, the lm_head and the router compute in 16 bits whatever the linear layers do
     attention_dense = dense if math_dtype != "fp8" else gpu.dense_flops(
         "bf16" if gpu.bf16_dense_flops else "fp16")
-    curves = None
-    if calibration is not None:
-        if calibration.has_partitions:
-            curves = calibration.throughput(gpu)
-            notes.extend(curves.notes)
-        else:
-            calibration.check_device(gpu)
-        if calibration.whole_gpu is not None:
-            profile = apply_whole_gpu(profile, calibration.whole_gpu)
-            # the calibration replaces the efficiencies those notes are about
-            notes = [n for n in notes if getattr(n, "code", "") not in REPLACED_BY_WHOLE_GPU_TERMS]
-            if calibration.whole_gpu.model != getattr(model, "name", ""):
-                notes.append(
-                    Finding(
-                        "costmodel.whole_gpu_other_model",
-                        {
-                            "calibrated_on": calibration.whole_gpu.model,
-                            "model": getattr(model, "name", "this model"),
-                        },
-                        "calibration",
-                    )
-                )
+    profile, notes, curves = _with_calibration(profile, notes, calibration, gpu, model)
     collectives = None
     if tp != 1:
         from ..multigpu.tensor_parallel import check_tp_value
@@ -303,7 +211,7 @@ def build_step_model(
     return RooflineModel(
         model, gpu_name=gpu.name, tp=tp, collectives=collectives, total_sms=total,
         hbm_bytes_per_s=gpu.hbm_bytes_per_s, dense_flops=attention_dense, gemm_flops=dense,
-        efficiency=profile, partitions=partitions, cpu=cpu, s_sat=s_sat,
+        efficiency=profile, partitions=partitions, cpu=cpu, s_sat=options.s_sat,
         weight_bytes_per_param=weight_bytes_per_param, kv_bytes_per_element=kv_bytes_per_element,
         calibration=curves, serving=serving, moe_flops=moe_flops, notes=notes,
         decode_fixed_s=calibration.whole_gpu.decode_fixed_s
@@ -311,6 +219,110 @@ def build_step_model(
         compute_capability=tuple(gpu.compute_capability) if getattr(gpu, "compute_capability", None)
         else None,
     )
+
+
+def _with_calibration(profile: Any, notes: list[Any], calibration: Any, gpu: Any,
+                      model: Any) -> tuple[Any, list[Any], Any]:
+    """``(profile, notes, curves)`` with a calibration's terms (``None``: as given, no curves): its
+    SM-partition curves (``pdmux bench``; else its device checked against ``gpu``), its whole-GPU efficiencies
+    in ``profile`` (``pdmux calibrate``; the notes on borrowed efficiencies dropped, one added where it was
+    measured on another model)."""
+    if calibration is None:
+        return profile, notes, None
+    curves = None
+    if calibration.has_partitions:
+        curves = calibration.throughput(gpu)
+        notes.extend(curves.notes)
+    else:
+        calibration.check_device(gpu)
+    if calibration.whole_gpu is not None:
+        profile = apply_whole_gpu(profile, calibration.whole_gpu)
+        # the calibration replaces the efficiencies those notes are about
+        notes = [n for n in notes if getattr(n, "code", "") not in REPLACED_BY_WHOLE_GPU_TERMS]
+        if calibration.whole_gpu.model != getattr(model, "name", ""):
+            notes.append(
+                Finding(
+                    "costmodel.whole_gpu_other_model",
+                    {
+                        "calibrated_on": calibration.whole_gpu.model,
+                        "model": getattr(model, "name", "this model"),
+                    },
+                    "calibration",
+                )
+            )
+    return profile, notes, curves
+
+
+def _chapter_model(gpu: Any, model: Any, options: CostModelOptions, calibration: Any,
+                   weight_bytes_per_param: float | None, kv_bytes_per_element: float, tp: int,
+                   dense: float) -> StepModel:
+    """:func:`build_step_model`'s chapter model: a calibration's SM-partition curves, else the chapter's
+    analytic throughput with ``options``' efficiencies and S_SAT (``dense``: the GPU's dense FLOP/s of the
+    math's dtype). Raises :class:`InputError` for ``tp`` > 1 and for the roofline's knobs."""
+    total = gpu.require_sm_count()
+    if tp != 1:
+        raise InputError(
+            "{flag.tp} needs {flag.cost_model} roofline: the chapter's model is one GPU's and has no "
+            "collectives",
+            param="tp",
+            values={},
+        )
+    for param in options.given_outside("chapter"):
+        raise InputError(
+            "{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no CPU "
+            "time and no serving delays)",
+            param=param,
+            values={},
+        )
+    from .chapter import AnalyticThroughput, ChapterModel
+
+    chapter_notes: tuple[str, ...] = ()
+    if calibration is not None:
+        throughput = calibration.throughput(gpu)
+        chapter_notes = throughput.notes
+    else:
+        s_sat = options.s_sat
+        throughput = AnalyticThroughput(
+            total, gpu.hbm_bytes_per_s, dense,
+            CHAPTER_BANDWIDTH_EFFICIENCY if options.bandwidth_efficiency is None
+            else options.bandwidth_efficiency,
+            CHAPTER_MFU if options.mfu is None else options.mfu,
+            float(s_sat if s_sat is not None else total / 2),
+        )
+    chapter = ChapterModel(model, throughput, total, weight_bytes_per_param, kv_bytes_per_element)
+    chapter.notes.extend(chapter_notes)
+    return chapter
+
+
+def _cpu_and_serving(options: CostModelOptions, calibration: Any) -> tuple[Any, CpuProfile, ServingProfile]:
+    """The roofline model's partition terms, CPU and serving terms: ``common.yaml``'s and ``serving.yaml``'s,
+    a calibration's serving terms in their place, then ``options``' knobs (ms) over them. Raises
+    :class:`InputError` (naming the knob) for a value out of its bounds."""
+    from .efficiency import load_common, load_serving
+
+    partitions, cpu = load_common()
+    serving = load_serving()[1]
+    if calibration is not None and calibration.serving is not None:  # the user's own server's terms
+        cpu, serving = calibrated_serving(cpu, serving, calibration.serving)
+    cpu, serving = serving_terms(cpu, serving, step_overhead_ms=options.step_overhead_ms,
+                                 per_request_overhead_ms=options.per_request_overhead_ms,
+                                 admission_delay_ms=options.admission_delay_ms,
+                                 first_token_delay_ms=options.first_token_delay_ms,
+                                 admission_interval_ms=options.admission_interval_ms)
+    frontend_token_ms = options.frontend_token_ms
+    if frontend_token_ms is not None:  # ms per prompt token (serving.yaml's is measured)
+        if not (isinstance(frontend_token_ms, (int, float)) and 0 <= frontend_token_ms <= 1):
+            raise InputError("{param_flag} must be from 0 to 1 ms a token, got {value}",
+                             param="frontend_token_ms",
+                             values={"value": frontend_token_ms})
+        from dataclasses import replace as _replace
+
+        serving = _replace(serving, frontend_token_s=frontend_token_ms / 1e3)
+    if options.eager_launch_moe_ms is not None:
+        cpu = with_eager_launch(cpu, options.eager_launch_moe_ms, "eager_launch_moe_ms")
+    if options.eager_launch_ms is not None:
+        cpu = with_eager_launch(cpu, options.eager_launch_ms)
+    return partitions, cpu, serving
 
 
 def _with_moe(profile: Any, gpu: Any, model: Any, weight_bytes_per_param: float | None,

@@ -50,6 +50,7 @@ from ..catalog.hardware import Gpu
 from ..catalog.model import Model
 from ..costmodel import StepModel, pick_flops_dtype
 from ..costmodel.operators import rank_kv_bytes_per_token, rank_weight_bytes
+from ..costmodel.options import CostModelOptions
 from ..multigpu import disaggregation
 from ..multigpu.disaggregation import KvLink, Layout
 from ..multigpu.tensor_parallel import check_tp_value, for_disagg_tp
@@ -86,12 +87,10 @@ class Scenario:
     under chapter (the chapter has no such row). ``mixed_chunk_sizes``: chunk sizes of
     ``--enable-mixed-chunk``. ``level``: an explicit ``(prefill_sms, decode_sms)`` split, or ``None``
     for the level SGLang chooses for ``decode_bs``. ``s_sat_values``: ``None`` for the model's default
-    (roofline: the fitted one; chapter: its three fractions of the SM count). ``bandwidth_efficiency``,
-    ``mfu``: the chapter model's knobs (``None``: 0.85, 0.5). ``weight_bytes_per_param``: ``None`` for
-    the model's own dtype. ``flops_dtype``: ``None`` picks fp8 for fp8 models on GPUs with fp8, else
-    bf16. ``step_overhead_ms``: the engine's CPU time per step (roofline; ``None``: the profile's);
-    ``per_request_overhead_ms``: a step's time per request beyond the kernels (roofline; ``None``: the
-    serving profile's).
+    (roofline: the fitted one; chapter: its three fractions of the SM count). ``cost``: the cost model and
+    its knobs (:class:`~pdmux_cli.costmodel.options.CostModelOptions`: its ``s_sat`` is taken from
+    ``s_sat_values``, one model each; :attr:`cost_model` is its ``cost_model``). ``weight_bytes_per_param``:
+    ``None`` for the model's own dtype.
     ``tp``: GPUs the model is sharded over (tensor parallelism, SGLang's ``--tp-size``).
     ``max_split_forward_layers``: the YAML's cap on prefill layers per round (0: none), applied where the
     ``--sglang`` revision reads it (:func:`pdmux_cli.sglang.revision_rules.layer_cap`).
@@ -109,8 +108,7 @@ class Scenario:
     chunk_sizes: tuple[int, ...] | None = None
     mixed_chunk_sizes: tuple[int, ...] = DEFAULT_MIXED_CHUNK_SIZES
     s_sat_values: tuple[float, ...] | None = None
-    bandwidth_efficiency: float | None = None
-    mfu: float | None = None
+    cost: CostModelOptions = CostModelOptions()
     weight_bytes_per_param: float | None = None
     kv_bytes_per_element: float = 2
     level: tuple[int, int] | None = None
@@ -119,19 +117,19 @@ class Scenario:
     split_forward_token_budget: int = split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
     manual_divisions: tuple[tuple[int, int, int], ...] = ()
     max_split_forward_layers: int = 0
-    flops_dtype: str | None = None
-    cost_model: str = "roofline"
-    step_overhead_ms: float | None = None
     tp: int = 1
     disagg: tuple[int, int] | None = None
-    per_request_overhead_ms: float | None = None
-    eager_launch_ms: float | None = None
     disable_cuda_graph: bool = False
     kv_link: str = "auto"
     kv_link_gb_s: float | None = None
     kv_link_latency_us: float | None = None
     disagg_tp: int | None = None
     speculation: Any = None
+
+    @property
+    def cost_model(self) -> str:
+        """``"roofline"`` or ``"chapter"``: :attr:`cost`'s."""
+        return self.cost.cost_model
 
     def validate(self) -> None:
         """Raise :class:`InputError` (one line) for sizes that make no sense or that no deployment
@@ -159,7 +157,7 @@ class Scenario:
         if self.s_sat_values is not None and (not self.s_sat_values or any(s < 1 for s in self.s_sat_values)):
             raise InputError(f"S_SAT values must be at least 1 SM, got {list(self.s_sat_values)}")
         for name in ("bandwidth_efficiency", "mfu"):
-            value = getattr(self, name)
+            value = getattr(self.cost, name)
             if value is not None and not MIN_EFFICIENCY <= value <= 1:
                 raise InputError(f"{name.replace('_', ' ')} must be from {MIN_EFFICIENCY} to 1, got {value}")
         low, high = BYTES_PER_ELEMENT_RANGE
@@ -441,22 +439,18 @@ def _driver_level(gpu: Gpu, total: int, split: tuple[int, int]) -> tuple[split_l
 def _models(gpu: Gpu, model: Model, scenario: Scenario, calibration) -> list[tuple[StepModel, float | None]]:
     """One cost model per S_SAT to show (one for a calibration), with the S_SAT it uses."""
     total = gpu.require_sm_count()
-    common = {"cost_model": scenario.cost_model, "bandwidth_efficiency": scenario.bandwidth_efficiency,
-              "mfu": scenario.mfu, "weight_bytes_per_param": scenario.weight_bytes_per_param,
-              "kv_bytes_per_element": scenario.kv_bytes_per_element, "flops_dtype": scenario.flops_dtype,
-              "step_overhead_ms": scenario.step_overhead_ms, "tp": scenario.tp}
-    if scenario.per_request_overhead_ms is not None:
-        common["per_request_overhead_ms"] = scenario.per_request_overhead_ms
-    if scenario.eager_launch_ms is not None:
-        common["eager_launch_ms"] = scenario.eager_launch_ms
-    if scenario.speculation is not None:
-        common["speculation"] = scenario.speculation
+    served = {"weight_bytes_per_param": scenario.weight_bytes_per_param,
+              "kv_bytes_per_element": scenario.kv_bytes_per_element, "tp": scenario.tp,
+              "speculation": scenario.speculation, "calibration": calibration}
+
+    def build(s_sat: float | None) -> StepModel:
+        return costmodel.build_step_model(gpu, model, replace(scenario.cost, s_sat=s_sat), **served)
+
     if calibration is not None:
-        step_model = costmodel.build_step_model(gpu, model, calibration=calibration, **common)
+        step_model = build(None)
         if not calibration.has_partitions:  # whole-GPU terms only: the S_SAT guesses still apply
             values = scenario.s_sat_values or (None,)
-            return [(costmodel.build_step_model(gpu, model, calibration=calibration, s_sat=v, **common),
-                     v if v is not None else getattr(step_model, "s_sat", None)) for v in values]
+            return [(build(v), v if v is not None else getattr(step_model, "s_sat", None)) for v in values]
         return [(step_model, None)]
     values = scenario.s_sat_values
     if values is None:
@@ -466,7 +460,7 @@ def _models(gpu: Gpu, model: Model, scenario: Scenario, calibration) -> list[tup
                          f"({total}): S_SAT is the SM count at which decode reaches full bandwidth")
     out = []
     for value in values:
-        step_model = costmodel.build_step_model(gpu, model, s_sat=value, **common)
+        step_model = build(value)
         out.append((step_model, getattr(step_model, "s_sat", value)))
     return out
 
@@ -824,7 +818,7 @@ def estimate(
     if scenario.disagg is not None:
         link = disaggregation.kv_link(gpu, sum(scenario.disagg) * (scenario.disagg_tp or tp),
                                       scenario.kv_link, scenario.kv_link_gb_s, scenario.kv_link_latency_us)
-    flops_dtype = pick_flops_dtype(gpu, model, scenario.flops_dtype)
+    flops_dtype = pick_flops_dtype(gpu, model, scenario.cost.flops_dtype)
     models = _models(gpu, model, scenario, calibration)
     full = models[0][0]  # S_SAT has no effect when all SMs are used
     notes = _Notes()

@@ -70,6 +70,7 @@ from .traces import HASH_BLOCK_TOKENS
 
 if TYPE_CHECKING:
     from ..costmodel import StepModel
+    from ..costmodel.options import CostModelOptions
 
 #: Most decode steps one simulated policy may take when its whole record is kept (:func:`pdmux_cli.
 #: simulate.runner.simulate` without a fold: the API the tests and the serving replays use). Memory grows
@@ -446,57 +447,48 @@ class Setup:
 def make_setup(
     gpu,
     model: Model,
+    cost: CostModelOptions | None = None,
     *,
-    cost_model: str = "roofline",
-    s_sat: float | None = None,
-    bandwidth_efficiency: float | None = None,
-    mfu: float | None = None,
     calibration=None,
     weight_bytes_per_param: float | None = None,
     kv_bytes_per_element: float = 2.0,
     mem_fraction_static: float | None = None,
     max_prefill_tokens: int = sgl.MAX_PREFILL_TOKENS,
-    flops_dtype: str | None = None,
-    step_overhead_ms: float | None = None,
-    per_request_overhead_ms: float | None = None,
-    admission_delay_ms: float | None = None,
-    first_token_delay_ms: float | None = None,
-    admission_interval_ms: float | None = None,
     ignore_eos: bool = False,
     disable_overlap: bool = False,
     cuda_graph_max_bs: int | None = None,
     max_running_requests: int | None = None,
     prefix_cache: bool = True,
     tp: int = 1,
-    eager_launch_ms: float | None = None,
-    eager_launch_moe_ms: float | None = None,
     prefill_cuda_graph: bool | None = None,
     serial_frontend: bool | None = None,
-    frontend_token_ms: float | None = None,
     disable_cuda_graph: bool = False,
     release: ReleaseDefaults | str | None = None,
     speculation: Any = None,
     step_by_step: bool = False,
+    **knobs: Any,
 ) -> Setup:
     """A :class:`Setup` for a GPU profile (:class:`pdmux_cli.catalog.hardware.Gpu`) and a model, with the cost
-    model of :func:`pdmux_cli.costmodel.build_step_model` (its arguments: ``cost_model``, ``s_sat``,
-    ``bandwidth_efficiency``, ``mfu``, ``calibration``, ``flops_dtype``, ``step_overhead_ms``,
-    ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``, ``admission_interval_ms``,
-    ``tp``, ``eager_launch_ms``, ``eager_launch_moe_ms``, ``frontend_token_ms``: the front end's ms per
-    prompt token). ``disable_cuda_graph``: :class:`Setup`'s. ``release``: the SGLang release simulated (its
-    version text or :class:`~pdmux_cli.sglang.release_defaults.ReleaseDefaults`; ``None``: 0.5.23), whose
-    rules ``serial_frontend`` (``None``: the release's front end) and ``prefill_cuda_graph`` default to.
+    model of :func:`pdmux_cli.costmodel.build_step_model`: ``cost`` (a
+    :class:`~pdmux_cli.costmodel.options.CostModelOptions`; ``None``: the defaults) with ``knobs`` (its fields
+    as keywords, ``step_overhead_ms=0``) on top, and ``calibration``, ``weight_bytes_per_param``,
+    ``kv_bytes_per_element``, ``tp``, ``speculation``. ``disable_cuda_graph``: :class:`Setup`'s. ``release``:
+    the SGLang release simulated (its version text or
+    :class:`~pdmux_cli.sglang.release_defaults.ReleaseDefaults`; ``None``: 0.5.23), whose rules
+    ``serial_frontend`` (``None``: the release's front end) and ``prefill_cuda_graph`` default to.
     ``prefill_cuda_graph``: ``None`` for the release's default (up to 0.5.8 eager; later SGLang 0.5.23's,
     :func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`), ``False`` for a server that
     prefills eagerly (an older release, ``--disable-prefill-cuda-graph``). ``speculation``: :class:`Setup`'s
     (the step model's decode step becomes its round: :func:`pdmux_cli.costmodel.build_step_model`).
     ``step_by_step``: :class:`Setup`'s (the reference step loop). Raises
     :class:`InputError` for a GPU without an SM count, memory or bandwidth figures, or bad values, or a
-    release pdmux has not read."""
+    release pdmux has not read; :class:`TypeError` for a keyword that is no knob."""
     from ..costmodel import build_step_model
+    from ..costmodel.options import CostModelOptions
 
-    check_efficiency(bandwidth_efficiency, "bandwidth_efficiency", where="bandwidth efficiency")
-    check_efficiency(mfu, "mfu", where="MFU")
+    cost = (cost or CostModelOptions()).with_knobs(knobs, "make_setup")
+    check_efficiency(cost.bandwidth_efficiency, "bandwidth_efficiency", where="bandwidth efficiency")
+    check_efficiency(cost.mfu, "mfu", where="MFU")
     total = gpu.require_sm_count()
     if not gpu.memory_bytes or not gpu.hbm_bytes_per_s:
         raise InputError(
@@ -504,13 +496,8 @@ def make_setup(
             values={"name": gpu.name},
         )
     step_model = build_step_model(
-        gpu, model, cost_model=cost_model, s_sat=s_sat, bandwidth_efficiency=bandwidth_efficiency, mfu=mfu,
-        calibration=calibration, weight_bytes_per_param=weight_bytes_per_param,
-        kv_bytes_per_element=kv_bytes_per_element, flops_dtype=flops_dtype, step_overhead_ms=step_overhead_ms,
-        per_request_overhead_ms=per_request_overhead_ms, admission_delay_ms=admission_delay_ms,
-        first_token_delay_ms=first_token_delay_ms, admission_interval_ms=admission_interval_ms, tp=tp,
-        eager_launch_ms=eager_launch_ms, eager_launch_moe_ms=eager_launch_moe_ms,
-        frontend_token_ms=frontend_token_ms, speculation=speculation)
+        gpu, model, cost, calibration=calibration, weight_bytes_per_param=weight_bytes_per_param,
+        kv_bytes_per_element=kv_bytes_per_element, tp=tp, speculation=speculation)
     if release is None:
         release = LATEST
     elif not isinstance(release, ReleaseDefaults):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..sglang.revisions import DEFAULT_REVISION
 from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, server_and_cluster
 from .policies import (
@@ -86,7 +87,7 @@ class CapacityRequest(ServerOptions, DeploymentOptions):
     ray_address: str | None = None
     max_steps: int | None = None
     plot: Path | None = None
-    sglang: str = "0.5.23"
+    sglang: str = DEFAULT_REVISION
 
     def workload_options(self) -> WorkloadOptions:
         """The workload to load (never retimed: the search sets the rate)."""

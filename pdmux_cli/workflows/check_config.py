@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..sglang.revisions import DEFAULT_REVISION
 from ..provenance import provenance, with_provenance
 from ..util.errors import InputError
 from .fields import Checked
@@ -34,7 +35,7 @@ class CheckConfigRequest(Checked):
     cc: str | None = None
     sm_group_num: int | None = None
     model: str | None = None
-    sglang: str = "0.5.23"
+    sglang: str = DEFAULT_REVISION
     speculative_algorithm: str | None = None
     speculative_draft_model_path: Path | str | None = None
 

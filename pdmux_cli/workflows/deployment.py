@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..util.errors import Finding, InputError
-from .fields import Checked
+from .fields import DEPLOYMENT, Checked, option
 from .server import ServerOptions, build_setup
 
 
@@ -29,13 +29,27 @@ class DeploymentOptions(Checked):
     ``kv_link_gb_s`` (GB/s per GPU and direction) and ``kv_link_latency_us`` (us per transfer) override it.
     """
 
-    dp: int | None = None
-    load_balance_method: str | None = None
-    disagg: str | None = None
-    disagg_tp: int | None = None
-    kv_link: str = "auto"
-    kv_link_gb_s: float | None = None
-    kv_link_latency_us: float | None = None
+    dp: int | None = option(None, group=DEPLOYMENT, help=(
+        "Data-parallel replicas of the server behind a router, each {flag.tp} GPUs (SGLang's --dp-size, or "
+        "servers behind sgl-router). Default 1, or with {flag.disagg} as many as put every policy on its "
+        "GPUs ((X+Y) x {flag.disagg_tp} / {flag.tp})."))
+    load_balance_method: str | None = option(None, group=DEPLOYMENT, help=(
+        "How the router picks a replica (and, with {flag.disagg}, an instance on each side): round_robin "
+        "(SGLang's default) or total_requests (the fewest outstanding requests), SGLang's names."))
+    disagg: str | None = option(None, group=DEPLOYMENT, help=(
+        "Add PD disaggregation: XPYD prefill and decode instances (1P1D, 2P6D), each {flag.tp} GPUs; "
+        "prefill-first on the prefill instances, the KV cache moved over {flag.kv_link}, decode on the "
+        "decode instances."))
+    disagg_tp: int | None = option(None, group=DEPLOYMENT, help=(
+        "{flag.disagg}: each instance's TP (default {flag.tp}), e.g. {flag.tp} 2 {flag.dp} 1 {flag.disagg} "
+        "1P1D {flag.disagg_tp} 1 puts every policy on 2 GPUs."))
+    kv_link: str = option("auto", group=DEPLOYMENT, help=(
+        "{flag.disagg}: the link each GPU's share of a KV cache crosses: auto (the GPU's NVLink or PCIe "
+        "when all GPUs fit one node of 8, else RDMA 400 Gb/s per GPU), nvlink, pcie or rdma."))
+    kv_link_gb_s: float | None = option(None, group=DEPLOYMENT, help=(
+        "{flag.disagg}: the KV link's bandwidth, GB/s per GPU and direction (overrides {flag.kv_link}'s)."))
+    kv_link_latency_us: float | None = option(None, group=DEPLOYMENT, help=(
+        "{flag.disagg}: the KV link's latency per transfer, us (overrides {flag.kv_link}'s)."))
 
 
 @dataclass(frozen=True)

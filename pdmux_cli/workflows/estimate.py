@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..catalog.model import DEFAULT_MODEL
+from ..sglang.revisions import DEFAULT_REVISION
 from ..provenance import provenance, with_provenance
 from ..util.errors import Finding, InputError, short_repr
-from .fields import Checked
+from .fields import SERVING_TERMS, Checked, option
 from .planning_inputs import (
     check_int,
     check_positive_knobs,
@@ -54,7 +56,7 @@ class EstimateRequest(Checked):
     revision whose rules apply (``--sglang``).
     """
 
-    model: str = "qwen3-8b"
+    model: str = DEFAULT_MODEL
     gpu: str | None = None
     decode_bs: int = 32
     context: int = 2048
@@ -66,8 +68,12 @@ class EstimateRequest(Checked):
     bandwidth_efficiency: float | None = None
     mfu: float | None = None
     step_overhead_ms: float | None = None
-    per_request_overhead_ms: float | None = None
-    eager_launch_ms: float | None = None
+    per_request_overhead_ms: float | None = option(group=SERVING_TERMS, help=(
+        "Roofline model: what every step spends per request in its batch beyond the kernels, ms (default: "
+        "fitted to public SGLang serving runs, profiles/efficiency/serving.yaml)."))
+    eager_launch_ms: float | None = option(group=SERVING_TERMS, help=(
+        "Roofline model: SGLang's host time per kernel of a prefill launched outside its CUDA graph (mixed "
+        "chunks, pdmux's split prefill), ms (default: serving.yaml's fit)."))
     disable_cuda_graph: bool = False
     speculative_algorithm: str | None = None
     speculative_num_steps: int | None = None
@@ -93,7 +99,7 @@ class EstimateRequest(Checked):
     kv_link_latency_us: float | None = None
     disagg_tp: int | None = None
     plot: Path | str | None = None
-    sglang: str = "0.5.23"
+    sglang: str = DEFAULT_REVISION
 
 
 @dataclass(frozen=True)
@@ -185,6 +191,7 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     refusal of :func:`pdmux_cli.planning.estimate.estimate`.
     """
     from ..catalog.model import load_model
+    from ..costmodel.options import CostModelOptions
     from ..planning.estimate import Scenario
     from ..planning.estimate import estimate as run_estimate
     from ..sglang import split_levels
@@ -244,14 +251,10 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         prompt_tokens=r.prompt_tokens,
         chunk_sizes=parse_sizes(r.chunk_sizes, "chunk_sizes"),
         mixed_chunk_sizes=parse_sizes(r.mixed_chunk_sizes, "mixed_chunk_sizes") or (),
-        cost_model=cost_model,
-        step_overhead_ms=r.step_overhead_ms,
-        per_request_overhead_ms=r.per_request_overhead_ms,
-        eager_launch_ms=r.eager_launch_ms,
+        # the request's cost-model knobs; S_SAT a tuple here (one PD-mux row each): the scenario's
+        cost=CostModelOptions.of(r, cost_model=cost_model, flops_dtype=flops_dtype, s_sat=None),
         disable_cuda_graph=bool(r.disable_cuda_graph),
         s_sat_values=float_tuple(r.s_sat, "s_sat") if r.s_sat is not None else None,
-        bandwidth_efficiency=r.bandwidth_efficiency,
-        mfu=r.mfu,
         weight_bytes_per_param=r.weight_bytes,
         kv_bytes_per_element=kv_cache.bytes_per_element,
         level=parse_level(r.level),
@@ -262,7 +265,6 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         or (cfg.split_forward_token_budget if cfg else split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET),
         manual_divisions=tuple(cfg.manual_divisions) if cfg else (),
         max_split_forward_layers=(cfg.max_split_forward_layers or 0) if cfg else 0,
-        flops_dtype=flops_dtype,
         tp=r.tp,
         disagg=xpyd,
         kv_link=r.kv_link,

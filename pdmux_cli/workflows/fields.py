@@ -272,6 +272,42 @@ class Checked:
         check_fields(self)
 
 
+#: The metadata keys of a field declared with :func:`option`: its CLI help, and the shared option group it
+#: belongs to (the CLI builds the group's options of a command from these declarations:
+#: :func:`pdmux_cli.cli.options.with_group`).
+HELP = "help"
+GROUP = "group"
+SHORT = "short"
+
+#: The roofline model's serving terms that simulate, tune and capacity share (``ServerOptions``), ms.
+SERVING_TERMS = "serving terms"
+#: SGLang's speculative decoding flags and the acceptance length (``ServerOptions``): simulate, tune, capacity
+#: and estimate.
+SPECULATIVE = "speculative decoding"
+#: bench_serving's generated-shared-prefix dataset, ``--dataset-name`` and its ``--gsp-*`` options
+#: (``WorkloadOptions``): simulate and capacity.
+GENERATED_SHARED_PREFIX = "generated-shared-prefix"
+#: More than one server: DP replicas behind a router, PD disaggregation and its KV link
+#: (``DeploymentOptions``): simulate and capacity.
+DEPLOYMENT = "deployment"
+
+
+def option(default: Any = None, *, help: str, group: str | None = None, short: str | None = None) -> Any:
+    """A request field declared once (issue 32, item 1): its default and the help the CLI shows (other
+    parameters named as ``{flag.NAME}``, as errors name them: the CLI writes their flags); its flag is
+    :func:`pdmux_cli.messages.flag` of the field's name (``short``: a one-letter flag beside it, ``"-m"``),
+    its type the annotation, its range :data:`RANGES`. ``group``: the shared option group
+    (:data:`SERVING_TERMS`, :data:`SPECULATIVE`, :data:`GENERATED_SHARED_PREFIX`, :data:`DEPLOYMENT`) whose
+    commands take it, if any (the CLI: :func:`pdmux_cli.cli.options.with_group`; one option alone:
+    :func:`pdmux_cli.cli.options.declared`)."""
+    return dataclasses.field(default=default, metadata={HELP: help, GROUP: group, SHORT: short})
+
+
+def group_fields(cls: type, group: str) -> tuple[dataclasses.Field, ...]:
+    """The fields of ``cls`` (a request dataclass) declared in ``group``, in their order."""
+    return tuple(f for f in dataclasses.fields(cls) if f.metadata.get(GROUP) == group)
+
+
 def check_fields(request: Any) -> None:
     """Check every field of ``request`` (a dataclass) by its annotation and :data:`RANGES`, the normalised
     value set in place (a frozen dataclass's too). Raises :class:`InputError` about the first field at

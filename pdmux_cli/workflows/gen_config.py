@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..catalog.model import DEFAULT_MODEL
+from ..sglang.revisions import DEFAULT_REVISION
 from ..provenance import provenance, step_model_provenance, with_provenance
 from ..util.errors import Finding, InputError
 from .fields import Checked
@@ -72,9 +74,9 @@ class GenConfigRequest(Checked):
     step_overhead_ms: float | None = None
     per_request_overhead_ms: float | None = None
     max_running_requests: int | None = None
-    model: str = "qwen3-8b"
+    model: str = DEFAULT_MODEL
     tp: int = 1
-    sglang: str = "0.5.23"
+    sglang: str = DEFAULT_REVISION
     speculative_algorithm: str | None = None
     speculative_draft_model_path: Path | str | None = None
 

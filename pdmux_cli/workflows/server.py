@@ -13,8 +13,11 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ..catalog.model import DEFAULT_MODEL
+from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
+from ..sglang.server_defaults import MAX_PREFILL_TOKENS
 from ..util.errors import InputError
-from .fields import Checked
+from .fields import SERVING_TERMS, SPECULATIVE, Checked, option
 
 #: SGLang 0.5.23's ``--max-running-requests`` under speculative decoding when not given
 #: (``arg_groups/speculative_hook.py`` ``_handle_eagle_family``; the simulator's rule:
@@ -35,7 +38,9 @@ class ServerOptions(Checked):
     ``max_prefill_tokens``, ``max_running_requests``, ``cuda_graph_max_bs``: SGLang's flags.
     ``step_overhead_ms``, ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``,
     ``admission_interval_ms``, ``eager_launch_ms``: the roofline model's serving terms, ms (``None``:
-    ``serving.yaml``'s fit).
+    ``serving.yaml``'s fit); all but the first declared once with their help, the shared option group
+    :data:`~pdmux_cli.workflows.fields.SERVING_TERMS` the CLI builds simulate's, tune's and capacity's options
+    from.
     ``ignore_eos``: requests run to their max_new_tokens. ``disable_overlap_schedule``: CPU time adds to
     every baseline step. ``disable_prefill_cuda_graph``: SGLang's flag: every prefill batch launches its
     kernels eagerly (as SGLang before its prefill CUDA graph did). ``disable_cuda_graph``: SGLang's flag:
@@ -47,39 +52,73 @@ class ServerOptions(Checked):
     gets per verify round (required with an algorithm).
     """
 
-    model: str = "qwen3-8b"
-    gpu: str | None = None
-    cost_model: str = "roofline"
-    s_sat: float | None = None
+    model: str = option(DEFAULT_MODEL, short="-m", help=(
+        "Model profile name or path to a Hugging Face config.json."))
+    gpu: str | None = option(None, short="-g", help=(
+        "GPU profile: alias (h100, h200, a100, b200, ...), reported name, or my-gpu.yaml. Default: h100."))
+    cost_model: str = option("roofline", help=(
+        "roofline (fitted to measurements) or chapter (the chapter's illustrative model)."))
+    s_sat: float | None = option(None, help=(
+        "SMs that reach 95% of HBM bandwidth (default: the cost model's)."))
     bandwidth_efficiency: float | None = None
-    mfu: float | None = None
+    mfu: float | None = option(None, help=(
+        "Chapter model: fraction of dense FLOP/s prefill reaches (0.5)."))
     step_overhead_ms: float | None = None
-    per_request_overhead_ms: float | None = None
-    eager_launch_ms: float | None = None
-    admission_delay_ms: float | None = None
-    first_token_delay_ms: float | None = None
-    admission_interval_ms: float | None = None
+    per_request_overhead_ms: float | None = option(group=SERVING_TERMS, help=(
+        "Roofline model: what every step spends per request in its batch beyond the kernels, ms, paid by "
+        "every schedule (default: fitted to public SGLang serving runs, profiles/efficiency/serving.yaml)."))
+    eager_launch_ms: float | None = option(group=SERVING_TERMS, help=(
+        "Roofline model: SGLang's host time per kernel of a prefill launched outside its CUDA graph (mixed "
+        "batches, pdmux's split prefill, DeepSeek-V3 on B200, {flag.disable_prefill_cuda_graph}), ms: such "
+        "a batch takes at least its layers' kernels times this (default: serving.yaml's fit)."))
+    admission_delay_ms: float | None = option(group=SERVING_TERMS, help=(
+        "Roofline model: from a request's arrival until SGLang's scheduler can admit it (HTTP server, "
+        "tokenizer, IPC), ms (default: serving.yaml's fit)."))
+    first_token_delay_ms: float | None = option(group=SERVING_TERMS, help=(
+        "Roofline model: from the step that makes a token until the client has it (detokenizer, streaming), "
+        "ms: adds to TTFT and end-to-end latency, not to ITL (default: serving.yaml's fit)."))
+    admission_interval_ms: float | None = option(group=SERVING_TERMS, help=(
+        "Roofline model: the front end's time per request (one tokenizer manager takes every request), ms: "
+        "a burst enters the scheduler one request per interval (default: serving.yaml's fit)."))
     calibration: Path | None = None
     weight_bytes: float | None = None
-    kv_bytes: float | None = None
-    kv_cache_dtype: str | None = None
+    kv_bytes: float | None = option(None, help=(
+        "Bytes per KV-cache element (default: by {flag.kv_cache_dtype})."))
+    kv_cache_dtype: str | None = option(None, help=KV_CACHE_DTYPE_HELP)
     flops_dtype: str | None = None
     mem_fraction_static: float | None = None
-    max_prefill_tokens: int = 16384
+    max_prefill_tokens: int = option(MAX_PREFILL_TOKENS, help=(
+        "SGLang's {flag.max_prefill_tokens}."))
     max_running_requests: int | None = None
     cuda_graph_max_bs: int | None = None
     ignore_eos: bool = False
     disable_overlap_schedule: bool = False
     disable_prefill_cuda_graph: bool = False
-    disable_cuda_graph: bool = False
-    no_prefix_cache: bool = False
-    tp: int = 1
-    speculative_algorithm: str | None = None
-    speculative_num_steps: int | None = None
-    speculative_eagle_topk: int | None = None
-    speculative_num_draft_tokens: int | None = None
-    speculative_draft_model_path: Path | None = None
-    speculative_accept_length: float | None = None
+    disable_cuda_graph: bool = option(False, help=(
+        "SGLang's flag: no CUDA graphs, decode and prefill launched kernel by kernel (a step takes at least "
+        "its kernels' host launch time; the graphs' memory reserve is not taken)."))
+    no_prefix_cache: bool = option(False, help=(
+        "Turn SGLang's radix cache off (--disable-radix-cache). On by default: prompts of a trace with "
+        "hash_ids (Mooncake) reuse cached prefixes."))
+    tp: int = option(1, help=(
+        "Tensor parallelism: GPUs of one server the model is sharded over, as SGLang's --tp-size (1-8); the "
+        "server is simulated as one of its ranks (every rank runs the same batches), memory per GPU."))
+    speculative_algorithm: str | None = option(group=SPECULATIVE, help=(
+        "SGLang's flag: EAGLE, EAGLE3, NEXTN (MTP) or STANDALONE speculative decoding on every policy; "
+        "needs {flag.speculative_accept_length}."))
+    speculative_num_steps: int | None = option(group=SPECULATIVE, help=(
+        "SGLang's flag: draft depth (default: SGLang's choice by model, 3 or 5; with it give "
+        "{flag.speculative_eagle_topk})."))
+    speculative_eagle_topk: int | None = option(group=SPECULATIVE, help=(
+        "SGLang's flag: branches a draft step keeps (1: a chain)."))
+    speculative_num_draft_tokens: int | None = option(group=SPECULATIVE, help=(
+        "SGLang's flag: tokens verified per request and round (topk 1: num-steps + 1, as SGLang sets it)."))
+    speculative_draft_model_path: Path | None = option(group=SPECULATIVE, help=(
+        "The draft's Hugging Face config.json (default: one decoder layer of the target, EAGLE's and MTP's "
+        "usual draft; STANDALONE needs one)."))
+    speculative_accept_length: float | None = option(group=SPECULATIVE, help=(
+        "Mean tokens a request gets per verify round, bonus token included (SGLang's log: 'accept len'; "
+        "pdmux calibrate {flag.sglang_log} reads it). 1 to num-steps + 1."))
 
 
 #: The speculative decoding options: given without ``speculative_algorithm`` they are refused.
@@ -191,6 +230,7 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
     """
     from ..catalog.hardware import find_gpu_or_file
     from ..catalog.model import load_model
+    from ..costmodel.options import CostModelOptions
     from ..sglang.kv_cache import resolve_kv_cache
     from ..simulate.engine import make_setup
 
@@ -215,15 +255,12 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
                 "{flag.s_sat} is a guess that a {flag.calibration} file replaces: give one or the other",
                 values={},
             )
-    setup = make_setup(profile, mdl, cost_model=o.cost_model.strip().lower(), s_sat=o.s_sat,
-                       bandwidth_efficiency=o.bandwidth_efficiency, mfu=o.mfu, calibration=cal,
-                       weight_bytes_per_param=o.weight_bytes, kv_bytes_per_element=kv_cache.bytes_per_element,
+    cost = CostModelOptions.of(o, cost_model=o.cost_model.strip().lower())
+    setup = make_setup(profile, mdl, cost, calibration=cal, weight_bytes_per_param=o.weight_bytes,
+                       kv_bytes_per_element=kv_cache.bytes_per_element,
                        mem_fraction_static=o.mem_fraction_static, max_prefill_tokens=o.max_prefill_tokens,
-                       flops_dtype=o.flops_dtype, step_overhead_ms=o.step_overhead_ms,
-                       per_request_overhead_ms=o.per_request_overhead_ms, eager_launch_ms=o.eager_launch_ms,
-                       admission_delay_ms=o.admission_delay_ms, first_token_delay_ms=o.first_token_delay_ms,
-                       admission_interval_ms=o.admission_interval_ms, ignore_eos=o.ignore_eos,
-                       disable_overlap=o.disable_overlap_schedule, cuda_graph_max_bs=o.cuda_graph_max_bs,
+                       ignore_eos=o.ignore_eos, disable_overlap=o.disable_overlap_schedule,
+                       cuda_graph_max_bs=o.cuda_graph_max_bs,
                        prefill_cuda_graph=False if o.disable_prefill_cuda_graph else None,
                        disable_cuda_graph=o.disable_cuda_graph,
                        max_running_requests=o.max_running_requests, tp=o.tp if tp is None else tp,

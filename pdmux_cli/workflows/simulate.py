@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..sglang.revisions import DEFAULT_REVISION
 from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, server_and_cluster
 from .pdmux_yaml import PdmuxYaml
@@ -70,7 +71,7 @@ class SimulateRequest(WorkloadOptions, ServerOptions, DeploymentOptions):
     max_steps: int | None = None
     csv: Path | None = None
     plot: Path | None = None
-    sglang: str = "0.5.23"
+    sglang: str = DEFAULT_REVISION
     step_by_step: bool = False
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..catalog.model import DEFAULT_MODEL
 from ..provenance import provenance, with_provenance
 from ..util.errors import Finding, InputError, short_repr
 from .fields import Checked
@@ -44,7 +45,7 @@ class SplitsRequest(Checked):
     all_gpus: bool = False
     decode_bs: tuple[int, ...] | str = (1, 6, 12, 18, 24, 30, 36, 64)
     prompt_tokens: tuple[int, ...] | str = (512, 8192, 32768, 131072)
-    model: str = "qwen3-8b"
+    model: str = DEFAULT_MODEL
     sm_group_num: int | None = None
     decode_bs_divisor: int | None = None
     token_budget: int | None = None

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..catalog.model import DEFAULT_MODEL
+from ..sglang.revisions import DEFAULT_REVISION
 from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, plan_deployment
 from .progress import ProgressFactory, entered, start
@@ -52,7 +54,7 @@ class TuneRequest(ServerOptions, DeploymentOptions):
     ray_address: str | None = None
     max_steps: int | None = None
     output: Path | None = None
-    sglang: str = "0.5.23"
+    sglang: str = DEFAULT_REVISION
 
 
 @dataclass(frozen=True)
@@ -234,7 +236,7 @@ def tune(request: TuneRequest, progress: ProgressFactory | None = None) -> TuneO
 
 
 def tune_for_gen_config(gpu_profile: Any, trace: Path, slo_ttft_ms: float, slo_itl_ms: float, *,
-                        model: str = "qwen3-8b", trace_format: str | None = None,
+                        model: str = DEFAULT_MODEL, trace_format: str | None = None,
                         rate_scale: float | None = None,
                         qps: float | None = None, max_requests: int | None = None,
                         duration: float | None = None, budgets: str | None = None,

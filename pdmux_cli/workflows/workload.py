@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..util.errors import InputError, short_repr
-from .fields import Checked
+from .fields import GENERATED_SHARED_PREFIX, Checked, group_fields, option
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,28 +32,49 @@ class WorkloadOptions(Checked):
     """
 
     trace: Path | None = None
-    synthetic: bool = False
-    trace_format: str | None = None
+    synthetic: bool = option(False, help=(
+        "Poisson arrivals at {flag.qps} instead of a trace file ({flag.qps} inf: all at once, with "
+        "{flag.max_requests})."))
+    trace_format: str | None = option(None, help=(
+        "azure, mooncake or burstgpt (default: detected)."))
     qps: float | None = None
     rate_scale: float | None = None
-    max_requests: int | None = None
-    duration: float | None = None
-    seed: int = 0
-    prompt_tokens: str = "1024"
-    output_tokens: str = "128"
-    dataset_name: str | None = None
-    gsp_num_groups: int = 64
-    gsp_prompts_per_group: int = 16
-    gsp_system_prompt_len: int = 2048
-    gsp_question_len: int = 128
-    gsp_output_len: int = 256
-    gsp_range_ratio: float = 1.0
-    gsp_ordered: bool = False
+    max_requests: int | None = option(None, help=(
+        "Only the first N requests."))
+    duration: float | None = option(None, help=(
+        "Only requests arriving in the first S seconds."))
+    seed: int = option(0, help=(
+        "Seed for synthetic arrivals and lengths."))
+    prompt_tokens: str = option("1024", help=(
+        "Synthetic prompt length: N, uniform:LO:HI, exp:MEAN, lognormal:MEDIAN:SIGMA, or random:L[:RATIO] "
+        "(bench_serving's random dataset, drawn as it draws them for {flag.seed}; both lengths then)."))
+    output_tokens: str = option("128", help=(
+        "Synthetic output length (same forms)."))
+    dataset_name: str | None = option(None, group=GENERATED_SHARED_PREFIX, help=(
+        "generated-shared-prefix: bench_serving's dataset of groups of prompts sharing a system prompt, "
+        "drawn as it draws them for {flag.seed} (order, lengths, arrivals at {flag.qps}; inf: all at once, "
+        "its default) with the --gsp-* options below, instead of {flag.prompt_tokens}/{flag.output_tokens}; "
+        "the radix cache finds each group's system prompt."))
+    gsp_num_groups: int = option(64, group=GENERATED_SHARED_PREFIX, help=(
+        "generated-shared-prefix: system prompts (groups)."))
+    gsp_prompts_per_group: int = option(16, group=GENERATED_SHARED_PREFIX, help=(
+        "generated-shared-prefix: prompts (requests) per group."))
+    gsp_system_prompt_len: int = option(2048, group=GENERATED_SHARED_PREFIX, help=(
+        "generated-shared-prefix: tokens of each system prompt."))
+    gsp_question_len: int = option(128, group=GENERATED_SHARED_PREFIX, help=(
+        "generated-shared-prefix: tokens of each question (after its group's system prompt)."))
+    gsp_output_len: int = option(256, group=GENERATED_SHARED_PREFIX, help=(
+        "generated-shared-prefix: output tokens."))
+    gsp_range_ratio: float = option(1.0, group=GENERATED_SHARED_PREFIX, help=(
+        "generated-shared-prefix: lengths drawn from [L x RATIO, L] (1: as given)."))
+    gsp_ordered: bool = option(False, group=GENERATED_SHARED_PREFIX, help=(
+        "generated-shared-prefix: send the requests group by group, not shuffled."))
 
 
-#: The ``gsp_*`` options (bench_serving's ``--gsp-*``) with their defaults (bench_serving's).
-GSP_OPTIONS = ("gsp_num_groups", "gsp_prompts_per_group", "gsp_system_prompt_len", "gsp_question_len",
-               "gsp_output_len", "gsp_range_ratio", "gsp_ordered")
+#: The ``gsp_*`` options (bench_serving's ``--gsp-*``) with their defaults (bench_serving's): the
+#: generated-shared-prefix group but ``dataset_name``.
+GSP_OPTIONS = tuple(f.name for f in group_fields(WorkloadOptions, GENERATED_SHARED_PREFIX)
+                    if f.name != "dataset_name")
 
 #: bench_serving datasets pdmux does not draw, and what to give instead (``--dataset-name`` refused).
 OTHER_DATASETS = {
