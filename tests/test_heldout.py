@@ -62,3 +62,45 @@ def test_the_shared_system_prompt_is_found_in_the_radix_cache() -> None:
     setup = make_setup(find_gpu("l4"), load_model(run.model), **dict(run.server_args))
     m = summarize(simulate(sa.workload(run), setup, ChunkedPolicy(4096), max_concurrency=16), 1e9, 1e9)
     assert 0.5 < m.prefix_cache_hit_rate < 0.9
+
+
+def test_a_clients_warm_up_leaves_its_prompts_in_the_radix_cache() -> None:
+    """ree2raz/inference-bench's client (bench_lib.run_benchmark_impl) sends ``prompts[:concurrency * 2]`` to
+    the end on the same server before it measures: at 64 streams, all 100 prompts. Replayed
+    (``Trace.warm_requests``), the L4's pool holds them all (14,310 distinct prompt tokens in 16-token blocks,
+    then 100 x 511 output tokens with KV), and the measured run recomputes only each prompt's last token
+    (SGLang matches at most ``extend - 1``). Left out of the shipped held-out file (its ``approximation``)."""
+    from dataclasses import replace
+
+    from pdmux_cli.simulate.engine import build_work, make_setup
+    from pdmux_cli.simulate.runner import simulate
+    from pdmux_cli.simulate.schedulers import ChunkedPolicy
+
+    run = next(r for r in HELD if r.id == "inference-bench-l4-qwen2.5-7b-long-c64")
+    assert run.warmup_requests == 0  # not replayed in the shipped file
+    setup = make_setup(find_gpu("l4"), load_model(run.model), **dict(run.server_args))
+    trace = replace(sa.workload(run), warm_requests=2 * run.max_concurrency)
+    pool = setup.kv_pool(2048)
+    assert build_work(sa.workload(run), setup, pool.tokens).cache.cached_tokens() == 0
+    work = build_work(trace, setup, pool.tokens)
+    assert work.cache.cached_tokens() == 14_310 + 100 * 511 and work.cache.evicted_tokens == 0
+    assert all(work.cache.cum[work.cache.match(work.keys[rid])[0]] == trace.prompt_tokens[rid]
+               for rid in range(100))
+    counters = simulate(trace, setup, ChunkedPolicy(2048), max_concurrency=64).counters
+    assert (counters["prefix_cache_hit_tokens"], counters["prefix_cache_prompt_tokens"]) == (145_880, 145_980)
+
+
+def test_the_warm_up_evicts_its_least_recently_used_requests_past_the_pool() -> None:
+    """Three warm-up requests of 32 prompt tokens (two 16-token blocks each) and 9 outputs hold 40 tokens each
+    (the last output's KV is never written): a 100-token pool keeps the last two whole and evicts the first
+    (its outputs, then its prompt: least recently used first); the counters start at 0 after it."""
+    from pdmux_cli.simulate.engine import build_work, make_setup
+    from pdmux_cli.simulate.traces import Trace
+
+    setup = make_setup(find_gpu("h100"), load_model("qwen3-8b"))
+    trace = Trace((0.0, 0.0, 0.0), (32, 32, 32), (9, 9, 9), hash_ids=((1, 2), (3, 4), (5, 6)),
+                  block_tokens=16, warm_requests=3)
+    work = build_work(trace, setup, 100)
+    cache = work.cache
+    assert cache.cached_tokens() == 80 and cache.evicted_tokens == 0
+    assert [cache.cum[cache.match(work.keys[rid])[0]] for rid in range(3)] == [0, 32, 32]

@@ -970,6 +970,33 @@ class Work:
             if cache.evictable > limit:
                 cache.evict(limit)
 
+    def warm_cache(self, count: int) -> None:
+        """The radix cache as a client's warm-up on the same server left it
+        (:attr:`~pdmux_cli.simulate.traces.Trace.warm_requests`): the first ``count`` trace requests each
+        prefilled, decoded to its last token and released (SGLang's ``cache_finished_req``: a finished
+        request's prompt and outputs stay in the tree, unlocked), one after another, the least recently
+        used evicted past the KV pool (nothing runs yet: the whole pool is the cache's). The warm-up sent
+        them ``max_concurrency`` at a time; one after another here, the tree ends the same wherever the pool
+        holds them all. A request the pool cannot hold is left out; the cache's counters start at 0 after
+        it. Each server of a deployment is warmed with them all (a router would have spread them). No-op
+        without a prefix cache."""
+        cache = self.cache
+        if cache is None:
+            return
+        prompt, output = self.prompt, self.output
+        for rid in range(min(count, self.num_trace)):
+            context = prompt[rid] + output[rid] - 1  # the last token's KV is never written
+            if context >= self.capacity:
+                continue
+            keys = self.keys[rid]
+            node, _ = cache.match(keys)
+            cache.lock_path(node)
+            node = cache.extend(node, keys, len(keys), -2 - rid)  # an owner no request of the run is
+            cache.release(node, context - cache.cum[node])
+            if cache.evictable > self.capacity:
+                cache.evict(self.capacity)
+        cache.evicted_tokens = 0
+
     def _cache_done(self, rid: int, done: int) -> None:
         """``rid`` has ``done`` tokens prefilled: its complete prompt blocks among them enter the cache
         under its lock (SGLang's ``checkpoint_kv_cache`` after a chunk or a prefill)."""
@@ -1269,8 +1296,10 @@ def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequen
     cache is simulated when ``setup.prefix_cache`` is on and the trace has ``hash_ids``.
     ``max_concurrency``: a closed-loop client with that many requests in flight (0: open loop).
     ``fold``: stream the run into a :class:`~pdmux_cli.simulate.fold.Fold` (the trace's columns are read
-    in place, the arrivals copied: 8 bytes a request). Raises :class:`InputError` when the initial
-    requests do not fit in KV memory or have non-positive sizes."""
+    in place, the arrivals copied: 8 bytes a request). The trace's warm-up requests
+    (:attr:`~pdmux_cli.simulate.traces.Trace.warm_requests`) fill the prefix cache first
+    (:meth:`Work.warm_cache`). Raises :class:`InputError` when the initial requests do not fit in KV memory
+    or have non-positive sizes."""
     stream = fold is not None
     if stream:
         arrival = array("d", trace.arrival_s)  # a copy: a closed-loop client rewrites it
@@ -1301,6 +1330,7 @@ def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequen
         hashes = trace.hash_ids if stream else list(trace.hash_ids) + [()] * (len(arrival) - n)
     work = Work(arrival, prompt, output, steps, n, capacity_tokens, window, setup, hashes, keys,
                 max_concurrency, fold, getattr(trace, "block_tokens", HASH_BLOCK_TOKENS))
+    work.warm_cache(getattr(trace, "warm_requests", 0))
     held = sum(prompt[rid] for rid in range(n, len(arrival)))
     if held + len(arrival) - n > capacity_tokens:
         raise InputError(f"the initial decode batch needs {held} KV tokens, more than the {capacity_tokens} "

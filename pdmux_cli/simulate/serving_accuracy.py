@@ -85,7 +85,10 @@ class ServingRun:
     (:data:`SERVER_ARGS`: ``mem_fraction_static``, ``max_running_requests``, ``disable_cuda_graph``,
     ``cuda_graph_max_bs``). ``sglang_version``: the SGLang release the run used (the runs files'
     ``sglang_version``; a user's run: its ``server_info`` ``version``, else 0.5.23), whose defaults and
-    scheduler rules replay it (:attr:`release`)."""
+    scheduler rules replay it (:attr:`release`). ``warmup_requests``: the client sent the first that many
+    of its requests once, to the end, on the same server before the measured run (the workload's
+    ``warmup_requests``; 0: none), so their prompts were in the radix cache when it began
+    (:attr:`~pdmux_cli.simulate.traces.Trace.warm_requests`)."""
 
     id: str
     source_url: str
@@ -109,6 +112,7 @@ class ServingRun:
     source: str = ""
     server_args: tuple[tuple[str, object], ...] = ()
     sglang_version: str = LATEST_RELEASE
+    warmup_requests: int = 0
 
     @property
     def release(self) -> ReleaseDefaults:
@@ -309,6 +313,7 @@ def load_runs(name: str = FIT_RUNS) -> tuple[ServingRun, ...]:
             approximation=str(work.get("approximation", "")), notes=str(entry.get("notes", "")),
             endpoint=str(entry.get("endpoint", "unknown")), source=str(entry.get("source", "")),
             server_args=_server_args(entry.get("server_args"), where), sglang_version=version,
+            warmup_requests=int(work.get("warmup_requests") or 0),
         ))
     return tuple(runs)
 
@@ -318,7 +323,8 @@ def workload(run: ServingRun):
     kind ``explicit`` (``prompt_tokens``, ``output_tokens``: bench_serving's ``--output-details``, or a
     page's own prompts counted) are sent as they are, at the run's rate; with ``hash_ids`` (per request, one
     id per ``block_tokens`` (default 512) of its prompt, equal for equal prefixes, as Mooncake's traces) the
-    radix cache's hits are replayed too."""
+    radix cache's hits are replayed too, those of the client's warm-up (:attr:`ServingRun.warmup_requests`)
+    included."""
     from dataclasses import replace
 
     from .traces import HASH_BLOCK_TOKENS, synthetic_trace
@@ -330,10 +336,11 @@ def workload(run: ServingRun):
         trace = synthetic_trace(run.request_rate, 1, 1, len(prompts), None, 0)
         block = int(run.lengths.get("block_tokens", HASH_BLOCK_TOKENS))
         return replace(trace, prompt_tokens=prompts, output_tokens=outputs, hash_ids=hashes,
-                       block_tokens=block,
+                       block_tokens=block, warm_requests=run.warmup_requests,
                        source=f"{len(prompts)} requests as the client sent them")
     prompt, output, seed = run.length_specs
-    return synthetic_trace(run.request_rate, prompt, output, run.num_prompts, None, seed)
+    trace = synthetic_trace(run.request_rate, prompt, output, run.num_prompts, None, seed)
+    return replace(trace, warm_requests=run.warmup_requests) if run.warmup_requests else trace
 
 
 def client_metrics(metrics: Any, trace: Any) -> dict[str, float]:

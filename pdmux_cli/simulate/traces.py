@@ -135,6 +135,9 @@ class Trace:
     ``block_tokens``: the prompt tokens one hash id stands for (:data:`HASH_BLOCK_TOKENS`, the
     Mooncake format's; finer for a trace built from token sequences, so that the radix cache's hits, per token
     in SGLang, are replayed to within a block).
+    ``warm_requests``: the first that many requests (at most all) were sent once, to the end, before the run
+    (a benchmark client's warm-up on the same server): their prompts and outputs are in the radix cache
+    when the run starts (:meth:`pdmux_cli.simulate.engine.Work.warm_cache`); 0 for a cold server.
     """
 
     arrival_s: tuple[float, ...]
@@ -148,6 +151,7 @@ class Trace:
     notes: tuple[str, ...] = field(default_factory=tuple)
     hash_ids: tuple[tuple[int, ...], ...] = ()
     block_tokens: int = HASH_BLOCK_TOKENS
+    warm_requests: int = 0
 
     def __post_init__(self) -> None:
         for name, code in (("arrival_s", FLOAT), ("prompt_tokens", INT), ("output_tokens", INT)):
