@@ -394,3 +394,10 @@ def test_progress_comes_task_by_task_in_this_process() -> None:
                       progress=lambda done, total: calls.append((done, total)), schedules=())
     total = len(result.rows)
     assert calls == [(i, total) for i in range(1, total + 1)] and result.workers == 1
+
+
+@pytest.mark.parametrize("command", ["simulate", "capacity", "tune"])
+def test_executor_help_names_the_ray_extra(command) -> None:
+    """rich took '[ray]' for markup and printed "pip install 'pdmux'" (fresh-user report)."""
+    r = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+    assert "pip install 'pdmux[ray]'" in r.stdout
