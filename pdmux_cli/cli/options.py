@@ -60,8 +60,8 @@ WORKERS_OPTION = typer.Option(None, "--workers", help=(
     "CPUs)."))
 EXECUTOR_OPTION = typer.Option("local", "--executor", help=(
     "Where the simulations run: local (this machine's cores, --workers processes) or ray (a Ray cluster: "
-    "--ray-address, or a local Ray instance started for the run; pip install 'pdmux\\[ray]'). The results are "
-    "the same."))
+    "--ray-address, or a local Ray instance started for the run; pip install 'pdmux\\[ray]'). The results "
+    "are the same."))
 RAY_ADDRESS_OPTION = typer.Option(None, "--ray-address", help=(
     "--executor ray: the cluster to run on: auto (the one 'ray start' began on this machine), host:port, or "
     "ray://host:10001 (Ray Client). Default: a local Ray instance for this run."))
