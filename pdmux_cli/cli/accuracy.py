@@ -53,8 +53,7 @@ def accuracy(
     median and p90 error per term, and the worst point; then speculative decoding's speedup at the published
     accept length against public SGLang runs (nothing fitted).
 
-    Where a term was fitted to the same points, each model is predicted by a fit that left it out.
-    --serving: the whole server against public SGLang serving runs."""  # noqa: E501 (the help's first line)
+    Each row says how it was judged: LOMO (each model predicted by a fit that left it out), out-of-sample (nothing fitted to the points) or in-sample (the constants fitted to those very points). --serving: the whole server against public SGLang serving runs: leave one source out, held out, in-sample."""  # noqa: E501 (the help's first line)
     from ..workflows.accuracy import AccuracyRequest
     from ..workflows.accuracy import accuracy as run
 
