@@ -220,6 +220,19 @@ def test_the_printed_command_replays_the_run() -> None:
     assert policy["requests"] == 80
 
 
+def test_every_printed_command_runs() -> None:
+    """Every run's command parses as simulate's options (fresh-user report: 13 printed '(as sent)' where
+    lengths came one by one); one such run, whose command takes the median lengths, runs."""
+    runs = [*RUNS, *sa.load_runs(sa.HELDOUT_RUNS)]
+    assert not [r.id for r in runs if "(as sent)" in r.command()]
+    explicit = next(r for r in runs if r.id == "inference-bench-a100-40gb-qwen2.5-7b-short-c64")
+    assert explicit.lengths["kind"] == "explicit"
+    assert "--prompt-tokens 42 --output-tokens 128" in explicit.command()
+    args = shlex.split(explicit.command())[1:] + ["--json"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+
+
 def test_cli_serving_json_and_refusals() -> None:
     runner = CliRunner()
     out = runner.invoke(app, ["accuracy", "--serving", "--json", "--workers", "1"])

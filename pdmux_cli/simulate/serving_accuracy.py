@@ -140,7 +140,8 @@ class ServingRun:
 
     @property
     def length_specs(self) -> tuple[str, str, int]:
-        """``(--prompt-tokens, --output-tokens, --seed)`` that draw this run's lengths."""
+        """``(--prompt-tokens, --output-tokens, --seed)`` that draw this run's lengths (lengths given one by
+        one, as sent: their medians, fixed)."""
         spec = self.lengths
         kind = spec.get("kind")
         if kind == "random":
@@ -153,8 +154,9 @@ class ServingRun:
             return prompt, output, int(spec.get("seed", BENCH_SERVING_SEED))
         if kind == "fixed":
             return str(int(spec["input"])), str(int(spec["output"])), 0
-        if kind == "explicit":
-            return "(as sent)", "(as sent)", 0
+        if kind == "explicit":  # no flag takes a list: the median lengths, the closest command there is
+            return (str(round(statistics.median(spec["prompt_tokens"]))),
+                    str(round(statistics.median(spec["output_tokens"]))), 0)
         if kind == "sharegpt":
             shrink = math.exp(SHAREGPT_SIGMA ** 2 / 2)  # mean / median of a log-normal
             return (f"lognormal:{float(spec['input_mean']) / shrink:.1f}:{SHAREGPT_SIGMA:g}",
