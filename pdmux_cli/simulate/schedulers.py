@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -139,6 +139,9 @@ class PdmuxPolicy(ServerPolicy):
     unreleased_fallback: bool = False
     max_split_forward_layers: int = 0
     sglang: str | None = None
+    #: where given, a run fills it with the points at which it read the knobs (:func:`pdmux_choices`):
+    #: ``"batches"``, the decode batch sizes at a prefill's start; ``"tokens"``, the prefills' token counts
+    record: dict | None = field(default=None, compare=False, repr=False)
 
     kind = "pdmux"
     multiplexes = True
@@ -178,6 +181,45 @@ class PdmuxPolicy(ServerPolicy):
     def rounds(self, work: Work, setup: Setup, progress: Progress | None = None) -> Rounds:
         """:func:`pdmux_rounds`."""
         return pdmux_rounds(work, setup, self, progress)
+
+
+def pdmux_choices(policy: PdmuxPolicy, setup: Setup) -> Callable[[Sequence[int], Sequence[int]], tuple]:
+    """What :func:`pdmux_rounds` reads of ``policy`` under ``setup``, as a function of the points it reads
+    them at: ``choices(batches, tokens)`` gives, for each decode batch size of ``batches`` at a prefill's
+    start, the chosen stream group's SMs (prefill, decode), whether it is group 0 and whether SGLang 0.5.23
+    crashes there; for each prefill's token count of ``tokens``, its layers a round; and the fallback and
+    the revision checked. A run reads nothing else of the policy's knobs, so a policy whose choices at the
+    points another's run read (:attr:`PdmuxPolicy.record`) equal that run's makes the same decisions at
+    each of them, reads the same points, and runs the same rounds: every figure but the names of the stream
+    groups and the seconds credited to each is the same (tune simulates such a policy once)."""
+    import numpy as np
+
+    cfg = policy.config
+    plan = split_levels.plan_groups(setup.total_sms, setup.compute_capability, cfg.sm_group_num,
+                                    cfg.manual_divisions or None)
+    count = len(plan.groups)
+    splits = np.array([tuple(g) for g in plan.groups], dtype=np.int64)
+    thresholds, divisor = plan.thresholds, cfg.decode_bs_divisor
+    layers, budget = setup.model.num_layers, cfg.split_forward_token_budget
+    cap = policy.max_split_forward_layers
+
+    def choices(batches: Sequence[int], tokens: Sequence[int]) -> tuple:
+        sizes = np.array(batches, dtype=np.int64)
+        crash = np.zeros(len(sizes), dtype=bool)
+        if thresholds:  # the last threshold <= the batch (choose_group); 0.5.23 crashes below them all
+            chosen = np.ones(len(sizes), dtype=np.int64)
+            crash |= sizes > 0
+            for i, threshold in enumerate(thresholds):
+                chosen[sizes >= threshold] = i + 1
+                crash &= sizes < threshold
+        else:
+            chosen = np.maximum(1, np.minimum(count - 2, sizes * (count - 2) // divisor))
+        chosen[sizes == 0] = 0  # no decode batch: group 0
+        rows = np.column_stack([splits[chosen], chosen == 0, crash]).tolist()
+        per_round = [split_levels.prefill_layers_per_round(t, layers, budget, cap) for t in tokens]
+        return rows, per_round, policy.unreleased_fallback, policy.sglang
+
+    return choices
 
 
 @dataclass(frozen=True)
@@ -359,6 +401,8 @@ def _decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, overlap:
     nreq = n * per_request
     done = 0
     tight = min(limit, TIGHT_DECODE_STEPS)
+    if limit - tight < MIN_ARRAY_STEPS:  # too few left for arrays: the tight loop takes them all
+        tight = limit
     key = (n, cuda_graph)
     terms = lines.get(key) if lines is not None else None
     if terms is None:  # False: the step model's class defines no decode_line
@@ -1129,6 +1173,11 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 work.tick()
                 if progress is not None:
                     progress(work.finished)
+    if policy.record is not None:  # the points this run read the knobs at (pdmux_choices)
+        policy.record.setdefault("batches", set()).update(group_of)
+        policy.record.setdefault("tokens", set()).update(layers_of)
+        if crash_first is not None:
+            policy.record["batches"].add(crash_first[1])
     counters["rounds"] = ends.total
     counters["retracted_requests"] = work.retractions
     counters.update(work.cache_counters())
