@@ -886,6 +886,13 @@ def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy,
     return drive(pdmux_rounds(work, setup, policy, progress))
 
 
+def _record(record: dict, batches: Sequence[int], tokens: Sequence[int]) -> None:
+    """Add to ``record`` (:attr:`PdmuxPolicy.record`) the decode batch sizes a run chose a stream group at
+    (or crashed at) and the prefills' token counts it read layers a round for."""
+    record.setdefault("batches", set()).update(batches)
+    record.setdefault("tokens", set()).update(tokens)
+
+
 def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None) -> Rounds:
     """:func:`run_pdmux` as a generator, pausing as :func:`baseline_rounds` does. The quiet rounds between
     two events (a finish or window/clip crossing, a horizon, a prefill batch that can be formed, the KV pool,
@@ -1174,10 +1181,7 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 if progress is not None:
                     progress(work.finished)
     if policy.record is not None:  # the points this run read the knobs at (pdmux_choices)
-        policy.record.setdefault("batches", set()).update(group_of)
-        policy.record.setdefault("tokens", set()).update(layers_of)
-        if crash_first is not None:
-            policy.record["batches"].add(crash_first[1])
+        _record(policy.record, [*group_of, *([crash_first[1]] if crash_first else [])], layers_of)
     counters["rounds"] = ends.total
     counters["retracted_requests"] = work.retractions
     counters.update(work.cache_counters())

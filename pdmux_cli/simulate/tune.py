@@ -28,7 +28,10 @@ for the GPU and ``mixed-chunk 512`` (:attr:`TuneResult.schedules`), so the resul
 ``--enable-pdmux`` is worth turning on at all (:meth:`TuneResult.verdict`).
 Candidates are evaluated in parallel (one process per core, :class:`concurrent.futures.ProcessPoolExecutor`);
 the simulation has no randomness, and ties are broken by a fixed order (SGLang's defaults first,
-then candidate order), so the result is the same for any number of workers.
+then candidate order), so the result is the same for any number of workers. A candidate whose level,
+crash and layers-a-round choices agree with a finished run's at every decode batch and prefill that run
+met would run the same rounds (:func:`pdmux_cli.simulate.schedulers.pdmux_choices`): it takes that run's
+figures instead of being simulated (on the code trace about 59 simulations for 104 candidates and schedules).
 """
 
 from __future__ import annotations
@@ -542,8 +545,7 @@ def tune(
     # more processes than cores only cost memory: the executor caps them (executors.local_workers)
     with using(executor, workers, len(policies), ray_address) as ex:
         shared = ex.share((trace, setup, slo_ttft_ms, slo_itl_ms, dp, load_balance_method, max_steps))
-        runs: list = []  # the pdmux runs done, for the policies that would repeat one (_run_sharing)
-        outcomes = _run_sharing(ex, shared, policies, whats, tick, setup, runs)
+        outcomes = _run_sharing(ex, shared, policies, whats, tick, setup, runs := [])  # runs: _same_run
         workers = ex.workers
         rows = [TuneRow(i, c, *o) for i, (c, o) in enumerate(zip(cands, outcomes))]
         others = [ScheduleRow(policy.label, *o[:4])
