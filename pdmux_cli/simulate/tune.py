@@ -378,6 +378,7 @@ def _same_run(policy, setup: Setup, runs: list) -> tuple | None:
     if not isinstance(policy, PdmuxPolicy) or not runs:
         return None
     try:
+        policy.check()  # (a budget or divisor below 1: its run refuses it)
         choices = pdmux_choices(policy, setup)
         for batches, tokens, chosen, outcome in runs:
             if choices(batches, tokens) == chosen:
