@@ -219,3 +219,13 @@ def test_a_shared_run_is_the_same_run() -> None:
         rb = simulate(trace, SETUP, p)
         assert list(rb.step_end_s) == list(ra.step_end_s)
         assert list(rb.first_token_s) == list(ra.first_token_s) and rb.counters == ra.counters
+
+
+def test_tune_shares_runs_across_workers(monkeypatch) -> None:
+    """Two workers (blocks of the list side by side, a config matched against the runs finished so far): the
+    same result as one worker simulating every config."""
+    trace = load_trace(FIX / "azure_conv_50.csv")
+    every, _ = _tune(trace, monkeypatch, False)
+    two = tune.tune(trace, SETUP, 1000.0, 60.0, workers=2)
+    assert list(map(_row, two.rows)) == list(map(_row, every.rows))
+    assert (two.schedules, two.best, two.baseline) == (every.schedules, every.best, every.baseline)

@@ -31,11 +31,13 @@ the simulation has no randomness, and ties are broken by a fixed order (SGLang's
 then candidate order), so the result is the same for any number of workers. A candidate whose level,
 crash and layers-a-round choices agree with a finished run's at every decode batch and prefill that run
 met would run the same rounds (:func:`pdmux_cli.simulate.schedulers.pdmux_choices`): it takes that run's
-figures instead of being simulated (on the code trace about 59 simulations for 104 candidates and schedules).
+figures instead of being simulated (on the code trace 59 simulations for 104 candidates and schedules, 63
+with two workers).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -396,10 +398,15 @@ def _run_sharing(ex: Executor, shared: object, policies: Sequence, whats: Sequen
     the order runs finish in. ``runs``: the pdmux runs done (:func:`_same_run`), extended here. ``tick(index,
     outcome)`` after each policy."""
     out: list = [None] * len(policies)
-    queue = deque(range(len(policies)))
+    # the workers take contiguous blocks of the list side by side: neighbours (often alike: the same levels,
+    # another budget) run one after the other, so the later can take the earlier's figures
+    workers = max(1, ex.workers)
+    size = max(1, -(-len(policies) // workers))
+    blocks = [range(k, min(k + size, len(policies))) for k in range(0, len(policies), size)]
+    queue = deque(i for group in itertools.zip_longest(*blocks) for i in group if i is not None)
     flying = 0
     while queue or flying:
-        while queue and flying < max(1, ex.workers):
+        while queue and flying < workers:
             i = queue.popleft()
             outcome = _same_run(policies[i], setup, runs)
             if outcome is None:
