@@ -8,6 +8,9 @@
 - tune's shared runs (:func:`pdmux_cli.simulate.tune._run_sharing`): a config whose choices at the points
   another's run read are the same (:func:`pdmux_cli.simulate.schedulers.pdmux_choices`) takes that run's
   figures: the same tune result as simulating every config, fewer simulations.
+- a prefix cache on the event-speed path (every schedule, whole-token growth): the evictions of the steps'
+  memory checks made once after a run: the same steps, hits and evicted tokens as ``--step-by-step``, on
+  shared-prefix sessions in pools small enough to evict.
 
 Speed is measured by benchmarks/bench_simulate.py and benchmarks/bench_capacity.py, never here."""
 
@@ -23,6 +26,7 @@ import pytest
 
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
+from pdmux_cli.sglang import server_defaults as sgl
 from pdmux_cli.sglang import split_levels
 from pdmux_cli.sglang.pdmux_config import PdmuxConfig
 from pdmux_cli.simulate import engine, fold, schedulers, tune
@@ -30,7 +34,7 @@ from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.simulate.metrics import summarize
 from pdmux_cli.simulate.runner import simulate, simulate_metrics
 from pdmux_cli.simulate.schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy, PrefillFirstPolicy
-from pdmux_cli.simulate.traces import load_trace, synthetic_trace
+from pdmux_cli.simulate.traces import Trace, load_trace, synthetic_trace
 
 FIX = Path(__file__).parent / "fixtures"
 H100 = find_gpu("h100")
@@ -229,3 +233,71 @@ def test_tune_shares_runs_across_workers(monkeypatch) -> None:
     two = tune.tune(trace, SETUP, 1000.0, 60.0, workers=2)
     assert list(map(_row, two.rows)) == list(map(_row, every.rows))
     assert (two.schedules, two.best, two.baseline) == (every.schedules, every.best, every.baseline)
+
+
+# ---- a prefix cache on the event-speed path (SGLang's default loop) ----------------------------------------
+def _cached_trace(seed: int, count: int = 120) -> Trace:
+    """Sessions whose prompts share prefixes (512-token blocks), long outputs: quiet decode runs while the
+    pool fills with cached prompts that the steps' memory checks evict."""
+    rng = random.Random(seed)
+    arrivals, prompts, outputs, hashes = [], [], [], []
+    t = 0.0
+    for _ in range(count):
+        t += rng.expovariate(1.5)
+        session, blocks = rng.randint(0, 5), rng.randint(1, 12)
+        own = rng.randint(1, 3)
+        hashes.append(tuple(range(session * 100, session * 100 + blocks)) + tuple(
+            10_000 + len(hashes) * 10 + k for k in range(own)))
+        prompts.append(512 * (blocks + own) - rng.randint(0, 300))
+        outputs.append(rng.randint(20, 1500))
+        arrivals.append(t)
+    return Trace(arrival_s=tuple(arrivals), prompt_tokens=tuple(prompts), output_tokens=tuple(outputs),
+                 hash_ids=tuple(hashes))
+
+
+def _small_pool(tokens: int):
+    usable = H100.memory_bytes - sgl.CONTEXT_RESERVE_BYTES
+    return replace(SETUP, mem_fraction_static=round((SETUP.weight_bytes + tokens * SETUP.kv_bytes_per_token)
+                                                    / usable, 6))
+
+
+BUDGET_4096 = PdmuxPolicy(PdmuxConfig(split_forward_token_budget=4096, decode_bs_divisor=12),
+                          name="budget 4096")
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("pool", [12_000, 30_000, None], ids=["12k", "30k", "default"])
+@pytest.mark.parametrize("policy", [ChunkedPolicy(8192), ChunkedPolicy(2048), MixedChunkPolicy(512),
+                                    PrefillFirstPolicy(), ChunkedPolicy(4096, 2), PdmuxPolicy(), BUDGET_4096],
+                         ids=lambda p: p.label)
+def test_prefix_cache_runs_as_the_step_loop(seed, pool, policy, monkeypatch) -> None:
+    """With a prefix cache the quiet steps (pdmux: rounds, with and without a prefill in flight) go at once
+    too, the evictions of their memory checks made once after each run (SGLang's default loop: by the step
+    that follows it): the same steps, first tokens, retractions, hits and evicted tokens as the step loop."""
+    setup = SETUP if pool is None else _small_pool(pool)
+    trace = _cached_trace(seed)
+    steps = []
+    names = ("_decode_run", "_pdmux_decode_run", "_pdmux_split_run")
+    runs = {name: getattr(schedulers, name) for name in names}
+
+    def counted(name):
+        def run(*args, **kw):
+            out = runs[name](*args, **kw)
+            steps.append(out[0])
+            return out
+        return run
+
+    for name in names:
+        monkeypatch.setattr(schedulers, name, counted(name))
+    fast = simulate(trace, setup, policy)
+    monkeypatch.undo()
+    ref = simulate(trace, replace(setup, step_by_step=True), policy)
+    assert list(fast.step_end_s) == list(ref.step_end_s)
+    assert list(fast.first_token_s) == list(ref.first_token_s)
+    assert list(fast.first_step) == list(ref.first_step) and fast.stints == ref.stints
+    assert fast.counters == ref.counters and fast.end_s == ref.end_s
+    assert (fast.group_time_s, fast.groups) == (ref.group_time_s, ref.groups)
+    assert sum(steps) > 0.5 * len(ref.step_end_s)
+    assert ref.counters["prefix_cache_hit_tokens"] > 0
+    if pool == 12_000:
+        assert ref.counters["prefix_cache_evicted_tokens"] > 0
