@@ -534,8 +534,9 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
         "runs are checked against; the same figures, slower)"
     ),
     "simulate.step_by_step_prefix_cache": (
-        "the prefix cache (the trace's hash_ids) keeps every schedule at one decode step (pdmux: one round) "
-        "at a time (each checks the cache's eviction; not on the event-speed path)"
+        "the prefix cache (the trace's hash_ids) under speculative decoding keeps every schedule at one "
+        "decode step (pdmux: one round) at a time (each checks the cache's eviction against fractional KV "
+        "growth; not on the event-speed path)"
     ),
     # workflows/simulate.simulate: policies refused, the model's pdmux support, each policy's own notes
     "simulate.not_simulated": "{policy} not simulated: {error}",

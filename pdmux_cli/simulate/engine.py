@@ -141,6 +141,8 @@ class StepEnds(array):
         self.weight = 0
         self.cont = array("q")
         self.gaps = array("d")
+        #: finished requests a fold has yet to take in (:meth:`pdmux_cli.simulate.fold.Fold.flush`)
+        self.pending: list[tuple] = []
 
     def gaps_upto(self, k: int) -> array:
         """:attr:`gaps` (per step of the window, its end minus the previous step's, :attr:`prev` for the
@@ -1180,6 +1182,7 @@ class Work:
         fold = self.fold
         if fold is None:
             return
+        fold.flush(ends)
         left = ends.total
         for record in self.batch.members.values():
             left = min(left, record[1])

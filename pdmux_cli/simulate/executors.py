@@ -196,6 +196,8 @@ class Processes(Executor):
         from .pool import process_pool
 
         self._fork = multiprocessing.get_start_method(allow_none=False) == "fork"
+        if self._fork:  # the simulations' numpy, imported once here for every forked worker (~0.1 s each)
+            import numpy  # noqa: F401
         self._keys: list[int] = []
         self._context = process_pool(workers)
         self._pool = self._context.__enter__()

@@ -582,9 +582,19 @@ class Fold:
         :attr:`~pdmux_cli.simulate.engine.RunResult.stints` holds them); ``ends``: the server's
         :class:`~pdmux_cli.simulate.engine.StepEnds` window, still holding those steps. ``tokens``: its
         output tokens after the first when a step gives more than one (speculative decoding: a step is a
-        round, one streamed chunk, so ITL is per step and TPOT per token); ``None``: one a step."""
+        round, one streamed chunk, so ITL is per step and TPOT per token); ``None``: one a step.
+
+        A request with decode steps and no stints waits on ``ends`` (its ``pending`` list) and is folded with
+        the others waiting there by :meth:`flush` (numpy over all of them at once, the same floats as one by
+        one), which :meth:`fold_steps`, :meth:`finish_server` and the server's progress tick call before
+        anything reads the steps or the columns."""
         if rid >= self.n:
             return
+        if r and not stints:
+            pending = getattr(ends, "pending", None)
+            if pending is not None:
+                pending.append((rid, ft, s0, r, tokens or r))
+                return
         c = self.columns
         a = self.arrival[rid] - self.delay  # tokens reach the client `delay` after their step
         if self.rows is not None:
@@ -646,10 +656,97 @@ class Fold:
             c.met[rid] = 1
             self.met += 1
 
+    def flush(self, ends: Any) -> None:
+        """Fold the finished requests waiting on ``ends`` (:meth:`request`) at once: every figure computed
+        as :meth:`request` computes it one request at a time, as numpy arrays (the same IEEE operations in
+        the same order, so the same floats; a p99 among 100 or more ITLs still by its own partition)."""
+        pending = getattr(ends, "pending", None)
+        if not pending:
+            return
+        import numpy as np
+
+        ends.pending = []
+        rid, ft, s0, r, tokens = (np.array(column) for column in zip(*pending))
+        s = s0 - ends.base
+        a = np.array([self.arrival[i] for i in rid.tolist()]) - self.delay
+        t1 = ft - a
+        stop = s + r  # one past each request's last step in the window
+        cont = ends.cont
+        need = int(stop.max()) + 1 - len(cont)
+        if need > 0:
+            cont.frombytes(bytes(8 * need))
+        gaps = np.frombuffer(ends.gaps_upto(int(stop.max())))
+        window = np.frombuffer(ends)
+        g0 = window[s] - ft
+        finish = window[stop - 1]
+        del window  # (a view holds the window's buffer: it could not grow)
+        counts = np.frombuffer(cont, dtype=np.int64)
+        multi = r > 1
+        np.add.at(counts, s[multi] + 1, 1)
+        np.add.at(counts, stop[multi], -1)
+        del counts
+        p99, mx = g0.copy(), g0.copy()
+        rank = np.ceil(0.99 * r - 1e-9)  # nearest rank of the p99 among r ITLs
+        few = multi & (rank >= r)  # under 100 ITLs: the p99 is the largest
+        if few.any():
+            bounds = np.empty(2 * int(few.sum()), dtype=np.int64)
+            bounds[0::2], bounds[1::2] = s[few] + 1, stop[few]
+            padded = np.append(gaps[:int(stop.max()) + 1], 0.0)  # reduceat's last bound must be an index
+            top = np.maximum(np.maximum.reduceat(padded, bounds)[0::2], g0[few])
+            p99[few] = mx[few] = top
+        many = np.flatnonzero(rank < r)  # 100 ITLs or more: the p99 is the top-th largest of the gaps and g0
+        if len(many):
+            tops = r[many] - rank[many].astype(np.int64) + 1
+            ranked, largest = [], []
+            for first, last, top, g in zip((s[many] + 1).tolist(), stop[many].tolist(), tops.tolist(),
+                                           g0[many].tolist()):
+                cut = last - first - top
+                seg = gaps[first:last].copy()
+                seg.partition(cut)  # numpy's partition: the `top` largest at the end, the same floats
+                values = seg[cut:].tolist()
+                values.append(g)
+                values.sort()
+                ranked.append(values[-top])
+                largest.append(values[-1])
+            p99[many], mx[many] = ranked, largest
+        del gaps
+        self._columns_of(rid, ft, a, t1, p99, mx, finish, tokens)
+        values, weights = array("d"), array("q")
+        values.frombytes(g0.tobytes())
+        weights.frombytes(np.ones(len(g0), dtype=np.int64).tobytes())
+        self.itl.extend(values, weights, len(g0), float(g0.max()))
+
+    def _columns_of(self, rid: Any, ft: Any, a: Any, t1: Any, p99: Any, mx: Any, finish: Any,
+                    tokens: Any) -> None:
+        """:meth:`flush`'s rows: requests ``rid`` (numpy arrays, one entry each: first token ``ft``, arrival
+        less the delay ``a``, TTFT ``t1``, ITL p99 and max, finish time, all s; output tokens after the
+        first)."""
+        import numpy as np
+
+        c = self.columns
+        rows = rid if self.rows is None else np.searchsorted(np.asarray(self.rows), rid)
+        np.frombuffer(c.ttft_ms)[rows] = t1 * 1e3
+        np.frombuffer(c.itl_p99_ms)[rows] = p99 * 1e3
+        np.frombuffer(c.itl_max_ms)[rows] = mx * 1e3
+        np.frombuffer(c.tpot_ms)[rows] = (finish - ft) / tokens * 1e3
+        np.frombuffer(c.e2e_ms)[rows] = (finish - a) * 1e3
+        np.frombuffer(c.status, dtype=np.uint8)[rows] = DONE
+        if len(c.first_token_s):
+            np.frombuffer(c.first_token_s)[rows] = ft
+        ok = (t1 <= self.slo_ttft_s) & (p99 <= self.slo_itl_s)
+        np.frombuffer(c.met, dtype=np.uint8)[rows[ok]] = 1
+        self.met += int(ok.sum())
+        self.completed += len(rid)
+        last = float(finish.max())
+        if self.last is None or last > self.last:
+            self.last = last
+
     # ---- decode steps ---------------------------------------------------------------------------
     def fold_steps(self, ends: Any, upto: int) -> None:
         """Fold the gaps of ``ends``' steps before global step ``upto`` into the all-token ITL distribution
-        (each gap counted once per request in both it and the step before) and drop them from the window."""
+        (each gap counted once per request in both it and the step before) and drop them from the window;
+        the requests waiting on it first (:meth:`flush`)."""
+        self.flush(ends)
         k = upto - ends.base
         if k <= 0:
             return

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -139,6 +139,9 @@ class PdmuxPolicy(ServerPolicy):
     unreleased_fallback: bool = False
     max_split_forward_layers: int = 0
     sglang: str | None = None
+    #: where given, a run fills it with the points at which it read the knobs (:func:`pdmux_choices`):
+    #: ``"batches"``, the decode batch sizes at a prefill's start; ``"tokens"``, the prefills' token counts
+    record: dict | None = field(default=None, compare=False, repr=False)
 
     kind = "pdmux"
     multiplexes = True
@@ -178,6 +181,45 @@ class PdmuxPolicy(ServerPolicy):
     def rounds(self, work: Work, setup: Setup, progress: Progress | None = None) -> Rounds:
         """:func:`pdmux_rounds`."""
         return pdmux_rounds(work, setup, self, progress)
+
+
+def pdmux_choices(policy: PdmuxPolicy, setup: Setup) -> Callable[[Sequence[int], Sequence[int]], tuple]:
+    """What :func:`pdmux_rounds` reads of ``policy`` under ``setup``, as a function of the points it reads
+    them at: ``choices(batches, tokens)`` gives, for each decode batch size of ``batches`` at a prefill's
+    start, the chosen stream group's SMs (prefill, decode), whether it is group 0 and whether SGLang 0.5.23
+    crashes there; for each prefill's token count of ``tokens``, its layers a round; and the fallback and
+    the revision checked. A run reads nothing else of the policy's knobs, so a policy whose choices at the
+    points another's run read (:attr:`PdmuxPolicy.record`) equal that run's makes the same decisions at
+    each of them, reads the same points, and runs the same rounds: every figure but the names of the stream
+    groups and the seconds credited to each is the same (tune simulates such a policy once)."""
+    import numpy as np
+
+    cfg = policy.config
+    plan = split_levels.plan_groups(setup.total_sms, setup.compute_capability, cfg.sm_group_num,
+                                    cfg.manual_divisions or None)
+    count = len(plan.groups)
+    splits = np.array([tuple(g) for g in plan.groups], dtype=np.int64)
+    thresholds, divisor = plan.thresholds, cfg.decode_bs_divisor
+    layers, budget = setup.model.num_layers, cfg.split_forward_token_budget
+    cap = policy.max_split_forward_layers
+
+    def choices(batches: Sequence[int], tokens: Sequence[int]) -> tuple:
+        sizes = np.array(batches, dtype=np.int64)
+        crash = np.zeros(len(sizes), dtype=bool)
+        if thresholds:  # the last threshold <= the batch (choose_group); 0.5.23 crashes below them all
+            chosen = np.ones(len(sizes), dtype=np.int64)
+            crash |= sizes > 0
+            for i, threshold in enumerate(thresholds):
+                chosen[sizes >= threshold] = i + 1
+                crash &= sizes < threshold
+        else:
+            chosen = np.maximum(1, np.minimum(count - 2, sizes * (count - 2) // divisor))
+        chosen[sizes == 0] = 0  # no decode batch: group 0
+        rows = np.column_stack([splits[chosen], chosen == 0, crash]).tolist()
+        per_round = [split_levels.prefill_layers_per_round(t, layers, budget, cap) for t in tokens]
+        return rows, per_round, policy.unreleased_fallback, policy.sglang
+
+    return choices
 
 
 @dataclass(frozen=True)
@@ -359,6 +401,8 @@ def _decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, overlap:
     nreq = n * per_request
     done = 0
     tight = min(limit, TIGHT_DECODE_STEPS)
+    if limit - tight < MIN_ARRAY_STEPS:  # too few left for arrays: the tight loop takes them all
+        tight = limit
     key = (n, cuda_graph)
     terms = lines.get(key) if lines is not None else None
     if terms is None:  # False: the step model's class defines no decode_line
@@ -668,12 +712,16 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     ends = work.ends
     append = ends.fast_append
     cpu_of = _CpuCache(cpu_s)
-    fast_memory = work.cache is None
+    cache = work.cache
+    fast_memory = cache is None
     min_ratio, ratio_decay = work.ratio_floor, work.ratio_decay  # the release's (Work.decay_ratio)
     capacity = work.capacity
-    # event speed: quiet decode steps advanced at once (_decode_run); the step loop with --step-by-step,
-    # and with a prefix cache (its eviction check runs before every step)
-    runs = fast_memory and not setup.step_by_step
+    # event speed: quiet decode steps advanced at once (_decode_run), with a prefix cache too where KV grows
+    # by whole tokens: each step's memory check would evict the least recently used unlocked leaves down to
+    # its free slots beyond the batch, and the check of the step after the run, made at once below, evicts
+    # down to fewer in the same order (nothing touches the cache in between), so the cache ends the same;
+    # the step loop with --step-by-step, and with a prefix cache under speculative rounds' fractional growth
+    runs = (fast_memory or batch.growth == 1) and not setup.step_by_step
     lines: dict = {}  # the step model's decode_line per (batch, CUDA graph), for _decode_run
     closed = work.sent >= 0  # a closed-loop client: a finish may send the next request
     t = 0.0
@@ -761,8 +809,9 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                     limit = min(batch.quiet_steps(step), next_progress - step)
                     if defer and (work.chunked_rid >= 0 or (work.waiting and not work.batch_full)):
                         limit = min(limit, defer)  # a prefill batch may be formed once they are over
-                    if batch.growth == 1:
-                        limit = min(limit, (capacity - work.extra_held - n - batch.sum_context) // n + 1)
+                    if batch.growth == 1:  # (cached tokens several running requests share count once)
+                        held = work.extra_held if fast_memory else work.extra_held - cache.shared
+                        limit = min(limit, (capacity - held - n - batch.sum_context) // n + 1)
                     if limit > 1:
                         cpu = cpu_of.get(n) or cpu_of.add(n)
                         done, t = _decode_run(work, setup, n, t, limit, overlap, cpu, per_request,
@@ -842,14 +891,34 @@ def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy,
     return drive(pdmux_rounds(work, setup, policy, progress))
 
 
+def _evict_after(work: Work, n: int, before: int) -> None:
+    """After a run of pdmux rounds of ``n`` requests (whole-token growth) with a prefix cache: the eviction
+    its last round's memory check makes (:meth:`~pdmux_cli.simulate.engine.Work.check_decode_memory`, the
+    batch's KV ``before`` that round: unlocked cached tokens down to the free slots beyond its ``n`` tokens).
+    Each earlier round's check evicted the same least-recently-used leaves down to a higher bound, and
+    nothing touches the cache in between, so this one call leaves the cache (and its evicted-token count) as
+    the rounds one by one do, before a prefill batch matches it at the next round's top."""
+    cache = work.cache
+    free = work.capacity - before - work.extra_held + cache.shared
+    if cache.evictable > free - n:
+        cache.evict(free - n)
+
+
+def _record(record: dict, batches: Sequence[int], tokens: Sequence[int]) -> None:
+    """Add to ``record`` (:attr:`PdmuxPolicy.record`) the decode batch sizes a run chose a stream group at
+    (or crashed at) and the prefills' token counts it read layers a round for."""
+    record.setdefault("batches", set()).update(batches)
+    record.setdefault("tokens", set()).update(tokens)
+
+
 def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None) -> Rounds:
     """:func:`run_pdmux` as a generator, pausing as :func:`baseline_rounds` does. The quiet rounds between
     two events (a finish or window/clip crossing, a horizon, a prefill batch that can be formed, the KV pool,
     the progress tick, a prefill's merge) are advanced at once (:func:`_pdmux_decode_run`,
     :func:`_pdmux_split_run`), the event round with them (its records made here as the round loop makes
     them), going on past the arrivals the scheduler sees (received at the round's top, as there); equal to
-    the round loop to the bit; round by round with ``setup.step_by_step`` (the reference) and with a prefix
-    cache. Raises
+    the round loop to the bit, with a prefix cache too (:func:`_evict_after`); round by round with
+    ``setup.step_by_step`` (the reference) and with a prefix cache under speculative rounds. Raises
     :class:`InputError` where the policy's revision cannot run pdmux beside ``setup.speculation``."""
     if setup.speculation is not None and policy.sglang is not None:
         from ..sglang.speculative_args import check_pdmux_speculation
@@ -877,13 +946,15 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
     launch_layer_s = step_model.prefill_launch_s(1)
     decode_launch_s = step_model.launch_cpu_s()  # a decode step's launches outside a CUDA graph
     eager_decode = setup.disable_cuda_graph  # --disable-cuda-graph: every decode step outside a graph
-    fast_memory = work.cache is None
+    cache = work.cache
+    fast_memory = cache is None
     min_ratio, ratio_decay = work.ratio_floor, work.ratio_decay  # the release's (Work.decay_ratio)
     capacity = work.capacity
     # event speed: the quiet rounds between two events advanced at once (_pdmux_decode_run without a
-    # prefill in flight, _pdmux_split_run with one); round by round with --step-by-step and with a prefix
-    # cache (its eviction check runs before every round)
-    runs = fast_memory and not setup.step_by_step
+    # prefill in flight, _pdmux_split_run with one), with a prefix cache too (the evictions of the rounds'
+    # memory checks made once after each run: _evict_after); round by round with --step-by-step, and with a
+    # prefix cache under speculative rounds' fractional growth
+    runs = (fast_memory or batch.growth == 1) and not setup.step_by_step
     lines: dict = {}  # the step model's decode_line per (SMs, batch, co-run SMs, CUDA graph)
     closed = work.sent >= 0  # a closed-loop client: a finish may send the next request
     group_of: dict[int, int] = {}  # choose_group per decode batch at a prefill's start
@@ -1043,14 +1114,15 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
             if pf is None and work.waiting and not work.batch_full:
                 break  # a prefill batch is formed at the next round's top
             n = batch.n
-            if not n or not capacity - batch.sum_context - work.extra_held >= n:
+            held = work.extra_held if fast_memory else work.extra_held - cache.shared  # (shared cache once)
+            if not n or not capacity - batch.sum_context - held >= n:
                 break  # an idle server, or a memory check that may retract
             step = ends.base + len(ends)
             # the quiet rounds, then the event round (a finish, a window or clip crossing, the progress tick)
             quiet = min(batch.quiet_steps(step), next_progress - step)
             limit = quiet + 1
             if batch.growth == 1:
-                room = (capacity - work.extra_held - n - batch.sum_context) // n + 1  # rounds whose KV fits
+                room = (capacity - held - n - batch.sum_context) // n + 1  # rounds whose KV fits
                 if room < limit:
                     limit = quiet = room
             if limit < 1:
@@ -1076,6 +1148,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                     stream_free, submitted)
             if not done:
                 break
+            if cache is not None:  # the evictions of the rounds' memory checks, before any record of theirs
+                _evict_after(work, n, batch.sum_context if done > quiet else batch.sum_context - n)
             ratio = work.ratio
             if ratio > min_ratio:  # the rounds' decays, one by one (as the round loop)
                 for _ in range(done):
@@ -1129,6 +1203,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 work.tick()
                 if progress is not None:
                     progress(work.finished)
+    if policy.record is not None:  # the points this run read the knobs at (pdmux_choices)
+        _record(policy.record, [*group_of, *([crash_first[1]] if crash_first else [])], layers_of)
     counters["rounds"] = ends.total
     counters["retracted_requests"] = work.retractions
     counters.update(work.cache_counters())

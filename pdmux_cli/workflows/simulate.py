@@ -212,12 +212,13 @@ def speed_notes(step_by_step: bool, setup: Any, workload: Any, policies: list[An
     """What ran step by step rather than at event speed (the quiet rounds between two events advanced at
     once: SGLang's default loop, pdmux's rounds and the disaggregation decode instances,
     :mod:`pdmux_cli.simulate.schedulers`), said in the notes: ``--step-by-step`` (all of it), and a prefix
-    cache (a trace's ``hash_ids``: every round checks its eviction)."""
+    cache (a trace's ``hash_ids``) under speculative decoding (every round checks the cache's eviction
+    against fractional KV growth; with whole tokens its runs go at event speed too)."""
     if step_by_step:
         return [Finding("simulate.step_by_step", param="step_by_step")]
     hashes = getattr(workload, "hash_ids", ())
     cached = hashes.any_values() if hasattr(hashes, "any_values") else any(hashes)
-    if setup.prefix_cache and cached and policies:
+    if setup.prefix_cache and cached and policies and setup.tokens_per_step != 1:
         return [Finding("simulate.step_by_step_prefix_cache")]
     return []
 
