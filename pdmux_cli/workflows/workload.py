@@ -52,8 +52,9 @@ class WorkloadOptions(Checked):
         "Synthetic output length (same forms)."))
     dataset_name: str | None = option(None, group=GENERATED_SHARED_PREFIX, help=(
         "generated-shared-prefix: bench_serving's dataset of groups of prompts sharing a system prompt, "
-        "drawn as it draws them for {flag.seed} (order, lengths, arrivals at {flag.qps}; inf: all at once, "
-        "its default) with the --gsp-* options below, instead of {flag.prompt_tokens}/{flag.output_tokens}; "
+        "drawn as it draws them for {flag.seed} (order, lengths, arrivals at {flag.qps}, which it needs; "
+        "inf, bench_serving's default: all at once) with the --gsp-* options below, instead of "
+        "{flag.prompt_tokens}/{flag.output_tokens}; "
         "the radix cache finds each group's system prompt."))
     gsp_num_groups: int = option(64, group=GENERATED_SHARED_PREFIX, help=(
         "generated-shared-prefix: system prompts (groups)."))
@@ -130,8 +131,8 @@ def _check_synthetic(w: WorkloadOptions) -> None:
     if w.qps is None:
         if w.dataset_name is not None:
             raise InputError(
-                "{flag.dataset_name} needs {flag.qps}: bench_serving's request rate (requests/s; inf, its "
-                "default: every request at once)",
+                "{flag.dataset_name} needs {flag.qps}: bench_serving's request rate (requests/s; give "
+                "{flag.qps} inf for bench_serving's default, every request at once)",
                 param="qps",
                 values={},
             )
