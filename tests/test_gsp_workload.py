@@ -285,3 +285,19 @@ def test_the_request_checks_each_gsp_option_before_any_work() -> None:
         WorkloadOptions(gsp_range_ratio=float("nan"))  # the CLI's request: its flag
     assert caught.value.param == "gsp_range_ratio"
     assert WorkloadOptions(gsp_range_ratio=0).gsp_range_ratio == 0.0
+
+
+def test_all_at_once_has_no_mean_rate_in_json():
+    """--qps inf: every request at 0 s, so the trace's mean rate is undefined: null, not 0 (fresh-user
+    report)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from pdmux_cli.cli import app
+
+    out = CliRunner().invoke(app, ["simulate", "--synthetic", "--qps", "inf", "--max-requests", "20",
+                                   "--policies", "chunked", "--json"])
+    assert out.exit_code == 0, out.output
+    trace = json.loads(out.stdout)["trace"]
+    assert trace["duration_s"] == 0 and trace["mean_qps"] is None

@@ -56,13 +56,13 @@ def metrics_dict(m: PolicyMetrics) -> dict[str, Any]:
 
 
 def trace_dict(trace: Trace) -> dict[str, Any]:
-    """What was replayed: source, format, size, duration (s), mean rate (req/s), skipped rows; for a trace
-    hashed in blocks other than Mooncake's 512 tokens (bench_serving's generated-shared-prefix: 1),
-    ``prefix_block_tokens``."""
+    """What was replayed: source, format, size, duration (s), mean rate (req/s; ``None`` where every request
+    arrives at once, or there is one), skipped rows; for a trace hashed in blocks other than Mooncake's 512
+    tokens (bench_serving's generated-shared-prefix: 1), ``prefix_block_tokens``."""
     n = len(trace)
     out = {
         "source": trace.source, "format": trace.format, "requests": n,
-        "duration_s": trace.duration_s, "mean_qps": trace.mean_qps,
+        "duration_s": trace.duration_s, "mean_qps": trace.mean_qps if trace.duration_s > 0 else None,
         "mean_prompt_tokens": sum(trace.prompt_tokens) / n if n else 0,
         "mean_output_tokens": sum(trace.output_tokens) / n if n else 0,
         "prefix_hash_ids": trace.has_hash_ids,
