@@ -48,9 +48,9 @@ def _table(result: Any, title: str, width: int | None = None) -> Any:
     headers take two lines, until the table fits (as simulate's tables fit a terminal of 80)."""
     from rich.console import Console
 
-    if not any(p.layout.gpus > 1 for p in result.policies):
-        return _build_table(result, title, True, True, False)
     shapes = [(True, True, False), (False, True, False), (False, False, False), (False, False, True)]
+    if not any(p.layout.gpus > 1 for p in result.policies):  # no layout to move: the runs, then the headers
+        shapes = [(True, True, False), (True, False, False), (True, False, True)]
     if width is None:
         return _build_table(result, title, *shapes[0])
     wide = Console(width=10_000)
@@ -82,13 +82,16 @@ def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_l
                              "measured error" if any(p.rate_interval for p in policies) else ""),
                   caption_justify="left")
     in_cell = layouts and not layout_column
-    table.add_column("policy" + (("\n" if two_line else " / ") + "layout" if in_cell else ""), justify="left")
+    longest_word = max((len(w) for p in policies for w in p.label.split()), default=6)
+    table.add_column("policy" + (("\n" if two_line else " / ") + "layout" if in_cell else ""), justify="left",
+                     overflow="fold", min_width=longest_word)  # a name wraps between words, not in one
     columns = [("layout", "left")] if layout_column and layouts else []
     columns += [("GPUs", "right"), ("max rate", "right")] + ([("per GPU", "right")] if many else [])
     columns += [("SLO met", "right"), ("goodput", "right"), ("TTFT p99", "right"), ("ITL p99", "right")]
     columns += [("runs", "right")] if runs else []
     for col, just in columns:
-        table.add_column(col.replace(" ", "\n") if two_line else col, justify=just, no_wrap=col == "layout")
+        table.add_column(col.replace(" ", "\n") if two_line else col, justify=just,
+                         no_wrap=col in ("layout", "max rate"))  # an interval is never cut
     for p in policies:
         at = p.at
         cells = {"layout": str(p.layout), "GPUs": str(p.gpus), "max rate": _rate_cell(p), "per "
