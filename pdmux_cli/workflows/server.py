@@ -104,8 +104,9 @@ class ServerOptions(Checked):
         "Tensor parallelism: GPUs of one server the model is sharded over, as SGLang's --tp-size (1-8); the "
         "server is simulated as one of its ranks (every rank runs the same batches), memory per GPU."))
     speculative_algorithm: str | None = option(group=SPECULATIVE, help=(
-        "SGLang's flag: EAGLE, EAGLE3, NEXTN (MTP) or STANDALONE speculative decoding on every policy; "
-        "needs {flag.speculative_accept_length}."))
+        "SGLang's flag: EAGLE, EAGLE3, NEXTN (MTP) or STANDALONE speculative decoding on the baselines "
+        "(pdmux beside it where the {flag.sglang} revision runs the pair); needs "
+        "{flag.speculative_accept_length}."))
     speculative_num_steps: int | None = option(group=SPECULATIVE, help=(
         "SGLang's flag: draft depth (default: SGLang's choice by model, 3 or 5; with it give "
         "{flag.speculative_eagle_topk})."))
