@@ -723,10 +723,10 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
                                 "not fitted)"),
     "estimate.speculative_round": (
         "{algorithm} ({num_steps} steps, topk {eagle_topk}, {num_draft_tokens} draft tokens; draft: "
-        "{draft}): a decode ITL is one round, accept length {accept_length:g} (tokens a request): "
-        "decode only {round_ms:.3g} ms a round = draft tree {draft_ms:.3g} + verify {verify_ms:.3g} + draft extend "
-        "{extend_ms:.3g} ms of GPU work, plus CPU and per-request time; TPOT {tpot_ms:.3g} ms against "
-        "{plain_ms:.3g} ms without speculation ({speedup:.2f}x)"),
+        "{draft}): a decode ITL is one round, accept length {accept_length:g} (tokens a request): decode "
+        "only {round_ms:.3g} ms a round = draft tree {draft_ms:.3g} + verify {verify_ms:.3g} + draft "
+        "extend {extend_ms:.3g} ms of GPU work, plus CPU and per-request time; TPOT {tpot_ms:.3g} ms "
+        "against {plain_ms:.3g} ms without speculation ({speedup:.2f}x)"),
     "estimate.pdmux_speculation": "the PD mux rows cannot run: {error}",
     "capacity.pdmux_speculation": "pdmux not sized: {error}",
     "policies.mixed_chunk_off": ("mixed-chunk {sizes}: SGLang turns mixed chunked prefill off beside "
