@@ -207,7 +207,7 @@ def test_a_ray_address_that_is_no_cluster_fails_in_seconds(monkeypatch, reply, f
                           f"--executor ray: cannot reach the Ray cluster at 127.0.0.1:{port}: {fragment}")
 
 
-def _h2_server(answer: bool):
+def _h2_server(answer: bool, status: bytes = b"\x88"):
     """A listener that speaks HTTP/2 as a gRPC server starts (an empty SETTINGS frame), then, where
     ``answer``, replies to the call on stream 1 with a trailers-only HEADERS frame (as a server that does
     not know the method, or refuses it unauthenticated, does), else stays silent with the connection open
@@ -226,7 +226,7 @@ def _h2_server(answer: bool):
         conn.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
         if answer:
             conn.recv(4096)  # the SETTINGS ACK, HEADERS and DATA (one send)
-            block = b"\x88"  # ':status: 200', HPACK's static entry 8
+            block = status  # ':status: 200' as HPACK's static entry 8 by default
             conn.sendall(len(block).to_bytes(3, "big") + b"\x01\x05" + (1).to_bytes(4, "big") + block)
         done.wait(10)
         conn.close()
@@ -239,6 +239,18 @@ def test_a_grpc_server_passes_the_probe() -> None:
     sock, done = _h2_server(answer=True)
     try:
         executors._probe(f"127.0.0.1:{sock.getsockname()[1]}", "there")
+    finally:
+        done.set()
+        sock.close()
+
+
+def test_an_http2_server_answering_404_fails_the_probe() -> None:
+    """An HTTP/2 server that answers the call with :status 404 (HPACK static entry 13) is no gRPC service:
+    ray.init then waited for good (second fresh-user report)."""
+    sock, done = _h2_server(answer=True, status=b"\x8d")
+    try:
+        with pytest.raises(PdmuxError, match="not as a gRPC service"):
+            executors._probe(f"127.0.0.1:{sock.getsockname()[1]}", "there")
     finally:
         done.set()
         sock.close()

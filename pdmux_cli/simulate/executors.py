@@ -411,8 +411,9 @@ def _grpc_call(host: str, port: int, path: str) -> bytes:
 
 def _answers_grpc(sock: Any, host: str, port: int, path: str, deadline: float) -> str | None:
     """``None`` where the server on ``sock`` answers a gRPC call (:func:`_grpc_call`) with response HEADERS
-    on its stream before ``deadline`` (``time.monotonic()``), whatever the status (a cluster with token
-    authentication refuses the call, and is still a cluster); else why not: it speaks no HTTP/2, closes,
+    of ``:status 200`` on its stream before ``deadline`` (``time.monotonic()``), whatever the gRPC status
+    (a cluster with token authentication refuses the call, and is still a cluster); else why not: another
+    HTTP status (an HTTP/2 server that is no gRPC service), it speaks no HTTP/2, closes,
     sends GOAWAY, or stays silent (an HTTP/2 server that is no gRPC service: ray.init waits on it for good,
     deaf to SIGTERM)."""
     import time
@@ -428,13 +429,27 @@ def _answers_grpc(sock: Any, host: str, port: int, path: str, deadline: float) -
         head = _recv_exactly(sock, 9, deadline)
         if len(head) < 9:
             break
-        kind, stream = head[3], int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
-        _recv_exactly(sock, int.from_bytes(head[:3], "big"), deadline)
+        kind, flags, stream = head[3], head[4], int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
+        payload = _recv_exactly(sock, int.from_bytes(head[:3], "big"), deadline)
         if kind == 1 and stream == 1:
-            return None
+            if _status_200(payload, flags):
+                return None
+            return "it answers HTTP/2, but not as a gRPC service (no :status 200; no Ray cluster there)"
         if kind == 7:  # GOAWAY
             return "it answers HTTP/2, but refuses a gRPC call (no Ray cluster there)"
     return "it answers HTTP/2, but not a gRPC call (no Ray cluster there)"
+
+
+def _status_200(block: bytes, flags: int) -> bool:
+    """Whether a HEADERS frame's header block (``flags``: its frame flags) opens with ``:status: 200`` as
+    HPACK's static entry 8 (byte ``0x88``, RFC 7541 appendix A), as a gRPC server answers every call,
+    an error's status in its trailers (gRPC over HTTP/2: "Status: 200"); padding and priority skipped."""
+    start = 0
+    if flags & 0x8:  # PADDED: the pad length byte
+        start += 1
+    if flags & 0x20:  # PRIORITY: stream dependency and weight
+        start += 5
+    return block[start:start + 1] == b"\x88"
 
 
 def _recv_exactly(sock: Any, n: int, deadline: float) -> bytes:
