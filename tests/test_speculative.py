@@ -449,3 +449,13 @@ def test_calibrate_on_a_speculative_log_gives_the_accept_length(tmp_path):
     assert out.exit_code == 2
     assert "median accept len 2.61 over 3 line(s)" in out.stderr
     assert "--speculative-accept-length 2.61" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_estimate_names_the_draft_that_does_not_fit():
+    out = runner.invoke(app, ["estimate", "--speculative-algorithm", "STANDALONE",
+                              "--speculative-accept-length", "2", "--speculative-draft-model-path",
+                              "qwen3-235b-a22b"])
+    assert out.exit_code == 0, out.output
+    assert "does not fit: Qwen3-8B with its draft Qwen3-235B-A22B needs 453.2 GiB of weights" in " ".join(
+        out.stdout.split())
+

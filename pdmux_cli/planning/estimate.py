@@ -707,8 +707,10 @@ def _level_rows(b: _Batch, models: list, groups: list, level: split_levels.Split
 def _memory_notes(gpu: Gpu, model: Model, scenario: Scenario, memory: Any, notes: _Notes) -> None:
     """Whether the weights and the scenario's KV fit, and pdmux's pool (chunking off) beside them."""
     if not memory.fits:
+        draft = scenario.speculation.draft.name if scenario.speculation is not None else None
         notes.add(Finding("estimate.does_not_fit", {
-            "model": model.name, "gpu": gpu.name, "tp": scenario.tp, "weight_bytes": memory.weight_bytes,
+            "model": model.name if draft is None else f"{model.name} with its draft {draft}",
+            "gpu": gpu.name, "tp": scenario.tp, "weight_bytes": memory.weight_bytes,
             "kv_cache_bytes": memory.kv_cache_bytes, "gpu_memory_bytes": memory.gpu_memory_bytes,
             "fitting_tp": fitting_tp(gpu, model, scenario)}, "tp"), "does_not_fit")
     elif not memory.pdmux_mem_fraction:
