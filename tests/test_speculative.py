@@ -459,3 +459,12 @@ def test_estimate_names_the_draft_that_does_not_fit():
     assert "does not fit: Qwen3-8B with its draft Qwen3-235B-A22B needs 453.2 GiB of weights" in " ".join(
         out.stdout.split())
 
+
+
+def test_estimate_says_what_mixed_chunk_does_beside_speculation():
+    eagle = " ".join(runner.invoke(app, ["estimate", *EAGLE]).stdout.split())
+    assert "mixed-chunk beside EAGLE: SGLang gives the running requests a plain one-token decode" in eagle
+    standalone = " ".join(runner.invoke(app, ["estimate", "--speculative-algorithm", "STANDALONE",
+                                              "--speculative-accept-length", "2",
+                                              "--speculative-draft-model-path", "qwen3-0.6b"]).stdout.split())
+    assert "SGLang turns mixed chunked prefill off beside STANDALONE" in standalone

@@ -867,6 +867,12 @@ def estimate(
         round_finding = _speculative_round(full, scenario, rows[0].itl_ms / 1e3, batch.graphs)
         notes.add(round_finding)
         speculation = dict(round_finding.values)
+        if scenario.mixed_chunk_sizes:  # as simulate says it (workflows/policies._mixed_chunk)
+            spec = scenario.speculation
+            notes.add(Finding("policies.mixed_chunk_rounds", {"algorithm": spec.algorithm}, "policies")
+                      if spec.keeps_mixed_chunk else
+                      Finding("policies.mixed_chunk_off", {"algorithm": spec.algorithm, "sizes": ", ".join(
+                          str(c) for c in scenario.mixed_chunk_sizes)}, "policies"))
         from ..sglang.speculative_args import check_pdmux_speculation
 
         try:
