@@ -442,12 +442,12 @@ def test_calibrate_on_a_speculative_log_gives_the_accept_length(tmp_path):
              for i, a in enumerate(["2.61", "0.5", "nan", "99", "-1", "inf", "2.45", "2.70"])]
     reading = parse_server_log(lines, "spec.log")
     assert reading.accept_lengths == [2.61, 2.45, 2.70]
-    assert reading.skipped["accept len out of range"] == 5
+    assert reading.skipped["accept len unreadable or out of 1-33"] == 5
     log = tmp_path / "spec.log"
     log.write_text("\n".join(lines) + "\n")
     out = runner.invoke(app, ["calibrate", "--sglang-log", str(log), "--gpu", "h100", "--model", "Qwen3-8B"])
     assert out.exit_code == 2
-    assert "median accept len 2.61 over 3 line(s)" in out.stderr
+    assert "median accept len 2.61 over 3 line(s), 5 more left out (unreadable or outside 1-33)" in out.stderr
     assert "--speculative-accept-length 2.61" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 

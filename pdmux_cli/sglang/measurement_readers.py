@@ -54,6 +54,8 @@ from .speculative_args import SPECULATIVE_HIGHS
 #: The largest ``accept len`` a log line may carry: one token per draft step at pdmux's most steps, plus the
 #: bonus token (:data:`~pdmux_cli.sglang.speculative_args.SPECULATIVE_HIGHS`).
 MAX_ACCEPT_LENGTH = SPECULATIVE_HIGHS["speculative_num_steps"] + 1
+#: The skip reason of an ``accept len`` that is no number from 1 to :data:`MAX_ACCEPT_LENGTH`.
+ACCEPT_LEN_LEFT_OUT = "accept len unreadable or out of 1-33"
 
 #: Largest one-batch result file read, bytes (a real one is a few kB).
 MAX_ONE_BATCH_BYTES = 16 * 1024**2
@@ -631,7 +633,7 @@ def parse_server_log(lines: Iterable[str], source: str, max_lines: int | None = 
             if accept is not None and 1 <= accept <= MAX_ACCEPT_LENGTH:
                 reading.accept_lengths.append(accept)
             else:  # no round accepts fewer than its bonus token, nor more than pdmux's steps + 1
-                reading.skipped["accept len out of range"] += 1
+                reading.skipped[ACCEPT_LEN_LEFT_OUT] += 1
             continue
         if previous is None:
             reading.skipped["first of its rank"] += 1

@@ -394,7 +394,7 @@ def _read_measurements(r: CalibrateRequest) -> tuple[list, list, list[Finding], 
     """``(one-batch points, clean decode intervals, problems (``calibrate.unreadable``), sources (the lines a
     calibration file records), (path, log reading) pairs)``. The logs are read ``r.max_log_lines`` lines
     in all at most (:func:`pdmux_cli.sglang.measurement_readers.read_server_log` raises past it)."""
-    from ..sglang.measurement_readers import read_one_batch, read_server_log
+    from ..sglang.measurement_readers import ACCEPT_LEN_LEFT_OUT, read_one_batch, read_server_log
 
     one_batch, problems, sources = [], [], []
     for path in r.sglang_bench:
@@ -422,16 +422,19 @@ def _read_measurements(r: CalibrateRequest) -> tuple[list, list, list[Finding], 
                     for path, rd in readings if rd.accept_length is not None]  # first: kept in the notes
     if not one_batch and not intervals:
         speculative = [rd for _, rd in readings if rd.accept_length is not None]
-        if speculative and all(set(rd.skipped) <= {"speculative decoding", "accept len out of range"}
+        if speculative and all(set(rd.skipped) <= {"speculative decoding", ACCEPT_LEN_LEFT_OUT}
                                for _, rd in readings):
             values = sorted(a for rd in speculative for a in rd.accept_lengths)
+            left = sum(rd.skipped[ACCEPT_LEN_LEFT_OUT] for _, rd in readings)
             raise InputError(
                 "the server log(s) hold only speculative decode lines: median accept len {accept:g} over "
-                "{lines} line(s) (give {flag.speculative_accept_length} {accept:g} to simulate, capacity, "
-                "tune or estimate); a speculative round is no plain decode step, so there is nothing to "
-                "calibrate on: give a log of the server without speculation, or a one-batch result",
+                "{lines} line(s){left} (give {flag.speculative_accept_length} {accept:g} to simulate, "
+                "capacity, tune or estimate, at most the server's num-steps + 1); a speculative round is no "
+                "plain decode step, so there is nothing to calibrate on: give a log of the server without "
+                "speculation, or a one-batch result",
                 param="speculative_accept_length",
-                values={"accept": round(statistics.median(values), 2), "lines": len(values)})
+                values={"accept": round(statistics.median(values), 2), "lines": len(values),
+                        "left": f", {left} more left out (unreadable or outside 1-33)" if left else ""})
         why = "; ".join(f"{p}: {rd.summary()}" for p, rd in readings) or "; ".join(render_all(problems[:3]))
         accept = [render(f) for f in problems if f.code == "calibrate.accept_length"]
         if accept:
