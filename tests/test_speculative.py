@@ -468,3 +468,17 @@ def test_estimate_says_what_mixed_chunk_does_beside_speculation():
                                               "--speculative-accept-length", "2",
                                               "--speculative-draft-model-path", "qwen3-0.6b"]).stdout.split())
     assert "SGLang turns mixed chunked prefill off beside STANDALONE" in standalone
+
+
+def test_tune_under_speculation_launches_with_it(tmp_path):
+    """tune scores its configs with speculation, so its launch line and --json carry it (second fresh-user
+    report: the line had no --speculative-algorithm)."""
+    args = ["tune", "--trace", "tests/fixtures/azure_conv_50.csv", "--slo-ttft", "1000", "--slo-itl", "60",
+            "--speculative-algorithm", "EAGLE", "--speculative-accept-length", "2", "--sglang",
+            "dsv41@a64f33f", "--sm-group-nums", "8", "--divisors", "36", "--budgets", "65536"]
+    out = runner.invoke(app, [*args, "-o", str(tmp_path / "t.yaml")])
+    assert out.exit_code == 0, out.output
+    assert "--disable-overlap-schedule --speculative-algorithm EAGLE" in " ".join(out.output.split())
+    data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert data["speculative_flags"] == ["--speculative-algorithm", "EAGLE"]
+    assert data["speculation"]["algorithm"] == "EAGLE"

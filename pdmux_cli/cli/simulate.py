@@ -8,6 +8,7 @@ the commands (start-up of the other commands stays light); matplotlib only for `
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -341,6 +342,7 @@ def _print_tune(outcome: Any, show_all: bool) -> None:
     cluster = outcome.cluster
     dp_flags = f" --dp-size {cluster.dp} --load-balance-method {cluster.method}" if cluster.dp > 1 else ""
     env = get_revision(r.sglang).tp_launch if setup.tp > 1 else ()
+    spec_flags = "".join(" " + shlex.quote(f) for f in outcome.speculative_flags)
     con.print(f"wrote {r.output}; launch with: "
-              + pc.launch_command(str(r.output), best.sm_group_num, tp=setup.tp, env=env) + dp_flags,
-              soft_wrap=True)
+              + pc.launch_command(str(r.output), best.sm_group_num, tp=setup.tp, env=env) + dp_flags
+              + spec_flags, soft_wrap=True)

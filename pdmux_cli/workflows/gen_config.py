@@ -167,16 +167,11 @@ def _speculation_flags(r: GenConfigRequest) -> list[str]:
         raise InputError("{flag.speculative_algorithm} with {flag.tune}: tune pdmux with speculation through "
                          "pdmux tune and its speculative options (they need an acceptance length)",
                          param="speculative_algorithm", values={})
-    layers = None
-    if path is not None and r.speculative_algorithm is not None:
-        from ..catalog.model import load_model
-        from ..util import input_files
+    from .server import speculative_launch_flags
 
-        layers = load_model(path).num_layers
-        if not input_files.is_dir(Path(path)) and Path(path).exists():
-            path = Path(path).parent  # SGLang loads a draft from its folder (its config.json and weights)
-    return pdmux_speculation_flags(r.sglang, r.speculative_algorithm, layers,
-                                   str(path) if path is not None else None)
+    if r.speculative_algorithm is None:
+        return pdmux_speculation_flags(r.sglang, None, None, str(path) if path is not None else None)
+    return speculative_launch_flags(r.sglang, r.speculative_algorithm, path)
 
 
 def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = None) -> GenConfigResult:

@@ -190,6 +190,24 @@ def speculation_notes(setup: Any) -> list[Any]:
         Finding("server.speculation_intervals", param="speculative_accept_length")]
 
 
+def speculative_launch_flags(sglang: Any, algorithm: str, draft_path: Any) -> list[str]:
+    """SGLang's speculative arguments for a pdmux launch line (gen-config, tune):
+    :func:`pdmux_cli.sglang.speculative_args.pdmux_speculation_flags` with the draft's layers read from its
+    ``config.json`` and its folder as the path (SGLang loads a draft from its folder: its config.json and
+    weights). Raises :class:`InputError` where the revision cannot run the pair."""
+    from ..sglang.speculative_args import pdmux_speculation_flags
+
+    layers, path = None, draft_path
+    if draft_path is not None:
+        from ..catalog.model import load_model
+        from ..util import input_files
+
+        layers = load_model(draft_path).num_layers
+        if not input_files.is_dir(Path(draft_path)) and Path(draft_path).exists():
+            path = Path(draft_path).parent
+    return pdmux_speculation_flags(sglang, algorithm, layers, str(path) if path is not None else None)
+
+
 def _is_speculative_finding(note: Any) -> bool:
     """Whether ``note`` is one of SGLang's speculative start-up rules' findings
     (:func:`pdmux_cli.sglang.speculative_args.resolve_speculation`: codes ``speculative.*``)."""

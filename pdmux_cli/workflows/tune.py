@@ -17,7 +17,8 @@ from ..sglang.revisions import DEFAULT_REVISION
 from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, plan_deployment
 from .progress import ProgressFactory, entered, start
-from .server import ServerOptions, build_setup, provenance_block, server_options, without_prefix_cache
+from .server import (ServerOptions, build_setup, provenance_block, server_options, speculation_dict,
+                     speculation_notes, speculative_launch_flags, without_prefix_cache)
 from .values import as_text_list, finite, parse_float_list, parse_int_list
 from .workload import WorkloadOptions, fit_to_model, load_workload
 
@@ -174,6 +175,8 @@ class TuneOutcome:
     workload: Any
     support: Any
     notes: list[Finding | str] = field(default_factory=list)
+    #: SGLang's speculative arguments for the launch line (:func:`.server.speculative_launch_flags`)
+    speculative_flags: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """``pdmux tune --json``: NaN and infinities as ``None``; the ``"pdmux"`` provenance last."""
@@ -186,6 +189,8 @@ class TuneOutcome:
                      "slo": {"ttft_ms": r.slo_ttft, "itl_ms": r.slo_itl}, "yaml": self.yaml,
                      "output": str(r.output) if r.output else None, "sglang_support": self.support.as_dict()})
         data["notes"] = [*data.get("notes", []), *(str(n) for n in self.notes)]
+        data["speculation"] = speculation_dict(setup)
+        data["speculative_flags"] = list(self.speculative_flags)
         data["pdmux"] = provenance_block(r.sglang, setup, r.calibration)
         return finite(data)
 
@@ -232,7 +237,10 @@ def tune(request: TuneRequest, progress: ProgressFactory | None = None) -> TuneO
 
         write_text_atomic(r.output, text)
     dp_note = [Finding("tune.dp_launch", {"dp": cluster.dp})] if cluster.dp > 1 else []
-    return TuneOutcome(r, result, best, text, setup, cluster, workload, support, [*cluster.notes, *dp_note])
+    spec_flags = ([] if setup.speculation is None else
+                  speculative_launch_flags(r.sglang, r.speculative_algorithm, r.speculative_draft_model_path))
+    return TuneOutcome(r, result, best, text, setup, cluster, workload, support,
+                       [*cluster.notes, *dp_note, *speculation_notes(setup)], spec_flags)
 
 
 def tune_for_gen_config(gpu_profile: Any, trace: Path, slo_ttft_ms: float, slo_itl_ms: float, *,
