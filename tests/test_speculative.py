@@ -293,6 +293,11 @@ def test_check_config_fails_the_file_with_speculation_on_release(tmp_path):
     assert result.to_dict()["speculation"] == result.speculation_line
     out = runner.invoke(app, ["check-config", str(yaml_path), "--speculative-algorithm", "EAGLE"])
     assert out.exit_code == 2
+    # the per-revision verdicts say it too (second fresh-user report: 'runs it', then exit 2)
+    verdicts = {v.revision: (v.accepted, v.stage) for v in result.revisions}
+    assert verdicts["0.5.23"] == (False, "run")
+    assert verdicts["standard@b875545"] == (False, "start-up")
+    assert verdicts["dsv41@a64f33f"] == (None, "")  # its loader not read: not judged, speculation or not
 
 
 def test_capacity_sizes_the_baselines_and_says_pdmux_cannot_run():

@@ -125,6 +125,26 @@ def _speculation_line(r: CheckConfigRequest, revision: Any) -> str | None:
     return None if error is None else str(error)
 
 
+def _with_speculation(r: CheckConfigRequest, per_revision: list[Any]) -> list[Any]:
+    """Each revision's verdict with the speculative decoding asked for: a file a revision runs becomes one
+    it does not where it cannot run pdmux beside that speculation (:func:`_speculation_line`; at the first
+    decode after a prefill where it accepts the pair at start-up, 0.5.23, else at start-up)."""
+    from ..sglang.revision_rules import Verdict
+    from ..sglang.revisions import get_revision
+
+    if r.speculative_algorithm is None:
+        return per_revision
+    out = []
+    for v in per_revision:
+        revision = get_revision(v.revision)
+        line = _speculation_line(r, revision) if v.accepted else None
+        if line is not None:
+            stage = "run" if getattr(revision, "speculation", "") == "crashes" else "start-up"
+            v = Verdict(v.revision, False, stage, line)
+        out.append(v)
+    return out
+
+
 def check_config(request: CheckConfigRequest) -> CheckConfigResult:
     """Judge the pdmux YAML ``request.path`` for a device under every SGLang revision pdmux has read.
 
@@ -150,7 +170,8 @@ def check_config(request: CheckConfigRequest) -> CheckConfigResult:
     device = resolve_device(r.gpu, r.sms, r.cc)
     config, parsed = pc.load_config(path)
     problems = list(parsed) + pc.validate(config, device.sm_count, device.cc, sm_group_num)
-    per_revision = verdicts(config, list(parsed), device.sm_count, device.cc, cli_sm_group_num=sm_group_num)
+    per_revision = _with_speculation(r, verdicts(config, list(parsed), device.sm_count, device.cc,
+                                                 cli_sm_group_num=sm_group_num))
     mine = next(v for v in per_revision if v.revision == chosen.key)
     # the exit code: the chosen revision's verdict, plus what the driver or a typo does to any revision
     errors = [p for p in problems if p.rule in ("cuda", "pdmux")]
