@@ -9,6 +9,8 @@ import io
 import json
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -207,11 +209,12 @@ def test_a_ray_address_that_is_no_cluster_fails_in_seconds(monkeypatch, reply, f
                           f"--executor ray: cannot reach the Ray cluster at 127.0.0.1:{port}: {fragment}")
 
 
-def _h2_server(answer: bool, status: bytes = b"\x88"):
-    """A listener that speaks HTTP/2 as a gRPC server starts (an empty SETTINGS frame), then, where
-    ``answer``, replies to the call on stream 1 with a trailers-only HEADERS frame (as a server that does
-    not know the method, or refuses it unauthenticated, does), else stays silent with the connection open
-    (an HTTP/2 server that is no gRPC service: ray.init waited on one for good)."""
+@contextmanager
+def _h2_server(answer: bool, status: bytes = b"\x88") -> Iterator[str]:
+    """The address of a listener that speaks HTTP/2 as a gRPC server starts (an empty SETTINGS frame), then,
+    where ``answer``, replies to the call on stream 1 with a trailers-only HEADERS frame of ``status`` (as a
+    server that does not know the method, or refuses it unauthenticated, does), else stays silent with the
+    connection open (an HTTP/2 server that is no gRPC service: ray.init waited on one for good)."""
     import socket
     import threading
 
@@ -232,44 +235,34 @@ def _h2_server(answer: bool, status: bytes = b"\x88"):
         conn.close()
 
     threading.Thread(target=serve, daemon=True).start()
-    return sock, done
-
-
-def test_a_grpc_server_passes_the_probe() -> None:
-    sock, done = _h2_server(answer=True)
     try:
-        executors._probe(f"127.0.0.1:{sock.getsockname()[1]}", "there")
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
     finally:
         done.set()
         sock.close()
+
+
+def test_a_grpc_server_passes_the_probe() -> None:
+    with _h2_server(answer=True) as address:
+        executors._probe(address, "there")
 
 
 def test_an_http2_server_answering_404_fails_the_probe() -> None:
     """An HTTP/2 server that answers the call with :status 404 (HPACK static entry 13) is no gRPC service:
     ray.init then waited for good (second fresh-user report)."""
-    sock, done = _h2_server(answer=True, status=b"\x8d")
-    try:
-        with pytest.raises(PdmuxError, match="not as a gRPC service"):
-            executors._probe(f"127.0.0.1:{sock.getsockname()[1]}", "there")
-    finally:
-        done.set()
-        sock.close()
+    with _h2_server(answer=True, status=b"\x8d") as address, \
+            pytest.raises(PdmuxError, match="not as a gRPC service"):
+        executors._probe(address, "there")
 
 
 def test_a_silent_http2_server_fails_the_probe_in_seconds(monkeypatch) -> None:
     """An address that speaks HTTP/2 but answers no gRPC call (fresh-user report: ray.init then waited for
     good, deaf to SIGTERM): refused when the probe's call goes unanswered."""
-    import time
-
     monkeypatch.setattr(executors, "RAY_CONNECT_TIMEOUT_S", 0.5)
-    sock, done = _h2_server(answer=False)
     start = time.monotonic()
-    try:
-        with pytest.raises(PdmuxError, match="it answers HTTP/2, but not a gRPC call"):
-            executors._probe(f"127.0.0.1:{sock.getsockname()[1]}", "there")
-    finally:
-        done.set()
-        sock.close()
+    with _h2_server(answer=False) as address, \
+            pytest.raises(PdmuxError, match="it answers HTTP/2, but not a gRPC call"):
+        executors._probe(address, "there")
     assert time.monotonic() - start < 3
 
 

@@ -112,6 +112,15 @@ class SpeculativeStepModel:
         return prefill + self.decode_s(self.base.total_sms, n, sum_context, sum_window)
 
 
+def draft_cell_factor(speculation: Speculation | None, target_layers: int) -> float:
+    """How much bigger a token's KV cell is with the draft's layers in it (1 without speculation): the draft's
+    KV layers share each token's cell (SGLang 0.5.23 ``model_executor/pool_configurator.py``: cell += cell x
+    draft layers / target layers)."""
+    if speculation is None:
+        return 1.0
+    return 1 + speculation.draft.num_layers / target_layers
+
+
 def draft_weight_bytes(speculation: Speculation, weight_bytes_per_param: float | None = None,
                        tp: int = 1) -> float:
     """Bytes of the draft's weights one of ``tp`` ranks holds beside the target's: SGLang loads them

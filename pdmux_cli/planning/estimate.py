@@ -361,10 +361,10 @@ def memory_check(gpu: Gpu, model: Model, scenario: Scenario) -> MemoryCheck:
     rank_kv = rank_kv_bytes_per_token(model, scenario.kv_bytes_per_element, tp)
     spec = scenario.speculation
     if spec is not None:
-        from ..costmodel.speculative import draft_weight_bytes
+        from ..costmodel.speculative import draft_cell_factor, draft_weight_bytes
 
         weights += draft_weight_bytes(spec, scenario.weight_bytes_per_param, tp)
-        rank_kv *= 1 + spec.draft.num_layers / model.num_layers  # the draft's layers share the cell
+        rank_kv *= draft_cell_factor(spec, model.num_layers)
     kv = scenario.decode_bs * mdl.kv_bytes(model, scenario.context_tokens, scenario.kv_bytes_per_element)
     kv += mdl.kv_bytes(model, scenario.prompt_tokens, scenario.kv_bytes_per_element)
     kv *= rank_kv / whole_kv
@@ -868,11 +868,9 @@ def estimate(
         notes.add(round_finding)
         speculation = dict(round_finding.values)
         if scenario.mixed_chunk_sizes:  # as simulate says it (workflows/policies._mixed_chunk)
-            spec = scenario.speculation
-            notes.add(Finding("policies.mixed_chunk_rounds", {"algorithm": spec.algorithm}, "policies")
-                      if spec.keeps_mixed_chunk else
-                      Finding("policies.mixed_chunk_off", {"algorithm": spec.algorithm, "sizes": ", ".join(
-                          str(c) for c in scenario.mixed_chunk_sizes)}, "policies"))
+            from ..sglang.speculative_args import mixed_chunk_finding
+
+            notes.add(mixed_chunk_finding(scenario.speculation, scenario.mixed_chunk_sizes))
         from ..sglang.speculative_args import check_pdmux_speculation
 
         try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..catalog.model import Model
@@ -178,6 +179,17 @@ def check_speculation(algorithm: str, num_steps: int, eagle_topk: int, num_draft
             "a request gets per verify round, the bonus token included), got {value}",
             param="speculative_accept_length",
             values={"most": num_steps + 1, "value": repr(accept_length)})
+
+
+def mixed_chunk_finding(speculation: Speculation, sizes: Sequence[int]) -> Finding:
+    """What ``--enable-mixed-chunk`` (chunk ``sizes``, tokens) does beside ``speculation``, as a finding:
+    ``policies.mixed_chunk_rounds`` where SGLang keeps it (its mixed steps give the running requests one
+    token, pdmux a round), ``policies.mixed_chunk_off`` where it turns it off (each size then runs as
+    chunked prefill) (:attr:`Speculation.keeps_mixed_chunk`)."""
+    if speculation.keeps_mixed_chunk:
+        return Finding("policies.mixed_chunk_rounds", {"algorithm": speculation.algorithm}, "policies")
+    return Finding("policies.mixed_chunk_off", {"algorithm": speculation.algorithm,
+                                                "sizes": ", ".join(str(c) for c in sizes)}, "policies")
 
 
 def default_draft(target: Model, algorithm: str) -> Model:

@@ -388,9 +388,10 @@ class Setup:
             from ..costmodel.operators import rank_kv_bytes_per_token
 
             cell = rank_kv_bytes_per_token(self.model, self.kv_bytes_per_element, self.tp)
-        if self.speculation is not None:  # the draft's KV layers share each token's cell (SGLang 0.5.23
-            # model_executor/pool_configurator.py: cell += cell x draft layers / target layers)
-            cell *= 1 + self.speculation.draft.num_layers / self.model.num_layers
+        if self.speculation is not None:
+            from ..costmodel.speculative import draft_cell_factor
+
+            cell *= draft_cell_factor(self.speculation, self.model.num_layers)
         return cell
 
     @property

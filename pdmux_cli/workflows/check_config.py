@@ -139,7 +139,7 @@ def _with_speculation(r: CheckConfigRequest, per_revision: list[Any]) -> list[An
         revision = get_revision(v.revision)
         line = _speculation_line(r, revision) if v.accepted else None
         if line is not None:
-            stage = "run" if getattr(revision, "speculation", "") == "crashes" else "start-up"
+            stage = "run" if revision.speculation == "crashes" else "start-up"
             v = Verdict(v.revision, False, stage, line)
         out.append(v)
     return out

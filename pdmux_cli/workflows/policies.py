@@ -156,28 +156,23 @@ def _pdmux_beside_defaults(choice: PolicyChoice, setup: Any, out: PolicySet) -> 
         out.notes.extend(notes)
 
 
-def _mixed_chunk(choice: PolicyChoice, setup: Any, out: PolicySet, mixed: Any, chunked: Any) -> None:
+def _mixed_chunk(choice: PolicyChoice, setup: Any, out: PolicySet) -> None:
     """The mixed-chunk policies of ``choice``: as SGLang runs ``--enable-mixed-chunk`` beside the setup's
-    speculative decoding (:attr:`pdmux_cli.sglang.speculative_args.Speculation.keeps_mixed_chunk`):
-    STANDALONE turns it off, so each runs as chunked prefill of its size (a note says so); under EAGLE and
-    EAGLE3 a note says what pdmux leaves out (SGLang gives the running requests one token in a mixed step,
-    pdmux a round)."""
+    speculative decoding (:func:`pdmux_cli.sglang.speculative_args.mixed_chunk_finding`, its note):
+    STANDALONE turns it off, so each runs as chunked prefill of its size; under EAGLE and EAGLE3 the note
+    says what pdmux leaves out (SGLang gives the running requests one token in a mixed step, pdmux a
+    round)."""
     from ..messages import render_all
-    from ..util.errors import Finding
+    from ..sglang.speculative_args import mixed_chunk_finding
+    from ..simulate.schedulers import ChunkedPolicy, MixedChunkPolicy
 
-    spec = getattr(setup, "speculation", None)
+    spec = setup.speculation
     sizes = list(dict.fromkeys(choice.mixed_chunk_sizes))
-    if spec is not None and not spec.keeps_mixed_chunk:
-        out.notes.extend(render_all([Finding("policies.mixed_chunk_off", {
-            "algorithm": spec.algorithm, "sizes": ", ".join(str(c) for c in sizes)}, "policies")]))
-        for c in sizes:
-            out.add(chunked(c, choice.prefill_decode_interval))
-        return
     if spec is not None:
-        out.notes.extend(render_all([Finding("policies.mixed_chunk_rounds", {"algorithm": spec.algorithm},
-                                             "policies")]))
+        out.notes.extend(render_all([mixed_chunk_finding(spec, sizes)]))
+    kind = MixedChunkPolicy if spec is None or spec.keeps_mixed_chunk else ChunkedPolicy
     for c in sizes:
-        out.add(mixed(c, choice.prefill_decode_interval))
+        out.add(kind(c, choice.prefill_decode_interval))
 
 
 def build_policies(choice: PolicyChoice, setup: Any, disagg: Any = None) -> PolicySet:
@@ -186,7 +181,7 @@ def build_policies(choice: PolicyChoice, setup: Any, disagg: Any = None) -> Poli
 
     Raises :class:`InputError` where a pdmux config is refused (:func:`resolve_config`) or cannot be
     planned under the revision (:func:`pdmux_cli.sglang.revision_rules.plan_check`)."""
-    from ..simulate.schedulers import ChunkedPolicy, MixedChunkPolicy, PrefillFirstPolicy
+    from ..simulate.schedulers import ChunkedPolicy, PrefillFirstPolicy
 
     chunks = list(choice.chunk_sizes)
     if not chunks and "chunked" in choice.names:
@@ -202,7 +197,7 @@ def build_policies(choice: PolicyChoice, setup: Any, disagg: Any = None) -> Poli
             for c in dict.fromkeys(chunks):
                 out.add(ChunkedPolicy(c, interval))
         elif name == "mixed-chunk":
-            _mixed_chunk(choice, setup, out, MixedChunkPolicy, ChunkedPolicy)
+            _mixed_chunk(choice, setup, out)
         elif name == "disagg":
             out.add(disagg)
         else:

@@ -19,11 +19,6 @@ from ..sglang.server_defaults import MAX_PREFILL_TOKENS
 from ..util.errors import InputError
 from .fields import SERVING_TERMS, SPECULATIVE, Checked, option
 
-#: SGLang 0.5.23's ``--max-running-requests`` under speculative decoding when not given
-#: (``arg_groups/speculative_hook.py`` ``_handle_eagle_family``; the simulator's rule:
-#: :meth:`pdmux_cli.simulate.engine.Setup.running_limit`).
-SPECULATIVE_MAX_RUNNING_REQUESTS = 48
-
 
 @dataclass(frozen=True, kw_only=True)
 class ServerOptions(Checked):
@@ -156,7 +151,9 @@ def speculation_dict(setup: Any) -> dict[str, Any] | None:
     """The JSON of a server's speculative decoding (``None`` without): SGLang's settings, pdmux's accept
     length, the draft and where its shapes come from, whether the round pays the CPU's time (no overlap
     scheduler) and the request limit."""
-    spec = getattr(setup, "speculation", None)
+    from ..simulate.engine import SPECULATIVE_MAX_RUNNING_REQUESTS
+
+    spec = setup.speculation
     if spec is None:
         return None
     return {"algorithm": spec.algorithm, "num_steps": spec.num_steps, "eagle_topk": spec.eagle_topk,
@@ -174,14 +171,15 @@ def speculation_notes(setup: Any) -> list[Any]:
     ``speculative_hook.py``), those rules' own findings (:func:`speculation_of`), and that the intervals come
     from public runs without speculation, whose gain pdmux overstates (``server.speculation_intervals``;
     ``pdmux accuracy``'s speculative block)."""
+    from ..simulate.engine import SPECULATIVE_MAX_RUNNING_REQUESTS
     from ..util.errors import Finding
 
-    spec = getattr(setup, "speculation", None)
+    spec = setup.speculation
     if spec is None:
         return []
     running = (f"{SPECULATIVE_MAX_RUNNING_REQUESTS} (SGLang's default under speculation)"
                if setup.max_running_requests is None else str(setup.max_running_requests))
-    start_up = [n for n in getattr(setup.step_model, "notes", ()) if _is_speculative_finding(n)]
+    start_up = [n for n in setup.step_model.notes if _is_speculative_finding(n)]
     return [Finding("server.speculation", {
         "algorithm": spec.algorithm, "num_steps": spec.num_steps, "eagle_topk": spec.eagle_topk,
         "num_draft_tokens": spec.num_draft_tokens, "accept_length": spec.accept_length,
