@@ -726,7 +726,9 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
         "{draft}): a decode ITL is one round, accept length {accept_length:g} (tokens a request): decode "
         "only {round_ms:.3g} ms a round = draft tree {draft_ms:.3g} + verify {verify_ms:.3g} + draft "
         "extend {extend_ms:.3g} ms of GPU work, plus CPU and per-request time; TPOT {tpot_ms:.3g} ms "
-        "against {plain_ms:.3g} ms without speculation ({speedup:.2f}x)"),
+        "against {plain_ms:.3g} ms without speculation ({speedup:.2f}x; {speedup_range[0]:.2f}x if the "
+        "per-request term is paid per verified token rather than once a round, which no measurement with "
+        "speculation decides: {speedup_range[0]:.2f}-{speedup_range[1]:.2f}x)"),
     "estimate.pdmux_speculation": "the PD mux rows cannot run: {error}",
     "capacity.pdmux_speculation": "pdmux not sized: {error}",
     "policies.mixed_chunk_off": ("mixed-chunk {sizes}: SGLang turns mixed chunked prefill off beside "
@@ -742,7 +744,12 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     "server.speculation_intervals": ("the intervals come from public serving runs without speculation; "
                                      "against public runs with it pdmux's speedup is about 1.3-1.5x the "
                                      "measured one (pdmux accuracy), so TPOT and ITL may be longer and "
-                                     "throughput lower than the intervals say"),
+                                     "throughput lower than the intervals say; each round pays the "
+                                     "per-request term once ({per_request_ms:g} ms a request, as SGLang's "
+                                     "V2 worker extends a request's output once a round): paid per "
+                                     "verified token, a round of n requests would take "
+                                     "{extra_per_request_ms:.3g} x n ms more, and at large batches the "
+                                     "gain shrinks toward none (estimate's speedup range)"),
     "speculative.draft_vocab": ("the EAGLE3 draft scores {draft_vocab_size} hot tokens of the {vocab_size} "
                                 "(its draft_vocab_size): its lm_head is that size"),
     "speculative.auto_params": ("{algorithm}: SGLang chooses {num_steps} steps, topk {eagle_topk}, "

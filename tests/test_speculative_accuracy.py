@@ -159,6 +159,28 @@ def test_error_does_not_grow(block) -> None:
     assert abs(term.worst.error) <= GATE_WORST, term.worst
 
 
+#: Measured points pdmux's range must keep inside (2026-12-04: 7 of 18; every point at batch 4 or more of
+#: AngelSlim #163, the 4-4-16 tree: the range's low end is where the high-batch points fall).
+GATE_IN_RANGE = 7
+
+
+def test_range_brackets_the_high_batch_points(block) -> None:
+    """The range (the per-request term per verified token, to the release's rule) holds the measured
+    speedup at ``GATE_IN_RANGE`` points or more, and at every point of batch 8 or more (AngelSlim's 0.99x,
+    0.82x, 1.06x at 8, 32, 64): a single reading of the term misses them both ways."""
+    per_request = 0.1e-3  # serving.yaml's 0.5 line, s a request a step
+    for p in block.predictions:  # every point's release runs the v1 worker without the overlap scheduler
+        x = p.point
+        round_high = p.round_s + (max(x.num_draft_tokens, x.accept_length) - x.accept_length) * x.batch \
+            * per_request
+        assert p.speedup_low == pytest.approx(p.plain_s / (round_high / x.accept_length), rel=1e-9)
+        assert 0 < p.speedup_low <= p.speedup
+    assert sum(p.in_range for p in block.predictions) >= GATE_IN_RANGE
+    high_batch = [p for p in block.predictions if p.point.batch >= 8]
+    assert len(high_batch) == 3 and all(p.in_range for p in high_batch)
+    assert any(p.point.speedup < p.speedup_low for p in block.predictions)  # the range is no catch-all
+
+
 def test_round_parts_and_ratios_are_consistent(block) -> None:
     for p in block.predictions:
         assert p.speedup == pytest.approx(p.plain_s / (p.round_s / p.point.accept_length))

@@ -122,7 +122,10 @@ def _print_speculative(block: object) -> None:
                   f"{term.median_error:+.1%}, worst {worst.error:+.0%} ({worst.what}); pdmux's speedup is "
                   f"above the measured one at {over} of {len(term.points)} points; a round costs "
                   f"{statistics.median(p.measured_round_over_step for p in preds):.2f} plain steps measured, "
-                  f"{statistics.median(p.round_s / p.plain_s for p in preds):.2f} in pdmux (medians)",
+                  f"{statistics.median(p.round_s / p.plain_s for p in preds):.2f} in pdmux (medians); the "
+                  f"measured speedup lies in pdmux's range (the per-request term paid per verified token, "
+                  f"or as the release's worker pays it) at {sum(p.in_range for p in preds)} of "
+                  f"{len(preds)} points",
                   soft_wrap=True)
     print_note(con, FITTED_NOTE)
     print_note(con, "pdmux's figures: estimate's decode-only round (draft tree, verify, draft extend, the "

@@ -48,7 +48,7 @@ class SpeculativeStepModel:
         self.draft = draft
         self.speculation = speculation
 
-    def round_request_s(self, n: int, worker_v1: bool = False) -> float:
+    def round_request_s(self, n: int, worker_v1: bool = False, per_verified_token: bool = False) -> float:
         """Seconds a round spends on ``n`` requests beyond the kernels: the target's per-request term
         (:meth:`~pdmux_cli.costmodel.roofline.RooflineModel.request_s`) once a round, as SGLang's V2 worker
         extends each request's output once (0.5.23 ``batch_result_processor.py``
@@ -57,8 +57,19 @@ class SpeculativeStepModel:
         0.5.12 without the overlap scheduler) once per accepted token, the acceptance length times: its
         verify appends and checks each accepted token in Python as a plain step does its one (0.5.6
         ``eagle_info.py`` ``EagleVerifyInput.verify``). A prefill's requests pay :meth:`request_s` as
-        without speculation."""
+        without speculation.
+
+        ``per_verified_token``: the other reading of the term, once per token the verify forward carries
+        (``num_draft_tokens`` a request), whichever the worker. The term was fitted to plain decode steps,
+        where a request brings one token to the forward and one to its output, so the runs cannot tell
+        work per request from work per token; what the data say of it is GPU-side time growing with the
+        batch (``docs/accuracy.md``: the custom all-reduce's buffer, which grows with the tokens, is part
+        of it). This reading is the round's upper bound, the default its lower one: the speculative
+        gain's range (``estimate``'s ``speedup_range``; the accuracy block counts the public points inside
+        it)."""
         once = self.base.request_s(n)
+        if per_verified_token:
+            return once * max(self.speculation.num_draft_tokens, self.speculation.accept_length)
         return once * self.speculation.accept_length if worker_v1 else once
 
     def __getattr__(self, name: str) -> Any:

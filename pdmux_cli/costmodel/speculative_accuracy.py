@@ -109,7 +109,8 @@ class SpeculativePrediction:
     """A point and pdmux's figures for it: ``speedup`` (dimensionless), ``round_s`` (one speculative round
     of the batch, s), ``plain_s`` (the same batch's decode step without speculation, s), ``parts_s`` (the
     round's draft tree, verify pass and draft extend, GPU seconds), ``release`` (the SGLang release whose
-    rule it follows) and ``overlap`` (whether that release runs the round with the overlap scheduler)."""
+    rule it follows), ``overlap`` (whether that release runs the round with the overlap scheduler) and
+    ``speedup_low`` (the speedup with the per-request term paid per verified token: the range's low end)."""
 
     point: SpeculativePoint
     speedup: float
@@ -118,6 +119,13 @@ class SpeculativePrediction:
     parts_s: tuple[float, float, float]
     release: str = ""
     overlap: bool = True
+    speedup_low: float = 0.0
+
+    @property
+    def in_range(self) -> bool:
+        """Whether the measured speedup lies in pdmux's range ``[speedup_low, speedup]`` (the per-request
+        term per verified token, or as the release's worker pays it: ``round_request_s``)."""
+        return self.speedup_low <= self.point.speedup <= self.speedup
 
     @property
     def error(self) -> float:
@@ -156,8 +164,8 @@ def load_points(path: Any = None) -> tuple[list[SpeculativePoint], list[NotCompa
 
 
 def speedup_of(step_model: Any, batch: int, context_tokens: float, window: int = 0,
-               cuda_graph: bool = True, overlap: bool = True,
-               worker_v1: bool = False) -> tuple[float, float, float, tuple[float, float, float]]:
+               cuda_graph: bool = True, overlap: bool = True, worker_v1: bool = False,
+               per_verified_token: bool = False) -> tuple[float, float, float, tuple[float, float, float]]:
     """``(speedup, round_s, plain_s, parts_s)`` of a :class:`~pdmux_cli.costmodel.speculative.\
 SpeculativeStepModel` for ``batch`` requests of ``context_tokens`` cached tokens each on the whole GPU.
 
@@ -167,14 +175,15 @@ SpeculativeStepModel` for ``batch`` requests of ``context_tokens`` cached tokens
     overlap scheduler off under speculation: up to 0.5.10): the round is their sum, as estimate's and the
     simulator's steps under ``--disable-overlap-schedule``; the plain step, without speculation, keeps it on.
     Sliding-window layers (``window`` tokens) read at most ``window`` tokens in both. Speedup:
-    ``plain_s / (round_s / accept_length)``."""
+    ``plain_s / (round_s / accept_length)``. ``worker_v1`` and ``per_verified_token``: how the round pays
+    the per-request term (:meth:`~pdmux_cli.costmodel.speculative.SpeculativeStepModel.round_request_s`)."""
     total = step_model.total_sms
     base = step_model.base
     sum_context = batch * context_tokens
     sum_window = batch * min(context_tokens, window) if window else 0.0
     cpu = step_model.decode_cpu_s(batch)
     round_gpu = (step_model.decode_s(total, batch, sum_context, sum_window, cuda_graph=cuda_graph)
-                 + step_model.round_request_s(batch, worker_v1))
+                 + step_model.round_request_s(batch, worker_v1, per_verified_token))
     round_s = max(round_gpu, cpu) if overlap else round_gpu + cpu
     plain_s = max(base.decode_s(total, batch, sum_context, sum_window, cuda_graph=cuda_graph)
                   + base.request_s(batch), base.decode_cpu_s(batch))
@@ -208,10 +217,13 @@ def predict_speedup(point: SpeculativePoint, release: str | None = None) -> Spec
     step_model = build_step_model(gpu, model, tp=point.tp, speculation=speculation)
     rules = release_defaults(release or point.sglang_release)
     overlap = rules.speculation_overlaps(point.eagle_topk)
+    worker_v1 = rules.speculation_worker_v1(point.eagle_topk)
     speedup, round_s, plain_s, parts = speedup_of(step_model, point.batch, point.context_tokens,
-                                                  model.sliding_window, overlap=overlap,
-                                                  worker_v1=rules.speculation_worker_v1(point.eagle_topk))
-    return SpeculativePrediction(point, speedup, round_s, plain_s, parts, rules.release, overlap)
+                                                  model.sliding_window, overlap=overlap, worker_v1=worker_v1)
+    low = speedup_of(step_model, point.batch, point.context_tokens, model.sliding_window, overlap=overlap,
+                     worker_v1=worker_v1, per_verified_token=True)[0]
+    return SpeculativePrediction(point, speedup, round_s, plain_s, parts, rules.release, overlap,
+                                 min(low, speedup))
 
 
 def report(path: Any = None) -> SpeculativeAccuracy:
@@ -236,8 +248,9 @@ FITTED_NOTE = ("nothing fitted: no constant of the speculative round was set fro
 def speculative_dict(block: SpeculativeAccuracy) -> dict:
     """The block as JSON (``pdmux accuracy --json``'s ``"speculative"``): the term's statistics
     (:func:`~pdmux_cli.costmodel.accuracy.term_dict`; errors as fractions of the measured speedup), each
-    point with its setup, measured and predicted speedup, error, pdmux's round and plain step (ms) and both
-    rounds in plain steps, and the figures left out."""
+    point with its setup, measured and predicted speedup, error, pdmux's range (``predicted_speedup_range``:
+    the per-request term per verified token to the release's rule; ``in_range``, and how many points are),
+    pdmux's round and plain step (ms) and both rounds in plain steps, and the figures left out."""
     out = term_dict(block.term)
     out["fitted"] = FITTED_NOTE
     out["method_means"] = METHODS[block.term.method]
@@ -250,6 +263,7 @@ def speculative_dict(block: SpeculativeAccuracy) -> dict:
         "sglang_release": p.release, "overlap_schedule": p.overlap,
         "measured_spec": p.point.spec, "measured_plain": p.point.plain, "unit": p.point.unit,
         "measured_speedup": p.point.speedup, "predicted_speedup": p.speedup, "error": p.error,
+        "predicted_speedup_range": [p.speedup_low, p.speedup], "in_range": p.in_range,
         "pdmux_round_ms": p.round_s * 1e3, "pdmux_plain_step_ms": p.plain_s * 1e3,
         "pdmux_round_parts_ms": {"draft": p.parts_s[0] * 1e3, "verify": p.parts_s[1] * 1e3,
                                  "extend": p.parts_s[2] * 1e3},
@@ -257,6 +271,7 @@ def speculative_dict(block: SpeculativeAccuracy) -> dict:
         "pdmux_round_over_step": p.round_s / p.plain_s,
     } for p in block.predictions]
     out["max_abs_error"] = max((abs(p.error) for p in block.predictions), default=math.nan)
+    out["in_range"] = sum(p.in_range for p in block.predictions)
     out["median_round_over_step"] = {
         "measured": statistics.median(p.measured_round_over_step for p in block.predictions),
         "pdmux": statistics.median(p.round_s / p.plain_s for p in block.predictions),

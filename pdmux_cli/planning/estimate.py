@@ -473,11 +473,14 @@ def _speculative_rows(rows: list[PolicyRow], speculation: Any) -> list[PolicyRow
             if r.tokens_during_prefill is not None else r for r in rows]
 
 
-def _speculative_round(full: Any, scenario: Scenario, round_s: float, graphs: bool) -> Finding:
+def _speculative_round(full: Any, scenario: Scenario, round_s: float, round_high_s: float,
+                       graphs: bool) -> Finding:
     """The decode-only round of ``full`` (a :class:`~pdmux_cli.costmodel.speculative.SpeculativeStepModel`)
     taken apart: the draft tree, the verify pass and the draft extend (ms), the round with the CPU's and the
     per-request terms (``round_s``: the decode-only row's ITL, s), TPOT (the round over the acceptance length)
-    and the same batch's decode step without speculation, as a finding (``estimate.speculative_round``)."""
+    and the same batch's decode step without speculation, as a finding (``estimate.speculative_round``).
+    ``round_high_s``: the round with the per-request term per verified token (``_Batch.decode_step_s``),
+    which gives the low end of ``speedup_range`` (the gain's range: the term's two readings)."""
     spec = scenario.speculation
     total = full.total_sms
     bs, ctx = scenario.decode_bs, scenario.context_tokens
@@ -492,7 +495,9 @@ def _speculative_round(full: Any, scenario: Scenario, round_s: float, graphs: bo
         "draft": spec.draft.name, "draft_ms": draft * 1e3, "verify_ms": verify * 1e3,
         "extend_ms": extend * 1e3,
         "round_ms": round_s * 1e3, "tpot_ms": tpot_s * 1e3, "plain_ms": plain_s * 1e3,
-        "speedup": plain_s / tpot_s}, "speculative_accept_length")
+        "speedup": plain_s / tpot_s,
+        "speedup_range": [plain_s * spec.accept_length / max(round_s, round_high_s), plain_s / tpot_s]},
+        "speculative_accept_length")
 
 
 #: The order of estimate's leading notes (:func:`estimate`): the table is hypothetical first, then why the
@@ -567,12 +572,14 @@ class _Batch:
                                                              bool(self.model.is_mla), mixed)
         return self.full.prefill_launch_s(None, graphed)
 
-    def decode_step_s(self) -> float:
-        """The decode-only step (the reference row), s."""
+    def decode_step_s(self, per_verified_token: bool = False) -> float:
+        """The decode-only step (the reference row), s; ``per_verified_token``: a speculative round with
+        the per-request term paid per verified token (``SpeculativeStepModel.round_request_s``: the
+        round's upper bound)."""
         full = self.full
         gpu_s = full.decode_s(self.total, self.bs, self.sum_ctx, self.sum_win, cuda_graph=self.graphs)
-        if self.worker_v1:  # a speculative round of SGLang's v1 worker: the term per accepted token
-            return self.hidden(gpu_s + full.round_request_s(self.bs, True))
+        if self.worker_v1 or per_verified_token:  # v1 worker: the term per accepted token
+            return self.hidden(gpu_s + full.round_request_s(self.bs, self.worker_v1, per_verified_token))
         return self.hidden(gpu_s + self.bs * self.per_request)
 
     def whole_prefill_s(self) -> float:
@@ -864,7 +871,8 @@ def estimate(
     speculation, speculation_refusal = None, None
     if scenario.speculation is not None:
         rows = _speculative_rows(rows, scenario.speculation)
-        round_finding = _speculative_round(full, scenario, rows[0].itl_ms / 1e3, batch.graphs)
+        round_finding = _speculative_round(full, scenario, rows[0].itl_ms / 1e3, batch.decode_step_s(True),
+                                           batch.graphs)
         notes.add(round_finding)
         speculation = dict(round_finding.values)
         if scenario.mixed_chunk_sizes:  # as simulate says it (workflows/policies._mixed_chunk)

@@ -185,7 +185,20 @@ def speculation_notes(setup: Any) -> list[Any]:
         "num_draft_tokens": spec.num_draft_tokens, "accept_length": spec.accept_length,
         "draft": spec.draft.name, "max_running_requests": running}, "speculative_algorithm"),
         *start_up,
-        Finding("server.speculation_intervals", param="speculative_accept_length")]
+        _intervals_finding(setup.step_model)]
+
+
+def _intervals_finding(step_model: Any) -> Any:
+    """``server.speculation_intervals``: the intervals' caveat under speculation, with the per-request
+    term a round pays once and what it would add a request paid per verified token
+    (``SpeculativeStepModel.round_request_s``)."""
+    from ..util.errors import Finding
+
+    once = step_model.round_request_s(1)  # a SpeculativeStepModel: speculation_notes' setups have one
+    per_token = step_model.round_request_s(1, per_verified_token=True)
+    return Finding("server.speculation_intervals", {"per_request_ms": once * 1e3,
+                                                    "extra_per_request_ms": (per_token - once) * 1e3},
+                   "speculative_accept_length")
 
 
 def speculative_launch_flags(sglang: Any, algorithm: str, draft_path: Any) -> list[str]:
