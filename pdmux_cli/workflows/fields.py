@@ -274,6 +274,8 @@ class Checked:
 HELP = "help"
 GROUP = "group"
 SHORT = "short"
+#: The metadata key of a path option the command writes (:func:`option`'s ``writes``).
+WRITES = "writes"
 
 #: The roofline model's serving terms that simulate, tune and capacity share (``ServerOptions``), ms.
 SERVING_TERMS = "serving terms"
@@ -288,15 +290,19 @@ GENERATED_SHARED_PREFIX = "generated-shared-prefix"
 DEPLOYMENT = "deployment"
 
 
-def option(default: Any = None, *, help: str, group: str | None = None, short: str | None = None) -> Any:
+def option(default: Any = None, *, help: str, group: str | None = None, short: str | None = None,
+           writes: str | None = None) -> Any:
     """A request field declared once (issue 32, item 1): its default and the help the CLI shows (other
     parameters named as ``{flag.NAME}``, as errors name them: the CLI writes their flags); its flag is
     :func:`pdmux_cli.messages.flag` of the field's name (``short``: a one-letter flag beside it, ``"-m"``),
     its type the annotation, its range :data:`RANGES`. ``group``: the shared option group
     (:data:`SERVING_TERMS`, :data:`SPECULATIVE`, :data:`GENERATED_SHARED_PREFIX`, :data:`DEPLOYMENT`) whose
     commands take it, if any (the CLI: :func:`pdmux_cli.cli.options.with_group`; one option alone:
-    :func:`pdmux_cli.cli.options.declared`)."""
-    return dataclasses.field(default=default, metadata={HELP: help, GROUP: group, SHORT: short})
+    :func:`pdmux_cli.cli.options.declared`; a command's own: :func:`pdmux_cli.cli.options.with_declared`).
+    ``writes``: a path the command writes, whole or not at all: ``"path"`` (a file or ``-``) or ``"file"``
+    (the CLI checks it before any work: :func:`pdmux_cli.cli.common.output_path`, ``output_file``)."""
+    return dataclasses.field(default=default,
+                             metadata={HELP: help, GROUP: group, SHORT: short, WRITES: writes})
 
 
 #: The range of a field its group gives, where :data:`RANGES` names none: a serving term's is the cost model's
