@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 from pdmux_cli.catalog.model import DEFAULT_MODEL
 from pdmux_cli.sglang.revisions import DEFAULT_REVISION
 from pdmux_cli.workflows.check_config import CheckConfigRequest
-from pdmux_cli.workflows.estimate import EstimateRequest
+from pdmux_cli.workflows.estimate import EstimateRequest, EstimateServingTerms
 from pdmux_cli.workflows.gen_config import GenConfigRequest
 from pdmux_cli.workflows.splits import SplitsRequest
 
-from ._calls import api_function
+from ._calls import Unpack, api_function, request
 
 if TYPE_CHECKING:
     from pdmux_cli.workflows.check_config import CheckConfigResult
@@ -112,8 +112,6 @@ def estimate(
     bandwidth_efficiency: float | None = None,
     mfu: float | None = None,
     step_overhead_ms: float | None = None,
-    per_request_overhead_ms: float | None = None,
-    eager_launch_ms: float | None = None,
     disable_cuda_graph: bool = False,
     speculative_algorithm: str | None = None,
     speculative_num_steps: int | None = None,
@@ -140,6 +138,7 @@ def estimate(
     disagg_tp: int | None = None,
     plot: str | Path | None = None,
     sglang: str = DEFAULT_REVISION,
+    **serving_terms: Unpack[EstimateServingTerms],
 ) -> EstimateResult:
     """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing
     (and PD disaggregation with ``disagg``) in one scenario (``pdmux estimate``).
@@ -156,7 +155,8 @@ def estimate(
         cost_model: ``"roofline"`` (fitted to measurements) or ``"chapter"`` (the chapter's model).
         s_sat: SMs reaching 95% of HBM bandwidth, one PD-mux row each (default: the roofline's fit).
         bandwidth_efficiency, mfu: the chapter model's fractions (0.85, 0.5).
-        step_overhead_ms, per_request_overhead_ms: the roofline model's CPU time per step / per request (ms).
+        step_overhead_ms: the roofline model's CPU time per step (ms); its other serving terms (ms) are
+            :class:`~pdmux_cli.workflows.estimate.EstimateServingTerms`' keys (EstimateRequest's fields).
         weight_bytes: bytes per weight; kv_bytes: bytes per KV element, or kv_cache_dtype (SGLang's).
         level: ``"auto"`` (SGLang's pick), ``"P/D"`` or ``(P, D)`` prefill/decode SMs.
         all_levels: also every level's ITL and prefill time (``result.estimate.levels``).
@@ -184,50 +184,7 @@ def estimate(
     """
     from pdmux_cli.workflows.estimate import estimate as run
 
-    return run(
-        EstimateRequest(
-            model=model,
-            gpu=gpu,
-            decode_bs=decode_bs,
-            context=context,
-            prompt_tokens=prompt_tokens,
-            chunk_sizes=chunk_sizes,
-            mixed_chunk_sizes=mixed_chunk_sizes,
-            cost_model=cost_model,
-            s_sat=s_sat,
-            bandwidth_efficiency=bandwidth_efficiency,
-            mfu=mfu,
-            step_overhead_ms=step_overhead_ms,
-            per_request_overhead_ms=per_request_overhead_ms,
-            eager_launch_ms=eager_launch_ms,
-            disable_cuda_graph=disable_cuda_graph,
-            speculative_algorithm=speculative_algorithm,
-            speculative_num_steps=speculative_num_steps,
-            speculative_eagle_topk=speculative_eagle_topk,
-            speculative_num_draft_tokens=speculative_num_draft_tokens,
-            speculative_draft_model_path=speculative_draft_model_path,
-            speculative_accept_length=speculative_accept_length,
-            weight_bytes=weight_bytes,
-            kv_bytes=kv_bytes,
-            kv_cache_dtype=kv_cache_dtype,
-            level=level,
-            all_levels=all_levels,
-            sm_group_num=sm_group_num,
-            decode_bs_divisor=decode_bs_divisor,
-            token_budget=token_budget,
-            config=config,
-            flops_dtype=flops_dtype,
-            calibration=calibration,
-            tp=tp,
-            disagg=disagg,
-            kv_link=kv_link,
-            kv_link_gb_s=kv_link_gb_s,
-            kv_link_latency_us=kv_link_latency_us,
-            disagg_tp=disagg_tp,
-            plot=plot,
-            sglang=sglang,
-        )
-    )
+    return run(request(EstimateRequest, {**locals(), **serving_terms}))
 
 
 @api_function

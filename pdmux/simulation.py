@@ -20,15 +20,14 @@ Units are the CLI's: ms (``*_ms``, ``slo_ttft``, ``slo_itl``), requests/s (``qps
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pdmux_cli.catalog.model import DEFAULT_MODEL
 from pdmux_cli.sglang.revisions import DEFAULT_REVISION
 from pdmux_cli.sglang.server_defaults import MAX_PREFILL_TOKENS
-from ._calls import api_function, check_progress
+from ._calls import Unpack, api_function, check_progress, request
 from pdmux_cli.workflows.accuracy import AccuracyRequest
 from pdmux_cli.workflows.calibrate import (
     DEFAULT_MAX_LOG_LINES,
@@ -37,6 +36,7 @@ from pdmux_cli.workflows.calibrate import (
     CalibrateRequest,
 )
 from pdmux_cli.workflows.capacity import CapacityRequest
+from pdmux_cli.workflows.server import ServingTerms
 from pdmux_cli.workflows.simulate import SimulateRequest
 from pdmux_cli.workflows.tune import TuneRequest
 
@@ -51,14 +51,6 @@ if TYPE_CHECKING:
 __all__ = ["accuracy", "calibrate", "capacity", "simulate", "tune"]
 
 PathLike = str | Path
-
-
-def request(cls: type, values: dict[str, Any]) -> Any:
-    """``cls`` (a workflow request) from keyword ``values`` (a function's ``locals()``); names that are not
-    fields (``progress``) are left out. The request checks and normalises every value
-    (:mod:`pdmux_cli.workflows.fields`: paths as :class:`Path`, list options as the CLI's text)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{name: value for name, value in values.items() if name in names})
 
 
 @api_function
@@ -99,11 +91,6 @@ def simulate(
     bandwidth_efficiency: float | None = None,
     mfu: float | None = None,
     step_overhead_ms: float | None = None,
-    per_request_overhead_ms: float | None = None,
-    eager_launch_ms: float | None = None,
-    admission_delay_ms: float | None = None,
-    first_token_delay_ms: float | None = None,
-    admission_interval_ms: float | None = None,
     calibration: PathLike | None = None,
     weight_bytes: float | None = None,
     kv_bytes: float | None = None,
@@ -144,6 +131,7 @@ def simulate(
     sglang: str = DEFAULT_REVISION,
     step_by_step: bool = False,
     progress: ProgressFactory | None = None,
+    **serving_terms: Unpack[ServingTerms],
 ) -> SimulateResult:
     """Replay a trace (``pdmux simulate``): per policy TTFT, ITL, TPOT and end-to-end latency percentiles
     (ms), SLO attainment (share of requests meeting TTFT <= ``slo_ttft`` ms and p99 ITL <= ``slo_itl`` ms),
@@ -157,7 +145,7 @@ def simulate(
     """
     from pdmux_cli.workflows.simulate import simulate as run
 
-    return run(request(SimulateRequest, locals()), check_progress(progress))
+    return run(request(SimulateRequest, {**locals(), **serving_terms}), check_progress(progress))
 
 
 @api_function
@@ -196,11 +184,6 @@ def capacity(
     s_sat: float | None = None,
     calibration: PathLike | None = None,
     step_overhead_ms: float | None = None,
-    per_request_overhead_ms: float | None = None,
-    eager_launch_ms: float | None = None,
-    admission_delay_ms: float | None = None,
-    first_token_delay_ms: float | None = None,
-    admission_interval_ms: float | None = None,
     kv_bytes: float | None = None,
     kv_cache_dtype: str | None = None,
     mem_fraction_static: float | None = None,
@@ -229,6 +212,7 @@ def capacity(
     plot: PathLike | None = None,
     sglang: str = DEFAULT_REVISION,
     progress: ProgressFactory | None = None,
+    **serving_terms: Unpack[ServingTerms],
 ) -> CapacityOutcome:
     """The highest request rate (requests/s over all of a policy's GPUs, and per GPU) each policy sustains
     with ``target`` of its requests within the SLO, and whether to turn pdmux on (``pdmux capacity``).
@@ -241,7 +225,7 @@ def capacity(
     """
     from pdmux_cli.workflows.capacity import capacity as run
 
-    return run(request(CapacityRequest, locals()), check_progress(progress))
+    return run(request(CapacityRequest, {**locals(), **serving_terms}), check_progress(progress))
 
 
 @api_function
@@ -267,11 +251,6 @@ def tune(
     bandwidth_efficiency: float | None = None,
     mfu: float | None = None,
     step_overhead_ms: float | None = None,
-    per_request_overhead_ms: float | None = None,
-    eager_launch_ms: float | None = None,
-    admission_delay_ms: float | None = None,
-    first_token_delay_ms: float | None = None,
-    admission_interval_ms: float | None = None,
     calibration: PathLike | None = None,
     mem_fraction_static: float | None = None,
     max_prefill_tokens: int = MAX_PREFILL_TOKENS,
@@ -296,6 +275,7 @@ def tune(
     output: PathLike | None = None,
     sglang: str = DEFAULT_REVISION,
     progress: ProgressFactory | None = None,
+    **serving_terms: Unpack[ServingTerms],
 ) -> TuneOutcome:
     """Search pdmux YAML knobs (sm_group_num, decode_bs_divisor or fixed splits, SLO levels, the token
     budget) for the best SLO attainment on ``trace`` (``pdmux tune``); ``slo_ttft``, ``slo_itl``: ms.
@@ -308,7 +288,7 @@ def tune(
     """
     from pdmux_cli.workflows.tune import tune as run
 
-    return run(request(TuneRequest, locals()), check_progress(progress))
+    return run(request(TuneRequest, {**locals(), **serving_terms}), check_progress(progress))
 
 
 @api_function

@@ -368,3 +368,19 @@ def test_runtime_failures_raise_the_exported_pdmux_error() -> None:
     assert not isinstance(info.value, pdmux.InputError)
     assert str(info.value).startswith("executor ray: cannot reach the Ray cluster at 127.0.0.1:1")
     assert "\n" not in str(info.value)
+
+
+def test_estimates_serving_terms_keywords_are_its_requests_group() -> None:
+    """``pdmux.estimate`` takes its serving terms as ``**serving_terms: Unpack[EstimateServingTerms]`` (typed
+    for editors): the keys and types are EstimateRequest's SERVING_TERMS fields'."""
+    import typing
+
+    from pdmux_cli.workflows.estimate import EstimateServingTerms
+    from pdmux_cli.workflows.fields import SERVING_TERMS, group_fields
+
+    hints = typing.get_type_hints(EstimateRequest)
+    group = {f.name: hints[f.name] for f in group_fields(EstimateRequest, SERVING_TERMS)}
+    assert typing.get_type_hints(EstimateServingTerms) == group
+    assert list(group) == ["per_request_overhead_ms", "eager_launch_ms"]
+    with pytest.raises(pdmux.InputError, match="^eager_launch_ms must be from 0 to 1 ms, got 2$"):
+        pdmux.estimate(eager_launch_ms=2)

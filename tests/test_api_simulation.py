@@ -95,3 +95,25 @@ def test_bad_input_raises_input_error_with_the_cli_line_in_keywords() -> None:
         accuracy(workers=2)
     with pytest.raises(TypeError):
         simulate(AZURE, no_such_option=1)
+
+
+def test_the_serving_terms_keywords_are_the_groups_fields() -> None:
+    """simulate, capacity and tune take the serving terms as ``**serving_terms: Unpack[ServingTerms]``
+    (typed for editors, PEP 692): its keys and types are ServerOptions' SERVING_TERMS fields', each a
+    keyword of the functions' signatures, and a keyword that is none is a TypeError."""
+    import typing
+
+    from pdmux_cli.workflows.fields import SERVING_TERMS, group_fields
+    from pdmux_cli.workflows.server import ServerOptions, ServingTerms
+
+    hints = typing.get_type_hints(ServerOptions)
+    group = {f.name: hints[f.name] for f in group_fields(ServerOptions, SERVING_TERMS)}
+    assert typing.get_type_hints(ServingTerms) == group and len(group) == 5
+    for function in (simulate, capacity, tune):
+        params = inspect.signature(function).parameters
+        assert all(params[name].kind is inspect.Parameter.KEYWORD_ONLY and params[name].default is None
+                   for name in group), function.__name__
+    with pytest.raises(TypeError, match=r"simulate\(\) got an unexpected keyword argument 'eager_launch'"):
+        simulate(AZURE, eager_launch=0.1)
+    with pytest.raises(InputError, match="^eager_launch_ms must be from 0 to 1 ms, got 2$"):
+        simulate(AZURE, eager_launch_ms=2)

@@ -94,12 +94,26 @@ def declared(cls: type, name: str) -> Any:
     (:func:`pdmux_cli.workflows.fields.option`): its default, flag (and short flag) and help (the parameters
     it names as their flags: :func:`pdmux_cli.messages.flags_in`)."""
     from ..messages import flag, flags_in
-    from ..workflows.fields import HELP, SHORT
+    from ..workflows.fields import HELP, SHORT, WRITES
 
     f = next(f for f in fields(cls) if f.name == name)
     short = f.metadata.get(SHORT)
-    return typer.Option(f.default, flag(f.name), *((short,) if short else ()),
+    writes = f.metadata.get(WRITES)
+    output = ({"parser": {"path": output_path, "file": output_file}[writes], "metavar": "<path>"} if writes
+              else {})
+    return typer.Option(f.default, flag(f.name), *((short,) if short else ()), **output,
                         help=flags_in(f.metadata[HELP]))
+
+
+def _cli_type(hint: Any) -> Any:
+    """A request field's annotation as typer takes it: a path that takes its text too (``Path | str``) a
+    :class:`~pathlib.Path`."""
+    from pathlib import Path
+
+    args = typing.get_args(hint)
+    if Path in args and str in args:
+        return Path | None if type(None) in args else Path
+    return hint
 
 
 def group_parameters(cls: type, group: str) -> list[inspect.Parameter]:
@@ -107,10 +121,14 @@ def group_parameters(cls: type, group: str) -> list[inspect.Parameter]:
     (:func:`pdmux_cli.workflows.fields.option`): each field's name, type and :func:`declared` option."""
     from ..workflows.fields import group_fields
 
+    return _parameters(cls, group_fields(cls, group))
+
+
+def _parameters(cls: type, chosen: Any) -> list[inspect.Parameter]:
     hints = typing.get_type_hints(cls)
-    return [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=hints[f.name],
-                              default=declared(cls, f.name))
-            for f in group_fields(cls, group)]
+    return [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                              annotation=_cli_type(hints[f.name]), default=declared(cls, f.name))
+            for f in chosen]
 
 
 def with_group(cls: type, group: str, after: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -129,6 +147,30 @@ def with_group(cls: type, group: str, after: str) -> Callable[[Callable[..., Any
 
         command.__signature__ = signature.replace(  # type: ignore[attr-defined]
             parameters=[*own[:at], *group_parameters(cls, group), *own[at:]])
+        return command
+
+    return build
+
+
+def with_declared(cls: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A command taking first, in their order, the options declared on the fields of ``cls`` (a request
+    dataclass; :func:`pdmux_cli.workflows.fields.option`, no shared group) that are none of its own
+    parameters; the command function ends in ``**options``, which receives them."""
+    from ..workflows.fields import GROUP, HELP
+
+    def build(function: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(function)
+        own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        names = {p.name for p in own}
+        chosen = [f for f in fields(cls)
+                  if HELP in f.metadata and f.metadata.get(GROUP) is None and f.name not in names]
+
+        @functools.wraps(function)
+        def command(**values: Any) -> Any:
+            return function(**values)
+
+        command.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[*_parameters(cls, chosen), *own])
         return command
 
     return build

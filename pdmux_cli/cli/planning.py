@@ -15,16 +15,17 @@ import typer
 from ..catalog.model import DEFAULT_MODEL
 from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
 from ..workflows.estimate import EstimateRequest
+from ..workflows.gen_config import GenConfigRequest
 from ..workflows.fields import SERVING_TERMS, SPECULATIVE
+from ..workflows.planning_inputs import GPU_HELP, TP_HELP
 from ..workflows.server import ServerOptions
 from .app import app
-from .options import with_group
+from .options import request_of, with_declared, with_group
 from .common import (
     NON_FINITE,
     console,
     fail_line,
     output_file,
-    output_path,
     print_json,
     print_note,
     require_finite,
@@ -33,11 +34,7 @@ from .common import (
     warn_line,
 )
 
-GPU_HELP = ("GPU profile: alias (h100, h200, h20, a100, b200, ...), reported name ('NVIDIA H100 80GB HBM3'), "
-            "or a profile file of your own (my-gpu.yaml, fields as in profiles/gpus/).")
 JSON_HELP = "Print JSON (stable keys, units in the key names)."
-TP_HELP = ("Tensor parallelism: GPUs of one server the model is sharded over, as SGLang's --tp-size (1-8); "
-           "step times are one rank's, collectives included, and memory is checked per GPU.")
 #: Most problems check-config shows as table rows (a runaway file can have tens of thousands).
 MAX_PROBLEM_ROWS = 50
 
@@ -227,82 +224,11 @@ def estimate(
 
 
 @app.command("gen-config")
+@with_declared(GenConfigRequest)
 def gen_config(
-    gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
-    sms: int | None = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
-    cc: str | None = typer.Option(None, "--cc", help="Compute capability of that device, e.g. 9.0."),
-    sm_group_num: int = typer.Option(8, "--sm-group-num", help="Stream groups incl. the two whole-GPU ones."),
-    decode_bs_divisor: int = typer.Option(36, "--decode-bs-divisor",
-                                          help="Divisor of the linear level rule."),
-    token_budget: int = typer.Option(65536, "--token-budget",
-                                     help="split_forward_token_budget (tokens per round)."),
-    divisions: str | None = typer.Option(None, "--divisions",
-                                         help="Manual levels PREFILL:DECODE:THRESHOLD,... e.g. "
-                                         "112:20:0,104:28:5"),
-    manual: bool = typer.Option(False, "--manual",
-                                help="Write SGLang's automatic levels as manual_divisions (always on "
-                                "Blackwell)."),
-    output: Path | None = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>",
-                                       help="Write the YAML here (whole or not at all) instead of stdout."),
-    tune: bool = typer.Option(False, "--tune",
-                              help="Pick the knobs by simulating a trace (needs --trace, --slo-ttft, "
-                              "--slo-itl, --gpu)."),
-    trace: Path | None = typer.Option(None, "--trace",
-                                      help="Trace for --tune, or whose decode steps give --slo-itl its "
-                                      "context distribution (Azure CSV, Mooncake JSONL, BurstGPT CSV)."),
-    slo_ttft: float | None = typer.Option(None, "--slo-ttft", help="TTFT SLO for --tune, ms."),
-    slo_itl: float | None = typer.Option(None, "--slo-itl",
-                                         help="ITL target, ms: without --tune, write SLO levels (per decode "
-                                         "batch the fewest decode SMs whose round, next to a running "
-                                         "prefill, meets it; needs --gpu and --context or --trace); with "
-                                         "--tune, the ITL SLO tuned for."),
-    context: int | None = typer.Option(None, "--context",
-                                       help="--slo-itl: tokens of context of every decoding request (or "
-                                       "--trace for a distribution)."),
-    max_requests: int | None = typer.Option(None, "--max-requests",
-                                            help="Use the trace's first N requests (--slo-itl, --tune)."),
-    trace_format: str | None = typer.Option(None, "--format",
-                                            help="--tune: the trace's format, azure, mooncake or burstgpt "
-                                            "(default: detected), as tune's."),
-    qps: float | None = typer.Option(None, "--qps",
-                                     help="--tune: retime the trace to this many requests/s, as tune's."),
-    rate_scale: float | None = typer.Option(None, "--rate-scale",
-                                            help="--tune: multiply the trace's arrival rate, as tune's."),
-    duration: float | None = typer.Option(None, "--duration",
-                                          help="--tune: only requests arriving in the first S seconds, as "
-                                          "tune's."),
-    workers: int | None = typer.Option(None, "--workers",
-                                       help="--tune: processes (default: the cores available), as tune's."),
-    dp: int | None = typer.Option(None, "--dp",
-                                  help="Not taken: gen-config --tune tunes one server; 'pdmux tune --dp N' "
-                                  "tunes replicas behind a router and writes the YAML too."),
-    calibration: Path | None = typer.Option(None, "--calibration",
-                                            help="--slo-itl or --tune: calibration.yaml from 'pdmux bench' "
-                                            "and/or 'pdmux calibrate' for the cost model."),
-    cost_model: str = typer.Option("roofline", "--cost-model",
-                                   help="--slo-itl: roofline (fitted to measurements) or chapter."),
-    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms",
-                                                  help="--slo-itl, roofline: the scheduler's CPU time per "
-                                                  "step, ms (default: profiles/efficiency/serving.yaml's, as "
-                                                  "simulate)."),
-    per_request_overhead_ms: float | None = typer.Option(None, "--per-request-overhead-ms",
-                                                         help="--slo-itl, roofline: its CPU time per running "
-                                                         "request per step, ms (default: as simulate)."),
-    max_running_requests: int | None = typer.Option(None, "--max-running-requests",
-                                                    help="--slo-itl: SGLang's --max-running-requests, the "
-                                                    "largest decode batch sized for (default: SGLang's from "
-                                                    "the KV pool)."),
-    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
-                              help="Model served (for --tune and --slo-itl; with --tp its heads and widths "
-                              "must split)."),
-    tp: int = typer.Option(1, "--tp", help=TP_HELP + " The launch line gains --tp-size N."),
-    speculative_algorithm: str | None = typer.Option(None, "--speculative-algorithm", help=(
-        "SGLang's flag: speculative decoding beside pdmux (refused where the --sglang revision cannot run "
-        "the pair; 0.5.23 cannot); the launch line gains it.")),
-    speculative_draft_model_path: Path | None = typer.Option(None, "--speculative-draft-model-path", help=(
-        "The draft's Hugging Face config.json (its decoder layers decide what a revision accepts).")),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     sglang: str = sglang_option(),
+    **options: Any,
 ) -> None:
     """SGLang's pdmux YAML for a GPU, validated, plus the launch flags.
 
@@ -310,26 +236,14 @@ def gen_config(
     decode SMs that keep its ITL within MS at the workload's context, from the cost model.
     With --tune: the sm_group_num, thresholds and token budget with the best SLO attainment on a
     trace (ties: goodput), found by simulating it."""
-    from ..workflows.gen_config import GenConfigRequest
     from ..workflows.gen_config import gen_config as run_gen_config
 
     progress = None
-    if tune:
+    if options["tune"]:
         from .options import progress_factory
 
         progress = progress_factory(not as_json)
-    result = run_gen_config(GenConfigRequest(
-        gpu=gpu, sms=sms, cc=cc, sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor,
-        token_budget=token_budget, divisions=divisions, manual=manual, output=output, tune=tune, trace=trace,
-        slo_ttft=slo_ttft, slo_itl=slo_itl, context=context, max_requests=max_requests,
-        trace_format=trace_format,
-        qps=qps, rate_scale=rate_scale, duration=duration, workers=workers, dp=dp, calibration=calibration,
-        cost_model=cost_model, step_overhead_ms=step_overhead_ms,
-        per_request_overhead_ms=per_request_overhead_ms,
-        max_running_requests=max_running_requests, model=model, tp=tp, sglang=sglang,
-        speculative_algorithm=speculative_algorithm,
-        speculative_draft_model_path=speculative_draft_model_path),
-        progress=progress)
+    result = run_gen_config(request_of(GenConfigRequest, options, sglang=sglang), progress=progress)
     if as_json:
         print_json(result.to_dict())
         return

@@ -399,6 +399,15 @@ def serving_terms(cpu: CpuProfile, serving: ServingProfile, *, step_overhead_ms:
 EAGER_LAUNCH_BOUND_MS = 1.0
 
 
+def knob_bound_ms(param: str) -> float:
+    """The most a roofline serving knob ``param`` (a :class:`CostModelOptions` field, ms) takes, its least
+    being 0: :data:`SERVING_OPTION_BOUNDS_MS`' or :data:`EAGER_LAUNCH_BOUND_MS` (the requests check it
+    before any work: :data:`pdmux_cli.workflows.fields.GROUP_RANGES`). ``KeyError`` for a name with none."""
+    if param in ("eager_launch_ms", "eager_launch_moe_ms"):
+        return EAGER_LAUNCH_BOUND_MS
+    return SERVING_OPTION_BOUNDS_MS[param]
+
+
 def with_eager_launch(cpu: CpuProfile, eager_launch_ms: float, param: str = "eager_launch_ms") -> CpuProfile:
     """``cpu`` with the host time per eagerly launched kernel ``eager_launch_ms`` / 1000: dense and MoE
     models' (``param`` ``"eager_launch_ms"``), or the MoE one alone (``"eager_launch_moe_ms"``). Raises

@@ -870,23 +870,7 @@ def estimate(
         notes.add(finding, "revision")
     speculation, speculation_refusal = None, None
     if scenario.speculation is not None:
-        rows = _speculative_rows(rows, scenario.speculation)
-        round_finding = _speculative_round(full, scenario, rows[0].itl_ms / 1e3, batch.decode_step_s(True),
-                                           batch.graphs)
-        notes.add(round_finding)
-        speculation = dict(round_finding.values)
-        if scenario.mixed_chunk_sizes:  # as simulate says it (workflows/policies._mixed_chunk)
-            from ..sglang.speculative_args import mixed_chunk_finding
-
-            notes.add(mixed_chunk_finding(scenario.speculation, scenario.mixed_chunk_sizes))
-        from ..sglang.speculative_args import check_pdmux_speculation
-
-        try:
-            check_pdmux_speculation(sglang, scenario.speculation)
-        except InputError as exc:  # the PD-mux rows are what pdmux would do, had the revision run it
-            refusal = Finding("estimate.pdmux_speculation", {"error": str(exc)}, exc.param)
-            notes.add(refusal, "pdmux_speculation")
-            speculation_refusal = str(exc)
+        rows, speculation, speculation_refusal = _with_speculation(rows, full, scenario, batch, sglang, notes)
     prompt, budget = scenario.prompt_tokens, scenario.split_forward_token_budget
     return Estimate(
         gpu=gpu.name,
@@ -919,6 +903,29 @@ def estimate(
         speculation=speculation,
         speculation_refusal=speculation_refusal,
     )
+
+
+def _with_speculation(rows: list, full: Any, scenario: Scenario, batch: _Batch, sglang: str | None,
+                      notes: _Notes) -> tuple[list, dict[str, Any], str | None]:
+    """``rows`` under ``scenario``'s speculative decoding, the verify round's values
+    (:attr:`Estimate.speculation`) and the revision's refusal of pdmux beside it (``None``: it runs the
+    pair); the round's, mixed chunk's and the refusal's findings added to ``notes``."""
+    from ..sglang.speculative_args import check_pdmux_speculation, mixed_chunk_finding
+
+    rows = _speculative_rows(rows, scenario.speculation)
+    round_finding = _speculative_round(full, scenario, rows[0].itl_ms / 1e3, batch.decode_step_s(True),
+                                       batch.graphs)
+    notes.add(round_finding)
+    if scenario.mixed_chunk_sizes:  # as simulate says it (workflows/policies._mixed_chunk)
+        notes.add(mixed_chunk_finding(scenario.speculation, scenario.mixed_chunk_sizes))
+    refusal_text = None
+    try:
+        check_pdmux_speculation(sglang, scenario.speculation)
+    except InputError as exc:  # the PD-mux rows are what pdmux would do, had the revision run it
+        refusal = Finding("estimate.pdmux_speculation", {"error": str(exc)}, exc.param)
+        notes.add(refusal, "pdmux_speculation")
+        refusal_text = str(exc)
+    return rows, dict(round_finding.values), refusal_text
 
 
 def _whole_server_ttft(rows: list, request_delay_ms: float, serving: Any, scenario: Scenario, gpu: Gpu

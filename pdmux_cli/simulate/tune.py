@@ -475,6 +475,21 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
     )
 
 
+def _default_row(rows: Sequence[TuneRow]) -> int | None:
+    """The index of the row of SGLang's default pdmux config (``None`` if none was tried); on Blackwell the
+    defaults written as manual_divisions."""
+    default = pc.PdmuxConfig()
+    baseline = next((r.index for r in rows if r.candidate.config == default), None)
+    if baseline is None:  # Blackwell: the defaults written as manual_divisions
+        baseline = next((r.index for r in rows
+                         if r.candidate.config.sm_group_num == split_levels.DEFAULT_SM_GROUP_NUM
+                         and r.candidate.config.decode_bs_divisor == split_levels.DEFAULT_DECODE_BS_DIVISOR
+                         and r.candidate.config.split_forward_token_budget
+                         == split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
+                         and r.candidate.description.startswith("manual")), None)
+    return baseline
+
+
 def tune(
     trace: Trace,
     setup: Setup,
@@ -564,16 +579,7 @@ def tune(
             more = _run_sharing(ex, shared, [policy_of(c.config) for c in extra],
                                 [f"pdmux config {c.description}" for c in extra], tick, setup, runs)
             rows += [TuneRow(len(rows) + i, c, *o) for i, (c, o) in enumerate(zip(extra, more))]
-        default = pc.PdmuxConfig()
-        baseline = next((r.index for r in rows if r.candidate.config == default), None)
-        if baseline is None:  # Blackwell: the defaults written as manual_divisions
-            baseline = next((r.index for r in rows
-                             if r.candidate.config.sm_group_num == split_levels.DEFAULT_SM_GROUP_NUM
-                             and r.candidate.config.decode_bs_divisor
-                             == split_levels.DEFAULT_DECODE_BS_DIVISOR
-                             and r.candidate.config.split_forward_token_budget
-                             == split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET
-                             and r.candidate.description.startswith("manual")), None)
+        baseline = _default_row(rows)
         best = min(rows, key=lambda r: _rank_key(r, baseline)).index
         notes = ([capped_note] if capped_note else []) + slo_notes
         if rows[best].older_sglang_crash_rounds:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ..catalog.model import DEFAULT_MODEL
 from ..sglang.revisions import DEFAULT_REVISION
@@ -100,6 +100,15 @@ class EstimateRequest(Checked):
     disagg_tp: int | None = None
     plot: Path | str | None = None
     sglang: str = DEFAULT_REVISION
+
+
+class EstimateServingTerms(TypedDict, total=False):
+    """:class:`EstimateRequest`'s :data:`~pdmux_cli.workflows.fields.SERVING_TERMS` fields as the Python
+    API's keywords (``pdmux.estimate``: ``**serving_terms: Unpack[EstimateServingTerms]``, PEP 692), typed
+    for editors; each ``None`` by default, ms (``tests/test_api.py`` holds the two equal)."""
+
+    per_request_overhead_ms: float | None
+    eager_launch_ms: float | None
 
 
 @dataclass(frozen=True)

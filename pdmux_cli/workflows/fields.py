@@ -133,11 +133,11 @@ def _mem_fraction(value: float, param: str) -> None:
 
 
 def _serving_term(value: float, param: str) -> None:
-    """The serving terms' options, ms (:data:`pdmux_cli.costmodel.SERVING_OPTION_BOUNDS_MS`,
-    :data:`~pdmux_cli.costmodel.EAGER_LAUNCH_BOUND_MS`)."""
-    from .. import costmodel
+    """The serving terms' options, 0 to the cost model's bound, ms
+    (:func:`pdmux_cli.costmodel.knob_bound_ms`)."""
+    from ..costmodel import knob_bound_ms
 
-    high = costmodel.SERVING_OPTION_BOUNDS_MS.get(param, costmodel.EAGER_LAUNCH_BOUND_MS)
+    high = knob_bound_ms(param)
     Range(0, high, template="{param_flag} must be from 0 to {high:g} ms, got {value}").check(value, param)
 
 
@@ -195,7 +195,8 @@ _POSITIVE = Range(0, open_low=True)
 _MS = Range(0, open_low=True, template="{param_flag} must be a number of ms > 0, got {value}")
 
 #: Each number field's range, by field name: a :class:`Range`, or the core's check ``(value, param)``
-#: raising :class:`InputError`. A float field not named here must be finite; an int field takes any value.
+#: raising :class:`InputError`. A field not named here takes its group's (:data:`GROUP_RANGES`); else a float
+#: field must be finite and an int field takes any value.
 RANGES: dict[str, Range | Callable[[Any, str], None]] = {
     # devices, servers, processes
     "sms": _sms,
@@ -241,12 +242,7 @@ RANGES: dict[str, Range | Callable[[Any, str], None]] = {
     "weight_bytes": _bytes_per_element,
     "kv_bytes": _bytes_per_element,
     "mem_fraction_static": _mem_fraction,
-    "step_overhead_ms": _serving_term,
-    "per_request_overhead_ms": _serving_term,
-    "admission_delay_ms": _serving_term,
-    "first_token_delay_ms": _serving_term,
-    "admission_interval_ms": _serving_term,
-    "eager_launch_ms": _serving_term,
+    "step_overhead_ms": _serving_term,  # the serving terms group's options: GROUP_RANGES
     "speculative_num_steps": _speculative,
     "speculative_eagle_topk": _speculative,
     "speculative_num_draft_tokens": _speculative,
@@ -278,6 +274,8 @@ class Checked:
 HELP = "help"
 GROUP = "group"
 SHORT = "short"
+#: The metadata key of a path option the command writes (:func:`option`'s ``writes``).
+WRITES = "writes"
 
 #: The roofline model's serving terms that simulate, tune and capacity share (``ServerOptions``), ms.
 SERVING_TERMS = "serving terms"
@@ -292,15 +290,24 @@ GENERATED_SHARED_PREFIX = "generated-shared-prefix"
 DEPLOYMENT = "deployment"
 
 
-def option(default: Any = None, *, help: str, group: str | None = None, short: str | None = None) -> Any:
+def option(default: Any = None, *, help: str, group: str | None = None, short: str | None = None,
+           writes: str | None = None) -> Any:
     """A request field declared once (issue 32, item 1): its default and the help the CLI shows (other
     parameters named as ``{flag.NAME}``, as errors name them: the CLI writes their flags); its flag is
     :func:`pdmux_cli.messages.flag` of the field's name (``short``: a one-letter flag beside it, ``"-m"``),
     its type the annotation, its range :data:`RANGES`. ``group``: the shared option group
     (:data:`SERVING_TERMS`, :data:`SPECULATIVE`, :data:`GENERATED_SHARED_PREFIX`, :data:`DEPLOYMENT`) whose
     commands take it, if any (the CLI: :func:`pdmux_cli.cli.options.with_group`; one option alone:
-    :func:`pdmux_cli.cli.options.declared`)."""
-    return dataclasses.field(default=default, metadata={HELP: help, GROUP: group, SHORT: short})
+    :func:`pdmux_cli.cli.options.declared`; a command's own: :func:`pdmux_cli.cli.options.with_declared`).
+    ``writes``: a path the command writes, whole or not at all: ``"path"`` (a file or ``-``) or ``"file"``
+    (the CLI checks it before any work: :func:`pdmux_cli.cli.common.output_path`, ``output_file``)."""
+    return dataclasses.field(default=default,
+                             metadata={HELP: help, GROUP: group, SHORT: short, WRITES: writes})
+
+
+#: The range of a field its group gives, where :data:`RANGES` names none: a serving term's is the cost model's
+#: bound for it (a new knob of the group needs no entry here).
+GROUP_RANGES: dict[str, Callable[[Any, str], None]] = {SERVING_TERMS: _serving_term}
 
 
 def group_fields(cls: type, group: str) -> tuple[dataclasses.Field, ...]:
@@ -312,16 +319,18 @@ def check_fields(request: Any) -> None:
     """Check every field of ``request`` (a dataclass) by its annotation and :data:`RANGES`, the normalised
     value set in place (a frozen dataclass's too). Raises :class:`InputError` about the first field at
     fault, in the fields' order, by its Python name."""
-    for name, kinds in _kinds(type(request)):
+    for name, kinds, rule in _kinds(type(request)):
         value = getattr(request, name)
-        checked = check_value(name, value, kinds)
+        checked = check_value(name, value, kinds, rule)
         if checked is not value:
             object.__setattr__(request, name, checked)
 
 
-def check_value(name: str, value: Any, kinds: frozenset[str]) -> Any:
+def check_value(name: str, value: Any, kinds: frozenset[str],
+                rule: Range | Callable[[Any, str], None] | None = None) -> Any:
     """``value`` of field ``name`` checked against ``kinds`` (the annotation's, :func:`_kinds`) and its
-    range; the normalised value."""
+    range (``rule``: the field's, :func:`_kinds`; ``None``: :data:`RANGES`'); the normalised value."""
+    rule = RANGES.get(name) if rule is None else rule
     if value is None:
         if "none" in kinds:
             return None
@@ -332,7 +341,7 @@ def check_value(name: str, value: Any, kinds: frozenset[str]) -> Any:
         raise _wrong(name, value, kinds)
     if "int" in kinds and isinstance(value, numbers.Integral):
         value = int(value)
-        _check_range(name, value, integer=True)
+        _check_range(name, value, True, rule)
         return value
     if "float" in kinds and isinstance(value, numbers.Real):
         try:
@@ -340,7 +349,7 @@ def check_value(name: str, value: Any, kinds: frozenset[str]) -> Any:
         except OverflowError:  # an int past a float's range is no finite number
             number = math.inf if value > 0 else -math.inf
         # the range judges (and the refusal quotes) the value as given: 64, not 64.0
-        _check_range(name, value if isinstance(value, int) and number == value else number, integer=False)
+        _check_range(name, value if isinstance(value, int) and number == value else number, False, rule)
         return number
     if "path" in kinds and _path_like(value):  # ``Path | str``: the text is a path too
         return _path(name, value)
@@ -415,8 +424,8 @@ def _item(name: str, value: Any, kind: type) -> Any:
     return kind(value)
 
 
-def _check_range(name: str, value: float, integer: bool) -> None:
-    rule = RANGES.get(name)
+def _check_range(name: str, value: float, integer: bool, rule: Range | Callable[[Any, str], None] | None
+                 ) -> None:
     if rule is None:
         if isinstance(value, float) and not math.isfinite(value):
             raise InputError("{param_flag} must be a finite number, got {value}", param=name,
@@ -449,12 +458,15 @@ def _wrong(name: str, value: Any, kinds: frozenset[str]) -> InputError:
 
 
 @functools.cache
-def _kinds(cls: type) -> tuple[tuple[str, frozenset[str]], ...]:
-    """``(field, kinds)`` for each field of ``cls``: its annotation as the kinds :func:`check_value` knows
-    (``none``, ``bool``, ``int``, ``float``, ``str``, ``path``, ``paths``, ``ints``, ``floats``, ``pair``);
-    an annotation of another kind is a programming error (``TypeError``)."""
+def _kinds(cls: type) -> tuple[tuple[str, frozenset[str], Range | Callable[[Any, str], None] | None], ...]:
+    """``(field, kinds, range)`` for each field of ``cls``: its annotation as the kinds :func:`check_value`
+    knows (``none``, ``bool``, ``int``, ``float``, ``str``, ``path``, ``paths``, ``ints``, ``floats``,
+    ``pair``; an annotation of another kind is a programming error, ``TypeError``) and its range
+    (:data:`RANGES`', else its group's, :data:`GROUP_RANGES`; ``None``: none)."""
     hints = typing.get_type_hints(cls)
-    return tuple((f.name, _kind_set(hints[f.name], cls, f.name)) for f in dataclasses.fields(cls))
+    return tuple((f.name, _kind_set(hints[f.name], cls, f.name),
+                  RANGES.get(f.name, GROUP_RANGES.get(f.metadata.get(GROUP))))  # type: ignore[arg-type]
+                 for f in dataclasses.fields(cls))
 
 
 def _kind_set(hint: Any, cls: type, name: str) -> frozenset[str]:

@@ -21,8 +21,10 @@ from ..catalog.model import DEFAULT_MODEL
 from ..sglang.revisions import DEFAULT_REVISION
 from ..provenance import provenance, step_model_provenance, with_provenance
 from ..util.errors import Finding, InputError
-from .fields import Checked
+from .fields import Checked, option
 from .planning_inputs import (
+    GPU_HELP,
+    TP_HELP,
     check_positive_knobs,
     resolve_device,
 )
@@ -48,37 +50,67 @@ class GenConfigRequest(Checked):
     join the launch line.
     """
 
-    gpu: str | None = None
-    sms: int | None = None
-    cc: str | None = None
-    sm_group_num: int = 8
-    decode_bs_divisor: int = 36
-    token_budget: int = 65536
-    divisions: str | None = None
-    manual: bool = False
-    output: Path | str | None = None
-    tune: bool = False
-    trace: Path | str | None = None
-    slo_ttft: float | None = None
-    slo_itl: float | None = None
-    context: int | None = None
-    max_requests: int | None = None
-    trace_format: str | None = None
-    qps: float | None = None
-    rate_scale: float | None = None
-    duration: float | None = None
-    workers: int | None = None
-    dp: int | None = None
-    calibration: Path | str | None = None
-    cost_model: str = "roofline"
-    step_overhead_ms: float | None = None
-    per_request_overhead_ms: float | None = None
-    max_running_requests: int | None = None
-    model: str = DEFAULT_MODEL
-    tp: int = 1
+    gpu: str | None = option(None, short="-g", help=GPU_HELP + " Default: h100.")
+    sms: int | None = option(None, help="SM count of any device (with {flag.cc}).")
+    cc: str | None = option(None, help="Compute capability of that device, e.g. 9.0.")
+    sm_group_num: int = option(8, help="Stream groups incl. the two whole-GPU ones.")
+    decode_bs_divisor: int = option(36, help="Divisor of the linear level rule.")
+    token_budget: int = option(65536, help="split_forward_token_budget (tokens per round).")
+    divisions: str | None = option(None, help=(
+        "Manual levels PREFILL:DECODE:THRESHOLD,... e.g. 112:20:0,104:28:5"))
+    manual: bool = option(False, help=(
+        "Write SGLang's automatic levels as manual_divisions (always on Blackwell)."))
+    output: Path | str | None = option(None, short="-o", writes="path", help=(
+        "Write the YAML here (whole or not at all) instead of stdout."))
+    tune: bool = option(False, help=(
+        "Pick the knobs by simulating a trace (needs {flag.trace}, {flag.slo_ttft}, {flag.slo_itl}, "
+        "{flag.gpu})."))
+    trace: Path | str | None = option(None, help=(
+        "Trace for {flag.tune}, or whose decode steps give {flag.slo_itl} its context distribution (Azure"
+        " CSV, Mooncake JSONL, BurstGPT CSV)."))
+    slo_ttft: float | None = option(None, help="TTFT SLO for {flag.tune}, ms.")
+    slo_itl: float | None = option(None, help=(
+        "ITL target, ms: without {flag.tune}, write SLO levels (per decode batch the fewest decode SMs "
+        "whose round, next to a running prefill, meets it; needs {flag.gpu} and {flag.context} or "
+        "{flag.trace}); with {flag.tune}, the ITL SLO tuned for."))
+    context: int | None = option(None, help=(
+        "{flag.slo_itl}: tokens of context of every decoding request (or {flag.trace} for a "
+        "distribution)."))
+    max_requests: int | None = option(None, help=(
+        "Use the trace's first N requests ({flag.slo_itl}, {flag.tune})."))
+    trace_format: str | None = option(None, help=(
+        "{flag.tune}: the trace's format, azure, mooncake or burstgpt (default: detected), as tune's."))
+    qps: float | None = option(None, help="{flag.tune}: retime the trace to this many requests/s, as tune's.")
+    rate_scale: float | None = option(None, help="{flag.tune}: multiply the trace's arrival rate, as tune's.")
+    duration: float | None = option(None, help=(
+        "{flag.tune}: only requests arriving in the first S seconds, as tune's."))
+    workers: int | None = option(None, help=(
+        "{flag.tune}: processes (default: the cores available), as tune's."))
+    dp: int | None = option(None, help=(
+        "Not taken: gen-config {flag.tune} tunes one server; 'pdmux tune --dp N' tunes replicas behind a "
+        "router and writes the YAML too."))
+    calibration: Path | str | None = option(None, help=(
+        "{flag.slo_itl} or {flag.tune}: calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate' for "
+        "the cost model."))
+    cost_model: str = option("roofline", help="{flag.slo_itl}: roofline (fitted to measurements) or chapter.")
+    step_overhead_ms: float | None = option(None, help=(
+        "{flag.slo_itl}, roofline: the scheduler's CPU time per step, ms (default: "
+        "profiles/efficiency/serving.yaml's, as simulate)."))
+    per_request_overhead_ms: float | None = option(None, help=(
+        "{flag.slo_itl}, roofline: its CPU time per running request per step, ms (default: as simulate)."))
+    max_running_requests: int | None = option(None, help=(
+        "{flag.slo_itl}: SGLang's {flag.max_running_requests}, the largest decode batch sized for "
+        "(default: SGLang's from the KV pool)."))
+    model: str = option(DEFAULT_MODEL, short="-m", help=(
+        "Model served (for {flag.tune} and {flag.slo_itl}; with {flag.tp} its heads and widths must "
+        "split)."))
+    tp: int = option(1, help=TP_HELP + " The launch line gains --tp-size N.")
     sglang: str = DEFAULT_REVISION
-    speculative_algorithm: str | None = None
-    speculative_draft_model_path: Path | str | None = None
+    speculative_algorithm: str | None = option(None, help=(
+        "SGLang's flag: speculative decoding beside pdmux (refused where the {flag.sglang} revision "
+        "cannot run the pair; 0.5.23 cannot); the launch line gains it."))
+    speculative_draft_model_path: Path | str | None = option(None, help=(
+        "The draft's Hugging Face config.json (its decoder layers decide what a revision accepts)."))
 
 
 @dataclass(frozen=True)
@@ -259,12 +291,7 @@ def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = Non
         cost_block = _tune_cost_model(device.gpu, served, tp, calibration)
     else:
         config = _levels_config(r, device, sm_group_num, decode_bs_divisor, token_budget)
-    problems = pc.validate(config, device.sm_count, device.cc)
-    if problems:
-        more = " (and {more} more problem(s): pdmux check-config lists them)" if len(problems) > 1 else ""
-        raise InputError("{where}: {message}" + more, values={"where": problems[0].where,
-                                                               "message": problems[0].message,
-                                                               "more": len(problems) - 1})
+    _refuse_invalid(config, device)
     text = pc.dump_config(config)
     path_text = str(output) if output is not None else "pdmux.yaml"
     flags = pc.launch_flags(path_text, config.sm_group_num, tp) + spec_flags
@@ -298,6 +325,19 @@ def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = Non
         slo=slo_view,
         provenance=provenance(sglang=get_revision(r.sglang).key, cost_model=cost_block),
     )
+
+
+def _refuse_invalid(config: Any, device: Any) -> None:
+    """:class:`InputError` with the first problem SGLang finds in ``config`` on ``device`` (and how many more:
+    check-config lists them), if any (:func:`pdmux_cli.sglang.pdmux_config.validate`)."""
+    from ..sglang import pdmux_config as pc
+
+    problems = pc.validate(config, device.sm_count, device.cc)
+    if problems:
+        more = " (and {more} more problem(s): pdmux check-config lists them)" if len(problems) > 1 else ""
+        raise InputError("{where}: {message}" + more, values={"where": problems[0].where,
+                                                               "message": problems[0].message,
+                                                               "more": len(problems) - 1})
 
 
 def _refuse_mixed_options(r: GenConfigRequest, tune: bool, slo: bool, trace: Path | None,

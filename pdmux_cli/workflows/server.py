@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ..catalog.model import DEFAULT_MODEL
 from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
@@ -115,6 +115,19 @@ class ServerOptions(Checked):
     speculative_accept_length: float | None = option(group=SPECULATIVE, help=(
         "Mean tokens a request gets per verify round, bonus token included (SGLang's log: 'accept len'; "
         "pdmux calibrate {flag.sglang_log} reads it). 1 to num-steps + 1."))
+
+
+class ServingTerms(TypedDict, total=False):
+    """The :data:`~pdmux_cli.workflows.fields.SERVING_TERMS` options of :class:`ServerOptions` as the Python
+    API's keywords (``pdmux.simulate``, ``capacity``, ``tune``: ``**serving_terms: Unpack[ServingTerms]``,
+    PEP 692), typed for editors; each ``None`` by default, ms. A new term is a field above and a key here
+    (``tests/test_api_simulation.py`` holds the two equal)."""
+
+    per_request_overhead_ms: float | None
+    eager_launch_ms: float | None
+    admission_delay_ms: float | None
+    first_token_delay_ms: float | None
+    admission_interval_ms: float | None
 
 
 #: The speculative decoding options: given without ``speculative_algorithm`` they are refused.
