@@ -360,14 +360,17 @@ def test_eagle3_draft_vocab_sizes_its_lm_head(tmp_path, qwen):
 def test_draft_weights_are_charged_to_memory(qwen, tmp_path):
     """SGLang 0.5.23 loads the draft's weights before it sizes the KV pool (kv_cache_configurator.py
     _profile_available_bytes: "Loaded weights (target + draft)"): a one-layer EAGLE draft of Qwen3-8B adds
-    its layer, 192,937,984 bf16 parameters (the embedding and lm_head are the target's); a STANDALONE draft
-    all of its weights; an EAGLE3 draft with its own hot-token lm_head that too."""
+    its layer, 192,937,984 bf16 parameters (the embedding and lm_head are the target's), and its fc over
+    the embedding and the target's hidden state, 2 x 4096 x 4096 + 4096 (llama_eagle.py), on every TP rank
+    whole; a STANDALONE draft all of its weights; an EAGLE3 draft its 3 x 4096 x 4096 fc (llama_eagle3.py)
+    and, with its own hot-token lm_head, that too."""
     from pdmux_cli.catalog.model import weight_bytes_total
     from pdmux_cli.costmodel.speculative import draft_weight_bytes
 
     eagle = Speculation("EAGLE", 3, 1, 4, 2.5, default_draft(qwen, "EAGLE"))
-    assert draft_weight_bytes(eagle) == 385_875_968
-    assert draft_weight_bytes(eagle, tp=2) == 385_875_968 / 2
+    fc = (2 * 4096 * 4096 + 4096) * 2
+    assert draft_weight_bytes(eagle) == 385_875_968 + fc
+    assert draft_weight_bytes(eagle, tp=2) == 385_875_968 / 2 + fc
     small = load_model("qwen3-14b")
     standalone = Speculation("STANDALONE", 3, 1, 4, 2.0, small)
     assert draft_weight_bytes(standalone) == weight_bytes_total(small) == 29_535_764_480
@@ -376,11 +379,14 @@ def test_draft_weights_are_charged_to_memory(qwen, tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     spec, _ = resolve_speculation(qwen, "EAGLE3", 3, 1, 4, 2.5, load_model(path), str(path))
-    assert draft_weight_bytes(spec) == 385_875_968 + 32000 * 4096 * 2  # its own lm_head over 32,000 tokens
+    # its own lm_head over 32,000 tokens
+    assert draft_weight_bytes(spec) == 385_875_968 + 3 * 4096 * 4096 * 2 + 32000 * 4096 * 2
+    mtp = Speculation("NEXTN", 3, 1, 4, 2.5, default_draft(qwen, "NEXTN"))
+    assert draft_weight_bytes(mtp) == 385_875_968 + 2 * 4096 * 4096 * 2  # eh_proj, no bias
     plain = pdmux.estimate(model="Qwen3-8B", gpu="h100").estimate.memory
     with_draft = pdmux.estimate(model="Qwen3-8B", gpu="h100", speculative_algorithm="EAGLE",
                                 speculative_accept_length=2.5).estimate.memory
-    assert with_draft.weight_bytes == plain.weight_bytes + 385_875_968
+    assert with_draft.weight_bytes == plain.weight_bytes + 385_875_968 + fc
     assert with_draft.kv_cache_bytes == pytest.approx(plain.kv_cache_bytes * 37 / 36)  # the draft's layer
 
 

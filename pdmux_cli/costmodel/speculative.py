@@ -139,8 +139,9 @@ def draft_weight_bytes(speculation: Speculation, weight_bytes_per_param: float |
     "Loaded weights (target + draft)"), so they come out of the pool. Its decoder layers always; its
     lm_head only where it has its own (an EAGLE3 draft with a ``draft_vocab_size``, the hot tokens:
     ``eagle_worker_v2.py`` ``init_lm_head``) and its embedding only for STANDALONE (a whole model): EAGLE and
-    NEXTN/MTP drafts share the target's (:func:`~pdmux_cli.sglang.speculative_args.default_draft`). The
-    EAGLE fusion layer (``fc``) is left out. Raises :class:`InputError` as
+    NEXTN/MTP drafts share the target's (:func:`~pdmux_cli.sglang.speculative_args.default_draft`). And
+    the EAGLE fusion layer (``fc``, :func:`eagle_fc_params`), which every rank holds whole (a plain
+    ``torch.nn.Linear``, not split by TP). Raises :class:`InputError` as
     :func:`~pdmux_cli.costmodel.operators.rank_weight_bytes`."""
     from ..catalog import model as mdl
     from .operators import rank_weight_bytes, step_shapes
@@ -149,6 +150,7 @@ def draft_weight_bytes(speculation: Speculation, weight_bytes_per_param: float |
     total = rank_weight_bytes(draft, weight_bytes_per_param, tp)
     if speculation.algorithm == "STANDALONE":
         return total
+    total += eagle_fc_params(speculation) * mdl.bytes_per_param(draft, "linear", weight_bytes_per_param)
     shapes = step_shapes(draft, weight_bytes_per_param, tp)
     own_head = speculation.algorithm == "EAGLE3" and 0 < draft.draft_vocab_size == draft.vocab_size
     if not own_head:
@@ -158,3 +160,24 @@ def draft_weight_bytes(speculation: Speculation, weight_bytes_per_param: float |
                                                                                  weight_bytes_per_param)
     return max(0.0, total)
 
+
+def eagle_fc_params(speculation: Speculation) -> int:
+    """Parameters of a draft's fusion layer over the target's hidden states, 0 for STANDALONE: EAGLE's
+    ``fc``, ``2 h x h`` and its bias (SGLang 0.5.23 ``srt/models/llama_eagle.py`` ``LlamaModel.__init__``:
+    ``torch.nn.Linear(hidden_size * 2, hidden_size)``, over the token's embedding and the target's hidden
+    state), NEXTN/MTP's ``eh_proj``, ``2 h x h`` without bias (``deepseek_nextn.py``,
+    ``glm4_moe_nextn.py``: ``nn.Linear(2 * hidden_size, hidden_size, bias=False)``), EAGLE3's ``fc``,
+    ``3 h x h`` without bias (``llama_eagle3.py`` ``LlamaModel.__init__``: ``hidden_size_in *
+    num_aux_hidden_states``, three auxiliary layers by default; the draft's hidden size is the target's,
+    :func:`~pdmux_cli.sglang.speculative_args.check_draft`). Its time is left out of the round: one ``h x
+    2h`` GEMM in an EAGLE or MTP draft forward (67 MB of bf16 weights at ``h`` 4096, about 0.02 ms at 3.35
+    TB/s, beside the draft's 1.2 GB lm_head), and in EAGLE3 only where the draft reads the target's hidden
+    states (the extend)."""
+    h = speculation.draft.hidden_size
+    if speculation.algorithm == "EAGLE":
+        return 2 * h * h + h
+    if speculation.algorithm == "NEXTN":
+        return 2 * h * h
+    if speculation.algorithm == "EAGLE3":
+        return 3 * h * h
+    return 0

@@ -199,8 +199,9 @@ def default_draft(target: Model, algorithm: str) -> Model:
     lm_head are the target's (SGLang shares them, ``eagle_worker_v2.py`` ``init_lm_head``), so they add
     no weights. STANDALONE has no default: its draft is a whole small model
     (``--speculative-draft-model-path``).
-    The EAGLE fusion layer over the target's hidden states (``fc``, 2 or 3 x hidden by hidden) is left
-    out. Raises :class:`InputError` for STANDALONE."""
+    The EAGLE fusion layer over the target's hidden states (``fc``, 2 or 3 x hidden by hidden) is not a
+    layer here: its weights are counted apart (:func:`pdmux_cli.costmodel.speculative.eagle_fc_params`).
+    Raises :class:`InputError` for STANDALONE."""
     if algorithm == "STANDALONE":
         raise InputError("{flag.speculative_algorithm} STANDALONE needs {flag.speculative_draft_model_path}: "
                          "its draft is a whole smaller model, which pdmux cannot guess",
