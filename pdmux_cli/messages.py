@@ -741,6 +741,13 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     "server.speculation": ("speculative decoding: {algorithm}, {num_steps} steps, topk {eagle_topk}, "
                            "{num_draft_tokens} draft tokens, accept length {accept_length:g} (pdmux's "
                            "input), draft {draft}; max running requests {max_running_requests}"),
+    "server.context_length": ("context length {context_length:,} tokens ({flag.context_length}; "
+                               "{model}'s own: {own:,})"),
+    "server.context_length_over": ("context length {context_length:,} tokens ({flag.context_length}) is "
+                                    "above {model}'s own {own:,} (max_position_embeddings): SGLang refuses "
+                                    "it at start-up unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 "
+                                    "(model_config.py _derive_context_length), and the model's outputs "
+                                    "past its own length may be wrong"),
     "server.speculation_intervals": ("the intervals come from public serving runs without speculation; "
                                      "against public runs with it pdmux's speedup is about 1.3-1.5x the "
                                      "measured one (pdmux accuracy), so TPOT and ITL may be longer and "

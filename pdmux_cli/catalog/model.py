@@ -40,12 +40,12 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..util import input_files
-from ..util.errors import InputError, printable, short_repr
+from ..util.errors import Finding, InputError, printable, short_repr
 from ..util.input_files import read_input_text
 from .profile_files import model_profiles_dir
 
@@ -953,3 +953,20 @@ def _model_dtype(config: Mapping[str, Any], cfg: Mapping[str, Any], model_type: 
     if name in ("float16", "fp16", "half"):
         return "fp16"
     return "bf16" if model_type.startswith("gemma") else "fp16"
+
+
+def with_context_length(model: Any, context_length: int | None) -> tuple[Any, list[Any]]:
+    """``model`` with SGLang's ``--context-length`` as its longest sequence (``max_position_embeddings``:
+    pdmux drops requests past it, and SGLang derives its default ``--max-running-requests`` from it), and
+    the finding that says so; ``None``: the model as it is. SGLang 0.5.23 (``srt/configs/model_config.py``
+    ``_derive_context_length``) takes a length up to the model's derived one (``max_position_embeddings``,
+    times a rope-scaling factor that ``original_max_position_embeddings`` makes 1: ``get_context_length``)
+    and refuses a longer one unless ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``: pdmux takes it, with
+    the finding saying so (its code ``server.context_length_over``)."""
+    if context_length is None:
+        return model, []
+    own = model.max_position_embeddings
+    over = bool(own) and context_length > own
+    finding = Finding("server.context_length_over" if over else "server.context_length",
+                      {"context_length": context_length, "model": model.name, "own": own}, "context_length")
+    return replace(model, max_position_embeddings=context_length), [finding]

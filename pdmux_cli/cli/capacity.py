@@ -178,6 +178,7 @@ def capacity(
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help=(
         "Requests run to their max_new_tokens (benchmark traffic).")),
     no_prefix_cache: bool = declared(ServerOptions, "no_prefix_cache"),
+    context_length: int | None = declared(ServerOptions, "context_length"),
     disable_cuda_graph: bool = declared(ServerOptions, "disable_cuda_graph"),
     workers: int | None = WORKERS_OPTION,
     executor: str = EXECUTOR_OPTION,

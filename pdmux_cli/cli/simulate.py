@@ -123,6 +123,7 @@ def simulate(
         "SGLang's flag: prefill batches launch their kernels eagerly (SGLang before 0.5.23's prefill "
         "CUDA graph did): a short prefill takes at least its kernels' launch time.")),
     no_prefix_cache: bool = declared(ServerOptions, "no_prefix_cache"),
+    context_length: int | None = declared(ServerOptions, "context_length"),
     disable_cuda_graph: bool = declared(ServerOptions, "disable_cuda_graph"),
     slo_ttft: float = SLO_TTFT_DEFAULT_OPTION,
     slo_itl: float = SLO_ITL_DEFAULT_OPTION,
@@ -281,6 +282,7 @@ def tune(
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help=(
         "Requests run to their max_new_tokens (benchmark traffic).")),
     no_prefix_cache: bool = declared(ServerOptions, "no_prefix_cache"),
+    context_length: int | None = declared(ServerOptions, "context_length"),
     disable_cuda_graph: bool = declared(ServerOptions, "disable_cuda_graph"),
     workers: int | None = WORKERS_OPTION,
     executor: str = EXECUTOR_OPTION,

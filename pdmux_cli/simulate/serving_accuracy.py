@@ -88,7 +88,9 @@ class ServingRun:
     scheduler rules replay it (:attr:`release`). ``warmup_requests``: the client sent the first that many
     of its requests once, to the end, on the same server before the measured run (the workload's
     ``warmup_requests``; 0: none), so their prompts were in the radix cache when it began
-    (:attr:`~pdmux_cli.simulate.traces.Trace.warm_requests`)."""
+    (:attr:`~pdmux_cli.simulate.traces.Trace.warm_requests`). ``context_length``: SGLang's
+    ``--context-length`` where the page's flags (the runs file's ``server_flags``) give one, tokens: the
+    replay's and the command's model takes it (:func:`pdmux_cli.catalog.model.with_context_length`)."""
 
     id: str
     source_url: str
@@ -113,6 +115,7 @@ class ServingRun:
     server_args: tuple[tuple[str, object], ...] = ()
     sglang_version: str = LATEST_RELEASE
     warmup_requests: int = 0
+    context_length: int | None = None
 
     @property
     def release(self) -> ReleaseDefaults:
@@ -207,6 +210,8 @@ class ServingRun:
                 "--model", self.model, *policy, *release]
         if self.tp != 1:
             args += ["--tp", str(self.tp)]
+        if self.context_length is not None:
+            args += ["--context-length", str(self.context_length)]
         if self.max_concurrency:
             args += ["--max-concurrency", str(self.max_concurrency)]
         if self.ignore_eos:
@@ -229,6 +234,15 @@ class ServingRun:
 #: The SGLang flags a run's ``server_args`` may give (``make_setup``'s keywords and their types).
 SERVER_ARGS = {"mem_fraction_static": float, "max_running_requests": int, "disable_cuda_graph": bool,
                "cuda_graph_max_bs": int}
+
+
+def _context_length(server_flags: object) -> int | None:
+    """SGLang's ``--context-length`` as a run's page gives it (``server_flags``: the page's flags as text,
+    ``context_length=140000``), or ``None``."""
+    import re
+
+    match = re.search(r"context[_-]length[= ](\d+)", str(server_flags or ""))
+    return int(match.group(1)) if match else None
 
 
 def _server_args(value: object, where: str) -> tuple[tuple[str, object], ...]:
@@ -316,6 +330,7 @@ def load_runs(name: str = FIT_RUNS) -> tuple[ServingRun, ...]:
             endpoint=str(entry.get("endpoint", "unknown")), source=str(entry.get("source", "")),
             server_args=_server_args(entry.get("server_args"), where), sglang_version=version,
             warmup_requests=int(work.get("warmup_requests") or 0),
+            context_length=_context_length(entry.get("server_flags")),
         ))
     return tuple(runs)
 
@@ -384,7 +399,7 @@ def replay(run: ServingRun, serving: dict | None = None) -> dict[str, float]:
     from ..costmodel.efficiency import release_line_terms
     from ..catalog.hardware import find_gpu_or_file
     from ..sglang.kv_cache import resolve_kv_cache
-    from ..catalog.model import load_model
+    from ..catalog.model import load_model, with_context_length
     from .engine import make_setup
     from .metrics import summarize
     from .runner import simulate
@@ -392,7 +407,7 @@ def replay(run: ServingRun, serving: dict | None = None) -> dict[str, float]:
 
     try:
         gpu = find_gpu_or_file(run.gpu)
-        model = load_model(run.model)
+        model = with_context_length(load_model(run.model), run.context_length)[0]
         options = dict(release_line_terms(run.release_line) if serving is None else serving)
         if options.get("kv_bytes_per_element") is None:  # SGLang's --kv-cache-dtype auto
             options["kv_bytes_per_element"] = resolve_kv_cache(model, None, None).bytes_per_element

@@ -25,7 +25,7 @@ from .policies import (
 )
 from .progress import ProgressFactory, entered, start
 from .server import (ServerOptions, on_gpus, provenance_block, server_options, speculation_dict,
-                     speculation_notes)
+                     server_notes)
 from .values import finite
 from .workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
 
@@ -307,7 +307,7 @@ def capacity(request: CapacityRequest, progress: ProgressFactory | None = None) 
 
         write_capacity_plot(r.plot, result, title)
     notes += workload_notes(workload)
-    notes += speculation_notes(setup)
+    notes += server_notes(setup)
     notes += list(cluster.notes)
     notes += launch_notes(cluster, setup.tp, any(name != "disagg" for name in names))
     notes += list(workload.notes)

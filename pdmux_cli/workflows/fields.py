@@ -215,6 +215,7 @@ RANGES: dict[str, Range | Callable[[Any, str], None]] = {
     "max_requests": _AT_LEAST_1,
     "max_running_requests": _AT_LEAST_1,
     "cuda_graph_max_bs": _AT_LEAST_1,
+    "context_length": Range(1, template="{param_flag} must be >= 1 tokens, got {value}"),
     "max_prefill_tokens": _AT_LEAST_1,
     "max_concurrency": Range(1, template="{param_flag} must be >= 1 requests in flight, got {value}"),
     "max_steps": _max_steps,

@@ -31,6 +31,8 @@ class ServerOptions(Checked):
     ``kv_bytes``: bytes per weight and per KV-cache element; ``kv_cache_dtype``: SGLang's
     ``--kv-cache-dtype``. ``flops_dtype``: ``bf16``, ``fp16`` or ``fp8``. ``mem_fraction_static``,
     ``max_prefill_tokens``, ``max_running_requests``, ``cuda_graph_max_bs``: SGLang's flags.
+    ``context_length``: SGLang's ``--context-length``, tokens
+    (:func:`pdmux_cli.catalog.model.with_context_length`).
     ``step_overhead_ms``, ``per_request_overhead_ms``, ``admission_delay_ms``, ``first_token_delay_ms``,
     ``admission_interval_ms``, ``eager_launch_ms``: the roofline model's serving terms, ms (``None``:
     ``serving.yaml``'s fit); all but the first declared once with their help, the shared option group
@@ -86,6 +88,10 @@ class ServerOptions(Checked):
         "SGLang's {flag.max_prefill_tokens}."))
     max_running_requests: int | None = None
     cuda_graph_max_bs: int | None = None
+    context_length: int | None = option(None, help=(
+        "SGLang's flag: the longest request (prompt + output, tokens) the server takes, instead of the "
+        "model's own (max_position_embeddings, as SGLang derives it); requests past it are dropped, as "
+        "SGLang rejects them."))
     ignore_eos: bool = False
     disable_overlap_schedule: bool = False
     disable_prefill_cuda_graph: bool = False
@@ -175,6 +181,15 @@ def speculation_dict(setup: Any) -> dict[str, Any] | None:
             "draft_layers": spec.draft.num_layers,
             "overlap_schedule": setup.overlap,
             "max_running_requests": setup.max_running_requests or SPECULATIVE_MAX_RUNNING_REQUESTS}
+
+
+def server_notes(setup: Any) -> list[Any]:
+    """What simulate, capacity and tune say of the server's own flags: ``--context-length``
+    (:func:`pdmux_cli.catalog.model.with_context_length`'s finding) and speculative decoding
+    (:func:`speculation_notes`)."""
+    context = [n for n in setup.step_model.notes
+               if str(getattr(n, "code", "")).startswith("server.context_length")]
+    return [*context, *speculation_notes(setup)]
 
 
 def speculation_notes(setup: Any) -> list[Any]:
@@ -272,7 +287,7 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
     beside a calibration with SM-partition terms), an unknown GPU or model, an unreadable calibration.
     """
     from ..catalog.hardware import find_gpu_or_file
-    from ..catalog.model import load_model
+    from ..catalog.model import load_model, with_context_length
     from ..costmodel.options import CostModelOptions
     from ..sglang.kv_cache import resolve_kv_cache
     from ..simulate.engine import make_setup
@@ -285,7 +300,7 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
             "saturate HBM bandwidth, at most all of them",
             values={"s_sat": o.s_sat, "sm_count": profile.sm_count, "name": profile.name},
         )
-    mdl = load_model(o.model)
+    mdl, context_notes = with_context_length(load_model(o.model), o.context_length)
     speculation, spec_notes = speculation_of(o, mdl)
     kv_cache = resolve_kv_cache(mdl, o.kv_cache_dtype, o.kv_bytes)
     cal = None
@@ -308,7 +323,7 @@ def build_setup(o: ServerOptions, tp: int | None = None, gpu_profile: Any = None
                        disable_cuda_graph=o.disable_cuda_graph,
                        max_running_requests=o.max_running_requests, tp=o.tp if tp is None else tp,
                        speculation=speculation)
-    setup.step_model.notes.extend(spec_notes)
+    setup.step_model.notes.extend([*context_notes, *spec_notes])
     return without_prefix_cache(setup) if prefix_cache and o.no_prefix_cache else setup
 
 

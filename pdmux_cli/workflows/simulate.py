@@ -28,7 +28,7 @@ from .policies import (
 )
 from .progress import ProgressFactory, entered, start
 from .server import (ServerOptions, on_gpus, provenance_block, server_options, speculation_dict,
-                     speculation_notes)
+                     server_notes)
 from .values import finite
 from .workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
 
@@ -295,7 +295,7 @@ def simulate(request: SimulateRequest, progress: ProgressFactory | None = None) 
     if support.state != "yes":
         code = "simulate.pdmux_not_simulated" if support.state == "no" else "simulate.pdmux_support_unknown"
         notes.insert(0, Finding(code, {"reason": support.why}, "sglang"))
-    notes.extend(speculation_notes(setup))
+    notes.extend(server_notes(setup))
     if r.prefill_decode_interval and "pdmux" in names:
         notes.append(Finding("simulate.interval_not_pdmux", param="prefill_decode_interval"))
     plot = r.plot

@@ -18,7 +18,7 @@ from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, plan_deployment
 from .progress import ProgressFactory, entered, start
 from .server import (ServerOptions, build_setup, provenance_block, server_options, speculation_dict,
-                     speculation_notes, speculative_launch_flags, without_prefix_cache)
+                     server_notes, speculative_launch_flags, without_prefix_cache)
 from .values import as_text_list, finite, parse_float_list, parse_int_list
 from .workload import WorkloadOptions, fit_to_model, load_workload
 
@@ -240,7 +240,7 @@ def tune(request: TuneRequest, progress: ProgressFactory | None = None) -> TuneO
     spec_flags = ([] if setup.speculation is None else
                   speculative_launch_flags(r.sglang, r.speculative_algorithm, r.speculative_draft_model_path))
     return TuneOutcome(r, result, best, text, setup, cluster, workload, support,
-                       [*cluster.notes, *dp_note, *speculation_notes(setup)], spec_flags)
+                       [*cluster.notes, *dp_note, *server_notes(setup)], spec_flags)
 
 
 def tune_for_gen_config(gpu_profile: Any, trace: Path, slo_ttft_ms: float, slo_itl_ms: float, *,

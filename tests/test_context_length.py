@@ -1,0 +1,88 @@
+"""SGLang's ``--context-length`` on simulate, capacity and tune (0.5.23 ``srt/configs/model_config.py``
+``_derive_context_length``), and the serving runs whose pages set it (issue 29: their replay commands run)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+from typer.testing import CliRunner
+
+import pdmux
+from pdmux_cli.catalog.model import load_model, with_context_length
+from pdmux_cli.cli import app
+from pdmux_cli.simulate.serving_accuracy import HELDOUT_RUNS, _context_length, load_runs, replay
+
+runner = CliRunner()
+LONG = ["simulate", "--synthetic", "--qps", "inf", "--max-requests", "1", "--prompt-tokens", "129024",
+        "--output-tokens", "2048", "--gpu", "h20", "--model", "Qwen3-8B", "--policies", "chunked",
+        "--ignore-eos"]
+
+
+def test_model_takes_the_context_length():
+    qwen = load_model("Qwen3-8B")
+    assert qwen.max_position_embeddings == 40960
+    same, notes = with_context_length(qwen, None)
+    assert same is qwen and notes == []
+    longer, notes = with_context_length(qwen, 140000)
+    assert longer.max_position_embeddings == 140000 and longer.num_layers == qwen.num_layers
+    assert [n.code for n in notes] == ["server.context_length_over"]  # SGLang refuses it without the env var
+    shorter, notes = with_context_length(qwen, 12000)
+    assert shorter.max_position_embeddings == 12000
+    assert [n.code for n in notes] == ["server.context_length"]
+
+
+def test_a_prompt_past_the_models_length_runs_with_a_longer_context_length():
+    out = runner.invoke(app, LONG)
+    assert out.exit_code == 2 and "40,960" in out.stderr
+    out = runner.invoke(app, [*LONG, "--context-length", "140000", "--json"])
+    assert out.exit_code == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["policies"][0]["completed"] == 1
+    notes = " ".join(data["notes"])
+    assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in notes and "140,000" in notes
+
+
+def test_a_shorter_context_length_drops_longer_requests():
+    out = runner.invoke(app, ["simulate", "--synthetic", "--qps", "1", "--max-requests", "5",
+                              "--prompt-tokens", "2000",
+                              "--output-tokens", "100", "--context-length", "1000"])
+    assert out.exit_code == 2
+    assert "1,000" in out.stderr and "Traceback" not in out.output
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "abc"])
+def test_bad_context_length_is_one_line(value):
+    out = runner.invoke(app, ["simulate", "--synthetic", "--max-requests", "5", "--context-length", value])
+    assert out.exit_code == 2
+    assert "Traceback" not in out.output and "--context-length" in out.output
+
+
+def test_api_names_the_keyword():
+    with pytest.raises(pdmux.InputError) as err:
+        pdmux.simulate(synthetic=True, max_requests=5, context_length=0)
+    assert err.value.param == "context_length"
+
+
+def test_server_flags_give_the_runs_context_length():
+    flags = "mem_fraction_static=0.85, context_length=140000, enable_mixed_chunk=True"
+    assert _context_length(flags) == 140000
+    assert _context_length("--tp 8 --context-length 12000") == 12000
+    assert _context_length(None) is None and _context_length("tp_size=1") is None
+    runs = {r.id: r for r in load_runs(HELDOUT_RUNS)}
+    run = runs["qwen-speed-h20-qwen3-8b-bf16-tp1-in129024-out2048"]
+    assert run.context_length == 140000
+    assert "--context-length 140000" in run.command()
+
+
+def test_the_printed_command_replays_the_run():
+    """The run's command (``accuracy --serving --runs``) runs in the CLI, 129,024-token prompt and all, and
+    gives its replay's throughput within 0.1% (the command runs 0.5.23's scheduler rules, the replay the
+    run's 0.4.6: one request, so only the release's step terms differ: 1435.35 against 1435.11 tok/s)."""
+    run = {r.id: r for r in load_runs(HELDOUT_RUNS)}["qwen-speed-h20-qwen3-8b-bf16-tp1-in129024-out2048"]
+    predicted = replay(run)["total_tok_s"]
+    out = runner.invoke(app, [*shlex.split(run.command())[1:], "--json"])
+    assert out.exit_code == 0, out.stderr
+    policy = json.loads(out.stdout)["policies"][0]
+    assert (129024 + 2048) / (policy["e2e_ms"]["p50"] / 1e3) == pytest.approx(predicted, rel=1e-3)
