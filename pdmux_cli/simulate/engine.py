@@ -79,6 +79,39 @@ if TYPE_CHECKING:
 #: (:func:`step_budget`).
 MAX_DECODE_STEPS = 6_000_000
 
+#: Longest chain of ``new_token_ratio`` decays :func:`ratio_chain` tabulates (SGLang's default: 602 steps
+#: from 0.7 to 0.098 by 0.001); a slower decay goes step by step.
+MAX_RATIO_CHAIN = 100_000
+
+#: Most values :func:`ratio_chain` keeps per floor and decay (SGLang's chain from its initial ratio, and those
+#: from values after retractions, which each start a chain of their own: past this, step by step).
+MAX_RATIO_VALUES = 20_000
+
+_RATIO_CHAINS: dict[tuple[float, float], dict[float, tuple[list[float], dict[float, int]]]] = {}
+
+
+def ratio_chain(ratio: float, floor: float, decay: float) -> tuple[list[float], dict[float, int]] | None:
+    """The values ``new_token_ratio`` takes from ``ratio`` down to ``floor``, one decode step apart
+    (:meth:`Work.decay_ratio`'s ``max(floor, r - decay)``, the same floats), and each value's position;
+    kept per ``(floor, decay)`` for every start already seen (a value's successors depend on it alone, so
+    a chain answers for every value on it). ``None`` when it would be longer than
+    :data:`MAX_RATIO_CHAIN`, or past :data:`MAX_RATIO_VALUES` values kept."""
+    chains = _RATIO_CHAINS.setdefault((floor, decay), {})
+    chain = chains.get(ratio)
+    if chain is None:
+        if not decay > 0 or (ratio - floor) / decay > MAX_RATIO_CHAIN or len(chains) > MAX_RATIO_VALUES:
+            return None
+        values = [ratio]
+        r = ratio
+        while r > floor:
+            r = max(floor, r - decay)
+            values.append(r)
+        chain = (values, {v: i for i, v in enumerate(values)})
+        for v in values:
+            chains.setdefault(v, chain)
+    return chain
+
+
 #: Decode steps between two checks of the step limit or budget (and progress callbacks, and trimming a
 #: streamed run's window of step end times) in the schedulers.
 STEP_CHECK_EVERY = 4096
@@ -1268,6 +1301,21 @@ class Work:
         """One decode step without retraction: ``new_token_ratio`` decays toward its floor."""
         if self.ratio > self.ratio_floor:
             self.ratio = max(self.ratio_floor, self.ratio - self.ratio_decay)
+
+    def decay_ratio_steps(self, steps: int) -> None:
+        """``steps`` decode steps without retraction: :meth:`decay_ratio` that many times, the same float
+        (looked up in :func:`ratio_chain`, the same subtractions made once per release)."""
+        ratio = self.ratio
+        if not ratio > self.ratio_floor or steps < 1:
+            return
+        chain = ratio_chain(ratio, self.ratio_floor, self.ratio_decay)
+        if chain is None:  # a decay too slow to tabulate: one by one
+            for _ in range(steps):
+                self.decay_ratio()
+            return
+        values, at = chain
+        i = at[ratio] + steps
+        self.ratio = values[i] if i < len(values) else values[-1]
 
     def idle(self) -> None:
         """The server is fully idle: SGLang resets ``new_token_ratio``."""
