@@ -90,17 +90,21 @@ MAX_RATIO_VALUES = 20_000
 _RATIO_CHAINS: dict[tuple[float, float], dict[float, tuple[list[float], dict[float, int]]]] = {}
 
 
-def ratio_chain(ratio: float, floor: float, decay: float) -> tuple[list[float], dict[float, int]] | None:
+def ratio_chain(ratio: float, floor: float, decay: float,
+                steps: int) -> tuple[list[float], dict[float, int]] | None:
     """The values ``new_token_ratio`` takes from ``ratio`` down to ``floor``, one decode step apart
     (:meth:`Work.decay_ratio`'s ``max(floor, r - decay)``, the same floats), and each value's position;
     kept per ``(floor, decay)`` for every start already seen (a value's successors depend on it alone, so
     a chain answers for every value on it). ``None`` when it would be longer than
-    :data:`MAX_RATIO_CHAIN`, or past :data:`MAX_RATIO_VALUES` values kept."""
+    :data:`MAX_RATIO_CHAIN`, past :data:`MAX_RATIO_VALUES` values kept, or for a value off every chain kept
+    (one after a retraction) where ``steps`` decays one by one cost less than a new chain."""
     chains = _RATIO_CHAINS.setdefault((floor, decay), {})
     chain = chains.get(ratio)
     if chain is None:
         if not decay > 0 or (ratio - floor) / decay > MAX_RATIO_CHAIN or len(chains) > MAX_RATIO_VALUES:
             return None
+        if chains and steps * 4 < (ratio - floor) / decay:  # a value after a retraction, a short run:
+            return None  # its steps one by one cost less than its chain (seldom met again)
         values = [ratio]
         r = ratio
         while r > floor:
@@ -1308,7 +1312,7 @@ class Work:
         ratio = self.ratio
         if not ratio > self.ratio_floor or steps < 1:
             return
-        chain = ratio_chain(ratio, self.ratio_floor, self.ratio_decay)
+        chain = ratio_chain(ratio, self.ratio_floor, self.ratio_decay, steps)
         if chain is None:  # a decay too slow to tabulate: one by one
             for _ in range(steps):
                 self.decay_ratio()
