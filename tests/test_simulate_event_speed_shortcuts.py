@@ -1,9 +1,9 @@
-"""Event speed (issue 31): the shortcuts taken at events give the numbers of the code they replace, to the bit:
-``new_token_ratio``'s decays over a run looked up on a tabulated chain
-(:meth:`pdmux_cli.simulate.engine.Work.decay_ratio_steps`), tune's layers a round for many prefills at once
-(:func:`pdmux_cli.simulate.schedulers._layers_per_round`), the roofline's prefill attention per sequence kept
-(:meth:`pdmux_cli.costmodel.roofline.RooflineModel.prefill_s`). Whole runs against the step loop are in
-tests/test_simulate_event_speed.py; speed is measured by benchmarks, never here."""
+"""Event speed (issue 31): the shortcuts taken at events give the numbers of the code they replace, to the
+bit: ``new_token_ratio``'s decays over a run looked up on a tabulated chain
+(:meth:`pdmux_cli.simulate.engine.Work.decay_ratio_steps`), tune's layers a round for many prefills at
+once (:func:`pdmux_cli.simulate.schedulers._layers_per_round`), the roofline's prefill attention per
+sequence kept (:meth:`pdmux_cli.costmodel.roofline.RooflineModel.prefill_s`). Whole runs against the
+step loop are in tests/test_simulate_event_speed.py; speed is measured by benchmarks, never here."""
 
 from __future__ import annotations
 
