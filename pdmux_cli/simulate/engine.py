@@ -1214,13 +1214,16 @@ class Work:
         """Every few thousand decode steps: the step limit or budget (:meth:`StepEnds.check_room`); a
         streamed run also folds the step end times no request in flight needs any more (before the first
         step of every running request's current run and of every retracted request's first) and writes
-        the ``--csv`` rows that are final."""
+        the ``--csv`` rows that are final. Raises :class:`~pdmux_cli.simulate.fold.TargetMissed` for a
+        fold told to stop below a target it cannot reach (:attr:`~pdmux_cli.simulate.fold.Fold.stop_below`).
+        """
         ends = self.ends
         ends.check_room()
         fold = self.fold
         if fold is None:
             return
         fold.flush(ends)
+        fold.check_target()
         left = ends.total
         for record in self.batch.members.values():
             left = min(left, record[1])
