@@ -25,6 +25,7 @@ randomness, so the result does not depend on the number of workers.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -475,21 +476,43 @@ def capacity(
         shared = ex.share((trace, setup, slo_ttft_ms, slo_itl_ms, dp, load_balance_method, max_steps,
                            scaling, target if stop_early and scaling is None else None))
 
+        # the simulations asked for wait here and go to the workers as they free up, the slowest policy's
+        # first (its searches' chain of simulations is the run's tail): the order changes no result
+        queued: list[tuple[int, float]] = []
+        started: dict[tuple[int, float], float] = {}
+        seconds = [[0.0, 0] for _ in policies]  # per policy: wall seconds its simulations took, and how many
+
         def submit(i: int, rate: float) -> None:
-            ex.submit(_evaluate, shared, (policies[i], rate), what(i, rate), tag=(i, rate))
+            queued.append((i, rate))
+
+        def fill() -> None:
+            while queued and ex.pending() < ex.workers:
+                def slow(task: tuple[int, float]) -> float:
+                    total, count = seconds[task[0]]
+                    return total / count if count else math.inf  # (not timed yet: first, to time it)
+
+                task = max(queued, key=slow)  # the first of the slowest (max keeps the first of equals)
+                queued.remove(task)
+                i, rate = task
+                started[task] = time.perf_counter()
+                ex.submit(_evaluate, shared, (policies[i], rate), what(i, rate), tag=task)
 
         for (i, kind), search in searches.items():
             ask(i, kind, next(search), submit)
+        fill()
         while ex.pending():
             job = ex.next_done()
             i, rate = job.tag
             point = job.result()
+            seconds[i][0] += time.perf_counter() - started.pop((i, rate))
+            seconds[i][1] += 1
             points[i][rate] = point
             done += 1
             if progress:
                 progress(done)
             for kind in waiting.pop((i, rate)):
                 ask(i, kind, send(i, kind, point), submit)
+            fill()
     rows = []
     for i, policy in enumerate(policies):
         rate, bound = outcome[(i, "rate")]
