@@ -103,8 +103,8 @@ def ratio_chain(ratio: float, floor: float, decay: float,
     if chain is None:
         if not decay > 0 or (ratio - floor) / decay > MAX_RATIO_CHAIN or len(chains) > MAX_RATIO_VALUES:
             return None
-        if chains and steps * 4 < (ratio - floor) / decay:  # a value after a retraction, a short run:
-            return None  # its steps one by one cost less than its chain (seldom met again)
+        if chains and steps < (ratio - floor) / decay:  # a value after a retraction, a run shorter than its
+            return None  # chain: its steps one by one cost less than the chain (seldom met again)
         values = [ratio]
         r = ratio
         while r > floor:
@@ -1316,9 +1316,14 @@ class Work:
         if not ratio > self.ratio_floor or steps < 1:
             return
         chain = ratio_chain(ratio, self.ratio_floor, self.ratio_decay, steps)
-        if chain is None:  # a decay too slow to tabulate: one by one
+        if chain is None:  # one by one (a decay too slow to tabulate, a short run off the chains kept)
+            floor, decay = self.ratio_floor, self.ratio_decay
             for _ in range(steps):
-                self.decay_ratio()
+                ratio -= decay
+                if not ratio > floor:
+                    ratio = floor
+                    break
+            self.ratio = ratio
             return
         values, at = chain
         i = at[ratio] + steps
