@@ -339,14 +339,17 @@ def _overload(f: Finding) -> str:
             "longest "
             f"prompt's prefill alone takes {v['longest_prefill_ms'] / 1e3:.2g} s (requests queue)"
         )
+    stopped = v.get("stopped_runs", 0)
+    searched = (f" ({stopped} of the search's {v['runs']} runs stopped once their misses settled that they "
+                "miss it)") if stopped else ""
     if v["sized_rps"] <= 0:
-        return head + f"; the winner meets the SLO for {v['target']:.0%} of requests at no rate tried"
+        return (head + f"; the winner meets the SLO for {v['target']:.0%} of requests at no rate "
+                f"tried{searched}")
     return (
         head
         + f"; the winner meets the SLO for {v['target']:.0%} of requests up to {v['sized_rps']:.3g} req/s, "
-        f"{v['sized_rps'] / v['trace_rps']:.2g}x the trace's {v['trace_rps']:.3g} req/s (pdmux capacity "
-        "sizes "
-        "every policy)"
+        f"{v['sized_rps'] / v['trace_rps']:.2g}x the trace's {v['trace_rps']:.3g} req/s{searched} (pdmux "
+        "capacity sizes every policy)"
     )
 
 

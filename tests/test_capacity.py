@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -300,3 +301,22 @@ def test_capacity_notes_and_refusals(tmp_path) -> None:
     assert r.exit_code == 0, r.stderr
     notes = json.loads(r.stdout)["notes"]
     assert any(n.startswith("pdmux (crash.yaml): SGLang 0.5.23 crashes with this config") for n in notes)
+
+
+def test_capacity_stopped_early_finds_the_same_rate_from_fewer_steps(small) -> None:
+    """``stop_early``: a run stops once its misses settle that it misses the target; the search asks for
+    the same rates and finds the same capacity, each stopped point keeps a bound at least its attainment
+    (and below the target), no other figure."""
+    trace, setup = small
+    heavy = reshape(synthetic_trace(4.0, "lognormal:1024:1", "exp:128", num_requests=1500, seed=3), qps=60.0)
+    for policy in (PdmuxPolicy(), ChunkedPolicy(2048)):
+        full = cap.capacity(heavy, setup, [policy], 1000, 60, workers=1, intervals=False).policies[0]
+        fast = cap.capacity(heavy, setup, [policy], 1000, 60, workers=1, intervals=False,
+                            stop_early=True).policies[0]
+        assert (fast.max_rate_rps, fast.bound, fast.at) == (full.max_rate_rps, full.bound, full.at)
+        assert [p.rate_rps for p in fast.points] == [p.rate_rps for p in full.points]
+        stopped = [(f, p) for f, p in zip(fast.points, full.points, strict=True) if f.stopped]
+        assert stopped  # at 60 req/s the queue grows from the start: the misses settle it early
+        for f, p in stopped:
+            assert p.slo_attainment <= f.slo_attainment < 0.99 and math.isnan(f.ttft_p99_ms)
+        assert all(f == p for f, p in zip(fast.points, full.points, strict=True) if not f.stopped)

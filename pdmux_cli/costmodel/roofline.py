@@ -64,6 +64,11 @@ from .partitions import BandwidthCurve
 #: estimate would otherwise time a million batches per level).
 DENSE_CACHE_GAP = 4096
 
+#: Sequences' prefill attention times kept per (bandwidth, FLOP/s) before the cache starts again (a memory
+#: bound, not a measured figure: 200,000 entries is about 40 MB; a replay meets the same ``(new, cached)``
+#: chunks again, tune's candidates the same batches of one trace).
+ATTENTION_CACHE_MAX = 200_000
+
 #: A prefill batch: ``(new_tokens, cached_tokens)`` per sequence.
 Seqs = Sequence[tuple[int, int]]
 
@@ -206,6 +211,8 @@ class RooflineModel:
         self._kv_rate_cache: dict[tuple[int, int], tuple[float, float]] = {}
         self._decode_cache: dict[tuple[int, int], tuple[list[float], float, float]] = {}
         self._linear_cache: dict[tuple[int, int, int], float] = {}
+        #: each sequence's prefill attention seconds per (bandwidth, FLOP/s) and (new, cached) tokens
+        self._attention_cache: dict[tuple[float, float], dict[tuple[int, int], float]] = {}
         self._head_cache: dict[tuple[int, int, int], float] = {}
         self._rate_cache: dict[tuple[int, int, str], tuple[float, float]] = {}
 
@@ -369,15 +376,24 @@ class RooflineModel:
         total = self.shapes.layers * e.latency_s
         kv_per_token = self.kv_full + self.kv_window  # upper bound with windows; refined below
         full_pairs, window_pairs = self._pair_flops
+        terms = self._attention_cache.get((bw, flops))
+        if terms is None or len(terms) >= ATTENTION_CACHE_MAX:
+            terms = self._attention_cache[(bw, flops)] = {}
         for new, cached in seqs:
             if new <= 0:
                 continue
+            exact = type(new) is int and type(cached) is int and cached >= 0  # noqa: E721 - exact types
+            if exact:  # a sequence's term again: the same float, added in the same order
+                term = terms.get((new, cached))
+                if term is not None:
+                    total += term
+                    continue
             length = new + cached
             if self.window:
                 kv = self.kv_full * length + self.kv_window * min(length, self.window)
             else:
                 kv = kv_per_token * length
-            if type(new) is int and type(cached) is int and cached >= 0:  # noqa: E721 - exact types
+            if exact:
                 # mdl.attention_flops inlined (its checks passed): the same operations in the same order
                 attn = full_pairs * (new * cached + new * new / 2)
                 if window_pairs:
@@ -387,7 +403,10 @@ class RooflineModel:
                 attn = mdl.attention_flops(model, new, cached) * self.shapes.attention_share
             memory = kv / (bw * e.bandwidth_efficiency)
             compute = attn / (flops * e.flops_efficiency(length))
-            total += max(compute, memory)
+            term = max(compute, memory)
+            if exact:
+                terms[(new, cached)] = term
+            total += term
         return total
 
     def _kv_rates(self, sms: int, corun_sms: int) -> tuple[float, float]:

@@ -25,6 +25,7 @@ randomness, so the result does not depend on the number of workers.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +34,7 @@ from ..multigpu.disaggregation import Layout, check_dp_value, check_load_balance
 from ..util.errors import Finding, InputError
 from .engine import Setup
 from .executors import Executor, using
-from .fold import select_rank
+from .fold import TargetMissed, select_rank
 from .policies import Policy
 from .runner import simulate_metrics
 from .traces import Trace, reshape
@@ -50,7 +51,10 @@ MAX_BRACKET_STEPS = 8
 class RatePoint:
     """One simulation: the rate (requests/s), SLO attainment (share), goodput (requests/s meeting the
     SLO), p99 TTFT and p99 of the requests' p99 ITLs (ms), the requests that never got a token, and
-    whether a simulated SGLang 0.5.23 crash stopped the run (a pdmux config with no matching threshold)."""
+    whether a simulated SGLang 0.5.23 crash stopped the run (a pdmux config with no matching threshold).
+    ``stopped``: the run stopped once its misses settled that it misses the target (``capacity(...,
+    stop_early=True)``): ``slo_attainment`` is then the most the run could still have reached, and the other
+    figures are NaN."""
 
     rate_rps: float
     slo_attainment: float
@@ -61,6 +65,7 @@ class RatePoint:
     crashed: bool = False
     attainment_low: float = math.nan
     attainment_high: float = math.nan
+    stopped: bool = False
 
     def attainment(self, which: str) -> float:
         """SLO attainment as simulated (``which`` ``"rate"``), or with every request's TTFT and ITL scaled by
@@ -260,10 +265,13 @@ def _evaluate(shared: tuple, task: tuple) -> RatePoint:
     """One policy at one rate (a task of :mod:`.executors`): ``shared`` is ``(trace, setup, slo_ttft_ms,
     slo_itl_ms, dp, load-balance method, max_steps)``, ``task`` ``(policy, rate)``. Streamed
     (:func:`.runner.simulate_metrics`)."""
-    trace, setup, slo_ttft_ms, slo_itl_ms, dp, method, max_steps, scaling = shared
+    trace, setup, slo_ttft_ms, slo_itl_ms, dp, method, max_steps, scaling, stop_below = shared
     policy, rate = task
-    m = simulate_metrics(reshape(trace, qps=rate), setup, policy, slo_ttft_ms, slo_itl_ms, dp=dp,
-                         load_balance_method=method, max_steps=max_steps)
+    try:
+        m = simulate_metrics(reshape(trace, qps=rate), setup, policy, slo_ttft_ms, slo_itl_ms, dp=dp,
+                             load_balance_method=method, max_steps=max_steps, stop_below=stop_below)
+    except TargetMissed as missed:
+        return RatePoint(rate, missed.bound, math.nan, math.nan, math.nan, stopped=True)
     itl = m.columns.valid("itl_p99_ms")
     itl_p99 = select_rank(itl, math.ceil(0.99 * len(itl))) if len(itl) else math.nan
     low = high = math.nan
@@ -402,6 +410,7 @@ def capacity(
     ray_address: str | None = None,
     max_steps: int | None = None,
     intervals: bool = True,
+    stop_early: bool = False,
 ) -> CapacityResult:
     """The highest rate each of ``policies`` sustains on ``trace`` (module docstring).
 
@@ -415,9 +424,12 @@ def capacity(
     open); ``workers``: tasks at a time. ``max_steps``: each simulation's decode-step budget
     (:func:`.engine.step_budget`). ``intervals``: also search the ends of each capacity's 80% interval
     (:class:`SloScaling`: the TTFT and ITL scaled by their measured error; more simulations, the same
-    capacity). Raises :class:`InputError` for bad SLOs, target, tolerance, ``dp`` or
-    method, a trace whose requests all arrive at once (no rate to scale), or a simulation past its
-    budget (naming the policy and rate).
+    capacity). ``stop_early`` (without ``intervals``): a run stops as soon as the requests that have
+    missed the SLO put its attainment below ``target`` whatever the others do (the search's verdict at
+    that rate cannot change, so the capacity is the same; the point keeps only that bound,
+    ``RatePoint.stopped``): for callers that read the capacity alone. Raises :class:`InputError` for
+    bad SLOs, target, tolerance, ``dp`` or method, a trace whose requests all arrive at once (no rate to
+    scale), or a simulation past its budget (naming the policy and rate).
     """
     check_slos(slo_ttft_ms, slo_itl_ms)
     _check_search(trace, policies, target, tolerance)
@@ -462,23 +474,45 @@ def capacity(
     with using(executor, workers, len(policies), ray_address) as ex:
         workers = ex.workers
         shared = ex.share((trace, setup, slo_ttft_ms, slo_itl_ms, dp, load_balance_method, max_steps,
-                           scaling))
+                           scaling, target if stop_early and scaling is None else None))
+
+        # the simulations asked for wait here and go to the workers as they free up, the slowest policy's
+        # first (its searches' chain of simulations is the run's tail): the order changes no result
+        queued: list[tuple[int, float]] = []
+        started: dict[tuple[int, float], float] = {}
+        seconds = [[0.0, 0] for _ in policies]  # per policy: wall seconds its simulations took, and how many
 
         def submit(i: int, rate: float) -> None:
-            ex.submit(_evaluate, shared, (policies[i], rate), what(i, rate), tag=(i, rate))
+            queued.append((i, rate))
+
+        def fill() -> None:
+            while queued and ex.pending() < ex.workers:
+                def slow(task: tuple[int, float]) -> float:
+                    total, count = seconds[task[0]]
+                    return total / count if count else math.inf  # (not timed yet: first, to time it)
+
+                task = max(queued, key=slow)  # the first of the slowest (max keeps the first of equals)
+                queued.remove(task)
+                i, rate = task
+                started[task] = time.perf_counter()
+                ex.submit(_evaluate, shared, (policies[i], rate), what(i, rate), tag=task)
 
         for (i, kind), search in searches.items():
             ask(i, kind, next(search), submit)
+        fill()
         while ex.pending():
             job = ex.next_done()
             i, rate = job.tag
             point = job.result()
+            seconds[i][0] += time.perf_counter() - started.pop((i, rate))
+            seconds[i][1] += 1
             points[i][rate] = point
             done += 1
             if progress:
                 progress(done)
             for kind in waiting.pop((i, rate)):
                 ask(i, kind, send(i, kind, point), submit)
+            fill()
     rows = []
     for i, policy in enumerate(policies):
         rate, bound = outcome[(i, "rate")]

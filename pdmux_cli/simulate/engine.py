@@ -79,6 +79,43 @@ if TYPE_CHECKING:
 #: (:func:`step_budget`).
 MAX_DECODE_STEPS = 6_000_000
 
+#: Longest chain of ``new_token_ratio`` decays :func:`ratio_chain` tabulates (SGLang's default: 602 steps
+#: from 0.7 to 0.098 by 0.001); a slower decay goes step by step.
+MAX_RATIO_CHAIN = 100_000
+
+#: Most values :func:`ratio_chain` keeps per floor and decay (SGLang's chain from its initial ratio, and those
+#: from values after retractions, which each start a chain of their own: past this, step by step).
+MAX_RATIO_VALUES = 20_000
+
+_RATIO_CHAINS: dict[tuple[float, float], dict[float, tuple[list[float], dict[float, int]]]] = {}
+
+
+def ratio_chain(ratio: float, floor: float, decay: float,
+                steps: int) -> tuple[list[float], dict[float, int]] | None:
+    """The values ``new_token_ratio`` takes from ``ratio`` down to ``floor``, one decode step apart
+    (:meth:`Work.decay_ratio`'s ``max(floor, r - decay)``, the same floats), and each value's position;
+    kept per ``(floor, decay)`` for every start already seen (a value's successors depend on it alone, so
+    a chain answers for every value on it). ``None`` when it would be longer than
+    :data:`MAX_RATIO_CHAIN`, past :data:`MAX_RATIO_VALUES` values kept, or for a value off every chain kept
+    (one after a retraction) where ``steps`` decays one by one cost less than a new chain."""
+    chains = _RATIO_CHAINS.setdefault((floor, decay), {})
+    chain = chains.get(ratio)
+    if chain is None:
+        if not decay > 0 or (ratio - floor) / decay > MAX_RATIO_CHAIN or len(chains) > MAX_RATIO_VALUES:
+            return None
+        if chains and steps < (ratio - floor) / decay:  # a value after a retraction, a run shorter than its
+            return None  # chain: its steps one by one cost less than the chain (seldom met again)
+        values = [ratio]
+        r = ratio
+        while r > floor:
+            r = max(floor, r - decay)
+            values.append(r)
+        chain = (values, {v: i for i, v in enumerate(values)})
+        for v in values:
+            chains.setdefault(v, chain)
+    return chain
+
+
 #: Decode steps between two checks of the step limit or budget (and progress callbacks, and trimming a
 #: streamed run's window of step end times) in the schedulers.
 STEP_CHECK_EVERY = 4096
@@ -1177,13 +1214,16 @@ class Work:
         """Every few thousand decode steps: the step limit or budget (:meth:`StepEnds.check_room`); a
         streamed run also folds the step end times no request in flight needs any more (before the first
         step of every running request's current run and of every retracted request's first) and writes
-        the ``--csv`` rows that are final."""
+        the ``--csv`` rows that are final. Raises :class:`~pdmux_cli.simulate.fold.TargetMissed` for a
+        fold told to stop below a target it cannot reach (:attr:`~pdmux_cli.simulate.fold.Fold.stop_below`).
+        """
         ends = self.ends
         ends.check_room()
         fold = self.fold
         if fold is None:
             return
         fold.flush(ends)
+        fold.check_target()
         left = ends.total
         for record in self.batch.members.values():
             left = min(left, record[1])
@@ -1268,6 +1308,26 @@ class Work:
         """One decode step without retraction: ``new_token_ratio`` decays toward its floor."""
         if self.ratio > self.ratio_floor:
             self.ratio = max(self.ratio_floor, self.ratio - self.ratio_decay)
+
+    def decay_ratio_steps(self, steps: int) -> None:
+        """``steps`` decode steps without retraction: :meth:`decay_ratio` that many times, the same float
+        (looked up in :func:`ratio_chain`, the same subtractions made once per release)."""
+        ratio = self.ratio
+        if not ratio > self.ratio_floor or steps < 1:
+            return
+        chain = ratio_chain(ratio, self.ratio_floor, self.ratio_decay, steps)
+        if chain is None:  # one by one (a decay too slow to tabulate, a short run off the chains kept)
+            floor, decay = self.ratio_floor, self.ratio_decay
+            for _ in range(steps):
+                ratio -= decay
+                if not ratio > floor:
+                    ratio = floor
+                    break
+            self.ratio = ratio
+            return
+        values, at = chain
+        i = at[ratio] + steps
+        self.ratio = values[i] if i < len(values) else values[-1]
 
     def idle(self) -> None:
         """The server is fully idle: SGLang resets ``new_token_ratio``."""

@@ -513,6 +513,16 @@ def csv_rows(policy: str, trace: Any, c: RequestColumns, start: int, stop: int,
                str(prefill[i]) if i < len(prefill) and prefill[i] >= 0 else "")
 
 
+class TargetMissed(Exception):
+    """A run stopped early (:attr:`Fold.stop_below`): so many of its requests have finished missing the SLO
+    that its SLO attainment is below the target whatever the rest do. ``bound``: the attainment the others
+    could still reach at most (share)."""
+
+    def __init__(self, bound: float) -> None:
+        super().__init__(bound)
+        self.bound = bound
+
+
 class Fold:
     """A run's per-request results and all-token ITL distribution, filled as requests finish.
 
@@ -548,6 +558,20 @@ class Fold:
         self.csv = csv
         self.progress_steps = progress_steps
         self.steps = 0  # decode steps folded in, over every server
+        #: a target SLO attainment (share) to stop the run at once it cannot reach (:meth:`check_target`)
+        self.stop_below: float | None = None
+
+    def check_target(self) -> None:
+        """Raise :class:`TargetMissed` when :attr:`stop_below` is set and the requests folded so far that
+        missed the SLO leave an attainment below it even if every other request meets it (``met / n`` of
+        :func:`~pdmux_cli.simulate.metrics.summarize`, at most ``(n - missed) / n``: the verdict of a
+        search against that target cannot change)."""
+        target = self.stop_below
+        if target is None or not self.n:
+            return
+        bound = (self.n - (self.completed - self.met)) / self.n
+        if bound < target:
+            raise TargetMissed(bound)
 
     def restrict(self, rows: Sequence[int]) -> None:
         """Keep rows only for the requests ``rows`` (ascending; nothing folded yet): one DP replica's."""

@@ -216,10 +216,26 @@ def pdmux_choices(policy: PdmuxPolicy, setup: Setup) -> Callable[[Sequence[int],
             chosen = np.maximum(1, np.minimum(count - 2, sizes * (count - 2) // divisor))
         chosen[sizes == 0] = 0  # no decode batch: group 0
         rows = np.column_stack([splits[chosen], chosen == 0, crash]).tolist()
-        per_round = [split_levels.prefill_layers_per_round(t, layers, budget, cap) for t in tokens]
-        return rows, per_round, policy.unreleased_fallback, policy.sglang
+        return rows, _layers_per_round(tokens, layers, budget, cap), policy.unreleased_fallback, policy.sglang
 
     return choices
+
+
+def _layers_per_round(tokens: Sequence[int], layers: int, budget: int, cap: int) -> list[int]:
+    """:func:`~pdmux_cli.sglang.split_levels.prefill_layers_per_round` of each prefill token count of
+    ``tokens`` (its arguments checked once, the same integers from int64 arithmetic: ``min(layers, max(1,
+    budget // t))``, capped at ``cap`` > 0, all ``layers`` for ``t = 0``)."""
+    import numpy as np
+
+    split_levels.prefill_layers_per_round(0, layers, budget, cap)  # its checks of the knobs, once
+    t = np.array(tokens, dtype=np.int64)
+    if (t < 0).any():
+        split_levels.prefill_layers_per_round(int(t[t < 0][0]), layers, budget, cap)  # its InputError
+    per_round = np.minimum(layers, np.maximum(1, budget // np.maximum(t, 1)))
+    if cap:
+        per_round = np.minimum(per_round, cap)
+    per_round[t == 0] = layers
+    return per_round.tolist()
 
 
 @dataclass(frozen=True)
@@ -819,14 +835,8 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
                         if done:
                             last_start = t
                             defer = defer - done if defer > done else 0
-                            ratio = work.ratio
-                            if ratio > min_ratio:  # the steps' decays, one by one (as below)
-                                for _ in range(done):
-                                    ratio -= ratio_decay
-                                    if not ratio > min_ratio:
-                                        ratio = min_ratio
-                                        break
-                                work.ratio = ratio
+                            if work.ratio > min_ratio:  # the steps' decays (as below, one by one)
+                                work.decay_ratio_steps(done)
                 if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
                     ratio = work.ratio
                     # Work.decay_ratio, inline: the hot path (max(min_ratio, r), exactly)
@@ -1150,14 +1160,8 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 break
             if cache is not None:  # the evictions of the rounds' memory checks, before any record of theirs
                 _evict_after(work, n, batch.sum_context if done > quiet else batch.sum_context - n)
-            ratio = work.ratio
-            if ratio > min_ratio:  # the rounds' decays, one by one (as the round loop)
-                for _ in range(done):
-                    ratio -= ratio_decay
-                    if not ratio > min_ratio:
-                        ratio = min_ratio
-                        break
-                work.ratio = ratio
+            if work.ratio > min_ratio:  # the rounds' decays (as the round loop's, one by one)
+                work.decay_ratio_steps(done)
             if done > quiet:  # the run's last round was the event round: its records, as the round loop's
                 step = ends.base + len(ends) - 1
                 finished = batch.complete(step)

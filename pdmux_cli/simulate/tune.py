@@ -448,7 +448,9 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
     longest prompt's prefill alone on the whole GPU (bursts queue up: TTFT is mostly waiting). ``dp``:
     replicas behind a router (``load_balance_method``), as the row was simulated; ``policy``: the row's
     simulated pdmux (:func:`pdmux_policy`; default: its config under 0.5.23's rules); ``executor`` (a kind,
-    or one already open), ``max_steps``: where and with what step budget the capacity search runs."""
+    or one already open), ``max_steps``: where and with what step budget the capacity search runs. The
+    search stops a run once its misses settle that it misses the target (``capacity(..., stop_early=True)``:
+    the same rate; the finding counts them, ``stopped_runs`` of ``runs``)."""
     if row.slo_attainment >= OVERLOAD_TARGET:
         return None
     first, last = row.ttft_quarters_ms
@@ -463,9 +465,10 @@ def overload_note(trace: Trace, setup: Setup, row: TuneRow, slo_ttft_ms: float, 
 
     sized = capacity(trace, setup, [policy or PdmuxPolicy(row.candidate.config)], slo_ttft_ms, slo_itl_ms,
                      target=OVERLOAD_TARGET, workers=workers, dp=dp, load_balance_method=load_balance_method,
-                     executor=executor, max_steps=max_steps, intervals=False).policies[0]
+                     executor=executor, max_steps=max_steps, intervals=False, stop_early=True).policies[0]
     values = {"gpus": dp * setup.tp, "trace_rps": trace.mean_qps, "target": OVERLOAD_TARGET,
-              "sized_rps": sized.max_rate_rps}
+              "sized_rps": sized.max_rate_rps, "runs": len(sized.points),
+              "stopped_runs": sum(1 for p in sized.points if p.stopped)}
     if growing:  # the last quarter's median wait may be infinite: never a first token
         return Finding(
             "tune.overload.growing", {**values, "last_quarter_ttft_ms": last, "first_quarter_ttft_ms": first}
