@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from pdmux_cli.catalog.model import DEFAULT_MODEL
 from pdmux_cli.sglang.revisions import DEFAULT_REVISION
 from pdmux_cli.workflows.check_config import CheckConfigRequest
-from pdmux_cli.workflows.estimate import EstimateRequest, EstimateServingTerms
+from pdmux_cli.workflows.estimate import EstimateKeywords, EstimateRequest
 from pdmux_cli.workflows.gen_config import GenConfigRequest
 from pdmux_cli.workflows.splits import SplitsRequest
 
@@ -113,12 +113,6 @@ def estimate(
     mfu: float | None = None,
     step_overhead_ms: float | None = None,
     disable_cuda_graph: bool = False,
-    speculative_algorithm: str | None = None,
-    speculative_num_steps: int | None = None,
-    speculative_eagle_topk: int | None = None,
-    speculative_num_draft_tokens: int | None = None,
-    speculative_draft_model_path: str | Path | None = None,
-    speculative_accept_length: float | None = None,
     weight_bytes: float | None = None,
     kv_bytes: float | None = None,
     kv_cache_dtype: str | None = None,
@@ -138,7 +132,7 @@ def estimate(
     disagg_tp: int | None = None,
     plot: str | Path | None = None,
     sglang: str = DEFAULT_REVISION,
-    **serving_terms: Unpack[EstimateServingTerms],
+    **keywords: Unpack[EstimateKeywords],
 ) -> EstimateResult:
     """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing
     (and PD disaggregation with ``disagg``) in one scenario (``pdmux estimate``).
@@ -184,7 +178,7 @@ def estimate(
     """
     from pdmux_cli.workflows.estimate import estimate as run
 
-    return run(request(EstimateRequest, {**locals(), **serving_terms}))
+    return run(request(EstimateRequest, {**locals(), **keywords}))
 
 
 @api_function

@@ -36,7 +36,7 @@ from pdmux_cli.workflows.calibrate import (
     CalibrateRequest,
 )
 from pdmux_cli.workflows.capacity import CapacityRequest
-from pdmux_cli.workflows.server import ServingTerms
+from pdmux_cli.workflows.server import ServerKeywords
 from pdmux_cli.workflows.simulate import SimulateRequest
 from pdmux_cli.workflows.tune import TuneRequest
 
@@ -106,12 +106,6 @@ def simulate(
     no_prefix_cache: bool = False,
     context_length: int | None = None,
     disable_cuda_graph: bool = False,
-    speculative_algorithm: str | None = None,
-    speculative_num_steps: int | None = None,
-    speculative_eagle_topk: int | None = None,
-    speculative_num_draft_tokens: int | None = None,
-    speculative_draft_model_path: PathLike | None = None,
-    speculative_accept_length: float | None = None,
     slo_ttft: float = 1000.0,
     slo_itl: float = 60.0,
     tp: int = 1,
@@ -132,7 +126,7 @@ def simulate(
     sglang: str = DEFAULT_REVISION,
     step_by_step: bool = False,
     progress: ProgressFactory | None = None,
-    **serving_terms: Unpack[ServingTerms],
+    **keywords: Unpack[ServerKeywords],
 ) -> SimulateResult:
     """Replay a trace (``pdmux simulate``): per policy TTFT, ITL, TPOT and end-to-end latency percentiles
     (ms), SLO attainment (share of requests meeting TTFT <= ``slo_ttft`` ms and p99 ITL <= ``slo_itl`` ms),
@@ -146,7 +140,7 @@ def simulate(
     """
     from pdmux_cli.workflows.simulate import simulate as run
 
-    return run(request(SimulateRequest, {**locals(), **serving_terms}), check_progress(progress))
+    return run(request(SimulateRequest, {**locals(), **keywords}), check_progress(progress))
 
 
 @api_function
@@ -193,12 +187,6 @@ def capacity(
     no_prefix_cache: bool = False,
     context_length: int | None = None,
     disable_cuda_graph: bool = False,
-    speculative_algorithm: str | None = None,
-    speculative_num_steps: int | None = None,
-    speculative_eagle_topk: int | None = None,
-    speculative_num_draft_tokens: int | None = None,
-    speculative_draft_model_path: PathLike | None = None,
-    speculative_accept_length: float | None = None,
     workers: int | None = None,
     executor: str = "local",
     ray_address: str | None = None,
@@ -214,7 +202,7 @@ def capacity(
     plot: PathLike | None = None,
     sglang: str = DEFAULT_REVISION,
     progress: ProgressFactory | None = None,
-    **serving_terms: Unpack[ServingTerms],
+    **keywords: Unpack[ServerKeywords],
 ) -> CapacityOutcome:
     """The highest request rate (requests/s over all of a policy's GPUs, and per GPU) each policy sustains
     with ``target`` of its requests within the SLO, and whether to turn pdmux on (``pdmux capacity``).
@@ -227,7 +215,7 @@ def capacity(
     """
     from pdmux_cli.workflows.capacity import capacity as run
 
-    return run(request(CapacityRequest, {**locals(), **serving_terms}), check_progress(progress))
+    return run(request(CapacityRequest, {**locals(), **keywords}), check_progress(progress))
 
 
 @api_function
@@ -262,12 +250,6 @@ def tune(
     no_prefix_cache: bool = False,
     context_length: int | None = None,
     disable_cuda_graph: bool = False,
-    speculative_algorithm: str | None = None,
-    speculative_num_steps: int | None = None,
-    speculative_eagle_topk: int | None = None,
-    speculative_num_draft_tokens: int | None = None,
-    speculative_draft_model_path: PathLike | None = None,
-    speculative_accept_length: float | None = None,
     workers: int | None = None,
     executor: str = "local",
     ray_address: str | None = None,
@@ -278,7 +260,7 @@ def tune(
     output: PathLike | None = None,
     sglang: str = DEFAULT_REVISION,
     progress: ProgressFactory | None = None,
-    **serving_terms: Unpack[ServingTerms],
+    **keywords: Unpack[ServerKeywords],
 ) -> TuneOutcome:
     """Search pdmux YAML knobs (sm_group_num, decode_bs_divisor or fixed splits, SLO levels, the token
     budget) for the best SLO attainment on ``trace`` (``pdmux tune``); ``slo_ttft``, ``slo_itl``: ms.
@@ -291,7 +273,7 @@ def tune(
     """
     from pdmux_cli.workflows.tune import tune as run
 
-    return run(request(TuneRequest, {**locals(), **serving_terms}), check_progress(progress))
+    return run(request(TuneRequest, {**locals(), **keywords}), check_progress(progress))
 
 
 @api_function

@@ -97,6 +97,32 @@ def test_bad_input_raises_input_error_with_the_cli_line_in_keywords() -> None:
         simulate(AZURE, no_such_option=1)
 
 
+def test_the_speculative_keywords_are_the_groups_fields() -> None:
+    """simulate, capacity, tune and estimate take the speculative options as typed keywords
+    (``SpeculativeKeywords`` in ``ServerKeywords`` / ``EstimateKeywords``, PEP 692): the keys are
+    ServerOptions' SPECULATIVE fields, each keyword-only with default None, and the estimate request has
+    them all; a value reaches the request (a bad one is refused by its name)."""
+    import typing
+
+    from pdmux import estimate
+    from pdmux_cli.workflows.estimate import EstimateKeywords, EstimateRequest
+    from pdmux_cli.workflows.fields import SPECULATIVE, group_fields
+    from pdmux_cli.workflows.server import ServerKeywords, ServerOptions, SpeculativeKeywords
+
+    group = {f.name for f in group_fields(ServerOptions, SPECULATIVE)}
+    assert set(typing.get_type_hints(SpeculativeKeywords)) == group and len(group) == 6
+    assert group <= set(typing.get_type_hints(ServerKeywords)) and group <= set(
+        typing.get_type_hints(EstimateKeywords))
+    assert group <= {f.name for f in dataclasses.fields(EstimateRequest)}
+    for function in (simulate, capacity, tune, estimate):
+        params = inspect.signature(function).parameters
+        assert all(params[name].kind is inspect.Parameter.KEYWORD_ONLY and params[name].default is None
+                   for name in group), function.__name__
+    with pytest.raises(InputError) as err:
+        simulate(AZURE, speculative_algorithm="EAGLE", speculative_accept_length=9.0)
+    assert err.value.param == "speculative_accept_length"
+
+
 def test_the_serving_terms_keywords_are_the_groups_fields() -> None:
     """simulate, capacity and tune take the serving terms as ``**serving_terms: Unpack[ServingTerms]``
     (typed for editors, PEP 692): its keys and types are ServerOptions' SERVING_TERMS fields', each a

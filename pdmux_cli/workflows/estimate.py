@@ -20,6 +20,7 @@ from ..sglang.revisions import DEFAULT_REVISION
 from ..provenance import provenance, with_provenance
 from ..util.errors import Finding, InputError, short_repr
 from .fields import SERVING_TERMS, Checked, option
+from .server import SpeculativeKeywords
 from .planning_inputs import (
     check_int,
     check_positive_knobs,
@@ -109,6 +110,11 @@ class EstimateServingTerms(TypedDict, total=False):
 
     per_request_overhead_ms: float | None
     eager_launch_ms: float | None
+
+
+class EstimateKeywords(EstimateServingTerms, SpeculativeKeywords, total=False):
+    """The keywords ``pdmux.estimate`` takes as ``**keywords: Unpack[EstimateKeywords]``: its serving terms
+    and the speculative options (:class:`~pdmux_cli.workflows.server.SpeculativeKeywords`)."""
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,26 @@ class ServingTerms(TypedDict, total=False):
     admission_interval_ms: float | None
 
 
+class SpeculativeKeywords(TypedDict, total=False):
+    """The :data:`~pdmux_cli.workflows.fields.SPECULATIVE` options (SGLang's ``--speculative-*`` flags and
+    pdmux's acceptance length) as the Python API's keywords, typed for editors (PEP 692); each ``None`` by
+    default. ``pdmux.simulate``, ``capacity``, ``tune`` and ``estimate`` take them with their serving terms
+    (:class:`ServerKeywords`, :class:`pdmux_cli.workflows.estimate.EstimateKeywords`);
+    ``tests/test_api_simulation.py`` holds the keys to :class:`ServerOptions`' group."""
+
+    speculative_algorithm: str | None
+    speculative_num_steps: int | None
+    speculative_eagle_topk: int | None
+    speculative_num_draft_tokens: int | None
+    speculative_draft_model_path: str | Path | None
+    speculative_accept_length: float | None
+
+
+class ServerKeywords(ServingTerms, SpeculativeKeywords, total=False):
+    """The keywords ``pdmux.simulate``, ``capacity`` and ``tune`` take as ``**keywords:
+    Unpack[ServerKeywords]``: the serving terms and the speculative options, each declared once here."""
+
+
 #: The speculative decoding options: given without ``speculative_algorithm`` they are refused.
 SPECULATIVE_OPTIONS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
                        "speculative_draft_model_path", "speculative_accept_length")
