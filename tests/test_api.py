@@ -371,7 +371,8 @@ def test_runtime_failures_raise_the_exported_pdmux_error() -> None:
 
 
 def test_estimates_serving_terms_keywords_are_its_requests_group() -> None:
-    """``pdmux.estimate`` takes its serving terms as ``**serving_terms: Unpack[EstimateServingTerms]`` (typed
+    """``pdmux.estimate`` takes its serving terms as ``EstimateServingTerms`` (in ``**keywords:
+    Unpack[EstimateKeywords]``, typed
     for editors): the keys and types are EstimateRequest's SERVING_TERMS fields'."""
     import typing
 

@@ -124,7 +124,8 @@ def test_the_speculative_keywords_are_the_groups_fields() -> None:
 
 
 def test_the_serving_terms_keywords_are_the_groups_fields() -> None:
-    """simulate, capacity and tune take the serving terms as ``**serving_terms: Unpack[ServingTerms]``
+    """simulate, capacity and tune take the serving terms as ``ServingTerms`` (in ``**keywords:
+    Unpack[ServerKeywords]``)
     (typed for editors, PEP 692): its keys and types are ServerOptions' SERVING_TERMS fields', each a
     keyword of the functions' signatures, and a keyword that is none is a TypeError."""
     import typing

@@ -105,8 +105,9 @@ class EstimateRequest(Checked):
 
 class EstimateServingTerms(TypedDict, total=False):
     """:class:`EstimateRequest`'s :data:`~pdmux_cli.workflows.fields.SERVING_TERMS` fields as the Python
-    API's keywords (``pdmux.estimate``: ``**serving_terms: Unpack[EstimateServingTerms]``, PEP 692), typed
-    for editors; each ``None`` by default, ms (``tests/test_api.py`` holds the two equal)."""
+    API's keywords (``pdmux.estimate``, within :class:`EstimateKeywords`: PEP 692's ``**keywords:
+    Unpack[...]``), typed for editors; each ``None`` by default, ms (``tests/test_api.py`` holds the two
+    equal)."""
 
     per_request_overhead_ms: float | None
     eager_launch_ms: float | None

@@ -125,9 +125,9 @@ class ServerOptions(Checked):
 
 class ServingTerms(TypedDict, total=False):
     """The :data:`~pdmux_cli.workflows.fields.SERVING_TERMS` options of :class:`ServerOptions` as the Python
-    API's keywords (``pdmux.simulate``, ``capacity``, ``tune``: ``**serving_terms: Unpack[ServingTerms]``,
-    PEP 692), typed for editors; each ``None`` by default, ms. A new term is a field above and a key here
-    (``tests/test_api_simulation.py`` holds the two equal)."""
+    API's keywords (``pdmux.simulate``, ``capacity``, ``tune``, within :class:`ServerKeywords`: PEP 692's
+    ``**keywords: Unpack[...]``), typed for editors; each ``None`` by default, ms. A new term is a field
+    above and a key here (``tests/test_api_simulation.py`` holds the two equal)."""
 
     per_request_overhead_ms: float | None
     eager_launch_ms: float | None
