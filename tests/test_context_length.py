@@ -52,7 +52,7 @@ def test_a_shorter_context_length_drops_longer_requests():
     assert "1,000" in out.stderr and "Traceback" not in out.output
 
 
-@pytest.mark.parametrize("value", ["0", "-5", "abc"])
+@pytest.mark.parametrize("value", ["0", "-5", "abc", "10000001", "99999999999999999999"])
 def test_bad_context_length_is_one_line(value):
     out = runner.invoke(app, ["simulate", "--synthetic", "--max-requests", "5", "--context-length", value])
     assert out.exit_code == 2

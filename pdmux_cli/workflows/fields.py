@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..catalog.model import MAX_DIMENSION
 from ..util.errors import InputError, short_repr
 
 
@@ -215,7 +216,9 @@ RANGES: dict[str, Range | Callable[[Any, str], None]] = {
     "max_requests": _AT_LEAST_1,
     "max_running_requests": _AT_LEAST_1,
     "cuda_graph_max_bs": _AT_LEAST_1,
-    "context_length": Range(1, template="{param_flag} must be >= 1 tokens, got {value}"),
+    # a model's longest sequence: the bound of catalog.model's check of any model dimension
+    "context_length": Range(1, MAX_DIMENSION, template="{param_flag} must be from 1 to {high:,} tokens, "
+                                                       "got {value}"),
     "max_prefill_tokens": _AT_LEAST_1,
     "max_concurrency": Range(1, template="{param_flag} must be >= 1 requests in flight, got {value}"),
     "max_steps": _max_steps,
