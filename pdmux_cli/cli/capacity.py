@@ -14,26 +14,22 @@ import typer
 
 from ..util.errors import InputError
 from ..workflows.deployment import DeploymentOptions
-from ..workflows.fields import DEPLOYMENT, GENERATED_SHARED_PREFIX, SERVING_TERMS, SPECULATIVE
+from ..workflows.capacity import CapacityRequest
+from ..workflows.fields import DEPLOYMENT, GENERATED_SHARED_PREFIX, RUN, SERVING_TERMS, SPECULATIVE
+from ..workflows.run_options import RunOptions
 from ..workflows.server import ServerOptions
 from ..workflows.workload import WorkloadOptions
 from .app import app
 from .common import console, print_json, print_note, sglang_option
 from .options import (
     CALIBRATION_HELP,
-    CAPACITY_PLOT_OPTION,
-    CAPACITY_POLICIES_OPTION,
-    EXECUTOR_OPTION,
     JSON_OPTION,
-    MAX_STEPS_OPTION,
     MIXED_CHUNK_SIZES_OPTION,
     PREFILL_DECODE_INTERVAL_OPTION,
-    RAY_ADDRESS_OPTION,
     SLO_ITL_DEFAULT_OPTION,
     SLO_TTFT_DEFAULT_OPTION,
     TRACE_ARGUMENT,
     TRACE_OPTION,
-    WORKERS_OPTION,
     progress_factory,
     declared,
     request_of,
@@ -135,6 +131,7 @@ def _per_gpu_text(p: Any) -> str:
 @with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
 @with_group(WorkloadOptions, GENERATED_SHARED_PREFIX, after="output_tokens")
 @with_group(DeploymentOptions, DEPLOYMENT, after="tp")
+@with_group(RunOptions, RUN, before="tp")
 def capacity(
     trace: Path | None = TRACE_ARGUMENT,
     trace_option: Path | None = TRACE_OPTION,
@@ -149,7 +146,7 @@ def capacity(
     output_tokens: str = declared(WorkloadOptions, "output_tokens"),
     model: str = declared(ServerOptions, "model"),
     gpu: str | None = declared(ServerOptions, "gpu"),
-    policies: str = CAPACITY_POLICIES_OPTION,
+    policies: str = declared(CapacityRequest, "policies"),
     chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help=(
         "Chunk sizes of 'chunked' (default: SGLang's default for the GPU).")),
     mixed_chunk_sizes: str = MIXED_CHUNK_SIZES_OPTION,
@@ -180,13 +177,9 @@ def capacity(
     no_prefix_cache: bool = declared(ServerOptions, "no_prefix_cache"),
     context_length: int | None = declared(ServerOptions, "context_length"),
     disable_cuda_graph: bool = declared(ServerOptions, "disable_cuda_graph"),
-    workers: int | None = WORKERS_OPTION,
-    executor: str = EXECUTOR_OPTION,
-    ray_address: str | None = RAY_ADDRESS_OPTION,
-    max_steps: int | None = MAX_STEPS_OPTION,
     tp: int = declared(ServerOptions, "tp"),
     as_json: bool = JSON_OPTION,
-    plot: Path | None = CAPACITY_PLOT_OPTION,
+    plot: Path | None = declared(CapacityRequest, "plot"),
     sglang: str = sglang_option(),
     **groups: Any,
 ) -> None:
@@ -195,7 +188,6 @@ def capacity(
     Retimes the trace (as --qps does) and bisects the arrival rate per policy with the simulator, in
     parallel on the cores available. The rate is the whole deployment's: one server of --tp GPUs,
     --dp replicas of it behind a router, or --disagg XPYD instances; the table also gives it per GPU."""
-    from ..workflows.capacity import CapacityRequest
     from ..workflows.capacity import capacity as run
 
     if trace is not None and trace_option is not None:

@@ -4,8 +4,9 @@
 command's parameters, JSON output, and the progress bar.
 
 typer reads the options as metadata: a command names one as a parameter's default. Each spelt once; where
-two commands word an option differently, both spellings are here, named for the command. Kept light
-(typer only; rich when a bar is shown).
+a command words an option differently, its wording is on the declaration, named for the command
+(:func:`pdmux_cli.workflows.fields.option`'s ``wordings``). Kept light (typer only; rich when a bar is
+shown).
 """
 
 from __future__ import annotations
@@ -20,18 +21,19 @@ from typing import Any
 
 import typer
 
-from ..workflows.policies import DEFAULT_POLICIES
 from .common import console, output_file, output_path, progress_bar
 
 CALIBRATION_HELP = "calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate'."
 SLO_ITL_HELP = "ITL SLO, ms (judged on each request's p99 ITL)."
 
-# The options declared on the request groups' fields (workflows.fields.option: help, default, flag) are built
-# from there (declared, with_group): the workload's (workflows.workload.WorkloadOptions, with bench_serving's
-# generated-shared-prefix dataset under SGLang's own flags and defaults, 0.5.23), the server's and its cost
-# model's (workflows.server.ServerOptions: the serving terms, speculative decoding) and the deployment's
-# (workflows.deployment.DeploymentOptions). What follows is worded here: the trace argument, the policies,
-# the SLOs, tune's deployment, where the simulations run, the output.
+# The options declared on the request groups' fields (workflows.fields.option: help, default, flag, and a
+# command's own wording where it differs) are built from there (declared, with_group, with_declared): the
+# workload's (workflows.workload.WorkloadOptions, with bench_serving's generated-shared-prefix dataset under
+# SGLang's own flags and defaults, 0.5.23), the server's and its cost model's (workflows.server.ServerOptions:
+# the serving terms, speculative decoding), the deployment's (workflows.deployment.DeploymentOptions, tune's
+# wording of --dp and --load-balance-method), where the simulations run (workflows.run_options.RunOptions),
+# and a command's own (the policies, --csv, --plot). What follows is worded here: the trace argument, the
+# chunk options, the SLOs, the output.
 
 # The workload: a trace file.
 TRACE_ARGUMENT = typer.Argument(None, help="Trace file: Azure CSV, Mooncake JSONL or BurstGPT CSV.")
@@ -46,132 +48,118 @@ PREFILL_DECODE_INTERVAL_OPTION = typer.Option(0, "--prefill-decode-interval", he
 SLO_TTFT_DEFAULT_OPTION = typer.Option(1000.0, "--slo-ttft", help="TTFT SLO, ms.")
 SLO_ITL_DEFAULT_OPTION = typer.Option(60.0, "--slo-itl", help=SLO_ITL_HELP)
 
-# More than one server: tune words --dp and --load-balance-method for its search.
-TUNE_DP_OPTION = typer.Option(None, "--dp", help=(
-    "Data-parallel replicas of the server behind a router, each --tp GPUs (SGLang's --dp-size, or servers "
-    "behind sgl-router); every config runs on them. Default 1."))
-TUNE_LOAD_BALANCE_OPTION = typer.Option(None, "--load-balance-method", help=(
-    "How the router picks one of the --dp replicas: round_robin (SGLang's default) or total_requests (the "
-    "fewest outstanding requests), SGLang's names."))
-
-# Where the simulations run.
-WORKERS_OPTION = typer.Option(None, "--workers", help=(
-    "Processes (default: the cores available); with --executor ray, tasks at a time (default: the cluster's "
-    "CPUs)."))
-EXECUTOR_OPTION = typer.Option("local", "--executor", help=(
-    "Where the simulations run: local (this machine's cores, --workers processes) or ray (a Ray cluster: "
-    "--ray-address, or a local Ray instance started for the run; pip install 'pdmux\\[ray]'). The results "
-    "are the same."))
-RAY_ADDRESS_OPTION = typer.Option(None, "--ray-address", help=(
-    "--executor ray: the cluster to run on: auto (the one 'ray start' began on this machine), host:port, or "
-    "ray://host:10001 (Ray Client). Default: a local Ray instance for this run."))
-MAX_STEPS_OPTION = typer.Option(None, "--max-steps", help=(
-    "The most decode steps one simulated server may take before the run stops (a guard against runaway runs; "
-    "shown in the progress bar). Default: 6,000,000 or 2,000 per request of the trace, whichever is more; "
-    "0: no limit."))
-
 # Output.
 JSON_OPTION = typer.Option(False, "--json", help="Print JSON instead of tables.")
 OUTPUT_YAML_OPTION = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>",
                                   help="Write the winning YAML here (whole or not at all).")
-CSV_OPTION = typer.Option(None, "--csv", parser=output_file, metavar="<path>", help=(
-    "Write per-request results to this CSV file (row by row as requests finish; the file appears whole at "
-    "the end)."))
-SIMULATE_PLOT_OPTION = typer.Option(None, "--plot", parser=output_file, metavar="<path>",
-                                    help="Write ITL and TTFT CDFs to this PNG (needs matplotlib).")
-CAPACITY_PLOT_OPTION = typer.Option(None, "--plot", parser=output_file, metavar="<path>", help=(
-    "Write SLO attainment vs request rate, one curve per policy, to this PNG."))
-POLICIES_HELP = ("Comma-separated: pdmux, chunked (SGLang's default scheduling), mixed-chunk "
-                 "(--enable-mixed-chunk), prefill-first (--chunked-prefill-size -1), disagg (with "
-                 "--disagg).")
-SIMULATE_POLICIES_OPTION = typer.Option(DEFAULT_POLICIES, "--policies", help=POLICIES_HELP)
-CAPACITY_POLICIES_OPTION = typer.Option(DEFAULT_POLICIES, "--policies", help=(
-    "Comma-separated: pdmux, chunked, mixed-chunk, prefill-first, disagg (with --disagg)."))
 
 
-def declared(cls: type, name: str) -> Any:
+def declared(cls: type, name: str, command: str | None = None) -> Any:
     """The typer option of field ``name`` of ``cls`` (a request dataclass), as declared there
-    (:func:`pdmux_cli.workflows.fields.option`): its default, flag (and short flag) and help (the parameters
-    it names as their flags: :func:`pdmux_cli.messages.flags_in`)."""
+    (:func:`pdmux_cli.workflows.fields.option`): its default (a list's as the comma-separated text the CLI
+    takes; a field without one: required), flag (and short flag) and help (``command``'s own wording where the
+    declaration has one; the parameters it names as their flags: :func:`pdmux_cli.messages.flags_in`)."""
+    from dataclasses import MISSING
+
     from ..messages import flag, flags_in
-    from ..workflows.fields import HELP, SHORT, WRITES
+    from ..workflows.fields import HELP, SHORT, WORDINGS, WRITES
 
     f = next(f for f in fields(cls) if f.name == name)
     short = f.metadata.get(SHORT)
     writes = f.metadata.get(WRITES)
     output = ({"parser": {"path": output_path, "file": output_file}[writes], "metavar": "<path>"} if writes
               else {})
-    return typer.Option(f.default, flag(f.name), *((short,) if short else ()), **output,
-                        help=flags_in(f.metadata[HELP]))
+    default = (... if f.default is MISSING else ",".join(map(str, f.default)) if isinstance(f.default, tuple)
+               else f.default)
+    wording = f.metadata.get(WORDINGS, {}).get(command, f.metadata[HELP])
+    return typer.Option(default, flag(f.name), *((short,) if short else ()), **output, help=flags_in(wording))
 
 
 def _cli_type(hint: Any) -> Any:
     """A request field's annotation as typer takes it: a path that takes its text too (``Path | str``) a
-    :class:`~pathlib.Path`."""
+    :class:`~pathlib.Path`; a list that takes the CLI's comma-separated text too (``tuple[int, ...] | str``)
+    that text."""
     from pathlib import Path
 
     args = typing.get_args(hint)
     if Path in args and str in args:
         return Path | None if type(None) in args else Path
+    if str in args and any(typing.get_origin(a) is tuple for a in args):
+        return str | None if type(None) in args else str
     return hint
 
 
-def group_parameters(cls: type, group: str) -> list[inspect.Parameter]:
+def group_parameters(cls: type, group: str, command: str | None = None) -> list[inspect.Parameter]:
     """The typer parameters of the fields of ``cls`` (a request dataclass) declared in ``group``
-    (:func:`pdmux_cli.workflows.fields.option`): each field's name, type and :func:`declared` option."""
+    (:func:`pdmux_cli.workflows.fields.option`): each field's name, type and :func:`declared` option, worded
+    for ``command``."""
     from ..workflows.fields import group_fields
 
-    return _parameters(cls, group_fields(cls, group))
+    return _parameters(cls, group_fields(cls, group), command)
 
 
-def _parameters(cls: type, chosen: Any) -> list[inspect.Parameter]:
+def _parameters(cls: type, chosen: Any, command: str | None = None) -> list[inspect.Parameter]:
     hints = typing.get_type_hints(cls)
     return [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                              annotation=_cli_type(hints[f.name]), default=declared(cls, f.name))
+                              annotation=_cli_type(hints[f.name]), default=declared(cls, f.name, command))
             for f in chosen]
 
 
-def with_group(cls: type, group: str, after: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A command taking, after its parameter ``after``, the options of ``group`` as ``cls`` declares them
-    (:func:`group_parameters`): the command function ends in ``**options``, which receives them (issue 32,
-    item 1: an option of the group is declared once, on its request field)."""
+def _command(function: Callable[..., Any], parameters: list[inspect.Parameter]) -> Callable[..., Any]:
+    """``function`` (ending in ``**options``) as typer sees a command of ``parameters``."""
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def command(**values: Any) -> Any:
+        return function(**values)
+
+    command.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    return command
+
+
+def _own(function: Callable[..., Any]) -> list[inspect.Parameter]:
+    return [p for p in inspect.signature(function).parameters.values()
+            if p.kind is not inspect.Parameter.VAR_KEYWORD]
+
+
+def with_group(cls: type, group: str, after: str | None = None, *, before: str | None = None,
+               command: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A command taking, after its parameter ``after`` (or before ``before``), the options of ``group`` as
+    ``cls`` declares them (:func:`group_parameters`, worded for ``command``): the command function ends in
+    ``**options``, which receives them (issue 32, item 1: an option of the group is declared once, on its
+    request field)."""
 
     def build(function: Callable[..., Any]) -> Callable[..., Any]:
-        signature = inspect.signature(function)
-        own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-        at = [p.name for p in own].index(after) + 1
-
-        @functools.wraps(function)
-        def command(**values: Any) -> Any:
-            return function(**values)
-
-        command.__signature__ = signature.replace(  # type: ignore[attr-defined]
-            parameters=[*own[:at], *group_parameters(cls, group), *own[at:]])
-        return command
+        own = _own(function)
+        names = [p.name for p in own]
+        at = names.index(after) + 1 if after is not None else names.index(before)  # type: ignore[arg-type]
+        return _command(function, [*own[:at], *group_parameters(cls, group, command), *own[at:]])
 
     return build
 
 
-def with_declared(cls: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A command taking first, in their order, the options declared on the fields of ``cls`` (a request
+def with_declared(cls: type, command: str | None = None, *, after: dict[str, str] | None = None
+                  ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A command taking, in their order, the options declared on the fields of ``cls`` (a request
     dataclass; :func:`pdmux_cli.workflows.fields.option`, no shared group) that are none of its own
-    parameters; the command function ends in ``**options``, which receives them."""
+    parameters, worded for ``command``; the command function ends in ``**options``, which receives them.
+    Its own parameters come first where they are typer arguments, after the declared ones otherwise, or,
+    named in ``after``, each after the declared option named there."""
     from ..workflows.fields import GROUP, HELP
 
     def build(function: Callable[..., Any]) -> Callable[..., Any]:
-        signature = inspect.signature(function)
-        own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        own = _own(function)
         names = {p.name for p in own}
         chosen = [f for f in fields(cls)
                   if HELP in f.metadata and f.metadata.get(GROUP) is None and f.name not in names]
-
-        @functools.wraps(function)
-        def command(**values: Any) -> Any:
-            return function(**values)
-
-        command.__signature__ = signature.replace(  # type: ignore[attr-defined]
-            parameters=[*_parameters(cls, chosen), *own])
-        return command
+        placed = after or {}
+        arguments = [p for p in own if isinstance(p.default, typer.models.ArgumentInfo)]
+        rest = [p for p in own if p not in arguments and p.name not in placed]
+        parameters = list(arguments)
+        for parameter in _parameters(cls, chosen, command):
+            parameters.append(parameter)
+            parameters += [p for p in own if placed.get(p.name) == parameter.name]
+        return _command(function, [*parameters, *rest])
 
     return build
 

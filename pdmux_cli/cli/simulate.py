@@ -17,31 +17,24 @@ import typer
 
 from ..util.errors import InputError
 from ..workflows.deployment import DeploymentOptions
-from ..workflows.fields import DEPLOYMENT, GENERATED_SHARED_PREFIX, SERVING_TERMS, SPECULATIVE
+from ..workflows.fields import DEPLOYMENT, GENERATED_SHARED_PREFIX, RUN, SERVING_TERMS, SPECULATIVE
+from ..workflows.run_options import RunOptions
 from ..workflows.server import ServerOptions
+from ..workflows.simulate import SimulateRequest
 from ..workflows.workload import WorkloadOptions
 from .app import app
 from .common import console, print_json, print_note, sglang_option
 from .options import (
     CALIBRATION_HELP,
-    CSV_OPTION,
-    EXECUTOR_OPTION,
     JSON_OPTION,
-    MAX_STEPS_OPTION,
     MIXED_CHUNK_SIZES_OPTION,
     OUTPUT_YAML_OPTION,
     PREFILL_DECODE_INTERVAL_OPTION,
-    RAY_ADDRESS_OPTION,
-    SIMULATE_PLOT_OPTION,
-    SIMULATE_POLICIES_OPTION,
     SLO_ITL_DEFAULT_OPTION,
     SLO_ITL_HELP,
     SLO_TTFT_DEFAULT_OPTION,
     TRACE_ARGUMENT,
     TRACE_OPTION,
-    TUNE_DP_OPTION,
-    TUNE_LOAD_BALANCE_OPTION,
-    WORKERS_OPTION,
     progress_factory,
     declared,
     request_of,
@@ -57,6 +50,7 @@ __all__ = ["print_json", "print_tune_search", "simulate", "tune", "tune_table"]
 @with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
 @with_group(WorkloadOptions, GENERATED_SHARED_PREFIX, after="output_tokens")
 @with_group(DeploymentOptions, DEPLOYMENT, after="tp")
+@with_group(RunOptions, RUN, after="max_concurrency", command="simulate")
 def simulate(
     trace: Path | None = TRACE_ARGUMENT,
     trace_option: Path | None = TRACE_OPTION,
@@ -73,7 +67,7 @@ def simulate(
     output_tokens: str = declared(WorkloadOptions, "output_tokens"),
     model: str = declared(ServerOptions, "model"),
     gpu: str | None = declared(ServerOptions, "gpu"),
-    policies: str = SIMULATE_POLICIES_OPTION,
+    policies: str = declared(SimulateRequest, "policies"),
     chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help=(
         "Chunk sizes of 'chunked' (default: SGLang's default for the GPU, 8192 on H100/H200).")),
     mixed_chunk_sizes: str = MIXED_CHUNK_SIZES_OPTION,
@@ -132,16 +126,9 @@ def simulate(
         "A closed-loop client with at most N requests in flight, as SGLang's bench_serving "
         "--max-concurrency: each request is sent at its arrival or when one finishes, whichever is later; "
         "TTFT counts from the send. One server only.")),
-    workers: int | None = typer.Option(None, "--workers", help=(
-        "Processes, one policy (or, with --dp and round_robin, one replica) each (default: the cores "
-        "available; 1 runs the policies here, one after another). With --executor ray: tasks at a time "
-        "(default: the cluster's CPUs).")),
-    executor: str = EXECUTOR_OPTION,
-    ray_address: str | None = RAY_ADDRESS_OPTION,
-    max_steps: int | None = MAX_STEPS_OPTION,
     as_json: bool = JSON_OPTION,
-    csv: Path | None = CSV_OPTION,
-    plot: Path | None = SIMULATE_PLOT_OPTION,
+    csv: Path | None = declared(SimulateRequest, "csv"),
+    plot: Path | None = declared(SimulateRequest, "plot"),
     sglang: str = sglang_option(),
     step_by_step: bool = typer.Option(False, "--step-by-step", help=(
         "A check: simulate every decode step one at a time, the reference loop (by default the quiet "
@@ -153,7 +140,6 @@ def simulate(
     One server of --tp GPUs, --dp replicas of it behind a router, or --disagg XPYD instances (the
     roofline cost model, or a calibration); per policy: TTFT, ITL, TPOT and end-to-end latency
     percentiles, SLO attainment, goodput, GPU busy share, and the GPUs it used."""
-    from ..workflows.simulate import SimulateRequest
     from ..workflows.simulate import simulate as run
 
     if trace is not None and trace_option is not None:
@@ -242,6 +228,7 @@ def _tune_layout(tp: int, cluster: Any) -> str:
 
 
 @app.command()
+@with_group(RunOptions, RUN, before="tp")
 @with_group(ServerOptions, SERVING_TERMS, after="step_overhead_ms")
 @with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
 def tune(
@@ -284,13 +271,9 @@ def tune(
     no_prefix_cache: bool = declared(ServerOptions, "no_prefix_cache"),
     context_length: int | None = declared(ServerOptions, "context_length"),
     disable_cuda_graph: bool = declared(ServerOptions, "disable_cuda_graph"),
-    workers: int | None = WORKERS_OPTION,
-    executor: str = EXECUTOR_OPTION,
-    ray_address: str | None = RAY_ADDRESS_OPTION,
-    max_steps: int | None = MAX_STEPS_OPTION,
     tp: int = declared(ServerOptions, "tp"),
-    dp: int | None = TUNE_DP_OPTION,
-    load_balance_method: str | None = TUNE_LOAD_BALANCE_OPTION,
+    dp: int | None = declared(DeploymentOptions, "dp", "tune"),
+    load_balance_method: str | None = declared(DeploymentOptions, "load_balance_method", "tune"),
     disagg: str | None = typer.Option(None, "--disagg", help=(
         "Not taken: tune searches pdmux knobs; compare PD disaggregation with pdmux simulate or pdmux "
         "capacity --disagg XPYD.")),

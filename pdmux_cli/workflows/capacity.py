@@ -16,6 +16,7 @@ from typing import Any
 from ..sglang.revisions import DEFAULT_REVISION
 from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, server_and_cluster
+from .fields import option
 from .policies import (
     DEFAULT_POLICIES,
     PolicyChoice,
@@ -24,6 +25,7 @@ from .policies import (
     policy_names,
 )
 from .progress import ProgressFactory, entered, start
+from .run_options import RunOptions
 from .server import (ServerOptions, on_gpus, provenance_block, server_options, speculation_dict,
                      server_notes)
 from .values import finite
@@ -41,7 +43,7 @@ SIMULATIONS_PER_POLICY = 10
 
 
 @dataclass(frozen=True, kw_only=True)
-class CapacityRequest(ServerOptions, DeploymentOptions):
+class CapacityRequest(ServerOptions, DeploymentOptions, RunOptions):
     """``pdmux capacity``'s options (snake_case, the CLI's defaults; the server and deployment fields are
     :class:`ServerOptions`' and :class:`DeploymentOptions`').
 
@@ -72,7 +74,8 @@ class CapacityRequest(ServerOptions, DeploymentOptions):
     gsp_output_len: int = 256
     gsp_range_ratio: float = 1.0
     gsp_ordered: bool = False
-    policies: str = DEFAULT_POLICIES
+    policies: str = option(DEFAULT_POLICIES, help=(
+        "Comma-separated: pdmux, chunked, mixed-chunk, prefill-first, disagg (with {flag.disagg})."))
     chunk_sizes: str | None = None
     mixed_chunk_sizes: str = "512"
     config: tuple[Path, ...] | None = None
@@ -82,11 +85,8 @@ class CapacityRequest(ServerOptions, DeploymentOptions):
     slo_itl: float = 60.0
     target: float = 0.99
     tolerance: float = 0.02
-    workers: int | None = None
-    executor: str = "local"
-    ray_address: str | None = None
-    max_steps: int | None = None
-    plot: Path | None = None
+    plot: Path | None = option(None, writes="file", help=(
+        "Write SLO attainment vs request rate, one curve per policy, to this PNG."))
     sglang: str = DEFAULT_REVISION
 
     def workload_options(self) -> WorkloadOptions:

@@ -32,10 +32,15 @@ class DeploymentOptions(Checked):
     dp: int | None = option(None, group=DEPLOYMENT, help=(
         "Data-parallel replicas of the server behind a router, each {flag.tp} GPUs (SGLang's --dp-size, or "
         "servers behind sgl-router). Default 1, or with {flag.disagg} as many as put every policy on its "
-        "GPUs ((X+Y) x {flag.disagg_tp} / {flag.tp})."))
+        "GPUs ((X+Y) x {flag.disagg_tp} / {flag.tp})."), wordings={"tune": (
+            "Data-parallel replicas of the server behind a router, each {flag.tp} GPUs (SGLang's --dp-size, "
+            "or servers behind sgl-router); every config runs on them. Default 1.")})
     load_balance_method: str | None = option(None, group=DEPLOYMENT, help=(
         "How the router picks a replica (and, with {flag.disagg}, an instance on each side): round_robin "
-        "(SGLang's default) or total_requests (the fewest outstanding requests), SGLang's names."))
+        "(SGLang's default) or total_requests (the fewest outstanding requests), SGLang's names."),
+        wordings={"tune": (
+            "How the router picks one of the {flag.dp} replicas: round_robin (SGLang's default) or "
+            "total_requests (the fewest outstanding requests), SGLang's names.")})
     disagg: str | None = option(None, group=DEPLOYMENT, help=(
         "Add PD disaggregation: XPYD prefill and decode instances (1P1D, 2P6D), each {flag.tp} GPUs; "
         "prefill-first on the prefill instances, the KV cache moved over {flag.kv_link}, decode on the "

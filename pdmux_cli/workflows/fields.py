@@ -280,6 +280,8 @@ GROUP = "group"
 SHORT = "short"
 #: The metadata key of a path option the command writes (:func:`option`'s ``writes``).
 WRITES = "writes"
+#: The metadata key of an option's help as one command words it (:func:`option`'s ``wordings``).
+WORDINGS = "wordings"
 
 #: The roofline model's serving terms that simulate, tune and capacity share (``ServerOptions``), ms.
 SERVING_TERMS = "serving terms"
@@ -292,21 +294,33 @@ GENERATED_SHARED_PREFIX = "generated-shared-prefix"
 #: More than one server: DP replicas behind a router, PD disaggregation and its KV link
 #: (``DeploymentOptions``): simulate and capacity.
 DEPLOYMENT = "deployment"
+#: Where the simulations run: processes or a Ray cluster, and the step guard (``RunOptions``): simulate,
+#: capacity and tune.
+RUN = "run"
 
 
 def option(default: Any = None, *, help: str, group: str | None = None, short: str | None = None,
-           writes: str | None = None) -> Any:
+           writes: str | None = None, wordings: dict[str, str] | None = None) -> Any:
     """A request field declared once (issue 32, item 1): its default and the help the CLI shows (other
     parameters named as ``{flag.NAME}``, as errors name them: the CLI writes their flags); its flag is
     :func:`pdmux_cli.messages.flag` of the field's name (``short``: a one-letter flag beside it, ``"-m"``),
     its type the annotation, its range :data:`RANGES`. ``group``: the shared option group
-    (:data:`SERVING_TERMS`, :data:`SPECULATIVE`, :data:`GENERATED_SHARED_PREFIX`, :data:`DEPLOYMENT`) whose
-    commands take it, if any (the CLI: :func:`pdmux_cli.cli.options.with_group`; one option alone:
-    :func:`pdmux_cli.cli.options.declared`; a command's own: :func:`pdmux_cli.cli.options.with_declared`).
-    ``writes``: a path the command writes, whole or not at all: ``"path"`` (a file or ``-``) or ``"file"``
-    (the CLI checks it before any work: :func:`pdmux_cli.cli.common.output_path`, ``output_file``)."""
-    return dataclasses.field(default=default,
-                             metadata={HELP: help, GROUP: group, SHORT: short, WRITES: writes})
+    (:data:`SERVING_TERMS`, :data:`SPECULATIVE`, :data:`GENERATED_SHARED_PREFIX`, :data:`DEPLOYMENT`,
+    :data:`RUN`) whose commands take it, if any (the CLI: :func:`pdmux_cli.cli.options.with_group`; one
+    option alone: :func:`pdmux_cli.cli.options.declared`; a command's own:
+    :func:`pdmux_cli.cli.options.with_declared`). ``writes``: a path the command writes, whole or not at all:
+    ``"path"`` (a file or ``-``) or ``"file"`` (the CLI checks it before any work:
+    :func:`pdmux_cli.cli.common.output_path`, ``output_file``). ``wordings``: the help as a command words it
+    where it deliberately differs (``{"tune": ...}``), by the command's name; the others show ``help``."""
+    return dataclasses.field(default=default, metadata={HELP: help, GROUP: group, SHORT: short,
+                                                        WRITES: writes, WORDINGS: wordings or {}})
+
+
+def declared_as(cls: type, name: str) -> Any:
+    """Field ``name`` of ``cls`` declared again, for another request that takes the same option (the same
+    default, help, group, short flag and wordings): the option is worded once, where ``cls`` declares it."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return dataclasses.field(default=f.default, metadata=dict(f.metadata))
 
 
 #: The range of a field its group gives, where :data:`RANGES` names none: a serving term's is the cost model's

@@ -17,6 +17,7 @@ from typing import Any
 from ..sglang.revisions import DEFAULT_REVISION
 from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, server_and_cluster
+from .fields import option
 from .pdmux_yaml import PdmuxYaml
 from .policies import (
     DEFAULT_POLICIES,
@@ -27,6 +28,7 @@ from .policies import (
     policy_names,
 )
 from .progress import ProgressFactory, entered, start
+from .run_options import RunOptions
 from .server import (ServerOptions, on_gpus, provenance_block, server_options, speculation_dict,
                      server_notes)
 from .values import finite
@@ -37,7 +39,7 @@ PROGRESS_MIN_WORK = 2000
 
 
 @dataclass(frozen=True, kw_only=True)
-class SimulateRequest(WorkloadOptions, ServerOptions, DeploymentOptions):
+class SimulateRequest(WorkloadOptions, ServerOptions, DeploymentOptions, RunOptions):
     """``pdmux simulate``'s options (snake_case, the CLI's defaults; the workload, server and deployment
     fields are :class:`WorkloadOptions`', :class:`ServerOptions`' and :class:`DeploymentOptions`').
 
@@ -52,7 +54,9 @@ class SimulateRequest(WorkloadOptions, ServerOptions, DeploymentOptions):
     decode steps between two events are advanced at once, to the same figures: a check, not a setting).
     """
 
-    policies: str = DEFAULT_POLICIES
+    policies: str = option(DEFAULT_POLICIES, help=(
+        "Comma-separated: pdmux, chunked (SGLang's default scheduling), mixed-chunk (--enable-mixed-chunk), "
+        "prefill-first (--chunked-prefill-size -1), disagg (with {flag.disagg})."))
     chunk_sizes: str | None = None
     mixed_chunk_sizes: str = "512"
     prefill_decode_interval: int = 0
@@ -65,12 +69,11 @@ class SimulateRequest(WorkloadOptions, ServerOptions, DeploymentOptions):
     slo_ttft: float = 1000.0
     slo_itl: float = 60.0
     max_concurrency: int | None = None
-    workers: int | None = None
-    executor: str = "local"
-    ray_address: str | None = None
-    max_steps: int | None = None
-    csv: Path | None = None
-    plot: Path | None = None
+    csv: Path | None = option(None, writes="file", help=(
+        "Write per-request results to this CSV file (row by row as requests finish; the file appears whole "
+        "at the end)."))
+    plot: Path | None = option(None, writes="file", help=(
+        "Write ITL and TTFT CDFs to this PNG (needs matplotlib)."))
     sglang: str = DEFAULT_REVISION
     step_by_step: bool = False
 

@@ -17,6 +17,7 @@ from ..sglang.revisions import DEFAULT_REVISION
 from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, plan_deployment
 from .progress import ProgressFactory, entered, start
+from .run_options import RunOptions
 from .server import (ServerOptions, build_setup, provenance_block, server_options, speculation_dict,
                      server_notes, speculative_launch_flags, without_prefix_cache)
 from .values import as_text_list, finite, parse_float_list, parse_int_list
@@ -24,7 +25,7 @@ from .workload import WorkloadOptions, fit_to_model, load_workload
 
 
 @dataclass(frozen=True, kw_only=True)
-class TuneRequest(ServerOptions, DeploymentOptions):
+class TuneRequest(ServerOptions, DeploymentOptions, RunOptions):
     """``pdmux tune``'s options (snake_case, the CLI's defaults; the server and deployment fields are
     :class:`ServerOptions`' and :class:`DeploymentOptions`', of which tune takes ``dp`` and
     ``load_balance_method``: ``disagg`` is refused).
@@ -50,10 +51,6 @@ class TuneRequest(ServerOptions, DeploymentOptions):
     budgets: str | None = None
     no_single_levels: bool = False
     slo_margins: str | None = None
-    workers: int | None = None
-    executor: str = "local"
-    ray_address: str | None = None
-    max_steps: int | None = None
     output: Path | None = None
     sglang: str = DEFAULT_REVISION
 
