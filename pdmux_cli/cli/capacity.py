@@ -22,7 +22,6 @@ from ..workflows.workload import WorkloadOptions
 from .app import app
 from .common import console, print_json, print_note, sglang_option
 from .options import (
-    CALIBRATION_HELP,
     JSON_OPTION,
     MIXED_CHUNK_SIZES_OPTION,
     PREFILL_DECODE_INTERVAL_OPTION,
@@ -164,9 +163,8 @@ def capacity(
                                     help="Relative precision of the rate found (0.0001 to below 1)."),
     cost_model: str = declared(ServerOptions, "cost_model"),
     s_sat: float | None = declared(ServerOptions, "s_sat"),
-    calibration: Path | None = typer.Option(None, "--calibration", help=CALIBRATION_HELP),
-    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help=(
-        "Roofline model: the engine's CPU time per step, ms (0 = kernels only).")),
+    calibration: Path | None = declared(ServerOptions, "calibration", "capacity"),
+    step_overhead_ms: float | None = declared(ServerOptions, "step_overhead_ms"),
     kv_bytes: float | None = declared(ServerOptions, "kv_bytes"),
     kv_cache_dtype: str | None = declared(ServerOptions, "kv_cache_dtype"),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help=(

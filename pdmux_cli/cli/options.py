@@ -23,7 +23,6 @@ import typer
 
 from .common import console, output_file, output_path, progress_bar
 
-CALIBRATION_HELP = "calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate'."
 SLO_ITL_HELP = "ITL SLO, ms (judged on each request's p99 ITL)."
 
 # The options declared on the request groups' fields (workflows.fields.option: help, default, flag, and a

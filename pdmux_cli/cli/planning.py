@@ -12,20 +12,17 @@ from typing import Any
 
 import typer
 
-from ..catalog.model import DEFAULT_MODEL
-from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
+from ..workflows.check_config import CheckConfigRequest
 from ..workflows.estimate import EstimateRequest
+from ..workflows.fields import DEPLOYMENT, SERVING_TERMS, SPECULATIVE
 from ..workflows.gen_config import GenConfigRequest
-from ..workflows.fields import SERVING_TERMS, SPECULATIVE
-from ..workflows.planning_inputs import GPU_HELP, TP_HELP
-from ..workflows.server import ServerOptions
+from ..workflows.splits import SplitsRequest
 from .app import app
 from .options import request_of, with_declared, with_group
 from .common import (
     NON_FINITE,
     console,
     fail_line,
-    output_file,
     print_json,
     print_note,
     require_finite,
@@ -40,41 +37,17 @@ MAX_PROBLEM_ROWS = 50
 
 
 @app.command()
+@with_declared(SplitsRequest)
 def splits(
-    gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
-    sms: int | None = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
-    cc: str | None = typer.Option(None, "--cc", help="Compute capability of that device, e.g. 9.0."),
-    all_gpus: bool = typer.Option(False, "--all", help="One table of every GPU profile's levels."),
-    decode_bs: str = typer.Option("1,6,12,18,24,30,36,64", "--decode-bs",
-                                  help="Decode batch sizes to choose a level for."),
-    prompt_tokens: str = typer.Option("512,8192,32768,131072", "--prompt-tokens",
-                                      help="Prompt lengths for layers per round."),
-    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
-                              help="Model profile or config.json (its layer count)."),
-    sm_group_num: int | None = typer.Option(None, "--sm-group-num",
-                                            help="Stream groups incl. the two whole-GPU ones (SGLang default "
-                                            "8)."),
-    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor",
-                                                 help="Divisor of the linear level rule (default 36)."),
-    token_budget: int | None = typer.Option(None, "--token-budget",
-                                            help="split_forward_token_budget (default 65536)."),
-    config: Path | None = typer.Option(None, "--config",
-                                       help="An existing pdmux YAML: its levels, thresholds and knobs are "
-                                       "used."),
-    tp: int = typer.Option(1, "--tp",
-                           help="Tensor parallelism (GPUs, 1-8): every GPU builds the same groups and takes "
-                           "the same level; --model's heads and widths must split."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
+    **options: Any,
 ) -> None:
     """The SM split levels (stream groups) SGLang builds, the level it picks per decode batch, and prefill
     layers per round."""
-    from ..workflows.splits import AllGpusSplits, SplitsRequest
+    from ..workflows.splits import AllGpusSplits
     from ..workflows.splits import splits as run_splits
 
-    result = run_splits(SplitsRequest(
-        gpu=gpu, sms=sms, cc=cc, all_gpus=all_gpus, decode_bs=decode_bs, prompt_tokens=prompt_tokens,
-        model=model, sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor,
-        token_budget=token_budget, config=config, tp=tp))
+    result = run_splits(request_of(SplitsRequest, options))
     if as_json:
         print_json(result.to_dict())
     elif isinstance(result, AllGpusSplits):
@@ -108,85 +81,14 @@ def _print_all_gpus(result: Any) -> None:
 
 
 @app.command()
-@with_group(EstimateRequest, SERVING_TERMS, after="step_overhead_ms")
-@with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
+@with_group(EstimateRequest, DEPLOYMENT, after="tp", command="estimate")
+@with_group(EstimateRequest, SERVING_TERMS, after="step_overhead_ms", command="estimate")
+@with_group(EstimateRequest, SPECULATIVE, after="disable_cuda_graph", command="estimate")
+@with_declared(EstimateRequest, "estimate", after={"as_json": "tp"})
 def estimate(
-    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m",
-                              help="Model profile name or path to a Hugging Face config.json."),
-    gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
-    decode_bs: int = typer.Option(32, "--decode-bs", help="Requests in decode when the prompt arrives."),
-    context: int = typer.Option(2048, "--context", help="KV-cache tokens of each decode request."),
-    prompt_tokens: int = typer.Option(8192, "--prompt-tokens", help="Tokens of the prompt that slips in."),
-    chunk_sizes: str | None = typer.Option(None, "--chunk-sizes",
-                                           help="Chunk sizes of SGLang's default chunked prefill (decode "
-                                           "waits for every chunk), tokens, or 'none' (default: SGLang's "
-                                           "default size for the GPU; none under --cost-model chapter)."),
-    mixed_chunk_sizes: str = typer.Option("2048,512", "--mixed-chunk-sizes",
-                                          help="Chunk sizes with --enable-mixed-chunk (decode runs in every "
-                                          "chunk step; the chapter's chunked rows), or 'none'."),
-    cost_model: str = typer.Option("roofline", "--cost-model",
-                                   help="roofline (fitted to measurements) or chapter (the chapter's "
-                                   "illustrative model)."),
-    s_sat: str | None = typer.Option(None, "--s-sat",
-                                     help="SMs that reach 95% of HBM bandwidth, e.g. 44,66,88 (default: "
-                                     "roofline's fit; chapter: 1/3, 1/2, 2/3 of the SMs)."),
-    bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency",
-                                                      help="Chapter model: fraction of datasheet HBM "
-                                                      "bandwidth decode reaches (default 0.85)."),
-    mfu: float | None = typer.Option(None, "--mfu",
-                                     help="Chapter model: fraction of dense FLOP/s prefill reaches (default "
-                                     "0.5)."),
-    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms",
-                                                  help="Roofline model: the engine's CPU time per step, ms "
-                                                  "(0 = kernels only; default: SGLang's measured 0.31)."),
-    disable_cuda_graph: bool = typer.Option(False, "--disable-cuda-graph", help=(
-        "SGLang's flag: no CUDA graphs, decode and prefill launched kernel by kernel.")),
-    weight_bytes: float | None = typer.Option(None, "--weight-bytes",
-                                              help="Bytes per weight (default: the model's dtype; bf16 2, "
-                                              "fp8 1)."),
-    kv_bytes: float | None = typer.Option(None, "--kv-bytes",
-                                          help="Bytes per KV-cache element (bf16 2, fp8 1; default: by "
-                                          "--kv-cache-dtype)."),
-    kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help=KV_CACHE_DTYPE_HELP),
-    level: str = typer.Option("auto", "--level",
-                              help="PREFILL/DECODE SMs, e.g. 96/36, or 'auto' for SGLang's choice."),
-    all_levels: bool = typer.Option(False, "--all-levels",
-                                    help="Also show ITL and prefill time at every level."),
-    sm_group_num: int | None = typer.Option(None, "--sm-group-num",
-                                            help="SGLang's sm_group_num (default 8)."),
-    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor",
-                                                 help="SGLang's decode_bs_divisor (default 36)."),
-    token_budget: int | None = typer.Option(None, "--token-budget",
-                                            help="SGLang's split_forward_token_budget (default 65536)."),
-    config: Path | None = typer.Option(None, "--config", help="A pdmux YAML whose levels and knobs to use."),
-    flops_dtype: str | None = typer.Option(None, "--flops-dtype",
-                                           help="bf16, fp16 or fp8 dense math (default: by model)."),
-    calibration: Path | None = typer.Option(None, "--calibration",
-                                            help="calibration.yaml from 'pdmux bench' (measured SM-partition "
-                                            "curves replace S_SAT) and/or 'pdmux calibrate' (whole-GPU "
-                                            "efficiencies from your SGLang)."),
-    tp: int = typer.Option(1, "--tp", help=TP_HELP),
-    disagg: str | None = typer.Option(None, "--disagg",
-                                      help="Also a row of PD disaggregation with X prefill and Y decode "
-                                      "instances of --tp GPUs each, e.g. 1P1D or 2P6D: TTFT = whole-GPU "
-                                      "prefill + the KV transfer, decode undisturbed."),
-    kv_link: str = typer.Option("auto", "--kv-link",
-                                help="--disagg's KV link: auto (the GPU's NVLink/PCIe within a node of 8 "
-                                "GPUs, RDMA 400 Gb/s per GPU across nodes), nvlink, pcie or rdma."),
-    kv_link_gb_s: float | None = typer.Option(None, "--kv-link-gb-s",
-                                              help="--disagg's KV link bandwidth per GPU and direction, GB/s "
-                                              "(overrides --kv-link's)."),
-    kv_link_latency_us: float | None = typer.Option(None, "--kv-link-latency-us",
-                                                    help="--disagg's KV link latency per transfer, us "
-                                                    "(overrides --kv-link's)."),
-    disagg_tp: int | None = typer.Option(None, "--disagg-tp",
-                                         help="--disagg: each instance's TP (default --tp)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-    plot: Path | None = typer.Option(None, "--plot", parser=output_file, metavar="<path>",
-                                     help="Write ITL against prefill time at every level, the other policies "
-                                     "as points, to this PNG."),
     sglang: str = sglang_option(),
-    **groups: Any,
+    **options: Any,
 ) -> None:
     """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing
     (and PD disaggregation with --disagg).
@@ -196,17 +98,8 @@ def estimate(
     from ..workflows.estimate import estimate as run_estimate
     from . import render
 
-    result = run_estimate(EstimateRequest(
-        model=model, gpu=gpu, decode_bs=decode_bs, context=context, prompt_tokens=prompt_tokens,
-        chunk_sizes=chunk_sizes, mixed_chunk_sizes=mixed_chunk_sizes, cost_model=cost_model, s_sat=s_sat,
-        bandwidth_efficiency=bandwidth_efficiency, mfu=mfu, step_overhead_ms=step_overhead_ms,
-        disable_cuda_graph=disable_cuda_graph, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
-        kv_cache_dtype=kv_cache_dtype, level=level,
-        all_levels=all_levels, sm_group_num=sm_group_num,
-        decode_bs_divisor=decode_bs_divisor, token_budget=token_budget, config=config,
-        flops_dtype=flops_dtype,
-        calibration=calibration, tp=tp, disagg=disagg, kv_link=kv_link, kv_link_gb_s=kv_link_gb_s,
-        kv_link_latency_us=kv_link_latency_us, disagg_tp=disagg_tp, plot=plot, sglang=sglang, **groups))
+    request = request_of(EstimateRequest, options, sglang=sglang)
+    result = run_estimate(request)
     problem = NON_FINITE + ("; or the calibration's curves" if result.calibrated else "")
     if as_json:
         print_json(result.to_dict(), problem)
@@ -215,12 +108,12 @@ def estimate(
     require_finite(result.to_dict(), problem)
     con = console()
     con.print(render.estimate_table(est))
-    if all_levels:
+    if request.all_levels:
         con.print(render.levels_table(est))
-    if plot is not None:
+    if request.plot is not None:
         xpyd = est.scenario.disagg
         point = f"; {xpyd[0]}P{xpyd[1]}D disaggregation as a point at its TTFT" if xpyd is not None else ""
-        con.print(f"wrote {plot} (ITL against prefill time, every level{point})")
+        con.print(f"wrote {request.plot} (ITL against prefill time, every level{point})")
 
 
 @app.command("gen-config")
@@ -285,38 +178,22 @@ def _print_slo_view(con: Any, view: tuple) -> None:
 
 
 @app.command("check-config")
+@with_declared(CheckConfigRequest, "check-config", after={"as_json": "sm_group_num"})
 def check_config(
     path: Path = typer.Argument(..., help="The pdmux YAML to check."),
-    gpu: str | None = typer.Option(None, "--gpu", "-g", help=GPU_HELP + " Default: h100."),
-    sms: int | None = typer.Option(None, "--sms", help="SM count of any device (with --cc)."),
-    cc: str | None = typer.Option(None, "--cc", help="Compute capability of that device."),
-    sm_group_num: int | None = typer.Option(None, "--sm-group-num",
-                                            help="The --sm-group-num you launch with (must equal the "
-                                            "YAML's)."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-    model: str | None = typer.Option(None, "--model", "-m",
-                                     help="The model served: warn where the SGLang revision cannot multiplex "
-                                     "its architecture."),
-    speculative_algorithm: str | None = typer.Option(None, "--speculative-algorithm", help=(
-        "The server's speculative decoding: the file fails where the --sglang revision cannot run it beside "
-        "pdmux (0.5.23 cannot).")),
-    speculative_draft_model_path: Path | None = typer.Option(None, "--speculative-draft-model-path", help=(
-        "The draft's Hugging Face config.json (its decoder layers decide what a revision accepts).")),
     sglang: str = sglang_option(),
+    **options: Any,
 ) -> None:
     """Validate a pdmux YAML against each SGLang revision pdmux has read (--sglang decides the exit code:
     2 if it refuses the file or any problem of 0.5.23's rules or the driver's is found; warnings alone: 0)."""
-    from ..workflows.check_config import CheckConfigRequest
     from ..workflows.check_config import check_config as run_check_config
 
-    result = run_check_config(CheckConfigRequest(path=path, gpu=gpu, sms=sms, cc=cc,
-                                                 sm_group_num=sm_group_num, model=model, sglang=sglang,
-                                                 speculative_algorithm=speculative_algorithm,
-                                                 speculative_draft_model_path=speculative_draft_model_path))
+    result = run_check_config(request_of(CheckConfigRequest, options, path=path, sglang=sglang))
     if as_json:
         print_json(result.to_dict())
     else:
-        _print_check(result, model)
+        _print_check(result, options["model"])
     if not result.ok:
         refused = f"{result.chosen.name} refuses it ({result.chosen_verdict.stage})"
         if result.errors:

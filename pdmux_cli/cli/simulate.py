@@ -25,7 +25,6 @@ from ..workflows.workload import WorkloadOptions
 from .app import app
 from .common import console, print_json, print_note, sglang_option
 from .options import (
-    CALIBRATION_HELP,
     JSON_OPTION,
     MIXED_CHUNK_SIZES_OPTION,
     OUTPUT_YAML_OPTION,
@@ -86,20 +85,14 @@ def simulate(
         "branches do, instead of stopping.")),
     cost_model: str = declared(ServerOptions, "cost_model"),
     s_sat: float | None = declared(ServerOptions, "s_sat"),
-    bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help=(
-        "Chapter model: fraction of datasheet bandwidth decode reaches (0.85).")),
+    bandwidth_efficiency: float | None = declared(ServerOptions, "bandwidth_efficiency"),
     mfu: float | None = declared(ServerOptions, "mfu"),
-    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help=(
-        "Roofline model: the engine's CPU time per step, ms (0 = kernels only).")),
-    calibration: Path | None = typer.Option(None, "--calibration", help=(
-        "calibration.yaml from 'pdmux bench' (SM-partition curves, co-run interference) and/or 'pdmux "
-        "calibrate' (whole-GPU efficiencies from your SGLang).")),
-    weight_bytes: float | None = typer.Option(None, "--weight-bytes", help=(
-        "Bytes per weight (default: the model's dtype).")),
+    step_overhead_ms: float | None = declared(ServerOptions, "step_overhead_ms"),
+    calibration: Path | None = declared(ServerOptions, "calibration"),
+    weight_bytes: float | None = declared(ServerOptions, "weight_bytes"),
     kv_bytes: float | None = declared(ServerOptions, "kv_bytes"),
     kv_cache_dtype: str | None = declared(ServerOptions, "kv_cache_dtype"),
-    flops_dtype: str | None = typer.Option(None, "--flops-dtype", help=(
-        "bf16, fp16 or fp8 dense math (default: by model).")),
+    flops_dtype: str | None = declared(ServerOptions, "flops_dtype"),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help=(
         "SGLang's flag: share of GPU memory for weights and KV pool (default: SGLang's own, per policy).")),
     max_prefill_tokens: int = declared(ServerOptions, "max_prefill_tokens"),
@@ -255,12 +248,10 @@ def tune(
         "1,0.9,0.8), or 'none'.")),
     cost_model: str = declared(ServerOptions, "cost_model"),
     s_sat: float | None = declared(ServerOptions, "s_sat"),
-    bandwidth_efficiency: float | None = typer.Option(None, "--bandwidth-efficiency", help=(
-        "Chapter model: fraction of datasheet bandwidth (0.85).")),
+    bandwidth_efficiency: float | None = declared(ServerOptions, "bandwidth_efficiency", "tune"),
     mfu: float | None = declared(ServerOptions, "mfu"),
-    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help=(
-        "Roofline model: the engine's CPU time per step, ms.")),
-    calibration: Path | None = typer.Option(None, "--calibration", help=CALIBRATION_HELP),
+    step_overhead_ms: float | None = declared(ServerOptions, "step_overhead_ms", "tune"),
+    calibration: Path | None = declared(ServerOptions, "calibration", "tune"),
     mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help=(
         "SGLang's flag (default: SGLang's own with chunking off).")),
     max_prefill_tokens: int = declared(ServerOptions, "max_prefill_tokens"),

@@ -17,7 +17,8 @@ from typing import Any
 from ..sglang.revisions import DEFAULT_REVISION
 from ..provenance import provenance, with_provenance
 from ..util.errors import InputError
-from .fields import Checked
+from .fields import Checked, option
+from .device_options import device_option
 from .planning_inputs import resolve_device
 
 
@@ -30,14 +31,19 @@ class CheckConfigRequest(Checked):
     file fails where the revision cannot run it beside pdmux)."""
 
     path: Path | str
-    gpu: str | None = None
-    sms: int | None = None
-    cc: str | None = None
-    sm_group_num: int | None = None
-    model: str | None = None
+    gpu: str | None = device_option("gpu")
+    sms: int | None = device_option("sms")
+    cc: str | None = device_option("cc")
+    sm_group_num: int | None = option(None, help=(
+        "The {flag.sm_group_num} you launch with (must equal the YAML's)."))
+    model: str | None = option(None, short="-m", help=(
+        "The model served: warn where the SGLang revision cannot multiplex its architecture."))
     sglang: str = DEFAULT_REVISION
-    speculative_algorithm: str | None = None
-    speculative_draft_model_path: Path | str | None = None
+    speculative_algorithm: str | None = option(None, help=(
+        "The server's speculative decoding: the file fails where the {flag.sglang} revision cannot run it "
+        "beside pdmux (0.5.23 cannot)."))
+    speculative_draft_model_path: Path | str | None = option(None, help=(
+        "The draft's Hugging Face config.json (its decoder layers decide what a revision accepts)."))
 
 
 @dataclass(frozen=True)

@@ -44,17 +44,25 @@ class DeploymentOptions(Checked):
     disagg: str | None = option(None, group=DEPLOYMENT, help=(
         "Add PD disaggregation: XPYD prefill and decode instances (1P1D, 2P6D), each {flag.tp} GPUs; "
         "prefill-first on the prefill instances, the KV cache moved over {flag.kv_link}, decode on the "
-        "decode instances."))
+        "decode instances."), wordings={"estimate": (
+            "Also a row of PD disaggregation with X prefill and Y decode instances of {flag.tp} GPUs each, "
+            "e.g. 1P1D or 2P6D: TTFT = whole-GPU prefill + the KV transfer, decode undisturbed.")})
     disagg_tp: int | None = option(None, group=DEPLOYMENT, help=(
         "{flag.disagg}: each instance's TP (default {flag.tp}), e.g. {flag.tp} 2 {flag.dp} 1 {flag.disagg} "
-        "1P1D {flag.disagg_tp} 1 puts every policy on 2 GPUs."))
+        "1P1D {flag.disagg_tp} 1 puts every policy on 2 GPUs."), wordings={
+        "estimate": "{flag.disagg}: each instance's TP (default {flag.tp})."})
     kv_link: str = option("auto", group=DEPLOYMENT, help=(
         "{flag.disagg}: the link each GPU's share of a KV cache crosses: auto (the GPU's NVLink or PCIe "
-        "when all GPUs fit one node of 8, else RDMA 400 Gb/s per GPU), nvlink, pcie or rdma."))
+        "when all GPUs fit one node of 8, else RDMA 400 Gb/s per GPU), nvlink, pcie or rdma."), wordings={
+        "estimate": ("{flag.disagg}'s KV link: auto (the GPU's NVLink/PCIe within a node of 8 GPUs, RDMA 400 "
+                     "Gb/s per GPU across nodes), nvlink, pcie or rdma.")})
     kv_link_gb_s: float | None = option(None, group=DEPLOYMENT, help=(
-        "{flag.disagg}: the KV link's bandwidth, GB/s per GPU and direction (overrides {flag.kv_link}'s)."))
+        "{flag.disagg}: the KV link's bandwidth, GB/s per GPU and direction (overrides {flag.kv_link}'s)."),
+        wordings={"estimate": (
+            "{flag.disagg}'s KV link bandwidth per GPU and direction, GB/s (overrides {flag.kv_link}'s).")})
     kv_link_latency_us: float | None = option(None, group=DEPLOYMENT, help=(
-        "{flag.disagg}: the KV link's latency per transfer, us (overrides {flag.kv_link}'s)."))
+        "{flag.disagg}: the KV link's latency per transfer, us (overrides {flag.kv_link}'s)."), wordings={
+        "estimate": "{flag.disagg}'s KV link latency per transfer, us (overrides {flag.kv_link}'s)."})
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
-from ..catalog.model import DEFAULT_MODEL
 from ..sglang.revisions import DEFAULT_REVISION
 from ..provenance import provenance, with_provenance
 from ..util.errors import Finding, InputError, short_repr
-from .fields import SERVING_TERMS, Checked, option
-from .server import SpeculativeKeywords
+from .deployment import DeploymentOptions
+from .fields import Checked, declared_as, option
+from .server import ServerOptions, SpeculativeKeywords
 from .planning_inputs import (
     check_int,
     check_positive_knobs,
@@ -57,49 +57,52 @@ class EstimateRequest(Checked):
     revision whose rules apply (``--sglang``).
     """
 
-    model: str = DEFAULT_MODEL
-    gpu: str | None = None
-    decode_bs: int = 32
-    context: int = 2048
-    prompt_tokens: int = 8192
-    chunk_sizes: tuple[int, ...] | str | None = None
-    mixed_chunk_sizes: tuple[int, ...] | str = (2048, 512)
-    cost_model: str = "roofline"
-    s_sat: tuple[float, ...] | str | None = None
-    bandwidth_efficiency: float | None = None
-    mfu: float | None = None
-    step_overhead_ms: float | None = None
-    per_request_overhead_ms: float | None = option(group=SERVING_TERMS, help=(
-        "Roofline model: what every step spends per request in its batch beyond the kernels, ms (default: "
-        "fitted to public SGLang serving runs, profiles/efficiency/serving.yaml)."))
-    eager_launch_ms: float | None = option(group=SERVING_TERMS, help=(
-        "Roofline model: SGLang's host time per kernel of a prefill launched outside its CUDA graph (mixed "
-        "chunks, pdmux's split prefill), ms (default: serving.yaml's fit)."))
-    disable_cuda_graph: bool = False
-    speculative_algorithm: str | None = None
-    speculative_num_steps: int | None = None
-    speculative_eagle_topk: int | None = None
-    speculative_num_draft_tokens: int | None = None
-    speculative_draft_model_path: Path | str | None = None
-    speculative_accept_length: float | None = None
-    weight_bytes: float | None = None
-    kv_bytes: float | None = None
-    kv_cache_dtype: str | None = None
-    level: tuple[int, int] | str | None = "auto"
-    all_levels: bool = False
-    sm_group_num: int | None = None
-    decode_bs_divisor: int | None = None
-    token_budget: int | None = None
-    config: Path | str | None = None
-    flops_dtype: str | None = None
-    calibration: Path | str | None = None
-    tp: int = 1
-    disagg: str | None = None
-    kv_link: str = "auto"
-    kv_link_gb_s: float | None = None
-    kv_link_latency_us: float | None = None
-    disagg_tp: int | None = None
-    plot: Path | str | None = None
+    model: str = declared_as(ServerOptions, "model")
+    gpu: str | None = declared_as(ServerOptions, "gpu")
+    decode_bs: int = option(32, help="Requests in decode when the prompt arrives.")
+    context: int = option(2048, help="KV-cache tokens of each decode request.")
+    prompt_tokens: int = option(8192, help="Tokens of the prompt that slips in.")
+    chunk_sizes: tuple[int, ...] | str | None = option(None, help=(
+        "Chunk sizes of SGLang's default chunked prefill (decode waits for every chunk), tokens, or 'none' "
+        "(default: SGLang's default size for the GPU; none under {flag.cost_model} chapter)."))
+    mixed_chunk_sizes: tuple[int, ...] | str = option((2048, 512), help=(
+        "Chunk sizes with --enable-mixed-chunk (decode runs in every chunk step; the chapter's chunked "
+        "rows), or 'none'."))
+    cost_model: str = declared_as(ServerOptions, "cost_model")
+    s_sat: tuple[float, ...] | str | None = declared_as(ServerOptions, "s_sat")
+    bandwidth_efficiency: float | None = declared_as(ServerOptions, "bandwidth_efficiency")
+    mfu: float | None = declared_as(ServerOptions, "mfu")
+    step_overhead_ms: float | None = declared_as(ServerOptions, "step_overhead_ms")
+    per_request_overhead_ms: float | None = declared_as(ServerOptions, "per_request_overhead_ms")
+    eager_launch_ms: float | None = declared_as(ServerOptions, "eager_launch_ms")
+    disable_cuda_graph: bool = declared_as(ServerOptions, "disable_cuda_graph")
+    speculative_algorithm: str | None = declared_as(ServerOptions, "speculative_algorithm")
+    speculative_num_steps: int | None = declared_as(ServerOptions, "speculative_num_steps")
+    speculative_eagle_topk: int | None = declared_as(ServerOptions, "speculative_eagle_topk")
+    speculative_num_draft_tokens: int | None = declared_as(ServerOptions, "speculative_num_draft_tokens")
+    speculative_draft_model_path: Path | str | None = declared_as(ServerOptions,
+                                                                  "speculative_draft_model_path")
+    speculative_accept_length: float | None = declared_as(ServerOptions, "speculative_accept_length")
+    weight_bytes: float | None = declared_as(ServerOptions, "weight_bytes")
+    kv_bytes: float | None = declared_as(ServerOptions, "kv_bytes")
+    kv_cache_dtype: str | None = declared_as(ServerOptions, "kv_cache_dtype")
+    level: tuple[int, int] | str | None = option("auto", help=(
+        "PREFILL/DECODE SMs, e.g. 96/36, or 'auto' for SGLang's choice."))
+    all_levels: bool = option(False, help="Also show ITL and prefill time at every level.")
+    sm_group_num: int | None = option(None, help="SGLang's sm_group_num (default 8).")
+    decode_bs_divisor: int | None = option(None, help="SGLang's decode_bs_divisor (default 36).")
+    token_budget: int | None = option(None, help="SGLang's split_forward_token_budget (default 65536).")
+    config: Path | str | None = option(None, help="A pdmux YAML whose levels and knobs to use.")
+    flops_dtype: str | None = declared_as(ServerOptions, "flops_dtype")
+    calibration: Path | str | None = declared_as(ServerOptions, "calibration")
+    tp: int = declared_as(ServerOptions, "tp")
+    disagg: str | None = declared_as(DeploymentOptions, "disagg")
+    kv_link: str = declared_as(DeploymentOptions, "kv_link")
+    kv_link_gb_s: float | None = declared_as(DeploymentOptions, "kv_link_gb_s")
+    kv_link_latency_us: float | None = declared_as(DeploymentOptions, "kv_link_latency_us")
+    disagg_tp: int | None = declared_as(DeploymentOptions, "disagg_tp")
+    plot: Path | str | None = option(None, writes="file", help=(
+        "Write ITL against prefill time at every level, the other policies as points, to this PNG."))
     sglang: str = DEFAULT_REVISION
 
 

@@ -21,10 +21,10 @@ from ..catalog.model import DEFAULT_MODEL
 from ..sglang.revisions import DEFAULT_REVISION
 from ..provenance import provenance, step_model_provenance, with_provenance
 from ..util.errors import Finding, InputError
-from .fields import Checked, option
+from .check_config import CheckConfigRequest
+from .device_options import TP_HELP, device_option
+from .fields import Checked, declared_as, option
 from .planning_inputs import (
-    GPU_HELP,
-    TP_HELP,
     check_positive_knobs,
     resolve_device,
 )
@@ -50,9 +50,9 @@ class GenConfigRequest(Checked):
     join the launch line.
     """
 
-    gpu: str | None = option(None, short="-g", help=GPU_HELP + " Default: h100.")
-    sms: int | None = option(None, help="SM count of any device (with {flag.cc}).")
-    cc: str | None = option(None, help="Compute capability of that device, e.g. 9.0.")
+    gpu: str | None = device_option("gpu")
+    sms: int | None = device_option("sms")
+    cc: str | None = device_option("cc")
     sm_group_num: int = option(8, help="Stream groups incl. the two whole-GPU ones.")
     decode_bs_divisor: int = option(36, help="Divisor of the linear level rule.")
     token_budget: int = option(65536, help="split_forward_token_budget (tokens per round).")
@@ -109,8 +109,8 @@ class GenConfigRequest(Checked):
     speculative_algorithm: str | None = option(None, help=(
         "SGLang's flag: speculative decoding beside pdmux (refused where the {flag.sglang} revision "
         "cannot run the pair; 0.5.23 cannot); the launch line gains it."))
-    speculative_draft_model_path: Path | str | None = option(None, help=(
-        "The draft's Hugging Face config.json (its decoder layers decide what a revision accepts)."))
+    speculative_draft_model_path: Path | str | None = declared_as(CheckConfigRequest,
+                                                                  "speculative_draft_model_path")
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,6 @@ from typing import Any
 from ..util.errors import Finding, InputError, short_repr
 from .values import param_error
 
-#: The planning commands' help of ``--gpu`` and ``--tp`` (splits, estimate, gen-config, check-config), worded
-#: once; each command adds its own ending.
-GPU_HELP = ("GPU profile: alias (h100, h200, h20, a100, b200, ...), reported name ('NVIDIA H100 80GB HBM3'), "
-            "or a profile file of your own (my-gpu.yaml, fields as in profiles/gpus/).")
-TP_HELP = ("Tensor parallelism: GPUs of one server the model is sharded over, as SGLang's --tp-size (1-8); "
-           "step times are one rank's, collectives included, and memory is checked per GPU.")
-
-
 class Device:
     """The device a command plans for: a GPU profile (``gpu``: :class:`pdmux_cli.catalog.hardware.Gpu`), or
     just an

@@ -18,6 +18,10 @@ from ..sglang.kv_cache import KV_CACHE_DTYPE_HELP
 from ..sglang.server_defaults import MAX_PREFILL_TOKENS
 from ..util.errors import InputError
 from .fields import SERVING_TERMS, SPECULATIVE, Checked, option
+from .device_options import DEVICE_OPTIONS, TP_HELP
+
+#: ``--calibration``'s help where capacity and tune word it.
+CALIBRATION_HELP = "calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate'."
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,22 +56,39 @@ class ServerOptions(Checked):
     model: str = option(DEFAULT_MODEL, short="-m", help=(
         "Model profile name or path to a Hugging Face config.json."))
     gpu: str | None = option(None, short="-g", help=(
-        "GPU profile: alias (h100, h200, a100, b200, ...), reported name, or my-gpu.yaml. Default: h100."))
+        "GPU profile: alias (h100, h200, a100, b200, ...), reported name, or my-gpu.yaml. Default: h100."),
+        wordings={"estimate": DEVICE_OPTIONS["gpu"]["help"]})
     cost_model: str = option("roofline", help=(
         "roofline (fitted to measurements) or chapter (the chapter's illustrative model)."))
     s_sat: float | None = option(None, help=(
-        "SMs that reach 95% of HBM bandwidth (default: the cost model's)."))
-    bandwidth_efficiency: float | None = None
+        "SMs that reach 95% of HBM bandwidth (default: the cost model's)."), wordings={"estimate": (
+            "SMs that reach 95% of HBM bandwidth, e.g. 44,66,88 (default: roofline's fit; chapter: 1/3, 1/2, "
+            "2/3 of the SMs).")})
+    bandwidth_efficiency: float | None = option(None, help=(
+        "Chapter model: fraction of datasheet bandwidth decode reaches (0.85)."), wordings={
+        "tune": "Chapter model: fraction of datasheet bandwidth (0.85).",
+        "estimate": "Chapter model: fraction of datasheet HBM bandwidth decode reaches (default 0.85)."})
     mfu: float | None = option(None, help=(
-        "Chapter model: fraction of dense FLOP/s prefill reaches (0.5)."))
-    step_overhead_ms: float | None = None
+        "Chapter model: fraction of dense FLOP/s prefill reaches (0.5)."), wordings={
+        "estimate": "Chapter model: fraction of dense FLOP/s prefill reaches (default 0.5)."})
+    step_overhead_ms: float | None = option(None, help=(
+        "Roofline model: the engine's CPU time per step, ms (0 = kernels only)."), wordings={
+        "tune": "Roofline model: the engine's CPU time per step, ms.",
+        "estimate": ("Roofline model: the engine's CPU time per step, ms (0 = kernels only; default: "
+                     "SGLang's measured 0.31).")})
     per_request_overhead_ms: float | None = option(group=SERVING_TERMS, help=(
         "Roofline model: what every step spends per request in its batch beyond the kernels, ms, paid by "
-        "every schedule (default: fitted to public SGLang serving runs, profiles/efficiency/serving.yaml)."))
+        "every schedule (default: fitted to public SGLang serving runs, profiles/efficiency/serving.yaml)."),
+        wordings={"estimate": (
+            "Roofline model: what every step spends per request in its batch beyond the kernels, ms "
+            "(default: fitted to public SGLang serving runs, profiles/efficiency/serving.yaml).")})
     eager_launch_ms: float | None = option(group=SERVING_TERMS, help=(
         "Roofline model: SGLang's host time per kernel of a prefill launched outside its CUDA graph (mixed "
         "batches, pdmux's split prefill, DeepSeek-V3 on B200, {flag.disable_prefill_cuda_graph}), ms: such "
-        "a batch takes at least its layers' kernels times this (default: serving.yaml's fit)."))
+        "a batch takes at least its layers' kernels times this (default: serving.yaml's fit)."),
+        wordings={"estimate": (
+            "Roofline model: SGLang's host time per kernel of a prefill launched outside its CUDA graph "
+            "(mixed chunks, pdmux's split prefill), ms (default: serving.yaml's fit).")})
     admission_delay_ms: float | None = option(group=SERVING_TERMS, help=(
         "Roofline model: from a request's arrival until SGLang's scheduler can admit it (HTTP server, "
         "tokenizer, IPC), ms (default: serving.yaml's fit)."))
@@ -77,12 +98,20 @@ class ServerOptions(Checked):
     admission_interval_ms: float | None = option(group=SERVING_TERMS, help=(
         "Roofline model: the front end's time per request (one tokenizer manager takes every request), ms: "
         "a burst enters the scheduler one request per interval (default: serving.yaml's fit)."))
-    calibration: Path | None = None
-    weight_bytes: float | None = None
+    calibration: Path | None = option(None, help=(
+        "calibration.yaml from 'pdmux bench' (SM-partition curves, co-run interference) and/or 'pdmux "
+        "calibrate' (whole-GPU efficiencies from your SGLang)."), wordings={
+        "capacity": CALIBRATION_HELP, "tune": CALIBRATION_HELP,
+        "estimate": ("calibration.yaml from 'pdmux bench' (measured SM-partition curves replace S_SAT) "
+                     "and/or 'pdmux calibrate' (whole-GPU efficiencies from your SGLang).")})
+    weight_bytes: float | None = option(None, help="Bytes per weight (default: the model's dtype).",
+                                        wordings={"estimate": (
+                                            "Bytes per weight (default: the model's dtype; bf16 2, fp8 1).")})
     kv_bytes: float | None = option(None, help=(
-        "Bytes per KV-cache element (default: by {flag.kv_cache_dtype})."))
+        "Bytes per KV-cache element (default: by {flag.kv_cache_dtype})."), wordings={
+        "estimate": "Bytes per KV-cache element (bf16 2, fp8 1; default: by {flag.kv_cache_dtype})."})
     kv_cache_dtype: str | None = option(None, help=KV_CACHE_DTYPE_HELP)
-    flops_dtype: str | None = None
+    flops_dtype: str | None = option(None, help="bf16, fp16 or fp8 dense math (default: by model).")
     mem_fraction_static: float | None = None
     max_prefill_tokens: int = option(MAX_PREFILL_TOKENS, help=(
         "SGLang's {flag.max_prefill_tokens}."))
@@ -97,13 +126,15 @@ class ServerOptions(Checked):
     disable_prefill_cuda_graph: bool = False
     disable_cuda_graph: bool = option(False, help=(
         "SGLang's flag: no CUDA graphs, decode and prefill launched kernel by kernel (a step takes at least "
-        "its kernels' host launch time; the graphs' memory reserve is not taken)."))
+        "its kernels' host launch time; the graphs' memory reserve is not taken)."), wordings={
+        "estimate": "SGLang's flag: no CUDA graphs, decode and prefill launched kernel by kernel."})
     no_prefix_cache: bool = option(False, help=(
         "Turn SGLang's radix cache off (--disable-radix-cache). On by default: prompts of a trace with "
         "hash_ids (Mooncake) reuse cached prefixes."))
     tp: int = option(1, help=(
         "Tensor parallelism: GPUs of one server the model is sharded over, as SGLang's --tp-size (1-8); the "
-        "server is simulated as one of its ranks (every rank runs the same batches), memory per GPU."))
+        "server is simulated as one of its ranks (every rank runs the same batches), memory per GPU."),
+        wordings={"estimate": TP_HELP})
     speculative_algorithm: str | None = option(group=SPECULATIVE, help=(
         "SGLang's flag: EAGLE, EAGLE3, NEXTN (MTP) or STANDALONE speculative decoding on the baselines "
         "(pdmux beside it where the {flag.sglang} revision runs the pair); needs "

@@ -15,7 +15,8 @@ from typing import Any
 from ..catalog.model import DEFAULT_MODEL
 from ..provenance import provenance, with_provenance
 from ..util.errors import Finding, InputError, short_repr
-from .fields import Checked
+from .device_options import device_option
+from .fields import Checked, option
 from .planning_inputs import (
     check_positive_knobs,
     int_tuple,
@@ -39,18 +40,24 @@ class SplitsRequest(Checked):
     65536). ``config``: a pdmux YAML whose levels and knobs are used. ``tp``: tensor parallelism (1-8).
     """
 
-    gpu: str | None = None
-    sms: int | None = None
-    cc: str | None = None
-    all_gpus: bool = False
-    decode_bs: tuple[int, ...] | str = (1, 6, 12, 18, 24, 30, 36, 64)
-    prompt_tokens: tuple[int, ...] | str = (512, 8192, 32768, 131072)
-    model: str = DEFAULT_MODEL
-    sm_group_num: int | None = None
-    decode_bs_divisor: int | None = None
-    token_budget: int | None = None
-    config: Path | str | None = None
-    tp: int = 1
+    gpu: str | None = device_option("gpu")
+    sms: int | None = device_option("sms")
+    cc: str | None = device_option("cc")
+    all_gpus: bool = option(False, help="One table of every GPU profile's levels.")
+    decode_bs: tuple[int, ...] | str = option((1, 6, 12, 18, 24, 30, 36, 64), help=(
+        "Decode batch sizes to choose a level for."))
+    prompt_tokens: tuple[int, ...] | str = option((512, 8192, 32768, 131072), help=(
+        "Prompt lengths for layers per round."))
+    model: str = option(DEFAULT_MODEL, short="-m", help="Model profile or config.json (its layer count).")
+    sm_group_num: int | None = option(None, help=(
+        "Stream groups incl. the two whole-GPU ones (SGLang default 8)."))
+    decode_bs_divisor: int | None = option(None, help="Divisor of the linear level rule (default 36).")
+    token_budget: int | None = option(None, help="split_forward_token_budget (default 65536).")
+    config: Path | str | None = option(None, help=(
+        "An existing pdmux YAML: its levels, thresholds and knobs are used."))
+    tp: int = option(1, help=(
+        "Tensor parallelism (GPUs, 1-8): every GPU builds the same groups and takes the same level; "
+        "{flag.model}'s heads and widths must split."))
 
 
 @dataclass(frozen=True)
