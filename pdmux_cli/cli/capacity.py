@@ -15,7 +15,7 @@ import typer
 from ..util.errors import InputError
 from ..workflows.deployment import DeploymentOptions
 from ..workflows.capacity import CapacityRequest
-from ..workflows.fields import DEPLOYMENT, GENERATED_SHARED_PREFIX, RUN, SERVING_TERMS, SPECULATIVE
+from ..workflows.fields import DEPLOYMENT, GENERATED_SHARED_PREFIX, RUN, SERVING_TERMS, SPECULATIVE, WORKLOAD
 from ..workflows.run_options import RunOptions
 from ..workflows.server import ServerOptions
 from ..workflows.workload import WorkloadOptions
@@ -131,18 +131,10 @@ def _per_gpu_text(p: Any) -> str:
 @with_group(WorkloadOptions, GENERATED_SHARED_PREFIX, after="output_tokens")
 @with_group(DeploymentOptions, DEPLOYMENT, after="tp")
 @with_group(RunOptions, RUN, before="tp")
+@with_group(CapacityRequest, WORKLOAD, after="trace_option", command="capacity")
 def capacity(
     trace: Path | None = TRACE_ARGUMENT,
     trace_option: Path | None = TRACE_OPTION,
-    synthetic: bool = declared(WorkloadOptions, "synthetic"),
-    trace_format: str | None = declared(WorkloadOptions, "trace_format"),
-    qps: float | None = typer.Option(None, "--qps", help=(
-        "Synthetic: the rate the arrivals are drawn at (the search scales it).")),
-    max_requests: int | None = declared(WorkloadOptions, "max_requests"),
-    duration: float | None = declared(WorkloadOptions, "duration"),
-    seed: int = declared(WorkloadOptions, "seed"),
-    prompt_tokens: str = declared(WorkloadOptions, "prompt_tokens"),
-    output_tokens: str = declared(WorkloadOptions, "output_tokens"),
     model: str = declared(ServerOptions, "model"),
     gpu: str | None = declared(ServerOptions, "gpu"),
     policies: str = declared(CapacityRequest, "policies"),

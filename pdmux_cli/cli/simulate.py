@@ -17,7 +17,7 @@ import typer
 
 from ..util.errors import InputError
 from ..workflows.deployment import DeploymentOptions
-from ..workflows.fields import DEPLOYMENT, GENERATED_SHARED_PREFIX, RUN, SERVING_TERMS, SPECULATIVE
+from ..workflows.fields import DEPLOYMENT, GENERATED_SHARED_PREFIX, RUN, SERVING_TERMS, SPECULATIVE, WORKLOAD
 from ..workflows.run_options import RunOptions
 from ..workflows.server import ServerOptions
 from ..workflows.simulate import SimulateRequest
@@ -50,20 +50,10 @@ __all__ = ["print_json", "print_tune_search", "simulate", "tune", "tune_table"]
 @with_group(WorkloadOptions, GENERATED_SHARED_PREFIX, after="output_tokens")
 @with_group(DeploymentOptions, DEPLOYMENT, after="tp")
 @with_group(RunOptions, RUN, after="max_concurrency", command="simulate")
+@with_group(WorkloadOptions, WORKLOAD, after="trace_option", command="simulate")
 def simulate(
     trace: Path | None = TRACE_ARGUMENT,
     trace_option: Path | None = TRACE_OPTION,
-    synthetic: bool = declared(WorkloadOptions, "synthetic"),
-    trace_format: str | None = declared(WorkloadOptions, "trace_format"),
-    qps: float | None = typer.Option(None, "--qps", help="Requests/s: the synthetic rate, or retime a trace "
-                                                         "to it."),
-    rate_scale: float | None = typer.Option(None, "--rate-scale", help=(
-        "Multiply a trace's arrival rate (2 = twice the load).")),
-    max_requests: int | None = declared(WorkloadOptions, "max_requests"),
-    duration: float | None = declared(WorkloadOptions, "duration"),
-    seed: int = declared(WorkloadOptions, "seed"),
-    prompt_tokens: str = declared(WorkloadOptions, "prompt_tokens"),
-    output_tokens: str = declared(WorkloadOptions, "output_tokens"),
     model: str = declared(ServerOptions, "model"),
     gpu: str | None = declared(ServerOptions, "gpu"),
     policies: str = declared(SimulateRequest, "policies"),
@@ -232,8 +222,8 @@ def tune(
     model: str = declared(ServerOptions, "model"),
     gpu: str | None = declared(ServerOptions, "gpu"),
     trace_format: str | None = declared(WorkloadOptions, "trace_format"),
-    qps: float | None = typer.Option(None, "--qps", help="Retime the trace to this many requests/s."),
-    rate_scale: float | None = typer.Option(None, "--rate-scale", help="Multiply the trace's arrival rate."),
+    qps: float | None = declared(WorkloadOptions, "qps", "tune"),
+    rate_scale: float | None = declared(WorkloadOptions, "rate_scale", "tune"),
     max_requests: int | None = declared(WorkloadOptions, "max_requests"),
     duration: float | None = declared(WorkloadOptions, "duration"),
     sm_group_nums: str | None = typer.Option(None, "--sm-group-nums", help=(

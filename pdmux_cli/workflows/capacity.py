@@ -16,7 +16,7 @@ from typing import Any
 from ..sglang.revisions import DEFAULT_REVISION
 from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, server_and_cluster
-from .fields import option
+from .fields import declared_as, option
 from .policies import (
     DEFAULT_POLICIES,
     PolicyChoice,
@@ -57,23 +57,23 @@ class CapacityRequest(ServerOptions, DeploymentOptions, RunOptions):
     meet them; ``tolerance``: the rate's relative precision. ``plot``: a PNG to write.
     """
 
-    trace: Path | None = None
-    synthetic: bool = False
-    trace_format: str | None = None
-    qps: float | None = None
-    max_requests: int | None = None
-    duration: float | None = None
-    seed: int = 0
-    prompt_tokens: str = "1024"
-    output_tokens: str = "128"
-    dataset_name: str | None = None
-    gsp_num_groups: int = 64
-    gsp_prompts_per_group: int = 16
-    gsp_system_prompt_len: int = 2048
-    gsp_question_len: int = 128
-    gsp_output_len: int = 256
-    gsp_range_ratio: float = 1.0
-    gsp_ordered: bool = False
+    trace: Path | None = declared_as(WorkloadOptions, "trace")
+    synthetic: bool = declared_as(WorkloadOptions, "synthetic")
+    trace_format: str | None = declared_as(WorkloadOptions, "trace_format")
+    qps: float | None = declared_as(WorkloadOptions, "qps")
+    max_requests: int | None = declared_as(WorkloadOptions, "max_requests")
+    duration: float | None = declared_as(WorkloadOptions, "duration")
+    seed: int = declared_as(WorkloadOptions, "seed")
+    prompt_tokens: str = declared_as(WorkloadOptions, "prompt_tokens")
+    output_tokens: str = declared_as(WorkloadOptions, "output_tokens")
+    dataset_name: str | None = declared_as(WorkloadOptions, "dataset_name")
+    gsp_num_groups: int = declared_as(WorkloadOptions, "gsp_num_groups")
+    gsp_prompts_per_group: int = declared_as(WorkloadOptions, "gsp_prompts_per_group")
+    gsp_system_prompt_len: int = declared_as(WorkloadOptions, "gsp_system_prompt_len")
+    gsp_question_len: int = declared_as(WorkloadOptions, "gsp_question_len")
+    gsp_output_len: int = declared_as(WorkloadOptions, "gsp_output_len")
+    gsp_range_ratio: float = declared_as(WorkloadOptions, "gsp_range_ratio")
+    gsp_ordered: bool = declared_as(WorkloadOptions, "gsp_ordered")
     policies: str = option(DEFAULT_POLICIES, help=(
         "Comma-separated: pdmux, chunked, mixed-chunk, prefill-first, disagg (with {flag.disagg})."))
     chunk_sizes: str | None = None

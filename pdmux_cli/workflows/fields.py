@@ -294,6 +294,9 @@ GENERATED_SHARED_PREFIX = "generated-shared-prefix"
 #: More than one server: DP replicas behind a router, PD disaggregation and its KV link
 #: (``DeploymentOptions``): simulate and capacity.
 DEPLOYMENT = "deployment"
+#: The workload: a trace's shape or synthetic arrivals (``WorkloadOptions``): simulate and capacity (capacity
+#: never retimes: no ``rate_scale``).
+WORKLOAD = "workload"
 #: Where the simulations run: processes or a Ray cluster, and the step guard (``RunOptions``): simulate,
 #: capacity and tune.
 RUN = "run"
@@ -305,11 +308,11 @@ def option(default: Any = None, *, help: str, group: str | None = None, short: s
     parameters named as ``{flag.NAME}``, as errors name them: the CLI writes their flags); its flag is
     :func:`pdmux_cli.messages.flag` of the field's name (``short``: a one-letter flag beside it, ``"-m"``),
     its type the annotation, its range :data:`RANGES`. ``group``: the shared option group
-    (:data:`SERVING_TERMS`, :data:`SPECULATIVE`, :data:`GENERATED_SHARED_PREFIX`, :data:`DEPLOYMENT`,
-    :data:`RUN`) whose commands take it, if any (the CLI: :func:`pdmux_cli.cli.options.with_group`; one
-    option alone: :func:`pdmux_cli.cli.options.declared`; a command's own:
-    :func:`pdmux_cli.cli.options.with_declared`). ``writes``: a path the command writes, whole or not at all:
-    ``"path"`` (a file or ``-``) or ``"file"`` (the CLI checks it before any work:
+    (:data:`WORKLOAD`, :data:`SERVING_TERMS`, :data:`SPECULATIVE`, :data:`GENERATED_SHARED_PREFIX`,
+    :data:`DEPLOYMENT`, :data:`RUN`) whose commands take it, if any (the CLI:
+    :func:`pdmux_cli.cli.options.with_group`; one option alone: :func:`pdmux_cli.cli.options.declared`; a
+    command's own: :func:`pdmux_cli.cli.options.with_declared`). ``writes``: a path the command writes,
+    whole or not at all: ``"path"`` (a file or ``-``) or ``"file"`` (the CLI checks it before any work:
     :func:`pdmux_cli.cli.common.output_path`, ``output_file``). ``wordings``: the help as a command words it
     where it deliberately differs (``{"tune": ...}``), by the command's name; the others show ``help``."""
     return dataclasses.field(default=default, metadata={HELP: help, GROUP: group, SHORT: short,

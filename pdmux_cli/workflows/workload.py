@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..util.errors import InputError, short_repr
-from .fields import GENERATED_SHARED_PREFIX, Checked, group_fields, option
+from .fields import GENERATED_SHARED_PREFIX, WORKLOAD, Checked, group_fields, option
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,23 +32,28 @@ class WorkloadOptions(Checked):
     """
 
     trace: Path | None = None
-    synthetic: bool = option(False, help=(
+    synthetic: bool = option(False, group=WORKLOAD, help=(
         "Poisson arrivals at {flag.qps} instead of a trace file ({flag.qps} inf: all at once, with "
         "{flag.max_requests})."))
-    trace_format: str | None = option(None, help=(
+    trace_format: str | None = option(None, group=WORKLOAD, help=(
         "azure, mooncake or burstgpt (default: detected)."))
-    qps: float | None = None
-    rate_scale: float | None = None
-    max_requests: int | None = option(None, help=(
+    qps: float | None = option(None, group=WORKLOAD, help=(
+        "Requests/s: the synthetic rate, or retime a trace to it."), wordings={
+        "capacity": "Synthetic: the rate the arrivals are drawn at (the search scales it).",
+        "tune": "Retime the trace to this many requests/s."})
+    rate_scale: float | None = option(None, group=WORKLOAD, help=(
+        "Multiply a trace's arrival rate (2 = twice the load)."), wordings={
+        "tune": "Multiply the trace's arrival rate."})
+    max_requests: int | None = option(None, group=WORKLOAD, help=(
         "Only the first N requests."))
-    duration: float | None = option(None, help=(
+    duration: float | None = option(None, group=WORKLOAD, help=(
         "Only requests arriving in the first S seconds."))
-    seed: int = option(0, help=(
+    seed: int = option(0, group=WORKLOAD, help=(
         "Seed for synthetic arrivals and lengths."))
-    prompt_tokens: str = option("1024", help=(
+    prompt_tokens: str = option("1024", group=WORKLOAD, help=(
         "Synthetic prompt length: N, uniform:LO:HI, exp:MEAN, lognormal:MEDIAN:SIGMA, or random:L[:RATIO] "
         "(bench_serving's random dataset, drawn as it draws them for {flag.seed}; both lengths then)."))
-    output_tokens: str = option("128", help=(
+    output_tokens: str = option("128", group=WORKLOAD, help=(
         "Synthetic output length (same forms)."))
     dataset_name: str | None = option(None, group=GENERATED_SHARED_PREFIX, help=(
         "generated-shared-prefix: bench_serving's dataset of groups of prompts sharing a system prompt, "
