@@ -112,6 +112,7 @@ def estimate(
     bandwidth_efficiency: float | None = None,
     mfu: float | None = None,
     step_overhead_ms: float | None = None,
+    context_length: int | None = None,
     disable_cuda_graph: bool = False,
     weight_bytes: float | None = None,
     kv_bytes: float | None = None,
@@ -151,6 +152,8 @@ def estimate(
         bandwidth_efficiency, mfu: the chapter model's fractions (0.85, 0.5).
         step_overhead_ms: the roofline model's CPU time per step (ms); its other serving terms (ms) are
             :class:`~pdmux_cli.workflows.estimate.EstimateServingTerms`' keys (EstimateRequest's fields).
+        context_length: SGLang's ``--context-length``, tokens: the longest request the server takes
+            (``None``: the model's max_position_embeddings); a prompt or decode context past it is refused.
         weight_bytes: bytes per weight; kv_bytes: bytes per KV element, or kv_cache_dtype (SGLang's).
         level: ``"auto"`` (SGLang's pick), ``"P/D"`` or ``(P, D)`` prefill/decode SMs.
         all_levels: also every level's ITL and prefill time (``result.estimate.levels``).
@@ -173,7 +176,7 @@ def estimate(
     Raises:
         pdmux_cli.util.errors.InputError: an unknown GPU, model, revision or cost model, knobs the cost model
         does
-            not take, sizes out of range, a prompt past the model's context length, a pdmux YAML SGLang
+            not take, sizes out of range, a prompt past the (server's) context length, a pdmux YAML SGLang
             refuses, a calibration of another GPU, a ``plot`` path that is not a writable ``.png``.
     """
     from pdmux_cli.workflows.estimate import estimate as run

@@ -86,3 +86,27 @@ def test_the_printed_command_replays_the_run():
     assert out.exit_code == 0, out.stderr
     policy = json.loads(out.stdout)["policies"][0]
     assert (129024 + 2048) / (policy["e2e_ms"]["p50"] / 1e3) == pytest.approx(predicted, rel=1e-3)
+
+
+def test_estimate_takes_the_context_length():
+    """estimate refuses a prompt past the model's 40,960 tokens, takes it under a longer --context-length
+    (with SGLang's start-up note), and refuses it past a shorter one, naming the flag."""
+    long = ["estimate", "--prompt-tokens", "60000"]
+    out = runner.invoke(app, long)
+    assert out.exit_code == 2 and "40,960 (max_position_embeddings)" in out.stderr
+    out = runner.invoke(app, [*long, "--context-length", "140000", "--json"])
+    assert out.exit_code == 0, out.stderr
+    notes = json.loads(out.stdout)["notes"]
+    assert any("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in n for n in notes)
+    out = runner.invoke(app, [*long, "--context-length", "50000"])
+    assert out.exit_code == 2
+    assert out.stderr.strip().splitlines() == [
+        "pdmux: error: prompt of 60,000 tokens is past the server's context length of 50,000 "
+        "(--context-length): SGLang rejects it; use fewer tokens"]
+    out = runner.invoke(app, ["estimate", "--prompt-tokens", "1024", "--context", "4096",
+                              "--context-length", "4096"])
+    assert out.exit_code == 2 and "decode context of 4,096 tokens" in out.stderr
+    with pytest.raises(pdmux.InputError, match=r"^prompt of 60,000 .* \(context_length\)"):
+        pdmux.estimate(prompt_tokens=60000, context_length=50000)
+    same = pdmux.estimate(context_length=40960).to_dict()["rows"]
+    assert same == pdmux.estimate().to_dict()["rows"]  # a limit above the sizes changes no figure

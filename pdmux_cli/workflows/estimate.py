@@ -75,6 +75,7 @@ class EstimateRequest(Checked):
     step_overhead_ms: float | None = declared_as(ServerOptions, "step_overhead_ms")
     per_request_overhead_ms: float | None = declared_as(ServerOptions, "per_request_overhead_ms")
     eager_launch_ms: float | None = declared_as(ServerOptions, "eager_launch_ms")
+    context_length: int | None = declared_as(ServerOptions, "context_length")
     disable_cuda_graph: bool = declared_as(ServerOptions, "disable_cuda_graph")
     speculative_algorithm: str | None = declared_as(ServerOptions, "speculative_algorithm")
     speculative_num_steps: int | None = declared_as(ServerOptions, "speculative_num_steps")
@@ -201,6 +202,19 @@ def parse_sizes(sizes: Any, param: str) -> tuple[int, ...] | None:
     return out
 
 
+def _check_context_length(r: EstimateRequest) -> None:
+    """Refuse a prompt or decode context at or past ``--context-length`` (SGLang 0.5.23 rejects such a
+    request: ``srt/managers/utils.py`` ``validate_input_length``, its limit below the server's context
+    length, ``srt/managers/tp_worker.py``), naming the flag; past the model's own length without it:
+    :func:`pdmux_cli.planning.estimate.estimate`'s check."""
+    for what, tokens in (("prompt", r.prompt_tokens), ("decode context", r.context)):
+        if tokens >= r.context_length:  # type: ignore[operator]
+            raise InputError("{what} of {tokens:,} tokens is past the server's context length of {limit:,} "
+                             "({flag.context_length}): SGLang rejects it; use fewer tokens",
+                             param="context_length",
+                             values={"what": what, "tokens": tokens, "limit": r.context_length})
+
+
 def estimate(request: EstimateRequest) -> EstimateResult:
     """ITL, prefill time and tokens gained per policy for one scenario (:class:`EstimateRequest`).
 
@@ -209,7 +223,7 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     (or given with ``s_sat``), a ``plot`` path that is not a writable ``.png`` or is an input, and every
     refusal of :func:`pdmux_cli.planning.estimate.estimate`.
     """
-    from ..catalog.model import load_model
+    from ..catalog.model import load_model, with_context_length
     from ..costmodel.options import CostModelOptions
     from ..planning.estimate import Scenario
     from ..planning.estimate import estimate as run_estimate
@@ -256,7 +270,9 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     device = resolve_device(r.gpu, None, None)
     split_levels.check_sm_group_num(sm_group_num, device.sm_count)
     gpu_profile = device.gpu
-    mdl = load_model(r.model)
+    mdl, context_notes = with_context_length(load_model(r.model), r.context_length)
+    if r.context_length is not None:
+        _check_context_length(r)
     kv_cache = resolve_kv_cache(mdl, r.kv_cache_dtype, kv_bytes)
     cfg, cfg_notes = (
         load_pdmux_yaml(config, device, sm_group_num, r.sglang) if config is not None else (None, [])
@@ -301,7 +317,7 @@ def estimate(request: EstimateRequest) -> EstimateResult:
         sglang=r.sglang,
     )
     est.notes[:0] = cfg_notes
-    est.notes.extend(spec_notes)
+    est.notes.extend([*context_notes, *spec_notes])
     if cal is not None and scenario.cost_model == "chapter" and (
             r.mfu is not None or r.bandwidth_efficiency is not None):
         est.notes.append(Finding("estimate.calibration_replaces_knobs", param="calibration"))

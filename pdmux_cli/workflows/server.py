@@ -120,7 +120,10 @@ class ServerOptions(Checked):
     context_length: int | None = option(None, help=(
         "SGLang's flag: the longest request (prompt + output, tokens) the server takes, instead of the "
         "model's own (max_position_embeddings, as SGLang derives it); requests past it are dropped, as "
-        "SGLang rejects them."))
+        "SGLang rejects them."), wordings={"estimate": (
+            "SGLang's flag: the longest request (prompt + output, tokens) the server takes, instead of the "
+            "model's own (max_position_embeddings, as SGLang derives it); a prompt or decode context past it "
+            "is refused, as SGLang rejects it.")})
     ignore_eos: bool = False
     disable_overlap_schedule: bool = False
     disable_prefill_cuda_graph: bool = False
