@@ -17,20 +17,25 @@ from pdmux_cli.cli import planning as cli_planning
 from pdmux_cli.cli import simulate as cli_simulate
 from pdmux_cli.costmodel import build_step_model
 from pdmux_cli.costmodel.options import CostModelOptions
-from pdmux_cli.messages import flags_in
+from pdmux_cli.messages import flag, flags_in
 from pdmux_cli.planning.estimate import Scenario, estimate
 from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.util.errors import InputError
 from pdmux_cli.workflows.deployment import DeploymentOptions
+from pdmux_cli.workflows.capacity import CapacityRequest
 from pdmux_cli.workflows.estimate import EstimateRequest
 from pdmux_cli.workflows.fields import (
     DEPLOYMENT,
     GENERATED_SHARED_PREFIX,
     HELP,
+    RUN,
     SERVING_TERMS,
     SPECULATIVE,
+    WORDINGS,
+    WORKLOAD,
     group_fields,
 )
+from pdmux_cli.workflows.run_options import RunOptions
 from pdmux_cli.workflows.server import ServerOptions
 from pdmux_cli.workflows.workload import GSP_OPTIONS, WorkloadOptions
 
@@ -115,6 +120,18 @@ GROUPS = [
                                                         "admission_interval_ms"), SHARED),
     (EstimateRequest, SERVING_TERMS, "step_overhead_ms", ("per_request_overhead_ms", "eager_launch_ms"),
      (cli_planning.estimate,)),
+    (EstimateRequest, DEPLOYMENT, "tp",
+     ("disagg", "kv_link", "kv_link_gb_s", "kv_link_latency_us", "disagg_tp"), (cli_planning.estimate,)),
+    (WorkloadOptions, WORKLOAD, "trace_option",
+     ("synthetic", "trace_format", "qps", "rate_scale", "max_requests", "duration", "seed", "prompt_tokens",
+      "output_tokens"), (cli_simulate.simulate,)),
+    (CapacityRequest, WORKLOAD, "trace_option",
+     ("synthetic", "trace_format", "qps", "max_requests", "duration", "seed", "prompt_tokens",
+      "output_tokens"), (cli_capacity.capacity,)),
+    (RunOptions, RUN, "max_concurrency", ("workers", "executor", "ray_address", "max_steps"),
+     (cli_simulate.simulate,)),
+    (RunOptions, RUN, "speculative_accept_length", ("workers", "executor", "ray_address", "max_steps"),
+     (cli_simulate.tune, cli_capacity.capacity)),
     (ServerOptions, SPECULATIVE, "disable_cuda_graph",
      ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
       "speculative_num_draft_tokens", "speculative_draft_model_path", "speculative_accept_length"),
@@ -135,12 +152,17 @@ def test_a_groups_options_are_built_from_their_declarations(cls, group, after, n
     assert names[at + 1:at + 1 + len(declared)] == [f.name for f in declared]
     for f in declared:
         option = params[f.name].default
-        assert option.default == f.default and option.help == flags_in(f.metadata[HELP]), f.name
-        assert option.param_decls[0] == "--" + f.name.replace("_", "-")
+        assert option.default == f.default and option.help == flags_in(_help(f, command)), f.name
+        assert option.param_decls[0] == flag(f.name)
 
 
-#: Options tune words for its own search (its --dp, --load-balance-method and --disagg).
-TUNE_OWN = {"dp", "load_balance_method", "disagg"}
+def _help(f: dataclasses.Field, command: object) -> str:
+    """``f``'s help as ``command`` words it: its own wording on the declaration, else the declared help."""
+    return f.metadata.get(WORDINGS, {}).get(command.__name__, f.metadata[HELP])
+
+
+#: An option tune words in its signature: --disagg (refused: tune searches pdmux knobs).
+TUNE_OWN = {"disagg"}
 
 
 @pytest.mark.parametrize("command, own", [(cli_simulate.simulate, set()), (cli_capacity.capacity, set()),
@@ -150,11 +172,11 @@ def test_every_declared_option_a_command_takes_is_its_declaration(command, own) 
     parameters its help names written as their flags."""
     params = inspect.signature(command).parameters
     checked = 0
-    for cls in (WorkloadOptions, ServerOptions, DeploymentOptions):
+    for cls in (WorkloadOptions, ServerOptions, DeploymentOptions, RunOptions):
         for f in dataclasses.fields(cls):
             if HELP not in f.metadata or f.name not in params or f.name in own:
                 continue
             option = params[f.name].default
-            assert (option.default, option.help) == (f.default, flags_in(f.metadata[HELP])), f.name
+            assert (option.default, option.help) == (f.default, flags_in(_help(f, command))), f.name
             checked += 1
     assert checked >= 20
