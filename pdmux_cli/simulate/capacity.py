@@ -436,13 +436,7 @@ def capacity(
     dp = check_dp_value(dp)
     load_balance_method = check_load_balance_method(load_balance_method)
     scaling = slo_scaling(setup) if intervals else None
-    kinds = ("rate", "low", "high") if scaling is not None else ("rate",)
-    # one search per policy and kind (the capacity, the ends of its interval); they share simulations:
-    # a rate simulated once for a policy answers every search of that policy that asks for it
-    ends = max(tolerance, INTERVAL_TOLERANCE)
-    searches = {(i, k): _search(trace, target, tolerance if k == "rate" else ends,
-                                k)
-                for i in range(len(policies)) for k in kinds}
+    searches = _searches(trace, len(policies), target, tolerance, scaling is not None)
     points: list[dict[float, RatePoint]] = [{} for _ in policies]
     outcome: dict[tuple[int, str], tuple[float, str]] = {}
     waiting: dict[tuple[int, float], list[str]] = {}
@@ -513,22 +507,39 @@ def capacity(
             for kind in waiting.pop((i, rate)):
                 ask(i, kind, send(i, kind, point), submit)
             fill()
-    rows = []
-    for i, policy in enumerate(policies):
-        rate, bound = outcome[(i, "rate")]
-        at = points[i].get(rate) if rate > 0 else None
-        interval, ends = None, ("", "")
-        if scaling is not None:
-            (low, low_bound), (high, high_bound) = outcome[(i, "low")], outcome[(i, "high")]
-            interval, ends = (min(low, rate), max(high, rate)), (low_bound, high_bound)
-        cfg = getattr(policy, "config", None)
-        where = policy.deployment(setup, dp, load_balance_method)
-        router = where.method if where.servers > 1 else ""  # a disaggregation's 1P1D has its router too
-        path = config_paths[i] if config_paths else None
-        rows.append(PolicyCapacity(
-            policy.label, policy.kind, rate, at, tuple(sorted(points[i].values(), key=lambda p: p.rate_rps)),
-            bound, path, cfg.sm_group_num if cfg is not None else None,
-            policy.chunk_tokens, where.gpus, where.layout, router, where.xpyd, policy.multiplexes,
-            tuple(policy.launch_args(path)), interval, ends))
+    rows = [_capacity_row(policy, outcome, points[i], i, scaling is not None, setup, dp, load_balance_method,
+                          config_paths[i] if config_paths else None) for i, policy in enumerate(policies)]
     return CapacityResult(rows, target, tolerance, trace.mean_qps, slo_ttft_ms, slo_itl_ms, workers,
                           tp=setup.tp, dp=dp, load_balance_method=load_balance_method)
+
+
+def _searches(trace: Trace, policies: int, target: float, tolerance: float, interval_ends: bool) -> dict:
+    """One rate search per policy and kind, keyed ``(policy index, kind)``: ``"rate"`` (the capacity) and,
+    with ``interval_ends``, ``"low"`` and ``"high"`` (the ends of its interval, at least
+    :data:`INTERVAL_TOLERANCE` wide). They share simulations: a rate simulated once for a policy answers
+    every search of that policy that asks for it."""
+    kinds = ("rate", "low", "high") if interval_ends else ("rate",)
+    ends = max(tolerance, INTERVAL_TOLERANCE)
+    return {(i, k): _search(trace, target, tolerance if k == "rate" else ends, k)
+            for i in range(policies) for k in kinds}
+
+
+def _capacity_row(policy: Policy, outcome: dict, points: dict, i: int, interval_ends: bool, setup: Setup,
+                  dp: int, load_balance_method: str, path: str | None) -> PolicyCapacity:
+    """Policy ``i``'s row of :func:`capacity`: its searches' ``outcome`` (the capacity and, with
+    ``interval_ends``, its interval's ends, each with its bound), its simulated ``points`` (by rate), where
+    it runs, and its launch line (``path``: the pdmux YAML it came from, or ``None``)."""
+    rate, bound = outcome[(i, "rate")]
+    at = points.get(rate) if rate > 0 else None
+    interval, ends = None, ("", "")
+    if interval_ends:
+        (low, low_bound), (high, high_bound) = outcome[(i, "low")], outcome[(i, "high")]
+        interval, ends = (min(low, rate), max(high, rate)), (low_bound, high_bound)
+    cfg = getattr(policy, "config", None)
+    where = policy.deployment(setup, dp, load_balance_method)
+    router = where.method if where.servers > 1 else ""  # a disaggregation's 1P1D has its router too
+    return PolicyCapacity(
+        policy.label, policy.kind, rate, at, tuple(sorted(points.values(), key=lambda p: p.rate_rps)),
+        bound, path, cfg.sm_group_num if cfg is not None else None,
+        policy.chunk_tokens, where.gpus, where.layout, router, where.xpyd, policy.multiplexes,
+        tuple(policy.launch_args(path)), interval, ends)
