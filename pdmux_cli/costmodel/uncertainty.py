@@ -73,8 +73,8 @@ RUN_FIGURE = {"ttft_p50_ms": "ttft_ms_p50", "itl_p50_ms": "itl_ms_p50", "tpot_p5
 
 #: A figure with too few measured residuals for an interval takes another's: a request's E2E is its TTFT plus
 #: its decode, and in the public runs with an E2E median decode is most of it, so TPOT's error stands for
-#: E2E's (the cell says ``borrowed_from``). The shipped residuals hold 73 E2E medians (2026-12-04), so today it
-#: serves a calibration or a regime cell with too few.
+#: E2E's (the cell says ``borrowed_from``). The shipped residuals hold 73 E2E medians (2026-12-04), so
+#: today it serves a calibration or a regime cell with too few.
 BORROWED = {"e2e_ms_p50": "tpot_ms_p50"}
 
 #: The regime features a figure's residuals may be split by.
