@@ -303,7 +303,7 @@ RUN = "run"
 
 
 def option(default: Any = None, *, help: str, group: str | None = None, short: str | None = None,
-           writes: str | None = None, wordings: dict[str, str] | None = None) -> Any:
+           writes: str | None = None, wordings: dict[str, str] | None = None, required: bool = False) -> Any:
     """A request field declared once (issue 32, item 1): its default and the help the CLI shows (other
     parameters named as ``{flag.NAME}``, as errors name them: the CLI writes their flags); its flag is
     :func:`pdmux_cli.messages.flag` of the field's name (``short``: a one-letter flag beside it, ``"-m"``),
@@ -314,16 +314,31 @@ def option(default: Any = None, *, help: str, group: str | None = None, short: s
     command's own: :func:`pdmux_cli.cli.options.with_declared`). ``writes``: a path the command writes,
     whole or not at all: ``"path"`` (a file or ``-``) or ``"file"`` (the CLI checks it before any work:
     :func:`pdmux_cli.cli.common.output_path`, ``output_file``). ``wordings``: the help as a command words it
-    where it deliberately differs (``{"tune": ...}``), by the command's name; the others show ``help``."""
-    return dataclasses.field(default=default, metadata={HELP: help, GROUP: group, SHORT: short,
-                                                        WRITES: writes, WORDINGS: wordings or {}})
+    where it deliberately differs (``{"tune": ...}``), by the command's name; the others show ``help``.
+    ``required``: no default (the CLI requires the option: tune's ``--trace``)."""
+    metadata = {HELP: help, GROUP: group, SHORT: short, WRITES: writes, WORDINGS: wordings or {}}
+    if required:
+        return dataclasses.field(metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
-def declared_as(cls: type, name: str) -> Any:
+def declared_as(cls: type, name: str, *, required: bool = False) -> Any:
     """Field ``name`` of ``cls`` declared again, for another request that takes the same option (the same
-    default, help, group, short flag and wordings): the option is worded once, where ``cls`` declares it."""
+    default, help, group, short flag and wordings): the option is worded once, where ``cls`` declares it.
+    ``required``: without its default (tune's ``slo_ttft``: the CLI requires the option)."""
     f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    if required:
+        return dataclasses.field(metadata=dict(f.metadata))
     return dataclasses.field(default=f.default, metadata=dict(f.metadata))
+
+
+def sglang_revision() -> Any:
+    """The ``sglang`` field of a request whose verdicts depend on SGLang's code: ``--sglang``, the revision
+    followed (default 0.5.23, :data:`pdmux_cli.sglang.revisions.DEFAULT_REVISION`), declared once with its
+    help (:data:`pdmux_cli.sglang.revisions.SGLANG_HELP`)."""
+    from ..sglang.revisions import DEFAULT_REVISION, SGLANG_HELP
+
+    return option(DEFAULT_REVISION, help=SGLANG_HELP)
 
 
 #: The range of a field its group gives, where :data:`RANGES` names none: a serving term's is the cost model's
