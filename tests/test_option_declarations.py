@@ -72,35 +72,42 @@ def test_no_command_spells_a_declared_option_again() -> None:
                 assert commands[name][f.name] == flags_in(want), (name, f.name)
 
 
-#: The simulation commands' own options, no request field: the trace given as an argument or as --trace (the
+#: The commands' own options, no request field: the trace given as an argument or as --trace (the
 #: request's one ``trace``), --json, and tune's --all (how many rows the table shows).
 CLI_OWN = {"trace", "trace_option", "as_json", "show_all"}
 
 
 def _requests() -> dict[str, type]:
+    from pdmux_cli.workflows.accuracy import AccuracyRequest
+    from pdmux_cli.workflows.calibrate import CalibrateRequest
     from pdmux_cli.workflows.capacity import CapacityRequest
     from pdmux_cli.workflows.simulate import SimulateRequest
     from pdmux_cli.workflows.tune import TuneRequest
 
-    return {"simulate": SimulateRequest, "capacity": CapacityRequest, "tune": TuneRequest}
+    return {"simulate": SimulateRequest, "capacity": CapacityRequest, "tune": TuneRequest,
+            "accuracy": AccuracyRequest, "calibrate": CalibrateRequest}
 
 
 def test_the_simulation_commands_take_every_option_from_its_declaration() -> None:
-    """simulate, capacity and tune spell no option in their signatures: every option but the CLI's own is a
-    field of the command's request, with the declared help (or the command's wording there) and default."""
+    """simulate, capacity, tune, accuracy and calibrate spell no option in their signatures: every option but
+    the CLI's own is a field of the command's request, with the declared help (or the command's wording
+    there) and default."""
     click = typer.main.get_command(app)
     for name, cls in _requests().items():
         by_name = {f.name: f for f in dataclasses.fields(cls)}
         params = {p.name: p for p in click.commands[name].params}
         taken = set(params) - CLI_OWN
         assert taken <= set(by_name), (name, taken - set(by_name))
-        assert len(taken) >= 40, name  # tune takes 49, simulate and capacity more
+        assert len(taken) >= {"accuracy": 3, "calibrate": 14}.get(name, 40), name  # tune takes 49
         for param in taken:
             f = by_name[param]
             want = f.metadata.get(WORDINGS, {}).get(name, f.metadata[HELP])
             assert params[param].help == flags_in(want), (name, param)
             required = f.default is dataclasses.MISSING
             assert params[param].required == required, (name, param)
+            if not required:
+                default = list(f.default) if isinstance(f.default, tuple) else f.default  # --merge A --merge B
+                assert params[param].default == default, (name, param)
 
 
 def test_sglang_is_declared_once() -> None:

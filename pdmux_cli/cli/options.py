@@ -45,9 +45,11 @@ JSON_OPTION = typer.Option(False, "--json", help="Print JSON instead of tables."
 def declared(cls: type, name: str, command: str | None = None) -> Any:
     """The typer option of field ``name`` of ``cls`` (a request dataclass), as declared there
     (:func:`pdmux_cli.workflows.fields.option`): its default (a list's as the comma-separated text the CLI
-    takes; a field without one: required), flag (and short flag) and help (``command``'s own wording where the
-    declaration has one; the parameters it names as their flags: :func:`pdmux_cli.messages.flags_in`)."""
+    takes, a repeated path option's as a list; a field without one: required), flag (and short flag) and
+    help (``command``'s own wording where the declaration has one; the parameters it names as their flags:
+    :func:`pdmux_cli.messages.flags_in`)."""
     from dataclasses import MISSING
+    from pathlib import Path
 
     from ..messages import flag, flags_in
     from ..workflows.fields import HELP, SHORT, WORDINGS, WRITES
@@ -57,8 +59,9 @@ def declared(cls: type, name: str, command: str | None = None) -> Any:
     writes = f.metadata.get(WRITES)
     output = ({"parser": {"path": output_path, "file": output_file}[writes], "metavar": "<path>"} if writes
               else {})
-    default = (... if f.default is MISSING else ",".join(map(str, f.default)) if isinstance(f.default, tuple)
-               else f.default)
+    repeated = tuple[Path, ...] in _members(_hints(cls)[name])  # --merge A --merge B
+    default = (... if f.default is MISSING else list(f.default) if repeated and f.default is not None
+               else ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default)
     wording = f.metadata.get(WORDINGS, {}).get(command, f.metadata[HELP])
     return typer.Option(default, flag(f.name), *((short,) if short else ()), **output, help=flags_in(wording))
 
@@ -69,14 +72,26 @@ def _cli_type(hint: Any) -> Any:
     comma-separated text too (``tuple[int, ...] | str``) that text."""
     from pathlib import Path
 
-    args = typing.get_args(hint)
-    if tuple[Path, ...] in args:  # a repeated option (capacity's --config)
+    args = _members(hint)
+    if tuple[Path, ...] in args:  # a repeated option (capacity's --config, calibrate's --merge)
         return list[Path] | None if type(None) in args else list[Path]
     if Path in args and str in args:
         return Path | None if type(None) in args else Path
     if str in args and any(typing.get_origin(a) is tuple for a in args):
         return str | None if type(None) in args else str
     return hint
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """The annotations of a request dataclass's fields, evaluated (once per class)."""
+    return typing.get_type_hints(cls)
+
+
+def _members(hint: Any) -> tuple[Any, ...]:
+    """The types of a union annotation (``Path | None``: ``Path``, ``None``'s type), or the annotation."""
+    union = isinstance(hint, type(int | None)) or typing.get_origin(hint) is typing.Union
+    return typing.get_args(hint) if union else (hint,)
 
 
 def group_parameters(cls: type, group: str, command: str | None = None) -> list[inspect.Parameter]:
@@ -89,7 +104,7 @@ def group_parameters(cls: type, group: str, command: str | None = None) -> list[
 
 
 def _parameters(cls: type, chosen: Any, command: str | None = None) -> list[inspect.Parameter]:
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     return [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                               annotation=_cli_type(hints[f.name]), default=declared(cls, f.name, command))
             for f in chosen]
