@@ -106,7 +106,7 @@ def test_the_simulation_commands_take_every_option_from_its_declaration() -> Non
             required = f.default is dataclasses.MISSING
             assert params[param].required == required, (name, param)
             if not required:
-                default = list(f.default) if isinstance(f.default, tuple) else f.default  # --merge A --merge B
+                default = list(f.default) if isinstance(f.default, tuple) else f.default  # --merge A
                 assert params[param].default == default, (name, param)
 
 
