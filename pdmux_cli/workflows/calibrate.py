@@ -86,8 +86,8 @@ class CalibrateRequest(Checked):
     kv_bytes: float | None = option(None, help=(
         "Bytes per KV-cache element the server used (default: by {flag.kv_cache_dtype})."))
     kv_cache_dtype: str | None = option(None, help=(
-        "The server's --kv-cache-dtype: auto (the model's dtype; fp8_e4m3 where its quantization_config says "
-        "kv_cache_quant_algo FP8), fp8_e4m3, fp8_e5m2, bf16 (default: auto)."))
+        "The server's {flag.kv_cache_dtype}: auto (the model's dtype; fp8_e4m3 where its quantization_config "
+        "says kv_cache_quant_algo FP8), fp8_e4m3, fp8_e5m2, bf16 (default: auto)."))
     merge: tuple[Path, ...] = option((), help=(
         "Merge two calibration files (pdmux bench + pdmux calibrate) instead."))
     output: Path | None = option(None, short="-o", writes="path", help=(
