@@ -79,26 +79,27 @@ CLI_OWN = {"trace", "trace_option", "as_json", "show_all"}
 
 def _requests() -> dict[str, type]:
     from pdmux_cli.workflows.accuracy import AccuracyRequest
+    from pdmux_cli.workflows.bench import BenchRequest
     from pdmux_cli.workflows.calibrate import CalibrateRequest
     from pdmux_cli.workflows.capacity import CapacityRequest
     from pdmux_cli.workflows.simulate import SimulateRequest
     from pdmux_cli.workflows.tune import TuneRequest
 
     return {"simulate": SimulateRequest, "capacity": CapacityRequest, "tune": TuneRequest,
-            "accuracy": AccuracyRequest, "calibrate": CalibrateRequest}
+            "accuracy": AccuracyRequest, "calibrate": CalibrateRequest, "bench": BenchRequest}
 
 
-def test_the_simulation_commands_take_every_option_from_its_declaration() -> None:
-    """simulate, capacity, tune, accuracy and calibrate spell no option in their signatures: every option but
-    the CLI's own is a field of the command's request, with the declared help (or the command's wording
-    there) and default."""
+def test_the_commands_take_every_option_from_its_declaration() -> None:
+    """simulate, capacity, tune, accuracy, calibrate and bench spell no option in their signatures: every
+    option but the CLI's own is a field of the command's request, with the declared help (or the command's
+    wording there) and default."""
     click = typer.main.get_command(app)
     for name, cls in _requests().items():
         by_name = {f.name: f for f in dataclasses.fields(cls)}
         params = {p.name: p for p in click.commands[name].params}
         taken = set(params) - CLI_OWN
         assert taken <= set(by_name), (name, taken - set(by_name))
-        assert len(taken) >= {"accuracy": 3, "calibrate": 14}.get(name, 40), name  # tune takes 49
+        assert len(taken) >= {"accuracy": 3, "calibrate": 14, "bench": 21}.get(name, 40), name  # tune: 49
         for param in taken:
             f = by_name[param]
             want = f.metadata.get(WORDINGS, {}).get(name, f.metadata[HELP])
@@ -151,3 +152,15 @@ def test_a_moved_options_error_names_the_flag_and_the_keyword(command, name, bad
     api = str(caught.value)
     assert flag(name) in cli and flag(name) not in api and api.startswith(name), (cli, api)
     assert cli == api.replace(name, flag(name), 1)
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--repeats", "0"], "--repeats must be from 1 to 1000, got 0"),
+    (["--device", "-1"], "--device must be >= 0, got -1"),
+    (["--sm-group-num", "2"], "--sm-group-num must be >= 3 (SGLang's rule), got 2"),
+])
+def test_bench_bounds_its_options_on_its_request(args, line) -> None:
+    """bench's own bounds (its request's fields, fields.option(bounds=)) refuse as the command did."""
+    from cli_assertions import one_error_line
+
+    assert one_error_line(["bench", "--dry-run", *args]) == line

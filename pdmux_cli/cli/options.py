@@ -52,7 +52,7 @@ def declared(cls: type, name: str, command: str | None = None) -> Any:
     from pathlib import Path
 
     from ..messages import flag, flags_in
-    from ..workflows.fields import HELP, SHORT, WORDINGS, WRITES
+    from ..workflows.fields import HELP, HIDDEN, SHORT, WORDINGS, WRITES
 
     f = next(f for f in fields(cls) if f.name == name)
     short = f.metadata.get(SHORT)
@@ -63,7 +63,9 @@ def declared(cls: type, name: str, command: str | None = None) -> Any:
     default = (... if f.default is MISSING else list(f.default) if repeated and f.default is not None
                else ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default)
     wording = f.metadata.get(WORDINGS, {}).get(command, f.metadata[HELP])
-    return typer.Option(default, flag(f.name), *((short,) if short else ()), **output, help=flags_in(wording))
+    hidden = {"hidden": True} if f.metadata.get(HIDDEN) else {}
+    return typer.Option(default, flag(f.name), *((short,) if short else ()), **output, **hidden,
+                        help=flags_in(wording))
 
 
 def _cli_type(hint: Any) -> Any:
