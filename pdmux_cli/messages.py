@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # names only: the core imports this module (lazily, for str()
     from .util.errors import Finding, PdmuxError
 
 #: Parameters whose flag is not ``--`` + the name with ``-`` for ``_``.
-FLAGS: dict[str, str] = {"all_gpus": "--all", "trace_format": "--format"}
+FLAGS: dict[str, str] = {"all_gpus": "--all", "trace_format": "--format",
+                         "no_single_levels": "--no-fixed-splits"}
 
 
 def flag(param: str) -> str:

@@ -161,8 +161,8 @@ def _help(f: dataclasses.Field, command: object) -> str:
     return f.metadata.get(WORDINGS, {}).get(command.__name__, f.metadata[HELP])
 
 
-#: An option tune words in its signature: --disagg (refused: tune searches pdmux knobs).
-TUNE_OWN = {"disagg"}
+#: An option tune words in its signature: none (--disagg, refused, is DeploymentOptions' with tune's wording).
+TUNE_OWN: set[str] = set()
 
 
 @pytest.mark.parametrize("command, own", [(cli_simulate.simulate, set()), (cli_capacity.capacity, set()),

@@ -283,8 +283,11 @@ _CONVERTED = [CORE / "workflows" / name
               for name in ("gen_config.py", "splits.py", "server.py", "calibrate.py")]
 _CONVERTED += [CORE / "simulate" / "tune.py", CORE / "workflows" / "tune.py",
                CORE / "workflows" / "pdmux_yaml.py", CORE / "planning" / "slo_levels.py"]
-#: SGLang's own arguments (a sentence about SGLang quotes them) and a quoted pdmux command line for the shell.
-_SGLANG_FLAGS = {"--tp-size", "--enable-pdmux", "--disable-radix-cache"}
+#: SGLang's own arguments (a sentence about SGLang quotes them: its server's, and its benchmark scripts' that
+#: calibrate's help names, one_batch's --result-filename, bench_serving's --output-file and --output-details)
+#: and a quoted pdmux command line for the shell.
+_SGLANG_FLAGS = {"--tp-size", "--enable-pdmux", "--disable-radix-cache", "--result-filename", "--output-file",
+                 "--output-details"}
 _QUOTED_PDMUX_COMMAND = re.compile(r"'pdmux [a-z][a-z-]*( [^']*)?'")
 
 

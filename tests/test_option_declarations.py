@@ -7,6 +7,7 @@ import dataclasses
 import importlib
 import pkgutil
 
+import pytest
 import typer
 
 import pdmux_cli.workflows as workflows
@@ -69,3 +70,97 @@ def test_no_command_spells_a_declared_option_again() -> None:
             if HELP in f.metadata:
                 want = f.metadata.get(WORDINGS, {}).get(name, f.metadata[HELP])
                 assert commands[name][f.name] == flags_in(want), (name, f.name)
+
+
+#: The commands' own options, no request field: the trace given as an argument or as --trace (the
+#: request's one ``trace``), --json, and tune's --all (how many rows the table shows).
+CLI_OWN = {"trace", "trace_option", "as_json", "show_all"}
+
+
+def _requests() -> dict[str, type]:
+    from pdmux_cli.workflows.accuracy import AccuracyRequest
+    from pdmux_cli.workflows.bench import BenchRequest
+    from pdmux_cli.workflows.calibrate import CalibrateRequest
+    from pdmux_cli.workflows.capacity import CapacityRequest
+    from pdmux_cli.workflows.simulate import SimulateRequest
+    from pdmux_cli.workflows.tune import TuneRequest
+
+    return {"simulate": SimulateRequest, "capacity": CapacityRequest, "tune": TuneRequest,
+            "accuracy": AccuracyRequest, "calibrate": CalibrateRequest, "bench": BenchRequest}
+
+
+def test_the_commands_take_every_option_from_its_declaration() -> None:
+    """simulate, capacity, tune, accuracy, calibrate and bench spell no option in their signatures: every
+    option but the CLI's own is a field of the command's request, with the declared help (or the command's
+    wording there) and default."""
+    click = typer.main.get_command(app)
+    for name, cls in _requests().items():
+        by_name = {f.name: f for f in dataclasses.fields(cls)}
+        params = {p.name: p for p in click.commands[name].params}
+        taken = set(params) - CLI_OWN
+        assert taken <= set(by_name), (name, taken - set(by_name))
+        assert len(taken) >= {"accuracy": 3, "calibrate": 14, "bench": 21}.get(name, 40), name  # tune: 49
+        for param in taken:
+            f = by_name[param]
+            want = f.metadata.get(WORDINGS, {}).get(name, f.metadata[HELP])
+            assert params[param].help == flags_in(want), (name, param)
+            required = f.default is dataclasses.MISSING
+            assert params[param].required == required, (name, param)
+            if not required:
+                default = list(f.default) if isinstance(f.default, tuple) else f.default  # --merge A
+                assert params[param].default == default, (name, param)
+
+
+def test_sglang_is_declared_once() -> None:
+    """--sglang: every command that takes it shows the one declaration's help and default."""
+    from pdmux_cli.sglang.revisions import DEFAULT_REVISION, SGLANG_HELP
+
+    click = typer.main.get_command(app)
+    shown = {name: next(p for p in command.params if p.name == "sglang")
+             for name, command in click.commands.items() if any(p.name == "sglang" for p in command.params)}
+    assert set(shown) == {"estimate", "gen-config", "check-config", "simulate", "tune", "capacity"}
+    assert {(p.help, p.default) for p in shown.values()} == {(SGLANG_HELP, DEFAULT_REVISION)}
+
+
+#: An option moved to its request field (issue 32), a value out of its range, the command's other
+#: required options: the CLI names its flag, the Python API its keyword, one template (item 6).
+TRACE = "tests/fixtures/azure_conv_50.csv"
+MOVED = [
+    ("simulate", "slo_ttft", 0.0, []), ("simulate", "slo_itl", -1.0, []),
+    ("simulate", "mem_fraction_static", 1.5, []), ("simulate", "max_running_requests", 0, []),
+    ("simulate", "cuda_graph_max_bs", 0, []), ("simulate", "max_concurrency", 0, []),
+    ("simulate", "prefill_decode_interval", -1, []), ("simulate", "sm_group_num", 0, []),
+    ("simulate", "decode_bs_divisor", 0, []), ("simulate", "token_budget", 0, []),
+    ("capacity", "target", 1.5, []), ("capacity", "tolerance", 2.0, []),
+    ("capacity", "slo_ttft", 0.0, []), ("capacity", "mem_fraction_static", 0.0, []),
+    ("tune", "slo_ttft", 0.0, ["--slo-itl", "60"]), ("tune", "slo_itl", 0.0, ["--slo-ttft", "1000"]),
+    ("tune", "mem_fraction_static", 2.0, ["--slo-ttft", "1000", "--slo-itl", "60"]),
+]
+
+
+@pytest.mark.parametrize("command, name, bad, others", MOVED)
+def test_a_moved_options_error_names_the_flag_and_the_keyword(command, name, bad, others) -> None:
+    import pdmux
+    from cli_assertions import one_error_line
+    from pdmux_cli.messages import flag
+
+    trace = ["--trace", TRACE] if command == "tune" else [TRACE]
+    cli = one_error_line([command, *trace, *others, flag(name), str(bad)])
+    keywords = {"slo_ttft": 1000.0, "slo_itl": 60.0} if command == "tune" else {}
+    with pytest.raises(pdmux.InputError) as caught:
+        getattr(pdmux, command)(TRACE, **{**keywords, name: bad})
+    api = str(caught.value)
+    assert flag(name) in cli and flag(name) not in api and api.startswith(name), (cli, api)
+    assert cli == api.replace(name, flag(name), 1)
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--repeats", "0"], "--repeats must be from 1 to 1000, got 0"),
+    (["--device", "-1"], "--device must be >= 0, got -1"),
+    (["--sm-group-num", "2"], "--sm-group-num must be >= 3 (SGLang's rule), got 2"),
+])
+def test_bench_bounds_its_options_on_its_request(args, line) -> None:
+    """bench's own bounds (its request's fields, fields.option(bounds=)) refuse as the command did."""
+    from cli_assertions import one_error_line
+
+    assert one_error_line(["bench", "--dry-run", *args]) == line

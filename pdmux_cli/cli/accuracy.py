@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import Any
 
 import typer
 
 from .app import app
 from .common import console, print_json, print_note
+from .options import deferred, request_of, with_options
 
 
 def _pct(value: float) -> str:
@@ -37,17 +39,19 @@ def _terms_table(terms: list, title: str, first: str) -> object:
     return table
 
 
+def _accuracy_options(function: Any) -> Any:
+    """accuracy's options, built from its request's declarations when typer first builds the command
+    (:func:`~.options.deferred`: the accuracy workflow is imported only then)."""
+    from ..workflows.accuracy import AccuracyRequest
+
+    return with_options(AccuracyRequest, ("as_json", "serving", "runs", "workers"), "accuracy")(function)
+
+
 @app.command()
+@deferred(_accuracy_options)
 def accuracy(
     as_json: bool = typer.Option(False, "--json", help="Print JSON (errors as fractions: 0.05 = 5%)."),
-    serving: bool = typer.Option(False, "--serving", help=(
-        "Whole servers instead of kernels: replay every shipped public SGLang serving run end to end "
-        "(simulate with its setup) and compare TTFT, ITL, TPOT, E2E and throughput.")),
-    runs: bool = typer.Option(False, "--runs", help=(
-        "--serving: every run's figures, its SGLang release and the pdmux simulate command closest to it "
-        "(the release's memory defaults as flags; 0.5.23's scheduler rules).")),
-    workers: int | None = typer.Option(None, "--workers", help=(
-        "--serving: processes (default: the cores available).")),
+    **options: Any,
 ) -> None:
     """Predict every shipped measurement (Vidur, NanoFlow, aiconfigurator, SGLang's green-context tables) with the roofline cost model:
     median and p90 error per term, and the worst point; then speculative decoding's speedup at the published
@@ -57,11 +61,12 @@ def accuracy(
     from ..workflows.accuracy import AccuracyRequest
     from ..workflows.accuracy import accuracy as run
 
-    result = run(AccuracyRequest(serving=serving, runs=runs, workers=workers))
+    request = request_of(AccuracyRequest, options)
+    result = run(request)
     if as_json:
         print_json(result.to_dict())
-    elif serving:
-        _print_serving(result.terms, result.outcomes, runs, result.heldout_coverage())
+    elif request.serving:
+        _print_serving(result.terms, result.outcomes, request.runs, result.heldout_coverage())
     else:
         _print_terms(result.terms)
         if result.speculative is not None:

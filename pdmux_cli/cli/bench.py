@@ -18,6 +18,7 @@ from .app import app
 from .bench_shared import (CALIBRATION_FILE, RESULTS_FILE, check_out_dir, exit_for, make_out_dir,
                            print_tables_and_notes, run_with_progress)
 from .common import print_json, write_atomic
+from .options import deferred, request_of, with_options
 
 PNG_FILE = "curves.png"
 
@@ -64,67 +65,27 @@ def _dry_run_device(gpu: str | None, sms: int | None, cc: str | None) -> Any:
                       memory_bytes=None, source="command line (--sms/--cc)")
 
 
+#: bench's options in their --help order: its request's declared fields and --json.
+BENCH_OPTIONS = ("dry_run", "gpu", "sms", "cc", "repeats", "quick", "gemm_shape", "buffer_bytes", "levels",
+                 "device", "skinny_gemm", "sm_group_num", "out", "as_json", "model", "decode_bs", "context",
+                 "prompt_tokens", "token_budget", "decode_bs_divisor", "calibration", "cpu")
+
+
+def _bench_options(function: Any) -> Any:
+    """bench's options, built from its request's declarations when typer first builds the command
+    (:func:`~.options.deferred`: the request's module is imported only then)."""
+    from ..workflows.bench import BenchRequest
+
+    return with_options(BenchRequest, BENCH_OPTIONS, "bench")(function)
+
+
 @app.command()
+@deferred(_bench_options)
 def bench(
-    dry_run: bool = typer.Option(False, "--dry-run",
-                                 help="Print the plan (levels, sizes, kernels, repeats, bytes); needs no GPU "
-                                 "or torch."),
-    gpu: str | None = typer.Option(None, "--gpu", "-g",
-                                   help="GPU profile of the --dry-run plan (default h100). A real run "
-                                   "detects the device; a --gpu given then must match its SM count."),
-    sms: int | None = typer.Option(None, "--sms", help="--dry-run for any device: its SM count (with --cc)."),
-    cc: str | None = typer.Option(None, "--cc",
-                                  help="--dry-run for any device: its compute capability, e.g. 9.0."),
-    repeats: int | None = typer.Option(None, "--repeats",
-                                       help="Timed runs per measurement; the median is reported. Default 10 "
-                                       "(3 with --quick)."),
-    quick: bool = typer.Option(False, "--quick",
-                               help="Few repeats and short co-run windows: a check (make gpu-check), not a "
-                               "calibration."),
-    gemm_shape: str = typer.Option("8192x4096x12288", "--gemm-shape",
-                                   help="bf16 GEMM (prefill probe) as MxNxK."),
-    buffer_bytes: str | None = typer.Option(None, "--buffer-bytes",
-                                            help="Read buffer of the bandwidth kernel: bytes, or 1GiB / "
-                                            "512MiB. Default max(1 GiB, 4x L2); never below 4x L2."),
-    levels: str | None = typer.Option(None, "--levels",
-                                      help="Co-run only these levels: numbers (1,3) or PREFILL/DECODE SMs "
-                                      "(112/20,72/60)."),
-    device: int = typer.Option(0, "--device", help="CUDA device index."),
-    skinny_gemm: str | None = typer.Option(None, "--skinny-gemm",
-                                           help="Also time a decode-like GEMM 32 x HIDDENxINTERMEDIATE in "
-                                           "the sweep, e.g. 4096x12288."),
-    sm_group_num: int = typer.Option(8, "--sm-group-num",
-                                     help="SGLang's sm_group_num: its levels are the co-run levels."),
-    out: Path | None = typer.Option(None, "--out", "-o",
-                                    help="Write results.json, calibration.yaml and curves.png into this "
-                                    "directory."),
     as_json: bool = typer.Option(False, "--json",
                                  help="Print JSON (the plan with --dry-run, else the results) instead of "
                                  "tables."),
-    model: str | None = typer.Option(None, "--model", "-m",
-                                     help="Replay this model (profile name or config.json) instead of the "
-                                     "kernels: its layers with random bf16 weights, SGLang's pdmux loop at "
-                                     "each level, next to 'pdmux estimate'."),
-    decode_bs: int | None = typer.Option(None, "--decode-bs",
-                                         help="--model: requests in the decode batch (default 32)."),
-    context: int | None = typer.Option(None, "--context",
-                                       help="--model: KV-cache tokens of each decode request (default "
-                                       "2048)."),
-    prompt_tokens: int | None = typer.Option(None, "--prompt-tokens",
-                                             help="--model: tokens of the prompt prefilled in layer slices "
-                                             "(default 8192)."),
-    token_budget: int | None = typer.Option(None, "--token-budget",
-                                            help="--model: SGLang's split_forward_token_budget (default "
-                                            "65536)."),
-    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor",
-                                                 help="--model: SGLang's decode_bs_divisor (default 36)."),
-    calibration: Path | None = typer.Option(None, "--calibration",
-                                            help="--model: a calibration.yaml for the calibrated estimate "
-                                            "column (default: this replay's own fixed time per decode "
-                                            "step)."),
-    cpu: bool = typer.Option(False, "--cpu", hidden=True,
-                             help="--model: run the replay on the CPU (tiny models, tests): no green "
-                             "contexts."),
+    **options: Any,
 ) -> None:
     """Measure a GEMM and an HBM-read kernel on green-context SM partitions: solo curves, co-run at SGLang's
     levels.
@@ -135,49 +96,46 @@ def bench(
     With --model: replay that model's layers instead, in SGLang's pdmux loop at each level, next to the
     estimate."""
     from ..bench import plan as bplan
+    from ..workflows.bench import BenchRequest
 
-    gemm, buffer, skinny = _kernel_sizes(gemm_shape, buffer_bytes, skinny_gemm, repeats, device, sm_group_num)
-    if model is not None:
-        _refuse_kernel_options(sms=sms, cc=cc, buffer_bytes=buffer_bytes, skinny_gemm=skinny_gemm,
-                               gemm_shape=gemm_shape, gemm=gemm)
+    r = request_of(BenchRequest, options)
+    gemm, buffer, skinny = _kernel_sizes(r.gemm_shape, r.buffer_bytes, r.skinny_gemm)
+    if r.model is not None:
+        _refuse_kernel_options(sms=r.sms, cc=r.cc, buffer_bytes=r.buffer_bytes, skinny_gemm=r.skinny_gemm,
+                               gemm_shape=r.gemm_shape, gemm=gemm)
         from .bench_model import run_model_replay
 
         run_model_replay(
-            model=model, gpu=gpu, dry_run=dry_run, cpu=cpu, decode_bs=decode_bs, context=context,
-            prompt_tokens=prompt_tokens, levels=levels, repeats=repeats, quick=quick, device_index=device,
-            sm_group_num=sm_group_num, decode_bs_divisor=decode_bs_divisor, token_budget=token_budget,
-            calibration=calibration, out=out, as_json=as_json)
+            model=r.model, gpu=r.gpu, dry_run=r.dry_run, cpu=r.cpu, decode_bs=r.decode_bs, context=r.context,
+            prompt_tokens=r.prompt_tokens, levels=r.levels, repeats=r.repeats, quick=r.quick,
+            device_index=r.device, sm_group_num=r.sm_group_num, decode_bs_divisor=r.decode_bs_divisor,
+            token_budget=r.token_budget, calibration=r.calibration, out=r.out, as_json=as_json)
         return
-    _refuse_replay_options({"--decode-bs": decode_bs, "--context": context, "--prompt-tokens": prompt_tokens,
-                            "--token-budget": token_budget, "--decode-bs-divisor": decode_bs_divisor,
-                            "--calibration": calibration, "--cpu": cpu or None})
-    options: dict[str, Any] = {
-        "gemm": gemm, "buffer_bytes": buffer, "repeats": repeats, "quick": quick, "levels": levels,
-        "device_index": device, "sm_group_num": sm_group_num, "skinny": skinny,
+    _refuse_replay_options({"--decode-bs": r.decode_bs, "--context": r.context,
+                            "--prompt-tokens": r.prompt_tokens, "--token-budget": r.token_budget,
+                            "--decode-bs-divisor": r.decode_bs_divisor, "--calibration": r.calibration,
+                            "--cpu": r.cpu or None})
+    kernel: dict[str, Any] = {
+        "gemm": gemm, "buffer_bytes": buffer, "repeats": r.repeats, "quick": r.quick, "levels": r.levels,
+        "device_index": r.device, "sm_group_num": r.sm_group_num, "skinny": skinny,
     }
-    if dry_run:
-        _print_dry_run(bplan.make_plan(_dry_run_device(gpu, sms, cc), **options), as_json, out)
+    if r.dry_run:
+        _print_dry_run(bplan.make_plan(_dry_run_device(r.gpu, r.sms, r.cc), **kernel), as_json, r.out)
         return
-    _run_kernel_bench(gpu=gpu, sms=sms, cc=cc, levels=levels, device=device, out=out, as_json=as_json,
-                      options=options)
+    _run_kernel_bench(gpu=r.gpu, sms=r.sms, cc=r.cc, levels=r.levels, device=r.device, out=r.out,
+                      as_json=as_json, options=kernel)
 
 
-def _kernel_sizes(gemm_shape: str, buffer_bytes: str | None, skinny_gemm: str | None, repeats: int | None,
-                  device: int, sm_group_num: int) -> tuple[Any, int | None, Any]:
+def _kernel_sizes(gemm_shape: str, buffer_bytes: str | None, skinny_gemm: str | None
+                  ) -> tuple[Any, int | None, Any]:
     """The kernel bench's GEMM, read buffer (bytes, ``None``: the default) and skinny GEMM (``None``: none)
-    from their options; :class:`InputError` for those and for ``--repeats``, ``--device`` and
-    ``--sm-group-num`` out of range (checked for the model replay too)."""
+    from their options; :class:`InputError` for those (``--repeats``, ``--device`` and ``--sm-group-num``
+    out of range: the request's, :class:`pdmux_cli.workflows.bench.BenchRequest`)."""
     from ..bench import plan as bplan
 
     gemm = bplan.parse_gemm_shape(gemm_shape)
     buffer = bplan.parse_bytes(buffer_bytes) if buffer_bytes is not None else None
     skinny = bplan.parse_skinny(skinny_gemm) if skinny_gemm is not None else None
-    if repeats is not None and not 1 <= repeats <= bplan.MAX_REPEATS:
-        raise InputError(f"--repeats must be from 1 to {bplan.MAX_REPEATS}, got {repeats}")
-    if device < 0:
-        raise InputError(f"--device must be >= 0, got {device}")
-    if sm_group_num < 3:
-        raise InputError(f"--sm-group-num must be >= 3 (SGLang's rule), got {sm_group_num}")
     return gemm, buffer, skinny
 
 

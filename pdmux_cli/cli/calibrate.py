@@ -7,14 +7,14 @@ written whole or not at all), render.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import typer
 
-from ..workflows.calibrate import DEFAULT_MAX_LOG_LINES, DEFAULT_MAX_POINTS, DEFAULT_MAX_REPLAY_REQUESTS
+from ..workflows.calibrate import CalibrateRequest
 from .app import app
-from .common import console, output_path, print_json, print_note
+from .common import console, print_json, print_note
+from .options import request_of, with_options
 
 #: Points shown in the table (``--json`` has them all).
 MAX_TABLE_ROWS = 30
@@ -59,55 +59,28 @@ def _table(fit: Any, title: str) -> Any:
     return table
 
 
+#: calibrate's options in their --help order: its request's declared fields and --json.
+CALIBRATE_OPTIONS = ("sglang_bench", "sglang_log", "bench_serving", "workers", "model", "gpu", "tp",
+                     "kv_bytes", "kv_cache_dtype", "merge", "output", "as_json", "max_replay_requests",
+                     "max_points", "max_log_lines")
+
+
 @app.command()
+@with_options(CalibrateRequest, CALIBRATE_OPTIONS, "calibrate")
 def calibrate(
-    sglang_bench: list[Path] = typer.Option([], "--sglang-bench", help=(
-        "JSONL of 'python -m sglang.benchmark.one_batch --result-filename' (repeatable).")),
-    sglang_log: list[Path] = typer.Option([], "--sglang-log", help="An SGLang server log (repeatable)."),
-    bench_serving: list[Path] = typer.Option([], "--bench-serving", help=(
-        "The --output-file of 'python -m sglang.bench_serving' (repeatable; one run per line, "
-        "--output-details gives the exact lengths): fits the serving terms (admission delay and interval, "
-        "per-request step time) of your server.")),
-    workers: int | None = typer.Option(None, "--workers", help=(
-        "--bench-serving: processes for the fit (default: the cores available).")),
-    model: str | None = typer.Option(None, "--model", "-m", help=(
-        "The model measured: profile name or config.json.")),
-    gpu: str | None = typer.Option(None, "--gpu", "-g", help=(
-        "The GPU measured: alias, reported name or profile file.")),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree of the measurements (pdmux models 1)."),
-    kv_bytes: float | None = typer.Option(None, "--kv-bytes", help=(
-        "Bytes per KV-cache element the server used (default: by --kv-cache-dtype).")),
-    kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help=(
-        "The server's --kv-cache-dtype: auto (the model's dtype; fp8_e4m3 where its quantization_config says "
-        "kv_cache_quant_algo FP8), fp8_e4m3, fp8_e5m2, bf16 (default: auto).")),
-    merge: list[Path] = typer.Option([], "--merge", help=(
-        "Merge two calibration files (pdmux bench + pdmux calibrate) instead.")),
-    output: Path | None = typer.Option(None, "--output", "-o", parser=output_path, metavar="<path>", help=(
-        "Write calibration.yaml here (whole or not at all); default: print it.")),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (the fit, every point, the YAML)."),
-    max_replay_requests: int = typer.Option(DEFAULT_MAX_REPLAY_REQUESTS, "--max-replay-requests", help=(
-        "--bench-serving: the most requests replayed over all runs, a run counting at least 100 (the fit "
-        "replays each run about 70 times; 100,000: about 2 minutes a core). 0: no limit.")),
-    max_points: int = typer.Option(DEFAULT_MAX_POINTS, "--max-points", help=(
-        "The most points the whole-GPU fit takes (one-batch prefills and decode steps, server-log groups; "
-        "about 6 ms each). 0: no limit.")),
-    max_log_lines: int = typer.Option(DEFAULT_MAX_LOG_LINES, "--max-log-lines", help=(
-        "The most server-log lines read over all --sglang-log files (about 90,000 a second). 0: no limit.")),
+    **options: Any,
 ) -> None:
     """Fit the cost model's whole-GPU terms to your own SGLang's one-batch results and server logs, and
     its serving terms to your bench_serving runs.
 
     The calibration then goes to estimate, simulate and tune with --calibration FILE; --merge joins it
     with a 'pdmux bench' calibration of the same GPU (SM-partition terms)."""
-    from ..workflows.calibrate import CalibrateRequest
     from ..workflows.calibrate import calibrate as run
 
-    result = run(CalibrateRequest(sglang_bench=tuple(sglang_bench), sglang_log=tuple(sglang_log),
-                                  bench_serving=tuple(bench_serving), workers=workers, model=model, gpu=gpu,
-                                  tp=tp,
-                                  kv_bytes=kv_bytes, kv_cache_dtype=kv_cache_dtype, merge=tuple(merge),
-                                  output=output, max_replay_requests=max_replay_requests,
-                                  max_points=max_points, max_log_lines=max_log_lines))
+    request = request_of(CalibrateRequest, options)
+    output = request.output
+    result = run(request)
     if as_json:
         print_json(result.to_dict())
     elif result.mode == "merge":

@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import typer
-
 from ..util.errors import InputError
 from ..workflows.deployment import DeploymentOptions
 from ..workflows.capacity import CapacityRequest
@@ -20,22 +18,17 @@ from ..workflows.run_options import RunOptions
 from ..workflows.server import ServerOptions
 from ..workflows.workload import WorkloadOptions
 from .app import app
-from .common import console, print_json, print_note, sglang_option
+from .common import console, print_json, print_note
 from .options import (
     JSON_OPTION,
-    MIXED_CHUNK_SIZES_OPTION,
-    PREFILL_DECODE_INTERVAL_OPTION,
-    SLO_ITL_DEFAULT_OPTION,
-    SLO_TTFT_DEFAULT_OPTION,
     TRACE_ARGUMENT,
     TRACE_OPTION,
     progress_factory,
-    declared,
     request_of,
-    with_group,
     show_progress,
+    with_group,
+    with_options,
 )
-
 
 def _table(result: Any, title: str, width: int | None = None) -> Any:
     """The capacity table: a row per policy. On more than one GPU, a GPUs count, the layout and the rate per
@@ -125,6 +118,16 @@ def _per_gpu_text(p: Any) -> str:
     return (">=" if p.bound == "above" else "") + f"{p.per_gpu_rps:.3g}"
 
 
+#: capacity's options in their --help order: its own (the trace, --json) and its request's declared fields;
+#: the shared groups follow with_group's placing.
+CAPACITY_OPTIONS = (
+    "trace", "trace_option", "model", "gpu", "policies", "chunk_sizes", "mixed_chunk_sizes", "config",
+    "unreleased_fallback", "prefill_decode_interval", "slo_ttft", "slo_itl", "target", "tolerance",
+    "cost_model", "s_sat", "calibration", "step_overhead_ms", "kv_bytes", "kv_cache_dtype",
+    "mem_fraction_static", "max_prefill_tokens", "ignore_eos", "no_prefix_cache", "context_length",
+    "disable_cuda_graph", "tp", "as_json", "plot", "sglang")
+
+
 @app.command()
 @with_group(ServerOptions, SERVING_TERMS, after="step_overhead_ms")
 @with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
@@ -132,46 +135,12 @@ def _per_gpu_text(p: Any) -> str:
 @with_group(DeploymentOptions, DEPLOYMENT, after="tp")
 @with_group(RunOptions, RUN, before="tp")
 @with_group(CapacityRequest, WORKLOAD, after="trace_option", command="capacity")
+@with_options(CapacityRequest, CAPACITY_OPTIONS, "capacity")
 def capacity(
     trace: Path | None = TRACE_ARGUMENT,
     trace_option: Path | None = TRACE_OPTION,
-    model: str = declared(ServerOptions, "model"),
-    gpu: str | None = declared(ServerOptions, "gpu"),
-    policies: str = declared(CapacityRequest, "policies"),
-    chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help=(
-        "Chunk sizes of 'chunked' (default: SGLang's default for the GPU).")),
-    mixed_chunk_sizes: str = MIXED_CHUNK_SIZES_OPTION,
-    config: list[Path] | None = typer.Option(None, "--config", help=(
-        "Also size pdmux with this YAML (e.g. from 'pdmux tune' or 'pdmux gen-config --slo-itl'), beside "
-        "SGLang's defaults; repeat it for several.")),
-    unreleased_fallback: bool = typer.Option(False, "--unreleased-fallback", help=(
-        "pdmux: where SGLang 0.5.23 crashes (no manual threshold matches), use group 1 as its unreleased "
-        "branches do.")),
-    prefill_decode_interval: int = PREFILL_DECODE_INTERVAL_OPTION,
-    slo_ttft: float = SLO_TTFT_DEFAULT_OPTION,
-    slo_itl: float = SLO_ITL_DEFAULT_OPTION,
-    target: float = typer.Option(0.99, "--target", help="Share of requests that must meet the SLO."),
-    tolerance: float = typer.Option(0.02, "--tolerance",
-                                    help="Relative precision of the rate found (0.0001 to below 1)."),
-    cost_model: str = declared(ServerOptions, "cost_model"),
-    s_sat: float | None = declared(ServerOptions, "s_sat"),
-    calibration: Path | None = declared(ServerOptions, "calibration", "capacity"),
-    step_overhead_ms: float | None = declared(ServerOptions, "step_overhead_ms"),
-    kv_bytes: float | None = declared(ServerOptions, "kv_bytes"),
-    kv_cache_dtype: str | None = declared(ServerOptions, "kv_cache_dtype"),
-    mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help=(
-        "SGLang's flag (default: SGLang's own, per policy).")),
-    max_prefill_tokens: int = declared(ServerOptions, "max_prefill_tokens"),
-    ignore_eos: bool = typer.Option(False, "--ignore-eos", help=(
-        "Requests run to their max_new_tokens (benchmark traffic).")),
-    no_prefix_cache: bool = declared(ServerOptions, "no_prefix_cache"),
-    context_length: int | None = declared(ServerOptions, "context_length"),
-    disable_cuda_graph: bool = declared(ServerOptions, "disable_cuda_graph"),
-    tp: int = declared(ServerOptions, "tp"),
     as_json: bool = JSON_OPTION,
-    plot: Path | None = declared(CapacityRequest, "plot"),
-    sglang: str = sglang_option(),
-    **groups: Any,
+    **options: Any,
 ) -> None:
     """The highest request rate each policy sustains within the SLO, and whether to turn pdmux on.
 
@@ -182,9 +151,7 @@ def capacity(
 
     if trace is not None and trace_option is not None:
         raise InputError("give the trace once: as the TRACE argument or as --trace, not both")
-    request = request_of(CapacityRequest, {**locals(), **groups},
-                         trace=trace if trace is not None else trace_option,
-                         config=tuple(config) if config is not None else None)
+    request = request_of(CapacityRequest, options, trace=trace if trace is not None else trace_option)
     outcome = run(request, progress_factory(show_progress(as_json)))
     if as_json:
         print_json(outcome.to_dict(), nan_as_null=True)

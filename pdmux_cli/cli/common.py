@@ -15,7 +15,6 @@ from typing import Any
 
 from typer.core import TyperGroup
 
-from ..sglang.revisions import DEFAULT_REVISION
 from ..util.errors import Finding, InputError, PdmuxError, printable, short_repr
 from ..util.signals import Terminated, handling_signals, interrupted, raised_stop
 from ..workflows.files import gpu_file, model_file  # noqa: F401 (the commands' inputs, from here too)
@@ -381,22 +380,6 @@ def write_atomic(path: str | Path, text: str) -> Path:
     from ..util.atomic import write_text_atomic
 
     return write_text_atomic(path, text)
-
-
-#: ``--sglang``'s help, shared by the commands whose verdicts depend on SGLang's code.
-SGLANG_HELP = ("SGLang revision whose pdmux code to follow: 0.5.23 (latest release, default), "
-               "standard@b875545 (sgl-project/sglang b8755452, the standard-prefill lane), overlay@2126b0b "
-               "(Li-brua/sglang 2126b0b7, the layer-wise/overlay fork), main@2260e61 (upstream main at "
-               "2260e612, which fails to start with --enable-pdmux: #37714) or dsv41@a64f33f "
-               "(sgl-project/sglang a64f33f0, the DeepSeek-V4.1 line with max_split_forward_layers; "
-               "manual_divisions only).")
-
-
-def sglang_option():
-    """The ``--sglang`` typer option (default 0.5.23)."""
-    import typer
-
-    return typer.Option(DEFAULT_REVISION, "--sglang", help=SGLANG_HELP)
 
 
 def warn_line(message: str) -> None:

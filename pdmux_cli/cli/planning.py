@@ -18,7 +18,7 @@ from ..workflows.fields import DEPLOYMENT, SERVING_TERMS, SPECULATIVE
 from ..workflows.gen_config import GenConfigRequest
 from ..workflows.splits import SplitsRequest
 from .app import app
-from .options import request_of, with_declared, with_group
+from .options import declared, request_of, with_declared, with_group
 from .common import (
     NON_FINITE,
     console,
@@ -26,7 +26,6 @@ from .common import (
     print_json,
     print_note,
     require_finite,
-    sglang_option,
     styled,
     warn_line,
 )
@@ -87,7 +86,7 @@ def _print_all_gpus(result: Any) -> None:
 @with_declared(EstimateRequest, "estimate", after={"as_json": "tp"})
 def estimate(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-    sglang: str = sglang_option(),
+    sglang: str = declared(EstimateRequest, "sglang"),
     **options: Any,
 ) -> None:
     """ITL, prefill time and tokens gained for prefill-first, chunked, mixed-chunk prefill and PD multiplexing
@@ -120,7 +119,7 @@ def estimate(
 @with_declared(GenConfigRequest)
 def gen_config(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-    sglang: str = sglang_option(),
+    sglang: str = declared(GenConfigRequest, "sglang"),
     **options: Any,
 ) -> None:
     """SGLang's pdmux YAML for a GPU, validated, plus the launch flags.
@@ -182,7 +181,7 @@ def _print_slo_view(con: Any, view: tuple) -> None:
 def check_config(
     path: Path = typer.Argument(..., help="The pdmux YAML to check."),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-    sglang: str = sglang_option(),
+    sglang: str = declared(CheckConfigRequest, "sglang"),
     **options: Any,
 ) -> None:
     """Validate a pdmux YAML against each SGLang revision pdmux has read (--sglang decides the exit code:

@@ -23,25 +23,33 @@ from ..workflows.server import ServerOptions
 from ..workflows.simulate import SimulateRequest
 from ..workflows.workload import WorkloadOptions
 from .app import app
-from .common import console, print_json, print_note, sglang_option
+from .common import console, print_json, print_note
 from .options import (
     JSON_OPTION,
-    MIXED_CHUNK_SIZES_OPTION,
-    OUTPUT_YAML_OPTION,
-    PREFILL_DECODE_INTERVAL_OPTION,
-    SLO_ITL_DEFAULT_OPTION,
-    SLO_ITL_HELP,
-    SLO_TTFT_DEFAULT_OPTION,
     TRACE_ARGUMENT,
     TRACE_OPTION,
+    deferred,
     progress_factory,
-    declared,
     request_of,
-    with_group,
     show_progress,
+    with_group,
+    with_options,
 )
 
 __all__ = ["print_json", "print_tune_search", "simulate", "tune", "tune_table"]
+
+
+#: simulate's options in their --help order: its own (the trace, --json) and its request's declared fields;
+#: the shared groups follow with_group's placing.
+SIMULATE_OPTIONS = (
+    "trace", "trace_option", "model", "gpu", "policies", "chunk_sizes", "mixed_chunk_sizes",
+    "prefill_decode_interval", "config", "sm_group_num", "decode_bs_divisor", "token_budget", "divisions",
+    "unreleased_fallback", "cost_model", "s_sat", "bandwidth_efficiency", "mfu", "step_overhead_ms",
+    "calibration", "weight_bytes", "kv_bytes", "kv_cache_dtype", "flops_dtype", "mem_fraction_static",
+    "max_prefill_tokens", "max_running_requests", "cuda_graph_max_bs", "ignore_eos",
+    "disable_overlap_schedule", "disable_prefill_cuda_graph", "no_prefix_cache", "context_length",
+    "disable_cuda_graph", "slo_ttft", "slo_itl", "tp", "max_concurrency", "as_json", "csv", "plot", "sglang",
+    "step_by_step")
 
 
 @app.command()
@@ -51,72 +59,12 @@ __all__ = ["print_json", "print_tune_search", "simulate", "tune", "tune_table"]
 @with_group(DeploymentOptions, DEPLOYMENT, after="tp")
 @with_group(RunOptions, RUN, after="max_concurrency", command="simulate")
 @with_group(WorkloadOptions, WORKLOAD, after="trace_option", command="simulate")
+@with_options(SimulateRequest, SIMULATE_OPTIONS, "simulate")
 def simulate(
     trace: Path | None = TRACE_ARGUMENT,
     trace_option: Path | None = TRACE_OPTION,
-    model: str = declared(ServerOptions, "model"),
-    gpu: str | None = declared(ServerOptions, "gpu"),
-    policies: str = declared(SimulateRequest, "policies"),
-    chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help=(
-        "Chunk sizes of 'chunked' (default: SGLang's default for the GPU, 8192 on H100/H200).")),
-    mixed_chunk_sizes: str = MIXED_CHUNK_SIZES_OPTION,
-    prefill_decode_interval: int = PREFILL_DECODE_INTERVAL_OPTION,
-    config: Path | None = typer.Option(None, "--config", help=(
-        "pdmux YAML to simulate (default: SGLang's defaults).")),
-    sm_group_num: int | None = typer.Option(None, "--sm-group-num", help="Override sm_group_num."),
-    decode_bs_divisor: int | None = typer.Option(None, "--decode-bs-divisor", help="Override "
-                                                                                   "decode_bs_divisor."),
-    token_budget: int | None = typer.Option(None, "--token-budget", help="Override "
-                                                                         "split_forward_token_budget."),
-    divisions: str | None = typer.Option(None, "--divisions", help="Manual levels "
-                                                                   "PREFILL:DECODE:THRESHOLD,..."),
-    unreleased_fallback: bool = typer.Option(False, "--unreleased-fallback", help=(
-        "pdmux: where SGLang 0.5.23 crashes (no manual threshold matches), use group 1 as its unreleased "
-        "branches do, instead of stopping.")),
-    cost_model: str = declared(ServerOptions, "cost_model"),
-    s_sat: float | None = declared(ServerOptions, "s_sat"),
-    bandwidth_efficiency: float | None = declared(ServerOptions, "bandwidth_efficiency"),
-    mfu: float | None = declared(ServerOptions, "mfu"),
-    step_overhead_ms: float | None = declared(ServerOptions, "step_overhead_ms"),
-    calibration: Path | None = declared(ServerOptions, "calibration"),
-    weight_bytes: float | None = declared(ServerOptions, "weight_bytes"),
-    kv_bytes: float | None = declared(ServerOptions, "kv_bytes"),
-    kv_cache_dtype: str | None = declared(ServerOptions, "kv_cache_dtype"),
-    flops_dtype: str | None = declared(ServerOptions, "flops_dtype"),
-    mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help=(
-        "SGLang's flag: share of GPU memory for weights and KV pool (default: SGLang's own, per policy).")),
-    max_prefill_tokens: int = declared(ServerOptions, "max_prefill_tokens"),
-    max_running_requests: int | None = typer.Option(None, "--max-running-requests", help=(
-        "SGLang's flag (default: SGLang's, from the KV pool).")),
-    cuda_graph_max_bs: int | None = typer.Option(None, "--cuda-graph-max-bs", help=(
-        "Largest decode batch with a CUDA graph (default: SGLang's for the GPU). Larger batches launch "
-        "kernel by kernel: slower only where the launches outlast the GPU's work (small models); it also "
-        "sizes SGLang's memory reserve (floored at 10 GB on GPUs over 60 GB).")),
-    ignore_eos: bool = typer.Option(False, "--ignore-eos", help=(
-        "Requests run to their max_new_tokens (benchmark traffic): admission reserves all of it.")),
-    disable_overlap_schedule: bool = typer.Option(False, "--disable-overlap-schedule", help=(
-        "Baselines without SGLang's overlap scheduler (as pdmux runs): CPU time adds to every step.")),
-    disable_prefill_cuda_graph: bool = typer.Option(False, "--disable-prefill-cuda-graph", help=(
-        "SGLang's flag: prefill batches launch their kernels eagerly (SGLang before 0.5.23's prefill "
-        "CUDA graph did): a short prefill takes at least its kernels' launch time.")),
-    no_prefix_cache: bool = declared(ServerOptions, "no_prefix_cache"),
-    context_length: int | None = declared(ServerOptions, "context_length"),
-    disable_cuda_graph: bool = declared(ServerOptions, "disable_cuda_graph"),
-    slo_ttft: float = SLO_TTFT_DEFAULT_OPTION,
-    slo_itl: float = SLO_ITL_DEFAULT_OPTION,
-    tp: int = declared(ServerOptions, "tp"),
-    max_concurrency: int | None = typer.Option(None, "--max-concurrency", help=(
-        "A closed-loop client with at most N requests in flight, as SGLang's bench_serving "
-        "--max-concurrency: each request is sent at its arrival or when one finishes, whichever is later; "
-        "TTFT counts from the send. One server only.")),
     as_json: bool = JSON_OPTION,
-    csv: Path | None = declared(SimulateRequest, "csv"),
-    plot: Path | None = declared(SimulateRequest, "plot"),
-    sglang: str = sglang_option(),
-    step_by_step: bool = typer.Option(False, "--step-by-step", help=(
-        "A check: simulate every decode step one at a time, the reference loop (by default the quiet "
-        "steps between two events are advanced at once, to the same figures).")),
-    **groups: Any,
+    **options: Any,
 ) -> None:
     """Replay a request trace through PD multiplexing, chunked prefill, prefill-first and PD disaggregation.
 
@@ -127,8 +75,7 @@ def simulate(
 
     if trace is not None and trace_option is not None:
         raise InputError("give the trace once: as the TRACE argument or as --trace, not both")
-    request = request_of(SimulateRequest, {**locals(), **groups},
-                         trace=trace if trace is not None else trace_option)
+    request = request_of(SimulateRequest, options, trace=trace if trace is not None else trace_option)
     result = run(request, progress_factory(not as_json))
     if as_json:
         print_json(result.to_dict(), nan_as_null=True)
@@ -210,59 +157,34 @@ def _tune_layout(tp: int, cluster: Any) -> str:
     return f" (TP {tp}, one rank simulated)" if tp > 1 else ""
 
 
+#: tune's options in their --help order: its own (--all, --json) and its request's declared fields; the
+#: shared groups follow with_group's placing.
+TUNE_OPTIONS = (
+    "trace", "slo_ttft", "slo_itl", "model", "gpu", "trace_format", "qps", "rate_scale", "max_requests",
+    "duration", "sm_group_nums", "divisors", "budgets", "no_single_levels", "slo_margins", "cost_model",
+    "s_sat", "bandwidth_efficiency", "mfu", "step_overhead_ms", "calibration", "mem_fraction_static",
+    "max_prefill_tokens", "kv_bytes", "kv_cache_dtype", "ignore_eos", "no_prefix_cache", "context_length",
+    "disable_cuda_graph", "tp", "dp", "load_balance_method", "disagg", "output", "show_all", "as_json",
+    "sglang")
+
+
+def _tune_options(function: Any) -> Any:
+    """tune's options, built from its request's declarations when typer first builds the command
+    (:func:`~.options.deferred`: the tune workflow is imported only then)."""
+    from ..workflows.tune import TuneRequest
+
+    function = with_options(TuneRequest, TUNE_OPTIONS, "tune")(function)
+    function = with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")(function)
+    function = with_group(ServerOptions, SERVING_TERMS, after="step_overhead_ms")(function)
+    return with_group(RunOptions, RUN, before="tp")(function)
+
+
 @app.command()
-@with_group(RunOptions, RUN, before="tp")
-@with_group(ServerOptions, SERVING_TERMS, after="step_overhead_ms")
-@with_group(ServerOptions, SPECULATIVE, after="disable_cuda_graph")
+@deferred(_tune_options)
 def tune(
-    trace: Path = typer.Option(..., "--trace", help=(
-        "Trace file to tune on (Azure CSV, Mooncake JSONL, BurstGPT CSV).")),
-    slo_ttft: float = typer.Option(..., "--slo-ttft", help="TTFT SLO, ms."),
-    slo_itl: float = typer.Option(..., "--slo-itl", help=SLO_ITL_HELP),
-    model: str = declared(ServerOptions, "model"),
-    gpu: str | None = declared(ServerOptions, "gpu"),
-    trace_format: str | None = declared(WorkloadOptions, "trace_format"),
-    qps: float | None = declared(WorkloadOptions, "qps", "tune"),
-    rate_scale: float | None = declared(WorkloadOptions, "rate_scale", "tune"),
-    max_requests: int | None = declared(WorkloadOptions, "max_requests"),
-    duration: float | None = declared(WorkloadOptions, "duration"),
-    sm_group_nums: str | None = typer.Option(None, "--sm-group-nums", help=(
-        "sm_group_num values to try (default: every distinct one).")),
-    divisors: str | None = typer.Option(None, "--divisors", help=(
-        "decode_bs_divisor values to try (default 12,24,36,48,72).")),
-    budgets: str | None = typer.Option(None, "--budgets", help=(
-        "split_forward_token_budget values (default 4096,16384,65536).")),
-    no_single_levels: bool = typer.Option(False, "--no-fixed-splits", help="Do not try single fixed splits."),
-    slo_margins: str | None = typer.Option(None, "--slo-margins", help=(
-        "Also try SLO levels (gen-config --slo-itl) sized for these shares of --slo-itl (default "
-        "1,0.9,0.8), or 'none'.")),
-    cost_model: str = declared(ServerOptions, "cost_model"),
-    s_sat: float | None = declared(ServerOptions, "s_sat"),
-    bandwidth_efficiency: float | None = declared(ServerOptions, "bandwidth_efficiency", "tune"),
-    mfu: float | None = declared(ServerOptions, "mfu"),
-    step_overhead_ms: float | None = declared(ServerOptions, "step_overhead_ms", "tune"),
-    calibration: Path | None = declared(ServerOptions, "calibration", "tune"),
-    mem_fraction_static: float | None = typer.Option(None, "--mem-fraction-static", help=(
-        "SGLang's flag (default: SGLang's own with chunking off).")),
-    max_prefill_tokens: int = declared(ServerOptions, "max_prefill_tokens"),
-    kv_bytes: float | None = declared(ServerOptions, "kv_bytes"),
-    kv_cache_dtype: str | None = declared(ServerOptions, "kv_cache_dtype"),
-    ignore_eos: bool = typer.Option(False, "--ignore-eos", help=(
-        "Requests run to their max_new_tokens (benchmark traffic).")),
-    no_prefix_cache: bool = declared(ServerOptions, "no_prefix_cache"),
-    context_length: int | None = declared(ServerOptions, "context_length"),
-    disable_cuda_graph: bool = declared(ServerOptions, "disable_cuda_graph"),
-    tp: int = declared(ServerOptions, "tp"),
-    dp: int | None = declared(DeploymentOptions, "dp", "tune"),
-    load_balance_method: str | None = declared(DeploymentOptions, "load_balance_method", "tune"),
-    disagg: str | None = typer.Option(None, "--disagg", help=(
-        "Not taken: tune searches pdmux knobs; compare PD disaggregation with pdmux simulate or pdmux "
-        "capacity --disagg XPYD.")),
-    output: Path | None = OUTPUT_YAML_OPTION,
     show_all: bool = typer.Option(False, "--all", help="Show every config compared, not just the best."),
     as_json: bool = JSON_OPTION,
-    sglang: str = sglang_option(),
-    **groups: Any,
+    **options: Any,
 ) -> None:
     """Search pdmux YAML knobs for the best SLO attainment on a trace; write the winning YAML.
 
@@ -272,8 +194,7 @@ def tune(
     from ..workflows.tune import TuneRequest
     from ..workflows.tune import tune as run
 
-    outcome = run(request_of(TuneRequest, {**locals(), **groups}),
-                  progress_factory(show_progress(as_json)))
+    outcome = run(request_of(TuneRequest, options), progress_factory(show_progress(as_json)))
     if as_json:
         print_json(outcome.to_dict(), nan_as_null=True)
         return

@@ -225,6 +225,14 @@ PR_STACK: dict[str, str] = {
 #: Every revision ``--sglang`` takes, by key.
 REVISIONS: dict[str, Revision] = {r.key: r for r in (RELEASE, STANDARD_LANE, OVERLAY, MAIN, DSV41)}
 DEFAULT_REVISION = RELEASE.key
+#: ``--sglang``'s help: the requests whose verdicts depend on SGLang's code declare their ``sglang`` field
+#: with it (:func:`pdmux_cli.workflows.fields.sglang_revision`).
+SGLANG_HELP = ("SGLang revision whose pdmux code to follow: 0.5.23 (latest release, default), "
+               "standard@b875545 (sgl-project/sglang b8755452, the standard-prefill lane), overlay@2126b0b "
+               "(Li-brua/sglang 2126b0b7, the layer-wise/overlay fork), main@2260e61 (upstream main at "
+               "2260e612, which fails to start with --enable-pdmux: #37714) or dsv41@a64f33f "
+               "(sgl-project/sglang a64f33f0, the DeepSeek-V4.1 line with max_split_forward_layers; "
+               "manual_divisions only).")
 
 
 def get_revision(key: str | Revision | None = None) -> Revision:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..util.errors import InputError
-from .fields import Checked
+from .fields import Checked, option
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,9 +21,13 @@ class AccuracyRequest(Checked):
     """``pdmux accuracy``'s options: ``serving`` (replay the public serving runs), ``runs`` (every run's
     figures, with ``serving``), ``workers`` (processes for ``serving``; ``None``: the cores available)."""
 
-    serving: bool = False
-    runs: bool = False
-    workers: int | None = None
+    serving: bool = option(False, help=(
+        "Whole servers instead of kernels: replay every shipped public SGLang serving run end to end "
+        "(simulate with its setup) and compare TTFT, ITL, TPOT, E2E and throughput."))
+    runs: bool = option(False, help=(
+        "{flag.serving}: every run's figures, its SGLang release and the pdmux simulate command closest to "
+        "it (the release's memory defaults as flags; 0.5.23's scheduler rules)."))
+    workers: int | None = option(None, help="{flag.serving}: processes (default: the cores available).")
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..messages import render, render_all
 from ..util.errors import Finding, InputError
-from .fields import Checked
+from .fields import Checked, option
 
 # Bounds on the work the input files may ask for (``CalibrateRequest``'s ``max_replay_requests``,
 # ``max_points``, ``max_log_lines``; 0 lifts one). Times measured on one core of the 2-core CI machine
@@ -71,20 +71,36 @@ class CalibrateRequest(Checked):
     server-log lines read over all logs.
     """
 
-    sglang_bench: tuple[Path, ...] = ()
-    sglang_log: tuple[Path, ...] = ()
-    bench_serving: tuple[Path, ...] = ()
-    workers: int | None = None
-    model: str | None = None
-    gpu: str | None = None
-    tp: int = 1
-    kv_bytes: float | None = None
-    kv_cache_dtype: str | None = None
-    merge: tuple[Path, ...] = ()
-    output: Path | None = None
-    max_replay_requests: int = DEFAULT_MAX_REPLAY_REQUESTS
-    max_points: int = DEFAULT_MAX_POINTS
-    max_log_lines: int = DEFAULT_MAX_LOG_LINES
+    sglang_bench: tuple[Path, ...] = option((), help=(
+        "JSONL of 'python -m sglang.benchmark.one_batch --result-filename' (repeatable)."))
+    sglang_log: tuple[Path, ...] = option((), help="An SGLang server log (repeatable).")
+    bench_serving: tuple[Path, ...] = option((), help=(
+        "The --output-file of 'python -m sglang.bench_serving' (repeatable; one run per line, "
+        "--output-details gives the exact lengths): fits the serving terms (admission delay and interval, "
+        "per-request step time) of your server."))
+    workers: int | None = option(None, help=(
+        "{flag.bench_serving}: processes for the fit (default: the cores available)."))
+    model: str | None = option(None, short="-m", help="The model measured: profile name or config.json.")
+    gpu: str | None = option(None, short="-g", help="The GPU measured: alias, reported name or profile file.")
+    tp: int = option(1, help="Tensor-parallel degree of the measurements (pdmux models 1).")
+    kv_bytes: float | None = option(None, help=(
+        "Bytes per KV-cache element the server used (default: by {flag.kv_cache_dtype})."))
+    kv_cache_dtype: str | None = option(None, help=(
+        "The server's {flag.kv_cache_dtype}: auto (the model's dtype; fp8_e4m3 where its quantization_config "
+        "says kv_cache_quant_algo FP8), fp8_e4m3, fp8_e5m2, bf16 (default: auto)."))
+    merge: tuple[Path, ...] = option((), help=(
+        "Merge two calibration files (pdmux bench + pdmux calibrate) instead."))
+    output: Path | None = option(None, short="-o", writes="path", help=(
+        "Write calibration.yaml here (whole or not at all); default: print it."))
+    max_replay_requests: int = option(DEFAULT_MAX_REPLAY_REQUESTS, help=(
+        "{flag.bench_serving}: the most requests replayed over all runs, a run counting at least 100 (the "
+        "fit replays each run about 70 times; 100,000: about 2 minutes a core). 0: no limit."))
+    max_points: int = option(DEFAULT_MAX_POINTS, help=(
+        "The most points the whole-GPU fit takes (one-batch prefills and decode steps, server-log groups; "
+        "about 6 ms each). 0: no limit."))
+    max_log_lines: int = option(DEFAULT_MAX_LOG_LINES, help=(
+        "The most server-log lines read over all {flag.sglang_log} files (about 90,000 a second). 0: no "
+        "limit."))
 
 
 @dataclass

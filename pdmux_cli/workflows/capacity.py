@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..sglang.revisions import DEFAULT_REVISION
 from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, server_and_cluster
 from .fields import declared_as, option
@@ -28,6 +27,7 @@ from .progress import ProgressFactory, entered, start
 from .run_options import RunOptions
 from .server import (ServerOptions, on_gpus, provenance_block, server_options, speculation_dict,
                      server_notes)
+from .simulate import SimulateRequest
 from .values import finite
 from .workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
 
@@ -76,18 +76,20 @@ class CapacityRequest(ServerOptions, DeploymentOptions, RunOptions):
     gsp_ordered: bool = declared_as(WorkloadOptions, "gsp_ordered")
     policies: str = option(DEFAULT_POLICIES, help=(
         "Comma-separated: pdmux, chunked, mixed-chunk, prefill-first, disagg (with {flag.disagg})."))
-    chunk_sizes: str | None = None
-    mixed_chunk_sizes: str = "512"
-    config: tuple[Path, ...] | None = None
-    unreleased_fallback: bool = False
-    prefill_decode_interval: int = 0
-    slo_ttft: float = 1000.0
-    slo_itl: float = 60.0
-    target: float = 0.99
-    tolerance: float = 0.02
+    chunk_sizes: str | None = declared_as(SimulateRequest, "chunk_sizes")
+    mixed_chunk_sizes: str = declared_as(SimulateRequest, "mixed_chunk_sizes")
+    config: tuple[Path, ...] | None = option(None, help=(
+        "Also size pdmux with this YAML (e.g. from 'pdmux tune' or 'pdmux gen-config --slo-itl'), beside "
+        "SGLang's defaults; repeat it for several."))
+    unreleased_fallback: bool = declared_as(SimulateRequest, "unreleased_fallback")
+    prefill_decode_interval: int = declared_as(SimulateRequest, "prefill_decode_interval")
+    slo_ttft: float = declared_as(SimulateRequest, "slo_ttft")
+    slo_itl: float = declared_as(SimulateRequest, "slo_itl")
+    target: float = option(0.99, help="Share of requests that must meet the SLO.")
+    tolerance: float = option(0.02, help="Relative precision of the rate found (0.0001 to below 1).")
     plot: Path | None = option(None, writes="file", help=(
         "Write SLO attainment vs request rate, one curve per policy, to this PNG."))
-    sglang: str = DEFAULT_REVISION
+    sglang: str = declared_as(SimulateRequest, "sglang")
 
     def workload_options(self) -> WorkloadOptions:
         """The workload to load (never retimed: the search sets the rate)."""

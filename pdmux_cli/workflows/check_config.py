@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..sglang.revisions import DEFAULT_REVISION
 from ..provenance import provenance, with_provenance
 from ..util.errors import InputError
-from .fields import Checked, option
+from .fields import Checked, option, sglang_revision
 from .device_options import device_option
 from .planning_inputs import resolve_device
 
@@ -38,7 +37,7 @@ class CheckConfigRequest(Checked):
         "The {flag.sm_group_num} you launch with (must equal the YAML's)."))
     model: str | None = option(None, short="-m", help=(
         "The model served: warn where the SGLang revision cannot multiplex its architecture."))
-    sglang: str = DEFAULT_REVISION
+    sglang: str = sglang_revision()
     speculative_algorithm: str | None = option(None, help=(
         "The server's speculative decoding: the file fails where the {flag.sglang} revision cannot run it "
         "beside pdmux (0.5.23 cannot)."))

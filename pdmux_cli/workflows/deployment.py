@@ -46,7 +46,9 @@ class DeploymentOptions(Checked):
         "prefill-first on the prefill instances, the KV cache moved over {flag.kv_link}, decode on the "
         "decode instances."), wordings={"estimate": (
             "Also a row of PD disaggregation with X prefill and Y decode instances of {flag.tp} GPUs each, "
-            "e.g. 1P1D or 2P6D: TTFT = whole-GPU prefill + the KV transfer, decode undisturbed.")})
+            "e.g. 1P1D or 2P6D: TTFT = whole-GPU prefill + the KV transfer, decode undisturbed."), "tune": (
+            "Not taken: tune searches pdmux knobs; compare PD disaggregation with pdmux simulate or pdmux "
+            "capacity {flag.disagg} XPYD.")})
     disagg_tp: int | None = option(None, group=DEPLOYMENT, help=(
         "{flag.disagg}: each instance's TP (default {flag.tp}), e.g. {flag.tp} 2 {flag.dp} 1 {flag.disagg} "
         "1P1D {flag.disagg_tp} 1 puts every policy on 2 GPUs."), wordings={

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
-from ..sglang.revisions import DEFAULT_REVISION
 from ..provenance import provenance, with_provenance
 from ..util.errors import Finding, InputError, short_repr
 from .deployment import DeploymentOptions
-from .fields import Checked, declared_as, option
+from .fields import Checked, declared_as, option, sglang_revision
 from .server import ServerOptions, SpeculativeKeywords
 from .planning_inputs import (
     check_int,
@@ -104,7 +103,7 @@ class EstimateRequest(Checked):
     disagg_tp: int | None = declared_as(DeploymentOptions, "disagg_tp")
     plot: Path | str | None = option(None, writes="file", help=(
         "Write ITL against prefill time at every level, the other policies as points, to this PNG."))
-    sglang: str = DEFAULT_REVISION
+    sglang: str = sglang_revision()
 
 
 class EstimateServingTerms(TypedDict, total=False):

@@ -282,6 +282,10 @@ SHORT = "short"
 WRITES = "writes"
 #: The metadata key of an option's help as one command words it (:func:`option`'s ``wordings``).
 WORDINGS = "wordings"
+#: The metadata keys of a field's own range (:func:`option`'s ``bounds``) and of an option kept out of
+#: ``--help`` (``hidden``).
+BOUNDS = "bounds"
+HIDDEN = "hidden"
 
 #: The roofline model's serving terms that simulate, tune and capacity share (``ServerOptions``), ms.
 SERVING_TERMS = "serving terms"
@@ -303,7 +307,8 @@ RUN = "run"
 
 
 def option(default: Any = None, *, help: str, group: str | None = None, short: str | None = None,
-           writes: str | None = None, wordings: dict[str, str] | None = None) -> Any:
+           writes: str | None = None, wordings: dict[str, str] | None = None, required: bool = False,
+           bounds: Range | None = None, hidden: bool = False) -> Any:
     """A request field declared once (issue 32, item 1): its default and the help the CLI shows (other
     parameters named as ``{flag.NAME}``, as errors name them: the CLI writes their flags); its flag is
     :func:`pdmux_cli.messages.flag` of the field's name (``short``: a one-letter flag beside it, ``"-m"``),
@@ -314,16 +319,34 @@ def option(default: Any = None, *, help: str, group: str | None = None, short: s
     command's own: :func:`pdmux_cli.cli.options.with_declared`). ``writes``: a path the command writes,
     whole or not at all: ``"path"`` (a file or ``-``) or ``"file"`` (the CLI checks it before any work:
     :func:`pdmux_cli.cli.common.output_path`, ``output_file``). ``wordings``: the help as a command words it
-    where it deliberately differs (``{"tune": ...}``), by the command's name; the others show ``help``."""
-    return dataclasses.field(default=default, metadata={HELP: help, GROUP: group, SHORT: short,
-                                                        WRITES: writes, WORDINGS: wordings or {}})
+    where it deliberately differs (``{"tune": ...}``), by the command's name; the others show ``help``.
+    ``required``: no default (the CLI requires the option: tune's ``--trace``). ``bounds``: the field's own
+    range where its command's rule differs from :data:`RANGES`' for the name (bench's ``sm_group_num``: at
+    least 3). ``hidden``: not in ``--help`` (bench's ``--cpu``, for tests)."""
+    metadata = {HELP: help, GROUP: group, SHORT: short, WRITES: writes, WORDINGS: wordings or {},
+                BOUNDS: bounds, HIDDEN: hidden}
+    if required:
+        return dataclasses.field(metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
-def declared_as(cls: type, name: str) -> Any:
+def declared_as(cls: type, name: str, *, required: bool = False) -> Any:
     """Field ``name`` of ``cls`` declared again, for another request that takes the same option (the same
-    default, help, group, short flag and wordings): the option is worded once, where ``cls`` declares it."""
+    default, help, group, short flag and wordings): the option is worded once, where ``cls`` declares it.
+    ``required``: without its default (tune's ``slo_ttft``: the CLI requires the option)."""
     f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    if required:
+        return dataclasses.field(metadata=dict(f.metadata))
     return dataclasses.field(default=f.default, metadata=dict(f.metadata))
+
+
+def sglang_revision() -> Any:
+    """The ``sglang`` field of a request whose verdicts depend on SGLang's code: ``--sglang``, the revision
+    followed (default 0.5.23, :data:`pdmux_cli.sglang.revisions.DEFAULT_REVISION`), declared once with its
+    help (:data:`pdmux_cli.sglang.revisions.SGLANG_HELP`)."""
+    from ..sglang.revisions import DEFAULT_REVISION, SGLANG_HELP
+
+    return option(DEFAULT_REVISION, help=SGLANG_HELP)
 
 
 #: The range of a field its group gives, where :data:`RANGES` names none: a serving term's is the cost model's
@@ -482,11 +505,13 @@ def _wrong(name: str, value: Any, kinds: frozenset[str]) -> InputError:
 def _kinds(cls: type) -> tuple[tuple[str, frozenset[str], Range | Callable[[Any, str], None] | None], ...]:
     """``(field, kinds, range)`` for each field of ``cls``: its annotation as the kinds :func:`check_value`
     knows (``none``, ``bool``, ``int``, ``float``, ``str``, ``path``, ``paths``, ``ints``, ``floats``,
-    ``pair``; an annotation of another kind is a programming error, ``TypeError``) and its range
-    (:data:`RANGES`', else its group's, :data:`GROUP_RANGES`; ``None``: none)."""
+    ``pair``; an annotation of another kind is a programming error, ``TypeError``) and its range (its own,
+    :func:`option`'s ``bounds``, else :data:`RANGES`', else its group's, :data:`GROUP_RANGES`; ``None``:
+    none)."""
     hints = typing.get_type_hints(cls)
     return tuple((f.name, _kind_set(hints[f.name], cls, f.name),
-                  RANGES.get(f.name, GROUP_RANGES.get(f.metadata.get(GROUP))))  # type: ignore[arg-type]
+                  f.metadata.get(BOUNDS) or RANGES.get(  # type: ignore[arg-type]
+                      f.name, GROUP_RANGES.get(f.metadata.get(GROUP))))
                  for f in dataclasses.fields(cls))
 
 

@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog.model import DEFAULT_MODEL
-from ..sglang.revisions import DEFAULT_REVISION
 from ..provenance import provenance, step_model_provenance, with_provenance
 from ..util.errors import Finding, InputError
 from .check_config import CheckConfigRequest
 from .device_options import TP_HELP, device_option
-from .fields import Checked, declared_as, option
+from .fields import Checked, declared_as, option, sglang_revision
 from .planning_inputs import (
     check_positive_knobs,
     resolve_device,
@@ -105,7 +104,7 @@ class GenConfigRequest(Checked):
         "Model served (for {flag.tune} and {flag.slo_itl}; with {flag.tp} its heads and widths must "
         "split)."))
     tp: int = option(1, help=TP_HELP + " The launch line gains --tp-size N.")
-    sglang: str = DEFAULT_REVISION
+    sglang: str = sglang_revision()
     speculative_algorithm: str | None = option(None, help=(
         "SGLang's flag: speculative decoding beside pdmux (refused where the {flag.sglang} revision "
         "cannot run the pair; 0.5.23 cannot); the launch line gains it."))

@@ -22,6 +22,8 @@ from .device_options import DEVICE_OPTIONS, TP_HELP
 
 #: ``--calibration``'s help where capacity and tune word it.
 CALIBRATION_HELP = "calibration.yaml from 'pdmux bench' and/or 'pdmux calibrate'."
+#: ``--ignore-eos``'s help where capacity and tune word it.
+IGNORE_EOS_HELP = "Requests run to their max_new_tokens (benchmark traffic)."
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,11 +114,18 @@ class ServerOptions(Checked):
         "estimate": "Bytes per KV-cache element (bf16 2, fp8 1; default: by {flag.kv_cache_dtype})."})
     kv_cache_dtype: str | None = option(None, help=KV_CACHE_DTYPE_HELP)
     flops_dtype: str | None = option(None, help="bf16, fp16 or fp8 dense math (default: by model).")
-    mem_fraction_static: float | None = None
+    mem_fraction_static: float | None = option(None, help=(
+        "SGLang's flag: share of GPU memory for weights and KV pool (default: SGLang's own, per policy)."),
+        wordings={"capacity": "SGLang's flag (default: SGLang's own, per policy).",
+                  "tune": "SGLang's flag (default: SGLang's own with chunking off)."})
     max_prefill_tokens: int = option(MAX_PREFILL_TOKENS, help=(
         "SGLang's {flag.max_prefill_tokens}."))
-    max_running_requests: int | None = None
-    cuda_graph_max_bs: int | None = None
+    max_running_requests: int | None = option(None, help=(
+        "SGLang's flag (default: SGLang's, from the KV pool)."))
+    cuda_graph_max_bs: int | None = option(None, help=(
+        "Largest decode batch with a CUDA graph (default: SGLang's for the GPU). Larger batches launch "
+        "kernel by kernel: slower only where the launches outlast the GPU's work (small models); it also "
+        "sizes SGLang's memory reserve (floored at 10 GB on GPUs over 60 GB)."))
     context_length: int | None = option(None, help=(
         "SGLang's flag: the longest request (prompt + output, tokens) the server takes, instead of the "
         "model's own (max_position_embeddings, as SGLang derives it); requests past it are dropped, as "
@@ -124,9 +133,14 @@ class ServerOptions(Checked):
             "SGLang's flag: the longest request (prompt + output, tokens) the server takes, instead of the "
             "model's own (max_position_embeddings, as SGLang derives it); a prompt or decode context past it "
             "is refused, as SGLang rejects it.")})
-    ignore_eos: bool = False
-    disable_overlap_schedule: bool = False
-    disable_prefill_cuda_graph: bool = False
+    ignore_eos: bool = option(False, help=(
+        "Requests run to their max_new_tokens (benchmark traffic): admission reserves all of it."), wordings={
+        "capacity": IGNORE_EOS_HELP, "tune": IGNORE_EOS_HELP})
+    disable_overlap_schedule: bool = option(False, help=(
+        "Baselines without SGLang's overlap scheduler (as pdmux runs): CPU time adds to every step."))
+    disable_prefill_cuda_graph: bool = option(False, help=(
+        "SGLang's flag: prefill batches launch their kernels eagerly (SGLang before 0.5.23's prefill "
+        "CUDA graph did): a short prefill takes at least its kernels' launch time."))
     disable_cuda_graph: bool = option(False, help=(
         "SGLang's flag: no CUDA graphs, decode and prefill launched kernel by kernel (a step takes at least "
         "its kernels' host launch time; the graphs' memory reserve is not taken)."), wordings={

@@ -14,10 +14,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..sglang.revisions import DEFAULT_REVISION
 from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, server_and_cluster
-from .fields import option
+from .fields import option, sglang_revision
 from .pdmux_yaml import PdmuxYaml
 from .policies import (
     DEFAULT_POLICIES,
@@ -57,25 +56,38 @@ class SimulateRequest(WorkloadOptions, ServerOptions, DeploymentOptions, RunOpti
     policies: str = option(DEFAULT_POLICIES, help=(
         "Comma-separated: pdmux, chunked (SGLang's default scheduling), mixed-chunk (--enable-mixed-chunk), "
         "prefill-first (--chunked-prefill-size -1), disagg (with {flag.disagg})."))
-    chunk_sizes: str | None = None
-    mixed_chunk_sizes: str = "512"
-    prefill_decode_interval: int = 0
-    config: Path | None = None
-    sm_group_num: int | None = None
-    decode_bs_divisor: int | None = None
-    token_budget: int | None = None
-    divisions: str | None = None
-    unreleased_fallback: bool = False
-    slo_ttft: float = 1000.0
-    slo_itl: float = 60.0
-    max_concurrency: int | None = None
+    chunk_sizes: str | None = option(None, help=(
+        "Chunk sizes of 'chunked' (default: SGLang's default for the GPU, 8192 on H100/H200)."), wordings={
+        "capacity": "Chunk sizes of 'chunked' (default: SGLang's default for the GPU)."})
+    mixed_chunk_sizes: str = option("512", help="Chunk sizes of 'mixed-chunk'.")
+    prefill_decode_interval: int = option(0, help=(
+        "chunked, mixed-chunk and prefill-first: decode-only rounds after each prefill batch (SGLang's flag; "
+        "0 = off)."))
+    config: Path | None = option(None, help="pdmux YAML to simulate (default: SGLang's defaults).")
+    sm_group_num: int | None = option(None, help="Override sm_group_num.")
+    decode_bs_divisor: int | None = option(None, help="Override decode_bs_divisor.")
+    token_budget: int | None = option(None, help="Override split_forward_token_budget.")
+    divisions: str | None = option(None, help="Manual levels PREFILL:DECODE:THRESHOLD,...")
+    unreleased_fallback: bool = option(False, help=(
+        "pdmux: where SGLang 0.5.23 crashes (no manual threshold matches), use group 1 as its unreleased "
+        "branches do, instead of stopping."), wordings={"capacity": (
+            "pdmux: where SGLang 0.5.23 crashes (no manual threshold matches), use group 1 as its unreleased "
+            "branches do.")})
+    slo_ttft: float = option(1000.0, help="TTFT SLO, ms.")
+    slo_itl: float = option(60.0, help="ITL SLO, ms (judged on each request's p99 ITL).")
+    max_concurrency: int | None = option(None, help=(
+        "A closed-loop client with at most N requests in flight, as SGLang's bench_serving "
+        "--max-concurrency: each request is sent at its arrival or when one finishes, whichever is later; "
+        "TTFT counts from the send. One server only."))
     csv: Path | None = option(None, writes="file", help=(
         "Write per-request results to this CSV file (row by row as requests finish; the file appears whole "
         "at the end)."))
     plot: Path | None = option(None, writes="file", help=(
         "Write ITL and TTFT CDFs to this PNG (needs matplotlib)."))
-    sglang: str = DEFAULT_REVISION
-    step_by_step: bool = False
+    sglang: str = sglang_revision()
+    step_by_step: bool = option(False, help=(
+        "A check: simulate every decode step one at a time, the reference loop (by default the quiet "
+        "steps between two events are advanced at once, to the same figures)."))
 
 
 @dataclass

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog.model import DEFAULT_MODEL
-from ..sglang.revisions import DEFAULT_REVISION
 from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, plan_deployment
+from .fields import declared_as, option
 from .progress import ProgressFactory, entered, start
 from .run_options import RunOptions
 from .server import (ServerOptions, build_setup, provenance_block, server_options, speculation_dict,
                      server_notes, speculative_launch_flags, without_prefix_cache)
+from .simulate import SimulateRequest
 from .values import as_text_list, finite, parse_float_list, parse_int_list
 from .workload import WorkloadOptions, fit_to_model, load_workload
 
@@ -38,21 +39,26 @@ class TuneRequest(ServerOptions, DeploymentOptions, RunOptions):
     ``output``: the file the winning YAML is written to. ``sglang``: the revision followed.
     """
 
-    trace: Path
-    slo_ttft: float
-    slo_itl: float
-    trace_format: str | None = None
-    qps: float | None = None
-    rate_scale: float | None = None
-    max_requests: int | None = None
-    duration: float | None = None
-    sm_group_nums: str | None = None
-    divisors: str | None = None
-    budgets: str | None = None
-    no_single_levels: bool = False
-    slo_margins: str | None = None
-    output: Path | None = None
-    sglang: str = DEFAULT_REVISION
+    trace: Path = option(required=True, help="Trace file to tune on (Azure CSV, Mooncake JSONL, BurstGPT "
+                                              "CSV).")
+    slo_ttft: float = declared_as(SimulateRequest, "slo_ttft", required=True)
+    slo_itl: float = declared_as(SimulateRequest, "slo_itl", required=True)
+    trace_format: str | None = declared_as(WorkloadOptions, "trace_format")
+    qps: float | None = declared_as(WorkloadOptions, "qps")
+    rate_scale: float | None = declared_as(WorkloadOptions, "rate_scale")
+    max_requests: int | None = declared_as(WorkloadOptions, "max_requests")
+    duration: float | None = declared_as(WorkloadOptions, "duration")
+    sm_group_nums: str | None = option(None, help=(
+        "sm_group_num values to try (default: every distinct one)."))
+    divisors: str | None = option(None, help="decode_bs_divisor values to try (default 12,24,36,48,72).")
+    budgets: str | None = option(None, help="split_forward_token_budget values (default 4096,16384,65536).")
+    no_single_levels: bool = option(False, help="Do not try single fixed splits.")
+    slo_margins: str | None = option(None, help=(
+        "Also try SLO levels (gen-config {flag.slo_itl}) sized for these shares of {flag.slo_itl} (default "
+        "1,0.9,0.8), or 'none'."))
+    output: Path | None = option(None, short="-o", writes="path", help=(
+        "Write the winning YAML here (whole or not at all)."))
+    sglang: str = declared_as(SimulateRequest, "sglang")
 
 
 @dataclass(frozen=True)
