@@ -974,7 +974,7 @@ class _PdmuxRun:
         "layers_of", "cpu_of", "plan", "max_layers", "fallback", "append", "every",
         "ahead", "group_time", "counters", "crash_first", "crashed_at", "unfinished", "t", "idle", "group",
         "pf", "pf_seqs", "pf_p", "pf_d", "submitted", "per_round", "layer_s", "stream_free",
-        "finished_last_round", "next_progress", "horizon", "next_t")
+        "finished_last_round", "next_progress", "horizon", "next_t", "fixed")
 
     def __init__(self, work: Work, setup: Setup, policy: PdmuxPolicy) -> None:
         self.setup = setup
@@ -1031,6 +1031,10 @@ class _PdmuxRun:
         self.next_progress = self.every = work.ends.check_every
         self.horizon = work.horizon
         self.next_t = work.next_arrival_time()
+        # what _pdmux_runs reads and never changes, unpacked once a call
+        self.fixed = (work.batch, work.ends, setup, cache, self.fast_memory, self.capacity, self.closed,
+                      self.min_ratio, self.layers, self.last, self.group_time, self.cpu_of, self.request_s,
+                      self.graph_max, self.lines)
 
 
 def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None) -> Rounds:
@@ -1222,10 +1226,8 @@ def _pdmux_runs(work: Work, run: _PdmuxRun, finished: list[int], progress: Progr
     :func:`_pdmux_split_run` with one), each run's records as the round loop makes them; returns at the
     top of a round that does something else (a pause, a prefill batch, an idle server, a memory check that
     may retract)."""
-    batch, ends, setup = work.batch, work.ends, run.setup
-    cache, fast_memory, capacity, closed = run.cache, run.fast_memory, run.capacity, run.closed
-    min_ratio, layers, last, group_time = run.min_ratio, run.layers, run.last, run.group_time
-    cpu_of, request_s, graph_max, lines = run.cpu_of, run.request_s, run.graph_max, run.lines
+    (batch, ends, setup, cache, fast_memory, capacity, closed, min_ratio, layers, last, group_time, cpu_of,
+     request_s, graph_max, lines) = run.fixed
     t, next_t, horizon, next_progress, pf = run.t, run.next_t, run.horizon, run.next_progress, run.pf
     while True:
         if t >= horizon:
