@@ -22,6 +22,7 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pdmux_cli.catalog.hardware import find_gpu
@@ -91,6 +92,23 @@ def _same_fold(a: fold.Fold, b: fold.Fold) -> None:
 def test_flush_folds_as_one_request_at_a_time(seed) -> None:
     ends, requests = _requests(seed, 300)
     _same_fold(_folded(ends, requests, True), _folded(ends, requests, False))
+
+
+@pytest.mark.parametrize("matrix_rows", [1, 10**9])
+def test_ranked_gaps_as_matrix_or_one_by_one_are_a_sort(matrix_rows, monkeypatch) -> None:
+    """A request's p99 and largest ITL from a matrix of its length's requests, or one partition each, are
+    the top-th largest and the largest of its gaps and first gap as a sort gives them, ties included."""
+    monkeypatch.setattr(fold, "MATRIX_ROWS", matrix_rows)
+    rng = np.random.default_rng(4)
+    gaps = rng.choice([0.001, 0.002, 0.04, 0.5], 4000) * rng.choice([1.0, 1.0, 1.5], 4000)
+    lengths = rng.choice([99, 127, 127, 300], 60)
+    first = rng.integers(0, 3500, 60)
+    tops = np.array([int(length + 1 - math.ceil(0.99 * (length + 1) - 1e-9) + 1) for length in lengths])
+    g0 = rng.choice([0.001, 0.7], 60)
+    ranked, largest = fold._ranked_gaps(gaps, first, lengths, tops, g0)
+    for i in range(60):
+        values = sorted([*gaps[first[i]:first[i] + lengths[i]].tolist(), float(g0[i])])
+        assert (ranked[i], largest[i]) == (values[-tops[i]], values[-1])
 
 
 def test_flush_keeps_a_replicas_rows() -> None:

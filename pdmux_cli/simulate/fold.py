@@ -75,6 +75,50 @@ def _largest(values: array, count: int) -> list[float]:
     return view[cut:].tolist()
 _NAN = array("d", [math.nan])
 
+#: Requests of one gap count above which :func:`_ranked_gaps` takes them as one matrix (numpy's partition
+#: along its rows) rather than one partition each: measured (127 gaps a row, 2-core x86_64), 8 rows 35 us as a
+#: matrix against 32 us one by one, 16 rows 38 against 53 us.
+MATRIX_ROWS = 12
+
+
+def _ranked_gaps(gaps: Any, first: Any, lengths: Any, tops: Any, g0: Any) -> tuple[Any, Any]:
+    """Per request (numpy arrays, one entry each): its ``lengths`` gaps from ``gaps[first]`` on and its
+    first gap ``g0``; the ``tops``-th largest of them (its p99 ITL, ``tops`` at most ``lengths``) and the
+    largest. The requests of one length (so one ``tops``, both given by its ITL count) with at least
+    :data:`MATRIX_ROWS` of them as one matrix, partitioned along its rows, the rest one by one: a partition
+    selects the same floats however it runs, so either way gives what sorting each request's gaps would."""
+    import numpy as np
+
+    ranked, largest = np.empty(len(first)), np.empty(len(first))
+    alone = np.ones(len(first), dtype=bool)
+    values, counts = np.unique(lengths, return_counts=True)
+    for length in (values[counts >= MATRIX_ROWS].tolist() if len(first) >= MATRIX_ROWS else ()):
+        rows = np.flatnonzero(lengths == length)
+        top = int(tops[rows[0]])
+        cut = length - top
+        seg = gaps[first[rows, None] + np.arange(length)]  # a copy: one row a request
+        seg.partition(cut, axis=1)  # the `top` largest of each row at its end
+        part = np.empty((len(rows), top + 1))
+        part[:, :top] = seg[:, cut:]
+        part[:, top] = g0[rows]
+        part.sort(axis=1)
+        ranked[rows], largest[rows] = part[:, -top], part[:, -1]
+        alone[rows] = False
+    rest = np.flatnonzero(alone)
+    p99s, maxes = [], []
+    for start, length, top, g in zip(first[rest].tolist(), lengths[rest].tolist(), tops[rest].tolist(),
+                                     g0[rest].tolist()):
+        cut = length - top
+        seg = gaps[start:start + length].copy()
+        seg.partition(cut)  # numpy's partition: the `top` largest at the end, the same floats
+        row = seg[cut:].tolist()
+        row.append(g)
+        row.sort()
+        p99s.append(row[-top])
+        maxes.append(row[-1])
+    ranked[rest], largest[rest] = p99s, maxes
+    return ranked, largest
+
 
 def _keys(values: array) -> Iterator[int]:
     """Monotone bucket keys of float64 ``values`` (no NaN): ``v <= w`` gives ``key(v) <= key(w)``
@@ -720,19 +764,8 @@ class Fold:
             p99[few] = mx[few] = top
         many = np.flatnonzero(rank < r)  # 100 ITLs or more: the p99 is the top-th largest of the gaps and g0
         if len(many):
-            tops = r[many] - rank[many].astype(np.int64) + 1
-            ranked, largest = [], []
-            for first, last, top, g in zip((s[many] + 1).tolist(), stop[many].tolist(), tops.tolist(),
-                                           g0[many].tolist()):
-                cut = last - first - top
-                seg = gaps[first:last].copy()
-                seg.partition(cut)  # numpy's partition: the `top` largest at the end, the same floats
-                values = seg[cut:].tolist()
-                values.append(g)
-                values.sort()
-                ranked.append(values[-top])
-                largest.append(values[-1])
-            p99[many], mx[many] = ranked, largest
+            p99[many], mx[many] = _ranked_gaps(gaps, s[many] + 1, r[many] - 1,
+                                               r[many] - rank[many].astype(np.int64) + 1, g0[many])
         del gaps
         self._columns_of(rid, ft, a, t1, p99, mx, finish, tokens)
         values, weights = array("d"), array("q")

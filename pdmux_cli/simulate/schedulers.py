@@ -713,38 +713,17 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
     :mod:`pdmux_cli.simulate.cluster`); idle behind an open router it yields ``math.inf``. Its return
     value is :func:`run_baseline`'s. ``transferred``: a disaggregation decode instance
     (:func:`decode_instance_rounds`): admitted requests arrive with their KV cache and join the decode
-    step of the same round without a forward pass (a retracted one is prefilled again)."""
-    step_model = setup.step_model
-    chunk = policy.chunk_tokens if policy.chunk_tokens > 0 else None
-    mixed = policy.mixed
+    step of the same round without a forward pass (a retracted one is prefilled again). A round's top
+    here; a prefill batch in :func:`_baseline_prefill` (:func:`_baseline_transferred` on a decode
+    instance), the decode rounds after it in :func:`_baseline_decode`."""
+    fixed = _baseline_fixed(work, setup, policy)
     interval = policy.prefill_decode_interval
-    total = setup.total_sms
-    graph_max = setup.graph_max_bs
-    overlap = setup.overlap  # off under --disable-overlap-schedule, or speculation on a release before 0.5.11
-    cpu_s = step_model.decode_cpu_s
-    decode_s = step_model.decode_s
-    per_request = step_model.request_s(1)  # a step's time per request beyond the kernels (linear in them)
-    batch = work.batch
-    ends = work.ends
-    append = ends.fast_append
-    cpu_of = _CpuCache(cpu_s)
-    cache = work.cache
-    fast_memory = cache is None
-    min_ratio, ratio_decay = work.ratio_floor, work.ratio_decay  # the release's (Work.decay_ratio)
-    capacity = work.capacity
-    # event speed: quiet decode steps advanced at once (_decode_run), with a prefix cache too where KV grows
-    # by whole tokens: each step's memory check would evict the least recently used unlocked leaves down to
-    # its free slots beyond the batch, and the check of the step after the run, made at once below, evicts
-    # down to fewer in the same order (nothing touches the cache in between), so the cache ends the same;
-    # the step loop with --step-by-step, and with a prefix cache under speculative rounds' fractional growth
-    runs = (fast_memory or batch.growth == 1) and not setup.step_by_step
-    lines: dict = {}  # the step model's decode_line per (batch, CUDA graph), for _decode_run
-    closed = work.sent >= 0  # a closed-loop client: a finish may send the next request
-    t = 0.0
-    idle = 0.0
-    defer = 0
-    prefill_batches = mixed_steps = 0
-    next_progress = every = ends.check_every
+    chunk = policy.chunk_tokens if policy.chunk_tokens > 0 else None
+    mixed, overlap = policy.mixed, setup.overlap
+    batch, ends = work.batch, work.ends
+    t = idle = 0.0
+    defer = prefill_batches = mixed_steps = 0
+    next_progress = ends.check_every
     horizon = work.horizon
     next_t = work.next_arrival_time()
     # With the overlap scheduler, the batch that runs from `t` was formed on the CPU while the previous
@@ -770,111 +749,26 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
         if deferred:
             defer -= 1
         elif work.chunked_rid >= 0 or (work.waiting and not work.batch_full):
-            rows = n if mixed else 0
-            seqs, completing = work.form_prefill_batch(chunk, rows)
-        if seqs and transferred:
+            seqs, completing = work.form_prefill_batch(chunk, n if mixed else 0)
+        if seqs:
             prefill_batches += 1
-            again = [seq for seq, rid in zip(seqs, completing) if work.generated.get(rid, 0)]
-            if again:  # retracted here earlier: their KV is recomputed
-                mixed_steps += len(again)
-                gpu = step_model.prefill_s(total, again) + len(again) * per_request
-                cpu = cpu_s(len(again))
-                launch = setup.prefill_launch_s(sum(new for new, _ in again), policy.chunk_tokens)
-                t += max(gpu, cpu + launch) if overlap else max(gpu, launch) + cpu
-            work.first_tokens(completing, t)
-            if closed:
+            if transferred:
+                t, again = _baseline_transferred(work, setup, policy, fixed, seqs, completing, t)
+                mixed_steps += again
+            else:
+                t, mixed_step = _baseline_prefill(work, setup, policy, fixed, seqs, completing, n, t)
+                mixed_steps += mixed_step
+            if fixed[-1]:  # a closed-loop client: a finish or a first token may send the next request
                 next_t = work.next_arrival_time()
+            if not transferred:
+                defer = interval
+                continue
             n = batch.n
             if not n and work.waiting:
                 continue  # admitted requests that finished at once (one output token): admit more next round
-        elif seqs:
-            prefill_batches += 1
-            # decode rows sit out when their KV does not fit
-            rows = n if mixed and n and work.free >= n else 0
-            if rows:  # (their KV slots were made room for with the batch's)
-                gpu = step_model.mixed_s(seqs, rows, batch.sum_context, batch.sum_window)
-                mixed_steps += 1
-            else:
-                gpu = step_model.prefill_s(total, seqs)
-            gpu += (len(seqs) + rows) * per_request
-            cpu = cpu_s(len(seqs) + rows)
-            # the batch is not done before its kernels are launched: eagerly, or replayed from SGLang's
-            # prefill CUDA graph (Setup.prefill_launch_s); with the overlap scheduler on the CPU's thread
-            # after the step's own work
-            launch = setup.prefill_launch_s(sum(new for new, _ in seqs), policy.chunk_tokens, bool(rows))
-            t += max(gpu, cpu + launch) if overlap else max(gpu, launch) + cpu
-            if rows:
-                step = ends.base + len(ends)
-                append(t)
-                finished = batch.complete(step)
-                if finished:
-                    work.release(finished, t)
-                    if closed:  # a closed-loop client sends on a finish (else the next arrival stays)
-                        next_t = work.next_arrival_time()
-                    work.batch_full = False
-            work.first_tokens(completing, t)
-            if closed:
-                next_t = work.next_arrival_time()
-            defer = interval
-            continue
         if n:
-            while True:  # decode rounds; the next one too while it would be one (the checks above, in order)
-                if runs and (defer > 1
-                             or not (work.chunked_rid >= 0 or (work.waiting and not work.batch_full))):
-                    step = ends.base + len(ends)
-                    limit = min(batch.quiet_steps(step), next_progress - step)
-                    if defer and (work.chunked_rid >= 0 or (work.waiting and not work.batch_full)):
-                        limit = min(limit, defer)  # a prefill batch may be formed once they are over
-                    if batch.growth == 1:  # (cached tokens several running requests share count once)
-                        held = work.extra_held if fast_memory else work.extra_held - cache.shared
-                        limit = min(limit, (capacity - held - n - batch.sum_context) // n + 1)
-                    if limit > 1:
-                        cpu = cpu_of.get(n) or cpu_of.add(n)
-                        done, t = _decode_run(work, setup, n, t, limit, overlap, cpu, per_request,
-                                              n <= graph_max, next_t, horizon, lines)
-                        if done:
-                            last_start = t
-                            defer = defer - done if defer > done else 0
-                            if work.ratio > min_ratio:  # the steps' decays (as below, one by one)
-                                work.decay_ratio_steps(done)
-                if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
-                    ratio = work.ratio
-                    # Work.decay_ratio, inline: the hot path (max(min_ratio, r), exactly)
-                    if ratio > min_ratio:
-                        ratio -= ratio_decay
-                        work.ratio = ratio if ratio > min_ratio else min_ratio  # noqa: FURB136 - no call
-                elif work.check_decode_memory():
-                    n = batch.n
-                else:
-                    work.decay_ratio()
-                gpu = (decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
-                       + n * per_request)
-                cpu = cpu_of.get(n) or cpu_of.add(n)
-                if overlap:
-                    t += cpu if cpu > gpu else gpu  # noqa: FURB136 - max(gpu, cpu) exactly, no call
-                else:
-                    t += gpu + cpu
-                step = ends.base + len(ends)
-                append(t)
-                finished = batch.complete(step)
-                if finished:
-                    work.release(finished, t)
-                    if closed:  # a closed-loop client sends on a finish (else the next arrival stays)
-                        next_t = work.next_arrival_time()
-                    work.batch_full = False
-                if step >= next_progress:
-                    next_progress += every
-                    work.tick()
-                    if progress is not None:
-                        progress(work.finished)
-                if finished or t >= horizon or (last_start if overlap else t) >= next_t:
-                    break
-                if defer > 0:  # a deferred round: decode only
-                    defer -= 1
-                elif work.chunked_rid >= 0 or (work.waiting and not work.batch_full):
-                    break  # a prefill batch may be formed: the full round
-                work.finished_mark = work.finished
-                last_start = t
+            t, last_start, defer, next_t, next_progress = _baseline_decode(
+                work, fixed, n, t, last_start, defer, next_t, next_progress, horizon, progress)
             continue
         if work.chunked_rid >= 0 or (work.waiting and deferred):
             continue  # deferred rounds with nothing to decode (an idle round each, the last one included)
@@ -891,6 +785,147 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
         counters = {"steps": ends.total, "prefill_batches": prefill_batches, "mixed_steps": mixed_steps,
                     "retracted_requests": work.retractions, **work.cache_counters()}
     return ServerOutcome(end_s=t, idle_s=idle, counters=counters)
+
+
+def _baseline_fixed(work: Work, setup: Setup, policy: Baseline) -> tuple:
+    """What :func:`baseline_rounds`' handlers read and never change over a run, as one tuple (unpacked
+    once a call): the step model and its terms, the GPU's SMs, the largest CUDA graph's batch, the overlap
+    scheduler, caches per batch size, the KV pool and the prefix cache, ``new_token_ratio``'s floor and
+    decay, whether quiet runs go at once, the step ends' append and tick interval, the interval of deferred
+    rounds, a closed-loop client (last)."""
+    step_model = setup.step_model
+    cache = work.cache
+    fast_memory = cache is None
+    # event speed: quiet decode steps advanced at once (_decode_run), with a prefix cache too where KV grows
+    # by whole tokens: each step's memory check would evict the least recently used unlocked leaves down to
+    # its free slots beyond the batch, and the check of the step after the run, made at once below, evicts
+    # down to fewer in the same order (nothing touches the cache in between), so the cache ends the same;
+    # the step loop with --step-by-step, and with a prefix cache under speculative rounds' fractional growth
+    runs = (fast_memory or work.batch.growth == 1) and not setup.step_by_step
+    ends = work.ends
+    # per_request: a step's time per request beyond the kernels (linear in them); lines: the step model's
+    # decode_line per (batch, CUDA graph), for _decode_run
+    return (setup, step_model, setup.total_sms, setup.graph_max_bs, setup.overlap, step_model.decode_cpu_s,
+            step_model.decode_s, step_model.request_s(1), _CpuCache(step_model.decode_cpu_s), cache,
+            fast_memory, work.ratio_floor, work.ratio_decay, work.capacity, runs, {}, ends.fast_append,
+            ends.check_every, work.sent >= 0)
+
+
+def _baseline_prefill(work: Work, setup: Setup, policy: Baseline, fixed: tuple, seqs: list,
+                      completing: list, n: int, t: float) -> tuple[float, int]:
+    """A prefill batch ``seqs`` formed at a round's top (from ``t``, s, beside ``n`` running requests):
+    alone, or with the decode rows (mixed chunk) when their KV fits; their step's records; the first tokens
+    of ``completing``. Returns ``(end time, 1 for a mixed step else 0)``."""
+    (_, step_model, total, _, overlap, cpu_s, _, per_request, _, _, _, _, _, _, _, _, append, _, _) = fixed
+    batch = work.batch
+    # decode rows sit out when their KV does not fit
+    rows = n if policy.mixed and n and work.free >= n else 0
+    if rows:  # (their KV slots were made room for with the batch's)
+        gpu = step_model.mixed_s(seqs, rows, batch.sum_context, batch.sum_window)
+    else:
+        gpu = step_model.prefill_s(total, seqs)
+    gpu += (len(seqs) + rows) * per_request
+    cpu = cpu_s(len(seqs) + rows)
+    # the batch is not done before its kernels are launched: eagerly, or replayed from SGLang's
+    # prefill CUDA graph (Setup.prefill_launch_s); with the overlap scheduler on the CPU's thread
+    # after the step's own work
+    launch = setup.prefill_launch_s(sum(new for new, _ in seqs), policy.chunk_tokens, bool(rows))
+    t += max(gpu, cpu + launch) if overlap else max(gpu, launch) + cpu
+    if rows:
+        ends = work.ends
+        step = ends.base + len(ends)
+        append(t)
+        finished = batch.complete(step)
+        if finished:
+            work.release(finished, t)  # (a closed-loop client's next arrival: the caller's, as below)
+            work.batch_full = False
+    work.first_tokens(completing, t)
+    return t, 1 if rows else 0
+
+
+def _baseline_transferred(work: Work, setup: Setup, policy: Baseline, fixed: tuple, seqs: list,
+                          completing: list, t: float) -> tuple[float, int]:
+    """A disaggregation decode instance's admission round (``seqs`` admitted from ``t``, s): the requests
+    retracted here earlier are prefilled again (their KV recomputed), then every admitted one has its first
+    token. Returns ``(end time, re-prefilled requests)``."""
+    (_, step_model, total, _, overlap, cpu_s, _, per_request, _, _, _, _, _, _, _, _, _, _, _) = fixed
+    again = [seq for seq, rid in zip(seqs, completing) if work.generated.get(rid, 0)]
+    if again:  # retracted here earlier: their KV is recomputed
+        gpu = step_model.prefill_s(total, again) + len(again) * per_request
+        cpu = cpu_s(len(again))
+        launch = setup.prefill_launch_s(sum(new for new, _ in again), policy.chunk_tokens)
+        t += max(gpu, cpu + launch) if overlap else max(gpu, launch) + cpu
+    work.first_tokens(completing, t)
+    return t, len(again)
+
+
+def _baseline_decode(work: Work, fixed: tuple, n: int, t: float, last_start: float, defer: int,
+                     next_t: float, next_progress: int, horizon: float,
+                     progress: Progress | None) -> tuple[float, float, int, float, int]:
+    """Decode rounds of the running batch (``n`` requests) from ``t`` (s), the next one too while it would
+    be one (the checks at a round's top, in order): quiet runs at once (:func:`_decode_run`), each round's
+    memory check (a retraction), ``new_token_ratio``'s decay, the step and its records (finishes, the
+    progress tick). Returns ``(t, last_start, defer, next_t, next_progress)`` at the top of the round
+    that does something else."""
+    (setup, _, total, graph_max, overlap, _, decode_s, per_request, cpu_of, cache, fast_memory, min_ratio,
+     ratio_decay, capacity, runs, lines, append, every, closed) = fixed
+    batch, ends = work.batch, work.ends
+    while True:  # decode rounds; the next one too while it would be one (the checks above, in order)
+        if runs and (defer > 1 or not (work.chunked_rid >= 0 or (work.waiting and not work.batch_full))):
+            step = ends.base + len(ends)
+            limit = min(batch.quiet_steps(step), next_progress - step)
+            if defer and (work.chunked_rid >= 0 or (work.waiting and not work.batch_full)):
+                limit = min(limit, defer)  # a prefill batch may be formed once they are over
+            if batch.growth == 1:  # (cached tokens several running requests share count once)
+                held = work.extra_held if fast_memory else work.extra_held - cache.shared
+                limit = min(limit, (capacity - held - n - batch.sum_context) // n + 1)
+            if limit > 1:
+                cpu = cpu_of.get(n) or cpu_of.add(n)
+                done, t = _decode_run(work, setup, n, t, limit, overlap, cpu, per_request,
+                                      n <= graph_max, next_t, horizon, lines)
+                if done:
+                    last_start = t
+                    defer = defer - done if defer > done else 0
+                    if work.ratio > min_ratio:  # the steps' decays (as below, one by one)
+                        work.decay_ratio_steps(done)
+        if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
+            ratio = work.ratio
+            # Work.decay_ratio, inline: the hot path (max(min_ratio, r), exactly)
+            if ratio > min_ratio:
+                ratio -= ratio_decay
+                work.ratio = ratio if ratio > min_ratio else min_ratio  # noqa: FURB136 - no call
+        elif work.check_decode_memory():
+            n = batch.n
+        else:
+            work.decay_ratio()
+        gpu = decode_s(total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max) + n * per_request
+        cpu = cpu_of.get(n) or cpu_of.add(n)
+        if overlap:
+            t += cpu if cpu > gpu else gpu  # noqa: FURB136 - max(gpu, cpu) exactly, no call
+        else:
+            t += gpu + cpu
+        step = ends.base + len(ends)
+        append(t)
+        finished = batch.complete(step)
+        if finished:
+            work.release(finished, t)
+            if closed:  # a closed-loop client sends on a finish (else the next arrival stays)
+                next_t = work.next_arrival_time()
+            work.batch_full = False
+        if step >= next_progress:
+            next_progress += every
+            work.tick()
+            if progress is not None:
+                progress(work.finished)
+        if finished or t >= horizon or (last_start if overlap else t) >= next_t:
+            return t, last_start, defer, next_t, next_progress
+        if defer > 0:  # a deferred round: decode only
+            defer -= 1
+        elif work.chunked_rid >= 0 or (work.waiting and not work.batch_full):
+            # a prefill batch may be formed: the full round
+            return t, last_start, defer, next_t, next_progress
+        work.finished_mark = work.finished
+        last_start = t
 
 
 def run_pdmux(work: Work, setup: Setup, policy: PdmuxPolicy,
@@ -921,119 +956,122 @@ def _record(record: dict, batches: Sequence[int], tokens: Sequence[int]) -> None
     record.setdefault("tokens", set()).update(tokens)
 
 
+class _PdmuxRun:
+    """:func:`pdmux_rounds`' state: what the run's handlers share (:func:`_pdmux_admit`,
+    :func:`_pdmux_prefill_alone`, :func:`_pdmux_round`, :func:`_pdmux_runs`, :func:`_pdmux_steps`,
+    :func:`_pdmux_outcome`). Fixed for the run: the step model's terms, the stream groups and their
+    thresholds, the knobs, caches per batch size (``group_of``, ``layers_of``, ``cpu_of``, ``lines``).
+    Moving: the time ``t`` (s), the next arrival the scheduler sees ``next_t``, the router's ``horizon``, the
+    progress tick, the group running, the prefill batch in flight (``pf``: its requests, ``None`` when
+    none; its sequences, the group's prefill and decode SMs, layers submitted and a round, seconds a layer
+    on its stream, when that stream is free), counters, group seconds, 0.5.23's crash."""
+
+    __slots__ = (
+        "setup", "step_model", "total", "groups", "n_groups", "last", "thresholds", "divisor", "budget",
+        "layers",
+        "graph_max", "cpu_s", "request_s", "launch_layer_s", "decode_launch_s", "eager_decode", "cache",
+        "fast_memory", "min_ratio", "ratio_decay", "capacity", "runs", "lines", "closed", "group_of",
+        "layers_of", "cpu_of", "plan", "max_layers", "fallback", "append", "every",
+        "ahead", "group_time", "counters", "crash_first", "crashed_at", "unfinished", "t", "idle", "group",
+        "pf", "pf_seqs", "pf_p", "pf_d", "submitted", "per_round", "layer_s", "stream_free",
+        "finished_last_round", "next_progress", "horizon", "next_t", "fixed")
+
+    def __init__(self, work: Work, setup: Setup, policy: PdmuxPolicy) -> None:
+        self.setup = setup
+        step_model = self.step_model = setup.step_model
+        cfg = policy.config
+        self.total = total = setup.total_sms
+        plan = self.plan = split_levels.plan_groups(total, setup.compute_capability, cfg.sm_group_num,
+                                                    cfg.manual_divisions or None)
+        self.groups = [tuple(g) for g in plan.groups]
+        self.n_groups = len(self.groups)
+        self.last = self.n_groups - 1
+        self.thresholds = plan.thresholds
+        self.divisor, self.budget = cfg.decode_bs_divisor, cfg.split_forward_token_budget
+        self.max_layers = policy.max_split_forward_layers
+        self.fallback = policy.unreleased_fallback
+        self.layers = setup.model.num_layers
+        self.graph_max = setup.graph_max_bs
+        self.cpu_s = step_model.decode_cpu_s
+        self.request_s = step_model.request_s
+        # SGLang launches the split prefill's layers eagerly (model_runner.forward_split_prefill), on the CPU
+        # thread that launches the decode step: host seconds a layer
+        self.launch_layer_s = step_model.prefill_launch_s(1)
+        self.decode_launch_s = step_model.launch_cpu_s()  # a decode step's launches outside a CUDA graph
+        self.eager_decode = setup.disable_cuda_graph  # --disable-cuda-graph: every decode step eager
+        cache = self.cache = work.cache
+        self.fast_memory = cache is None
+        self.min_ratio, self.ratio_decay = work.ratio_floor, work.ratio_decay  # the release's (decay_ratio)
+        self.capacity = work.capacity
+        # event speed: the quiet rounds between two events advanced at once (_pdmux_decode_run without a
+        # prefill in flight, _pdmux_split_run with one), with a prefix cache too (the evictions of the
+        # rounds' memory checks made once after each run: _evict_after); round by round with --step-by-step,
+        # and with a prefix cache under speculative rounds' fractional growth
+        self.runs = (cache is None or work.batch.growth == 1) and not setup.step_by_step
+        self.lines: dict = {}  # the step model's decode_line per (SMs, batch, co-run SMs, CUDA graph)
+        self.closed = work.sent >= 0  # a closed-loop client: a finish may send the next request
+        self.group_of: dict[int, int] = {}  # choose_group per decode batch at a prefill's start
+        self.layers_of: dict[int, int] = {}  # prefill_layers_per_round per prefill batch's tokens
+        self.cpu_of = _CpuCache(self.cpu_s)
+        self.append = work.ends.fast_append
+        self.ahead = self.decode_launch_s if self.eager_decode else 0.0
+        self.group_time = [0.0] * self.n_groups
+        self.counters = {"prefill_batches": 0, "rounds": 0, "older_sglang_crash_rounds": 0,
+                         "decode_emptied_during_prefill": 0}
+        self.crash_first: tuple[float, int] | None = None
+        self.crashed_at: float | None = None
+        self.unfinished: set[int] = set()
+        self.t = self.idle = 0.0
+        self.group = self.last if work.batch.n else 0
+        self.pf: list[int] | None = None
+        self.pf_seqs: list[tuple[int, int]] = []
+        self.pf_p = self.pf_d = self.submitted = self.per_round = 0
+        self.layer_s = self.stream_free = 0.0
+        self.finished_last_round = False
+        self.next_progress = self.every = work.ends.check_every
+        self.horizon = work.horizon
+        self.next_t = work.next_arrival_time()
+        # what _pdmux_runs reads and never changes, unpacked once a call
+        self.fixed = (work.batch, work.ends, setup, cache, self.fast_memory, self.capacity, self.closed,
+                      self.min_ratio, self.layers, self.last, self.group_time, self.cpu_of, self.request_s,
+                      self.graph_max, self.lines)
+
+
 def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progress | None = None) -> Rounds:
     """:func:`run_pdmux` as a generator, pausing as :func:`baseline_rounds` does. The quiet rounds between
     two events (a finish or window/clip crossing, a horizon, a prefill batch that can be formed, the KV pool,
-    the progress tick, a prefill's merge) are advanced at once (:func:`_pdmux_decode_run`,
-    :func:`_pdmux_split_run`), the event round with them (its records made here as the round loop makes
-    them), going on past the arrivals the scheduler sees (received at the round's top, as there); equal to
-    the round loop to the bit, with a prefix cache too (:func:`_evict_after`); round by round with
-    ``setup.step_by_step`` (the reference) and with a prefix cache under speculative rounds. Raises
-    :class:`InputError` where the policy's revision cannot run pdmux beside ``setup.speculation``."""
+    the progress tick, a prefill's merge) are advanced at once (:func:`_pdmux_runs`), the event round with
+    them (its records made as the round loop makes them), going on past the arrivals the scheduler sees
+    (received at the round's top, as there); equal to the round loop to the bit, with a prefix cache too
+    (:func:`_evict_after`); round by round with ``setup.step_by_step`` (the reference,
+    :func:`_pdmux_steps`) and with a prefix cache under speculative rounds. A round's top here; a prefill
+    batch's admission (:func:`_pdmux_admit`), a prefill left alone (:func:`_pdmux_prefill_alone`) and a
+    round with a decode step (:func:`_pdmux_round`) in their handlers. Raises :class:`InputError` where the
+    policy's revision cannot run pdmux beside ``setup.speculation``."""
     if setup.speculation is not None and policy.sglang is not None:
         from ..sglang.speculative_args import check_pdmux_speculation
 
         check_pdmux_speculation(policy.sglang, setup.speculation)
-    step_model = setup.step_model
-    cfg = policy.config
-    total = setup.total_sms
-    plan = split_levels.plan_groups(total, setup.compute_capability, cfg.sm_group_num,
-                                    cfg.manual_divisions or None)
-    groups = [tuple(g) for g in plan.groups]
-    n_groups = len(groups)
-    last = n_groups - 1
-    thresholds = plan.thresholds
-    divisor, budget = cfg.decode_bs_divisor, cfg.split_forward_token_budget
-    layers = setup.model.num_layers
-    graph_max = setup.graph_max_bs
+    run = _PdmuxRun(work, setup, policy)
     batch = work.batch
-    ends = work.ends
-    append = ends.fast_append
-    round_s = pdmux_round_s
-    cpu_s = step_model.decode_cpu_s
-    # SGLang launches the split prefill's layers eagerly (model_runner.forward_split_prefill), on the CPU
-    # thread that launches the decode step: host seconds a layer
-    launch_layer_s = step_model.prefill_launch_s(1)
-    decode_launch_s = step_model.launch_cpu_s()  # a decode step's launches outside a CUDA graph
-    eager_decode = setup.disable_cuda_graph  # --disable-cuda-graph: every decode step outside a graph
-    cache = work.cache
-    fast_memory = cache is None
-    min_ratio, ratio_decay = work.ratio_floor, work.ratio_decay  # the release's (Work.decay_ratio)
-    capacity = work.capacity
-    # event speed: the quiet rounds between two events advanced at once (_pdmux_decode_run without a
-    # prefill in flight, _pdmux_split_run with one), with a prefix cache too (the evictions of the rounds'
-    # memory checks made once after each run: _evict_after); round by round with --step-by-step, and with a
-    # prefix cache under speculative rounds' fractional growth
-    runs = (fast_memory or batch.growth == 1) and not setup.step_by_step
-    lines: dict = {}  # the step model's decode_line per (SMs, batch, co-run SMs, CUDA graph)
-    closed = work.sent >= 0  # a closed-loop client: a finish may send the next request
-    group_of: dict[int, int] = {}  # choose_group per decode batch at a prefill's start
-    layers_of: dict[int, int] = {}  # prefill_layers_per_round per prefill batch's tokens
-    cpu_of = _CpuCache(cpu_s)
-    request_s = step_model.request_s
-    ahead = decode_launch_s if eager_decode else 0.0
-    group_time = [0.0] * n_groups
-    counters = {"prefill_batches": 0, "rounds": 0, "older_sglang_crash_rounds": 0,
-                "decode_emptied_during_prefill": 0}
-    notes: list[str] = []
-    crash_first: tuple[float, int] | None = None
-    crashed_at = None
-    unfinished: set[int] = set()
-
-    t = 0.0
-    idle = 0.0
-    group = last if batch.n else 0
-    pf: list[int] | None = None  # requests of the prefill batch in flight
-    pf_seqs: list[tuple[int, int]] = []
-    pf_p = pf_d = 0
-    submitted = per_round = 0
-    layer_s = 0.0
-    stream_free = 0.0
-    finished_last_round = False
-    next_progress = every = ends.check_every
-    horizon = work.horizon
-    next_t = work.next_arrival_time()
-
+    fast_memory, capacity = run.fast_memory, run.capacity
+    min_ratio, ratio_decay = run.min_ratio, run.ratio_decay
     while True:
-        if t >= horizon:
-            yield t
-            horizon = work.horizon
-            next_t = work.next_arrival_time()
+        if run.t >= run.horizon:
+            yield run.t
+            run.horizon = work.horizon
+            run.next_t = work.next_arrival_time()
         work.finished_mark = work.finished
-        if t >= next_t:
-            work.receive(t)
-            next_t = work.next_arrival_time()
+        if run.t >= run.next_t:
+            work.receive(run.t)
+            run.next_t = work.next_arrival_time()
         if not batch.n:
             work.batch_full = False
-        if pf is None and work.waiting and not work.batch_full:
-            seqs, rids = work.form_prefill_batch(None)
-            if rids:
-                counters["prefill_batches"] += 1
-                bs = batch.n
-                if thresholds and split_levels.older_sglang_crashes(thresholds, bs):
-                    counters["older_sglang_crash_rounds"] += 1
-                    if crash_first is None:
-                        crash_first = (t, bs)
-                    if not policy.unreleased_fallback:
-                        crashed_at = t
-                        unfinished = work.pending() | set(rids)
-                        break
-                group = group_of.get(bs)
-                if group is None:
-                    group = group_of[bs] = split_levels.choose_group(n_groups, bs, True, divisor, thresholds)
-                pf_p, pf_d = groups[group]
-                pf, pf_seqs = rids, seqs
-                layer_s = step_model.prefill_s(pf_p, seqs, pf_d if bs else 0) / layers
-                tokens = sum(new for new, _ in seqs)
-                per_round = layers_of.get(tokens)
-                if per_round is None:
-                    per_round = layers_of[tokens] = split_levels.prefill_layers_per_round(
-                        tokens, layers, budget, policy.max_split_forward_layers)
-                submitted = 0
-                stream_free = t
-        if finished_last_round:  # update_running_batch drops them: "full" clears one round late
+        if run.pf is None and work.waiting and not work.batch_full and not _pdmux_admit(work, run):
+            break  # 0.5.23 crashes
+        if run.finished_last_round:  # update_running_batch drops them: "full" clears one round late
             work.batch_full = False
-            finished_last_round = False
+            run.finished_last_round = False
         n = batch.n
         if n:
             if fast_memory and capacity - batch.sum_context - work.extra_held >= n:
@@ -1044,185 +1082,285 @@ def pdmux_rounds(work: Work, setup: Setup, policy: PdmuxPolicy, progress: Progre
                 work.decay_ratio()
             n = batch.n
         if n == 0:
-            if pf is not None:
-                if group != 0:
-                    # decode emptied during a split prefill: sync both streams, move to group 0
-                    counters["decode_emptied_during_prefill"] += 1
-                    if stream_free > t:
-                        group_time[group] += stream_free - t
-                        t = stream_free
-                    group = 0
-                    layer_s = step_model.prefill_s(total, pf_seqs) / layers
-                left = layers - submitted
-                done = (max(t, stream_free) + max(left * layer_s, left * launch_layer_s) + cpu_s(len(pf))
-                        + step_model.request_s(len(pf)))
-                group_time[0] += done - t
-                t = done
-                work.first_tokens(pf, t)
-                if closed:
-                    next_t = work.next_arrival_time()
-                pf = None
-                group = last if batch.n else 0
+            if run.pf is not None:
+                _pdmux_prefill_alone(work, run)
                 continue
-            nxt = yield from _wait_for_arrival(work, t)
+            nxt = yield from _wait_for_arrival(work, run.t)
             if nxt is None:
                 break
-            idle += nxt - t
-            t = nxt
-            next_t = work.next_arrival_time()
+            run.idle += nxt - run.t
+            run.t = nxt
+            run.next_t = work.next_arrival_time()
             continue
-        # a round with a decode step
-        if pf is not None:
-            launch = 0.0
-            if submitted < layers:
-                k = per_round if submitted + per_round <= layers else layers - submitted
-                # the round's thread launches the decode step first (run_batch on the decode stream), then
-                # the prefill layers: without CUDA graphs the decode step's kernels go one by one ahead of
-                # them (0 from a graph). A batch above cuda_graph_max_bs is eager too and its launches come
-                # first as well, but keeps the longer of the two as before --disable-cuda-graph, so that
-                # runs without the flag stay as they were
-                ahead = decode_launch_s if eager_decode else 0.0
-                start = t + ahead
-                stream_free = max(start + k * launch_layer_s, max(start, stream_free) + k * layer_s)
-                launch = ahead + k * launch_layer_s
-                submitted += k
-            tau = round_s(step_model, pf_d, n, batch.sum_context, batch.sum_window,
-                          pf_p if stream_free > t else 0, n <= graph_max)
-            if launch:  # the round's CPU launches the prefill layers too: not done before they are
-                tau = max(tau, launch + cpu_s(n) + step_model.request_s(n))
-            group_time[group] += tau
+        finished = _pdmux_round(work, run, n, progress)
+        if run.runs:
+            _pdmux_runs(work, run, finished, progress)
+        elif run.pf is None and not finished:
+            _pdmux_steps(work, run, progress)
+    return _pdmux_outcome(work, run, policy)
+
+
+def _pdmux_admit(work: Work, run: _PdmuxRun) -> bool:
+    """A round's top with no prefill in flight and requests waiting: forms a prefill batch and starts it on
+    the stream group chosen for the decode batch (``choose_group``) with its layers a round
+    (``prefill_layers_per_round``). ``False`` when 0.5.23 crashes at that choice without the fallback."""
+    seqs, rids = work.form_prefill_batch(None)
+    if not rids:
+        return True
+    run.counters["prefill_batches"] += 1
+    bs = work.batch.n
+    if run.thresholds and split_levels.older_sglang_crashes(run.thresholds, bs):
+        run.counters["older_sglang_crash_rounds"] += 1
+        if run.crash_first is None:
+            run.crash_first = (run.t, bs)
+        if not run.fallback:
+            run.crashed_at = run.t
+            run.unfinished = work.pending() | set(rids)
+            return False
+    group = run.group_of.get(bs)
+    if group is None:
+        group = run.group_of[bs] = split_levels.choose_group(run.n_groups, bs, True, run.divisor,
+                                                             run.thresholds)
+    run.group = group
+    run.pf_p, run.pf_d = run.groups[group]
+    run.pf, run.pf_seqs = rids, seqs
+    run.layer_s = run.step_model.prefill_s(run.pf_p, seqs, run.pf_d if bs else 0) / run.layers
+    tokens = sum(new for new, _ in seqs)
+    per_round = run.layers_of.get(tokens)
+    if per_round is None:
+        per_round = run.layers_of[tokens] = split_levels.prefill_layers_per_round(
+            tokens, run.layers, run.budget, run.max_layers)
+    run.per_round = per_round
+    run.submitted = 0
+    run.stream_free = run.t
+    return True
+
+
+def _pdmux_prefill_alone(work: Work, run: _PdmuxRun) -> None:
+    """The decode batch is empty with a prefill in flight: the prefill's remaining layers run to its end
+    (on the whole GPU: a split's streams synchronised first, moving to group 0), then its first tokens."""
+    t = run.t
+    step_model = run.step_model
+    if run.group != 0:
+        # decode emptied during a split prefill: sync both streams, move to group 0
+        run.counters["decode_emptied_during_prefill"] += 1
+        if run.stream_free > t:
+            run.group_time[run.group] += run.stream_free - t
+            t = run.stream_free
+        run.group = 0
+        run.layer_s = step_model.prefill_s(run.total, run.pf_seqs) / run.layers
+    left = run.layers - run.submitted
+    pf = run.pf
+    done = (max(t, run.stream_free) + max(left * run.layer_s, left * run.launch_layer_s) + run.cpu_s(len(pf))
+            + step_model.request_s(len(pf)))
+    run.group_time[0] += done - t
+    run.t = done
+    work.first_tokens(pf, done)
+    if run.closed:
+        run.next_t = work.next_arrival_time()
+    run.pf = None
+    run.group = run.last if work.batch.n else 0
+
+
+def _pdmux_round(work: Work, run: _PdmuxRun, n: int, progress: Progress | None) -> list[int]:
+    """One round with a decode step of ``n`` requests (after the round's top): beside the prefill in flight
+    (the next slice of its layers submitted, co-run interference while its stream is busy) or on the whole
+    GPU; its records (finishes, the prefill's merge, the progress tick). Returns the requests it finished."""
+    batch = work.batch
+    step_model = run.step_model
+    t = run.t
+    if run.pf is not None:
+        launch = 0.0
+        layers, submitted = run.layers, run.submitted
+        if submitted < layers:
+            per_round = run.per_round
+            k = per_round if submitted + per_round <= layers else layers - submitted
+            # the round's thread launches the decode step first (run_batch on the decode stream), then
+            # the prefill layers: without CUDA graphs the decode step's kernels go one by one ahead of
+            # them (0 from a graph). A batch above cuda_graph_max_bs is eager too and its launches come
+            # first as well, but keeps the longer of the two as before --disable-cuda-graph, so that
+            # runs without the flag stay as they were
+            ahead = run.ahead = run.decode_launch_s if run.eager_decode else 0.0
+            start = t + ahead
+            run.stream_free = max(start + k * run.launch_layer_s,
+                                  max(start, run.stream_free) + k * run.layer_s)
+            launch = ahead + k * run.launch_layer_s
+            run.submitted = submitted + k
+        tau = pdmux_round_s(step_model, run.pf_d, n, batch.sum_context, batch.sum_window,
+                            run.pf_p if run.stream_free > t else 0, n <= run.graph_max)
+        if launch:  # the round's CPU launches the prefill layers too: not done before they are
+            tau = max(tau, launch + run.cpu_s(n) + step_model.request_s(n))
+        run.group_time[run.group] += tau
+    else:
+        tau = pdmux_round_s(step_model, run.total, n, batch.sum_context, batch.sum_window, 0,
+                            n <= run.graph_max)
+        run.group_time[run.last] += tau
+    t += tau
+    run.t = t
+    ends = work.ends
+    step = ends.base + len(ends)
+    run.append(t)
+    finished = batch.complete(step)
+    if finished:
+        work.release(finished, t)
+        if run.closed:  # a closed-loop client sends on a finish (else the next arrival stays)
+            run.next_t = work.next_arrival_time()
+        run.finished_last_round = True
+    if run.pf is not None and run.submitted >= run.layers and run.stream_free <= t:
+        work.first_tokens(run.pf, t)
+        if run.closed:
+            run.next_t = work.next_arrival_time()
+        run.pf = None
+        run.group = run.last if batch.n else 0
+    if step >= run.next_progress:
+        run.next_progress += run.every
+        work.tick()
+        if progress is not None:
+            progress(work.finished)
+    return finished
+
+
+def _pdmux_runs(work: Work, run: _PdmuxRun, finished: list[int], progress: Progress | None) -> None:
+    """After a round: the next rounds at once while the round-top checks say nothing else happens (the
+    quiet rounds and the event round after them: :func:`_pdmux_decode_run` with no prefill in flight,
+    :func:`_pdmux_split_run` with one), each run's records as the round loop makes them; returns at the
+    top of a round that does something else (a pause, a prefill batch, an idle server, a memory check that
+    may retract)."""
+    (batch, ends, setup, cache, fast_memory, capacity, closed, min_ratio, layers, last, group_time, cpu_of,
+     request_s, graph_max, lines) = run.fixed
+    t, next_t, horizon, next_progress, pf = run.t, run.next_t, run.horizon, run.next_progress, run.pf
+    while True:
+        if t >= horizon:
+            break  # a pause: the top of the next round
+        if t >= next_t:  # the next round's top: arrivals join the queue (as there, once at this time)
+            work.finished_mark = work.finished
+            work.receive(t)
+            next_t = work.next_arrival_time()
+        if pf is None and work.waiting and not work.batch_full:
+            break  # a prefill batch is formed at the next round's top
+        n = batch.n
+        held = work.extra_held if fast_memory else work.extra_held - cache.shared  # (shared cache once)
+        if not n or not capacity - batch.sum_context - held >= n:
+            break  # an idle server, or a memory check that may retract
+        step = ends.base + len(ends)
+        # the quiet rounds, then the event round (a finish, a window or clip crossing, the progress tick)
+        quiet = min(batch.quiet_steps(step), next_progress - step)
+        limit = quiet + 1
+        if batch.growth == 1:
+            room = (capacity - held - n - batch.sum_context) // n + 1  # rounds whose KV fits
+            if room < limit:
+                limit = quiet = room
+        if limit < 1:
+            break
+        if finished:  # the round after a finish: its top clears "full", after the check for a prefill
+            work.batch_full = False
+            run.finished_last_round = False
+            finished = None
+            if pf is None and work.waiting:
+                limit = 1  # the round after it may form a prefill batch
+                quiet = min(quiet, 1)
+        work.finished_mark = work.finished
+        until = horizon if horizon < next_t else next_t
+        cpu = cpu_of.get(n) or cpu_of.add(n)
+        if pf is None:
+            done, t, group_time[last] = _pdmux_decode_run(
+                work, setup, n, t, limit, quiet, cpu, request_s(n), n <= graph_max, until,
+                group_time[last], lines)
         else:
-            tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
-            group_time[last] += tau
+            done, t, group_time[run.group], run.stream_free, run.submitted = _pdmux_split_run(
+                work, setup, n, t, limit, quiet, cpu, request_s(n), n <= graph_max, until,
+                group_time[run.group], lines,
+                (run.pf_d, run.pf_p, layers, run.per_round, run.layer_s, run.launch_layer_s, run.ahead),
+                run.stream_free, run.submitted)
+        if not done:
+            break
+        if cache is not None:  # the evictions of the rounds' memory checks, before any record of theirs
+            _evict_after(work, n, batch.sum_context if done > quiet else batch.sum_context - n)
+        if work.ratio > min_ratio:  # the rounds' decays (as the round loop's, one by one)
+            work.decay_ratio_steps(done)
+        if done > quiet:  # the run's last round was the event round: its records, as the round loop's
+            step = ends.base + len(ends) - 1
+            finished = batch.complete(step)
+            if finished:
+                work.release(finished, t)
+                if closed:  # a closed-loop client sends on a finish (else the next arrival stays)
+                    next_t = work.next_arrival_time()
+                run.finished_last_round = True
+        if pf is not None and run.submitted >= layers and run.stream_free <= t:
+            work.first_tokens(pf, t)  # merged at the end of the run's last round
+            if closed:
+                next_t = work.next_arrival_time()
+            pf = run.pf = None
+            run.group = last if batch.n else 0
+        if done > quiet and step >= next_progress:
+            next_progress += run.every
+            work.tick()
+            if progress is not None:
+                progress(work.finished)
+    run.t, run.next_t, run.next_progress = t, next_t, next_progress
+
+
+def _pdmux_steps(work: Work, run: _PdmuxRun, progress: Progress | None) -> None:
+    """The step loop (``setup.step_by_step``, the reference; and a prefix cache under speculative rounds):
+    after a round with no prefill in flight and no finish, each next round on the whole GPU while the
+    checks at a round's top say nothing else happens (a pause, arrivals, a prefill batch, an idle server,
+    a memory check that may retract), one at a time."""
+    batch, ends, step_model = work.batch, work.ends, run.step_model
+    capacity, min_ratio, ratio_decay, total = run.capacity, run.min_ratio, run.ratio_decay, run.total
+    append, graph_max, last, group_time = run.append, run.graph_max, run.last, run.group_time
+    t = run.t
+    finished = None
+    while not finished:
+        if t >= run.horizon or t >= run.next_t or (work.waiting and not work.batch_full):
+            break  # (the checks at the top of a round, in order: a pause, arrivals, a prefill batch)
+        n = batch.n  # (a prefill merged at the end of the round changes it)
+        if not n or not (run.fast_memory and capacity - batch.sum_context - work.extra_held >= n):
+            break  # an idle server, or a memory check that may retract
+        work.finished_mark = work.finished
+        ratio = work.ratio
+        if ratio > min_ratio:  # max(min_ratio, ratio - ratio_decay), exactly
+            ratio -= ratio_decay
+            work.ratio = ratio if ratio > min_ratio else min_ratio  # noqa: FURB136 - no call (hot path)
+        tau = pdmux_round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
+        group_time[last] += tau
         t += tau
         step = ends.base + len(ends)
         append(t)
         finished = batch.complete(step)
         if finished:
             work.release(finished, t)
-            if closed:  # a closed-loop client sends on a finish (else the next arrival stays)
-                next_t = work.next_arrival_time()
-            finished_last_round = True
-        if pf is not None and submitted >= layers and stream_free <= t:
-            work.first_tokens(pf, t)
-            if closed:
-                next_t = work.next_arrival_time()
-            pf = None
-            group = last if batch.n else 0
-        if step >= next_progress:
-            next_progress += every
+            run.next_t = work.next_arrival_time()
+            run.finished_last_round = True
+        if step >= run.next_progress:
+            run.next_progress += run.every
             work.tick()
             if progress is not None:
                 progress(work.finished)
-        while runs:  # the next rounds at once while the round-top checks say nothing else happens
-            if t >= horizon:
-                break  # a pause: the top of the next round
-            if t >= next_t:  # the next round's top: arrivals join the queue (as there, once at this time)
-                work.finished_mark = work.finished
-                work.receive(t)
-                next_t = work.next_arrival_time()
-            if pf is None and work.waiting and not work.batch_full:
-                break  # a prefill batch is formed at the next round's top
-            n = batch.n
-            held = work.extra_held if fast_memory else work.extra_held - cache.shared  # (shared cache once)
-            if not n or not capacity - batch.sum_context - held >= n:
-                break  # an idle server, or a memory check that may retract
-            step = ends.base + len(ends)
-            # the quiet rounds, then the event round (a finish, a window or clip crossing, the progress tick)
-            quiet = min(batch.quiet_steps(step), next_progress - step)
-            limit = quiet + 1
-            if batch.growth == 1:
-                room = (capacity - held - n - batch.sum_context) // n + 1  # rounds whose KV fits
-                if room < limit:
-                    limit = quiet = room
-            if limit < 1:
-                break
-            if finished:  # the round after a finish: its top clears "full", after the check for a prefill
-                work.batch_full = False
-                finished_last_round = False
-                finished = None
-                if pf is None and work.waiting:
-                    limit = 1  # the round after it may form a prefill batch
-                    quiet = min(quiet, 1)
-            work.finished_mark = work.finished
-            until = horizon if horizon < next_t else next_t
-            cpu = cpu_of.get(n) or cpu_of.add(n)
-            if pf is None:
-                done, t, group_time[last] = _pdmux_decode_run(
-                    work, setup, n, t, limit, quiet, cpu, request_s(n), n <= graph_max, until,
-                    group_time[last], lines)
-            else:
-                done, t, group_time[group], stream_free, submitted = _pdmux_split_run(
-                    work, setup, n, t, limit, quiet, cpu, request_s(n), n <= graph_max, until,
-                    group_time[group], lines, (pf_d, pf_p, layers, per_round, layer_s, launch_layer_s, ahead),
-                    stream_free, submitted)
-            if not done:
-                break
-            if cache is not None:  # the evictions of the rounds' memory checks, before any record of theirs
-                _evict_after(work, n, batch.sum_context if done > quiet else batch.sum_context - n)
-            if work.ratio > min_ratio:  # the rounds' decays (as the round loop's, one by one)
-                work.decay_ratio_steps(done)
-            if done > quiet:  # the run's last round was the event round: its records, as the round loop's
-                step = ends.base + len(ends) - 1
-                finished = batch.complete(step)
-                if finished:
-                    work.release(finished, t)
-                    if closed:  # a closed-loop client sends on a finish (else the next arrival stays)
-                        next_t = work.next_arrival_time()
-                    finished_last_round = True
-            if pf is not None and submitted >= layers and stream_free <= t:
-                work.first_tokens(pf, t)  # merged at the end of the run's last round
-                if closed:
-                    next_t = work.next_arrival_time()
-                pf = None
-                group = last if batch.n else 0
-            if done > quiet and step >= next_progress:
-                next_progress += every
-                work.tick()
-                if progress is not None:
-                    progress(work.finished)
-        while not runs and pf is None and not finished:  # the step loop: each next round on the whole GPU
-            if t >= horizon or t >= next_t or (work.waiting and not work.batch_full):
-                break  # (the checks at the top of a round, in order: a pause, arrivals, a prefill batch)
-            n = batch.n  # (a prefill merged at the end of the round changes it)
-            if not n or not (fast_memory and capacity - batch.sum_context - work.extra_held >= n):
-                break  # an idle server, or a memory check that may retract
-            work.finished_mark = work.finished
-            ratio = work.ratio
-            if ratio > min_ratio:  # max(min_ratio, ratio - ratio_decay), exactly
-                ratio -= ratio_decay
-                work.ratio = ratio if ratio > min_ratio else min_ratio  # noqa: FURB136 - no call (hot path)
-            tau = round_s(step_model, total, n, batch.sum_context, batch.sum_window, 0, n <= graph_max)
-            group_time[last] += tau
-            t += tau
-            step = ends.base + len(ends)
-            append(t)
-            finished = batch.complete(step)
-            if finished:
-                work.release(finished, t)
-                next_t = work.next_arrival_time()
-                finished_last_round = True
-            if step >= next_progress:
-                next_progress += every
-                work.tick()
-                if progress is not None:
-                    progress(work.finished)
+    run.t = t
+
+
+def _pdmux_outcome(work: Work, run: _PdmuxRun, policy: PdmuxPolicy) -> ServerOutcome:
+    """:func:`pdmux_rounds`' :class:`~pdmux_cli.simulate.policies.ServerOutcome`: counters, notes (0.5.23's
+    crash, or the choices at which it would have crashed; the plan's), and the points the run read the
+    knobs at (:attr:`PdmuxPolicy.record`, for :func:`pdmux_choices`)."""
+    crash_first, counters = run.crash_first, run.counters
     if policy.record is not None:  # the points this run read the knobs at (pdmux_choices)
-        _record(policy.record, [*group_of, *([crash_first[1]] if crash_first else [])], layers_of)
-    counters["rounds"] = ends.total
+        _record(policy.record, [*run.group_of, *([crash_first[1]] if crash_first else [])], run.layers_of)
+    counters["rounds"] = work.ends.total
     counters["retracted_requests"] = work.retractions
     counters.update(work.cache_counters())
-    if crashed_at is not None:
-        values = {"at_s": crashed_at, "decode_bs": crash_first[1], "unfinished": len(unfinished)}
+    notes: list = []
+    if run.crashed_at is not None:
+        values = {"at_s": run.crashed_at, "decode_bs": crash_first[1], "unfinished": len(run.unfinished)}
         notes.append(Finding("simulate.release_crashes", values, "unreleased_fallback"))
     elif crash_first is not None:
         notes.append(Finding("simulate.release_would_crash", {
             "choices": counters["older_sglang_crash_rounds"], "first_at_s": crash_first[0],
             "decode_bs": crash_first[1]}, "unreleased_fallback"))
-    if plan.note:
-        notes.append(plan.note)
-    return ServerOutcome(end_s=t, idle_s=idle, counters=counters, notes=notes, groups=groups,
-                         group_time_s=group_time, crashed_at_s=crashed_at, unfinished=unfinished)
+    if run.plan.note:
+        notes.append(run.plan.note)
+    return ServerOutcome(end_s=run.t, idle_s=run.idle, counters=counters, notes=notes, groups=run.groups,
+                         group_time_s=run.group_time, crashed_at_s=run.crashed_at, unfinished=run.unfinished)
 
 
 def decode_instance_rounds(work: Work, setup: Setup, progress: Progress | None = None) -> Rounds:
