@@ -36,7 +36,7 @@ from typing import Any
 from ..util.errors import Finding, InputError
 from . import pdmux_config as pc
 from . import split_levels
-from .revisions import Revision, get_revision
+from .revisions import DEFAULT_REVISION, Revision, get_revision
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def verdict(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], revision: 
         return Verdict(rev.key, None, "", f"pdmux has not read {rev.name}'s pdmux_context.py (the "
                        "loader, start-up checks and divide_sm; not in the stored copy at that commit)")
     if rev.startup_failure is not None:  # main@2260e61: 0.5.23's loader, then init_pdmux's AttributeError
-        released = verdict(config, parse_problems, "0.5.23", total_sms, cc, raw_divisions_null,
+        released = verdict(config, parse_problems, DEFAULT_REVISION, total_sms, cc, raw_divisions_null,
                            cli_sm_group_num)
         if not released.accepted and released.stage == "load":
             return _refuse(rev, "load", f"its pdmux_context.py is 0.5.23's: {released.reason}")
@@ -88,7 +88,7 @@ def verdict(config: pc.PdmuxConfig, parse_problems: list[pc.Problem], revision: 
                        "AttributeError (sgl-project/sglang#37714), whatever the file holds")
     raw_divisions_null = raw_divisions_null or any(
         p.where == "manual_divisions" and "(null)" in p.message for p in parse_problems)
-    if rev.key == "0.5.23":
+    if rev.key == DEFAULT_REVISION:
         problems = [p for p in [*parse_problems, *pc.validate(config, total_sms, cc, cli_sm_group_num)]
                     if p.rule in ("old", "both")]
         if problems:
@@ -222,7 +222,7 @@ def planning_refusal(config: pc.PdmuxConfig, parse_problems: list[pc.Problem],
     """
     rev = get_revision(revision)
     if rev.startup_failure is not None:  # said as a note (revision_findings): judge the file as if it started
-        rev = get_revision("0.5.23")
+        rev = get_revision(DEFAULT_REVISION)
     result = verdict(config, parse_problems, rev, total_sms, cc)
     if not result.judged and not config.manual_divisions:
         return f"{result.reason}; give manual_divisions"

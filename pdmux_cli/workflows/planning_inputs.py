@@ -95,9 +95,10 @@ def load_pdmux_yaml(
     its own loader (:func:`pdmux_cli.sglang.revision_rules.planning_refusal`).
     """
     from ..sglang.pdmux_config import driver_divisions, is_error, load_config, validate
+    from ..sglang.revisions import DEFAULT_REVISION
 
     config, problems = load_config(path)
-    if sglang is not None and sglang != "0.5.23" and device is not None:
+    if sglang is not None and sglang != DEFAULT_REVISION and device is not None:
         from ..sglang.revision_rules import planning_refusal
 
         refusal = planning_refusal(config, problems, sglang, device.sm_count, device.cc)

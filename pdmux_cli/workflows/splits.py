@@ -14,6 +14,7 @@ from typing import Any
 
 from ..catalog.model import DEFAULT_MODEL
 from ..provenance import provenance, with_provenance
+from ..sglang.revisions import DEFAULT_REVISION
 from ..util.errors import Finding, InputError, short_repr
 from .device_options import device_option
 from .fields import Checked, option
@@ -25,7 +26,7 @@ from .planning_inputs import (
 )
 
 #: The SGLang rule set splits follows (its split and level rules are 0.5.23's; it takes no ``--sglang``).
-SPLITS_RULE_SET = "0.5.23"
+SPLITS_RULE_SET = DEFAULT_REVISION
 
 
 @dataclass(frozen=True)
