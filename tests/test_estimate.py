@@ -258,3 +258,25 @@ def test_a_mixed_chunk_no_larger_than_the_decode_batch_gives_no_row() -> None:
     assert any(n.startswith("mixed chunk 32: no row") for n in render_all(e.notes))
     one = next(r for r in e.rows if r.label == "mixed chunk 33")
     assert one.steps == 8192  # one prompt token a step next to the 32 decode rows
+
+
+def test_policy_rows_follow_the_step_models_own_reading() -> None:
+    """The rows' cost-model choices are the step model's (issue 32): SGLang's default chunked row and its
+    mixed batches sharing the chunk with the decode rows under the roofline model; the chapter's table has
+    neither, and its mixed row puts a whole chunk beside the decode batch."""
+    from pdmux_cli.costmodel import build_step_model
+
+    gpu, model = find_gpu("h100"), load_model("llama-3.1-8b")
+    roofline, chapter = build_step_model(gpu, model), build_step_model(gpu, model, cost_model="chapter")
+    assert (roofline.default_chunked_row, roofline.mixed_chunk_charges_decode_rows,
+            roofline.notes_short_prefill) == (True, True, False)
+    assert (chapter.default_chunked_row, chapter.mixed_chunk_charges_decode_rows,
+            chapter.notes_short_prefill) == (False, False, True)
+    labels = [r.label for r in estimate(gpu, model, Scenario()).rows]
+    assert "chunked 8192" in labels
+    assert not [r for r in estimate(gpu, model, CHAPTER).rows if r.policy == "chunked"]
+    # a 32-row decode batch and an 8192-token prompt: SGLang's 512-token mixed chunk takes 480 prompt tokens a
+    # step (18 steps), the chapter's 512 (16)
+    mixed = {s.cost.cost_model: next(r for r in estimate(gpu, model, s).rows if r.label == "mixed chunk 512")
+             for s in (Scenario(), CHAPTER)}
+    assert (mixed["roofline"].steps, mixed["chapter"].steps) == (18, 16)

@@ -37,9 +37,17 @@ class StepModel(Protocol):
     GPU's SMs. ``cpu``: the engine's CPU costs. ``serving``: the request path's delays outside the
     scheduler (admission, the stream back to the client). ``s_sat``: SMs reaching 95% of full bandwidth
     (``None`` or NaN where a calibration's curve stands instead). ``notes``: caveats for output.
+    How the estimate's policy rows read the model: ``default_chunked_row`` (a chunked row at SGLang's
+    default chunked_prefill_size when no size is asked), ``mixed_chunk_charges_decode_rows`` (a mixed batch's
+    chunk is shared with its decode rows, one token each, as SGLang's ``PrefillAdder`` does; else a whole
+    chunk of prompt sits beside them), ``notes_short_prefill`` (say when a whole prefill takes less than one
+    read of the weights, a sign the model's throughput guesses are off).
     """
 
     name: str
+    default_chunked_row: bool
+    mixed_chunk_charges_decode_rows: bool
+    notes_short_prefill: bool
     total_sms: int
     cpu: CpuProfile
     serving: ServingProfile

@@ -244,6 +244,12 @@ class ChapterModel:
     """
 
     name = "chapter"
+    #: The estimate's rows (:class:`pdmux_cli.costmodel.StepModel`) as the chapter's table has them: no
+    #: chunked row unless asked, a whole chunk of prompt beside the decode batch, and a note when a prefill
+    #: comes out shorter than one read of the weights (its MFU and bandwidth guesses disagree).
+    default_chunked_row = False
+    mixed_chunk_charges_decode_rows = False
+    notes_short_prefill = True
 
     def __init__(self, model: Model, throughput: Throughput, total_sms: int,
                  weight_bytes_per_param: float | None = None, kv_bytes_per_element: float = 2.0) -> None:

@@ -117,6 +117,12 @@ class RooflineModel:
     """
 
     name = "roofline"
+    #: The estimate's rows (:class:`pdmux_cli.costmodel.StepModel`): SGLang's default chunked row, and its
+    #: mixed batches charging each decode row one token of the chunk (0.5.23 ``schedule_policy.py``
+    #: ``PrefillAdder``).
+    default_chunked_row = True
+    mixed_chunk_charges_decode_rows = True
+    notes_short_prefill = False
 
     def __init__(
         self,

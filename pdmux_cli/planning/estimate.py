@@ -621,7 +621,7 @@ def _baseline_rows(b: _Batch, scenario: Scenario, notes: _Notes) -> list[PolicyR
     base_s = b.decode_step_s()
     rows = [PolicyRow("decode-only", "decode only (ref.)", base_s * 1e3, None, None, None)]
     whole_prefill_s = b.whole_prefill_s()
-    if scenario.cost_model == "chapter":
+    if full.notes_short_prefill:
         weights_once_s = full.decode_s(total, 1, 0.0)  # every weight read once, at the chapter's bandwidth
         if whole_prefill_s < weights_once_s:
             notes.add(Finding("estimate.chapter_short_prefill", {
@@ -632,8 +632,8 @@ def _baseline_rows(b: _Batch, scenario: Scenario, notes: _Notes) -> list[PolicyR
                           whole_prefill_s * 1e3, 0))
     chunk_sizes = scenario.chunk_sizes
     if chunk_sizes is None:
-        chunk_sizes = () if scenario.cost_model == "chapter" else (
-            server_defaults.default_chunked_prefill_size(b.gpu.memory_bytes),)
+        chunk_sizes = (server_defaults.default_chunked_prefill_size(b.gpu.memory_bytes),) if (
+            full.default_chunked_row) else ()
     for chunk in chunk_sizes:
         chunks = [(min(chunk, prompt - start), start) for start in range(0, prompt, chunk)]
         prefill = sum(b.hidden(full.prefill_s(total, [c]) + per_request, b.launch(c[0], chunk))
@@ -643,11 +643,11 @@ def _baseline_rows(b: _Batch, scenario: Scenario, notes: _Notes) -> list[PolicyR
     for chunk in scenario.mixed_chunk_sizes:
         # SGLang charges each decode row one token of the chunk (schedule_policy.py PrefillAdder); the
         # chapter's rows put a whole chunk of prompt next to the decode batch
-        if scenario.cost_model != "chapter" and chunk <= bs:
+        if full.mixed_chunk_charges_decode_rows and chunk <= bs:
             notes.add(Finding("estimate.mixed_chunk_no_row", {"chunk": chunk, "decode_bs": bs},
                               "mixed_chunk_sizes"))
             continue
-        take = chunk if scenario.cost_model == "chapter" else chunk - bs
+        take = chunk - bs if full.mixed_chunk_charges_decode_rows else chunk
         steps = [
             b.hidden(full.mixed_s([(min(take, prompt - start), start)], bs, b.sum_ctx,
                                   b.sum_win) + (bs + 1) * per_request,
