@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -50,6 +51,22 @@ def test_a_shorter_context_length_drops_longer_requests():
                               "--output-tokens", "100", "--context-length", "1000"])
     assert out.exit_code == 2
     assert "1,000" in out.stderr and "Traceback" not in out.output
+
+
+def test_requests_past_the_flag_name_the_flag_not_the_model():
+    """A request past --context-length is dropped naming the flag (the model's own length is 40,960: the
+    first five of the fixture's ten such rows, as the note prints them); with none left, one line naming
+    the flag."""
+    fixture = str(Path(__file__).parent / "fixtures" / "azure_conv_50.csv")
+    out = runner.invoke(app, ["simulate", fixture, "--context-length", "1000", "--json"])
+    assert out.exit_code == 0, out.stderr
+    data = json.loads(out.stdout)
+    bad = next(n for n in data["notes"] if "bad row" in n)
+    assert "10 bad row(s)" in bad and "request 7: 1313 + 142 tokens, past the context length of 1,000 " \
+        "(--context-length)" in bad and "max_position_embeddings" not in bad
+    out = runner.invoke(app, ["simulate", fixture, "--context-length", "100"])
+    assert out.exit_code == 2
+    assert "longer than the context length of 100 (--context-length; Qwen3-8B's own: 40,960)" in out.stderr
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "abc", "10000001", "99999999999999999999"])

@@ -152,6 +152,9 @@ class Model:
     weight_dtype: str = "bf16"
     # longest sequence (prompt + output tokens) the model takes; 0 when the config does not say
     max_position_embeddings: int = 0
+    # the config's own max_position_embeddings where SGLang's --context-length replaced it
+    # (with_context_length); 0 where it did not
+    own_context_length: int = 0
     # config.json's ``architectures`` (the model classes SGLang resolves, pdmux_cli.sglang.revisions); () if
     # none
     architectures: tuple[str, ...] = ()
@@ -969,4 +972,4 @@ def with_context_length(model: Any, context_length: int | None) -> tuple[Any, li
     over = bool(own) and context_length > own
     finding = Finding("server.context_length_over" if over else "server.context_length",
                       {"context_length": context_length, "model": model.name, "own": own}, "context_length")
-    return replace(model, max_position_embeddings=context_length), [finding]
+    return replace(model, max_position_embeddings=context_length, own_context_length=own), [finding]

@@ -1341,21 +1341,26 @@ def _kept_hashes(hashes: Ragged, keep: bytes) -> Ragged:
     return Ragged(itertools.compress(hashes, keep))
 
 
-def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the model") -> Trace:
+def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the model",
+                      own_context: int = 0) -> Trace:
     """``trace`` without the requests whose prompt + output exceed ``context_tokens`` (the model's
-    ``max_position_embeddings``; 0 keeps all): SGLang rejects a prompt past the context length and stops
+    ``max_position_embeddings``, or SGLang's ``--context-length`` where ``own_context``, the model's own
+    length, says it replaced it; 0 keeps all): SGLang rejects a prompt past the context length and stops
     an output at it, so they are reported as bad rows (counted, not simulated), as unreadable rows are;
     a synthetic trace's (drawn, not read) as a note. Raises :class:`InputError` when no request is left."""
     if not context_tokens:
         return trace
+    limit = (f"the context length of {context_tokens:,} (--context-length; {model_name}'s own: "
+             f"{own_context:,})" if own_context else
+             f"{model_name}'s context length of {context_tokens:,} (max_position_embeddings)")
+    row_limit = f"the context length of {context_tokens:,} (--context-length)" if own_context else limit
     # a flag per request (1 byte each), not a list of indices
     keep = bytes(map(context_tokens.__ge__, map(int.__add__, trace.prompt_tokens, trace.output_tokens)))
     kept = keep.count(1)
     if kept == len(trace):
         return trace
     if not kept:
-        raise InputError(f"every request of {trace.source} is longer than {model_name}'s context length of "
-                         f"{context_tokens:,} tokens (max_position_embeddings): nothing to simulate")
+        raise InputError(f"every request of {trace.source} is longer than {limit}: nothing to simulate")
     dropped = [i for i in itertools.islice((j for j, k in enumerate(keep) if not k), KEEP_BAD_ROWS)]
     dropped_count = len(trace) - kept
     examples = list(trace.bad_examples)
@@ -1379,7 +1384,7 @@ def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the 
     else:
         for i in dropped[:max(0, KEEP_BAD_ROWS - len(examples))]:
             reason = (f"request {i + 1}: {trace.prompt_tokens[i]} + {trace.output_tokens[i]} tokens, past "
-                      f"{model_name}'s context length of {context_tokens:,} (max_position_embeddings)")
+                      f"{row_limit}")
             examples.append((0, reason))
     start = trace.arrival_s[keep.index(1)]
     return replace(

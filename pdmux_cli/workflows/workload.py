@@ -194,7 +194,8 @@ def fit_to_model(workload: Any, model: Any, qps: float | None = None, rate_scale
     (:func:`pdmux_cli.simulate.traces.reshape`); a synthetic trace is drawn at its rate already."""
     from ..simulate.traces import drop_past_context, reshape
 
-    workload = drop_past_context(workload, model.max_position_embeddings, model.name)
+    workload = drop_past_context(workload, model.max_position_embeddings, model.name,
+                                 getattr(model, "own_context_length", 0))
     if workload.format == "synthetic" or (qps is None and rate_scale is None and duration is None):
         return workload
     return reshape(workload, rate_scale=rate_scale, qps=qps, duration_s=duration)
