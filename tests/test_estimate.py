@@ -280,3 +280,24 @@ def test_policy_rows_follow_the_step_models_own_reading() -> None:
     mixed = {s.cost.cost_model: next(r for r in estimate(gpu, model, s).rows if r.label == "mixed chunk 512")
              for s in (Scenario(), CHAPTER)}
     assert (mixed["roofline"].steps, mixed["chapter"].steps) == (18, 16)
+
+
+def test_a_pdmux_row_that_cannot_run_quotes_no_ttft() -> None:
+    """Where the revision cannot run the PD-mux rows (0.5.23's pdmux beside EAGLE, a new user's report),
+    the whole-server TTFT note and the JSON leave those rows' TTFT out; the baselines keep theirs."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from pdmux_cli.cli import app
+
+    out = CliRunner().invoke(app, ["estimate", "--decode-bs", "1", "--speculative-algorithm", "EAGLE",
+                                   "--speculative-accept-length", "2.5", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    rows = {r["policy"]: r for r in data["rows"]}
+    assert rows["pdmux"]["runs"] is False
+    assert rows["pdmux"]["ttft_ms"] is None and rows["pdmux"]["ttft_interval_ms"] is None
+    assert rows["chunked"]["ttft_ms"] == pytest.approx(226.9, abs=0.1)
+    ttft_note = next(n for n in data["notes"] if "TTFT with pdmux's measured error" in n)
+    assert "chunked 8192 227 ms" in ttft_note and "PD mux" not in ttft_note

@@ -777,22 +777,31 @@ def _disagg_row(b: _Batch, scenario: Scenario, link: KvLink, calibration: Any,
 
 
 def _request_delay(full: Any, rows: list[PolicyRow], scenario: Scenario, gpu: Gpu,
-                   notes: _Notes) -> tuple[float, Any]:
-    """``(ms of SGLang's request path for this prompt, each row's whole-server TTFT and interval)``: the
-    admission, the stream back and the front end's tokenization (``serving.yaml``)."""
+                   ) -> tuple[float, Any, Finding | None]:
+    """``(ms of SGLang's request path for this prompt, each row's whole-server TTFT and interval, the note
+    quoting them)``: the admission, the stream back and the front end's tokenization (``serving.yaml``)."""
     serving = getattr(full, "serving", None)
     request_delay_ms = 0.0
     if serving is not None:
         request_delay_ms = (serving.admission_delay_s + serving.first_token_delay_s
                             + serving.frontend_token_s * scenario.prompt_tokens) * 1e3
     if not request_delay_ms:
-        return request_delay_ms, ()
+        return request_delay_ms, (), None
     ttft = _whole_server_ttft(rows, request_delay_ms, serving, scenario, gpu)
-    notes.add(Finding("estimate.request_delay", {
+    note = Finding("estimate.request_delay", {
         "delay_ms": request_delay_ms, "calibrated": bool(getattr(serving, "calibrated", False)),
         "ttft": [{"label": r.label, "ttft_ms": t, "interval_ms": list(i) if i else None}
-                 for r, (t, i) in zip(rows, ttft) if i is not None]}))
-    return request_delay_ms, ttft
+                 for r, (t, i) in zip(rows, ttft) if i is not None]})
+    return request_delay_ms, ttft, note
+
+
+def _without_pdmux_ttft(rows: list[PolicyRow], ttft: Any, note: Finding) -> tuple[Any, Finding]:
+    """The whole-server TTFTs and their note without the PD-mux rows', for a revision that cannot run
+    them (a row that cannot run has no TTFT to quote)."""
+    ttft = [(math.nan, None) if r.policy == "pdmux" else t for r, t in zip(rows, ttft)]
+    pdmux_labels = {r.label for r in rows if r.policy == "pdmux"}
+    kept = [t for t in note.values["ttft"] if t["label"] not in pdmux_labels]
+    return ttft, replace(note, values={**note.values, "ttft": kept})
 
 
 def estimate(
@@ -865,12 +874,17 @@ def estimate(
     if support.state != "yes":
         why = Finding("estimate.pdmux_support", {"state": support.state, "reason": support.why}, "sglang")
         notes.add(why, "pdmux_support")
-    request_delay_ms, ttft = _request_delay(full, rows, scenario, gpu, notes)
+    request_delay_ms, ttft, delay_note = _request_delay(full, rows, scenario, gpu)
+    delay_slot = len(notes.groups["body"])
+    if delay_note is not None:
+        notes.add(delay_note)
     for finding in revision_rules.revision_findings(sglang, tp):  # the revision's start-up failure, up front
         notes.add(finding, "revision")
     speculation, speculation_refusal = None, None
     if scenario.speculation is not None:
         rows, speculation, speculation_refusal = _with_speculation(rows, full, scenario, batch, sglang, notes)
+    if delay_note is not None and not (support.runs and speculation_refusal is None):
+        ttft, notes.groups["body"][delay_slot] = _without_pdmux_ttft(rows, ttft, delay_note)
     prompt, budget = scenario.prompt_tokens, scenario.split_forward_token_budget
     return Estimate(
         gpu=gpu.name,
