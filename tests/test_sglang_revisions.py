@@ -144,3 +144,13 @@ def test_tp_launch_lines_carry_what_the_revision_requires() -> None:
         plain = json.loads(runner.invoke(app,
                                          ["gen-config", "--sglang", other, "--tp", "2", "--json"]).stdout)
         assert plain["launch_env"] == [], other
+
+
+@pytest.mark.parametrize("command", [["estimate"], ["gen-config"],
+                                     ["check-config", str(Path(__file__).parent / "fixtures" / "sglang_runbooks"
+                                                          / "standard_b8755452_exclusive_h20.yaml")]])
+def test_an_empty_revision_is_refused(command) -> None:
+    """``--sglang ''`` is refused in one line naming the revisions (it was taken as 0.5.23; a new user's
+    report), as ``--gpu ''`` is."""
+    out = CliRunner().invoke(app, [*command, "--sglang", ""])
+    assert_one_line_error(out, contains="--sglang is empty: give a revision, one of 0.5.23, standard@b875545")

@@ -237,11 +237,15 @@ SGLANG_HELP = ("SGLang revision whose pdmux code to follow: 0.5.23 (latest relea
 
 def get_revision(key: str | Revision | None = None) -> Revision:
     """The :class:`Revision` named by ``--sglang`` (``None``: the default, 0.5.23; a commit prefix after
-    ``@`` may be longer: ``overlay@2126b0b79492``). Raises :class:`InputError` naming the known ones."""
+    ``@`` may be longer: ``overlay@2126b0b79492``). Raises :class:`InputError` naming the known ones, or for
+    an empty name."""
     if isinstance(key, Revision):
         return key
-    if key is None or not str(key).strip():
+    if key is None:
         return REVISIONS[DEFAULT_REVISION]
+    if not str(key).strip():
+        raise InputError("{flag.sglang} is empty: give a revision, one of {known} (0.5.23 is the latest "
+                         "release)", param="sglang", values={"known": ", ".join(REVISIONS)})
     text = str(key).strip()
     # commit hashes and names are written lower-case; OVERLAY@2126B0B is the same
     if text.lower() in REVISIONS:
