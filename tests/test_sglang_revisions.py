@@ -146,9 +146,10 @@ def test_tp_launch_lines_carry_what_the_revision_requires() -> None:
         assert plain["launch_env"] == [], other
 
 
-@pytest.mark.parametrize("command", [["estimate"], ["gen-config"],
-                                     ["check-config", str(Path(__file__).parent / "fixtures" / "sglang_runbooks"
-                                                          / "standard_b8755452_exclusive_h20.yaml")]])
+RUNBOOK = Path(__file__).parent / "fixtures" / "sglang_runbooks" / "standard_b8755452_exclusive_h20.yaml"
+
+
+@pytest.mark.parametrize("command", [["estimate"], ["gen-config"], ["check-config", str(RUNBOOK)]])
 def test_an_empty_revision_is_refused(command) -> None:
     """``--sglang ''`` is refused in one line naming the revisions (it was taken as 0.5.23; a new user's
     report), as ``--gpu ''`` is."""
