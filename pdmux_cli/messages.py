@@ -259,6 +259,9 @@ def _verdict(f: Finding) -> str:
         )
     if kind == "pdmux_serves_more":
         gain = f"+{v['gain']:.0%}" if v["gain"] is not None else "where it meets the SLO at no rate"
+        if v["gain"] is not None and pd["bound"] == "above" and other["bound"] != "above":
+            # met the SLO at every rate tried: the gain is a floor, and no error bounds a floor
+            gain += f" or more ({pd['label']} met the SLO at every rate tried)"
         return (
             f"{pd['label']} sustains {rate_text(pd)} req/s{on_pd} against {rate_text(other)} for "
             f"{other['label']}: {gain}{unequal}{sure}; enable it with: {_sglang_args(v['launch'])}"

@@ -122,6 +122,11 @@ def test_verdicts() -> None:
     assert _result(_row("pdmux", "pdmux", 9.0, "above"), _row("chunked 8192", "chunked", 0.0, "below",
                                                               chunk=8192)).verdict().startswith(
         "pdmux sustains >=9 req/s against <0.5 for chunked 8192: where it meets the SLO at no rate")
+    # met at every rate tried: the gain is a floor (a new user's report: "+89%" from ">=474")
+    assert _result(_row("pdmux", "pdmux", 474.0, "above"), _row("mixed-chunk 512", "mixed-chunk", 250.0,
+                                                                chunk=512)).verdict().startswith(
+        "pdmux sustains >=474 req/s against 250 for mixed-chunk 512: +90% or more (pdmux met the SLO at "
+        "every rate tried); enable it with:")
     assert "no policy meets" in _result(_row("pdmux", "pdmux", 0.0, "below"),
                                         _row("chunked 8192", "chunked", 0.0, "below")).verdict()
 
