@@ -413,14 +413,16 @@ def test_fit_refusals_name_model_and_gpu(qwen_h100) -> None:
                                              _scaled(base, "decode", 5, 1000, 6)])
     assert str(many) == (
         "2 of 10 points are more than 2.5x from what Qwen3-8B on H100 SXM5 80GB takes (first: f.jsonl:{1}): "
-        "measured with another model, GPU or tensor parallelism? (--model, --gpu; pdmux models TP 1)")
+        "measured with another model, GPU or tensor parallelism? (--model, --gpu; pdmux calibrate fits "
+        "single-GPU measurements)")
     fast = [_scaled(base, "prefill", 1, 512, 0.5), _scaled(base, "prefill", 4, 2048, 0.5)]
     peak = _raised(fit_whole_gpu, base, fast)
     assert peak.param == "model" and str(peak) == (
         "the measurements need a GEMM compute efficiency above the datasheet's peak on H100 SXM5 80GB "
         "(faster than the GPU can be): not measured with Qwen3-8B on H100 SXM5 80GB? (--model, --gpu; pdmux "
-        "models TP 1)")
-    assert messages.api_error_text(peak).endswith("(model, gpu; pdmux models TP 1)")
+        "calibrate fits single-GPU measurements)")
+    assert messages.api_error_text(peak).endswith(
+        "(model, gpu; pdmux calibrate fits single-GPU measurements)")
 
 
 def test_fit_notes_are_findings(qwen_h100) -> None:

@@ -44,7 +44,7 @@ MAX_FIT_ERROR = 0.25
 MAX_OUTLIER_SHARE = 0.1
 #: The end of a refusal of points that are not of the model and GPU given (an InputError template: the
 #: values ``model`` and ``gpu``; the parameters at fault, ``model`` and ``gpu``, by their flags).
-_NOT_THIS_MODEL = "({flag.model}, {flag.gpu}; pdmux models TP 1)"
+_NOT_THIS_MODEL = "({flag.model}, {flag.gpu}; pdmux calibrate fits single-GPU measurements)"
 
 
 @dataclass(frozen=True)

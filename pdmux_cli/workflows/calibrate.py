@@ -490,8 +490,9 @@ def _whole_gpu(r: CalibrateRequest) -> CalibrateResult:
 
     if r.tp != 1:
         raise InputError(
-            "{flag.tp} {tp}: pdmux models one GPU (tensor parallelism is not modelled yet); calibrate "
-            "with measurements of a single-GPU server",
+            "{flag.tp} {tp}: pdmux calibrate fits one GPU's terms (a calibration from a tensor-parallel "
+            "server is not supported yet; estimate, simulate and capacity model TP 1-8 from the shipped "
+            "profiles); calibrate with measurements of a single-GPU server",
             values={"tp": r.tp},
         )
     profile, mdl, kv_bytes = _measured(r.gpu, r.model, r.kv_bytes, r.kv_cache_dtype)
