@@ -374,7 +374,7 @@ def test_cli_refuses_what_it_cannot_use(tmp_path) -> None:
     cases = [
         (["calibrate", *common], "--sglang-bench"),
         (["calibrate", "--sglang-bench", str(MADE_BENCH)], "--model and --gpu"),
-        (["calibrate", "--sglang-bench", str(MADE_BENCH), *common, "--tp", "2"], "a calibration from a tensor-parallel server is not supported yet"),
+        (["calibrate", "--sglang-bench", str(MADE_BENCH), *common, "--tp", "2"], "a tensor-parallel server"),
         (["calibrate", "--sglang-bench", str(FIXTURES / "synthetic_one_batch_0.5.23_stdout.txt"), *common],
          "--result-filename"),
         (["calibrate", "--sglang-log", str(FIXTURES / "synthetic_server_0.5.23_tp2.log"), "--model",
