@@ -526,7 +526,10 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
         "from decode batch {from_bs} on, even the largest decode share, {prefill_sms}/{decode_sms} SMs, "
         "misses {target_ms:g} ms: {itl_ms:.1f} ms there"
         + (" ({itl_at_max_ms:.1f} ms at {max_bs})" if f.values["max_bs"] > f.values["from_bs"] else "")
-        + "; fewer decoding requests (SGLang's --max-running-requests) or more GPUs ({flag.tp}) meet it"
+        + ("; fewer decoding requests (SGLang's --max-running-requests) or more GPUs ({flag.tp}) meet it"
+           if f.values["from_bs"] > 1 else
+           ": not even one request meets it on this GPU beside a running prefill; raise the SLO, or try "
+           "more GPUs ({flag.tp}) or a faster GPU")
     ).format(**f.values, flag=_FlagNames()),
     # workflows/simulate.simulate's run notes
     "simulate.interval_not_pdmux": (

@@ -262,6 +262,11 @@ def test_render_the_slo_levels_notes() -> None:
     assert messages.render(Finding("gen_config.slo_unmeetable", values, "tp")) == (
         "from decode batch 28 on, even the largest decode share, 72/60 SMs, misses 15 ms: 15.2 ms there "
         "(40.6 ms at 137)" + tail)
+    from_one = {**values, "from_bs": 1, "itl_ms": 8.94}  # not even one request meets it (a new user's report)
+    assert messages.render(Finding("gen_config.slo_unmeetable", from_one, "tp")) == (
+        "from decode batch 1 on, even the largest decode share, 72/60 SMs, misses 15 ms: 8.9 ms there "
+        "(40.6 ms at 137): not even one request meets it on this GPU beside a running prefill; raise the "
+        "SLO, or try more GPUs (--tp) or a faster GPU")
     at_the_top = {**values, "from_bs": 137}  # the largest batch is where it starts: no second ITL
     assert messages.render(Finding("gen_config.slo_unmeetable", at_the_top, "tp")) == (
         "from decode batch 137 on, even the largest decode share, 72/60 SMs, misses 15 ms: 15.2 ms there"

@@ -528,8 +528,9 @@ def levels_findings(levels: Any) -> list[Finding]:
     :class:`pdmux_cli.planning.slo_levels.SloLevels`), as findings: ``gen_config.slo_batch_range`` (the
     decode batches sized, ``max_bs``, at the workload's ``context``), ``gen_config.slo_levels_merged`` (the
     rule asked for more levels than ``sm_group_num`` holds), ``gen_config.slo_at_the_edge`` (levels sized
-    for exactly ``target_ms``), ``gen_config.slo_unmeetable`` (the decode batch ``from_bs`` from which even
-    the largest decode share misses the target: its ITL ``itl_ms``, ``itl_at_max_ms`` at ``max_bs``)."""
+    for exactly ``target_ms``; not where one request misses it), ``gen_config.slo_unmeetable`` (the decode
+    batch ``from_bs`` from which even the largest decode share misses the target: its ITL ``itl_ms``,
+    ``itl_at_max_ms`` at ``max_bs``)."""
     top = levels.candidates[-1]
     found = [Finding("gen_config.slo_batch_range",
                      {"max_bs": levels.max_bs, "context": levels.context_source})]
@@ -537,7 +538,8 @@ def levels_findings(levels: Any) -> list[Finding]:
         found.append(Finding("gen_config.slo_levels_merged",
                              {"needed": levels.needed, "levels": len(levels.levels),
                               "sm_group_num": len(levels.levels) + 2}, "sm_group_num"))
-    found.append(Finding("gen_config.slo_at_the_edge", {"target_ms": levels.target_ms}, "config"))
+    if levels.unmeetable_from != 1:  # no level meets it at all: there is no edge to stand at
+        found.append(Finding("gen_config.slo_at_the_edge", {"target_ms": levels.target_ms}, "config"))
     if levels.unmeetable_from is not None:
         found.append(Finding("gen_config.slo_unmeetable",
                              {"from_bs": levels.unmeetable_from, "prefill_sms": top.prefill_sms,
