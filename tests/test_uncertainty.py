@@ -157,6 +157,12 @@ def test_estimate_gives_the_whole_server_ttft_with_its_interval() -> None:
         assert row["ttft_ms"] == pytest.approx(row["prefill_ms"] + data["request_delay_ms"])
         lo, hi = row["ttft_interval_ms"]
         assert lo < row["ttft_ms"] < hi
+    # how sure, as simulate's "uncertainty" says it; none under the chapter's model (no measured error)
+    assert data["ttft_uncertainty"] == {"coverage": 0.8,
+                                        "method": "conformal, leave-one-source-out residuals of public runs"}
+    chapter = json.loads(CliRunner().invoke(app, ["estimate", "--cost-model", "chapter", "--json"]).stdout)
+    assert chapter["ttft_uncertainty"] is None
+    assert all(r["ttft_interval_ms"] is None for r in chapter["rows"])
 
 
 def test_the_python_api_returns_the_same_intervals() -> None:

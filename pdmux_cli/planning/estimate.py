@@ -303,6 +303,9 @@ class Estimate:
     #: per row, a request's whole-server TTFT (prefill time + the request path, ms) and its 80% interval
     #: (:mod:`pdmux_cli.costmodel.uncertainty`; ``None`` under the chapter's model or with no request path)
     ttft: tuple[tuple[float, tuple[float, float] | None], ...] = ()
+    #: how :attr:`ttft`'s intervals were drawn (a ``pdmux_cli.costmodel.uncertainty.METHOD_*`` text; ``""``
+    #: where no row has one)
+    ttft_method: str = ""
     #: the step model of the whole-GPU rows (:class:`pdmux_cli.costmodel.StepModel`; the PD-mux rows of
     #: several S_SATs each have their own): what :func:`pdmux_cli.provenance.step_model_provenance` reads
     step_model: Any = None
@@ -777,22 +780,23 @@ def _disagg_row(b: _Batch, scenario: Scenario, link: KvLink, calibration: Any,
 
 
 def _request_delay(full: Any, rows: list[PolicyRow], scenario: Scenario, gpu: Gpu,
-                   ) -> tuple[float, Any, Finding | None]:
+                   ) -> tuple[float, Any, Finding | None, str]:
     """``(ms of SGLang's request path for this prompt, each row's whole-server TTFT and interval, the note
-    quoting them)``: the admission, the stream back and the front end's tokenization (``serving.yaml``)."""
+    quoting them, how the intervals were drawn)``: the admission, the stream back and the front end's
+    tokenization (``serving.yaml``)."""
     serving = getattr(full, "serving", None)
     request_delay_ms = 0.0
     if serving is not None:
         request_delay_ms = (serving.admission_delay_s + serving.first_token_delay_s
                             + serving.frontend_token_s * scenario.prompt_tokens) * 1e3
     if not request_delay_ms:
-        return request_delay_ms, (), None
-    ttft = _whole_server_ttft(rows, request_delay_ms, serving, scenario, gpu)
+        return request_delay_ms, (), None, ""
+    ttft, method = _whole_server_ttft(rows, request_delay_ms, serving, scenario, gpu)
     note = Finding("estimate.request_delay", {
         "delay_ms": request_delay_ms, "calibrated": bool(getattr(serving, "calibrated", False)),
         "ttft": [{"label": r.label, "ttft_ms": t, "interval_ms": list(i) if i else None}
                  for r, (t, i) in zip(rows, ttft) if i is not None]})
-    return request_delay_ms, ttft, note
+    return request_delay_ms, ttft, note, method
 
 
 def _without_pdmux_ttft(rows: list[PolicyRow], ttft: Any, note: Finding) -> tuple[Any, Finding]:
@@ -874,7 +878,7 @@ def estimate(
     if support.state != "yes":
         why = Finding("estimate.pdmux_support", {"state": support.state, "reason": support.why}, "sglang")
         notes.add(why, "pdmux_support")
-    request_delay_ms, ttft, delay_note = _request_delay(full, rows, scenario, gpu)
+    request_delay_ms, ttft, delay_note, ttft_method = _request_delay(full, rows, scenario, gpu)
     delay_slot = len(notes.groups["body"])
     if delay_note is not None:
         notes.add(delay_note)
@@ -913,6 +917,7 @@ def estimate(
         request_delay_ms=request_delay_ms,
         per_request_ms=batch.per_request * 1e3,
         ttft=ttft,
+        ttft_method=ttft_method if any(i is not None for _, i in ttft) else "",
         step_model=full,
         speculation=speculation,
         speculation_refusal=speculation_refusal,
@@ -948,20 +953,22 @@ def _whole_server_ttft(rows: list, request_delay_ms: float, serving: Any, scenar
     """Per row, the arriving prompt's TTFT as a server gives it (the row's prefill time plus the request path)
     and its 80% interval from pdmux's measured error on public servers' median TTFT
     (:func:`pdmux_cli.costmodel.uncertainty.figure_interval`; the regime: ``decode_bs + 1`` requests in
-    flight, the GPU's family; a calibration's own residuals where its serving terms were calibrated). No
-    interval under the chapter's model (no measured error) or for a row without a prefill time."""
+    flight, the GPU's family; a calibration's own residuals where its serving terms were calibrated), and
+    how the intervals were drawn (``""`` without one). No interval under the chapter's model (no measured
+    error) or for a row without a prefill time."""
     from ..costmodel.uncertainty import Regime, figure_interval, gpu_family
 
     regime = Regime("", float(scenario.decode_bs + 1), gpu_family(gpu.compute_capability))
     calibration = dict(serving.residuals) if getattr(serving, "calibrated", False) else None
-    out = []
+    out, method = [], ""
     for r in rows:
         ttft = r.prefill_ms + request_delay_ms if r.prefill_ms is not None else math.nan
         bounds = None
         if scenario.cost_model == "roofline" and math.isfinite(ttft):
-            bounds = figure_interval("ttft_ms_p50", ttft, regime, calibration=calibration)[0]
+            bounds, _, drawn = figure_interval("ttft_ms_p50", ttft, regime, calibration=calibration)
+            method = method or (drawn if bounds is not None else "")
         out.append((ttft, bounds))
-    return tuple(out)
+    return tuple(out), method
 
 
 def fitting_tp(gpu: Gpu, model: Model, scenario: Scenario) -> int | None:

@@ -88,6 +88,8 @@ def link_dict(link: Any) -> dict[str, Any] | None:
 
 def estimate_dict(est: Estimate) -> dict[str, Any]:
     """The JSON of ``pdmux estimate``."""
+    from ..costmodel.uncertainty import COVERAGE  # estimate has imported it to draw the intervals
+
     sc = est.scenario
     return {
         "gpu": est.gpu,
@@ -131,6 +133,8 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
         "cpu_step_ms": est.cpu_step_ms,
         "per_request_overhead_ms": est.per_request_ms,
         "request_delay_ms": est.request_delay_ms,
+        # how sure the rows' ttft_interval_ms are, as simulate's "uncertainty" says it (issue 29)
+        "ttft_uncertainty": ({"coverage": COVERAGE, "method": est.ttft_method} if est.ttft_method else None),
         "rows": [
             {
                 "policy": r.policy,
