@@ -468,6 +468,11 @@ def test_cli_bad_out_refused_before_any_device_work(monkeypatch, tmp_path) -> No
     assert_one_line_error(cli.invoke(app, ["bench", "--out", str(a_file / "sub" / "dir")]), 2,
                           "not a directory")
     assert_one_line_error(cli.invoke(app, ["bench", "--out", "/dev/null"]), 2, "is not a directory")
+    # a dry run checks it as the run it plans would (it was ignored: a new user's report), creating nothing
+    assert_one_line_error(cli.invoke(app, ["bench", "--dry-run", "--gpu", "h100", "--out", str(a_file)]), 2,
+                          "is not a directory")
+    ok = cli.invoke(app, ["bench", "--dry-run", "--gpu", "h100", "--out", str(tmp_path / "later")])
+    assert ok.exit_code == 0 and not (tmp_path / "later").exists()
     import pdmux_cli.cli.bench_shared as bench_shared
 
     # a read-only folder (root ignores modes)

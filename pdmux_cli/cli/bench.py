@@ -120,6 +120,7 @@ def bench(
         "device_index": r.device, "sm_group_num": r.sm_group_num, "skinny": skinny,
     }
     if r.dry_run:
+        check_out_dir(r.out)  # the run it plans would refuse it: so does the plan
         _print_dry_run(bplan.make_plan(_dry_run_device(r.gpu, r.sms, r.cc), **kernel), as_json, r.out)
         return
     _run_kernel_bench(gpu=r.gpu, sms=r.sms, cc=r.cc, levels=r.levels, device=r.device, out=r.out,
