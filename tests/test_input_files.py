@@ -107,3 +107,13 @@ def test_hint_is_appended_to_every_refusal(tmp_path: Path) -> None:
                                            hint)).endswith(f": not UTF-8 text; {hint}")
     assert message(lambda: read_input_text(path, "model config", 1, hint)).endswith(
         f": larger than 1 byte, the most pdmux reads; {hint}")
+
+
+def test_an_empty_path_says_it_is_the_current_folder() -> None:
+    """``''`` reaches a loader as ``.`` (``Path('')``): the refusal says what was probably typed (a new
+    user's report: 'calibration file .: is a directory')."""
+    for typed in ("", "."):
+        with pytest.raises(InputError) as err:
+            check_input_file(typed, "calibration file")
+        assert str(err.value) == ("calibration file " + typed + ": is a directory (an empty path is the "
+                                  "current folder): give a file")

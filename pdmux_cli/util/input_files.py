@@ -100,7 +100,10 @@ def check_input_file(path: str | Path, what: str, hint: str = "") -> Path:
     except OSError as exc:
         raise unreadable(path, what, exc, hint) from None
     if stat.S_ISDIR(mode):
-        raise _refusal(path, what, "is a directory", hint)
+        # '' reaches here as '.' (Path('') is the current folder): say what was probably typed
+        problem = "is a directory (an empty path is the current folder): give a file" if str(path) in (
+            "", ".") else "is a directory"
+        raise _refusal(path, what, problem, hint)
     if not stat.S_ISREG(mode):
         raise _refusal(path, what, "is not a regular file (a device, pipe or socket)", hint)
     return p
