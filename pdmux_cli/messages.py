@@ -55,6 +55,11 @@ def api_error_text(exc: PdmuxError) -> str:
 # --- layouts and launch lines -------------------------------------------------------------------------
 
 
+def count_text(n: int, noun: str) -> str:
+    """``"1 request"``, ``"5 requests"``: a count with its noun, plural unless it is one."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def layout_text(layout: Any) -> str:
     """How a policy used its GPUs (a :class:`pdmux_cli.multigpu.disaggregation.Layout`): ``"1 GPU"``,
     ``"TP 2"``, ``"DP 4 x TP 2"``, ``"1P1D x TP 1"`` (each of the X + Y instances ``tp`` GPUs)."""
@@ -696,7 +701,8 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     "costmodel.whole_gpu_other_model": "whole-GPU terms calibrated on {calibrated_on}, applied to {model}",
     # simulate/traces.py: what was done to the trace
     "trace.sorted": "{source} is not in time order: requests sorted by arrival",
-    "trace.first_requests": "first {kept} requests of {requests}",
+    "trace.first_requests": lambda f: f"first {count_text(f.values['kept'], 'request')} of "
+                                      f"{f.values['requests']}",
     "trace.rate_scaled": "arrival rate x{rate_scale:g}",
     "trace.retimed": "retimed to {qps:g} req/s (was {was_rps:.3g})",
     "trace.duration_cut": "arrivals within {duration_s:g} s: {kept} of {requests} requests",

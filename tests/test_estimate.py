@@ -301,3 +301,20 @@ def test_a_pdmux_row_that_cannot_run_quotes_no_ttft() -> None:
     assert rows["chunked"]["ttft_ms"] == pytest.approx(226.9, abs=0.1)
     ttft_note = next(n for n in data["notes"] if "TTFT with pdmux's measured error" in n)
     assert "chunked 8192 227 ms" in ttft_note and "PD mux" not in ttft_note
+
+
+def test_one_request_is_singular() -> None:
+    """One request is "1 request", not "1 requests" (a new user's report): estimate's header, simulate's
+    title and its cut-trace note."""
+    from typer.testing import CliRunner
+
+    from pdmux_cli.cli import app
+
+    runner = CliRunner()
+    out = runner.invoke(app, ["estimate", "--decode-bs", "1"])
+    assert out.stdout.splitlines()[0].startswith(
+        "Qwen3-8B on H100 SXM5 80GB: 1 decode request at 2048 context")
+    out = runner.invoke(app, ["simulate", "tests/fixtures/azure_conv_50.csv", "--max-requests", "1"])
+    assert out.exit_code == 0, out.output
+    assert out.stdout.startswith("azure_conv_50.csv: 1 request (one request);")
+    assert "first 1 request of 50" in out.output

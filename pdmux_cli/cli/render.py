@@ -12,7 +12,7 @@ if TYPE_CHECKING:  # type names only: rendering splits must not import the cost 
     from ..planning.estimate import Estimate, PolicyRow
     from ..sglang.split_levels import Split
 
-from ..messages import render_all
+from ..messages import count_text, render_all
 from ..workflows.planning_json import group_kind
 
 
@@ -87,7 +87,7 @@ def estimate_title(est: Estimate) -> str:
     sc = est.scenario
     on = f"{est.tp} x {est.gpu} (TP {est.tp})" if est.tp > 1 else est.gpu
     return (
-        f"{est.model} on {on}: {sc.decode_bs} decode requests at {sc.context_tokens} context, "
+        f"{est.model} on {on}: {count_text(sc.decode_bs, 'decode request')} at {sc.context_tokens} context, "
         f"then a prefill of {sc.prompt_tokens} tokens slips in"
     )
 

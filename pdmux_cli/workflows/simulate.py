@@ -219,7 +219,9 @@ def _title(workload: Any, setup: Any, cluster: Cluster, runs: list[Any]) -> str:
     servers = (f", DP {cluster.dp}" if cluster.dp > 1 and colocated else "") + (
         f", {cluster.disagg.label} on {cluster.disagg.gpus(setup)} "
         "GPUs" if cluster.disagg is not None else "")
-    return (f"{workload.source}: {len(workload)} requests {workload.arrivals_text()}; "
+    from ..messages import count_text
+
+    return (f"{workload.source}: {count_text(len(workload), 'request')} {workload.arrivals_text()}; "
             f"{setup.model.name} on {on_gpus(setup)}{servers}, {setup.step_model.source}")
 
 
