@@ -799,13 +799,15 @@ def _request_delay(full: Any, rows: list[PolicyRow], scenario: Scenario, gpu: Gp
     return request_delay_ms, ttft, note, method
 
 
-def _without_pdmux_ttft(rows: list[PolicyRow], ttft: Any, note: Finding) -> tuple[Any, Finding]:
-    """The whole-server TTFTs and their note without the PD-mux rows', for a revision that cannot run
-    them (a row that cannot run has no TTFT to quote)."""
-    ttft = [(math.nan, None) if r.policy == "pdmux" else t for r, t in zip(rows, ttft)]
-    pdmux_labels = {r.label for r in rows if r.policy == "pdmux"}
-    kept = [t for t in note.values["ttft"] if t["label"] not in pdmux_labels]
-    return ttft, replace(note, values={**note.values, "ttft": kept})
+def _without_pdmux_ttft(est: Estimate, note: Finding) -> Estimate:
+    """``est`` without the PD-mux rows' whole-server TTFTs, in :attr:`Estimate.ttft` and in ``note`` (the
+    request path's, in its place among the notes), for a revision that cannot run them
+    (:attr:`Estimate.pdmux_runs` false: a row that cannot run has no TTFT to quote)."""
+    ttft = tuple((math.nan, None) if r.policy == "pdmux" else t for r, t in zip(est.rows, est.ttft))
+    pdmux_labels = {r.label for r in est.rows if r.policy == "pdmux"}
+    kept = replace(note, values={**note.values,
+                                 "ttft": [t for t in note.values["ttft"] if t["label"] not in pdmux_labels]})
+    return replace(est, ttft=ttft, notes=[kept if n is note else n for n in est.notes])
 
 
 def estimate(
@@ -879,7 +881,6 @@ def estimate(
         why = Finding("estimate.pdmux_support", {"state": support.state, "reason": support.why}, "sglang")
         notes.add(why, "pdmux_support")
     request_delay_ms, ttft, delay_note, ttft_method = _request_delay(full, rows, scenario, gpu)
-    delay_slot = len(notes.groups["body"])
     if delay_note is not None:
         notes.add(delay_note)
     for finding in revision_rules.revision_findings(sglang, tp):  # the revision's start-up failure, up front
@@ -887,10 +888,8 @@ def estimate(
     speculation, speculation_refusal = None, None
     if scenario.speculation is not None:
         rows, speculation, speculation_refusal = _with_speculation(rows, full, scenario, batch, sglang, notes)
-    if delay_note is not None and not (support.runs and speculation_refusal is None):
-        ttft, notes.groups["body"][delay_slot] = _without_pdmux_ttft(rows, ttft, delay_note)
     prompt, budget = scenario.prompt_tokens, scenario.split_forward_token_budget
-    return Estimate(
+    est = Estimate(
         gpu=gpu.name,
         model=model.name,
         scenario=scenario,
@@ -917,11 +916,12 @@ def estimate(
         request_delay_ms=request_delay_ms,
         per_request_ms=batch.per_request * 1e3,
         ttft=ttft,
-        ttft_method=ttft_method if any(i is not None for _, i in ttft) else "",
+        ttft_method=ttft_method,
         step_model=full,
         speculation=speculation,
         speculation_refusal=speculation_refusal,
     )
+    return est if delay_note is None or est.pdmux_runs else _without_pdmux_ttft(est, delay_note)
 
 
 def _with_speculation(rows: list, full: Any, scenario: Scenario, batch: _Batch, sglang: str | None,

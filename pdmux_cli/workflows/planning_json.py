@@ -88,8 +88,6 @@ def link_dict(link: Any) -> dict[str, Any] | None:
 
 def estimate_dict(est: Estimate) -> dict[str, Any]:
     """The JSON of ``pdmux estimate``."""
-    from ..costmodel.uncertainty import COVERAGE  # estimate has imported it to draw the intervals
-
     sc = est.scenario
     return {
         "gpu": est.gpu,
@@ -134,7 +132,7 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
         "per_request_overhead_ms": est.per_request_ms,
         "request_delay_ms": est.request_delay_ms,
         # how sure the rows' ttft_interval_ms are, as simulate's "uncertainty" says it (issue 29)
-        "ttft_uncertainty": ({"coverage": COVERAGE, "method": est.ttft_method} if est.ttft_method else None),
+        "ttft_uncertainty": _ttft_uncertainty(est.ttft_method),
         "rows": [
             {
                 "policy": r.policy,
@@ -184,6 +182,16 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
         "disagg": _disagg_dict(est),
         "notes": render_all(est.notes),
     }
+
+
+def _ttft_uncertainty(method: str) -> dict[str, Any] | None:
+    """How sure the rows' ``ttft_interval_ms`` are (``method``: :attr:`Estimate.ttft_method`; ``None``
+    without intervals, where the uncertainty module was never needed)."""
+    if not method:
+        return None
+    from ..costmodel.uncertainty import COVERAGE
+
+    return {"coverage": COVERAGE, "method": method}
 
 
 def _disagg_dict(est: Estimate) -> dict[str, Any] | None:

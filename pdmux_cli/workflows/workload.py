@@ -195,7 +195,7 @@ def fit_to_model(workload: Any, model: Any, qps: float | None = None, rate_scale
     from ..simulate.traces import drop_past_context, reshape
 
     workload = drop_past_context(workload, model.max_position_embeddings, model.name,
-                                 getattr(model, "own_context_length", 0))
+                                 model.own_context_length)
     if workload.format == "synthetic" or (qps is None and rate_scale is None and duration is None):
         return workload
     return reshape(workload, rate_scale=rate_scale, qps=qps, duration_s=duration)
