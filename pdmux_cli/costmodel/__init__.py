@@ -132,6 +132,7 @@ def build_step_model(
     kv_bytes_per_element: float = 2.0,
     tp: int = 1,
     speculation: Any = None,
+    release: Any = None,
     **knobs: Any,
 ) -> StepModel:
     """The :class:`StepModel` for a GPU profile (:class:`pdmux_cli.catalog.hardware.Gpu`) and a model.
@@ -148,6 +149,8 @@ def build_step_model(
     (:mod:`.collectives`). ``speculation``: a :class:`.speculative.Speculation` (SGLang's
     ``--speculative-algorithm`` and its settings): the decode step becomes a speculative round of the target
     and its draft, each built with these same arguments (:class:`.speculative.SpeculativeStepModel`).
+    ``release``: the SGLang release's rules (:class:`pdmux_cli.sglang.release_defaults.ReleaseDefaults`;
+    ``None``: 0.5.23's): which fused-MoE runner it picks (:func:`.moe.moe_kernel`).
     Raises :class:`InputError` for an unknown cost model, knobs the chosen model does not take, or a
     GPU without SM count, bandwidth, FLOP/s or (``tp > 1``) interconnect figures, and a split SGLang
     refuses; :class:`TypeError` for a keyword that is no knob.
@@ -157,7 +160,7 @@ def build_step_model(
     if speculation is not None:
         # the target and its draft on the same GPU with the same terms
         same = {"calibration": calibration, "weight_bytes_per_param": weight_bytes_per_param,
-                "kv_bytes_per_element": kv_bytes_per_element, "tp": tp}
+                "kv_bytes_per_element": kv_bytes_per_element, "tp": tp, "release": release}
         if str(cost_model).strip().lower() == "chapter":  # the one check, for every command and the API
             raise InputError("{flag.speculative_algorithm} needs {flag.cost_model} roofline: the chapter's "
                              "model has no verify pass", param="cost_model", values={})
@@ -202,7 +205,8 @@ def build_step_model(
     profile, kv_note = for_kv_cache(profile, kv_bytes_per_element == 1.0)  # 1 byte per element: an fp8 cache
     if kv_note:
         notes.append(kv_note)
-    profile, moe_flops = _with_moe(profile, gpu, model, weight_bytes_per_param, notes)
+    qwen3_bf16_trtllm = getattr(release, "qwen3_moe_bf16_trtllm", True)
+    profile, moe_flops = _with_moe(profile, gpu, model, weight_bytes_per_param, notes, qwen3_bf16_trtllm)
     if model.weight_dtype == "fp8" and math_dtype != "fp8" and weight_bytes_per_param is None:
         notes.append(Finding("costmodel.fp8_weights_marlin", {"math_dtype": math_dtype, "gpu": gpu.name},
                              "flops_dtype"))
@@ -225,7 +229,7 @@ def build_step_model(
         decode_fixed_s=calibration.whole_gpu.decode_fixed_s
         if calibration is not None and calibration.whole_gpu is not None else 0.0,
         compute_capability=tuple(gpu.compute_capability) if getattr(gpu, "compute_capability", None)
-        else None,
+        else None, qwen3_bf16_trtllm=qwen3_bf16_trtllm,
     )
 
 
@@ -334,13 +338,14 @@ def _cpu_and_serving(options: CostModelOptions, calibration: Any) -> tuple[Any, 
 
 
 def _with_moe(profile: Any, gpu: Any, model: Any, weight_bytes_per_param: float | None,
-              notes: list[Any]) -> tuple[Any, float | None]:
+              notes: list[Any], qwen3_bf16_trtllm: bool = True) -> tuple[Any, float | None]:
     """``profile`` with the fused-MoE efficiency of the kernel SGLang runs for ``model``'s routed experts on
-    ``gpu`` (:mod:`.moe`), and the dense FLOP/s of its math (``None`` when none applies); a note is appended
-    when the kernel was not measured there."""
+    ``gpu`` (:mod:`.moe`; ``qwen3_bf16_trtllm``: :func:`.moe.moe_kernel`'s), and the dense FLOP/s of its math
+    (``None`` when none applies); a note is appended when the kernel was not measured there."""
     from .moe import for_moe, moe_flops_per_s, moe_kernel
 
-    kind = moe_kernel(model, tuple(gpu.compute_capability), weight_bytes_per_param)
+    kind = moe_kernel(model, tuple(gpu.compute_capability), weight_bytes_per_param,
+                      qwen3_bf16_trtllm=qwen3_bf16_trtllm)
     profile, note = for_moe(profile, kind)
     if note:
         notes.append(note)

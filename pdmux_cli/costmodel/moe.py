@@ -63,11 +63,15 @@ def is_sm100(compute_capability: tuple[int, int]) -> bool:
 
 
 def moe_kernel(model: Any, compute_capability: tuple[int, int],
-               expert_bytes_per_param: float | None = None) -> tuple[str, str] | None:
+               expert_bytes_per_param: float | None = None, *,
+               qwen3_bf16_trtllm: bool = True) -> tuple[str, str] | None:
     """``(kernel, dtype)`` of the fused MoE SGLang 0.5.23 runs for ``model``'s routed experts on a GPU of
     ``compute_capability`` (module docstring), or ``None`` for a dense model or experts in a format the
     table has no dtype for. ``expert_bytes_per_param``: the bytes each expert weight is read at (``None``:
-    the model's own format, ``model.weight_dtype``); 2 is bf16, 1 block fp8, 4.25/8 MXFP4."""
+    the model's own format, ``model.weight_dtype``); 2 is bf16, 1 block fp8, 4.25/8 MXFP4.
+    ``qwen3_bf16_trtllm``: ``False`` for a release before 0.5.8, whose SM100 rule gives the Qwen3 MoE family's
+    bf16 experts the Triton runner (:attr:`pdmux_cli.sglang.release_defaults.ReleaseDefaults.\
+qwen3_moe_bf16_trtllm`)."""
     if not getattr(model, "num_experts", 0):
         return None
     if expert_bytes_per_param is None:
@@ -82,7 +86,9 @@ def moe_kernel(model: Any, compute_capability: tuple[int, int],
         if sm100 and arch in GPT_OSS_ARCHS:
             return "flashinfer_trtllm", "w4a8_mxfp4_mxfp8"
         return ("triton_kernel" if arch in GPT_OSS_ARCHS else "triton"), "w4a16_mxfp4"
-    if sm100 and (arch in QWEN3_MOE_ARCHS or arch in DEEPSEEK_ARCHS):
+    if sm100 and arch in QWEN3_MOE_ARCHS and (dtype != "bf16" or qwen3_bf16_trtllm):
+        return "flashinfer_trtllm", dtype
+    if sm100 and arch in DEEPSEEK_ARCHS:
         return "flashinfer_trtllm", dtype
     return "triton", dtype
 

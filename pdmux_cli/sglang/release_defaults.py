@@ -99,6 +99,18 @@ range is the one read first):
   False), on from 0.5.10 (``disable_piecewise_cuda_graph`` False): 0.5.23's default there
   (:func:`~pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`).
 
+- **The fused-MoE runner of a bf16 Qwen3 MoE on SM100** (B200, B300, GB200, GB300; ``--moe-runner-backend
+  auto``, no all-to-all backend): up to 0.5.7 SGLang picks ``flashinfer_trtllm`` for the Qwen3 MoE family on
+  SM100 only when the experts are quantized (``server_args.py`` ``_handle_model_specific_adjustments``:
+  ``self.quantization in ("fp8", "modelopt_fp4")``), so bf16 experts run the Triton ``fused_moe``
+  (``layers/quantization/unquant.py`` ``UnquantizedFusedMoEMethod``: ``MoeRunnerBackend.TRITON``); from
+  0.5.8 the same condition adds ``or self.quantization is None`` and bf16 experts run ``flashinfer_trtllm``
+  too, as in 0.5.23 (:func:`pdmux_cli.costmodel.moe.moe_kernel`). Read for this rule: 0.5.6, 0.5.6.post1,
+  0.5.6.post2, 0.5.7, 0.5.8, 0.5.10, 0.5.12, 0.5.14, 0.5.16, 0.5.18, 0.5.20-0.5.23
+  (:attr:`ReleaseDefaults.qwen3_moe_bf16_trtllm`). The other SM100 choices (quantized Qwen3 experts, the
+  DeepSeek family's fp8 experts, gpt-oss's MXFP4 ones) are 0.5.23's in every release: the same in the
+  releases read here; older ones were not read for them.
+
 - **The overlap scheduler under speculative decoding** (EAGLE, EAGLE3, NEXTN, STANDALONE; SGLang picks
   ``event_loop_overlap`` or ``event_loop_normal`` by ``disable_overlap_schedule``, ``managers/scheduler.py``
   ``run_scheduler_process``): 0.4.1's ``ServerArgs`` has no ``speculative_algorithm``; from 0.4.3 (0.4.2
@@ -204,6 +216,7 @@ _RESERVE_WITHOUT_GRAPHS = (("0.2.10", (True, True)), ("0.5.14", (True, False)), 
 # (the overlap scheduler stays on under speculation, only at --speculative-eagle-topk 1)
 _SPECULATION_OVERLAP = (("0.2.10", (False, False)), ("0.5.11", (True, True)), ("0.5.13", (True, False)))
 _SPECULATION_V2_ALWAYS = (("0.2.10", False), ("0.5.13", True))
+_QWEN3_MOE_BF16_TRTLLM = (("0.2.10", False), ("0.5.8", True))
 
 
 @dataclass(frozen=True)
@@ -227,7 +240,9 @@ class ReleaseDefaults:
     overlap scheduler stays on by default (0.5.11 on; up to 0.5.10 speculation turns it off);
     ``speculation_overlap_topk1``: only at ``--speculative-eagle-topk`` 1 (0.5.11-0.5.12)
     (:meth:`speculation_overlaps`). ``speculation_v2_always``: the EAGLE family runs the V2 worker with or
-    without the overlap scheduler (0.5.13 on; :meth:`speculation_worker_v1`).
+    without the overlap scheduler (0.5.13 on; :meth:`speculation_worker_v1`). ``qwen3_moe_bf16_trtllm``: on
+    SM100 a Qwen3 MoE's bf16 experts run FlashInfer's TRT-LLM-gen fused MoE (0.5.8 on), not the Triton
+    ``fused_moe`` (module docstring).
     """
 
     release: str
@@ -246,6 +261,7 @@ class ReleaseDefaults:
     speculation_overlap: bool = True
     speculation_overlap_topk1: bool = False
     speculation_v2_always: bool = True
+    qwen3_moe_bf16_trtllm: bool = True
 
     def speculation_overlaps(self, eagle_topk: int = 1) -> bool:
         """Whether the overlap scheduler runs under speculative decoding with ``--speculative-eagle-topk``
@@ -427,7 +443,8 @@ def release_defaults(version: str = LATEST_RELEASE) -> ReleaseDefaults:
         tp8_mem_fraction=_since(_TP8_MEM_FRACTION, key),
         serial_frontend=_since(_SERIAL_FRONTEND, key), prefill_cuda_graph=_since(_PREFILL_CUDA_GRAPH, key),
         reserve_without_graphs=_since(_RESERVE_WITHOUT_GRAPHS, key), speculation_overlap=overlap,
-        speculation_overlap_topk1=topk1, speculation_v2_always=_since(_SPECULATION_V2_ALWAYS, key))
+        speculation_overlap_topk1=topk1, speculation_v2_always=_since(_SPECULATION_V2_ALWAYS, key),
+        qwen3_moe_bf16_trtllm=_since(_QWEN3_MOE_BF16_TRTLLM, key))
 
 
 #: SGLang 0.5.23's rules: what every command simulates.

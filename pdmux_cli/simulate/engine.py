@@ -515,7 +515,8 @@ def make_setup(
     ``kv_bytes_per_element``, ``tp``, ``speculation``. ``disable_cuda_graph``: :class:`Setup`'s. ``release``:
     the SGLang release simulated (its version text or
     :class:`~pdmux_cli.sglang.release_defaults.ReleaseDefaults`; ``None``: 0.5.23), whose rules
-    ``serial_frontend`` (``None``: the release's front end) and ``prefill_cuda_graph`` default to.
+    ``serial_frontend`` (``None``: the release's front end) and ``prefill_cuda_graph`` default to, and whose
+    fused-MoE runner the step model times (:func:`pdmux_cli.costmodel.build_step_model`).
     ``prefill_cuda_graph``: ``None`` for the release's default (up to 0.5.8 eager; later SGLang 0.5.23's,
     :func:`pdmux_cli.sglang.server_defaults.prefill_cuda_graph_default`), ``False`` for a server that
     prefills eagerly (an older release, ``--disable-prefill-cuda-graph``). ``speculation``: :class:`Setup`'s
@@ -535,13 +536,13 @@ def make_setup(
             "{name} has no memory or bandwidth figures: simulate needs a full GPU profile ({flag.gpu})",
             values={"name": gpu.name},
         )
-    step_model = build_step_model(
-        gpu, model, cost, calibration=calibration, weight_bytes_per_param=weight_bytes_per_param,
-        kv_bytes_per_element=kv_bytes_per_element, tp=tp, speculation=speculation)
     if release is None:
         release = LATEST
     elif not isinstance(release, ReleaseDefaults):
         release = release_defaults(release)
+    step_model = build_step_model(
+        gpu, model, cost, calibration=calibration, weight_bytes_per_param=weight_bytes_per_param,
+        kv_bytes_per_element=kv_bytes_per_element, tp=tp, speculation=speculation, release=release)
     if serial_frontend is None:
         serial_frontend = release.serial_frontend
     if disable_cuda_graph:
