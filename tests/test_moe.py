@@ -41,6 +41,31 @@ def test_qwen3_moe_runs_trtllm_on_sm100_and_triton_elsewhere():
     assert moe_kernel(qwen, (12, 0)) == ("triton", "bf16")  # SM120 is not is_sm100
 
 
+def test_qwen3_moe_bf16_ran_triton_on_sm100_before_0_5_8():
+    """0.5.6-0.5.7 ``server_args.py`` ``_handle_model_specific_adjustments``: flashinfer_trtllm only for
+    quantized experts (``self.quantization in ("fp8", "modelopt_fp4")``); 0.5.8 adds ``is None``."""
+    qwen = load_model("qwen3-235b-a22b")
+    assert moe_kernel(qwen, SM100, qwen3_bf16_trtllm=False) == ("triton", "bf16")
+    assert moe_kernel(qwen, SM100, 1.0, qwen3_bf16_trtllm=False) == ("flashinfer_trtllm", "fp8_block")
+    assert moe_kernel(load_model("deepseek-v3"), SM100, qwen3_bf16_trtllm=False) == (
+        "flashinfer_trtllm", "fp8_block")
+
+
+def test_a_release_before_0_5_8_times_qwen3_bf16_experts_as_triton_on_b200():
+    """build_step_model(release=0.5.6): Qwen3-235B-A22B at TP 8 on a B200, batch 1: each of the 94 MoE
+    layers pays b200.yaml's triton/bf16 latency (35.94 us) instead of flashinfer_trtllm/bf16's (13.5 us);
+    the cookbook's 0.5.6 runs measured 10.12 ms TPOT at one stream (sglang_serving_runs.yaml)."""
+    from pdmux_cli.sglang.release_defaults import release_defaults
+
+    b200, qwen = find_gpu("b200"), load_model("qwen3-235b-a22b")
+    old = build_step_model(b200, qwen, tp=8, release=release_defaults("0.5.6"))
+    new = build_step_model(b200, qwen, tp=8)
+    assert old.eff.moe_routed.latency_s == 3.594e-05 and new.eff.moe_routed.latency_s == 1.35e-05
+    gained = old.decode_s(148, 1, 2000) - new.decode_s(148, 1, 2000)
+    assert 94 * (3.594e-05 - 1.35e-05) * 0.9 < gained < 94 * (3.594e-05 - 1.35e-05) * 1.5
+    assert old.eager_kernels_per_layer - new.eager_kernels_per_layer == 3  # triton 6, trtllm 3
+
+
 def test_deepseek_fp8_runs_trtllm_on_sm100_and_triton_on_hopper():
     ds = load_model("deepseek-v3")
     assert moe_kernel(ds, SM100) == ("flashinfer_trtllm", "fp8_block")

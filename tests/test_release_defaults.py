@@ -273,6 +273,16 @@ def test_setup_takes_the_release_defaults() -> None:
     assert make_setup(l4, qwen, release="0.5.6", serial_frontend=False).serial_frontend is False
 
 
+@pytest.mark.parametrize(("version", "trtllm"), [("0.5.6", False), ("0.5.6.post2", False), ("0.5.7", False),
+                                              ("0.5.8", True), ("0.5.23", True)])
+def test_qwen3_moe_bf16_runner_per_release(version, trtllm) -> None:
+    """SM100's fused-MoE runner for bf16 Qwen3 MoE experts: Triton up to 0.5.7, flashinfer_trtllm from 0.5.8
+    (``server_args.py`` ``_handle_model_specific_adjustments``); make_setup hands it to the step model."""
+    assert rd.release_defaults(version).qwen3_moe_bf16_trtllm is trtllm
+    setup = make_setup(find_gpu("b200"), load_model("qwen3-235b-a22b"), tp=8, release=version)
+    assert setup.step_model.eff.moe_routed.latency_s == (1.35e-05 if trtllm else 3.594e-05)
+
+
 # ---- the replays ------------------------------------------------------------------------------------------
 def test_every_shipped_run_names_its_release() -> None:
     """sglang_version on every run; the lower release, said in the notes, where the engine text is

@@ -205,9 +205,10 @@ def _print_serving(terms: list, outcomes: list, show_runs: bool, heldout_coverag
         print_note(con, f"80% intervals (simulate's, each held-out source's drawn without its own residuals) "
                         f"hold {inside} of the {total} held-out figures ({inside / total:.0%})")
     print_note(con, f"{fitted} fitted runs and {held} held-out runs from public pages "
-                    "(profiles/measurements/serving/, each with its source URL), replayed with the defaults "
-                    "and scheduler rules of the SGLang release each used (sglang_version), SGLang's default "
-                    "schedule (chunked prefill, the overlap scheduler from 0.4 on) and the serving terms of "
+                    "(profiles/measurements/serving/, each with its source URL), replayed with the defaults, "
+                    "scheduler rules and MoE runner of the SGLang release each used (sglang_version), "
+                    "SGLang's default schedule (chunked prefill, the overlap scheduler from 0.4 on) and the "
+                    "serving terms of "
                     "the run's release line; ShareGPT lengths are approximations, bench_serving's random "
                     "lengths exact; --runs lists every run and the pdmux simulate command closest to it "
-                    "(its release's memory defaults; 0.5.23's scheduler rules)")
+                    "(its release's memory defaults; 0.5.23's scheduler rules and MoE runner)")
