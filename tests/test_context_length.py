@@ -95,14 +95,15 @@ def test_server_flags_give_the_runs_context_length():
 
 def test_the_printed_command_replays_the_run():
     """The run's command (``accuracy --serving --runs``) runs in the CLI, 129,024-token prompt and all, and
-    gives its replay's throughput within 0.1% (the command runs 0.5.23's scheduler rules, the replay the
-    run's 0.4.6: one request, so only the release's step terms differ: 1435.35 against 1435.11 tok/s)."""
+    gives its replay's throughput within 0.2% (the command runs 0.5.23's scheduler rules and the 0.5 line's
+    serving terms, the replay the run's 0.4.6 and the 0.4 line's: one request, so only the lines' per-request
+    step time differs, 0.04 against 0.1 ms over 2048 steps: 1437.22 against 1435.11 tok/s)."""
     run = {r.id: r for r in load_runs(HELDOUT_RUNS)}["qwen-speed-h20-qwen3-8b-bf16-tp1-in129024-out2048"]
     predicted = replay(run)["total_tok_s"]
     out = runner.invoke(app, [*shlex.split(run.command())[1:], "--json"])
     assert out.exit_code == 0, out.stderr
     policy = json.loads(out.stdout)["policies"][0]
-    assert (129024 + 2048) / (policy["e2e_ms"]["p50"] / 1e3) == pytest.approx(predicted, rel=1e-3)
+    assert (129024 + 2048) / (policy["e2e_ms"]["p50"] / 1e3) == pytest.approx(predicted, rel=2e-3)
 
 
 def test_estimate_takes_the_context_length():
