@@ -12,5 +12,5 @@ def test_an_80_column_table_cuts_no_interval_nor_name() -> None:
     assert out.returncode == 0, out.stderr
     table = out.stdout.split("max rate: highest")[0]
     assert "…" not in table
-    assert "mixed-chunk 512" in table and "(0.6-0.65)" in table
+    assert "mixed-chunk 512" in table and "(0.65-0.65)" in table
     assert max(len(line) for line in table.splitlines()[1:]) <= 80

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from pdmux_cli.costmodel.efficiency import load_serving
 from cli_assertions import assert_one_line_error
 from typer.testing import CliRunner
 
@@ -26,6 +28,8 @@ SMALL = load_model("qwen3-0.6b")
 QWEN = load_model("qwen3-8b")
 #: common.yaml eager_launch_s: SGLang's host time per kernel of an eager forward (PR 1401)
 KERNEL_S = 25.7e-6
+#: serving.yaml's per-request step time of the 0.5 line (s a request a step), fitted: read, not copied.
+PER_REQUEST_S = load_serving()[0]["per_request_step_s"]
 #: the serving terms' arrival delays off, so that a lone request's steps are the step model's
 QUIET = dict(admission_delay_ms=0, first_token_delay_ms=0, admission_interval_ms=0)
 
@@ -102,8 +106,9 @@ def test_the_h100_memory_default_by_hand() -> None:
 @pytest.mark.parametrize("policy", [ChunkedPolicy(8192), PrefillFirstPolicy()], ids=lambda p: p.label)
 def test_a_decode_step_with_and_without_cuda_graphs_by_hand(policy) -> None:
     """One Qwen3-8B request of 512 tokens on an H100 decoding 4 more tokens, the overlap scheduler hiding the
-    CPU's 0.31 ms. From a graph a step is its GPU work (6.9 ms) + its request's 0.1 ms; launched kernel by
-    kernel it is not done before its 36 x 10 launches at 25.7 us, 9.252 ms, + 0.1 ms; without the overlap
+    CPU's 0.31 ms. From a graph a step is its GPU work (6.9 ms) + its request's term (serving.yaml's 0.5
+    line, 0.04 ms); launched kernel by kernel it is not done before its 36 x 10 launches at 25.7 us, 9.252 ms,
+    + that term; without the overlap
     scheduler the CPU's 0.31 ms adds to both."""
     launches = 36 * 10 * KERNEL_S
     lone = Trace(arrival_s=(0.0,), prompt_tokens=(512,), output_tokens=(5,))
@@ -112,7 +117,7 @@ def test_a_decode_step_with_and_without_cuda_graphs_by_hand(policy) -> None:
     sm = graphs.step_model
     gpu = [sm.decode_s(132, 1, 512 + i) for i in (1, 2, 3)]  # the second to fourth steps: KV 513-515
     cpu, req = sm.decode_cpu_s(1), sm.request_s(1)
-    assert cpu == pytest.approx(0.31e-3) and req == pytest.approx(0.1e-3)
+    assert cpu == pytest.approx(0.31e-3) and req == pytest.approx(PER_REQUEST_S)
     assert 6.5e-3 < min(gpu) and max(gpu) < 7.2e-3 < launches
     assert eager.step_model.launch_cpu_s() == pytest.approx(launches, rel=1e-12) == pytest.approx(9.252e-3)
     assert _gaps(simulate(lone, graphs, policy)) == pytest.approx([g + req for g in gpu], rel=1e-12)
@@ -132,8 +137,9 @@ def test_a_pdmux_round_launches_its_decode_step_then_its_prefill_layers() -> Non
     group's decode attention backend). event_loop_pdmux's thread launches the decode step (run_batch on the
     decode stream), then the round's prefill layers, then waits for decode: Qwen3-0.6B's 28 x 10 kernels
     (7.196 ms), then 8 layers' 80 (2.056 ms: an 8192-token prompt under the 65536-token budget), then the
-    CPU's 0.31 ms and the request's 0.1 ms: 9.662 ms a round beside the prefill, where its decode step on
-    the decode partition is far shorter. Alone, a round is its decode step's launches + 0.41 ms."""
+    CPU's 0.31 ms and the request's 0.04 ms (serving.yaml): 9.602 ms a round beside the prefill, where its
+    decode step on the decode partition is far shorter. Alone, a round is its decode step's launches
+    + 0.35 ms."""
     launches, eight_layers = 28 * 10 * KERNEL_S, 8 * 10 * KERNEL_S
     graphs = make_setup(H100, SMALL, **QUIET)
     eager = make_setup(H100, SMALL, disable_cuda_graph=True, **QUIET)
@@ -148,24 +154,25 @@ def test_a_pdmux_round_launches_its_decode_step_then_its_prefill_layers() -> Non
     # 28 layers in rounds of 8, 8, 8 and 4
     window = [d for end, d in zip(r.step_end_s[1:], _gaps(r)) if 0.5 < end <= r.first_token_s[1]]
     both = launches + eight_layers + cpu + req
-    assert both == pytest.approx(9.662e-3, abs=1e-6)
+    assert both == pytest.approx(9.252e-3 * 28 / 36 + 2.056e-3 + 0.31e-3 + PER_REQUEST_S, abs=1e-6)
     assert [d for d in window if d != pytest.approx(launches + cpu + req, rel=1e-12)] == pytest.approx(
         [both] * 3 + [launches + 4 * 10 * KERNEL_S + cpu + req], rel=1e-12)
 
 
 def test_estimates_pdmux_round_without_graphs_by_hand() -> None:
     """estimate's PD-mux row for Qwen3-0.6B, 4 requests at 1024 tokens: the round's thread launches the
-    decode step's 280 kernels, then 8 prefill layers' 80, before the CPU's 0.31 ms and the requests' 0.4 ms;
+    decode step's 280 kernels, then 8 prefill layers' 80, before the CPU's 0.31 ms and the requests'
+    4 x 0.04 ms;
     from a graph the prefill layers' launches alone (or the decode step, when longer)."""
     scenario = dict(model="qwen3-0.6b", decode_bs=4, context=1024)
     row = next(r for r in pdmux.estimate(**scenario, disable_cuda_graph=True).to_dict()["rows"]
                if r["policy"] == "pdmux")
     launches_ms = (28 * 10 + 8 * 10) * KERNEL_S * 1e3
     assert row["decode_corun_ms"] < launches_ms
-    assert row["itl_ms"] == pytest.approx(launches_ms + 0.31 + 4 * 0.1, rel=1e-9)
+    assert row["itl_ms"] == pytest.approx(launches_ms + 0.31 + 4 * PER_REQUEST_S * 1e3, rel=1e-9)
     graphs = next(r for r in pdmux.estimate(**scenario).to_dict()["rows"] if r["policy"] == "pdmux")
-    assert graphs["itl_ms"] == pytest.approx(max(graphs["decode_corun_ms"], 8 * 10 * KERNEL_S * 1e3) + 0.71,
-                                             rel=1e-9)
+    assert graphs["itl_ms"] == pytest.approx(max(graphs["decode_corun_ms"], 8 * 10 * KERNEL_S * 1e3) + 0.31
+                                             + 4 * PER_REQUEST_S * 1e3, rel=1e-9)
 
 
 F = "tests/fixtures/azure_conv_50.csv"
