@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import subprocess
 import sys
@@ -473,12 +474,35 @@ def test_cli_bad_out_refused_before_any_device_work(monkeypatch, tmp_path) -> No
                           2, "is not a directory")
     ok = cli.invoke(app, ["bench", "--dry-run", "--gpu", "h100", "--output", str(tmp_path / "later")])
     assert ok.exit_code == 0 and not (tmp_path / "later").exists()
-    import pdmux_cli.cli.bench_shared as bench_shared
+    import tempfile
 
-    # a read-only folder (root ignores modes)
-    monkeypatch.setattr(bench_shared.os, "access", lambda path, mode: False)
-    assert_one_line_error(cli.invoke(app, ["bench", "--output", str(tmp_path / "new")]), 2, "not writable")
+    # a read-only folder: creating a file there fails (root ignores modes, so the system is asked)
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    assert_one_line_error(cli.invoke(app, ["bench", "--output", str(tmp_path / "new")]), 2,
+                          f"--output {tmp_path / 'new'}: {tmp_path} is not writable (Permission denied)")
     assert a_file.read_text() == "x" and not (tmp_path / "new").exists()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("model", [[], ["--model", "qwen3-8b"]])
+def test_cli_output_in_proc_refused_even_as_root(monkeypatch, tmp_path, model) -> None:
+    """Nothing can be created in /proc, though root passes its mode bits (os.access): the check creates a
+    file where the run would and removes it, so --dry-run (kernel or model) and the run refuse /proc/x
+    before any device work (a new user's report: root's dry run passed); a folder it can write keeps no
+    trace of the check."""
+    def no_device(*args, **kwargs):
+        raise AssertionError("the device was touched before --output was checked")
+
+    monkeypatch.setattr(runner, "prepare", no_device)
+    for dry in (["--dry-run"], []):
+        assert_one_line_error(cli.invoke(app, ["bench", *dry, *model, "--output", "/proc/x"]), 2,
+                              "--output /proc/x: /proc is not writable")
+    ok = cli.invoke(app, ["bench", "--dry-run", *model, "--output", str(tmp_path / "later")])
+    assert ok.exit_code == 0, ok.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_cli_output_is_the_flag_and_out_its_hidden_old_name(monkeypatch, tmp_path) -> None:

@@ -38,7 +38,8 @@ def print_tables_and_notes(tables: Any, notes: Any) -> Any:
 
 def check_out_dir(out: Path | None) -> None:
     """Refuse ``--output DIR`` before any device work when it cannot become a writable directory: it is
-    a file (or device), or the nearest existing folder on its path is not a writable directory."""
+    a file (or device), or the nearest existing folder on its path is not a directory or no file can be
+    created there (:func:`_cannot_create_in`: tried, as the run would, and removed)."""
     from ..util.input_files import exists, is_dir
 
     if out is None:
@@ -53,8 +54,26 @@ def check_out_dir(out: Path | None) -> None:
         existing = parent
     if not is_dir(existing):
         raise InputError(f"--output {out}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise InputError(f"--output {out}: {existing} is not writable")
+    reason = _cannot_create_in(existing)
+    if reason is not None:
+        raise InputError(f"--output {out}: {existing} is not writable ({reason})")
+
+
+def _cannot_create_in(folder: Path) -> str | None:
+    """Why a file cannot be created in ``folder`` (the system's reason), or ``None``: a temporary file is
+    created there and removed at once, as the run creates its folder and files there. Mode bits
+    (``os.access``) cannot tell: root passes them on /proc, where nothing can be created."""
+    import tempfile
+
+    try:
+        handle, name = tempfile.mkstemp(prefix=".pdmux-check-", dir=folder)
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    try:
+        os.close(handle)
+    finally:
+        os.unlink(name)
+    return None
 
 
 def make_out_dir(out: Path | None) -> Path | None:
