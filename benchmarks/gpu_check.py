@@ -9,9 +9,9 @@ minutes on an H100/H200 (budget: under 5). Steps:
 1. ``python -m pytest -m gpu tests/test_bench_gpu.py`` (granted splits, disjoint SM ids at every level,
    both kernels running side by side at every level, the launch gate, clocks, read kernel >= 90% of
    copy, GEMM within 5% of torch.matmul on the default stream, teardown);
-2. ``pdmux bench --quick --out OUT`` (all levels, 3 repeats, 50 ms co-run windows), then the model
-   replay's GPU tests and ``pdmux bench --quick --model qwen3-8b --out OUT/model`` (issue 11): prints its own
-   tables and writes results.json, calibration.yaml and curves.png;
+2. ``pdmux bench --quick --output OUT`` (all levels, 3 repeats, 50 ms co-run windows), then the model
+   replay's GPU tests and ``pdmux bench --quick --model qwen3-8b --output OUT/model`` (issue 11): prints its
+   own tables and writes results.json, calibration.yaml and curves.png;
 3. a summary table of the checks read back from OUT/results.json (per level: disjoint SMs, and both
    kernels running together for >= 80% of the co-run window without the factors of time-sharing).
 
@@ -206,10 +206,11 @@ def main() -> int:
                      "-p", "no:cacheprovider", f"--junitxml={junit}"], left() * 0.6)
     rc_replay_tests = _run([sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_bench_replay_gpu.py",
                             "-q", "-rs", "-p", "no:cacheprovider"], left() * 0.3)
-    rc_bench = _run([sys.executable, "-m", "pdmux_cli", "bench", "--quick", "--out", str(out)], left() * 0.6)
+    rc_bench = _run([sys.executable, "-m", "pdmux_cli", "bench", "--quick", "--output", str(out)],
+                    left() * 0.6)
     replay_out = out / "model"
-    rc_replay = _run([sys.executable, "-m", "pdmux_cli", "bench", "--quick", "--model", "qwen3-8b", "--out",
-                      str(replay_out)], left())
+    rc_replay = _run([sys.executable, "-m", "pdmux_cli", "bench", "--quick", "--model", "qwen3-8b",
+                      "--output", str(replay_out)], left())
 
     rows: list[tuple[str, bool, str]] = [gpu_tests_row(rc_tests, junit_counts(junit)),
                                          ("model replay GPU tests", rc_replay_tests == 0,

@@ -315,12 +315,12 @@ def check_config(
     Returns:
         :class:`~pdmux_cli.workflows.check_config.CheckConfigResult`: ``ok`` (the CLI's exit code 0 or 2),
         ``problems`` (``where``, ``rule``, ``message``), ``revisions`` (each one's verdict); ``to_dict()`` is
-        ``pdmux check-config --json``. A file with problems is returned with ``ok`` false, not raised.
+        ``pdmux check-config --json``. A file with problems is returned with ``ok`` false, not raised; so
+        is one under a revision whose loader pdmux has not read (``judged`` false: the CLI exits 1).
 
     Raises:
         pdmux_cli.util.errors.InputError: a file that cannot be read as YAML, an unknown GPU, model or
-        revision, or a
-            revision whose loader pdmux has not read.
+            revision.
     """
     from pdmux_cli.workflows.check_config import check_config as run
 

@@ -399,6 +399,21 @@ def _bad_rows(f: Finding) -> str:
     return f"{v['rows']} bad row(s) skipped in {v['source']}{more}{shown}"
 
 
+def _past_context(f: Finding) -> str:
+    """A trace file's requests past the context length (``workload.past_context``): SGLang rejects them
+    (0.5.23 ``TokenizerManager._validate_one_request``), so they are counted as the server's rejections,
+    not as bad rows; the limit names ``--context-length`` where it replaced the model's own."""
+    v = f.values
+    limit = (f"the context length of {v['context_tokens']:,} ({flag('context_length')}; "
+             f"{v['model']}'s own: {v['own_context']:,})" if v["own_context"] else
+             f"{v['model']}'s context length of {v['context_tokens']:,} (max_position_embeddings)")
+    shown = "; ".join(f"request {i}: {prompt} + {output} tokens" for i, prompt, output in v["examples"])
+    first = "first: " if v["rejected"] > len(v["examples"]) else ""
+    return (f"{count_text(v['rejected'], 'request')} of {v['requests']} in {v['source']} rejected by the "
+            f"server, not replayed: prompt + output past {limit}, which SGLang refuses (\"longer than the "
+            f"model's context length\", as an error to the client); {first}{shown}")
+
+
 def _bench_serving_source(f: Finding) -> str:
     """The serving terms' source in a calibration file (``calibrate.source.bench_serving``)."""
     files = "; ".join(f"sglang.bench_serving {name}" for name in f.values["files"])
@@ -571,6 +586,7 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     "deploy.one_server": "one server: {flag.load_balance_method} has nothing to route (give {flag.dp} N)",
     # workflows/workload.workload_notes
     "workload.bad_rows": _bad_rows,
+    "workload.past_context": _past_context,
     # workflows/calibrate: unreadable inputs, and the sources a calibration file records
     "calibrate.unreadable": "{path}: {problem}",
     "calibrate.log_reading": "{path}: {summary}",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import subprocess
 import sys
@@ -375,7 +376,7 @@ def test_bench_cli_without_gpu_exits_1() -> None:
 @needs_no_gpu
 def test_bench_cli_without_gpu_writes_nothing(tmp_path) -> None:
     out = tmp_path / "run"
-    assert_one_line_error(cli.invoke(app, ["bench", "--out", str(out)]), 1)
+    assert_one_line_error(cli.invoke(app, ["bench", "--output", str(out)]), 1)
     assert not out.exists()  # created only once a device is there
 
 
@@ -459,26 +460,72 @@ def test_cli_usage_errors_exit_2(args, fragment) -> None:
 
 def test_cli_bad_out_refused_before_any_device_work(monkeypatch, tmp_path) -> None:
     def no_device(device, gpu):
-        raise AssertionError("the device was touched before --out was checked")
+        raise AssertionError("the device was touched before --output was checked")
 
     monkeypatch.setattr(runner, "prepare", no_device)
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
-    assert_one_line_error(cli.invoke(app, ["bench", "--out", str(a_file)]), 2, "is not a directory")
-    assert_one_line_error(cli.invoke(app, ["bench", "--out", str(a_file / "sub" / "dir")]), 2,
+    assert_one_line_error(cli.invoke(app, ["bench", "--output", str(a_file)]), 2, "is not a directory")
+    assert_one_line_error(cli.invoke(app, ["bench", "--output", str(a_file / "sub" / "dir")]), 2,
                           "not a directory")
-    assert_one_line_error(cli.invoke(app, ["bench", "--out", "/dev/null"]), 2, "is not a directory")
+    assert_one_line_error(cli.invoke(app, ["bench", "--output", "/dev/null"]), 2, "is not a directory")
     # a dry run checks it as the run it plans would (it was ignored: a new user's report), creating nothing
-    assert_one_line_error(cli.invoke(app, ["bench", "--dry-run", "--gpu", "h100", "--out", str(a_file)]), 2,
-                          "is not a directory")
-    ok = cli.invoke(app, ["bench", "--dry-run", "--gpu", "h100", "--out", str(tmp_path / "later")])
+    assert_one_line_error(cli.invoke(app, ["bench", "--dry-run", "--gpu", "h100", "--output", str(a_file)]),
+                          2, "is not a directory")
+    ok = cli.invoke(app, ["bench", "--dry-run", "--gpu", "h100", "--output", str(tmp_path / "later")])
     assert ok.exit_code == 0 and not (tmp_path / "later").exists()
-    import pdmux_cli.cli.bench_shared as bench_shared
+    import tempfile
 
-    # a read-only folder (root ignores modes)
-    monkeypatch.setattr(bench_shared.os, "access", lambda path, mode: False)
-    assert_one_line_error(cli.invoke(app, ["bench", "--out", str(tmp_path / "new")]), 2, "not writable")
+    # a read-only folder: creating a file there fails (root ignores modes, so the system is asked)
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    assert_one_line_error(cli.invoke(app, ["bench", "--output", str(tmp_path / "new")]), 2,
+                          f"--output {tmp_path / 'new'}: {tmp_path} is not writable (Permission denied)")
     assert a_file.read_text() == "x" and not (tmp_path / "new").exists()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("model", [[], ["--model", "qwen3-8b"]])
+def test_cli_output_in_proc_refused_even_as_root(monkeypatch, tmp_path, model) -> None:
+    """Nothing can be created in /proc, though root passes its mode bits (os.access): the check creates a
+    file where the run would and removes it, so --dry-run (kernel or model) and the run refuse /proc/x
+    before any device work (a new user's report: root's dry run passed); a folder it can write keeps no
+    trace of the check."""
+    def no_device(*args, **kwargs):
+        raise AssertionError("the device was touched before --output was checked")
+
+    monkeypatch.setattr(runner, "prepare", no_device)
+    for dry in (["--dry-run"], []):
+        assert_one_line_error(cli.invoke(app, ["bench", *dry, *model, "--output", "/proc/x"]), 2,
+                              "--output /proc/x: /proc is not writable")
+    ok = cli.invoke(app, ["bench", "--dry-run", *model, "--output", str(tmp_path / "later")])
+    assert ok.exit_code == 0, ok.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_output_is_the_flag_and_out_its_hidden_old_name(monkeypatch, tmp_path) -> None:
+    """bench writes into --output (-o), as every other command names its output; --out, the old name, still
+    works (old scripts) but is not in --help; both at once are refused."""
+    def no_device(device, gpu):
+        raise AssertionError("the device was touched before --output was checked")
+
+    monkeypatch.setattr(runner, "prepare", no_device)
+    helped = cli.invoke(app, ["bench", "--help"], env={"COLUMNS": "200"})
+    assert "--output" in helped.stdout and "--out " not in helped.stdout
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for flag in ("--output", "-o", "--out"):
+        assert_one_line_error(cli.invoke(app, ["bench", flag, str(a_file)]), 2,
+                              f"--output {a_file} is not a directory: give a directory")
+        ok = cli.invoke(app, ["bench", "--dry-run", "--gpu", "h100", flag, str(tmp_path / "later")])
+        assert ok.exit_code == 0 and f"nothing written to {tmp_path / 'later'}" in " ".join(ok.stdout.split())
+    model = cli.invoke(app, ["bench", "--dry-run", "--model", "qwen3-8b", "--out", str(tmp_path / "m")])
+    assert model.exit_code == 0 and "nothing written to" in model.stdout
+    assert_one_line_error(cli.invoke(app, ["bench", "--dry-run", "--out", str(tmp_path / "a"), "--output",
+                                           str(tmp_path / "b")]), 2, "--out is --output's old name")
+    assert not (tmp_path / "later").exists() and not (tmp_path / "m").exists()
 
 
 # ---- green contexts against a fake cuda-python driver --------------------------------------------
@@ -692,7 +739,7 @@ def test_run_complete_gives_calibration(monkeypatch, tmp_path) -> None:
 def test_cli_run_interrupted_keeps_finished_steps(monkeypatch, tmp_path) -> None:
     _install_fake_run(monkeypatch, interrupt_after=5)
     out = tmp_path / "bench-out"
-    r = cli.invoke(app, ["bench", "--quick", "--out", str(out)])
+    r = cli.invoke(app, ["bench", "--quick", "--output", str(out)])
     assert_one_line_error(r, 130, "interrupted")
     data = json.loads((out / "results.json").read_text())
     assert data["complete"] is False and data["interrupted"] is True
@@ -707,7 +754,7 @@ def test_cli_run_interrupted_keeps_finished_steps(monkeypatch, tmp_path) -> None
 
 def test_cli_run_complete_json(monkeypatch, tmp_path) -> None:
     _install_fake_run(monkeypatch)
-    r = cli.invoke(app, ["bench", "--quick", "--json", "--out", str(tmp_path)])
+    r = cli.invoke(app, ["bench", "--quick", "--json", "--output", str(tmp_path)])
     assert r.exit_code == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["complete"] is True and data["s_sat_sms"] == 64 and len(data["levels"]) == 6
@@ -726,7 +773,7 @@ def test_cli_run_table(monkeypatch) -> None:
 
 def test_cli_run_refused_level_goes_on(monkeypatch, tmp_path) -> None:
     _install_fake_run(monkeypatch, refuse_level=(104, 28))
-    r = cli.invoke(app, ["bench", "--quick", "--out", str(tmp_path)])
+    r = cli.invoke(app, ["bench", "--quick", "--output", str(tmp_path)])
     assert_one_line_error(r, 1, "level 104/28")
     assert "[INVALID_RESOURCE]" in r.stdout  # shown as written, not eaten as rich markup
     data = json.loads((tmp_path / "results.json").read_text())
@@ -736,7 +783,7 @@ def test_cli_run_refused_level_goes_on(monkeypatch, tmp_path) -> None:
 
 def test_cli_run_input_error_in_one_level_does_not_stop_the_others(monkeypatch, tmp_path) -> None:
     _install_fake_run(monkeypatch, level_errors={(104, 28): InputError("a co-run stream completed no work")})
-    r = cli.invoke(app, ["bench", "--quick", "--out", str(tmp_path)])
+    r = cli.invoke(app, ["bench", "--quick", "--output", str(tmp_path)])
     assert_one_line_error(r, 1, "level 104/28: a co-run stream completed no work")
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["error"] is None and len(data["levels"]) == 5 and len(data["step_errors"]) == 1
@@ -754,7 +801,7 @@ def test_run_failed_launch_stops_the_run_and_is_not_a_refused_split(monkeypatch)
 
 def test_cli_run_flags_a_serialised_level(monkeypatch, tmp_path) -> None:
     _install_fake_run(monkeypatch, serial_level=(104, 28))
-    r = cli.invoke(app, ["bench", "--quick", "--json", "--out", str(tmp_path)])
+    r = cli.invoke(app, ["bench", "--quick", "--json", "--output", str(tmp_path)])
     assert r.exit_code == 0, r.stderr
     data = json.loads(r.stdout)
     flags = {(lv["prefill_sms"], lv["decode_sms"]): lv["serialised"] for lv in data["levels"]}

@@ -475,7 +475,7 @@ def test_cli_output_over_the_calibration_input_refused(tmp_path) -> None:
     cal, _ = calibration_from_replay(synthetic(plan, rp.predict(plan, H100).whole.decode_alone_ms), plan,
                                      H100)
     (tmp_path / "calibration.yaml").write_text(dump_calibration(cal))
-    result = cli.invoke(app, ["bench", "--model", "qwen3-8b", "--cpu", "--out", str(tmp_path),
+    result = cli.invoke(app, ["bench", "--model", "qwen3-8b", "--cpu", "--output", str(tmp_path),
                               "--calibration", str(tmp_path / "calibration.yaml")])
     assert_one_line_error(result, 2, "is the input file")
 
@@ -617,7 +617,7 @@ def test_cpu_run_writes_results(torch, tmp_path) -> None:
     out = tmp_path / "out"
     result = cli.invoke(app, ["bench", "--model", str(config), "--cpu", "--decode-bs", "4", "--context", "32",
                               "--prompt-tokens", "64", "--token-budget", "128", "--levels", "1,5",
-                              "--repeats", "1", "--out", str(out)])
+                              "--repeats", "1", "--output", str(out)])
     assert result.exit_code == 0, result.stderr
     assert "device cpu: no green contexts" in result.stdout and "wrote" in result.stdout
     data = json.loads((out / "results.json").read_text())

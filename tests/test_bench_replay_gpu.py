@@ -87,7 +87,7 @@ def test_cli_writes_results_and_calibration(tmp_path) -> None:
     from pdmux_cli.cli import app
 
     result = CliRunner().invoke(app, ["bench", "--model", "qwen3-0.6b", "--levels", "1", "--repeats", "2",
-                                      "--prompt-tokens", "2048", "--out", str(tmp_path)])
+                                      "--prompt-tokens", "2048", "--output", str(tmp_path)])
     assert result.exit_code == 0, result.stderr
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["complete"] and data["green_contexts"] and data["levels"][0]["granted_decode_sms"] > 0

@@ -54,16 +54,35 @@ def test_a_shorter_context_length_drops_longer_requests():
 
 
 def test_requests_past_the_flag_name_the_flag_not_the_model():
-    """A request past --context-length is dropped naming the flag (the model's own length is 40,960: the
-    first five of the fixture's ten such rows, as the note prints them); with none left, one line naming
-    the flag."""
+    """A request past --context-length is one the server rejects (SGLang 0.5.23's tokenizer manager,
+    ``_validate_one_request``), not a bad row: counted in the trace's JSON, a note naming the flag (the
+    model's own length is 40,960: the first five of the fixture's ten such requests); with none left, one
+    line naming the flag."""
     fixture = str(Path(__file__).parent / "fixtures" / "azure_conv_50.csv")
     out = runner.invoke(app, ["simulate", fixture, "--context-length", "1000", "--json"])
     assert out.exit_code == 0, out.stderr
     data = json.loads(out.stdout)
-    bad = next(n for n in data["notes"] if "bad row" in n)
-    assert "10 bad row(s)" in bad and "request 7: 1313 + 142 tokens, past the context length of 1,000 " \
-        "(--context-length)" in bad and "max_position_embeddings" not in bad
+    assert data["trace"]["rejected_past_context"] == 10 and data["trace"]["requests"] == 40
+    assert data["trace"]["bad_rows"] == 0 and data["trace"]["bad_row_examples"] == []
+    assert not any("bad row" in n for n in data["notes"])
+    rejected = next(n for n in data["notes"] if "rejected by the server" in n)
+    assert rejected.startswith("10 requests of 50 in azure_conv_50.csv rejected by the server, not replayed: "
+                               "prompt + output past the context length of 1,000 (--context-length; "
+                               "Qwen3-8B's own: 40,960)")
+    assert "first: request 7: 1313 + 142 tokens;" in rejected and "max_position_embeddings" not in rejected
+    table = runner.invoke(app, ["simulate", fixture, "--context-length", "1000"])
+    assert table.exit_code == 0 and "bad row" not in table.stdout
+    assert "note: 10 requests of 50 in azure_conv_50.csv rejected by the server" in table.stdout
+    # none past the model's own length: the count is 0, no note
+    plain = json.loads(runner.invoke(app, ["simulate", fixture, "--json"]).stdout)
+    assert plain["trace"]["rejected_past_context"] == 0 and plain["trace"]["requests"] == 50
+    assert not any("rejected by the server" in n for n in plain["notes"])
+    # rows that really are malformed stay bad rows, beside the rejected requests
+    mixed = runner.invoke(app, ["simulate", str(Path(fixture).parent / "azure_bad_rows.csv"),
+                                "--context-length", "500", "--json"])
+    trace = json.loads(mixed.stdout)["trace"]
+    assert (trace["bad_rows"], trace["rejected_past_context"], trace["requests"]) == (5, 2, 1)
+    assert [e["line"] for e in trace["bad_row_examples"]] == [4, 5, 6, 7, 8]
     out = runner.invoke(app, ["simulate", fixture, "--context-length", "100"])
     assert out.exit_code == 2
     assert "longer than the context length of 100 (--context-length; Qwen3-8B's own: 40,960)" in out.stderr

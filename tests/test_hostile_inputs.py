@@ -394,19 +394,23 @@ def test_the_chapter_model_says_when_a_prefill_beats_reading_the_weights() -> No
     assert not [n for n in json.loads(r.stdout)["notes"] if n.startswith("chapter model:")]
 
 
-def test_past_the_context_length_a_file_row_is_bad_a_drawn_request_a_note(tmp_path) -> None:
+def test_past_the_context_length_a_file_request_is_rejected_a_drawn_request_a_note(tmp_path) -> None:
+    """A row past the model's context length is a request SGLang rejects (0.5.23 tokenizer manager), not a
+    bad row: counted as rejected, with a note; a synthetic trace's likewise counted, its own note."""
     import json
 
     trace = tmp_path / "t.csv"
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
                      "2023-11-16 18:15:47.6805900,50000,44\n2023-11-16 18:15:48.6805900,300,20\n")
     data = json.loads(runner.invoke(app, ["simulate", str(trace), "--policies", "chunked", "--json"]).stdout)
-    assert (data["trace"]["bad_rows"] == 1
-            and "50000 + 44 tokens" in data["trace"]["bad_row_examples"][0]["reason"])
+    assert data["trace"]["bad_rows"] == 0 and data["trace"]["rejected_past_context"] == 1
+    assert any(n.startswith("1 request of 3 in t.csv rejected by the server, not replayed: prompt + output "
+                            "past Qwen3-8B's context length of 40,960 (max_position_embeddings)")
+               and n.endswith("; request 2: 50000 + 44 tokens") for n in data["notes"])
     r = runner.invoke(app, ["simulate", "--synthetic", "--qps", "8", "--prompt-tokens", "lognormal:1024:1",
                             "--duration", "120", "--policies", "chunked", "--json"])
     data = json.loads(r.stdout)
-    assert data["trace"]["bad_rows"] == 0
+    assert data["trace"]["bad_rows"] == 0 and data["trace"]["rejected_past_context"] == 1
     assert any(n.startswith("1 of the 915 synthetic requests drew more tokens than Qwen3-8B's context length "
                             "of 40,960 (the longest 46569 + 128)") for n in data["notes"])
 

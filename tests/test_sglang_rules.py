@@ -206,7 +206,18 @@ def test_check_config_says_main_s_start_up_failure_and_refuses_to_judge_an_unrea
     assert "main@2260e61 * │ refuses (start-up)" in out and "dsv41@a64f33f │ not judged" in out
     assert "#37714" in out and "Scheduler.init_pdmux reads self.gpu_id" in out
     assert "refuses it (start-up)" in r.stderr
-    assert_one_line_error(runner.invoke(app, ["check-config", layerwise, "--sglang", "dsv41@a64f33f"]), 2,
-                          "cannot judge")
+    # a revision pdmux follows without its loader's rules is no bad input: every verdict, then exit 1
+    unread = runner.invoke(app, ["check-config", layerwise, "--gpu", "h100", "--sglang", "dsv41@a64f33f"],
+                           env={"COLUMNS": "250"})
+    assert unread.exit_code == 1, unread.stderr
+    assert "dsv41@a64f33f * │ not judged" in " ".join(unread.stdout.split())
+    assert "0.5.23 │ runs it" in " ".join(unread.stdout.split())
+    assert unread.stderr.count("\n") == 1 and unread.stderr.startswith(
+        f"pdmux: error: {layerwise}: not judged under dsv41@a64f33f: pdmux has not read")
+    as_json = runner.invoke(app, ["check-config", layerwise, "--sglang", "dsv41@a64f33f", "--json"])
+    assert as_json.exit_code == 1 and json.loads(as_json.stdout)["ok"] is False
+    # a value that is no revision pdmux follows stays bad input, as in estimate
+    assert_one_line_error(runner.invoke(app, ["check-config", layerwise, "--sglang", "dsv42@a64f33f"]), 2,
+                          "--sglang 'dsv42@a64f33f' is not a revision pdmux has read")
     ok = runner.invoke(app, ["check-config", layerwise, "--gpu", "h100"])
     assert ok.exit_code == 0, ok.stderr  # 0.5.23 runs it; the other rows do not decide

@@ -558,3 +558,26 @@ def test_a_policy_sglang_cannot_run_here_is_a_note_not_the_end() -> None:
     assert any(n.startswith("pdmux not simulated: ") and "--max-prefill-tokens" in n for n in d["notes"])
     assert_one_line_error(run("simulate", AZURE, "--gpu", "l4", "--policies", "pdmux"),
                           "--max-prefill-tokens")
+
+
+@pytest.mark.parametrize("command", [
+    ["simulate", AZURE], ["capacity", AZURE],
+    ["tune", "--trace", AZURE, "--slo-ttft", "1000", "--slo-itl", "60"]])
+def test_s_sat_list_names_the_command_that_takes_one(command) -> None:
+    """--s-sat takes one number in simulate, capacity and tune, a list (one PD-mux row each) in estimate
+    only: a list here is refused in one line that says so, before any work; one number still runs."""
+    assert_one_line_error(runner.invoke(app, [*command, "--s-sat", "44,66"]),
+                          "Invalid value for '--s-sat': '44,66' is a list: this command takes one number "
+                          "(run it once per value); a list is taken by pdmux estimate")
+    assert_one_line_error(runner.invoke(app, [*command, "--s-sat", "many"]), "'many' is not a number")
+    assert_one_line_error(runner.invoke(app, [*command, "--s-sat", "0"]),
+                          "--s-sat must be a number >= 1, got 0")
+    est = runner.invoke(app, ["estimate", "--s-sat", "44,66", "--json"])
+    assert est.exit_code == 0 and json.loads(est.stdout)["pdmux"]["cost_model"]["s_sat"] == [44.0, 66.0]
+
+
+def test_one_s_sat_still_runs() -> None:
+    out = runner.invoke(app, ["simulate", "--synthetic", "--qps", "1", "--max-requests", "3", "--policies",
+                              "pdmux", "--s-sat", "44", "--json"])
+    assert out.exit_code == 0, out.stderr
+    assert json.loads(out.stdout)["pdmux"]["cost_model"]["s_sat"] == 44.0

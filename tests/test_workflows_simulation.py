@@ -25,7 +25,7 @@ from pdmux_cli.workflows.policies import PolicyChoice, build_policies, policy_na
 from pdmux_cli.workflows.server import ServerOptions, build_setup
 from pdmux_cli.workflows.simulate import SimulateRequest, simulate
 from pdmux_cli.workflows.tune import TuneRequest, tune
-from pdmux_cli.workflows.workload import WorkloadOptions, fit_to_model, load_workload
+from pdmux_cli.workflows.workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
 
 FIX = Path(__file__).parent / "fixtures"
 AZURE = FIX / "azure_conv_50.csv"
@@ -213,7 +213,10 @@ def test_retiming_follows_the_context_drop(h100: object) -> None:
     trace = Trace(arrival_s=(0.0, 1.0, 2.0, 3.0), prompt_tokens=(100, 50_000, 100, 100),
                   output_tokens=(10, 10, 10, 10), source="made", format="azure")
     fitted = fit_to_model(trace, h100.model, qps=2.0)
-    assert len(fitted) == 3 and fitted.bad_rows == 1 and fitted.mean_qps == pytest.approx(2.0, rel=0.05)
+    assert len(fitted) == 3 and fitted.mean_qps == pytest.approx(2.0, rel=0.05)
+    # the server rejects it (no bad row of the file), and the retimed trace still says so
+    assert fitted.bad_rows == 0 and fitted.past_context == 1
+    assert [n.code for n in workload_notes(fitted)] == ["workload.past_context"]
 
 
 def _capacity_of(label: str, rate: float, bound: str = "", xpyd: tuple = (), kind: str = "chunked") -> object:

@@ -65,10 +65,11 @@ def _dry_run_device(gpu: str | None, sms: int | None, cc: str | None) -> Any:
                       memory_bytes=None, source="command line (--sms/--cc)")
 
 
-#: bench's options in their --help order: its request's declared fields and --json.
+#: bench's options in their --help order: its request's declared fields, --json and --out (--output's old
+#: name, hidden).
 BENCH_OPTIONS = ("dry_run", "gpu", "sms", "cc", "repeats", "quick", "gemm_shape", "buffer_bytes", "levels",
-                 "device", "skinny_gemm", "sm_group_num", "out", "as_json", "model", "decode_bs", "context",
-                 "prompt_tokens", "token_budget", "decode_bs_divisor", "calibration", "cpu")
+                 "device", "skinny_gemm", "sm_group_num", "output", "out", "as_json", "model", "decode_bs",
+                 "context", "prompt_tokens", "token_budget", "decode_bs_divisor", "calibration", "cpu")
 
 
 def _bench_options(function: Any) -> Any:
@@ -85,6 +86,7 @@ def bench(
     as_json: bool = typer.Option(False, "--json",
                                  help="Print JSON (the plan with --dry-run, else the results) instead of "
                                  "tables."),
+    out: Path | None = typer.Option(None, "--out", hidden=True, help="--output's old name (old scripts)."),
     **options: Any,
 ) -> None:
     """Measure a GEMM and an HBM-read kernel on green-context SM partitions: solo curves, co-run at SGLang's
@@ -98,6 +100,10 @@ def bench(
     from ..bench import plan as bplan
     from ..workflows.bench import BenchRequest
 
+    if out is not None:  # --output's old name, kept for scripts written before bench took --output
+        if options["output"] is not None:
+            raise InputError("--out is --output's old name: give one of them")
+        options["output"] = out
     r = request_of(BenchRequest, options)
     gemm, buffer, skinny = _kernel_sizes(r.gemm_shape, r.buffer_bytes, r.skinny_gemm)
     if r.model is not None:
@@ -109,7 +115,7 @@ def bench(
             model=r.model, gpu=r.gpu, dry_run=r.dry_run, cpu=r.cpu, decode_bs=r.decode_bs, context=r.context,
             prompt_tokens=r.prompt_tokens, levels=r.levels, repeats=r.repeats, quick=r.quick,
             device_index=r.device, sm_group_num=r.sm_group_num, decode_bs_divisor=r.decode_bs_divisor,
-            token_budget=r.token_budget, calibration=r.calibration, out=r.out, as_json=as_json)
+            token_budget=r.token_budget, calibration=r.calibration, out=r.output, as_json=as_json)
         return
     _refuse_replay_options({"--decode-bs": r.decode_bs, "--context": r.context,
                             "--prompt-tokens": r.prompt_tokens, "--token-budget": r.token_budget,
@@ -120,10 +126,10 @@ def bench(
         "device_index": r.device, "sm_group_num": r.sm_group_num, "skinny": skinny,
     }
     if r.dry_run:
-        check_out_dir(r.out)  # the run it plans would refuse it: so does the plan
-        _print_dry_run(bplan.make_plan(_dry_run_device(r.gpu, r.sms, r.cc), **kernel), as_json, r.out)
+        check_out_dir(r.output)  # the run it plans would refuse it: so does the plan
+        _print_dry_run(bplan.make_plan(_dry_run_device(r.gpu, r.sms, r.cc), **kernel), as_json, r.output)
         return
-    _run_kernel_bench(gpu=r.gpu, sms=r.sms, cc=r.cc, levels=r.levels, device=r.device, out=r.out,
+    _run_kernel_bench(gpu=r.gpu, sms=r.sms, cc=r.cc, levels=r.levels, device=r.device, out=r.output,
                       as_json=as_json, options=kernel)
 
 

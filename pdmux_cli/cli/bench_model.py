@@ -113,10 +113,10 @@ def run_model_replay(
 
         for name in (RESULTS_FILE, CALIBRATION_FILE):
             refuse_overwriting_inputs(out / name, calibration, model_file(model), gpu_file(gpu))
+    check_out_dir(out)  # the run a dry run plans would refuse it: so does the plan
     if dry_run:
         _dry_run(mdl, gpu, given, options, out, as_json)
         return
-    check_out_dir(out)
     plan, rdev, info, profile = _prepare(mdl, gpu, cpu, levels, device_index, options)
     if given is not None and profile is not None:
         given.check_device(profile)

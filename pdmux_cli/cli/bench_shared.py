@@ -1,4 +1,4 @@
-"""What ``pdmux bench`` and ``pdmux bench --model`` share: the ``--out DIR`` checks, the file names written
+"""What ``pdmux bench`` and ``pdmux bench --model`` share: the ``--output DIR`` checks, the file names written
 there, a run under a progress bar checkpointing its results (:func:`run_with_progress`) and how a stopped run
 ends (:func:`exit_for`).
 
@@ -18,7 +18,7 @@ import typer
 from ..util.errors import InputError
 from .common import console, fail_line, progress_bar, write_atomic
 
-#: The bench's results in ``--out DIR`` (JSON) and the calibration file it writes there.
+#: The bench's results in ``--output DIR`` (JSON) and the calibration file it writes there.
 RESULTS_FILE = "results.json"
 CALIBRATION_FILE = "calibration.yaml"
 
@@ -37,14 +37,15 @@ def print_tables_and_notes(tables: Any, notes: Any) -> Any:
 
 
 def check_out_dir(out: Path | None) -> None:
-    """Refuse ``--out DIR`` before any device work when it cannot become a writable directory: it is
-    a file (or device), or the nearest existing folder on its path is not a writable directory."""
+    """Refuse ``--output DIR`` before any device work when it cannot become a writable directory: it is
+    a file (or device), or the nearest existing folder on its path is not a directory or no file can be
+    created there (:func:`_cannot_create_in`: tried, as the run would, and removed)."""
     from ..util.input_files import exists, is_dir
 
     if out is None:
         return
     if exists(out) and not is_dir(out):
-        raise InputError(f"--out {out} is not a directory: give a directory")
+        raise InputError(f"--output {out} is not a directory: give a directory")
     existing = out
     while not exists(existing):
         parent = existing.parent
@@ -52,23 +53,41 @@ def check_out_dir(out: Path | None) -> None:
             break
         existing = parent
     if not is_dir(existing):
-        raise InputError(f"--out {out}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise InputError(f"--out {out}: {existing} is not writable")
+        raise InputError(f"--output {out}: {existing} is not a directory")
+    reason = _cannot_create_in(existing)
+    if reason is not None:
+        raise InputError(f"--output {out}: {existing} is not writable ({reason})")
+
+
+def _cannot_create_in(folder: Path) -> str | None:
+    """Why a file cannot be created in ``folder`` (the system's reason), or ``None``: a temporary file is
+    created there and removed at once, as the run creates its folder and files there. Mode bits
+    (``os.access``) cannot tell: root passes them on /proc, where nothing can be created."""
+    import tempfile
+
+    try:
+        handle, name = tempfile.mkstemp(prefix=".pdmux-check-", dir=folder)
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    try:
+        os.close(handle)
+    finally:
+        os.unlink(name)
+    return None
 
 
 def make_out_dir(out: Path | None) -> Path | None:
-    """Create ``--out DIR`` up front (before any GPU work); :class:`InputError` when impossible."""
+    """Create ``--output DIR`` up front (before any GPU work); :class:`InputError` when impossible."""
     from ..util.input_files import exists, is_dir
 
     if out is None:
         return None
     if exists(out) and not is_dir(out):
-        raise InputError(f"--out {out} is not a directory: give a directory")
+        raise InputError(f"--output {out} is not a directory: give a directory")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InputError(f"--out {out}: cannot create the directory ({exc.strerror})") from None
+        raise InputError(f"--output {out}: cannot create the directory ({exc.strerror})") from None
     return out
 
 

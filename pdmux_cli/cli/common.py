@@ -9,7 +9,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -370,6 +370,26 @@ def output_file(text: str) -> Path:
     if text.strip() == "-":
         raise BadParameter("'-' (standard output) is not written by this option: give a file name")
     return Path(text)
+
+
+def one_number(list_in: str) -> Callable[[str], float]:
+    """The ``parser`` of an option that takes one number where command ``list_in`` takes a list
+    (simulate's, capacity's and tune's ``--s-sat``; estimate's takes 44,66,88): the number, or, for text
+    with a comma, a refusal (exit 2, naming the option) that says which command takes a list. Its range is
+    the request's to check (:mod:`pdmux_cli.workflows.fields`)."""
+    from typer import BadParameter
+
+    def parse(text: str) -> float:
+        text = str(text)
+        if "," in text:
+            raise BadParameter(f"{short_repr(text)} is a list: this command takes one number (run it once "
+                               f"per value); a list is taken by pdmux {list_in}")
+        try:
+            return float(text)
+        except ValueError:
+            raise BadParameter(f"{short_repr(text)} is not a number") from None
+
+    return parse
 
 
 def write_atomic(path: str | Path, text: str) -> Path:

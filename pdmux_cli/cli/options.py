@@ -21,7 +21,7 @@ from typing import Any
 
 import typer
 
-from .common import console, output_file, output_path, progress_bar
+from .common import console, one_number, output_file, output_path, progress_bar
 
 # The options declared on the request groups' fields (workflows.fields.option: help, default, flag, and a
 # command's own wording where it differs) are built from there (declared, with_group, with_declared,
@@ -52,13 +52,16 @@ def declared(cls: type, name: str, command: str | None = None) -> Any:
     from pathlib import Path
 
     from ..messages import flag, flags_in
-    from ..workflows.fields import HELP, HIDDEN, SHORT, WORDINGS, WRITES
+    from ..workflows.fields import HELP, HIDDEN, LIST_IN, SHORT, WORDINGS, WRITES
 
     f = next(f for f in fields(cls) if f.name == name)
     short = f.metadata.get(SHORT)
     writes = f.metadata.get(WRITES)
     output = ({"parser": {"path": output_path, "file": output_file}[writes], "metavar": "<path>"} if writes
               else {})
+    list_in = f.metadata.get(LIST_IN)
+    if list_in and float in _members(_hints(cls)[name]):  # one number here, a list in ``list_in``
+        output = {"parser": one_number(list_in), "metavar": "<float>"}
     repeated = tuple[Path, ...] in _members(_hints(cls)[name])  # --merge A --merge B
     default = (... if f.default is MISSING else list(f.default) if repeated and f.default is not None
                else ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default)

@@ -185,7 +185,8 @@ def check_config(
     **options: Any,
 ) -> None:
     """Validate a pdmux YAML against each SGLang revision pdmux has read (--sglang decides the exit code:
-    2 if it refuses the file or any problem of 0.5.23's rules or the driver's is found; warnings alone: 0)."""
+    2 if it refuses the file or any problem of 0.5.23's rules or the driver's is found; 1 if pdmux has not
+    read its loader; warnings alone: 0)."""
     from ..workflows.check_config import check_config as run_check_config
 
     result = run_check_config(request_of(CheckConfigRequest, options, path=path, sglang=sglang))
@@ -193,6 +194,10 @@ def check_config(
         print_json(result.to_dict())
     else:
         _print_check(result, options["model"])
+    if not result.judged:  # a revision pdmux follows without its loader's rules: it cannot answer
+        fail_line(f"{result.path}: not judged under {result.chosen.key}: {result.chosen_verdict.reason}; "
+                  "the other revisions' verdicts are above")
+        raise typer.Exit(1)
     if not result.ok:
         refused = f"{result.chosen.name} refuses it ({result.chosen_verdict.stage})"
         if result.errors:

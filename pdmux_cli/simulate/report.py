@@ -57,8 +57,9 @@ def metrics_dict(m: PolicyMetrics) -> dict[str, Any]:
 
 def trace_dict(trace: Trace) -> dict[str, Any]:
     """What was replayed: source, format, size, duration (s), mean rate (req/s; ``None`` where every request
-    arrives at once, or there is one), skipped rows; for a trace hashed in blocks other than Mooncake's 512
-    tokens (bench_serving's generated-shared-prefix: 1), ``prefix_block_tokens``."""
+    arrives at once, or there is one), skipped rows, the requests the server rejects as longer than the
+    context length (``rejected_past_context``: left out of the replay); for a trace hashed in blocks other
+    than Mooncake's 512 tokens (bench_serving's generated-shared-prefix: 1), ``prefix_block_tokens``."""
     n = len(trace)
     out = {
         "source": trace.source, "format": trace.format, "requests": n,
@@ -69,6 +70,7 @@ def trace_dict(trace: Trace) -> dict[str, Any]:
         "bad_rows": trace.bad_rows,
         "bad_row_examples": [{"line": ln, "reason": why} for ln, why in trace.bad_examples],
         "failed_rows": trace.failed_rows, "notes": render_all(trace.notes),
+        "rejected_past_context": trace.past_context,
     }
     if trace.block_tokens != HASH_BLOCK_TOKENS:  # bench_serving's generated-shared-prefix: tokens a hash id
         out["prefix_block_tokens"] = trace.block_tokens

@@ -138,6 +138,9 @@ class Trace:
     ``warm_requests``: the first that many requests (at most all) were sent once, to the end, before the run
     (a benchmark client's warm-up on the same server): their prompts and outputs are in the radix cache
     when the run starts (:meth:`pdmux_cli.simulate.engine.Work.warm_cache`); 0 for a cold server.
+    ``past_context``: requests the server rejects for exceeding the context length, left out of the replay
+    (:func:`drop_past_context`); ``past_context_note``: the ``workload.past_context`` finding that says so
+    for a trace file (``None`` where none was, or for a synthetic trace, whose note is in ``notes``).
     """
 
     arrival_s: tuple[float, ...]
@@ -152,6 +155,8 @@ class Trace:
     hash_ids: tuple[tuple[int, ...], ...] = ()
     block_tokens: int = HASH_BLOCK_TOKENS
     warm_requests: int = 0
+    past_context: int = 0
+    past_context_note: Finding | None = None
 
     def __post_init__(self) -> None:
         for name, code in (("arrival_s", FLOAT), ("prompt_tokens", INT), ("output_tokens", INT)):
@@ -1345,15 +1350,20 @@ def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the 
                       own_context: int = 0) -> Trace:
     """``trace`` without the requests whose prompt + output exceed ``context_tokens`` (the model's
     ``max_position_embeddings``, or SGLang's ``--context-length`` where ``own_context``, the model's own
-    length, says it replaced it; 0 keeps all): SGLang rejects a prompt past the context length and stops
-    an output at it, so they are reported as bad rows (counted, not simulated), as unreadable rows are;
-    a synthetic trace's (drawn, not read) as a note. Raises :class:`InputError` when no request is left."""
+    length, says it replaced it; 0 keeps all), counted in :attr:`Trace.past_context`: the server rejects
+    them, they are no bad rows of the file. SGLang 0.5.23 refuses such a request at its tokenizer manager
+    (``srt/managers/tokenizer_manager.py`` ``TokenizerManager._validate_one_request``: a prompt of at least
+    the context length, "longer than the model's context length", or prompt + ``max_new_tokens`` past it;
+    an output of at least one token, as every trace's, makes both one test), before it is scheduled: it
+    takes no GPU time, so it is left out of the replay. A trace file's count comes with the
+    ``workload.past_context`` finding (:attr:`Trace.past_context_note`; the first few requests); a synthetic
+    trace's (drawn, not read) with the ``trace.synthetic_past_context`` note. Raises :class:`InputError`
+    when no request is left."""
     if not context_tokens:
         return trace
     limit = (f"the context length of {context_tokens:,} (--context-length; {model_name}'s own: "
              f"{own_context:,})" if own_context else
              f"{model_name}'s context length of {context_tokens:,} (max_position_embeddings)")
-    row_limit = f"the context length of {context_tokens:,} (--context-length)" if own_context else limit
     # a flag per request (1 byte each), not a list of indices
     keep = bytes(map(context_tokens.__ge__, map(int.__add__, trace.prompt_tokens, trace.output_tokens)))
     kept = keep.count(1)
@@ -1363,9 +1373,9 @@ def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the 
         raise InputError(f"every request of {trace.source} is longer than {limit}: nothing to simulate")
     dropped = [i for i in itertools.islice((j for j, k in enumerate(keep) if not k), KEEP_BAD_ROWS)]
     dropped_count = len(trace) - kept
-    examples = list(trace.bad_examples)
     notes = list(trace.notes)
-    if trace.format == "synthetic":  # drawn, not read: no row of a file was bad
+    note = None
+    if trace.format == "synthetic":  # drawn, not read: said as before, in the trace's notes
         prompts, outputs = trace.prompt_tokens, trace.output_tokens
         longest = max((j for j, k in enumerate(keep) if not k), key=lambda i: prompts[i] + outputs[i])
         notes.append(
@@ -1382,10 +1392,19 @@ def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the 
             )
         )
     else:
-        for i in dropped[:max(0, KEEP_BAD_ROWS - len(examples))]:
-            reason = (f"request {i + 1}: {trace.prompt_tokens[i]} + {trace.output_tokens[i]} tokens, past "
-                      f"{row_limit}")
-            examples.append((0, reason))
+        note = Finding(
+            "workload.past_context",
+            {
+                "rejected": dropped_count,
+                "requests": len(trace),
+                "source": trace.source,
+                "model": model_name,
+                "context_tokens": context_tokens,
+                "own_context": own_context,
+                "examples": [[i + 1, trace.prompt_tokens[i], trace.output_tokens[i]] for i in dropped],
+            },
+            "context_length" if own_context else None,
+        )
     start = trace.arrival_s[keep.index(1)]
     return replace(
         trace,
@@ -1393,7 +1412,7 @@ def drop_past_context(trace: Trace, context_tokens: int, model_name: str = "the 
         prompt_tokens=Column(INT, itertools.compress(trace.prompt_tokens, keep)),
         output_tokens=Column(INT, itertools.compress(trace.output_tokens, keep)),
         hash_ids=_kept_hashes(trace.hash_ids, keep),
-        bad_rows=trace.bad_rows + (0 if trace.format == "synthetic" else dropped_count),
-        bad_examples=tuple(examples),
         notes=tuple(notes),
+        past_context=trace.past_context + dropped_count,
+        past_context_note=note,
     )

@@ -22,9 +22,10 @@ class BenchRequest(Checked):
     The kernel bench: ``dry_run`` (the plan only: ``gpu``, or ``sms`` with ``cc``, for any device),
     ``repeats`` (``None``: 10, 3 with ``quick``), ``gemm_shape`` (MxNxK), ``buffer_bytes`` (``None``: max(1
     GiB, 4x L2)), ``levels``, ``device`` (the CUDA index), ``skinny_gemm``, ``sm_group_num`` (SGLang's, at
-    least 3), ``out`` (the folder written). The model replay, with ``model``: ``decode_bs``, ``context``,
-    ``prompt_tokens`` (``None``: 32, 2048, 8192), ``token_budget``, ``decode_bs_divisor`` (``None``:
-    SGLang's), ``calibration``, ``cpu`` (tests: no green contexts).
+    least 3), ``output`` (the folder written; the CLI's ``--output``, ``--out`` its old name). The model
+    replay, with ``model``: ``decode_bs``, ``context``, ``prompt_tokens`` (``None``: 32, 2048, 8192),
+    ``token_budget``, ``decode_bs_divisor`` (``None``: SGLang's), ``calibration``, ``cpu`` (tests: no green
+    contexts).
     """
 
     dry_run: bool = option(False, help=(
@@ -51,7 +52,7 @@ class BenchRequest(Checked):
     sm_group_num: int = option(8, bounds=Range(3, template=(
         "{param_flag} must be >= 3 (SGLang's rule), got {value}")), help=(
         "SGLang's sm_group_num: its levels are the co-run levels."))
-    out: Path | None = option(None, short="-o", help=(
+    output: Path | None = option(None, short="-o", help=(
         "Write results.json, calibration.yaml and curves.png into this directory."))
     model: str | None = option(None, short="-m", help=(
         "Replay this model (profile name or config.json) instead of the kernels: its layers with random bf16 "

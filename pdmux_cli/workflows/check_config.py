@@ -79,6 +79,12 @@ class CheckConfigResult:
         """The chosen revision's :class:`~pdmux_cli.sglang.revision_rules.Verdict`."""
         return next(v for v in self.revisions if v.revision == self.chosen.key)
 
+    @property
+    def judged(self) -> bool:
+        """False where nothing fails the file but the chosen revision's loader was not read: pdmux cannot
+        answer whether that revision runs it (the CLI exits 1, not 0 nor 2)."""
+        return bool(self.errors) or self.speculation_line is not None or self.chosen_verdict.judged
+
     def to_dict(self) -> dict[str, Any]:
         """What ``pdmux check-config --json`` prints."""
         from ..sglang.pdmux_config import is_error
@@ -153,9 +159,12 @@ def _with_speculation(r: CheckConfigRequest, per_revision: list[Any]) -> list[An
 def check_config(request: CheckConfigRequest) -> CheckConfigResult:
     """Judge the pdmux YAML ``request.path`` for a device under every SGLang revision pdmux has read.
 
-    Raises :class:`InputError` for a revision whose loader pdmux has not read (it cannot judge the file), an
-    unknown GPU or model, or a file that cannot be read at all (missing, not a file, not YAML). Problems in
-    the file itself are in the result (``ok`` false), not raised.
+    A revision pdmux follows but whose loader it has not read (``dsv41@a64f33f``) is no bad input: its
+    verdict is "not judged" (``accepted`` None, ``ok`` false: :attr:`CheckConfigResult.judged` says pdmux
+    cannot answer), the other revisions' verdicts and the driver's and pdmux's problems as for any.
+    Raises :class:`InputError` for a ``sglang`` that is no revision pdmux follows, an unknown GPU or model,
+    or a file that cannot be read at all (missing, not a file, not YAML). Problems in the file itself are in
+    the result (``ok`` false), not raised.
     """
     from ..sglang import pdmux_config as pc
     from ..sglang.revision_rules import verdicts
@@ -164,13 +173,6 @@ def check_config(request: CheckConfigRequest) -> CheckConfigResult:
     r = request
     path = r.path
     chosen = get_revision(r.sglang)
-    if not chosen.loader_read:
-        raise InputError(
-            "{flag.sglang} {key}: pdmux has not read its pdmux_context.py (the loader and start-up "
-            "checks), so it cannot judge a file under it; check-config without {flag.sglang} shows every "
-            "revision it can judge",
-            values={"key": chosen.key},
-        )
     sm_group_num = r.sm_group_num
     device = resolve_device(r.gpu, r.sms, r.cc)
     config, parsed = pc.load_config(path)

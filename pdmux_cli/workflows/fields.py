@@ -286,6 +286,9 @@ WORDINGS = "wordings"
 #: ``--help`` (``hidden``).
 BOUNDS = "bounds"
 HIDDEN = "hidden"
+#: The metadata key of the command that takes a list where the others take one number (:func:`option`'s
+#: ``list_in``).
+LIST_IN = "list_in"
 
 #: The roofline model's serving terms that simulate, tune and capacity share (``ServerOptions``), ms.
 SERVING_TERMS = "serving terms"
@@ -308,7 +311,7 @@ RUN = "run"
 
 def option(default: Any = None, *, help: str, group: str | None = None, short: str | None = None,
            writes: str | None = None, wordings: dict[str, str] | None = None, required: bool = False,
-           bounds: Range | None = None, hidden: bool = False) -> Any:
+           bounds: Range | None = None, hidden: bool = False, list_in: str | None = None) -> Any:
     """A request field declared once (issue 32, item 1): its default and the help the CLI shows (other
     parameters named as ``{flag.NAME}``, as errors name them: the CLI writes their flags); its flag is
     :func:`pdmux_cli.messages.flag` of the field's name (``short``: a one-letter flag beside it, ``"-m"``),
@@ -322,9 +325,12 @@ def option(default: Any = None, *, help: str, group: str | None = None, short: s
     where it deliberately differs (``{"tune": ...}``), by the command's name; the others show ``help``.
     ``required``: no default (the CLI requires the option: tune's ``--trace``). ``bounds``: the field's own
     range where its command's rule differs from :data:`RANGES`' for the name (bench's ``sm_group_num``: at
-    least 3). ``hidden``: not in ``--help`` (bench's ``--cpu``, for tests)."""
+    least 3). ``hidden``: not in ``--help`` (bench's ``--cpu``, for tests). ``list_in``: the command whose
+    request takes a list for this option where the others take one number (``"estimate"`` for ``s_sat``:
+    one PD-mux row each); the others' CLI refuses a list naming it
+    (:func:`pdmux_cli.cli.common.one_number`)."""
     metadata = {HELP: help, GROUP: group, SHORT: short, WRITES: writes, WORDINGS: wordings or {},
-                BOUNDS: bounds, HIDDEN: hidden}
+                BOUNDS: bounds, HIDDEN: hidden, LIST_IN: list_in}
     if required:
         return dataclasses.field(metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

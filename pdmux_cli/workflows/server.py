@@ -65,7 +65,7 @@ class ServerOptions(Checked):
     s_sat: float | None = option(None, help=(
         "SMs that reach 95% of HBM bandwidth (default: the cost model's)."), wordings={"estimate": (
             "SMs that reach 95% of HBM bandwidth, e.g. 44,66,88 (default: roofline's fit; chapter: 1/3, 1/2, "
-            "2/3 of the SMs).")})
+            "2/3 of the SMs).")}, list_in="estimate")
     bandwidth_efficiency: float | None = option(None, help=(
         "Chapter model: fraction of datasheet bandwidth decode reaches (0.85)."), wordings={
         "tune": "Chapter model: fraction of datasheet bandwidth (0.85).",

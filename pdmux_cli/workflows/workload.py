@@ -189,7 +189,8 @@ def load_workload(w: WorkloadOptions) -> Any:
 
 def fit_to_model(workload: Any, model: Any, qps: float | None = None, rate_scale: float | None = None,
                  duration: float | None = None) -> Any:
-    """``workload`` without requests longer than ``model``'s context length (bad rows, counted), then,
+    """``workload`` without requests longer than ``model``'s context length (the server rejects them: counted
+    in ``past_context``), then,
     for a trace file, retimed to ``qps`` requests/s or by ``rate_scale`` and cut to ``duration`` seconds
     (:func:`pdmux_cli.simulate.traces.reshape`); a synthetic trace is drawn at its rate already."""
     from ..simulate.traces import drop_past_context, reshape
@@ -203,5 +204,8 @@ def fit_to_model(workload: Any, model: Any, qps: float | None = None, rate_scale
 
 def workload_notes(workload: Any) -> list[Any]:
     """The notes every command gives about its trace: ``workload.bad_rows`` (one line: ``rows``, the
-    trace's ``source``, the first few ``examples`` as ``(line, reason)``), when there are any."""
-    return [workload.bad_rows_finding()] if workload.bad_rows else []
+    trace's ``source``, the first few ``examples`` as ``(line, reason)``), when there are any; then
+    ``workload.past_context`` (the requests the server rejects as longer than the context length:
+    :func:`pdmux_cli.simulate.traces.drop_past_context`), when there are any."""
+    bad = [workload.bad_rows_finding()] if workload.bad_rows else []
+    return bad + ([workload.past_context_note] if workload.past_context_note is not None else [])
