@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..bench.plan import MAX_REPEATS
-from .fields import Checked, Range, option
+from .fields import Checked, Range, declared_as, option
+from .pdmux_yaml import PdmuxYaml
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,10 +62,8 @@ class BenchRequest(Checked):
         "{flag.model}: KV-cache tokens of each decode request (default 2048)."))
     prompt_tokens: int | None = option(None, help=(
         "{flag.model}: tokens of the prompt prefilled in layer slices (default 8192)."))
-    token_budget: int | None = option(None, help=(
-        "{flag.model}: SGLang's split_forward_token_budget (default 65536)."))
-    decode_bs_divisor: int | None = option(None, help=(
-        "{flag.model}: SGLang's decode_bs_divisor (default 36)."))
+    token_budget: int | None = declared_as(PdmuxYaml, "token_budget")
+    decode_bs_divisor: int | None = declared_as(PdmuxYaml, "decode_bs_divisor")
     calibration: Path | None = option(None, help=(
         "{flag.model}: a calibration.yaml for the calibrated estimate column (default: this replay's own "
         "fixed time per decode step)."))

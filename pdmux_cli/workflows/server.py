@@ -121,7 +121,9 @@ class ServerOptions(Checked):
     max_prefill_tokens: int = option(MAX_PREFILL_TOKENS, help=(
         "SGLang's {flag.max_prefill_tokens}."))
     max_running_requests: int | None = option(None, help=(
-        "SGLang's flag (default: SGLang's, from the KV pool)."))
+        "SGLang's flag (default: SGLang's, from the KV pool)."), wordings={"gen-config": (
+        "{flag.slo_itl}: SGLang's {flag.max_running_requests}, the largest decode batch sized for "
+        "(default: SGLang's from the KV pool).")})
     cuda_graph_max_bs: int | None = option(None, help=(
         "Largest decode batch with a CUDA graph (default: SGLang's for the GPU). Larger batches launch "
         "kernel by kernel: slower only where the launches outlast the GPU's work (small models); it also "
