@@ -318,8 +318,8 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     )
     est.notes[:0] = cfg_notes
     est.notes.extend([*context_notes, *spec_notes])
-    if cal is not None and scenario.cost_model == "chapter" and (
-            r.mfu is not None or r.bandwidth_efficiency is not None):
+    # mfu and bandwidth_efficiency are the chapter's knobs (CostModelOptions): the roofline refused them above
+    if cal is not None and (r.mfu is not None or r.bandwidth_efficiency is not None):
         est.notes.append(Finding("estimate.calibration_replaces_knobs", param="calibration"))
     block = provenance(sglang=get_revision(r.sglang).key, cost_model=cost_model_block(est, calibration))
     if plot is not None:

@@ -329,13 +329,15 @@ def server_options(request: Any) -> ServerOptions:
 
 
 def _check_values(o: ServerOptions) -> None:
+    from ..costmodel import model_class
     from ..sglang.kv_cache import check_kv_options
 
     if o.gpu is not None and not str(o.gpu).strip():
         raise InputError("{flag.gpu} is empty: give a GPU name such as h100 (pdmux splits {flag.all_gpus} "
                          "lists them)", param="gpu", values={})
+    chosen = model_class(str(o.cost_model).strip().lower())
     for name in ("disable_prefill_cuda_graph", "disable_cuda_graph"):
-        if getattr(o, name) and str(o.cost_model).strip().lower() == "chapter":
+        if getattr(o, name) and chosen is not None and not chosen.models_cpu_time:
             raise InputError("{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no "
                              "CPU time)", param=name, values={})
     check_kv_options(o.kv_cache_dtype, o.kv_bytes)

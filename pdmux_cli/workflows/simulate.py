@@ -268,7 +268,7 @@ def with_uncertainty(metrics: list[Any], workload: Any, setup: Any, loop: str) -
     for m in metrics:
         figures = client_figures(m, workload.output_tokens)
         unc = None
-        if setup.step_model.name == "roofline":
+        if setup.step_model.has_error_interval:
             unc = uncertainty(figures, Regime(loop, figures["in_flight"], family), calibration=calibration)
         out.append(replace(m, output_tok_s=figures["output_tok_s"], uncertainty=unc))
     return out
