@@ -80,16 +80,16 @@ OTHER_OPTIONS = {("CapacityRequest", "config"), ("BenchRequest", "sm_group_num")
 
 def test_the_knobs_slos_and_max_running_requests_are_declared_once() -> None:
     """--sm-group-num (and the other pdmux knobs, --config, --divisions), --slo-ttft, --slo-itl and
-    --max-running-requests: every request that takes one holds the one declaration (PdmuxYaml's,
+    --max-running-requests: every request that takes one holds the one declaration (PdmuxKnobs's,
     SloOptions', ServerOptions'), its help and wordings; only a default may be the command's own
     (gen-config's SGLang defaults 8, 36, 65536; its SLOs none)."""
     from pdmux_cli.sglang import split_levels
     from pdmux_cli.workflows.gen_config import GenConfigRequest
-    from pdmux_cli.workflows.pdmux_yaml import PdmuxYaml
+    from pdmux_cli.workflows.pdmux_knobs import PdmuxKnobs
     from pdmux_cli.workflows.server import ServerOptions
     from pdmux_cli.workflows.slo_options import SloOptions
 
-    homes = {**{f.name: (PdmuxYaml, f) for f in dataclasses.fields(PdmuxYaml)},
+    homes = {**{f.name: (PdmuxKnobs, f) for f in dataclasses.fields(PdmuxKnobs)},
              **{f.name: (SloOptions, f) for f in dataclasses.fields(SloOptions)},
              "max_running_requests": (ServerOptions, next(f for f in dataclasses.fields(ServerOptions)
                                                           if f.name == "max_running_requests"))}

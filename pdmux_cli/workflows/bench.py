@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..bench.plan import MAX_REPEATS
 from .fields import Checked, Range, declared_as, option
-from .pdmux_yaml import PdmuxYaml
+from .pdmux_knobs import PdmuxKnobs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,8 +62,8 @@ class BenchRequest(Checked):
         "{flag.model}: KV-cache tokens of each decode request (default 2048)."))
     prompt_tokens: int | None = option(None, help=(
         "{flag.model}: tokens of the prompt prefilled in layer slices (default 8192)."))
-    token_budget: int | None = declared_as(PdmuxYaml, "token_budget")
-    decode_bs_divisor: int | None = declared_as(PdmuxYaml, "decode_bs_divisor")
+    token_budget: int | None = declared_as(PdmuxKnobs, "token_budget")
+    decode_bs_divisor: int | None = declared_as(PdmuxKnobs, "decode_bs_divisor")
     calibration: Path | None = option(None, help=(
         "{flag.model}: a calibration.yaml for the calibrated estimate column (default: this replay's own "
         "fixed time per decode step)."))

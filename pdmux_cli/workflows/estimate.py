@@ -19,7 +19,7 @@ from ..provenance import provenance, with_provenance
 from ..util.errors import Finding, InputError, short_repr
 from .deployment import DeploymentOptions
 from .fields import Checked, declared_as, option, sglang_revision
-from .pdmux_yaml import PdmuxYaml
+from .pdmux_knobs import PdmuxKnobs
 from .server import ServerOptions, SpeculativeKeywords
 from .planning_inputs import (
     check_int,
@@ -90,10 +90,10 @@ class EstimateRequest(Checked):
     level: tuple[int, int] | str | None = option("auto", help=(
         "PREFILL/DECODE SMs, e.g. 96/36, or 'auto' for SGLang's choice."))
     all_levels: bool = option(False, help="Also show ITL and prefill time at every level.")
-    sm_group_num: int | None = declared_as(PdmuxYaml, "sm_group_num")
-    decode_bs_divisor: int | None = declared_as(PdmuxYaml, "decode_bs_divisor")
-    token_budget: int | None = declared_as(PdmuxYaml, "token_budget")
-    config: Path | str | None = declared_as(PdmuxYaml, "config")
+    sm_group_num: int | None = declared_as(PdmuxKnobs, "sm_group_num")
+    decode_bs_divisor: int | None = declared_as(PdmuxKnobs, "decode_bs_divisor")
+    token_budget: int | None = declared_as(PdmuxKnobs, "token_budget")
+    config: Path | str | None = declared_as(PdmuxKnobs, "config")
     flops_dtype: str | None = declared_as(ServerOptions, "flops_dtype")
     calibration: Path | str | None = declared_as(ServerOptions, "calibration")
     tp: int = declared_as(ServerOptions, "tp")

@@ -32,7 +32,7 @@ from .planning_inputs import (
     check_positive_knobs,
     resolve_device,
 )
-from .pdmux_yaml import PdmuxYaml
+from .pdmux_knobs import PdmuxKnobs
 from .progress import ProgressFactory
 from .server import ServerOptions
 from .slo_options import SloOptions
@@ -60,10 +60,10 @@ class GenConfigRequest(Checked):
     gpu: str | None = device_option("gpu")
     sms: int | None = device_option("sms")
     cc: str | None = device_option("cc")
-    sm_group_num: int = declared_as(PdmuxYaml, "sm_group_num", default=DEFAULT_SM_GROUP_NUM)
-    decode_bs_divisor: int = declared_as(PdmuxYaml, "decode_bs_divisor", default=DEFAULT_DECODE_BS_DIVISOR)
-    token_budget: int = declared_as(PdmuxYaml, "token_budget", default=DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET)
-    divisions: str | None = declared_as(PdmuxYaml, "divisions")
+    sm_group_num: int = declared_as(PdmuxKnobs, "sm_group_num", default=DEFAULT_SM_GROUP_NUM)
+    decode_bs_divisor: int = declared_as(PdmuxKnobs, "decode_bs_divisor", default=DEFAULT_DECODE_BS_DIVISOR)
+    token_budget: int = declared_as(PdmuxKnobs, "token_budget", default=DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET)
+    divisions: str | None = declared_as(PdmuxKnobs, "divisions")
     manual: bool = option(False, help=(
         "Write SGLang's automatic levels as manual_divisions (always on Blackwell)."))
     output: Path | str | None = option(None, short="-o", writes="path", help=(

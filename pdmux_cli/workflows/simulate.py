@@ -17,6 +17,7 @@ from typing import Any
 from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, server_and_cluster
 from .fields import declared_as, option, sglang_revision
+from .pdmux_knobs import PdmuxKnobs
 from .pdmux_yaml import PdmuxYaml
 from .policies import (
     DEFAULT_POLICIES,
@@ -64,11 +65,11 @@ class SimulateRequest(WorkloadOptions, ServerOptions, DeploymentOptions, RunOpti
     prefill_decode_interval: int = option(0, help=(
         "chunked, mixed-chunk and prefill-first: decode-only rounds after each prefill batch (SGLang's flag; "
         "0 = off)."))
-    config: Path | None = declared_as(PdmuxYaml, "config")
-    sm_group_num: int | None = declared_as(PdmuxYaml, "sm_group_num")
-    decode_bs_divisor: int | None = declared_as(PdmuxYaml, "decode_bs_divisor")
-    token_budget: int | None = declared_as(PdmuxYaml, "token_budget")
-    divisions: str | None = declared_as(PdmuxYaml, "divisions")
+    config: Path | None = declared_as(PdmuxKnobs, "config")
+    sm_group_num: int | None = declared_as(PdmuxKnobs, "sm_group_num")
+    decode_bs_divisor: int | None = declared_as(PdmuxKnobs, "decode_bs_divisor")
+    token_budget: int | None = declared_as(PdmuxKnobs, "token_budget")
+    divisions: str | None = declared_as(PdmuxKnobs, "divisions")
     unreleased_fallback: bool = option(False, help=(
         "pdmux: where SGLang 0.5.23 crashes (no manual threshold matches), use group 1 as its unreleased "
         "branches do, instead of stopping."), wordings={"capacity": (

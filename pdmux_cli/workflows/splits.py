@@ -18,7 +18,7 @@ from ..sglang.revisions import DEFAULT_REVISION
 from ..util.errors import Finding, InputError, short_repr
 from .device_options import device_option
 from .fields import Checked, declared_as, option
-from .pdmux_yaml import PdmuxYaml
+from .pdmux_knobs import PdmuxKnobs
 from .planning_inputs import (
     check_positive_knobs,
     int_tuple,
@@ -51,10 +51,10 @@ class SplitsRequest(Checked):
     prompt_tokens: tuple[int, ...] | str = option((512, 8192, 32768, 131072), help=(
         "Prompt lengths for layers per round."))
     model: str = option(DEFAULT_MODEL, short="-m", help="Model profile or config.json (its layer count).")
-    sm_group_num: int | None = declared_as(PdmuxYaml, "sm_group_num")
-    decode_bs_divisor: int | None = declared_as(PdmuxYaml, "decode_bs_divisor")
-    token_budget: int | None = declared_as(PdmuxYaml, "token_budget")
-    config: Path | str | None = declared_as(PdmuxYaml, "config")
+    sm_group_num: int | None = declared_as(PdmuxKnobs, "sm_group_num")
+    decode_bs_divisor: int | None = declared_as(PdmuxKnobs, "decode_bs_divisor")
+    token_budget: int | None = declared_as(PdmuxKnobs, "token_budget")
+    config: Path | str | None = declared_as(PdmuxKnobs, "config")
     tp: int = option(1, help=(
         "Tensor parallelism (GPUs, 1-8): every GPU builds the same groups and takes the same level; "
         "{flag.model}'s heads and widths must split."))
