@@ -473,10 +473,10 @@ def test_cli_bad_out_refused_before_any_device_work(monkeypatch, tmp_path) -> No
                           "is not a directory")
     ok = cli.invoke(app, ["bench", "--dry-run", "--gpu", "h100", "--out", str(tmp_path / "later")])
     assert ok.exit_code == 0 and not (tmp_path / "later").exists()
-    import pdmux_cli.cli.bench_shared as bench_shared
+    import pdmux_cli.workflows.bench_results as bench_results
 
     # a read-only folder (root ignores modes)
-    monkeypatch.setattr(bench_shared.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(bench_results.os, "access", lambda path, mode: False)
     assert_one_line_error(cli.invoke(app, ["bench", "--out", str(tmp_path / "new")]), 2, "not writable")
     assert a_file.read_text() == "x" and not (tmp_path / "new").exists()
 
