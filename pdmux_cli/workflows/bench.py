@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bench.plan import MAX_REPEATS
-from ..util.errors import InputError
+from ..util.errors import Finding, InputError
 from .bench_results import (CALIBRATION_FILE, PNG_FILE, RESULTS_FILE, BenchDryRun, BenchRun, check_out_dir,
                             make_out_dir, run_checkpointed)
 from .fields import Checked, Range, declared_as, option
@@ -93,10 +93,9 @@ def bench(r: BenchRequest, progress: ProgressFactory | None = None) -> BenchDryR
         from .bench_replay import model_replay
 
         return model_replay(r, progress)
-    _refuse_replay_options({"--decode-bs": r.decode_bs, "--context": r.context,
-                            "--prompt-tokens": r.prompt_tokens, "--token-budget": r.token_budget,
-                            "--decode-bs-divisor": r.decode_bs_divisor, "--calibration": r.calibration,
-                            "--cpu": r.cpu or None})
+    _refuse_replay_options({"decode_bs": r.decode_bs, "context": r.context, "prompt_tokens": r.prompt_tokens,
+                            "token_budget": r.token_budget, "decode_bs_divisor": r.decode_bs_divisor,
+                            "calibration": r.calibration, "cpu": r.cpu or None})
     kernel: dict[str, Any] = {
         "gemm": gemm, "buffer_bytes": buffer, "repeats": r.repeats, "quick": r.quick, "levels": r.levels,
         "device_index": r.device, "sm_group_num": r.sm_group_num, "skinny": skinny,
@@ -128,19 +127,20 @@ def _refuse_kernel_options(*, sms: int | None, cc: str | None, buffer_bytes: str
     only when it is not the default shape)."""
     from ..bench import plan as bplan
 
-    kernel_only = {"--sms": sms, "--cc": cc, "--buffer-bytes": buffer_bytes, "--skinny-gemm": skinny_gemm,
-                   "--gemm-shape": None if gemm == bplan.GemmShape(*bplan.DEFAULT_GEMM_SHAPE) else gemm_shape}
+    kernel_only = {"sms": sms, "cc": cc, "buffer_bytes": buffer_bytes, "skinny_gemm": skinny_gemm,
+                   "gemm_shape": None if gemm == bplan.GemmShape(*bplan.DEFAULT_GEMM_SHAPE) else gemm_shape}
     given = [name for name, value in kernel_only.items() if value is not None]
     if given:
-        raise InputError(f"{given[0]} is an option of the kernel bench, not of --model (the model replay)")
+        raise InputError("{param_flag} is an option of the kernel bench, not of {flag.model} (the model "
+                         "replay)", param=given[0], values={})
 
 
 def _refuse_replay_options(replay_only: dict[str, Any]) -> None:
-    """:class:`InputError` naming the first model-replay option (flag -> value, ``None``: not given) given
-    without ``--model``."""
+    """:class:`InputError` naming the first model-replay option (parameter -> value, ``None``: not given)
+    given without ``model``."""
     given = [name for name, value in replay_only.items() if value is not None]
     if given:
-        raise InputError(f"{given[0]} goes with --model (the model replay)")
+        raise InputError("{param_flag} goes with {flag.model} (the model replay)", param=given[0], values={})
 
 
 def _dry_run_device(gpu: str | None, sms: int | None, cc: str | None) -> Any:
@@ -161,7 +161,8 @@ def _run_kernel_bench(r: BenchRequest, kernel: dict[str, Any], progress: Progres
     from ..bench import plan as bplan
 
     if r.sms is not None or r.cc is not None:
-        raise InputError("--sms/--cc describe a device for --dry-run; a real run measures the device itself")
+        raise InputError("{flag.sms}/{flag.cc} describe a device for {flag.dry_run}; a real run measures the "
+                         "device itself", param="sms" if r.sms is not None else "cc", values={})
     check_out_dir(r.out)
     # Usage errors before the device is probed: on a machine without a driver they would
     # otherwise hide behind "no NVIDIA driver".
@@ -198,10 +199,8 @@ def _write_outputs(res: Any, out: Path) -> list[Path]:
     written: list[Path] = []
     cal = calibration_from_results(res)
     if cal is None:
-        stale = " (the calibration.yaml there is from an earlier run)" if (
-            out / CALIBRATION_FILE).exists() else ""
-        res.notes.append("no calibration: the run stopped before the ceilings and a sweep point were "
-                         f"measured{stale}")
+        stale = (out / CALIBRATION_FILE).exists()  # an earlier run's
+        res.notes.append(Finding("bench.no_calibration", {"stale": stale}))
     png_text = None
     if res.sweep:
         try:
@@ -209,7 +208,7 @@ def _write_outputs(res: Any, out: Path) -> list[Path]:
 
             png_text = plot
         except ImportError:
-            res.notes.append("matplotlib is not installed: no curves.png (pip install 'pdmux[bench]')")
+            res.notes.append(Finding("bench.no_matplotlib"))
     written.append(write_text_atomic(out / RESULTS_FILE, json.dumps(results_dict(res), indent=2) + "\n"))
     if cal is not None:
         written.append(write_text_atomic(out / CALIBRATION_FILE, dump_calibration(cal)))
@@ -217,7 +216,7 @@ def _write_outputs(res: Any, out: Path) -> list[Path]:
         try:
             written.append(png_text.write_png(res, out / PNG_FILE))
         except ImportError:
-            res.notes.append("matplotlib is not installed: no curves.png (pip install 'pdmux[bench]')")
+            res.notes.append(Finding("bench.no_matplotlib"))
     return written
 
 

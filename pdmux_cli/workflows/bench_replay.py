@@ -44,12 +44,13 @@ def _predict(plan: Any, gpu: Any, calibration: Any, notes: list[Finding | str]) 
     from ..bench.replay_plan import predict
 
     if gpu is None:
-        notes.append(f"no GPU profile matches {plan.device.name}: no estimate to compare with (pass --gpu)")
+        notes.append(Finding("bench.replay.no_profile", {"device": plan.device.name}, "gpu"))
         return None
     try:
         preds = predict(plan, gpu, calibration)
     except InputError as exc:
-        notes.append(f"no {'calibrated ' if calibration is not None else ''}estimate: {exc}")
+        notes.append(Finding("bench.replay.no_estimate", {"calibrated": calibration is not None,
+                                                         "error": str(exc)}, exc.param))
         return None
     notes.extend(n for n in preds.notes if n not in notes)
     return preds

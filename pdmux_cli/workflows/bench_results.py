@@ -100,7 +100,8 @@ def check_out_dir(out: Path | None) -> None:
     if out is None:
         return
     if exists(out) and not is_dir(out):
-        raise InputError(f"--out {out} is not a directory: give a directory")
+        raise InputError("{param_flag} {out} is not a directory: give a directory", param="out",
+                         values={"out": out})
     existing = out
     while not exists(existing):
         parent = existing.parent
@@ -108,9 +109,11 @@ def check_out_dir(out: Path | None) -> None:
             break
         existing = parent
     if not is_dir(existing):
-        raise InputError(f"--out {out}: {existing} is not a directory")
+        raise InputError("{param_flag} {out}: {existing} is not a directory", param="out",
+                         values={"out": out, "existing": existing})
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise InputError(f"--out {out}: {existing} is not writable")
+        raise InputError("{param_flag} {out}: {existing} is not writable", param="out",
+                         values={"out": out, "existing": existing})
 
 
 def make_out_dir(out: Path | None) -> Path | None:
@@ -120,11 +123,13 @@ def make_out_dir(out: Path | None) -> Path | None:
     if out is None:
         return None
     if exists(out) and not is_dir(out):
-        raise InputError(f"--out {out} is not a directory: give a directory")
+        raise InputError("{param_flag} {out} is not a directory: give a directory", param="out",
+                         values={"out": out})
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InputError(f"--out {out}: cannot create the directory ({exc.strerror})") from None
+        raise InputError("{param_flag} {out}: cannot create the directory ({error})", param="out",
+                         values={"out": out, "error": exc.strerror}) from None
     return out
 
 
