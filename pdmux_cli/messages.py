@@ -877,6 +877,15 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     "bench.replay.cpu": ("device cpu: no green contexts; every level ran on the whole CPU, decode and "
                          "prefill one after the other: these times test the replay, they say nothing of SM "
                          "partitions"),
+    # workflows/bench.py, bench_replay.py: what a run could not write or compare
+    "bench.no_calibration": lambda f: (
+        "no calibration: the run stopped before the ceilings and a sweep point were measured"
+        + (" (the calibration.yaml there is from an earlier run)" if f.values["stale"] else "")),
+    "bench.no_matplotlib": "matplotlib is not installed: no curves.png (pip install 'pdmux[bench]')",
+    "bench.replay.no_profile": ("no GPU profile matches {device}: no estimate to compare with (pass "
+                                "{flag.gpu})"),
+    "bench.replay.no_estimate": lambda f: (
+        f"no {'calibrated ' if f.values['calibrated'] else ''}estimate: {f.values['error']}"),
     "bench.replay.no_prediction": "no prediction for level {prefill_sms}/{decode_sms}: {reason}",
     "bench.replay.moe_per_expert": ("MoE experts ran one GEMM each with the routing read on the host (this "
                                     "torch has no usable torch._grouped_mm): no CUDA graph for decode, MoE "

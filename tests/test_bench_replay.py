@@ -500,7 +500,7 @@ def test_cpu_without_torch_is_device_error(monkeypatch, tmp_path) -> None:
 
 @pytest.mark.parametrize("module", ["pdmux_cli.bench.replay_plan", "pdmux_cli.bench.replay_results",
                                     "pdmux_cli.cli.bench_tables", "pdmux_cli.bench.model_replay",
-                                    "pdmux_cli.cli.bench_model"])
+                                    "pdmux_cli.workflows.bench_replay"])
 def test_imports_stay_light(module) -> None:
     code = (f"import sys, {module}\n"
             "print([m for m in sys.modules if m.split('.')[0] in ('torch', 'cuda', 'numpy', "

@@ -282,6 +282,29 @@ def test_policy_rows_follow_the_step_models_own_reading() -> None:
     assert (mixed["roofline"].steps, mixed["chapter"].steps) == (18, 16)
 
 
+def test_what_the_commands_ask_is_the_step_models_own() -> None:
+    """The questions the commands ask of a cost model, some before it is built, are its class's attributes
+    (issue 32), reached from the --cost-model name: the roofline costs CPU time, a verify pass and an error
+    interval and takes one S_SAT; the chapter's model none of those, and sweeps its S_SAT guesses (one
+    PD-mux row at each of 44, 66, 88 SMs on H100)."""
+    from pdmux_cli.costmodel import COST_MODELS, build_step_model, model_class
+
+    asked = ("models_cpu_time", "guesses_s_sat", "verifies_drafts", "has_error_interval")
+    gpu, model = find_gpu("h100"), load_model("llama-3.1-8b")
+    assert {name: tuple(getattr(model_class(name), a) for a in asked) for name in COST_MODELS} == {
+        "roofline": (True, False, True, True), "chapter": (False, True, False, False)}
+    for name in COST_MODELS:
+        built = build_step_model(gpu, model, cost_model=name)
+        assert type(built) is model_class(name) and built.name == name
+    assert model_class("nope") is None and model_class(" chapter") is None  # as given: the builder refuses
+    pdmux = {s.cost.cost_model: [r.label for r in estimate(gpu, model, s).rows if r.policy == "pdmux"]
+             for s in (Scenario(), CHAPTER)}
+    assert len(pdmux["roofline"]) == 1 and len(pdmux["chapter"]) == 3
+    assert all("S_SAT" in label for label in pdmux["chapter"]), pdmux["chapter"]
+    with pytest.raises(InputError, match="applies to --cost-model roofline"):
+        estimate(gpu, model, Scenario(cost=CostModelOptions(cost_model="chapter"), disable_cuda_graph=True))
+
+
 def test_a_pdmux_row_that_cannot_run_quotes_no_ttft() -> None:
     """Where the revision cannot run the PD-mux rows (0.5.23's pdmux beside EAGLE, a new user's report),
     the whole-server TTFT note and the JSON leave those rows' TTFT out; the baselines keep theirs."""

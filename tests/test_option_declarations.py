@@ -61,15 +61,54 @@ def test_no_command_spells_a_declared_option_again() -> None:
     help is the declared help or the command's own wording there (no help of its own beside it)."""
     from pdmux_cli.workflows.check_config import CheckConfigRequest
     from pdmux_cli.workflows.estimate import EstimateRequest
+    from pdmux_cli.workflows.gen_config import GenConfigRequest
     from pdmux_cli.workflows.splits import SplitsRequest
 
     commands = _commands()
     for name, cls in (("splits", SplitsRequest), ("estimate", EstimateRequest),
-                      ("check-config", CheckConfigRequest)):
+                      ("check-config", CheckConfigRequest), ("gen-config", GenConfigRequest)):
         for f in dataclasses.fields(cls):
             if HELP in f.metadata:
                 want = f.metadata.get(WORDINGS, {}).get(name, f.metadata[HELP])
                 assert commands[name][f.name] == flags_in(want), (name, f.name)
+
+
+#: Fields of those names that are other options: capacity's --config (several YAMLs, one row each), bench's
+#: --sm-group-num (the GPU run's levels, its own range: at least 3).
+OTHER_OPTIONS = {("CapacityRequest", "config"), ("BenchRequest", "sm_group_num")}
+
+
+def test_the_knobs_slos_and_max_running_requests_are_declared_once() -> None:
+    """--sm-group-num (and the other pdmux knobs, --config, --divisions), --slo-ttft, --slo-itl and
+    --max-running-requests: every request that takes one holds the one declaration (PdmuxKnobs's,
+    SloOptions', ServerOptions'), its help and wordings; only a default may be the command's own
+    (gen-config's SGLang defaults 8, 36, 65536; its SLOs none)."""
+    from pdmux_cli.sglang import split_levels
+    from pdmux_cli.workflows.gen_config import GenConfigRequest
+    from pdmux_cli.workflows.pdmux_knobs import PdmuxKnobs
+    from pdmux_cli.workflows.server import ServerOptions
+    from pdmux_cli.workflows.slo_options import SloOptions
+
+    homes = {**{f.name: (PdmuxKnobs, f) for f in dataclasses.fields(PdmuxKnobs)},
+             **{f.name: (SloOptions, f) for f in dataclasses.fields(SloOptions)},
+             "max_running_requests": (ServerOptions, next(f for f in dataclasses.fields(ServerOptions)
+                                                          if f.name == "max_running_requests"))}
+    seen = {}
+    for cls, f in _declared_fields():
+        home = homes.get(f.name)
+        if home is None or cls is home[0] or (cls.__name__, f.name) in OTHER_OPTIONS:
+            continue
+        assert f.metadata == home[1].metadata, (cls.__name__, f.name)
+        seen.setdefault(f.name, set()).add(cls.__name__)
+    assert {"SimulateRequest", "EstimateRequest", "SplitsRequest", "GenConfigRequest",
+            "CheckConfigRequest"} <= seen["sm_group_num"]
+    assert {"SimulateRequest", "CapacityRequest", "TuneRequest", "GenConfigRequest"} <= seen["slo_itl"]
+    assert "GenConfigRequest" in seen["max_running_requests"]
+    defaults = {f.name: f.default for f in dataclasses.fields(GenConfigRequest)}
+    assert (defaults["sm_group_num"], defaults["decode_bs_divisor"], defaults["token_budget"]) == (
+        split_levels.DEFAULT_SM_GROUP_NUM, split_levels.DEFAULT_DECODE_BS_DIVISOR,
+        split_levels.DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET) == (8, 36, 65536)
+    assert defaults["slo_itl"] is None and defaults["slo_ttft"] is None
 
 
 #: The commands' own options, no request field: the trace given as an argument or as --trace (the
@@ -165,3 +204,38 @@ def test_bench_bounds_its_options_on_its_request(args, line) -> None:
     from cli_assertions import one_error_line
 
     assert one_error_line(["bench", "--dry-run", *args]) == line
+
+
+#: The request fields simulate, capacity and tune do not take (CLI, API), by command: capacity's and tune's
+#: searches leave these server flags and knobs at their defaults (tune refuses --disagg: the API has no
+#: keyword for it). A field added to a shared request (a new ServerOptions option) must be placed in the
+#: command's --help order (cli/simulate.py, cli/capacity.py) and the API's signature (pdmux/simulation.py),
+#: or named here.
+_CAPACITY_LEAVES = {"bandwidth_efficiency", "cuda_graph_max_bs", "disable_overlap_schedule",
+                    "disable_prefill_cuda_graph", "flops_dtype", "max_running_requests", "mfu",
+                    "weight_bytes"}
+_TUNE_LEAVES = {"cuda_graph_max_bs", "disable_overlap_schedule", "disable_prefill_cuda_graph", "disagg_tp",
+                "flops_dtype", "kv_link", "kv_link_gb_s", "kv_link_latency_us", "max_running_requests",
+                "weight_bytes"}
+NOT_TAKEN = {"simulate": (set(), set()), "capacity": (_CAPACITY_LEAVES, _CAPACITY_LEAVES),
+             "tune": (_TUNE_LEAVES, _TUNE_LEAVES | {"disagg"})}
+
+
+@pytest.mark.parametrize("command", sorted(NOT_TAKEN))
+def test_a_shared_requests_new_field_is_an_option_and_a_keyword(command) -> None:
+    """Every field of simulate's, capacity's and tune's request (ServerOptions', WorkloadOptions',
+    DeploymentOptions', RunOptions' among them) is an option of the command and a keyword of its API
+    function, but those named in NOT_TAKEN: a field added to a shared group does not go unseen (issue 32,
+    item 4: a scratch ServerOptions field passed every other test while no command showed it)."""
+    import inspect
+
+    import pdmux
+
+    cls = _requests()[command]
+    declared = {f.name for f in dataclasses.fields(cls)}
+    click = typer.main.get_command(app)
+    cli = {p.name for p in click.commands[command].params}
+    api = set(inspect.signature(getattr(pdmux, command)).parameters)
+    not_cli, not_api = NOT_TAKEN[command]
+    assert declared - cli == not_cli, command
+    assert declared - api == not_api, command

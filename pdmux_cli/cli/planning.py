@@ -36,7 +36,7 @@ MAX_PROBLEM_ROWS = 50
 
 
 @app.command()
-@with_declared(SplitsRequest)
+@with_declared(SplitsRequest, "splits")
 def splits(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
     **options: Any,
@@ -116,10 +116,10 @@ def estimate(
 
 
 @app.command("gen-config")
-@with_declared(GenConfigRequest)
+@with_declared(GenConfigRequest, "gen-config")
 def gen_config(
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
-    sglang: str = declared(GenConfigRequest, "sglang"),
+    sglang: str = declared(GenConfigRequest, "sglang", "gen-config"),
     **options: Any,
 ) -> None:
     """SGLang's pdmux YAML for a GPU, validated, plus the launch flags.

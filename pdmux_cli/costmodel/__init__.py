@@ -42,12 +42,22 @@ class StepModel(Protocol):
     chunk is shared with its decode rows, one token each, as SGLang's ``PrefillAdder`` does; else a whole
     chunk of prompt sits beside them), ``notes_short_prefill`` (say when a whole prefill takes less than one
     read of the weights, a sign the model's throughput guesses are off).
+    What the commands ask of the model before or after it is built (class attributes, reachable from the
+    ``--cost-model`` name: :func:`model_class`): ``models_cpu_time`` (the engine's CPU time is costed, so
+    ``--disable-cuda-graph``'s eager launches change a step), ``guesses_s_sat`` (its S_SAT is a guess, so the
+    estimate shows a PD-mux row at each of several), ``verifies_drafts`` (speculative decoding's verify pass
+    is costed), ``has_error_interval`` (its whole-server figures carry an 80% interval from a measured
+    out-of-sample error, :mod:`pdmux_cli.costmodel.uncertainty`).
     """
 
     name: str
     default_chunked_row: bool
     mixed_chunk_charges_decode_rows: bool
     notes_short_prefill: bool
+    models_cpu_time: bool
+    guesses_s_sat: bool
+    verifies_drafts: bool
+    has_error_interval: bool
     total_sms: int
     cpu: CpuProfile
     serving: ServingProfile
@@ -99,6 +109,22 @@ class StepModel(Protocol):
     def corun_bandwidth_factor(self, prefill_sms: int, decode_sms: int) -> float: ...
 
     def corun_flops_factor(self, prefill_sms: int, decode_sms: int) -> float: ...
+
+
+def model_class(cost_model: str) -> Any:
+    """The step model class of ``--cost-model`` ``cost_model`` (one of :data:`COST_MODELS`, as given),
+    whose class attributes answer what a command asks of the model before it is built
+    (:class:`StepModel`: ``models_cpu_time``, ``guesses_s_sat``, ``verifies_drafts``,
+    ``has_error_interval``); ``None`` for a name that is none (:func:`build_step_model` refuses it)."""
+    if cost_model == "roofline":
+        from .roofline import RooflineModel
+
+        return RooflineModel
+    if cost_model == "chapter":
+        from .chapter import ChapterModel
+
+        return ChapterModel
+    return None
 
 
 def pick_flops_dtype(gpu: Any, model: Any, requested: str | None) -> str:
@@ -161,7 +187,8 @@ def build_step_model(
         # the target and its draft on the same GPU with the same terms
         same = {"calibration": calibration, "weight_bytes_per_param": weight_bytes_per_param,
                 "kv_bytes_per_element": kv_bytes_per_element, "tp": tp, "release": release}
-        if str(cost_model).strip().lower() == "chapter":  # the one check, for every command and the API
+        chosen = model_class(str(cost_model).strip().lower())  # the one check, for every command and the API
+        if chosen is not None and not chosen.verifies_drafts:
             raise InputError("{flag.speculative_algorithm} needs {flag.cost_model} roofline: the chapter's "
                              "model has no verify pass", param="cost_model", values={})
         from .speculative import SpeculativeStepModel

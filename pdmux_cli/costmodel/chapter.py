@@ -250,6 +250,14 @@ class ChapterModel:
     default_chunked_row = False
     mixed_chunk_charges_decode_rows = False
     notes_short_prefill = True
+    #: What the commands ask of it (:class:`pdmux_cli.costmodel.StepModel`), as the chapter has it: no CPU
+    #: time (:attr:`cpu` all zeros), S_SAT a guess (the chapter's 44, 66, 88 of H100's 132 SMs:
+    #: :data:`pdmux_cli.planning.estimate.DEFAULT_S_SAT_FRACTIONS`, a PD-mux row each), no verify pass, and no
+    #: measured error to draw an interval from.
+    models_cpu_time = False
+    guesses_s_sat = True
+    verifies_drafts = False
+    has_error_interval = False
 
     def __init__(self, model: Model, throughput: Throughput, total_sms: int,
                  weight_bytes_per_param: float | None = None, kv_bytes_per_element: float = 2.0) -> None:

@@ -126,6 +126,15 @@ class RooflineModel:
     default_chunked_row = True
     mixed_chunk_charges_decode_rows = True
     notes_short_prefill = False
+    #: What the commands ask of it (:class:`pdmux_cli.costmodel.StepModel`): the engine's CPU time per step
+    #: and per eagerly launched kernel (``common.yaml``, ``serving.yaml``), an S_SAT from the bandwidth
+    #: family's fitted knee (one PD-mux row), speculative decoding's verify pass
+    #: (:mod:`pdmux_cli.costmodel.speculative`), and 80% intervals from its out-of-sample serving residuals
+    #: (``profiles/efficiency/serving_residuals.yaml``, :mod:`pdmux_cli.costmodel.uncertainty`).
+    models_cpu_time = True
+    guesses_s_sat = False
+    verifies_drafts = True
+    has_error_interval = True
 
     def __init__(
         self,

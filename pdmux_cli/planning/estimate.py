@@ -135,7 +135,8 @@ class Scenario:
         """Raise :class:`InputError` (one line) for sizes that make no sense or that no deployment
         has (the bounds above)."""
         check_tp_value(self.tp)
-        if self.disable_cuda_graph and self.cost_model == "chapter":
+        chosen = costmodel.model_class(self.cost_model)
+        if self.disable_cuda_graph and chosen is not None and not chosen.models_cpu_time:
             raise InputError("{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no "
                              "CPU time)", param="disable_cuda_graph", values={})
         # (field, parameter: the API keyword, whose CLI flag the error names)
@@ -457,7 +458,8 @@ def _models(gpu: Gpu, model: Model, scenario: Scenario, calibration) -> list[tup
         return [(step_model, None)]
     values = scenario.s_sat_values
     if values is None:
-        values = default_s_sat_values(total) if scenario.cost_model == "chapter" else (None,)
+        chosen = costmodel.model_class(scenario.cost_model)
+        values = default_s_sat_values(total) if chosen is not None and chosen.guesses_s_sat else (None,)
     if any(v is not None and v > total for v in values):
         raise InputError(f"S_SAT {max(v for v in values if v is not None):g} is more SMs than {gpu.name} has "
                          f"({total}): S_SAT is the SM count at which decode reaches full bandwidth")
@@ -757,7 +759,7 @@ def _disagg_row(b: _Batch, scenario: Scenario, link: KvLink, calibration: Any,
             )
         inst = _models(gpu, model, replace(
             inst_scenario,
-            s_sat_values=(None,) if scenario.cost_model != "chapter" else scenario.s_sat_values),
+            s_sat_values=scenario.s_sat_values if b.full.guesses_s_sat else (None,)),
             calibration)[0][0]
         inst_cpu = inst.decode_cpu_s(bs)
         inst_decode_s = inst.decode_s(total, bs, b.sum_ctx, b.sum_win, cuda_graph=b.graphs)
@@ -791,7 +793,8 @@ def _request_delay(full: Any, rows: list[PolicyRow], scenario: Scenario, gpu: Gp
                             + serving.frontend_token_s * scenario.prompt_tokens) * 1e3
     if not request_delay_ms:
         return request_delay_ms, (), None, ""
-    ttft, method = _whole_server_ttft(rows, request_delay_ms, serving, scenario, gpu)
+    ttft, method = _whole_server_ttft(rows, request_delay_ms, serving, scenario, gpu,
+                                      full.has_error_interval)
     note = Finding("estimate.request_delay", {
         "delay_ms": request_delay_ms, "calibrated": bool(getattr(serving, "calibrated", False)),
         "ttft": [{"label": r.label, "ttft_ms": t, "interval_ms": list(i) if i else None}
@@ -947,15 +950,15 @@ def _with_speculation(rows: list, full: Any, scenario: Scenario, batch: _Batch, 
     return rows, dict(round_finding.values), refusal_text
 
 
-def _whole_server_ttft(rows: list, request_delay_ms: float, serving: Any, scenario: Scenario, gpu: Gpu
-                       ) -> tuple[
-        tuple[float, tuple[float, float] | None], ...]:
+def _whole_server_ttft(rows: list, request_delay_ms: float, serving: Any, scenario: Scenario, gpu: Gpu,
+                       has_interval: bool) -> tuple[tuple[float, tuple[float, float] | None], ...]:
     """Per row, the arriving prompt's TTFT as a server gives it (the row's prefill time plus the request path)
     and its 80% interval from pdmux's measured error on public servers' median TTFT
     (:func:`pdmux_cli.costmodel.uncertainty.figure_interval`; the regime: ``decode_bs + 1`` requests in
     flight, the GPU's family; a calibration's own residuals where its serving terms were calibrated), and
-    how the intervals were drawn (``""`` without one). No interval under the chapter's model (no measured
-    error) or for a row without a prefill time."""
+    how the intervals were drawn (``""`` without one). No interval where the step model has no measured
+    error (``has_interval``: its ``has_error_interval``; the chapter's) or for a row without a prefill
+    time."""
     from ..costmodel.uncertainty import Regime, figure_interval, gpu_family
 
     regime = Regime("", float(scenario.decode_bs + 1), gpu_family(gpu.compute_capability))
@@ -964,7 +967,7 @@ def _whole_server_ttft(rows: list, request_delay_ms: float, serving: Any, scenar
     for r in rows:
         ttft = r.prefill_ms + request_delay_ms if r.prefill_ms is not None else math.nan
         bounds = None
-        if scenario.cost_model == "roofline" and math.isfinite(ttft):
+        if has_interval and math.isfinite(ttft):
             bounds, _, drawn = figure_interval("ttft_ms_p50", ttft, regime, calibration=calibration)
             method = method or (drawn if bounds is not None else "")
         out.append((ttft, bounds))

@@ -100,7 +100,7 @@ def slo_scaling(setup: Setup, residuals: Any = None) -> SloScaling | None:
     where its serving terms were calibrated); ``None`` for the chapter's cost model or without an interval."""
     from ..costmodel.uncertainty import Regime, figure_interval, gpu_family
 
-    if setup.step_model.name != "roofline":
+    if not setup.step_model.has_error_interval:
         return None
     serving = setup.step_model.serving
     calibration = dict(serving.residuals) if serving.calibrated else None

@@ -604,4 +604,4 @@ def tune(
         notes.append(overload)
     return TuneResult(rows, best, baseline, skipped, workers, notes, others, gpus=dp * setup.tp,
                       layout=Layout(setup.tp, dp), router=load_balance_method if dp > 1 else "",
-                      intervals=setup.step_model.name == "roofline")
+                      intervals=setup.step_model.has_error_interval)

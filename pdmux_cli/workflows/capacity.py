@@ -28,6 +28,7 @@ from .run_options import RunOptions
 from .server import (ServerOptions, on_gpus, provenance_block, server_options, speculation_dict,
                      server_notes)
 from .simulate import SimulateRequest
+from .slo_options import SloOptions
 from .values import finite
 from .workload import WorkloadOptions, fit_to_model, load_workload, workload_notes
 
@@ -83,8 +84,8 @@ class CapacityRequest(ServerOptions, DeploymentOptions, RunOptions):
         "SGLang's defaults; repeat it for several."))
     unreleased_fallback: bool = declared_as(SimulateRequest, "unreleased_fallback")
     prefill_decode_interval: int = declared_as(SimulateRequest, "prefill_decode_interval")
-    slo_ttft: float = declared_as(SimulateRequest, "slo_ttft")
-    slo_itl: float = declared_as(SimulateRequest, "slo_itl")
+    slo_ttft: float = declared_as(SloOptions, "slo_ttft")
+    slo_itl: float = declared_as(SloOptions, "slo_itl")
     target: float = option(0.99, help="Share of requests that must meet the SLO.")
     tolerance: float = option(0.02, help="Relative precision of the rate found (0.0001 to below 1).")
     plot: Path | None = option(None, writes="file", help=(

@@ -16,8 +16,9 @@ from typing import Any
 
 from ..provenance import provenance, with_provenance
 from ..util.errors import InputError
-from .fields import Checked, option, sglang_revision
+from .fields import Checked, declared_as, option, sglang_revision
 from .device_options import device_option
+from .pdmux_knobs import PdmuxKnobs
 from .planning_inputs import resolve_device
 
 
@@ -33,8 +34,7 @@ class CheckConfigRequest(Checked):
     gpu: str | None = device_option("gpu")
     sms: int | None = device_option("sms")
     cc: str | None = device_option("cc")
-    sm_group_num: int | None = option(None, help=(
-        "The {flag.sm_group_num} you launch with (must equal the YAML's)."))
+    sm_group_num: int | None = declared_as(PdmuxKnobs, "sm_group_num")
     model: str | None = option(None, short="-m", help=(
         "The model served: warn where the SGLang revision cannot multiplex its architecture."))
     sglang: str = sglang_revision()

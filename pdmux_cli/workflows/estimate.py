@@ -19,6 +19,7 @@ from ..provenance import provenance, with_provenance
 from ..util.errors import Finding, InputError, short_repr
 from .deployment import DeploymentOptions
 from .fields import Checked, declared_as, option, sglang_revision
+from .pdmux_knobs import PdmuxKnobs
 from .server import ServerOptions, SpeculativeKeywords
 from .planning_inputs import (
     check_int,
@@ -89,10 +90,10 @@ class EstimateRequest(Checked):
     level: tuple[int, int] | str | None = option("auto", help=(
         "PREFILL/DECODE SMs, e.g. 96/36, or 'auto' for SGLang's choice."))
     all_levels: bool = option(False, help="Also show ITL and prefill time at every level.")
-    sm_group_num: int | None = option(None, help="SGLang's sm_group_num (default 8).")
-    decode_bs_divisor: int | None = option(None, help="SGLang's decode_bs_divisor (default 36).")
-    token_budget: int | None = option(None, help="SGLang's split_forward_token_budget (default 65536).")
-    config: Path | str | None = option(None, help="A pdmux YAML whose levels and knobs to use.")
+    sm_group_num: int | None = declared_as(PdmuxKnobs, "sm_group_num")
+    decode_bs_divisor: int | None = declared_as(PdmuxKnobs, "decode_bs_divisor")
+    token_budget: int | None = declared_as(PdmuxKnobs, "token_budget")
+    config: Path | str | None = declared_as(PdmuxKnobs, "config")
     flops_dtype: str | None = declared_as(ServerOptions, "flops_dtype")
     calibration: Path | str | None = declared_as(ServerOptions, "calibration")
     tp: int = declared_as(ServerOptions, "tp")
@@ -317,8 +318,8 @@ def estimate(request: EstimateRequest) -> EstimateResult:
     )
     est.notes[:0] = cfg_notes
     est.notes.extend([*context_notes, *spec_notes])
-    if cal is not None and scenario.cost_model == "chapter" and (
-            r.mfu is not None or r.bandwidth_efficiency is not None):
+    # mfu and bandwidth_efficiency are the chapter's knobs (CostModelOptions): the roofline refused them above
+    if cal is not None and (r.mfu is not None or r.bandwidth_efficiency is not None):
         est.notes.append(Finding("estimate.calibration_replaces_knobs", param="calibration"))
     block = provenance(sglang=get_revision(r.sglang).key, cost_model=cost_model_block(est, calibration))
     if plot is not None:

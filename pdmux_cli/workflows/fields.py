@@ -336,14 +336,17 @@ def option(default: Any = None, *, help: str, group: str | None = None, short: s
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def declared_as(cls: type, name: str, *, required: bool = False) -> Any:
+def declared_as(cls: type, name: str, *, required: bool = False, default: Any = dataclasses.MISSING) -> Any:
     """Field ``name`` of ``cls`` declared again, for another request that takes the same option (the same
     default, help, group, short flag and wordings): the option is worded once, where ``cls`` declares it.
-    ``required``: without its default (tune's ``slo_ttft``: the CLI requires the option)."""
+    ``required``: without its default (tune's ``slo_ttft``: the CLI requires the option). ``default``: the
+    command's own default where it differs (gen-config's ``sm_group_num`` 8, SGLang's, where the others
+    default to the YAML's)."""
     f = next(f for f in dataclasses.fields(cls) if f.name == name)
     if required:
         return dataclasses.field(metadata=dict(f.metadata))
-    return dataclasses.field(default=f.default, metadata=dict(f.metadata))
+    return dataclasses.field(default=f.default if default is dataclasses.MISSING else default,
+                             metadata=dict(f.metadata))
 
 
 def sglang_revision() -> Any:

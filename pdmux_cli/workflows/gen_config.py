@@ -18,6 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog.model import DEFAULT_MODEL
+from ..sglang.split_levels import (
+    DEFAULT_DECODE_BS_DIVISOR,
+    DEFAULT_SM_GROUP_NUM,
+    DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET,
+)
 from ..provenance import provenance, step_model_provenance, with_provenance
 from ..util.errors import Finding, InputError
 from .check_config import CheckConfigRequest
@@ -27,7 +32,10 @@ from .planning_inputs import (
     check_positive_knobs,
     resolve_device,
 )
+from .pdmux_knobs import PdmuxKnobs
 from .progress import ProgressFactory
+from .server import ServerOptions
+from .slo_options import SloOptions
 
 
 @dataclass(frozen=True)
@@ -52,11 +60,10 @@ class GenConfigRequest(Checked):
     gpu: str | None = device_option("gpu")
     sms: int | None = device_option("sms")
     cc: str | None = device_option("cc")
-    sm_group_num: int = option(8, help="Stream groups incl. the two whole-GPU ones.")
-    decode_bs_divisor: int = option(36, help="Divisor of the linear level rule.")
-    token_budget: int = option(65536, help="split_forward_token_budget (tokens per round).")
-    divisions: str | None = option(None, help=(
-        "Manual levels PREFILL:DECODE:THRESHOLD,... e.g. 112:20:0,104:28:5"))
+    sm_group_num: int = declared_as(PdmuxKnobs, "sm_group_num", default=DEFAULT_SM_GROUP_NUM)
+    decode_bs_divisor: int = declared_as(PdmuxKnobs, "decode_bs_divisor", default=DEFAULT_DECODE_BS_DIVISOR)
+    token_budget: int = declared_as(PdmuxKnobs, "token_budget", default=DEFAULT_SPLIT_FORWARD_TOKEN_BUDGET)
+    divisions: str | None = declared_as(PdmuxKnobs, "divisions")
     manual: bool = option(False, help=(
         "Write SGLang's automatic levels as manual_divisions (always on Blackwell)."))
     output: Path | str | None = option(None, short="-o", writes="path", help=(
@@ -67,11 +74,8 @@ class GenConfigRequest(Checked):
     trace: Path | str | None = option(None, help=(
         "Trace for {flag.tune}, or whose decode steps give {flag.slo_itl} its context distribution (Azure"
         " CSV, Mooncake JSONL, BurstGPT CSV)."))
-    slo_ttft: float | None = option(None, help="TTFT SLO for {flag.tune}, ms.")
-    slo_itl: float | None = option(None, help=(
-        "ITL target, ms: without {flag.tune}, write SLO levels (per decode batch the fewest decode SMs "
-        "whose round, next to a running prefill, meets it; needs {flag.gpu} and {flag.context} or "
-        "{flag.trace}); with {flag.tune}, the ITL SLO tuned for."))
+    slo_ttft: float | None = declared_as(SloOptions, "slo_ttft", default=None)
+    slo_itl: float | None = declared_as(SloOptions, "slo_itl", default=None)
     context: int | None = option(None, help=(
         "{flag.slo_itl}: tokens of context of every decoding request (or {flag.trace} for a "
         "distribution)."))
@@ -97,9 +101,7 @@ class GenConfigRequest(Checked):
         "profiles/efficiency/serving.yaml's, as simulate)."))
     per_request_overhead_ms: float | None = option(None, help=(
         "{flag.slo_itl}, roofline: its CPU time per running request per step, ms (default: as simulate)."))
-    max_running_requests: int | None = option(None, help=(
-        "{flag.slo_itl}: SGLang's {flag.max_running_requests}, the largest decode batch sized for "
-        "(default: SGLang's from the KV pool)."))
+    max_running_requests: int | None = declared_as(ServerOptions, "max_running_requests")
     model: str = option(DEFAULT_MODEL, short="-m", help=(
         "Model served (for {flag.tune} and {flag.slo_itl}; with {flag.tp} its heads and widths must "
         "split)."))

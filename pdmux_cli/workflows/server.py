@@ -121,7 +121,9 @@ class ServerOptions(Checked):
     max_prefill_tokens: int = option(MAX_PREFILL_TOKENS, help=(
         "SGLang's {flag.max_prefill_tokens}."))
     max_running_requests: int | None = option(None, help=(
-        "SGLang's flag (default: SGLang's, from the KV pool)."))
+        "SGLang's flag (default: SGLang's, from the KV pool)."), wordings={"gen-config": (
+        "{flag.slo_itl}: SGLang's {flag.max_running_requests}, the largest decode batch sized for "
+        "(default: SGLang's from the KV pool).")})
     cuda_graph_max_bs: int | None = option(None, help=(
         "Largest decode batch with a CUDA graph (default: SGLang's for the GPU). Larger batches launch "
         "kernel by kernel: slower only where the launches outlast the GPU's work (small models); it also "
@@ -327,13 +329,15 @@ def server_options(request: Any) -> ServerOptions:
 
 
 def _check_values(o: ServerOptions) -> None:
+    from ..costmodel import model_class
     from ..sglang.kv_cache import check_kv_options
 
     if o.gpu is not None and not str(o.gpu).strip():
         raise InputError("{flag.gpu} is empty: give a GPU name such as h100 (pdmux splits {flag.all_gpus} "
                          "lists them)", param="gpu", values={})
+    chosen = model_class(str(o.cost_model).strip().lower())
     for name in ("disable_prefill_cuda_graph", "disable_cuda_graph"):
-        if getattr(o, name) and str(o.cost_model).strip().lower() == "chapter":
+        if getattr(o, name) and chosen is not None and not chosen.models_cpu_time:
             raise InputError("{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no "
                              "CPU time)", param=name, values={})
     check_kv_options(o.kv_cache_dtype, o.kv_bytes)

@@ -16,7 +16,8 @@ from typing import Any
 
 from ..util.errors import Finding, InputError
 from .deployment import Cluster, DeploymentOptions, server_and_cluster
-from .fields import option, sglang_revision
+from .fields import declared_as, option, sglang_revision
+from .pdmux_knobs import PdmuxKnobs
 from .pdmux_yaml import PdmuxYaml
 from .policies import (
     DEFAULT_POLICIES,
@@ -28,6 +29,7 @@ from .policies import (
 )
 from .progress import ProgressFactory, entered, start
 from .run_options import RunOptions
+from .slo_options import SloOptions
 from .server import (ServerOptions, on_gpus, provenance_block, server_options, speculation_dict,
                      server_notes)
 from .values import finite
@@ -63,18 +65,18 @@ class SimulateRequest(WorkloadOptions, ServerOptions, DeploymentOptions, RunOpti
     prefill_decode_interval: int = option(0, help=(
         "chunked, mixed-chunk and prefill-first: decode-only rounds after each prefill batch (SGLang's flag; "
         "0 = off)."))
-    config: Path | None = option(None, help="pdmux YAML to simulate (default: SGLang's defaults).")
-    sm_group_num: int | None = option(None, help="Override sm_group_num.")
-    decode_bs_divisor: int | None = option(None, help="Override decode_bs_divisor.")
-    token_budget: int | None = option(None, help="Override split_forward_token_budget.")
-    divisions: str | None = option(None, help="Manual levels PREFILL:DECODE:THRESHOLD,...")
+    config: Path | None = declared_as(PdmuxKnobs, "config")
+    sm_group_num: int | None = declared_as(PdmuxKnobs, "sm_group_num")
+    decode_bs_divisor: int | None = declared_as(PdmuxKnobs, "decode_bs_divisor")
+    token_budget: int | None = declared_as(PdmuxKnobs, "token_budget")
+    divisions: str | None = declared_as(PdmuxKnobs, "divisions")
     unreleased_fallback: bool = option(False, help=(
         "pdmux: where SGLang 0.5.23 crashes (no manual threshold matches), use group 1 as its unreleased "
         "branches do, instead of stopping."), wordings={"capacity": (
             "pdmux: where SGLang 0.5.23 crashes (no manual threshold matches), use group 1 as its unreleased "
             "branches do.")})
-    slo_ttft: float = option(1000.0, help="TTFT SLO, ms.")
-    slo_itl: float = option(60.0, help="ITL SLO, ms (judged on each request's p99 ITL).")
+    slo_ttft: float = declared_as(SloOptions, "slo_ttft")
+    slo_itl: float = declared_as(SloOptions, "slo_itl")
     max_concurrency: int | None = option(None, help=(
         "A closed-loop client with at most N requests in flight, as SGLang's bench_serving "
         "--max-concurrency: each request is sent at its arrival or when one finishes, whichever is later; "
@@ -267,7 +269,7 @@ def with_uncertainty(metrics: list[Any], workload: Any, setup: Any, loop: str) -
     for m in metrics:
         figures = client_figures(m, workload.output_tokens)
         unc = None
-        if setup.step_model.name == "roofline":
+        if setup.step_model.has_error_interval:
             unc = uncertainty(figures, Regime(loop, figures["in_flight"], family), calibration=calibration)
         out.append(replace(m, output_tok_s=figures["output_tok_s"], uncertainty=unc))
     return out

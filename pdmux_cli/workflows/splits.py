@@ -17,7 +17,8 @@ from ..provenance import provenance, with_provenance
 from ..sglang.revisions import DEFAULT_REVISION
 from ..util.errors import Finding, InputError, short_repr
 from .device_options import device_option
-from .fields import Checked, option
+from .fields import Checked, declared_as, option
+from .pdmux_knobs import PdmuxKnobs
 from .planning_inputs import (
     check_positive_knobs,
     int_tuple,
@@ -50,12 +51,10 @@ class SplitsRequest(Checked):
     prompt_tokens: tuple[int, ...] | str = option((512, 8192, 32768, 131072), help=(
         "Prompt lengths for layers per round."))
     model: str = option(DEFAULT_MODEL, short="-m", help="Model profile or config.json (its layer count).")
-    sm_group_num: int | None = option(None, help=(
-        "Stream groups incl. the two whole-GPU ones (SGLang default 8)."))
-    decode_bs_divisor: int | None = option(None, help="Divisor of the linear level rule (default 36).")
-    token_budget: int | None = option(None, help="split_forward_token_budget (default 65536).")
-    config: Path | str | None = option(None, help=(
-        "An existing pdmux YAML: its levels, thresholds and knobs are used."))
+    sm_group_num: int | None = declared_as(PdmuxKnobs, "sm_group_num")
+    decode_bs_divisor: int | None = declared_as(PdmuxKnobs, "decode_bs_divisor")
+    token_budget: int | None = declared_as(PdmuxKnobs, "token_budget")
+    config: Path | str | None = declared_as(PdmuxKnobs, "config")
     tp: int = option(1, help=(
         "Tensor parallelism (GPUs, 1-8): every GPU builds the same groups and takes the same level; "
         "{flag.model}'s heads and widths must split."))

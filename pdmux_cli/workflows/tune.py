@@ -21,6 +21,7 @@ from .run_options import RunOptions
 from .server import (ServerOptions, build_setup, provenance_block, server_options, speculation_dict,
                      server_notes, speculative_launch_flags, without_prefix_cache)
 from .simulate import SimulateRequest
+from .slo_options import SloOptions
 from .values import as_text_list, finite, parse_float_list, parse_int_list
 from .workload import WorkloadOptions, fit_to_model, load_workload
 
@@ -41,8 +42,8 @@ class TuneRequest(ServerOptions, DeploymentOptions, RunOptions):
 
     trace: Path = option(required=True, help="Trace file to tune on (Azure CSV, Mooncake JSONL, BurstGPT "
                                               "CSV).")
-    slo_ttft: float = declared_as(SimulateRequest, "slo_ttft", required=True)
-    slo_itl: float = declared_as(SimulateRequest, "slo_itl", required=True)
+    slo_ttft: float = declared_as(SloOptions, "slo_ttft", required=True)
+    slo_itl: float = declared_as(SloOptions, "slo_itl", required=True)
     trace_format: str | None = declared_as(WorkloadOptions, "trace_format")
     qps: float | None = declared_as(WorkloadOptions, "qps")
     rate_scale: float | None = declared_as(WorkloadOptions, "rate_scale")
