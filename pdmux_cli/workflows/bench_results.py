@@ -56,8 +56,8 @@ class BenchDryRun:
 class BenchRun:
     """A run's results (:class:`pdmux_cli.bench.results.BenchResults`, or with ``replay``
     :class:`pdmux_cli.bench.replay_results.ReplayResults`: ``interrupted``, ``error``, ``step_errors`` say
-    whether it stopped), the files ``written`` in ``out_dir`` (``None``: no ``--output``), and the replay's own
-    calibration (``None``: none measured)."""
+    whether it stopped), the files ``written`` in ``out_dir`` (``None``: no ``--output``), and the replay's
+    own calibration (``None``: none measured)."""
 
     results: Any
     written: list[Path]
