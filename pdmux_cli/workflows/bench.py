@@ -4,8 +4,8 @@
 The kernel bench here; ``--model``'s replay in :mod:`.bench_replay`. Every input is checked before any
 device work (the kernel-only and replay-only options, ``--output DIR``, ``--gpu``, ``--levels``); the device
 is probed only for a run, and torch, cuda-python and numpy are imported only then
-(:mod:`pdmux_cli.bench.runner`, :mod:`pdmux_cli.bench.model_replay`). Module level: the bench's plan only, for its bounds
-(:data:`pdmux_cli.bench.plan.MAX_REPEATS`); imported when the command is built
+(:mod:`pdmux_cli.bench.runner`, :mod:`pdmux_cli.bench.model_replay`). Module level: the bench's plan
+only, for its bounds (:data:`pdmux_cli.bench.plan.MAX_REPEATS`); imported when the command is built
 (:func:`pdmux_cli.cli.options.deferred`). The CLI renders the result and ends a stopped run
 (:mod:`pdmux_cli.cli.bench`).
 """
