@@ -263,7 +263,7 @@ def test_tune_starts_a_run_away_from_the_runs_in_flight() -> None:
     assert tune._next_apart(queue, {2, 52}) == 5 and list(queue) == [3, 53, 4, 54, 55, 6]
     assert tune._next_apart(queue, {4, 54}) == 3 and list(queue) == [53, 4, 54, 55, 6]
     assert tune._next_apart(queue, {54}) == 4
-    assert tune._next_apart(queue, {53, 55}) == 53 and list(queue) == [54, 55, 6]  # none apart: the first
+    assert tune._next_apart(queue, {53, 55, 7}) == 53 and list(queue) == [54, 55, 6]  # none apart: the first
     assert tune._next_apart(queue, set()) == 54
 
 

@@ -33,8 +33,9 @@ crash and layers-a-round choices agree with a finished run's at every decode bat
 met would run the same rounds (:func:`pdmux_cli.simulate.schedulers.pdmux_choices`): it takes that run's
 figures instead of being simulated (on the code trace 59 simulations for 104 candidates and schedules, with
 one worker or two: a candidate waits while a run near it in the list is in flight, :func:`_next_apart`).
-SGLang's other schedules run last, on the workers the overload search (:func:`overload_note`: a chain of
-runs, one at a time) leaves idle (:class:`~pdmux_cli.simulate.executors.Backfill`).
+SGLang's other schedules run on the workers the candidates' last runs and the overload search
+(:func:`overload_note`: a chain of runs, one at a time) leave idle, the rest after it
+(:class:`~pdmux_cli.simulate.executors.Backfill`).
 """
 
 from __future__ import annotations
@@ -590,13 +591,17 @@ def tune(
     # more processes than cores only cost memory: the executor caps them (executors.local_workers)
     with using(executor, workers, len(policies) + len(schedules), ray_address) as ex:
         shared = ex.share((trace, setup, slo_ttft_ms, slo_itl_ms, dp, load_balance_method, max_steps))
-        outcomes = _run_sharing(ex, shared, policies, whats, tick, setup, runs := [])  # runs: _same_run
+        # SGLang's other schedules on the workers the candidates leave idle (the last runs' tail) and the
+        # overload search's chain of runs, one at a time, leaves idle; the rest after it
+        beside = Backfill(ex, [(_evaluate, shared, p, f"{p.label} (SGLang, no pdmux)") for p in schedules],
+                          lambda _i, o: tick(-1, o))
+        outcomes = _run_sharing(beside, shared, policies, whats, tick, setup, runs := [])  # runs: _same_run
         workers = ex.workers
         rows = [TuneRow(i, c, *o) for i, (c, o) in enumerate(zip(cands, outcomes))]
         if capped:  # the layer cap, on the winner so far (module docstring)
             first = min(rows, key=lambda r: _rank_key(r, None))
             extra = with_layer_caps(first.candidate, layer_caps)
-            more = _run_sharing(ex, shared, [policy_of(c.config) for c in extra],
+            more = _run_sharing(beside, shared, [policy_of(c.config) for c in extra],
                                 [f"pdmux config {c.description}" for c in extra], tick, setup, runs)
             rows += [TuneRow(len(rows) + i, c, *o) for i, (c, o) in enumerate(zip(extra, more))]
         baseline = _default_row(rows)
@@ -604,9 +609,6 @@ def tune(
         notes = ([capped_note] if capped_note else []) + slo_notes
         if rows[best].older_sglang_crash_rounds:
             notes.append(Finding("tune.winner_crashes_release"))
-        # SGLang's other schedules on the workers the overload search's chain of runs leaves idle
-        beside = Backfill(ex, [(_evaluate, shared, p, f"{p.label} (SGLang, no pdmux)") for p in schedules],
-                          lambda i, o: tick(len(rows) + i, o))
         overload = overload_note(
             trace,
             setup,
