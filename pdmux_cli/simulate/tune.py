@@ -629,4 +629,3 @@ def tune(
     return TuneResult(rows, best, baseline, skipped, workers, notes, others, gpus=dp * setup.tp,
                       layout=Layout(setup.tp, dp), router=load_balance_method if dp > 1 else "",
                       intervals=setup.step_model.name == "roofline")
-
