@@ -250,11 +250,11 @@ class Backfill(Executor):
     """``inner``'s workers for a caller's tasks and, while fewer tasks run on them than it has workers,
     ``background`` ones (``(fn, shared, arg, what)`` that no task of the caller's waits on) on the rest, in
     their order: tune's schedules on the worker its last candidates' runs and its overload search's chain of
-    runs (one at a time) leave idle. :meth:`drain` runs the background tasks left and returns every one's value in order;
-    ``on_done(index, value)`` as each finishes. The caller's tasks, their values and the order it gets them
-    are as on ``inner``: only when the background tasks run changes, never a value. A background task's
-    failure is raised where it is met (:meth:`next_done` or :meth:`drain`), as :meth:`Job.result` raises
-    it."""
+    runs (one at a time) leave idle. :meth:`drain` runs the background tasks left and returns every one's
+    value in order; ``on_done(index, value)`` as each finishes. The caller's tasks, their values and the
+    order it gets them are as on ``inner``: only when the background tasks run changes, never a value. A
+    background task's failure is raised where it is met (:meth:`next_done` or :meth:`drain`), as
+    :meth:`Job.result` raises it."""
 
     def __init__(self, inner: Executor, background: Sequence[tuple[Callable, Any, Any, str]],
                  on_done: Callable[[int, Any], None] | None = None) -> None:
