@@ -118,6 +118,7 @@ def test_backfill_runs_background_tasks_beside_the_callers(workers) -> None:
     returns their values in order, on_done told of each."""
     done: list[tuple[int, int]] = []
     with executor("local", workers, tasks=2) as ex:
+        two = ex.workers == 2  # (one where this machine has one core)
         beside = executors.Backfill(ex, [(_square, 10, k, f"background {k}") for k in range(5)],
                                     lambda i, v: done.append((i, v)))
         got, started = [], []
@@ -131,7 +132,7 @@ def test_backfill_runs_background_tasks_beside_the_callers(workers) -> None:
         assert beside.drain() == [0, 10, 40, 90, 160]
     assert got == [(1, 1), (2, 4), (3, 9)]
     assert sorted(done) == [(k, 10 * k * k) for k in range(5)]
-    assert (started[0] >= 1) if workers == 2 else started == [0, 0, 0]
+    assert (started[0] >= 1) if two else started == [0, 0, 0]
 
 
 @pytest.mark.parametrize("workers", [1, 2])
