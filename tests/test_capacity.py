@@ -222,6 +222,28 @@ def test_tune_says_when_the_trace_overloads_the_gpu(small) -> None:
     assert not any("overload" in n for n in render_all(calm.notes))
 
 
+def test_tune_runs_its_schedules_beside_the_overload_search(small) -> None:
+    """SGLang's other schedules run on the worker the overload search's chain leaves idle (two workers) or
+    after it (one): the same rows, schedules and notes either way, the schedules' figures those of their own
+    simulations."""
+    from pdmux_cli.sglang.server_defaults import default_chunked_prefill_size
+    from pdmux_cli.simulate.tune import tune
+
+    trace, setup = small
+    heavy = reshape(trace, qps=60.0)
+    knobs = {"sm_group_nums": [8], "divisors": [36], "budgets": [65536], "single_levels": False}
+    one = tune(heavy, setup, 1000, 60, workers=1, **knobs)
+    two = tune(heavy, setup, 1000, 60, workers=2, **knobs)
+    assert any("overloads the GPU" in n for n in render_all(two.notes))
+    assert (two.rows, two.schedules) == (one.rows, one.schedules)
+    assert render_all(two.notes) == render_all(one.notes)
+    chunked = ChunkedPolicy(default_chunked_prefill_size(setup.memory_bytes))
+    alone = [summarize(simulate(heavy, setup, p), 1000, 60) for p in (chunked, MixedChunkPolicy(512))]
+    assert [(s.label, s.slo_attainment, s.goodput_rps) for s in two.schedules] == [
+        (m.policy, m.slo_attainment, m.goodput_rps) for m in alone]
+    assert all(s.slo_attainment < 0.99 for s in two.schedules)
+
+
 def test_ctrl_c_stops_tune_and_its_workers(tmp_path) -> None:
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) ends tune with status 130 and
     leaves no worker behind: they ignore it, the parent terminates them."""

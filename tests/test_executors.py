@@ -105,6 +105,46 @@ def test_a_failed_task_names_what_it_was_simulating(workers) -> None:
                ["pdmux config x"] * 2)
 
 
+def _square(shared: int, x: int) -> int:
+    if x < 0:
+        raise ValueError("negative")
+    return shared * x * x
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_backfill_runs_background_tasks_beside_the_callers(workers) -> None:
+    """The caller's tasks come back to it alone, as on the executor; the background ones start while fewer
+    tasks run than there are workers (two: beside the caller's first; one: none before drain) and drain
+    returns their values in order, on_done told of each."""
+    done: list[tuple[int, int]] = []
+    with executor("local", workers, tasks=2) as ex:
+        two = ex.workers == 2  # (one where this machine has one core)
+        beside = executors.Backfill(ex, [(_square, 10, k, f"background {k}") for k in range(5)],
+                                    lambda i, v: done.append((i, v)))
+        got, started = [], []
+        for x in (1, 2, 3):
+            beside.submit(_square, 1, x, f"mine {x}", tag=x)
+            assert beside.pending() == 1
+            job = beside.next_done()
+            got.append((job.tag, job.result()))
+            assert beside.pending() == 0
+            started.append(len(done) + ex.pending())  # background tasks finished or in flight
+        assert beside.drain() == [0, 10, 40, 90, 160]
+    assert got == [(1, 1), (2, 4), (3, 9)]
+    assert sorted(done) == [(k, 10 * k * k) for k in range(5)]
+    assert (started[0] >= 1) if two else started == [0, 0, 0]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failed_background_task_names_itself(workers) -> None:
+    with pytest.raises(TaskFailed, match=r"while simulating background -1: ValueError"), \
+            executor("local", workers, tasks=2) as ex:
+        beside = executors.Backfill(ex, [(_square, 1, -1, "background -1")])
+        beside.submit(_square, 1, 2, "mine")
+        assert beside.next_done().result() == 4
+        beside.drain()
+
+
 def test_tune_past_its_step_budget_names_the_config() -> None:
     r = runner.invoke(app,
                       ["tune", "--trace", AZURE, "--slo-ttft", "1000", "--slo-itl", "60", "--sm-group-nums",

@@ -253,6 +253,20 @@ def test_tune_shares_runs_across_workers(monkeypatch) -> None:
     assert (two.schedules, two.best, two.baseline) == (every.schedules, every.best, every.baseline)
 
 
+def test_tune_starts_a_run_away_from_the_runs_in_flight() -> None:
+    """Tune's next candidate: the first more than NEIGHBOURS places from every run in flight (a neighbour,
+    alike, would be simulated beside the run it repeats), else the first; taken out of the queue."""
+    from collections import deque
+
+    assert tune.NEIGHBOURS == 2
+    queue = deque([3, 53, 4, 54, 5, 55, 6])
+    assert tune._next_apart(queue, {2, 52}) == 5 and list(queue) == [3, 53, 4, 54, 55, 6]
+    assert tune._next_apart(queue, {4, 54}) == 3 and list(queue) == [53, 4, 54, 55, 6]
+    assert tune._next_apart(queue, {54}) == 4
+    assert tune._next_apart(queue, {53, 55, 7}) == 53 and list(queue) == [54, 55, 6]  # none apart: the first
+    assert tune._next_apart(queue, set()) == 54
+
+
 # ---- a prefix cache on the event-speed path (SGLang's default loop) ----------------------------------------
 def _cached_trace(seed: int, count: int = 120) -> Trace:
     """Sessions whose prompts share prefixes (512-token blocks), long outputs: quiet decode runs while the

@@ -246,6 +246,66 @@ class Processes(Executor):
         self._context.__exit__(*(exc_info if failed else (None, None, None)))
 
 
+class Backfill(Executor):
+    """``inner``'s workers for a caller's tasks and, while fewer tasks run on them than it has workers,
+    ``background`` ones (``(fn, shared, arg, what)`` that no task of the caller's waits on) on the rest, in
+    their order: tune's schedules on the worker its last candidates' runs and its overload search's chain of
+    runs (one at a time) leave idle. :meth:`drain` runs the background tasks left and returns every one's
+    value in order; ``on_done(index, value)`` as each finishes. The caller's tasks, their values and the
+    order it gets them are as on ``inner``: only when the background tasks run changes, never a value. A
+    background task's failure is raised where it is met (:meth:`next_done` or :meth:`drain`), as
+    :meth:`Job.result` raises it."""
+
+    def __init__(self, inner: Executor, background: Sequence[tuple[Callable, Any, Any, str]],
+                 on_done: Callable[[int, Any], None] | None = None) -> None:
+        super().__init__(inner.workers)
+        self.name = inner.name
+        self._inner = inner
+        self._waiting = deque(enumerate(background))
+        self._running: dict[Job, int] = {}  # background jobs in flight: their index
+        self._values: list[Any] = [None] * len(background)
+        self._on_done = on_done
+
+    def share(self, obj: Any) -> Any:
+        return self._inner.share(obj)
+
+    def submit(self, fn: Callable[[Any, Any], Any], shared: Any, arg: Any, what: str, tag: Any = None) -> Job:
+        return self._inner.submit(fn, shared, arg, what, tag)
+
+    def _start(self, job: Job, fn: Callable, shared: Any, arg: Any) -> None:  # (submit goes to inner)
+        raise NotImplementedError
+
+    def pending(self) -> int:
+        return self._inner.pending() - len(self._running)
+
+    def next_done(self) -> Job:
+        while True:
+            self._fill()
+            job = self._inner.next_done()
+            if job not in self._running:
+                return job
+            self._finished(job)
+
+    def drain(self) -> list[Any]:
+        """Run the background tasks left (the caller's all returned) and return every one's value, in
+        order."""
+        while self._waiting or self._running:
+            self._fill()
+            self._finished(self._inner.next_done())
+        return self._values
+
+    def _fill(self) -> None:
+        while self._waiting and self._inner.pending() < self._inner.workers:
+            index, (fn, shared, arg, what) = self._waiting.popleft()
+            self._running[self._inner.submit(fn, shared, arg, what)] = index
+
+    def _finished(self, job: Job) -> None:
+        index = self._running.pop(job)
+        self._values[index] = job.result()
+        if self._on_done is not None:
+            self._on_done(index, self._values[index])
+
+
 class OnRay(Executor):
     """Tasks on a Ray cluster (module docstring). ``address``: ``None`` to start a local Ray instance
     (stopped on :meth:`close`), ``auto``, ``ray://...`` or ``host:port`` to connect to one. ``workers``:

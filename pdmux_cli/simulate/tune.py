@@ -31,8 +31,11 @@ the simulation has no randomness, and ties are broken by a fixed order (SGLang's
 then candidate order), so the result is the same for any number of workers. A candidate whose level,
 crash and layers-a-round choices agree with a finished run's at every decode batch and prefill that run
 met would run the same rounds (:func:`pdmux_cli.simulate.schedulers.pdmux_choices`): it takes that run's
-figures instead of being simulated (on the code trace 59 simulations for 104 candidates and schedules, 63
-with two workers).
+figures instead of being simulated (on the code trace 59 simulations for 104 candidates and schedules, with
+one worker or two: a candidate waits while a run near it in the list is in flight, :func:`_next_apart`).
+SGLang's other schedules run on the workers the candidates' last runs and the overload search
+(:func:`overload_note`: a chain of runs, one at a time) leave idle, the rest after it
+(:class:`~pdmux_cli.simulate.executors.Backfill`).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from ..sglang import pdmux_config as pc
 from ..sglang import split_levels
 from ..util.errors import Finding, InputError
 from .engine import Setup
-from .executors import Executor
+from .executors import Backfill, Executor
 from . import pool
 from .capacity import check_slos
 from .metrics import ttft_quarters
@@ -390,6 +393,24 @@ def _same_run(policy, setup: Setup, runs: list) -> tuple | None:
     return None
 
 
+#: Positions in tune's list within which a run in flight keeps a candidate waiting (:func:`_next_apart`): on
+#: the code trace with two workers the runs repeated side by side were 1 and 2 apart (63 simulations for 59
+#: distinct runs; 59 with this window, 60 with 1).
+NEIGHBOURS = 2
+
+
+def _next_apart(queue: deque, flying: set[int]) -> int:
+    """The first index in ``queue`` (taken out of it) more than :data:`NEIGHBOURS` places from each of the
+    ``flying`` runs, else the first: a neighbour is often alike (the same levels, another divisor), and a run
+    started beside one it repeats is simulated twice (:func:`_same_run` matches finished runs only). Only the
+    order changes: no result does."""
+    for k, i in enumerate(queue):
+        if all(abs(i - j) > NEIGHBOURS for j in flying):
+            del queue[k]
+            return i
+    return queue.popleft()
+
+
 def _run_sharing(ex: Executor, shared: object, policies: Sequence, whats: Sequence[str],
                  tick: Callable[[int, tuple], None], setup: Setup, runs: list) -> list[tuple]:
     """:func:`_evaluate` for each of ``policies`` (their outcomes in order), as many at a time as the
@@ -404,22 +425,22 @@ def _run_sharing(ex: Executor, shared: object, policies: Sequence, whats: Sequen
     size = max(1, -(-len(policies) // workers))
     blocks = [range(k, min(k + size, len(policies))) for k in range(0, len(policies), size)]
     queue = deque(i for group in itertools.zip_longest(*blocks) for i in group if i is not None)
-    flying = 0
+    flying: set[int] = set()
     while queue or flying:
-        while queue and flying < workers:
-            i = queue.popleft()
+        while queue and len(flying) < workers:
+            i = _next_apart(queue, flying)
             outcome = _same_run(policies[i], setup, runs)
             if outcome is None:
                 ex.submit(_evaluate_recorded, shared, policies[i], whats[i], tag=i)
-                flying += 1
+                flying.add(i)
             else:
                 out[i] = outcome
                 tick(i, outcome)
         if not flying:
             break
         job = ex.next_done()
-        flying -= 1
         i = job.tag
+        flying.discard(i)
         out[i], record = job.result()
         if record is not None:
             batches, tokens = sorted(record.get("batches", ())), sorted(record.get("tokens", ()))
@@ -556,10 +577,9 @@ def tune(
     def policy_of(config: pc.PdmuxConfig) -> PdmuxPolicy:
         return pdmux_policy(config, capped, threshold_fallback)
 
-    policies = [policy_of(c.config) for c in cands] + list(schedules)
-    whats = [f"pdmux config {c.description}" for c in cands] + [f"{p.label} (SGLang, no pdmux)"
-                                                                for p in schedules]
-    total = len(policies) + (len(set(layer_caps)) if capped else 0)
+    policies = [policy_of(c.config) for c in cands]
+    whats = [f"pdmux config {c.description}" for c in cands]
+    total = len(policies) + len(schedules) + (len(set(layer_caps)) if capped else 0)
     done = 0
 
     def tick(_i: int, _value: tuple) -> None:
@@ -569,17 +589,19 @@ def tune(
             progress(done, total)
 
     # more processes than cores only cost memory: the executor caps them (executors.local_workers)
-    with using(executor, workers, len(policies), ray_address) as ex:
+    with using(executor, workers, len(policies) + len(schedules), ray_address) as ex:
         shared = ex.share((trace, setup, slo_ttft_ms, slo_itl_ms, dp, load_balance_method, max_steps))
-        outcomes = _run_sharing(ex, shared, policies, whats, tick, setup, runs := [])  # runs: _same_run
+        # SGLang's other schedules on the workers the candidates leave idle (the last runs' tail) and the
+        # overload search's chain of runs, one at a time, leaves idle; the rest after it
+        beside = Backfill(ex, [(_evaluate, shared, p, f"{p.label} (SGLang, no pdmux)") for p in schedules],
+                          lambda _i, o: tick(-1, o))
+        outcomes = _run_sharing(beside, shared, policies, whats, tick, setup, runs := [])  # runs: _same_run
         workers = ex.workers
         rows = [TuneRow(i, c, *o) for i, (c, o) in enumerate(zip(cands, outcomes))]
-        others = [ScheduleRow(policy.label, *o[:4])
-                  for policy, o in zip(schedules, outcomes[len(cands):], strict=True)]
         if capped:  # the layer cap, on the winner so far (module docstring)
             first = min(rows, key=lambda r: _rank_key(r, None))
             extra = with_layer_caps(first.candidate, layer_caps)
-            more = _run_sharing(ex, shared, [policy_of(c.config) for c in extra],
+            more = _run_sharing(beside, shared, [policy_of(c.config) for c in extra],
                                 [f"pdmux config {c.description}" for c in extra], tick, setup, runs)
             rows += [TuneRow(len(rows) + i, c, *o) for i, (c, o) in enumerate(zip(extra, more))]
         baseline = _default_row(rows)
@@ -597,9 +619,11 @@ def tune(
             dp,
             load_balance_method,
             policy_of(rows[best].candidate.config),
-            ex,
+            beside,
             max_steps,
         )
+        others = [ScheduleRow(policy.label, *o[:4])
+                  for policy, o in zip(schedules, beside.drain(), strict=True)]
     if overload:
         notes.append(overload)
     return TuneResult(rows, best, baseline, skipped, workers, notes, others, gpus=dp * setup.tp,
