@@ -124,6 +124,7 @@ def estimate(
     token_budget: int | None = None,
     config: str | Path | None = None,
     flops_dtype: str | None = None,
+    moe_runner_backend: str | None = None,
     calibration: str | Path | None = None,
     tp: int = 1,
     disagg: str | None = None,
@@ -158,8 +159,10 @@ def estimate(
         level: ``"auto"`` (SGLang's pick), ``"P/D"`` or ``(P, D)`` prefill/decode SMs.
         all_levels: also every level's ITL and prefill time (``result.estimate.levels``).
         sm_group_num, decode_bs_divisor, token_budget: SGLang's knobs; config: a pdmux YAML with them.
-        flops_dtype: ``"bf16"``, ``"fp16"`` or ``"fp8"``. calibration: a calibration.yaml (``pdmux bench`` /
-            ``pdmux calibrate``). tp: tensor parallelism (1-8).
+        flops_dtype: ``"bf16"``, ``"fp16"`` or ``"fp8"``. moe_runner_backend: SGLang's
+            ``--moe-runner-backend`` (``"auto"``, ``"triton"``, ``"flashinfer_trtllm"``; ``None``: auto).
+            calibration: a calibration.yaml (``pdmux bench`` / ``pdmux calibrate``). tp: tensor parallelism
+            (1-8).
         disagg: ``"XPYD"`` (``"1P1D"``) for a PD-disaggregation row, over kv_link (``auto``, ``nvlink``,
             ``pcie``, ``rdma``; kv_link_gb_s GB/s and kv_link_latency_us us override it), instances of
             disagg_tp GPUs (default ``tp``).

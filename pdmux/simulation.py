@@ -96,6 +96,7 @@ def simulate(
     kv_bytes: float | None = None,
     kv_cache_dtype: str | None = None,
     flops_dtype: str | None = None,
+    moe_runner_backend: str | None = None,
     mem_fraction_static: float | None = None,
     max_prefill_tokens: int = MAX_PREFILL_TOKENS,
     max_running_requests: int | None = None,

@@ -66,6 +66,50 @@ def test_a_release_before_0_5_8_times_qwen3_bf16_experts_as_triton_on_b200():
     assert old.eager_kernels_per_layer - new.eager_kernels_per_layer == 3  # triton 6, trtllm 3
 
 
+def test_moe_runner_backend_picks_the_kernel_timed() -> None:
+    """SGLang's ``--moe-runner-backend``: ``triton`` on a B200 times Qwen3's bf16 experts with b200.yaml's
+    triton/bf16 fit (the 0.5.6 rule's kernel); ``flashinfer_trtllm`` off SM100 and an unmeasured runner are
+    refused naming the flag; a dense model takes any of them and changes nothing."""
+    qwen = load_model("qwen3-235b-a22b")
+    assert moe_kernel(qwen, SM100, runner="triton") == ("triton", "bf16")
+    assert moe_kernel(qwen, SM100, runner="auto") == moe_kernel(qwen, SM100) == ("flashinfer_trtllm", "bf16")
+    assert moe_kernel(qwen, SM100, qwen3_bf16_trtllm=False, runner="flashinfer_trtllm") == (
+        "flashinfer_trtllm", "bf16")
+    assert moe_kernel(load_model("gpt-oss-120b"), SM90, runner="triton") == ("triton", "w4a16_mxfp4")
+    assert moe_kernel(load_model("qwen3-8b"), SM90, runner="triton") is None
+    with pytest.raises(InputError, match=r"^--moe-runner-backend flashinfer_trtllm runs on SM100 GPUs only"):
+        moe_kernel(qwen, SM90, runner="flashinfer_trtllm")
+    with pytest.raises(InputError, match="must be one of auto, triton, flashinfer_trtllm"):
+        moe_kernel(qwen, SM100, runner="cutlass")
+    b200 = find_gpu("b200")
+    forced = build_step_model(b200, qwen, tp=8, moe_runner_backend="triton")
+    from pdmux_cli.sglang.release_defaults import release_defaults
+
+    old = build_step_model(b200, qwen, tp=8, release=release_defaults("0.5.6"))
+    assert forced.decode_s(148, 1, 2000) == old.decode_s(148, 1, 2000)
+    assert forced.eager_kernels_per_layer == old.eager_kernels_per_layer
+
+
+def test_moe_runner_backend_on_the_command_line() -> None:
+    from typer.testing import CliRunner
+
+    from pdmux_cli.cli import app
+
+    runner = CliRunner()
+    base = ["estimate", "--gpu", "b200", "--model", "qwen3-235b-a22b", "--tp", "8", "--decode-bs", "1",
+            "--json"]
+    auto = json.loads(runner.invoke(app, base).stdout)["rows"][0]["itl_ms"]
+    triton = json.loads(runner.invoke(app, [*base, "--moe-runner-backend", "triton"]).stdout)["rows"][0]
+    assert triton["itl_ms"] > auto + 94 * 20e-3  # 94 layers of Triton's latency (35.9 us against 13.5)
+    out = runner.invoke(app, ["estimate", "--model", "qwen3-235b-a22b", "--tp", "8",
+                              "--moe-runner-backend", "flashinfer_trtllm"])
+    assert out.exit_code == 2 and out.stderr.strip().splitlines() == [
+        "pdmux: error: --moe-runner-backend flashinfer_trtllm runs on SM100 GPUs only (B200, B300, GB200, "
+        "GB300): give triton or auto"]
+    out = runner.invoke(app, ["estimate", "--cost-model", "chapter", "--moe-runner-backend", "triton"])
+    assert out.exit_code == 2 and "applies to --cost-model roofline" in out.stderr
+
+
 def test_deepseek_fp8_runs_trtllm_on_sm100_and_triton_on_hopper():
     ds = load_model("deepseek-v3")
     assert moe_kernel(ds, SM100) == ("flashinfer_trtllm", "fp8_block")

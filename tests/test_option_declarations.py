@@ -213,10 +213,10 @@ def test_bench_bounds_its_options_on_its_request(args, line) -> None:
 #: or named here.
 _CAPACITY_LEAVES = {"bandwidth_efficiency", "cuda_graph_max_bs", "disable_overlap_schedule",
                     "disable_prefill_cuda_graph", "flops_dtype", "max_running_requests", "mfu",
-                    "weight_bytes"}
+                    "moe_runner_backend", "weight_bytes"}
 _TUNE_LEAVES = {"cuda_graph_max_bs", "disable_overlap_schedule", "disable_prefill_cuda_graph", "disagg_tp",
                 "flops_dtype", "kv_link", "kv_link_gb_s", "kv_link_latency_us", "max_running_requests",
-                "weight_bytes"}
+                "moe_runner_backend", "weight_bytes"}
 NOT_TAKEN = {"simulate": (set(), set()), "capacity": (_CAPACITY_LEAVES, _CAPACITY_LEAVES),
              "tune": (_TUNE_LEAVES, _TUNE_LEAVES | {"disagg"})}
 

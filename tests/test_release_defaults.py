@@ -283,6 +283,25 @@ def test_qwen3_moe_bf16_runner_per_release(version, trtllm) -> None:
     assert setup.step_model.eff.moe_routed.latency_s == (1.35e-05 if trtllm else 3.594e-05)
 
 
+def test_the_printed_command_carries_the_release_moe_runner() -> None:
+    """A 0.5.6 run of a bf16 Qwen3 MoE on a B200 ran Triton's fused MoE: its printed command says
+    ``--moe-runner-backend triton`` and replays its ITL; a run whose runner 0.5.23 keeps gets no flag."""
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from pdmux_cli.cli import app
+
+    runs = {r.id: r for r in sa.load_runs()}
+    run = runs["cookbook-b200-qwen3-235b-a22b-tp8-1000-1000-c1"]
+    assert run.moe_runner_flags() == ["--moe-runner-backend", "triton"]
+    assert runs["cookbook-b200-deepseek-v3-tp8-1000-1000-c1"].moe_runner_flags() == []
+    out = CliRunner().invoke(app, [*shlex.split(run.command())[1:], "--json"])
+    assert out.exit_code == 0, out.stderr
+    itl = json.loads(out.stdout)["policies"][0]["itl_ms"]["p50"]
+    assert itl == pytest.approx(sa.replay(run)["itl_p50_ms"], rel=1e-6)
+
+
 # ---- the replays ------------------------------------------------------------------------------------------
 def test_every_shipped_run_names_its_release() -> None:
     """sglang_version on every run; the lower release, said in the notes, where the engine text is

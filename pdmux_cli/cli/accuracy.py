@@ -211,4 +211,4 @@ def _print_serving(terms: list, outcomes: list, show_runs: bool, heldout_coverag
                     "serving terms of "
                     "the run's release line; ShareGPT lengths are approximations, bench_serving's random "
                     "lengths exact; --runs lists every run and the pdmux simulate command closest to it "
-                    "(its release's memory defaults; 0.5.23's scheduler rules and MoE runner)")
+                    "(its release's memory defaults and MoE runner; 0.5.23's scheduler rules)")

@@ -233,7 +233,8 @@ def build_step_model(
     if kv_note:
         notes.append(kv_note)
     qwen3_bf16_trtllm = getattr(release, "qwen3_moe_bf16_trtllm", True)
-    profile, moe_flops = _with_moe(profile, gpu, model, weight_bytes_per_param, notes, qwen3_bf16_trtllm)
+    profile, moe_flops = _with_moe(profile, gpu, model, weight_bytes_per_param, notes, qwen3_bf16_trtllm,
+                                   options.moe_runner_backend)
     if model.weight_dtype == "fp8" and math_dtype != "fp8" and weight_bytes_per_param is None:
         notes.append(Finding("costmodel.fp8_weights_marlin", {"math_dtype": math_dtype, "gpu": gpu.name},
                              "flops_dtype"))
@@ -256,7 +257,7 @@ def build_step_model(
         decode_fixed_s=calibration.whole_gpu.decode_fixed_s
         if calibration is not None and calibration.whole_gpu is not None else 0.0,
         compute_capability=tuple(gpu.compute_capability) if getattr(gpu, "compute_capability", None)
-        else None, qwen3_bf16_trtllm=qwen3_bf16_trtllm,
+        else None, qwen3_bf16_trtllm=qwen3_bf16_trtllm, moe_runner=options.moe_runner_backend,
     )
 
 
@@ -309,7 +310,7 @@ def _chapter_model(gpu: Any, model: Any, options: CostModelOptions, calibration:
     for param in options.given_outside("chapter"):
         raise InputError(
             "{param_flag} applies to {flag.cost_model} roofline (the chapter's model has no CPU "
-            "time and no serving delays)",
+            "time, no serving delays and no fused MoE)",
             param=param,
             values={},
         )
@@ -365,14 +366,16 @@ def _cpu_and_serving(options: CostModelOptions, calibration: Any) -> tuple[Any, 
 
 
 def _with_moe(profile: Any, gpu: Any, model: Any, weight_bytes_per_param: float | None,
-              notes: list[Any], qwen3_bf16_trtllm: bool = True) -> tuple[Any, float | None]:
+              notes: list[Any], qwen3_bf16_trtllm: bool = True,
+              runner: str | None = None) -> tuple[Any, float | None]:
     """``profile`` with the fused-MoE efficiency of the kernel SGLang runs for ``model``'s routed experts on
-    ``gpu`` (:mod:`.moe`; ``qwen3_bf16_trtllm``: :func:`.moe.moe_kernel`'s), and the dense FLOP/s of its math
-    (``None`` when none applies); a note is appended when the kernel was not measured there."""
+    ``gpu`` (:mod:`.moe`; ``qwen3_bf16_trtllm`` and ``runner``, ``--moe-runner-backend``:
+    :func:`.moe.moe_kernel`'s), and the dense FLOP/s of its math (``None`` when none applies); a note is
+    appended when the kernel was not measured there."""
     from .moe import for_moe, moe_flops_per_s, moe_kernel
 
     kind = moe_kernel(model, tuple(gpu.compute_capability), weight_bytes_per_param,
-                      qwen3_bf16_trtllm=qwen3_bf16_trtllm)
+                      qwen3_bf16_trtllm=qwen3_bf16_trtllm, runner=runner)
     profile, note = for_moe(profile, kind)
     if note:
         notes.append(note)

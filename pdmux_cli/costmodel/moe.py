@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..util.errors import Finding
+from ..util.errors import Finding, InputError
 from .efficiency import EfficiencyProfile, OperatorEfficiency
 
 #: The runners of aiconfigurator's SGLang MoE table (``benchmarks/aic_extract.py`` ``MOE_KERNELS``); one of
@@ -62,16 +62,31 @@ def is_sm100(compute_capability: tuple[int, int]) -> bool:
     return compute_capability[0] == 10
 
 
+#: SGLang's ``--moe-runner-backend`` values pdmux can time (a measured table each: :data:`MOE_KERNELS`), with
+#: ``auto`` (the release's own choice).
+MOE_RUNNER_BACKENDS = ("auto", *MOE_KERNELS)
+
+
 def moe_kernel(model: Any, compute_capability: tuple[int, int],
                expert_bytes_per_param: float | None = None, *,
-               qwen3_bf16_trtllm: bool = True) -> tuple[str, str] | None:
+               qwen3_bf16_trtllm: bool = True, runner: str | None = None) -> tuple[str, str] | None:
     """``(kernel, dtype)`` of the fused MoE SGLang 0.5.23 runs for ``model``'s routed experts on a GPU of
     ``compute_capability`` (module docstring), or ``None`` for a dense model or experts in a format the
     table has no dtype for. ``expert_bytes_per_param``: the bytes each expert weight is read at (``None``:
     the model's own format, ``model.weight_dtype``); 2 is bf16, 1 block fp8, 4.25/8 MXFP4.
     ``qwen3_bf16_trtllm``: ``False`` for a release before 0.5.8, whose SM100 rule gives the Qwen3 MoE family's
     bf16 experts the Triton runner (:attr:`pdmux_cli.sglang.release_defaults.ReleaseDefaults.\
-qwen3_moe_bf16_trtllm`)."""
+qwen3_moe_bf16_trtllm`). ``runner``: SGLang's ``--moe-runner-backend`` (:data:`MOE_RUNNER_BACKENDS`;
+    ``None`` or ``"auto"``: the rule above); ``"flashinfer_trtllm"`` needs SM100 (SGLang's TRT-LLM-gen
+    kernels are built for it alone). Raises :class:`InputError` for another value, or
+    ``flashinfer_trtllm`` on another GPU."""
+    if runner not in (None, *MOE_RUNNER_BACKENDS):
+        raise InputError("{param_flag} must be one of {choices} (the fused MoE kernels pdmux has measured), "
+                         "got {value!r}", param="moe_runner_backend",
+                         values={"choices": ", ".join(MOE_RUNNER_BACKENDS), "value": runner})
+    if runner == "flashinfer_trtllm" and not is_sm100(compute_capability):
+        raise InputError("{param_flag} flashinfer_trtllm runs on SM100 GPUs only (B200, B300, GB200, "
+                         "GB300): give triton or auto", param="moe_runner_backend", values={})
     if not getattr(model, "num_experts", 0):
         return None
     if expert_bytes_per_param is None:
@@ -80,6 +95,9 @@ qwen3_moe_bf16_trtllm`)."""
         dtype = {2.0: "bf16", 1.0: "fp8_block", 4.25 / 8: "mxfp4"}.get(float(expert_bytes_per_param))
     if dtype is None:
         return None
+    if runner not in (None, "auto"):  # the user's --moe-runner-backend, over the release's rule
+        return runner, ("w4a8_mxfp4_mxfp8" if dtype == "mxfp4" and runner == "flashinfer_trtllm"
+                        else "w4a16_mxfp4" if dtype == "mxfp4" else dtype)
     arch = (tuple(getattr(model, "architectures", ())) or ("",))[0]
     sm100 = is_sm100(compute_capability)
     if dtype == "mxfp4":

@@ -48,6 +48,9 @@ class CostModelOptions:
       per kernel of an eagerly launched forward, dense and MoE (SGLang PR 1401); ``eager_launch_moe_ms`` the
       MoE one alone (the serving fit's term); ``frontend_token_ms`` the front end's time per prompt token
       (0 to 1 ms; ``benchmarks/measure_frontend.py``).
+    - ``moe_runner_backend``: roofline only, SGLang's ``--moe-runner-backend``: the fused MoE whose measured
+      efficiency times a MoE model's routed experts, ``"triton"`` or ``"flashinfer_trtllm"`` (``None`` or
+      ``"auto"``: the kernel the simulated SGLang release picks, :func:`pdmux_cli.costmodel.moe.moe_kernel`).
 
     The chapter model refuses the roofline's knobs and the roofline the chapter's, in this order
     (:meth:`given_outside`). What a model serves is no knob and stays a keyword of
@@ -68,6 +71,7 @@ class CostModelOptions:
     eager_launch_ms: float | None = _only("roofline")
     eager_launch_moe_ms: float | None = _only("roofline")
     frontend_token_ms: float | None = _only("roofline")
+    moe_runner_backend: str | None = _only("roofline")
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

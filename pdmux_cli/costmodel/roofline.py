@@ -80,13 +80,14 @@ GRAPHED_PREFILL_LAUNCHES_PER_LAYER = 2
 
 
 def _moe_runner(model: Model, compute_capability: tuple[int, int] | None,
-                weight_bytes_per_param: float | None, qwen3_bf16_trtllm: bool = True) -> str | None:
+                weight_bytes_per_param: float | None, qwen3_bf16_trtllm: bool = True,
+                runner: str | None = None) -> str | None:
     """The fused-MoE runner SGLang picks for the experts' format (:func:`pdmux_cli.costmodel.moe.moe_kernel`,
     as ``build_step_model`` asks it), for the kernel count of an eager layer."""
     from .moe import moe_kernel
 
     kind = moe_kernel(model, compute_capability or (0, 0), weight_bytes_per_param,
-                      qwen3_bf16_trtllm=qwen3_bf16_trtllm)
+                      qwen3_bf16_trtllm=qwen3_bf16_trtllm, runner=runner)
     return kind[0] if kind else None
 
 
@@ -113,8 +114,8 @@ class RooflineModel:
     which the simulator adds to TTFT; none by default.
     ``compute_capability``: the GPU's, which picks its bandwidth-vs-SMs family
     (:meth:`~pdmux_cli.costmodel.efficiency.PartitionProfile.bandwidth_curve`; ``None``: the first family).
-    ``qwen3_bf16_trtllm``: the release's fused-MoE rule for the eager kernel count
-    (:func:`pdmux_cli.costmodel.moe.moe_kernel`; ``False`` before SGLang 0.5.8).
+    ``qwen3_bf16_trtllm``, ``moe_runner`` (``--moe-runner-backend``): the release's fused-MoE rule and the
+    user's runner, for the eager kernel count (:func:`pdmux_cli.costmodel.moe.moe_kernel`).
     Raises :class:`InputError` for an S_SAT outside 1..SMs or given together with a calibration, or a
     split SGLang refuses (:func:`pdmux_cli.multigpu.tensor_parallel.shard`).
     """
@@ -161,6 +162,7 @@ class RooflineModel:
         moe_flops: float | None = None,
         compute_capability: tuple[int, int] | None = None,
         qwen3_bf16_trtllm: bool = True,
+        moe_runner: str | None = None,
     ) -> None:
         if calibration is not None and s_sat is not None:
             raise InputError("{param_flag} is a guess that a {flag.calibration} file replaces: give one or "
@@ -190,7 +192,8 @@ class RooflineModel:
         self.tp = tp
         self.eager_kernels_per_layer = eager_kernels_per_layer(
             self.shapes, mla=bool(model.is_mla), fp8_linear=self._gemm_ratio > 1.0,
-            moe_runner=_moe_runner(model, compute_capability, weight_bytes_per_param, qwen3_bf16_trtllm))
+            moe_runner=_moe_runner(model, compute_capability, weight_bytes_per_param, qwen3_bf16_trtllm,
+                                   moe_runner))
         if tp > 1 and collectives is None:
             raise InputError("a tensor-parallel cost model needs the GPUs' collectives "
                              "(costmodel.collectives)")

@@ -197,10 +197,26 @@ class ServingRun:
             flags += ["--mem-fraction-static", repr(fraction)]
         return flags
 
+    def moe_runner_flags(self) -> list[str]:
+        """``--moe-runner-backend`` with the fused MoE the run's release picked where 0.5.23 picks another
+        (a bf16 Qwen3 MoE on SM100 up to 0.5.7: Triton; :func:`pdmux_cli.costmodel.moe.moe_kernel`); none
+        otherwise, or where the GPU or model is unknown."""
+        from ..catalog.hardware import find_gpu_or_file
+        from ..catalog.model import load_model
+        from ..costmodel.moe import moe_kernel
+
+        try:
+            gpu, model = find_gpu_or_file(self.gpu), load_model(self.model)
+        except InputError:
+            return []
+        cc = tuple(gpu.compute_capability or (0, 0))
+        ran = moe_kernel(model, cc, qwen3_bf16_trtllm=self.release.qwen3_moe_bf16_trtllm)
+        return ["--moe-runner-backend", ran[0]] if ran and ran != moe_kernel(model, cc) else []
+
     def command(self) -> str:
         """The ``pdmux simulate`` command line that replays this run (with the shipped serving terms), its
         release's memory defaults as flags (:meth:`release_flags`; module docstring: the scheduler rules
-        are 0.5.23's there)."""
+        are 0.5.23's there) and the fused MoE it ran (:meth:`moe_runner_flags`)."""
         prompt, output, seed = self.length_specs
         rate = "inf" if self.request_rate == math.inf else f"{self.request_rate:g}"
         release = self.release_flags()
@@ -222,6 +238,7 @@ class ServingRun:
             args.append("--disable-overlap-schedule")
         if self.prefill_cuda_graph is False and not dict(self.server_args).get("disable_cuda_graph"):
             args.append("--disable-prefill-cuda-graph")
+        args += self.moe_runner_flags()
         for name, value in self.server_args:
             flag = "--" + name.replace("_", "-")
             if value is True:

@@ -26,7 +26,7 @@ class AccuracyRequest(Checked):
         "(simulate with its setup) and compare TTFT, ITL, TPOT, E2E and throughput."))
     runs: bool = option(False, help=(
         "{flag.serving}: every run's figures, its SGLang release and the pdmux simulate command closest to "
-        "it (the release's memory defaults as flags; 0.5.23's scheduler rules and MoE runner)."))
+        "it (the release's memory defaults and MoE runner as flags; 0.5.23's scheduler rules)."))
     workers: int | None = option(None, help="{flag.serving}: processes (default: the cores available).")
 
 

@@ -77,6 +77,7 @@ class EstimateRequest(Checked):
     eager_launch_ms: float | None = declared_as(ServerOptions, "eager_launch_ms")
     context_length: int | None = declared_as(ServerOptions, "context_length")
     disable_cuda_graph: bool = declared_as(ServerOptions, "disable_cuda_graph")
+    moe_runner_backend: str | None = declared_as(ServerOptions, "moe_runner_backend")
     speculative_algorithm: str | None = declared_as(ServerOptions, "speculative_algorithm")
     speculative_num_steps: int | None = declared_as(ServerOptions, "speculative_num_steps")
     speculative_eagle_topk: int | None = declared_as(ServerOptions, "speculative_eagle_topk")

@@ -114,6 +114,9 @@ class ServerOptions(Checked):
         "estimate": "Bytes per KV-cache element (bf16 2, fp8 1; default: by {flag.kv_cache_dtype})."})
     kv_cache_dtype: str | None = option(None, help=KV_CACHE_DTYPE_HELP)
     flops_dtype: str | None = option(None, help="bf16, fp16 or fp8 dense math (default: by model).")
+    moe_runner_backend: str | None = option(None, help=(
+        "SGLang's flag: the fused MoE kernel a MoE model's experts run, auto, triton or flashinfer_trtllm "
+        "(SM100 only; default auto: the kernel SGLang picks for the model, GPU and release)."))
     mem_fraction_static: float | None = option(None, help=(
         "SGLang's flag: share of GPU memory for weights and KV pool (default: SGLang's own, per policy)."),
         wordings={"capacity": "SGLang's flag (default: SGLang's own, per policy).",
