@@ -1,7 +1,9 @@
-"""docs/architecture.md's module table stays true to the tree: a row for every module under ``pdmux_cli/``
-(and ``pdmux/``), none for a module that is gone, no module in two rows.
+"""The module tables stay true to the tree: docs/architecture.md's one short line per module (under
+"## Modules") and docs/modules.md's detailed rows (under "# Modules and where each rule lives") each have a
+row for every module under ``pdmux_cli/`` (and ``pdmux/``), none for a module that is gone, no module in two
+rows, and both name the same modules in the same order.
 
-The table is the one under "## Modules and where each rule lives". A row names its modules in its first
+A table is the first one under its page's heading. A row names its modules in its first
 cell, in backticks: a path under ``pdmux_cli/`` (``sglang/split_levels.py``, ``entry.py``) or, starting
 with ``pdmux/``, under the top-level ``pdmux`` package; a name without a ``/`` after the first is in the
 previous name's folder (``costmodel/measurements.py``, ``fit.py``, ``accuracy.py``). Every ``.py`` file
@@ -14,14 +16,17 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "architecture.md"
+#: Each page with a module table, and the heading its table follows.
+PAGES = {"docs/architecture.md": "## Modules", "docs/modules.md": "# Modules and where each rule lives"}
 HEADING = "## Modules and where each rule lives"
 
 
-def table_modules(text: str) -> list[str]:
+def table_modules(text: str, heading: str = HEADING) -> list[str]:
     """The modules the table's rows name, as paths from the repository root, in row order (repeats kept)."""
-    start = text.index(HEADING)
+    start = text.index(heading + "\n")
     names: list[str] = []
     in_table = False
     for line in text[start:].splitlines()[1:]:
@@ -59,9 +64,9 @@ def tree_modules(root: Path) -> set[str]:
     return found
 
 
-def problems(text: str, root: Path) -> list[str]:
+def problems(text: str, root: Path, heading: str = HEADING) -> list[str]:
     """What is wrong between the table and the tree, one line each (empty: nothing)."""
-    named = table_modules(text)
+    named = table_modules(text, heading)
     modules = tree_modules(root)
     existing = {p.relative_to(root).as_posix() for pkg in ("pdmux_cli", "pdmux") if (root / pkg).is_dir()
                 for p in (root / pkg).rglob("*.py")}
@@ -71,10 +76,26 @@ def problems(text: str, root: Path) -> list[str]:
     return out
 
 
-def test_every_module_has_one_row() -> None:
-    text = DOC.read_text(encoding="utf-8")
-    assert len(table_modules(text)) > 70  # the table was found and read (80 names in it)
-    assert problems(text, ROOT) == []
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_every_module_has_one_row(page: str) -> None:
+    text = (ROOT / page).read_text(encoding="utf-8")
+    assert len(table_modules(text, PAGES[page])) > 70  # the table was found and read (80 names in it)
+    assert problems(text, ROOT, PAGES[page]) == []
+
+
+def test_the_map_and_the_reference_name_the_same_modules_in_order() -> None:
+    tables = [table_modules((ROOT / page).read_text(encoding="utf-8"), heading)
+              for page, heading in PAGES.items()]
+    assert tables[0] == tables[1]
+
+
+def test_the_map_stays_short() -> None:
+    """docs/architecture.md's table is a map: one short line a module, the rules in docs/modules.md."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = text[text.index(PAGES["docs/architecture.md"] + "\n"):].split("\n## ")[0]
+    long = [line[:60] for line in rows.splitlines()
+            if line.startswith("| `") and len(line.split(" | ")[-1]) > 110]
+    assert long == []
 
 
 DOC_SAMPLE = f"""# x

@@ -91,8 +91,9 @@ EXAMPLES = [e for page in MANUAL for e in readme_examples((REPO / page).read_tex
 
 
 def test_every_manual_page_is_listed() -> None:
-    pages = {f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")} - {"docs/architecture.md",
-                                                                         "docs/accuracy.md"}
+    # the map, the module reference and the accuracy report have no examples to run
+    pages = {f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")} - {
+        "docs/architecture.md", "docs/modules.md", "docs/accuracy.md"}
     assert pages <= set(MANUAL), sorted(pages - set(MANUAL))
 
 

@@ -1,7 +1,7 @@
 """Readers for what a user's own SGLang measures: one-batch benchmark results, bench_serving result files
 and server logs.
 
-Formats (SGLang 0.4 to 0.5.23; docs/architecture.md cites the files):
+Formats (SGLang 0.4 to 0.5.23; docs/modules.md cites the files):
 
 - **One-batch benchmark** (``python -m sglang.benchmark.one_batch ... --result-filename out.jsonl``,
   ``sglang.bench_one_batch`` before 0.5.16; ``sglang/benchmark/one_batch.py``): one JSON object per

@@ -2,7 +2,7 @@
 records.
 
 Shared by the schedulers in :mod:`pdmux_cli.simulate.schedulers`. Pure Python and deterministic.
-The rules follow SGLang 0.5.23 (paths inside its wheel; docs/architecture.md lists them), or where
+The rules follow SGLang 0.5.23 (paths inside its wheel; docs/modules.md lists them), or where
 ``Setup.release`` names another release, that release's defaults and scheduler rules
 (:mod:`pdmux_cli.sglang.release_defaults`: the memory defaults, the reserve for ``ignore_eos`` requests,
 the retraction target, ``new_token_ratio``'s floor, decay and value after a retraction, the front end):
