@@ -232,9 +232,9 @@ def build_step_model(
     profile, kv_note = for_kv_cache(profile, kv_bytes_per_element == 1.0)  # 1 byte per element: an fp8 cache
     if kv_note:
         notes.append(kv_note)
-    qwen3_bf16_trtllm = getattr(release, "qwen3_moe_bf16_trtllm", True)
-    profile, moe_flops = _with_moe(profile, gpu, model, weight_bytes_per_param, notes, qwen3_bf16_trtllm,
-                                   options.moe_runner_backend)
+    profile, moe_flops, moe_runner = _with_moe(profile, gpu, model, weight_bytes_per_param, notes,
+                                               getattr(release, "qwen3_moe_bf16_trtllm", True),
+                                               options.moe_runner_backend)
     if model.weight_dtype == "fp8" and math_dtype != "fp8" and weight_bytes_per_param is None:
         notes.append(Finding("costmodel.fp8_weights_marlin", {"math_dtype": math_dtype, "gpu": gpu.name},
                              "flops_dtype"))
@@ -257,7 +257,7 @@ def build_step_model(
         decode_fixed_s=calibration.whole_gpu.decode_fixed_s
         if calibration is not None and calibration.whole_gpu is not None else 0.0,
         compute_capability=tuple(gpu.compute_capability) if getattr(gpu, "compute_capability", None)
-        else None, qwen3_bf16_trtllm=qwen3_bf16_trtllm, moe_runner=options.moe_runner_backend,
+        else None, moe_runner=moe_runner,
     )
 
 
@@ -367,11 +367,12 @@ def _cpu_and_serving(options: CostModelOptions, calibration: Any) -> tuple[Any, 
 
 def _with_moe(profile: Any, gpu: Any, model: Any, weight_bytes_per_param: float | None,
               notes: list[Any], qwen3_bf16_trtllm: bool = True,
-              runner: str | None = None) -> tuple[Any, float | None]:
-    """``profile`` with the fused-MoE efficiency of the kernel SGLang runs for ``model``'s routed experts on
-    ``gpu`` (:mod:`.moe`; ``qwen3_bf16_trtllm`` and ``runner``, ``--moe-runner-backend``:
-    :func:`.moe.moe_kernel`'s), and the dense FLOP/s of its math (``None`` when none applies); a note is
-    appended when the kernel was not measured there."""
+              runner: str | None = None) -> tuple[Any, float | None, str | None]:
+    """``(profile, FLOP/s, kernel)``: ``profile`` with the fused-MoE efficiency of the kernel SGLang runs for
+    ``model``'s routed experts on ``gpu`` (:mod:`.moe`; ``qwen3_bf16_trtllm`` and ``runner``,
+    ``--moe-runner-backend``: :func:`.moe.moe_kernel`'s), the dense FLOP/s of its math (``None`` when none
+    applies) and the kernel's name (``None`` for a dense model); a note is appended when the kernel was not
+    measured there."""
     from .moe import for_moe, moe_flops_per_s, moe_kernel
 
     kind = moe_kernel(model, tuple(gpu.compute_capability), weight_bytes_per_param,
@@ -379,7 +380,8 @@ def _with_moe(profile: Any, gpu: Any, model: Any, weight_bytes_per_param: float 
     profile, note = for_moe(profile, kind)
     if note:
         notes.append(note)
-    return profile, moe_flops_per_s(gpu, kind) if profile.moe_routed is not None else None
+    flops = moe_flops_per_s(gpu, kind) if profile.moe_routed is not None else None
+    return profile, flops, kind[0] if kind else None
 
 
 #: The notes on whose efficiencies stand in for a GPU's own (:func:`.efficiency.profile_for`): a calibration's

@@ -80,14 +80,13 @@ GRAPHED_PREFILL_LAUNCHES_PER_LAYER = 2
 
 
 def _moe_runner(model: Model, compute_capability: tuple[int, int] | None,
-                weight_bytes_per_param: float | None, qwen3_bf16_trtllm: bool = True,
-                runner: str | None = None) -> str | None:
-    """The fused-MoE runner SGLang picks for the experts' format (:func:`pdmux_cli.costmodel.moe.moe_kernel`,
-    as ``build_step_model`` asks it), for the kernel count of an eager layer."""
+                weight_bytes_per_param: float | None) -> str | None:
+    """The fused-MoE runner SGLang 0.5.23 picks for the experts' format
+    (:func:`pdmux_cli.costmodel.moe.moe_kernel`), for the kernel count of an eager layer where no
+    ``moe_runner`` is given."""
     from .moe import moe_kernel
 
-    kind = moe_kernel(model, compute_capability or (0, 0), weight_bytes_per_param,
-                      qwen3_bf16_trtllm=qwen3_bf16_trtllm, runner=runner)
+    kind = moe_kernel(model, compute_capability or (0, 0), weight_bytes_per_param)
     return kind[0] if kind else None
 
 
@@ -114,8 +113,9 @@ class RooflineModel:
     which the simulator adds to TTFT; none by default.
     ``compute_capability``: the GPU's, which picks its bandwidth-vs-SMs family
     (:meth:`~pdmux_cli.costmodel.efficiency.PartitionProfile.bandwidth_curve`; ``None``: the first family).
-    ``qwen3_bf16_trtllm``, ``moe_runner`` (``--moe-runner-backend``): the release's fused-MoE rule and the
-    user's runner, for the eager kernel count (:func:`pdmux_cli.costmodel.moe.moe_kernel`).
+    ``moe_runner``: the fused MoE the experts run (``build_step_model``'s choice for the release and
+    ``--moe-runner-backend``), for the eager kernel count (``None``: 0.5.23's,
+    :func:`pdmux_cli.costmodel.moe.moe_kernel`).
     Raises :class:`InputError` for an S_SAT outside 1..SMs or given together with a calibration, or a
     split SGLang refuses (:func:`pdmux_cli.multigpu.tensor_parallel.shard`).
     """
@@ -161,7 +161,6 @@ class RooflineModel:
         serving: ServingProfile = NO_SERVING_DELAYS,
         moe_flops: float | None = None,
         compute_capability: tuple[int, int] | None = None,
-        qwen3_bf16_trtllm: bool = True,
         moe_runner: str | None = None,
     ) -> None:
         if calibration is not None and s_sat is not None:
@@ -192,8 +191,7 @@ class RooflineModel:
         self.tp = tp
         self.eager_kernels_per_layer = eager_kernels_per_layer(
             self.shapes, mla=bool(model.is_mla), fp8_linear=self._gemm_ratio > 1.0,
-            moe_runner=_moe_runner(model, compute_capability, weight_bytes_per_param, qwen3_bf16_trtllm,
-                                   moe_runner))
+            moe_runner=moe_runner or _moe_runner(model, compute_capability, weight_bytes_per_param))
         if tp > 1 and collectives is None:
             raise InputError("a tensor-parallel cost model needs the GPUs' collectives "
                              "(costmodel.collectives)")

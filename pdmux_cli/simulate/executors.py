@@ -272,8 +272,8 @@ class Backfill(Executor):
     def submit(self, fn: Callable[[Any, Any], Any], shared: Any, arg: Any, what: str, tag: Any = None) -> Job:
         return self._inner.submit(fn, shared, arg, what, tag)
 
-    def _start(self, job: Job, fn: Callable, shared: Any, arg: Any) -> None:  # (submit goes to inner)
-        raise NotImplementedError
+    def _start(self, job: Job, fn: Callable, shared: Any, arg: Any) -> None:
+        self._inner._start(job, fn, shared, arg)  # unused: submit hands each task to the inner executor
 
     def pending(self) -> int:
         return self._inner.pending() - len(self._running)
