@@ -64,13 +64,15 @@ class _Count:
     """Counts the quiet runs advanced and the steps they covered (that the fast path ran at all)."""
 
     def __init__(self, monkeypatch) -> None:
-        self.runs = self.steps = self.arrays = 0
+        self.runs = self.steps = self.arrays = self.first = 0
+        self.run_t = math.nan  # the start of the quiet run in progress
         self.pdmux_steps = self.split_steps = self.merges = self.pdmux_arrays = 0
         run, array = schedulers._decode_run, schedulers._decode_array
         pdmux_run, split_run = schedulers._pdmux_decode_run, schedulers._pdmux_split_run
         pdmux_array = schedulers._pdmux_array
 
         def counted_run(*args, **kw):
+            self.run_t = args[3]
             done, t = run(*args, **kw)
             self.runs += 1
             self.steps += done
@@ -78,6 +80,7 @@ class _Count:
 
         def counted_array(*args, **kw):
             self.arrays += 1
+            self.first += args[3] == self.run_t  # arrays from the run's first step (no tight steps before)
             return array(*args, **kw)
 
         def counted_pdmux_run(*args, **kw):
@@ -131,6 +134,7 @@ def test_long_runs_use_arrays(monkeypatch) -> None:
     ref = simulate(LONG, replace(SETUP, step_by_step=True), ChunkedPolicy(8192), progress=ticks[False].append)
     _same_run(fast, ref)
     assert count.arrays > 0
+    assert count.first > 0  # a stretch with room for LONG_RUN_STEPS takes arrays from its first step
     assert count.steps > 0.8 * len(ref.step_end_s)  # most steps advanced at once
     assert len(ticks[False]) >= 3 and ticks[True] == ticks[False]
 

@@ -97,6 +97,27 @@ def test_streamed_run_gives_the_recorded_figures(policy, setup, monkeypatch) -> 
     assert retracted > 0 or setup is SETUP or policy is CRASHING
 
 
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.label + (" crashing" if p is CRASHING else ""))
+def test_a_run_without_the_all_token_itl_keeps_every_other_figure(policy, monkeypatch) -> None:
+    """``all_token_itl=False`` (a capacity search's points): no ITL distribution over all tokens (its
+    percentiles NaN, its CDF empty), every other figure and per-request value as the full run's, in a pool
+    tight enough to retract, with replicas and with a closed-loop client; the window trimmed every 5 steps."""
+    monkeypatch.setattr(engine, "STEP_CHECK_EVERY", 5)
+    trace = _sessions(150, 1)
+    for kwargs in ({}, {"dp": 2}, {"max_concurrency": 4}):
+        full = simulate_metrics(trace, TIGHT, policy, 1000, 60, **kwargs)
+        lean = simulate_metrics(trace, TIGHT, policy, 1000, 60, all_token_itl=False, **kwargs)
+        assert all(math.isnan(v) for v in lean.itl_ms.values()) and lean.itl_cdf == ([], [])
+        assert policy is CRASHING or (full.itl_cdf[0] and not math.isnan(full.itl_ms["p99"]))
+        lean_dict, full_dict = metrics_dict(lean), metrics_dict(full)
+        for figures in (lean_dict, full_dict):
+            figures.pop("itl_ms")
+        assert json.dumps(lean_dict) == json.dumps(full_dict)
+        for key in full.per_request:
+            assert [repr(v) for v in full.per_request[key]] == [repr(v) for v in lean.per_request[key]], key
+        assert (lean.met, lean.decode_steps) == (full.met, full.decode_steps)
+
+
 def test_streamed_run_cut_short_by_a_crash_gives_the_recorded_figures(monkeypatch) -> None:
     """Ten requests alone (each done before the next), then a burst: SGLang 0.5.23 crashes at the burst's
     second prefill; the ten are done, the rest unfinished, in the figures and the --csv rows alike."""

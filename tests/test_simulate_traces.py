@@ -452,3 +452,24 @@ def test_a_trace_past_the_request_limit_is_refused(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(traces, "MAX_REQUESTS", 20)
     with pytest.raises(InputError, match="more than 20 requests, the most one trace may have"):
         load_trace(FIX / "azure_conv_50.csv")
+
+
+@pytest.mark.parametrize("prompt, output", [
+    ("1", "1"), ("812", "99"), ("000012", "7"), (str(traces.MAX_REQUEST_TOKENS), "3"),
+    (str(traces.MAX_REQUEST_TOKENS + 1), "3"), ("5", str(traces.MAX_REQUEST_TOKENS + 1)), ("0", "5"),
+    ("5", "0"), (" 12 ", "4"), ("12", "4\t"), ("+5", "3"), ("-5", "3"), ("5.0", "3"), ("5.5", "3"),
+    ("1e3", "3"), ("1_000", "3"), ("\u0661\u0662", "3"), ("\uff11\uff12", "3"), ("\u00b2", "3"), ("", "3"),
+    ("1234567890123", "3"), ("123456789012", "3"), ("nan", "3"), (5, 3), (5.0, "3"), (True, "3"),
+])
+def test_plain_digit_rows_take_the_checks_of_every_row(prompt, output) -> None:
+    """A row of plain ASCII digits is taken without the general checks (:meth:`traces._Rows.add`'s first
+    branch): the same request, or the same rejection, as the checks give (they run for any row with
+    hash ids, here an empty list, which adds none)."""
+    fast, checked = traces._Rows("t"), traces._Rows("t")
+    for time_s in (0.5, float("inf")):
+        fast.add(7, time_s, prompt, output)
+        checked.add(7, time_s, prompt, output, hashes=[])
+    assert (list(fast.times), list(fast.prompts), list(fast.outputs)) == (
+        list(checked.times), list(checked.prompts), list(checked.outputs))
+    assert list(fast.hashes) == list(checked.hashes)
+    assert (fast.bad, fast.examples, fast.failed) == (checked.bad, checked.examples, checked.failed)

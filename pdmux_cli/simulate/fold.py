@@ -388,6 +388,20 @@ class WeightedSample:
         return xs, [cum[i] / total for i in idx]
 
 
+class UnkeptSample(WeightedSample):
+    """A :class:`WeightedSample` that keeps nothing: the all-token ITL distribution of a run whose reader
+    needs none of it (a capacity search's rate point reads each request's own p99 ITL, not the
+    distribution over all tokens). Empty whatever is added: its percentiles are NaN, its CDF empty."""
+
+    __slots__ = ()
+
+    def add(self, value: float, weight: int = 1) -> None:
+        """Nothing kept."""
+
+    def extend(self, values: Any, weights: Any, count: int, largest: float) -> None:
+        """Nothing kept."""
+
+
 def _nans(n: int) -> array:
     return _NAN * n
 
@@ -586,14 +600,16 @@ class Fold:
     def __init__(self, n: int, slo_ttft_ms: float, slo_itl_ms: float, *, max_steps: int = 0,
                  servers: bool = False, first_token: bool = False, csv: CsvRows | None = None,
                  progress_steps: Callable[[int], None] | None = None,
-                 rows: Sequence[int] | None = None) -> None:
+                 rows: Sequence[int] | None = None, all_token_itl: bool = True) -> None:
         self.n = n
         self.slo_ttft_ms, self.slo_itl_ms = slo_ttft_ms, slo_itl_ms
         self.slo_ttft_s, self.slo_itl_s = slo_ttft_ms / 1e3, slo_itl_ms / 1e3
         self.max_steps = max_steps
         self.rows = rows
         self.columns = RequestColumns(n if rows is None else len(rows), servers, first_token)
-        self.itl = WeightedSample()
+        #: the ITL distribution over all tokens (``all_token_itl``), or an :class:`UnkeptSample` where the
+        #: run's reader needs none: the step gaps then go uncounted
+        self.itl = WeightedSample() if all_token_itl else UnkeptSample()
         self.completed = 0
         self.met = 0
         self.last: float | None = None
@@ -748,11 +764,13 @@ class Fold:
         g0 = window[s] - ft
         finish = window[stop - 1]
         del window  # (a view holds the window's buffer: it could not grow)
-        counts = np.frombuffer(cont, dtype=np.int64)
         multi = r > 1
-        np.add.at(counts, s[multi] + 1, 1)
-        np.add.at(counts, stop[multi], -1)
-        del counts
+        keep = type(self.itl) is not UnkeptSample
+        if keep:
+            counts = np.frombuffer(cont, dtype=np.int64)
+            np.add.at(counts, s[multi] + 1, 1)
+            np.add.at(counts, stop[multi], -1)
+            del counts
         p99, mx = g0.copy(), g0.copy()
         rank = np.ceil(0.99 * r - 1e-9)  # nearest rank of the p99 among r ITLs
         few = multi & (rank >= r)  # under 100 ITLs: the p99 is the largest
@@ -768,6 +786,8 @@ class Fold:
                                                r[many] - rank[many].astype(np.int64) + 1, g0[many])
         del gaps
         self._columns_of(rid, ft, a, t1, p99, mx, finish, tokens)
+        if not keep:
+            return
         values, weights = array("d"), array("q")
         values.frombytes(g0.tobytes())
         weights.frombytes(np.ones(len(g0), dtype=np.int64).tobytes())
@@ -801,12 +821,26 @@ class Fold:
     # ---- decode steps ---------------------------------------------------------------------------
     def fold_steps(self, ends: Any, upto: int) -> None:
         """Fold the gaps of ``ends``' steps before global step ``upto`` into the all-token ITL distribution
-        (each gap counted once per request in both it and the step before) and drop them from the window;
-        the requests waiting on it first (:meth:`flush`)."""
+        (each gap counted once per request in both it and the step before; not with an
+        :class:`UnkeptSample`) and drop them from the window; the requests waiting on it first
+        (:meth:`flush`)."""
         self.flush(ends)
         k = upto - ends.base
         if k <= 0:
             return
+        cont = ends.cont
+        if type(self.itl) is not UnkeptSample:
+            self._fold_gaps(ends, k)
+        ends.prev = ends[k - 1]
+        del ends[:k]
+        del cont[:k]
+        del ends.gaps[:k]
+        ends.base = upto
+        self.steps += k
+
+    def _fold_gaps(self, ends: Any, k: int) -> None:
+        """:meth:`fold_steps`' count: the gaps of the window's first ``k`` steps into :attr:`itl`, each
+        weighted by the requests taking part in it and the step before."""
         import numpy as np
 
         cont = ends.cont
@@ -825,12 +859,6 @@ class Fold:
             values.frombytes(gaps.tobytes())
             counts.frombytes(weights.tobytes())
             self.itl.extend(values, counts, int(weights.sum()), float(gaps.max()))
-        ends.prev = ends[k - 1]
-        del ends[:k]
-        del cont[:k]
-        del ends.gaps[:k]
-        ends.base = upto
-        self.steps += k
 
     def finish_server(self, ends: Any) -> None:
         """A server's run is over: fold its remaining steps."""

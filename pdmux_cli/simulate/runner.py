@@ -71,7 +71,7 @@ def simulate_metrics(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: fl
                      progress: Progress | None = None, dp: int = 1, load_balance_method: str = "round_robin",
                      max_concurrency: int = 0, max_steps: int | None = None, csv: Any = None,
                      progress_steps: Callable[[int], None] | None = None,
-                     stop_below: float | None = None) -> PolicyMetrics:
+                     stop_below: float | None = None, all_token_itl: bool = True) -> PolicyMetrics:
     """:func:`simulate` streamed, and summarized: memory bounded by the requests in flight (plus compact
     per-request columns), the same figures as ``summarize(simulate(...))``.
 
@@ -81,11 +81,13 @@ def simulate_metrics(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: fl
     request order). ``progress_steps``: called with the decode steps of the server simulated, now and
     then. ``stop_below``: a target SLO attainment (share) at which to stop the run as soon as it cannot be
     reached (:meth:`~pdmux_cli.simulate.fold.Fold.check_target`, raising
-    :class:`~pdmux_cli.simulate.fold.TargetMissed`: a search's verdict, no figures). The other arguments are
+    :class:`~pdmux_cli.simulate.fold.TargetMissed`: a search's verdict, no figures). ``all_token_itl``: keep
+    the ITL distribution over all tokens (``itl_ms``, ``itl_cdf``); ``False`` where the caller reads neither
+    (NaN and empty then; each request's own ITL figures are kept). The other arguments are
     :func:`simulate`'s. Raises :class:`InputError` as it does.
     """
     fold = new_fold(trace, policy, slo_ttft_ms, slo_itl_ms, dp=dp, max_steps=max_steps, csv=csv,
-                    progress_steps=progress_steps)
+                    progress_steps=progress_steps, all_token_itl=all_token_itl)
     fold.stop_below = stop_below
     result = simulate(trace, setup, policy, progress=progress, dp=dp, load_balance_method=load_balance_method,
                       max_concurrency=max_concurrency, fold=fold)
@@ -94,7 +96,8 @@ def simulate_metrics(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: fl
 
 def new_fold(trace: Trace, policy: Policy, slo_ttft_ms: float, slo_itl_ms: float, *, dp: int = 1,
              max_steps: int | None = None, csv: Any = None,
-             progress_steps: Callable[[int], None] | None = None, rows: Sequence[int] | None = None) -> Fold:
+             progress_steps: Callable[[int], None] | None = None, rows: Sequence[int] | None = None,
+             all_token_itl: bool = True) -> Fold:
     """The :class:`~pdmux_cli.simulate.fold.Fold` a streamed run of ``policy`` on ``trace`` fills: which
     server served each request kept for DP replicas and disaggregation, each first token for the
     latter, ``csv`` rows written under the policy's label."""
@@ -103,7 +106,7 @@ def new_fold(trace: Trace, policy: Policy, slo_ttft_ms: float, slo_itl_ms: float
     return Fold(len(trace), slo_ttft_ms, slo_itl_ms, max_steps=step_budget(len(trace), max_steps),
                 servers=policy.servers(dp) > 1, first_token=policy.prefill_apart,
                 csv=CsvRows(csv, policy.label, trace) if csv is not None else None,
-                progress_steps=progress_steps, rows=rows)
+                progress_steps=progress_steps, rows=rows, all_token_itl=all_token_itl)
 
 
 def _policy_task(shared: tuple, policy: Policy) -> PolicyMetrics | InputError:

@@ -372,6 +372,10 @@ TIGHT_DECODE_STEPS = 24
 MIN_ARRAY_STEPS = 48
 #: Most steps one array computes (bounds its memory; a longer quiet stretch takes several).
 MAX_ARRAY_STEPS = 1 << 16
+#: A quiet run with room for this many steps (its batch's quiet steps, and the time before the next arrival
+#: or horizon at its first step's length) goes to arrays from its first step: the tight loop would
+#: only reach them later (:func:`_decode_run`).
+LONG_RUN_STEPS = TIGHT_DECODE_STEPS + MIN_ARRAY_STEPS
 
 
 def _own_method(step_model: Any, name: str) -> Any:
@@ -416,9 +420,6 @@ def _decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, overlap:
     sc, sw, inc, winc, check_memory, capacity, extra, append = _run_state(work, n)
     nreq = n * per_request
     done = 0
-    tight = min(limit, TIGHT_DECODE_STEPS)
-    if limit - tight < MIN_ARRAY_STEPS:  # too few left for arrays: the tight loop takes them all
-        tight = limit
     key = (n, cuda_graph)
     terms = lines.get(key) if lines is not None else None
     if terms is None:  # False: the step model's class defines no decode_line
@@ -428,6 +429,17 @@ def _decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, overlap:
             lines[key] = terms
     if terms:  # decode_s inlined: base + full x sum_context + window x sum_window, at least floor
         base, full, wrate, floor = terms
+    tight = min(limit, TIGHT_DECODE_STEPS)
+    if limit - tight < MIN_ARRAY_STEPS:  # too few left for arrays: the tight loop takes them all
+        tight = limit
+    elif terms and not check_memory:  # a long quiet stretch: arrays from the first step when as many fit
+        gpu = base + full * sc + wrate * sw  # the first step's, as the tight loop times it
+        if floor > gpu:
+            gpu = floor
+        gpu += nreq
+        until = horizon if horizon < next_t else next_t
+        if until - t >= ((cpu if cpu > gpu else gpu) if overlap else gpu + cpu) * LONG_RUN_STEPS:
+            tight = 0
     while done < tight:
         if check_memory and not capacity - sc - extra >= n:  # the step loop's test, in its order
             break

@@ -53,7 +53,7 @@ from pathlib import Path
 
 from ..util.errors import Finding, InputError, short_repr
 from ..util.input_files import GZIP_MAGIC, check_input_file, unreadable
-from ..util.numbers import finite_float, plain_int
+from ..util.numbers import MAX_DIGITS, finite_float, plain_int
 from .columns import FLOAT, INT, Column, Ragged
 from .columns import column as make_column
 
@@ -239,6 +239,19 @@ class _Rows:
 
     def add(self, line: int, time_s: float, prompt: object, output: object,
             zero_output_is_failure: bool = False, hashes: object = None) -> None:
+        # the common row first: both counts plain ASCII digits (what plain_int takes, spaces aside), >= 1
+        # and within bounds, a finite time, no hash ids; anything else takes the checks below
+        if (hashes is None and type(prompt) is str and type(output) is str and prompt.isascii()
+                and output.isascii() and prompt.isdecimal() and output.isdecimal()
+                and len(prompt) <= MAX_DIGITS and len(output) <= MAX_DIGITS):
+            p, o = int(prompt), int(output)
+            if (0 < p <= MAX_REQUEST_TOKENS and 0 < o <= MAX_REQUEST_TOKENS and math.isfinite(time_s)
+                    and len(self.times) < MAX_REQUESTS):
+                self.hashes.append(())
+                self.times.append(time_s)
+                self.prompts.append(p)
+                self.outputs.append(o)
+                return
         p = _tokens(prompt)
         o = _tokens(output)
         if p is None or p < 1:
