@@ -101,7 +101,8 @@ def test_streamed_run_gives_the_recorded_figures(policy, setup, monkeypatch) -> 
 def test_a_run_without_the_all_token_itl_keeps_every_other_figure(policy, monkeypatch) -> None:
     """``all_token_itl=False`` (a capacity search's points): no ITL distribution over all tokens (its
     percentiles NaN, its CDF empty), every other figure and per-request value as the full run's, in a pool
-    tight enough to retract, with replicas and with a closed-loop client; the window trimmed every 5 steps."""
+    tight enough to retract, with replicas and with a closed-loop client; the window trimmed every 5 steps.
+    ``itl_cdf=False`` (tune's rows, the serving replays): only the CDF left out."""
     monkeypatch.setattr(engine, "STEP_CHECK_EVERY", 5)
     trace = _sessions(150, 1)
     for kwargs in ({}, {"dp": 2}, {"max_concurrency": 4}):
@@ -116,6 +117,9 @@ def test_a_run_without_the_all_token_itl_keeps_every_other_figure(policy, monkey
         for key in full.per_request:
             assert [repr(v) for v in full.per_request[key]] == [repr(v) for v in lean.per_request[key]], key
         assert (lean.met, lean.decode_steps) == (full.met, full.decode_steps)
+        plotless = simulate_metrics(trace, TIGHT, policy, 1000, 60, itl_cdf=False, **kwargs)  # tune's rows
+        assert plotless.itl_cdf == ((), ()) and plotless.itl_ms == full.itl_ms
+        assert json.dumps(metrics_dict(plotless)) == json.dumps(metrics_dict(full))
 
 
 def test_streamed_run_cut_short_by_a_crash_gives_the_recorded_figures(monkeypatch) -> None:

@@ -132,7 +132,8 @@ def client_figures(m: PolicyMetrics, output_tokens: Sequence[int]) -> dict[str, 
             "in_flight": e2e_s / span if span > 0 else math.nan}
 
 
-def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> PolicyMetrics:
+def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float, *,
+              itl_cdf: bool = True) -> PolicyMetrics:
     """Latency percentiles, SLO attainment, goodput and busy share of one run (module docstring).
 
     ``slo_ttft_ms``, ``slo_itl_ms``: the SLOs in ms (> 0). A streamed run (``result.fold``: a
@@ -140,7 +141,8 @@ def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> Polic
     must be these; a recorded one is replayed through a fold request by request, so both give the same
     figures. Cost: O(requests + decode steps); percentiles exact (:func:`~pdmux_cli.simulate.fold.
     percentiles`), the all-token ITL ones past :data:`~pdmux_cli.simulate.fold.EXACT_LIMIT` step gaps
-    from a histogram (a note says so).
+    from a histogram (a note says so). ``itl_cdf``: ``False`` leaves :attr:`PolicyMetrics.itl_cdf` empty
+    (a caller that draws no CDF: it is only for plots).
     """
     from .engine import StepEnds
     from .fold import UNFINISHED, Fold
@@ -171,10 +173,10 @@ def summarize(result: RunResult, slo_ttft_ms: float, slo_itl_ms: float) -> Polic
             fold.columns.server = array("i", result.server[:n])
         if result.prefill_server:
             fold.columns.prefill_server = array("i", result.prefill_server[:n])
-    return _metrics(result, fold, UNFINISHED)
+    return _metrics(result, fold, UNFINISHED, itl_cdf)
 
 
-def _metrics(result: RunResult, fold, unfinished_status: int) -> PolicyMetrics:
+def _metrics(result: RunResult, fold, unfinished_status: int, itl_cdf: bool = True) -> PolicyMetrics:
     """:class:`PolicyMetrics` from a run's meta-data (counters, notes, idle time...) and its fold."""
     from .fold import PerRequest, percentiles
 
@@ -212,7 +214,7 @@ def _metrics(result: RunResult, fold, unfinished_status: int) -> PolicyMetrics:
         goodput_rps=met / span if span > 0 else 0.0,
         span_s=span, gpu_busy_share=max(0.0, min(1.0, busy)), decode_steps=fold.steps,
         per_request=PerRequest(c),
-        itl_cdf=fold.itl.cdf(1e3),
+        itl_cdf=fold.itl.cdf(1e3) if itl_cdf else ((), ()),
         notes=notes, group_time_share=group_share, counters=dict(result.counters),
         kv_pool_tokens=result.kv_pool_tokens, crashed_at_s=result.crashed_at_s,
         prefix_cache_hit_rate=_hit_rate(result.counters), gpus=result.gpus, layout=result.layout,

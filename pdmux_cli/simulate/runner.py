@@ -71,7 +71,8 @@ def simulate_metrics(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: fl
                      progress: Progress | None = None, dp: int = 1, load_balance_method: str = "round_robin",
                      max_concurrency: int = 0, max_steps: int | None = None, csv: Any = None,
                      progress_steps: Callable[[int], None] | None = None,
-                     stop_below: float | None = None, all_token_itl: bool = True) -> PolicyMetrics:
+                     stop_below: float | None = None, all_token_itl: bool = True,
+                     itl_cdf: bool = True) -> PolicyMetrics:
     """:func:`simulate` streamed, and summarized: memory bounded by the requests in flight (plus compact
     per-request columns), the same figures as ``summarize(simulate(...))``.
 
@@ -83,7 +84,8 @@ def simulate_metrics(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: fl
     reached (:meth:`~pdmux_cli.simulate.fold.Fold.check_target`, raising
     :class:`~pdmux_cli.simulate.fold.TargetMissed`: a search's verdict, no figures). ``all_token_itl``: keep
     the ITL distribution over all tokens (``itl_ms``, ``itl_cdf``); ``False`` where the caller reads neither
-    (NaN and empty then; each request's own ITL figures are kept). The other arguments are
+    (NaN and empty then; each request's own ITL figures are kept); ``itl_cdf``: :func:`~pdmux_cli.simulate.
+    metrics.summarize`'s (``False``: no CDF, which only plots draw). The other arguments are
     :func:`simulate`'s. Raises :class:`InputError` as it does.
     """
     fold = new_fold(trace, policy, slo_ttft_ms, slo_itl_ms, dp=dp, max_steps=max_steps, csv=csv,
@@ -91,7 +93,7 @@ def simulate_metrics(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: fl
     fold.stop_below = stop_below
     result = simulate(trace, setup, policy, progress=progress, dp=dp, load_balance_method=load_balance_method,
                       max_concurrency=max_concurrency, fold=fold)
-    return summarize(result, slo_ttft_ms, slo_itl_ms)
+    return summarize(result, slo_ttft_ms, slo_itl_ms, itl_cdf=itl_cdf)
 
 
 def new_fold(trace: Trace, policy: Policy, slo_ttft_ms: float, slo_itl_ms: float, *, dp: int = 1,

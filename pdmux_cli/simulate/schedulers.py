@@ -664,8 +664,12 @@ def _pdmux_split_run(work: Work, setup: Setup, n: int, t: float, limit: int, qui
     step_model = setup.step_model
     decode_sms, prefill_sms, layers, per_round, layer_s, launch_layer_s, ahead = split
     sc, sw, inc, winc, check_memory, capacity, extra, append = _run_state(work, n)
-    busy = _line_terms(step_model, lines, decode_sms, n, prefill_sms, cuda_graph)
-    alone = _line_terms(step_model, lines, decode_sms, n, 0, cuda_graph)
+    key = (decode_sms, n, prefill_sms, cuda_graph, "both")  # the two lines at once (a key of its own length)
+    pair = lines.get(key)
+    if pair is None:
+        pair = lines[key] = (_line_terms(step_model, lines, decode_sms, n, prefill_sms, cuda_graph),
+                             _line_terms(step_model, lines, decode_sms, n, 0, cuda_graph))
+    busy, alone = pair
     decode_s = step_model.decode_s
     done = 0
     prev = sc  # the KV total before the last round's growth
@@ -1241,6 +1245,7 @@ def _pdmux_runs(work: Work, run: _PdmuxRun, finished: list[int], progress: Progr
     (batch, ends, setup, cache, fast_memory, capacity, closed, min_ratio, layers, last, group_time, cpu_of,
      request_s, graph_max, lines) = run.fixed
     t, next_t, horizon, next_progress, pf = run.t, run.next_t, run.horizon, run.next_progress, run.pf
+    split = None  # the prefill in flight's terms (:func:`_pdmux_split_run`), the same until it is merged
     while True:
         if t >= horizon:
             break  # a pause: the top of the next round
@@ -1279,11 +1284,12 @@ def _pdmux_runs(work: Work, run: _PdmuxRun, finished: list[int], progress: Progr
                 work, setup, n, t, limit, quiet, cpu, request_s(n), n <= graph_max, until,
                 group_time[last], lines)
         else:
+            if split is None:
+                split = (run.pf_d, run.pf_p, layers, run.per_round, run.layer_s, run.launch_layer_s,
+                         run.ahead)
             done, t, group_time[run.group], run.stream_free, run.submitted = _pdmux_split_run(
                 work, setup, n, t, limit, quiet, cpu, request_s(n), n <= graph_max, until,
-                group_time[run.group], lines,
-                (run.pf_d, run.pf_p, layers, run.per_round, run.layer_s, run.launch_layer_s, run.ahead),
-                run.stream_free, run.submitted)
+                group_time[run.group], lines, split, run.stream_free, run.submitted)
         if not done:
             break
         if cache is not None:  # the evictions of the rounds' memory checks, before any record of theirs

@@ -438,7 +438,7 @@ def replay(run: ServingRun, serving: dict | None = None) -> dict[str, float]:
         result = simulate(trace, setup, policy, max_concurrency=run.max_concurrency)
     except InputError as exc:
         raise InputError(f"serving run {run.id}: {exc}") from None
-    return client_metrics(summarize(result, 1e12, 1e12), trace)
+    return client_metrics(summarize(result, 1e12, 1e12, itl_cdf=False), trace)  # no plot: no CDF
 
 
 def _replay_task(args: tuple) -> dict[str, float] | InputError:
