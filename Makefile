@@ -15,6 +15,7 @@ bench:  ## speed benchmarks; rewrites their sections of benchmarks/RESULTS.md (n
 	$(PYTHON) benchmarks/bench_simulate.py --write
 	$(PYTHON) benchmarks/bench_calibrate.py --write
 	$(PYTHON) benchmarks/bench_capacity.py --write
+	$(PYTHON) benchmarks/bench_event_speed.py --write
 
 # The bench extra: bench-cu12 on a CUDA 12.x driver, bench on CUDA 13 (gpu_check.py --print-extra reads the
 # driver's CUDA version with cuDriverGetVersion, else nvidia-smi); BENCH_EXTRA=... overrides it.

@@ -1,0 +1,137 @@
+"""Whole-process time of issue 31's commands, against its targets (a benchmark, not a test).
+
+1. ``pdmux simulate AzureLLMInferenceTrace_conv.csv --json`` (the 3 default policies, 19,366 requests):
+   target 1.5 s wall.
+2. ``pdmux capacity AzureLLMInferenceTrace_conv.csv --max-requests 5000 --json``: target 5 s wall.
+3. ``pdmux tune --trace AzureLLMInferenceTrace_code.csv --slo-ttft 1000 --slo-itl 60 --json``: target 8 s
+   wall.
+4. With ``--synthetic``: ``pdmux simulate --synthetic --qps 5 --max-requests 1000000 --policies chunked
+   --json``: target 20 s wall (once: it takes half a minute).
+
+Each command runs ``--runs`` times, the commands taking turns (a load that comes and goes on a shared
+machine then hits each of them), in a fresh process started from a small wrapper that reads
+``resource.getrusage(RUSAGE_CHILDREN)``: wall time, CPU time (user + sys of the process and its
+workers) and the largest single process's peak RSS; medians are reported, and every run's wall time.
+pdmux's bytecode is compiled first, as pip does when it installs a package (``PYTHONDONTWRITEBYTECODE=1``,
+set on some machines, would otherwise make every start compile every module: about 0.2 s a command);
+``benchmarks/bench_cli.py`` does the same.
+
+Usage: ``python benchmarks/bench_event_speed.py [--runs N] [--synthetic] [--write]``; ``--write``
+replaces this benchmark's section of benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import datetime
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import results_md
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The workplace's traces: ``../shared`` beside the checkout (or beside a folder above it).
+TRACES = next((p / "shared" / "data" / "traces" for p in ROOT.parents
+               if (p / "shared" / "data" / "traces").is_dir()),
+              ROOT.parent / "shared" / "data" / "traces")
+CONV = TRACES / "AzureLLMInferenceTrace_conv.csv"
+CODE = TRACES / "AzureLLMInferenceTrace_code.csv"
+SECTION = "## Event speed (issue 31): the targets"
+
+#: Runs ``python -m pdmux_cli ARGS`` and prints, last on stderr, the CPU seconds (user + sys) and the
+#: largest peak RSS (KiB) of the process tree it waited for (the workers included).
+WRAPPER = """
+import resource, subprocess, sys
+rc = subprocess.run([sys.executable, "-m", "pdmux_cli", *sys.argv[1:]], stdout=subprocess.DEVNULL).returncode
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+sys.stderr.write("\\nUSAGE %f %d\\n" % (u.ru_utime + u.ru_stime, u.ru_maxrss))
+sys.exit(rc)
+"""
+
+
+def commands(synthetic: bool) -> list[tuple[str, list[str], float]]:
+    """``(label, pdmux arguments, target wall s)`` of each command measured."""
+    out = [
+        ("`simulate conv --json` (3 default policies)", ["simulate", str(CONV), "--json"], 1.5),
+        ("`capacity conv --max-requests 5000 --json`",
+         ["capacity", str(CONV), "--max-requests", "5000", "--json"], 5.0),
+        ("`tune --trace code --slo-ttft 1000 --slo-itl 60 --json`",
+         ["tune", "--trace", str(CODE), "--slo-ttft", "1000", "--slo-itl", "60", "--json"], 8.0),
+    ]
+    if synthetic:
+        out.append(("`simulate --synthetic --qps 5 --max-requests 1000000 --policies chunked --json`",
+                    ["simulate", "--synthetic", "--qps", "5", "--max-requests", "1000000", "--policies",
+                     "chunked", "--json"], 20.0))
+    return out
+
+
+def run_once(args: list[str]) -> tuple[float, float, float]:
+    """``(wall s, CPU s, peak RSS MiB)`` of ``python -m pdmux_cli ARGS``; exits on a failed command."""
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", WRAPPER, *args], cwd=ROOT, capture_output=True, text=True,
+                         check=False)
+    wall = time.perf_counter() - start
+    if out.returncode != 0:
+        raise SystemExit(f"pdmux {' '.join(args)} failed ({out.returncode}): {out.stderr.strip()}")
+    cpu, rss = out.stderr.rsplit("USAGE", 1)[1].split()[:2]
+    return wall, float(cpu), int(rss) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="runs per command, taking turns (medians)")
+    parser.add_argument("--synthetic", action="store_true", help="also the 1,000,000-request run (once)")
+    parser.add_argument("--write", action="store_true", help="write the figures into benchmarks/RESULTS.md")
+    opts = parser.parse_args()
+    for path in (CONV, CODE):
+        if not path.exists():
+            raise SystemExit(f"missing {path}")
+    compileall.compile_dir(str(ROOT / "pdmux_cli"), quiet=1)
+    compileall.compile_dir(str(ROOT / "pdmux"), quiet=1)
+    todo = commands(opts.synthetic)
+    runs: dict[str, list[tuple[float, float, float]]] = {label: [] for label, _, _ in todo}
+    for i in range(opts.runs):
+        for label, args, _ in todo:
+            if i and "1000000" in args:
+                continue  # the long run once
+            runs[label].append(run_once(args))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cores = os.cpu_count()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    lines = [
+        SECTION,
+        "",
+        (f"Measured {datetime.date.today().isoformat()} by `python benchmarks/bench_event_speed.py --runs "
+         f"{opts.runs}{' --synthetic' if opts.synthetic else ''}` on {platform.machine()}, {cores} core(s), "
+         f"Python {platform.python_version()}, load average {load:.1f} at the end; whole process, bytecode "
+         "compiled (as installed), the commands taking turns."),
+        "",
+        "| command | target (wall) | wall, median | CPU, median | peak RSS | every run's wall |",
+        "|---|---|---|---|---|---|",
+    ]
+    met = 0
+    for label, _, target in todo:
+        walls = [w for w, _, _ in runs[label]]
+        wall = statistics.median(walls)
+        cpu = statistics.median(c for _, c, _ in runs[label])
+        rss = max(r for _, _, r in runs[label])
+        met += wall <= target
+        lines.append(f"| {label} | {target:g} s | {wall:.2f} s | {cpu:.2f} s | {rss:.0f} MiB | "
+                     f"{', '.join(f'{w:.2f}' for w in walls)} s |")
+    lines += ["", f"Targets met: {met} of {len(todo)}.", ""]
+    text = "\n".join(lines)
+    print(text)
+    if opts.write:
+        results_md.write_section(SECTION, text)
+
+
+if __name__ == "__main__":
+    main()
