@@ -440,29 +440,46 @@ def _decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, overlap:
         until = horizon if horizon < next_t else next_t
         if until - t >= ((cpu if cpu > gpu else gpu) if overlap else gpu + cpu) * LONG_RUN_STEPS:
             tight = 0
-    while done < tight:
-        if check_memory and not capacity - sc - extra >= n:  # the step loop's test, in its order
-            break
-        if terms:
-            gpu = base + full * sc + wrate * sw
+    if terms and overlap and not check_memory and not wrate and not winc:
+        # SGLang's default (the overlap scheduler, whole tokens, no sliding window): the loop below with
+        # its other branches settled, the same tests in the same order (a step starts before the next
+        # arrival and ends before the horizon) and the same floats (no window term: + 0.0 changes none)
+        while done < tight and t < next_t:
+            gpu = base + full * sc
             if floor > gpu:
                 gpu = floor
             gpu += nreq
-        else:
-            gpu = decode_s(total, n, sc, sw, 0, cuda_graph) + nreq
-        if overlap:
             end = t + (cpu if cpu > gpu else gpu)
-            if end >= horizon or t >= next_t:
+            if end >= horizon:
                 break
-        else:
-            end = t + (gpu + cpu)
-            if end >= horizon or end >= next_t:
+            append(end)
+            t = end
+            sc += inc
+            done += 1
+    else:
+        while done < tight:
+            if check_memory and not capacity - sc - extra >= n:  # the step loop's test, in its order
                 break
-        append(end)
-        t = end
-        sc += inc
-        sw += winc
-        done += 1
+            if terms:
+                gpu = base + full * sc + wrate * sw
+                if floor > gpu:
+                    gpu = floor
+                gpu += nreq
+            else:
+                gpu = decode_s(total, n, sc, sw, 0, cuda_graph) + nreq
+            if overlap:
+                end = t + (cpu if cpu > gpu else gpu)
+                if end >= horizon or t >= next_t:
+                    break
+            else:
+                end = t + (gpu + cpu)
+                if end >= horizon or end >= next_t:
+                    break
+            append(end)
+            t = end
+            sc += inc
+            sw += winc
+            done += 1
     if done == tight and limit - done >= MIN_ARRAY_STEPS:
         until = horizon if horizon < next_t else next_t
         left = limit - done
@@ -670,6 +687,10 @@ def _pdmux_split_run(work: Work, setup: Setup, n: int, t: float, limit: int, qui
         pair = lines[key] = (_line_terms(step_model, lines, decode_sms, n, prefill_sms, cuda_graph),
                              _line_terms(step_model, lines, decode_sms, n, 0, cuda_graph))
     busy, alone = pair
+    lined = busy is not None and alone is not None  # (a speculative round has no line: decode_s times it)
+    if lined:
+        b_base, b_full, b_window, b_floor = busy
+        a_base, a_full, a_window, a_floor = alone
     decode_s = step_model.decode_s
     done = 0
     prev = sc  # the KV total before the last round's growth
@@ -686,11 +707,15 @@ def _pdmux_split_run(work: Work, setup: Setup, n: int, t: float, limit: int, qui
                 stream_free = free
             launch = ahead + k * launch_layer_s
             submitted += k
-        terms = busy if stream_free > t else alone
-        if terms is not None:
-            gpu = terms[0] + terms[1] * sc + terms[2] * sw
-            if terms[3] > gpu:
-                gpu = terms[3]
+        if lined:  # decode_s inlined, beside the prefill while its stream is busy, else alone
+            if stream_free > t:
+                gpu = b_base + b_full * sc + b_window * sw
+                if b_floor > gpu:
+                    gpu = b_floor
+            else:
+                gpu = a_base + a_full * sc + a_window * sw
+                if a_floor > gpu:
+                    gpu = a_floor
         else:
             gpu = decode_s(decode_sms, n, sc, sw, prefill_sms if stream_free > t else 0, cuda_graph)
         tau = gpu + cpu + req
