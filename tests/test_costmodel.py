@@ -388,3 +388,39 @@ def test_prefill_attention_inlined_equals_attention_flops(name) -> None:
             attn = mdl.attention_flops(model.model, new, cached) * model.shapes.attention_share
             want += max(attn / (flops * e.flops_efficiency(length)), kv / (bw * e.bandwidth_efficiency))
         assert inline == want == called
+
+
+@pytest.mark.parametrize("model, tp", [("qwen3-8b", 1), ("qwen3-30b-a3b", 2), ("gpt-oss-20b", 1),
+                                       ("llama-3.1-70b", 4)])
+def test_whole_gpu_prefill_and_mixed_steps_are_their_terms_to_the_bit(model, tp) -> None:
+    """prefill_s on the whole GPU and mixed_s look their cached terms up inline (RooflineModel._whole_gpu):
+    each time equals the terms composed as the methods define them (GEMMs and the rest over the tokens,
+    the lm_head over the rows, each sequence's attention, the prefill pass's fixed time, the decode rows'
+    KV, at least the rows' decode step), to the bit, first calls and repeats, dense and MoE, a sliding
+    window, TP > 1 (a fixed time a layer)."""
+    rl = build_step_model(H100, load_model(model), tp=tp)
+    sms = rl.total_sms
+    rng = random.Random(11)
+    for _ in range(300):
+        seqs = [(rng.randint(1, 8192), rng.choice([0, rng.randint(1, 30000)]))
+                for _ in range(rng.randint(0, 3))]
+        n = rng.choice([0, rng.randint(1, 300)])
+        sc = n * rng.randint(1, 20000)
+        sw = min(sc, n * rl.window) if rl.window else 0.0
+        bw, flops = rl._rates(sms, 0, "prefill")
+        tokens = sum(new for new, _ in seqs)
+        if tokens:
+            ref = (rl._linear_s(tokens, sms, 0, "prefill") + rl._lm_head_s(len(seqs), sms, 0, "prefill")
+                   + rl._prefill_attention_s(seqs, sms, bw, flops) + rl.shapes.layers * rl.prefill_layer_s)
+            assert rl.prefill_s(sms, seqs) == ref
+        if tokens + n:
+            ref = (rl._linear_s(tokens + n, sms, 0, "prefill")
+                   + rl._lm_head_s(len(seqs) + n, sms, 0, "prefill"))
+            ref += rl._prefill_attention_s(seqs, sms, bw, flops)
+            if seqs:
+                ref += rl.shapes.layers * rl.prefill_layer_s
+            if n:
+                full, window = rl._kv_rates(sms, 0)
+                ref += full * sc + window * sw
+                ref = max(ref, rl.decode_s(sms, n, sc, sw))
+            assert rl.mixed_s(seqs, n, sc, sw) == ref

@@ -235,6 +235,9 @@ class RooflineModel:
         self._attention_cache: dict[tuple[float, float], dict[tuple[int, int], float]] = {}
         self._head_cache: dict[tuple[int, int, int], float] = {}
         self._rate_cache: dict[tuple[int, int, str], tuple[float, float]] = {}
+        #: :meth:`mixed_s`' fixed terms on the whole GPU: its rates, decode's dense list and KV rates, the
+        #: prefill pass's fixed seconds
+        self._whole_gpu: tuple | None = None
 
     # ---------------------------------------------------------------------------------------------
     @property
@@ -547,10 +550,31 @@ class RooflineModel:
         tokens = sum(new for new, _ in seqs)
         if tokens <= 0:
             return 0.0
+        if sms == self.total_sms and not corun_sms:
+            # the whole GPU alone (SGLang's default loop): mixed_s's fixed terms and its cache lookups, the
+            # same floats added in the same order
+            bw, flops, _, _, _, layer_s = self._whole_gpu or self._whole_gpu_terms()
+            linear = self._linear_cache.get((tokens, sms, 0))
+            if linear is None:
+                linear = self._linear_s(tokens, sms, 0, "prefill")
+            head = self._head_cache.get((len(seqs), sms, 0))
+            if head is None:
+                head = self._lm_head_s(len(seqs), sms, 0, "prefill")
+            return linear + head + self._prefill_attention_s(seqs, sms, bw, flops) + layer_s
         bw, flops = self._rates(sms, corun_sms, "prefill")
         return (self._linear_s(tokens, sms, corun_sms, "prefill") + self._lm_head_s(
             len(seqs), sms, corun_sms, "prefill")
                 + self._prefill_attention_s(seqs, sms, bw, flops) + self.shapes.layers * self.prefill_layer_s)
+
+    def _whole_gpu_terms(self) -> tuple:
+        """:attr:`_whole_gpu`, computed once: the whole GPU's prefill rates (bytes/s, FLOP/s), decode's dense
+        seconds per batch size (the cache's own list, which grows) and KV rates, and the prefill pass's fixed
+        seconds (``layers x prefill_layer_s``)."""
+        sms = self.total_sms
+        self.decode_s(sms, 1, 0, 0.0)  # fills the decode caches of (sms, 0)
+        self._whole_gpu = (*self._rates(sms, 0, "prefill"), *self._decode_cache[(sms, 0)],
+                           self.shapes.layers * self.prefill_layer_s)
+        return self._whole_gpu
 
     def mixed_s(self, seqs: Seqs, n: int, sum_context: float, sum_window: float = 0.0) -> float:
         """GPU seconds of one mixed step on the whole GPU: prefill chunks ``seqs`` and ``n`` decode rows
@@ -562,19 +586,27 @@ class RooflineModel:
         tokens = sum(new for new, _ in seqs) + n
         if tokens <= 0:
             return 0.0
-        bw, flops = self._rates(sms, 0, "prefill")
-        seconds = self._linear_s(tokens, sms, 0, "prefill") + self._lm_head_s(
-            len(seqs) + n, sms, 0, "prefill")
+        bw, flops, dense, full, window, layer_s = self._whole_gpu or self._whole_gpu_terms()
+        # the cached terms looked up here as _linear_s and _lm_head_s look them up (a prefill with no
+        # co-run SMs: key (rows, sms, 0)), the same floats added in the same order
+        linear = self._linear_cache.get((tokens, sms, 0))
+        if linear is None:
+            linear = self._linear_s(tokens, sms, 0, "prefill")
+        head = self._head_cache.get((len(seqs) + n, sms, 0))
+        if head is None:
+            head = self._lm_head_s(len(seqs) + n, sms, 0, "prefill")
+        seconds = linear + head
         seconds += self._prefill_attention_s(seqs, sms, bw, flops)
         if seqs:
-            seconds += self.shapes.layers * self.prefill_layer_s
+            seconds += layer_s
         if n:
-            full, window = self._kv_rates(sms, 0)
             seconds += full * sum_context + window * sum_window
             # never faster than the decode step of its rows alone: the batch reads the same weights and KV
             # and computes more (the chapter's rule too, chapter.ChapterModel.mixed_s); without it a chunk of
             # a few tokens, timed at prefill GEMM efficiency, made the step shorter than decode's
-            seconds = max(seconds, self.decode_s(sms, n, sum_context, sum_window))
+            alone = (dense[n] + full * sum_context + window * sum_window if len(dense) > n
+                     else self.decode_s(sms, n, sum_context, sum_window))  # (decode_s's own arithmetic)
+            seconds = max(seconds, alone)
         return seconds
 
     # ---------------------------------------------------------------------------------------------
