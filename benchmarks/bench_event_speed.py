@@ -28,32 +28,11 @@ import datetime
 import os
 import platform
 import statistics
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import results_md
+from whole_process import CODE, CONV, ROOT, run_pdmux
 
-ROOT = Path(__file__).resolve().parent.parent
-#: The workplace's traces: ``../shared`` beside the checkout (or beside a folder above it).
-TRACES = next((p / "shared" / "data" / "traces" for p in ROOT.parents
-               if (p / "shared" / "data" / "traces").is_dir()),
-              ROOT.parent / "shared" / "data" / "traces")
-CONV = TRACES / "AzureLLMInferenceTrace_conv.csv"
-CODE = TRACES / "AzureLLMInferenceTrace_code.csv"
 SECTION = "## Event speed (issue 31): the targets"
-
-#: Runs ``python -m pdmux_cli ARGS`` and prints, last on stderr, the CPU seconds (user + sys) and the
-#: largest peak RSS (KiB) of the process tree it waited for (the workers included).
-WRAPPER = """
-import resource, subprocess, sys
-rc = subprocess.run([sys.executable, "-m", "pdmux_cli", *sys.argv[1:]], stdout=subprocess.DEVNULL).returncode
-u = resource.getrusage(resource.RUSAGE_CHILDREN)
-sys.stderr.write("\\nUSAGE %f %d\\n" % (u.ru_utime + u.ru_stime, u.ru_maxrss))
-sys.exit(rc)
-"""
-
 
 def commands(synthetic: bool) -> list[tuple[str, list[str], float]]:
     """``(label, pdmux arguments, target wall s)`` of each command measured."""
@@ -69,18 +48,6 @@ def commands(synthetic: bool) -> list[tuple[str, list[str], float]]:
                     ["simulate", "--synthetic", "--qps", "5", "--max-requests", "1000000", "--policies",
                      "chunked", "--json"], 20.0))
     return out
-
-
-def run_once(args: list[str]) -> tuple[float, float, float]:
-    """``(wall s, CPU s, peak RSS MiB)`` of ``python -m pdmux_cli ARGS``; exits on a failed command."""
-    start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", WRAPPER, *args], cwd=ROOT, capture_output=True, text=True,
-                         check=False)
-    wall = time.perf_counter() - start
-    if out.returncode != 0:
-        raise SystemExit(f"pdmux {' '.join(args)} failed ({out.returncode}): {out.stderr.strip()}")
-    cpu, rss = out.stderr.rsplit("USAGE", 1)[1].split()[:2]
-    return wall, float(cpu), int(rss) / 1024
 
 
 def main() -> None:
@@ -100,7 +67,8 @@ def main() -> None:
         for label, args, _ in todo:
             if i and "1000000" in args:
                 continue  # the long run once
-            runs[label].append(run_once(args))
+            wall, cpu, rss, _ = run_pdmux(args, ROOT)
+            runs[label].append((wall, cpu, rss))
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux

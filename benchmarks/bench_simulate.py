@@ -29,46 +29,18 @@ import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import results_md
+from whole_process import CODE, CONV, ROOT, run_pdmux
 
-ROOT = Path(__file__).resolve().parent.parent
-#: The workplace's traces: ``../shared`` beside the checkout (or beside a folder above it: a clone in a
-#: subfolder).
-TRACES = next((p / "shared" / "data" / "traces" for p in ROOT.parents
-               if (p / "shared" / "data" / "traces").is_dir()),
-              ROOT.parent / "shared" / "data" / "traces")
-CONV = TRACES / "AzureLLMInferenceTrace_conv.csv"
-CODE = TRACES / "AzureLLMInferenceTrace_code.csv"
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 SECTION = "## pdmux simulate"
 
 
-#: Runs ``python -m pdmux_cli ARGS`` as its child and prints that process tree's peak RSS (KiB) last
-#: on stderr, so every command is measured on its own (RUSAGE_CHILDREN covers waited-for descendants,
-#: i.e. the tune workers too, and reports the largest single process).
-WRAPPER = """
-import resource, subprocess, sys
-rc = subprocess.run([sys.executable, "-m", "pdmux_cli", *sys.argv[1:]]).returncode
-sys.stderr.write("\\nPEAK_RSS_KIB %d\\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-sys.exit(rc)
-"""
-
-
 def run_once(args: list[str]) -> tuple[float, float, str]:
     """(wall s, peak RSS MiB of the largest process, stdout) of ``python -m pdmux_cli ARGS``."""
-    start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", WRAPPER, *args], cwd=ROOT, capture_output=True, text=True,
-                         check=False)
-    wall = time.perf_counter() - start
-    if out.returncode != 0:
-        raise SystemExit(f"pdmux {' '.join(args)} failed ({out.returncode}): {out.stderr.strip()}")
-    rss_kib = int(out.stderr.rsplit("PEAK_RSS_KIB", 1)[1].split()[0])
-    return wall, rss_kib / 1024, out.stdout
+    wall, _, rss, stdout = run_pdmux(args, ROOT)
+    return wall, rss, stdout
 
 
 def measure(args: list[str], runs: int) -> dict:
