@@ -411,7 +411,8 @@ def _decode_run(work: Work, setup: Setup, n: int, t: float, limit: int, overlap:
     (checked here under speculative decoding's fractional growth). The step times are the step loop's to
     the bit: the step model's ``decode_s`` with the same totals, each over its CPU time (overlap) or plus
     it, the end times summed in order. The first :data:`TIGHT_DECODE_STEPS` one by one; the rest, when
-    :data:`MIN_ARRAY_STEPS` or more may follow, as numpy arrays (:func:`_decode_array`). Appends the end
+    :data:`MIN_ARRAY_STEPS` or more may follow, as numpy arrays (:func:`_decode_array`); all of them as
+    arrays where :data:`LONG_RUN_STEPS` fit from the first. Appends the end
     times, moves the batch's totals; returns ``(steps, end time)``. ``lines``: the step model's
     ``decode_line`` per ``(n, cuda_graph)``, kept by the caller across runs."""
     batch = work.batch
