@@ -8,7 +8,7 @@ each part of the fast path (long quiet runs as arrays, speculative rounds' fract
 windows, eager decode above the largest CUDA graph, a KV pool short enough to retract, intervals, the
 overlap scheduler off, a router's horizons, a closed-loop client, disaggregation's decode instances;
 pdmux's levels, token budgets, layer caps, manual divisions, long prompts split over many rounds).
-Speed is measured by benchmarks/bench_simulate.py, never here."""
+Speed is measured by benchmarks/bench_simulate.py and benchmarks/bench_event_speed.py, never here."""
 
 from __future__ import annotations
 
