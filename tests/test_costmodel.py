@@ -393,11 +393,12 @@ def test_prefill_attention_inlined_equals_attention_flops(name) -> None:
 @pytest.mark.parametrize("model, tp", [("qwen3-8b", 1), ("qwen3-30b-a3b", 2), ("gpt-oss-20b", 1),
                                        ("llama-3.1-70b", 4)])
 def test_whole_gpu_prefill_and_mixed_steps_are_their_terms_to_the_bit(model, tp) -> None:
-    """prefill_s on the whole GPU and mixed_s look their cached terms up inline (RooflineModel._whole_gpu):
-    each time equals the terms composed as the methods define them (GEMMs and the rest over the tokens,
-    the lm_head over the rows, each sequence's attention, the prefill pass's fixed time, the decode rows'
-    KV, at least the rows' decode step), to the bit, first calls and repeats, dense and MoE, a sliding
-    window, TP > 1 (a fixed time a layer)."""
+    """prefill_s (on the whole GPU and on part of it, beside decode or alone) and mixed_s
+    (RooflineModel._whole_gpu) look their cached terms up inline: each time equals the terms composed as
+    the methods define them (GEMMs and the rest over the tokens, the lm_head over the rows, each
+    sequence's attention, the prefill pass's fixed time, the decode rows' KV, at least the rows' decode
+    step), to the bit, first calls and repeats, dense and MoE, a sliding window, TP > 1 (a fixed time a
+    layer)."""
     rl = build_step_model(H100, load_model(model), tp=tp)
     sms = rl.total_sms
     rng = random.Random(11)
@@ -409,10 +410,15 @@ def test_whole_gpu_prefill_and_mixed_steps_are_their_terms_to_the_bit(model, tp)
         sw = min(sc, n * rl.window) if rl.window else 0.0
         bw, flops = rl._rates(sms, 0, "prefill")
         tokens = sum(new for new, _ in seqs)
+        part = rng.choice([sms, 100, 32])  # a pdmux prefill on part of the GPU, beside decode or alone
+        corun = rng.choice([0, sms - part]) if part < sms else 0
         if tokens:
-            ref = (rl._linear_s(tokens, sms, 0, "prefill") + rl._lm_head_s(len(seqs), sms, 0, "prefill")
-                   + rl._prefill_attention_s(seqs, sms, bw, flops) + rl.shapes.layers * rl.prefill_layer_s)
-            assert rl.prefill_s(sms, seqs) == ref
+            p_bw, p_flops = rl._rates(part, corun, "prefill")
+            ref = (rl._linear_s(tokens, part, corun, "prefill")
+                   + rl._lm_head_s(len(seqs), part, corun, "prefill")
+                   + rl._prefill_attention_s(seqs, part, p_bw, p_flops)
+                   + rl.shapes.layers * rl.prefill_layer_s)
+            assert rl.prefill_s(part, seqs, corun) == ref
         if tokens + n:
             ref = (rl._linear_s(tokens + n, sms, 0, "prefill")
                    + rl._lm_head_s(len(seqs) + n, sms, 0, "prefill"))

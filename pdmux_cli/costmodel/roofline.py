@@ -238,6 +238,8 @@ class RooflineModel:
         #: :meth:`mixed_s`' fixed terms on the whole GPU: its rates, decode's dense list and KV rates, the
         #: prefill pass's fixed seconds
         self._whole_gpu: tuple | None = None
+        #: a prefill pass's fixed seconds, all layers (``layers x prefill_layer_s``)
+        self._prefill_pass_s = self.shapes.layers * self.prefill_layer_s
 
     # ---------------------------------------------------------------------------------------------
     @property
@@ -550,21 +552,19 @@ class RooflineModel:
         tokens = sum(new for new, _ in seqs)
         if tokens <= 0:
             return 0.0
-        if sms == self.total_sms and not corun_sms:
-            # the whole GPU alone (SGLang's default loop): mixed_s's fixed terms and its cache lookups, the
-            # same floats added in the same order
-            bw, flops, _, _, _, layer_s = self._whole_gpu or self._whole_gpu_terms()
-            linear = self._linear_cache.get((tokens, sms, 0))
-            if linear is None:
-                linear = self._linear_s(tokens, sms, 0, "prefill")
-            head = self._head_cache.get((len(seqs), sms, 0))
-            if head is None:
-                head = self._lm_head_s(len(seqs), sms, 0, "prefill")
-            return linear + head + self._prefill_attention_s(seqs, sms, bw, flops) + layer_s
-        bw, flops = self._rates(sms, corun_sms, "prefill")
-        return (self._linear_s(tokens, sms, corun_sms, "prefill") + self._lm_head_s(
-            len(seqs), sms, corun_sms, "prefill")
-                + self._prefill_attention_s(seqs, sms, bw, flops) + self.shapes.layers * self.prefill_layer_s)
+        # the cached terms looked up here as _rates, _linear_s and _lm_head_s look them up (a prefill's
+        # keys: its SMs and minus the co-run SMs), computed by them on a miss (which checks the SMs); the
+        # same floats added in the same order
+        rates = self._rate_cache.get((sms, corun_sms, "prefill"))
+        if rates is None:
+            rates = self._rates(sms, corun_sms, "prefill")
+        linear = self._linear_cache.get((tokens, sms, -corun_sms))
+        if linear is None:
+            linear = self._linear_s(tokens, sms, corun_sms, "prefill")
+        head = self._head_cache.get((len(seqs), sms, -corun_sms))
+        if head is None:
+            head = self._lm_head_s(len(seqs), sms, corun_sms, "prefill")
+        return linear + head + self._prefill_attention_s(seqs, sms, *rates) + self._prefill_pass_s
 
     def _whole_gpu_terms(self) -> tuple:
         """:attr:`_whole_gpu`, computed once: the whole GPU's prefill rates (bytes/s, FLOP/s), decode's dense
