@@ -235,8 +235,7 @@ class RooflineModel:
         self._attention_cache: dict[tuple[float, float], dict[tuple[int, int], float]] = {}
         self._head_cache: dict[tuple[int, int, int], float] = {}
         self._rate_cache: dict[tuple[int, int, str], tuple[float, float]] = {}
-        #: :meth:`mixed_s`' fixed terms on the whole GPU: its rates, decode's dense list and KV rates, the
-        #: prefill pass's fixed seconds
+        #: :meth:`mixed_s`' fixed terms on the whole GPU: its rates, decode's dense list and KV rates
         self._whole_gpu: tuple | None = None
         #: a prefill pass's fixed seconds, all layers (``layers x prefill_layer_s``)
         self._prefill_pass_s = self.shapes.layers * self.prefill_layer_s
@@ -567,13 +566,11 @@ class RooflineModel:
         return linear + head + self._prefill_attention_s(seqs, sms, *rates) + self._prefill_pass_s
 
     def _whole_gpu_terms(self) -> tuple:
-        """:attr:`_whole_gpu`, computed once: the whole GPU's prefill rates (bytes/s, FLOP/s), decode's dense
-        seconds per batch size (the cache's own list, which grows) and KV rates, and the prefill pass's fixed
-        seconds (``layers x prefill_layer_s``)."""
+        """:attr:`_whole_gpu`, computed once: the whole GPU's prefill rates (bytes/s, FLOP/s), and decode's
+        dense seconds per batch size (the cache's own list, which grows) and KV rates."""
         sms = self.total_sms
         self.decode_s(sms, 1, 0, 0.0)  # fills the decode caches of (sms, 0)
-        self._whole_gpu = (*self._rates(sms, 0, "prefill"), *self._decode_cache[(sms, 0)],
-                           self.shapes.layers * self.prefill_layer_s)
+        self._whole_gpu = (*self._rates(sms, 0, "prefill"), *self._decode_cache[(sms, 0)])
         return self._whole_gpu
 
     def mixed_s(self, seqs: Seqs, n: int, sum_context: float, sum_window: float = 0.0) -> float:
@@ -586,7 +583,7 @@ class RooflineModel:
         tokens = sum(new for new, _ in seqs) + n
         if tokens <= 0:
             return 0.0
-        bw, flops, dense, full, window, layer_s = self._whole_gpu or self._whole_gpu_terms()
+        bw, flops, dense, full, window = self._whole_gpu or self._whole_gpu_terms()
         # the cached terms looked up here as _linear_s and _lm_head_s look them up (a prefill with no
         # co-run SMs: key (rows, sms, 0)), the same floats added in the same order
         linear = self._linear_cache.get((tokens, sms, 0))
@@ -598,7 +595,7 @@ class RooflineModel:
         seconds = linear + head
         seconds += self._prefill_attention_s(seqs, sms, bw, flops)
         if seqs:
-            seconds += layer_s
+            seconds += self._prefill_pass_s
         if n:
             seconds += full * sum_context + window * sum_window
             # never faster than the decode step of its rows alone: the batch reads the same weights and KV
