@@ -19,8 +19,8 @@ from typing import Any
 
 from ..bench.plan import MAX_REPEATS
 from ..util.errors import Finding, InputError
-from .bench_results import (CALIBRATION_FILE, PNG_FILE, RESULTS_FILE, BenchDryRun, BenchRun, check_out_dir,
-                            make_out_dir, run_checkpointed)
+from .bench_results import (CALIBRATION_FILE, PNG_FILE, RESULTS_FILE, BenchDryRun, BenchRun,
+                            check_before_device, check_out_dir, make_out_dir, run_checkpointed)
 from .fields import Checked, Range, declared_as, option
 from .pdmux_knobs import PdmuxKnobs
 from .progress import ProgressFactory
@@ -165,14 +165,7 @@ def _run_kernel_bench(r: BenchRequest, kernel: dict[str, Any], progress: Progres
         raise InputError("{flag.sms}/{flag.cc} describe a device for {flag.dry_run}; a real run measures the "
                          "device itself", param="sms" if r.sms is not None else "cc", values={})
     check_out_dir(r.output)
-    # Usage errors before the device is probed: on a machine without a driver they would
-    # otherwise hide behind "no NVIDIA driver".
-    if r.gpu is not None:
-        from ..catalog.hardware import find_gpu_or_file
-
-        find_gpu_or_file(r.gpu)
-    if r.levels is not None:
-        bplan.parse_level_items(r.levels)
+    check_before_device(r.gpu, r.levels)
     from ..bench import runner
     from ..bench.results import results_dict
 

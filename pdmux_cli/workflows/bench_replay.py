@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..util.errors import Finding, InputError
-from .bench_results import (CALIBRATION_FILE, RESULTS_FILE, BenchDryRun, BenchRun, check_out_dir,
-                            make_out_dir, run_checkpointed)
+from .bench_results import (CALIBRATION_FILE, RESULTS_FILE, BenchDryRun, BenchRun, check_before_device,
+                            check_out_dir, make_out_dir, run_checkpointed)
 from .files import gpu_file, model_file
 from .progress import ProgressFactory
 
@@ -155,12 +155,7 @@ def _prepare(mdl: Any, gpu: str | None, cpu: bool, levels: str | None, device_in
         plan = make_replay_plan(mdl, PlanDevice.from_gpu(profile), device_kind="cpu",
                                 available_bytes=host_available_bytes(), **options)
         return plan, ReplayDevice(import_torch_cpu(), "cpu"), None, profile
-    if gpu is not None:
-        find_gpu_or_file(gpu)  # a bad --gpu is a usage error, before the driver is probed
-    if levels is not None:
-        from ..bench.plan import parse_level_items
-
-        parse_level_items(levels)
+    check_before_device(gpu, levels)
     from ..bench import runner
     from ..bench.model_replay import ReplayDevice
 

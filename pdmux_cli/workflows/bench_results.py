@@ -92,6 +92,19 @@ def predictions_json(preds: Any, plan: Any) -> dict[str, Any] | None:
     }
 
 
+def check_before_device(gpu: str | None, levels: str | None) -> None:
+    """:class:`InputError` for a bad ``--gpu`` or ``--levels``, checked before the device is probed: on a
+    machine without a driver they would otherwise hide behind "no NVIDIA driver"."""
+    if gpu is not None:
+        from ..catalog.hardware import find_gpu_or_file
+
+        find_gpu_or_file(gpu)
+    if levels is not None:
+        from ..bench.plan import parse_level_items
+
+        parse_level_items(levels)
+
+
 def check_out_dir(out: Path | None) -> None:
     """Refuse ``--output DIR`` before any device work when it cannot become a writable directory: it is
     a file (or device), or the nearest existing folder on its path is not a directory or no file can be
