@@ -18,7 +18,10 @@ from typer.testing import CliRunner
 import pdmux
 from pdmux_cli import __version__, messages
 from pdmux_cli.cli import app
-from pdmux_cli.cli import planning as cli_planning
+from pdmux_cli.cli import check_config as cli_check_config
+from pdmux_cli.cli import estimate as cli_estimate
+from pdmux_cli.cli import gen_config as cli_gen_config
+from pdmux_cli.cli import splits as cli_splits
 from pdmux_cli.util.errors import printable
 from pdmux_cli.workflows.check_config import CheckConfigRequest
 from pdmux_cli.workflows.estimate import EstimateRequest
@@ -31,10 +34,10 @@ runner = CliRunner()
 
 #: (API function, request dataclass, CLI command function, request fields that are no CLI option)
 COMMANDS = [
-    (pdmux.splits, SplitsRequest, cli_planning.splits, set()),
-    (pdmux.estimate, EstimateRequest, cli_planning.estimate, set()),
-    (pdmux.gen_config, GenConfigRequest, cli_planning.gen_config, set()),
-    (pdmux.check_config, CheckConfigRequest, cli_planning.check_config, set()),
+    (pdmux.splits, SplitsRequest, cli_splits.splits, set()),
+    (pdmux.estimate, EstimateRequest, cli_estimate.estimate, set()),
+    (pdmux.gen_config, GenConfigRequest, cli_gen_config.gen_config, set()),
+    (pdmux.check_config, CheckConfigRequest, cli_check_config.check_config, set()),
 ]
 
 

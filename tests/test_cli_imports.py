@@ -50,12 +50,14 @@ try:
     main()
 except SystemExit as e:
     code = e.code
+cli = sorted(m.rpartition(".")[2] for m in sys.modules if m.startswith("pdmux_cli.cli."))
 from pdmux_cli.cli import app
 sys.stdout.flush()
 print("\\nMODULES", ",".join(sorted(m for m in sys.modules if m.split(".")[0] in ("click", "pdmux_cli")
                                    and (m == "click" or m.startswith(("pdmux_cli.planning.",
                                                                       "pdmux_cli.costmodel"))))))
 print("COMMANDS", len(app.registered_commands))
+print("CLI", ",".join(cli))
 """
 
 
@@ -77,6 +79,10 @@ def test_splits_start_up_skips_the_cost_model_click_and_other_commands() -> None
     body, _, tail = out.stdout.rpartition("\nMODULES")
     assert tail.split("\n")[0].strip() == "", f"imported: {tail}"
     assert f"COMMANDS {len(app.registered_commands)}" in tail
+    # only splits' own command module: the other commands' option declarations are a fifth of start-up
+    cli = set(tail.partition("\nCLI ")[2].split("\n")[0].split(","))
+    assert cli <= {"common", "options", "render", "root", "splits"}, cli
+    assert "splits" in cli
     full = CliRunner().invoke(app, ["splits", "--gpu", "h100", "--json"])
     assert full.exit_code == 0
     assert body.strip() == full.stdout.strip()
@@ -91,3 +97,24 @@ def test_splits_start_up_skips_the_cost_model_click_and_other_commands() -> None
 def test_one_command_build_leaves_the_rest_alone(argv, expect) -> None:
     out = _startup(argv)
     assert expect in out.stdout + out.stderr
+
+
+def test_command_modules_name_each_command_where_it_is_registered() -> None:
+    """``pdmux_cli.cli.COMMAND_MODULES`` (what ``main`` imports for a named command) against what the
+    modules register: every command, in ``--help``'s order, each in the module named for it."""
+    import pdmux_cli.cli as cli
+    from pdmux_cli.cli import app
+
+    registered = [(cli._command_name(c), c.callback.__module__) for c in app.registered_commands]
+    assert registered == [(command, f"pdmux_cli.cli.{module}")
+                          for module, commands in cli.COMMAND_MODULES for command in commands]
+    assert [name for name, _ in registered] == ["splits", "estimate", "gen-config", "check-config",
+                                                "simulate", "tune", "capacity", "accuracy", "calibrate",
+                                                "bench"]
+
+
+def test_the_package_has_no_other_lazy_names() -> None:
+    import pdmux_cli.cli as cli
+
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        cli.nope  # noqa: B018

@@ -13,7 +13,7 @@ import pytest
 from pdmux_cli.catalog.hardware import find_gpu
 from pdmux_cli.catalog.model import load_model
 from pdmux_cli.cli import capacity as cli_capacity
-from pdmux_cli.cli import planning as cli_planning
+from pdmux_cli.cli import estimate as cli_estimate
 from pdmux_cli.cli import simulate as cli_simulate
 from pdmux_cli.costmodel import build_step_model
 from pdmux_cli.costmodel.options import CostModelOptions
@@ -119,9 +119,9 @@ GROUPS = [
                                                         "admission_delay_ms", "first_token_delay_ms",
                                                         "admission_interval_ms"), SHARED),
     (EstimateRequest, SERVING_TERMS, "step_overhead_ms", ("per_request_overhead_ms", "eager_launch_ms"),
-     (cli_planning.estimate,)),
+     (cli_estimate.estimate,)),
     (EstimateRequest, DEPLOYMENT, "tp",
-     ("disagg", "kv_link", "kv_link_gb_s", "kv_link_latency_us", "disagg_tp"), (cli_planning.estimate,)),
+     ("disagg", "kv_link", "kv_link_gb_s", "kv_link_latency_us", "disagg_tp"), (cli_estimate.estimate,)),
     (WorkloadOptions, WORKLOAD, "trace_option",
      ("synthetic", "trace_format", "qps", "rate_scale", "max_requests", "duration", "seed", "prompt_tokens",
       "output_tokens"), (cli_simulate.simulate,)),
@@ -135,7 +135,7 @@ GROUPS = [
     (ServerOptions, SPECULATIVE, "disable_cuda_graph",
      ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
       "speculative_num_draft_tokens", "speculative_draft_model_path", "speculative_accept_length"),
-     (*SHARED, cli_planning.estimate)),
+     (*SHARED, cli_estimate.estimate)),
 ]
 
 

@@ -1,51 +1,74 @@
 """``pdmux``: the command-line entry point. Commands parse, call the core, render; nothing else.
 
-Each command module registers its commands on :data:`app`; heavy imports (the core's cost model,
-rich tables, the bench's torch and cuda-python) happen inside the command functions, so that
-``pdmux splits`` starts about as fast as a bare typer + rich + yaml program.
+Each command module registers its commands on the typer application of :mod:`.root`. The package's
+``app`` (``from pdmux_cli.cli import app``, as the tests' CliRunner uses it) is that application with
+every command module imported, in :data:`COMMAND_MODULES`' order (the order of ``pdmux --help``).
+:func:`main` imports only the module of the command it runs: the others' option declarations cost a
+fifth of ``pdmux splits``' start-up. Heavy imports (the core's cost model, rich tables, the bench's torch
+and cuda-python) happen inside the command functions.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+from typing import Any
 
-from .app import app
+#: Each command module of this package and the commands it registers, in ``pdmux --help``'s order.
+#: ``tests/test_cli_lazy.py`` checks it against what the modules register.
+COMMAND_MODULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("splits", ("splits",)),
+    ("estimate", ("estimate",)),
+    ("gen_config", ("gen-config",)),
+    ("check_config", ("check-config",)),
+    ("simulate", ("simulate", "tune")),
+    ("capacity", ("capacity",)),
+    ("accuracy", ("accuracy",)),
+    ("calibrate", ("calibrate",)),
+    ("bench", ("bench",)),
+)
+_MODULE_OF = {command: module for module, commands in COMMAND_MODULES for command in commands}
 
-# Importing the command modules registers their commands on `app`, in this order in --help.
-# isort: off
-from . import planning  # noqa: F401
-from . import simulate  # noqa: F401
-from . import capacity  # noqa: F401
-from . import accuracy  # noqa: F401
-from . import calibrate  # noqa: F401
-from . import bench  # noqa: F401
-# isort: on
+
+def _with_modules(modules: list[str]) -> Any:
+    """The root typer app after importing the command ``modules`` (names in this package)."""
+    from .root import app as root_app
+
+    for module in modules:
+        importlib.import_module(f".{module}", __name__)
+    return root_app
+
+
+def __getattr__(name: str) -> Any:
+    """``app``: the typer application with every command registered (PEP 562: built on first use)."""
+    if name == "app":
+        return _with_modules([module for module, _ in COMMAND_MODULES])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
-    """Console-script entry point (``pdmux = pdmux_cli.cli:main``).
+    """Console-script entry point (``pdmux = pdmux_cli.entry:main``).
 
-    Where the first argument names a command (``pdmux splits ...``), typer builds the click command of that
-    one only: building all ten costs 30-50 ms of start-up, a tenth of ``pdmux splits``. Anything else
-    (``pdmux --help``, ``--version``, a mistyped command and its suggestions) sees every command."""
-    only = _named_command(sys.argv[1:2])
-    if only is None:
-        app()
+    Where the first argument names a command (``pdmux splits ...``), only that command's module is
+    imported and typer builds the click command of that one only. Anything else (``pdmux --help``,
+    ``--version``, a mistyped command and its suggestions) sees every command."""
+    first = sys.argv[1] if len(sys.argv) > 1 else None
+    module = _MODULE_OF.get(first) if first else None
+    if module is None:
+        __getattr__("app")()
         return
+    app = _with_modules([module])
+    only = [c for c in app.registered_commands if _command_name(c) == first]
     every = list(app.registered_commands)
-    app.registered_commands[:] = [only]
+    app.registered_commands[:] = only
     try:
         app()
     finally:
         app.registered_commands[:] = every
 
 
-def _named_command(first: list[str]) -> object | None:
-    """The registered command ``first`` (the command line's first argument) names, or ``None``."""
-    if not first or first[0].startswith("-"):
-        return None
+def _command_name(command: Any) -> str:
+    """The name typer gives a registered command: its own, or its callback's with ``_`` as ``-``."""
     from typer.main import get_command_name
 
-    found = [c for c in app.registered_commands
-             if (c.name or get_command_name(c.callback.__name__ if c.callback else "")) == first[0]]
-    return found[0] if len(found) == 1 else None
+    return command.name or get_command_name(command.callback.__name__ if command.callback else "")

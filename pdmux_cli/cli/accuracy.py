@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from .app import app
+from .root import app
 from .common import console, print_json, print_note
 from .options import deferred, request_of, with_options
 

@@ -15,7 +15,7 @@ from typing import Any
 import typer
 
 from ..util.errors import InputError
-from .app import app
+from .root import app
 from .common import console, fail_line, print_json
 from .options import deferred, progress_factory, request_of, with_options
 

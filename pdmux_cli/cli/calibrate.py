@@ -12,7 +12,7 @@ from typing import Any
 import typer
 
 from ..workflows.calibrate import CalibrateRequest
-from .app import app
+from .root import app
 from .common import console, print_json, print_note
 from .options import request_of, with_options
 

@@ -17,7 +17,7 @@ from ..workflows.fields import DEPLOYMENT, GENERATED_SHARED_PREFIX, RUN, SERVING
 from ..workflows.run_options import RunOptions
 from ..workflows.server import ServerOptions
 from ..workflows.workload import WorkloadOptions
-from .app import app
+from .root import app
 from .common import console, print_json, print_note
 from .options import (
     JSON_OPTION,

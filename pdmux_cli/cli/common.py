@@ -231,6 +231,8 @@ def parse_cc(text: str) -> tuple[int, int]:
     return check_known_capability(parse_compute_capability(text))
 
 
+#: The help of every command's ``--json``.
+JSON_HELP = "Print JSON (stable keys, units in the key names)."
 NON_FINITE = "the inputs give a non-finite result (NaN or infinity): check the sizes and efficiencies"
 
 

@@ -22,7 +22,7 @@ from ..workflows.run_options import RunOptions
 from ..workflows.server import ServerOptions
 from ..workflows.simulate import SimulateRequest
 from ..workflows.workload import WorkloadOptions
-from .app import app
+from .root import app
 from .common import console, print_json, print_note
 from .options import (
     JSON_OPTION,
