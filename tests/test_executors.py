@@ -48,6 +48,44 @@ def _same_metrics(a, b) -> None:
             assert [repr(v) for v in x.per_request[key]] == [repr(v) for v in y.per_request[key]], key
 
 
+# ---- how many local processes
+# -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cores,workers,tasks,processes", [
+    (2, None, 3, 3),    # simulate's 3 default policies on 2 cores: all at once, the cores shared
+    (2, None, 4, 4),
+    (2, None, 5, 2),    # more than twice the cores: the cores' count, one task after another
+    (2, None, 1, 1),
+    (1, None, 2, 1),    # one core: sharing it gains nothing, so the tasks run here
+    (8, None, 3, 3),
+    (4, None, 100, 4),  # tune's candidates
+    (2, 2, 3, 2),       # --workers caps it
+    (2, 64, 3, 3),
+    (2, 64, 100, 2),
+    (1, 64, 2, 1),
+])
+def test_local_processes_share_the_cores_among_a_few_tasks(monkeypatch, cores, workers, tasks,
+                                                            processes) -> None:
+    from pdmux_cli.simulate import pool
+
+    monkeypatch.setattr(pool, "default_workers", lambda: cores)
+    assert executors.local_workers(workers, tasks) == processes
+
+
+def test_three_policies_on_three_processes_give_what_one_gives(monkeypatch) -> None:
+    from pdmux_cli.simulate import pool
+
+    monkeypatch.setattr(pool, "default_workers", lambda: 2)
+    trace = load_trace(AZURE)
+    policies = [PdmuxPolicy(), ChunkedPolicy(8192), MixedChunkPolicy(512)]
+    with executor("local", None, 3) as ex:
+        assert ex.workers == 3
+    here = simulate_policies(trace, SETUP, policies, 1000, 60, workers=1)
+    apart = simulate_policies(trace, SETUP, policies, 1000, 60)
+    _same_metrics(here, apart)
+
+
 # ---- DP replicas simulated apart
 # -------------------------------------------------------------------------------
 

@@ -562,12 +562,9 @@ def tune(
     known = {c.config for c in cands}
     slo_cands, slo_notes = slo_candidates(trace, setup, slo_itl_ms, slo_margins, budgets)
     cands += [c for c in slo_cands if c.config not in known]
-    from .executors import check_executor, using
+    from .executors import check_executor, local_workers, using
 
     local = not isinstance(executor, Executor) and check_executor(executor, ray_address) == "local"
-    cores = pool.default_workers()
-    capped_note = (Finding("tune.workers_capped", {"workers": workers, "cores": cores}, "workers")
-                   if local and workers and workers > cores else None)
     if schedules is None:
         from ..sglang.server_defaults import default_chunked_prefill_size
 
@@ -580,6 +577,11 @@ def tune(
     policies = [policy_of(c.config) for c in cands]
     whats = [f"pdmux config {c.description}" for c in cands]
     total = len(policies) + len(schedules) + (len(set(layer_caps)) if capped else 0)
+    tasks = len(policies) + len(schedules)
+    # fewer processes than asked for and than tasks: the machine's cores capped them (executors.local_workers)
+    capped_note = (Finding("tune.workers_capped", {"workers": workers, "cores": pool.default_workers()},
+                           "workers")
+                   if local and workers and local_workers(workers, tasks) < min(workers, tasks) else None)
     done = 0
 
     def tick(_i: int, _value: tuple) -> None:
@@ -588,8 +590,8 @@ def tune(
         if progress:
             progress(done, total)
 
-    # more processes than cores only cost memory: the executor caps them (executors.local_workers)
-    with using(executor, workers, len(policies) + len(schedules), ray_address) as ex:
+    # the executor sizes the processes to the cores and the tasks (executors.local_workers)
+    with using(executor, workers, tasks, ray_address) as ex:
         shared = ex.share((trace, setup, slo_ttft_ms, slo_itl_ms, dp, load_balance_method, max_steps))
         # SGLang's other schedules on the workers the candidates leave idle (the last runs' tail) and the
         # overload search's chain of runs, one at a time, leaves idle; the rest after it

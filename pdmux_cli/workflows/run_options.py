@@ -15,18 +15,19 @@ from .fields import RUN, Checked, option
 class RunOptions(Checked):
     """Where a command's simulations run (the CLI's names and defaults).
 
-    ``workers``: processes (``None``: the cores available), or with ``executor`` ``"ray"`` tasks at a time
+    ``workers``: processes (``None``: the cores available, or up to twice as many for a few tasks:
+    :func:`pdmux_cli.simulate.executors.local_workers`), or with ``executor`` ``"ray"`` tasks at a time
     (``None``: the cluster's CPUs). ``executor``: ``"local"`` or ``"ray"``; ``ray_address``: the Ray cluster
     (``None``: a local Ray instance for the run). ``max_steps``: the decode steps one simulated server may
     take (``None``: :func:`pdmux_cli.simulate.engine.step_budget`'s default; 0: no limit).
     """
 
     workers: int | None = option(None, group=RUN, help=(
-        "Processes (default: the cores available); with {flag.executor} ray, tasks at a time (default: the "
-        "cluster's CPUs)."), wordings={"simulate": (
+        "Processes (default: the cores available, or every task at once up to twice the cores); with "
+        "{flag.executor} ray, tasks at a time (default: the cluster's CPUs)."), wordings={"simulate": (
             "Processes, one policy (or, with {flag.dp} and round_robin, one replica) each (default: the "
-            "cores available; 1 runs the policies here, one after another). With {flag.executor} ray: tasks "
-            "at a time (default: the cluster's CPUs).")})
+            "cores available, or every policy at once up to twice the cores; 1 runs the policies here, one "
+            "after another). With {flag.executor} ray: tasks at a time (default: the cluster's CPUs).")})
     executor: str = option("local", group=RUN, help=(
         "Where the simulations run: local (this machine's cores, {flag.workers} processes) or ray (a Ray "
         "cluster: {flag.ray_address}, or a local Ray instance started for the run; pip install "
