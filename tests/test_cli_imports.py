@@ -45,9 +45,9 @@ def test_planning_commands_import_nothing_heavy(args) -> None:
 STARTUP = """
 import sys
 sys.argv = {argv!r}
-from pdmux_cli.entry import main
+from pdmux_cli.entry import run
 try:
-    main()
+    run()
 except SystemExit as e:
     code = e.code
 cli = sorted(m.rpartition(".")[2] for m in sys.modules if m.startswith("pdmux_cli.cli."))

@@ -290,6 +290,41 @@ def test_a_stopped_run_leaves_without_the_exit_time_joins(tmp_path) -> None:
     assert time.monotonic() - started < 20
 
 
+LEAVING = """
+import atexit, sys, threading, time
+class Freed:
+    def __del__(self):
+        sys.stdout.write("freed at teardown\\n")
+kept = Freed()
+atexit.register(lambda: sys.stdout.write("exit handler\\n"))
+import pdmux_cli.cli as cli
+def command():
+    {before}
+    sys.stdout.write("result\\n")  # not flushed
+    raise SystemExit({code})
+cli.main = command
+from pdmux_cli.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize("before,code,rc,out,err", [
+    # the end of every command: the exit handlers run and the streams are flushed, the teardown skipped
+    ("pass", 0, 0, "result\nexit handler\n", ""),
+    ("pass", 2, 2, "result\nexit handler\n", ""),
+    ("pass", None, 0, "result\nexit handler\n", ""),
+    # a thread still running (a normal exit joins it) or a status that is a message: Python's own exit
+    ("threading.Thread(target=time.sleep, args=(0.2,)).start()", 0, 0,
+     "result\nexit handler\nfreed at teardown\n", ""),
+    ("pass", "'no'", 1, "result\nexit handler\nfreed at teardown\n", "no\n"),
+])
+def test_a_command_leaves_without_the_teardown_where_that_changes_nothing(before, code, rc, out, err) -> None:
+    run = subprocess.run([sys.executable, "-c", LEAVING.format(before=before, code=code)],
+                         capture_output=True, text=True, timeout=30, check=False,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (run.returncode, run.stdout, run.stderr) == (rc, out, err)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_dead_unreaped_parent_counts_as_gone() -> None:
     """A pool maker killed before its worker looked is a zombie (os.kill(pid, 0) still succeeds): the
