@@ -10,8 +10,9 @@
 
 Each command runs ``--runs`` times, the commands taking turns (a load that comes and goes on a shared
 machine then hits each of them), in a fresh process started from a small wrapper that reads
-``resource.getrusage(RUSAGE_CHILDREN)``: wall time, CPU time (user + sys of the process and its
-workers) and the largest single process's peak RSS; medians are reported, and every run's wall time.
+``resource.getrusage(RUSAGE_CHILDREN)``: wall time (the pdmux process's, from its start to its exit; the
+wrapper's own interpreter start, 0.06-0.10 s, is not counted), CPU time (user + sys of the process and
+its workers) and the largest single process's peak RSS; medians are reported, and every run's wall time.
 pdmux's bytecode is compiled first, as pip does when it installs a package (``PYTHONDONTWRITEBYTECODE=1``,
 set on some machines, would otherwise make every start compile every module: about 0.2 s a command);
 ``benchmarks/bench_cli.py`` does the same.

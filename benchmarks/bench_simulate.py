@@ -13,8 +13,8 @@
 The policies of one simulate run share the cores (``--workers``, default: the cores available).
 
 Each command runs ``--runs`` times in a fresh process (``python -m pdmux_cli``, started from a small
-wrapper that reads ``resource.getrusage(RUSAGE_CHILDREN)``); the median wall time (including the
-wrapper's interpreter start, ~20 ms) and the largest peak RSS (of a single process: the simulator,
+wrapper that reads ``resource.getrusage(RUSAGE_CHILDREN)``); the median wall time (of the pdmux process,
+not the wrapper's own interpreter start) and the largest peak RSS (of a single process: the simulator,
 or the tune parent or one of its workers) are reported.
 
 Usage: ``python benchmarks/bench_simulate.py [--runs N] [--write]``; ``--write`` replaces the
