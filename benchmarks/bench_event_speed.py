@@ -80,8 +80,8 @@ def main() -> None:
         "",
         (f"Measured {datetime.date.today().isoformat()} by `python benchmarks/bench_event_speed.py --runs "
          f"{opts.runs}{' --synthetic' if opts.synthetic else ''}` on {platform.machine()}, {cores} core(s), "
-         f"Python {platform.python_version()}, load average {load:.1f} at the end; whole process, bytecode "
-         "compiled (as installed), the commands taking turns."),
+         f"Python {platform.python_version()}, load average {load:.1f} at the end; the whole pdmux process "
+         "(not the wrapper's start), bytecode compiled (as installed), the commands taking turns."),
         "",
         "| command | target (wall) | wall, median | CPU, median | peak RSS | every run's wall |",
         "|---|---|---|---|---|---|",
