@@ -338,6 +338,22 @@ def test_user_text_prints_as_written_not_as_markup(tmp_path) -> None:
     assert "'[/x]'" in r.stdout and "'[bold]k[/bold]'" in r.stdout
 
 
+@pytest.mark.parametrize("content,count,refused", [
+    ("a: 1\n", 2, True),  # no sm_group_num (SGLang's loader refuses it) and a key it does not read
+    ("a: 1\nb: 2\n", 3, True),
+    ("sm_group_num: 8\na: 1\n", 1, False),  # 0.5.23 runs it: the unknown key is the problem
+])
+def test_check_config_error_line_counts_what_the_table_counts(tmp_path, content, count, refused) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text(content)
+    r = run("check-config", str(path), "--gpu", "h100")
+    assert r.exit_code == 2
+    assert f"x.yaml: {count} problem(s) for H100" in r.stdout
+    line = f"x.yaml: {count} problem(s)" + ("; SGLang 0.5.23" if refused else "")
+    assert line in r.stderr and r.stderr.strip().count("\n") == 0
+    assert ("refuses it (load)" in r.stderr) is refused
+
+
 @pytest.mark.parametrize(
     "content,contains",
     [("sm_group_num: [1\n", "yaml"), ("- 1\n- 2\n", "mapping")],

@@ -439,9 +439,9 @@ def test_no_value_check_is_given_a_flag() -> None:
 
 
 #: check_sm_group_num's line after the flag or keyword, for 500 groups on an H100 (132 SMs, limit 134).
-_TOO_MANY_GROUPS = (" 500: more stream groups than the GPU has SMs (132); SGLang builds a decode attention "
-                    "backend and its CUDA graphs for every group, and no split level can use more than one "
-                    "per SM: give at most 134 (SGLang's default: 8)")
+_TOO_MANY_GROUPS = (" 500: more stream groups than one per SM (132) and the two whole-GPU groups; SGLang "
+                    "builds a decode attention backend and its CUDA graphs for every group, and no split "
+                    "level can use more than one per SM: give at most 134 (SGLang's default: 8)")
 
 
 @pytest.mark.parametrize(

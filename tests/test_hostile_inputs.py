@@ -259,7 +259,7 @@ def test_an_ascii_terminal_gets_escapes_not_a_traceback(tmp_path) -> None:
 def test_more_stream_groups_than_sms_are_refused(args) -> None:
     r = runner.invoke(app, [*args, "--sm-group-num", "99999999999999999999"])
     assert_one_line_error(r, 2,
-                          "--sm-group-num 99999999999999999999: more stream groups than the GPU has SMs "
+                          "--sm-group-num 99999999999999999999: more stream groups than one per SM "
                           "(132)")
     assert "give at most 134" in r.stderr
     assert runner.invoke(app, [*args, "--sm-group-num", "134"]).exit_code == 0
@@ -274,7 +274,7 @@ def test_check_config_refuses_more_stream_groups_than_sms(tmp_path) -> None:
     assert r.exit_code == 2
     [problem] = json.loads(r.stdout)["problems"]
     assert problem["where"] == "sm_group_num" and problem["severity"] == "error"
-    assert "more stream groups than the GPU has SMs (132)" in problem["message"]
+    assert "more stream groups than one per SM (132) and the two whole-GPU groups" in problem["message"]
     ok = tmp_path / "ok.yaml"
     ok.write_text("sm_group_num: 8\n")
     r = runner.invoke(app, ["check-config", str(ok), "--gpu", "h100", "--sm-group-num", "1000", "--json"])

@@ -132,6 +132,13 @@ def test_errors_are_input_errors(tmp_path: Path) -> None:
         load_trace(FIX / "mooncake_small.jsonl", fmt="azure")
     with pytest.raises(InputError, match="no valid request rows"):
         load_trace(wrong)
+    nothing = tmp_path / "nothing.csv"
+    for text, said in (("", "nothing.csv: empty: not a trace"),
+                       ("\n  \n\n", "nothing.csv: blank lines only")):
+        nothing.write_text(text)
+        for fmt in (None, "azure", "mooncake"):
+            with pytest.raises(InputError, match=said):
+                load_trace(nothing, fmt=fmt)
 
 
 def test_unsorted_file_is_sorted(tmp_path: Path) -> None:

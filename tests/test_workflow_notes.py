@@ -195,6 +195,23 @@ def test_splits_tp_note() -> None:
     assert render(note) in result.to_dict()["notes"]
 
 
+@pytest.mark.parametrize("gpu,asked,groups", [("h100", 10, 8), ("h100", 134, 8), ("a100", 30, 22)])
+def test_splits_says_when_sglang_builds_more_groups_than_levels_use(gpu, asked, groups) -> None:
+    import pdmux
+
+    result = pdmux.splits(gpu=gpu, sm_group_num=asked)
+    assert len(result.groups) == groups
+    note = next(n for n in result.notes if getattr(n, "code", "") == "splits.fewer_groups")
+    assert (note.values, note.param) == ({"asked": asked, "groups": groups, "levels": groups - 2},
+                                         "sm_group_num")
+    assert render(note).startswith(f"sm_group_num {asked}: SGLang's automatic rule finds {groups - 2} split "
+                                   f"levels on this GPU, so {groups} stream groups")
+    # as many as asked, or fewer: no note
+    for fewer in (3, 8):
+        assert not any(getattr(n, "code", "") == "splits.fewer_groups"
+                       for n in pdmux.splits(gpu=gpu, sm_group_num=fewer).notes)
+
+
 def test_estimate_calibration_replaces_the_chapter_knobs() -> None:
     note = Finding("estimate.calibration_replaces_knobs", param="calibration")
     assert render(note) == ("--mfu and --bandwidth-efficiency are not used with --calibration: the measured "

@@ -44,8 +44,11 @@ def check_config(
         raise typer.Exit(1)
     if not result.ok:
         refused = f"{result.chosen.name} refuses it ({result.chosen_verdict.stage})"
-        if result.errors:
-            what = f"{len(result.errors)} problem(s)"
+        if result.errors:  # as many as the table counts (all but the warnings), and the verdict
+            from ..sglang.pdmux_config import is_error
+
+            shown = sum(1 for p in result.problems if is_error(p))
+            what = f"{shown} problem(s)" + (f"; {refused}" if result.chosen_verdict.accepted is False else "")
         elif result.chosen_verdict.accepted and result.speculation_line is not None:
             what = result.speculation_line
         else:

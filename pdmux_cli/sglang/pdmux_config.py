@@ -568,7 +568,8 @@ def _top_level_problems(config: PdmuxConfig, total_sms: int | None, cc: tuple[in
                 problems.append(
                     Problem(
                         where,
-                        f"is {short_repr(value)}, more stream groups than the GPU has SMs ({total_sms}): "
+                        f"is {short_repr(value)}, more stream groups than one per SM ({total_sms}) and "
+                        "the two whole-GPU groups: "
                         "SGLang builds a decode attention backend and its CUDA graphs for every group "
                         "(attention_backend_setup.py), and no split level can use more than one per SM; "
                         f"give at most {split_levels.sm_group_num_limit(total_sms)} (default "

@@ -159,9 +159,9 @@ def check_sm_group_num(value: int | None, total_sms: int, param: str = "sm_group
     if value is None or value <= sm_group_num_limit(total_sms):
         return value
     raise InputError(
-        "{param_flag} {value}: more stream groups than the GPU has SMs ({total_sms}); SGLang builds a "
-        "decode attention backend and its CUDA graphs for every group, and no split level can use more than "
-        "one per SM: give at most {limit} (SGLang's default: {default})",
+        "{param_flag} {value}: more stream groups than one per SM ({total_sms}) and the two whole-GPU "
+        "groups; SGLang builds a decode attention backend and its CUDA graphs for every group, and no split "
+        "level can use more than one per SM: give at most {limit} (SGLang's default: {default})",
         param=param,
         values={"value": short_repr(value), "total_sms": total_sms, "limit": sm_group_num_limit(total_sms),
                 "default": DEFAULT_SM_GROUP_NUM})

@@ -472,6 +472,10 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
                 raise InputError("{path}: its first {head_kib} KiB are blank lines: not a trace (an Azure "
                                  "CSV, a Mooncake JSONL or a BurstGPT CSV)", param="trace",
                                  values={"path": str(p), "head_kib": HEAD_CHARS // 1024})
+            if not first:
+                raise InputError("{path}: {what}: not a trace (an Azure CSV, a Mooncake JSONL or a BurstGPT "
+                                 "CSV)", param="trace",
+                                 values={"path": str(p), "what": "blank lines only" if head else "empty"})
             refusal = unreadable_format(head, p.name)
             if refusal is not None:
                 raise refusal

@@ -89,7 +89,8 @@ class CalibrateRequest(Checked):
         "The server's {flag.kv_cache_dtype}: auto (the model's dtype; fp8_e4m3 where its quantization_config "
         "says kv_cache_quant_algo FP8), fp8_e4m3, fp8_e5m2, bf16 (default: auto)."))
     merge: tuple[Path, ...] = option((), help=(
-        "Merge two calibration files (pdmux bench + pdmux calibrate) instead."))
+        "Merge two calibration files (pdmux bench + pdmux calibrate) instead: {flag.merge} A {flag.merge} "
+        "B."))
     output: Path | None = option(None, short="-o", writes="path", help=(
         "Write calibration.yaml here (whole or not at all); default: print it."))
     max_replay_requests: int = option(DEFAULT_MAX_REPLAY_REQUESTS, help=(
@@ -339,7 +340,7 @@ def _check_fit_options(r: CalibrateRequest) -> None:
     if not r.sglang_bench and not r.sglang_log and not r.bench_serving:
         raise InputError(
             "give {flag.sglang_bench} FILE.jsonl, {flag.sglang_log} server.log and/or "
-            "{flag.bench_serving} RESULT.jsonl (or {flag.merge} A B)",
+            "{flag.bench_serving} RESULT.jsonl (or {flag.merge} A {flag.merge} B)",
             values={},
         )
     if r.model is None or r.gpu is None:
