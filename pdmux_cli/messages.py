@@ -605,8 +605,9 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     # workflows/splits
     "splits.fewer_groups": (
         "sm_group_num {asked}: SGLang's automatic rule finds {levels} split levels on this GPU, so "
-        "{groups} stream groups; SGLang 0.5.23 still builds a decode attention backend and its CUDA graphs "
-        "for each of the {asked} groups (attention_backend_setup.py): memory and start-up time no level uses"
+        "{groups} stream groups; SGLang 0.5.23 still builds a decode attention backend, with its CUDA-graph "
+        "state, for each of the {asked} groups (attention_backend_setup.py, decode_cuda_graph_runner.py "
+        "maybe_init_pdmux): memory no level uses"
     ),
     "splits.tp_same_levels": (
         "TP {tp}: every GPU builds these stream groups and picks the same level for the same decode batch "
