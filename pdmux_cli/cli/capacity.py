@@ -65,7 +65,7 @@ def _build_table(result: Any, title: str, layout_column: bool, runs: bool, two_l
                           f"requests meet TTFT <= {result.slo_ttft_ms:g} ms and their p99 ITL <= "
                           f"{result.slo_itl_ms:g} ms"
                           + ("; per GPU: max rate / GPUs" if many else "")
-                          + "; goodput and p99s (ms; from 10 s on in s) at that rate"
+                          + "; goodput and p99s (ms; 10 s and more in s) at that rate"
                           + ("; (lo-hi): the rate's 80% interval, the TTFT and ITL scaled by pdmux's "
                              "measured error" if any(p.rate_interval for p in policies) else ""),
                   caption_justify="left")

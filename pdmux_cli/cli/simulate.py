@@ -119,7 +119,7 @@ def tune_table(result: Any, top: int | None = 12) -> Any:
     table = Table(title=f"pdmux configs compared ({len(result.rows)} simulated, best "
                         f"first{on})", title_justify="left",
                   caption="SLO met: share of requests; goodput: requests/s meeting the SLO; p99s in ms "
-                          "(from 10 s on in s)",
+                          "(10 s and more in s)",
                   caption_justify="left")
     for col, just in (("rank", "right"), ("config", "left"), ("SLO met", "right"), ("goodput", "right"),
                       ("TTFT p99", "right"), ("ITL p99", "right")):

@@ -94,7 +94,7 @@ def metrics_table(metrics: Sequence[PolicyMetrics], title: str = "", best: float
     from rich.text import Text
 
     slo = metrics[0] if metrics else None
-    caption = (f"latencies in ms (from 10 s on in s); SLO met = TTFT <= {slo.slo_ttft_ms:g} ms and the "
+    caption = (f"latencies in ms (10 s and more in s); SLO met = TTFT <= {slo.slo_ttft_ms:g} ms and the "
                f"request's p99 ITL <= {slo.slo_itl_ms:g} ms") if slo else None
     if any(m.uncertainty is not None for m in metrics):
         caption += f"; {INTERVAL_CAPTION}"
