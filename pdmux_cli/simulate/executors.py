@@ -716,8 +716,8 @@ def local_workers(workers: int | None, tasks: int) -> int:
     ``tasks`` where there are two cores or more and at most :data:`SHARED_CORE_TASKS` tasks a core. A few
     unequal tasks then all run at once, the cores shared among them, and the last ends when their total work
     over the cores is done, not when the worker left with two of them is: 3 policies on the conv trace (0.72,
-    0.63 and 0.54 s each) on 2 cores end after about 1.0 s, not 1.2 s (``simulate conv --json``: 2.17 s ->
-    1.94 s whole process, medians of 6 paired runs, benchmarks/RESULTS.md). Each process holds its own run
+    0.63 and 0.54 s each) on 2 cores end after about 1.0 s, not 1.2 s (``simulate conv --json``: 1.56 s ->
+    1.39 s whole process, medians of 6 paired runs, benchmarks/RESULTS.md). Each process holds its own run
     (memory), so many tasks run on the cores' count of processes, one after another."""
     from . import pool
 
