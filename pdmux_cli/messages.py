@@ -603,12 +603,6 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     "planning.config_warning": "{path}: {where}: {message}",
     "planning.config_rounded": "{path}: {message}",
     # workflows/splits
-    "splits.fewer_groups": (
-        "sm_group_num {asked}: SGLang's automatic rule finds {levels} split levels on this GPU, so "
-        "{groups} stream groups; SGLang 0.5.23 still builds a decode attention backend, with its CUDA-graph "
-        "state, for each of the {asked} groups (attention_backend_setup.py, decode_cuda_graph_runner.py "
-        "maybe_init_pdmux): memory no level uses"
-    ),
     "splits.tp_same_levels": (
         "TP {tp}: every GPU builds these stream groups and picks the same level for the same decode batch "
         "(each rank's scheduler runs the same rule on the same batches); before a prefill joins the decode "
@@ -642,6 +636,12 @@ TEMPLATES: dict[str, str | Callable[[Finding], str]] = {
     ),
     "sglang.revision.tp": _revision_tp,
     # policy.plan_groups
+    "levels.fewer_groups": (
+        "sm_group_num {asked}: SGLang's automatic rule finds {levels} split levels on this GPU, so "
+        "{groups} stream groups; SGLang 0.5.23 still builds a decode attention backend, with its CUDA-graph "
+        "state, for each of the {asked} groups (attention_backend_setup.py, decode_cuda_graph_runner.py "
+        "maybe_init_pdmux): memory no level uses. sm_group_num {groups} gives the same levels without them"
+    ),
     "levels.cuda_granularity": (
         "SGLang's automatic split raises 'Unsupported compute capability: {major}.{minor}' at start-up "
         "(issue #32933); these are the levels CUDA's granularity allows (multiples of 8). Deploy them as "

@@ -223,3 +223,37 @@ def test_layers_per_round_bounds(tokens: int, layers: int, budget: int) -> None:
     assert n == min(layers, max(1, budget // tokens))
     assert split_levels.prefill_layers_per_round(tokens * 2, layers, budget) <= n
     assert split_levels.prefill_rounds(tokens, layers, budget) * n >= layers
+
+
+def test_unused_groups_and_the_count_that_gives_the_same_levels() -> None:
+    """levels.fewer_groups where SGLang's automatic rule finds fewer levels than sm_group_num asks for; its
+    remedy (sm_group_num = the groups found) gives the same stream groups, on every GPU profile SGLang
+    splits itself."""
+    from pdmux_cli.catalog.hardware import load_gpus
+
+    seen = 0
+    for g in load_gpus():
+        if g.sm_count is None or g.compute_capability[0] not in (8, 9):
+            continue
+        for asked in range(3, 24):
+            plan = split_levels.plan_groups(g.sm_count, g.compute_capability, asked)
+            finding = split_levels.unused_groups(plan, asked)
+            if len(plan.groups) == asked:
+                assert finding is None
+                continue
+            seen += 1
+            assert len(plan.groups) < asked
+            assert (finding.code, finding.param) == ("levels.fewer_groups", "sm_group_num")
+            assert finding.values == {"asked": asked, "groups": len(plan.groups),
+                                      "levels": len(plan.groups) - 2}
+            same = split_levels.plan_groups(g.sm_count, g.compute_capability, len(plan.groups))
+            assert same.groups == plan.groups and split_levels.unused_groups(same, len(plan.groups)) is None
+    assert seen > 0
+    # the H20's 78 SMs: the default 8 gives 5 groups
+    h20 = split_levels.plan_groups(78, (9, 0), 8)
+    assert [(s.prefill_sms, s.decode_sms) for s in h20.groups] == [(78, 0), (56, 22), (48, 30), (40, 38),
+                                                                    (0, 78)]
+    assert split_levels.unused_groups(h20, 8).values == {"asked": 8, "groups": 5, "levels": 3}
+    # manual_divisions: as many groups as written
+    manual = split_levels.plan_groups(132, (9, 0), 4, [(112, 20, 4), (96, 36, 16)])
+    assert split_levels.unused_groups(manual, 4) is None

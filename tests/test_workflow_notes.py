@@ -201,15 +201,28 @@ def test_splits_says_when_sglang_builds_more_groups_than_levels_use(gpu, asked, 
 
     result = pdmux.splits(gpu=gpu, sm_group_num=asked)
     assert len(result.groups) == groups
-    note = next(n for n in result.notes if getattr(n, "code", "") == "splits.fewer_groups")
+    note = next(n for n in result.notes if getattr(n, "code", "") == "levels.fewer_groups")
     assert (note.values, note.param) == ({"asked": asked, "groups": groups, "levels": groups - 2},
                                          "sm_group_num")
     assert render(note).startswith(f"sm_group_num {asked}: SGLang's automatic rule finds {groups - 2} split "
                                    f"levels on this GPU, so {groups} stream groups")
     # as many as asked, or fewer: no note
     for fewer in (3, 8):
-        assert not any(getattr(n, "code", "") == "splits.fewer_groups"
+        assert not any(getattr(n, "code", "") == "levels.fewer_groups"
                        for n in pdmux.splits(gpu=gpu, sm_group_num=fewer).notes)
+
+
+def test_gen_config_says_when_sglang_builds_more_groups_than_levels_use() -> None:
+    import pdmux
+
+    fewer = "sm_group_num 8: SGLang's automatic rule finds 3 split levels on this GPU, so 5 stream groups"
+    notes = pdmux.gen_config(gpu="h20").sglang_notes
+    assert any(n.startswith(fewer) and n.endswith("sm_group_num 5 gives the same levels without them")
+               for n in notes)
+    assert not any("split levels on this GPU" in n for n in pdmux.gen_config(gpu="h100").sglang_notes)
+    manual = pdmux.gen_config(gpu="h20", manual=True)  # manual_divisions: sm_group_num 5, no group unused
+    assert manual.config.sm_group_num == 5
+    assert not any("split levels on this GPU" in n for n in manual.sglang_notes)
 
 
 def test_estimate_calibration_replaces_the_chapter_knobs() -> None:

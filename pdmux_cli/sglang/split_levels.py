@@ -242,6 +242,19 @@ def plan_groups(
                                                                                           "minor": minor}))
 
 
+def unused_groups(plan: GroupPlan, sm_group_num: int) -> Finding | None:
+    """Finding ``levels.fewer_groups`` (values ``asked``, ``groups``, ``levels``; parameter ``sm_group_num``)
+    where SGLang's automatic rule (``plan.source`` ``"sglang-auto"``) found fewer split levels than
+    ``sm_group_num`` asks for, else ``None``. SGLang 0.5.23 still builds a decode attention backend, and
+    inits its CUDA-graph state, for each of ``sm_group_num`` groups (``attention_backend_setup.py``;
+    ``decode_cuda_graph_runner.py`` ``maybe_init_pdmux``): memory no level uses. On an H20 (78 SMs) the
+    default 8 gives 5 groups."""
+    if plan.source != "sglang-auto" or len(plan.groups) >= sm_group_num:
+        return None
+    return Finding("levels.fewer_groups", {"asked": sm_group_num, "groups": len(plan.groups),
+                                           "levels": len(plan.groups) - 2}, "sm_group_num")
+
+
 def choose_group(
     num_groups: int,
     decode_bs: int,

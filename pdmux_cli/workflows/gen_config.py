@@ -299,7 +299,10 @@ def gen_config(request: GenConfigRequest, progress: ProgressFactory | None = Non
     from ..messages import render_all
     from ..sglang.revision_rules import revision_findings
 
-    rev_notes = render_all(revision_findings(r.sglang, tp))
+    unused = (None if config.manual_divisions else
+              split_levels.unused_groups(split_levels.plan_groups(device.sm_count, device.cc,
+                                                                  config.sm_group_num), config.sm_group_num))
+    rev_notes = render_all([*revision_findings(r.sglang, tp), *([unused] if unused else [])])
     launch_env = list(get_revision(r.sglang).tp_launch) if tp > 1 else []
     if output is not None:
         from ..util.atomic import write_text_atomic

@@ -206,9 +206,9 @@ def splits(request: SplitsRequest) -> SplitsResult | AllGpusSplits:
                              values={"value": short_repr(too_big[0]), "top": top})
     plan = split_levels.plan_groups(device.sm_count, device.cc, group_num, manual)
     notes = cfg_notes + ([plan.note] if plan.note else [])
-    if plan.source == "sglang-auto" and len(plan.groups) < group_num:  # more asked than divide_sm finds
-        notes.append(Finding("splits.fewer_groups", {"asked": group_num, "groups": len(plan.groups),
-                                                     "levels": len(plan.groups) - 2}, "sm_group_num"))
+    unused = split_levels.unused_groups(plan, group_num)
+    if unused is not None:
+        notes.append(unused)
     if tp > 1:
         from ..multigpu.tensor_parallel import shard
 
