@@ -338,6 +338,27 @@ def test_user_text_prints_as_written_not_as_markup(tmp_path) -> None:
     assert "'[/x]'" in r.stdout and "'[bold]k[/bold]'" in r.stdout
 
 
+@pytest.mark.parametrize("gpu,content,flag,warned", [
+    ("h20", "sm_group_num: 8\n", [], True),  # 5 stream groups, 8 decode backends: exit 0, one warning
+    ("h20", "sm_group_num: 5\n", [], False),
+    ("h20", "sm_group_num: 5\n", ["--sm-group-num", "8"], True),  # the launch flag sizes the backends
+    ("h100", "sm_group_num: 8\n", [], False),
+    ("h20", "sm_group_num: 8\nmanual_divisions:\n- [56, 22, 1]\n", [], False),
+])
+def test_check_config_warns_of_decode_backends_no_level_uses(tmp_path, gpu, content, flag, warned) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text(content)
+    d = json.loads(run("check-config", str(path), "--gpu", gpu, *flag, "--json").stdout)
+    mine = [p for p in d["problems"] if "split levels on this GPU" in p["message"]]
+    assert len(mine) == warned
+    if warned:
+        assert (mine[0]["where"], mine[0]["severity"]) == ("sm_group_num", "warning")
+        assert mine[0]["message"].startswith("sm_group_num 8: SGLang's automatic rule finds 3 split levels")
+        assert mine[0]["message"].endswith("sm_group_num 5 gives the same levels without them")
+        if not flag:
+            assert d["ok"] is True and run("check-config", str(path), "--gpu", gpu).exit_code == 0
+
+
 @pytest.mark.parametrize("content,count,refused", [
     ("a: 1\n", 2, True),  # no sm_group_num (SGLang's loader refuses it) and a key it does not read
     ("a: 1\nb: 2\n", 3, True),

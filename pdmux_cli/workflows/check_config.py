@@ -114,6 +114,28 @@ class CheckConfigResult:
         )
 
 
+def _unused_groups(config: Any, device: Any, cli_sm_group_num: int | None) -> list[Any]:
+    """A warning (SGLang runs the file as meant) where the file leaves the split to SGLang's automatic
+    rule and it finds fewer stream groups than the decode attention backends SGLang builds: one for each
+    of ``--sm-group-num``, else of the file's ``sm_group_num``
+    (:func:`pdmux_cli.sglang.split_levels.unused_groups`). None where the split fails (``validate`` says
+    why)."""
+    from ..messages import render
+    from ..sglang import pdmux_config as pc
+    from ..sglang import split_levels
+
+    asked = cli_sm_group_num or config.sm_group_num
+    if (config.manual_divisions or not isinstance(asked, int) or config.sm_group_num < 3
+            or max(asked, config.sm_group_num) > split_levels.sm_group_num_limit(device.sm_count)):
+        return []  # (past the limit: validate's error says so)
+    try:
+        plan = split_levels.plan_groups(device.sm_count, device.cc, config.sm_group_num)
+    except InputError:
+        return []
+    unused = split_levels.unused_groups(plan, asked)
+    return [pc.Problem("sm_group_num", render(unused), "warning")] if unused is not None else []
+
+
 def _speculation_line(r: CheckConfigRequest, revision: Any) -> str | None:
     """Why ``revision`` cannot run pdmux beside ``r``'s speculative decoding
     (:func:`pdmux_cli.sglang.speculative_args.pdmux_speculation_error`, the draft's layers read from its
@@ -177,6 +199,7 @@ def check_config(request: CheckConfigRequest) -> CheckConfigResult:
     device = resolve_device(r.gpu, r.sms, r.cc)
     config, parsed = pc.load_config(path)
     problems = list(parsed) + pc.validate(config, device.sm_count, device.cc, sm_group_num)
+    problems += _unused_groups(config, device, sm_group_num)
     per_revision = _with_speculation(r, verdicts(config, list(parsed), device.sm_count, device.cc,
                                                  cli_sm_group_num=sm_group_num))
     mine = next(v for v in per_revision if v.revision == chosen.key)
