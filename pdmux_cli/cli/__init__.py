@@ -39,10 +39,15 @@ def _with_modules(modules: list[str]) -> Any:
     return root_app
 
 
+def _every_command() -> Any:
+    """The root typer app with every command module imported, in :data:`COMMAND_MODULES`' order."""
+    return _with_modules([module for module, _ in COMMAND_MODULES])
+
+
 def __getattr__(name: str) -> Any:
     """``app``: the typer application with every command registered (PEP 562: built on first use)."""
     if name == "app":
-        return _with_modules([module for module, _ in COMMAND_MODULES])
+        return _every_command()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -55,7 +60,7 @@ def main() -> None:
     first = sys.argv[1] if len(sys.argv) > 1 else None
     module = _MODULE_OF.get(first) if first else None
     if module is None:
-        __getattr__("app")()
+        _every_command()()
         return
     app = _with_modules([module])
     only = [c for c in app.registered_commands if _command_name(c) == first]
