@@ -925,6 +925,10 @@ class Work:
         self.horizon = math.inf
         self.open = False
         self.finished_mark = 0
+        #: a run cut in time (:mod:`pdmux_cli.simulate.time_split`): called by the default loop each time the
+        #: server is idle, ``(t, the next arrival's start, deferred rounds, prefill batches, mixed steps)``;
+        #: true ends the run there
+        self.on_idle: Callable[[float, float, int, int, int], bool] | None = None
 
     # ---------------------------------------------------------------------------------------------
     def receive(self, t: float) -> None:

@@ -306,6 +306,15 @@ class WeightedSample:
         for key, weight in other.hist.items():
             self.hist[key] = self.hist.get(key, 0) + weight
 
+    def tail(self, start: int) -> WeightedSample:
+        """A sample of the entries added from the ``start``-th on (counted as :attr:`count` counts them; an
+        exact sample only: :class:`ValueError` for a histogram)."""
+        if self.hist is not None:
+            raise ValueError("a histogram keeps no order of its entries")
+        out = WeightedSample()
+        out.extend(self.values[start:], self.weights[start:])
+        return out
+
     def _buckets(self) -> tuple[list[int], list[int]]:
         """Bucket keys ascending and their cumulative weights (computed once for as many entries)."""
         if self._cached is not None and self._cached[0] == self.count:
@@ -439,19 +448,21 @@ class RequestColumns:
         """The non-NaN values of column ``name``, in request order."""
         return array("d", itertools.filterfalse(math.isnan, getattr(self, name)))
 
-    def scatter(self, other: RequestColumns, rids: Sequence[int]) -> None:
-        """Copy ``other``'s rows (one per entry of ``rids``, in that order) into the rows ``rids``."""
-        for name in self.FLOATS:
-            mine, theirs = getattr(self, name), getattr(other, name)
-            for j, rid in enumerate(rids):
-                mine[rid] = theirs[j]
-        for j, rid in enumerate(rids):
-            self.met[rid] = other.met[j]
-            if other.status[j]:
-                self.status[rid] = other.status[j]
-        if len(self.first_token_s) and len(other.first_token_s):
-            for j, rid in enumerate(rids):
-                self.first_token_s[rid] = other.first_token_s[j]
+    def scatter(self, other: RequestColumns, rids: Sequence[int], start: int = 0) -> None:
+        """Copy ``other``'s rows from ``start`` on (one per entry of ``rids``, in that order) into the rows
+        ``rids`` (a status of ``other``'s only where it has one)."""
+        import numpy as np
+
+        where = np.asarray(rids, dtype=np.int64)
+        stop = start + len(where)
+        names = [*self.FLOATS, *(("first_token_s",) if len(self.first_token_s) and len(other.first_token_s)
+                                 else ())]
+        for name in names:
+            np.frombuffer(getattr(self, name))[where] = np.frombuffer(getattr(other, name))[start:stop]
+        np.frombuffer(self.met, dtype=np.uint8)[where] = np.frombuffer(other.met, dtype=np.uint8)[start:stop]
+        status = np.frombuffer(other.status, dtype=np.uint8)[start:stop]
+        given = status != 0
+        np.frombuffer(self.status, dtype=np.uint8)[where[given]] = status[given]
 
 
 class PerRequest(Mapping):
@@ -866,12 +877,20 @@ class Fold:
 
     def merge(self, other: Fold, rids: Sequence[int]) -> None:
         """Add a replica's fold (its requests ``rids``, in the order of its rows)."""
-        self.columns.scatter(other.columns, rids)
-        self.itl.merge(other.itl)
-        self.completed += other.completed
-        self.met += other.met
-        self.steps += other.steps
-        if other.last is not None and (self.last is None or other.last > self.last):
+        self.merge_part(other, rids, 0, other.itl, other.completed, other.met, other.steps)
+
+    def merge_part(self, other: Fold, rids: Sequence[int], start: int, itl: WeightedSample | UnkeptSample,
+                   completed: int, met: int, steps: int) -> None:
+        """Add part of another fold: its rows from ``start`` on for the requests ``rids`` (in that order),
+        the ITL entries ``itl``, and the ``completed`` requests, ``met`` of them meeting the SLO, and
+        ``steps`` decode steps that part folded in (a segment of a run cut in time,
+        :mod:`pdmux_cli.simulate.time_split`; a whole replica's fold)."""
+        self.columns.scatter(other.columns, rids, start)
+        self.itl.merge(itl)
+        self.completed += completed
+        self.met += met
+        self.steps += steps
+        if completed and other.last is not None and (self.last is None or other.last > self.last):
             self.last = other.last
 
 

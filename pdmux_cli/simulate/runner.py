@@ -160,8 +160,16 @@ def simulate_policies(trace: Trace, setup: Setup, policies: Sequence[Policy], sl
 
     n = len(trace)
     tasks = _tasks(policies, setup, dp, load_balance_method)
-    here = (isinstance(executor, str) and check_executor(executor, ray_address) == "local"
-            and local_workers(workers, len(tasks)) == 1)
+    local = isinstance(executor, str) and check_executor(executor, ray_address) == "local"
+    if local and len(tasks) == 1 and dp == 1 and not max_concurrency:
+        from .time_split import segments_for
+
+        segments = segments_for(trace, setup, policies[0], workers)
+        if segments > 1:  # one long run: cut in time, its segments side by side on the cores
+            return [_policy_split(trace, setup, policies[0], slo_ttft_ms, slo_itl_ms, segments,
+                                  max_steps=max_steps, csv=csv, progress=progress,
+                                  progress_steps=progress_steps)]
+    here = local and local_workers(workers, len(tasks)) == 1
     if here:  # one after another in this process: rows and progress as requests finish
         options = {"dp": dp, "load_balance_method": load_balance_method, "max_concurrency": max_concurrency,
                    "max_steps": max_steps, "csv": csv, "progress_steps": progress_steps}
@@ -241,6 +249,33 @@ def _policy_here(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: float,
         if hasattr(csv, "abandon"):
             csv.abandon()  # a refused policy has no rows
         return exc
+
+
+def _policy_split(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: float, slo_itl_ms: float,
+                  segments: int, *, max_steps: int | None = None, csv: Any = None,
+                  progress: Progress | None = None,
+                  progress_steps: Callable[[int], None] | None = None) -> PolicyMetrics | InputError:
+    """One policy's run cut in time into ``segments`` simulated side by side and stitched
+    (:mod:`.time_split`): the same metrics as :func:`simulate_metrics`, float for float, or the InputError
+    that refused it. ``csv`` rows, ``progress`` and ``progress_steps`` come once the run is stitched."""
+    from .time_split import run_segments, stitch
+
+    def fold_of() -> Fold:
+        return new_fold(trace, policy, slo_ttft_ms, slo_itl_ms, max_steps=max_steps)
+
+    try:
+        policy.check()
+        runs = run_segments(trace, setup, policy, segments, fold_of)
+        metrics = summarize(stitch(trace, setup, policy, runs, fold_of()), slo_ttft_ms, slo_itl_ms)
+    except InputError as exc:
+        return exc
+    if progress is not None:
+        progress(len(trace))
+    if progress_steps is not None:
+        progress_steps(metrics.decode_steps)
+    if csv is not None:
+        _write_rows(csv, policy.label, trace, metrics)
+    return metrics
 
 
 def _merged(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: float, slo_itl_ms: float, dp: int,

@@ -83,6 +83,10 @@ class ServerPolicy(ABC):
     kind: ClassVar[str]
     prefill_apart: ClassVar[bool] = False
     multiplexes: ClassVar[bool] = False
+    #: whether a long run may be cut in time, its segments simulated side by side
+    #: (:mod:`pdmux_cli.simulate.time_split`): SGLang's default loop, which keeps nothing across an idle
+    #: moment but its signature
+    splits_in_time: ClassVar[bool] = False
     chunk_tokens: int
 
     @property
@@ -248,6 +252,7 @@ class ChunkedPolicy(ServerPolicy):
 
     kind = "chunked"
     mixed = False
+    splits_in_time = True
 
     @property
     def label(self) -> str:
@@ -278,6 +283,7 @@ class MixedChunkPolicy(ServerPolicy):
 
     kind = "mixed-chunk"
     mixed = True
+    splits_in_time = True
 
     @property
     def label(self) -> str:
@@ -310,6 +316,7 @@ class PrefillFirstPolicy(ServerPolicy):
     kind = "prefill-first"
     chunk_tokens = -1
     mixed = False
+    splits_in_time = True
 
     @property
     def label(self) -> str:
@@ -817,6 +824,8 @@ def baseline_rounds(work: Work, setup: Setup, policy: Baseline, progress: Progre
         nxt = yield from _wait_for_arrival(work, t)
         if nxt is None:
             break
+        if work.on_idle is not None and work.on_idle(t, nxt, defer, prefill_batches, mixed_steps):
+            break  # a segment of the run cut in time ends here, before this wait (time_split)
         idle += nxt - t
         t = last_start = nxt
         next_t = work.next_arrival_time()
