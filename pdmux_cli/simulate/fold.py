@@ -444,6 +444,14 @@ class RequestColumns:
         for k, v in state.items():
             setattr(self, k, v)
 
+    def truncate(self, count: int) -> None:
+        """Keep the first ``count`` rows only."""
+        for name in (*self.FLOATS, "met", "status", "server", "prefill_server", "first_token_s"):
+            column = getattr(self, name)
+            if len(column) > count:
+                del column[count:]
+        self.n = min(self.n, count)
+
     def valid(self, name: str) -> array:
         """The non-NaN values of column ``name``, in request order."""
         return array("d", itertools.filterfalse(math.isnan, getattr(self, name)))
@@ -649,6 +657,14 @@ class Fold:
         c = self.columns
         self.rows = rows
         self.columns = RequestColumns(len(rows), bool(len(c.server)), bool(len(c.first_token_s)))
+
+    def keep_below(self, rid: int) -> None:
+        """Drop the rows of requests ``rid`` and later (a segment of a run cut in time that stopped before
+        them: :mod:`pdmux_cli.simulate.time_split`; none of them has finished here)."""
+        count = rid if self.rows is None else bisect.bisect_left(self.rows, rid)
+        if self.rows is not None:
+            self.rows = self.rows[:count]
+        self.columns.truncate(count)
 
     def attach(self, arrival: Sequence[float], delay: float) -> None:
         """The arrival times (s, per request) TTFT and E2E count from, and the delay (s) from a token's

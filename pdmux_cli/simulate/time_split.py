@@ -333,14 +333,16 @@ def run_segment(trace: Any, setup: Any, policy: Any, starts: Sequence[int], inde
         board.unused(index)
         return SegmentRun(None, None, None, hook.gaps, [], None, None)
     fold.arrival = ()  # the trace's, not sent back
+    if hook.stop is not None:  # the rows from its stop on are another segment's: not sent back either
+        fold.keep_below(int(board.signature(*hook.stop)[0]))
     return SegmentRun(fold, outcome, _Replica(work), hook.gaps, hook.marks, hook.early, hook.stop)
 
 
 def stitch(trace: Any, setup: Any, policy: Any, runs: Sequence[SegmentRun], fold: Any) -> Any:
     """The one run's :class:`~pdmux_cli.simulate.engine.RunResult` (streamed into ``fold``, a fresh fold
     of every request) from its segments' runs (:func:`run_segment`, in segment order): segment 0 up to
-    where it stopped, the segment it stopped at from that mark on, and so on to one that ran to the end.
-    Raises :class:`~pdmux_cli.util.errors.InputError` when the steps stitched pass the fold's step budget."""
+    where it stopped, the segment it stopped at from that mark on, and so on to one that ran to the end
+    (each segment's fold dropped from ``runs`` once merged: its memory goes). Raises :class:`~pdmux_cli.util.errors.InputError` when the steps stitched pass the fold's step budget."""
     from .engine import StepEnds
     from .policies import ServerOutcome
     from .servers import note_pool, run_result
@@ -385,6 +387,7 @@ def stitch(trace: Any, setup: Any, policy: Any, runs: Sequence[SegmentRun], fold
             counters[key] = counters.get(key, 0) + value - before.get(key, 0)
         for gap in gaps:  # the one run's sum, in its order
             idle += gap
+        runs[index].fold = None  # merged: its memory can go
         if run.stop is None:
             break
         index, mark = run.stop
