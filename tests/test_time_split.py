@@ -195,11 +195,16 @@ def test_simulate_cuts_a_long_run_on_forked_workers(monkeypatch):
 def test_refusals_come_back_as_the_one_run_gives_them(monkeypatch):
     monkeypatch.setattr(pool, "default_workers", lambda: 2)
     monkeypatch.setattr(time_split, "MIN_SEGMENT_REQUESTS", 1000)
+    calls = []
+    real = time_split.run_segments
+    monkeypatch.setattr(time_split, "run_segments", lambda *a, **k: calls.append(a[3]) or real(*a, **k))
     trace = synthetic_trace(5.0, 1024, 128, num_requests=3000, seed=1)
-    bad = simulate_policies(trace, SETUP, [ChunkedPolicy(0)], *SLO)[0]
+    bad = simulate_policies(trace, SETUP, [ChunkedPolicy(0)], *SLO, workers=2)[0]
     assert isinstance(bad, InputError) and "chunk size must be >= 1" in str(bad)
+    assert calls == []  # refused before any segment ran
     # a step budget the run passes: the same refusal as in one process
-    cut = simulate_policies(trace, SETUP, [ChunkedPolicy(8192)], *SLO, max_steps=5000)[0]
+    cut = simulate_policies(trace, SETUP, [ChunkedPolicy(8192)], *SLO, max_steps=5000, workers=2)[0]
+    assert calls == [2]
     one = simulate_policies(trace, SETUP, [ChunkedPolicy(8192)], *SLO, max_steps=5000, workers=1)[0]
     assert isinstance(one, InputError) and isinstance(cut, InputError)
     assert str(cut) == str(one)
@@ -218,3 +223,45 @@ def test_tail_of_a_sample():
     with pytest.raises(ValueError, match="histogram"):
         sample.tail(1)
     assert math.isinf(WeightedSample().tail(0).max)
+
+
+def test_csv_progress_and_steps_of_a_cut_run(monkeypatch, tmp_path):
+    """The per-request CSV of a cut run is the one process's, byte for byte; the progress callbacks end at
+    every request and the run's decode steps."""
+    monkeypatch.setattr(pool, "default_workers", lambda: 2)
+    monkeypatch.setattr(time_split, "MIN_SEGMENT_REQUESTS", 2000)
+    monkeypatch.setattr(time_split, "WINDOW_REQUESTS", 600)
+    runner = CliRunner()
+    base = ["simulate", "--synthetic", "--qps", "5", "--max-requests", "4000", "--policies", "mixed-chunk",
+            "--json"]
+    cut = runner.invoke(app, [*base, "--csv", str(tmp_path / "cut.csv")])
+    one = runner.invoke(app, [*base, "--csv", str(tmp_path / "one.csv"), "--workers", "1"])
+    assert cut.exit_code == 0 and one.exit_code == 0, cut.output + one.output
+    assert (tmp_path / "cut.csv").read_bytes() == (tmp_path / "one.csv").read_bytes()
+    assert len((tmp_path / "cut.csv").read_text().splitlines()) == 4001
+    trace = synthetic_trace(5.0, 1024, 128, num_requests=4000, seed=1)
+    done, steps = [], []
+    calls = []
+    real = time_split.run_segments
+    monkeypatch.setattr(time_split, "run_segments", lambda *a, **k: calls.append(a[3]) or real(*a, **k))
+    metrics = simulate_policies(trace, SETUP, [ChunkedPolicy(8192)], *SLO, progress=done.append,
+                                progress_steps=steps.append, workers=2)[0]
+    assert calls == [2]
+    assert done[-1] == 4000 and max(done[:-1], default=0) < 4000
+    assert steps[-1] == metrics.decode_steps
+
+
+def _nap(shared, seconds):
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+def test_processes_next_done_waits_at_most_its_timeout():
+    from pdmux_cli.simulate.executors import Processes
+
+    with Processes(1) as ex:
+        ex.submit(_nap, None, 0.5, "a nap")
+        assert ex.next_done(0.01) is None
+        assert ex.next_done().result() == 0.5

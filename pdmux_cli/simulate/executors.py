@@ -218,11 +218,14 @@ class Processes(Executor):
         job.handle = future
         self._running[future] = job
 
-    def next_done(self) -> Job:
+    def next_done(self, timeout: float | None = None) -> Job | None:  # type: ignore[override]
+        """:meth:`Executor.next_done`; with a ``timeout`` (s), ``None`` when no task is done by then."""
         from concurrent.futures import FIRST_COMPLETED, wait
         from concurrent.futures.process import BrokenProcessPool
 
-        done, _ = wait(self._running, return_when=FIRST_COMPLETED)
+        done, _ = wait(self._running, timeout=timeout, return_when=FIRST_COMPLETED)
+        if not done:
+            return None
         future = min(done, key=lambda f: self._running[f].order)
         job = self._running.pop(future)
         try:

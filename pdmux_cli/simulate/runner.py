@@ -257,7 +257,8 @@ def _policy_split(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: float
                   progress_steps: Callable[[int], None] | None = None) -> PolicyMetrics | InputError:
     """One policy's run cut in time into ``segments`` simulated side by side and stitched
     (:mod:`.time_split`): the same metrics as :func:`simulate_metrics`, float for float, or the InputError
-    that refused it. ``csv`` rows, ``progress`` and ``progress_steps`` come once the run is stitched."""
+    that refused it. ``progress`` and ``progress_steps`` as the segments go
+    (:func:`~.time_split.run_segments`); ``csv`` rows once the run is stitched."""
     from .time_split import run_segments, stitch
 
     def fold_of() -> Fold:
@@ -265,7 +266,8 @@ def _policy_split(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: float
 
     try:
         policy.check()
-        runs = run_segments(trace, setup, policy, segments, fold_of)
+        runs = run_segments(trace, setup, policy, segments, fold_of, progress=progress,
+                            progress_steps=progress_steps)
         metrics = summarize(stitch(trace, setup, policy, runs, fold_of()), slo_ttft_ms, slo_itl_ms)
     except InputError as exc:
         return exc

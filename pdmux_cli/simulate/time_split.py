@@ -79,6 +79,8 @@ class Board:
         self._stopped = multiprocessing.RawArray("i", [-1] * segments)
         self._next = multiprocessing.RawArray("i", [j + 1 for j in range(segments)])
         self._unused = multiprocessing.RawArray("b", segments)
+        self._finished = multiprocessing.RawArray("q", segments)
+        self._steps = multiprocessing.RawArray("q", segments)
         self._lock = multiprocessing.Lock()
 
     def publish(self, segment: int, signatures: Sequence[tuple[float, ...]]) -> None:
@@ -120,6 +122,17 @@ class Board:
         """Nothing of ``segment``'s run is used."""
         with self._lock:
             self._unused[segment] = 1
+
+    def report(self, segment: int, finished: int, steps: int) -> None:
+        """``segment`` has finished ``finished`` requests in ``steps`` decode steps so far."""
+        with self._lock:
+            self._finished[segment], self._steps[segment] = finished, steps
+
+    def progress(self) -> tuple[int, int]:
+        """Requests finished and decode steps over every segment so far (a segment's first requests may
+        be counted by an earlier one too: a progress bar's figures)."""
+        with self._lock:
+            return sum(self._finished), sum(self._steps)
 
     def needed(self, segment: int) -> bool:
         """Whether an earlier segment may still stop at ``segment``, or has."""
@@ -203,6 +216,7 @@ class _Segment:
         """The scheduler's progress tick (``finished`` requests): the window ends once every request in it
         has been received; a segment left without a mark, or that no earlier one may stop at any more
         (:meth:`Board.needed`), stops (:class:`_Unused`)."""
+        self.board.report(self.index, finished, self.work.ends.total)
         if self.marking:
             work = self.work
             i = work.next
@@ -342,7 +356,8 @@ def stitch(trace: Any, setup: Any, policy: Any, runs: Sequence[SegmentRun], fold
     """The one run's :class:`~pdmux_cli.simulate.engine.RunResult` (streamed into ``fold``, a fresh fold
     of every request) from its segments' runs (:func:`run_segment`, in segment order): segment 0 up to
     where it stopped, the segment it stopped at from that mark on, and so on to one that ran to the end
-    (each segment's fold dropped from ``runs`` once merged: its memory goes). Raises :class:`~pdmux_cli.util.errors.InputError` when the steps stitched pass the fold's step budget."""
+    (each segment's fold dropped from ``runs`` once merged: its memory goes). Raises
+    :class:`~pdmux_cli.util.errors.InputError` when the steps stitched pass the fold's step budget."""
     from .engine import StepEnds
     from .policies import ServerOutcome
     from .servers import note_pool, run_result
@@ -411,16 +426,24 @@ def _segment_task(shared: tuple, index: int) -> SegmentRun | InputError:
         return exc
 
 
-def run_segments(trace: Any, setup: Any, policy: Any, segments: int, fold_of: Any,
-                 workers: int | None = None) -> list[SegmentRun]:
+#: Seconds between two looks at the segments' progress (a progress bar's).
+PROGRESS_EVERY_S = 0.25
+
+
+def run_segments(trace: Any, setup: Any, policy: Any, segments: int, fold_of: Any, *,
+                 progress: Any = None, progress_steps: Any = None) -> list[SegmentRun]:
     """Every segment's run, side by side on ``segments`` local processes (:mod:`.executors`: Ctrl-C and a
     dead worker handled as for every parallel run), in segment order. ``fold_of()``: a fresh
-    :class:`~pdmux_cli.simulate.fold.Fold` of every request (each segment restricts its own). Raises the
-    first segment's refusal (:class:`~pdmux_cli.util.errors.InputError`), in segment order."""
+    :class:`~pdmux_cli.simulate.fold.Fold` of every request (each segment restricts its own).
+    ``progress``, ``progress_steps``: called every :data:`PROGRESS_EVERY_S` with the requests finished
+    (at most all but one) and the decode steps taken over the segments so far. Raises the first segment's
+    refusal (:class:`~pdmux_cli.util.errors.InputError`), in segment order."""
     from .executors import Processes
 
-    starts = segment_starts(len(trace), segments)
+    n = len(trace)
+    starts = segment_starts(n, segments)
     board = Board(segments)
+    watch = progress is not None or progress_steps is not None
     with Processes(segments) as ex:
         shared = ex.share((trace, setup, policy, starts, board, fold_of))
         for index in range(segments):
@@ -428,7 +451,14 @@ def run_segments(trace: Any, setup: Any, policy: Any, segments: int, fold_of: An
                       tag=index)
         runs: list[Any] = [None] * segments
         while ex.pending():
-            job = ex.next_done()
+            job = ex.next_done(PROGRESS_EVERY_S if watch else None)
+            if job is None:
+                finished, steps = board.progress()
+                if progress is not None:
+                    progress(min(finished, n - 1))
+                if progress_steps is not None:
+                    progress_steps(steps)
+                continue
             runs[job.tag] = job.result()
     refused = next((run for run in runs if isinstance(run, InputError)), None)
     if refused is not None:
