@@ -184,8 +184,11 @@ class _Segment:
     def __call__(self, t: float, nxt: float, defer: int, prefill_batches: int, mixed_steps: int) -> bool:
         work = self.work
         self.gaps.append(nxt - t)
-        if work.waiting or work.batch.n or work.chunked_rid >= 0 or work.extra_held:
-            return False  # not empty (never, waiting for an arrival): no signature to match
+        batch = work.batch
+        if work.waiting or batch.n or batch.sum_context or work.chunked_rid >= 0 or work.extra_held:
+            # not empty (never, waiting for an arrival), or a KV total left over from speculative rounds'
+            # fractional growth (a float that need not come back to 0 exactly): no signature to match
+            return False
         rid = work.order[work.next]
         signature = (float(rid), work.next_arrival_time(), nxt, float(defer))
         if self.marking:
