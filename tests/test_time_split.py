@@ -8,7 +8,9 @@ by benchmarks/bench_event_speed.py, never here."""
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -22,7 +24,7 @@ from pdmux_cli.simulate.engine import make_setup
 from pdmux_cli.simulate.metrics import summarize
 from pdmux_cli.simulate.runner import new_fold, simulate_metrics, simulate_policies
 from pdmux_cli.simulate.schedulers import ChunkedPolicy, MixedChunkPolicy, PdmuxPolicy, PrefillFirstPolicy
-from pdmux_cli.simulate.traces import Trace, synthetic_trace
+from pdmux_cli.simulate.traces import Trace, load_trace, synthetic_trace
 from pdmux_cli.util.errors import InputError
 
 H100 = find_gpu("h100")
@@ -265,3 +267,29 @@ def test_processes_next_done_waits_at_most_its_timeout():
         ex.submit(_nap, None, 0.5, "a nap")
         assert ex.next_done(0.01) is None
         assert ex.next_done().result() == 0.5
+
+
+def test_bursts_and_the_shipped_fixture_stitch_to_the_one_run():
+    """Requests in bursts (many seen at once, an idle moment before each burst) and the shipped Azure
+    fixture repeated end to end: the same figures cut in three."""
+    rng = random.Random(5)
+    arrival, prompt, output = [], [], []
+    for burst in range(150):
+        for _ in range(rng.randint(5, 30)):
+            arrival.append(burst * 12.0)
+            prompt.append(rng.randint(64, 6000))
+            output.append(rng.randint(1, 600))
+    bursts = Trace(arrival_s=arrival, prompt_tokens=prompt, output_tokens=output, source="bursts",
+                   format="synthetic")
+    azure = load_trace(Path(__file__).parent / "fixtures" / "azure_conv_50.csv")
+    span = azure.arrival_s[-1] + 5.0
+    laps = 60
+    repeated = Trace(arrival_s=[a + lap * span for lap in range(laps) for a in azure.arrival_s],
+                     prompt_tokens=list(azure.prompt_tokens) * laps,
+                     output_tokens=list(azure.output_tokens) * laps, source="azure fixture x60",
+                     format="synthetic")
+    for trace in (bursts, repeated):
+        for policy in (ChunkedPolicy(8192), MixedChunkPolicy(512), PrefillFirstPolicy()):
+            cut, runs = _stitched(trace, SETUP, policy, 3, window=len(trace) // 8)
+            assert _figures(cut) == _figures(simulate_metrics(trace, SETUP, policy, *SLO))
+            assert runs[0].stop is not None and runs[1].stop is not None
