@@ -16,8 +16,9 @@ is 0) on a server that starts empty, in a process of its own (:func:`run_segment
 - each segment after the first takes **marks**: its first idle moments (at most :data:`MARKS`, within
   :data:`WINDOW_REQUESTS` of its start) with their signatures, and what it had counted by then (ITL
   entries, finished requests, steps, counters); it publishes the signatures on a :class:`Board` (shared
-  memory) when its window ends at an idle moment (its ITL entries are cut there: those before, kept exact,
-  and those after);
+  memory) once its window is over (an idle moment or a progress tick past it, :data:`MARKS` marks, or its
+  run's end), and its ITL entries from then on go to a sample of their own (those before are kept exact,
+  for a mark to cut them);
 - a segment idle before a later segment's marked request, with the same signature, **stops** there: the
   later segment's run is the one run's from that request on (it never waits: a mark not there yet is a
   moment passed by);
@@ -26,8 +27,9 @@ is 0) on a server that starts empty, in a process of its own (:func:`run_segment
   and sums the idle gaps in the one run's order (each segment keeps its own), so the result is the one
   run's, float for float.
 
-A segment that finds no mark to stop at (a server never idle near the later segment's start) runs on to
-the end, and its result is taken whole: the same result, only not sooner. Used for SGLang's default loop
+A segment that finds no mark to stop at (a server never idle near the later segments' starts) runs on to
+the end, its run taken from where it was entered to its end: the same result, only not sooner; a later
+segment stops once no earlier one can stop at it any more (:meth:`Board.needed`). Used for SGLang's default loop
 (chunked, mixed chunk, prefill-first: :attr:`~pdmux_cli.simulate.schedulers.ServerPolicy.splits_in_time`),
 one server without a router, open loop, no prefix cache, not ``--step-by-step`` (:func:`segments_for`).
 """
