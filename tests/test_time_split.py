@@ -293,3 +293,35 @@ def test_bursts_and_the_shipped_fixture_stitch_to_the_one_run():
             cut, runs = _stitched(trace, SETUP, policy, 3, window=len(trace) // 8)
             assert _figures(cut) == _figures(simulate_metrics(trace, SETUP, policy, *SLO))
             assert runs[0].stop is not None and runs[1].stop is not None
+
+
+def test_a_server_never_idle_passes_the_later_marks_at_its_ticks(monkeypatch):
+    """With no idle moment to look at them, the first segment still learns at its progress ticks that the
+    next one's marks are all behind it (and says so, so that the later segment can stop): before its run
+    ends, which passes every segment at once."""
+    trace = synthetic_trace(9.0, 1024, 512, num_requests=6000, seed=2)
+    policy = ChunkedPolicy(8192)
+    calls = []
+    real = time_split.Board.passed
+    monkeypatch.setattr(time_split.Board, "passed", lambda self, segment, target: calls.append(
+        (segment, target)) or real(self, segment, target))
+    cut, runs = _stitched(trace, SETUP, policy, 2, window=300)
+    assert len(runs[0].gaps) == 1 and runs[0].stop is None  # idle only before its first request
+    assert calls == [(1, 2), (0, 2), (0, 2)]  # segment 1's end; segment 0 passed 1 at a tick, then its end
+
+
+def test_the_step_budget_holds_at_the_run_end_cut_or_not(monkeypatch):
+    """``--max-steps N``: a run of N decode steps passes and one of N + 1 fails, however its progress ticks
+    fell, in one process and cut in time alike (the budget checked at the run's end too)."""
+    monkeypatch.setattr(pool, "default_workers", lambda: 2)
+    monkeypatch.setattr(time_split, "MIN_SEGMENT_REQUESTS", 1000)
+    monkeypatch.setattr(time_split, "WINDOW_REQUESTS", 300)
+    trace = synthetic_trace(5.0, 1024, 128, num_requests=2500, seed=4)
+    policy = ChunkedPolicy(8192)
+    steps = simulate_policies(trace, SETUP, [policy], *SLO, max_steps=0, workers=1)[0].decode_steps
+    assert steps % 4096  # not on a tick: the end's check decides
+    for workers in (1, 2):
+        ok = simulate_policies(trace, SETUP, [policy], *SLO, max_steps=steps, workers=workers)[0]
+        over = simulate_policies(trace, SETUP, [policy], *SLO, max_steps=steps - 1, workers=workers)[0]
+        assert ok.decode_steps == steps
+        assert isinstance(over, InputError) and f"budget of {steps - 1:,} decode steps" in str(over)

@@ -216,18 +216,19 @@ class StepEnds(array):
         super().append(end_s)
 
     def check_room(self) -> None:
-        """:class:`InputError` once the limit (kept whole) or the budget (streamed) is reached. The
-        schedulers append with :attr:`fast_append` and call this every few thousand steps (the limit bounds
-        memory or time, not an exact count)."""
+        """:class:`InputError` once the steps are more than the limit (kept whole) or the budget (streamed).
+        The schedulers append with :attr:`fast_append` and call this every few thousand steps, and the
+        run's result once more at its end (:func:`pdmux_cli.simulate.servers.run_result`): a run of more
+        steps fails, whenever its last tick was; one of at most as many passes."""
         if self.budget is None:
-            if len(self) >= MAX_DECODE_STEPS:
+            if len(self) > MAX_DECODE_STEPS:
                 raise InputError(
                     "the simulation passed {MAX_DECODE_STEPS:,} decode steps (long outputs that barely "
                     "overlap, or tiny chunks): simulate fewer requests ({flag.max_requests}, "
                     "{flag.duration}) or larger {flag.chunk_sizes}",
                     values={"MAX_DECODE_STEPS": MAX_DECODE_STEPS},
                 )
-        elif self.budget and self.base + len(self) >= self.budget:
+        elif self.budget and self.base + len(self) > self.budget:
             raise InputError(
                 "the simulation passed its budget of {budget:,} decode steps on one server (long outputs "
                 "that barely overlap, or tiny chunks): raise it with {flag.max_steps} N (0: no limit), "

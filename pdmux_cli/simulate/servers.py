@@ -194,10 +194,14 @@ def run_result(policy: Policy, trace: Trace, works: Sequence[Work], outcome: Ser
     client's send times included); else every request's records are gathered from its server, its
     decode steps offset by the steps of the servers before. ``unrouted``: requests no server took
     (every one had crashed). ``fold``: the run was streamed into it (the per-request records stay
-    there; each server's step window is finished into it here)."""
+    there; each server's step window is finished into it here). Raises
+    :class:`~pdmux_cli.util.errors.InputError` for a server whose steps reached its budget or limit
+    (:meth:`~pdmux_cli.simulate.engine.StepEnds.check_room`: checked at the run's end as at its ticks)."""
     n = len(trace)
     streamed = fold is not None
     lead = works[0]
+    for work in works:  # the step budget on the whole run: past its last progress tick too
+        work.ends.check_room()
     if streamed:
         for work in works:
             fold.finish_server(work.ends)
@@ -378,6 +382,7 @@ def replica_run(trace: Trace, setup: Setup, policy: ServerSchedule, index: int, 
     work.next = 0
     fold.attach(trace.arrival_s, work.output_delay)
     outcome = drive(policy.rounds(work, setup))
+    work.ends.check_room()  # its step budget: past its last progress tick too
     fold.finish_server(work.ends)
     return fold, outcome, _Replica(work)
 

@@ -29,14 +29,16 @@ is 0) on a server that starts empty, in a process of its own (:func:`run_segment
 
 A segment that finds no mark to stop at (a server never idle near the later segments' starts) runs on to
 the end, its run taken from where it was entered to its end: the same result, only not sooner; a later
-segment stops once no earlier one can stop at it any more (:meth:`Board.needed`). Used for SGLang's default loop
-(chunked, mixed chunk, prefill-first: :attr:`~pdmux_cli.simulate.schedulers.ServerPolicy.splits_in_time`),
+segment stops once no earlier one can stop at it any more (:meth:`Board.needed`). Used for SGLang's
+default loop (chunked, mixed chunk, prefill-first:
+:attr:`~pdmux_cli.simulate.schedulers.ServerPolicy.splits_in_time`),
 one server without a router, open loop, no prefix cache, not ``--step-by-step`` (:func:`segments_for`).
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 import multiprocessing
 from array import array
 from collections.abc import Sequence
@@ -219,14 +221,17 @@ class _Segment:
 
     def tick(self, finished: int) -> None:
         """The scheduler's progress tick (``finished`` requests): the window ends once every request in it
-        has been received; a segment left without a mark, or that no earlier one may stop at any more
-        (:meth:`Board.needed`), stops (:class:`_Unused`)."""
-        self.board.report(self.index, finished, self.work.ends.total)
-        if self.marking:
-            work = self.work
-            i = work.next
-            if i >= len(work.order) or work.order[i] >= self.window_end:
-                self.close(publish=True)
+        has been received; the segments whose marks are all behind the next request are passed (so that
+        they learn it where this server is never idle again); a segment left without a mark, or that no
+        earlier one may stop at any more (:meth:`Board.needed`), stops (:class:`_Unused`)."""
+        work = self.work
+        self.board.report(self.index, finished, work.ends.total)
+        i = work.next
+        upcoming = work.order[i] if i < len(work.order) else math.inf
+        if self.marking and upcoming >= self.window_end:
+            self.close(publish=True)
+        if self.target < len(self.starts):  # (a server busy for good passes the later marks here)
+            self._look(upcoming)
         if self.index and not self.unused and not self.board.needed(self.index):
             self.unused = True
         if self.unused:
@@ -252,7 +257,11 @@ class _Segment:
             self.unused = True
         self.board.close(self.index)
 
-    def _couple(self, rid: int, signature: tuple[float, ...]) -> bool:
+    def _look(self, rid: float) -> int | None:
+        """The first mark of the segment it looks at (:attr:`target`) at ``rid`` or past it (the next
+        request not received yet: an idle moment from now on comes before it or a later one), moving on past
+        segments whose marks are all behind (published, no more to come); ``None`` where none is there
+        (yet)."""
         board = self.board
         while self.target < len(self.starts) and rid >= self.starts[self.target]:
             count, closed = board.state(self.target)
@@ -261,17 +270,21 @@ class _Segment:
                 i += 1
             self.seen = i
             if i < count:
-                if board.signature(self.target, i) == signature:
-                    self.stop = (self.target, i)
-                    board.stopped(self.index, self.target)
-                    return True
-                return False  # its marks go on past this request: a later idle moment may match
+                return i
             if not closed:
-                return False  # its marks may still come
+                return None  # its marks may still come
             self.target += 1  # none matched: the next segment's, once past its start
             self.seen = 0
             board.passed(self.index, self.target)
-        return False
+        return None
+
+    def _couple(self, rid: int, signature: tuple[float, ...]) -> bool:
+        i = self._look(rid)
+        if i is not None and self.board.signature(self.target, i) == signature:
+            self.stop = (self.target, i)
+            self.board.stopped(self.index, self.target)
+            return True
+        return False  # a later idle moment may match
 
 
 @dataclass
@@ -452,7 +465,7 @@ def run_segments(trace: Any, setup: Any, policy: Any, segments: int, fold_of: An
     with Processes(segments) as ex:
         shared = ex.share((trace, setup, policy, starts, board, fold_of))
         for index in range(segments):
-            ex.submit(_segment_task, shared, index, f"{policy.label}, segment {index + 1} of {segments}",
+            ex.submit(_segment_task, shared, index, f"{policy.label} (cut in time in {segments} segments)",
                       tag=index)
         runs: list[Any] = [None] * segments
         while ex.pending():
