@@ -55,7 +55,7 @@ def _stitched(trace, setup, policy, segments, *, window=None, reverse=True):
     for index in (reversed(range(segments)) if reverse else range(segments)):
         runs[index] = time_split.run_segment(trace, setup, policy, starts, index, board,
                                              new_fold(trace, policy, *SLO), window)
-    result = time_split.stitch(trace, setup, policy, runs, new_fold(trace, policy, *SLO))
+    result = time_split.stitch(trace, setup, policy, runs)
     return summarize(result, *SLO), runs
 
 

@@ -268,7 +268,7 @@ def _policy_split(trace: Trace, setup: Setup, policy: Policy, slo_ttft_ms: float
         policy.check()
         runs = run_segments(trace, setup, policy, segments, fold_of, progress=progress,
                             progress_steps=progress_steps)
-        metrics = summarize(stitch(trace, setup, policy, runs, fold_of()), slo_ttft_ms, slo_itl_ms)
+        metrics = summarize(stitch(trace, setup, policy, runs), slo_ttft_ms, slo_itl_ms)
     except InputError as exc:
         return exc
     if progress is not None:

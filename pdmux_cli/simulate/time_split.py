@@ -172,9 +172,9 @@ class _Segment:
     at a later segment's mark."""
 
     def __init__(self, index: int, starts: Sequence[int], board: Board, work: Any, fold: Any,
-                 window_end: int) -> None:
+                 window_end: int, on_tick: Any = None) -> None:
         self.index, self.starts, self.board, self.work, self.fold = index, starts, board, work, fold
-        self.window_end = window_end
+        self.window_end, self.on_tick = window_end, on_tick
         self.gaps = array("d")
         self.marks: list[Mark] = []
         self.signatures: list[tuple[float, ...]] = []
@@ -232,6 +232,8 @@ class _Segment:
             self.close(publish=True)
         if self.target < len(self.starts):  # (a server busy for good passes the later marks here)
             self._look(upcoming)
+        if self.on_tick is not None:
+            self.on_tick()
         if self.index and not self.unused and not self.board.needed(self.index):
             self.unused = True
         if self.unused:
@@ -330,11 +332,12 @@ def segment_starts(n: int, segments: int) -> list[int]:
 
 
 def run_segment(trace: Any, setup: Any, policy: Any, starts: Sequence[int], index: int, board: Board,
-                fold: Any, window: int | None = None) -> SegmentRun:
+                fold: Any, window: int | None = None, on_tick: Any = None) -> SegmentRun:
     """Segment ``index`` of the run (module docstring): the requests of ``trace`` from ``starts[index]`` on,
     on an empty server of ``setup`` running ``policy``, streamed into ``fold`` (restricted here to them),
     marking (within ``window`` requests of its start, default :data:`WINDOW_REQUESTS`) and stopping as the
-    module docstring says. Raises what the run raises."""
+    module docstring says. ``on_tick()``: called at each of its progress ticks. Raises what the run
+    raises."""
     from .engine import build_work
     from .servers import _Replica, drive
 
@@ -348,7 +351,7 @@ def run_segment(trace: Any, setup: Any, policy: Any, starts: Sequence[int], inde
         work.next = 0
     end = starts[index + 1] if index + 1 < len(starts) else len(trace)
     window_end = first + max(1, min(window or WINDOW_REQUESTS, end - first))
-    hook = _Segment(index, starts, board, work, fold, window_end)
+    hook = _Segment(index, starts, board, work, fold, window_end, on_tick)
     work.on_idle = hook
     fold.attach(work.arrival, work.output_delay)
     try:
@@ -364,24 +367,22 @@ def run_segment(trace: Any, setup: Any, policy: Any, starts: Sequence[int], inde
     if hook.unused:  # no earlier segment can stop at it: nothing of it is needed
         board.unused(index)
         return SegmentRun(None, None, None, hook.gaps, [], None, None)
-    fold.arrival = ()  # the trace's, not sent back
-    if hook.stop is not None:  # the rows from its stop on are another segment's: not sent back either
-        fold.keep_below(int(board.signature(*hook.stop)[0]))
     return SegmentRun(fold, outcome, _Replica(work), hook.gaps, hook.marks, hook.early, hook.stop)
 
 
-def stitch(trace: Any, setup: Any, policy: Any, runs: Sequence[SegmentRun], fold: Any) -> Any:
-    """The one run's :class:`~pdmux_cli.simulate.engine.RunResult` (streamed into ``fold``, a fresh fold
-    of every request) from its segments' runs (:func:`run_segment`, in segment order): segment 0 up to
-    where it stopped, the segment it stopped at from that mark on, and so on to one that ran to the end
-    (each segment's fold dropped from ``runs`` once merged: its memory goes). Raises
-    :class:`~pdmux_cli.util.errors.InputError` when the steps stitched pass the fold's step budget."""
+def stitch(trace: Any, setup: Any, policy: Any, runs: Sequence[SegmentRun]) -> Any:
+    """The one run's :class:`~pdmux_cli.simulate.engine.RunResult` from its segments' runs
+    (:func:`run_segment`, in segment order): segment 0 up to where it stopped, the segment it stopped at
+    from that mark on, and so on to one that ran to the end. The result streams into segment 0's fold (rows
+    for every request), the later parts merged into it (each one's fold then dropped from ``runs``: its
+    memory goes). Raises :class:`~pdmux_cli.util.errors.InputError` when the steps stitched pass the
+    fold's step budget."""
     from .engine import StepEnds
     from .policies import ServerOutcome
     from .servers import note_pool, run_result
 
     n = len(trace)
-    lead = runs[0].work
+    lead, fold = runs[0].work, runs[0].fold
     fold.attach(trace.arrival_s, lead.output_delay)
     fold.reject(lead.rejected)
     counters: dict[str, float] = {}
@@ -392,35 +393,25 @@ def stitch(trace: Any, setup: Any, policy: Any, runs: Sequence[SegmentRun], fold
         at = run.marks[mark] if mark is not None else None
         hi = runs[run.stop[0]].marks[run.stop[1]].rid if run.stop is not None else n
         lo = at.rid if at is not None else 0
-        rows = run.fold.rows
-        if rows is None:
-            rids: Sequence[int] = range(lo, hi)
-            start = lo
+        if at is None:  # segment 0, whose fold this is: everything it has up to its stop
+            gaps, before = run.gaps, {}
         else:
+            rows = run.fold.rows
             start = bisect.bisect_left(rows, lo)
             rids = rows[start:bisect.bisect_left(rows, hi)]
-        if at is None:
-            itl, gaps = run.fold.itl, run.gaps
-            if run.early is not None:
-                itl = run.early
-                itl.merge(run.fold.itl)
-            before = {}
-            done = met = steps = 0
-        else:
             itl = (run.early if run.early is not None else run.fold.itl).tail(at.entries)
             if run.early is not None:
                 itl.merge(run.fold.itl)
+            fold.merge_part(run.fold, rids, start, itl, run.fold.completed - at.completed,
+                            run.fold.met - at.met, run.fold.steps - at.steps)
             gaps = run.gaps[at.gap + 1:]
             before = {"steps": at.steps, "prefill_batches": at.prefill_batches, "mixed_steps": at.mixed_steps,
                       "retracted_requests": at.retracted}
-            done, met, steps = at.completed, at.met, at.steps
-        fold.merge_part(run.fold, rids, start, itl, run.fold.completed - done, run.fold.met - met,
-                        run.fold.steps - steps)
+            runs[index].fold = None  # merged: its memory can go
         for key, value in run.outcome.counters.items():
             counters[key] = counters.get(key, 0) + value - before.get(key, 0)
         for gap in gaps:  # the one run's sum, in its order
             idle += gap
-        runs[index].fold = None  # merged: its memory can go
         if run.stop is None:
             break
         index, mark = run.stop
@@ -439,9 +430,14 @@ def _segment_task(shared: tuple, index: int) -> SegmentRun | InputError:
     """One segment on an executor's worker (:func:`run_segments`), or the InputError that refused it."""
     trace, setup, policy, starts, board, fold_of = shared
     try:
-        return run_segment(trace, setup, policy, starts, index, board, fold_of())
+        run = run_segment(trace, setup, policy, starts, index, board, fold_of())
     except InputError as exc:
         return exc
+    if run.fold is not None:
+        run.fold.arrival = ()  # the trace's: not sent back
+        if run.stop is not None:  # the rows from its stop on are another segment's: not sent back either
+            run.fold.keep_below(int(board.signature(*run.stop)[0]))
+    return run
 
 
 #: Seconds between two looks at the segments' progress (a progress bar's).
@@ -450,32 +446,40 @@ PROGRESS_EVERY_S = 0.25
 
 def run_segments(trace: Any, setup: Any, policy: Any, segments: int, fold_of: Any, *,
                  progress: Any = None, progress_steps: Any = None) -> list[SegmentRun]:
-    """Every segment's run, side by side on ``segments`` local processes (:mod:`.executors`: Ctrl-C and a
-    dead worker handled as for every parallel run), in segment order. ``fold_of()``: a fresh
-    :class:`~pdmux_cli.simulate.fold.Fold` of every request (each segment restricts its own).
-    ``progress``, ``progress_steps``: called every :data:`PROGRESS_EVERY_S` with the requests finished
-    (at most all but one) and the decode steps taken over the segments so far. Raises the first segment's
-    refusal (:class:`~pdmux_cli.util.errors.InputError`), in segment order."""
+    """Every segment's run, in segment order: the first here, the others side by side on local processes
+    (:mod:`.executors`: Ctrl-C and a dead worker handled as for every parallel run; the first's fold, the
+    largest, never crosses a pipe). ``fold_of()``: a fresh :class:`~pdmux_cli.simulate.fold.Fold` of every
+    request (each later segment restricts its own). ``progress``, ``progress_steps``: called now and then
+    (the first segment's ticks, then every :data:`PROGRESS_EVERY_S`) with the requests finished (at most all
+    but one) and the decode steps taken over the segments so far. Raises the first segment's refusal
+    (:class:`~pdmux_cli.util.errors.InputError`), in segment order."""
     from .executors import Processes
 
     n = len(trace)
     starts = segment_starts(n, segments)
     board = Board(segments)
+
+    def report() -> None:
+        finished, steps = board.progress()
+        if progress is not None:
+            progress(min(finished, n - 1))
+        if progress_steps is not None:
+            progress_steps(steps)
+
     watch = progress is not None or progress_steps is not None
-    with Processes(segments) as ex:
+    runs: list[Any] = [None] * segments
+    with Processes(segments - 1) as ex:
         shared = ex.share((trace, setup, policy, starts, board, fold_of))
-        for index in range(segments):
-            ex.submit(_segment_task, shared, index, f"{policy.label} (cut in time in {segments} segments)",
+        for index in range(1, segments):
+            ex.submit(_segment_task, shared, index, f"{policy.label}, cut in time in {segments} segments",
                       tag=index)
-        runs: list[Any] = [None] * segments
+        # (refused here: raised at once, which stops the others: the first refusal in segment order)
+        runs[0] = run_segment(trace, setup, policy, starts, 0, board, fold_of(),
+                              on_tick=report if watch else None)
         while ex.pending():
             job = ex.next_done(PROGRESS_EVERY_S if watch else None)
             if job is None:
-                finished, steps = board.progress()
-                if progress is not None:
-                    progress(min(finished, n - 1))
-                if progress_steps is not None:
-                    progress_steps(steps)
+                report()
                 continue
             runs[job.tag] = job.result()
     refused = next((run for run in runs if isinstance(run, InputError)), None)
