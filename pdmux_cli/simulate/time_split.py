@@ -11,7 +11,8 @@ request's to the previous one's), when the next round starts, and the decode-onl
 with the same signature go on identically: the same rounds, steps and floats.
 
 So with ``k`` segments, segment ``j`` simulates the trace's requests from ``starts[j]`` on (``starts[0]``
-is 0) on a server that starts empty, in a process of its own (:func:`run_segments`):
+is 0) on a server that starts empty, the first in the calling process and each other in a process of its
+own (:func:`run_segments`):
 
 - each segment after the first takes **marks**: its first idle moments (at most :data:`MARKS`, within
   :data:`WINDOW_REQUESTS` of its start) with their signatures, and what it had counted by then (ITL
