@@ -164,7 +164,8 @@ class Mark:
 
 
 class _Unused(Exception):
-    """A segment no earlier one can stop at (its window ended without a mark): its run is of no use."""
+    """A segment no earlier one can stop at (its window ended without a mark, or every earlier segment went
+    past it): its run is of no use."""
 
 
 class _Segment:
@@ -180,7 +181,7 @@ class _Segment:
         self.marks: list[Mark] = []
         self.signatures: list[tuple[float, ...]] = []
         self.marking = index > 0
-        self.unused = False  # its window ended without a mark
+        self.unused = False  # no earlier segment can stop at it
         self.early: Any = None  # the ITL entries up to the window's end, once it has ended
         self.target = index + 1  # the segment whose marks it looks for
         self.seen = 0  # how many of the target's marks are behind
