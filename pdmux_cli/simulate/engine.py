@@ -1357,6 +1357,13 @@ class Work:
         return out
 
 
+def prefix_cache_in_play(trace, setup: Setup) -> bool:
+    """Whether a run of ``trace`` on ``setup`` simulates the prefix cache: ``setup.prefix_cache`` on and the
+    trace has hash ids (:func:`build_work`)."""
+    given = getattr(trace, "hash_ids", ())
+    return setup.prefix_cache and bool(given.any_values() if isinstance(given, Ragged) else any(given))
+
+
 def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequence[tuple[int, int]] = (),
                keys: list | None = None, max_concurrency: int = 0, fold=None) -> Work:
     """The :class:`Work` for a trace (:class:`pdmux_cli.simulate.traces.Trace`) and a KV pool of
@@ -1395,8 +1402,7 @@ def build_work(trace, setup: Setup, capacity_tokens: int, initial_decode: Sequen
             steps.append(setup.decode_steps(remaining))
     window = setup.model.sliding_window if setup.model.num_sliding_layers else 0
     hashes: Sequence = ()
-    given = getattr(trace, "hash_ids", ())
-    if setup.prefix_cache and (given.any_values() if isinstance(given, Ragged) else any(given)):
+    if prefix_cache_in_play(trace, setup):
         hashes = trace.hash_ids if stream else list(trace.hash_ids) + [()] * (len(arrival) - n)
     work = Work(arrival, prompt, output, steps, n, capacity_tokens, window, setup, hashes, keys,
                 max_concurrency, fold, getattr(trace, "block_tokens", HASH_BLOCK_TOKENS))

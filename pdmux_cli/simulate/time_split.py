@@ -314,13 +314,12 @@ def segments_for(trace: Any, setup: Any, policy: Any, workers: int | None, *,
     exact (module docstring): a policy whose loop splits in time, SGLang's default loop with no prefix cache
     in play, not the step-by-step reference, and workers that are forked (they inherit the shared marks).
     ``min_requests``: default :data:`MIN_SEGMENT_REQUESTS`."""
-    from .columns import Ragged
+    from .engine import prefix_cache_in_play
     from .pool import default_workers
 
     if not getattr(policy, "splits_in_time", False) or setup.step_by_step:
         return 1
-    hashes = getattr(trace, "hash_ids", ())
-    if setup.prefix_cache and (hashes.any_values() if isinstance(hashes, Ragged) else any(hashes)):
+    if prefix_cache_in_play(trace, setup):
         return 1
     if multiprocessing.get_start_method(allow_none=False) != "fork":
         return 1
@@ -383,40 +382,33 @@ def stitch(trace: Any, setup: Any, policy: Any, runs: Sequence[SegmentRun]) -> A
     from .policies import ServerOutcome
     from .servers import note_pool, run_result
 
-    n = len(trace)
-    lead, fold = runs[0].work, runs[0].fold
+    run = runs[0]  # its fold is the stitched one: everything it has up to its stop
+    lead, fold = run.work, run.fold
     fold.attach(trace.arrival_s, lead.output_delay)
     fold.reject(lead.rejected)
-    counters: dict[str, float] = {}
+    counters: dict[str, float] = dict(run.outcome.counters)
     idle = 0.0
-    index, mark = 0, None
-    while True:
+    for gap in run.gaps:  # the one run's sum, in its order
+        idle += gap
+    while run.stop is not None:
+        index, mark = run.stop
         run = runs[index]
-        at = run.marks[mark] if mark is not None else None
-        hi = runs[run.stop[0]].marks[run.stop[1]].rid if run.stop is not None else n
-        lo = at.rid if at is not None else 0
-        if at is None:  # segment 0, whose fold this is: everything it has up to its stop
-            gaps, before = run.gaps, {}
-        else:
-            rows = run.fold.rows
-            start = bisect.bisect_left(rows, lo)
-            rids = rows[start:bisect.bisect_left(rows, hi)]
-            itl = (run.early if run.early is not None else run.fold.itl).tail(at.entries)
-            if run.early is not None:
-                itl.merge(run.fold.itl)
-            fold.merge_part(run.fold, rids, start, itl, run.fold.completed - at.completed,
-                            run.fold.met - at.met, run.fold.steps - at.steps)
-            gaps = run.gaps[at.gap + 1:]
-            before = {"steps": at.steps, "prefill_batches": at.prefill_batches, "mixed_steps": at.mixed_steps,
-                      "retracted_requests": at.retracted}
-            runs[index].fold = None  # merged: its memory can go
+        at = run.marks[mark]
+        hi = runs[run.stop[0]].marks[run.stop[1]].rid if run.stop is not None else len(trace)
+        rows = run.fold.rows
+        start = bisect.bisect_left(rows, at.rid)
+        itl = (run.early if run.early is not None else run.fold.itl).tail(at.entries)
+        if run.early is not None:
+            itl.merge(run.fold.itl)
+        fold.merge_part(run.fold, rows[start:bisect.bisect_left(rows, hi)], start, itl,
+                        run.fold.completed - at.completed, run.fold.met - at.met, run.fold.steps - at.steps)
+        runs[index].fold = None  # merged: its memory can go
+        before = {"steps": at.steps, "prefill_batches": at.prefill_batches, "mixed_steps": at.mixed_steps,
+                  "retracted_requests": at.retracted}
         for key, value in run.outcome.counters.items():
             counters[key] = counters.get(key, 0) + value - before.get(key, 0)
-        for gap in gaps:  # the one run's sum, in its order
+        for gap in run.gaps[at.gap + 1:]:
             idle += gap
-        if run.stop is None:
-            break
-        index, mark = run.stop
     budget = StepEnds(fold.max_steps)
     budget.base = fold.steps
     budget.check_room()
